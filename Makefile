@@ -1,0 +1,40 @@
+# Thin wrapper over CMake for the README's commands: run, test, test-asan, bench.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+DATA_DIR   ?= ./muster-data
+
+.PHONY: all build run test test-asan bench format clean
+
+all: build
+
+$(BUILD)/Makefile:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job: a head on loopback with its embedded SQLite store.
+run: build
+	$(BUILD)/muster head --data-dir $(DATA_DIR)
+
+# Every test: unit, integration, then the same suite under the sanitizers.
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-asan
+
+test-asan:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMUSTER_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+bench: $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS) --target muster_bin bench_cycle
+	bench/run
+
+format:
+	clang-format -i include/*.h src/*/*.[ch] tests/*/*.c bench/*.c
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,231 @@
+/*
+ * muster.h — the one public header of libmuster, the C client of a muster head.
+ *
+ * A muster_client_t is an opaque handle holding one keep-alive HTTP connection
+ * (through libcurl) to a head or node.  A handle is NOT thread-safe: give each
+ * thread its own handle (they are cheap; each owns one connection).  Different
+ * handles may be used from different threads at the same time.
+ *
+ * Every call returns a muster_err_t.  MUSTER_OK is zero; any other value names
+ * what went wrong, and muster_client_message() returns the server's (or the
+ * library's) explanation of the last failure on that handle.  The library never
+ * aborts and never prints.  Memory the library returns is owned by the caller
+ * and released with the matching *_free function (or muster_free for strings);
+ * memory the caller passes in stays the caller's.
+ *
+ * Field-level detail of every call lives in docs/api.md, which is the contract.
+ */
+#ifndef MUSTER_H
+#define MUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MUSTER_VERSION "0.1.0"
+
+/*
+ * The error table, shared by server and clients.  Columns: enum suffix, stable
+ * wire string, HTTP status (0: never sent by a server), default message.
+ */
+#define MUSTER_ERRNO_MAP(XX)                                                          \
+  XX(OK, "ok", 200, "success")                                                        \
+  XX(BAD_REQUEST, "bad_request", 400, "the request is malformed")                     \
+  XX(BAD_JSON, "bad_json", 400, "the body is not valid JSON")                         \
+  XX(INVALID, "invalid_argument", 400, "a field is missing or has a wrong type or value") \
+  XX(NAME_INVALID, "name_invalid", 400,                                               \
+     "names are 1 to 128 characters of letters, digits, '.', '_' and '-'")            \
+  XX(UNAUTHORIZED, "unauthorized", 401, "a valid bearer token is required")           \
+  XX(FORBIDDEN, "forbidden", 403, "this token may not do that")                       \
+  XX(NOT_FOUND, "not_found", 404, "no such endpoint")                                 \
+  XX(QUEUE_NOT_FOUND, "queue_not_found", 404, "no such queue")                        \
+  XX(TASK_NOT_FOUND, "task_not_found", 404, "no such task")                           \
+  XX(WORKER_NOT_FOUND, "worker_not_found", 404, "no such worker, or it timed out")    \
+  XX(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "this endpoint does not take that method") \
+  XX(LEASE_LOST, "lease_lost", 409,                                                   \
+     "the lease expired or was taken over; the task is no longer yours")              \
+  XX(INVALID_STATE, "invalid_state", 409, "the task is not in a state that allows this") \
+  XX(QUEUE_IN_USE, "queue_in_use", 409, "another queue names this one as its next stage") \
+  XX(VERSION_MISMATCH, "version_mismatch", 409, "update level mismatch")              \
+  XX(BODY_TOO_LARGE, "body_too_large", 413, "the request body is larger than allowed") \
+  XX(BATCH_TOO_LARGE, "batch_too_large", 413, "the batch has more elements than allowed") \
+  XX(PAYLOAD_TOO_LARGE, "payload_too_large", 413, "a payload or result is larger than allowed") \
+  XX(UNSUPPORTED_MEDIA, "unsupported_media_type", 415, "the body must be application/json") \
+  XX(INTERNAL, "internal", 500, "internal error")                                     \
+  XX(STORE, "store_error", 500, "the store could not complete the write")            \
+  XX(UNAVAILABLE, "unavailable", 503, "the server is shutting down")                  \
+  XX(NETWORK, "network", 0, "could not reach the server")                             \
+  XX(PROTOCOL, "protocol", 0, "the server's reply could not be understood")           \
+  XX(NOMEM, "out_of_memory", 0, "out of memory")
+
+typedef enum {
+#define MUSTER_ERR_ENUM(name, str, status, msg) MUSTER_##name,
+  MUSTER_ERRNO_MAP(MUSTER_ERR_ENUM)
+#undef MUSTER_ERR_ENUM
+  MUSTER_ERR_COUNT
+} muster_err_t;
+
+/* The default message of an error code ("no such queue"); never NULL. */
+const char *muster_strerror(muster_err_t err);
+/* The stable wire string of an error code ("queue_not_found"); never NULL. */
+const char *muster_err_name(muster_err_t err);
+/* The HTTP status a server answers with for this code; 0 for client-side codes. */
+int muster_err_http_status(muster_err_t err);
+/* The code whose wire string is `name`; MUSTER_PROTOCOL when none matches. */
+muster_err_t muster_err_from_name(const char *name);
+
+/* ---- client handle ---------------------------------------------------- */
+
+typedef struct muster_client muster_client_t;
+
+/*
+ * Creates a handle for the server at `url` ("http://127.0.0.1:7370") using the
+ * bearer `token` (may be NULL for /v1/health only).  Both strings are copied.
+ * Returns MUSTER_OK and sets *out, or MUSTER_INVALID / MUSTER_NOMEM.
+ */
+muster_err_t muster_client_new(const char *url, const char *token, muster_client_t **out);
+/* Closes the connection and frees the handle; accepts NULL. */
+void muster_client_free(muster_client_t *client);
+/* Explanation of the last failed call on this handle ("" after success). */
+const char *muster_client_message(const muster_client_t *client);
+/* HTTP status of the last reply on this handle (0 when none arrived). */
+int muster_client_status(const muster_client_t *client);
+/* Sets the per-request timeout in milliseconds (default 60000; long-polls add their wait). */
+void muster_client_set_timeout(muster_client_t *client, long timeout_ms);
+
+/* Frees a string or array returned by the library; accepts NULL. */
+void muster_free(void *ptr);
+
+/*
+ * Sends any API request: `method` ("GET", "POST", ...), `path` ("/v1/queues"),
+ * an optional JSON `body`.  On success *reply (may be NULL if unwanted) is the
+ * reply body as a NUL-terminated string owned by the caller (muster_free).  A
+ * non-2xx reply maps its error envelope to the returned code.
+ */
+muster_err_t muster_request(muster_client_t *client, const char *method, const char *path,
+                            const char *body, char **reply);
+
+/* GET /v1/health; MUSTER_OK when the server answers "ok". */
+muster_err_t muster_health(muster_client_t *client);
+
+/* ---- queues ----------------------------------------------------------- */
+
+/* Queue settings.  Fields left at the values muster_queue_opts_init() sets keep
+ * the server's default (on create) or the current value (on update). */
+typedef struct {
+  int64_t lease_ms;       /* lease time to live; -1: unchanged/default (60000) */
+  int64_t max_attempts;   /* leases before a task goes dead; -1: default (5) */
+  int64_t backoff_ms;     /* first retry delay, doubled per attempt; -1: default (1000) */
+  int64_t backoff_max_ms; /* cap of the retry delay; -1: default (60000) */
+  int64_t max_flags;      /* invalid-data flags before roll-back; -1: default (5) */
+  const char *next;       /* next stage's queue; NULL: unchanged, "": none */
+} muster_queue_opts_t;
+
+void muster_queue_opts_init(muster_queue_opts_t *opts);
+/* Creates or reconfigures queue `name` (PUT /v1/queues/{name}).  `opts` may be
+ * NULL.  If `json` is not NULL it receives the queue object (muster_free). */
+muster_err_t muster_queue_put(muster_client_t *client, const char *name,
+                              const muster_queue_opts_t *opts, char **json);
+/* The queue object with counts per state, as JSON (muster_free). */
+muster_err_t muster_queue_get(muster_client_t *client, const char *name, char **json);
+/* {"queues":[...]} as JSON (muster_free). */
+muster_err_t muster_queue_list(muster_client_t *client, char **json);
+/* Deletes queued tasks of the queue; *purged (may be NULL) gets their count. */
+muster_err_t muster_queue_purge(muster_client_t *client, const char *name, int64_t *purged);
+/* Deletes the queue and every task in it. */
+muster_err_t muster_queue_delete(muster_client_t *client, const char *name);
+
+/* ---- tasks ------------------------------------------------------------ */
+
+typedef struct {
+  const char *payload;  /* JSON text of the payload (required); a string payload is "\"...\"" */
+  int64_t priority;     /* higher leases first; default 0 */
+  int64_t delay_ms;     /* not leased before now + delay_ms; default 0 */
+  const char *key;      /* idempotency key or NULL */
+  const char *session;  /* session id or NULL */
+  int64_t index;        /* index within the session; -1: none */
+} muster_task_spec_t;
+
+void muster_task_spec_init(muster_task_spec_t *spec);
+/*
+ * Puts `count` tasks into `queue` in one request; all or none are stored.
+ * When `ids` is not NULL it must hold `count` elements and receives the task
+ * ids in order (the existing id where an idempotency key repeated).
+ */
+muster_err_t muster_put(muster_client_t *client, const char *queue,
+                        const muster_task_spec_t *specs, size_t count, int64_t *ids);
+/* The task object as JSON (muster_free). */
+muster_err_t muster_task_get(muster_client_t *client, int64_t id, char **json);
+/* Lists tasks of `queue`, optionally in `state` (NULL: all), with id > `after`,
+ * at most `limit` (0: server default).  JSON {"tasks":[...],"next":...}. */
+muster_err_t muster_task_list(muster_client_t *client, const char *queue, const char *state,
+                              int64_t after, int64_t limit, char **json);
+/* Puts a dead or failed task back to queued with its attempts reset. */
+muster_err_t muster_task_requeue(muster_client_t *client, int64_t id);
+
+/* ---- leases ----------------------------------------------------------- */
+
+typedef struct {
+  int64_t task;        /* task id */
+  int64_t token;       /* fencing token: name it in complete/fail/extend/release/flag */
+  char *payload;       /* JSON text of the payload */
+  int64_t attempt;     /* 1 on the first lease of the task */
+  int64_t deadline_ms; /* lease deadline, ms since the epoch (server clock) */
+  int64_t parent;      /* previous stage's task, or 0 */
+  char *session;       /* session id or NULL */
+  int64_t index;       /* index within the session, or -1 */
+} muster_lease_t;
+
+/*
+ * Leases up to `max` tasks of `queue` for `worker` (0: anonymous), waiting up
+ * to `wait_ms` for one to arrive.  On MUSTER_OK *leases is an array of *count
+ * leases (possibly 0) to free with muster_leases_free.
+ */
+muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t worker,
+                          size_t max, int64_t wait_ms, muster_lease_t **leases, size_t *count);
+void muster_leases_free(muster_lease_t *leases, size_t count);
+
+typedef struct {
+  int64_t task, token;
+  const char *result;   /* complete: JSON text of the result (NULL: null) */
+  const char *error;    /* fail: error text (NULL: none) */
+  int permanent;        /* fail: non-zero fails the task at once, no retry */
+  int64_t lease_ms;     /* extend: new lease length from now; -1: the queue's */
+} muster_ack_t;
+
+void muster_ack_init(muster_ack_t *ack, int64_t task, int64_t token);
+/* Each call takes `count` acks in one request and is all-or-nothing: one stale
+ * token refuses the whole batch with MUSTER_LEASE_LOST and changes nothing. */
+muster_err_t muster_complete(muster_client_t *client, const muster_ack_t *acks, size_t count);
+muster_err_t muster_fail(muster_client_t *client, const muster_ack_t *acks, size_t count);
+muster_err_t muster_extend(muster_client_t *client, const muster_ack_t *acks, size_t count);
+muster_err_t muster_release(muster_client_t *client, const muster_ack_t *acks, size_t count);
+muster_err_t muster_flag(muster_client_t *client, const muster_ack_t *acks, size_t count);
+
+/* ---- workers ---------------------------------------------------------- */
+
+typedef struct {
+  const char *nickname;   /* leaderboard name; NULL: "anonymous" */
+  const char *const *queues; /* queues it serves, NULL-terminated, or NULL */
+  const char *node;       /* node id or NULL */
+  const char *labels;     /* JSON object text or NULL */
+  int64_t timeout_ms;     /* heartbeat timeout; -1: server default (60000) */
+} muster_worker_opts_t;
+
+void muster_worker_opts_init(muster_worker_opts_t *opts);
+/* Registers a worker; *id gets its id and, if `name` is not NULL, *name its
+ * generated display name (muster_free). */
+muster_err_t muster_worker_register(muster_client_t *client, const muster_worker_opts_t *opts,
+                                    int64_t *id, char **name);
+/* Heart-beats, with an optional progress string (NULL keeps the last one). */
+muster_err_t muster_worker_heartbeat(muster_client_t *client, int64_t id, const char *progress);
+/* Says goodbye: the worker's leases are released at once. */
+muster_err_t muster_worker_bye(muster_client_t *client, int64_t id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MUSTER_H */

@@ -1,0 +1,169 @@
+"""Test harness: starts the real `muster head` on a free port with a temporary data dir.
+
+Used by every Python integration test.  Standard library only; runs on /usr/bin/python3.
+Point MUSTER_TEST_URL/MUSTER_TEST_TOKEN at a running head to debug against it instead
+(tests that restart or kill the head are skipped then).
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.parse
+
+MUSTER_BIN = os.environ.get("MUSTER_BIN") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "build", "muster")
+TOKEN = "test-token-0123456789"
+
+
+class Reply:
+    """An HTTP reply: status, headers, raw body and (when JSON) the parsed body."""
+
+    def __init__(self, status, headers, raw):
+        self.status = status
+        self.headers = headers
+        self.raw = raw
+        try:
+            self.json = json.loads(raw) if raw else None
+        except ValueError:
+            self.json = None
+
+    @property
+    def error_code(self):
+        return (self.json or {}).get("error", {}).get("code")
+
+    def __repr__(self):
+        return "Reply(%d, %r)" % (self.status, self.raw[:300])
+
+
+class Head:
+    """A head process.  start() waits until it listens; stop()/kill() end it."""
+
+    def __init__(self, args=(), data_dir=None, token=TOKEN):
+        self.args = list(args)
+        self.own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="muster-test-")
+        self.token = token
+        self.proc = None
+        self.url = None
+        self.log_path = os.path.join(self.data_dir, "head.log")
+        self._conn = None
+
+    def start(self, timeout=20.0):
+        url_file = os.path.join(self.data_dir, "url")
+        if os.path.exists(url_file):
+            os.unlink(url_file)
+        cmd = [MUSTER_BIN, "head", "--listen", "127.0.0.1:0", "--data-dir", self.data_dir]
+        if self.token:
+            cmd += ["--token", self.token]
+        cmd += self.args
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + timeout
+        # The head writes its URL to DATA_DIR/url once it listens.
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("head exited with %s:\n%s" % (self.proc.returncode, self.log()))
+            if os.path.exists(url_file):
+                with open(url_file) as f:
+                    url = f.read().strip()
+                if url:
+                    self.url = url
+                    self._conn = None
+                    return self
+            time.sleep(0.02)
+        raise RuntimeError("head did not start:\n" + self.log())
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    @property
+    def port(self):
+        return urllib.parse.urlparse(self.url).port
+
+    def connection(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, token="default", headers=None, raw=None,
+                content_type="application/json", conn=None):
+        """Sends one request on a keep-alive connection and returns a Reply."""
+        hdrs = dict(headers or {})
+        if token == "default":
+            token = self.token
+        if token:
+            hdrs["Authorization"] = "Bearer " + token
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+        if data is not None and content_type:
+            hdrs["Content-Type"] = content_type
+        own = conn is None
+        for attempt in (1, 2):
+            c = conn or self._conn or self.connection()
+            try:
+                c.request(method, path, body=data, headers=hdrs)
+                r = c.getresponse()
+                reply = Reply(r.status, dict(r.getheaders()), r.read())
+                if own:
+                    self._conn = c
+                return reply
+            except (ConnectionError, http.client.HTTPException):
+                c.close()
+                if own:
+                    self._conn = None
+                if attempt == 2 or not own:
+                    raise
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def kill(self):
+        """kill -9 and wait."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._conn = None
+
+    def stop(self, timeout=20):
+        """SIGTERM, wait for a clean exit, return the exit status."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError("head ignored SIGTERM")
+        self._conn = None
+        return self.proc.returncode if self.proc else None
+
+    def cleanup(self):
+        self.kill()
+        if self.own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+
+def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
+    """Polls `predicate` until it returns a truthy value; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(interval)
