@@ -1,0 +1,350 @@
+/*
+ * head.c — `muster head`: options, data dir, the event loop, group commit,
+ * the sweep timer and clean shutdown.
+ *
+ * The data dir holds muster.db (the store), token (the admin token, 0600),
+ * url (where the head listens, written once it does) and head.lock (held
+ * with flock for the head's life, so two heads never share one store).
+ */
+#include "head.h"
+#include "http.h"
+#include "lease.h"
+#include "log.h"
+#include "server.h"
+#include "store.h"
+#include "waiter.h"
+#include "worker.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void head_usage(void) {
+  printf("usage: muster head [options]\n"
+         "\n"
+         "Runs the head: the HTTP API, the durable store and the schedulers.\n"
+         "\n"
+         "options:\n"
+         "  --listen ADDR:PORT        address to listen on (default 127.0.0.1:7370;\n"
+         "                            port 0 picks a free port, written to DATA_DIR/url)\n"
+         "  --data-dir DIR            where the store, token and url live (default ./muster-data)\n"
+         "  --token TOKEN             admin bearer token (default: generated once into\n"
+         "                            DATA_DIR/token)\n"
+         "  --sync full|normal        full: fsync at every commit (default); normal: faster,\n"
+         "                            a power loss may drop the last commits\n"
+         "  --worker-timeout-ms MS    default worker heartbeat timeout (default 60000)\n"
+         "  --max-wait-ms MS          cap of a lease's long-poll wait (default 30000)\n"
+         "  --sweep-ms MS             how often expired leases and silent workers are\n"
+         "                            checked (default 200)\n"
+         "  --max-body BYTES          request body limit (default 8388608)\n"
+         "  --max-payload BYTES       payload and result limit (default 1048576)\n"
+         "  --log-level LEVEL         debug, info, warn or error (default info)\n"
+         "  -h, --help                show this help\n");
+}
+
+static volatile sig_atomic_t head_signalled;
+
+/* Parses "HOST:PORT" or "[V6]:PORT" into the config. */
+static bool head_parse_listen(const char *arg, head_config_t *cfg) {
+  const char *colon = strrchr(arg, ':');
+  if (colon == NULL || colon == arg)
+    return false;
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  if (colon[1] == '\0' || *end != '\0' || port < 0 || port > 65535)
+    return false;
+  const char *host = arg;
+  size_t len = (size_t)(colon - arg);
+  if (host[0] == '[' && len >= 2 && host[len - 1] == ']') {
+    host++;
+    len -= 2;
+  }
+  if (len == 0 || len >= sizeof cfg->listen_host)
+    return false;
+  memcpy(cfg->listen_host, host, len);
+  cfg->listen_host[len] = '\0';
+  cfg->listen_port = (int)port;
+  return true;
+}
+
+static bool parse_size(const char *arg, int64_t min, int64_t *out) {
+  char *end;
+  long long v = strtoll(arg, &end, 10);
+  if (*arg == '\0' || *end != '\0' || v < min)
+    return false;
+  *out = v;
+  return true;
+}
+
+/* Fills *cfg from argv; returns -1 to continue, else an exit status. */
+static int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg) {
+  static const struct option opts[] = {
+      {"listen", required_argument, 0, 'l'},       {"data-dir", required_argument, 0, 'd'},
+      {"token", required_argument, 0, 't'},        {"sync", required_argument, 0, 's'},
+      {"worker-timeout-ms", required_argument, 0, 'w'},
+      {"max-wait-ms", required_argument, 0, 'W'},  {"sweep-ms", required_argument, 0, 'S'},
+      {"max-body", required_argument, 0, 'b'},     {"max-payload", required_argument, 0, 'p'},
+      {"log-level", required_argument, 0, 'L'},    {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c, which = 0;
+  int64_t n = 0;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, &which)) != -1) {
+    bool ok = true;
+    switch (c) {
+    case 'l': ok = head_parse_listen(optarg, cfg); break;
+    case 'd': ok = strlen(optarg) < sizeof cfg->data_dir - 32; snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", optarg); break;
+    case 't': *token_arg = optarg; ok = strlen(optarg) >= 8 && strlen(optarg) < sizeof cfg->token; break;
+    case 's': ok = strcmp(optarg, "full") == 0 || strcmp(optarg, "normal") == 0; cfg->sync_full = strcmp(optarg, "full") == 0; break;
+    case 'w': ok = parse_size(optarg, 100, &cfg->worker_timeout_ms); break;
+    case 'W': ok = parse_size(optarg, 0, &cfg->max_wait_ms); break;
+    case 'S': ok = parse_size(optarg, 10, &cfg->sweep_ms); break;
+    case 'b': ok = parse_size(optarg, 1024, &n); cfg->max_body = (size_t)n; break;
+    case 'p': ok = parse_size(optarg, 64, &n); cfg->max_payload = (size_t)n; break;
+    case 'L': ok = log_level_parse(optarg) >= 0; if (ok) log_set_level((log_level_t)log_level_parse(optarg)); break;
+    case 'h': head_usage(); return 0;
+    default: fprintf(stderr, "muster head: see 'muster head --help'\n"); return 2;
+    }
+    if (!ok) {
+      fprintf(stderr, "muster head: invalid value '%s' for --%s; see 'muster head --help'\n",
+              optarg, opts[which].name);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "muster head: unexpected argument '%s'; see 'muster head --help'\n",
+            argv[optind]);
+    return 2;
+  }
+  return -1;
+}
+
+/* Takes the data dir's lock; refuses when another head holds it. */
+static int head_lock(const head_config_t *cfg) {
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/head.lock", cfg->data_dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    log_msg(LOG_ERROR, "cannot open %s: %s", path, strerror(errno));
+    return -1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = "";
+    ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+    pid[n > 0 ? n : 0] = '\0';
+    pid[strcspn(pid, "\n")] = '\0';
+    log_msg(LOG_ERROR, "another head (pid %s) is using data dir %s; stop it or pick another "
+            "--data-dir", pid[0] ? pid : "?", cfg->data_dir);
+    close(fd);
+    return -1;
+  }
+  char pid[32];
+  int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+    log_msg(LOG_WARN, "cannot write pid to %s", path);
+  return fd;
+}
+
+/* Writes `text` to DATA_DIR/name atomically (temp file + rename). */
+static bool head_write_file(const head_config_t *cfg, const char *name, const char *text,
+                            mode_t mode) {
+  char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
+  snprintf(path, sizeof path, "%s/%s", cfg->data_dir, name);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0)
+    return false;
+  size_t len = strlen(text);
+  bool ok = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0;
+  close(fd);
+  return ok && rename(tmp, path) == 0;
+}
+
+/* Loads DATA_DIR/token, or generates and saves a new random one. */
+static bool head_token(head_config_t *cfg, bool *generated) {
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/token", cfg->data_dir);
+  *generated = false;
+  FILE *fp = fopen(path, "r");
+  if (fp) {
+    bool ok = fgets(cfg->token, sizeof cfg->token, fp) != NULL;
+    fclose(fp);
+    cfg->token[strcspn(cfg->token, "\r\n")] = '\0';
+    return ok && strlen(cfg->token) >= 8;
+  }
+  unsigned char raw[24];
+  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+    return false;
+  for (size_t i = 0; i < sizeof raw; i++)
+    snprintf(cfg->token + 2 * i, 3, "%02x", raw[i]);
+  *generated = true;
+  char line[sizeof cfg->token + 1];
+  snprintf(line, sizeof line, "%s\n", cfg->token);
+  return head_write_file(cfg, "token", line, 0600);
+}
+
+/* ---- group commit ---- */
+
+static void head_on_tx(void *arg) {
+  head_t *h = arg;
+  event_active(h->commit_ev, EV_TIMEOUT, 0);
+}
+
+static void head_on_ready(void *arg, const char *queue) {
+  waiter_mark_ready(arg, queue);
+}
+
+/* Runs after every other event of the turn that opened the transaction:
+ * serve woken waiters, commit once, then release the replies. */
+static void head_commit(evutil_socket_t fd, short what, void *arg) {
+  head_t *h = arg;
+  waiter_serve(h);
+  fail_t f = {0};
+  bool failed = store_commit(h->st, &f) != MUSTER_OK;
+  if (!failed)
+    h->commits++;
+  http_flush(h, failed ? &f : NULL);
+}
+
+static void head_sweep(evutil_socket_t fd, short what, void *arg) {
+  head_t *h = arg;
+  fail_t f = {0};
+  int64_t now = now_ms();
+  waiter_mark_all(h);
+  /* Most sweeps find nothing due: check with two indexed reads before
+   * opening a transaction. */
+  if (!lease_any_due(h->st, now) && !worker_any_due(h->st, now)) {
+    if (h->ndirty > 0 && !store_in_tx(h->st) && store_request_begin(h->st, &f) == MUSTER_OK)
+      store_request_end(h->st, true); /* opens the turn so waiter_serve runs */
+    return;
+  }
+  if (store_request_begin(h->st, &f))
+    return;
+  bool ok = lease_expire_due(h->st, now, 1000) >= 0 && worker_expire_due(h->st, now) >= 0;
+  store_request_end(h->st, ok);
+}
+
+static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
+  head_t *h = arg;
+  log_msg(LOG_INFO, "received %s; shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  h->stopping = true;
+  head_signalled = 1;
+  waiter_release_all(h);
+  if (store_in_tx(h->st))
+    head_commit(-1, 0, h);
+  event_base_loopexit(h->base, NULL);
+}
+
+static void head_banner(const head_t *h, int port, bool generated) {
+  const char *host = h->cfg.listen_host;
+  bool v6 = strchr(host, ':') != NULL;
+  char url[300];
+  snprintf(url, sizeof url, "http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
+  char line[320];
+  snprintf(line, sizeof line, "%s\n", url);
+  if (!head_write_file(&h->cfg, "url", line, 0644))
+    log_msg(LOG_WARN, "cannot write %s/url", h->cfg.data_dir);
+  printf("muster head %s listening on %s\n"
+         "  data dir:  %s (SQLite, sync=%s)\n"
+         "  token:     %s%s\n"
+         "  try:       curl -H 'Authorization: Bearer %s' %s/v1/queues\n"
+         "  or:        muster status   (run here; it finds the token in %s/token)\n",
+         MUSTER_VERSION, url, h->cfg.data_dir, h->cfg.sync_full ? "full" : "normal", h->cfg.token,
+         generated ? " (new; saved in the data dir's 'token' file)" : "", h->cfg.token, url,
+         h->cfg.data_dir);
+  fflush(stdout);
+}
+
+static int head_run(head_t *h, bool generated) {
+  struct event *sigint = evsignal_new(h->base, SIGINT, head_on_signal, h);
+  struct event *sigterm = evsignal_new(h->base, SIGTERM, head_on_signal, h);
+  h->commit_ev = event_new(h->base, -1, 0, head_commit, h);
+  h->sweep_ev = event_new(h->base, -1, EV_PERSIST, head_sweep, h);
+  struct timeval sweep = {.tv_sec = h->cfg.sweep_ms / 1000,
+                          .tv_usec = (h->cfg.sweep_ms % 1000) * 1000};
+  int status = 1;
+  if (sigint && sigterm && h->commit_ev && h->sweep_ev && event_add(sigint, NULL) == 0 &&
+      event_add(sigterm, NULL) == 0 && event_add(h->sweep_ev, &sweep) == 0) {
+    int port = http_start(h);
+    if (port > 0) {
+      head_banner(h, port, generated);
+      log_msg(LOG_INFO, "listening on port %d", port);
+      event_base_dispatch(h->base);
+      status = 0;
+    }
+  }
+  http_stop(h);
+  if (store_in_tx(h->st))
+    head_commit(-1, 0, h);
+  event_free(sigint);
+  event_free(sigterm);
+  event_free(h->commit_ev);
+  event_free(h->sweep_ev);
+  return status;
+}
+
+int head_main(int argc, char **argv) {
+  head_t h = {.cfg = {.listen_host = "127.0.0.1",
+                      .listen_port = 7370,
+                      .data_dir = "./muster-data",
+                      .sync_full = true,
+                      .worker_timeout_ms = WORKER_DEFAULT_TIMEOUT_MS,
+                      .max_wait_ms = 30000,
+                      .sweep_ms = 200,
+                      .max_body = 8u << 20,
+                      .max_payload = 1u << 20}};
+  const char *token_arg = NULL;
+  int status = head_parse(argc, argv, &h.cfg, &token_arg);
+  if (status >= 0)
+    return status;
+  if (mkdir(h.cfg.data_dir, 0755) != 0 && errno != EEXIST) {
+    log_msg(LOG_ERROR, "cannot create data dir %s: %s", h.cfg.data_dir, strerror(errno));
+    return 1;
+  }
+  int lock = head_lock(&h.cfg);
+  if (lock < 0)
+    return 1;
+  bool generated = false;
+  if (token_arg)
+    snprintf(h.cfg.token, sizeof h.cfg.token, "%s", token_arg);
+  else if (!head_token(&h.cfg, &generated)) {
+    log_msg(LOG_ERROR, "cannot read or create %s/token", h.cfg.data_dir);
+    close(lock);
+    return 1;
+  }
+  char db_path[PATH_MAX + 16];
+  snprintf(db_path, sizeof db_path, "%s/muster.db", h.cfg.data_dir);
+  fail_t f = {0};
+  h.st = store_open(&(store_opts_t){.path = db_path, .sync_full = h.cfg.sync_full}, &f);
+  h.base = event_base_new();
+  status = 1;
+  if (h.st == NULL) {
+    log_msg(LOG_ERROR, "cannot open the store %s: %s", db_path, fail_message(&f));
+  } else if (h.base != NULL) {
+    signal(SIGPIPE, SIG_IGN);
+    store_set_hooks(h.st, head_on_tx, head_on_ready, &h);
+    h.started_ms = now_ms();
+    status = head_run(&h, generated);
+    if (status == 0)
+      log_msg(LOG_INFO, "stopped cleanly after %llu requests and %llu commits",
+              (unsigned long long)h.requests, (unsigned long long)h.commits);
+  }
+  store_close(h.st);
+  if (h.base)
+    event_base_free(h.base);
+  free(h.dirty);
+  char url_path[PATH_MAX + 16];
+  snprintf(url_path, sizeof url_path, "%s/url", h.cfg.data_dir);
+  unlink(url_path);
+  close(lock);
+  return status;
+}

@@ -1,0 +1,357 @@
+/*
+ * http.c — evhttp glue: routing, the checks every request passes before its
+ * handler, and replies held back until their transaction commits.
+ *
+ * Everything runs on the event-loop thread.  A request's life: match a route
+ * (404/405), check the bearer token (401), the body size (413), the content
+ * type (415) and the JSON (400), open a savepoint in the turn's transaction,
+ * run the handler, keep or roll back the savepoint, and queue the reply.  The
+ * commit event (head.c) commits the turn and calls http_flush.
+ */
+#include "http.h"
+#include "log.h"
+#include "store.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+struct reply {
+  reply_t *next;
+  struct evhttp_request *req;
+  int status;
+  char *body; /* encoded JSON, owned */
+};
+
+#define HTTP_MAX_SEGMENTS 8
+
+static const char *http_reason(int status) {
+  switch (status) {
+  case 200: return "OK";
+  case 201: return "Created";
+  case 400: return "Bad Request";
+  case 401: return "Unauthorized";
+  case 403: return "Forbidden";
+  case 404: return "Not Found";
+  case 405: return "Method Not Allowed";
+  case 409: return "Conflict";
+  case 413: return "Payload Too Large";
+  case 415: return "Unsupported Media Type";
+  case 503: return "Service Unavailable";
+  default: return status >= 500 ? "Internal Server Error" : "OK";
+  }
+}
+
+static void http_send_text(struct evhttp_request *req, int status, const char *text) {
+  struct evbuffer *buf = evbuffer_new();
+  if (buf == NULL) {
+    evhttp_send_error(req, 500, NULL);
+    return;
+  }
+  evbuffer_add(buf, text, strlen(text));
+  evbuffer_add(buf, "\n", 1);
+  struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+  evhttp_add_header(out, "Content-Type", "application/json");
+  if (status == 401)
+    evhttp_add_header(out, "WWW-Authenticate", "Bearer realm=\"muster\"");
+  evhttp_send_reply(req, status, http_reason(status), buf);
+  evbuffer_free(buf);
+}
+
+static json_t *http_error_body(muster_err_t code, const char *message) {
+  return json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(code), "message", message);
+}
+
+void http_send_parked(head_t *h, struct evhttp_request *req, int status, json_t *body) {
+  (void)h;
+  char *text = json_dumps(body, JSON_COMPACT);
+  json_decref(body);
+  http_send_text(req, status, text ? text : "{}");
+  free(text);
+}
+
+void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body) {
+  if (!store_in_tx(h->st)) {
+    http_send_parked(h, req, status, body);
+    return;
+  }
+  reply_t *r = calloc(1, sizeof *r);
+  char *text = json_dumps(body, JSON_COMPACT);
+  json_decref(body);
+  if (r == NULL || text == NULL) {
+    free(r);
+    free(text);
+    evhttp_send_error(req, 500, NULL);
+    return;
+  }
+  *r = (reply_t){.req = req, .status = status, .body = text};
+  if (h->pending_tail)
+    h->pending_tail->next = r;
+  else
+    h->pending_head = r;
+  h->pending_tail = r;
+}
+
+void http_flush(head_t *h, const fail_t *commit_failed) {
+  reply_t *r = h->pending_head;
+  h->pending_head = h->pending_tail = NULL;
+  while (r) {
+    reply_t *next = r->next;
+    if (commit_failed) {
+      json_t *body = http_error_body(MUSTER_STORE, fail_message(commit_failed));
+      http_send_parked(h, r->req, 500, body);
+    } else {
+      http_send_text(r->req, r->status, r->body);
+    }
+    free(r->body);
+    free(r);
+    r = next;
+  }
+}
+
+void http_reply_json(http_req_t *r, int status, json_t *body) {
+  json_decref(r->reply);
+  r->status = status;
+  r->reply = body ? body : json_object();
+}
+
+void http_reply_fail(http_req_t *r, const fail_t *f) {
+  int status = muster_err_http_status(f->code);
+  http_reply_json(r, status ? status : 500, http_error_body(f->code, fail_message(f)));
+}
+
+static void http_fail(http_req_t *r, muster_err_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void http_fail(http_req_t *r, muster_err_t code, const char *fmt, ...) {
+  fail_t f = {.code = code};
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(f.message, sizeof f.message, fmt, ap);
+  va_end(ap);
+  http_reply_fail(r, &f);
+}
+
+int64_t http_param_id(const char *text) {
+  if (text == NULL || *text < '1' || *text > '9')
+    return 0;
+  char *end;
+  long long v = strtoll(text, &end, 10);
+  return *end == '\0' && v > 0 && v < (1LL << 53) ? v : 0;
+}
+
+const char *http_query(http_req_t *r, const char *key) {
+  return evhttp_find_header(&r->query, key);
+}
+
+static const char *http_method_name(enum evhttp_cmd_type cmd) {
+  switch (cmd) {
+  case EVHTTP_REQ_GET: return "GET";
+  case EVHTTP_REQ_POST: return "POST";
+  case EVHTTP_REQ_PUT: return "PUT";
+  case EVHTTP_REQ_DELETE: return "DELETE";
+  case EVHTTP_REQ_HEAD: return "HEAD";
+  case EVHTTP_REQ_PATCH: return "PATCH";
+  case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+  default: return "this method";
+  }
+}
+
+/* Splits `path` in place into segments; returns their count or -1. */
+static int http_split(char *path, char **segs) {
+  int n = 0;
+  for (char *save = NULL, *tok = strtok_r(path, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+    if (n == HTTP_MAX_SEGMENTS)
+      return -1;
+    segs[n++] = tok;
+  }
+  return n;
+}
+
+/* True when the route's pattern matches `segs`; fills r->params. */
+static bool http_match(const char *pattern, char **segs, int nsegs, http_req_t *r) {
+  char copy[128], *pats[HTTP_MAX_SEGMENTS];
+  snprintf(copy, sizeof copy, "%s", pattern);
+  int n = http_split(copy, pats), np = 0;
+  if (n != nsegs)
+    return false;
+  for (int i = 0; i < n; i++)
+    if (strcmp(pats[i], "{}") != 0 && strcmp(pats[i], segs[i]) != 0)
+      return false;
+  for (int i = 0; i < n; i++)
+    if (strcmp(pats[i], "{}") == 0 && np < HTTP_MAX_PARAMS)
+      r->params[np++] = evhttp_uridecode(segs[i], 0, NULL);
+  return true;
+}
+
+static void http_clear_params(http_req_t *r) {
+  for (int i = 0; i < HTTP_MAX_PARAMS; i++) {
+    free(r->params[i]);
+    r->params[i] = NULL;
+  }
+}
+
+/* Finds the route for the request; sets a 404/405 reply when there is none. */
+static const http_route_t *http_route(http_req_t *r, const char *path) {
+  char copy[2048], *segs[HTTP_MAX_SEGMENTS];
+  if (strlen(path) >= sizeof copy) {
+    http_fail(r, MUSTER_NOT_FOUND, "no endpoint at this path");
+    return NULL;
+  }
+  snprintf(copy, sizeof copy, "%s", path);
+  int n = http_split(copy, segs);
+  const char *method = http_method_name(evhttp_request_get_command(r->req));
+  bool path_known = false;
+  for (const http_route_t *rt = http_routes; n >= 0 && rt->method; rt++) {
+    if (!http_match(rt->pattern, segs, n, r))
+      continue;
+    if (strcmp(rt->method, method) == 0 ||
+        (strcmp(rt->method, "GET") == 0 && strcmp(method, "HEAD") == 0))
+      return rt;
+    path_known = true;
+    http_clear_params(r);
+  }
+  if (path_known)
+    http_fail(r, MUSTER_METHOD_NOT_ALLOWED, "%s is not allowed on this endpoint", method);
+  else
+    http_fail(r, MUSTER_NOT_FOUND, "no endpoint at %.200s; see docs/api.md", path);
+  return NULL;
+}
+
+/* Constant-time comparison of the bearer token, so timing reveals nothing. */
+static bool http_authorized(head_t *h, struct evhttp_request *req) {
+  const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+  if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
+    return false;
+  const char *given = auth + 7, *want = h->cfg.token;
+  size_t glen = strlen(given), wlen = strlen(want);
+  unsigned char diff = glen != wlen;
+  for (size_t i = 0; i < wlen; i++)
+    diff |= (unsigned char)(want[i] ^ (i < glen ? given[i] : 0));
+  return diff == 0;
+}
+
+/* Checks size, content type and JSON of the body; false with a reply set. */
+static bool http_parse_body(http_req_t *r, size_t limit) {
+  struct evbuffer *in = evhttp_request_get_input_buffer(r->req);
+  size_t len = evbuffer_get_length(in);
+  if (len > limit) {
+    fail_t f;
+    fail_set(&f, MUSTER_BODY_TOO_LARGE, "the body is %zu bytes; this endpoint takes at most %zu",
+             len, limit);
+    http_reply_fail(r, &f);
+    return false;
+  }
+  if (len == 0) {
+    r->body = json_object();
+    return true;
+  }
+  const char *type = evhttp_find_header(evhttp_request_get_input_headers(r->req), "Content-Type");
+  if (type && strncasecmp(type, "application/json", 16) != 0) {
+    http_fail(r, MUSTER_UNSUPPORTED_MEDIA,
+              "Content-Type is '%.100s'; send the body as application/json", type);
+    return false;
+  }
+  json_error_t err;
+  r->body = json_loadb((const char *)evbuffer_pullup(in, -1), len, JSON_REJECT_DUPLICATES, &err);
+  if (r->body == NULL) {
+    fail_t f;
+    fail_set(&f, MUSTER_BAD_JSON, "the body is not valid JSON: %s (line %d, column %d)", err.text,
+             err.line, err.column);
+    http_reply_fail(r, &f);
+    return false;
+  }
+  if (!json_is_object(r->body)) {
+    http_fail(r, MUSTER_BAD_JSON, "the body must be a JSON object");
+    return false;
+  }
+  return true;
+}
+
+/* Runs the route's handler inside its own savepoint. */
+static void http_run(http_req_t *r, const http_route_t *rt) {
+  head_t *h = r->head;
+  fail_t f = {0};
+  if (store_request_begin(h->st, &f)) {
+    http_reply_fail(r, &f);
+    return;
+  }
+  rt->handler(r);
+  if (!r->parked && r->status == 0)
+    http_fail(r, MUSTER_INTERNAL, "the handler gave no reply");
+  store_request_end(h->st, r->parked || r->status < 400);
+}
+
+static void http_dispatch(struct evhttp_request *req, void *arg) {
+  head_t *h = arg;
+  http_req_t r = {.head = h, .req = req};
+  TAILQ_INIT(&r.query);
+  h->requests++;
+  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+  const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
+  const http_route_t *rt = NULL;
+  if (path == NULL || (query && evhttp_parse_query_str(query, &r.query) != 0))
+    http_fail(&r, MUSTER_BAD_REQUEST, "the request line could not be parsed");
+  else if (h->stopping)
+    http_fail(&r, MUSTER_UNAVAILABLE, "the head is shutting down");
+  else if ((rt = http_route(&r, path)) == NULL)
+    ;
+  else if (rt->needs_token && !http_authorized(h, req))
+    http_fail(&r, MUSTER_UNAUTHORIZED,
+              "send 'Authorization: Bearer TOKEN'; the admin token is in the head's data dir "
+              "(file 'token')");
+  else if (http_parse_body(&r, rt->body_limit ? rt->body_limit : h->cfg.max_body))
+    http_run(&r, rt);
+  if (!r.parked)
+    http_enqueue(h, req, r.status, r.reply);
+  else
+    json_decref(r.reply);
+  json_decref(r.body);
+  http_clear_params(&r);
+  evhttp_clear_headers(&r.query);
+}
+
+int http_start(head_t *h) {
+  h->http = evhttp_new(h->base);
+  if (h->http == NULL)
+    return -1;
+  /* evhttp refuses bodies above its own limit with a bare 413; ours is the
+   * route's limit, checked with a JSON error, so evhttp's is set well above. */
+  evhttp_set_max_body_size(h->http, (ev_ssize_t)(h->cfg.max_body * 4 + 65536));
+  evhttp_set_max_headers_size(h->http, 64 * 1024);
+  evhttp_set_timeout(h->http, (int)(h->cfg.max_wait_ms / 1000) + 120);
+  evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+                                          EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
+                                          EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
+  evhttp_set_gencb(h->http, http_dispatch, h);
+  struct evhttp_bound_socket *sock =
+      evhttp_bind_socket_with_handle(h->http, h->cfg.listen_host, (ev_uint16_t)h->cfg.listen_port);
+  if (sock == NULL) {
+    log_msg(LOG_ERROR, "cannot listen on %s:%d: %s", h->cfg.listen_host, h->cfg.listen_port,
+            evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    return -1;
+  }
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &len) != 0)
+    return -1;
+  return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                        : ((struct sockaddr_in *)&ss)->sin_port);
+}
+
+void http_stop(head_t *h) {
+  if (h->http)
+    evhttp_free(h->http);
+  h->http = NULL;
+}

@@ -1,0 +1,72 @@
+/*
+ * http.h — the route layer between evhttp and the handlers.
+ *
+ * A request is matched against the route table (method, path pattern,
+ * handler, auth, body limit); authentication, method, size, content type and
+ * JSON parsing are checked once here, before any handler runs.  Handlers see
+ * an http_req_t: path parameters, query, parsed body; they answer with
+ * http_reply_json or http_reply_fail, or park the request (long-poll).
+ *
+ * Replies are not sent when a handler answers: they wait in the head's
+ * pending list until the turn's transaction commits (group commit).
+ */
+#ifndef MUSTER_SERVER_HTTP_H
+#define MUSTER_SERVER_HTTP_H
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "fail.h"
+#include "server.h"
+
+#define HTTP_MAX_PARAMS 2
+
+typedef struct {
+  head_t *head;
+  struct evhttp_request *req;
+  char *params[HTTP_MAX_PARAMS]; /* decoded `{}` segments of the path */
+  struct evkeyvalq query;        /* decoded query string */
+  json_t *body;                  /* parsed body; {} when empty */
+  int status;                    /* set by a reply; 0 while none */
+  json_t *reply;                 /* reply body, owned */
+  bool parked;                   /* a waiter owns req now */
+} http_req_t;
+
+typedef void (*http_handler_fn)(http_req_t *r);
+
+typedef struct {
+  const char *method;    /* "GET", "POST", "PUT", "DELETE" */
+  const char *pattern;   /* "/v1/queues/{}/tasks": `{}` matches one segment */
+  http_handler_fn handler;
+  bool needs_token;
+  size_t body_limit;     /* 0: the head's --max-body */
+} http_route_t;
+
+/* The route table (routes.c); ends with a NULL method. */
+extern const http_route_t http_routes[];
+
+/* Sets up evhttp on h->base and binds; returns the bound port or -1 (logged). */
+int http_start(head_t *h);
+void http_stop(head_t *h);
+
+/* Answers with `status` and `body` (stolen). */
+void http_reply_json(http_req_t *r, int status, json_t *body);
+/* Answers with the error envelope of *f. */
+void http_reply_fail(http_req_t *r, const fail_t *f);
+/* Answers directly, bypassing the route layer: for parked requests. */
+void http_send_parked(head_t *h, struct evhttp_request *req, int status, json_t *body);
+
+/* Queues a reply to go out after the next commit, or sends it at once when no
+ * transaction is open.  Takes ownership of `body`. */
+void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body);
+/* Sends the pending replies; when `commit_failed`, answers each with 500. */
+void http_flush(head_t *h, const fail_t *commit_failed);
+
+/* Parses a positive id from a path parameter; 0 when it is not one. */
+int64_t http_param_id(const char *text);
+/* The query value for `key`, or NULL. */
+const char *http_query(http_req_t *r, const char *key);
+
+#endif

@@ -1,0 +1,102 @@
+/*
+ * jv.c — JSON field validation for request bodies.
+ */
+#include "jv.h"
+
+#include <string.h>
+
+static const char *dot(const char *ctx) {
+  return ctx[0] ? "." : "";
+}
+
+muster_err_t jv_int(const json_t *obj, const char *key, const char *ctx, int64_t dflt,
+                    int64_t min, int64_t max, int64_t *out, fail_t *f) {
+  const json_t *v = json_object_get(obj, key);
+  if (v == NULL || json_is_null(v)) {
+    *out = dflt;
+    return MUSTER_OK;
+  }
+  if (!json_is_integer(v))
+    return fail_set(f, MUSTER_INVALID, "%s%s%s: expected an integer", ctx, dot(ctx), key);
+  json_int_t n = json_integer_value(v);
+  if (n < min || n > max)
+    return fail_set(f, MUSTER_INVALID, "%s%s%s: %lld is out of range [%lld, %lld]", ctx, dot(ctx),
+                    key, (long long)n, (long long)min, (long long)max);
+  *out = n;
+  return MUSTER_OK;
+}
+
+muster_err_t jv_str(const json_t *obj, const char *key, const char *ctx, const char *dflt,
+                    size_t max_len, const char **out, fail_t *f) {
+  const json_t *v = json_object_get(obj, key);
+  if (v == NULL || json_is_null(v)) {
+    *out = dflt;
+    return MUSTER_OK;
+  }
+  if (!json_is_string(v))
+    return fail_set(f, MUSTER_INVALID, "%s%s%s: expected a string", ctx, dot(ctx), key);
+  size_t len = json_string_length(v);
+  if (len > max_len)
+    return fail_set(f, MUSTER_INVALID, "%s%s%s: longer than %zu bytes", ctx, dot(ctx), key,
+                    max_len);
+  if (strlen(json_string_value(v)) != len)
+    return fail_set(f, MUSTER_INVALID, "%s%s%s: contains a NUL character", ctx, dot(ctx), key);
+  *out = json_string_value(v);
+  return MUSTER_OK;
+}
+
+muster_err_t jv_bool(const json_t *obj, const char *key, const char *ctx, bool dflt, bool *out,
+                     fail_t *f) {
+  const json_t *v = json_object_get(obj, key);
+  if (v == NULL || json_is_null(v)) {
+    *out = dflt;
+    return MUSTER_OK;
+  }
+  if (!json_is_boolean(v))
+    return fail_set(f, MUSTER_INVALID, "%s%s%s: expected true or false", ctx, dot(ctx), key);
+  *out = json_is_true(v);
+  return MUSTER_OK;
+}
+
+muster_err_t jv_only(const json_t *obj, const char *ctx, const char *const *allowed, fail_t *f) {
+  const char *key;
+  const json_t *value;
+  json_object_foreach((json_t *)obj, key, value) {
+    bool known = false;
+    for (const char *const *a = allowed; *a && !known; a++)
+      known = strcmp(*a, key) == 0;
+    if (!known)
+      return fail_set(f, MUSTER_INVALID, "%s%s%s: unknown field", ctx, dot(ctx), key);
+  }
+  return MUSTER_OK;
+}
+
+muster_err_t jv_batch(const json_t *obj, const char *key, size_t max, json_t **out, fail_t *f) {
+  json_t *v = json_object_get(obj, key);
+  if (v == NULL)
+    return fail_set(f, MUSTER_INVALID, "%s: missing (expected an array)", key);
+  if (!json_is_array(v))
+    return fail_set(f, MUSTER_INVALID, "%s: expected an array", key);
+  size_t n = json_array_size(v);
+  if (n == 0)
+    return fail_set(f, MUSTER_INVALID, "%s: empty (expected 1 to %zu elements)", key, max);
+  if (n > max)
+    return fail_set(f, MUSTER_BATCH_TOO_LARGE, "%s: %zu elements, at most %zu allowed", key, n,
+                    max);
+  for (size_t i = 0; i < n; i++)
+    if (!json_is_object(json_array_get(v, i)))
+      return fail_set(f, MUSTER_INVALID, "%s[%zu]: expected an object", key, i);
+  *out = v;
+  return MUSTER_OK;
+}
+
+char *jv_encode(const json_t *value) {
+  return json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+json_t *jv_decode(const char *text) {
+  if (text == NULL)
+    return json_null();
+  json_t *v = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+  return v ? v : json_string(text);
+}

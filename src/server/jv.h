@@ -1,0 +1,35 @@
+/*
+ * jv.h — validation of JSON request fields with messages that name the field.
+ *
+ * Every getter takes the object, the key, and a context prefix ("tasks[3]" or
+ * "") used to name the field in errors: "tasks[3].priority: expected an
+ * integer".  A missing or null field yields the default.  All return MUSTER_OK
+ * or MUSTER_INVALID with *f filled.
+ */
+#ifndef MUSTER_SERVER_JV_H
+#define MUSTER_SERVER_JV_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fail.h"
+
+muster_err_t jv_int(const json_t *obj, const char *key, const char *ctx, int64_t dflt,
+                    int64_t min, int64_t max, int64_t *out, fail_t *f);
+/* *out points into the object (valid while it lives) or is `dflt`. */
+muster_err_t jv_str(const json_t *obj, const char *key, const char *ctx, const char *dflt,
+                    size_t max_len, const char **out, fail_t *f);
+muster_err_t jv_bool(const json_t *obj, const char *key, const char *ctx, bool dflt, bool *out,
+                     fail_t *f);
+/* Refuses keys not in the NULL-terminated `allowed` list. */
+muster_err_t jv_only(const json_t *obj, const char *ctx, const char *const *allowed, fail_t *f);
+/* The array at `key` with 1..max elements; MUSTER_BATCH_TOO_LARGE above max. */
+muster_err_t jv_batch(const json_t *obj, const char *key, size_t max, json_t **out, fail_t *f);
+
+/* Encodes any JSON value compactly (strings too); caller frees.  NULL on OOM. */
+char *jv_encode(const json_t *value);
+/* Decodes text stored by jv_encode; never NULL: bad text becomes a JSON string. */
+json_t *jv_decode(const char *text);
+
+#endif

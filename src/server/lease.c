@@ -1,0 +1,483 @@
+/*
+ * lease.c — lease, complete, fail, extend, release, flag, and the lapses
+ * (expiry, worker timeout) that return tasks without a call.
+ *
+ * Every transition of a leased task goes through lease_check, which loads the
+ * row and verifies the fencing token; nothing here trusts a worker's word
+ * about which task it holds.  Batches run inside the request's savepoint: the
+ * first refused element makes the caller roll back all earlier ones.
+ */
+#include "lease.h"
+#include "jv.h"
+#include "log.h"
+#include "task.h"
+#include "worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A leased task as the store has it. */
+typedef struct {
+  int64_t id, token, attempts, flags, parent, index, worker, priority;
+  int state;
+  queue_t queue;
+  char session[TASK_MAX_SESSION + 1]; /* "" for none */
+  bool has_session;
+} held_t;
+
+static muster_err_t held_load(store_t *st, int64_t id, held_t *h, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT state, coalesce(token, 0), attempts, flags,"
+                                   " coalesce(parent, 0), coalesce(idx, -1), coalesce(worker, 0),"
+                                   " priority, queue, session FROM tasks WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "lease lookup");
+  sqlite3_bind_int64(s, 1, id);
+  int rc = sqlite3_step(s);
+  char queue[NAME_MAX_LEN + 1] = "";
+  if (rc == SQLITE_ROW) {
+    h->id = id;
+    h->state = sqlite3_column_int(s, 0);
+    h->token = sqlite3_column_int64(s, 1);
+    h->attempts = sqlite3_column_int64(s, 2);
+    h->flags = sqlite3_column_int64(s, 3);
+    h->parent = sqlite3_column_int64(s, 4);
+    h->index = sqlite3_column_int64(s, 5);
+    h->worker = sqlite3_column_int64(s, 6);
+    h->priority = sqlite3_column_int64(s, 7);
+    snprintf(queue, sizeof queue, "%s", (const char *)sqlite3_column_text(s, 8));
+    const unsigned char *session = sqlite3_column_text(s, 9);
+    h->has_session = session != NULL;
+    snprintf(h->session, sizeof h->session, "%s", session ? (const char *)session : "");
+  }
+  store_reset(s);
+  if (rc == SQLITE_DONE)
+    return fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
+  if (rc != SQLITE_ROW)
+    return store_fail(st, f, "lease lookup");
+  return queue_load(st, queue, &h->queue, f);
+}
+
+/* Loads task `id` and checks that it is leased under `token`. */
+static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const char *ctx, held_t *h,
+                                fail_t *f) {
+  if (held_load(st, id, h, f)) {
+    if (f->code == MUSTER_TASK_NOT_FOUND)
+      fail_set(f, MUSTER_TASK_NOT_FOUND, "%s: task %lld does not exist", ctx, (long long)id);
+    return f->code;
+  }
+  if (h->state != TASK_LEASED)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: task %lld is not leased (it is %s); its lease ended and the work "
+                    "belongs to no one now",
+                    ctx, (long long)id, task_state_name(h->state));
+  if (h->token != token)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: token %lld is stale for task %lld; the task was leased again",
+                    ctx, (long long)token, (long long)id);
+  return MUSTER_OK;
+}
+
+/* Moves task `id` to `state` with the given run time, error and attempts
+ * delta, clearing its lease.  The workhorse of every transition. */
+static muster_err_t task_move(store_t *st, int64_t id, int state, int64_t run_at_ms,
+                              const char *error, int64_t attempts_delta, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = ?2, run_at_ms = ?3,"
+                                   " error = coalesce(?4, error), attempts = attempts + ?5,"
+                                   " worker = NULL, deadline_ms = NULL, updated_ms = ?6"
+                                   " WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "task update");
+  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int(s, 2, state);
+  sqlite3_bind_int64(s, 3, run_at_ms);
+  store_bind_text(s, 4, error);
+  sqlite3_bind_int64(s, 5, attempts_delta);
+  sqlite3_bind_int64(s, 6, now_ms());
+  return store_step_done(st, s, f);
+}
+
+/* A lease that ended without success (failure, expiry, timeout): retry after
+ * backoff, or dead when the attempts are used up.  Returns the new state. */
+static int lease_lapse(store_t *st, const held_t *h, const char *error, int64_t *run_at_out,
+                       fail_t *f) {
+  int64_t now = now_ms();
+  if (h->attempts >= h->queue.max_attempts) {
+    char why[LEASE_MAX_ERROR + 128];
+    snprintf(why, sizeof why, "%s (attempt %lld of %lld; no attempts left)",
+             error ? error : "lease ended", (long long)h->attempts,
+             (long long)h->queue.max_attempts);
+    return task_move(st, h->id, TASK_DEAD, now, why, 0, f) ? -1 : TASK_DEAD;
+  }
+  int64_t run_at = now + queue_backoff_ms(&h->queue, h->attempts);
+  if (run_at_out)
+    *run_at_out = run_at;
+  if (task_move(st, h->id, TASK_QUEUED, run_at, error, 0, f))
+    return -1;
+  store_notify_ready(st, h->queue.name);
+  return TASK_QUEUED;
+}
+
+/* Collects up to `max` ready task ids of the queue in lease order. */
+static size_t lease_candidates(store_t *st, const char *queue, int64_t max, int64_t *ids) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT id FROM tasks WHERE queue = ?1 AND state = 0"
+                                   " AND run_at_ms <= ?2 ORDER BY priority DESC, id LIMIT ?3");
+  if (s == NULL)
+    return 0;
+  store_bind_text(s, 1, queue);
+  sqlite3_bind_int64(s, 2, now_ms());
+  sqlite3_bind_int64(s, 3, max);
+  size_t n = 0;
+  while (sqlite3_step(s) == SQLITE_ROW)
+    ids[n++] = sqlite3_column_int64(s, 0);
+  store_reset(s);
+  return n;
+}
+
+/* Leases task `id` (known to be queued) and returns its lease object. */
+static json_t *lease_one(store_t *st, const queue_t *q, int64_t id, int64_t worker, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(
+      st, "UPDATE tasks SET state = 1, attempts = attempts + 1, token = ?2, worker = ?3,"
+          " deadline_ms = ?4, updated_ms = ?5 WHERE id = ?1 AND state = 0"
+          " RETURNING payload, attempts, coalesce(parent, 0), session, coalesce(idx, -1)");
+  if (s == NULL) {
+    store_fail(st, f, "lease");
+    return NULL;
+  }
+  int64_t now = now_ms(), token = store_next_token(st), deadline = now + q->lease_ms;
+  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 2, token);
+  if (worker > 0)
+    sqlite3_bind_int64(s, 3, worker);
+  sqlite3_bind_int64(s, 4, deadline);
+  sqlite3_bind_int64(s, 5, now);
+  json_t *lease = NULL;
+  if (sqlite3_step(s) == SQLITE_ROW) {
+    const unsigned char *session = sqlite3_column_text(s, 3);
+    int64_t parent = sqlite3_column_int64(s, 2), index = sqlite3_column_int64(s, 4);
+    lease = json_pack("{s:I, s:I, s:o, s:I, s:I, s:o, s:o, s:o}", "task", (json_int_t)id, "token",
+                      (json_int_t)token, "payload",
+                      jv_decode((const char *)sqlite3_column_text(s, 0)), "attempt",
+                      (json_int_t)sqlite3_column_int64(s, 1), "deadline_ms", (json_int_t)deadline,
+                      "parent", parent ? json_integer(parent) : json_null(), "session",
+                      session ? json_string((const char *)session) : json_null(), "index",
+                      index >= 0 ? json_integer(index) : json_null());
+  }
+  store_reset(s);
+  if (lease == NULL)
+    store_fail(st, f, "lease");
+  return lease;
+}
+
+json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max, fail_t *f) {
+  json_t *leases = json_array();
+  int64_t *ids = malloc((size_t)max * sizeof *ids);
+  if (ids == NULL) {
+    json_decref(leases);
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+    return NULL;
+  }
+  /* Tasks out of attempts (possible after max_attempts was lowered) go dead
+   * and the search repeats, so a caller still gets up to `max` leases. */
+  for (bool more = true; more && (int64_t)json_array_size(leases) < max;) {
+    size_t n = lease_candidates(st, q->name, max - (int64_t)json_array_size(leases), ids);
+    more = false;
+    for (size_t i = 0; i < n; i++) {
+      held_t h;
+      if (held_load(st, ids[i], &h, f))
+        goto fail;
+      if (h.attempts >= q->max_attempts) {
+        if (lease_lapse(st, &h, "out of attempts", NULL, f) < 0)
+          goto fail;
+        more = true;
+        continue;
+      }
+      json_t *lease = lease_one(st, q, ids[i], worker, f);
+      if (lease == NULL)
+        goto fail;
+      json_array_append_new(leases, lease);
+    }
+  }
+  free(ids);
+  return leases;
+fail:
+  free(ids);
+  json_decref(leases);
+  return NULL;
+}
+
+/* Completes the task; with a next stage, its result becomes a task there. */
+static json_t *op_complete(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
+                           size_t max_payload, fail_t *f) {
+  const json_t *result = json_object_get(elem, "result");
+  char *text = result ? jv_encode(result) : NULL;
+  if (text && strlen(text) > max_payload) {
+    fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.result: %zu bytes, at most %zu allowed", ctx,
+             strlen(text), max_payload);
+    free(text);
+    return NULL;
+  }
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 2, result = ?2, error = NULL,"
+                                   " worker = NULL, deadline_ms = NULL, updated_ms = ?3"
+                                   " WHERE id = ?1");
+  int64_t next_id = 0;
+  if (s == NULL) {
+    store_fail(st, f, "complete");
+  } else {
+    sqlite3_bind_int64(s, 1, h->id);
+    store_bind_text(s, 2, text);
+    sqlite3_bind_int64(s, 3, now_ms());
+    if (!store_step_done(st, s, f) && h->queue.next[0])
+      task_insert(st, h->queue.next, text ? text : "null", h->priority, now_ms(), NULL,
+                  h->has_session ? h->session : NULL, h->index, h->id, &next_id, f);
+  }
+  free(text);
+  if (f->code || worker_count(st, h->worker, WORKER_COMPLETED, f))
+    return NULL;
+  return json_pack("{s:I, s:o}", "task", (json_int_t)h->id, "next_task",
+                   next_id ? json_integer(next_id) : json_null());
+}
+
+static json_t *op_fail(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
+                       fail_t *f) {
+  static const char *const allowed[] = {"task", "token", "error", "permanent", NULL};
+  const char *error;
+  bool permanent;
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_str(elem, "error", ctx, NULL, LEASE_MAX_ERROR, &error, f) ||
+      jv_bool(elem, "permanent", ctx, false, &permanent, f))
+    return NULL;
+  int state = TASK_FAILED;
+  int64_t run_at = 0;
+  if (permanent) {
+    if (task_move(st, h->id, TASK_FAILED, now_ms(), error ? error : "failed permanently", 0, f))
+      return NULL;
+  } else if ((state = lease_lapse(st, h, error ? error : "failed", &run_at, f)) < 0) {
+    return NULL;
+  }
+  if (worker_count(st, h->worker, WORKER_FAILED, f))
+    return NULL;
+  json_t *out = json_pack("{s:I, s:s}", "task", (json_int_t)h->id, "state", task_state_name(state));
+  if (state == TASK_QUEUED)
+    json_object_set_new(out, "run_at_ms", json_integer(run_at));
+  return out;
+}
+
+static json_t *op_extend(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
+                         fail_t *f) {
+  static const char *const allowed[] = {"task", "token", "lease_ms", NULL};
+  int64_t lease_ms;
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_int(elem, "lease_ms", ctx, h->queue.lease_ms, 1, QUEUE_MAX_LEASE_MS, &lease_ms, f))
+    return NULL;
+  int64_t deadline = now_ms() + lease_ms;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET deadline_ms = ?2 WHERE id = ?1");
+  if (s == NULL) {
+    store_fail(st, f, "extend");
+    return NULL;
+  }
+  sqlite3_bind_int64(s, 1, h->id);
+  sqlite3_bind_int64(s, 2, deadline);
+  if (store_step_done(st, s, f))
+    return NULL;
+  return json_pack("{s:I, s:I}", "task", (json_int_t)h->id, "deadline_ms", (json_int_t)deadline);
+}
+
+/* Back to queued at once; the attempt the lease took is given back. */
+static muster_err_t lease_give_back(store_t *st, const held_t *h, fail_t *f) {
+  if (task_move(st, h->id, TASK_QUEUED, now_ms(), NULL, -1, f))
+    return f->code;
+  store_notify_ready(st, h->queue.name);
+  return MUSTER_OK;
+}
+
+/* Re-opens `parent` at its stage: queued, result cleared, counters reset. */
+static muster_err_t lease_reopen_parent(store_t *st, int64_t parent, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 0, result = NULL, attempts = 0,"
+                                   " flags = 0, run_at_ms = ?2, updated_ms = ?2, worker = NULL,"
+                                   " deadline_ms = NULL WHERE id = ?1 RETURNING queue");
+  if (s == NULL)
+    return store_fail(st, f, "re-open parent");
+  sqlite3_bind_int64(s, 1, parent);
+  sqlite3_bind_int64(s, 2, now_ms());
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW)
+    store_notify_ready(st, (const char *)sqlite3_column_text(s, 0));
+  store_reset(s);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, "re-open parent");
+}
+
+static json_t *op_flag(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
+                       fail_t *f) {
+  static const char *const allowed[] = {"task", "token", "reason", NULL};
+  const char *reason;
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_str(elem, "reason", ctx, NULL, LEASE_MAX_ERROR, &reason, f) ||
+      worker_count(st, h->worker, WORKER_FLAGGED, f))
+    return NULL;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET flags = flags + 1 WHERE id = ?1");
+  sqlite3_bind_int64(s, 1, h->id);
+  if (store_step_done(st, s, f))
+    return NULL;
+  int64_t flags = h->flags + 1, reopened = 0;
+  int state = TASK_QUEUED;
+  char why[LEASE_MAX_ERROR + 128];
+  snprintf(why, sizeof why, "flagged invalid %lld times%s%s", (long long)flags,
+           reason ? ": " : "", reason ? reason : "");
+  if (flags < h->queue.max_flags) {
+    if (lease_give_back(st, h, f))
+      return NULL;
+  } else if (h->parent) {
+    state = TASK_CANCELLED;
+    reopened = h->parent;
+    if (task_move(st, h->id, TASK_CANCELLED, now_ms(), why, 0, f) ||
+        lease_reopen_parent(st, h->parent, f))
+      return NULL;
+  } else {
+    state = TASK_DEAD;
+    if (task_move(st, h->id, TASK_DEAD, now_ms(), why, 0, f))
+      return NULL;
+  }
+  return json_pack("{s:I, s:s, s:o}", "task", (json_int_t)h->id, "state", task_state_name(state),
+                   "reopened", reopened ? json_integer(reopened) : json_null());
+}
+
+static const char *const op_reply_keys[] = {"completed", "failed", "extended", "released",
+                                            "flagged"};
+
+/* Checks one element's task and token and applies `op` to it. */
+static json_t *lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, size_t i,
+                               size_t max_payload, fail_t *f) {
+  char ctx[32];
+  snprintf(ctx, sizeof ctx, "leases[%zu]", i);
+  int64_t task, token;
+  if (jv_int(elem, "task", ctx, 0, 1, INT64_MAX, &task, f) ||
+      jv_int(elem, "token", ctx, 0, 1, INT64_MAX, &token, f))
+    return NULL;
+  if (task == 0 || token == 0) {
+    fail_set(f, MUSTER_INVALID, "%s: needs \"task\" and \"token\"", ctx);
+    return NULL;
+  }
+  static const char *const plain[] = {"task", "token", NULL};
+  static const char *const with_result[] = {"task", "token", "result", NULL};
+  if ((op == LEASE_RELEASE && jv_only(elem, ctx, plain, f)) ||
+      (op == LEASE_COMPLETE && jv_only(elem, ctx, with_result, f)))
+    return NULL;
+  held_t h;
+  if (lease_check(st, task, token, ctx, &h, f))
+    return NULL;
+  switch (op) {
+  case LEASE_COMPLETE:
+    return op_complete(st, elem, &h, ctx, max_payload, f);
+  case LEASE_FAIL:
+    return op_fail(st, elem, &h, ctx, f);
+  case LEASE_EXTEND:
+    return op_extend(st, elem, &h, ctx, f);
+  case LEASE_RELEASE:
+    return lease_give_back(st, &h, f) ? NULL : json_integer(task);
+  case LEASE_FLAG:
+    return op_flag(st, elem, &h, ctx, f);
+  }
+  return NULL;
+}
+
+json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload,
+                    fail_t *f) {
+  static const char *const allowed[] = {"leases", NULL};
+  json_t *leases;
+  if (jv_only(body, "", allowed, f) || jv_batch(body, "leases", LEASE_MAX_BATCH, &leases, f))
+    return NULL;
+  json_t *out = json_array();
+  for (size_t i = 0; i < json_array_size(leases); i++) {
+    json_t *one = lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, f);
+    if (one == NULL) {
+      json_decref(out);
+      return NULL;
+    }
+    json_array_append_new(out, one);
+  }
+  if (op == LEASE_RELEASE) {
+    json_int_t n = (json_int_t)json_array_size(out);
+    json_decref(out);
+    return json_pack("{s:I}", "released", n);
+  }
+  return json_pack("{s:o}", op_reply_keys[op], out);
+}
+
+/* Ids of tasks matching a one-parameter query, up to `limit`; caller frees. */
+static int64_t *lease_collect(store_t *st, sqlite3_stmt *s, int64_t arg, int64_t limit,
+                              size_t *n) {
+  *n = 0;
+  if (s == NULL)
+    return NULL;
+  int64_t *ids = malloc((size_t)limit * sizeof *ids);
+  sqlite3_bind_int64(s, 1, arg);
+  sqlite3_bind_int64(s, 2, limit);
+  while (ids && (int64_t)*n < limit && sqlite3_step(s) == SQLITE_ROW)
+    ids[(*n)++] = sqlite3_column_int64(s, 0);
+  store_reset(s);
+  return ids;
+}
+
+int64_t lease_expire_due(store_t *st, int64_t now, int64_t limit) {
+  size_t n;
+  int64_t *ids = lease_collect(
+      st, store_stmt(st, "SELECT id FROM tasks WHERE state = 1 AND deadline_ms <= ?1 LIMIT ?2"),
+      now, limit, &n);
+  int64_t done = 0;
+  for (size_t i = 0; i < n; i++) {
+    held_t h;
+    fail_t f = {0};
+    if (held_load(st, ids[i], &h, &f) || lease_lapse(st, &h, "lease expired", NULL, &f) < 0) {
+      done = -1;
+      break;
+    }
+    done++;
+  }
+  free(ids);
+  return done;
+}
+
+int64_t lease_end_worker(store_t *st, int64_t worker, bool counted) {
+  size_t n;
+  int64_t *ids = lease_collect(
+      st, store_stmt(st, "SELECT id FROM tasks WHERE state = 1 AND worker = ?1 LIMIT ?2"), worker,
+      100000, &n);
+  int64_t done = 0;
+  for (size_t i = 0; i < n; i++) {
+    held_t h;
+    fail_t f = {0};
+    bool failed = held_load(st, ids[i], &h, &f) ||
+                  (counted ? lease_lapse(st, &h, "worker timed out", NULL, &f) < 0
+                           : lease_give_back(st, &h, &f) != MUSTER_OK);
+    if (failed) {
+      done = -1;
+      break;
+    }
+    done++;
+  }
+  free(ids);
+  return done;
+}
+
+int64_t lease_next_deadline(store_t *st) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT min(deadline_ms) FROM tasks WHERE state = 1");
+  if (s == NULL)
+    return INT64_MAX;
+  int64_t next = INT64_MAX;
+  if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL)
+    next = sqlite3_column_int64(s, 0);
+  store_reset(s);
+  return next;
+}
+
+bool lease_any_due(store_t *st, int64_t now) {
+  sqlite3_stmt *s =
+      store_stmt(st, "SELECT 1 FROM tasks WHERE state = 1 AND deadline_ms <= ?1 LIMIT 1");
+  if (s == NULL)
+    return true;
+  sqlite3_bind_int64(s, 1, now);
+  bool due = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return due;
+}

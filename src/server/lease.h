@@ -1,0 +1,49 @@
+/*
+ * lease.h — handing tasks to workers and taking them back.
+ *
+ * A lease is (task, fencing token, deadline).  Tokens come from one strictly
+ * increasing counter, so a worker that lost its lease can never act on the
+ * task again: every call names the token and a mismatch is MUSTER_LEASE_LOST.
+ */
+#ifndef MUSTER_SERVER_LEASE_H
+#define MUSTER_SERVER_LEASE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "queue.h"
+#include "store.h"
+
+#define LEASE_MAX_BATCH 1000
+#define LEASE_MAX_ERROR 65536
+
+/* Leases up to `max` ready tasks of queue `q` to `worker` (0: anonymous).
+ * Returns a JSON array of lease objects (possibly empty; new reference) or
+ * NULL with *f filled.  Tasks found out of attempts are moved to dead. */
+json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max, fail_t *f);
+
+typedef enum { LEASE_COMPLETE, LEASE_FAIL, LEASE_EXTEND, LEASE_RELEASE, LEASE_FLAG } lease_op_t;
+
+/* Applies `op` to every element of body {"leases": [...]}.  Returns the reply
+ * object (new reference) or NULL with *f filled; on failure the caller rolls
+ * the savepoint back, so a batch is all-or-nothing.  `max_payload` bounds
+ * results. */
+json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload,
+                    fail_t *f);
+
+/* Returns expired leases (deadline <= now) to their queues, at most `limit`;
+ * the count is returned, -1 on store failure. */
+int64_t lease_expire_due(store_t *st, int64_t now, int64_t limit);
+
+/* Ends every lease of `worker`: released (attempt not counted) when `counted`
+ * is false (a goodbye), lapsed like an expiry when true (a timeout).  Returns
+ * how many, -1 on store failure. */
+int64_t lease_end_worker(store_t *st, int64_t worker, bool counted);
+
+/* True when some lease's deadline is at or before `now`. */
+bool lease_any_due(store_t *st, int64_t now);
+
+/* The earliest lease deadline, or INT64_MAX when nothing is leased. */
+int64_t lease_next_deadline(store_t *st);
+
+#endif

@@ -1,0 +1,245 @@
+/*
+ * queue.c — queue settings, listing with counts per state, purge, requeue and
+ * deletion.  A queue's `next` names another queue: completing a task there
+ * creates a task in `next` (see lease.c), which makes pipelines.
+ */
+#include "queue.h"
+#include "jv.h"
+#include "log.h"
+#include "task.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void queue_from_row(sqlite3_stmt *s, queue_t *q) {
+  snprintf(q->name, sizeof q->name, "%s", (const char *)sqlite3_column_text(s, 0));
+  q->lease_ms = sqlite3_column_int64(s, 1);
+  q->max_attempts = sqlite3_column_int64(s, 2);
+  q->backoff_ms = sqlite3_column_int64(s, 3);
+  q->backoff_max_ms = sqlite3_column_int64(s, 4);
+  const unsigned char *next = sqlite3_column_text(s, 5);
+  snprintf(q->next, sizeof q->next, "%s", next ? (const char *)next : "");
+  q->max_flags = sqlite3_column_int64(s, 6);
+  q->created_ms = sqlite3_column_int64(s, 7);
+}
+
+#define QUEUE_COLUMNS "name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next, max_flags, created_ms"
+
+muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT " QUEUE_COLUMNS " FROM queues WHERE name = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "queue lookup");
+  store_bind_text(s, 1, name);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW)
+    queue_from_row(s, q);
+  store_reset(s);
+  if (rc == SQLITE_ROW)
+    return MUSTER_OK;
+  if (rc != SQLITE_DONE)
+    return store_fail(st, f, "queue lookup");
+  return fail_set(f, MUSTER_QUEUE_NOT_FOUND, "queue '%s' does not exist", name);
+}
+
+/* Applies the settings present in `body` to *q, checking types and ranges. */
+static muster_err_t queue_apply(store_t *st, queue_t *q, const json_t *body, fail_t *f) {
+  static const char *const allowed[] = {"lease_ms", "max_attempts", "backoff_ms",
+                                        "backoff_max_ms", "max_flags", "next", NULL};
+  if (jv_only(body, "", allowed, f) ||
+      jv_int(body, "lease_ms", "", q->lease_ms, 1, QUEUE_MAX_LEASE_MS, &q->lease_ms, f) ||
+      jv_int(body, "max_attempts", "", q->max_attempts, 1, 1000000, &q->max_attempts, f) ||
+      jv_int(body, "backoff_ms", "", q->backoff_ms, 0, QUEUE_MAX_LEASE_MS, &q->backoff_ms, f) ||
+      jv_int(body, "backoff_max_ms", "", q->backoff_max_ms, 0, QUEUE_MAX_LEASE_MS,
+             &q->backoff_max_ms, f) ||
+      jv_int(body, "max_flags", "", q->max_flags, 1, 1000000, &q->max_flags, f))
+    return f->code;
+  if (q->backoff_max_ms < q->backoff_ms)
+    return fail_set(f, MUSTER_INVALID, "backoff_max_ms (%lld) is below backoff_ms (%lld)",
+                    (long long)q->backoff_max_ms, (long long)q->backoff_ms);
+  const json_t *next = json_object_get(body, "next");
+  if (next == NULL)
+    return MUSTER_OK;
+  if (json_is_null(next) || (json_is_string(next) && json_string_length(next) == 0)) {
+    q->next[0] = '\0';
+    return MUSTER_OK;
+  }
+  if (!json_is_string(next))
+    return fail_set(f, MUSTER_INVALID, "next: expected a queue name or null");
+  const char *name = json_string_value(next);
+  if (!name_is_valid(name))
+    return fail_set(f, MUSTER_NAME_INVALID, "next: '%.140s' is not a valid queue name", name);
+  if (strcmp(name, q->name) == 0)
+    return fail_set(f, MUSTER_INVALID, "next: a queue cannot be its own next stage");
+  queue_t other;
+  if (queue_load(st, name, &other, f))
+    return f->code == MUSTER_QUEUE_NOT_FOUND
+               ? fail_set(f, MUSTER_QUEUE_NOT_FOUND,
+                          "next: queue '%s' does not exist; create it first", name)
+               : f->code;
+  snprintf(q->next, sizeof q->next, "%s", name);
+  return MUSTER_OK;
+}
+
+muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *created,
+                       fail_t *f) {
+  if (!name_is_valid(name))
+    return fail_set(f, MUSTER_NAME_INVALID,
+                    "queue name '%.140s' is invalid: use 1 to %d characters of letters, digits, "
+                    "'.', '_' and '-'",
+                    name, NAME_MAX_LEN);
+  queue_t q;
+  muster_err_t err = queue_load(st, name, &q, f);
+  if (err && err != MUSTER_QUEUE_NOT_FOUND)
+    return err;
+  *created = err == MUSTER_QUEUE_NOT_FOUND;
+  if (*created) {
+    q = (queue_t){.lease_ms = QUEUE_DEFAULT_LEASE_MS,
+                  .max_attempts = QUEUE_DEFAULT_MAX_ATTEMPTS,
+                  .backoff_ms = QUEUE_DEFAULT_BACKOFF_MS,
+                  .backoff_max_ms = QUEUE_DEFAULT_BACKOFF_MAX_MS,
+                  .max_flags = QUEUE_DEFAULT_MAX_FLAGS,
+                  .created_ms = now_ms()};
+    snprintf(q.name, sizeof q.name, "%s", name);
+  }
+  *f = (fail_t){0};
+  if (queue_apply(st, &q, body, f))
+    return f->code;
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO queues(" QUEUE_COLUMNS ")"
+                                   " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                                   " ON CONFLICT(name) DO UPDATE SET lease_ms = excluded.lease_ms,"
+                                   " max_attempts = excluded.max_attempts,"
+                                   " backoff_ms = excluded.backoff_ms,"
+                                   " backoff_max_ms = excluded.backoff_max_ms,"
+                                   " next = excluded.next, max_flags = excluded.max_flags");
+  if (s == NULL)
+    return store_fail(st, f, "queue write");
+  store_bind_text(s, 1, q.name);
+  sqlite3_bind_int64(s, 2, q.lease_ms);
+  sqlite3_bind_int64(s, 3, q.max_attempts);
+  sqlite3_bind_int64(s, 4, q.backoff_ms);
+  sqlite3_bind_int64(s, 5, q.backoff_max_ms);
+  store_bind_text(s, 6, q.next[0] ? q.next : NULL);
+  sqlite3_bind_int64(s, 7, q.max_flags);
+  sqlite3_bind_int64(s, 8, q.created_ms);
+  return store_step_done(st, s, f);
+}
+
+json_t *queue_to_json(store_t *st, const queue_t *q) {
+  json_t *counts = json_object();
+  for (int state = 0; state < TASK_STATE_COUNT; state++)
+    json_object_set_new(counts, task_state_name(state), json_integer(0));
+  sqlite3_stmt *s =
+      store_stmt(st, "SELECT state, count(*) FROM tasks WHERE queue = ?1 GROUP BY state");
+  if (s == NULL) {
+    json_decref(counts);
+    return NULL;
+  }
+  store_bind_text(s, 1, q->name);
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    int state = sqlite3_column_int(s, 0);
+    if (state >= 0 && state < TASK_STATE_COUNT)
+      json_object_set_new(counts, task_state_name(state),
+                          json_integer(sqlite3_column_int64(s, 1)));
+  }
+  store_reset(s);
+  return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:o}", "name", q->name, "lease_ms",
+                   (json_int_t)q->lease_ms, "max_attempts", (json_int_t)q->max_attempts,
+                   "backoff_ms", (json_int_t)q->backoff_ms, "backoff_max_ms",
+                   (json_int_t)q->backoff_max_ms, "next",
+                   q->next[0] ? json_string(q->next) : json_null(), "max_flags",
+                   (json_int_t)q->max_flags, "created_ms", (json_int_t)q->created_ms, "counts",
+                   counts);
+}
+
+json_t *queue_list(store_t *st, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT " QUEUE_COLUMNS " FROM queues ORDER BY name");
+  if (s == NULL) {
+    store_fail(st, f, "queue list");
+    return NULL;
+  }
+  /* Collect first: queue_to_json runs statements of its own. */
+  size_t n = 0, cap = 16;
+  queue_t *qs = malloc(cap * sizeof *qs);
+  while (qs && sqlite3_step(s) == SQLITE_ROW) {
+    if (n == cap) {
+      queue_t *grown = realloc(qs, (cap *= 2) * sizeof *qs);
+      if (grown == NULL)
+        break;
+      qs = grown;
+    }
+    queue_from_row(s, &qs[n++]);
+  }
+  store_reset(s);
+  json_t *list = json_array();
+  for (size_t i = 0; qs && i < n; i++)
+    json_array_append_new(list, queue_to_json(st, &qs[i]));
+  free(qs);
+  return json_pack("{s:o}", "queues", list);
+}
+
+static muster_err_t queue_count_changes(store_t *st, sqlite3_stmt *s, const char *name,
+                                        int64_t *changed, fail_t *f) {
+  if (s == NULL)
+    return store_fail(st, f, "queue update");
+  store_bind_text(s, 1, name);
+  if (store_step_done(st, s, f))
+    return f->code;
+  if (changed)
+    *changed = sqlite3_changes64(store_db(st));
+  return MUSTER_OK;
+}
+
+muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, fail_t *f) {
+  queue_t q;
+  if (queue_load(st, name, &q, f))
+    return f->code;
+  sqlite3_stmt *s = store_stmt(st, "SELECT name FROM queues WHERE next = ?1 LIMIT 1");
+  if (s == NULL)
+    return store_fail(st, f, "queue delete");
+  store_bind_text(s, 1, name);
+  if (sqlite3_step(s) == SQLITE_ROW) {
+    fail_set(f, MUSTER_QUEUE_IN_USE,
+             "queue '%s' is the next stage of queue '%s'; change or delete that queue first", name,
+             (const char *)sqlite3_column_text(s, 0));
+    store_reset(s);
+    return f->code;
+  }
+  store_reset(s);
+  if (queue_count_changes(st, store_stmt(st, "DELETE FROM tasks WHERE queue = ?1"), name, tasks,
+                          f))
+    return f->code;
+  return queue_count_changes(st, store_stmt(st, "DELETE FROM queues WHERE name = ?1"), name, NULL,
+                             f);
+}
+
+muster_err_t queue_purge(store_t *st, const char *name, int64_t *purged, fail_t *f) {
+  queue_t q;
+  if (queue_load(st, name, &q, f))
+    return f->code;
+  return queue_count_changes(st, store_stmt(st, "DELETE FROM tasks WHERE queue = ?1 AND state = 0"),
+                             name, purged, f);
+}
+
+muster_err_t queue_requeue(store_t *st, const char *name, int64_t *requeued, fail_t *f) {
+  queue_t q;
+  if (queue_load(st, name, &q, f))
+    return f->code;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 0, attempts = 0, flags = 0,"
+                                   " run_at_ms = ?2, updated_ms = ?2, error = NULL"
+                                   " WHERE queue = ?1 AND state IN (3, 4)");
+  if (s == NULL)
+    return store_fail(st, f, "requeue");
+  sqlite3_bind_int64(s, 2, now_ms());
+  if (queue_count_changes(st, s, name, requeued, f))
+    return f->code;
+  if (*requeued > 0)
+    store_notify_ready(st, name);
+  return MUSTER_OK;
+}
+
+int64_t queue_backoff_ms(const queue_t *q, int64_t attempts) {
+  int64_t delay = q->backoff_ms;
+  for (int64_t i = 1; i < attempts && delay < q->backoff_max_ms; i++)
+    delay *= 2;
+  return delay < q->backoff_max_ms ? delay : q->backoff_max_ms;
+}

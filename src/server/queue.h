@@ -1,0 +1,51 @@
+/*
+ * queue.h — named work queues and their settings.
+ */
+#ifndef MUSTER_SERVER_QUEUE_H
+#define MUSTER_SERVER_QUEUE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/names.h"
+#include "store.h"
+
+#define QUEUE_DEFAULT_LEASE_MS 60000
+#define QUEUE_DEFAULT_MAX_ATTEMPTS 5
+#define QUEUE_DEFAULT_BACKOFF_MS 1000
+#define QUEUE_DEFAULT_BACKOFF_MAX_MS 60000
+#define QUEUE_DEFAULT_MAX_FLAGS 5
+#define QUEUE_MAX_LEASE_MS (7LL * 24 * 3600 * 1000)
+
+typedef struct {
+  char name[NAME_MAX_LEN + 1];
+  int64_t lease_ms;       /* lease length unless extended */
+  int64_t max_attempts;   /* leases a task may get; >= 1 */
+  int64_t backoff_ms;     /* first retry delay, doubled per attempt */
+  int64_t backoff_max_ms; /* cap of the retry delay */
+  int64_t max_flags;      /* invalid-data flags before roll-back; >= 1 */
+  char next[NAME_MAX_LEN + 1]; /* next stage, "" for none */
+  int64_t created_ms;
+} queue_t;
+
+/* Loads queue `name` into *q.  MUSTER_QUEUE_NOT_FOUND when absent. */
+muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f);
+/* Creates the queue or changes the settings present in `body`; *created says
+ * which.  Validation failures change nothing. */
+muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *created,
+                       fail_t *f);
+/* The queue object with counts per state (new reference), NULL on store failure. */
+json_t *queue_to_json(store_t *st, const queue_t *q);
+/* {"queues": [...]} ordered by name (new reference). */
+json_t *queue_list(store_t *st, fail_t *f);
+/* Deletes the queue and its tasks; *tasks gets how many went. */
+muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, fail_t *f);
+/* Deletes the queued tasks of the queue. */
+muster_err_t queue_purge(store_t *st, const char *name, int64_t *purged, fail_t *f);
+/* Puts dead and failed tasks back to queued, attempts and flags reset. */
+muster_err_t queue_requeue(store_t *st, const char *name, int64_t *requeued, fail_t *f);
+/* The retry delay after `attempts` leases: backoff doubled per attempt, capped. */
+int64_t queue_backoff_ms(const queue_t *q, int64_t attempts);
+
+#endif

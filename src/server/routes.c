@@ -1,0 +1,276 @@
+/*
+ * routes.c — the route table and the handlers.
+ *
+ * Each handler parses and validates what the route layer did not (path ids,
+ * query, body fields), calls one domain function, and formats the reply.
+ * Domain code (queue.c, task.c, lease.c, worker.c) never sees HTTP.
+ */
+#include "http.h"
+#include "jv.h"
+#include "lease.h"
+#include "log.h"
+#include "queue.h"
+#include "task.h"
+#include "waiter.h"
+#include "worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ST(r) ((r)->head->st)
+
+/* Replies with `value` (stolen) and `status`, or with *f's error when NULL. */
+static void reply_or_fail(http_req_t *r, int status, json_t *value, const fail_t *f) {
+  if (value)
+    http_reply_json(r, status, value);
+  else
+    http_reply_fail(r, f);
+}
+
+static void h_health(http_req_t *r) {
+  http_reply_json(r, 200,
+                  json_pack("{s:s, s:s, s:I}", "status", "ok", "version", MUSTER_VERSION,
+                            "uptime_ms", (json_int_t)(now_ms() - r->head->started_ms)));
+}
+
+/* ---- queues ---- */
+
+static void h_queue_list(http_req_t *r) {
+  fail_t f = {0};
+  reply_or_fail(r, 200, queue_list(ST(r), &f), &f);
+}
+
+static void h_queue_put(http_req_t *r) {
+  fail_t f = {0};
+  bool created = false;
+  queue_t q;
+  if (queue_put(ST(r), r->params[0], r->body, &created, &f) ||
+      queue_load(ST(r), r->params[0], &q, &f)) {
+    http_reply_fail(r, &f);
+    return;
+  }
+  http_reply_json(r, created ? 201 : 200, queue_to_json(ST(r), &q));
+}
+
+static void h_queue_get(http_req_t *r) {
+  fail_t f = {0};
+  queue_t q;
+  if (queue_load(ST(r), r->params[0], &q, &f))
+    http_reply_fail(r, &f);
+  else
+    http_reply_json(r, 200, queue_to_json(ST(r), &q));
+}
+
+static void h_queue_delete(http_req_t *r) {
+  fail_t f = {0};
+  int64_t tasks = 0;
+  if (queue_delete(ST(r), r->params[0], &tasks, &f))
+    http_reply_fail(r, &f);
+  else
+    http_reply_json(r, 200, json_pack("{s:s, s:I}", "deleted", r->params[0], "tasks",
+                                      (json_int_t)tasks));
+}
+
+static void h_queue_purge(http_req_t *r) {
+  fail_t f = {0};
+  int64_t n = 0;
+  if (queue_purge(ST(r), r->params[0], &n, &f))
+    http_reply_fail(r, &f);
+  else
+    http_reply_json(r, 200, json_pack("{s:I}", "purged", (json_int_t)n));
+}
+
+static void h_queue_requeue(http_req_t *r) {
+  fail_t f = {0};
+  int64_t n = 0;
+  if (queue_requeue(ST(r), r->params[0], &n, &f))
+    http_reply_fail(r, &f);
+  else
+    http_reply_json(r, 200, json_pack("{s:I}", "requeued", (json_int_t)n));
+}
+
+/* ---- tasks ---- */
+
+static void h_tasks_put(http_req_t *r) {
+  fail_t f = {0};
+  queue_t q;
+  if (queue_load(ST(r), r->params[0], &q, &f)) {
+    http_reply_fail(r, &f);
+    return;
+  }
+  reply_or_fail(r, 201, task_put(ST(r), q.name, r->body, r->head->cfg.max_payload, &f), &f);
+}
+
+/* Parses an optional non-negative integer query parameter. */
+static bool query_int(http_req_t *r, const char *key, int64_t dflt, int64_t max, int64_t *out,
+                      fail_t *f) {
+  const char *text = http_query(r, key);
+  *out = dflt;
+  if (text == NULL)
+    return true;
+  char *end;
+  long long v = strtoll(text, &end, 10);
+  if (*text == '\0' || *end != '\0' || v < 0 || v > max) {
+    fail_set(f, MUSTER_INVALID, "query %s: '%.40s' is not an integer in [0, %lld]", key, text,
+             (long long)max);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static void h_tasks_list(http_req_t *r) {
+  fail_t f = {0};
+  queue_t q;
+  int64_t after, limit;
+  const char *state_name = http_query(r, "state");
+  int state = state_name ? task_state_parse(state_name) : -1;
+  if (state_name && state < 0)
+    fail_set(&f, MUSTER_INVALID,
+             "query state: '%.40s' is not one of queued, leased, done, failed, dead, cancelled",
+             state_name);
+  else if (query_int(r, "after", 0, INT64_MAX, &after, &f) &&
+           query_int(r, "limit", 100, TASK_MAX_BATCH, &limit, &f) &&
+           !queue_load(ST(r), r->params[0], &q, &f)) {
+    if (limit == 0)
+      limit = 100;
+    reply_or_fail(r, 200, task_list(ST(r), q.name, state, after, limit, &f), &f);
+    return;
+  }
+  http_reply_fail(r, &f);
+}
+
+/* The task id of the path, or 0 with a 400 reply set. */
+static int64_t path_id(http_req_t *r, const char *what) {
+  int64_t id = http_param_id(r->params[0]);
+  if (id == 0) {
+    fail_t f;
+    fail_set(&f, MUSTER_BAD_REQUEST, "'%.40s' is not a %s id (a positive integer)", r->params[0],
+             what);
+    http_reply_fail(r, &f);
+  }
+  return id;
+}
+
+static void h_task_get(http_req_t *r) {
+  fail_t f = {0};
+  int64_t id = path_id(r, "task");
+  if (id)
+    reply_or_fail(r, 200, task_get(ST(r), id, &f), &f);
+}
+
+static void h_task_requeue(http_req_t *r) {
+  fail_t f = {0};
+  int64_t id = path_id(r, "task");
+  if (id)
+    reply_or_fail(r, 200, task_requeue(ST(r), id, &f), &f);
+}
+
+/* ---- leases ---- */
+
+static void h_lease(http_req_t *r) {
+  static const char *const allowed[] = {"worker", "max", "wait_ms", NULL};
+  fail_t f = {0};
+  queue_t q;
+  int64_t worker, max, wait_ms;
+  if (jv_only(r->body, "", allowed, &f) ||
+      jv_int(r->body, "worker", "", 0, 1, INT64_MAX, &worker, &f) ||
+      jv_int(r->body, "max", "", 1, 1, INT64_MAX, &max, &f) ||
+      jv_int(r->body, "wait_ms", "", 0, 0, INT64_MAX, &wait_ms, &f) ||
+      queue_load(ST(r), r->params[0], &q, &f) ||
+      (worker && worker_check_active(ST(r), worker, &f))) {
+    http_reply_fail(r, &f);
+    return;
+  }
+  if (max > LEASE_MAX_BATCH) {
+    fail_set(&f, MUSTER_BATCH_TOO_LARGE, "max: %lld, at most %d allowed", (long long)max,
+             LEASE_MAX_BATCH);
+    http_reply_fail(r, &f);
+    return;
+  }
+  json_t *leases = lease_acquire(ST(r), &q, worker, max, &f);
+  if (leases && json_array_size(leases) == 0 && wait_ms > 0 && !r->head->stopping) {
+    json_decref(leases);
+    int64_t cap = r->head->cfg.max_wait_ms;
+    waiter_park(r, q.name, worker, max, wait_ms < cap ? wait_ms : cap);
+    return;
+  }
+  reply_or_fail(r, 200, leases ? json_pack("{s:o}", "leases", leases) : NULL, &f);
+}
+
+static void h_lease_op(http_req_t *r, lease_op_t op) {
+  fail_t f = {0};
+  reply_or_fail(r, 200, lease_apply(ST(r), op, r->body, r->head->cfg.max_payload, &f), &f);
+}
+
+static void h_complete(http_req_t *r) { h_lease_op(r, LEASE_COMPLETE); }
+static void h_fail(http_req_t *r) { h_lease_op(r, LEASE_FAIL); }
+static void h_extend(http_req_t *r) { h_lease_op(r, LEASE_EXTEND); }
+static void h_release(http_req_t *r) { h_lease_op(r, LEASE_RELEASE); }
+static void h_flag(http_req_t *r) { h_lease_op(r, LEASE_FLAG); }
+
+/* ---- workers ---- */
+
+static void h_worker_register(http_req_t *r) {
+  fail_t f = {0};
+  reply_or_fail(r, 201, worker_register(ST(r), r->body, r->head->cfg.worker_timeout_ms, &f), &f);
+}
+
+static void h_worker_list(http_req_t *r) {
+  fail_t f = {0};
+  reply_or_fail(r, 200, worker_list(ST(r), &f), &f);
+}
+
+static void h_worker_get(http_req_t *r) {
+  fail_t f = {0};
+  int64_t id = path_id(r, "worker");
+  if (id)
+    reply_or_fail(r, 200, worker_get(ST(r), id, &f), &f);
+}
+
+static void h_worker_heartbeat(http_req_t *r) {
+  fail_t f = {0};
+  int64_t id = path_id(r, "worker");
+  if (id)
+    reply_or_fail(r, 200, worker_heartbeat(ST(r), id, r->body, &f), &f);
+}
+
+static void h_worker_bye(http_req_t *r) {
+  fail_t f = {0};
+  int64_t id = path_id(r, "worker");
+  if (id)
+    reply_or_fail(r, 200, worker_bye(ST(r), id, &f), &f);
+}
+
+static void h_leaderboard(http_req_t *r) {
+  fail_t f = {0};
+  reply_or_fail(r, 200, worker_leaderboard(ST(r), &f), &f);
+}
+
+const http_route_t http_routes[] = {
+    {"GET", "/v1/health", h_health, false, 0},
+    {"GET", "/v1/queues", h_queue_list, true, 0},
+    {"PUT", "/v1/queues/{}", h_queue_put, true, 0},
+    {"GET", "/v1/queues/{}", h_queue_get, true, 0},
+    {"DELETE", "/v1/queues/{}", h_queue_delete, true, 0},
+    {"POST", "/v1/queues/{}/purge", h_queue_purge, true, 0},
+    {"POST", "/v1/queues/{}/requeue", h_queue_requeue, true, 0},
+    {"POST", "/v1/queues/{}/tasks", h_tasks_put, true, 0},
+    {"GET", "/v1/queues/{}/tasks", h_tasks_list, true, 0},
+    {"POST", "/v1/queues/{}/lease", h_lease, true, 0},
+    {"GET", "/v1/tasks/{}", h_task_get, true, 0},
+    {"POST", "/v1/tasks/{}/requeue", h_task_requeue, true, 0},
+    {"POST", "/v1/leases/complete", h_complete, true, 0},
+    {"POST", "/v1/leases/fail", h_fail, true, 0},
+    {"POST", "/v1/leases/extend", h_extend, true, 0},
+    {"POST", "/v1/leases/release", h_release, true, 0},
+    {"POST", "/v1/leases/flag", h_flag, true, 0},
+    {"POST", "/v1/workers", h_worker_register, true, 0},
+    {"GET", "/v1/workers", h_worker_list, true, 0},
+    {"GET", "/v1/workers/{}", h_worker_get, true, 0},
+    {"POST", "/v1/workers/{}/heartbeat", h_worker_heartbeat, true, 0},
+    {"DELETE", "/v1/workers/{}", h_worker_bye, true, 0},
+    {"GET", "/v1/leaderboard", h_leaderboard, true, 0},
+    {NULL, NULL, NULL, false, 0},
+};

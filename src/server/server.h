@@ -1,0 +1,54 @@
+/*
+ * server.h — the head's process-wide state, shared by the HTTP layer, the
+ * handlers and the timers.  One instance per `muster head`, owned by the
+ * event-loop thread.
+ */
+#ifndef MUSTER_SERVER_SERVER_H
+#define MUSTER_SERVER_SERVER_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/names.h"
+#include "store.h"
+
+struct event_base;
+struct evhttp;
+struct event;
+struct evhttp_request;
+typedef struct reply reply_t;
+typedef struct waiter waiter_t;
+
+typedef struct {
+  char listen_host[256];     /* address to bind ("127.0.0.1", "::1", "0.0.0.0") */
+  int listen_port;           /* 0: any free port */
+  char data_dir[PATH_MAX];   /* holds muster.db, token, url, head.lock */
+  char token[256];           /* admin bearer token */
+  bool sync_full;            /* fsync at every commit */
+  int64_t worker_timeout_ms; /* default heartbeat timeout of workers */
+  int64_t max_wait_ms;       /* cap of a lease's long-poll */
+  int64_t sweep_ms;          /* how often expiries and timeouts are checked */
+  size_t max_body;           /* request body limit, bytes */
+  size_t max_payload;        /* payload/result limit, bytes */
+} head_config_t;
+
+typedef struct head {
+  head_config_t cfg;
+  struct event_base *base;
+  struct evhttp *http;
+  store_t *st;
+  struct event *commit_ev; /* runs once per loop turn that opened a transaction */
+  struct event *sweep_ev;  /* periodic expiry of leases and workers */
+  reply_t *pending_head, *pending_tail; /* replies waiting for the commit */
+  waiter_t *waiters;       /* parked long-poll leases, oldest first */
+  char (*dirty)[NAME_MAX_LEN + 1]; /* queues that may serve waiters */
+  size_t ndirty, dirty_cap;
+  int64_t started_ms;
+  bool stopping;
+  uint64_t requests;       /* requests handled */
+  uint64_t commits;        /* transactions committed */
+} head_t;
+
+#endif

@@ -1,0 +1,265 @@
+/*
+ * store.c — SQLite connection, numbered migrations, group commit and the
+ * prepared-statement cache.
+ *
+ * The workload is many small writes from one thread: WAL mode with one
+ * long-lived connection, statements prepared once and reused, and one commit
+ * (one fsync with synchronous=FULL) per event-loop turn however many requests
+ * the turn handled.  Schema changes are migrations numbered by their index in
+ * `migrations`; PRAGMA user_version records how many ran.
+ */
+#include "store.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STORE_STMT_CACHE 96
+
+typedef struct {
+  const char *sql; /* the literal's address is the key */
+  sqlite3_stmt *stmt;
+} stmt_slot_t;
+
+struct store {
+  sqlite3 *db;
+  bool in_tx;            /* the turn's transaction is open */
+  int64_t last_token;    /* highest fencing token handed out */
+  store_tx_fn on_tx;
+  store_ready_fn on_ready;
+  void *hook_arg;
+  size_t nstmts;
+  stmt_slot_t stmts[STORE_STMT_CACHE];
+};
+
+/* Migration N brings user_version from N to N+1.  Never edit a released one. */
+static const char *const migrations[] = {
+    "CREATE TABLE queues ("
+    "  name TEXT PRIMARY KEY, lease_ms INTEGER NOT NULL, max_attempts INTEGER NOT NULL,"
+    "  backoff_ms INTEGER NOT NULL, backoff_max_ms INTEGER NOT NULL, next TEXT,"
+    "  max_flags INTEGER NOT NULL, created_ms INTEGER NOT NULL);"
+    "CREATE TABLE tasks ("
+    "  id INTEGER PRIMARY KEY, queue TEXT NOT NULL, state INTEGER NOT NULL,"
+    "  priority INTEGER NOT NULL, run_at_ms INTEGER NOT NULL, payload TEXT NOT NULL,"
+    "  result TEXT, error TEXT, attempts INTEGER NOT NULL DEFAULT 0,"
+    "  flags INTEGER NOT NULL DEFAULT 0, key TEXT, session TEXT, idx INTEGER,"
+    "  parent INTEGER, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,"
+    "  token INTEGER, worker INTEGER, deadline_ms INTEGER);"
+    "CREATE INDEX tasks_ready ON tasks(queue, priority DESC, id) WHERE state = 0;"
+    "CREATE INDEX tasks_leased ON tasks(deadline_ms) WHERE state = 1;"
+    "CREATE INDEX tasks_by_worker ON tasks(worker) WHERE state = 1;"
+    "CREATE INDEX tasks_by_state ON tasks(queue, state, id);"
+    "CREATE UNIQUE INDEX tasks_key ON tasks(queue, key) WHERE key IS NOT NULL;"
+    "CREATE TABLE workers ("
+    "  id INTEGER PRIMARY KEY, name TEXT NOT NULL, nickname TEXT NOT NULL, node TEXT,"
+    "  queues TEXT, labels TEXT, state INTEGER NOT NULL, progress TEXT,"
+    "  last_seen_ms INTEGER NOT NULL, created_ms INTEGER NOT NULL,"
+    "  timeout_ms INTEGER NOT NULL, completed INTEGER NOT NULL DEFAULT 0,"
+    "  failed INTEGER NOT NULL DEFAULT 0, flagged INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX workers_active ON workers(state, last_seen_ms);"
+    "CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);",
+};
+
+#define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))
+
+muster_err_t store_fail(store_t *st, fail_t *f, const char *what) {
+  const char *msg = st && st->db ? sqlite3_errmsg(st->db) : "no database";
+  log_msg(LOG_ERROR, "store: %s: %s", what, msg);
+  return fail_set(f, MUSTER_STORE, "store: %s: %s", what, msg);
+}
+
+static muster_err_t store_exec(store_t *st, const char *sql, fail_t *f) {
+  char *err = NULL;
+  if (sqlite3_exec(st->db, sql, NULL, NULL, &err) != SQLITE_OK) {
+    fail_set(f, MUSTER_STORE, "store: %s", err ? err : "exec failed");
+    log_msg(LOG_ERROR, "%s (in: %.80s)", f->message, sql);
+    sqlite3_free(err);
+    return MUSTER_STORE;
+  }
+  return MUSTER_OK;
+}
+
+static int store_user_version(store_t *st) {
+  sqlite3_stmt *s = NULL;
+  int version = -1;
+  if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW)
+    version = sqlite3_column_int(s, 0);
+  sqlite3_finalize(s);
+  return version;
+}
+
+/* Runs the migrations the file has not seen yet, each in its own transaction. */
+static muster_err_t store_migrate(store_t *st, fail_t *f) {
+  int version = store_user_version(st);
+  if (version < 0)
+    return store_fail(st, f, "reading the schema version");
+  if (version > MIGRATION_COUNT)
+    return fail_set(f, MUSTER_STORE,
+                    "the data file has schema version %d, newer than this muster (%d); "
+                    "upgrade muster",
+                    version, MIGRATION_COUNT);
+  for (int v = version; v < MIGRATION_COUNT; v++) {
+    char bump[64];
+    snprintf(bump, sizeof bump, "PRAGMA user_version = %d;", v + 1);
+    if (store_exec(st, "BEGIN IMMEDIATE", f) || store_exec(st, migrations[v], f) ||
+        store_exec(st, bump, f) || store_exec(st, "COMMIT", f)) {
+      sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+      return f->code;
+    }
+    log_msg(LOG_INFO, "store: migrated schema to version %d", v + 1);
+  }
+  return MUSTER_OK;
+}
+
+static int64_t store_load_token(store_t *st) {
+  sqlite3_stmt *s = NULL;
+  int64_t token = 0;
+  const char *sql = "SELECT max(coalesce((SELECT max(token) FROM tasks), 0),"
+                    " coalesce((SELECT v FROM meta WHERE k = 'last_token'), 0))";
+  if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+    token = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  return token;
+}
+
+store_t *store_open(const store_opts_t *opts, fail_t *f) {
+  store_t *st = calloc(1, sizeof *st);
+  if (st == NULL) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+    return NULL;
+  }
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  if (sqlite3_open_v2(opts->path, &st->db, flags, NULL) != SQLITE_OK) {
+    store_fail(st, f, opts->path);
+    store_close(st);
+    return NULL;
+  }
+  sqlite3_extended_result_codes(st->db, 1);
+  const char *pragmas = opts->sync_full ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                                        : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;";
+  if (store_exec(st, pragmas, f) ||
+      store_exec(st, "PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
+                     "PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=4000;", f) ||
+      store_migrate(st, f)) {
+    store_close(st);
+    return NULL;
+  }
+  st->last_token = store_load_token(st);
+  return st;
+}
+
+void store_close(store_t *st) {
+  if (st == NULL)
+    return;
+  if (st->in_tx && st->db)
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+  for (size_t i = 0; i < st->nstmts; i++)
+    sqlite3_finalize(st->stmts[i].stmt);
+  sqlite3_close(st->db);
+  free(st);
+}
+
+void store_set_hooks(store_t *st, store_tx_fn on_tx, store_ready_fn on_ready, void *arg) {
+  st->on_tx = on_tx;
+  st->on_ready = on_ready;
+  st->hook_arg = arg;
+}
+
+sqlite3 *store_db(store_t *st) {
+  return st->db;
+}
+
+bool store_in_tx(const store_t *st) {
+  return st->in_tx;
+}
+
+muster_err_t store_request_begin(store_t *st, fail_t *f) {
+  if (!st->in_tx) {
+    if (store_exec(st, "BEGIN IMMEDIATE", f))
+      return f->code;
+    st->in_tx = true;
+    if (st->on_tx)
+      st->on_tx(st->hook_arg);
+  }
+  return store_exec(st, "SAVEPOINT req", f);
+}
+
+void store_request_end(store_t *st, bool ok) {
+  fail_t ignored = {0};
+  if (!ok)
+    store_exec(st, "ROLLBACK TO req", &ignored);
+  store_exec(st, "RELEASE req", &ignored);
+}
+
+muster_err_t store_commit(store_t *st, fail_t *f) {
+  if (!st->in_tx)
+    return MUSTER_OK;
+  st->in_tx = false;
+  /* Remember the token high-water mark so tokens never repeat, even when the
+   * tasks that carried the highest ones are deleted. */
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO meta(k, v) VALUES('last_token', ?1)"
+                                   " ON CONFLICT(k) DO UPDATE SET v = excluded.v");
+  if (s) {
+    sqlite3_bind_int64(s, 1, st->last_token);
+    sqlite3_step(s);
+    store_reset(s);
+  }
+  if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+    store_fail(st, f, "commit");
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return MUSTER_STORE;
+  }
+  return MUSTER_OK;
+}
+
+sqlite3_stmt *store_stmt(store_t *st, const char *sql) {
+  for (size_t i = 0; i < st->nstmts; i++)
+    if (st->stmts[i].sql == sql)
+      return st->stmts[i].stmt;
+  sqlite3_stmt *stmt = NULL;
+  if (sqlite3_prepare_v3(st->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, NULL) != SQLITE_OK) {
+    log_msg(LOG_ERROR, "store: cannot prepare %.120s: %s", sql, sqlite3_errmsg(st->db));
+    return NULL;
+  }
+  if (st->nstmts < STORE_STMT_CACHE)
+    st->stmts[st->nstmts++] = (stmt_slot_t){sql, stmt};
+  else
+    log_msg(LOG_WARN, "store: statement cache full; raise STORE_STMT_CACHE");
+  return stmt;
+}
+
+void store_reset(sqlite3_stmt *stmt) {
+  sqlite3_reset(stmt);
+  sqlite3_clear_bindings(stmt);
+}
+
+muster_err_t store_step_done(store_t *st, sqlite3_stmt *stmt, fail_t *f) {
+  int rc = sqlite3_step(stmt);
+  store_reset(stmt);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    return store_fail(st, f, "write");
+  return MUSTER_OK;
+}
+
+int64_t store_next_token(store_t *st) {
+  return ++st->last_token;
+}
+
+void store_notify_ready(store_t *st, const char *queue) {
+  if (st->on_ready)
+    st->on_ready(st->hook_arg, queue);
+}
+
+void store_bind_text(sqlite3_stmt *stmt, int idx, const char *text) {
+  if (text)
+    sqlite3_bind_text(stmt, idx, text, -1, SQLITE_TRANSIENT);
+  else
+    sqlite3_bind_null(stmt, idx);
+}
+
+char *store_column_dup(sqlite3_stmt *stmt, int col) {
+  const unsigned char *text = sqlite3_column_text(stmt, col);
+  return text ? strdup((const char *)text) : NULL;
+}

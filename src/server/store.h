@@ -1,0 +1,70 @@
+/*
+ * store.h — the head's durable state: one SQLite file in WAL mode.
+ *
+ * The event-loop thread owns the connection; nothing here is thread-safe.
+ * Writes are grouped: the first request of a loop turn opens a transaction
+ * (store_request_begin), every request runs inside its own savepoint so that a
+ * failing request leaves nothing behind, and the route layer commits once per
+ * turn (store_commit) before any reply of that turn is sent.
+ */
+#ifndef MUSTER_SERVER_STORE_H
+#define MUSTER_SERVER_STORE_H
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fail.h"
+
+typedef struct store store_t;
+
+/* Called when tasks may have become ready in `queue` (after put, release, retry). */
+typedef void (*store_ready_fn)(void *arg, const char *queue);
+/* Called when a transaction opens, so the owner can schedule its commit. */
+typedef void (*store_tx_fn)(void *arg);
+
+typedef struct {
+  const char *path;  /* database file */
+  bool sync_full;    /* fsync at every commit (synchronous=FULL) or not (NORMAL) */
+} store_opts_t;
+
+/* Opens (creating if needed) and migrates the database.  On failure returns NULL
+ * and fills *f.  The caller owns the result; free with store_close. */
+store_t *store_open(const store_opts_t *opts, fail_t *f);
+/* Rolls back any open transaction and closes; accepts NULL. */
+void store_close(store_t *st);
+
+void store_set_hooks(store_t *st, store_tx_fn on_tx, store_ready_fn on_ready, void *arg);
+
+/* Opens the turn's transaction if none is open, then a savepoint for one
+ * request.  Returns MUSTER_OK or MUSTER_STORE (with *f filled). */
+muster_err_t store_request_begin(store_t *st, fail_t *f);
+/* Ends the request's savepoint: kept when ok, rolled back otherwise. */
+void store_request_end(store_t *st, bool ok);
+/* Commits the turn's transaction; no-op when none is open.  On failure the
+ * transaction is rolled back and MUSTER_STORE is returned. */
+muster_err_t store_commit(store_t *st, fail_t *f);
+bool store_in_tx(const store_t *st);
+
+/* A cached prepared statement for `sql`, which must be a string literal (the
+ * cache is keyed by its address).  Reset it with store_reset after use.
+ * Returns NULL (and logs) only if the SQL does not compile: a programming error. */
+sqlite3_stmt *store_stmt(store_t *st, const char *sql);
+void store_reset(sqlite3_stmt *stmt);
+/* Runs a statement with no result rows; returns MUSTER_OK or MUSTER_STORE. */
+muster_err_t store_step_done(store_t *st, sqlite3_stmt *stmt, fail_t *f);
+/* Reports a SQLite failure as MUSTER_STORE with the engine's message. */
+muster_err_t store_fail(store_t *st, fail_t *f, const char *what);
+sqlite3 *store_db(store_t *st);
+
+/* The next fencing token: strictly increasing for the life of the file. */
+int64_t store_next_token(store_t *st);
+/* Tells the owner that `queue` may have ready tasks. */
+void store_notify_ready(store_t *st, const char *queue);
+
+/* Binds a NUL-terminated string or NULL (as SQL NULL). */
+void store_bind_text(sqlite3_stmt *stmt, int idx, const char *text);
+/* Column text copied into a fresh string, or NULL for SQL NULL (caller frees). */
+char *store_column_dup(sqlite3_stmt *stmt, int col);
+
+#endif

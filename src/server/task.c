@@ -1,0 +1,256 @@
+/*
+ * task.c — storing and reading tasks.
+ *
+ * Payloads and results are stored as compact JSON text and handed back as
+ * JSON values.  A put is validated whole before the first insert, so a bad
+ * element refuses the batch without touching the store; the route layer's
+ * savepoint covers store failures in the middle.
+ */
+#include "task.h"
+#include "jv.h"
+#include "log.h"
+#include "core/names.h"
+
+#include <stdbool.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const state_names[TASK_STATE_COUNT] = {"queued", "leased", "done",
+                                                          "failed", "dead",   "cancelled"};
+
+const char *task_state_name(int state) {
+  return state >= 0 && state < TASK_STATE_COUNT ? state_names[state] : "unknown";
+}
+
+int task_state_parse(const char *name) {
+  for (int i = 0; i < TASK_STATE_COUNT; i++)
+    if (strcmp(state_names[i], name) == 0)
+      return i;
+  return -1;
+}
+
+muster_err_t task_insert(store_t *st, const char *queue, const char *payload, int64_t priority,
+                         int64_t run_at_ms, const char *key, const char *session, int64_t index,
+                         int64_t parent, int64_t *id, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO tasks(queue, state, priority, run_at_ms, payload,"
+                                   " key, session, idx, parent, created_ms, updated_ms)"
+                                   " VALUES(?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)");
+  if (s == NULL)
+    return store_fail(st, f, "task insert");
+  store_bind_text(s, 1, queue);
+  sqlite3_bind_int64(s, 2, priority);
+  sqlite3_bind_int64(s, 3, run_at_ms);
+  store_bind_text(s, 4, payload);
+  store_bind_text(s, 5, key);
+  store_bind_text(s, 6, session);
+  if (index >= 0)
+    sqlite3_bind_int64(s, 7, index);
+  if (parent > 0)
+    sqlite3_bind_int64(s, 8, parent);
+  sqlite3_bind_int64(s, 9, now_ms());
+  if (store_step_done(st, s, f))
+    return f->code;
+  *id = sqlite3_last_insert_rowid(store_db(st));
+  store_notify_ready(st, queue);
+  return MUSTER_OK;
+}
+
+/* The id of the task with idempotency `key` in `queue`, or 0. */
+static int64_t task_find_key(store_t *st, const char *queue, const char *key) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT id FROM tasks WHERE queue = ?1 AND key = ?2");
+  if (s == NULL)
+    return 0;
+  store_bind_text(s, 1, queue);
+  store_bind_text(s, 2, key);
+  int64_t id = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+  store_reset(s);
+  return id;
+}
+
+typedef struct {
+  char *payload; /* encoded JSON, owned */
+  int64_t priority, delay_ms, index;
+  const char *key, *session; /* borrowed from the request body */
+} task_spec_t;
+
+static muster_err_t task_spec_parse(const json_t *elem, size_t i, size_t max_payload,
+                                    task_spec_t *spec, fail_t *f) {
+  static const char *const allowed[] = {"payload", "priority", "delay_ms", "key",
+                                        "session", "index",    NULL};
+  char ctx[32];
+  snprintf(ctx, sizeof ctx, "tasks[%zu]", i);
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_int(elem, "priority", ctx, 0, INT32_MIN, INT32_MAX, &spec->priority, f) ||
+      jv_int(elem, "delay_ms", ctx, 0, 0, 366LL * 24 * 3600 * 1000, &spec->delay_ms, f) ||
+      jv_int(elem, "index", ctx, -1, 0, INT64_MAX, &spec->index, f) ||
+      jv_str(elem, "key", ctx, NULL, TASK_MAX_KEY, &spec->key, f) ||
+      jv_str(elem, "session", ctx, NULL, TASK_MAX_SESSION, &spec->session, f))
+    return f->code;
+  const json_t *payload = json_object_get(elem, "payload");
+  if (payload == NULL)
+    return fail_set(f, MUSTER_INVALID, "%s.payload: missing", ctx);
+  spec->payload = jv_encode(payload);
+  if (spec->payload == NULL)
+    return fail_set(f, MUSTER_NOMEM, "%s.payload: out of memory", ctx);
+  size_t len = strlen(spec->payload);
+  if (len > max_payload)
+    return fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.payload: %zu bytes, at most %zu allowed", ctx,
+                    len, max_payload);
+  return MUSTER_OK;
+}
+
+static json_t *task_put_specs(store_t *st, const char *queue, task_spec_t *specs, size_t n,
+                              fail_t *f) {
+  json_t *out = json_array();
+  int64_t now = now_ms();
+  for (size_t i = 0; i < n; i++) {
+    int64_t id = specs[i].key ? task_find_key(st, queue, specs[i].key) : 0;
+    bool created = id == 0;
+    if (created && task_insert(st, queue, specs[i].payload, specs[i].priority,
+                               now + specs[i].delay_ms, specs[i].key, specs[i].session,
+                               specs[i].index, 0, &id, f)) {
+      json_decref(out);
+      return NULL;
+    }
+    json_array_append_new(out, json_pack("{s:I, s:b}", "id", (json_int_t)id, "created", created));
+  }
+  return json_pack("{s:o}", "tasks", out);
+}
+
+json_t *task_put(store_t *st, const char *queue, const json_t *body, size_t max_payload,
+                 fail_t *f) {
+  static const char *const allowed[] = {"tasks", NULL};
+  json_t *tasks;
+  if (jv_only(body, "", allowed, f) || jv_batch(body, "tasks", TASK_MAX_BATCH, &tasks, f))
+    return NULL;
+  size_t n = json_array_size(tasks);
+  task_spec_t *specs = calloc(n, sizeof *specs);
+  if (specs == NULL) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+    return NULL;
+  }
+  json_t *out = NULL;
+  size_t i = 0;
+  for (; i < n; i++)
+    if (task_spec_parse(json_array_get(tasks, i), i, max_payload, &specs[i], f))
+      break;
+  if (i == n)
+    out = task_put_specs(st, queue, specs, n, f);
+  for (size_t j = 0; j < n; j++)
+    free(specs[j].payload);
+  free(specs);
+  return out;
+}
+
+#define TASK_COLUMNS                                                                              \
+  "id, queue, state, priority, run_at_ms, payload, result, error, attempts, flags, key,"         \
+  " session, idx, parent, created_ms, updated_ms, worker, deadline_ms"
+
+static json_t *int_or_null(sqlite3_stmt *s, int col) {
+  return sqlite3_column_type(s, col) == SQLITE_NULL ? json_null()
+                                                    : json_integer(sqlite3_column_int64(s, col));
+}
+
+static json_t *text_or_null(sqlite3_stmt *s, int col) {
+  const unsigned char *t = sqlite3_column_text(s, col);
+  return t ? json_string((const char *)t) : json_null();
+}
+
+static json_t *task_from_row(sqlite3_stmt *s) {
+  int state = sqlite3_column_int(s, 2);
+  json_t *lease = json_null();
+  if (state == TASK_LEASED)
+    lease = json_pack("{s:o, s:I}", "worker", int_or_null(s, 16), "deadline_ms",
+                      (json_int_t)sqlite3_column_int64(s, 17));
+  json_t *result = sqlite3_column_type(s, 6) == SQLITE_NULL
+                       ? json_null()
+                       : jv_decode((const char *)sqlite3_column_text(s, 6));
+  return json_pack("{s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I, "
+                   "s:I, s:o}",
+                   "id", (json_int_t)sqlite3_column_int64(s, 0), "queue",
+                   (const char *)sqlite3_column_text(s, 1), "state", task_state_name(state),
+                   "priority", (json_int_t)sqlite3_column_int64(s, 3), "payload",
+                   jv_decode((const char *)sqlite3_column_text(s, 5)), "result", result, "error",
+                   text_or_null(s, 7), "attempts", (json_int_t)sqlite3_column_int64(s, 8), "flags",
+                   (json_int_t)sqlite3_column_int64(s, 9), "key", text_or_null(s, 10), "session",
+                   text_or_null(s, 11), "index", int_or_null(s, 12), "parent", int_or_null(s, 13),
+                   "run_at_ms", (json_int_t)sqlite3_column_int64(s, 4), "created_ms",
+                   (json_int_t)sqlite3_column_int64(s, 14), "updated_ms",
+                   (json_int_t)sqlite3_column_int64(s, 15), "lease", lease);
+}
+
+json_t *task_get(store_t *st, int64_t id, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks WHERE id = ?1");
+  if (s == NULL) {
+    store_fail(st, f, "task lookup");
+    return NULL;
+  }
+  sqlite3_bind_int64(s, 1, id);
+  json_t *task = sqlite3_step(s) == SQLITE_ROW ? task_from_row(s) : NULL;
+  store_reset(s);
+  if (task == NULL)
+    fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
+  return task;
+}
+
+json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
+                  fail_t *f) {
+  sqlite3_stmt *s =
+      state < 0 ? store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks WHERE queue = ?1 AND id > ?2"
+                                 " ORDER BY id LIMIT ?3")
+                : store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks WHERE queue = ?1 AND id > ?2"
+                                 " AND state = ?4 ORDER BY id LIMIT ?3");
+  if (s == NULL) {
+    store_fail(st, f, "task list");
+    return NULL;
+  }
+  store_bind_text(s, 1, queue);
+  sqlite3_bind_int64(s, 2, after);
+  sqlite3_bind_int64(s, 3, limit + 1); /* one more tells whether a next page exists */
+  if (state >= 0)
+    sqlite3_bind_int(s, 4, state);
+  json_t *tasks = json_array();
+  int64_t last = 0;
+  bool more = false;
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    if ((int64_t)json_array_size(tasks) == limit) {
+      more = true;
+      break;
+    }
+    last = sqlite3_column_int64(s, 0);
+    json_array_append_new(tasks, task_from_row(s));
+  }
+  store_reset(s);
+  return json_pack("{s:o, s:o}", "tasks", tasks, "next",
+                   more ? json_integer(last) : json_null());
+}
+
+json_t *task_requeue(store_t *st, int64_t id, fail_t *f) {
+  json_t *task = task_get(st, id, f);
+  if (task == NULL)
+    return NULL;
+  const char *state = json_string_value(json_object_get(task, "state"));
+  if (strcmp(state, "dead") != 0 && strcmp(state, "failed") != 0) {
+    fail_set(f, MUSTER_INVALID_STATE, "task %lld is %s; only dead or failed tasks can be requeued",
+             (long long)id, state);
+    json_decref(task);
+    return NULL;
+  }
+  char queue[NAME_MAX_LEN + 1];
+  snprintf(queue, sizeof queue, "%s", json_string_value(json_object_get(task, "queue")));
+  json_decref(task);
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 0, attempts = 0, flags = 0,"
+                                   " error = NULL, run_at_ms = ?2, updated_ms = ?2 WHERE id = ?1");
+  if (s == NULL) {
+    store_fail(st, f, "requeue");
+    return NULL;
+  }
+  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 2, now_ms());
+  if (store_step_done(st, s, f))
+    return NULL;
+  store_notify_ready(st, queue);
+  return task_get(st, id, f);
+}

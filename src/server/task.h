@@ -1,0 +1,52 @@
+/*
+ * task.h — tasks: batch put with idempotency keys, lookup, listing, requeue.
+ */
+#ifndef MUSTER_SERVER_TASK_H
+#define MUSTER_SERVER_TASK_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+/* Stored as integers; the order is part of the schema. */
+typedef enum {
+  TASK_QUEUED = 0,
+  TASK_LEASED = 1,
+  TASK_DONE = 2,
+  TASK_FAILED = 3,
+  TASK_DEAD = 4,
+  TASK_CANCELLED = 5,
+  TASK_STATE_COUNT
+} task_state_t;
+
+#define TASK_MAX_KEY 256
+#define TASK_MAX_SESSION 128
+#define TASK_MAX_BATCH 1000
+
+const char *task_state_name(int state);
+/* The state named `name`, or -1. */
+int task_state_parse(const char *name);
+
+/* Puts the tasks of body {"tasks": [...]} into `queue` atomically.  Returns
+ * {"tasks": [{"id", "created"}]} (new reference) or NULL with *f filled; on
+ * failure nothing was stored.  Payloads above `max_payload` bytes are refused. */
+json_t *task_put(store_t *st, const char *queue, const json_t *body, size_t max_payload,
+                 fail_t *f);
+/* The task object (new reference), or NULL with MUSTER_TASK_NOT_FOUND. */
+json_t *task_get(store_t *st, int64_t id, fail_t *f);
+/* {"tasks": [...], "next": id|null}: tasks of `queue` with id > after, in
+ * `state` unless it is -1, at most `limit`. */
+json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
+                  fail_t *f);
+/* Puts a dead or failed task back to queued; returns the task object. */
+json_t *task_requeue(store_t *st, int64_t id, fail_t *f);
+
+/* Inserts one task; the primitive that put and pipelines share.  `payload` is
+ * encoded JSON text.  *id receives the new id. */
+muster_err_t task_insert(store_t *st, const char *queue, const char *payload, int64_t priority,
+                         int64_t run_at_ms, const char *key, const char *session, int64_t index,
+                         int64_t parent, int64_t *id, fail_t *f);
+
+#endif

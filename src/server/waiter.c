@@ -1,0 +1,151 @@
+/*
+ * waiter.c — parked long-poll leases.
+ *
+ * A lease that finds nothing ready, and may wait, is parked here with a timer.
+ * When a put, release or retry makes tasks ready in a queue (store hook), the
+ * queue is marked; before the turn commits, waiter_serve leases to that
+ * queue's waiters in arrival order, so the wake-up shares the put's commit.
+ * Waiters are few (one per idle worker), so a list is enough.
+ */
+#include "waiter.h"
+#include "lease.h"
+#include "log.h"
+#include "queue.h"
+#include "worker.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct waiter {
+  waiter_t *next, *prev;
+  head_t *head;
+  struct evhttp_request *req;
+  struct event *timer;
+  char queue[NAME_MAX_LEN + 1];
+  int64_t worker, max;
+};
+
+static void waiter_unlink(head_t *h, waiter_t *w) {
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    h->waiters = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  event_free(w->timer);
+  free(w);
+}
+
+static void waiter_timeout(evutil_socket_t fd, short what, void *arg) {
+  waiter_t *w = arg;
+  head_t *h = w->head;
+  http_enqueue(h, w->req, 200, json_pack("{s:[]}", "leases"));
+  waiter_unlink(h, w);
+}
+
+void waiter_park(http_req_t *r, const char *queue, int64_t worker, int64_t max, int64_t wait_ms) {
+  head_t *h = r->head;
+  waiter_t *w = calloc(1, sizeof *w);
+  if (w == NULL) {
+    http_reply_json(r, 200, json_pack("{s:[]}", "leases"));
+    return;
+  }
+  *w = (waiter_t){.head = h, .req = r->req, .worker = worker, .max = max};
+  snprintf(w->queue, sizeof w->queue, "%s", queue);
+  w->timer = evtimer_new(h->base, waiter_timeout, w);
+  struct timeval tv = {.tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000};
+  evtimer_add(w->timer, &tv);
+  /* Append: the oldest waiter is served first. */
+  waiter_t **tail = &h->waiters, *prev = NULL;
+  while (*tail) {
+    prev = *tail;
+    tail = &(*tail)->next;
+  }
+  w->prev = prev;
+  *tail = w;
+  r->parked = true;
+}
+
+void waiter_mark_ready(head_t *h, const char *queue) {
+  bool waited = false;
+  for (waiter_t *w = h->waiters; w && !waited; w = w->next)
+    waited = strcmp(w->queue, queue) == 0;
+  if (!waited)
+    return;
+  for (size_t i = 0; i < h->ndirty; i++)
+    if (strcmp(h->dirty[i], queue) == 0)
+      return;
+  if (h->ndirty == h->dirty_cap) {
+    size_t cap = h->dirty_cap ? h->dirty_cap * 2 : 8;
+    void *grown = realloc(h->dirty, cap * sizeof *h->dirty);
+    if (grown == NULL)
+      return;
+    h->dirty = grown;
+    h->dirty_cap = cap;
+  }
+  snprintf(h->dirty[h->ndirty++], NAME_MAX_LEN + 1, "%s", queue);
+}
+
+void waiter_mark_all(head_t *h) {
+  for (waiter_t *w = h->waiters; w; w = w->next)
+    waiter_mark_ready(h, w->queue);
+}
+
+/* Tries to lease for one waiter; returns false when the queue has no ready task. */
+static bool waiter_try(head_t *h, waiter_t *w) {
+  if (evhttp_request_get_connection(w->req) == NULL) {
+    /* The client hung up; answering frees the request. */
+    evhttp_send_error(w->req, 500, NULL);
+    waiter_unlink(h, w);
+    return true;
+  }
+  fail_t f = {0};
+  if (store_request_begin(h->st, &f))
+    return false;
+  queue_t q;
+  json_t *leases = NULL;
+  if (!queue_load(h->st, w->queue, &q, &f) &&
+      (w->worker == 0 || !worker_check_active(h->st, w->worker, &f)))
+    leases = lease_acquire(h->st, &q, w->worker, w->max, &f);
+  store_request_end(h->st, f.code == MUSTER_OK);
+  if (f.code) {
+    json_t *err = json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(f.code), "message",
+                            fail_message(&f));
+    int status = muster_err_http_status(f.code);
+    http_enqueue(h, w->req, status ? status : 500, err);
+    waiter_unlink(h, w);
+    return true;
+  }
+  if (json_array_size(leases) == 0) {
+    json_decref(leases);
+    return false;
+  }
+  http_enqueue(h, w->req, 200, json_pack("{s:o}", "leases", leases));
+  waiter_unlink(h, w);
+  return true;
+}
+
+void waiter_serve(head_t *h) {
+  /* Serving may mark queues again (a lease that sends a task dead does not,
+   * but be safe): take the list, then serve. */
+  while (h->ndirty > 0) {
+    char queue[NAME_MAX_LEN + 1];
+    snprintf(queue, sizeof queue, "%s", h->dirty[--h->ndirty]);
+    waiter_t *w = h->waiters;
+    while (w) {
+      waiter_t *next = w->next;
+      if (strcmp(w->queue, queue) == 0 && !waiter_try(h, w))
+        break;
+      w = next;
+    }
+  }
+}
+
+void waiter_release_all(head_t *h) {
+  while (h->waiters) {
+    http_enqueue(h, h->waiters->req, 200, json_pack("{s:[]}", "leases"));
+    waiter_unlink(h, h->waiters);
+  }
+}

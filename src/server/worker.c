@@ -1,0 +1,274 @@
+/*
+ * worker.c — worker registry.
+ *
+ * Workers are never deleted: a gone worker keeps its counters so the
+ * leaderboard (totals per nickname) stays whole.  Display names are made from
+ * the id, so they are unique and stable without another table.
+ */
+#include "worker.h"
+#include "jv.h"
+#include "lease.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const name_adjectives[] = {
+    "brisk", "calm",  "deft",  "eager", "fond",  "glad",  "hardy", "jolly", "keen",  "lucid",
+    "merry", "noble", "plucky", "quick", "rapid", "sly",   "sturdy", "tidy", "vivid", "witty"};
+static const char *const name_animals[] = {
+    "otter", "heron", "lynx",  "badger", "falcon", "marten", "ibex",   "koala", "lemur", "newt",
+    "orca",  "panda", "quail", "raven",  "stoat",  "tapir",  "walrus", "yak",   "zebra", "gecko"};
+#define N_ADJ (sizeof name_adjectives / sizeof name_adjectives[0])
+#define N_ANIMAL (sizeof name_animals / sizeof name_animals[0])
+
+static void worker_make_name(int64_t id, char *out, size_t size) {
+  uint64_t h = (uint64_t)id * 0x9E3779B97F4A7C15ull;
+  snprintf(out, size, "%s-%s-%lld", name_adjectives[(h >> 32) % N_ADJ],
+           name_animals[(h >> 16) % N_ANIMAL], (long long)id);
+}
+
+/* Validates body["queues"] (array of names) and body["labels"] (object) and
+ * returns them encoded (caller frees), NULL for absent. */
+static muster_err_t worker_extras(const json_t *body, char **queues, char **labels, fail_t *f) {
+  const json_t *q = json_object_get(body, "queues"), *l = json_object_get(body, "labels");
+  *queues = *labels = NULL;
+  if (q && !json_is_null(q)) {
+    if (!json_is_array(q))
+      return fail_set(f, MUSTER_INVALID, "queues: expected an array of queue names");
+    for (size_t i = 0; i < json_array_size(q); i++)
+      if (!name_is_valid(json_string_value(json_array_get(q, i))))
+        return fail_set(f, MUSTER_INVALID, "queues[%zu]: expected a queue name", i);
+    *queues = jv_encode(q);
+  }
+  if (l && !json_is_null(l)) {
+    if (!json_is_object(l))
+      return fail_set(f, MUSTER_INVALID, "labels: expected an object");
+    *labels = jv_encode(l);
+  }
+  return MUSTER_OK;
+}
+
+json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout_ms, fail_t *f) {
+  static const char *const allowed[] = {"nickname", "queues", "node", "labels", "timeout_ms", NULL};
+  const char *nickname, *node;
+  int64_t timeout_ms;
+  char *queues = NULL, *labels = NULL;
+  if (jv_only(body, "", allowed, f) ||
+      jv_str(body, "nickname", "", "anonymous", WORKER_MAX_NICKNAME, &nickname, f) ||
+      jv_str(body, "node", "", NULL, 256, &node, f) ||
+      jv_int(body, "timeout_ms", "", default_timeout_ms, 100, 7LL * 24 * 3600 * 1000, &timeout_ms,
+             f) ||
+      worker_extras(body, &queues, &labels, f))
+    return NULL;
+  if (nickname[0] == '\0')
+    nickname = "anonymous";
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO workers(name, nickname, node, queues, labels,"
+                                   " state, last_seen_ms, created_ms, timeout_ms)"
+                                   " VALUES('', ?1, ?2, ?3, ?4, 0, ?5, ?5, ?6)");
+  json_t *out = NULL;
+  if (s == NULL) {
+    store_fail(st, f, "worker register");
+    goto done;
+  }
+  store_bind_text(s, 1, nickname);
+  store_bind_text(s, 2, node);
+  store_bind_text(s, 3, queues);
+  store_bind_text(s, 4, labels);
+  sqlite3_bind_int64(s, 5, now_ms());
+  sqlite3_bind_int64(s, 6, timeout_ms);
+  if (store_step_done(st, s, f))
+    goto done;
+  int64_t id = sqlite3_last_insert_rowid(store_db(st));
+  char name[96];
+  worker_make_name(id, name, sizeof name);
+  s = store_stmt(st, "UPDATE workers SET name = ?2 WHERE id = ?1");
+  sqlite3_bind_int64(s, 1, id);
+  store_bind_text(s, 2, name);
+  if (store_step_done(st, s, f))
+    goto done;
+  out = json_pack("{s:I, s:s, s:s, s:I}", "id", (json_int_t)id, "name", name, "nickname", nickname,
+                  "timeout_ms", (json_int_t)timeout_ms);
+done:
+  free(queues);
+  free(labels);
+  return out;
+}
+
+muster_err_t worker_check_active(store_t *st, int64_t id, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT state FROM workers WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "worker lookup");
+  sqlite3_bind_int64(s, 1, id);
+  int rc = sqlite3_step(s);
+  int state = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+  store_reset(s);
+  if (state == WORKER_ACTIVE)
+    return MUSTER_OK;
+  if (state == WORKER_GONE)
+    return fail_set(f, MUSTER_WORKER_NOT_FOUND,
+                    "worker %lld is gone (it said bye or timed out); register again",
+                    (long long)id);
+  return fail_set(f, MUSTER_WORKER_NOT_FOUND, "worker %lld does not exist", (long long)id);
+}
+
+json_t *worker_heartbeat(store_t *st, int64_t id, const json_t *body, fail_t *f) {
+  static const char *const allowed[] = {"progress", NULL};
+  const char *progress;
+  if (jv_only(body, "", allowed, f) ||
+      jv_str(body, "progress", "", NULL, WORKER_MAX_PROGRESS, &progress, f) ||
+      worker_check_active(st, id, f))
+    return NULL;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE workers SET last_seen_ms = ?2,"
+                                   " progress = coalesce(?3, progress) WHERE id = ?1");
+  if (s == NULL) {
+    store_fail(st, f, "heartbeat");
+    return NULL;
+  }
+  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 2, now_ms());
+  store_bind_text(s, 3, progress);
+  if (store_step_done(st, s, f))
+    return NULL;
+  return json_pack("{s:I, s:s}", "id", (json_int_t)id, "state", "active");
+}
+
+static muster_err_t worker_mark_gone(store_t *st, int64_t id, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE workers SET state = 1 WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "worker update");
+  sqlite3_bind_int64(s, 1, id);
+  return store_step_done(st, s, f);
+}
+
+json_t *worker_bye(store_t *st, int64_t id, fail_t *f) {
+  if (worker_check_active(st, id, f) || worker_mark_gone(st, id, f))
+    return NULL;
+  int64_t released = lease_end_worker(st, id, false);
+  if (released < 0) {
+    store_fail(st, f, "releasing leases");
+    return NULL;
+  }
+  return json_pack("{s:I, s:I}", "id", (json_int_t)id, "released", (json_int_t)released);
+}
+
+muster_err_t worker_count(store_t *st, int64_t id, worker_counter_t which, fail_t *f) {
+  static const char *const sql[] = {
+      [WORKER_COMPLETED] = "UPDATE workers SET completed = completed + 1 WHERE id = ?1",
+      [WORKER_FAILED] = "UPDATE workers SET failed = failed + 1 WHERE id = ?1",
+      [WORKER_FLAGGED] = "UPDATE workers SET flagged = flagged + 1 WHERE id = ?1"};
+  if (id <= 0)
+    return MUSTER_OK;
+  sqlite3_stmt *s = store_stmt(st, sql[which]);
+  if (s == NULL)
+    return store_fail(st, f, "worker counter");
+  sqlite3_bind_int64(s, 1, id);
+  return store_step_done(st, s, f);
+}
+
+#define WORKER_COLUMNS                                                                            \
+  "w.id, w.name, w.nickname, w.node, w.queues, w.labels, w.state, w.progress, w.last_seen_ms,"   \
+  " w.created_ms, w.timeout_ms, w.completed, w.failed, w.flagged,"                               \
+  " (SELECT count(*) FROM tasks t WHERE t.state = 1 AND t.worker = w.id)"
+
+static json_t *text_json(sqlite3_stmt *s, int col, bool decode) {
+  const unsigned char *t = sqlite3_column_text(s, col);
+  if (t == NULL)
+    return json_null();
+  return decode ? jv_decode((const char *)t) : json_string((const char *)t);
+}
+
+static json_t *worker_from_row(sqlite3_stmt *s) {
+  return json_pack(
+      "{s:I, s:s, s:s, s:o, s:o, s:o, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
+      (json_int_t)sqlite3_column_int64(s, 0), "name", (const char *)sqlite3_column_text(s, 1),
+      "nickname", (const char *)sqlite3_column_text(s, 2), "node", text_json(s, 3, false),
+      "queues", text_json(s, 4, true), "labels", text_json(s, 5, true), "state",
+      sqlite3_column_int(s, 6) == WORKER_ACTIVE ? "active" : "gone", "progress",
+      text_json(s, 7, false), "last_seen_ms", (json_int_t)sqlite3_column_int64(s, 8),
+      "created_ms", (json_int_t)sqlite3_column_int64(s, 9), "timeout_ms",
+      (json_int_t)sqlite3_column_int64(s, 10), "completed",
+      (json_int_t)sqlite3_column_int64(s, 11), "failed", (json_int_t)sqlite3_column_int64(s, 12),
+      "flagged", (json_int_t)sqlite3_column_int64(s, 13), "leases",
+      (json_int_t)sqlite3_column_int64(s, 14));
+}
+
+json_t *worker_get(store_t *st, int64_t id, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT " WORKER_COLUMNS " FROM workers w WHERE w.id = ?1");
+  if (s == NULL) {
+    store_fail(st, f, "worker lookup");
+    return NULL;
+  }
+  sqlite3_bind_int64(s, 1, id);
+  json_t *w = sqlite3_step(s) == SQLITE_ROW ? worker_from_row(s) : NULL;
+  store_reset(s);
+  if (w == NULL)
+    fail_set(f, MUSTER_WORKER_NOT_FOUND, "worker %lld does not exist", (long long)id);
+  return w;
+}
+
+json_t *worker_list(store_t *st, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT " WORKER_COLUMNS " FROM workers w ORDER BY w.id");
+  if (s == NULL) {
+    store_fail(st, f, "worker list");
+    return NULL;
+  }
+  json_t *list = json_array();
+  while (sqlite3_step(s) == SQLITE_ROW)
+    json_array_append_new(list, worker_from_row(s));
+  store_reset(s);
+  return json_pack("{s:o}", "workers", list);
+}
+
+json_t *worker_leaderboard(store_t *st, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT nickname, sum(completed), sum(failed), sum(flagged),"
+                                   " count(*) FROM workers GROUP BY nickname"
+                                   " ORDER BY sum(completed) DESC, nickname");
+  if (s == NULL) {
+    store_fail(st, f, "leaderboard");
+    return NULL;
+  }
+  json_t *list = json_array();
+  while (sqlite3_step(s) == SQLITE_ROW)
+    json_array_append_new(
+        list, json_pack("{s:s, s:I, s:I, s:I, s:I}", "nickname",
+                        (const char *)sqlite3_column_text(s, 0), "completed",
+                        (json_int_t)sqlite3_column_int64(s, 1), "failed",
+                        (json_int_t)sqlite3_column_int64(s, 2), "flagged",
+                        (json_int_t)sqlite3_column_int64(s, 3), "workers",
+                        (json_int_t)sqlite3_column_int64(s, 4)));
+  store_reset(s);
+  return json_pack("{s:o}", "leaderboard", list);
+}
+
+int64_t worker_expire_due(store_t *st, int64_t now) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT id FROM workers WHERE state = 0"
+                                   " AND last_seen_ms + timeout_ms <= ?1 LIMIT 256");
+  if (s == NULL)
+    return -1;
+  int64_t ids[256];
+  size_t n = 0;
+  sqlite3_bind_int64(s, 1, now);
+  while (n < 256 && sqlite3_step(s) == SQLITE_ROW)
+    ids[n++] = sqlite3_column_int64(s, 0);
+  store_reset(s);
+  for (size_t i = 0; i < n; i++) {
+    fail_t f = {0};
+    if (worker_mark_gone(st, ids[i], &f) || lease_end_worker(st, ids[i], true) < 0)
+      return -1;
+    log_msg(LOG_INFO, "worker %lld timed out; its leases were returned", (long long)ids[i]);
+  }
+  return (int64_t)n;
+}
+
+bool worker_any_due(store_t *st, int64_t now) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM workers WHERE state = 0"
+                                   " AND last_seen_ms + timeout_ms <= ?1 LIMIT 1");
+  if (s == NULL)
+    return true;
+  sqlite3_bind_int64(s, 1, now);
+  bool due = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return due;
+}

@@ -1,0 +1,40 @@
+/*
+ * worker.h — registered consumers: heartbeats, progress, goodbyes, timeouts,
+ * per-worker counters and the per-nickname leaderboard.
+ */
+#ifndef MUSTER_SERVER_WORKER_H
+#define MUSTER_SERVER_WORKER_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "store.h"
+
+#define WORKER_DEFAULT_TIMEOUT_MS 60000
+#define WORKER_MAX_NICKNAME 64
+#define WORKER_MAX_PROGRESS 1024
+
+typedef enum { WORKER_ACTIVE = 0, WORKER_GONE = 1 } worker_state_t;
+typedef enum { WORKER_COMPLETED, WORKER_FAILED, WORKER_FLAGGED } worker_counter_t;
+
+/* Registers a worker from body {"nickname", "queues", "node", "labels",
+ * "timeout_ms"}; returns {"id", "name", "nickname", "timeout_ms"}. */
+json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout_ms, fail_t *f);
+/* Records a heartbeat (and progress); MUSTER_WORKER_NOT_FOUND when unknown or gone. */
+json_t *worker_heartbeat(store_t *st, int64_t id, const json_t *body, fail_t *f);
+/* Marks the worker gone and releases its leases; returns {"id", "released"}. */
+json_t *worker_bye(store_t *st, int64_t id, fail_t *f);
+json_t *worker_get(store_t *st, int64_t id, fail_t *f);
+json_t *worker_list(store_t *st, fail_t *f);
+json_t *worker_leaderboard(store_t *st, fail_t *f);
+/* MUSTER_OK when `id` is a registered, active worker. */
+muster_err_t worker_check_active(store_t *st, int64_t id, fail_t *f);
+/* Adds one to a counter of worker `id`; a no-op for id 0 (anonymous). */
+muster_err_t worker_count(store_t *st, int64_t id, worker_counter_t which, fail_t *f);
+/* True when some active worker is silent past its timeout at `now`. */
+bool worker_any_due(store_t *st, int64_t now);
+/* Marks workers silent past their timeout as gone and lapses their leases.
+ * Returns how many went, -1 on store failure. */
+int64_t worker_expire_due(store_t *st, int64_t now);
+
+#endif
