@@ -175,22 +175,33 @@ bool store_in_tx(const store_t *st) {
   return st->in_tx;
 }
 
+/* Runs one of the transaction-control statements through the cache: they
+ * run on every request, so parsing them each time would show. */
+static muster_err_t store_control(store_t *st, const char *sql, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, sql);
+  if (s == NULL)
+    return store_fail(st, f, sql);
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  return rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, sql);
+}
+
 muster_err_t store_request_begin(store_t *st, fail_t *f) {
   if (!st->in_tx) {
-    if (store_exec(st, "BEGIN IMMEDIATE", f))
+    if (store_control(st, "BEGIN IMMEDIATE", f))
       return f->code;
     st->in_tx = true;
     if (st->on_tx)
       st->on_tx(st->hook_arg);
   }
-  return store_exec(st, "SAVEPOINT req", f);
+  return store_control(st, "SAVEPOINT req", f);
 }
 
 void store_request_end(store_t *st, bool ok) {
   fail_t ignored = {0};
   if (!ok)
-    store_exec(st, "ROLLBACK TO req", &ignored);
-  store_exec(st, "RELEASE req", &ignored);
+    store_control(st, "ROLLBACK TO req", &ignored);
+  store_control(st, "RELEASE req", &ignored);
 }
 
 muster_err_t store_commit(store_t *st, fail_t *f) {
@@ -206,8 +217,7 @@ muster_err_t store_commit(store_t *st, fail_t *f) {
     sqlite3_step(s);
     store_reset(s);
   }
-  if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
-    store_fail(st, f, "commit");
+  if (store_control(st, "COMMIT", f) != MUSTER_OK) {
     sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     return MUSTER_STORE;
   }
