@@ -1,0 +1,300 @@
+"""Leases: complete, fail (backoff, permanent, max_attempts -> dead), extend, release,
+flag; fencing tokens; lease expiry (docs/api.md, "Leases")."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from test_api_common import ApiTestCase, now_ms  # noqa: E402
+
+KINDS = ("complete", "fail", "extend", "release", "flag")
+
+
+def item(lease, **extra):
+    return dict({"task": lease["task"], "token": lease["token"]}, **extra)
+
+
+class LeaseCallTest(ApiTestCase):
+
+    def test_complete(self):
+        self.create_queue()
+        ids = self.put("a", "b", "c")
+        la, lb, lc = self.lease(max=3)
+        t0 = now_ms()
+        r = self.ack("complete", [item(la, result={"out": [1, 2]}), item(lb, result="text")])
+        t1 = now_ms()
+        self.assertEqual(r, {"completed": [{"task": ids[0], "next_task": None},
+                                           {"task": ids[1], "next_task": None}]})
+        a = self.get_task(ids[0])
+        self.assertEqual((a["state"], a["result"], a["lease"], a["attempts"]),
+                         ("done", {"out": [1, 2]}, None, 1))
+        self.assert_between(a["updated_ms"], t0, t1, "updated_ms")
+        self.assertEqual(self.get_task(ids[1])["result"], "text")
+        # Without a result: null.
+        self.ack("complete", [item(lc)])
+        c = self.get_task(ids[2])
+        self.assertEqual((c["state"], c["result"]), ("done", None))
+        self.assert_counts(done=3)
+        # Completing again with the same token: the lease is gone.
+        r = self.expect_error("POST", "/v1/leases/complete", {"leases": [item(la, result=0)]},
+                              409, "lease_lost")
+        self.assertEqual(self.get_task(ids[0])["result"], {"out": [1, 2]})
+
+    def test_fail_with_backoff(self):
+        self.create_queue(backoff_ms=300, backoff_max_ms=700, max_attempts=10)
+        [tid] = self.put("x")
+        expected_delays = [300, 600, 700, 700]
+        for attempt, delay in enumerate(expected_delays, start=1):
+            lease = self.wait_lease(timeout=5)[0]
+            self.assertEqual((lease["task"], lease["attempt"]), (tid, attempt))
+            t0 = now_ms()
+            r = self.ack("fail", [item(lease, error="err %d" % attempt)])
+            t1 = now_ms()
+            [f] = r["failed"]
+            self.assertEqual((f["task"], f["state"]), (tid, "queued"), r)
+            self.assert_between(f["run_at_ms"], t0 + delay, t1 + delay,
+                                "run_at_ms after attempt %d" % attempt)
+            t = self.get_task(tid)
+            self.assertEqual((t["state"], t["attempts"], t["error"], t["run_at_ms"], t["lease"]),
+                             ("queued", attempt, "err %d" % attempt, f["run_at_ms"], None))
+            # Not leasable before run_at_ms.
+            if now_ms() < f["run_at_ms"] - 50:
+                self.assertEqual(self.lease(), [], "leased during backoff")
+            self.assert_counts(queued=1)
+
+    def test_fail_permanent(self):
+        self.create_queue(max_attempts=5, backoff_ms=0)
+        [tid] = self.put("x")
+        lease = self.lease_one()
+        r = self.ack("fail", [item(lease, error="bad input", permanent=True)])
+        self.assertEqual(len(r["failed"]), 1)
+        self.assertEqual((r["failed"][0]["task"], r["failed"][0]["state"]), (tid, "failed"))
+        t = self.get_task(tid)
+        self.assertEqual((t["state"], t["error"], t["lease"]), ("failed", "bad input", None))
+        self.assertEqual(self.lease(), [])
+        self.assert_counts(failed=1)
+
+    def test_fail_without_error_text(self):
+        self.create_queue(backoff_ms=0)
+        [tid] = self.put("x")
+        r = self.ack("fail", [item(self.lease_one())])
+        self.assertEqual(r["failed"][0]["state"], "queued")
+        self.assertEqual(self.get_task(tid)["state"], "queued")
+
+    def test_max_attempts_dead_on_fail(self):
+        self.create_queue(max_attempts=2, backoff_ms=0)
+        [tid] = self.put("x")
+        r = self.ack("fail", [item(self.lease_one(), error="one")])
+        self.assertEqual(r["failed"][0]["state"], "queued")
+        lease = self.wait_lease()[0]
+        self.assertEqual(lease["attempt"], 2)
+        r = self.ack("fail", [item(lease, error="two")])
+        self.assertEqual((r["failed"][0]["task"], r["failed"][0]["state"]), (tid, "dead"))
+        t = self.get_task(tid)
+        self.assertEqual((t["state"], t["attempts"], t["error"]), ("dead", 2, "two"))
+        self.assertEqual(self.lease(), [])
+        self.assertEqual([x["id"] for x in self.list_tasks(state="dead")], [tid])
+        self.assert_counts(dead=1)
+        # Dead letters can be requeued and leased again from attempt 1.
+        self.assertEqual(self.expect("POST", "/v1/queues/%s/requeue" % self.q), {"requeued": 1})
+        self.assertEqual(self.lease_one()["attempt"], 1)
+
+    def test_extend(self):
+        self.create_queue(lease_ms=400, backoff_ms=0)
+        [tid] = self.put("x")
+        lease = self.lease_one()
+        t0 = now_ms()
+        r = self.ack("extend", [item(lease, lease_ms=5000)])
+        t1 = now_ms()
+        [e] = r["extended"]
+        self.assertEqual(e["task"], tid)
+        self.assert_between(e["deadline_ms"], t0 + 5000, t1 + 5000, "extended deadline")
+        self.assertEqual(self.get_task(tid)["lease"]["deadline_ms"], e["deadline_ms"])
+        # Well past the original deadline (and several sweeps), it is still ours.
+        harness.wait_until(lambda: now_ms() > lease["deadline_ms"] + 300,
+                           what="the original deadline to pass")
+        t = self.get_task(tid)
+        self.assertEqual((t["state"], t["attempts"]), ("leased", 1))
+        # Without lease_ms: the queue's.
+        t0 = now_ms()
+        r = self.ack("extend", [item(lease)])
+        t1 = now_ms()
+        self.assert_between(r["extended"][0]["deadline_ms"], t0 + 400, t1 + 400,
+                            "deadline with the queue's lease_ms")
+        # The token still completes.
+        self.ack("complete", [item(lease, result=1)])
+        self.assertEqual(self.get_task(tid)["state"], "done")
+
+    def test_release(self):
+        self.create_queue(backoff_ms=60000)
+        ids = self.put("a", "b")
+        la, lb = self.lease(max=2)
+        r = self.ack("release", [item(la), item(lb)])
+        self.assertEqual(r, {"released": 2})
+        for tid in ids:
+            t = self.get_task(tid)
+            self.assertEqual((t["state"], t["attempts"], t["lease"]), ("queued", 0, None), t)
+        # Back at once (no backoff), attempt not counted.
+        again = self.lease(max=2)
+        self.assertEqual([x["task"] for x in again], ids)
+        self.assertEqual([x["attempt"] for x in again], [1, 1])
+        self.assertNotIn(again[0]["token"], (la["token"], lb["token"]))
+        # The released token is dead.
+        for kind in KINDS:
+            self.expect_error("POST", "/v1/leases/" + kind, {"leases": [item(la)]}, 409,
+                              "lease_lost")
+        self.assertEqual(self.get_task(ids[0])["state"], "leased")
+
+    def test_flag(self):
+        self.create_queue(max_flags=3, backoff_ms=0)
+        [tid] = self.put("x")
+        for n in (1, 2):
+            [lease] = self.wait_lease()
+            self.assertEqual(lease["attempt"], 1, "a flag does not count as an attempt")
+            r = self.ack("flag", [item(lease, reason="corrupt input")])
+            self.assertEqual(r, {"flagged": [{"task": tid, "state": "queued", "reopened": None}]})
+            t = self.get_task(tid)
+            self.assertEqual((t["state"], t["flags"], t["attempts"], t["lease"]),
+                             ("queued", n, 0, None), t)
+        [lease] = self.wait_lease()
+        r = self.ack("flag", [item(lease)])
+        self.assertEqual(r, {"flagged": [{"task": tid, "state": "dead", "reopened": None}]})
+        t = self.get_task(tid)
+        self.assertEqual((t["state"], t["flags"]), ("dead", 3))
+        self.assert_counts(dead=1)
+
+
+class FencingTest(ApiTestCase):
+
+    def expire(self, tid, lease):
+        """Waits until the lease's deadline passes and the task is queued again."""
+        return self.wait_state(tid, "queued", timeout=10)
+
+    def test_stale_token_after_expiry(self):
+        self.create_queue(lease_ms=300, backoff_ms=0)
+        [tid] = self.put("x")
+        first = self.lease_one()
+        self.expire(tid, first)
+        second = self.lease_one()
+        self.assertEqual((second["task"], second["attempt"]), (tid, 2))
+        self.assertNotEqual(second["token"], first["token"])
+        self.ack("extend", [item(second, lease_ms=60000)])
+        for kind, extra in (("complete", {"result": "first"}), ("fail", {"error": "first"}),
+                            ("extend", {"lease_ms": 1000}), ("release", {}),
+                            ("flag", {"reason": "first"})):
+            r = self.expect_error("POST", "/v1/leases/" + kind,
+                                  {"leases": [item(first, **extra)]}, 409, "lease_lost")
+        t = self.get_task(tid)
+        self.assertEqual((t["state"], t["flags"], t["attempts"], t["error"]),
+                         ("leased", 0, 2, None))
+        self.ack("complete", [item(second, result="second")])
+        self.expect_error("POST", "/v1/leases/complete",
+                          {"leases": [item(first, result="first")]}, 409, "lease_lost")
+        t = self.get_task(tid)
+        self.assertEqual((t["state"], t["result"]), ("done", "second"))
+
+    def test_wrong_tokens(self):
+        self.create_queue()
+        self.put("a", "b")
+        la, lb = self.lease(max=2)
+        before = self.snapshot()
+        for bad in ({"task": la["task"], "token": la["token"] + 1000003},
+                    {"task": la["task"], "token": lb["token"]},
+                    {"task": lb["task"], "token": la["token"]}):
+            for kind in KINDS:
+                self.expect_error("POST", "/v1/leases/" + kind, {"leases": [bad]}, 409,
+                                  "lease_lost")
+        self.assertEqual(self.snapshot(), before)
+
+    def test_token_of_queued_task(self):
+        self.create_queue()
+        [tid] = self.put("a")
+        self.expect_error("POST", "/v1/leases/complete",
+                          {"leases": [{"task": tid, "token": 1}]}, 409, "lease_lost")
+        self.assertEqual(self.get_task(tid)["state"], "queued")
+
+    def test_batch_with_one_stale_token_changes_nothing(self):
+        self.create_queue(lease_ms=60000, max_flags=1, backoff_ms=0)
+        self.put("a", "b", "c")
+        la, lb, lc = self.lease(max=3)
+        stale = dict(item(lc), token=lc["token"] + 7777777)
+        before = self.snapshot()
+        for kind, extra in (("complete", {"result": 1}), ("fail", {"permanent": True}),
+                            ("extend", {"lease_ms": 999999}), ("release", {}), ("flag", {})):
+            body = {"leases": [item(la, **extra), item(lb, **extra), dict(stale, **extra)]}
+            r = self.expect_error("POST", "/v1/leases/" + kind, body, 409, "lease_lost")
+            self.assertIn("[2]", r.json["error"]["message"], "the message names the element")
+            self.assertEqual(self.snapshot(), before, "%s half-applied" % kind)
+        # An unknown task in a batch: task_not_found, nothing changed.
+        for kind in KINDS:
+            body = {"leases": [item(la), {"task": 987654321, "token": 5}]}
+            self.expect_error("POST", "/v1/leases/" + kind, body, 404, "task_not_found")
+            self.assertEqual(self.snapshot(), before, "%s half-applied" % kind)
+        # The valid tokens still work together.
+        r = self.ack("complete", [item(la), item(lb), item(lc)])
+        self.assertEqual(len(r["completed"]), 3)
+        self.assert_counts(done=3)
+
+    def test_same_task_twice_in_one_batch(self):
+        self.create_queue()
+        [tid] = self.put("a")
+        lease = self.lease_one()
+        before = self.snapshot()
+        r = self.call("POST", "/v1/leases/complete",
+                      {"leases": [item(lease, result=1), item(lease, result=2)]})
+        # The second element names a lease the first one ended: the batch is refused
+        # (lease_lost) or, if accepted, the task is done exactly once.
+        if r.status == 200:
+            self.assertEqual(self.get_task(tid)["state"], "done")
+            self.assert_counts(done=1)
+        else:
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            self.assertEqual(self.snapshot(), before)
+
+
+class ExpiryTest(ApiTestCase):
+
+    def test_expiry_returns_task_to_queued(self):
+        self.create_queue(lease_ms=300, backoff_ms=0, max_attempts=5)
+        [tid] = self.put("x")
+        lease = self.lease_one()
+        self.assert_counts(leased=1)
+        t = self.wait_state(tid, "queued")
+        self.assertGreaterEqual(now_ms(), lease["deadline_ms"] - 20, "expired before deadline")
+        self.assertEqual((t["attempts"], t["lease"]), (1, None))
+        self.assert_counts(queued=1)
+        again = self.lease_one()
+        self.assertEqual((again["task"], again["attempt"]), (tid, 2))
+
+    def test_expiry_applies_backoff(self):
+        self.create_queue(lease_ms=200, backoff_ms=5000, backoff_max_ms=5000)
+        [tid] = self.put("x")
+        lease = self.lease_one()
+        t = self.wait_state(tid, "queued")
+        self.assertGreaterEqual(t["run_at_ms"], lease["deadline_ms"] + 5000 - 200,
+                                "no backoff after expiry: %r" % t)
+        self.assertEqual(self.lease(), [])
+
+    def test_expiry_with_attempts_used_up_is_dead(self):
+        self.create_queue(lease_ms=200, backoff_ms=0, max_attempts=1)
+        [tid] = self.put("x")
+        self.lease_one()
+        t = self.wait_state(tid, "dead")
+        self.assertEqual((t["attempts"], t["lease"]), (1, None))
+        self.assertEqual(self.lease(), [])
+        self.assert_counts(dead=1)
+
+    def test_completion_before_deadline_is_not_expired(self):
+        self.create_queue(lease_ms=300, backoff_ms=0)
+        [tid] = self.put("x")
+        lease = self.lease_one()
+        self.ack("complete", [item(lease, result="ok")])
+        harness.wait_until(lambda: now_ms() > lease["deadline_ms"] + 300,
+                           what="the deadline to pass")
+        t = self.get_task(tid)
+        self.assertEqual((t["state"], t["result"], t["attempts"]), ("done", "ok", 1))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,296 @@
+"""Tasks: batch put, get, list with state filter and pagination, idempotency keys,
+requeue of one task, priority/FIFO order, delay_ms and max on lease (docs/api.md)."""
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from test_api_common import ApiTestCase, MAX_ID, now_ms  # noqa: E402
+
+
+class TaskTest(ApiTestCase):
+
+    def test_put_and_get_every_field(self):
+        self.create_queue()
+        payload = {"url": "a.jpg", "n": [1, 2.5, None, True], "s": "\u00e9\u4e2d"}
+        t0 = now_ms()
+        res = self.put_tasks([{"payload": payload, "priority": 5, "delay_ms": 0,
+                               "key": "img-a", "session": "s1", "index": 0}])
+        t1 = now_ms()
+        self.assertEqual(len(res), 1)
+        self.assertEqual(set(res[0]), {"id", "created"})
+        self.assertIs(res[0]["created"], True)
+        t = self.get_task(res[0]["id"])
+        self.assertEqual(t["id"], res[0]["id"])
+        self.assertEqual(t["queue"], self.q)
+        self.assertEqual(t["state"], "queued")
+        self.assertEqual(t["priority"], 5)
+        self.assertEqual(t["payload"], payload)
+        self.assertIsNone(t["result"])
+        self.assertIsNone(t["error"])
+        self.assertEqual(t["attempts"], 0)
+        self.assertEqual(t["flags"], 0)
+        self.assertEqual(t["key"], "img-a")
+        self.assertEqual(t["session"], "s1")
+        self.assertEqual(t["index"], 0)
+        self.assertIsNone(t["parent"])
+        self.assertIsNone(t["lease"])
+        self.assert_between(t["created_ms"], t0, t1, "created_ms")
+        self.assert_between(t["updated_ms"], t0, t1, "updated_ms")
+        self.assert_between(t["run_at_ms"], t0, t1, "run_at_ms")
+
+    def test_put_defaults(self):
+        self.create_queue()
+        [tid] = self.put({"a": 1})
+        t = self.get_task(tid)
+        self.assertEqual((t["priority"], t["key"], t["session"], t["index"], t["parent"]),
+                         (0, None, None, None, None), t)
+
+    def test_payload_kinds(self):
+        self.create_queue()
+        payloads = ["just a string", "{\"not\": \"parsed\"}", 42, -1.5, [1, "two", {"3": 4}],
+                    {"nested": {"deep": [[], {}]}}, True, "", "line\nbreak\ttab \u2603"]
+        ids = self.put(*payloads)
+        for tid, p in zip(ids, payloads):
+            got = self.get_task(tid)["payload"]
+            self.assertEqual(got, p)
+            self.assertEqual(type(got), type(p), "payload %r came back as %r" % (p, got))
+        leases = self.lease(max=len(payloads))
+        self.assertEqual([x["payload"] for x in leases], payloads)
+
+    def test_batch_ids_in_input_order(self):
+        self.create_queue()
+        ids = self.put(*range(50))
+        self.assertEqual(len(set(ids)), 50)
+        self.assertEqual(ids, sorted(ids), "ids must ascend in put order")
+        more = self.put("x")
+        self.assertGreater(more[0], ids[-1])
+        for i, tid in enumerate(ids):
+            self.assertTrue(0 < tid < MAX_ID)
+        self.assertEqual([t["payload"] for t in self.list_tasks()], list(range(50)) + ["x"])
+        self.assert_counts(queued=51)
+
+    def test_get_unknown_and_bad_ids(self):
+        self.expect_error("GET", "/v1/tasks/987654321", None, 404, "task_not_found")
+        for bad in ("abc", "0", "-1", "1.5", "1e3", "0x10", str(MAX_ID), "99999999999999999999",
+                    "%20"):
+            self.expect_error("GET", "/v1/tasks/" + bad, None, 400, "bad_request")
+
+    def test_list_state_filter(self):
+        self.create_queue(max_attempts=1, backoff_ms=0)
+        ids = self.put(*range(6))
+        l1, l2, l3, l4 = self.lease(max=4)
+        self.ack("complete", [{"task": l1["task"], "token": l1["token"], "result": "r"}])
+        self.ack("fail", [{"task": l2["task"], "token": l2["token"], "permanent": True}])
+        self.ack("fail", [{"task": l3["task"], "token": l3["token"]}])
+        expect = {"queued": ids[4:], "leased": [l4["task"]], "done": [l1["task"]],
+                  "failed": [l2["task"]], "dead": [l3["task"]], "cancelled": []}
+        for state, want in expect.items():
+            page = self.expect("GET", "/v1/queues/%s/tasks?state=%s" % (self.q, state))
+            self.assertEqual([t["id"] for t in page["tasks"]], want, state)
+            self.assertIsNone(page["next"])
+            for t in page["tasks"]:
+                self.assert_task_shape(t)
+                self.assertEqual(t["state"], state)
+                self.assertEqual(t, self.get_task(t["id"]))
+        everything = self.expect("GET", "/v1/queues/%s/tasks" % self.q)
+        self.assertEqual([t["id"] for t in everything["tasks"]], ids)
+        self.assertIsNone(everything["next"])
+        leased = self.expect("GET", "/v1/queues/%s/tasks?state=leased" % self.q)["tasks"][0]
+        self.assertEqual(leased["lease"]["deadline_ms"], l4["deadline_ms"])
+
+    def test_pagination(self):
+        self.create_queue()
+        ids = self.put(*range(25))
+        seen, after, pages = [], 0, 0
+        while True:
+            page = self.expect("GET", "/v1/queues/%s/tasks?limit=10&after=%d" % (self.q, after))
+            pages += 1
+            self.assertLessEqual(len(page["tasks"]), 10)
+            seen += [t["id"] for t in page["tasks"]]
+            if page["next"] is None:
+                break
+            self.assertEqual(len(page["tasks"]), 10, "a short page must be the last")
+            after = page["next"]
+            self.assertLess(pages, 10)
+        self.assertEqual(pages, 3)
+        self.assertEqual(seen, ids)
+        # after= in the middle, and limit with a state filter.
+        page = self.expect("GET", "/v1/queues/%s/tasks?after=%d&limit=3" % (self.q, ids[20]))
+        self.assertEqual([t["id"] for t in page["tasks"]], ids[21:24])
+        page = self.expect("GET", "/v1/queues/%s/tasks?state=queued&after=%d" % (self.q, ids[-1]))
+        self.assertEqual(page, {"tasks": [], "next": None})
+
+    def test_pagination_default_and_max_limit(self):
+        self.create_queue()
+        ids = self.put(*range(1000)) + self.put(1000)
+        page = self.expect("GET", "/v1/queues/%s/tasks" % self.q)
+        self.assertEqual([t["id"] for t in page["tasks"]], ids[:100], "default limit is 100")
+        self.assertIsNotNone(page["next"])
+        page = self.expect("GET", "/v1/queues/%s/tasks?limit=1000" % self.q)
+        self.assertEqual(len(page["tasks"]), 1000)
+        rest = self.expect("GET", "/v1/queues/%s/tasks?limit=1000&after=%d" % (self.q,
+                                                                                page["next"]))
+        self.assertEqual([t["id"] for t in rest["tasks"]], ids[1000:])
+        self.assertIsNone(rest["next"])
+
+    def test_list_unknown_queue_and_bad_query(self):
+        self.expect_error("GET", "/v1/queues/%s/tasks" % self.qname("nope"), None, 404,
+                          "queue_not_found")
+        self.create_queue()
+        for query in ("state=bogus", "limit=abc", "limit=0", "limit=-5",
+                      "limit=1001", "after=abc", "after=-1", "limit=1.5"):
+            self.expect_error("GET", "/v1/queues/%s/tasks?%s" % (self.q, query), None, 400,
+                              "invalid_argument")
+
+    def test_idempotency_key(self):
+        self.create_queue()
+        other = self.qname("other")
+        self.create_queue(other)
+        [first] = self.put_tasks([{"payload": {"v": 1}, "key": "k1", "priority": 1}])
+        self.assertIs(first["created"], True)
+        [again] = self.put_tasks([{"payload": {"v": 2}, "key": "k1", "priority": 9}])
+        self.assertEqual(again, {"id": first["id"], "created": False})
+        t = self.get_task(first["id"])
+        self.assertEqual((t["payload"], t["priority"]), ({"v": 1}, 1), "stored nothing new")
+        self.assert_counts(queued=1)
+        # Within one batch, and mixed with new keys and keyless tasks.
+        res = self.put_tasks([{"payload": 1, "key": "a"}, {"payload": 2, "key": "b"},
+                              {"payload": 3, "key": "a"}, {"payload": 4},
+                              {"payload": 5, "key": "k1"}, {"payload": 6, "key": "b"}])
+        self.assertEqual([r["created"] for r in res], [True, True, False, True, False, False])
+        self.assertEqual(res[2]["id"], res[0]["id"])
+        self.assertEqual(res[5]["id"], res[1]["id"])
+        self.assertEqual(res[4]["id"], first["id"])
+        self.assertEqual(self.get_task(res[0]["id"])["payload"], 1)
+        self.assertEqual(self.get_task(res[1]["id"])["payload"], 2)
+        self.assert_counts(queued=4)
+        self.assertEqual(sorted(t["key"] for t in self.list_tasks() if t["key"]),
+                         ["a", "b", "k1"])
+        # Keys are per queue.
+        [o] = self.put_tasks([{"payload": 0, "key": "k1"}], name=other)
+        self.assertIs(o["created"], True)
+        self.assertNotEqual(o["id"], first["id"])
+        # A finished task still holds its key.
+        lease = self.lease(max=10)[0]
+        self.assertEqual(lease["task"], first["id"])
+        self.ack("complete", [{"task": lease["task"], "token": lease["token"]}])
+        [again] = self.put_tasks([{"payload": "new", "key": "k1"}])
+        self.assertEqual(again, {"id": first["id"], "created": False})
+        self.assertEqual(self.get_task(first["id"])["state"], "done")
+        self.assert_counts(queued=3, leased=0, done=1)
+
+    def test_max_length_key_and_session(self):
+        self.create_queue()
+        [tid] = self.put("x", key="k" * 256, session="s" * 128, index=7)
+        t = self.get_task(tid)
+        self.assertEqual((t["key"], t["session"], t["index"]), ("k" * 256, "s" * 128, 7))
+
+    def test_requeue_one_task(self):
+        self.create_queue(max_attempts=1, backoff_ms=0)
+        dead, failed, done, queued = self.put("d", "f", "c", "q")
+        ld, lf, lc = self.lease(max=3)
+        self.ack("fail", [{"task": dead, "token": ld["token"], "error": "e1"}])
+        self.ack("fail", [{"task": failed, "token": lf["token"], "error": "e2",
+                           "permanent": True}])
+        self.ack("complete", [{"task": done, "token": lc["token"]}])
+        for tid in (dead, failed):
+            t = self.expect("POST", "/v1/tasks/%d/requeue" % tid)
+            self.assert_task_shape(t)
+            self.assertEqual((t["id"], t["state"], t["attempts"], t["flags"], t["lease"]),
+                             (tid, "queued", 0, 0, None), t)
+            self.assertEqual(self.get_task(tid)["state"], "queued")
+        for tid in (done, queued):
+            before = self.get_task(tid)
+            self.expect_error("POST", "/v1/tasks/%d/requeue" % tid, None, 409, "invalid_state")
+            self.assertEqual(self.get_task(tid), before)
+        [lq] = self.lease()
+        self.assertEqual(lq["task"], dead)
+        self.expect_error("POST", "/v1/tasks/%d/requeue" % dead, None, 409, "invalid_state")
+        self.expect_error("POST", "/v1/tasks/987654321/requeue", None, 404, "task_not_found")
+        self.expect_error("POST", "/v1/tasks/abc/requeue", None, 400, "bad_request")
+        self.assert_counts(queued=2, leased=1, done=1)
+
+
+class LeaseOrderTest(ApiTestCase):
+
+    def test_priority_then_fifo(self):
+        self.create_queue()
+        prios = [0, 5, 0, 5, 10, -1, 0]
+        ids = [e["id"] for e in self.put_tasks([{"payload": i, "priority": p}
+                                                for i, p in enumerate(prios)])]
+        # A later put with a higher priority goes first; equal ones keep put order.
+        late = self.put_tasks([{"payload": "late", "priority": 5}])[0]["id"]
+        want = [ids[4], ids[1], ids[3], late, ids[0], ids[2], ids[6], ids[5]]
+        got = [x["task"] for x in self.lease(max=3)]
+        got += [self.lease_one()["task"]]
+        got += [x["task"] for x in self.lease(max=10)]
+        self.assertEqual(got, want)
+        self.assertEqual(self.lease(max=10), [])
+
+    def test_max(self):
+        self.create_queue()
+        ids = self.put(*range(5))
+        self.assertEqual([x["task"] for x in self.lease()], ids[:1], "max defaults to 1")
+        self.assertEqual([x["task"] for x in self.lease(max=3)], ids[1:4])
+        self.assertEqual([x["task"] for x in self.lease(max=10)], ids[4:])
+        self.assertEqual(self.lease(max=1000), [])
+        self.assert_counts(leased=5)
+
+    def test_empty_body_lease(self):
+        self.create_queue()
+        r = self.call("POST", "/v1/queues/%s/lease" % self.q, None, content_type=None)
+        self.assertEqual((r.status, r.json), (200, {"leases": []}), r)
+        [tid] = self.put("x")
+        r = self.call("POST", "/v1/queues/%s/lease" % self.q, None, content_type=None)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual([x["task"] for x in r.json["leases"]], [tid])
+
+    def test_delay_ms(self):
+        self.create_queue()
+        t0 = now_ms()
+        delayed = self.put_tasks([{"payload": "later", "delay_ms": 700, "priority": 100}])[0]["id"]
+        t1 = now_ms()
+        [now_id] = self.put("now")
+        t = self.get_task(delayed)
+        self.assert_between(t["run_at_ms"], t0 + 700, t1 + 700, "run_at_ms")
+        self.assertEqual(t["state"], "queued")
+        # The delayed task outranks the other but is not ready yet.
+        self.assertEqual([x["task"] for x in self.lease(max=10)], [now_id])
+        self.assertEqual(self.lease(max=10), [])
+        got = self.wait_lease(max=10)
+        got_at = now_ms()
+        self.assertEqual([x["task"] for x in got], [delayed])
+        self.assertGreaterEqual(got_at, t["run_at_ms"] - 20,
+                                "leased %d ms before run_at_ms" % (t["run_at_ms"] - got_at))
+
+    def test_lease_object(self):
+        self.create_queue(lease_ms=30000)
+        w = self.register(nickname="lo")
+        [tid] = self.put({"p": 1}, session="sess", index=3)
+        t0 = now_ms()
+        lease = self.lease_one(worker=w["id"])
+        t1 = now_ms()
+        self.assert_lease_shape(lease)
+        self.assertEqual(lease["task"], tid)
+        self.assertEqual(lease["payload"], {"p": 1})
+        self.assertEqual(lease["attempt"], 1)
+        self.assertEqual((lease["parent"], lease["session"], lease["index"]), (None, "sess", 3))
+        self.assert_between(lease["deadline_ms"], t0 + 30000, t1 + 30000, "deadline_ms")
+        t = self.get_task(tid)
+        self.assertEqual((t["state"], t["attempts"]), ("leased", 1))
+        self.assertEqual(t["lease"]["worker"], w["id"])
+        self.assertEqual(t["lease"]["deadline_ms"], lease["deadline_ms"])
+        # Anonymous lease: worker null.
+        [tid2] = self.put(2)
+        lease2 = self.lease_one()
+        self.assertNotEqual(lease2["token"], lease["token"])
+        self.assertEqual(self.get_task(tid2)["lease"]["worker"], None)
+        self.expect_error("POST", "/v1/queues/%s/lease" % self.qname("nope"), {}, 404,
+                          "queue_not_found")
+
+
+if __name__ == "__main__":
+    unittest.main()
