@@ -13,7 +13,10 @@
 #include "queue.h"
 #include "worker.h"
 
+#include <errno.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,12 +96,27 @@ void waiter_mark_all(head_t *h) {
     waiter_mark_ready(h, w->queue);
 }
 
+/* True when the waiter's client closed its connection.  evhttp stops reading
+ * a connection while its request is pending, so it cannot tell; a peek at the
+ * socket can (0 bytes: the peer sent FIN). */
+static bool waiter_client_gone(struct evhttp_request *req) {
+  struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+  if (evcon == NULL)
+    return true;
+  evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(evcon));
+  char byte;
+  ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /* Tries to lease for one waiter; returns false when the queue has no ready task. */
 static bool waiter_try(head_t *h, waiter_t *w) {
-  if (evhttp_request_get_connection(w->req) == NULL) {
-    /* The client hung up; answering frees the request. */
-    evhttp_send_error(w->req, 500, NULL);
+  if (waiter_client_gone(w->req)) {
+    /* Nobody would receive a lease: drop the connection and its request. */
+    struct evhttp_connection *evcon = evhttp_request_get_connection(w->req);
     waiter_unlink(h, w);
+    if (evcon)
+      evhttp_connection_free(evcon);
     return true;
   }
   fail_t f = {0};
