@@ -1,0 +1,193 @@
+/*
+ * args.c — the command-line parser shared by every `muster` command.
+ *
+ * Options are long only (`--queue Q` or `--queue=Q`), may appear anywhere
+ * before a `--`, and everything after `--` is positional (the worker's command,
+ * or payloads that start with a dash).  A word starting with one dash is an
+ * unknown option unless it looks like a negative number, so `muster put --json
+ * -5` puts the number -5.  Parsing happens once, against the command's table
+ * row, before the command runs; commands only read checked values.
+ */
+#include "cli/cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+const cli_opt_t cli_client_opts[] = {
+    {"url", "URL", "head URL (env MUSTER_URL, else DATA_DIR/url, else http://127.0.0.1:7370)"},
+    {"token", "TOKEN", "bearer token (env MUSTER_TOKEN, else read from DATA_DIR/token)"},
+    {"data-dir", "DIR", "the head's data dir, for its token and URL (env MUSTER_DATA_DIR, "
+                        "default ./muster-data)"},
+    {NULL, NULL, NULL},
+};
+
+static int cli_count_opts(const cli_opt_t *opts) {
+  int n = 0;
+  while (opts && opts[n].name)
+    n++;
+  return n;
+}
+
+/* The option at index `i` of `cmd`: its own ones first, then the client ones. */
+static const cli_opt_t *cli_opt_at(const cli_cmd_t *cmd, int i) {
+  int own = cli_count_opts(cmd->opts);
+  if (i < own)
+    return &cmd->opts[i];
+  if (cmd->client && i - own < cli_count_opts(cli_client_opts))
+    return &cli_client_opts[i - own];
+  return NULL;
+}
+
+/* The index of option `name` (`len` bytes) in `cmd`, or -1. */
+static int cli_find_opt(const cli_cmd_t *cmd, const char *name, size_t len) {
+  const cli_opt_t *opt;
+  for (int i = 0; (opt = cli_opt_at(cmd, i)) != NULL; i++)
+    if (strlen(opt->name) == len && strncmp(opt->name, name, len) == 0)
+      return i;
+  return -1;
+}
+
+static void cli_print_opts(const cli_opt_t *opts, FILE *out) {
+  for (int i = 0; opts && opts[i].name; i++) {
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", opts[i].name, opts[i].metavar ? " " : "",
+             opts[i].metavar ? opts[i].metavar : "");
+    fprintf(out, "  %-22s %s\n", left, opts[i].help);
+  }
+}
+
+void cli_usage(const cli_cmd_t *cmd, FILE *out) {
+  fprintf(out, "usage: muster %s%s%s\n\n%s\n", cmd->name, cmd->synopsis[0] ? " " : "",
+          cmd->synopsis, cmd->summary);
+  if (cmd->opts && cmd->opts[0].name) {
+    fprintf(out, "\noptions:\n");
+    cli_print_opts(cmd->opts, out);
+  }
+  if (cmd->client) {
+    fprintf(out, "\nclient options:\n");
+    cli_print_opts(cli_client_opts, out);
+  }
+  fprintf(out, "  %-22s %s\n", "-h, --help", "show this help and exit");
+  if (cmd->details)
+    fprintf(out, "\n%s", cmd->details);
+}
+
+int cli_usage_error(const cli_cmd_t *cmd, const char *fmt, ...) {
+  va_list ap;
+  fputs("muster: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\nTry 'muster %s --help' for more information.\n", cmd ? cmd->name : "help");
+  return CLI_USAGE;
+}
+
+/* A word that starts with '-' but is a number, not an option: "-5", "-.5". */
+static int cli_is_negative_number(const char *word) {
+  return word[0] == '-' && (isdigit((unsigned char)word[1]) || word[1] == '.');
+}
+
+/* Handles the option word argv[*i]; may consume the next word as its value. */
+static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli_args_t *args) {
+  const char *word = argv[*i] + 2;
+  const char *eq = strchr(word, '=');
+  size_t len = eq ? (size_t)(eq - word) : strlen(word);
+  int idx = cli_find_opt(cmd, word, len);
+  if (idx < 0)
+    return cli_usage_error(cmd, "unknown option '--%.*s' for '%s'", (int)len, word, cmd->name);
+  const cli_opt_t *opt = cli_opt_at(cmd, idx);
+  if (opt->metavar == NULL) {
+    if (eq)
+      return cli_usage_error(cmd, "option '--%s' takes no value", opt->name);
+    args->values[idx] = "";
+    return CLI_OK;
+  }
+  if (eq) {
+    args->values[idx] = eq + 1;
+  } else if (*i + 1 < argc) {
+    args->values[idx] = argv[++*i];
+  } else {
+    return cli_usage_error(cmd, "option '--%s' needs a value (%s)", opt->name, opt->metavar);
+  }
+  return CLI_OK;
+}
+
+/* Checks the number of positional arguments against the command's bounds. */
+static int cli_check_pos(const cli_cmd_t *cmd, const cli_args_t *args) {
+  if (args->npos < cmd->min_pos)
+    return cli_usage_error(cmd, "'%s' needs %s", cmd->name,
+                           cmd->synopsis[0] ? cmd->synopsis : "more arguments");
+  if (cmd->max_pos >= 0 && args->npos > cmd->max_pos)
+    return cli_usage_error(cmd, "unexpected argument '%s' for '%s'", args->pos[cmd->max_pos],
+                           cmd->name);
+  return CLI_OK;
+}
+
+int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, char **pos, cli_args_t *args) {
+  memset(args, 0, sizeof *args);
+  args->cmd = cmd;
+  args->pos = pos;
+  for (int i = 0; i < argc; i++) {
+    const char *word = argv[i];
+    if (strcmp(word, "--") == 0) {
+      args->dashdash = 1;
+      while (++i < argc)
+        pos[args->npos++] = argv[i];
+      break;
+    }
+    if (strcmp(word, "-h") == 0 || strcmp(word, "--help") == 0) {
+      cli_usage(cmd, stdout);
+      return -1;
+    }
+    if (strncmp(word, "--", 2) == 0) {
+      int rc = cli_take_opt(cmd, argc, argv, &i, args);
+      if (rc != CLI_OK)
+        return rc;
+    } else if (word[0] == '-' && word[1] != '\0' && !cli_is_negative_number(word)) {
+      return cli_usage_error(cmd, "unknown option '%s' for '%s'", word, cmd->name);
+    } else {
+      pos[args->npos++] = argv[i];
+    }
+  }
+  return cli_check_pos(cmd, args);
+}
+
+const char *cli_opt(const cli_args_t *args, const char *name) {
+  int idx = cli_find_opt(args->cmd, name, strlen(name));
+  return idx < 0 ? NULL : args->values[idx];
+}
+
+int cli_flag(const cli_args_t *args, const char *name) {
+  return cli_opt(args, name) != NULL;
+}
+
+int cli_parse_int(const char *text, const char *what, int64_t min, int64_t *out) {
+  char *end = NULL;
+  errno = 0;
+  long long value = strtoll(text, &end, 10);
+  if (text[0] == '\0' || *end != '\0' || errno == ERANGE) {
+    fprintf(stderr, "muster: %s: expected an integer, got '%s'\n", what, text);
+    return CLI_USAGE;
+  }
+  if (value < min) {
+    fprintf(stderr, "muster: %s: must be at least %lld, got %lld\n", what, (long long)min, value);
+    return CLI_USAGE;
+  }
+  *out = (int64_t)value;
+  return CLI_OK;
+}
+
+int cli_opt_int(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
+                int64_t *out) {
+  const char *text = cli_opt(args, name);
+  if (text == NULL) {
+    *out = fallback;
+    return CLI_OK;
+  }
+  char what[64];
+  snprintf(what, sizeof what, "--%s", name);
+  return cli_parse_int(text, what, min, out);
+}

@@ -1,0 +1,132 @@
+/*
+ * cli.h — what the files of the `muster` command line share.
+ *
+ * Every command is a row of a table (main.c): its name, synopsis, options,
+ * positional-argument counts and a run function.  args.c parses argv against
+ * the row once, centrally, so commands only read already-checked values;
+ * conn.c turns the global client options into a libmuster handle and prints
+ * errors the one way the CLI prints them.  Exit statuses: 0 success, 1 the
+ * server or the network refused, 2 the command line was wrong.
+ */
+#ifndef MUSTER_CLI_H
+#define MUSTER_CLI_H
+
+#include "muster.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define CLI_OK 0
+#define CLI_FAIL 1  /* the request failed: server, network, or a task */
+#define CLI_USAGE 2 /* the command line was wrong */
+
+#define CLI_MAX_OPTS 24 /* options per command, global ones included */
+
+/* One --option of a command. */
+typedef struct {
+  const char *name;    /* long name without the dashes: "queue" for --queue */
+  const char *metavar; /* "Q" for an option with a value; NULL for a flag */
+  const char *help;    /* one line for --help */
+} cli_opt_t;
+
+struct cli_args;
+
+/* One command or subcommand ("put", "queue create"). */
+typedef struct cli_cmd {
+  const char *name;     /* full name as typed: "queue create" */
+  const char *synopsis; /* what follows the name in the usage line */
+  const char *summary;  /* one sentence for the command list */
+  const char *details;  /* more help text (may be NULL), printed after the options */
+  const cli_opt_t *opts; /* terminated by a row with name NULL; may be NULL */
+  int client;           /* non-zero: takes --url, --token, --data-dir */
+  int min_pos, max_pos; /* positional arguments allowed; max_pos -1: any number */
+  int (*run)(struct cli_args *args);
+} cli_cmd_t;
+
+/* A parsed command line. */
+typedef struct cli_args {
+  const cli_cmd_t *cmd;
+  const char *values[CLI_MAX_OPTS]; /* by option index: its value, "" for a set flag, or NULL */
+  char **pos;                       /* positional arguments (in argv) */
+  int npos;
+  int dashdash; /* non-zero when "--" separated the positional arguments */
+} cli_args_t;
+
+/* ---- args.c ---- */
+
+/* The options every client command takes (--url, --token, --data-dir). */
+extern const cli_opt_t cli_client_opts[];
+
+/*
+ * Parses argv (argv[0] is the first word after the command name) against
+ * `cmd` into *args.  Returns -1 after printing usage for --help (the caller
+ * exits 0), CLI_USAGE after printing an error, or CLI_OK.  `pos` must have room
+ * for argc pointers.
+ */
+int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, char **pos, cli_args_t *args);
+/* Prints the usage of `cmd` to `out`. */
+void cli_usage(const cli_cmd_t *cmd, FILE *out);
+/* The value of option `name` ("" for a set flag), or NULL when not given. */
+const char *cli_opt(const cli_args_t *args, const char *name);
+/* Non-zero when flag `name` was given. */
+int cli_flag(const cli_args_t *args, const char *name);
+/*
+ * Reads integer option `name` into *out (`fallback` when absent), requiring
+ * value >= `min`.  Returns CLI_OK, or CLI_USAGE after printing the error.
+ */
+int cli_opt_int(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
+                int64_t *out);
+/* Parses `text` as an integer >= `min` for `what`; CLI_USAGE after an error. */
+int cli_parse_int(const char *text, const char *what, int64_t min, int64_t *out);
+/* Prints "muster: MESSAGE" and a hint to run --help, and returns CLI_USAGE. */
+int cli_usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- conn.c ---- */
+
+/*
+ * Creates a handle for the server named by the global options (--url, env
+ * MUSTER_URL, DATA_DIR/url, default) with the token (--token, env
+ * MUSTER_TOKEN, DATA_DIR/token).  Returns CLI_OK with *out set, or CLI_FAIL
+ * after printing why.  The caller frees the handle.
+ */
+int cli_connect(const cli_args_t *args, muster_client_t **out);
+/* The URL and token cli_connect would use (static or environment storage;
+ * the token may be NULL). */
+const char *cli_url(const cli_args_t *args);
+const char *cli_token(const cli_args_t *args);
+/* Prints "muster: CODE: MESSAGE" for a failed call and returns CLI_FAIL. */
+int cli_error(const muster_client_t *client, muster_err_t err);
+/* Prints JSON text `text` indented (or as is when it does not parse). */
+void cli_print_pretty(const char *text);
+/* Percent-encodes `name` for a path into `out` (size bytes); -1 if too long. */
+int cli_escape(const char *name, char *out, size_t size);
+
+/* ---- commands (cmd_*.c) ---- */
+
+int cmd_queue_create(cli_args_t *args);
+int cmd_queue_ls(cli_args_t *args);
+int cmd_queue_show(cli_args_t *args);
+int cmd_queue_purge(cli_args_t *args);
+int cmd_queue_rm(cli_args_t *args);
+int cmd_queue_requeue(cli_args_t *args);
+int cmd_status(cli_args_t *args);
+/* Requeues every dead and failed task of queue `name` and prints the count. */
+int cli_requeue_queue(muster_client_t *client, const char *name);
+
+int cmd_put(cli_args_t *args);
+int cmd_tasks_ls(cli_args_t *args);
+int cmd_tasks_show(cli_args_t *args);
+int cmd_tasks_dead(cli_args_t *args);
+int cmd_tasks_requeue(cli_args_t *args);
+
+int cmd_lease(cli_args_t *args);
+int cmd_complete(cli_args_t *args);
+int cmd_fail(cli_args_t *args);
+int cmd_extend(cli_args_t *args);
+int cmd_release(cli_args_t *args);
+int cmd_flag(cli_args_t *args);
+
+int cmd_worker(cli_args_t *args);
+
+#endif /* MUSTER_CLI_H */

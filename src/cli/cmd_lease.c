@@ -1,0 +1,146 @@
+/*
+ * cmd_lease.c — `muster lease`, `complete`, `fail`, `extend`, `release` and
+ * `flag`: the lease cycle one call at a time, for shell scripts.
+ *
+ * `lease` prints one JSON object per line so a script can read leases with
+ * `while read`, and pass task and token back to the acknowledgement commands.
+ */
+#include "cli/cli.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Prints one lease as a single JSON line. */
+static void lease_print(const muster_lease_t *lease) {
+  json_t *obj = json_object();
+  json_object_set_new(obj, "task", json_integer((json_int_t)lease->task));
+  json_object_set_new(obj, "token", json_integer((json_int_t)lease->token));
+  json_t *payload = json_loads(lease->payload, JSON_DECODE_ANY, NULL);
+  json_object_set_new(obj, "payload", payload ? payload : json_null());
+  json_object_set_new(obj, "attempt", json_integer((json_int_t)lease->attempt));
+  json_object_set_new(obj, "deadline_ms", json_integer((json_int_t)lease->deadline_ms));
+  json_object_set_new(obj, "parent",
+                      lease->parent > 0 ? json_integer((json_int_t)lease->parent) : json_null());
+  json_object_set_new(obj, "session", lease->session ? json_string(lease->session) : json_null());
+  json_object_set_new(obj, "index",
+                      lease->index >= 0 ? json_integer((json_int_t)lease->index) : json_null());
+  char *line = json_dumps(obj, JSON_COMPACT);
+  if (line)
+    puts(line);
+  free(line);
+  json_decref(obj);
+}
+
+int cmd_lease(cli_args_t *args) {
+  const char *queue = cli_opt(args, "queue");
+  if (queue == NULL)
+    return cli_usage_error(args->cmd, "'lease' needs --queue Q");
+  int64_t max, wait_ms, worker;
+  int rc = cli_opt_int(args, "max", 1, 1, &max);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "wait-ms", 0, 0, &wait_ms);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "worker", 0, 1, &worker);
+  muster_client_t *client = NULL;
+  if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
+    return rc;
+  muster_lease_t *leases = NULL;
+  size_t count = 0;
+  muster_err_t err = muster_lease(client, queue, worker, (size_t)max, wait_ms, &leases, &count);
+  if (err == MUSTER_OK)
+    for (size_t i = 0; i < count; i++)
+      lease_print(&leases[i]);
+  else
+    rc = cli_error(client, err);
+  muster_leases_free(leases, count);
+  muster_client_free(client);
+  return rc;
+}
+
+/* Reads TASK and TOKEN (the first two positional arguments) into *ack. */
+static int ack_read(const cli_args_t *args, muster_ack_t *ack) {
+  int64_t task, token;
+  int rc = cli_parse_int(args->pos[0], "TASK", 1, &task);
+  if (rc == CLI_OK)
+    rc = cli_parse_int(args->pos[1], "TOKEN", 1, &token);
+  if (rc == CLI_OK)
+    muster_ack_init(ack, task, token);
+  return rc;
+}
+
+typedef muster_err_t (*ack_call_fn)(muster_client_t *, const muster_ack_t *, size_t);
+
+/* Connects and sends the one acknowledgement `ack` with `call`. */
+static int ack_send(const cli_args_t *args, const muster_ack_t *ack, ack_call_fn call) {
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc != CLI_OK)
+    return rc;
+  muster_err_t err = call(client, ack, 1);
+  if (err != MUSTER_OK)
+    rc = cli_error(client, err);
+  muster_client_free(client);
+  return rc;
+}
+
+int cmd_complete(cli_args_t *args) {
+  muster_ack_t ack;
+  int rc = ack_read(args, &ack);
+  if (rc != CLI_OK)
+    return rc;
+  char *result = NULL;
+  if (args->npos > 2) {
+    const char *raw = args->pos[2];
+    int as_json = cli_flag(args, "json");
+    json_error_t jerr;
+    json_t *value = as_json ? json_loads(raw, JSON_DECODE_ANY, &jerr) : json_string(raw);
+    if (value == NULL && as_json) {
+      fprintf(stderr, "muster: invalid_argument: RESULT: not valid JSON: %s\n", jerr.text);
+      return CLI_FAIL;
+    }
+    if (value == NULL) {
+      fprintf(stderr, "muster: invalid_argument: RESULT: not valid UTF-8 text\n");
+      return CLI_FAIL;
+    }
+    result = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(value);
+  }
+  ack.result = result;
+  rc = ack_send(args, &ack, muster_complete);
+  free(result);
+  return rc;
+}
+
+int cmd_fail(cli_args_t *args) {
+  muster_ack_t ack;
+  int rc = ack_read(args, &ack);
+  if (rc != CLI_OK)
+    return rc;
+  ack.error = cli_opt(args, "error");
+  ack.permanent = cli_flag(args, "permanent");
+  return ack_send(args, &ack, muster_fail);
+}
+
+int cmd_extend(cli_args_t *args) {
+  muster_ack_t ack;
+  int rc = ack_read(args, &ack);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "lease-ms", -1, 1, &ack.lease_ms);
+  return rc == CLI_OK ? ack_send(args, &ack, muster_extend) : rc;
+}
+
+int cmd_release(cli_args_t *args) {
+  muster_ack_t ack;
+  int rc = ack_read(args, &ack);
+  return rc == CLI_OK ? ack_send(args, &ack, muster_release) : rc;
+}
+
+int cmd_flag(cli_args_t *args) {
+  muster_ack_t ack;
+  int rc = ack_read(args, &ack);
+  if (rc != CLI_OK)
+    return rc;
+  ack.error = cli_opt(args, "reason"); /* libmuster sends a flag's reason from `error` */
+  return ack_send(args, &ack, muster_flag);
+}

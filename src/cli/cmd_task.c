@@ -1,0 +1,337 @@
+/*
+ * cmd_task.c — `muster put` and `muster tasks ls|show|dead|requeue`.
+ *
+ * `put` reads every payload before it sends any, so a bad line stops the
+ * command with nothing stored; it then sends batches of up to 1000 tasks (the
+ * server's batch limit) and prints each batch's ids as soon as it is stored.
+ * Listings page through the server's results (1000 per request at most).
+ */
+#include "cli/cli.h"
+#include "cli/table.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PUT_BATCH 1000
+#define LIST_PAGE 1000
+
+/* ---- put ---------------------------------------------------------------------- */
+
+/* A growing list of payloads as JSON text. */
+typedef struct {
+  char **texts;
+  size_t count, cap;
+} put_list_t;
+
+static void put_list_free(put_list_t *list) {
+  for (size_t i = 0; i < list->count; i++)
+    free(list->texts[i]);
+  free(list->texts);
+}
+
+/*
+ * Turns one raw payload into JSON text and appends it: parsed when `as_json`,
+ * else stored as a JSON string.  `where` names it in errors ("argument 2",
+ * "stdin line 7").  Returns CLI_OK or CLI_FAIL after printing the error.
+ */
+static int put_add(put_list_t *list, const char *raw, size_t len, int as_json, const char *where) {
+  json_error_t jerr;
+  json_t *value = as_json ? json_loadb(raw, len, JSON_DECODE_ANY, &jerr) : json_stringn(raw, len);
+  if (value == NULL) {
+    if (as_json)
+      fprintf(stderr, "muster: invalid_argument: %s: not valid JSON: %s\n", where, jerr.text);
+    else
+      fprintf(stderr, "muster: invalid_argument: %s: not valid UTF-8 text\n", where);
+    return CLI_FAIL;
+  }
+  char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  json_decref(value);
+  if (list->count == list->cap) {
+    size_t cap = list->cap ? list->cap * 2 : 256;
+    char **grown = realloc(list->texts, cap * sizeof *grown);
+    if (grown == NULL) {
+      free(text);
+      text = NULL;
+    } else {
+      list->texts = grown;
+      list->cap = cap;
+    }
+  }
+  if (text == NULL) {
+    fprintf(stderr, "muster: out of memory\n");
+    return CLI_FAIL;
+  }
+  list->texts[list->count++] = text;
+  return CLI_OK;
+}
+
+/* Reads one payload per non-empty stdin line ("\n" or "\r\n" ended). */
+static int put_read_stdin(put_list_t *list, int as_json) {
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int rc = CLI_OK;
+  for (long lineno = 1; rc == CLI_OK && (len = getline(&line, &cap, stdin)) >= 0; lineno++) {
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+      len--;
+    if (len == 0)
+      continue;
+    char where[48];
+    snprintf(where, sizeof where, "stdin line %ld", lineno);
+    rc = put_add(list, line, (size_t)len, as_json, where);
+  }
+  free(line);
+  return rc;
+}
+
+/* Sends the payloads in batches and prints the ids. */
+static int put_send(const cli_args_t *args, muster_client_t *client, const put_list_t *list,
+                    const muster_task_spec_t *base) {
+  muster_task_spec_t *specs = calloc(PUT_BATCH, sizeof *specs);
+  int64_t *ids = calloc(PUT_BATCH, sizeof *ids);
+  int rc = specs && ids ? CLI_OK : CLI_FAIL;
+  for (size_t at = 0; rc == CLI_OK && at < list->count; at += PUT_BATCH) {
+    size_t n = list->count - at < PUT_BATCH ? list->count - at : PUT_BATCH;
+    for (size_t i = 0; i < n; i++) {
+      specs[i] = *base;
+      specs[i].payload = list->texts[at + i];
+    }
+    muster_err_t err = muster_put(client, cli_opt(args, "queue"), specs, n, ids);
+    if (err != MUSTER_OK) {
+      rc = cli_error(client, err);
+      break;
+    }
+    for (size_t i = 0; i < n; i++)
+      printf("%lld\n", (long long)ids[i]);
+    fflush(stdout);
+  }
+  free(specs);
+  free(ids);
+  return rc;
+}
+
+int cmd_put(cli_args_t *args) {
+  if (cli_opt(args, "queue") == NULL)
+    return cli_usage_error(args->cmd, "'put' needs --queue Q");
+  muster_task_spec_t base;
+  muster_task_spec_init(&base);
+  int rc = cli_opt_int(args, "priority", 0, INT64_MIN, &base.priority);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "delay-ms", 0, 0, &base.delay_ms);
+  if (rc != CLI_OK)
+    return rc;
+  base.key = cli_opt(args, "key");
+  int as_json = cli_flag(args, "json");
+  put_list_t list = {0};
+  for (int i = 0; rc == CLI_OK && i < args->npos; i++) {
+    char where[48];
+    snprintf(where, sizeof where, "argument %d", i + 1);
+    rc = put_add(&list, args->pos[i], strlen(args->pos[i]), as_json, where);
+  }
+  if (rc == CLI_OK && args->npos == 0)
+    rc = put_read_stdin(&list, as_json);
+  if (rc == CLI_OK && base.key != NULL && list.count != 1)
+    rc = cli_usage_error(args->cmd, "--key names one task, but %zu payloads were given",
+                         list.count);
+  muster_client_t *client = NULL;
+  if (rc == CLI_OK && list.count > 0 && (rc = cli_connect(args, &client)) == CLI_OK)
+    rc = put_send(args, client, &list, &base);
+  muster_client_free(client);
+  put_list_free(&list);
+  return rc;
+}
+
+/* ---- listings ------------------------------------------------------------------ */
+
+/* `text` cut to `max` bytes with "..." (on a UTF-8 boundary) into `buf`. */
+static const char *clip(const char *text, char *buf, size_t max) {
+  size_t len = strlen(text);
+  if (len <= max)
+    return text;
+  size_t cut = max - 3;
+  while (cut > 0 && ((unsigned char)text[cut] & 0xC0) == 0x80)
+    cut--;
+  snprintf(buf, max + 1, "%.*s...", (int)cut, text);
+  return buf;
+}
+
+/* Adds one task object as a table row: ID STATE PRI ATTEMPTS FLAGS DETAIL, where
+ * DETAIL is the error of a failed or dead task and the payload otherwise. */
+static void task_row(cli_table_t *table, json_t *task) {
+  char id[24], pri[24], attempts[24], flags[24], detail[64];
+  snprintf(id, sizeof id, "%lld", (long long)json_integer_value(json_object_get(task, "id")));
+  snprintf(pri, sizeof pri, "%lld",
+           (long long)json_integer_value(json_object_get(task, "priority")));
+  snprintf(attempts, sizeof attempts, "%lld",
+           (long long)json_integer_value(json_object_get(task, "attempts")));
+  snprintf(flags, sizeof flags, "%lld",
+           (long long)json_integer_value(json_object_get(task, "flags")));
+  json_t *error = json_object_get(task, "error");
+  json_t *shown = json_is_string(error) ? error : json_object_get(task, "payload");
+  char *text = json_is_string(shown) ? strdup(json_string_value(shown))
+                                     : json_dumps(shown, JSON_COMPACT | JSON_ENCODE_ANY);
+  for (char *p = text; p && *p; p++)
+    if (*p == '\n' || *p == '\t' || *p == '\r')
+      *p = ' ';
+  const char *row[] = {id, json_string_value(json_object_get(task, "state")), pri, attempts, flags,
+                       text ? clip(text, detail, 60) : ""};
+  table_add(table, row);
+  free(text);
+}
+
+/* Prints `tasks` (an array) as a table or as one JSON object per line. */
+static void task_print(json_t *tasks, int as_json) {
+  static const char *const headers[] = {"ID", "STATE", "PRI", "ATTEMPTS", "FLAGS",
+                                        "PAYLOAD/ERROR"};
+  static const int right[] = {1, 0, 1, 1, 1, 0};
+  size_t i;
+  json_t *task;
+  if (as_json) {
+    json_array_foreach(tasks, i, task) {
+      char *line = json_dumps(task, JSON_COMPACT);
+      if (line)
+        puts(line);
+      free(line);
+    }
+    return;
+  }
+  cli_table_t table;
+  table_init(&table, 6, headers, right);
+  json_array_foreach(tasks, i, task) task_row(&table, task);
+  table_print(&table, stdout);
+  table_free(&table);
+}
+
+/*
+ * Appends up to `limit` (0: all) tasks of `queue` in `state` (NULL: any) with
+ * ids above `after` to the array `out`, page by page.
+ */
+static muster_err_t task_collect(muster_client_t *client, const char *queue, const char *state,
+                                 int64_t after, int64_t limit, json_t *out) {
+  for (;;) {
+    int64_t want = LIST_PAGE;
+    if (limit > 0 && limit - (int64_t)json_array_size(out) < want)
+      want = limit - (int64_t)json_array_size(out);
+    if (want <= 0)
+      return MUSTER_OK;
+    char *json = NULL;
+    muster_err_t err = muster_task_list(client, queue, state, after, want, &json);
+    if (err != MUSTER_OK)
+      return err;
+    json_t *root = json_loads(json, 0, NULL);
+    muster_free(json);
+    json_t *next = json_object_get(root, "next");
+    json_array_extend(out, json_object_get(root, "tasks"));
+    int more = json_is_integer(next);
+    after = more ? (int64_t)json_integer_value(next) : after;
+    json_decref(root);
+    if (!more)
+      return MUSTER_OK;
+  }
+}
+
+int cmd_tasks_ls(cli_args_t *args) {
+  const char *queue = cli_opt(args, "queue");
+  if (queue == NULL)
+    return cli_usage_error(args->cmd, "'tasks ls' needs --queue Q");
+  int64_t limit, after;
+  int rc = cli_opt_int(args, "limit", 100, 0, &limit);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "after", 0, 0, &after);
+  muster_client_t *client = NULL;
+  if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
+    return rc;
+  json_t *tasks = json_array();
+  muster_err_t err = task_collect(client, queue, cli_opt(args, "state"), after, limit, tasks);
+  if (err == MUSTER_OK)
+    task_print(tasks, cli_flag(args, "json"));
+  else
+    rc = cli_error(client, err);
+  json_decref(tasks);
+  muster_client_free(client);
+  return rc;
+}
+
+static int task_by_id(const void *a, const void *b) {
+  json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "id"));
+  json_int_t y = json_integer_value(json_object_get(*(json_t *const *)b, "id"));
+  return (x > y) - (x < y);
+}
+
+/* Sorts the array `tasks` by id, in place. */
+static void task_sort(json_t *tasks) {
+  size_t n = json_array_size(tasks);
+  json_t **items = malloc((n ? n : 1) * sizeof *items);
+  if (items == NULL)
+    return;
+  for (size_t i = 0; i < n; i++)
+    items[i] = json_incref(json_array_get(tasks, i));
+  qsort(items, n, sizeof *items, task_by_id);
+  json_array_clear(tasks);
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(tasks, items[i]);
+  free(items);
+}
+
+int cmd_tasks_dead(cli_args_t *args) {
+  const char *queue = cli_opt(args, "queue");
+  if (queue == NULL)
+    return cli_usage_error(args->cmd, "'tasks dead' needs --queue Q");
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc != CLI_OK)
+    return rc;
+  json_t *tasks = json_array();
+  muster_err_t err = task_collect(client, queue, "dead", 0, 0, tasks);
+  if (err == MUSTER_OK)
+    err = task_collect(client, queue, "failed", 0, 0, tasks);
+  if (err == MUSTER_OK) {
+    task_sort(tasks);
+    task_print(tasks, cli_flag(args, "json"));
+  } else {
+    rc = cli_error(client, err);
+  }
+  json_decref(tasks);
+  muster_client_free(client);
+  return rc;
+}
+
+int cmd_tasks_show(cli_args_t *args) {
+  int64_t id;
+  int rc = cli_parse_int(args->pos[0], "ID", 1, &id);
+  muster_client_t *client = NULL;
+  if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
+    return rc;
+  char *json = NULL;
+  muster_err_t err = muster_task_get(client, id, &json);
+  if (err == MUSTER_OK)
+    cli_print_pretty(json);
+  else
+    rc = cli_error(client, err);
+  muster_free(json);
+  muster_client_free(client);
+  return rc;
+}
+
+int cmd_tasks_requeue(cli_args_t *args) {
+  const char *queue = cli_opt(args, "queue");
+  if ((queue == NULL) == (args->npos == 0))
+    return cli_usage_error(args->cmd, "'tasks requeue' needs either ID or --queue Q");
+  int64_t id = 0;
+  int rc = queue ? CLI_OK : cli_parse_int(args->pos[0], "ID", 1, &id);
+  muster_client_t *client = NULL;
+  if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
+    return rc;
+  if (queue != NULL) {
+    rc = cli_requeue_queue(client, queue);
+  } else {
+    muster_err_t err = muster_task_requeue(client, id);
+    if (err == MUSTER_OK)
+      printf("requeued task %lld\n", (long long)id);
+    else
+      rc = cli_error(client, err);
+  }
+  muster_client_free(client);
+  return rc;
+}

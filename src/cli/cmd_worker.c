@@ -1,0 +1,351 @@
+/*
+ * cmd_worker.c — `muster worker`: registration, the heartbeat thread, signal
+ * handling and the goodbye.  The per-task work lives in worker_slot.c.
+ *
+ * SIGINT and SIGTERM are blocked in every thread and taken by the main thread
+ * with sigtimedwait(), so no code runs in a signal handler.  The first signal
+ * stops the slots from leasing (an idle slot notices within one long-poll,
+ * WORKER_POLL_MS) and lets running commands finish; a second one terminates
+ * the running commands, whose tasks are then released rather than failed.
+ *
+ * The heartbeat thread beats every third of the worker's timeout and, at most
+ * once a second, whenever the progress string changes ("running task 12"), so
+ * the dashboard follows the worker closely without a request per task.
+ */
+#include "cli/cli.h"
+#include "cli/worker.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WORKER_PROGRESS_TICK_MS 1000L
+#define WORKER_DEFAULT_TIMEOUT_MS 60000L
+#define WORKER_MAX_CONCURRENCY 1024
+
+int64_t worker_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void worker_nap(worker_t *w, long ms) {
+  int64_t until = worker_now_ms() + ms;
+  while (!atomic_load(&w->stopping) && worker_now_ms() < until) {
+    struct timespec step = {0, 20 * 1000000L};
+    nanosleep(&step, NULL);
+  }
+}
+
+int64_t worker_id(worker_t *w) {
+  pthread_mutex_lock(&w->lock);
+  int64_t id = w->id;
+  pthread_mutex_unlock(&w->lock);
+  return id;
+}
+
+/* Registers with the worker's settings; *id and *name (muster_free) on success. */
+static muster_err_t worker_register(worker_t *w, muster_client_t *client, int64_t *id,
+                                    char **name) {
+  const char *queues[] = {w->queue, NULL};
+  muster_worker_opts_t opts;
+  muster_worker_opts_init(&opts);
+  opts.nickname = w->nickname;
+  opts.node = w->node;
+  opts.queues = queues;
+  opts.timeout_ms = w->timeout_ms;
+  return muster_worker_register(client, &opts, id, name);
+}
+
+muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old_id) {
+  muster_err_t err = MUSTER_OK;
+  pthread_mutex_lock(&w->reg_lock);
+  if (worker_id(w) == old_id) {
+    int64_t id = 0;
+    char *name = NULL;
+    err = worker_register(w, client, &id, &name);
+    if (err == MUSTER_OK) {
+      fprintf(stderr, "muster worker: the head forgot worker %lld; registered again as %s (id %lld)\n",
+              (long long)old_id, name, (long long)id);
+      pthread_mutex_lock(&w->lock);
+      muster_free(w->name);
+      w->name = name;
+      w->id = id;
+      pthread_mutex_unlock(&w->lock);
+    }
+  }
+  pthread_mutex_unlock(&w->reg_lock);
+  return err;
+}
+
+/* ---- heartbeat -------------------------------------------------------------- */
+
+/* "idle", "running task 12" or "running tasks 12, 15" (w->lock held). */
+static void worker_progress(worker_t *w, char *buf, size_t size) {
+  char tasks[200];
+  size_t at = 0;
+  int running = 0;
+  tasks[0] = '\0';
+  for (int i = 0; i < w->concurrency; i++) {
+    int64_t task = atomic_load(&w->slots[i].task);
+    if (task == 0 || at + 24 >= sizeof tasks)
+      continue;
+    at += (size_t)snprintf(tasks + at, sizeof tasks - at, "%s%lld", running ? ", " : "",
+                           (long long)task);
+    running++;
+  }
+  if (running == 0)
+    snprintf(buf, size, "idle");
+  else
+    snprintf(buf, size, "running task%s %s", running > 1 ? "s" : "", tasks);
+}
+
+/* Re-reads the queue's lease length (it may have been reconfigured). */
+static void worker_refresh_lease_ms(worker_t *w, muster_client_t *client) {
+  char *json = NULL;
+  if (muster_queue_get(client, w->queue, &json) != MUSTER_OK)
+    return;
+  json_t *queue = json_loads(json, 0, NULL);
+  json_int_t lease_ms = json_integer_value(json_object_get(queue, "lease_ms"));
+  if (lease_ms > 0)
+    atomic_store(&w->lease_ms, (int64_t)lease_ms);
+  json_decref(queue);
+  muster_free(json);
+}
+
+/* One heartbeat with `progress`; re-registers if the head forgot us. */
+static void worker_beat(worker_t *w, const char *progress) {
+  muster_client_t *client = w->hb_client;
+  int64_t id = worker_id(w);
+  muster_err_t err = muster_worker_heartbeat(client, id, progress);
+  if (err == MUSTER_WORKER_NOT_FOUND && (err = worker_reregister(w, client, id)) == MUSTER_OK)
+    err = muster_worker_heartbeat(client, worker_id(w), progress);
+  if (err != MUSTER_OK)
+    fprintf(stderr, "muster worker: heartbeat: %s: %s\n", muster_err_name(err),
+            muster_client_message(client));
+}
+
+static void *worker_heartbeat_main(void *arg) {
+  worker_t *w = arg;
+  char last[256] = "", progress[256];
+  int64_t last_sent = worker_now_ms();
+  long tick = w->heartbeat_ms < WORKER_PROGRESS_TICK_MS ? w->heartbeat_ms : WORKER_PROGRESS_TICK_MS;
+  pthread_mutex_lock(&w->lock);
+  while (!w->hb_stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += tick / 1000;
+    until.tv_nsec += (tick % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&w->wake, &w->lock, &until);
+    if (w->hb_stop)
+      break;
+    worker_progress(w, progress, sizeof progress);
+    int64_t now = worker_now_ms();
+    int due = now - last_sent >= w->heartbeat_ms;
+    if (!due && strcmp(progress, last) == 0)
+      continue;
+    pthread_mutex_unlock(&w->lock);
+    worker_beat(w, progress);
+    if (due)
+      worker_refresh_lease_ms(w, w->hb_client);
+    pthread_mutex_lock(&w->lock);
+    snprintf(last, sizeof last, "%s", progress);
+    last_sent = now;
+  }
+  pthread_mutex_unlock(&w->lock);
+  return NULL;
+}
+
+/* ---- setup ---------------------------------------------------------------------- */
+
+/* Reads the options into the worker's settings. */
+static int worker_configure(cli_args_t *args, worker_t *w) {
+  int64_t concurrency = 1;
+  w->queue = cli_opt(args, "queue");
+  if (w->queue == NULL)
+    return cli_usage_error(args->cmd, "'worker' needs --queue Q");
+  int rc = cli_opt_int(args, "concurrency", 1, 1, &concurrency);
+  if (rc == CLI_OK && concurrency > WORKER_MAX_CONCURRENCY)
+    rc = cli_usage_error(args->cmd, "--concurrency: at most %d", WORKER_MAX_CONCURRENCY);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "max-tasks", 0, 0, &w->max_tasks);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "timeout-ms", -1, 1, &w->timeout_ms);
+  w->concurrency = (int)concurrency;
+  w->nickname = cli_opt(args, "nickname");
+  w->node = cli_opt(args, "node");
+  w->json_result = cli_flag(args, "json-result");
+  w->cmd = args->pos; /* NULL-terminated: main() allocates one spare, zeroed entry */
+  w->url = cli_url(args);
+  w->token = cli_token(args);
+  return rc;
+}
+
+/* The worker's heartbeat timeout as the head sees it, for the beat interval. */
+static long worker_timeout_ms(worker_t *w, muster_client_t *client) {
+  char path[64], *reply = NULL;
+  snprintf(path, sizeof path, "/v1/workers/%lld", (long long)w->id);
+  long timeout = w->timeout_ms > 0 ? (long)w->timeout_ms : WORKER_DEFAULT_TIMEOUT_MS;
+  if (muster_request(client, "GET", path, NULL, &reply) == MUSTER_OK) {
+    json_t *obj = json_loads(reply, 0, NULL);
+    json_int_t got = json_integer_value(json_object_get(obj, "timeout_ms"));
+    if (got > 0)
+      timeout = (long)got;
+    json_decref(obj);
+  }
+  muster_free(reply);
+  return timeout;
+}
+
+/* Checks the queue, registers, and picks the heartbeat interval. */
+static int worker_join(worker_t *w, muster_client_t *client) {
+  muster_err_t err = muster_queue_get(client, w->queue, NULL);
+  if (err != MUSTER_OK)
+    return cli_error(client, err);
+  worker_refresh_lease_ms(w, client);
+  if (atomic_load(&w->lease_ms) <= 0)
+    atomic_store(&w->lease_ms, 60000);
+  if ((err = worker_register(w, client, &w->id, &w->name)) != MUSTER_OK)
+    return cli_error(client, err);
+  long timeout = worker_timeout_ms(w, client);
+  w->heartbeat_ms = timeout / 3 > 50 ? timeout / 3 : 50;
+  fprintf(stderr, "muster worker: %s (id %lld) on queue %s, %d slot%s, running %s\n", w->name,
+          (long long)w->id, w->queue, w->concurrency, w->concurrency > 1 ? "s" : "", w->cmd[0]);
+  return CLI_OK;
+}
+
+/* Creates one handle per slot and one for the heartbeat. */
+static int worker_make_clients(worker_t *w) {
+  if (muster_client_new(w->url, w->token, &w->hb_client) != MUSTER_OK)
+    return -1;
+  for (int i = 0; i < w->concurrency; i++) {
+    w->slots[i].worker = w;
+    w->slots[i].index = i;
+    if (muster_client_new(w->url, w->token, &w->slots[i].client) != MUSTER_OK)
+      return -1;
+  }
+  return 0;
+}
+
+/* ---- running ---------------------------------------------------------------------- */
+
+/* Waits for the slots to finish, handling SIGINT/SIGTERM meanwhile. */
+static void worker_wait(worker_t *w, const sigset_t *signals) {
+  int received = 0;
+  while (atomic_load(&w->live_slots) > 0) {
+    struct timespec step = {0, 50 * 1000000L};
+    int sig = sigtimedwait(signals, NULL, &step);
+    if (sig <= 0)
+      continue;
+    atomic_store(&w->stopping, 1);
+    if (++received == 1) {
+      fprintf(stderr, "muster worker: got signal %d: finishing running tasks, then exiting "
+                      "(signal again to stop them)\n", sig);
+      continue;
+    }
+    atomic_store(&w->abandon, 1);
+    fprintf(stderr, "muster worker: got signal %d again: terminating running commands\n", sig);
+    pthread_mutex_lock(&w->lock);
+    for (int i = 0; i < w->concurrency; i++)
+      if (w->slots[i].proc)
+        run_signal(w->slots[i].proc, SIGTERM);
+    pthread_mutex_unlock(&w->lock);
+  }
+}
+
+/* Starts the threads, waits for the slots, stops the heartbeat. */
+static void worker_run(worker_t *w, const sigset_t *signals) {
+  pthread_t heartbeat;
+  int hb_started = pthread_create(&heartbeat, NULL, worker_heartbeat_main, w) == 0;
+  int started = 0;
+  atomic_store(&w->live_slots, w->concurrency);
+  for (; started < w->concurrency; started++)
+    if (pthread_create(&w->slots[started].thread, NULL, worker_slot_main, &w->slots[started]))
+      break;
+  if (started < w->concurrency) {
+    fprintf(stderr, "muster worker: could not start slot %d of %d\n", started + 1, w->concurrency);
+    atomic_fetch_sub(&w->live_slots, w->concurrency - started);
+    atomic_store(&w->stopping, 1);
+    atomic_store(&w->fatal, 1);
+  }
+  worker_wait(w, signals);
+  for (int i = 0; i < started; i++)
+    pthread_join(w->slots[i].thread, NULL);
+  pthread_mutex_lock(&w->lock);
+  w->hb_stop = 1;
+  pthread_cond_signal(&w->wake);
+  pthread_mutex_unlock(&w->lock);
+  if (hb_started)
+    pthread_join(heartbeat, NULL);
+}
+
+static void worker_init_sync(worker_t *w) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&w->wake, &attr);
+  pthread_condattr_destroy(&attr);
+  pthread_mutex_init(&w->lock, NULL);
+  pthread_mutex_init(&w->reg_lock, NULL);
+}
+
+static void worker_destroy(worker_t *w) {
+  for (int i = 0; w->slots && i < w->concurrency; i++)
+    muster_client_free(w->slots[i].client);
+  free(w->slots);
+  muster_client_free(w->hb_client);
+  muster_free(w->name);
+  pthread_cond_destroy(&w->wake);
+  pthread_mutex_destroy(&w->lock);
+  pthread_mutex_destroy(&w->reg_lock);
+}
+
+/* Says goodbye and prints what the worker did. */
+static void worker_leave(worker_t *w, muster_client_t *client) {
+  muster_err_t err = muster_worker_bye(client, worker_id(w));
+  if (err != MUSTER_OK && err != MUSTER_WORKER_NOT_FOUND)
+    fprintf(stderr, "muster worker: bye: %s: %s\n", muster_err_name(err),
+            muster_client_message(client));
+  fprintf(stderr, "muster worker: %s stopped: %ld completed, %ld failed\n", w->name,
+          atomic_load(&w->completed), atomic_load(&w->failed));
+}
+
+int cmd_worker(cli_args_t *args) {
+  worker_t w;
+  memset(&w, 0, sizeof w);
+  int rc = worker_configure(args, &w);
+  muster_client_t *client = NULL;
+  if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
+    return rc;
+  worker_init_sync(&w);
+  w.slots = calloc((size_t)w.concurrency, sizeof *w.slots);
+  if (w.slots == NULL || (rc = worker_join(&w, client)) != CLI_OK || worker_make_clients(&w)) {
+    if (rc == CLI_OK)
+      fprintf(stderr, "muster worker: out of memory\n");
+    if (w.id > 0)
+      muster_worker_bye(client, w.id);
+    worker_destroy(&w);
+    muster_client_free(client);
+    return CLI_FAIL;
+  }
+  sigset_t signals, old;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  signal(SIGPIPE, SIG_IGN);
+  pthread_sigmask(SIG_BLOCK, &signals, &old); /* before the threads: they inherit it */
+  worker_run(&w, &signals);
+  worker_leave(&w, client);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  rc = atomic_load(&w.fatal) ? CLI_FAIL : CLI_OK;
+  worker_destroy(&w);
+  muster_client_free(client);
+  return rc;
+}

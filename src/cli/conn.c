@@ -1,0 +1,120 @@
+/*
+ * conn.c — how a CLI command finds its head and reports failures.
+ *
+ * The URL and token come from the command line, then the environment, then
+ * the head's data dir (a head writes DATA_DIR/url once it listens and
+ * DATA_DIR/token on first start), so running `muster` next to a head needs no
+ * configuration at all.  Errors are printed the one way the CLI prints them:
+ * "muster: CODE: MESSAGE" on stderr.
+ */
+#include "cli/cli.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CLI_DEFAULT_URL "http://127.0.0.1:7370"
+#define CLI_DEFAULT_DATA_DIR "muster-data"
+
+static char cli_url_buf[1024];
+static char cli_token_buf[1024];
+static int cli_token_from_nowhere; /* no token was found anywhere */
+
+static const char *cli_data_dir(const cli_args_t *args) {
+  const char *dir = cli_opt(args, "data-dir");
+  if (dir == NULL)
+    dir = getenv("MUSTER_DATA_DIR");
+  return dir && dir[0] ? dir : CLI_DEFAULT_DATA_DIR;
+}
+
+/* Reads the first line of DATA_DIR/`name` into `buf`, trimmed; 0 when found. */
+static int cli_read_data_file(const cli_args_t *args, const char *name, char *buf, size_t size) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", cli_data_dir(args), name);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return -1;
+  char *line = fgets(buf, (int)size, f);
+  fclose(f);
+  if (line == NULL)
+    return -1;
+  size_t n = strlen(buf);
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+    buf[--n] = '\0';
+  return n > 0 ? 0 : -1;
+}
+
+const char *cli_url(const cli_args_t *args) {
+  const char *url = cli_opt(args, "url");
+  if (url == NULL || url[0] == '\0')
+    url = getenv("MUSTER_URL");
+  if (url != NULL && url[0] != '\0')
+    return url;
+  if (cli_read_data_file(args, "url", cli_url_buf, sizeof cli_url_buf) == 0)
+    return cli_url_buf;
+  return CLI_DEFAULT_URL;
+}
+
+const char *cli_token(const cli_args_t *args) {
+  const char *token = cli_opt(args, "token");
+  if (token == NULL || token[0] == '\0')
+    token = getenv("MUSTER_TOKEN");
+  if (token != NULL && token[0] != '\0')
+    return token;
+  if (cli_read_data_file(args, "token", cli_token_buf, sizeof cli_token_buf) == 0)
+    return cli_token_buf;
+  cli_token_from_nowhere = 1;
+  return NULL;
+}
+
+int cli_connect(const cli_args_t *args, muster_client_t **out) {
+  const char *url = cli_url(args);
+  muster_err_t err = muster_client_new(url, cli_token(args), out);
+  if (err != MUSTER_OK) {
+    fprintf(stderr, "muster: %s: cannot use server '%s' with that token: %s\n",
+            muster_err_name(err), url, muster_strerror(err));
+    return CLI_FAIL;
+  }
+  return CLI_OK;
+}
+
+int cli_error(const muster_client_t *client, muster_err_t err) {
+  const char *message = muster_client_message(client);
+  if (message == NULL || message[0] == '\0')
+    message = muster_strerror(err);
+  fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), message);
+  if (err == MUSTER_UNAUTHORIZED && cli_token_from_nowhere)
+    fprintf(stderr, "muster: no token was given: pass --token, set MUSTER_TOKEN, or run where "
+                    "the head's data dir (--data-dir, ./muster-data) holds its token file\n");
+  if (err == MUSTER_NETWORK)
+    fprintf(stderr, "muster: is a head running there? Pass --url or set MUSTER_URL\n");
+  return CLI_FAIL;
+}
+
+void cli_print_pretty(const char *text) {
+  json_t *value = json_loads(text, JSON_DECODE_ANY, NULL);
+  char *pretty = value ? json_dumps(value, JSON_INDENT(2) | JSON_ENCODE_ANY) : NULL;
+  puts(pretty ? pretty : text);
+  free(pretty);
+  json_decref(value);
+}
+
+int cli_escape(const char *name, char *out, size_t size) {
+  static const char hex[] = "0123456789ABCDEF";
+  size_t at = 0;
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+    int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+                (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.';
+    if (at + (plain ? 1 : 3) >= size)
+      return -1;
+    if (plain) {
+      out[at++] = (char)*p;
+    } else {
+      out[at++] = '%';
+      out[at++] = hex[*p >> 4];
+      out[at++] = hex[*p & 15];
+    }
+  }
+  out[at] = '\0';
+  return 0;
+}

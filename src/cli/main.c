@@ -1,0 +1,316 @@
+/*
+ * main.c — the `muster` binary: one table of commands, dispatched centrally.
+ *
+ * Every command and subcommand is a row below (name, synopsis, options,
+ * positional counts, run function).  main() finds the row, parses the options
+ * against it (args.c) and only then calls the command, so `--help`, unknown
+ * options and missing arguments are handled the same way everywhere.  `muster
+ * head` is the exception: the head daemon parses its own options (head.c).
+ */
+#include "cli/cli.h"
+#include "server/head.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- option tables ---------------------------------------------------------- */
+
+static const cli_opt_t queue_create_opts[] = {
+    {"lease-ms", "MS", "how long a lease lasts unless extended (default 60000)"},
+    {"max-attempts", "N", "leases a task may get before it goes dead (default 5)"},
+    {"backoff-ms", "MS", "delay before the first retry, doubled per attempt (default 1000)"},
+    {"backoff-max-ms", "MS", "cap on the retry delay (default 60000)"},
+    {"next", "Q", "next pipeline stage: each result becomes a task of Q ('' removes it)"},
+    {"max-flags", "N", "invalid-data flags before the task rolls back a stage (default 5)"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t json_opts[] = {
+    {"json", NULL, "print JSON instead of a table"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t put_opts[] = {
+    {"queue", "Q", "queue to put the tasks into (required)"},
+    {"priority", "P", "integer priority; higher is leased first (default 0)"},
+    {"delay-ms", "MS", "do not lease before now + MS (default 0)"},
+    {"key", "K", "idempotency key (one payload only): a repeated key stores nothing"},
+    {"json", NULL, "parse each payload as JSON instead of sending it as a string"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t lease_opts[] = {
+    {"queue", "Q", "queue to lease from (required)"},
+    {"max", "N", "lease up to N tasks (default 1, at most 1000)"},
+    {"wait-ms", "MS", "wait up to MS for a task to arrive (default 0)"},
+    {"worker", "ID", "registered worker id to lease for"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t complete_opts[] = {
+    {"json", NULL, "parse RESULT as JSON instead of storing it as a string"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t fail_opts[] = {
+    {"error", "MSG", "the error text stored with the task"},
+    {"permanent", NULL, "fail the task for good: no retry"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t extend_opts[] = {
+    {"lease-ms", "MS", "new lease length from now (default: the queue's)"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t flag_opts[] = {
+    {"reason", "TEXT", "why the input is invalid"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t tasks_ls_opts[] = {
+    {"queue", "Q", "queue to list (required)"},
+    {"state", "S", "only tasks in state S: queued, leased, done, failed, dead, cancelled"},
+    {"limit", "N", "list at most N tasks (default 100; 0: all)"},
+    {"after", "ID", "only tasks with an id above ID (default 0)"},
+    {"json", NULL, "print one task object per line instead of a table"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t tasks_dead_opts[] = {
+    {"queue", "Q", "queue to list (required)"},
+    {"json", NULL, "print one task object per line instead of a table"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t tasks_requeue_opts[] = {
+    {"queue", "Q", "requeue every dead and failed task of queue Q"},
+    {NULL, NULL, NULL},
+};
+
+static const cli_opt_t worker_opts[] = {
+    {"queue", "Q", "queue to work on (required)"},
+    {"concurrency", "N", "run up to N tasks at once (default 1)"},
+    {"nickname", "NAME", "name on the leaderboard"},
+    {"max-tasks", "N", "exit after N tasks (default 0: run until SIGINT/SIGTERM)"},
+    {"json-result", NULL, "parse the command's stdout as JSON instead of storing a string"},
+    {"timeout-ms", "MS", "heartbeat timeout of the worker (default: the head's)"},
+    {"node", "ID", "node this worker runs on"},
+    {NULL, NULL, NULL},
+};
+
+/* ---- help texts --------------------------------------------------------------- */
+
+static const char put_details[] =
+    "Each PAYLOAD is stored as a JSON string unless --json is given.  Without\n"
+    "PAYLOAD arguments, one payload is read per stdin line (empty lines are\n"
+    "skipped) and sent in batches of up to 1000.  With --json every payload is\n"
+    "checked before anything is sent.  Prints the task ids, one per line.\n\n"
+    "examples:\n"
+    "  muster put --queue resize a.jpg b.jpg\n"
+    "  ls *.jpg | muster put --queue resize\n"
+    "  muster put --queue resize --json '{\"url\": \"a.jpg\", \"width\": 640}'\n";
+
+static const char lease_details[] =
+    "Prints one JSON object per lease and line: {\"task\", \"token\", \"payload\",\n"
+    "\"attempt\", \"deadline_ms\", \"parent\", \"session\", \"index\"}; nothing when no task\n"
+    "was ready.  Finish each lease with `muster complete` or `muster fail`.\n\n"
+    "example:\n"
+    "  muster lease --queue resize --wait-ms 5000\n";
+
+static const char worker_details[] =
+    "Registers a worker and runs CMD (no shell) for each leased task, with the\n"
+    "payload on stdin (a string payload as its raw text, any other payload as\n"
+    "JSON).  Exit status 0: the task completes with stdout as its result (one\n"
+    "trailing newline removed).  Non-zero exit or death by a signal: the task\n"
+    "fails with the last 2 KiB of stderr as its error (retried per the queue's\n"
+    "settings).  The lease is extended while CMD runs, and the worker\n"
+    "heart-beats with its progress.  CMD sees MUSTER_TASK_ID, MUSTER_ATTEMPT,\n"
+    "MUSTER_QUEUE and MUSTER_WORKER_ID in its environment.\n\n"
+    "SIGINT or SIGTERM: take no new tasks, let running ones finish, say goodbye\n"
+    "and exit 0.  A second signal terminates the running commands and releases\n"
+    "their tasks.\n\n"
+    "examples:\n"
+    "  muster worker --queue resize --concurrency 4 -- convert - -resize 50% -\n"
+    "  muster worker --queue upper --max-tasks 10 -- tr a-z A-Z\n";
+
+static const char tasks_requeue_details[] =
+    "Give either ID (one dead or failed task) or --queue Q (all of them).\n";
+
+static int cmd_head(cli_args_t *args);
+static int cmd_version(cli_args_t *args);
+static int cmd_help(cli_args_t *args);
+
+/* ---- the command table ------------------------------------------------------------ */
+
+static const cli_cmd_t commands[] = {
+    {"head", "[options]", "Run the head daemon (see `muster head --help`).", NULL, NULL, 0, 0, -1,
+     cmd_head},
+    {"queue create", "NAME [options]", "Create a queue, or change the settings given.", NULL,
+     queue_create_opts, 1, 1, 1, cmd_queue_create},
+    {"queue ls", "[options]", "List queues with their task counts per state.", NULL, json_opts, 1,
+     0, 0, cmd_queue_ls},
+    {"queue show", "NAME", "Show a queue's settings and counts as JSON.", NULL, NULL, 1, 1, 1,
+     cmd_queue_show},
+    {"queue purge", "NAME", "Delete a queue's queued tasks (leased and finished ones stay).", NULL,
+     NULL, 1, 1, 1, cmd_queue_purge},
+    {"queue rm", "NAME", "Delete a queue and all its tasks.", NULL, NULL, 1, 1, 1, cmd_queue_rm},
+    {"queue requeue", "NAME", "Put every dead and failed task of a queue back to queued.", NULL,
+     NULL, 1, 1, 1, cmd_queue_requeue},
+    {"put", "--queue Q [options] [PAYLOAD...]", "Put tasks into a queue.", put_details, put_opts,
+     1, 0, -1, cmd_put},
+    {"lease", "--queue Q [options]", "Lease tasks (for scripts).", lease_details, lease_opts, 1, 0,
+     0, cmd_lease},
+    {"complete", "TASK TOKEN [RESULT]", "Complete a leased task with an optional result.", NULL,
+     complete_opts, 1, 2, 3, cmd_complete},
+    {"fail", "TASK TOKEN [options]", "Fail a leased task (retried unless --permanent).", NULL,
+     fail_opts, 1, 2, 2, cmd_fail},
+    {"extend", "TASK TOKEN [options]", "Extend a lease.", NULL, extend_opts, 1, 2, 2, cmd_extend},
+    {"release", "TASK TOKEN", "Give a leased task back at once; the attempt does not count.", NULL,
+     NULL, 1, 2, 2, cmd_release},
+    {"flag", "TASK TOKEN [options]", "Flag a leased task's input as invalid.", NULL, flag_opts, 1,
+     2, 2, cmd_flag},
+    {"tasks ls", "--queue Q [options]", "List a queue's tasks.", NULL, tasks_ls_opts, 1, 0, 0,
+     cmd_tasks_ls},
+    {"tasks show", "ID", "Show one task as JSON.", NULL, NULL, 1, 1, 1, cmd_tasks_show},
+    {"tasks dead", "--queue Q [options]", "List a queue's dead and failed tasks.", NULL,
+     tasks_dead_opts, 1, 0, 0, cmd_tasks_dead},
+    {"tasks requeue", "ID | --queue Q", "Put dead or failed tasks back to queued.",
+     tasks_requeue_details, tasks_requeue_opts, 1, 0, 1, cmd_tasks_requeue},
+    {"worker", "--queue Q [options] -- CMD [ARGS...]", "Run CMD for each task of a queue.",
+     worker_details, worker_opts, 1, 1, -1, cmd_worker},
+    {"status", "", "Show the head's health, queues and active workers.", NULL, NULL, 1, 0, 0,
+     cmd_status},
+    {"version", "", "Print the version.", NULL, NULL, 0, 0, 0, cmd_version},
+    {"help", "[COMMAND]", "Show help for muster or for a command.", NULL, NULL, 0, 0, 2, cmd_help},
+};
+
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+/* Non-zero when `word` names a group of subcommands ("queue", "tasks"). */
+static int is_group(const char *word) {
+  size_t len = strlen(word);
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (strncmp(commands[i].name, word, len) == 0 && commands[i].name[len] == ' ')
+      return 1;
+  return 0;
+}
+
+/* The row named `group` + " " + `sub` (sub may be NULL for a plain command). */
+static const cli_cmd_t *find_command(const char *group, const char *sub) {
+  char name[64];
+  snprintf(name, sizeof name, "%s%s%s", group, sub ? " " : "", sub ? sub : "");
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (strcmp(commands[i].name, name) == 0)
+      return &commands[i];
+  return NULL;
+}
+
+static void usage_all(FILE *out) {
+  fprintf(out, "usage: muster COMMAND [options]\n\n"
+               "muster coordinates distributed work: durable task queues, leases and\n"
+               "pipelines served by a head over HTTP.\n\ncommands:\n");
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "\nRun 'muster COMMAND --help' for the options of a command.\n");
+}
+
+static void usage_group(const char *group, FILE *out) {
+  size_t len = strlen(group);
+  fprintf(out, "usage: muster %s SUBCOMMAND [options]\n\nsubcommands:\n", group);
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (strncmp(commands[i].name, group, len) == 0 && commands[i].name[len] == ' ')
+      fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "\nRun 'muster %s SUBCOMMAND --help' for its options.\n", group);
+}
+
+static int cmd_head(cli_args_t *args) {
+  return CLI_USAGE; /* never called: main() hands `head` to head_main directly */
+}
+
+static int cmd_version(cli_args_t *args) {
+  printf("muster %s\n", MUSTER_VERSION);
+  return CLI_OK;
+}
+
+static int cmd_help(cli_args_t *args) {
+  if (args->npos == 0) {
+    usage_all(stdout);
+    return CLI_OK;
+  }
+  const char *sub = args->npos > 1 ? args->pos[1] : NULL;
+  const cli_cmd_t *cmd = find_command(args->pos[0], sub);
+  if (cmd != NULL && strcmp(cmd->name, "head") == 0) {
+    head_usage();
+    return CLI_OK;
+  }
+  if (cmd != NULL) {
+    cli_usage(cmd, stdout);
+    return CLI_OK;
+  }
+  if (sub == NULL && is_group(args->pos[0])) {
+    usage_group(args->pos[0], stdout);
+    return CLI_OK;
+  }
+  return cli_usage_error(NULL, "unknown command '%s%s%s'", args->pos[0], sub ? " " : "",
+                         sub ? sub : "");
+}
+
+/* Runs the group `argv[1]`'s subcommand argv[2]. */
+static int run_group(int argc, char **argv, const cli_cmd_t **cmd, int *skip) {
+  const char *group = argv[1];
+  if (argc < 3) {
+    fprintf(stderr, "muster: '%s' needs a subcommand\n", group);
+    usage_group(group, stderr);
+    return CLI_USAGE;
+  }
+  if (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0) {
+    usage_group(group, stdout);
+    return -1;
+  }
+  if ((*cmd = find_command(group, argv[2])) == NULL) {
+    fprintf(stderr, "muster: unknown subcommand '%s %s'\n", group, argv[2]);
+    fprintf(stderr, "Try 'muster %s --help' for the list of subcommands.\n", group);
+    return CLI_USAGE;
+  }
+  *skip = 3;
+  return CLI_OK;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage_all(stderr);
+    return CLI_USAGE;
+  }
+  const char *word = argv[1];
+  if (strcmp(word, "--help") == 0 || strcmp(word, "-h") == 0)
+    return cmd_help(&(cli_args_t){0});
+  if (strcmp(word, "--version") == 0)
+    return cmd_version(NULL);
+  if (strcmp(word, "head") == 0)
+    return head_main(argc - 1, argv + 1);
+  const cli_cmd_t *cmd = NULL;
+  int skip = 2;
+  if (is_group(word)) {
+    int rc = run_group(argc, argv, &cmd, &skip);
+    if (rc != CLI_OK)
+      return rc < 0 ? CLI_OK : rc;
+  } else if ((cmd = find_command(word, NULL)) == NULL) {
+    fprintf(stderr, "muster: unknown command '%s'\n", word);
+    fprintf(stderr, "Try 'muster help' for the list of commands.\n");
+    return CLI_USAGE;
+  }
+  char **pos = calloc((size_t)argc + 1, sizeof *pos);
+  if (pos == NULL) {
+    fprintf(stderr, "muster: out of memory\n");
+    return CLI_FAIL;
+  }
+  cli_args_t args;
+  int rc = cli_parse(cmd, argc - skip, argv + skip, pos, &args);
+  if (rc == CLI_OK)
+    rc = cmd->run(&args);
+  else if (rc < 0)
+    rc = CLI_OK;
+  free(pos);
+  return rc;
+}

@@ -1,0 +1,84 @@
+/*
+ * worker.h — the state `muster worker` shares between its threads.
+ *
+ * Threads: the main thread (setup, signals, goodbye), one heartbeat thread,
+ * and N slot threads that each lease and run one task at a time.  Every thread
+ * has its own libmuster handle, since a handle is not thread-safe.  Settings
+ * are written before the threads start and only read afterwards; what changes
+ * is atomic or guarded by `lock`.
+ */
+#ifndef MUSTER_CLI_WORKER_H
+#define MUSTER_CLI_WORKER_H
+
+#include "cli/run.h"
+#include "muster.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define WORKER_POLL_MS 2000 /* long-poll per lease request; bounds the stop delay when idle */
+
+typedef struct worker worker_t;
+
+typedef struct {
+  worker_t *worker;
+  int index;
+  pthread_t thread;
+  muster_client_t *client;
+  _Atomic int64_t task; /* the task being run, 0 when idle (read by the heartbeat) */
+  run_proc_t *proc;     /* the running command, under worker->lock; NULL when none */
+} worker_slot_t;
+
+struct worker {
+  /* settings, fixed once the threads start */
+  const char *queue;
+  const char *url;
+  const char *token;
+  const char *nickname;
+  const char *node;
+  char **cmd;          /* NULL-terminated argv of the command */
+  int concurrency;
+  int json_result;     /* parse stdout as JSON */
+  int64_t max_tasks;   /* 0: no limit */
+  int64_t timeout_ms;  /* heartbeat timeout asked for at registration; -1: the head's */
+  long heartbeat_ms;   /* interval of the periodic heartbeat */
+  muster_client_t *hb_client; /* the heartbeat thread's handle */
+
+  pthread_mutex_t lock;     /* guards id, name, slots[].proc, hb_stop; wakes the heartbeat */
+  pthread_cond_t wake;
+  pthread_mutex_t reg_lock; /* one re-registration at a time */
+  int64_t id;               /* the worker id now (re-registration changes it) */
+  char *name;               /* its display name (muster_free) */
+  int hb_stop;              /* tells the heartbeat thread to finish */
+
+  atomic_int stopping;      /* take no new tasks */
+  atomic_int abandon;       /* second signal: running commands were terminated */
+  atomic_int fatal;         /* a slot hit an error retrying cannot fix */
+  _Atomic int64_t lease_ms; /* the queue's lease length, refreshed by the heartbeat */
+  _Atomic int64_t tickets;  /* tasks claimed so far, for --max-tasks */
+  atomic_long completed, failed;
+  atomic_int live_slots;
+  worker_slot_t *slots;
+};
+
+/* The thread function of a slot (`arg` is its worker_slot_t). */
+void *worker_slot_main(void *arg);
+
+/* The current worker id. */
+int64_t worker_id(worker_t *w);
+
+/*
+ * Registers the worker again after the head forgot `old_id` (it timed out),
+ * using `client`.  Only the first caller for a given old id registers; the
+ * others find the new id.  Returns MUSTER_OK or the registration's error.
+ */
+muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old_id);
+
+/* Milliseconds of a monotonic clock. */
+int64_t worker_now_ms(void);
+
+/* Sleeps up to `ms`, returning early once the worker is stopping. */
+void worker_nap(worker_t *w, long ms);
+
+#endif

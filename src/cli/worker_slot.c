@@ -1,0 +1,287 @@
+/*
+ * worker_slot.c — one slot of `muster worker`: lease a task, run the command,
+ * report the outcome, repeat.
+ *
+ * A slot holds at most one lease.  While the command runs, the slot extends
+ * the lease at half the queue's lease time, so a task that runs longer than
+ * one lease keeps it; if the head says the lease is lost anyway (it expired
+ * during a network outage, say), the command is killed and its result dropped,
+ * since another worker owns the task now.  Transient failures (network, a
+ * restarting head) are retried; errors that retrying cannot fix (unknown
+ * queue, bad token) stop the whole worker.
+ */
+#include "cli/worker.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+extern char **environ;
+
+#define SLOT_ERROR_MAX (RUN_TAIL_MAX * 4 + 64) /* room for a tail with '?'-replaced bytes */
+#define SLOT_ACK_TRIES 5
+
+/* Claims one of --max-tasks; 0 when all are claimed. */
+static int slot_take_ticket(worker_t *w) {
+  if (w->max_tasks <= 0)
+    return 1;
+  int64_t t = atomic_load(&w->tickets);
+  while (t < w->max_tasks)
+    if (atomic_compare_exchange_weak(&w->tickets, &t, t + 1))
+      return 1;
+  return 0;
+}
+
+static void slot_return_ticket(worker_t *w) {
+  if (w->max_tasks > 0)
+    atomic_fetch_sub(&w->tickets, 1);
+}
+
+/* Errors that go away by themselves: retry after a pause. */
+static int slot_transient(muster_err_t err) {
+  return err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE || err == MUSTER_INTERNAL ||
+         err == MUSTER_STORE || err == MUSTER_PROTOCOL || err == MUSTER_NOMEM;
+}
+
+/*
+ * Leases one task into *lease.  Returns 1 with a lease, 0 without one (try
+ * again), -1 when the worker must stop.
+ */
+static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
+  worker_t *w = slot->worker;
+  size_t count = 0;
+  int64_t id = worker_id(w);
+  muster_err_t err = muster_lease(slot->client, w->queue, id, 1, WORKER_POLL_MS, lease, &count);
+  if (err == MUSTER_OK && count > 0)
+    return 1;
+  if (err == MUSTER_OK) {
+    muster_leases_free(*lease, count);
+    *lease = NULL;
+    return 0;
+  }
+  if (err == MUSTER_WORKER_NOT_FOUND &&
+      (err = worker_reregister(w, slot->client, id)) == MUSTER_OK)
+    return 0;
+  fprintf(stderr, "muster worker: lease from %s: %s: %s\n", w->queue, muster_err_name(err),
+          muster_client_message(slot->client));
+  if (!slot_transient(err))
+    return -1;
+  worker_nap(w, 1000);
+  return 0;
+}
+
+/* Sends one acknowledgement, retrying transient failures a few times. */
+static muster_err_t slot_ack(worker_slot_t *slot, const muster_ack_t *ack,
+                             muster_err_t (*call)(muster_client_t *, const muster_ack_t *, size_t)) {
+  muster_err_t err = MUSTER_OK;
+  for (int attempt = 0; attempt < SLOT_ACK_TRIES; attempt++) {
+    if ((err = call(slot->client, ack, 1)) == MUSTER_OK || !slot_transient(err))
+      return err;
+    worker_nap(slot->worker, 200L << attempt);
+  }
+  return err;
+}
+
+/* Fails the task with `error`, counting it and logging it. */
+static void slot_fail(worker_slot_t *slot, const muster_lease_t *lease, const char *error) {
+  muster_ack_t ack;
+  muster_ack_init(&ack, lease->task, lease->token);
+  ack.error = error;
+  muster_err_t err = slot_ack(slot, &ack, muster_fail);
+  atomic_fetch_add(&slot->worker->failed, 1);
+  fprintf(stderr, "muster worker: task %lld failed: %.200s\n", (long long)lease->task, error);
+  if (err != MUSTER_OK)
+    fprintf(stderr, "muster worker: task %lld: could not report the failure: %s: %s\n",
+            (long long)lease->task, muster_err_name(err), muster_client_message(slot->client));
+}
+
+/* Turns the command's stdout into the result's JSON text (free), or NULL
+ * with the reason in `why`. */
+static char *slot_result(worker_slot_t *slot, run_proc_t *proc, char *why, size_t size) {
+  size_t len = proc->out_len;
+  const char *out = proc->out ? proc->out : "";
+  if (len > 0 && out[len - 1] == '\n')
+    len--; /* one trailing newline is how commands end their output, not data */
+  if (proc->out_overflow) {
+    snprintf(why, size, "stdout is larger than %u bytes", RUN_OUT_MAX);
+    return NULL;
+  }
+  json_error_t jerr;
+  json_t *value;
+  if (slot->worker->json_result)
+    value = len == 0 ? json_null() : json_loadb(out, len, JSON_DECODE_ANY, &jerr);
+  else
+    value = json_stringn(out, len);
+  if (value == NULL) {
+    if (slot->worker->json_result)
+      snprintf(why, size, "stdout is not valid JSON: %s", jerr.text);
+    else
+      snprintf(why, size, "stdout is not valid UTF-8 text");
+    return NULL;
+  }
+  char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  json_decref(value);
+  if (text == NULL)
+    snprintf(why, size, "out of memory");
+  return text;
+}
+
+/* Completes the task with the command's output. */
+static void slot_complete(worker_slot_t *slot, const muster_lease_t *lease, run_proc_t *proc) {
+  char why[256];
+  char *result = slot_result(slot, proc, why, sizeof why);
+  if (result == NULL) {
+    slot_fail(slot, lease, why);
+    return;
+  }
+  muster_ack_t ack;
+  muster_ack_init(&ack, lease->task, lease->token);
+  ack.result = result;
+  muster_err_t err = slot_ack(slot, &ack, muster_complete);
+  free(result);
+  if (err == MUSTER_OK) {
+    atomic_fetch_add(&slot->worker->completed, 1);
+  } else if (err == MUSTER_PAYLOAD_TOO_LARGE || err == MUSTER_BODY_TOO_LARGE) {
+    snprintf(why, sizeof why, "result refused: %.200s", muster_client_message(slot->client));
+    slot_fail(slot, lease, why);
+  } else {
+    fprintf(stderr, "muster worker: task %lld: result not stored: %s: %s\n",
+            (long long)lease->task, muster_err_name(err), muster_client_message(slot->client));
+  }
+}
+
+/* Gives the task back without counting the attempt. */
+static void slot_release(worker_slot_t *slot, const muster_lease_t *lease) {
+  muster_ack_t ack;
+  muster_ack_init(&ack, lease->task, lease->token);
+  slot_ack(slot, &ack, muster_release);
+}
+
+/*
+ * Extends the lease while the command runs.  Returns 0, or -1 when the lease
+ * is gone (the command is then killed: its result would be refused).
+ */
+static int slot_extend(worker_slot_t *slot, const muster_lease_t *lease, run_proc_t *proc) {
+  muster_ack_t ack;
+  muster_ack_init(&ack, lease->task, lease->token);
+  muster_err_t err = muster_extend(slot->client, &ack, 1);
+  if (err == MUSTER_OK || slot_transient(err))
+    return 0;
+  fprintf(stderr, "muster worker: task %lld: lease lost (%s: %s); stopping its command\n",
+          (long long)lease->task, muster_err_name(err), muster_client_message(slot->client));
+  run_signal(proc, SIGKILL);
+  return -1;
+}
+
+/* Runs the started command to its end, extending the lease as it goes.
+ * Returns 0, or -1 when the lease was lost on the way. */
+static int slot_supervise(worker_slot_t *slot, const muster_lease_t *lease, run_proc_t *proc) {
+  int lost = 0;
+  for (;;) {
+    int64_t every = atomic_load(&slot->worker->lease_ms) / 2;
+    if (run_pump(proc, (long)(every > 0 ? every : 1)) == 1)
+      return lost ? -1 : 0;
+    if (!lost && slot_extend(slot, lease, proc) != 0)
+      lost = 1;
+  }
+}
+
+/* The child's environment: ours plus the task's MUSTER_* variables. */
+static char **slot_env(worker_slot_t *slot, const muster_lease_t *lease, char vars[4][160]) {
+  size_t n = 0;
+  while (environ[n])
+    n++;
+  char **env = calloc(n + 5, sizeof *env);
+  if (env == NULL)
+    return NULL;
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "MUSTER_TASK_ID=", 15) && strncmp(environ[i], "MUSTER_ATTEMPT=", 15) &&
+        strncmp(environ[i], "MUSTER_QUEUE=", 13) && strncmp(environ[i], "MUSTER_WORKER_ID=", 17))
+      env[at++] = environ[i];
+  snprintf(vars[0], 160, "MUSTER_TASK_ID=%lld", (long long)lease->task);
+  snprintf(vars[1], 160, "MUSTER_ATTEMPT=%lld", (long long)lease->attempt);
+  snprintf(vars[2], 160, "MUSTER_QUEUE=%.140s", slot->worker->queue);
+  snprintf(vars[3], 160, "MUSTER_WORKER_ID=%lld", (long long)worker_id(slot->worker));
+  for (int i = 0; i < 4; i++)
+    env[at++] = vars[i];
+  return env;
+}
+
+/* Publishes (or clears, with NULL) the running command for the main thread. */
+static void slot_set_proc(worker_slot_t *slot, run_proc_t *proc, int64_t task) {
+  pthread_mutex_lock(&slot->worker->lock);
+  slot->proc = proc;
+  atomic_store(&slot->task, task);
+  pthread_mutex_unlock(&slot->worker->lock);
+}
+
+/* Decides what the ended command means for the task. */
+static void slot_report(worker_slot_t *slot, const muster_lease_t *lease, run_proc_t *proc) {
+  int ok = WIFEXITED(proc->status) && WEXITSTATUS(proc->status) == 0;
+  if (ok) {
+    slot_complete(slot, lease, proc);
+  } else if (atomic_load(&slot->worker->abandon)) {
+    slot_release(slot, lease); /* we interrupted it: not the task's fault */
+  } else {
+    char error[SLOT_ERROR_MAX];
+    run_error_text(proc, error, sizeof error);
+    slot_fail(slot, lease, error);
+  }
+}
+
+/* Runs one leased task from start to report. */
+static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
+  json_t *payload = json_loads(lease->payload, JSON_DECODE_ANY, NULL);
+  const char *input = lease->payload;
+  size_t input_len = strlen(lease->payload);
+  if (json_is_string(payload)) { /* a string reaches the command as its raw text */
+    input = json_string_value(payload);
+    input_len = json_string_length(payload);
+  }
+  char vars[4][160], why[512];
+  char **env = slot_env(slot, lease, vars);
+  run_proc_t proc;
+  if (env == NULL) {
+    slot_fail(slot, lease, "the worker ran out of memory");
+  } else if (run_start(&proc, slot->worker->cmd, env, input, input_len, why, sizeof why) != 0) {
+    slot_fail(slot, lease, why);
+  } else {
+    slot_set_proc(slot, &proc, lease->task);
+    int lost = slot_supervise(slot, lease, &proc);
+    slot_set_proc(slot, NULL, 0);
+    if (!lost)
+      slot_report(slot, lease, &proc);
+    run_finish(&proc);
+  }
+  free(env);
+  json_decref(payload);
+}
+
+void *worker_slot_main(void *arg) {
+  worker_slot_t *slot = arg;
+  worker_t *w = slot->worker;
+  while (!atomic_load(&w->stopping) && slot_take_ticket(w)) {
+    muster_lease_t *lease = NULL;
+    int got = slot_lease(slot, &lease);
+    if (got < 0) {
+      atomic_store(&w->fatal, 1);
+      atomic_store(&w->stopping, 1);
+    }
+    int ran = 0;
+    if (got == 1 && atomic_load(&w->stopping)) {
+      slot_release(slot, lease); /* leased as the stop came: give it back at once */
+    } else if (got == 1) {
+      slot_run_task(slot, lease);
+      ran = 1;
+    }
+    if (!ran)
+      slot_return_ticket(w);
+    muster_leases_free(lease, got == 1 ? 1 : 0);
+  }
+  atomic_fetch_sub(&w->live_slots, 1);
+  return NULL;
+}

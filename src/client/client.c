@@ -1,0 +1,395 @@
+/*
+ * client.c — the libmuster handle and its HTTP transport.
+ *
+ * Each muster_client_t owns one libcurl easy handle.  libcurl keeps the TCP
+ * connection of an easy handle alive between transfers, so a handle that makes
+ * many calls pays for one connect.  Requests are small JSON bodies sent at
+ * once: Nagle is off (TCP_NODELAY) and "Expect: 100-continue" is suppressed,
+ * since waiting a round trip before sending a few hundred bytes only adds
+ * latency.  The library never prints and never aborts; every failure becomes a
+ * muster_err_t plus a message kept on the handle.
+ */
+#include "client/client_internal.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CLIENT_DEFAULT_TIMEOUT_MS 60000L
+
+static pthread_once_t client_global_once = PTHREAD_ONCE_INIT;
+static CURLcode client_global_rc = CURLE_FAILED_INIT;
+
+/* curl_global_init is not thread-safe in every libcurl; run it exactly once. */
+static void client_global_init(void) {
+  client_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
+muster_err_t client_fail(muster_client_t *client, muster_err_t err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(client->message, sizeof client->message, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+void client_ok(muster_client_t *client) {
+  client->message[0] = '\0';
+}
+
+const char *muster_client_message(const muster_client_t *client) {
+  return client ? client->message : "";
+}
+
+int muster_client_status(const muster_client_t *client) {
+  return client ? client->status : 0;
+}
+
+void muster_client_set_timeout(muster_client_t *client, long timeout_ms) {
+  if (client)
+    client->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
+}
+
+void muster_free(void *ptr) {
+  free(ptr);
+}
+
+/* ---- the reply buffer ----------------------------------------------------- */
+
+/* libcurl's write callback: appends to the handle's reply buffer.  Returning
+ * less than asked makes libcurl fail the transfer with CURLE_WRITE_ERROR, which
+ * client_send() reports as MUSTER_NOMEM. */
+static size_t client_on_body(char *data, size_t size, size_t nmemb, void *userdata) {
+  client_buf_t *buf = userdata;
+  size_t n = size * nmemb;
+  if (buf->len + n + 1 > buf->cap) {
+    size_t cap = buf->cap ? buf->cap : 4096;
+    while (cap < buf->len + n + 1)
+      cap *= 2;
+    char *grown = realloc(buf->data, cap);
+    if (grown == NULL)
+      return 0;
+    buf->data = grown;
+    buf->cap = cap;
+  }
+  memcpy(buf->data + buf->len, data, n);
+  buf->len += n;
+  buf->data[buf->len] = '\0';
+  return n;
+}
+
+/* ---- handle --------------------------------------------------------------- */
+
+/* Sets the options that never change over the handle's life. */
+static muster_err_t client_setup_curl(muster_client_t *client, const char *token) {
+  CURL *curl = client->curl;
+  struct curl_slist *h = NULL, *next;
+  char auth[1024];
+  const char *fixed[] = {"Content-Type: application/json", "Accept: application/json",
+                         "Expect:", NULL};
+  for (int i = 0; fixed[i] != NULL; i++) {
+    if ((next = curl_slist_append(h, fixed[i])) == NULL)
+      goto nomem;
+    h = next;
+  }
+  if (token != NULL && token[0] != '\0') {
+    if (snprintf(auth, sizeof auth, "Authorization: Bearer %s", token) >= (int)sizeof auth) {
+      curl_slist_free_all(h);
+      return client_fail(client, MUSTER_INVALID, "the token is too long");
+    }
+    if ((next = curl_slist_append(h, auth)) == NULL)
+      goto nomem;
+    h = next;
+  }
+  client->headers = h;
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, client->curl_error);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, client_on_body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &client->reply);
+  curl_easy_setopt(curl, CURLOPT_USERAGENT, "libmuster/" MUSTER_VERSION);
+#if LIBCURL_VERSION_NUM >= 0x075500
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+#endif
+  return MUSTER_OK;
+nomem:
+  curl_slist_free_all(h);
+  return client_fail(client, MUSTER_NOMEM, "out of memory");
+}
+
+/* A token goes into a header line: refuse characters that would end it. */
+static int client_token_ok(const char *token) {
+  return token == NULL || strpbrk(token, "\r\n") == NULL;
+}
+
+muster_err_t muster_client_new(const char *url, const char *token, muster_client_t **out) {
+  if (out == NULL)
+    return MUSTER_INVALID;
+  *out = NULL;
+  if (url == NULL || url[0] == '\0' || !client_token_ok(token))
+    return MUSTER_INVALID;
+  pthread_once(&client_global_once, client_global_init);
+  if (client_global_rc != CURLE_OK)
+    return MUSTER_NOMEM;
+  muster_client_t *client = calloc(1, sizeof *client);
+  if (client == NULL)
+    return MUSTER_NOMEM;
+  client->timeout_ms = CLIENT_DEFAULT_TIMEOUT_MS;
+  client->base_url = strdup(url);
+  client->curl = curl_easy_init();
+  if (client->base_url == NULL || client->curl == NULL) {
+    muster_client_free(client);
+    return MUSTER_NOMEM;
+  }
+  size_t n = strlen(client->base_url);
+  while (n > 0 && client->base_url[n - 1] == '/')
+    client->base_url[--n] = '\0';
+  muster_err_t err = client_setup_curl(client, token);
+  if (err != MUSTER_OK) {
+    muster_client_free(client);
+    return err;
+  }
+  *out = client;
+  return MUSTER_OK;
+}
+
+void muster_client_free(muster_client_t *client) {
+  if (client == NULL)
+    return;
+  if (client->curl)
+    curl_easy_cleanup(client->curl);
+  curl_slist_free_all(client->headers);
+  free(client->base_url);
+  free(client->reply.data);
+  free(client);
+}
+
+/* ---- transport ------------------------------------------------------------ */
+
+/* Points the easy handle at `method` with `body` (NULL: none).  POST and PUT
+ * without a body still send an empty one, which the server reads as {}. */
+static void client_set_method(CURL *curl, const char *method, const char *body) {
+  int wants_body = body != NULL || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0;
+  if (wants_body) {
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body ? body : "");
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(body ? strlen(body) : 0));
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, strcmp(method, "POST") ? method : NULL);
+  } else {
+    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, strcmp(method, "GET") ? method : NULL);
+  }
+}
+
+/*
+ * Performs one request and leaves the reply body in client->reply and the
+ * status in client->status.  Returns MUSTER_OK when a reply of any status
+ * arrived, MUSTER_NETWORK when none did, MUSTER_NOMEM when it could not be
+ * stored.  The status is judged by the caller.
+ */
+static muster_err_t client_send(muster_client_t *client, const char *method, const char *path,
+                                const char *body, long extra_wait_ms) {
+  size_t url_len = strlen(client->base_url) + strlen(path) + 1;
+  char *url = malloc(url_len);
+  if (url == NULL)
+    return client_fail(client, MUSTER_NOMEM, "out of memory");
+  snprintf(url, url_len, "%s%s", client->base_url, path);
+  client->status = 0;
+  client->reply.len = 0;
+  if (client->reply.data)
+    client->reply.data[0] = '\0';
+  client->curl_error[0] = '\0';
+  CURL *curl = client->curl;
+  curl_easy_setopt(curl, CURLOPT_URL, url);
+  client_set_method(curl, method, body);
+  long timeout = client->timeout_ms ? client->timeout_ms + (extra_wait_ms > 0 ? extra_wait_ms : 0)
+                                    : 0;
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout);
+  CURLcode rc = curl_easy_perform(curl);
+  free(url);
+  if (rc == CURLE_WRITE_ERROR)
+    return client_fail(client, MUSTER_NOMEM, "out of memory while reading the reply");
+  if (rc != CURLE_OK)
+    return client_fail(client, MUSTER_NETWORK, "%s %s%s: %s", method, client->base_url, path,
+                       client->curl_error[0] ? client->curl_error : curl_easy_strerror(rc));
+  long status = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  client->status = (int)status;
+  return MUSTER_OK;
+}
+
+/* The code for a non-2xx reply that carries no usable error envelope. */
+static muster_err_t client_status_err(int status) {
+  switch (status) {
+  case 400: return MUSTER_BAD_REQUEST;
+  case 401: return MUSTER_UNAUTHORIZED;
+  case 403: return MUSTER_FORBIDDEN;
+  case 404: return MUSTER_NOT_FOUND;
+  case 405: return MUSTER_METHOD_NOT_ALLOWED;
+  case 413: return MUSTER_BODY_TOO_LARGE;
+  case 415: return MUSTER_UNSUPPORTED_MEDIA;
+  case 503: return MUSTER_UNAVAILABLE;
+  default: return status >= 500 ? MUSTER_INTERNAL : MUSTER_PROTOCOL;
+  }
+}
+
+/* Turns the non-2xx reply in client->reply into a code and a message. */
+static muster_err_t client_reply_error(muster_client_t *client) {
+  json_t *root = json_loadb(client->reply.data ? client->reply.data : "", client->reply.len, 0,
+                            NULL);
+  json_t *error = json_object_get(root, "error");
+  const char *code = json_string_value(json_object_get(error, "code"));
+  const char *message = json_string_value(json_object_get(error, "message"));
+  muster_err_t err = code ? muster_err_from_name(code) : MUSTER_PROTOCOL;
+  if (err == MUSTER_PROTOCOL || err == MUSTER_OK)
+    err = client_status_err(client->status);
+  if (message != NULL)
+    client_fail(client, err, "%s", message);
+  else if (code != NULL)
+    client_fail(client, err, "%s (HTTP %d)", code, client->status);
+  else
+    client_fail(client, err, "HTTP %d: %.200s", client->status,
+                client->reply.data ? client->reply.data : "");
+  json_decref(root);
+  return err;
+}
+
+muster_err_t client_call(muster_client_t *client, const char *method, const char *path,
+                         json_t *body, long extra_wait_ms, json_t **reply) {
+  if (reply)
+    *reply = NULL;
+  char *text = NULL;
+  if (body != NULL && (text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY)) == NULL)
+    return client_fail(client, MUSTER_NOMEM, "out of memory while encoding the request");
+  muster_err_t err = client_send(client, method, path, text, extra_wait_ms);
+  free(text);
+  if (err != MUSTER_OK)
+    return err;
+  if (client->status < 200 || client->status > 299)
+    return client_reply_error(client);
+  if (reply != NULL) {
+    json_error_t jerr;
+    *reply = json_loadb(client->reply.data ? client->reply.data : "", client->reply.len, 0, &jerr);
+    if (*reply == NULL)
+      return client_fail(client, MUSTER_PROTOCOL, "%s %s: unreadable reply: %s", method, path,
+                         jerr.text);
+  }
+  client_ok(client);
+  return MUSTER_OK;
+}
+
+muster_err_t muster_request(muster_client_t *client, const char *method, const char *path,
+                            const char *body, char **reply) {
+  if (reply)
+    *reply = NULL;
+  if (client == NULL)
+    return MUSTER_INVALID;
+  if (method == NULL || path == NULL || path[0] != '/')
+    return client_fail(client, MUSTER_INVALID, "method and a path starting with '/' are needed");
+  muster_err_t err = client_send(client, method, path, body, 0);
+  if (err != MUSTER_OK)
+    return err;
+  if (client->status < 200 || client->status > 299)
+    return client_reply_error(client);
+  if (reply != NULL) {
+    *reply = strdup(client->reply.data ? client->reply.data : "");
+    if (*reply == NULL)
+      return client_fail(client, MUSTER_NOMEM, "out of memory");
+  }
+  client_ok(client);
+  return MUSTER_OK;
+}
+
+muster_err_t muster_health(muster_client_t *client) {
+  if (client == NULL)
+    return MUSTER_INVALID;
+  json_t *reply = NULL;
+  muster_err_t err = client_call(client, "GET", "/v1/health", NULL, 0, &reply);
+  if (err != MUSTER_OK)
+    return err;
+  const char *status = json_string_value(json_object_get(reply, "status"));
+  if (status == NULL)
+    err = client_fail(client, MUSTER_PROTOCOL, "health reply has no status");
+  else if (strcmp(status, "ok") != 0)
+    err = client_fail(client, MUSTER_UNAVAILABLE, "the server reports status '%s'", status);
+  json_decref(reply);
+  return err;
+}
+
+/* ---- helpers shared by the call files -------------------------------------- */
+
+/* Appends `s` to out[*at..size) percent-encoded as a path segment. */
+static int client_path_escape(char *out, size_t size, size_t *at, const char *s) {
+  static const char hex[] = "0123456789ABCDEF";
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+                (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.' || *p == '~';
+    size_t need = plain ? 1 : 3;
+    if (*at + need >= size)
+      return -1;
+    if (plain) {
+      out[(*at)++] = (char)*p;
+    } else {
+      out[(*at)++] = '%';
+      out[(*at)++] = hex[*p >> 4];
+      out[(*at)++] = hex[*p & 15];
+    }
+  }
+  return 0;
+}
+
+muster_err_t client_path(muster_client_t *client, char *out, size_t size, const char *fmt, ...) {
+  va_list ap;
+  size_t at = 0;
+  int bad = 0;
+  va_start(ap, fmt);
+  for (const char *f = fmt; *f && !bad; f++) {
+    if (strncmp(f, "%s", 2) == 0) {
+      bad = client_path_escape(out, size, &at, va_arg(ap, const char *));
+      f += 1;
+    } else if (strncmp(f, "%lld", 4) == 0) {
+      int n = snprintf(out + at, size - at, "%lld", va_arg(ap, long long));
+      bad = n < 0 || at + (size_t)n >= size;
+      at += bad ? 0 : (size_t)n;
+      f += 3;
+    } else if (at + 1 < size) {
+      out[at++] = *f;
+    } else {
+      bad = 1;
+    }
+  }
+  va_end(ap);
+  out[bad ? 0 : at] = '\0';
+  if (bad)
+    return client_fail(client, MUSTER_NAME_INVALID, "a name in the request path is too long");
+  return MUSTER_OK;
+}
+
+json_t *client_parse_value(muster_client_t *client, const char *text, const char *what) {
+  json_error_t jerr;
+  json_t *value = json_loads(text, JSON_DECODE_ANY, &jerr);
+  if (value == NULL)
+    client_fail(client, MUSTER_INVALID, "%s: not valid JSON: %s", what, jerr.text);
+  return value;
+}
+
+char *client_dump_value(const json_t *value) {
+  return json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+int client_get_int(const json_t *obj, const char *key, int64_t fallback, int64_t *out) {
+  json_t *v = json_object_get(obj, key);
+  if (v == NULL || json_is_null(v)) {
+    *out = fallback;
+    return 0;
+  }
+  if (!json_is_integer(v))
+    return -1;
+  *out = (int64_t)json_integer_value(v);
+  return 0;
+}

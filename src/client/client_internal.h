@@ -1,0 +1,80 @@
+/*
+ * client_internal.h — what the files of libmuster share and nobody else sees.
+ *
+ * client.c owns the handle and the transport (one libcurl easy handle per
+ * muster_client_t, so its keep-alive connection is reused from call to call).
+ * queue.c, task.c, lease.c and worker.c build JSON bodies with jansson, call
+ * client_call() and read the parsed reply.  Nothing here is thread-safe beyond
+ * what muster.h promises: one handle, one thread at a time.
+ */
+#ifndef MUSTER_CLIENT_INTERNAL_H
+#define MUSTER_CLIENT_INTERNAL_H
+
+#include "muster.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+/* Longest explanation kept for muster_client_message(); longer ones are cut. */
+#define CLIENT_MESSAGE_MAX 512
+
+/* A growable byte buffer that always stays NUL-terminated once used. */
+typedef struct {
+  char *data;
+  size_t len; /* bytes in data, not counting the terminating NUL */
+  size_t cap; /* bytes allocated */
+} client_buf_t;
+
+struct muster_client {
+  CURL *curl;                     /* one easy handle: its connection is kept alive */
+  struct curl_slist *headers;     /* Authorization, Content-Type, an empty Expect */
+  char *base_url;                 /* "http://host:port" without a trailing slash */
+  long timeout_ms;                /* per request; long-polls add their wait */
+  int status;                     /* HTTP status of the last reply, 0 when none */
+  client_buf_t reply;             /* body of the last reply */
+  char message[CLIENT_MESSAGE_MAX]; /* explanation of the last failure, "" after success */
+  char curl_error[CURL_ERROR_SIZE]; /* filled by libcurl on transport failures */
+};
+
+/*
+ * Sends `method` `path` with an optional JSON `body` (may be NULL: no body),
+ * waiting at most the handle's timeout plus `extra_wait_ms`.  On MUSTER_OK and
+ * when `reply` is not NULL, *reply is the parsed reply (a new reference the
+ * caller must json_decref).  On failure the handle's message explains it.
+ * `body` stays the caller's.
+ */
+muster_err_t client_call(muster_client_t *client, const char *method, const char *path,
+                         json_t *body, long extra_wait_ms, json_t **reply);
+
+/* Records `err` with a printf-style explanation on the handle and returns `err`. */
+muster_err_t client_fail(muster_client_t *client, muster_err_t err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Clears the handle's message (a call succeeded). */
+void client_ok(muster_client_t *client);
+
+/*
+ * Formats a path into `out` (`size` bytes) from `fmt`, where every "%s" is
+ * replaced by the next string argument percent-encoded as a path segment, so a
+ * queue name like "a/b" reaches the server as one (invalid) name rather than as
+ * another endpoint.  Only "%s" and "%lld" (long long) are understood.
+ * Returns MUSTER_OK, or MUSTER_NAME_INVALID when the path does not fit (names
+ * are at most 128 characters, so a fitting buffer only overflows for bad ones).
+ */
+muster_err_t client_path(muster_client_t *client, char *out, size_t size, const char *fmt, ...);
+
+/*
+ * Parses the JSON text `text` (any value, not only objects) for the request
+ * field named `what`; on failure returns NULL and records MUSTER_INVALID.
+ * The caller owns the returned reference.
+ */
+json_t *client_parse_value(muster_client_t *client, const char *text, const char *what);
+
+/* Duplicates the JSON value `value` as compact text (muster_free), NULL on no memory. */
+char *client_dump_value(const json_t *value);
+
+/* Reads integer field `key` of `obj`; *out = `fallback` when absent or null.
+ * Returns 0, or -1 when the field has another type. */
+int client_get_int(const json_t *obj, const char *key, int64_t fallback, int64_t *out);
+
+#endif /* MUSTER_CLIENT_INTERNAL_H */
