@@ -167,13 +167,22 @@ static const char *http_method_name(enum evhttp_cmd_type cmd) {
   }
 }
 
-/* Splits `path` in place into segments; returns their count or -1. */
+/* Splits `path` in place into segments; returns their count or -1.  A
+ * trailing slash makes an empty last segment ("/v1/queues/" names the queue
+ * ""), so it is refused as a bad name rather than routed elsewhere. */
 static int http_split(char *path, char **segs) {
   int n = 0;
+  size_t len = strlen(path);
+  bool trailing = len > 1 && path[len - 1] == '/';
   for (char *save = NULL, *tok = strtok_r(path, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
     if (n == HTTP_MAX_SEGMENTS)
       return -1;
     segs[n++] = tok;
+  }
+  if (trailing) {
+    if (n == HTTP_MAX_SEGMENTS)
+      return -1;
+    segs[n++] = path + len; /* the NUL at the end: an empty string */
   }
   return n;
 }
@@ -188,9 +197,19 @@ static bool http_match(const char *pattern, char **segs, int nsegs, http_req_t *
   for (int i = 0; i < n; i++)
     if (strcmp(pats[i], "{}") != 0 && strcmp(pats[i], segs[i]) != 0)
       return false;
-  for (int i = 0; i < n; i++)
-    if (strcmp(pats[i], "{}") == 0 && np < HTTP_MAX_PARAMS)
-      r->params[np++] = evhttp_uridecode(segs[i], 0, NULL);
+  for (int i = 0; i < n; i++) {
+    if (strcmp(pats[i], "{}") != 0 || np == HTTP_MAX_PARAMS)
+      continue;
+    size_t len = 0;
+    char *decoded = evhttp_uridecode(segs[i], 0, &len);
+    if (decoded && strlen(decoded) != len) {
+      /* An encoded NUL would cut the name short: keep the raw segment, which
+       * no name rule accepts, so the handler refuses it. */
+      free(decoded);
+      decoded = strdup(segs[i]);
+    }
+    r->params[np++] = decoded;
+  }
   return true;
 }
 

@@ -102,13 +102,8 @@ static muster_err_t task_move(store_t *st, int64_t id, int state, int64_t run_at
 static int lease_lapse(store_t *st, const held_t *h, const char *error, int64_t *run_at_out,
                        fail_t *f) {
   int64_t now = now_ms();
-  if (h->attempts >= h->queue.max_attempts) {
-    char why[LEASE_MAX_ERROR + 128];
-    snprintf(why, sizeof why, "%s (attempt %lld of %lld; no attempts left)",
-             error ? error : "lease ended", (long long)h->attempts,
-             (long long)h->queue.max_attempts);
-    return task_move(st, h->id, TASK_DEAD, now, why, 0, f) ? -1 : TASK_DEAD;
-  }
+  if (h->attempts >= h->queue.max_attempts)
+    return task_move(st, h->id, TASK_DEAD, now, error, 0, f) ? -1 : TASK_DEAD;
   int64_t run_at = now + queue_backoff_ms(&h->queue, h->attempts);
   if (run_at_out)
     *run_at_out = run_at;
@@ -355,7 +350,8 @@ static json_t *lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, s
       jv_int(elem, "token", ctx, 0, 1, INT64_MAX, &token, f))
     return NULL;
   if (task == 0 || token == 0) {
-    fail_set(f, MUSTER_INVALID, "%s: needs \"task\" and \"token\"", ctx);
+    fail_set(f, MUSTER_INVALID, "%s.%s: missing (every element needs \"task\" and \"token\")",
+             ctx, task == 0 ? "task" : "token");
     return NULL;
   }
   static const char *const plain[] = {"task", "token", NULL};

@@ -45,7 +45,13 @@ muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f) {
 static muster_err_t queue_apply(store_t *st, queue_t *q, const json_t *body, fail_t *f) {
   static const char *const allowed[] = {"lease_ms", "max_attempts", "backoff_ms",
                                         "backoff_max_ms", "max_flags", "next", NULL};
-  if (jv_only(body, "", allowed, f) ||
+  if (jv_only(body, "", allowed, f))
+    return f->code;
+  /* null means "remove" for next; a number setting has no such meaning. */
+  for (const char *const *key = allowed; strcmp(*key, "next") != 0; key++)
+    if (json_is_null(json_object_get(body, *key)))
+      return fail_set(f, MUSTER_INVALID, "%s: expected an integer, not null", *key);
+  if (
       jv_int(body, "lease_ms", "", q->lease_ms, 1, QUEUE_MAX_LEASE_MS, &q->lease_ms, f) ||
       jv_int(body, "max_attempts", "", q->max_attempts, 1, 1000000, &q->max_attempts, f) ||
       jv_int(body, "backoff_ms", "", q->backoff_ms, 0, QUEUE_MAX_LEASE_MS, &q->backoff_ms, f) ||

@@ -132,9 +132,9 @@ static void h_tasks_list(http_req_t *r) {
              state_name);
   else if (query_int(r, "after", 0, INT64_MAX, &after, &f) &&
            query_int(r, "limit", 100, TASK_MAX_BATCH, &limit, &f) &&
+           (limit > 0 || !fail_set(&f, MUSTER_INVALID, "query limit: must be 1 to %d",
+                                   TASK_MAX_BATCH)) &&
            !queue_load(ST(r), r->params[0], &q, &f)) {
-    if (limit == 0)
-      limit = 100;
     reply_or_fail(r, 200, task_list(ST(r), q.name, state, after, limit, &f), &f);
     return;
   }
