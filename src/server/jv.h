@@ -15,6 +15,10 @@
 
 #include "fail.h"
 
+/* Ids (tasks, tokens, workers) are positive integers below 2^53, so that
+ * every JSON implementation holds them exactly. */
+#define JV_ID_MAX ((1LL << 53) - 1)
+
 muster_err_t jv_int(const json_t *obj, const char *key, const char *ctx, int64_t dflt,
                     int64_t min, int64_t max, int64_t *out, fail_t *f);
 /* *out points into the object (valid while it lives) or is `dflt`. */

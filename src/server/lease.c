@@ -346,8 +346,8 @@ static json_t *lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, s
   char ctx[32];
   snprintf(ctx, sizeof ctx, "leases[%zu]", i);
   int64_t task, token;
-  if (jv_int(elem, "task", ctx, 0, 1, INT64_MAX, &task, f) ||
-      jv_int(elem, "token", ctx, 0, 1, INT64_MAX, &token, f))
+  if (jv_int(elem, "task", ctx, 0, 1, JV_ID_MAX, &task, f) ||
+      jv_int(elem, "token", ctx, 0, 1, JV_ID_MAX, &token, f))
     return NULL;
   if (task == 0 || token == 0) {
     fail_set(f, MUSTER_INVALID, "%s.%s: missing (every element needs \"task\" and \"token\")",

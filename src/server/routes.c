@@ -175,7 +175,7 @@ static void h_lease(http_req_t *r) {
   queue_t q;
   int64_t worker, max, wait_ms;
   if (jv_only(r->body, "", allowed, &f) ||
-      jv_int(r->body, "worker", "", 0, 1, INT64_MAX, &worker, &f) ||
+      jv_int(r->body, "worker", "", 0, 1, JV_ID_MAX, &worker, &f) ||
       jv_int(r->body, "max", "", 1, 1, INT64_MAX, &max, &f) ||
       jv_int(r->body, "wait_ms", "", 0, 0, INT64_MAX, &wait_ms, &f) ||
       queue_load(ST(r), r->params[0], &q, &f) ||
