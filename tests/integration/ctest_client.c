@@ -1,0 +1,585 @@
+/*
+ * ctest_client.c — libmuster against a real head: every call of muster.h,
+ * its success path and its documented errors.
+ *
+ * Starts `$MUSTER_BIN head --listen 127.0.0.1:0` with a temporary data dir,
+ * waits for DATA_DIR/url, runs the checks and stops the head.  Set
+ * MUSTER_TEST_URL and MUSTER_TEST_TOKEN to run against a head you started
+ * yourself instead.  Ends with "N passed, M failed"; exits 1 when M > 0.
+ * A tiny fake server (a thread) answers garbage to test MUSTER_PROTOCOL.
+ */
+#include "muster.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TOKEN "ctest-token-0123456789"
+
+static int passed, failed;
+static char head_url[256];
+static const char *head_token = TOKEN;
+
+static void check(int ok, const char *what, int line) {
+  if (ok) {
+    passed++;
+    return;
+  }
+  failed++;
+  fprintf(stderr, "FAIL line %d: %s\n", line, what);
+}
+
+#define CHECK(cond) check((cond) != 0, #cond, __LINE__)
+
+/* Checks that `call` returned `want`; prints the handle's message otherwise. */
+static void check_err(muster_err_t got, muster_err_t want, const char *what, int line,
+                      const muster_client_t *client) {
+  if (got == want) {
+    passed++;
+    return;
+  }
+  failed++;
+  fprintf(stderr, "FAIL line %d: %s: got %s (%s), want %s\n", line, what, muster_err_name(got),
+          client ? muster_client_message(client) : "", muster_err_name(want));
+}
+
+#define CHECK_ERR(c, call, want) check_err((call), (want), #call, __LINE__, (c))
+#define CHECK_OK(c, call) CHECK_ERR(c, call, MUSTER_OK)
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int contains(const char *haystack, const char *needle) {
+  return haystack != NULL && strstr(haystack, needle) != NULL;
+}
+
+static muster_client_t *connect_head(const char *token) {
+  muster_client_t *client = NULL;
+  if (muster_client_new(head_url, token, &client) != MUSTER_OK) {
+    fprintf(stderr, "cannot create a client for %s\n", head_url);
+    exit(1);
+  }
+  return client;
+}
+
+/* ---- the head process ------------------------------------------------------------- */
+
+static pid_t head_pid;
+static char data_dir[256];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  return remove(path);
+}
+
+/* The muster binary: $MUSTER_BIN, else "muster" next to this test. */
+static const char *muster_bin(const char *argv0) {
+  static char path[1024];
+  const char *env = getenv("MUSTER_BIN");
+  if (env && env[0])
+    return env;
+  const char *slash = strrchr(argv0, '/');
+  snprintf(path, sizeof path, "%.*smuster", slash ? (int)(slash - argv0 + 1) : 0, argv0);
+  return path;
+}
+
+/* Starts the head and waits until it has written DATA_DIR/url. */
+static int head_start(const char *bin) {
+  snprintf(data_dir, sizeof data_dir, "/tmp/muster-ctest-XXXXXX");
+  if (mkdtemp(data_dir) == NULL)
+    return -1;
+  char log_path[512], url_path[512];
+  snprintf(log_path, sizeof log_path, "%s/head.log", data_dir);
+  snprintf(url_path, sizeof url_path, "%s/url", data_dir);
+  head_pid = fork();
+  if (head_pid == 0) {
+    int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(log, 1);
+    dup2(log, 2);
+    execl(bin, bin, "head", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--token", TOKEN,
+          (char *)NULL);
+    _exit(127);
+  }
+  for (int64_t deadline = now_ms() + 20000; now_ms() < deadline;) {
+    FILE *f = fopen(url_path, "r");
+    if (f != NULL) {
+      char *line = fgets(head_url, sizeof head_url, f);
+      fclose(f);
+      if (line != NULL) {
+        head_url[strcspn(head_url, "\r\n")] = '\0';
+        if (head_url[0])
+          return 0;
+      }
+    }
+    if (waitpid(head_pid, NULL, WNOHANG) == head_pid) {
+      fprintf(stderr, "the head exited early; see %s\n", log_path);
+      head_pid = 0;
+      return -1;
+    }
+    usleep(20000);
+  }
+  fprintf(stderr, "the head did not write %s in time\n", url_path);
+  return -1;
+}
+
+static void head_stop(void) {
+  if (head_pid > 0) {
+    kill(head_pid, SIGTERM);
+    waitpid(head_pid, NULL, 0);
+  }
+  if (data_dir[0])
+    nftw(data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- a fake server that answers one fixed reply per connection ---------------------- */
+
+typedef struct {
+  int fd;
+  const char *reply;
+} fake_t;
+
+static void *fake_main(void *arg) {
+  fake_t *fake = arg;
+  int conn = accept(fake->fd, NULL, NULL);
+  if (conn >= 0) {
+    char buf[4096];
+    ssize_t n = read(conn, buf, sizeof buf); /* the request: small, one read suffices */
+    (void)n;
+    ssize_t w = write(conn, fake->reply, strlen(fake->reply));
+    (void)w;
+    close(conn);
+  }
+  return NULL;
+}
+
+/* Serves `reply` to one connection; writes its URL to `url`. */
+static int fake_start(fake_t *fake, pthread_t *thread, const char *reply, char *url, size_t size) {
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof addr;
+  fake->reply = reply;
+  fake->fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fake->fd < 0 || bind(fake->fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+      listen(fake->fd, 1) != 0 || getsockname(fake->fd, (struct sockaddr *)&addr, &len) != 0)
+    return -1;
+  snprintf(url, size, "http://127.0.0.1:%d", ntohs(addr.sin_port));
+  return pthread_create(thread, NULL, fake_main, fake);
+}
+
+/* Calls muster_queue_list against a fake server replying `reply`. */
+static muster_err_t against_fake(const char *reply, char *message, size_t size) {
+  fake_t fake;
+  pthread_t thread;
+  char url[64];
+  if (fake_start(&fake, &thread, reply, url, sizeof url) != 0)
+    return MUSTER_ERR_COUNT;
+  muster_client_t *client = NULL;
+  muster_client_new(url, "x", &client);
+  char *json = NULL;
+  muster_err_t err = muster_queue_list(client, &json);
+  snprintf(message, size, "%s", muster_client_message(client));
+  muster_free(json);
+  muster_client_free(client);
+  pthread_join(thread, NULL);
+  close(fake.fd);
+  return err;
+}
+
+/* ---- the checks ------------------------------------------------------------------------ */
+
+static void test_error_table(void) {
+  CHECK(strcmp(muster_err_name(MUSTER_QUEUE_NOT_FOUND), "queue_not_found") == 0);
+  CHECK(strcmp(muster_strerror(MUSTER_QUEUE_NOT_FOUND), "no such queue") == 0);
+  CHECK(strcmp(muster_strerror(MUSTER_OK), "success") == 0);
+  CHECK(muster_strerror((muster_err_t)9999) != NULL);
+  CHECK(muster_err_from_name("lease_lost") == MUSTER_LEASE_LOST);
+  CHECK(muster_err_from_name("no_such_code") == MUSTER_PROTOCOL);
+  CHECK(muster_err_http_status(MUSTER_LEASE_LOST) == 409);
+  CHECK(muster_err_http_status(MUSTER_NETWORK) == 0);
+  for (int i = 0; i < MUSTER_ERR_COUNT; i++)
+    CHECK(muster_err_from_name(muster_err_name((muster_err_t)i)) == (muster_err_t)i);
+}
+
+static void test_handle(void) {
+  muster_client_t *client = (muster_client_t *)1;
+  CHECK_ERR(NULL, muster_client_new(NULL, TOKEN, &client), MUSTER_INVALID);
+  CHECK(client == NULL);
+  CHECK_ERR(NULL, muster_client_new("", TOKEN, &client), MUSTER_INVALID);
+  CHECK_ERR(NULL, muster_client_new(head_url, "bad\r\ntoken", &client), MUSTER_INVALID);
+  CHECK_ERR(NULL, muster_client_new(head_url, TOKEN, NULL), MUSTER_INVALID);
+  muster_client_free(NULL);
+  muster_free(NULL);
+  muster_leases_free(NULL, 0);
+  CHECK(strcmp(muster_client_message(NULL), "") == 0);
+  CHECK(muster_client_status(NULL) == 0);
+  /* Health needs no token; a trailing slash in the URL is fine. */
+  char url[300];
+  snprintf(url, sizeof url, "%s/", head_url);
+  CHECK_OK(NULL, muster_client_new(url, NULL, &client));
+  CHECK_OK(client, muster_health(client));
+  CHECK(muster_client_status(client) == 200);
+  CHECK(strcmp(muster_client_message(client), "") == 0);
+  char *reply = NULL;
+  CHECK_OK(client, muster_request(client, "GET", "/v1/health", NULL, &reply));
+  CHECK(contains(reply, "\"ok\""));
+  muster_free(reply);
+  CHECK_ERR(client, muster_queue_list(client, &reply), MUSTER_UNAUTHORIZED);
+  CHECK(reply == NULL);
+  CHECK(muster_client_status(client) == 401);
+  muster_client_free(client);
+}
+
+static void test_auth_and_network(void) {
+  muster_client_t *client = connect_head("wrong-token-0123");
+  char *json = NULL;
+  CHECK_ERR(client, muster_queue_list(client, &json), MUSTER_UNAUTHORIZED);
+  CHECK(muster_client_message(client)[0] != '\0');
+  CHECK(muster_client_status(client) == 401);
+  muster_client_free(client);
+  /* Port 1 on loopback: nothing listens there. */
+  CHECK_OK(NULL, muster_client_new("http://127.0.0.1:1", TOKEN, &client));
+  CHECK_ERR(client, muster_health(client), MUSTER_NETWORK);
+  CHECK(muster_client_message(client)[0] != '\0');
+  CHECK(muster_client_status(client) == 0);
+  muster_lease_t *leases = NULL;
+  size_t count = 7;
+  CHECK_ERR(client, muster_lease(client, "q", 0, 1, 0, &leases, &count), MUSTER_NETWORK);
+  CHECK(leases == NULL && count == 0);
+  muster_client_free(client);
+}
+
+static void test_protocol_errors(void) {
+  char message[512];
+  CHECK(against_fake("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+                     message, sizeof message) == MUSTER_PROTOCOL);
+  CHECK(message[0] != '\0');
+  CHECK(against_fake("HTTP/1.1 502 Bad Gateway\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"
+                     "bad",
+                     message, sizeof message) == MUSTER_INTERNAL);
+  CHECK(contains(message, "502"));
+  const char *envelope = "{\"error\":{\"code\":\"unavailable\",\"message\":\"going down\"}}";
+  char reply[256];
+  snprintf(reply, sizeof reply,
+           "HTTP/1.1 503 Service Unavailable\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+           strlen(envelope), envelope);
+  CHECK(against_fake(reply, message, sizeof message) == MUSTER_UNAVAILABLE);
+  CHECK(strcmp(message, "going down") == 0);
+}
+
+static void test_queues(muster_client_t *c) {
+  muster_queue_opts_t opts;
+  muster_queue_opts_init(&opts);
+  CHECK(opts.lease_ms == -1 && opts.next == NULL);
+  char *json = NULL;
+  CHECK_OK(c, muster_queue_put(c, "ct-last", NULL, &json));
+  CHECK(muster_client_status(c) == 201);
+  CHECK(contains(json, "\"name\":\"ct-last\""));
+  CHECK(contains(json, "\"lease_ms\":60000"));
+  muster_free(json);
+  opts.lease_ms = 30000;
+  opts.max_attempts = 2;
+  opts.backoff_ms = 0;
+  opts.backoff_max_ms = 0;
+  opts.max_flags = 2;
+  opts.next = "ct-last";
+  CHECK_OK(c, muster_queue_put(c, "ct-first", &opts, &json));
+  CHECK(contains(json, "\"next\":\"ct-last\"") && contains(json, "\"max_attempts\":2"));
+  muster_free(json);
+  muster_queue_opts_init(&opts);
+  opts.lease_ms = 20000;
+  CHECK_OK(c, muster_queue_put(c, "ct-first", &opts, NULL));
+  CHECK(muster_client_status(c) == 200);
+  CHECK_OK(c, muster_queue_get(c, "ct-first", &json));
+  CHECK(contains(json, "\"lease_ms\":20000") && contains(json, "\"next\":\"ct-last\""));
+  CHECK(contains(json, "\"counts\""));
+  muster_free(json);
+  CHECK_ERR(c, muster_queue_get(c, "ct-nope", &json), MUSTER_QUEUE_NOT_FOUND);
+  CHECK(json == NULL);
+  CHECK(muster_client_status(c) == 404);
+  CHECK(contains(muster_client_message(c), "ct-nope"));
+  CHECK_ERR(c, muster_queue_put(c, "bad name/x", NULL, NULL), MUSTER_NAME_INVALID);
+  opts.next = "ct-nope";
+  CHECK_ERR(c, muster_queue_put(c, "ct-other", &opts, NULL), MUSTER_QUEUE_NOT_FOUND);
+  muster_queue_opts_init(&opts);
+  opts.lease_ms = 0;
+  CHECK_ERR(c, muster_queue_put(c, "ct-other", &opts, NULL), MUSTER_INVALID);
+  CHECK_OK(c, muster_queue_list(c, &json));
+  CHECK(contains(json, "\"ct-first\"") && contains(json, "\"ct-last\""));
+  muster_free(json);
+  CHECK_ERR(c, muster_queue_delete(c, "ct-last"), MUSTER_QUEUE_IN_USE);
+  CHECK_ERR(c, muster_queue_delete(c, "ct-nope"), MUSTER_QUEUE_NOT_FOUND);
+  CHECK_ERR(c, muster_queue_purge(c, "ct-nope", NULL), MUSTER_QUEUE_NOT_FOUND);
+}
+
+static void test_put_and_get(muster_client_t *c) {
+  muster_task_spec_t specs[3];
+  for (int i = 0; i < 3; i++)
+    muster_task_spec_init(&specs[i]);
+  CHECK(specs[0].index == -1 && specs[0].priority == 0);
+  specs[0].payload = "\"plain\"";
+  specs[1].payload = "{\"n\":1}";
+  specs[1].priority = 5;
+  specs[1].key = "ct-key";
+  specs[2].payload = "[1,2]";
+  specs[2].session = "s1";
+  specs[2].index = 4;
+  int64_t ids[3] = {0};
+  CHECK_OK(c, muster_put(c, "ct-first", specs, 3, ids));
+  CHECK(ids[0] > 0 && ids[1] > ids[0] && ids[2] > ids[1]);
+  int64_t again = 0;
+  CHECK_OK(c, muster_put(c, "ct-first", &specs[1], 1, &again));
+  CHECK(again == ids[1]);
+  specs[0].payload = "{not json";
+  CHECK_ERR(c, muster_put(c, "ct-first", specs, 3, NULL), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "tasks[0]"));
+  specs[0].payload = "\"plain\"";
+  CHECK_ERR(c, muster_put(c, "ct-nope", specs, 1, NULL), MUSTER_QUEUE_NOT_FOUND);
+  char *json = NULL;
+  CHECK_OK(c, muster_task_get(c, ids[1], &json));
+  CHECK(contains(json, "\"priority\":5") && contains(json, "\"key\":\"ct-key\""));
+  CHECK(contains(json, "\"state\":\"queued\""));
+  muster_free(json);
+  CHECK_OK(c, muster_task_get(c, ids[2], &json));
+  CHECK(contains(json, "\"session\":\"s1\"") && contains(json, "\"index\":4"));
+  muster_free(json);
+  CHECK_ERR(c, muster_task_get(c, 999999, &json), MUSTER_TASK_NOT_FOUND);
+  CHECK(json == NULL);
+  CHECK_OK(c, muster_task_list(c, "ct-first", NULL, 0, 2, &json));
+  CHECK(contains(json, "\"plain\"") && !contains(json, "[1,2]"));
+  CHECK(!contains(json, "\"next\":null"));
+  muster_free(json);
+  CHECK_OK(c, muster_task_list(c, "ct-first", "queued", ids[1], 0, &json));
+  CHECK(contains(json, "[1,2]") && !contains(json, "\"plain\"") && contains(json, "\"next\":null"));
+  muster_free(json);
+  CHECK_OK(c, muster_task_list(c, "ct-first", "done", 0, 0, &json));
+  CHECK(contains(json, "\"tasks\":[]"));
+  muster_free(json);
+  CHECK_ERR(c, muster_task_list(c, "ct-first", "bogus", 0, 0, &json), MUSTER_INVALID);
+  CHECK_ERR(c, muster_task_list(c, "ct-nope", NULL, 0, 0, &json), MUSTER_QUEUE_NOT_FOUND);
+}
+
+/* Leases the three tasks of test_put_and_get and acknowledges them in every way. */
+static void test_leases(muster_client_t *c) {
+  muster_lease_t *l = NULL;
+  size_t n = 0;
+  CHECK_OK(c, muster_lease(c, "ct-first", 0, 10, 0, &l, &n));
+  CHECK(n == 3);
+  if (n != 3) {
+    muster_leases_free(l, n);
+    return;
+  }
+  /* Priority first, then put order. */
+  CHECK(strcmp(l[0].payload, "{\"n\":1}") == 0 && strcmp(l[1].payload, "\"plain\"") == 0);
+  CHECK(l[0].attempt == 1 && l[0].token > 0 && l[0].deadline_ms > 0 && l[0].parent == 0);
+  CHECK(l[0].session == NULL && l[0].index == -1);
+  CHECK(l[2].session && strcmp(l[2].session, "s1") == 0 && l[2].index == 4);
+  muster_ack_t ack;
+  muster_ack_init(&ack, l[0].task, l[0].token);
+  CHECK(ack.lease_ms == -1 && ack.result == NULL && ack.permanent == 0);
+  ack.lease_ms = 45000;
+  CHECK_OK(c, muster_extend(c, &ack, 1));
+  ack.result = "{\"out\":\"done\"}";
+  CHECK_OK(c, muster_complete(c, &ack, 1));
+  CHECK_ERR(c, muster_complete(c, &ack, 1), MUSTER_LEASE_LOST); /* stale: already completed */
+  CHECK(muster_client_status(c) == 409);
+  char *json = NULL;
+  CHECK_OK(c, muster_task_get(c, l[0].task, &json));
+  CHECK(contains(json, "\"state\":\"done\"") && contains(json, "\"result\":{\"out\":\"done\"}"));
+  muster_free(json);
+  /* A wrong token is refused and the batch changes nothing. */
+  muster_ack_t pair[2];
+  muster_ack_init(&pair[0], l[1].task, l[1].token);
+  muster_ack_init(&pair[1], l[2].task, l[2].token + 1000);
+  CHECK_ERR(c, muster_complete(c, pair, 2), MUSTER_LEASE_LOST);
+  CHECK_OK(c, muster_task_get(c, l[1].task, &json));
+  CHECK(contains(json, "\"state\":\"leased\""));
+  muster_free(json);
+  /* fail (retry), release, flag. */
+  muster_ack_init(&ack, l[1].task, l[1].token);
+  ack.error = "try again";
+  CHECK_OK(c, muster_fail(c, &ack, 1));
+  CHECK_OK(c, muster_task_get(c, l[1].task, &json));
+  CHECK(contains(json, "\"state\":\"queued\"") && contains(json, "\"error\":\"try again\""));
+  muster_free(json);
+  muster_ack_init(&ack, l[2].task, l[2].token);
+  CHECK_OK(c, muster_release(c, &ack, 1));
+  CHECK_ERR(c, muster_release(c, &ack, 1), MUSTER_LEASE_LOST);
+  muster_leases_free(l, n);
+}
+
+/* The completed task went on to the next stage with its parent set. */
+static void test_pipeline_and_flags(muster_client_t *c) {
+  muster_lease_t *l = NULL;
+  size_t n = 0;
+  CHECK_OK(c, muster_lease(c, "ct-last", 0, 5, 0, &l, &n));
+  CHECK(n == 1);
+  if (n == 1) {
+    CHECK(strcmp(l[0].payload, "{\"out\":\"done\"}") == 0 && l[0].parent > 0);
+    muster_ack_t ack;
+    muster_ack_init(&ack, l[0].task, l[0].token);
+    ack.error = "corrupt input";
+    CHECK_OK(c, muster_flag(c, &ack, 1));
+    char *json = NULL;
+    CHECK_OK(c, muster_task_get(c, l[0].task, &json));
+    CHECK(contains(json, "\"flags\":1"));
+    muster_free(json);
+  }
+  muster_leases_free(l, n);
+}
+
+static void test_fail_permanent_and_requeue(muster_client_t *c) {
+  muster_task_spec_t spec;
+  muster_task_spec_init(&spec);
+  spec.payload = "\"doomed\"";
+  spec.priority = 100;
+  int64_t id = 0;
+  CHECK_OK(c, muster_put(c, "ct-first", &spec, 1, &id));
+  muster_lease_t *l = NULL;
+  size_t n = 0;
+  CHECK_OK(c, muster_lease(c, "ct-first", 0, 1, 0, &l, &n));
+  CHECK(n == 1 && l[0].task == id);
+  if (n == 1) {
+    muster_ack_t ack;
+    muster_ack_init(&ack, l[0].task, l[0].token);
+    ack.error = "no way";
+    ack.permanent = 1;
+    CHECK_OK(c, muster_fail(c, &ack, 1));
+  }
+  muster_leases_free(l, n);
+  char *json = NULL;
+  CHECK_OK(c, muster_task_get(c, id, &json));
+  CHECK(contains(json, "\"state\":\"failed\""));
+  muster_free(json);
+  CHECK_OK(c, muster_task_requeue(c, id));
+  CHECK_ERR(c, muster_task_requeue(c, id), MUSTER_INVALID_STATE);
+  CHECK_ERR(c, muster_task_requeue(c, 999999), MUSTER_TASK_NOT_FOUND);
+  CHECK_OK(c, muster_task_get(c, id, &json));
+  CHECK(contains(json, "\"state\":\"queued\"") && contains(json, "\"attempts\":0"));
+  muster_free(json);
+}
+
+static void test_workers(muster_client_t *c) {
+  const char *queues[] = {"ct-wq", NULL};
+  muster_worker_opts_t opts;
+  muster_worker_opts_init(&opts);
+  CHECK(opts.timeout_ms == -1 && opts.nickname == NULL);
+  opts.nickname = "alice";
+  opts.queues = queues;
+  opts.node = "box-1";
+  opts.labels = "{\"gpu\":\"a100\"}";
+  opts.timeout_ms = 30000;
+  int64_t id = 0;
+  char *name = NULL;
+  CHECK_OK(c, muster_worker_register(c, &opts, &id, &name));
+  CHECK(id > 0 && name != NULL && name[0] != '\0');
+  muster_free(name);
+  opts.labels = "[1]";
+  CHECK_ERR(c, muster_worker_register(c, &opts, &id, NULL), MUSTER_INVALID);
+  CHECK_OK(c, muster_worker_heartbeat(c, id, "42% of shard 7"));
+  CHECK_OK(c, muster_worker_heartbeat(c, id, NULL));
+  char path[64], *reply = NULL;
+  snprintf(path, sizeof path, "/v1/workers/%lld", (long long)id);
+  CHECK_OK(c, muster_request(c, "GET", path, NULL, &reply));
+  CHECK(contains(reply, "42% of shard 7") && contains(reply, "\"alice\""));
+  muster_free(reply);
+  /* A lease for the worker counts as its; bye releases it at once. */
+  CHECK_OK(c, muster_queue_put(c, "ct-wq", NULL, NULL));
+  muster_task_spec_t spec;
+  muster_task_spec_init(&spec);
+  spec.payload = "1";
+  int64_t task = 0;
+  CHECK_OK(c, muster_put(c, "ct-wq", &spec, 1, &task));
+  muster_lease_t *l = NULL;
+  size_t n = 0;
+  CHECK_OK(c, muster_lease(c, "ct-wq", id, 1, 0, &l, &n));
+  CHECK(n == 1);
+  CHECK_OK(c, muster_worker_bye(c, id));
+  if (n == 1) {
+    muster_ack_t ack;
+    muster_ack_init(&ack, l[0].task, l[0].token);
+    CHECK_ERR(c, muster_complete(c, &ack, 1), MUSTER_LEASE_LOST);
+  }
+  muster_leases_free(l, n);
+  CHECK_ERR(c, muster_worker_heartbeat(c, 999999, "x"), MUSTER_WORKER_NOT_FOUND);
+  CHECK_ERR(c, muster_worker_bye(c, 999999), MUSTER_WORKER_NOT_FOUND);
+  CHECK_ERR(c, muster_lease(c, "ct-wq", 999999, 1, 0, &l, &n), MUSTER_WORKER_NOT_FOUND);
+}
+
+/* A long-poll outlives the client timeout, and a put wakes it early. */
+static void test_long_poll(muster_client_t *c) {
+  CHECK_OK(c, muster_queue_put(c, "ct-poll", NULL, NULL));
+  muster_client_set_timeout(c, 300);
+  muster_lease_t *l = NULL;
+  size_t n = 9;
+  int64_t start = now_ms();
+  CHECK_OK(c, muster_lease(c, "ct-poll", 0, 1, 800, &l, &n));
+  int64_t took = now_ms() - start;
+  CHECK(n == 0);
+  CHECK(took >= 700);
+  muster_leases_free(l, n);
+  muster_client_set_timeout(c, 60000);
+  muster_lease_t *missing = NULL;
+  CHECK_ERR(c, muster_lease(c, "ct-nope", 0, 1, 0, &missing, &n), MUSTER_QUEUE_NOT_FOUND);
+  CHECK_ERR(c, muster_lease(c, "ct-poll", 0, 5000, 0, &missing, &n), MUSTER_BATCH_TOO_LARGE);
+}
+
+static void test_purge_delete_and_raw(muster_client_t *c) {
+  int64_t purged = -1;
+  CHECK_OK(c, muster_queue_purge(c, "ct-first", &purged));
+  CHECK(purged >= 1);
+  CHECK_OK(c, muster_queue_purge(c, "ct-first", &purged));
+  CHECK(purged == 0);
+  char *reply = NULL;
+  CHECK_ERR(c, muster_request(c, "GET", "/v1/nothing-here", NULL, &reply), MUSTER_NOT_FOUND);
+  CHECK(reply == NULL);
+  CHECK_ERR(c, muster_request(c, "POST", "/v1/queues/ct-first/tasks", "{nope", &reply),
+            MUSTER_BAD_JSON);
+  CHECK_OK(c, muster_request(c, "POST", "/v1/queues/ct-first/requeue", NULL, &reply));
+  CHECK(contains(reply, "requeued"));
+  muster_free(reply);
+  CHECK_OK(c, muster_queue_delete(c, "ct-first"));
+  CHECK_OK(c, muster_queue_delete(c, "ct-last"));
+  CHECK_ERR(c, muster_queue_get(c, "ct-first", NULL), MUSTER_QUEUE_NOT_FOUND);
+}
+
+int main(int argc, char **argv) {
+  const char *url = getenv("MUSTER_TEST_URL");
+  if (url && url[0]) {
+    snprintf(head_url, sizeof head_url, "%s", url);
+    head_token = getenv("MUSTER_TEST_TOKEN") ? getenv("MUSTER_TEST_TOKEN") : TOKEN;
+  } else if (head_start(muster_bin(argv[0])) != 0) {
+    head_stop();
+    printf("0 passed, 1 failed\n");
+    return 1;
+  }
+  test_error_table();
+  test_handle();
+  test_auth_and_network();
+  test_protocol_errors();
+  muster_client_t *client = connect_head(head_token);
+  test_queues(client);
+  test_put_and_get(client);
+  test_leases(client);
+  test_pipeline_and_flags(client);
+  test_fail_permanent_and_requeue(client);
+  test_workers(client);
+  test_long_poll(client);
+  test_purge_delete_and_raw(client);
+  muster_client_free(client);
+  head_stop();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
