@@ -81,7 +81,8 @@ int cli_usage_error(const cli_cmd_t *cmd, const char *fmt, ...) {
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\nTry 'muster %s --help' for more information.\n", cmd ? cmd->name : "help");
+  fprintf(stderr, "\nTry 'muster %s%s--help' for more information.\n", cmd ? cmd->name : "",
+          cmd ? " " : "");
   return CLI_USAGE;
 }
 
@@ -164,18 +165,16 @@ int cli_flag(const cli_args_t *args, const char *name) {
   return cli_opt(args, name) != NULL;
 }
 
-int cli_parse_int(const char *text, const char *what, int64_t min, int64_t *out) {
+int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int64_t min,
+                  int64_t *out) {
   char *end = NULL;
   errno = 0;
   long long value = strtoll(text, &end, 10);
-  if (text[0] == '\0' || *end != '\0' || errno == ERANGE) {
-    fprintf(stderr, "muster: %s: expected an integer, got '%s'\n", what, text);
-    return CLI_USAGE;
-  }
-  if (value < min) {
-    fprintf(stderr, "muster: %s: must be at least %lld, got %lld\n", what, (long long)min, value);
-    return CLI_USAGE;
-  }
+  if (text[0] == '\0' || *end != '\0' || errno == ERANGE)
+    return cli_usage_error(cmd, "%s: expected an integer, got '%s'", what, text);
+  if (value < min)
+    return cli_usage_error(cmd, "%s: must be at least %lld, got %lld", what, (long long)min,
+                           value);
   *out = (int64_t)value;
   return CLI_OK;
 }
@@ -189,5 +188,5 @@ int cli_opt_int(const cli_args_t *args, const char *name, int64_t fallback, int6
   }
   char what[64];
   snprintf(what, sizeof what, "--%s", name);
-  return cli_parse_int(text, what, min, out);
+  return cli_parse_int(args->cmd, text, what, min, out);
 }

@@ -76,8 +76,9 @@ int cli_flag(const cli_args_t *args, const char *name);
  */
 int cli_opt_int(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
                 int64_t *out);
-/* Parses `text` as an integer >= `min` for `what`; CLI_USAGE after an error. */
-int cli_parse_int(const char *text, const char *what, int64_t min, int64_t *out);
+/* Parses `text` as an integer >= `min` for `what` of `cmd`; CLI_USAGE after an error. */
+int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int64_t min,
+                  int64_t *out);
 /* Prints "muster: MESSAGE" and a hint to run --help, and returns CLI_USAGE. */
 int cli_usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -61,9 +61,9 @@ int cmd_lease(cli_args_t *args) {
 /* Reads TASK and TOKEN (the first two positional arguments) into *ack. */
 static int ack_read(const cli_args_t *args, muster_ack_t *ack) {
   int64_t task, token;
-  int rc = cli_parse_int(args->pos[0], "TASK", 1, &task);
+  int rc = cli_parse_int(args->cmd, args->pos[0], "TASK", 1, &task);
   if (rc == CLI_OK)
-    rc = cli_parse_int(args->pos[1], "TOKEN", 1, &token);
+    rc = cli_parse_int(args->cmd, args->pos[1], "TOKEN", 1, &token);
   if (rc == CLI_OK)
     muster_ack_init(ack, task, token);
   return rc;

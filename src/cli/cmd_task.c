@@ -299,7 +299,7 @@ int cmd_tasks_dead(cli_args_t *args) {
 
 int cmd_tasks_show(cli_args_t *args) {
   int64_t id;
-  int rc = cli_parse_int(args->pos[0], "ID", 1, &id);
+  int rc = cli_parse_int(args->cmd, args->pos[0], "ID", 1, &id);
   muster_client_t *client = NULL;
   if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
     return rc;
@@ -319,7 +319,7 @@ int cmd_tasks_requeue(cli_args_t *args) {
   if ((queue == NULL) == (args->npos == 0))
     return cli_usage_error(args->cmd, "'tasks requeue' needs either ID or --queue Q");
   int64_t id = 0;
-  int rc = queue ? CLI_OK : cli_parse_int(args->pos[0], "ID", 1, &id);
+  int rc = queue ? CLI_OK : cli_parse_int(args->cmd, args->pos[0], "ID", 1, &id);
   muster_client_t *client = NULL;
   if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
     return rc;

@@ -297,7 +297,7 @@ int main(int argc, char **argv) {
       return rc < 0 ? CLI_OK : rc;
   } else if ((cmd = find_command(word, NULL)) == NULL) {
     fprintf(stderr, "muster: unknown command '%s'\n", word);
-    fprintf(stderr, "Try 'muster help' for the list of commands.\n");
+    fprintf(stderr, "Try 'muster --help' for the list of commands.\n");
     return CLI_USAGE;
   }
   char **pos = calloc((size_t)argc + 1, sizeof *pos);

@@ -1,0 +1,513 @@
+"""The `muster` command line against a real head: every command, its errors, and the
+worker runner processing pipelines with real commands.
+
+Each test uses its own queues, so the tests share one head.  Nothing waits on a
+timer: the tests poll state with harness.wait_until or wait for processes to exit.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+MUSTER = harness.MUSTER_BIN
+
+COMMANDS = [
+    [], ["head"], ["queue"], ["queue", "create"], ["queue", "ls"], ["queue", "show"],
+    ["queue", "purge"], ["queue", "rm"], ["queue", "requeue"], ["put"], ["lease"],
+    ["complete"], ["fail"], ["extend"], ["release"], ["flag"], ["tasks"], ["tasks", "ls"],
+    ["tasks", "show"], ["tasks", "dead"], ["tasks", "requeue"], ["worker"], ["status"],
+    ["version"], ["help"],
+]
+
+# A command for the worker that signals it started (a file named after the task),
+# then waits for DIR/go before copying its input to its output.
+BLOCKING = ('touch "$1/started-$MUSTER_TASK_ID"; n=0; '
+            'while [ ! -e "$1/go" ]; do sleep 0.01; n=$((n+1)); '
+            '[ $n -gt 3000 ] && exit 9; done; cat')
+
+
+class CliTest(unittest.TestCase):
+    head = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.head = harness.Head()
+        cls.head.start()
+        cls.cwd = tempfile.mkdtemp(prefix="muster-cli-cwd-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.head.cleanup()
+        shutil.rmtree(cls.cwd, ignore_errors=True)
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="muster-cli-")
+        self.procs = []
+
+    def tearDown(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # ---- helpers -------------------------------------------------------------------
+
+    def env(self, url=True, token=True):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+        if url:
+            env["MUSTER_URL"] = self.head.url
+        if token:
+            env["MUSTER_TOKEN"] = self.head.token
+        return env
+
+    def muster(self, *args, stdin=None, url=True, token=True, cwd=None):
+        """Runs the CLI and returns the CompletedProcess (text mode)."""
+        return subprocess.run([MUSTER] + list(args), input=stdin, capture_output=True, text=True,
+                              env=self.env(url, token), cwd=cwd or self.cwd, timeout=60)
+
+    def ok(self, *args, **kw):
+        r = self.muster(*args, **kw)
+        self.assertEqual(r.returncode, 0, "muster %s failed: %s" % (" ".join(args), r.stderr))
+        return r.stdout
+
+    def fails(self, code, *args, **kw):
+        r = self.muster(*args, **kw)
+        self.assertEqual(r.returncode, code, "muster %s: rc %d, stderr %r"
+                         % (" ".join(args), r.returncode, r.stderr))
+        return r.stderr
+
+    def queue(self, suffix="", *opts):
+        name = self.id().rsplit(".", 1)[-1].replace("_", "-") + suffix
+        self.ok("queue", "create", name, *opts)
+        return name
+
+    def api(self, method, path, body=None):
+        reply = self.head.request(method, path, body)
+        self.assertLess(reply.status, 300, reply)
+        return reply.json
+
+    def tasks(self, queue, state=None):
+        path = "/v1/queues/%s/tasks?limit=1000" % queue + ("&state=" + state if state else "")
+        return self.api("GET", path)["tasks"]
+
+    def counts(self, queue):
+        return self.api("GET", "/v1/queues/" + queue)["counts"]
+
+    def worker(self, queue, *cmd, opts=()):
+        """Starts `muster worker`; its stderr goes to a log file (see log_of)."""
+        log = open(os.path.join(self.tmp, "worker-%d.log" % len(self.procs)), "w+")
+        proc = subprocess.Popen([MUSTER, "worker", "--queue", queue] + list(opts) + ["--"]
+                                + list(cmd), env=self.env(), cwd=self.cwd,
+                                stdout=subprocess.DEVNULL, stderr=log)
+        proc.log = log
+        self.procs.append(proc)
+        return proc
+
+    def log_of(self, proc):
+        with open(proc.log.name) as f:
+            return f.read()
+
+    def finish(self, proc, timeout=60):
+        """Waits for the worker to exit 0 and returns what it wrote to stderr."""
+        proc.wait(timeout=timeout)
+        proc.log.close()
+        err = self.log_of(proc)
+        self.assertEqual(proc.returncode, 0, err)
+        return err
+
+    # ---- help and usage ----------------------------------------------------------------
+
+    def test_help_of_every_command(self):
+        for words in COMMANDS:
+            for flag in ("--help", "-h"):
+                r = self.muster(*(words + [flag]))
+                self.assertEqual(r.returncode, 0, (words, r.stderr))
+                self.assertIn("usage: muster", r.stdout, words)
+        for words in COMMANDS[1:]:
+            r = self.muster("help", *words)
+            self.assertEqual(r.returncode, 0, (words, r.stderr))
+            self.assertIn("usage: muster", r.stdout)
+        self.assertIn("--concurrency", self.ok("worker", "--help"))
+        self.assertIn("--listen", self.ok("head", "--help"))
+        self.assertEqual(self.ok("version").strip(), "muster 0.1.0")
+
+    def test_usage_errors_exit_2(self):
+        cases = [
+            (["bogus"], "unknown command 'bogus'"),
+            (["queue"], "needs a subcommand"),
+            (["queue", "bogus"], "unknown subcommand 'queue bogus'"),
+            (["queue", "create"], "needs"),
+            (["queue", "show", "a", "b"], "unexpected argument 'b'"),
+            (["put", "--queue", "q", "--bogus", "x"], "unknown option '--bogus'"),
+            (["put", "--queue"], "needs a value"),
+            (["put", "x"], "needs --queue"),
+            (["put", "--queue", "q", "--priority", "high", "x"], "expected an integer"),
+            (["lease", "--queue", "q", "--max", "0"], "at least 1"),
+            (["complete", "1"], "needs"),
+            (["complete", "x", "1"], "TASK: expected an integer"),
+            (["tasks", "requeue"], "either ID or --queue"),
+            (["worker", "--queue", "q"], "needs"),
+            (["worker", "--queue", "q", "cat", "-n"], "unknown option '-n'"),
+            (["status", "--json"], "unknown option '--json'"),
+        ]
+        for args, message in cases:
+            err = self.fails(2, *args)
+            self.assertIn(message, err, args)
+            self.assertIn("--help", err, args)
+
+    # ---- queues ----------------------------------------------------------------------------
+
+    def test_queue_commands(self):
+        q = self.queue("", "--lease-ms", "5000", "--max-attempts", "3")
+        shown = json.loads(self.ok("queue", "show", q))
+        self.assertEqual((shown["lease_ms"], shown["max_attempts"]), (5000, 3))
+        nxt = self.queue("-next")
+        created = json.loads(self.ok("queue", "create", q, "--next", nxt, "--backoff-ms", "7",
+                                     "--backoff-max-ms", "70", "--max-flags", "2"))
+        self.assertEqual(created["next"], nxt)
+        self.assertEqual((created["lease_ms"], created["backoff_ms"], created["max_flags"]),
+                         (5000, 7, 2))
+        self.ok("put", "--queue", q, "a", "b", "c")
+        table = self.ok("queue", "ls").splitlines()
+        self.assertEqual(table[0].split(), ["NAME", "QUEUED", "LEASED", "DONE", "FAILED", "DEAD",
+                                            "CANCELLED", "NEXT"])
+        row = [line.split() for line in table if line.split()[0] == q]
+        self.assertEqual(row, [[q, "3", "0", "0", "0", "0", "0", nxt]])
+        listed = json.loads(self.ok("queue", "ls", "--json"))["queues"]
+        self.assertIn(q, [x["name"] for x in listed])
+        self.assertEqual(self.ok("queue", "purge", q).strip(), "purged 3 queued tasks from " + q)
+        self.assertEqual(self.counts(q)["queued"], 0)
+        self.assertIn("queue_in_use", self.fails(1, "queue", "rm", nxt))
+        created = json.loads(self.ok("queue", "create", q, "--next", ""))
+        self.assertIsNone(created["next"])
+        self.assertEqual(self.ok("queue", "rm", q).strip(), "deleted queue " + q)
+        err = self.fails(1, "queue", "show", q)
+        self.assertTrue(err.startswith("muster: queue_not_found: "), err)
+        self.assertIn("name_invalid", self.fails(1, "queue", "create", "bad/name"))
+        self.assertIn("invalid_argument",
+                      self.fails(1, "queue", "create", nxt, "--next", nxt))
+
+    def test_status(self):
+        q = self.queue()
+        out = self.ok("status")
+        self.assertIn("head:    " + self.head.url, out)
+        self.assertIn(" ok ", out)
+        self.assertRegex(out, r"workers: \d+ active")
+        self.assertIn(q, out)
+
+    # ---- put ---------------------------------------------------------------------------------
+
+    def test_put_from_arguments(self):
+        q = self.queue()
+        ids = [int(x) for x in self.ok("put", "--queue", q, "hello", "two words", "-5").split()]
+        self.assertEqual(len(ids), 3)
+        tasks = self.tasks(q)
+        self.assertEqual([t["id"] for t in tasks], ids)
+        self.assertEqual([t["payload"] for t in tasks], ["hello", "two words", "-5"])
+        json_ids = self.ok("put", "--queue", q, "--json", '{"a": [1, 2]}', "-5", '"s"').split()
+        payloads = [self.api("GET", "/v1/tasks/" + i)["payload"] for i in json_ids]
+        self.assertEqual(payloads, [{"a": [1, 2]}, -5, "s"])
+        first = self.ok("put", "--queue", q, "--key", "k1", "--priority", "9", "--delay-ms",
+                        "60000", "--", "--not-an-option").strip()
+        again = self.ok("put", "--queue", q, "--key", "k1", "other").strip()
+        self.assertEqual(first, again)
+        task = self.api("GET", "/v1/tasks/" + first)
+        self.assertEqual((task["payload"], task["priority"], task["key"]),
+                         ("--not-an-option", 9, "k1"))
+        self.assertGreater(task["run_at_ms"], task["created_ms"] + 50000)
+        self.assertIn("--key names one task", self.fails(2, "put", "--queue", q, "--key", "k",
+                                                         "a", "b"))
+
+    def test_put_from_stdin_in_batches(self):
+        q = self.queue()
+        out = self.ok("put", "--queue", q, stdin="alpha\n\nbeta\r\ngamma")
+        self.assertEqual(len(out.split()), 3)
+        self.assertEqual([t["payload"] for t in self.tasks(q)], ["alpha", "beta", "gamma"])
+        lines = "".join('{"n": %d}\n' % i for i in range(2500))
+        ids = self.ok("put", "--queue", q, "--json", stdin=lines).split()
+        self.assertEqual(len(ids), 2500)
+        self.assertEqual(len(set(ids)), 2500)
+        self.assertEqual(self.counts(q)["queued"], 2503)
+        last = self.api("GET", "/v1/tasks/" + ids[-1])
+        self.assertEqual(last["payload"], {"n": 2499})
+
+    def test_put_bad_json_sends_nothing(self):
+        q = self.queue()
+        err = self.fails(1, "put", "--queue", q, "--json", stdin='{"ok": 1}\n[2]\n{bad\n3\n')
+        self.assertIn("invalid_argument", err)
+        self.assertIn("stdin line 3", err)
+        err = self.fails(1, "put", "--queue", q, "--json", "1", "nope")
+        self.assertIn("argument 2", err)
+        self.assertEqual(self.tasks(q), [])
+
+    def test_unknown_queue(self):
+        err = self.fails(1, "put", "--queue", "no-such-queue", "x")
+        self.assertTrue(err.startswith("muster: queue_not_found: "), err)
+        self.assertIn("no-such-queue", err)
+        self.assertIn("queue_not_found", self.fails(1, "lease", "--queue", "no-such-queue"))
+        self.assertIn("queue_not_found", self.fails(1, "tasks", "ls", "--queue", "no-such-queue"))
+        self.assertIn("queue_not_found", self.fails(1, "worker", "--queue", "no-such-queue",
+                                                    "--", "cat"))
+
+    # ---- url and token -------------------------------------------------------------------------
+
+    def test_missing_or_wrong_token(self):
+        err = self.fails(1, "queue", "ls", token=False)
+        self.assertIn("muster: unauthorized: ", err)
+        self.assertIn("no token was given", err)
+        err = self.fails(1, "queue", "ls", "--token", "wrong-token-123")
+        self.assertIn("muster: unauthorized: ", err)
+        self.assertNotIn("no token was given", err)
+        # The health line needs no token, so status fails only at the listings.
+        self.assertIn("unauthorized", self.fails(1, "status", token=False))
+
+    def test_url_and_token_from_data_dir(self):
+        data = os.path.join(self.tmp, "muster-data")
+        os.mkdir(data)
+        with open(os.path.join(data, "url"), "w") as f:
+            f.write(self.head.url + "\n")
+        with open(os.path.join(data, "token"), "w") as f:
+            f.write(self.head.token + "\n")
+        q = self.queue()
+        # ./muster-data in the working directory is found automatically ...
+        out = self.ok("queue", "show", q, url=False, token=False, cwd=self.tmp)
+        self.assertEqual(json.loads(out)["name"], q)
+        # ... and --data-dir names another one.
+        out = self.ok("queue", "show", q, "--data-dir", data, url=False, token=False)
+        self.assertEqual(json.loads(out)["name"], q)
+        # --url and --token win over the environment.
+        r = self.muster("queue", "show", q, "--url", self.head.url, "--token", self.head.token,
+                        url=False, token=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        err = self.fails(1, "status", "--url", "http://127.0.0.1:1")
+        self.assertIn("muster: network: ", err)
+
+    # ---- lease, complete, fail -------------------------------------------------------------------
+
+    def lease(self, q, *opts):
+        return [json.loads(line) for line in self.ok("lease", "--queue", q, *opts).splitlines()]
+
+    def test_lease_complete_fail(self):
+        q = self.queue("", "--backoff-ms", "0", "--backoff-max-ms", "0")
+        ids = [int(x) for x in self.ok("put", "--queue", q, "one", "two", "three", "four").split()]
+        leases = self.lease(q, "--max", "3")
+        self.assertEqual([l["task"] for l in leases], ids[:3])
+        self.assertEqual([l["payload"] for l in leases], ["one", "two", "three"])
+        for l in leases:
+            self.assertEqual(l["attempt"], 1)
+            self.assertGreater(l["token"], 0)
+            self.assertIsNone(l["parent"])
+        a, b, c = leases
+        self.ok("complete", str(a["task"]), str(a["token"]), "the result")
+        self.assertEqual(self.api("GET", "/v1/tasks/%d" % a["task"])["result"], "the result")
+        err = self.fails(1, "complete", str(a["task"]), str(a["token"]))
+        self.assertTrue(err.startswith("muster: lease_lost: "), err)
+        self.ok("complete", str(b["task"]), str(b["token"]), "--json", '{"n": [1]}')
+        self.assertEqual(self.api("GET", "/v1/tasks/%d" % b["task"])["result"], {"n": [1]})
+        self.ok("fail", str(c["task"]), str(c["token"]), "--error", "flaky")
+        task = self.api("GET", "/v1/tasks/%d" % c["task"])
+        self.assertEqual((task["state"], task["error"]), ("queued", "flaky"))
+        again = self.lease(q, "--max", "2")
+        self.assertEqual(sorted(l["task"] for l in again), sorted([c["task"], ids[3]]))
+        for l in again:
+            self.ok("fail", str(l["task"]), str(l["token"]), "--error", "no", "--permanent")
+        self.assertEqual(self.counts(q)["failed"], 2)
+        self.assertEqual(self.lease(q, "--wait-ms", "50"), [])
+        bad = self.fails(1, "complete", str(ids[3]), "123456", "x", "--json")
+        self.assertIn("invalid_argument", bad)  # 'x' is not JSON: refused before sending
+
+    def test_extend_release_flag(self):
+        q = self.queue()
+        self.ok("put", "--queue", q, "x")
+        (l,) = self.lease(q)
+        task, token = str(l["task"]), str(l["token"])
+        self.ok("extend", task, token, "--lease-ms", "120000")
+        deadline = self.api("GET", "/v1/tasks/" + task)["lease"]["deadline_ms"]
+        self.assertGreater(deadline, l["deadline_ms"])
+        self.ok("release", task, token)
+        self.assertEqual(self.api("GET", "/v1/tasks/" + task)["state"], "queued")
+        (l,) = self.lease(q)
+        self.ok("flag", str(l["task"]), str(l["token"]), "--reason", "corrupt")
+        self.assertEqual(self.api("GET", "/v1/tasks/" + task)["flags"], 1)
+        self.assertIn("lease_lost", self.fails(1, "release", task, token))
+
+    # ---- tasks ----------------------------------------------------------------------------------------
+
+    def test_tasks_commands(self):
+        q = self.queue("", "--max-attempts", "1", "--backoff-ms", "0")
+        ids = self.ok("put", "--queue", q, "a", "b", "c", "d").split()
+        leases = self.lease(q, "--max", "3")
+        self.ok("fail", str(leases[0]["task"]), str(leases[0]["token"]), "--error", "gone")
+        self.ok("fail", str(leases[1]["task"]), str(leases[1]["token"]), "--permanent",
+                "--error", "broken\nbadly")
+        self.ok("complete", str(leases[2]["task"]), str(leases[2]["token"]))
+        table = self.ok("tasks", "ls", "--queue", q).splitlines()
+        self.assertEqual(table[0].split(), ["ID", "STATE", "PRI", "ATTEMPTS", "FLAGS",
+                                            "PAYLOAD/ERROR"])
+        self.assertEqual([r.split()[:2] for r in table[1:]],
+                         [[ids[0], "dead"], [ids[1], "failed"], [ids[2], "done"],
+                          [ids[3], "queued"]])
+        self.assertIn("broken badly", table[2])
+        lines = self.ok("tasks", "ls", "--queue", q, "--json", "--limit", "2").splitlines()
+        self.assertEqual([json.loads(x)["id"] for x in lines], [int(ids[0]), int(ids[1])])
+        lines = self.ok("tasks", "ls", "--queue", q, "--json", "--state", "queued").splitlines()
+        self.assertEqual([json.loads(x)["payload"] for x in lines], ["d"])
+        lines = self.ok("tasks", "ls", "--queue", q, "--json", "--after", ids[2]).splitlines()
+        self.assertEqual(len(lines), 1)
+        self.assertIn("invalid_argument",
+                      self.fails(1, "tasks", "ls", "--queue", q, "--state", "bogus"))
+        shown = json.loads(self.ok("tasks", "show", ids[1]))
+        self.assertEqual((shown["id"], shown["state"], shown["error"]),
+                         (int(ids[1]), "failed", "broken\nbadly"))
+        self.assertIn("task_not_found", self.fails(1, "tasks", "show", "99999999"))
+        self.assertIn("expected an integer", self.fails(2, "tasks", "show", "abc"))
+        dead = [json.loads(x) for x in
+                self.ok("tasks", "dead", "--queue", q, "--json").splitlines()]
+        self.assertEqual([(t["id"], t["state"]) for t in dead],
+                         [(int(ids[0]), "dead"), (int(ids[1]), "failed")])
+        table = self.ok("tasks", "dead", "--queue", q)
+        self.assertIn("gone", table)
+        self.assertEqual(self.ok("tasks", "requeue", ids[0]).strip(), "requeued task " + ids[0])
+        self.assertIn("invalid_state", self.fails(1, "tasks", "requeue", ids[0]))
+        self.assertEqual(self.ok("tasks", "requeue", "--queue", q).strip(),
+                         "requeued 1 tasks of " + q)
+        self.assertEqual(self.ok("tasks", "dead", "--queue", q, "--json"), "")
+        self.assertEqual(self.counts(q)["queued"], 3)
+        self.assertEqual(self.ok("queue", "requeue", q).strip(), "requeued 0 tasks of " + q)
+
+    # ---- the worker runner ----------------------------------------------------------------------------
+
+    def test_worker_three_stage_pipeline(self):
+        s3 = self.queue("-3")
+        s2 = self.queue("-2", "--next", s3)
+        s1 = self.queue("-1", "--next", s2)
+        words = ["hello", "muster", "a b c", "x"]
+        self.ok("put", "--queue", s1, *words)
+        w1 = self.worker(s1, "tr", "a-z", "A-Z", opts=["--max-tasks", "4"])
+        w2 = self.worker(s2, "rev", opts=["--max-tasks", "4", "--nickname", "rev"])
+        w3 = self.worker(s3, "sed", "-e", "s/^/<</", "-e", "s/$/>>/", opts=["--max-tasks", "4"])
+        for w in (w1, w2, w3):
+            err = self.finish(w)
+            self.assertIn("4 completed, 0 failed", err)
+        done = self.tasks(s3, "done")
+        self.assertEqual(sorted(t["result"] for t in done),
+                         sorted(["<<OLLEH>>", "<<RETSUM>>", "<<C B A>>", "<<X>>"]))
+        for t in done:
+            self.assertIsNotNone(t["parent"])
+        self.assertEqual(self.counts(s1)["done"], 4)
+        self.assertEqual(self.counts(s2)["done"], 4)
+        board = self.api("GET", "/v1/leaderboard")["leaderboard"]
+        self.assertIn("rev", [row["nickname"] for row in board])
+
+    def test_worker_failing_command(self):
+        q = self.queue("", "--max-attempts", "1")
+        ids = self.ok("put", "--queue", q, "short", "long", "quiet").split()
+        script = ('read x; if [ "$x" = short ]; then echo first >&2; echo "it broke" >&2; exit 3; '
+                  'elif [ "$x" = long ]; then head -c 5000 /dev/zero | tr "\\0" x >&2; '
+                  'echo END >&2; exit 1; else kill -9 $$; fi')
+        err = self.finish(self.worker(q, "sh", "-c", script, opts=["--max-tasks", "3"]))
+        self.assertIn("0 completed, 3 failed", err)
+        short, long_, quiet = (self.api("GET", "/v1/tasks/" + i) for i in ids)
+        self.assertEqual((short["state"], short["error"]), ("dead", "first\nit broke"))
+        self.assertTrue(long_["error"].endswith("xxxxEND"), long_["error"][-20:])
+        self.assertLessEqual(len(long_["error"]), 2048)
+        self.assertGreaterEqual(len(long_["error"]), 2000)
+        self.assertEqual(quiet["error"], "killed by signal 9")
+
+    def test_worker_missing_command_fails_task(self):
+        q = self.queue("", "--max-attempts", "1")
+        (task,) = self.ok("put", "--queue", q, "x").split()
+        self.finish(self.worker(q, "/no/such/command", opts=["--max-tasks", "1"]))
+        error = self.api("GET", "/v1/tasks/" + task)["error"]
+        self.assertIn("cannot run '/no/such/command'", error)
+
+    def test_worker_payload_and_json_result(self):
+        q = self.queue()
+        ids = self.ok("put", "--queue", q, "--json", '{"a": [1, 2]}', '"line one\\nline two"',
+                      "17").split()
+        self.finish(self.worker(q, "cat", opts=["--max-tasks", "3", "--json-result"]))
+        results = [self.api("GET", "/v1/tasks/" + i)["result"] for i in ids[:1] + ids[2:]]
+        self.assertEqual(results, [{"a": [1, 2]}, 17])
+        # A string payload reaches the command as its raw text: not JSON, so it fails here.
+        bad = self.api("GET", "/v1/tasks/" + ids[1])
+        self.assertIn("stdout is not valid JSON", bad["error"])
+        q2 = self.queue("-env")
+        (task,) = self.ok("put", "--queue", q2, "x").split()
+        self.finish(self.worker(q2, "sh", "-c", 'echo "$MUSTER_TASK_ID $MUSTER_ATTEMPT $MUSTER_QUEUE"',
+                                opts=["--max-tasks", "1"]))
+        self.assertEqual(self.api("GET", "/v1/tasks/" + task)["result"], "%s 1 %s" % (task, q2))
+
+    def started(self, n):
+        return len([f for f in os.listdir(self.tmp) if f.startswith("started-")]) >= n
+
+    def worker_progress(self, name_part=None):
+        workers = self.api("GET", "/v1/workers")["workers"]
+        return [w["progress"] for w in workers if w["state"] == "active"]
+
+    def test_worker_concurrency_and_progress(self):
+        q = self.queue()
+        ids = self.ok("put", "--queue", q, "p", "q", "r").split()
+        w = self.worker(q, "sh", "-c", BLOCKING, "sh", self.tmp,
+                        opts=["--concurrency", "2", "--max-tasks", "3", "--nickname", "conc"])
+        # Two tasks run at once; the heartbeat reports both.
+        harness.wait_until(lambda: self.started(2), timeout=20, what="two tasks started")
+        want = "running tasks %s, %s" % (ids[0], ids[1])
+        alt = "running tasks %s, %s" % (ids[1], ids[0])
+        harness.wait_until(lambda: set(self.worker_progress()) & {want, alt}, timeout=20,
+                           what="progress of both tasks")
+        self.assertEqual(self.counts(q)["leased"], 2)
+        open(os.path.join(self.tmp, "go"), "w").close()
+        self.assertIn("3 completed", self.finish(w))
+        self.assertEqual([self.api("GET", "/v1/tasks/" + i)["result"] for i in ids],
+                         ["p", "q", "r"])
+        workers = self.api("GET", "/v1/workers")["workers"]
+        mine = [x for x in workers if x["nickname"] == "conc"]
+        self.assertEqual([(x["state"], x["completed"]) for x in mine], [("gone", 3)])
+
+    def test_worker_extends_lease(self):
+        q = self.queue("", "--lease-ms", "400")
+        (task,) = self.ok("put", "--queue", q, "slow").split()
+        w = self.worker(q, "sh", "-c", BLOCKING, "sh", self.tmp, opts=["--max-tasks", "1"])
+        harness.wait_until(lambda: self.started(1), timeout=20, what="the task started")
+        first = self.api("GET", "/v1/tasks/" + task)["lease"]["deadline_ms"]
+        seen = set()
+
+        def extended_three_times():
+            lease = self.api("GET", "/v1/tasks/" + task)["lease"]
+            if lease:
+                seen.add(lease["deadline_ms"])
+            return len([d for d in seen if d > first]) >= 3
+
+        harness.wait_until(extended_three_times, timeout=20, what="the lease to be extended")
+        open(os.path.join(self.tmp, "go"), "w").close()
+        self.finish(w)
+        done = self.api("GET", "/v1/tasks/" + task)
+        self.assertEqual((done["state"], done["attempts"], done["result"]), ("done", 1, "slow"))
+
+    def test_worker_sigterm_finishes_running_task(self):
+        q = self.queue()
+        ids = self.ok("put", "--queue", q, "first", "second").split()
+        w = self.worker(q, "sh", "-c", BLOCKING, "sh", self.tmp)
+        harness.wait_until(lambda: self.started(1), timeout=20, what="the task started")
+        w.send_signal(signal.SIGTERM)
+        harness.wait_until(lambda: "finishing running tasks" in self.log_of(w), timeout=20,
+                           what="the worker to acknowledge SIGTERM")
+        self.assertIsNone(w.poll())
+        self.assertEqual(self.api("GET", "/v1/tasks/" + ids[0])["state"], "leased")
+        open(os.path.join(self.tmp, "go"), "w").close()
+        self.assertIn("0 failed", self.finish(w))
+        self.assertEqual(self.api("GET", "/v1/tasks/" + ids[0])["result"], "first")
+        self.assertEqual(self.api("GET", "/v1/tasks/" + ids[1])["state"], "queued")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
