@@ -508,6 +508,45 @@ class CliTest(unittest.TestCase):
         self.assertEqual(self.api("GET", "/v1/tasks/" + ids[0])["result"], "first")
         self.assertEqual(self.api("GET", "/v1/tasks/" + ids[1])["state"], "queued")
 
+    def workers_named(self, nickname, state="active"):
+        return [w for w in self.api("GET", "/v1/workers")["workers"]
+                if w["nickname"] == nickname and w["state"] == state]
+
+    def test_worker_idle_sigint_says_bye(self):
+        q = self.queue()
+        w = self.worker(q, "cat", opts=["--nickname", "idle-one"])
+        (mine,) = harness.wait_until(lambda: self.workers_named("idle-one"), timeout=20,
+                                     what="the worker to register")
+        w.send_signal(signal.SIGINT)
+        self.assertIn("0 completed, 0 failed", self.finish(w))
+        gone = self.api("GET", "/v1/workers/%d" % mine["id"])
+        self.assertEqual(gone["state"], "gone")
+
+    def test_worker_second_signal_releases_running_task(self):
+        q = self.queue()
+        (task,) = self.ok("put", "--queue", q, "stuck").split()
+        w = self.worker(q, "sh", "-c", BLOCKING, "sh", self.tmp)
+        harness.wait_until(lambda: self.started(1), timeout=20, what="the task started")
+        w.send_signal(signal.SIGTERM)
+        harness.wait_until(lambda: "finishing running tasks" in self.log_of(w), timeout=20,
+                           what="the first signal")
+        w.send_signal(signal.SIGTERM)
+        self.finish(w)
+        released = self.api("GET", "/v1/tasks/" + task)
+        self.assertEqual((released["state"], released["error"]), ("queued", None))
+
+    def test_worker_registers_again_when_forgotten(self):
+        q = self.queue()
+        w = self.worker(q, "cat", opts=["--nickname", "forgotten", "--max-tasks", "1"])
+        (first,) = harness.wait_until(lambda: self.workers_named("forgotten"), timeout=20,
+                                      what="the worker to register")
+        self.api("DELETE", "/v1/workers/%d" % first["id"])
+        harness.wait_until(lambda: self.workers_named("forgotten"), timeout=20,
+                           what="the worker to register again")
+        (task,) = self.ok("put", "--queue", q, "still working").split()
+        self.assertIn("registered again", self.finish(w))
+        self.assertEqual(self.api("GET", "/v1/tasks/" + task)["result"], "still working")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
