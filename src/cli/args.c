@@ -19,8 +19,9 @@
 const cli_opt_t cli_client_opts[] = {
     {"url", "URL", "head URL (env MUSTER_URL, else DATA_DIR/url, else http://127.0.0.1:7370)"},
     {"token", "TOKEN", "bearer token (env MUSTER_TOKEN, else read from DATA_DIR/token)"},
-    {"data-dir", "DIR", "the head's data dir, for its token and URL (env MUSTER_DATA_DIR, "
-                        "default ./muster-data)"},
+    {"data-dir", "DIR",
+     "the head's data dir, for its token and URL (env MUSTER_DATA_DIR, "
+     "default ./muster-data)"},
     {NULL, NULL, NULL},
 };
 
@@ -173,8 +174,7 @@ int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int6
   if (text[0] == '\0' || *end != '\0' || errno == ERANGE)
     return cli_usage_error(cmd, "%s: expected an integer, got '%s'", what, text);
   if (value < min)
-    return cli_usage_error(cmd, "%s: must be at least %lld, got %lld", what, (long long)min,
-                           value);
+    return cli_usage_error(cmd, "%s: must be at least %lld, got %lld", what, (long long)min, value);
   *out = (int64_t)value;
   return CLI_OK;
 }

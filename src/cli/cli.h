@@ -33,13 +33,13 @@ struct cli_args;
 
 /* One command or subcommand ("put", "queue create"). */
 typedef struct cli_cmd {
-  const char *name;     /* full name as typed: "queue create" */
-  const char *synopsis; /* what follows the name in the usage line */
-  const char *summary;  /* one sentence for the command list */
-  const char *details;  /* more help text (may be NULL), printed after the options */
+  const char *name;      /* full name as typed: "queue create" */
+  const char *synopsis;  /* what follows the name in the usage line */
+  const char *summary;   /* one sentence for the command list */
+  const char *details;   /* more help text (may be NULL), printed after the options */
   const cli_opt_t *opts; /* terminated by a row with name NULL; may be NULL */
-  int client;           /* non-zero: takes --url, --token, --data-dir */
-  int min_pos, max_pos; /* positional arguments allowed; max_pos -1: any number */
+  int client;            /* non-zero: takes --url, --token, --data-dir */
+  int min_pos, max_pos;  /* positional arguments allowed; max_pos -1: any number */
   int (*run)(struct cli_args *args);
 } cli_cmd_t;
 

@@ -54,8 +54,8 @@ static const char *queue_count(json_t *queue, const char *state, char *buf, size
 
 /* Prints {"queues": [...]} as a table. */
 static void queue_print_table(json_t *queues) {
-  static const char *const headers[] = {"NAME", "QUEUED", "LEASED", "DONE", "FAILED",
-                                        "DEAD", "CANCELLED", "NEXT"};
+  static const char *const headers[] = {"NAME",   "QUEUED", "LEASED",    "DONE",
+                                        "FAILED", "DEAD",   "CANCELLED", "NEXT"};
   static const char *const states[] = {"queued", "leased", "done", "failed", "dead", "cancelled"};
   static const int right[] = {0, 1, 1, 1, 1, 1, 1, 0};
   cli_table_t table;
@@ -153,8 +153,7 @@ int cmd_queue_rm(cli_args_t *args) {
 
 /* POST /v1/queues/NAME/requeue (no libmuster call of its own) and returns
  * the count through *count. */
-static muster_err_t queue_requeue_all(muster_client_t *client, const char *name,
-                                      int64_t *count) {
+static muster_err_t queue_requeue_all(muster_client_t *client, const char *name, int64_t *count) {
   char escaped[512], path[600];
   if (cli_escape(name, escaped, sizeof escaped) != 0)
     return muster_queue_get(client, name, NULL); /* let the library report the bad name */

@@ -132,8 +132,8 @@ int cmd_put(cli_args_t *args) {
   if (rc == CLI_OK && args->npos == 0)
     rc = put_read_stdin(&list, as_json);
   if (rc == CLI_OK && base.key != NULL && list.count != 1)
-    rc = cli_usage_error(args->cmd, "--key names one task, but %zu payloads were given",
-                         list.count);
+    rc =
+        cli_usage_error(args->cmd, "--key names one task, but %zu payloads were given", list.count);
   muster_client_t *client = NULL;
   if (rc == CLI_OK && list.count > 0 && (rc = cli_connect(args, &client)) == CLI_OK)
     rc = put_send(args, client, &list, &base);
@@ -174,16 +174,16 @@ static void task_row(cli_table_t *table, json_t *task) {
   for (char *p = text; p && *p; p++)
     if (*p == '\n' || *p == '\t' || *p == '\r')
       *p = ' ';
-  const char *row[] = {id, json_string_value(json_object_get(task, "state")), pri, attempts, flags,
-                       text ? clip(text, detail, 60) : ""};
+  const char *row[] = {id,    json_string_value(json_object_get(task, "state")),
+                       pri,   attempts,
+                       flags, text ? clip(text, detail, 60) : ""};
   table_add(table, row);
   free(text);
 }
 
 /* Prints `tasks` (an array) as a table or as one JSON object per line. */
 static void task_print(json_t *tasks, int as_json) {
-  static const char *const headers[] = {"ID", "STATE", "PRI", "ATTEMPTS", "FLAGS",
-                                        "PAYLOAD/ERROR"};
+  static const char *const headers[] = {"ID", "STATE", "PRI", "ATTEMPTS", "FLAGS", "PAYLOAD/ERROR"};
   static const int right[] = {1, 0, 1, 1, 1, 0};
   size_t i;
   json_t *task;

@@ -68,7 +68,8 @@ muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old
     char *name = NULL;
     err = worker_register(w, client, &id, &name);
     if (err == MUSTER_OK) {
-      fprintf(stderr, "muster worker: the head forgot worker %lld; registered again as %s (id %lld)\n",
+      fprintf(stderr,
+              "muster worker: the head forgot worker %lld; registered again as %s (id %lld)\n",
               (long long)old_id, name, (long long)id);
       pthread_mutex_lock(&w->lock);
       muster_free(w->name);
@@ -246,8 +247,10 @@ static void worker_wait(worker_t *w, const sigset_t *signals) {
       continue;
     atomic_store(&w->stopping, 1);
     if (++received == 1) {
-      fprintf(stderr, "muster worker: got signal %d: finishing running tasks, then exiting "
-                      "(signal again to stop them)\n", sig);
+      fprintf(stderr,
+              "muster worker: got signal %d: finishing running tasks, then exiting "
+              "(signal again to stop them)\n",
+              sig);
       continue;
     }
     atomic_store(&w->abandon, 1);

@@ -103,8 +103,8 @@ int cli_escape(const char *name, char *out, size_t size) {
   static const char hex[] = "0123456789ABCDEF";
   size_t at = 0;
   for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-    int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-                (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.';
+    int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+                *p == '-' || *p == '_' || *p == '.';
     if (at + (plain ? 1 : 3) >= size)
       return -1;
     if (plain) {

@@ -50,8 +50,8 @@ static void run_attr_init(posix_spawnattr_t *attr) {
   sigaddset(&defaults, SIGINT);
   sigaddset(&defaults, SIGTERM);
   posix_spawnattr_init(attr);
-  posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                     POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setflags(attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setsigmask(attr, &none);
   posix_spawnattr_setsigdefault(attr, &defaults);
   posix_spawnattr_setpgroup(attr, 0);
@@ -173,8 +173,8 @@ static void run_read(run_proc_t *proc, int *fd, int is_out) {
 /* Writes as much input as the pipe takes; closes stdin when done or refused. */
 static void run_write(run_proc_t *proc) {
   while (proc->input_off < proc->input_len) {
-    ssize_t n = write(proc->in_fd, proc->input + proc->input_off,
-                      proc->input_len - proc->input_off);
+    ssize_t n =
+        write(proc->in_fd, proc->input + proc->input_off, proc->input_len - proc->input_off);
     if (n > 0) {
       proc->input_off += (size_t)n;
       continue;
@@ -255,8 +255,11 @@ static void run_copy_utf8(const char *text, size_t len, char *buf, size_t size) 
   size_t out = 0;
   const unsigned char *s = (const unsigned char *)text;
   for (size_t i = 0; i < len && out + 1 < size;) {
-    size_t need = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3
-                                  : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
+    size_t need = s[i] < 0x80             ? 1
+                  : (s[i] & 0xE0) == 0xC0 ? 2
+                  : (s[i] & 0xF0) == 0xE0 ? 3
+                  : (s[i] & 0xF8) == 0xF0 ? 4
+                                          : 0;
     int ok = need > 0 && i + need <= len && out + need < size;
     for (size_t k = 1; ok && k < need; k++)
       ok = (s[i + k] & 0xC0) == 0x80;

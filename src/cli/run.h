@@ -9,23 +9,23 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define RUN_TAIL_MAX 2048        /* bytes of stderr kept for the error */
-#define RUN_OUT_MAX (8u << 20)   /* bytes of stdout kept; more fails the task */
+#define RUN_TAIL_MAX 2048      /* bytes of stderr kept for the error */
+#define RUN_OUT_MAX (8u << 20) /* bytes of stdout kept; more fails the task */
 
 typedef struct {
-  pid_t pid;        /* the child, leader of its own process group */
-  int pidfd;        /* readable once the child exits; -1 where unsupported */
-  int in_fd;        /* our end of the child's stdin, -1 once closed */
-  int out_fd;       /* our end of its stdout, -1 once closed */
-  int err_fd;       /* our end of its stderr, -1 once closed */
+  pid_t pid;         /* the child, leader of its own process group */
+  int pidfd;         /* readable once the child exits; -1 where unsupported */
+  int in_fd;         /* our end of the child's stdin, -1 once closed */
+  int out_fd;        /* our end of its stdout, -1 once closed */
+  int err_fd;        /* our end of its stderr, -1 once closed */
   const char *input; /* bytes to write to stdin (the caller's; must outlive the run) */
   size_t input_len, input_off;
-  char *out;        /* stdout so far (NUL-terminated), at most RUN_OUT_MAX bytes */
+  char *out; /* stdout so far (NUL-terminated), at most RUN_OUT_MAX bytes */
   size_t out_len, out_cap;
-  int out_overflow; /* stdout went past RUN_OUT_MAX; the rest was dropped */
+  int out_overflow;            /* stdout went past RUN_OUT_MAX; the rest was dropped */
   char tail[2 * RUN_TAIL_MAX]; /* the latest stderr bytes; the last RUN_TAIL_MAX count */
   size_t tail_len;
-  int exited;       /* the child was reaped; `status` is its wait status */
+  int exited; /* the child was reaped; `status` is its wait status */
   int status;
   pthread_mutex_t lock; /* orders run_signal (any thread) against reaping */
 } run_proc_t;

@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void table_init(cli_table_t *table, int ncols, const char *const *headers,
-                const int *right_align) {
+void table_init(cli_table_t *table, int ncols, const char *const *headers, const int *right_align) {
   memset(table, 0, sizeof *table);
   table->ncols = ncols;
   table->right_align = right_align;

@@ -17,8 +17,7 @@ typedef struct {
 } cli_table_t;
 
 /* Starts a table with a header row; `right_align` (may be NULL) stays the caller's. */
-void table_init(cli_table_t *table, int ncols, const char *const *headers,
-                const int *right_align);
+void table_init(cli_table_t *table, int ncols, const char *const *headers, const int *right_align);
 /* Appends a row of `ncols` cells (copied; NULL prints empty).  -1 on no memory. */
 int table_add(cli_table_t *table, const char *const *cells);
 void table_print(const cli_table_t *table, FILE *out);

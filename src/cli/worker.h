@@ -37,15 +37,15 @@ struct worker {
   const char *token;
   const char *nickname;
   const char *node;
-  char **cmd;          /* NULL-terminated argv of the command */
+  char **cmd; /* NULL-terminated argv of the command */
   int concurrency;
-  int json_result;     /* parse stdout as JSON */
-  int64_t max_tasks;   /* 0: no limit */
-  int64_t timeout_ms;  /* heartbeat timeout asked for at registration; -1: the head's */
-  long heartbeat_ms;   /* interval of the periodic heartbeat */
+  int json_result;            /* parse stdout as JSON */
+  int64_t max_tasks;          /* 0: no limit */
+  int64_t timeout_ms;         /* heartbeat timeout asked for at registration; -1: the head's */
+  long heartbeat_ms;          /* interval of the periodic heartbeat */
   muster_client_t *hb_client; /* the heartbeat thread's handle */
 
-  pthread_mutex_t lock;     /* guards id, name, slots[].proc, hb_stop; wakes the heartbeat */
+  pthread_mutex_t lock; /* guards id, name, slots[].proc, hb_stop; wakes the heartbeat */
   pthread_cond_t wake;
   pthread_mutex_t reg_lock; /* one re-registration at a time */
   int64_t id;               /* the worker id now (re-registration changes it) */

@@ -62,8 +62,7 @@ static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
     *lease = NULL;
     return 0;
   }
-  if (err == MUSTER_WORKER_NOT_FOUND &&
-      (err = worker_reregister(w, slot->client, id)) == MUSTER_OK)
+  if (err == MUSTER_WORKER_NOT_FOUND && (err = worker_reregister(w, slot->client, id)) == MUSTER_OK)
     return 0;
   fprintf(stderr, "muster worker: lease from %s: %s: %s\n", w->queue, muster_err_name(err),
           muster_client_message(slot->client));
@@ -75,7 +74,8 @@ static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
 
 /* Sends one acknowledgement, retrying transient failures a few times. */
 static muster_err_t slot_ack(worker_slot_t *slot, const muster_ack_t *ack,
-                             muster_err_t (*call)(muster_client_t *, const muster_ack_t *, size_t)) {
+                             muster_err_t (*call)(muster_client_t *, const muster_ack_t *,
+                                                  size_t)) {
   muster_err_t err = MUSTER_OK;
   for (int attempt = 0; attempt < SLOT_ACK_TRIES; attempt++) {
     if ((err = call(slot->client, ack, 1)) == MUSTER_OK || !slot_transient(err))
@@ -148,8 +148,8 @@ static void slot_complete(worker_slot_t *slot, const muster_lease_t *lease, run_
     snprintf(why, sizeof why, "result refused: %.200s", muster_client_message(slot->client));
     slot_fail(slot, lease, why);
   } else {
-    fprintf(stderr, "muster worker: task %lld: result not stored: %s: %s\n",
-            (long long)lease->task, muster_err_name(err), muster_client_message(slot->client));
+    fprintf(stderr, "muster worker: task %lld: result not stored: %s: %s\n", (long long)lease->task,
+            muster_err_name(err), muster_client_message(slot->client));
   }
 }
 

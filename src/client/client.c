@@ -207,8 +207,8 @@ static muster_err_t client_send(muster_client_t *client, const char *method, con
   CURL *curl = client->curl;
   curl_easy_setopt(curl, CURLOPT_URL, url);
   client_set_method(curl, method, body);
-  long timeout = client->timeout_ms ? client->timeout_ms + (extra_wait_ms > 0 ? extra_wait_ms : 0)
-                                    : 0;
+  long timeout =
+      client->timeout_ms ? client->timeout_ms + (extra_wait_ms > 0 ? extra_wait_ms : 0) : 0;
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout);
   CURLcode rc = curl_easy_perform(curl);
   free(url);
@@ -223,25 +223,29 @@ static muster_err_t client_send(muster_client_t *client, const char *method, con
   return MUSTER_OK;
 }
 
-/* The code for a non-2xx reply that carries no usable error envelope. */
+/* The code for a non-2xx reply that carries no usable error envelope (a proxy's
+ * error page, say): the generic code of that status.  409 has no generic code,
+ * so it stays MUSTER_PROTOCOL rather than guessing lease_lost. */
 static muster_err_t client_status_err(int status) {
-  switch (status) {
-  case 400: return MUSTER_BAD_REQUEST;
-  case 401: return MUSTER_UNAUTHORIZED;
-  case 403: return MUSTER_FORBIDDEN;
-  case 404: return MUSTER_NOT_FOUND;
-  case 405: return MUSTER_METHOD_NOT_ALLOWED;
-  case 413: return MUSTER_BODY_TOO_LARGE;
-  case 415: return MUSTER_UNSUPPORTED_MEDIA;
-  case 503: return MUSTER_UNAVAILABLE;
-  default: return status >= 500 ? MUSTER_INTERNAL : MUSTER_PROTOCOL;
-  }
+  static const struct {
+    int status;
+    muster_err_t err;
+  } by_status[] = {
+      {400, MUSTER_BAD_REQUEST},        {401, MUSTER_UNAUTHORIZED},
+      {403, MUSTER_FORBIDDEN},          {404, MUSTER_NOT_FOUND},
+      {405, MUSTER_METHOD_NOT_ALLOWED}, {413, MUSTER_BODY_TOO_LARGE},
+      {415, MUSTER_UNSUPPORTED_MEDIA},  {503, MUSTER_UNAVAILABLE},
+  };
+  for (size_t i = 0; i < sizeof by_status / sizeof by_status[0]; i++)
+    if (by_status[i].status == status)
+      return by_status[i].err;
+  return status >= 500 ? MUSTER_INTERNAL : MUSTER_PROTOCOL;
 }
 
 /* Turns the non-2xx reply in client->reply into a code and a message. */
 static muster_err_t client_reply_error(muster_client_t *client) {
-  json_t *root = json_loadb(client->reply.data ? client->reply.data : "", client->reply.len, 0,
-                            NULL);
+  json_t *root =
+      json_loadb(client->reply.data ? client->reply.data : "", client->reply.len, 0, NULL);
   json_t *error = json_object_get(root, "error");
   const char *code = json_string_value(json_object_get(error, "code"));
   const char *message = json_string_value(json_object_get(error, "message"));
@@ -327,8 +331,8 @@ muster_err_t muster_health(muster_client_t *client) {
 static int client_path_escape(char *out, size_t size, size_t *at, const char *s) {
   static const char hex[] = "0123456789ABCDEF";
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-                (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.' || *p == '~';
+    int plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+                *p == '-' || *p == '_' || *p == '.' || *p == '~';
     size_t need = plain ? 1 : 3;
     if (*at + need >= size)
       return -1;

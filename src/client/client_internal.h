@@ -26,12 +26,12 @@ typedef struct {
 } client_buf_t;
 
 struct muster_client {
-  CURL *curl;                     /* one easy handle: its connection is kept alive */
-  struct curl_slist *headers;     /* Authorization, Content-Type, an empty Expect */
-  char *base_url;                 /* "http://host:port" without a trailing slash */
-  long timeout_ms;                /* per request; long-polls add their wait */
-  int status;                     /* HTTP status of the last reply, 0 when none */
-  client_buf_t reply;             /* body of the last reply */
+  CURL *curl;                       /* one easy handle: its connection is kept alive */
+  struct curl_slist *headers;       /* Authorization, Content-Type, an empty Expect */
+  char *base_url;                   /* "http://host:port" without a trailing slash */
+  long timeout_ms;                  /* per request; long-polls add their wait */
+  int status;                       /* HTTP status of the last reply, 0 when none */
+  client_buf_t reply;               /* body of the last reply */
   char message[CLIENT_MESSAGE_MAX]; /* explanation of the last failure, "" after success */
   char curl_error[CURL_ERROR_SIZE]; /* filled by libcurl on transport failures */
 };

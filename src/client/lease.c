@@ -80,8 +80,8 @@ static muster_err_t lease_read_all(muster_client_t *client, json_t *reply, muste
   return MUSTER_OK;
 }
 
-muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t worker,
-                          size_t max, int64_t wait_ms, muster_lease_t **leases, size_t *count) {
+muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t worker, size_t max,
+                          int64_t wait_ms, muster_lease_t **leases, size_t *count) {
   if (leases)
     *leases = NULL;
   if (count)
@@ -152,8 +152,8 @@ static muster_err_t ack_complete_fields(muster_client_t *client, json_t *elem,
   return json_object_set_new(elem, "result", result) ? MUSTER_NOMEM : MUSTER_OK;
 }
 
-static muster_err_t ack_fail_fields(muster_client_t *client, json_t *elem,
-                                    const muster_ack_t *ack, size_t i) {
+static muster_err_t ack_fail_fields(muster_client_t *client, json_t *elem, const muster_ack_t *ack,
+                                    size_t i) {
   muster_err_t err = ack_set_text(client, elem, "error", ack->error, i);
   if (err == MUSTER_OK && json_object_set_new(elem, "permanent", json_boolean(ack->permanent)))
     err = MUSTER_NOMEM;
@@ -170,8 +170,8 @@ static muster_err_t ack_extend_fields(muster_client_t *client, json_t *elem,
 }
 
 /* A flag's reason travels in the ack's `error` field. */
-static muster_err_t ack_flag_fields(muster_client_t *client, json_t *elem,
-                                    const muster_ack_t *ack, size_t i) {
+static muster_err_t ack_flag_fields(muster_client_t *client, json_t *elem, const muster_ack_t *ack,
+                                    size_t i) {
   return ack_set_text(client, elem, "reason", ack->error, i);
 }
 

@@ -41,8 +41,7 @@ static json_t *queue_opts_body(const muster_queue_opts_t *opts) {
   rc |= queue_set_int(body, "backoff_max_ms", opts->backoff_max_ms);
   rc |= queue_set_int(body, "max_flags", opts->max_flags);
   if (opts->next != NULL)
-    rc |= json_object_set_new(body, "next",
-                              opts->next[0] ? json_string(opts->next) : json_null());
+    rc |= json_object_set_new(body, "next", opts->next[0] ? json_string(opts->next) : json_null());
   if (rc != 0) {
     json_decref(body);
     return NULL;

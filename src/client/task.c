@@ -116,8 +116,8 @@ static muster_err_t task_read_ids(muster_client_t *client, json_t *reply, size_t
   return MUSTER_OK;
 }
 
-muster_err_t muster_put(muster_client_t *client, const char *queue,
-                        const muster_task_spec_t *specs, size_t count, int64_t *ids) {
+muster_err_t muster_put(muster_client_t *client, const char *queue, const muster_task_spec_t *specs,
+                        size_t count, int64_t *ids) {
   if (client == NULL)
     return MUSTER_INVALID;
   if (queue == NULL || (specs == NULL && count > 0))
