@@ -16,7 +16,7 @@ static void lease_print(const muster_lease_t *lease) {
   json_t *obj = json_object();
   json_object_set_new(obj, "task", json_integer((json_int_t)lease->task));
   json_object_set_new(obj, "token", json_integer((json_int_t)lease->token));
-  json_t *payload = json_loads(lease->payload, JSON_DECODE_ANY, NULL);
+  json_t *payload = json_loads(lease->payload, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
   json_object_set_new(obj, "payload", payload ? payload : json_null());
   json_object_set_new(obj, "attempt", json_integer((json_int_t)lease->attempt));
   json_object_set_new(obj, "deadline_ms", json_integer((json_int_t)lease->deadline_ms));
@@ -94,7 +94,8 @@ int cmd_complete(cli_args_t *args) {
     const char *raw = args->pos[2];
     int as_json = cli_flag(args, "json");
     json_error_t jerr;
-    json_t *value = as_json ? json_loads(raw, JSON_DECODE_ANY, &jerr) : json_string(raw);
+    json_t *value =
+        as_json ? json_loads(raw, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr) : json_string(raw);
     if (value == NULL && as_json) {
       fprintf(stderr, "muster: invalid_argument: RESULT: not valid JSON: %s\n", jerr.text);
       return CLI_FAIL;

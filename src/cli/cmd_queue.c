@@ -83,7 +83,7 @@ static int queue_list(muster_client_t *client, int as_json) {
   muster_err_t err = muster_queue_list(client, &json);
   if (err != MUSTER_OK)
     return cli_error(client, err);
-  json_t *root = json_loads(json, 0, NULL);
+  json_t *root = json_loads(json, JSON_ALLOW_NUL, NULL);
   json_t *queues = json_object_get(root, "queues");
   if (as_json)
     cli_print_pretty(json);
@@ -160,7 +160,7 @@ static muster_err_t queue_requeue_all(muster_client_t *client, const char *name,
   snprintf(path, sizeof path, "/v1/queues/%s/requeue", escaped);
   char *reply = NULL;
   muster_err_t err = muster_request(client, "POST", path, NULL, &reply);
-  json_t *root = reply ? json_loads(reply, 0, NULL) : NULL;
+  json_t *root = reply ? json_loads(reply, JSON_ALLOW_NUL, NULL) : NULL;
   *count = (int64_t)json_integer_value(json_object_get(root, "requeued"));
   json_decref(root);
   muster_free(reply);
@@ -191,7 +191,7 @@ static muster_err_t status_active_workers(muster_client_t *client, long *active)
   muster_err_t err = muster_request(client, "GET", "/v1/workers", NULL, &reply);
   if (err != MUSTER_OK)
     return err;
-  json_t *root = json_loads(reply, 0, NULL);
+  json_t *root = json_loads(reply, JSON_ALLOW_NUL, NULL);
   json_t *worker;
   size_t i;
   *active = 0;
@@ -210,7 +210,7 @@ static int status_health(const cli_args_t *args, muster_client_t *client) {
   muster_err_t err = muster_request(client, "GET", "/v1/health", NULL, &reply);
   if (err != MUSTER_OK)
     return cli_error(client, err);
-  json_t *health = json_loads(reply, 0, NULL);
+  json_t *health = json_loads(reply, JSON_ALLOW_NUL, NULL);
   const char *state = json_string_value(json_object_get(health, "status"));
   const char *version = json_string_value(json_object_get(health, "version"));
   long long uptime_ms = (long long)json_integer_value(json_object_get(health, "uptime_ms"));

@@ -37,7 +37,8 @@ static void put_list_free(put_list_t *list) {
  */
 static int put_add(put_list_t *list, const char *raw, size_t len, int as_json, const char *where) {
   json_error_t jerr;
-  json_t *value = as_json ? json_loadb(raw, len, JSON_DECODE_ANY, &jerr) : json_stringn(raw, len);
+  json_t *value = as_json ? json_loadb(raw, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr)
+                          : json_stringn(raw, len);
   if (value == NULL) {
     if (as_json)
       fprintf(stderr, "muster: invalid_argument: %s: not valid JSON: %s\n", where, jerr.text);
@@ -219,7 +220,7 @@ static muster_err_t task_collect(muster_client_t *client, const char *queue, con
     muster_err_t err = muster_task_list(client, queue, state, after, want, &json);
     if (err != MUSTER_OK)
       return err;
-    json_t *root = json_loads(json, 0, NULL);
+    json_t *root = json_loads(json, JSON_ALLOW_NUL, NULL);
     muster_free(json);
     json_t *next = json_object_get(root, "next");
     json_array_extend(out, json_object_get(root, "tasks"));

@@ -109,7 +109,7 @@ static void worker_refresh_lease_ms(worker_t *w, muster_client_t *client) {
   char *json = NULL;
   if (muster_queue_get(client, w->queue, &json) != MUSTER_OK)
     return;
-  json_t *queue = json_loads(json, 0, NULL);
+  json_t *queue = json_loads(json, JSON_ALLOW_NUL, NULL);
   json_int_t lease_ms = json_integer_value(json_object_get(queue, "lease_ms"));
   if (lease_ms > 0)
     atomic_store(&w->lease_ms, (int64_t)lease_ms);
@@ -195,7 +195,7 @@ static long worker_timeout_ms(worker_t *w, muster_client_t *client) {
   snprintf(path, sizeof path, "/v1/workers/%lld", (long long)w->id);
   long timeout = w->timeout_ms > 0 ? (long)w->timeout_ms : WORKER_DEFAULT_TIMEOUT_MS;
   if (muster_request(client, "GET", path, NULL, &reply) == MUSTER_OK) {
-    json_t *obj = json_loads(reply, 0, NULL);
+    json_t *obj = json_loads(reply, JSON_ALLOW_NUL, NULL);
     json_int_t got = json_integer_value(json_object_get(obj, "timeout_ms"));
     if (got > 0)
       timeout = (long)got;

@@ -92,7 +92,7 @@ int cli_error(const muster_client_t *client, muster_err_t err) {
 }
 
 void cli_print_pretty(const char *text) {
-  json_t *value = json_loads(text, JSON_DECODE_ANY, NULL);
+  json_t *value = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
   char *pretty = value ? json_dumps(value, JSON_INDENT(2) | JSON_ENCODE_ANY) : NULL;
   puts(pretty ? pretty : text);
   free(pretty);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
 extern char **environ;
 
@@ -80,7 +81,10 @@ static muster_err_t slot_ack(worker_slot_t *slot, const muster_ack_t *ack,
   for (int attempt = 0; attempt < SLOT_ACK_TRIES; attempt++) {
     if ((err = call(slot->client, ack, 1)) == MUSTER_OK || !slot_transient(err))
       return err;
-    worker_nap(slot->worker, 200L << attempt);
+    /* Not worker_nap: a result is worth reporting even while the worker stops. */
+    struct timespec pause = {0, (200L << attempt) % 1000 * 1000000L};
+    pause.tv_sec = (200L << attempt) / 1000;
+    nanosleep(&pause, NULL);
   }
   return err;
 }
@@ -112,7 +116,7 @@ static char *slot_result(worker_slot_t *slot, run_proc_t *proc, char *why, size_
   json_error_t jerr;
   json_t *value;
   if (slot->worker->json_result)
-    value = len == 0 ? json_null() : json_loadb(out, len, JSON_DECODE_ANY, &jerr);
+    value = len == 0 ? json_null() : json_loadb(out, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
   else
     value = json_stringn(out, len);
   if (value == NULL) {
@@ -235,7 +239,7 @@ static void slot_report(worker_slot_t *slot, const muster_lease_t *lease, run_pr
 
 /* Runs one leased task from start to report. */
 static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
-  json_t *payload = json_loads(lease->payload, JSON_DECODE_ANY, NULL);
+  json_t *payload = json_loads(lease->payload, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
   const char *input = lease->payload;
   size_t input_len = strlen(lease->payload);
   if (json_is_string(payload)) { /* a string reaches the command as its raw text */

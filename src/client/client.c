@@ -244,8 +244,8 @@ static muster_err_t client_status_err(int status) {
 
 /* Turns the non-2xx reply in client->reply into a code and a message. */
 static muster_err_t client_reply_error(muster_client_t *client) {
-  json_t *root =
-      json_loadb(client->reply.data ? client->reply.data : "", client->reply.len, 0, NULL);
+  json_t *root = json_loadb(client->reply.data ? client->reply.data : "", client->reply.len,
+                            JSON_ALLOW_NUL, NULL);
   json_t *error = json_object_get(root, "error");
   const char *code = json_string_value(json_object_get(error, "code"));
   const char *message = json_string_value(json_object_get(error, "message"));
@@ -278,7 +278,8 @@ muster_err_t client_call(muster_client_t *client, const char *method, const char
     return client_reply_error(client);
   if (reply != NULL) {
     json_error_t jerr;
-    *reply = json_loadb(client->reply.data ? client->reply.data : "", client->reply.len, 0, &jerr);
+    *reply = json_loadb(client->reply.data ? client->reply.data : "", client->reply.len,
+                        JSON_ALLOW_NUL, &jerr);
     if (*reply == NULL)
       return client_fail(client, MUSTER_PROTOCOL, "%s %s: unreadable reply: %s", method, path,
                          jerr.text);
@@ -376,7 +377,7 @@ muster_err_t client_path(muster_client_t *client, char *out, size_t size, const 
 
 json_t *client_parse_value(muster_client_t *client, const char *text, const char *what) {
   json_error_t jerr;
-  json_t *value = json_loads(text, JSON_DECODE_ANY, &jerr);
+  json_t *value = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
   if (value == NULL)
     client_fail(client, MUSTER_INVALID, "%s: not valid JSON: %s", what, jerr.text);
   return value;
