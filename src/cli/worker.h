@@ -28,6 +28,7 @@ typedef struct {
   muster_client_t *client;
   _Atomic int64_t task; /* the task being run, 0 when idle (read by the heartbeat) */
   run_proc_t *proc;     /* the running command, under worker->lock; NULL when none */
+  int lease_failing;    /* the last lease request failed (log a streak once) */
 } worker_slot_t;
 
 struct worker {

@@ -56,6 +56,10 @@ static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
   size_t count = 0;
   int64_t id = worker_id(w);
   muster_err_t err = muster_lease(slot->client, w->queue, id, 1, WORKER_POLL_MS, lease, &count);
+  if (err == MUSTER_OK && slot->lease_failing) {
+    fprintf(stderr, "muster worker: slot %d: leasing again\n", slot->index + 1);
+    slot->lease_failing = 0;
+  }
   if (err == MUSTER_OK && count > 0)
     return 1;
   if (err == MUSTER_OK) {
@@ -65,10 +69,13 @@ static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
   }
   if (err == MUSTER_WORKER_NOT_FOUND && (err = worker_reregister(w, slot->client, id)) == MUSTER_OK)
     return 0;
-  fprintf(stderr, "muster worker: lease from %s: %s: %s\n", w->queue, muster_err_name(err),
-          muster_client_message(slot->client));
+  if (!slot->lease_failing || !slot_transient(err))
+    fprintf(stderr, "muster worker: slot %d: lease from %s: %s: %s%s\n", slot->index + 1, w->queue,
+            muster_err_name(err), muster_client_message(slot->client),
+            slot_transient(err) ? " (retrying every second)" : "");
   if (!slot_transient(err))
     return -1;
+  slot->lease_failing = 1;
   worker_nap(w, 1000);
   return 0;
 }
