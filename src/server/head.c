@@ -314,9 +314,14 @@ int head_main(int argc, char **argv) {
   if (lock < 0)
     return 1;
   bool generated = false;
-  if (token_arg)
+  if (token_arg) {
+    /* Saved too, so that the CLI run next to the data dir finds it. */
     snprintf(h.cfg.token, sizeof h.cfg.token, "%s", token_arg);
-  else if (!head_token(&h.cfg, &generated)) {
+    char line[sizeof h.cfg.token + 1];
+    snprintf(line, sizeof line, "%s\n", token_arg);
+    if (!head_write_file(&h.cfg, "token", line, 0600))
+      log_msg(LOG_WARN, "cannot write %s/token", h.cfg.data_dir);
+  } else if (!head_token(&h.cfg, &generated)) {
     log_msg(LOG_ERROR, "cannot read or create %s/token", h.cfg.data_dir);
     close(lock);
     return 1;

@@ -282,7 +282,8 @@ static bool http_parse_body(http_req_t *r, size_t limit) {
     return false;
   }
   json_error_t err;
-  r->body = json_loadb((const char *)evbuffer_pullup(in, -1), len, JSON_REJECT_DUPLICATES, &err);
+  r->body = json_loadb((const char *)evbuffer_pullup(in, -1), len,
+                       JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
   if (r->body == NULL) {
     fail_t f;
     fail_set(&f, MUSTER_BAD_JSON, "the body is not valid JSON: %s (line %d, column %d)", err.text,
