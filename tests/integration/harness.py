@@ -73,7 +73,7 @@ class Head:
                     url = f.read().strip()
                 if url:
                     self.url = url
-                    self._conn = None
+                    self._close_conn()
                     return self
             time.sleep(0.02)
         raise RuntimeError("head did not start:\n" + self.log())
@@ -130,6 +130,13 @@ class Head:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._close_conn()
+
+    def _close_conn(self):
+        # Close (not just drop) the keep-alive socket: a dropped one leaks until GC
+        # and shows up as a ResourceWarning in every test that restarts the head.
+        if self._conn is not None:
+            self._conn.close()
         self._conn = None
 
     def stop(self, timeout=20):
@@ -142,7 +149,7 @@ class Head:
                 self.proc.kill()
                 self.proc.wait()
                 raise RuntimeError("head ignored SIGTERM")
-        self._conn = None
+        self._close_conn()
         return self.proc.returncode if self.proc else None
 
     def cleanup(self):

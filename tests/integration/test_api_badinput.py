@@ -31,12 +31,22 @@ class BadInputCase(ApiTestCase):
         self.assertEqual(self.state(), self.before, "a refused request changed state " + what)
 
     def refused(self, method, path, body, status, code, names=(), **kw):
-        r = self.expect_error(method, path, body, status, code, **kw)
-        for n in names:
-            self.assertIn(n, r.json["error"]["message"], "the message must name %r" % n)
-        self.assert_unchanged("(%s %s %s)" % (method, path, json.dumps(body)[:120]
-                                               if body is not None else kw.get("raw")))
-        return r
+        """Asserts the error reply and that nothing changed; a failure is recorded as a
+        subtest so that the remaining cases still run (and the baseline moves on)."""
+        what = "%s %s %s" % (method, path, json.dumps(body)[:120] if body is not None
+                             else kw.get("raw", b"")[:60])
+        with self.subTest(request=what):
+            try:
+                r = self.expect_error(method, path, body, status, code, **kw)
+                for n in names:
+                    # "tasks[1].priority": the element and the field are both named.
+                    for part in n.split("."):
+                        self.assertIn(part, r.json["error"]["message"],
+                                      "the message must name %r" % n)
+            finally:
+                now = self.state()
+                changed, self.before = now != self.before, now
+            self.assertFalse(changed, "a refused request changed state: " + what)
 
     def good_lease_item(self, **extra):
         return dict({"task": self.leased["task"], "token": self.leased["token"]}, **extra)

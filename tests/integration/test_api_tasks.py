@@ -76,7 +76,8 @@ class TaskTest(ApiTestCase):
         self.expect_error("GET", "/v1/tasks/987654321", None, 404, "task_not_found")
         for bad in ("abc", "0", "-1", "1.5", "1e3", "0x10", str(MAX_ID), "99999999999999999999",
                     "%20"):
-            self.expect_error("GET", "/v1/tasks/" + bad, None, 400, "bad_request")
+            with self.subTest(id=bad):
+                self.expect_error("GET", "/v1/tasks/" + bad, None, 400, "bad_request")
 
     def test_list_state_filter(self):
         self.create_queue(max_attempts=1, backoff_ms=0)
@@ -142,8 +143,9 @@ class TaskTest(ApiTestCase):
         self.create_queue()
         for query in ("state=bogus", "limit=abc", "limit=0", "limit=-5",
                       "limit=1001", "after=abc", "after=-1", "limit=1.5"):
-            self.expect_error("GET", "/v1/queues/%s/tasks?%s" % (self.q, query), None, 400,
-                              "invalid_argument")
+            with self.subTest(query=query):
+                self.expect_error("GET", "/v1/queues/%s/tasks?%s" % (self.q, query), None, 400,
+                                  "invalid_argument")
 
     def test_idempotency_key(self):
         self.create_queue()
@@ -174,7 +176,7 @@ class TaskTest(ApiTestCase):
         self.assertIs(o["created"], True)
         self.assertNotEqual(o["id"], first["id"])
         # A finished task still holds its key.
-        lease = self.lease(max=10)[0]
+        lease = self.lease_one()   # k1 has the highest priority
         self.assertEqual(lease["task"], first["id"])
         self.ack("complete", [{"task": lease["task"], "token": lease["token"]}])
         [again] = self.put_tasks([{"payload": "new", "key": "k1"}])

@@ -9,7 +9,7 @@ After each restart on the same data dir:
 - re-sending a batch (same keys) creates exactly what was missing: nothing when the
   batch was applied, all of it when it was not.
 
-Rounds: MUSTER_CRASH_ROUNDS (default 5); seed: MUSTER_CRASH_SEED (printed).
+Rounds: MUSTER_CRASH_ROUNDS (default 8); seed: MUSTER_CRASH_SEED (printed).
 """
 import collections
 import http.client
@@ -131,7 +131,7 @@ class CrashTest(unittest.TestCase):
         seed = int(os.environ.get("MUSTER_CRASH_SEED") or time.time() * 1000) % (2 ** 32)
         print("\ncrash test seed: MUSTER_CRASH_SEED=%d" % seed, file=sys.stderr)
         self.rng = random.Random(seed)
-        self.rounds = int(os.environ.get("MUSTER_CRASH_ROUNDS") or 5)
+        self.rounds = int(os.environ.get("MUSTER_CRASH_ROUNDS") or 8)
         self.head = harness.Head(["--sweep-ms", "50"])
         self.head.start()
         self.ledger = Ledger()
@@ -154,6 +154,8 @@ class CrashTest(unittest.TestCase):
                 return tasks
             after = page["next"]
 
+    in_flight = applied = 0
+
     def test_kill9_under_load(self):
         self.request("PUT", "/v1/queues/" + QUEUE,
                      {"lease_ms": 1500, "backoff_ms": 0, "max_attempts": 1000})
@@ -162,9 +164,10 @@ class CrashTest(unittest.TestCase):
             self.verify(rnd)
             self.resend(rnd)
         led = self.ledger
-        print("crash test: %d rounds, %d batches acknowledged, %d attempted, %d completions"
-              % (self.rounds, len(led.acked), len(led.attempted), len(led.completed)),
-              file=sys.stderr)
+        print("crash test: %d rounds, %d batches, %d tasks completed; %d batches in flight "
+              "at a kill, %d of them applied" % (self.rounds, len(led.attempted),
+                                                 len(led.completed), self.in_flight,
+                                                 self.applied), file=sys.stderr)
 
     def run_round(self, rnd):
         led = self.ledger
@@ -176,7 +179,7 @@ class CrashTest(unittest.TestCase):
             c.start()
         # A random moment: after a random number of acknowledged batches, plus a random
         # fraction of a request's time, so that the kill lands anywhere in a commit.
-        target = start + self.rng.randint(3, 40)
+        target = start + self.rng.randint(3, 60)
         harness.wait_until(lambda: led.acked_count() >= target or led.errors, timeout=60,
                            interval=0.002, what="%d acknowledged batches" % (target - start))
         time.sleep(self.rng.uniform(0, 0.02))   # the random kill moment, not a synchronisation
@@ -232,6 +235,9 @@ class CrashTest(unittest.TestCase):
         for batch in unacked + acked[-1:]:
             keys = led.attempted[batch]
             was_there = keys[0] in tasks
+            if batch in unacked:
+                self.in_flight += 1
+                self.applied += was_there
             body = {"tasks": [{"payload": {"batch": batch, "i": i}, "key": k}
                               for i, k in enumerate(keys)]}
             r = self.request("POST", "/v1/queues/%s/tasks" % QUEUE, body)
