@@ -158,7 +158,8 @@ static const char *clip(const char *text, char *buf, size_t max) {
 }
 
 /* Adds one task object as a table row: ID STATE PRI ATTEMPTS FLAGS DETAIL, where
- * DETAIL is the error of a failed or dead task and the payload otherwise. */
+ * DETAIL is the result of a done task, the error of a failed, dead or
+ * cancelled one, and the payload otherwise. */
 static void task_row(cli_table_t *table, json_t *task) {
   char id[24], pri[24], attempts[24], flags[24], detail[64];
   snprintf(id, sizeof id, "%lld", (long long)json_integer_value(json_object_get(task, "id")));
@@ -168,8 +169,14 @@ static void task_row(cli_table_t *table, json_t *task) {
            (long long)json_integer_value(json_object_get(task, "attempts")));
   snprintf(flags, sizeof flags, "%lld",
            (long long)json_integer_value(json_object_get(task, "flags")));
+  const char *state = json_string_value(json_object_get(task, "state"));
   json_t *error = json_object_get(task, "error");
-  json_t *shown = json_is_string(error) ? error : json_object_get(task, "payload");
+  json_t *shown = json_object_get(task, "payload");
+  if (state && strcmp(state, "done") == 0)
+    shown = json_object_get(task, "result");
+  else if (json_is_string(error) && state && strcmp(state, "queued") != 0 &&
+           strcmp(state, "leased") != 0)
+    shown = error;
   char *text = json_is_string(shown) ? strdup(json_string_value(shown))
                                      : json_dumps(shown, JSON_COMPACT | JSON_ENCODE_ANY);
   for (char *p = text; p && *p; p++)
@@ -184,7 +191,7 @@ static void task_row(cli_table_t *table, json_t *task) {
 
 /* Prints `tasks` (an array) as a table or as one JSON object per line. */
 static void task_print(json_t *tasks, int as_json) {
-  static const char *const headers[] = {"ID", "STATE", "PRI", "ATTEMPTS", "FLAGS", "PAYLOAD/ERROR"};
+  static const char *const headers[] = {"ID", "STATE", "PRI", "ATTEMPTS", "FLAGS", "DETAIL"};
   static const int right[] = {1, 0, 1, 1, 1, 0};
   size_t i;
   json_t *task;

@@ -349,14 +349,15 @@ class CliTest(unittest.TestCase):
         self.ok("fail", str(leases[0]["task"]), str(leases[0]["token"]), "--error", "gone")
         self.ok("fail", str(leases[1]["task"]), str(leases[1]["token"]), "--permanent",
                 "--error", "broken\nbadly")
-        self.ok("complete", str(leases[2]["task"]), str(leases[2]["token"]))
+        self.ok("complete", str(leases[2]["task"]), str(leases[2]["token"]), "RESULT-C")
         table = self.ok("tasks", "ls", "--queue", q).splitlines()
         self.assertEqual(table[0].split(), ["ID", "STATE", "PRI", "ATTEMPTS", "FLAGS",
-                                            "PAYLOAD/ERROR"])
+                                            "DETAIL"])
         self.assertEqual([r.split()[:2] for r in table[1:]],
                          [[ids[0], "dead"], [ids[1], "failed"], [ids[2], "done"],
                           [ids[3], "queued"]])
         self.assertIn("broken badly", table[2])
+        self.assertIn("RESULT-C", table[3])  # a done task shows its result, not its payload
         lines = self.ok("tasks", "ls", "--queue", q, "--json", "--limit", "2").splitlines()
         self.assertEqual([json.loads(x)["id"] for x in lines], [int(ids[0]), int(ids[1])])
         lines = self.ok("tasks", "ls", "--queue", q, "--json", "--state", "queued").splitlines()
