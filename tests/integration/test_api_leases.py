@@ -101,6 +101,22 @@ class LeaseCallTest(ApiTestCase):
         self.assertEqual(self.expect("POST", "/v1/queues/%s/requeue" % self.q), {"requeued": 1})
         self.assertEqual(self.lease_one()["attempt"], 1)
 
+    def test_lease_moves_used_up_task_to_dead(self):
+        # "a task whose attempts are used up is not leased but moved to dead": reachable
+        # when max_attempts is lowered below a queued task's attempts.
+        self.create_queue(max_attempts=5, backoff_ms=0)
+        used, fresh = self.put("used", "fresh")
+        for n in (1, 2):
+            lease = self.wait_lease()[0]
+            self.assertEqual((lease["task"], lease["attempt"]), (used, n))
+            self.ack("fail", [item(lease, error="e")])
+        self.expect("PUT", "/v1/queues/" + self.q, {"max_attempts": 2})
+        got = self.lease(max=10)
+        self.assertEqual([(x["task"], x["attempt"]) for x in got], [(fresh, 1)])
+        t = self.get_task(used)
+        self.assertEqual((t["state"], t["attempts"], t["lease"]), ("dead", 2, None))
+        self.assert_counts(leased=1, dead=1)
+
     def test_extend(self):
         self.create_queue(lease_ms=400, backoff_ms=0)
         [tid] = self.put("x")
