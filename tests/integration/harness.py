@@ -1,8 +1,7 @@
 """Test harness: starts the real `muster head` on a free port with a temporary data dir.
 
 Used by every Python integration test.  Standard library only; runs on /usr/bin/python3.
-Point MUSTER_TEST_URL/MUSTER_TEST_TOKEN at a running head to debug against it instead
-(tests that restart or kill the head are skipped then).
+MUSTER_BIN names the binary (ctest sets it); the head's log is DATA_DIR/head.log.
 """
 import http.client
 import json
