@@ -44,6 +44,7 @@ extern "C" {
   XX(QUEUE_NOT_FOUND, "queue_not_found", 404, "no such queue")                        \
   XX(TASK_NOT_FOUND, "task_not_found", 404, "no such task")                           \
   XX(WORKER_NOT_FOUND, "worker_not_found", 404, "no such worker, or it timed out")    \
+  XX(ITERATION_NOT_FOUND, "iteration_not_found", 404, "no such iteration")             \
   XX(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "this endpoint does not take that method") \
   XX(LEASE_LOST, "lease_lost", 409,                                                   \
      "the lease expired or was taken over; the task is no longer yours")              \
@@ -224,6 +225,175 @@ muster_err_t muster_worker_register(muster_client_t *client, const muster_worker
 muster_err_t muster_worker_heartbeat(muster_client_t *client, int64_t id, const char *progress);
 /* Says goodbye: the worker's leases are released at once. */
 muster_err_t muster_worker_bye(muster_client_t *client, int64_t id);
+
+/* ==== iterations and the loader (docs/iterations.md, docs/api.md "Iterations") ==== */
+
+/*
+ * An iteration's configuration: the dataset's shape, how each epoch is
+ * shuffled and partitioned, and (coordinated only) the lease settings.
+ * muster_iter_config_init sets every field to its default; strings are the
+ * wire names ("global", "dynamic", "pad").  Arrays are borrowed for the call.
+ */
+typedef struct {
+  uint64_t num_samples;        /* samples, when num_shards is 0 */
+  size_t num_shards;           /* > 0: the dataset is shard_counts[0..num_shards) */
+  const uint64_t *shard_counts; /* samples per shard */
+  const char *const *shard_uris; /* a uri per shard, or NULL */
+  const uint32_t *labels;      /* a class label per sample (stratified), or NULL */
+  uint64_t seed;               /* shuffle key, below 2^63 on the wire */
+  const char *shuffle;         /* "none" (default), "global", "shard" */
+  uint64_t shuffle_block_size; /* shard mode window; default 1024 */
+  const char *strategy;        /* "round_robin" (default), "contiguous", "hash", "range",
+                                  "stratified", "dynamic" */
+  uint32_t world_size;         /* ranks; default 1 */
+  uint64_t block_size;         /* samples per block; default 256 */
+  uint64_t epochs;             /* default 1; 0: unbounded */
+  const char *tail;            /* "keep" (default), "pad", "drop" */
+  uint32_t num_partitions;     /* hash: partitions; 0: world_size */
+  uint64_t hash_seed;          /* hash: seed of the sample hash */
+  const uint64_t *ranges;      /* range: 2 * world_size values, begin and end per rank */
+  /* coordinated only; -1: the head's default */
+  int64_t lease_ms;            /* block lease length (default 30000) */
+  int64_t rank_timeout_ms;     /* a rank silent this long is failed (default 30000) */
+  int64_t replication;         /* static strategies: ranks that may take over a rank's
+                                  blocks, the owner included (default 1: none) */
+  int cluster_sync;            /* 1: state on the head; 0: on the node agent (refused
+                                  until node agents exist); -1: default (1) */
+} muster_iter_config_t;
+
+void muster_iter_config_init(muster_iter_config_t *cfg);
+
+/*
+ * Creates the iteration `name` on the head, or joins it when it exists with
+ * the same configuration (ranks all call this).  `rank` >= 0 also registers
+ * that rank as alive.  When `checkpoint` is not NULL (text from
+ * muster_iter_checkpoint), the iteration starts from it, rewinding to that
+ * point; `cfg` may then be NULL, or give a new world_size (elastic resume),
+ * epochs, lease settings.  *json (may be NULL) receives the iteration object.
+ */
+muster_err_t muster_iter_create(muster_client_t *client, const char *name,
+                                const muster_iter_config_t *cfg, const char *checkpoint,
+                                int64_t rank, char **json);
+
+/* A leased block: items [begin, end) of plan rank `plan_rank`'s stream, or
+ * epoch positions [begin, end) for dynamic (plan_rank -1).  `indices` holds
+ * the end - begin sample indices when they were asked for (else NULL). */
+typedef struct {
+  uint64_t epoch;
+  uint64_t block;     /* the block's number in its epoch */
+  int64_t token;      /* fencing token: name it in muster_iter_ack */
+  int64_t deadline_ms;
+  int64_t plan_rank;
+  uint64_t begin, end;
+  int takeover;       /* non-zero: the block belonged to another rank */
+  uint64_t *indices;  /* end - begin indices, or NULL */
+} muster_iter_block_t;
+
+typedef enum {
+  MUSTER_ITER_BLOCKS,    /* blocks were leased (possibly fewer than asked) */
+  MUSTER_ITER_WAIT,      /* nothing for this rank now; ask again (after retry_ms) */
+  MUSTER_ITER_EPOCH_END, /* the epoch asked for is complete */
+  MUSTER_ITER_FINISHED   /* every epoch is complete */
+} muster_iter_state_t;
+
+typedef struct {
+  muster_iter_state_t state;
+  uint64_t epoch;          /* the iteration's current epoch */
+  int64_t retry_ms;        /* with WAIT: a good delay before asking again */
+  muster_iter_block_t *blocks;
+  size_t count;
+} muster_iter_next_t;
+
+/* Leases up to `max` blocks of epoch `epoch` for `rank`, with their sample
+ * indices when `with_indices`.  Free *out with muster_iter_next_free. */
+muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_t rank,
+                              uint64_t epoch, size_t max, int with_indices,
+                              muster_iter_next_t *out);
+void muster_iter_next_free(muster_iter_next_t *next);
+
+/* Marks `count` blocks done (all or nothing); `tokens[i]` goes with `blocks[i]`
+ * of epoch `epoch`.  MUSTER_LEASE_LOST when a lease was lost (nothing done). */
+muster_err_t muster_iter_ack(muster_client_t *client, const char *name, uint32_t rank,
+                             uint64_t epoch, const uint64_t *blocks, const int64_t *tokens,
+                             size_t count);
+/* Says that `rank` is alive and extends its leases. */
+muster_err_t muster_iter_heartbeat(muster_client_t *client, const char *name, uint32_t rank);
+/* The iteration object with per-rank health as JSON (muster_free). */
+muster_err_t muster_iter_status(muster_client_t *client, const char *name, char **json);
+/* The iteration's checkpoint as JSON text (muster_free): small, to store with
+ * a model checkpoint and pass to muster_iter_create later. */
+muster_err_t muster_iter_checkpoint(muster_client_t *client, const char *name, char **json);
+muster_err_t muster_iter_delete(muster_client_t *client, const char *name);
+
+/* ---- the loader ---- */
+
+typedef struct muster_loader muster_loader_t;
+
+/* Loads sample `index` into *sample (owned by the caller of muster_loader_next
+ * afterwards); returns 0, or non-zero to fail the loader. Runs on the
+ * prefetch thread when there is one. */
+typedef int (*muster_load_fn)(void *user, uint64_t index, void **sample);
+/* Frees a sample the loader drops (buffered at close, reset or restore). */
+typedef void (*muster_sample_free_fn)(void *user, void *sample);
+
+typedef struct {
+  const muster_iter_config_t *config; /* required */
+  uint32_t rank;
+  const char *url;        /* NULL: standalone (no head); else coordinated through this head */
+  const char *token;      /* bearer token of the head */
+  const char *name;       /* coordinated: the iteration (created or joined) */
+  const char *checkpoint; /* coordinated: create the iteration from this checkpoint */
+  size_t prefetch;        /* samples buffered ahead by a thread; 0: no thread */
+  size_t blocks_per_request; /* coordinated: blocks leased per request (default 2) */
+  muster_load_fn load;    /* optional */
+  muster_sample_free_fn free_sample; /* optional */
+  void *user;
+} muster_loader_opts_t;
+
+typedef struct {
+  uint64_t samples_loaded;  /* samples returned by next */
+  uint64_t prefetch_hits;   /* returned without waiting */
+  uint64_t prefetch_misses; /* had to wait (or load synchronously) */
+  double avg_load_time_us;  /* mean time of the load callback (or index computation) */
+  uint64_t checkpoints;     /* checkpoints taken */
+  double utilization;       /* fraction of the loader's life the producer was busy */
+  uint64_t blocks_acked;    /* coordinated: blocks acknowledged */
+  uint64_t blocks_taken_over; /* coordinated: blocks leased from another rank */
+  size_t buffer_peak;       /* most samples ever buffered (<= prefetch) */
+  uint64_t epoch;           /* current epoch */
+} muster_loader_stats_t;
+
+void muster_loader_opts_init(muster_loader_opts_t *opts);
+/* Opens a loader; on failure *out is NULL and, when `message` is not NULL,
+ * *message explains (muster_free). */
+muster_err_t muster_loader_open(const muster_loader_opts_t *opts, muster_loader_t **out,
+                                char **message);
+/* The next sample: *has = 1 with *index (and *sample when a load callback is
+ * set; may be NULL) filled, or *has = 0 at the end of the epoch. */
+muster_err_t muster_loader_next(muster_loader_t *loader, uint64_t *index, void **sample,
+                                int *has);
+/* Up to `max` samples; *got < max only at the end of the epoch.  `samples` may be NULL. */
+muster_err_t muster_loader_next_batch(muster_loader_t *loader, uint64_t *indices, void **samples,
+                                      size_t max, size_t *got);
+/* Samples this rank is assigned per epoch (coordinated: its static share). */
+uint64_t muster_loader_len(const muster_loader_t *loader);
+int muster_loader_is_empty(const muster_loader_t *loader);
+/* Starts the next epoch.  MUSTER_INVALID after the last one, and, coordinated,
+ * before the current one ended. */
+muster_err_t muster_loader_reset(muster_loader_t *loader);
+/* The loader's checkpoint as JSON text (muster_free).  Standalone: this rank's
+ * position; coordinated: the iteration's (finished blocks are acked first). */
+muster_err_t muster_loader_get_checkpoint(muster_loader_t *loader, char **text);
+/* Standalone: resumes at a checkpoint of the same configuration and rank.
+ * Coordinated loaders restore at open (opts.checkpoint). */
+muster_err_t muster_loader_restore(muster_loader_t *loader, const char *text);
+void muster_loader_stats(muster_loader_t *loader, muster_loader_stats_t *stats);
+/* Explanation of the last failure ("" when none). */
+const char *muster_loader_message(const muster_loader_t *loader);
+/* Stops the thread, acks finished blocks, frees buffered samples; accepts NULL. */
+void muster_loader_close(muster_loader_t *loader);
+
+/* ==== end of iterations and the loader ==== */
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
  */
 #include "head.h"
 #include "http.h"
+#include "iter.h"
 #include "lease.h"
 #include "log.h"
 #include "server.h"
@@ -222,14 +223,15 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   waiter_mark_all(h);
   /* Most sweeps find nothing due: check with two indexed reads before
    * opening a transaction. */
-  if (!lease_any_due(h->st, now) && !worker_any_due(h->st, now)) {
+  if (!lease_any_due(h->st, now) && !worker_any_due(h->st, now) && !iter_any_due(h->st, now)) {
     if (h->ndirty > 0 && !store_in_tx(h->st) && store_request_begin(h->st, &f) == MUSTER_OK)
       store_request_end(h->st, true); /* opens the turn so waiter_serve runs */
     return;
   }
   if (store_request_begin(h->st, &f))
     return;
-  bool ok = lease_expire_due(h->st, now, 1000) >= 0 && worker_expire_due(h->st, now) >= 0;
+  bool ok = lease_expire_due(h->st, now, 1000) >= 0 && worker_expire_due(h->st, now) >= 0 &&
+            iter_expire_due(h->st, now) >= 0;
   store_request_end(h->st, ok);
 }
 

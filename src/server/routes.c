@@ -6,6 +6,7 @@
  * Domain code (queue.c, task.c, lease.c, worker.c) never sees HTTP.
  */
 #include "http.h"
+#include "iter.h"
 #include "jv.h"
 #include "lease.h"
 #include "log.h"
@@ -272,5 +273,13 @@ const http_route_t http_routes[] = {
     {"POST", "/v1/workers/{}/heartbeat", h_worker_heartbeat, true, 0},
     {"DELETE", "/v1/workers/{}", h_worker_bye, true, 0},
     {"GET", "/v1/leaderboard", h_leaderboard, true, 0},
+    {"POST", "/v1/iterations", iter_h_create, true, 0},
+    {"GET", "/v1/iterations", iter_h_list, true, 0},
+    {"GET", "/v1/iterations/{}", iter_h_get, true, 0},
+    {"DELETE", "/v1/iterations/{}", iter_h_delete, true, 0},
+    {"GET", "/v1/iterations/{}/checkpoint", iter_h_checkpoint, true, 0},
+    {"POST", "/v1/iterations/{}/next", iter_h_next, true, 0},
+    {"POST", "/v1/iterations/{}/ack", iter_h_ack, true, 0},
+    {"POST", "/v1/iterations/{}/heartbeat", iter_h_heartbeat, true, 0},
     {NULL, NULL, NULL, false, 0},
 };

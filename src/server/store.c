@@ -59,6 +59,32 @@ static const char *const migrations[] = {
     "  failed INTEGER NOT NULL DEFAULT 0, flagged INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX workers_active ON workers(state, last_seen_ms);"
     "CREATE TABLE meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);",
+    /* Coordinated iterations (iter.c): one row each; its ranks; the blocks of
+     * its current epoch that were ever leased; the next fresh block per lane. */
+    "CREATE TABLE iterations ("
+    "  id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, config TEXT NOT NULL, origin TEXT,"
+    "  fingerprint TEXT NOT NULL, lease_ms INTEGER NOT NULL, rank_timeout_ms INTEGER NOT NULL,"
+    "  replication INTEGER NOT NULL, slow_ratio REAL NOT NULL, cluster_sync INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL, done_blocks INTEGER NOT NULL, finished INTEGER NOT NULL,"
+    "  resume_epoch INTEGER, resume_world INTEGER, resume_done TEXT,"
+    "  created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);"
+    "CREATE TABLE iter_ranks ("
+    "  iter INTEGER NOT NULL, rank INTEGER NOT NULL, state INTEGER NOT NULL,"
+    "  last_seen_ms INTEGER NOT NULL, deadline_ms INTEGER NOT NULL, first_ms INTEGER,"
+    "  samples INTEGER NOT NULL DEFAULT 0, blocks INTEGER NOT NULL DEFAULT 0,"
+    "  taken_over INTEGER NOT NULL DEFAULT 0, expired INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY (iter, rank)) WITHOUT ROWID;"
+    "CREATE INDEX iter_ranks_due ON iter_ranks(deadline_ms) WHERE state != 2;"
+    "CREATE TABLE iter_blocks ("
+    "  iter INTEGER NOT NULL, block INTEGER NOT NULL, lane INTEGER NOT NULL,"
+    "  state INTEGER NOT NULL, rank INTEGER, token INTEGER, deadline_ms INTEGER,"
+    "  PRIMARY KEY (iter, block)) WITHOUT ROWID;"
+    "CREATE INDEX iter_blocks_pending ON iter_blocks(iter, lane, block) WHERE state = 0;"
+    "CREATE INDEX iter_blocks_leased ON iter_blocks(deadline_ms) WHERE state = 1;"
+    "CREATE INDEX iter_blocks_by_rank ON iter_blocks(iter, rank) WHERE state = 1;"
+    "CREATE TABLE iter_lanes ("
+    "  iter INTEGER NOT NULL, lane INTEGER NOT NULL, next INTEGER NOT NULL,"
+    "  PRIMARY KEY (iter, lane)) WITHOUT ROWID;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

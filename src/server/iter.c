@@ -1,0 +1,720 @@
+/*
+ * iter.c — iterations as rows: create or join, status with per-rank health,
+ * checkpoints, resume from a checkpoint (also with another world size),
+ * delete, and the epoch roll-over.  Leasing and acknowledging blocks live in
+ * iter_lease.c; plans and layouts in iter_layout.c.
+ *
+ * Tables (store.c, migration 2): `iterations` (one row each: configuration,
+ * settings, current epoch, blocks done in it, resume state), `iter_ranks`
+ * (world_size rows: state, heartbeat deadline, counters), `iter_blocks`
+ * (blocks of the current epoch that were ever leased: pending, leased or
+ * done) and `iter_lanes` (per lane, the next never-leased block).  Blocks and
+ * lanes of an epoch are deleted when it completes, so the state is
+ * O(blocks handed out in the current epoch), never O(N).
+ */
+#include "iter.h"
+#include "iter_internal.h"
+#include "jv.h"
+#include "log.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WEEK_MS (7LL * 24 * 3600 * 1000)
+
+/* ---- rows ------------------------------------------------------------------ */
+
+void iter_row_free(iter_row_t *row) {
+  free(row->config);
+  free(row->origin);
+  free(row->resume_done);
+  row->config = row->origin = row->resume_done = NULL;
+}
+
+muster_err_t iter_row_load(store_t *st, const char *name, iter_row_t *row, fail_t *f) {
+  memset(row, 0, sizeof *row);
+  sqlite3_stmt *s = store_stmt(
+      st, "SELECT id, config, origin, lease_ms, rank_timeout_ms, replication, slow_ratio,"
+          " cluster_sync, epoch, done_blocks, finished, coalesce(resume_epoch, -1),"
+          " coalesce(resume_world, 0), resume_done, created_ms FROM iterations WHERE name = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "iteration lookup");
+  store_bind_text(s, 1, name);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    row->id = sqlite3_column_int64(s, 0);
+    snprintf(row->name, sizeof row->name, "%s", name);
+    row->config = store_column_dup(s, 1);
+    row->origin = store_column_dup(s, 2);
+    row->set.lease_ms = sqlite3_column_int64(s, 3);
+    row->set.rank_timeout_ms = sqlite3_column_int64(s, 4);
+    row->set.replication = sqlite3_column_int64(s, 5);
+    row->set.slow_ratio = sqlite3_column_double(s, 6);
+    row->set.cluster_sync = sqlite3_column_int(s, 7) != 0;
+    row->epoch = sqlite3_column_int64(s, 8);
+    row->done_blocks = sqlite3_column_int64(s, 9);
+    row->finished = sqlite3_column_int(s, 10) != 0;
+    row->resume_epoch = sqlite3_column_int64(s, 11);
+    row->resume_world = sqlite3_column_int64(s, 12);
+    row->resume_done = store_column_dup(s, 13);
+    row->created_ms = sqlite3_column_int64(s, 14);
+  }
+  store_reset(s);
+  if (rc == SQLITE_DONE)
+    return fail_set(f, MUSTER_ITERATION_NOT_FOUND, "iteration '%s' does not exist", name);
+  if (rc != SQLITE_ROW || row->config == NULL)
+    return store_fail(st, f, "iteration lookup");
+  return MUSTER_OK;
+}
+
+/* Writes the row's progress fields back. */
+muster_err_t iter_row_save(store_t *st, const iter_row_t *row, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE iterations SET epoch = ?2, done_blocks = ?3,"
+                                   " finished = ?4, resume_epoch = ?5, resume_done = ?6,"
+                                   " updated_ms = ?7 WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "iteration update");
+  sqlite3_bind_int64(s, 1, row->id);
+  sqlite3_bind_int64(s, 2, row->epoch);
+  sqlite3_bind_int64(s, 3, row->done_blocks);
+  sqlite3_bind_int(s, 4, row->finished);
+  if (row->resume_epoch >= 0)
+    sqlite3_bind_int64(s, 5, row->resume_epoch);
+  store_bind_text(s, 6, row->resume_done);
+  sqlite3_bind_int64(s, 7, now_ms());
+  return store_step_done(st, s, f);
+}
+
+/* Deletes the iteration's rows of `sql` (one parameter: the id). */
+static muster_err_t delete_rows(store_t *st, const char *sql, int64_t id, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, sql);
+  if (s == NULL)
+    return store_fail(st, f, "iteration cleanup");
+  sqlite3_bind_int64(s, 1, id);
+  return store_step_done(st, s, f);
+}
+
+static muster_err_t clear_epoch(store_t *st, int64_t id, fail_t *f) {
+  if (delete_rows(st, "DELETE FROM iter_blocks WHERE iter = ?1", id, f) ||
+      delete_rows(st, "DELETE FROM iter_lanes WHERE iter = ?1", id, f))
+    return f->code;
+  return MUSTER_OK;
+}
+
+muster_err_t iter_settle(store_t *st, iter_row_t *row, fail_t *f) {
+  bool changed = false;
+  for (;;) {
+    iter_plans_t *p;
+    iter_layout_t lay;
+    if (row->finished || iter_plans_get(row, &p, f))
+      break;
+    iter_layout_of(row, p, &lay);
+    uint64_t epochs = p->spec.cfg.epochs;
+    if (lay.units == 0) { /* an empty dataset has nothing to hand out, ever */
+      row->finished = true;
+      changed = true;
+      break;
+    }
+    if ((uint64_t)row->done_blocks < lay.units)
+      break;
+    if (clear_epoch(st, row->id, f))
+      return f->code;
+    row->epoch++;
+    row->done_blocks = 0;
+    if (row->resume_epoch >= 0 && row->resume_epoch < row->epoch) {
+      row->resume_epoch = -1;
+      free(row->resume_done);
+      row->resume_done = NULL;
+    }
+    if (epochs != 0 && (uint64_t)row->epoch >= epochs)
+      row->finished = true;
+    changed = true;
+    log_msg(LOG_DEBUG, "iteration %s: epoch %" PRId64 "%s", row->name, row->epoch,
+            row->finished ? " (finished)" : "");
+  }
+  if (f->code)
+    return f->code;
+  return changed ? iter_row_save(st, row, f) : MUSTER_OK;
+}
+
+/* ---- settings ------------------------------------------------------------- */
+
+static muster_err_t parse_settings(const json_t *body, iter_settings_t *set, fail_t *f) {
+  bool sync;
+  if (jv_int(body, "lease_ms", "", ITER_DEFAULT_LEASE_MS, 1, WEEK_MS, &set->lease_ms, f) ||
+      jv_int(body, "rank_timeout_ms", "", ITER_DEFAULT_RANK_TIMEOUT_MS, 100, WEEK_MS,
+             &set->rank_timeout_ms, f) ||
+      jv_int(body, "replication", "", 1, 1, ITER_MAX_REPLICATION, &set->replication, f) ||
+      jv_bool(body, "cluster_sync", "", true, &sync, f))
+    return f->code;
+  const json_t *ratio = json_object_get(body, "slow_ratio");
+  set->slow_ratio = ITER_DEFAULT_SLOW_RATIO;
+  if (ratio && !json_is_null(ratio)) {
+    if (!json_is_number(ratio) || json_number_value(ratio) < 0 || json_number_value(ratio) > 1)
+      return fail_set(f, MUSTER_INVALID, "slow_ratio: expected a number in [0, 1]");
+    set->slow_ratio = json_number_value(ratio);
+  }
+  if (!sync)
+    return fail_set(f, MUSTER_INVALID,
+                    "cluster_sync: false keeps the iteration's state on the node agent the "
+                    "client talks to, and node-local iterations need a node agent, which this "
+                    "cluster does not run yet; use cluster_sync true (state on the head)");
+  set->cluster_sync = sync;
+  return MUSTER_OK;
+}
+
+/* Names the first setting that differs, or NULL. */
+static const char *settings_differ(const iter_settings_t *a, const iter_settings_t *b) {
+  if (a->lease_ms != b->lease_ms)
+    return "lease_ms";
+  if (a->rank_timeout_ms != b->rank_timeout_ms)
+    return "rank_timeout_ms";
+  if (a->replication != b->replication)
+    return "replication";
+  if (fabs(a->slow_ratio - b->slow_ratio) > 1e-12)
+    return "slow_ratio";
+  return a->cluster_sync != b->cluster_sync ? "cluster_sync" : NULL;
+}
+
+/* ---- create ------------------------------------------------------------------ */
+
+/* What a create request builds before it touches the store. */
+typedef struct {
+  iter_spec_t spec;
+  iter_settings_t set;
+  char *config;      /* canonical text */
+  char *origin;      /* checkpoint position text, or NULL */
+  int64_t epoch;     /* first epoch */
+  int64_t resume_world;
+  char *resume_done; /* or NULL */
+  int64_t done_units;
+  bool finished;
+} iter_new_t;
+
+static void new_free(iter_new_t *n) {
+  iter_spec_free(&n->spec);
+  free(n->config);
+  free(n->origin);
+  free(n->resume_done);
+}
+
+static void fingerprint_hex(uint64_t fp, char out[17]) {
+  snprintf(out, 17, "%016" PRIx64, fp);
+}
+
+/* Validates the spec against the core and fills n->config. */
+static muster_err_t new_check_plan(iter_new_t *n, fail_t *f) {
+  part_plan_t *plan = NULL;
+  muster_err_t err = part_plan_create(n->spec.ds, &n->spec.cfg, &plan);
+  part_plan_destroy(plan);
+  if (err == MUSTER_NOMEM)
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
+  if (err != MUSTER_OK)
+    return fail_set(f, MUSTER_INVALID, n->spec.cfg.strategy == PART_RANGE
+                                           ? "ranges: the non-empty ranges must tile [0, N) "
+                                             "exactly (no gap, no overlap)"
+                                           : "the configuration is invalid");
+  if (n->set.replication > n->spec.cfg.world_size)
+    return fail_set(f, MUSTER_INVALID, "replication: %lld is more than world_size (%u)",
+                    (long long)n->set.replication, n->spec.cfg.world_size);
+  n->config = iter_canon_text(n->spec.canon);
+  return n->config ? MUSTER_OK : fail_set(f, MUSTER_NOMEM, "out of memory");
+}
+
+/* Parses checkpoint.config with world_size `world` (and `epochs` when >= 0). */
+static muster_err_t spec_with(const json_t *config, int64_t world, int64_t epochs,
+                              iter_spec_t *spec, fail_t *f) {
+  json_t *copy = json_deep_copy(config);
+  if (copy == NULL)
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
+  json_object_set_new(copy, "world_size", json_integer(world));
+  if (epochs >= 0)
+    json_object_set_new(copy, "epochs", json_integer(epochs));
+  muster_err_t err = iter_spec_parse(copy, spec, f);
+  json_decref(copy);
+  if (err)
+    fail_set(f, err, "checkpoint.config: %s", fail_message(f));
+  return err;
+}
+
+/* Reads the checkpoint's position against its own plan (world W0). */
+static muster_err_t new_from_position(iter_new_t *n, const json_t *ck, int64_t w0, fail_t *f) {
+  iter_spec_t spec0;
+  int64_t epoch = -1;
+  const char *fp_text = "";
+  if (spec_with(json_object_get(ck, "config"), w0, -1, &spec0, f))
+    return f->code;
+  part_plan_t *plan0 = NULL;
+  uint64_t *prefix0 = NULL;
+  muster_err_t err = part_plan_create(spec0.ds, &spec0.cfg, &plan0);
+  if (err == MUSTER_OK && spec0.cfg.strategy != PART_DYNAMIC &&
+      (prefix0 = iter_plan_prefix(plan0)) == NULL)
+    err = MUSTER_NOMEM;
+  char want[17];
+  if (err != MUSTER_OK) {
+    fail_set(f, err, "checkpoint.config: does not build a plan");
+  } else if (!jv_str(ck, "fingerprint", "checkpoint", "", 16, &fp_text, f) &&
+             (fingerprint_hex(part_plan_fingerprint(plan0), want), strcmp(want, fp_text) != 0)) {
+    fail_set(f, MUSTER_INVALID, "checkpoint.fingerprint: '%s' does not match its configuration "
+             "(%s); the checkpoint was changed or comes from another muster version",
+             fp_text, want);
+  } else if (!f->code &&
+             !jv_int(ck, "epoch", "checkpoint", -1, 0, INT64_MAX, &epoch, f) && epoch < 0) {
+    fail_set(f, MUSTER_INVALID, "checkpoint.epoch: missing");
+  }
+  part_range_t *ranges = NULL;
+  size_t nranges = 0;
+  uint64_t covered = 0, units = 0;
+  if (!f->code) {
+    units = iter_plan_units(plan0, prefix0);
+    iter_ranges_parse(json_object_get(ck, "done"), units, "checkpoint.done", &ranges, &nranges,
+                      &covered, f);
+  }
+  if (!f->code) {
+    n->epoch = epoch;
+    n->resume_world = w0;
+    n->done_units = (int64_t)covered;
+    if (covered == units && units > 0) { /* that epoch was complete */
+      n->epoch++;
+      n->done_units = 0;
+    } else if (covered > 0) {
+      n->resume_done = json_dumps(json_object_get(ck, "done"), JSON_COMPACT);
+    }
+    json_t *origin = json_pack("{s:I, s:I, s:O}", "epoch", (json_int_t)epoch, "world_size",
+                               (json_int_t)w0, "done", json_object_get(ck, "done"));
+    n->origin = iter_canon_text(origin);
+    json_decref(origin);
+  }
+  free(ranges);
+  free(prefix0);
+  part_plan_destroy(plan0);
+  iter_spec_free(&spec0);
+  return f->code;
+}
+
+/* Builds the new iteration from body.checkpoint. */
+static muster_err_t new_from_checkpoint(iter_new_t *n, const json_t *body, fail_t *f) {
+  static const char *const ck_keys[] = {"version", "name", "config", "epoch", "world_size",
+                                        "fingerprint", "blocks", "done", NULL};
+  const json_t *ck = json_object_get(body, "checkpoint");
+  int64_t version, w0, world, epochs;
+  if (!json_is_object(ck))
+    return fail_set(f, MUSTER_INVALID, "checkpoint: expected the object GET "
+                                       "/v1/iterations/{name}/checkpoint returned");
+  for (const char *const *k = iter_config_keys; *k; k++)
+    if (strcmp(*k, "world_size") && strcmp(*k, "epochs") && json_object_get(body, *k))
+      return fail_set(f, MUSTER_INVALID, "%s: with a checkpoint only world_size and epochs may "
+                                         "change; the rest comes from checkpoint.config", *k);
+  if (jv_only(ck, "checkpoint", ck_keys, f) ||
+      jv_int(ck, "version", "checkpoint", 1, 1, 1, &version, f) ||
+      jv_int(ck, "world_size", "checkpoint", 0, 1, PART_MAX_WORLD_SIZE, &w0, f))
+    return f->code;
+  const json_t *config = json_object_get(ck, "config");
+  if (!json_is_object(config) || w0 == 0)
+    return fail_set(f, MUSTER_INVALID, "checkpoint: needs config and world_size");
+  const json_t *cw = json_object_get(config, "world_size");
+  if (jv_int(body, "world_size", "", json_is_integer(cw) ? json_integer_value(cw) : w0, 1,
+             PART_MAX_WORLD_SIZE, &world, f) ||
+      jv_int(body, "epochs", "", -1, 0, INT64_MAX, &epochs, f))
+    return f->code;
+  if (spec_with(config, world, epochs, &n->spec, f))
+    return f->code;
+  if (n->spec.cfg.strategy == PART_RANGE && world != w0)
+    return fail_set(f, MUSTER_INVALID, "world_size: a range iteration names each rank's range, "
+                                       "so it resumes with its own world size (%lld) only",
+                    (long long)w0);
+  return new_from_position(n, ck, w0, f);
+}
+
+static muster_err_t new_parse(const json_t *body, iter_new_t *n, fail_t *f) {
+  memset(n, 0, sizeof *n);
+  n->resume_world = 0;
+  if (parse_settings(body, &n->set, f))
+    return f->code;
+  if (json_object_get(body, "checkpoint") ? new_from_checkpoint(n, body, f)
+                                          : iter_spec_parse(body, &n->spec, f))
+    return f->code;
+  if (new_check_plan(n, f))
+    return f->code;
+  if (n->spec.cfg.epochs != 0 && (uint64_t)n->epoch >= n->spec.cfg.epochs)
+    n->finished = true;
+  return MUSTER_OK;
+}
+
+/* The create body's allowed keys: configuration plus these. */
+static muster_err_t check_keys(const json_t *body, fail_t *f) {
+  static const char *const extra[] = {"name", "rank", "checkpoint", "lease_ms", "rank_timeout_ms",
+                                      "replication", "slow_ratio", "cluster_sync"};
+  const char *key;
+  const json_t *value;
+  json_object_foreach((json_t *)body, key, value) {
+    bool known = false;
+    for (const char *const *k = iter_config_keys; *k && !known; k++)
+      known = strcmp(*k, key) == 0;
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0] && !known; i++)
+      known = strcmp(extra[i], key) == 0;
+    if (!known)
+      return fail_set(f, MUSTER_INVALID, "%s: unknown field", key);
+  }
+  return MUSTER_OK;
+}
+
+static muster_err_t insert_row(store_t *st, const char *name, const iter_new_t *n, int64_t *id,
+                               fail_t *f) {
+  sqlite3_stmt *s = store_stmt(
+      st, "INSERT INTO iterations(name, config, origin, fingerprint, lease_ms, rank_timeout_ms,"
+          " replication, slow_ratio, cluster_sync, epoch, done_blocks, finished, resume_epoch,"
+          " resume_world, resume_done, created_ms, updated_ms)"
+          " VALUES(?1, ?2, ?3, '', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)");
+  if (s == NULL)
+    return store_fail(st, f, "iteration insert");
+  store_bind_text(s, 1, name);
+  store_bind_text(s, 2, n->config);
+  store_bind_text(s, 3, n->origin);
+  sqlite3_bind_int64(s, 4, n->set.lease_ms);
+  sqlite3_bind_int64(s, 5, n->set.rank_timeout_ms);
+  sqlite3_bind_int64(s, 6, n->set.replication);
+  sqlite3_bind_double(s, 7, n->set.slow_ratio);
+  sqlite3_bind_int(s, 8, n->set.cluster_sync);
+  sqlite3_bind_int64(s, 9, n->epoch);
+  sqlite3_bind_int64(s, 10, n->resume_done ? n->done_units : 0);
+  sqlite3_bind_int(s, 11, n->finished);
+  if (n->resume_done) {
+    sqlite3_bind_int64(s, 12, n->epoch);
+    sqlite3_bind_int64(s, 13, n->resume_world);
+    store_bind_text(s, 14, n->resume_done);
+  }
+  sqlite3_bind_int64(s, 15, now_ms());
+  if (store_step_done(st, s, f))
+    return f->code;
+  *id = sqlite3_last_insert_rowid(store_db(st));
+  return MUSTER_OK;
+}
+
+/* One row per rank, unknown until it shows up; silent past the timeout it
+ * counts as failed, so that replicas may take its blocks over. */
+static muster_err_t insert_ranks(store_t *st, int64_t id, uint32_t world, int64_t timeout_ms,
+                                 fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO iter_ranks(iter, rank, state, last_seen_ms,"
+                                   " deadline_ms) VALUES(?1, ?2, 0, 0, ?3)");
+  if (s == NULL)
+    return store_fail(st, f, "iteration ranks");
+  int64_t deadline = now_ms() + timeout_ms;
+  for (uint32_t r = 0; r < world; r++) {
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_int64(s, 2, r);
+    sqlite3_bind_int64(s, 3, deadline);
+    if (store_step_done(st, s, f))
+      return f->code;
+  }
+  return MUSTER_OK;
+}
+
+/* Joins the existing row when it matches what the request built. */
+static json_t *join(store_t *st, iter_row_t *row, const iter_new_t *n, int64_t rank, fail_t *f) {
+  const char *field = settings_differ(&row->set, &n->set);
+  if (strcmp(row->config, n->config) != 0)
+    fail_set(f, MUSTER_INVALID_STATE, "iteration '%s' exists with another configuration; "
+             "every rank must give the same one (or pick another name)", row->name);
+  else if ((row->origin == NULL) != (n->origin == NULL) ||
+           (row->origin && strcmp(row->origin, n->origin) != 0))
+    fail_set(f, MUSTER_INVALID_STATE, "iteration '%s' exists and was %s", row->name,
+             row->origin ? "created from another checkpoint" : "not created from a checkpoint");
+  else if (field)
+    fail_set(f, MUSTER_INVALID_STATE, "iteration '%s' exists with another %s", row->name, field);
+  else if (rank < 0 || !iter_rank_touch(st, row, rank, f))
+    return iter_to_json(st, row, true, f);
+  return NULL;
+}
+
+json_t *iter_create(store_t *st, const json_t *body, bool *created, fail_t *f) {
+  const char *name;
+  int64_t rank;
+  iter_new_t n;
+  iter_row_t row = {0};
+  json_t *out = NULL;
+  *created = false;
+  if (check_keys(body, f) || jv_str(body, "name", "", NULL, NAME_MAX_LEN + 1, &name, f) ||
+      jv_int(body, "rank", "", -1, 0, PART_MAX_WORLD_SIZE - 1, &rank, f))
+    return NULL;
+  if (name == NULL || !name_is_valid(name)) {
+    fail_set(f, MUSTER_NAME_INVALID, "name: %s", name ? "not a valid iteration name" : "missing");
+    return NULL;
+  }
+  if (new_parse(body, &n, f))
+    goto done;
+  if (rank >= (int64_t)n.spec.cfg.world_size) {
+    fail_set(f, MUSTER_INVALID, "rank: %lld is not below world_size (%u)", (long long)rank,
+             n.spec.cfg.world_size);
+    goto done;
+  }
+  if (iter_row_load(st, name, &row, f) == MUSTER_OK) {
+    out = join(st, &row, &n, rank, f);
+    goto done;
+  }
+  if (f->code != MUSTER_ITERATION_NOT_FOUND)
+    goto done;
+  *f = (fail_t){0};
+  int64_t id = 0;
+  if (insert_row(st, name, &n, &id, f) ||
+      insert_ranks(st, id, n.spec.cfg.world_size, n.set.rank_timeout_ms, f) ||
+      iter_row_load(st, name, &row, f) || iter_settle(st, &row, f) ||
+      (rank >= 0 && iter_rank_touch(st, &row, rank, f)))
+    goto done;
+  *created = true;
+  out = iter_to_json(st, &row, true, f);
+done:
+  iter_row_free(&row);
+  new_free(&n);
+  return out;
+}
+
+/* ---- status ------------------------------------------------------------------- */
+
+/* Counts the current epoch's block rows by state. */
+static void count_blocks(store_t *st, int64_t id, int64_t counts[3]) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT state, count(*) FROM iter_blocks WHERE iter = ?1"
+                                   " GROUP BY state");
+  counts[0] = counts[1] = counts[2] = 0;
+  if (s == NULL)
+    return;
+  sqlite3_bind_int64(s, 1, id);
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    int state = sqlite3_column_int(s, 0);
+    if (state >= 0 && state < 3)
+      counts[state] = sqlite3_column_int64(s, 1);
+  }
+  store_reset(s);
+}
+
+typedef struct {
+  int64_t rank, state, last_seen, first, samples, blocks, taken, expired, leases;
+  double throughput; /* samples per second */
+} rank_info_t;
+
+/* Loads every rank's row with its current lease count; caller frees. */
+static rank_info_t *load_ranks(store_t *st, int64_t id, size_t *n) {
+  sqlite3_stmt *s = store_stmt(
+      st, "SELECT r.rank, r.state, r.last_seen_ms, coalesce(r.first_ms, 0), r.samples, r.blocks,"
+          " r.taken_over, r.expired, (SELECT count(*) FROM iter_blocks b WHERE b.iter = r.iter"
+          " AND b.rank = r.rank AND b.state = 1) FROM iter_ranks r WHERE r.iter = ?1"
+          " ORDER BY r.rank");
+  *n = 0;
+  size_t cap = 16;
+  rank_info_t *ranks = malloc(cap * sizeof *ranks);
+  if (s == NULL || ranks == NULL) {
+    free(ranks);
+    return NULL;
+  }
+  sqlite3_bind_int64(s, 1, id);
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    if (*n == cap) {
+      rank_info_t *grown = realloc(ranks, (cap *= 2) * sizeof *ranks);
+      if (grown == NULL)
+        break;
+      ranks = grown;
+    }
+    rank_info_t *r = &ranks[(*n)++];
+    int64_t *fields[] = {&r->rank, &r->state, &r->last_seen, &r->first, &r->samples,
+                         &r->blocks, &r->taken, &r->expired, &r->leases};
+    for (int c = 0; c < 9; c++)
+      *fields[c] = sqlite3_column_int64(s, c);
+    int64_t span = r->last_seen - r->first;
+    r->throughput = r->first > 0 && r->samples > 0 ? r->samples * 1000.0 / (span > 0 ? span : 1)
+                                                   : 0.0;
+  }
+  store_reset(s);
+  return ranks;
+}
+
+/* Health: unknown (never seen), failed (silent or let a lease expire),
+ * active (holds blocks), slow (active below slow_ratio x the mean
+ * throughput of ranks that have done work), idle (alive, holds nothing). */
+static const char *rank_health(const rank_info_t *r, double mean, double slow_ratio) {
+  if (r->state == ITER_RANK_UNKNOWN)
+    return "unknown";
+  if (r->state == ITER_RANK_FAILED)
+    return "failed";
+  if (r->leases == 0)
+    return "idle";
+  if (mean > 0 && r->samples > 0 && r->throughput < slow_ratio * mean)
+    return "slow";
+  return "active";
+}
+
+static json_t *ranks_json(store_t *st, const iter_row_t *row) {
+  size_t n;
+  rank_info_t *ranks = load_ranks(st, row->id, &n);
+  json_t *list = json_array();
+  double sum = 0;
+  size_t working = 0;
+  for (size_t i = 0; i < n; i++)
+    if (ranks[i].state == ITER_RANK_ALIVE && ranks[i].samples > 0) {
+      sum += ranks[i].throughput;
+      working++;
+    }
+  double mean = working ? sum / (double)working : 0;
+  for (size_t i = 0; i < n; i++) {
+    const rank_info_t *r = &ranks[i];
+    json_array_append_new(
+        list, json_pack("{s:I, s:s, s:I, s:I, s:f, s:I, s:I, s:I, s:o}", "rank",
+                        (json_int_t)r->rank, "health", rank_health(r, mean, row->set.slow_ratio),
+                        "samples", (json_int_t)r->samples, "blocks", (json_int_t)r->blocks,
+                        "throughput", r->throughput, "leases", (json_int_t)r->leases,
+                        "taken_over", (json_int_t)r->taken, "expired", (json_int_t)r->expired,
+                        "last_seen_ms",
+                        r->last_seen ? json_integer((json_int_t)r->last_seen) : json_null()));
+  }
+  free(ranks);
+  return list;
+}
+
+/* The configuration for show: labels replaced by their count. */
+static json_t *config_json(const char *text, bool with_labels) {
+  json_t *config = json_loads(text, 0, NULL);
+  json_t *ds = json_object_get(config, "dataset");
+  json_t *labels = json_object_get(ds, "labels");
+  if (labels && !with_labels)
+    json_object_set_new(ds, "labels", json_integer((json_int_t)json_array_size(labels)));
+  return config ? config : json_object();
+}
+
+json_t *iter_to_json(store_t *st, iter_row_t *row, bool with_ranks, fail_t *f) {
+  iter_plans_t *p;
+  iter_layout_t lay;
+  if (iter_plans_get(row, &p, f))
+    return NULL;
+  iter_layout_of(row, p, &lay);
+  int64_t counts[3];
+  count_blocks(st, row->id, counts);
+  char fp[17];
+  fingerprint_hex(part_plan_fingerprint(p->plan), fp);
+  json_t *out = json_pack(
+      "{s:s, s:o, s:s, s:b, s:I, s:I, s:I, s:f, s:I, s:b, s:{s:I, s:I, s:I, s:I}, s:I}", "name",
+      row->name, "config", config_json(row->config, false), "fingerprint", fp, "cluster_sync",
+      row->set.cluster_sync, "lease_ms", (json_int_t)row->set.lease_ms, "rank_timeout_ms",
+      (json_int_t)row->set.rank_timeout_ms, "replication", (json_int_t)row->set.replication,
+      "slow_ratio", row->set.slow_ratio, "epoch", (json_int_t)row->epoch, "finished",
+      row->finished, "blocks", "total", (json_int_t)(row->finished ? 0 : lay.units), "done",
+      (json_int_t)(row->finished ? 0 : row->done_blocks), "leased", (json_int_t)counts[1],
+      "pending", (json_int_t)counts[0], "created_ms", (json_int_t)row->created_ms);
+  json_object_set_new(out, "resumed",
+                      row->resume_epoch >= 0 && row->resume_epoch == row->epoch
+                          ? json_pack("{s:I, s:I}", "epoch", (json_int_t)row->resume_epoch,
+                                      "world_size", (json_int_t)row->resume_world)
+                          : json_null());
+  if (with_ranks)
+    json_object_set_new(out, "ranks", ranks_json(st, row));
+  return out;
+}
+
+json_t *iter_get(store_t *st, const char *name, fail_t *f) {
+  iter_row_t row;
+  json_t *out = iter_row_load(st, name, &row, f) ? NULL : iter_to_json(st, &row, true, f);
+  iter_row_free(&row);
+  return out;
+}
+
+json_t *iter_list(store_t *st, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT name FROM iterations ORDER BY name");
+  if (s == NULL) {
+    store_fail(st, f, "iteration list");
+    return NULL;
+  }
+  json_t *names = json_array();
+  while (sqlite3_step(s) == SQLITE_ROW)
+    json_array_append_new(names, json_string((const char *)sqlite3_column_text(s, 0)));
+  store_reset(s);
+  json_t *list = json_array();
+  size_t i;
+  json_t *name;
+  json_array_foreach(names, i, name) {
+    iter_row_t row;
+    json_t *one = iter_row_load(st, json_string_value(name), &row, f)
+                      ? NULL
+                      : iter_to_json(st, &row, false, f);
+    iter_row_free(&row);
+    if (one == NULL) {
+      json_decref(list);
+      list = NULL;
+      break;
+    }
+    json_array_append_new(list, one);
+  }
+  json_decref(names);
+  return list ? json_pack("{s:o}", "iterations", list) : NULL;
+}
+
+json_t *iter_delete(store_t *st, const char *name, fail_t *f) {
+  iter_row_t row;
+  if (iter_row_load(st, name, &row, f))
+    return NULL;
+  int64_t id = row.id;
+  iter_row_free(&row);
+  if (clear_epoch(st, id, f) || delete_rows(st, "DELETE FROM iter_ranks WHERE iter = ?1", id, f) ||
+      delete_rows(st, "DELETE FROM iterations WHERE id = ?1", id, f))
+    return NULL;
+  iter_plans_forget(id);
+  return json_pack("{s:s}", "deleted", name);
+}
+
+/* ---- checkpoint ---------------------------------------------------------------- */
+
+/* Appends [a, b) to `ranges`, merging with the last range when they touch. */
+static void ranges_push(json_t *ranges, uint64_t a, uint64_t b) {
+  size_t n = json_array_size(ranges);
+  json_t *last = n ? json_array_get(ranges, n - 1) : NULL;
+  if (last && (uint64_t)json_integer_value(json_array_get(last, 1)) == a) {
+    json_array_set_new(last, 1, json_integer((json_int_t)b));
+    return;
+  }
+  json_array_append_new(ranges, json_pack("[I, I]", (json_int_t)a, (json_int_t)b));
+}
+
+/* The done blocks of the current epoch as sorted ranges: the legacy ones of a
+ * resumed epoch merged with the rows acknowledged since. */
+static json_t *done_ranges(store_t *st, const iter_row_t *row, const iter_layout_t *lay) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT block FROM iter_blocks WHERE iter = ?1 AND state = 2"
+                                   " ORDER BY block");
+  json_t *ranges = json_array();
+  if (s == NULL)
+    return ranges;
+  sqlite3_bind_int64(s, 1, row->id);
+  size_t legacy = 0;
+  bool more = sqlite3_step(s) == SQLITE_ROW;
+  while (more || legacy < lay->ndone) {
+    uint64_t g = more ? (uint64_t)sqlite3_column_int64(s, 0) : UINT64_MAX;
+    if (legacy < lay->ndone && lay->done[legacy].begin < g) {
+      ranges_push(ranges, lay->done[legacy].begin, lay->done[legacy].end);
+      legacy++;
+    } else {
+      ranges_push(ranges, g, g + 1);
+      more = sqlite3_step(s) == SQLITE_ROW;
+    }
+  }
+  store_reset(s);
+  return ranges;
+}
+
+json_t *iter_checkpoint(store_t *st, const char *name, fail_t *f) {
+  iter_row_t row;
+  iter_plans_t *p;
+  iter_layout_t lay;
+  json_t *out = NULL;
+  if (iter_row_load(st, name, &row, f) || iter_plans_get(&row, &p, f))
+    goto done;
+  iter_layout_of(&row, p, &lay);
+  char fp[17];
+  fingerprint_hex(part_plan_fingerprint(lay.plan), fp);
+  out = json_pack("{s:i, s:s, s:o, s:I, s:I, s:s, s:I, s:o}", "version", 1, "name", row.name,
+                  "config", config_json(row.config, true), "epoch", (json_int_t)row.epoch,
+                  "world_size", (json_int_t)part_plan_config(lay.plan)->world_size,
+                  "fingerprint", fp, "blocks", (json_int_t)(row.finished ? 0 : lay.units),
+                  "done", row.finished ? json_array() : done_ranges(st, &row, &lay));
+done:
+  iter_row_free(&row);
+  return out;
+}

@@ -1,0 +1,426 @@
+/*
+ * iter_lease.c — ranks lease blocks of an iteration's current epoch,
+ * acknowledge them, heart-beat, and lose them when they fall silent.
+ *
+ * Every lease carries a fencing token from the store's one counter (the
+ * same one task leases use), so an acknowledgement from a rank that lost its
+ * block (expired, taken over) is refused with lease_lost and changes
+ * nothing: a block is done exactly once.  A rank leases, in this order:
+ * returned blocks of its own lane, then fresh blocks of its lane, then —
+ * static strategies with replication > 1 — the returned and fresh blocks of
+ * failed ranks it replicates (ranks r - 1 ... r - (replication - 1)).
+ * `dynamic` has one lane that every rank shares.
+ */
+#include "iter.h"
+#include "iter_internal.h"
+#include "jv.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+muster_err_t iter_rank_touch(store_t *st, const iter_row_t *row, int64_t rank, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_ranks SET state = 1, last_seen_ms = ?3,"
+                                   " deadline_ms = ?3 + ?4, first_ms = coalesce(first_ms, ?3)"
+                                   " WHERE iter = ?1 AND rank = ?2");
+  if (s == NULL)
+    return store_fail(st, f, "rank heartbeat");
+  sqlite3_bind_int64(s, 1, row->id);
+  sqlite3_bind_int64(s, 2, rank);
+  sqlite3_bind_int64(s, 3, now_ms());
+  sqlite3_bind_int64(s, 4, row->set.rank_timeout_ms);
+  return store_step_done(st, s, f);
+}
+
+static int rank_state(store_t *st, int64_t id, int64_t rank) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT state FROM iter_ranks WHERE iter = ?1 AND rank = ?2");
+  int state = ITER_RANK_UNKNOWN;
+  if (s == NULL)
+    return state;
+  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 2, rank);
+  if (sqlite3_step(s) == SQLITE_ROW)
+    state = sqlite3_column_int(s, 0);
+  store_reset(s);
+  return state;
+}
+
+/* Adds to a rank's counters. */
+static muster_err_t rank_count(store_t *st, int64_t id, int64_t rank, int64_t samples,
+                               int64_t blocks, int64_t taken, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_ranks SET samples = samples + ?3,"
+                                   " blocks = blocks + ?4, taken_over = taken_over + ?5"
+                                   " WHERE iter = ?1 AND rank = ?2");
+  if (s == NULL)
+    return store_fail(st, f, "rank counters");
+  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 2, rank);
+  sqlite3_bind_int64(s, 3, samples);
+  sqlite3_bind_int64(s, 4, blocks);
+  sqlite3_bind_int64(s, 5, taken);
+  return store_step_done(st, s, f);
+}
+
+/* What one next request is doing. */
+typedef struct {
+  store_t *st;
+  iter_row_t *row;
+  iter_plans_t *plans;
+  iter_layout_t lay;
+  int64_t rank;
+  int64_t max;
+  bool indices;
+  int64_t deadline;
+  json_t *blocks; /* the reply's list */
+} lease_ctx_t;
+
+/* Adds block g (now leased under `token`) to the reply. */
+static muster_err_t reply_block(lease_ctx_t *c, uint64_t g, int64_t token, bool takeover,
+                                fail_t *f) {
+  int64_t plan_rank;
+  uint64_t begin, end;
+  iter_unit_desc(&c->lay, g, &plan_rank, &begin, &end);
+  json_t *b = json_pack("{s:I, s:I, s:I, s:o, s:I, s:I, s:b}", "block", (json_int_t)g, "token",
+                        (json_int_t)token, "deadline_ms", (json_int_t)c->deadline, "rank",
+                        plan_rank >= 0 ? json_integer(plan_rank) : json_null(), "begin",
+                        (json_int_t)begin, "end", (json_int_t)end, "takeover", takeover);
+  json_array_append_new(c->blocks, b);
+  if (takeover && rank_count(c->st, c->row->id, c->rank, 0, 0, 1, f))
+    return f->code;
+  if (!c->indices)
+    return MUSTER_OK;
+  json_t *list = json_array();
+  json_object_set_new(b, "indices", list);
+  return iter_unit_indices(c->plans, &c->lay, (uint64_t)c->row->epoch, g, list, f);
+}
+
+/* Leases the lane's returned blocks, lowest first. */
+static muster_err_t lease_pending(lease_ctx_t *c, uint32_t lane, bool takeover, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(c->st, "SELECT block FROM iter_blocks WHERE iter = ?1 AND"
+                                      " lane = ?2 AND state = 0 ORDER BY block LIMIT ?3");
+  sqlite3_stmt *u = store_stmt(c->st, "UPDATE iter_blocks SET state = 1, rank = ?3, token = ?4,"
+                                      " deadline_ms = ?5 WHERE iter = ?1 AND block = ?2");
+  if (s == NULL || u == NULL)
+    return store_fail(c->st, f, "block lease");
+  int64_t want = c->max - (int64_t)json_array_size(c->blocks), got = 0;
+  uint64_t found[ITER_MAX_BATCH];
+  sqlite3_bind_int64(s, 1, c->row->id);
+  sqlite3_bind_int64(s, 2, lane);
+  sqlite3_bind_int64(s, 3, want);
+  while (got < want && sqlite3_step(s) == SQLITE_ROW)
+    found[got++] = (uint64_t)sqlite3_column_int64(s, 0);
+  store_reset(s);
+  for (int64_t i = 0; i < got; i++) {
+    int64_t token = store_next_token(c->st);
+    sqlite3_bind_int64(u, 1, c->row->id);
+    sqlite3_bind_int64(u, 2, (int64_t)found[i]);
+    sqlite3_bind_int64(u, 3, c->rank);
+    sqlite3_bind_int64(u, 4, token);
+    sqlite3_bind_int64(u, 5, c->deadline);
+    if (store_step_done(c->st, u, f) ||
+        reply_block(c, found[i], token, takeover || c->lay.dynamic, f))
+      return f->code;
+  }
+  return MUSTER_OK;
+}
+
+/* Leases never-leased blocks from the lane's frontier. */
+static muster_err_t lease_fresh(lease_ctx_t *c, uint32_t lane, bool takeover, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(c->st, "SELECT next FROM iter_lanes WHERE iter = ?1 AND lane = ?2");
+  sqlite3_stmt *ins = store_stmt(c->st, "INSERT INTO iter_blocks(iter, block, lane, state, rank,"
+                                        " token, deadline_ms) VALUES(?1, ?2, ?3, 1, ?4, ?5, ?6)");
+  sqlite3_stmt *save = store_stmt(c->st, "INSERT INTO iter_lanes(iter, lane, next)"
+                                         " VALUES(?1, ?2, ?3) ON CONFLICT(iter, lane)"
+                                         " DO UPDATE SET next = excluded.next");
+  if (s == NULL || ins == NULL || save == NULL)
+    return store_fail(c->st, f, "block lease");
+  uint64_t k = 0, count = iter_lane_blocks(&c->lay, lane);
+  sqlite3_bind_int64(s, 1, c->row->id);
+  sqlite3_bind_int64(s, 2, lane);
+  if (sqlite3_step(s) == SQLITE_ROW)
+    k = (uint64_t)sqlite3_column_int64(s, 0);
+  store_reset(s);
+  uint64_t start = k;
+  while ((int64_t)json_array_size(c->blocks) < c->max) {
+    k = iter_lane_skip(&c->lay, lane, k);
+    if (k >= count)
+      break;
+    uint64_t g = iter_lane_unit(&c->lay, lane, k++);
+    int64_t token = store_next_token(c->st);
+    sqlite3_bind_int64(ins, 1, c->row->id);
+    sqlite3_bind_int64(ins, 2, (int64_t)g);
+    sqlite3_bind_int64(ins, 3, lane);
+    sqlite3_bind_int64(ins, 4, c->rank);
+    sqlite3_bind_int64(ins, 5, token);
+    sqlite3_bind_int64(ins, 6, c->deadline);
+    if (store_step_done(c->st, ins, f) || reply_block(c, g, token, takeover, f))
+      return f->code;
+  }
+  if (k == start)
+    return MUSTER_OK;
+  sqlite3_bind_int64(save, 1, c->row->id);
+  sqlite3_bind_int64(save, 2, lane);
+  sqlite3_bind_int64(save, 3, (int64_t)k);
+  return store_step_done(c->st, save, f);
+}
+
+/* Leases up to c->max blocks from the lanes this rank may take. */
+static muster_err_t lease_blocks(lease_ctx_t *c, fail_t *f) {
+  if (c->lay.dynamic)
+    return lease_pending(c, 0, true, f) || lease_fresh(c, 0, false, f) ? f->code : MUSTER_OK;
+  uint32_t world = c->lay.world;
+  for (int64_t d = 0; d < c->row->set.replication; d++) {
+    uint32_t lane = (uint32_t)((c->rank + world - d) % world);
+    if ((int64_t)json_array_size(c->blocks) >= c->max)
+      break;
+    if (d > 0 && rank_state(c->st, c->row->id, lane) != ITER_RANK_FAILED)
+      continue;
+    if (lease_pending(c, lane, d > 0, f) || lease_fresh(c, lane, d > 0, f))
+      return f->code;
+  }
+  return MUSTER_OK;
+}
+
+/* Loads the row and its plans and checks `rank` (body.rank) against them. */
+static muster_err_t load_for_rank(store_t *st, const char *name, const json_t *body,
+                                  iter_row_t *row, iter_plans_t **plans, int64_t *rank,
+                                  fail_t *f) {
+  if (jv_int(body, "rank", "", -1, 0, PART_MAX_WORLD_SIZE - 1, rank, f))
+    return f->code;
+  if (*rank < 0)
+    return fail_set(f, MUSTER_INVALID, "rank: missing");
+  if (iter_row_load(st, name, row, f) || iter_plans_get(row, plans, f))
+    return f->code;
+  if (*rank >= (*plans)->spec.cfg.world_size)
+    return fail_set(f, MUSTER_INVALID, "rank: %lld is not below world_size (%u)",
+                    (long long)*rank, (*plans)->spec.cfg.world_size);
+  return iter_rank_touch(st, row, *rank, f);
+}
+
+static json_t *next_reply(const char *state, int64_t epoch, json_t *blocks) {
+  json_t *out = json_pack("{s:s, s:I, s:o}", "state", state, "epoch", (json_int_t)epoch, "blocks",
+                          blocks ? blocks : json_array());
+  if (strcmp(state, "wait") == 0)
+    json_object_set_new(out, "retry_ms", json_integer(ITER_RETRY_MS));
+  return out;
+}
+
+json_t *iter_next(store_t *st, const char *name, const json_t *body, fail_t *f) {
+  static const char *const allowed[] = {"rank", "epoch", "max", "indices", NULL};
+  lease_ctx_t c = {.st = st};
+  iter_row_t row = {0};
+  int64_t epoch;
+  json_t *out = NULL;
+  if (jv_only(body, "", allowed, f) ||
+      jv_int(body, "max", "", 1, 1, INT64_MAX, &c.max, f) ||
+      jv_bool(body, "indices", "", false, &c.indices, f) ||
+      load_for_rank(st, name, body, &row, &c.plans, &c.rank, f) ||
+      jv_int(body, "epoch", "", row.epoch, 0, INT64_MAX, &epoch, f))
+    goto done;
+  if (c.max > ITER_MAX_BATCH ||
+      (c.indices && (uint64_t)c.max * c.plans->spec.cfg.block_size > ITER_MAX_INDICES)) {
+    fail_set(f, MUSTER_BATCH_TOO_LARGE, "max: %lld blocks, at most %d allowed (and at most %u "
+             "indices in one reply)", (long long)c.max, ITER_MAX_BATCH, ITER_MAX_INDICES);
+    goto done;
+  }
+  if (row.finished) {
+    out = next_reply("finished", row.epoch, NULL);
+  } else if (epoch < row.epoch) {
+    out = next_reply("epoch_end", row.epoch, NULL);
+  } else if (epoch > row.epoch + 1) {
+    fail_set(f, MUSTER_INVALID, "epoch: %lld is ahead of the iteration's epoch %lld",
+             (long long)epoch, (long long)row.epoch);
+  } else if (epoch > row.epoch) {
+    out = next_reply("wait", row.epoch, NULL); /* the others are finishing the epoch */
+  } else {
+    c.row = &row;
+    iter_layout_of(&row, c.plans, &c.lay);
+    c.deadline = now_ms() + row.set.lease_ms;
+    c.blocks = json_array();
+    if (lease_blocks(&c, f) == MUSTER_OK) {
+      out = next_reply(json_array_size(c.blocks) ? "blocks" : "wait", row.epoch, c.blocks);
+      c.blocks = NULL;
+    }
+  }
+done:
+  json_decref(c.blocks);
+  iter_row_free(&row);
+  return out;
+}
+
+/* Marks one acknowledged block done after checking its token. */
+static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *lay, int64_t rank,
+                            const json_t *elem, size_t i, fail_t *f) {
+  static const char *const allowed[] = {"block", "token", NULL};
+  char ctx[32];
+  snprintf(ctx, sizeof ctx, "blocks[%zu]", i);
+  int64_t block, token;
+  if (jv_only(elem, ctx, allowed, f) || jv_int(elem, "block", ctx, -1, 0, INT64_MAX, &block, f) ||
+      jv_int(elem, "token", ctx, 0, 1, JV_ID_MAX, &token, f))
+    return f->code;
+  if (block < 0 || token == 0)
+    return fail_set(f, MUSTER_INVALID, "%s: needs \"block\" and \"token\"", ctx);
+  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks SET state = 2, rank = ?4, token = NULL,"
+                                   " deadline_ms = NULL WHERE iter = ?1 AND block = ?2 AND"
+                                   " state = 1 AND token = ?3");
+  if (s == NULL)
+    return store_fail(st, f, "block ack");
+  sqlite3_bind_int64(s, 1, row->id);
+  sqlite3_bind_int64(s, 2, block);
+  sqlite3_bind_int64(s, 3, token);
+  sqlite3_bind_int64(s, 4, rank);
+  if (store_step_done(st, s, f))
+    return f->code;
+  if (sqlite3_changes(store_db(st)) != 1)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: block %lld of epoch %lld is not leased under token %lld; its lease "
+                    "expired or went to another rank, and it is not yours to acknowledge",
+                    ctx, (long long)block, (long long)row->epoch, (long long)token);
+  int64_t plan_rank;
+  uint64_t begin, end;
+  iter_unit_desc(lay, (uint64_t)block, &plan_rank, &begin, &end);
+  row->done_blocks++;
+  return rank_count(st, row->id, rank, (int64_t)(end - begin), 1, 0, f);
+}
+
+json_t *iter_ack(store_t *st, const char *name, const json_t *body, fail_t *f) {
+  static const char *const allowed[] = {"rank", "epoch", "blocks", NULL};
+  iter_row_t row = {0};
+  iter_plans_t *plans;
+  iter_layout_t lay;
+  int64_t rank, epoch;
+  json_t *blocks, *out = NULL;
+  if (jv_only(body, "", allowed, f) || jv_batch(body, "blocks", ITER_MAX_BATCH, &blocks, f) ||
+      load_for_rank(st, name, body, &row, &plans, &rank, f) ||
+      jv_int(body, "epoch", "", row.epoch, 0, INT64_MAX, &epoch, f))
+    goto done;
+  if (row.finished || epoch != row.epoch) {
+    fail_set(f, MUSTER_LEASE_LOST, "epoch %lld is %s; its blocks are no longer leased",
+             (long long)epoch, epoch < row.epoch || row.finished ? "complete" : "not current");
+    goto done;
+  }
+  iter_layout_of(&row, plans, &lay);
+  for (size_t i = 0; i < json_array_size(blocks); i++)
+    if (ack_one(st, &row, &lay, rank, json_array_get(blocks, i), i, f))
+      goto done;
+  if (iter_row_save(st, &row, f) || iter_settle(st, &row, f))
+    goto done;
+  out = json_pack("{s:I, s:I, s:b, s:b}", "acked", (json_int_t)json_array_size(blocks), "epoch",
+                  (json_int_t)row.epoch, "epoch_complete", row.epoch > epoch, "finished",
+                  row.finished);
+done:
+  iter_row_free(&row);
+  return out;
+}
+
+json_t *iter_heartbeat(store_t *st, const char *name, const json_t *body, fail_t *f) {
+  static const char *const allowed[] = {"rank", NULL};
+  iter_row_t row = {0};
+  iter_plans_t *plans;
+  int64_t rank;
+  json_t *out = NULL;
+  if (jv_only(body, "", allowed, f) || load_for_rank(st, name, body, &row, &plans, &rank, f))
+    goto done;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks SET deadline_ms = ?3 WHERE iter = ?1 AND"
+                                   " rank = ?2 AND state = 1");
+  int64_t deadline = now_ms() + row.set.lease_ms;
+  if (s == NULL) {
+    store_fail(st, f, "heartbeat");
+    goto done;
+  }
+  sqlite3_bind_int64(s, 1, row.id);
+  sqlite3_bind_int64(s, 2, rank);
+  sqlite3_bind_int64(s, 3, deadline);
+  if (store_step_done(st, s, f))
+    goto done;
+  out = json_pack("{s:I, s:I, s:I, s:I}", "rank", (json_int_t)rank, "leases",
+                  (json_int_t)sqlite3_changes(store_db(st)), "deadline_ms", (json_int_t)deadline,
+                  "epoch", (json_int_t)row.epoch);
+done:
+  iter_row_free(&row);
+  return out;
+}
+
+/* ---- lapses ------------------------------------------------------------------- */
+
+bool iter_any_due(store_t *st, int64_t now) {
+  static const char *const sql[] = {
+      "SELECT 1 FROM iter_blocks WHERE state = 1 AND deadline_ms <= ?1 LIMIT 1",
+      "SELECT 1 FROM iter_ranks WHERE state != 2 AND deadline_ms <= ?1 LIMIT 1"};
+  for (int i = 0; i < 2; i++) {
+    sqlite3_stmt *s = store_stmt(st, sql[i]);
+    if (s == NULL)
+      return true;
+    sqlite3_bind_int64(s, 1, now);
+    bool due = sqlite3_step(s) == SQLITE_ROW;
+    store_reset(s);
+    if (due)
+      return true;
+  }
+  return false;
+}
+
+#define ITER_EXPIRE_LIMIT 1000
+
+typedef struct {
+  int64_t iter, a, b;
+} due_t;
+
+/* Collects up to ITER_EXPIRE_LIMIT (iter, a, b) rows of a due query. */
+static size_t collect_due(store_t *st, const char *sql, int64_t now, due_t *out) {
+  sqlite3_stmt *s = store_stmt(st, sql);
+  size_t n = 0;
+  if (s == NULL)
+    return 0;
+  sqlite3_bind_int64(s, 1, now);
+  sqlite3_bind_int64(s, 2, ITER_EXPIRE_LIMIT);
+  while (n < ITER_EXPIRE_LIMIT && sqlite3_step(s) == SQLITE_ROW)
+    out[n++] = (due_t){sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
+                       sqlite3_column_int64(s, 2)};
+  store_reset(s);
+  return n;
+}
+
+/* Runs a write with up to three integer parameters (as many as the SQL
+ * names); false on failure. */
+static bool exec3(store_t *st, const char *sql, int64_t a, int64_t b, int64_t c) {
+  sqlite3_stmt *s = store_stmt(st, sql);
+  fail_t f = {0};
+  if (s == NULL)
+    return false;
+  int64_t values[3] = {a, b, c};
+  for (int i = 0; i < sqlite3_bind_parameter_count(s) && i < 3; i++)
+    sqlite3_bind_int64(s, i + 1, values[i]);
+  return store_step_done(st, s, &f) == MUSTER_OK;
+}
+
+int64_t iter_expire_due(store_t *st, int64_t now) {
+  due_t *due = malloc(ITER_EXPIRE_LIMIT * sizeof *due);
+  if (due == NULL)
+    return -1;
+  int64_t lapsed = 0;
+  bool ok = true;
+  /* A lease that expired: the block goes back to its lane, its rank is failed. */
+  size_t n = collect_due(st, "SELECT iter, block, coalesce(rank, -1) FROM iter_blocks"
+                             " WHERE state = 1 AND deadline_ms <= ?1 LIMIT ?2", now, due);
+  for (size_t i = 0; ok && i < n; i++, lapsed++)
+    ok = exec3(st, "UPDATE iter_blocks SET state = 0, rank = NULL, token = NULL,"
+                   " deadline_ms = NULL WHERE iter = ?1 AND block = ?2",
+               due[i].iter, due[i].a, 0) &&
+         exec3(st, "UPDATE iter_ranks SET state = 2, expired = expired + 1"
+                   " WHERE iter = ?1 AND rank = ?2", due[i].iter, due[i].b, 0);
+  /* A rank silent past its timeout: failed, and its leases go back. */
+  n = ok ? collect_due(st, "SELECT iter, rank, 0 FROM iter_ranks WHERE state != 2 AND"
+                           " deadline_ms <= ?1 LIMIT ?2", now, due) : 0;
+  for (size_t i = 0; ok && i < n; i++, lapsed++)
+    ok = exec3(st, "UPDATE iter_ranks SET state = 2 WHERE iter = ?1 AND rank = ?2",
+               due[i].iter, due[i].a, 0) &&
+         exec3(st, "UPDATE iter_blocks SET state = 0, rank = NULL, token = NULL,"
+                   " deadline_ms = NULL WHERE iter = ?1 AND rank = ?2 AND state = ?3",
+               due[i].iter, due[i].a, ITER_BLOCK_LEASED);
+  free(due);
+  if (lapsed > 0)
+    log_msg(LOG_DEBUG, "iterations: %lld leases or ranks lapsed", (long long)lapsed);
+  return ok ? lapsed : -1;
+}

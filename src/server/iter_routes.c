@@ -1,0 +1,58 @@
+/*
+ * iter_routes.c — the HTTP handlers of /v1/iterations: parse the path,
+ * call one domain function of iter.c or iter_lease.c, format the reply.
+ */
+#include "iter.h"
+
+#include <stdio.h>
+
+#define ST(r) ((r)->head->st)
+
+static void reply(http_req_t *r, int status, json_t *value, const fail_t *f) {
+  if (value)
+    http_reply_json(r, status, value);
+  else
+    http_reply_fail(r, f);
+}
+
+void iter_h_create(http_req_t *r) {
+  fail_t f = {0};
+  bool created = false;
+  json_t *out = iter_create(ST(r), r->body, &created, &f);
+  reply(r, created ? 201 : 200, out, &f);
+}
+
+void iter_h_list(http_req_t *r) {
+  fail_t f = {0};
+  reply(r, 200, iter_list(ST(r), &f), &f);
+}
+
+void iter_h_get(http_req_t *r) {
+  fail_t f = {0};
+  reply(r, 200, iter_get(ST(r), r->params[0], &f), &f);
+}
+
+void iter_h_delete(http_req_t *r) {
+  fail_t f = {0};
+  reply(r, 200, iter_delete(ST(r), r->params[0], &f), &f);
+}
+
+void iter_h_checkpoint(http_req_t *r) {
+  fail_t f = {0};
+  reply(r, 200, iter_checkpoint(ST(r), r->params[0], &f), &f);
+}
+
+void iter_h_next(http_req_t *r) {
+  fail_t f = {0};
+  reply(r, 200, iter_next(ST(r), r->params[0], r->body, &f), &f);
+}
+
+void iter_h_ack(http_req_t *r) {
+  fail_t f = {0};
+  reply(r, 200, iter_ack(ST(r), r->params[0], r->body, &f), &f);
+}
+
+void iter_h_heartbeat(http_req_t *r) {
+  fail_t f = {0};
+  reply(r, 200, iter_heartbeat(ST(r), r->params[0], r->body, &f), &f);
+}
