@@ -1,0 +1,482 @@
+"""The HTTP client of a muster head (docs/api.md is the contract).
+
+``Client`` keeps one keep-alive ``http.client`` connection per thread and
+reuses it for every call; a connection the server closed while idle is
+reopened once, transparently.  Every method maps to one endpoint and returns
+the reply's JSON (dicts and lists); failures raise :mod:`muster.errors`.
+"""
+import http.client
+import json
+import os
+import socket
+import threading
+import urllib.parse
+
+from . import errors
+
+DEFAULT_URL = "http://127.0.0.1:7370"
+DEFAULT_DATA_DIR = "muster-data"
+_UNSET = object()
+
+
+def _read_data_file(data_dir, name):
+    try:
+        with open(os.path.join(data_dir, name)) as f:
+            line = f.readline().strip()
+    except OSError:
+        return None
+    return line or None
+
+
+def data_dir_default(data_dir=None):
+    """The head's data dir as the CLI finds it: the argument, $MUSTER_DATA_DIR, ./muster-data."""
+    return data_dir or os.environ.get("MUSTER_DATA_DIR") or DEFAULT_DATA_DIR
+
+
+def resolve_url(url=None, data_dir=None):
+    """url, else $MUSTER_URL, else DATA_DIR/url, else http://127.0.0.1:7370 (like the CLI)."""
+    return (url or os.environ.get("MUSTER_URL")
+            or _read_data_file(data_dir_default(data_dir), "url") or DEFAULT_URL)
+
+
+def resolve_token(token=None, data_dir=None):
+    """token, else $MUSTER_TOKEN, else DATA_DIR/token, else None (like the CLI)."""
+    return token or os.environ.get("MUSTER_TOKEN") or _read_data_file(data_dir_default(data_dir), "token")
+
+
+def _q(part):
+    return urllib.parse.quote(str(part), safe="")
+
+
+def _drop_none(d):
+    return {k: v for k, v in d.items() if v is not None}
+
+
+class Lease(dict):
+    """A leased task (the Lease object of docs/api.md) with its calls bound to the client.
+
+    Keys: ``task``, ``token``, ``payload``, ``attempt``, ``deadline_ms``, ``parent``,
+    ``session``, ``index``; the same are attributes (``lease.payload``).
+    """
+
+    def __init__(self, client, obj):
+        super().__init__(obj)
+        self._client = client
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def complete(self, result=None):
+        return self._client.complete(self["task"], self["token"], result)
+
+    def fail(self, error=None, permanent=False):
+        return self._client.fail(self["task"], self["token"], error, permanent)
+
+    def extend(self, lease_ms=None):
+        reply = self._client.extend(self["task"], self["token"], lease_ms)
+        self["deadline_ms"] = reply["deadline_ms"]
+        return reply
+
+    def release(self):
+        return self._client.release(self["task"], self["token"])
+
+    def flag(self, reason=None):
+        return self._client.flag(self["task"], self["token"], reason)
+
+
+class LeaseList(list):
+    """The leases of one lease call; ``updates`` and ``updates_last`` when asked for."""
+
+    updates = ()
+    updates_last = None
+
+
+class Client:
+    """A client of one head (or node).
+
+    ``url`` and ``token`` default as the CLI's do: $MUSTER_URL / $MUSTER_TOKEN, then the
+    files ``url`` and ``token`` in the head's data dir (``data_dir``, $MUSTER_DATA_DIR,
+    ``./muster-data``).  ``timeout`` (seconds) bounds each request; long-polls add their
+    wait.  A Client may be shared between threads: each thread gets its own connection.
+    """
+
+    def __init__(self, url=None, token=None, data_dir=None, timeout=60.0):
+        self.url = resolve_url(url, data_dir).rstrip("/")
+        self.token = resolve_token(token, data_dir)
+        self.timeout = timeout
+        parsed = urllib.parse.urlsplit(self.url if "://" in self.url else "http://" + self.url)
+        if parsed.scheme not in ("http", "https"):
+            raise errors.InvalidArgument("url: expected http://HOST:PORT, got %r" % url)
+        self._scheme = parsed.scheme
+        self._host = parsed.hostname or "127.0.0.1"
+        self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        self._prefix = parsed.path.rstrip("/")
+        self._local = threading.local()
+        self._all = []
+        self._all_lock = threading.Lock()
+
+    def __repr__(self):
+        return "muster.Client(%r)" % self.url
+
+    # ---- transport ----------------------------------------------------------------
+
+    def _connection(self, timeout):
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
+            conn = cls(self._host, self._port, timeout=timeout)
+            self._local.conn = conn
+            self._local.used = False
+            with self._all_lock:
+                self._all.append(conn)
+        else:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+        return conn
+
+    def _drop_connection(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            with self._all_lock:
+                if conn in self._all:
+                    self._all.remove(conn)
+        self._local.conn = None
+
+    def close(self):
+        """Closes every connection of this client (they reopen on the next call)."""
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for c in conns:
+            c.close()
+        self._local.conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def request(self, method, path, body=None, query=None, wait_ms=0, token=_UNSET):
+        """Sends one request and returns the parsed JSON reply; raises MusterError on failure.
+
+        ``path`` is under the server root ("/v1/queues"); ``query`` a dict (None values
+        are left out); ``body`` any JSON value.  Used by every other method.
+        """
+        if query:
+            query = _drop_none(query)
+            if query:
+                path += "?" + urllib.parse.urlencode(
+                    {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()})
+        headers = {}
+        tok = self.token if token is _UNSET else token
+        if tok:
+            headers["Authorization"] = "Bearer " + tok
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = "application/json"
+        elif method in ("POST", "PUT"):
+            data = b""
+            headers["Content-Type"] = "application/json"
+        timeout = self.timeout + (wait_ms or 0) / 1000.0
+        for attempt in (1, 2):
+            conn = self._connection(timeout)
+            reused = self._local.used
+            try:
+                conn.request(method, self._prefix + path, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+                    http.client.CannotSendRequest, http.client.BadStatusLine) as e:
+                self._drop_connection()
+                # A keep-alive connection the server closed while idle: retry once on a
+                # fresh one.  Nothing was processed (no reply began).
+                if attempt == 1 and reused:
+                    continue
+                raise errors.NetworkError("%s %s: %s" % (method, path, e or type(e).__name__)) from e
+            except (OSError, socket.timeout, http.client.HTTPException) as e:
+                self._drop_connection()
+                raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url, e)) from e
+            self._local.used = True
+            if resp.getheader("Connection", "").lower() == "close":
+                self._drop_connection()
+            try:
+                reply = json.loads(raw) if raw else None
+            except ValueError:
+                reply = None
+                if 200 <= resp.status < 300 and raw:
+                    raise errors.ProtocolError("%s %s: the reply is not JSON" % (method, path),
+                                               status=resp.status)
+            if 200 <= resp.status < 300:
+                return reply
+            raise errors.from_reply(resp.status, reply)
+        raise AssertionError("unreachable")
+
+    # ---- health ----------------------------------------------------------------------
+
+    def health(self):
+        """GET /v1/health (no token needed): {"status", "version", "uptime_ms"}."""
+        return self.request("GET", "/v1/health", token=None)
+
+    # ---- queues ----------------------------------------------------------------------
+
+    def queues(self):
+        """Every queue, ordered by name."""
+        return self.request("GET", "/v1/queues")["queues"]
+
+    def queue(self, name):
+        return self.request("GET", "/v1/queues/" + _q(name))
+
+    def put_queue(self, name, **settings):
+        """Creates the queue or changes the settings given (lease_ms, max_attempts,
+        backoff_ms, backoff_max_ms, next, max_flags).  Settings left out keep their
+        values; ``next=None`` is sent (it removes the next stage) only when passed."""
+        return self.request("PUT", "/v1/queues/" + _q(name), settings)
+
+    create_queue = put_queue
+    update_queue = put_queue
+
+    def delete_queue(self, name):
+        return self.request("DELETE", "/v1/queues/" + _q(name))
+
+    def purge_queue(self, name):
+        return self.request("POST", "/v1/queues/" + _q(name) + "/purge")["purged"]
+
+    def requeue_queue(self, name):
+        return self.request("POST", "/v1/queues/" + _q(name) + "/requeue")["requeued"]
+
+    # ---- tasks -----------------------------------------------------------------------
+
+    def put(self, queue, payload, priority=None, delay_ms=None, key=None, session=None, index=None):
+        """Puts one task and returns its id (the existing task's id when ``key`` repeats)."""
+        task = _drop_none({"payload": payload, "priority": priority, "delay_ms": delay_ms,
+                           "key": key, "session": session, "index": index})
+        task["payload"] = payload
+        return self.put_many(queue, [task])[0]["id"]
+
+    def put_many(self, queue, tasks):
+        """Batch put (at most 1000): ``tasks`` are dicts with ``payload`` and the optional
+        fields of docs/api.md.  Returns [{"id", "created"}, ...] in input order."""
+        return self.request("POST", "/v1/queues/%s/tasks" % _q(queue), {"tasks": list(tasks)})["tasks"]
+
+    def put_payloads(self, queue, payloads):
+        """Puts one task per payload; returns their ids."""
+        return [t["id"] for t in self.put_many(queue, [{"payload": p} for p in payloads])]
+
+    def tasks(self, queue, state=None, after=None, limit=None):
+        """One page: {"tasks": [...], "next": after-for-the-next-page or None}."""
+        return self.request("GET", "/v1/queues/%s/tasks" % _q(queue),
+                            query={"state": state, "after": after, "limit": limit})
+
+    def iter_tasks(self, queue, state=None, page=1000):
+        """Every task of the queue (optionally in one state), page by page."""
+        after = None
+        while True:
+            reply = self.tasks(queue, state=state, after=after, limit=page)
+            for t in reply["tasks"]:
+                yield t
+            after = reply.get("next")
+            if after is None:
+                return
+
+    def task(self, task_id):
+        return self.request("GET", "/v1/tasks/%d" % task_id)
+
+    def requeue_task(self, task_id):
+        return self.request("POST", "/v1/tasks/%d/requeue" % task_id)
+
+    # ---- leases ----------------------------------------------------------------------
+
+    def lease(self, queue, worker=None, max=1, wait_ms=0, updates_after=None):
+        """Leases up to ``max`` tasks, waiting up to ``wait_ms`` for one.  Returns a
+        LeaseList of Lease (empty when none came); with ``updates_after`` it also
+        carries ``.updates`` and ``.updates_last``."""
+        body = _drop_none({"worker": worker, "max": max, "wait_ms": wait_ms or None,
+                           "updates_after": updates_after})
+        reply = self.request("POST", "/v1/queues/%s/lease" % _q(queue), body, wait_ms=wait_ms)
+        out = LeaseList(Lease(self, obj) for obj in reply["leases"])
+        if "updates" in reply:
+            out.updates = reply["updates"]
+            out.updates_last = reply.get("updates_last")
+        return out
+
+    def lease_one(self, queue, worker=None, wait_ms=0):
+        """One Lease, or None when none came within ``wait_ms``."""
+        got = self.lease(queue, worker=worker, max=1, wait_ms=wait_ms)
+        return got[0] if got else None
+
+    def _leases(self, action, items):
+        return self.request("POST", "/v1/leases/" + action, {"leases": list(items)})
+
+    def complete(self, task, token, result=None):
+        """Completes one lease; returns {"task", "next_task"}."""
+        item = {"task": task, "token": token}
+        if result is not None:
+            item["result"] = result
+        return self._leases("complete", [item])["completed"][0]
+
+    def complete_many(self, items):
+        """Batch: items are {"task", "token", "result"?}; returns the "completed" list."""
+        return self._leases("complete", items)["completed"]
+
+    def fail(self, task, token, error=None, permanent=False):
+        """Fails one lease; returns {"task", "state", "run_at_ms"}."""
+        item = _drop_none({"task": task, "token": token, "error": error})
+        if permanent:
+            item["permanent"] = True
+        return self._leases("fail", [item])["failed"][0]
+
+    def fail_many(self, items):
+        return self._leases("fail", items)["failed"]
+
+    def extend(self, task, token, lease_ms=None):
+        """Extends one lease; returns {"task", "deadline_ms"}."""
+        return self._leases("extend", [_drop_none({"task": task, "token": token,
+                                                    "lease_ms": lease_ms})])["extended"][0]
+
+    def extend_many(self, items):
+        return self._leases("extend", items)["extended"]
+
+    def release(self, task, token):
+        """Gives one lease back (the attempt does not count); returns how many were released."""
+        return self._leases("release", [{"task": task, "token": token}])["released"]
+
+    def release_many(self, items):
+        return self._leases("release", items)["released"]
+
+    def flag(self, task, token, reason=None):
+        """Flags one leased task's input as invalid; returns {"task", "state", "reopened"}."""
+        return self._leases("flag", [_drop_none({"task": task, "token": token,
+                                                  "reason": reason})])["flagged"][0]
+
+    def flag_many(self, items):
+        return self._leases("flag", items)["flagged"]
+
+    # ---- workers ---------------------------------------------------------------------
+
+    def register_worker(self, nickname=None, queues=None, node=None, labels=None, timeout_ms=None):
+        """Registers a worker: {"id", "name", "nickname", "timeout_ms"}."""
+        return self.request("POST", "/v1/workers", _drop_none({
+            "nickname": nickname, "queues": queues, "node": node, "labels": labels,
+            "timeout_ms": timeout_ms}))
+
+    def workers(self):
+        return self.request("GET", "/v1/workers")["workers"]
+
+    def worker(self, worker_id):
+        return self.request("GET", "/v1/workers/%d" % worker_id)
+
+    def heartbeat(self, worker_id, progress=None):
+        """Worker heartbeat with an optional progress string: {"id", "state"}."""
+        return self.request("POST", "/v1/workers/%d/heartbeat" % worker_id,
+                            _drop_none({"progress": progress}))
+
+    def bye(self, worker_id, crashed=False):
+        """The worker leaves (its leases are released); ``crashed=True`` makes them
+        lapse as on a timeout instead (the agent reports a dead worker process)."""
+        return self.request("DELETE", "/v1/workers/%d" % worker_id,
+                            query={"crashed": True} if crashed else None)
+
+    delete_worker = bye
+
+    def leaderboard(self):
+        return self.request("GET", "/v1/leaderboard")["leaderboard"]
+
+    # ---- nodes -----------------------------------------------------------------------
+
+    def register_node(self, name, hostname=None, address=None, cpus=None, gpus=None, labels=None,
+                      timeout_ms=None):
+        return self.request("POST", "/v1/nodes", _drop_none({
+            "name": name, "hostname": hostname, "address": address, "cpus": cpus, "gpus": gpus,
+            "labels": labels, "timeout_ms": timeout_ms}))
+
+    def node_heartbeat(self, name):
+        return self.request("POST", "/v1/nodes/%s/heartbeat" % _q(name), {})
+
+    def delete_node(self, name):
+        return self.request("DELETE", "/v1/nodes/" + _q(name))
+
+    def nodes(self):
+        return self.request("GET", "/v1/nodes")["nodes"]
+
+    def node(self, name):
+        return self.request("GET", "/v1/nodes/" + _q(name))
+
+    # ---- sessions --------------------------------------------------------------------
+
+    def create_session(self, queue, cleanup_on_exit=None, timeout_ms=None, init_data=_UNSET):
+        body = _drop_none({"queue": queue, "cleanup_on_exit": cleanup_on_exit, "timeout_ms": timeout_ms})
+        if init_data is not _UNSET:
+            body["init_data"] = init_data
+        return self.request("POST", "/v1/sessions", body)
+
+    def sessions(self):
+        return self.request("GET", "/v1/sessions")["sessions"]
+
+    def session(self, session_id):
+        return self.request("GET", "/v1/sessions/" + _q(session_id))
+
+    def session_heartbeat(self, session_id):
+        return self.request("POST", "/v1/sessions/%s/heartbeat" % _q(session_id), {})
+
+    def session_put(self, session_id, tasks):
+        """Submits tasks ({"payload", "index"?, "priority"?}) under the session:
+        [{"id", "index"}, ...]."""
+        return self.request("POST", "/v1/sessions/%s/tasks" % _q(session_id),
+                            {"tasks": list(tasks)})["tasks"]
+
+    def results(self, session_id, order=None, cursor=None, max=None, wait_ms=0):
+        """One read of the session's result stream: {"results", "cursor", "total", "done"}."""
+        return self.request("GET", "/v1/sessions/%s/results" % _q(session_id),
+                            query={"order": order, "cursor": cursor, "max": max,
+                                   "wait_ms": wait_ms or None}, wait_ms=wait_ms)
+
+    def close_session(self, session_id):
+        return self.request("DELETE", "/v1/sessions/" + _q(session_id))
+
+    # ---- updates ---------------------------------------------------------------------
+
+    def post_update(self, queue, data, session=None):
+        """Broadcasts ``data`` to the queue's workers: {"queue", "seq"}."""
+        body = {"data": data}
+        if session is not None:
+            body["session"] = session
+        return self.request("POST", "/v1/queues/%s/updates" % _q(queue), body)
+
+    def updates(self, queue, after=None, max=None):
+        """{"updates": [...], "last": N}."""
+        return self.request("GET", "/v1/queues/%s/updates" % _q(queue),
+                            query={"after": after, "max": max})
+
+    # ---- iterations (the head's coordinated iterations; see src/server/iter.h) ------
+
+    def create_iteration(self, config):
+        """Creates or joins a coordinated iteration (the body of POST /v1/iterations)."""
+        return self.request("POST", "/v1/iterations", config)
+
+    def iterations(self):
+        return self.request("GET", "/v1/iterations")
+
+    def iteration(self, name):
+        return self.request("GET", "/v1/iterations/" + _q(name))
+
+    def delete_iteration(self, name):
+        return self.request("DELETE", "/v1/iterations/" + _q(name))
+
+    def iteration_checkpoint(self, name):
+        return self.request("POST", "/v1/iterations/%s/checkpoint" % _q(name), {})
+
+    def iteration_next(self, name, body):
+        return self.request("POST", "/v1/iterations/%s/next" % _q(name), body,
+                            wait_ms=(body or {}).get("wait_ms", 0))
+
+    def iteration_ack(self, name, body):
+        return self.request("POST", "/v1/iterations/%s/ack" % _q(name), body)
+
+    def iteration_heartbeat(self, name, body):
+        return self.request("POST", "/v1/iterations/%s/heartbeat" % _q(name), body)

@@ -1,0 +1,219 @@
+"""Starting muster processes from Python, and finding the ones running here.
+
+    head = muster.start_head(data_dir="muster-data")     # `muster head`
+    print(head.url, head.token)
+    head.stop(); head.wait()
+
+The binary is $MUSTER_BIN, else ``muster`` on PATH (or ``binary=``).
+"""
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+from . import errors
+from .client import Client, DEFAULT_DATA_DIR
+
+HEAD_LOCK = "head.lock"
+NODE_LOCK = "node.lock"
+
+
+def find_binary(binary=None):
+    path = binary or os.environ.get("MUSTER_BIN") or shutil.which("muster")
+    if not path:
+        raise FileNotFoundError("the muster binary was not found: set MUSTER_BIN or put muster on PATH")
+    return path
+
+
+def _help_mentions(binary, command, flag):
+    try:
+        out = subprocess.run([binary] + command + ["--help"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, timeout=10).stdout.decode(errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return flag in out
+
+
+class Process:
+    """A muster process started from Python: ``stop()``, ``kill()``, ``wait()``.
+
+    ``url`` and ``token`` are the ones the process serves with (a head's), ``data_dir``
+    its data dir, ``proc`` the subprocess.Popen, ``log_path`` where its output goes.
+    """
+
+    def __init__(self, proc, data_dir, log_path, kind):
+        self.proc = proc
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.kind = kind
+        self.url = None
+        self.token = None
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def stop(self, timeout=30):
+        """SIGTERM, then wait for a clean exit (SIGKILL after ``timeout`` seconds)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    terminate = stop
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        return self.proc.wait()
+
+    def wait(self, timeout=None):
+        """Waits for the process to end; returns its exit status."""
+        return self.proc.wait(timeout)
+
+    def client(self):
+        return Client(self.url, self.token)
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        return "<muster %s pid %d %s>" % (self.kind, self.proc.pid, self.url or "")
+
+
+def _spawn(cmd, data_dir, log_name, kind):
+    os.makedirs(data_dir, exist_ok=True)
+    log_path = os.path.join(data_dir, log_name)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return Process(proc, data_dir, log_path, kind)
+
+
+def start_head(data_dir=DEFAULT_DATA_DIR, listen="127.0.0.1:7370", token=None, args=(), binary=None,
+               server_only=False, timeout=30.0):
+    """Starts ``muster head`` and waits until it listens (its URL file appears).
+
+    Returns a :class:`Process` with ``url`` and ``token`` set.  ``listen`` may use port 0
+    (a free port).  ``args`` are more ``muster head`` options (``["--sync", "normal"]``).
+    """
+    binary = find_binary(binary)
+    url_file = os.path.join(data_dir, "url")
+    os.makedirs(data_dir, exist_ok=True)
+    if is_head_running(data_dir):
+        raise errors.Conflict("a head is already running on data dir %s" % data_dir, code="invalid_state")
+    try:
+        os.unlink(url_file)
+    except FileNotFoundError:
+        pass
+    cmd = [binary, "head", "--listen", listen, "--data-dir", data_dir]
+    if token:
+        cmd += ["--token", token]
+    if server_only:
+        cmd.append("--server-only")
+    cmd += list(args)
+    p = _spawn(cmd, data_dir, "head.log", "head")
+    deadline = time.monotonic() + timeout
+    while True:
+        if p.proc.poll() is not None:
+            raise RuntimeError("muster head exited with %s:\n%s" % (p.proc.returncode, p.log()[-4000:]))
+        try:
+            with open(url_file) as f:
+                url = f.read().strip()
+        except FileNotFoundError:
+            url = ""
+        if url:
+            break
+        if time.monotonic() > deadline:
+            p.kill()
+            raise RuntimeError("muster head did not start within %.0f s:\n%s" % (timeout, p.log()[-4000:]))
+        time.sleep(0.02)  # the head writes DATA_DIR/url once it listens: poll for it
+    p.url = url
+    p.token = token
+    if p.token is None:
+        with open(os.path.join(data_dir, "token")) as f:
+            p.token = f.read().strip()
+    return p
+
+
+def start_server(data_dir=DEFAULT_DATA_DIR, listen="127.0.0.1:7370", token=None, args=(), binary=None,
+                 timeout=30.0):
+    """A head without local workers (``muster head --server-only``).
+
+    Until the head runs a local node agent, every head is server-only; the flag is
+    passed once the binary knows it."""
+    binary = find_binary(binary)
+    return start_head(data_dir, listen, token, args, binary,
+                      server_only=_help_mentions(binary, ["head"], "--server-only"), timeout=timeout)
+
+
+def start_node(join=None, data_dir=None, token=None, args=(), command=None, binary=None):
+    """Starts a node agent (``muster node --join URL [ARGS] [-- COMMAND...]``).
+
+    ``command`` (a list) is the worker each GPU/CPU slot runs, e.g.
+    ``["/usr/bin/python3", "-m", "muster.worker"]``.  Raises NotImplementedError while
+    the binary has no ``node`` command."""
+    binary = find_binary(binary)
+    if not _help_mentions(binary, ["node"], "--join"):
+        raise NotImplementedError("this muster binary has no `muster node` command yet")
+    data_dir = data_dir or "muster-node"
+    cmd = [binary, "node", "--data-dir", data_dir]
+    if join:
+        cmd += ["--join", join]
+    if token:
+        cmd += ["--token", token]
+    cmd += list(args)
+    if command:
+        cmd += ["--"] + list(command)
+    p = _spawn(cmd, data_dir, "node.log", "node")
+    p.url = join
+    p.token = token
+    return p
+
+
+def _lock_held(path):
+    """True when another process holds an flock on ``path`` (the head's and node's lock files)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def is_head_running(data_dir=None):
+    """True when a head holds the lock of ``data_dir`` ($MUSTER_DATA_DIR, ./muster-data)."""
+    data_dir = data_dir or os.environ.get("MUSTER_DATA_DIR") or DEFAULT_DATA_DIR
+    return _lock_held(os.path.join(data_dir, HEAD_LOCK))
+
+
+def is_node_running(data_dir=None):
+    """True when a node agent holds the lock of its data dir (``node.lock``)."""
+    data_dir = data_dir or os.environ.get("MUSTER_NODE_DIR") or "muster-node"
+    return _lock_held(os.path.join(data_dir, NODE_LOCK))
