@@ -161,11 +161,19 @@ class Client:
     def __exit__(self, *exc):
         self.close()
 
-    def request(self, method, path, body=None, query=None, wait_ms=0, token=_UNSET):
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def request(self, method, path, body=None, query=None, wait_ms=0, token=_UNSET,
+                content_type="application/json"):
         """Sends one request and returns the parsed JSON reply; raises MusterError on failure.
 
         ``path`` is under the server root ("/v1/queues"); ``query`` a dict (None values
-        are left out); ``body`` any JSON value.  Used by every other method.
+        are left out); ``body`` any JSON value, or bytes sent as they are with
+        ``content_type``.  Used by every other method.
         """
         if query:
             query = _drop_none(query)
@@ -177,12 +185,14 @@ class Client:
         if tok:
             headers["Authorization"] = "Bearer " + tok
         data = None
-        if body is not None:
+        if isinstance(body, (bytes, bytearray)):
+            data = bytes(body)
+        elif body is not None:
             data = json.dumps(body, separators=(",", ":")).encode()
-            headers["Content-Type"] = "application/json"
         elif method in ("POST", "PUT"):
             data = b""
-            headers["Content-Type"] = "application/json"
+        if data is not None and content_type:
+            headers["Content-Type"] = content_type
         timeout = self.timeout + (wait_ms or 0) / 1000.0
         for attempt in (1, 2):
             conn = self._connection(timeout)

@@ -1,0 +1,398 @@
+"""muster.Client against a real head: every queue, task, lease and worker call,
+keep-alive reuse, and the error mapping of every code the head sends."""
+import os
+import tempfile
+import unittest
+
+from common import HeadTestCase, harness, muster
+from muster import errors
+
+
+class TestQueues(HeadTestCase):
+    def test_health_needs_no_token(self):
+        h = muster.Client(self.head.url, token="wrong").health()
+        self.assertEqual(h["status"], "ok")
+        self.assertIn("version", h)
+
+    def test_create_get_update_list_delete(self):
+        q, n = self.qname(), self.qname("next")
+        self.assertEqual(self.c.put_queue(n)["name"], n)
+        created = self.c.put_queue(q, lease_ms=5000, max_attempts=3, next=n)
+        self.assertEqual((created["lease_ms"], created["max_attempts"], created["next"]), (5000, 3, n))
+        self.assertEqual(self.c.update_queue(q, max_flags=2)["max_flags"], 2)
+        got = self.c.queue(q)
+        self.assertEqual((got["lease_ms"], got["max_flags"], got["next"]), (5000, 2, n))
+        self.assertEqual(self.c.put_queue(q, next=None)["next"], None)
+        names = [x["name"] for x in self.c.queues()]
+        self.assertIn(q, names)
+        self.assertEqual(names, sorted(names))
+        self.c.put(q, "x")
+        self.assertEqual(self.c.delete_queue(q), {"deleted": q, "tasks": 1})
+        with self.assertRaises(muster.QueueNotFound):
+            self.c.queue(q)
+
+    def test_purge_and_requeue(self):
+        q = self.qname()
+        self.c.put_queue(q, max_attempts=1)
+        self.c.put_payloads(q, [1, 2, 3])
+        lease = self.c.lease_one(q)
+        lease.fail("boom", permanent=True)
+        self.assertEqual(self.c.purge_queue(q), 2)
+        self.assertEqual(self.c.requeue_queue(q), 1)
+        self.assertEqual(self.c.queue(q)["counts"]["queued"], 1)
+
+
+class TestTasks(HeadTestCase):
+    def test_put_options_and_get(self):
+        q = self.qname()
+        self.c.put_queue(q)
+        tid = self.c.put(q, {"u": "a"}, priority=5, delay_ms=60000, key="k1")
+        self.assertEqual(self.c.put(q, {"u": "other"}, key="k1"), tid)  # idempotent
+        t = self.c.task(tid)
+        self.assertEqual((t["payload"], t["priority"], t["key"], t["state"]), ({"u": "a"}, 5, "k1", "queued"))
+        self.assertGreater(t["run_at_ms"], t["created_ms"] + 50000)
+        self.assertEqual(self.c.lease(q), [])  # delayed
+
+    def test_put_many_and_pages(self):
+        q = self.qname()
+        self.c.put_queue(q)
+        got = self.c.put_many(q, [{"payload": i, "key": "k%d" % (i % 5)} for i in range(7)])
+        self.assertEqual([g["created"] for g in got], [True] * 5 + [False] * 2)
+        self.c.put_payloads(q, list(range(20)))
+        page = self.c.tasks(q, limit=10)
+        self.assertEqual(len(page["tasks"]), 10)
+        self.assertIsNotNone(page["next"])
+        all_tasks = list(self.c.iter_tasks(q, page=7))
+        self.assertEqual(len(all_tasks), 25)
+        self.assertEqual([t["id"] for t in all_tasks], sorted(t["id"] for t in all_tasks))
+        self.assertEqual(list(self.c.iter_tasks(q, state="done")), [])
+
+    def test_requeue_task(self):
+        q = self.qname()
+        self.c.put_queue(q)
+        tid = self.c.put(q, 1)
+        self.c.lease_one(q).fail("no", permanent=True)
+        self.assertEqual(self.c.task(tid)["state"], "failed")
+        self.assertEqual(self.c.requeue_task(tid)["state"], "queued")
+
+    def test_payload_kinds_round_trip(self):
+        q = self.qname()
+        self.c.put_queue(q)
+        payloads = ["text", "nul\u0000inside", 3, 2.5, None, True, [1, [2]], {"a": {"b": "é"}}]
+        ids = self.c.put_payloads(q, payloads)
+        self.assertEqual([self.c.task(i)["payload"] for i in ids], payloads)
+
+
+class TestLeases(HeadTestCase):
+    def test_complete_with_next_stage(self):
+        q, n = self.qname(), self.qname("next")
+        self.c.put_queue(n)
+        self.c.put_queue(q, next=n)
+        self.c.put(q, {"x": 1})
+        lease = self.c.lease_one(q)
+        self.assertEqual((lease.payload, lease.attempt), ({"x": 1}, 1))
+        done = lease.complete({"y": 2})
+        self.assertEqual(done["task"], lease.task)
+        nxt = self.c.task(done["next_task"])
+        self.assertEqual((nxt["payload"], nxt["parent"]), ({"y": 2}, lease.task))
+        self.assertEqual(self.c.task(lease.task)["result"], {"y": 2})
+
+    def test_batch_lease_and_batch_calls(self):
+        q = self.qname()
+        self.c.put_queue(q)
+        self.c.put_payloads(q, list(range(6)))
+        leases = self.c.lease(q, max=6)
+        self.assertEqual([l.payload for l in leases], list(range(6)))
+        done = self.c.complete_many([{"task": l.task, "token": l.token, "result": l.payload * 10}
+                                     for l in leases[:2]])
+        self.assertEqual(len(done), 2)
+        ext = self.c.extend_many([{"task": l.task, "token": l.token, "lease_ms": 90000} for l in leases[2:4]])
+        self.assertEqual(len(ext), 2)
+        self.assertEqual(self.c.release_many([{"task": l.task, "token": l.token} for l in leases[2:4]]), 2)
+        failed = self.c.fail_many([{"task": l.task, "token": l.token, "error": "e"} for l in leases[4:5]])
+        self.assertEqual(failed[0]["state"], "queued")
+        flagged = self.c.flag_many([{"task": leases[5].task, "token": leases[5].token, "reason": "bad"}])
+        self.assertEqual(flagged[0]["state"], "queued")
+
+    def test_extend_release_fail_flag(self):
+        q = self.qname()
+        self.c.put_queue(q, lease_ms=10000, max_flags=1)
+        self.c.put(q, "a")
+        lease = self.c.lease_one(q)
+        before = lease.deadline_ms
+        lease.extend(60000)
+        self.assertGreater(lease.deadline_ms, before)
+        self.assertEqual(lease.release(), 1)
+        lease = self.c.lease_one(q)
+        self.assertEqual(lease.attempt, 1)  # a release does not count
+        f = lease.fail("transient")
+        self.assertEqual(f["state"], "queued")
+        self.assertEqual(self.c.task(lease.task)["error"], "transient")
+        self.c.put(q, "b")
+        lease = self.c.lease_one(q)
+        self.assertEqual(lease.payload, "b")
+        self.assertEqual(lease.flag("corrupt")["state"], "dead")  # max_flags 1, no parent
+
+    def test_long_poll_wakes_on_put(self):
+        import threading
+        q = self.qname()
+        self.c.put_queue(q)
+        got = []
+        t = threading.Thread(target=lambda: got.append(self.c.lease(q, wait_ms=20000)))
+        t.start()
+        # The waiting thread has its own connection; put from this one.  The lease returns
+        # as soon as the task exists (well before its 20 s wait).
+        harness.wait_until(lambda: self._waiting(), what="the lease to wait")
+        self.c.put(q, "wake")
+        t.join(15)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(got[0][0].payload, "wake")
+
+    def _waiting(self):
+        import urllib.request
+        try:
+            with urllib.request.urlopen(self.head.url + "/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except Exception:
+            return True  # no metrics to look at: the put below still wakes it
+        for line in text.splitlines():
+            if line.startswith("muster_lease_waiters") and not line.endswith(" 0"):
+                return True
+        return "muster_lease_waiters" not in text
+
+    def test_updates_with_lease(self):
+        q = self.qname()
+        self.c.put_queue(q)
+        if not self.has_route("/v1/queues/%s/updates" % q):
+            self.skipTest("updates are not in this head yet")
+        self.assertEqual(self.c.post_update(q, {"w": 1})["seq"], 1)
+        self.c.post_update(q, {"w": 2})
+        self.assertEqual([u["data"] for u in self.c.updates(q)["updates"]], [{"w": 1}, {"w": 2}])
+        self.assertEqual(self.c.updates(q, after=1)["last"], 2)
+        self.c.put(q, 1)
+        leases = self.c.lease(q, updates_after=1)
+        self.assertEqual([u["seq"] for u in leases.updates], [2])
+        self.assertEqual(leases.updates_last, 2)
+
+
+class TestWorkers(HeadTestCase):
+    def test_register_heartbeat_list_bye(self):
+        q = self.qname()
+        self.c.put_queue(q)
+        w = self.c.register_worker(nickname="alice", queues=[q], node="box", labels={"gpu": "0"},
+                                   timeout_ms=30000)
+        self.assertEqual((w["nickname"], w["timeout_ms"]), ("alice", 30000))
+        self.assertTrue(w["name"])
+        self.assertEqual(self.c.heartbeat(w["id"], "50%"), {"id": w["id"], "state": "active"})
+        got = self.c.worker(w["id"])
+        self.assertEqual((got["progress"], got["node"], got["labels"], got["queues"]),
+                         ("50%", "box", {"gpu": "0"}, [q]))
+        self.assertIn(w["id"], [x["id"] for x in self.c.workers()])
+        self.c.put(q, 1)
+        lease = self.c.lease_one(q, worker=w["id"])
+        lease.complete()
+        self.c.put(q, 2)
+        self.c.lease_one(q, worker=w["id"])
+        board = {x["nickname"]: x for x in self.c.leaderboard()}
+        self.assertGreaterEqual(board["alice"]["completed"], 1)
+        self.assertEqual(self.c.bye(w["id"]), {"id": w["id"], "released": 1})
+        self.assertEqual(self.c.worker(w["id"])["state"], "gone")
+        with self.assertRaises(muster.WorkerNotFound):
+            self.c.heartbeat(w["id"])
+
+    def test_crashed_bye_counts_the_attempt(self):
+        if not self.has_route("/v1/nodes"):
+            self.skipTest("crashed=true comes with nodes, not in this head yet")
+        q = self.qname()
+        self.c.put_queue(q)
+        w = self.c.register_worker(queues=[q])
+        tid = self.c.put(q, 1)
+        self.c.lease_one(q, worker=w["id"])
+        self.c.bye(w["id"], crashed=True)
+        self.assertEqual(self.c.task(tid)["attempts"], 1)
+
+
+class TestConnection(HeadTestCase):
+    def test_keep_alive_reuses_one_connection(self):
+        c = muster.Client(self.head.url, self.head.token)
+        c.health()
+        sock = c._local.conn.sock
+        for _ in range(20):
+            c.queues()
+        self.assertIs(c._local.conn.sock, sock)
+        c.close()
+
+    def test_reconnects_after_head_restart(self):
+        head = harness.Head().start()
+        try:
+            c = muster.Client(head.url, head.token)
+            c.put_queue("q")
+            head.stop()
+            with self.assertRaises(muster.NetworkError):
+                c.queues()
+            data_dir = head.data_dir
+            head2 = harness.Head(["--listen", head.url.split("//")[1]], data_dir=data_dir)
+            head2.args = []  # same data dir; a new port is fine: point the client at it
+            head2.start()
+            c2 = muster.Client(head2.url, head2.token)
+            self.assertEqual([q["name"] for q in c2.queues()], ["q"])
+            head2.kill()
+        finally:
+            head.cleanup()
+
+    def test_defaults_from_environment_and_data_dir(self):
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "url"), "w") as f:
+            f.write(self.head.url + "\n")
+        with open(os.path.join(d, "token"), "w") as f:
+            f.write(self.head.token + "\n")
+        saved = {k: os.environ.pop(k, None) for k in ("MUSTER_URL", "MUSTER_TOKEN", "MUSTER_DATA_DIR")}
+        try:
+            c = muster.Client(data_dir=d)
+            self.assertEqual((c.url, c.token), (self.head.url, self.head.token))
+            c.queues()
+            os.environ["MUSTER_DATA_DIR"] = d
+            self.assertEqual(muster.Client().token, self.head.token)
+            os.environ["MUSTER_URL"] = "http://127.0.0.1:1"
+            os.environ["MUSTER_TOKEN"] = "from-env"
+            c = muster.Client()
+            self.assertEqual((c.url, c.token), ("http://127.0.0.1:1", "from-env"))
+            self.assertEqual(muster.Client("http://x:2", "t").url, "http://x:2")
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+
+
+class TestErrors(HeadTestCase):
+    head_args = ("--sweep-ms", "50", "--max-body", "200000", "--max-payload", "50000")
+
+    def check(self, cls, code, status, fn, *args, **kw):
+        with self.assertRaises(cls) as cm:
+            fn(*args, **kw)
+        e = cm.exception
+        self.assertIsInstance(e, muster.MusterError)
+        self.assertEqual((e.code, e.status), (code, status))
+        self.assertTrue(e.message)
+        return e
+
+    def test_every_code_the_head_sends(self):
+        q, n = self.qname(), self.qname("next")
+        self.c.put_queue(n)
+        self.c.put_queue(q, next=n)
+        r = self.c.request
+        self.check(errors.BadRequest, "bad_request", 400, r, "GET", "/v1/tasks/abc")
+        self.check(errors.BadRequest, "bad_json", 400, r, "POST", "/v1/queues/%s/tasks" % q, b"{nope")
+        e = self.check(muster.InvalidArgument, "invalid_argument", 400, self.c.put, q, 1, priority="x")
+        self.assertIn("priority", e.message)
+        self.check(errors.NameInvalid, "name_invalid", 400, self.c.put_queue, "bad name!")
+        self.assertTrue(issubclass(errors.NameInvalid, muster.InvalidArgument))
+        self.check(muster.Unauthorized, "unauthorized", 401, muster.Client(self.head.url, "wrong").queues)
+        self.check(muster.Unauthorized, "unauthorized", 401, muster.Client(self.head.url, None).queues) \
+            if not os.environ.get("MUSTER_TOKEN") else None
+        self.check(muster.NotFound, "not_found", 404, r, "GET", "/v1/nope")
+        self.check(muster.QueueNotFound, "queue_not_found", 404, self.c.queue, "no-such-queue")
+        self.check(muster.TaskNotFound, "task_not_found", 404, self.c.task, 999999)
+        self.check(muster.WorkerNotFound, "worker_not_found", 404, self.c.heartbeat, 999999)
+        self.check(errors.MethodNotAllowed, "method_not_allowed", 405, r, "PATCH", "/v1/queues")
+        self.c.put(q, 1)
+        lease = self.c.lease_one(q)
+        self.check(muster.LeaseLost, "lease_lost", 409, self.c.complete, lease.task, lease.token + 1000)
+        self.check(muster.InvalidState, "invalid_state", 409, self.c.requeue_task, lease.task)
+        self.check(muster.QueueInUse, "queue_in_use", 409, self.c.delete_queue, n)
+        self.assertTrue(issubclass(muster.LeaseLost, muster.Conflict))
+        self.check(errors.PayloadTooLarge, "payload_too_large", 413, self.c.put, q, "x" * 60000)
+        self.check(errors.BatchTooLarge, "batch_too_large", 413, self.c.put_payloads, q, [0] * 1001)
+        self.check(errors.BodyTooLarge, "body_too_large", 413, self.c.put_payloads, q, ["y" * 40000] * 6)
+        self.check(errors.UnsupportedMediaType, "unsupported_media_type", 415, r, "POST",
+                   "/v1/queues/%s/tasks" % q, b'{"tasks": []}', content_type="text/plain")
+        # Nothing of the refused calls was applied.
+        self.assertEqual(self.c.queue(q)["counts"]["queued"], 0)
+
+    def test_node_and_session_not_found(self):
+        for path, cls, code in (("/v1/nodes/none", muster.NodeNotFound, "node_not_found"),
+                                ("/v1/sessions/s-none", muster.SessionNotFound, "session_not_found")):
+            with self.assertRaises(muster.NotFound) as cm:
+                self.c.request("GET", path)
+            if cm.exception.code != "not_found":  # the route exists
+                self.assertIsInstance(cm.exception, cls)
+                self.assertEqual(cm.exception.code, code)
+
+    def test_network_error(self):
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        with self.assertRaises(muster.NetworkError) as cm:
+            muster.Client("http://127.0.0.1:%d" % port, "t").queues()
+        self.assertEqual((cm.exception.code, cm.exception.status), ("network", 0))
+        self.assertIsInstance(cm.exception, ConnectionError)
+
+    def test_mapping_of_codes_the_head_cannot_be_made_to_send(self):
+        table = {"forbidden": (muster.Forbidden, 403), "version_mismatch": (muster.VersionMismatch, 409),
+                 "iteration_not_found": (muster.IterationNotFound, 404),
+                 "node_not_found": (muster.NodeNotFound, 404),
+                 "session_not_found": (muster.SessionNotFound, 404),
+                 "internal": (muster.ServerError, 500), "store_error": (errors.StoreError, 500),
+                 "unavailable": (muster.Unavailable, 503)}
+        for code, (cls, status) in table.items():
+            e = errors.from_reply(status, {"error": {"code": code, "message": "m"}})
+            self.assertIsInstance(e, cls)
+            self.assertEqual((e.code, e.status, e.message), (code, status, "m"))
+        self.assertIsInstance(errors.from_reply(409, {"error": {"code": "new_code", "message": ""}}),
+                              muster.Conflict)
+        self.assertIsInstance(errors.from_reply(502, None), muster.ServerError)
+        self.assertIsInstance(errors.from_reply(404, b"x"), muster.NotFound)
+        for sub in (muster.QueueNotFound, muster.TaskNotFound, muster.WorkerNotFound, muster.NodeNotFound,
+                    muster.SessionNotFound, muster.IterationNotFound):
+            self.assertTrue(issubclass(sub, muster.NotFound))
+        # Every code of include/muster.h's table has a class.
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "include", "muster.h")) as f:
+            header = f.read()
+        import re
+        for code, status in re.findall(r'XX\(\w+, "(\w+)", (\d+),', header):
+            if code in ("ok", "out_of_memory"):
+                continue
+            self.assertIn(code, errors._BY_CODE, code)
+
+
+class TestProcesses(unittest.TestCase):
+    def test_start_head_stop_and_is_running(self):
+        d = tempfile.mkdtemp(prefix="muster-py-")
+        self.assertFalse(muster.is_head_running(d))
+        head = muster.start_head(data_dir=d, listen="127.0.0.1:0")
+        try:
+            self.assertTrue(muster.is_head_running(d))
+            self.assertTrue(head.running())
+            self.assertEqual(head.client().health()["status"], "ok")
+            with open(os.path.join(d, "token")) as f:
+                self.assertEqual(head.token, f.read().strip())
+            with self.assertRaises(muster.Conflict):
+                muster.start_head(data_dir=d, listen="127.0.0.1:0")
+        finally:
+            self.assertEqual(head.stop(), 0)
+        self.assertEqual(head.wait(), 0)
+        self.assertFalse(muster.is_head_running(d))
+
+    def test_start_server_with_token(self):
+        d = tempfile.mkdtemp(prefix="muster-py-")
+        with muster.start_server(data_dir=d, listen="127.0.0.1:0", token="tok-0123456789abcdef") as head:
+            self.assertEqual(head.token, "tok-0123456789abcdef")
+            c = muster.Client(head.url, "tok-0123456789abcdef")
+            c.put_queue("q")
+            self.assertEqual(c.queues()[0]["name"], "q")
+            c.close()
+        self.assertFalse(head.running())
+
+    def test_start_node(self):
+        try:
+            muster.start_node(join="http://127.0.0.1:1", data_dir=tempfile.mkdtemp())
+        except NotImplementedError:
+            self.skipTest("no `muster node` in this binary yet")
+        self.assertFalse(muster.is_node_running(tempfile.mkdtemp()))
+
+
+if __name__ == "__main__":
+    unittest.main()
