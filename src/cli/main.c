@@ -143,6 +143,33 @@ static int cmd_help(cli_args_t *args);
 
 /* ---- the command table ------------------------------------------------------------ */
 
+/* `muster iter ...` (cmd_iter.c). */
+extern const cli_opt_t iter_create_opts[], iter_stream_opts[], iter_next_opts[], iter_ack_opts[],
+    iter_restore_opts[], iter_status_opts[];
+int cmd_iter_create(cli_args_t *args);
+int cmd_iter_next(cli_args_t *args);
+int cmd_iter_ack(cli_args_t *args);
+int cmd_iter_status(cli_args_t *args);
+int cmd_iter_checkpoint(cli_args_t *args);
+int cmd_iter_restore(cli_args_t *args);
+int cmd_iter_rm(cli_args_t *args);
+int cmd_iter_stream(cli_args_t *args);
+
+static const char iter_details[] =
+    "Iterations hand out a dataset's sample indices to ranks, epoch by epoch\n"
+    "(docs/iterations.md).  `create` makes (or joins) a coordinated one on the\n"
+    "head; `next` leases blocks (one JSON line each, with its indices) and `ack`\n"
+    "marks them done (BLOCK:TOKEN ...); `stream` computes a rank's indices here,\n"
+    "with no head.\n\n"
+    "examples:\n"
+    "  muster iter create train --num-samples 1000000 --shuffle global --seed 7 \\\n"
+    "      --strategy dynamic --world-size 8 --block-size 512 --epochs 3\n"
+    "  muster iter next train --rank 0 --max 2\n"
+    "  muster iter ack train --rank 0 17:4242\n"
+    "  muster iter checkpoint train > ckpt.json\n"
+    "  muster iter restore train2 ckpt.json --world-size 6\n"
+    "  muster iter stream --num-samples 10 --shuffle global --seed 42 --world-size 3 --rank 0\n";
+
 static const cli_cmd_t commands[] = {
     {"head", "[options]", "Run the head daemon (see `muster head --help`).", NULL, NULL, 0, 0, -1,
      cmd_head},
@@ -181,6 +208,21 @@ static const cli_cmd_t commands[] = {
      worker_details, worker_opts, 1, 1, -1, cmd_worker},
     {"status", "", "Show the head's health, queues and active workers.", NULL, NULL, 1, 0, 0,
      cmd_status},
+    {"iter create", "NAME [options]", "Create (or join) a coordinated iteration.", iter_details,
+     iter_create_opts, 1, 1, 1, cmd_iter_create},
+    {"iter next", "NAME --rank R [options]", "Lease the next blocks of an iteration for a rank.",
+     NULL, iter_next_opts, 1, 1, 1, cmd_iter_next},
+    {"iter ack", "NAME --rank R BLOCK:TOKEN...", "Mark leased blocks done.", NULL, iter_ack_opts,
+     1, 2, -1, cmd_iter_ack},
+    {"iter status", "NAME [options]", "Show an iteration's progress and per-rank health.", NULL,
+     iter_status_opts, 1, 1, 1, cmd_iter_status},
+    {"iter checkpoint", "NAME", "Print an iteration's checkpoint (JSON, one line).", NULL, NULL, 1,
+     1, 1, cmd_iter_checkpoint},
+    {"iter restore", "NAME FILE [options]", "Create an iteration from a checkpoint ('-': stdin).",
+     NULL, iter_restore_opts, 1, 2, 2, cmd_iter_restore},
+    {"iter rm", "NAME", "Delete an iteration.", NULL, NULL, 1, 1, 1, cmd_iter_rm},
+    {"iter stream", "[options]", "Print a rank's indices, computed here (no head).", iter_details,
+     iter_stream_opts, 0, 0, 0, cmd_iter_stream},
     {"version", "", "Print the version.", NULL, NULL, 0, 0, 0, cmd_version},
     {"help", "[COMMAND]", "Show help for muster or for a command.", NULL, NULL, 0, 0, 2, cmd_help},
 };

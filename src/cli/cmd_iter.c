@@ -1,0 +1,504 @@
+/*
+ * cmd_iter.c — `muster iter create|next|ack|status|checkpoint|restore|rm|
+ * stream`: iterations from the shell (docs/cli.md, docs/iterations.md).
+ *
+ * The configuration options are shared by `create` (a coordinated
+ * iteration on the head) and `stream` (a rank's indices computed here, with
+ * no head, through the standalone loader).  `next` prints one JSON line per
+ * leased block with its indices, so a script can read blocks with `while
+ * read` and hand block and token back to `ack`.
+ */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ITER_CONFIG_OPTS                                                                       \
+  {"num-samples", "N", "the dataset has N samples (or give --shards)"},                       \
+      {"shards", "C,C,...", "the dataset is shards of these sample counts"},                  \
+      {"labels", "FILE", "a class label per sample, one per line (stratified)"},              \
+      {"seed", "S", "shuffle seed (default 0)"},                                              \
+      {"shuffle", "MODE", "none (default), global or shard"},                                 \
+      {"shuffle-block-size", "N", "shard mode: samples shuffled together (default 1024)"},    \
+      {"strategy", "S",                                                                        \
+       "round_robin (default), contiguous, hash, range, stratified or dynamic"},               \
+      {"world-size", "W", "number of ranks (default 1)"},                                      \
+      {"block-size", "B", "samples per block (default 256)"},                                 \
+      {"epochs", "E", "epochs (default 1; 0: unbounded)"},                                    \
+      {"tail", "T", "keep (default), pad or drop"},                                           \
+      {"num-partitions", "P", "hash: partitions (default: world size)"},                      \
+      {"hash-seed", "S", "hash: seed of the sample hash"},                                    \
+      {"ranges", "B:E,...", "range: [B, E) per rank"}
+
+const cli_opt_t iter_create_opts[] = {
+    ITER_CONFIG_OPTS,
+    {"lease-ms", "MS", "block lease length (default 30000)"},
+    {"rank-timeout-ms", "MS", "a rank silent this long is failed (default 30000)"},
+    {"replication", "R", "static strategies: ranks that may take over a rank's blocks (default 1)"},
+    {"cluster-sync", "BOOL", "true (default): state on the head; false needs a node agent"},
+    {"rank", "R", "also join as rank R"},
+    {NULL, NULL, NULL},
+};
+
+const cli_opt_t iter_stream_opts[] = {
+    ITER_CONFIG_OPTS,
+    {"rank", "R", "the rank whose indices to print (default 0)"},
+    {"epoch", "E", "start at epoch E (default 0)"},
+    {"all-epochs", NULL, "go on through every epoch (one blank line between epochs)"},
+    {NULL, NULL, NULL},
+};
+
+const cli_opt_t iter_next_opts[] = {
+    {"rank", "R", "the rank asking (required)"},
+    {"epoch", "E", "the epoch it is consuming (default: the iteration's current one)"},
+    {"max", "N", "lease up to N blocks (default 1)"},
+    {NULL, NULL, NULL},
+};
+
+const cli_opt_t iter_ack_opts[] = {
+    {"rank", "R", "the rank acknowledging (required)"},
+    {"epoch", "E", "the blocks' epoch (default: the current one)"},
+    {NULL, NULL, NULL},
+};
+
+const cli_opt_t iter_restore_opts[] = {
+    {"world-size", "W", "resume with W ranks (elastic; default: the checkpoint's)"},
+    {"epochs", "E", "change the number of epochs"},
+    {"rank", "R", "also join as rank R"},
+    {NULL, NULL, NULL},
+};
+
+const cli_opt_t iter_status_opts[] = {
+    {"json", NULL, "print the iteration object as JSON"},
+    {NULL, NULL, NULL},
+};
+
+/* Storage for the arrays a configuration points at. */
+typedef struct {
+  muster_iter_config_t cfg;
+  uint64_t *shards;
+  uint64_t *ranges;
+  uint32_t *labels;
+} iter_cfg_t;
+
+static void cfg_free(iter_cfg_t *c) {
+  free(c->shards);
+  free(c->ranges);
+  free(c->labels);
+}
+
+/* Parses "a,b,c" (or "a:b,c:d" with `pairs`) into a fresh array. */
+static int parse_list(const cli_args_t *args, const char *opt, int pairs, uint64_t **out,
+                      size_t *n) {
+  const char *text = cli_opt(args, opt);
+  *out = NULL;
+  *n = 0;
+  if (text == NULL)
+    return CLI_OK;
+  size_t cap = 1;
+  for (const char *p = text; *p; p++)
+    cap += *p == ',' || *p == ':';
+  *out = calloc(cap, sizeof **out);
+  const char *p = text;
+  while (*out && *p) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(p, &end, 10);
+    char want = pairs && *n % 2 == 0 ? ':' : ',';
+    if (end == p || errno || *p == '-' || (*end && *end != want) || (!*end && pairs && *n % 2 == 0))
+      return cli_usage_error(args->cmd, "--%s: expected %s, got '%s'", opt,
+                             pairs ? "B:E,B:E,..." : "N,N,...", text);
+    (*out)[(*n)++] = v;
+    p = *end ? end + 1 : end;
+  }
+  return *out ? CLI_OK : CLI_FAIL;
+}
+
+/* Reads one label per line of FILE. */
+static int read_labels(const cli_args_t *args, iter_cfg_t *c, uint64_t n) {
+  const char *path = cli_opt(args, "labels");
+  if (path == NULL)
+    return CLI_OK;
+  FILE *fp = fopen(path, "r");
+  if (fp == NULL)
+    return cli_usage_error(args->cmd, "--labels: cannot open '%s'", path);
+  c->labels = calloc(n ? n : 1, sizeof *c->labels);
+  uint64_t i = 0;
+  unsigned long v;
+  while (c->labels && i < n && fscanf(fp, "%lu", &v) == 1)
+    c->labels[i++] = (uint32_t)v;
+  fclose(fp);
+  if (i != n)
+    return cli_usage_error(args->cmd, "--labels: %s has %llu labels, the dataset %llu samples",
+                           path, (unsigned long long)i, (unsigned long long)n);
+  c->cfg.labels = c->labels;
+  return CLI_OK;
+}
+
+/* Fills the configuration from the options. */
+static int read_config(const cli_args_t *args, iter_cfg_t *c) {
+  memset(c, 0, sizeof *c);
+  muster_iter_config_init(&c->cfg);
+  muster_iter_config_t *cfg = &c->cfg;
+  int64_t n, seed, sbs, world, block, epochs, parts, hseed;
+  size_t nshards, nranges;
+  int rc = cli_opt_int(args, "num-samples", -1, 0, &n);
+  if (rc == CLI_OK)
+    rc = parse_list(args, "shards", 0, &c->shards, &nshards);
+  if (rc == CLI_OK && (n < 0) == (c->shards == NULL))
+    return cli_usage_error(args->cmd, "give exactly one of --num-samples and --shards");
+  const char *names[] = {"seed", "shuffle-block-size", "world-size", "block-size", "epochs",
+                         "num-partitions", "hash-seed"};
+  int64_t *values[] = {&seed, &sbs, &world, &block, &epochs, &parts, &hseed};
+  int64_t dflt[] = {0, 1024, 1, 256, 1, 0, 0}, mins[] = {0, 1, 1, 1, 0, 0, 0};
+  for (int i = 0; i < 7 && rc == CLI_OK; i++)
+    rc = cli_opt_int(args, names[i], dflt[i], mins[i], values[i]);
+  if (rc == CLI_OK)
+    rc = parse_list(args, "ranges", 1, &c->ranges, &nranges);
+  if (rc != CLI_OK)
+    return rc;
+  if (c->ranges && nranges != 2 * (size_t)world)
+    return cli_usage_error(args->cmd, "--ranges: needs one B:E per rank (%lld)", (long long)world);
+  cfg->num_samples = n >= 0 ? (uint64_t)n : 0;
+  cfg->num_shards = c->shards ? nshards : 0;
+  cfg->shard_counts = c->shards;
+  uint64_t total = cfg->num_samples;
+  for (size_t i = 0; c->shards && i < nshards; i++)
+    total += c->shards[i];
+  cfg->seed = (uint64_t)seed;
+  cfg->shuffle = cli_opt(args, "shuffle");
+  cfg->shuffle_block_size = (uint64_t)sbs;
+  cfg->strategy = cli_opt(args, "strategy");
+  cfg->world_size = (uint32_t)world;
+  cfg->block_size = (uint64_t)block;
+  cfg->epochs = (uint64_t)epochs;
+  cfg->tail = cli_opt(args, "tail");
+  cfg->num_partitions = (uint32_t)parts;
+  cfg->hash_seed = (uint64_t)hseed;
+  cfg->ranges = c->ranges;
+  return read_labels(args, c, total);
+}
+
+/* Reads the coordinated settings of `iter create`. */
+static int read_settings(const cli_args_t *args, muster_iter_config_t *cfg) {
+  int rc = cli_opt_int(args, "lease-ms", -1, 1, &cfg->lease_ms);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "rank-timeout-ms", -1, 1, &cfg->rank_timeout_ms);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "replication", -1, 1, &cfg->replication);
+  const char *sync = cli_opt(args, "cluster-sync");
+  if (rc == CLI_OK && sync) {
+    if (strcmp(sync, "true") && strcmp(sync, "false"))
+      return cli_usage_error(args->cmd, "--cluster-sync: expected true or false");
+    cfg->cluster_sync = strcmp(sync, "true") == 0;
+  }
+  return rc;
+}
+
+/* Prints a library reply with `pretty`, or the error. */
+static int finish(muster_client_t *client, muster_err_t err, char *json, int pretty) {
+  int rc = CLI_OK;
+  if (err != MUSTER_OK)
+    rc = cli_error(client, err);
+  else if (json && pretty)
+    cli_print_pretty(json);
+  else if (json)
+    puts(json);
+  muster_free(json);
+  muster_client_free(client);
+  return rc;
+}
+
+int cmd_iter_create(cli_args_t *args) {
+  iter_cfg_t c;
+  int64_t rank;
+  int rc = read_config(args, &c);
+  if (rc == CLI_OK)
+    rc = read_settings(args, &c.cfg);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  muster_client_t *client = NULL;
+  if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK) {
+    char *json = NULL;
+    muster_err_t err = muster_iter_create(client, args->pos[0], &c.cfg, NULL, rank, &json);
+    rc = finish(client, err, json, 1);
+  }
+  cfg_free(&c);
+  return rc;
+}
+
+/* Prints one leased block as a JSON line. */
+static void print_block(uint64_t epoch, const muster_iter_block_t *b) {
+  json_t *indices = json_array();
+  for (uint64_t i = 0; b->indices && i < b->end - b->begin; i++)
+    json_array_append_new(indices, json_integer((json_int_t)b->indices[i]));
+  json_t *obj = json_pack("{s:I, s:I, s:I, s:I, s:b, s:o}", "epoch", (json_int_t)epoch, "block",
+                          (json_int_t)b->block, "token", (json_int_t)b->token, "deadline_ms",
+                          (json_int_t)b->deadline_ms, "takeover", b->takeover, "indices", indices);
+  char *line = json_dumps(obj, JSON_COMPACT);
+  if (line)
+    puts(line);
+  free(line);
+  json_decref(obj);
+}
+
+int cmd_iter_next(cli_args_t *args) {
+  int64_t rank, epoch, max;
+  int rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "epoch", -1, 0, &epoch);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "max", 1, 1, &max);
+  if (rc == CLI_OK && rank < 0)
+    return cli_usage_error(args->cmd, "'iter next' needs --rank R");
+  muster_client_t *client = NULL;
+  if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
+    return rc;
+  if (epoch < 0) { /* the iteration's current epoch */
+    char *json = NULL;
+    muster_err_t err = muster_iter_status(client, args->pos[0], &json);
+    if (err != MUSTER_OK)
+      return finish(client, err, json, 0);
+    json_t *obj = json_loads(json, 0, NULL);
+    epoch = json_integer_value(json_object_get(obj, "epoch"));
+    json_decref(obj);
+    muster_free(json);
+  }
+  muster_iter_next_t next;
+  muster_err_t err = muster_iter_next(client, args->pos[0], (uint32_t)rank, (uint64_t)epoch,
+                                      (size_t)max, 1, &next);
+  if (err == MUSTER_OK) {
+    static const char *const states[] = {"blocks", "wait", "epoch_end", "finished"};
+    for (size_t i = 0; i < next.count; i++)
+      print_block(next.epoch, &next.blocks[i]);
+    if (next.count == 0)
+      printf("{\"state\":\"%s\",\"epoch\":%llu}\n", states[next.state],
+             (unsigned long long)next.epoch);
+    muster_iter_next_free(&next);
+  }
+  return finish(client, err, NULL, 0);
+}
+
+int cmd_iter_ack(cli_args_t *args) {
+  int64_t rank, epoch = -1;
+  int rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "epoch", -1, 0, &epoch);
+  if (rc == CLI_OK && rank < 0)
+    return cli_usage_error(args->cmd, "'iter ack' needs --rank R");
+  size_t n = (size_t)args->npos - 1;
+  uint64_t *blocks = calloc(n ? n : 1, sizeof *blocks);
+  int64_t *tokens = calloc(n ? n : 1, sizeof *tokens);
+  for (size_t i = 0; rc == CLI_OK && blocks && tokens && i < n; i++) {
+    unsigned long long b;
+    long long t;
+    char extra;
+    if (sscanf(args->pos[i + 1], "%llu:%lld%c", &b, &t, &extra) != 2 || t <= 0)
+      rc = cli_usage_error(args->cmd, "expected BLOCK:TOKEN, got '%s'", args->pos[i + 1]);
+    else
+      blocks[i] = b, tokens[i] = t;
+  }
+  muster_client_t *client = NULL;
+  if (rc == CLI_OK && (blocks == NULL || tokens == NULL))
+    rc = CLI_FAIL;
+  if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK) {
+    muster_err_t err = MUSTER_OK;
+    if (epoch < 0) {
+      char *json = NULL;
+      if ((err = muster_iter_status(client, args->pos[0], &json)) == MUSTER_OK) {
+        json_t *obj = json_loads(json, 0, NULL);
+        epoch = json_integer_value(json_object_get(obj, "epoch"));
+        json_decref(obj);
+      }
+      muster_free(json);
+    }
+    if (err == MUSTER_OK)
+      err = muster_iter_ack(client, args->pos[0], (uint32_t)rank, (uint64_t)epoch, blocks,
+                            tokens, n);
+    rc = err == MUSTER_OK ? CLI_OK : cli_error(client, err);
+    muster_client_free(client);
+  }
+  free(blocks);
+  free(tokens);
+  return rc;
+}
+
+/* Prints the iteration's summary and a row per rank. */
+static void print_status(const char *json) {
+  json_t *obj = json_loads(json, 0, NULL);
+  json_t *blocks = json_object_get(obj, "blocks");
+  json_t *config = json_object_get(obj, "config");
+  printf("%s: %s, %s shuffle, world %lld, epoch %lld%s, blocks %lld/%lld done, %lld leased\n",
+         json_string_value(json_object_get(obj, "name")),
+         json_string_value(json_object_get(config, "strategy")),
+         json_string_value(json_object_get(config, "shuffle")),
+         (long long)json_integer_value(json_object_get(config, "world_size")),
+         (long long)json_integer_value(json_object_get(obj, "epoch")),
+         json_is_true(json_object_get(obj, "finished")) ? " (finished)" : "",
+         (long long)json_integer_value(json_object_get(blocks, "done")),
+         (long long)json_integer_value(json_object_get(blocks, "total")),
+         (long long)json_integer_value(json_object_get(blocks, "leased")));
+  printf("%6s  %-8s %10s %8s %12s %7s %6s\n", "RANK", "HEALTH", "SAMPLES", "BLOCKS",
+         "SAMPLES/S", "LEASES", "TAKEN");
+  size_t i;
+  json_t *r;
+  json_array_foreach(json_object_get(obj, "ranks"), i, r) {
+    printf("%6lld  %-8s %10lld %8lld %12.1f %7lld %6lld\n",
+           (long long)json_integer_value(json_object_get(r, "rank")),
+           json_string_value(json_object_get(r, "health")),
+           (long long)json_integer_value(json_object_get(r, "samples")),
+           (long long)json_integer_value(json_object_get(r, "blocks")),
+           json_number_value(json_object_get(r, "throughput")),
+           (long long)json_integer_value(json_object_get(r, "leases")),
+           (long long)json_integer_value(json_object_get(r, "taken_over")));
+  }
+  json_decref(obj);
+}
+
+int cmd_iter_status(cli_args_t *args) {
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc != CLI_OK)
+    return rc;
+  char *json = NULL;
+  muster_err_t err = muster_iter_status(client, args->pos[0], &json);
+  if (err == MUSTER_OK && !cli_flag(args, "json")) {
+    print_status(json);
+    muster_free(json);
+    muster_client_free(client);
+    return CLI_OK;
+  }
+  return finish(client, err, json, 1);
+}
+
+int cmd_iter_checkpoint(cli_args_t *args) {
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc != CLI_OK)
+    return rc;
+  char *json = NULL;
+  muster_err_t err = muster_iter_checkpoint(client, args->pos[0], &json);
+  return finish(client, err, json, 0);
+}
+
+/* Reads all of FILE ("-": stdin); caller frees. */
+static char *slurp(const char *path) {
+  FILE *fp = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+  if (fp == NULL)
+    return NULL;
+  size_t len = 0, cap = 4096;
+  char *buf = malloc(cap);
+  size_t got;
+  while (buf && (got = fread(buf + len, 1, cap - len - 1, fp)) > 0) {
+    len += got;
+    if (cap - len < 2) {
+      char *grown = realloc(buf, cap *= 2);
+      if (grown == NULL) {
+        free(buf);
+        buf = NULL;
+      }
+      buf = grown;
+    }
+  }
+  if (fp != stdin)
+    fclose(fp);
+  if (buf)
+    buf[len] = '\0';
+  return buf;
+}
+
+int cmd_iter_restore(cli_args_t *args) {
+  int64_t world, epochs, rank;
+  int rc = cli_opt_int(args, "world-size", 0, 1, &world);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "epochs", -1, 0, &epochs);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  if (rc != CLI_OK)
+    return rc;
+  char *text = slurp(args->pos[1]);
+  if (text == NULL) {
+    fprintf(stderr, "muster: invalid_argument: cannot read checkpoint '%s'\n", args->pos[1]);
+    return CLI_FAIL;
+  }
+  json_t *ck = json_loads(text, 0, NULL);
+  free(text);
+  if (ck == NULL) {
+    fprintf(stderr, "muster: invalid_argument: the checkpoint is not JSON\n");
+    return CLI_FAIL;
+  }
+  json_t *config = json_object_get(ck, "config");
+  if (epochs >= 0 && config)
+    json_object_set_new(config, "epochs", json_integer(epochs)); /* not in the fingerprint */
+  muster_iter_config_t cfg;
+  muster_iter_config_init(&cfg);
+  json_t *cw = json_object_get(config, "world_size");
+  cfg.world_size = (uint32_t)(world > 0 ? world : json_integer_value(cw));
+  char *ck_text = json_dumps(ck, JSON_COMPACT);
+  json_decref(ck);
+  muster_client_t *client = NULL;
+  if ((rc = cli_connect(args, &client)) != CLI_OK) {
+    free(ck_text);
+    return rc;
+  }
+  char *json = NULL;
+  muster_err_t err = muster_iter_create(client, args->pos[0], &cfg, ck_text, rank, &json);
+  free(ck_text);
+  return finish(client, err, json, 1);
+}
+
+int cmd_iter_rm(cli_args_t *args) {
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc != CLI_OK)
+    return rc;
+  muster_err_t err = muster_iter_delete(client, args->pos[0]);
+  rc = err == MUSTER_OK ? CLI_OK : cli_error(client, err);
+  muster_client_free(client);
+  return rc;
+}
+
+int cmd_iter_stream(cli_args_t *args) {
+  iter_cfg_t c;
+  int64_t rank, epoch;
+  int rc = read_config(args, &c);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "rank", 0, 0, &rank);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "epoch", 0, 0, &epoch);
+  muster_loader_t *loader = NULL;
+  if (rc == CLI_OK) {
+    muster_loader_opts_t opts;
+    muster_loader_opts_init(&opts);
+    opts.config = &c.cfg;
+    opts.rank = (uint32_t)rank;
+    char *message = NULL;
+    muster_err_t err = muster_loader_open(&opts, &loader, &message);
+    if (err != MUSTER_OK) {
+      fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), message ? message : "");
+      rc = CLI_FAIL;
+    }
+    muster_free(message);
+  }
+  for (int64_t e = 0; rc == CLI_OK && e < epoch; e++)
+    if (muster_loader_reset(loader) != MUSTER_OK) {
+      fprintf(stderr, "muster: invalid_argument: %s\n", muster_loader_message(loader));
+      rc = CLI_FAIL;
+    }
+  for (int first = 1; rc == CLI_OK; first = 0) {
+    if (!first) {
+      if (!cli_flag(args, "all-epochs") || muster_loader_reset(loader) != MUSTER_OK)
+        break;
+      putchar('\n');
+    }
+    uint64_t index;
+    int has;
+    while (muster_loader_next(loader, &index, NULL, &has) == MUSTER_OK && has)
+      printf("%llu\n", (unsigned long long)index);
+  }
+  muster_loader_close(loader);
+  cfg_free(&c);
+  return rc;
+}

@@ -1,0 +1,286 @@
+/*
+ * iter.c — libmuster's iteration calls (docs/api.md, "Iterations"): create
+ * or join, next, ack, heartbeat, status, checkpoint, delete.  The loader
+ * (loader.c) is built on these.
+ */
+#include "client/client_internal.h"
+#include "client/iter_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ITER_PATH_MAX 256
+
+void muster_iter_config_init(muster_iter_config_t *cfg) {
+  if (cfg == NULL)
+    return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->world_size = 1;
+  cfg->block_size = 256;
+  cfg->shuffle_block_size = 1024;
+  cfg->epochs = 1;
+  cfg->lease_ms = cfg->rank_timeout_ms = cfg->replication = -1;
+  cfg->cluster_sync = -1;
+}
+
+/* Sets integer field `key`. */
+static void set_int(json_t *obj, const char *key, uint64_t value) {
+  json_object_set_new(obj, key, json_integer((json_int_t)value));
+}
+
+/* The dataset object of `cfg`. */
+static json_t *dataset_json(const muster_iter_config_t *cfg) {
+  json_t *ds = json_object();
+  uint64_t n = cfg->num_samples;
+  if (cfg->num_shards > 0) {
+    json_t *shards = json_array();
+    n = 0;
+    for (size_t i = 0; i < cfg->num_shards; i++) {
+      json_t *shard = json_pack("{s:I}", "count", (json_int_t)cfg->shard_counts[i]);
+      if (cfg->shard_uris && cfg->shard_uris[i])
+        json_object_set_new(shard, "uri", json_string(cfg->shard_uris[i]));
+      json_array_append_new(shards, shard);
+      n += cfg->shard_counts[i];
+    }
+    json_object_set_new(ds, "shards", shards);
+  } else {
+    set_int(ds, "num_samples", n);
+  }
+  if (cfg->labels) {
+    json_t *labels = json_array();
+    for (uint64_t i = 0; i < n; i++)
+      json_array_append_new(labels, json_integer(cfg->labels[i]));
+    json_object_set_new(ds, "labels", labels);
+  }
+  return ds;
+}
+
+/* The coordinated settings of `cfg` that are not the head's defaults. */
+static void settings_json(const muster_iter_config_t *cfg, json_t *obj) {
+  if (cfg->lease_ms >= 0)
+    json_object_set_new(obj, "lease_ms", json_integer(cfg->lease_ms));
+  if (cfg->rank_timeout_ms >= 0)
+    json_object_set_new(obj, "rank_timeout_ms", json_integer(cfg->rank_timeout_ms));
+  if (cfg->replication >= 0)
+    json_object_set_new(obj, "replication", json_integer(cfg->replication));
+  if (cfg->cluster_sync >= 0)
+    json_object_set_new(obj, "cluster_sync", json_boolean(cfg->cluster_sync));
+}
+
+json_t *iter_config_json(const muster_iter_config_t *cfg) {
+  json_t *obj = json_object();
+  json_object_set_new(obj, "dataset", dataset_json(cfg));
+  set_int(obj, "seed", cfg->seed);
+  json_object_set_new(obj, "shuffle", json_string(cfg->shuffle ? cfg->shuffle : "none"));
+  set_int(obj, "shuffle_block_size", cfg->shuffle_block_size);
+  json_object_set_new(obj, "strategy", json_string(cfg->strategy ? cfg->strategy : "round_robin"));
+  set_int(obj, "world_size", cfg->world_size);
+  set_int(obj, "block_size", cfg->block_size);
+  set_int(obj, "epochs", cfg->epochs);
+  json_object_set_new(obj, "tail", json_string(cfg->tail ? cfg->tail : "keep"));
+  set_int(obj, "num_partitions", cfg->num_partitions);
+  set_int(obj, "hash_seed", cfg->hash_seed);
+  if (cfg->ranges) {
+    json_t *ranges = json_array();
+    for (uint32_t r = 0; r < cfg->world_size; r++)
+      json_array_append_new(ranges, json_pack("[I, I]", (json_int_t)cfg->ranges[2 * r],
+                                              (json_int_t)cfg->ranges[2 * r + 1]));
+    json_object_set_new(obj, "ranges", ranges);
+  }
+  settings_json(cfg, obj);
+  return obj;
+}
+
+/* Formats /v1/iterations/NAME + suffix into `path`. */
+static muster_err_t iter_path(muster_client_t *client, char *path, const char *name,
+                              const char *suffix) {
+  if (name == NULL)
+    return client_fail(client, MUSTER_INVALID, "an iteration name is required");
+  return client_path(client, path, ITER_PATH_MAX, suffix ? "/v1/iterations/%s/%s" : "/v1/iterations/%s",
+                     name, suffix);
+}
+
+muster_err_t muster_iter_create(muster_client_t *client, const char *name,
+                                const muster_iter_config_t *cfg, const char *checkpoint,
+                                int64_t rank, char **json) {
+  if (json)
+    *json = NULL;
+  if (client == NULL)
+    return MUSTER_INVALID;
+  if (name == NULL || (cfg == NULL && checkpoint == NULL))
+    return client_fail(client, MUSTER_INVALID, "a name and a configuration or checkpoint are needed");
+  json_t *body;
+  if (checkpoint) {
+    json_t *ck = client_parse_value(client, checkpoint, "checkpoint");
+    if (ck == NULL)
+      return MUSTER_INVALID;
+    body = json_pack("{s:o}", "checkpoint", ck);
+    if (cfg) {
+      set_int(body, "world_size", cfg->world_size);
+      settings_json(cfg, body);
+    }
+  } else {
+    body = iter_config_json(cfg);
+  }
+  json_object_set_new(body, "name", json_string(name));
+  if (rank >= 0)
+    json_object_set_new(body, "rank", json_integer(rank));
+  json_t *reply = NULL;
+  muster_err_t err = client_call(client, "POST", "/v1/iterations", body, 0, &reply);
+  json_decref(body);
+  if (err == MUSTER_OK && json && (*json = client_dump_value(reply)) == NULL)
+    err = client_fail(client, MUSTER_NOMEM, "out of memory");
+  json_decref(reply);
+  return err;
+}
+
+void muster_iter_next_free(muster_iter_next_t *next) {
+  if (next == NULL)
+    return;
+  for (size_t i = 0; i < next->count; i++)
+    free(next->blocks[i].indices);
+  free(next->blocks);
+  next->blocks = NULL;
+  next->count = 0;
+}
+
+/* Reads one block object of a next reply. */
+static int read_block(const json_t *b, muster_iter_block_t *out) {
+  int64_t v[6];
+  const char *keys[] = {"block", "token", "deadline_ms", "rank", "begin", "end"};
+  for (int i = 0; i < 6; i++)
+    if (client_get_int(b, keys[i], -1, &v[i]) != 0)
+      return -1;
+  if (v[0] < 0 || v[1] <= 0 || v[4] < 0 || v[5] < v[4])
+    return -1;
+  *out = (muster_iter_block_t){.block = (uint64_t)v[0], .token = v[1], .deadline_ms = v[2],
+                               .plan_rank = v[3], .begin = (uint64_t)v[4], .end = (uint64_t)v[5],
+                               .takeover = json_is_true(json_object_get(b, "takeover"))};
+  const json_t *list = json_object_get(b, "indices");
+  if (list == NULL)
+    return 0;
+  size_t n = json_array_size(list);
+  if (n != out->end - out->begin || (out->indices = malloc((n ? n : 1) * sizeof *out->indices)) == NULL)
+    return -1;
+  for (size_t i = 0; i < n; i++)
+    out->indices[i] = (uint64_t)json_integer_value(json_array_get(list, i));
+  return 0;
+}
+
+static muster_err_t read_next(muster_client_t *client, const json_t *reply, muster_iter_next_t *out) {
+  const char *state = json_string_value(json_object_get(reply, "state"));
+  static const char *const states[] = {"blocks", "wait", "epoch_end", "finished"};
+  int64_t epoch, retry;
+  out->state = MUSTER_ITER_WAIT;
+  int known = 0;
+  for (int i = 0; state && i < 4; i++)
+    if (strcmp(state, states[i]) == 0) {
+      out->state = (muster_iter_state_t)i;
+      known = 1;
+    }
+  const json_t *blocks = json_object_get(reply, "blocks");
+  if (!known || client_get_int(reply, "epoch", 0, &epoch) || client_get_int(reply, "retry_ms", 50, &retry) ||
+      !json_is_array(blocks))
+    return client_fail(client, MUSTER_PROTOCOL, "next: unreadable reply");
+  out->epoch = (uint64_t)epoch;
+  out->retry_ms = retry;
+  size_t n = json_array_size(blocks);
+  out->blocks = calloc(n ? n : 1, sizeof *out->blocks);
+  if (out->blocks == NULL)
+    return client_fail(client, MUSTER_NOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++, out->count++)
+    if (read_block(json_array_get(blocks, i), &out->blocks[i]) != 0) {
+      muster_iter_next_free(out);
+      return client_fail(client, MUSTER_PROTOCOL, "next: unreadable block %zu", i);
+    }
+  return MUSTER_OK;
+}
+
+muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_t rank,
+                              uint64_t epoch, size_t max, int with_indices,
+                              muster_iter_next_t *out) {
+  if (client == NULL || out == NULL)
+    return MUSTER_INVALID;
+  memset(out, 0, sizeof *out);
+  char path[ITER_PATH_MAX];
+  muster_err_t err = iter_path(client, path, name, "next");
+  if (err)
+    return err;
+  json_t *body = json_pack("{s:I, s:I, s:I, s:b}", "rank", (json_int_t)rank, "epoch",
+                           (json_int_t)epoch, "max", (json_int_t)max, "indices", with_indices);
+  json_t *reply = NULL;
+  err = client_call(client, "POST", path, body, 0, &reply);
+  json_decref(body);
+  if (err == MUSTER_OK)
+    err = read_next(client, reply, out);
+  json_decref(reply);
+  return err;
+}
+
+muster_err_t muster_iter_ack(muster_client_t *client, const char *name, uint32_t rank,
+                             uint64_t epoch, const uint64_t *blocks, const int64_t *tokens,
+                             size_t count) {
+  if (client == NULL)
+    return MUSTER_INVALID;
+  char path[ITER_PATH_MAX];
+  muster_err_t err = iter_path(client, path, name, "ack");
+  if (err)
+    return err;
+  json_t *list = json_array();
+  for (size_t i = 0; i < count; i++)
+    json_array_append_new(list, json_pack("{s:I, s:I}", "block", (json_int_t)blocks[i], "token",
+                                          (json_int_t)tokens[i]));
+  json_t *body = json_pack("{s:I, s:I, s:o}", "rank", (json_int_t)rank, "epoch", (json_int_t)epoch,
+                           "blocks", list);
+  err = client_call(client, "POST", path, body, 0, NULL);
+  json_decref(body);
+  return err;
+}
+
+muster_err_t muster_iter_heartbeat(muster_client_t *client, const char *name, uint32_t rank) {
+  if (client == NULL)
+    return MUSTER_INVALID;
+  char path[ITER_PATH_MAX];
+  muster_err_t err = iter_path(client, path, name, "heartbeat");
+  if (err)
+    return err;
+  json_t *body = json_pack("{s:I}", "rank", (json_int_t)rank);
+  err = client_call(client, "POST", path, body, 0, NULL);
+  json_decref(body);
+  return err;
+}
+
+/* GETs path (under the iteration) and returns the reply text. */
+static muster_err_t get_text(muster_client_t *client, const char *name, const char *suffix,
+                             char **json) {
+  if (json)
+    *json = NULL;
+  if (client == NULL || json == NULL)
+    return client ? client_fail(client, MUSTER_INVALID, "a place for the reply is required")
+                  : MUSTER_INVALID;
+  char path[ITER_PATH_MAX];
+  muster_err_t err = iter_path(client, path, name, suffix);
+  json_t *reply = NULL;
+  if (err == MUSTER_OK)
+    err = client_call(client, "GET", path, NULL, 0, &reply);
+  if (err == MUSTER_OK && (*json = client_dump_value(reply)) == NULL)
+    err = client_fail(client, MUSTER_NOMEM, "out of memory");
+  json_decref(reply);
+  return err;
+}
+
+muster_err_t muster_iter_status(muster_client_t *client, const char *name, char **json) {
+  return get_text(client, name, NULL, json);
+}
+
+muster_err_t muster_iter_checkpoint(muster_client_t *client, const char *name, char **json) {
+  return get_text(client, name, "checkpoint", json);
+}
+
+muster_err_t muster_iter_delete(muster_client_t *client, const char *name) {
+  if (client == NULL)
+    return MUSTER_INVALID;
+  char path[ITER_PATH_MAX];
+  muster_err_t err = iter_path(client, path, name, NULL);
+  return err ? err : client_call(client, "DELETE", path, NULL, 0, NULL);
+}

@@ -1,0 +1,66 @@
+/*
+ * loader_plan.c — an iteration configuration (muster_iter_config_t) turned
+ * into the core's dataset and partition plan, on the client: the
+ * standalone loader computes its stream from it with no head at all.
+ */
+#include "client/iter_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Fills *cfg from the public configuration; the enum names are checked. */
+static muster_err_t part_from(const muster_iter_config_t *in, part_config_t *cfg,
+                              part_range_t **ranges, char *msg, size_t n) {
+  part_config_init(cfg);
+  if ((in->shuffle && part_shuffle_parse(in->shuffle, &cfg->shuffle) != MUSTER_OK) ||
+      (in->strategy && part_strategy_parse(in->strategy, &cfg->strategy) != MUSTER_OK) ||
+      (in->tail && part_tail_parse(in->tail, &cfg->tail) != MUSTER_OK)) {
+    snprintf(msg, n, "shuffle, strategy or tail: unknown name (see docs/iterations.md)");
+    return MUSTER_INVALID;
+  }
+  cfg->seed = in->seed;
+  cfg->shuffle_block_size = in->shuffle_block_size ? in->shuffle_block_size : 1024;
+  cfg->world_size = in->world_size ? in->world_size : 1;
+  cfg->block_size = in->block_size ? in->block_size : 256;
+  cfg->epochs = in->epochs;
+  cfg->num_partitions = in->num_partitions;
+  cfg->hash_seed = in->hash_seed;
+  *ranges = NULL;
+  if (in->ranges) {
+    if ((*ranges = calloc(cfg->world_size, sizeof **ranges)) == NULL)
+      return MUSTER_NOMEM;
+    for (uint32_t r = 0; r < cfg->world_size; r++)
+      (*ranges)[r] = (part_range_t){in->ranges[2 * r], in->ranges[2 * r + 1]};
+    cfg->ranges = *ranges;
+  }
+  return MUSTER_OK;
+}
+
+muster_err_t iter_config_plan(const muster_iter_config_t *in, dataset_t **ds, part_plan_t **plan,
+                              char *msg, size_t n) {
+  *ds = NULL;
+  *plan = NULL;
+  muster_err_t err = in->num_shards > 0
+                         ? dataset_create_shards(in->num_shards, in->shard_counts,
+                                                 in->shard_uris, ds)
+                         : dataset_create(in->num_samples, ds);
+  if (err == MUSTER_OK && in->labels)
+    err = dataset_set_labels(*ds, in->labels, dataset_num_samples(*ds));
+  if (err != MUSTER_OK) {
+    snprintf(msg, n, "dataset: invalid shape or labels");
+    dataset_destroy(*ds);
+    *ds = NULL;
+    return err;
+  }
+  part_config_t cfg;
+  part_range_t *ranges = NULL;
+  if ((err = part_from(in, &cfg, &ranges, msg, n)) == MUSTER_OK &&
+      (err = part_plan_create(*ds, &cfg, plan)) != MUSTER_OK)
+    snprintf(msg, n, "the configuration is invalid (see docs/iterations.md, Configuration)");
+  free(ranges);
+  if (err != MUSTER_OK) {
+    dataset_destroy(*ds);
+    *ds = NULL;
+  }
+  return err;
+}
