@@ -1,0 +1,117 @@
+"""The DistCompute-style worker interface (muster.init) driving a 3-stage pipeline."""
+import threading
+import unittest
+
+from common import HeadTestCase, muster
+
+
+class TestDistCompute(HeadTestCase):
+    def pipeline(self, **settings):
+        a, b, c = self.qname("a"), self.qname("b"), self.qname("c")
+        self.c.put_queue(c, **settings)
+        self.c.put_queue(b, next=c, **settings)
+        self.c.put_queue(a, next=b, **settings)
+        return a, b, c
+
+    def worker(self, stage, pipeline, nickname="tester"):
+        return muster.init(self.head.url, stage=stage, nickname=nickname, verbose=False,
+                           pipeline=pipeline, token=self.head.token)
+
+    def test_three_stages_end_to_end(self):
+        a, b, c = self.pipeline()
+        self.c.put_payloads(a, ["u%d" % i for i in range(5)])
+        wa, wb, wc = (self.worker(s, a, nickname="n" + s) for s in "abc")
+        self.assertEqual((wa.stage_name, wb.stage_name, wc.stage_name), (a, b, c))
+        self.assertEqual((wa.project, wb.project_name), (a, a))
+        self.assertTrue(wa.display_name)
+        self.assertEqual(wa.job_count(), 5)
+        self.assertEqual(wb.job_count(), 0)
+        with self.assertRaises(muster.ZeroJobError):
+            wb.new_job()
+        last = {}
+        for stage_worker, transform in ((wa, str.upper), (wb, lambda s: s + "!"), (wc, lambda s: [s])):
+            while stage_worker.job_count():
+                stage_worker.new_job()
+                last[stage_worker] = stage_worker.job_id
+                self.assertIsInstance(stage_worker.job_id, int)
+                stage_worker.log("working on %d" % stage_worker.job_id)
+                stage_worker.complete_job(transform(stage_worker.job))
+                self.assertIsNone(stage_worker.job)
+        results = sorted(t["result"] for t in self.c.iter_tasks(c, state="done"))
+        self.assertEqual(results, [["U%d!" % i] for i in range(5)])
+        done = {x["nickname"]: x["completed"] for x in self.c.leaderboard()}
+        self.assertEqual((done["na"], done["nb"], done["nc"]), (5, 5, 5))
+        self.assertEqual(self.c.worker(wa.worker_id)["progress"], "working on %d" % last[wa])
+        for w in (wa, wb, wc):
+            self.assertTrue(w.is_alive())
+            w.bye()
+            self.assertFalse(w.is_alive())
+
+    def test_flag_invalid_data_reopens_the_previous_stage(self):
+        a, b, _ = self.pipeline(max_flags=2)
+        self.c.put(a, "raw")
+        wa, wb = self.worker("a", a), self.worker("b", a)
+        wa.new_job()
+        first = wa.job_id
+        wa.complete_job("bad output")
+        for _ in range(2):
+            wb.new_job()
+            self.assertEqual(wb.job, "bad output")
+            wb.flag_invalid_data()
+        with self.assertRaises(muster.ZeroJobError):
+            wb.new_job()
+        self.assertEqual(wa.job_count(), 1)  # the stage-a job is open again
+        wa.new_job()
+        self.assertEqual((wa.job_id, wa.job), (first, "raw"))
+        wa.complete_job("good output")
+        wb.new_job()
+        self.assertEqual(wb.job, "good output")
+        wb.complete_job("ok")
+        wa.bye()
+        wb.bye()
+
+    def test_bye_reopens_the_current_job_and_new_job_waits(self):
+        a, _, _ = self.pipeline()
+        w = self.worker("a", a)
+        self.c.put(a, 1)
+        w.new_job()
+        w.bye()
+        self.assertEqual(self.c.queue(a)["counts"]["queued"], 1)
+        w2 = self.worker("a", a)
+        w2.new_job()
+        w2.complete_job(2)
+        got = []
+        t = threading.Thread(target=lambda: (w2.new_job(wait_ms=20000), got.append(w2.job)))
+        t.start()
+        self.c.put(a, 3)  # the long-poll lease returns once it is there
+        t.join(15)
+        self.assertEqual(got, [3])
+        w2.complete_job()
+        w2.bye()
+
+    def test_stages_and_pipelines_are_checked(self):
+        a, _, c = self.pipeline()
+        with self.assertRaises(muster.InvalidArgument):
+            self.worker("d", a)   # only three stages
+        with self.assertRaises(muster.QueueNotFound):
+            self.worker("a", "no-such-pipeline")
+        with self.assertRaises(muster.InvalidArgument):
+            muster.init(self.head.url, stage="a", token=self.head.token, verbose=False)
+        w = muster.init(self.head.url, stage=c, token=self.head.token, verbose=False)  # a queue name
+        self.assertEqual(w.stage_name, c)
+        with self.assertRaises(muster.InvalidState):
+            w.complete_job(1)   # no job
+        w.bye()
+
+    def test_timed_out_worker_is_not_alive(self):
+        a, _, _ = self.pipeline()
+        w = muster.WorkerClient(self.head.url, stage="a", pipeline=a, token=self.head.token,
+                                verbose=False, keepalive=False)
+        self.c.bye(w.worker_id)   # as if it had timed out
+        self.assertFalse(w.is_alive())
+        with self.assertRaises(muster.WorkerNotFound):
+            w.new_job()
+
+
+if __name__ == "__main__":
+    unittest.main()
