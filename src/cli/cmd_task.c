@@ -1,17 +1,21 @@
 /*
  * cmd_task.c — `muster put` and `muster tasks ls|show|dead|requeue`.
  *
- * `put` reads every payload before it sends any, so a bad line stops the
- * command with nothing stored; it then sends batches of up to 1000 tasks (the
+ * `put` reads every payload (arguments, stdin or --file) before it sends any,
+ * so a bad line stops the command with nothing stored; it then sends batches
+ * of up to 1000 tasks (the
  * server's batch limit) and prints each batch's ids as soon as it is stored.
  * Listings page through the server's results (1000 per request at most).
  */
 #include "cli/cli.h"
 #include "cli/table.h"
 
+#include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define PUT_BATCH 1000
 #define LIST_PAGE 1000
@@ -86,6 +90,93 @@ static int put_read_stdin(put_list_t *list, int as_json) {
   return rc;
 }
 
+/* Reads all of `path` ("-": stdin) into a NUL-terminated buffer the caller
+ * frees; NULL after printing why. */
+static char *put_slurp(const char *path, size_t *len) {
+  FILE *fp = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+  if (fp == NULL) {
+    fprintf(stderr, "muster: invalid_argument: cannot open '%s': %s\n", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 65536;
+  char *buf = malloc(cap);
+  *len = 0;
+  for (size_t n; buf && (n = fread(buf + *len, 1, cap - *len - 1, fp)) > 0;) {
+    *len += n;
+    if (cap - *len - 1 == 0) {
+      char *grown = realloc(buf, cap * 2);
+      if (grown == NULL) {
+        free(buf);
+        buf = NULL;
+      }
+      buf = grown;
+      cap *= 2;
+    }
+  }
+  bool failed = buf == NULL || ferror(fp);
+  if (fp != stdin)
+    fclose(fp);
+  if (failed) {
+    fprintf(stderr, "muster: cannot read '%s'\n", path);
+    free(buf);
+    return NULL;
+  }
+  buf[*len] = '\0';
+  return buf;
+}
+
+/*
+ * Reads the payloads of --file: one per non-empty line; with `as_json` a file
+ * that is one JSON array gives one task per element, any other whole JSON
+ * document one task, and anything else is read as JSON lines.
+ */
+static int put_read_file(put_list_t *list, const char *path, int as_json) {
+  size_t len;
+  char *text = put_slurp(path, &len);
+  if (text == NULL)
+    return CLI_FAIL;
+  int rc = CLI_OK;
+  json_t *whole = as_json ? json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : NULL;
+  if (whole != NULL) {
+    size_t n = json_is_array(whole) ? json_array_size(whole) : 1;
+    for (size_t i = 0; rc == CLI_OK && i < n; i++) {
+      json_t *elem = json_is_array(whole) ? json_array_get(whole, i) : whole;
+      char *item = json_dumps(elem, JSON_COMPACT | JSON_ENCODE_ANY);
+      char where[80];
+      snprintf(where, sizeof where, "%.40s element %zu", path, i);
+      rc = item ? put_add(list, item, strlen(item), 1, where) : CLI_FAIL;
+      free(item);
+    }
+    json_decref(whole);
+    free(text);
+    return rc;
+  }
+  char *line = text;
+  for (long lineno = 1; rc == CLI_OK && line < text + len; lineno++) {
+    char *end = memchr(line, '\n', (size_t)(text + len - line));
+    size_t n = end ? (size_t)(end - line) : (size_t)(text + len - line);
+    char *next = line + n + (end != NULL);
+    while (n > 0 && line[n - 1] == '\r')
+      n--;
+    char where[80];
+    snprintf(where, sizeof where, "%.40s line %ld", path, lineno);
+    if (n > 0)
+      rc = put_add(list, line, n, as_json, where);
+    line = next;
+  }
+  free(text);
+  return rc;
+}
+
+/* True when `word` is not JSON but names a regular file: `--json jobs.json`. */
+static int put_names_file(const char *word) {
+  json_t *value = json_loads(word, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+  struct stat st;
+  int is_file = value == NULL && stat(word, &st) == 0 && S_ISREG(st.st_mode);
+  json_decref(value);
+  return is_file;
+}
+
 /* Sends the payloads in batches and prints the ids. */
 static int put_send(const cli_args_t *args, muster_client_t *client, const put_list_t *list,
                     const muster_task_spec_t *base) {
@@ -124,13 +215,23 @@ int cmd_put(cli_args_t *args) {
     return rc;
   base.key = cli_opt(args, "key");
   int as_json = cli_flag(args, "json");
+  const char *file = cli_opt(args, "file");
+  int npos = args->npos;
+  if (file == NULL && as_json && npos == 1 && put_names_file(args->pos[0])) {
+    file = args->pos[0];
+    npos = 0;
+  }
+  if (file != NULL && npos > 0)
+    return cli_usage_error(args->cmd, "give PAYLOAD arguments or --file, not both");
   put_list_t list = {0};
-  for (int i = 0; rc == CLI_OK && i < args->npos; i++) {
+  if (file != NULL)
+    rc = put_read_file(&list, file, as_json);
+  for (int i = 0; rc == CLI_OK && i < npos; i++) {
     char where[48];
     snprintf(where, sizeof where, "argument %d", i + 1);
     rc = put_add(&list, args->pos[i], strlen(args->pos[i]), as_json, where);
   }
-  if (rc == CLI_OK && args->npos == 0)
+  if (rc == CLI_OK && npos == 0 && file == NULL)
     rc = put_read_stdin(&list, as_json);
   if (rc == CLI_OK && base.key != NULL && list.count != 1)
     rc =

@@ -36,6 +36,7 @@ static const cli_opt_t put_opts[] = {
     {"delay-ms", "MS", "do not lease before now + MS (default 0)"},
     {"key", "K", "idempotency key (one payload only): a repeated key stores nothing"},
     {"json", NULL, "parse each payload as JSON instead of sending it as a string"},
+    {"file", "FILE", "read the payloads from FILE ('-': stdin) instead of arguments"},
     {NULL, NULL, NULL},
 };
 
@@ -106,10 +107,16 @@ static const char put_details[] =
     "PAYLOAD arguments, one payload is read per stdin line (empty lines are\n"
     "skipped) and sent in batches of up to 1000.  With --json every payload is\n"
     "checked before anything is sent.  Prints the task ids, one per line.\n\n"
+    "With --file FILE, payloads come from FILE: one per non-empty line, or with\n"
+    "--json a JSON array (one task per element) or JSON lines.  `--json FILE`,\n"
+    "where FILE is not itself JSON, reads FILE the same way (the DistCompute\n"
+    "tracker's `--json jobs.json`).\n\n"
     "examples:\n"
     "  muster put --queue resize a.jpg b.jpg\n"
     "  ls *.jpg | muster put --queue resize\n"
-    "  muster put --queue resize --json '{\"url\": \"a.jpg\", \"width\": 640}'\n";
+    "  muster put --queue resize --json '{\"url\": \"a.jpg\", \"width\": 640}'\n"
+    "  muster put --queue scrape --file jobs.txt\n"
+    "  muster put --queue scrape --json jobs.json\n";
 
 static const char lease_details[] =
     "Prints one JSON object per lease and line: {\"task\", \"token\", \"payload\",\n"

@@ -7,6 +7,7 @@
  * with flock for the head's life, so two heads never share one store).
  */
 #include "head.h"
+#include "compat.h"
 #include "http.h"
 #include "iter.h"
 #include "lease.h"
@@ -48,6 +49,12 @@ void head_usage(void) {
          "                            checked (default 200)\n"
          "  --max-body BYTES          request body limit (default 8388608)\n"
          "  --max-payload BYTES       payload and result limit (default 1048576)\n"
+         "  --dashboard-token TOKEN   a read-only token for the dashboard and other readers:\n"
+         "                            it may GET the API and /metrics, never change anything\n"
+         "  --metrics-public          serve GET /metrics without a token\n"
+         "  --distcompute NAME=Q1,Q2,...\n"
+         "                            expose queues Q1..Q5 (stages a..e) to DistCompute\n"
+         "                            clients at /compat/distcompute/NAME (repeatable)\n"
          "  --log-level LEVEL         debug, info, warn or error (default info)\n"
          "  -h, --help                show this help\n");
 }
@@ -95,6 +102,8 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
       {"max-wait-ms", required_argument, 0, 'W'},  {"sweep-ms", required_argument, 0, 'S'},
       {"max-body", required_argument, 0, 'b'},     {"max-payload", required_argument, 0, 'p'},
       {"log-level", required_argument, 0, 'L'},    {"help", no_argument, 0, 'h'},
+      {"dashboard-token", required_argument, 0, 'D'}, {"metrics-public", no_argument, 0, 'M'},
+      {"distcompute", required_argument, 0, 'C'},
       {0, 0, 0, 0}};
   int c, which = 0;
   int64_t n = 0;
@@ -112,6 +121,9 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
     case 'b': ok = parse_size(optarg, 1024, &n); cfg->max_body = (size_t)n; break;
     case 'p': ok = parse_size(optarg, 64, &n); cfg->max_payload = (size_t)n; break;
     case 'L': ok = log_level_parse(optarg) >= 0; if (ok) log_set_level((log_level_t)log_level_parse(optarg)); break;
+    case 'D': ok = strlen(optarg) >= 8 && strlen(optarg) < sizeof cfg->read_token; snprintf(cfg->read_token, sizeof cfg->read_token, "%s", optarg); break;
+    case 'M': cfg->metrics_public = true; break;
+    case 'C': ok = compat_add_pipeline(optarg); break;
     case 'h': head_usage(); return 0;
     default: fprintf(stderr, "muster head: see 'muster head --help'\n"); return 2;
     }
@@ -124,6 +136,10 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
   if (optind < argc) {
     fprintf(stderr, "muster head: unexpected argument '%s'; see 'muster head --help'\n",
             argv[optind]);
+    return 2;
+  }
+  if (cfg->read_token[0] && *token_arg && strcmp(cfg->read_token, *token_arg) == 0) {
+    fprintf(stderr, "muster head: --dashboard-token must differ from --token\n");
     return 2;
   }
   return -1;
@@ -336,6 +352,8 @@ int head_main(int argc, char **argv) {
   status = 1;
   if (h.st == NULL) {
     log_msg(LOG_ERROR, "cannot open the store %s: %s", db_path, fail_message(&f));
+  } else if (compat_setup(h.st, &f) != MUSTER_OK) {
+    log_msg(LOG_ERROR, "--distcompute: %s", fail_message(&f));
   } else if (h.base != NULL) {
     signal(SIGPIPE, SIG_IGN);
     store_set_hooks(h.st, head_on_tx, head_on_ready, &h);

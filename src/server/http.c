@@ -10,6 +10,7 @@
  */
 #include "http.h"
 #include "log.h"
+#include "metrics.h"
 #include "store.h"
 
 #include <event2/buffer.h>
@@ -30,7 +31,11 @@ struct reply {
   reply_t *next;
   struct evhttp_request *req;
   int status;
-  char *body; /* encoded JSON, owned */
+  char *body;       /* encoded JSON, or raw bytes when `type` is set; owned */
+  const char *type; /* NULL: JSON; else the Content-Type of a raw body (static) */
+  size_t len;       /* bytes of a raw body */
+  int route;        /* for metrics: index in http_routes, METRICS_ROUTE_* otherwise */
+  int64_t start_us; /* when the request arrived (metrics_now_us) */
 };
 
 #define HTTP_MAX_SEGMENTS 8
@@ -52,20 +57,27 @@ static const char *http_reason(int status) {
   }
 }
 
-static void http_send_text(struct evhttp_request *req, int status, const char *text) {
+/* Sends `len` bytes of `data` as `type`; JSON (type NULL) gets a final newline. */
+static void http_send_body(struct evhttp_request *req, int status, const char *type,
+                           const char *data, size_t len) {
   struct evbuffer *buf = evbuffer_new();
   if (buf == NULL) {
     evhttp_send_error(req, 500, NULL);
     return;
   }
-  evbuffer_add(buf, text, strlen(text));
-  evbuffer_add(buf, "\n", 1);
+  evbuffer_add(buf, data, len);
+  if (type == NULL)
+    evbuffer_add(buf, "\n", 1);
   struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-  evhttp_add_header(out, "Content-Type", "application/json");
+  evhttp_add_header(out, "Content-Type", type ? type : "application/json");
   if (status == 401)
     evhttp_add_header(out, "WWW-Authenticate", "Bearer realm=\"muster\"");
   evhttp_send_reply(req, status, http_reason(status), buf);
   evbuffer_free(buf);
+}
+
+static void http_send_text(struct evhttp_request *req, int status, const char *text) {
+  http_send_body(req, status, NULL, text, strlen(text));
 }
 
 static json_t *http_error_body(muster_err_t code, const char *message) {
@@ -80,26 +92,50 @@ void http_send_parked(head_t *h, struct evhttp_request *req, int status, json_t 
   free(text);
 }
 
-void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body) {
+/* Sends reply *r now (and frees it): the commit is done, or none was open. */
+static void http_send_reply(reply_t *r) {
+  if (r->type)
+    http_send_body(r->req, r->status, r->type, r->body, r->len);
+  else
+    http_send_text(r->req, r->status, r->body);
+  if (r->route != METRICS_ROUTE_SKIP)
+    metrics_http(r->route, r->status, metrics_now_us() - r->start_us);
+  free(r->body);
+  free(r);
+}
+
+/* Queues reply *r (owned) for the commit, or sends it when no transaction is open. */
+static void http_enqueue_reply(head_t *h, reply_t *r) {
   if (!store_in_tx(h->st)) {
-    http_send_parked(h, req, status, body);
+    http_send_reply(r);
     return;
   }
-  reply_t *r = calloc(1, sizeof *r);
-  char *text = json_dumps(body, JSON_COMPACT);
-  json_decref(body);
-  if (r == NULL || text == NULL) {
-    free(r);
-    free(text);
-    evhttp_send_error(req, 500, NULL);
-    return;
-  }
-  *r = (reply_t){.req = req, .status = status, .body = text};
   if (h->pending_tail)
     h->pending_tail->next = r;
   else
     h->pending_head = r;
   h->pending_tail = r;
+}
+
+/* Builds a reply; `body` (owned) is encoded JSON, or raw bytes when `type` is set. */
+static void http_enqueue_body(head_t *h, struct evhttp_request *req, int status, const char *type,
+                              char *body, size_t len, int route, int64_t start_us) {
+  reply_t *r = calloc(1, sizeof *r);
+  if (r == NULL || body == NULL) {
+    free(r);
+    free(body);
+    evhttp_send_error(req, 500, NULL);
+    return;
+  }
+  *r = (reply_t){.req = req, .status = status, .body = body, .type = type, .len = len,
+                 .route = route, .start_us = start_us};
+  http_enqueue_reply(h, r);
+}
+
+void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body) {
+  char *text = json_dumps(body, JSON_COMPACT);
+  json_decref(body);
+  http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0);
 }
 
 void http_flush(head_t *h, const fail_t *commit_failed) {
@@ -108,18 +144,23 @@ void http_flush(head_t *h, const fail_t *commit_failed) {
   while (r) {
     reply_t *next = r->next;
     if (commit_failed) {
-      json_t *body = http_error_body(MUSTER_STORE, fail_message(commit_failed));
-      http_send_parked(h, r->req, 500, body);
-    } else {
-      http_send_text(r->req, r->status, r->body);
+      json_t *error = http_error_body(MUSTER_STORE, fail_message(commit_failed));
+      free(r->body);
+      r->body = json_dumps(error, JSON_COMPACT);
+      json_decref(error);
+      r->status = 500;
+      r->type = NULL;
+      if (r->body == NULL)
+        r->body = strdup("{}");
     }
-    free(r->body);
-    free(r);
+    http_send_reply(r);
     r = next;
   }
 }
 
 void http_reply_json(http_req_t *r, int status, json_t *body) {
+  free(r->raw); /* the last reply a handler gives wins, JSON or raw */
+  r->raw = NULL;
   json_decref(r->reply);
   r->status = status;
   r->reply = body ? body : json_object();
@@ -247,17 +288,47 @@ static const http_route_t *http_route(http_req_t *r, const char *path) {
   return NULL;
 }
 
-/* Constant-time comparison of the bearer token, so timing reveals nothing. */
-static bool http_authorized(head_t *h, struct evhttp_request *req) {
-  const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-  if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
-    return false;
-  const char *given = auth + 7, *want = h->cfg.token;
+/* Constant-time comparison of a bearer token, so timing reveals nothing. */
+static bool http_token_equal(const char *given, const char *want) {
   size_t glen = strlen(given), wlen = strlen(want);
   unsigned char diff = glen != wlen;
   for (size_t i = 0; i < wlen; i++)
     diff |= (unsigned char)(want[i] ^ (i < glen ? given[i] : 0));
   return diff == 0;
+}
+
+http_role_t http_token_role(const http_req_t *r) {
+  const char *auth =
+      evhttp_find_header(evhttp_request_get_input_headers(r->req), "Authorization");
+  if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
+    return HTTP_PUBLIC;
+  const head_config_t *cfg = &r->head->cfg;
+  if (http_token_equal(auth + 7, cfg->token))
+    return HTTP_ADMIN;
+  if (cfg->read_token[0] && http_token_equal(auth + 7, cfg->read_token))
+    return HTTP_READ;
+  return HTTP_PUBLIC;
+}
+
+/* Checks the token against the route's role; false with a 401 or 403 reply set.
+ * HTTP_TOKEN routes are read routes for GET and HEAD, admin routes otherwise. */
+static bool http_allowed(http_req_t *r, const http_route_t *rt) {
+  http_role_t need = rt->role;
+  if (need == HTTP_PUBLIC)
+    return true;
+  if (need == HTTP_TOKEN)
+    need = strcmp(rt->method, "GET") == 0 ? HTTP_READ : HTTP_ADMIN;
+  http_role_t have = http_token_role(r);
+  if (have >= need)
+    return true;
+  if (have == HTTP_READ)
+    http_fail(r, MUSTER_FORBIDDEN,
+              "the read-only (dashboard) token may only read; this needs the admin token");
+  else
+    http_fail(r, MUSTER_UNAUTHORIZED,
+              "send 'Authorization: Bearer TOKEN'; the admin token is in the head's data dir "
+              "(file 'token')");
+  return false;
 }
 
 /* Checks size, content type and JSON of the body; false with a reply set. */
@@ -309,7 +380,37 @@ static void http_run(http_req_t *r, const http_route_t *rt) {
   rt->handler(r);
   if (!r->parked && r->status == 0)
     http_fail(r, MUSTER_INTERNAL, "the handler gave no reply");
-  store_request_end(h->st, r->parked || r->status < 400);
+  store_request_end(h->st, r->parked || r->status < 400 || r->keep);
+}
+
+void http_reply_raw(http_req_t *r, int status, const char *type, const void *data, size_t len) {
+  free(r->raw);
+  r->raw = malloc(len ? len : 1);
+  if (r->raw == NULL) {
+    http_fail(r, MUSTER_NOMEM, "out of memory");
+    return;
+  }
+  memcpy(r->raw, data, len);
+  json_decref(r->reply);
+  r->reply = NULL;
+  r->raw_len = len;
+  r->raw_type = type;
+  r->status = status;
+}
+
+/* Hands the request's reply to the commit queue: raw when a handler set one. */
+static void http_enqueue_req(http_req_t *r, const http_route_t *rt, int64_t start_us) {
+  int route = rt ? (int)(rt - http_routes) : METRICS_ROUTE_NONE;
+  if (r->raw) {
+    http_enqueue_body(r->head, r->req, r->status, r->raw_type, r->raw, r->raw_len, route,
+                      start_us);
+    r->raw = NULL;
+  } else {
+    char *text = json_dumps(r->reply, JSON_COMPACT);
+    http_enqueue_body(r->head, r->req, r->status, NULL, text, 0, route, start_us);
+  }
+  json_decref(r->reply);
+  r->reply = NULL;
 }
 
 static void http_dispatch(struct evhttp_request *req, void *arg) {
@@ -317,6 +418,7 @@ static void http_dispatch(struct evhttp_request *req, void *arg) {
   http_req_t r = {.head = h, .req = req};
   TAILQ_INIT(&r.query);
   h->requests++;
+  int64_t start_us = metrics_now_us();
   const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
   const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
   const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
@@ -327,16 +429,19 @@ static void http_dispatch(struct evhttp_request *req, void *arg) {
     http_fail(&r, MUSTER_UNAVAILABLE, "the head is shutting down");
   else if ((rt = http_route(&r, path)) == NULL)
     ;
-  else if (rt->needs_token && !http_authorized(h, req))
-    http_fail(&r, MUSTER_UNAUTHORIZED,
-              "send 'Authorization: Bearer TOKEN'; the admin token is in the head's data dir "
-              "(file 'token')");
+  else if (!http_allowed(&r, rt))
+    ;
   else if (http_parse_body(&r, rt->body_limit ? rt->body_limit : h->cfg.max_body))
     http_run(&r, rt);
-  if (!r.parked)
-    http_enqueue(h, req, r.status, r.reply);
-  else
+  if (!r.parked) {
+    http_enqueue_req(&r, rt, start_us);
+  } else {
     json_decref(r.reply);
+    /* A parked long-poll is counted now; its wait is the caller's choice,
+     * so it stays out of the latency histogram. */
+    metrics_http(rt ? (int)(rt - http_routes) : METRICS_ROUTE_NONE, 200, -1);
+  }
+  free(r.raw);
   json_decref(r.body);
   http_clear_params(&r);
   evhttp_clear_headers(&r.query);

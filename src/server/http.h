@@ -32,15 +32,32 @@ typedef struct {
   int status;                    /* set by a reply; 0 while none */
   json_t *reply;                 /* reply body, owned */
   bool parked;                   /* a waiter owns req now */
+  const char *raw_type;          /* set by http_reply_raw: Content-Type of `raw` */
+  char *raw;                     /* non-JSON reply body, owned; sent instead of `reply` */
+  size_t raw_len;
+  bool keep;                     /* keep the request's writes even when it answers an error */
 } http_req_t;
 
 typedef void (*http_handler_fn)(http_req_t *r);
+
+/*
+ * Who may call a route.  The head knows two tokens: the admin token (--token)
+ * and an optional read-only token (--dashboard-token).  HTTP_PUBLIC and
+ * HTTP_TOKEN keep the values of the old `needs_token` flag (false, true), so
+ * a row written as `{..., true, 0}` still means "needs a token".
+ */
+typedef enum {
+  HTTP_PUBLIC = 0, /* no token */
+  HTTP_TOKEN = 1,  /* GET and HEAD: the read-only or admin token; other methods: admin */
+  HTTP_READ = 2,   /* the read-only or the admin token, whatever the method */
+  HTTP_ADMIN = 3,  /* the admin token only */
+} http_role_t;
 
 typedef struct {
   const char *method;    /* "GET", "POST", "PUT", "DELETE" */
   const char *pattern;   /* "/v1/queues/{}/tasks": `{}` matches one segment */
   http_handler_fn handler;
-  bool needs_token;
+  http_role_t role;      /* who may call it; `true` in older rows means HTTP_TOKEN */
   size_t body_limit;     /* 0: the head's --max-body */
 } http_route_t;
 
@@ -53,6 +70,12 @@ void http_stop(head_t *h);
 
 /* Answers with `status` and `body` (stolen). */
 void http_reply_json(http_req_t *r, int status, json_t *body);
+/* Answers with `len` bytes of `data` (copied) as `type` ("text/plain;
+ * charset=utf-8"), not JSON; like every reply it waits for the commit. */
+void http_reply_raw(http_req_t *r, int status, const char *type, const void *data, size_t len);
+/* The strongest role the request's bearer token grants: HTTP_ADMIN for the
+ * admin token, HTTP_READ for the read-only one, HTTP_PUBLIC for none. */
+http_role_t http_token_role(const http_req_t *r);
 /* Answers with the error envelope of *f. */
 void http_reply_fail(http_req_t *r, const fail_t *f);
 /* Answers directly, bypassing the route layer: for parked requests. */

@@ -10,6 +10,7 @@
 #include "lease.h"
 #include "jv.h"
 #include "log.h"
+#include "metrics.h"
 #include "task.h"
 #include "worker.h"
 
@@ -102,13 +103,16 @@ static muster_err_t task_move(store_t *st, int64_t id, int state, int64_t run_at
 static int lease_lapse(store_t *st, const held_t *h, const char *error, int64_t *run_at_out,
                        fail_t *f) {
   int64_t now = now_ms();
-  if (h->attempts >= h->queue.max_attempts)
+  if (h->attempts >= h->queue.max_attempts) {
+    metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
     return task_move(st, h->id, TASK_DEAD, now, error, 0, f) ? -1 : TASK_DEAD;
+  }
   int64_t run_at = now + queue_backoff_ms(&h->queue, h->attempts);
   if (run_at_out)
     *run_at_out = run_at;
   if (task_move(st, h->id, TASK_QUEUED, run_at, error, 0, f))
     return -1;
+  metrics_count(METRIC_TASKS_RETRIED, h->queue.name, 1);
   store_notify_ready(st, h->queue.name);
   return TASK_QUEUED;
 }
@@ -161,6 +165,8 @@ static json_t *lease_one(store_t *st, const queue_t *q, int64_t id, int64_t work
   store_reset(s);
   if (lease == NULL)
     store_fail(st, f, "lease");
+  else
+    metrics_count(METRIC_LEASES_GRANTED, q->name, 1);
   return lease;
 }
 
@@ -229,6 +235,7 @@ static json_t *op_complete(store_t *st, const json_t *elem, const held_t *h, con
   free(text);
   if (f->code || worker_count(st, h->worker, WORKER_COMPLETED, f))
     return NULL;
+  metrics_count(METRIC_TASKS_COMPLETED, h->queue.name, 1);
   return json_pack("{s:I, s:o}", "task", (json_int_t)h->id, "next_task",
                    next_id ? json_integer(next_id) : json_null());
 }
@@ -252,6 +259,7 @@ static json_t *op_fail(store_t *st, const json_t *elem, const held_t *h, const c
   }
   if (worker_count(st, h->worker, WORKER_FAILED, f))
     return NULL;
+  metrics_count(METRIC_TASKS_FAILED, h->queue.name, 1);
   json_t *out = json_pack("{s:I, s:s}", "task", (json_int_t)h->id, "state", task_state_name(state));
   if (state == TASK_QUEUED)
     json_object_set_new(out, "run_at_ms", json_integer(run_at));
@@ -332,7 +340,9 @@ static json_t *op_flag(store_t *st, const json_t *elem, const held_t *h, const c
     state = TASK_DEAD;
     if (task_move(st, h->id, TASK_DEAD, now_ms(), why, 0, f))
       return NULL;
+    metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
   }
+  metrics_count(METRIC_TASKS_FLAGGED, h->queue.name, 1);
   return json_pack("{s:I, s:s, s:o}", "task", (json_int_t)h->id, "state", task_state_name(state),
                    "reopened", reopened ? json_integer(reopened) : json_null());
 }
@@ -428,6 +438,7 @@ int64_t lease_expire_due(store_t *st, int64_t now, int64_t limit) {
       done = -1;
       break;
     }
+    metrics_count(METRIC_LEASES_EXPIRED, h.queue.name, 1);
     done++;
   }
   free(ids);

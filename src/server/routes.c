@@ -5,6 +5,8 @@
  * query, body fields), calls one domain function, and formats the reply.
  * Domain code (queue.c, task.c, lease.c, worker.c) never sees HTTP.
  */
+#include "compat.h"
+#include "dashboard.h"
 #include "http.h"
 #include "iter.h"
 #include "jv.h"
@@ -281,5 +283,23 @@ const http_route_t http_routes[] = {
     {"POST", "/v1/iterations/{}/next", iter_h_next, true, 0},
     {"POST", "/v1/iterations/{}/ack", iter_h_ack, true, 0},
     {"POST", "/v1/iterations/{}/heartbeat", iter_h_heartbeat, true, 0},
+    /* Dashboard, metrics and DistCompute compatibility (dashboard.c, compat.c). */
+    {"GET", "/", dashboard_h_index, HTTP_PUBLIC, 0},
+    {"GET", "/dashboard/{}", dashboard_h_asset, HTTP_PUBLIC, 0},
+    {"GET", "/metrics", dashboard_h_metrics, HTTP_PUBLIC, 0}, /* checks the token itself */
+    {"GET", "/v1/throughput", dashboard_h_throughput, HTTP_READ, 0},
+    {"GET", "/v1/distcompute", compat_h_pipelines, HTTP_READ, 0},
+    {"GET", "/compat/distcompute/{}", dashboard_h_compat_page, HTTP_PUBLIC, 0},
+    {"GET", "/compat/distcompute/{}/{}", dashboard_h_compat_page, HTTP_PUBLIC, 0},
+    {"GET", "/compat/distcompute/{}/worker/{}/{}", dashboard_h_compat_worker, HTTP_PUBLIC, 0},
+    {"GET", "/compat/distcompute/{}/api/new", compat_h_new, HTTP_PUBLIC, 0},
+    {"POST", "/compat/distcompute/{}/api/newJob", compat_h_new_job, HTTP_PUBLIC, 0},
+    {"GET", "/compat/distcompute/{}/api/jobCount", compat_h_job_count, HTTP_PUBLIC, 0},
+    {"POST", "/compat/distcompute/{}/api/updateProgress", compat_h_update_progress, HTTP_PUBLIC, 0},
+    {"POST", "/compat/distcompute/{}/api/completeJob", compat_h_complete_job, HTTP_PUBLIC, 0},
+    {"POST", "/compat/distcompute/{}/api/flagInvalidData", compat_h_flag_invalid, HTTP_PUBLIC, 0},
+    {"POST", "/compat/distcompute/{}/api/bye", compat_h_bye, HTTP_PUBLIC, 0},
+    {"POST", "/compat/distcompute/{}/api/validateWorker", compat_h_validate_worker, HTTP_PUBLIC,
+     0},
     {NULL, NULL, NULL, false, 0},
 };

@@ -26,6 +26,8 @@ typedef struct {
   int listen_port;           /* 0: any free port */
   char data_dir[PATH_MAX];   /* holds muster.db, token, url, head.lock */
   char token[256];           /* admin bearer token */
+  char read_token[256];      /* read-only bearer token (--dashboard-token); "" for none */
+  bool metrics_public;       /* GET /metrics needs no token (--metrics-public) */
   bool sync_full;            /* fsync at every commit */
   int64_t worker_timeout_ms; /* default heartbeat timeout of workers */
   int64_t max_wait_ms;       /* cap of a lease's long-poll */

@@ -10,6 +10,7 @@
  */
 #include "store.h"
 #include "log.h"
+#include "metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,15 @@ static const char *const migrations[] = {
     "CREATE TABLE iter_lanes ("
     "  iter INTEGER NOT NULL, lane INTEGER NOT NULL, next INTEGER NOT NULL,"
     "  PRIMARY KEY (iter, lane)) WITHOUT ROWID;",
+    /* DistCompute compatibility (compat.c): a client's token and its worker,
+     * and the job number given to a pipeline's first-stage task. */
+    "CREATE TABLE compat_workers ("
+    "  token TEXT PRIMARY KEY, pipeline TEXT NOT NULL, stage INTEGER NOT NULL,"
+    "  worker INTEGER NOT NULL, created_ms INTEGER NOT NULL);"
+    "CREATE TABLE compat_jobs ("
+    "  pipeline TEXT NOT NULL, root INTEGER NOT NULL, number INTEGER NOT NULL,"
+    "  PRIMARY KEY (pipeline, root));"
+    "CREATE UNIQUE INDEX compat_jobs_number ON compat_jobs(pipeline, number);",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))
@@ -228,6 +238,7 @@ void store_request_end(store_t *st, bool ok) {
   if (!ok)
     store_control(st, "ROLLBACK TO req", &ignored);
   store_control(st, "RELEASE req", &ignored);
+  metrics_request_end(ok);
 }
 
 muster_err_t store_commit(store_t *st, fail_t *f) {
@@ -243,10 +254,13 @@ muster_err_t store_commit(store_t *st, fail_t *f) {
     sqlite3_step(s);
     store_reset(s);
   }
+  int64_t start_us = metrics_now_us();
   if (store_control(st, "COMMIT", f) != MUSTER_OK) {
     sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    metrics_commit(false, metrics_now_us() - start_us);
     return MUSTER_STORE;
   }
+  metrics_commit(true, metrics_now_us() - start_us);
   return MUSTER_OK;
 }
 

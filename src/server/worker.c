@@ -9,6 +9,7 @@
 #include "jv.h"
 #include "lease.h"
 #include "log.h"
+#include "metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,6 +258,7 @@ int64_t worker_expire_due(store_t *st, int64_t now) {
     fail_t f = {0};
     if (worker_mark_gone(st, ids[i], &f) || lease_end_worker(st, ids[i], true) < 0)
       return -1;
+    metrics_worker_timeout();
     log_msg(LOG_INFO, "worker %lld timed out; its leases were returned", (long long)ids[i]);
   }
   return (int64_t)n;
