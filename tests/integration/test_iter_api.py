@@ -1,0 +1,335 @@
+"""Coordinated iterations over HTTP (docs/api.md "Iterations", docs/iterations.md):
+create and join, next and ack, exactly-once per epoch, fencing, takeover of an expired
+rank's blocks (dynamic: any rank; static: the rank's replicas), head restart mid-epoch,
+checkpoint and elastic resume with another world size, input validation, and the CLI.
+"""
+import collections
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+
+def create(head, name, **fields):
+    body = {"name": name}
+    body.update(fields)
+    return head.request("POST", "/v1/iterations", body)
+
+
+def lease(head, name, rank, epoch=None, max_blocks=1000):
+    body = {"rank": rank, "max": max_blocks, "indices": True}
+    if epoch is not None:
+        body["epoch"] = epoch
+    r = head.request("POST", "/v1/iterations/%s/next" % name, body)
+    assert r.status == 200, r
+    return r.json
+
+
+def ack(head, name, rank, blocks, epoch=None):
+    body = {"rank": rank, "blocks": [{"block": b["block"], "token": b["token"]} for b in blocks]}
+    if epoch is not None:
+        body["epoch"] = epoch
+    return head.request("POST", "/v1/iterations/%s/ack" % name, body)
+
+
+def drain(head, name, ranks, epoch=0, per_call=2):
+    """Ranks take turns leasing and acking until the epoch ends; returns rank -> indices."""
+    got = collections.defaultdict(list)
+    active = list(ranks)
+    while active:
+        for rank in list(active):
+            reply = lease(head, name, rank, epoch, per_call)
+            if reply["state"] in ("epoch_end", "finished"):
+                active.remove(rank)
+                continue
+            if reply["state"] == "wait":
+                continue
+            r = ack(head, name, rank, reply["blocks"], epoch)
+            assert r.status == 200, r
+            for b in reply["blocks"]:
+                got[rank].extend(b["indices"])
+    return got
+
+
+def status(head, name):
+    r = head.request("GET", "/v1/iterations/" + name)
+    assert r.status == 200, r
+    return r.json
+
+
+class IterTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.head = harness.Head(args=["--sweep-ms", "20"]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.head.cleanup()
+
+    def test_create_join_and_conflicts(self):
+        h = self.head
+        cfg = {"dataset": {"num_samples": 100}, "world_size": 4, "shuffle": "global", "seed": 3}
+        r = create(h, "join", **cfg)
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(r.json["config"]["strategy"], "round_robin")
+        self.assertTrue(r.json["cluster_sync"])
+        self.assertEqual([x["health"] for x in r.json["ranks"]], ["unknown"] * 4)
+        # Same configuration, written differently (defaults explicit): joins.
+        r = create(h, "join", rank=2, epochs=1, strategy="round_robin", **cfg)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json["ranks"][2]["health"], "idle")
+        r = create(h, "join", **dict(cfg, seed=4))
+        self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+        r = create(h, "join", lease_ms=5, **cfg)
+        self.assertEqual(r.status, 409, r)
+        self.assertIn("lease_ms", r.json["error"]["message"])
+
+    def test_bad_input(self):
+        h = self.head
+        ds = {"num_samples": 10}
+        cases = [
+            ({"name": "b", "dataset": ds, "colour": 1}, 400, "colour"),
+            ({"name": "b"}, 400, "dataset"),
+            ({"name": "b/c", "dataset": ds}, 400, "name"),
+            ({"name": "b", "dataset": ds, "strategy": "spiral"}, 400, "strategy"),
+            ({"name": "b", "dataset": ds, "world_size": 0}, 400, "world_size"),
+            ({"name": "b", "dataset": ds, "strategy": "range", "world_size": 2,
+              "ranges": [[0, 4], [5, 10]]}, 400, "ranges"),
+            ({"name": "b", "dataset": ds, "strategy": "stratified"}, 400, "labels"),
+            ({"name": "b", "dataset": ds, "replication": 2}, 400, "replication"),
+            ({"name": "b", "dataset": ds, "strategy": "dynamic", "tail": "pad"}, 400, "tail"),
+            ({"name": "b", "dataset": {"num_samples": 4, "labels": [0, 1]}}, 400, "labels"),
+        ]
+        for body, want, word in cases:
+            r = h.request("POST", "/v1/iterations", body)
+            self.assertEqual(r.status, want, (body, r))
+            self.assertIn(word, r.json["error"]["message"], (body, r))
+        r = h.request("POST", "/v1/iterations", {"name": "b", "dataset": ds, "cluster_sync": False})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("node agent", r.json["error"]["message"])
+        self.assertEqual(h.request("GET", "/v1/iterations/b").status, 404)
+        self.assertEqual(h.request("GET", "/v1/iterations/nope").error_code, "iteration_not_found")
+        create(h, "bad2", dataset=ds, world_size=2)
+        r = h.request("POST", "/v1/iterations/bad2/next", {"rank": 2})
+        self.assertEqual(r.status, 400, r)
+        r = h.request("POST", "/v1/iterations/bad2/next", {"rank": 0, "max": 1001})
+        self.assertEqual(r.error_code, "batch_too_large", r)
+        r = h.request("POST", "/v1/iterations/bad2/ack", {"rank": 0, "blocks": []})
+        self.assertEqual(r.status, 400, r)
+
+    def test_exactly_once_every_strategy(self):
+        h = self.head
+        n = 101
+        labels = [i % 3 for i in range(n)]
+        strategies = [("round_robin", {}), ("contiguous", {}), ("dynamic", {}),
+                      ("hash", {"num_partitions": 5, "hash_seed": 1}),
+                      ("range", {"ranges": [[0, 50], [50, 51], [51, 101]]}),
+                      ("stratified", {})]
+        for strategy, extra in strategies:
+            name = "once-" + strategy
+            ds = {"num_samples": n}
+            if strategy == "stratified":
+                ds["labels"] = labels
+            r = create(h, name, dataset=ds, world_size=3, block_size=7, shuffle="global",
+                       seed=11, strategy=strategy, epochs=2, **extra)
+            self.assertEqual(r.status, 201, r)
+            for epoch in (0, 1):
+                got = drain(h, name, [0, 1, 2], epoch)
+                every = sorted(i for rank in got for i in got[rank])
+                self.assertEqual(every, list(range(n)), (strategy, epoch))
+            self.assertTrue(status(h, name)["finished"])
+            self.assertEqual(lease(h, name, 0)["state"], "finished")
+
+    def test_static_matches_standalone_stream(self):
+        h = self.head
+        create(h, "same", dataset={"num_samples": 10}, world_size=3, block_size=2,
+               shuffle="global", seed=42)
+        got = drain(h, "same", [0, 1, 2])
+        self.assertEqual(got[0], [4, 7, 8, 0])  # docs/iterations.md, "Putting it together"
+        self.assertEqual(got[1], [6, 9, 5])
+        self.assertEqual(got[2], [1, 2, 3])
+
+    def test_fencing_and_all_or_nothing_ack(self):
+        h = self.head
+        create(h, "fence", dataset={"num_samples": 20}, block_size=5, strategy="dynamic",
+               world_size=2)
+        blocks = lease(h, "fence", 0, 0, 2)["blocks"]
+        stale = dict(blocks[1], token=blocks[1]["token"] + 1000)
+        r = ack(h, "fence", 0, [blocks[0], stale])
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("blocks[1]", r.json["error"]["message"])
+        self.assertEqual(status(h, "fence")["blocks"]["done"], 0)  # nothing applied
+        self.assertEqual(ack(h, "fence", 0, blocks).status, 200)
+        self.assertEqual(ack(h, "fence", 0, blocks[:1]).error_code, "lease_lost")  # twice
+
+    def test_dynamic_takeover_after_expiry(self):
+        h = self.head
+        create(h, "dyn", dataset={"num_samples": 40}, block_size=4, strategy="dynamic",
+               world_size=2, lease_ms=100, rank_timeout_ms=60000)
+        held = lease(h, "dyn", 0, 0, 3)["blocks"]  # rank 0 goes silent with 3 blocks
+        harness.wait_until(lambda: status(h, "dyn")["ranks"][0]["health"] == "failed",
+                           what="rank 0 to fail")
+        got = drain(h, "dyn", [1])
+        self.assertEqual(sorted(got[1]), list(range(40)))
+        st = status(h, "dyn")
+        self.assertEqual(st["ranks"][1]["taken_over"], 3)
+        self.assertEqual(st["ranks"][0]["expired"], 3)
+        self.assertEqual(ack(h, "dyn", 0, held, 0).error_code, "lease_lost")
+
+    def test_static_takeover_by_replica_only(self):
+        h = self.head
+        create(h, "rep", dataset={"num_samples": 30}, block_size=2, world_size=3,
+               replication=2, rank_timeout_ms=300)
+        create(h, "norep", dataset={"num_samples": 30}, block_size=2, world_size=3,
+               rank_timeout_ms=300)
+        for name in ("rep", "norep"):
+            lease(h, name, 0, 0, 1)  # ranks 0 and 2 work; rank 1 vanishes after one lease
+            lease(h, name, 1, 0, 1)
+        # Rank 1 stops; ranks 0 and 2 keep heart-beating until it is failed.
+        def rank1_failed():
+            for name in ("rep", "norep"):
+                for rank in (0, 2):
+                    h.request("POST", "/v1/iterations/%s/heartbeat" % name, {"rank": rank})
+            return all(status(h, n)["ranks"][1]["health"] == "failed" for n in ("rep", "norep"))
+        harness.wait_until(rank1_failed, what="rank 1 to fail")
+        # With replication 2, rank 2 (rank 1's replica) takes its lane; rank 0 may not.
+        got = drain(h, "rep", [0, 2])
+        self.assertEqual(sorted(got[0] + got[2]), list(range(30)))
+        self.assertEqual(sorted(got[0]), list(range(0, 30, 3)))
+        # Without replication, nobody takes rank 1's blocks: the epoch waits for it.
+        for rank in (0, 2):
+            while lease(h, "norep", rank)["state"] == "blocks":
+                pass
+        h.request("POST", "/v1/iterations/norep/heartbeat", {"rank": 0})
+        reply = lease(h, "norep", 0)
+        self.assertEqual(reply["state"], "wait")
+
+    def test_checkpoint_and_elastic_resume(self):
+        h = self.head
+        n = 997
+        for strategy in ("round_robin", "contiguous", "dynamic", "stratified", "hash"):
+            for new_world in (3, 6, 4):
+                name = "el-%s-%d" % (strategy, new_world)
+                ds = {"num_samples": n}
+                if strategy == "stratified":
+                    ds["labels"] = [(i * 7) % 5 for i in range(n)]
+                self.assertEqual(create(h, name, dataset=ds, world_size=4, block_size=16,
+                                        shuffle="global", seed=5, strategy=strategy,
+                                        epochs=2).status, 201)
+                consumed = []
+                for rank in range(4):  # every rank consumes part of its share
+                    reply = lease(h, name, rank, 0, rank + 1)
+                    ack(h, name, rank, reply["blocks"][:rank + 1 - (rank % 2)])
+                    consumed += [i for b in reply["blocks"][:rank + 1 - (rank % 2)]
+                                 for i in b["indices"]]
+                lease(h, name, 1, 0, 2)  # leased, never acked: not consumed
+                ck = h.request("GET", "/v1/iterations/%s/checkpoint" % name).json
+                self.assertLess(len(json.dumps(ck)), 12000 if strategy == "stratified" else 2000)
+                r = h.request("POST", "/v1/iterations",
+                              {"name": name + "-r", "checkpoint": ck, "world_size": new_world})
+                self.assertEqual(r.status, 201, r)
+                self.assertEqual(r.json["config"]["world_size"], new_world)
+                got = drain(h, name + "-r", list(range(new_world)), 0, 3)
+                rest = [i for rank in got for i in got[rank]]
+                self.assertEqual(sorted(rest + consumed), list(range(n)), (strategy, new_world))
+                self.assertEqual(len(set(rest) & set(consumed)), 0)
+                # The next epoch is a plain one with the new world size.
+                got = drain(h, name + "-r", list(range(new_world)), 1, 3)
+                self.assertEqual(sorted(i for r_ in got for i in got[r_]), list(range(n)))
+                self.assertTrue(status(h, name + "-r")["finished"])
+
+    def test_checkpoint_tampered_or_joined(self):
+        h = self.head
+        create(h, "ck", dataset={"num_samples": 50}, world_size=2, block_size=5)
+        ack(h, "ck", 0, lease(h, "ck", 0, 0, 2)["blocks"])
+        ck = h.request("GET", "/v1/iterations/ck/checkpoint").json
+        self.assertEqual(ck["done"], [[0, 2]])
+        bad = dict(ck, config=dict(ck["config"], seed=9))
+        r = h.request("POST", "/v1/iterations", {"name": "ck2", "checkpoint": bad})
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("fingerprint", r.json["error"]["message"])
+        r = h.request("POST", "/v1/iterations", {"name": "ck2", "checkpoint": ck, "seed": 1})
+        self.assertEqual(r.status, 400, r)
+        r = h.request("POST", "/v1/iterations", {"name": "ck2", "checkpoint": dict(ck, done=[[3, 2]])})
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(h.request("POST", "/v1/iterations",
+                                   {"name": "ck2", "checkpoint": ck, "rank": 0}).status, 201)
+        self.assertEqual(h.request("POST", "/v1/iterations",
+                                   {"name": "ck2", "checkpoint": ck, "rank": 1}).status, 200)
+        self.assertEqual(status(h, "ck2")["blocks"]["done"], 2)
+
+    def test_delete(self):
+        h = self.head
+        create(h, "gone", dataset={"num_samples": 5})
+        self.assertEqual(h.request("DELETE", "/v1/iterations/gone").status, 200)
+        self.assertEqual(h.request("DELETE", "/v1/iterations/gone").status, 404)
+        names = [i["name"] for i in h.request("GET", "/v1/iterations").json["iterations"]]
+        self.assertNotIn("gone", names)
+
+
+class RestartTest(unittest.TestCase):
+    def test_head_restart_mid_epoch(self):
+        with harness.Head() as h:
+            n = 500
+            create(h, "rs", dataset={"num_samples": n}, world_size=2, block_size=10,
+                   shuffle="global", seed=1, strategy="dynamic", lease_ms=60000)
+            consumed = []
+            for rank in (0, 1):
+                reply = lease(h, "rs", rank, 0, 5)
+                self.assertEqual(ack(h, "rs", rank, reply["blocks"]).status, 200)
+                consumed += [i for b in reply["blocks"] for i in b["indices"]]
+            held = lease(h, "rs", 0, 0, 3)["blocks"]  # leased across the restart
+            h.kill()
+            h.start()
+            st = status(h, "rs")
+            self.assertEqual((st["blocks"]["done"], st["blocks"]["leased"]), (10, 3))
+            self.assertEqual(ack(h, "rs", 0, held).status, 200)  # the lease survived
+            consumed += [i for b in held for i in b["indices"]]
+            got = drain(h, "rs", [0, 1])
+            rest = [i for r in got for i in got[r]]
+            self.assertEqual(sorted(consumed + rest), list(range(n)))
+
+
+class CliTest(unittest.TestCase):
+    def run_cli(self, head, *args, stdin=None):
+        env = dict(os.environ, MUSTER_URL=head.url, MUSTER_TOKEN=head.token)
+        return subprocess.run([harness.MUSTER_BIN] + list(args), input=stdin, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    def test_cli_cycle(self):
+        with harness.Head() as h:
+            p = self.run_cli(h, "iter", "stream", "--num-samples", "10", "--shuffle", "global",
+                             "--seed", "42", "--world-size", "3", "--rank", "0")
+            self.assertEqual(p.stdout.split(), ["4", "7", "8", "0"], p.stderr)
+            p = self.run_cli(h, "iter", "create", "c", "--num-samples", "10", "--shuffle",
+                             "global", "--seed", "42", "--world-size", "3", "--block-size", "2")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            p = self.run_cli(h, "iter", "next", "c", "--rank", "0", "--max", "2")
+            blocks = [json.loads(line) for line in p.stdout.splitlines()]
+            self.assertEqual([b["indices"] for b in blocks], [[4, 7], [8, 0]])
+            pairs = ["%d:%d" % (b["block"], b["token"]) for b in blocks]
+            p = self.run_cli(h, "iter", "ack", "c", "--rank", "0", *pairs)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            p = self.run_cli(h, "iter", "ack", "c", "--rank", "0", *pairs)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("lease_lost", p.stderr)
+            p = self.run_cli(h, "iter", "status", "c")
+            self.assertIn("blocks 2/6 done", p.stdout)
+            ck = self.run_cli(h, "iter", "checkpoint", "c").stdout
+            p = self.run_cli(h, "iter", "restore", "c2", "-", "--world-size", "2", stdin=ck)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(json.loads(p.stdout)["resumed"], {"epoch": 0, "world_size": 3})
+            p = self.run_cli(h, "iter", "create", "c3", "--num-samples", "5", "--cluster-sync",
+                             "false")
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("node agent", p.stderr)
+            p = self.run_cli(h, "iter", "next", "c")
+            self.assertEqual(p.returncode, 2)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
