@@ -395,6 +395,185 @@ void muster_loader_close(muster_loader_t *loader);
 
 /* ==== end of iterations and the loader ==== */
 
+/* ==== pools and sessions (docs/pools.md, docs/api.md "Sessions", "Updates", "Nodes") ==== */
+
+/*
+ * A session is a client's scope over one queue: its tasks carry the session id
+ * and an index, and their results are read back as a stream in submission
+ * order or in completion order.  A pool (below) is a session plus the
+ * bookkeeping that turns the stream into `map` and `imap_unordered`.
+ */
+typedef struct {
+  const char *queue;     /* required; must exist */
+  int cleanup_on_exit;   /* 1: cancel and delete everything when the client stops calling;
+                            0: keep the session until closed; -1: the head's default (1) */
+  int64_t timeout_ms;    /* the client's heartbeat timeout; -1: the head's default (60000) */
+  const char *init_data; /* JSON text handed to workers, or NULL */
+} muster_session_opts_t;
+
+void muster_session_opts_init(muster_session_opts_t *opts);
+/* Creates a session.  *id (may be NULL) receives its id and *json (may be
+ * NULL) the session object; both are the caller's (muster_free). */
+muster_err_t muster_session_create(muster_client_t *client, const muster_session_opts_t *opts,
+                                   char **id, char **json);
+/* The session object as JSON (muster_free); MUSTER_SESSION_NOT_FOUND when it
+ * is unknown or closed. */
+muster_err_t muster_session_get(muster_client_t *client, const char *id, char **json);
+/* {"sessions": [...]} (the open ones) as JSON (muster_free). */
+muster_err_t muster_session_list(muster_client_t *client, char **json);
+/* Says that the session's client is alive (every call naming it does too). */
+muster_err_t muster_session_heartbeat(muster_client_t *client, const char *id);
+/*
+ * Submits `count` tasks (at most 1000) to session `id`, all or none.  Only
+ * `payload`, `priority` and `index` of each spec are used (index -1: the
+ * session's next index); a spec with a key, a delay or a session is refused
+ * with MUSTER_INVALID.  `ids` and `indexes` (each NULL or `count` long)
+ * receive the task ids and indexes in order.
+ */
+muster_err_t muster_session_put(muster_client_t *client, const char *id,
+                                const muster_task_spec_t *specs, size_t count, int64_t *ids,
+                                int64_t *indexes);
+
+typedef enum {
+  MUSTER_ORDER_SUBMISSION, /* by index: cursor is the first index wanted */
+  MUSTER_ORDER_COMPLETION  /* as they finished: cursor is a completion sequence number */
+} muster_order_t;
+
+/* One finished task of a session. */
+typedef struct {
+  int64_t index;  /* position within the session */
+  int64_t task;   /* task id */
+  int ok;         /* 1: done (result holds its result); 0: failed or dead (error says why) */
+  char *state;    /* "done", "failed" or "dead" */
+  char *result;   /* JSON text of the result ("null" when none); NULL unless ok */
+  char *error;    /* why it failed, or NULL */
+  int64_t seq;    /* completion sequence number */
+} muster_result_t;
+
+/* A page of the results stream. */
+typedef struct {
+  muster_result_t *results;
+  size_t count;
+  int64_t cursor; /* pass it as the next call's cursor */
+  int64_t total;  /* tasks in the session */
+  int64_t done;   /* of them finished (done, failed or dead) */
+} muster_results_t;
+
+/*
+ * Reads up to `max` (0: the head's default; at most 1000) results of session
+ * `id` from `cursor` in `order`, waiting up to `wait_ms` when none is ready
+ * (long-poll).  Free *out with muster_results_free, also after a failure.
+ */
+muster_err_t muster_session_results(muster_client_t *client, const char *id, muster_order_t order,
+                                    int64_t cursor, size_t max, int64_t wait_ms,
+                                    muster_results_t *out);
+void muster_results_free(muster_results_t *results);
+/* Frees what one result owns (not the struct); accepts NULL. */
+void muster_result_clear(muster_result_t *result);
+/* Closes the session: its unfinished tasks are cancelled, its tasks, results
+ * and updates deleted.  *cancelled (may be NULL) gets the cancelled count. */
+muster_err_t muster_session_close(muster_client_t *client, const char *id, int64_t *cancelled);
+
+/* Posts a broadcast update (JSON text `data`) to every worker of `queue`;
+ * `session` (may be NULL) deletes it with that session.  *seq (may be NULL)
+ * receives its sequence number (1, 2, 3, ... per queue). */
+muster_err_t muster_update_post(muster_client_t *client, const char *queue, const char *data,
+                                const char *session, int64_t *seq);
+/* {"updates": [...], "last": N} with seq > `after`, at most `max` (0: default). */
+muster_err_t muster_update_list(muster_client_t *client, const char *queue, int64_t after,
+                                size_t max, char **json);
+/* {"nodes": [...]} and {"workers": [...]} as JSON (muster_free). */
+muster_err_t muster_node_list(muster_client_t *client, char **json);
+muster_err_t muster_worker_list(muster_client_t *client, char **json);
+
+/* ---- pools ---- */
+
+/*
+ * A pool runs inputs through the workers of one queue, like
+ * multiprocessing.Pool: `map` returns results in input order,
+ * `imap_unordered` hands them out as they finish.  It owns a session (created
+ * at open, closed at close) and, unless heartbeat_ms is 0, a thread that keeps
+ * the session alive while the caller is busy.  Every input's result is handed
+ * to the caller exactly once, even when its task ran twice (a node was lost,
+ * a lease expired): the head's stream names each index once, and the pool
+ * drops any index it has already delivered.  A pool is used by one thread at
+ * a time.
+ */
+typedef struct muster_pool muster_pool_t;
+typedef struct muster_pool_iter muster_pool_iter_t;
+
+typedef struct {
+  const char *url;       /* head or node URL (required) */
+  const char *token;     /* bearer token */
+  const char *queue;     /* the workers' queue (required) */
+  const char *init_data; /* JSON text for the session's init_data, or NULL */
+  const char *session;   /* attach to this open session instead of creating one */
+  int create_queue;      /* non-zero (default): create the queue when it does not exist */
+  int cleanup_on_exit;   /* as in muster_session_opts_t; -1: default */
+  int64_t timeout_ms;    /* the session's heartbeat timeout; -1: default */
+  int64_t heartbeat_ms;  /* heartbeat thread period; 0: no thread; -1: timeout / 4 */
+  int keep_session;      /* non-zero: close leaves the session open (to resume later) */
+} muster_pool_opts_t;
+
+void muster_pool_opts_init(muster_pool_opts_t *opts);
+/* Opens a pool; on failure *out is NULL and, when `message` is not NULL,
+ * *message explains (muster_free). */
+muster_err_t muster_pool_open(const muster_pool_opts_t *opts, muster_pool_t **out, char **message);
+/* The session id (owned by the pool). */
+const char *muster_pool_session(const muster_pool_t *pool);
+/* Explanation of the last failure on the pool ("" when none). */
+const char *muster_pool_message(const muster_pool_t *pool);
+
+/*
+ * Submits `count` inputs (JSON texts; copied) and returns an iterator over
+ * their results, in input order when `ordered`, else as they finish.  The
+ * inputs get consecutive session indexes; result i of the iterator (ordered)
+ * belongs to inputs[i].  Free it with muster_pool_iter_free.
+ */
+muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, size_t count,
+                              int ordered, muster_pool_iter_t **out);
+/* muster_pool_imap(pool, inputs, count, 0, out). */
+muster_err_t muster_pool_imap_unordered(muster_pool_t *pool, const char *const *inputs,
+                                        size_t count, muster_pool_iter_t **out);
+/*
+ * The iterator's next result, waiting up to `wait_ms` (-1: until one comes).
+ * *has = 1 and *out filled (clear it with muster_result_clear; out->index is
+ * the input's position, 0-based, in the inputs of this iterator), or *has = 0
+ * when every result was delivered or the wait ran out (muster_pool_iter_done
+ * tells which).
+ */
+muster_err_t muster_pool_iter_next(muster_pool_iter_t *it, int64_t wait_ms, muster_result_t *out,
+                                   int *has);
+/* Non-zero when every result of the iterator was delivered. */
+int muster_pool_iter_done(const muster_pool_iter_t *it);
+/* Results delivered so far and the iterator's input count. */
+void muster_pool_iter_progress(const muster_pool_iter_t *it, size_t *delivered, size_t *total);
+/* Results the head repeated and the pool dropped (0 unless something went wrong). */
+size_t muster_pool_iter_duplicates(const muster_pool_iter_t *it);
+void muster_pool_iter_free(muster_pool_iter_t *it);
+
+/*
+ * Runs `count` inputs and waits for all results: on MUSTER_OK *results is an
+ * array of `count` results in input order (free with muster_pool_results_free).
+ * A failed input is a result with ok = 0, not a failure of the call.
+ */
+muster_err_t muster_pool_map(muster_pool_t *pool, const char *const *inputs, size_t count,
+                             muster_result_t **results);
+void muster_pool_results_free(muster_result_t *results, size_t count);
+
+/* Broadcasts `data` (JSON text) to every worker of the pool's queue, between
+ * two tasks; *seq (may be NULL) gets its number.  Deleted with the session. */
+muster_err_t muster_pool_update_workers(muster_pool_t *pool, const char *data, int64_t *seq);
+/* Active workers serving the pool's queue (worker processes, not machines). */
+muster_err_t muster_pool_workers_count(muster_pool_t *pool, size_t *count);
+/* Active nodes (machines running a node agent). */
+muster_err_t muster_pool_nodes_count(muster_pool_t *pool, size_t *count);
+/* Stops the heartbeat thread, closes the session (unless keep_session) and
+ * frees the pool; accepts NULL.  Unfinished tasks are cancelled. */
+void muster_pool_close(muster_pool_t *pool);
+
+/* ==== end of pools and sessions ==== */
+
 #ifdef __cplusplus
 }
 #endif

@@ -130,4 +130,34 @@ int cmd_flag(cli_args_t *args);
 
 int cmd_worker(cli_args_t *args);
 
+/* ---- pools and sessions (cmd_map.c, cmd_nodes.c, cmd_session.c) ---- */
+
+/* Inputs read one per line, as JSON texts. */
+typedef struct {
+  char **texts;
+  size_t count, cap;
+} cli_inputs_t;
+
+/* Reads one input per non-empty line of `from`: parsed as JSON when `as_json`,
+ * else kept as a JSON string.  CLI_OK, or CLI_FAIL after printing the error. */
+int cli_read_inputs(FILE *from, int as_json, cli_inputs_t *in);
+void cli_inputs_free(cli_inputs_t *in);
+/* Prints result JSON text `json`: a string as its text, null as nothing,
+ * anything else as it is. */
+void cli_print_result_value(const char *json, FILE *out);
+
+extern const cli_opt_t cmd_map_opts[], cmd_nodes_opts[], cmd_workers_opts[], cmd_update_opts[],
+    cmd_session_create_opts[], cmd_session_results_opts[], cmd_session_put_opts[];
+extern const char cmd_map_details[], cmd_session_results_details[], cmd_update_details[];
+int cmd_map(cli_args_t *args);
+int cmd_nodes(cli_args_t *args);
+int cmd_workers(cli_args_t *args);
+int cmd_update(cli_args_t *args);
+int cmd_session_create(cli_args_t *args);
+int cmd_session_ls(cli_args_t *args);
+int cmd_session_show(cli_args_t *args);
+int cmd_session_put(cli_args_t *args);
+int cmd_session_results(cli_args_t *args);
+int cmd_session_close(cli_args_t *args);
+
 #endif /* MUSTER_CLI_H */

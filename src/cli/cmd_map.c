@@ -1,0 +1,260 @@
+/*
+ * cmd_map.c — `muster map`: run every stdin line through the workers of a
+ * queue and print the results (docs/pools.md).
+ *
+ * It is a thin shell over the pool API: read all inputs first (a bad line
+ * stops the command before anything is submitted), open a pool (a session),
+ * submit, then print results in input order (--ordered) or as they finish.
+ * A failed input prints an empty line, so output line i still belongs to
+ * input i with --ordered, and its error goes to stderr; the exit status is 1
+ * when any input failed.  The progress bar is drawn on stderr only when stderr
+ * is a terminal, so pipes and logs see results and errors alone.  SIGINT and
+ * SIGTERM close the pool, cancelling the unfinished tasks, before exiting.
+ */
+#include "cli/cli.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAP_POLL_MS 1000     /* longest wait between checks for a signal */
+#define MAP_BAR_WIDTH 30     /* characters of the progress bar */
+#define MAP_REDRAW_MS 100    /* at most ten redraws a second */
+
+const cli_opt_t cmd_map_opts[] = {
+    {"queue", "Q", "queue whose workers run the inputs (created when missing; required)"},
+    {"ordered", NULL, "print results in input order (default: as they finish)"},
+    {"json", NULL, "parse each input line as JSON instead of sending it as a string"},
+    {"with-index", NULL, "prefix each result with its input's number (0-based) and a tab"},
+    {"init-data", "JSON", "the session's init_data, handed to the workers"},
+    {"timeout-ms", "MS", "session heartbeat timeout (default: the head's)"},
+    {"quiet", NULL, "no progress bar, even on a terminal"},
+    {NULL, NULL, NULL},
+};
+
+const char cmd_map_details[] =
+    "Reads one input per stdin line (empty lines are skipped), runs each as a\n"
+    "task of queue Q in a new session, and prints one result per line: a string\n"
+    "result as its text, any other result as compact JSON.  A failed input\n"
+    "prints an empty line and its error on stderr; the exit status is then 1.\n"
+    "Every input's result is printed exactly once, also when a node was lost\n"
+    "and its tasks ran again elsewhere.  When stderr is a terminal a progress\n"
+    "bar shows done/total, the rate and the time left.  Interrupting map closes\n"
+    "the session, which cancels the inputs not yet run.\n\n"
+    "examples:\n"
+    "  seq 1000 | muster map --queue square --ordered\n"
+    "  muster map --queue resize --with-index < urls.txt\n";
+
+static volatile sig_atomic_t map_stop;
+
+static void map_on_signal(int sig) {
+  map_stop = sig;
+}
+
+static int64_t map_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- inputs ------------------------------------------------------------------- */
+
+void cli_inputs_free(cli_inputs_t *in) {
+  for (size_t i = 0; i < in->count; i++)
+    free(in->texts[i]);
+  free(in->texts);
+  memset(in, 0, sizeof *in);
+}
+
+/* Appends one raw line as JSON text: parsed when `as_json`, else as a string. */
+static int inputs_add(cli_inputs_t *in, const char *raw, size_t len, int as_json, long lineno) {
+  json_error_t jerr;
+  json_t *value = as_json ? json_loadb(raw, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr)
+                          : json_stringn(raw, len);
+  if (value == NULL) {
+    fprintf(stderr, "muster: invalid_argument: stdin line %ld: %s%s\n", lineno,
+            as_json ? "not valid JSON: " : "not valid UTF-8 text", as_json ? jerr.text : "");
+    return CLI_FAIL;
+  }
+  char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  json_decref(value);
+  if (text != NULL && in->count == in->cap) {
+    size_t cap = in->cap ? in->cap * 2 : 256;
+    char **grown = realloc(in->texts, cap * sizeof *grown);
+    if (grown == NULL) {
+      free(text);
+      text = NULL;
+    } else {
+      in->texts = grown;
+      in->cap = cap;
+    }
+  }
+  if (text == NULL) {
+    fprintf(stderr, "muster: out of memory\n");
+    return CLI_FAIL;
+  }
+  in->texts[in->count++] = text;
+  return CLI_OK;
+}
+
+int cli_read_inputs(FILE *from, int as_json, cli_inputs_t *in) {
+  memset(in, 0, sizeof *in);
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int rc = CLI_OK;
+  for (long lineno = 1; rc == CLI_OK && (len = getline(&line, &cap, from)) >= 0; lineno++) {
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+      len--;
+    if (len > 0)
+      rc = inputs_add(in, line, (size_t)len, as_json, lineno);
+  }
+  free(line);
+  if (rc != CLI_OK)
+    cli_inputs_free(in);
+  return rc;
+}
+
+void cli_print_result_value(const char *json, FILE *out) {
+  json_t *value = json ? json_loads(json, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : NULL;
+  if (json_is_string(value))
+    fwrite(json_string_value(value), 1, json_string_length(value), out);
+  else if (json != NULL && !json_is_null(value))
+    fputs(json, out);
+  json_decref(value);
+}
+
+/* ---- progress ------------------------------------------------------------------ */
+
+typedef struct {
+  int enabled;
+  int64_t started_ms, drawn_ms;
+} map_bar_t;
+
+/* Redraws the bar (at most every MAP_REDRAW_MS unless `force`). */
+static void map_bar_draw(map_bar_t *bar, size_t done, size_t total, int force) {
+  int64_t now = map_now_ms();
+  if (!bar->enabled || (!force && now - bar->drawn_ms < MAP_REDRAW_MS))
+    return;
+  bar->drawn_ms = now;
+  double secs = (double)(now - bar->started_ms) / 1000.0;
+  double rate = secs > 0 ? (double)done / secs : 0;
+  int filled = total ? (int)((double)MAP_BAR_WIDTH * (double)done / (double)total) : MAP_BAR_WIDTH;
+  char cells[MAP_BAR_WIDTH + 1], eta[32] = "--";
+  for (int i = 0; i < MAP_BAR_WIDTH; i++)
+    cells[i] = i < filled ? '#' : '-';
+  cells[MAP_BAR_WIDTH] = '\0';
+  if (rate > 0) {
+    long left = (long)((double)(total - done) / rate + 0.5);
+    snprintf(eta, sizeof eta, "%ldm%02lds", left / 60, left % 60);
+  }
+  fprintf(stderr, "\r[%s] %zu/%zu %3d%%  %.1f/s  ETA %s  \x1b[K", cells, done, total,
+          total ? (int)(100.0 * (double)done / (double)total) : 100, rate, eta);
+  fflush(stderr);
+}
+
+/* Clears the bar's line so a message or the shell prompt starts clean. */
+static void map_bar_clear(const map_bar_t *bar) {
+  if (bar->enabled)
+    fputs("\r\x1b[K", stderr);
+}
+
+/* ---- running --------------------------------------------------------------------- */
+
+/* Prints one result; returns 1 when it was a failure. */
+static int map_print(const cli_args_t *args, map_bar_t *bar, const muster_result_t *r) {
+  if (cli_flag(args, "with-index"))
+    printf("%lld\t", (long long)r->index);
+  if (r->ok)
+    cli_print_result_value(r->result, stdout);
+  putchar('\n');
+  fflush(stdout);
+  if (r->ok)
+    return 0;
+  map_bar_clear(bar);
+  fprintf(stderr, "muster: input %lld %s: %s\n", (long long)r->index, r->state ? r->state : "failed",
+          r->error ? r->error : "no error text");
+  return 1;
+}
+
+/* Prints every result of `it` as it comes; returns CLI_OK, or CLI_FAIL. */
+static int map_drain(const cli_args_t *args, muster_pool_t *pool, muster_pool_iter_t *it) {
+  map_bar_t bar = {.enabled = isatty(2) && !cli_flag(args, "quiet"), .started_ms = map_now_ms()};
+  size_t done = 0, total = 0, failures = 0;
+  int rc = CLI_OK;
+  while (!muster_pool_iter_done(it) && !map_stop) {
+    muster_result_t r;
+    int has = 0;
+    muster_err_t err = muster_pool_iter_next(it, MAP_POLL_MS, &r, &has);
+    if (err != MUSTER_OK) {
+      map_bar_clear(&bar);
+      fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), muster_pool_message(pool));
+      rc = CLI_FAIL;
+      break;
+    }
+    if (has) {
+      failures += (size_t)map_print(args, &bar, &r);
+      muster_result_clear(&r);
+    }
+    muster_pool_iter_progress(it, &done, &total);
+    map_bar_draw(&bar, done, total, muster_pool_iter_done(it));
+  }
+  if (bar.enabled)
+    fputc('\n', stderr);
+  if (map_stop) {
+    fprintf(stderr, "muster: interrupted after %zu of %zu results; the rest are cancelled\n", done,
+            total);
+    return CLI_FAIL;
+  }
+  if (failures > 0)
+    fprintf(stderr, "muster: %zu of %zu inputs failed\n", failures, total);
+  return failures > 0 ? CLI_FAIL : rc;
+}
+
+/* Fills the pool options of `map` from the command line. */
+static int map_pool_opts(const cli_args_t *args, muster_pool_opts_t *opts) {
+  muster_pool_opts_init(opts);
+  opts->url = cli_url(args);
+  opts->token = cli_token(args);
+  opts->queue = cli_opt(args, "queue");
+  opts->init_data = cli_opt(args, "init-data");
+  return cli_opt_int(args, "timeout-ms", -1, 1, &opts->timeout_ms);
+}
+
+int cmd_map(cli_args_t *args) {
+  if (cli_opt(args, "queue") == NULL)
+    return cli_usage_error(args->cmd, "'map' needs --queue Q");
+  muster_pool_opts_t opts;
+  int rc = map_pool_opts(args, &opts);
+  cli_inputs_t in;
+  if (rc != CLI_OK || (rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in)) != CLI_OK)
+    return rc;
+  muster_pool_t *pool = NULL;
+  char *message = NULL;
+  muster_err_t err = muster_pool_open(&opts, &pool, &message);
+  if (err != MUSTER_OK) {
+    fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), message ? message : "");
+    muster_free(message);
+    cli_inputs_free(&in);
+    return CLI_FAIL;
+  }
+  struct sigaction sa = {.sa_handler = map_on_signal};
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  muster_pool_iter_t *it = NULL;
+  err = muster_pool_imap(pool, (const char *const *)in.texts, in.count, cli_flag(args, "ordered"),
+                         &it);
+  if (err != MUSTER_OK) {
+    fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), muster_pool_message(pool));
+    rc = CLI_FAIL;
+  } else {
+    rc = map_drain(args, pool, it);
+  }
+  muster_pool_iter_free(it);
+  muster_pool_close(pool);
+  cli_inputs_free(&in);
+  return rc;
+}

@@ -1,0 +1,229 @@
+/*
+ * cmd_nodes.c — `muster nodes`, `muster workers` and `muster update`.
+ *
+ * The listings show what is alive by default (gone nodes and workers pile up
+ * over a cluster's life) and everything with --all; --json prints the head's
+ * objects unchanged.  `update` posts a broadcast update to a queue's workers.
+ */
+#include "cli/cli.h"
+#include "cli/table.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+const cli_opt_t cmd_nodes_opts[] = {
+    {"all", NULL, "also list nodes that are gone"},
+    {"json", NULL, "print JSON instead of a table"},
+    {NULL, NULL, NULL},
+};
+
+const cli_opt_t cmd_workers_opts[] = {
+    {"all", NULL, "also list workers that are gone"},
+    {"queue", "Q", "only workers serving queue Q"},
+    {"json", NULL, "print JSON instead of a table"},
+    {NULL, NULL, NULL},
+};
+
+const cli_opt_t cmd_update_opts[] = {
+    {"queue", "Q", "queue whose workers receive the update (required)"},
+    {"session", "ID", "delete the update when session ID closes"},
+    {"json", NULL, "parse DATA as JSON instead of sending it as a string"},
+    {NULL, NULL, NULL},
+};
+
+const char cmd_update_details[] =
+    "Every worker of the queue receives the update between two tasks, in order,\n"
+    "also workers that start later.  Prints the update's sequence number.\n\n"
+    "examples:\n"
+    "  muster update --queue train --json '{\"lr\": 0.01}'\n";
+
+/* "12s", "3m", "2h" ago for an epoch-ms instant (empty when unknown). */
+static const char *nodes_ago(json_t *ms, char *buf, size_t size) {
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  int64_t now = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+  if (!json_is_integer(ms)) {
+    snprintf(buf, size, "-");
+    return buf;
+  }
+  int64_t secs = (now - (int64_t)json_integer_value(ms)) / 1000;
+  if (secs < 0)
+    secs = 0;
+  if (secs < 120)
+    snprintf(buf, size, "%llds ago", (long long)secs);
+  else if (secs < 7200)
+    snprintf(buf, size, "%lldm ago", (long long)secs / 60);
+  else
+    snprintf(buf, size, "%lldh ago", (long long)secs / 3600);
+  return buf;
+}
+
+/* Integer field `key` of `obj` as text. */
+static const char *nodes_int(json_t *obj, const char *key, char *buf, size_t size) {
+  json_t *v = json_object_get(obj, key);
+  snprintf(buf, size, json_is_integer(v) ? "%lld" : "-", (long long)json_integer_value(v));
+  return buf;
+}
+
+static const char *nodes_str(json_t *obj, const char *key) {
+  const char *s = json_string_value(json_object_get(obj, key));
+  return s && s[0] ? s : "-";
+}
+
+/* Non-zero when `obj` is shown: active, or --all. */
+static int nodes_shown(json_t *obj, int all) {
+  const char *state = json_string_value(json_object_get(obj, "state"));
+  return all || (state && strcmp(state, "active") == 0);
+}
+
+static void nodes_print(json_t *nodes, int all) {
+  static const char *const headers[] = {"NAME", "STATE",   "ADDRESS",  "CPUS",
+                                        "GPUS", "WORKERS", "LAST SEEN"};
+  static const int right[] = {0, 0, 0, 1, 1, 1, 0};
+  cli_table_t table;
+  table_init(&table, 7, headers, right);
+  size_t i;
+  json_t *node;
+  json_array_foreach(nodes, i, node) {
+    if (!nodes_shown(node, all))
+      continue;
+    char cpus[24], gpus[24], workers[24], seen[32];
+    snprintf(gpus, sizeof gpus, "%zu", json_array_size(json_object_get(node, "gpus")));
+    const char *row[] = {nodes_str(node, "name"),
+                         nodes_str(node, "state"),
+                         nodes_str(node, "address"),
+                         nodes_int(node, "cpus", cpus, sizeof cpus),
+                         gpus,
+                         nodes_int(node, "workers", workers, sizeof workers),
+                         nodes_ago(json_object_get(node, "last_seen_ms"), seen, sizeof seen)};
+    table_add(&table, row);
+  }
+  table_print(&table, stdout);
+  table_free(&table);
+}
+
+/* Non-zero when worker `w` names `queue` among its queues (NULL: any). */
+static int workers_serves(json_t *w, const char *queue) {
+  if (queue == NULL)
+    return 1;
+  size_t i;
+  json_t *q;
+  json_array_foreach(json_object_get(w, "queues"), i, q) {
+    if (json_is_string(q) && strcmp(json_string_value(q), queue) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* The worker's queues joined with commas into `buf`. */
+static const char *workers_queues(json_t *w, char *buf, size_t size) {
+  size_t at = 0, i;
+  json_t *q;
+  buf[0] = '\0';
+  json_array_foreach(json_object_get(w, "queues"), i, q) {
+    int n = snprintf(buf + at, size - at, "%s%s", at ? "," : "", json_string_value(q));
+    if (n < 0 || (size_t)n >= size - at)
+      break;
+    at += (size_t)n;
+  }
+  return at ? buf : "-";
+}
+
+static void workers_print(json_t *workers, int all, const char *queue) {
+  static const char *const headers[] = {"ID",   "NAME",   "NODE",   "STATE",   "QUEUES",
+                                        "DONE", "FAILED", "LEASES", "PROGRESS"};
+  static const int right[] = {1, 0, 0, 0, 0, 1, 1, 1, 0};
+  cli_table_t table;
+  table_init(&table, 9, headers, right);
+  size_t i;
+  json_t *w;
+  json_array_foreach(workers, i, w) {
+    if (!nodes_shown(w, all) || !workers_serves(w, queue))
+      continue;
+    char id[24], done[24], failed[24], leases[24], queues[256];
+    const char *row[] = {nodes_int(w, "id", id, sizeof id),
+                         nodes_str(w, "name"),
+                         nodes_str(w, "node"),
+                         nodes_str(w, "state"),
+                         workers_queues(w, queues, sizeof queues),
+                         nodes_int(w, "completed", done, sizeof done),
+                         nodes_int(w, "failed", failed, sizeof failed),
+                         nodes_int(w, "leases", leases, sizeof leases),
+                         nodes_str(w, "progress")};
+    table_add(&table, row);
+  }
+  table_print(&table, stdout);
+  table_free(&table);
+}
+
+/* Fetches a listing with `fetch` and prints it as a table or as JSON. */
+static int nodes_listing(cli_args_t *args, muster_err_t (*fetch)(muster_client_t *, char **),
+                         const char *key) {
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc != CLI_OK)
+    return rc;
+  char *json = NULL;
+  muster_err_t err = fetch(client, &json);
+  json_t *root = err == MUSTER_OK ? json_loads(json, JSON_ALLOW_NUL, NULL) : NULL;
+  json_t *list = json_object_get(root, key);
+  if (err != MUSTER_OK) {
+    rc = cli_error(client, err);
+  } else if (cli_flag(args, "json")) {
+    cli_print_pretty(json);
+  } else if (!json_is_array(list)) {
+    fprintf(stderr, "muster: protocol: the %s list could not be read\n", key);
+    rc = CLI_FAIL;
+  } else if (strcmp(key, "nodes") == 0) {
+    nodes_print(list, cli_flag(args, "all"));
+  } else {
+    workers_print(list, cli_flag(args, "all"), cli_opt(args, "queue"));
+  }
+  json_decref(root);
+  muster_free(json);
+  muster_client_free(client);
+  return rc;
+}
+
+int cmd_nodes(cli_args_t *args) {
+  return nodes_listing(args, muster_node_list, "nodes");
+}
+
+int cmd_workers(cli_args_t *args) {
+  return nodes_listing(args, muster_worker_list, "workers");
+}
+
+/* DATA as JSON text (muster_free): parsed with --json, else a JSON string. */
+static char *update_data(const cli_args_t *args, const char *raw) {
+  json_t *value = cli_flag(args, "json") ? json_loads(raw, JSON_DECODE_ANY, NULL) : json_string(raw);
+  char *text = value ? json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  json_decref(value);
+  return text;
+}
+
+int cmd_update(cli_args_t *args) {
+  const char *queue = cli_opt(args, "queue");
+  if (queue == NULL)
+    return cli_usage_error(args->cmd, "'update' needs --queue Q");
+  char *data = update_data(args, args->pos[0]);
+  if (data == NULL) {
+    fprintf(stderr, "muster: invalid_argument: DATA is not valid %s\n",
+            cli_flag(args, "json") ? "JSON" : "UTF-8 text");
+    return CLI_FAIL;
+  }
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  int64_t seq = 0;
+  muster_err_t err = MUSTER_OK;
+  if (rc == CLI_OK)
+    err = muster_update_post(client, queue, data, cli_opt(args, "session"), &seq);
+  if (rc == CLI_OK && err != MUSTER_OK)
+    rc = cli_error(client, err);
+  else if (rc == CLI_OK)
+    printf("%lld\n", (long long)seq);
+  free(data);
+  muster_client_free(client);
+  return rc;
+}

@@ -1,0 +1,305 @@
+/*
+ * cmd_session.c — `muster session create|ls|show|put|results|close`
+ * (docs/pools.md, docs/api.md "Sessions").
+ *
+ * These expose a session step by step, for scripts and for looking into what
+ * a pool is doing: create one, put inputs into it, read its results stream
+ * from a cursor (printing the cursor to resume from on stderr), close it.
+ * `muster map` does all of it in one command.
+ */
+#include "cli/cli.h"
+#include "cli/table.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SESSION_PUT_BATCH 1000
+#define SESSION_FOLLOW_WAIT_MS 10000
+
+const cli_opt_t cmd_session_create_opts[] = {
+    {"queue", "Q", "queue the session's tasks go to (required; must exist)"},
+    {"init-data", "JSON", "init_data handed to the workers"},
+    {"timeout-ms", "MS", "close the session when its client is silent this long (default 60000)"},
+    {"no-cleanup", NULL, "keep the session until it is closed, however long the client is silent"},
+    {"json", NULL, "print the session object instead of its id"},
+    {NULL, NULL, NULL},
+};
+
+const cli_opt_t cmd_session_put_opts[] = {
+    {"json", NULL, "parse each input line as JSON instead of sending it as a string"},
+    {NULL, NULL, NULL},
+};
+
+const cli_opt_t cmd_session_results_opts[] = {
+    {"order", "ORDER", "submission (by index, the default) or completion (as they finished)"},
+    {"cursor", "C", "where to start: an index (submission) or a sequence number (completion)"},
+    {"max", "N", "print at most N results (default: all that are ready)"},
+    {"wait-ms", "MS", "wait up to MS for a first result when none is ready (default 0)"},
+    {"follow", NULL, "keep waiting until every task of the session has its result"},
+    {"values", NULL, "print only the result values, one per line, like map"},
+    {NULL, NULL, NULL},
+};
+
+const char cmd_session_results_details[] =
+    "Prints one JSON object per result and line: {\"index\", \"task\", \"state\",\n"
+    "\"result\", \"error\", \"seq\"}, and on stderr the cursor to pass next time\n"
+    "(\"cursor: C\"), so a reader can stop and resume without losing or repeating\n"
+    "a result.\n\n"
+    "examples:\n"
+    "  muster session results s-5f2c9a1e7b3d4c60 --follow --values\n"
+    "  muster session results s-5f2c9a1e7b3d4c60 --order completion --cursor 311\n";
+
+/* Runs `body` with a connected client and frees it. */
+static int session_with_client(cli_args_t *args, int (*body)(cli_args_t *, muster_client_t *)) {
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc == CLI_OK)
+    rc = body(args, client);
+  muster_client_free(client);
+  return rc;
+}
+
+/* ---- create, show, close -------------------------------------------------------- */
+
+static int session_create(cli_args_t *args, muster_client_t *client) {
+  muster_session_opts_t opts;
+  muster_session_opts_init(&opts);
+  opts.queue = cli_opt(args, "queue");
+  opts.init_data = cli_opt(args, "init-data");
+  if (cli_flag(args, "no-cleanup"))
+    opts.cleanup_on_exit = 0;
+  int rc = cli_opt_int(args, "timeout-ms", -1, 1, &opts.timeout_ms);
+  if (rc != CLI_OK)
+    return rc;
+  char *id = NULL, *json = NULL;
+  muster_err_t err = muster_session_create(client, &opts, &id, &json);
+  if (err != MUSTER_OK)
+    return cli_error(client, err);
+  if (cli_flag(args, "json"))
+    cli_print_pretty(json);
+  else
+    printf("%s\n", id);
+  muster_free(id);
+  muster_free(json);
+  return CLI_OK;
+}
+
+int cmd_session_create(cli_args_t *args) {
+  if (cli_opt(args, "queue") == NULL)
+    return cli_usage_error(args->cmd, "'session create' needs --queue Q");
+  return session_with_client(args, session_create);
+}
+
+static int session_show(cli_args_t *args, muster_client_t *client) {
+  char *json = NULL;
+  muster_err_t err = muster_session_get(client, args->pos[0], &json);
+  if (err != MUSTER_OK)
+    return cli_error(client, err);
+  cli_print_pretty(json);
+  muster_free(json);
+  return CLI_OK;
+}
+
+int cmd_session_show(cli_args_t *args) {
+  return session_with_client(args, session_show);
+}
+
+static int session_close(cli_args_t *args, muster_client_t *client) {
+  int64_t cancelled = 0;
+  muster_err_t err = muster_session_close(client, args->pos[0], &cancelled);
+  if (err != MUSTER_OK)
+    return cli_error(client, err);
+  printf("closed session %s; %lld unfinished tasks cancelled\n", args->pos[0],
+         (long long)cancelled);
+  return CLI_OK;
+}
+
+int cmd_session_close(cli_args_t *args) {
+  return session_with_client(args, session_close);
+}
+
+/* ---- ls ------------------------------------------------------------------------------ */
+
+/* counts.`key` of a session as text. */
+static const char *session_count(json_t *s, const char *key, char *buf, size_t size) {
+  json_t *v = json_object_get(json_object_get(s, "counts"), key);
+  snprintf(buf, size, "%lld", (long long)json_integer_value(v));
+  return buf;
+}
+
+static void session_print_table(json_t *sessions) {
+  static const char *const headers[] = {"ID",     "QUEUE",   "TOTAL",  "DONE",
+                                        "FAILED", "PENDING", "UPDATES", "CLEANUP"};
+  static const int right[] = {0, 0, 1, 1, 1, 1, 1, 0};
+  cli_table_t table;
+  table_init(&table, 8, headers, right);
+  size_t i;
+  json_t *s;
+  json_array_foreach(sessions, i, s) {
+    char total[24], done[24], failed[24], pending[24], updates[24];
+    snprintf(updates, sizeof updates, "%lld",
+             (long long)json_integer_value(json_object_get(s, "updates")));
+    const char *row[] = {json_string_value(json_object_get(s, "id")),
+                         json_string_value(json_object_get(s, "queue")),
+                         session_count(s, "total", total, sizeof total),
+                         session_count(s, "done", done, sizeof done),
+                         session_count(s, "failed", failed, sizeof failed),
+                         session_count(s, "pending", pending, sizeof pending),
+                         updates,
+                         json_is_false(json_object_get(s, "cleanup_on_exit")) ? "no" : "yes"};
+    table_add(&table, row);
+  }
+  table_print(&table, stdout);
+  table_free(&table);
+}
+
+static int session_ls(cli_args_t *args, muster_client_t *client) {
+  char *json = NULL;
+  muster_err_t err = muster_session_list(client, &json);
+  if (err != MUSTER_OK)
+    return cli_error(client, err);
+  json_t *root = json_loads(json, JSON_ALLOW_NUL, NULL);
+  json_t *list = json_object_get(root, "sessions");
+  int rc = CLI_OK;
+  if (cli_flag(args, "json")) {
+    cli_print_pretty(json);
+  } else if (json_is_array(list)) {
+    session_print_table(list);
+  } else {
+    fprintf(stderr, "muster: protocol: the session list could not be read\n");
+    rc = CLI_FAIL;
+  }
+  json_decref(root);
+  muster_free(json);
+  return rc;
+}
+
+int cmd_session_ls(cli_args_t *args) {
+  return session_with_client(args, session_ls);
+}
+
+/* ---- put -------------------------------------------------------------------------------- */
+
+/* Sends the inputs in batches at the session's next indexes; prints "INDEX\tTASK". */
+static int session_put_all(const cli_args_t *args, muster_client_t *client,
+                           const cli_inputs_t *in) {
+  muster_task_spec_t *specs = calloc(SESSION_PUT_BATCH, sizeof *specs);
+  int64_t *ids = calloc(SESSION_PUT_BATCH, sizeof *ids);
+  int64_t *indexes = calloc(SESSION_PUT_BATCH, sizeof *indexes);
+  int rc = specs && ids && indexes ? CLI_OK : CLI_FAIL;
+  for (size_t at = 0; rc == CLI_OK && at < in->count; at += SESSION_PUT_BATCH) {
+    size_t n = in->count - at < SESSION_PUT_BATCH ? in->count - at : SESSION_PUT_BATCH;
+    for (size_t i = 0; i < n; i++) {
+      muster_task_spec_init(&specs[i]);
+      specs[i].payload = in->texts[at + i];
+    }
+    muster_err_t err = muster_session_put(client, args->pos[0], specs, n, ids, indexes);
+    if (err != MUSTER_OK) {
+      rc = cli_error(client, err);
+      break;
+    }
+    for (size_t i = 0; i < n; i++)
+      printf("%lld\t%lld\n", (long long)indexes[i], (long long)ids[i]);
+    fflush(stdout);
+  }
+  free(specs);
+  free(ids);
+  free(indexes);
+  return rc;
+}
+
+static int session_put(cli_args_t *args, muster_client_t *client) {
+  cli_inputs_t in;
+  int rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in);
+  if (rc == CLI_OK)
+    rc = session_put_all(args, client, &in);
+  cli_inputs_free(&in);
+  return rc;
+}
+
+int cmd_session_put(cli_args_t *args) {
+  return session_with_client(args, session_put);
+}
+
+/* ---- results ------------------------------------------------------------------------------ */
+
+typedef struct {
+  muster_order_t order;
+  int64_t cursor;
+  int64_t left;   /* results still to print; -1: no limit */
+  int64_t wait_ms;
+  int follow, values;
+} session_read_t;
+
+static int session_read_opts(const cli_args_t *args, session_read_t *rd) {
+  const char *order = cli_opt(args, "order");
+  if (order != NULL && strcmp(order, "submission") != 0 && strcmp(order, "completion") != 0)
+    return cli_usage_error(args->cmd, "--order: expected submission or completion, got '%s'",
+                           order);
+  rd->order = order && strcmp(order, "completion") == 0 ? MUSTER_ORDER_COMPLETION
+                                                         : MUSTER_ORDER_SUBMISSION;
+  rd->follow = cli_flag(args, "follow");
+  rd->values = cli_flag(args, "values");
+  int rc = cli_opt_int(args, "cursor", 0, 0, &rd->cursor);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "max", -1, 1, &rd->left);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "wait-ms", 0, 0, &rd->wait_ms);
+  return rc;
+}
+
+/* Prints one result as a JSON line, or its value alone with --values. */
+static void session_print_result(const session_read_t *rd, const muster_result_t *r) {
+  if (rd->values) {
+    if (r->ok)
+      cli_print_result_value(r->result, stdout);
+    putchar('\n');
+    return;
+  }
+  json_t *result = r->result ? json_loads(r->result, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : NULL;
+  json_t *obj = json_pack("{s:I, s:I, s:s, s:o, s:s?, s:I}", "index", (json_int_t)r->index, "task",
+                          (json_int_t)r->task, "state", r->state ? r->state : "",
+                          result ? result : json_null(), "error", r->error, "seq",
+                          (json_int_t)r->seq);
+  char *line = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+  if (line)
+    puts(line);
+  free(line);
+  json_decref(obj);
+}
+
+/* Reads pages until the limit, the end of what is ready, or (--follow) the end. */
+static int session_results(cli_args_t *args, muster_client_t *client) {
+  session_read_t rd;
+  int rc = session_read_opts(args, &rd);
+  muster_err_t err = MUSTER_OK;
+  for (int first = 1; rc == CLI_OK && rd.left != 0; first = 0) {
+    size_t max = rd.left > 0 && rd.left < 1000 ? (size_t)rd.left : 1000;
+    int64_t wait = rd.follow ? SESSION_FOLLOW_WAIT_MS : first ? rd.wait_ms : 0;
+    muster_results_t page;
+    err = muster_session_results(client, args->pos[0], rd.order, rd.cursor, max, wait, &page);
+    if (err != MUSTER_OK) {
+      muster_results_free(&page);
+      break;
+    }
+    for (size_t i = 0; i < page.count; i++)
+      session_print_result(&rd, &page.results[i]);
+    fflush(stdout);
+    if (page.count > 0 || page.cursor > rd.cursor)
+      rd.cursor = page.cursor;
+    if (rd.left > 0)
+      rd.left -= (int64_t)page.count;
+    int finished = page.done >= page.total;
+    int empty = page.count == 0;
+    muster_results_free(&page);
+    if (rd.follow ? finished && empty : empty)
+      break;
+  }
+  fprintf(stderr, "cursor: %lld\n", (long long)rd.cursor);
+  return err != MUSTER_OK ? cli_error(client, err) : rc;
+}
+
+int cmd_session_results(cli_args_t *args) {
+  return session_with_client(args, session_results);
+}

@@ -1,0 +1,552 @@
+/*
+ * pool.c — muster_pool_t: map and imap_unordered over the workers of a queue
+ * (docs/pools.md), built on a session (session.c).
+ *
+ * A pool owns one session.  Each imap gives its inputs consecutive session
+ * indexes, chosen by the pool and sent explicitly, so a batch that is retried
+ * after a lost reply cannot be stored twice (the head refuses an index in use).
+ * Results come from the session's results stream: in submission order from
+ * the iterator's first index, or in completion order from the highest
+ * completion cursor the pool has seen so far (a task submitted after that
+ * cursor was observed can only finish after it).
+ *
+ * Exactly once: the head names every index once in the stream, even when its
+ * task ran twice; the iterator keeps a bitmap of the positions it delivered
+ * and drops any repeat, so even a misbehaving stream or a replayed page
+ * cannot hand the caller a result twice.  An iterator's state (cursor, bitmap,
+ * buffered page) survives a failed call, so after a network error the caller
+ * simply calls muster_pool_iter_next again.
+ *
+ * The heartbeat thread has its own client handle (handles are not
+ * thread-safe) and only ever calls POST /v1/sessions/{id}/heartbeat, so the
+ * session outlives a caller who is slow to consume results.
+ */
+#include "client/client_internal.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define POOL_BATCH 1000          /* inputs per submit request (the head's limit) */
+#define POOL_POLL_MS 20000       /* longest single long-poll; the head caps it too */
+#define POOL_SUBMIT_RETRIES 3    /* submit attempts after a lost reply */
+#define POOL_DEFAULT_TIMEOUT_MS 60000
+
+struct muster_pool {
+  muster_client_t *client; /* the caller's thread */
+  char *queue;
+  char *session;
+  int own_session;          /* created by this pool: closed at close unless keep_session */
+  int keep_session;
+  int64_t next_index;       /* session index the next input gets */
+  int64_t completion_floor; /* highest completion cursor seen by any iterator */
+  char message[CLIENT_MESSAGE_MAX];
+  /* heartbeat thread; `mu` guards `hb_stop` */
+  muster_client_t *hb_client;
+  pthread_t hb_thread;
+  int hb_running;
+  int hb_stop;
+  int64_t hb_period_ms;
+  pthread_mutex_t mu;
+  pthread_cond_t cond;
+};
+
+struct muster_pool_iter {
+  muster_pool_t *pool;
+  int ordered;
+  int64_t first;      /* session index of input 0 */
+  size_t total;       /* inputs */
+  size_t delivered;   /* results handed to the caller */
+  size_t duplicates;  /* repeats dropped */
+  int64_t cursor;     /* ordered: next index wanted; unordered: completion cursor */
+  unsigned char *seen; /* bitmap over [0, total): delivered positions */
+  muster_results_t page; /* the last page read */
+  size_t page_at;     /* next result of `page` to look at */
+};
+
+/* ---- messages and small helpers ---------------------------------------------------- */
+
+static muster_err_t pool_fail(muster_pool_t *pool, muster_err_t err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static muster_err_t pool_fail(muster_pool_t *pool, muster_err_t err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(pool->message, sizeof pool->message, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+/* Copies the client's message of a failed call onto the pool. */
+static muster_err_t pool_from_client(muster_pool_t *pool, muster_err_t err) {
+  if (err != MUSTER_OK)
+    pool_fail(pool, err, "%s", muster_client_message(pool->client));
+  else
+    pool->message[0] = '\0';
+  return err;
+}
+
+const char *muster_pool_message(const muster_pool_t *pool) {
+  return pool ? pool->message : "";
+}
+
+const char *muster_pool_session(const muster_pool_t *pool) {
+  return pool ? pool->session : NULL;
+}
+
+static int64_t pool_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void muster_pool_opts_init(muster_pool_opts_t *opts) {
+  if (opts == NULL)
+    return;
+  memset(opts, 0, sizeof *opts);
+  opts->create_queue = 1;
+  opts->cleanup_on_exit = -1;
+  opts->timeout_ms = -1;
+  opts->heartbeat_ms = -1;
+}
+
+/* ---- the heartbeat thread ------------------------------------------------------------- */
+
+/* Heart-beats the session every hb_period_ms until told to stop.  Failures are
+ * not fatal here: the caller's own calls fail visibly if the session is gone. */
+static void *pool_heartbeat_main(void *arg) {
+  muster_pool_t *pool = arg;
+  pthread_mutex_lock(&pool->mu);
+  while (!pool->hb_stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    int64_t ns = (int64_t)until.tv_nsec + (pool->hb_period_ms % 1000) * 1000000;
+    until.tv_sec += (time_t)(pool->hb_period_ms / 1000 + ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    int timed_out = 0;
+    while (!pool->hb_stop && !timed_out)
+      timed_out = pthread_cond_timedwait(&pool->cond, &pool->mu, &until) != 0;
+    if (pool->hb_stop)
+      break;
+    pthread_mutex_unlock(&pool->mu);
+    muster_session_heartbeat(pool->hb_client, pool->session);
+    pthread_mutex_lock(&pool->mu);
+  }
+  pthread_mutex_unlock(&pool->mu);
+  return NULL;
+}
+
+/* Starts the heartbeat thread with its own handle on `url`. */
+static muster_err_t pool_heartbeat_start(muster_pool_t *pool, const char *url, const char *token) {
+  muster_err_t err = muster_client_new(url, token, &pool->hb_client);
+  if (err != MUSTER_OK)
+    return pool_fail(pool, err, "cannot create the heartbeat client");
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&pool->cond, &attr);
+  pthread_condattr_destroy(&attr);
+  if (pthread_create(&pool->hb_thread, NULL, pool_heartbeat_main, pool) != 0) {
+    pthread_cond_destroy(&pool->cond);
+    return pool_fail(pool, MUSTER_NOMEM, "cannot start the heartbeat thread");
+  }
+  pool->hb_running = 1;
+  return MUSTER_OK;
+}
+
+static void pool_heartbeat_stop(muster_pool_t *pool) {
+  if (!pool->hb_running)
+    return;
+  pthread_mutex_lock(&pool->mu);
+  pool->hb_stop = 1;
+  pthread_cond_signal(&pool->cond);
+  pthread_mutex_unlock(&pool->mu);
+  pthread_join(pool->hb_thread, NULL);
+  pthread_cond_destroy(&pool->cond);
+  pool->hb_running = 0;
+}
+
+/* ---- open and close ------------------------------------------------------------------------ */
+
+/* Makes sure the pool's queue exists, creating it with default settings. */
+static muster_err_t pool_ensure_queue(muster_pool_t *pool, int create) {
+  muster_err_t err = muster_queue_get(pool->client, pool->queue, NULL);
+  if (err == MUSTER_QUEUE_NOT_FOUND && create)
+    err = muster_queue_put(pool->client, pool->queue, NULL, NULL);
+  return pool_from_client(pool, err);
+}
+
+/* Reads the session's next_index and timeout from its object `json`. */
+static void pool_read_session(muster_pool_t *pool, const char *json, int64_t *timeout_ms) {
+  json_t *root = json_loads(json, JSON_ALLOW_NUL, NULL);
+  int64_t next = 0;
+  if (client_get_int(root, "next_index", 0, &next) == 0 && next > pool->next_index)
+    pool->next_index = next;
+  client_get_int(root, "timeout_ms", POOL_DEFAULT_TIMEOUT_MS, timeout_ms);
+  json_decref(root);
+}
+
+/* Creates the session, or attaches to opts->session. */
+static muster_err_t pool_start_session(muster_pool_t *pool, const muster_pool_opts_t *opts,
+                                       int64_t *timeout_ms) {
+  char *json = NULL;
+  muster_err_t err;
+  if (opts->session != NULL) {
+    pool->session = strdup(opts->session);
+    if (pool->session == NULL)
+      return pool_fail(pool, MUSTER_NOMEM, "out of memory");
+    err = muster_session_get(pool->client, pool->session, &json);
+  } else {
+    muster_session_opts_t so;
+    muster_session_opts_init(&so);
+    so.queue = pool->queue;
+    so.cleanup_on_exit = opts->cleanup_on_exit;
+    so.timeout_ms = opts->timeout_ms;
+    so.init_data = opts->init_data;
+    err = muster_session_create(pool->client, &so, &pool->session, &json);
+    pool->own_session = err == MUSTER_OK;
+  }
+  if (err == MUSTER_OK)
+    pool_read_session(pool, json, timeout_ms);
+  muster_free(json);
+  return pool_from_client(pool, err);
+}
+
+/* Hands the failure of an open to the caller and frees the half-made pool. */
+static muster_err_t pool_open_failed(muster_pool_t *pool, muster_err_t err, char **message) {
+  if (message != NULL)
+    *message = strdup(pool->message[0] ? pool->message : muster_strerror(err));
+  muster_pool_close(pool);
+  return err;
+}
+
+muster_err_t muster_pool_open(const muster_pool_opts_t *opts, muster_pool_t **out, char **message) {
+  if (message)
+    *message = NULL;
+  if (out == NULL)
+    return MUSTER_INVALID;
+  *out = NULL;
+  if (opts == NULL || opts->url == NULL || opts->queue == NULL) {
+    if (message)
+      *message = strdup("a url and a queue are required");
+    return MUSTER_INVALID;
+  }
+  muster_pool_t *pool = calloc(1, sizeof *pool);
+  if (pool == NULL)
+    return MUSTER_NOMEM;
+  pthread_mutex_init(&pool->mu, NULL);
+  pool->keep_session = opts->keep_session;
+  muster_err_t err = muster_client_new(opts->url, opts->token, &pool->client);
+  if (err != MUSTER_OK) {
+    pool_fail(pool, err, "cannot use server '%s' with that token", opts->url);
+    return pool_open_failed(pool, err, message);
+  }
+  if ((pool->queue = strdup(opts->queue)) == NULL)
+    return pool_open_failed(pool, pool_fail(pool, MUSTER_NOMEM, "out of memory"), message);
+  int64_t timeout_ms = POOL_DEFAULT_TIMEOUT_MS;
+  if ((err = pool_ensure_queue(pool, opts->create_queue)) != MUSTER_OK ||
+      (err = pool_start_session(pool, opts, &timeout_ms)) != MUSTER_OK)
+    return pool_open_failed(pool, err, message);
+  pool->hb_period_ms = opts->heartbeat_ms >= 0 ? opts->heartbeat_ms : timeout_ms / 4;
+  if (pool->hb_period_ms > 0 &&
+      (err = pool_heartbeat_start(pool, opts->url, opts->token)) != MUSTER_OK)
+    return pool_open_failed(pool, err, message);
+  *out = pool;
+  return MUSTER_OK;
+}
+
+void muster_pool_close(muster_pool_t *pool) {
+  if (pool == NULL)
+    return;
+  pool_heartbeat_stop(pool);
+  if (pool->own_session && !pool->keep_session)
+    muster_session_close(pool->client, pool->session, NULL);
+  muster_client_free(pool->hb_client);
+  muster_client_free(pool->client);
+  pthread_mutex_destroy(&pool->mu);
+  free(pool->queue);
+  free(pool->session);
+  free(pool);
+}
+
+/* ---- submitting ------------------------------------------------------------------------------ */
+
+/* Puts inputs[0..count) at session indexes first, first+1, ...  A reply lost on
+ * the network is retried; since the indexes are explicit, a retry of a batch
+ * that did land is refused with invalid_state ("index in use"), which then
+ * means it was stored. */
+static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *inputs, size_t count,
+                                      int64_t first) {
+  muster_task_spec_t *specs = calloc(count ? count : 1, sizeof *specs);
+  if (specs == NULL)
+    return pool_fail(pool, MUSTER_NOMEM, "out of memory");
+  for (size_t i = 0; i < count; i++) {
+    muster_task_spec_init(&specs[i]);
+    specs[i].payload = inputs[i];
+    specs[i].index = first + (int64_t)i;
+  }
+  muster_err_t err = MUSTER_NETWORK;
+  int lost_reply = 0;
+  for (int attempt = 0; attempt < POOL_SUBMIT_RETRIES && err == MUSTER_NETWORK; attempt++) {
+    err = muster_session_put(pool->client, pool->session, specs, count, NULL, NULL);
+    if (err == MUSTER_INVALID_STATE && lost_reply)
+      err = MUSTER_OK;
+    lost_reply |= err == MUSTER_NETWORK;
+  }
+  free(specs);
+  return pool_from_client(pool, err);
+}
+
+muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, size_t count,
+                              int ordered, muster_pool_iter_t **out) {
+  if (out)
+    *out = NULL;
+  if (pool == NULL)
+    return MUSTER_INVALID;
+  if (out == NULL || (inputs == NULL && count > 0))
+    return pool_fail(pool, MUSTER_INVALID, "inputs and a place for the iterator are required");
+  muster_pool_iter_t *it = calloc(1, sizeof *it);
+  if (it == NULL || (it->seen = calloc(count / 8 + 1, 1)) == NULL) {
+    free(it);
+    return pool_fail(pool, MUSTER_NOMEM, "out of memory");
+  }
+  it->pool = pool;
+  it->ordered = ordered != 0;
+  it->total = count;
+  it->first = pool->next_index;
+  it->cursor = it->ordered ? it->first : pool->completion_floor;
+  /* The indexes are the iterator's even if a batch fails half-way: never reuse them. */
+  pool->next_index += (int64_t)count;
+  for (size_t at = 0; at < count; at += POOL_BATCH) {
+    size_t n = count - at < POOL_BATCH ? count - at : POOL_BATCH;
+    muster_err_t err = pool_submit_batch(pool, inputs + at, n, it->first + (int64_t)at);
+    if (err != MUSTER_OK) {
+      muster_pool_iter_free(it);
+      return err;
+    }
+  }
+  *out = it;
+  return MUSTER_OK;
+}
+
+muster_err_t muster_pool_imap_unordered(muster_pool_t *pool, const char *const *inputs,
+                                        size_t count, muster_pool_iter_t **out) {
+  return muster_pool_imap(pool, inputs, count, 0, out);
+}
+
+/* ---- iterating ------------------------------------------------------------------------------- */
+
+void muster_pool_iter_free(muster_pool_iter_t *it) {
+  if (it == NULL)
+    return;
+  muster_results_free(&it->page);
+  free(it->seen);
+  free(it);
+}
+
+int muster_pool_iter_done(const muster_pool_iter_t *it) {
+  return it == NULL || it->delivered == it->total;
+}
+
+void muster_pool_iter_progress(const muster_pool_iter_t *it, size_t *delivered, size_t *total) {
+  if (delivered)
+    *delivered = it ? it->delivered : 0;
+  if (total)
+    *total = it ? it->total : 0;
+}
+
+size_t muster_pool_iter_duplicates(const muster_pool_iter_t *it) {
+  return it ? it->duplicates : 0;
+}
+
+/* Takes the next result of the buffered page that is this iterator's and not
+ * yet delivered; returns 1 with *out moved out of the page, 0 when the page is
+ * used up. */
+static int pool_iter_take(muster_pool_iter_t *it, muster_result_t *out) {
+  while (it->page_at < it->page.count) {
+    muster_result_t *r = &it->page.results[it->page_at++];
+    int64_t pos = r->index - it->first;
+    if (pos < 0 || (uint64_t)pos >= it->total) {
+      muster_result_clear(r); /* another iterator's input */
+      continue;
+    }
+    unsigned char bit = (unsigned char)(1u << (pos % 8));
+    if (it->seen[pos / 8] & bit) {
+      it->duplicates++;
+      muster_result_clear(r);
+      continue;
+    }
+    it->seen[pos / 8] |= bit;
+    it->delivered++;
+    *out = *r;
+    out->index = pos;
+    memset(r, 0, sizeof *r);
+    return 1;
+  }
+  return 0;
+}
+
+/* Reads the next page of the stream, waiting up to `wait_ms`. */
+static muster_err_t pool_iter_fetch(muster_pool_iter_t *it, int64_t wait_ms) {
+  muster_pool_t *pool = it->pool;
+  muster_results_free(&it->page);
+  it->page_at = 0;
+  size_t max = POOL_BATCH;
+  if (it->ordered) {
+    int64_t left = it->first + (int64_t)it->total - it->cursor;
+    max = left > 0 && left < POOL_BATCH ? (size_t)left : POOL_BATCH;
+  }
+  muster_err_t err = muster_session_results(
+      pool->client, pool->session, it->ordered ? MUSTER_ORDER_SUBMISSION : MUSTER_ORDER_COMPLETION,
+      it->cursor, max, wait_ms, &it->page);
+  if (err != MUSTER_OK) {
+    muster_results_free(&it->page);
+    return pool_from_client(pool, err);
+  }
+  if (it->page.count > 0 || it->page.cursor > it->cursor)
+    it->cursor = it->page.cursor;
+  if (!it->ordered && it->cursor > pool->completion_floor)
+    pool->completion_floor = it->cursor;
+  return MUSTER_OK;
+}
+
+muster_err_t muster_pool_iter_next(muster_pool_iter_t *it, int64_t wait_ms, muster_result_t *out,
+                                   int *has) {
+  if (out)
+    memset(out, 0, sizeof *out);
+  if (has)
+    *has = 0;
+  if (it == NULL || out == NULL || has == NULL)
+    return MUSTER_INVALID;
+  int64_t deadline = wait_ms >= 0 ? pool_now_ms() + wait_ms : 0;
+  for (int polled = 0;; polled = 1) {
+    if (pool_iter_take(it, out)) {
+      *has = 1;
+      return MUSTER_OK;
+    }
+    if (it->delivered == it->total)
+      return MUSTER_OK;
+    int64_t left = wait_ms >= 0 ? deadline - pool_now_ms() : POOL_POLL_MS;
+    if (polled && left <= 0)
+      return MUSTER_OK;
+    muster_err_t err =
+        pool_iter_fetch(it, left <= 0 ? 0 : left < POOL_POLL_MS ? left : POOL_POLL_MS);
+    if (err != MUSTER_OK)
+      return err;
+  }
+}
+
+/* ---- map --------------------------------------------------------------------------------------- */
+
+void muster_pool_results_free(muster_result_t *results, size_t count) {
+  if (results == NULL)
+    return;
+  for (size_t i = 0; i < count; i++)
+    muster_result_clear(&results[i]);
+  free(results);
+}
+
+muster_err_t muster_pool_map(muster_pool_t *pool, const char *const *inputs, size_t count,
+                             muster_result_t **results) {
+  if (results)
+    *results = NULL;
+  if (pool == NULL)
+    return MUSTER_INVALID;
+  if (results == NULL)
+    return pool_fail(pool, MUSTER_INVALID, "a place for the results is required");
+  muster_result_t *all = calloc(count ? count : 1, sizeof *all);
+  if (all == NULL)
+    return pool_fail(pool, MUSTER_NOMEM, "out of memory");
+  muster_pool_iter_t *it = NULL;
+  muster_err_t err = muster_pool_imap(pool, inputs, count, 1, &it);
+  while (err == MUSTER_OK && !muster_pool_iter_done(it)) {
+    muster_result_t r;
+    int has = 0;
+    err = muster_pool_iter_next(it, -1, &r, &has);
+    if (err == MUSTER_OK && has)
+      all[r.index] = r;
+  }
+  muster_pool_iter_free(it);
+  if (err != MUSTER_OK) {
+    muster_pool_results_free(all, count);
+    return err;
+  }
+  *results = all;
+  return MUSTER_OK;
+}
+
+/* ---- updates and counts -------------------------------------------------------------------- */
+
+muster_err_t muster_pool_update_workers(muster_pool_t *pool, const char *data, int64_t *seq) {
+  if (pool == NULL)
+    return MUSTER_INVALID;
+  return pool_from_client(pool,
+                          muster_update_post(pool->client, pool->queue, data, pool->session, seq));
+}
+
+/* Non-zero when worker object `w` is active and serves `queue` (a worker that
+ * names no queues may lease from any). */
+static int pool_worker_serves(const json_t *w, const char *queue) {
+  const char *state = json_string_value(json_object_get(w, "state"));
+  if (state == NULL || strcmp(state, "active") != 0)
+    return 0;
+  json_t *queues = json_object_get(w, "queues");
+  if (!json_is_array(queues) || json_array_size(queues) == 0)
+    return 1;
+  size_t i;
+  json_t *q;
+  json_array_foreach(queues, i, q) {
+    if (json_is_string(q) && strcmp(json_string_value(q), queue) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+/* Counts the elements of list `key` in the reply text `json` that `pred` accepts. */
+static muster_err_t pool_count(muster_pool_t *pool, const char *json, const char *key,
+                               int (*pred)(const json_t *, const char *), size_t *count) {
+  json_t *root = json_loads(json, JSON_ALLOW_NUL, NULL);
+  json_t *list = json_object_get(root, key);
+  muster_err_t err = MUSTER_OK;
+  *count = 0;
+  if (!json_is_array(list)) {
+    err = pool_fail(pool, MUSTER_PROTOCOL, "the reply has no '%s' list", key);
+  } else {
+    size_t i;
+    json_t *elem;
+    json_array_foreach(list, i, elem) { *count += (size_t)pred(elem, pool->queue); }
+  }
+  json_decref(root);
+  return err;
+}
+
+muster_err_t muster_pool_workers_count(muster_pool_t *pool, size_t *count) {
+  if (pool == NULL || count == NULL)
+    return MUSTER_INVALID;
+  char *json = NULL;
+  muster_err_t err = pool_from_client(pool, muster_worker_list(pool->client, &json));
+  if (err == MUSTER_OK)
+    err = pool_count(pool, json, "workers", pool_worker_serves, count);
+  muster_free(json);
+  return err;
+}
+
+/* Non-zero when node object `n` is active. */
+static int pool_node_active(const json_t *n, const char *queue) {
+  const char *state = json_string_value(json_object_get(n, "state"));
+  return state != NULL && strcmp(state, "active") == 0;
+}
+
+muster_err_t muster_pool_nodes_count(muster_pool_t *pool, size_t *count) {
+  if (pool == NULL || count == NULL)
+    return MUSTER_INVALID;
+  char *json = NULL;
+  muster_err_t err = pool_from_client(pool, muster_node_list(pool->client, &json));
+  if (err == MUSTER_OK)
+    err = pool_count(pool, json, "nodes", pool_node_active, count);
+  muster_free(json);
+  return err;
+}
