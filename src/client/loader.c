@@ -693,10 +693,11 @@ muster_err_t muster_loader_restore(muster_loader_t *l, const char *text) {
   bool ok = obj && mode && strcmp(mode, "standalone") == 0 && fp &&
             !client_get_int(obj, "rank", -1, &rank) && !client_get_int(obj, "epoch", -1, &epoch) &&
             !client_get_int(obj, "consumed", -1, &consumed) && epoch >= 0 && consumed >= 0;
-  json_decref(obj);
+  bool same = ok && strcmp(fp, want) == 0 && rank == l->rank;
+  json_decref(obj); /* fp pointed into it */
   if (!ok)
     return loader_fail(l, MUSTER_INVALID, "not a standalone loader checkpoint");
-  if (strcmp(fp, want) != 0 || rank != l->rank)
+  if (!same)
     return loader_fail(l, MUSTER_INVALID, "the checkpoint is of another configuration or rank");
   thread_stop(l);
   muster_err_t err = stream_set_epoch(l->stream, (uint64_t)epoch);

@@ -1,0 +1,421 @@
+/*
+ * ctest_iter.c — the libmuster loader, standalone and coordinated.
+ *
+ * Standalone: the indices equal the core stream's, epochs and reset, len,
+ * checkpoint and restore, and prefetching with a slow load callback (hits
+ * and misses counted, the buffer bounded).  Coordinated: 4 rank processes
+ * consume an epoch through loaders while one of them is killed with SIGKILL
+ * holding leased blocks; every sample is then consumed exactly once by the
+ * survivors plus what the victim had acknowledged, and the victim's blocks
+ * were taken over — by any rank (dynamic) or by its replica (static,
+ * replication 2).
+ *
+ * Starts `$MUSTER_BIN head` on a free port with a temporary data dir.
+ * Ends with "N passed, M failed"; exits 1 when M > 0.
+ */
+#include "muster.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/partition.h"
+#include "core/stream.h"
+
+#define TOKEN "ctest-iter-token-0123456789"
+
+static int passed, failed;
+static char head_url[256];
+static char data_dir[256];
+static pid_t head_pid;
+
+static void check(int ok, const char *what, int line) {
+  if (ok) {
+    passed++;
+    return;
+  }
+  failed++;
+  fprintf(stderr, "FAIL line %d: %s\n", line, what);
+}
+
+#define CHECK(cond) check((cond) != 0, #cond, __LINE__)
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the head ---------------------------------------------------------------------- */
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  return remove(path);
+}
+
+static const char *muster_bin(const char *argv0) {
+  static char path[1024];
+  const char *env = getenv("MUSTER_BIN");
+  if (env && env[0])
+    return env;
+  const char *slash = strrchr(argv0, '/');
+  snprintf(path, sizeof path, "%.*smuster", slash ? (int)(slash - argv0 + 1) : 0, argv0);
+  return path;
+}
+
+static int head_start(const char *bin) {
+  snprintf(data_dir, sizeof data_dir, "/tmp/muster-ctest-iter-XXXXXX");
+  if (mkdtemp(data_dir) == NULL)
+    return -1;
+  char log_path[512], url_path[512];
+  snprintf(log_path, sizeof log_path, "%s/head.log", data_dir);
+  snprintf(url_path, sizeof url_path, "%s/url", data_dir);
+  head_pid = fork();
+  if (head_pid == 0) {
+    int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(log, 1);
+    dup2(log, 2);
+    execl(bin, bin, "head", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--token", TOKEN,
+          "--sweep-ms", "20", (char *)NULL);
+    _exit(127);
+  }
+  for (int64_t deadline = now_ms() + 20000; now_ms() < deadline; usleep(20000)) {
+    FILE *f = fopen(url_path, "r");
+    if (f == NULL)
+      continue;
+    char *line = fgets(head_url, sizeof head_url, f);
+    fclose(f);
+    if (line && (head_url[strcspn(head_url, "\r\n")] = '\0', head_url[0]))
+      return 0;
+  }
+  fprintf(stderr, "the head did not start; see %s\n", log_path);
+  return -1;
+}
+
+static void head_stop(void) {
+  if (head_pid > 0) {
+    kill(head_pid, SIGTERM);
+    waitpid(head_pid, NULL, 0);
+  }
+  if (data_dir[0])
+    nftw(data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- standalone ---------------------------------------------------------------------- */
+
+static void standalone_config(muster_iter_config_t *cfg, uint64_t n) {
+  muster_iter_config_init(cfg);
+  cfg->num_samples = n;
+  cfg->shuffle = "global";
+  cfg->seed = 42;
+  cfg->world_size = 3;
+  cfg->epochs = 2;
+  cfg->block_size = 4;
+}
+
+static muster_loader_t *open_standalone(const muster_iter_config_t *cfg, uint32_t rank,
+                                        size_t prefetch) {
+  muster_loader_opts_t opts;
+  muster_loader_opts_init(&opts);
+  opts.config = cfg;
+  opts.rank = rank;
+  opts.prefetch = prefetch;
+  muster_loader_t *l = NULL;
+  char *message = NULL;
+  if (muster_loader_open(&opts, &l, &message) != MUSTER_OK)
+    fprintf(stderr, "open: %s\n", message ? message : "?");
+  muster_free(message);
+  return l;
+}
+
+/* Takes everything left in the epoch into out[]; returns how many. */
+static size_t drain(muster_loader_t *l, uint64_t *out, size_t max) {
+  size_t n = 0;
+  uint64_t index;
+  int has;
+  while (n < max && muster_loader_next(l, &index, NULL, &has) == MUSTER_OK && has)
+    out[n++] = index;
+  return n;
+}
+
+static void test_standalone_matches_stream(void) {
+  muster_iter_config_t cfg;
+  standalone_config(&cfg, 10);
+  for (size_t prefetch = 0; prefetch <= 3; prefetch += 3) {
+    muster_loader_t *l = open_standalone(&cfg, 0, prefetch);
+    CHECK(l != NULL);
+    if (l == NULL)
+      return;
+    uint64_t got[16];
+    const uint64_t want[] = {4, 7, 8, 0}; /* docs/iterations.md: global + round_robin */
+    CHECK(muster_loader_len(l) == 4 && !muster_loader_is_empty(l));
+    CHECK(drain(l, got, 16) == 4 && memcmp(got, want, sizeof want) == 0);
+    CHECK(drain(l, got, 16) == 0); /* stays at the end */
+    CHECK(muster_loader_reset(l) == MUSTER_OK);
+    CHECK(drain(l, got, 16) == 4); /* epoch 1 */
+    CHECK(muster_loader_reset(l) == MUSTER_INVALID); /* epochs = 2 */
+    muster_loader_close(l);
+  }
+  muster_loader_close(NULL);
+}
+
+static void test_standalone_checkpoint(void) {
+  muster_iter_config_t cfg;
+  standalone_config(&cfg, 1000);
+  cfg.strategy = "hash"; /* a sample strategy: restore scans */
+  muster_loader_t *a = open_standalone(&cfg, 1, 5), *b = open_standalone(&cfg, 1, 0),
+                  *c = open_standalone(&cfg, 2, 0);
+  uint64_t first[400], rest_a[400], rest_b[400], index;
+  int has;
+  CHECK(drain(a, first, 100) == 100);
+  char *ck = NULL;
+  CHECK(muster_loader_get_checkpoint(a, &ck) == MUSTER_OK && ck != NULL);
+  size_t na = drain(a, rest_a, 400);
+  CHECK(muster_loader_restore(b, ck) == MUSTER_OK);
+
+  size_t nb = drain(b, rest_b, 400);
+  CHECK(na > 0 && na == nb && memcmp(rest_a, rest_b, na * sizeof *rest_a) == 0);
+  CHECK(muster_loader_restore(c, ck) == MUSTER_INVALID); /* another rank */
+  CHECK(muster_loader_restore(c, "{}") == MUSTER_INVALID);
+  CHECK(muster_loader_next(c, &index, NULL, &has) == MUSTER_OK && has);
+  muster_loader_stats_t st;
+  muster_loader_stats(a, &st);
+  CHECK(st.checkpoints == 1 && st.samples_loaded == 100 + na);
+  muster_free(ck);
+  muster_loader_close(a);
+  muster_loader_close(b);
+  muster_loader_close(c);
+}
+
+static int slow_load(void *user, uint64_t index, void **sample) {
+  (void)user;
+  struct timespec ts = {0, 2000000}; /* the work a real load does: 2 ms */
+  nanosleep(&ts, NULL);
+  uint64_t *value = malloc(sizeof *value);
+  if (value == NULL)
+    return -1;
+  *value = index * 10;
+  *sample = value;
+  return 0;
+}
+
+static void free_sample(void *user, void *sample) {
+  (void)user;
+  free(sample);
+}
+
+static void test_prefetch_slow_load(void) {
+  muster_iter_config_t cfg;
+  standalone_config(&cfg, 300);
+  muster_loader_opts_t opts;
+  muster_loader_opts_init(&opts);
+  opts.config = &cfg;
+  opts.prefetch = 8;
+  opts.load = slow_load;
+  opts.free_sample = free_sample;
+  muster_loader_t *l = NULL;
+  CHECK(muster_loader_open(&opts, &l, NULL) == MUSTER_OK);
+  if (l == NULL)
+    return;
+  muster_loader_stats_t st;
+  /* Let the thread fill the buffer (poll, with a deadline). */
+  for (int64_t deadline = now_ms() + 10000; now_ms() < deadline; usleep(1000)) {
+    muster_loader_stats(l, &st);
+    if (st.buffer_peak == 8)
+      break;
+  }
+  CHECK(st.buffer_peak == 8);
+  size_t taken = 0, right = 0;
+  uint64_t index;
+  void *sample;
+  int has;
+  while (muster_loader_next(l, &index, &sample, &has) == MUSTER_OK && has) {
+    right += sample && *(uint64_t *)sample == index * 10;
+    free(sample);
+    taken++;
+  }
+  muster_loader_stats(l, &st);
+  CHECK(taken == 100 && right == 100);
+  CHECK(st.samples_loaded == 100);
+  CHECK(st.prefetch_hits >= 8);   /* the full buffer, taken at once */
+  CHECK(st.prefetch_misses >= 10); /* then the consumer outran a 2 ms load */
+  CHECK(st.prefetch_hits + st.prefetch_misses == 101); /* 100 samples and the end */
+  CHECK(st.buffer_peak <= 8);
+  CHECK(st.avg_load_time_us >= 1500);
+  CHECK(st.utilization > 0 && st.utilization <= 1.0);
+  CHECK(muster_loader_reset(l) == MUSTER_OK); /* drops what the thread had loaded */
+  CHECK(muster_loader_next(l, &index, &sample, &has) == MUSTER_OK && has);
+  free(sample);
+  muster_loader_close(l); /* frees the buffered samples (ASan checks) */
+}
+
+/* ---- coordinated: rank processes, one of them killed ------------------------------------- */
+
+#define N_SAMPLES 3000
+#define BLOCK 20
+#define RANKS 4
+#define VICTIM_BLOCKS 5
+
+static void coord_config(muster_iter_config_t *cfg, const char *strategy, int replication) {
+  muster_iter_config_init(cfg);
+  cfg->num_samples = N_SAMPLES;
+  cfg->shuffle = "global";
+  cfg->seed = 9;
+  cfg->strategy = strategy;
+  cfg->world_size = RANKS;
+  cfg->block_size = BLOCK;
+  cfg->lease_ms = 600;
+  cfg->rank_timeout_ms = 600;
+  cfg->replication = replication;
+}
+
+/* A rank process: consumes its epoch and writes what it consumed to FILE.
+ * The victim instead stops after VICTIM_BLOCKS acknowledged blocks and one
+ * more sample, writes those blocks' samples, tells the parent and waits to
+ * be killed. */
+static int rank_main(const char *name, const char *strategy, int replication, uint32_t rank,
+                     int victim, int notify_fd) {
+  muster_iter_config_t cfg;
+  coord_config(&cfg, strategy, replication);
+  muster_loader_opts_t opts;
+  muster_loader_opts_init(&opts);
+  opts.config = &cfg;
+  opts.rank = rank;
+  opts.url = head_url;
+  opts.token = TOKEN;
+  opts.name = name;
+  opts.prefetch = 3 * BLOCK;
+  muster_loader_t *l = NULL;
+  char *message = NULL;
+  if (muster_loader_open(&opts, &l, &message) != MUSTER_OK) {
+    fprintf(stderr, "rank %u: open: %s\n", rank, message ? message : "?");
+    return 1;
+  }
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s-rank-%u.txt", data_dir, name, rank);
+  FILE *out = fopen(path, "w");
+  uint64_t index;
+  int has;
+  size_t n = 0;
+  while (muster_loader_next(l, &index, NULL, &has) == MUSTER_OK && has) {
+    if (victim && n == VICTIM_BLOCKS * BLOCK) { /* one sample into the next block */
+      muster_loader_stats_t st;
+      for (int64_t deadline = now_ms() + 10000; now_ms() < deadline; usleep(1000)) {
+        muster_loader_stats(l, &st);
+        if (st.blocks_acked >= VICTIM_BLOCKS)
+          break;
+      }
+      fclose(out);
+      char byte = st.blocks_acked == VICTIM_BLOCKS ? 'k' : 'x';
+      if (write(notify_fd, &byte, 1) != 1)
+        return 1;
+      for (;;)
+        pause(); /* holding leases until SIGKILL */
+    }
+    fprintf(out, "%llu\n", (unsigned long long)index);
+    n++;
+  }
+  muster_loader_close(l); /* sends the last ack */
+  fclose(out);
+  return 0;
+}
+
+/* Counts the indices written by every rank file of `name`. */
+static void count_files(const char *name, int *counts) {
+  for (uint32_t r = 0; r < RANKS; r++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-rank-%u.txt", data_dir, name, r);
+    FILE *f = fopen(path, "r");
+    unsigned long long v;
+    while (f && fscanf(f, "%llu", &v) == 1)
+      if (v < N_SAMPLES)
+        counts[v]++;
+    if (f)
+      fclose(f);
+  }
+}
+
+/* Runs one scenario: 4 loaders, rank `victim` killed mid-epoch. */
+static void test_kill_rank(const char *name, const char *strategy, int replication,
+                           uint32_t victim) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0)
+    return;
+  pid_t pids[RANKS];
+  for (uint32_t r = 0; r < RANKS; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      close(pipefd[0]);
+      _exit(rank_main(name, strategy, replication, r, r == victim, pipefd[1]));
+    }
+  }
+  close(pipefd[1]);
+  struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+  char byte = 0;
+  CHECK(poll(&pfd, 1, 20000) == 1 && read(pipefd[0], &byte, 1) == 1 && byte == 'k');
+  close(pipefd[0]);
+  kill(pids[victim], SIGKILL); /* for real: no goodbye, leases held */
+  int ok = 1;
+  for (uint32_t r = 0; r < RANKS; r++) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    if (r != victim)
+      ok &= WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  CHECK(ok);
+  int *counts = calloc(N_SAMPLES, sizeof *counts);
+  count_files(name, counts);
+  int once = 0;
+  for (int i = 0; i < N_SAMPLES; i++)
+    once += counts[i] == 1;
+  CHECK(once == N_SAMPLES); /* every sample acknowledged exactly once */
+  if (once != N_SAMPLES)
+    fprintf(stderr, "%s: %d of %d samples exactly once\n", name, once, N_SAMPLES);
+  free(counts);
+  muster_client_t *client = NULL;
+  muster_client_new(head_url, TOKEN, &client);
+  char *json = NULL;
+  CHECK(muster_iter_status(client, name, &json) == MUSTER_OK);
+  char want[64];
+  snprintf(want, sizeof want, "\"rank\":%u,\"health\":\"failed\"", victim);
+  CHECK(json && strstr(json, want) != NULL);
+  CHECK(json && strstr(json, "\"finished\":true") != NULL);
+  /* The victim's blocks went to others: someone took blocks over. */
+  int taken = 0;
+  for (const char *p = json; p && (p = strstr(p, "\"taken_over\":")) != NULL; p++)
+    taken += atoi(p + 13);
+  CHECK(taken > 0);
+  if (replication > 1) { /* only the victim's replica may take its lane */
+    char replica[64];
+    snprintf(replica, sizeof replica, "\"rank\":%u,", (victim + 1) % RANKS);
+    const char *row = json ? strstr(json, replica) : NULL;
+    const char *t = row ? strstr(row, "\"taken_over\":") : NULL;
+    CHECK(t && atoi(t + 13) == taken);
+  }
+  muster_free(json);
+  muster_client_free(client);
+}
+
+int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
+  test_standalone_matches_stream();
+  test_standalone_checkpoint();
+  test_prefetch_slow_load();
+  if (head_start(muster_bin(argv[0])) != 0) {
+    head_stop();
+    return 1;
+  }
+  test_kill_rank("kill-dynamic", "dynamic", 1, 3);
+  test_kill_rank("kill-static", "round_robin", 2, 1);
+  head_stop();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
