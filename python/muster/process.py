@@ -12,13 +12,14 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 from . import errors
 from .client import Client, DEFAULT_DATA_DIR
 
 HEAD_LOCK = "head.lock"
-NODE_LOCK = "node.lock"
+NODE_LOCK = "/tmp/muster-node.lock"
 
 
 def find_binary(binary=None):
@@ -166,25 +167,30 @@ def start_server(data_dir=DEFAULT_DATA_DIR, listen="127.0.0.1:7370", token=None,
                       server_only=_help_mentions(binary, ["head"], "--server-only"), timeout=timeout)
 
 
-def start_node(join=None, data_dir=None, token=None, args=(), command=None, binary=None):
-    """Starts a node agent (``muster node --join URL [ARGS] [-- COMMAND...]``).
+def start_node(join=None, token=None, queue=None, workers=None, name=None, listen=None, lock_file=None,
+               args=(), command=None, binary=None, log_path=None):
+    """Starts a node agent: ``muster node --join URL [options] [-- COMMAND...]``.
 
-    ``command`` (a list) is the worker each GPU/CPU slot runs, e.g.
-    ``["/usr/bin/python3", "-m", "muster.worker"]``.  Raises NotImplementedError while
-    the binary has no ``node`` command."""
+    ``queue`` is the queue its workers serve (no workers without it), ``workers`` the
+    number of CPU workers where there is no GPU, ``command`` (a list) what each worker
+    runs per task, ``listen`` its API address ("none": no port), ``lock_file`` the
+    one-agent-per-machine lock (default $MUSTER_NODE_LOCK, /tmp/muster-node.lock).
+    Output goes to ``log_path`` (default: a file in a new temporary directory).
+    Raises NotImplementedError when the binary has no ``muster node``."""
     binary = find_binary(binary)
     if not _help_mentions(binary, ["node"], "--join"):
         raise NotImplementedError("this muster binary has no `muster node` command yet")
-    data_dir = data_dir or "muster-node"
-    cmd = [binary, "node", "--data-dir", data_dir]
-    if join:
-        cmd += ["--join", join]
-    if token:
-        cmd += ["--token", token]
+    cmd = [binary, "node"]
+    for flag, value in (("--join", join), ("--token", token), ("--queue", queue), ("--workers", workers),
+                        ("--name", name), ("--listen", listen), ("--lock-file", lock_file)):
+        if value is not None:
+            cmd += [flag, str(value)]
     cmd += list(args)
     if command:
         cmd += ["--"] + list(command)
-    p = _spawn(cmd, data_dir, "node.log", "node")
+    if log_path is None:
+        log_path = os.path.join(tempfile.mkdtemp(prefix="muster-node-"), "node.log")
+    p = _spawn(cmd, os.path.dirname(os.path.abspath(log_path)), os.path.basename(log_path), "node")
     p.url = join
     p.token = token
     return p
@@ -213,7 +219,6 @@ def is_head_running(data_dir=None):
     return _lock_held(os.path.join(data_dir, HEAD_LOCK))
 
 
-def is_node_running(data_dir=None):
-    """True when a node agent holds the lock of its data dir (``node.lock``)."""
-    data_dir = data_dir or os.environ.get("MUSTER_NODE_DIR") or "muster-node"
-    return _lock_held(os.path.join(data_dir, NODE_LOCK))
+def is_node_running(lock_file=None):
+    """True when a node agent holds its lock (``lock_file``, $MUSTER_NODE_LOCK, /tmp/muster-node.lock)."""
+    return _lock_held(lock_file or os.environ.get("MUSTER_NODE_LOCK") or NODE_LOCK)

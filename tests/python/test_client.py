@@ -387,12 +387,24 @@ class TestProcesses(unittest.TestCase):
         self.assertFalse(head.running())
 
     def test_start_node(self):
-        try:
-            muster.start_node(join="http://127.0.0.1:1", data_dir=tempfile.mkdtemp())
-        except NotImplementedError:
-            self.skipTest("no `muster node` in this binary yet")
-        self.assertFalse(muster.is_node_running(tempfile.mkdtemp()))
-
+        d = tempfile.mkdtemp(prefix="muster-py-")
+        lock = os.path.join(d, "node.lock")
+        with muster.start_server(data_dir=d, listen="127.0.0.1:0") as head:
+            try:
+                node = muster.start_node(join=head.url, token=head.token, name="py-node", listen="none",
+                                         lock_file=lock, log_path=os.path.join(d, "node.log"))
+            except NotImplementedError:
+                self.skipTest("no `muster node` in this binary yet")
+            try:
+                c = head.client()
+                harness.wait_until(lambda: [n for n in c.nodes() if n["name"] == "py-node"],
+                                   what="the node to register")
+                self.assertTrue(muster.is_node_running(lock))
+                self.assertEqual(c.node("py-node")["state"], "active")
+            finally:
+                node.stop()
+            self.assertFalse(muster.is_node_running(lock))
+            c.close()
 
 if __name__ == "__main__":
     unittest.main()
