@@ -309,8 +309,15 @@ static void ring_push(muster_loader_t *l, const item_t *it) {
     l->stats.buffer_peak = l->count;
 }
 
+/* Items produced per lock round trip by a standalone loader without a load
+ * callback: computing an index is cheap, so one handoff per item would
+ * dominate.  With a callback, or leasing from a head, items go one by one so
+ * that each is visible as soon as it is ready. */
+#define LOADER_PRODUCE_BATCH 256
+
 static void *producer_main(void *arg) {
   muster_loader_t *l = arg;
+  item_t batch[LOADER_PRODUCE_BATCH];
   pthread_mutex_lock(&l->mu);
   while (!l->stop) {
     if (l->pdone && l->epoch != l->pepoch) { /* the caller moved to the next epoch */
@@ -325,16 +332,23 @@ static void *producer_main(void *arg) {
       pthread_mutex_lock(&l->mu);
       continue;
     }
+    size_t room = l->cap - l->count, n = 0;
+    size_t want = l->load || l->coordinated ? 1 : LOADER_PRODUCE_BATCH;
+    if (want > room)
+      want = room;
     pthread_mutex_unlock(&l->mu);
-    item_t it;
-    int rc = produce(l, &it);
+    int rc = 1;
+    while (n < want && (rc = produce(l, &batch[n])) > 0)
+      n++;
+    if (rc <= 0)
+      batch[n++] = (item_t){.end = true};
     pthread_mutex_lock(&l->mu);
-    if (rc <= 0) {
-      it = (item_t){.end = true};
-      l->pdone = true;
-    }
-    ring_push(l, &it);
-    pthread_cond_broadcast(&l->cv);
+    bool was_empty = l->count == 0;
+    for (size_t i = 0; i < n; i++)
+      ring_push(l, &batch[i]);
+    l->pdone = rc <= 0;
+    if (was_empty)
+      pthread_cond_broadcast(&l->cv);
   }
   pthread_mutex_unlock(&l->mu);
   return NULL;
@@ -510,67 +524,74 @@ static muster_err_t take(muster_loader_t *l, item_t *it) {
     l->stats.prefetch_misses++;
   while (l->count == 0)
     pthread_cond_wait(&l->cv, &l->mu);
+  bool was_full = l->count == l->cap;
   *it = l->ring[l->head];
   l->head = (l->head + 1) % l->cap;
   l->count--;
-  pthread_cond_broadcast(&l->cv);
+  if (was_full) /* the producer may be waiting for room */
+    pthread_cond_broadcast(&l->cv);
+  return MUSTER_OK;
+}
+
+/* muster_loader_next with mu held (take() may wait on, or drop, it). */
+static muster_err_t next_locked(muster_loader_t *l, uint64_t *index, void **sample, int *has) {
+  *has = 0;
+  if (sample)
+    *sample = NULL;
+  finish_block(l);
+  if (l->at_end)
+    return MUSTER_OK;
+  item_t it;
+  take(l, &it);
+  if (it.end) {
+    l->at_end = true;
+    if (l->perr != MUSTER_OK)
+      snprintf(l->message, sizeof l->message, "%s", l->pmsg);
+    return l->perr;
+  }
+  *index = it.index;
+  if (sample)
+    *sample = it.sample;
+  else
+    free_item(l, &it);
+  *has = 1;
+  l->consumed++;
+  l->stats.samples_loaded++;
+  if (it.last && it.token) {
+    l->has_finish = true;
+    l->finish_block = it.block;
+    l->finish_token = it.token;
+  }
   return MUSTER_OK;
 }
 
 muster_err_t muster_loader_next(muster_loader_t *l, uint64_t *index, void **sample, int *has) {
   if (l == NULL || index == NULL || has == NULL)
     return MUSTER_INVALID;
-  *has = 0;
-  if (sample)
-    *sample = NULL;
   pthread_mutex_lock(&l->mu);
-  finish_block(l);
-  if (l->at_end) {
-    pthread_mutex_unlock(&l->mu);
-    return MUSTER_OK;
-  }
-  item_t it;
-  take(l, &it);
-  muster_err_t err = MUSTER_OK;
-  if (it.end) {
-    l->at_end = true;
-    if ((err = l->perr) != MUSTER_OK)
-      snprintf(l->message, sizeof l->message, "%s", l->pmsg);
-  } else {
-    *index = it.index;
-    if (sample)
-      *sample = it.sample;
-    else
-      free_item(l, &it);
-    *has = 1;
-    l->consumed++;
-    l->stats.samples_loaded++;
-    if (it.last && it.token) {
-      l->has_finish = true;
-      l->finish_block = it.block;
-      l->finish_token = it.token;
-    }
-  }
+  muster_err_t err = next_locked(l, index, sample, has);
   pthread_mutex_unlock(&l->mu);
   return err;
 }
 
+/* One lock for the whole batch: with a prefetch thread, taking items one
+ * lock at a time would cost more than computing them. */
 muster_err_t muster_loader_next_batch(muster_loader_t *l, uint64_t *indices, void **samples,
                                       size_t max, size_t *got) {
   if (l == NULL || indices == NULL || got == NULL)
     return MUSTER_INVALID;
   *got = 0;
+  muster_err_t err = MUSTER_OK;
+  pthread_mutex_lock(&l->mu);
   while (*got < max) {
     int has;
-    muster_err_t err =
-        muster_loader_next(l, &indices[*got], samples ? &samples[*got] : NULL, &has);
-    if (err != MUSTER_OK)
-      return err;
-    if (!has)
+    err = next_locked(l, &indices[*got], samples ? &samples[*got] : NULL, &has);
+    if (err != MUSTER_OK || !has)
       break;
     (*got)++;
   }
-  return MUSTER_OK;
+  pthread_mutex_unlock(&l->mu);
+  return err;
 }
 
 uint64_t muster_loader_len(const muster_loader_t *l) {
