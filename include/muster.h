@@ -576,5 +576,71 @@ void muster_pool_close(muster_pool_t *pool);
 
 #ifdef __cplusplus
 }
+/* ==== worker plugin ABI (docs/node.md "Worker plugins") ==== */
+
+/*
+ * A worker plugin is a shared object that `muster worker --plugin PATH` (and
+ * `muster node --plugin PATH`, one worker per GPU) loads with dlopen() instead
+ * of running a command per task.  It exports one function,
+ *
+ *     const muster_plugin_t *muster_plugin(void);
+ *
+ * returning a static descriptor whose `abi` is MUSTER_PLUGIN_ABI.  The runner
+ * calls, all from the same thread (so thread-bound state such as a CUDA
+ * context stays valid): init once per worker process, then handle_update for
+ * each broadcast update in sequence order and run for each task, never two
+ * at once (updates are applied between tasks), and fini before the worker
+ * exits normally.  A plugin that crashes takes its worker process down; the
+ * node agent restarts it and the task's attempt counts.  Strings passed in are
+ * NUL-terminated, valid only during the call, and JSON text unless said
+ * otherwise.
+ */
+#define MUSTER_PLUGIN_ABI 1
+#define MUSTER_PLUGIN_SYMBOL "muster_plugin"
+
+typedef struct {
+  int64_t id;          /* task id */
+  int64_t attempt;     /* 1 on the first lease of the task */
+  const char *queue;
+  const char *payload; /* JSON text of the payload (a string payload is "\"...\"") */
+  size_t payload_len;
+  const char *session; /* session id or NULL */
+  int64_t index;       /* index within the session, or -1 */
+  int64_t worker;      /* the worker's id */
+} muster_plugin_task_t;
+
+typedef struct {
+  char *result;  /* run returned 0: JSON text of the result, malloc()ed by the plugin and
+                    freed by the runner; NULL stores null */
+  char *error;   /* run returned non-zero: malloc()ed error text (NULL: "plugin failed") */
+  int permanent; /* run returned non-zero: non-zero fails the task for good, no retry */
+} muster_plugin_result_t;
+
+typedef struct {
+  int64_t seq;         /* the update's number in its queue: 1, 2, 3, ... */
+  const char *data;    /* JSON text of the update's data */
+  size_t data_len;
+  const char *queue;
+  const char *session; /* the session that posted it, or NULL */
+} muster_plugin_update_t;
+
+typedef struct {
+  uint32_t abi;     /* MUSTER_PLUGIN_ABI */
+  const char *name; /* for logs; may be NULL */
+  /* Prepares the worker; `init_data` is JSON text (--init-data; "null" when not
+   * given).  *state is handed to the other calls.  Non-zero: the worker exits. */
+  int (*init)(const char *init_data, void **state);
+  /* Runs one task: 0 completes it with result->result, non-zero fails it. */
+  int (*run)(void *state, const muster_plugin_task_t *task, muster_plugin_result_t *result);
+  /* Applies one update (may be NULL).  Non-zero is logged; the update counts as delivered. */
+  int (*handle_update)(void *state, const muster_plugin_update_t *update);
+  /* Releases what init made (may be NULL). */
+  void (*fini)(void *state);
+} muster_plugin_t;
+
+typedef const muster_plugin_t *(*muster_plugin_entry_t)(void);
+
+/* ==== end of worker plugin ABI ==== */
+
 #endif
 #endif /* MUSTER_H */

@@ -130,6 +130,16 @@ int cmd_flag(cli_args_t *args);
 
 int cmd_worker(cli_args_t *args);
 
+/* ---- the node agent (cmd_node.c) ---- */
+
+extern const cli_opt_t cli_node_opts[];
+extern const char cli_node_details[];
+int cmd_node(cli_args_t *args);
+/* `muster head`: the head, plus a local node agent unless --server-only. */
+int cmd_head_main(int argc, char **argv);
+/* Prints the local agent's options of `muster head --help`. */
+void cli_head_agent_usage(FILE *out);
+
 /* ---- pools and sessions (cmd_map.c, cmd_nodes.c, cmd_session.c) ---- */
 
 /* Inputs read one per line, as JSON texts. */

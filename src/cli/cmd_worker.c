@@ -16,11 +16,13 @@
 #include "cli/worker.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WORKER_PROGRESS_TICK_MS 1000L
 #define WORKER_DEFAULT_TIMEOUT_MS 60000L
@@ -60,6 +62,17 @@ static muster_err_t worker_register(worker_t *w, muster_client_t *client, int64_
   return muster_worker_register(client, &opts, id, name);
 }
 
+/* Tells the node agent that started us (if any) our worker id, so it can
+ * report our crash: one line "worker ID" on its pipe. */
+static void worker_tell_agent(worker_t *w, int64_t id) {
+  if (w->agent_fd < 0)
+    return;
+  char line[48];
+  int len = snprintf(line, sizeof line, "worker %lld\n", (long long)id);
+  if (write(w->agent_fd, line, (size_t)len) != len)
+    fprintf(stderr, "muster worker: cannot tell the node agent our id: %s\n", strerror(errno));
+}
+
 muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old_id) {
   muster_err_t err = MUSTER_OK;
   pthread_mutex_lock(&w->reg_lock);
@@ -76,6 +89,7 @@ muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old
       w->name = name;
       w->id = id;
       pthread_mutex_unlock(&w->lock);
+      worker_tell_agent(w, id);
     }
   }
   pthread_mutex_unlock(&w->reg_lock);
@@ -136,6 +150,15 @@ static void *worker_heartbeat_main(void *arg) {
   long tick = w->heartbeat_ms < WORKER_PROGRESS_TICK_MS ? w->heartbeat_ms : WORKER_PROGRESS_TICK_MS;
   pthread_mutex_lock(&w->lock);
   while (!w->hb_stop) {
+    if (w->plugin) { /* a plugin's lease is extended from here, at half the lease time */
+      long quarter = (long)(atomic_load(&w->lease_ms) / 4);
+      tick = quarter > 10 && quarter < tick ? quarter : tick;
+      pthread_mutex_unlock(&w->lock);
+      worker_plugin_keep_lease(w, w->hb_client);
+      pthread_mutex_lock(&w->lock);
+      if (w->hb_stop)
+        break;
+    }
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += tick / 1000;
@@ -166,6 +189,18 @@ static void *worker_heartbeat_main(void *arg) {
 
 /* ---- setup ---------------------------------------------------------------------- */
 
+/* Takes the node agent's report pipe from MUSTER_AGENT_FD, keeping it from
+ * the commands (close-on-exec, and out of their environment). */
+static void worker_take_agent_fd(worker_t *w) {
+  const char *text = getenv("MUSTER_AGENT_FD");
+  char *end = NULL;
+  long fd = text ? strtol(text, &end, 10) : -1;
+  w->agent_fd = -1;
+  if (text && end && *end == '\0' && fd > 2 && fcntl((int)fd, F_SETFD, FD_CLOEXEC) == 0)
+    w->agent_fd = (int)fd;
+  unsetenv("MUSTER_AGENT_FD");
+}
+
 /* Reads the options into the worker's settings. */
 static int worker_configure(cli_args_t *args, worker_t *w) {
   int64_t concurrency = 1;
@@ -186,6 +221,21 @@ static int worker_configure(cli_args_t *args, worker_t *w) {
   w->cmd = args->pos; /* NULL-terminated: main() allocates one spare, zeroed entry */
   w->url = cli_url(args);
   w->token = cli_token(args);
+  w->plugin_path = cli_opt(args, "plugin");
+  w->init_data = cli_opt(args, "init-data");
+  if (rc == CLI_OK && args->npos == 0 && w->plugin_path == NULL)
+    rc = cli_usage_error(args->cmd, "'worker' needs a command after -- or --plugin PATH");
+  else if (rc == CLI_OK && args->npos > 0 && w->plugin_path != NULL)
+    rc = cli_usage_error(args->cmd, "give either a command or --plugin, not both");
+  else if (rc == CLI_OK && w->plugin_path != NULL && w->concurrency > 1)
+    rc = cli_usage_error(args->cmd, "a plugin worker runs one task at a time (no --concurrency)");
+  if (rc == CLI_OK && w->init_data != NULL) {
+    json_t *value = json_loads(w->init_data, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    if (value == NULL)
+      rc = cli_usage_error(args->cmd, "--init-data: not valid JSON text");
+    json_decref(value);
+  }
+  worker_take_agent_fd(w);
   return rc;
 }
 
@@ -215,10 +265,12 @@ static int worker_join(worker_t *w, muster_client_t *client) {
     atomic_store(&w->lease_ms, 60000);
   if ((err = worker_register(w, client, &w->id, &w->name)) != MUSTER_OK)
     return cli_error(client, err);
+  worker_tell_agent(w, w->id);
   long timeout = worker_timeout_ms(w, client);
   w->heartbeat_ms = timeout / 3 > 50 ? timeout / 3 : 50;
-  fprintf(stderr, "muster worker: %s (id %lld) on queue %s, %d slot%s, running %s\n", w->name,
-          (long long)w->id, w->queue, w->concurrency, w->concurrency > 1 ? "s" : "", w->cmd[0]);
+  fprintf(stderr, "muster worker: %s (id %lld) on queue %s, %d slot%s, running %s%s\n", w->name,
+          (long long)w->id, w->queue, w->concurrency, w->concurrency > 1 ? "s" : "",
+          w->plugin_path ? "plugin " : "", w->plugin_path ? w->plugin_path : w->cmd[0]);
   return CLI_OK;
 }
 
@@ -237,7 +289,26 @@ static int worker_make_clients(worker_t *w) {
 
 /* ---- running ---------------------------------------------------------------------- */
 
-/* Waits for the slots to finish, handling SIGINT/SIGTERM meanwhile. */
+/*
+ * SIGHUP: the node agent that started us died (PR_SET_PDEATHSIG), or the
+ * terminal hung up.  Kill the running commands' process groups, say goodbye
+ * (the head releases our leases) and leave at once, without waiting for a
+ * plugin call that may never return.
+ */
+static void worker_hard_stop(worker_t *w) {
+  fprintf(stderr, "muster worker: got SIGHUP: killing running commands and exiting\n");
+  pthread_mutex_lock(&w->lock);
+  for (int i = 0; i < w->concurrency; i++)
+    if (w->slots[i].proc)
+      run_signal(w->slots[i].proc, SIGKILL);
+  pthread_mutex_unlock(&w->lock);
+  worker_updates_close(w);
+  muster_client_set_timeout(w->main_client, 2000);
+  muster_worker_bye(w->main_client, worker_id(w));
+  _exit(1);
+}
+
+/* Waits for the slots to finish, handling SIGINT/SIGTERM/SIGHUP meanwhile. */
 static void worker_wait(worker_t *w, const sigset_t *signals) {
   int received = 0;
   while (atomic_load(&w->live_slots) > 0) {
@@ -245,6 +316,8 @@ static void worker_wait(worker_t *w, const sigset_t *signals) {
     int sig = sigtimedwait(signals, NULL, &step);
     if (sig <= 0)
       continue;
+    if (sig == SIGHUP)
+      worker_hard_stop(w);
     atomic_store(&w->stopping, 1);
     if (++received == 1) {
       fprintf(stderr,
@@ -297,6 +370,8 @@ static void worker_init_sync(worker_t *w) {
   pthread_condattr_destroy(&attr);
   pthread_mutex_init(&w->lock, NULL);
   pthread_mutex_init(&w->reg_lock, NULL);
+  pthread_mutex_init(&w->upd_lock, NULL);
+  w->updates_fd = -1;
 }
 
 static void worker_destroy(worker_t *w) {
@@ -305,9 +380,14 @@ static void worker_destroy(worker_t *w) {
   free(w->slots);
   muster_client_free(w->hb_client);
   muster_free(w->name);
+  worker_updates_close(w);
+  worker_plugin_unload(w); /* fini ran on the slot thread; this only covers a failed start */
+  if (w->agent_fd >= 0)
+    close(w->agent_fd);
   pthread_cond_destroy(&w->wake);
   pthread_mutex_destroy(&w->lock);
   pthread_mutex_destroy(&w->reg_lock);
+  pthread_mutex_destroy(&w->upd_lock);
 }
 
 /* Says goodbye and prints what the worker did. */
@@ -328,9 +408,12 @@ int cmd_worker(cli_args_t *args) {
   if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
     return rc;
   worker_init_sync(&w);
+  w.main_client = client;
   w.slots = calloc((size_t)w.concurrency, sizeof *w.slots);
-  if (w.slots == NULL || (rc = worker_join(&w, client)) != CLI_OK || worker_make_clients(&w)) {
-    if (rc == CLI_OK)
+  if (w.slots == NULL || (w.plugin_path && worker_plugin_load(&w) != 0) ||
+      worker_updates_open(&w) != 0 || (rc = worker_join(&w, client)) != CLI_OK ||
+      worker_make_clients(&w)) {
+    if (rc == CLI_OK && w.slots == NULL)
       fprintf(stderr, "muster worker: out of memory\n");
     if (w.id > 0)
       muster_worker_bye(client, w.id);
@@ -342,6 +425,7 @@ int cmd_worker(cli_args_t *args) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   signal(SIGPIPE, SIG_IGN);
   pthread_sigmask(SIG_BLOCK, &signals, &old); /* before the threads: they inherit it */
   worker_run(&w, &signals);

@@ -97,6 +97,8 @@ static const cli_opt_t worker_opts[] = {
     {"json-result", NULL, "parse the command's stdout as JSON instead of storing a string"},
     {"timeout-ms", "MS", "heartbeat timeout of the worker (default: the head's)"},
     {"node", "ID", "node this worker runs on"},
+    {"plugin", "PATH", "load a worker plugin (.so, docs/node.md) instead of running a command"},
+    {"init-data", "JSON", "data for the plugin's init, as JSON text (default null)"},
     {NULL, NULL, NULL},
 };
 
@@ -212,7 +214,10 @@ static const cli_cmd_t commands[] = {
     {"tasks requeue", "ID | --queue Q", "Put dead or failed tasks back to queued.",
      tasks_requeue_details, tasks_requeue_opts, 1, 0, 1, cmd_tasks_requeue},
     {"worker", "--queue Q [options] -- CMD [ARGS...]", "Run CMD for each task of a queue.",
-     worker_details, worker_opts, 1, 1, -1, cmd_worker},
+     worker_details, worker_opts, 1, 0, -1, cmd_worker},
+    {"node", "[--join URL] [options] [-- CMD [ARGS...]]",
+     "Run the node agent: register this machine, run and supervise its workers.",
+     cli_node_details, cli_node_opts, 1, 0, -1, cmd_node},
     {"map", "--queue Q [options] < INPUTS", "Run each input line through a queue's workers.",
      cmd_map_details, cmd_map_opts, 1, 0, 0, cmd_map},
     {"nodes", "[options]", "List the nodes (machines running a node agent).", NULL,
@@ -310,6 +315,7 @@ static int cmd_help(cli_args_t *args) {
   const cli_cmd_t *cmd = find_command(args->pos[0], sub);
   if (cmd != NULL && strcmp(cmd->name, "head") == 0) {
     head_usage();
+    cli_head_agent_usage(stdout);
     return CLI_OK;
   }
   if (cmd != NULL) {
@@ -356,7 +362,7 @@ int main(int argc, char **argv) {
   if (strcmp(word, "--version") == 0)
     return cmd_version(NULL);
   if (strcmp(word, "head") == 0)
-    return head_main(argc - 1, argv + 1);
+    return cmd_head_main(argc - 1, argv + 1);
   const cli_cmd_t *cmd = NULL;
   int skip = 2;
   if (is_group(word)) {

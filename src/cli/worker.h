@@ -45,6 +45,25 @@ struct worker {
   int64_t timeout_ms;         /* heartbeat timeout asked for at registration; -1: the head's */
   long heartbeat_ms;          /* interval of the periodic heartbeat */
   muster_client_t *hb_client; /* the heartbeat thread's handle */
+  muster_client_t *main_client; /* the main thread's handle (goodbye, hard stop) */
+  int agent_fd;               /* a node agent's report pipe (MUSTER_AGENT_FD), or -1 */
+
+  /* a plugin worker (worker_plugin.c): one slot, every plugin call on its thread */
+  const char *plugin_path;    /* --plugin, or NULL for a command worker */
+  const char *init_data;      /* --init-data JSON text, or NULL */
+  void *plugin_lib;           /* dlopen handle */
+  const muster_plugin_t *plugin;
+  void *plugin_state;         /* what init returned */
+  int plugin_ready;           /* init succeeded: fini is owed */
+  _Atomic int64_t plugin_task, plugin_token; /* the task the plugin runs (0: none), for extending */
+  int64_t plugin_extended_ms; /* when the heartbeat thread last extended it (its own) */
+
+  /* updates (worker_update.c), under upd_lock */
+  pthread_mutex_t upd_lock;
+  int64_t updates_seq;        /* the highest update applied */
+  int updates_unsupported;    /* the head refused updates_after: lease without it */
+  char updates_path[256];     /* command workers: the JSON-lines file, "" when none */
+  int updates_fd;             /* open for appending, or -1 */
 
   pthread_mutex_t lock; /* guards id, name, slots[].proc, hb_stop; wakes the heartbeat */
   pthread_cond_t wake;
@@ -81,5 +100,45 @@ int64_t worker_now_ms(void);
 
 /* Sleeps up to `ms`, returning early once the worker is stopping. */
 void worker_nap(worker_t *w, long ms);
+
+/* ---- worker_slot.c: reporting (used by plugin runs too) ---- */
+
+/* Fails the task with `error` (permanently when `permanent`), counted and logged. */
+void worker_slot_fail(worker_slot_t *slot, const muster_lease_t *lease, const char *error,
+                      int permanent);
+/* Completes the task with JSON text `result` (NULL: null); a refused result fails it. */
+void worker_slot_complete(worker_slot_t *slot, const muster_lease_t *lease, const char *result);
+
+/* ---- worker_update.c: leases with updates ---- */
+
+/* Creates the updates file of a command worker and exports MUSTER_UPDATES_FILE
+ * (call before the threads start); 0 or -1 after printing why. */
+int worker_updates_open(worker_t *w);
+/* Closes and removes the updates file. */
+void worker_updates_close(worker_t *w);
+/* The highest update applied so far. */
+int64_t worker_updates_seq(worker_t *w);
+/*
+ * Leases up to one task like muster_lease(), asking for the updates the worker
+ * has not seen and applying them, in order, before returning (plugins:
+ * handle_update; commands: appended to the updates file).
+ */
+muster_err_t worker_lease(worker_slot_t *slot, int64_t wait_ms, muster_lease_t **leases,
+                          size_t *count);
+
+/* ---- worker_plugin.c ---- */
+
+/* Loads --plugin and checks its ABI; 0 or -1 after printing why. */
+int worker_plugin_load(worker_t *w);
+/* Calls the plugin's init (on the slot thread); 0 or -1 after printing why. */
+int worker_plugin_init(worker_t *w);
+/* Runs one leased task through the plugin and reports the outcome. */
+void worker_plugin_run(worker_slot_t *slot, const muster_lease_t *lease);
+/* Hands one update to the plugin. */
+void worker_plugin_update(worker_t *w, int64_t seq, const char *data, const char *session);
+/* Calls fini and unloads the plugin (accepts a worker without one). */
+void worker_plugin_unload(worker_t *w);
+/* The heartbeat thread's part: extends the plugin's lease when due. */
+void worker_plugin_keep_lease(worker_t *w, muster_client_t *client);
 
 #endif

@@ -55,7 +55,7 @@ static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
   worker_t *w = slot->worker;
   size_t count = 0;
   int64_t id = worker_id(w);
-  muster_err_t err = muster_lease(slot->client, w->queue, id, 1, WORKER_POLL_MS, lease, &count);
+  muster_err_t err = worker_lease(slot, WORKER_POLL_MS, lease, &count);
   if (err == MUSTER_OK && slot->lease_failing) {
     fprintf(stderr, "muster worker: slot %d: leasing again\n", slot->index + 1);
     slot->lease_failing = 0;
@@ -96,17 +96,23 @@ static muster_err_t slot_ack(worker_slot_t *slot, const muster_ack_t *ack,
   return err;
 }
 
-/* Fails the task with `error`, counting it and logging it. */
-static void slot_fail(worker_slot_t *slot, const muster_lease_t *lease, const char *error) {
+void worker_slot_fail(worker_slot_t *slot, const muster_lease_t *lease, const char *error,
+                      int permanent) {
   muster_ack_t ack;
   muster_ack_init(&ack, lease->task, lease->token);
   ack.error = error;
+  ack.permanent = permanent;
   muster_err_t err = slot_ack(slot, &ack, muster_fail);
   atomic_fetch_add(&slot->worker->failed, 1);
   fprintf(stderr, "muster worker: task %lld failed: %.200s\n", (long long)lease->task, error);
   if (err != MUSTER_OK)
     fprintf(stderr, "muster worker: task %lld: could not report the failure: %s: %s\n",
             (long long)lease->task, muster_err_name(err), muster_client_message(slot->client));
+}
+
+/* Fails the task with `error` (retried per the queue's settings). */
+static void slot_fail(worker_slot_t *slot, const muster_lease_t *lease, const char *error) {
+  worker_slot_fail(slot, lease, error, 0);
 }
 
 /* Turns the command's stdout into the result's JSON text (free), or NULL
@@ -148,11 +154,16 @@ static void slot_complete(worker_slot_t *slot, const muster_lease_t *lease, run_
     slot_fail(slot, lease, why);
     return;
   }
+  worker_slot_complete(slot, lease, result);
+  free(result);
+}
+
+void worker_slot_complete(worker_slot_t *slot, const muster_lease_t *lease, const char *result) {
+  char why[256];
   muster_ack_t ack;
   muster_ack_init(&ack, lease->task, lease->token);
   ack.result = result;
   muster_err_t err = slot_ack(slot, &ack, muster_complete);
-  free(result);
   if (err == MUSTER_OK) {
     atomic_fetch_add(&slot->worker->completed, 1);
   } else if (err == MUSTER_PAYLOAD_TOO_LARGE || err == MUSTER_BODY_TOO_LARGE) {
@@ -201,23 +212,25 @@ static int slot_supervise(worker_slot_t *slot, const muster_lease_t *lease, run_
 }
 
 /* The child's environment: ours plus the task's MUSTER_* variables. */
-static char **slot_env(worker_slot_t *slot, const muster_lease_t *lease, char vars[4][160]) {
+static char **slot_env(worker_slot_t *slot, const muster_lease_t *lease, char vars[5][160]) {
   size_t n = 0;
   while (environ[n])
     n++;
-  char **env = calloc(n + 5, sizeof *env);
+  char **env = calloc(n + 6, sizeof *env);
   if (env == NULL)
     return NULL;
   size_t at = 0;
   for (size_t i = 0; i < n; i++)
     if (strncmp(environ[i], "MUSTER_TASK_ID=", 15) && strncmp(environ[i], "MUSTER_ATTEMPT=", 15) &&
-        strncmp(environ[i], "MUSTER_QUEUE=", 13) && strncmp(environ[i], "MUSTER_WORKER_ID=", 17))
+        strncmp(environ[i], "MUSTER_QUEUE=", 13) && strncmp(environ[i], "MUSTER_WORKER_ID=", 17) &&
+        strncmp(environ[i], "MUSTER_UPDATE_SEQ=", 18))
       env[at++] = environ[i];
   snprintf(vars[0], 160, "MUSTER_TASK_ID=%lld", (long long)lease->task);
   snprintf(vars[1], 160, "MUSTER_ATTEMPT=%lld", (long long)lease->attempt);
   snprintf(vars[2], 160, "MUSTER_QUEUE=%.140s", slot->worker->queue);
   snprintf(vars[3], 160, "MUSTER_WORKER_ID=%lld", (long long)worker_id(slot->worker));
-  for (int i = 0; i < 4; i++)
+  snprintf(vars[4], 160, "MUSTER_UPDATE_SEQ=%lld", (long long)worker_updates_seq(slot->worker));
+  for (int i = 0; i < 5; i++)
     env[at++] = vars[i];
   return env;
 }
@@ -253,7 +266,7 @@ static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
     input = json_string_value(payload);
     input_len = json_string_length(payload);
   }
-  char vars[4][160], why[512];
+  char vars[5][160], why[512];
   char **env = slot_env(slot, lease, vars);
   run_proc_t proc;
   if (env == NULL) {
@@ -275,6 +288,10 @@ static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
 void *worker_slot_main(void *arg) {
   worker_slot_t *slot = arg;
   worker_t *w = slot->worker;
+  if (w->plugin && worker_plugin_init(w) != 0) { /* on this thread, like every plugin call */
+    atomic_store(&w->fatal, 1);
+    atomic_store(&w->stopping, 1);
+  }
   while (!atomic_load(&w->stopping) && slot_take_ticket(w)) {
     muster_lease_t *lease = NULL;
     int got = slot_lease(slot, &lease);
@@ -286,13 +303,17 @@ void *worker_slot_main(void *arg) {
     if (got == 1 && atomic_load(&w->stopping)) {
       slot_release(slot, lease); /* leased as the stop came: give it back at once */
     } else if (got == 1) {
-      slot_run_task(slot, lease);
+      if (w->plugin)
+        worker_plugin_run(slot, lease);
+      else
+        slot_run_task(slot, lease);
       ran = 1;
     }
     if (!ran)
       slot_return_ticket(w);
     muster_leases_free(lease, got == 1 ? 1 : 0);
   }
+  worker_plugin_unload(w);
   atomic_fetch_sub(&w->live_slots, 1);
   return NULL;
 }

@@ -55,7 +55,10 @@ class Head:
         url_file = os.path.join(self.data_dir, "url")
         if os.path.exists(url_file):
             os.unlink(url_file)
-        cmd = [MUSTER_BIN, "head", "--listen", "127.0.0.1:0", "--data-dir", self.data_dir]
+        # --server-only: the head under test runs without its local node agent
+        # (which would register this machine as a node); test_node*.py start agents.
+        cmd = [MUSTER_BIN, "head", "--server-only", "--listen", "127.0.0.1:0",
+               "--data-dir", self.data_dir]
         if self.token:
             cmd += ["--token", self.token]
         cmd += self.args

@@ -1,0 +1,302 @@
+/*
+ * cmd_node.c — `muster node` (the node agent, src/node) and `muster head`
+ * with its local node agent.
+ *
+ * `muster head` runs the head and, unless --server-only, a local node agent
+ * beside it, as `start_node --head` does for a GPU pool: the process forks
+ * before the head starts; the parent is the head (so its pid, signals and exit
+ * status are the head's), the child waits for the head's DATA_DIR/url and
+ * DATA_DIR/token and runs the agent against it, with no API port of its own
+ * (the head's port serves the API on this machine).  The child asks for SIGHUP
+ * when the head dies, which is the agent's hard stop.  Without a worker
+ * command or plugin the local agent only registers the machine as a node; when
+ * another agent already holds this machine's lock it says so and steps aside,
+ * and the head runs on.  The agent options of `muster head` are the ones of
+ * `muster node` below; every other option goes to the head (head.c).
+ */
+#include "cli/cli.h"
+#include "node/node.h"
+#include "server/head.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NODE_HEAD_WAIT_POLL_MS 50
+
+const cli_opt_t cli_node_opts[] = {
+    {"join", "URL", "the head to join, e.g. http://10.0.0.1:7370 (default: as --url)"},
+    {"listen", "ADDR:PORT",
+     "serve the API here, forwarding to the head (default 127.0.0.1:7371; 'none': no port)"},
+    {"name", "NAME", "node name, unique per machine (default: the hostname)"},
+    {"queue", "Q", "queue the workers serve; without it no workers are started"},
+    {"plugin", "PATH", "worker plugin (.so, see docs/node.md) instead of a command"},
+    {"init-data", "JSON", "data for the plugin's init, as JSON text (default null)"},
+    {"gpus", "LIST", "use only these GPU indexes, e.g. 0,2 (default: CUDA_VISIBLE_DEVICES, "
+                     "else every GPU)"},
+    {"min-gpu-memory", "MB", "skip GPUs with less total memory"},
+    {"workers", "N", "CPU workers where there is no GPU (default: the number of cores)"},
+    {"concurrency", "N", "tasks each command worker runs at once (default 1)"},
+    {"nickname", "NAME", "leaderboard name of the workers"},
+    {"json-result", NULL, "parse the command's stdout as JSON instead of storing a string"},
+    {"lock-file", "PATH", "the one-agent-per-machine lock (env MUSTER_NODE_LOCK, default "
+                          NODE_DEFAULT_LOCK ")"},
+    {NULL, NULL, NULL},
+};
+
+const char cli_node_details[] =
+    "The node agent: registers this machine (hostname, address, GPUs, CPUs) with\n"
+    "the head and heart-beats; with --queue it starts one worker per GPU\n"
+    "(CUDA_VISIBLE_DEVICES set to that GPU, CUDA_DEVICE_ORDER=PCI_BUS_ID), or\n"
+    "--workers CPU workers where there is no GPU, and restarts them when they die.\n"
+    "A worker runs CMD per task like `muster worker`, or loads --plugin.  The\n"
+    "agent also serves the HTTP API on --listen by forwarding to the head, so\n"
+    "clients on this machine can use it.  One agent per machine (--lock-file).\n"
+    "SIGINT/SIGTERM: the workers finish their tasks, the node leaves.\n\n"
+    "examples:\n"
+    "  muster node --join http://10.0.0.1:7370 --token T --queue pool -- ./work.sh\n"
+    "  muster node --join http://10.0.0.1:7370 --queue pool --plugin ./libwork.so\n"
+    "  muster node --join http://10.0.0.1:7370 --listen 10.0.0.2:7371\n";
+
+void cli_head_agent_usage(FILE *out) {
+  fprintf(out, "\nlocal node agent (like `muster node`; see `muster node --help`):\n"
+               "  --server-only             run the head alone, without a local node agent\n");
+  for (int i = 0; cli_node_opts[i].name; i++) {
+    if (strcmp(cli_node_opts[i].name, "join") == 0 || strcmp(cli_node_opts[i].name, "listen") == 0)
+      continue;
+    char left[64];
+    snprintf(left, sizeof left, "--%s%s%s", cli_node_opts[i].name,
+             cli_node_opts[i].metavar ? " " : "",
+             cli_node_opts[i].metavar ? cli_node_opts[i].metavar : "");
+    fprintf(out, "  %-25s %s\n", left, cli_node_opts[i].help);
+  }
+  fprintf(out, "  -- CMD [ARGS...]          the workers' command (with --queue)\n");
+}
+
+/* Fills the agent options shared by `muster node` and `muster head`. */
+static int node_read_opts(cli_args_t *args, node_config_t *cfg) {
+  int rc = cli_opt_int(args, "min-gpu-memory", 0, 0, &cfg->min_gpu_memory_mb);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "workers", -1, 1, &cfg->cpu_workers);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "concurrency", 1, 1, &cfg->concurrency);
+  if (rc != CLI_OK)
+    return rc;
+  cfg->gpus = cli_opt(args, "gpus");
+  cfg->queue = cli_opt(args, "queue");
+  cfg->plugin = cli_opt(args, "plugin");
+  cfg->init_data = cli_opt(args, "init-data");
+  cfg->nickname = cli_opt(args, "nickname");
+  cfg->json_result = cli_flag(args, "json-result");
+  cfg->lock_path = cli_opt(args, "lock-file");
+  cfg->name = cli_opt(args, "name");
+  cfg->cmd = args->npos > 0 ? args->pos : NULL;
+  if (cfg->cmd && cfg->queue == NULL)
+    return cli_usage_error(args->cmd, "a worker command needs --queue Q");
+  if (cfg->queue && cfg->cmd == NULL && cfg->plugin == NULL)
+    return cli_usage_error(args->cmd, "--queue needs a worker: -- CMD [ARGS...] or --plugin PATH");
+  if (cfg->cmd && cfg->plugin)
+    return cli_usage_error(args->cmd, "give either a command or --plugin, not both");
+  if (cfg->plugin && cfg->concurrency > 1)
+    return cli_usage_error(args->cmd, "--concurrency is for command workers; a plugin worker "
+                                      "runs one task at a time");
+  return CLI_OK;
+}
+
+int cmd_node(cli_args_t *args) {
+  node_config_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  int rc = node_read_opts(args, &cfg);
+  if (rc != CLI_OK)
+    return rc;
+  cfg.head_url = cli_opt(args, "join") ? cli_opt(args, "join") : cli_url(args);
+  cfg.token = cli_token(args);
+  cfg.listen = cli_opt(args, "listen");
+  cfg.log_prefix = "muster node";
+  return node_agent_main(&cfg) == 0 ? CLI_OK : CLI_FAIL;
+}
+
+/* ---- muster head ------------------------------------------------------------ */
+
+/* The agent options `muster head` takes (value-taking ones, then flags). */
+static const char *const head_agent_valued[] = {"queue",   "plugin",    "init-data",   "gpus",
+                                                "min-gpu-memory", "workers", "concurrency",
+                                                "nickname", "lock-file", "name", NULL};
+static const char *const head_agent_flags[] = {"json-result", "server-only", NULL};
+
+/* The index of `--name[=...]` in `list`, or -1. */
+static int head_match(const char *arg, const char *const list[]) {
+  if (strncmp(arg, "--", 2) != 0)
+    return -1;
+  const char *name = arg + 2;
+  size_t len = strcspn(name, "=");
+  for (int i = 0; list[i]; i++)
+    if (strlen(list[i]) == len && strncmp(name, list[i], len) == 0)
+      return i;
+  return -1;
+}
+
+/*
+ * Splits `muster head` argv into the head's options (head_argv, argv[0] kept)
+ * and the agent's (agent_argv, in `muster node` form).  Returns CLI_OK or
+ * CLI_USAGE after printing why.
+ */
+static int head_split(int argc, char **argv, char **head_argv, int *head_argc, char **agent_argv,
+                      int *agent_argc) {
+  *head_argc = *agent_argc = 0;
+  head_argv[(*head_argc)++] = argv[0];
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) {
+      while (i < argc)
+        agent_argv[(*agent_argc)++] = argv[i++];
+      break;
+    }
+    if (head_match(argv[i], head_agent_flags) >= 0) {
+      agent_argv[(*agent_argc)++] = argv[i];
+    } else if (head_match(argv[i], head_agent_valued) >= 0) {
+      agent_argv[(*agent_argc)++] = argv[i];
+      if (strchr(argv[i], '=') == NULL) {
+        if (i + 1 >= argc) {
+          fprintf(stderr, "muster head: %s needs a value; see 'muster head --help'\n", argv[i]);
+          return CLI_USAGE;
+        }
+        agent_argv[(*agent_argc)++] = argv[++i];
+      }
+    } else {
+      head_argv[(*head_argc)++] = argv[i];
+    }
+  }
+  head_argv[*head_argc] = agent_argv[*agent_argc] = NULL;
+  return CLI_OK;
+}
+
+/* The head's data dir as its options name it (head.c's default otherwise). */
+static const char *head_data_dir(int argc, char **argv) {
+  const char *dir = "./muster-data";
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--data-dir") == 0 && i + 1 < argc)
+      dir = argv[++i];
+    else if (strncmp(argv[i], "--data-dir=", 11) == 0)
+      dir = argv[i] + 11;
+  }
+  return dir;
+}
+
+/* Reads the first line of DIR/name into buf; 0 when it has one. */
+static int head_read_line(const char *dir, const char *name, char *buf, size_t size) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return -1;
+  char *line = fgets(buf, (int)size, f);
+  fclose(f);
+  if (line == NULL)
+    return -1;
+  buf[strcspn(buf, "\r\n")] = '\0';
+  return buf[0] ? 0 : -1;
+}
+
+/*
+ * In the agent child: waits until the head `head_pid` has written a fresh
+ * DIR/url (not the one a killed head left behind: a new file has a new
+ * inode).  0 with url and token read, -1 when the head went away first.
+ */
+static int head_wait_ready(pid_t head_pid, const char *dir, ino_t stale, char *url, size_t url_size,
+                           char *token, size_t token_size) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/url", dir);
+  for (;;) {
+    if (getppid() != head_pid)
+      return -1;
+    struct stat st;
+    if (stat(path, &st) == 0 && st.st_ino != stale &&
+        head_read_line(dir, "url", url, url_size) == 0) {
+      if (head_read_line(dir, "token", token, token_size) != 0)
+        token[0] = '\0';
+      return 0;
+    }
+    struct timespec pause = {0, NODE_HEAD_WAIT_POLL_MS * 1000000L};
+    nanosleep(&pause, NULL);
+  }
+}
+
+/* The local agent: parses its options as `muster node` would, then runs. */
+static int head_local_agent(pid_t head_pid, int agent_argc, char **agent_argv, const char *dir,
+                            ino_t stale) {
+  const cli_cmd_t row = {"head", "[options]", "", NULL, cli_node_opts, 1, 0, -1, cmd_node};
+  char **pos = calloc((size_t)agent_argc + 2, sizeof *pos);
+  cli_args_t args;
+  if (pos == NULL || cli_parse(&row, agent_argc, agent_argv, pos, &args) != CLI_OK) {
+    free(pos);
+    return CLI_USAGE;
+  }
+  node_config_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  int rc = node_read_opts(&args, &cfg);
+  char url[1024], token[1024];
+  if (rc == CLI_OK && head_wait_ready(head_pid, dir, stale, url, sizeof url, token,
+                                      sizeof token) == 0) {
+    cfg.head_url = url;
+    cfg.token = token[0] ? token : NULL;
+    cfg.listen = "none";
+    cfg.log_prefix = "muster head (local node)";
+    cfg.lock_busy_ok = 1;
+    rc = node_agent_main(&cfg) == 0 ? CLI_OK : CLI_FAIL;
+  }
+  free(pos);
+  return rc;
+}
+
+int cmd_head_main(int argc, char **argv) {
+  char **head_argv = calloc((size_t)argc + 1, sizeof *head_argv);
+  char **agent_argv = calloc((size_t)argc + 1, sizeof *agent_argv);
+  int head_argc = 0, agent_argc = 0, rc = CLI_FAIL;
+  if (head_argv == NULL || agent_argv == NULL ||
+      (rc = head_split(argc, argv, head_argv, &head_argc, agent_argv, &agent_argc)) != CLI_OK) {
+    free(head_argv);
+    free(agent_argv);
+    return rc;
+  }
+  int server_only = 0, help = 0;
+  for (int i = 0; i < agent_argc && strcmp(agent_argv[i], "--") != 0; i++)
+    server_only |= strcmp(agent_argv[i], "--server-only") == 0;
+  for (int i = 1; i < head_argc; i++)
+    help |= strcmp(head_argv[i], "--help") == 0 || strcmp(head_argv[i], "-h") == 0;
+  if (help) {
+    head_usage();
+    cli_head_agent_usage(stdout);
+    rc = CLI_OK;
+  } else if (server_only) {
+    rc = head_main(head_argc, head_argv);
+  } else {
+    const char *dir = head_data_dir(head_argc, head_argv);
+    char url_path[4200];
+    struct stat st;
+    snprintf(url_path, sizeof url_path, "%s/url", dir);
+    ino_t stale = stat(url_path, &st) == 0 ? st.st_ino : 0;
+    pid_t head_pid = getpid();
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGHUP);
+      rc = getppid() == head_pid ? head_local_agent(head_pid, agent_argc, agent_argv, dir, stale)
+                                 : CLI_FAIL;
+      free(head_argv);
+      free(agent_argv);
+      exit(rc);
+    }
+    if (child < 0)
+      perror("muster head: cannot start the local node agent");
+    else
+      signal(SIGCHLD, SIG_IGN); /* the head reaps nothing: let an early-exiting agent vanish */
+    rc = head_main(head_argc, head_argv);
+  }
+  free(head_argv);
+  free(agent_argv);
+  return rc;
+}

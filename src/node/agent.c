@@ -1,0 +1,499 @@
+/*
+ * agent.c — `muster node --join URL`: the node agent's life.
+ *
+ * Start: take the machine's lock (one agent per machine), detect GPUs, decide
+ * the workers (one per GPU, else --workers CPU workers), open the API port,
+ * then run the event loop.  A background thread registers the node (retrying
+ * until the head answers), heart-beats at a third of the node's timeout,
+ * registers again when the head forgot the node, and sends crash reports; it
+ * tells the loop through a pipe once the node is registered, and only then are
+ * the workers started (they register with `"node": NAME`).
+ *
+ * Stop: SIGINT/SIGTERM stop the workers gracefully (SIGTERM: they finish their
+ * running tasks; a second signal passes a second SIGTERM on, which makes them
+ * terminate their commands) and the node says goodbye (DELETE /v1/nodes/NAME).
+ * SIGHUP (which the agent receives when `muster head`, its parent, dies) is a
+ * hard stop: SIGHUP to the workers, which kill their commands and leave at once.
+ * `kill -9` of the agent needs no code here: the kernel sends each worker its
+ * PR_SET_PDEATHSIG (SIGHUP), and the head's node timeout does the rest.
+ */
+#include "node/agent.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/http.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AGENT_RETRY_MS 1000
+#define AGENT_HARD_STOP_MS 5000 /* SIGKILL workers that ignore a hard stop this long */
+#define AGENT_DEFAULT_TIMEOUT_MS 15000
+
+int64_t agent_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void agent_log(const node_agent_t *a, const char *fmt, ...) {
+  char line[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "%s: %s\n", a->cfg->log_prefix ? a->cfg->log_prefix : "muster node", line);
+}
+
+void agent_report_crash(node_agent_t *a, int64_t id) {
+  pthread_mutex_lock(&a->lock);
+  if (a->ncrashed == a->crashed_cap) {
+    size_t cap = a->crashed_cap ? 2 * a->crashed_cap : 16;
+    int64_t *grown = realloc(a->crashed, cap * sizeof *grown);
+    if (grown == NULL) {
+      pthread_mutex_unlock(&a->lock);
+      return; /* the head's worker timeout lapses its leases instead */
+    }
+    a->crashed = grown;
+    a->crashed_cap = cap;
+  }
+  a->crashed[a->ncrashed++] = id;
+  pthread_cond_signal(&a->wake);
+  pthread_mutex_unlock(&a->lock);
+}
+
+/* ---- the background thread: registration, heartbeats, crash reports ---- */
+
+typedef struct {
+  node_agent_t *a;
+  muster_client_t *client;
+  int notify_fd;        /* write end of the "registered" pipe */
+  int registered;       /* 1 registered, 0 not yet, -1 the head has no node API */
+  int failing;          /* the last call failed (log a streak once) */
+  int64_t beat_ms;      /* heartbeat interval */
+  int64_t next_ms;      /* when the next registration or heartbeat is due */
+} agent_bg_t;
+
+/* The node's registration body (json). */
+static json_t *agent_node_json(const node_agent_t *a) {
+  json_t *gpus = json_array();
+  for (int i = 0; i < a->gpus.count; i++) {
+    const node_gpu_t *g = &a->gpus.gpus[i];
+    json_t *gpu = json_pack("{s:i, s:s}", "index", g->index, "name", g->name);
+    if (gpu && g->memory_total_mb >= 0)
+      json_object_set_new(gpu, "memory_total_mb", json_integer(g->memory_total_mb));
+    if (gpu && g->memory_free_mb >= 0)
+      json_object_set_new(gpu, "memory_free_mb", json_integer(g->memory_free_mb));
+    json_array_append_new(gpus, gpu);
+  }
+  return json_pack("{s:s, s:s, s:s, s:i, s:o}", "name", a->name, "hostname", a->hostname,
+                   "address", a->address, "cpus", a->cpus, "gpus", gpus);
+}
+
+/* POST /v1/nodes; sets the heartbeat interval from the node's timeout. */
+static muster_err_t agent_register(agent_bg_t *bg) {
+  json_t *body = agent_node_json(bg->a);
+  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL, *reply = NULL;
+  json_decref(body);
+  if (text == NULL)
+    return MUSTER_NOMEM;
+  muster_err_t err = muster_request(bg->client, "POST", "/v1/nodes", text, &reply);
+  free(text);
+  if (err == MUSTER_OK) {
+    json_t *node = json_loads(reply, 0, NULL);
+    json_int_t timeout = json_integer_value(json_object_get(node, "timeout_ms"));
+    bg->beat_ms = (timeout > 0 ? timeout : AGENT_DEFAULT_TIMEOUT_MS) / 3;
+    if (bg->beat_ms < 50)
+      bg->beat_ms = 50;
+    json_decref(node);
+  }
+  muster_free(reply);
+  return err;
+}
+
+/* The node path "/v1/nodes/NAME" + `suffix`. */
+static void agent_node_path(const node_agent_t *a, const char *suffix, char *buf, size_t size) {
+  snprintf(buf, size, "/v1/nodes/%s%s", a->name, suffix); /* names are [A-Za-z0-9._-] */
+}
+
+/* Registers (when not yet) or heart-beats; decides when to call again. */
+static void agent_bg_tick(agent_bg_t *bg) {
+  node_agent_t *a = bg->a;
+  muster_err_t err;
+  if (bg->registered == 0) {
+    err = agent_register(bg);
+    if (err == MUSTER_OK || err == MUSTER_NOT_FOUND) {
+      if (err == MUSTER_NOT_FOUND)
+        agent_log(a, "the head at %s has no node API (%s); running without registering the node",
+                  a->cfg->head_url, muster_client_message(bg->client));
+      bg->registered = err == MUSTER_OK ? 1 : -1;
+      if (bg->failing)
+        agent_log(a, "registered with the head again");
+      bg->failing = 0;
+      char one = 1;
+      if (write(bg->notify_fd, &one, 1) < 0)
+        agent_log(a, "cannot wake the event loop: %s", strerror(errno));
+    }
+  } else if (bg->registered == 1) {
+    char path[200];
+    agent_node_path(a, "/heartbeat", path, sizeof path);
+    err = muster_request(bg->client, "POST", path, "{}", NULL);
+    if (err == MUSTER_NODE_NOT_FOUND) {
+      agent_log(a, "the head forgot node %s (it timed out); registering again", a->name);
+      bg->registered = 0;
+      bg->next_ms = agent_now_ms();
+      return;
+    }
+  } else {
+    err = MUSTER_OK;
+  }
+  if (err != MUSTER_OK && !bg->failing)
+    agent_log(a, "%s: %s: %s (retrying)", bg->registered == 0 ? "register" : "heartbeat",
+              muster_err_name(err), muster_client_message(bg->client));
+  bg->failing = err != MUSTER_OK;
+  int64_t wait = err != MUSTER_OK && bg->registered == 0 ? AGENT_RETRY_MS : bg->beat_ms;
+  bg->next_ms = agent_now_ms() + (wait > 0 ? wait : AGENT_RETRY_MS);
+}
+
+/* Sends the queued crash reports (lock held on entry and exit). */
+static void agent_bg_crashes(agent_bg_t *bg) {
+  node_agent_t *a = bg->a;
+  while (a->ncrashed > 0) {
+    int64_t id = a->crashed[--a->ncrashed];
+    pthread_mutex_unlock(&a->lock);
+    char path[96];
+    snprintf(path, sizeof path, "/v1/workers/%lld?crashed=true", (long long)id);
+    muster_err_t err = muster_request(bg->client, "DELETE", path, NULL, NULL);
+    if (err != MUSTER_OK && err != MUSTER_WORKER_NOT_FOUND)
+      agent_log(a, "reporting the crash of worker %lld: %s: %s", (long long)id,
+                muster_err_name(err), muster_client_message(bg->client));
+    pthread_mutex_lock(&a->lock);
+  }
+}
+
+static void *agent_bg_main(void *arg) {
+  agent_bg_t *bg = arg;
+  node_agent_t *a = bg->a;
+  pthread_mutex_lock(&a->lock);
+  while (!a->bg_stop) {
+    agent_bg_crashes(bg);
+    if (agent_now_ms() >= bg->next_ms) {
+      pthread_mutex_unlock(&a->lock);
+      agent_bg_tick(bg);
+      pthread_mutex_lock(&a->lock);
+      continue;
+    }
+    int64_t until_ms = bg->next_ms - agent_now_ms();
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += until_ms / 1000;
+    until.tv_nsec += (until_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    if (a->ncrashed == 0 && !a->bg_stop)
+      pthread_cond_timedwait(&a->wake, &a->lock, &until);
+  }
+  agent_bg_crashes(bg);
+  pthread_mutex_unlock(&a->lock);
+  if (bg->registered == 1) { /* goodbye: the node and its workers leave at once */
+    char path[200];
+    agent_node_path(a, "", path, sizeof path);
+    muster_client_set_timeout(bg->client, 3000);
+    muster_err_t err = muster_request(bg->client, "DELETE", path, NULL, NULL);
+    if (err != MUSTER_OK && err != MUSTER_NODE_NOT_FOUND)
+      agent_log(a, "leaving: %s: %s", muster_err_name(err), muster_client_message(bg->client));
+  }
+  return NULL;
+}
+
+/* ---- the event loop ---- */
+
+typedef struct {
+  node_agent_t *a;
+  agent_bg_t *bg;
+  int signals;             /* stop signals received */
+  int started;             /* workers were started */
+  struct event *hard_ev;   /* SIGKILL timer of a hard stop */
+} agent_loop_t;
+
+static void agent_finish_if_done(agent_loop_t *l) {
+  node_agent_t *a = l->a;
+  if (a->stopping && sup_running(a) == 0)
+    event_base_loopexit(a->base, NULL);
+}
+
+static void agent_on_hard_timeout(evutil_socket_t fd, short what, void *arg) {
+  agent_loop_t *l = arg;
+  agent_log(l->a, "workers did not stop within %d ms; killing them", AGENT_HARD_STOP_MS);
+  for (int i = 0; i < l->a->nworkers; i++)
+    if (l->a->workers[i].pid > 0)
+      killpg(l->a->workers[i].pid, SIGKILL);
+}
+
+static void agent_on_signal(evutil_socket_t sig, short what, void *arg) {
+  agent_loop_t *l = arg;
+  node_agent_t *a = l->a;
+  if (sig == SIGCHLD) {
+    sup_reap(a);
+    agent_finish_if_done(l);
+    return;
+  }
+  if (sig == SIGHUP) {
+    agent_log(a, "got SIGHUP: stopping the workers now");
+    a->stopping = 2;
+    sup_signal_all(a, SIGHUP);
+    struct timeval tv = {AGENT_HARD_STOP_MS / 1000, 0};
+    if (l->hard_ev == NULL)
+      l->hard_ev = evtimer_new(a->base, agent_on_hard_timeout, l);
+    if (l->hard_ev)
+      evtimer_add(l->hard_ev, &tv);
+  } else if (++l->signals == 1) {
+    agent_log(a, "got signal %d: stopping the workers after their running tasks "
+                 "(signal again to stop them now)",
+              (int)sig);
+    a->stopping = a->stopping ? a->stopping : 1;
+    sup_signal_all(a, SIGTERM);
+  } else {
+    agent_log(a, "got signal %d again: terminating the workers' tasks", (int)sig);
+    sup_signal_all(a, SIGTERM);
+  }
+  agent_finish_if_done(l);
+}
+
+/* The background thread registered the node: start the workers once. */
+static void agent_on_registered(evutil_socket_t fd, short what, void *arg) {
+  agent_loop_t *l = arg;
+  node_agent_t *a = l->a;
+  char buf[16];
+  while (read(fd, buf, sizeof buf) > 0)
+    ;
+  if (l->started || a->stopping)
+    return;
+  l->started = 1;
+  if (sup_start(a) != 0)
+    agent_log(a, "cannot start the workers");
+  else if (a->nworkers > 0)
+    agent_log(a, "started %d worker%s on queue %s", a->nworkers, a->nworkers > 1 ? "s" : "",
+              a->cfg->queue);
+}
+
+/* ---- setup ---- */
+
+/* The name, hostname, CPU count and path of this binary. */
+static int agent_identity(node_agent_t *a) {
+  if (gethostname(a->hostname, sizeof a->hostname - 1) != 0)
+    snprintf(a->hostname, sizeof a->hostname, "localhost");
+  const char *name = a->cfg->name ? a->cfg->name : a->hostname;
+  size_t len = strlen(name);
+  if (len == 0 || len > 128 || strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                            "0123456789._-") != len) {
+    agent_log(a, "node name '%s': use 1 to 128 characters of letters, digits, '.', '_' and '-' "
+                 "(--name)",
+              name);
+    return -1;
+  }
+  snprintf(a->name, sizeof a->name, "%s", name);
+  ssize_t n = readlink("/proc/self/exe", a->self_exe, sizeof a->self_exe - 1);
+  if (n <= 0) {
+    agent_log(a, "cannot find this program's path: %s", strerror(errno));
+    return -1;
+  }
+  a->self_exe[n] = '\0';
+  cpu_set_t set;
+  a->cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return 0;
+}
+
+/* Detects and filters the GPUs and decides the workers. */
+static int agent_plan_workers(node_agent_t *a) {
+  const node_config_t *cfg = a->cfg;
+  gpu_detect(&a->gpus);
+  int detected = a->gpus.count;
+  const char *only = cfg->gpus ? cfg->gpus : getenv("CUDA_VISIBLE_DEVICES");
+  char err[256];
+  if (gpu_filter(&a->gpus, only, cfg->min_gpu_memory_mb, err, sizeof err) != 0) {
+    agent_log(a, "%s%s", cfg->gpus ? "--gpus: " : "CUDA_VISIBLE_DEVICES: ", err);
+    return -1;
+  }
+  char list[1024] = "";
+  size_t at = 0;
+  for (int i = 0; i < a->gpus.count && at + 200 < sizeof list; i++)
+    at += (size_t)snprintf(list + at, sizeof list - at, "%s%d (%s, %lld MiB)", i ? ", " : "",
+                           a->gpus.gpus[i].index, a->gpus.gpus[i].name,
+                           (long long)a->gpus.gpus[i].memory_total_mb);
+  agent_log(a, "GPU detection (%s): %d found, %d used%s%s", a->gpus.source, detected,
+            a->gpus.count, a->gpus.count ? ": " : "", list);
+  if (cfg->queue == NULL)
+    a->nworkers = 0;
+  else if (a->gpus.count > 0)
+    a->nworkers = a->gpus.count;
+  else if (detected > 0 && (only == NULL || only[0] != '\0')) {
+    agent_log(a, "no GPU passed --gpus / CUDA_VISIBLE_DEVICES / --min-gpu-memory: "
+                 "starting no workers");
+    a->nworkers = 0;
+  } else
+    a->nworkers = (int)(cfg->cpu_workers > 0 ? cfg->cpu_workers : a->cpus);
+  if (a->nworkers > NODE_MAX_WORKERS)
+    a->nworkers = NODE_MAX_WORKERS;
+  a->workers = calloc(a->nworkers > 0 ? (size_t)a->nworkers : 1, sizeof *a->workers);
+  if (a->workers == NULL)
+    return -1;
+  for (int i = 0; i < a->nworkers; i++) {
+    a->workers[i] = (node_worker_t){.agent = a, .slot = i, .report_fd = -1, .gpu = -1};
+    if (a->gpus.count > 0)
+      a->workers[i].gpu = a->gpus.gpus[i].index;
+  }
+  return 0;
+}
+
+/* The local address this machine uses to reach the head (for a wildcard listen). */
+static void agent_outgoing_ip(const node_agent_t *a, char *buf, size_t size) {
+  snprintf(buf, size, "127.0.0.1");
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM}, *res = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", a->head_port > 0 ? a->head_port : 80);
+  if (getaddrinfo(a->head_host, port, &hints, &res) != 0 || res == NULL)
+    return;
+  int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+      getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+    getnameinfo((struct sockaddr *)&ss, len, buf, (socklen_t)size, NULL, 0, NI_NUMERICHOST);
+  if (fd >= 0)
+    close(fd);
+  freeaddrinfo(res);
+}
+
+/* Opens the API port (unless --listen none) and fills a->address. */
+static int agent_listen(node_agent_t *a) {
+  const char *listen = a->cfg->listen ? a->cfg->listen : "127.0.0.1:7371";
+  if (strcmp(listen, "none") == 0) {
+    struct evhttp_uri *uri = evhttp_uri_parse(a->cfg->head_url);
+    const char *host = uri ? evhttp_uri_get_host(uri) : NULL;
+    int port = uri ? evhttp_uri_get_port(uri) : -1;
+    snprintf(a->address, sizeof a->address, "%s:%d", host ? host : "", port > 0 ? port : 80);
+    if (uri)
+      evhttp_uri_free(uri);
+    return 0;
+  }
+  char err[512];
+  int port = fwd_start(a, listen, err, sizeof err);
+  if (port < 0) {
+    agent_log(a, "%s", err);
+    return -1;
+  }
+  char host[256];
+  snprintf(host, sizeof host, "%.*s", (int)(strrchr(listen, ':') - listen), listen);
+  if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "[::]") == 0 || strcmp(host, "::") == 0 ||
+      host[0] == '\0')
+    agent_outgoing_ip(a, host, sizeof host);
+  snprintf(a->address, sizeof a->address, "%s:%d", host, port);
+  return 0;
+}
+
+/* Writes who we are into the lock file and prints the banner. */
+static void agent_announce(node_agent_t *a) {
+  char info[1200];
+  snprintf(info, sizeof info, "pid %d\nname %s\nhead %s\nlisten %s%s\n", (int)getpid(), a->name,
+           a->cfg->head_url, a->listen_port > 0 ? "http://" : "none",
+           a->listen_port > 0 ? a->address : "");
+  node_lock_describe(a->lock_fd, info);
+  agent_log(a, "node %s (pid %d) joining %s; %s%s; %d worker%s", a->name, (int)getpid(),
+            a->cfg->head_url, a->listen_port > 0 ? "API on http://" : "no API port",
+            a->listen_port > 0 ? a->address : "", a->nworkers, a->nworkers == 1 ? "" : "s");
+}
+
+/* Runs the loop with the background thread beside it. */
+static int agent_run(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
+  agent_loop_t loop = {.a = a, .bg = bg};
+  const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+  struct event *events[5] = {0};
+  int ok = 1;
+  for (int i = 0; i < 4 && ok; i++)
+    ok = (events[i] = evsignal_new(a->base, sigs[i], agent_on_signal, &loop)) != NULL &&
+         event_add(events[i], NULL) == 0;
+  if (ok)
+    ok = (events[4] = event_new(a->base, notify[0], EV_READ | EV_PERSIST, agent_on_registered,
+                                &loop)) != NULL &&
+         event_add(events[4], NULL) == 0;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old); /* the thread takes no signal */
+  ok = ok && pthread_create(&a->bg, NULL, agent_bg_main, bg) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (ok) {
+    event_base_dispatch(a->base);
+    pthread_mutex_lock(&a->lock);
+    a->bg_stop = 1;
+    pthread_cond_signal(&a->wake);
+    pthread_mutex_unlock(&a->lock);
+    pthread_join(a->bg, NULL);
+  }
+  for (int i = 0; i < 5; i++)
+    if (events[i])
+      event_free(events[i]);
+  if (loop.hard_ev)
+    event_free(loop.hard_ev);
+  return ok ? 0 : 1;
+}
+
+int node_agent_main(const node_config_t *cfg) {
+  node_agent_t a;
+  memset(&a, 0, sizeof a);
+  a.cfg = cfg;
+  a.lock_fd = -1;
+  const char *lock_path = cfg->lock_path ? cfg->lock_path : getenv("MUSTER_NODE_LOCK");
+  char err[1024];
+  if (agent_identity(&a) != 0)
+    return 1;
+  a.lock_fd = node_lock_take(lock_path && lock_path[0] ? lock_path : NODE_DEFAULT_LOCK, err,
+                             sizeof err);
+  if (a.lock_fd < 0) {
+    agent_log(&a, "%s", err);
+    return cfg->lock_busy_ok ? 0 : 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  pthread_mutex_init(&a.lock, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&a.wake, &attr);
+  pthread_condattr_destroy(&attr);
+  int status = 1, notify[2] = {-1, -1};
+  agent_bg_t bg = {.a = &a};
+  a.base = event_base_new();
+  if (a.base && agent_plan_workers(&a) == 0 && agent_listen(&a) == 0 &&
+      pipe2(notify, O_CLOEXEC | O_NONBLOCK) == 0 &&
+      muster_client_new(cfg->head_url, cfg->token, &bg.client) == MUSTER_OK) {
+    bg.notify_fd = notify[1];
+    agent_announce(&a);
+    status = agent_run(&a, &bg, notify);
+    if (status == 0)
+      agent_log(&a, "node %s stopped", a.name);
+  }
+  fwd_stop(&a);
+  sup_free(&a);
+  muster_client_free(bg.client);
+  for (int i = 0; i < 2; i++)
+    if (notify[i] >= 0)
+      close(notify[i]);
+  if (a.base)
+    event_base_free(a.base);
+  free(a.crashed);
+  pthread_cond_destroy(&a.wake);
+  pthread_mutex_destroy(&a.lock);
+  close(a.lock_fd);
+  return status;
+}

@@ -1,0 +1,101 @@
+/*
+ * agent.h — the node agent's shared state, private to src/node.
+ *
+ * The main thread owns the event loop, the worker processes and the
+ * forwarder; the background thread (agent.c) owns `bg_client` and talks to
+ * the head for the agent itself (heartbeats, crash reports).  They share only
+ * the fields under `lock`.
+ */
+#ifndef MUSTER_NODE_AGENT_H
+#define MUSTER_NODE_AGENT_H
+
+#include "muster.h"
+#include "node/node.h"
+
+#include <event2/event.h>
+#include <pthread.h>
+#include <stdint.h>
+
+typedef struct node_agent node_agent_t;
+
+/* One supervised worker process (a `muster worker` run by the agent). */
+typedef struct {
+  node_agent_t *agent;
+  int slot;              /* 0-based position among the agent's workers */
+  int gpu;               /* the GPU it owns (an index), or -1 for a CPU worker */
+  pid_t pid;             /* 0 while not running */
+  int report_fd;         /* read end of the pipe the worker reports its id on, or -1 */
+  struct event *report_ev;
+  struct event *restart_ev;
+  char report[64];       /* a partial "worker ID" line */
+  size_t report_len;
+  int64_t worker_id;     /* the id it registered with, 0 before it said */
+  int64_t started_ms;    /* monotonic start time of the current process */
+  int quick_deaths;      /* deaths in a row within NODE_STABLE_MS of the start */
+  int signalled;         /* we sent it a stop signal: its death is no crash */
+} node_worker_t;
+
+struct node_agent {
+  const node_config_t *cfg;
+  char name[129];        /* node name */
+  char hostname[256];
+  char address[300];     /* host:port clients may use (the forwarder's), or the head's */
+  char self_exe[4096];   /* /proc/self/exe, resolved at start */
+  int lock_fd;
+  int cpus;
+  node_gpus_t gpus;
+  struct event_base *base;
+
+  /* workers */
+  node_worker_t *workers;
+  int nworkers;
+  int stopping;          /* 0 running; 1 graceful stop; 2 hard stop */
+  char **worker_argv;    /* argv of every worker process (owned) */
+  char **worker_env;     /* environment template; the per-worker variables come last (owned) */
+  size_t worker_env_base;/* entries before the per-worker ones */
+
+  /* forwarder (forward.c) */
+  struct evhttp *http;
+  char head_host[256];
+  int head_port;
+  void *fwd_pool;        /* idle connections to the head */
+  int listen_port;       /* the port bound, 0 when none */
+
+  /* background thread (agent.c) */
+  pthread_t bg;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  int bg_stop;
+  int64_t *crashed;      /* worker ids to report as crashed (under lock) */
+  size_t ncrashed, crashed_cap;
+};
+
+/* Milliseconds of a monotonic clock. */
+int64_t agent_now_ms(void);
+/* Queues a crash report for worker `id` (any thread). */
+void agent_report_crash(node_agent_t *a, int64_t id);
+/* Prints "PREFIX: message" on stderr. */
+void agent_log(const node_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- supervisor.c ---- */
+
+/* Prepares and starts the workers the configuration asks for; 0 or -1. */
+int sup_start(node_agent_t *a);
+/* Reaps exited workers and schedules restarts (SIGCHLD). */
+void sup_reap(node_agent_t *a);
+/* Sends `sig` to every running worker and marks it as stopped by us. */
+void sup_signal_all(node_agent_t *a, int sig);
+/* Workers still running. */
+int sup_running(const node_agent_t *a);
+/* Frees the supervisor's state (the processes must be gone). */
+void sup_free(node_agent_t *a);
+
+/* ---- forward.c ---- */
+
+/* Binds `listen` ("HOST:PORT") and forwards every request to the head.
+ * Returns the bound port, or -1 with `err` filled. */
+int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size);
+/* Stops listening and frees the forwarder (in-flight requests are dropped). */
+void fwd_stop(node_agent_t *a);
+
+#endif /* MUSTER_NODE_AGENT_H */

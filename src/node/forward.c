@@ -1,0 +1,315 @@
+/*
+ * forward.c — any-node access: the agent's HTTP port forwards to the head.
+ *
+ * Every request the agent does not serve itself (today: all of them) is sent
+ * to the head as it came: same method, path and query, the end-to-end headers
+ * (Authorization included: the head alone checks tokens, so auth behaves
+ * exactly as on the head) and the body.  The head's reply streams back as it
+ * arrives: its status, reason, end-to-end headers, then the body chunk by chunk
+ * (evhttp's header and chunk callbacks), so a long-poll's reply or a large
+ * result is not held back.  Request bodies are read whole by evhttp before
+ * forwarding (evhttp cannot stream them); the head enforces its own limits.
+ *
+ * Hop-by-hop headers (RFC 9110 section 7.6.1) are dropped both ways and
+ * `X-Forwarded-For` / `Via` are added.  When the head cannot be reached, the
+ * client gets `503 unavailable` in the usual error envelope; when the head's
+ * reply breaks off mid-body, the client's connection is closed rather than the
+ * reply ended, so a truncated body never looks complete.
+ *
+ * Connections to the head are kept in a pool and reused (keep-alive); a
+ * long-poll occupies its connection, so there are as many as requests in flight.
+ */
+#include "node/agent.h"
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define FWD_TIMEOUT_S 3600          /* a request may wait this long (long-polls are shorter) */
+#define FWD_MAX_BODY (1024L << 20)  /* the head's own limit is far lower */
+
+typedef struct fwd_conn {
+  struct evhttp_connection *evcon;
+  struct fwd_conn *next;
+} fwd_conn_t;
+
+/* One request in flight. */
+typedef struct {
+  node_agent_t *agent;
+  struct evhttp_request *in; /* the client's request */
+  fwd_conn_t *conn;
+  int started;               /* the reply to the client has started */
+  int error;                 /* the evhttp error, when the head's reply failed */
+} fwd_req_t;
+
+static const char *const fwd_hop_headers[] = {
+    "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
+    "TE",         "Trailer",    "Transfer-Encoding", "Upgrade",          "Host",
+    "Content-Length", NULL};
+
+/* Non-zero for a header that must not cross the agent (`keep_length`: a
+ * reply's Content-Length stays, so the client gets the body unchunked). */
+static int fwd_is_hop(const char *key, int keep_length) {
+  if (keep_length && strcasecmp(key, "Content-Length") == 0)
+    return 0;
+  for (int i = 0; fwd_hop_headers[i]; i++)
+    if (strcasecmp(key, fwd_hop_headers[i]) == 0)
+      return 1;
+  return 0;
+}
+
+static void fwd_copy_headers(struct evkeyvalq *from, struct evkeyvalq *to, int keep_length) {
+  for (struct evkeyval *h = from->tqh_first; h; h = h->next.tqe_next)
+    if (!fwd_is_hop(h->key, keep_length))
+      evhttp_add_header(to, h->key, h->value);
+}
+
+/* ---- the connection pool ---- */
+
+static fwd_conn_t *fwd_conn_get(node_agent_t *a) {
+  fwd_conn_t *c = a->fwd_pool;
+  if (c != NULL) {
+    a->fwd_pool = c->next;
+    return c;
+  }
+  c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return NULL;
+  c->evcon = evhttp_connection_base_new(a->base, NULL, a->head_host, (ev_uint16_t)a->head_port);
+  if (c->evcon == NULL) {
+    free(c);
+    return NULL;
+  }
+  evhttp_connection_set_timeout(c->evcon, FWD_TIMEOUT_S);
+  return c;
+}
+
+static void fwd_conn_put(node_agent_t *a, fwd_conn_t *c) {
+  c->next = a->fwd_pool;
+  a->fwd_pool = c;
+}
+
+/* ---- replies ---- */
+
+/* Answers the client with an error envelope (used before anything was sent). */
+static void fwd_send_error(struct evhttp_request *in, int status, const char *code,
+                           const char *message) {
+  struct evbuffer *body = evbuffer_new();
+  struct evkeyvalq *out = evhttp_request_get_output_headers(in);
+  evhttp_add_header(out, "Content-Type", "application/json");
+  if (body)
+    evbuffer_add_printf(body, "{\"error\": {\"code\": \"%s\", \"message\": \"%s\"}}", code, message);
+  evhttp_send_reply(in, status, status == 503 ? "Service Unavailable" : "Bad Gateway", body);
+  if (body)
+    evbuffer_free(body);
+}
+
+/* The head's status line and headers arrived: start the client's reply. */
+static int fwd_on_headers(struct evhttp_request *out, void *arg) {
+  fwd_req_t *f = arg;
+  struct evkeyvalq *to = evhttp_request_get_output_headers(f->in);
+  fwd_copy_headers(evhttp_request_get_input_headers(out), to, 1);
+  char via[160];
+  snprintf(via, sizeof via, "1.1 %s (muster node)", f->agent->name);
+  evhttp_add_header(to, "Via", via);
+  const char *reason = evhttp_request_get_response_code_line(out);
+  evhttp_send_reply_start(f->in, evhttp_request_get_response_code(out), reason ? reason : "");
+  f->started = 1;
+  return 0;
+}
+
+/* A piece of the head's body: pass it on. */
+static void fwd_on_chunk(struct evhttp_request *out, void *arg) {
+  fwd_req_t *f = arg;
+  evhttp_send_reply_chunk(f->in, evhttp_request_get_input_buffer(out));
+}
+
+static void fwd_on_error(enum evhttp_request_error error, void *arg) {
+  fwd_req_t *f = arg;
+  f->error = (int)error + 1;
+}
+
+static const char *fwd_error_text(int error) {
+  switch (error - 1) {
+  case EVREQ_HTTP_TIMEOUT: return "timed out";
+  case EVREQ_HTTP_EOF: return "connection refused or closed";
+  case EVREQ_HTTP_INVALID_HEADER: return "invalid reply headers";
+  case EVREQ_HTTP_BUFFER_ERROR: return "connection error";
+  case EVREQ_HTTP_DATA_TOO_LONG: return "reply too large";
+  default: return "request failed";
+  }
+}
+
+/* The head's reply is complete (out != NULL) or failed (out == NULL). */
+static void fwd_on_done(struct evhttp_request *out, void *arg) {
+  fwd_req_t *f = arg;
+  node_agent_t *a = f->agent;
+  int ok = out != NULL && evhttp_request_get_response_code(out) != 0 && !f->error;
+  if (ok && !f->started)
+    fwd_on_headers(out, f);
+  if (ok) {
+    struct evbuffer *rest = evhttp_request_get_input_buffer(out);
+    if (evbuffer_get_length(rest) > 0)
+      evhttp_send_reply_chunk(f->in, rest);
+    evhttp_send_reply_end(f->in);
+  } else if (f->started) {
+    struct evhttp_connection *client = evhttp_request_get_connection(f->in);
+    if (client)
+      evhttp_connection_free(client); /* a cut body must not look complete */
+    else
+      evhttp_send_reply_end(f->in); /* the client left already: this frees the request */
+  } else {
+    char message[512];
+    snprintf(message, sizeof message, "node agent %s cannot reach the head at %s:%d: %s",
+             a->name, a->head_host, a->head_port, fwd_error_text(f->error));
+    fwd_send_error(f->in, 503, "unavailable", message);
+  }
+  fwd_conn_put(a, f->conn);
+  free(f);
+}
+
+/* Adds X-Forwarded-For with the client's address. */
+static void fwd_add_forwarded(struct evhttp_request *in, struct evkeyvalq *to) {
+  struct evhttp_connection *client = evhttp_request_get_connection(in);
+  char *peer = NULL;
+  ev_uint16_t port = 0;
+  if (client)
+    evhttp_connection_get_peer(client, &peer, &port);
+  const char *before = evhttp_find_header(evhttp_request_get_input_headers(in), "X-Forwarded-For");
+  char value[512];
+  snprintf(value, sizeof value, "%s%s%s", before ? before : "", before ? ", " : "",
+           peer ? peer : "unknown");
+  evhttp_remove_header(to, "X-Forwarded-For");
+  evhttp_add_header(to, "X-Forwarded-For", value);
+}
+
+static void fwd_on_request(struct evhttp_request *in, void *arg) {
+  node_agent_t *a = arg;
+  fwd_req_t *f = calloc(1, sizeof *f);
+  fwd_conn_t *conn = f ? fwd_conn_get(a) : NULL;
+  struct evhttp_request *out = conn ? evhttp_request_new(fwd_on_done, f) : NULL;
+  if (out == NULL) {
+    if (conn)
+      fwd_conn_put(a, conn);
+    free(f);
+    fwd_send_error(in, 503, "unavailable", "the node agent is out of memory");
+    return;
+  }
+  f->agent = a;
+  f->in = in;
+  f->conn = conn;
+  evhttp_request_set_header_cb(out, fwd_on_headers);
+  evhttp_request_set_chunked_cb(out, fwd_on_chunk);
+  evhttp_request_set_error_cb(out, fwd_on_error);
+  struct evkeyvalq *to = evhttp_request_get_output_headers(out);
+  fwd_copy_headers(evhttp_request_get_input_headers(in), to, 0);
+  fwd_add_forwarded(in, to);
+  struct evbuffer *body = evhttp_request_get_input_buffer(in);
+  size_t body_len = evbuffer_get_length(body);
+  /* evhttp adds a Content-Length to POST and PUT only; a body of any other
+   * method, or an explicit empty one, needs it said. */
+  if (body_len > 0 ||
+      evhttp_find_header(evhttp_request_get_input_headers(in), "Content-Length") != NULL) {
+    char length[32];
+    snprintf(length, sizeof length, "%zu", body_len);
+    evhttp_add_header(to, "Content-Length", length);
+  }
+  evbuffer_add_buffer(evhttp_request_get_output_buffer(out), body);
+  /* On failure evhttp_make_request has already called fwd_on_done (with NULL),
+   * which answered the client and freed `f`. */
+  evhttp_make_request(conn->evcon, out, evhttp_request_get_command(in), evhttp_request_get_uri(in));
+}
+
+/* Parses the head URL into host and port; 0 or -1. */
+static int fwd_parse_head(node_agent_t *a, char *err, size_t err_size) {
+  struct evhttp_uri *uri = evhttp_uri_parse(a->cfg->head_url);
+  const char *scheme = uri ? evhttp_uri_get_scheme(uri) : NULL;
+  const char *host = uri ? evhttp_uri_get_host(uri) : NULL;
+  int rc = -1;
+  if (scheme == NULL || strcasecmp(scheme, "http") != 0 || host == NULL || host[0] == '\0')
+    snprintf(err, err_size, "cannot forward to '%s': need http://HOST:PORT", a->cfg->head_url);
+  else if (strlen(host) >= sizeof a->head_host)
+    snprintf(err, err_size, "the head's host name is too long");
+  else {
+    snprintf(a->head_host, sizeof a->head_host, "%s", host);
+    a->head_port = evhttp_uri_get_port(uri) > 0 ? evhttp_uri_get_port(uri) : 80;
+    rc = 0;
+  }
+  if (uri)
+    evhttp_uri_free(uri);
+  return rc;
+}
+
+/* Splits "HOST:PORT" / "[V6]:PORT"; 0 or -1. */
+static int fwd_split_listen(const char *listen, char *host, size_t size, int *port) {
+  const char *colon = strrchr(listen, ':');
+  if (colon == NULL)
+    return -1;
+  char *end;
+  long p = strtol(colon + 1, &end, 10);
+  if (colon[1] == '\0' || *end != '\0' || p < 0 || p > 65535)
+    return -1;
+  const char *start = listen;
+  size_t len = (size_t)(colon - listen);
+  if (len >= 2 && start[0] == '[' && start[len - 1] == ']') {
+    start++;
+    len -= 2;
+  }
+  if (len == 0 || len >= size)
+    return -1;
+  memcpy(host, start, len);
+  host[len] = '\0';
+  *port = (int)p;
+  return 0;
+}
+
+int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size) {
+  char host[256];
+  int port = 0;
+  if (fwd_split_listen(listen, host, sizeof host, &port) != 0) {
+    snprintf(err, err_size, "--listen '%s': expected HOST:PORT", listen);
+    return -1;
+  }
+  if (fwd_parse_head(a, err, err_size) != 0)
+    return -1;
+  a->http = evhttp_new(a->base);
+  if (a->http == NULL) {
+    snprintf(err, err_size, "out of memory");
+    return -1;
+  }
+  evhttp_set_max_body_size(a->http, FWD_MAX_BODY);
+  evhttp_set_timeout(a->http, FWD_TIMEOUT_S);
+  evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+                                          EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
+                                          EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
+  evhttp_set_gencb(a->http, fwd_on_request, a);
+  struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(a->http, host, (ev_uint16_t)port);
+  if (sock == NULL) {
+    snprintf(err, err_size, "cannot listen on %s (in use, or not an address of this machine)",
+             listen);
+    return -1;
+  }
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &len) == 0)
+    port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                          : ((struct sockaddr_in *)&ss)->sin_port);
+  a->listen_port = port;
+  return port;
+}
+
+void fwd_stop(node_agent_t *a) {
+  if (a->http)
+    evhttp_free(a->http);
+  a->http = NULL;
+  for (fwd_conn_t *c = a->fwd_pool, *next; c; c = next) {
+    next = c->next;
+    evhttp_connection_free(c->evcon);
+    free(c);
+  }
+  a->fwd_pool = NULL;
+}

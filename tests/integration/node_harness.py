@@ -1,0 +1,179 @@
+"""Node-agent helpers for test_node*.py: start `muster node` next to a harness head.
+
+Each agent gets its own lock file (so tests never collide with a real agent on
+this machine, nor with each other), --listen 127.0.0.1:0 and a log file.  The
+agent writes its pid, name and API address into its lock file once it runs.
+"""
+import http.client
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.parse
+
+import harness
+
+
+class Agent:
+    def __init__(self, head, workdir, name="n1", args=(), cmd=None, env=None):
+        self.head = head
+        self.workdir = workdir
+        self.name = name
+        self.lock = os.path.join(workdir, "agent-%s.lock" % name)
+        self.log_path = os.path.join(workdir, "agent-%s.log" % name)
+        self.args = list(args)
+        self.cmd = cmd
+        self.env = dict(os.environ)
+        self.env.pop("CUDA_VISIBLE_DEVICES", None)
+        self.env.setdefault("MUSTER_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")
+        self.env.update(env or {})
+        self.proc = None
+        self.url = None
+
+    def argv(self):
+        argv = [harness.MUSTER_BIN, "node", "--join", self.head.url, "--token", self.head.token,
+                "--name", self.name, "--lock-file", self.lock, "--listen", "127.0.0.1:0"]
+        argv += self.args
+        if self.cmd:
+            argv += ["--"] + list(self.cmd)
+        return argv
+
+    def start(self, wait_listen=True, timeout=20.0):
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT,
+                                     env=self.env)
+        log.close()
+        if wait_listen:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError("agent exited with %s:\n%s" % (self.proc.returncode,
+                                                                       self.log()))
+                info = self.lock_info()
+                if info.get("listen", "").startswith("http://"):
+                    self.url = info["listen"]
+                    return self
+                time.sleep(0.02)
+            raise RuntimeError("agent did not start:\n" + self.log())
+        return self
+
+    def lock_info(self):
+        try:
+            with open(self.lock) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return {}
+        return dict(line.split(" ", 1) for line in lines if " " in line)
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-6000:]
+        except OSError:
+            return ""
+
+    @property
+    def port(self):
+        return urllib.parse.urlparse(self.url).port
+
+    def request(self, method, path, body=None, token="default", headers=None, raw=None,
+                content_type="application/json", timeout=60):
+        """One request through the agent's port, on a fresh connection."""
+        hdrs = dict(headers or {})
+        if token == "default":
+            token = self.head.token
+        if token:
+            hdrs["Authorization"] = "Bearer " + token
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+        if data is not None and content_type:
+            hdrs["Content-Type"] = content_type
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=data, headers=hdrs)
+            r = conn.getresponse()
+            return harness.Reply(r.status, dict(r.getheaders()), r.read())
+        finally:
+            conn.close()
+
+    def workers(self):
+        """Pids of the agent's worker processes (its direct children)."""
+        return children(self.proc.pid)
+
+    def stop(self, timeout=20):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError("agent ignored SIGTERM:\n" + self.log())
+        return self.proc.returncode if self.proc else None
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _stat(pid):
+    """(ppid, pgid) of a live process, or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    if fields[0] == "Z":
+        return None  # a zombie is gone for our purposes
+    return int(fields[1]), int(fields[2])
+
+
+def all_pids():
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def children(pid):
+    out = []
+    for p in all_pids():
+        st = _stat(p)
+        if st and st[0] == pid:
+            out.append(p)
+    return out
+
+
+def descendants(pid):
+    """Every live process below `pid`."""
+    found, frontier = [], [pid]
+    while frontier:
+        kids = []
+        for p in frontier:
+            kids += children(p)
+        found += kids
+        frontier = kids
+    return found
+
+
+def alive(pid):
+    return _stat(pid) is not None
+
+
+def environ_of(pid):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, v = item.split(b"=", 1)
+            env[k.decode(errors="replace")] = v.decode(errors="replace")
+    return env
+
+
+def build_dir():
+    return os.environ.get("MUSTER_BUILD_DIR") or os.path.dirname(harness.MUSTER_BIN)

@@ -1,0 +1,236 @@
+"""Node agent: GPU detection (a fake nvidia-smi), one agent per machine, worker
+supervision (a crash-looping task goes dead), and no orphans after `kill -9`."""
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import node_harness  # noqa: E402
+from node_harness import Agent  # noqa: E402
+
+FAKE_SMI = textwrap.dedent("""\
+    #!/bin/sh
+    # A fake nvidia-smi with two GPUs: 0 (16 GB) and 1 (8 GB).
+    case "$*" in
+      *--query-gpu=index,name,memory.total,memory.free*)
+        echo "0, Fake GPU Alpha, 16160, 15000"
+        echo "1, Fake GPU Beta, 8080, 7000" ;;
+      -L)
+        echo "GPU 0: Fake GPU Alpha (UUID: GPU-aaaa)"
+        echo "GPU 1: Fake GPU Beta (UUID: GPU-bbbb)" ;;
+      *) exit 1 ;;
+    esac
+    """)
+
+
+class NodeTestCase(unittest.TestCase):
+    head_args = ["--node-timeout-ms", "1500", "--worker-timeout-ms", "60000"]
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-node-test-")
+        self.head = harness.Head(self.head_args).start()
+        self.agents = []
+
+    def tearDown(self):
+        for a in self.agents:
+            a.kill()
+        self.head.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def agent(self, *args, **kw):
+        a = Agent(self.head, self.dir, *args, **kw)
+        self.agents.append(a)
+        return a
+
+    def fake_smi_env(self):
+        bin_dir = os.path.join(self.dir, "bin")
+        os.makedirs(bin_dir, exist_ok=True)
+        path = os.path.join(bin_dir, "nvidia-smi")
+        with open(path, "w") as f:
+            f.write(FAKE_SMI)
+        os.chmod(path, 0o755)
+        return {"PATH": bin_dir + ":" + os.environ.get("PATH", "/usr/bin:/bin")}
+
+    def make_queue(self, name, **settings):
+        r = self.head.request("PUT", "/v1/queues/" + name, settings)
+        self.assertIn(r.status, (200, 201), r)
+
+    def put(self, queue, payloads):
+        r = self.head.request("POST", "/v1/queues/%s/tasks" % queue,
+                              {"tasks": [{"payload": p} for p in payloads]})
+        self.assertEqual(r.status, 201, r)
+        return [t["id"] for t in r.json["tasks"]]
+
+    def task(self, tid):
+        return self.head.request("GET", "/v1/tasks/%d" % tid).json
+
+    def node(self, name):
+        r = self.head.request("GET", "/v1/nodes/" + name)
+        return r.json if r.status == 200 else None
+
+    def wait_workers(self, agent, count, what="workers"):
+        """Waits until the agent has `count` worker processes registered as workers."""
+        def ready():
+            pids = agent.workers()
+            node = self.node(agent.name)
+            if len(pids) == count and node and node["workers"] == count:
+                return pids
+            return None
+        return harness.wait_until(ready, timeout=20, what=what + ":\n" + agent.log())
+
+
+class GpuDetectionTest(NodeTestCase):
+    def gpu_env_of_workers(self, agent, count):
+        pids = self.wait_workers(agent, count)
+        envs = [node_harness.environ_of(p) for p in pids]
+        return sorted((e.get("CUDA_VISIBLE_DEVICES"), e.get("CUDA_DEVICE_ORDER")) for e in envs)
+
+    def test_one_worker_per_gpu(self):
+        self.make_queue("gpu")
+        a = self.agent("gpu1", args=["--queue", "gpu"], env=self.fake_smi_env(),
+                       cmd=["sh", "-c", "sleep 0.3; echo $CUDA_VISIBLE_DEVICES/$CUDA_DEVICE_ORDER"])
+        a.start()
+        self.assertEqual(self.gpu_env_of_workers(a, 2),
+                         [("0", "PCI_BUS_ID"), ("1", "PCI_BUS_ID")])
+        node = self.node("gpu1")
+        self.assertEqual([(g["index"], g["name"], g.get("memory_total_mb")) for g in node["gpus"]],
+                         [(0, "Fake GPU Alpha", 16160), (1, "Fake GPU Beta", 8080)])
+        # The commands the workers run see their worker's GPU.
+        ids = self.put("gpu", ["x"] * 6)
+        results = harness.wait_until(
+            lambda: [t["result"] for t in map(self.task, ids) if t["state"] == "done"]
+            if all(self.task(i)["state"] == "done" for i in ids) else None,
+            timeout=30, what="tasks done:\n" + a.log())
+        self.assertTrue(set(results) <= {"0/PCI_BUS_ID", "1/PCI_BUS_ID"}, results)
+        self.assertIn("nvidia-smi", a.log())
+
+    def test_gpus_option(self):
+        self.make_queue("gpu")
+        a = self.agent("gpu2", args=["--queue", "gpu", "--gpus", "1"], env=self.fake_smi_env(),
+                       cmd=["true"])
+        a.start()
+        self.assertEqual(self.gpu_env_of_workers(a, 1), [("1", "PCI_BUS_ID")])
+        self.assertEqual([g["index"] for g in self.node("gpu2")["gpus"]], [1])
+
+    def test_cuda_visible_devices_restricts(self):
+        self.make_queue("gpu")
+        env = self.fake_smi_env()
+        env["CUDA_VISIBLE_DEVICES"] = "1"
+        a = self.agent("gpu3", args=["--queue", "gpu"], env=env, cmd=["true"])
+        a.start()
+        self.assertEqual(self.gpu_env_of_workers(a, 1), [("1", "PCI_BUS_ID")])
+
+    def test_min_gpu_memory(self):
+        self.make_queue("gpu")
+        a = self.agent("gpu4", args=["--queue", "gpu", "--min-gpu-memory", "10000"],
+                       env=self.fake_smi_env(), cmd=["true"])
+        a.start()
+        self.assertEqual(self.gpu_env_of_workers(a, 1), [("0", "PCI_BUS_ID")])
+
+    def test_cpu_workers_without_gpu(self):
+        self.make_queue("cpu")
+        a = self.agent("cpu1", args=["--queue", "cpu", "--workers", "3"], cmd=["true"])
+        a.start()
+        pids = self.wait_workers(a, 3)
+        for p in pids:
+            env = node_harness.environ_of(p)
+            self.assertNotIn("CUDA_VISIBLE_DEVICES", env)
+            self.assertEqual(env.get("MUSTER_NODE"), "cpu1")
+        node = self.node("cpu1")
+        self.assertEqual(node["gpus"], [])
+        self.assertGreaterEqual(node["cpus"], 1)
+
+    def test_bad_gpus_list(self):
+        a = self.agent("gpu5", args=["--gpus", "zero"], env=self.fake_smi_env())
+        a.start(wait_listen=False)
+        self.assertEqual(a.proc.wait(20), 1)
+        self.assertIn("not a list of GPU indexes", a.log())
+
+
+class AgentLifeTest(NodeTestCase):
+    def test_second_agent_refused(self):
+        first = self.agent("one").start()
+        second = Agent(self.head, self.dir, "one")  # same lock file
+        self.agents.append(second)
+        second.start(wait_listen=False)
+        self.assertEqual(second.proc.wait(20), 1)
+        log = second.log()
+        self.assertIn("another node agent is already running on this machine", log)
+        self.assertIn("pid %d" % first.proc.pid, log)
+        self.assertIsNone(first.proc.poll())
+        # Once the first one is gone, an agent may start again.
+        self.assertEqual(first.stop(), 0)
+        harness.wait_until(lambda: (self.node("one") or {}).get("state") != "active",
+                           what="node left")
+        Agent(self.head, self.dir, "one")  # (constructed only: same lock is free now)
+        again = self.agent("one").start()
+        harness.wait_until(lambda: (self.node("one") or {}).get("state") == "active",
+                           what="node registered again")
+        self.assertEqual(again.stop(), 0)
+
+    def test_register_heartbeat_leave(self):
+        a = self.agent("n-life").start()
+        node = harness.wait_until(lambda: self.node("n-life"), what="node registered")
+        self.assertEqual(node["state"], "active")
+        self.assertEqual(node["address"], a.url[len("http://"):])
+        # Heart-beats keep it active past its timeout (1.5 s).
+        time.sleep(0)  # (no sleep as synchronisation: poll last_seen_ms instead)
+        first_seen = node["last_seen_ms"]
+        harness.wait_until(lambda: self.node("n-life")["last_seen_ms"] > first_seen,
+                           timeout=10, what="a heartbeat")
+        self.assertEqual(a.stop(), 0)
+        self.assertEqual(self.node("n-life")["state"] if self.node("n-life") else "gone", "gone")
+
+    def test_crash_looping_task_goes_dead(self):
+        self.make_queue("crashy", max_attempts=3, backoff_ms=0, backoff_max_ms=0)
+        plugin = os.path.join(node_harness.build_dir(), "libplugin_echo.so")
+        a = self.agent("crash1", args=["--queue", "crashy", "--workers", "1", "--plugin", plugin],
+                       env={"PLUGIN_LOG": os.path.join(self.dir, "plugin.log")})
+        a.start()
+        [crash] = self.put("crashy", ["crash"])
+        t = harness.wait_until(lambda: (lambda t: t if t["state"] == "dead" else None)(
+            self.task(crash)), timeout=60, what="the crashing task dead:\n" + a.log())
+        self.assertEqual(t["attempts"], 3)
+        self.assertIn("crashed", a.log())
+        # The worker was restarted and still works.
+        [ok] = self.put("crashy", ["fine"])
+        done = harness.wait_until(lambda: (lambda t: t if t["state"] == "done" else None)(
+            self.task(ok)), timeout=30, what="a task after the crashes:\n" + a.log())
+        self.assertEqual(done["result"]["payload"], "fine")
+
+
+class KillNineTest(NodeTestCase):
+    def test_kill_9_leaves_no_orphans(self):
+        self.make_queue("slow", max_attempts=5, backoff_ms=0)
+        a = self.agent("k9", args=["--queue", "slow", "--workers", "2"],
+                       cmd=["sh", "-c", "sleep 300 & sleep 300; wait"])
+        a.start()
+        self.wait_workers(a, 2)
+        ids = self.put("slow", ["a", "b"])
+        harness.wait_until(lambda: all(self.task(i)["state"] == "leased" for i in ids),
+                           timeout=20, what="both tasks leased:\n" + a.log())
+        # The commands (and their own children) are running under the workers.
+        below = harness.wait_until(
+            lambda: (lambda d: d if len(d) >= 2 + 2 * 3 else None)(
+                node_harness.descendants(a.proc.pid)),
+            timeout=10, what="commands running")
+        a.kill()
+        harness.wait_until(lambda: not any(node_harness.alive(p) for p in below), timeout=15,
+                           what="no process of the agent left: %r" % [
+                               p for p in below if node_harness.alive(p)])
+        # The head's node timeout (1.5 s) or the workers' goodbyes give the tasks back.
+        harness.wait_until(lambda: all(self.task(i)["state"] == "queued" for i in ids),
+                           timeout=20, what="tasks back in the queue")
+        harness.wait_until(lambda: (self.node("k9") or {}).get("state") == "gone", timeout=20,
+                           what="node gone")
+
+
+if __name__ == "__main__":
+    unittest.main()
