@@ -12,7 +12,10 @@
 #include "iter.h"
 #include "lease.h"
 #include "log.h"
+#include "node.h"
+#include "routes_pool.h"
 #include "server.h"
+#include "session.h"
 #include "store.h"
 #include "waiter.h"
 #include "worker.h"
@@ -44,6 +47,8 @@ void head_usage(void) {
          "  --sync full|normal        full: fsync at every commit (default); normal: faster,\n"
          "                            a power loss may drop the last commits\n"
          "  --worker-timeout-ms MS    default worker heartbeat timeout (default 60000)\n"
+         "  --node-timeout-ms MS      default node heartbeat timeout (default 15000); a silent\n"
+         "                            node's workers are gone and their tasks rescheduled\n"
          "  --max-wait-ms MS          cap of a lease's long-poll wait (default 30000)\n"
          "  --sweep-ms MS             how often expired leases and silent workers are\n"
          "                            checked (default 200)\n"
@@ -104,6 +109,7 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
       {"log-level", required_argument, 0, 'L'},    {"help", no_argument, 0, 'h'},
       {"dashboard-token", required_argument, 0, 'D'}, {"metrics-public", no_argument, 0, 'M'},
       {"distcompute", required_argument, 0, 'C'},
+      {"node-timeout-ms", required_argument, 0, 'N'},
       {0, 0, 0, 0}};
   int c, which = 0;
   int64_t n = 0;
@@ -118,6 +124,7 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
     case 'w': ok = parse_size(optarg, 100, &cfg->worker_timeout_ms); break;
     case 'W': ok = parse_size(optarg, 0, &cfg->max_wait_ms); break;
     case 'S': ok = parse_size(optarg, 10, &cfg->sweep_ms); break;
+    case 'N': ok = parse_size(optarg, 100, &cfg->node_timeout_ms); break;
     case 'b': ok = parse_size(optarg, 1024, &n); cfg->max_body = (size_t)n; break;
     case 'p': ok = parse_size(optarg, 64, &n); cfg->max_payload = (size_t)n; break;
     case 'L': ok = log_level_parse(optarg) >= 0; if (ok) log_set_level((log_level_t)log_level_parse(optarg)); break;
@@ -220,11 +227,16 @@ static void head_on_ready(void *arg, const char *queue) {
   waiter_mark_ready(arg, queue);
 }
 
+static void head_on_session(void *arg, const char *session) {
+  results_waiters_mark(arg, session);
+}
+
 /* Runs after every other event of the turn that opened the transaction:
  * serve woken waiters, commit once, then release the replies. */
 static void head_commit(evutil_socket_t fd, short what, void *arg) {
   head_t *h = arg;
   waiter_serve(h);
+  results_waiters_serve(h);
   fail_t f = {0};
   bool failed = store_commit(h->st, &f) != MUSTER_OK;
   if (!failed)
@@ -239,7 +251,8 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   waiter_mark_all(h);
   /* Most sweeps find nothing due: check with two indexed reads before
    * opening a transaction. */
-  if (!lease_any_due(h->st, now) && !worker_any_due(h->st, now) && !iter_any_due(h->st, now)) {
+  if (!lease_any_due(h->st, now) && !worker_any_due(h->st, now) && !iter_any_due(h->st, now) &&
+      !node_any_due(h->st, now) && !session_any_due(h->st, now)) {
     if (h->ndirty > 0 && !store_in_tx(h->st) && store_request_begin(h->st, &f) == MUSTER_OK)
       store_request_end(h->st, true); /* opens the turn so waiter_serve runs */
     return;
@@ -247,7 +260,8 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   if (store_request_begin(h->st, &f))
     return;
   bool ok = lease_expire_due(h->st, now, 1000) >= 0 && worker_expire_due(h->st, now) >= 0 &&
-            iter_expire_due(h->st, now) >= 0;
+            iter_expire_due(h->st, now) >= 0 && node_expire_due(h->st, now) >= 0 &&
+            session_expire_due(h->st, now, results_waiters_busy, h) >= 0;
   store_request_end(h->st, ok);
 }
 
@@ -257,6 +271,7 @@ static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
   h->stopping = true;
   head_signalled = 1;
   waiter_release_all(h);
+  results_waiters_release_all(h);
   if (store_in_tx(h->st))
     head_commit(-1, 0, h);
   event_base_loopexit(h->base, NULL);
@@ -316,6 +331,7 @@ int head_main(int argc, char **argv) {
                       .data_dir = "./muster-data",
                       .sync_full = true,
                       .worker_timeout_ms = WORKER_DEFAULT_TIMEOUT_MS,
+                      .node_timeout_ms = NODE_DEFAULT_TIMEOUT_MS,
                       .max_wait_ms = 30000,
                       .sweep_ms = 200,
                       .max_body = 8u << 20,
@@ -357,6 +373,7 @@ int head_main(int argc, char **argv) {
   } else if (h.base != NULL) {
     signal(SIGPIPE, SIG_IGN);
     store_set_hooks(h.st, head_on_tx, head_on_ready, &h);
+    store_set_session_hook(h.st, head_on_session);
     h.started_ms = now_ms();
     status = head_run(&h, generated);
     if (status == 0)

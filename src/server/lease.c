@@ -10,6 +10,7 @@
 #include "lease.h"
 #include "jv.h"
 #include "log.h"
+#include "session.h"
 #include "metrics.h"
 #include "task.h"
 #include "worker.h"
@@ -98,6 +99,12 @@ static muster_err_t task_move(store_t *st, int64_t id, int state, int64_t run_at
   return store_step_done(st, s, f);
 }
 
+/* A task reached a final state (done, failed, dead): a task of a session
+ * gives the session its result. */
+static muster_err_t lease_finished(store_t *st, const held_t *h, fail_t *f) {
+  return h->has_session ? session_record_result(st, h->id, f) : MUSTER_OK;
+}
+
 /* A lease that ended without success (failure, expiry, timeout): retry after
  * backoff, or dead when the attempts are used up.  Returns the new state. */
 static int lease_lapse(store_t *st, const held_t *h, const char *error, int64_t *run_at_out,
@@ -105,7 +112,9 @@ static int lease_lapse(store_t *st, const held_t *h, const char *error, int64_t 
   int64_t now = now_ms();
   if (h->attempts >= h->queue.max_attempts) {
     metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
-    return task_move(st, h->id, TASK_DEAD, now, error, 0, f) ? -1 : TASK_DEAD;
+    return task_move(st, h->id, TASK_DEAD, now, error, 0, f) || lease_finished(st, h, f)
+               ? -1
+               : TASK_DEAD;
   }
   int64_t run_at = now + queue_backoff_ms(&h->queue, h->attempts);
   if (run_at_out)
@@ -233,7 +242,7 @@ static json_t *op_complete(store_t *st, const json_t *elem, const held_t *h, con
                   h->has_session ? h->session : NULL, h->index, h->id, &next_id, f);
   }
   free(text);
-  if (f->code || worker_count(st, h->worker, WORKER_COMPLETED, f))
+  if (f->code || lease_finished(st, h, f) || worker_count(st, h->worker, WORKER_COMPLETED, f))
     return NULL;
   metrics_count(METRIC_TASKS_COMPLETED, h->queue.name, 1);
   return json_pack("{s:I, s:o}", "task", (json_int_t)h->id, "next_task",
@@ -252,7 +261,8 @@ static json_t *op_fail(store_t *st, const json_t *elem, const held_t *h, const c
   int state = TASK_FAILED;
   int64_t run_at = 0;
   if (permanent) {
-    if (task_move(st, h->id, TASK_FAILED, now_ms(), error ? error : "failed permanently", 0, f))
+    if (task_move(st, h->id, TASK_FAILED, now_ms(), error ? error : "failed permanently", 0, f) ||
+        lease_finished(st, h, f))
       return NULL;
   } else if ((state = lease_lapse(st, h, error ? error : "failed", &run_at, f)) < 0) {
     return NULL;
@@ -338,7 +348,7 @@ static json_t *op_flag(store_t *st, const json_t *elem, const held_t *h, const c
       return NULL;
   } else {
     state = TASK_DEAD;
-    if (task_move(st, h->id, TASK_DEAD, now_ms(), why, 0, f))
+    if (task_move(st, h->id, TASK_DEAD, now_ms(), why, 0, f) || lease_finished(st, h, f))
       return NULL;
     metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
   }
@@ -445,7 +455,9 @@ int64_t lease_expire_due(store_t *st, int64_t now, int64_t limit) {
   return done;
 }
 
-int64_t lease_end_worker(store_t *st, int64_t worker, bool counted) {
+/* Ends every lease of `worker`: lapsed with `reason` as the error (the attempt
+ * counts) or, when `reason` is NULL, released. */
+static int64_t lease_end_worker_why(store_t *st, int64_t worker, const char *reason) {
   size_t n;
   int64_t *ids = lease_collect(
       st, store_stmt(st, "SELECT id FROM tasks WHERE state = 1 AND worker = ?1 LIMIT ?2"), worker,
@@ -455,8 +467,8 @@ int64_t lease_end_worker(store_t *st, int64_t worker, bool counted) {
     held_t h;
     fail_t f = {0};
     bool failed = held_load(st, ids[i], &h, &f) ||
-                  (counted ? lease_lapse(st, &h, "worker timed out", NULL, &f) < 0
-                           : lease_give_back(st, &h, &f) != MUSTER_OK);
+                  (reason ? lease_lapse(st, &h, reason, NULL, &f) < 0
+                          : lease_give_back(st, &h, &f) != MUSTER_OK);
     if (failed) {
       done = -1;
       break;
@@ -465,6 +477,14 @@ int64_t lease_end_worker(store_t *st, int64_t worker, bool counted) {
   }
   free(ids);
   return done;
+}
+
+int64_t lease_end_worker(store_t *st, int64_t worker, bool counted) {
+  return lease_end_worker_why(st, worker, counted ? "worker timed out" : NULL);
+}
+
+int64_t lease_lapse_worker(store_t *st, int64_t worker, const char *reason) {
+  return lease_end_worker_why(st, worker, reason);
 }
 
 int64_t lease_next_deadline(store_t *st) {

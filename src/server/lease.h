@@ -40,6 +40,12 @@ int64_t lease_expire_due(store_t *st, int64_t now, int64_t limit);
  * how many, -1 on store failure. */
 int64_t lease_end_worker(store_t *st, int64_t worker, bool counted);
 
+/* Ends every lease of `worker` like an expiry (the attempt counts, backoff
+ * applies, dead when the attempts are used up) with `reason` as the tasks'
+ * error ("worker crashed", "node timed out").  Returns how many, -1 on store
+ * failure. */
+int64_t lease_lapse_worker(store_t *st, int64_t worker, const char *reason);
+
 /* True when some lease's deadline is at or before `now`. */
 bool lease_any_due(store_t *st, int64_t now);
 

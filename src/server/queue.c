@@ -7,6 +7,7 @@
 #include "jv.h"
 #include "log.h"
 #include "task.h"
+#include "update.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -212,7 +213,8 @@ muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, fail_t 
   }
   store_reset(s);
   if (queue_count_changes(st, store_stmt(st, "DELETE FROM tasks WHERE queue = ?1"), name, tasks,
-                          f))
+                          f) ||
+      update_delete_queue(st, name, f))
     return f->code;
   return queue_count_changes(st, store_stmt(st, "DELETE FROM queues WHERE name = ?1"), name, NULL,
                              f);

@@ -13,7 +13,9 @@
 #include "lease.h"
 #include "log.h"
 #include "queue.h"
+#include "routes_pool.h"
 #include "task.h"
+#include "update.h"
 #include "waiter.h"
 #include "worker.h"
 
@@ -173,14 +175,15 @@ static void h_task_requeue(http_req_t *r) {
 /* ---- leases ---- */
 
 static void h_lease(http_req_t *r) {
-  static const char *const allowed[] = {"worker", "max", "wait_ms", NULL};
+  static const char *const allowed[] = {"worker", "max", "wait_ms", "updates_after", NULL};
   fail_t f = {0};
   queue_t q;
-  int64_t worker, max, wait_ms;
+  int64_t worker, max, wait_ms, updates_after;
   if (jv_only(r->body, "", allowed, &f) ||
       jv_int(r->body, "worker", "", 0, 1, JV_ID_MAX, &worker, &f) ||
       jv_int(r->body, "max", "", 1, 1, INT64_MAX, &max, &f) ||
       jv_int(r->body, "wait_ms", "", 0, 0, INT64_MAX, &wait_ms, &f) ||
+      jv_int(r->body, "updates_after", "", -1, 0, INT64_MAX, &updates_after, &f) ||
       queue_load(ST(r), r->params[0], &q, &f) ||
       (worker && worker_check_active(ST(r), worker, &f))) {
     http_reply_fail(r, &f);
@@ -193,13 +196,20 @@ static void h_lease(http_req_t *r) {
     return;
   }
   json_t *leases = lease_acquire(ST(r), &q, worker, max, &f);
-  if (leases && json_array_size(leases) == 0 && wait_ms > 0 && !r->head->stopping) {
-    json_decref(leases);
+  json_t *reply = leases ? json_pack("{s:o}", "leases", leases) : NULL;
+  size_t updates = 0;
+  if (reply && updates_after >= 0 && update_attach(ST(r), q.name, updates_after, reply, &updates, &f)) {
+    json_decref(reply);
+    reply = NULL;
+  }
+  if (reply && json_array_size(leases) == 0 && updates == 0 && wait_ms > 0 &&
+      !r->head->stopping) {
+    json_decref(reply);
     int64_t cap = r->head->cfg.max_wait_ms;
-    waiter_park(r, q.name, worker, max, wait_ms < cap ? wait_ms : cap);
+    waiter_park(r, q.name, worker, max, updates_after, wait_ms < cap ? wait_ms : cap);
     return;
   }
-  reply_or_fail(r, 200, leases ? json_pack("{s:o}", "leases", leases) : NULL, &f);
+  reply_or_fail(r, 200, reply, &f);
 }
 
 static void h_lease_op(http_req_t *r, lease_op_t op) {
@@ -241,9 +251,16 @@ static void h_worker_heartbeat(http_req_t *r) {
 
 static void h_worker_bye(http_req_t *r) {
   fail_t f = {0};
+  const char *crashed = http_query(r, "crashed");
+  if (crashed && strcmp(crashed, "true") != 0 && strcmp(crashed, "false") != 0) {
+    fail_set(&f, MUSTER_INVALID, "query crashed: '%.40s' is not true or false", crashed);
+    http_reply_fail(r, &f);
+    return;
+  }
   int64_t id = path_id(r, "worker");
   if (id)
-    reply_or_fail(r, 200, worker_bye(ST(r), id, &f), &f);
+    reply_or_fail(r, 200, worker_leave(ST(r), id, crashed && strcmp(crashed, "true") == 0, &f),
+                  &f);
 }
 
 static void h_leaderboard(http_req_t *r) {
@@ -301,5 +318,19 @@ const http_route_t http_routes[] = {
     {"POST", "/compat/distcompute/{}/api/bye", compat_h_bye, HTTP_PUBLIC, 0},
     {"POST", "/compat/distcompute/{}/api/validateWorker", compat_h_validate_worker, HTTP_PUBLIC,
      0},
+    {"POST", "/v1/nodes", route_node_register, true, 0},
+    {"GET", "/v1/nodes", route_node_list, true, 0},
+    {"GET", "/v1/nodes/{}", route_node_get, true, 0},
+    {"DELETE", "/v1/nodes/{}", route_node_leave, true, 0},
+    {"POST", "/v1/nodes/{}/heartbeat", route_node_heartbeat, true, 0},
+    {"POST", "/v1/sessions", route_session_create, true, 0},
+    {"GET", "/v1/sessions", route_session_list, true, 0},
+    {"GET", "/v1/sessions/{}", route_session_get, true, 0},
+    {"DELETE", "/v1/sessions/{}", route_session_close, true, 0},
+    {"POST", "/v1/sessions/{}/heartbeat", route_session_heartbeat, true, 0},
+    {"POST", "/v1/sessions/{}/tasks", route_session_submit, true, 0},
+    {"GET", "/v1/sessions/{}/results", route_session_results, true, 0},
+    {"POST", "/v1/queues/{}/updates", route_update_post, true, 0},
+    {"GET", "/v1/queues/{}/updates", route_update_list, true, 0},
     {NULL, NULL, NULL, false, 0},
 };

@@ -20,6 +20,7 @@ struct event;
 struct evhttp_request;
 typedef struct reply reply_t;
 typedef struct waiter waiter_t;
+typedef struct results_waiter results_waiter_t;
 
 typedef struct {
   char listen_host[256];     /* address to bind ("127.0.0.1", "::1", "0.0.0.0") */
@@ -30,6 +31,7 @@ typedef struct {
   bool metrics_public;       /* GET /metrics needs no token (--metrics-public) */
   bool sync_full;            /* fsync at every commit */
   int64_t worker_timeout_ms; /* default heartbeat timeout of workers */
+  int64_t node_timeout_ms;   /* default heartbeat timeout of nodes */
   int64_t max_wait_ms;       /* cap of a lease's long-poll */
   int64_t sweep_ms;          /* how often expiries and timeouts are checked */
   size_t max_body;           /* request body limit, bytes */
@@ -45,6 +47,7 @@ typedef struct head {
   struct event *sweep_ev;  /* periodic expiry of leases and workers */
   reply_t *pending_head, *pending_tail; /* replies waiting for the commit */
   waiter_t *waiters;       /* parked long-poll leases, oldest first */
+  results_waiter_t *results_waiters; /* parked long-poll reads of session results */
   char (*dirty)[NAME_MAX_LEN + 1]; /* queues that may serve waiters */
   size_t ndirty, dirty_cap;
   int64_t started_ms;

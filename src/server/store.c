@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STORE_STMT_CACHE 96
+#define STORE_STMT_CACHE 256
 
 typedef struct {
   const char *sql; /* the literal's address is the key */
@@ -29,6 +29,7 @@ struct store {
   int64_t last_token;    /* highest fencing token handed out */
   store_tx_fn on_tx;
   store_ready_fn on_ready;
+  store_session_fn on_session;
   void *hook_arg;
   size_t nstmts;
   stmt_slot_t stmts[STORE_STMT_CACHE];
@@ -95,6 +96,35 @@ static const char *const migrations[] = {
     "  pipeline TEXT NOT NULL, root INTEGER NOT NULL, number INTEGER NOT NULL,"
     "  PRIMARY KEY (pipeline, root));"
     "CREATE UNIQUE INDEX compat_jobs_number ON compat_jobs(pipeline, number);",
+    /* Nodes (node.c); sessions with their counters and their results stream,
+     * one row per index numbered by completion (session.c); broadcast updates
+     * and the highest number per queue, kept apart so that numbers never
+     * repeat after deletions (update.c). */
+    "CREATE TABLE nodes ("
+    "  name TEXT PRIMARY KEY, hostname TEXT, address TEXT, cpus INTEGER NOT NULL,"
+    "  gpus TEXT, labels TEXT, state INTEGER NOT NULL, timeout_ms INTEGER NOT NULL,"
+    "  last_seen_ms INTEGER NOT NULL, created_ms INTEGER NOT NULL);"
+    "CREATE INDEX nodes_active ON nodes(state, last_seen_ms);"
+    "CREATE INDEX workers_by_node ON workers(node, state) WHERE node IS NOT NULL;"
+    "CREATE TABLE sessions ("
+    "  id TEXT PRIMARY KEY, queue TEXT NOT NULL, state INTEGER NOT NULL,"
+    "  cleanup_on_exit INTEGER NOT NULL, timeout_ms INTEGER NOT NULL, init_data TEXT,"
+    "  created_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL,"
+    "  next_index INTEGER NOT NULL DEFAULT 0, last_seq INTEGER NOT NULL DEFAULT 0,"
+    "  total INTEGER NOT NULL DEFAULT 0, done INTEGER NOT NULL DEFAULT 0,"
+    "  failed INTEGER NOT NULL DEFAULT 0, closed_why TEXT);"
+    "CREATE INDEX sessions_open ON sessions(state, last_seen_ms);"
+    "CREATE TABLE session_results ("
+    "  session TEXT NOT NULL, seq INTEGER NOT NULL, idx INTEGER NOT NULL,"
+    "  task INTEGER NOT NULL, state INTEGER NOT NULL,"
+    "  PRIMARY KEY (session, seq)) WITHOUT ROWID;"
+    "CREATE UNIQUE INDEX session_results_idx ON session_results(session, idx);"
+    "CREATE INDEX tasks_by_session ON tasks(session, queue, idx) WHERE session IS NOT NULL;"
+    "CREATE TABLE updates ("
+    "  queue TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, session TEXT,"
+    "  created_ms INTEGER NOT NULL, PRIMARY KEY (queue, seq)) WITHOUT ROWID;"
+    "CREATE INDEX updates_by_session ON updates(session) WHERE session IS NOT NULL;"
+    "CREATE TABLE update_seqs (queue TEXT PRIMARY KEY, last INTEGER NOT NULL);",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))
@@ -203,6 +233,10 @@ void store_set_hooks(store_t *st, store_tx_fn on_tx, store_ready_fn on_ready, vo
   st->hook_arg = arg;
 }
 
+void store_set_session_hook(store_t *st, store_session_fn on_session) {
+  st->on_session = on_session;
+}
+
 sqlite3 *store_db(store_t *st) {
   return st->db;
 }
@@ -300,6 +334,11 @@ int64_t store_next_token(store_t *st) {
 void store_notify_ready(store_t *st, const char *queue) {
   if (st->on_ready)
     st->on_ready(st->hook_arg, queue);
+}
+
+void store_notify_session(store_t *st, const char *session) {
+  if (st->on_session)
+    st->on_session(st->hook_arg, session);
 }
 
 void store_bind_text(sqlite3_stmt *stmt, int idx, const char *text) {

@@ -22,6 +22,8 @@ typedef struct store store_t;
 typedef void (*store_ready_fn)(void *arg, const char *queue);
 /* Called when a transaction opens, so the owner can schedule its commit. */
 typedef void (*store_tx_fn)(void *arg);
+/* Called when a task of session `session` finished or the session closed. */
+typedef void (*store_session_fn)(void *arg, const char *session);
 
 typedef struct {
   const char *path;  /* database file */
@@ -35,6 +37,8 @@ store_t *store_open(const store_opts_t *opts, fail_t *f);
 void store_close(store_t *st);
 
 void store_set_hooks(store_t *st, store_tx_fn on_tx, store_ready_fn on_ready, void *arg);
+/* Sets the session hook; it gets the `arg` of store_set_hooks. */
+void store_set_session_hook(store_t *st, store_session_fn on_session);
 
 /* Opens the turn's transaction if none is open, then a savepoint for one
  * request.  Returns MUSTER_OK or MUSTER_STORE (with *f filled). */
@@ -61,6 +65,8 @@ sqlite3 *store_db(store_t *st);
 int64_t store_next_token(store_t *st);
 /* Tells the owner that `queue` may have ready tasks. */
 void store_notify_ready(store_t *st, const char *queue);
+/* Tells the owner that `session` has a new result or closed. */
+void store_notify_session(store_t *st, const char *session);
 
 /* Binds a NUL-terminated string or NULL (as SQL NULL). */
 void store_bind_text(sqlite3_stmt *stmt, int idx, const char *text);

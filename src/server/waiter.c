@@ -11,6 +11,7 @@
 #include "lease.h"
 #include "log.h"
 #include "queue.h"
+#include "update.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -28,6 +29,7 @@ struct waiter {
   struct event *timer;
   char queue[NAME_MAX_LEN + 1];
   int64_t worker, max;
+  int64_t updates_after; /* -1: the lease wants no updates */
 };
 
 static void waiter_unlink(head_t *h, waiter_t *w) {
@@ -41,21 +43,35 @@ static void waiter_unlink(head_t *h, waiter_t *w) {
   free(w);
 }
 
-static void waiter_timeout(evutil_socket_t fd, short what, void *arg) {
-  waiter_t *w = arg;
-  head_t *h = w->head;
-  http_enqueue(h, w->req, 200, json_pack("{s:[]}", "leases"));
+/* Answers a waiter with no lease (time is up, or the head stops) and frees it;
+ * one that asked for updates gets those that are there. */
+static void waiter_answer_empty(head_t *h, waiter_t *w) {
+  json_t *reply = json_pack("{s:[]}", "leases");
+  size_t count = 0;
+  fail_t f = {0};
+  if (w->updates_after >= 0 && update_attach(h->st, w->queue, w->updates_after, reply, &count, &f)) {
+    json_object_set_new(reply, "updates", json_array());
+    json_object_set_new(reply, "updates_last", json_integer(w->updates_after));
+  }
+  http_enqueue(h, w->req, 200, reply);
   waiter_unlink(h, w);
 }
 
-void waiter_park(http_req_t *r, const char *queue, int64_t worker, int64_t max, int64_t wait_ms) {
+static void waiter_timeout(evutil_socket_t fd, short what, void *arg) {
+  waiter_t *w = arg;
+  waiter_answer_empty(w->head, w);
+}
+
+void waiter_park(http_req_t *r, const char *queue, int64_t worker, int64_t max,
+                 int64_t updates_after, int64_t wait_ms) {
   head_t *h = r->head;
   waiter_t *w = calloc(1, sizeof *w);
   if (w == NULL) {
     http_reply_json(r, 200, json_pack("{s:[]}", "leases"));
     return;
   }
-  *w = (waiter_t){.head = h, .req = r->req, .worker = worker, .max = max};
+  *w = (waiter_t){.head = h, .req = r->req, .worker = worker, .max = max,
+                  .updates_after = updates_after};
   snprintf(w->queue, sizeof w->queue, "%s", queue);
   w->timer = evtimer_new(h->base, waiter_timeout, w);
   struct timeval tv = {.tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000};
@@ -109,7 +125,8 @@ static bool waiter_client_gone(struct evhttp_request *req) {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Tries to lease for one waiter; returns false when the queue has no ready task. */
+/* Tries to lease for one waiter; returns false when the queue has no ready
+ * task (and no update the waiter wants). */
 static bool waiter_try(head_t *h, waiter_t *w) {
   if (waiter_client_gone(w->req)) {
     /* Nobody would receive a lease: drop the connection and its request. */
@@ -123,24 +140,31 @@ static bool waiter_try(head_t *h, waiter_t *w) {
   if (store_request_begin(h->st, &f))
     return false;
   queue_t q;
-  json_t *leases = NULL;
+  json_t *leases = NULL, *reply = NULL;
+  size_t updates = 0;
   if (!queue_load(h->st, w->queue, &q, &f) &&
       (w->worker == 0 || !worker_check_active(h->st, w->worker, &f)))
     leases = lease_acquire(h->st, &q, w->worker, w->max, &f);
+  if (leases) {
+    reply = json_pack("{s:o}", "leases", leases);
+    if (w->updates_after >= 0)
+      update_attach(h->st, w->queue, w->updates_after, reply, &updates, &f);
+  }
   store_request_end(h->st, f.code == MUSTER_OK);
   if (f.code) {
     json_t *err = json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(f.code), "message",
                             fail_message(&f));
     int status = muster_err_http_status(f.code);
     http_enqueue(h, w->req, status ? status : 500, err);
+    json_decref(reply);
     waiter_unlink(h, w);
     return true;
   }
-  if (json_array_size(leases) == 0) {
-    json_decref(leases);
+  if (json_array_size(leases) == 0 && updates == 0) {
+    json_decref(reply);
     return false;
   }
-  http_enqueue(h, w->req, 200, json_pack("{s:o}", "leases", leases));
+  http_enqueue(h, w->req, 200, reply);
   waiter_unlink(h, w);
   return true;
 }
@@ -151,19 +175,21 @@ void waiter_serve(head_t *h) {
   while (h->ndirty > 0) {
     char queue[NAME_MAX_LEN + 1];
     snprintf(queue, sizeof queue, "%s", h->dirty[--h->ndirty]);
+    /* Once one waiter found no task, later ones find none either; those
+     * that want updates may still be answered with updates alone. */
+    bool tasks_left = true;
     waiter_t *w = h->waiters;
     while (w) {
       waiter_t *next = w->next;
-      if (strcmp(w->queue, queue) == 0 && !waiter_try(h, w))
-        break;
+      if (strcmp(w->queue, queue) == 0 && (tasks_left || w->updates_after >= 0) &&
+          !waiter_try(h, w))
+        tasks_left = false;
       w = next;
     }
   }
 }
 
 void waiter_release_all(head_t *h) {
-  while (h->waiters) {
-    http_enqueue(h, h->waiters->req, 200, json_pack("{s:[]}", "leases"));
-    waiter_unlink(h, h->waiters);
-  }
+  while (h->waiters)
+    waiter_answer_empty(h, h->waiters);
 }

@@ -9,8 +9,10 @@
 #include "http.h"
 #include "server.h"
 
-/* Parks request `r` (which found nothing to lease) for up to `wait_ms`. */
-void waiter_park(http_req_t *r, const char *queue, int64_t worker, int64_t max, int64_t wait_ms);
+/* Parks request `r` (which found nothing to lease, and no update after
+ * `updates_after` when that is >= 0) for up to `wait_ms`. */
+void waiter_park(http_req_t *r, const char *queue, int64_t worker, int64_t max,
+                 int64_t updates_after, int64_t wait_ms);
 /* Store hook: tasks may be ready in `queue`.  Cheap when nobody waits there. */
 void waiter_mark_ready(head_t *h, const char *queue);
 /* Marks every queue with waiters, so delayed tasks that came due are found. */

@@ -144,9 +144,16 @@ static muster_err_t worker_mark_gone(store_t *st, int64_t id, fail_t *f) {
 }
 
 json_t *worker_bye(store_t *st, int64_t id, fail_t *f) {
+  return worker_leave(st, id, false, f);
+}
+
+json_t *worker_leave(store_t *st, int64_t id, bool crashed, fail_t *f) {
   if (worker_check_active(st, id, f) || worker_mark_gone(st, id, f))
     return NULL;
-  int64_t released = lease_end_worker(st, id, false);
+  /* A crash may be the task's doing: the attempt counts, so a task that
+   * kills every worker it runs on goes dead after max_attempts. */
+  int64_t released = crashed ? lease_lapse_worker(st, id, "worker crashed")
+                             : lease_end_worker(st, id, false);
   if (released < 0) {
     store_fail(st, f, "releasing leases");
     return NULL;

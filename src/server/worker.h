@@ -24,6 +24,9 @@ json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout
 json_t *worker_heartbeat(store_t *st, int64_t id, const json_t *body, fail_t *f);
 /* Marks the worker gone and releases its leases; returns {"id", "released"}. */
 json_t *worker_bye(store_t *st, int64_t id, fail_t *f);
+/* Like worker_bye; when `crashed` (the worker process died), its leases lapse
+ * as on a timeout instead: the attempt counts.  Returns {"id", "released"}. */
+json_t *worker_leave(store_t *st, int64_t id, bool crashed, fail_t *f);
 json_t *worker_get(store_t *st, int64_t id, fail_t *f);
 json_t *worker_list(store_t *st, fail_t *f);
 json_t *worker_leaderboard(store_t *st, fail_t *f);

@@ -1,0 +1,315 @@
+/*
+ * node.c — node registry.
+ *
+ * Nodes are keyed by name, so an agent that restarts on the same machine finds
+ * its record again; the record is never deleted (a gone node keeps showing in
+ * the list with state "gone").  Workers point at their node by name (the
+ * `node` column of workers), and a node's worker count is read live from that
+ * table.  Timeouts are checked by the head's sweep with one indexed read.
+ */
+#include "node.h"
+#include "jv.h"
+#include "lease.h"
+#include "log.h"
+#include "core/names.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Validates body["gpus"]: an array of {"index", "name", "memory_total_mb",
+ * "memory_free_mb"} objects, `index` required. */
+static muster_err_t node_check_gpus(const json_t *gpus, fail_t *f) {
+  static const char *const allowed[] = {"index", "name", "memory_total_mb", "memory_free_mb", NULL};
+  if (!json_is_array(gpus))
+    return fail_set(f, MUSTER_INVALID, "gpus: expected an array of GPU objects");
+  if (json_array_size(gpus) > NODE_MAX_GPUS)
+    return fail_set(f, MUSTER_INVALID, "gpus: %zu elements, at most %d allowed",
+                    json_array_size(gpus), NODE_MAX_GPUS);
+  for (size_t i = 0; i < json_array_size(gpus); i++) {
+    const json_t *gpu = json_array_get(gpus, i);
+    char ctx[32];
+    snprintf(ctx, sizeof ctx, "gpus[%zu]", i);
+    int64_t index, mb;
+    const char *name;
+    if (!json_is_object(gpu))
+      return fail_set(f, MUSTER_INVALID, "%s: expected an object", ctx);
+    if (jv_only(gpu, ctx, allowed, f) || jv_int(gpu, "index", ctx, -1, 0, 65535, &index, f) ||
+        jv_str(gpu, "name", ctx, NULL, NODE_MAX_TEXT, &name, f) ||
+        jv_int(gpu, "memory_total_mb", ctx, 0, 0, INT32_MAX, &mb, f) ||
+        jv_int(gpu, "memory_free_mb", ctx, 0, 0, INT32_MAX, &mb, f))
+      return f->code;
+    if (index < 0)
+      return fail_set(f, MUSTER_INVALID, "%s.index: missing", ctx);
+  }
+  return MUSTER_OK;
+}
+
+typedef struct {
+  const char *name, *hostname, *address; /* borrowed from the body */
+  int64_t cpus, timeout_ms;
+  char *gpus, *labels; /* encoded JSON or NULL, owned */
+} node_spec_t;
+
+static muster_err_t node_spec_parse(const json_t *body, int64_t default_timeout_ms,
+                                    node_spec_t *spec, fail_t *f) {
+  static const char *const allowed[] = {"name",   "hostname",   "address", "cpus",
+                                        "gpus",   "labels",     "timeout_ms", NULL};
+  if (jv_only(body, "", allowed, f) ||
+      jv_str(body, "name", "", NULL, NAME_MAX_LEN * 4, &spec->name, f) ||
+      jv_str(body, "hostname", "", NULL, NODE_MAX_TEXT, &spec->hostname, f) ||
+      jv_str(body, "address", "", NULL, NODE_MAX_TEXT, &spec->address, f) ||
+      jv_int(body, "cpus", "", 0, 0, 1 << 20, &spec->cpus, f) ||
+      jv_int(body, "timeout_ms", "", default_timeout_ms, 100, 7LL * 24 * 3600 * 1000,
+             &spec->timeout_ms, f))
+    return f->code;
+  if (spec->name == NULL)
+    return fail_set(f, MUSTER_INVALID, "name: missing (every node needs a name)");
+  if (!name_is_valid(spec->name))
+    return fail_set(f, MUSTER_NAME_INVALID,
+                    "node name '%.140s' is invalid: use 1 to %d characters of letters, digits, "
+                    "'.', '_' and '-'",
+                    spec->name, NAME_MAX_LEN);
+  const json_t *gpus = json_object_get(body, "gpus"), *labels = json_object_get(body, "labels");
+  if (gpus && !json_is_null(gpus)) {
+    if (node_check_gpus(gpus, f))
+      return f->code;
+    spec->gpus = jv_encode(gpus);
+  }
+  if (labels && !json_is_null(labels)) {
+    if (!json_is_object(labels))
+      return fail_set(f, MUSTER_INVALID, "labels: expected an object");
+    spec->labels = jv_encode(labels);
+  }
+  return MUSTER_OK;
+}
+
+/* The state of node `name`: NODE_ACTIVE, NODE_GONE, or -1 when unknown. */
+static int node_state(store_t *st, const char *name) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT state FROM nodes WHERE name = ?1");
+  if (s == NULL)
+    return -1;
+  store_bind_text(s, 1, name);
+  int state = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+  store_reset(s);
+  return state;
+}
+
+static muster_err_t node_check_active(store_t *st, const char *name, fail_t *f) {
+  int state = node_state(st, name);
+  if (state == NODE_ACTIVE)
+    return MUSTER_OK;
+  if (state == NODE_GONE)
+    return fail_set(f, MUSTER_NODE_NOT_FOUND,
+                    "node '%.140s' is gone (it left or timed out); register it again", name);
+  return fail_set(f, MUSTER_NODE_NOT_FOUND, "node '%.140s' does not exist", name);
+}
+
+/* Marks the active workers of node `name` gone and ends their leases: lapsed
+ * with `reason` (the attempt counts) or, when `reason` is NULL, released.
+ * *workers and *leases (may be NULL) receive the counts. */
+static muster_err_t node_end_workers(store_t *st, const char *name, const char *reason,
+                                     int64_t *workers, int64_t *leases, fail_t *f) {
+  sqlite3_stmt *s =
+      store_stmt(st, "UPDATE workers SET state = 1 WHERE node = ?1 AND state = 0 RETURNING id");
+  if (s == NULL)
+    return store_fail(st, f, "node workers");
+  store_bind_text(s, 1, name);
+  size_t n = 0, cap = 0;
+  int64_t *ids = NULL;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (n == cap) {
+      int64_t *grown = realloc(ids, (cap = cap ? cap * 2 : 16) * sizeof *ids);
+      if (grown == NULL)
+        break;
+      ids = grown;
+    }
+    ids[n++] = sqlite3_column_int64(s, 0);
+  }
+  store_reset(s);
+  if (rc != SQLITE_DONE) {
+    free(ids);
+    return rc == SQLITE_ROW ? fail_set(f, MUSTER_NOMEM, "out of memory")
+                            : store_fail(st, f, "node workers");
+  }
+  int64_t ended = 0;
+  for (size_t i = 0; i < n; i++) {
+    int64_t k = reason ? lease_lapse_worker(st, ids[i], reason) : lease_end_worker(st, ids[i], false);
+    if (k < 0) {
+      free(ids);
+      return store_fail(st, f, "ending the leases of a node's workers");
+    }
+    ended += k;
+  }
+  free(ids);
+  if (workers)
+    *workers = (int64_t)n;
+  if (leases)
+    *leases = ended;
+  return MUSTER_OK;
+}
+
+#define NODE_COLUMNS                                                                              \
+  "n.name, n.hostname, n.address, n.cpus, n.gpus, n.labels, n.state, n.timeout_ms,"             \
+  " n.last_seen_ms, n.created_ms,"                                                               \
+  " (SELECT count(*) FROM workers w WHERE w.node = n.name AND w.state = 0)"
+
+static json_t *node_text(sqlite3_stmt *s, int col, bool decode, json_t *dflt) {
+  const unsigned char *t = sqlite3_column_text(s, col);
+  if (t == NULL)
+    return dflt;
+  json_decref(dflt);
+  return decode ? jv_decode((const char *)t) : json_string((const char *)t);
+}
+
+static json_t *node_from_row(sqlite3_stmt *s) {
+  return json_pack("{s:s, s:o, s:o, s:I, s:o, s:o, s:s, s:I, s:I, s:I, s:I}", "name",
+                   (const char *)sqlite3_column_text(s, 0), "hostname",
+                   node_text(s, 1, false, json_null()), "address",
+                   node_text(s, 2, false, json_null()), "cpus",
+                   (json_int_t)sqlite3_column_int64(s, 3), "gpus",
+                   node_text(s, 4, true, json_array()), "labels",
+                   node_text(s, 5, true, json_object()), "state",
+                   sqlite3_column_int(s, 6) == NODE_ACTIVE ? "active" : "gone", "timeout_ms",
+                   (json_int_t)sqlite3_column_int64(s, 7), "last_seen_ms",
+                   (json_int_t)sqlite3_column_int64(s, 8), "created_ms",
+                   (json_int_t)sqlite3_column_int64(s, 9), "workers",
+                   (json_int_t)sqlite3_column_int64(s, 10));
+}
+
+json_t *node_get(store_t *st, const char *name, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT " NODE_COLUMNS " FROM nodes n WHERE n.name = ?1");
+  if (s == NULL) {
+    store_fail(st, f, "node lookup");
+    return NULL;
+  }
+  store_bind_text(s, 1, name);
+  json_t *node = sqlite3_step(s) == SQLITE_ROW ? node_from_row(s) : NULL;
+  store_reset(s);
+  if (node == NULL)
+    fail_set(f, MUSTER_NODE_NOT_FOUND, "node '%.140s' does not exist", name);
+  return node;
+}
+
+json_t *node_list(store_t *st, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT " NODE_COLUMNS " FROM nodes n ORDER BY n.name");
+  if (s == NULL) {
+    store_fail(st, f, "node list");
+    return NULL;
+  }
+  json_t *list = json_array();
+  while (sqlite3_step(s) == SQLITE_ROW)
+    json_array_append_new(list, node_from_row(s));
+  store_reset(s);
+  return json_pack("{s:o}", "nodes", list);
+}
+
+/* Writes the record of a new or re-registering node; created_ms stays. */
+static muster_err_t node_write(store_t *st, const node_spec_t *spec, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(
+      st, "INSERT INTO nodes(name, hostname, address, cpus, gpus, labels, state, timeout_ms,"
+          " last_seen_ms, created_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?8)"
+          " ON CONFLICT(name) DO UPDATE SET hostname = excluded.hostname,"
+          " address = excluded.address, cpus = excluded.cpus, gpus = excluded.gpus,"
+          " labels = excluded.labels, state = 0, timeout_ms = excluded.timeout_ms,"
+          " last_seen_ms = excluded.last_seen_ms");
+  if (s == NULL)
+    return store_fail(st, f, "node register");
+  store_bind_text(s, 1, spec->name);
+  store_bind_text(s, 2, spec->hostname);
+  store_bind_text(s, 3, spec->address);
+  sqlite3_bind_int64(s, 4, spec->cpus);
+  store_bind_text(s, 5, spec->gpus);
+  store_bind_text(s, 6, spec->labels);
+  sqlite3_bind_int64(s, 7, spec->timeout_ms);
+  sqlite3_bind_int64(s, 8, now_ms());
+  return store_step_done(st, s, f);
+}
+
+json_t *node_register(store_t *st, const json_t *body, int64_t default_timeout_ms, bool *created,
+                      fail_t *f) {
+  node_spec_t spec = {0};
+  json_t *out = NULL;
+  if (node_spec_parse(body, default_timeout_ms, &spec, f) == MUSTER_OK) {
+    *created = node_state(st, spec.name) < 0;
+    /* A restarted agent's old workers died with it: free their tasks at once. */
+    int64_t workers = 0, released = 0;
+    if ((*created || node_end_workers(st, spec.name, NULL, &workers, &released, f) == MUSTER_OK) &&
+        node_write(st, &spec, f) == MUSTER_OK)
+      out = node_get(st, spec.name, f);
+    if (out && !*created)
+      log_msg(LOG_INFO, "node %s registered again; %lld old workers gone, %lld leases released",
+              spec.name, (long long)workers, (long long)released);
+  }
+  free(spec.gpus);
+  free(spec.labels);
+  return out;
+}
+
+json_t *node_heartbeat(store_t *st, const char *name, const json_t *body, fail_t *f) {
+  static const char *const allowed[] = {NULL};
+  if (jv_only(body, "", allowed, f) || node_check_active(st, name, f))
+    return NULL;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE nodes SET last_seen_ms = ?2 WHERE name = ?1");
+  if (s == NULL) {
+    store_fail(st, f, "node heartbeat");
+    return NULL;
+  }
+  store_bind_text(s, 1, name);
+  sqlite3_bind_int64(s, 2, now_ms());
+  if (store_step_done(st, s, f))
+    return NULL;
+  return json_pack("{s:s, s:s}", "name", name, "state", "active");
+}
+
+static muster_err_t node_mark_gone(store_t *st, const char *name, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE nodes SET state = 1 WHERE name = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "node update");
+  store_bind_text(s, 1, name);
+  return store_step_done(st, s, f);
+}
+
+json_t *node_leave(store_t *st, const char *name, fail_t *f) {
+  int64_t workers = 0, released = 0;
+  if (node_check_active(st, name, f) || node_mark_gone(st, name, f) ||
+      node_end_workers(st, name, NULL, &workers, &released, f))
+    return NULL;
+  return json_pack("{s:s, s:I, s:I}", "name", name, "workers", (json_int_t)workers, "released",
+                   (json_int_t)released);
+}
+
+bool node_any_due(store_t *st, int64_t now) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM nodes WHERE state = 0"
+                                   " AND last_seen_ms + timeout_ms <= ?1 LIMIT 1");
+  if (s == NULL)
+    return true;
+  sqlite3_bind_int64(s, 1, now);
+  bool due = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return due;
+}
+
+int64_t node_expire_due(store_t *st, int64_t now) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT name FROM nodes WHERE state = 0"
+                                   " AND last_seen_ms + timeout_ms <= ?1 LIMIT 64");
+  if (s == NULL)
+    return -1;
+  char names[64][NAME_MAX_LEN + 1];
+  size_t n = 0;
+  sqlite3_bind_int64(s, 1, now);
+  while (n < 64 && sqlite3_step(s) == SQLITE_ROW)
+    snprintf(names[n++], NAME_MAX_LEN + 1, "%s", (const char *)sqlite3_column_text(s, 0));
+  store_reset(s);
+  for (size_t i = 0; i < n; i++) {
+    fail_t f = {0};
+    int64_t workers = 0, lapsed = 0;
+    if (node_mark_gone(st, names[i], &f) ||
+        node_end_workers(st, names[i], "node timed out", &workers, &lapsed, &f))
+      return -1;
+    log_msg(LOG_INFO, "node %s timed out; %lld workers gone, %lld leases returned", names[i],
+            (long long)workers, (long long)lapsed);
+  }
+  return (int64_t)n;
+}

@@ -1,0 +1,546 @@
+/*
+ * session.c — sessions, their indexed tasks and their results stream.
+ *
+ * The session row keeps its counters (next_index, last_seq, total, done,
+ * failed) so that reading a session or a page of results never counts rows.
+ * Results live in `session_results`, one row per index (unique), numbered by
+ * `seq` in the order they finished: the submission stream reads it by index,
+ * the completion stream by seq, both through the table's indexes.  A result
+ * row points at its task; the result and error are read from the task, which
+ * exists as long as the session is open.
+ *
+ * A closed session keeps its row (state closed, with the reason) so that a
+ * late call can be told why its session is gone; its tasks, results and
+ * updates are deleted.
+ */
+#include "session.h"
+#include "jv.h"
+#include "log.h"
+#include "queue.h"
+#include "task.h"
+#include "update.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+typedef struct {
+  char id[SESSION_ID_LEN + 1];
+  char queue[NAME_MAX_LEN + 1];
+  int state;
+  bool cleanup_on_exit;
+  int64_t timeout_ms, created_ms, last_seen_ms;
+  int64_t next_index; /* index of the next task submitted without one */
+  int64_t last_seq;   /* results so far; the seq of the latest */
+  int64_t total, done, failed;
+  char closed_why[128];
+} session_t;
+
+#define SESSION_COLUMNS                                                                           \
+  "id, queue, state, cleanup_on_exit, timeout_ms, created_ms, last_seen_ms, next_index,"         \
+  " last_seq, total, done, failed, coalesce(closed_why, ''), init_data"
+
+static void session_from_row(sqlite3_stmt *s, session_t *ss) {
+  snprintf(ss->id, sizeof ss->id, "%s", (const char *)sqlite3_column_text(s, 0));
+  snprintf(ss->queue, sizeof ss->queue, "%s", (const char *)sqlite3_column_text(s, 1));
+  ss->state = sqlite3_column_int(s, 2);
+  ss->cleanup_on_exit = sqlite3_column_int(s, 3) != 0;
+  ss->timeout_ms = sqlite3_column_int64(s, 4);
+  ss->created_ms = sqlite3_column_int64(s, 5);
+  ss->last_seen_ms = sqlite3_column_int64(s, 6);
+  ss->next_index = sqlite3_column_int64(s, 7);
+  ss->last_seq = sqlite3_column_int64(s, 8);
+  ss->total = sqlite3_column_int64(s, 9);
+  ss->done = sqlite3_column_int64(s, 10);
+  ss->failed = sqlite3_column_int64(s, 11);
+  snprintf(ss->closed_why, sizeof ss->closed_why, "%s", (const char *)sqlite3_column_text(s, 12));
+}
+
+static json_t *session_to_json(store_t *st, const session_t *ss, json_t *init_data) {
+  return json_pack("{s:s, s:s, s:s, s:b, s:I, s:o, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:I, s:I}",
+                   "id", ss->id, "queue", ss->queue, "state",
+                   ss->state == SESSION_OPEN ? "open" : "closed", "cleanup_on_exit",
+                   ss->cleanup_on_exit, "timeout_ms", (json_int_t)ss->timeout_ms, "init_data",
+                   init_data, "created_ms", (json_int_t)ss->created_ms, "last_seen_ms",
+                   (json_int_t)ss->last_seen_ms, "counts", "total", (json_int_t)ss->total,
+                   "done", (json_int_t)ss->done, "failed", (json_int_t)ss->failed, "pending",
+                   (json_int_t)(ss->total - ss->done - ss->failed), "next_index",
+                   (json_int_t)ss->next_index, "updates", (json_int_t)update_last(st, ss->queue));
+}
+
+/* Loads session `id` (open or closed) into *ss; *init_data (may be NULL)
+ * receives its init data.  MUSTER_SESSION_NOT_FOUND when unknown. */
+static muster_err_t session_load(store_t *st, const char *id, session_t *ss, json_t **init_data,
+                                 fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT " SESSION_COLUMNS " FROM sessions WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "session lookup");
+  store_bind_text(s, 1, id);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    session_from_row(s, ss);
+    if (init_data)
+      *init_data = jv_decode((const char *)sqlite3_column_text(s, 13));
+  }
+  store_reset(s);
+  if (rc == SQLITE_ROW)
+    return MUSTER_OK;
+  if (rc != SQLITE_DONE)
+    return store_fail(st, f, "session lookup");
+  return fail_set(f, MUSTER_SESSION_NOT_FOUND, "session '%.140s' does not exist", id);
+}
+
+/* Loads an open session; when `touch`, records the call as its heartbeat. */
+static muster_err_t session_load_open(store_t *st, const char *id, session_t *ss,
+                                      json_t **init_data, bool touch, fail_t *f) {
+  if (init_data)
+    *init_data = NULL;
+  if (session_load(st, id, ss, init_data, f))
+    return f->code;
+  if (ss->state != SESSION_OPEN) {
+    if (init_data) {
+      json_decref(*init_data);
+      *init_data = NULL;
+    }
+    return fail_set(f, MUSTER_SESSION_NOT_FOUND, "session '%s' was closed (%s)", id,
+                    ss->closed_why[0] ? ss->closed_why : "by its client");
+  }
+  if (!touch)
+    return MUSTER_OK;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE sessions SET last_seen_ms = ?2 WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "session heartbeat");
+  ss->last_seen_ms = now_ms();
+  store_bind_text(s, 1, id);
+  sqlite3_bind_int64(s, 2, ss->last_seen_ms);
+  return store_step_done(st, s, f);
+}
+
+muster_err_t session_touch(store_t *st, const char *id, char *queue, fail_t *f) {
+  session_t ss;
+  if (session_load_open(st, id, &ss, NULL, true, f))
+    return f->code;
+  if (queue)
+    snprintf(queue, NAME_MAX_LEN + 1, "%s", ss.queue);
+  return MUSTER_OK;
+}
+
+json_t *session_get(store_t *st, const char *id, fail_t *f) {
+  session_t ss;
+  json_t *init_data = NULL;
+  /* A read by an observer (the dashboard, a status command) is not the
+   * client calling: it does not keep the session alive. */
+  if (session_load_open(st, id, &ss, &init_data, false, f)) {
+    json_decref(init_data);
+    return NULL;
+  }
+  return session_to_json(st, &ss, init_data);
+}
+
+json_t *session_list(store_t *st, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT " SESSION_COLUMNS " FROM sessions WHERE state = 0"
+                                   " ORDER BY created_ms, id");
+  if (s == NULL) {
+    store_fail(st, f, "session list");
+    return NULL;
+  }
+  json_t *list = json_array();
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    session_t ss;
+    session_from_row(s, &ss);
+    json_t *init_data = jv_decode((const char *)sqlite3_column_text(s, 13));
+    json_array_append_new(list, session_to_json(st, &ss, init_data));
+  }
+  store_reset(s);
+  return json_pack("{s:o}", "sessions", list);
+}
+
+json_t *session_heartbeat(store_t *st, const char *id, const json_t *body, fail_t *f) {
+  static const char *const allowed[] = {NULL};
+  if (jv_only(body, "", allowed, f) || session_touch(st, id, NULL, f))
+    return NULL;
+  return json_pack("{s:s, s:s}", "id", id, "state", "open");
+}
+
+/* A fresh session id: "s-" and 16 hex digits from the kernel's random source. */
+static bool session_make_id(char *out, size_t size) {
+  uint64_t raw;
+  if (getrandom(&raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+    return false;
+  snprintf(out, size, "s-%016" PRIx64, raw);
+  return true;
+}
+
+static muster_err_t session_insert(store_t *st, const char *queue, bool cleanup, int64_t timeout_ms,
+                                   const char *init_data, char *id, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO sessions(id, queue, state, cleanup_on_exit,"
+                                   " timeout_ms, init_data, created_ms, last_seen_ms)"
+                                   " VALUES(?1, ?2, 0, ?3, ?4, ?5, ?6, ?6)");
+  if (s == NULL)
+    return store_fail(st, f, "session create");
+  /* 64 random bits make a collision unlikely; the primary key catches one. */
+  for (int attempt = 0; attempt < 4; attempt++) {
+    if (!session_make_id(id, SESSION_ID_LEN + 1))
+      return fail_set(f, MUSTER_INTERNAL, "no random session id could be made");
+    store_bind_text(s, 1, id);
+    store_bind_text(s, 2, queue);
+    sqlite3_bind_int(s, 3, cleanup);
+    sqlite3_bind_int64(s, 4, timeout_ms);
+    store_bind_text(s, 5, init_data);
+    sqlite3_bind_int64(s, 6, now_ms());
+    int rc = sqlite3_step(s);
+    store_reset(s);
+    if (rc == SQLITE_DONE)
+      return MUSTER_OK;
+    if (rc != SQLITE_CONSTRAINT_PRIMARYKEY)
+      return store_fail(st, f, "session create");
+  }
+  return fail_set(f, MUSTER_INTERNAL, "no unused session id was found");
+}
+
+json_t *session_create(store_t *st, const json_t *body, size_t max_payload, fail_t *f) {
+  static const char *const allowed[] = {"queue", "cleanup_on_exit", "timeout_ms", "init_data",
+                                        NULL};
+  const char *queue;
+  bool cleanup;
+  int64_t timeout_ms;
+  queue_t q;
+  if (jv_only(body, "", allowed, f) || jv_str(body, "queue", "", NULL, 4 * NAME_MAX_LEN, &queue, f) ||
+      jv_bool(body, "cleanup_on_exit", "", true, &cleanup, f) ||
+      jv_int(body, "timeout_ms", "", SESSION_DEFAULT_TIMEOUT_MS, 100, 7LL * 24 * 3600 * 1000,
+             &timeout_ms, f))
+    return NULL;
+  if (queue == NULL) {
+    fail_set(f, MUSTER_INVALID, "queue: missing (the queue the session's tasks go to)");
+    return NULL;
+  }
+  if (queue_load(st, queue, &q, f))
+    return NULL;
+  const json_t *init = json_object_get(body, "init_data");
+  char *init_text = init && !json_is_null(init) ? jv_encode(init) : NULL;
+  char id[SESSION_ID_LEN + 1];
+  json_t *out = NULL;
+  if (init_text && strlen(init_text) > max_payload)
+    fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "init_data: %zu bytes, at most %zu allowed",
+             strlen(init_text), max_payload);
+  else if (session_insert(st, q.name, cleanup, timeout_ms, init_text, id, f) == MUSTER_OK)
+    out = session_get(st, id, f);
+  free(init_text);
+  return out;
+}
+
+/* ---- submitting tasks ---- */
+
+typedef struct {
+  char *payload; /* encoded JSON, owned */
+  int64_t priority, index; /* index -1: the next automatic one */
+} submit_spec_t;
+
+static muster_err_t submit_parse(const json_t *elem, size_t i, size_t max_payload,
+                                 submit_spec_t *spec, fail_t *f) {
+  static const char *const allowed[] = {"payload", "index", "priority", NULL};
+  char ctx[32];
+  snprintf(ctx, sizeof ctx, "tasks[%zu]", i);
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_int(elem, "priority", ctx, 0, INT32_MIN, INT32_MAX, &spec->priority, f) ||
+      jv_int(elem, "index", ctx, -1, 0, JV_ID_MAX, &spec->index, f))
+    return f->code;
+  const json_t *payload = json_object_get(elem, "payload");
+  if (payload == NULL)
+    return fail_set(f, MUSTER_INVALID, "%s.payload: missing", ctx);
+  spec->payload = jv_encode(payload);
+  if (spec->payload == NULL)
+    return fail_set(f, MUSTER_NOMEM, "%s.payload: out of memory", ctx);
+  if (strlen(spec->payload) > max_payload)
+    return fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.payload: %zu bytes, at most %zu allowed", ctx,
+                    strlen(spec->payload), max_payload);
+  return MUSTER_OK;
+}
+
+/* True when `index` is taken by a task of the session in its queue. */
+static bool submit_index_used(store_t *st, const session_t *ss, int64_t index) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM tasks WHERE session = ?1 AND queue = ?2"
+                                   " AND idx = ?3 LIMIT 1");
+  if (s == NULL)
+    return true;
+  store_bind_text(s, 1, ss->id);
+  store_bind_text(s, 2, ss->queue);
+  sqlite3_bind_int64(s, 3, index);
+  bool used = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return used;
+}
+
+/* Inserts the parsed tasks in order; *ss's next_index advances. */
+static json_t *submit_insert(store_t *st, session_t *ss, const submit_spec_t *specs, size_t n,
+                             fail_t *f) {
+  json_t *out = json_array();
+  int64_t now = now_ms();
+  for (size_t i = 0; i < n; i++) {
+    int64_t index = specs[i].index >= 0 ? specs[i].index : ss->next_index, id;
+    if (specs[i].index >= 0 && submit_index_used(st, ss, index)) {
+      fail_set(f, MUSTER_INVALID_STATE, "tasks[%zu].index: %lld is already in use in session %s",
+               i, (long long)index, ss->id);
+      goto fail;
+    }
+    if (task_insert(st, ss->queue, specs[i].payload, specs[i].priority, now, NULL, ss->id, index,
+                    0, &id, f))
+      goto fail;
+    /* Automatic indexes continue after the highest one in use, so they never
+     * collide with explicit ones. */
+    if (index >= ss->next_index)
+      ss->next_index = index + 1;
+    json_array_append_new(out, json_pack("{s:I, s:I}", "id", (json_int_t)id, "index",
+                                         (json_int_t)index));
+  }
+  sqlite3_stmt *s = store_stmt(st, "UPDATE sessions SET next_index = ?2, total = total + ?3"
+                                   " WHERE id = ?1");
+  if (s == NULL) {
+    store_fail(st, f, "session submit");
+    goto fail;
+  }
+  store_bind_text(s, 1, ss->id);
+  sqlite3_bind_int64(s, 2, ss->next_index);
+  sqlite3_bind_int64(s, 3, (int64_t)n);
+  if (store_step_done(st, s, f))
+    goto fail;
+  return json_pack("{s:o}", "tasks", out);
+fail:
+  json_decref(out);
+  return NULL;
+}
+
+json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t max_payload,
+                       fail_t *f) {
+  static const char *const allowed[] = {"tasks", NULL};
+  json_t *tasks;
+  session_t ss;
+  queue_t q;
+  if (jv_only(body, "", allowed, f) || jv_batch(body, "tasks", TASK_MAX_BATCH, &tasks, f) ||
+      session_load_open(st, id, &ss, NULL, true, f) || queue_load(st, ss.queue, &q, f))
+    return NULL;
+  size_t n = json_array_size(tasks), i = 0;
+  submit_spec_t *specs = calloc(n, sizeof *specs);
+  if (specs == NULL) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+    return NULL;
+  }
+  json_t *out = NULL;
+  while (i < n && submit_parse(json_array_get(tasks, i), i, max_payload, &specs[i], f) == MUSTER_OK)
+    i++;
+  if (i == n)
+    out = submit_insert(st, &ss, specs, n, f);
+  for (size_t j = 0; j < n; j++)
+    free(specs[j].payload);
+  free(specs);
+  return out;
+}
+
+/* ---- results ---- */
+
+static json_t *result_from_row(sqlite3_stmt *s) {
+  int state = sqlite3_column_int(s, 2);
+  bool done = state == TASK_DONE;
+  const unsigned char *result = sqlite3_column_text(s, 3), *error = sqlite3_column_text(s, 4);
+  return json_pack("{s:I, s:I, s:s, s:o, s:o, s:I}", "index",
+                   (json_int_t)sqlite3_column_int64(s, 0), "task",
+                   (json_int_t)sqlite3_column_int64(s, 1), "state", task_state_name(state),
+                   "result", done && result ? jv_decode((const char *)result) : json_null(),
+                   "error", !done && error ? json_string((const char *)error) : json_null(), "seq",
+                   (json_int_t)sqlite3_column_int64(s, 5));
+}
+
+#define RESULT_COLUMNS "r.idx, r.task, r.state, t.result, t.error, r.seq"
+
+/* Fills `list` from `cursor` on; returns the next cursor, -1 on store failure. */
+static int64_t results_read(store_t *st, const session_t *ss, session_order_t order,
+                            int64_t cursor, int64_t max, json_t *list) {
+  sqlite3_stmt *s =
+      order == SESSION_BY_SUBMISSION
+          ? store_stmt(st, "SELECT " RESULT_COLUMNS " FROM session_results r"
+                           " LEFT JOIN tasks t ON t.id = r.task"
+                           " WHERE r.session = ?1 AND r.idx >= ?2 ORDER BY r.idx LIMIT ?3")
+          : store_stmt(st, "SELECT " RESULT_COLUMNS " FROM session_results r"
+                           " LEFT JOIN tasks t ON t.id = r.task"
+                           " WHERE r.session = ?1 AND r.seq > ?2 ORDER BY r.seq LIMIT ?3");
+  if (s == NULL)
+    return -1;
+  store_bind_text(s, 1, ss->id);
+  sqlite3_bind_int64(s, 2, cursor);
+  sqlite3_bind_int64(s, 3, max);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (order == SESSION_BY_SUBMISSION) {
+      /* The stream stops at the first index without a result. */
+      if (sqlite3_column_int64(s, 0) != cursor)
+        break;
+      cursor++;
+    } else {
+      cursor = sqlite3_column_int64(s, 5);
+    }
+    json_array_append_new(list, result_from_row(s));
+  }
+  store_reset(s);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? cursor : -1;
+}
+
+json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
+                        int64_t max, size_t *count, fail_t *f) {
+  session_t ss;
+  if (session_load_open(st, id, &ss, NULL, true, f))
+    return NULL;
+  json_t *list = json_array();
+  int64_t next = results_read(st, &ss, order, cursor, max, list);
+  if (next < 0) {
+    json_decref(list);
+    store_fail(st, f, "session results");
+    return NULL;
+  }
+  *count = json_array_size(list);
+  return json_pack("{s:o, s:I, s:I, s:I}", "results", list, "cursor", (json_int_t)next, "total",
+                   (json_int_t)ss.total, "done", (json_int_t)(ss.done + ss.failed));
+}
+
+muster_err_t session_record_result(store_t *st, int64_t task, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT t.session, t.idx, t.state, s.last_seq"
+                                   " FROM tasks t JOIN sessions s ON s.id = t.session"
+                                   " WHERE t.id = ?1 AND t.idx IS NOT NULL"
+                                   " AND s.queue = t.queue AND s.state = 0");
+  if (s == NULL)
+    return store_fail(st, f, "session result");
+  sqlite3_bind_int64(s, 1, task);
+  char session[SESSION_ID_LEN + 1] = "";
+  int64_t index = 0, seq = 0;
+  int state = 0;
+  if (sqlite3_step(s) == SQLITE_ROW) {
+    snprintf(session, sizeof session, "%s", (const char *)sqlite3_column_text(s, 0));
+    index = sqlite3_column_int64(s, 1);
+    state = sqlite3_column_int(s, 2);
+    seq = sqlite3_column_int64(s, 3) + 1;
+  }
+  store_reset(s);
+  if (session[0] == '\0')
+    return MUSTER_OK; /* not a task of an open session */
+  s = store_stmt(st, "INSERT OR IGNORE INTO session_results(session, seq, idx, task, state)"
+                     " VALUES(?1, ?2, ?3, ?4, ?5)");
+  if (s == NULL)
+    return store_fail(st, f, "session result");
+  store_bind_text(s, 1, session);
+  sqlite3_bind_int64(s, 2, seq);
+  sqlite3_bind_int64(s, 3, index);
+  sqlite3_bind_int64(s, 4, task);
+  sqlite3_bind_int(s, 5, state);
+  if (store_step_done(st, s, f))
+    return f->code;
+  if (sqlite3_changes(store_db(st)) == 0)
+    return MUSTER_OK; /* the index has its result already: results are final */
+  s = store_stmt(st, "UPDATE sessions SET last_seq = ?2, done = done + ?3, failed = failed + ?4"
+                     " WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "session result");
+  store_bind_text(s, 1, session);
+  sqlite3_bind_int64(s, 2, seq);
+  sqlite3_bind_int(s, 3, state == TASK_DONE);
+  sqlite3_bind_int(s, 4, state != TASK_DONE);
+  if (store_step_done(st, s, f))
+    return f->code;
+  store_notify_session(st, session);
+  return MUSTER_OK;
+}
+
+/* ---- closing ---- */
+
+/* Runs `sql` with ?1 bound to `id`; *changed (may be NULL) gets the rows changed. */
+static muster_err_t session_exec(store_t *st, const char *sql, const char *id, int64_t *changed,
+                                 fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, sql);
+  if (s == NULL)
+    return store_fail(st, f, "session close");
+  store_bind_text(s, 1, id);
+  if (store_step_done(st, s, f))
+    return f->code;
+  if (changed)
+    *changed = sqlite3_changes64(store_db(st));
+  return MUSTER_OK;
+}
+
+json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
+  session_t ss;
+  int64_t cancelled = 0, deleted = 0;
+  if (session_load(st, id, &ss, NULL, f))
+    return NULL;
+  if (ss.state != SESSION_OPEN) {
+    fail_set(f, MUSTER_SESSION_NOT_FOUND, "session '%s' was closed already (%s)", id,
+             ss.closed_why[0] ? ss.closed_why : "by its client");
+    return NULL;
+  }
+  /* Unfinished tasks are cancelled: marked so before the rows go, which
+   * matters to nobody but keeps the count honest. */
+  if (session_exec(st, "UPDATE tasks SET state = 5, worker = NULL, deadline_ms = NULL"
+                       " WHERE session = ?1 AND state IN (0, 1)",
+                   id, &cancelled, f) ||
+      session_exec(st, "DELETE FROM tasks WHERE session = ?1", id, &deleted, f) ||
+      session_exec(st, "DELETE FROM session_results WHERE session = ?1", id, NULL, f) ||
+      update_delete_session(st, id, f))
+    return NULL;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE sessions SET state = 1, closed_why = ?2,"
+                                   " last_seen_ms = ?3 WHERE id = ?1");
+  if (s == NULL) {
+    store_fail(st, f, "session close");
+    return NULL;
+  }
+  store_bind_text(s, 1, id);
+  store_bind_text(s, 2, why);
+  sqlite3_bind_int64(s, 3, now_ms());
+  if (store_step_done(st, s, f))
+    return NULL;
+  store_notify_session(st, id); /* its waiting readers learn that it is gone */
+  return json_pack("{s:s, s:I, s:I}", "id", id, "cancelled", (json_int_t)cancelled, "deleted",
+                   (json_int_t)deleted);
+}
+
+bool session_any_due(store_t *st, int64_t now) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM sessions WHERE state = 0 AND cleanup_on_exit = 1"
+                                   " AND last_seen_ms + timeout_ms <= ?1 LIMIT 1");
+  if (s == NULL)
+    return true;
+  sqlite3_bind_int64(s, 1, now);
+  bool due = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return due;
+}
+
+int64_t session_expire_due(store_t *st, int64_t now, session_busy_fn busy, void *arg) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT id, timeout_ms FROM sessions WHERE state = 0"
+                                   " AND cleanup_on_exit = 1 AND last_seen_ms + timeout_ms <= ?1"
+                                   " LIMIT 64");
+  if (s == NULL)
+    return -1;
+  char ids[64][SESSION_ID_LEN + 1];
+  int64_t timeouts[64];
+  size_t n = 0;
+  sqlite3_bind_int64(s, 1, now);
+  while (n < 64 && sqlite3_step(s) == SQLITE_ROW) {
+    snprintf(ids[n], sizeof ids[n], "%s", (const char *)sqlite3_column_text(s, 0));
+    timeouts[n++] = sqlite3_column_int64(s, 1);
+  }
+  store_reset(s);
+  int64_t closed = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (busy && busy(arg, ids[i]))
+      continue; /* a long-poll of its client is parked: the client is there */
+    char why[128];
+    snprintf(why, sizeof why, "its client did not call for %lld ms", (long long)timeouts[i]);
+    fail_t f = {0};
+    json_t *out = session_close(st, ids[i], why, &f);
+    if (out == NULL)
+      return -1;
+    log_msg(LOG_INFO, "session %s closed: %s; %lld unfinished tasks cancelled", ids[i], why,
+            (long long)json_integer_value(json_object_get(out, "cancelled")));
+    json_decref(out);
+    closed++;
+  }
+  return closed;
+}

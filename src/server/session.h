@@ -1,0 +1,76 @@
+/*
+ * session.h — a client's scope over one queue: tasks submitted with indexes,
+ * results read back as a resumable stream, cleanup when the client goes.
+ *
+ * A result is recorded once per index, the first time a task of the session
+ * (in the session's queue) reaches done, failed or dead.  Fencing tokens make
+ * a task complete at most once, and the results table is unique per index, so
+ * every index appears in the stream exactly once even when its task ran twice.
+ */
+#ifndef MUSTER_SERVER_SESSION_H
+#define MUSTER_SERVER_SESSION_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+#define SESSION_DEFAULT_TIMEOUT_MS 60000
+#define SESSION_ID_LEN 18      /* "s-" and 16 hex digits */
+#define SESSION_MAX_RESULTS 1000
+
+typedef enum { SESSION_OPEN = 0, SESSION_CLOSED = 1 } session_state_t;
+typedef enum { SESSION_BY_SUBMISSION, SESSION_BY_COMPLETION } session_order_t;
+
+/* Creates a session from body {"queue", "cleanup_on_exit", "timeout_ms",
+ * "init_data"}; `init_data` is limited to `max_payload` bytes encoded.
+ * Returns the Session object (new reference) or NULL with *f filled
+ * (MUSTER_QUEUE_NOT_FOUND, MUSTER_INVALID, MUSTER_PAYLOAD_TOO_LARGE). */
+json_t *session_create(store_t *st, const json_t *body, size_t max_payload, fail_t *f);
+/* The Session object of an open session (not counted as a heartbeat: anyone
+ * may look); NULL with MUSTER_SESSION_NOT_FOUND when unknown or closed. */
+json_t *session_get(store_t *st, const char *id, fail_t *f);
+/* {"sessions": [...]}: the open sessions by creation (new reference). */
+json_t *session_list(store_t *st, fail_t *f);
+/* Records a heartbeat; returns {"id", "state"} or NULL with *f filled. */
+json_t *session_heartbeat(store_t *st, const char *id, const json_t *body, fail_t *f);
+/* Checks that session `id` is open and counts the call as a heartbeat.  When
+ * `queue` is not NULL it receives the session's queue (NAME_MAX_LEN + 1 bytes). */
+muster_err_t session_touch(store_t *st, const char *id, char *queue, fail_t *f);
+
+/* Submits the tasks of body {"tasks": [{"payload", "index", "priority"}]}:
+ * automatic indexes from next_index, explicit ones unique in the session
+ * (MUSTER_INVALID_STATE when in use).  Returns {"tasks": [{"id", "index"}]}
+ * or NULL with *f filled; the caller rolls back on failure. */
+json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t max_payload,
+                       fail_t *f);
+
+/* Reads results after `cursor` in `order`, at most `max`.  Returns
+ * {"results": [...], "cursor", "total", "done"} (new reference) with *count
+ * the number of results in it, or NULL with *f filled.  Counts as a heartbeat. */
+json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
+                        int64_t max, size_t *count, fail_t *f);
+
+/* Closes the session: unfinished tasks are cancelled, then its tasks, results
+ * and updates deleted.  `why` says who closed it (kept for error messages).
+ * Returns {"id", "cancelled", "deleted"} or NULL with *f filled. */
+json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f);
+
+/* Records the result of task `task` in its session's stream if it belongs to
+ * an open session and its index has no result yet; wakes the session's
+ * results waiters (store_notify_session).  Call after the task reached a final
+ * state (done, failed, dead). */
+muster_err_t session_record_result(store_t *st, int64_t task, fail_t *f);
+
+/* Tells whether session `id` has a call in progress (a parked long-poll), so
+ * its client is not silent; used by the expiry below. */
+typedef bool (*session_busy_fn)(void *arg, const char *id);
+/* True when some open cleanup_on_exit session is silent past its timeout. */
+bool session_any_due(store_t *st, int64_t now);
+/* Closes cleanup_on_exit sessions silent past their timeout at `now`, except
+ * those `busy` (may be NULL) reports.  Returns how many, -1 on store failure. */
+int64_t session_expire_due(store_t *st, int64_t now, session_busy_fn busy, void *arg);
+
+#endif

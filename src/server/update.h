@@ -1,0 +1,42 @@
+/*
+ * update.h — broadcast updates: numbered messages to every worker of a queue,
+ * delivered in order with leases (or read directly).
+ *
+ * Sequence numbers are per queue and never repeat, not even after updates are
+ * deleted (when their session closes, or their queue is deleted): the highest
+ * number handed out is kept apart from the updates themselves.
+ */
+#ifndef MUSTER_SERVER_UPDATE_H
+#define MUSTER_SERVER_UPDATE_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+#define UPDATE_MAX_BATCH 1000
+
+/* Posts the update of body {"data", "session"} to `queue` (which must exist).
+ * `data` is limited to `max_payload` bytes encoded; a `session` must be open
+ * and belong to the queue.  Wakes the queue's long-poll leases.  Returns
+ * {"queue", "seq"} or NULL with *f filled. */
+json_t *update_post(store_t *st, const char *queue, const json_t *body, size_t max_payload,
+                    fail_t *f);
+/* {"updates": [...], "last"}: updates of `queue` with seq > after, ascending,
+ * at most `max` (new reference), or NULL with *f filled. */
+json_t *update_list(store_t *st, const char *queue, int64_t after, int64_t max, fail_t *f);
+/* The highest sequence number handed out in `queue`; 0 when none. */
+int64_t update_last(store_t *st, const char *queue);
+/* Adds "updates" (seq > after, ascending, at most UPDATE_MAX_BATCH) and
+ * "updates_last" to the lease reply `reply`.  updates_last is the queue's
+ * highest number, or the last one included when more remain.  *count gets the
+ * number of updates added. */
+muster_err_t update_attach(store_t *st, const char *queue, int64_t after, json_t *reply,
+                           size_t *count, fail_t *f);
+/* Deletes the updates of `session` (it closed). */
+muster_err_t update_delete_session(store_t *st, const char *session, fail_t *f);
+/* Deletes the updates of `queue` (it is being deleted); its numbering goes on. */
+muster_err_t update_delete_queue(store_t *st, const char *queue, fail_t *f);
+
+#endif

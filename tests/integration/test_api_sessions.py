@@ -1,0 +1,503 @@
+"""Sessions: create, get, list, heartbeat, submit with automatic and explicit
+indexes, results streams in submission and completion order with cursors and
+long-poll, exactly-once results, close, and cleanup_on_exit when the client goes
+silent (docs/api.md, "Sessions")."""
+import os
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from test_api_common import ApiTestCase, is_int, now_ms  # noqa: E402
+
+SESSION_KEYS = {"id", "queue", "state", "cleanup_on_exit", "timeout_ms", "init_data",
+                "created_ms", "last_seen_ms", "counts", "next_index", "updates"}
+RESULT_KEYS = {"index", "task", "state", "result", "error", "seq"}
+
+
+def hold(seconds, step=None):
+    """Lets time pass, calling `step` meanwhile (to show that something did NOT happen)."""
+    end = time.monotonic() + seconds
+
+    def done():
+        if step:
+            step()
+        return time.monotonic() >= end
+    harness.wait_until(done, timeout=seconds + 5, interval=0.05, what="time")
+
+
+class Reader(threading.Thread):
+    """One results read on its own connection (for long-polls)."""
+
+    def __init__(self, head, path):
+        super().__init__(daemon=True)
+        self.head, self.path = head, path
+        self.reply = self.error = None
+        self.finished_at = None
+
+    def run(self):
+        conn = self.head.connection(timeout=60)
+        try:
+            self.reply = self.head.request("GET", self.path, conn=conn)
+        except Exception as e:  # reported by the test
+            self.error = e
+        finally:
+            self.finished_at = time.monotonic()
+            conn.close()
+
+
+class SessionCase(ApiTestCase):
+    head_args = ("--sweep-ms", "50", "--max-wait-ms", "30000")
+
+    def open_session(self, **body):
+        body.setdefault("queue", self.q)
+        s = self.expect("POST", "/v1/sessions", body, status=201)
+        self.assert_session_shape(s)
+        return s
+
+    def assert_session_shape(self, s):
+        self.assertEqual(set(s), SESSION_KEYS, s)
+        self.assertEqual(set(s["counts"]), {"total", "done", "failed", "pending"}, s)
+        self.assertTrue(s["id"].startswith("s-"), s)
+        for k in ("timeout_ms", "created_ms", "last_seen_ms", "next_index", "updates"):
+            self.assertTrue(is_int(s[k]), "%s: %r" % (k, s))
+
+    def get_session(self, sid):
+        s = self.expect("GET", "/v1/sessions/" + sid)
+        self.assert_session_shape(s)
+        return s
+
+    def submit(self, sid, tasks, status=201):
+        r = self.expect("POST", "/v1/sessions/%s/tasks" % sid, {"tasks": tasks}, status=status)
+        self.assertEqual(len(r["tasks"]), len(tasks), r)
+        for e in r["tasks"]:
+            self.assertEqual(set(e), {"id", "index"}, e)
+        return r["tasks"]
+
+    def results(self, sid, **query):
+        path = "/v1/sessions/%s/results" % sid
+        if query:
+            path += "?" + "&".join("%s=%s" % kv for kv in query.items())
+        r = self.expect("GET", path)
+        self.assertEqual(set(r), {"results", "cursor", "total", "done"}, r)
+        for x in r["results"]:
+            self.assertEqual(set(x), RESULT_KEYS, x)
+        return r
+
+    def complete(self, lease, result):
+        self.ack("complete", [{"task": lease["task"], "token": lease["token"],
+                               "result": result}])
+
+    def lease_by_index(self, n):
+        """Leases n tasks; returns {index: lease}."""
+        leases = self.lease(max=n)
+        self.assertEqual(len(leases), n, leases)
+        return {x["index"]: x for x in leases}
+
+    def stream_all(self, sid, order, max_per_call=3):
+        """Reads a whole stream from cursor 0 in pages; returns (results, cursor)."""
+        out, cursor = [], 0
+        for _ in range(1000):
+            r = self.results(sid, order=order, cursor=cursor, max=max_per_call)
+            if not r["results"]:
+                return out, cursor
+            out += r["results"]
+            cursor = r["cursor"]
+        self.fail("stream does not end")
+
+
+class SessionTest(SessionCase):
+
+    def test_create_get_list(self):
+        self.create_queue()
+        t0 = now_ms()
+        s = self.open_session(cleanup_on_exit=False, timeout_ms=5000,
+                              init_data={"model": "m", "n": [1, 2]})
+        t1 = now_ms()
+        self.assertEqual({k: s[k] for k in SESSION_KEYS - {"id", "created_ms", "last_seen_ms"}},
+                         {"queue": self.q, "state": "open", "cleanup_on_exit": False,
+                          "timeout_ms": 5000, "init_data": {"model": "m", "n": [1, 2]},
+                          "counts": {"total": 0, "done": 0, "failed": 0, "pending": 0},
+                          "next_index": 0, "updates": 0})
+        self.assert_between(s["created_ms"], t0, t1, "created_ms")
+        self.assertEqual(len(s["id"]), 18, s)
+        got = self.get_session(s["id"])
+        self.assertEqual({k: got[k] for k in SESSION_KEYS - {"last_seen_ms"}},
+                         {k: s[k] for k in SESSION_KEYS - {"last_seen_ms"}})
+        # Defaults.
+        d = self.open_session()
+        self.assertEqual((d["cleanup_on_exit"], d["timeout_ms"], d["init_data"]),
+                         (True, 60000, None))
+        self.assertNotEqual(d["id"], s["id"])
+        # A string init_data stays a string.
+        self.assertEqual(self.open_session(init_data="text")["init_data"], "text")
+        listed = {x["id"]: x for x in self.expect("GET", "/v1/sessions")["sessions"]}
+        self.assertTrue({s["id"], d["id"]} <= set(listed), listed.keys())
+        for x in listed.values():
+            self.assert_session_shape(x)
+            self.assertEqual(x["state"], "open")
+
+    def test_create_errors(self):
+        self.create_queue()
+        self.expect_error("POST", "/v1/sessions", {}, 400, "invalid_argument")
+        self.expect_error("POST", "/v1/sessions", {"queue": "no-such-queue"}, 404,
+                          "queue_not_found")
+        self.expect_error("POST", "/v1/sessions", {"queue": "bad name"}, 404, "queue_not_found")
+        for bad in ({"queue": 5}, {"queue": self.q, "cleanup_on_exit": "yes"},
+                    {"queue": self.q, "timeout_ms": 0}, {"queue": self.q, "timeout_ms": "5"},
+                    {"queue": self.q, "timeout": 5}, {"queue": self.q, "index": 1}):
+            self.expect_error("POST", "/v1/sessions", bad, 400, "invalid_argument")
+        for sid in ("s-0000000000000000", "nope"):
+            self.expect_error("GET", "/v1/sessions/" + sid, None, 404, "session_not_found")
+            self.expect_error("POST", "/v1/sessions/%s/heartbeat" % sid, {}, 404,
+                              "session_not_found")
+            self.expect_error("POST", "/v1/sessions/%s/tasks" % sid, {"tasks": [{"payload": 1}]},
+                              404, "session_not_found")
+            self.expect_error("GET", "/v1/sessions/%s/results" % sid, None, 404,
+                              "session_not_found")
+            self.expect_error("DELETE", "/v1/sessions/" + sid, None, 404, "session_not_found")
+        for method, path in (("PUT", "/v1/sessions"), ("DELETE", "/v1/sessions"),
+                             ("PUT", "/v1/sessions/x"), ("POST", "/v1/sessions/x"),
+                             ("GET", "/v1/sessions/x/heartbeat"), ("PUT", "/v1/sessions/x/tasks"),
+                             ("POST", "/v1/sessions/x/results")):
+            self.expect_error(method, path, None, 405, "method_not_allowed")
+
+    def test_heartbeat(self):
+        self.create_queue()
+        s = self.open_session()
+        harness.wait_until(lambda: now_ms() > s["last_seen_ms"] + 20, what="time")
+        r = self.expect("POST", "/v1/sessions/%s/heartbeat" % s["id"], {})
+        self.assertEqual(r, {"id": s["id"], "state": "open"})
+        seen = self.get_session(s["id"])["last_seen_ms"]
+        self.assertGreater(seen, s["last_seen_ms"])
+        self.expect_error("POST", "/v1/sessions/%s/heartbeat" % s["id"], {"x": 1}, 400,
+                          "invalid_argument")
+        # Any call naming the session counts: a results read.
+        harness.wait_until(lambda: now_ms() > seen + 20, what="time")
+        self.results(s["id"])
+        self.assertGreater(self.get_session(s["id"])["last_seen_ms"], seen)
+
+    def test_submit_indexes(self):
+        self.create_queue()
+        s = self.open_session()
+        sid = s["id"]
+        got = self.submit(sid, [{"payload": "a"}, {"payload": {"b": 1}, "priority": 3},
+                                {"payload": "c"}])
+        self.assertEqual([e["index"] for e in got], [0, 1, 2])
+        t = self.get_task(got[1]["id"])
+        self.assertEqual((t["queue"], t["session"], t["index"], t["payload"], t["priority"]),
+                         (self.q, sid, 1, {"b": 1}, 3))
+        # An explicit index above next_index moves it past; a gap below may be filled.
+        got = self.submit(sid, [{"payload": "x", "index": 10}, {"payload": "y"},
+                                {"payload": "z", "index": 5}])
+        self.assertEqual([e["index"] for e in got], [10, 11, 5])
+        s = self.get_session(sid)
+        self.assertEqual((s["next_index"], s["counts"]),
+                         (12, {"total": 6, "done": 0, "failed": 0, "pending": 6}))
+        # Leases carry the session and the index.
+        lease = self.lease_one()
+        self.assertEqual((lease["session"], lease["index"]), (sid, 1))
+
+    def test_submit_conflicts_refuse_the_batch(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": 0}, {"payload": 1, "index": 4}])
+        before = (self.get_session(sid)["next_index"], self.list_tasks())
+        for tasks in ([{"payload": "n"}, {"payload": "dup", "index": 4}],
+                      [{"payload": "dup", "index": 0}],
+                      [{"payload": "p", "index": 7}, {"payload": "q", "index": 7}]):
+            r = self.expect_error("POST", "/v1/sessions/%s/tasks" % sid, {"tasks": tasks}, 409,
+                                  "invalid_state")
+            self.assertIn("index", r.json["error"]["message"])
+        self.assertEqual((self.get_session(sid)["next_index"], self.list_tasks()), before)
+        # Another session may use the same index.
+        other = self.open_session()["id"]
+        self.assertEqual(self.submit(other, [{"payload": 1, "index": 4}])[0]["index"], 4)
+
+    def test_submit_errors(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        path = "/v1/sessions/%s/tasks" % sid
+        for body in ({}, {"tasks": []}, {"tasks": {}}, {"tasks": [1]}, {"tasks": [{}]},
+                     {"tasks": [{"payload": 1, "index": -1}]},
+                     {"tasks": [{"payload": 1, "index": "1"}]},
+                     {"tasks": [{"payload": 1, "priority": 1.5}]},
+                     {"tasks": [{"payload": 1, "key": "k"}]},
+                     {"tasks": [{"payload": 1}], "extra": 1}):
+            self.expect_error("POST", path, body, 400, "invalid_argument")
+        self.expect_error("POST", path, {"tasks": [{"payload": i} for i in range(1001)]}, 413,
+                          "batch_too_large")
+        self.assertEqual(self.get_session(sid)["counts"]["total"], 0)
+        self.assertEqual(self.list_tasks(), [])
+
+    def test_ordered_stream_and_cursor(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": i} for i in range(6)])
+        leases = self.lease_by_index(6)
+        # Finish 1, 2 and 4: index 0 is not finished, so nothing is in order yet.
+        for i in (1, 2, 4):
+            self.complete(leases[i], {"r": i})
+        r = self.results(sid)
+        self.assertEqual((r["results"], r["cursor"], r["total"], r["done"]), ([], 0, 6, 3))
+        self.complete(leases[0], {"r": 0})
+        r = self.results(sid, order="submission", cursor=0)
+        self.assertEqual([x["index"] for x in r["results"]], [0, 1, 2])
+        self.assertEqual([x["result"] for x in r["results"]], [{"r": 0}, {"r": 1}, {"r": 2}])
+        self.assertEqual(r["cursor"], 3)
+        x = r["results"][0]
+        self.assertEqual((x["task"], x["state"], x["error"]), (leases[0]["task"], "done", None))
+        # Resume from the cursor: index 3 is missing.
+        self.assertEqual(self.results(sid, cursor=3)["results"], [])
+        self.complete(leases[3], {"r": 3})
+        self.complete(leases[5], {"r": 5})
+        r = self.results(sid, cursor=3, max=2)
+        self.assertEqual(([x["index"] for x in r["results"]], r["cursor"]), ([3, 4], 5))
+        r = self.results(sid, cursor=5)
+        self.assertEqual(([x["index"] for x in r["results"]], r["cursor"], r["done"]),
+                         ([5], 6, 6))
+        # Reading again from any cursor gives the same results (the stream is resumable).
+        again, cursor = self.stream_all(sid, "submission")
+        self.assertEqual(([x["index"] for x in again], cursor), (list(range(6)), 6))
+        s = self.get_session(sid)
+        self.assertEqual(s["counts"], {"total": 6, "done": 6, "failed": 0, "pending": 0})
+
+    def test_completion_stream(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": i} for i in range(5)])
+        leases = self.lease_by_index(5)
+        order = [3, 0, 4, 1, 2]
+        for i in order[:3]:
+            self.complete(leases[i], i * 10)
+        r = self.results(sid, order="completion")
+        self.assertEqual([x["index"] for x in r["results"]], order[:3])
+        seqs = [x["seq"] for x in r["results"]]
+        self.assertEqual(seqs, sorted(seqs))
+        self.assertEqual(len(set(seqs)), 3)
+        self.assertEqual(r["cursor"], seqs[-1])
+        self.assertEqual(self.results(sid, order="completion", cursor=r["cursor"])["results"], [])
+        for i in order[3:]:
+            self.complete(leases[i], i * 10)
+        r2 = self.results(sid, order="completion", cursor=r["cursor"])
+        self.assertEqual([x["index"] for x in r2["results"]], order[3:])
+        self.assertEqual([x["result"] for x in r2["results"]], [10, 20])
+        # Paging through the whole stream.
+        whole, cursor = self.stream_all(sid, "completion", max_per_call=2)
+        self.assertEqual([x["index"] for x in whole], order)
+        self.assertEqual(cursor, whole[-1]["seq"])
+        # The same results in submission order carry the same seq numbers.
+        by_index = {x["index"]: x for x in self.results(sid)["results"]}
+        self.assertEqual({x["index"]: x for x in whole}, by_index)
+
+    def test_failed_and_dead_are_results(self):
+        self.create_queue(max_attempts=1, backoff_ms=0, backoff_max_ms=0)
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": i} for i in range(3)])
+        leases = self.lease_by_index(3)
+        self.ack("fail", [{"task": leases[0]["task"], "token": leases[0]["token"],
+                           "error": "bad input", "permanent": True}])
+        self.ack("fail", [{"task": leases[1]["task"], "token": leases[1]["token"],
+                           "error": "flaky"}])
+        self.complete(leases[2], "ok")
+        r = self.results(sid)
+        self.assertEqual([(x["index"], x["state"], x["result"], x["error"]) for x in r["results"]],
+                         [(0, "failed", None, "bad input"), (1, "dead", None, "flaky"),
+                          (2, "done", "ok", None)])
+        s = self.get_session(sid)
+        self.assertEqual(s["counts"], {"total": 3, "done": 1, "failed": 2, "pending": 0})
+        # A requeued failed task that then completes gives no second result.
+        self.expect("POST", "/v1/tasks/%d/requeue" % leases[0]["task"])
+        again = self.lease_one()
+        self.complete(again, "late")
+        r = self.results(sid, order="completion")
+        self.assertEqual([x["index"] for x in r["results"]], [0, 1, 2])
+        self.assertEqual(self.get_session(sid)["counts"]["done"], 1)
+
+    def test_exactly_once_when_a_task_runs_twice(self):
+        self.create_queue(lease_ms=200, backoff_ms=0, backoff_max_ms=0)
+        sid = self.open_session()["id"]
+        [t] = self.submit(sid, [{"payload": "slow"}])
+        first = self.lease_one()
+        # The lease expires; another worker runs the task too.
+        second = self.wait_lease()[0]
+        self.assertEqual((second["task"], second["attempt"]), (t["id"], 2))
+        self.complete(second, "second")
+        self.ack("complete", [{"task": first["task"], "token": first["token"],
+                               "result": "first"}], status=409)
+        r = self.results(sid, order="completion")
+        self.assertEqual([(x["index"], x["result"]) for x in r["results"]], [(0, "second")])
+        self.assertEqual(self.results(sid)["results"], r["results"])
+
+    def test_pipeline_next_stage_is_not_a_second_result(self):
+        nxt = self.create_queue(self.qname("next"))["name"]
+        self.create_queue(next=nxt)
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": "a"}])
+        lease = self.lease_one()
+        self.complete(lease, "stage1")
+        child = self.lease_one(name=nxt)
+        self.assertEqual((child["session"], child["index"]), (sid, 0))
+        self.complete(child, "stage2")
+        r = self.results(sid, order="completion")
+        self.assertEqual([(x["index"], x["result"]) for x in r["results"]], [(0, "stage1")])
+
+    def test_results_query_errors(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        for query in ("order=random", "order=", "cursor=-1", "cursor=x", "max=0", "max=1001",
+                      "max=x", "wait_ms=-5", "wait_ms=soon"):
+            self.expect_error("GET", "/v1/sessions/%s/results?%s" % (sid, query), None, 400,
+                              "invalid_argument")
+
+    def test_close(self):
+        self.create_queue(lease_ms=60000)
+        s = self.open_session()
+        sid = s["id"]
+        got = self.submit(sid, [{"payload": i} for i in range(4)])
+        leases = self.lease_by_index(2)
+        self.complete(leases[0], "r0")
+        other = self.open_session()["id"]
+        [kept] = self.submit(other, [{"payload": "keep"}])
+        self.expect("POST", "/v1/queues/%s/updates" % self.q, {"data": "s", "session": sid},
+                    status=201)
+        self.expect("POST", "/v1/queues/%s/updates" % self.q, {"data": "q"}, status=201)
+        r = self.expect("DELETE", "/v1/sessions/" + sid)
+        self.assertEqual(r, {"id": sid, "cancelled": 3, "deleted": 4})
+        for e in got:
+            self.expect_error("GET", "/v1/tasks/%d" % e["id"], None, 404, "task_not_found")
+        # The worker that held a lease learns that its task is gone.
+        self.expect_error("POST", "/v1/leases/complete",
+                          {"leases": [{"task": leases[1]["task"], "token": leases[1]["token"]}]},
+                          404, "task_not_found")
+        ups = self.expect("GET", "/v1/queues/%s/updates" % self.q)
+        self.assertEqual(([u["data"] for u in ups["updates"]], ups["last"]), (["q"], 2))
+        r = self.expect_error("GET", "/v1/sessions/" + sid, None, 404, "session_not_found")
+        self.assertIn("closed", r.json["error"]["message"])
+        self.expect_error("DELETE", "/v1/sessions/" + sid, None, 404, "session_not_found")
+        self.expect_error("POST", "/v1/queues/%s/updates" % self.q,
+                          {"data": 1, "session": sid}, 404, "session_not_found")
+        self.assertNotIn(sid, [x["id"] for x in self.expect("GET", "/v1/sessions")["sessions"]])
+        # The other session is untouched.
+        self.assertEqual(self.get_task(kept["id"])["state"], "queued")
+        self.assertEqual(self.get_session(other)["counts"]["total"], 1)
+
+
+class SessionLongPollTest(SessionCase):
+    # A long sweep: readers must be woken by the completion itself.
+    head_args = ("--sweep-ms", "10000", "--max-wait-ms", "30000")
+
+    def reader(self, sid, query):
+        t = Reader(self.head, "/v1/sessions/%s/results?%s" % (sid, query))
+        t.start()
+        return t
+
+    def finished(self, t, timeout=10):
+        t.join(timeout)
+        self.assertFalse(t.is_alive(), "long-poll did not return")
+        self.assertIsNone(t.error, t.error)
+        return t.reply
+
+    def test_woken_by_completion(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": 0}, {"payload": 1}])
+        leases = self.lease_by_index(2)
+        ordered = self.reader(sid, "wait_ms=20000")
+        unordered = self.reader(sid, "order=completion&wait_ms=20000")
+        hold(0.3)
+        self.assertTrue(ordered.is_alive() and unordered.is_alive())
+        # Index 1 finishing wakes the completion reader only.
+        self.complete(leases[1], "one")
+        done_at = time.monotonic()
+        r = self.finished(unordered)
+        self.assertLess(unordered.finished_at - done_at, 2.0)
+        self.assertEqual((r.status, [x["index"] for x in r.json["results"]]), (200, [1]), r)
+        hold(0.3)
+        self.assertTrue(ordered.is_alive(), "woken without a result at its cursor")
+        self.complete(leases[0], "zero")
+        r = self.finished(ordered)
+        self.assertEqual([x["index"] for x in r.json["results"]], [0, 1])
+        self.assertEqual(r.json["cursor"], 2)
+
+    def test_times_out_empty(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": 0}])
+        t0 = time.monotonic()
+        r = self.expect("GET", "/v1/sessions/%s/results?cursor=0&wait_ms=300" % sid)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.25)
+        self.assertEqual(r, {"results": [], "cursor": 0, "total": 1, "done": 0})
+        r = self.expect("GET", "/v1/sessions/%s/results?order=completion&cursor=7&wait_ms=100"
+                        % sid)
+        self.assertEqual(r, {"results": [], "cursor": 7, "total": 1, "done": 0})
+
+    def test_woken_by_close(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": 0}])
+        t = self.reader(sid, "wait_ms=20000")
+        hold(0.3)
+        self.assertTrue(t.is_alive())
+        self.expect("DELETE", "/v1/sessions/" + sid)
+        r = self.finished(t)
+        self.assertEqual((r.status, r.error_code), (404, "session_not_found"), r)
+
+    def test_woken_by_dead_task(self):
+        self.create_queue(max_attempts=1)
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": 0}])
+        lease = self.lease_one()
+        t = self.reader(sid, "order=completion&wait_ms=20000")
+        hold(0.2)
+        self.ack("fail", [{"task": lease["task"], "token": lease["token"], "error": "boom"}])
+        r = self.finished(t)
+        self.assertEqual([(x["state"], x["error"]) for x in r.json["results"]], [("dead", "boom")])
+
+
+class SessionCleanupTest(SessionCase):
+    head_args = ("--sweep-ms", "50", "--max-wait-ms", "30000")
+
+    def test_cleanup_on_client_silence(self):
+        self.create_queue(lease_ms=60000)
+        s = self.open_session(timeout_ms=300)
+        sid = s["id"]
+        got = self.submit(sid, [{"payload": i} for i in range(3)])
+        self.lease_one()
+        self.expect("POST", "/v1/queues/%s/updates" % self.q, {"data": 1, "session": sid},
+                    status=201)
+        keep = self.open_session(timeout_ms=300, cleanup_on_exit=False)["id"]
+        self.submit(keep, [{"payload": "stays"}])
+        # Reading the session object does not keep it alive: only its client's calls do.
+        harness.wait_until(
+            lambda: self.call("GET", "/v1/sessions/" + sid).status == 404, timeout=10,
+            what="the silent session to be closed")
+        r = self.expect_error("GET", "/v1/sessions/" + sid, None, 404, "session_not_found")
+        self.assertIn("did not call", r.json["error"]["message"])
+        for e in got:
+            self.expect_error("GET", "/v1/tasks/%d" % e["id"], None, 404, "task_not_found")
+        self.assertEqual(self.expect("GET", "/v1/queues/%s/updates" % self.q)["updates"], [])
+        # Without cleanup_on_exit the session outlives its timeout.
+        s2 = self.get_session(keep)
+        self.assertEqual((s2["state"], s2["counts"]["total"]), ("open", 1))
+
+    def test_calls_keep_it_open(self):
+        self.create_queue()
+        sid = self.open_session(timeout_ms=300)["id"]
+        hold(1.0, lambda: self.expect("POST", "/v1/sessions/%s/heartbeat" % sid, {}))
+        self.assertEqual(self.get_session(sid)["state"], "open")
+        # A parked results read is a call in progress: the client is there.
+        r = self.expect("GET", "/v1/sessions/%s/results?wait_ms=900" % sid)
+        self.assertEqual(r["results"], [])
+        self.assertEqual(self.get_session(sid)["state"], "open")
+        # Silence closes it (the list does not count as a call naming it).
+        harness.wait_until(
+            lambda: sid not in [x["id"] for x in self.expect("GET", "/v1/sessions")["sessions"]],
+            timeout=10, what="the session to expire")
+        self.expect_error("GET", "/v1/sessions/" + sid, None, 404, "session_not_found")
+
+
+if __name__ == "__main__":
+    unittest.main()
