@@ -1,0 +1,148 @@
+"""Worker plugins and update delivery: the suite's plugin (plugin_echo.c) under a node
+agent; init runs once per worker; updates arrive in order between tasks, also to idle
+workers and to workers started after the updates were posted; command workers read
+them from MUSTER_UPDATES_FILE."""
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import node_harness  # noqa: E402
+from node_harness import Agent  # noqa: E402
+
+PLUGIN = os.path.join(node_harness.build_dir(), "libplugin_echo.so")
+
+
+class PluginTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-plugin-test-")
+        self.head = harness.Head().start()
+        self.log_path = os.path.join(self.dir, "plugin.log")
+        self.agents = []
+        r = self.head.request("PUT", "/v1/queues/pool", {"backoff_ms": 0})
+        self.assertEqual(r.status, 201, r)
+
+    def tearDown(self):
+        for a in self.agents:
+            a.kill()
+        self.head.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def agent(self, name, workers):
+        a = Agent(self.head, self.dir, name,
+                  args=["--queue", "pool", "--workers", str(workers), "--plugin", PLUGIN,
+                        "--init-data", '{"model": "m1"}'],
+                  env={"PLUGIN_LOG": self.log_path})
+        self.agents.append(a)
+        return a.start()
+
+    def update(self, data):
+        r = self.head.request("POST", "/v1/queues/pool/updates", {"data": data})
+        self.assertEqual(r.status, 201, r)
+        return r.json["seq"]
+
+    def run_tasks(self, payloads, agent):
+        r = self.head.request("POST", "/v1/queues/pool/tasks",
+                              {"tasks": [{"payload": p} for p in payloads]})
+        self.assertEqual(r.status, 201, r)
+        ids = [t["id"] for t in r.json["tasks"]]
+
+        def done():
+            tasks = [self.head.request("GET", "/v1/tasks/%d" % i).json for i in ids]
+            return tasks if all(t["state"] == "done" for t in tasks) else None
+        return [t["result"] for t in harness.wait_until(done, timeout=30,
+                                                         what="tasks done:\n" + agent.log())]
+
+    def plugin_log(self):
+        with open(self.log_path) as f:
+            return [line.split(" ", 3) for line in f.read().splitlines()]
+
+    def test_init_once_and_updates_in_order(self):
+        self.assertEqual(self.update({"v": 1}), 1)  # before any worker exists
+        a = self.agent("p1", 2)
+        first = self.run_tasks(["a%d" % i for i in range(6)], a)
+        self.assertTrue(all(r["updates"] == [1] for r in first), first)
+        self.assertTrue(all(r["inits"] == 1 for r in first), first)
+        self.update({"v": 2})
+        self.update({"v": 3})
+        second = self.run_tasks(["b%d" % i for i in range(6)], a)
+        self.assertTrue(all(r["updates"] == [1, 2, 3] for r in second), second)
+        # Idle workers get an update between tasks too (their long-poll wakes).
+        pids = set(a.workers())
+        self.assertEqual(len(pids), 2)
+        self.update({"v": 4})
+        harness.wait_until(
+            lambda: {int(f[1]) for f in self.plugin_log() if f[0] == "update" and f[2] == "4"}
+            >= pids, what="update 4 at both idle workers:\n" + a.log())
+        entries = self.plugin_log()
+        inits = collections.Counter(int(f[1]) for f in entries if f[0] == "init")
+        self.assertEqual(dict(inits), {p: 1 for p in pids})
+        self.assertTrue(all(" ".join(f[2:]) == '{"model": "m1"}' for f in entries if f[0] == "init"))
+        for pid in pids:
+            seqs = [int(f[2]) for f in entries if f[0] == "update" and int(f[1]) == pid]
+            self.assertEqual(seqs, [1, 2, 3, 4])
+            datas = [json.loads(f[3]) for f in entries if f[0] == "update" and int(f[1]) == pid]
+            self.assertEqual(datas, [{"v": 1}, {"v": 2}, {"v": 3}, {"v": 4}])
+        self.assertTrue({r["pid"] for r in first + second} <= pids)
+        # A graceful stop calls fini in every worker.
+        self.assertEqual(a.stop(), 0)
+        finis = {int(f[1]) for f in self.plugin_log() if f[0] == "fini"}
+        self.assertEqual(finis, pids)
+
+    def test_late_worker_gets_every_update_first(self):
+        for v in range(1, 4):
+            self.update({"v": v})
+        a = self.agent("p2", 1)
+        [result] = self.run_tasks(["late"], a)
+        self.assertEqual(result["updates"], [1, 2, 3])
+        self.assertEqual(result["payload"], "late")
+
+    def test_plugin_failure_fails_the_task(self):
+        a = self.agent("p3", 1)
+        r = self.head.request("POST", "/v1/queues/pool/tasks",
+                              {"tasks": [{"payload": "fail"}]})
+        tid = r.json["tasks"][0]["id"]
+        t = harness.wait_until(
+            lambda: (lambda t: t if t["error"] == "asked to fail" else None)(
+                self.head.request("GET", "/v1/tasks/%d" % tid).json),
+            timeout=20, what="the failure recorded:\n" + a.log())
+        self.assertIn(t["state"], ("queued", "leased", "dead"))
+
+
+class CommandUpdatesTest(unittest.TestCase):
+    def test_updates_file_for_commands(self):
+        with harness.Head() as head:
+            head.request("PUT", "/v1/queues/cmdq", {})
+            for v in (1, 2):
+                self.assertEqual(head.request("POST", "/v1/queues/cmdq/updates",
+                                              {"data": {"v": v}}).status, 201)
+            head.request("POST", "/v1/queues/cmdq/tasks", {"tasks": [{"payload": "x"}]})
+            script = ('printf "%s|%s|%s|%s" "$MUSTER_UPDATE_SEQ" '
+                      '"$(wc -l < "$MUSTER_UPDATES_FILE")" "$(tail -n 1 "$MUSTER_UPDATES_FILE")" '
+                      '"$MUSTER_UPDATES_FILE"')
+            out = subprocess.run(
+                [harness.MUSTER_BIN, "worker", "--url", head.url, "--token", head.token,
+                 "--queue", "cmdq", "--max-tasks", "1", "--", "sh", "-c", script],
+                capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            task = head.request("GET", "/v1/queues/cmdq/tasks?state=done").json["tasks"][0]
+            seq, lines, last, path = task["result"].split("|")
+            self.assertEqual((seq, lines.strip()), ("2", "2"))
+            self.assertEqual(json.loads(last), {"seq": 2, "data": {"v": 2}, "session": None})
+            self.assertFalse(os.path.exists(path), "the updates file is removed at exit")
+
+    def test_worker_needs_a_command_or_plugin(self):
+        out = subprocess.run([harness.MUSTER_BIN, "worker", "--queue", "q"], capture_output=True,
+                             text=True, timeout=30)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("--plugin", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
