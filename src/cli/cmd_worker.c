@@ -407,6 +407,16 @@ int cmd_worker(cli_args_t *args) {
   muster_client_t *client = NULL;
   if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
     return rc;
+  /* Signals are blocked from here on (the threads inherit the mask) and taken
+   * by worker_wait(), so one that comes while we register is not lost: it
+   * waits, and then stops the worker the usual way. */
+  sigset_t signals, old;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  signal(SIGPIPE, SIG_IGN);
+  pthread_sigmask(SIG_BLOCK, &signals, &old);
   worker_init_sync(&w);
   w.main_client = client;
   w.slots = calloc((size_t)w.concurrency, sizeof *w.slots);
@@ -419,15 +429,9 @@ int cmd_worker(cli_args_t *args) {
       muster_worker_bye(client, w.id);
     worker_destroy(&w);
     muster_client_free(client);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return CLI_FAIL;
   }
-  sigset_t signals, old;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGHUP);
-  signal(SIGPIPE, SIG_IGN);
-  pthread_sigmask(SIG_BLOCK, &signals, &old); /* before the threads: they inherit it */
   worker_run(&w, &signals);
   worker_leave(&w, client);
   pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -303,7 +303,7 @@ static int agent_identity(node_agent_t *a) {
               name);
     return -1;
   }
-  snprintf(a->name, sizeof a->name, "%s", name);
+  memcpy(a->name, name, len + 1); /* len <= 128 < sizeof a->name */
   ssize_t n = readlink("/proc/self/exe", a->self_exe, sizeof a->self_exe - 1);
   if (n <= 0) {
     agent_log(a, "cannot find this program's path: %s", strerror(errno));
