@@ -255,9 +255,32 @@ static long worker_timeout_ms(worker_t *w, muster_client_t *client) {
   return timeout;
 }
 
+/*
+ * Under a node agent, a queue that does not exist yet is waited for (nodes
+ * often start before the pool creates its queue); a stop signal ends the wait.
+ */
+static muster_err_t worker_await_queue(worker_t *w, muster_client_t *client) {
+  muster_err_t err = muster_queue_get(client, w->queue, NULL);
+  if (err != MUSTER_QUEUE_NOT_FOUND || w->agent_fd < 0)
+    return err;
+  fprintf(stderr, "muster worker: waiting for queue %s to be created\n", w->queue);
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGHUP);
+  while (err == MUSTER_QUEUE_NOT_FOUND) {
+    struct timespec pause = {0, 500 * 1000000L};
+    if (sigtimedwait(&stop, NULL, &pause) > 0)
+      return err; /* told to stop while waiting */
+    err = muster_queue_get(client, w->queue, NULL);
+  }
+  return err;
+}
+
 /* Checks the queue, registers, and picks the heartbeat interval. */
 static int worker_join(worker_t *w, muster_client_t *client) {
-  muster_err_t err = muster_queue_get(client, w->queue, NULL);
+  muster_err_t err = worker_await_queue(w, client);
   if (err != MUSTER_OK)
     return cli_error(client, err);
   worker_refresh_lease_ms(w, client);

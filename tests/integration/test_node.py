@@ -206,6 +206,20 @@ class AgentLifeTest(NodeTestCase):
         self.assertEqual(done["result"]["payload"], "fine")
 
 
+class QueueLaterTest(NodeTestCase):
+    def test_workers_wait_for_their_queue(self):
+        a = self.agent("early", args=["--queue", "later", "--workers", "1"], cmd=["rev"])
+        a.start()
+        harness.wait_until(lambda: "waiting for queue later" in a.log(), timeout=20,
+                           what="the worker to wait:\n" + a.log())
+        self.make_queue("later")
+        [tid] = self.put("later", ["abc"])
+        t = harness.wait_until(lambda: (lambda t: t if t["state"] == "done" else None)(
+            self.task(tid)), timeout=20, what="the task done:\n" + a.log())
+        self.assertEqual(t["result"], "cba")
+        self.assertNotIn("restarting", a.log())
+
+
 class KillNineTest(NodeTestCase):
     def test_kill_9_leaves_no_orphans(self):
         self.make_queue("slow", max_attempts=5, backoff_ms=0)
