@@ -53,8 +53,8 @@ typedef struct {
 
 static muster_err_t node_spec_parse(const json_t *body, int64_t default_timeout_ms,
                                     node_spec_t *spec, fail_t *f) {
-  static const char *const allowed[] = {"name",   "hostname",   "address", "cpus",
-                                        "gpus",   "labels",     "timeout_ms", NULL};
+  static const char *const allowed[] = {"name", "hostname", "address",    "cpus",
+                                        "gpus", "labels",   "timeout_ms", NULL};
   if (jv_only(body, "", allowed, f) ||
       jv_str(body, "name", "", NULL, NAME_MAX_LEN * 4, &spec->name, f) ||
       jv_str(body, "hostname", "", NULL, NODE_MAX_TEXT, &spec->hostname, f) ||
@@ -135,7 +135,8 @@ static muster_err_t node_end_workers(store_t *st, const char *name, const char *
   }
   int64_t ended = 0;
   for (size_t i = 0; i < n; i++) {
-    int64_t k = reason ? lease_lapse_worker(st, ids[i], reason) : lease_end_worker(st, ids[i], false);
+    int64_t k =
+        reason ? lease_lapse_worker(st, ids[i], reason) : lease_end_worker(st, ids[i], false);
     if (k < 0) {
       free(ids);
       return store_fail(st, f, "ending the leases of a node's workers");
@@ -150,9 +151,9 @@ static muster_err_t node_end_workers(store_t *st, const char *name, const char *
   return MUSTER_OK;
 }
 
-#define NODE_COLUMNS                                                                              \
-  "n.name, n.hostname, n.address, n.cpus, n.gpus, n.labels, n.state, n.timeout_ms,"             \
-  " n.last_seen_ms, n.created_ms,"                                                               \
+#define NODE_COLUMNS                                                                               \
+  "n.name, n.hostname, n.address, n.cpus, n.gpus, n.labels, n.state, n.timeout_ms,"                \
+  " n.last_seen_ms, n.created_ms,"                                                                 \
   " (SELECT count(*) FROM workers w WHERE w.node = n.name AND w.state = 0)"
 
 static json_t *node_text(sqlite3_stmt *s, int col, bool decode, json_t *dflt) {
@@ -164,18 +165,16 @@ static json_t *node_text(sqlite3_stmt *s, int col, bool decode, json_t *dflt) {
 }
 
 static json_t *node_from_row(sqlite3_stmt *s) {
-  return json_pack("{s:s, s:o, s:o, s:I, s:o, s:o, s:s, s:I, s:I, s:I, s:I}", "name",
-                   (const char *)sqlite3_column_text(s, 0), "hostname",
-                   node_text(s, 1, false, json_null()), "address",
-                   node_text(s, 2, false, json_null()), "cpus",
-                   (json_int_t)sqlite3_column_int64(s, 3), "gpus",
-                   node_text(s, 4, true, json_array()), "labels",
-                   node_text(s, 5, true, json_object()), "state",
-                   sqlite3_column_int(s, 6) == NODE_ACTIVE ? "active" : "gone", "timeout_ms",
-                   (json_int_t)sqlite3_column_int64(s, 7), "last_seen_ms",
-                   (json_int_t)sqlite3_column_int64(s, 8), "created_ms",
-                   (json_int_t)sqlite3_column_int64(s, 9), "workers",
-                   (json_int_t)sqlite3_column_int64(s, 10));
+  return json_pack(
+      "{s:s, s:o, s:o, s:I, s:o, s:o, s:s, s:I, s:I, s:I, s:I}", "name",
+      (const char *)sqlite3_column_text(s, 0), "hostname", node_text(s, 1, false, json_null()),
+      "address", node_text(s, 2, false, json_null()), "cpus",
+      (json_int_t)sqlite3_column_int64(s, 3), "gpus", node_text(s, 4, true, json_array()), "labels",
+      node_text(s, 5, true, json_object()), "state",
+      sqlite3_column_int(s, 6) == NODE_ACTIVE ? "active" : "gone", "timeout_ms",
+      (json_int_t)sqlite3_column_int64(s, 7), "last_seen_ms",
+      (json_int_t)sqlite3_column_int64(s, 8), "created_ms", (json_int_t)sqlite3_column_int64(s, 9),
+      "workers", (json_int_t)sqlite3_column_int64(s, 10));
 }
 
 json_t *node_get(store_t *st, const char *name, fail_t *f) {

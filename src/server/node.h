@@ -18,7 +18,7 @@
 #include "store.h"
 
 #define NODE_DEFAULT_TIMEOUT_MS 15000
-#define NODE_MAX_TEXT 256   /* hostname and address, bytes */
+#define NODE_MAX_TEXT 256 /* hostname and address, bytes */
 #define NODE_MAX_GPUS 256
 
 typedef enum { NODE_ACTIVE = 0, NODE_GONE = 1 } node_state_t;

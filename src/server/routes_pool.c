@@ -109,8 +109,8 @@ void route_session_heartbeat(http_req_t *r) {
 
 void route_session_submit(http_req_t *r) {
   fail_t f = {0};
-  reply_or_fail(r, 201,
-                session_submit(ST(r), r->params[0], r->body, r->head->cfg.max_payload, &f), &f);
+  reply_or_fail(r, 201, session_submit(ST(r), r->params[0], r->body, r->head->cfg.max_payload, &f),
+                &f);
 }
 
 void route_session_close(http_req_t *r) {

@@ -38,8 +38,8 @@ typedef struct {
   char closed_why[128];
 } session_t;
 
-#define SESSION_COLUMNS                                                                           \
-  "id, queue, state, cleanup_on_exit, timeout_ms, created_ms, last_seen_ms, next_index,"         \
+#define SESSION_COLUMNS                                                                            \
+  "id, queue, state, cleanup_on_exit, timeout_ms, created_ms, last_seen_ms, next_index,"           \
   " last_seq, total, done, failed, coalesce(closed_why, ''), init_data"
 
 static void session_from_row(sqlite3_stmt *s, session_t *ss) {
@@ -59,15 +59,14 @@ static void session_from_row(sqlite3_stmt *s, session_t *ss) {
 }
 
 static json_t *session_to_json(store_t *st, const session_t *ss, json_t *init_data) {
-  return json_pack("{s:s, s:s, s:s, s:b, s:I, s:o, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:I, s:I}",
-                   "id", ss->id, "queue", ss->queue, "state",
-                   ss->state == SESSION_OPEN ? "open" : "closed", "cleanup_on_exit",
-                   ss->cleanup_on_exit, "timeout_ms", (json_int_t)ss->timeout_ms, "init_data",
-                   init_data, "created_ms", (json_int_t)ss->created_ms, "last_seen_ms",
-                   (json_int_t)ss->last_seen_ms, "counts", "total", (json_int_t)ss->total,
-                   "done", (json_int_t)ss->done, "failed", (json_int_t)ss->failed, "pending",
-                   (json_int_t)(ss->total - ss->done - ss->failed), "next_index",
-                   (json_int_t)ss->next_index, "updates", (json_int_t)update_last(st, ss->queue));
+  return json_pack(
+      "{s:s, s:s, s:s, s:b, s:I, s:o, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:I, s:I}", "id", ss->id,
+      "queue", ss->queue, "state", ss->state == SESSION_OPEN ? "open" : "closed", "cleanup_on_exit",
+      ss->cleanup_on_exit, "timeout_ms", (json_int_t)ss->timeout_ms, "init_data", init_data,
+      "created_ms", (json_int_t)ss->created_ms, "last_seen_ms", (json_int_t)ss->last_seen_ms,
+      "counts", "total", (json_int_t)ss->total, "done", (json_int_t)ss->done, "failed",
+      (json_int_t)ss->failed, "pending", (json_int_t)(ss->total - ss->done - ss->failed),
+      "next_index", (json_int_t)ss->next_index, "updates", (json_int_t)update_last(st, ss->queue));
 }
 
 /* Loads session `id` (open or closed) into *ss; *init_data (may be NULL)
@@ -207,7 +206,8 @@ json_t *session_create(store_t *st, const json_t *body, size_t max_payload, fail
   bool cleanup;
   int64_t timeout_ms;
   queue_t q;
-  if (jv_only(body, "", allowed, f) || jv_str(body, "queue", "", NULL, 4 * NAME_MAX_LEN, &queue, f) ||
+  if (jv_only(body, "", allowed, f) ||
+      jv_str(body, "queue", "", NULL, 4 * NAME_MAX_LEN, &queue, f) ||
       jv_bool(body, "cleanup_on_exit", "", true, &cleanup, f) ||
       jv_int(body, "timeout_ms", "", SESSION_DEFAULT_TIMEOUT_MS, 100, 7LL * 24 * 3600 * 1000,
              &timeout_ms, f))
@@ -234,7 +234,7 @@ json_t *session_create(store_t *st, const json_t *body, size_t max_payload, fail
 /* ---- submitting tasks ---- */
 
 typedef struct {
-  char *payload; /* encoded JSON, owned */
+  char *payload;           /* encoded JSON, owned */
   int64_t priority, index; /* index -1: the next automatic one */
 } submit_spec_t;
 
@@ -281,19 +281,19 @@ static json_t *submit_insert(store_t *st, session_t *ss, const submit_spec_t *sp
   for (size_t i = 0; i < n; i++) {
     int64_t index = specs[i].index >= 0 ? specs[i].index : ss->next_index, id;
     if (specs[i].index >= 0 && submit_index_used(st, ss, index)) {
-      fail_set(f, MUSTER_INVALID_STATE, "tasks[%zu].index: %lld is already in use in session %s",
-               i, (long long)index, ss->id);
+      fail_set(f, MUSTER_INVALID_STATE, "tasks[%zu].index: %lld is already in use in session %s", i,
+               (long long)index, ss->id);
       goto fail;
     }
-    if (task_insert(st, ss->queue, specs[i].payload, specs[i].priority, now, NULL, ss->id, index,
-                    0, &id, f))
+    if (task_insert(st, ss->queue, specs[i].payload, specs[i].priority, now, NULL, ss->id, index, 0,
+                    &id, f))
       goto fail;
     /* Automatic indexes continue after the highest one in use, so they never
      * collide with explicit ones. */
     if (index >= ss->next_index)
       ss->next_index = index + 1;
-    json_array_append_new(out, json_pack("{s:I, s:I}", "id", (json_int_t)id, "index",
-                                         (json_int_t)index));
+    json_array_append_new(
+        out, json_pack("{s:I, s:I}", "id", (json_int_t)id, "index", (json_int_t)index));
   }
   sqlite3_stmt *s = store_stmt(st, "UPDATE sessions SET next_index = ?2, total = total + ?3"
                                    " WHERE id = ?1");
@@ -355,8 +355,8 @@ static json_t *result_from_row(sqlite3_stmt *s) {
 #define RESULT_COLUMNS "r.idx, r.task, r.state, t.result, t.error, r.seq"
 
 /* Fills `list` from `cursor` on; returns the next cursor, -1 on store failure. */
-static int64_t results_read(store_t *st, const session_t *ss, session_order_t order,
-                            int64_t cursor, int64_t max, json_t *list) {
+static int64_t results_read(store_t *st, const session_t *ss, session_order_t order, int64_t cursor,
+                            int64_t max, json_t *list) {
   sqlite3_stmt *s =
       order == SESSION_BY_SUBMISSION
           ? store_stmt(st, "SELECT " RESULT_COLUMNS " FROM session_results r"
@@ -478,8 +478,9 @@ json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
   }
   /* Unfinished tasks are cancelled: marked so before the rows go, which
    * matters to nobody but keeps the count honest. */
-  if (session_exec(st, "UPDATE tasks SET state = 5, worker = NULL, deadline_ms = NULL"
-                       " WHERE session = ?1 AND state IN (0, 1)",
+  if (session_exec(st,
+                   "UPDATE tasks SET state = 5, worker = NULL, deadline_ms = NULL"
+                   " WHERE session = ?1 AND state IN (0, 1)",
                    id, &cancelled, f) ||
       session_exec(st, "DELETE FROM tasks WHERE session = ?1", id, &deleted, f) ||
       session_exec(st, "DELETE FROM session_results WHERE session = ?1", id, NULL, f) ||

@@ -18,7 +18,7 @@
 #include "store.h"
 
 #define SESSION_DEFAULT_TIMEOUT_MS 60000
-#define SESSION_ID_LEN 18      /* "s-" and 16 hex digits */
+#define SESSION_ID_LEN 18 /* "s-" and 16 hex digits */
 #define SESSION_MAX_RESULTS 1000
 
 typedef enum { SESSION_OPEN = 0, SESSION_CLOSED = 1 } session_state_t;

@@ -118,11 +118,11 @@ static int64_t update_collect(store_t *st, const char *queue, int64_t after, int
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     const unsigned char *session = sqlite3_column_text(s, 2);
     last = sqlite3_column_int64(s, 0);
-    json_array_append_new(
-        list, json_pack("{s:I, s:o, s:o, s:I}", "seq", (json_int_t)last, "data",
-                        jv_decode((const char *)sqlite3_column_text(s, 1)), "session",
-                        session ? json_string((const char *)session) : json_null(), "created_ms",
-                        (json_int_t)sqlite3_column_int64(s, 3)));
+    json_array_append_new(list,
+                          json_pack("{s:I, s:o, s:o, s:I}", "seq", (json_int_t)last, "data",
+                                    jv_decode((const char *)sqlite3_column_text(s, 1)), "session",
+                                    session ? json_string((const char *)session) : json_null(),
+                                    "created_ms", (json_int_t)sqlite3_column_int64(s, 3)));
   }
   store_reset(s);
   return rc == SQLITE_DONE ? last : -1;
