@@ -179,9 +179,9 @@ json_t *compat_pipelines_json(void) {
                                               "queue", pipelines[p].queues[i]));
     char prefix[sizeof COMPAT_PREFIX + NAME_MAX_LEN];
     snprintf(prefix, sizeof prefix, COMPAT_PREFIX "%s", pipelines[p].name);
-    json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:o}", "name", pipelines[p].name,
-                                          "project", pipelines[p].name, "prefix", prefix,
-                                          "stages", stages));
+    json_array_append_new(list,
+                          json_pack("{s:s, s:s, s:s, s:o}", "name", pipelines[p].name, "project",
+                                    pipelines[p].name, "prefix", prefix, "stages", stages));
   }
   return json_pack("{s:o}", "pipelines", list);
 }
@@ -264,7 +264,7 @@ static muster_err_t compat_worker_load(store_t *st, const pipeline_t *pipe, cons
   return store_fail(st, f, "distcompute worker");
 }
 
-/* The worker of the body's token, active; NULL after a 400 or 404 reply. */
+/* Loads the active worker of the body's token into *w; false after a 400 or 404 reply. */
 static bool compat_worker(http_req_t *r, const pipeline_t *pipe, dc_worker_t *w) {
   const char *token = compat_field(r, "token");
   if (token == NULL)
@@ -325,9 +325,9 @@ static muster_err_t compat_touch(http_req_t *r, const dc_worker_t *w, const char
   json_decref(out);
   int64_t task, token;
   if (compat_current(r->head->st, w, &task, &token)) {
-    out = compat_lease_op(r, w, LEASE_EXTEND,
-                          json_pack("{s:I}", "lease_ms", (json_int_t)w->timeout_ms), task, token,
-                          f);
+    out =
+        compat_lease_op(r, w, LEASE_EXTEND,
+                        json_pack("{s:I}", "lease_ms", (json_int_t)w->timeout_ms), task, token, f);
     if (out == NULL)
       return f->code;
     json_decref(out);
@@ -402,8 +402,7 @@ static json_t *compat_decode_data(const json_t *data) {
   const char *text = json_string_value(data);
   size_t len = json_string_length(data), mark = strlen(COMPAT_JSON_MARK);
   if (len >= mark && strncmp(text, COMPAT_JSON_MARK, mark) == 0) {
-    json_t *value =
-        json_loadb(text + mark, len - mark, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    json_t *value = json_loadb(text + mark, len - mark, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     if (value)
       return value;
   }
@@ -443,10 +442,9 @@ void compat_h_new(http_req_t *r) {
     return;
   const char *nickname = http_query(r, "nickname");
   char letter[2] = {(char)('a' + stage), '\0'}, token[2 * COMPAT_TOKEN_BYTES + 1];
-  json_t *body = json_pack("{s:s, s:[s], s:{s:s, s:s}}", "nickname",
-                           nickname && nickname[0] ? nickname : "anonymous", "queues",
-                           pipe->queues[stage], "labels", "distcompute", pipe->name, "stage",
-                           letter);
+  json_t *body = json_pack(
+      "{s:s, s:[s], s:{s:s, s:s}}", "nickname", nickname && nickname[0] ? nickname : "anonymous",
+      "queues", pipe->queues[stage], "labels", "distcompute", pipe->name, "stage", letter);
   fail_t f = {0};
   json_t *worker = worker_register(r->head->st, body, r->head->cfg.worker_timeout_ms, &f);
   json_decref(body);
@@ -460,8 +458,8 @@ void compat_h_new(http_req_t *r) {
   if (f.code == MUSTER_OK && compat_save_worker(r->head->st, token, pipe, stage, id, &f) == 0)
     http_reply_json(r, 200,
                     json_pack("{s:s, s:O, s:s, s:s}", "token", token, "display_name",
-                              json_object_get(worker, "name"), "project", pipe->name,
-                              "stage_name", pipe->queues[stage]));
+                              json_object_get(worker, "name"), "project", pipe->name, "stage_name",
+                              pipe->queues[stage]));
   else
     compat_fail(r, &f);
   json_decref(worker);
@@ -488,8 +486,9 @@ static void compat_give_job(http_req_t *r, const dc_worker_t *w) {
   if (leases == NULL || (lease && (data == NULL || number == 0)))
     compat_fail(r, &f);
   else if (lease == NULL)
-    compat_text(r, 403, "Either there are no new jobs available, or there was an error whilst "
-                        "finding a job. Keep retrying, as jobs are dynamically created.");
+    compat_text(r, 403,
+                "Either there are no new jobs available, or there was an error whilst "
+                "finding a job. Keep retrying, as jobs are dynamically created.");
   else
     http_reply_json(r, 200, json_pack("{s:s, s:I}", "data", data, "number", (json_int_t)number));
   free(data);
@@ -569,8 +568,8 @@ void compat_h_complete_job(http_req_t *r) {
     return;
   }
   json_t *result = compat_decode_data(json_object_get(r->body, "data"));
-  json_t *out = compat_lease_op(r, &w, LEASE_COMPLETE, json_pack("{s:o}", "result", result),
-                                task, token, &f);
+  json_t *out =
+      compat_lease_op(r, &w, LEASE_COMPLETE, json_pack("{s:o}", "result", result), task, token, &f);
   if (out == NULL || compat_touch(r, &w, "Completed Job", &f))
     compat_fail(r, &f);
   else
@@ -592,9 +591,9 @@ void compat_h_flag_invalid(http_req_t *r) {
       compat_fail(r, &f);
     return;
   }
-  json_t *out = compat_lease_op(
-      r, &w, LEASE_FLAG, json_pack("{s:s}", "reason", "flagged by a DistCompute worker"), task,
-      token, &f);
+  json_t *out = compat_lease_op(r, &w, LEASE_FLAG,
+                                json_pack("{s:s}", "reason", "flagged by a DistCompute worker"),
+                                task, token, &f);
   if (out == NULL || compat_touch(r, &w, "Flagged invalid data", &f))
     compat_fail(r, &f);
   else

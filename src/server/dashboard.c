@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DASHBOARD_CSP                                                                             \
-  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "             \
+#define DASHBOARD_CSP                                                                              \
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "                \
   "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 const dashboard_asset_t *dashboard_asset(const char *name) {

@@ -33,12 +33,9 @@
 #define METRICS_OTHER_QUEUE "~other"
 
 static const char *const counter_names[METRIC_COUNTER_COUNT] = {
-    [METRIC_LEASES_GRANTED] = "leases_granted",
-    [METRIC_TASKS_COMPLETED] = "tasks_completed",
-    [METRIC_TASKS_FAILED] = "tasks_failed",
-    [METRIC_TASKS_RETRIED] = "tasks_retried",
-    [METRIC_TASKS_DEAD] = "tasks_dead",
-    [METRIC_LEASES_EXPIRED] = "leases_expired",
+    [METRIC_LEASES_GRANTED] = "leases_granted", [METRIC_TASKS_COMPLETED] = "tasks_completed",
+    [METRIC_TASKS_FAILED] = "tasks_failed",     [METRIC_TASKS_RETRIED] = "tasks_retried",
+    [METRIC_TASKS_DEAD] = "tasks_dead",         [METRIC_LEASES_EXPIRED] = "leases_expired",
     [METRIC_TASKS_FLAGGED] = "tasks_flagged",
 };
 
@@ -46,15 +43,17 @@ static const char *const counter_help[METRIC_COUNTER_COUNT] = {
     [METRIC_LEASES_GRANTED] = "Tasks leased to workers.",
     [METRIC_TASKS_COMPLETED] = "Leases completed.",
     [METRIC_TASKS_FAILED] = "Leases failed by their worker (retried or not).",
-    [METRIC_TASKS_RETRIED] = "Tasks put back to queued after a failure, an expiry or a worker timeout.",
-    [METRIC_TASKS_DEAD] = "Tasks that went dead: out of attempts, or flagged too often at the first stage.",
+    [METRIC_TASKS_RETRIED] =
+        "Tasks put back to queued after a failure, an expiry or a worker timeout.",
+    [METRIC_TASKS_DEAD] =
+        "Tasks that went dead: out of attempts, or flagged too often at the first stage.",
     [METRIC_LEASES_EXPIRED] = "Leases that passed their deadline.",
     [METRIC_TASKS_FLAGGED] = "Invalid-data flags raised by workers.",
 };
 
 /* Seconds; the last bucket before +Inf. */
 static const double latency_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                        0.1,    0.25,  0.5,    1,     2.5,   5,     10};
+                                        0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 #define N_LATENCY (sizeof latency_bounds / sizeof latency_bounds[0])
 static const double commit_bounds[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                        0.025,  0.05,    0.1,    0.25,  0.5,    1};
@@ -75,7 +74,7 @@ typedef struct {
 typedef struct {
   char name[NAME_MAX_LEN + 1];
   uint64_t counters[METRIC_COUNTER_COUNT];
-  int64_t ring_second;                  /* the second that ring[ring_second % N] holds */
+  int64_t ring_second;                 /* the second that ring[ring_second % N] holds */
   uint32_t ring[METRICS_RING_SECONDS]; /* completions per second */
 } queue_stats_t;
 
@@ -96,8 +95,8 @@ static struct {
   int16_t index[METRICS_INDEX_SLOTS]; /* queue record + 1; 0: empty */
   pending_t *pending;
   size_t npending, pending_cap;
-  size_t request_start;       /* the running request's first event in `pending` */
-  uint64_t turn_requests;     /* requests ended since the last commit */
+  size_t request_start;   /* the running request's first event in `pending` */
+  uint64_t turn_requests; /* requests ended since the last commit */
   uint64_t worker_timeouts;
   uint64_t commit_failures;
   histogram_t commit_latency, commit_batch;
@@ -274,9 +273,10 @@ json_t *metrics_throughput(int64_t seconds) {
     json_t *series = json_array();
     for (int64_t k = 0; k < seconds; k++) {
       int64_t s = second - seconds + 1 + k;
-      uint32_t n = q->ring_second ? q->ring[((s % METRICS_RING_SECONDS) + METRICS_RING_SECONDS) %
-                                            METRICS_RING_SECONDS]
-                                  : 0;
+      uint32_t n =
+          q->ring_second
+              ? q->ring[((s % METRICS_RING_SECONDS) + METRICS_RING_SECONDS) % METRICS_RING_SECONDS]
+              : 0;
       sums[k] += n;
       json_array_append_new(series, json_integer(n));
     }
@@ -395,12 +395,12 @@ static bool metrics_render_workers(head_t *h, metrics_out_t *out) {
   store_reset(s);
   metrics_family(out, "muster_workers", "gauge",
                  "Registered workers by state (gone: said bye or timed out), now.");
-  metrics_printf(out, "muster_workers{state=\"active\"} %lld\nmuster_workers{state=\"gone\"} %lld\n",
+  metrics_printf(out,
+                 "muster_workers{state=\"active\"} %lld\nmuster_workers{state=\"gone\"} %lld\n",
                  (long long)active, (long long)gone);
   metrics_family(out, "muster_worker_timeouts_total", "counter",
                  "Workers that went silent past their heartbeat timeout.");
-  metrics_printf(out, "muster_worker_timeouts_total %llu\n",
-                 (unsigned long long)m.worker_timeouts);
+  metrics_printf(out, "muster_worker_timeouts_total %llu\n", (unsigned long long)m.worker_timeouts);
   return true;
 }
 
