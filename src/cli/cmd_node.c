@@ -36,15 +36,16 @@ const cli_opt_t cli_node_opts[] = {
     {"queue", "Q", "queue the workers serve; without it no workers are started"},
     {"plugin", "PATH", "worker plugin (.so, see docs/node.md) instead of a command"},
     {"init-data", "JSON", "data for the plugin's init, as JSON text (default null)"},
-    {"gpus", "LIST", "use only these GPU indexes, e.g. 0,2 (default: CUDA_VISIBLE_DEVICES, "
-                     "else every GPU)"},
+    {"gpus", "LIST",
+     "use only these GPU indexes, e.g. 0,2 (default: CUDA_VISIBLE_DEVICES, "
+     "else every GPU)"},
     {"min-gpu-memory", "MB", "skip GPUs with less total memory"},
     {"workers", "N", "CPU workers where there is no GPU (default: the number of cores)"},
     {"concurrency", "N", "tasks each command worker runs at once (default 1)"},
     {"nickname", "NAME", "leaderboard name of the workers"},
     {"json-result", NULL, "parse the command's stdout as JSON instead of storing a string"},
-    {"lock-file", "PATH", "the one-agent-per-machine lock (env MUSTER_NODE_LOCK, default "
-                          NODE_DEFAULT_LOCK ")"},
+    {"lock-file", "PATH",
+     "the one-agent-per-machine lock (env MUSTER_NODE_LOCK, default " NODE_DEFAULT_LOCK ")"},
     {NULL, NULL, NULL},
 };
 
@@ -123,9 +124,9 @@ int cmd_node(cli_args_t *args) {
 /* ---- muster head ------------------------------------------------------------ */
 
 /* The agent options `muster head` takes (value-taking ones, then flags). */
-static const char *const head_agent_valued[] = {"queue",   "plugin",    "init-data",   "gpus",
-                                                "min-gpu-memory", "workers", "concurrency",
-                                                "nickname", "lock-file", "name", NULL};
+static const char *const head_agent_valued[] = {
+    "queue",    "plugin",    "init-data", "gpus", "min-gpu-memory", "workers", "concurrency",
+    "nickname", "lock-file", "name",      NULL};
 static const char *const head_agent_flags[] = {"json-result", "server-only", NULL};
 
 /* The index of `--name[=...]` in `list`, or -1. */
@@ -239,8 +240,8 @@ static int head_local_agent(pid_t head_pid, int agent_argc, char **agent_argv, c
   memset(&cfg, 0, sizeof cfg);
   int rc = node_read_opts(&args, &cfg);
   char url[1024], token[1024];
-  if (rc == CLI_OK && head_wait_ready(head_pid, dir, stale, url, sizeof url, token,
-                                      sizeof token) == 0) {
+  if (rc == CLI_OK &&
+      head_wait_ready(head_pid, dir, stale, url, sizeof url, token, sizeof token) == 0) {
     cfg.head_url = url;
     cfg.token = token[0] ? token : NULL;
     cfg.listen = "none";

@@ -58,14 +58,10 @@ int worker_plugin_init(worker_t *w) {
 void worker_plugin_update(worker_t *w, int64_t seq, const char *data, const char *session) {
   if (w->plugin->handle_update == NULL)
     return;
-  muster_plugin_update_t update = {.seq = seq,
-                                   .data = data,
-                                   .data_len = strlen(data),
-                                   .queue = w->queue,
-                                   .session = session};
+  muster_plugin_update_t update = {
+      .seq = seq, .data = data, .data_len = strlen(data), .queue = w->queue, .session = session};
   if (w->plugin->handle_update(w->plugin_state, &update) != 0)
-    fprintf(stderr, "muster worker: plugin: handle_update of update %lld failed\n",
-            (long long)seq);
+    fprintf(stderr, "muster worker: plugin: handle_update of update %lld failed\n", (long long)seq);
 }
 
 /* Publishes the running task for the heartbeat thread (0: none). */

@@ -77,8 +77,7 @@ static void update_apply(worker_t *w, int64_t seq, json_t *data, json_t *session
     free(text);
   } else if (w->updates_fd >= 0) {
     json_t *line = json_pack("{s:I, s:O, s:O}", "seq", (json_int_t)seq, "data",
-                             data ? data : json_null(), "session",
-                             session ? session : json_null());
+                             data ? data : json_null(), "session", session ? session : json_null());
     char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
     json_decref(line);
     if (text) {

@@ -76,11 +76,11 @@ void agent_report_crash(node_agent_t *a, int64_t id) {
 typedef struct {
   node_agent_t *a;
   muster_client_t *client;
-  int notify_fd;        /* write end of the "registered" pipe */
-  int registered;       /* 1 registered, 0 not yet, -1 the head has no node API */
-  int failing;          /* the last call failed (log a streak once) */
-  int64_t beat_ms;      /* heartbeat interval */
-  int64_t next_ms;      /* when the next registration or heartbeat is due */
+  int notify_fd;   /* write end of the "registered" pipe */
+  int registered;  /* 1 registered, 0 not yet, -1 the head has no node API */
+  int failing;     /* the last call failed (log a streak once) */
+  int64_t beat_ms; /* heartbeat interval */
+  int64_t next_ms; /* when the next registration or heartbeat is due */
 } agent_bg_t;
 
 /* The node's registration body (json). */
@@ -95,8 +95,8 @@ static json_t *agent_node_json(const node_agent_t *a) {
       json_object_set_new(gpu, "memory_free_mb", json_integer(g->memory_free_mb));
     json_array_append_new(gpus, gpu);
   }
-  return json_pack("{s:s, s:s, s:s, s:i, s:o}", "name", a->name, "hostname", a->hostname,
-                   "address", a->address, "cpus", a->cpus, "gpus", gpus);
+  return json_pack("{s:s, s:s, s:s, s:i, s:o}", "name", a->name, "hostname", a->hostname, "address",
+                   a->address, "cpus", a->cpus, "gpus", gpus);
 }
 
 /* POST /v1/nodes; sets the heartbeat interval from the node's timeout. */
@@ -222,9 +222,9 @@ static void *agent_bg_main(void *arg) {
 typedef struct {
   node_agent_t *a;
   agent_bg_t *bg;
-  int signals;             /* stop signals received */
-  int started;             /* workers were started */
-  struct event *hard_ev;   /* SIGKILL timer of a hard stop */
+  int signals;           /* stop signals received */
+  int started;           /* workers were started */
+  struct event *hard_ev; /* SIGKILL timer of a hard stop */
 } agent_loop_t;
 
 static void agent_finish_if_done(agent_loop_t *l) {
@@ -259,8 +259,9 @@ static void agent_on_signal(evutil_socket_t sig, short what, void *arg) {
     if (l->hard_ev)
       evtimer_add(l->hard_ev, &tv);
   } else if (++l->signals == 1) {
-    agent_log(a, "got signal %d: stopping the workers after their running tasks "
-                 "(signal again to stop them now)",
+    agent_log(a,
+              "got signal %d: stopping the workers after their running tasks "
+              "(signal again to stop them now)",
               (int)sig);
     a->stopping = a->stopping ? a->stopping : 1;
     sup_signal_all(a, SIGTERM);
@@ -296,10 +297,12 @@ static int agent_identity(node_agent_t *a) {
     snprintf(a->hostname, sizeof a->hostname, "localhost");
   const char *name = a->cfg->name ? a->cfg->name : a->hostname;
   size_t len = strlen(name);
-  if (len == 0 || len > 128 || strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                                            "0123456789._-") != len) {
-    agent_log(a, "node name '%s': use 1 to 128 characters of letters, digits, '.', '_' and '-' "
-                 "(--name)",
+  if (len == 0 || len > 128 ||
+      strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                   "0123456789._-") != len) {
+    agent_log(a,
+              "node name '%s': use 1 to 128 characters of letters, digits, '.', '_' and '-' "
+              "(--name)",
               name);
     return -1;
   }
@@ -332,8 +335,8 @@ static int agent_plan_workers(node_agent_t *a) {
     at += (size_t)snprintf(list + at, sizeof list - at, "%s%d (%s, %lld MiB)", i ? ", " : "",
                            a->gpus.gpus[i].index, a->gpus.gpus[i].name,
                            (long long)a->gpus.gpus[i].memory_total_mb);
-  agent_log(a, "GPU detection (%s): %d found, %d used%s%s", a->gpus.source, detected,
-            a->gpus.count, a->gpus.count ? ": " : "", list);
+  agent_log(a, "GPU detection (%s): %d found, %d used%s%s", a->gpus.source, detected, a->gpus.count,
+            a->gpus.count ? ": " : "", list);
   if (cfg->queue == NULL)
     a->nworkers = 0;
   else if (a->gpus.count > 0)
@@ -458,8 +461,8 @@ int node_agent_main(const node_config_t *cfg) {
   char err[1024];
   if (agent_identity(&a) != 0)
     return 1;
-  a.lock_fd = node_lock_take(lock_path && lock_path[0] ? lock_path : NODE_DEFAULT_LOCK, err,
-                             sizeof err);
+  a.lock_fd =
+      node_lock_take(lock_path && lock_path[0] ? lock_path : NODE_DEFAULT_LOCK, err, sizeof err);
   if (a.lock_fd < 0) {
     agent_log(&a, "%s", err);
     return cfg->lock_busy_ok ? 0 : 1;

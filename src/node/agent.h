@@ -21,26 +21,26 @@ typedef struct node_agent node_agent_t;
 /* One supervised worker process (a `muster worker` run by the agent). */
 typedef struct {
   node_agent_t *agent;
-  int slot;              /* 0-based position among the agent's workers */
-  int gpu;               /* the GPU it owns (an index), or -1 for a CPU worker */
-  pid_t pid;             /* 0 while not running */
-  int report_fd;         /* read end of the pipe the worker reports its id on, or -1 */
+  int slot;      /* 0-based position among the agent's workers */
+  int gpu;       /* the GPU it owns (an index), or -1 for a CPU worker */
+  pid_t pid;     /* 0 while not running */
+  int report_fd; /* read end of the pipe the worker reports its id on, or -1 */
   struct event *report_ev;
   struct event *restart_ev;
-  char report[64];       /* a partial "worker ID" line */
+  char report[64]; /* a partial "worker ID" line */
   size_t report_len;
-  int64_t worker_id;     /* the id it registered with, 0 before it said */
-  int64_t started_ms;    /* monotonic start time of the current process */
-  int quick_deaths;      /* deaths in a row within NODE_STABLE_MS of the start */
-  int signalled;         /* we sent it a stop signal: its death is no crash */
+  int64_t worker_id;  /* the id it registered with, 0 before it said */
+  int64_t started_ms; /* monotonic start time of the current process */
+  int quick_deaths;   /* deaths in a row within NODE_STABLE_MS of the start */
+  int signalled;      /* we sent it a stop signal: its death is no crash */
 } node_worker_t;
 
 struct node_agent {
   const node_config_t *cfg;
-  char name[129];        /* node name */
+  char name[129]; /* node name */
   char hostname[256];
-  char address[300];     /* host:port clients may use (the forwarder's), or the head's */
-  char self_exe[4096];   /* /proc/self/exe, resolved at start */
+  char address[300];   /* host:port clients may use (the forwarder's), or the head's */
+  char self_exe[4096]; /* /proc/self/exe, resolved at start */
   int lock_fd;
   int cpus;
   node_gpus_t gpus;
@@ -49,24 +49,24 @@ struct node_agent {
   /* workers */
   node_worker_t *workers;
   int nworkers;
-  int stopping;          /* 0 running; 1 graceful stop; 2 hard stop */
-  char **worker_argv;    /* argv of every worker process (owned) */
-  char **worker_env;     /* environment template; the per-worker variables come last (owned) */
-  size_t worker_env_base;/* entries before the per-worker ones */
+  int stopping;           /* 0 running; 1 graceful stop; 2 hard stop */
+  char **worker_argv;     /* argv of every worker process (owned) */
+  char **worker_env;      /* environment template; the per-worker variables come last (owned) */
+  size_t worker_env_base; /* entries before the per-worker ones */
 
   /* forwarder (forward.c) */
   struct evhttp *http;
   char head_host[256];
   int head_port;
-  void *fwd_pool;        /* idle connections to the head */
-  int listen_port;       /* the port bound, 0 when none */
+  void *fwd_pool;  /* idle connections to the head */
+  int listen_port; /* the port bound, 0 when none */
 
   /* background thread (agent.c) */
   pthread_t bg;
   pthread_mutex_t lock;
   pthread_cond_t wake;
   int bg_stop;
-  int64_t *crashed;      /* worker ids to report as crashed (under lock) */
+  int64_t *crashed; /* worker ids to report as crashed (under lock) */
   size_t ncrashed, crashed_cap;
 };
 

@@ -29,8 +29,8 @@
 #include <string.h>
 #include <strings.h>
 
-#define FWD_TIMEOUT_S 3600          /* a request may wait this long (long-polls are shorter) */
-#define FWD_MAX_BODY (1024L << 20)  /* the head's own limit is far lower */
+#define FWD_TIMEOUT_S 3600         /* a request may wait this long (long-polls are shorter) */
+#define FWD_MAX_BODY (1024L << 20) /* the head's own limit is far lower */
 
 typedef struct fwd_conn {
   struct evhttp_connection *evcon;
@@ -42,14 +42,22 @@ typedef struct {
   node_agent_t *agent;
   struct evhttp_request *in; /* the client's request */
   fwd_conn_t *conn;
-  int started;               /* the reply to the client has started */
-  int error;                 /* the evhttp error, when the head's reply failed */
+  int started; /* the reply to the client has started */
+  int error;   /* the evhttp error, when the head's reply failed */
 } fwd_req_t;
 
-static const char *const fwd_hop_headers[] = {
-    "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization",
-    "TE",         "Trailer",    "Transfer-Encoding", "Upgrade",          "Host",
-    "Content-Length", NULL};
+static const char *const fwd_hop_headers[] = {"Connection",
+                                              "Keep-Alive",
+                                              "Proxy-Connection",
+                                              "Proxy-Authenticate",
+                                              "Proxy-Authorization",
+                                              "TE",
+                                              "Trailer",
+                                              "Transfer-Encoding",
+                                              "Upgrade",
+                                              "Host",
+                                              "Content-Length",
+                                              NULL};
 
 /* Non-zero for a header that must not cross the agent (`keep_length`: a
  * reply's Content-Length stays, so the client gets the body unchunked). */
@@ -102,7 +110,8 @@ static void fwd_send_error(struct evhttp_request *in, int status, const char *co
   struct evkeyvalq *out = evhttp_request_get_output_headers(in);
   evhttp_add_header(out, "Content-Type", "application/json");
   if (body)
-    evbuffer_add_printf(body, "{\"error\": {\"code\": \"%s\", \"message\": \"%s\"}}", code, message);
+    evbuffer_add_printf(body, "{\"error\": {\"code\": \"%s\", \"message\": \"%s\"}}", code,
+                        message);
   evhttp_send_reply(in, status, status == 503 ? "Service Unavailable" : "Bad Gateway", body);
   if (body)
     evbuffer_free(body);
@@ -135,12 +144,18 @@ static void fwd_on_error(enum evhttp_request_error error, void *arg) {
 
 static const char *fwd_error_text(int error) {
   switch (error - 1) {
-  case EVREQ_HTTP_TIMEOUT: return "timed out";
-  case EVREQ_HTTP_EOF: return "connection refused or closed";
-  case EVREQ_HTTP_INVALID_HEADER: return "invalid reply headers";
-  case EVREQ_HTTP_BUFFER_ERROR: return "connection error";
-  case EVREQ_HTTP_DATA_TOO_LONG: return "reply too large";
-  default: return "request failed";
+  case EVREQ_HTTP_TIMEOUT:
+    return "timed out";
+  case EVREQ_HTTP_EOF:
+    return "connection refused or closed";
+  case EVREQ_HTTP_INVALID_HEADER:
+    return "invalid reply headers";
+  case EVREQ_HTTP_BUFFER_ERROR:
+    return "connection error";
+  case EVREQ_HTTP_DATA_TOO_LONG:
+    return "reply too large";
+  default:
+    return "request failed";
   }
 }
 
@@ -164,8 +179,8 @@ static void fwd_on_done(struct evhttp_request *out, void *arg) {
       evhttp_send_reply_end(f->in); /* the client left already: this frees the request */
   } else {
     char message[512];
-    snprintf(message, sizeof message, "node agent %s cannot reach the head at %s:%d: %s",
-             a->name, a->head_host, a->head_port, fwd_error_text(f->error));
+    snprintf(message, sizeof message, "node agent %s cannot reach the head at %s:%d: %s", a->name,
+             a->head_host, a->head_port, fwd_error_text(f->error));
     fwd_send_error(f->in, 503, "unavailable", message);
   }
   fwd_conn_put(a, f->conn);
@@ -284,10 +299,11 @@ int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size) {
   evhttp_set_max_body_size(a->http, FWD_MAX_BODY);
   evhttp_set_timeout(a->http, FWD_TIMEOUT_S);
   evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-                                          EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
-                                          EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
+                                          EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD | EVHTTP_REQ_PATCH |
+                                          EVHTTP_REQ_OPTIONS);
   evhttp_set_gencb(a->http, fwd_on_request, a);
-  struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(a->http, host, (ev_uint16_t)port);
+  struct evhttp_bound_socket *sock =
+      evhttp_bind_socket_with_handle(a->http, host, (ev_uint16_t)port);
   if (sock == NULL) {
     snprintf(err, err_size, "cannot listen on %s (in use, or not an address of this machine)",
              listen);

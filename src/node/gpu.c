@@ -57,8 +57,7 @@ static int gpu_nvml_bind(void *lib, gpu_nvml_t *nvml) {
   *(void **)&nvml->handle = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
   *(void **)&nvml->name = dlsym(lib, "nvmlDeviceGetName");
   *(void **)&nvml->memory = dlsym(lib, "nvmlDeviceGetMemoryInfo");
-  return nvml->init && nvml->shutdown && nvml->count && nvml->handle && nvml->name &&
-                 nvml->memory
+  return nvml->init && nvml->shutdown && nvml->count && nvml->handle && nvml->name && nvml->memory
              ? 0
              : -1;
 }
@@ -291,7 +290,8 @@ int gpu_filter(node_gpus_t *gpus, const char *only, int64_t min_memory_mb, char 
     int listed = nwanted < 0;
     for (int k = 0; k < nwanted && !listed; k++)
       listed = wanted[k] == gpu->index;
-    int big = min_memory_mb <= 0 || gpu->memory_total_mb < 0 || gpu->memory_total_mb >= min_memory_mb;
+    int big =
+        min_memory_mb <= 0 || gpu->memory_total_mb < 0 || gpu->memory_total_mb >= min_memory_mb;
     if (listed && big)
       gpus->gpus[kept++] = *gpu;
   }

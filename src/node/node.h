@@ -70,20 +70,20 @@ void node_lock_describe(int fd, const char *info);
 /* ---- the agent ------------------------------------------------------------ */
 
 typedef struct {
-  const char *head_url;   /* http://HOST:PORT of the head (required) */
-  const char *token;      /* bearer token for the head */
-  const char *name;       /* node name; NULL: the hostname */
-  const char *listen;     /* HOST:PORT for the API; NULL: 127.0.0.1:7371; "none": no port */
-  const char *lock_path;  /* NULL: NODE_DEFAULT_LOCK (env MUSTER_NODE_LOCK overrides) */
-  const char *gpus;       /* --gpus list, or NULL (then CUDA_VISIBLE_DEVICES) */
+  const char *head_url;  /* http://HOST:PORT of the head (required) */
+  const char *token;     /* bearer token for the head */
+  const char *name;      /* node name; NULL: the hostname */
+  const char *listen;    /* HOST:PORT for the API; NULL: 127.0.0.1:7371; "none": no port */
+  const char *lock_path; /* NULL: NODE_DEFAULT_LOCK (env MUSTER_NODE_LOCK overrides) */
+  const char *gpus;      /* --gpus list, or NULL (then CUDA_VISIBLE_DEVICES) */
   int64_t min_gpu_memory_mb;
-  int64_t cpu_workers;    /* --workers; -1: the number of usable cores */
+  int64_t cpu_workers; /* --workers; -1: the number of usable cores */
   /* the worker processes; no queue: the agent starts no workers */
   const char *queue;
   const char *plugin;
   const char *init_data;
   const char *nickname;
-  int64_t concurrency;    /* slots per worker process (command workers) */
+  int64_t concurrency; /* slots per worker process (command workers) */
   int json_result;
   char **cmd;             /* NULL-terminated command, or NULL */
   const char *log_prefix; /* "muster node" or "muster head" */

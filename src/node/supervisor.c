@@ -42,8 +42,9 @@ extern char **environ;
 
 /* Variables the agent sets for its workers; inherited values are dropped. */
 static const char *const sup_own_vars[] = {
-    "MUSTER_TOKEN=",  "MUSTER_AGENT_FD=", "MUSTER_NODE=", "MUSTER_GPU=",        "MUSTER_URL=",
-    "MUSTER_WORKER_SLOT=", "CUDA_VISIBLE_DEVICES=", "CUDA_DEVICE_ORDER=", NULL};
+    "MUSTER_TOKEN=",         "MUSTER_AGENT_FD=",   "MUSTER_NODE=",
+    "MUSTER_GPU=",           "MUSTER_URL=",        "MUSTER_WORKER_SLOT=",
+    "CUDA_VISIBLE_DEVICES=", "CUDA_DEVICE_ORDER=", NULL};
 
 static int sup_is_own_var(const char *entry) {
   for (int i = 0; sup_own_vars[i]; i++)
@@ -73,8 +74,8 @@ static void sup_build_argv(node_agent_t *a) {
   size_t n = 0;
   char concurrency[32];
   snprintf(concurrency, sizeof concurrency, "%lld", (long long)cfg->concurrency);
-  const char *fixed[] = {a->self_exe, "worker", "--url", cfg->head_url, "--queue", cfg->queue,
-                         "--node", a->name};
+  const char *fixed[] = {a->self_exe, "worker",   "--url",  cfg->head_url,
+                         "--queue",   cfg->queue, "--node", a->name};
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
     argv[n++] = sup_strdup(fixed[i]);
   const char *pairs[][2] = {{"--nickname", cfg->nickname},
