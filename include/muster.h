@@ -574,8 +574,6 @@ void muster_pool_close(muster_pool_t *pool);
 
 /* ==== end of pools and sessions ==== */
 
-#ifdef __cplusplus
-}
 /* ==== worker plugin ABI (docs/node.md "Worker plugins") ==== */
 
 /*
@@ -644,3 +642,5 @@ typedef const muster_plugin_t *(*muster_plugin_entry_t)(void);
 
 #endif
 #endif /* MUSTER_H */
+#ifdef __cplusplus
+}
