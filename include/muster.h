@@ -640,7 +640,7 @@ typedef const muster_plugin_t *(*muster_plugin_entry_t)(void);
 
 /* ==== end of worker plugin ABI ==== */
 
-#endif
-#endif /* MUSTER_H */
 #ifdef __cplusplus
 }
+#endif
+#endif /* MUSTER_H */
