@@ -44,6 +44,8 @@ extern "C" {
   XX(QUEUE_NOT_FOUND, "queue_not_found", 404, "no such queue")                        \
   XX(TASK_NOT_FOUND, "task_not_found", 404, "no such task")                           \
   XX(WORKER_NOT_FOUND, "worker_not_found", 404, "no such worker, or it timed out")    \
+  XX(NODE_NOT_FOUND, "node_not_found", 404, "no such node, or it timed out")          \
+  XX(SESSION_NOT_FOUND, "session_not_found", 404, "no such session, or it was closed") \
   XX(ITERATION_NOT_FOUND, "iteration_not_found", 404, "no such iteration")             \
   XX(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "this endpoint does not take that method") \
   XX(LEASE_LOST, "lease_lost", 409,                                                   \

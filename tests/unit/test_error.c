@@ -37,6 +37,8 @@ static const expected_row_t expected[] = {
     {MUSTER_QUEUE_NOT_FOUND, "queue_not_found", 404},
     {MUSTER_TASK_NOT_FOUND, "task_not_found", 404},
     {MUSTER_WORKER_NOT_FOUND, "worker_not_found", 404},
+    {MUSTER_NODE_NOT_FOUND, "node_not_found", 404},
+    {MUSTER_SESSION_NOT_FOUND, "session_not_found", 404},
     {MUSTER_ITERATION_NOT_FOUND, "iteration_not_found", 404},
     {MUSTER_METHOD_NOT_ALLOWED, "method_not_allowed", 405},
     {MUSTER_LEASE_LOST, "lease_lost", 409},
