@@ -499,5 +499,34 @@ class SessionCleanupTest(SessionCase):
         self.expect_error("GET", "/v1/sessions/" + sid, None, 404, "session_not_found")
 
 
+class SessionRestartTest(SessionCase):
+    """Sessions, their results and their numbering survive kill -9 of the head."""
+
+    def test_survives_kill(self):
+        self.create_queue()
+        s = self.open_session(init_data={"k": 1})
+        sid = s["id"]
+        self.submit(sid, [{"payload": i} for i in range(3)])
+        leases = self.lease_by_index(3)
+        self.complete(leases[1], "one")
+        self.complete(leases[0], "zero")
+        self.expect("POST", "/v1/queues/%s/updates" % self.q, {"data": "u", "session": sid},
+                    status=201)
+        self.head.kill()
+        self.head.start()
+        r = self.results(sid, order="completion")
+        self.assertEqual([(x["index"], x["result"], x["seq"]) for x in r["results"]],
+                         [(1, "one", 1), (0, "zero", 2)])
+        self.complete(leases[2], "two")
+        r = self.results(sid, cursor=0)
+        self.assertEqual(([x["index"] for x in r["results"]], r["cursor"], r["done"]),
+                         ([0, 1, 2], 3, 3))
+        self.assertEqual([x["seq"] for x in self.results(sid, order="completion",
+                                                        cursor=2)["results"]], [3])
+        got = self.get_session(sid)
+        self.assertEqual((got["init_data"], got["next_index"], got["updates"]), ({"k": 1}, 3, 1))
+        self.assertEqual(self.submit(sid, [{"payload": 3}])[0]["index"], 3)
+
+
 if __name__ == "__main__":
     unittest.main()
