@@ -274,7 +274,10 @@ static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
   results_waiters_release_all(h);
   if (store_in_tx(h->st))
     head_commit(-1, 0, h);
-  event_base_loopexit(h->base, NULL);
+  /* The answers to parked long-polls are queued on their connections; a few
+   * more turns of the loop write them out before evhttp closes everything. */
+  struct timeval grace = {.tv_sec = 0, .tv_usec = 100 * 1000};
+  event_base_loopexit(h->base, &grace);
 }
 
 static void head_banner(const head_t *h, int port, bool generated) {

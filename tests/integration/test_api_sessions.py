@@ -528,5 +528,25 @@ class SessionRestartTest(SessionCase):
         self.assertEqual(self.submit(sid, [{"payload": 3}])[0]["index"], 3)
 
 
+class SessionShutdownTest(SessionCase):
+    """Parked reads are answered, not dropped, when the head stops."""
+
+    def test_parked_reads_answered_on_stop(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": 0}])
+        t = Reader(self.head, "/v1/sessions/%s/results?wait_ms=20000" % sid)
+        t.start()
+        hold(0.3)
+        self.assertTrue(t.is_alive())
+        self.assertEqual(self.head.stop(), 0)
+        t.join(10)
+        self.assertFalse(t.is_alive())
+        self.assertIsNone(t.error, t.error)
+        self.assertEqual((t.reply.status, t.reply.json),
+                         (200, {"results": [], "cursor": 0, "total": 1, "done": 0}), t.reply)
+        self.head.start()
+
+
 if __name__ == "__main__":
     unittest.main()
