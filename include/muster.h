@@ -47,6 +47,7 @@ extern "C" {
   XX(NODE_NOT_FOUND, "node_not_found", 404, "no such node, or it timed out")          \
   XX(SESSION_NOT_FOUND, "session_not_found", 404, "no such session, or it was closed") \
   XX(ITERATION_NOT_FOUND, "iteration_not_found", 404, "no such iteration")             \
+  XX(SHARED_NOT_FOUND, "shared_not_found", 404, "shared data not found")              \
   XX(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "this endpoint does not take that method") \
   XX(LEASE_LOST, "lease_lost", 409,                                                   \
      "the lease expired or was taken over; the task is no longer yours")              \

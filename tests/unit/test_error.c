@@ -40,6 +40,7 @@ static const expected_row_t expected[] = {
     {MUSTER_NODE_NOT_FOUND, "node_not_found", 404},
     {MUSTER_SESSION_NOT_FOUND, "session_not_found", 404},
     {MUSTER_ITERATION_NOT_FOUND, "iteration_not_found", 404},
+    {MUSTER_SHARED_NOT_FOUND, "shared_not_found", 404},
     {MUSTER_METHOD_NOT_ALLOWED, "method_not_allowed", 405},
     {MUSTER_LEASE_LOST, "lease_lost", 409},
     {MUSTER_INVALID_STATE, "invalid_state", 409},
