@@ -14,7 +14,8 @@ from .distcompute import WorkerClient, init
 from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidden, InvalidArgument,
                      InvalidState, IterationNotFound, LeaseLost, MethodNotAllowed, MusterError,
                      NameInvalid, NetworkError, NodeNotFound, NotFound, PayloadTooLarge, ProtocolError,
-                     QueueInUse, QueueNotFound, ServerError, SessionNotFound, StoreError, TaskNotFound,
+                     QueueInUse, QueueNotFound, ServerError, SessionNotFound, SharedNotFound, StoreError,
+                     TaskNotFound,
                      TooLarge, Unauthorized, Unavailable, UnsupportedMediaType, VersionMismatch,
                      WorkerNotFound, ZeroJobError)
 from .process import (Process, find_binary, is_head_running, is_node_running, start_head, start_node,
@@ -28,7 +29,7 @@ __all__ = [
     "find_binary",
     "MusterError", "BadRequest", "InvalidArgument", "NameInvalid", "Unauthorized", "Forbidden",
     "NotFound", "QueueNotFound", "TaskNotFound", "WorkerNotFound", "NodeNotFound", "SessionNotFound",
-    "IterationNotFound", "MethodNotAllowed", "Conflict", "LeaseLost", "InvalidState", "QueueInUse",
+    "IterationNotFound", "SharedNotFound", "MethodNotAllowed", "Conflict", "LeaseLost", "InvalidState", "QueueInUse",
     "VersionMismatch", "TooLarge", "BodyTooLarge", "BatchTooLarge", "PayloadTooLarge",
     "UnsupportedMediaType", "ServerError", "StoreError", "Unavailable", "NetworkError",
     "ProtocolError", "ZeroJobError",

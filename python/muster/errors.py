@@ -80,6 +80,11 @@ class IterationNotFound(NotFound):
     default_code = "iteration_not_found"
 
 
+class SharedNotFound(NotFound):
+    """No shared blob of that scope, name and level, or it expired."""
+    default_code = "shared_not_found"
+
+
 class MethodNotAllowed(MusterError):
     default_code = "method_not_allowed"
 
@@ -172,6 +177,7 @@ _BY_CODE = {
     "node_not_found": NodeNotFound,
     "session_not_found": SessionNotFound,
     "iteration_not_found": IterationNotFound,
+    "shared_not_found": SharedNotFound,
     "method_not_allowed": MethodNotAllowed,
     "lease_lost": LeaseLost,
     "invalid_state": InvalidState,
