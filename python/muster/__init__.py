@@ -9,7 +9,7 @@
 
 See docs/python.md.  ``muster.torch`` (PyTorch sampler) is imported on demand.
 """
-from .client import Client, Lease, LeaseList, resolve_token, resolve_url
+from .client import Client, Lease, LeaseList, Shared, resolve_token, resolve_url
 from .distcompute import WorkerClient, init
 from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidden, InvalidArgument,
                      InvalidState, IterationNotFound, LeaseLost, MethodNotAllowed, MusterError,
@@ -18,13 +18,14 @@ from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidde
                      TaskNotFound,
                      TooLarge, Unauthorized, Unavailable, UnsupportedMediaType, VersionMismatch,
                      WorkerNotFound, ZeroJobError)
+from .pool import Pool, TaskError, WorkerInterface
 from .process import (Process, find_binary, is_head_running, is_node_running, start_head, start_node,
                       start_server)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Lease", "LeaseList", "WorkerClient", "init", "resolve_url", "resolve_token",
+    "Client", "Shared", "Lease", "LeaseList", "Pool", "WorkerInterface", "TaskError", "WorkerClient", "init", "resolve_url", "resolve_token",
     "Process", "start_head", "start_server", "start_node", "is_head_running", "is_node_running",
     "find_binary",
     "MusterError", "BadRequest", "InvalidArgument", "NameInvalid", "Unauthorized", "Forbidden",

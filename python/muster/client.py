@@ -115,6 +115,7 @@ class Client:
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._prefix = parsed.path.rstrip("/")
         self._local = threading.local()
+        self.shared = Shared(self)
         self._all = []
         self._all_lock = threading.Lock()
 
@@ -193,6 +194,49 @@ class Client:
             data = b""
         if data is not None and content_type:
             headers["Content-Type"] = content_type
+        resp, raw = self._exchange(method, path, data, headers, wait_ms)
+        try:
+            reply = json.loads(raw) if raw else None
+        except ValueError:
+            reply = None
+            if 200 <= resp.status < 300 and raw:
+                raise errors.ProtocolError("%s %s: the reply is not JSON" % (method, path),
+                                           status=resp.status)
+        if 200 <= resp.status < 300:
+            return reply
+        raise errors.from_reply(resp.status, reply)
+
+    def request_raw(self, method, path, body=None, query=None, headers=None,
+                    content_type="application/octet-stream", token=_UNSET):
+        """Like :meth:`request` for raw bytes: sends ``body`` (bytes) as it is and returns
+        ``(status, headers, body_bytes)`` of a 2xx/3xx reply; errors raise MusterError."""
+        if query:
+            query = _drop_none(query)
+            if query:
+                path += "?" + urllib.parse.urlencode(
+                    {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()})
+        hdrs = dict(headers or {})
+        tok = self.token if token is _UNSET else token
+        if tok:
+            hdrs["Authorization"] = "Bearer " + tok
+        data = None
+        if body is not None:
+            data = body.encode() if isinstance(body, str) else bytes(body)
+            if content_type:
+                hdrs["Content-Type"] = content_type
+        elif method in ("POST", "PUT"):
+            data = b""
+        resp, raw = self._exchange(method, path, data, hdrs, 0)
+        if resp.status < 400:
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, raw
+        try:
+            reply = json.loads(raw) if raw else None
+        except ValueError:
+            reply = None
+        raise errors.from_reply(resp.status, reply)
+
+    def _exchange(self, method, path, data, headers, wait_ms):
+        """One HTTP exchange on this thread's connection: (response, raw body)."""
         timeout = self.timeout + (wait_ms or 0) / 1000.0
         for attempt in (1, 2):
             conn = self._connection(timeout)
@@ -215,16 +259,7 @@ class Client:
             self._local.used = True
             if resp.getheader("Connection", "").lower() == "close":
                 self._drop_connection()
-            try:
-                reply = json.loads(raw) if raw else None
-            except ValueError:
-                reply = None
-                if 200 <= resp.status < 300 and raw:
-                    raise errors.ProtocolError("%s %s: the reply is not JSON" % (method, path),
-                                               status=resp.status)
-            if 200 <= resp.status < 300:
-                return reply
-            raise errors.from_reply(resp.status, reply)
+            return resp, raw
         raise AssertionError("unreachable")
 
     # ---- health ----------------------------------------------------------------------
@@ -490,3 +525,55 @@ class Client:
 
     def iteration_heartbeat(self, name, body):
         return self.request("POST", "/v1/iterations/%s/heartbeat" % _q(name), body)
+
+
+class Shared:
+    """Shared data (docs/api.md, "Shared data"): versioned blobs ``(scope, name, level)``.
+
+    ``client.shared.set(scope, name, data)`` creates level 1, ``update(scope, name, data,
+    level)`` creates ``level`` (exactly the current level + 1, else ``VersionMismatch``),
+    ``get(scope, name, level=None)`` returns the bytes (``SharedNotFound`` when missing or
+    expired), ``delete`` removes every level, ``list(scope)`` the blobs of a scope.
+    ``scope`` is an open session's id (the blob goes with the session) or a global name.
+    """
+
+    def __init__(self, client):
+        self._c = client
+
+    def _path(self, scope, name=None):
+        return "/v1/shared/" + _q(scope) + ("" if name is None else "/" + _q(name))
+
+    def set(self, scope, name, data, ttl_ms=None, level=None):
+        """Creates the blob at level 1 (or ``level``); returns the reply object."""
+        _, _, raw = self._c.request_raw("PUT", self._path(scope, name), data,
+                                        query={"level": level, "ttl_ms": ttl_ms})
+        return json.loads(raw) if raw else None
+
+    def update(self, scope, name, data, level, ttl_ms=None):
+        """Creates level ``level`` (the current level + 1)."""
+        return self.set(scope, name, data, ttl_ms=ttl_ms, level=level)
+
+    def get(self, scope, name, level=None, with_info=False):
+        """The bytes of the newest level (or of ``level``); with ``with_info`` also
+        ``{"level", "etag", "expires_ms"}``."""
+        _, headers, raw = self._c.request_raw("GET", self._path(scope, name), query={"level": level})
+        if not with_info:
+            return raw
+        info = {"level": int(headers.get("x-muster-level", "0") or 0),
+                "etag": headers.get("etag", "").strip('"') or None,
+                "expires_ms": int(headers.get("x-muster-expires-ms", "0") or 0) or None}
+        return raw, info
+
+    def list(self, scope):
+        return self._c.request("GET", self._path(scope))["blobs"]
+
+    def delete(self, scope, name):
+        return self._c.request("DELETE", self._path(scope, name))
+
+    def available(self):
+        """False while the head has no shared-data API (it answers a bare ``not_found``)."""
+        try:
+            self._c.request("GET", self._path("muster-probe"))
+        except errors.MusterError as e:
+            return e.code not in ("not_found", "method_not_allowed")
+        return True

@@ -1,0 +1,540 @@
+"""``python3 -m muster.worker``: runs the worker classes of :class:`muster.Pool`.
+
+Two ways to run it:
+
+- **Under a node agent** (the usual one)::
+
+      muster node --join URL --token T --queue pool -- /usr/bin/python3 -m muster.worker
+
+  The agent's ``muster worker`` runs the command once per task (payload on stdin, result
+  on stdout).  The first run starts a *resident* Python process for that worker (one per
+  ``muster worker`` process, hence one per GPU or CPU slot) and every run hands its task
+  to it over a Unix socket, so the worker class is unpickled and instantiated once per
+  session (once per worker per pool), keeps its state between tasks and applies the
+  pool's updates (``MUSTER_UPDATES_FILE``) in order between tasks.  The resident process
+  exits with its ``muster worker``; it also exits when the per-task process that handed it
+  the running task dies (the agent hard-stopped it or the lease was lost), and the next
+  task starts a fresh one.
+
+- **Standalone**: ``python3 -m muster.worker --queue pool [--url URL] [--token T]``
+  registers a worker, leases the queue's tasks itself (with ``updates_after``), applies
+  updates in order before each task, runs it, and completes it with the pickled result
+  or fails it with the traceback.
+
+Task payloads, session init data and updates are those :class:`muster.pool.Pool` makes
+(``"muster.pool": 1``); anything else is failed permanently.
+"""
+import argparse
+import base64
+import collections
+import fcntl
+import io
+import json
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import types
+
+MARK = "muster.pool"
+WORKER_CLASS_BLOB = "worker_class"
+MAX_INSTANCES = 4          # sessions whose instances a worker keeps at once
+ERROR_TAIL = 16000         # characters of a traceback sent as a task's error
+
+
+# ---- pickles in JSON -------------------------------------------------------------------
+
+def dumps(obj):
+    """base64 text of the pickle of ``obj`` (protocol 4: Python >= 3.4 reads it)."""
+    return base64.b64encode(pickle.dumps(obj, protocol=4)).decode("ascii")
+
+
+_main_modules = {}
+
+
+def _main_module(path):
+    """The Pool owner's main script loaded as module ``__mp_main__`` (like multiprocessing's
+    spawn: its ``if __name__ == "__main__":`` block does not run)."""
+    mod = _main_modules.get(path)
+    if mod is None:
+        mod = types.ModuleType("__mp_main__")
+        mod.__file__ = path
+        sys.modules.setdefault("__mp_main__", mod)
+        with open(path, "rb") as f:
+            code = compile(f.read(), path, "exec")
+        exec(code, mod.__dict__)
+        _main_modules[path] = mod
+    return mod
+
+
+class _Unpickler(pickle.Unpickler):
+    """Finds ``__main__.X`` in the Pool owner's main script (``main``), when given."""
+
+    def __init__(self, data, main=None):
+        super().__init__(io.BytesIO(data))
+        self._main = main
+
+    def find_class(self, module, name):
+        if module in ("__main__", "__mp_main__") and self._main:
+            obj = _main_module(self._main)
+            for part in name.split("."):
+                obj = getattr(obj, part)
+            return obj
+        return super().find_class(module, name)
+
+
+def loads(text, main=None):
+    return _Unpickler(base64.b64decode(text), main).load()
+
+
+def unpack_call(value):
+    """(args, kwargs) of one map item or update: ``{"args": [...], "kwargs": {...}}`` (the
+    DistCompute form, either key optional) is unpacked, anything else is one argument."""
+    if isinstance(value, dict) and value and set(value) <= {"args", "kwargs"}:
+        return tuple(value.get("args") or ()), dict(value.get("kwargs") or {})
+    return (value,), {}
+
+
+def encode_result(value):
+    """The JSON text a worker returns: ``{"pickle": BASE64}``."""
+    return json.dumps({"pickle": dumps(value)}, separators=(",", ":"))
+
+
+def decode_result(result, main=None):
+    """A task's stored result (the object, or the text a command printed) -> the value."""
+    if isinstance(result, str):
+        result = json.loads(result)
+    if not isinstance(result, dict) or "pickle" not in result:
+        raise ValueError("not a muster.Pool result: %r" % (result,))
+    return loads(result["pickle"], main)
+
+
+class PermanentError(Exception):
+    """A task no worker can run (not a Pool task, or its session is gone)."""
+
+
+# ---- the runner: instances per session, updates in order -----------------------------
+
+class Runner:
+    """Keeps one worker-class instance per session and applies updates in sequence order."""
+
+    def __init__(self, client, log=None):
+        self.client = client
+        self.log = log or (lambda text: sys.stderr.write(text + "\n"))
+        self.instances = collections.OrderedDict()   # session -> (instance, spec)
+        self.backlog = []                             # pool updates of sessions not instantiated yet
+        self.seq = 0                                  # last update seen
+        self.tasks = 0
+
+    # updates ----------------------------------------------------------------------------
+
+    def apply_updates(self, updates):
+        for u in sorted(updates or (), key=lambda u: u["seq"]):
+            if u["seq"] <= self.seq:
+                continue
+            self.seq = u["seq"]
+            data, session = u.get("data"), u.get("session")
+            if not (isinstance(data, dict) and data.get(MARK) and session):
+                continue
+            if session in self.instances:
+                self._handle_update(session, data)
+            else:
+                self.backlog.append((session, data))
+
+    def _handle_update(self, session, data):
+        instance, spec = self.instances[session]
+        try:
+            args, kwargs = loads(data["call"], spec.get("main"))
+            instance.handle_update(*args, **kwargs)
+        except Exception:
+            self.log("muster.worker: handle_update of session %s raised:\n%s"
+                     % (session, traceback.format_exc()))
+
+    # instances --------------------------------------------------------------------------
+
+    def _spec(self, session):
+        from .errors import SessionNotFound
+        try:
+            spec = self.client.session(session).get("init_data")
+        except SessionNotFound:
+            raise PermanentError("session %s is closed" % session)
+        if not (isinstance(spec, dict) and spec.get(MARK)):
+            raise PermanentError("session %s is not a muster.Pool session" % session)
+        return spec
+
+    def instance(self, session):
+        got = self.instances.get(session)
+        if got is not None:
+            self.instances.move_to_end(session)
+            return got
+        spec = self._spec(session)
+        for path in spec.get("paths") or ():
+            if path and os.path.isdir(path) and path not in sys.path:
+                sys.path.append(path)
+        main = spec.get("main")
+        if main and not os.path.isfile(main):
+            main = None
+        spec["main"] = main
+        wc = spec["worker_class"]
+        if "shared" in wc:
+            blob = self.client.shared.get(session, wc["shared"])
+            cls = _Unpickler(blob, main).load()
+        else:
+            cls = loads(wc["pickle"], main)
+        args, kwargs = loads(spec["init"], main)
+        instance = cls(*args, **kwargs)
+        while len(self.instances) >= MAX_INSTANCES:
+            self.instances.popitem(last=False)
+        self.instances[session] = (instance, spec)
+        pending = [d for s, d in self.backlog if s == session]
+        self.backlog = [(s, d) for s, d in self.backlog if s != session]
+        for data in pending:
+            self._handle_update(session, data)
+        return instance, spec
+
+    # tasks ------------------------------------------------------------------------------
+
+    def run_payload(self, payload, session=None):
+        """Runs one Pool task; returns the result's JSON text.  Raises PermanentError for a
+        task that is not the Pool's, and whatever the worker's ``run`` raises."""
+        if isinstance(payload, str):
+            try:
+                payload = json.loads(payload)
+            except ValueError:
+                raise PermanentError("the payload is not a muster.Pool task")
+        if not (isinstance(payload, dict) and payload.get(MARK) and "call" in payload):
+            raise PermanentError("the payload is not a muster.Pool task")
+        session = payload.get("session") or session
+        instance, spec = self.instance(session)
+        args, kwargs = loads(payload["call"], spec.get("main"))
+        self.tasks += 1
+        return encode_result(instance.run(*args, **kwargs))
+
+
+def _error_text():
+    text = traceback.format_exc()
+    return text if len(text) <= ERROR_TAIL else "...\n" + text[-ERROR_TAIL:]
+
+
+# ---- standalone: lease the queue ourselves --------------------------------------------
+
+def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=5000, stop=None):
+    """Registers a worker and runs the queue's Pool tasks until ``stop`` is set (SIGTERM /
+    SIGINT when run as a program) or ``max_tasks`` are done."""
+    from .errors import LeaseLost, MusterError, NotFound, WorkerNotFound
+    stop = stop or threading.Event()
+    runner = Runner(client)
+    me = {"id": None, "timeout_ms": 60000}
+
+    def register():
+        w = client.register_worker(nickname=nickname or "python", queues=[queue],
+                                   node=os.environ.get("MUSTER_NODE"))
+        me["id"], me["timeout_ms"] = w["id"], w.get("timeout_ms") or 60000
+
+    register()
+    current = {"lease": None}
+    lock = threading.Lock()
+
+    def keepalive():
+        while not stop.wait(max(0.05, me["timeout_ms"] / 3000.0)):
+            try:
+                client.heartbeat(me["id"], progress="running" if current["lease"] else "idle")
+                with lock:
+                    lease = current["lease"]
+                if lease is not None and lease["deadline_ms"] - time.time() * 1000 < me["timeout_ms"] / 2:
+                    lease.extend()
+            except WorkerNotFound:
+                try:
+                    register()
+                except MusterError:
+                    pass
+            except MusterError:
+                pass
+
+    threading.Thread(target=keepalive, daemon=True).start()
+    last, done = 0, 0
+    try:
+        while not stop.is_set() and not (max_tasks and done >= max_tasks):
+            try:
+                leases = client.lease(queue, worker=me["id"], max=1, wait_ms=wait_ms, updates_after=last)
+            except WorkerNotFound:
+                register()
+                continue
+            except MusterError as e:
+                runner.log("muster.worker: lease: %s" % e)
+                stop.wait(1.0)
+                continue
+            runner.apply_updates(leases.updates)
+            if leases.updates_last is not None:
+                last = max(last, leases.updates_last)
+            for lease in leases:
+                with lock:
+                    current["lease"] = lease
+                try:
+                    result = runner.run_payload(lease.payload, lease.get("session"))
+                except PermanentError as e:
+                    outcome = ("fail", str(e), True)
+                except BaseException as e:   # noqa: B902 - the task's failure, whatever it is
+                    if isinstance(e, (KeyboardInterrupt, SystemExit)) and stop.is_set():
+                        raise
+                    outcome = ("fail", _error_text(), False)
+                else:
+                    outcome = ("complete", result, False)
+                with lock:
+                    current["lease"] = None
+                try:
+                    if outcome[0] == "complete":
+                        lease.complete(json.loads(outcome[1]))
+                    else:
+                        lease.fail(outcome[1], permanent=outcome[2])
+                except (LeaseLost, NotFound):
+                    pass   # taken elsewhere, or its session closed: the result is not wanted
+                done += 1
+    finally:
+        stop.set()
+        try:
+            client.bye(me["id"])
+        except MusterError:
+            pass
+    return done
+
+
+# ---- under `muster worker`: a resident process per worker ------------------------------
+
+def _proc_start_time(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()[19]
+
+
+def _runtime_dir():
+    base = os.environ.get("TMPDIR") or "/tmp"
+    path = os.path.join(base, "muster-py-%d" % os.getuid())
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def _send(sock, obj):
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    sock.sendall(struct.pack("!Q", len(data)) + data)
+
+
+def _recv_exact(sock, n):
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(sock):
+    (n,) = struct.unpack("!Q", _recv_exact(sock, 8))
+    return json.loads(_recv_exact(sock, n))
+
+
+class _UpdatesFile:
+    """Reads the ``muster worker``'s MUSTER_UPDATES_FILE up to a sequence number."""
+
+    def __init__(self):
+        self.path = None
+        self.offset = 0
+
+    def read(self, path, upto):
+        if not path:
+            return []
+        if path != self.path:
+            self.path, self.offset = path, 0
+        out = []
+        try:
+            with open(path, "rb") as f:
+                f.seek(self.offset)
+                for line in f:
+                    if not line.endswith(b"\n"):
+                        break
+                    u = json.loads(line)
+                    if u["seq"] > upto:
+                        break
+                    out.append(u)
+                    self.offset += len(line)
+        except OSError:
+            pass
+        return out
+
+
+def serve_resident(listen_fd, parent_pid, parent_start):
+    """The resident process: one task at a time from the per-task processes."""
+    from .client import Client
+    lsock = socket.socket(fileno=listen_fd)
+
+    def watch_parent():
+        while _proc_start_time(parent_pid) == parent_start:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch_parent, daemon=True).start()
+    runner = None
+    updates = _UpdatesFile()
+    while True:
+        conn, _ = lsock.accept()
+        try:
+            msg = _recv(conn)
+        except (EOFError, OSError, ValueError):
+            conn.close()
+            continue
+        state = {"running": True}
+        guard = threading.Lock()
+
+        def watch_caller(conn=conn, state=state, guard=guard):
+            try:
+                conn.recv(1)
+            except OSError:
+                pass
+            with guard:
+                if state["running"]:
+                    os._exit(3)   # the task was abandoned (its process was killed)
+
+        threading.Thread(target=watch_caller, daemon=True).start()
+        try:
+            if runner is None:
+                runner = Runner(Client(msg.get("url")))
+            runner.apply_updates(updates.read(msg.get("updates_file"), int(msg.get("update_seq") or 0)))
+            reply = {"ok": True, "result": runner.run_payload(msg["payload"])}
+        except PermanentError as e:
+            reply = {"ok": False, "error": "muster.worker: %s" % e, "permanent": True}
+        except BaseException:   # noqa: B902 - a task's failure, whatever it is
+            reply = {"ok": False, "error": _error_text()}
+        with guard:
+            state["running"] = False
+        try:
+            _send(conn, reply)
+        except OSError:
+            pass
+        conn.close()
+
+
+def _connect_resident():
+    """A connection to this worker's resident process, started when there is none."""
+    ppid = os.getppid()
+    start = _proc_start_time(ppid) or "0"
+    base = os.path.join(_runtime_dir(), "w%d-%s" % (ppid, start))
+    path = base + ".sock"
+
+    def connect():
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(path)
+        except OSError:
+            s.close()
+            return None
+        return s
+
+    s = connect()
+    if s is not None:
+        return s
+    with open(base + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        s = connect()
+        if s is not None:
+            return s
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        lsock.bind(path)
+        lsock.listen(16)
+        with open(base + ".log", "ab") as log:
+            subprocess.Popen([sys.executable, "-m", "muster.worker", "--resident", str(lsock.fileno()),
+                              "--parent", "%d:%s" % (ppid, start)],
+                             pass_fds=(lsock.fileno(),), start_new_session=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+        lsock.close()
+        s = connect()
+        if s is None:
+            raise RuntimeError("muster.worker: the resident process did not start (see %s.log)" % base)
+        return s
+
+
+def _parent_url():
+    """The head URL of the ``muster worker`` that runs us: $MUSTER_URL, else its ``--url``."""
+    url = os.environ.get("MUSTER_URL")
+    if url:
+        return url
+    try:
+        with open("/proc/%d/cmdline" % os.getppid(), "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--":
+            break
+        if arg == "--url":
+            return argv[i + 1]
+        if arg.startswith("--url="):
+            return arg[6:]
+    return None
+
+
+def run_one_task():
+    """One task under ``muster worker``: stdin is the payload, stdout the result."""
+    payload = sys.stdin.buffer.read().decode("utf-8")
+    s = _connect_resident()
+    _send(s, {"payload": payload, "url": _parent_url(), "updates_file": os.environ.get("MUSTER_UPDATES_FILE"),
+              "update_seq": os.environ.get("MUSTER_UPDATE_SEQ") or 0,
+              "task": os.environ.get("MUSTER_TASK_ID")})
+    try:
+        reply = _recv(s)
+    except (EOFError, OSError):
+        sys.stderr.write("muster.worker: the Python worker process died while running task %s\n"
+                         % os.environ.get("MUSTER_TASK_ID"))
+        return 1
+    finally:
+        s.close()
+    if reply["ok"]:
+        sys.stdout.write(reply["result"])
+        return 0
+    sys.stderr.write(reply["error"])
+    return 1
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python3 -m muster.worker", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--queue", help="standalone: lease this queue's tasks")
+    ap.add_argument("--url")
+    ap.add_argument("--token")
+    ap.add_argument("--nickname")
+    ap.add_argument("--max-tasks", type=int, default=0)
+    ap.add_argument("--resident", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--parent", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.resident is not None:
+        pid, start = args.parent.split(":", 1)
+        serve_resident(args.resident, int(pid), start)
+        return 0
+    if args.queue is None and os.environ.get("MUSTER_TASK_ID"):
+        return run_one_task()
+    from .client import Client
+    queue = args.queue or os.environ.get("MUSTER_QUEUE")
+    if not queue:
+        ap.error("--queue is required outside `muster worker`")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    serve_queue(Client(args.url, args.token), queue, args.nickname, args.max_tasks, stop=stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""muster.Pool on a node agent with 2 CPU workers running ``python3 -m muster.worker``."""
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+from common import HERE, ROOT, HeadTestCase, harness, muster
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import node_harness  # noqa: E402
+
+import pool_workers  # noqa: E402
+
+QUEUE = "pool"
+
+
+def wait_until(predicate, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.02)
+
+
+def cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def resident_pids():
+    """The resident Python worker processes (they run the jobs), found via /proc."""
+    out = []
+    for pid in node_harness.all_pids():
+        argv = cmdline(pid)
+        if b"muster.worker" in argv and b"--resident" in argv:
+            out.append(pid)
+    return out
+
+
+class PoolTest(HeadTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.work = tempfile.mkdtemp(prefix="muster-pool-test-")
+        cls.client.put_queue(QUEUE, backoff_ms=50, backoff_max_ms=200, max_attempts=3)
+        env = {"PYTHONPATH": os.path.join(ROOT, "python"), "TMPDIR": cls.work}
+        cls.agent = node_harness.Agent(
+            cls.head, cls.work, name="pytest-node",
+            args=["--queue", QUEUE, "--workers", "2"],
+            cmd=["/usr/bin/python3", "-m", "muster.worker"], env=env).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.agent.stop()
+            # the resident processes follow their `muster worker` out
+            wait_until(lambda: not cls.own_residents(), timeout=20, what="residents to exit")
+        finally:
+            super().tearDownClass()
+            shutil.rmtree(cls.work, ignore_errors=True)
+
+    @classmethod
+    def own_residents(cls):
+        """Our resident processes: those with TMPDIR in this test's directory."""
+        out = []
+        for pid in resident_pids():
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if ("TMPDIR=" + cls.work).encode() in env:
+                out.append(pid)
+        return out
+
+    def setUp(self):
+        super().setUp()
+        self.dir = tempfile.mkdtemp(dir=self.work)
+        self.pool = muster.Pool(pool_workers.Echo, {"k": 3, "dir": self.dir}, url=self.head.url,
+                                token=self.head.token, queue=QUEUE)
+        wait_until(lambda: self.pool.get_workers_count() == 2, what="2 workers\n" + self.agent.log())
+
+    def tearDown(self):
+        self.pool.close()
+        super().tearDown()
+
+    def test_map_ordered(self):
+        p = self.pool
+        self.assertEqual(p.get_nodes_count(), 1)
+        out = p.map(range(24))
+        self.assertEqual([r["x"] for r in out], list(range(24)))
+        self.assertEqual([r["y"] for r in out], [3 * i for i in range(24)])
+        # init once per worker per pool: every job of a process saw one instantiation
+        self.assertEqual({r["inits"] for r in out}, {1})
+        # the DistCompute form: args and kwargs
+        self.assertEqual(p.map([{"args": [5]}, {"kwargs": {"x": 6}}])[1]["y"], 18)
+        got = sorted(r["x"] for r in p.imap_unordered(range(100, 110)))
+        self.assertEqual(got, list(range(100, 110)))
+        with self.assertRaises(muster.TaskError) as cm:
+            p.map([1, {"args": [2], "kwargs": {"mode": "raise"}}])
+        self.assertEqual(cm.exception.index, 1)
+        self.assertIn("ValueError: boom 2", cm.exception.error)
+
+    def test_update_workers_between_jobs(self):
+        p = self.pool
+        first = p.map(range(6))
+        self.assertTrue(all(r["updates"] == [] for r in first))
+        p.update_workers("u1")
+        # two jobs that must run at the same time, hence on both workers
+        both = p.map([{"args": [i], "kwargs": {"mode": "barrier", "tag": "b1"}} for i in range(2)])
+        self.assertEqual(len({r["pid"] for r in both}), 2, both)
+        self.assertEqual([r["updates"] for r in both], [["u1"], ["u1"]])
+        p.update_workers({"args": ["u2"], "kwargs": {"extra": 7}})
+        p.update_workers("u3")
+        both = p.map([{"args": [i], "kwargs": {"mode": "barrier", "tag": "b2"}} for i in range(2)])
+        self.assertEqual(len({r["pid"] for r in both}), 2, both)
+        for r in both:
+            self.assertEqual(r["updates"], ["u1", ("u2", 7), "u3"])
+            self.assertEqual(r["inits"], 1)
+        later = p.map(range(10))
+        self.assertTrue(all(r["updates"] == ["u1", ("u2", 7), "u3"] for r in later))
+
+    def test_worker_killed_mid_job(self):
+        p = self.pool
+        p.map(range(4))  # both workers have their resident process
+        items = list(range(8))
+        items[3] = {"args": [3], "kwargs": {"mode": "block"}}
+        results = {}
+        it = p.imap_unordered(items)
+        done = threading.Event()
+
+        def consume():
+            try:
+                for r in it:
+                    results.setdefault(r["x"], []).append(r)
+            finally:
+                done.set()
+
+        t = threading.Thread(target=consume, daemon=True)
+        t.start()
+        started = wait_until(lambda: [f for f in os.listdir(self.dir) if f.startswith("started-")],
+                             what="the blocking job to start")
+        victim = int(started[0].split("-")[1])
+        self.assertIn(b"--resident", cmdline(victim))
+        self.assertIn(victim, resident_pids())
+        os.kill(victim, signal.SIGKILL)
+        # the job fails on that worker and is leased again; let it finish this time
+        wait_until(lambda: len([f for f in os.listdir(self.dir) if f.startswith("started-")]) >= 2,
+                   what="the job to be rescheduled\n" + self.agent.log())
+        open(os.path.join(self.dir, "release"), "w").close()
+        self.assertTrue(done.wait(60), "results did not come")
+        t.join()
+        self.assertEqual(sorted(results), list(range(8)))
+        self.assertTrue(all(len(v) == 1 for v in results.values()), results)
+        self.assertNotEqual(results[3][0]["pid"], victim)
+        self.assertEqual(results[3][0]["y"], 9)
+
+
+if __name__ == "__main__":
+    unittest.main()
