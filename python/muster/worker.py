@@ -224,11 +224,12 @@ def _error_text():
 
 # ---- standalone: lease the queue ourselves --------------------------------------------
 
-def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=5000, stop=None):
+def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=None, busy=None):
     """Registers a worker and runs the queue's Pool tasks until ``stop`` is set (SIGTERM /
     SIGINT when run as a program) or ``max_tasks`` are done."""
     from .errors import LeaseLost, MusterError, NotFound, WorkerNotFound
     stop = stop or threading.Event()
+    busy = busy if busy is not None else {}
     runner = Runner(client)
     me = {"id": None, "timeout_ms": 60000}
 
@@ -270,6 +271,11 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=5000, stop=No
                 runner.log("muster.worker: lease: %s" % e)
                 stop.wait(1.0)
                 continue
+            busy["task"] = True
+            if stop.is_set():
+                for lease in leases:
+                    lease.release()
+                break
             runner.apply_updates(leases.updates)
             if leases.updates_last is not None:
                 last = max(last, leases.updates_last)
@@ -296,7 +302,9 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=5000, stop=No
                 except (LeaseLost, NotFound):
                     pass   # taken elsewhere, or its session closed: the result is not wanted
                 done += 1
+            busy["task"] = False
     finally:
+        busy["task"] = True
         stop.set()
         try:
             client.bye(me["id"])
@@ -530,10 +538,24 @@ def main(argv=None):
     if not queue:
         ap.error("--queue is required outside `muster worker`")
     stop = threading.Event()
+    busy = {"task": False}
+
+    def on_signal(*_):
+        stop.set()
+        if not busy["task"]:
+            raise _Stopped()   # interrupts an idle long-poll; a running task finishes first
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    serve_queue(Client(args.url, args.token), queue, args.nickname, args.max_tasks, stop=stop)
+        signal.signal(sig, on_signal)
+    try:
+        serve_queue(Client(args.url, args.token), queue, args.nickname, args.max_tasks, stop=stop, busy=busy)
+    except _Stopped:
+        pass
     return 0
+
+
+class _Stopped(BaseException):
+    pass
 
 
 if __name__ == "__main__":

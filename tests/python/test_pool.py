@@ -168,3 +168,40 @@ class PoolTest(HeadTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StandaloneWorkerTest(HeadTestCase):
+    """``python3 -m muster.worker --queue Q``: leases itself, with updates_after."""
+
+    def test_standalone_worker(self):
+        work = tempfile.mkdtemp(prefix="muster-pool-test-")
+        self.addCleanup(shutil.rmtree, work, True)
+        q = "pool-standalone"
+        self.c.put_queue(q, backoff_ms=50, max_attempts=2)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        import subprocess
+        proc = subprocess.Popen(["/usr/bin/python3", "-m", "muster.worker", "--queue", q, "--url", self.head.url,
+                                 "--token", self.head.token, "--nickname", "py"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "worker.log"), "wb"))
+
+        def stop():
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.addCleanup(stop)
+        with muster.Pool(pool_workers.Echo, {"args": [{"k": 2, "dir": work}]}, client=self.c, queue=q) as p:
+            wait_until(lambda: p.get_workers_count() == 1, what="the worker")
+            self.assertEqual(p.get_nodes_count(), 1)
+            self.assertEqual([r["y"] for r in p.map(range(5))], [0, 2, 4, 6, 8])
+            p.update_workers("a")
+            p.update_workers("b")
+            out = p.map(range(3))
+            self.assertEqual([r["updates"] for r in out], [["a", "b"]] * 3)
+            self.assertEqual({r["inits"] for r in out}, {1})
+            with self.assertRaises(muster.TaskError):
+                p.map([{"args": [1], "kwargs": {"mode": "raise"}}])
+        stop()
+        self.assertEqual(proc.returncode, 0, open(os.path.join(work, "worker.log")).read())
