@@ -44,7 +44,7 @@ class DistributedSampler(torch.utils.data.Sampler):
     """
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False,
-                 **options):
+                 coordinated=False, client=None, name=None, wait=True, **options):
         env_rank, env_world = dist_rank_world()
         if num_replicas is None:
             num_replicas = env_world
@@ -62,14 +62,29 @@ class DistributedSampler(torch.utils.data.Sampler):
             shape = dataset
         else:
             shape = len(dataset)
+        self.coordinated = bool(coordinated)
+        if self.coordinated:
+            self.plan = None
+            self._sampler = _coordinated(shape, num_replicas, rank, shuffle, seed, drop_last, client, name,
+                                         wait, options)
+            self.epoch = 0
+            return
         self.plan = make_plan(shape, num_replicas, shuffle=shuffle, seed=seed, drop_last=drop_last, **options)
         self._sampler = RankSampler(self.plan, rank)
         self.epoch = 0
 
     @property
     def num_samples(self):
-        """Items per rank per (full) epoch, as in DistributedSampler."""
+        """Items per rank per (full) epoch, as in DistributedSampler (coordinated: the
+        static share; with ``dynamic`` faster ranks read more)."""
+        if self.coordinated:
+            return len(self._sampler)
         return self.plan.rank_len(self.rank)
+
+    @property
+    def name(self):
+        """Coordinated: the iteration's name on the head (a resumed one has its own)."""
+        return self._sampler.name if self.coordinated else None
 
     @property
     def total_size(self):
@@ -86,21 +101,54 @@ class DistributedSampler(torch.utils.data.Sampler):
     def __len__(self):
         """The items the next iteration yields: num_samples, or the rest after a restore."""
         s = self._sampler
+        if self.coordinated:
+            return len(s)
         return s.epoch_len() - (s.emitted if s._pending else 0)
 
     def state_dict(self, consumed=None):
         """The position (plain ints): save it with the model checkpoint.  With a DataLoader
-        whose workers prefetch, pass ``consumed`` = samples of this epoch trained on."""
+        whose workers prefetch, pass ``consumed`` = samples of this epoch trained on.
+        Coordinated: the head's checkpoint plus this rank's partly read block (prefetching
+        DataLoader workers are not supported there)."""
+        if self.coordinated:
+            if consumed is not None:
+                raise ValueError("consumed= is for the standalone sampler")
+            return self._sampler.state_dict()
         return self._sampler.state_dict(consumed)
 
     def load_state_dict(self, state):
         """Restores a position saved by any rank, with this or another world size; the next
-        iteration continues the saved epoch where it stopped."""
+        iteration continues the saved epoch where it stopped.  Coordinated: ``state`` may
+        be the list of every rank's states (exact mid-block); every rank loads the same."""
         self._sampler.load_state_dict(state)
         self.epoch = self._sampler.epoch
 
 
 Sampler = DistributedSampler
+
+_COORD_SETTINGS = ("lease_ms", "rank_timeout_ms", "replication", "slow_ratio", "cluster_sync")
+
+
+def _coordinated(shape, world, rank, shuffle, seed, drop_last, client, name, wait, options):
+    from .client import Client
+    from .coordinated import CoordinatedRankSampler
+    if not name:
+        raise ValueError("a coordinated sampler needs name= (the iteration's name on the head)")
+    if isinstance(shape, Dataset):
+        dataset = ({"num_samples": shape.num_samples} if shape.implicit
+                   else {"shards": [{"count": int(c)} for c in shape.shard_counts]})
+        if shape.labels is not None:
+            dataset["labels"] = list(shape.labels)
+    else:
+        dataset = {"num_samples": int(shape)}
+    options = dict(options)
+    strategy = options.pop("strategy", "dynamic")
+    tail = "keep" if strategy == "dynamic" else ("drop" if drop_last else "pad")
+    config = {"dataset": dataset, "seed": seed, "shuffle": "global" if shuffle else "none",
+              "strategy": strategy, "world_size": world, "block_size": options.pop("block_size", 16),
+              "epochs": options.pop("epochs", 0), "tail": options.pop("tail", tail)}
+    config.update(options)
+    return CoordinatedRankSampler(client or Client(), name, config, rank, wait=wait)
 
 
 class StreamDataset(torch.utils.data.IterableDataset):

@@ -1,0 +1,231 @@
+"""One rank of a *coordinated* iteration on the head: the engine of
+``muster.torch.DistributedSampler(coordinated=True)`` (docs/iterations.md, "Coordinated
+iterations"; docs/python.md, "Coordinated sampler").
+
+The rank leases one block at a time (``POST /v1/iterations/{name}/next`` with its
+indices), yields the block's indices, and acknowledges the block when the caller asks
+for the index after its last one (or at ``state_dict``).  Every epoch, the union of the
+acknowledged blocks of all ranks is every sample exactly once, whatever ranks die or
+come back (the head's leases and fencing tokens).
+
+``state_dict()`` is the head's checkpoint (the acknowledged blocks of the current epoch)
+plus the blocks this rank has partly read (``partial``: block -> items consumed), so a
+resume is exact mid-block too.  ``load_state_dict(state)`` (or a list of every rank's
+states, gathered with ``torch.distributed.all_gather_object``) makes this rank join a
+*new* iteration created from that checkpoint with the current world size: the head deals
+the blocks not acknowledged to the new ranks (its elastic rules), and the rank skips the
+items of partly read blocks that the states name.
+"""
+import hashlib
+import json
+import time
+
+from . import errors
+
+STATE_VERSION = 1
+NAME_MAX = 128
+
+
+def _resumed_name(base, checkpoint, partial):
+    digest = hashlib.sha1(json.dumps([checkpoint, partial], sort_keys=True,
+                                     separators=(",", ":")).encode()).hexdigest()[:12]
+    return "%s.r%s" % (base[:NAME_MAX - 14], digest)
+
+
+def _done_count(checkpoint):
+    return sum(e - b for b, e in checkpoint.get("done") or ())
+
+
+class CoordinatedRankSampler:
+    """Rank ``rank`` of the iteration ``name`` (created or joined with ``config``: the body
+    of ``POST /v1/iterations`` without name and rank).  ``wait``: when the rank has nothing
+    to read but the epoch is not over (other ranks hold its last blocks), poll until it is
+    (True, the default: what a rank of a real job must do, since blocks of a failed rank
+    may come to it) or end the rank's epoch at once (False)."""
+
+    def __init__(self, client, name, config, rank, wait=True):
+        self.client = client
+        self.base_name = name
+        self.name = name
+        self.config = dict(config)
+        self.rank = rank
+        self.world_size = int(self.config["world_size"])
+        self.wait = wait
+        self.epoch = 0
+        self.emitted = 0                   # items yielded in the current epoch by this rank
+        self.status = None                 # the create/join reply
+        self._created = False
+        self._checkpoint = None            # the checkpoint to start from (after load_state_dict)
+        self._skip = {}                    # block -> items already consumed (resumed epoch)
+        self._skip_epoch = None
+        self._held = None                  # the block being read: dict + "pos"
+        self._unacked = []                 # blocks fully read, not acknowledged yet
+        self._last_call = 0.0
+        self._lease_ms = int(self.config.get("lease_ms") or 30000)
+
+    # ---- the iteration ---------------------------------------------------------------
+
+    def ensure(self):
+        if self._created:
+            return self.status
+        if self._checkpoint is not None:
+            body = {"name": self.name, "checkpoint": self._checkpoint, "world_size": self.world_size,
+                    "rank": self.rank}
+            for key in ("epochs", "lease_ms", "rank_timeout_ms", "replication", "slow_ratio"):
+                if key in self.config:
+                    body[key] = self.config[key]
+        else:
+            body = dict(self.config, name=self.name, rank=self.rank)
+        try:
+            self.status = self.client.create_iteration(body)
+        except errors.InvalidArgument:
+            if self._checkpoint is None:
+                raise
+            # this head takes only world_size and epochs besides a checkpoint
+            body = {k: body[k] for k in ("name", "checkpoint", "world_size", "rank") if k in body}
+            self.status = self.client.create_iteration(body)
+        self._created = True
+        self._last_call = time.monotonic()
+        return self.status
+
+    def set_epoch(self, epoch):
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.emitted = 0
+
+    def _ack(self, blocks, epoch):
+        if not blocks:
+            return
+        try:
+            self.client.iteration_ack(self.name, {"rank": self.rank, "epoch": epoch,
+                                                  "blocks": [{"block": b["block"], "token": b["token"]}
+                                                             for b in blocks]})
+        except errors.LeaseLost:
+            # A lease expired (this rank stalled past lease_ms): ack the others one by one;
+            # the lost ones were handed to another rank, which reads them again.
+            if len(blocks) > 1:
+                for b in blocks:
+                    self._ack([b], epoch)
+        self._last_call = time.monotonic()
+
+    def _flush(self):
+        blocks, self._unacked = self._unacked, []
+        by_epoch = {}
+        for b in blocks:
+            by_epoch.setdefault(b["epoch"], []).append(b)
+        for epoch, bs in sorted(by_epoch.items()):
+            self._ack(bs, epoch)
+
+    def _keepalive(self):
+        if (time.monotonic() - self._last_call) * 1000 > self._lease_ms / 3:
+            try:
+                self.client.iteration_heartbeat(self.name, {"rank": self.rank})
+            except errors.MusterError:
+                pass
+            self._last_call = time.monotonic()
+
+    def __iter__(self):
+        self.ensure()
+        epoch = self.epoch
+        self.emitted = 0
+        held = self._held
+        if held is not None and held["epoch"] == epoch:
+            # an iteration that stopped mid-block: that block first
+            for k in range(held.get("pos", 0), len(held["indices"])):
+                held["pos"] = k + 1
+                self.emitted += 1
+                yield held["indices"][k]
+            self._unacked.append(held)
+        self._held = None
+        while True:
+            self._flush()
+            reply = self.client.iteration_next(self.name, {"rank": self.rank, "epoch": epoch, "max": 1,
+                                                           "indices": True})
+            self._last_call = time.monotonic()
+            state = reply["state"]
+            if state == "blocks":
+                for b in reply["blocks"]:
+                    b["epoch"] = epoch
+                    indices = b["indices"]
+                    start = self._skip.pop(b["block"], 0) if epoch == self._skip_epoch else 0
+                    self._held = b
+                    for k in range(start, len(indices)):
+                        b["pos"] = k + 1
+                        self.emitted += 1
+                        self._keepalive()
+                        yield indices[k]
+                    self._held = None
+                    self._unacked.append(b)
+            elif state == "wait":
+                if not self.wait:
+                    return
+                time.sleep(max(1, reply.get("retry_ms") or 50) / 1000.0)   # the head's pacing
+            else:   # epoch_end, finished
+                return
+
+    def __len__(self):
+        n = self.status_num_samples()
+        if self.config.get("tail") == "drop":
+            return n // self.world_size
+        return -(-n // self.world_size)
+
+    def status_num_samples(self):
+        ds = self.config.get("dataset") or {}
+        if "num_samples" in ds:
+            return int(ds["num_samples"])
+        return sum(int(s.get("count", 0)) for s in ds.get("shards") or ())
+
+    # ---- the position ---------------------------------------------------------------------
+
+    def state_dict(self):
+        """Acknowledges the blocks read to their end and returns the head's checkpoint with
+        this rank's partly read block (plain JSON types)."""
+        self.ensure()
+        held = self._held
+        if held is not None and held.get("pos", 0) >= len(held["indices"]):
+            self._unacked.append(held)
+            self._held = held = None
+        self._flush()
+        ck = self.client.request("GET", "/v1/iterations/%s/checkpoint" % self.name)
+        partial = {}
+        if self._skip_epoch == ck["epoch"]:
+            partial.update({str(k): v for k, v in self._skip.items()})
+        if held is not None and held["epoch"] == ck["epoch"] and held.get("pos", 0) > 0:
+            partial[str(held["block"])] = held["pos"]
+        return {"version": STATE_VERSION, "mode": "coordinated", "name": self.base_name,
+                "rank": self.rank, "world_size": self.world_size, "epoch": ck["epoch"],
+                "emitted": self.emitted, "checkpoint": ck, "partial": partial}
+
+    def load_state_dict(self, state):
+        """Resume from ``state`` (one rank's state, or a list of every rank's: then each
+        rank's partly read block is skipped exactly).  Every rank must load the same
+        state(s): the new iteration's name is derived from them."""
+        states = state if isinstance(state, (list, tuple)) else [state]
+        for s in states:
+            if s.get("version") != STATE_VERSION or s.get("mode") != "coordinated":
+                raise ValueError("not a coordinated sampler state: %r" % (s.get("mode"),))
+        ck = max((s["checkpoint"] for s in states), key=lambda c: (c["epoch"], _done_count(c)))
+        done = [tuple(r) for r in ck.get("done") or ()]
+        partial = {}
+        for s in states:
+            if s["checkpoint"]["epoch"] != ck["epoch"]:
+                continue
+            for block, pos in (s.get("partial") or {}).items():
+                block = int(block)
+                if any(b <= block < e for b, e in done):
+                    continue
+                partial[block] = max(partial.get(block, 0), int(pos))
+        self._checkpoint = ck
+        self._skip = partial
+        self._skip_epoch = ck["epoch"]
+        self.name = _resumed_name(self.base_name, ck, sorted(partial.items()))
+        self._created = False
+        self._held = None
+        self._unacked = []
+        self.epoch = ck["epoch"]
+        self.emitted = 0
+
+    def close(self):
+        """Acknowledges what was read to its end (the iteration stays on the head)."""
+        if self._created:
+            self._flush()

@@ -1,0 +1,117 @@
+"""muster.torch.DistributedSampler(coordinated=True): a DataLoader per simulated rank (one
+thread each) on a coordinated iteration of a real head."""
+import threading
+import unittest
+
+from common import HeadTestCase, muster  # noqa: F401
+
+try:
+    import torch
+    import torch.utils.data
+    import muster.torch as mt
+except ImportError:  # torch is optional
+    torch = None
+
+N = 203
+
+
+def run_ranks(samplers, epoch, stop_after=None, batch_size=5):
+    """Each rank (a thread) iterates its DataLoader over the epoch, or for `stop_after`
+    batches; returns every rank's list of indices."""
+    out = [[] for _ in samplers]
+    errors = []
+
+    def rank(i, s):
+        try:
+            s.set_epoch(epoch)
+            loader = torch.utils.data.DataLoader(range(N), batch_size=batch_size, sampler=s)
+            for b, batch in enumerate(loader):
+                out[i].extend(int(v) for v in batch)
+                if stop_after is not None and b + 1 >= stop_after[i]:
+                    break
+        except BaseException as e:  # reported by the caller
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank, args=(i, s)) for i, s in enumerate(samplers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    if errors:
+        raise errors[0]
+    return out
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class CoordinatedSamplerTest(HeadTestCase):
+    def samplers(self, world, name, **kw):
+        return [mt.DistributedSampler(range(N), num_replicas=world, rank=r, seed=11, coordinated=True,
+                                      client=self.c, name=name, block_size=8, **kw)
+                for r in range(world)]
+
+    def test_every_index_once_per_epoch_and_new_order(self):
+        ss = self.samplers(4, "every")
+        e0 = run_ranks(ss, 0)
+        self.assertEqual(sorted(sum(e0, [])), list(range(N)))
+        self.assertEqual(len(ss[0]), 51)
+        e1 = run_ranks(ss, 1)
+        self.assertEqual(sorted(sum(e1, [])), list(range(N)))
+        # the order is the iteration's: the same seed gives the same epoch order
+        order0 = [i for i in sum(e0, [])]
+        self.assertNotEqual(sorted(order0), order0)
+
+    def test_static_strategy_matches_the_standalone_sampler(self):
+        coord = self.samplers(4, "static", strategy="round_robin")
+        got = run_ranks(coord, 0)
+        alone = [list(mt.DistributedSampler(range(N), num_replicas=4, rank=r, seed=11, block_size=8))
+                 for r in range(4)]
+        self.assertEqual(got, alone)
+
+    def check_resume(self, new_world, name):
+        ss = self.samplers(4, name)
+        # every rank stops after a different number of batches (blocks of 8, batches of 5:
+        # most stop mid-block)
+        first = run_ranks(ss, 0, stop_after=[3, 5, 1, 7])
+        consumed = sum(first, [])
+        self.assertEqual(len(consumed), len(set(consumed)))
+        states = [s.state_dict() for s in ss]
+        self.assertEqual(states[0]["epoch"], 0)
+        new = self.samplers(new_world, name)
+        for s in new:
+            s.load_state_dict(states)
+        self.assertEqual(len({s.name for s in new}), 1)
+        self.assertNotEqual(new[0].name, name)
+        rest = run_ranks(new, 0)
+        remaining = sum(rest, [])
+        self.assertEqual(len(remaining), len(set(remaining)))
+        self.assertEqual(set(remaining), set(range(N)) - set(consumed))
+        # the next epoch is a full one in the new world
+        nxt = run_ranks(new, 1)
+        self.assertEqual(sorted(sum(nxt, [])), list(range(N)))
+
+    def test_state_dict_round_trip_into_2_ranks(self):
+        self.check_resume(2, "resume2")
+
+    def test_state_dict_round_trip_into_8_ranks(self):
+        self.check_resume(8, "resume8")
+
+    def test_single_rank_state_resumes_twice(self):
+        s = self.samplers(1, "single")[0]
+        it = iter(s)
+        seen = [next(it) for _ in range(20)]
+        state = s.state_dict()
+        seen += [next(it) for _ in range(7)]   # read after the checkpoint: not counted
+        r = self.samplers(1, "single")[0]
+        r.load_state_dict(state)
+        it = iter(r)
+        more = [next(it) for _ in range(30)]
+        state2 = r.state_dict()
+        r2 = self.samplers(1, "single")[0]
+        r2.load_state_dict(state2)
+        rest = list(r2)
+        total = seen[:20] + more + rest
+        self.assertEqual(sorted(total), list(range(N)))
+
+
+if __name__ == "__main__":
+    unittest.main()
