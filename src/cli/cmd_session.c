@@ -259,7 +259,7 @@ static void session_print_result(const session_read_t *rd, const muster_result_t
   }
   json_t *result = r->result ? json_loads(r->result, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : NULL;
   json_t *obj = json_pack("{s:I, s:I, s:s, s:o, s:s?, s:I}", "index", (json_int_t)r->index, "task",
-                          (json_int_t)r->task, "state", r->state ? r->state : "",
+                          (json_int_t)r->task, "state", r->state ? r->state : "", "result",
                           result ? result : json_null(), "error", r->error, "seq",
                           (json_int_t)r->seq);
   char *line = obj ? json_dumps(obj, JSON_COMPACT) : NULL;

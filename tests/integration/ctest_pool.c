@@ -1,0 +1,760 @@
+/*
+ * ctest_pool.c — sessions and pools of libmuster against a real head, with
+ * this program as its own fake worker (it leases and completes the tasks
+ * itself, so no node agent is involved).
+ *
+ * Starts `$MUSTER_BIN head --listen 127.0.0.1:0` (with --server-only where the
+ * head has it, so no local agent competes for the tasks) on a temporary data
+ * dir, runs the checks and stops the head.  Set MUSTER_TEST_URL and
+ * MUSTER_TEST_TOKEN to run against a head you started yourself.  Checks:
+ * ordered and unordered results, cursor resume, update numbering and
+ * delivery with leases, exactly-once when a task is completed after its lease
+ * was lost and re-leased, close and expiry.  Ends with "N passed, M failed".
+ */
+#include "muster.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TOKEN "ctest-token-0123456789"
+
+static int passed, failed;
+static char head_url[256];
+static const char *head_token = TOKEN;
+
+static void check(int ok, const char *what, int line) {
+  if (ok) {
+    passed++;
+    return;
+  }
+  failed++;
+  fprintf(stderr, "FAIL line %d: %s\n", line, what);
+}
+
+#define CHECK(cond) check((cond) != 0, #cond, __LINE__)
+
+static void check_err(muster_err_t got, muster_err_t want, const char *what, int line,
+                      const char *message) {
+  if (got == want) {
+    passed++;
+    return;
+  }
+  failed++;
+  fprintf(stderr, "FAIL line %d: %s: got %s (%s), want %s\n", line, what, muster_err_name(got),
+          message ? message : "", muster_err_name(want));
+}
+
+#define CHECK_ERR(c, call, want) check_err((call), (want), #call, __LINE__, muster_client_message(c))
+#define CHECK_OK(c, call) CHECK_ERR(c, call, MUSTER_OK)
+#define CHECK_POOL(p, call) check_err((call), MUSTER_OK, #call, __LINE__, muster_pool_message(p))
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int contains(const char *haystack, const char *needle) {
+  return haystack != NULL && strstr(haystack, needle) != NULL;
+}
+
+static muster_client_t *connect_head(void) {
+  muster_client_t *client = NULL;
+  if (muster_client_new(head_url, head_token, &client) != MUSTER_OK) {
+    fprintf(stderr, "cannot create a client for %s\n", head_url);
+    exit(1);
+  }
+  return client;
+}
+
+/* ---- the head process ------------------------------------------------------------- */
+
+static pid_t head_pid;
+static char data_dir[256];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  return remove(path);
+}
+
+static const char *muster_bin(const char *argv0) {
+  static char path[1024];
+  const char *env = getenv("MUSTER_BIN");
+  if (env && env[0])
+    return env;
+  const char *slash = strrchr(argv0, '/');
+  snprintf(path, sizeof path, "%.*smuster", slash ? (int)(slash - argv0 + 1) : 0, argv0);
+  return path;
+}
+
+/* Non-zero when `muster head --help` lists --server-only (the head would
+ * otherwise start a local node agent). */
+static int head_has_server_only(const char *bin) {
+  char cmd[1200], line[512];
+  snprintf(cmd, sizeof cmd, "'%s' head --help 2>&1", bin);
+  FILE *p = popen(cmd, "r");
+  int found = 0;
+  while (p != NULL && fgets(line, sizeof line, p) != NULL)
+    found |= strstr(line, "--server-only") != NULL;
+  if (p != NULL)
+    pclose(p);
+  return found;
+}
+
+/* Reads DATA_DIR/url into head_url; 0 when it is there. */
+static int head_read_url(const char *url_path) {
+  FILE *f = fopen(url_path, "r");
+  if (f == NULL)
+    return -1;
+  char *line = fgets(head_url, sizeof head_url, f);
+  fclose(f);
+  if (line == NULL)
+    return -1;
+  head_url[strcspn(head_url, "\r\n")] = '\0';
+  return head_url[0] ? 0 : -1;
+}
+
+static int head_start(const char *bin) {
+  snprintf(data_dir, sizeof data_dir, "/tmp/muster-ctest-pool-XXXXXX");
+  if (mkdtemp(data_dir) == NULL)
+    return -1;
+  char log_path[512], url_path[512];
+  snprintf(log_path, sizeof log_path, "%s/head.log", data_dir);
+  snprintf(url_path, sizeof url_path, "%s/url", data_dir);
+  int server_only = head_has_server_only(bin);
+  head_pid = fork();
+  if (head_pid == 0) {
+    int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(log, 1);
+    dup2(log, 2);
+    execl(bin, bin, "head", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--token", TOKEN,
+          server_only ? "--server-only" : (char *)NULL, (char *)NULL);
+    _exit(127);
+  }
+  for (int64_t deadline = now_ms() + 20000; now_ms() < deadline;) {
+    if (head_read_url(url_path) == 0)
+      return 0;
+    if (waitpid(head_pid, NULL, WNOHANG) == head_pid) {
+      fprintf(stderr, "the head exited early; see %s\n", log_path);
+      head_pid = 0;
+      return -1;
+    }
+    usleep(20000); /* polling for the file, with a deadline */
+  }
+  fprintf(stderr, "the head did not write %s in time\n", url_path);
+  return -1;
+}
+
+static void head_stop(void) {
+  if (head_pid > 0) {
+    kill(head_pid, SIGTERM);
+    waitpid(head_pid, NULL, 0);
+  }
+  if (data_dir[0] && getenv("MUSTER_TEST_KEEP") == NULL)
+    nftw(data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+static muster_pool_t *open_pool(const char *queue, const char *session) {
+  muster_pool_opts_t opts;
+  muster_pool_opts_init(&opts);
+  opts.url = head_url;
+  opts.token = head_token;
+  opts.queue = queue;
+  opts.session = session;
+  opts.init_data = "{\"model\":\"m1\"}";
+  muster_pool_t *pool = NULL;
+  char *message = NULL;
+  muster_err_t err = muster_pool_open(&opts, &pool, &message);
+  if (err != MUSTER_OK)
+    fprintf(stderr, "pool open on %s: %s: %s\n", queue, muster_err_name(err),
+            message ? message : "");
+  CHECK(err == MUSTER_OK && pool != NULL);
+  muster_free(message);
+  return pool;
+}
+
+/* "0", "1", ... as JSON texts (integers). */
+static char **make_inputs(size_t n) {
+  char **inputs = calloc(n, sizeof *inputs);
+  for (size_t i = 0; i < n; i++) {
+    inputs[i] = malloc(24);
+    snprintf(inputs[i], 24, "%zu", i);
+  }
+  return inputs;
+}
+
+static void free_inputs(char **inputs, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(inputs[i]);
+  free(inputs);
+}
+
+/* Completes `lease` with 2 * its (integer) payload as the result. */
+static muster_err_t complete_double(muster_client_t *c, const muster_lease_t *lease) {
+  char result[32];
+  snprintf(result, sizeof result, "%lld", 2 * atoll(lease->payload));
+  muster_ack_t ack;
+  muster_ack_init(&ack, lease->task, lease->token);
+  ack.result = result;
+  return muster_complete(c, &ack, 1);
+}
+
+/* Leases exactly `want` tasks of `queue` (polling with a deadline); returns the count got. */
+static size_t lease_n(muster_client_t *c, const char *queue, size_t want, muster_lease_t **out) {
+  muster_lease_t *all = calloc(want ? want : 1, sizeof *all);
+  size_t got = 0;
+  for (int64_t deadline = now_ms() + 20000; got < want && now_ms() < deadline;) {
+    muster_lease_t *leases = NULL;
+    size_t n = 0;
+    if (muster_lease(c, queue, 0, want - got > 1000 ? 1000 : want - got, 2000, &leases, &n) !=
+        MUSTER_OK) {
+      fprintf(stderr, "lease: %s\n", muster_client_message(c));
+      break;
+    }
+    memcpy(all + got, leases, n * sizeof *leases);
+    got += n;
+    free(leases); /* the strings moved into `all` */
+  }
+  *out = all;
+  return got;
+}
+
+/* ---- a fake worker thread ------------------------------------------------------------- */
+
+typedef struct {
+  const char *queue;
+  volatile int stop;
+  long completed;
+  pthread_t thread;
+} fake_worker_t;
+
+static void *fake_worker_main(void *arg) {
+  fake_worker_t *w = arg;
+  muster_client_t *c = connect_head();
+  const char *queues[] = {w->queue, NULL};
+  muster_worker_opts_t opts;
+  muster_worker_opts_init(&opts);
+  opts.queues = queues;
+  opts.nickname = "ctest-pool";
+  int64_t id = 0;
+  muster_worker_register(c, &opts, &id, NULL);
+  while (!w->stop) {
+    muster_lease_t *leases = NULL;
+    size_t n = 0;
+    if (muster_lease(c, w->queue, id, 64, 200, &leases, &n) != MUSTER_OK)
+      break;
+    for (size_t i = 0; i < n; i++)
+      w->completed += complete_double(c, &leases[i]) == MUSTER_OK;
+    muster_leases_free(leases, n);
+  }
+  muster_worker_bye(c, id);
+  muster_client_free(c);
+  return NULL;
+}
+
+static void fake_worker_start(fake_worker_t *w, const char *queue) {
+  memset(w, 0, sizeof *w);
+  w->queue = queue;
+  pthread_create(&w->thread, NULL, fake_worker_main, w);
+}
+
+static void fake_worker_stop(fake_worker_t *w) {
+  w->stop = 1;
+  pthread_join(w->thread, NULL);
+}
+
+/* ---- the checks --------------------------------------------------------------------------- */
+
+/* Completes the leases of `leases` whose index is in `which` (-1 ends it). */
+static void complete_indexes(muster_client_t *c, muster_lease_t *leases, size_t n,
+                             const int *which) {
+  for (const int *w = which; *w >= 0; w++)
+    for (size_t i = 0; i < n; i++)
+      if (leases[i].index == *w)
+        CHECK_OK(c, complete_double(c, &leases[i]));
+}
+
+/* Reads one page and checks it holds exactly indexes `want` (-1 ends it). */
+static int64_t expect_page(muster_client_t *c, const char *sid, muster_order_t order,
+                           int64_t cursor, size_t max, const int *want, int line) {
+  muster_results_t page;
+  muster_err_t err = muster_session_results(c, sid, order, cursor, max, 0, &page);
+  check_err(err, MUSTER_OK, "muster_session_results", line, muster_client_message(c));
+  size_t n = 0;
+  while (want[n] >= 0)
+    n++;
+  int ok = page.count == n;
+  for (size_t i = 0; ok && i < n; i++)
+    ok = page.results[i].index == want[i] && page.results[i].ok &&
+         atoll(page.results[i].result) == 2 * want[i];
+  if (!ok)
+    fprintf(stderr, "  page from cursor %lld had %zu results, wanted %zu\n", (long long)cursor,
+            page.count, n);
+  check(ok, "the page holds exactly the expected indexes", line);
+  int64_t next = page.cursor;
+  muster_results_free(&page);
+  return next;
+}
+
+static void test_session_calls(muster_client_t *c) {
+  muster_session_opts_t so;
+  muster_session_opts_init(&so);
+  CHECK(so.cleanup_on_exit == -1 && so.timeout_ms == -1 && so.queue == NULL);
+  char *sid = NULL, *json = NULL;
+  CHECK_ERR(c, muster_session_create(c, &so, &sid, NULL), MUSTER_INVALID);
+  so.queue = "cp-nope";
+  CHECK_ERR(c, muster_session_create(c, &so, &sid, NULL), MUSTER_QUEUE_NOT_FOUND);
+  CHECK(sid == NULL);
+  CHECK_OK(c, muster_queue_put(c, "cp-sess", NULL, NULL));
+  so.queue = "cp-sess";
+  so.init_data = "{\"weights\":[1,2]}";
+  CHECK_OK(c, muster_session_create(c, &so, &sid, &json));
+  CHECK(sid != NULL && sid[0] != '\0');
+  CHECK(contains(json, "\"weights\"") && contains(json, "\"open\""));
+  muster_free(json);
+  CHECK_OK(c, muster_session_list(c, &json));
+  CHECK(contains(json, sid));
+  muster_free(json);
+  CHECK_OK(c, muster_session_heartbeat(c, sid));
+
+  muster_task_spec_t specs[10];
+  int64_t ids[10], indexes[10];
+  char *inputs[10];
+  for (int i = 0; i < 10; i++) {
+    muster_task_spec_init(&specs[i]);
+    inputs[i] = malloc(8);
+    snprintf(inputs[i], 8, "%d", i);
+    specs[i].payload = inputs[i];
+  }
+  CHECK_OK(c, muster_session_put(c, sid, specs, 10, ids, indexes));
+  CHECK(indexes[0] == 0 && indexes[9] == 9 && ids[0] > 0);
+  specs[0].index = 3;
+  CHECK_ERR(c, muster_session_put(c, sid, specs, 1, NULL, NULL), MUSTER_INVALID_STATE);
+  specs[0].index = -1;
+  specs[0].key = "k";
+  CHECK_ERR(c, muster_session_put(c, sid, specs, 1, NULL, NULL), MUSTER_INVALID);
+  CHECK_ERR(c, muster_session_put(c, "s-nope", specs + 1, 1, NULL, NULL), MUSTER_SESSION_NOT_FOUND);
+
+  muster_lease_t *leases = NULL;
+  size_t n = lease_n(c, "cp-sess", 10, &leases);
+  CHECK(n == 10);
+  CHECK(leases[0].session != NULL && strcmp(leases[0].session, sid) == 0);
+  complete_indexes(c, leases, n, (const int[]){0, 1, 2, 3, 4, 7, -1});
+  /* Submission order stops at the first unfinished index; the cursor resumes. */
+  int64_t cur = expect_page(c, sid, MUSTER_ORDER_SUBMISSION, 0, 3, (const int[]){0, 1, 2, -1},
+                            __LINE__);
+  CHECK(cur == 3);
+  cur = expect_page(c, sid, MUSTER_ORDER_SUBMISSION, cur, 0, (const int[]){3, 4, -1}, __LINE__);
+  CHECK(cur == 5);
+  cur = expect_page(c, sid, MUSTER_ORDER_SUBMISSION, cur, 0, (const int[]){-1}, __LINE__);
+  CHECK(cur == 5);
+  complete_indexes(c, leases, n, (const int[]){6, 5, -1});
+  cur = expect_page(c, sid, MUSTER_ORDER_SUBMISSION, cur, 0, (const int[]){5, 6, 7, -1}, __LINE__);
+  CHECK(cur == 8);
+  /* Completion order: as they finished; its cursor resumes after the last one. */
+  int64_t seq = expect_page(c, sid, MUSTER_ORDER_COMPLETION, 0, 0,
+                            (const int[]){0, 1, 2, 3, 4, 7, 6, 5, -1}, __LINE__);
+  CHECK(seq > 0);
+  complete_indexes(c, leases, n, (const int[]){8, -1});
+  expect_page(c, sid, MUSTER_ORDER_COMPLETION, seq, 0, (const int[]){8, -1}, __LINE__);
+  /* A permanently failed task is a result too, with its error. */
+  for (size_t i = 0; i < n; i++)
+    if (leases[i].index == 9) {
+      muster_ack_t ack;
+      muster_ack_init(&ack, leases[i].task, leases[i].token);
+      ack.error = "bad input";
+      ack.permanent = 1;
+      CHECK_OK(c, muster_fail(c, &ack, 1));
+    }
+  muster_results_t page;
+  CHECK_OK(c, muster_session_results(c, sid, MUSTER_ORDER_SUBMISSION, 8, 0, 0, &page));
+  CHECK(page.count == 2 && page.total == 10 && page.done == 10);
+  if (page.count == 2)
+    CHECK(!page.results[1].ok && page.results[1].index == 9 &&
+          contains(page.results[1].error, "bad input") && page.results[1].result == NULL);
+  muster_results_free(&page);
+  muster_leases_free(leases, n);
+
+  int64_t cancelled = -1;
+  CHECK_OK(c, muster_session_close(c, sid, &cancelled));
+  CHECK(cancelled == 0);
+  CHECK_ERR(c, muster_session_get(c, sid, &json), MUSTER_SESSION_NOT_FOUND);
+  CHECK_ERR(c, muster_session_heartbeat(c, sid), MUSTER_SESSION_NOT_FOUND);
+  CHECK_ERR(c, muster_session_close(c, sid, NULL), MUSTER_SESSION_NOT_FOUND);
+  muster_free(sid);
+  for (int i = 0; i < 10; i++)
+    free(inputs[i]);
+}
+
+static void test_pool_map(muster_client_t *c) {
+  muster_pool_t *pool = NULL;
+  muster_pool_opts_t opts;
+  muster_pool_opts_init(&opts);
+  CHECK(opts.create_queue == 1 && opts.heartbeat_ms == -1);
+  CHECK(muster_pool_open(NULL, &pool, NULL) == MUSTER_INVALID && pool == NULL);
+  char *message = NULL;
+  CHECK(muster_pool_open(&opts, &pool, &message) == MUSTER_INVALID && message != NULL);
+  muster_free(message);
+  muster_pool_close(NULL);
+
+  fake_worker_t worker;
+  fake_worker_start(&worker, "cp-map");
+  if ((pool = open_pool("cp-map", NULL)) == NULL) {
+    fake_worker_stop(&worker);
+    return;
+  }
+  CHECK(muster_pool_session(pool) != NULL);
+  enum { N = 2500 };
+  char **inputs = make_inputs(N);
+  muster_result_t *results = NULL;
+  CHECK_POOL(pool, muster_pool_map(pool, (const char *const *)inputs, N, &results));
+  int in_order = results != NULL;
+  for (size_t i = 0; in_order && i < N; i++)
+    in_order = results[i].ok && results[i].index == (int64_t)i && results[i].result &&
+               atoll(results[i].result) == 2 * (long long)i;
+  CHECK(in_order);
+  muster_pool_results_free(results, N);
+  /* A second map on the same pool: its own inputs, numbered from 0 again. */
+  CHECK_POOL(pool, muster_pool_map(pool, (const char *const *)inputs + 7, 5, &results));
+  CHECK(results != NULL && results[4].index == 4 && atoll(results[4].result) == 22);
+  muster_pool_results_free(results, 5);
+  /* imap_unordered with a live worker: every input exactly once. */
+  muster_pool_iter_t *it = NULL;
+  CHECK_POOL(pool, muster_pool_imap_unordered(pool, (const char *const *)inputs, 300, &it));
+  unsigned char seen[300] = {0};
+  size_t got = 0, twice = 0;
+  while (it != NULL && !muster_pool_iter_done(it)) {
+    muster_result_t r;
+    int has = 0;
+    if (muster_pool_iter_next(it, 20000, &r, &has) != MUSTER_OK || !has)
+      break;
+    twice += seen[r.index]++;
+    got += r.ok && atoll(r.result) == 2 * r.index;
+    muster_result_clear(&r);
+  }
+  CHECK(got == 300 && twice == 0 && muster_pool_iter_duplicates(it) == 0);
+  muster_pool_iter_free(it);
+  size_t workers = 0, nodes = 99;
+  CHECK_POOL(pool, muster_pool_workers_count(pool, &workers));
+  CHECK(workers == 1);
+  if (workers != 1) {
+    char *list = NULL;
+    muster_worker_list(c, &list);
+    fprintf(stderr, "  workers: %zu in %s\n", workers, list ? list : "?");
+    muster_free(list);
+  }
+  CHECK_POOL(pool, muster_pool_nodes_count(pool, &nodes));
+  CHECK(nodes == 0);
+  fake_worker_stop(&worker);
+  CHECK(worker.completed == N + 5 + 300);
+  muster_pool_close(pool);
+  free_inputs(inputs, N);
+}
+
+/* Runs `ordered` imap of `n` inputs, completes them in reverse, checks the order seen. */
+static void check_order(muster_client_t *c, muster_pool_t *pool, const char *queue, size_t n,
+                        int ordered) {
+  char **inputs = make_inputs(n);
+  muster_pool_iter_t *it = NULL;
+  CHECK_POOL(pool, muster_pool_imap(pool, (const char *const *)inputs, n, ordered, &it));
+  muster_result_t r;
+  int has = 1;
+  CHECK_POOL(pool, muster_pool_iter_next(it, 0, &r, &has));
+  CHECK(has == 0 && !muster_pool_iter_done(it));
+  muster_lease_t *leases = NULL;
+  size_t got = lease_n(c, queue, n, &leases);
+  CHECK(got == n);
+  for (size_t i = got; i-- > 0;)
+    CHECK_OK(c, complete_double(c, &leases[i]));
+  muster_leases_free(leases, got);
+  int as_expected = 1;
+  for (size_t k = 0; k < n; k++) {
+    if (muster_pool_iter_next(it, 10000, &r, &has) != MUSTER_OK || !has) {
+      as_expected = 0;
+      break;
+    }
+    size_t want = ordered ? k : n - 1 - k;
+    as_expected &= r.index == (int64_t)want && r.ok && atoll(r.result) == 2 * (long long)want;
+    muster_result_clear(&r);
+  }
+  CHECK(as_expected);
+  size_t delivered = 0, total = 0;
+  muster_pool_iter_progress(it, &delivered, &total);
+  CHECK(delivered == n && total == n && muster_pool_iter_done(it));
+  CHECK_POOL(pool, muster_pool_iter_next(it, -1, &r, &has));
+  CHECK(has == 0);
+  muster_pool_iter_free(it);
+  free_inputs(inputs, n);
+}
+
+static void test_pool_orders(muster_client_t *c) {
+  muster_pool_t *pool = open_pool("cp-order", NULL);
+  if (pool == NULL)
+    return;
+  check_order(c, pool, "cp-order", 20, 0);
+  check_order(c, pool, "cp-order", 7, 1);
+  check_order(c, pool, "cp-order", 1200, 0); /* more than one page and one submit batch */
+  check_order(c, pool, "cp-order", 5, 0);    /* starts past the earlier completions */
+  char *json = NULL;
+  CHECK_OK(c, muster_session_get(c, muster_pool_session(pool), &json));
+  CHECK(contains(json, "\"next_index\":1232") && contains(json, "\"model\""));
+  muster_free(json);
+  muster_pool_close(pool);
+}
+
+static void test_pool_resume(muster_client_t *c) {
+  muster_pool_opts_t opts;
+  muster_pool_opts_init(&opts);
+  opts.url = head_url;
+  opts.token = head_token;
+  opts.queue = "cp-resume";
+  opts.keep_session = 1;
+  muster_pool_t *pool = NULL;
+  CHECK_OK(c, muster_pool_open(&opts, &pool, NULL));
+  if (pool == NULL)
+    return;
+  char *sid = strdup(muster_pool_session(pool));
+  char **inputs = make_inputs(10);
+  muster_pool_iter_t *it = NULL;
+  CHECK_POOL(pool, muster_pool_imap(pool, (const char *const *)inputs, 10, 1, &it));
+  muster_lease_t *leases = NULL;
+  size_t n = lease_n(c, "cp-resume", 10, &leases);
+  for (size_t i = 0; i < n; i++)
+    CHECK_OK(c, complete_double(c, &leases[i]));
+  muster_leases_free(leases, n);
+  for (int k = 0; k < 4; k++) {
+    muster_result_t r;
+    int has = 0;
+    CHECK_POOL(pool, muster_pool_iter_next(it, 5000, &r, &has));
+    CHECK(has && r.index == k);
+    muster_result_clear(&r);
+  }
+  muster_pool_iter_free(it);
+  muster_pool_close(pool); /* keep_session: the session stays open */
+  /* Another client resumes from cursor 4 and attaches a pool to the session. */
+  expect_page(c, sid, MUSTER_ORDER_SUBMISSION, 4, 0, (const int[]){4, 5, 6, 7, 8, 9, -1},
+              __LINE__);
+  opts.session = sid;
+  opts.keep_session = 0;
+  CHECK_OK(c, muster_pool_open(&opts, &pool, NULL));
+  if (pool != NULL) {
+    CHECK_POOL(pool, muster_pool_imap(pool, (const char *const *)inputs, 3, 1, &it));
+    n = lease_n(c, "cp-resume", 3, &leases);
+    CHECK(n == 3 && leases[0].index == 10 && leases[2].index == 12);
+    muster_leases_free(leases, n);
+    muster_pool_iter_free(it);
+    muster_pool_close(pool); /* attached, not its own: the session stays open */
+  }
+  CHECK_OK(c, muster_session_get(c, sid, NULL));
+  int64_t cancelled = 0;
+  CHECK_OK(c, muster_session_close(c, sid, &cancelled));
+  CHECK(cancelled == 3);
+  opts.session = "s-nope";
+  CHECK_ERR(c, muster_pool_open(&opts, &pool, NULL), MUSTER_SESSION_NOT_FOUND);
+  free(sid);
+  free_inputs(inputs, 10);
+}
+
+/* POSTs a lease with updates_after `after`; returns the reply text (free it). */
+static char *lease_with_updates(muster_client_t *c, const char *queue, int after) {
+  char path[128], body[64], *reply = NULL;
+  snprintf(path, sizeof path, "/v1/queues/%s/lease", queue);
+  snprintf(body, sizeof body, "{\"max\":1,\"updates_after\":%d}", after);
+  CHECK_OK(c, muster_request(c, "POST", path, body, &reply));
+  return reply;
+}
+
+static void test_updates(muster_client_t *c) {
+  muster_pool_t *a = open_pool("cp-upd", NULL), *b = open_pool("cp-upd", NULL);
+  if (a == NULL || b == NULL) {
+    muster_pool_close(a);
+    muster_pool_close(b);
+    return;
+  }
+  int64_t seq = 0;
+  CHECK_POOL(a, muster_pool_update_workers(a, "{\"v\":1}", &seq));
+  CHECK(seq == 1);
+  CHECK_POOL(a, muster_pool_update_workers(a, "{\"v\":2}", &seq));
+  CHECK(seq == 2);
+  CHECK_POOL(b, muster_pool_update_workers(b, "\"from b\"", &seq));
+  CHECK(seq == 3);
+  CHECK(muster_pool_update_workers(a, "{bad json", &seq) == MUSTER_INVALID);
+  CHECK_ERR(c, muster_update_post(c, "cp-nope", "1", NULL, &seq), MUSTER_QUEUE_NOT_FOUND);
+  char *json = NULL;
+  CHECK_OK(c, muster_update_list(c, "cp-upd", 0, 0, &json));
+  CHECK(contains(json, "\"v\":1") && contains(json, "\"from b\"") && contains(json, "\"last\":3"));
+  muster_free(json);
+  CHECK_OK(c, muster_update_list(c, "cp-upd", 2, 0, &json));
+  CHECK(!contains(json, "\"v\":1") && contains(json, "\"from b\""));
+  muster_free(json);
+  /* A worker gets the updates it has not seen with its lease, in order. */
+  char *reply = lease_with_updates(c, "cp-upd", 0);
+  const char *one = reply ? strstr(reply, "\"v\":1") : NULL;
+  const char *two = reply ? strstr(reply, "\"v\":2") : NULL;
+  CHECK(one != NULL && two != NULL && one < two && contains(reply, "\"updates_last\":3"));
+  muster_free(reply);
+  reply = lease_with_updates(c, "cp-upd", 2);
+  CHECK(!contains(reply, "\"v\":1") && contains(reply, "\"from b\""));
+  muster_free(reply);
+  /* Closing pool a deletes its updates with its session; numbering goes on. */
+  muster_pool_close(a);
+  CHECK_OK(c, muster_update_list(c, "cp-upd", 0, 0, &json));
+  CHECK(!contains(json, "\"v\":1") && contains(json, "\"from b\""));
+  muster_free(json);
+  CHECK_POOL(b, muster_pool_update_workers(b, "4", &seq));
+  CHECK(seq == 4);
+  muster_pool_close(b);
+}
+
+/* A task whose lease is lost and re-leased is completed by both holders; the
+ * pool hands out one result per input, the second holder's. */
+static void test_exactly_once(muster_client_t *c) {
+  muster_queue_opts_t qo;
+  muster_queue_opts_init(&qo);
+  qo.lease_ms = 300;
+  qo.backoff_ms = 0;
+  qo.backoff_max_ms = 0;
+  CHECK_OK(c, muster_queue_put(c, "cp-once", &qo, NULL));
+  muster_pool_t *pool = open_pool("cp-once", NULL);
+  if (pool == NULL)
+    return;
+  char **inputs = make_inputs(2);
+  muster_pool_iter_t *it = NULL;
+  CHECK_POOL(pool, muster_pool_imap(pool, (const char *const *)inputs, 2, 0, &it));
+  muster_lease_t *first = NULL, *second = NULL;
+  size_t n1 = lease_n(c, "cp-once", 2, &first);
+  /* Nobody extends: the leases expire and the tasks are leased again. */
+  size_t n2 = lease_n(c, "cp-once", 2, &second);
+  CHECK(n1 == 2 && n2 == 2);
+  if (n1 == 2 && n2 == 2) {
+    CHECK(second[0].task == first[0].task && second[0].token != first[0].token);
+    CHECK(second[0].attempt == 2);
+    /* Input 0: the new holder completes first, then the old one (late). */
+    CHECK_OK(c, complete_double(c, &second[0]));
+    CHECK_ERR(c, complete_double(c, &first[0]), MUSTER_LEASE_LOST);
+    /* Input 1: the old holder comes back first and is refused; the new one completes. */
+    CHECK_ERR(c, complete_double(c, &first[1]), MUSTER_LEASE_LOST);
+    CHECK_OK(c, complete_double(c, &second[1]));
+    CHECK_ERR(c, complete_double(c, &second[1]), MUSTER_LEASE_LOST);
+  }
+  muster_leases_free(first, n1);
+  muster_leases_free(second, n2);
+  size_t got[2] = {0, 0};
+  for (int k = 0; k < 3; k++) {
+    muster_result_t r;
+    int has = 0;
+    CHECK_POOL(pool, muster_pool_iter_next(it, k < 2 ? 10000 : 300, &r, &has));
+    if (has && r.index >= 0 && r.index < 2)
+      got[r.index] += r.ok && atoll(r.result) == 2 * r.index;
+    CHECK(has == (k < 2));
+    muster_result_clear(&r);
+  }
+  CHECK(got[0] == 1 && got[1] == 1 && muster_pool_iter_duplicates(it) == 0);
+  muster_pool_iter_free(it);
+  /* The head's own stream names each index once as well. */
+  muster_results_t page;
+  CHECK_OK(c, muster_session_results(c, muster_pool_session(pool), MUSTER_ORDER_COMPLETION, 0, 0, 0,
+                                     &page));
+  CHECK(page.count == 2 && page.results[0].index != page.results[1].index);
+  muster_results_free(&page);
+  muster_pool_close(pool);
+  free_inputs(inputs, 2);
+}
+
+/* close cancels unfinished work; a silent client's session expires; the
+ * heartbeat thread keeps a pool's session alive. */
+static void test_close_and_expiry(muster_client_t *c) {
+  muster_pool_t *pool = open_pool("cp-close", NULL);
+  if (pool == NULL)
+    return;
+  char *sid = strdup(muster_pool_session(pool));
+  char **inputs = make_inputs(3);
+  muster_pool_iter_t *it = NULL;
+  CHECK_POOL(pool, muster_pool_imap(pool, (const char *const *)inputs, 3, 1, &it));
+  muster_pool_iter_free(it);
+  muster_pool_close(pool);
+  CHECK_ERR(c, muster_session_get(c, sid, NULL), MUSTER_SESSION_NOT_FOUND);
+  muster_lease_t *leases = NULL;
+  size_t n = 9;
+  CHECK_OK(c, muster_lease(c, "cp-close", 0, 10, 0, &leases, &n));
+  CHECK(n == 0);
+  muster_leases_free(leases, n);
+  free(sid);
+
+  muster_pool_opts_t opts;
+  muster_pool_opts_init(&opts);
+  opts.url = head_url;
+  opts.token = head_token;
+  opts.queue = "cp-close";
+  opts.timeout_ms = 400;
+  opts.heartbeat_ms = 0; /* silent */
+  muster_pool_t *silent = NULL, *beating = NULL;
+  CHECK_OK(c, muster_pool_open(&opts, &silent, NULL));
+  opts.heartbeat_ms = 100;
+  CHECK_OK(c, muster_pool_open(&opts, &beating, NULL));
+  if (silent != NULL && beating != NULL) {
+    /* Poll the list: a call naming the session would count as its heartbeat. */
+    int listed = 1;
+    int64_t start = now_ms();
+    while (listed && now_ms() - start < 15000) {
+      char *list = NULL;
+      listed = muster_session_list(c, &list) != MUSTER_OK ||
+               contains(list, muster_pool_session(silent));
+      muster_free(list);
+      if (listed)
+        usleep(50000); /* polling for the expiry, with a deadline */
+    }
+    CHECK(!listed);
+    CHECK_ERR(c, muster_session_get(c, muster_pool_session(silent), NULL),
+              MUSTER_SESSION_NOT_FOUND);
+    /* By now the silent one's timeout passed several times over; the other lives. */
+    CHECK(now_ms() - start >= 400);
+    CHECK_OK(c, muster_session_get(c, muster_pool_session(beating), NULL));
+  }
+  muster_pool_close(silent);
+  muster_pool_close(beating);
+  free_inputs(inputs, 3);
+}
+
+int main(int argc, char **argv) {
+  const char *url = getenv("MUSTER_TEST_URL");
+  if (url && url[0]) {
+    snprintf(head_url, sizeof head_url, "%s", url);
+    head_token = getenv("MUSTER_TEST_TOKEN") ? getenv("MUSTER_TEST_TOKEN") : TOKEN;
+  } else if (head_start(muster_bin(argv[0])) != 0) {
+    head_stop();
+    printf("0 passed, 1 failed\n");
+    return 1;
+  }
+  muster_client_t *client = connect_head();
+  static const struct {
+    const char *name;
+    void (*run)(muster_client_t *);
+  } tests[] = {
+      {"session calls", test_session_calls}, {"pool map", test_pool_map},
+      {"pool orders", test_pool_orders},     {"pool resume", test_pool_resume},
+      {"updates", test_updates},             {"exactly once", test_exactly_once},
+      {"close and expiry", test_close_and_expiry},
+  };
+  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+    int64_t start = now_ms();
+    int failed_before = failed;
+    tests[i].run(client);
+    fprintf(stderr, "%-18s %s in %lld ms\n", tests[i].name, failed == failed_before ? "ok" : "FAILED",
+            (long long)(now_ms() - start));
+  }
+  muster_client_free(client);
+  head_stop();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,294 @@
+"""A multi-machine map: a head and two node agents in three network namespaces.
+
+The test builds its own little network: namespaces NS-h (the head, on a bridge at
+10.213.0.1/24), NS-1 and NS-2 (the nodes, 10.213.0.2 and .3), joined by veth pairs.
+Every address lives inside those namespaces, none in the caller's.  Each node agent
+runs 2 CPU workers whose command burns a little CPU per input and tags its result
+with its node.  `muster map --ordered` of 2,000 inputs runs in the head's namespace;
+halfway through, node 1's agent is killed with `kill -9`.  Checks: every result
+arrives exactly once and in input order; the inputs node 1 had started but not
+finished were run by node 2; no process of node 1 (agent, worker or command) is left;
+node 1 goes `gone` at the head.  The namespaces are removed whatever happens.
+
+Needs root (CAP_NET_ADMIN) for `ip netns`; without it the test says so and skips.
+MUSTER_BIN names the binary (ctest sets it).
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+MUSTER_BIN = os.path.abspath(os.environ.get("MUSTER_BIN") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "build", "muster"))
+TOKEN = "netns-token-0123456789"
+QUEUE = "netns-map"
+INPUTS = 2000
+SUBNET = "10.213.0"
+HEAD_URL = "http://%s.1:7370" % SUBNET
+TAG = "mst%d" % (os.getpid() % 100000)  # unique per run: names, node tags
+NS = {"h": TAG + "-h", "1": TAG + "-1", "2": TAG + "-2"}
+# The worker command: mark the input as started on this node, hold while the node's
+# gate file exists (so the test can catch every worker of node 1 mid-task), burn a
+# little CPU, mark it finished and answer "INPUT SQUARE NODE".  NODE_DIR and NODE_TAG
+# come from the agent's environment.
+WORK = ('read x; touch "$NODE_DIR/started-$x"; '
+        'while [ -e "$NODE_DIR/gate" ]; do sleep 0.05; done; i=0; '
+        'while [ $i -lt 3000 ]; do i=$((i+1)); done; touch "$NODE_DIR/finished-$x"; '
+        'echo "$x $((x*x)) $NODE_TAG"')
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def run(*cmd, check=True):
+    """Runs a command to completion; returns its stdout (text)."""
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd), proc.returncode, proc.stderr))
+    return proc.stdout
+
+
+def skip_unless_netns():
+    """Exits 0 with a clear message when network namespaces cannot be made here."""
+    if os.geteuid() != 0:
+        log("SKIP: test_netns_map needs root (CAP_NET_ADMIN) to create network namespaces")
+        sys.exit(0)
+    probe = TAG + "-probe"
+    proc = subprocess.run(["ip", "netns", "add", probe], stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        log("SKIP: cannot create a network namespace (no CAP_NET_ADMIN?): " + proc.stderr.strip())
+        sys.exit(0)
+    run("ip", "netns", "del", probe)
+
+
+def in_ns(key, *cmd):
+    return ["ip", "netns", "exec", NS[key]] + list(cmd)
+
+
+def make_network():
+    """The head's namespace holds a bridge at .1; each node has a veth into it."""
+    for ns in NS.values():
+        run("ip", "netns", "add", ns)
+    run(*in_ns("h", "ip", "link", "add", "br0", "type", "bridge"))
+    run(*in_ns("h", "ip", "addr", "add", SUBNET + ".1/24", "dev", "br0"))
+    run(*in_ns("h", "ip", "link", "set", "br0", "up"))
+    for key, host in (("1", 2), ("2", 3)):
+        outer, inner = TAG + "h" + key, TAG + "n" + key
+        run("ip", "link", "add", outer, "netns", NS["h"], "type", "veth", "peer", "name", inner,
+            "netns", NS[key])
+        run(*in_ns("h", "ip", "link", "set", outer, "master", "br0", "up"))
+        run(*in_ns(key, "ip", "addr", "add", "%s.%d/24" % (SUBNET, host), "dev", inner))
+        run(*in_ns(key, "ip", "link", "set", inner, "up"))
+        run(*in_ns(key, "ip", "link", "set", "lo", "up"))
+    run(*in_ns("h", "ip", "link", "set", "lo", "up"))
+
+
+def remove_network():
+    for ns in NS.values():
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+
+
+def cli(*args):
+    """Runs a muster CLI command in the head's namespace against the head."""
+    return run(*in_ns("h", MUSTER_BIN, *args, "--url", HEAD_URL, "--token", TOKEN))
+
+
+def wait_for(what, predicate, timeout=30.0):
+    """Polls `predicate` until it returns a true value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.1)
+
+
+def tagged_pids(tag):
+    """Pids of live processes whose environment carries NODE_TAG=`tag`."""
+    pids, needle = [], ("NODE_TAG=" + tag).encode() + b"\0"
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % name, "rb") as f:
+                env = f.read() + b"\0"
+            with open("/proc/%s/stat" % name) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != "Z":
+            pids.append(int(name))
+    return pids
+
+
+class Cluster:
+    """The processes this test starts, so finally can end exactly those."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.procs = {}
+
+    def start(self, name, key, cmd, env=None):
+        logf = open(os.path.join(self.tmp, name + ".log"), "wb")
+        self.procs[name] = subprocess.Popen(in_ns(key, *cmd), stdout=logf, stderr=subprocess.STDOUT,
+                                            env=env, start_new_session=True)
+        logf.close()
+        return self.procs[name]
+
+    def start_head(self):
+        data = os.path.join(self.tmp, "head-data")
+        os.mkdir(data)
+        self.start("head", "h", [MUSTER_BIN, "head", "--server-only", "--listen", SUBNET + ".1:7370",
+                                 "--data-dir", data, "--token", TOKEN, "--node-timeout-ms", "3000"])
+        wait_for("the head's url file", lambda: os.path.exists(os.path.join(data, "url")))
+
+    def start_node(self, key):
+        tag = "%s-n%s" % (TAG, key)
+        node_dir = os.path.join(self.tmp, "node" + key)
+        os.mkdir(node_dir)
+        env = dict(os.environ, NODE_TAG=tag, NODE_DIR=node_dir)
+        self.start("node" + key, key, [
+            MUSTER_BIN, "node", "--join", HEAD_URL, "--token", TOKEN, "--name", tag,
+            "--listen", "none", "--lock-file", os.path.join(node_dir, "lock"), "--workers", "2",
+            "--queue", QUEUE, "--", "sh", "-c", WORK], env=env)
+        return tag, node_dir
+
+    def log(self, name):
+        try:
+            with open(os.path.join(self.tmp, name + ".log"), errors="replace") as f:
+                return f.read()[-3000:]
+        except OSError:
+            return ""
+
+    def stop_all(self):
+        for name, proc in self.procs.items():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for name, proc in self.procs.items():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def active_workers(node):
+    workers = json.loads(cli("workers", "--json"))["workers"]
+    return [w for w in workers if w["node"] == node and w["state"] == "active"]
+
+
+def node_state(node):
+    for n in json.loads(cli("nodes", "--json", "--all"))["nodes"]:
+        if n["name"] == node:
+            return n["state"]
+    return None
+
+
+def markers(node_dir, kind):
+    """Inputs with a `kind` ("started", "finished") marker in `node_dir`."""
+    return {int(n.split("-", 1)[1]) for n in os.listdir(node_dir) if n.startswith(kind + "-")}
+
+
+def in_flight(node_dir):
+    return markers(node_dir, "started") - markers(node_dir, "finished")
+
+
+def run_map(cluster, dir1, kill_at):
+    """Runs the map, kills node 1's agent with kill -9 after `kill_at` results,
+    and returns the output lines."""
+    inputs = "".join("%d\n" % i for i in range(INPUTS))
+    errf = open(os.path.join(cluster.tmp, "map.err"), "wb")
+    proc = subprocess.Popen(
+        in_ns("h", MUSTER_BIN, "map", "--queue", QUEUE, "--ordered", "--url", HEAD_URL, "--token",
+              TOKEN), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True)
+    errf.close()
+    cluster.procs["map"] = proc
+    proc.stdin.write(inputs)
+    proc.stdin.close()
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if len(lines) == kill_at:
+            # Close node 1's gate and wait until both its workers hold a task, so the
+            # kill always catches tasks in flight.
+            open(os.path.join(dir1, "gate"), "w").close()
+            wait_for("both workers of node 1 mid-task", lambda: len(in_flight(dir1)) == 2)
+            log("%d results in; kill -9 of node 1's agent (pid %d) with inputs %s in flight" %
+                (kill_at, cluster.procs["node1"].pid, sorted(in_flight(dir1))))
+            os.kill(cluster.procs["node1"].pid, signal.SIGKILL)
+    rc = proc.wait(timeout=120)
+    return rc, lines
+
+
+def check_results(rc, lines, tmp):
+    with open(os.path.join(tmp, "map.err"), errors="replace") as f:
+        err = f.read()
+    assert rc == 0, "map exited %d: %s" % (rc, err[-2000:])
+    assert len(lines) == INPUTS, "%d result lines for %d inputs" % (len(lines), INPUTS)
+    by_node = {}
+    for i, line in enumerate(lines):
+        parts = line.split()
+        assert len(parts) == 3, "line %d: %r" % (i, line)
+        assert int(parts[0]) == i, "line %d holds input %s: out of order" % (i, parts[0])
+        assert int(parts[1]) == i * i, "line %d: wrong result %r" % (i, line)
+        by_node.setdefault(parts[2], set()).add(i)
+    return by_node
+
+
+def main():
+    skip_unless_netns()
+    if not os.path.exists(MUSTER_BIN):
+        raise SystemExit("no muster binary at " + MUSTER_BIN)
+    tmp = tempfile.mkdtemp(prefix="muster-netns-")
+    os.chmod(tmp, 0o755)
+    cluster = Cluster(tmp)
+    try:
+        make_network()
+        cluster.start_head()
+        cli("queue", "create", QUEUE, "--lease-ms", "10000", "--backoff-ms", "0")
+        tag1, dir1 = cluster.start_node("1")
+        tag2, dir2 = cluster.start_node("2")
+        for tag in (tag1, tag2):
+            wait_for("2 workers on " + tag, lambda: len(active_workers(tag)) == 2)
+        log("head at %s, nodes %s and %s with 2 workers each" % (HEAD_URL, tag1, tag2))
+
+        rc, lines = run_map(cluster, dir1, INPUTS // 2)
+        by_node = check_results(rc, lines, tmp)
+        log("results: %s" % {k: len(v) for k, v in by_node.items()})
+        assert by_node.get(tag1) and by_node.get(tag2), "both nodes should have run inputs"
+
+        started1 = markers(dir1, "started")
+        lost = started1 - by_node[tag1]
+        log("node 1 started %d inputs and finished %d; %d were lost with it: %s" %
+            (len(started1), len(by_node[tag1]), len(lost), sorted(lost)[:10]))
+        assert len(lost) == 2, "node 1 had 2 inputs in flight when killed, not %d" % len(lost)
+        assert lost <= by_node[tag2], "lost inputs not run by node 2: %s" % (lost - by_node[tag2])
+
+        wait_for("no process of node 1 left", lambda: not tagged_pids(tag1), timeout=15)
+        wait_for("node 1 gone at the head", lambda: node_state(tag1) == "gone", timeout=20)
+        assert node_state(tag2) == "active"
+        log("node 1: no orphan processes, gone at the head; node 2 active")
+    except Exception:
+        for name in ("head", "node1", "node2"):
+            log("---- %s log (tail) ----\n%s" % (name, cluster.log(name)))
+        raise
+    finally:
+        cluster.stop_all()
+        leftover = tagged_pids(TAG + "-n1") + tagged_pids(TAG + "-n2")
+        for pid in leftover:
+            os.kill(pid, signal.SIGKILL)
+        remove_network()
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert not leftover, "processes left after the agents stopped: %s" % leftover
+    log("ok")
+
+
+if __name__ == "__main__":
+    main()
