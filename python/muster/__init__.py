@@ -9,8 +9,6 @@
 
 See docs/python.md.  ``muster.torch`` (PyTorch sampler) is imported on demand.
 """
-from .client import Client, Lease, LeaseList, Shared, resolve_token, resolve_url
-from .distcompute import WorkerClient, init
 from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidden, InvalidArgument,
                      InvalidState, IterationNotFound, LeaseLost, MethodNotAllowed, MusterError,
                      NameInvalid, NetworkError, NodeNotFound, NotFound, PayloadTooLarge, ProtocolError,
@@ -18,9 +16,32 @@ from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidde
                      TaskNotFound,
                      TooLarge, Unauthorized, Unavailable, UnsupportedMediaType, VersionMismatch,
                      WorkerNotFound, ZeroJobError)
-from .pool import Pool, TaskError, WorkerInterface
-from .process import (Process, find_binary, is_head_running, is_node_running, start_head, start_node,
-                      start_server)
+
+# The rest is imported on first use (PEP 562), so that `python3 -m muster.worker`, which
+# a node agent runs once per task, does not pay for http.client and friends.
+_LAZY = {
+    "client": ("Client", "Lease", "LeaseList", "Shared", "resolve_token", "resolve_url"),
+    "distcompute": ("WorkerClient", "init"),
+    "pool": ("Pool", "TaskError", "WorkerInterface"),
+    "process": ("Process", "find_binary", "is_head_running", "is_node_running", "start_head",
+                "start_node", "start_server"),
+}
+_WHERE = {name: mod for mod, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name):
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError("module 'muster' has no attribute %r" % name)
+    import importlib
+    value = getattr(importlib.import_module("." + mod, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __version__ = "0.1.0"
 

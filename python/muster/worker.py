@@ -24,7 +24,6 @@ Two ways to run it:
 Task payloads, session init data and updates are those :class:`muster.pool.Pool` makes
 (``"muster.pool": 1``); anything else is failed permanently.
 """
-import argparse
 import base64
 import collections
 import fcntl
@@ -518,6 +517,10 @@ def run_one_task():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv and os.environ.get("MUSTER_TASK_ID"):
+        return run_one_task()   # the common case under an agent: no argparse needed
+    import argparse
     ap = argparse.ArgumentParser(prog="python3 -m muster.worker", description=__doc__.split("\n\n")[0])
     ap.add_argument("--queue", help="standalone: lease this queue's tasks")
     ap.add_argument("--url")

@@ -75,8 +75,10 @@ class ExamplesTest(HeadTestCase):
         self.addCleanup(agent.stop)
         wait_until(lambda: len([w for w in self.c.workers() if w["state"] == "active"
                                 and queue in w["queues"]]) == 2, what="2 workers")
+        t0 = time.monotonic()
         out = run([os.path.join(EXAMPLES, "pool_update.py"), "--url", self.head.url, "--token",
                    self.head.token, "--queue", queue])
+        print("pool_update took", time.monotonic() - t0)
         self.assertIn("workers: 2 on 1 node(s)", out)
         self.assertIn("best: (42, 0)", out)
 
