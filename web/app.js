@@ -3,12 +3,13 @@
 // The page asks for a token (kept in localStorage) and reads the JSON API with it.
 // Every REFRESH_MS it fetches what the sections need, in parallel, and re-renders
 // them. A section is an object in SECTIONS: {id, title, needs, render}; `needs`
-// names the API paths it reads, `render` fills its card from their replies. Nodes,
-// sessions, iterations and shared blobs become sections the same way when the head
-// serves them (see docs/dashboard.md).
+// names the API paths it reads, `render` fills its card from their replies. A
+// section that reads per-item paths (each iteration's ranks, each scope's blobs)
+// has a `load(data)` too, run after the shared fetch; `headOnly` sections are left
+// out of the DistCompute views. See docs/dashboard.md.
 //
-// Views: "/" is the whole head; "#/worker/ID" one worker; under
-// "/compat/distcompute/NAME" the same views are limited to that DistCompute
+// Views: "/" is the whole head; "#/worker/ID" one worker; "#/node/NAME" one node;
+// under "/compat/distcompute/NAME" the same views are limited to that DistCompute
 // pipeline, with its "/leaderboard" and "/worker/STAGE/DISPLAY_NAME" pages.
 'use strict';
 
@@ -19,6 +20,8 @@
   const RATE_WINDOW_S = 300; // completion rate and ETA over the last 5 minutes
   const CHART_SECONDS = 600;
   const CHART_BIN_S = 10;
+  const MAX_RANKS_SHOWN = 64;  // per iteration; the rest are summed up
+  const MAX_SESSION_SCOPES = 50; // sessions whose shared data is listed
   const COLORS = ['#2f6fde', '#1e8e4e', '#d9822b', '#8e44ad', '#c0392b', '#16a085', '#7f8c8d',
                   '#b7950b'];
 
@@ -31,6 +34,9 @@
   };
 
   class AuthError extends Error {}
+  class ApiError extends Error {
+    constructor(message, status, code) { super(message); this.status = status; this.code = code; }
+  }
 
   // ---- helpers ----
 
@@ -74,10 +80,47 @@
 
   function fmtTime(ms) { return ms ? new Date(ms).toLocaleString() : '—'; }
 
+  // In how long `ms` (an epoch time) comes: "in 4m 10s", or "expired".
+  function fmtIn(ms) {
+    if (!ms) return '—';
+    const s = (ms - Date.now()) / 1000;
+    return s <= 0 ? 'expired' : 'in ' + fmtDuration(s);
+  }
+
+  function fmtBytes(n) {
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    n = n || 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i ? n.toFixed(1) : String(n)) + ' ' + units[i];
+  }
+
+  // Samples per second: one decimal below 100, whole numbers with separators above.
+  function fmtRate(v) {
+    return v >= 100 ? Math.round(v).toLocaleString('en-US') : (v || 0).toFixed(1);
+  }
+
+  function fmtPercent(part, whole) {
+    return whole ? (100 * part / whole).toFixed(1).replace(/\.0$/, '') + '%' : '—';
+  }
+
+  // A progress bar: parts is [[fraction, class], ...], drawn left to right.
+  function bar(parts, title) {
+    const outer = el('div', {class: 'bar'});
+    if (title) outer.title = title;
+    for (const [fraction, cls] of parts) {
+      const span = el('span', {class: cls || ''});
+      span.style.width = (100 * Math.max(0, Math.min(1, fraction || 0))).toFixed(1) + '%';
+      outer.append(span);
+    }
+    return outer;
+  }
+
   function parseView() {
     const m = location.pathname.match(
       /^\/compat\/distcompute\/([^/]+)(?:\/(leaderboard|worker\/([^/]+)\/([^/]+)))?\/?$/);
     const hash = location.hash.match(/^#\/worker\/(\d+)$/);
+    const node = location.hash.match(/^#\/node\/([^/]+)$/);
     if (m) {
       const view = {pipeline: decodeURIComponent(m[1]), page: 'main'};
       if (m[2] === 'leaderboard') view.page = 'leaderboard';
@@ -86,6 +129,7 @@
       if (hash) Object.assign(view, {page: 'worker', id: +hash[1]});
       return view;
     }
+    if (node) return {page: 'node', node: decodeURIComponent(node[1])};
     return hash ? {page: 'worker', id: +hash[1]} : {page: 'main'};
   }
 
@@ -94,11 +138,25 @@
                                    cache: 'no-store'});
     if (res.status === 401) throw new AuthError('token refused');
     if (!res.ok) {
-      let message = res.status + ' ' + res.statusText;
-      try { message = (await res.json()).error.message; } catch (e) { /* keep the status */ }
-      throw new Error(path + ': ' + message);
+      let message = res.status + ' ' + res.statusText, code = null;
+      try {
+        const error = (await res.json()).error;
+        message = error.message;
+        code = error.code;
+      } catch (e) { /* keep the status */ }
+      throw new ApiError(path + ': ' + message, res.status, code);
     }
     return res.json();
+  }
+
+  // Like api(), but a 404 answers null instead of failing.
+  async function apiOr404(path) {
+    try {
+      return await api(path);
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 404) return {missing: e.code};
+      throw e;
+    }
   }
 
   // ---- what the head tells us, scoped to a pipeline when the view has one ----
@@ -131,6 +189,7 @@
         if (worker) (data.holding[worker] = data.holding[worker] || []).push(task);
       }
     }));
+    await Promise.all(visibleSections().filter(s => s.load).map(s => s.load(data)));
     return data;
   }
 
@@ -183,8 +242,6 @@
       const remaining = c.queued + c.leased;
       const eta = remaining === 0 ? 'done' : perSecond > 0 ? fmtDuration(remaining / perSecond) : '—';
       const total = c.queued + c.leased + c.done + c.failed + c.dead;
-      const bar = el('span');
-      bar.style.width = (total ? 100 * c.done / total : 0).toFixed(1) + '%';
       const letter = stageLetter(data, q.name);
       const row = el('tr', {dataset: {queue: q.name}},
         el('td', {}, letter ? letter + ' · ' : '', el('strong', {text: q.name})),
@@ -193,7 +250,9 @@
         row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(c[key])}));
       row.append(el('td', {class: 'num', dataset: {field: 'rate'}, text: (perSecond * 60).toFixed(1)}),
                  el('td', {class: 'num', dataset: {field: 'eta'}, text: eta}),
-                 el('td', {}, el('div', {class: 'bar'}, bar)));
+                 el('td', {}, bar([[total ? c.done / total : 0, ''],
+                                   [total ? (c.failed + c.dead) / total : 0, 'failed']],
+                                  fmtPercent(c.done, total) + ' done')));
       body.append(row);
     }
     if (!data.queues.length)
@@ -278,6 +337,10 @@
     return 10 * p;
   }
 
+  function nodeLink(name) {
+    return name ? el('a', {href: '#/node/' + encodeURIComponent(name), text: name}) : '—';
+  }
+
   function renderWorkers(card, data) {
     const toggle = el('input', {type: 'checkbox', id: 'show-gone'});
     toggle.checked = state.showGone;
@@ -288,7 +351,11 @@
       el('label', {}, toggle, ' show gone workers')));
     const shown = data.workers.filter(w => state.showGone || w.state === 'active')
       .sort((a, b) => b.last_seen_ms - a.last_seen_ms).slice(0, 500);
-    const table = el('table', {id: 'workers-table'},
+    card.append(workersTable(data, shown, 'workers-table'));
+  }
+
+  function workersTable(data, shown, id) {
+    const table = el('table', {id: id},
       el('thead', {}, el('tr', {}, ...['Worker', 'Nickname', 'Node', 'Stage', 'Task', 'Progress',
         'Last seen', 'State'].map(t => el('th', {text: t})), el('th', {class: 'num', text: 'Done'}))));
     const body = el('tbody');
@@ -297,7 +364,7 @@
       body.append(el('tr', {dataset: {worker: w.name}},
         el('td', {}, el('a', {href: workerHref(data, w), text: w.name})),
         el('td', {dataset: {field: 'nickname'}, text: w.nickname}),
-        el('td', {class: 'muted', text: w.node || '—'}),
+        el('td', {class: 'muted'}, data.pipeline ? w.node || '—' : nodeLink(w.node)),
         el('td', {text: (w.queues || []).join(', ') || '—'}),
         el('td', {dataset: {field: 'task'}, text: tasks || '—'}),
         el('td', {class: 'progress', dataset: {field: 'progress'}, text: w.progress || ''}),
@@ -308,7 +375,7 @@
     if (!shown.length)
       body.append(el('tr', {}, el('td', {class: 'empty', colspan: 9, text: 'No workers.'})));
     table.append(body);
-    card.append(table);
+    return table;
   }
 
   // Totals per nickname: the head's leaderboard, or one computed from the
@@ -343,6 +410,280 @@
     card.append(table);
   }
 
+  // ---- nodes ----
+
+  function gpuLine(g) {
+    const memory = g.memory_total_mb ? fmtBytes(g.memory_total_mb * 1048576) : '';
+    const free = g.memory_total_mb ? ' (' + fmtBytes((g.memory_free_mb || 0) * 1048576) + ' free)' : '';
+    return el('div', {class: 'gpu', dataset: {gpu: g.index}},
+      el('strong', {text: 'GPU ' + g.index}), ' ' + (g.name || '') + (memory ? ' · ' + memory + free : ''));
+  }
+
+  function nodeWorkers(data, name) {
+    return data.workers.filter(w => w.node === name);
+  }
+
+  function renderNodes(card, data) {
+    const nodes = data.replies['/v1/nodes'].nodes.slice()
+      .sort((a, b) => (a.state === 'active' ? 0 : 1) - (b.state === 'active' ? 0 : 1) ||
+                      a.name.localeCompare(b.name));
+    const active = nodes.filter(n => n.state === 'active');
+    const gpus = active.reduce((sum, n) => sum + n.gpus.length, 0);
+    card.append(el('div', {class: 'toolbar'}, el('span', {id: 'nodes-summary',
+      text: active.length + ' active, ' + (nodes.length - active.length) + ' gone · ' + gpus +
+            ' GPUs, ' + active.reduce((sum, n) => sum + n.cpus, 0) + ' CPUs on active nodes'})));
+    const table = el('table', {id: 'nodes-table'},
+      el('thead', {}, el('tr', {}, ...['Node', 'Address', 'State', 'GPUs'].map(t => el('th', {text: t})),
+        el('th', {class: 'num', text: 'CPUs'}), el('th', {class: 'num', text: 'Workers'}),
+        el('th', {text: 'Its workers'}), el('th', {text: 'Last seen'}))));
+    const body = el('tbody');
+    for (const n of nodes) {
+      const names = el('td', {class: 'names', dataset: {field: 'worker-names'}});
+      for (const w of nodeWorkers(data, n.name).filter(w => w.state === 'active')) {
+        if (names.children.length) names.append(' ');
+        names.append(el('a', {href: workerHref(data, w), text: w.name}));
+      }
+      body.append(el('tr', {dataset: {node: n.name}, class: n.state === 'gone' ? 'gone' : ''},
+        el('td', {}, el('strong', {}, nodeLink(n.name))),
+        el('td', {class: 'muted', dataset: {field: 'address'}, text: n.address || '—'}),
+        el('td', {class: 'state-' + n.state, dataset: {field: 'state'}, text: n.state}),
+        el('td', {dataset: {field: 'gpus'}}, ...(n.gpus.length ? n.gpus.map(gpuLine) : ['—'])),
+        el('td', {class: 'num', dataset: {field: 'cpus'}, text: fmtInt(n.cpus)}),
+        el('td', {class: 'num', dataset: {field: 'workers'}, text: fmtInt(n.workers)}),
+        names,
+        el('td', {dataset: {field: 'last_seen'}, text: fmtAgo(n.last_seen_ms)})));
+    }
+    if (!nodes.length)
+      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 8,
+        text: 'No nodes: start `muster node --join URL` on a machine.'})));
+    table.append(body);
+    card.append(table);
+  }
+
+  function renderNode(card, data) {
+    const n = data.replies['/v1/nodes'].nodes.find(x => x.name === state.view.node);
+    card.querySelector('h2').textContent = n ? 'Node ' + n.name : 'Node';
+    if (!n) {
+      card.append(el('p', {class: 'empty', id: 'node-missing', text: 'No such node.'}));
+      return;
+    }
+    const fields = el('dl', {class: 'fields', id: 'node-fields'});
+    const add = (label, value, key) =>
+      fields.append(el('dt', {text: label}), el('dd', {dataset: {field: key || label.toLowerCase()}, text: value}));
+    add('Name', n.name);
+    add('State', n.state);
+    add('Hostname', n.hostname || '—');
+    add('Address', n.address || '—');
+    add('CPUs', fmtInt(n.cpus), 'cpus');
+    add('Active workers', fmtInt(n.workers), 'workers');
+    add('Last seen', fmtAgo(n.last_seen_ms) + ' (' + fmtTime(n.last_seen_ms) + ')', 'last_seen');
+    add('Registered', fmtTime(n.created_ms), 'created');
+    add('Heartbeat timeout', fmtDuration(n.timeout_ms / 1000), 'timeout');
+    add('Labels', Object.keys(n.labels || {}).length ? JSON.stringify(n.labels) : '—', 'labels');
+    card.append(fields);
+    card.append(el('h3', {text: n.gpus.length ? 'GPUs' : 'No GPUs'}));
+    if (n.gpus.length) {
+      const gpus = el('table', {id: 'node-gpus'}, el('thead', {}, el('tr', {},
+        el('th', {class: 'num', text: 'Index'}), el('th', {text: 'Name'}),
+        el('th', {class: 'num', text: 'Memory'}), el('th', {class: 'num', text: 'Free'}),
+        el('th', {text: 'Used'}))));
+      const body = el('tbody');
+      for (const g of n.gpus) {
+        const total = g.memory_total_mb || 0, free = g.memory_free_mb || 0;
+        body.append(el('tr', {dataset: {gpu: g.index}},
+          el('td', {class: 'num', text: g.index}), el('td', {text: g.name || '—'}),
+          el('td', {class: 'num', dataset: {field: 'memory'}, text: fmtBytes(total * 1048576)}),
+          el('td', {class: 'num', dataset: {field: 'free'}, text: fmtBytes(free * 1048576)}),
+          el('td', {}, bar([[total ? (total - free) / total : 0, 'used']], fmtPercent(total - free, total) + ' used'))));
+      }
+      gpus.append(body);
+      card.append(gpus);
+    }
+    const workers = nodeWorkers(data, n.name).sort((a, b) => b.last_seen_ms - a.last_seen_ms);
+    card.append(el('h3', {text: workers.length ? 'Workers' : 'No workers on this node'}));
+    if (workers.length) card.append(workersTable(data, workers, 'node-workers-table'));
+    card.append(el('p', {}, el('a', {href: '/', id: 'back', text: '← the whole head'})));
+  }
+
+  // ---- sessions ----
+
+  function renderSessions(card, data) {
+    const sessions = data.replies['/v1/sessions'].sessions;
+    const table = el('table', {id: 'sessions-table'},
+      el('thead', {}, el('tr', {}, el('th', {text: 'Session'}), el('th', {text: 'Queue'}),
+        ...['Done', 'Failed', 'Total'].map(t => el('th', {class: 'num', text: t})),
+        el('th', {text: 'Progress'}), el('th', {class: 'num', text: '%'}),
+        el('th', {text: 'Age'}), el('th', {text: 'Client last called'}),
+        el('th', {text: 'Cleanup on exit'}))));
+    const body = el('tbody');
+    for (const s of sessions) {
+      const c = s.counts;
+      body.append(el('tr', {dataset: {session: s.id}},
+        el('td', {}, el('code', {text: s.id})),
+        el('td', {dataset: {field: 'queue'}, text: s.queue}),
+        el('td', {class: 'num', dataset: {field: 'done'}, text: fmtInt(c.done)}),
+        el('td', {class: 'num', dataset: {field: 'failed'}, text: fmtInt(c.failed)}),
+        el('td', {class: 'num', dataset: {field: 'total'}, text: fmtInt(c.total)}),
+        el('td', {}, bar([[c.total ? c.done / c.total : 0, ''], [c.total ? c.failed / c.total : 0, 'failed']],
+                         c.done + ' done, ' + c.failed + ' failed, ' + c.pending + ' pending')),
+        el('td', {class: 'num', dataset: {field: 'percent'}, text: fmtPercent(c.done + c.failed, c.total)}),
+        el('td', {dataset: {field: 'age'}, text: fmtDuration((Date.now() - s.created_ms) / 1000)}),
+        el('td', {text: fmtAgo(s.last_seen_ms)}),
+        el('td', {dataset: {field: 'cleanup'}, text: s.cleanup_on_exit ? 'yes' : 'no',
+                  title: s.cleanup_on_exit ? 'closed after ' + fmtDuration(s.timeout_ms / 1000) +
+                         ' without a call from its client' : 'stays open until closed'})));
+    }
+    if (!sessions.length)
+      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 10, text: 'No open sessions.'})));
+    table.append(body);
+    card.append(table);
+  }
+
+  // ---- iterations ----
+
+  // Each iteration's status with its ranks: one GET /v1/iterations/{name} each.
+  async function loadIterations(data) {
+    data.iterations = await Promise.all(data.replies['/v1/iterations'].iterations.map(
+      it => api('/v1/iterations/' + encodeURIComponent(it.name)).catch(e => {
+        if (e instanceof ApiError && e.status === 404) return null; // deleted meanwhile
+        throw e;
+      })));
+    data.iterations = data.iterations.filter(Boolean);
+  }
+
+  const HEALTHS = ['active', 'slow', 'idle', 'failed', 'unknown'];
+
+  function renderIterations(card, data) {
+    const its = data.iterations;
+    const table = el('table', {id: 'iterations-table'},
+      el('thead', {}, el('tr', {}, el('th', {text: 'Iteration'}), el('th', {text: 'Strategy'}),
+        el('th', {text: 'Epoch'}), ...['Blocks done', 'Leased', 'Pending'].map(t => el('th', {class: 'num', text: t})),
+        el('th', {text: 'Progress'}), el('th', {class: 'num', text: 'Samples/s'}),
+        el('th', {text: 'Ranks'}))));
+    const body = el('tbody');
+    for (const it of its) {
+      const b = it.blocks, epochs = it.config.epochs;
+      const throughput = it.ranks.reduce((sum, r) => sum + (r.health === 'failed' ? 0 : r.throughput), 0);
+      const health = {};
+      for (const r of it.ranks) health[r.health] = (health[r.health] || 0) + 1;
+      const chips = el('td', {class: 'health', dataset: {field: 'health'}});
+      for (const h of HEALTHS)
+        if (health[h]) chips.append(el('span', {class: 'chip health-' + h, dataset: {health: h}, text: health[h] + ' ' + h}));
+      const epoch = el('td', {},
+        it.finished ? el('span', {dataset: {field: 'epoch'}, text: 'finished'})
+                    : el('span', {dataset: {field: 'epoch'}, text: String(it.epoch)}),
+        el('span', {class: 'muted', text: it.finished ? '' : epochs ? ' of ' + epochs : ' (unbounded)'}));
+      body.append(el('tr', {dataset: {iteration: it.name}},
+        el('td', {}, el('strong', {text: it.name}), it.cluster_sync ? null : el('span', {class: 'muted', text: ' (on a node)'})),
+        el('td', {dataset: {field: 'strategy'}, text: it.config.strategy}),
+        epoch,
+        el('td', {class: 'num'}, el('span', {dataset: {field: 'done'}, text: fmtInt(b.done)}),
+           el('span', {class: 'muted'}, ' / ', el('span', {dataset: {field: 'total'}, text: fmtInt(b.total)}))),
+        el('td', {class: 'num', dataset: {field: 'leased'}, text: fmtInt(b.leased)}),
+        el('td', {class: 'num', dataset: {field: 'pending'}, text: fmtInt(b.pending)}),
+        el('td', {}, bar(it.finished ? [[1, '']] : [[b.total ? b.done / b.total : 0, ''],
+                                                    [b.total ? b.leased / b.total : 0, 'leased']],
+                         it.finished ? 'finished' : fmtPercent(b.done, b.total) + ' of epoch ' + it.epoch)),
+        el('td', {class: 'num', dataset: {field: 'throughput'}, text: fmtRate(throughput)}),
+        chips));
+    }
+    if (!its.length)
+      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 9, text: 'No iterations.'})));
+    table.append(body);
+    card.append(table);
+    for (const it of its) card.append(ranksTable(it));
+  }
+
+  function ranksTable(it) {
+    const wrap = el('div', {class: 'ranks'}, el('h3', {text: it.name + ': ranks'}));
+    const table = el('table', {class: 'ranks-table', dataset: {iteration: it.name}},
+      el('thead', {}, el('tr', {}, el('th', {class: 'num', text: 'Rank'}), el('th', {text: 'Health'}),
+        ...['Samples', 'Blocks', 'Samples/s', 'Leases', 'Taken over', 'Expired'].map(t => el('th', {class: 'num', text: t})),
+        el('th', {text: 'Last seen'}))));
+    const body = el('tbody');
+    for (const r of it.ranks.slice(0, MAX_RANKS_SHOWN)) {
+      const row = el('tr', {dataset: {rank: r.rank}},
+        el('td', {class: 'num', text: r.rank}),
+        el('td', {}, el('span', {class: 'chip health-' + r.health, dataset: {field: 'health'}, text: r.health})));
+      for (const key of ['samples', 'blocks'])
+        row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(r[key])}));
+      row.append(el('td', {class: 'num', dataset: {field: 'throughput'}, text: fmtRate(r.throughput)}));
+      for (const key of ['leases', 'taken_over', 'expired'])
+        row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(r[key])}));
+      row.append(el('td', {text: fmtAgo(r.last_seen_ms)}));
+      body.append(row);
+    }
+    if (it.ranks.length > MAX_RANKS_SHOWN)
+      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 9,
+        text: (it.ranks.length - MAX_RANKS_SHOWN) + ' more ranks (their health is counted above).'})));
+    table.append(body);
+    wrap.append(table);
+    return wrap;
+  }
+
+  // ---- shared data ----
+
+  // The scopes whose blobs are listed: every scope the head lists (when it has
+  // GET /v1/shared), the open sessions (each is a scope), scopes named by the tasks
+  // being worked on, and those given in the URL (?shared=models,tables).
+  async function loadShared(data) {
+    const scopes = new Set((params.get('shared') || '').split(',').map(s => s.trim()).filter(Boolean));
+    for (const tasks of Object.values(data.holding))
+      for (const t of tasks)
+        for (const req of t.requires || []) if (req && req.scope) scopes.add(req.scope);
+    const all = await apiOr404('/v1/shared');
+    if (all && !all.missing && Array.isArray(all.scopes))
+      for (const s of all.scopes) scopes.add(typeof s === 'string' ? s : s.scope);
+    for (const s of data.replies['/v1/sessions'].sessions.slice(0, MAX_SESSION_SCOPES)) scopes.add(s.id);
+    data.shared = {served: null, scopes: [...scopes].sort(), blobs: []};
+    const replies = await Promise.all(data.shared.scopes.map(
+      s => apiOr404('/v1/shared/' + encodeURIComponent(s))));
+    replies.forEach((reply, i) => {
+      if (reply.missing === 'not_found') {
+        // The route itself is missing (not shared_not_found): an older head.
+        if (data.shared.served === null) data.shared.served = false;
+        return;
+      }
+      data.shared.served = true;
+      if (reply.missing) return; // a scope without blobs, or a session just closed
+      for (const blob of reply.blobs || []) data.shared.blobs.push(Object.assign({scope: data.shared.scopes[i]}, blob));
+    });
+  }
+
+  function renderShared(card, data) {
+    const sh = data.shared;
+    if (sh.served === false) {
+      card.append(el('p', {class: 'empty', id: 'shared-unavailable',
+        text: 'This head does not serve shared data (GET /v1/shared/{scope} is not there).'}));
+      return;
+    }
+    const bytes = sh.blobs.reduce((sum, b) => sum + (b.size || 0), 0);
+    card.append(el('div', {class: 'toolbar'}, el('span', {id: 'shared-summary',
+      text: sh.blobs.length + ' blobs, ' + fmtBytes(bytes) + ' at their newest levels, in ' +
+            sh.scopes.length + ' scopes looked at'})));
+    const table = el('table', {id: 'shared-table'},
+      el('thead', {}, el('tr', {}, el('th', {text: 'Scope'}), el('th', {text: 'Name'}),
+        el('th', {class: 'num', text: 'Level'}), el('th', {text: 'Levels kept'}),
+        el('th', {class: 'num', text: 'Size'}), el('th', {text: 'Checksum'}), el('th', {text: 'Expires'}))));
+    const body = el('tbody');
+    for (const b of sh.blobs) {
+      body.append(el('tr', {dataset: {scope: b.scope, blob: b.name}},
+        el('td', {}, el('code', {text: b.scope})),
+        el('td', {}, el('strong', {text: b.name})),
+        el('td', {class: 'num', dataset: {field: 'level'}, text: b.level}),
+        el('td', {class: 'muted', dataset: {field: 'levels'}, text: (b.levels || [b.level]).join(', ')}),
+        el('td', {class: 'num', dataset: {field: 'size'}, text: fmtBytes(b.size), title: fmtInt(b.size) + ' bytes'}),
+        el('td', {class: 'muted'}, el('code', {text: b.checksum || '—'})),
+        el('td', {dataset: {field: 'expires'}, text: fmtIn(b.expires_ms), title: fmtTime(b.expires_ms)})));
+    }
+    if (!sh.blobs.length)
+      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 7, text: sh.scopes.length ?
+        'No shared data in the scopes looked at.' :
+        'No scopes to look at: sessions are listed on their own; add global scopes with ?shared=NAME,NAME.'})));
+    table.append(body);
+    card.append(table);
+  }
+
   const SECTIONS = [
     {id: 'queues', title: 'Queues', needs: ['/v1/throughput?seconds=' + CHART_SECONDS],
      pages: ['main'], render: renderQueues},
@@ -351,11 +692,23 @@
     {id: 'workers', title: 'Workers', needs: [], pages: ['main'], render: renderWorkers},
     {id: 'leaderboard', title: 'Leaderboard', needs: ['/v1/leaderboard'],
      pages: ['main', 'leaderboard'], render: renderLeaderboard},
+    {id: 'nodes', title: 'Nodes', needs: ['/v1/nodes'], pages: ['main'], headOnly: true,
+     render: renderNodes},
+    {id: 'sessions', title: 'Sessions', needs: ['/v1/sessions'], pages: ['main'], headOnly: true,
+     render: renderSessions},
+    {id: 'iterations', title: 'Iterations', note: 'the current epoch, and each rank',
+     needs: ['/v1/iterations'], pages: ['main'], headOnly: true, load: loadIterations,
+     render: renderIterations},
+    {id: 'shared', title: 'Shared data', note: 'newest level of each blob', needs: ['/v1/sessions'],
+     pages: ['main'], headOnly: true, load: loadShared, render: renderShared},
     {id: 'worker', title: 'Worker', needs: [], pages: ['worker'], render: renderWorker},
+    {id: 'node', title: 'Node', needs: ['/v1/nodes'], pages: ['node'], headOnly: true,
+     render: renderNode},
   ];
 
   function visibleSections() {
-    return SECTIONS.filter(s => s.pages.includes(state.view.page));
+    return SECTIONS.filter(s => s.pages.includes(state.view.page) &&
+                                !(s.headOnly && state.view.pipeline));
   }
 
   // ---- one worker ----

@@ -329,8 +329,7 @@ void metrics_label(metrics_out_t *out, const char *value) {
   }
 }
 
-static void metrics_family(metrics_out_t *out, const char *name, const char *type,
-                           const char *help) {
+void metrics_help(metrics_out_t *out, const char *name, const char *type, const char *help) {
   metrics_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
@@ -359,7 +358,7 @@ static bool metrics_render_tasks(head_t *h, metrics_out_t *out) {
       store_stmt(h->st, "SELECT state, count(*) FROM tasks WHERE queue = ?1 GROUP BY state");
   if (names == NULL || counts == NULL)
     return false;
-  metrics_family(out, "muster_tasks", "gauge", "Tasks by queue and state, now.");
+  metrics_help(out, "muster_tasks", "gauge", "Tasks by queue and state, now.");
   int64_t nqueues = 0;
   while (sqlite3_step(names) == SQLITE_ROW) {
     const char *queue = (const char *)sqlite3_column_text(names, 0);
@@ -380,7 +379,7 @@ static bool metrics_render_tasks(head_t *h, metrics_out_t *out) {
     nqueues++;
   }
   store_reset(names);
-  metrics_family(out, "muster_queues", "gauge", "Queues, now.");
+  metrics_help(out, "muster_queues", "gauge", "Queues, now.");
   metrics_printf(out, "muster_queues %lld\n", (long long)nqueues);
   return true;
 }
@@ -393,13 +392,13 @@ static bool metrics_render_workers(head_t *h, metrics_out_t *out) {
   while (sqlite3_step(s) == SQLITE_ROW)
     *(sqlite3_column_int(s, 0) == 0 ? &active : &gone) += sqlite3_column_int64(s, 1);
   store_reset(s);
-  metrics_family(out, "muster_workers", "gauge",
-                 "Registered workers by state (gone: said bye or timed out), now.");
+  metrics_help(out, "muster_workers", "gauge",
+               "Registered workers by state (gone: said bye or timed out), now.");
   metrics_printf(out,
                  "muster_workers{state=\"active\"} %lld\nmuster_workers{state=\"gone\"} %lld\n",
                  (long long)active, (long long)gone);
-  metrics_family(out, "muster_worker_timeouts_total", "counter",
-                 "Workers that went silent past their heartbeat timeout.");
+  metrics_help(out, "muster_worker_timeouts_total", "counter",
+               "Workers that went silent past their heartbeat timeout.");
   metrics_printf(out, "muster_worker_timeouts_total %llu\n", (unsigned long long)m.worker_timeouts);
   return true;
 }
@@ -408,7 +407,7 @@ static void metrics_render_counters(metrics_out_t *out) {
   for (int c = 0; c < METRIC_COUNTER_COUNT; c++) {
     char name[64];
     snprintf(name, sizeof name, "muster_%s_total", counter_names[c]);
-    metrics_family(out, name, "counter", counter_help[c]);
+    metrics_help(out, name, "counter", counter_help[c]);
     for (size_t i = 0; i < m.nqueues; i++) {
       metrics_printf(out, "%s{queue=\"", name);
       metrics_label(out, m.queues[i]->name);
@@ -431,8 +430,8 @@ static void metrics_render_http(metrics_out_t *out) {
   while (nroutes < METRICS_MAX_ROUTES && http_routes[nroutes].method)
     nroutes++;
   char labels[256];
-  metrics_family(out, "muster_http_requests_total", "counter",
-                 "HTTP requests by route and status code.");
+  metrics_help(out, "muster_http_requests_total", "counter",
+               "HTTP requests by route and status code.");
   for (int r = 0; r <= METRICS_MAX_ROUTES; r++) {
     if (r == nroutes)
       r = METRICS_MAX_ROUTES;
@@ -447,9 +446,9 @@ static void metrics_render_http(metrics_out_t *out) {
                      (unsigned long long)m.routes[r].statuses[i]);
     }
   }
-  metrics_family(out, "muster_http_request_duration_seconds", "histogram",
-                 "Time from a request's arrival to its reply, which waits for the commit "
-                 "(long-polls that waited are not observed).");
+  metrics_help(out, "muster_http_request_duration_seconds", "histogram",
+               "Time from a request's arrival to its reply, which waits for the commit "
+               "(long-polls that waited are not observed).");
   for (int r = 0; r <= METRICS_MAX_ROUTES; r++) {
     if (r == nroutes)
       r = METRICS_MAX_ROUTES;
@@ -462,31 +461,32 @@ static void metrics_render_http(metrics_out_t *out) {
 }
 
 static void metrics_render_store(metrics_out_t *out) {
-  metrics_family(out, "muster_store_commit_duration_seconds", "histogram",
-                 "Time one group commit (one transaction per event-loop turn) took.");
+  metrics_help(out, "muster_store_commit_duration_seconds", "histogram",
+               "Time one group commit (one transaction per event-loop turn) took.");
   metrics_histogram(out, "muster_store_commit_duration_seconds", "", &m.commit_latency,
                     commit_bounds, N_COMMIT);
-  metrics_family(out, "muster_store_commit_requests", "histogram",
-                 "Requests that shared one group commit.");
+  metrics_help(out, "muster_store_commit_requests", "histogram",
+               "Requests that shared one group commit.");
   metrics_histogram(out, "muster_store_commit_requests", "", &m.commit_batch, batch_bounds,
                     N_BATCH);
-  metrics_family(out, "muster_store_commit_failures_total", "counter",
-                 "Group commits that failed and were rolled back.");
+  metrics_help(out, "muster_store_commit_failures_total", "counter",
+               "Group commits that failed and were rolled back.");
   metrics_printf(out, "muster_store_commit_failures_total %llu\n",
                  (unsigned long long)m.commit_failures);
 }
 
 char *metrics_render(head_t *h, size_t *len) {
   metrics_out_t out = {0};
-  metrics_family(&out, "muster_build_info", "gauge", "The running muster's version; always 1.");
+  metrics_help(&out, "muster_build_info", "gauge", "The running muster's version; always 1.");
   metrics_printf(&out, "muster_build_info{version=\"%s\"} 1\n", MUSTER_VERSION);
-  metrics_family(&out, "muster_start_time_seconds", "gauge",
-                 "When the head started, seconds since the Unix epoch.");
+  metrics_help(&out, "muster_start_time_seconds", "gauge",
+               "When the head started, seconds since the Unix epoch.");
   metrics_printf(&out, "muster_start_time_seconds %.3f\n", (double)h->started_ms / 1000.0);
   bool ok = metrics_render_tasks(h, &out) && metrics_render_workers(h, &out);
   metrics_render_counters(&out);
   metrics_render_http(&out);
   metrics_render_store(&out);
+  metrics_extra_collect(h, &out);
   for (size_t i = 0; i < m.ncollectors; i++)
     m.collectors[i](h, &out);
   if (!ok || out.failed) {

@@ -73,6 +73,9 @@ typedef struct metrics_out metrics_out_t;
 void metrics_printf(metrics_out_t *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends `value` as a label value, escaped as the text format requires. */
 void metrics_label(metrics_out_t *out, const char *value);
+/* Appends a family's "# HELP" and "# TYPE" lines; `type` is "gauge", "counter"
+ * or "histogram". */
+void metrics_help(metrics_out_t *out, const char *name, const char *type, const char *help);
 
 /* A module that owns more state (nodes, iterations, shared blobs) adds its own
  * families here.  It writes "# HELP", "# TYPE" and samples with
@@ -80,6 +83,10 @@ void metrics_label(metrics_out_t *out, const char *value);
 typedef void (*metrics_collector_fn)(head_t *h, metrics_out_t *out);
 /* Registers a collector; at most 16.  Returns false when the table is full. */
 bool metrics_add_collector(metrics_collector_fn fn);
+
+/* The families of nodes, sessions and iterations (metrics_extra.c), read
+ * from the store; metrics_render() calls it before the registered collectors. */
+void metrics_extra_collect(head_t *h, metrics_out_t *out);
 
 /* The whole exposition in Prometheus text format 0.0.4.  Returns a string the
  * caller frees and its length in *len, or NULL on a store failure or out of

@@ -5,9 +5,13 @@ installed here when missing.
 A head runs a two-stage pipeline with live `muster worker` processes.  The test checks
 that the page shows the login field (and no data) without a token, refuses a wrong one,
 renders the queues, workers and leaderboard with the numbers the API gives, refreshes
-when more work completes, shows a worker's page and the DistCompute views of a pipeline,
-and saves a screenshot: into the build dir always, and into docs/screenshots/ when
-MUSTER_UPDATE_DOCS=1 (how docs/dashboard.md's picture is made).
+when more work completes, shows a worker's page and the DistCompute views of a pipeline.
+Then a node agent joins (with two GPUs of a fake nvidia-smi and a worker per GPU), two
+sessions and an iteration with three ranks are made, and the page must show the node
+(GPUs, CPUs, its workers, and its own page), the sessions' counts, the iteration's
+blocks and each rank's health and throughput, and shared data (or, on a head that
+does not serve it yet, say so).  Screenshots go into the build dir always, and into
+docs/screenshots/ when MUSTER_UPDATE_DOCS=1 (how docs/dashboard.md's pictures are made).
 """
 import base64
 import json
@@ -25,9 +29,22 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import node_harness  # noqa: E402
 
 READ_TOKEN = "dashboard-read-token"
 SRC_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# A fake nvidia-smi with two GPUs, as in test_node.py.
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *--query-gpu=index,name,memory.total,memory.free*)
+    echo "0, Fake GPU Alpha, 16160, 15000"
+    echo "1, Fake GPU Beta, 8080, 7000" ;;
+  -L)
+    echo "GPU 0: Fake GPU Alpha (UUID: GPU-aaaa)"
+    echo "GPU 1: Fake GPU Beta (UUID: GPU-bbbb)" ;;
+  *) exit 1 ;;
+esac
+"""
 
 
 def ensure_tool(tool, package):
@@ -154,6 +171,7 @@ class DashboardBrowserTest(unittest.TestCase):
         cls.head = harness.Head(["--sweep-ms", "50", "--dashboard-token", READ_TOKEN,
                                  "--distcompute", "laion=dc_scrape,dc_filter"]).start()
         cls.workers = []
+        cls.agents = []
         cls.browser = None
         try:
             cls.browser = Browser()
@@ -163,6 +181,11 @@ class DashboardBrowserTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        for agent in cls.agents:
+            try:
+                agent.stop()
+            except RuntimeError:
+                agent.kill()
         for proc in cls.workers:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -234,8 +257,9 @@ class DashboardBrowserTest(unittest.TestCase):
         harness.wait_until(lambda: self.counts("upload")["done"] == 6, timeout=60,
                            what="the first six tasks through both stages")
 
-        # Without a token: the login field, and no data at all.
-        b.get(self.head.url + "/")
+        # Without a token: the login field, and no data at all.  (?shared=models: the
+        # global scope whose shared data the page lists; sessions are listed anyway.)
+        b.get(self.head.url + "/?shared=models")
         harness.wait_until(lambda: b.visible("#login"), what="the login field")
         self.assertFalse(b.visible("#app"))
         self.assertIsNone(b.text("#queues-table"))
@@ -280,7 +304,14 @@ class DashboardBrowserTest(unittest.TestCase):
                            what="the ETA to say done")
         rate = float(b.text('#queues-table tr[data-queue="upload"] td[data-field="rate"]'))
         self.assertGreater(rate, 0)
+
+        self.check_cluster()
+        b.js("window.scrollTo(0, 0);")
         self.save_screenshot("dashboard.png")
+        b.js("document.getElementById('nodes').scrollIntoView();")
+        self.save_screenshot("dashboard-cluster.png")
+        b.js("window.scrollTo(0, 0);")
+        self.check_node_page()
 
         # A worker's page.
         carol = [w for w in workers if w["nickname"] == "carol"][0]
@@ -303,6 +334,161 @@ class DashboardBrowserTest(unittest.TestCase):
         b.get(self.head.url + "/")
         harness.wait_until(lambda: b.visible("#login"), what="the login field after a reload")
         self.assertFalse(b.visible("#app"))
+
+    # ---- nodes, sessions, iterations, shared data ----
+
+    def check_cluster(self):
+        b = self.browser
+        self.start_cluster()
+        # The node: address, state, GPUs with memory, CPUs, its active workers.
+        node = self.api("GET", "/v1/nodes/gpu-box-1")
+        row = '#nodes-table tr[data-node="gpu-box-1"]'
+        self.wait_dom(row + ' td[data-field="workers"]', "2", "the node's workers")
+        self.assertEqual(node["address"], self.agent.url[len("http://"):])
+        self.assertEqual(b.text(row + ' td[data-field="address"]'), node["address"])
+        self.assertEqual(b.text(row + ' td[data-field="state"]'), "active")
+        self.assertEqual(b.text(row + ' td[data-field="cpus"]'), "{:,}".format(node["cpus"]))
+        gpus = b.js("return [...document.querySelectorAll(arguments[0])].map(e => e.textContent);",
+                    row + ' td[data-field="gpus"] .gpu')
+        self.assertEqual(gpus, ["GPU 0 Fake GPU Alpha · 15.8 GiB (14.6 GiB free)",
+                                "GPU 1 Fake GPU Beta · 7.9 GiB (6.8 GiB free)"])
+        names = sorted(w["name"] for w in self.api("GET", "/v1/workers")["workers"]
+                       if w["node"] == "gpu-box-1" and w["state"] == "active")
+        self.assertEqual(len(names), 2)
+        self.assertEqual(sorted(b.js(
+            "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent);",
+            row + ' td[data-field="worker-names"] a')), names)
+        self.assertIn("1 active, 0 gone", b.text("#nodes-summary"))
+
+        # Sessions: counts, progress and cleanup_on_exit.
+        for sid, want in self.sessions.items():
+            row = '#sessions-table tr[data-session="%s"]' % sid
+            s = self.api("GET", "/v1/sessions/" + sid)
+            self.assertEqual({k: s["counts"][k] for k in want["counts"]}, want["counts"])
+            for field in ("done", "failed", "total"):
+                self.wait_dom(row + ' td[data-field="%s"]' % field, str(s["counts"][field]),
+                              "session " + field)
+            self.assertEqual(b.text(row + ' td[data-field="queue"]'), "pool")
+            self.assertEqual(b.text(row + ' td[data-field="percent"]'), want["percent"])
+            self.assertEqual(b.text(row + ' td[data-field="cleanup"]'), want["cleanup"])
+
+        # The iteration: epoch, blocks, and each rank's health and throughput.
+        it = self.api("GET", "/v1/iterations/train")
+        self.assertEqual(it["blocks"], {"total": 10, "done": 3, "leased": 3, "pending": 0})
+        row = '#iterations-table tr[data-iteration="train"]'
+        self.wait_dom(row + ' [data-field="done"]', "3", "the iteration's blocks done")
+        self.assertEqual(b.text(row + ' [data-field="total"]'), "10")
+        self.assertEqual(b.text(row + ' td[data-field="leased"]'), "3")
+        self.assertEqual(b.text(row + ' [data-field="epoch"]'), "0")
+        self.assertEqual(b.text(row + ' td[data-field="strategy"]'), "dynamic")
+        self.assertEqual(b.text(row + ' [data-health="active"]'), "2 active")
+        self.assertEqual(b.text(row + ' [data-health="unknown"]'), "1 unknown")
+        for r in it["ranks"]:
+            rank = '.ranks-table[data-iteration="train"] tr[data-rank="%d"]' % r["rank"]
+            self.assertEqual(b.text(rank + ' [data-field="health"]'), r["health"])
+            for field in ("samples", "blocks", "leases", "expired"):
+                self.assertEqual(b.text(rank + ' td[data-field="%s"]' % field), str(r[field]))
+            shown = float(b.text(rank + ' td[data-field="throughput"]').replace(",", ""))
+            self.assertAlmostEqual(shown, r["throughput"], delta=0.051 if shown < 100 else 0.51)
+        self.assertEqual([r["health"] for r in it["ranks"]], ["active", "active", "unknown"])
+
+        # Shared data, or a note that this head does not serve it.
+        if self.shared is None:
+            harness.wait_until(lambda: b.visible("#shared-unavailable"), what="the shared note")
+        else:
+            for (scope, name), (level, levels, size) in self.shared.items():
+                row = '#shared-table tr[data-scope="%s"][data-blob="%s"]' % (scope, name)
+                self.wait_dom(row + ' td[data-field="level"]', str(level), "blob " + name)
+                self.assertEqual(b.text(row + ' td[data-field="levels"]'), levels)
+                self.assertEqual(b.text(row + ' td[data-field="size"]'), size)
+                self.assertRegex(b.text(row + ' td[data-field="expires"]'), r"^in \d")
+
+    def start_cluster(self):
+        """A node agent with two fake GPUs, two sessions, an iteration, shared data."""
+        self.api("PUT", "/v1/queues/gpu-jobs", {}, status=201)
+        bin_dir = os.path.join(self.head.data_dir, "bin")
+        os.makedirs(bin_dir, exist_ok=True)
+        with open(os.path.join(bin_dir, "nvidia-smi"), "w") as f:
+            f.write(FAKE_SMI)
+        os.chmod(os.path.join(bin_dir, "nvidia-smi"), 0o755)
+        self.agent = node_harness.Agent(
+            self.head, self.head.data_dir, "gpu-box-1", args=["--queue", "gpu-jobs"],
+            cmd=["rev"], env={"PATH": bin_dir + ":" + os.environ.get("PATH", "/usr/bin:/bin")})
+        self.agents.append(self.agent)
+        self.agent.start()
+        def registered():  # the agent listens before it has registered
+            r = self.head.request("GET", "/v1/nodes/gpu-box-1")
+            return r.status == 200 and r.json["workers"] == 2
+        harness.wait_until(registered, timeout=30,
+                           what="the agent's two workers:\n" + self.agent.log())
+
+        # Two sessions on a queue without workers: one with 2 done and 1 failed of 5.
+        self.api("PUT", "/v1/queues/pool", {}, status=201)
+        kept = self.api("POST", "/v1/sessions", {"queue": "pool", "cleanup_on_exit": False},
+                        status=201)["id"]
+        idle = self.api("POST", "/v1/sessions", {"queue": "pool", "timeout_ms": 600000},
+                        status=201)["id"]
+        self.api("POST", "/v1/sessions/%s/tasks" % kept,
+                 {"tasks": [{"payload": "job-%d" % i} for i in range(5)]}, status=201)
+        client = self.api("POST", "/v1/workers", {"nickname": "pool-client"}, status=201)["id"]
+        leases = self.api("POST", "/v1/queues/pool/lease", {"worker": client, "max": 3})["leases"]
+        l1, l2, l3 = ({"task": x["task"], "token": x["token"]} for x in leases)
+        self.api("POST", "/v1/leases/complete", {"leases": [l1, l2]})
+        self.api("POST", "/v1/leases/fail", {"leases": [dict(l3, error="bad input",
+                                                                 permanent=True)]})
+        self.api("DELETE", "/v1/workers/%d" % client)
+        self.sessions = {
+            kept: {"counts": {"total": 5, "done": 2, "failed": 1}, "percent": "60%",
+                   "cleanup": "no"},
+            idle: {"counts": {"total": 0, "done": 0, "failed": 0}, "percent": "—",
+                   "cleanup": "yes"},
+        }
+
+        # An iteration of 100 samples in blocks of 10 over 3 ranks: rank 0 acknowledges
+        # 3 blocks and holds 1, rank 1 holds 2, rank 2 never shows up.
+        self.api("POST", "/v1/iterations", {
+            "name": "train", "dataset": {"num_samples": 100}, "strategy": "dynamic",
+            "world_size": 3, "block_size": 10, "epochs": 2, "lease_ms": 600000,
+            "rank_timeout_ms": 600000}, status=201)
+        blocks = self.api("POST", "/v1/iterations/train/next", {"rank": 0, "max": 3})["blocks"]
+        self.api("POST", "/v1/iterations/train/ack", {"rank": 0, "blocks": [
+            {"block": x["block"], "token": x["token"]} for x in blocks]})
+        self.api("POST", "/v1/iterations/train/next", {"rank": 0, "max": 1})
+        self.api("POST", "/v1/iterations/train/next", {"rank": 1, "max": 2})
+
+        # Shared data, when this head serves it: two levels of a global blob and one
+        # blob in the kept session's scope.
+        probe = self.head.request("GET", "/v1/shared/models")
+        if probe.status == 404 and probe.error_code == "not_found":
+            self.shared = None
+            return
+
+        def put_blob(scope, name, level, size):
+            r = self.head.request("PUT", "/v1/shared/%s/%s?level=%d" % (scope, name, level),
+                                  raw=b"x" * size, content_type="application/octet-stream")
+            self.assertEqual(r.status, 201, r)
+
+        put_blob("models", "weights", 1, 1000)
+        put_blob("models", "weights", 2, 3 * 1024 * 1024)
+        put_blob(kept, "params", 1, 512)
+        self.shared = {("models", "weights"): (2, "1, 2", "3.0 MiB"),
+                       (kept, "params"): (1, "1", "512 B")}
+
+    def check_node_page(self):
+        b = self.browser
+        b.click('#nodes-table tr[data-node="gpu-box-1"] td a')
+        harness.wait_until(lambda: b.visible("#node-fields"), what="the node page")
+        self.wait_dom('#node-fields dd[data-field="workers"]', "2", "the node page's workers")
+        self.assertEqual(b.text('#node-fields dd[data-field="state"]'), "active")
+        self.assertEqual(b.js("return document.querySelectorAll('#node-gpus tbody tr').length;"), 2)
+        self.assertEqual(b.text('#node-gpus tr[data-gpu="1"] td[data-field="memory"]'), "7.9 GiB")
+        rows = b.js("return [...document.querySelectorAll('#node-workers-table tbody tr')]"
+                    ".map(r => r.dataset.worker);")
+        self.assertEqual(len(rows), 2)
+        self.assertFalse(b.visible("#queues-table"))
+        self.save_screenshot("dashboard-node.png")
+        b.click("#back")
+        harness.wait_until(lambda: b.visible("#nodes-table"), what="back to the dashboard")
 
     def check_distcompute_views(self):
         b = self.browser

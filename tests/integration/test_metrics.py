@@ -1,7 +1,9 @@
 """GET /metrics (docs/api.md "Metrics"): valid for `promtool check metrics` (Debian's
 prometheus package, installed here when missing), exact values after a known workload,
-nothing counted for a batch that was refused, and who may read it.
-Also GET /v1/throughput, the per-second completion series the dashboard draws.
+nothing counted for a batch that was refused, and who may read it.  The families of
+nodes (with their GPUs and workers), sessions, iterations and shared data after a known
+workload of each.  Also GET /v1/throughput, the per-second completion series the
+dashboard draws.
 """
 import os
 import re
@@ -127,6 +129,119 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual((tp["bucket_ms"], tp["seconds"], len(tp["queues"][q])), (1000, 60, 60))
         self.assertEqual(sum(tp["queues"][q]), 2)
         self.assertGreaterEqual(sum(tp["total"]), 2)
+
+    def test_nodes(self):
+        gpus = [{"index": 0, "name": "A", "memory_total_mb": 16160, "memory_free_mb": 15000},
+                {"index": 1, "name": "B", "memory_total_mb": 8080, "memory_free_mb": 7000}]
+        self.req("POST", "/v1/nodes", {"name": "m-gpu", "cpus": 32, "gpus": gpus}, status=201)
+        self.req("POST", "/v1/nodes", {"name": "m-cpu", "cpus": 4}, status=201)
+        self.req("POST", "/v1/nodes", {"name": "m-left", "cpus": 2}, status=201)
+        workers = [self.req("POST", "/v1/workers", {"nickname": "m", "node": "m-gpu"},
+                            status=201).json["id"] for _ in range(3)]
+        self.req("POST", "/v1/workers", {"nickname": "m", "node": "m-cpu"}, status=201)
+        self.req("DELETE", "/v1/workers/%d" % workers[0])
+        self.req("DELETE", "/v1/nodes/m-left")
+        text = self.scrape()
+        self.promtool_check(text)
+        s = parse(text)
+        nodes = self.req("GET", "/v1/nodes").json["nodes"]
+        for state in ("active", "gone"):
+            self.assertEqual(value(s, "muster_nodes", state=state),
+                             sum(1 for n in nodes if n["state"] == state), state)
+        self.assertGreaterEqual(value(s, "muster_nodes", state="gone"), 1)
+        want = {"m-gpu": (1, 2, 32, 2), "m-cpu": (1, 1, 4, 0), "m-left": (0, 0, 2, 0)}
+        for node, (up, workers_now, cpus, ngpus) in want.items():
+            self.assertEqual(value(s, "muster_node_up", node=node), up, node)
+            self.assertEqual(value(s, "muster_node_workers", node=node), workers_now, node)
+            self.assertEqual(value(s, "muster_node_cpus", node=node), cpus, node)
+            self.assertEqual(value(s, "muster_node_gpus", node=node), ngpus, node)
+        self.assertEqual(value(s, "muster_node_gpu_memory_bytes", node="m-gpu", gpu="1"),
+                         8080 * 1024 * 1024)
+        self.assertEqual(value(s, "muster_node_gpu_memory_free_bytes", node="m-gpu", gpu="0"),
+                         15000 * 1024 * 1024)
+        self.assertIsNone(value(s, "muster_node_gpu_memory_bytes", node="m-cpu", gpu="0"))
+
+    def test_sessions(self):
+        q = "metrics-pool"
+        self.req("PUT", "/v1/queues/" + q, {}, status=201)
+        kept = self.req("POST", "/v1/sessions", {"queue": q, "cleanup_on_exit": False},
+                        status=201).json["id"]
+        closed = self.req("POST", "/v1/sessions", {"queue": q}, status=201).json["id"]
+        self.req("POST", "/v1/sessions/%s/tasks" % kept,
+                 {"tasks": [{"payload": i} for i in range(5)]}, status=201)
+        self.req("POST", "/v1/sessions/%s/tasks" % closed, {"tasks": [{"payload": 9}]},
+                 status=201)
+        self.req("DELETE", "/v1/sessions/" + closed)
+        worker = self.req("POST", "/v1/workers", {"nickname": "m"}, status=201).json["id"]
+        leases = self.req("POST", "/v1/queues/%s/lease" % q,
+                          {"worker": worker, "max": 3}).json["leases"]
+        l1, l2, l3 = ({"task": x["task"], "token": x["token"]} for x in leases)
+        self.req("POST", "/v1/leases/complete", {"leases": [l1, l2]})
+        self.req("POST", "/v1/leases/fail", {"leases": [dict(l3, error="no", permanent=True)]})
+        text = self.scrape()
+        self.promtool_check(text)
+        s = parse(text)
+        self.assertEqual(value(s, "muster_sessions", queue=q), 1)
+        for state, want in {"done": 2, "failed": 1, "pending": 2}.items():
+            self.assertEqual(value(s, "muster_session_tasks", queue=q, state=state), want, state)
+
+    def test_iterations(self):
+        name = "metrics-train"
+        # 100 samples in blocks of 10 for 3 ranks; rank 2 never shows up.
+        self.req("POST", "/v1/iterations", {
+            "name": name, "dataset": {"num_samples": 100}, "strategy": "dynamic",
+            "world_size": 3, "block_size": 10, "epochs": 2, "lease_ms": 600000,
+            "rank_timeout_ms": 600000}, status=201)
+        nxt = "/v1/iterations/%s/next" % name
+        blocks = self.req("POST", nxt, {"rank": 0, "max": 3}).json["blocks"]
+        self.req("POST", "/v1/iterations/%s/ack" % name, {"rank": 0, "blocks": [
+            {"block": b["block"], "token": b["token"]} for b in blocks]})
+        self.req("POST", nxt, {"rank": 0, "max": 1})   # held by rank 0
+        self.req("POST", nxt, {"rank": 1, "max": 2})   # held by rank 1
+        text = self.scrape()
+        self.promtool_check(text)
+        s = parse(text)
+        it = self.req("GET", "/v1/iterations/" + name).json
+        self.assertEqual(it["blocks"], {"total": 10, "done": 3, "leased": 3, "pending": 0})
+        for state, want in {"done": 3, "leased": 3, "pending": 0}.items():
+            self.assertEqual(value(s, "muster_iteration_blocks", iteration=name, state=state),
+                             want, state)
+        self.assertEqual(value(s, "muster_iteration_epoch_blocks", iteration=name), 10)
+        self.assertEqual(value(s, "muster_iteration_epoch", iteration=name), 0)
+        self.assertEqual(value(s, "muster_iteration_finished", iteration=name), 0)
+        self.assertEqual(value(s, "muster_iteration_blocks_acked_total", iteration=name), 3)
+        self.assertEqual(value(s, "muster_iteration_samples_total", iteration=name), 30)
+        self.assertEqual(value(s, "muster_iteration_leases_expired_total", iteration=name), 0)
+        health = {}
+        for r in it["ranks"]:
+            health[r["health"]] = health.get(r["health"], 0) + 1
+        self.assertEqual(health, {"active": 2, "unknown": 1})
+        for h in ("unknown", "active", "slow", "idle", "failed"):
+            self.assertEqual(value(s, "muster_iteration_ranks", iteration=name, health=h),
+                             health.get(h, 0), h)
+        self.assertGreaterEqual(value(s, "muster_iterations"), 1)
+
+    def test_iteration_lease_expires(self):
+        name = "metrics-expiring"
+        self.req("POST", "/v1/iterations", {
+            "name": name, "dataset": {"num_samples": 40}, "strategy": "dynamic",
+            "world_size": 2, "block_size": 10, "lease_ms": 100,
+            "rank_timeout_ms": 600000}, status=201)
+        self.req("POST", "/v1/iterations/%s/next" % name, {"rank": 1, "max": 1})
+        harness.wait_until(
+            lambda: value(parse(self.scrape()), "muster_iteration_leases_expired_total",
+                          iteration=name) == 1, what="the block lease to expire")
+        s = parse(self.scrape())
+        for state, want in {"done": 0, "leased": 0, "pending": 1}.items():
+            self.assertEqual(value(s, "muster_iteration_blocks", iteration=name, state=state),
+                             want, state)
+        self.assertEqual(value(s, "muster_iteration_ranks", iteration=name, health="failed"), 1)
+        self.assertEqual(value(s, "muster_iteration_ranks", iteration=name, health="unknown"), 1)
+        # Another rank leases the returned block.
+        self.req("POST", "/v1/iterations/%s/next" % name, {"rank": 0, "max": 1})
+        s = parse(self.scrape())
+        self.assertEqual(value(s, "muster_iteration_blocks", iteration=name, state="leased"), 1)
+        self.assertEqual(value(s, "muster_iteration_blocks", iteration=name, state="pending"), 0)
 
     def test_unmatched_paths_are_counted(self):
         self.req("GET", "/no/such/path", status=404)
