@@ -1,16 +1,19 @@
 /*
- * metrics_extra.c — the families of nodes, sessions and iterations in
- * GET /metrics (docs/dashboard.md, "Metrics").
+ * metrics_extra.c — the families of nodes, sessions, iterations and shared
+ * data in GET /metrics (docs/dashboard.md, "Metrics").
  *
  * Everything here is read from the store at scrape time, through the same
  * functions the JSON API uses (node_list, iter_get) where there is one, so
  * /metrics and the API agree.  The counters of iterations (samples and
  * blocks acknowledged, leases expired, blocks taken over) are the per-rank
  * counters the store keeps: they count since the iteration was created and
- * survive a restart of the head.  metrics_render() calls
+ * survive a restart of the head.  Shared data is counted from its tables
+ * (shared_blobs, shared_levels) when the store has them; a head built before
+ * shared data writes none of its families.  metrics_render() calls
  * metrics_extra_collect() after its own families.
  */
 #include "iter.h"
+#include "log.h"
 #include "metrics.h"
 #include "node.h"
 
@@ -273,8 +276,80 @@ static void collect_iterations(head_t *h, metrics_out_t *out) {
   json_decref(names);
 }
 
+/* ---- shared data ---- */
+
+/* Session scopes are many and short-lived: they are summed up under this
+ * label value, which no scope can have ('*' is not a name character). */
+#define SESSION_SCOPES "s-*"
+
+static bool store_has_table(head_t *h, const char *table) {
+  sqlite3_stmt *s =
+      store_stmt(h->st, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
+  if (s == NULL)
+    return false;
+  store_bind_text(s, 1, table);
+  bool found = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return found;
+}
+
+static void collect_shared(head_t *h, metrics_out_t *out) {
+  if (!store_has_table(h, "shared_blobs") || !store_has_table(h, "shared_levels"))
+    return;
+  /* Unexpired blobs only (an expired one answers 404 until the sweep deletes it). */
+  sqlite3_stmt *s = store_stmt(
+      h->st, "SELECT b.scope, count(DISTINCT b.name), count(l.level), coalesce(sum(l.size), 0)"
+             " FROM shared_blobs b LEFT JOIN shared_levels l ON l.scope = b.scope"
+             " AND l.name = b.name WHERE b.expires_ms > ?1 GROUP BY b.scope ORDER BY b.scope");
+  if (s == NULL)
+    return;
+  typedef struct {
+    char scope[NAME_MAX_LEN + 1];
+    int64_t v[3]; /* blobs, levels, bytes */
+  } row_t;
+  row_t *rows = NULL, sessions = {SESSION_SCOPES, {0, 0, 0}};
+  size_t n = 0, cap = 0;
+  sqlite3_bind_int64(s, 1, now_ms());
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    const char *scope = (const char *)sqlite3_column_text(s, 0);
+    row_t *r = &sessions;
+    if (scope == NULL || strncmp(scope, "s-", 2) != 0) {
+      if (n == cap) {
+        row_t *grown = realloc(rows, (cap = cap ? cap * 2 : 8) * sizeof *rows);
+        if (grown == NULL)
+          break;
+        rows = grown;
+      }
+      r = &rows[n++];
+      *r = (row_t){{0}, {0, 0, 0}};
+      snprintf(r->scope, sizeof r->scope, "%s", scope ? scope : "");
+    }
+    for (int k = 0; k < 3; k++)
+      r->v[k] += sqlite3_column_int64(s, k + 1);
+  }
+  store_reset(s);
+  static const struct {
+    const char *metric, *help;
+  } families[3] = {
+      {"muster_shared_blobs",
+       "Shared data blobs (unexpired) by scope; every session scope counts under scope=\"s-*\"."},
+      {"muster_shared_levels", "Levels of shared data kept on the head, by scope."},
+      {"muster_shared_bytes", "Bytes of every kept level of shared data, by scope."},
+  };
+  for (int k = 0; k < 3; k++) {
+    metrics_help(out, families[k].metric, "gauge", families[k].help);
+    for (size_t i = 0; i <= n; i++) {
+      const row_t *r = i < n ? &rows[i] : &sessions;
+      open_sample(out, families[k].metric, "scope", r->scope);
+      metrics_printf(out, "} %lld\n", (long long)r->v[k]);
+    }
+  }
+  free(rows);
+}
+
 void metrics_extra_collect(head_t *h, metrics_out_t *out) {
   collect_nodes(h, out);
   collect_sessions(h, out);
   collect_iterations(h, out);
+  collect_shared(h, out);
 }

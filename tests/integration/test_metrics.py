@@ -243,6 +243,39 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(value(s, "muster_iteration_blocks", iteration=name, state="leased"), 1)
         self.assertEqual(value(s, "muster_iteration_blocks", iteration=name, state="pending"), 0)
 
+    def test_shared(self):
+        probe = self.head.request("GET", "/v1/shared/metrics-models")
+        if probe.status == 404 and probe.error_code == "not_found":
+            self.assertNotIn("muster_shared_blobs", self.scrape())
+            self.skipTest("this head does not serve shared data (GET /v1/shared/{scope})")
+        self.req("PUT", "/v1/queues/metrics-shared", {}, status=201)
+        sid = self.req("POST", "/v1/sessions", {"queue": "metrics-shared"}, status=201).json["id"]
+
+        def put(scope, name, level, size):
+            r = self.head.request("PUT", "/v1/shared/%s/%s?level=%d" % (scope, name, level),
+                                  raw=b"x" * size, content_type="application/octet-stream")
+            self.assertEqual(r.status, 201, r)
+
+        put("metrics-models", "weights", 1, 100)
+        put("metrics-models", "weights", 2, 300)
+        put("metrics-models", "vocab", 1, 50)
+        put(sid, "params", 1, 7)
+        text = self.scrape()
+        self.promtool_check(text)
+        s = parse(text)
+        listed = self.req("GET", "/v1/shared/metrics-models").json["blobs"]
+        levels = sum(len(b["levels"]) for b in listed)
+        self.assertEqual(value(s, "muster_shared_blobs", scope="metrics-models"), 2)
+        self.assertEqual(value(s, "muster_shared_levels", scope="metrics-models"), levels)
+        self.assertEqual(value(s, "muster_shared_bytes", scope="metrics-models"),
+                         {3: 450, 2: 350}[levels])
+        self.assertEqual(value(s, "muster_shared_blobs", scope="s-*"), 1)
+        self.assertEqual(value(s, "muster_shared_bytes", scope="s-*"), 7)
+        # A closed session's blobs go with it.
+        self.req("DELETE", "/v1/sessions/" + sid)
+        s = parse(self.scrape())
+        self.assertIn(value(s, "muster_shared_blobs", scope="s-*"), (None, 0))
+
     def test_unmatched_paths_are_counted(self):
         self.req("GET", "/no/such/path", status=404)
         s = parse(self.scrape())
