@@ -175,6 +175,9 @@ class StreamDataset(torch.utils.data.IterableDataset):
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         workers, me = (info.num_workers, info.id) if info is not None else (1, 0)
+        if workers > 1 and getattr(self.sampler, "coordinated", False):
+            raise ValueError("StreamDataset over a coordinated sampler takes num_workers=0 or 1 "
+                             "(each loader worker would lease blocks of its own)")
         for i, index in enumerate(self.sampler):
             if i % workers == me:
                 yield self.dataset[index]

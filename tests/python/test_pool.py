@@ -130,6 +130,18 @@ class PoolTest(HeadTestCase):
         later = p.map(range(10))
         self.assertTrue(all(r["updates"] == ["u1", ("u2", 7), "u3"] for r in later))
 
+    def test_class_through_shared_data(self):
+        if not self.c.shared.available():
+            self.skipTest("the head does not serve shared data yet (the class goes in init_data)")
+        with muster.Pool(pool_workers.Echo, {"k": 5, "dir": self.dir}, client=self.c, queue=QUEUE,
+                         use_shared=True) as p:
+            self.assertEqual(self.c.session(p.session)["init_data"]["worker_class"], {"shared": "worker_class"})
+            self.assertEqual([r["y"] for r in p.map(range(4))], [0, 5, 10, 15])
+
+    def test_class_through_init_data(self):
+        self.assertIn("pickle", self.c.session(self.pool.session)["init_data"]["worker_class"]
+                      if not self.pool.use_shared else {"pickle": 1})
+
     def test_worker_killed_mid_job(self):
         p = self.pool
         p.map(range(4))  # both workers have their resident process
