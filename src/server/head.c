@@ -16,6 +16,8 @@
 #include "routes_pool.h"
 #include "server.h"
 #include "session.h"
+#include "shared.h"
+#include "shared_upload.h"
 #include "store.h"
 #include "waiter.h"
 #include "worker.h"
@@ -54,6 +56,10 @@ void head_usage(void) {
          "                            checked (default 200)\n"
          "  --max-body BYTES          request body limit (default 8388608)\n"
          "  --max-payload BYTES       payload and result limit (default 1048576)\n"
+         "  --max-blob-bytes BYTES    shared data: largest blob (default 4294967296)\n"
+         "  --max-shared-ttl-ms MS    shared data: default and largest ttl_ms; larger ones\n"
+         "                            are clamped (default 600000)\n"
+         "  --shared-keep-levels N    shared data: newest levels kept per blob (default 2)\n"
          "  --dashboard-token TOKEN   a read-only token for the dashboard and other readers:\n"
          "                            it may GET the API and /metrics, never change anything\n"
          "  --metrics-public          serve GET /metrics without a token\n"
@@ -110,6 +116,9 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
       {"dashboard-token", required_argument, 0, 'D'}, {"metrics-public", no_argument, 0, 'M'},
       {"distcompute", required_argument, 0, 'C'},
       {"node-timeout-ms", required_argument, 0, 'N'},
+      {"max-blob-bytes", required_argument, 0, 'B'},
+      {"max-shared-ttl-ms", required_argument, 0, 'T'},
+      {"shared-keep-levels", required_argument, 0, 'K'},
       {0, 0, 0, 0}};
   int c, which = 0;
   int64_t n = 0;
@@ -127,6 +136,9 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
     case 'N': ok = parse_size(optarg, 100, &cfg->node_timeout_ms); break;
     case 'b': ok = parse_size(optarg, 1024, &n); cfg->max_body = (size_t)n; break;
     case 'p': ok = parse_size(optarg, 64, &n); cfg->max_payload = (size_t)n; break;
+    case 'B': ok = parse_size(optarg, 1, &n); cfg->max_blob_bytes = (size_t)n; break;
+    case 'T': ok = parse_size(optarg, 1, &cfg->max_shared_ttl_ms); break;
+    case 'K': ok = parse_size(optarg, 1, &n); cfg->shared_keep_levels = (size_t)n; break;
     case 'L': ok = log_level_parse(optarg) >= 0; if (ok) log_set_level((log_level_t)log_level_parse(optarg)); break;
     case 'D': ok = strlen(optarg) >= 8 && strlen(optarg) < sizeof cfg->read_token; snprintf(cfg->read_token, sizeof cfg->read_token, "%s", optarg); break;
     case 'M': cfg->metrics_public = true; break;
@@ -249,10 +261,13 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   fail_t f = {0};
   int64_t now = now_ms();
   waiter_mark_all(h);
+  shared_tap_sweep(h);
+  shared_files_sweep(h->st, h->cfg.data_dir);
   /* Most sweeps find nothing due: check with two indexed reads before
    * opening a transaction. */
   if (!lease_any_due(h->st, now) && !worker_any_due(h->st, now) && !iter_any_due(h->st, now) &&
-      !node_any_due(h->st, now) && !session_any_due(h->st, now)) {
+      !node_any_due(h->st, now) && !session_any_due(h->st, now) &&
+      !shared_any_due(h->st, now)) {
     if (h->ndirty > 0 && !store_in_tx(h->st) && store_request_begin(h->st, &f) == MUSTER_OK)
       store_request_end(h->st, true); /* opens the turn so waiter_serve runs */
     return;
@@ -261,7 +276,8 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
     return;
   bool ok = lease_expire_due(h->st, now, 1000) >= 0 && worker_expire_due(h->st, now) >= 0 &&
             iter_expire_due(h->st, now) >= 0 && node_expire_due(h->st, now) >= 0 &&
-            session_expire_due(h->st, now, results_waiters_busy, h) >= 0;
+            session_expire_due(h->st, now, results_waiters_busy, h) >= 0 &&
+            shared_expire_due(h->st, now) >= 0;
   store_request_end(h->st, ok);
 }
 
@@ -272,6 +288,7 @@ static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
   head_signalled = 1;
   waiter_release_all(h);
   results_waiters_release_all(h);
+  shared_upload_abort_all(h);
   if (store_in_tx(h->st))
     head_commit(-1, 0, h);
   /* The answers to parked long-polls are queued on their connections; a few
@@ -338,7 +355,10 @@ int head_main(int argc, char **argv) {
                       .max_wait_ms = 30000,
                       .sweep_ms = 200,
                       .max_body = 8u << 20,
-                      .max_payload = 1u << 20}};
+                      .max_payload = 1u << 20,
+                      .max_shared_ttl_ms = SHARED_DEFAULT_TTL_MS,
+                      .shared_keep_levels = SHARED_DEFAULT_KEEP_LEVELS,
+                      .max_blob_bytes = (size_t)SHARED_DEFAULT_MAX_BLOB}};
   const char *token_arg = NULL;
   int status = head_parse(argc, argv, &h.cfg, &token_arg);
   if (status >= 0)
@@ -373,6 +393,8 @@ int head_main(int argc, char **argv) {
     log_msg(LOG_ERROR, "cannot open the store %s: %s", db_path, fail_message(&f));
   } else if (compat_setup(h.st, &f) != MUSTER_OK) {
     log_msg(LOG_ERROR, "--distcompute: %s", fail_message(&f));
+  } else if (shared_files_init(h.st, h.cfg.data_dir, &f) != MUSTER_OK) {
+    log_msg(LOG_ERROR, "shared data: %s", fail_message(&f));
   } else if (h.base != NULL) {
     signal(SIGPIPE, SIG_IGN);
     store_set_hooks(h.st, head_on_tx, head_on_ready, &h);

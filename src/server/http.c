@@ -11,6 +11,7 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "shared_upload.h"
 #include "store.h"
 
 #include <event2/buffer.h>
@@ -26,6 +27,7 @@
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 struct reply {
   reply_t *next;
@@ -34,6 +36,9 @@ struct reply {
   char *body;       /* encoded JSON, or raw bytes when `type` is set; owned */
   const char *type; /* NULL: JSON; else the Content-Type of a raw body (static) */
   size_t len;       /* bytes of a raw body */
+  bool has_file;    /* the body is the first file_len bytes of file `fd` (owned) */
+  int fd;
+  int64_t file_len;
   int route;        /* for metrics: index in http_routes, METRICS_ROUTE_* otherwise */
   int64_t start_us; /* when the request arrived (metrics_now_us) */
 };
@@ -92,9 +97,43 @@ void http_send_parked(head_t *h, struct evhttp_request *req, int status, json_t 
   free(text);
 }
 
+/* Sends `len` bytes of file `fd` (consumed) as `type`.  The evbuffer is
+ * marked as draining to a socket so that libevent keeps the file as a
+ * sendfile segment instead of mapping or reading it into memory. */
+static void http_send_file(struct evhttp_request *req, int status, const char *type, int fd,
+                           int64_t len) {
+  struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+  struct evbuffer *buf = evbuffer_new();
+  if (buf == NULL) {
+    close(fd);
+    evhttp_send_error(req, 500, NULL);
+    return;
+  }
+  evhttp_add_header(out, "Content-Type", type);
+  if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+    char length[32];
+    snprintf(length, sizeof length, "%lld", (long long)len);
+    evhttp_add_header(out, "Content-Length", length);
+    close(fd);
+  } else if (len == 0) {
+    close(fd);
+  } else {
+    evbuffer_set_flags(buf, EVBUFFER_FLAG_DRAINS_TO_FD);
+    if (evbuffer_add_file(buf, fd, 0, len) != 0) {
+      evbuffer_free(buf);
+      evhttp_send_error(req, 500, NULL);
+      return;
+    }
+  }
+  evhttp_send_reply(req, status, http_reason(status), buf);
+  evbuffer_free(buf);
+}
+
 /* Sends reply *r now (and frees it): the commit is done, or none was open. */
 static void http_send_reply(reply_t *r) {
-  if (r->type)
+  if (r->has_file)
+    http_send_file(r->req, r->status, r->type, r->fd, r->file_len);
+  else if (r->type)
     http_send_body(r->req, r->status, r->type, r->body, r->len);
   else
     http_send_text(r->req, r->status, r->body);
@@ -138,6 +177,11 @@ void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *bod
   http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0);
 }
 
+void http_enqueue_fail(head_t *h, struct evhttp_request *req, const fail_t *f) {
+  int status = muster_err_http_status(f->code);
+  http_enqueue(h, req, status ? status : 500, http_error_body(f->code, fail_message(f)));
+}
+
 void http_flush(head_t *h, const fail_t *commit_failed) {
   reply_t *r = h->pending_head;
   h->pending_head = h->pending_tail = NULL;
@@ -150,6 +194,9 @@ void http_flush(head_t *h, const fail_t *commit_failed) {
       json_decref(error);
       r->status = 500;
       r->type = NULL;
+      if (r->has_file)
+        close(r->fd);
+      r->has_file = false;
       if (r->body == NULL)
         r->body = strdup("{}");
     }
@@ -158,9 +205,17 @@ void http_flush(head_t *h, const fail_t *commit_failed) {
   }
 }
 
+/* Drops a file reply the handler set before answering otherwise. */
+static void http_drop_file(http_req_t *r) {
+  if (r->raw_file)
+    close(r->raw_fd);
+  r->raw_file = false;
+}
+
 void http_reply_json(http_req_t *r, int status, json_t *body) {
   free(r->raw); /* the last reply a handler gives wins, JSON or raw */
   r->raw = NULL;
+  http_drop_file(r);
   json_decref(r->reply);
   r->status = status;
   r->reply = body ? body : json_object();
@@ -391,6 +446,7 @@ void http_reply_raw(http_req_t *r, int status, const char *type, const void *dat
     return;
   }
   memcpy(r->raw, data, len);
+  http_drop_file(r);
   json_decref(r->reply);
   r->reply = NULL;
   r->raw_len = len;
@@ -398,10 +454,35 @@ void http_reply_raw(http_req_t *r, int status, const char *type, const void *dat
   r->status = status;
 }
 
+void http_reply_file(http_req_t *r, int status, const char *type, int fd, int64_t len) {
+  free(r->raw);
+  r->raw = NULL;
+  http_drop_file(r);
+  json_decref(r->reply);
+  r->reply = NULL;
+  r->raw_file = true;
+  r->raw_fd = fd;
+  r->raw_file_len = len;
+  r->raw_type = type;
+  r->status = status;
+}
+
 /* Hands the request's reply to the commit queue: raw when a handler set one. */
 static void http_enqueue_req(http_req_t *r, const http_route_t *rt, int64_t start_us) {
   int route = rt ? (int)(rt - http_routes) : METRICS_ROUTE_NONE;
-  if (r->raw) {
+  if (r->raw_file) {
+    reply_t *reply = calloc(1, sizeof *reply);
+    if (reply == NULL) {
+      close(r->raw_fd);
+      evhttp_send_error(r->req, 500, NULL);
+    } else {
+      *reply = (reply_t){.req = r->req, .status = r->status, .type = r->raw_type,
+                         .has_file = true, .fd = r->raw_fd, .file_len = r->raw_file_len,
+                         .route = route, .start_us = start_us};
+      http_enqueue_reply(r->head, reply);
+    }
+    r->raw_file = false;
+  } else if (r->raw) {
     http_enqueue_body(r->head, r->req, r->status, r->raw_type, r->raw, r->raw_len, route,
                       start_us);
     r->raw = NULL;
@@ -433,6 +514,7 @@ static void http_dispatch(struct evhttp_request *req, void *arg) {
     ;
   else if (http_parse_body(&r, rt->body_limit ? rt->body_limit : h->cfg.max_body))
     http_run(&r, rt);
+  shared_tap_dispatched(&r); /* a streamed upload that was not accepted */
   if (!r.parked) {
     http_enqueue_req(&r, rt, start_us);
   } else {
@@ -460,6 +542,9 @@ int http_start(head_t *h) {
                                           EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
                                           EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
   evhttp_set_gencb(h->http, http_dispatch, h);
+  /* Every connection's input passes the upload tap (shared_upload.c), so
+   * that blob uploads stream to disk instead of being buffered whole. */
+  evhttp_set_bevcb(h->http, shared_tap_bevcb, h);
   struct evhttp_bound_socket *sock =
       evhttp_bind_socket_with_handle(h->http, h->cfg.listen_host, (ev_uint16_t)h->cfg.listen_port);
   if (sock == NULL) {

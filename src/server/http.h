@@ -35,6 +35,9 @@ typedef struct {
   const char *raw_type;          /* set by http_reply_raw: Content-Type of `raw` */
   char *raw;                     /* non-JSON reply body, owned; sent instead of `reply` */
   size_t raw_len;
+  bool raw_file;                 /* set by http_reply_file: the body is file `raw_fd` */
+  int raw_fd;                    /* owned while raw_file */
+  int64_t raw_file_len;
   bool keep;                     /* keep the request's writes even when it answers an error */
 } http_req_t;
 
@@ -73,6 +76,11 @@ void http_reply_json(http_req_t *r, int status, json_t *body);
 /* Answers with `len` bytes of `data` (copied) as `type` ("text/plain;
  * charset=utf-8"), not JSON; like every reply it waits for the commit. */
 void http_reply_raw(http_req_t *r, int status, const char *type, const void *data, size_t len);
+/* Answers with the first `len` bytes of open file `fd` (the reply owns it
+ * from now on, also on failure) as `type`; sent after the commit, from the
+ * file (sendfile), never read into memory.  A HEAD request gets the headers
+ * and Content-Length only. */
+void http_reply_file(http_req_t *r, int status, const char *type, int fd, int64_t len);
 /* The strongest role the request's bearer token grants: HTTP_ADMIN for the
  * admin token, HTTP_READ for the read-only one, HTTP_PUBLIC for none. */
 http_role_t http_token_role(const http_req_t *r);
@@ -84,6 +92,8 @@ void http_send_parked(head_t *h, struct evhttp_request *req, int status, json_t 
 /* Queues a reply to go out after the next commit, or sends it at once when no
  * transaction is open.  Takes ownership of `body`. */
 void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body);
+/* http_enqueue with the error envelope of *f. */
+void http_enqueue_fail(head_t *h, struct evhttp_request *req, const fail_t *f);
 /* Sends the pending replies; when `commit_failed`, answers each with 500. */
 void http_flush(head_t *h, const fail_t *commit_failed);
 

@@ -147,7 +147,8 @@ static json_t *lease_one(store_t *st, const queue_t *q, int64_t id, int64_t work
   sqlite3_stmt *s = store_stmt(
       st, "UPDATE tasks SET state = 1, attempts = attempts + 1, token = ?2, worker = ?3,"
           " deadline_ms = ?4, updated_ms = ?5 WHERE id = ?1 AND state = 0"
-          " RETURNING payload, attempts, coalesce(parent, 0), session, coalesce(idx, -1)");
+          " RETURNING payload, attempts, coalesce(parent, 0), session, coalesce(idx, -1),"
+          " requires");
   if (s == NULL) {
     store_fail(st, f, "lease");
     return NULL;
@@ -170,6 +171,9 @@ static json_t *lease_one(store_t *st, const queue_t *q, int64_t id, int64_t work
                       "parent", parent ? json_integer(parent) : json_null(), "session",
                       session ? json_string((const char *)session) : json_null(), "index",
                       index >= 0 ? json_integer(index) : json_null());
+    /* Shared data the task requires (docs/api.md "Shared data"); only when set. */
+    if (lease && sqlite3_column_type(s, 5) != SQLITE_NULL)
+      json_object_set_new(lease, "requires", jv_decode((const char *)sqlite3_column_text(s, 5)));
   }
   store_reset(s);
   if (lease == NULL)

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "queue.h"
 #include "routes_pool.h"
+#include "shared_routes.h"
 #include "task.h"
 #include "update.h"
 #include "waiter.h"
@@ -332,5 +333,10 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/sessions/{}/results", route_session_results, true, 0},
     {"POST", "/v1/queues/{}/updates", route_update_post, true, 0},
     {"GET", "/v1/queues/{}/updates", route_update_list, true, 0},
+    /* Shared data (shared_routes.c); a PUT's body is streamed, not buffered. */
+    {"PUT", "/v1/shared/{}/{}", shared_h_put, true, 0},
+    {"GET", "/v1/shared/{}/{}", shared_h_get, true, 0},
+    {"DELETE", "/v1/shared/{}/{}", shared_h_delete, true, 0},
+    {"GET", "/v1/shared/{}", shared_h_list, true, 0},
     {NULL, NULL, NULL, false, 0},
 };

@@ -21,6 +21,7 @@ struct evhttp_request;
 typedef struct reply reply_t;
 typedef struct waiter waiter_t;
 typedef struct results_waiter results_waiter_t;
+typedef struct shared_conn shared_conn_t;
 
 typedef struct {
   char listen_host[256];     /* address to bind ("127.0.0.1", "::1", "0.0.0.0") */
@@ -36,6 +37,9 @@ typedef struct {
   int64_t sweep_ms;          /* how often expiries and timeouts are checked */
   size_t max_body;           /* request body limit, bytes */
   size_t max_payload;        /* payload/result limit, bytes */
+  int64_t max_shared_ttl_ms; /* default and cap of a shared blob's ttl_ms */
+  size_t shared_keep_levels; /* newest levels of a shared blob kept (>= 1) */
+  size_t max_blob_bytes;     /* shared blob size limit, bytes */
 } head_config_t;
 
 typedef struct head {
@@ -48,6 +52,7 @@ typedef struct head {
   reply_t *pending_head, *pending_tail; /* replies waiting for the commit */
   waiter_t *waiters;       /* parked long-poll leases, oldest first */
   results_waiter_t *results_waiters; /* parked long-poll reads of session results */
+  shared_conn_t *shared_conns; /* the upload tap's per-connection state (shared_upload.c) */
   char (*dirty)[NAME_MAX_LEN + 1]; /* queues that may serve waiters */
   size_t ndirty, dirty_cap;
   int64_t started_ms;

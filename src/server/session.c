@@ -17,6 +17,7 @@
 #include "jv.h"
 #include "log.h"
 #include "queue.h"
+#include "shared.h"
 #include "task.h"
 #include "update.h"
 
@@ -235,17 +236,19 @@ json_t *session_create(store_t *st, const json_t *body, size_t max_payload, fail
 
 typedef struct {
   char *payload;           /* encoded JSON, owned */
+  char *requires;          /* encoded JSON of "requires" or NULL, owned */
   int64_t priority, index; /* index -1: the next automatic one */
 } submit_spec_t;
 
 static muster_err_t submit_parse(const json_t *elem, size_t i, size_t max_payload,
                                  submit_spec_t *spec, fail_t *f) {
-  static const char *const allowed[] = {"payload", "index", "priority", NULL};
+  static const char *const allowed[] = {"payload", "index", "priority", "requires", NULL};
   char ctx[32];
   snprintf(ctx, sizeof ctx, "tasks[%zu]", i);
   if (jv_only(elem, ctx, allowed, f) ||
       jv_int(elem, "priority", ctx, 0, INT32_MIN, INT32_MAX, &spec->priority, f) ||
-      jv_int(elem, "index", ctx, -1, 0, JV_ID_MAX, &spec->index, f))
+      jv_int(elem, "index", ctx, -1, 0, JV_ID_MAX, &spec->index, f) ||
+      shared_requires_parse(elem, ctx, &spec->requires, f))
     return f->code;
   const json_t *payload = json_object_get(elem, "payload");
   if (payload == NULL)
@@ -286,7 +289,8 @@ static json_t *submit_insert(store_t *st, session_t *ss, const submit_spec_t *sp
       goto fail;
     }
     if (task_insert(st, ss->queue, specs[i].payload, specs[i].priority, now, NULL, ss->id, index, 0,
-                    &id, f))
+                    &id, f) ||
+        shared_requires_set(st, id, specs[i].requires, f))
       goto fail;
     /* Automatic indexes continue after the highest one in use, so they never
      * collide with explicit ones. */
@@ -332,8 +336,10 @@ json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t m
     i++;
   if (i == n)
     out = submit_insert(st, &ss, specs, n, f);
-  for (size_t j = 0; j < n; j++)
+  for (size_t j = 0; j < n; j++) {
     free(specs[j].payload);
+    free(specs[j].requires);
+  }
   free(specs);
   return out;
 }
@@ -484,7 +490,7 @@ json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
                    id, &cancelled, f) ||
       session_exec(st, "DELETE FROM tasks WHERE session = ?1", id, &deleted, f) ||
       session_exec(st, "DELETE FROM session_results WHERE session = ?1", id, NULL, f) ||
-      update_delete_session(st, id, f))
+      update_delete_session(st, id, f) || shared_delete_scope(st, id, NULL, f))
     return NULL;
   sqlite3_stmt *s = store_stmt(st, "UPDATE sessions SET state = 1, closed_why = ?2,"
                                    " last_seen_ms = ?3 WHERE id = ?1");

@@ -125,6 +125,21 @@ static const char *const migrations[] = {
     "  created_ms INTEGER NOT NULL, PRIMARY KEY (queue, seq)) WITHOUT ROWID;"
     "CREATE INDEX updates_by_session ON updates(session) WHERE session IS NOT NULL;"
     "CREATE TABLE update_seqs (queue TEXT PRIMARY KEY, last INTEGER NOT NULL);",
+    /* Shared data (shared.c): a blob's newest level and ttl; its kept levels
+     * with the file holding each; files of deleted levels until the sweep
+     * unlinks them; what a task requires (JSON text). */
+    "CREATE TABLE shared_blobs ("
+    "  scope TEXT NOT NULL, name TEXT NOT NULL, level INTEGER NOT NULL,"
+    "  ttl_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, created_ms INTEGER NOT NULL,"
+    "  updated_ms INTEGER NOT NULL, PRIMARY KEY (scope, name)) WITHOUT ROWID;"
+    "CREATE INDEX shared_blobs_expiry ON shared_blobs(expires_ms);"
+    "CREATE TABLE shared_levels ("
+    "  scope TEXT NOT NULL, name TEXT NOT NULL, level INTEGER NOT NULL, size INTEGER NOT NULL,"
+    "  checksum TEXT NOT NULL, file TEXT NOT NULL, created_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (scope, name, level)) WITHOUT ROWID;"
+    "CREATE INDEX shared_levels_file ON shared_levels(file);"
+    "CREATE TABLE shared_trash (file TEXT PRIMARY KEY) WITHOUT ROWID;"
+    "ALTER TABLE tasks ADD COLUMN requires TEXT;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

@@ -9,6 +9,7 @@
 #include "task.h"
 #include "jv.h"
 #include "log.h"
+#include "shared.h"
 #include "core/names.h"
 
 #include <stdbool.h>
@@ -71,6 +72,7 @@ static int64_t task_find_key(store_t *st, const char *queue, const char *key) {
 
 typedef struct {
   char *payload; /* encoded JSON, owned */
+  char *requires; /* encoded JSON of "requires" or NULL, owned */
   int64_t priority, delay_ms, index;
   const char *key, *session; /* borrowed from the request body */
 } task_spec_t;
@@ -78,7 +80,7 @@ typedef struct {
 static muster_err_t task_spec_parse(const json_t *elem, size_t i, size_t max_payload,
                                     task_spec_t *spec, fail_t *f) {
   static const char *const allowed[] = {"payload", "priority", "delay_ms", "key",
-                                        "session", "index",    NULL};
+                                        "session", "index",    "requires", NULL};
   char ctx[32];
   snprintf(ctx, sizeof ctx, "tasks[%zu]", i);
   if (jv_only(elem, ctx, allowed, f) ||
@@ -86,7 +88,8 @@ static muster_err_t task_spec_parse(const json_t *elem, size_t i, size_t max_pay
       jv_int(elem, "delay_ms", ctx, 0, 0, 366LL * 24 * 3600 * 1000, &spec->delay_ms, f) ||
       jv_int(elem, "index", ctx, -1, 0, INT64_MAX, &spec->index, f) ||
       jv_str(elem, "key", ctx, NULL, TASK_MAX_KEY, &spec->key, f) ||
-      jv_str(elem, "session", ctx, NULL, TASK_MAX_SESSION, &spec->session, f))
+      jv_str(elem, "session", ctx, NULL, TASK_MAX_SESSION, &spec->session, f) ||
+      shared_requires_parse(elem, ctx, &spec->requires, f))
     return f->code;
   const json_t *payload = json_object_get(elem, "payload");
   if (payload == NULL)
@@ -114,6 +117,10 @@ static json_t *task_put_specs(store_t *st, const char *queue, task_spec_t *specs
       json_decref(out);
       return NULL;
     }
+    if (created && shared_requires_set(st, id, specs[i].requires, f)) {
+      json_decref(out);
+      return NULL;
+    }
     json_array_append_new(out, json_pack("{s:I, s:b}", "id", (json_int_t)id, "created", created));
   }
   return json_pack("{s:o}", "tasks", out);
@@ -138,15 +145,17 @@ json_t *task_put(store_t *st, const char *queue, const json_t *body, size_t max_
       break;
   if (i == n)
     out = task_put_specs(st, queue, specs, n, f);
-  for (size_t j = 0; j < n; j++)
+  for (size_t j = 0; j < n; j++) {
     free(specs[j].payload);
+    free(specs[j].requires);
+  }
   free(specs);
   return out;
 }
 
 #define TASK_COLUMNS                                                                              \
   "id, queue, state, priority, run_at_ms, payload, result, error, attempts, flags, key,"         \
-  " session, idx, parent, created_ms, updated_ms, worker, deadline_ms"
+  " session, idx, parent, created_ms, updated_ms, worker, deadline_ms, requires"
 
 static json_t *int_or_null(sqlite3_stmt *s, int col) {
   return sqlite3_column_type(s, col) == SQLITE_NULL ? json_null()
@@ -167,7 +176,8 @@ static json_t *task_from_row(sqlite3_stmt *s) {
   json_t *result = sqlite3_column_type(s, 6) == SQLITE_NULL
                        ? json_null()
                        : jv_decode((const char *)sqlite3_column_text(s, 6));
-  return json_pack("{s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I, "
+  json_t *task = json_pack(
+                   "{s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I, "
                    "s:I, s:o}",
                    "id", (json_int_t)sqlite3_column_int64(s, 0), "queue",
                    (const char *)sqlite3_column_text(s, 1), "state", task_state_name(state),
@@ -179,6 +189,10 @@ static json_t *task_from_row(sqlite3_stmt *s) {
                    "run_at_ms", (json_int_t)sqlite3_column_int64(s, 4), "created_ms",
                    (json_int_t)sqlite3_column_int64(s, 14), "updated_ms",
                    (json_int_t)sqlite3_column_int64(s, 15), "lease", lease);
+  /* Shared data the task requires (docs/api.md "Shared data"); only when set. */
+  if (task && sqlite3_column_type(s, 18) != SQLITE_NULL)
+    json_object_set_new(task, "requires", jv_decode((const char *)sqlite3_column_text(s, 18)));
+  return task;
 }
 
 json_t *task_get(store_t *st, int64_t id, fail_t *f) {

@@ -1,0 +1,464 @@
+/*
+ * shared.c — the metadata of shared blobs: levels, expiry, deletion, and the
+ * files they name (see shared.h for the design).
+ *
+ * shared_blobs has one row per (scope, name): its newest level and its ttl.
+ * shared_levels has one row per kept level: size, checksum, file.  A blob
+ * whose expires_ms has passed is treated as absent everywhere before the
+ * sweep deletes it, so no reader ever sees an expired blob.  The workload is
+ * small: a few blobs per scope, levels added minutes apart; every statement
+ * goes through a primary key.
+ */
+#include "shared.h"
+#include "jv.h"
+#include "log.h"
+#include "session.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+bool shared_scope_is_session(const char *scope) {
+  return strncmp(scope, "s-", 2) == 0;
+}
+
+void shared_not_found_message(const char *scope, const char *name, char *out, size_t size) {
+  if (shared_scope_is_session(scope))
+    snprintf(out, size, "shared data not found for session %s", scope);
+  else
+    snprintf(out, size, "shared data not found: '%s' in scope '%s'", name, scope);
+}
+
+muster_err_t shared_check_names(const char *scope, const char *name, fail_t *f) {
+  if (!name_is_valid(scope))
+    return fail_set(f, MUSTER_NAME_INVALID,
+                    "scope '%.140s': a session id (s-...) or 1 to 128 characters of letters, "
+                    "digits, '.', '_' and '-'",
+                    scope);
+  if (name && !name_is_valid(name))
+    return fail_set(f, MUSTER_NAME_INVALID,
+                    "name '%.140s': 1 to 128 characters of letters, digits, '.', '_' and '-'",
+                    name);
+  return MUSTER_OK;
+}
+
+muster_err_t shared_check_scope_writable(store_t *st, const char *scope, fail_t *f) {
+  if (!shared_scope_is_session(scope))
+    return MUSTER_OK;
+  return session_touch(st, scope, NULL, f);
+}
+
+/* ---- reading a blob's row ---- */
+
+typedef struct {
+  bool exists;
+  int64_t level, ttl_ms, expires_ms;
+} blob_row_t;
+
+static muster_err_t blob_load(store_t *st, const char *scope, const char *name, blob_row_t *b,
+                              fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT level, ttl_ms, expires_ms FROM shared_blobs"
+                                   " WHERE scope = ?1 AND name = ?2");
+  if (s == NULL)
+    return store_fail(st, f, "shared lookup");
+  store_bind_text(s, 1, scope);
+  store_bind_text(s, 2, name);
+  int rc = sqlite3_step(s);
+  *b = (blob_row_t){.exists = rc == SQLITE_ROW};
+  if (b->exists) {
+    b->level = sqlite3_column_int64(s, 0);
+    b->ttl_ms = sqlite3_column_int64(s, 1);
+    b->expires_ms = sqlite3_column_int64(s, 2);
+  }
+  store_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return store_fail(st, f, "shared lookup");
+  return MUSTER_OK;
+}
+
+/* Runs `sql` with ?1 scope, ?2 name (may be NULL), ?3 `n`. */
+static muster_err_t shared_exec(store_t *st, const char *sql, const char *scope, const char *name,
+                                int64_t n, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, sql);
+  if (s == NULL)
+    return store_fail(st, f, "shared write");
+  store_bind_text(s, 1, scope);
+  store_bind_text(s, 2, name);
+  sqlite3_bind_int64(s, 3, n);
+  return store_step_done(st, s, f);
+}
+
+/* Deletes levels <= `upto` of (scope, name), their files to the trash. */
+static muster_err_t levels_drop(store_t *st, const char *scope, const char *name, int64_t upto,
+                                fail_t *f) {
+  if (shared_exec(st, "INSERT OR IGNORE INTO shared_trash(file) SELECT file FROM shared_levels"
+                      " WHERE scope = ?1 AND name = ?2 AND level <= ?3",
+                  scope, name, upto, f) ||
+      shared_exec(st, "DELETE FROM shared_levels WHERE scope = ?1 AND name = ?2 AND level <= ?3",
+                  scope, name, upto, f))
+    return f->code;
+  return MUSTER_OK;
+}
+
+/* Deletes the whole blob; *levels (may be NULL) gets how many levels it had. */
+static muster_err_t blob_drop(store_t *st, const char *scope, const char *name, int64_t *levels,
+                              fail_t *f) {
+  if (levels_drop(st, scope, name, INT64_MAX, f))
+    return f->code;
+  if (levels)
+    *levels = sqlite3_changes64(store_db(st));
+  return shared_exec(st, "DELETE FROM shared_blobs WHERE scope = ?1 AND name = ?2", scope, name,
+                     0, f);
+}
+
+muster_err_t shared_check_level(store_t *st, const char *scope, const char *name, int64_t level,
+                                int64_t now, int64_t *creates, fail_t *f) {
+  blob_row_t b;
+  if (blob_load(st, scope, name, &b, f))
+    return f->code;
+  int64_t current = b.exists && b.expires_ms > now ? b.level : 0;
+  if (level <= 1 && current > 0)
+    return fail_set(f, MUSTER_VERSION_MISMATCH, "shared data '%s' exists at level %lld; update it "
+                    "with level=%lld", name, (long long)current, (long long)current + 1);
+  if (level > 1 && level != current + 1)
+    return fail_set(f, MUSTER_VERSION_MISMATCH, "update level mismatch: expected %lld, got %lld",
+                    (long long)current + 1, (long long)level);
+  *creates = level > 1 ? level : 1;
+  return MUSTER_OK;
+}
+
+muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_t now, fail_t *f) {
+  int64_t creates;
+  blob_row_t b;
+  if (shared_check_level(st, lv->scope, lv->name, lv->level, now, &creates, f) ||
+      blob_load(st, lv->scope, lv->name, &b, f))
+    return f->code;
+  /* An expired blob that the sweep has not reached yet is replaced whole. */
+  if (b.exists && (b.expires_ms <= now || creates == 1) && blob_drop(st, lv->scope, lv->name, NULL, f))
+    return f->code;
+  lv->level = lv->newest = creates;
+  lv->expires_ms = now + lv->ttl_ms;
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO shared_levels(scope, name, level, size, checksum,"
+                                   " file, created_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  if (s == NULL)
+    return store_fail(st, f, "shared commit");
+  store_bind_text(s, 1, lv->scope);
+  store_bind_text(s, 2, lv->name);
+  sqlite3_bind_int64(s, 3, creates);
+  sqlite3_bind_int64(s, 4, lv->size);
+  store_bind_text(s, 5, lv->checksum);
+  store_bind_text(s, 6, lv->file);
+  sqlite3_bind_int64(s, 7, now);
+  if (store_step_done(st, s, f))
+    return f->code;
+  s = store_stmt(st, "INSERT INTO shared_blobs(scope, name, level, ttl_ms, expires_ms, created_ms,"
+                     " updated_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6)"
+                     " ON CONFLICT(scope, name) DO UPDATE SET level = excluded.level,"
+                     " ttl_ms = excluded.ttl_ms, expires_ms = excluded.expires_ms,"
+                     " updated_ms = excluded.updated_ms");
+  if (s == NULL)
+    return store_fail(st, f, "shared commit");
+  store_bind_text(s, 1, lv->scope);
+  store_bind_text(s, 2, lv->name);
+  sqlite3_bind_int64(s, 3, creates);
+  sqlite3_bind_int64(s, 4, lv->ttl_ms);
+  sqlite3_bind_int64(s, 5, lv->expires_ms);
+  sqlite3_bind_int64(s, 6, now);
+  if (store_step_done(st, s, f))
+    return f->code;
+  return creates > keep ? levels_drop(st, lv->scope, lv->name, creates - keep, f) : MUSTER_OK;
+}
+
+/* Fills *out from level `level` of the blob; false when that level is gone. */
+static bool level_load(store_t *st, const char *scope, const char *name, int64_t level,
+                       shared_level_t *out) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT size, checksum, file FROM shared_levels"
+                                   " WHERE scope = ?1 AND name = ?2 AND level = ?3");
+  if (s == NULL)
+    return false;
+  store_bind_text(s, 1, scope);
+  store_bind_text(s, 2, name);
+  sqlite3_bind_int64(s, 3, level);
+  bool found = sqlite3_step(s) == SQLITE_ROW;
+  if (found) {
+    out->level = level;
+    out->size = sqlite3_column_int64(s, 0);
+    snprintf(out->checksum, sizeof out->checksum, "%s", (const char *)sqlite3_column_text(s, 1));
+    snprintf(out->file, sizeof out->file, "%s", (const char *)sqlite3_column_text(s, 2));
+  }
+  store_reset(s);
+  return found;
+}
+
+muster_err_t shared_find(store_t *st, const char *scope, const char *name, int64_t level,
+                         int64_t now, shared_level_t *out, fail_t *f) {
+  blob_row_t b;
+  if (blob_load(st, scope, name, &b, f))
+    return f->code;
+  char missing[400];
+  shared_not_found_message(scope, name, missing, sizeof missing);
+  if (!b.exists)
+    return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s", missing);
+  if (b.expires_ms <= now)
+    return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s ('%s' expired: it was not updated within its "
+                    "ttl_ms of %lld)", missing, name, (long long)b.ttl_ms);
+  *out = (shared_level_t){.newest = b.level, .ttl_ms = b.ttl_ms, .expires_ms = b.expires_ms};
+  snprintf(out->scope, sizeof out->scope, "%s", scope);
+  snprintf(out->name, sizeof out->name, "%s", name);
+  int64_t want = level > 0 ? level : b.level;
+  if (level_load(st, scope, name, want, out))
+    return MUSTER_OK;
+  if (want > b.level)
+    return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s (level %lld of '%s' was never made; the newest "
+                    "is %lld)", missing, (long long)want, name, (long long)b.level);
+  return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s (level %lld of '%s' was deleted: the head keeps "
+                  "the newest levels only; the newest is %lld)", missing, (long long)want, name,
+                  (long long)b.level);
+}
+
+/* The kept levels of a blob, ascending. */
+static json_t *levels_of(store_t *st, const char *scope, const char *name) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT level FROM shared_levels WHERE scope = ?1 AND name = ?2"
+                                   " ORDER BY level");
+  json_t *levels = json_array();
+  if (s == NULL)
+    return levels;
+  store_bind_text(s, 1, scope);
+  store_bind_text(s, 2, name);
+  while (sqlite3_step(s) == SQLITE_ROW)
+    json_array_append_new(levels, json_integer(sqlite3_column_int64(s, 0)));
+  store_reset(s);
+  return levels;
+}
+
+json_t *shared_list(store_t *st, const char *scope, int64_t now, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT b.name, b.level, b.ttl_ms, b.expires_ms, l.size,"
+                                   " l.checksum FROM shared_blobs b JOIN shared_levels l"
+                                   " ON l.scope = b.scope AND l.name = b.name AND l.level = b.level"
+                                   " WHERE b.scope = ?1 AND b.expires_ms > ?2 ORDER BY b.name");
+  if (s == NULL) {
+    store_fail(st, f, "shared list");
+    return NULL;
+  }
+  store_bind_text(s, 1, scope);
+  sqlite3_bind_int64(s, 2, now);
+  /* Rows are copied first: levels_of runs another statement. */
+  json_t *blobs = json_array();
+  while (sqlite3_step(s) == SQLITE_ROW)
+    json_array_append_new(
+        blobs, json_pack("{s:s, s:I, s:I, s:I, s:I, s:s}", "name",
+                         (const char *)sqlite3_column_text(s, 0), "level",
+                         (json_int_t)sqlite3_column_int64(s, 1), "ttl_ms",
+                         (json_int_t)sqlite3_column_int64(s, 2), "expires_ms",
+                         (json_int_t)sqlite3_column_int64(s, 3), "size",
+                         (json_int_t)sqlite3_column_int64(s, 4), "checksum",
+                         (const char *)sqlite3_column_text(s, 5)));
+  store_reset(s);
+  size_t i;
+  json_t *blob;
+  json_array_foreach(blobs, i, blob) {
+    const char *name = json_string_value(json_object_get(blob, "name"));
+    json_object_set_new(blob, "levels", levels_of(st, scope, name));
+  }
+  return json_pack("{s:s, s:o}", "scope", scope, "blobs", blobs);
+}
+
+json_t *shared_delete(store_t *st, const char *scope, const char *name, fail_t *f) {
+  blob_row_t b;
+  int64_t levels = 0;
+  if (blob_load(st, scope, name, &b, f))
+    return NULL;
+  if (!b.exists) {
+    char missing[400];
+    shared_not_found_message(scope, name, missing, sizeof missing);
+    fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s", missing);
+    return NULL;
+  }
+  if (blob_drop(st, scope, name, &levels, f))
+    return NULL;
+  return json_pack("{s:s, s:s, s:I}", "scope", scope, "name", name, "levels", (json_int_t)levels);
+}
+
+muster_err_t shared_delete_scope(store_t *st, const char *scope, int64_t *count, fail_t *f) {
+  if (shared_exec(st, "INSERT OR IGNORE INTO shared_trash(file) SELECT file FROM shared_levels"
+                      " WHERE scope = ?1",
+                  scope, NULL, 0, f) ||
+      shared_exec(st, "DELETE FROM shared_levels WHERE scope = ?1", scope, NULL, 0, f) ||
+      shared_exec(st, "DELETE FROM shared_blobs WHERE scope = ?1", scope, NULL, 0, f))
+    return f->code;
+  if (count)
+    *count = sqlite3_changes64(store_db(st));
+  return MUSTER_OK;
+}
+
+bool shared_any_due(store_t *st, int64_t now) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM shared_blobs WHERE expires_ms <= ?1 LIMIT 1");
+  if (s == NULL)
+    return true;
+  sqlite3_bind_int64(s, 1, now);
+  bool due = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return due;
+}
+
+int64_t shared_expire_due(store_t *st, int64_t now) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT scope, name FROM shared_blobs WHERE expires_ms <= ?1"
+                                   " LIMIT 64");
+  if (s == NULL)
+    return -1;
+  char scopes[64][NAME_MAX_LEN + 1], names[64][NAME_MAX_LEN + 1];
+  size_t n = 0;
+  sqlite3_bind_int64(s, 1, now);
+  while (n < 64 && sqlite3_step(s) == SQLITE_ROW) {
+    snprintf(scopes[n], sizeof scopes[n], "%s", (const char *)sqlite3_column_text(s, 0));
+    snprintf(names[n], sizeof names[n], "%s", (const char *)sqlite3_column_text(s, 1));
+    n++;
+  }
+  store_reset(s);
+  for (size_t i = 0; i < n; i++) {
+    fail_t f = {0};
+    if (blob_drop(st, scopes[i], names[i], NULL, &f))
+      return -1;
+    log_msg(LOG_INFO, "shared data '%s' in scope '%s' expired", names[i], scopes[i]);
+  }
+  return (int64_t)n;
+}
+
+/* ---- files ---- */
+
+void shared_file_path(const char *data_dir, const char *file, char *out, size_t size) {
+  if (snprintf(out, size, "%s/shared/%s", data_dir, file) >= (int)size)
+    out[0] = '\0'; /* cannot happen: data dirs are limited to PATH_MAX - 32 */
+}
+
+/* True when some level names `file`. */
+static bool file_is_named(store_t *st, const char *file) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM shared_levels WHERE file = ?1 LIMIT 1");
+  if (s == NULL)
+    return true; /* keep it when unsure */
+  store_bind_text(s, 1, file);
+  bool named = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return named;
+}
+
+/* Removes every regular file of `dir` for which `keep` (may be NULL) is false. */
+static void files_prune(store_t *st, const char *dir, bool (*keep)(store_t *, const char *)) {
+  DIR *d = opendir(dir);
+  if (d == NULL)
+    return;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN)
+      continue;
+    if (e->d_name[0] == '.' || (keep && keep(st, e->d_name)))
+      continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+      log_msg(LOG_INFO, "shared data: removed %s/%s (no level names it)", dir, e->d_name);
+  }
+  closedir(d);
+}
+
+muster_err_t shared_files_init(store_t *st, const char *data_dir, fail_t *f) {
+  char dir[PATH_MAX], tmp[PATH_MAX + 8];
+  snprintf(dir, sizeof dir, "%s/shared", data_dir);
+  snprintf(tmp, sizeof tmp, "%s/tmp", dir);
+  if ((mkdir(dir, 0755) != 0 && errno != EEXIST) || (mkdir(tmp, 0755) != 0 && errno != EEXIST))
+    return fail_set(f, MUSTER_STORE, "cannot create %s: %s", tmp, strerror(errno));
+  files_prune(st, tmp, NULL);
+  files_prune(st, dir, file_is_named);
+  return MUSTER_OK;
+}
+
+void shared_files_sweep(store_t *st, const char *data_dir) {
+  if (store_in_tx(st))
+    return;
+  sqlite3_stmt *s = store_stmt(st, "SELECT file FROM shared_trash LIMIT 256");
+  if (s == NULL)
+    return;
+  char files[256][SHARED_FILE_LEN + 1];
+  size_t n = 0;
+  while (n < 256 && sqlite3_step(s) == SQLITE_ROW)
+    snprintf(files[n++], SHARED_FILE_LEN + 1, "%s", (const char *)sqlite3_column_text(s, 0));
+  store_reset(s);
+  if (n == 0)
+    return;
+  fail_t f = {0};
+  if (store_request_begin(st, &f))
+    return;
+  bool ok = true;
+  for (size_t i = 0; i < n && ok; i++) {
+    char path[PATH_MAX + 64];
+    shared_file_path(data_dir, files[i], path, sizeof path);
+    if (unlink(path) != 0 && errno != ENOENT)
+      log_msg(LOG_WARN, "shared data: cannot remove %s: %s", path, strerror(errno));
+    s = store_stmt(st, "DELETE FROM shared_trash WHERE file = ?1");
+    ok = s != NULL;
+    if (ok) {
+      store_bind_text(s, 1, files[i]);
+      ok = store_step_done(st, s, &f) == MUSTER_OK;
+    }
+  }
+  store_request_end(st, ok);
+}
+
+/* ---- tasks that require shared data ---- */
+
+static muster_err_t requires_one(const json_t *req, const char *ctx, size_t i, fail_t *f) {
+  static const char *const allowed[] = {"scope", "name", "level", NULL};
+  char at[64];
+  const char *scope, *name;
+  int64_t level;
+  snprintf(at, sizeof at, "%s.requires[%zu]", ctx, i);
+  if (!json_is_object(req))
+    return fail_set(f, MUSTER_INVALID, "%s: expected {\"scope\", \"name\", \"level\"}", at);
+  if (jv_only(req, at, allowed, f) || jv_str(req, "scope", at, NULL, 4 * NAME_MAX_LEN, &scope, f) ||
+      jv_str(req, "name", at, NULL, 4 * NAME_MAX_LEN, &name, f) ||
+      jv_int(req, "level", at, 0, 1, INT64_MAX, &level, f))
+    return f->code;
+  if (scope == NULL || name == NULL || level == 0)
+    return fail_set(f, MUSTER_INVALID, "%s: scope, name and level are all required", at);
+  if (shared_check_names(scope, name, f)) {
+    char why[sizeof f->message];
+    snprintf(why, sizeof why, "%s", f->message);
+    return fail_set(f, MUSTER_NAME_INVALID, "%s: %s", at, why);
+  }
+  return MUSTER_OK;
+}
+
+muster_err_t shared_requires_parse(const json_t *elem, const char *ctx, char **text, fail_t *f) {
+  *text = NULL;
+  const json_t *reqs = json_object_get(elem, "requires");
+  if (reqs == NULL || json_is_null(reqs))
+    return MUSTER_OK;
+  if (!json_is_array(reqs))
+    return fail_set(f, MUSTER_INVALID, "%s.requires: expected an array", ctx);
+  if (json_array_size(reqs) > SHARED_MAX_REQUIRES)
+    return fail_set(f, MUSTER_INVALID, "%s.requires: %zu entries, at most %d allowed", ctx,
+                    json_array_size(reqs), SHARED_MAX_REQUIRES);
+  size_t i;
+  const json_t *req;
+  json_array_foreach(reqs, i, req) {
+    if (requires_one(req, ctx, i, f))
+      return f->code;
+  }
+  if (json_array_size(reqs) == 0)
+    return MUSTER_OK;
+  *text = jv_encode(reqs);
+  return *text ? MUSTER_OK : fail_set(f, MUSTER_NOMEM, "out of memory");
+}
+
+muster_err_t shared_requires_set(store_t *st, int64_t task, const char *text, fail_t *f) {
+  if (text == NULL)
+    return MUSTER_OK;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET requires = ?2 WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "task requires");
+  sqlite3_bind_int64(s, 1, task);
+  store_bind_text(s, 2, text);
+  return store_step_done(st, s, f);
+}
