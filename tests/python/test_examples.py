@@ -91,7 +91,7 @@ class ExamplesTest(HeadTestCase):
         self.kill_and_resume(["--url", self.head.url, "--token", self.head.token, "--name", "train-kill"])
 
     def kill_and_resume(self, extra):
-        n, epochs = 64, 2
+        n, epochs = 128, 2
         d = os.path.join(self.work, "run")
         args = [os.path.join(EXAMPLES, "train_resume.py"), "--dir", d, "--samples", str(n),
                 "--epochs", str(epochs), "--batch", "4"] + extra
@@ -107,8 +107,8 @@ class ExamplesTest(HeadTestCase):
         p = subprocess.Popen([PY] + args + ["--step-delay", "0.05"], env=env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            # kill it in the middle of the first epoch (16 steps an epoch here)
-            wait_until(lambda: (read_progress() or {}).get("step", 0) >= 5 or p.poll() is not None,
+            # kill it early in the first epoch (32 steps an epoch here)
+            wait_until(lambda: (read_progress() or {}).get("step", 0) >= 4 or p.poll() is not None,
                        timeout=60, what="training progress")
             os.kill(p.pid, signal.SIGKILL)
         finally:
@@ -117,7 +117,6 @@ class ExamplesTest(HeadTestCase):
         p.stderr.close()
         self.assertEqual(p.returncode, -signal.SIGKILL, err)
         at_kill = read_progress()
-        self.assertEqual(at_kill["epoch"], 0)
         self.assertLess(at_kill["in_epoch"], n)   # mid-epoch
         self.assertFalse(os.path.exists(os.path.join(d, "done.json")))
         out = run(args, timeout=120)

@@ -192,9 +192,11 @@ class StandaloneWorkerTest(HeadTestCase):
         self.c.put_queue(q, backoff_ms=50, max_attempts=2)
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
         import subprocess
+        log = open(os.path.join(work, "worker.log"), "wb")
+        self.addCleanup(log.close)
         proc = subprocess.Popen(["/usr/bin/python3", "-m", "muster.worker", "--queue", q, "--url", self.head.url,
                                  "--token", self.head.token, "--nickname", "py"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "worker.log"), "wb"))
+                                stdout=subprocess.DEVNULL, stderr=log)
 
         def stop():
             proc.send_signal(signal.SIGTERM)
@@ -216,4 +218,5 @@ class StandaloneWorkerTest(HeadTestCase):
             with self.assertRaises(muster.TaskError):
                 p.map([{"args": [1], "kwargs": {"mode": "raise"}}])
         stop()
-        self.assertEqual(proc.returncode, 0, open(os.path.join(work, "worker.log")).read())
+        with open(os.path.join(work, "worker.log")) as f:
+            self.assertEqual(proc.returncode, 0, f.read())
