@@ -46,6 +46,8 @@ const cli_opt_t cli_node_opts[] = {
     {"json-result", NULL, "parse the command's stdout as JSON instead of storing a string"},
     {"lock-file", "PATH",
      "the one-agent-per-machine lock (env MUSTER_NODE_LOCK, default " NODE_DEFAULT_LOCK ")"},
+    {"cache-dir", "DIR", "the node cache of shared data (default /var/tmp/muster-node-NAME/cache)"},
+    {"cache-bytes", "N", "the node cache's size limit, e.g. 500M or 20G (default 10G)"},
     {NULL, NULL, NULL},
 };
 
@@ -67,7 +69,9 @@ void cli_head_agent_usage(FILE *out) {
   fprintf(out, "\nlocal node agent (like `muster node`; see `muster node --help`):\n"
                "  --server-only             run the head alone, without a local node agent\n");
   for (int i = 0; cli_node_opts[i].name; i++) {
-    if (strcmp(cli_node_opts[i].name, "join") == 0 || strcmp(cli_node_opts[i].name, "listen") == 0)
+    if (strcmp(cli_node_opts[i].name, "join") == 0 ||
+        strcmp(cli_node_opts[i].name, "listen") == 0 ||
+        strncmp(cli_node_opts[i].name, "cache-", 6) == 0) /* the local agent has no port */
       continue;
     char left[64];
     snprintf(left, sizeof left, "--%s%s%s", cli_node_opts[i].name,
@@ -108,12 +112,38 @@ static int node_read_opts(cli_args_t *args, node_config_t *cfg) {
   return CLI_OK;
 }
 
+/* Reads --cache-bytes: an integer with an optional K, M, G or T (powers of 1024). */
+static int node_read_cache_bytes(cli_args_t *args, int64_t *out) {
+  const char *text = cli_opt(args, "cache-bytes");
+  *out = 0;
+  if (text == NULL)
+    return CLI_OK;
+  char *end;
+  long long n = strtoll(text, &end, 10);
+  int shift = *end == '\0'         ? 0
+              : strchr("kK", *end) ? 10
+              : strchr("mM", *end) ? 20
+              : strchr("gG", *end) ? 30
+              : strchr("tT", *end) ? 40
+                                   : -1;
+  if (end == text || n < 1 || shift < 0 ||
+      (*end && end[1] && strcmp(end + 1, "iB") != 0 && strcmp(end + 1, "B") != 0) ||
+      n > (INT64_MAX >> shift))
+    return cli_usage_error(args->cmd, "--cache-bytes: expected a size such as 1073741824, "
+                                      "500M or 20G");
+  *out = (int64_t)n << shift;
+  return CLI_OK;
+}
+
 int cmd_node(cli_args_t *args) {
   node_config_t cfg;
   memset(&cfg, 0, sizeof cfg);
   int rc = node_read_opts(args, &cfg);
+  if (rc == CLI_OK)
+    rc = node_read_cache_bytes(args, &cfg.cache_bytes);
   if (rc != CLI_OK)
     return rc;
+  cfg.cache_dir = cli_opt(args, "cache-dir");
   cfg.head_url = cli_opt(args, "join") ? cli_opt(args, "join") : cli_url(args);
   cfg.token = cli_token(args);
   cfg.listen = cli_opt(args, "listen");

@@ -397,6 +397,8 @@ static int agent_listen(node_agent_t *a) {
     agent_log(a, "%s", err);
     return -1;
   }
+  if (cache_http_start(a) != 0)
+    return -1;
   char host[256];
   snprintf(host, sizeof host, "%.*s", (int)(strrchr(listen, ':') - listen), listen);
   if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "[::]") == 0 || strcmp(host, "::") == 0 ||
@@ -486,7 +488,9 @@ int node_agent_main(const node_config_t *cfg) {
     if (status == 0)
       agent_log(&a, "node %s stopped", a.name);
   }
+  cache_http_stop(&a);
   fwd_stop(&a);
+  cache_http_free(&a);
   sup_free(&a);
   muster_client_free(bg.client);
   for (int i = 0; i < 2; i++)

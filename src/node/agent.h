@@ -17,6 +17,8 @@
 #include <stdint.h>
 
 typedef struct node_agent node_agent_t;
+struct evhttp_request;
+struct evhttp_connection;
 
 /* One supervised worker process (a `muster worker` run by the agent). */
 typedef struct {
@@ -61,6 +63,9 @@ struct node_agent {
   void *fwd_pool;  /* idle connections to the head */
   int listen_port; /* the port bound, 0 when none */
 
+  /* node cache (cache.c, cache_http.c); NULL without an API port */
+  struct cache *cache;
+
   /* background thread (agent.c) */
   pthread_t bg;
   pthread_mutex_t lock;
@@ -92,10 +97,32 @@ void sup_free(node_agent_t *a);
 
 /* ---- forward.c ---- */
 
+/* A keep-alive connection to the head from the forwarder's pool. */
+typedef struct fwd_conn fwd_conn_t;
+/* Borrows an idle connection or makes one; NULL when out of memory. */
+fwd_conn_t *fwd_conn_get(node_agent_t *a);
+/* Returns a connection to the pool once its request is done. */
+void fwd_conn_put(node_agent_t *a, fwd_conn_t *c);
+struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c);
+/* Forwards the client's request `in` to the head and streams the reply back. */
+void fwd_forward(node_agent_t *a, struct evhttp_request *in);
+
 /* Binds `listen` ("HOST:PORT") and forwards every request to the head.
  * Returns the bound port, or -1 with `err` filled. */
 int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size);
 /* Stops listening and frees the forwarder (in-flight requests are dropped). */
 void fwd_stop(node_agent_t *a);
+
+/* ---- cache_http.c: the node cache (docs/api.md "Node cache") ---- */
+
+/* Opens the cache (a->cache) from the configuration; 0, or -1 after logging. */
+int cache_http_start(node_agent_t *a);
+/* Serves `in` when it is the cache's (GET /v1/shared/..., /v1/node/cache...):
+ * returns 1 when it took the request, 0 when it is to be forwarded. */
+int cache_http_handle(node_agent_t *a, struct evhttp_request *in);
+/* Before fwd_stop: answers waiting clients and cancels the fetches. */
+void cache_http_stop(node_agent_t *a);
+/* After fwd_stop: frees the cache. */
+void cache_http_free(node_agent_t *a);
 
 #endif /* MUSTER_NODE_AGENT_H */

@@ -1,7 +1,8 @@
 /*
  * forward.c — any-node access: the agent's HTTP port forwards to the head.
  *
- * Every request the agent does not serve itself (today: all of them) is sent
+ * Every request the agent does not serve itself (all but the node cache's,
+ * cache_http.c: GET of shared data and /v1/node/cache) is sent
  * to the head as it came: same method, path and query, the end-to-end headers
  * (Authorization included: the head alone checks tokens, so auth behaves
  * exactly as on the head) and the body.  The head's reply streams back as it
@@ -32,10 +33,10 @@
 #define FWD_TIMEOUT_S 3600         /* a request may wait this long (long-polls are shorter) */
 #define FWD_MAX_BODY (1024L << 20) /* the head's own limit is far lower */
 
-typedef struct fwd_conn {
+struct fwd_conn {
   struct evhttp_connection *evcon;
   struct fwd_conn *next;
-} fwd_conn_t;
+};
 
 /* One request in flight. */
 typedef struct {
@@ -78,7 +79,7 @@ static void fwd_copy_headers(struct evkeyvalq *from, struct evkeyvalq *to, int k
 
 /* ---- the connection pool ---- */
 
-static fwd_conn_t *fwd_conn_get(node_agent_t *a) {
+fwd_conn_t *fwd_conn_get(node_agent_t *a) {
   fwd_conn_t *c = a->fwd_pool;
   if (c != NULL) {
     a->fwd_pool = c->next;
@@ -96,9 +97,13 @@ static fwd_conn_t *fwd_conn_get(node_agent_t *a) {
   return c;
 }
 
-static void fwd_conn_put(node_agent_t *a, fwd_conn_t *c) {
+void fwd_conn_put(node_agent_t *a, fwd_conn_t *c) {
   c->next = a->fwd_pool;
   a->fwd_pool = c;
+}
+
+struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c) {
+  return c->evcon;
 }
 
 /* ---- replies ---- */
@@ -204,6 +209,11 @@ static void fwd_add_forwarded(struct evhttp_request *in, struct evkeyvalq *to) {
 
 static void fwd_on_request(struct evhttp_request *in, void *arg) {
   node_agent_t *a = arg;
+  if (!cache_http_handle(a, in)) /* shared data and /v1/node/cache: the node cache's */
+    fwd_forward(a, in);
+}
+
+void fwd_forward(node_agent_t *a, struct evhttp_request *in) {
   fwd_req_t *f = calloc(1, sizeof *f);
   fwd_conn_t *conn = f ? fwd_conn_get(a) : NULL;
   struct evhttp_request *out = conn ? evhttp_request_new(fwd_on_done, f) : NULL;

@@ -41,10 +41,11 @@ extern char **environ;
 #define SUP_WORKER_VARS 5 /* per-worker environment entries */
 
 /* Variables the agent sets for its workers; inherited values are dropped. */
-static const char *const sup_own_vars[] = {
-    "MUSTER_TOKEN=",         "MUSTER_AGENT_FD=",   "MUSTER_NODE=",
-    "MUSTER_GPU=",           "MUSTER_URL=",        "MUSTER_WORKER_SLOT=",
-    "CUDA_VISIBLE_DEVICES=", "CUDA_DEVICE_ORDER=", NULL};
+static const char *const sup_own_vars[] = {"MUSTER_TOKEN=",         "MUSTER_AGENT_FD=",
+                                           "MUSTER_NODE=",          "MUSTER_GPU=",
+                                           "MUSTER_URL=",           "MUSTER_WORKER_SLOT=",
+                                           "CUDA_VISIBLE_DEVICES=", "CUDA_DEVICE_ORDER=",
+                                           "MUSTER_CACHE_URL=",     NULL};
 
 static int sup_is_own_var(const char *entry) {
   for (int i = 0; sup_own_vars[i]; i++)
@@ -103,7 +104,7 @@ static void sup_build_env(node_agent_t *a) {
   size_t n = 0;
   while (environ[n])
     n++;
-  char **env = calloc(n + 4 + SUP_WORKER_VARS + 1, sizeof *env);
+  char **env = calloc(n + 5 + SUP_WORKER_VARS + 1, sizeof *env);
   if (env == NULL)
     abort();
   size_t at = 0;
@@ -117,6 +118,10 @@ static void sup_build_env(node_agent_t *a) {
   env[at++] = sup_strdup(var);
   if (a->cfg->token) {
     snprintf(var, sizeof var, "MUSTER_TOKEN=%s", a->cfg->token);
+    env[at++] = sup_strdup(var);
+  }
+  if (a->cache != NULL) { /* workers read shared data through this agent's cache */
+    snprintf(var, sizeof var, "MUSTER_CACHE_URL=http://%s", a->address);
     env[at++] = sup_strdup(var);
   }
   a->worker_env = env;

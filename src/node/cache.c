@@ -1,0 +1,500 @@
+/*
+ * cache.c — the node cache's store: index, files, LRU, size limit, checksums.
+ *
+ * Workload: few, large, immutable levels (model weights, tables) read by the
+ * workers of one machine, often all at once when a level appears.  A level's
+ * bytes never change once made, so a cached file is good until evicted; the
+ * head stays the authority on whether a level still exists and who may read
+ * it (cache_http.c asks it before every hit).  Everything runs on the agent's
+ * event-loop thread.
+ *
+ * Integrity: a file is written to DIR/tmp, checked against the size and the
+ * xxHash64 the head announced, and only then renamed into place, so a reader
+ * never sees a partial or unverified level, and a crash leaves only a stray
+ * temporary file (removed at the next start).  Afterwards the file's inode,
+ * size and modification time are remembered; when they differ at a hit
+ * (something wrote to the file) or the file predates this agent, its checksum
+ * is computed again before it is served, and a corrupt file is dropped and
+ * fetched again.  Checking every hit would cost a full read of the level per
+ * request, which is what the cache exists to avoid.
+ *
+ * Eviction: least recently used first, skipping levels being sent (their
+ * readers count), so a reply never loses its file; the room is made when a
+ * fetch starts, for its announced size.
+ */
+#include "node/cache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define CACHE_BUCKETS 4096
+#define CACHE_VERIFY_CHUNK (1 << 20) /* bytes read at a time when checking a file */
+
+/* ---- the index ------------------------------------------------------------ */
+
+static size_t cache_bucket(const cache_t *c, const char *scope, const char *name, int64_t level) {
+  XXH64_hash_t h = XXH64(scope, strlen(scope), (XXH64_hash_t)level);
+  h = XXH64(name, strlen(name), h);
+  return (size_t)(h % c->nbuckets);
+}
+
+cache_entry_t *cache_find(cache_t *c, const char *scope, const char *name, int64_t level) {
+  for (cache_entry_t *e = c->buckets[cache_bucket(c, scope, name, level)]; e; e = e->hash_next)
+    if (e->level == level && strcmp(e->name, name) == 0 && strcmp(e->scope, scope) == 0)
+      return e;
+  return NULL;
+}
+
+static void cache_index_add(cache_t *c, cache_entry_t *e) {
+  size_t b = cache_bucket(c, e->scope, e->name, e->level);
+  e->hash_next = c->buckets[b];
+  c->buckets[b] = e;
+}
+
+static void cache_index_remove(cache_t *c, cache_entry_t *e) {
+  cache_entry_t **at = &c->buckets[cache_bucket(c, e->scope, e->name, e->level)];
+  while (*at && *at != e)
+    at = &(*at)->hash_next;
+  if (*at)
+    *at = e->hash_next;
+  e->hash_next = NULL;
+}
+
+static void cache_lru_unlink(cache_t *c, cache_entry_t *e) {
+  if (e->lru_prev)
+    e->lru_prev->lru_next = e->lru_next;
+  else if (c->lru_head == e)
+    c->lru_head = e->lru_next;
+  if (e->lru_next)
+    e->lru_next->lru_prev = e->lru_prev;
+  else if (c->lru_tail == e)
+    c->lru_tail = e->lru_prev;
+  e->lru_prev = e->lru_next = NULL;
+}
+
+static void cache_lru_push_front(cache_t *c, cache_entry_t *e) {
+  e->lru_prev = NULL;
+  e->lru_next = c->lru_head;
+  if (c->lru_head)
+    c->lru_head->lru_prev = e;
+  c->lru_head = e;
+  if (c->lru_tail == NULL)
+    c->lru_tail = e;
+}
+
+static void cache_entry_free(cache_entry_t *e) {
+  if (e->tmp_fd >= 0)
+    close(e->tmp_fd);
+  if (e->hash_state)
+    XXH64_freeState(e->hash_state);
+  free(e);
+}
+
+static cache_entry_t *cache_entry_new(const char *scope, const char *name, int64_t level,
+                                      uint64_t checksum, int64_t size) {
+  cache_entry_t *e = calloc(1, sizeof *e);
+  if (e == NULL) {
+    fprintf(stderr, "muster node: out of memory\n");
+    abort(); /* the daemon's one allocation policy (STYLE.md 6) */
+  }
+  snprintf(e->scope, sizeof e->scope, "%s", scope);
+  snprintf(e->name, sizeof e->name, "%s", name);
+  e->level = level;
+  e->checksum = checksum;
+  e->size = size;
+  e->tmp_fd = -1;
+  return e;
+}
+
+/* ---- paths ------------------------------------------------------------------ */
+
+int cache_valid_name(const char *s, size_t len) {
+  if (len == 0 || len > CACHE_NAME_MAX)
+    return 0;
+  for (size_t i = 0; i < len; i++) {
+    char ch = s[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+          ch == '.' || ch == '_' || ch == '-'))
+      return 0;
+  }
+  return strcmp(s, ".") != 0 && strcmp(s, "..") != 0; /* a path component of its own */
+}
+
+static void cache_path_of(const cache_t *c, const cache_entry_t *e, char *buf, size_t size) {
+  snprintf(buf, size, "%s/%s/%s@%lld@%016llx", c->dir, e->scope, e->name, (long long)e->level,
+           (unsigned long long)e->checksum);
+}
+
+const char *cache_file_path(const cache_t *c, const cache_entry_t *e) {
+  static char path[1024];
+  cache_path_of(c, e, path, sizeof path);
+  return path;
+}
+
+/* mkdir -p of DIR/`sub` (sub may be NULL); 0 or -1 with errno. */
+static int cache_mkdir(const cache_t *c, const char *sub) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s", c->dir);
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+      return -1;
+    *p = '/';
+  }
+  if (mkdir(path, 0755) != 0 && errno != EEXIST)
+    return -1;
+  if (sub == NULL)
+    return 0;
+  snprintf(path, sizeof path, "%s/%s", c->dir, sub);
+  return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+int cache_links_dir(cache_t *c, char *buf, size_t size) {
+  if (cache_mkdir(c, "links") != 0)
+    return -1;
+  snprintf(buf, size, "%s/links", c->dir);
+  return 0;
+}
+
+/* ---- verification --------------------------------------------------------- */
+
+static int64_t cache_mtime_ns(const struct stat *st) {
+  return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+}
+
+/* Non-zero when the open file `fd` holds exactly e->size bytes hashing to e->checksum. */
+static int cache_verify_fd(const cache_entry_t *e, int fd) {
+  char *buf = malloc(CACHE_VERIFY_CHUNK);
+  XXH64_state_t *state = XXH64_createState();
+  int64_t done = 0;
+  int ok = buf != NULL && state != NULL && XXH64_reset(state, 0) == XXH_OK;
+  while (ok) {
+    ssize_t n = pread(fd, buf, CACHE_VERIFY_CHUNK, (off_t)done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      ok = n == 0;
+      break;
+    }
+    XXH64_update(state, buf, (size_t)n);
+    done += n;
+  }
+  ok = ok && done == e->size && XXH64_digest(state) == e->checksum;
+  XXH64_freeState(state);
+  free(buf);
+  return ok;
+}
+
+int cache_open_file(cache_t *c, cache_entry_t *e) {
+  char path[1024];
+  cache_path_of(c, e, path, sizeof path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    if (fd >= 0)
+      close(fd);
+    cache_drop(c, e); /* removed behind our back: fetch it again */
+    return -1;
+  }
+  int changed = st.st_ino != e->ino || st.st_size != e->size || cache_mtime_ns(&st) != e->mtime_ns;
+  if (!e->verified || changed) {
+    if (!cache_verify_fd(e, fd)) {
+      fprintf(stderr,
+              "muster node: cache: %s does not match its checksum %016llx; fetching it again\n",
+              path, (unsigned long long)e->checksum);
+      c->stats.verify_failures++;
+      close(fd);
+      cache_drop(c, e);
+      return -1;
+    }
+    e->verified = 1;
+    e->ino = st.st_ino;
+    e->mtime_ns = cache_mtime_ns(&st);
+  }
+  cache_lru_unlink(c, e);
+  cache_lru_push_front(c, e);
+  return fd;
+}
+
+/* ---- readers, dropping, eviction ----------------------------------------- */
+
+void cache_reader_begin(cache_t *c, cache_entry_t *e) {
+  e->readers++;
+  c->readers_total++;
+}
+
+static void cache_release(cache_t *c) {
+  free(c->buckets);
+  free(c);
+}
+
+void cache_reader_end(cache_t *c, cache_entry_t *e) {
+  c->readers_total--;
+  if (--e->readers == 0 && e->doomed)
+    cache_entry_free(e);
+  else if (e->readers == 0 && !c->stopping)
+    cache_make_room(c, 0); /* a level kept over the limit for its readers may go now */
+  if (c->free_pending && c->readers_total == 0)
+    cache_release(c);
+}
+
+void cache_drop(cache_t *c, cache_entry_t *e) {
+  if (e->doomed)
+    return;
+  if (e->state == CACHE_READY) {
+    char path[1024];
+    cache_path_of(c, e, path, sizeof path);
+    if (unlink(path) != 0 && errno != ENOENT)
+      fprintf(stderr, "muster node: cache: cannot remove %s: %s\n", path, strerror(errno));
+    cache_lru_unlink(c, e);
+    c->bytes_cached -= e->size;
+    c->entries--;
+  }
+  cache_index_remove(c, e);
+  e->doomed = 1;
+  if (e->readers == 0 && e->state == CACHE_READY)
+    cache_entry_free(e);
+}
+
+void cache_make_room(cache_t *c, int64_t extra) {
+  cache_entry_t *e = c->lru_tail;
+  while (e && c->bytes_cached + c->bytes_fetching + extra > c->limit_bytes) {
+    cache_entry_t *older = e->lru_prev;
+    if (e->readers == 0) {
+      c->stats.evictions++;
+      cache_drop(c, e);
+    }
+    e = older;
+  }
+}
+
+/* ---- fetching --------------------------------------------------------------- */
+
+cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
+                                 uint64_t checksum, int64_t size, char *err, size_t err_size) {
+  if (cache_mkdir(c, "tmp") != 0 || cache_mkdir(c, scope) != 0) {
+    snprintf(err, err_size, "cannot create the cache directory %s: %s", c->dir, strerror(errno));
+    return NULL;
+  }
+  cache_entry_t *e = cache_entry_new(scope, name, level, checksum, size);
+  snprintf(e->tmp_path, sizeof e->tmp_path, "%s/tmp/fetch-XXXXXX", c->dir);
+  e->tmp_fd = mkostemp(e->tmp_path, O_CLOEXEC);
+  e->hash_state = XXH64_createState();
+  if (e->tmp_fd < 0 || e->hash_state == NULL || XXH64_reset(e->hash_state, 0) != XXH_OK) {
+    snprintf(err, err_size, "cannot create a file in %s/tmp: %s", c->dir, strerror(errno));
+    cache_entry_free(e);
+    return NULL;
+  }
+  cache_make_room(c, size);
+  e->state = CACHE_FETCHING;
+  c->bytes_fetching += size;
+  cache_index_add(c, e);
+  return e;
+}
+
+int cache_fetch_write(cache_entry_t *e, const void *data, size_t len, char *err, size_t err_size) {
+  if (e->received + (int64_t)len > e->size) {
+    snprintf(err, err_size, "the head sent more than the %lld bytes it announced",
+             (long long)e->size);
+    return -1;
+  }
+  XXH64_update(e->hash_state, data, len);
+  const char *at = data;
+  while (len > 0) {
+    ssize_t n = write(e->tmp_fd, at, len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      snprintf(err, err_size, "writing %s: %s", e->tmp_path, strerror(errno));
+      return -1;
+    }
+    at += n;
+    len -= (size_t)n;
+    e->received += n;
+  }
+  return 0;
+}
+
+/* Takes a FETCHING entry out of the fetch accounting and its temp file away. */
+static void cache_fetch_end(cache_t *c, cache_entry_t *e, int remove_tmp) {
+  c->bytes_fetching -= e->size;
+  if (e->tmp_fd >= 0)
+    close(e->tmp_fd);
+  e->tmp_fd = -1;
+  if (remove_tmp && e->tmp_path[0])
+    unlink(e->tmp_path);
+  e->tmp_path[0] = '\0';
+  if (e->hash_state)
+    XXH64_freeState(e->hash_state);
+  e->hash_state = NULL;
+}
+
+void cache_fetch_abort(cache_t *c, cache_entry_t *e) {
+  cache_fetch_end(c, e, 1);
+  cache_index_remove(c, e);
+  cache_entry_free(e);
+}
+
+int cache_fetch_commit(cache_t *c, cache_entry_t *e, char *err, size_t err_size) {
+  uint64_t got = XXH64_digest(e->hash_state);
+  char path[1024];
+  cache_path_of(c, e, path, sizeof path);
+  struct stat st;
+  if (e->received != e->size)
+    snprintf(err, err_size, "got %lld of %lld bytes", (long long)e->received, (long long)e->size);
+  else if (got != e->checksum)
+    snprintf(err, err_size, "checksum %016llx, expected %016llx", (unsigned long long)got,
+             (unsigned long long)e->checksum);
+  else if (fchmod(e->tmp_fd, 0444) != 0 || rename(e->tmp_path, path) != 0 ||
+           fstat(e->tmp_fd, &st) != 0)
+    snprintf(err, err_size, "storing %s: %s", path, strerror(errno));
+  else {
+    cache_fetch_end(c, e, 0);
+    e->state = CACHE_READY;
+    e->verified = 1;
+    e->ino = st.st_ino;
+    e->mtime_ns = cache_mtime_ns(&st);
+    c->bytes_cached += e->size;
+    c->entries++;
+    cache_lru_push_front(c, e);
+    return 0;
+  }
+  cache_fetch_abort(c, e);
+  return -1;
+}
+
+/* ---- opening: take over what a previous agent left ----------------------- */
+
+/* Adds DIR/scope/file as an unverified READY entry when its name parses. */
+static void cache_adopt(cache_t *c, const char *scope, const char *file, int64_t size) {
+  char name[CACHE_NAME_MAX + 1];
+  long long level = 0;
+  unsigned long long checksum = 0;
+  const char *at = strchr(file, '@');
+  size_t len = at ? (size_t)(at - file) : 0;
+  int used = 0;
+  if (at == NULL || len > CACHE_NAME_MAX ||
+      sscanf(at, "@%lld@%16llx%n", &level, &checksum, &used) != 2 || at[used] != '\0' ||
+      level < 1 || strlen(at) != (size_t)used)
+    return;
+  memcpy(name, file, len);
+  name[len] = '\0';
+  if (!cache_valid_name(name, len) || cache_find(c, scope, name, level))
+    return;
+  cache_entry_t *e = cache_entry_new(scope, name, level, checksum, size);
+  e->state = CACHE_READY; /* verified on first use */
+  cache_index_add(c, e);
+  cache_lru_push_front(c, e);
+  c->bytes_cached += size;
+  c->entries++;
+}
+
+/* Empties directory `dir` of files (`dirs_of_dead_pids`: of the link directories of workers that
+ * are gone). */
+static void cache_clean_dir(const char *dir, int dirs_of_dead_pids) {
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    if (!dirs_of_dead_pids) {
+      unlink(path);
+      continue;
+    }
+    long pid = strtol(de->d_name, NULL, 10); /* "PID-XXXXXX": a worker's link directory */
+    if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
+      continue;
+    cache_clean_dir(path, 0);
+    rmdir(path);
+  }
+  if (d)
+    closedir(d);
+}
+
+static void cache_scan(cache_t *c) {
+  char sub[1024];
+  snprintf(sub, sizeof sub, "%s/tmp", c->dir);
+  cache_clean_dir(sub, 0);
+  snprintf(sub, sizeof sub, "%s/links", c->dir);
+  cache_clean_dir(sub, 1);
+  DIR *top = opendir(c->dir);
+  struct dirent *de;
+  while (top && (de = readdir(top)) != NULL) {
+    if (!cache_valid_name(de->d_name, strlen(de->d_name)) || strcmp(de->d_name, "tmp") == 0 ||
+        strcmp(de->d_name, "links") == 0)
+      continue;
+    snprintf(sub, sizeof sub, "%s/%s", c->dir, de->d_name);
+    DIR *d = opendir(sub);
+    struct dirent *fe;
+    while (d && (fe = readdir(d)) != NULL) {
+      char path[1400];
+      struct stat st;
+      snprintf(path, sizeof path, "%s/%s", sub, fe->d_name);
+      if (fe->d_name[0] != '.' && stat(path, &st) == 0 && S_ISREG(st.st_mode))
+        cache_adopt(c, de->d_name, fe->d_name, (int64_t)st.st_size);
+    }
+    if (d)
+      closedir(d);
+  }
+  if (top)
+    closedir(top);
+}
+
+cache_t *cache_open(const char *dir, int64_t limit_bytes, char *err, size_t err_size) {
+  if (dir == NULL || dir[0] != '/' || strlen(dir) >= sizeof((cache_t *)0)->dir - 1) {
+    snprintf(err, err_size, "--cache-dir '%s': need an absolute path of at most 398 characters",
+             dir ? dir : "");
+    return NULL;
+  }
+  cache_t *c = calloc(1, sizeof *c);
+  if (c)
+    c->buckets = calloc(CACHE_BUCKETS, sizeof *c->buckets);
+  if (c == NULL || c->buckets == NULL) {
+    free(c);
+    snprintf(err, err_size, "out of memory");
+    return NULL;
+  }
+  c->nbuckets = CACHE_BUCKETS;
+  snprintf(c->dir, sizeof c->dir, "%s", dir);
+  size_t len = strlen(c->dir);
+  while (len > 1 && c->dir[len - 1] == '/')
+    c->dir[--len] = '\0';
+  c->limit_bytes = limit_bytes > 0 ? limit_bytes : CACHE_DEFAULT_BYTES;
+  cache_scan(c);
+  cache_make_room(c, 0);
+  return c;
+}
+
+void cache_free(cache_t *c) {
+  if (c == NULL)
+    return;
+  c->stopping = 1;
+  for (size_t b = 0; b < c->nbuckets; b++) {
+    for (cache_entry_t *e = c->buckets[b], *next; e; e = next) {
+      next = e->hash_next;
+      if (e->state == CACHE_FETCHING)
+        cache_fetch_end(c, e, 1);
+      if (e->readers > 0)
+        e->doomed = 1; /* its file stays; the last reader frees the entry */
+      else
+        cache_entry_free(e);
+    }
+    c->buckets[b] = NULL;
+  }
+  if (c->readers_total > 0)
+    c->free_pending = 1;
+  else
+    cache_release(c);
+}

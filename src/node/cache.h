@@ -1,0 +1,141 @@
+/*
+ * cache.h — the node agent's shared-data cache (docs/api.md "Node cache",
+ * docs/shared-data.md "Node cache"), private to src/node.
+ *
+ * Two halves.  cache.c is the store: an index of cached levels keyed by
+ * (scope, name, level), one file per level under the cache directory, a
+ * least-recently-used list, the size limit, checksum verification and the
+ * statistics; it knows nothing of HTTP.  cache_http.c answers the agent's
+ * GET /v1/shared/{scope}/{name} from the store, fetches misses from the head
+ * (one upstream request per level however many clients wait for it) and
+ * serves GET /v1/node/cache.  Both run on the agent's event-loop thread only,
+ * so nothing here takes a lock.
+ *
+ * Files: DIR/SCOPE/NAME@LEVEL@CHECKSUM (the checksum as 16 hex digits), written
+ * as DIR/tmp/fetch-XXXXXX and renamed into place once complete and verified,
+ * mode 0444.  DIR/links/ holds directories the agent's workers hard-link the
+ * levels they use into (same file system, no copy).  Names and scopes are
+ * [A-Za-z0-9._-]{1,128}, so they need no escaping and '@' never occurs in them.
+ */
+#ifndef MUSTER_NODE_CACHE_H
+#define MUSTER_NODE_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define CACHE_NAME_MAX 128                              /* scope and name length limit */
+#define CACHE_DEFAULT_BYTES (10LL * 1024 * 1024 * 1024) /* --cache-bytes default: 10 GiB */
+
+typedef enum { CACHE_FETCHING, CACHE_READY } cache_state_t;
+
+typedef struct cache_entry {
+  char scope[CACHE_NAME_MAX + 1];
+  char name[CACHE_NAME_MAX + 1];
+  int64_t level;
+  uint64_t checksum; /* xxHash64 of the bytes: the head's ETag */
+  int64_t size;      /* bytes */
+  cache_state_t state;
+  int readers;  /* replies sending this file now: never evicted while > 0 */
+  int doomed;   /* out of the index (evicted, stale or corrupt); freed when readers reach 0 */
+  int verified; /* the file's checksum was checked since this agent started */
+  ino_t ino;    /* the file as last verified: a change of these means it was written to */
+  int64_t mtime_ns;
+  struct cache_entry *hash_next;           /* index chain */
+  struct cache_entry *lru_prev, *lru_next; /* READY entries, most recently used first */
+  /* CACHE_FETCHING: the download in progress */
+  int tmp_fd;
+  char tmp_path[512];
+  int64_t received;
+  void *hash_state; /* XXH64_state_t of the bytes so far */
+  void *fetch;      /* cache_http.c's state of the fetch (waiters, upstream request) */
+} cache_entry_t;
+
+typedef struct {
+  int64_t hits;             /* GETs answered from a cached file */
+  int64_t misses;           /* GETs that had to wait for a fetch from the head */
+  int64_t coalesced;        /* of the misses, those that joined a fetch already running */
+  int64_t bytes_served;     /* body bytes sent from cached files */
+  int64_t evictions;        /* levels removed to stay under the size limit */
+  int64_t upstream_fetches; /* GETs sent to the head */
+  int64_t fetch_failures;   /* fetches that failed (network, status, size or checksum) */
+  int64_t verify_failures;  /* cached files found corrupt by their checksum (then re-fetched) */
+} cache_stats_t;
+
+typedef struct cache {
+  char dir[400];
+  int64_t limit_bytes;
+  int64_t bytes_cached;   /* sizes of the READY entries in the index */
+  int64_t bytes_fetching; /* sizes of the fetches in progress (room is made for them) */
+  int64_t entries;        /* READY entries in the index */
+  int stopping;           /* the agent is shutting down: no eviction, no new fetch */
+  int64_t readers_total;  /* replies sending a cached file now, over all entries */
+  int free_pending;       /* cache_free came while replies were still sending */
+  cache_entry_t **buckets;
+  size_t nbuckets;
+  cache_entry_t *lru_head, *lru_tail;
+  cache_stats_t stats;
+} cache_t;
+
+/*
+ * Opens the cache at `dir` with `limit_bytes`.  The directory is created on
+ * first use, not here; levels a previous agent left in it are taken over
+ * (verified by checksum on first use) and stale temporary files removed.
+ * Returns the cache (cache_free), or NULL with `err` filled.
+ */
+cache_t *cache_open(const char *dir, int64_t limit_bytes, char *err, size_t err_size);
+/* Frees the cache and its entries (files stay on disk); accepts NULL.  While
+ * replies still hold files (readers), what they use is freed by the last
+ * cache_reader_end instead. */
+void cache_free(cache_t *c);
+
+/* The entry of (scope, name, level) in the index, READY or FETCHING, or NULL. */
+cache_entry_t *cache_find(cache_t *c, const char *scope, const char *name, int64_t level);
+
+/*
+ * Adds a FETCHING entry and opens its temporary file, first evicting
+ * least-recently-used levels (none being read) to make room for `size`.
+ * Returns the entry, or NULL with `err` filled (directory not writable).
+ */
+cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
+                                 uint64_t checksum, int64_t size, char *err, size_t err_size);
+/* Appends bytes to a fetch; 0, or -1 with `err` filled (disk full, too many bytes). */
+int cache_fetch_write(cache_entry_t *e, const void *data, size_t len, char *err, size_t err_size);
+/*
+ * Completes a fetch: checks size and checksum, renames the file into place and
+ * makes the entry READY (most recently used).  Returns 0, or -1 with `err`
+ * filled, in which case the entry is dropped (cache_fetch_abort was done).
+ */
+int cache_fetch_commit(cache_t *c, cache_entry_t *e, char *err, size_t err_size);
+/* Gives a fetch up: removes the temporary file and drops the entry. */
+void cache_fetch_abort(cache_t *c, cache_entry_t *e);
+
+/*
+ * Opens a READY entry's file for reading and marks it used.  When the file
+ * changed since it was last verified (inode, size or modification time) or was
+ * never verified by this agent, its checksum is checked first; a corrupt file
+ * is counted, dropped and -1 returned (the caller fetches it again).  Returns
+ * the descriptor (close-on-exec; the caller owns it) or -1.
+ */
+int cache_open_file(cache_t *c, cache_entry_t *e);
+/* The path of a READY entry's file (static storage until the next call). */
+const char *cache_file_path(const cache_t *c, const cache_entry_t *e);
+
+/* A reply starts / finishes sending the entry's file (eviction waits for 0). */
+void cache_reader_begin(cache_t *c, cache_entry_t *e);
+void cache_reader_end(cache_t *c, cache_entry_t *e);
+
+/* Removes an entry from the index and its file from disk (stale or corrupt). */
+void cache_drop(cache_t *c, cache_entry_t *e);
+
+/* Evicts least-recently-used levels not being read until the cached bytes plus
+ * `extra` fit the limit (or nothing more can go). */
+void cache_make_room(cache_t *c, int64_t extra);
+
+/* The directory workers link cached files into: DIR/links (created). */
+int cache_links_dir(cache_t *c, char *buf, size_t size);
+
+/* Non-zero when `s` is a valid scope or name: 1 to 128 of [A-Za-z0-9._-]. */
+int cache_valid_name(const char *s, size_t len);
+
+#endif /* MUSTER_NODE_CACHE_H */

@@ -1,0 +1,591 @@
+/*
+ * cache_http.c — the node cache on the agent's port (docs/api.md "Node cache").
+ *
+ * GET /v1/shared/{scope}/{name}[?level=N]: the agent first asks the head with a
+ * HEAD of the same path, carrying the client's Authorization.  The head stays
+ * the authority: it checks the token, resolves "newest" to a level, says
+ * whether the level still exists (not expired, not deleted) and gives its size
+ * and checksum (ETag).  Then the bytes come from the cache: a hit is sent from
+ * its file (evbuffer file segments: sendfile, never the whole level in memory);
+ * a miss joins the level's fetch, or starts it, so however many clients ask at
+ * once the head sends the level once.  The fetch streams to a temporary file,
+ * is checked against size and checksum and renamed into place (cache.c), then
+ * every waiting client is answered from the file.  A HEAD that is not 200
+ * sends the client's request on to the head unchanged (forward.c), so errors
+ * read exactly as the head's.  The one round trip per read is the price of
+ * never serving a level that was deleted, expired or re-created; the bytes,
+ * which are what costs, cross the network once per level.
+ *
+ * GET /v1/node/cache/{scope}/{name}[?level=N] is the same with a JSON answer
+ * naming the cached file instead of its bytes, for the agent's own workers,
+ * which hard-link the file (same machine, no copy; cli/worker_shared.c).
+ * GET /v1/node/cache: the statistics.
+ *
+ * Everything runs on the agent's event-loop thread.
+ */
+#include "node/agent.h"
+#include "node/cache.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+typedef enum { CREQ_BYTES, CREQ_PATH, CREQ_STATS } creq_kind_t;
+
+/* One client request the cache handles. */
+typedef struct creq {
+  node_agent_t *a;
+  struct evhttp_request *in;
+  creq_kind_t kind;
+  char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
+  int64_t level; /* asked for, 0: the newest; after the HEAD: the level served */
+  uint64_t checksum;
+  int64_t size;
+  char expires[32]; /* the head's X-Muster-Expires-Ms */
+  char *auth;       /* the client's Authorization header (copy) or NULL */
+  fwd_conn_t *conn; /* the HEAD's connection while it runs */
+  struct creq *next_waiter;
+} creq_t;
+
+/* One fetch from the head in progress (cache_entry_t.fetch). */
+typedef struct {
+  node_agent_t *a;
+  cache_entry_t *entry;
+  creq_t *waiters; /* clients answered when it ends */
+  fwd_conn_t *conn;
+  struct evhttp_request *out;
+  int failed; /* the reply went wrong: status, write or connection */
+  char why[300];
+} cfetch_t;
+
+/* A reply sending a cached file (the file segment's cleanup argument). */
+typedef struct {
+  cache_t *cache;
+  cache_entry_t *entry;
+} creader_t;
+
+static void creq_serve(creq_t *r);
+
+/* ---- replies ------------------------------------------------------------------ */
+
+static void creq_free(creq_t *r) {
+  free(r->auth);
+  free(r);
+}
+
+static void creq_send_json(struct evhttp_request *in, int status, json_t *body) {
+  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  json_decref(body);
+  struct evbuffer *buf = evbuffer_new();
+  if (buf && text)
+    evbuffer_add(buf, text, strlen(text));
+  evhttp_add_header(evhttp_request_get_output_headers(in), "Content-Type", "application/json");
+  evhttp_send_reply(in, status, NULL, buf);
+  if (buf)
+    evbuffer_free(buf);
+  free(text);
+}
+
+/* Answers with the error envelope and frees the request. */
+static void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...) {
+  char message[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  if (status == 401)
+    evhttp_add_header(evhttp_request_get_output_headers(r->in), "WWW-Authenticate",
+                      "Bearer realm=\"muster\"");
+  creq_send_json(r->in, status,
+                 json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message));
+  creq_free(r);
+}
+
+static void creader_done(struct evbuffer_file_segment const *seg, int flags, void *arg) {
+  creader_t *rd = arg;
+  cache_reader_end(rd->cache, rd->entry);
+  free(rd);
+}
+
+/* The headers every shared-data answer carries. */
+static void creq_add_headers(creq_t *r, const char *how) {
+  struct evkeyvalq *h = evhttp_request_get_output_headers(r->in);
+  char value[64];
+  snprintf(value, sizeof value, "\"%016" PRIx64 "\"", r->checksum);
+  evhttp_add_header(h, "ETag", value);
+  snprintf(value, sizeof value, "%" PRId64, r->level);
+  evhttp_add_header(h, "X-Muster-Level", value);
+  if (r->expires[0])
+    evhttp_add_header(h, "X-Muster-Expires-Ms", r->expires);
+  evhttp_add_header(h, "X-Muster-Cache", how);
+  char via[160];
+  snprintf(via, sizeof via, "1.1 %s (muster node cache)", r->a->name);
+  evhttp_add_header(h, "Via", via);
+}
+
+/* Sends the level's bytes from `fd` (taken) and frees the request. */
+static void creq_send_file(creq_t *r, cache_entry_t *e, int fd, const char *how) {
+  cache_t *c = r->a->cache;
+  struct evbuffer *body = evbuffer_new();
+  creader_t *rd = calloc(1, sizeof *rd);
+  struct evbuffer_file_segment *seg =
+      e->size > 0 && body && rd ? evbuffer_file_segment_new(fd, 0, e->size, EVBUF_FS_CLOSE_ON_FREE)
+                                : NULL;
+  if (e->size > 0 && seg == NULL) {
+    close(fd);
+    free(rd);
+    if (body)
+      evbuffer_free(body);
+    creq_error(r, 503, "unavailable", "node agent %s: out of memory", r->a->name);
+    return;
+  }
+  if (seg) {
+    /* Marked as going to a socket, the body keeps the segment as a sendfile
+     * chain; without the flag libevent would mmap the file (resident pages). */
+    evbuffer_set_flags(body, EVBUFFER_FLAG_DRAINS_TO_FD);
+    rd->cache = c;
+    rd->entry = e;
+    cache_reader_begin(c, e);
+    evbuffer_file_segment_add_cleanup_cb(seg, creader_done, rd);
+    evbuffer_add_file_segment(body, seg, 0, e->size);
+    evbuffer_file_segment_free(seg); /* the body holds it now */
+  } else {
+    close(fd);
+    free(rd);
+  }
+  c->stats.bytes_served += e->size;
+  creq_add_headers(r, how);
+  evhttp_add_header(evhttp_request_get_output_headers(r->in), "Content-Type",
+                    "application/octet-stream");
+  evhttp_send_reply(r->in, 200, "OK", body);
+  evbuffer_free(body);
+  creq_free(r);
+}
+
+/* Answers a worker's /v1/node/cache/{scope}/{name} with the file's path. */
+static void creq_send_path(creq_t *r, cache_entry_t *e, const char *how) {
+  char links[600], checksum[20];
+  cache_t *c = r->a->cache;
+  if (cache_links_dir(c, links, sizeof links) != 0)
+    links[0] = '\0';
+  snprintf(checksum, sizeof checksum, "%016" PRIx64, e->checksum);
+  json_t *body =
+      json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:s, s:s}", "scope", e->scope, "name", e->name,
+                "level", (json_int_t)e->level, "size", (json_int_t)e->size, "checksum", checksum,
+                "path", cache_file_path(c, e), "links_dir", links, "cache", how);
+  if (body && r->expires[0])
+    json_object_set_new(body, "expires_ms", json_integer(strtoll(r->expires, NULL, 10)));
+  creq_add_headers(r, how);
+  creq_send_json(r->in, 200, body);
+  creq_free(r);
+}
+
+/* Answers from a READY entry: 0, or -1 when its file turned out corrupt or
+ * gone (it was dropped; the caller fetches again). */
+static int creq_answer(creq_t *r, cache_entry_t *e, const char *how) {
+  int fd = cache_open_file(r->a->cache, e);
+  if (fd < 0)
+    return -1;
+  if (r->kind == CREQ_PATH) {
+    close(fd);
+    creq_send_path(r, e, how);
+  } else {
+    creq_send_file(r, e, fd, how);
+  }
+  return 0;
+}
+
+/* ---- fetching a level from the head -------------------------------------------- */
+
+/* Writes what the head's reply holds so far to the fetch's file. */
+static void cfetch_take(cfetch_t *f, struct evhttp_request *out) {
+  struct evbuffer *buf = evhttp_request_get_input_buffer(out);
+  if (evhttp_request_get_response_code(out) != 200 || f->failed) {
+    evbuffer_drain(buf, evbuffer_get_length(buf)); /* an error body, or after a failure */
+    return;
+  }
+  while (evbuffer_get_length(buf) > 0 && !f->failed) {
+    struct evbuffer_iovec v[16];
+    int n = evbuffer_peek(buf, -1, NULL, v, 16);
+    size_t taken = 0;
+    for (int i = 0; i < n && i < 16 && !f->failed; i++) {
+      if (cache_fetch_write(f->entry, v[i].iov_base, v[i].iov_len, f->why, sizeof f->why) != 0)
+        f->failed = 1;
+      taken += v[i].iov_len;
+    }
+    evbuffer_drain(buf, taken);
+  }
+  if (f->failed)
+    evbuffer_drain(buf, evbuffer_get_length(buf));
+}
+
+static void cfetch_on_chunk(struct evhttp_request *out, void *arg) {
+  cfetch_take(arg, out);
+}
+
+static void cfetch_on_error(enum evhttp_request_error error, void *arg) {
+  cfetch_t *f = arg;
+  if (!f->failed)
+    snprintf(f->why, sizeof f->why, "the connection to the head failed (error %d)", (int)error);
+  f->failed = 1;
+}
+
+/* The fetch ended (out NULL: the connection failed): store it, answer the waiters. */
+static void cfetch_on_done(struct evhttp_request *out, void *arg) {
+  cfetch_t *f = arg;
+  node_agent_t *a = f->a;
+  cache_t *c = a->cache;
+  cache_entry_t *e = f->entry;
+  int status = out ? evhttp_request_get_response_code(out) : 0;
+  if (out && status == 200)
+    cfetch_take(f, out);
+  if (!f->failed && status != 200)
+    snprintf(f->why, sizeof f->why, "the head answered %d", status);
+  f->failed |= status != 200;
+  e->fetch = NULL;
+  if (!f->failed && cache_fetch_commit(c, e, f->why, sizeof f->why) != 0)
+    f->failed = 1;
+  else if (f->failed)
+    cache_fetch_abort(c, e);
+  if (f->failed) {
+    c->stats.fetch_failures++;
+    agent_log(a, "cache: fetching %s/%s level %lld: %s", f->waiters ? f->waiters->scope : "?",
+              f->waiters ? f->waiters->name : "?", (long long)(f->waiters ? f->waiters->level : 0),
+              f->why);
+  }
+  if (f->conn)
+    fwd_conn_put(a, f->conn);
+  creq_t *waiters = f->waiters;
+  char why[300];
+  snprintf(why, sizeof why, "%s", f->why);
+  int failed = f->failed;
+  free(f);
+  if (!failed)
+    cache_reader_begin(c, e); /* keeps the entry while the waiters are answered */
+  for (creq_t *r = waiters, *next; r; r = next) {
+    next = r->next_waiter;
+    if (failed)
+      creq_error(r, 503, "unavailable",
+                 "node agent %s: fetching shared data '%s' level %lld "
+                 "from the head failed: %s",
+                 a->name, r->name, (long long)r->level, why);
+    else if (creq_answer(r, e, "miss") != 0)
+      creq_serve(r); /* the file went away already: start over */
+  }
+  if (!failed)
+    cache_reader_end(c, e);
+}
+
+/* Starts fetching the level `r` asks for, with `r` as its first waiter. */
+static void cfetch_start(creq_t *r) {
+  node_agent_t *a = r->a;
+  cache_t *c = a->cache;
+  char err[512];
+  cache_entry_t *e =
+      cache_fetch_begin(c, r->scope, r->name, r->level, r->checksum, r->size, err, sizeof err);
+  cfetch_t *f = e ? calloc(1, sizeof *f) : NULL;
+  fwd_conn_t *conn = f ? fwd_conn_get(a) : NULL;
+  struct evhttp_request *out = conn ? evhttp_request_new(cfetch_on_done, f) : NULL;
+  if (out == NULL) {
+    if (conn)
+      fwd_conn_put(a, conn);
+    free(f);
+    if (e)
+      cache_fetch_abort(c, e);
+    else
+      agent_log(a, "cache: %s", err);
+    creq_error(r, 503, "unavailable", "node agent %s: %s", a->name, e ? "out of memory" : err);
+    return;
+  }
+  *f = (cfetch_t){.a = a, .entry = e, .waiters = r, .conn = conn, .out = out};
+  e->fetch = f;
+  r->next_waiter = NULL;
+  evhttp_request_set_chunked_cb(out, cfetch_on_chunk);
+  evhttp_request_set_error_cb(out, cfetch_on_error);
+  struct evkeyvalq *h = evhttp_request_get_output_headers(out);
+  if (r->auth)
+    evhttp_add_header(h, "Authorization", r->auth);
+  evhttp_add_header(h, "Host", a->head_host);
+  char uri[400];
+  snprintf(uri, sizeof uri, "/v1/shared/%s/%s?level=%lld", r->scope, r->name, (long long)r->level);
+  c->stats.upstream_fetches++;
+  /* On failure evhttp_make_request has called cfetch_on_done (with NULL),
+   * which answered the waiter and freed `f`. */
+  evhttp_make_request(fwd_conn_evcon(conn), out, EVHTTP_REQ_GET, uri);
+}
+
+/* ---- serving a level the head confirmed ------------------------------------------- */
+
+/* Answers `r` (its level, checksum and size known) from the cache. */
+static void creq_serve(creq_t *r) {
+  cache_t *c = r->a->cache;
+  cache_entry_t *e = cache_find(c, r->scope, r->name, r->level);
+  if (e && e->checksum != r->checksum) {
+    if (e->state == CACHE_FETCHING) { /* a re-created level while its old bytes arrive */
+      creq_error(r, 503, "unavailable",
+                 "node agent %s: shared data '%s' level %lld changed "
+                 "while it was being fetched; try again",
+                 r->a->name, r->name, (long long)r->level);
+      return;
+    }
+    cache_drop(c, e); /* deleted and made again with other bytes: ours are stale */
+    e = NULL;
+  }
+  if (e && e->state == CACHE_READY) {
+    if (creq_answer(r, e, "hit") == 0) {
+      c->stats.hits++;
+      return;
+    }
+    e = NULL; /* corrupt or gone: dropped; fetch it again */
+  }
+  c->stats.misses++;
+  if (e && e->state == CACHE_FETCHING) {
+    cfetch_t *f = e->fetch;
+    c->stats.coalesced++;
+    r->next_waiter = f->waiters;
+    f->waiters = r;
+    return;
+  }
+  cfetch_start(r);
+}
+
+/* ---- the HEAD that asks the head ----------------------------------------------------- */
+
+/* Reads the level, checksum, size and expiry of the head's HEAD reply; 0 or -1. */
+static int creq_read_head(creq_t *r, struct evhttp_request *out) {
+  struct evkeyvalq *h = evhttp_request_get_input_headers(out);
+  const char *etag = evhttp_find_header(h, "ETag");
+  const char *level = evhttp_find_header(h, "X-Muster-Level");
+  const char *length = evhttp_find_header(h, "Content-Length");
+  const char *expires = evhttp_find_header(h, "X-Muster-Expires-Ms");
+  char hex[17];
+  if (etag == NULL || level == NULL || length == NULL)
+    return -1;
+  if (strncmp(etag, "W/", 2) == 0)
+    etag += 2;
+  if (*etag == '"')
+    etag++;
+  if (strspn(etag, "0123456789abcdefABCDEF") != 16)
+    return -1;
+  memcpy(hex, etag, 16);
+  hex[16] = '\0';
+  char *end;
+  r->checksum = strtoull(hex, NULL, 16);
+  r->level = strtoll(level, &end, 10);
+  if (*end != '\0' || r->level < 1)
+    return -1;
+  r->size = strtoll(length, &end, 10);
+  if (*end != '\0' || r->size < 0)
+    return -1;
+  snprintf(r->expires, sizeof r->expires, "%s", expires ? expires : "");
+  return 0;
+}
+
+/* The head's answer to a worker's path request that is not 200, as an error. */
+static void creq_path_refused(creq_t *r, int status) {
+  if (status == 401)
+    creq_error(r, 401, "unauthorized", "missing or wrong token");
+  else if (status == 403)
+    creq_error(r, 403, "forbidden", "this token may not read shared data");
+  else if (status == 404 && r->level > 0)
+    creq_error(r, 404, "shared_not_found", "shared data not found: '%s' level %lld in scope '%s'",
+               r->name, (long long)r->level, r->scope);
+  else if (status == 404)
+    creq_error(r, 404, "shared_not_found", "shared data not found: '%s' in scope '%s'", r->name,
+               r->scope);
+  else
+    creq_error(r, 503, "unavailable", "node agent %s: the head answered %d", r->a->name, status);
+}
+
+static void creq_on_head(struct evhttp_request *out, void *arg) {
+  creq_t *r = arg;
+  node_agent_t *a = r->a;
+  int status = out ? evhttp_request_get_response_code(out) : 0;
+  fwd_conn_put(a, r->conn);
+  r->conn = NULL;
+  if (status == 0) {
+    creq_error(r, 503, "unavailable", "node agent %s cannot reach the head at %s:%d", a->name,
+               a->head_host, a->head_port);
+  } else if (r->kind == CREQ_STATS) {
+    if (status == 401)
+      creq_error(r, 401, "unauthorized", "missing or wrong token");
+    else {
+      cache_stats_t *s = &a->cache->stats;
+      creq_send_json(r->in, 200,
+                     json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s}",
+                               "hits", s->hits, "misses", s->misses, "coalesced", s->coalesced,
+                               "bytes_served", s->bytes_served, "evictions", s->evictions,
+                               "bytes_cached", a->cache->bytes_cached, "limit_bytes",
+                               a->cache->limit_bytes, "entries", a->cache->entries,
+                               "upstream_fetches", s->upstream_fetches, "fetch_failures",
+                               s->fetch_failures, "verify_failures", s->verify_failures,
+                               "fetching_bytes", a->cache->bytes_fetching, "dir", a->cache->dir));
+      creq_free(r);
+    }
+  } else if (status != 200 || creq_read_head(r, out) != 0) {
+    if (r->kind == CREQ_PATH) {
+      creq_path_refused(r, status);
+    } else {
+      struct evhttp_request *in = r->in; /* the head's own answer says it best */
+      creq_free(r);
+      fwd_forward(a, in);
+    }
+  } else {
+    creq_serve(r);
+  }
+}
+
+/* Sends the HEAD (or, for the statistics, a token check) to the head. */
+static void creq_ask_head(creq_t *r) {
+  node_agent_t *a = r->a;
+  r->conn = fwd_conn_get(a);
+  struct evhttp_request *out = r->conn ? evhttp_request_new(creq_on_head, r) : NULL;
+  if (out == NULL) {
+    if (r->conn)
+      fwd_conn_put(a, r->conn);
+    creq_error(r, 503, "unavailable", "node agent %s: out of memory", a->name);
+    return;
+  }
+  struct evkeyvalq *h = evhttp_request_get_output_headers(out);
+  if (r->auth)
+    evhttp_add_header(h, "Authorization", r->auth);
+  evhttp_add_header(h, "Host", a->head_host);
+  char uri[400];
+  if (r->kind == CREQ_STATS) /* any authenticated GET; the node's own is small */
+    snprintf(uri, sizeof uri, "/v1/nodes/%s", a->name);
+  else if (r->level > 0)
+    snprintf(uri, sizeof uri, "/v1/shared/%s/%s?level=%lld", r->scope, r->name,
+             (long long)r->level);
+  else
+    snprintf(uri, sizeof uri, "/v1/shared/%s/%s", r->scope, r->name);
+  evhttp_make_request(fwd_conn_evcon(r->conn), out,
+                      r->kind == CREQ_STATS ? EVHTTP_REQ_GET : EVHTTP_REQ_HEAD, uri);
+}
+
+/* ---- routing --------------------------------------------------------------------- */
+
+/* Splits "SCOPE/NAME" into r; 0, or -1 when it is not exactly two valid parts. */
+static int creq_read_names(creq_t *r, const char *rest) {
+  const char *slash = strchr(rest, '/');
+  if (slash == NULL || strchr(slash + 1, '/') != NULL)
+    return -1;
+  size_t scope_len = (size_t)(slash - rest), name_len = strlen(slash + 1);
+  if (scope_len > CACHE_NAME_MAX || name_len > CACHE_NAME_MAX)
+    return -1;
+  memcpy(r->scope, rest, scope_len);
+  r->scope[scope_len] = '\0';
+  memcpy(r->name, slash + 1, name_len + 1);
+  return cache_valid_name(r->scope, scope_len) && cache_valid_name(r->name, name_len) ? 0 : -1;
+}
+
+/* Reads `?level=N` (the only query the cache takes); 0 or -1. */
+static int creq_read_query(creq_t *r, const char *query) {
+  r->level = 0;
+  if (query == NULL || query[0] == '\0')
+    return 0;
+  if (strncmp(query, "level=", 6) != 0 || strchr(query, '&') != NULL)
+    return -1;
+  char *end;
+  errno = 0;
+  long long level = strtoll(query + 6, &end, 10);
+  if (query[6] < '1' || query[6] > '9' || *end != '\0' || errno || level > (1LL << 53))
+    return -1;
+  r->level = level;
+  return 0;
+}
+
+int cache_http_handle(node_agent_t *a, struct evhttp_request *in) {
+  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(in);
+  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+  if (a->cache == NULL || path == NULL || evhttp_request_get_command(in) != EVHTTP_REQ_GET)
+    return 0;
+  creq_kind_t kind;
+  const char *rest = NULL;
+  if (strncmp(path, "/v1/shared/", 11) == 0) {
+    kind = CREQ_BYTES;
+    rest = path + 11;
+  } else if (strncmp(path, "/v1/node/cache/", 15) == 0) {
+    kind = CREQ_PATH;
+    rest = path + 15;
+  } else if (strcmp(path, "/v1/node/cache") == 0) {
+    kind = CREQ_STATS;
+  } else {
+    return 0;
+  }
+  creq_t *r = calloc(1, sizeof *r);
+  if (r == NULL)
+    return 0;
+  r->a = a;
+  r->in = in;
+  r->kind = kind;
+  const char *auth = evhttp_find_header(evhttp_request_get_input_headers(in), "Authorization");
+  r->auth = auth ? strdup(auth) : NULL;
+  if (kind != CREQ_STATS &&
+      (creq_read_names(r, rest) != 0 || creq_read_query(r, evhttp_uri_get_query(uri)) != 0)) {
+    if (kind == CREQ_BYTES) { /* not the cache's to judge: the head answers */
+      creq_free(r);
+      return 0;
+    }
+    creq_error(r, 400, "bad_request",
+               "expected /v1/node/cache/SCOPE/NAME[?level=N] with names of [A-Za-z0-9._-]");
+    return 1;
+  }
+  creq_ask_head(r);
+  return 1;
+}
+
+/* ---- life ---------------------------------------------------------------------------- */
+
+int cache_http_start(node_agent_t *a) {
+  const node_config_t *cfg = a->cfg;
+  char dir[400], err[512];
+  if (cfg->cache_dir)
+    snprintf(dir, sizeof dir, "%s", cfg->cache_dir);
+  else
+    snprintf(dir, sizeof dir, "/var/tmp/muster-node-%s/cache", a->name);
+  a->cache = cache_open(dir, cfg->cache_bytes, err, sizeof err);
+  if (a->cache == NULL) {
+    agent_log(a, "%s", err);
+    return -1;
+  }
+  return 0;
+}
+
+void cache_http_stop(node_agent_t *a) {
+  cache_t *c = a->cache;
+  if (c == NULL)
+    return;
+  c->stopping = 1;
+  for (size_t b = 0; b < c->nbuckets; b++)
+    for (cache_entry_t *e = c->buckets[b], *next; e; e = next) {
+      next = e->hash_next;
+      cfetch_t *f = e->fetch;
+      if (e->state != CACHE_FETCHING || f == NULL)
+        continue;
+      evhttp_cancel_request(f->out); /* frees the request; no callback runs */
+      fwd_conn_put(a, f->conn);
+      for (creq_t *r = f->waiters, *rn; r; r = rn) {
+        rn = r->next_waiter;
+        creq_error(r, 503, "unavailable", "node agent %s is stopping", a->name);
+      }
+      e->fetch = NULL;
+      free(f);
+      cache_fetch_abort(c, e);
+    }
+}
+
+void cache_http_free(node_agent_t *a) {
+  cache_free(a->cache);
+  a->cache = NULL;
+}
