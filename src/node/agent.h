@@ -104,6 +104,9 @@ fwd_conn_t *fwd_conn_get(node_agent_t *a);
 /* Returns a connection to the pool once its request is done. */
 void fwd_conn_put(node_agent_t *a, fwd_conn_t *c);
 struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c);
+/* Closes a connection whose byte stream is not to be trusted any more (soon,
+ * outside its callbacks) instead of returning it to the pool. */
+void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c);
 /* Forwards the client's request `in` to the head and streams the reply back. */
 void fwd_forward(node_agent_t *a, struct evhttp_request *in);
 

@@ -327,9 +327,23 @@ static void cfetch_start(creq_t *r) {
 
 /* ---- serving a level the head confirmed ------------------------------------------- */
 
+/* Non-zero when the client's If-None-Match names the level's ETag. */
+static int creq_not_modified(creq_t *r) {
+  const char *inm = evhttp_find_header(evhttp_request_get_input_headers(r->in), "If-None-Match");
+  char etag[24];
+  snprintf(etag, sizeof etag, "\"%016" PRIx64 "\"", r->checksum);
+  return r->kind == CREQ_BYTES && inm && (strstr(inm, etag) != NULL || strcmp(inm, "*") == 0);
+}
+
 /* Answers `r` (its level, checksum and size known) from the cache. */
 static void creq_serve(creq_t *r) {
   cache_t *c = r->a->cache;
+  if (creq_not_modified(r)) { /* the client has these bytes: no need for ours */
+    creq_add_headers(r, "hit");
+    evhttp_send_reply(r->in, 304, "Not Modified", NULL);
+    creq_free(r);
+    return;
+  }
   cache_entry_t *e = cache_find(c, r->scope, r->name, r->level);
   if (e && e->checksum != r->checksum) {
     if (e->state == CACHE_FETCHING) { /* a re-created level while its old bytes arrive */
@@ -412,7 +426,10 @@ static void creq_on_head(struct evhttp_request *out, void *arg) {
   creq_t *r = arg;
   node_agent_t *a = r->a;
   int status = out ? evhttp_request_get_response_code(out) : 0;
-  fwd_conn_put(a, r->conn);
+  if (status == 200) /* an error answer to a HEAD may carry a body: not reused */
+    fwd_conn_put(a, r->conn);
+  else
+    fwd_conn_discard(a, r->conn);
   r->conn = NULL;
   if (status == 0) {
     creq_error(r, 503, "unavailable", "node agent %s cannot reach the head at %s:%d", a->name,

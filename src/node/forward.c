@@ -106,6 +106,18 @@ struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c) {
   return c->evcon;
 }
 
+static void fwd_conn_free_cb(evutil_socket_t fd, short what, void *arg) {
+  fwd_conn_t *c = arg;
+  evhttp_connection_free(c->evcon);
+  free(c);
+}
+
+void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c) {
+  const struct timeval now = {0, 0};
+  if (event_base_once(a->base, -1, EV_TIMEOUT, fwd_conn_free_cb, c, &now) != 0)
+    fwd_conn_put(a, c); /* out of memory: keep it rather than leak it */
+}
+
 /* ---- replies ---- */
 
 /* Answers the client with an error envelope (used before anything was sent). */
@@ -188,7 +200,13 @@ static void fwd_on_done(struct evhttp_request *out, void *arg) {
              a->head_host, a->head_port, fwd_error_text(f->error));
     fwd_send_error(f->in, 503, "unavailable", message);
   }
-  fwd_conn_put(a, f->conn);
+  /* A HEAD answered with an error may carry a body it should not (the head's
+   * JSON error), which would be read as the next reply on this connection. */
+  if (evhttp_request_get_command(f->in) == EVHTTP_REQ_HEAD &&
+      (!ok || evhttp_request_get_response_code(out) != 200))
+    fwd_conn_discard(a, f->conn);
+  else
+    fwd_conn_put(a, f->conn);
   free(f);
 }
 
