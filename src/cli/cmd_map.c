@@ -20,9 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAP_POLL_MS 1000     /* longest wait between checks for a signal */
-#define MAP_BAR_WIDTH 30     /* characters of the progress bar */
-#define MAP_REDRAW_MS 100    /* at most ten redraws a second */
+#define MAP_POLL_MS 1000  /* longest wait between checks for a signal */
+#define MAP_BAR_WIDTH 30  /* characters of the progress bar */
+#define MAP_REDRAW_MS 100 /* at most ten redraws a second */
 
 const cli_opt_t cmd_map_opts[] = {
     {"queue", "Q", "queue whose workers run the inputs (created when missing; required)"},
@@ -175,8 +175,8 @@ static int map_print(const cli_args_t *args, map_bar_t *bar, const muster_result
   if (r->ok)
     return 0;
   map_bar_clear(bar);
-  fprintf(stderr, "muster: input %lld %s: %s\n", (long long)r->index, r->state ? r->state : "failed",
-          r->error ? r->error : "no error text");
+  fprintf(stderr, "muster: input %lld %s: %s\n", (long long)r->index,
+          r->state ? r->state : "failed", r->error ? r->error : "no error text");
   return 1;
 }
 

@@ -197,7 +197,8 @@ int cmd_workers(cli_args_t *args) {
 
 /* DATA as JSON text (muster_free): parsed with --json, else a JSON string. */
 static char *update_data(const cli_args_t *args, const char *raw) {
-  json_t *value = cli_flag(args, "json") ? json_loads(raw, JSON_DECODE_ANY, NULL) : json_string(raw);
+  json_t *value =
+      cli_flag(args, "json") ? json_loads(raw, JSON_DECODE_ANY, NULL) : json_string(raw);
   char *text = value ? json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
   json_decref(value);
   return text;

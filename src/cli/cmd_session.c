@@ -129,7 +129,7 @@ static const char *session_count(json_t *s, const char *key, char *buf, size_t s
 }
 
 static void session_print_table(json_t *sessions) {
-  static const char *const headers[] = {"ID",     "QUEUE",   "TOTAL",  "DONE",
+  static const char *const headers[] = {"ID",     "QUEUE",   "TOTAL",   "DONE",
                                         "FAILED", "PENDING", "UPDATES", "CLEANUP"};
   static const int right[] = {0, 0, 1, 1, 1, 1, 1, 0};
   cli_table_t table;
@@ -227,7 +227,7 @@ int cmd_session_put(cli_args_t *args) {
 typedef struct {
   muster_order_t order;
   int64_t cursor;
-  int64_t left;   /* results still to print; -1: no limit */
+  int64_t left; /* results still to print; -1: no limit */
   int64_t wait_ms;
   int follow, values;
 } session_read_t;
@@ -237,8 +237,8 @@ static int session_read_opts(const cli_args_t *args, session_read_t *rd) {
   if (order != NULL && strcmp(order, "submission") != 0 && strcmp(order, "completion") != 0)
     return cli_usage_error(args->cmd, "--order: expected submission or completion, got '%s'",
                            order);
-  rd->order = order && strcmp(order, "completion") == 0 ? MUSTER_ORDER_COMPLETION
-                                                         : MUSTER_ORDER_SUBMISSION;
+  rd->order =
+      order && strcmp(order, "completion") == 0 ? MUSTER_ORDER_COMPLETION : MUSTER_ORDER_SUBMISSION;
   rd->follow = cli_flag(args, "follow");
   rd->values = cli_flag(args, "values");
   int rc = cli_opt_int(args, "cursor", 0, 0, &rd->cursor);
@@ -258,10 +258,10 @@ static void session_print_result(const session_read_t *rd, const muster_result_t
     return;
   }
   json_t *result = r->result ? json_loads(r->result, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : NULL;
-  json_t *obj = json_pack("{s:I, s:I, s:s, s:o, s:s?, s:I}", "index", (json_int_t)r->index, "task",
-                          (json_int_t)r->task, "state", r->state ? r->state : "", "result",
-                          result ? result : json_null(), "error", r->error, "seq",
-                          (json_int_t)r->seq);
+  json_t *obj =
+      json_pack("{s:I, s:I, s:s, s:o, s:s?, s:I}", "index", (json_int_t)r->index, "task",
+                (json_int_t)r->task, "state", r->state ? r->state : "", "result",
+                result ? result : json_null(), "error", r->error, "seq", (json_int_t)r->seq);
   char *line = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
   if (line)
     puts(line);

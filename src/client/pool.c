@@ -30,16 +30,16 @@
 #include <string.h>
 #include <time.h>
 
-#define POOL_BATCH 1000          /* inputs per submit request (the head's limit) */
-#define POOL_POLL_MS 20000       /* longest single long-poll; the head caps it too */
-#define POOL_SUBMIT_RETRIES 3    /* submit attempts after a lost reply */
+#define POOL_BATCH 1000       /* inputs per submit request (the head's limit) */
+#define POOL_POLL_MS 20000    /* longest single long-poll; the head caps it too */
+#define POOL_SUBMIT_RETRIES 3 /* submit attempts after a lost reply */
 #define POOL_DEFAULT_TIMEOUT_MS 60000
 
 struct muster_pool {
   muster_client_t *client; /* the caller's thread */
   char *queue;
   char *session;
-  int own_session;          /* created by this pool: closed at close unless keep_session */
+  int own_session; /* created by this pool: closed at close unless keep_session */
   int keep_session;
   int64_t next_index;       /* session index the next input gets */
   int64_t completion_floor; /* highest completion cursor seen by any iterator */
@@ -57,14 +57,14 @@ struct muster_pool {
 struct muster_pool_iter {
   muster_pool_t *pool;
   int ordered;
-  int64_t first;      /* session index of input 0 */
-  size_t total;       /* inputs */
-  size_t delivered;   /* results handed to the caller */
-  size_t duplicates;  /* repeats dropped */
-  int64_t cursor;     /* ordered: next index wanted; unordered: completion cursor */
-  unsigned char *seen; /* bitmap over [0, total): delivered positions */
+  int64_t first;         /* session index of input 0 */
+  size_t total;          /* inputs */
+  size_t delivered;      /* results handed to the caller */
+  size_t duplicates;     /* repeats dropped */
+  int64_t cursor;        /* ordered: next index wanted; unordered: completion cursor */
+  unsigned char *seen;   /* bitmap over [0, total): delivered positions */
   muster_results_t page; /* the last page read */
-  size_t page_at;     /* next result of `page` to look at */
+  size_t page_at;        /* next result of `page` to look at */
 };
 
 /* ---- messages and small helpers ---------------------------------------------------- */
@@ -432,14 +432,16 @@ muster_err_t muster_pool_iter_next(muster_pool_iter_t *it, int64_t wait_ms, must
     int64_t left = wait_ms >= 0 ? deadline - pool_now_ms() : POOL_POLL_MS;
     if (polled && left <= 0)
       return MUSTER_OK;
-    muster_err_t err =
-        pool_iter_fetch(it, left <= 0 ? 0 : left < POOL_POLL_MS ? left : POOL_POLL_MS);
+    muster_err_t err = pool_iter_fetch(it, left <= 0             ? 0
+                                           : left < POOL_POLL_MS ? left
+                                                                 : POOL_POLL_MS);
     if (err != MUSTER_OK)
       return err;
   }
 }
 
-/* ---- map --------------------------------------------------------------------------------------- */
+/* ---- map ---------------------------------------------------------------------------------------
+ */
 
 void muster_pool_results_free(muster_result_t *results, size_t count) {
   if (results == NULL)
@@ -517,7 +519,9 @@ static muster_err_t pool_count(muster_pool_t *pool, const char *json, const char
   } else {
     size_t i;
     json_t *elem;
-    json_array_foreach(list, i, elem) { *count += (size_t)pred(elem, pool->queue); }
+    json_array_foreach(list, i, elem) {
+      *count += (size_t)pred(elem, pool->queue);
+    }
   }
   json_decref(root);
   return err;

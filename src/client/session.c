@@ -221,8 +221,7 @@ static muster_err_t session_put_reply(muster_client_t *client, json_t *reply, si
   for (size_t i = 0; i < count; i++) {
     json_t *elem = json_array_get(list, i);
     int64_t id = 0, index = -1;
-    if (client_get_int(elem, "id", 0, &id) || client_get_int(elem, "index", -1, &index) ||
-        id <= 0)
+    if (client_get_int(elem, "id", 0, &id) || client_get_int(elem, "index", -1, &index) || id <= 0)
       return client_fail(client, MUSTER_PROTOCOL, "put reply: tasks[%zu] is malformed", i);
     if (ids)
       ids[i] = id;
@@ -300,7 +299,8 @@ static muster_err_t session_read_results(muster_client_t *client, json_t *reply,
                                          muster_results_t *out) {
   json_t *list = json_object_get(reply, "results");
   if (!json_is_array(list) || client_get_int(reply, "cursor", 0, &out->cursor) ||
-      client_get_int(reply, "total", 0, &out->total) || client_get_int(reply, "done", 0, &out->done))
+      client_get_int(reply, "total", 0, &out->total) ||
+      client_get_int(reply, "done", 0, &out->done))
     return client_fail(client, MUSTER_PROTOCOL, "the results reply is malformed");
   size_t n = json_array_size(list);
   out->results = calloc(n ? n : 1, sizeof *out->results);
@@ -331,9 +331,9 @@ muster_err_t muster_session_results(muster_client_t *client, const char *id, mus
   muster_err_t err = session_path(client, path, sizeof path, id, "/results");
   if (err != MUSTER_OK)
     return err;
-  int n = snprintf(query, sizeof query, "?order=%s&cursor=%lld",
-                   order == MUSTER_ORDER_COMPLETION ? "completion" : "submission",
-                   (long long)cursor);
+  int n =
+      snprintf(query, sizeof query, "?order=%s&cursor=%lld",
+               order == MUSTER_ORDER_COMPLETION ? "completion" : "submission", (long long)cursor);
   if (max > 0)
     n += snprintf(query + n, sizeof query - (size_t)n, "&max=%zu", max);
   if (wait_ms > 0)

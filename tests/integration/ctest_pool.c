@@ -53,7 +53,8 @@ static void check_err(muster_err_t got, muster_err_t want, const char *what, int
           message ? message : "", muster_err_name(want));
 }
 
-#define CHECK_ERR(c, call, want) check_err((call), (want), #call, __LINE__, muster_client_message(c))
+#define CHECK_ERR(c, call, want)                                                                   \
+  check_err((call), (want), #call, __LINE__, muster_client_message(c))
 #define CHECK_OK(c, call) CHECK_ERR(c, call, MUSTER_OK)
 #define CHECK_POOL(p, call) check_err((call), MUSTER_OK, #call, __LINE__, muster_pool_message(p))
 
@@ -351,8 +352,8 @@ static void test_session_calls(muster_client_t *c) {
   CHECK(leases[0].session != NULL && strcmp(leases[0].session, sid) == 0);
   complete_indexes(c, leases, n, (const int[]){0, 1, 2, 3, 4, 7, -1});
   /* Submission order stops at the first unfinished index; the cursor resumes. */
-  int64_t cur = expect_page(c, sid, MUSTER_ORDER_SUBMISSION, 0, 3, (const int[]){0, 1, 2, -1},
-                            __LINE__);
+  int64_t cur =
+      expect_page(c, sid, MUSTER_ORDER_SUBMISSION, 0, 3, (const int[]){0, 1, 2, -1}, __LINE__);
   CHECK(cur == 3);
   cur = expect_page(c, sid, MUSTER_ORDER_SUBMISSION, cur, 0, (const int[]){3, 4, -1}, __LINE__);
   CHECK(cur == 5);
@@ -542,8 +543,7 @@ static void test_pool_resume(muster_client_t *c) {
   muster_pool_iter_free(it);
   muster_pool_close(pool); /* keep_session: the session stays open */
   /* Another client resumes from cursor 4 and attaches a pool to the session. */
-  expect_page(c, sid, MUSTER_ORDER_SUBMISSION, 4, 0, (const int[]){4, 5, 6, 7, 8, 9, -1},
-              __LINE__);
+  expect_page(c, sid, MUSTER_ORDER_SUBMISSION, 4, 0, (const int[]){4, 5, 6, 7, 8, 9, -1}, __LINE__);
   opts.session = sid;
   opts.keep_session = 0;
   CHECK_OK(c, muster_pool_open(&opts, &pool, NULL));
@@ -708,8 +708,8 @@ static void test_close_and_expiry(muster_client_t *c) {
     int64_t start = now_ms();
     while (listed && now_ms() - start < 15000) {
       char *list = NULL;
-      listed = muster_session_list(c, &list) != MUSTER_OK ||
-               contains(list, muster_pool_session(silent));
+      listed =
+          muster_session_list(c, &list) != MUSTER_OK || contains(list, muster_pool_session(silent));
       muster_free(list);
       if (listed)
         usleep(50000); /* polling for the expiry, with a deadline */
@@ -741,17 +741,20 @@ int main(int argc, char **argv) {
     const char *name;
     void (*run)(muster_client_t *);
   } tests[] = {
-      {"session calls", test_session_calls}, {"pool map", test_pool_map},
-      {"pool orders", test_pool_orders},     {"pool resume", test_pool_resume},
-      {"updates", test_updates},             {"exactly once", test_exactly_once},
+      {"session calls", test_session_calls},
+      {"pool map", test_pool_map},
+      {"pool orders", test_pool_orders},
+      {"pool resume", test_pool_resume},
+      {"updates", test_updates},
+      {"exactly once", test_exactly_once},
       {"close and expiry", test_close_and_expiry},
   };
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
     int64_t start = now_ms();
     int failed_before = failed;
     tests[i].run(client);
-    fprintf(stderr, "%-18s %s in %lld ms\n", tests[i].name, failed == failed_before ? "ok" : "FAILED",
-            (long long)(now_ms() - start));
+    fprintf(stderr, "%-18s %s in %lld ms\n", tests[i].name,
+            failed == failed_before ? "ok" : "FAILED", (long long)(now_ms() - start));
   }
   muster_client_free(client);
   head_stop();

@@ -1,0 +1,195 @@
+"""The pool commands of the CLI against a real head: map (ordered, unordered, failures,
+the progress bar on a terminal), session create|ls|show|put|results|close, update,
+nodes and workers.
+
+One `muster worker` squares numbers for every test (a line starting with "bad" makes
+it fail); each test uses its own inputs.  Nothing waits on a timer: commands run to
+completion and state is polled with harness.wait_until.
+"""
+import json
+import os
+import pty
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+MUSTER = harness.MUSTER_BIN
+QUEUE = "cp"
+SQUARE = 'read x; case "$x" in bad*) echo "refused $x" >&2; exit 3;; esac; echo $((x * x))'
+COMMANDS = [["map"], ["nodes"], ["workers"], ["update"], ["session", "create"],
+            ["session", "ls"], ["session", "show"], ["session", "put"],
+            ["session", "results"], ["session", "close"]]
+
+
+class CliPoolTest(unittest.TestCase):
+    head = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.head = harness.Head()
+        cls.head.start()
+        cls.env = dict(os.environ, MUSTER_URL=cls.head.url, MUSTER_TOKEN=cls.head.token)
+        cls.tmp = tempfile.mkdtemp(prefix="muster-cli-pool-")
+        cls.run_cli("queue", "create", QUEUE, "--max-attempts", "1")
+        cls.worker_log = open(os.path.join(cls.tmp, "worker.log"), "wb")
+        cls.worker = subprocess.Popen(
+            [MUSTER, "worker", "--queue", QUEUE, "--concurrency", "2", "--", "sh", "-c", SQUARE],
+            env=cls.env, stdout=cls.worker_log, stderr=subprocess.STDOUT)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.worker.terminate()
+        cls.worker.wait(timeout=20)
+        cls.worker_log.close()
+        cls.head.cleanup()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def run_cli(cls, *args, stdin=""):
+        return subprocess.run([MUSTER] + list(args), input=stdin, env=cls.env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+
+    def ok(self, *args, stdin=""):
+        proc = self.run_cli(*args, stdin=stdin)
+        self.assertEqual(proc.returncode, 0, "%s: %s" % (args, proc.stderr))
+        return proc
+
+    def test_help(self):
+        for words in COMMANDS:
+            proc = self.run_cli(*words, "--help")
+            self.assertEqual(proc.returncode, 0, words)
+            self.assertIn("usage: muster " + " ".join(words), proc.stdout)
+        self.assertIn("map", self.ok("--help").stdout)
+        self.assertIn("session results", self.ok("session", "--help").stdout)
+
+    def test_map_ordered(self):
+        proc = self.ok("map", "--queue", QUEUE, "--ordered",
+                       stdin="".join("%d\n" % i for i in range(1, 201)))
+        self.assertEqual(proc.stdout.splitlines(), [str(i * i) for i in range(1, 201)])
+        self.assertEqual(proc.stderr, "")  # not a terminal: no progress bar
+
+    def test_map_unordered_with_index(self):
+        proc = self.ok("map", "--queue", QUEUE, "--with-index",
+                       stdin="".join("%d\n" % i for i in range(60)))
+        pairs = [line.split("\t") for line in proc.stdout.splitlines()]
+        self.assertEqual(sorted(int(i) for i, _ in pairs), list(range(60)))
+        for index, value in pairs:
+            self.assertEqual(int(value), int(index) ** 2)
+
+    def test_map_failure_keeps_lines_aligned(self):
+        proc = self.run_cli("map", "--queue", QUEUE, "--ordered", stdin="2\nbad one\n\n3\n")
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertEqual(proc.stdout.splitlines(), ["4", "", "9"])
+        self.assertIn("input 1", proc.stderr)
+        self.assertIn("refused bad one", proc.stderr)
+        self.assertIn("1 of 3 inputs failed", proc.stderr)
+
+    def test_map_json_and_usage_errors(self):
+        proc = self.run_cli("map", "--queue", QUEUE, "--json", stdin="1\n{bad\n")
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("stdin line 2", proc.stderr)
+        self.assertEqual(self.run_cli("map", stdin="1\n").returncode, 2)
+        self.assertEqual(self.run_cli("map", "--queue", QUEUE, "--timeout-ms", "x").returncode, 2)
+        proc = self.ok("map", "--queue", QUEUE, "--json", "--ordered", stdin="4\n5\n")
+        self.assertEqual(proc.stdout.splitlines(), ["16", "25"])
+
+    def test_map_progress_on_a_terminal(self):
+        master, slave = os.openpty()
+        proc = subprocess.Popen([MUSTER, "map", "--queue", QUEUE, "--ordered"], env=self.env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=slave)
+        os.close(slave)
+        chunks = []
+
+        def drain():  # the terminal must be read while map writes to it
+            while True:
+                ready, _, _ = select.select([master], [], [], 30)
+                try:
+                    data = os.read(master, 4096) if ready else b""
+                except OSError:
+                    data = b""
+                if not data:
+                    return
+                chunks.append(data)
+
+        reader = threading.Thread(target=drain)
+        reader.start()
+        out, _ = proc.communicate("".join("%d\n" % i for i in range(40)).encode(), timeout=120)
+        reader.join(timeout=30)
+        os.close(master)
+        bar = b"".join(chunks).decode(errors="replace")
+        self.assertEqual(proc.returncode, 0, bar)
+        self.assertEqual(len(out.splitlines()), 40)
+        self.assertIn("40/40", bar)
+        self.assertIn("100%", bar)
+        self.assertIn("/s", bar)
+        self.assertIn("ETA", bar)
+        proc = self.ok("map", "--queue", QUEUE, "--quiet", stdin="1\n")
+        self.assertEqual(proc.stderr, "")
+
+    def test_session_commands(self):
+        sid = self.ok("session", "create", "--queue", QUEUE, "--no-cleanup",
+                      "--init-data", '{"k": 1}').stdout.strip()
+        self.assertTrue(sid.startswith("s-"), sid)
+        put = self.ok("session", "put", sid, stdin="1\n2\n3\n4\n5\n").stdout.splitlines()
+        self.assertEqual([line.split("\t")[0] for line in put], ["0", "1", "2", "3", "4"])
+        self.assertIn(sid, self.ok("session", "ls").stdout)
+        listed = json.loads(self.ok("session", "ls", "--json").stdout)["sessions"]
+        self.assertIn(sid, [s["id"] for s in listed])
+        values = self.ok("session", "results", sid, "--follow", "--values").stdout.splitlines()
+        self.assertEqual(values, ["1", "4", "9", "16", "25"])
+        first = self.ok("session", "results", sid, "--max", "2")
+        rows = [json.loads(line) for line in first.stdout.splitlines()]
+        self.assertEqual([r["index"] for r in rows], [0, 1])
+        self.assertEqual(rows[1]["result"], "4")
+        self.assertIn("cursor: 2", first.stderr)
+        rest = self.ok("session", "results", sid, "--cursor", "2").stdout.splitlines()
+        self.assertEqual([json.loads(line)["index"] for line in rest], [2, 3, 4])
+        done = self.ok("session", "results", sid, "--order", "completion")
+        seqs = [json.loads(line)["seq"] for line in done.stdout.splitlines()]
+        self.assertEqual(len(seqs), 5)
+        self.assertEqual(seqs, sorted(seqs))
+        self.assertIn("cursor: %d" % seqs[-1], done.stderr)
+        self.assertEqual(self.run_cli("session", "results", sid, "--order", "x").returncode, 2)
+        shown = json.loads(self.ok("session", "show", sid).stdout)
+        self.assertEqual(shown["init_data"], {"k": 1})
+        self.assertEqual(shown["counts"]["done"], 5)
+        self.assertIn("closed session " + sid, self.ok("session", "close", sid).stdout)
+        gone = self.run_cli("session", "show", sid)
+        self.assertEqual(gone.returncode, 1)
+        self.assertIn("session_not_found", gone.stderr)
+        self.assertEqual(self.run_cli("session", "create").returncode, 2)
+        self.assertIn("queue_not_found",
+                      self.run_cli("session", "create", "--queue", "nope").stderr)
+
+    def test_update(self):
+        first = int(self.ok("update", "--queue", QUEUE, "--json", '{"lr": 0.1}').stdout)
+        second = int(self.ok("update", "--queue", QUEUE, "plain text").stdout)
+        self.assertEqual(second, first + 1)
+        reply = self.head.request("GET", "/v1/queues/%s/updates?after=%d" % (QUEUE, first - 1))
+        data = [u["data"] for u in reply.json["updates"]]
+        self.assertEqual(data, [{"lr": 0.1}, "plain text"])
+        self.assertEqual(self.run_cli("update", "--queue", QUEUE, "--json", "{bad").returncode, 1)
+        self.assertEqual(self.run_cli("update", "x").returncode, 2)
+        self.assertIn("queue_not_found", self.run_cli("update", "--queue", "nope", "1").stderr)
+
+    def test_workers_and_nodes(self):
+        harness.wait_until(lambda: QUEUE in self.ok("workers").stdout, what="the worker listed")
+        table = self.ok("workers", "--queue", QUEUE).stdout.splitlines()
+        self.assertTrue(table[0].split()[:3] == ["ID", "NAME", "NODE"], table)
+        self.assertIn("active", table[1])
+        self.assertEqual(len(self.ok("workers", "--queue", "other").stdout.splitlines()), 1)
+        workers = json.loads(self.ok("workers", "--json").stdout)["workers"]
+        self.assertTrue(any(QUEUE in w["queues"] for w in workers))
+        self.assertEqual(self.ok("nodes").stdout.split()[:2], ["NAME", "STATE"])
+        self.assertIsInstance(json.loads(self.ok("nodes", "--all", "--json").stdout)["nodes"], list)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
