@@ -643,6 +643,80 @@ typedef const muster_plugin_t *(*muster_plugin_entry_t)(void);
 
 /* ==== end of worker plugin ABI ==== */
 
+/* ==== shared data (docs/shared-data.md, docs/api.md "Shared data") ==== */
+
+/*
+ * Shared data are versioned blobs (scope, name, level) -> bytes with a time to
+ * live, kept on the head and read by workers through their node's cache.  The
+ * scope is an open session's id (the blob goes with the session) or a global
+ * name.  Levels count up from 1 by exactly one: muster_shared_set creates
+ * level 1, muster_shared_update creates the level it names, which must be the
+ * current one + 1 (MUSTER_VERSION_MISMATCH otherwise, with the expected level
+ * in the message).  A missing or expired blob is MUSTER_SHARED_NOT_FOUND.
+ * Bytes travel raw; uploads and downloads through a file descriptor stream
+ * and never hold the blob in memory.  Each of these calls opens its own
+ * connection (the handle's keep-alive connection is left as it is).
+ */
+
+/* What the head says about one level. */
+typedef struct {
+  int64_t level;        /* the level stored or read */
+  int64_t size;         /* bytes */
+  char checksum[17];    /* xxHash64 of the bytes, 16 hex digits (the ETag) */
+  int64_t ttl_ms;       /* set/update: the ttl applied (clamped to the head's maximum) */
+  int ttl_clamped;      /* set/update: non-zero when the ttl asked for was above it */
+  int64_t expires_ms;   /* when the blob expires unless updated (ms since the epoch) */
+} muster_shared_info_t;
+
+/* Progress of a transfer: `done` bytes of `total` (-1 when unknown). */
+typedef void (*muster_progress_fn)(void *user, int64_t done, int64_t total);
+
+typedef struct {
+  int64_t level;               /* put: the level to create (0: 1, a set); get: the level
+                                  to read (0: the newest) */
+  int64_t ttl_ms;              /* put: -1 (default): the head's maximum (600000 by default) */
+  muster_progress_fn progress; /* called while bytes move (NULL: none) */
+  void *user;                  /* handed to progress */
+} muster_shared_opts_t;
+
+void muster_shared_opts_init(muster_shared_opts_t *opts);
+
+/* Creates level 1 of (scope, name) from `len` bytes of `data`, with `ttl_ms`
+ * (-1: the head's maximum).  MUSTER_VERSION_MISMATCH when the blob exists.
+ * `info` (may be NULL) receives what was stored. */
+muster_err_t muster_shared_set(muster_client_t *client, const char *scope, const char *name,
+                               const void *data, size_t len, int64_t ttl_ms,
+                               muster_shared_info_t *info);
+/* Creates level `level` (the current level + 1) and refreshes the ttl. */
+muster_err_t muster_shared_update(muster_client_t *client, const char *scope, const char *name,
+                                  int64_t level, const void *data, size_t len, int64_t ttl_ms,
+                                  muster_shared_info_t *info);
+/* Uploads from file descriptor `fd` (read from its current position): `len`
+ * bytes, or until end of file when `len` is -1 (sent chunked).  `opts` may be
+ * NULL (a set with the default ttl). */
+muster_err_t muster_shared_put_fd(muster_client_t *client, const char *scope, const char *name,
+                                  int fd, int64_t len, const muster_shared_opts_t *opts,
+                                  muster_shared_info_t *info);
+/* Reads level `level` (0: the newest) into a fresh buffer: *data (muster_free;
+ * NUL-terminated for convenience, not counted in *len).  The bytes are checked
+ * against the checksum (MUSTER_PROTOCOL when they differ). */
+muster_err_t muster_shared_get(muster_client_t *client, const char *scope, const char *name,
+                               int64_t level, void **data, size_t *len,
+                               muster_shared_info_t *info);
+/* Writes the bytes of opts->level (0: the newest; `opts` may be NULL) to file
+ * descriptor `fd` as they arrive; checked like muster_shared_get. */
+muster_err_t muster_shared_get_fd(muster_client_t *client, const char *scope, const char *name,
+                                  int fd, const muster_shared_opts_t *opts,
+                                  muster_shared_info_t *info);
+/* Deletes every level; *levels (may be NULL) gets how many there were. */
+muster_err_t muster_shared_delete(muster_client_t *client, const char *scope, const char *name,
+                                  int64_t *levels);
+/* {"scope", "blobs": [{"name", "level", "levels", "size", "checksum", "ttl_ms",
+ * "expires_ms"}]} as JSON (muster_free). */
+muster_err_t muster_shared_list(muster_client_t *client, const char *scope, char **json);
+
+/* ==== end of shared data ==== */
+
 #ifdef __cplusplus
 }
 #endif
