@@ -179,6 +179,14 @@ static const char iter_details[] =
     "  muster iter restore train2 ckpt.json --world-size 6\n"
     "  muster iter stream --num-samples 10 --shuffle global --seed 42 --world-size 3 --rank 0\n";
 
+/* `muster shared ...` (cmd_shared.c). */
+extern const cli_opt_t cmd_shared_put_opts[], cmd_shared_get_opts[], cmd_shared_ls_opts[];
+extern const char cmd_shared_details[];
+int cmd_shared_put(cli_args_t *args);
+int cmd_shared_get(cli_args_t *args);
+int cmd_shared_rm(cli_args_t *args);
+int cmd_shared_ls(cli_args_t *args);
+
 static const cli_cmd_t commands[] = {
     {"head", "[options]", "Run the head daemon (see `muster head --help`).", NULL, NULL, 0, 0, -1,
      cmd_head},
@@ -254,6 +262,14 @@ static const cli_cmd_t commands[] = {
     {"iter rm", "NAME", "Delete an iteration.", NULL, NULL, 1, 1, 1, cmd_iter_rm},
     {"iter stream", "[options]", "Print a rank's indices, computed here (no head).", iter_details,
      iter_stream_opts, 0, 0, 0, cmd_iter_stream},
+    {"shared put", "SCOPE NAME [FILE] [options]", "Upload shared data (FILE or stdin).",
+     cmd_shared_details, cmd_shared_put_opts, 1, 2, 3, cmd_shared_put},
+    {"shared get", "SCOPE NAME [FILE] [options]", "Download shared data (to FILE or stdout).",
+     cmd_shared_details, cmd_shared_get_opts, 1, 2, 3, cmd_shared_get},
+    {"shared rm", "SCOPE NAME", "Delete every level of shared data.", NULL, NULL, 1, 2, 2,
+     cmd_shared_rm},
+    {"shared ls", "SCOPE [options]", "List the shared data of a scope.", NULL, cmd_shared_ls_opts,
+     1, 1, 1, cmd_shared_ls},
     {"version", "", "Print the version.", NULL, NULL, 0, 0, 0, cmd_version},
     {"help", "[COMMAND]", "Show help for muster or for a command.", NULL, NULL, 0, 0, 2, cmd_help},
 };
