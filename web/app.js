@@ -623,17 +623,14 @@
 
   // ---- shared data ----
 
-  // The scopes whose blobs are listed: every scope the head lists (when it has
-  // GET /v1/shared), the open sessions (each is a scope), scopes named by the tasks
-  // being worked on, and those given in the URL (?shared=models,tables).
+  // The scopes whose blobs are listed (the API has no list of scopes): the open
+  // sessions (each is a scope), scopes named by the tasks being worked on, and those
+  // given in the URL (?shared=models,tables).
   async function loadShared(data) {
     const scopes = new Set((params.get('shared') || '').split(',').map(s => s.trim()).filter(Boolean));
     for (const tasks of Object.values(data.holding))
       for (const t of tasks)
         for (const req of t.requires || []) if (req && req.scope) scopes.add(req.scope);
-    const all = await apiOr404('/v1/shared');
-    if (all && !all.missing && Array.isArray(all.scopes))
-      for (const s of all.scopes) scopes.add(typeof s === 'string' ? s : s.scope);
     for (const s of data.replies['/v1/sessions'].sessions.slice(0, MAX_SESSION_SCOPES)) scopes.add(s.id);
     data.shared = {served: null, scopes: [...scopes].sort(), blobs: []};
     const replies = await Promise.all(data.shared.scopes.map(

@@ -471,8 +471,18 @@ class DashboardBrowserTest(unittest.TestCase):
         put_blob("models", "weights", 1, 1000)
         put_blob("models", "weights", 2, 3 * 1024 * 1024)
         put_blob(kept, "params", 1, 512)
+        # Scope "tables" is not in the URL: the page finds it in the `requires` of a
+        # task that a worker holds.
+        put_blob("tables", "vocab", 1, 2048)
+        self.api("POST", "/v1/queues/pool/tasks", {"tasks": [{
+            "payload": "needs-vocab", "priority": 9,
+            "requires": [{"scope": "tables", "name": "vocab", "level": 1}]}]}, status=201)
+        holder = self.api("POST", "/v1/workers", {"nickname": "holder"}, status=201)["id"]
+        [lease] = self.api("POST", "/v1/queues/pool/lease", {"worker": holder})["leases"]
+        self.assertEqual(lease["payload"], "needs-vocab")
         self.shared = {("models", "weights"): (2, "1, 2", "3.0 MiB"),
-                       (kept, "params"): (1, "1", "512 B")}
+                       (kept, "params"): (1, "1", "512 B"),
+                       ("tables", "vocab"): (1, "1", "2.0 KiB")}
 
     def check_node_page(self):
         b = self.browser
