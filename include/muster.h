@@ -594,10 +594,29 @@ void muster_pool_close(muster_pool_t *pool);
  * exits normally.  A plugin that crashes takes its worker process down; the
  * node agent restarts it and the task's attempt counts.  Strings passed in are
  * NUL-terminated, valid only during the call, and JSON text unless said
- * otherwise.
+ * otherwise.  A runner loads plugins of ABI MUSTER_PLUGIN_ABI_MIN to
+ * MUSTER_PLUGIN_ABI; fields added by a later ABI come at the end of their
+ * struct, so a plugin built for an older one reads what it knows.
  */
-#define MUSTER_PLUGIN_ABI 1
+#define MUSTER_PLUGIN_ABI 2     /* 2: tasks carry the shared data they require */
+#define MUSTER_PLUGIN_ABI_MIN 1 /* the oldest ABI a runner still loads */
 #define MUSTER_PLUGIN_SYMBOL "muster_plugin"
+
+/*
+ * ABI 2: one level of shared data a task requires (docs/shared-data.md
+ * "Workers").  The runner fetched it through the node's cache before run():
+ * `path` is a read-only local file holding exactly `size` bytes, kept by the
+ * runner until a task requires another level of the same blob (so a plugin may
+ * keep it mapped, or keep what it loaded from it, while `level` stays the same).
+ */
+typedef struct {
+  const char *scope;
+  const char *name;
+  int64_t level;
+  const char *path;     /* the level's bytes on this machine; never write to it */
+  int64_t size;         /* bytes */
+  const char *checksum; /* xxHash64 of the bytes, 16 hex digits (the head's ETag) */
+} muster_plugin_shared_t;
 
 typedef struct {
   int64_t id;          /* task id */
@@ -608,6 +627,10 @@ typedef struct {
   const char *session; /* session id or NULL */
   int64_t index;       /* index within the session, or -1 */
   int64_t worker;      /* the worker's id */
+  /* ABI 2 (a plugin that declares abi >= 2 may read these): the task's
+   * "requires", each level already local; NULL and 0 when it requires none. */
+  const muster_plugin_shared_t *shared;
+  size_t shared_count;
 } muster_plugin_task_t;
 
 typedef struct {

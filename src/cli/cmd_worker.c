@@ -223,6 +223,10 @@ static int worker_configure(cli_args_t *args, worker_t *w) {
   w->token = cli_token(args);
   w->plugin_path = cli_opt(args, "plugin");
   w->init_data = cli_opt(args, "init-data");
+  w->cache_url =
+      cli_opt(args, "cache-url") ? cli_opt(args, "cache-url") : getenv("MUSTER_CACHE_URL");
+  if (w->cache_url && w->cache_url[0] == '\0')
+    w->cache_url = NULL;
   if (rc == CLI_OK && args->npos == 0 && w->plugin_path == NULL)
     rc = cli_usage_error(args->cmd, "'worker' needs a command after -- or --plugin PATH");
   else if (rc == CLI_OK && args->npos > 0 && w->plugin_path != NULL)
@@ -326,6 +330,7 @@ static void worker_hard_stop(worker_t *w) {
       run_signal(w->slots[i].proc, SIGKILL);
   pthread_mutex_unlock(&w->lock);
   worker_updates_close(w);
+  worker_shared_cleanup(w);
   muster_client_set_timeout(w->main_client, 2000);
   muster_worker_bye(w->main_client, worker_id(w));
   _exit(1);
@@ -394,13 +399,17 @@ static void worker_init_sync(worker_t *w) {
   pthread_mutex_init(&w->lock, NULL);
   pthread_mutex_init(&w->reg_lock, NULL);
   pthread_mutex_init(&w->upd_lock, NULL);
+  pthread_mutex_init(&w->shared_lock, NULL);
   w->updates_fd = -1;
 }
 
 static void worker_destroy(worker_t *w) {
-  for (int i = 0; w->slots && i < w->concurrency; i++)
+  for (int i = 0; w->slots && i < w->concurrency; i++) {
     muster_client_free(w->slots[i].client);
+    json_decref(w->slots[i].requires);
+  }
   free(w->slots);
+  worker_shared_free(w);
   muster_client_free(w->hb_client);
   muster_free(w->name);
   worker_updates_close(w);
@@ -411,6 +420,7 @@ static void worker_destroy(worker_t *w) {
   pthread_mutex_destroy(&w->lock);
   pthread_mutex_destroy(&w->reg_lock);
   pthread_mutex_destroy(&w->upd_lock);
+  pthread_mutex_destroy(&w->shared_lock);
 }
 
 /* Says goodbye and prints what the worker did. */

@@ -99,6 +99,9 @@ static const cli_opt_t worker_opts[] = {
     {"node", "ID", "node this worker runs on"},
     {"plugin", "PATH", "load a worker plugin (.so, docs/node.md) instead of running a command"},
     {"init-data", "JSON", "data for the plugin's init, as JSON text (default null)"},
+    {"cache-url", "URL",
+     "read shared data tasks require from this node cache (default: MUSTER_CACHE_URL, "
+     "set by the node agent; else --url)"},
     {NULL, NULL, NULL},
 };
 
@@ -135,7 +138,9 @@ static const char worker_details[] =
     "fails with the last 2 KiB of stderr as its error (retried per the queue's\n"
     "settings).  The lease is extended while CMD runs, and the worker\n"
     "heart-beats with its progress.  CMD sees MUSTER_TASK_ID, MUSTER_ATTEMPT,\n"
-    "MUSTER_QUEUE and MUSTER_WORKER_ID in its environment.\n\n"
+    "MUSTER_QUEUE and MUSTER_WORKER_ID in its environment.  A task that requires\n"
+    "shared data gets each level as a local file first: MUSTER_SHARED_<NAME> is\n"
+    "its path and MUSTER_REQUIRES lists them all as JSON (docs/shared-data.md).\n\n"
     "SIGINT or SIGTERM: take no new tasks, let running ones finish, say goodbye\n"
     "and exit 0.  A second signal terminates the running commands and releases\n"
     "their tasks.\n\n"

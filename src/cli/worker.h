@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #define WORKER_POLL_MS 2000 /* long-poll per lease request; bounds the stop delay when idle */
+#define WORKER_MAX_REQUIRES 16 /* shared-data levels one task may require (the head's limit) */
 
 typedef struct worker worker_t;
 
@@ -29,6 +30,9 @@ typedef struct {
   _Atomic int64_t task; /* the task being run, 0 when idle (read by the heartbeat) */
   run_proc_t *proc;     /* the running command, under worker->lock; NULL when none */
   int lease_failing;    /* the last lease request failed (log a streak once) */
+  struct json_t *requires;      /* the leased task's "requires" list, or NULL (owned) */
+  struct worker_shared **held;  /* the levels it holds while its task runs (worker_shared.c) */
+  size_t nheld;
 } worker_slot_t;
 
 struct worker {
@@ -64,6 +68,13 @@ struct worker {
   int updates_unsupported;    /* the head refused updates_after: lease without it */
   char updates_path[256];     /* command workers: the JSON-lines file, "" when none */
   int updates_fd;             /* open for appending, or -1 */
+
+  /* shared data tasks require (worker_shared.c), under shared_lock */
+  pthread_mutex_t shared_lock;
+  const char *cache_url;          /* --cache-url / MUSTER_CACHE_URL: the node cache; NULL: --url */
+  muster_client_t *cache_client;  /* a handle for it, made on first use */
+  struct worker_shared *shared;   /* the levels held as local files */
+  char shared_dir[700];           /* where they are linked or downloaded, "" before the first */
 
   pthread_mutex_t lock; /* guards id, name, slots[].proc, hb_stop; wakes the heartbeat */
   pthread_cond_t wake;
@@ -140,5 +151,26 @@ void worker_plugin_update(worker_t *w, int64_t seq, const char *data, const char
 void worker_plugin_unload(worker_t *w);
 /* The heartbeat thread's part: extends the plugin's lease when due. */
 void worker_plugin_keep_lease(worker_t *w, muster_client_t *client);
+
+/* ---- worker_shared.c: shared data a task requires ---- */
+
+/*
+ * Makes each level of slot->requires a local file (through the node cache,
+ * once per worker and level) and holds it for the slot's task.  Returns 0, or
+ * -1 with the reason in `why` (nothing held then).
+ */
+int worker_shared_acquire(worker_slot_t *slot, char *why, size_t size);
+/* Lets go of what the slot's task held (the files stay for later tasks). */
+void worker_shared_release(worker_slot_t *slot);
+/* The command's variables for the held levels: MUSTER_SHARED_<NAME>=PATH and
+ * MUSTER_REQUIRES=JSON, NULL-terminated (worker_shared_env_free); NULL: no memory. */
+char **worker_shared_env(worker_slot_t *slot);
+void worker_shared_env_free(char **vars);
+/* Fills out[0 .. slot->nheld) for a plugin (valid while the task runs). */
+void worker_shared_plugin(worker_slot_t *slot, muster_plugin_shared_t *out);
+/* Removes the worker's files of shared data (also from the SIGHUP path). */
+void worker_shared_cleanup(worker_t *w);
+/* Cleans up and frees the shared-data state. */
+void worker_shared_free(worker_t *w);
 
 #endif

@@ -30,11 +30,13 @@ int worker_plugin_load(worker_t *w) {
   const muster_plugin_t *plugin = entry ? entry() : NULL;
   const char *why = entry == NULL    ? "it does not export " MUSTER_PLUGIN_SYMBOL "()"
                     : plugin == NULL ? MUSTER_PLUGIN_SYMBOL "() returned NULL"
-                    : plugin->abi != MUSTER_PLUGIN_ABI ? "its ABI version is not this runner's"
+                    : plugin->abi < MUSTER_PLUGIN_ABI_MIN || plugin->abi > MUSTER_PLUGIN_ABI
+                        ? "its ABI version is not one this runner loads"
                     : plugin->run == NULL || plugin->init == NULL ? "it has no init or run"
                                                                   : NULL;
   if (why != NULL) {
-    fprintf(stderr, "muster worker: plugin %s: %s (runner ABI %d)\n", w->plugin_path, why,
+    fprintf(stderr, "muster worker: plugin %s: %s (plugin ABI %u, runner ABI %d to %d)\n",
+            w->plugin_path, why, plugin ? plugin->abi : 0, MUSTER_PLUGIN_ABI_MIN,
             MUSTER_PLUGIN_ABI);
     dlclose(w->plugin_lib);
     w->plugin_lib = NULL;
@@ -94,6 +96,10 @@ void worker_plugin_run(worker_slot_t *slot, const muster_lease_t *lease) {
                                .session = lease->session,
                                .index = lease->index,
                                .worker = worker_id(w)};
+  muster_plugin_shared_t shared[WORKER_MAX_REQUIRES];
+  worker_shared_plugin(slot, shared);
+  task.shared = slot->nheld ? shared : NULL; /* ABI 2 fields, at the struct's end */
+  task.shared_count = slot->nheld;
   muster_plugin_result_t result = {NULL, NULL, 0};
   plugin_set_task(slot, lease);
   int rc = w->plugin->run(w->plugin_state, &task, &result);

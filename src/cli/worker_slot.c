@@ -211,20 +211,27 @@ static int slot_supervise(worker_slot_t *slot, const muster_lease_t *lease, run_
   }
 }
 
-/* The child's environment: ours plus the task's MUSTER_* variables. */
-static char **slot_env(worker_slot_t *slot, const muster_lease_t *lease, char vars[5][160]) {
-  size_t n = 0;
+/* The child's environment: ours plus the task's MUSTER_* variables and
+ * `shared` (the required shared data's; may be NULL). */
+static char **slot_env(worker_slot_t *slot, const muster_lease_t *lease, char vars[5][160],
+                       char **shared) {
+  size_t n = 0, nshared = 0;
   while (environ[n])
     n++;
-  char **env = calloc(n + 6, sizeof *env);
+  while (shared && shared[nshared])
+    nshared++;
+  char **env = calloc(n + nshared + 6, sizeof *env);
   if (env == NULL)
     return NULL;
   size_t at = 0;
   for (size_t i = 0; i < n; i++)
     if (strncmp(environ[i], "MUSTER_TASK_ID=", 15) && strncmp(environ[i], "MUSTER_ATTEMPT=", 15) &&
         strncmp(environ[i], "MUSTER_QUEUE=", 13) && strncmp(environ[i], "MUSTER_WORKER_ID=", 17) &&
-        strncmp(environ[i], "MUSTER_UPDATE_SEQ=", 18))
+        strncmp(environ[i], "MUSTER_UPDATE_SEQ=", 18) &&
+        strncmp(environ[i], "MUSTER_REQUIRES=", 16) && strncmp(environ[i], "MUSTER_SHARED_", 14))
       env[at++] = environ[i];
+  for (size_t i = 0; i < nshared; i++)
+    env[at++] = shared[i];
   snprintf(vars[0], 160, "MUSTER_TASK_ID=%lld", (long long)lease->task);
   snprintf(vars[1], 160, "MUSTER_ATTEMPT=%lld", (long long)lease->attempt);
   snprintf(vars[2], 160, "MUSTER_QUEUE=%.140s", slot->worker->queue);
@@ -267,7 +274,8 @@ static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
     input_len = json_string_length(payload);
   }
   char vars[5][160], why[512];
-  char **env = slot_env(slot, lease, vars);
+  char **shared = slot->nheld > 0 ? worker_shared_env(slot) : NULL;
+  char **env = slot->nheld > 0 && shared == NULL ? NULL : slot_env(slot, lease, vars, shared);
   run_proc_t proc;
   if (env == NULL) {
     slot_fail(slot, lease, "the worker ran out of memory");
@@ -282,6 +290,7 @@ static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
     run_finish(&proc);
   }
   free(env);
+  worker_shared_env_free(shared);
   json_decref(payload);
 }
 
@@ -303,10 +312,14 @@ void *worker_slot_main(void *arg) {
     if (got == 1 && atomic_load(&w->stopping)) {
       slot_release(slot, lease); /* leased as the stop came: give it back at once */
     } else if (got == 1) {
-      if (w->plugin)
+      char why[800];
+      if (slot->requires && worker_shared_acquire(slot, why, sizeof why) != 0)
+        worker_slot_fail(slot, lease, why, 0); /* retried: the level may come, the cache return */
+      else if (w->plugin)
         worker_plugin_run(slot, lease);
       else
         slot_run_task(slot, lease);
+      worker_shared_release(slot);
       ran = 1;
     }
     if (!ran)

@@ -215,6 +215,11 @@ muster_err_t worker_lease(worker_slot_t *slot, int64_t wait_ms, muster_lease_t *
     update_catch_up(slot, last);
   pthread_mutex_unlock(&w->upd_lock);
   err = update_read_leases(obj, leases, count);
+  /* What the leased task requires (one lease at most per slot): kept for
+   * worker_shared_acquire, which fetches it before the task runs. */
+  json_decref(slot->requires);
+  json_t *requires = json_object_get(json_array_get(json_object_get(obj, "leases"), 0), "requires");
+  slot->requires = err == MUSTER_OK && json_array_size(requires) > 0 ? json_incref(requires) : NULL;
   json_decref(obj);
   return err;
 }

@@ -1,0 +1,162 @@
+"""Workers and shared data (docs/shared-data.md "Workers"): tasks that require levels get
+them as local files through their node's cache before they run.  A session run where
+the first batch requires level 1, the client updates to level 2 between two batches, and
+every task ran with the level it required (command workers: MUSTER_SHARED_<NAME> and
+MUSTER_REQUIRES); the cache fetched each level once for all workers; plugins (ABI 2) get
+the paths in their task and keep what they loaded until the level changes; a worker
+without a node cache downloads from the head and removes its files when it exits."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import node_harness  # noqa: E402
+from node_harness import Agent  # noqa: E402
+
+OCTET = "application/octet-stream"
+PLUGIN = os.path.join(node_harness.build_dir(), "libplugin_shared.so")
+# Prints the content of the required "params" level, then MUSTER_REQUIRES.
+COMMAND = ["sh", "-c", 'printf "%s|%s" "$(cat "$MUSTER_SHARED_PARAMS")" "$MUSTER_REQUIRES"']
+
+
+class SharedWorkersTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-cache-workers-")
+        self.head = harness.Head().start()
+        self.agents = []
+        r = self.head.request("PUT", "/v1/queues/sq", {"backoff_ms": 0})
+        self.assertEqual(r.status, 201, r)
+
+    def tearDown(self):
+        for a in self.agents:
+            a.kill()
+        self.head.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def agent(self, name, args, cmd=None):
+        a = Agent(self.head, self.dir, name, cmd=cmd,
+                  args=["--queue", "sq", "--cache-dir", os.path.join(self.dir, "cache-" + name)]
+                  + args)
+        self.agents.append(a)
+        return a.start()
+
+    def put(self, scope, name, data, level):
+        r = self.head.request("PUT", "/v1/shared/%s/%s?level=%d" % (scope, name, level),
+                              raw=data, content_type=OCTET)
+        self.assertEqual(r.status, 201, r)
+
+    def results(self, sid, count, agent):
+        def read():
+            r = self.head.request("GET", "/v1/sessions/%s/results?max=1000" % sid)
+            self.assertEqual(r.status, 200, r)
+            return r.json["results"] if len(r.json["results"]) >= count else None
+        return harness.wait_until(read, timeout=60, what="%d results:\n%s" % (count, agent.log()))
+
+    def submit(self, sid, level, count):
+        req = [{"scope": sid, "name": "params", "level": level}]
+        r = self.head.request("POST", "/v1/sessions/%s/tasks" % sid,
+                              {"tasks": [{"payload": level, "requires": req}
+                                         for _ in range(count)]})
+        self.assertEqual(r.status, 201, r)
+        return [t["index"] for t in r.json["tasks"]]
+
+    def test_session_levels_with_command_workers(self):
+        a = self.agent("cmd", ["--workers", "2"], cmd=COMMAND)
+        r = self.head.request("POST", "/v1/sessions", {"queue": "sq"})
+        self.assertEqual(r.status, 201, r)
+        sid = r.json["id"]
+        data = {1: "params-level-1-" + os.urandom(8).hex(), 2: "params-level-2-" + os.urandom(8).hex()}
+        self.put(sid, "params", data[1].encode(), 1)
+        first = self.submit(sid, 1, 10)
+        self.results(sid, 3, a)  # level 1 is in use when level 2 comes
+        self.put(sid, "params", data[2].encode(), 2)
+        second = self.submit(sid, 2, 10)
+        results = {x["index"]: x for x in self.results(sid, 20, a)}
+        self.assertEqual(sorted(results), sorted(first + second))
+        paths = set()
+        for index, x in results.items():
+            level = 1 if index in first else 2
+            self.assertEqual(x["state"], "done", x)
+            text, requires = x["result"].split("|", 1)
+            self.assertEqual(text, data[level], x)
+            requires = json.loads(requires)
+            self.assertEqual(len(requires), 1)
+            self.assertEqual((requires[0]["scope"], requires[0]["name"], requires[0]["level"],
+                              requires[0]["size"]), (sid, "params", level, len(data[level])))
+            paths.add(requires[0]["path"])
+        s = a.request("GET", "/v1/node/cache").json
+        self.assertEqual(s["upstream_fetches"], 2, s)  # each level once, for both workers
+        # Each worker linked each level it used once and kept it between tasks:
+        # at most 2 workers x 2 levels distinct paths for 20 tasks.
+        self.assertLessEqual(len(paths), 4, paths)
+        # Level 1 went from the workers' directories once level 2 replaced it.
+        links = os.path.join(self.dir, "cache-cmd", "links")
+        held = [f for d in os.listdir(links) for f in os.listdir(os.path.join(links, d))]
+        self.assertTrue(held and all(f.endswith("@params@2") for f in held), held)
+        self.assertEqual(a.stop(), 0)
+        self.assertEqual(os.listdir(links), [])  # the workers removed their directories
+
+    def test_plugin_gets_the_paths_and_keeps_its_load(self):
+        a = self.agent("plug", ["--workers", "1", "--plugin", PLUGIN])
+        self.put("models", "w", b"weights-one", 1)
+        req = [{"scope": "models", "name": "w", "level": 1}]
+
+        def run(level, n):
+            req[0]["level"] = level
+            r = self.head.request("POST", "/v1/queues/sq/tasks",
+                                  {"tasks": [{"payload": i, "requires": req} for i in range(n)]})
+            self.assertEqual(r.status, 201, r)
+            ids = [t["id"] for t in r.json["tasks"]]
+
+            def done():
+                tasks = [self.head.request("GET", "/v1/tasks/%d" % i).json for i in ids]
+                return tasks if all(t["state"] == "done" for t in tasks) else None
+            return [t["result"] for t in harness.wait_until(done, timeout=60, what=a.log())]
+        for x in run(1, 4):
+            self.assertEqual((x["level"], x["data"], x["loads"]), (1, "weights-one", 1), x)
+        self.put("models", "w", b"weights-two", 2)
+        for x in run(2, 4):
+            self.assertEqual((x["level"], x["data"], x["loads"]), (2, "weights-two", 2), x)
+        # A task that requires a level the head no longer has fails with the reason.
+        self.assertEqual(self.head.request("DELETE", "/v1/shared/models/w").status, 200)
+        r = self.head.request("PUT", "/v1/queues/once", {"max_attempts": 1})
+        self.assertEqual(r.status, 201, r)
+        b = self.agent("plug2", ["--workers", "1", "--plugin", PLUGIN, "--queue", "once"])
+        r = self.head.request("POST", "/v1/queues/once/tasks", {"tasks": [{"payload": 0,
+                                                                           "requires": req}]})
+        tid = r.json["tasks"][0]["id"]
+        t = harness.wait_until(lambda: (lambda t: t if t["state"] == "dead" else None)(
+            self.head.request("GET", "/v1/tasks/%d" % tid).json), timeout=30, what=b.log())
+        self.assertIn("shared_not_found", t["error"])
+        self.assertIn("models/w level 2", t["error"])
+
+    def test_worker_without_a_node_cache_downloads(self):
+        self.put("global", "params", b"direct-from-the-head", 1)
+        tmp = os.path.join(self.dir, "tmp")
+        os.mkdir(tmp)
+        env = dict(os.environ, TMPDIR=tmp, MUSTER_TOKEN=self.head.token)
+        env.pop("MUSTER_CACHE_URL", None)
+        req = [{"scope": "global", "name": "params", "level": 1}]
+        r = self.head.request("POST", "/v1/queues/sq/tasks",
+                              {"tasks": [{"payload": i, "requires": req} for i in range(3)]})
+        ids = [t["id"] for t in r.json["tasks"]]
+        log = open(os.path.join(self.dir, "worker.log"), "wb")
+        proc = subprocess.run([harness.MUSTER_BIN, "worker", "--url", self.head.url, "--queue", "sq",
+                               "--max-tasks", "3", "--"] + COMMAND,
+                              env=env, stdout=log, stderr=subprocess.STDOUT, timeout=60)
+        log.close()
+        self.assertEqual(proc.returncode, 0)
+        for i in ids:
+            t = self.head.request("GET", "/v1/tasks/%d" % i).json
+            self.assertEqual(t["state"], "done", t)
+            self.assertTrue(t["result"].startswith("direct-from-the-head|"), t)
+        self.assertEqual(os.listdir(tmp), [])  # its files went with it
+
+
+if __name__ == "__main__":
+    unittest.main()
