@@ -381,10 +381,11 @@ static void head_done(shared_conn_t *c, size_t len, struct evbuffer *out) {
   }
   bool upload = strcmp(method, "PUT") == 0 && strncmp(target, "/v1/shared/", 11) == 0;
   if (upload) {
-    head_rewrite(head, len, out);
-    evbuffer_drain(c->head_buf, len);
+    /* Read Expect before the drain: it frees the bytes `head` points into. */
     c->expect = head_header(line_end + 1, end, "Expect", expect, sizeof expect) &&
                 strcasecmp(expect, "100-continue") == 0;
+    head_rewrite(head, len, out);
+    evbuffer_drain(c->head_buf, len);
     frame_init(&c->pending, chunked, length);
     c->replied = false;
     c->state = TAP_AWAIT;
