@@ -28,6 +28,13 @@ def tmp_files(head):
     return os.listdir(os.path.join(head.data_dir, "shared", "tmp"))
 
 
+def sanitized():
+    """True when the head under test is the AddressSanitizer build."""
+    from harness import MUSTER_BIN
+    with open(MUSTER_BIN, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
 def vm_kib(pid, key):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -331,6 +338,10 @@ class SharedMemoryTest(unittest.TestCase):
             print("\nhead memory for a %d MiB blob: VmHWM %d KiB at start, %d KiB after the "
                   "upload, %d KiB after the download (growth %d KiB); VmRSS now %d KiB"
                   % (self.SIZE >> 20, base_hwm, after_upload, hwm, hwm - base_hwm, rss))
+            if sanitized():
+                # ASan keeps freed memory in quarantine (256 MiB by default): the figure
+                # says nothing about the head there; the plain build asserts it.
+                return
             self.assertLess(hwm - base_hwm, 64 * 1024)
 
 
