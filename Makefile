@@ -30,7 +30,7 @@ test-asan:
 	  UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 bench: $(BUILD)/Makefile
-	cmake --build $(BUILD) -j $(JOBS) --target muster_bin bench_cycle bench_iter
+	cmake --build $(BUILD) -j $(JOBS) --target muster_bin bench_cycle bench_iter bench_shared
 	bench/run
 
 format:
