@@ -29,6 +29,7 @@ const cli_opt_t cmd_map_opts[] = {
     {"ordered", NULL, "print results in input order (default: as they finish)"},
     {"json", NULL, "parse each input line as JSON instead of sending it as a string"},
     {"with-index", NULL, "prefix each result with its input's number (0-based) and a tab"},
+    {"json-output", NULL, "print every result as one line of JSON (a string result quoted)"},
     {"init-data", "JSON", "the session's init_data, handed to the workers"},
     {"timeout-ms", "MS", "session heartbeat timeout (default: the head's)"},
     {"quiet", NULL, "no progress bar, even on a terminal"},
@@ -38,8 +39,10 @@ const cli_opt_t cmd_map_opts[] = {
 const char cmd_map_details[] =
     "Reads one input per stdin line (empty lines are skipped), runs each as a\n"
     "task of queue Q in a new session, and prints one result per line: a string\n"
-    "result as its text, any other result as compact JSON.  A failed input\n"
-    "prints an empty line and its error on stderr; the exit status is then 1.\n"
+    "result as its text, any other result as compact JSON (with --json-output\n"
+    "every result as JSON, a string quoted).  A failed input prints an empty\n"
+    "line (null with --json-output) and its error on stderr; the exit status\n"
+    "is then 1.\n"
     "Every input's result is printed exactly once, also when a node was lost\n"
     "and its tasks ran again elsewhere.  When stderr is a terminal a progress\n"
     "bar shows done/total, the rate and the time left.  Interrupting map closes\n"
@@ -168,7 +171,9 @@ static void map_bar_clear(const map_bar_t *bar) {
 static int map_print(const cli_args_t *args, map_bar_t *bar, const muster_result_t *r) {
   if (cli_flag(args, "with-index"))
     printf("%lld\t", (long long)r->index);
-  if (r->ok)
+  if (cli_flag(args, "json-output"))
+    fputs(r->ok ? r->result : "null", stdout);
+  else if (r->ok)
     cli_print_result_value(r->result, stdout);
   putchar('\n');
   fflush(stdout);

@@ -90,6 +90,10 @@ class CliPoolTest(unittest.TestCase):
         self.assertIn("input 1", proc.stderr)
         self.assertIn("refused bad one", proc.stderr)
         self.assertIn("1 of 3 inputs failed", proc.stderr)
+        proc = self.run_cli("map", "--queue", QUEUE, "--ordered", "--json-output",
+                            stdin="2\nbad two\n")
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertEqual(proc.stdout.splitlines(), ['"4"', "null"])
 
     def test_map_json_and_usage_errors(self):
         proc = self.run_cli("map", "--queue", QUEUE, "--json", stdin="1\n{bad\n")
