@@ -81,7 +81,8 @@ static void human_bytes(double bytes, char *out, size_t size) {
 static void bar_draw(void *user, int64_t done, int64_t total) {
   bar_t *bar = user;
   int64_t now = bar_now_ms();
-  if (!bar->enabled || (total >= 0 && total < BAR_MIN_BYTES) || (total < 0 && done < BAR_MIN_BYTES) ||
+  if (!bar->enabled || (total >= 0 && total < BAR_MIN_BYTES) ||
+      (total < 0 && done < BAR_MIN_BYTES) ||
       (now - bar->drawn_ms < BAR_REDRAW_MS && (total < 0 || done < total)))
     return;
   bar->drawn_ms = now;
@@ -95,7 +96,9 @@ static void bar_draw(void *user, int64_t done, int64_t total) {
   int filled = total > 0 ? (int)((double)BAR_WIDTH * (double)done / (double)total) : 0;
   char cells[BAR_WIDTH + 1];
   for (int i = 0; i < BAR_WIDTH; i++)
-    cells[i] = total < 0 ? (i == (int)((now / 100) % BAR_WIDTH) ? '#' : '-') : i < filled ? '#' : '-';
+    cells[i] = total < 0    ? (i == (int)((now / 100) % BAR_WIDTH) ? '#' : '-')
+               : i < filled ? '#'
+                            : '-';
   cells[BAR_WIDTH] = '\0';
   if (rate > 0 && total >= 0) {
     long left = (long)((double)(total - done) / rate + 0.5);
@@ -151,7 +154,8 @@ static int shared_put(cli_args_t *args, muster_client_t *client) {
   opts.progress = bar_draw;
   opts.user = &bar;
   muster_shared_info_t info;
-  muster_err_t err = muster_shared_put_fd(client, args->pos[0], args->pos[1], fd, len, &opts, &info);
+  muster_err_t err =
+      muster_shared_put_fd(client, args->pos[0], args->pos[1], fd, len, &opts, &info);
   bar_clear(&bar);
   if (fd != 0)
     close(fd);
@@ -161,12 +165,11 @@ static int shared_put(cli_args_t *args, muster_client_t *client) {
     printf("{\"scope\": \"%s\", \"name\": \"%s\", \"level\": %lld, \"size\": %lld, \"checksum\": "
            "\"%s\", \"ttl_ms\": %lld, \"ttl_clamped\": %s, \"expires_ms\": %lld}\n",
            args->pos[0], args->pos[1], (long long)info.level, (long long)info.size, info.checksum,
-           (long long)info.ttl_ms, info.ttl_clamped ? "true" : "false",
-           (long long)info.expires_ms);
+           (long long)info.ttl_ms, info.ttl_clamped ? "true" : "false", (long long)info.expires_ms);
   } else {
-    printf("%s/%s level %lld: %lld bytes, checksum %s, ttl %lld ms%s\n", args->pos[0],
-           args->pos[1], (long long)info.level, (long long)info.size, info.checksum,
-           (long long)info.ttl_ms, info.ttl_clamped ? " (clamped to the head's maximum)" : "");
+    printf("%s/%s level %lld: %lld bytes, checksum %s, ttl %lld ms%s\n", args->pos[0], args->pos[1],
+           (long long)info.level, (long long)info.size, info.checksum, (long long)info.ttl_ms,
+           info.ttl_clamped ? " (clamped to the head's maximum)" : "");
   }
   return CLI_OK;
 }
@@ -230,8 +233,8 @@ static int shared_ls(cli_args_t *args, muster_client_t *client) {
   }
   json_t *root = json_loads(json, 0, NULL);
   muster_free(json);
-  static const char *const headers[] = {"NAME", "LEVEL", "LEVELS", "SIZE", "CHECKSUM",
-                                        "EXPIRES_IN"};
+  static const char *const headers[] = {"NAME", "LEVEL",    "LEVELS",
+                                        "SIZE", "CHECKSUM", "EXPIRES_IN"};
   static const int right[] = {0, 1, 0, 1, 0, 1};
   cli_table_t table;
   table_init(&table, 6, headers, right);
@@ -254,8 +257,9 @@ static int shared_ls(cli_args_t *args, muster_client_t *client) {
     human_bytes((double)json_integer_value(json_object_get(blob, "size")), size, sizeof size);
     int64_t left = (int64_t)json_integer_value(json_object_get(blob, "expires_ms")) - now;
     snprintf(expires, sizeof expires, "%llds", (long long)(left > 0 ? left / 1000 : 0));
-    const char *cells[] = {json_string_value(json_object_get(blob, "name")), level, levels, size,
-                           json_string_value(json_object_get(blob, "checksum")), expires};
+    const char *cells[] = {
+        json_string_value(json_object_get(blob, "name")),     level,  levels, size,
+        json_string_value(json_object_get(blob, "checksum")), expires};
     table_add(&table, cells);
   }
   table_print(&table, stdout);

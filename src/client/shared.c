@@ -32,8 +32,8 @@ typedef struct {
   /* download sink: memory (buf) or fd */
   int out_fd;
   client_buf_t buf;
-  long status;          /* reply status, once the headers are in */
-  XXH64_state_t *hash;  /* of the downloaded bytes */
+  long status;         /* reply status, once the headers are in */
+  XXH64_state_t *hash; /* of the downloaded bytes */
   int64_t received;
   int write_errno;
   char etag[32], level[32], expires[32];
@@ -177,7 +177,7 @@ static muster_err_t shared_reply_error(muster_client_t *client) {
   const char *message = json_string_value(json_object_get(error, "message"));
   muster_err_t err = code ? muster_err_from_name(code) : MUSTER_PROTOCOL;
   if (err == MUSTER_OK || err == MUSTER_PROTOCOL)
-    err = client->status == 404 ? MUSTER_NOT_FOUND
+    err = client->status == 404   ? MUSTER_NOT_FOUND
           : client->status >= 500 ? MUSTER_INTERNAL
                                   : MUSTER_PROTOCOL;
   client_fail(client, err, "%s", message ? message : "the head answered with an error");
@@ -266,9 +266,9 @@ static muster_err_t shared_path(muster_client_t *client, char *out, const char *
                                 const char *name, int64_t level, int64_t ttl_ms) {
   if (scope == NULL || (name == NULL && level >= 0))
     return client_fail(client, MUSTER_INVALID, "scope and name are required");
-  muster_err_t err = name ? client_path(client, out, SHARED_PATH_MAX, "/v1/shared/%s/%s", scope,
-                                        name)
-                          : client_path(client, out, SHARED_PATH_MAX, "/v1/shared/%s", scope);
+  muster_err_t err =
+      name ? client_path(client, out, SHARED_PATH_MAX, "/v1/shared/%s/%s", scope, name)
+           : client_path(client, out, SHARED_PATH_MAX, "/v1/shared/%s", scope);
   if (err != MUSTER_OK)
     return err;
   size_t at = strlen(out);
@@ -284,8 +284,8 @@ static muster_err_t shared_path(muster_client_t *client, char *out, const char *
 
 /* Fills *info from the JSON reply of a PUT. */
 static muster_err_t shared_put_info(muster_client_t *client, muster_shared_info_t *info) {
-  json_t *root = json_loadb(client->reply.data ? client->reply.data : "", client->reply.len, 0,
-                            NULL);
+  json_t *root =
+      json_loadb(client->reply.data ? client->reply.data : "", client->reply.len, 0, NULL);
   json_t *level = json_object_get(root, "level");
   if (!json_is_integer(level)) {
     json_decref(root);
@@ -348,8 +348,8 @@ muster_err_t muster_shared_put_fd(muster_client_t *client, const char *scope, co
     opts = &defaults;
   if (fd < 0)
     return client_fail(client, MUSTER_INVALID, "fd: not a file descriptor");
-  xfer_t x = {.client = client, .in_fd = fd, .out_fd = -1, .progress = opts->progress,
-              .user = opts->user};
+  xfer_t x = {
+      .client = client, .in_fd = fd, .out_fd = -1, .progress = opts->progress, .user = opts->user};
   return shared_put(client, scope, name, &x, len, opts, info);
 }
 
@@ -372,8 +372,10 @@ static muster_err_t shared_fetch(muster_client_t *client, const char *scope, con
   if (err != MUSTER_OK)
     return err;
   if (x->etag[0] && strcmp(sum, x->etag) != 0)
-    return client_fail(client, MUSTER_PROTOCOL, "the bytes of '%s' do not match their checksum "
-                       "(got %s, the head says %s); read them again", name, sum, x->etag);
+    return client_fail(client, MUSTER_PROTOCOL,
+                       "the bytes of '%s' do not match their checksum "
+                       "(got %s, the head says %s); read them again",
+                       name, sum, x->etag);
   if (info) {
     memset(info, 0, sizeof *info);
     info->level = strtoll(x->level, NULL, 10);
@@ -414,8 +416,11 @@ muster_err_t muster_shared_get_fd(muster_client_t *client, const char *scope, co
     return MUSTER_INVALID;
   if (fd < 0)
     return client_fail(client, MUSTER_INVALID, "fd: not a file descriptor");
-  xfer_t x = {.client = client, .in_fd = -1, .out_fd = fd,
-              .progress = opts ? opts->progress : NULL, .user = opts ? opts->user : NULL};
+  xfer_t x = {.client = client,
+              .in_fd = -1,
+              .out_fd = fd,
+              .progress = opts ? opts->progress : NULL,
+              .user = opts ? opts->user : NULL};
   return shared_fetch(client, scope, name, opts ? opts->level : 0, &x, info);
 }
 

@@ -96,8 +96,9 @@ static muster_err_t shared_exec(store_t *st, const char *sql, const char *scope,
 /* Deletes levels <= `upto` of (scope, name), their files to the trash. */
 static muster_err_t levels_drop(store_t *st, const char *scope, const char *name, int64_t upto,
                                 fail_t *f) {
-  if (shared_exec(st, "INSERT OR IGNORE INTO shared_trash(file) SELECT file FROM shared_levels"
-                      " WHERE scope = ?1 AND name = ?2 AND level <= ?3",
+  if (shared_exec(st,
+                  "INSERT OR IGNORE INTO shared_trash(file) SELECT file FROM shared_levels"
+                  " WHERE scope = ?1 AND name = ?2 AND level <= ?3",
                   scope, name, upto, f) ||
       shared_exec(st, "DELETE FROM shared_levels WHERE scope = ?1 AND name = ?2 AND level <= ?3",
                   scope, name, upto, f))
@@ -112,8 +113,8 @@ static muster_err_t blob_drop(store_t *st, const char *scope, const char *name, 
     return f->code;
   if (levels)
     *levels = sqlite3_changes64(store_db(st));
-  return shared_exec(st, "DELETE FROM shared_blobs WHERE scope = ?1 AND name = ?2", scope, name,
-                     0, f);
+  return shared_exec(st, "DELETE FROM shared_blobs WHERE scope = ?1 AND name = ?2", scope, name, 0,
+                     f);
 }
 
 muster_err_t shared_check_level(store_t *st, const char *scope, const char *name, int64_t level,
@@ -123,8 +124,10 @@ muster_err_t shared_check_level(store_t *st, const char *scope, const char *name
     return f->code;
   int64_t current = b.exists && b.expires_ms > now ? b.level : 0;
   if (level <= 1 && current > 0)
-    return fail_set(f, MUSTER_VERSION_MISMATCH, "shared data '%s' exists at level %lld; update it "
-                    "with level=%lld", name, (long long)current, (long long)current + 1);
+    return fail_set(f, MUSTER_VERSION_MISMATCH,
+                    "shared data '%s' exists at level %lld; update it "
+                    "with level=%lld",
+                    name, (long long)current, (long long)current + 1);
   if (level > 1 && level != current + 1)
     return fail_set(f, MUSTER_VERSION_MISMATCH, "update level mismatch: expected %lld, got %lld",
                     (long long)current + 1, (long long)level);
@@ -139,7 +142,8 @@ muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_
       blob_load(st, lv->scope, lv->name, &b, f))
     return f->code;
   /* An expired blob that the sweep has not reached yet is replaced whole. */
-  if (b.exists && (b.expires_ms <= now || creates == 1) && blob_drop(st, lv->scope, lv->name, NULL, f))
+  if (b.exists && (b.expires_ms <= now || creates == 1) &&
+      blob_drop(st, lv->scope, lv->name, NULL, f))
     return f->code;
   lv->level = lv->newest = creates;
   lv->expires_ms = now + lv->ttl_ms;
@@ -205,8 +209,10 @@ muster_err_t shared_find(store_t *st, const char *scope, const char *name, int64
   if (!b.exists)
     return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s", missing);
   if (b.expires_ms <= now)
-    return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s ('%s' expired: it was not updated within its "
-                    "ttl_ms of %lld)", missing, name, (long long)b.ttl_ms);
+    return fail_set(f, MUSTER_SHARED_NOT_FOUND,
+                    "%s ('%s' expired: it was not updated within its "
+                    "ttl_ms of %lld)",
+                    missing, name, (long long)b.ttl_ms);
   *out = (shared_level_t){.newest = b.level, .ttl_ms = b.ttl_ms, .expires_ms = b.expires_ms};
   snprintf(out->scope, sizeof out->scope, "%s", scope);
   snprintf(out->name, sizeof out->name, "%s", name);
@@ -214,11 +220,14 @@ muster_err_t shared_find(store_t *st, const char *scope, const char *name, int64
   if (level_load(st, scope, name, want, out))
     return MUSTER_OK;
   if (want > b.level)
-    return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s (level %lld of '%s' was never made; the newest "
-                    "is %lld)", missing, (long long)want, name, (long long)b.level);
-  return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s (level %lld of '%s' was deleted: the head keeps "
-                  "the newest levels only; the newest is %lld)", missing, (long long)want, name,
-                  (long long)b.level);
+    return fail_set(f, MUSTER_SHARED_NOT_FOUND,
+                    "%s (level %lld of '%s' was never made; the newest "
+                    "is %lld)",
+                    missing, (long long)want, name, (long long)b.level);
+  return fail_set(f, MUSTER_SHARED_NOT_FOUND,
+                  "%s (level %lld of '%s' was deleted: the head keeps "
+                  "the newest levels only; the newest is %lld)",
+                  missing, (long long)want, name, (long long)b.level);
 }
 
 /* The kept levels of a blob, ascending. */
@@ -250,14 +259,13 @@ json_t *shared_list(store_t *st, const char *scope, int64_t now, fail_t *f) {
   /* Rows are copied first: levels_of runs another statement. */
   json_t *blobs = json_array();
   while (sqlite3_step(s) == SQLITE_ROW)
-    json_array_append_new(
-        blobs, json_pack("{s:s, s:I, s:I, s:I, s:I, s:s}", "name",
-                         (const char *)sqlite3_column_text(s, 0), "level",
-                         (json_int_t)sqlite3_column_int64(s, 1), "ttl_ms",
-                         (json_int_t)sqlite3_column_int64(s, 2), "expires_ms",
-                         (json_int_t)sqlite3_column_int64(s, 3), "size",
-                         (json_int_t)sqlite3_column_int64(s, 4), "checksum",
-                         (const char *)sqlite3_column_text(s, 5)));
+    json_array_append_new(blobs, json_pack("{s:s, s:I, s:I, s:I, s:I, s:s}", "name",
+                                           (const char *)sqlite3_column_text(s, 0), "level",
+                                           (json_int_t)sqlite3_column_int64(s, 1), "ttl_ms",
+                                           (json_int_t)sqlite3_column_int64(s, 2), "expires_ms",
+                                           (json_int_t)sqlite3_column_int64(s, 3), "size",
+                                           (json_int_t)sqlite3_column_int64(s, 4), "checksum",
+                                           (const char *)sqlite3_column_text(s, 5)));
   store_reset(s);
   size_t i;
   json_t *blob;
@@ -285,8 +293,9 @@ json_t *shared_delete(store_t *st, const char *scope, const char *name, fail_t *
 }
 
 muster_err_t shared_delete_scope(store_t *st, const char *scope, int64_t *count, fail_t *f) {
-  if (shared_exec(st, "INSERT OR IGNORE INTO shared_trash(file) SELECT file FROM shared_levels"
-                      " WHERE scope = ?1",
+  if (shared_exec(st,
+                  "INSERT OR IGNORE INTO shared_trash(file) SELECT file FROM shared_levels"
+                  " WHERE scope = ?1",
                   scope, NULL, 0, f) ||
       shared_exec(st, "DELETE FROM shared_levels WHERE scope = ?1", scope, NULL, 0, f) ||
       shared_exec(st, "DELETE FROM shared_blobs WHERE scope = ?1", scope, NULL, 0, f))

@@ -22,23 +22,23 @@
 #include "core/names.h"
 #include "store.h"
 
-#define SHARED_DEFAULT_TTL_MS 600000             /* --max-shared-ttl-ms */
-#define SHARED_DEFAULT_KEEP_LEVELS 2             /* --shared-keep-levels */
-#define SHARED_DEFAULT_MAX_BLOB (4LL << 30)      /* --max-blob-bytes */
-#define SHARED_MAX_REQUIRES 16                   /* entries of a task's `requires` */
-#define SHARED_FILE_LEN 21                       /* "<16 hex digits>.blob" */
-#define SHARED_CHECKSUM_LEN 16                   /* xxHash64 as hex digits */
+#define SHARED_DEFAULT_TTL_MS 600000        /* --max-shared-ttl-ms */
+#define SHARED_DEFAULT_KEEP_LEVELS 2        /* --shared-keep-levels */
+#define SHARED_DEFAULT_MAX_BLOB (4LL << 30) /* --max-blob-bytes */
+#define SHARED_MAX_REQUIRES 16              /* entries of a task's `requires` */
+#define SHARED_FILE_LEN 21                  /* "<16 hex digits>.blob" */
+#define SHARED_CHECKSUM_LEN 16              /* xxHash64 as hex digits */
 
 /* One stored level of a blob, and the blob's state around it. */
 typedef struct {
   char scope[NAME_MAX_LEN + 1];
   char name[NAME_MAX_LEN + 1];
-  int64_t level;                            /* this level */
-  int64_t newest;                           /* the blob's newest level */
-  int64_t size;                             /* bytes */
-  char checksum[SHARED_CHECKSUM_LEN + 1];   /* xxHash64, 16 lowercase hex digits */
-  char file[SHARED_FILE_LEN + 1];           /* file name in DATA_DIR/shared */
-  int64_t ttl_ms, expires_ms;               /* the blob's ttl and expiry (ms since the epoch) */
+  int64_t level;                          /* this level */
+  int64_t newest;                         /* the blob's newest level */
+  int64_t size;                           /* bytes */
+  char checksum[SHARED_CHECKSUM_LEN + 1]; /* xxHash64, 16 lowercase hex digits */
+  char file[SHARED_FILE_LEN + 1];         /* file name in DATA_DIR/shared */
+  int64_t ttl_ms, expires_ms;             /* the blob's ttl and expiry (ms since the epoch) */
 } shared_level_t;
 
 /* True when `scope` names a session ("s-..."): its blobs go with the session. */

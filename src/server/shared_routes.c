@@ -57,8 +57,8 @@ static muster_err_t put_parse(http_req_t *r, shared_put_t *put, fail_t *f) {
       query_int(r, "ttl_ms", max_ttl, 1, INT64_MAX, &ttl, f))
     return f->code;
   if (type && strncasecmp(type, SHARED_TYPE, strlen(SHARED_TYPE)) != 0)
-    return fail_set(f, MUSTER_UNSUPPORTED_MEDIA, "Content-Type is '%.100s'; send the bytes as "
-                    SHARED_TYPE, type);
+    return fail_set(f, MUSTER_UNSUPPORTED_MEDIA,
+                    "Content-Type is '%.100s'; send the bytes as " SHARED_TYPE, type);
   snprintf(put->scope, sizeof put->scope, "%s", scope);
   snprintf(put->name, sizeof put->name, "%s", name);
   put->ttl_clamped = ttl > max_ttl;
@@ -83,7 +83,8 @@ static bool etag_matches(const char *header, const char *etag) {
     return false;
   char copy[1024];
   snprintf(copy, sizeof copy, "%s", header);
-  for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+  for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save)) {
     while (*tok == ' ' || *tok == '\t')
       tok++;
     if (strncmp(tok, "W/", 2) == 0)
@@ -110,9 +111,11 @@ void shared_h_get(http_req_t *r) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat sb;
   if (fd < 0 || fstat(fd, &sb) != 0 || sb.st_size != lv.size) {
-    fail_set(&f, MUSTER_INTERNAL, "level %lld of '%s' in scope '%s' is missing from %s/shared "
-             "(%s); set it again", (long long)lv.level, lv.name, lv.scope,
-             r->head->cfg.data_dir, fd < 0 ? strerror(errno) : "wrong size");
+    fail_set(&f, MUSTER_INTERNAL,
+             "level %lld of '%s' in scope '%s' is missing from %s/shared "
+             "(%s); set it again",
+             (long long)lv.level, lv.name, lv.scope, r->head->cfg.data_dir,
+             fd < 0 ? strerror(errno) : "wrong size");
     log_msg(LOG_ERROR, "%s", f.message);
     if (fd >= 0)
       close(fd);

@@ -45,21 +45,29 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define TAP_MAX_HEAD (64 * 1024)      /* evhttp's header limit (http_start) */
-#define TAP_READ_MAX (256 * 1024)     /* bytes per socket read while uploading */
-#define UPLOAD_SYNC_WINDOW (8 << 20)  /* writeback is started every 8 MiB */
+#define TAP_MAX_HEAD (64 * 1024)     /* evhttp's header limit (http_start) */
+#define TAP_READ_MAX (256 * 1024)    /* bytes per socket read while uploading */
+#define UPLOAD_SYNC_WINDOW (8 << 20) /* writeback is started every 8 MiB */
 
-typedef enum { TAP_HEAD, TAP_PASS, TAP_THROUGH, TAP_AWAIT, TAP_UPLOAD, TAP_DISCARD, TAP_HOLD,
-               TAP_DROP } tap_state_t;
+typedef enum {
+  TAP_HEAD,
+  TAP_PASS,
+  TAP_THROUGH,
+  TAP_AWAIT,
+  TAP_UPLOAD,
+  TAP_DISCARD,
+  TAP_HOLD,
+  TAP_DROP
+} tap_state_t;
 typedef enum { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER } chunk_state_t;
 
 /* Where a body ends: Content-Length bytes, or chunked framing. */
 typedef struct {
   bool chunked;
-  int64_t left;      /* bytes left of the body (length) or of the chunk (chunked) */
+  int64_t left; /* bytes left of the body (length) or of the chunk (chunked) */
   chunk_state_t cs;
-  size_t line_len;   /* chunked: bytes of the framing line read so far */
-  char line[64];     /* its start: a chunk size is short */
+  size_t line_len; /* chunked: bytes of the framing line read so far */
+  char line[64];   /* its start: a chunk size is short */
 } frame_t;
 
 typedef struct shared_upload shared_upload_t;
@@ -69,21 +77,21 @@ struct shared_conn {
   head_t *head;
   struct bufferevent *bev;
   struct evbuffer_cb_entry *tap;
-  bool registered;            /* evhttp's close callback frees this (else the sweep) */
-  bool in_tap;                /* the tap is changing the input itself */
+  bool registered; /* evhttp's close callback frees this (else the sweep) */
+  bool in_tap;     /* the tap is changing the input itself */
   tap_state_t state;
   frame_t frame;
-  struct evbuffer *head_buf;  /* HEAD: the head so far */
-  size_t head_scan;           /* HEAD: where to look for its end next */
-  struct evbuffer *held;      /* AWAIT, HOLD: bytes kept from evhttp */
-  bool expect;                /* the upload head asked for "100 Continue" */
-  frame_t pending;            /* the upload head's body framing */
-  bool replied;               /* the upload request's reply went out */
-  shared_upload_t *upload;    /* the accepted upload, until it replied */
+  struct evbuffer *head_buf; /* HEAD: the head so far */
+  size_t head_scan;          /* HEAD: where to look for its end next */
+  struct evbuffer *held;     /* AWAIT, HOLD: bytes kept from evhttp */
+  bool expect;               /* the upload head asked for "100 Continue" */
+  frame_t pending;           /* the upload head's body framing */
+  bool replied;              /* the upload request's reply went out */
+  shared_upload_t *upload;   /* the accepted upload, until it replied */
 };
 
 struct shared_upload {
-  shared_conn_t *conn;        /* NULL once the connection went away */
+  shared_conn_t *conn; /* NULL once the connection went away */
   head_t *head;
   struct evhttp_request *req; /* parked; NULL once its reply is queued */
   struct event *finish_ev;
@@ -93,7 +101,7 @@ struct shared_upload {
   char file[SHARED_FILE_LEN + 1];
   XXH64_state_t *hash;
   int64_t size, synced;
-  fail_t fail;                /* set when the upload failed */
+  fail_t fail; /* set when the upload failed */
 };
 
 /* ---- small helpers ---- */
@@ -185,8 +193,10 @@ static void body_sink(shared_conn_t *c, struct evbuffer *raw, size_t n, bool dat
     shared_upload_t *up = c->upload;
     int64_t limit = (int64_t)c->head->cfg.max_blob_bytes;
     if (up->size + (int64_t)n > limit) {
-      fail_set(&up->fail, MUSTER_BODY_TOO_LARGE, "the upload is over %" PRId64 " bytes; the "
-               "head's --max-blob-bytes is %" PRId64, limit, limit);
+      fail_set(&up->fail, MUSTER_BODY_TOO_LARGE,
+               "the upload is over %" PRId64 " bytes; the "
+               "head's --max-blob-bytes is %" PRId64,
+               limit, limit);
     } else {
       size_t done = 0;
       while (done < n) {
@@ -635,16 +645,19 @@ muster_err_t shared_upload_accept(http_req_t *r, const shared_put_t *put, fail_t
   head_t *h = r->head;
   shared_conn_t *c = conn_of(h, r->req);
   if (c == NULL || c->state != TAP_AWAIT)
-    return fail_set(f, MUSTER_BAD_REQUEST, "the body of this PUT could not be streamed; send it "
+    return fail_set(f, MUSTER_BAD_REQUEST,
+                    "the body of this PUT could not be streamed; send it "
                     "with Content-Length or chunked, on an HTTP/1.1 connection");
   if (!c->pending.chunked && c->pending.left > (int64_t)h->cfg.max_blob_bytes)
-    return fail_set(f, MUSTER_BODY_TOO_LARGE, "the body is %" PRId64 " bytes; the head's "
-                    "--max-blob-bytes is %zu", c->pending.left, h->cfg.max_blob_bytes);
+    return fail_set(f, MUSTER_BODY_TOO_LARGE,
+                    "the body is %" PRId64 " bytes; the head's "
+                    "--max-blob-bytes is %zu",
+                    c->pending.left, h->cfg.max_blob_bytes);
   shared_upload_t *up = calloc(1, sizeof *up);
   if (up == NULL)
     return fail_set(f, MUSTER_NOMEM, "out of memory");
-  *up = (shared_upload_t){.conn = c, .head = h, .req = r->req, .put = *put, .fd = -1,
-                          .hash = XXH64_createState()};
+  *up = (shared_upload_t){
+      .conn = c, .head = h, .req = r->req, .put = *put, .fd = -1, .hash = XXH64_createState()};
   up->finish_ev = event_new(h->base, -1, 0, upload_finish, up);
   if (up->hash == NULL || up->finish_ev == NULL) {
     upload_free(up);
@@ -713,15 +726,15 @@ static json_t *upload_commit(shared_upload_t *up, shared_level_t *lv, fail_t *f)
   snprintf(lv->checksum, sizeof lv->checksum, "%016" PRIx64, (uint64_t)XXH64_digest(up->hash));
   if (store_request_begin(st, f))
     return NULL;
-  bool ok = shared_check_scope_writable(st, lv->scope, f) == MUSTER_OK &&
-            shared_commit(st, lv, (int64_t)up->head->cfg.shared_keep_levels, now_ms(), f) ==
-                MUSTER_OK;
+  bool ok =
+      shared_check_scope_writable(st, lv->scope, f) == MUSTER_OK &&
+      shared_commit(st, lv, (int64_t)up->head->cfg.shared_keep_levels, now_ms(), f) == MUSTER_OK;
   store_request_end(st, ok);
   if (!ok)
     return NULL;
-  return json_pack("{s:s, s:s, s:I, s:I, s:s, s:I, s:b, s:I}", "scope", lv->scope, "name",
-                   lv->name, "level", (json_int_t)lv->level, "size", (json_int_t)lv->size,
-                   "checksum", lv->checksum, "ttl_ms", (json_int_t)lv->ttl_ms, "ttl_clamped",
+  return json_pack("{s:s, s:s, s:I, s:I, s:s, s:I, s:b, s:I}", "scope", lv->scope, "name", lv->name,
+                   "level", (json_int_t)lv->level, "size", (json_int_t)lv->size, "checksum",
+                   lv->checksum, "ttl_ms", (json_int_t)lv->ttl_ms, "ttl_clamped",
                    up->put.ttl_clamped, "expires_ms", (json_int_t)lv->expires_ms);
 }
 

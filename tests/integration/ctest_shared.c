@@ -128,8 +128,7 @@ static void test_set_update_get(muster_client_t *c) {
   CHECK_OK(c, muster_shared_set(c, "ctest", "weights", "one", 3, -1, &info));
   CHECK(info.level == 1 && info.size == 3 && strlen(info.checksum) == 16);
   CHECK(info.ttl_ms == 600000 && !info.ttl_clamped && info.expires_ms > 0);
-  CHECK_ERR(c, muster_shared_set(c, "ctest", "weights", "x", 1, -1, NULL),
-            MUSTER_VERSION_MISMATCH);
+  CHECK_ERR(c, muster_shared_set(c, "ctest", "weights", "x", 1, -1, NULL), MUSTER_VERSION_MISMATCH);
   CHECK(strcmp(muster_client_message(c),
                "shared data 'weights' exists at level 1; update it with level=2") == 0);
   CHECK_ERR(c, muster_shared_update(c, "ctest", "weights", 3, "three", 5, -1, NULL),
@@ -152,8 +151,7 @@ static void test_set_update_get(muster_client_t *c) {
   CHECK_ERR(c, muster_shared_get(c, "ctest", "missing", 0, &data, &len, NULL),
             MUSTER_SHARED_NOT_FOUND);
   CHECK(data == NULL);
-  CHECK(strcmp(muster_client_message(c),
-               "shared data not found: 'missing' in scope 'ctest'") == 0);
+  CHECK(strcmp(muster_client_message(c), "shared data not found: 'missing' in scope 'ctest'") == 0);
   CHECK_ERR(c, muster_shared_get(c, "ctest", "weights", 9, &data, &len, NULL),
             MUSTER_SHARED_NOT_FOUND);
   CHECK_ERR(c, muster_shared_set(c, "bad scope", "w", "x", 1, -1, NULL), MUSTER_NAME_INVALID);
