@@ -121,19 +121,20 @@ static muster_err_t shared_link(worker_t *w, struct worker_shared *e, char *why,
     const char *sum = json_string_value(json_object_get(obj, "checksum"));
     e->size = json_integer_value(json_object_get(obj, "size"));
     snprintf(e->checksum, sizeof e->checksum, "%s", sum ? sum : "");
-    int rc = from && links && links[0] && shared_make_dir(w, links) == 0 ? 0 : -1;
-    if (rc == 0) {
-      snprintf(e->path, sizeof e->path, "%s/%s@%s@%lld", w->shared_dir, e->scope, e->name,
-               (long long)e->level);
-      unlink(e->path); /* a leftover of a level we dropped and need again */
-      rc = link(from, e->path);
+    if (from == NULL || links == NULL || links[0] == '\0' || shared_make_dir(w, links) != 0) {
+      json_decref(obj); /* no such directory here: a node cache on another machine */
+      return MUSTER_NOT_FOUND;
     }
-    int link_errno = errno;
+    snprintf(e->path, sizeof e->path, "%s/%s@%s@%lld", w->shared_dir, e->scope, e->name,
+             (long long)e->level);
+    unlink(e->path); /* a leftover of a level we dropped and need again */
+    int rc = link(from, e->path), link_errno = errno;
     json_decref(obj);
     if (rc == 0)
       return MUSTER_OK;
     if (link_errno != ENOENT)
       return MUSTER_NOT_FOUND; /* another file system, no links: download instead */
+    /* ENOENT: the cache evicted the file since it answered; ask again */
   }
   snprintf(why, size, "the node cache evicted it %d times before it could be linked",
            SHARED_LINK_TRIES);

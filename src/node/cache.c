@@ -256,6 +256,8 @@ void cache_drop(cache_t *c, cache_entry_t *e) {
     cache_path_of(c, e, path, sizeof path);
     if (unlink(path) != 0 && errno != ENOENT)
       fprintf(stderr, "muster node: cache: cannot remove %s: %s\n", path, strerror(errno));
+    *strrchr(path, '/') = '\0';
+    rmdir(path); /* the scope's directory, once empty (sessions come and go) */
     cache_lru_unlink(c, e);
     c->bytes_cached -= e->size;
     c->entries--;
@@ -355,8 +357,8 @@ int cache_fetch_commit(cache_t *c, cache_entry_t *e, char *err, size_t err_size)
   else if (got != e->checksum)
     snprintf(err, err_size, "checksum %016llx, expected %016llx", (unsigned long long)got,
              (unsigned long long)e->checksum);
-  else if (fchmod(e->tmp_fd, 0444) != 0 || rename(e->tmp_path, path) != 0 ||
-           fstat(e->tmp_fd, &st) != 0)
+  else if (fchmod(e->tmp_fd, 0444) != 0 || cache_mkdir(c, e->scope) != 0 || /* see cache_drop */
+           rename(e->tmp_path, path) != 0 || fstat(e->tmp_fd, &st) != 0)
     snprintf(err, err_size, "storing %s: %s", path, strerror(errno));
   else {
     cache_fetch_end(c, e, 0);
@@ -408,7 +410,9 @@ static void cache_clean_dir(const char *dir, int dirs_of_dead_pids) {
     if (de->d_name[0] == '.')
       continue;
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    int len = snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    if (len < 0 || (size_t)len >= sizeof path)
+      continue; /* not one of ours: the cache's names are short */
     if (!dirs_of_dead_pids) {
       unlink(path);
       continue;
@@ -416,6 +420,24 @@ static void cache_clean_dir(const char *dir, int dirs_of_dead_pids) {
     long pid = strtol(de->d_name, NULL, 10); /* "PID-XXXXXX": a worker's link directory */
     if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
       continue;
+    cache_clean_dir(path, 0);
+    rmdir(path);
+  }
+  if (d)
+    closedir(d);
+}
+
+void cache_forget_worker(cache_t *c, pid_t pid) {
+  char links[1024], prefix[32];
+  snprintf(links, sizeof links, "%s/links", c->dir);
+  int len = snprintf(prefix, sizeof prefix, "%d-", (int)pid);
+  DIR *d = opendir(links);
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    if (strncmp(de->d_name, prefix, (size_t)len) != 0)
+      continue;
+    char path[1400];
+    snprintf(path, sizeof path, "%s/%s", links, de->d_name);
     cache_clean_dir(path, 0);
     rmdir(path);
   }

@@ -132,6 +132,9 @@ void cache_drop(cache_t *c, cache_entry_t *e);
  * `extra` fit the limit (or nothing more can go). */
 void cache_make_room(cache_t *c, int64_t extra);
 
+/* Removes what worker process `pid` linked into DIR/links (it has ended). */
+void cache_forget_worker(cache_t *c, pid_t pid);
+
 /* The directory workers link cached files into: DIR/links (created). */
 int cache_links_dir(cache_t *c, char *buf, size_t size);
 

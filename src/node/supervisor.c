@@ -21,6 +21,7 @@
  * as healthy again.
  */
 #include "node/agent.h"
+#include "node/cache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -301,6 +302,8 @@ void sup_reap(node_agent_t *a) {
     for (int i = 0; i < a->nworkers; i++)
       if (a->workers[i].pid == pid) {
         sup_ended(&a->workers[i], status);
+        if (a->cache) /* the files it linked from the node cache, should it have died */
+          cache_forget_worker(a->cache, pid);
         break;
       }
 }

@@ -8,6 +8,7 @@ without a node cache downloads from the head and removes its files when it exits
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -70,7 +71,7 @@ class SharedWorkersTest(unittest.TestCase):
         r = self.head.request("POST", "/v1/sessions", {"queue": "sq"})
         self.assertEqual(r.status, 201, r)
         sid = r.json["id"]
-        data = {1: "params-level-1-" + os.urandom(8).hex(), 2: "params-level-2-" + os.urandom(8).hex()}
+        data = {level: "params-level-%d-%s" % (level, os.urandom(8).hex()) for level in (1, 2)}
         self.put(sid, "params", data[1].encode(), 1)
         first = self.submit(sid, 1, 10)
         self.results(sid, 3, a)  # level 1 is in use when level 2 comes
@@ -98,6 +99,13 @@ class SharedWorkersTest(unittest.TestCase):
         links = os.path.join(self.dir, "cache-cmd", "links")
         held = [f for d in os.listdir(links) for f in os.listdir(os.path.join(links, d))]
         self.assertTrue(held and all(f.endswith("@params@2") for f in held), held)
+        # A worker killed outright cannot clean up: the agent removes its links.
+        victim = next(p for p in a.workers() if any(d.startswith("%d-" % p)
+                                                    for d in os.listdir(links)))
+        os.kill(victim, signal.SIGKILL)
+        harness.wait_until(
+            lambda: not any(d.startswith("%d-" % victim) for d in os.listdir(links)),
+            what="the killed worker's links removed")
         self.assertEqual(a.stop(), 0)
         self.assertEqual(os.listdir(links), [])  # the workers removed their directories
 
@@ -146,8 +154,8 @@ class SharedWorkersTest(unittest.TestCase):
                               {"tasks": [{"payload": i, "requires": req} for i in range(3)]})
         ids = [t["id"] for t in r.json["tasks"]]
         log = open(os.path.join(self.dir, "worker.log"), "wb")
-        proc = subprocess.run([harness.MUSTER_BIN, "worker", "--url", self.head.url, "--queue", "sq",
-                               "--max-tasks", "3", "--"] + COMMAND,
+        proc = subprocess.run([harness.MUSTER_BIN, "worker", "--url", self.head.url,
+                               "--queue", "sq", "--max-tasks", "3", "--"] + COMMAND,
                               env=env, stdout=log, stderr=subprocess.STDOUT, timeout=60)
         log.close()
         self.assertEqual(proc.returncode, 0)
