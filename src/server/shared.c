@@ -119,7 +119,7 @@ static muster_err_t blob_drop(store_t *st, const char *scope, const char *name, 
 
 muster_err_t shared_check_level(store_t *st, const char *scope, const char *name, int64_t level,
                                 int64_t now, int64_t *creates, fail_t *f) {
-  blob_row_t b;
+  blob_row_t b = {0};
   if (blob_load(st, scope, name, &b, f))
     return f->code;
   int64_t current = b.exists && b.expires_ms > now ? b.level : 0;
@@ -136,8 +136,8 @@ muster_err_t shared_check_level(store_t *st, const char *scope, const char *name
 }
 
 muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_t now, fail_t *f) {
-  int64_t creates;
-  blob_row_t b;
+  int64_t creates = 0;
+  blob_row_t b = {0};
   if (shared_check_level(st, lv->scope, lv->name, lv->level, now, &creates, f) ||
       blob_load(st, lv->scope, lv->name, &b, f))
     return f->code;
