@@ -48,7 +48,9 @@ typedef struct cache_entry {
   char tmp_path[512];
   int64_t received;
   void *hash_state; /* XXH64_state_t of the bytes so far */
-  void *fetch;      /* cache_http.c's state of the fetch (waiters, upstream request) */
+  char *stage;      /* bytes received but not yet written (CACHE_STAGE_BYTES) */
+  size_t staged;
+  void *fetch; /* cache_http.c's state of the fetch (waiters, upstream request) */
 } cache_entry_t;
 
 typedef struct {
