@@ -566,8 +566,10 @@ int cache_http_handle(node_agent_t *a, struct evhttp_request *in) {
 
 int cache_http_start(node_agent_t *a) {
   const node_config_t *cfg = a->cfg;
-  char dir[400], err[512];
-  if (cfg->cache_dir)
+  char dir[400], err[512], cwd[300];
+  if (cfg->cache_dir && cfg->cache_dir[0] != '/' && getcwd(cwd, sizeof cwd) != NULL)
+    snprintf(dir, sizeof dir, "%s/%s", cwd, cfg->cache_dir); /* the agent may chdir later */
+  else if (cfg->cache_dir)
     snprintf(dir, sizeof dir, "%s", cfg->cache_dir);
   else
     snprintf(dir, sizeof dir, "/var/tmp/muster-node-%s/cache", a->name);
