@@ -25,8 +25,14 @@
  *   fsync       reference: one 4 KiB write + fdatasync per "task" in --dir,
  *               overwriting a preallocated file; the floor of a durable write
  *   fsync-append  the same, appending (the file grows with every write)
- * A new peer (e.g. a Redis list queue) is one more bench_backend_t in the
- * table at the end of the backends.
+ *   redis       the reliable-queue pattern: LPUSH, BLMOVE to a processing
+ *               list, LREM; pipelined per step like beanstalkd (--addr)
+ * A new peer is one more bench_backend_t in the table at the end of the backends.
+ *
+ * Other modes: --rate offers rounds open loop at a fixed total rate (lease
+ * latency under a steady load, not at saturation); --fill N only puts N tasks
+ * and leaves them; --first-lease NS connects, retrying while the server
+ * starts, and times one lease from NS (when the server was launched).
  *
  * The load generator assumes that a round's lease always finds its tasks:
  * every connection leases at most what it put in the same round, so the queue
@@ -38,6 +44,7 @@
 
 #include "beanstalk.h"
 #include "bench_util.h"
+#include "redis.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -75,6 +82,9 @@ typedef struct {
   int64_t tasks;        /* > 0: fixed task count instead of a duration */
   size_t payload_bytes; /* characters in each task's payload string */
   int keep;             /* non-zero: leave the queue behind (muster) */
+  double rate;          /* > 0: open loop, rounds offered at this many tasks/s in all */
+  int64_t fill;         /* > 0: only put this many tasks and leave them (--fill) */
+  double first_lease_s; /* > 0: wait up to this long for the server, lease one task */
 } bench_config_t;
 
 typedef struct {
@@ -90,6 +100,10 @@ typedef struct {
   int (*round)(void *conn, const bench_config_t *cfg, size_t n, int64_t *lat_ns, size_t *lat_count,
                char *err);
   void (*close)(void *conn);
+  /* Puts `n` tasks and nothing else (--fill); NULL when the system has no queue. */
+  int (*put)(void *conn, const bench_config_t *cfg, size_t n, char *err);
+  /* Takes (leases, reserves) one task and does not complete it (--first-lease). */
+  int (*take)(void *conn, const bench_config_t *cfg, char *err);
   /* Once, after every connection closed; removes what setup created. */
   void (*teardown)(const bench_config_t *cfg, void *shared);
 } bench_backend_t;
@@ -220,6 +234,23 @@ static int cycle_muster_round(void *conn_ptr, const bench_config_t *cfg, size_t 
   return 0;
 }
 
+static int cycle_muster_put(void *conn_ptr, const bench_config_t *cfg, size_t n, char *err) {
+  cycle_muster_conn_t *conn = conn_ptr;
+  muster_err_t rc = muster_put(conn->client, cfg->queue, conn->specs, n, NULL);
+  return rc == MUSTER_OK ? 0 : cycle_muster_fail(err, conn->client, "put", rc);
+}
+
+static int cycle_muster_take(void *conn_ptr, const bench_config_t *cfg, char *err) {
+  cycle_muster_conn_t *conn = conn_ptr;
+  muster_lease_t *leases = NULL;
+  size_t count = 0;
+  muster_err_t rc = muster_lease(conn->client, cfg->queue, 0, 1, LEASE_WAIT_MS, &leases, &count);
+  muster_leases_free(leases, count);
+  if (rc != MUSTER_OK)
+    return cycle_muster_fail(err, conn->client, "lease", rc);
+  return count == 1 ? 0 : bench_fail(err, "lease: the queue is empty");
+}
+
 /* ---- beanstalkd ------------------------------------------------------- */
 
 typedef struct {
@@ -307,6 +338,178 @@ static int cycle_beanstalkd_round(void *conn_ptr, const bench_config_t *cfg, siz
   return 0;
 fail:
   return bench_fail(err, "beanstalkd: %s", bs->error);
+}
+
+static int cycle_beanstalkd_put(void *conn_ptr, const bench_config_t *cfg, size_t n, char *err) {
+  cycle_beanstalkd_conn_t *conn = conn_ptr;
+  uint64_t id;
+  for (size_t i = 0; i < n; i++)
+    if (beanstalk_queue_put(&conn->bs, 0, 0, 60, conn->body, conn->body_len) != 0)
+      return bench_fail(err, "beanstalkd: %s", conn->bs.error);
+  if (beanstalk_flush(&conn->bs) != 0)
+    return bench_fail(err, "beanstalkd: %s", conn->bs.error);
+  for (size_t i = 0; i < n; i++)
+    if (beanstalk_read_inserted(&conn->bs, &id) != 0)
+      return bench_fail(err, "beanstalkd: %s", conn->bs.error);
+  return 0;
+}
+
+static int cycle_beanstalkd_take(void *conn_ptr, const bench_config_t *cfg, char *err) {
+  cycle_beanstalkd_conn_t *conn = conn_ptr;
+  uint64_t id;
+  if (beanstalk_queue_cmd(&conn->bs, "reserve-with-timeout %d", BEANSTALK_RESERVE_TIMEOUT_S) != 0 ||
+      beanstalk_flush(&conn->bs) != 0 || beanstalk_read_reserved(&conn->bs, &id) != 0)
+    return bench_fail(err, "beanstalkd: %s", conn->bs.error);
+  return 0;
+}
+
+/* ---- redis: the reliable-queue pattern -------------------------------- */
+
+/*
+ * LPUSH to the queue list; BLMOVE queue → processing list (RIGHT LEFT), which
+ * hands the task over and keeps it until done; LREM from the processing list
+ * when done.  Each connection has its own processing list (the usual pattern:
+ * one per worker, so that a recovery process knows whose tasks to requeue).
+ * Every task's value is unique (payload, connection, sequence number) so that
+ * LREM removes exactly that task.  A batch pipelines its N commands per step,
+ * as for beanstalkd.  Durability is the server's setting (bench/run starts one
+ * with `appendonly yes, appendfsync always` and one without persistence).
+ */
+typedef struct {
+  redis_conn_t rc;
+  char processing[200]; /* this connection's processing list */
+  char *values;         /* cfg->batch slots of value_cap bytes: the round's taken values */
+  size_t *value_lens;
+  size_t value_cap;
+  uint64_t seq; /* tasks put so far */
+  int index;
+} cycle_redis_conn_t;
+
+static int cycle_redis_setup(bench_config_t *cfg, void **shared, char *err) {
+  redis_conn_t probe;
+  *shared = NULL;
+  if (redis_connect(&probe, cfg->host, cfg->port) != 0)
+    return bench_fail(err, "%s", probe.error);
+  const char *del[] = {"DEL", cfg->queue};
+  int rc = cfg->first_lease_s > 0 || cfg->keep ? 0 : redis_call(&probe, ':', 2, del);
+  if (rc != 0)
+    bench_fail(err, "%s", probe.error);
+  redis_close(&probe);
+  return rc;
+}
+
+static void cycle_redis_close(void *conn_ptr) {
+  cycle_redis_conn_t *conn = conn_ptr;
+  if (!conn)
+    return;
+  redis_close(&conn->rc);
+  free(conn->values);
+  free(conn->value_lens);
+  free(conn);
+}
+
+static void *cycle_redis_open(const bench_config_t *cfg, void *shared, int index, char *err) {
+  cycle_redis_conn_t *conn = calloc(1, sizeof *conn);
+  if (!conn) {
+    bench_fail(err, "out of memory");
+    return NULL;
+  }
+  conn->rc.fd = -1;
+  conn->index = index;
+  conn->value_cap = cfg->payload_bytes + 64;
+  conn->values = malloc(cfg->batch * conn->value_cap);
+  conn->value_lens = calloc(cfg->batch, sizeof *conn->value_lens);
+  snprintf(conn->processing, sizeof conn->processing, "%s:processing:%d", cfg->queue, index);
+  if (!conn->values || !conn->value_lens) {
+    cycle_redis_close(conn);
+    bench_fail(err, "out of memory");
+    return NULL;
+  }
+  if (redis_connect(&conn->rc, cfg->host, cfg->port) != 0) {
+    bench_fail(err, "redis: %s", conn->rc.error);
+    cycle_redis_close(conn);
+    return NULL;
+  }
+  return conn;
+}
+
+/* Queues `n` LPUSH of fresh unique values. */
+static int cycle_redis_queue_puts(cycle_redis_conn_t *conn, const bench_config_t *cfg, size_t n) {
+  char value[256 + 64];
+  size_t bytes = cfg->payload_bytes < 256 ? cfg->payload_bytes : 256;
+  memset(value, 'x', bytes);
+  for (size_t i = 0; i < n; i++) {
+    int len =
+        snprintf(value + bytes, sizeof value - bytes, ":%d:%" PRIu64, conn->index, conn->seq++);
+    const char *argv[] = {"LPUSH", cfg->queue, value};
+    const size_t lens[] = {5, strlen(cfg->queue), bytes + (size_t)len};
+    if (redis_queue(&conn->rc, 3, argv, lens) != 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int cycle_redis_put(void *conn_ptr, const bench_config_t *cfg, size_t n, char *err) {
+  cycle_redis_conn_t *conn = conn_ptr;
+  if (cycle_redis_queue_puts(conn, cfg, n) != 0 || redis_flush(&conn->rc) != 0)
+    return bench_fail(err, "redis: %s", conn->rc.error);
+  for (size_t i = 0; i < n; i++)
+    if (redis_expect(&conn->rc, ':', NULL) != 0)
+      return bench_fail(err, "redis: %s", conn->rc.error);
+  return 0;
+}
+
+/* Queues and sends `n` BLMOVE, reads the values into conn->values. */
+static int cycle_redis_take_n(cycle_redis_conn_t *conn, const bench_config_t *cfg, size_t n) {
+  const char *argv[] = {"BLMOVE", cfg->queue, conn->processing, "RIGHT", "LEFT", "5"};
+  for (size_t i = 0; i < n; i++)
+    if (redis_queue(&conn->rc, 6, argv, NULL) != 0)
+      return -1;
+  if (redis_flush(&conn->rc) != 0)
+    return -1;
+  for (size_t i = 0; i < n; i++) {
+    redis_reply_t reply;
+    if (redis_expect(&conn->rc, '$', &reply) != 0)
+      return -1;
+    if (reply.str == NULL)
+      return beanstalk_fail(&conn->rc, "BLMOVE timed out: the queue stayed empty");
+    size_t len = reply.len < conn->value_cap ? reply.len : conn->value_cap;
+    memcpy(conn->values + i * conn->value_cap, reply.str, len);
+    conn->value_lens[i] = len;
+  }
+  return 0;
+}
+
+static int cycle_redis_take(void *conn_ptr, const bench_config_t *cfg, char *err) {
+  cycle_redis_conn_t *conn = conn_ptr;
+  return cycle_redis_take_n(conn, cfg, 1) == 0 ? 0 : bench_fail(err, "redis: %s", conn->rc.error);
+}
+
+static int cycle_redis_round(void *conn_ptr, const bench_config_t *cfg, size_t n, int64_t *lat_ns,
+                             size_t *lat_count, char *err) {
+  cycle_redis_conn_t *conn = conn_ptr;
+  if (cycle_redis_put(conn, cfg, n, err) != 0)
+    return -1;
+  int64_t start_ns = bench_now_ns();
+  if (cycle_redis_take_n(conn, cfg, n) != 0)
+    return bench_fail(err, "redis: %s", conn->rc.error);
+  lat_ns[(*lat_count)++] = bench_now_ns() - start_ns;
+  for (size_t i = 0; i < n; i++) {
+    const char *argv[] = {"LREM", conn->processing, "1", conn->values + i * conn->value_cap};
+    const size_t lens[] = {4, strlen(conn->processing), 1, conn->value_lens[i]};
+    if (redis_queue(&conn->rc, 4, argv, lens) != 0)
+      return bench_fail(err, "redis: %s", conn->rc.error);
+  }
+  if (redis_flush(&conn->rc) != 0)
+    return bench_fail(err, "redis: %s", conn->rc.error);
+  for (size_t i = 0; i < n; i++) {
+    redis_reply_t reply;
+    if (redis_expect(&conn->rc, ':', &reply) != 0)
+      return bench_fail(err, "redis: %s", conn->rc.error);
+    if (reply.integer != 1)
+      return bench_fail(err, "redis: LREM removed %lld values, not 1", (long long)reply.integer);
+  }
+  return 0;
 }
 
 /* ---- pingpong: loopback TCP round trip (reference) --------------------- */
@@ -510,15 +713,17 @@ static void nothing_teardown(const bench_config_t *cfg, void *shared) {}
 
 static const bench_backend_t bench_backends[] = {
     {"muster", cycle_muster_setup, cycle_muster_open, cycle_muster_round, cycle_muster_close,
-     cycle_muster_teardown},
+     cycle_muster_put, cycle_muster_take, cycle_muster_teardown},
     {"beanstalkd", cycle_beanstalkd_setup, cycle_beanstalkd_open, cycle_beanstalkd_round,
-     cycle_beanstalkd_close, nothing_teardown},
+     cycle_beanstalkd_close, cycle_beanstalkd_put, cycle_beanstalkd_take, nothing_teardown},
+    {"redis", cycle_redis_setup, cycle_redis_open, cycle_redis_round, cycle_redis_close,
+     cycle_redis_put, cycle_redis_take, nothing_teardown},
     {"pingpong", cycle_pingpong_setup, cycle_pingpong_open, cycle_pingpong_round,
-     cycle_pingpong_close, cycle_pingpong_teardown},
-    {"fsync", cycle_fsync_setup, cycle_fsync_open, cycle_fsync_round, cycle_fsync_close,
+     cycle_pingpong_close, NULL, NULL, cycle_pingpong_teardown},
+    {"fsync", cycle_fsync_setup, cycle_fsync_open, cycle_fsync_round, cycle_fsync_close, NULL, NULL,
      nothing_teardown},
     {"fsync-append", cycle_fsync_setup, cycle_fsync_open, cycle_fsync_round, cycle_fsync_close,
-     nothing_teardown},
+     NULL, NULL, nothing_teardown},
 };
 
 /* ---- driver ------------------------------------------------------------ */
@@ -562,11 +767,27 @@ static void *bench_worker_main(void *arg) {
       snprintf(worker->err, sizeof worker->err, "out of memory");
     goto fail;
   }
+  /* Open loop (--rate): each connection starts a round every interval_ns,
+   * connections staggered; a round that starts late starts at once (the
+   * backlog is worked off, not dropped). */
+  int64_t interval_ns =
+      cfg->rate > 0 ? (int64_t)(1e9 * (double)cfg->conns * (double)cfg->batch / cfg->rate) : 0;
+  int64_t next_ns = bench_now_ns() + interval_ns * worker->index / cfg->conns;
   size_t n;
   while (!atomic_load(&bench_failed) && (n = bench_claim(cfg)) > 0) {
     size_t round_count = 0;
-    if (worker->backend->round(conn, cfg, n, round_ns, &round_count, worker->err) != 0)
+    if (interval_ns > 0) {
+      int64_t wait_ns = next_ns - bench_now_ns();
+      if (wait_ns > 0)
+        bench_sleep_ns(wait_ns);
+      next_ns += interval_ns;
+    }
+    if (cfg->fill > 0) {
+      if (worker->backend->put(conn, cfg, n, worker->err) != 0)
+        goto fail;
+    } else if (worker->backend->round(conn, cfg, n, round_ns, &round_count, worker->err) != 0) {
       goto fail;
+    }
     if (atomic_load(&bench_phase) != PHASE_MEASURE)
       continue;
     worker->tasks += (int64_t)n;
@@ -671,12 +892,45 @@ static int bench_run(bench_config_t *cfg, const bench_backend_t *backend) {
   return status;
 }
 
+/* Wall-clock time in nanoseconds (CLOCK_REALTIME, as `date +%s%N` prints it). */
+static int64_t bench_wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * --first-lease: connects (retrying while the server starts or loads) and
+ * takes one task; prints the time from `started_ns` (wall clock, when the
+ * server was launched) to the lease.  Returns 0, or 1 after 120 s.
+ */
+static int bench_first_lease(bench_config_t *cfg, const bench_backend_t *backend,
+                             int64_t started_ns) {
+  char err[BENCH_ERR_LEN] = "";
+  int64_t give_up_ns = bench_now_ns() + (int64_t)120 * 1000000000;
+  while (bench_now_ns() < give_up_ns) {
+    void *conn = backend->open(cfg, NULL, 0, err);
+    int ok = conn && backend->take(conn, cfg, err) == 0;
+    int64_t leased_ns = bench_wall_ns();
+    if (conn)
+      backend->close(conn);
+    if (ok) {
+      printf("result system=%s first_lease_ms=%.1f\n", backend->name,
+             (double)(leased_ns - started_ns) / 1e6);
+      return 0;
+    }
+    bench_sleep_ns(5 * 1000000);
+  }
+  fprintf(stderr, "bench_cycle: %s: no lease within 120 s: %s\n", backend->name, err);
+  return 1;
+}
+
 /* ---- command line ------------------------------------------------------ */
 
 static void bench_usage(FILE *out) {
   fprintf(out,
           "usage: bench_cycle --system muster --url URL --token TOKEN [options]\n"
-          "       bench_cycle --system beanstalkd --addr HOST:PORT [options]\n"
+          "       bench_cycle --system beanstalkd|redis --addr HOST:PORT [options]\n"
           "       bench_cycle --system pingpong [options]\n"
           "       bench_cycle --system fsync|fsync-append --dir DIR [options]\n"
           "       bench_cycle --free-port\n"
@@ -692,6 +946,11 @@ static void bench_usage(FILE *out) {
           "  --payload-bytes N   characters in each payload (default 32)\n"
           "  --queue NAME        queue (muster) or tube (beanstalkd); default per run\n"
           "  --keep              leave the muster queue and its tasks behind\n"
+          "  --rate TASKS_PER_S  open loop: offer rounds at this rate in all (lease latency\n"
+          "                      under a steady load) instead of as fast as possible\n"
+          "  --fill N            only put N tasks (--batch per request) and leave them\n"
+          "  --first-lease NS    NS: when the server was launched (date +%%s%%N); connect,\n"
+          "                      retrying while it starts, lease one task, print the delay\n"
           "  --free-port         print a free loopback TCP port and exit\n",
           BENCH_MAX_BATCH);
 }
@@ -725,16 +984,27 @@ int main(int argc, char **argv) {
                         .duration_s = 5,
                         .warmup_s = 1,
                         .payload_bytes = 32};
-  enum { OPT_KEEP = 256, OPT_FREE_PORT };
-  static const struct option options[] = {
-      {"system", required_argument, NULL, 's'},   {"url", required_argument, NULL, 'u'},
-      {"token", required_argument, NULL, 't'},    {"addr", required_argument, NULL, 'a'},
-      {"dir", required_argument, NULL, 'D'},      {"queue", required_argument, NULL, 'q'},
-      {"conns", required_argument, NULL, 'c'},    {"batch", required_argument, NULL, 'b'},
-      {"duration", required_argument, NULL, 'd'}, {"warmup", required_argument, NULL, 'w'},
-      {"tasks", required_argument, NULL, 'n'},    {"payload-bytes", required_argument, NULL, 'p'},
-      {"keep", no_argument, NULL, OPT_KEEP},      {"free-port", no_argument, NULL, OPT_FREE_PORT},
-      {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+  enum { OPT_KEEP = 256, OPT_FREE_PORT, OPT_RATE, OPT_FILL, OPT_FIRST };
+  int64_t first_lease_since = 0;
+  static const struct option options[] = {{"system", required_argument, NULL, 's'},
+                                          {"url", required_argument, NULL, 'u'},
+                                          {"token", required_argument, NULL, 't'},
+                                          {"addr", required_argument, NULL, 'a'},
+                                          {"dir", required_argument, NULL, 'D'},
+                                          {"queue", required_argument, NULL, 'q'},
+                                          {"conns", required_argument, NULL, 'c'},
+                                          {"batch", required_argument, NULL, 'b'},
+                                          {"duration", required_argument, NULL, 'd'},
+                                          {"warmup", required_argument, NULL, 'w'},
+                                          {"tasks", required_argument, NULL, 'n'},
+                                          {"payload-bytes", required_argument, NULL, 'p'},
+                                          {"keep", no_argument, NULL, OPT_KEEP},
+                                          {"free-port", no_argument, NULL, OPT_FREE_PORT},
+                                          {"rate", required_argument, NULL, OPT_RATE},
+                                          {"fill", required_argument, NULL, OPT_FILL},
+                                          {"first-lease", required_argument, NULL, OPT_FIRST},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     switch (opt) {
@@ -782,6 +1052,16 @@ int main(int argc, char **argv) {
       break;
     case OPT_FREE_PORT:
       return print_free_port();
+    case OPT_RATE:
+      cfg.rate = atof(optarg);
+      break;
+    case OPT_FILL:
+      cfg.fill = strtoll(optarg, NULL, 10);
+      break;
+    case OPT_FIRST:
+      first_lease_since = strtoll(optarg, NULL, 10);
+      cfg.first_lease_s = 120;
+      break;
     case 'h':
       bench_usage(stdout);
       return 0;
@@ -808,12 +1088,28 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_cycle: --system muster needs --url and --token\n");
     return 2;
   }
-  if (strcmp(cfg.system, "beanstalkd") == 0 && cfg.port == 0) {
-    fprintf(stderr, "bench_cycle: --system beanstalkd needs --addr\n");
+  if ((strcmp(cfg.system, "beanstalkd") == 0 || strcmp(cfg.system, "redis") == 0) &&
+      cfg.port == 0) {
+    fprintf(stderr, "bench_cycle: --system %s needs --addr\n", cfg.system);
+    return 2;
+  }
+  if ((cfg.fill > 0 || first_lease_since > 0) && (!backend->put || !backend->take)) {
+    fprintf(stderr, "bench_cycle: --system %s has no queue to fill or lease\n", cfg.system);
     return 2;
   }
   if (!cfg.queue[0])
     snprintf(cfg.queue, sizeof cfg.queue, "bench-cycle-%d-c%d-b%zu", (int)getpid(), cfg.conns,
              cfg.batch);
+  if (first_lease_since > 0) {
+    if (!cfg.queue[0]) {
+      fprintf(stderr, "bench_cycle: --first-lease needs --queue\n");
+      return 2;
+    }
+    return bench_first_lease(&cfg, backend, first_lease_since);
+  }
+  if (cfg.fill > 0) {
+    cfg.tasks = cfg.fill; /* a fixed count, all measured */
+    cfg.keep = 1;
+  }
   return bench_run(&cfg, backend);
 }

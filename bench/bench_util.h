@@ -28,6 +28,13 @@ static inline void bench_sleep_ms(int64_t ms) {
   }
 }
 
+/* Sleeps for `ns` nanoseconds, resuming after signals. */
+static inline void bench_sleep_ns(int64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
 /* A growable array of durations in nanoseconds (one per measured request). */
 typedef struct {
   int64_t *ns;  /* the samples; sorted after bench_samples_sort */
