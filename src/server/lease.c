@@ -28,15 +28,22 @@ typedef struct {
   bool has_session;
 } held_t;
 
+/* Loads task `id` and its queue's settings with one statement (a lookup per
+ * acknowledged task is on the hot path).  MUSTER_TASK_NOT_FOUND when the task
+ * does not exist, MUSTER_QUEUE_NOT_FOUND when its queue does not. */
 static muster_err_t held_load(store_t *st, int64_t id, held_t *h, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT state, coalesce(token, 0), attempts, flags,"
-                                   " coalesce(parent, 0), coalesce(idx, -1), coalesce(worker, 0),"
-                                   " priority, queue, session FROM tasks WHERE id = ?1");
+  sqlite3_stmt *s = store_stmt(
+      st, "SELECT t.state, coalesce(t.token, 0), t.attempts, t.flags, coalesce(t.parent, 0),"
+          " coalesce(t.idx, -1), coalesce(t.worker, 0), t.priority, t.queue, t.session,"
+          " q.name, q.lease_ms, q.max_attempts, q.backoff_ms, q.backoff_max_ms, q.next,"
+          " q.max_flags, q.created_ms"
+          " FROM tasks t LEFT JOIN queues q ON q.name = t.queue WHERE t.id = ?1");
   if (s == NULL)
     return store_fail(st, f, "lease lookup");
   sqlite3_bind_int64(s, 1, id);
   int rc = sqlite3_step(s);
   char queue[NAME_MAX_LEN + 1] = "";
+  bool has_queue = false;
   if (rc == SQLITE_ROW) {
     h->id = id;
     h->state = sqlite3_column_int(s, 0);
@@ -51,13 +58,18 @@ static muster_err_t held_load(store_t *st, int64_t id, held_t *h, fail_t *f) {
     const unsigned char *session = sqlite3_column_text(s, 9);
     h->has_session = session != NULL;
     snprintf(h->session, sizeof h->session, "%s", session ? (const char *)session : "");
+    has_queue = sqlite3_column_type(s, 10) != SQLITE_NULL;
+    if (has_queue)
+      queue_from_columns(s, 10, &h->queue);
   }
   store_reset(s);
   if (rc == SQLITE_DONE)
     return fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
   if (rc != SQLITE_ROW)
     return store_fail(st, f, "lease lookup");
-  return queue_load(st, queue, &h->queue, f);
+  if (!has_queue)
+    return fail_set(f, MUSTER_QUEUE_NOT_FOUND, "queue '%s' does not exist", queue);
+  return MUSTER_OK;
 }
 
 /* Loads task `id` and checks that it is leased under `token`. */
@@ -126,9 +138,12 @@ static int lease_lapse(store_t *st, const held_t *h, const char *error, int64_t 
   return TASK_QUEUED;
 }
 
-/* Collects up to `max` ready task ids of the queue in lease order. */
-static size_t lease_candidates(store_t *st, const char *queue, int64_t max, int64_t *ids) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT id FROM tasks WHERE queue = ?1 AND state = 0"
+/* Collects up to `max` ready task ids of the queue in lease order, with the
+ * attempts each has used (so that only a task out of attempts needs a lookup
+ * of its own before it is leased). */
+static size_t lease_candidates(store_t *st, const char *queue, int64_t max, int64_t *ids,
+                               int64_t *attempts) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT id, attempts FROM tasks WHERE queue = ?1 AND state = 0"
                                    " AND run_at_ms <= ?2 ORDER BY priority DESC, id LIMIT ?3");
   if (s == NULL)
     return 0;
@@ -136,8 +151,10 @@ static size_t lease_candidates(store_t *st, const char *queue, int64_t max, int6
   sqlite3_bind_int64(s, 2, now_ms());
   sqlite3_bind_int64(s, 3, max);
   size_t n = 0;
-  while (sqlite3_step(s) == SQLITE_ROW)
-    ids[n++] = sqlite3_column_int64(s, 0);
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    ids[n] = sqlite3_column_int64(s, 0);
+    attempts[n++] = sqlite3_column_int64(s, 1);
+  }
   store_reset(s);
   return n;
 }
@@ -185,22 +202,25 @@ static json_t *lease_one(store_t *st, const queue_t *q, int64_t id, int64_t work
 
 json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max, fail_t *f) {
   json_t *leases = json_array();
-  int64_t *ids = malloc((size_t)max * sizeof *ids);
+  int64_t *ids = malloc((size_t)max * 2 * sizeof *ids);
   if (ids == NULL) {
     json_decref(leases);
     fail_set(f, MUSTER_NOMEM, "out of memory");
     return NULL;
   }
+  int64_t *attempts = ids + max; /* the second half */
   /* Tasks out of attempts (possible after max_attempts was lowered) go dead
-   * and the search repeats, so a caller still gets up to `max` leases. */
+   * and the search repeats, so a caller still gets up to `max` leases.  Only
+   * they are loaded in full: the candidate query gives the attempts, and
+   * lease_one's UPDATE re-checks that the task is still queued. */
   for (bool more = true; more && (int64_t)json_array_size(leases) < max;) {
-    size_t n = lease_candidates(st, q->name, max - (int64_t)json_array_size(leases), ids);
+    size_t n = lease_candidates(st, q->name, max - (int64_t)json_array_size(leases), ids, attempts);
     more = false;
     for (size_t i = 0; i < n; i++) {
       held_t h;
-      if (held_load(st, ids[i], &h, f))
-        goto fail;
-      if (h.attempts >= q->max_attempts) {
+      if (attempts[i] >= q->max_attempts) {
+        if (held_load(st, ids[i], &h, f))
+          goto fail;
         if (lease_lapse(st, &h, "out of attempts", NULL, f) < 0)
           goto fail;
         more = true;

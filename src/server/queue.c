@@ -12,16 +12,20 @@
 #include <stdio.h>
 #include <string.h>
 
-static void queue_from_row(sqlite3_stmt *s, queue_t *q) {
-  snprintf(q->name, sizeof q->name, "%s", (const char *)sqlite3_column_text(s, 0));
-  q->lease_ms = sqlite3_column_int64(s, 1);
-  q->max_attempts = sqlite3_column_int64(s, 2);
-  q->backoff_ms = sqlite3_column_int64(s, 3);
-  q->backoff_max_ms = sqlite3_column_int64(s, 4);
-  const unsigned char *next = sqlite3_column_text(s, 5);
+void queue_from_columns(sqlite3_stmt *s, int first, queue_t *q) {
+  snprintf(q->name, sizeof q->name, "%s", (const char *)sqlite3_column_text(s, first));
+  q->lease_ms = sqlite3_column_int64(s, first + 1);
+  q->max_attempts = sqlite3_column_int64(s, first + 2);
+  q->backoff_ms = sqlite3_column_int64(s, first + 3);
+  q->backoff_max_ms = sqlite3_column_int64(s, first + 4);
+  const unsigned char *next = sqlite3_column_text(s, first + 5);
   snprintf(q->next, sizeof q->next, "%s", next ? (const char *)next : "");
-  q->max_flags = sqlite3_column_int64(s, 6);
-  q->created_ms = sqlite3_column_int64(s, 7);
+  q->max_flags = sqlite3_column_int64(s, first + 6);
+  q->created_ms = sqlite3_column_int64(s, first + 7);
+}
+
+static void queue_from_row(sqlite3_stmt *s, queue_t *q) {
+  queue_from_columns(s, 0, q);
 }
 
 #define QUEUE_COLUMNS "name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next, max_flags, created_ms"

@@ -29,6 +29,11 @@ typedef struct {
   int64_t created_ms;
 } queue_t;
 
+/* Fills *q from eight columns of a row, starting at column `first`, in this
+ * order: name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next,
+ * max_flags, created_ms (for a query that joins the queues table). */
+void queue_from_columns(sqlite3_stmt *s, int first, queue_t *q);
+
 /* Loads queue `name` into *q.  MUSTER_QUEUE_NOT_FOUND when absent. */
 muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f);
 /* Creates the queue or changes the settings present in `body`; *created says

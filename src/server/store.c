@@ -218,8 +218,14 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     return NULL;
   }
   sqlite3_extended_result_codes(st->db, 1);
-  const char *pragmas = opts->sync_full ? "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-                                        : "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;";
+  /* The head is the file's only user (it holds a flock on the data dir for
+   * its life, and nothing else opens muster.db), so the connection keeps its
+   * lock: no fcntl lock calls per transaction, and, set before the first WAL
+   * access, no shared-memory wal-index (it lives in heap memory). */
+  const char *pragmas = opts->sync_full ? "PRAGMA locking_mode=EXCLUSIVE;"
+                                          " PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                                        : "PRAGMA locking_mode=EXCLUSIVE;"
+                                          " PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;";
   if (store_exec(st, pragmas, f) ||
       store_exec(st, "PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
                      "PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=4000;", f) ||
