@@ -17,6 +17,9 @@
  * The systems ("backends") share that driver and differ only in how a round
  * is done:
  *   muster      libmuster against a head started by bench/run (--url, --token)
+ *   muster-next the same, completing each round's tasks and leasing the next
+ *               round's in one request (complete with "lease"): two round
+ *               trips per round instead of three
  *   beanstalkd  its text protocol (put, reserve-with-timeout, delete); a batch
  *               pipelines its 64 puts, then 64 reserves, then 64 deletes, so a
  *               round is three round trips as with muster (--addr)
@@ -41,6 +44,8 @@
  * retried a few times, then reported as an error.
  */
 #include "muster.h"
+
+#include <jansson.h>
 
 #include "beanstalk.h"
 #include "bench_util.h"
@@ -249,6 +254,117 @@ static int cycle_muster_take(void *conn_ptr, const bench_config_t *cfg, char *er
   if (rc != MUSTER_OK)
     return cycle_muster_fail(err, conn->client, "lease", rc);
   return count == 1 ? 0 : bench_fail(err, "lease: the queue is empty");
+}
+
+/*
+ * muster-next: the worker's steady state with the combined call.  A round puts
+ * N tasks, then completes the previous round's N and leases N in one request
+ * (POST /v1/leases/complete with a "lease" object, docs/api.md), so a task
+ * costs two requests and two commits instead of three.  The first round
+ * leases with a plain lease request; the last round's leases are left to the
+ * queue's deletion.  Lease latency: the combined request.
+ */
+typedef struct {
+  cycle_muster_conn_t base;
+  size_t pending; /* acks of the previous round, not yet completed */
+  char *body;     /* request body buffer */
+  size_t body_cap;
+} cycle_next_conn_t;
+
+static void cycle_next_close(void *conn_ptr) {
+  cycle_next_conn_t *conn = conn_ptr;
+  if (!conn)
+    return;
+  muster_client_free(conn->base.client);
+  free(conn->base.payload);
+  free(conn->base.specs);
+  free(conn->base.acks);
+  free(conn->body);
+  free(conn);
+}
+
+static void *cycle_next_open(const bench_config_t *cfg, void *shared, int index, char *err) {
+  cycle_muster_conn_t *base = cycle_muster_open(cfg, shared, index, err);
+  cycle_next_conn_t *conn = base ? calloc(1, sizeof *conn) : NULL;
+  if (base && conn)
+    conn->body_cap = 256 + cfg->batch * 64 + strlen(cfg->queue);
+  if (conn)
+    conn->body = malloc(conn->body_cap);
+  if (!conn || !conn->body) {
+    if (base)
+      bench_fail(err, "out of memory");
+    cycle_muster_close(base);
+    free(conn);
+    return NULL;
+  }
+  conn->base = *base;
+  free(base); /* its members now belong to conn->base */
+  return conn;
+}
+
+/* Completes the pending acks and leases up to `want` in one request; the
+ * leases' task and token go to acks[*leased...]. */
+static int cycle_next_combined(cycle_next_conn_t *conn, const bench_config_t *cfg, size_t want,
+                               size_t *leased, char *err) {
+  size_t len = (size_t)snprintf(conn->body, conn->body_cap, "{\"leases\": [");
+  for (size_t i = 0; i < conn->pending; i++)
+    len += (size_t)snprintf(conn->body + len, conn->body_cap - len,
+                            "%s{\"task\": %" PRId64 ", \"token\": %" PRId64 "}", i ? ", " : "",
+                            conn->base.acks[i].task, conn->base.acks[i].token);
+  snprintf(conn->body + len, conn->body_cap - len,
+           "], \"lease\": {\"queue\": \"%s\", \"max\": %zu}}", cfg->queue, want);
+  char *reply = NULL;
+  muster_err_t rc =
+      muster_request(conn->base.client, "POST", "/v1/leases/complete", conn->body, &reply);
+  if (rc != MUSTER_OK)
+    return cycle_muster_fail(err, conn->base.client, "complete + lease", rc);
+  conn->pending = 0;
+  json_t *root = json_loads(reply, 0, NULL);
+  muster_free(reply);
+  json_t *leases = json_object_get(root, "leases");
+  if (!json_is_array(leases)) {
+    json_decref(root);
+    return bench_fail(err, "complete + lease: no \"leases\" in the reply");
+  }
+  for (size_t i = 0; i < json_array_size(leases) && *leased < want; i++, (*leased)++) {
+    json_t *lease = json_array_get(leases, i);
+    muster_ack_init(&conn->base.acks[*leased], json_integer_value(json_object_get(lease, "task")),
+                    json_integer_value(json_object_get(lease, "token")));
+  }
+  json_decref(root);
+  return 0;
+}
+
+static int cycle_next_round(void *conn_ptr, const bench_config_t *cfg, size_t n, int64_t *lat_ns,
+                            size_t *lat_count, char *err) {
+  cycle_next_conn_t *conn = conn_ptr;
+  muster_err_t rc = muster_put(conn->base.client, cfg->queue, conn->base.specs, n, NULL);
+  if (rc != MUSTER_OK)
+    return cycle_muster_fail(err, conn->base.client, "put", rc);
+  size_t leased = 0, empty = 0;
+  if (conn->pending > 0) {
+    int64_t start_ns = bench_now_ns();
+    if (cycle_next_combined(conn, cfg, n, &leased, err) != 0)
+      return -1;
+    lat_ns[(*lat_count)++] = bench_now_ns() - start_ns;
+  }
+  while (leased < n) { /* the first round, or a concurrent connection took some */
+    muster_lease_t *leases = NULL;
+    size_t count = 0;
+    int64_t start_ns = bench_now_ns();
+    rc = muster_lease(conn->base.client, cfg->queue, 0, n - leased, LEASE_WAIT_MS, &leases, &count);
+    lat_ns[(*lat_count)++] = bench_now_ns() - start_ns;
+    if (rc != MUSTER_OK)
+      return cycle_muster_fail(err, conn->base.client, "lease", rc);
+    for (size_t i = 0; i < count && leased < n; i++, leased++)
+      muster_ack_init(&conn->base.acks[leased], leases[i].task, leases[i].token);
+    muster_leases_free(leases, count);
+    if (count == 0 && ++empty > LEASE_EMPTY_RETRIES)
+      return bench_fail(err, "lease: the queue stayed empty with %zu of %zu tasks to go",
+                        n - leased, n);
+  }
+  conn->pending = n; /* completed with the next round's lease */
+  return 0;
 }
 
 /* ---- beanstalkd ------------------------------------------------------- */
@@ -714,6 +830,8 @@ static void nothing_teardown(const bench_config_t *cfg, void *shared) {}
 static const bench_backend_t bench_backends[] = {
     {"muster", cycle_muster_setup, cycle_muster_open, cycle_muster_round, cycle_muster_close,
      cycle_muster_put, cycle_muster_take, cycle_muster_teardown},
+    {"muster-next", cycle_muster_setup, cycle_next_open, cycle_next_round, cycle_next_close, NULL,
+     NULL, cycle_muster_teardown},
     {"beanstalkd", cycle_beanstalkd_setup, cycle_beanstalkd_open, cycle_beanstalkd_round,
      cycle_beanstalkd_close, cycle_beanstalkd_put, cycle_beanstalkd_take, nothing_teardown},
     {"redis", cycle_redis_setup, cycle_redis_open, cycle_redis_round, cycle_redis_close,
@@ -1084,7 +1202,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_cycle: unknown --system %s\n", cfg.system);
     return 2;
   }
-  if (strcmp(cfg.system, "muster") == 0 && (!cfg.url || !cfg.token)) {
+  if (strncmp(cfg.system, "muster", 6) == 0 && (!cfg.url || !cfg.token)) {
     fprintf(stderr, "bench_cycle: --system muster needs --url and --token\n");
     return 2;
   }

@@ -218,7 +218,56 @@ static void h_lease_op(http_req_t *r, lease_op_t op) {
   reply_or_fail(r, 200, lease_apply(ST(r), op, r->body, r->head->cfg.max_payload, &f), &f);
 }
 
-static void h_complete(http_req_t *r) { h_lease_op(r, LEASE_COMPLETE); }
+/*
+ * Complete, and with a "lease" object in the body, lease the next tasks in the
+ * same request and transaction: {"leases": [...], "lease": {"queue": "q",
+ * "max": 1, "worker": 3}} replies {"completed": [...], "leases": [...]}.  A
+ * worker's steady state is then one round trip (and one commit) per task.  It
+ * never waits: an empty "leases" means nothing was ready.  Any failure,
+ * whether of a completion or of the lease, rolls back the whole request.
+ */
+static void h_complete(http_req_t *r) {
+  const json_t *next = json_object_get(r->body, "lease");
+  if (next == NULL) {
+    h_lease_op(r, LEASE_COMPLETE);
+    return;
+  }
+  static const char *const allowed[] = {"queue", "max", "worker", NULL};
+  fail_t f = {0};
+  const char *name = NULL;
+  int64_t max, worker;
+  queue_t q;
+  if (!json_is_object(next)) {
+    fail_set(&f, MUSTER_INVALID, "lease: expected an object {\"queue\", \"max\", \"worker\"}");
+  } else if (!jv_only(next, "lease", allowed, &f) &&
+             !jv_str(next, "queue", "lease", NULL, NAME_MAX_LEN, &name, &f) &&
+             !jv_int(next, "max", "lease", 1, 1, LEASE_MAX_BATCH, &max, &f) &&
+             !jv_int(next, "worker", "lease", 0, 1, JV_ID_MAX, &worker, &f)) {
+    if (name == NULL)
+      fail_set(&f, MUSTER_INVALID, "lease.queue: missing");
+    else if (!queue_load(ST(r), name, &q, &f))
+      (void)(worker && worker_check_active(ST(r), worker, &f));
+  }
+  if (f.code) {
+    http_reply_fail(r, &f);
+    return;
+  }
+  /* lease_apply accepts only "leases": hand it the body without "lease". */
+  json_t *body = json_copy(r->body), *reply = NULL;
+  if (body == NULL || json_object_del(body, "lease") != 0) {
+    fail_set(&f, MUSTER_NOMEM, "out of memory");
+  } else if ((reply = lease_apply(ST(r), LEASE_COMPLETE, body, r->head->cfg.max_payload, &f))) {
+    json_t *leases = lease_acquire(ST(r), &q, worker, max, &f);
+    if (leases == NULL) {
+      json_decref(reply);
+      reply = NULL;
+    } else {
+      json_object_set_new(reply, "leases", leases);
+    }
+  }
+  json_decref(body);
+  reply_or_fail(r, 200, reply, &f);
+}
 static void h_fail(http_req_t *r) { h_lease_op(r, LEASE_FAIL); }
 static void h_extend(http_req_t *r) { h_lease_op(r, LEASE_EXTEND); }
 static void h_release(http_req_t *r) { h_lease_op(r, LEASE_RELEASE); }

@@ -41,6 +41,54 @@ class LeaseCallTest(ApiTestCase):
                               409, "lease_lost")
         self.assertEqual(self.get_task(ids[0])["result"], {"out": [1, 2]})
 
+    def test_complete_and_lease_next(self):
+        """A "lease" object in the complete body leases the next tasks in the same request."""
+        self.create_queue()
+        other = self.qname("other")
+        self.create_queue(other)
+        ids = self.put("a", "b", "c", "d")
+        [oid] = self.put("o", name=other)
+        [la] = self.lease(max=1)
+        r = self.expect("POST", "/v1/leases/complete",
+                        {"leases": [item(la, result=1)], "lease": {"queue": self.q, "max": 2}})
+        self.assertEqual(r["completed"], [{"task": ids[0], "next_task": None}])
+        self.assertEqual([l["task"] for l in r["leases"]], ids[1:3])
+        lb, lc = r["leases"]
+        self.assertEqual(self.get_task(ids[0])["state"], "done")
+        self.assertEqual(self.get_task(ids[1])["state"], "leased")
+        # Another queue, default max 1; the new tokens work like any lease's.
+        r = self.expect("POST", "/v1/leases/complete",
+                        {"leases": [item(lb), item(lc)], "lease": {"queue": other}})
+        self.assertEqual([l["task"] for l in r["leases"]], [oid])
+        # Nothing ready: an empty list at once, the completions stand.
+        [ld] = self.lease(max=1)
+        r = self.expect("POST", "/v1/leases/complete",
+                        {"leases": [item(ld)], "lease": {"queue": self.q, "max": 5}})
+        self.assertEqual(r, {"completed": [{"task": ids[3], "next_task": None}], "leases": []})
+        self.assert_counts(done=4)
+
+    def test_complete_and_lease_next_all_or_nothing(self):
+        """A stale token or a bad "lease" object refuses the whole request: nothing completes,
+        nothing is leased."""
+        self.create_queue()
+        ids = self.put("a", "b", "c")
+        la, lb = self.lease(max=2)
+        stale = dict(item(lb), token=lb["token"] + 1000)
+        self.expect_error("POST", "/v1/leases/complete",
+                          {"leases": [item(la), stale], "lease": {"queue": self.q}},
+                          409, "lease_lost")
+        for bad, status, code in (({"queue": "no-such-queue"}, 404, "queue_not_found"),
+                                  ({"queue": self.q, "max": 0}, 400, "invalid_argument"),
+                                  ({"queue": self.q, "max": 1001}, 400, "invalid_argument"),
+                                  ({"queue": self.q, "worker": 999999}, 404, "worker_not_found"),
+                                  ({"max": 1}, 400, "invalid_argument"),
+                                  ({"queue": self.q, "wait_ms": 5}, 400, "invalid_argument"),
+                                  ("q", 400, "invalid_argument")):
+            self.expect_error("POST", "/v1/leases/complete",
+                              {"leases": [item(la)], "lease": bad}, status, code)
+        self.assertEqual([self.get_task(i)["state"] for i in ids], ["leased", "leased", "queued"])
+        self.assert_counts(leased=2, queued=1)
+
     def test_fail_with_backoff(self):
         self.create_queue(backoff_ms=300, backoff_max_ms=700, max_attempts=10)
         [tid] = self.put("x")
