@@ -37,7 +37,6 @@
 
 #define CACHE_BUCKETS 4096
 #define CACHE_VERIFY_CHUNK (1 << 20) /* bytes read at a time when checking a file */
-#define CACHE_STAGE_BYTES (1 << 20)  /* bytes of a fetch gathered per write */
 
 /* ---- the index ------------------------------------------------------------ */
 
@@ -94,9 +93,6 @@ static void cache_lru_push_front(cache_t *c, cache_entry_t *e) {
 static void cache_entry_free(cache_entry_t *e) {
   if (e->tmp_fd >= 0)
     close(e->tmp_fd);
-  if (e->hash_state)
-    XXH64_freeState(e->hash_state);
-  free(e->stage);
   free(e);
 }
 
@@ -236,6 +232,10 @@ void cache_reader_begin(cache_t *c, cache_entry_t *e) {
 }
 
 static void cache_release(cache_t *c) {
+  if (c->notify_rd >= 0)
+    close(c->notify_rd);
+  if (c->notify_wr >= 0)
+    close(c->notify_wr);
   free(c->buckets);
   free(c);
 }
@@ -293,10 +293,7 @@ cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name
   cache_entry_t *e = cache_entry_new(scope, name, level, checksum, size);
   snprintf(e->tmp_path, sizeof e->tmp_path, "%s/tmp/fetch-XXXXXX", c->dir);
   e->tmp_fd = mkostemp(e->tmp_path, O_CLOEXEC);
-  e->hash_state = XXH64_createState();
-  e->stage = malloc(CACHE_STAGE_BYTES);
-  if (e->tmp_fd < 0 || e->hash_state == NULL || e->stage == NULL ||
-      XXH64_reset(e->hash_state, 0) != XXH_OK) {
+  if (e->tmp_fd < 0) {
     snprintf(err, err_size, "cannot create a file in %s/tmp: %s", c->dir, strerror(errno));
     cache_entry_free(e);
     return NULL;
@@ -308,48 +305,6 @@ cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name
   return e;
 }
 
-/* Writes the staged bytes to the temporary file; 0 or -1 with `err` filled. */
-static int cache_stage_flush(cache_entry_t *e, char *err, size_t err_size) {
-  const char *at = e->stage;
-  size_t len = e->staged;
-  while (len > 0) {
-    ssize_t n = write(e->tmp_fd, at, len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      snprintf(err, err_size, "writing %s: %s", e->tmp_path, strerror(errno));
-      return -1;
-    }
-    at += n;
-    len -= (size_t)n;
-  }
-  e->staged = 0;
-  return 0;
-}
-
-int cache_fetch_write(cache_entry_t *e, const void *data, size_t len, char *err, size_t err_size) {
-  if (e->received + (int64_t)len > e->size) {
-    snprintf(err, err_size, "the head sent more than the %lld bytes it announced",
-             (long long)e->size);
-    return -1;
-  }
-  XXH64_update(e->hash_state, data, len);
-  e->received += (int64_t)len;
-  /* The head's bytes arrive a few KiB at a time (libevent reads 4 KiB per
-   * call); writing them in CACHE_STAGE_BYTES pieces halves the system calls. */
-  const char *at = data;
-  while (len > 0) {
-    size_t n = CACHE_STAGE_BYTES - e->staged < len ? CACHE_STAGE_BYTES - e->staged : len;
-    memcpy(e->stage + e->staged, at, n);
-    e->staged += n;
-    at += n;
-    len -= n;
-    if (e->staged == CACHE_STAGE_BYTES && cache_stage_flush(e, err, err_size) != 0)
-      return -1;
-  }
-  return 0;
-}
-
 /* Takes a FETCHING entry out of the fetch accounting and its temp file away. */
 static void cache_fetch_end(cache_t *c, cache_entry_t *e, int remove_tmp) {
   c->bytes_fetching -= e->size;
@@ -359,11 +314,6 @@ static void cache_fetch_end(cache_t *c, cache_entry_t *e, int remove_tmp) {
   if (remove_tmp && e->tmp_path[0])
     unlink(e->tmp_path);
   e->tmp_path[0] = '\0';
-  if (e->hash_state)
-    XXH64_freeState(e->hash_state);
-  e->hash_state = NULL;
-  free(e->stage);
-  e->stage = NULL;
 }
 
 void cache_fetch_abort(cache_t *c, cache_entry_t *e) {
@@ -372,16 +322,15 @@ void cache_fetch_abort(cache_t *c, cache_entry_t *e) {
   cache_entry_free(e);
 }
 
-int cache_fetch_commit(cache_t *c, cache_entry_t *e, char *err, size_t err_size) {
-  uint64_t got = XXH64_digest(e->hash_state);
+int cache_fetch_commit(cache_t *c, cache_entry_t *e, int64_t got_size, uint64_t got_checksum,
+                       char *err, size_t err_size) {
+  uint64_t got = got_checksum;
   char path[1024];
   cache_path_of(c, e, path, sizeof path);
   struct stat st;
-  int flushed = e->received == e->size && cache_stage_flush(e, err, err_size) == 0;
-  if (e->received != e->size)
-    snprintf(err, err_size, "got %lld of %lld bytes", (long long)e->received, (long long)e->size);
-  else if (!flushed) {
-    /* err says why */
+  if (got_size != e->size) {
+    snprintf(err, err_size, "got %lld bytes, the head announced %lld", (long long)got_size,
+             (long long)e->size);
   } else if (got != e->checksum)
     snprintf(err, err_size, "checksum %016llx, expected %016llx", (unsigned long long)got,
              (unsigned long long)e->checksum);
@@ -517,6 +466,7 @@ cache_t *cache_open(const char *dir, int64_t limit_bytes, char *err, size_t err_
     return NULL;
   }
   c->nbuckets = CACHE_BUCKETS;
+  c->notify_rd = c->notify_wr = -1;
   snprintf(c->dir, sizeof c->dir, "%s", dir);
   size_t len = strlen(c->dir);
   while (len > 1 && c->dir[len - 1] == '/')

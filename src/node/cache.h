@@ -8,8 +8,9 @@
  * statistics; it knows nothing of HTTP.  cache_http.c answers the agent's
  * GET /v1/shared/{scope}/{name} from the store, fetches misses from the head
  * (one upstream request per level however many clients wait for it) and
- * serves GET /v1/node/cache.  Both run on the agent's event-loop thread only,
- * so nothing here takes a lock.
+ * serves GET /v1/node/cache.  Both run on the agent's event-loop thread (a
+ * fetch's bytes are written by a thread of its own, which touches nothing
+ * here), so nothing here takes a lock.
  *
  * Files: DIR/SCOPE/NAME@LEVEL@CHECKSUM (the checksum as 16 hex digits), written
  * as DIR/tmp/fetch-XXXXXX and renamed into place once complete and verified,
@@ -43,14 +44,10 @@ typedef struct cache_entry {
   int64_t mtime_ns;
   struct cache_entry *hash_next;           /* index chain */
   struct cache_entry *lru_prev, *lru_next; /* READY entries, most recently used first */
-  /* CACHE_FETCHING: the download in progress */
+  /* CACHE_FETCHING: the download in progress (written by a fetch thread) */
   int tmp_fd;
   char tmp_path[512];
-  int64_t received;
-  void *hash_state; /* XXH64_state_t of the bytes so far */
-  char *stage;      /* bytes received but not yet written (CACHE_STAGE_BYTES) */
-  size_t staged;
-  void *fetch; /* cache_http.c's state of the fetch (waiters, upstream request) */
+  void *fetch; /* cache_http.c's state of the fetch (waiters, thread) */
 } cache_entry_t;
 
 typedef struct {
@@ -67,12 +64,14 @@ typedef struct {
 typedef struct cache {
   char dir[400];
   int64_t limit_bytes;
-  int64_t bytes_cached;   /* sizes of the READY entries in the index */
-  int64_t bytes_fetching; /* sizes of the fetches in progress (room is made for them) */
-  int64_t entries;        /* READY entries in the index */
-  int stopping;           /* the agent is shutting down: no eviction, no new fetch */
-  int64_t readers_total;  /* replies sending a cached file now, over all entries */
-  int free_pending;       /* cache_free came while replies were still sending */
+  int64_t bytes_cached;     /* sizes of the READY entries in the index */
+  int64_t bytes_fetching;   /* sizes of the fetches in progress (room is made for them) */
+  int64_t entries;          /* READY entries in the index */
+  int stopping;             /* the agent is shutting down: no eviction, no new fetch */
+  int64_t readers_total;    /* replies sending a cached file now, over all entries */
+  int free_pending;         /* cache_free came while replies were still sending */
+  int notify_rd, notify_wr; /* finished fetches (cache_http.c), -1 when none */
+  struct event *notify_ev;
   cache_entry_t **buckets;
   size_t nbuckets;
   cache_entry_t *lru_head, *lru_tail;
@@ -101,14 +100,15 @@ cache_entry_t *cache_find(cache_t *c, const char *scope, const char *name, int64
  */
 cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
                                  uint64_t checksum, int64_t size, char *err, size_t err_size);
-/* Appends bytes to a fetch; 0, or -1 with `err` filled (disk full, too many bytes). */
-int cache_fetch_write(cache_entry_t *e, const void *data, size_t len, char *err, size_t err_size);
 /*
- * Completes a fetch: checks size and checksum, renames the file into place and
- * makes the entry READY (most recently used).  Returns 0, or -1 with `err`
- * filled, in which case the entry is dropped (cache_fetch_abort was done).
+ * Completes a fetch whose bytes were written to e->tmp_fd and found to be
+ * `got_size` bytes with xxHash64 `got_checksum`: checks them against what the
+ * head announced, renames the file into place and makes the entry READY (most
+ * recently used).  Returns 0, or -1 with `err` filled, in which case the entry
+ * is dropped (cache_fetch_abort was done).
  */
-int cache_fetch_commit(cache_t *c, cache_entry_t *e, char *err, size_t err_size);
+int cache_fetch_commit(cache_t *c, cache_entry_t *e, int64_t got_size, uint64_t got_checksum,
+                       char *err, size_t err_size);
 /* Gives a fetch up: removes the temporary file and drops the entry. */
 void cache_fetch_abort(cache_t *c, cache_entry_t *e);
 

@@ -8,9 +8,10 @@
  * and checksum (ETag).  Then the bytes come from the cache: a hit is sent from
  * its file (evbuffer file segments: sendfile, never the whole level in memory);
  * a miss joins the level's fetch, or starts it, so however many clients ask at
- * once the head sends the level once.  The fetch streams to a temporary file,
- * is checked against size and checksum and renamed into place (cache.c), then
- * every waiting client is answered from the file.  A HEAD that is not 200
+ * once the head sends the level once.  The fetch runs on a thread of its own
+ * (libmuster's streaming download) into a temporary file, is checked against
+ * size and checksum and renamed into place (cache.c), then every waiting client
+ * is answered from the file.  A HEAD that is not 200
  * sends the client's request on to the head unchanged (forward.c), so errors
  * read exactly as the head's.  The one round trip per read is the price of
  * never serving a level that was deleted, expired or re-created; the bytes,
@@ -21,23 +22,32 @@
  * which hard-link the file (same machine, no copy; cli/worker_shared.c).
  * GET /v1/node/cache: the statistics.
  *
- * Everything runs on the agent's event-loop thread.
+ * Everything but the fetch threads runs on the agent's event-loop thread; a
+ * fetch thread touches only its cfetch_t and its file, and hands the result
+ * back through a pipe.
  */
 #include "node/agent.h"
 #include "node/cache.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <inttypes.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+
+#define CACHE_FETCH_STALL_MS 60000 /* a fetch that moves no byte this long gives up */
 
 typedef enum { CREQ_BYTES, CREQ_PATH, CREQ_STATS } creq_kind_t;
 
@@ -56,16 +66,27 @@ typedef struct creq {
   struct creq *next_waiter;
 } creq_t;
 
-/* One fetch from the head in progress (cache_entry_t.fetch). */
+/* One fetch from the head in progress (cache_entry_t.fetch).  The thread
+ * owns the fields below `state` until it sets `state` to done; the loop owns
+ * the rest. */
 typedef struct {
   node_agent_t *a;
   cache_entry_t *entry;
   creq_t *waiters; /* clients answered when it ends */
-  fwd_conn_t *conn;
-  struct evhttp_request *out;
-  int failed; /* the reply went wrong: status, write or connection */
+  pthread_t thread;
+  /* the thread's, read-only for it: what to fetch */
+  char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
+  int64_t level;
+  int fd;      /* the entry's temporary file */
+  char *token; /* the first waiter's bearer token (NULL: none) */
+  /* set by the thread */
+  _Atomic int state; /* CFETCH_RUNNING, then CFETCH_DONE (thread) or CFETCH_ABANDONED (loop) */
+  muster_err_t err;
+  muster_shared_info_t info;
   char why[300];
 } cfetch_t;
+
+enum { CFETCH_RUNNING, CFETCH_DONE, CFETCH_ABANDONED };
 
 /* A reply sending a cached file (the file segment's cleanup argument). */
 typedef struct {
@@ -208,83 +229,91 @@ static int creq_answer(creq_t *r, cache_entry_t *e, const char *how) {
 
 /* ---- fetching a level from the head -------------------------------------------- */
 
-/* Writes what the head's reply holds so far to the fetch's file. */
-static void cfetch_take(cfetch_t *f, struct evhttp_request *out) {
-  struct evbuffer *buf = evhttp_request_get_input_buffer(out);
-  if (evhttp_request_get_response_code(out) != 200 || f->failed) {
-    evbuffer_drain(buf, evbuffer_get_length(buf)); /* an error body, or after a failure */
-    return;
-  }
-  while (evbuffer_get_length(buf) > 0 && !f->failed) {
-    struct evbuffer_iovec v[16];
-    int n = evbuffer_peek(buf, -1, NULL, v, 16);
-    size_t taken = 0;
-    for (int i = 0; i < n && i < 16 && !f->failed; i++) {
-      if (cache_fetch_write(f->entry, v[i].iov_base, v[i].iov_len, f->why, sizeof f->why) != 0)
-        f->failed = 1;
-      taken += v[i].iov_len;
-    }
-    evbuffer_drain(buf, taken);
-  }
-  if (f->failed)
-    evbuffer_drain(buf, evbuffer_get_length(buf));
+/*
+ * Fetches run on threads of their own with libmuster's streaming download
+ * (muster_shared_get_fd: libcurl reads large pieces, writes them to the file
+ * and checks the xxHash64 against the ETag as they pass), so the event loop
+ * keeps serving hits while a large level arrives.  A finished thread passes its
+ * cfetch_t through the cache's notify pipe; the loop joins it and answers the
+ * waiters.
+ */
+
+static void cfetch_free(cfetch_t *f) {
+  free(f->token);
+  free(f);
 }
 
-static void cfetch_on_chunk(struct evhttp_request *out, void *arg) {
-  cfetch_take(arg, out);
-}
-
-static void cfetch_on_error(enum evhttp_request_error error, void *arg) {
+static void *cfetch_main(void *arg) {
   cfetch_t *f = arg;
-  if (!f->failed)
-    snprintf(f->why, sizeof f->why, "the connection to the head failed (error %d)", (int)error);
-  f->failed = 1;
+  muster_client_t *client = NULL;
+  f->err = muster_client_new(f->a->cfg->head_url, f->token, &client);
+  if (f->err == MUSTER_OK) {
+    muster_client_set_timeout(client, CACHE_FETCH_STALL_MS); /* a stalled transfer ends */
+    muster_shared_opts_t opts;
+    muster_shared_opts_init(&opts);
+    opts.level = f->level;
+    f->err = muster_shared_get_fd(client, f->scope, f->name, f->fd, &opts, &f->info);
+    if (f->err != MUSTER_OK)
+      snprintf(f->why, sizeof f->why, "%s: %s", muster_err_name(f->err),
+               muster_client_message(client));
+  } else {
+    snprintf(f->why, sizeof f->why, "%s", muster_err_name(f->err));
+  }
+  muster_client_free(client);
+  int running = CFETCH_RUNNING;
+  if (!atomic_compare_exchange_strong(&f->state, &running, CFETCH_DONE)) {
+    cfetch_free(f); /* the agent stopped and left it to us */
+    return NULL;
+  }
+  int notify = f->a->cache->notify_wr;
+  if (write(notify, &f, sizeof f) != (ssize_t)sizeof f)
+    abort(); /* a pipe write of one pointer is atomic; failing means the agent is broken */
+  return NULL;
 }
 
-/* The fetch ended (out NULL: the connection failed): store it, answer the waiters. */
-static void cfetch_on_done(struct evhttp_request *out, void *arg) {
-  cfetch_t *f = arg;
+/* The fetch `f` ended: store the level or drop it, answer the waiters. */
+static void cfetch_finish(cfetch_t *f) {
   node_agent_t *a = f->a;
   cache_t *c = a->cache;
   cache_entry_t *e = f->entry;
-  int status = out ? evhttp_request_get_response_code(out) : 0;
-  if (out && status == 200)
-    cfetch_take(f, out);
-  if (!f->failed && status != 200)
-    snprintf(f->why, sizeof f->why, "the head answered %d", status);
-  f->failed |= status != 200;
+  pthread_join(f->thread, NULL);
   e->fetch = NULL;
-  if (!f->failed && cache_fetch_commit(c, e, f->why, sizeof f->why) != 0)
-    f->failed = 1;
-  else if (f->failed)
+  int failed = 1;
+  if (f->err != MUSTER_OK) {
     cache_fetch_abort(c, e);
-  if (f->failed) {
-    c->stats.fetch_failures++;
-    agent_log(a, "cache: fetching %s/%s level %lld: %s", f->waiters ? f->waiters->scope : "?",
-              f->waiters ? f->waiters->name : "?", (long long)(f->waiters ? f->waiters->level : 0),
-              f->why);
+  } else if (f->info.level != e->level) {
+    snprintf(f->why, sizeof f->why, "the head sent level %lld", (long long)f->info.level);
+    cache_fetch_abort(c, e);
+  } else {
+    uint64_t got = strtoull(f->info.checksum, NULL, 16);
+    failed = cache_fetch_commit(c, e, f->info.size, got, f->why, sizeof f->why) != 0;
   }
-  if (f->conn)
-    fwd_conn_put(a, f->conn);
-  creq_t *waiters = f->waiters;
-  char why[300];
-  snprintf(why, sizeof why, "%s", f->why);
-  int failed = f->failed;
-  free(f);
-  if (!failed)
+  if (failed) {
+    c->stats.fetch_failures++;
+    agent_log(a, "cache: fetching %s/%s level %lld: %s", f->scope, f->name, (long long)f->level,
+              f->why);
+  } else {
     cache_reader_begin(c, e); /* keeps the entry while the waiters are answered */
-  for (creq_t *r = waiters, *next; r; r = next) {
+  }
+  for (creq_t *r = f->waiters, *next; r; r = next) {
     next = r->next_waiter;
     if (failed)
       creq_error(r, 503, "unavailable",
-                 "node agent %s: fetching shared data '%s' level %lld "
-                 "from the head failed: %s",
-                 a->name, r->name, (long long)r->level, why);
+                 "node agent %s: fetching shared data '%s' level %lld from the head failed: %s",
+                 a->name, r->name, (long long)r->level, f->why);
     else if (creq_answer(r, e, "miss") != 0)
       creq_serve(r); /* the file went away already: start over */
   }
   if (!failed)
     cache_reader_end(c, e);
+  cfetch_free(f);
+}
+
+/* The notify pipe is readable: finished fetches. */
+static void cfetch_on_notify(evutil_socket_t fd, short what, void *arg) {
+  cfetch_t *f;
+  while (read(fd, &f, sizeof f) == (ssize_t)sizeof f)
+    cfetch_finish(f);
 }
 
 /* Starts fetching the level `r` asks for, with `r` as its first waiter. */
@@ -292,37 +321,44 @@ static void cfetch_start(creq_t *r) {
   node_agent_t *a = r->a;
   cache_t *c = a->cache;
   char err[512];
-  cache_entry_t *e =
-      cache_fetch_begin(c, r->scope, r->name, r->level, r->checksum, r->size, err, sizeof err);
-  cfetch_t *f = e ? calloc(1, sizeof *f) : NULL;
-  fwd_conn_t *conn = f ? fwd_conn_get(a) : NULL;
-  struct evhttp_request *out = conn ? evhttp_request_new(cfetch_on_done, f) : NULL;
-  if (out == NULL) {
-    if (conn)
-      fwd_conn_put(a, conn);
-    free(f);
-    if (e)
-      cache_fetch_abort(c, e);
-    else
-      agent_log(a, "cache: %s", err);
-    creq_error(r, 503, "unavailable", "node agent %s: %s", a->name, e ? "out of memory" : err);
+  if (c->stopping) {
+    creq_error(r, 503, "unavailable", "node agent %s is stopping", a->name);
     return;
   }
-  *f = (cfetch_t){.a = a, .entry = e, .waiters = r, .conn = conn, .out = out};
-  e->fetch = f;
+  cache_entry_t *e =
+      cache_fetch_begin(c, r->scope, r->name, r->level, r->checksum, r->size, err, sizeof err);
+  if (e == NULL) {
+    agent_log(a, "cache: %s", err);
+    creq_error(r, 503, "unavailable", "node agent %s: %s", a->name, err);
+    return;
+  }
+  cfetch_t *f = calloc(1, sizeof *f);
+  if (f == NULL) {
+    fprintf(stderr, "muster node: out of memory\n");
+    abort(); /* the daemon's one allocation policy (STYLE.md 6) */
+  }
+  *f = (cfetch_t){.a = a, .entry = e, .waiters = r, .level = r->level, .fd = e->tmp_fd};
+  snprintf(f->scope, sizeof f->scope, "%s", r->scope);
+  snprintf(f->name, sizeof f->name, "%s", r->name);
+  if (r->auth && strncasecmp(r->auth, "Bearer ", 7) == 0)
+    f->token = strdup(r->auth + 7);
+  atomic_init(&f->state, CFETCH_RUNNING);
   r->next_waiter = NULL;
-  evhttp_request_set_chunked_cb(out, cfetch_on_chunk);
-  evhttp_request_set_error_cb(out, cfetch_on_error);
-  struct evkeyvalq *h = evhttp_request_get_output_headers(out);
-  if (r->auth)
-    evhttp_add_header(h, "Authorization", r->auth);
-  evhttp_add_header(h, "Host", a->head_host);
-  char uri[400];
-  snprintf(uri, sizeof uri, "/v1/shared/%s/%s?level=%lld", r->scope, r->name, (long long)r->level);
+  e->fetch = f;
   c->stats.upstream_fetches++;
-  /* On failure evhttp_make_request has called cfetch_on_done (with NULL),
-   * which answered the waiter and freed `f`. */
-  evhttp_make_request(fwd_conn_evcon(conn), out, EVHTTP_REQ_GET, uri);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old); /* signals are the loop's */
+  int rc = pthread_create(&f->thread, NULL, cfetch_main, f);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    e->fetch = NULL;
+    f->waiters = NULL;
+    cfetch_free(f);
+    cache_fetch_abort(c, e);
+    creq_error(r, 503, "unavailable", "node agent %s: cannot start a fetch: %s", a->name,
+               strerror(rc));
+  }
 }
 
 /* ---- serving a level the head confirmed ------------------------------------------- */
@@ -578,6 +614,16 @@ int cache_http_start(node_agent_t *a) {
     agent_log(a, "%s", err);
     return -1;
   }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0 || fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0 ||
+      (a->cache->notify_ev =
+           event_new(a->base, fds[0], EV_READ | EV_PERSIST, cfetch_on_notify, a)) == NULL ||
+      event_add(a->cache->notify_ev, NULL) != 0) {
+    agent_log(a, "cannot set up the node cache: %s", strerror(errno));
+    return -1;
+  }
+  a->cache->notify_rd = fds[0];
+  a->cache->notify_wr = fds[1];
   return 0;
 }
 
@@ -592,16 +638,25 @@ void cache_http_stop(node_agent_t *a) {
       cfetch_t *f = e->fetch;
       if (e->state != CACHE_FETCHING || f == NULL)
         continue;
-      evhttp_cancel_request(f->out); /* frees the request; no callback runs */
-      fwd_conn_put(a, f->conn);
+      int running = CFETCH_RUNNING;
+      if (!atomic_compare_exchange_strong(&f->state, &running, CFETCH_ABANDONED)) {
+        cfetch_finish(f); /* it ended just now; its pointer waits in the pipe, unread */
+        continue;
+      }
+      /* Still running: the thread frees `f` when it ends; its file descriptor
+       * stays open for it (the process is about to exit) and the file goes. */
       for (creq_t *r = f->waiters, *rn; r; r = rn) {
         rn = r->next_waiter;
         creq_error(r, 503, "unavailable", "node agent %s is stopping", a->name);
       }
+      pthread_detach(f->thread);
       e->fetch = NULL;
-      free(f);
+      e->tmp_fd = -1;
       cache_fetch_abort(c, e);
     }
+  if (c->notify_ev)
+    event_free(c->notify_ev);
+  c->notify_ev = NULL;
 }
 
 void cache_http_free(node_agent_t *a) {
