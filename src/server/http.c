@@ -70,10 +70,18 @@ static void http_send_body(struct evhttp_request *req, int status, const char *t
     evhttp_send_error(req, 500, NULL);
     return;
   }
-  evbuffer_add(buf, data, len);
-  if (type == NULL)
-    evbuffer_add(buf, "\n", 1);
   struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+  if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+    /* evhttp would send a HEAD reply's body without a length, which breaks
+     * the connection for the next request: send the length alone. */
+    char length[32];
+    snprintf(length, sizeof length, "%zu", len + (type == NULL));
+    evhttp_add_header(out, "Content-Length", length);
+  } else {
+    evbuffer_add(buf, data, len);
+    if (type == NULL)
+      evbuffer_add(buf, "\n", 1);
+  }
   evhttp_add_header(out, "Content-Type", type ? type : "application/json");
   if (status == 401)
     evhttp_add_header(out, "WWW-Authenticate", "Bearer realm=\"muster\"");

@@ -257,6 +257,21 @@ class ConventionTest(ApiTestCase):
         finally:
             conn.close()
 
+    def test_head_replies_keep_the_connection(self):
+        # A HEAD reply carries the length of the body it leaves out; were the body sent,
+        # the next reply on the connection would be read from the middle of it.
+        conn = self.head.connection()
+        try:
+            for path, status in (("/v1/queues/no-such-queue-here", 404), ("/v1/health", 200),
+                                 ("/v1/queues", 200)):
+                r = self.head.request("HEAD", path, conn=conn)
+                self.assertEqual((r.status, r.raw), (status, b""), path)
+                self.assertGreater(int(r.headers["Content-Length"]), 0, path)
+                r = self.head.request("GET", "/v1/health", conn=conn)
+                self.assertEqual((r.status, r.json["status"]), (200, "ok"), path)
+        finally:
+            conn.close()
+
     def test_json_content_type_on_replies(self):
         self.create_queue()
         r = self.call("GET", "/v1/queues/" + self.q)
