@@ -18,6 +18,7 @@
  * PR_SET_PDEATHSIG (SIGHUP), and the head's node timeout does the rest.
  */
 #include "node/agent.h"
+#include "node/cache.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -125,6 +126,22 @@ static void agent_node_path(const node_agent_t *a, const char *suffix, char *buf
   snprintf(buf, size, "/v1/nodes/%s%s", a->name, suffix); /* names are [A-Za-z0-9._-] */
 }
 
+/* The heartbeat's body: the cache's counters, so that the head's /metrics
+ * shows every node's hits and misses. */
+static void agent_heartbeat_body(const node_agent_t *a, char *buf, size_t size) {
+  if (a->cache == NULL)
+    return;
+  cache_stats_t s;
+  cache_stats_snapshot(a->cache, &s);
+  snprintf(buf, size,
+           "{\"cache\": {\"hits\": %lld, \"misses\": %lld, \"coalesced\": %lld,"
+           " \"bytes_served\": %lld, \"evictions\": %lld, \"upstream_fetches\": %lld,"
+           " \"fetch_failures\": %lld, \"verify_failures\": %lld}}",
+           (long long)s.hits, (long long)s.misses, (long long)s.coalesced,
+           (long long)s.bytes_served, (long long)s.evictions, (long long)s.upstream_fetches,
+           (long long)s.fetch_failures, (long long)s.verify_failures);
+}
+
 /* Registers (when not yet) or heart-beats; decides when to call again. */
 static void agent_bg_tick(agent_bg_t *bg) {
   node_agent_t *a = bg->a;
@@ -144,9 +161,10 @@ static void agent_bg_tick(agent_bg_t *bg) {
         agent_log(a, "cannot wake the event loop: %s", strerror(errno));
     }
   } else if (bg->registered == 1) {
-    char path[200];
+    char path[200], body[512] = "{}";
     agent_node_path(a, "/heartbeat", path, sizeof path);
-    err = muster_request(bg->client, "POST", path, "{}", NULL);
+    agent_heartbeat_body(a, body, sizeof body);
+    err = muster_request(bg->client, "POST", path, body, NULL);
     if (err == MUSTER_NODE_NOT_FOUND) {
       agent_log(a, "the head forgot node %s (it timed out); registering again", a->name);
       bg->registered = 0;

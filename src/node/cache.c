@@ -210,7 +210,7 @@ int cache_open_file(cache_t *c, cache_entry_t *e) {
       fprintf(stderr,
               "muster node: cache: %s does not match its checksum %016llx; fetching it again\n",
               path, (unsigned long long)e->checksum);
-      c->stats.verify_failures++;
+      CACHE_COUNT(c, verify_failures, 1);
       close(fd);
       cache_drop(c, e);
       return -1;
@@ -275,7 +275,7 @@ void cache_make_room(cache_t *c, int64_t extra) {
   while (e && c->bytes_cached + c->bytes_fetching + extra > c->limit_bytes) {
     cache_entry_t *older = e->lru_prev;
     if (e->readers == 0) {
-      c->stats.evictions++;
+      CACHE_COUNT(c, evictions, 1);
       cache_drop(c, e);
     }
     e = older;
@@ -497,4 +497,12 @@ void cache_free(cache_t *c) {
     c->free_pending = 1;
   else
     cache_release(c);
+}
+
+void cache_stats_snapshot(const cache_t *c, cache_stats_t *out) {
+  const int64_t *from = (const int64_t *)&c->stats;
+  int64_t *to = (int64_t *)out;
+  /* cache_stats_t is a run of int64_t counters; copy each atomically. */
+  for (size_t i = 0; i < sizeof *out / sizeof(int64_t); i++)
+    to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
 }

@@ -61,6 +61,10 @@ typedef struct {
   int64_t verify_failures;  /* cached files found corrupt by their checksum (then re-fetched) */
 } cache_stats_t;
 
+/* Adds `n` to a counter of c->stats.  The counters are written on the agent's
+ * loop thread and read by its heartbeat thread, hence relaxed atomics. */
+#define CACHE_COUNT(c, field, n) __atomic_fetch_add(&(c)->stats.field, (n), __ATOMIC_RELAXED)
+
 typedef struct cache {
   char dir[400];
   int64_t limit_bytes;
@@ -84,6 +88,9 @@ typedef struct cache {
  * (verified by checksum on first use) and stale temporary files removed.
  * Returns the cache (cache_free), or NULL with `err` filled.
  */
+/* A copy of the counters, safe from any thread while the cache lives. */
+void cache_stats_snapshot(const cache_t *c, cache_stats_t *out);
+
 cache_t *cache_open(const char *dir, int64_t limit_bytes, char *err, size_t err_size);
 /* Frees the cache and its entries (files stay on disk); accepts NULL.  While
  * replies still hold files (readers), what they use is freed by the last

@@ -185,7 +185,7 @@ static void creq_send_file(creq_t *r, cache_entry_t *e, int fd, const char *how)
     close(fd);
     free(rd);
   }
-  c->stats.bytes_served += e->size;
+  CACHE_COUNT(c, bytes_served, e->size);
   creq_add_headers(r, how);
   evhttp_add_header(evhttp_request_get_output_headers(r->in), "Content-Type",
                     "application/octet-stream");
@@ -289,7 +289,7 @@ static void cfetch_finish(cfetch_t *f) {
     failed = cache_fetch_commit(c, e, f->info.size, got, f->why, sizeof f->why) != 0;
   }
   if (failed) {
-    c->stats.fetch_failures++;
+    CACHE_COUNT(c, fetch_failures, 1);
     agent_log(a, "cache: fetching %s/%s level %lld: %s", f->scope, f->name, (long long)f->level,
               f->why);
   } else {
@@ -345,7 +345,7 @@ static void cfetch_start(creq_t *r) {
   atomic_init(&f->state, CFETCH_RUNNING);
   r->next_waiter = NULL;
   e->fetch = f;
-  c->stats.upstream_fetches++;
+  CACHE_COUNT(c, upstream_fetches, 1);
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old); /* signals are the loop's */
@@ -394,15 +394,15 @@ static void creq_serve(creq_t *r) {
   }
   if (e && e->state == CACHE_READY) {
     if (creq_answer(r, e, "hit") == 0) {
-      c->stats.hits++;
+      CACHE_COUNT(c, hits, 1);
       return;
     }
     e = NULL; /* corrupt or gone: dropped; fetch it again */
   }
-  c->stats.misses++;
+  CACHE_COUNT(c, misses, 1);
   if (e && e->state == CACHE_FETCHING) {
     cfetch_t *f = e->fetch;
-    c->stats.coalesced++;
+    CACHE_COUNT(c, coalesced, 1);
     r->next_waiter = f->waiters;
     f->waiters = r;
     return;

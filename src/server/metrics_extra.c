@@ -46,6 +46,36 @@ static const char *jstr(const json_t *obj, const char *key) {
 
 /* ---- nodes ---- */
 
+/* The shared-data cache counters each node agent reports with its heartbeats
+ * (since the agent started; a restarted agent starts them again at zero). */
+static void collect_node_caches(json_t *nodes, metrics_out_t *out) {
+  static const struct {
+    const char *field, *metric, *help;
+  } counters[] = {
+      {"hits", "muster_node_cache_hits_total", "Shared-data reads a node served from its cache."},
+      {"misses", "muster_node_cache_misses_total",
+       "Shared-data reads a node had to fetch from the head first."},
+      {"bytes_served", "muster_node_cache_served_bytes_total",
+       "Bytes a node's cache sent to readers."},
+      {"evictions", "muster_node_cache_evictions_total",
+       "Levels a node's cache evicted to stay under its size limit."},
+      {"upstream_fetches", "muster_node_cache_upstream_fetches_total",
+       "Fetches a node's cache made from the head."},
+  };
+  for (size_t k = 0; k < sizeof counters / sizeof counters[0]; k++) {
+    metrics_help(out, counters[k].metric, "counter", counters[k].help);
+    size_t i;
+    json_t *node;
+    json_array_foreach(nodes, i, node) {
+      json_t *cache = json_object_get(node, "cache");
+      if (!json_is_object(cache))
+        continue;
+      open_sample(out, counters[k].metric, "node", jstr(node, "name"));
+      metrics_printf(out, "} %lld\n", (long long)jint(cache, counters[k].field));
+    }
+  }
+}
+
 typedef enum { NODE_UP, NODE_WORKERS, NODE_CPUS, NODE_GPUS } node_gauge_t;
 
 static void collect_nodes(head_t *h, metrics_out_t *out) {
@@ -105,6 +135,7 @@ static void collect_nodes(head_t *h, metrics_out_t *out) {
       }
     }
   }
+  collect_node_caches(nodes, out);
   json_decref(reply);
 }
 

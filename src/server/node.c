@@ -154,7 +154,7 @@ static muster_err_t node_end_workers(store_t *st, const char *name, const char *
 #define NODE_COLUMNS                                                                               \
   "n.name, n.hostname, n.address, n.cpus, n.gpus, n.labels, n.state, n.timeout_ms,"                \
   " n.last_seen_ms, n.created_ms,"                                                                 \
-  " (SELECT count(*) FROM workers w WHERE w.node = n.name AND w.state = 0)"
+  " (SELECT count(*) FROM workers w WHERE w.node = n.name AND w.state = 0), n.cache"
 
 static json_t *node_text(sqlite3_stmt *s, int col, bool decode, json_t *dflt) {
   const unsigned char *t = sqlite3_column_text(s, col);
@@ -166,7 +166,7 @@ static json_t *node_text(sqlite3_stmt *s, int col, bool decode, json_t *dflt) {
 
 static json_t *node_from_row(sqlite3_stmt *s) {
   return json_pack(
-      "{s:s, s:o, s:o, s:I, s:o, s:o, s:s, s:I, s:I, s:I, s:I}", "name",
+      "{s:s, s:o, s:o, s:I, s:o, s:o, s:s, s:I, s:I, s:I, s:I, s:o}", "name",
       (const char *)sqlite3_column_text(s, 0), "hostname", node_text(s, 1, false, json_null()),
       "address", node_text(s, 2, false, json_null()), "cpus",
       (json_int_t)sqlite3_column_int64(s, 3), "gpus", node_text(s, 4, true, json_array()), "labels",
@@ -174,7 +174,8 @@ static json_t *node_from_row(sqlite3_stmt *s) {
       sqlite3_column_int(s, 6) == NODE_ACTIVE ? "active" : "gone", "timeout_ms",
       (json_int_t)sqlite3_column_int64(s, 7), "last_seen_ms",
       (json_int_t)sqlite3_column_int64(s, 8), "created_ms", (json_int_t)sqlite3_column_int64(s, 9),
-      "workers", (json_int_t)sqlite3_column_int64(s, 10));
+      "workers", (json_int_t)sqlite3_column_int64(s, 10), "cache",
+      node_text(s, 11, true, json_null()));
 }
 
 json_t *node_get(store_t *st, const char *name, fail_t *f) {
@@ -212,7 +213,7 @@ static muster_err_t node_write(store_t *st, const node_spec_t *spec, fail_t *f) 
           " ON CONFLICT(name) DO UPDATE SET hostname = excluded.hostname,"
           " address = excluded.address, cpus = excluded.cpus, gpus = excluded.gpus,"
           " labels = excluded.labels, state = 0, timeout_ms = excluded.timeout_ms,"
-          " last_seen_ms = excluded.last_seen_ms");
+          " last_seen_ms = excluded.last_seen_ms, cache = NULL");
   if (s == NULL)
     return store_fail(st, f, "node register");
   store_bind_text(s, 1, spec->name);
@@ -246,17 +247,49 @@ json_t *node_register(store_t *st, const json_t *body, int64_t default_timeout_m
   return out;
 }
 
+/* The counters a node agent reports for its shared-data cache (docs/api.md). */
+static const char *const node_cache_fields[] = {
+    "hits",           "misses",         "coalesced",       "bytes_served", "evictions",
+    "upstream_fetches", "fetch_failures", "verify_failures", NULL};
+
+/* Checks body["cache"] (absent, or an object of non-negative integer counters)
+ * and returns it encoded (caller frees), or NULL when absent. */
+static muster_err_t node_cache_arg(const json_t *body, char **cache, fail_t *f) {
+  const json_t *c = json_object_get(body, "cache");
+  int64_t ignored;
+  *cache = NULL;
+  if (c == NULL || json_is_null(c))
+    return MUSTER_OK;
+  if (!json_is_object(c))
+    return fail_set(f, MUSTER_INVALID, "cache: expected an object of counters");
+  if (jv_only(c, "cache", node_cache_fields, f))
+    return f->code;
+  for (const char *const *k = node_cache_fields; *k; k++)
+    if (jv_int(c, *k, "cache", 0, 0, INT64_MAX, &ignored, f))
+      return f->code;
+  *cache = jv_encode(c);
+  return *cache ? MUSTER_OK : fail_set(f, MUSTER_NOMEM, "out of memory");
+}
+
 json_t *node_heartbeat(store_t *st, const char *name, const json_t *body, fail_t *f) {
-  static const char *const allowed[] = {NULL};
-  if (jv_only(body, "", allowed, f) || node_check_active(st, name, f))
+  static const char *const allowed[] = {"cache", NULL};
+  char *cache = NULL;
+  if (jv_only(body, "", allowed, f) || node_cache_arg(body, &cache, f) ||
+      node_check_active(st, name, f)) {
+    free(cache);
     return NULL;
-  sqlite3_stmt *s = store_stmt(st, "UPDATE nodes SET last_seen_ms = ?2 WHERE name = ?1");
+  }
+  sqlite3_stmt *s = store_stmt(st, "UPDATE nodes SET last_seen_ms = ?2,"
+                                   " cache = coalesce(?3, cache) WHERE name = ?1");
   if (s == NULL) {
+    free(cache);
     store_fail(st, f, "node heartbeat");
     return NULL;
   }
   store_bind_text(s, 1, name);
   sqlite3_bind_int64(s, 2, now_ms());
+  store_bind_text(s, 3, cache);
+  free(cache);
   if (store_step_done(st, s, f))
     return NULL;
   return json_pack("{s:s, s:s}", "name", name, "state", "active");

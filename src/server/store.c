@@ -140,6 +140,8 @@ static const char *const migrations[] = {
     "CREATE INDEX shared_levels_file ON shared_levels(file);"
     "CREATE TABLE shared_trash (file TEXT PRIMARY KEY) WITHOUT ROWID;"
     "ALTER TABLE tasks ADD COLUMN requires TEXT;",
+    /* The node cache's counters, as its agent last reported them (JSON). */
+    "ALTER TABLE nodes ADD COLUMN cache TEXT;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

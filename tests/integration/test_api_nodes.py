@@ -11,7 +11,7 @@ import harness  # noqa: E402
 from test_api_common import ApiTestCase, is_int, now_ms  # noqa: E402
 
 NODE_KEYS = {"name", "hostname", "address", "cpus", "gpus", "labels", "state", "timeout_ms",
-             "last_seen_ms", "created_ms", "workers"}
+             "last_seen_ms", "created_ms", "workers", "cache"}
 GPU = {"index": 0, "name": "NVIDIA H100", "memory_total_mb": 81559, "memory_free_mb": 80000}
 
 
@@ -69,7 +69,7 @@ class NodeTest(NodeCase):
             {k: n[k] for k in NODE_KEYS - {"last_seen_ms", "created_ms"}},
             {"name": name, "hostname": "gpu-box-1", "address": "10.0.0.2:7371", "cpus": 16,
              "gpus": [GPU, {"index": 1}], "labels": {"rack": "a", "n": 2}, "state": "active",
-             "timeout_ms": 20000, "workers": 0})
+             "timeout_ms": 20000, "workers": 0, "cache": None})
         self.assert_between(n["created_ms"], t0, t1, "created_ms")
         self.assert_between(n["last_seen_ms"], t0, t1, "last_seen_ms")
         self.assertEqual(self.get_node(name), n)
