@@ -48,6 +48,9 @@ const cli_opt_t cli_node_opts[] = {
      "the one-agent-per-machine lock (env MUSTER_NODE_LOCK, default " NODE_DEFAULT_LOCK ")"},
     {"cache-dir", "DIR", "the node cache of shared data (default /var/tmp/muster-node-NAME/cache)"},
     {"cache-bytes", "N", "the node cache's size limit, e.g. 500M or 20G (default 10G)"},
+    {"state-dir", "DIR",
+     "where node-local (cluster_sync false) iterations live "
+     "(default /var/tmp/muster-node-NAME/state)"},
     {NULL, NULL, NULL},
 };
 
@@ -71,7 +74,8 @@ void cli_head_agent_usage(FILE *out) {
   for (int i = 0; cli_node_opts[i].name; i++) {
     if (strcmp(cli_node_opts[i].name, "join") == 0 ||
         strcmp(cli_node_opts[i].name, "listen") == 0 ||
-        strncmp(cli_node_opts[i].name, "cache-", 6) == 0) /* the local agent has no port */
+        strncmp(cli_node_opts[i].name, "cache-", 6) == 0 ||
+        strcmp(cli_node_opts[i].name, "state-dir") == 0) /* the local agent has no port */
       continue;
     char left[64];
     snprintf(left, sizeof left, "--%s%s%s", cli_node_opts[i].name,
@@ -144,6 +148,7 @@ int cmd_node(cli_args_t *args) {
   if (rc != CLI_OK)
     return rc;
   cfg.cache_dir = cli_opt(args, "cache-dir");
+  cfg.state_dir = cli_opt(args, "state-dir");
   cfg.head_url = cli_opt(args, "join") ? cli_opt(args, "join") : cli_url(args);
   cfg.token = cli_token(args);
   cfg.listen = cli_opt(args, "listen");

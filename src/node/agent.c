@@ -19,6 +19,7 @@
  */
 #include "node/agent.h"
 #include "node/cache.h"
+#include "node/iter_local.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -415,7 +416,7 @@ static int agent_listen(node_agent_t *a) {
     agent_log(a, "%s", err);
     return -1;
   }
-  if (cache_http_start(a) != 0)
+  if (cache_http_start(a) != 0 || iter_local_start(a) != 0)
     return -1;
   char host[256];
   snprintf(host, sizeof host, "%.*s", (int)(strrchr(listen, ':') - listen), listen);
@@ -508,6 +509,7 @@ int node_agent_main(const node_config_t *cfg) {
   }
   cache_http_stop(&a);
   fwd_stop(&a);
+  iter_local_stop(&a);
   cache_http_free(&a);
   sup_free(&a);
   muster_client_free(bg.client);

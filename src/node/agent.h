@@ -66,6 +66,9 @@ struct node_agent {
   /* node cache (cache.c, cache_http.c); NULL without an API port */
   struct cache *cache;
 
+  /* node-local iterations (iter_local.c); NULL without an API port */
+  struct iter_local *iters;
+
   /* background thread (agent.c) */
   pthread_t bg;
   pthread_mutex_t lock;

@@ -2,7 +2,8 @@
  * forward.c — any-node access: the agent's HTTP port forwards to the head.
  *
  * Every request the agent does not serve itself (all but the node cache's,
- * cache_http.c: GET of shared data and /v1/node/cache) is sent
+ * cache_http.c: GET of shared data and /v1/node/cache, and the node-local
+ * iterations', iter_local.c) is sent
  * to the head as it came: same method, path and query, the end-to-end headers
  * (Authorization included: the head alone checks tokens, so auth behaves
  * exactly as on the head) and the body.  The head's reply streams back as it
@@ -21,6 +22,7 @@
  * long-poll occupies its connection, so there are as many as requests in flight.
  */
 #include "node/agent.h"
+#include "node/iter_local.h"
 
 #include <event2/buffer.h>
 #include <event2/http.h>
@@ -227,7 +229,9 @@ static void fwd_add_forwarded(struct evhttp_request *in, struct evkeyvalq *to) {
 
 static void fwd_on_request(struct evhttp_request *in, void *arg) {
   node_agent_t *a = arg;
-  if (!cache_http_handle(a, in)) /* shared data and /v1/node/cache: the node cache's */
+  /* shared data and /v1/node/cache: the node cache's; cluster_sync false
+   * iterations: the agent's own (iter_local.c) */
+  if (!cache_http_handle(a, in) && !iter_local_handle(a, in))
     fwd_forward(a, in);
 }
 

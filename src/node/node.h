@@ -90,6 +90,7 @@ typedef struct {
   int lock_busy_ok;       /* another agent holds the lock: say so and return 0 */
   const char *cache_dir;  /* the node cache's directory; NULL: /var/tmp/muster-node-NAME/cache */
   int64_t cache_bytes;    /* its size limit; 0: CACHE_DEFAULT_BYTES (10 GiB) */
+  const char *state_dir;  /* node-local iterations' store; NULL: /var/tmp/muster-node-NAME/state */
 } node_config_t;
 
 /* Runs the agent until SIGINT/SIGTERM (graceful) or SIGHUP (hard stop);

@@ -142,6 +142,13 @@ muster_err_t iter_settle(store_t *st, iter_row_t *row, fail_t *f) {
 
 /* ---- settings ------------------------------------------------------------- */
 
+/* The node whose agent keeps this process's iterations ("" on the head). */
+static char iter_node[NAME_MAX_LEN + 1];
+
+void iter_set_node(const char *name) {
+  snprintf(iter_node, sizeof iter_node, "%s", name ? name : "");
+}
+
 static muster_err_t parse_settings(const json_t *body, iter_settings_t *set, fail_t *f) {
   bool sync;
   if (jv_int(body, "lease_ms", "", ITER_DEFAULT_LEASE_MS, 1, WEEK_MS, &set->lease_ms, f) ||
@@ -157,11 +164,12 @@ static muster_err_t parse_settings(const json_t *body, iter_settings_t *set, fai
       return fail_set(f, MUSTER_INVALID, "slow_ratio: expected a number in [0, 1]");
     set->slow_ratio = json_number_value(ratio);
   }
-  if (!sync)
+  if (!sync && iter_node[0] == '\0')
     return fail_set(f, MUSTER_INVALID,
                     "cluster_sync: false keeps the iteration's state on the node agent the "
-                    "client talks to, and node-local iterations need a node agent, which this "
-                    "cluster does not run yet; use cluster_sync true (state on the head)");
+                    "client talks to, and the head is no node: create it through a node "
+                    "agent's port (muster node --listen), or use cluster_sync true (state on "
+                    "the head)");
   set->cluster_sync = sync;
   return MUSTER_OK;
 }
@@ -606,6 +614,9 @@ json_t *iter_to_json(store_t *st, iter_row_t *row, bool with_ranks, fail_t *f) {
                           ? json_pack("{s:I, s:I}", "epoch", (json_int_t)row->resume_epoch,
                                       "world_size", (json_int_t)row->resume_world)
                           : json_null());
+  json_object_set_new(out, "node",
+                      !row->set.cluster_sync && iter_node[0] ? json_string(iter_node)
+                                                             : json_null());
   if (with_ranks)
     json_object_set_new(out, "ranks", ranks_json(st, row));
   return out;

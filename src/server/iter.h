@@ -38,6 +38,11 @@ json_t *iter_next(store_t *st, const char *name, const json_t *body, fail_t *f);
 json_t *iter_ack(store_t *st, const char *name, const json_t *body, fail_t *f);
 json_t *iter_heartbeat(store_t *st, const char *name, const json_t *body, fail_t *f);
 
+/* Names the node whose agent runs this process (src/node/iter_local.c):
+ * `cluster_sync: false` is then accepted and status replies carry
+ * `"node": NAME`.  The head never calls it: there `false` is refused. */
+void iter_set_node(const char *name);
+
 /* True when a block lease or a rank's heartbeat deadline is at or before `now`. */
 bool iter_any_due(store_t *st, int64_t now);
 /* Returns expired block leases to their lanes and marks silent ranks failed.

@@ -1,0 +1,530 @@
+/*
+ * iter_local.c — node-local iterations on the agent's port (cluster_sync: false).
+ *
+ * Lavender Data's `cluster_sync: false` keeps an iteration's state on the node
+ * the client talks to, so that each sample is consumed once per node (node-local
+ * shard files, each node iterating its own copy).  The agent keeps such
+ * iterations in a SQLite store of its own (STATE_DIR/iterations.db, the head's
+ * migrations) and runs the head's iteration domain code on it (src/server/iter*.c
+ * on a store_t: create or join, next, ack, heartbeat, status, checkpoint,
+ * delete, the expiry sweep); only the HTTP layer here is the agent's.
+ *
+ * Routing (everything else goes to the head, forward.c):
+ *  - POST /v1/iterations with `cluster_sync: false` is created here.  With
+ *    `cluster_sync` omitted the agent resolves Lavender's default: `true` when
+ *    the head knows more than one active node (GET /v1/nodes, with the client's
+ *    token), else `false`.  `true` goes to the head.  A name this agent already
+ *    holds is always answered here (a join; `true` is then refused as a
+ *    different setting), so one name never lives in both places for a client
+ *    of this agent.
+ *  - /v1/iterations/{name}[/next|/ack|/heartbeat|/checkpoint] for a name held
+ *    here is answered here.
+ *  - GET /v1/iterations: the head's list with this agent's iterations merged in.
+ *
+ * Tokens: the head checks tokens; for what it answers itself the agent
+ * compares the client's bearer token with its own (--token), when it has one.
+ *
+ * Writes commit per request (synchronous=NORMAL: the state survives the
+ * agent's crash; a machine crash may lose the last few acknowledgements, whose
+ * blocks are then handed out again).  The store file is created with the first
+ * local iteration; an agent restarted on an existing one continues its
+ * iterations.  A sweep timer expires block leases and silent ranks as the
+ * head's sweep does.
+ */
+#include "node/iter_local.h"
+
+#include "core/names.h"
+#include "server/iter.h"
+#include "server/log.h"
+#include "server/store.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define IL_SWEEP_MS 100
+#define IL_DB_NAME "iterations.db"
+
+typedef struct iter_local {
+  node_agent_t *a;
+  char dir[400];
+  char path[420];
+  store_t *st; /* NULL until the first local iteration (or an existing file) */
+  struct event *sweep;
+} iter_local_t;
+
+typedef enum {
+  IL_NONE,
+  IL_CREATE,
+  IL_LIST,
+  IL_GET,
+  IL_DELETE,
+  IL_NEXT,
+  IL_ACK,
+  IL_HEARTBEAT,
+  IL_CHECKPOINT
+} il_op_t;
+
+/* ---- replies ------------------------------------------------------------------ */
+
+static void il_send(node_agent_t *a, struct evhttp_request *in, int status, json_t *body) {
+  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  json_decref(body);
+  struct evbuffer *buf = evbuffer_new();
+  if (buf && text)
+    evbuffer_add(buf, text, strlen(text));
+  struct evkeyvalq *h = evhttp_request_get_output_headers(in);
+  evhttp_add_header(h, "Content-Type", "application/json");
+  char via[160];
+  snprintf(via, sizeof via, "1.1 %s (muster node iterations)", a->name);
+  evhttp_add_header(h, "Via", via);
+  evhttp_send_reply(in, status, NULL, buf);
+  if (buf)
+    evbuffer_free(buf);
+  free(text);
+}
+
+static void il_fail(node_agent_t *a, struct evhttp_request *in, const fail_t *f) {
+  muster_err_t code = f->code ? f->code : MUSTER_INTERNAL;
+  int status = muster_err_http_status(code);
+  if (status == 401)
+    evhttp_add_header(evhttp_request_get_output_headers(in), "WWW-Authenticate",
+                      "Bearer realm=\"muster\"");
+  il_send(a, in, status ? status : 500,
+          json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(code), "message",
+                    fail_message(f)));
+}
+
+/* ---- requests ----------------------------------------------------------------- */
+
+/* True when `rest` is `suffix` followed by the end of the path. */
+static int il_is(const char *rest, const char *suffix) {
+  size_t n = strlen(suffix);
+  return strncmp(rest, suffix, n) == 0 && (rest[n] == '\0' || rest[n] == '?');
+}
+
+/* Which iteration request `in` is; `name` gets the {name} segment. */
+static il_op_t il_route(struct evhttp_request *in, char name[NAME_MAX_LEN + 1]) {
+  const char *uri = evhttp_request_get_uri(in);
+  enum evhttp_cmd_type cmd = evhttp_request_get_command(in);
+  static const char prefix[] = "/v1/iterations";
+  name[0] = '\0';
+  if (uri == NULL || strncmp(uri, prefix, sizeof prefix - 1) != 0)
+    return IL_NONE;
+  const char *p = uri + sizeof prefix - 1;
+  if (*p == '\0' || *p == '?')
+    return cmd == EVHTTP_REQ_POST ? IL_CREATE : cmd == EVHTTP_REQ_GET ? IL_LIST : IL_NONE;
+  if (*p++ != '/')
+    return IL_NONE;
+  size_t len = strcspn(p, "/?");
+  if (len == 0 || len > NAME_MAX_LEN)
+    return IL_NONE;
+  memcpy(name, p, len);
+  name[len] = '\0';
+  if (!name_is_valid(name)) /* an escaped name is never one of ours */
+    return IL_NONE;
+  const char *rest = p + len;
+  if (*rest == '\0' || *rest == '?')
+    return cmd == EVHTTP_REQ_GET ? IL_GET : cmd == EVHTTP_REQ_DELETE ? IL_DELETE : IL_NONE;
+  if (cmd == EVHTTP_REQ_POST && il_is(rest, "/next"))
+    return IL_NEXT;
+  if (cmd == EVHTTP_REQ_POST && il_is(rest, "/ack"))
+    return IL_ACK;
+  if (cmd == EVHTTP_REQ_POST && il_is(rest, "/heartbeat"))
+    return IL_HEARTBEAT;
+  if (cmd == EVHTTP_REQ_GET && il_is(rest, "/checkpoint"))
+    return IL_CHECKPOINT;
+  return IL_NONE;
+}
+
+/* The request's JSON object body ({} when empty), or NULL with *f filled. */
+static json_t *il_body(struct evhttp_request *in, fail_t *f) {
+  struct evbuffer *buf = evhttp_request_get_input_buffer(in);
+  size_t len = evbuffer_get_length(buf);
+  if (len == 0)
+    return json_object();
+  const char *type = evhttp_find_header(evhttp_request_get_input_headers(in), "Content-Type");
+  if (type && strncasecmp(type, "application/json", 16) != 0) {
+    fail_set(f, MUSTER_UNSUPPORTED_MEDIA,
+             "Content-Type is '%.100s'; send the body as application/json", type);
+    return NULL;
+  }
+  json_error_t err;
+  json_t *body = json_loadb((const char *)evbuffer_pullup(buf, -1), len,
+                           JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+  if (body == NULL) {
+    fail_set(f, MUSTER_BAD_JSON, "the body is not valid JSON: %s (line %d, column %d)", err.text,
+             err.line, err.column);
+    return NULL;
+  }
+  if (!json_is_object(body)) {
+    json_decref(body);
+    fail_set(f, MUSTER_BAD_JSON, "the body must be a JSON object");
+    return NULL;
+  }
+  return body;
+}
+
+/* The client's bearer token against the agent's own (none: anyone). */
+static int il_authorized(const iter_local_t *L, struct evhttp_request *in) {
+  const char *token = L->a->cfg->token;
+  if (token == NULL || token[0] == '\0')
+    return 1;
+  const char *h = evhttp_find_header(evhttp_request_get_input_headers(in), "Authorization");
+  return h && strncasecmp(h, "Bearer ", 7) == 0 && strcmp(h + 7, token) == 0;
+}
+
+/* ---- the store ---------------------------------------------------------------- */
+
+/* mkdir -p; 0 or -1 with errno. */
+static int il_mkdirs(const char *dir) {
+  char path[400];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      if (mkdir(path, 0700) != 0 && errno != EEXIST)
+        return -1;
+      *p = '/';
+    }
+  return mkdir(path, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* The store, opened (and created) on first use; NULL with *f filled. */
+static store_t *il_store(iter_local_t *L, fail_t *f) {
+  if (L->st)
+    return L->st;
+  if (il_mkdirs(L->dir) != 0) {
+    fail_set(f, MUSTER_STORE, "node agent %s: cannot create its state dir %s: %s", L->a->name,
+             L->dir, strerror(errno));
+    return NULL;
+  }
+  store_opts_t opts = {.path = L->path, .sync_full = false};
+  L->st = store_open(&opts, f);
+  if (L->st)
+    agent_log(L->a, "node-local iterations in %s", L->path);
+  return L->st;
+}
+
+/* True when this agent holds iteration `name`. */
+static int il_holds(iter_local_t *L, const char *name) {
+  if (L->st == NULL)
+    return 0;
+  sqlite3_stmt *s = store_stmt(L->st, "SELECT 1 FROM iterations WHERE name = ?1");
+  if (s == NULL)
+    return 0;
+  store_bind_text(s, 1, name);
+  int found = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return found;
+}
+
+/* Runs one domain call in its own transaction and answers. */
+static void il_run(iter_local_t *L, struct evhttp_request *in, il_op_t op, const char *name,
+                   const json_t *body) {
+  fail_t f = {0};
+  json_t *out = NULL;
+  bool created = false;
+  store_t *st = il_store(L, &f);
+  if (st && store_request_begin(st, &f) == MUSTER_OK) {
+    switch (op) {
+    case IL_CREATE:
+      out = iter_create(st, body, &created, &f);
+      break;
+    case IL_GET:
+      out = iter_get(st, name, &f);
+      break;
+    case IL_DELETE:
+      out = iter_delete(st, name, &f);
+      break;
+    case IL_NEXT:
+      out = iter_next(st, name, body, &f);
+      break;
+    case IL_ACK:
+      out = iter_ack(st, name, body, &f);
+      break;
+    case IL_HEARTBEAT:
+      out = iter_heartbeat(st, name, body, &f);
+      break;
+    case IL_CHECKPOINT:
+      out = iter_checkpoint(st, name, &f);
+      break;
+    default:
+      fail_set(&f, MUSTER_INTERNAL, "no such iteration request");
+      break;
+    }
+    store_request_end(st, out != NULL);
+    fail_t cf = {0};
+    if (store_commit(st, &cf) != MUSTER_OK && out) {
+      json_decref(out);
+      out = NULL;
+      f = cf;
+    }
+  }
+  if (out)
+    il_send(L->a, in, created ? 201 : 200, out);
+  else
+    il_fail(L->a, in, &f);
+}
+
+/* ---- asking the head ------------------------------------------------------------ */
+
+typedef struct il_ask il_ask_t;
+/* The head's answer: status 0 when it could not be reached; `reply` parsed JSON or NULL. */
+typedef void (*il_ask_fn)(il_ask_t *q, int status, json_t *reply);
+
+struct il_ask {
+  iter_local_t *L;
+  struct evhttp_request *in; /* the client's request */
+  json_t *body;              /* its parsed body (create), or NULL */
+  fwd_conn_t *conn;
+  il_ask_fn done;
+};
+
+static void il_ask_on_done(struct evhttp_request *out, void *arg) {
+  il_ask_t *q = arg;
+  node_agent_t *a = q->L->a;
+  int status = out ? evhttp_request_get_response_code(out) : 0;
+  json_t *reply = NULL;
+  if (status != 0) {
+    struct evbuffer *buf = evhttp_request_get_input_buffer(out);
+    size_t len = evbuffer_get_length(buf);
+    if (len > 0)
+      reply = json_loadb((const char *)evbuffer_pullup(buf, -1), len, 0, NULL);
+  }
+  fwd_conn_put(a, q->conn);
+  q->done(q, status, reply);
+  json_decref(reply);
+  json_decref(q->body);
+  free(q);
+}
+
+/* GETs `path` from the head with the client's Authorization; `done` follows.
+ * Takes `body`.  On failure to start, forwards the client's request. */
+static void il_ask(iter_local_t *L, struct evhttp_request *in, json_t *body, const char *path,
+                   il_ask_fn done) {
+  node_agent_t *a = L->a;
+  il_ask_t *q = calloc(1, sizeof *q);
+  fwd_conn_t *conn = q ? fwd_conn_get(a) : NULL;
+  struct evhttp_request *out = conn ? evhttp_request_new(il_ask_on_done, q) : NULL;
+  if (out == NULL) {
+    if (conn)
+      fwd_conn_put(a, conn);
+    free(q);
+    json_decref(body);
+    fwd_forward(a, in);
+    return;
+  }
+  *q = (il_ask_t){.L = L, .in = in, .body = body, .conn = conn, .done = done};
+  struct evkeyvalq *h = evhttp_request_get_output_headers(out);
+  const char *auth = evhttp_find_header(evhttp_request_get_input_headers(in), "Authorization");
+  if (auth)
+    evhttp_add_header(h, "Authorization", auth);
+  char host[300];
+  snprintf(host, sizeof host, "%s:%d", a->head_host, a->head_port);
+  evhttp_add_header(h, "Host", host);
+  /* On failure evhttp_make_request has already called il_ask_on_done (NULL). */
+  evhttp_make_request(fwd_conn_evcon(conn), out, EVHTTP_REQ_GET, path);
+}
+
+/* GET /v1/nodes answered: resolve an omitted cluster_sync and create. */
+static void il_on_nodes(il_ask_t *q, int status, json_t *reply) {
+  iter_local_t *L = q->L;
+  if (status != 200) { /* the head's own answer to the create says it best */
+    fwd_forward(L->a, q->in);
+    return;
+  }
+  size_t active = 0, i;
+  json_t *node;
+  json_array_foreach(json_object_get(reply, "nodes"), i, node) {
+    const char *state = json_string_value(json_object_get(node, "state"));
+    active += state && strcmp(state, "active") == 0;
+  }
+  if (active > 1) {
+    fwd_forward(L->a, q->in); /* a cluster: state on the head (its default) */
+    return;
+  }
+  json_object_set_new(q->body, "cluster_sync", json_false());
+  il_run(L, q->in, IL_CREATE, NULL, q->body);
+}
+
+static int il_by_name(const void *x, const void *y) {
+  const char *a = json_string_value(json_object_get(*(json_t *const *)x, "name"));
+  const char *b = json_string_value(json_object_get(*(json_t *const *)y, "name"));
+  return strcmp(a ? a : "", b ? b : "");
+}
+
+/* GET /v1/iterations answered by the head: add ours. */
+static void il_on_list(il_ask_t *q, int status, json_t *reply) {
+  iter_local_t *L = q->L;
+  json_t *theirs = json_object_get(reply, "iterations");
+  if (status != 200 || !json_is_array(theirs)) {
+    fwd_forward(L->a, q->in);
+    return;
+  }
+  fail_t f = {0};
+  json_t *ours = L->st ? iter_list(L->st, &f) : json_pack("{s:[]}", "iterations");
+  if (ours == NULL) {
+    il_fail(L->a, q->in, &f);
+    return;
+  }
+  json_t *all = json_array(), *one;
+  size_t i, n = 0;
+  json_array_foreach(theirs, i, one) json_array_append(all, one);
+  json_array_foreach(json_object_get(ours, "iterations"), i, one) json_array_append(all, one);
+  n = json_array_size(all);
+  json_t **items = malloc((n ? n : 1) * sizeof *items);
+  if (items) {
+    for (i = 0; i < n; i++)
+      items[i] = json_incref(json_array_get(all, i));
+    qsort(items, n, sizeof *items, il_by_name);
+    json_array_clear(all);
+    for (i = 0; i < n; i++)
+      json_array_append_new(all, items[i]);
+    free(items);
+  }
+  json_decref(ours);
+  il_send(L->a, q->in, 200, json_pack("{s:o}", "iterations", all));
+}
+
+/* ---- the entry points ------------------------------------------------------------- */
+
+static void il_create(iter_local_t *L, struct evhttp_request *in) {
+  fail_t f = {0};
+  json_t *body = il_body(in, &f);
+  if (body == NULL) {
+    fwd_forward(L->a, in); /* the head refuses it in its own words */
+    return;
+  }
+  const char *name = json_string_value(json_object_get(body, "name"));
+  const json_t *sync = json_object_get(body, "cluster_sync");
+  int omitted = sync == NULL || json_is_null(sync);
+  int held = name && name_is_valid(name) && il_holds(L, name);
+  if (!held && !json_is_false(sync) && !omitted) {
+    json_decref(body);
+    fwd_forward(L->a, in); /* cluster_sync true (or not a boolean): the head's */
+    return;
+  }
+  if (!il_authorized(L, in)) {
+    json_decref(body);
+    fail_set(&f, MUSTER_UNAUTHORIZED, "send 'Authorization: Bearer TOKEN' (the head's token)");
+    il_fail(L->a, in, &f);
+    return;
+  }
+  if (held || json_is_false(sync)) {
+    if (omitted)
+      json_object_set_new(body, "cluster_sync", json_false());
+    il_run(L, in, IL_CREATE, NULL, body);
+    json_decref(body);
+    return;
+  }
+  il_ask(L, in, body, "/v1/nodes", il_on_nodes); /* omitted: Lavender's default */
+}
+
+int iter_local_handle(node_agent_t *a, struct evhttp_request *in) {
+  iter_local_t *L = a->iters;
+  char name[NAME_MAX_LEN + 1];
+  il_op_t op = L ? il_route(in, name) : IL_NONE;
+  if (op == IL_NONE)
+    return 0;
+  if (op == IL_CREATE) {
+    il_create(L, in);
+    return 1;
+  }
+  if (op == IL_LIST) {
+    if (L->st == NULL)
+      return 0;
+    il_ask(L, in, NULL, evhttp_request_get_uri(in), il_on_list);
+    return 1;
+  }
+  if (!il_holds(L, name))
+    return 0;
+  fail_t f = {0};
+  if (!il_authorized(L, in)) {
+    fail_set(&f, MUSTER_UNAUTHORIZED, "send 'Authorization: Bearer TOKEN' (the head's token)");
+    il_fail(a, in, &f);
+    return 1;
+  }
+  json_t *body = NULL;
+  if (op == IL_NEXT || op == IL_ACK || op == IL_HEARTBEAT) {
+    body = il_body(in, &f);
+    if (body == NULL) {
+      il_fail(a, in, &f);
+      return 1;
+    }
+  }
+  il_run(L, in, op, name, body);
+  json_decref(body);
+  return 1;
+}
+
+/* ---- life ---------------------------------------------------------------------------- */
+
+/* Expires block leases and silent ranks, as the head's sweep does. */
+static void il_on_sweep(evutil_socket_t fd, short what, void *arg) {
+  iter_local_t *L = arg;
+  fail_t f = {0};
+  int64_t now = now_ms();
+  if (L->st == NULL || !iter_any_due(L->st, now) || store_request_begin(L->st, &f))
+    return;
+  bool ok = iter_expire_due(L->st, now) >= 0;
+  store_request_end(L->st, ok);
+  if (store_commit(L->st, &f) != MUSTER_OK)
+    agent_log(L->a, "iterations: sweep: %s", fail_message(&f));
+}
+
+int iter_local_start(node_agent_t *a) {
+  const node_config_t *cfg = a->cfg;
+  iter_local_t *L = calloc(1, sizeof *L);
+  if (L == NULL)
+    return -1;
+  L->a = a;
+  char cwd[300];
+  if (cfg->state_dir && cfg->state_dir[0] != '/' && getcwd(cwd, sizeof cwd) != NULL)
+    snprintf(L->dir, sizeof L->dir, "%s/%s", cwd, cfg->state_dir);
+  else if (cfg->state_dir)
+    snprintf(L->dir, sizeof L->dir, "%s", cfg->state_dir);
+  else
+    snprintf(L->dir, sizeof L->dir, "/var/tmp/muster-node-%s/state", a->name);
+  snprintf(L->path, sizeof L->path, "%s/" IL_DB_NAME, L->dir);
+  a->iters = L;
+  iter_set_node(a->name);
+  if (access(L->path, F_OK) == 0) { /* a restarted agent continues its iterations */
+    fail_t f = {0};
+    if (il_store(L, &f) == NULL) {
+      agent_log(a, "%s", fail_message(&f));
+      return -1;
+    }
+  }
+  struct timeval tv = {0, IL_SWEEP_MS * 1000};
+  L->sweep = event_new(a->base, -1, EV_PERSIST, il_on_sweep, L);
+  if (L->sweep == NULL || event_add(L->sweep, &tv) != 0) {
+    agent_log(a, "cannot start the iterations' sweep");
+    return -1;
+  }
+  return 0;
+}
+
+void iter_local_stop(node_agent_t *a) {
+  iter_local_t *L = a->iters;
+  if (L == NULL)
+    return;
+  if (L->sweep)
+    event_free(L->sweep);
+  if (L->st) {
+    fail_t f = {0};
+    store_commit(L->st, &f);
+    store_close(L->st);
+  }
+  free(L);
+  a->iters = NULL;
+}
