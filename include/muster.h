@@ -260,8 +260,10 @@ typedef struct {
   int64_t rank_timeout_ms;     /* a rank silent this long is failed (default 30000) */
   int64_t replication;         /* static strategies: ranks that may take over a rank's
                                   blocks, the owner included (default 1: none) */
-  int cluster_sync;            /* 1: state on the head; 0: on the node agent (refused
-                                  until node agents exist); -1: default (1) */
+  int cluster_sync;            /* 1: state on the head (each sample once cluster-wide);
+                                  0: on the node agent the client talks to (once per
+                                  node); -1: omitted: through an agent, 1 when the cluster
+                                  has more than one active node, else 0; on the head, 1 */
 } muster_iter_config_t;
 
 void muster_iter_config_init(muster_iter_config_t *cfg);
