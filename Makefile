@@ -1,10 +1,11 @@
 # Thin wrapper over CMake for the README's commands: run, test, test-asan, bench.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+REL_BUILD  ?= build-release
 JOBS       ?= $(shell nproc)
 DATA_DIR   ?= ./muster-data
 
-.PHONY: all build run test test-asan bench format clean
+.PHONY: all build run test test-asan build-release bench format clean
 
 all: build
 
@@ -18,10 +19,16 @@ build: $(BUILD)/Makefile
 run: build
 	$(BUILD)/muster head --data-dir $(DATA_DIR)
 
-# Every test: unit, integration, then the same suite under the sanitizers.
+# Every test: unit, integration, then the same suite under the sanitizers, and a
+# warning-free optimised build (-O3 finds warnings the default build does not).
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) test-asan
+	$(MAKE) build-release
+
+build-release:
+	cmake -S . -B $(REL_BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(REL_BUILD) -j $(JOBS)
 
 test-asan:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMUSTER_SANITIZE=ON
@@ -37,4 +44,4 @@ format:
 	clang-format -i include/*.h src/*/*.[ch] tests/*/*.c bench/*.c
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(REL_BUILD)
