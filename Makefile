@@ -19,12 +19,12 @@ build: $(BUILD)/Makefile
 run: build
 	$(BUILD)/muster head --data-dir $(DATA_DIR)
 
-# Every test: unit, integration, then the same suite under the sanitizers, and a
-# warning-free optimised build (-O3 finds warnings the default build does not).
+# Every test: unit, integration, a warning-free optimised build (-O3 finds warnings
+# the default build does not), then the same suite under the sanitizers.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
-	$(MAKE) test-asan
 	$(MAKE) build-release
+	$(MAKE) test-asan
 
 build-release:
 	cmake -S . -B $(REL_BUILD) -DCMAKE_BUILD_TYPE=Release
