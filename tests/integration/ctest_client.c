@@ -8,142 +8,14 @@
  * yourself instead.  Ends with "N passed, M failed"; exits 1 when M > 0.
  * A tiny fake server (a thread) answers garbage to test MUSTER_PROTOCOL.
  */
-#include "muster.h"
+#include "ctest_util.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #define TOKEN "ctest-token-0123456789"
-
-static int passed, failed;
-static char head_url[256];
-static const char *head_token = TOKEN;
-
-static void check(int ok, const char *what, int line) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  fprintf(stderr, "FAIL line %d: %s\n", line, what);
-}
-
-#define CHECK(cond) check((cond) != 0, #cond, __LINE__)
-
-/* Checks that `call` returned `want`; prints the handle's message otherwise. */
-static void check_err(muster_err_t got, muster_err_t want, const char *what, int line,
-                      const muster_client_t *client) {
-  if (got == want) {
-    passed++;
-    return;
-  }
-  failed++;
-  fprintf(stderr, "FAIL line %d: %s: got %s (%s), want %s\n", line, what, muster_err_name(got),
-          client ? muster_client_message(client) : "", muster_err_name(want));
-}
-
-#define CHECK_ERR(c, call, want) check_err((call), (want), #call, __LINE__, (c))
-#define CHECK_OK(c, call) CHECK_ERR(c, call, MUSTER_OK)
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int contains(const char *haystack, const char *needle) {
-  return haystack != NULL && strstr(haystack, needle) != NULL;
-}
-
-static muster_client_t *connect_head(const char *token) {
-  muster_client_t *client = NULL;
-  if (muster_client_new(head_url, token, &client) != MUSTER_OK) {
-    fprintf(stderr, "cannot create a client for %s\n", head_url);
-    exit(1);
-  }
-  return client;
-}
-
-/* ---- the head process ------------------------------------------------------------- */
-
-static pid_t head_pid;
-static char data_dir[256];
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  return remove(path);
-}
-
-/* The muster binary: $MUSTER_BIN, else "muster" next to this test. */
-static const char *muster_bin(const char *argv0) {
-  static char path[1024];
-  const char *env = getenv("MUSTER_BIN");
-  if (env && env[0])
-    return env;
-  const char *slash = strrchr(argv0, '/');
-  snprintf(path, sizeof path, "%.*smuster", slash ? (int)(slash - argv0 + 1) : 0, argv0);
-  return path;
-}
-
-/* Starts the head and waits until it has written DATA_DIR/url. */
-static int head_start(const char *bin) {
-  snprintf(data_dir, sizeof data_dir, "/tmp/muster-ctest-XXXXXX");
-  if (mkdtemp(data_dir) == NULL)
-    return -1;
-  char log_path[512], url_path[512];
-  snprintf(log_path, sizeof log_path, "%s/head.log", data_dir);
-  snprintf(url_path, sizeof url_path, "%s/url", data_dir);
-  head_pid = fork();
-  if (head_pid == 0) {
-    int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(log, 1);
-    dup2(log, 2);
-    execl(bin, bin, "head", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--token", TOKEN,
-          (char *)NULL);
-    _exit(127);
-  }
-  for (int64_t deadline = now_ms() + 20000; now_ms() < deadline;) {
-    FILE *f = fopen(url_path, "r");
-    if (f != NULL) {
-      char *line = fgets(head_url, sizeof head_url, f);
-      fclose(f);
-      if (line != NULL) {
-        head_url[strcspn(head_url, "\r\n")] = '\0';
-        if (head_url[0])
-          return 0;
-      }
-    }
-    if (waitpid(head_pid, NULL, WNOHANG) == head_pid) {
-      fprintf(stderr, "the head exited early; see %s\n", log_path);
-      head_pid = 0;
-      return -1;
-    }
-    usleep(20000);
-  }
-  fprintf(stderr, "the head did not write %s in time\n", url_path);
-  return -1;
-}
-
-static void head_stop(void) {
-  if (head_pid > 0) {
-    kill(head_pid, SIGTERM);
-    waitpid(head_pid, NULL, 0);
-  }
-  if (data_dir[0])
-    nftw(data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* ---- a fake server that answers one fixed reply per connection ---------------------- */
 
@@ -556,15 +428,9 @@ static void test_purge_delete_and_raw(muster_client_t *c) {
 }
 
 int main(int argc, char **argv) {
-  const char *url = getenv("MUSTER_TEST_URL");
-  if (url && url[0]) {
-    snprintf(head_url, sizeof head_url, "%s", url);
-    head_token = getenv("MUSTER_TEST_TOKEN") ? getenv("MUSTER_TEST_TOKEN") : TOKEN;
-  } else if (head_start(muster_bin(argv[0])) != 0) {
-    head_stop();
-    printf("0 passed, 1 failed\n");
-    return 1;
-  }
+  if (!ctest_use_test_url(TOKEN) &&
+      ctest_head_start(muster_bin(argv[0]), "/tmp/muster-ctest-XXXXXX", TOKEN, NULL) != 0)
+    return ctest_head_failed();
   test_error_table();
   test_handle();
   test_auth_and_network();
@@ -579,7 +445,6 @@ int main(int argc, char **argv) {
   test_long_poll(client);
   test_purge_delete_and_raw(client);
   muster_client_free(client);
-  head_stop();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  ctest_head_stop();
+  return ctest_report();
 }

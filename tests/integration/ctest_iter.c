@@ -13,101 +13,15 @@
  * Starts `$MUSTER_BIN head` on a free port with a temporary data dir.
  * Ends with "N passed, M failed"; exits 1 when M > 0.
  */
-#include "muster.h"
+#include "ctest_util.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <poll.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "core/partition.h"
 #include "core/stream.h"
 
 #define TOKEN "ctest-iter-token-0123456789"
-
-static int passed, failed;
-static char head_url[256];
-static char data_dir[256];
-static pid_t head_pid;
-
-static void check(int ok, const char *what, int line) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  fprintf(stderr, "FAIL line %d: %s\n", line, what);
-}
-
-#define CHECK(cond) check((cond) != 0, #cond, __LINE__)
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* ---- the head ---------------------------------------------------------------------- */
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  return remove(path);
-}
-
-static const char *muster_bin(const char *argv0) {
-  static char path[1024];
-  const char *env = getenv("MUSTER_BIN");
-  if (env && env[0])
-    return env;
-  const char *slash = strrchr(argv0, '/');
-  snprintf(path, sizeof path, "%.*smuster", slash ? (int)(slash - argv0 + 1) : 0, argv0);
-  return path;
-}
-
-static int head_start(const char *bin) {
-  snprintf(data_dir, sizeof data_dir, "/tmp/muster-ctest-iter-XXXXXX");
-  if (mkdtemp(data_dir) == NULL)
-    return -1;
-  char log_path[512], url_path[512];
-  snprintf(log_path, sizeof log_path, "%s/head.log", data_dir);
-  snprintf(url_path, sizeof url_path, "%s/url", data_dir);
-  head_pid = fork();
-  if (head_pid == 0) {
-    int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(log, 1);
-    dup2(log, 2);
-    execl(bin, bin, "head", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--token", TOKEN,
-          "--sweep-ms", "20", (char *)NULL);
-    _exit(127);
-  }
-  for (int64_t deadline = now_ms() + 20000; now_ms() < deadline; usleep(20000)) {
-    FILE *f = fopen(url_path, "r");
-    if (f == NULL)
-      continue;
-    char *line = fgets(head_url, sizeof head_url, f);
-    fclose(f);
-    if (line && (head_url[strcspn(head_url, "\r\n")] = '\0', head_url[0]))
-      return 0;
-  }
-  fprintf(stderr, "the head did not start; see %s\n", log_path);
-  return -1;
-}
-
-static void head_stop(void) {
-  if (head_pid > 0) {
-    kill(head_pid, SIGTERM);
-    waitpid(head_pid, NULL, 0);
-  }
-  if (data_dir[0])
-    nftw(data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* ---- standalone ---------------------------------------------------------------------- */
 
@@ -409,13 +323,14 @@ int main(int argc, char **argv) {
   test_standalone_matches_stream();
   test_standalone_checkpoint();
   test_prefetch_slow_load();
-  if (head_start(muster_bin(argv[0])) != 0) {
-    head_stop();
+  static const char *const head_args[] = {"--sweep-ms", "20", NULL};
+  if (ctest_head_start(muster_bin(argv[0]), "/tmp/muster-ctest-iter-XXXXXX", TOKEN, head_args) !=
+      0) {
+    ctest_head_stop();
     return 1;
   }
   test_kill_rank("kill-dynamic", "dynamic", 1, 3);
   test_kill_rank("kill-static", "round_robin", 2, 1);
-  head_stop();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  ctest_head_stop();
+  return ctest_report();
 }

@@ -11,90 +11,21 @@
  * delivery with leases, exactly-once when a task is completed after its lease
  * was lost and re-leased, close and expiry.  Ends with "N passed, M failed".
  */
-#include "muster.h"
+#include "ctest_util.h"
 
-#include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #define TOKEN "ctest-token-0123456789"
 
-static int passed, failed;
-static char head_url[256];
-static const char *head_token = TOKEN;
-
-static void check(int ok, const char *what, int line) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  fprintf(stderr, "FAIL line %d: %s\n", line, what);
+/* The pool's own calls report through muster_pool_message(); like
+ * check_err_client, a function so the message is read after the call. */
+static void check_pool(muster_err_t got, const char *what, int line, const muster_pool_t *pool) {
+  check_err(got, MUSTER_OK, what, line, muster_pool_message(pool));
 }
 
-#define CHECK(cond) check((cond) != 0, #cond, __LINE__)
-
-static void check_err(muster_err_t got, muster_err_t want, const char *what, int line,
-                      const char *message) {
-  if (got == want) {
-    passed++;
-    return;
-  }
-  failed++;
-  fprintf(stderr, "FAIL line %d: %s: got %s (%s), want %s\n", line, what, muster_err_name(got),
-          message ? message : "", muster_err_name(want));
-}
-
-#define CHECK_ERR(c, call, want)                                                                   \
-  check_err((call), (want), #call, __LINE__, muster_client_message(c))
-#define CHECK_OK(c, call) CHECK_ERR(c, call, MUSTER_OK)
-#define CHECK_POOL(p, call) check_err((call), MUSTER_OK, #call, __LINE__, muster_pool_message(p))
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int contains(const char *haystack, const char *needle) {
-  return haystack != NULL && strstr(haystack, needle) != NULL;
-}
-
-static muster_client_t *connect_head(void) {
-  muster_client_t *client = NULL;
-  if (muster_client_new(head_url, head_token, &client) != MUSTER_OK) {
-    fprintf(stderr, "cannot create a client for %s\n", head_url);
-    exit(1);
-  }
-  return client;
-}
+#define CHECK_POOL(p, call) check_pool((call), #call, __LINE__, (p))
 
 /* ---- the head process ------------------------------------------------------------- */
-
-static pid_t head_pid;
-static char data_dir[256];
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  return remove(path);
-}
-
-static const char *muster_bin(const char *argv0) {
-  static char path[1024];
-  const char *env = getenv("MUSTER_BIN");
-  if (env && env[0])
-    return env;
-  const char *slash = strrchr(argv0, '/');
-  snprintf(path, sizeof path, "%.*smuster", slash ? (int)(slash - argv0 + 1) : 0, argv0);
-  return path;
-}
 
 /* Non-zero when `muster head --help` lists --server-only (the head would
  * otherwise start a local node agent). */
@@ -108,59 +39,6 @@ static int head_has_server_only(const char *bin) {
   if (p != NULL)
     pclose(p);
   return found;
-}
-
-/* Reads DATA_DIR/url into head_url; 0 when it is there. */
-static int head_read_url(const char *url_path) {
-  FILE *f = fopen(url_path, "r");
-  if (f == NULL)
-    return -1;
-  char *line = fgets(head_url, sizeof head_url, f);
-  fclose(f);
-  if (line == NULL)
-    return -1;
-  head_url[strcspn(head_url, "\r\n")] = '\0';
-  return head_url[0] ? 0 : -1;
-}
-
-static int head_start(const char *bin) {
-  snprintf(data_dir, sizeof data_dir, "/tmp/muster-ctest-pool-XXXXXX");
-  if (mkdtemp(data_dir) == NULL)
-    return -1;
-  char log_path[512], url_path[512];
-  snprintf(log_path, sizeof log_path, "%s/head.log", data_dir);
-  snprintf(url_path, sizeof url_path, "%s/url", data_dir);
-  int server_only = head_has_server_only(bin);
-  head_pid = fork();
-  if (head_pid == 0) {
-    int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(log, 1);
-    dup2(log, 2);
-    execl(bin, bin, "head", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--token", TOKEN,
-          server_only ? "--server-only" : (char *)NULL, (char *)NULL);
-    _exit(127);
-  }
-  for (int64_t deadline = now_ms() + 20000; now_ms() < deadline;) {
-    if (head_read_url(url_path) == 0)
-      return 0;
-    if (waitpid(head_pid, NULL, WNOHANG) == head_pid) {
-      fprintf(stderr, "the head exited early; see %s\n", log_path);
-      head_pid = 0;
-      return -1;
-    }
-    usleep(20000); /* polling for the file, with a deadline */
-  }
-  fprintf(stderr, "the head did not write %s in time\n", url_path);
-  return -1;
-}
-
-static void head_stop(void) {
-  if (head_pid > 0) {
-    kill(head_pid, SIGTERM);
-    waitpid(head_pid, NULL, 0);
-  }
-  if (data_dir[0] && getenv("MUSTER_TEST_KEEP") == NULL)
-    nftw(data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* ---- helpers ------------------------------------------------------------------------- */
@@ -241,7 +119,7 @@ typedef struct {
 
 static void *fake_worker_main(void *arg) {
   fake_worker_t *w = arg;
-  muster_client_t *c = connect_head();
+  muster_client_t *c = connect_head(head_token);
   const char *queues[] = {w->queue, NULL};
   muster_worker_opts_t opts;
   muster_worker_opts_init(&opts);
@@ -727,16 +605,13 @@ static void test_close_and_expiry(muster_client_t *c) {
 }
 
 int main(int argc, char **argv) {
-  const char *url = getenv("MUSTER_TEST_URL");
-  if (url && url[0]) {
-    snprintf(head_url, sizeof head_url, "%s", url);
-    head_token = getenv("MUSTER_TEST_TOKEN") ? getenv("MUSTER_TEST_TOKEN") : TOKEN;
-  } else if (head_start(muster_bin(argv[0])) != 0) {
-    head_stop();
-    printf("0 passed, 1 failed\n");
-    return 1;
+  if (!ctest_use_test_url(TOKEN)) {
+    const char *bin = muster_bin(argv[0]);
+    const char *const head_args[] = {head_has_server_only(bin) ? "--server-only" : NULL, NULL};
+    if (ctest_head_start(bin, "/tmp/muster-ctest-pool-XXXXXX", TOKEN, head_args) != 0)
+      return ctest_head_failed();
   }
-  muster_client_t *client = connect_head();
+  muster_client_t *client = connect_head(head_token);
   static const struct {
     const char *name;
     void (*run)(muster_client_t *);
@@ -757,7 +632,6 @@ int main(int argc, char **argv) {
             failed == failed_before ? "ok" : "FAILED", (long long)(now_ms() - start));
   }
   muster_client_free(client);
-  head_stop();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  ctest_head_stop();
+  return ctest_report();
 }

@@ -3,123 +3,15 @@
  * set, update, refused levels, get to a buffer and to a file descriptor,
  * uploads from a file descriptor (sized and chunked), progress, list, delete.
  *
- * Starts `$MUSTER_BIN head --server-only --listen 127.0.0.1:0` with a
- * temporary data dir, like ctest_client.c; MUSTER_TEST_URL and
+ * Starts `$MUSTER_BIN head --listen 127.0.0.1:0 --server-only
+ * --shared-keep-levels 2` with a temporary data dir, like ctest_client.c
+ * (the scaffolding is in ctest_util.h); MUSTER_TEST_URL and
  * MUSTER_TEST_TOKEN point it at a head you started instead.  Ends with
  * "N passed, M failed"; exits 1 when M > 0.
  */
-#include "muster.h"
-
-#include <fcntl.h>
-#include <ftw.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+#include "ctest_util.h"
 
 #define TOKEN "ctest-token-0123456789"
-
-static int passed, failed;
-static char head_url[256], data_dir[256];
-static const char *head_token = TOKEN;
-static pid_t head_pid;
-
-static void check(int ok, const char *what, int line) {
-  if (ok) {
-    passed++;
-    return;
-  }
-  failed++;
-  fprintf(stderr, "FAIL line %d: %s\n", line, what);
-}
-
-#define CHECK(cond) check((cond) != 0, #cond, __LINE__)
-
-static void check_err(muster_err_t got, muster_err_t want, const char *what, int line,
-                      const muster_client_t *client) {
-  if (got == want) {
-    passed++;
-    return;
-  }
-  failed++;
-  fprintf(stderr, "FAIL line %d: %s: got %s (%s), want %s\n", line, what, muster_err_name(got),
-          client ? muster_client_message(client) : "", muster_err_name(want));
-}
-
-#define CHECK_ERR(c, call, want) check_err((call), (want), #call, __LINE__, (c))
-#define CHECK_OK(c, call) CHECK_ERR(c, call, MUSTER_OK)
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  return remove(path);
-}
-
-static const char *muster_bin(const char *argv0) {
-  static char path[1024];
-  const char *env = getenv("MUSTER_BIN");
-  if (env && env[0])
-    return env;
-  const char *slash = strrchr(argv0, '/');
-  snprintf(path, sizeof path, "%.*smuster", slash ? (int)(slash - argv0 + 1) : 0, argv0);
-  return path;
-}
-
-/* Starts the head and waits until it has written DATA_DIR/url. */
-static int head_start(const char *bin) {
-  snprintf(data_dir, sizeof data_dir, "/tmp/muster-ctest-shared-XXXXXX");
-  if (mkdtemp(data_dir) == NULL)
-    return -1;
-  char log_path[512], url_path[512];
-  snprintf(log_path, sizeof log_path, "%s/head.log", data_dir);
-  snprintf(url_path, sizeof url_path, "%s/url", data_dir);
-  head_pid = fork();
-  if (head_pid == 0) {
-    int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(log, 1);
-    dup2(log, 2);
-    execl(bin, bin, "head", "--server-only", "--listen", "127.0.0.1:0", "--data-dir", data_dir,
-          "--token", TOKEN, "--shared-keep-levels", "2", (char *)NULL);
-    _exit(127);
-  }
-  for (int64_t deadline = now_ms() + 20000; now_ms() < deadline;) {
-    FILE *f = fopen(url_path, "r");
-    if (f != NULL) {
-      char *line = fgets(head_url, sizeof head_url, f);
-      fclose(f);
-      if (line != NULL) {
-        head_url[strcspn(head_url, "\r\n")] = '\0';
-        if (head_url[0])
-          return 0;
-      }
-    }
-    if (waitpid(head_pid, NULL, WNOHANG) == head_pid) {
-      fprintf(stderr, "the head exited early; see %s\n", log_path);
-      head_pid = 0;
-      return -1;
-    }
-    usleep(20000); /* polling for the url file: the head says nothing else when it is up */
-  }
-  fprintf(stderr, "the head did not write %s in time\n", url_path);
-  return -1;
-}
-
-static void head_stop(void) {
-  if (head_pid > 0) {
-    kill(head_pid, SIGTERM);
-    waitpid(head_pid, NULL, 0);
-  }
-  if (data_dir[0])
-    nftw(data_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* ---- the checks ------------------------------------------------------------------- */
 
@@ -272,26 +164,18 @@ static void test_list_delete_and_session(muster_client_t *c) {
 }
 
 int main(int argc, char **argv) {
-  const char *url = getenv("MUSTER_TEST_URL");
-  if (url && url[0]) {
-    snprintf(head_url, sizeof head_url, "%s", url);
-    head_token = getenv("MUSTER_TEST_TOKEN") ? getenv("MUSTER_TEST_TOKEN") : TOKEN;
-  } else if (head_start(muster_bin(argv[0])) != 0) {
-    head_stop();
-    printf("0 passed, 1 failed\n");
-    return 1;
-  }
+  static const char *const head_args[] = {"--server-only", "--shared-keep-levels", "2", NULL};
+  if (!ctest_use_test_url(TOKEN) &&
+      ctest_head_start(muster_bin(argv[0]), "/tmp/muster-ctest-shared-XXXXXX", TOKEN, head_args) !=
+          0)
+    return ctest_head_failed();
   muster_client_t *c = NULL;
-  if (muster_client_new(head_url, head_token, &c) != MUSTER_OK) {
-    head_stop();
-    printf("0 passed, 1 failed\n");
-    return 1;
-  }
+  if (muster_client_new(head_url, head_token, &c) != MUSTER_OK)
+    return ctest_head_failed();
   test_set_update_get(c);
   test_fd_transfers(c);
   test_list_delete_and_session(c);
   muster_client_free(c);
-  head_stop();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  ctest_head_stop();
+  return ctest_report();
 }
