@@ -553,28 +553,37 @@ void compat_h_update_progress(http_req_t *r) {
     compat_text(r, 200, "200 OK");
 }
 
+/* The worker's current job gets `op` (with `extra`, stolen, as the element's
+ * other fields), then its progress becomes `progress`.  Without a job: 403
+ * with `no_job`, as the tracker answers. */
+static void compat_job_op(http_req_t *r, const dc_worker_t *w, lease_op_t op, json_t *extra,
+                          const char *no_job, const char *progress) {
+  fail_t f = {0};
+  int64_t task, token;
+  if (!compat_current(r->head->st, w, &task, &token)) {
+    json_decref(extra);
+    if (compat_touch(r, w, NULL, &f) == MUSTER_OK)
+      compat_text(r, 403, no_job);
+    else
+      compat_fail(r, &f);
+    return;
+  }
+  json_t *out = compat_lease_op(r, w, op, extra, task, token, &f);
+  if (out == NULL || compat_touch(r, w, progress, &f))
+    compat_fail(r, &f);
+  else
+    compat_text(r, 200, "200 OK");
+  json_decref(out);
+}
+
 void compat_h_complete_job(http_req_t *r) {
   const pipeline_t *pipe = compat_pipeline(r);
   dc_worker_t w;
   if (pipe == NULL || !compat_worker(r, pipe, &w) || compat_field(r, "data") == NULL)
     return;
-  fail_t f = {0};
-  int64_t task, token;
-  if (!compat_current(r->head->st, &w, &task, &token)) {
-    if (compat_touch(r, &w, NULL, &f) == MUSTER_OK)
-      compat_text(r, 403, "You do not have an open job.");
-    else
-      compat_fail(r, &f);
-    return;
-  }
   json_t *result = compat_decode_data(json_object_get(r->body, "data"));
-  json_t *out =
-      compat_lease_op(r, &w, LEASE_COMPLETE, json_pack("{s:o}", "result", result), task, token, &f);
-  if (out == NULL || compat_touch(r, &w, "Completed Job", &f))
-    compat_fail(r, &f);
-  else
-    compat_text(r, 200, "200 OK");
-  json_decref(out);
+  compat_job_op(r, &w, LEASE_COMPLETE, json_pack("{s:o}", "result", result),
+                "You do not have an open job.", "Completed Job");
 }
 
 void compat_h_flag_invalid(http_req_t *r) {
@@ -582,23 +591,8 @@ void compat_h_flag_invalid(http_req_t *r) {
   dc_worker_t w;
   if (pipe == NULL || !compat_worker(r, pipe, &w))
     return;
-  fail_t f = {0};
-  int64_t task, token;
-  if (!compat_current(r->head->st, &w, &task, &token)) {
-    if (compat_touch(r, &w, NULL, &f) == MUSTER_OK)
-      compat_text(r, 403, "This worker is not currently working on a job.");
-    else
-      compat_fail(r, &f);
-    return;
-  }
-  json_t *out = compat_lease_op(r, &w, LEASE_FLAG,
-                                json_pack("{s:s}", "reason", "flagged by a DistCompute worker"),
-                                task, token, &f);
-  if (out == NULL || compat_touch(r, &w, "Flagged invalid data", &f))
-    compat_fail(r, &f);
-  else
-    compat_text(r, 200, "200 OK");
-  json_decref(out);
+  compat_job_op(r, &w, LEASE_FLAG, json_pack("{s:s}", "reason", "flagged by a DistCompute worker"),
+                "This worker is not currently working on a job.", "Flagged invalid data");
 }
 
 void compat_h_bye(http_req_t *r) {
