@@ -218,13 +218,70 @@ static void h_lease_op(http_req_t *r, lease_op_t op) {
   reply_or_fail(r, 200, lease_apply(ST(r), op, r->body, r->head->cfg.max_payload, &f), &f);
 }
 
+/* The combined call's "lease" object, parsed: what to lease after the
+ * completions, and from which update on to deliver broadcast updates. */
+typedef struct {
+  queue_t q;             /* the queue to lease from (loaded: it exists) */
+  int64_t worker;        /* 0: anonymous */
+  int64_t max;           /* 1 to LEASE_MAX_BATCH */
+  int64_t updates_after; /* -1: no updates wanted */
+} next_lease_t;
+
+/* Validates the "lease" object `next` into *out: the fields of a plain lease
+ * that make sense without a wait, the queue loaded and the worker active.
+ * Returns MUSTER_OK or the error with *f filled (nothing changed). */
+static muster_err_t next_lease_parse(http_req_t *r, const json_t *next, next_lease_t *out,
+                                     fail_t *f) {
+  static const char *const allowed[] = {"queue", "max", "worker", "updates_after", NULL};
+  const char *name = NULL;
+  if (!json_is_object(next))
+    return fail_set(
+        f, MUSTER_INVALID,
+        "lease: expected an object {\"queue\", \"max\", \"worker\", \"updates_after\"}");
+  /* Parking would hold the completions' acknowledgement back for the whole
+   * wait, and a parked reply has no "completed": refuse rather than ignore. */
+  if (json_object_get(next, "wait_ms") != NULL)
+    return fail_set(f, MUSTER_INVALID,
+                    "lease.wait_ms: the combined call never waits; when it leases nothing, "
+                    "long-poll with POST /v1/queues/{queue}/lease");
+  if (jv_only(next, "lease", allowed, f) ||
+      jv_str(next, "queue", "lease", NULL, NAME_MAX_LEN, &name, f) ||
+      jv_int(next, "max", "lease", 1, 1, LEASE_MAX_BATCH, &out->max, f) ||
+      jv_int(next, "worker", "lease", 0, 1, JV_ID_MAX, &out->worker, f) ||
+      jv_int(next, "updates_after", "lease", -1, 0, INT64_MAX, &out->updates_after, f))
+    return f->code;
+  if (name == NULL)
+    return fail_set(f, MUSTER_INVALID, "lease.queue: missing");
+  if (queue_load(ST(r), name, &out->q, f) ||
+      (out->worker && worker_check_active(ST(r), out->worker, f)))
+    return f->code;
+  return MUSTER_OK;
+}
+
+/* Leases per `next` and adds "leases" (and, when asked for, "updates" and
+ * "updates_last") to the completion reply `reply`, as a plain lease would.
+ * Returns MUSTER_OK or the error with *f filled. */
+static muster_err_t next_lease_apply(http_req_t *r, const next_lease_t *next, json_t *reply,
+                                     fail_t *f) {
+  json_t *leases = lease_acquire(ST(r), &next->q, next->worker, next->max, f);
+  if (leases == NULL)
+    return f->code;
+  json_object_set_new(reply, "leases", leases);
+  size_t updates = 0;
+  if (next->updates_after >= 0)
+    return update_attach(ST(r), next->q.name, next->updates_after, reply, &updates, f);
+  return MUSTER_OK;
+}
+
 /*
  * Complete, and with a "lease" object in the body, lease the next tasks in the
  * same request and transaction: {"leases": [...], "lease": {"queue": "q",
- * "max": 1, "worker": 3}} replies {"completed": [...], "leases": [...]}.  A
- * worker's steady state is then one round trip (and one commit) per task.  It
- * never waits: an empty "leases" means nothing was ready.  Any failure,
- * whether of a completion or of the lease, rolls back the whole request.
+ * "max": 1, "worker": 3, "updates_after": 7}} replies {"completed": [...],
+ * "leases": [...], "updates": [...], "updates_last": 9} (the update fields
+ * only with updates_after).  A worker's steady state is then one round trip
+ * (and one commit) per task.  It never waits: an empty "leases" means nothing
+ * was ready.  Any failure, whether of a completion, of the lease or of the
+ * updates, rolls back the whole request.
  */
 static void h_complete(http_req_t *r) {
   const json_t *next = json_object_get(r->body, "lease");
@@ -232,23 +289,9 @@ static void h_complete(http_req_t *r) {
     h_lease_op(r, LEASE_COMPLETE);
     return;
   }
-  static const char *const allowed[] = {"queue", "max", "worker", NULL};
   fail_t f = {0};
-  const char *name = NULL;
-  int64_t max, worker;
-  queue_t q;
-  if (!json_is_object(next)) {
-    fail_set(&f, MUSTER_INVALID, "lease: expected an object {\"queue\", \"max\", \"worker\"}");
-  } else if (!jv_only(next, "lease", allowed, &f) &&
-             !jv_str(next, "queue", "lease", NULL, NAME_MAX_LEN, &name, &f) &&
-             !jv_int(next, "max", "lease", 1, 1, LEASE_MAX_BATCH, &max, &f) &&
-             !jv_int(next, "worker", "lease", 0, 1, JV_ID_MAX, &worker, &f)) {
-    if (name == NULL)
-      fail_set(&f, MUSTER_INVALID, "lease.queue: missing");
-    else if (!queue_load(ST(r), name, &q, &f))
-      (void)(worker && worker_check_active(ST(r), worker, &f));
-  }
-  if (f.code) {
+  next_lease_t lease;
+  if (next_lease_parse(r, next, &lease, &f)) {
     http_reply_fail(r, &f);
     return;
   }
@@ -256,14 +299,10 @@ static void h_complete(http_req_t *r) {
   json_t *body = json_copy(r->body), *reply = NULL;
   if (body == NULL || json_object_del(body, "lease") != 0) {
     fail_set(&f, MUSTER_NOMEM, "out of memory");
-  } else if ((reply = lease_apply(ST(r), LEASE_COMPLETE, body, r->head->cfg.max_payload, &f))) {
-    json_t *leases = lease_acquire(ST(r), &q, worker, max, &f);
-    if (leases == NULL) {
-      json_decref(reply);
-      reply = NULL;
-    } else {
-      json_object_set_new(reply, "leases", leases);
-    }
+  } else if ((reply = lease_apply(ST(r), LEASE_COMPLETE, body, r->head->cfg.max_payload, &f)) &&
+             next_lease_apply(r, &lease, reply, &f)) {
+    json_decref(reply);
+    reply = NULL;
   }
   json_decref(body);
   reply_or_fail(r, 200, reply, &f);

@@ -89,6 +89,92 @@ class LeaseCallTest(ApiTestCase):
         self.assertEqual([self.get_task(i)["state"] for i in ids], ["leased", "leased", "queued"])
         self.assert_counts(leased=2, queued=1)
 
+    def post_update(self, data):
+        return self.expect("POST", "/v1/queues/%s/updates" % self.q, {"data": data},
+                           status=201)["seq"]
+
+    def test_complete_and_lease_next_with_updates(self):
+        """With "updates_after" in the "lease" object the reply carries the updates
+        published since, under the keys and in the shape of a plain lease's reply."""
+        self.create_queue()
+        ids = self.put("a", "b", "c")
+        s1, s2 = self.post_update("u1"), self.post_update({"n": 2})
+        r = self.expect("POST", "/v1/queues/%s/lease" % self.q, {"updates_after": 0})
+        self.assertEqual(([u["seq"] for u in r["updates"]], r["updates_last"]), ([s1, s2], s2))
+        [la] = r["leases"]
+        s3, s4 = self.post_update("u3"), self.post_update(None)
+        r = self.expect("POST", "/v1/leases/complete",
+                        {"leases": [item(la, result=1)],
+                         "lease": {"queue": self.q, "updates_after": s2}})
+        self.assertEqual(set(r), {"completed", "leases", "updates", "updates_last"}, r)
+        self.assertEqual(r["completed"], [{"task": ids[0], "next_task": None}])
+        self.assertEqual([l["task"] for l in r["leases"]], [ids[1]])
+        self.assert_lease_shape(r["leases"][0])
+        # The same updates, objects and all, as the updates list and a plain lease give.
+        listed = self.expect("GET", "/v1/queues/%s/updates?after=%d" % (self.q, s2))
+        self.assertEqual(r["updates"], listed["updates"])
+        self.assertEqual([(u["seq"], u["data"]) for u in r["updates"]], [(s3, "u3"), (s4, None)])
+        self.assertEqual(r["updates_last"], s4)
+        plain = self.expect("POST", "/v1/queues/%s/lease" % self.q,
+                            {"updates_after": s2, "max": 1})
+        self.assertEqual((plain["updates"], plain["updates_last"]),
+                         (r["updates"], r["updates_last"]))
+        lc = plain["leases"][0]
+        # Nothing ready and nothing new: at once, empty lists and the same updates_last.
+        r = self.expect("POST", "/v1/leases/complete",
+                        {"leases": [item(r["leases"][0]), item(lc)],
+                         "lease": {"queue": self.q, "max": 3, "updates_after": s4}})
+        self.assertEqual(r, {"completed": [{"task": ids[1], "next_task": None},
+                                           {"task": ids[2], "next_task": None}],
+                             "leases": [], "updates": [], "updates_last": s4})
+        # Updates alone, no task: the updates still come.
+        self.put("d")
+        [ld] = self.lease(max=1)
+        s5 = self.post_update("u5")
+        r = self.expect("POST", "/v1/leases/complete",
+                        {"leases": [item(ld)], "lease": {"queue": self.q, "updates_after": s4}})
+        self.assertEqual((r["leases"], [u["seq"] for u in r["updates"]], r["updates_last"]),
+                         ([], [s5], s5))
+        # Without updates_after: no update fields (a plain lease's reply has none either).
+        self.put("e")
+        [le] = self.lease(max=1)
+        r = self.expect("POST", "/v1/leases/complete",
+                        {"leases": [item(le)], "lease": {"queue": self.q}})
+        self.assertEqual(set(r), {"completed", "leases"}, r)
+        self.assert_counts(done=5)
+
+    def test_complete_and_lease_next_refuses_bad_lease_fields(self):
+        """An unknown field, a bad updates_after or a wait in the "lease" object gets a 400
+        naming the field, and the completion is not applied (all or nothing)."""
+        self.create_queue()
+        ids = self.put("a", "b")
+        [la] = self.lease(max=1)
+        self.post_update("u1")
+        before = self.snapshot()
+        for bad, field in (({"queue": self.q, "updates_afterr": 0}, "lease.updates_afterr"),
+                           ({"queue": self.q, "updates_after": -1}, "lease.updates_after"),
+                           ({"queue": self.q, "updates_after": "1"}, "lease.updates_after"),
+                           ({"queue": self.q, "updates_after": 1.5}, "lease.updates_after"),
+                           ({"queue": self.q, "updates_after": True}, "lease.updates_after"),
+                           ({"queue": self.q, "wait_ms": 1000}, "lease.wait_ms"),
+                           ({"queue": self.q, "wait_ms": 0, "updates_after": 0},
+                            "lease.wait_ms")):
+            r = self.expect_error("POST", "/v1/leases/complete",
+                                  {"leases": [item(la, result="must not land")], "lease": bad},
+                                  400, "invalid_argument")
+            self.assertIn(field, r.json["error"]["message"], bad)
+            self.assertEqual(self.snapshot(), before, bad)
+        r = self.call("POST", "/v1/leases/complete",
+                      {"leases": [item(la)], "lease": {"queue": self.q, "wait_ms": 1}})
+        self.assertIn("never waits", r.json["error"]["message"])
+        # The token is untouched: the same completion, well formed, goes through.
+        r = self.expect("POST", "/v1/leases/complete",
+                        {"leases": [item(la, result="landed")],
+                         "lease": {"queue": self.q, "updates_after": 0}})
+        self.assertEqual(([l["task"] for l in r["leases"]], len(r["updates"])), ([ids[1]], 1))
+        self.assertEqual(self.get_task(ids[0])["result"], "landed")
+        self.assertEqual(self.get_task(ids[1])["state"], "leased")
+
     def test_fail_with_backoff(self):
         self.create_queue(backoff_ms=300, backoff_max_ms=700, max_attempts=10)
         [tid] = self.put("x")
