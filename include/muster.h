@@ -209,6 +209,33 @@ muster_err_t muster_extend(muster_client_t *client, const muster_ack_t *acks, si
 muster_err_t muster_release(muster_client_t *client, const muster_ack_t *acks, size_t count);
 muster_err_t muster_flag(muster_client_t *client, const muster_ack_t *acks, size_t count);
 
+/*
+ * Completes `count` acks (1 to 1000, as muster_complete) and, in the same
+ * request and transaction, leases up to `max` (1 to 1000) tasks of `queue`
+ * for `worker` (0: anonymous): a worker's steady state in one round trip
+ * instead of two.  It never waits: *nleases is 0 when no task was ready
+ * (then long-poll with muster_lease).  On MUSTER_OK *leases is an array of
+ * *nleases leases to free with muster_leases_free.
+ *
+ * With `updates_after` >= 0 the reply also brings the queue's broadcast
+ * updates numbered above it, and *updates (then required) gets them as JSON
+ * text {"updates": [{"seq", "data", "session", "created_ms"}, ...], "last": N},
+ * the form muster_update_list gives (muster_free); pass "last" as
+ * `updates_after` next time.  With `updates_after` < 0 none are asked for and
+ * *updates (may be NULL) is set to NULL.
+ *
+ * All or nothing: when a completion or the lease is refused (a stale token
+ * is MUSTER_LEASE_LOST; MUSTER_QUEUE_NOT_FOUND, MUSTER_WORKER_NOT_FOUND,
+ * MUSTER_INVALID) nothing is completed or leased.  Arguments out of range
+ * (no acks, no queue, `max` 0 or above 1000, a negative worker, updates
+ * asked for without a place for them) give MUSTER_INVALID before anything is
+ * sent.
+ */
+muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *acks,
+                                   size_t count, const char *queue, int64_t worker, size_t max,
+                                   int64_t updates_after, muster_lease_t **leases,
+                                   size_t *nleases, char **updates);
+
 /* ---- workers ---------------------------------------------------------- */
 
 typedef struct {

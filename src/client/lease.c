@@ -6,7 +6,9 @@
  * The acknowledgements share one shape, {"leases": [{"task", "token", ...}]},
  * so one function builds and sends them and a small per-verb function adds the
  * verb's own fields.  A lease's wait is added to the request timeout, so a
- * long-poll is never cut short by the client's own clock.
+ * long-poll is never cut short by the client's own clock.  The combined call
+ * (muster_complete_lease) is a completion body with a "lease" object added,
+ * whose reply is read like a lease's.
  */
 #include "client/client_internal.h"
 
@@ -239,4 +241,96 @@ muster_err_t muster_release(muster_client_t *client, const muster_ack_t *acks, s
 
 muster_err_t muster_flag(muster_client_t *client, const muster_ack_t *acks, size_t count) {
   return ack_send(client, "flag", acks, count, ack_flag_fields);
+}
+
+/* ---- complete and lease the next tasks ------------------------------------ */
+
+#define LEASE_MAX_BATCH 1000 /* docs/api.md: "max" of a lease, elements of a batch */
+
+/* Checks muster_complete_lease's arguments; MUSTER_OK or MUSTER_INVALID with
+ * the message set. */
+static muster_err_t next_check(muster_client_t *client, const muster_ack_t *acks, size_t count,
+                               const char *queue, int64_t worker, size_t max, int64_t updates_after,
+                               muster_lease_t **leases, size_t *nleases, char **updates) {
+  if (acks == NULL || count == 0)
+    return client_fail(client, MUSTER_INVALID,
+                       "acks are required (with nothing to complete, lease with muster_lease)");
+  if (queue == NULL)
+    return client_fail(client, MUSTER_INVALID, "a queue to lease from is required");
+  if (leases == NULL || nleases == NULL)
+    return client_fail(client, MUSTER_INVALID, "places for the leases are required");
+  if (max == 0 || max > LEASE_MAX_BATCH)
+    return client_fail(client, MUSTER_INVALID, "max: %zu, expected 1 to %d", max, LEASE_MAX_BATCH);
+  if (worker < 0)
+    return client_fail(client, MUSTER_INVALID, "worker: %lld, expected an id or 0 (anonymous)",
+                       (long long)worker);
+  if (updates_after >= 0 && updates == NULL)
+    return client_fail(client, MUSTER_INVALID,
+                       "updates_after %lld asks for updates: a place for them is required",
+                       (long long)updates_after);
+  return MUSTER_OK;
+}
+
+/* Adds the "lease" object {"queue", "max", "worker"?, "updates_after"?} to `body`. */
+static muster_err_t next_add_lease(muster_client_t *client, json_t *body, const char *queue,
+                                   int64_t worker, size_t max, int64_t updates_after) {
+  json_t *name = json_string(queue);
+  if (name == NULL)
+    return client_fail(client, MUSTER_INVALID, "queue: not valid UTF-8");
+  json_t *next = json_pack("{s:o, s:I}", "queue", name, "max", (json_int_t)max);
+  int rc = next ? 0 : -1;
+  if (rc == 0 && worker > 0)
+    rc = json_object_set_new(next, "worker", json_integer((json_int_t)worker));
+  if (rc == 0 && updates_after >= 0)
+    rc = json_object_set_new(next, "updates_after", json_integer((json_int_t)updates_after));
+  if (rc == 0)
+    rc = json_object_set_new(body, "lease", next); /* takes `next`, also on failure */
+  else
+    json_decref(next);
+  return rc == 0 ? MUSTER_OK : client_fail(client, MUSTER_NOMEM, "out of memory");
+}
+
+/* Reads the reply's "updates" and "updates_last" into *updates as
+ * {"updates": [...], "last": N} (JSON text, muster_free). */
+static muster_err_t next_read_updates(muster_client_t *client, json_t *reply, char **updates) {
+  json_t *list = json_object_get(reply, "updates");
+  json_t *last = json_object_get(reply, "updates_last");
+  if (!json_is_array(list) || !json_is_integer(last))
+    return client_fail(client, MUSTER_PROTOCOL, "complete-and-lease reply has no updates");
+  json_t *out = json_pack("{s:O, s:O}", "updates", list, "last", last);
+  *updates = out ? client_dump_value(out) : NULL;
+  json_decref(out);
+  return *updates ? MUSTER_OK : client_fail(client, MUSTER_NOMEM, "out of memory");
+}
+
+muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *acks, size_t count,
+                                   const char *queue, int64_t worker, size_t max,
+                                   int64_t updates_after, muster_lease_t **leases, size_t *nleases,
+                                   char **updates) {
+  if (leases)
+    *leases = NULL;
+  if (nleases)
+    *nleases = 0;
+  if (updates)
+    *updates = NULL;
+  if (client == NULL)
+    return MUSTER_INVALID;
+  muster_err_t err =
+      next_check(client, acks, count, queue, worker, max, updates_after, leases, nleases, updates);
+  json_t *body = NULL, *reply = NULL;
+  if (err == MUSTER_OK)
+    err = ack_body(client, acks, count, ack_complete_fields, &body);
+  if (err == MUSTER_OK)
+    err = next_add_lease(client, body, queue, worker, max, updates_after);
+  if (err == MUSTER_OK)
+    err = client_call(client, "POST", "/v1/leases/complete", body, 0, &reply);
+  json_decref(body);
+  if (err == MUSTER_OK && updates_after >= 0)
+    err = next_read_updates(client, reply, updates);
+  if (err == MUSTER_OK && (err = lease_read_all(client, reply, leases, nleases)) != MUSTER_OK) {
+    muster_free(*updates);
+    *updates = NULL;
+  }
+  json_decref(reply);
+  return err;
 }
