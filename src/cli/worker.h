@@ -30,6 +30,7 @@ typedef struct {
   _Atomic int64_t task; /* the task being run, 0 when idle (read by the heartbeat) */
   run_proc_t *proc;     /* the running command, under worker->lock; NULL when none */
   int lease_failing;    /* the last lease request failed (log a streak once) */
+  muster_lease_t *next; /* leased with the last completion, not yet run (its ticket taken) */
   struct json_t *requires;      /* the leased task's "requires" list, or NULL (owned) */
   struct worker_shared **held;  /* the levels it holds while its task runs (worker_shared.c) */
   size_t nheld;
@@ -66,6 +67,7 @@ struct worker {
   pthread_mutex_t upd_lock;
   int64_t updates_seq;        /* the highest update applied */
   int updates_unsupported;    /* the head refused updates_after: lease without it */
+  atomic_int combined_unsupported; /* the head refused complete-and-lease: complete alone */
   char updates_path[256];     /* command workers: the JSON-lines file, "" when none */
   int updates_fd;             /* open for appending, or -1 */
 
@@ -136,6 +138,16 @@ int64_t worker_updates_seq(worker_t *w);
  */
 muster_err_t worker_lease(worker_slot_t *slot, int64_t wait_ms, muster_lease_t **leases,
                           size_t *count);
+/*
+ * Completes `ack` and leases up to one next task in the same request
+ * (POST /v1/leases/complete with a "lease" object), with the updates the
+ * worker has not seen applied like worker_lease's.  The request is all or
+ * nothing: on an error nothing was completed or leased (unless the reply was
+ * lost on the way).  MUSTER_INVALID also when the ack's result is not JSON
+ * text (nothing is sent then).
+ */
+muster_err_t worker_complete_lease(worker_slot_t *slot, const muster_ack_t *ack,
+                                   muster_lease_t **leases, size_t *count);
 
 /* ---- worker_plugin.c ---- */
 

@@ -2,6 +2,12 @@
  * worker_slot.c — one slot of `muster worker`: lease a task, run the command,
  * report the outcome, repeat.
  *
+ * In the steady state a completion leases the slot's next task in the same
+ * request (worker_complete_lease), so a worker makes one round trip per task;
+ * the plain long-poll lease is used when there was nothing to complete (the
+ * first task, after a failure, or when the queue ran dry), and a completion
+ * leases nothing while the worker stops or has used up --max-tasks.
+ *
  * A slot holds at most one lease.  While the command runs, the slot extends
  * the lease at half the queue's lease time, so a task that runs longer than
  * one lease keeps it; if the head says the lease is lost anyway (it expired
@@ -158,12 +164,43 @@ static void slot_complete(worker_slot_t *slot, const muster_lease_t *lease, run_
   free(result);
 }
 
+/*
+ * Completes `ack` and, when the slot will go on, leases its next task in the
+ * same request into slot->next (with a ticket of --max-tasks taken for it).
+ * When the combined call fails, the completion is sent alone, with the plain
+ * call's retries: the combined call is all or nothing, so it completed nothing
+ * (unless its reply was lost: then the plain call finds the lease gone, and a
+ * task it leased stays ours until its lease expires).  A head that refuses
+ * the combined call but accepts the plain one is not asked again.
+ */
+static muster_err_t slot_complete_next(worker_slot_t *slot, const muster_ack_t *ack) {
+  worker_t *w = slot->worker;
+  if (atomic_load(&w->stopping) || atomic_load(&w->combined_unsupported) || !slot_take_ticket(w))
+    return slot_ack(slot, ack, muster_complete);
+  size_t count = 0;
+  muster_lease_t *next = NULL;
+  muster_err_t err = worker_complete_lease(slot, ack, &next, &count);
+  if (err == MUSTER_OK && count > 0) {
+    slot->next = next;
+    return MUSTER_OK;
+  }
+  muster_leases_free(next, count);
+  slot_return_ticket(w);
+  if (err == MUSTER_OK)
+    return MUSTER_OK; /* completed; nothing was ready: the next lease long-polls */
+  muster_err_t plain = slot_ack(slot, ack, muster_complete);
+  if (plain == MUSTER_OK && err == MUSTER_INVALID && !atomic_exchange(&w->combined_unsupported, 1))
+    fprintf(stderr, "muster worker: the head refused complete-and-lease (%s); completing alone\n",
+            muster_err_name(err));
+  return plain;
+}
+
 void worker_slot_complete(worker_slot_t *slot, const muster_lease_t *lease, const char *result) {
   char why[256];
   muster_ack_t ack;
   muster_ack_init(&ack, lease->task, lease->token);
   ack.result = result;
-  muster_err_t err = slot_ack(slot, &ack, muster_complete);
+  muster_err_t err = slot_complete_next(slot, &ack);
   if (err == MUSTER_OK) {
     atomic_fetch_add(&slot->worker->completed, 1);
   } else if (err == MUSTER_PAYLOAD_TOO_LARGE || err == MUSTER_BODY_TOO_LARGE) {
@@ -294,6 +331,24 @@ static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
   json_decref(payload);
 }
 
+/*
+ * The slot's next lease: the one its last completion brought (its ticket is
+ * taken), else one leased now.  Returns 1 with *lease, 0 without one (try
+ * again), -1 when the worker must stop, -2 when --max-tasks is used up.
+ */
+static int slot_next(worker_slot_t *slot, muster_lease_t **lease) {
+  *lease = slot->next;
+  slot->next = NULL;
+  if (*lease != NULL)
+    return 1;
+  if (!slot_take_ticket(slot->worker))
+    return -2;
+  int got = slot_lease(slot, lease);
+  if (got != 1)
+    slot_return_ticket(slot->worker);
+  return got;
+}
+
 void *worker_slot_main(void *arg) {
   worker_slot_t *slot = arg;
   worker_t *w = slot->worker;
@@ -301,16 +356,18 @@ void *worker_slot_main(void *arg) {
     atomic_store(&w->fatal, 1);
     atomic_store(&w->stopping, 1);
   }
-  while (!atomic_load(&w->stopping) && slot_take_ticket(w)) {
+  for (;;) {
     muster_lease_t *lease = NULL;
-    int got = slot_lease(slot, &lease);
+    int got = atomic_load(&w->stopping) && slot->next == NULL ? -2 : slot_next(slot, &lease);
+    if (got == -2)
+      break;
     if (got < 0) {
       atomic_store(&w->fatal, 1);
       atomic_store(&w->stopping, 1);
     }
-    int ran = 0;
     if (got == 1 && atomic_load(&w->stopping)) {
       slot_release(slot, lease); /* leased as the stop came: give it back at once */
+      slot_return_ticket(w);
     } else if (got == 1) {
       char why[800];
       if (slot->requires && worker_shared_acquire(slot, why, sizeof why) != 0)
@@ -320,10 +377,7 @@ void *worker_slot_main(void *arg) {
       else
         slot_run_task(slot, lease);
       worker_shared_release(slot);
-      ran = 1;
     }
-    if (!ran)
-      slot_return_ticket(w);
     muster_leases_free(lease, got == 1 ? 1 : 0);
   }
   worker_plugin_unload(w);

@@ -17,6 +17,10 @@
  * it started, so it reads the file up to that line.  Lines are written with one
  * write() each under upd_lock, in sequence order.
  *
+ * A completion that leases the next task in the same request (the combined
+ * call, worker_complete_lease) brings updates in the same way, so a worker in
+ * its steady state gets them without a request of its own.
+ *
  * A head that refuses `updates_after` (one older than the update API) gets
  * leases without it, after one warning.
  */
@@ -144,17 +148,25 @@ static int update_read_lease(json_t *obj, muster_lease_t *out) {
   return out->payload == NULL || (json_is_string(session) && out->session == NULL) ? -1 : 0;
 }
 
+/* Adds "worker" and "updates_after" (unless the head refused it) to the
+ * lease request `body`: a plain lease's body or the combined call's "lease"
+ * object.  0, or -1 when out of memory. */
+static int update_lease_fields(worker_t *w, json_t *body) {
+  int64_t id = worker_id(w);
+  int rc = 0;
+  if (id > 0)
+    rc = json_object_set_new(body, "worker", json_integer((json_int_t)id));
+  pthread_mutex_lock(&w->upd_lock);
+  if (rc == 0 && !w->updates_unsupported)
+    rc = json_object_set_new(body, "updates_after", json_integer((json_int_t)w->updates_seq));
+  pthread_mutex_unlock(&w->upd_lock);
+  return rc;
+}
+
 /* The lease request's body. */
 static char *update_lease_body(worker_t *w, int64_t wait_ms) {
   json_t *body = json_pack("{s:i, s:I}", "max", 1, "wait_ms", (json_int_t)wait_ms);
-  int64_t id = worker_id(w);
-  if (body && id > 0)
-    json_object_set_new(body, "worker", json_integer((json_int_t)id));
-  pthread_mutex_lock(&w->upd_lock);
-  if (body && !w->updates_unsupported)
-    json_object_set_new(body, "updates_after", json_integer((json_int_t)w->updates_seq));
-  pthread_mutex_unlock(&w->upd_lock);
-  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  char *text = body && update_lease_fields(w, body) == 0 ? json_dumps(body, JSON_COMPACT) : NULL;
   json_decref(body);
   return text;
 }
@@ -176,6 +188,37 @@ static muster_err_t update_read_leases(json_t *reply, muster_lease_t **leases, s
   *leases = out;
   *count = n;
   return MUSTER_OK;
+}
+
+/*
+ * Takes a lease reply (the text `reply`, consumed): applies its updates in
+ * order (fetching the rest when more are pending), reads its leases into a new
+ * array and keeps what the leased task requires in slot->requires.  Shared by
+ * the plain lease and the combined complete-and-lease call, whose replies
+ * carry the same "leases", "updates" and "updates_last".
+ */
+static muster_err_t update_take_reply(worker_slot_t *slot, char *reply, muster_lease_t **leases,
+                                      size_t *count) {
+  worker_t *w = slot->worker;
+  json_t *obj = json_loads(reply, JSON_ALLOW_NUL, NULL);
+  muster_free(reply);
+  if (obj == NULL)
+    return MUSTER_PROTOCOL;
+  json_t *updates = json_object_get(obj, "updates");
+  json_int_t last = json_integer_value(json_object_get(obj, "updates_last"));
+  pthread_mutex_lock(&w->upd_lock);
+  update_apply_list(w, updates);
+  if (last > w->updates_seq)
+    update_catch_up(slot, last);
+  pthread_mutex_unlock(&w->upd_lock);
+  muster_err_t err = update_read_leases(obj, leases, count);
+  /* What the leased task requires (one lease at most per slot): kept for
+   * worker_shared_acquire, which fetches it before the task runs. */
+  json_decref(slot->requires);
+  json_t *requires = json_object_get(json_array_get(json_object_get(obj, "leases"), 0), "requires");
+  slot->requires = err == MUSTER_OK && json_array_size(requires) > 0 ? json_incref(requires) : NULL;
+  json_decref(obj);
+  return err;
 }
 
 muster_err_t worker_lease(worker_slot_t *slot, int64_t wait_ms, muster_lease_t **leases,
@@ -203,23 +246,40 @@ muster_err_t worker_lease(worker_slot_t *slot, int64_t wait_ms, muster_lease_t *
   }
   if (err != MUSTER_OK)
     return err;
-  json_t *obj = json_loads(reply, JSON_ALLOW_NUL, NULL);
-  muster_free(reply);
-  if (obj == NULL)
-    return MUSTER_PROTOCOL;
-  json_t *updates = json_object_get(obj, "updates");
-  json_int_t last = json_integer_value(json_object_get(obj, "updates_last"));
-  pthread_mutex_lock(&w->upd_lock);
-  update_apply_list(w, updates);
-  if (last > w->updates_seq)
-    update_catch_up(slot, last);
-  pthread_mutex_unlock(&w->upd_lock);
-  err = update_read_leases(obj, leases, count);
-  /* What the leased task requires (one lease at most per slot): kept for
-   * worker_shared_acquire, which fetches it before the task runs. */
-  json_decref(slot->requires);
-  json_t *requires = json_object_get(json_array_get(json_object_get(obj, "leases"), 0), "requires");
-  slot->requires = err == MUSTER_OK && json_array_size(requires) > 0 ? json_incref(requires) : NULL;
-  json_decref(obj);
-  return err;
+  return update_take_reply(slot, reply, leases, count);
+}
+
+/* The combined call's body: {"leases": [ack], "lease": {"queue", "max": 1,
+ * "worker", "updates_after"}}, with `result` (borrowed) as the ack's result.
+ * NULL when out of memory. */
+static char *update_complete_body(worker_t *w, const muster_ack_t *ack, json_t *result) {
+  json_t *next = json_pack("{s:s, s:i}", "queue", w->queue, "max", 1);
+  json_t *body =
+      next ? json_pack("{s:[{s:I, s:I, s:O}], s:O}", "leases", "task", (json_int_t)ack->task,
+                       "token", (json_int_t)ack->token, "result", result, "lease", next)
+           : NULL;
+  json_t *lease = json_object_get(body, "lease");
+  char *text = lease && update_lease_fields(w, lease) == 0 ? json_dumps(body, JSON_COMPACT) : NULL;
+  json_decref(next);
+  json_decref(body);
+  return text;
+}
+
+muster_err_t worker_complete_lease(worker_slot_t *slot, const muster_ack_t *ack,
+                                   muster_lease_t **leases, size_t *count) {
+  *leases = NULL;
+  *count = 0;
+  json_t *result =
+      ack->result ? json_loads(ack->result, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : json_null();
+  if (result == NULL)
+    return MUSTER_INVALID; /* the plain completion explains it */
+  char *body = update_complete_body(slot->worker, ack, result), *reply = NULL;
+  json_decref(result);
+  if (body == NULL)
+    return MUSTER_NOMEM;
+  muster_err_t err = muster_request(slot->client, "POST", "/v1/leases/complete", body, &reply);
+  free(body);
+  if (err != MUSTER_OK)
+    return err;
+  return update_take_reply(slot, reply, leases, count);
 }
