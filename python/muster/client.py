@@ -72,6 +72,15 @@ class Lease(dict):
     def complete(self, result=None):
         return self._client.complete(self["task"], self["token"], result)
 
+    def complete_and_lease(self, queue, result=None, worker=None, max=1, updates_after=None):
+        """Completes this lease and leases the next tasks of ``queue`` in one request
+        (``Client.complete_and_lease``); returns their LeaseList."""
+        item = {"task": self["task"], "token": self["token"]}
+        if result is not None:
+            item["result"] = result
+        return self._client.complete_and_lease([item], queue, worker=worker, max=max,
+                                               updates_after=updates_after)
+
     def fail(self, error=None, permanent=False):
         return self._client.fail(self["task"], self["token"], error, permanent)
 
@@ -88,10 +97,12 @@ class Lease(dict):
 
 
 class LeaseList(list):
-    """The leases of one lease call; ``updates`` and ``updates_last`` when asked for."""
+    """The leases of one lease call; ``updates`` and ``updates_last`` when asked for, and
+    ``completed`` when the leases came with completions (``complete_and_lease``)."""
 
     updates = ()
     updates_last = None
+    completed = ()
 
 
 class Client:
@@ -344,6 +355,9 @@ class Client:
         body = _drop_none({"worker": worker, "max": max, "wait_ms": wait_ms or None,
                            "updates_after": updates_after})
         reply = self.request("POST", "/v1/queues/%s/lease" % _q(queue), body, wait_ms=wait_ms)
+        return self._lease_list(reply)
+
+    def _lease_list(self, reply):
         out = LeaseList(Lease(self, obj) for obj in reply["leases"])
         if "updates" in reply:
             out.updates = reply["updates"]
@@ -357,6 +371,21 @@ class Client:
 
     def _leases(self, action, items):
         return self.request("POST", "/v1/leases/" + action, {"leases": list(items)})
+
+    def complete_and_lease(self, items, queue, worker=None, max=1, updates_after=None):
+        """Completes a batch (items as for ``complete_many``) and, in the same request and
+        transaction, leases up to ``max`` tasks of ``queue``: a worker's steady state in one
+        round trip instead of two.  It never waits.  Returns a LeaseList (empty when no
+        task was ready) whose ``completed`` is the "completed" list and which, with
+        ``updates_after``, carries ``.updates`` and ``.updates_last`` as ``lease`` does.
+        All or nothing: when a completion or the lease is refused, nothing is completed or
+        leased and the error is raised."""
+        lease = _drop_none({"queue": queue, "max": max, "worker": worker,
+                            "updates_after": updates_after})
+        reply = self.request("POST", "/v1/leases/complete", {"leases": list(items), "lease": lease})
+        out = self._lease_list(reply)
+        out.completed = reply["completed"]
+        return out
 
     def complete(self, task, token, result=None):
         """Completes one lease; returns {"task", "next_task"}."""

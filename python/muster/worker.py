@@ -19,7 +19,8 @@ Two ways to run it:
 - **Standalone**: ``python3 -m muster.worker --queue pool [--url URL] [--token T]``
   registers a worker, leases the queue's tasks itself (with ``updates_after``), applies
   updates in order before each task, runs it, and completes it with the pickled result
-  or fails it with the traceback.
+  or fails it with the traceback.  A completion leases the next task (and brings the
+  updates) in the same request, so a busy worker makes one round trip per task.
 
 Task payloads, session init data and updates are those :class:`muster.pool.Pool` makes
 (``"muster.pool": 1``); anything else is failed permanently.
@@ -223,10 +224,36 @@ def _error_text():
 
 # ---- standalone: lease the queue ourselves --------------------------------------------
 
+def _report(lease, outcome, queue, worker, last, go_on):
+    """Reports a task's outcome.  A completion, when the worker goes on, also leases the
+    next task in the same request (one round trip per task); its LeaseList is returned
+    (None when nothing was leased with it).  The combined call is all or nothing, so when
+    it fails the completion is sent alone."""
+    from .errors import LeaseLost, MusterError, NotFound
+    try:
+        if outcome[0] == "complete" and go_on:
+            try:
+                return lease.complete_and_lease(queue, json.loads(outcome[1]), worker=worker,
+                                                updates_after=last)
+            except (LeaseLost, NotFound):
+                raise
+            except MusterError:
+                pass   # e.g. the head forgot the worker: complete alone, re-register on lease
+        if outcome[0] == "complete":
+            lease.complete(json.loads(outcome[1]))
+        else:
+            lease.fail(outcome[1], permanent=outcome[2])
+    except (LeaseLost, NotFound):
+        pass   # taken elsewhere, or its session closed: the result is not wanted
+    return None
+
+
 def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=None, busy=None):
     """Registers a worker and runs the queue's Pool tasks until ``stop`` is set (SIGTERM /
-    SIGINT when run as a program) or ``max_tasks`` are done."""
-    from .errors import LeaseLost, MusterError, NotFound, WorkerNotFound
+    SIGINT when run as a program) or ``max_tasks`` are done.  In the steady state a
+    completion leases the next task in the same request (``Client.complete_and_lease``);
+    the long-poll lease is used when there was nothing to complete or nothing came."""
+    from .errors import MusterError, WorkerNotFound
     stop = stop or threading.Event()
     busy = busy if busy is not None else {}
     runner = Runner(client)
@@ -259,17 +286,22 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=N
 
     threading.Thread(target=keepalive, daemon=True).start()
     last, done = 0, 0
+    pending = None   # what the last completion leased (complete_and_lease), not yet run
     try:
         while not stop.is_set() and not (max_tasks and done >= max_tasks):
-            try:
-                leases = client.lease(queue, worker=me["id"], max=1, wait_ms=wait_ms, updates_after=last)
-            except WorkerNotFound:
-                register()
-                continue
-            except MusterError as e:
-                runner.log("muster.worker: lease: %s" % e)
-                stop.wait(1.0)
-                continue
+            if pending is not None:
+                leases, pending = pending, None
+            else:
+                try:
+                    leases = client.lease(queue, worker=me["id"], max=1, wait_ms=wait_ms,
+                                          updates_after=last)
+                except WorkerNotFound:
+                    register()
+                    continue
+                except MusterError as e:
+                    runner.log("muster.worker: lease: %s" % e)
+                    stop.wait(1.0)
+                    continue
             busy["task"] = True
             if stop.is_set():
                 for lease in leases:
@@ -293,18 +325,18 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=N
                     outcome = ("complete", result, False)
                 with lock:
                     current["lease"] = None
-                try:
-                    if outcome[0] == "complete":
-                        lease.complete(json.loads(outcome[1]))
-                    else:
-                        lease.fail(outcome[1], permanent=outcome[2])
-                except (LeaseLost, NotFound):
-                    pass   # taken elsewhere, or its session closed: the result is not wanted
                 done += 1
+                go_on = not stop.is_set() and not (max_tasks and done >= max_tasks)
+                pending = _report(lease, outcome, queue, me["id"], last, go_on)
             busy["task"] = False
     finally:
         busy["task"] = True
         stop.set()
+        for lease in pending or ():   # leased with the last completion as the stop came
+            try:
+                lease.release()
+            except MusterError:
+                pass
         try:
             client.bye(me["id"])
         except MusterError:

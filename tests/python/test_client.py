@@ -174,6 +174,41 @@ class TestLeases(HeadTestCase):
         self.assertEqual([u["seq"] for u in leases.updates], [2])
         self.assertEqual(leases.updates_last, 2)
 
+    def test_complete_and_lease(self):
+        q, n = self.qname(), self.qname("next")
+        self.c.put_queue(n)
+        self.c.put_queue(q, next=n)
+        self.c.put_payloads(q, [1, 2, 3])
+        first = self.c.lease_one(q)
+        self.c.post_update(q, "u1")
+        got = first.complete_and_lease(q, {"r": 1}, updates_after=0)
+        self.assertEqual(len(got.completed), 1)
+        self.assertEqual(got.completed[0]["task"], first.task)
+        self.assertEqual(self.c.task(got.completed[0]["next_task"])["payload"], {"r": 1})
+        self.assertEqual([l.payload for l in got], [2])
+        self.assertEqual(([u["data"] for u in got.updates], got.updates_last), (["u1"], 1))
+        # A batch; another queue; no updates asked for: none in the reply.
+        self.c.put(q, 4)
+        more = self.c.lease(q, max=1)
+        items = [{"task": l.task, "token": l.token} for l in list(got) + list(more)]
+        got = self.c.complete_and_lease(items, n, max=5)
+        self.assertEqual([c["task"] for c in got.completed], [l["task"] for l in items])
+        self.assertEqual([l.payload for l in got], [{"r": 1}, None, None])  # put order
+        self.assertEqual((got.updates, got.updates_last), ((), None))
+        # Nothing ready: an empty LeaseList at once; the completions stand.
+        last = got
+        got = self.c.complete_and_lease([{"task": l.task, "token": l.token} for l in last], n)
+        self.assertEqual((list(got), len(got.completed)), ([], 3))
+        # All or nothing: a bad "lease" raises and completes nothing.
+        [l4] = self.c.lease(q, max=1)
+        with self.assertRaises(muster.InvalidArgument):
+            l4.complete_and_lease(q, updates_after=-1)
+        with self.assertRaises(muster.NotFound):
+            l4.complete_and_lease(self.qname("missing"))
+        self.assertEqual(self.c.task(l4.task)["state"], "leased")
+        self.assertEqual(l4.complete_and_lease(q), [])
+        self.assertEqual(self.c.task(l4.task)["state"], "done")
+
 
 class TestWorkers(HeadTestCase):
     def test_register_heartbeat_list_bye(self):

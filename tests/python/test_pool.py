@@ -220,3 +220,55 @@ class StandaloneWorkerTest(HeadTestCase):
         stop()
         with open(os.path.join(work, "worker.log")) as f:
             self.assertEqual(proc.returncode, 0, f.read())
+
+    def test_standalone_worker_one_request_per_task(self):
+        """In its steady state the worker completes a task and leases the next in one
+        request: the head sees about one lease or complete request per task, not two."""
+        work = tempfile.mkdtemp(prefix="muster-pool-test-")
+        self.addCleanup(shutil.rmtree, work, True)
+        q = "pool-standalone-round-trip"
+        self.c.put_queue(q)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        import subprocess
+        log = open(os.path.join(work, "worker.log"), "wb")
+        self.addCleanup(log.close)
+        proc = subprocess.Popen(["/usr/bin/python3", "-m", "muster.worker", "--queue", q, "--url", self.head.url,
+                                 "--token", self.head.token, "--nickname", "py-rt"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
+
+        def stop():
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.addCleanup(stop)
+
+        def requests():
+            text = self.head.request("GET", "/metrics").raw.decode()
+            out = {"lease": 0, "complete": 0}
+            for line in text.splitlines():
+                for key, route in (("lease", 'route="/v1/queues/{}/lease"'),
+                                   ("complete", 'route="/v1/leases/complete"')):
+                    if line.startswith("muster_http_requests_total{") and route in line:
+                        out[key] += int(line.rsplit(" ", 1)[1])
+            return out
+
+        n = 20
+        with muster.Pool(pool_workers.Echo, {"args": [{"k": 3, "dir": work}]}, client=self.c, queue=q) as p:
+            wait_until(lambda: p.get_workers_count() == 1, what="the worker")
+            p.update_workers("a")
+            self.assertEqual([r["y"] for r in p.map(range(2))], [0, 3])   # the worker is warm
+            before = requests()
+            p.update_workers("b")
+            out = p.map(range(n))
+            after = requests()
+        self.assertEqual([r["y"] for r in out], [3 * i for i in range(n)])
+        self.assertEqual([r["updates"] for r in out], [["a", "b"]] * n)
+        leases, completes = after["lease"] - before["lease"], after["complete"] - before["complete"]
+        self.assertEqual(completes, n)
+        # The long-poll that takes the first task, and one when the queue runs dry; the
+        # two-call path would take n leases.
+        self.assertLessEqual(leases, 3, (leases, completes))
+        self.assertLess(leases + completes, 2 * n - 2)
