@@ -297,6 +297,21 @@ static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
   event_base_loopexit(h->base, &grace);
 }
 
+/* The loop's base.  With epoll's change list, the read and write events that
+ * evhttp turns off and on again while it handles a request cost no system call
+ * unless they differ at the end of the loop turn: strace counts two
+ * epoll_ctl calls per request where there were four.  (The change list is
+ * unsafe only with dup'ed descriptors, which the head never registers.) */
+static struct event_base *head_event_base(void) {
+  struct event_config *cfg = event_config_new();
+  if (cfg == NULL)
+    return event_base_new();
+  event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+  struct event_base *base = event_base_new_with_config(cfg);
+  event_config_free(cfg);
+  return base;
+}
+
 static void head_banner(const head_t *h, int port, bool generated) {
   const char *host = h->cfg.listen_host;
   bool v6 = strchr(host, ':') != NULL;
@@ -387,7 +402,7 @@ int head_main(int argc, char **argv) {
   snprintf(db_path, sizeof db_path, "%s/muster.db", h.cfg.data_dir);
   fail_t f = {0};
   h.st = store_open(&(store_opts_t){.path = db_path, .sync_full = h.cfg.sync_full}, &f);
-  h.base = event_base_new();
+  h.base = head_event_base();
   status = 1;
   if (h.st == NULL) {
     log_msg(LOG_ERROR, "cannot open the store %s: %s", db_path, fail_message(&f));

@@ -291,22 +291,45 @@ static int http_split(char *path, char **segs) {
   return n;
 }
 
-/* True when the route's pattern matches `segs`; fills r->params. */
+/* The pattern's next segment from *p (patterns have no empty segments):
+ * its start, with its length in *len; NULL at the end. */
+static const char *http_pattern_seg(const char **p, size_t *len) {
+  while (**p == '/')
+    (*p)++;
+  if (**p == '\0')
+    return NULL;
+  const char *seg = *p;
+  *len = strcspn(seg, "/");
+  *p += *len;
+  return seg;
+}
+
+static bool http_is_param(const char *seg, size_t len) {
+  return len == 2 && seg[0] == '{' && seg[1] == '}';
+}
+
+/* True when the route's pattern matches `segs`; fills r->params.  It runs for
+ * every route tried on every request, so it walks the pattern in place. */
 static bool http_match(const char *pattern, char **segs, int nsegs, http_req_t *r) {
-  char copy[128], *pats[HTTP_MAX_SEGMENTS];
-  snprintf(copy, sizeof copy, "%s", pattern);
-  int n = http_split(copy, pats), np = 0;
+  const char *p = pattern, *seg;
+  size_t len;
+  int n = 0;
+  while ((seg = http_pattern_seg(&p, &len)) != NULL) {
+    if (n == nsegs)
+      return false;
+    if (!http_is_param(seg, len) && (strncmp(seg, segs[n], len) != 0 || segs[n][len] != '\0'))
+      return false;
+    n++;
+  }
   if (n != nsegs)
     return false;
-  for (int i = 0; i < n; i++)
-    if (strcmp(pats[i], "{}") != 0 && strcmp(pats[i], segs[i]) != 0)
-      return false;
-  for (int i = 0; i < n; i++) {
-    if (strcmp(pats[i], "{}") != 0 || np == HTTP_MAX_PARAMS)
+  p = pattern;
+  for (int i = 0, np = 0; (seg = http_pattern_seg(&p, &len)) != NULL; i++) {
+    if (!http_is_param(seg, len) || np == HTTP_MAX_PARAMS)
       continue;
-    size_t len = 0;
-    char *decoded = evhttp_uridecode(segs[i], 0, &len);
-    if (decoded && strlen(decoded) != len) {
+    size_t dlen = 0;
+    char *decoded = evhttp_uridecode(segs[i], 0, &dlen);
+    if (decoded && strlen(decoded) != dlen) {
       /* An encoded NUL would cut the name short: keep the raw segment, which
        * no name rule accepts, so the handler refuses it. */
       free(decoded);
@@ -327,11 +350,12 @@ static void http_clear_params(http_req_t *r) {
 /* Finds the route for the request; sets a 404/405 reply when there is none. */
 static const http_route_t *http_route(http_req_t *r, const char *path) {
   char copy[2048], *segs[HTTP_MAX_SEGMENTS];
-  if (strlen(path) >= sizeof copy) {
+  size_t len = strlen(path);
+  if (len >= sizeof copy) {
     http_fail(r, MUSTER_NOT_FOUND, "no endpoint at this path");
     return NULL;
   }
-  snprintf(copy, sizeof copy, "%s", path);
+  memcpy(copy, path, len + 1);
   int n = http_split(copy, segs);
   const char *method = http_method_name(evhttp_request_get_command(r->req));
   bool path_known = false;

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #define STORE_STMT_CACHE 256
+#define STORE_TOKEN_BLOCK 4096 /* tokens reserved per write of their floor */
 
 typedef struct {
   const char *sql; /* the literal's address is the key */
@@ -27,6 +28,7 @@ struct store {
   sqlite3 *db;
   bool in_tx;            /* the turn's transaction is open */
   int64_t last_token;    /* highest fencing token handed out */
+  int64_t token_floor;   /* committed in meta: no token up to it is ever reused */
   store_tx_fn on_tx;
   store_ready_fn on_ready;
   store_session_fn on_session;
@@ -235,7 +237,7 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     store_close(st);
     return NULL;
   }
-  st->last_token = store_load_token(st);
+  st->last_token = st->token_floor = store_load_token(st);
   return st;
 }
 
@@ -302,22 +304,32 @@ muster_err_t store_commit(store_t *st, fail_t *f) {
   if (!st->in_tx)
     return MUSTER_OK;
   st->in_tx = false;
-  /* Remember the token high-water mark so tokens never repeat, even when the
-   * tasks that carried the highest ones are deleted. */
-  sqlite3_stmt *s = store_stmt(st, "INSERT INTO meta(k, v) VALUES('last_token', ?1)"
-                                   " ON CONFLICT(k) DO UPDATE SET v = excluded.v");
-  if (s) {
-    sqlite3_bind_int64(s, 1, st->last_token);
-    sqlite3_step(s);
-    store_reset(s);
+  /* Tokens must never repeat, even after the tasks that carried the highest
+   * ones are deleted, so meta holds a floor above every token handed out.  It
+   * is raised a block of STORE_TOKEN_BLOCK at a time: most commits (every one
+   * without a lease, and all but one in STORE_TOKEN_BLOCK with) write no meta
+   * page at all.  A restart starts above the floor, skipping the unused rest. */
+  int64_t floor = st->token_floor;
+  bool ok = true;
+  if (st->last_token > floor) {
+    floor = st->last_token + STORE_TOKEN_BLOCK;
+    sqlite3_stmt *s = store_stmt(st, "INSERT INTO meta(k, v) VALUES('last_token', ?1)"
+                                     " ON CONFLICT(k) DO UPDATE SET v = excluded.v");
+    if (s == NULL) {
+      ok = store_fail(st, f, "token floor") == MUSTER_OK;
+    } else {
+      sqlite3_bind_int64(s, 1, floor);
+      ok = store_step_done(st, s, f) == MUSTER_OK;
+    }
   }
   int64_t start_us = metrics_now_us();
-  if (store_control(st, "COMMIT", f) != MUSTER_OK) {
+  if (!ok || store_control(st, "COMMIT", f) != MUSTER_OK) {
     sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
     metrics_commit(false, metrics_now_us() - start_us);
     return MUSTER_STORE;
   }
   metrics_commit(true, metrics_now_us() - start_us);
+  st->token_floor = floor;
   return MUSTER_OK;
 }
 

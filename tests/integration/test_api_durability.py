@@ -126,6 +126,23 @@ class DurabilityTest(ApiTestCase):
             self.assertEqual([t["id"] for t in self.list_tasks()], ids)
         self.assertEqual([t["payload"] for t in self.list_tasks()], list(range(30)))
 
+    def test_tokens_rise_after_their_tasks_are_deleted(self):
+        # The highest tokens were carried by tasks that no longer exist: the head
+        # must still never hand out a token at or below them, across kills.
+        gone, kept = self.qname("gone"), self.qname("kept")
+        self.create_queue(kept)
+        self.put("k", name=kept)
+        highest = 0
+        for _ in range(3):
+            self.create_queue(gone)
+            self.put(*range(5), name=gone)
+            highest = max([highest] + [x["token"] for x in self.lease(gone, max=5)])
+            self.expect("DELETE", "/v1/queues/%s?force=true" % gone)
+            self.head.kill()
+            self.head.start()
+        lease = self.lease_one(kept)
+        self.assertGreater(lease["token"], highest, "a token at or below one already handed out")
+
     def test_lease_expiring_while_down(self):
         self.create_queue(lease_ms=300, backoff_ms=0)
         [tid] = self.put("x")
