@@ -325,11 +325,13 @@ muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *
   if (err == MUSTER_OK)
     err = client_call(client, "POST", "/v1/leases/complete", body, 0, &reply);
   json_decref(body);
-  if (err == MUSTER_OK && updates_after >= 0)
-    err = next_read_updates(client, reply, updates);
-  if (err == MUSTER_OK && (err = lease_read_all(client, reply, leases, nleases)) != MUSTER_OK) {
-    muster_free(*updates);
-    *updates = NULL;
+  if (err == MUSTER_OK)
+    err = lease_read_all(client, reply, leases, nleases);
+  if (err == MUSTER_OK && updates_after >= 0 &&
+      (err = next_read_updates(client, reply, updates)) != MUSTER_OK) {
+    muster_leases_free(*leases, *nleases);
+    *leases = NULL;
+    *nleases = 0;
   }
   json_decref(reply);
   return err;

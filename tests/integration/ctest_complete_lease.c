@@ -5,12 +5,18 @@
  * First the argument checks, against a client of a port where nothing
  * listens: each bad argument must give MUSTER_INVALID with a message (a
  * request sent would give MUSTER_NETWORK instead) and reset the outputs.
- * Then the call against a real head: leases and updates come back, a worker's
- * lease is its own, and a refused request completes nothing.  Set
+ * Then replies it must refuse, from a fake server (a thread), and the call
+ * against a real head: leases and updates come back, a worker's lease is its
+ * own, and a refused request completes nothing.  Set
  * MUSTER_TEST_URL and MUSTER_TEST_TOKEN to run against a head you started
  * yourself.  Ends with "N passed, M failed"; exits 1 when M > 0.
  */
 #include "ctest_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
 
 #define TOKEN "ctest-token-0123456789"
 #define QUEUE "cl-work"
@@ -27,8 +33,8 @@ static int poison;
 
 /* Checks that `err` is MUSTER_INVALID with a message naming `word`, and that
  * the outputs were reset. */
-static void check_refused(muster_client_t *c, muster_err_t err, const char *word,
-                          muster_lease_t *l, size_t n, char *u, int line) {
+static void check_refused(muster_client_t *c, muster_err_t err, const char *word, muster_lease_t *l,
+                          size_t n, char *u, int line) {
   check_err(err, MUSTER_INVALID, word, line, muster_client_message(c));
   check(contains(muster_client_message(c), word), "the message names the argument", line);
   check(l == NULL && n == 0 && u == NULL, "the outputs are reset", line);
@@ -88,6 +94,87 @@ static void test_arguments(void) {
   CHECK(l == NULL && n == 0);
   muster_client_free(c);
 }
+
+/* ---- a fake server that answers one fixed reply to one connection ------------------ */
+
+typedef struct {
+  int fd;
+  const char *body;
+} fake_t;
+
+static void *fake_main(void *arg) {
+  fake_t *fake = arg;
+  int conn = accept(fake->fd, NULL, NULL);
+  if (conn >= 0) {
+    char buf[8192], reply[1024];
+    ssize_t n = read(conn, buf, sizeof buf); /* the request: small, one read suffices */
+    (void)n;
+    int len = snprintf(reply, sizeof reply,
+                       "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                       "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                       strlen(fake->body), fake->body);
+    ssize_t w = write(conn, reply, (size_t)len);
+    (void)w;
+    close(conn);
+  }
+  return NULL;
+}
+
+/* Calls muster_complete_lease against a fake server replying `body`, with
+ * `updates_after` (and a place for updates when it is >= 0); *updates gets
+ * what the call returned there (muster_free). */
+static muster_err_t against_fake(const char *body, int64_t updates_after, size_t *nleases,
+                                 char **updates) {
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof addr;
+  fake_t fake = {.fd = socket(AF_INET, SOCK_STREAM, 0), .body = body};
+  pthread_t thread;
+  char url[64];
+  if (fake.fd < 0 || bind(fake.fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+      listen(fake.fd, 1) != 0 || getsockname(fake.fd, (struct sockaddr *)&addr, &len) != 0 ||
+      pthread_create(&thread, NULL, fake_main, &fake) != 0)
+    return MUSTER_ERR_COUNT;
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", ntohs(addr.sin_port));
+  muster_client_t *c = NULL;
+  muster_client_new(url, TOKEN, &c);
+  muster_ack_t ack;
+  muster_ack_init(&ack, 7, 1042);
+  muster_lease_t *l = (muster_lease_t *)&poison;
+  *updates = (char *)&poison;
+  muster_err_t err = muster_complete_lease(c, &ack, 1, "q", 0, 1, updates_after, &l, nleases,
+                                           updates_after >= 0 ? updates : NULL);
+  if (updates_after < 0)
+    *updates = NULL;
+  check(err != MUSTER_OK ? l == NULL : l != NULL, "leases set only on success", __LINE__);
+  muster_leases_free(l, *nleases);
+  muster_client_free(c);
+  pthread_join(thread, NULL);
+  close(fake.fd);
+  return err;
+}
+
+/* Replies that break the contract are MUSTER_PROTOCOL, with nothing returned
+ * (and nothing leaked: the sanitizer build checks). */
+static void test_bad_replies(void) {
+  size_t n = 9;
+  char *u = NULL;
+  CHECK(against_fake("{\"completed\":[],\"leases\":\"x\"}", -1, &n, &u) == MUSTER_PROTOCOL);
+  CHECK(n == 0 && u == NULL);
+  CHECK(against_fake("{\"completed\":[],\"leases\":[{\"task\":1}],\"updates\":[],"
+                     "\"updates_last\":4}",
+                     0, &n, &u) == MUSTER_PROTOCOL);
+  CHECK(n == 0 && u == NULL);
+  CHECK(against_fake("{\"completed\":[],\"leases\":[{\"task\":1,\"token\":2,\"payload\":3}]}", 0,
+                     &n, &u) == MUSTER_PROTOCOL); /* updates asked for, none came */
+  CHECK(n == 0 && u == NULL);
+  CHECK(against_fake("{\"completed\":[],\"leases\":[{\"task\":1,\"token\":2,\"payload\":3}],"
+                     "\"updates\":[{\"seq\":4,\"data\":null}],\"updates_last\":4}",
+                     3, &n, &u) == MUSTER_OK);
+  CHECK(n == 1 && contains(u, "\"last\":4") && contains(u, "\"seq\":4"));
+  muster_free(u);
+}
+
+/* ---- against a real head ------------------------------------------------------------ */
 
 /* Puts `count` tasks {"n": i} into QUEUE. */
 static void put_tasks(muster_client_t *c, int count) {
@@ -193,6 +280,7 @@ static void test_worker_and_all_or_nothing(muster_client_t *c) {
 
 int main(int argc, char **argv) {
   test_arguments();
+  test_bad_replies();
   if (!ctest_use_test_url(TOKEN) &&
       ctest_head_start(muster_bin(argv[0]), "/tmp/muster-ctest-XXXXXX", TOKEN, NULL) != 0)
     return ctest_head_failed();
