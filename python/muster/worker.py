@@ -228,14 +228,14 @@ def _report(lease, outcome, queue, worker, last, go_on):
     """Reports a task's outcome.  A completion, when the worker goes on, also leases the
     next task in the same request (one round trip per task); its LeaseList is returned
     (None when nothing was leased with it).  The combined call is all or nothing, so when
-    it fails the completion is sent alone."""
+    it fails the completion is sent alone (a lost lease excepted: that one is final)."""
     from .errors import LeaseLost, MusterError, NotFound
     try:
         if outcome[0] == "complete" and go_on:
             try:
                 return lease.complete_and_lease(queue, json.loads(outcome[1]), worker=worker,
                                                 updates_after=last)
-            except (LeaseLost, NotFound):
+            except LeaseLost:
                 raise
             except MusterError:
                 pass   # e.g. the head forgot the worker: complete alone, re-register on lease

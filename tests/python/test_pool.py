@@ -272,3 +272,38 @@ class StandaloneWorkerTest(HeadTestCase):
         # two-call path would take n leases.
         self.assertLessEqual(leases, 3, (leases, completes))
         self.assertLess(leases + completes, 2 * n - 2)
+
+    def test_a_refused_combined_call_completes_alone(self):
+        """The combined call is all or nothing: when its lease part is refused (the head
+        forgot the worker, the queue is gone) the result is still completed, alone."""
+        from muster import worker as mw
+        calls = []
+
+        class FakeLease:
+            def __init__(self, error):
+                self.error = error
+
+            def complete_and_lease(self, queue, result, worker=None, updates_after=None):
+                calls.append(("combined", queue, result, worker, updates_after))
+                raise self.error
+
+            def complete(self, result):
+                calls.append(("complete", result))
+
+            def fail(self, error, permanent=False):
+                calls.append(("fail", error, permanent))
+
+        for error in (muster.WorkerNotFound("gone"), muster.QueueNotFound("gone"),
+                      muster.InvalidArgument("old head")):
+            del calls[:]
+            got = mw._report(FakeLease(error), ("complete", '{"y": 1}', False), "q", 7, 3, True)
+            self.assertIsNone(got)
+            self.assertEqual(calls, [("combined", "q", {"y": 1}, 7, 3), ("complete", {"y": 1})])
+        # A lost lease is final; a stopping worker or a failure never leases with it.
+        del calls[:]
+        mw._report(FakeLease(muster.LeaseLost("taken")), ("complete", "1", False), "q", 7, 3, True)
+        self.assertEqual([c[0] for c in calls], ["combined"])
+        del calls[:]
+        mw._report(FakeLease(None), ("complete", "1", False), "q", 7, 3, False)
+        mw._report(FakeLease(None), ("fail", "boom", True), "q", 7, 3, True)
+        self.assertEqual(calls, [("complete", 1), ("fail", "boom", True)])
