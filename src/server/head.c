@@ -19,6 +19,7 @@
 #include "shared.h"
 #include "shared_upload.h"
 #include "store.h"
+#include "syncer.h"
 #include "waiter.h"
 #include "worker.h"
 
@@ -243,17 +244,135 @@ static void head_on_session(void *arg, const char *session) {
   results_waiters_mark(arg, session);
 }
 
+/* ---- durable replies ----
+ *
+ * With --sync full SQLite commits without flushing (synchronous=NORMAL) and
+ * the head flushes the WAL itself, so that the loop can go on while the disk
+ * works: a group's replies wait in `syncing` while a helper thread runs
+ * fdatasync (syncer.h); the transaction stays open meanwhile, gathering every
+ * request the loop reads, and the flush's end commits that group and starts
+ * the next flush.  Under load one flush covers everything that arrived during
+ * the previous one; a lone request is flushed on the loop itself, where the
+ * hand-off to the thread would only add two wake-ups to its reply.
+ * Replies (reads included) never leave before the state they saw is on disk.
+ */
+
+static void head_commit(evutil_socket_t fd, short what, void *arg);
+
+/* Sends a flushed group's replies; after a failed flush, answers them 500 and
+ * stops the head: the file's state is unknown then (the kernel may have
+ * dropped the dirty pages), and going on could acknowledge lost writes. */
+static void head_flushed(head_t *h, reply_list_t *group, int err) {
+  if (err == 0) {
+    http_flush_list(h, group, NULL);
+    return;
+  }
+  fail_t f;
+  fail_set(&f, MUSTER_STORE, "store: flushing the write-ahead log failed: %s", strerror(err));
+  log_msg(LOG_ERROR, "%s; stopping: acknowledged writes could not be made durable", f.message);
+  http_flush_list(h, group, &f);
+  h->sync_failed = true;
+  event_base_loopbreak(h->base);
+}
+
+/* The helper thread's flush ended (on the loop thread). */
+static void head_synced(void *arg, int err) {
+  head_t *h = arg;
+  reply_list_t group = h->syncing;
+  h->syncing = (reply_list_t){NULL, NULL};
+  head_flushed(h, &group, err);
+  if (store_in_tx(h->st))
+    head_commit(-1, 0, h);
+}
+
 /* Runs after every other event of the turn that opened the transaction:
- * serve woken waiters, commit once, then release the replies. */
+ * serve woken waiters, commit once, then release the replies: at once with
+ * --sync normal, once the WAL is flushed with --sync full. */
 static void head_commit(evutil_socket_t fd, short what, void *arg) {
   head_t *h = arg;
   waiter_serve(h);
   results_waiters_serve(h);
   fail_t f = {0};
-  bool failed = store_commit(h->st, &f) != MUSTER_OK;
-  if (!failed)
-    h->commits++;
-  http_flush(h, failed ? &f : NULL);
+  if (h->sync_failed) {
+    /* Nothing more is committed; store_close rolls the transaction back. */
+    fail_set(&f, MUSTER_STORE, "store: the write-ahead log cannot be flushed; the head is stopping");
+    http_flush(h, &f);
+    return;
+  }
+  if (h->syncer != NULL && syncer_busy(h->syncer))
+    return; /* head_synced commits the group gathered meanwhile */
+  if (store_commit(h->st, &f) != MUSTER_OK) {
+    http_flush(h, &f);
+    return;
+  }
+  h->commits++;
+  /* A group that changed nothing (reads) only saw what earlier flushes made
+   * durable: its replies need no flush of their own. */
+  int64_t changes = h->syncer ? store_changes(h->st) : 0;
+  if (h->syncer == NULL || changes == h->flushed_changes) {
+    http_flush(h, NULL);
+    return;
+  }
+  h->flushed_changes = changes;
+  reply_list_t group = http_take_pending(h);
+  if (http_list_length(&group) > 1) {
+    h->syncing = group;
+    syncer_request(h->syncer);
+    return;
+  }
+  head_flushed(h, &group, fdatasync(h->wal_fd) == 0 ? 0 : errno);
+}
+
+/* Stops the flush thread (shutdown): commits what is open, flushes on the
+ * loop thread, sends every held reply, and leaves later commits to SQLite's
+ * own flush (synchronous=FULL). */
+static void head_drain_syncs(head_t *h) {
+  if (h->syncer == NULL)
+    return;
+  syncer_stop(h->syncer); /* a flush in flight finishes first */
+  h->syncer = NULL;
+  store_set_sync_full(h->st, true);
+  reply_list_t group = h->syncing;
+  h->syncing = (reply_list_t){NULL, NULL};
+  fail_t f = {0};
+  if (!h->sync_failed && store_in_tx(h->st)) {
+    if (store_commit(h->st, &f) != MUSTER_OK) {
+      http_flush(h, &f);
+    } else {
+      h->commits++;
+      reply_list_t pending = http_take_pending(h);
+      http_list_concat(&group, &pending);
+    }
+  }
+  head_flushed(h, &group, fdatasync(h->wal_fd) == 0 ? 0 : errno);
+}
+
+/* With --sync full, the store commits without flushing and a helper thread
+ * flushes the WAL (syncer.h); falls back to SQLite's own synchronous=FULL
+ * when the WAL file or the thread cannot be had. */
+static void head_start_syncer(head_t *h, const char *db_path) {
+  h->wal_fd = -1;
+  if (!h->cfg.sync_full)
+    return;
+  char wal[PATH_MAX + 32];
+  snprintf(wal, sizeof wal, "%s-wal", db_path);
+  h->wal_fd = open(wal, O_RDONLY | O_CLOEXEC); /* fdatasync needs no write access */
+  if (h->wal_fd >= 0)
+    h->syncer = syncer_start(h->base, h->wal_fd, head_synced, h);
+  if (h->syncer == NULL) {
+    log_msg(LOG_WARN, "WAL flush thread unavailable; SQLite flushes at each commit instead");
+    store_set_sync_full(h->st, true);
+  }
+  /* What opening the store wrote (migrations, setup) and the directory
+   * entries of its files must be durable before the first reply. */
+  if (h->wal_fd >= 0)
+    fdatasync(h->wal_fd);
+  h->flushed_changes = store_changes(h->st);
+  int dir = open(h->cfg.data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    fsync(dir);
+    close(dir);
+  }
 }
 
 static void head_sweep(evutil_socket_t fd, short what, void *arg) {
@@ -291,6 +410,7 @@ static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
   shared_upload_abort_all(h);
   if (store_in_tx(h->st))
     head_commit(-1, 0, h);
+  head_drain_syncs(h);
   /* The answers to parked long-polls are queued on their connections; a few
    * more turns of the loop write them out before evhttp closes everything. */
   struct timeval grace = {.tv_sec = 0, .tv_usec = 100 * 1000};
@@ -350,9 +470,12 @@ static int head_run(head_t *h, bool generated) {
       status = 0;
     }
   }
-  http_stop(h);
   if (store_in_tx(h->st))
     head_commit(-1, 0, h);
+  head_drain_syncs(h);
+  http_stop(h);
+  if (h->sync_failed)
+    status = 1;
   event_free(sigint);
   event_free(sigterm);
   event_free(h->commit_ev);
@@ -373,7 +496,8 @@ int head_main(int argc, char **argv) {
                       .max_payload = 1u << 20,
                       .max_shared_ttl_ms = SHARED_DEFAULT_TTL_MS,
                       .shared_keep_levels = SHARED_DEFAULT_KEEP_LEVELS,
-                      .max_blob_bytes = (size_t)SHARED_DEFAULT_MAX_BLOB}};
+                      .max_blob_bytes = (size_t)SHARED_DEFAULT_MAX_BLOB},
+              .wal_fd = -1};
   const char *token_arg = NULL;
   int status = head_parse(argc, argv, &h.cfg, &token_arg);
   if (status >= 0)
@@ -401,7 +525,8 @@ int head_main(int argc, char **argv) {
   char db_path[PATH_MAX + 16];
   snprintf(db_path, sizeof db_path, "%s/muster.db", h.cfg.data_dir);
   fail_t f = {0};
-  h.st = store_open(&(store_opts_t){.path = db_path, .sync_full = h.cfg.sync_full}, &f);
+  /* synchronous=NORMAL: with --sync full the WAL is flushed by the syncer. */
+  h.st = store_open(&(store_opts_t){.path = db_path, .sync_full = false}, &f);
   h.base = head_event_base();
   status = 1;
   if (h.st == NULL) {
@@ -414,6 +539,7 @@ int head_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     store_set_hooks(h.st, head_on_tx, head_on_ready, &h);
     store_set_session_hook(h.st, head_on_session);
+    head_start_syncer(&h, db_path);
     h.started_ms = now_ms();
     status = head_run(&h, generated);
     if (status == 0)
@@ -421,6 +547,8 @@ int head_main(int argc, char **argv) {
               (unsigned long long)h.requests, (unsigned long long)h.commits);
   }
   store_close(h.st);
+  if (h.wal_fd >= 0)
+    close(h.wal_fd);
   if (h.base)
     event_base_free(h.base);
   free(h.dirty);

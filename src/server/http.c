@@ -190,9 +190,38 @@ void http_enqueue_fail(head_t *h, struct evhttp_request *req, const fail_t *f) {
   http_enqueue(h, req, status ? status : 500, http_error_body(f->code, fail_message(f)));
 }
 
-void http_flush(head_t *h, const fail_t *commit_failed) {
-  reply_t *r = h->pending_head;
+reply_list_t http_take_pending(head_t *h) {
+  reply_list_t list = {h->pending_head, h->pending_tail};
   h->pending_head = h->pending_tail = NULL;
+  return list;
+}
+
+size_t http_list_length(const reply_list_t *list) {
+  size_t n = 0;
+  for (const reply_t *r = list->head; r; r = r->next)
+    n++;
+  return n;
+}
+
+void http_list_concat(reply_list_t *into, reply_list_t *more) {
+  if (more->head == NULL)
+    return;
+  if (into->tail)
+    into->tail->next = more->head;
+  else
+    into->head = more->head;
+  into->tail = more->tail;
+  more->head = more->tail = NULL;
+}
+
+void http_flush(head_t *h, const fail_t *commit_failed) {
+  reply_list_t list = http_take_pending(h);
+  http_flush_list(h, &list, commit_failed);
+}
+
+void http_flush_list(head_t *h, reply_list_t *list, const fail_t *commit_failed) {
+  reply_t *r = list->head;
+  list->head = list->tail = NULL;
   while (r) {
     reply_t *next = r->next;
     if (commit_failed) {

@@ -97,6 +97,15 @@ void http_enqueue_fail(head_t *h, struct evhttp_request *req, const fail_t *f);
 /* Sends the pending replies; when `commit_failed`, answers each with 500. */
 void http_flush(head_t *h, const fail_t *commit_failed);
 
+/* Takes the pending replies out, leaving the pending list empty. */
+reply_list_t http_take_pending(head_t *h);
+/* The number of replies in `list`. */
+size_t http_list_length(const reply_list_t *list);
+/* Moves every reply of `more` to the end of `into`. */
+void http_list_concat(reply_list_t *into, reply_list_t *more);
+/* Sends (and empties) a list; when `failed`, answers each with 500 store_error. */
+void http_flush_list(head_t *h, reply_list_t *list, const fail_t *failed);
+
 /* Parses a positive id from a path parameter; 0 when it is not one. */
 int64_t http_param_id(const char *text);
 /* The query value for `key`, or NULL. */

@@ -22,6 +22,12 @@ typedef struct reply reply_t;
 typedef struct waiter waiter_t;
 typedef struct results_waiter results_waiter_t;
 typedef struct shared_conn shared_conn_t;
+typedef struct syncer syncer_t;
+
+/* A list of replies: pending a commit, or committed and pending a WAL flush. */
+typedef struct {
+  reply_t *head, *tail;
+} reply_list_t;
 
 typedef struct {
   char listen_host[256];     /* address to bind ("127.0.0.1", "::1", "0.0.0.0") */
@@ -50,6 +56,11 @@ typedef struct head {
   struct event *commit_ev; /* runs once per loop turn that opened a transaction */
   struct event *sweep_ev;  /* periodic expiry of leases and workers */
   reply_t *pending_head, *pending_tail; /* replies waiting for the commit */
+  syncer_t *syncer;        /* flushes the WAL off the loop (--sync full), or NULL */
+  int wal_fd;              /* the WAL file the syncer flushes, or -1 */
+  reply_list_t syncing;    /* committed, waiting for the WAL flush in flight */
+  int64_t flushed_changes; /* store_changes() covered by the last flush begun */
+  bool sync_failed;        /* a WAL flush failed: the head stops */
   waiter_t *waiters;       /* parked long-poll leases, oldest first */
   results_waiter_t *results_waiters; /* parked long-poll reads of session results */
   shared_conn_t *shared_conns; /* the upload tap's per-connection state (shared_upload.c) */

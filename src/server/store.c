@@ -12,6 +12,7 @@
 #include "log.h"
 #include "metrics.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,7 +210,15 @@ static int64_t store_load_token(store_t *st) {
   return token;
 }
 
+/* Before SQLite's first use: no global memory statistics, which would take a
+ * process-wide mutex and update counters on every allocation SQLite makes. */
+static void store_configure_sqlite(void) {
+  sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 store_t *store_open(const store_opts_t *opts, fail_t *f) {
+  static pthread_once_t configured = PTHREAD_ONCE_INIT;
+  pthread_once(&configured, store_configure_sqlite);
   store_t *st = calloc(1, sizeof *st);
   if (st == NULL) {
     fail_set(f, MUSTER_NOMEM, "out of memory");
@@ -250,6 +259,15 @@ void store_close(store_t *st) {
     sqlite3_finalize(st->stmts[i].stmt);
   sqlite3_close(st->db);
   free(st);
+}
+
+void store_set_sync_full(store_t *st, bool full) {
+  fail_t ignored = {0};
+  store_exec(st, full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", &ignored);
+}
+
+int64_t store_changes(store_t *st) {
+  return sqlite3_total_changes64(st->db);
 }
 
 void store_set_hooks(store_t *st, store_tx_fn on_tx, store_ready_fn on_ready, void *arg) {

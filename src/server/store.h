@@ -36,6 +36,12 @@ store_t *store_open(const store_opts_t *opts, fail_t *f);
 /* Rolls back any open transaction and closes; accepts NULL. */
 void store_close(store_t *st);
 
+/* Switches SQLite's own flush at commit on (synchronous=FULL) or off (NORMAL). */
+void store_set_sync_full(store_t *st, bool full);
+
+/* Rows inserted, updated or deleted since the store was opened. */
+int64_t store_changes(store_t *st);
+
 void store_set_hooks(store_t *st, store_tx_fn on_tx, store_ready_fn on_ready, void *arg);
 /* Sets the session hook; it gets the `arg` of store_set_hooks. */
 void store_set_session_hook(store_t *st, store_session_fn on_session);

@@ -41,8 +41,9 @@ class Reply:
 class Head:
     """A head process.  start() waits until it listens; stop()/kill() end it."""
 
-    def __init__(self, args=(), data_dir=None, token=TOKEN):
+    def __init__(self, args=(), data_dir=None, token=TOKEN, prefix=()):
         self.args = list(args)
+        self.prefix = list(prefix)  # e.g. a tracer the head runs under
         self.own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="muster-test-")
         self.token = token
@@ -57,7 +58,7 @@ class Head:
             os.unlink(url_file)
         # --server-only: the head under test runs without its local node agent
         # (which would register this machine as a node); test_node*.py start agents.
-        cmd = [MUSTER_BIN, "head", "--server-only", "--listen", "127.0.0.1:0",
+        cmd = self.prefix + [MUSTER_BIN, "head", "--server-only", "--listen", "127.0.0.1:0",
                "--data-dir", self.data_dir]
         if self.token:
             cmd += ["--token", self.token]
