@@ -259,7 +259,7 @@ static int cycle_muster_take(void *conn_ptr, const bench_config_t *cfg, char *er
 /*
  * muster-next: the worker's steady state with the combined call.  A round puts
  * N tasks, then completes the previous round's N and leases N in one request
- * (POST /v1/leases/complete with a "lease" object, docs/api.md), so a task
+ * (muster_complete_lease: POST /v1/leases/complete with a "lease" object), so a task
  * costs two requests and two commits instead of three.  The first round
  * leases with a plain lease request; the last round's leases are left to the
  * queue's deletion.  Lease latency: the combined request.
@@ -267,8 +267,6 @@ static int cycle_muster_take(void *conn_ptr, const bench_config_t *cfg, char *er
 typedef struct {
   cycle_muster_conn_t base;
   size_t pending; /* acks of the previous round, not yet completed */
-  char *body;     /* request body buffer */
-  size_t body_cap;
 } cycle_next_conn_t;
 
 static void cycle_next_close(void *conn_ptr) {
@@ -279,22 +277,16 @@ static void cycle_next_close(void *conn_ptr) {
   free(conn->base.payload);
   free(conn->base.specs);
   free(conn->base.acks);
-  free(conn->body);
   free(conn);
 }
 
 static void *cycle_next_open(const bench_config_t *cfg, void *shared, int index, char *err) {
   cycle_muster_conn_t *base = cycle_muster_open(cfg, shared, index, err);
   cycle_next_conn_t *conn = base ? calloc(1, sizeof *conn) : NULL;
-  if (base && conn)
-    conn->body_cap = 256 + cfg->batch * 64 + strlen(cfg->queue);
-  if (conn)
-    conn->body = malloc(conn->body_cap);
-  if (!conn || !conn->body) {
+  if (!conn) {
     if (base)
       bench_fail(err, "out of memory");
     cycle_muster_close(base);
-    free(conn);
     return NULL;
   }
   conn->base = *base;
@@ -302,36 +294,20 @@ static void *cycle_next_open(const bench_config_t *cfg, void *shared, int index,
   return conn;
 }
 
-/* Completes the pending acks and leases up to `want` in one request; the
- * leases' task and token go to acks[*leased...]. */
+/* Completes the pending acks and leases up to `want` in one request
+ * (muster_complete_lease); the leases' task and token go to acks[*leased...]. */
 static int cycle_next_combined(cycle_next_conn_t *conn, const bench_config_t *cfg, size_t want,
                                size_t *leased, char *err) {
-  size_t len = (size_t)snprintf(conn->body, conn->body_cap, "{\"leases\": [");
-  for (size_t i = 0; i < conn->pending; i++)
-    len += (size_t)snprintf(conn->body + len, conn->body_cap - len,
-                            "%s{\"task\": %" PRId64 ", \"token\": %" PRId64 "}", i ? ", " : "",
-                            conn->base.acks[i].task, conn->base.acks[i].token);
-  snprintf(conn->body + len, conn->body_cap - len,
-           "], \"lease\": {\"queue\": \"%s\", \"max\": %zu}}", cfg->queue, want);
-  char *reply = NULL;
-  muster_err_t rc =
-      muster_request(conn->base.client, "POST", "/v1/leases/complete", conn->body, &reply);
+  muster_lease_t *leases = NULL;
+  size_t count = 0;
+  muster_err_t rc = muster_complete_lease(conn->base.client, conn->base.acks, conn->pending,
+                                          cfg->queue, 0, want, -1, &leases, &count, NULL);
   if (rc != MUSTER_OK)
     return cycle_muster_fail(err, conn->base.client, "complete + lease", rc);
   conn->pending = 0;
-  json_t *root = json_loads(reply, 0, NULL);
-  muster_free(reply);
-  json_t *leases = json_object_get(root, "leases");
-  if (!json_is_array(leases)) {
-    json_decref(root);
-    return bench_fail(err, "complete + lease: no \"leases\" in the reply");
-  }
-  for (size_t i = 0; i < json_array_size(leases) && *leased < want; i++, (*leased)++) {
-    json_t *lease = json_array_get(leases, i);
-    muster_ack_init(&conn->base.acks[*leased], json_integer_value(json_object_get(lease, "task")),
-                    json_integer_value(json_object_get(lease, "token")));
-  }
-  json_decref(root);
+  for (size_t i = 0; i < count && *leased < want; i++, (*leased)++)
+    muster_ack_init(&conn->base.acks[*leased], leases[i].task, leases[i].token);
+  muster_leases_free(leases, count);
   return 0;
 }
 
