@@ -8,6 +8,7 @@
  * first refused element makes the caller roll back all earlier ones.
  */
 #include "lease.h"
+#include "counts.h"
 #include "jv.h"
 #include "log.h"
 #include "session.h"
@@ -92,9 +93,10 @@ static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const ch
   return MUSTER_OK;
 }
 
-/* Moves task `id` to `state` with the given run time, error and attempts
- * delta, clearing its lease.  The workhorse of every transition. */
-static muster_err_t task_move(store_t *st, int64_t id, int state, int64_t run_at_ms,
+/* Moves the task `h` (in state h->state) to `state` with the given run time,
+ * error and attempts delta, clearing its lease, and counts the move.  The
+ * workhorse of every transition. */
+static muster_err_t task_move(store_t *st, const held_t *h, int state, int64_t run_at_ms,
                               const char *error, int64_t attempts_delta, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = ?2, run_at_ms = ?3,"
                                    " error = coalesce(?4, error), attempts = attempts + ?5,"
@@ -102,13 +104,15 @@ static muster_err_t task_move(store_t *st, int64_t id, int state, int64_t run_at
                                    " WHERE id = ?1");
   if (s == NULL)
     return store_fail(st, f, "task update");
-  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 1, h->id);
   sqlite3_bind_int(s, 2, state);
   sqlite3_bind_int64(s, 3, run_at_ms);
   store_bind_text(s, 4, error);
   sqlite3_bind_int64(s, 5, attempts_delta);
   sqlite3_bind_int64(s, 6, now_ms());
-  return store_step_done(st, s, f);
+  if (store_step_done(st, s, f))
+    return f->code;
+  return counts_move(st, h->queue.name, h->state, state, 1, f);
 }
 
 /* A task reached a final state (done, failed, dead): a task of a session
@@ -124,14 +128,13 @@ static int lease_lapse(store_t *st, const held_t *h, const char *error, int64_t 
   int64_t now = now_ms();
   if (h->attempts >= h->queue.max_attempts) {
     metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
-    return task_move(st, h->id, TASK_DEAD, now, error, 0, f) || lease_finished(st, h, f)
-               ? -1
-               : TASK_DEAD;
+    return task_move(st, h, TASK_DEAD, now, error, 0, f) || lease_finished(st, h, f) ? -1
+                                                                                     : TASK_DEAD;
   }
   int64_t run_at = now + queue_backoff_ms(&h->queue, h->attempts);
   if (run_at_out)
     *run_at_out = run_at;
-  if (task_move(st, h->id, TASK_QUEUED, run_at, error, 0, f))
+  if (task_move(st, h, TASK_QUEUED, run_at, error, 0, f))
     return -1;
   metrics_count(METRIC_TASKS_RETRIED, h->queue.name, 1);
   store_notify_ready(st, h->queue.name);
@@ -233,16 +236,26 @@ json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max
     }
   }
   free(ids);
+  /* One count for the batch: lease_one moves queued tasks only. */
+  if (counts_move(st, q->name, TASK_QUEUED, TASK_LEASED, (int64_t)json_array_size(leases), f)) {
+    json_decref(leases);
+    return NULL;
+  }
   return leases;
 fail:
   free(ids);
+  /* The leases granted before the failure are counted too: a request that
+   * keeps its writes after an error (see http.c, `keep`) keeps them. */
+  fail_t ignored = {0};
+  counts_move(st, q->name, TASK_QUEUED, TASK_LEASED, (int64_t)json_array_size(leases), &ignored);
   json_decref(leases);
   return NULL;
 }
 
-/* Completes the task; with a next stage, its result becomes a task there. */
+/* Completes the task, counted in `run`; with a next stage, its result
+ * becomes a task there. */
 static json_t *op_complete(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
-                           size_t max_payload, fail_t *f) {
+                           size_t max_payload, counts_run_t *run, fail_t *f) {
   const json_t *result = json_object_get(elem, "result");
   char *text = result ? jv_encode(result) : NULL;
   if (text && strlen(text) > max_payload) {
@@ -261,9 +274,10 @@ static json_t *op_complete(store_t *st, const json_t *elem, const held_t *h, con
     sqlite3_bind_int64(s, 1, h->id);
     store_bind_text(s, 2, text);
     sqlite3_bind_int64(s, 3, now_ms());
-    if (!store_step_done(st, s, f) && h->queue.next[0])
+    if (!store_step_done(st, s, f) &&
+        !counts_run_add(st, run, h->queue.name, h->state, TASK_DONE, f) && h->queue.next[0])
       task_insert(st, h->queue.next, text ? text : "null", h->priority, now_ms(), NULL,
-                  h->has_session ? h->session : NULL, h->index, h->id, &next_id, f);
+                  h->has_session ? h->session : NULL, h->index, h->id, NULL, &next_id, f);
   }
   free(text);
   if (f->code || lease_finished(st, h, f) || worker_count(st, h->worker, WORKER_COMPLETED, f))
@@ -285,7 +299,7 @@ static json_t *op_fail(store_t *st, const json_t *elem, const held_t *h, const c
   int state = TASK_FAILED;
   int64_t run_at = 0;
   if (permanent) {
-    if (task_move(st, h->id, TASK_FAILED, now_ms(), error ? error : "failed permanently", 0, f) ||
+    if (task_move(st, h, TASK_FAILED, now_ms(), error ? error : "failed permanently", 0, f) ||
         lease_finished(st, h, f))
       return NULL;
   } else if ((state = lease_lapse(st, h, error ? error : "failed", &run_at, f)) < 0) {
@@ -322,7 +336,7 @@ static json_t *op_extend(store_t *st, const json_t *elem, const held_t *h, const
 
 /* Back to queued at once; the attempt the lease took is given back. */
 static muster_err_t lease_give_back(store_t *st, const held_t *h, fail_t *f) {
-  if (task_move(st, h->id, TASK_QUEUED, now_ms(), NULL, -1, f))
+  if (task_move(st, h, TASK_QUEUED, now_ms(), NULL, -1, f))
     return f->code;
   store_notify_ready(st, h->queue.name);
   return MUSTER_OK;
@@ -330,18 +344,32 @@ static muster_err_t lease_give_back(store_t *st, const held_t *h, fail_t *f) {
 
 /* Re-opens `parent` at its stage: queued, result cleared, counters reset. */
 static muster_err_t lease_reopen_parent(store_t *st, int64_t parent, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 0, result = NULL, attempts = 0,"
-                                   " flags = 0, run_at_ms = ?2, updated_ms = ?2, worker = NULL,"
-                                   " deadline_ms = NULL WHERE id = ?1 RETURNING queue");
+  /* Its state before, for the counts: usually done, but an operator may have
+   * moved it since. */
+  sqlite3_stmt *s = store_stmt(st, "SELECT state, queue FROM tasks WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "re-open parent");
+  sqlite3_bind_int64(s, 1, parent);
+  int rc = sqlite3_step(s), from = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
+  char queue[NAME_MAX_LEN + 1] = "";
+  if (rc == SQLITE_ROW)
+    snprintf(queue, sizeof queue, "%s", (const char *)sqlite3_column_text(s, 1));
+  store_reset(s);
+  if (rc == SQLITE_DONE)
+    return MUSTER_OK; /* the parent is gone: nothing to re-open */
+  if (rc != SQLITE_ROW)
+    return store_fail(st, f, "re-open parent");
+  s = store_stmt(st, "UPDATE tasks SET state = 0, result = NULL, attempts = 0,"
+                     " flags = 0, run_at_ms = ?2, updated_ms = ?2, worker = NULL,"
+                     " deadline_ms = NULL WHERE id = ?1");
   if (s == NULL)
     return store_fail(st, f, "re-open parent");
   sqlite3_bind_int64(s, 1, parent);
   sqlite3_bind_int64(s, 2, now_ms());
-  int rc = sqlite3_step(s);
-  if (rc == SQLITE_ROW)
-    store_notify_ready(st, (const char *)sqlite3_column_text(s, 0));
-  store_reset(s);
-  return rc == SQLITE_ROW || rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, "re-open parent");
+  if (store_step_done(st, s, f) || counts_move(st, queue, from, TASK_QUEUED, 1, f))
+    return f->code;
+  store_notify_ready(st, queue);
+  return MUSTER_OK;
 }
 
 static json_t *op_flag(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
@@ -367,12 +395,12 @@ static json_t *op_flag(store_t *st, const json_t *elem, const held_t *h, const c
   } else if (h->parent) {
     state = TASK_CANCELLED;
     reopened = h->parent;
-    if (task_move(st, h->id, TASK_CANCELLED, now_ms(), why, 0, f) ||
+    if (task_move(st, h, TASK_CANCELLED, now_ms(), why, 0, f) ||
         lease_reopen_parent(st, h->parent, f))
       return NULL;
   } else {
     state = TASK_DEAD;
-    if (task_move(st, h->id, TASK_DEAD, now_ms(), why, 0, f) || lease_finished(st, h, f))
+    if (task_move(st, h, TASK_DEAD, now_ms(), why, 0, f) || lease_finished(st, h, f))
       return NULL;
     metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
   }
@@ -386,7 +414,7 @@ static const char *const op_reply_keys[] = {"completed", "failed", "extended", "
 
 /* Checks one element's task and token and applies `op` to it. */
 static json_t *lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, size_t i,
-                               size_t max_payload, fail_t *f) {
+                               size_t max_payload, counts_run_t *run, fail_t *f) {
   char ctx[32];
   snprintf(ctx, sizeof ctx, "leases[%zu]", i);
   int64_t task, token;
@@ -408,7 +436,7 @@ static json_t *lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, s
     return NULL;
   switch (op) {
   case LEASE_COMPLETE:
-    return op_complete(st, elem, &h, ctx, max_payload, f);
+    return op_complete(st, elem, &h, ctx, max_payload, run, f);
   case LEASE_FAIL:
     return op_fail(st, elem, &h, ctx, f);
   case LEASE_EXTEND:
@@ -428,13 +456,20 @@ json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_p
   if (jv_only(body, "", allowed, f) || jv_batch(body, "leases", LEASE_MAX_BATCH, &leases, f))
     return NULL;
   json_t *out = json_array();
+  counts_run_t run = {0}; /* the completions, counted once per batch */
   for (size_t i = 0; i < json_array_size(leases); i++) {
-    json_t *one = lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, f);
+    json_t *one = lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run, f);
     if (one == NULL) {
+      fail_t ignored = {0};
+      counts_run_flush(st, &run, &ignored); /* those before the refusal are counted */
       json_decref(out);
       return NULL;
     }
     json_array_append_new(out, one);
+  }
+  if (counts_run_flush(st, &run, f)) {
+    json_decref(out);
+    return NULL;
   }
   if (op == LEASE_RELEASE) {
     json_int_t n = (json_int_t)json_array_size(out);

@@ -15,6 +15,7 @@
  * scrape time, so they are exact and need no bookkeeping here.
  */
 #include "metrics.h"
+#include "counts.h"
 #include "http.h"
 #include "log.h"
 #include "task.h"
@@ -354,22 +355,18 @@ static void metrics_histogram(metrics_out_t *out, const char *name, const char *
 /* Gauges read from the store: tasks by queue and state, queues. */
 static bool metrics_render_tasks(head_t *h, metrics_out_t *out) {
   sqlite3_stmt *names = store_stmt(h->st, "SELECT name FROM queues ORDER BY name");
-  sqlite3_stmt *counts =
-      store_stmt(h->st, "SELECT state, count(*) FROM tasks WHERE queue = ?1 GROUP BY state");
-  if (names == NULL || counts == NULL)
+  if (names == NULL)
     return false;
   metrics_help(out, "muster_tasks", "gauge", "Tasks by queue and state, now.");
   int64_t nqueues = 0;
   while (sqlite3_step(names) == SQLITE_ROW) {
     const char *queue = (const char *)sqlite3_column_text(names, 0);
-    int64_t by_state[TASK_STATE_COUNT] = {0};
-    store_bind_text(counts, 1, queue);
-    while (sqlite3_step(counts) == SQLITE_ROW) {
-      int state = sqlite3_column_int(counts, 0);
-      if (state >= 0 && state < TASK_STATE_COUNT)
-        by_state[state] = sqlite3_column_int64(counts, 1);
+    int64_t by_state[TASK_STATE_COUNT];
+    fail_t f = {0};
+    if (counts_read(h->st, queue, by_state, &f)) {
+      store_reset(names);
+      return false;
     }
-    store_reset(counts);
     for (int state = 0; state < TASK_STATE_COUNT; state++) {
       metrics_printf(out, "muster_tasks{queue=\"");
       metrics_label(out, queue);

@@ -4,6 +4,7 @@
  * creates a task in `next` (see lease.c), which makes pipelines.
  */
 #include "queue.h"
+#include "counts.h"
 #include "jv.h"
 #include "log.h"
 #include "task.h"
@@ -136,23 +137,13 @@ muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *
 }
 
 json_t *queue_to_json(store_t *st, const queue_t *q) {
+  int64_t by_state[TASK_STATE_COUNT];
+  fail_t ignored = {0};
+  if (counts_read(st, q->name, by_state, &ignored))
+    return NULL;
   json_t *counts = json_object();
   for (int state = 0; state < TASK_STATE_COUNT; state++)
-    json_object_set_new(counts, task_state_name(state), json_integer(0));
-  sqlite3_stmt *s =
-      store_stmt(st, "SELECT state, count(*) FROM tasks WHERE queue = ?1 GROUP BY state");
-  if (s == NULL) {
-    json_decref(counts);
-    return NULL;
-  }
-  store_bind_text(s, 1, q->name);
-  while (sqlite3_step(s) == SQLITE_ROW) {
-    int state = sqlite3_column_int(s, 0);
-    if (state >= 0 && state < TASK_STATE_COUNT)
-      json_object_set_new(counts, task_state_name(state),
-                          json_integer(sqlite3_column_int64(s, 1)));
-  }
-  store_reset(s);
+    json_object_set_new(counts, task_state_name(state), json_integer(by_state[state]));
   return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:o}", "name", q->name, "lease_ms",
                    (json_int_t)q->lease_ms, "max_attempts", (json_int_t)q->max_attempts,
                    "backoff_ms", (json_int_t)q->backoff_ms, "backoff_max_ms",
@@ -218,7 +209,7 @@ muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, fail_t 
   store_reset(s);
   if (queue_count_changes(st, store_stmt(st, "DELETE FROM tasks WHERE queue = ?1"), name, tasks,
                           f) ||
-      update_delete_queue(st, name, f))
+      counts_drop(st, name, f) || update_delete_queue(st, name, f))
     return f->code;
   return queue_count_changes(st, store_stmt(st, "DELETE FROM queues WHERE name = ?1"), name, NULL,
                              f);
@@ -228,22 +219,35 @@ muster_err_t queue_purge(store_t *st, const char *name, int64_t *purged, fail_t 
   queue_t q;
   if (queue_load(st, name, &q, f))
     return f->code;
-  return queue_count_changes(st, store_stmt(st, "DELETE FROM tasks WHERE queue = ?1 AND state = 0"),
-                             name, purged, f);
+  /* Through the queue's queued tasks only, not all of its tasks. */
+  sqlite3_stmt *s = store_stmt(st, "DELETE FROM tasks INDEXED BY tasks_ready"
+                                   " WHERE queue = ?1 AND state = 0");
+  if (queue_count_changes(st, s, name, purged, f))
+    return f->code;
+  return counts_move(st, name, TASK_QUEUED, COUNTS_NONE, *purged, f);
 }
 
 muster_err_t queue_requeue(store_t *st, const char *name, int64_t *requeued, fail_t *f) {
   queue_t q;
   if (queue_load(st, name, &q, f))
     return f->code;
-  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 0, attempts = 0, flags = 0,"
-                                   " run_at_ms = ?2, updated_ms = ?2, error = NULL"
-                                   " WHERE queue = ?1 AND state IN (3, 4)");
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks INDEXED BY tasks_failed SET state = 0,"
+                                   " attempts = 0, flags = 0, run_at_ms = ?2, updated_ms = ?2,"
+                                   " error = NULL WHERE queue = ?1 AND state = ?3 AND state >= 3");
   if (s == NULL)
     return store_fail(st, f, "requeue");
-  sqlite3_bind_int64(s, 2, now_ms());
-  if (queue_count_changes(st, s, name, requeued, f))
-    return f->code;
+  /* One state at a time, so that the rows each changed are its count. */
+  static const int from[] = {TASK_FAILED, TASK_DEAD};
+  *requeued = 0;
+  for (size_t i = 0; i < sizeof from / sizeof from[0]; i++) {
+    int64_t changed;
+    sqlite3_bind_int64(s, 2, now_ms());
+    sqlite3_bind_int(s, 3, from[i]);
+    if (queue_count_changes(st, s, name, &changed, f) ||
+        counts_move(st, name, from[i], TASK_QUEUED, changed, f))
+      return f->code;
+    *requeued += changed;
+  }
   if (*requeued > 0)
     store_notify_ready(st, name);
   return MUSTER_OK;

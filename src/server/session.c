@@ -14,6 +14,7 @@
  * updates are deleted.
  */
 #include "session.h"
+#include "counts.h"
 #include "jv.h"
 #include "log.h"
 #include "queue.h"
@@ -21,6 +22,7 @@
 #include "task.h"
 #include "update.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,6 +283,7 @@ static json_t *submit_insert(store_t *st, session_t *ss, const submit_spec_t *sp
                              fail_t *f) {
   json_t *out = json_array();
   int64_t now = now_ms();
+  counts_run_t run = {0};
   for (size_t i = 0; i < n; i++) {
     int64_t index = specs[i].index >= 0 ? specs[i].index : ss->next_index, id;
     if (specs[i].index >= 0 && submit_index_used(st, ss, index)) {
@@ -289,7 +292,7 @@ static json_t *submit_insert(store_t *st, session_t *ss, const submit_spec_t *sp
       goto fail;
     }
     if (task_insert(st, ss->queue, specs[i].payload, specs[i].priority, now, NULL, ss->id, index, 0,
-                    &id, f) ||
+                    &run, &id, f) ||
         shared_requires_set(st, id, specs[i].requires, f))
       goto fail;
     /* Automatic indexes continue after the highest one in use, so they never
@@ -308,10 +311,12 @@ static json_t *submit_insert(store_t *st, session_t *ss, const submit_spec_t *sp
   store_bind_text(s, 1, ss->id);
   sqlite3_bind_int64(s, 2, ss->next_index);
   sqlite3_bind_int64(s, 3, (int64_t)n);
-  if (store_step_done(st, s, f))
+  if (store_step_done(st, s, f) || counts_run_flush(st, &run, f))
     goto fail;
   return json_pack("{s:o}", "tasks", out);
-fail:
+fail:;
+  fail_t ignored = {0};
+  counts_run_flush(st, &run, &ignored); /* what was inserted is counted */
   json_decref(out);
   return NULL;
 }
@@ -472,6 +477,34 @@ static muster_err_t session_exec(store_t *st, const char *sql, const char *id, i
   return MUSTER_OK;
 }
 
+/* Takes the session's tasks (in its queue and, through pipelines, in later
+ * stages) off the counts; *unfinished gets how many were queued or leased,
+ * *all how many there are.  Run before they are deleted. */
+static muster_err_t session_uncount(store_t *st, const char *id, int64_t *unfinished, int64_t *all,
+                                    fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT queue, state, count(*) FROM tasks WHERE session = ?1"
+                                   " GROUP BY queue, state");
+  if (s == NULL)
+    return store_fail(st, f, "session close");
+  store_bind_text(s, 1, id);
+  *unfinished = *all = 0;
+  int rc;
+  /* Writing queue_counts between the rows is safe: this reads tasks only. */
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int state = sqlite3_column_int(s, 1);
+    int64_t n = sqlite3_column_int64(s, 2);
+    if (counts_move(st, (const char *)sqlite3_column_text(s, 0), state, COUNTS_NONE, n, f)) {
+      store_reset(s);
+      return f->code;
+    }
+    *all += n;
+    if (state == TASK_QUEUED || state == TASK_LEASED)
+      *unfinished += n;
+  }
+  store_reset(s);
+  return rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, "session close");
+}
+
 json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
   session_t ss;
   int64_t cancelled = 0, deleted = 0;
@@ -482,16 +515,15 @@ json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
              ss.closed_why[0] ? ss.closed_why : "by its client");
     return NULL;
   }
-  /* Unfinished tasks are cancelled: marked so before the rows go, which
-   * matters to nobody but keeps the count honest. */
-  if (session_exec(st,
-                   "UPDATE tasks SET state = 5, worker = NULL, deadline_ms = NULL"
-                   " WHERE session = ?1 AND state IN (0, 1)",
-                   id, &cancelled, f) ||
+  /* Unfinished tasks are cancelled (the reply says how many) and every
+   * task of the session goes. */
+  int64_t counted;
+  if (session_uncount(st, id, &cancelled, &counted, f) ||
       session_exec(st, "DELETE FROM tasks WHERE session = ?1", id, &deleted, f) ||
       session_exec(st, "DELETE FROM session_results WHERE session = ?1", id, NULL, f) ||
       update_delete_session(st, id, f) || shared_delete_scope(st, id, NULL, f))
     return NULL;
+  assert(counted == deleted);
   sqlite3_stmt *s = store_stmt(st, "UPDATE sessions SET state = 1, closed_why = ?2,"
                                    " last_seen_ms = ?3 WHERE id = ?1");
   if (s == NULL) {

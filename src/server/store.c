@@ -145,6 +145,19 @@ static const char *const migrations[] = {
     "ALTER TABLE tasks ADD COLUMN requires TEXT;",
     /* The node cache's counters, as its agent last reported them (JSON). */
     "ALTER TABLE nodes ADD COLUMN cache TEXT;",
+    /* Tasks per queue and state, kept by the writers (counts.c), instead of
+     * tasks_by_state: that index was rewritten at every state change only so
+     * that counting and listing by state could use it.  tasks_by_queue is
+     * written only when a task comes or goes; tasks_failed only when one
+     * enters or leaves failed, dead or cancelled (docs/design-notes.md). */
+    "CREATE TABLE queue_counts ("
+    "  queue TEXT NOT NULL, state INTEGER NOT NULL, n INTEGER NOT NULL,"
+    "  PRIMARY KEY (queue, state)) WITHOUT ROWID;"
+    "INSERT INTO queue_counts(queue, state, n)"
+    "  SELECT queue, state, count(*) FROM tasks GROUP BY queue, state;"
+    "DROP INDEX tasks_by_state;"
+    "CREATE INDEX tasks_by_queue ON tasks(queue, id);"
+    "CREATE INDEX tasks_failed ON tasks(queue, id) WHERE state >= 3;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))
@@ -176,8 +189,10 @@ static int store_user_version(store_t *st) {
   return version;
 }
 
-/* Runs the migrations the file has not seen yet, each in its own transaction. */
-static muster_err_t store_migrate(store_t *st, fail_t *f) {
+/* Runs the migrations the file has not seen yet, each in its own transaction,
+ * up to schema version `upto` (0: all of them). */
+static muster_err_t store_migrate(store_t *st, int upto, fail_t *f) {
+  int target = upto > 0 && upto < MIGRATION_COUNT ? upto : MIGRATION_COUNT;
   int version = store_user_version(st);
   if (version < 0)
     return store_fail(st, f, "reading the schema version");
@@ -186,7 +201,7 @@ static muster_err_t store_migrate(store_t *st, fail_t *f) {
                     "the data file has schema version %d, newer than this muster (%d); "
                     "upgrade muster",
                     version, MIGRATION_COUNT);
-  for (int v = version; v < MIGRATION_COUNT; v++) {
+  for (int v = version; v < target; v++) {
     char bump[64];
     snprintf(bump, sizeof bump, "PRAGMA user_version = %d;", v + 1);
     if (store_exec(st, "BEGIN IMMEDIATE", f) || store_exec(st, migrations[v], f) ||
@@ -242,7 +257,7 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
   if (store_exec(st, pragmas, f) ||
       store_exec(st, "PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
                      "PRAGMA cache_size=-65536; PRAGMA wal_autocheckpoint=4000;", f) ||
-      store_migrate(st, f)) {
+      store_migrate(st, opts->schema_version, f)) {
     store_close(st);
     return NULL;
   }

@@ -28,6 +28,7 @@ typedef void (*store_session_fn)(void *arg, const char *session);
 typedef struct {
   const char *path;  /* database file */
   bool sync_full;    /* fsync at every commit (synchronous=FULL) or not (NORMAL) */
+  int schema_version; /* migrate only this far (tests of migrations); 0: the newest */
 } store_opts_t;
 
 /* Opens (creating if needed) and migrates the database.  On failure returns NULL

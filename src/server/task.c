@@ -7,6 +7,7 @@
  * savepoint covers store failures in the middle.
  */
 #include "task.h"
+#include "counts.h"
 #include "jv.h"
 #include "log.h"
 #include "shared.h"
@@ -34,7 +35,7 @@ int task_state_parse(const char *name) {
 
 muster_err_t task_insert(store_t *st, const char *queue, const char *payload, int64_t priority,
                          int64_t run_at_ms, const char *key, const char *session, int64_t index,
-                         int64_t parent, int64_t *id, fail_t *f) {
+                         int64_t parent, counts_run_t *run, int64_t *id, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "INSERT INTO tasks(queue, state, priority, run_at_ms, payload,"
                                    " key, session, idx, parent, created_ms, updated_ms)"
                                    " VALUES(?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)");
@@ -54,6 +55,9 @@ muster_err_t task_insert(store_t *st, const char *queue, const char *payload, in
   if (store_step_done(st, s, f))
     return f->code;
   *id = sqlite3_last_insert_rowid(store_db(st));
+  if (run ? counts_run_add(st, run, queue, COUNTS_NONE, TASK_QUEUED, f)
+          : counts_move(st, queue, COUNTS_NONE, TASK_QUEUED, 1, f))
+    return f->code;
   store_notify_ready(st, queue);
   return MUSTER_OK;
 }
@@ -108,20 +112,24 @@ static json_t *task_put_specs(store_t *st, const char *queue, task_spec_t *specs
                               fail_t *f) {
   json_t *out = json_array();
   int64_t now = now_ms();
+  counts_run_t run = {0};
   for (size_t i = 0; i < n; i++) {
     int64_t id = specs[i].key ? task_find_key(st, queue, specs[i].key) : 0;
     bool created = id == 0;
-    if (created && task_insert(st, queue, specs[i].payload, specs[i].priority,
-                               now + specs[i].delay_ms, specs[i].key, specs[i].session,
-                               specs[i].index, 0, &id, f)) {
-      json_decref(out);
-      return NULL;
-    }
-    if (created && shared_requires_set(st, id, specs[i].requires, f)) {
+    if ((created &&
+         task_insert(st, queue, specs[i].payload, specs[i].priority, now + specs[i].delay_ms,
+                     specs[i].key, specs[i].session, specs[i].index, 0, &run, &id, f)) ||
+        (created && shared_requires_set(st, id, specs[i].requires, f))) {
+      fail_t ignored = {0};
+      counts_run_flush(st, &run, &ignored);
       json_decref(out);
       return NULL;
     }
     json_array_append_new(out, json_pack("{s:I, s:b}", "id", (json_int_t)id, "created", created));
+  }
+  if (counts_run_flush(st, &run, f)) {
+    json_decref(out);
+    return NULL;
   }
   return json_pack("{s:o}", "tasks", out);
 }
@@ -209,13 +217,49 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
   return task;
 }
 
+/* The listing statement for tasks of `queue` in `state` (-1: all), by
+ * ascending id from ?2, ?3 rows, the state in ?4 where the text names it.
+ * No index covers (queue, state, id) any more (store.c, migration 7: it was
+ * rewritten at every state change), so each state reads through the index
+ * that keeps a page cheap:
+ *   all, done   tasks_by_queue from `after` on; done tasks are the bulk of a
+ *               queue that lives long, so the page fills at once;
+ *   leased      tasks_leased, all leases of all queues, sorted: few (one
+ *               per worker and batch), and the dashboard asks every refresh;
+ *   queued      tasks_by_queue when most of the queue is queued, else the
+ *               queue's part of tasks_ready, sorted (at most the other half);
+ *   failed, dead, cancelled   tasks_failed (written only on those states).
+ * INDEXED BY says which: without statistics the planner takes tasks_by_queue
+ * for any `queue = ?`, which for a rare state scans the whole queue. */
+static sqlite3_stmt *task_list_stmt(store_t *st, const char *queue, int state) {
+  if (state < 0)
+    return store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks INDEXED BY tasks_by_queue"
+                          " WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3");
+  if (state == TASK_LEASED)
+    return store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks INDEXED BY tasks_leased"
+                          " WHERE state = 1 AND queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3");
+  if (state >= TASK_FAILED)
+    return store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks INDEXED BY tasks_failed"
+                          " WHERE queue = ?1 AND id > ?2 AND state = ?4 AND state >= 3"
+                          " ORDER BY id LIMIT ?3");
+  int64_t by_state[TASK_STATE_COUNT], total = 0;
+  fail_t ignored = {0};
+  bool sparse = false;
+  if (state == TASK_QUEUED && counts_read(st, queue, by_state, &ignored) == MUSTER_OK) {
+    for (int i = 0; i < TASK_STATE_COUNT; i++)
+      total += by_state[i];
+    sparse = by_state[TASK_QUEUED] * 2 <= total;
+  }
+  if (sparse)
+    return store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks INDEXED BY tasks_ready"
+                          " WHERE queue = ?1 AND state = 0 AND id > ?2 ORDER BY id LIMIT ?3");
+  return store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks INDEXED BY tasks_by_queue"
+                        " WHERE queue = ?1 AND id > ?2 AND state = ?4 ORDER BY id LIMIT ?3");
+}
+
 json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
                   fail_t *f) {
-  sqlite3_stmt *s =
-      state < 0 ? store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks WHERE queue = ?1 AND id > ?2"
-                                 " ORDER BY id LIMIT ?3")
-                : store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks WHERE queue = ?1 AND id > ?2"
-                                 " AND state = ?4 ORDER BY id LIMIT ?3");
+  sqlite3_stmt *s = task_list_stmt(st, queue, state);
   if (s == NULL) {
     store_fail(st, f, "task list");
     return NULL;
@@ -223,7 +267,7 @@ json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int6
   store_bind_text(s, 1, queue);
   sqlite3_bind_int64(s, 2, after);
   sqlite3_bind_int64(s, 3, limit + 1); /* one more tells whether a next page exists */
-  if (state >= 0)
+  if (sqlite3_bind_parameter_count(s) >= 4)
     sqlite3_bind_int(s, 4, state);
   json_t *tasks = json_array();
   int64_t last = 0;
@@ -252,6 +296,7 @@ json_t *task_requeue(store_t *st, int64_t id, fail_t *f) {
     json_decref(task);
     return NULL;
   }
+  int from = task_state_parse(state);
   char queue[NAME_MAX_LEN + 1];
   snprintf(queue, sizeof queue, "%s", json_string_value(json_object_get(task, "queue")));
   json_decref(task);
@@ -263,7 +308,7 @@ json_t *task_requeue(store_t *st, int64_t id, fail_t *f) {
   }
   sqlite3_bind_int64(s, 1, id);
   sqlite3_bind_int64(s, 2, now_ms());
-  if (store_step_done(st, s, f))
+  if (store_step_done(st, s, f) || counts_move(st, queue, from, TASK_QUEUED, 1, f))
     return NULL;
   store_notify_ready(st, queue);
   return task_get(st, id, f);

@@ -10,6 +10,8 @@
 
 #include "store.h"
 
+typedef struct counts_run counts_run_t; /* counts.h */
+
 /* Stored as integers; the order is part of the schema. */
 typedef enum {
   TASK_QUEUED = 0,
@@ -43,10 +45,12 @@ json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int6
 /* Puts a dead or failed task back to queued; returns the task object. */
 json_t *task_requeue(store_t *st, int64_t id, fail_t *f);
 
-/* Inserts one task; the primitive that put and pipelines share.  `payload` is
- * encoded JSON text.  *id receives the new id. */
+/* Inserts one task; the primitive that put, sessions and pipelines share.
+ * `payload` is encoded JSON text.  *id receives the new id.  The new task is
+ * counted in `run` (a batch's, which the caller flushes) or, when `run` is
+ * NULL, at once. */
 muster_err_t task_insert(store_t *st, const char *queue, const char *payload, int64_t priority,
                          int64_t run_at_ms, const char *key, const char *session, int64_t index,
-                         int64_t parent, int64_t *id, fail_t *f);
+                         int64_t parent, counts_run_t *run, int64_t *id, fail_t *f);
 
 #endif

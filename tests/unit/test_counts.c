@@ -1,0 +1,623 @@
+/*
+ * test_counts.c — unit tests of the task counts per queue and state
+ * (counts.c): every kind of transition, driven through the domain functions
+ * against an in-memory store, followed by a recount of the tasks themselves;
+ * a savepoint rolled back takes its counts with it; listing by state reads
+ * the same tasks through each of its indexes; and a store at the schema
+ * version before the counts (6) upgrades with its tasks counted.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/counts.h"
+#include "server/lease.h"
+#include "server/log.h"
+#include "server/node.h"
+#include "server/queue.h"
+#include "server/session.h"
+#include "server/task.h"
+#include "server/worker.h"
+
+/* The schema version before queue_counts: the migration test starts there. */
+#define VERSION_BEFORE_COUNTS 6
+
+static store_t *st;
+
+static int setup(void **state) {
+  fail_t f = {0};
+  st = store_open(&(store_opts_t){.path = ":memory:"}, &f);
+  if (st == NULL)
+    return -1;
+  return store_request_begin(st, &f) == MUSTER_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  fail_t f = {0};
+  if (st) {
+    store_request_end(st, true);
+    store_commit(st, &f);
+  }
+  store_close(st);
+  st = NULL;
+  return 0;
+}
+
+static json_t *parse(const char *text) {
+  json_error_t err;
+  json_t *v = json_loads(text, 0, &err);
+  if (v == NULL)
+    fail_msg("bad test JSON: %s: %s", text, err.text);
+  return v;
+}
+
+static int64_t jint(const json_t *obj, const char *key) {
+  return json_integer_value(json_object_get(obj, key));
+}
+
+/* ---- the check ---- */
+
+/* Fails unless queue_counts agrees with a recount of the tasks: every row
+ * holds its (queue, state)'s number of tasks, and every (queue, state) with
+ * tasks has a row.  `step` names what just happened, for the message. */
+static void check_recount(const char *step) {
+  static const char *const sql =
+      "SELECT c.queue, c.state, c.n,"
+      " (SELECT count(*) FROM tasks t WHERE t.queue = c.queue AND t.state = c.state)"
+      " FROM queue_counts c"
+      " UNION ALL SELECT t.queue, t.state, 0, count(*) FROM tasks t WHERE NOT EXISTS"
+      " (SELECT 1 FROM queue_counts c WHERE c.queue = t.queue AND c.state = t.state)"
+      " GROUP BY t.queue, t.state";
+  sqlite3_stmt *s = NULL;
+  assert_int_equal(sqlite3_prepare_v2(store_db(st), sql, -1, &s, NULL), SQLITE_OK);
+  while (sqlite3_step(s) == SQLITE_ROW)
+    if (sqlite3_column_int64(s, 2) != sqlite3_column_int64(s, 3))
+      fail_msg("after %s: queue %s, state %s: counted %lld, there are %lld", step,
+               (const char *)sqlite3_column_text(s, 0), task_state_name(sqlite3_column_int(s, 1)),
+               (long long)sqlite3_column_int64(s, 2), (long long)sqlite3_column_int64(s, 3));
+  sqlite3_finalize(s);
+}
+
+/* Checks the recount, then that the queue object (what GET /v1/queues/Q
+ * shows) reads `want` ("queued leased done failed dead cancelled"). */
+static void expect(const char *step, const char *queue, const char *want) {
+  check_recount(step);
+  queue_t q;
+  fail_t f = {0};
+  assert_int_equal(queue_load(st, queue, &q, &f), MUSTER_OK);
+  json_t *obj = queue_to_json(st, &q);
+  assert_non_null(obj);
+  const json_t *counts = json_object_get(obj, "counts");
+  char got[128] = "";
+  for (int state = 0; state < TASK_STATE_COUNT; state++)
+    snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", state ? " " : "",
+             (long long)jint(counts, task_state_name(state)));
+  json_decref(obj);
+  if (strcmp(got, want) != 0)
+    fail_msg("after %s: queue %s counts %s, expected %s", step, queue, got, want);
+}
+
+/* ---- driving the domain functions ---- */
+
+static void make_queue(const char *name, const char *settings) {
+  json_t *body = parse(settings);
+  bool created = false;
+  fail_t f = {0};
+  assert_int_equal(queue_put(st, name, body, &created, &f), MUSTER_OK);
+  json_decref(body);
+}
+
+/* Puts the tasks of the JSON array `tasks`; returns the first id. */
+static int64_t put(const char *queue, const char *tasks) {
+  char text[1024];
+  snprintf(text, sizeof text, "{\"tasks\": %s}", tasks);
+  json_t *body = parse(text);
+  fail_t f = {0};
+  json_t *out = task_put(st, queue, body, 1 << 20, &f);
+  assert_non_null(out);
+  int64_t id = jint(json_array_get(json_object_get(out, "tasks"), 0), "id");
+  json_decref(out);
+  json_decref(body);
+  return id;
+}
+
+/* Leases up to `max` tasks for `worker` (0: none); the caller decrefs. */
+static json_t *lease(const char *queue, int64_t worker, int64_t max) {
+  queue_t q;
+  fail_t f = {0};
+  assert_int_equal(queue_load(st, queue, &q, &f), MUSTER_OK);
+  json_t *leases = lease_acquire(st, &q, worker, max, &f);
+  assert_non_null(leases);
+  return leases;
+}
+
+/* Applies `op` to lease `i` of `leases` with `extra` fields; the error code. */
+static muster_err_t apply(lease_op_t op, const json_t *leases, size_t i, const char *extra) {
+  const json_t *l = json_array_get(leases, i);
+  char text[512];
+  snprintf(text, sizeof text, "{\"leases\": [{\"task\": %lld, \"token\": %lld%s}]}",
+           (long long)jint(l, "task"), (long long)jint(l, "token"), extra ? extra : "");
+  json_t *body = parse(text);
+  fail_t f = {0};
+  json_t *out = lease_apply(st, op, body, 1 << 20, &f);
+  json_decref(out);
+  json_decref(body);
+  return out ? MUSTER_OK : f.code;
+}
+
+static int64_t register_worker(const char *text) {
+  json_t *body = parse(text);
+  fail_t f = {0};
+  json_t *w = worker_register(st, body, 60000, &f);
+  assert_non_null(w);
+  int64_t id = jint(w, "id");
+  json_decref(w);
+  json_decref(body);
+  return id;
+}
+
+/* ---- transitions ---- */
+
+static void test_put_lease_complete_fail(void **unused) {
+  make_queue("q", "{\"max_attempts\": 2, \"backoff_ms\": 0, \"backoff_max_ms\": 0}");
+  expect("create", "q", "0 0 0 0 0 0");
+  put("q", "[{\"payload\": 1}]");
+  expect("put one", "q", "1 0 0 0 0 0");
+  put("q", "[{\"payload\": 2}, {\"payload\": 3}, {\"payload\": 4, \"key\": \"k\"},"
+           " {\"payload\": 5}, {\"payload\": 6}]");
+  expect("put batch", "q", "6 0 0 0 0 0");
+  put("q", "[{\"payload\": 7, \"key\": \"k\"}]");
+  expect("put of an existing key", "q", "6 0 0 0 0 0");
+
+  json_t *l = lease("q", 0, 5);
+  assert_int_equal(json_array_size(l), 5);
+  expect("lease batch", "q", "1 5 0 0 0 0");
+  assert_int_equal(apply(LEASE_EXTEND, l, 0, ", \"lease_ms\": 5000"), MUSTER_OK);
+  expect("extend", "q", "1 5 0 0 0 0");
+  assert_int_equal(apply(LEASE_COMPLETE, l, 0, ", \"result\": 1"), MUSTER_OK);
+  expect("complete", "q", "1 4 1 0 0 0");
+  assert_int_equal(apply(LEASE_COMPLETE, l, 0, NULL), MUSTER_LEASE_LOST);
+  expect("complete refused", "q", "1 4 1 0 0 0");
+  assert_int_equal(apply(LEASE_FAIL, l, 1, ", \"permanent\": true"), MUSTER_OK);
+  expect("fail permanently", "q", "1 3 1 1 0 0");
+  assert_int_equal(apply(LEASE_FAIL, l, 2, ", \"error\": \"again\""), MUSTER_OK);
+  expect("fail with a retry", "q", "2 2 1 1 0 0");
+  assert_int_equal(apply(LEASE_RELEASE, l, 3, NULL), MUSTER_OK);
+  expect("release", "q", "3 1 1 1 0 0");
+  json_decref(l);
+
+  /* The task failed once above is leased again and fails out of attempts. */
+  l = lease("q", 0, 3);
+  assert_int_equal(json_array_size(l), 3);
+  expect("lease again", "q", "0 4 1 1 0 0");
+  for (size_t i = 0; i < 3; i++)
+    assert_int_equal(apply(LEASE_FAIL, l, i, NULL), MUSTER_OK);
+  expect("fails, one out of attempts", "q", "2 1 1 1 1 0");
+  json_decref(l);
+
+  /* Lowering max_attempts makes leasing send the used-up tasks to dead. */
+  make_queue("q", "{\"max_attempts\": 1}");
+  l = lease("q", 0, 10);
+  assert_int_equal(json_array_size(l), 0);
+  json_decref(l);
+  expect("lease finds only tasks out of attempts", "q", "0 1 1 1 3 0");
+}
+
+static void test_requeue_purge_delete(void **unused) {
+  make_queue("q", "{\"max_attempts\": 1, \"backoff_ms\": 0, \"backoff_max_ms\": 0}");
+  int64_t first = put("q", "[{\"payload\": 1}, {\"payload\": 2}, {\"payload\": 3},"
+                           " {\"payload\": 4}, {\"payload\": 5}, {\"payload\": 6}]");
+  json_t *l = lease("q", 0, 4);
+  assert_int_equal(apply(LEASE_FAIL, l, 0, NULL), MUSTER_OK);
+  assert_int_equal(apply(LEASE_FAIL, l, 1, NULL), MUSTER_OK);
+  assert_int_equal(apply(LEASE_FAIL, l, 2, ", \"permanent\": true"), MUSTER_OK);
+  expect("setup", "q", "2 1 0 1 2 0");
+
+  fail_t f = {0};
+  json_t *t = task_requeue(st, jint(json_array_get(l, 0), "task"), &f);
+  assert_non_null(t);
+  json_decref(t);
+  expect("requeue a dead task", "q", "3 1 0 1 1 0");
+  assert_null(task_requeue(st, first + 5, &f));
+  expect("requeue of a queued task refused", "q", "3 1 0 1 1 0");
+  t = task_requeue(st, jint(json_array_get(l, 2), "task"), &f);
+  assert_non_null(t);
+  json_decref(t);
+  expect("requeue a failed task", "q", "4 1 0 0 1 0");
+
+  json_t *again = lease("q", 0, 1);
+  assert_int_equal(apply(LEASE_FAIL, again, 0, ", \"permanent\": true"), MUSTER_OK);
+  json_decref(again);
+  expect("fail one more", "q", "3 1 0 1 1 0");
+  int64_t n = 0;
+  assert_int_equal(queue_requeue(st, "q", &n, &f), MUSTER_OK);
+  assert_int_equal(n, 2);
+  expect("requeue the queue's failed and dead", "q", "5 1 0 0 0 0");
+
+  assert_int_equal(queue_purge(st, "q", &n, &f), MUSTER_OK);
+  assert_int_equal(n, 5);
+  expect("purge", "q", "0 1 0 0 0 0");
+  assert_int_equal(apply(LEASE_COMPLETE, l, 3, NULL), MUSTER_OK);
+  expect("complete after the purge", "q", "0 0 1 0 0 0");
+  json_decref(l);
+
+  put("q", "[{\"payload\": 7}, {\"payload\": 8}]");
+  make_queue("other", "{}");
+  put("other", "[{\"payload\": 9}]");
+  assert_int_equal(queue_delete(st, "q", &n, &f), MUSTER_OK);
+  assert_int_equal(n, 3);
+  check_recount("queue delete");
+  int64_t by_state[TASK_STATE_COUNT];
+  assert_int_equal(counts_read(st, "q", by_state, &f), MUSTER_OK);
+  for (int state = 0; state < TASK_STATE_COUNT; state++)
+    assert_int_equal(by_state[state], 0);
+  expect("another queue's delete", "other", "1 0 0 0 0 0");
+  make_queue("q", "{}");
+  expect("the queue made again", "q", "0 0 0 0 0 0");
+}
+
+static void test_lapses(void **unused) {
+  make_queue("q", "{\"lease_ms\": 1000, \"max_attempts\": 9, \"backoff_ms\": 0,"
+                  " \"backoff_max_ms\": 0}");
+  put("q", "[{\"payload\": 1}, {\"payload\": 2}, {\"payload\": 3}, {\"payload\": 4},"
+           " {\"payload\": 5}]");
+  json_t *l = lease("q", 0, 2);
+  json_decref(l);
+  assert_int_equal(lease_expire_due(st, now_ms() + 2000, 100), 2);
+  expect("lease expiry", "q", "5 0 0 0 0 0");
+
+  int64_t timing_out = register_worker("{\"timeout_ms\": 1000}");
+  json_decref(lease("q", timing_out, 2));
+  expect("leases of a worker", "q", "3 2 0 0 0 0");
+  assert_int_equal(worker_expire_due(st, now_ms() + 5000), 1);
+  expect("worker timeout", "q", "5 0 0 0 0 0");
+
+  fail_t f = {0};
+  int64_t leaving = register_worker("{}");
+  json_decref(lease("q", leaving, 2));
+  json_t *out = worker_bye(st, leaving, &f);
+  assert_non_null(out);
+  json_decref(out);
+  expect("worker bye", "q", "5 0 0 0 0 0");
+
+  int64_t crashing = register_worker("{}");
+  json_decref(lease("q", crashing, 3));
+  out = worker_leave(st, crashing, true, &f);
+  assert_non_null(out);
+  json_decref(out);
+  expect("worker crashed", "q", "5 0 0 0 0 0");
+
+  bool created = false;
+  json_t *body = parse("{\"name\": \"n1\", \"timeout_ms\": 1000}");
+  out = node_register(st, body, 15000, &created, &f);
+  assert_non_null(out);
+  json_decref(out);
+  json_decref(body);
+  int64_t on_node = register_worker("{\"node\": \"n1\"}");
+  json_decref(lease("q", on_node, 4));
+  expect("leases on a node", "q", "1 4 0 0 0 0");
+  assert_int_equal(node_expire_due(st, now_ms() + 60000), 1);
+  expect("node timeout", "q", "5 0 0 0 0 0");
+}
+
+static void test_flags_and_pipelines(void **unused) {
+  make_queue("b", "{\"max_flags\": 2}");
+  make_queue("a", "{\"next\": \"b\", \"max_flags\": 1}");
+  int64_t parent = put("a", "[{\"payload\": \"in\"}, {\"payload\": \"lone\"}]");
+  json_t *l = lease("a", 0, 1);
+  assert_int_equal(jint(json_array_get(l, 0), "task"), parent);
+  assert_int_equal(apply(LEASE_COMPLETE, l, 0, ", \"result\": \"out\""), MUSTER_OK);
+  json_decref(l);
+  expect("complete into the next stage", "a", "1 0 1 0 0 0");
+  expect("the next stage's task", "b", "1 0 0 0 0 0");
+
+  l = lease("b", 0, 1);
+  assert_int_equal(apply(LEASE_FLAG, l, 0, ", \"reason\": \"bad\""), MUSTER_OK);
+  json_decref(l);
+  expect("flag below max_flags", "b", "1 0 0 0 0 0");
+  l = lease("b", 0, 1);
+  assert_int_equal(apply(LEASE_FLAG, l, 0, NULL), MUSTER_OK);
+  json_decref(l);
+  expect("flag at max_flags: cancelled", "b", "0 0 0 0 0 1");
+  expect("its parent re-opened", "a", "2 0 0 0 0 0");
+
+  l = lease("a", 0, 2);
+  const json_t *lone = json_array_get(l, 0);
+  size_t lone_at = jint(lone, "task") == parent ? 1 : 0;
+  assert_int_equal(apply(LEASE_FLAG, l, lone_at, NULL), MUSTER_OK);
+  expect("flag at max_flags without a parent: dead", "a", "0 1 0 0 1 0");
+  json_decref(l);
+}
+
+static void test_sessions(void **unused) {
+  make_queue("b", "{}");
+  make_queue("a", "{\"next\": \"b\", \"backoff_ms\": 0, \"backoff_max_ms\": 0}");
+  fail_t f = {0};
+  json_t *body = parse("{\"queue\": \"a\", \"timeout_ms\": 1000}");
+  json_t *s = session_create(st, body, 1 << 20, &f);
+  json_decref(body);
+  assert_non_null(s);
+  char id[SESSION_ID_LEN + 1];
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(s, "id")));
+  json_decref(s);
+
+  body = parse("{\"tasks\": [{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2},"
+               " {\"payload\": 3}, {\"payload\": 4, \"index\": 9}]}");
+  json_t *out = session_submit(st, id, body, 1 << 20, &f);
+  json_decref(body);
+  assert_non_null(out);
+  json_decref(out);
+  put("a", "[{\"payload\": \"not in the session\"}]");
+  expect("session submit", "a", "6 0 0 0 0 0");
+
+  json_t *l = lease("a", 0, 4);
+  assert_int_equal(apply(LEASE_COMPLETE, l, 0, ", \"result\": 0"), MUSTER_OK);
+  assert_int_equal(apply(LEASE_FAIL, l, 1, ", \"permanent\": true"), MUSTER_OK);
+  json_decref(l);
+  expect("session tasks done and failed", "a", "2 2 1 1 0 0");
+  expect("a session task in the next stage", "b", "1 0 0 0 0 0");
+
+  out = session_close(st, id, "by its client", &f);
+  assert_non_null(out);
+  /* Cancelled: index 9 (queued) and two leased in a, the next stage's task in b. */
+  assert_int_equal(jint(out, "cancelled"), 4);
+  assert_int_equal(jint(out, "deleted"), 6);
+  json_decref(out);
+  expect("session close", "a", "1 0 0 0 0 0");
+  expect("session close, next stage", "b", "0 0 0 0 0 0");
+
+  body = parse("{\"queue\": \"a\", \"timeout_ms\": 100}");
+  s = session_create(st, body, 1 << 20, &f);
+  json_decref(body);
+  assert_non_null(s);
+  snprintf(id, sizeof id, "%s", json_string_value(json_object_get(s, "id")));
+  json_decref(s);
+  body = parse("{\"tasks\": [{\"payload\": 0}, {\"payload\": 1}]}");
+  json_decref(session_submit(st, id, body, 1 << 20, &f));
+  json_decref(body);
+  json_decref(lease("a", 0, 2)); /* the task outside the session and index 0 */
+  expect("a second session", "a", "1 2 0 0 0 0");
+  assert_int_equal(session_expire_due(st, now_ms() + 60000, NULL, NULL), 1);
+  expect("session expiry", "a", "0 1 0 0 0 0");
+}
+
+/* A request that fails half-way is rolled back to its savepoint: its counts
+ * with it. */
+static void test_rollback(void **unused) {
+  make_queue("q", "{}");
+  put("q", "[{\"payload\": 1}, {\"payload\": 2}]");
+  json_t *l = lease("q", 0, 2);
+  store_request_end(st, true);
+  fail_t f = {0};
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  char text[256];
+  snprintf(text, sizeof text,
+           "{\"leases\": [{\"task\": %lld, \"token\": %lld}, {\"task\": %lld, \"token\": 1}]}",
+           (long long)jint(json_array_get(l, 0), "task"),
+           (long long)jint(json_array_get(l, 0), "token"),
+           (long long)jint(json_array_get(l, 1), "task"));
+  json_t *body = parse(text);
+  assert_null(lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f));
+  assert_int_equal(f.code, MUSTER_LEASE_LOST);
+  json_decref(body);
+  store_request_end(st, false);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  expect("a batch refused half-way", "q", "0 2 0 0 0 0");
+  json_decref(l);
+}
+
+/* Completes the leases of `l` at `order` (indexes) in one batch; the error code. */
+static muster_err_t complete_batch(const json_t *l, const size_t *order, size_t n) {
+  char text[1024] = "{\"leases\": [";
+  for (size_t i = 0; i < n; i++) {
+    const json_t *one = json_array_get(l, order[i]);
+    snprintf(text + strlen(text), sizeof text - strlen(text), "%s{\"task\": %lld, \"token\": %lld}",
+             i ? ", " : "", (long long)jint(one, "task"), (long long)jint(one, "token"));
+  }
+  snprintf(text + strlen(text), sizeof text - strlen(text), "]}");
+  json_t *body = parse(text);
+  fail_t f = {0};
+  json_t *out = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
+  json_decref(body);
+  json_decref(out);
+  return out ? MUSTER_OK : f.code;
+}
+
+/* Batches are counted once per run of equal moves: a batch that mixes
+ * queues writes a run each time the queue changes. */
+static void test_mixed_batches(void **unused) {
+  make_queue("a", "{}");
+  make_queue("b", "{}");
+  put("a", "[{\"payload\": 1}, {\"payload\": 2}, {\"payload\": 3}]");
+  put("b", "[{\"payload\": 1}, {\"payload\": 2}]");
+  json_t *la = lease("a", 0, 3), *lb = lease("b", 0, 2);
+  json_t *l = json_array();
+  json_array_extend(l, la);
+  json_array_extend(l, lb);
+  size_t order[] = {0, 3, 1, 2, 4};
+  assert_int_equal(complete_batch(l, order, 5), MUSTER_OK);
+  expect("a batch of two queues", "a", "0 0 3 0 0 0");
+  expect("a batch of two queues", "b", "0 0 2 0 0 0");
+  json_decref(l);
+  json_decref(la);
+  json_decref(lb);
+}
+
+/* A request that keeps its writes after an error (http.c, `keep`) keeps
+ * the counts of what it changed before the error. */
+static void test_kept_after_refusal(void **unused) {
+  make_queue("q", "{}");
+  put("q", "[{\"payload\": 1}, {\"payload\": 2}, {\"payload\": 3}]");
+  json_t *l = lease("q", 0, 3);
+  assert_int_equal(complete_batch(l, (size_t[]){0, 1}, 2), MUSTER_OK);
+  assert_int_equal(complete_batch(l, (size_t[]){2, 0}, 2), MUSTER_LEASE_LOST);
+  expect("a batch refused after its first element", "q", "0 0 3 0 0 0");
+  json_decref(l);
+}
+
+/* ---- listing by state ---- */
+
+/* The ids of `queue` in `state` (-1: all), `page` at a time, as "1,2,3". */
+static void list_ids(const char *queue, int state, int64_t page, char *out, size_t size) {
+  out[0] = '\0';
+  int64_t after = 0;
+  for (;;) {
+    fail_t f = {0};
+    json_t *r = task_list(st, queue, state, after, page, &f);
+    assert_non_null(r);
+    const json_t *tasks = json_object_get(r, "tasks");
+    for (size_t i = 0; i < json_array_size(tasks); i++) {
+      const json_t *t = json_array_get(tasks, i);
+      if (state >= 0)
+        assert_string_equal(json_string_value(json_object_get(t, "state")), task_state_name(state));
+      snprintf(out + strlen(out), size - strlen(out), "%s%lld", out[0] ? "," : "",
+               (long long)jint(t, "id"));
+    }
+    const json_t *next = json_object_get(r, "next");
+    after = json_is_null(next) ? 0 : json_integer_value(next);
+    json_decref(r);
+    if (after == 0)
+      return;
+  }
+}
+
+/* The ids of `queue` in `state`, from the listing of all its tasks. */
+static void filter_ids(const char *queue, int state, char *out, size_t size) {
+  out[0] = '\0';
+  fail_t f = {0};
+  json_t *r = task_list(st, queue, -1, 0, 1000, &f);
+  assert_non_null(r);
+  const json_t *tasks = json_object_get(r, "tasks");
+  for (size_t i = 0; i < json_array_size(tasks); i++) {
+    const json_t *t = json_array_get(tasks, i);
+    if (strcmp(json_string_value(json_object_get(t, "state")), task_state_name(state)) == 0)
+      snprintf(out + strlen(out), size - strlen(out), "%s%lld", out[0] ? "," : "",
+               (long long)jint(t, "id"));
+  }
+  json_decref(r);
+}
+
+static void check_listings(const char *step) {
+  char listed[4096], filtered[4096];
+  for (int state = 0; state < TASK_STATE_COUNT; state++) {
+    for (int64_t page = 1; page <= 7; page += 3) {
+      list_ids("q", state, page, listed, sizeof listed);
+      filter_ids("q", state, filtered, sizeof filtered);
+      if (strcmp(listed, filtered) != 0)
+        fail_msg("%s: %s tasks by %lld: listed [%s], there are [%s]", step, task_state_name(state),
+                 (long long)page, listed, filtered);
+    }
+  }
+}
+
+static void test_listing_by_state(void **unused) {
+  make_queue("q", "{\"max_attempts\": 1, \"max_flags\": 1}");
+  make_queue("other", "{}");
+  put("q", "[{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2}, {\"payload\": 3},"
+           " {\"payload\": 4}, {\"payload\": 5}, {\"payload\": 6, \"priority\": 5},"
+           " {\"payload\": 7}, {\"payload\": 8}, {\"payload\": 9}]");
+  put("other", "[{\"payload\": 0}, {\"payload\": 1}]");
+  json_decref(lease("other", 0, 1));
+  check_listings("all queued"); /* queued the bulk of the queue: by tasks_by_queue */
+  json_t *l = lease("q", 0, 8);
+  assert_int_equal(apply(LEASE_COMPLETE, l, 0, NULL), MUSTER_OK);
+  assert_int_equal(apply(LEASE_COMPLETE, l, 1, NULL), MUSTER_OK);
+  assert_int_equal(apply(LEASE_COMPLETE, l, 2, NULL), MUSTER_OK);
+  assert_int_equal(apply(LEASE_FAIL, l, 3, ", \"permanent\": true"), MUSTER_OK);
+  assert_int_equal(apply(LEASE_FAIL, l, 4, NULL), MUSTER_OK);
+  assert_int_equal(apply(LEASE_FLAG, l, 5, NULL), MUSTER_OK);
+  json_decref(l);
+  expect("a mix", "q", "2 2 3 1 2 0");
+  check_listings("a mix"); /* queued a minority: by tasks_ready */
+}
+
+/* ---- the migration ---- */
+
+static void exec_sql(sqlite3 *db, const char *sql) {
+  char *err = NULL;
+  if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
+    fail_msg("%s: %s", sql, err);
+}
+
+static int64_t query_int(sqlite3 *db, const char *sql) {
+  sqlite3_stmt *s = NULL;
+  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+  int64_t v = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  return v;
+}
+
+static void test_migration(void **unused) {
+  char dir[] = "/tmp/muster-test-counts.XXXXXX", path[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/muster.db", dir);
+  fail_t f = {0};
+  st = store_open(&(store_opts_t){.path = path, .schema_version = VERSION_BEFORE_COUNTS}, &f);
+  assert_non_null(st);
+  sqlite3 *db = store_db(st);
+  assert_int_equal(query_int(db, "PRAGMA user_version"), VERSION_BEFORE_COUNTS);
+  assert_int_equal(query_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'queue_counts'"),
+                   0);
+  /* Tasks as the head before the counts left them: two queues, all states. */
+  exec_sql(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 60)"
+               " INSERT INTO tasks(queue, state, priority, run_at_ms, payload, created_ms,"
+               " updated_ms) SELECT CASE WHEN i % 3 = 0 THEN 'b' ELSE 'a' END, i % 6, 0, 0,"
+               " 'null', 0, 0 FROM n");
+  exec_sql(db, "INSERT INTO tasks(queue, state, priority, run_at_ms, payload, created_ms,"
+               " updated_ms) VALUES('c', 4, 0, 0, 'null', 0, 0)");
+  store_close(st);
+
+  st = store_open(&(store_opts_t){.path = path}, &f);
+  assert_non_null(st);
+  db = store_db(st);
+  assert_true(query_int(db, "PRAGMA user_version") > VERSION_BEFORE_COUNTS);
+  assert_int_equal(
+      query_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'tasks_by_state'"), 0);
+  assert_int_equal(
+      query_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'tasks_by_queue'"), 1);
+  assert_int_equal(query_int(db, "SELECT count(*) FROM queue_counts"), 7);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  check_recount("the migration");
+  int64_t by_state[TASK_STATE_COUNT];
+  assert_int_equal(counts_read(st, "a", by_state, &f), MUSTER_OK);
+  /* i % 3 != 0 for i in 1..60: states 1, 2, 4, 5 ten times each, 0 and 3 never. */
+  int64_t want_a[TASK_STATE_COUNT] = {0, 10, 10, 0, 10, 10};
+  for (int state = 0; state < TASK_STATE_COUNT; state++)
+    assert_int_equal(by_state[state], want_a[state]);
+  assert_int_equal(counts_read(st, "c", by_state, &f), MUSTER_OK);
+  assert_int_equal(by_state[TASK_DEAD], 1);
+  /* And the counts go on from there. */
+  make_queue("a", "{}");
+  put("a", "[{\"payload\": 1}]");
+  expect("a put after the migration", "a", "1 10 10 0 10 10");
+  teardown(NULL);
+  unlink(path);
+  char wal[80];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  unlink(wal);
+  rmdir(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_put_lease_complete_fail, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_requeue_purge_delete, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lapses, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_flags_and_pipelines, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sessions, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rollback, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_mixed_batches, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_kept_after_refusal, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_listing_by_state, setup, teardown),
+      cmocka_unit_test(test_migration),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
