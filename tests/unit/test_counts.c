@@ -460,6 +460,18 @@ static void test_kept_after_refusal(void **unused) {
   assert_int_equal(complete_batch(l, (size_t[]){2, 0}, 2), MUSTER_LEASE_LOST);
   expect("a batch refused after its first element", "q", "0 0 3 0 0 0");
   json_decref(l);
+
+  fail_t f = {0};
+  json_t *body = parse("{\"queue\": \"q\"}");
+  json_t *s = session_create(st, body, 1 << 20, &f);
+  json_decref(body);
+  assert_non_null(s);
+  body = parse("{\"tasks\": [{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2, \"index\": 0}]}");
+  assert_null(session_submit(st, json_string_value(json_object_get(s, "id")), body, 1 << 20, &f));
+  assert_int_equal(f.code, MUSTER_INVALID_STATE);
+  json_decref(body);
+  json_decref(s);
+  expect("a submit refused at its third task", "q", "2 0 3 0 0 0");
 }
 
 /* ---- listing by state ---- */
