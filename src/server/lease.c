@@ -141,63 +141,105 @@ static int lease_lapse(store_t *st, const held_t *h, const char *error, int64_t 
   return TASK_QUEUED;
 }
 
-/* Collects up to `max` ready task ids of the queue in lease order, with the
- * attempts each has used (so that only a task out of attempts needs a lookup
- * of its own before it is leased). */
-static size_t lease_candidates(store_t *st, const char *queue, int64_t max, int64_t *ids,
-                               int64_t *attempts) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT id, attempts FROM tasks WHERE queue = ?1 AND state = 0"
-                                   " AND run_at_ms <= ?2 ORDER BY priority DESC, id LIMIT ?3");
-  if (s == NULL)
-    return 0;
+/* A ready task found for a lease, with what its lease object needs. */
+typedef struct {
+  int64_t id, attempts, parent, index;
+  json_t *payload, *session, *requires; /* owned until lease_one takes them */
+} candidate_t;
+
+static void candidate_clear(candidate_t *c) {
+  json_decref(c->payload);
+  json_decref(c->session);
+  json_decref(c->requires);
+  c->payload = c->session = c->requires = NULL;
+}
+
+/* Collects up to `max` ready tasks of the queue in lease order, with the
+ * columns of their lease objects: one pass over the ready index, so that
+ * leasing each is a plain UPDATE.  (An UPDATE … RETURNING runs as a trigger
+ * with a statement journal and an ephemeral table: the most expensive
+ * statement on the hot path when it did this.)  Returns the count, or -1. */
+static int64_t lease_candidates(store_t *st, const char *queue, int64_t max, candidate_t *out,
+                                fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT id, attempts, payload, coalesce(parent, 0), session,"
+                                   " coalesce(idx, -1), requires FROM tasks"
+                                   " WHERE queue = ?1 AND state = 0 AND run_at_ms <= ?2"
+                                   " ORDER BY priority DESC, id LIMIT ?3");
+  if (s == NULL) {
+    store_fail(st, f, "lease candidates");
+    return -1;
+  }
   store_bind_text(s, 1, queue);
   sqlite3_bind_int64(s, 2, now_ms());
   sqlite3_bind_int64(s, 3, max);
-  size_t n = 0;
-  while (sqlite3_step(s) == SQLITE_ROW) {
-    ids[n] = sqlite3_column_int64(s, 0);
-    attempts[n++] = sqlite3_column_int64(s, 1);
+  int64_t n = 0;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    candidate_t *c = &out[n++];
+    const unsigned char *session = sqlite3_column_text(s, 4);
+    *c = (candidate_t){
+        .id = sqlite3_column_int64(s, 0),
+        .attempts = sqlite3_column_int64(s, 1),
+        .payload = jv_decode((const char *)sqlite3_column_text(s, 2)),
+        .parent = sqlite3_column_int64(s, 3),
+        .session = session ? json_string((const char *)session) : NULL,
+        .index = sqlite3_column_int64(s, 5),
+        .requires = sqlite3_column_type(s, 6) == SQLITE_NULL
+                        ? NULL
+                        : jv_decode((const char *)sqlite3_column_text(s, 6)),
+    };
   }
   store_reset(s);
+  if (rc != SQLITE_DONE) {
+    for (int64_t i = 0; i < n; i++)
+      candidate_clear(&out[i]);
+    store_fail(st, f, "lease candidates");
+    return -1;
+  }
   return n;
 }
 
-/* Leases task `id` (known to be queued) and returns its lease object. */
-static json_t *lease_one(store_t *st, const queue_t *q, int64_t id, int64_t worker, fail_t *f) {
+/* Leases candidate `c` (found queued in this transaction) and returns its
+ * lease object, which takes the candidate's values. */
+static json_t *lease_one(store_t *st, const queue_t *q, candidate_t *c, int64_t worker,
+                         fail_t *f) {
   sqlite3_stmt *s = store_stmt(
-      st, "UPDATE tasks SET state = 1, attempts = attempts + 1, token = ?2, worker = ?3,"
-          " deadline_ms = ?4, updated_ms = ?5 WHERE id = ?1 AND state = 0"
-          " RETURNING payload, attempts, coalesce(parent, 0), session, coalesce(idx, -1),"
-          " requires");
+      st, "UPDATE tasks SET state = 1, attempts = ?6, token = ?2, worker = ?3,"
+          " deadline_ms = ?4, updated_ms = ?5 WHERE id = ?1");
   if (s == NULL) {
     store_fail(st, f, "lease");
     return NULL;
   }
   int64_t now = now_ms(), token = store_next_token(st), deadline = now + q->lease_ms;
-  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 1, c->id);
   sqlite3_bind_int64(s, 2, token);
   if (worker > 0)
     sqlite3_bind_int64(s, 3, worker);
   sqlite3_bind_int64(s, 4, deadline);
   sqlite3_bind_int64(s, 5, now);
-  json_t *lease = NULL;
-  if (sqlite3_step(s) == SQLITE_ROW) {
-    const unsigned char *session = sqlite3_column_text(s, 3);
-    int64_t parent = sqlite3_column_int64(s, 2), index = sqlite3_column_int64(s, 4);
-    lease = json_pack("{s:I, s:I, s:o, s:I, s:I, s:o, s:o, s:o}", "task", (json_int_t)id, "token",
-                      (json_int_t)token, "payload",
-                      jv_decode((const char *)sqlite3_column_text(s, 0)), "attempt",
-                      (json_int_t)sqlite3_column_int64(s, 1), "deadline_ms", (json_int_t)deadline,
-                      "parent", parent ? json_integer(parent) : json_null(), "session",
-                      session ? json_string((const char *)session) : json_null(), "index",
-                      index >= 0 ? json_integer(index) : json_null());
-    /* Shared data the task requires (docs/api.md "Shared data"); only when set. */
-    if (lease && sqlite3_column_type(s, 5) != SQLITE_NULL)
-      json_object_set_new(lease, "requires", jv_decode((const char *)sqlite3_column_text(s, 5)));
+  sqlite3_bind_int64(s, 6, c->attempts + 1);
+  if (store_step_done(st, s, f) != MUSTER_OK)
+    return NULL;
+  if (c->payload == NULL) {
+    fail_set(f, MUSTER_STORE, "store: task %lld: its stored payload is not JSON",
+             (long long)c->id);
+    return NULL;
   }
-  store_reset(s);
+  json_t *lease = json_pack(
+      "{s:I, s:I, s:o, s:I, s:I, s:o, s:o, s:o}", "task", (json_int_t)c->id, "token",
+      (json_int_t)token, "payload", c->payload, "attempt", (json_int_t)(c->attempts + 1),
+      "deadline_ms", (json_int_t)deadline, "parent",
+      c->parent ? json_integer(c->parent) : json_null(), "session",
+      c->session ? c->session : json_null(), "index",
+      c->index >= 0 ? json_integer(c->index) : json_null());
+  c->payload = c->session = NULL; /* json_pack took them, even on failure */
+  /* Shared data the task requires (docs/api.md "Shared data"); only when set. */
+  if (lease && c->requires) {
+    json_object_set_new(lease, "requires", c->requires);
+    c->requires = NULL;
+  }
   if (lease == NULL)
-    store_fail(st, f, "lease");
+    fail_set(f, MUSTER_NOMEM, "out of memory");
   else
     metrics_count(METRIC_LEASES_GRANTED, q->name, 1);
   return lease;
@@ -205,51 +247,52 @@ static json_t *lease_one(store_t *st, const queue_t *q, int64_t id, int64_t work
 
 json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max, fail_t *f) {
   json_t *leases = json_array();
-  int64_t *ids = malloc((size_t)max * 2 * sizeof *ids);
-  if (ids == NULL) {
+  candidate_t *cands = calloc((size_t)max, sizeof *cands);
+  if (leases == NULL || cands == NULL) {
     json_decref(leases);
+    free(cands);
     fail_set(f, MUSTER_NOMEM, "out of memory");
     return NULL;
   }
-  int64_t *attempts = ids + max; /* the second half */
   /* Tasks out of attempts (possible after max_attempts was lowered) go dead
-   * and the search repeats, so a caller still gets up to `max` leases.  Only
-   * they are loaded in full: the candidate query gives the attempts, and
-   * lease_one's UPDATE re-checks that the task is still queued. */
-  for (bool more = true; more && (int64_t)json_array_size(leases) < max;) {
-    size_t n = lease_candidates(st, q->name, max - (int64_t)json_array_size(leases), ids, attempts);
+   * and the search repeats, so a caller still gets up to `max` leases.  The
+   * candidates were read in this transaction, so they are still queued. */
+  bool ok = true;
+  for (bool more = true; ok && more && (int64_t)json_array_size(leases) < max;) {
+    int64_t n = lease_candidates(st, q->name, max - (int64_t)json_array_size(leases), cands, f);
+    ok = n >= 0;
     more = false;
-    for (size_t i = 0; i < n; i++) {
-      held_t h;
-      if (attempts[i] >= q->max_attempts) {
-        if (held_load(st, ids[i], &h, f))
-          goto fail;
-        if (lease_lapse(st, &h, "out of attempts", NULL, f) < 0)
-          goto fail;
+    for (int64_t i = 0; ok && i < n; i++) {
+      candidate_t *c = &cands[i];
+      if (c->attempts >= q->max_attempts) {
+        held_t h;
+        ok = held_load(st, c->id, &h, f) == MUSTER_OK &&
+             lease_lapse(st, &h, "out of attempts", NULL, f) >= 0;
         more = true;
-        continue;
+      } else {
+        json_t *lease = lease_one(st, q, c, worker, f);
+        ok = lease != NULL && json_array_append_new(leases, lease) == 0;
       }
-      json_t *lease = lease_one(st, q, ids[i], worker, f);
-      if (lease == NULL)
-        goto fail;
-      json_array_append_new(leases, lease);
     }
+    for (int64_t i = 0; i < n; i++)
+      candidate_clear(&cands[i]);
   }
-  free(ids);
-  /* One count for the batch: lease_one moves queued tasks only. */
-  if (counts_move(st, q->name, TASK_QUEUED, TASK_LEASED, (int64_t)json_array_size(leases), f)) {
+  free(cands);
+  /* One count for the batch: lease_one moves queued tasks only.  After a
+   * failure the leases granted before it are counted too: a request that
+   * keeps its writes after an error (see http.c, `keep`) keeps them. */
+  int64_t granted = (int64_t)json_array_size(leases);
+  if (ok) {
+    ok = counts_move(st, q->name, TASK_QUEUED, TASK_LEASED, granted, f) == MUSTER_OK;
+  } else {
+    fail_t ignored = {0};
+    counts_move(st, q->name, TASK_QUEUED, TASK_LEASED, granted, &ignored);
+  }
+  if (!ok) {
     json_decref(leases);
     return NULL;
   }
   return leases;
-fail:
-  free(ids);
-  /* The leases granted before the failure are counted too: a request that
-   * keeps its writes after an error (see http.c, `keep`) keeps them. */
-  fail_t ignored = {0};
-  counts_move(st, q->name, TASK_QUEUED, TASK_LEASED, (int64_t)json_array_size(leases), &ignored);
-  json_decref(leases);
-  return NULL;
 }
 
 /* Completes the task, counted in `run`; with a next stage, its result
