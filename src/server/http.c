@@ -9,6 +9,7 @@
  * commit event (head.c) commits the turn and calls http_flush.
  */
 #include "http.h"
+#include "jw.h"
 #include "log.h"
 #include "metrics.h"
 #include "shared_upload.h"
@@ -99,7 +100,7 @@ static json_t *http_error_body(muster_err_t code, const char *message) {
 
 void http_send_parked(head_t *h, struct evhttp_request *req, int status, json_t *body) {
   (void)h;
-  char *text = json_dumps(body, JSON_COMPACT);
+  char *text = jw_dump(body, NULL);
   json_decref(body);
   http_send_text(req, status, text ? text : "{}");
   free(text);
@@ -180,7 +181,7 @@ static void http_enqueue_body(head_t *h, struct evhttp_request *req, int status,
 }
 
 void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body) {
-  char *text = json_dumps(body, JSON_COMPACT);
+  char *text = jw_dump(body, NULL);
   json_decref(body);
   http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0);
 }
@@ -227,7 +228,7 @@ void http_flush_list(head_t *h, reply_list_t *list, const fail_t *commit_failed)
     if (commit_failed) {
       json_t *error = http_error_body(MUSTER_STORE, fail_message(commit_failed));
       free(r->body);
-      r->body = json_dumps(error, JSON_COMPACT);
+      r->body = jw_dump(error, NULL);
       json_decref(error);
       r->status = 500;
       r->type = NULL;
@@ -548,7 +549,7 @@ static void http_enqueue_req(http_req_t *r, const http_route_t *rt, int64_t star
                       start_us);
     r->raw = NULL;
   } else {
-    char *text = json_dumps(r->reply, JSON_COMPACT);
+    char *text = jw_dump(r->reply, NULL);
     http_enqueue_body(r->head, r->req, r->status, NULL, text, 0, route, start_us);
   }
   json_decref(r->reply);

@@ -2,6 +2,7 @@
  * jv.c — JSON field validation for request bodies.
  */
 #include "jv.h"
+#include "jw.h"
 
 #include <string.h>
 
@@ -91,7 +92,7 @@ muster_err_t jv_batch(const json_t *obj, const char *key, size_t max, json_t **o
 }
 
 char *jv_encode(const json_t *value) {
-  return json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  return jw_dump(value, NULL);
 }
 
 json_t *jv_decode(const char *text) {
