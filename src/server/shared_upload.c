@@ -84,6 +84,7 @@ struct shared_conn {
   struct evbuffer *head_buf; /* HEAD: the head so far */
   size_t head_scan;          /* HEAD: where to look for its end next */
   struct evbuffer *held;     /* AWAIT, HOLD: bytes kept from evhttp */
+  struct evbuffer *raw, *out, *tail; /* scratch of tap_cb and tap_head, empty between calls */
   bool expect;               /* the upload head asked for "100 Continue" */
   frame_t pending;           /* the upload head's body framing */
   bool replied;              /* the upload request's reply went out */
@@ -364,13 +365,36 @@ static void head_rewrite(const char *head, size_t len, struct evbuffer *out) {
   }
 }
 
+/* Copies the request line's first `size` - 1 bytes of a word, up to a space. */
+static const char *head_word(const char *p, const char *end, char *out, size_t size) {
+  while (p < end && *p == ' ')
+    p++;
+  size_t n = 0;
+  for (; p < end && *p != ' ' && *p != '\r' && *p != '\n'; p++)
+    if (n + 1 < size)
+      out[n++] = *p;
+  out[n] = '\0';
+  return p;
+}
+
+/* The method and (the start of) the target of the request line ending at
+ * `eol`; false when either is missing.  Every request comes through here:
+ * no sscanf. */
+static bool head_request_line(const char *p, const char *eol, char *method, size_t msize,
+                              char *target, size_t tsize) {
+  p = head_word(p, eol, method, msize);
+  head_word(p, eol, target, tsize);
+  return method[0] != '\0' && target[0] != '\0';
+}
+
 /* A complete head of `len` bytes is at the front of c->head_buf: decides its
  * body framing, hands it to evhttp and sets the next state. */
 static void head_done(shared_conn_t *c, size_t len, struct evbuffer *out) {
   const char *head = (const char *)evbuffer_pullup(c->head_buf, (ev_ssize_t)len);
   const char *line_end = memchr(head, '\n', len), *end = head + len;
   char method[16] = "", target[16] = "", te[64], cl[32], expect[64];
-  if (line_end == NULL || sscanf(head, "%15s %15s", method, target) != 2) {
+  if (line_end == NULL || !head_request_line(head, line_end, method, sizeof method, target,
+                                             sizeof target)) {
     evbuffer_remove_buffer(c->head_buf, out, len);
     c->state = TAP_THROUGH;
     return;
@@ -417,11 +441,10 @@ static void tap_head(shared_conn_t *c, struct evbuffer *raw, struct evbuffer *ou
     size_t next = i + 1 < len && p[i + 1] == '\r' ? i + 2 : i + 1;
     if (next < len && p[next] == '\n') {
       /* The head is the first next + 1 bytes; what follows is fed again. */
-      struct evbuffer *tail = evbuffer_new();
+      struct evbuffer *tail = c->tail;
       evbuffer_add_buffer(tail, c->head_buf);
       evbuffer_remove_buffer(tail, c->head_buf, next + 1);
       evbuffer_prepend_buffer(raw, tail);
-      evbuffer_free(tail);
       c->head_scan = 0;
       head_done(c, next + 1, out);
       return;
@@ -495,6 +518,9 @@ static void conn_free(shared_conn_t *c) {
   conn_unlink(c);
   evbuffer_free(c->head_buf);
   evbuffer_free(c->held);
+  evbuffer_free(c->raw);
+  evbuffer_free(c->out);
+  evbuffer_free(c->tail);
   free(c);
 }
 
@@ -521,13 +547,11 @@ static void tap_cb(struct evbuffer *input, const struct evbuffer_cb_info *info, 
   c->in_tap = true;
   /* The bytes evhttp has not read yet stay in front; the new ones are fed. */
   size_t approved = evbuffer_get_length(input) - info->n_added;
-  struct evbuffer *raw = evbuffer_new(), *out = evbuffer_new();
+  struct evbuffer *raw = c->raw, *out = c->out;
   evbuffer_remove_buffer(input, out, approved);
   evbuffer_add_buffer(raw, input);
-  tap_feed(c, raw, out);
+  tap_feed(c, raw, out); /* consumes all of raw */
   evbuffer_add_buffer(input, out);
-  evbuffer_free(raw);
-  evbuffer_free(out);
   c->in_tap = false;
 }
 
@@ -537,9 +561,11 @@ struct bufferevent *shared_tap_bevcb(struct event_base *base, void *arg) {
   shared_conn_t *c = calloc(1, sizeof *c);
   if (bev == NULL || c == NULL)
     goto fail;
-  *c = (shared_conn_t){.head = h, .bev = bev, .head_buf = evbuffer_new(), .held = evbuffer_new()};
-  c->tap = evbuffer_add_cb(bufferevent_get_input(bev), tap_cb, c);
-  if (c->head_buf == NULL || c->held == NULL || c->tap == NULL)
+  *c = (shared_conn_t){.head = h, .bev = bev, .head_buf = evbuffer_new(), .held = evbuffer_new(),
+                       .raw = evbuffer_new(), .out = evbuffer_new(), .tail = evbuffer_new()};
+  if (c->head_buf == NULL || c->held == NULL || c->raw == NULL || c->out == NULL ||
+      c->tail == NULL ||
+      (c->tap = evbuffer_add_cb(bufferevent_get_input(bev), tap_cb, c)) == NULL)
     goto fail;
   /* A read whose bytes the tap kept must not wake evhttp. */
   bufferevent_setwatermark(bev, EV_READ, 1, 0);
@@ -551,8 +577,10 @@ struct bufferevent *shared_tap_bevcb(struct event_base *base, void *arg) {
   return bev;
 fail:
   if (c) {
-    evbuffer_free(c->head_buf);
-    evbuffer_free(c->held);
+    struct evbuffer *bufs[] = {c->head_buf, c->held, c->raw, c->out, c->tail};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+      if (bufs[i])
+        evbuffer_free(bufs[i]); /* evbuffer_free does not take NULL */
   }
   free(c);
   return bev; /* evhttp still gets a plain bufferevent (or fails itself) */
