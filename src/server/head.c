@@ -337,7 +337,6 @@ static void head_drain_syncs(head_t *h) {
     return;
   syncer_stop(h->syncer); /* a flush in flight finishes first */
   h->syncer = NULL;
-  store_set_sync_full(h->st, true);
   reply_list_t group = h->syncing;
   h->syncing = (reply_list_t){NULL, NULL};
   fail_t f = {0};
@@ -351,6 +350,7 @@ static void head_drain_syncs(head_t *h) {
     }
   }
   head_flushed(h, &group, fdatasync(h->wal_fd) == 0 ? 0 : errno);
+  store_set_sync_full(h->st, true); /* outside a transaction */
 }
 
 /* With --sync full, the store commits without flushing and a helper thread
