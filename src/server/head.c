@@ -278,7 +278,10 @@ static void head_flushed(head_t *h, reply_list_t *group, int err) {
   log_msg(LOG_ERROR, "%s; stopping: acknowledged writes could not be made durable", f.message);
   http_flush_list(h, group, &f);
   h->sync_failed = true;
-  event_base_loopbreak(h->base);
+  h->stopping = true; /* new requests get 503 */
+  /* A few more turns write the 500 replies out before the loop ends. */
+  struct timeval grace = {.tv_sec = 0, .tv_usec = 100 * 1000};
+  event_base_loopexit(h->base, &grace);
 }
 
 /* The helper thread's flush ended (on the loop thread). */

@@ -6,7 +6,8 @@ the next group under load (docs/design-notes.md, "Durable replies").  A power lo
 cannot be staged in a test, so the head runs under strace with every fdatasync held
 for FLUSH_S seconds after it returns: a write's reply must take at least that long
 (it waits for its flush), concurrent writes must share flushes (the helper thread's
-groups), and reads must flush nothing.
+groups), and reads must flush nothing.  With the flush made to fail (EIO), the write
+it covered is answered 500 and the head stops with a non-zero status.
 """
 import os
 import re
@@ -44,11 +45,9 @@ class DurableFlushTest(unittest.TestCase):
         self.asan_options = os.environ.get("ASAN_OPTIONS")
         os.environ["ASAN_OPTIONS"] = (self.asan_options + ":" if self.asan_options else "") + \
             "detect_leaks=0"
+        self.strace = strace
         self.head = harness.Head(["--sync", "full"])
         self.trace = os.path.join(self.head.data_dir, "strace.txt")
-        self.head.prefix = [strace, "-f", "-qq", "-y", "-o", self.trace, "-e", "trace=fdatasync",
-                            "-e", "inject=fdatasync:delay_exit=%d" % int(FLUSH_S * 1e6)]
-        self.head.start()
 
     def tearDown(self):
         self.head.cleanup()
@@ -65,8 +64,14 @@ class DurableFlushTest(unittest.TestCase):
         os.kill(head_pid, signal.SIGTERM)
         self.assertEqual(h.proc.wait(60), 0, h.log())
 
+    def start_traced(self, *strace_args):
+        self.head.prefix = [self.strace, "-f", "-qq", "-y", "-o", self.trace] + list(strace_args)
+        self.head.start()
+
     def test_replies_wait_for_the_flush(self):
         h = self.head
+        self.start_traced("-e", "trace=fdatasync",
+                          "-e", "inject=fdatasync:delay_exit=%d" % int(FLUSH_S * 1e6))
         q = "flush"
         self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
         # One write at a time: each reply waits for its own flush.
@@ -117,6 +122,25 @@ class DurableFlushTest(unittest.TestCase):
         self.assertLess(len(wal), writes, "concurrent writes did not share flushes")
         self.assertTrue(any(pid != main_pid for pid in wal), "no flush ran on the helper thread")
 
+    def test_a_failed_flush_stops_the_head(self):
+        h = self.head
+        # Made once untraced, the store opens again without SQLite flushing anything:
+        # the head's own flush at start is the WAL's first fdatasync; SQLite may flush
+        # the WAL header once at the first commit; every fdatasync from the fourth on
+        # fails (strace -P: only calls on the WAL file count).  So one of the first
+        # writes is the first to meet a failing flush, and it must be the head's own.
+        h.start()
+        self.assertEqual(h.stop(), 0, h.log())
+        self.start_traced("-P", os.path.join(h.data_dir, "muster.db-wal"),
+                          "-e", "trace=fdatasync", "-e", "inject=fdatasync:error=EIO:when=4+")
+        for i in range(4):
+            r = h.request("PUT", "/v1/queues/q%d" % i, {})
+            if r.status != 201:
+                break
+        self.assertEqual((r.status, r.error_code), (500, "store_error"), r)
+        self.assertIn("flushing the write-ahead log failed", r.json["error"]["message"])
+        self.assertEqual(h.proc.wait(30), 1, "the head went on after a failed flush")
+        self.assertIn("acknowledged writes could not be made durable", h.log())
 
 if __name__ == "__main__":
     unittest.main()
