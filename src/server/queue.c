@@ -240,7 +240,7 @@ muster_err_t queue_requeue(store_t *st, const char *name, int64_t *requeued, fai
   static const int from[] = {TASK_FAILED, TASK_DEAD};
   *requeued = 0;
   for (size_t i = 0; i < sizeof from / sizeof from[0]; i++) {
-    int64_t changed;
+    int64_t changed = 0;
     sqlite3_bind_int64(s, 2, now_ms());
     sqlite3_bind_int(s, 3, from[i]);
     if (queue_count_changes(st, s, name, &changed, f) ||
