@@ -125,7 +125,10 @@ static json_t *task_put_specs(store_t *st, const char *queue, task_spec_t *specs
       json_decref(out);
       return NULL;
     }
-    json_array_append_new(out, json_pack("{s:I, s:b}", "id", (json_int_t)id, "created", created));
+    json_t *entry = json_object(); /* not json_pack: this runs per task */
+    json_object_set_new_nocheck(entry, "id", json_integer(id));
+    json_object_set_new_nocheck(entry, "created", json_boolean(created));
+    json_array_append_new(out, entry);
   }
   if (counts_run_flush(st, &run, f)) {
     json_decref(out);
