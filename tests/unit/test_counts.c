@@ -25,41 +25,17 @@
 #include "server/session.h"
 #include "server/task.h"
 #include "server/worker.h"
+#include "store_fixture.h"
 
 /* The schema version before queue_counts: the migration test starts there. */
 #define VERSION_BEFORE_COUNTS 6
 
-static store_t *st;
-
 static int setup(void **state) {
-  fail_t f = {0};
-  st = store_open(&(store_opts_t){.path = ":memory:"}, &f);
-  if (st == NULL)
-    return -1;
-  return store_request_begin(st, &f) == MUSTER_OK ? 0 : -1;
+  return fixture_open();
 }
 
 static int teardown(void **state) {
-  fail_t f = {0};
-  if (st) {
-    store_request_end(st, true);
-    store_commit(st, &f);
-  }
-  store_close(st);
-  st = NULL;
-  return 0;
-}
-
-static json_t *parse(const char *text) {
-  json_error_t err;
-  json_t *v = json_loads(text, 0, &err);
-  if (v == NULL)
-    fail_msg("bad test JSON: %s: %s", text, err.text);
-  return v;
-}
-
-static int64_t jint(const json_t *obj, const char *key) {
-  return json_integer_value(json_object_get(obj, key));
+  return fixture_close();
 }
 
 /* ---- the check ---- */
@@ -105,14 +81,6 @@ static void expect(const char *step, const char *queue, const char *want) {
 }
 
 /* ---- driving the domain functions ---- */
-
-static void make_queue(const char *name, const char *settings) {
-  json_t *body = parse(settings);
-  bool created = false;
-  fail_t f = {0};
-  assert_int_equal(queue_put(st, name, body, &created, &f), MUSTER_OK);
-  json_decref(body);
-}
 
 /* Puts the tasks of the JSON array `tasks`; returns the first id. */
 static int64_t put(const char *queue, const char *tasks) {

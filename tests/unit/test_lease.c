@@ -15,36 +15,17 @@
 #include "server/queue.h"
 #include "server/task.h"
 #include "server/worker.h"
+#include "store_fixture.h"
 
-static store_t *st;
 
 static int setup(void **state) {
-  fail_t f = {0};
-  st = store_open(&(store_opts_t){.path = ":memory:", .sync_full = false}, &f);
-  if (st == NULL)
-    return -1;
-  fail_t g = {0};
-  return store_request_begin(st, &g) == MUSTER_OK ? 0 : -1;
+  return fixture_open();
 }
 
 static int teardown(void **state) {
-  fail_t f = {0};
-  store_request_end(st, true);
-  store_commit(st, &f);
-  store_close(st);
-  st = NULL;
-  return 0;
+  return fixture_close();
 }
 
-static void make_queue(const char *name, const char *settings) {
-  json_t *body = json_loads(settings, 0, NULL);
-  bool created = false;
-  fail_t f = {0};
-  assert_int_equal(queue_put(st, name, body, &created, &f), MUSTER_OK);
-  json_decref(body);
-}
-
-/* Puts one task and returns its id. */
 static int64_t put(const char *queue, const char *task_json) {
   char text[512];
   snprintf(text, sizeof text, "{\"tasks\": [%s]}", task_json);
@@ -66,10 +47,6 @@ static json_t *lease(const char *queue, int64_t max) {
   json_t *leases = lease_acquire(st, &q, 0, max, &f);
   assert_non_null(leases);
   return leases;
-}
-
-static int64_t jint(json_t *obj, const char *key) {
-  return json_integer_value(json_object_get(obj, key));
 }
 
 /* Applies a lease op to a one-element batch; returns the error code. */

@@ -21,8 +21,8 @@
 #include "server/task.h"
 #include "server/update.h"
 #include "server/worker.h"
+#include "store_fixture.h"
 
-static store_t *st;
 static int notified;         /* store_notify_session calls */
 static char notified_id[64]; /* the last session notified */
 
@@ -32,47 +32,19 @@ static void on_session(void *arg, const char *session) {
 }
 
 static int setup(void **state) {
-  fail_t f = {0};
-  st = store_open(&(store_opts_t){.path = ":memory:", .sync_full = false}, &f);
-  if (st == NULL)
+  if (fixture_open() != 0)
     return -1;
   store_set_hooks(st, NULL, NULL, NULL);
   store_set_session_hook(st, on_session);
   notified = 0;
   notified_id[0] = '\0';
-  return store_request_begin(st, &f) == MUSTER_OK ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  fail_t f = {0};
-  store_request_end(st, true);
-  store_commit(st, &f);
-  store_close(st);
-  st = NULL;
   return 0;
 }
 
-static json_t *parse(const char *text) {
-  json_error_t err;
-  json_t *v = json_loads(text, 0, &err);
-  if (v == NULL)
-    fail_msg("bad test JSON: %s: %s", text, err.text);
-  return v;
+static int teardown(void **state) {
+  return fixture_close();
 }
 
-static int64_t jint(const json_t *obj, const char *key) {
-  return json_integer_value(json_object_get(obj, key));
-}
-
-static void make_queue(const char *name, const char *settings) {
-  json_t *body = parse(settings);
-  bool created = false;
-  fail_t f = {0};
-  assert_int_equal(queue_put(st, name, body, &created, &f), MUSTER_OK);
-  json_decref(body);
-}
-
-/* Opens a session on `queue`; copies its id into `id`. */
 static void open_session(const char *queue, const char *extra, char *id) {
   char text[256];
   snprintf(text, sizeof text, "{\"queue\": \"%s\"%s}", queue, extra ? extra : "");

@@ -1,0 +1,55 @@
+/*
+ * store_fixture.h — what the store-backed unit tests share: an in-memory
+ * store with the request's transaction open (as a handler sees it), JSON
+ * helpers and queue creation.  Included by one test program each, after
+ * cmocka.h and the server headers the program needs.
+ */
+#ifndef MUSTER_TESTS_STORE_FIXTURE_H
+#define MUSTER_TESTS_STORE_FIXTURE_H
+
+#include "server/queue.h"
+#include "server/store.h"
+
+static store_t *st;
+
+/* The group setup and teardown bodies: a fresh store per test. */
+static inline int fixture_open(void) {
+  fail_t f = {0};
+  st = store_open(&(store_opts_t){.path = ":memory:"}, &f);
+  if (st == NULL)
+    return -1;
+  return store_request_begin(st, &f) == MUSTER_OK ? 0 : -1;
+}
+
+static inline int fixture_close(void) {
+  fail_t f = {0};
+  if (st) {
+    store_request_end(st, true);
+    store_commit(st, &f);
+  }
+  store_close(st);
+  st = NULL;
+  return 0;
+}
+
+static inline json_t *parse(const char *text) {
+  json_error_t err;
+  json_t *v = json_loads(text, 0, &err);
+  if (v == NULL)
+    fail_msg("bad test JSON: %s: %s", text, err.text);
+  return v;
+}
+
+static inline int64_t jint(const json_t *obj, const char *key) {
+  return json_integer_value(json_object_get(obj, key));
+}
+
+static inline void make_queue(const char *name, const char *settings) {
+  json_t *body = parse(settings);
+  bool created = false;
+  fail_t f = {0};
+  assert_int_equal(queue_put(st, name, body, &created, &f), MUSTER_OK);
+  json_decref(body);
+}
+
+#endif
