@@ -12,6 +12,7 @@
 #include "iter.h"
 #include "lease.h"
 #include "log.h"
+#include "metrics.h"
 #include "node.h"
 #include "routes_pool.h"
 #include "server.h"
@@ -284,9 +285,18 @@ static void head_flushed(head_t *h, reply_list_t *group, int err) {
   event_base_loopexit(h->base, &grace);
 }
 
+/* Flushes the WAL on the loop thread; 0 or an errno. */
+static int head_flush_here(head_t *h) {
+  int64_t start_us = metrics_now_us();
+  int err = fdatasync(h->wal_fd) == 0 ? 0 : errno;
+  metrics_flush(false, err == 0, metrics_now_us() - start_us);
+  return err;
+}
+
 /* The helper thread's flush ended (on the loop thread). */
 static void head_synced(void *arg, int err) {
   head_t *h = arg;
+  metrics_flush(true, err == 0, metrics_now_us() - h->flush_started_us);
   reply_list_t group = h->syncing;
   h->syncing = (reply_list_t){NULL, NULL};
   head_flushed(h, &group, err);
@@ -326,10 +336,11 @@ static void head_commit(evutil_socket_t fd, short what, void *arg) {
   reply_list_t group = http_take_pending(h);
   if (http_list_length(&group) >= HEAD_THREAD_FLUSH_MIN) {
     h->syncing = group;
+    h->flush_started_us = metrics_now_us();
     syncer_request(h->syncer);
     return;
   }
-  head_flushed(h, &group, fdatasync(h->wal_fd) == 0 ? 0 : errno);
+  head_flushed(h, &group, head_flush_here(h));
 }
 
 /* Stops the flush thread (shutdown): commits what is open, flushes on the
@@ -352,7 +363,7 @@ static void head_drain_syncs(head_t *h) {
       http_list_concat(&group, &pending);
     }
   }
-  head_flushed(h, &group, fdatasync(h->wal_fd) == 0 ? 0 : errno);
+  head_flushed(h, &group, head_flush_here(h));
   store_set_sync_full(h->st, true); /* outside a transaction */
 }
 

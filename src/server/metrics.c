@@ -101,6 +101,8 @@ static struct {
   uint64_t worker_timeouts;
   uint64_t commit_failures;
   histogram_t commit_latency, commit_batch;
+  histogram_t flush_latency[2]; /* WAL flushes: [0] on the loop, [1] on the thread */
+  uint64_t flush_failures;
   route_stats_t routes[METRICS_MAX_ROUTES + 1]; /* the last one: unmatched paths */
   metrics_collector_fn collectors[METRICS_MAX_COLLECTORS];
   size_t ncollectors;
@@ -232,6 +234,13 @@ void metrics_commit(bool ok, int64_t duration_us) {
   histogram_observe(&m.commit_latency, commit_bounds, N_COMMIT, (double)duration_us / 1e6);
   histogram_observe(&m.commit_batch, batch_bounds, N_BATCH, (double)m.turn_requests);
   m.turn_requests = 0;
+}
+
+void metrics_flush(bool on_thread, bool ok, int64_t duration_us) {
+  if (!ok)
+    m.flush_failures++;
+  histogram_observe(&m.flush_latency[on_thread], commit_bounds, N_COMMIT,
+                    (double)duration_us / 1e6);
 }
 
 void metrics_http(int route, int status, int64_t duration_us) {
@@ -466,6 +475,17 @@ static void metrics_render_store(metrics_out_t *out) {
                "Requests that shared one group commit.");
   metrics_histogram(out, "muster_store_commit_requests", "", &m.commit_batch, batch_bounds,
                     N_BATCH);
+  metrics_help(out, "muster_store_flush_duration_seconds", "histogram",
+               "Time a WAL flush took (--sync full), on the event loop or on the helper thread "
+               "(from the hand-off to the replies).");
+  metrics_histogram(out, "muster_store_flush_duration_seconds", "on=\"loop\"",
+                    &m.flush_latency[0], commit_bounds, N_COMMIT);
+  metrics_histogram(out, "muster_store_flush_duration_seconds", "on=\"thread\"",
+                    &m.flush_latency[1], commit_bounds, N_COMMIT);
+  metrics_help(out, "muster_store_flush_failures_total", "counter",
+               "WAL flushes that failed (the head stops after one).");
+  metrics_printf(out, "muster_store_flush_failures_total %llu\n",
+                 (unsigned long long)m.flush_failures);
   metrics_help(out, "muster_store_commit_failures_total", "counter",
                "Group commits that failed and were rolled back.");
   metrics_printf(out, "muster_store_commit_failures_total %llu\n",

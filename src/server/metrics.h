@@ -50,6 +50,8 @@ void metrics_request_end(bool ok);
 /* The turn's kept counts become final (ok) or are dropped; `duration_us` is
  * how long the commit took and is observed in the commit histogram. */
 void metrics_commit(bool ok, int64_t duration_us);
+/* A WAL flush (--sync full) ended, on the loop or on the helper thread. */
+void metrics_flush(bool on_thread, bool ok, int64_t duration_us);
 
 /* One HTTP request answered with `status` after `duration_us` (negative: not
  * observed in the latency histogram).  `route` indexes http_routes, or is

@@ -60,6 +60,7 @@ typedef struct head {
   int wal_fd;              /* the WAL file the syncer flushes, or -1 */
   reply_list_t syncing;    /* committed, waiting for the WAL flush in flight */
   int64_t flushed_changes; /* store_changes() covered by the last flush begun */
+  int64_t flush_started_us; /* when the thread's flush in flight began (metrics) */
   bool sync_failed;        /* a WAL flush failed: the head stops */
   waiter_t *waiters;       /* parked long-poll leases, oldest first */
   results_waiter_t *results_waiters; /* parked long-poll reads of session results */

@@ -112,6 +112,12 @@ class DurableFlushTest(unittest.TestCase):
             self.assertEqual(h.request("GET", "/v1/queues/" + q).status, 200)
         counts = h.request("GET", "/v1/queues/" + q).json["counts"]
         self.assertEqual(counts["queued"], 3 + CLIENTS * PUTS_EACH)
+        # /metrics tells the two kinds of flush apart.
+        metrics = h.request("GET", "/metrics").raw.decode()
+        for on in ("loop", "thread"):
+            m = re.search(r'^muster_store_flush_duration_seconds_count\{on="%s"\} (\d+)$' % on,
+                          metrics, re.M)
+            self.assertTrue(m and int(m.group(1)) > 0, "no %s flush in /metrics" % on)
         self.stop_head()
 
         flushes = wal_flushes(self.trace)

@@ -123,6 +123,9 @@ class MetricsTest(unittest.TestCase):
                                **route), 2)
         self.assertGreater(value(s, "muster_store_commit_duration_seconds_count"), 0)
         self.assertGreater(value(s, "muster_store_commit_requests_sum"), 0)
+        # The test heads run --sync full: their writes were flushed on the loop.
+        self.assertGreater(value(s, "muster_store_flush_duration_seconds_count", on="loop"), 0)
+        self.assertEqual(value(s, "muster_store_flush_failures_total"), 0)
         self.assertEqual(value(s, "muster_build_info", version="0.1.0"), 1)
         # The throughput series has the two completions of this test's queue.
         tp = self.req("GET", "/v1/throughput?seconds=60", token=READ_TOKEN).json
