@@ -182,6 +182,24 @@ class Cluster:
                 proc.wait()
 
 
+def describe_pids(pids):
+    """One line per process: pid, state, where it waits and its command line."""
+    lines = []
+    for pid in pids:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open("/proc/%d/stat" % pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open("/proc/%d/wchan" % pid) as f:
+                wchan = f.read().strip()
+        except OSError as e:
+            lines.append("%d: gone (%s)" % (pid, e))
+            continue
+        lines.append("%d %s %s: %s" % (pid, state, wchan or "-", cmd[:200]))
+    return "\n".join(lines)
+
+
 def active_workers(node):
     workers = json.loads(cli("workers", "--json"))["workers"]
     return [w for w in workers if w["node"] == node and w["state"] == "active"]
@@ -274,7 +292,11 @@ def main():
         assert len(lost) == 2, "node 1 had 2 inputs in flight when killed, not %d" % len(lost)
         assert lost <= by_node[tag2], "lost inputs not run by node 2: %s" % (lost - by_node[tag2])
 
-        wait_for("no process of node 1 left", lambda: not tagged_pids(tag1), timeout=15)
+        try:
+            wait_for("no process of node 1 left", lambda: not tagged_pids(tag1), timeout=15)
+        except AssertionError:
+            log("still alive:\n" + describe_pids(tagged_pids(tag1)))
+            raise
         wait_for("node 1 gone at the head", lambda: node_state(tag1) == "gone", timeout=20)
         assert node_state(tag2) == "active"
         log("node 1: no orphan processes, gone at the head; node 2 active")
