@@ -29,22 +29,22 @@ typedef struct {
   bool has_session;
 } held_t;
 
-/* Loads task `id` and its queue's settings with one statement (a lookup per
- * acknowledged task is on the hot path).  MUSTER_TASK_NOT_FOUND when the task
- * does not exist, MUSTER_QUEUE_NOT_FOUND when its queue does not. */
-static muster_err_t held_load(store_t *st, int64_t id, held_t *h, fail_t *f) {
+/* Loads task `id` and its queue's settings.  `cache` (NULL: none) holds the
+ * queue of a batch's previous element: the elements of a batch mostly share
+ * their queue, and within one request its settings cannot change, so the
+ * queue is read once per batch instead of once per task.
+ * MUSTER_TASK_NOT_FOUND when the task does not exist, MUSTER_QUEUE_NOT_FOUND
+ * when its queue does not. */
+static muster_err_t held_load(store_t *st, int64_t id, held_t *h, queue_t *cache, fail_t *f) {
   sqlite3_stmt *s = store_stmt(
-      st, "SELECT t.state, coalesce(t.token, 0), t.attempts, t.flags, coalesce(t.parent, 0),"
-          " coalesce(t.idx, -1), coalesce(t.worker, 0), t.priority, t.queue, t.session,"
-          " q.name, q.lease_ms, q.max_attempts, q.backoff_ms, q.backoff_max_ms, q.next,"
-          " q.max_flags, q.created_ms"
-          " FROM tasks t LEFT JOIN queues q ON q.name = t.queue WHERE t.id = ?1");
+      st, "SELECT state, coalesce(token, 0), attempts, flags, coalesce(parent, 0),"
+          " coalesce(idx, -1), coalesce(worker, 0), priority, queue, session"
+          " FROM tasks WHERE id = ?1");
   if (s == NULL)
     return store_fail(st, f, "lease lookup");
   sqlite3_bind_int64(s, 1, id);
   int rc = sqlite3_step(s);
   char queue[NAME_MAX_LEN + 1] = "";
-  bool has_queue = false;
   if (rc == SQLITE_ROW) {
     h->id = id;
     h->state = sqlite3_column_int(s, 0);
@@ -59,24 +59,27 @@ static muster_err_t held_load(store_t *st, int64_t id, held_t *h, fail_t *f) {
     const unsigned char *session = sqlite3_column_text(s, 9);
     h->has_session = session != NULL;
     snprintf(h->session, sizeof h->session, "%s", session ? (const char *)session : "");
-    has_queue = sqlite3_column_type(s, 10) != SQLITE_NULL;
-    if (has_queue)
-      queue_from_columns(s, 10, &h->queue);
   }
   store_reset(s);
   if (rc == SQLITE_DONE)
     return fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
   if (rc != SQLITE_ROW)
     return store_fail(st, f, "lease lookup");
-  if (!has_queue)
-    return fail_set(f, MUSTER_QUEUE_NOT_FOUND, "queue '%s' does not exist", queue);
+  if (cache && cache->name[0] && strcmp(cache->name, queue) == 0) {
+    h->queue = *cache;
+    return MUSTER_OK;
+  }
+  if (queue_load(st, queue, &h->queue, f))
+    return f->code;
+  if (cache)
+    *cache = h->queue;
   return MUSTER_OK;
 }
 
 /* Loads task `id` and checks that it is leased under `token`. */
 static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const char *ctx, held_t *h,
-                                fail_t *f) {
-  if (held_load(st, id, h, f)) {
+                                queue_t *cache, fail_t *f) {
+  if (held_load(st, id, h, cache, f)) {
     if (f->code == MUSTER_TASK_NOT_FOUND)
       fail_set(f, MUSTER_TASK_NOT_FOUND, "%s: task %lld does not exist", ctx, (long long)id);
     return f->code;
@@ -285,7 +288,7 @@ json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max
       candidate_t *c = &cands[i];
       if (c->attempts >= q->max_attempts) {
         held_t h;
-        ok = held_load(st, c->id, &h, f) == MUSTER_OK &&
+        ok = held_load(st, c->id, &h, NULL, f) == MUSTER_OK &&
              lease_lapse(st, &h, "out of attempts", NULL, f) >= 0;
         more = true;
       } else {
@@ -478,7 +481,8 @@ static const char *const op_reply_keys[] = {"completed", "failed", "extended", "
 
 /* Checks one element's task and token and applies `op` to it. */
 static json_t *lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, size_t i,
-                               size_t max_payload, counts_run_t *run, fail_t *f) {
+                               size_t max_payload, counts_run_t *run, queue_t *cache,
+                               fail_t *f) {
   char ctx[32];
   snprintf(ctx, sizeof ctx, "leases[%zu]", i);
   int64_t task, token;
@@ -496,7 +500,7 @@ static json_t *lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, s
       (op == LEASE_COMPLETE && jv_only(elem, ctx, with_result, f)))
     return NULL;
   held_t h;
-  if (lease_check(st, task, token, ctx, &h, f))
+  if (lease_check(st, task, token, ctx, &h, cache, f))
     return NULL;
   switch (op) {
   case LEASE_COMPLETE:
@@ -521,8 +525,10 @@ json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_p
     return NULL;
   json_t *out = json_array();
   counts_run_t run = {0}; /* the completions, counted once per batch */
+  queue_t cache = {0};    /* the queue of the previous element */
   for (size_t i = 0; i < json_array_size(leases); i++) {
-    json_t *one = lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run, f);
+    json_t *one =
+        lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run, &cache, f);
     if (one == NULL) {
       fail_t ignored = {0};
       counts_run_flush(st, &run, &ignored); /* those before the refusal are counted */
@@ -567,7 +573,7 @@ int64_t lease_expire_due(store_t *st, int64_t now, int64_t limit) {
   for (size_t i = 0; i < n; i++) {
     held_t h;
     fail_t f = {0};
-    if (held_load(st, ids[i], &h, &f) || lease_lapse(st, &h, "lease expired", NULL, &f) < 0) {
+    if (held_load(st, ids[i], &h, NULL, &f) || lease_lapse(st, &h, "lease expired", NULL, &f) < 0) {
       done = -1;
       break;
     }
@@ -589,7 +595,7 @@ static int64_t lease_end_worker_why(store_t *st, int64_t worker, const char *rea
   for (size_t i = 0; i < n; i++) {
     held_t h;
     fail_t f = {0};
-    bool failed = held_load(st, ids[i], &h, &f) ||
+    bool failed = held_load(st, ids[i], &h, NULL, &f) ||
                   (reason ? lease_lapse(st, &h, reason, NULL, &f) < 0
                           : lease_give_back(st, &h, &f) != MUSTER_OK);
     if (failed) {
