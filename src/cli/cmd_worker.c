@@ -325,9 +325,18 @@ static int worker_make_clients(worker_t *w) {
 static void worker_hard_stop(worker_t *w) {
   fprintf(stderr, "muster worker: got SIGHUP: killing running commands and exiting\n");
   pthread_mutex_lock(&w->lock);
+  w->killing = 1; /* no command starts from now on */
   for (int i = 0; i < w->concurrency; i++)
     if (w->slots[i].proc)
       run_signal(w->slots[i].proc, SIGKILL);
+  /* A slot that was starting a command kills it when it publishes it: wait
+   * for those, or the command would outlive us (bounded: a slot only takes
+   * the lock to publish). */
+  struct timespec until;
+  clock_gettime(CLOCK_MONOTONIC, &until);
+  until.tv_sec += 2;
+  while (w->spawning > 0 && pthread_cond_timedwait(&w->wake, &w->lock, &until) == 0)
+    ;
   pthread_mutex_unlock(&w->lock);
   worker_updates_close(w);
   worker_shared_cleanup(w);

@@ -84,6 +84,8 @@ struct worker {
   int64_t id;               /* the worker id now (re-registration changes it) */
   char *name;               /* its display name (muster_free) */
   int hb_stop;              /* tells the heartbeat thread to finish */
+  int spawning;             /* slots between starting a command and publishing it (lock) */
+  int killing;              /* SIGHUP: commands are killed and none may start (lock) */
 
   atomic_int stopping;      /* take no new tasks */
   atomic_int abandon;       /* second signal: running commands were terminated */

@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,12 +280,36 @@ static char **slot_env(worker_slot_t *slot, const muster_lease_t *lease, char va
   return env;
 }
 
-/* Publishes (or clears, with NULL) the running command for the main thread. */
-static void slot_set_proc(worker_slot_t *slot, run_proc_t *proc, int64_t task) {
-  pthread_mutex_lock(&slot->worker->lock);
+/* Before starting a command: false once SIGHUP's hard stop began (no command
+ * may start then); else the slot counts as spawning until slot_set_proc. */
+static bool slot_spawn_begin(worker_slot_t *slot) {
+  worker_t *w = slot->worker;
+  pthread_mutex_lock(&w->lock);
+  bool ok = !w->killing;
+  if (ok)
+    w->spawning++;
+  pthread_mutex_unlock(&w->lock);
+  return ok;
+}
+
+/* Publishes (or clears, with NULL) the running command for the main thread.
+ * Publishing ends the slot's spawning (`spawned`); a command published after
+ * the hard stop killed the others is killed here, so that none outlives the
+ * worker (the hard stop waits for the spawning slots before it exits). */
+static void slot_set_proc(worker_slot_t *slot, run_proc_t *proc, int64_t task, bool spawned) {
+  worker_t *w = slot->worker;
+  pthread_mutex_lock(&w->lock);
   slot->proc = proc;
   atomic_store(&slot->task, task);
-  pthread_mutex_unlock(&slot->worker->lock);
+  if (spawned) {
+    w->spawning--;
+    if (w->killing) {
+      if (proc)
+        run_signal(proc, SIGKILL);
+      pthread_cond_broadcast(&w->wake);
+    }
+  }
+  pthread_mutex_unlock(&w->lock);
 }
 
 /* Decides what the ended command means for the task. */
@@ -316,12 +341,15 @@ static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
   run_proc_t proc;
   if (env == NULL) {
     slot_fail(slot, lease, "the worker ran out of memory");
+  } else if (!slot_spawn_begin(slot)) {
+    ; /* the worker is being killed: its goodbye gives the lease back */
   } else if (run_start(&proc, slot->worker->cmd, env, input, input_len, why, sizeof why) != 0) {
+    slot_set_proc(slot, NULL, 0, true);
     slot_fail(slot, lease, why);
   } else {
-    slot_set_proc(slot, &proc, lease->task);
+    slot_set_proc(slot, &proc, lease->task, true);
     int lost = slot_supervise(slot, lease, &proc);
-    slot_set_proc(slot, NULL, 0);
+    slot_set_proc(slot, NULL, 0, false);
     if (!lost)
       slot_report(slot, lease, &proc);
     run_finish(&proc);
