@@ -2,11 +2,11 @@
  * syncer.h — fdatasync of the store's write-ahead log on a helper thread.
  *
  * With `--sync full` the head commits with SQLite's synchronous=NORMAL (the
- * commit writes the WAL but does not flush it) and then asks the syncer to
- * flush the WAL file; the replies of everything committed before the flush
- * began are sent when it ends.  Meanwhile the event loop keeps reading and
- * committing the next group, so one flush covers as many commits as arrive
- * during the previous one: the disk's latency no longer stalls the loop.
+ * commit writes the WAL but does not flush it) and, for a group of several
+ * requests, asks the syncer to flush the WAL file; the group's replies are
+ * sent when it ends.  Meanwhile the event loop keeps reading and executing
+ * requests into the next group, which commits when the flush ends: the
+ * disk's latency no longer stalls the loop (head.c, "durable replies").
  */
 #ifndef MUSTER_SERVER_SYNCER_H
 #define MUSTER_SERVER_SYNCER_H
