@@ -185,17 +185,18 @@ if __name__ == "__main__":
 class StandaloneWorkerTest(HeadTestCase):
     """``python3 -m muster.worker --queue Q``: leases itself, with updates_after."""
 
-    def test_standalone_worker(self):
+    def start_worker(self, q, nickname):
+        """Starts ``python3 -m muster.worker`` on queue `q`; returns (work dir, process,
+        stop), stop() ending it with SIGTERM (it also runs at cleanup)."""
+        import subprocess
         work = tempfile.mkdtemp(prefix="muster-pool-test-")
         self.addCleanup(shutil.rmtree, work, True)
-        q = "pool-standalone"
-        self.c.put_queue(q, backoff_ms=50, max_attempts=2)
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-        import subprocess
         log = open(os.path.join(work, "worker.log"), "wb")
         self.addCleanup(log.close)
-        proc = subprocess.Popen(["/usr/bin/python3", "-m", "muster.worker", "--queue", q, "--url", self.head.url,
-                                 "--token", self.head.token, "--nickname", "py"], env=env,
+        proc = subprocess.Popen(["/usr/bin/python3", "-m", "muster.worker", "--queue", q,
+                                 "--url", self.head.url, "--token", self.head.token,
+                                 "--nickname", nickname], env=env,
                                 stdout=subprocess.DEVNULL, stderr=log)
 
         def stop():
@@ -206,6 +207,12 @@ class StandaloneWorkerTest(HeadTestCase):
                 proc.kill()
                 proc.wait()
         self.addCleanup(stop)
+        return work, proc, stop
+
+    def test_standalone_worker(self):
+        q = "pool-standalone"
+        self.c.put_queue(q, backoff_ms=50, max_attempts=2)
+        work, proc, stop = self.start_worker(q, "py")
         with muster.Pool(pool_workers.Echo, {"args": [{"k": 2, "dir": work}]}, client=self.c, queue=q) as p:
             wait_until(lambda: p.get_workers_count() == 1, what="the worker")
             self.assertEqual(p.get_nodes_count(), 1)
@@ -224,26 +231,9 @@ class StandaloneWorkerTest(HeadTestCase):
     def test_standalone_worker_one_request_per_task(self):
         """In its steady state the worker completes a task and leases the next in one
         request: the head sees about one lease or complete request per task, not two."""
-        work = tempfile.mkdtemp(prefix="muster-pool-test-")
-        self.addCleanup(shutil.rmtree, work, True)
         q = "pool-standalone-round-trip"
         self.c.put_queue(q)
-        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-        import subprocess
-        log = open(os.path.join(work, "worker.log"), "wb")
-        self.addCleanup(log.close)
-        proc = subprocess.Popen(["/usr/bin/python3", "-m", "muster.worker", "--queue", q, "--url", self.head.url,
-                                 "--token", self.head.token, "--nickname", "py-rt"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=log)
-
-        def stop():
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.addCleanup(stop)
+        work = self.start_worker(q, "py-rt")[0]
 
         def requests():
             text = self.head.request("GET", "/metrics").raw.decode()

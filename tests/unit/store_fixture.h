@@ -32,6 +32,17 @@ static inline int fixture_close(void) {
   return 0;
 }
 
+/* The same as cmocka group setup and teardown functions. */
+static inline int fixture_setup(void **state) {
+  (void)state;
+  return fixture_open();
+}
+
+static inline int fixture_teardown(void **state) {
+  (void)state;
+  return fixture_close();
+}
+
 static inline json_t *parse(const char *text) {
   json_error_t err;
   json_t *v = json_loads(text, 0, &err);

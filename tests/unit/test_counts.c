@@ -30,14 +30,6 @@
 /* The schema version before queue_counts: the migration test starts there. */
 #define VERSION_BEFORE_COUNTS 6
 
-static int setup(void **state) {
-  return fixture_open();
-}
-
-static int teardown(void **state) {
-  return fixture_close();
-}
-
 /* ---- the check ---- */
 
 /* Fails unless queue_counts agrees with a recount of the tasks: every row
@@ -578,7 +570,7 @@ static void test_migration(void **unused) {
   make_queue("a", "{}");
   put("a", "[{\"payload\": 1}]");
   expect("a put after the migration", "a", "1 10 10 0 10 10");
-  teardown(NULL);
+  fixture_close();
   unlink(path);
   char wal[80];
   snprintf(wal, sizeof wal, "%s-wal", path);
@@ -588,15 +580,15 @@ static void test_migration(void **unused) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_put_lease_complete_fail, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_requeue_purge_delete, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_lapses, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_flags_and_pipelines, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_sessions, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_rollback, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_mixed_batches, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_kept_after_refusal, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_listing_by_state, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_put_lease_complete_fail, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_requeue_purge_delete, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_lapses, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_flags_and_pipelines, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_sessions, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_rollback, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_mixed_batches, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_kept_after_refusal, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_listing_by_state, fixture_setup, fixture_teardown),
       cmocka_unit_test(test_migration),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,14 +18,6 @@
 #include "store_fixture.h"
 
 
-static int setup(void **state) {
-  return fixture_open();
-}
-
-static int teardown(void **state) {
-  return fixture_close();
-}
-
 static int64_t put(const char *queue, const char *task_json) {
   char text[512];
   snprintf(text, sizeof text, "{\"tasks\": [%s]}", task_json);
@@ -223,13 +215,13 @@ int main(void) {
   log_set_level(LOG_ERROR);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_backoff),
-      cmocka_unit_test_setup_teardown(test_queue_settings, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_lease_order_and_keys, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_stale_token_refused, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_pipeline_and_flags, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fail_retry_dead, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_expiry_and_worker_timeout, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_batch_too_large, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_queue_settings, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_lease_order_and_keys, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_stale_token_refused, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_pipeline_and_flags, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_fail_retry_dead, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_expiry_and_worker_timeout, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_too_large, fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,10 +41,6 @@ static int setup(void **state) {
   return 0;
 }
 
-static int teardown(void **state) {
-  return fixture_close();
-}
-
 static void open_session(const char *queue, const char *extra, char *id) {
   char text[256];
   snprintf(text, sizeof text, "{\"queue\": \"%s\"%s}", queue, extra ? extra : "");
@@ -400,13 +396,13 @@ static void test_crashed_worker(void **unused) {
 int main(void) {
   log_set_level(LOG_ERROR);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_indexes, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_streams_and_exactly_once, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_dead_is_a_result, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_close_and_expiry, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_updates, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_nodes, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_crashed_worker, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_indexes, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_streams_and_exactly_once, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_dead_is_a_result, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_close_and_expiry, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_updates, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_nodes, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_crashed_worker, setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
