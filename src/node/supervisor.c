@@ -4,12 +4,20 @@
  * Each worker is the `muster worker` runner of this very binary, started with
  * fork + execve from the main thread (the thread that lives as long as the
  * agent: PR_SET_PDEATHSIG fires when the *thread* that forked exits).  Between
- * fork and exec the child calls only async-signal-safe functions: it takes its
- * own process group (so a terminal's Ctrl-C reaches the agent alone, which
+ * fork and exec the child calls only async-signal-safe functions: it starts a
+ * session of its own (so a terminal's Ctrl-C reaches the agent alone, which
  * then stops the workers in order), asks for SIGHUP when the agent dies (the
  * runner answers SIGHUP by killing its commands and leaving at once: no
  * orphans after `kill -9` of the agent), closes every descriptor but its
  * stdio and the report pipe, and resets the signals the agent handles.
+ *
+ * The session is also how the agent finds what a worker leaves behind when it
+ * dies without cleaning up (`kill -9` of the worker, a crash, the OOM killer):
+ * its commands run in process groups of their own (run.c) but stay in the
+ * worker's session, which nothing else can join, so before the dead worker is
+ * reaped (its pid, and so the session id, cannot be reused while it is a
+ * zombie) every process of that session is killed.  A command's result would
+ * be refused anyway: the crash report makes its lease lapse.
  *
  * A worker tells the agent its worker id through the report pipe (fd 3,
  * MUSTER_AGENT_FD) each time it registers.  When a worker dies by a signal we
@@ -23,9 +31,12 @@
 #include "node/agent.h"
 #include "node/cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,7 +156,7 @@ static void sup_worker_env(node_agent_t *a, const node_worker_t *w, char vars[][
 
 /* In the child, between fork and exec: async-signal-safe calls only. */
 static void sup_child(const node_agent_t *a, pid_t agent_pid, int report_fd) {
-  setpgid(0, 0);
+  setsid();
   prctl(PR_SET_PDEATHSIG, SIGHUP);
   if (getppid() != agent_pid)
     _exit(1); /* the agent died before prctl took effect */
@@ -295,17 +306,84 @@ static void sup_ended(node_worker_t *w, int status) {
     sup_schedule(w);
 }
 
+/* The process group and session of process `pid` from /proc/PID/stat; false
+ * when it is gone or a zombie.  The fields follow the command name, which is
+ * in parentheses and may itself hold spaces and parentheses. */
+static bool sup_proc_ids(const char *pid, pid_t *pgrp, pid_t *session) {
+  char path[sizeof "/proc//stat" + NAME_MAX], text[512];
+  snprintf(path, sizeof path, "/proc/%s/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0)
+    return false;
+  text[n] = '\0';
+  const char *rest = strrchr(text, ')');
+  char state;
+  int ppid, group, sid;
+  if (rest == NULL || sscanf(rest + 1, " %c %d %d %d", &state, &ppid, &group, &sid) != 4 ||
+      state == 'Z')
+    return false;
+  *pgrp = group;
+  *session = sid;
+  return true;
+}
+
+/* Kills every process left in the session of dead worker `w` (see the top of
+ * this file); returns how many process groups were killed.  A process could
+ * fork between the scan and the kill, so scans repeat until one finds
+ * nothing (a few at most: each kill takes a whole group). */
+static int sup_kill_leftovers(const node_worker_t *w) {
+  int groups = 0;
+  for (int pass = 0; pass < 5; pass++) {
+    DIR *proc = opendir("/proc");
+    if (proc == NULL)
+      return groups;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(proc)) != NULL) {
+      pid_t pgrp, session;
+      if (e->d_name[0] < '1' || e->d_name[0] > '9' || !sup_proc_ids(e->d_name, &pgrp, &session) ||
+          session != w->pid || pgrp <= 1)
+        continue;
+      killpg(pgrp, SIGKILL);
+      found++;
+    }
+    closedir(proc);
+    if (found == 0)
+      break;
+    groups += found;
+  }
+  return groups;
+}
+
 void sup_reap(node_agent_t *a) {
-  int status;
-  pid_t pid;
-  while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-    for (int i = 0; i < a->nworkers; i++)
-      if (a->workers[i].pid == pid) {
-        sup_ended(&a->workers[i], status);
-        if (a->cache) /* the files it linked from the node cache, should it have died */
-          cache_forget_worker(a->cache, pid);
-        break;
-      }
+  for (;;) {
+    /* Look first, reap after: the zombie keeps the session id unused while
+     * its leftovers are found. */
+    siginfo_t info = {0};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0)
+      return;
+    pid_t pid = info.si_pid;
+    node_worker_t *w = NULL;
+    for (int i = 0; i < a->nworkers && w == NULL; i++)
+      if (a->workers[i].pid == pid)
+        w = &a->workers[i];
+    int left = w ? sup_kill_leftovers(w) : 0;
+    int status;
+    if (waitpid(pid, &status, 0) != pid)
+      return;
+    if (w == NULL)
+      continue;
+    if (left > 0)
+      agent_log(a, "worker %d (pid %d) died with commands still running; killed %d process group%s",
+                w->slot + 1, (int)pid, left, left > 1 ? "s" : "");
+    sup_ended(w, status);
+    if (a->cache) /* the files it linked from the node cache, should it have died */
+      cache_forget_worker(a->cache, pid);
+  }
 }
 
 int sup_start(node_agent_t *a) {

@@ -245,6 +245,33 @@ class KillNineTest(NodeTestCase):
         harness.wait_until(lambda: (self.node("k9") or {}).get("state") == "gone", timeout=20,
                            what="node gone")
 
+    def test_kill_9_of_a_worker_kills_its_commands(self):
+        self.make_queue("slow1", max_attempts=5, backoff_ms=0)
+        a = self.agent("k9w", args=["--queue", "slow1", "--workers", "1"],
+                       cmd=["sh", "-c", "sleep 300 & sleep 300; wait"])
+        a.start()
+        [worker] = self.wait_workers(a, 1)
+        [tid] = self.put("slow1", ["a"])
+        harness.wait_until(lambda: self.task(tid)["state"] == "leased", timeout=20,
+                           what="the task leased:\n" + a.log())
+        # sh and its two sleeps, in a process group of their own below the worker.
+        below = harness.wait_until(
+            lambda: (lambda d: d if len(d) >= 3 else None)(node_harness.descendants(worker)),
+            timeout=10, what="the command running")
+        os.kill(worker, signal.SIGKILL)
+        harness.wait_until(lambda: not any(node_harness.alive(p) for p in below), timeout=15,
+                           what="the dead worker's commands gone: %r\n%s" % (
+                               [p for p in below if node_harness.alive(p)], a.log()))
+        # The agent logs the kill just after it (so wait for the line, not assert it).
+        harness.wait_until(lambda: "died with commands still running" in a.log(), timeout=10,
+                           what="the agent's account of the kill:\n" + a.log())
+        # The crash report let the lease lapse; the restarted worker runs the task again.
+        harness.wait_until(
+            lambda: (lambda t: t if t["state"] == "leased" and t["attempts"] == 2 else None)(
+                self.task(tid)), timeout=30, what="the task leased again:\n" + a.log())
+        self.assertIsNone(a.proc.poll(), "the agent survives its worker")
+        self.assertNotIn(worker, a.workers())
+
 
 if __name__ == "__main__":
     unittest.main()
