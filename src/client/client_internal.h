@@ -1,8 +1,9 @@
 /*
  * client_internal.h — what the files of libmuster share and nobody else sees.
  *
- * client.c owns the handle and the transport (one libcurl easy handle per
- * muster_client_t, so its keep-alive connection is reused from call to call).
+ * client.c owns the handle and picks the transport: http1.c's own HTTP/1.1
+ * for http:// URLs, one libcurl easy handle for the others (https://); either
+ * keeps its connection alive from call to call.
  * queue.c, task.c, lease.c and worker.c build JSON bodies with jansson, call
  * client_call() and read the parsed reply.  Nothing here is thread-safe beyond
  * what muster.h promises: one handle, one thread at a time.
@@ -25,8 +26,12 @@ typedef struct {
   size_t cap; /* bytes allocated */
 } client_buf_t;
 
+/* libmuster's own HTTP/1.1 transport for http:// URLs (http1.c). */
+typedef struct http1 http1_t;
+
 struct muster_client {
-  CURL *curl;                       /* one easy handle: its connection is kept alive */
+  http1_t *http1;                   /* the transport for http:// URLs; NULL: libcurl's */
+  CURL *curl;                       /* one easy handle (https://): its connection is kept alive */
   struct curl_slist *headers;       /* Authorization, Content-Type, an empty Expect */
   char *base_url;                   /* "http://host:port" without a trailing slash */
   long timeout_ms;                  /* per request; long-polls add their wait */
@@ -45,6 +50,16 @@ struct muster_client {
  */
 muster_err_t client_call(muster_client_t *client, const char *method, const char *path,
                          json_t *body, long extra_wait_ms, json_t **reply);
+
+/* The transport of http1.c for `base_url` ("http://host[:port][/prefix]"), or
+ * NULL when the URL is not one it takes (then libcurl carries the calls). */
+http1_t *http1_new(const char *base_url, const char *token);
+void http1_free(http1_t *h);
+
+/* Sends one request and reads its reply into client->status and
+ * client->reply, like client_send; `timeout_ms` 0 waits for ever. */
+muster_err_t http1_send(muster_client_t *client, const char *method, const char *path,
+                        const char *body, long timeout_ms);
 
 /* Records `err` with a printf-style explanation on the handle and returns `err`. */
 muster_err_t client_fail(muster_client_t *client, muster_err_t err, const char *fmt, ...)
