@@ -416,17 +416,27 @@ json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max
   return leases;
 }
 
-/* Completes the task, counted in `run`; with a next stage, its result
- * becomes a task there. */
-static json_t *op_complete(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
-                           size_t max_payload, counts_run_t *run, fail_t *f) {
+/* A batch's replies as they are made.  Completions, one per task of every
+ * worker's cycle, are written as text {"task", "next_task"} (a tree each
+ * showed in profiles of batched cycles); the other operations' replies are
+ * a tree. */
+typedef struct {
+  json_t *tree;       /* array of the replies to fail, extend, release, flag */
+  jw_buf_t completed; /* "[" and the completions' objects, comma-separated */
+} apply_out_t;
+
+/* Completes the task, counted in `run`, and appends its reply to
+ * out->completed; with a next stage, its result becomes a task there. */
+static muster_err_t op_complete(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
+                                size_t max_payload, counts_run_t *run, apply_out_t *out,
+                                fail_t *f) {
   const json_t *result = json_object_get(elem, "result");
   char *text = result ? jv_encode(result) : NULL;
   if (text && strlen(text) > max_payload) {
     fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.result: %zu bytes, at most %zu allowed", ctx,
              strlen(text), max_payload);
     free(text);
-    return NULL;
+    return f->code;
   }
   sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 2, result = ?2, error = NULL,"
                                    " worker = NULL, deadline_ms = NULL, updated_ms = ?3"
@@ -445,12 +455,17 @@ static json_t *op_complete(store_t *st, const json_t *elem, const held_t *h, con
   }
   free(text);
   if (f->code || lease_finished(st, h, f) || worker_count(st, h->worker, WORKER_COMPLETED, f))
-    return NULL;
+    return f->code;
   metrics_count(METRIC_TASKS_COMPLETED, h->queue.name, 1);
-  json_t *done = json_object();
-  json_object_set_new_nocheck(done, "task", json_integer(h->id));
-  json_object_set_new_nocheck(done, "next_task", next_id ? json_integer(next_id) : json_null());
-  return done;
+  jw_buf_t *b = &out->completed;
+  if (b->len > 1) /* after the "[" */
+    JW_ADD_LITERAL(b, ",");
+  JW_ADD_LITERAL(b, "{\"task\":");
+  jw_add_int(b, h->id);
+  JW_ADD_LITERAL(b, ",\"next_task\":");
+  lease_add_int_if(b, next_id != 0, next_id);
+  JW_ADD_LITERAL(b, "}");
+  return b->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
 static json_t *op_fail(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
@@ -578,42 +593,66 @@ static json_t *op_flag(store_t *st, const json_t *elem, const held_t *h, const c
 static const char *const op_reply_keys[] = {"completed", "failed", "extended", "released",
                                             "flagged"};
 
-/* Checks one element's task and token and applies `op` to it. */
-static json_t *lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, size_t i,
-                               size_t max_payload, counts_run_t *run, queue_t *cache,
-                               fail_t *f) {
+/* The reply to one element of an operation other than complete. */
+static json_t *lease_apply_other(store_t *st, lease_op_t op, const json_t *elem, const held_t *h,
+                                 const char *ctx, fail_t *f) {
+  switch (op) {
+  case LEASE_COMPLETE: break;
+  case LEASE_FAIL: return op_fail(st, elem, h, ctx, f);
+  case LEASE_EXTEND: return op_extend(st, elem, h, ctx, f);
+  case LEASE_RELEASE: return lease_give_back(st, h, f) ? NULL : json_integer(h->id);
+  case LEASE_FLAG: return op_flag(st, elem, h, ctx, f);
+  }
+  return NULL;
+}
+
+/* Checks one element's task and token, applies `op` to it and adds its
+ * reply to `out`. */
+static muster_err_t lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, size_t i,
+                                    size_t max_payload, counts_run_t *run, queue_t *cache,
+                                    apply_out_t *out, fail_t *f) {
   char ctx[32];
   snprintf(ctx, sizeof ctx, "leases[%zu]", i);
   int64_t task, token;
   if (jv_int(elem, "task", ctx, 0, 1, JV_ID_MAX, &task, f) ||
       jv_int(elem, "token", ctx, 0, 1, JV_ID_MAX, &token, f))
-    return NULL;
-  if (task == 0 || token == 0) {
-    fail_set(f, MUSTER_INVALID, "%s.%s: missing (every element needs \"task\" and \"token\")",
-             ctx, task == 0 ? "task" : "token");
-    return NULL;
-  }
+    return f->code;
+  if (task == 0 || token == 0)
+    return fail_set(f, MUSTER_INVALID,
+                    "%s.%s: missing (every element needs \"task\" and \"token\")", ctx,
+                    task == 0 ? "task" : "token");
   static const char *const plain[] = {"task", "token", NULL};
   static const char *const with_result[] = {"task", "token", "result", NULL};
   if ((op == LEASE_RELEASE && jv_only(elem, ctx, plain, f)) ||
       (op == LEASE_COMPLETE && jv_only(elem, ctx, with_result, f)))
-    return NULL;
+    return f->code;
   held_t h;
   if (lease_check(st, task, token, ctx, &h, cache, f))
-    return NULL;
-  switch (op) {
-  case LEASE_COMPLETE:
-    return op_complete(st, elem, &h, ctx, max_payload, run, f);
-  case LEASE_FAIL:
-    return op_fail(st, elem, &h, ctx, f);
-  case LEASE_EXTEND:
-    return op_extend(st, elem, &h, ctx, f);
-  case LEASE_RELEASE:
-    return lease_give_back(st, &h, f) ? NULL : json_integer(task);
-  case LEASE_FLAG:
-    return op_flag(st, elem, &h, ctx, f);
+    return f->code;
+  if (op == LEASE_COMPLETE)
+    return op_complete(st, elem, &h, ctx, max_payload, run, out, f);
+  json_t *one = lease_apply_other(st, op, elem, &h, ctx, f);
+  if (one == NULL || json_array_append_new(out->tree, one) != 0)
+    return f->code ? f->code : fail_set(f, MUSTER_NOMEM, "out of memory");
+  return MUSTER_OK;
+}
+
+/* The reply object of a batch applied into `out`: {"released": n}, or the
+ * replies under the operation's key, the completions as one raw node. */
+static json_t *lease_apply_reply(lease_op_t op, apply_out_t *out, fail_t *f) {
+  json_t *replies = NULL;
+  if (op == LEASE_RELEASE)
+    return json_pack("{s:I}", "released", (json_int_t)json_array_size(out->tree));
+  if (op != LEASE_COMPLETE) {
+    replies = json_incref(out->tree);
+  } else {
+    JW_ADD_LITERAL(&out->completed, "]");
+    replies = out->completed.failed ? NULL : jw_raw(out->completed.buf, out->completed.len);
   }
-  return NULL;
+  json_t *reply = replies ? json_pack("{s:o}", op_reply_keys[op], replies) : NULL;
+  if (reply == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  return reply;
 }
 
 json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload,
@@ -622,30 +661,26 @@ json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_p
   json_t *leases;
   if (jv_only(body, "", allowed, f) || jv_batch(body, "leases", LEASE_MAX_BATCH, &leases, f))
     return NULL;
-  json_t *out = json_array();
+  apply_out_t out = {.tree = json_array()};
+  JW_ADD_LITERAL(&out.completed, "[");
   counts_run_t run = {0}; /* the completions, counted once per batch */
   queue_t cache = {0};    /* the queue of the previous element */
-  for (size_t i = 0; i < json_array_size(leases); i++) {
-    json_t *one =
-        lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run, &cache, f);
-    if (one == NULL) {
-      fail_t ignored = {0};
-      counts_run_flush(st, &run, &ignored); /* those before the refusal are counted */
-      json_decref(out);
-      return NULL;
-    }
-    json_array_append_new(out, one);
+  bool ok = out.tree != NULL;
+  for (size_t i = 0; ok && i < json_array_size(leases); i++)
+    ok = lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run, &cache, &out,
+                         f) == MUSTER_OK;
+  json_t *reply = NULL;
+  if (!ok) {
+    fail_t ignored = {0};
+    counts_run_flush(st, &run, &ignored); /* those before the refusal are counted */
+    if (out.tree == NULL)
+      fail_set(f, MUSTER_NOMEM, "out of memory");
+  } else if (counts_run_flush(st, &run, f) == MUSTER_OK) {
+    reply = lease_apply_reply(op, &out, f);
   }
-  if (counts_run_flush(st, &run, f)) {
-    json_decref(out);
-    return NULL;
-  }
-  if (op == LEASE_RELEASE) {
-    json_int_t n = (json_int_t)json_array_size(out);
-    json_decref(out);
-    return json_pack("{s:I}", "released", n);
-  }
-  return json_pack("{s:o}", op_reply_keys[op], out);
+  json_decref(out.tree);
+  jw_buf_free(&out.completed);
+  return reply;
 }
 
 /* Ids of tasks matching a one-parameter query, up to `limit`; caller frees. */

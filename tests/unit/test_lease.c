@@ -365,6 +365,51 @@ static void test_lease_text_corrupt(void **unused) {
   assert_non_null(strstr(f.message, "stored payload is not JSON"));
 }
 
+/* A batch of completions replies {"completed": [{"task", "next_task"}, ...]}
+ * written as text: the bytes jw_dump gave for the tree, next_task null
+ * without a next stage.  The other operations still reply with trees. */
+static void test_complete_text(void **unused) {
+  make_queue("b", "{}");
+  make_queue("a", "{\"next\": \"b\"}");
+  make_queue("c", "{}");
+  int64_t a1 = put("a", "{\"payload\": 1}"), a2 = put("a", "{\"payload\": 2}");
+  int64_t c1 = put("c", "{\"payload\": 3}");
+  json_t *la = lease("a", 2), *lc = lease("c", 1);
+  char text[512];
+  snprintf(text, sizeof text,
+           "{\"leases\": [{\"task\": %lld, \"token\": %lld, \"result\": {\"r\": 1}},"
+           " {\"task\": %lld, \"token\": %lld}, {\"task\": %lld, \"token\": %lld}]}",
+           (long long)a1, (long long)jint(json_array_get(la, 0), "token"), (long long)c1,
+           (long long)jint(json_array_get(lc, 0), "token"), (long long)a2,
+           (long long)jint(json_array_get(la, 1), "token"));
+  json_t *body = parse(text);
+  fail_t f = {0};
+  json_t *out = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
+  assert_non_null(out);
+  json_t *next = task_list(st, "b", -1, 0, 10, &f);
+  json_t *next_tasks = json_object_get(next, "tasks");
+  assert_int_equal(json_array_size(next_tasks), 2);
+  char want[512];
+  snprintf(want, sizeof want,
+           "{\"completed\":[{\"task\":%lld,\"next_task\":%lld},{\"task\":%lld,\"next_task\":null},"
+           "{\"task\":%lld,\"next_task\":%lld}]}",
+           (long long)a1, (long long)jint(json_array_get(next_tasks, 0), "id"), (long long)c1,
+           (long long)a2, (long long)jint(json_array_get(next_tasks, 1), "id"));
+  char *got = jw_dump(out, NULL);
+  assert_string_equal(got, want);
+  free(got);
+  json_decref(next);
+  json_decref(out);
+  json_decref(body);
+  /* A refused element fails the batch: no reply. */
+  body = parse("{\"leases\": [{\"task\": 1, \"token\": 999}]}");
+  assert_null(lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f));
+  assert_int_equal(f.code, MUSTER_LEASE_LOST);
+  json_decref(body);
+  json_decref(la);
+  json_decref(lc);
+}
+
 int main(void) {
   log_set_level(LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -379,6 +424,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_lease_text, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_text_child, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_text_corrupt, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_complete_text, fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
