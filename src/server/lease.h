@@ -36,7 +36,8 @@ typedef enum { LEASE_COMPLETE, LEASE_FAIL, LEASE_EXTEND, LEASE_RELEASE, LEASE_FL
 /* Applies `op` to every element of body {"leases": [...]}.  Returns the reply
  * object (new reference) or NULL with *f filled; on failure the caller rolls
  * the savepoint back, so a batch is all-or-nothing.  `max_payload` bounds
- * results. */
+ * results.  The "completed" array of a completion's reply is a raw node
+ * (jw.h): the reply goes out through jw_dump and is not read as a tree. */
 json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload,
                     fail_t *f);
 
