@@ -10,6 +10,9 @@
  * valid UTF-8 already (it checks them when they are made), so bytes at or
  * above 0x80 pass through as they are, as json_dumps writes them.
  * tests/unit/test_jw.c compares the two on many values.
+ *
+ * Raw nodes (see jw.h) carry text that is JSON already; jw_valid checks such
+ * text when it comes from a place the head does not fully trust (the store).
  */
 #include "jw.h"
 
@@ -18,13 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  char *buf;
-  size_t len, cap;
-  bool failed;
-} jw_buf_t;
+/* The first element of every raw node: an immortal null of our own, as
+ * jansson's null, true and false are immortal (json_incref and json_decref
+ * leave a refcount of (size_t)-1 alone).  No parsed value is this pointer. */
+static json_t jw_mark = {.type = JSON_NULL, .refcount = (size_t)-1};
 
-static bool jw_reserve(jw_buf_t *b, size_t more) {
+bool jw_reserve(jw_buf_t *b, size_t more) {
   if (b->failed)
     return false;
   if (b->len + more + 1 <= b->cap)
@@ -42,7 +44,7 @@ static bool jw_reserve(jw_buf_t *b, size_t more) {
   return true;
 }
 
-static void jw_put(jw_buf_t *b, const char *data, size_t n) {
+void jw_add_text(jw_buf_t *b, const char *data, size_t n) {
   if (jw_reserve(b, n)) {
     memcpy(b->buf + b->len, data, n);
     b->len += n;
@@ -59,35 +61,35 @@ static bool jw_escaped(unsigned char c) {
   return c < 0x20 || c == '"' || c == '\\';
 }
 
-static void jw_string(jw_buf_t *b, const char *s, size_t n) {
+void jw_add_string(jw_buf_t *b, const char *s, size_t n) {
   jw_char(b, '"');
   size_t run = 0; /* start of the bytes not yet copied */
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
     if (!jw_escaped(c))
       continue;
-    jw_put(b, s + run, i - run);
+    jw_add_text(b, s + run, i - run);
     run = i + 1;
     switch (c) {
-    case '"': jw_put(b, "\\\"", 2); break;
-    case '\\': jw_put(b, "\\\\", 2); break;
-    case '\b': jw_put(b, "\\b", 2); break;
-    case '\f': jw_put(b, "\\f", 2); break;
-    case '\n': jw_put(b, "\\n", 2); break;
-    case '\r': jw_put(b, "\\r", 2); break;
-    case '\t': jw_put(b, "\\t", 2); break;
+    case '"': jw_add_text(b, "\\\"", 2); break;
+    case '\\': jw_add_text(b, "\\\\", 2); break;
+    case '\b': jw_add_text(b, "\\b", 2); break;
+    case '\f': jw_add_text(b, "\\f", 2); break;
+    case '\n': jw_add_text(b, "\\n", 2); break;
+    case '\r': jw_add_text(b, "\\r", 2); break;
+    case '\t': jw_add_text(b, "\\t", 2); break;
     default: {
       char seq[8];
       snprintf(seq, sizeof seq, "\\u%04X", (unsigned)c);
-      jw_put(b, seq, 6);
+      jw_add_text(b, seq, 6);
     }
     }
   }
-  jw_put(b, s + run, n - run);
+  jw_add_text(b, s + run, n - run);
   jw_char(b, '"');
 }
 
-static void jw_integer(jw_buf_t *b, json_int_t v) {
+void jw_add_int(jw_buf_t *b, int64_t v) {
   char digits[24], *end = digits + sizeof digits, *p = end;
   /* Through unsigned so that the most negative value needs no special case. */
   unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
@@ -97,7 +99,7 @@ static void jw_integer(jw_buf_t *b, json_int_t v) {
   } while (u);
   if (v < 0)
     *--p = '-';
-  jw_put(b, p, (size_t)(end - p));
+  jw_add_text(b, p, (size_t)(end - p));
 }
 
 /* As jansson: 17 significant digits, a ".0" when the text would read back as
@@ -124,10 +126,10 @@ static void jw_real(jw_buf_t *b, double v) {
     memmove(to, from, strlen(from) + 1);
     n = (int)strlen(text);
   }
-  jw_put(b, text, (size_t)n);
+  jw_add_text(b, text, (size_t)n);
 }
 
-static void jw_value(jw_buf_t *b, const json_t *v) {
+void jw_add_value(jw_buf_t *b, const json_t *v) {
   switch (json_typeof(v)) {
   case JSON_OBJECT: {
     jw_char(b, '{');
@@ -136,29 +138,35 @@ static void jw_value(jw_buf_t *b, const json_t *v) {
       if (!first)
         jw_char(b, ',');
       first = false;
-      jw_string(b, json_object_iter_key(it), json_object_iter_key_len(it));
+      jw_add_string(b, json_object_iter_key(it), json_object_iter_key_len(it));
       jw_char(b, ':');
-      jw_value(b, json_object_iter_value(it));
+      jw_add_value(b, json_object_iter_value(it));
     }
     jw_char(b, '}');
     break;
   }
   case JSON_ARRAY: {
+    size_t n = json_array_size(v);
+    if (n == 2 && json_array_get(v, 0) == &jw_mark) { /* a raw node: its text as it is */
+      const json_t *text = json_array_get(v, 1);
+      jw_add_text(b, json_string_value(text), json_string_length(text));
+      break;
+    }
     jw_char(b, '[');
-    for (size_t i = 0, n = json_array_size(v); i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
       if (i)
         jw_char(b, ',');
-      jw_value(b, json_array_get(v, i));
+      jw_add_value(b, json_array_get(v, i));
     }
     jw_char(b, ']');
     break;
   }
-  case JSON_STRING: jw_string(b, json_string_value(v), json_string_length(v)); break;
-  case JSON_INTEGER: jw_integer(b, json_integer_value(v)); break;
+  case JSON_STRING: jw_add_string(b, json_string_value(v), json_string_length(v)); break;
+  case JSON_INTEGER: jw_add_int(b, json_integer_value(v)); break;
   case JSON_REAL: jw_real(b, json_real_value(v)); break;
-  case JSON_TRUE: jw_put(b, "true", 4); break;
-  case JSON_FALSE: jw_put(b, "false", 5); break;
-  case JSON_NULL: jw_put(b, "null", 4); break;
+  case JSON_TRUE: jw_add_text(b, "true", 4); break;
+  case JSON_FALSE: jw_add_text(b, "false", 5); break;
+  case JSON_NULL: jw_add_text(b, "null", 4); break;
   }
 }
 
@@ -166,7 +174,7 @@ char *jw_dump(const json_t *v, size_t *len) {
   jw_buf_t b = {0};
   if (v == NULL)
     return NULL;
-  jw_value(&b, v);
+  jw_add_value(&b, v);
   if (!jw_reserve(&b, 0)) {
     free(b.buf);
     return NULL;
@@ -175,4 +183,256 @@ char *jw_dump(const json_t *v, size_t *len) {
   if (len)
     *len = b.len;
   return b.buf;
+}
+
+void jw_buf_free(jw_buf_t *b) {
+  free(b->buf);
+  *b = (jw_buf_t){0};
+}
+
+/* ---- raw nodes ---- */
+
+json_t *jw_raw(const char *text, size_t len) {
+  json_t *raw = json_array();
+  if (raw == NULL || json_array_append_new(raw, &jw_mark) != 0 ||
+      json_array_append_new(raw, json_stringn_nocheck(text, len)) != 0) {
+    json_decref(raw);
+    return NULL;
+  }
+  return raw;
+}
+
+bool jw_is_raw(const json_t *v) {
+  return json_is_array(v) && json_array_size(v) == 2 && json_array_get(v, 0) == &jw_mark &&
+         json_is_string(json_array_get(v, 1));
+}
+
+const char *jw_raw_text(const json_t *v, size_t *len) {
+  if (!jw_is_raw(v))
+    return NULL;
+  const json_t *text = json_array_get(v, 1);
+  if (len)
+    *len = json_string_length(text);
+  return json_string_value(text);
+}
+
+/* ---- checking text before it is spliced ----
+ *
+ * An iterative scanner: the enclosing containers are a stack of bytes, so
+ * deep text costs no recursion.  It allocates nothing and reads each byte
+ * once; for the short payloads of the hot path it is a small fraction of
+ * what json_loads cost (a tree, a lexer buffer, a string per value). */
+
+#define JW_MAX_DEPTH 2048 /* as jansson's JSON_PARSER_MAX_DEPTH */
+
+typedef struct {
+  const unsigned char *p, *end;
+} jw_scan_t;
+
+static void jw_skip_space(jw_scan_t *s) {
+  while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+    s->p++;
+}
+
+/* Length of the UTF-8 sequence at p: 0 when it is not one (a stray
+ * continuation byte, an overlong form, a surrogate, above U+10FFFF, cut). */
+static size_t jw_utf8_length(const unsigned char *p, const unsigned char *end) {
+  unsigned c = p[0], cp;
+  size_t n;
+  if (c < 0x80)
+    return 1;
+  if (c < 0xC2)
+    return 0;
+  if (c >= 0xF5)
+    return 0;
+  n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  cp = c & (0x7F >> n); /* the payload bits of the lead byte */
+  if ((size_t)(end - p) < n)
+    return 0;
+  for (size_t i = 1; i < n; i++) {
+    if ((p[i] & 0xC0) != 0x80)
+      return 0;
+    cp = cp << 6 | (p[i] & 0x3F);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
+      (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  return n;
+}
+
+/* The four hex digits at p as a number, -1 when they are not. */
+static long jw_hex4(const unsigned char *p, const unsigned char *end) {
+  if (end - p < 4)
+    return -1;
+  long v = 0;
+  for (int i = 0; i < 4; i++) {
+    unsigned char c = p[i];
+    int digit = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+    if (digit < 0)
+      return -1;
+    v = v * 16 + digit;
+  }
+  return v;
+}
+
+/* The escape at s->p (a backslash); surrogates must come in pairs. */
+static bool jw_scan_escape(jw_scan_t *s) {
+  if (s->end - s->p < 2)
+    return false;
+  switch (s->p[1]) {
+  case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+    s->p += 2;
+    return true;
+  case 'u': break;
+  default: return false;
+  }
+  long unit = jw_hex4(s->p + 2, s->end);
+  if (unit < 0 || (unit >= 0xDC00 && unit <= 0xDFFF))
+    return false;
+  s->p += 6;
+  if (unit < 0xD800 || unit > 0xDBFF)
+    return true;
+  if (s->end - s->p < 2 || s->p[0] != '\\' || s->p[1] != 'u')
+    return false;
+  long low = jw_hex4(s->p + 2, s->end);
+  if (low < 0xDC00 || low > 0xDFFF)
+    return false;
+  s->p += 6;
+  return true;
+}
+
+/* The string starting at s->p (a quote). */
+static bool jw_scan_string(jw_scan_t *s) {
+  s->p++;
+  while (s->p < s->end) {
+    unsigned char c = *s->p;
+    if (c == '"') {
+      s->p++;
+      return true;
+    }
+    size_t n;
+    if (c == '\\') {
+      if (!jw_scan_escape(s))
+        return false;
+    } else if (c < 0x20 || (n = jw_utf8_length(s->p, s->end)) == 0) {
+      return false;
+    } else {
+      s->p += n;
+    }
+  }
+  return false;
+}
+
+static bool jw_scan_digits(jw_scan_t *s) {
+  const unsigned char *start = s->p;
+  while (s->p < s->end && *s->p >= '0' && *s->p <= '9')
+    s->p++;
+  return s->p > start;
+}
+
+static bool jw_scan_number(jw_scan_t *s) {
+  if (s->p < s->end && *s->p == '-')
+    s->p++;
+  if (s->p < s->end && *s->p == '0')
+    s->p++;
+  else if (!jw_scan_digits(s))
+    return false;
+  if (s->p < s->end && *s->p == '.') {
+    s->p++;
+    if (!jw_scan_digits(s))
+      return false;
+  }
+  if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
+    s->p++;
+    if (s->p < s->end && (*s->p == '+' || *s->p == '-'))
+      s->p++;
+    if (!jw_scan_digits(s))
+      return false;
+  }
+  return true;
+}
+
+static bool jw_scan_word(jw_scan_t *s, const char *word, size_t n) {
+  if ((size_t)(s->end - s->p) < n || memcmp(s->p, word, n) != 0)
+    return false;
+  s->p += n;
+  return true;
+}
+
+/* A value other than an object or an array. */
+static bool jw_scan_scalar(jw_scan_t *s) {
+  switch (*s->p) {
+  case '"': return jw_scan_string(s);
+  case 't': return jw_scan_word(s, "true", 4);
+  case 'f': return jw_scan_word(s, "false", 5);
+  case 'n': return jw_scan_word(s, "null", 4);
+  default: return jw_scan_number(s);
+  }
+}
+
+/* An object's key and its colon. */
+static bool jw_scan_key(jw_scan_t *s) {
+  jw_skip_space(s);
+  if (s->p == s->end || *s->p != '"' || !jw_scan_string(s))
+    return false;
+  jw_skip_space(s);
+  if (s->p == s->end || *s->p != ':')
+    return false;
+  s->p++;
+  return true;
+}
+
+static unsigned char jw_closer(unsigned char opener) {
+  return opener == '{' ? '}' : ']';
+}
+
+bool jw_valid(const char *text, size_t len) {
+  jw_scan_t s = {(const unsigned char *)text, (const unsigned char *)text + len};
+  unsigned char open[JW_MAX_DEPTH]; /* '{' or '[' of each enclosing container */
+  size_t depth = 0;
+  bool want_value = true; /* false: after a value */
+  for (;;) {
+    jw_skip_space(&s);
+    if (want_value) {
+      if (s.p == s.end)
+        return false;
+      unsigned char c = *s.p;
+      if (depth == JW_MAX_DEPTH) /* jansson counts every value, scalars too */
+        return false;
+      if (c != '{' && c != '[') {
+        if (!jw_scan_scalar(&s))
+          return false;
+        want_value = false;
+        continue;
+      }
+      open[depth++] = c;
+      s.p++;
+      jw_skip_space(&s);
+      if (s.p < s.end && *s.p == jw_closer(c)) { /* empty */
+        s.p++;
+        depth--;
+        want_value = false;
+      } else if (c == '{' && !jw_scan_key(&s)) {
+        return false;
+      }
+      continue;
+    }
+    if (depth == 0)
+      return s.p == s.end;
+    if (s.p == s.end)
+      return false;
+    unsigned char c = *s.p++;
+    if (c == ',') {
+      want_value = true;
+      if (open[depth - 1] == '{' && !jw_scan_key(&s))
+        return false;
+    } else if (c == jw_closer(open[depth - 1])) {
+      depth--;
+    } else {
+      return false;
+    }
+  }
 }

@@ -10,6 +10,7 @@
 #include "lease.h"
 #include "counts.h"
 #include "jv.h"
+#include "jw.h"
 #include "log.h"
 #include "session.h"
 #include "metrics.h"
@@ -144,26 +145,82 @@ static int lease_lapse(store_t *st, const held_t *h, const char *error, int64_t 
   return TASK_QUEUED;
 }
 
+/*
+ * Lease objects are written as JSON text, not built as jansson trees.  A
+ * stored payload (and `requires`) is JSON text that jw_dump wrote at put
+ * from a value jansson had parsed and the head had validated, so it is
+ * spliced into the reply as it is: no json_loads of the payload, no object
+ * of nine keys, no walk of that tree at send time.  The bytes are those the
+ * tree form gave (jw_dump of the parsed payload is the stored text again),
+ * key for key: task, token, payload, attempt, deadline_ms, parent, session,
+ * index, and requires only when set (tests/unit/test_lease.c compares the
+ * two).  Stored text is still checked (jw_valid: one pass, no allocation),
+ * so a row changed behind the head's back cannot make a reply invalid: text
+ * that is not JSON goes out as jv_decode reads it, a JSON string, as it did
+ * with trees, and text that is not even UTF-8 fails the lease as before.
+ *
+ * A batch costs two growing buffers, not allocations per task: `pieces`
+ * holds each candidate's stored texts, encoded, between the candidate scan
+ * and the UPDATEs (a column's text lives only until the next step), and
+ * `out` the array of lease objects that becomes one raw node (jw.h).
+ */
+
+/* Where an encoded piece of a lease object lies in the batch's pieces. */
+typedef struct {
+  size_t at, len; /* len 0: absent (no encoded JSON value is empty) */
+} lease_piece_t;
+
 /* A ready task found for a lease, with what its lease object needs. */
 typedef struct {
   int64_t id, attempts, parent, index;
-  json_t *payload, *session, *requires; /* owned until lease_one takes them */
+  lease_piece_t payload, session, requires;
+  bool unreadable; /* the stored payload or requires is neither JSON nor UTF-8 */
 } candidate_t;
 
-static void candidate_clear(candidate_t *c) {
-  json_decref(c->payload);
-  json_decref(c->session);
-  json_decref(c->requires);
-  c->payload = c->session = c->requires = NULL;
+/* Appends stored JSON text `text` (`bytes` long; NULL reads as null, as
+ * jv_decode reads it) to `pieces` as it goes out in a reply.  Returns false
+ * when the text is not JSON and not UTF-8 either, which the tree form
+ * refused too. */
+static bool lease_piece_stored(jw_buf_t *pieces, const unsigned char *text, int bytes,
+                               lease_piece_t *piece) {
+  piece->at = pieces->len;
+  if (text == NULL) {
+    JW_ADD_LITERAL(pieces, "null");
+  } else if (jw_valid((const char *)text, (size_t)bytes)) {
+    jw_add_text(pieces, (const char *)text, (size_t)bytes);
+  } else {
+    json_t *decoded = jv_decode((const char *)text); /* a string of the text, or NULL */
+    if (decoded == NULL)
+      return false;
+    jw_add_value(pieces, decoded);
+    json_decref(decoded);
+  }
+  piece->len = pieces->len - piece->at;
+  return true;
+}
+
+/* Appends session name `name` (NULL: none) to `pieces` as a JSON string.  A
+ * name that is not UTF-8 (never one a request gave) goes out as null, as
+ * json_string's refusal made it in the tree form. */
+static void lease_piece_session(jw_buf_t *pieces, const unsigned char *name,
+                                lease_piece_t *piece) {
+  *piece = (lease_piece_t){.at = pieces->len};
+  if (name == NULL)
+    return;
+  jw_add_string(pieces, (const char *)name, strlen((const char *)name));
+  if (!pieces->failed && !jw_valid(pieces->buf + piece->at, pieces->len - piece->at))
+    pieces->len = piece->at;
+  piece->len = pieces->len - piece->at;
 }
 
 /* Collects up to `max` ready tasks of the queue in lease order, with the
- * columns of their lease objects: one pass over the ready index, so that
- * leasing each is a plain UPDATE.  (An UPDATE … RETURNING runs as a trigger
- * with a statement journal and an ephemeral table: the most expensive
- * statement on the hot path when it did this.)  Returns the count, or -1. */
+ * columns of their lease objects (stored texts appended to `pieces`): one
+ * pass over the ready index, so that leasing each is a plain UPDATE.  (An
+ * UPDATE … RETURNING runs as a trigger with a statement journal and an
+ * ephemeral table: the most expensive statement on the hot path when it did
+ * this.)  Returns the count, or -1. */
 static int64_t lease_candidates(store_t *st, const char *queue, int64_t max, candidate_t *out,
-                                fail_t *f) {
+                                jw_buf_t *pieces, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT id, attempts, payload, coalesce(parent, 0), session,"
                                    " coalesce(idx, -1), requires FROM tasks"
                                    " WHERE queue = ?1 AND state = 0 AND run_at_ms <= ?2"
@@ -179,40 +236,85 @@ static int64_t lease_candidates(store_t *st, const char *queue, int64_t max, can
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     candidate_t *c = &out[n++];
-    const unsigned char *session = sqlite3_column_text(s, 4);
     *c = (candidate_t){
         .id = sqlite3_column_int64(s, 0),
         .attempts = sqlite3_column_int64(s, 1),
-        .payload = jv_decode((const char *)sqlite3_column_text(s, 2)),
         .parent = sqlite3_column_int64(s, 3),
-        .session = session ? json_string((const char *)session) : NULL,
         .index = sqlite3_column_int64(s, 5),
-        .requires = sqlite3_column_type(s, 6) == SQLITE_NULL
-                        ? NULL
-                        : jv_decode((const char *)sqlite3_column_text(s, 6)),
     };
+    /* The text before its length: sqlite3_column_bytes after _text. */
+    const unsigned char *payload = sqlite3_column_text(s, 2);
+    c->unreadable = !lease_piece_stored(pieces, payload, sqlite3_column_bytes(s, 2), &c->payload);
+    lease_piece_session(pieces, sqlite3_column_text(s, 4), &c->session);
+    if (sqlite3_column_type(s, 6) != SQLITE_NULL) {
+      const unsigned char *requires = sqlite3_column_text(s, 6);
+      if (!lease_piece_stored(pieces, requires, sqlite3_column_bytes(s, 6), &c->requires))
+        c->unreadable = true;
+    }
   }
   store_reset(s);
   if (rc != SQLITE_DONE) {
-    for (int64_t i = 0; i < n; i++)
-      candidate_clear(&out[i]);
     store_fail(st, f, "lease candidates");
+    return -1;
+  }
+  if (pieces->failed) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
     return -1;
   }
   return n;
 }
 
-/* Leases candidate `c` (found queued in this transaction) and returns its
- * lease object, which takes the candidate's values. */
-static json_t *lease_one(store_t *st, const queue_t *q, candidate_t *c, int64_t worker,
-                         fail_t *f) {
+static void lease_add_piece(jw_buf_t *out, const char *pieces, lease_piece_t piece) {
+  if (piece.len)
+    jw_add_text(out, pieces + piece.at, piece.len);
+  else
+    JW_ADD_LITERAL(out, "null");
+}
+
+static void lease_add_int_if(jw_buf_t *out, bool present, int64_t v) {
+  if (present)
+    jw_add_int(out, v);
+  else
+    JW_ADD_LITERAL(out, "null");
+}
+
+/* Appends the lease object of candidate `c` to `out`. */
+static void lease_write(jw_buf_t *out, const candidate_t *c, const char *pieces, int64_t token,
+                        int64_t deadline) {
+  JW_ADD_LITERAL(out, "{\"task\":");
+  jw_add_int(out, c->id);
+  JW_ADD_LITERAL(out, ",\"token\":");
+  jw_add_int(out, token);
+  JW_ADD_LITERAL(out, ",\"payload\":");
+  lease_add_piece(out, pieces, c->payload);
+  JW_ADD_LITERAL(out, ",\"attempt\":");
+  jw_add_int(out, c->attempts + 1);
+  JW_ADD_LITERAL(out, ",\"deadline_ms\":");
+  jw_add_int(out, deadline);
+  JW_ADD_LITERAL(out, ",\"parent\":");
+  lease_add_int_if(out, c->parent != 0, c->parent);
+  JW_ADD_LITERAL(out, ",\"session\":");
+  lease_add_piece(out, pieces, c->session);
+  JW_ADD_LITERAL(out, ",\"index\":");
+  lease_add_int_if(out, c->index >= 0, c->index);
+  /* Shared data the task requires (docs/api.md "Shared data"); only when set. */
+  if (c->requires.len) {
+    JW_ADD_LITERAL(out, ",\"requires\":");
+    lease_add_piece(out, pieces, c->requires);
+  }
+  JW_ADD_LITERAL(out, "}");
+}
+
+/* Leases candidate `c` (found queued in this transaction) and appends its
+ * lease object to `out`, after a comma unless it is the first. */
+static muster_err_t lease_one(store_t *st, const queue_t *q, const candidate_t *c,
+                              const char *pieces, int64_t worker, bool first, jw_buf_t *out,
+                              fail_t *f) {
   sqlite3_stmt *s = store_stmt(
       st, "UPDATE tasks SET state = 1, attempts = ?6, token = ?2, worker = ?3,"
           " deadline_ms = ?4, updated_ms = ?5 WHERE id = ?1");
-  if (s == NULL) {
-    store_fail(st, f, "lease");
-    return NULL;
-  }
+  if (s == NULL)
+    return store_fail(st, f, "lease");
   int64_t now = now_ms(), token = store_next_token(st), deadline = now + q->lease_ms;
   sqlite3_bind_int64(s, 1, c->id);
   sqlite3_bind_int64(s, 2, token);
@@ -222,112 +324,119 @@ static json_t *lease_one(store_t *st, const queue_t *q, candidate_t *c, int64_t 
   sqlite3_bind_int64(s, 5, now);
   sqlite3_bind_int64(s, 6, c->attempts + 1);
   if (store_step_done(st, s, f) != MUSTER_OK)
-    return NULL;
-  if (c->payload == NULL) {
-    fail_set(f, MUSTER_STORE, "store: task %lld: its stored payload is not JSON",
-             (long long)c->id);
-    return NULL;
-  }
-  /* Built key by key (literal keys need no checks): json_pack's parsing of
-   * its format showed in profiles of batched leases. */
-  const struct {
-    const char *key;
-    json_t *value; /* stolen; NULL: the key is left out */
-  } fields[] = {
-      {"task", json_integer(c->id)},
-      {"token", json_integer(token)},
-      {"payload", c->payload},
-      {"attempt", json_integer(c->attempts + 1)},
-      {"deadline_ms", json_integer(deadline)},
-      {"parent", c->parent ? json_integer(c->parent) : json_null()},
-      {"session", c->session ? c->session : json_null()},
-      {"index", c->index >= 0 ? json_integer(c->index) : json_null()},
-      /* Shared data the task requires (docs/api.md "Shared data"); only when set. */
-      {"requires", c->requires},
-  };
-  c->payload = c->session = c->requires = NULL; /* the fields own them now */
-  json_t *lease = json_object();
-  bool ok = lease != NULL;
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-    if (fields[i].value == NULL) /* out of memory, or no "requires" */
-      ok = ok && strcmp(fields[i].key, "requires") == 0;
-    else if (!ok)
-      json_decref(fields[i].value);
-    else /* takes the value, even when it fails */
-      ok = json_object_set_new_nocheck(lease, fields[i].key, fields[i].value) == 0;
-  }
-  if (!ok) {
-    json_decref(lease);
-    lease = NULL;
-  }
-  if (lease == NULL)
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-  else
-    metrics_count(METRIC_LEASES_GRANTED, q->name, 1);
-  return lease;
+    return f->code;
+  if (c->unreadable)
+    return fail_set(f, MUSTER_STORE, "store: task %lld: its stored payload is not JSON",
+                    (long long)c->id);
+  if (!first)
+    JW_ADD_LITERAL(out, ",");
+  lease_write(out, c, pieces, token, deadline);
+  if (out->failed)
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
+  metrics_count(METRIC_LEASES_GRANTED, q->name, 1);
+  return MUSTER_OK;
 }
 
-json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max, fail_t *f) {
-  json_t *leases = json_array();
-  candidate_t *cands = calloc((size_t)max, sizeof *cands);
-  if (leases == NULL || cands == NULL) {
-    json_decref(leases);
-    free(cands);
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-    return NULL;
-  }
-  /* Tasks out of attempts (possible after max_attempts was lowered) go dead
-   * and the search repeats, so a caller still gets up to `max` leases.  The
-   * candidates were read in this transaction, so they are still queued. */
+/* Leases up to `max` - *granted candidates in rounds (see lease_acquire_raw),
+ * appending lease objects to `out`; *granted counts them, also on failure. */
+static bool lease_rounds(store_t *st, const queue_t *q, int64_t worker, int64_t max,
+                         candidate_t *cands, jw_buf_t *out, int64_t *granted, fail_t *f) {
+  jw_buf_t pieces = {0};
   bool ok = true;
-  for (bool more = true; ok && more && (int64_t)json_array_size(leases) < max;) {
-    int64_t n = lease_candidates(st, q->name, max - (int64_t)json_array_size(leases), cands, f);
+  for (bool more = true; ok && more && *granted < max;) {
+    pieces.len = 0; /* the previous round's are written out */
+    int64_t n = lease_candidates(st, q->name, max - *granted, cands, &pieces, f);
     ok = n >= 0;
     more = false;
+    if (ok && *granted == 0)
+      jw_reserve(out, pieces.len + (size_t)n * 160); /* most of a batch's text at once */
     for (int64_t i = 0; ok && i < n; i++) {
-      candidate_t *c = &cands[i];
+      const candidate_t *c = &cands[i];
       if (c->attempts >= q->max_attempts) {
         held_t h;
         ok = held_load(st, c->id, &h, NULL, f) == MUSTER_OK &&
              lease_lapse(st, &h, "out of attempts", NULL, f) >= 0;
         more = true;
       } else {
-        json_t *lease = lease_one(st, q, c, worker, f);
-        ok = lease != NULL && json_array_append_new(leases, lease) == 0;
+        ok = lease_one(st, q, c, pieces.buf, worker, *granted == 0, out, f) == MUSTER_OK;
+        *granted += ok;
       }
     }
-    for (int64_t i = 0; i < n; i++)
-      candidate_clear(&cands[i]);
   }
+  jw_buf_free(&pieces);
+  return ok;
+}
+
+json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max,
+                          size_t *count, fail_t *f) {
+  *count = 0;
+  candidate_t *cands = calloc((size_t)max, sizeof *cands);
+  if (cands == NULL) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+    return NULL;
+  }
+  /* Tasks out of attempts (possible after max_attempts was lowered) go dead
+   * and the search repeats, so a caller still gets up to `max` leases.  The
+   * candidates were read in this transaction, so they are still queued. */
+  jw_buf_t out = {0};
+  int64_t granted = 0;
+  JW_ADD_LITERAL(&out, "[");
+  bool ok = lease_rounds(st, q, worker, max, cands, &out, &granted, f);
+  JW_ADD_LITERAL(&out, "]");
   free(cands);
   /* One count for the batch: lease_one moves queued tasks only.  After a
    * failure the leases granted before it are counted too: a request that
    * keeps its writes after an error (see http.c, `keep`) keeps them. */
-  int64_t granted = (int64_t)json_array_size(leases);
   if (ok) {
     ok = counts_move(st, q->name, TASK_QUEUED, TASK_LEASED, granted, f) == MUSTER_OK;
   } else {
     fail_t ignored = {0};
     counts_move(st, q->name, TASK_QUEUED, TASK_LEASED, granted, &ignored);
   }
-  if (!ok) {
-    json_decref(leases);
-    return NULL;
-  }
+  json_t *leases = ok && !out.failed ? jw_raw(out.buf, out.len) : NULL;
+  if (ok && leases == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  jw_buf_free(&out);
+  if (leases)
+    *count = (size_t)granted;
   return leases;
 }
 
-/* Completes the task, counted in `run`; with a next stage, its result
- * becomes a task there. */
-static json_t *op_complete(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
-                           size_t max_payload, counts_run_t *run, fail_t *f) {
+json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max, fail_t *f) {
+  size_t count, len;
+  json_t *raw = lease_acquire_raw(st, q, worker, max, &count, f);
+  if (raw == NULL)
+    return NULL;
+  const char *text = jw_raw_text(raw, &len);
+  json_error_t error;
+  json_t *leases = json_loadb(text, len, JSON_ALLOW_NUL, &error);
+  json_decref(raw);
+  if (leases == NULL)
+    fail_set(f, MUSTER_STORE, "lease: the leases could not be read back: %s", error.text);
+  return leases;
+}
+
+/* A batch's replies as they are made.  Completions, one per task of every
+ * worker's cycle, are written as text {"task", "next_task"} (a tree each
+ * showed in profiles of batched cycles); the other operations' replies are
+ * a tree. */
+typedef struct {
+  json_t *tree;       /* array of the replies to fail, extend, release, flag */
+  jw_buf_t completed; /* "[" and the completions' objects, comma-separated */
+} apply_out_t;
+
+/* Completes the task, counted in `run`, and appends its reply to
+ * out->completed; with a next stage, its result becomes a task there. */
+static muster_err_t op_complete(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
+                                size_t max_payload, counts_run_t *run, apply_out_t *out,
+                                fail_t *f) {
   const json_t *result = json_object_get(elem, "result");
   char *text = result ? jv_encode(result) : NULL;
   if (text && strlen(text) > max_payload) {
     fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.result: %zu bytes, at most %zu allowed", ctx,
              strlen(text), max_payload);
     free(text);
-    return NULL;
+    return f->code;
   }
   sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 2, result = ?2, error = NULL,"
                                    " worker = NULL, deadline_ms = NULL, updated_ms = ?3"
@@ -346,12 +455,17 @@ static json_t *op_complete(store_t *st, const json_t *elem, const held_t *h, con
   }
   free(text);
   if (f->code || lease_finished(st, h, f) || worker_count(st, h->worker, WORKER_COMPLETED, f))
-    return NULL;
+    return f->code;
   metrics_count(METRIC_TASKS_COMPLETED, h->queue.name, 1);
-  json_t *done = json_object();
-  json_object_set_new_nocheck(done, "task", json_integer(h->id));
-  json_object_set_new_nocheck(done, "next_task", next_id ? json_integer(next_id) : json_null());
-  return done;
+  jw_buf_t *b = &out->completed;
+  if (b->len > 1) /* after the "[" */
+    JW_ADD_LITERAL(b, ",");
+  JW_ADD_LITERAL(b, "{\"task\":");
+  jw_add_int(b, h->id);
+  JW_ADD_LITERAL(b, ",\"next_task\":");
+  lease_add_int_if(b, next_id != 0, next_id);
+  JW_ADD_LITERAL(b, "}");
+  return b->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
 static json_t *op_fail(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
@@ -479,42 +593,66 @@ static json_t *op_flag(store_t *st, const json_t *elem, const held_t *h, const c
 static const char *const op_reply_keys[] = {"completed", "failed", "extended", "released",
                                             "flagged"};
 
-/* Checks one element's task and token and applies `op` to it. */
-static json_t *lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, size_t i,
-                               size_t max_payload, counts_run_t *run, queue_t *cache,
-                               fail_t *f) {
+/* The reply to one element of an operation other than complete. */
+static json_t *lease_apply_other(store_t *st, lease_op_t op, const json_t *elem, const held_t *h,
+                                 const char *ctx, fail_t *f) {
+  switch (op) {
+  case LEASE_COMPLETE: break;
+  case LEASE_FAIL: return op_fail(st, elem, h, ctx, f);
+  case LEASE_EXTEND: return op_extend(st, elem, h, ctx, f);
+  case LEASE_RELEASE: return lease_give_back(st, h, f) ? NULL : json_integer(h->id);
+  case LEASE_FLAG: return op_flag(st, elem, h, ctx, f);
+  }
+  return NULL;
+}
+
+/* Checks one element's task and token, applies `op` to it and adds its
+ * reply to `out`. */
+static muster_err_t lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, size_t i,
+                                    size_t max_payload, counts_run_t *run, queue_t *cache,
+                                    apply_out_t *out, fail_t *f) {
   char ctx[32];
   snprintf(ctx, sizeof ctx, "leases[%zu]", i);
   int64_t task, token;
   if (jv_int(elem, "task", ctx, 0, 1, JV_ID_MAX, &task, f) ||
       jv_int(elem, "token", ctx, 0, 1, JV_ID_MAX, &token, f))
-    return NULL;
-  if (task == 0 || token == 0) {
-    fail_set(f, MUSTER_INVALID, "%s.%s: missing (every element needs \"task\" and \"token\")",
-             ctx, task == 0 ? "task" : "token");
-    return NULL;
-  }
+    return f->code;
+  if (task == 0 || token == 0)
+    return fail_set(f, MUSTER_INVALID,
+                    "%s.%s: missing (every element needs \"task\" and \"token\")", ctx,
+                    task == 0 ? "task" : "token");
   static const char *const plain[] = {"task", "token", NULL};
   static const char *const with_result[] = {"task", "token", "result", NULL};
   if ((op == LEASE_RELEASE && jv_only(elem, ctx, plain, f)) ||
       (op == LEASE_COMPLETE && jv_only(elem, ctx, with_result, f)))
-    return NULL;
+    return f->code;
   held_t h;
   if (lease_check(st, task, token, ctx, &h, cache, f))
-    return NULL;
-  switch (op) {
-  case LEASE_COMPLETE:
-    return op_complete(st, elem, &h, ctx, max_payload, run, f);
-  case LEASE_FAIL:
-    return op_fail(st, elem, &h, ctx, f);
-  case LEASE_EXTEND:
-    return op_extend(st, elem, &h, ctx, f);
-  case LEASE_RELEASE:
-    return lease_give_back(st, &h, f) ? NULL : json_integer(task);
-  case LEASE_FLAG:
-    return op_flag(st, elem, &h, ctx, f);
+    return f->code;
+  if (op == LEASE_COMPLETE)
+    return op_complete(st, elem, &h, ctx, max_payload, run, out, f);
+  json_t *one = lease_apply_other(st, op, elem, &h, ctx, f);
+  if (one == NULL || json_array_append_new(out->tree, one) != 0)
+    return f->code ? f->code : fail_set(f, MUSTER_NOMEM, "out of memory");
+  return MUSTER_OK;
+}
+
+/* The reply object of a batch applied into `out`: {"released": n}, or the
+ * replies under the operation's key, the completions as one raw node. */
+static json_t *lease_apply_reply(lease_op_t op, apply_out_t *out, fail_t *f) {
+  json_t *replies = NULL;
+  if (op == LEASE_RELEASE)
+    return json_pack("{s:I}", "released", (json_int_t)json_array_size(out->tree));
+  if (op != LEASE_COMPLETE) {
+    replies = json_incref(out->tree);
+  } else {
+    JW_ADD_LITERAL(&out->completed, "]");
+    replies = out->completed.failed ? NULL : jw_raw(out->completed.buf, out->completed.len);
   }
-  return NULL;
+  json_t *reply = replies ? json_pack("{s:o}", op_reply_keys[op], replies) : NULL;
+  if (reply == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  return reply;
 }
 
 json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload,
@@ -523,30 +661,26 @@ json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_p
   json_t *leases;
   if (jv_only(body, "", allowed, f) || jv_batch(body, "leases", LEASE_MAX_BATCH, &leases, f))
     return NULL;
-  json_t *out = json_array();
+  apply_out_t out = {.tree = json_array()};
+  JW_ADD_LITERAL(&out.completed, "[");
   counts_run_t run = {0}; /* the completions, counted once per batch */
   queue_t cache = {0};    /* the queue of the previous element */
-  for (size_t i = 0; i < json_array_size(leases); i++) {
-    json_t *one =
-        lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run, &cache, f);
-    if (one == NULL) {
-      fail_t ignored = {0};
-      counts_run_flush(st, &run, &ignored); /* those before the refusal are counted */
-      json_decref(out);
-      return NULL;
-    }
-    json_array_append_new(out, one);
+  bool ok = out.tree != NULL;
+  for (size_t i = 0; ok && i < json_array_size(leases); i++)
+    ok = lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run, &cache, &out,
+                         f) == MUSTER_OK;
+  json_t *reply = NULL;
+  if (!ok) {
+    fail_t ignored = {0};
+    counts_run_flush(st, &run, &ignored); /* those before the refusal are counted */
+    if (out.tree == NULL)
+      fail_set(f, MUSTER_NOMEM, "out of memory");
+  } else if (counts_run_flush(st, &run, f) == MUSTER_OK) {
+    reply = lease_apply_reply(op, &out, f);
   }
-  if (counts_run_flush(st, &run, f)) {
-    json_decref(out);
-    return NULL;
-  }
-  if (op == LEASE_RELEASE) {
-    json_int_t n = (json_int_t)json_array_size(out);
-    json_decref(out);
-    return json_pack("{s:I}", "released", n);
-  }
-  return json_pack("{s:o}", op_reply_keys[op], out);
+  json_decref(out.tree);
+  jw_buf_free(&out.completed);
+  return reply;
 }
 
 /* Ids of tasks matching a one-parameter query, up to `limit`; caller frees. */

@@ -18,8 +18,17 @@
 #define LEASE_MAX_ERROR 65536
 
 /* Leases up to `max` ready tasks of queue `q` to `worker` (0: anonymous).
- * Returns a JSON array of lease objects (possibly empty; new reference) or
- * NULL with *f filled.  Tasks found out of attempts are moved to dead. */
+ * Returns the JSON array of lease objects (possibly empty) as one raw node
+ * of its compact text (jw.h; new reference), with the number of leases in
+ * *count, or NULL with *f filled.  Tasks found out of attempts are moved to
+ * dead.  This is the form for replies: the node must go out through jw_dump,
+ * and nothing may read it as a tree. */
+json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max,
+                          size_t *count, fail_t *f);
+
+/* The same, as a tree: a JSON array of lease objects {"task", "token",
+ * "payload", ...} (new reference) for callers that read the leases (the
+ * compatibility API, tests); it is the raw text read back. */
 json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max, fail_t *f);
 
 typedef enum { LEASE_COMPLETE, LEASE_FAIL, LEASE_EXTEND, LEASE_RELEASE, LEASE_FLAG } lease_op_t;
@@ -27,7 +36,8 @@ typedef enum { LEASE_COMPLETE, LEASE_FAIL, LEASE_EXTEND, LEASE_RELEASE, LEASE_FL
 /* Applies `op` to every element of body {"leases": [...]}.  Returns the reply
  * object (new reference) or NULL with *f filled; on failure the caller rolls
  * the savepoint back, so a batch is all-or-nothing.  `max_payload` bounds
- * results. */
+ * results.  The "completed" array of a completion's reply is a raw node
+ * (jw.h): the reply goes out through jw_dump and is not read as a tree. */
 json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload,
                     fail_t *f);
 

@@ -196,14 +196,14 @@ static void h_lease(http_req_t *r) {
     http_reply_fail(r, &f);
     return;
   }
-  json_t *leases = lease_acquire(ST(r), &q, worker, max, &f);
+  size_t leased = 0, updates = 0;
+  json_t *leases = lease_acquire_raw(ST(r), &q, worker, max, &leased, &f);
   json_t *reply = leases ? json_pack("{s:o}", "leases", leases) : NULL;
-  size_t updates = 0;
   if (reply && updates_after >= 0 && update_attach(ST(r), q.name, updates_after, reply, &updates, &f)) {
     json_decref(reply);
     reply = NULL;
   }
-  if (reply && json_array_size(leases) == 0 && updates == 0 && wait_ms > 0 &&
+  if (reply && leased == 0 && updates == 0 && wait_ms > 0 &&
       !r->head->stopping) {
     json_decref(reply);
     int64_t cap = r->head->cfg.max_wait_ms;
@@ -263,7 +263,8 @@ static muster_err_t next_lease_parse(http_req_t *r, const json_t *next, next_lea
  * Returns MUSTER_OK or the error with *f filled. */
 static muster_err_t next_lease_apply(http_req_t *r, const next_lease_t *next, json_t *reply,
                                      fail_t *f) {
-  json_t *leases = lease_acquire(ST(r), &next->q, next->worker, next->max, f);
+  size_t leased;
+  json_t *leases = lease_acquire_raw(ST(r), &next->q, next->worker, next->max, &leased, f);
   if (leases == NULL)
     return f->code;
   json_object_set_new(reply, "leases", leases);

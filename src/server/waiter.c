@@ -141,10 +141,10 @@ static bool waiter_try(head_t *h, waiter_t *w) {
     return false;
   queue_t q;
   json_t *leases = NULL, *reply = NULL;
-  size_t updates = 0;
+  size_t leased = 0, updates = 0;
   if (!queue_load(h->st, w->queue, &q, &f) &&
       (w->worker == 0 || !worker_check_active(h->st, w->worker, &f)))
-    leases = lease_acquire(h->st, &q, w->worker, w->max, &f);
+    leases = lease_acquire_raw(h->st, &q, w->worker, w->max, &leased, &f);
   if (leases) {
     reply = json_pack("{s:o}", "leases", leases);
     if (w->updates_after >= 0)
@@ -160,7 +160,7 @@ static bool waiter_try(head_t *h, waiter_t *w) {
     waiter_unlink(h, w);
     return true;
   }
-  if (json_array_size(leases) == 0 && updates == 0) {
+  if (leased == 0 && updates == 0) {
     json_decref(reply);
     return false;
   }

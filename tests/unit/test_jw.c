@@ -5,6 +5,10 @@
  * JSON_ENCODE_ANY) gives: stored payloads written by either must compare
  * equal, and clients must read the same replies.  Every value here is
  * written both ways and compared byte for byte, and read back.
+ *
+ * Raw nodes (pre-encoded text in a tree) must come out verbatim wherever they
+ * stand, and nothing a client sends may pass for one; jw_valid, which guards
+ * the text the lease path splices, must agree with jansson's parser.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +31,7 @@ static void same_as_jansson(json_t *v) {
   assert_non_null(got);
   assert_string_equal(got, want);
   assert_int_equal(len, strlen(want));
+  assert_true(jw_valid(got, len)); /* what jw writes, jw_valid accepts */
   json_t *back = json_loads(got, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
   assert_non_null(back);
   assert_true(json_equal(back, v));
@@ -110,6 +115,135 @@ static void test_null_value(void **state) {
   assert_null(jw_dump(NULL, NULL));
 }
 
+/* jw_dump of `v` (consumed) must be `want`. */
+static void dumps_as(json_t *v, const char *want) {
+  char *got = jw_dump(v, NULL);
+  assert_non_null(got);
+  assert_string_equal(got, want);
+  free(got);
+  json_decref(v);
+}
+
+static void test_raw_nodes(void **state) {
+  (void)state;
+  const char *text = "{\"k\":[1,\"two\",{\"3\":null}],\"s\":\"caf\xc3\xa9 \\\"q\\\" \\u0001\"}";
+  json_t *raw = jw_raw(text, strlen(text));
+  assert_true(jw_is_raw(raw));
+  size_t len = 0;
+  assert_string_equal(jw_raw_text(raw, &len), text);
+  assert_int_equal(len, strlen(text));
+  dumps_as(json_incref(raw), text);
+  /* Verbatim inside objects and arrays, and next to ordinary values. */
+  char want[512];
+  snprintf(want, sizeof want, "{\"a\":%s,\"b\":[%s,1,[%s]],\"c\":\"x\"}", text, text, text);
+  dumps_as(json_pack("{s:O, s:[O, i, [O]], s:s}", "a", raw, "b", raw, 1, raw, "c", "x"), want);
+  /* Text that is not compact stays as it is: the node is trusted. */
+  dumps_as(jw_raw("[ 1 , 2 ]", 9), "[ 1 , 2 ]");
+  dumps_as(jw_raw("[]", 2), "[]");
+  /* A raw node's text can hold more raw text, built with the jw_add_ calls. */
+  jw_buf_t b = {0};
+  JW_ADD_LITERAL(&b, "[");
+  jw_add_value(&b, raw);
+  JW_ADD_LITERAL(&b, ",");
+  jw_add_int(&b, INT64_MIN);
+  JW_ADD_LITERAL(&b, ",");
+  jw_add_string(&b, "a\"\\\n\x1f\xc3\xa9", 7);
+  JW_ADD_LITERAL(&b, "]");
+  assert_false(b.failed);
+  snprintf(want, sizeof want, "[%s,-9223372036854775808,\"a\\\"\\\\\\n\\u001F\xc3\xa9\"]", text);
+  dumps_as(jw_raw(b.buf, b.len), want);
+  jw_buf_free(&b);
+  jw_buf_free(&b); /* a zeroed buffer is accepted */
+  json_decref(raw);
+}
+
+/* Nothing parsed or built by jansson is a raw node, however it looks. */
+static void test_raw_not_forgeable(void **state) {
+  (void)state;
+  const char *lookalikes[] = {"[null,\"x\"]", "[\"...\",\"x\"]", "[null,\"{\\\"a\\\":1}\"]",
+                              "{\"raw\":[null,\"x\"]}"};
+  for (size_t i = 0; i < sizeof lookalikes / sizeof lookalikes[0]; i++) {
+    json_t *v = json_loads(lookalikes[i], 0, NULL);
+    assert_non_null(v);
+    assert_false(jw_is_raw(v));
+    assert_null(jw_raw_text(v, NULL));
+    dumps_as(v, lookalikes[i]); /* written as the array it is */
+  }
+  json_t *built = json_pack("[n, s]", "x");
+  assert_false(jw_is_raw(built));
+  same_as_jansson(built);
+  assert_false(jw_is_raw(NULL));
+  assert_false(jw_is_raw(json_null()));
+}
+
+/* jw_add_string escapes as jw_dump (and json_dumps) do. */
+static void test_add_string(void **state) {
+  (void)state;
+  const char *strings[] = {"", "plain", "q\"b\\s/", "\b\f\n\r\t\x01\x1f\x7f",
+                           "caf\xc3\xa9 \xf0\x9f\x98\x80"};
+  for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+    json_t *v = json_string(strings[i]);
+    char *want = json_dumps(v, JSON_ENCODE_ANY);
+    jw_buf_t b = {0};
+    jw_add_string(&b, strings[i], strlen(strings[i]));
+    assert_int_equal(b.len, strlen(want));
+    assert_memory_equal(b.buf ? b.buf : "", want, b.len);
+    jw_buf_free(&b);
+    free(want);
+    json_decref(v);
+  }
+}
+
+/* jw_valid says yes exactly where json_loads(JSON_DECODE_ANY |
+ * JSON_ALLOW_NUL) reads the text, but for the numbers it checks by form only. */
+static void valid_as_jansson(const char *text, size_t len) {
+  json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+  if (jw_valid(text, len) != (v != NULL))
+    fail_msg("jw_valid says %d, jansson %d: '%.*s'", jw_valid(text, len), v != NULL, (int)len,
+             text);
+  json_decref(v);
+}
+
+static void test_valid(void **state) {
+  (void)state;
+  const char *texts[] = {
+      /* valid */
+      "0", "-0", "1", "-12", "1.5", "-0.25e+10", "1E5", "2e-3", "true", "false", "null",
+      "\"\"", "\"a\\\"\\\\\\/\\b\\f\\n\\r\\tz\"", "\"\\u00e9\\uD83D\\uDE00\"", "\"\\u0000\"",
+      "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf\"", "[]", "{}", " [ 1 , 2 ] ",
+      "\t{\"a\" : {\"b\":[[],{}]}}\r\n", "{\"a\":1,\"a\":2}", "[1,\"x\",null,true,{\"k\":[0.5]}]",
+      /* not JSON */
+      "", " ", "[", "]", "{", "[1,]", "[,1]", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{1:2}",
+      "{'a':1}", "[1 2]", "1 2", "01", "-", "1.", ".5", "1e", "1e+", "+1", "0x10", "NaN",
+      "Infinity", "tru", "nul", "truex", "\"abc", "\"\\x\"", "\"\\u12\"", "\"\\u12G4\"",
+      "\"\\uD83D\"", "\"\\uDE00\"", "\"\\uD83D\\u0041\"", "\"tab\there\"", "\"nl\nhere\"",
+      "\"\xc3\"", "\"\xc3\x28\"", "\"\x80\"", "\"\xc0\xaf\"", "\"\xe0\x80\xaf\"",
+      "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"", "\"\xf5\x80\x80\x80\"", "\xc3\xa9", "[1]]",
+      "{\"a\":1}}", "[}", "{]", "// c\n1", "[1]x",
+  };
+  for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+    valid_as_jansson(texts[i], strlen(texts[i]));
+  /* A NUL byte in the text is not JSON, wherever it is (jansson stops
+   * reading at one after a value; the lease path then reads the text as
+   * jv_decode does, up to the NUL). */
+  valid_as_jansson("\"a\0b\"", 5);
+  assert_false(jw_valid("1\0", 2));
+  /* Nesting: as deep as jansson reads (it counts the innermost scalar too). */
+  static char deep[2 * 2050 + 2];
+  for (int n = 2046; n <= 2050; n++) {
+    memset(deep, '[', (size_t)n);
+    memset(deep + n, ']', (size_t)n);
+    valid_as_jansson(deep, 2 * (size_t)n);
+    deep[n] = '1';
+    memset(deep + n + 1, ']', (size_t)n);
+    valid_as_jansson(deep, 2 * (size_t)n + 1);
+  }
+  /* The documented difference: integers beyond 64 bits and reals beyond a
+   * double are JSON, which jansson refuses to hold. */
+  assert_true(jw_valid("12345678901234567890", 20));
+  assert_true(jw_valid("1e400", 5));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scalars),
@@ -117,6 +251,10 @@ int main(void) {
       cmocka_unit_test(test_containers),
       cmocka_unit_test(test_parsed_text),
       cmocka_unit_test(test_null_value),
+      cmocka_unit_test(test_raw_nodes),
+      cmocka_unit_test(test_raw_not_forgeable),
+      cmocka_unit_test(test_add_string),
+      cmocka_unit_test(test_valid),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

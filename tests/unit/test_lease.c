@@ -10,6 +10,7 @@
 
 #include <string.h>
 
+#include "server/jw.h"
 #include "server/lease.h"
 #include "server/log.h"
 #include "server/queue.h"
@@ -21,10 +22,11 @@
 static int64_t put(const char *queue, const char *task_json) {
   char text[512];
   snprintf(text, sizeof text, "{\"tasks\": [%s]}", task_json);
-  json_t *body = json_loads(text, 0, NULL);
+  json_t *body = json_loads(text, JSON_ALLOW_NUL, NULL);
   fail_t f = {0};
   json_t *out = task_put(st, queue, body, 1 << 20, &f);
-  assert_non_null(out);
+  if (out == NULL)
+    fail_msg("put %s: %s", task_json, f.message);
   int64_t id = json_integer_value(json_object_get(json_array_get(json_object_get(out, "tasks"), 0), "id"));
   json_decref(out);
   json_decref(body);
@@ -211,6 +213,203 @@ static void test_batch_too_large(void **unused) {
   json_decref(body);
 }
 
+/* ---- lease objects written as text ----
+ *
+ * The lease path writes each lease object as text around the stored payload
+ * (lease.c).  Its bytes must be those jw_dump gave for the tree lease_one
+ * built before: the keys in this order, each value as jw writes it, the
+ * payload as it was put, "requires" only when set.  `in` is the task as put;
+ * the token and the deadline are the lease's own. */
+static json_t *lease_as_tree(int64_t id, const json_t *in, int64_t parent, const json_t *got) {
+  json_t *lease = json_object(), *value;
+  json_object_set_new_nocheck(lease, "task", json_integer(id));
+  json_object_set_new_nocheck(lease, "token", json_integer(jint(got, "token")));
+  json_object_set_new_nocheck(lease, "payload", json_deep_copy(json_object_get(in, "payload")));
+  json_object_set_new_nocheck(lease, "attempt", json_integer(1));
+  json_object_set_new_nocheck(lease, "deadline_ms", json_integer(jint(got, "deadline_ms")));
+  json_object_set_new_nocheck(lease, "parent", parent ? json_integer(parent) : json_null());
+  value = json_object_get(in, "session");
+  json_object_set_new_nocheck(lease, "session", value ? json_deep_copy(value) : json_null());
+  value = json_object_get(in, "index");
+  json_object_set_new_nocheck(lease, "index", value ? json_deep_copy(value) : json_null());
+  if ((value = json_object_get(in, "requires")) != NULL)
+    json_object_set_new_nocheck(lease, "requires", json_deep_copy(value));
+  return lease;
+}
+
+/* Leases `n` tasks of `queue` as text and checks it against the trees of the
+ * tasks `in[i]` (ids `ids[i]`, parents `parents[i]` or NULL: none). */
+static void lease_text_is(const char *queue, size_t n, json_t *const *in, const int64_t *ids,
+                          const int64_t *parents) {
+  queue_t q;
+  fail_t f = {0};
+  size_t count = 0, len = 0;
+  assert_int_equal(queue_load(st, queue, &q, &f), MUSTER_OK);
+  json_t *raw = lease_acquire_raw(st, &q, 0, (int64_t)n + 1, &count, &f);
+  assert_non_null(raw);
+  assert_true(jw_is_raw(raw));
+  assert_int_equal(count, n);
+  const char *text = jw_raw_text(raw, &len);
+  json_t *got = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
+  assert_non_null(got);
+  assert_int_equal(json_array_size(got), n);
+  json_t *want = json_array();
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(want, lease_as_tree(ids[i], in[i], parents ? parents[i] : 0,
+                                              json_array_get(got, i)));
+  char *want_text = jw_dump(want, NULL);
+  assert_string_equal(text, want_text);
+  /* And through a reply: the raw node inside an object comes out as it is. */
+  json_t *reply = json_pack("{s:O, s:i}", "leases", raw, "updates_last", 0);
+  char *reply_text = jw_dump(reply, NULL), *reply_want = malloc(len + 64);
+  snprintf(reply_want, len + 64, "{\"leases\":%s,\"updates_last\":0}", text);
+  assert_string_equal(reply_text, reply_want);
+  free(reply_want);
+  free(reply_text);
+  json_decref(reply);
+  free(want_text);
+  json_decref(want);
+  json_decref(got);
+  json_decref(raw);
+}
+
+static void test_lease_text(void **unused) {
+  make_queue("q", "{}");
+  const char *tasks[] = {
+      /* unicode, escapes both as \u and literal, nested containers in key order */
+      "{\"payload\": {\"s\": \"caf\\u00e9 \xe2\x82\xac \\ud83d\\ude00\", \"e\": \"q\\\"b\\\\s\\/\\n"
+      "\\t\\u0001\\u001f\x7f\", \"n\": {\"z\": [1, 2.5, -0.0, 1e300, 0.1, null, true, false, {}],"
+      " \"a\": []}}, \"index\": 3}",
+      /* big integers; a session that needs escapes; index 0 */
+      "{\"payload\": [9223372036854775807, -9223372036854775808, 9007199254740993],"
+      " \"session\": \"s\\\"\\\\\\n\\u00e9\\u0002/\", \"index\": 0}",
+      /* requires set, with and without a session */
+      "{\"payload\": \"nul \\u0000 inside\", \"requires\": [{\"scope\": \"global\","
+      " \"name\": \"model\", \"level\": 2}]}",
+      "{\"payload\": {}, \"session\": \"plain\", \"requires\": [{\"scope\": \"g\", \"name\":"
+      " \"a\", \"level\": 1}, {\"scope\": \"g\", \"name\": \"b\", \"level\": 9007199254740991}]}",
+      "{\"payload\": null}",
+      "{\"payload\": \"\"}",
+      "{\"payload\": -1.5e-300, \"requires\": []}", /* an empty list is not stored */
+  };
+  enum { N = sizeof tasks / sizeof tasks[0] };
+  json_t *in[N];
+  int64_t ids[N];
+  for (size_t i = 0; i < N; i++) {
+    ids[i] = put("q", tasks[i]);
+    in[i] = json_loads(tasks[i], JSON_ALLOW_NUL, NULL);
+    if (json_array_size(json_object_get(in[i], "requires")) == 0)
+      json_object_del(in[i], "requires");
+  }
+  lease_text_is("q", N, in, ids, NULL);
+  for (size_t i = 0; i < N; i++)
+    json_decref(in[i]);
+}
+
+/* A child task of a pipeline: its payload is the parent's result, stored by
+ * the completion; parent, session and index come from the parent. */
+static void test_lease_text_child(void **unused) {
+  make_queue("c", "{}");
+  make_queue("p", "{\"next\": \"c\"}");
+  int64_t parent = put("p", "{\"payload\": 1, \"session\": \"s-1\", \"index\": 7}");
+  json_t *l = lease("p", 1);
+  assert_int_equal(apply(LEASE_COMPLETE, parent, jint(json_array_get(l, 0), "token"),
+                         ", \"result\": {\"out\": [\"\\u00e9\", 2.0, {\"k\": null}]}"),
+                   MUSTER_OK);
+  json_decref(l);
+  json_t *in = parse("{\"payload\": {\"out\": [\"\\u00e9\", 2.0, {\"k\": null}]},"
+                     " \"session\": \"s-1\", \"index\": 7}");
+  fail_t f = {0};
+  json_t *listed = task_list(st, "c", -1, 0, 10, &f);
+  int64_t child = listed ? jint(json_array_get(json_object_get(listed, "tasks"), 0), "id") : 0;
+  json_decref(listed);
+  assert_true(child > 0);
+  lease_text_is("c", 1, &in, &child, &parent);
+  json_decref(in);
+}
+
+/* Sets a task's stored payload behind the head's back. */
+static void corrupt_payload(int64_t id, const char *text) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET payload = ?2 WHERE id = ?1");
+  fail_t f = {0};
+  assert_non_null(s);
+  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_text(s, 2, text, -1, SQLITE_TRANSIENT);
+  assert_int_equal(store_step_done(st, s, &f), MUSTER_OK);
+}
+
+/* Stored text that is not JSON goes out as the JSON string of it, as it did
+ * when stored payloads were parsed; text that is not UTF-8 either fails. */
+static void test_lease_text_corrupt(void **unused) {
+  make_queue("q", "{}");
+  int64_t ids[3] = {put("q", "{\"payload\": 1}"), put("q", "{\"payload\": 2}"),
+                    put("q", "{\"payload\": 3}")};
+  corrupt_payload(ids[0], "not json {");
+  corrupt_payload(ids[1], "{\"a\": 1}\n"); /* JSON, not as jw writes it: spliced as it is */
+  corrupt_payload(ids[2], "\"\xc3(");       /* neither JSON nor UTF-8 */
+  queue_t q;
+  fail_t f = {0};
+  size_t count, len;
+  assert_int_equal(queue_load(st, "q", &q, &f), MUSTER_OK);
+  json_t *raw = lease_acquire_raw(st, &q, 0, 2, &count, &f);
+  assert_non_null(raw);
+  const char *text = jw_raw_text(raw, &len);
+  assert_non_null(strstr(text, ",\"payload\":\"not json {\",\"attempt\":1,"));
+  assert_non_null(strstr(text, ",\"payload\":{\"a\": 1}\n,\"attempt\":1,"));
+  json_t *back = json_loadb(text, len, 0, NULL); /* still JSON */
+  assert_non_null(back);
+  json_decref(back);
+  json_decref(raw);
+  assert_null(lease_acquire_raw(st, &q, 0, 1, &count, &f));
+  assert_int_equal(f.code, MUSTER_STORE);
+  assert_non_null(strstr(f.message, "stored payload is not JSON"));
+}
+
+/* A batch of completions replies {"completed": [{"task", "next_task"}, ...]}
+ * written as text: the bytes jw_dump gave for the tree, next_task null
+ * without a next stage.  The other operations still reply with trees. */
+static void test_complete_text(void **unused) {
+  make_queue("b", "{}");
+  make_queue("a", "{\"next\": \"b\"}");
+  make_queue("c", "{}");
+  int64_t a1 = put("a", "{\"payload\": 1}"), a2 = put("a", "{\"payload\": 2}");
+  int64_t c1 = put("c", "{\"payload\": 3}");
+  json_t *la = lease("a", 2), *lc = lease("c", 1);
+  char text[512];
+  snprintf(text, sizeof text,
+           "{\"leases\": [{\"task\": %lld, \"token\": %lld, \"result\": {\"r\": 1}},"
+           " {\"task\": %lld, \"token\": %lld}, {\"task\": %lld, \"token\": %lld}]}",
+           (long long)a1, (long long)jint(json_array_get(la, 0), "token"), (long long)c1,
+           (long long)jint(json_array_get(lc, 0), "token"), (long long)a2,
+           (long long)jint(json_array_get(la, 1), "token"));
+  json_t *body = parse(text);
+  fail_t f = {0};
+  json_t *out = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
+  assert_non_null(out);
+  json_t *next = task_list(st, "b", -1, 0, 10, &f);
+  json_t *next_tasks = json_object_get(next, "tasks");
+  assert_int_equal(json_array_size(next_tasks), 2);
+  char want[512];
+  snprintf(want, sizeof want,
+           "{\"completed\":[{\"task\":%lld,\"next_task\":%lld},{\"task\":%lld,\"next_task\":null},"
+           "{\"task\":%lld,\"next_task\":%lld}]}",
+           (long long)a1, (long long)jint(json_array_get(next_tasks, 0), "id"), (long long)c1,
+           (long long)a2, (long long)jint(json_array_get(next_tasks, 1), "id"));
+  char *got = jw_dump(out, NULL);
+  assert_string_equal(got, want);
+  free(got);
+  json_decref(next);
+  json_decref(out);
+  json_decref(body);
+  /* A refused element fails the batch: no reply. */
+  body = parse("{\"leases\": [{\"task\": 1, \"token\": 999}]}");
+  assert_null(lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f));
+  assert_int_equal(f.code, MUSTER_LEASE_LOST);
+  json_decref(body);
+  json_decref(la);
+  json_decref(lc);
+}
+
 int main(void) {
   log_set_level(LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -222,6 +421,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_fail_retry_dead, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_expiry_and_worker_timeout, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_batch_too_large, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_lease_text, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_lease_text_child, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_lease_text_corrupt, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_complete_text, fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
