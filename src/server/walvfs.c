@@ -246,10 +246,11 @@ static int walvfs_fetch(sqlite3_file *file, sqlite3_int64 offset, int amt, void 
 }
 
 /* Writes what is held, closes the real file whatever happens, and returns
- * the first error.  What is held here can only be frames of a transaction
- * that never committed (SQLite checkpoints and commits before it closes the
- * log): a failed write loses nothing committed, and SQLite mostly ignores
- * the result of closing a log; the failure is counted all the same. */
+ * the first error.  What is held here can only be frames no commit covers
+ * (every commit writes its frames before it returns; SQLite closes the log
+ * with the connection, after rolling back what is open), so a failed write
+ * loses nothing committed; SQLite mostly ignores what closing a log returns,
+ * and the failure is counted all the same. */
 static int walvfs_close(sqlite3_file *file) {
   walvfs_file_t *f = (walvfs_file_t *)file;
   int rc = walvfs_flush(f);
