@@ -19,6 +19,7 @@
 #include "http.h"
 #include "log.h"
 #include "task.h"
+#include "walvfs.h"
 #include "core/names.h"
 
 #include <stdarg.h>
@@ -490,6 +491,19 @@ static void metrics_render_store(metrics_out_t *out) {
                "Group commits that failed and were rolled back.");
   metrics_printf(out, "muster_store_commit_failures_total %llu\n",
                  (unsigned long long)m.commit_failures);
+  walvfs_stats_t wal;
+  walvfs_stats(&wal);
+  metrics_help(out, "muster_store_wal_writes_total", "counter",
+               "Writes to the WAL: by=\"sqlite\" as SQLite made them (two per page), "
+               "by=\"file\" as they reached the file (about one per commit).");
+  metrics_printf(out, "muster_store_wal_writes_total{by=\"sqlite\"} %llu\n",
+                 (unsigned long long)wal.sqlite_writes);
+  metrics_printf(out, "muster_store_wal_writes_total{by=\"file\"} %llu\n",
+                 (unsigned long long)wal.file_writes);
+  metrics_help(out, "muster_store_wal_write_failures_total", "counter",
+               "Writes of held WAL frames that failed (the transaction that wrote them failed).");
+  metrics_printf(out, "muster_store_wal_write_failures_total %llu\n",
+                 (unsigned long long)wal.failed);
 }
 
 char *metrics_render(head_t *h, size_t *len) {

@@ -11,6 +11,7 @@
 #include "store.h"
 #include "log.h"
 #include "metrics.h"
+#include "walvfs.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -231,6 +232,17 @@ static void store_configure_sqlite(void) {
   sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
+/* The VFS the store opens its file with: "muster-wal", which writes a
+ * commit's WAL frames with one call (walvfs.c), unless the environment sets
+ * MUSTER_WAL_COALESCE=0 (a way back to SQLite's own VFS, to compare or to
+ * rule it out); NULL, SQLite's default, also when it cannot be registered. */
+static const char *store_vfs(void) {
+  const char *coalesce = getenv("MUSTER_WAL_COALESCE");
+  if (coalesce && strcmp(coalesce, "0") == 0)
+    return NULL;
+  return walvfs_register();
+}
+
 store_t *store_open(const store_opts_t *opts, fail_t *f) {
   static pthread_once_t configured = PTHREAD_ONCE_INIT;
   pthread_once(&configured, store_configure_sqlite);
@@ -240,7 +252,7 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     return NULL;
   }
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-  if (sqlite3_open_v2(opts->path, &st->db, flags, NULL) != SQLITE_OK) {
+  if (sqlite3_open_v2(opts->path, &st->db, flags, store_vfs()) != SQLITE_OK) {
     store_fail(st, f, opts->path);
     store_close(st);
     return NULL;

@@ -126,6 +126,10 @@ class MetricsTest(unittest.TestCase):
         # The test heads run --sync full: their writes were flushed on the loop.
         self.assertGreater(value(s, "muster_store_flush_duration_seconds_count", on="loop"), 0)
         self.assertEqual(value(s, "muster_store_flush_failures_total"), 0)
+        # SQLite writes a WAL frame in two pieces; a commit's frames reach the file at once.
+        self.assertLess(value(s, "muster_store_wal_writes_total", by="file"),
+                        value(s, "muster_store_wal_writes_total", by="sqlite") / 2)
+        self.assertEqual(value(s, "muster_store_wal_write_failures_total"), 0)
         self.assertEqual(value(s, "muster_build_info", version="0.1.0"), 1)
         # The throughput series has the two completions of this test's queue.
         tp = self.req("GET", "/v1/throughput?seconds=60", token=READ_TOKEN).json
