@@ -448,8 +448,34 @@ static bool http_allowed(http_req_t *r, const http_route_t *rt) {
   return false;
 }
 
-/* Checks size, content type and JSON of the body; false with a reply set. */
-static bool http_parse_body(http_req_t *r, size_t limit) {
+/* Parses the body's text into r->body; false with a 400 reply set when it
+ * is not a JSON object. */
+static bool http_parse_json(http_req_t *r, const char *text, size_t len) {
+  json_error_t err;
+  r->body = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+  if (r->body == NULL) {
+    fail_t f;
+    fail_set(&f, MUSTER_BAD_JSON, "the body is not valid JSON: %s (line %d, column %d)", err.text,
+             err.line, err.column);
+    http_reply_fail(r, &f);
+    return false;
+  }
+  if (!json_is_object(r->body)) {
+    http_fail(r, MUSTER_BAD_JSON, "the body must be a JSON object");
+    return false;
+  }
+  return true;
+}
+
+const json_t *http_body(http_req_t *r) {
+  if (r->body == NULL && !http_parse_json(r, r->body_text, r->body_len))
+    return NULL;
+  return json_is_object(r->body) ? r->body : NULL;
+}
+
+/* Checks size and content type of the body and parses it, or on an
+ * HTTP_BODY_TEXT route keeps its text; false with a reply set. */
+static bool http_parse_body(http_req_t *r, const http_route_t *rt, size_t limit) {
   struct evbuffer *in = evhttp_request_get_input_buffer(r->req);
   size_t len = evbuffer_get_length(in);
   if (len > limit) {
@@ -469,21 +495,15 @@ static bool http_parse_body(http_req_t *r, size_t limit) {
               "Content-Type is '%.100s'; send the body as application/json", type);
     return false;
   }
-  json_error_t err;
-  r->body = json_loadb((const char *)evbuffer_pullup(in, -1), len,
-                       JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
-  if (r->body == NULL) {
-    fail_t f;
-    fail_set(&f, MUSTER_BAD_JSON, "the body is not valid JSON: %s (line %d, column %d)", err.text,
-             err.line, err.column);
-    http_reply_fail(r, &f);
-    return false;
+  const char *text = (const char *)evbuffer_pullup(in, -1);
+  if (rt->flags & HTTP_BODY_TEXT) {
+    /* A parse error is then answered from inside the handler's savepoint,
+     * which rolls back having written nothing: the same reply. */
+    r->body_text = text;
+    r->body_len = len;
+    return true;
   }
-  if (!json_is_object(r->body)) {
-    http_fail(r, MUSTER_BAD_JSON, "the body must be a JSON object");
-    return false;
-  }
-  return true;
+  return http_parse_json(r, text, len);
 }
 
 /* Runs the route's handler inside its own savepoint. */
@@ -574,7 +594,7 @@ static void http_dispatch(struct evhttp_request *req, void *arg) {
     ;
   else if (!http_allowed(&r, rt))
     ;
-  else if (http_parse_body(&r, rt->body_limit ? rt->body_limit : h->cfg.max_body))
+  else if (http_parse_body(&r, rt, rt->body_limit ? rt->body_limit : h->cfg.max_body))
     http_run(&r, rt);
   shared_tap_dispatched(&r); /* a streamed upload that was not accepted */
   if (!r.parked) {

@@ -28,7 +28,11 @@ typedef struct {
   struct evhttp_request *req;
   char *params[HTTP_MAX_PARAMS]; /* decoded `{}` segments of the path */
   struct evkeyvalq query;        /* decoded query string */
-  json_t *body;                  /* parsed body; {} when empty */
+  json_t *body;                  /* parsed body; {} when empty; NULL on an HTTP_BODY_TEXT
+                                    route until http_body parses it */
+  const char *body_text;         /* HTTP_BODY_TEXT routes: the body's bytes (NULL when empty),
+                                    valid while the request is handled */
+  size_t body_len;
   int status;                    /* set by a reply; 0 while none */
   json_t *reply;                 /* reply body, owned */
   bool parked;                   /* a waiter owns req now */
@@ -56,12 +60,21 @@ typedef enum {
   HTTP_ADMIN = 3,  /* the admin token only */
 } http_role_t;
 
+/* Route flags. */
+enum {
+  /* The handler reads the body's text (r->body_text, jscan.h) and parses it
+   * with http_body only when it must: the route layer checks the body's size
+   * and type but builds no tree. */
+  HTTP_BODY_TEXT = 1,
+};
+
 typedef struct {
   const char *method;    /* "GET", "POST", "PUT", "DELETE" */
   const char *pattern;   /* "/v1/queues/{}/tasks": `{}` matches one segment */
   http_handler_fn handler;
   http_role_t role;      /* who may call it; `true` in older rows means HTTP_TOKEN */
   size_t body_limit;     /* 0: the head's --max-body */
+  unsigned flags;        /* HTTP_BODY_TEXT or 0 */
 } http_route_t;
 
 /* The route table (routes.c); ends with a NULL method. */
@@ -70,6 +83,12 @@ extern const http_route_t http_routes[];
 /* Sets up evhttp on h->base and binds; returns the bound port or -1 (logged). */
 int http_start(head_t *h);
 void http_stop(head_t *h);
+
+/* The request's body parsed, as the route layer parses every other route's
+ * body (on an HTTP_BODY_TEXT route, at the first call): a JSON object, {}
+ * when the body is empty.  NULL with the 400 reply set when the body is not
+ * a JSON object.  Borrowed: it lives as long as the request. */
+const json_t *http_body(http_req_t *r);
 
 /* Answers with `status` and `body` (stolen). */
 void http_reply_json(http_req_t *r, int status, json_t *body);

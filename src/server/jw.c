@@ -234,9 +234,7 @@ static void jw_skip_space(jw_scan_t *s) {
     s->p++;
 }
 
-/* Length of the UTF-8 sequence at p: 0 when it is not one (a stray
- * continuation byte, an overlong form, a surrogate, above U+10FFFF, cut). */
-static size_t jw_utf8_length(const unsigned char *p, const unsigned char *end) {
+size_t jw_utf8_length(const unsigned char *p, const unsigned char *end) {
   unsigned c = p[0], cp;
   size_t n;
   if (c < 0x80)

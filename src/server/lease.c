@@ -425,19 +425,15 @@ typedef struct {
   jw_buf_t completed; /* "[" and the completions' objects, comma-separated */
 } apply_out_t;
 
-/* Completes the task, counted in `run`, and appends its reply to
- * out->completed; with a next stage, its result becomes a task there. */
-static muster_err_t op_complete(store_t *st, const json_t *elem, const held_t *h, const char *ctx,
+/* Completes the task with result `text` (encoded JSON; NULL: none),
+ * counted in `run`, and appends its reply to out->completed; with a next
+ * stage, its result becomes a task there. */
+static muster_err_t op_complete(store_t *st, const char *text, const held_t *h, const char *ctx,
                                 size_t max_payload, counts_run_t *run, apply_out_t *out,
                                 fail_t *f) {
-  const json_t *result = json_object_get(elem, "result");
-  char *text = result ? jv_encode(result) : NULL;
-  if (text && strlen(text) > max_payload) {
-    fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.result: %zu bytes, at most %zu allowed", ctx,
-             strlen(text), max_payload);
-    free(text);
-    return f->code;
-  }
+  if (text && strlen(text) > max_payload)
+    return fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.result: %zu bytes, at most %zu allowed",
+                    ctx, strlen(text), max_payload);
   sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 2, result = ?2, error = NULL,"
                                    " worker = NULL, deadline_ms = NULL, updated_ms = ?3"
                                    " WHERE id = ?1");
@@ -453,7 +449,6 @@ static muster_err_t op_complete(store_t *st, const json_t *elem, const held_t *h
       task_insert(st, h->queue.next, text ? text : "null", h->priority, now_ms(), NULL,
                   h->has_session ? h->session : NULL, h->index, h->id, NULL, &next_id, f);
   }
-  free(text);
   if (f->code || lease_finished(st, h, f) || worker_count(st, h->worker, WORKER_COMPLETED, f))
     return f->code;
   metrics_count(METRIC_TASKS_COMPLETED, h->queue.name, 1);
@@ -629,8 +624,13 @@ static muster_err_t lease_apply_one(store_t *st, lease_op_t op, const json_t *el
   held_t h;
   if (lease_check(st, task, token, ctx, &h, cache, f))
     return f->code;
-  if (op == LEASE_COMPLETE)
-    return op_complete(st, elem, &h, ctx, max_payload, run, out, f);
+  if (op == LEASE_COMPLETE) {
+    const json_t *result = json_object_get(elem, "result");
+    char *text = result ? jv_encode(result) : NULL;
+    muster_err_t err = op_complete(st, text, &h, ctx, max_payload, run, out, f);
+    free(text);
+    return err;
+  }
   json_t *one = lease_apply_other(st, op, elem, &h, ctx, f);
   if (one == NULL || json_array_append_new(out->tree, one) != 0)
     return f->code ? f->code : fail_set(f, MUSTER_NOMEM, "out of memory");
@@ -655,20 +655,40 @@ static json_t *lease_apply_reply(lease_op_t op, apply_out_t *out, fail_t *f) {
   return reply;
 }
 
-json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload,
-                    fail_t *f) {
-  static const char *const allowed[] = {"leases", NULL};
-  json_t *leases;
-  if (jv_only(body, "", allowed, f) || jv_batch(body, "leases", LEASE_MAX_BATCH, &leases, f))
-    return NULL;
+/* A completion read by the scanner (task, token and result checked). */
+static muster_err_t lease_complete_one(store_t *st, const jscan_elem_t *e, size_t i,
+                                       size_t max_payload, counts_run_t *run, queue_t *cache,
+                                       apply_out_t *out, fail_t *f) {
+  char ctx[32];
+  held_t h;
+  snprintf(ctx, sizeof ctx, "leases[%zu]", i);
+  if (lease_check(st, e->ints[0], e->ints[1], ctx, &h, cache, f))
+    return f->code;
+  return op_complete(st, e->text, &h, ctx, max_payload, run, out, f);
+}
+
+const jscan_shape_t lease_complete_shape = {
+    .array = "leases",
+    .max_elems = LEASE_MAX_BATCH,
+    .text = "result",
+    .ints = {{"task", 1, JV_ID_MAX, 0, true}, {"token", 1, JV_ID_MAX, 0, true}, {NULL, 0, 0, 0, 0}},
+    .extra = "lease",
+};
+
+/* Applies `op` to the elements of `leases`, or completes those `scanned`. */
+static json_t *lease_apply_batch(store_t *st, lease_op_t op, const json_t *leases,
+                                 const jscan_body_t *scanned, size_t max_payload, fail_t *f) {
+  size_t n = scanned ? scanned->count : json_array_size(leases);
   apply_out_t out = {.tree = json_array()};
   JW_ADD_LITERAL(&out.completed, "[");
   counts_run_t run = {0}; /* the completions, counted once per batch */
   queue_t cache = {0};    /* the queue of the previous element */
   bool ok = out.tree != NULL;
-  for (size_t i = 0; ok && i < json_array_size(leases); i++)
-    ok = lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run, &cache, &out,
-                         f) == MUSTER_OK;
+  for (size_t i = 0; ok && i < n; i++)
+    ok = (scanned ? lease_complete_one(st, &scanned->elems[i], i, max_payload, &run, &cache, &out,
+                                       f)
+                  : lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run,
+                                    &cache, &out, f)) == MUSTER_OK;
   json_t *reply = NULL;
   if (!ok) {
     fail_t ignored = {0};
@@ -681,6 +701,20 @@ json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_p
   json_decref(out.tree);
   jw_buf_free(&out.completed);
   return reply;
+}
+
+json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload,
+                    fail_t *f) {
+  static const char *const allowed[] = {"leases", NULL};
+  json_t *leases;
+  if (jv_only(body, "", allowed, f) || jv_batch(body, "leases", LEASE_MAX_BATCH, &leases, f))
+    return NULL;
+  return lease_apply_batch(st, op, leases, NULL, max_payload, f);
+}
+
+json_t *lease_complete_scanned(store_t *st, const jscan_body_t *body, size_t max_payload,
+                               fail_t *f) {
+  return lease_apply_batch(st, LEASE_COMPLETE, NULL, body, max_payload, f);
 }
 
 /* Ids of tasks matching a one-parameter query, up to `limit`; caller frees. */

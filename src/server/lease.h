@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "jscan.h"
 #include "queue.h"
 #include "store.h"
 
@@ -40,6 +41,14 @@ typedef enum { LEASE_COMPLETE, LEASE_FAIL, LEASE_EXTEND, LEASE_RELEASE, LEASE_FL
  * (jw.h): the reply goes out through jw_dump and is not read as a tree. */
 json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload,
                     fail_t *f);
+
+/* The completion body as the scanner takes it (jscan.h): "leases" with
+ * task, token and result, and the combined call's "lease" kept as text. */
+extern const jscan_shape_t lease_complete_shape;
+/* lease_apply(LEASE_COMPLETE) for the "leases" of a body jscan_body read
+ * with lease_complete_shape: the same reply, the same rows and errors. */
+json_t *lease_complete_scanned(store_t *st, const jscan_body_t *body, size_t max_payload,
+                               fail_t *f);
 
 /* Returns expired leases (deadline <= now) to their queues, at most `limit`;
  * the count is returned, -1 on store failure. */

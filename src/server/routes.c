@@ -98,14 +98,24 @@ static void h_queue_requeue(http_req_t *r) {
 
 /* ---- tasks ---- */
 
+/* A put's body is read from its text when it has the common shape (jscan.h),
+ * parsed into a tree otherwise; first, so that a bad body is refused before
+ * the queue is looked up, as when the route layer parsed it. */
 static void h_tasks_put(http_req_t *r) {
   fail_t f = {0};
   queue_t q;
-  if (queue_load(ST(r), r->params[0], &q, &f)) {
-    http_reply_fail(r, &f);
+  size_t max_payload = r->head->cfg.max_payload;
+  jscan_body_t scanned;
+  bool fast = jscan_body(&task_put_shape, r->body_text, r->body_len, max_payload, &scanned);
+  if (!fast && http_body(r) == NULL)
     return;
-  }
-  reply_or_fail(r, 201, task_put(ST(r), q.name, r->body, r->head->cfg.max_payload, &f), &f);
+  if (queue_load(ST(r), r->params[0], &q, &f))
+    http_reply_fail(r, &f);
+  else if (fast)
+    reply_or_fail(r, 201, task_put_scanned(ST(r), q.name, &scanned, &f), &f);
+  else
+    reply_or_fail(r, 201, task_put(ST(r), q.name, r->body, max_payload, &f), &f);
+  jscan_body_free(&scanned);
 }
 
 /* Parses an optional non-negative integer query parameter. */
@@ -284,7 +294,7 @@ static muster_err_t next_lease_apply(http_req_t *r, const next_lease_t *next, js
  * was ready.  Any failure, whether of a completion, of the lease or of the
  * updates, rolls back the whole request.
  */
-static void h_complete(http_req_t *r) {
+static void h_complete_tree(http_req_t *r) {
   const json_t *next = json_object_get(r->body, "lease");
   if (next == NULL) {
     h_lease_op(r, LEASE_COMPLETE);
@@ -308,6 +318,42 @@ static void h_complete(http_req_t *r) {
   json_decref(body);
   reply_or_fail(r, 200, reply, &f);
 }
+
+/* h_complete_tree for a body the scanner read: the "lease" object, kept as
+ * canonical text, is parsed alone (it is small) and checked first. */
+static void h_complete_scanned(http_req_t *r, const jscan_body_t *scanned) {
+  fail_t f = {0};
+  next_lease_t lease = {0};
+  json_t *next = NULL, *reply = NULL;
+  if (scanned->extra) {
+    next = json_loadb(scanned->extra, scanned->extra_len,
+                      JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
+    if (next == NULL)
+      fail_set(&f, MUSTER_NOMEM, "out of memory"); /* the text is valid JSON */
+  }
+  if (f.code == MUSTER_OK && (next == NULL || !next_lease_parse(r, next, &lease, &f)) &&
+      (reply = lease_complete_scanned(ST(r), scanned, r->head->cfg.max_payload, &f)) && next &&
+      next_lease_apply(r, &lease, reply, &f)) {
+    json_decref(reply);
+    reply = NULL;
+  }
+  json_decref(next);
+  reply_or_fail(r, 200, reply, &f);
+}
+
+/* The body is read from its text when it has the common shape (jscan.h),
+ * parsed into a tree otherwise. */
+static void h_complete(http_req_t *r) {
+  jscan_body_t scanned;
+  if (jscan_body(&lease_complete_shape, r->body_text, r->body_len, r->head->cfg.max_payload,
+                 &scanned)) {
+    h_complete_scanned(r, &scanned);
+    jscan_body_free(&scanned);
+  } else if (http_body(r)) {
+    h_complete_tree(r);
+  }
+}
+
 static void h_fail(http_req_t *r) { h_lease_op(r, LEASE_FAIL); }
 static void h_extend(http_req_t *r) { h_lease_op(r, LEASE_EXTEND); }
 static void h_release(http_req_t *r) { h_lease_op(r, LEASE_RELEASE); }
@@ -359,73 +405,73 @@ static void h_leaderboard(http_req_t *r) {
 }
 
 const http_route_t http_routes[] = {
-    {"GET", "/v1/health", h_health, false, 0},
-    {"GET", "/v1/queues", h_queue_list, true, 0},
-    {"PUT", "/v1/queues/{}", h_queue_put, true, 0},
-    {"GET", "/v1/queues/{}", h_queue_get, true, 0},
-    {"DELETE", "/v1/queues/{}", h_queue_delete, true, 0},
-    {"POST", "/v1/queues/{}/purge", h_queue_purge, true, 0},
-    {"POST", "/v1/queues/{}/requeue", h_queue_requeue, true, 0},
-    {"POST", "/v1/queues/{}/tasks", h_tasks_put, true, 0},
-    {"GET", "/v1/queues/{}/tasks", h_tasks_list, true, 0},
-    {"POST", "/v1/queues/{}/lease", h_lease, true, 0},
-    {"GET", "/v1/tasks/{}", h_task_get, true, 0},
-    {"POST", "/v1/tasks/{}/requeue", h_task_requeue, true, 0},
-    {"POST", "/v1/leases/complete", h_complete, true, 0},
-    {"POST", "/v1/leases/fail", h_fail, true, 0},
-    {"POST", "/v1/leases/extend", h_extend, true, 0},
-    {"POST", "/v1/leases/release", h_release, true, 0},
-    {"POST", "/v1/leases/flag", h_flag, true, 0},
-    {"POST", "/v1/workers", h_worker_register, true, 0},
-    {"GET", "/v1/workers", h_worker_list, true, 0},
-    {"GET", "/v1/workers/{}", h_worker_get, true, 0},
-    {"POST", "/v1/workers/{}/heartbeat", h_worker_heartbeat, true, 0},
-    {"DELETE", "/v1/workers/{}", h_worker_bye, true, 0},
-    {"GET", "/v1/leaderboard", h_leaderboard, true, 0},
-    {"POST", "/v1/iterations", iter_h_create, true, 0},
-    {"GET", "/v1/iterations", iter_h_list, true, 0},
-    {"GET", "/v1/iterations/{}", iter_h_get, true, 0},
-    {"DELETE", "/v1/iterations/{}", iter_h_delete, true, 0},
-    {"GET", "/v1/iterations/{}/checkpoint", iter_h_checkpoint, true, 0},
-    {"POST", "/v1/iterations/{}/next", iter_h_next, true, 0},
-    {"POST", "/v1/iterations/{}/ack", iter_h_ack, true, 0},
-    {"POST", "/v1/iterations/{}/heartbeat", iter_h_heartbeat, true, 0},
+    {"GET", "/v1/health", h_health, false, 0, 0},
+    {"GET", "/v1/queues", h_queue_list, true, 0, 0},
+    {"PUT", "/v1/queues/{}", h_queue_put, true, 0, 0},
+    {"GET", "/v1/queues/{}", h_queue_get, true, 0, 0},
+    {"DELETE", "/v1/queues/{}", h_queue_delete, true, 0, 0},
+    {"POST", "/v1/queues/{}/purge", h_queue_purge, true, 0, 0},
+    {"POST", "/v1/queues/{}/requeue", h_queue_requeue, true, 0, 0},
+    {"POST", "/v1/queues/{}/tasks", h_tasks_put, true, 0, HTTP_BODY_TEXT},
+    {"GET", "/v1/queues/{}/tasks", h_tasks_list, true, 0, 0},
+    {"POST", "/v1/queues/{}/lease", h_lease, true, 0, 0},
+    {"GET", "/v1/tasks/{}", h_task_get, true, 0, 0},
+    {"POST", "/v1/tasks/{}/requeue", h_task_requeue, true, 0, 0},
+    {"POST", "/v1/leases/complete", h_complete, true, 0, HTTP_BODY_TEXT},
+    {"POST", "/v1/leases/fail", h_fail, true, 0, 0},
+    {"POST", "/v1/leases/extend", h_extend, true, 0, 0},
+    {"POST", "/v1/leases/release", h_release, true, 0, 0},
+    {"POST", "/v1/leases/flag", h_flag, true, 0, 0},
+    {"POST", "/v1/workers", h_worker_register, true, 0, 0},
+    {"GET", "/v1/workers", h_worker_list, true, 0, 0},
+    {"GET", "/v1/workers/{}", h_worker_get, true, 0, 0},
+    {"POST", "/v1/workers/{}/heartbeat", h_worker_heartbeat, true, 0, 0},
+    {"DELETE", "/v1/workers/{}", h_worker_bye, true, 0, 0},
+    {"GET", "/v1/leaderboard", h_leaderboard, true, 0, 0},
+    {"POST", "/v1/iterations", iter_h_create, true, 0, 0},
+    {"GET", "/v1/iterations", iter_h_list, true, 0, 0},
+    {"GET", "/v1/iterations/{}", iter_h_get, true, 0, 0},
+    {"DELETE", "/v1/iterations/{}", iter_h_delete, true, 0, 0},
+    {"GET", "/v1/iterations/{}/checkpoint", iter_h_checkpoint, true, 0, 0},
+    {"POST", "/v1/iterations/{}/next", iter_h_next, true, 0, 0},
+    {"POST", "/v1/iterations/{}/ack", iter_h_ack, true, 0, 0},
+    {"POST", "/v1/iterations/{}/heartbeat", iter_h_heartbeat, true, 0, 0},
     /* Dashboard, metrics and DistCompute compatibility (dashboard.c, compat.c). */
-    {"GET", "/", dashboard_h_index, HTTP_PUBLIC, 0},
-    {"GET", "/dashboard/{}", dashboard_h_asset, HTTP_PUBLIC, 0},
-    {"GET", "/metrics", dashboard_h_metrics, HTTP_PUBLIC, 0}, /* checks the token itself */
-    {"GET", "/v1/throughput", dashboard_h_throughput, HTTP_READ, 0},
-    {"GET", "/v1/distcompute", compat_h_pipelines, HTTP_READ, 0},
-    {"GET", "/compat/distcompute/{}", dashboard_h_compat_page, HTTP_PUBLIC, 0},
-    {"GET", "/compat/distcompute/{}/{}", dashboard_h_compat_page, HTTP_PUBLIC, 0},
-    {"GET", "/compat/distcompute/{}/worker/{}/{}", dashboard_h_compat_worker, HTTP_PUBLIC, 0},
-    {"GET", "/compat/distcompute/{}/api/new", compat_h_new, HTTP_PUBLIC, 0},
-    {"POST", "/compat/distcompute/{}/api/newJob", compat_h_new_job, HTTP_PUBLIC, 0},
-    {"GET", "/compat/distcompute/{}/api/jobCount", compat_h_job_count, HTTP_PUBLIC, 0},
-    {"POST", "/compat/distcompute/{}/api/updateProgress", compat_h_update_progress, HTTP_PUBLIC, 0},
-    {"POST", "/compat/distcompute/{}/api/completeJob", compat_h_complete_job, HTTP_PUBLIC, 0},
-    {"POST", "/compat/distcompute/{}/api/flagInvalidData", compat_h_flag_invalid, HTTP_PUBLIC, 0},
-    {"POST", "/compat/distcompute/{}/api/bye", compat_h_bye, HTTP_PUBLIC, 0},
+    {"GET", "/", dashboard_h_index, HTTP_PUBLIC, 0, 0},
+    {"GET", "/dashboard/{}", dashboard_h_asset, HTTP_PUBLIC, 0, 0},
+    {"GET", "/metrics", dashboard_h_metrics, HTTP_PUBLIC, 0, 0}, /* checks the token itself */
+    {"GET", "/v1/throughput", dashboard_h_throughput, HTTP_READ, 0, 0},
+    {"GET", "/v1/distcompute", compat_h_pipelines, HTTP_READ, 0, 0},
+    {"GET", "/compat/distcompute/{}", dashboard_h_compat_page, HTTP_PUBLIC, 0, 0},
+    {"GET", "/compat/distcompute/{}/{}", dashboard_h_compat_page, HTTP_PUBLIC, 0, 0},
+    {"GET", "/compat/distcompute/{}/worker/{}/{}", dashboard_h_compat_worker, HTTP_PUBLIC, 0, 0},
+    {"GET", "/compat/distcompute/{}/api/new", compat_h_new, HTTP_PUBLIC, 0, 0},
+    {"POST", "/compat/distcompute/{}/api/newJob", compat_h_new_job, HTTP_PUBLIC, 0, 0},
+    {"GET", "/compat/distcompute/{}/api/jobCount", compat_h_job_count, HTTP_PUBLIC, 0, 0},
+    {"POST", "/compat/distcompute/{}/api/updateProgress", compat_h_update_progress, HTTP_PUBLIC, 0, 0},
+    {"POST", "/compat/distcompute/{}/api/completeJob", compat_h_complete_job, HTTP_PUBLIC, 0, 0},
+    {"POST", "/compat/distcompute/{}/api/flagInvalidData", compat_h_flag_invalid, HTTP_PUBLIC, 0, 0},
+    {"POST", "/compat/distcompute/{}/api/bye", compat_h_bye, HTTP_PUBLIC, 0, 0},
     {"POST", "/compat/distcompute/{}/api/validateWorker", compat_h_validate_worker, HTTP_PUBLIC,
-     0},
-    {"POST", "/v1/nodes", route_node_register, true, 0},
-    {"GET", "/v1/nodes", route_node_list, true, 0},
-    {"GET", "/v1/nodes/{}", route_node_get, true, 0},
-    {"DELETE", "/v1/nodes/{}", route_node_leave, true, 0},
-    {"POST", "/v1/nodes/{}/heartbeat", route_node_heartbeat, true, 0},
-    {"POST", "/v1/sessions", route_session_create, true, 0},
-    {"GET", "/v1/sessions", route_session_list, true, 0},
-    {"GET", "/v1/sessions/{}", route_session_get, true, 0},
-    {"DELETE", "/v1/sessions/{}", route_session_close, true, 0},
-    {"POST", "/v1/sessions/{}/heartbeat", route_session_heartbeat, true, 0},
-    {"POST", "/v1/sessions/{}/tasks", route_session_submit, true, 0},
-    {"GET", "/v1/sessions/{}/results", route_session_results, true, 0},
-    {"POST", "/v1/queues/{}/updates", route_update_post, true, 0},
-    {"GET", "/v1/queues/{}/updates", route_update_list, true, 0},
+     0, 0},
+    {"POST", "/v1/nodes", route_node_register, true, 0, 0},
+    {"GET", "/v1/nodes", route_node_list, true, 0, 0},
+    {"GET", "/v1/nodes/{}", route_node_get, true, 0, 0},
+    {"DELETE", "/v1/nodes/{}", route_node_leave, true, 0, 0},
+    {"POST", "/v1/nodes/{}/heartbeat", route_node_heartbeat, true, 0, 0},
+    {"POST", "/v1/sessions", route_session_create, true, 0, 0},
+    {"GET", "/v1/sessions", route_session_list, true, 0, 0},
+    {"GET", "/v1/sessions/{}", route_session_get, true, 0, 0},
+    {"DELETE", "/v1/sessions/{}", route_session_close, true, 0, 0},
+    {"POST", "/v1/sessions/{}/heartbeat", route_session_heartbeat, true, 0, 0},
+    {"POST", "/v1/sessions/{}/tasks", route_session_submit, true, 0, 0},
+    {"GET", "/v1/sessions/{}/results", route_session_results, true, 0, 0},
+    {"POST", "/v1/queues/{}/updates", route_update_post, true, 0, 0},
+    {"GET", "/v1/queues/{}/updates", route_update_list, true, 0, 0},
     /* Shared data (shared_routes.c); a PUT's body is streamed, not buffered. */
-    {"PUT", "/v1/shared/{}/{}", shared_h_put, true, 0},
-    {"GET", "/v1/shared/{}/{}", shared_h_get, true, 0},
-    {"DELETE", "/v1/shared/{}/{}", shared_h_delete, true, 0},
-    {"GET", "/v1/shared/{}", shared_h_list, true, 0},
-    {NULL, NULL, NULL, false, 0},
+    {"PUT", "/v1/shared/{}/{}", shared_h_put, true, 0, 0},
+    {"GET", "/v1/shared/{}/{}", shared_h_get, true, 0, 0},
+    {"DELETE", "/v1/shared/{}/{}", shared_h_delete, true, 0, 0},
+    {"GET", "/v1/shared/{}", shared_h_list, true, 0, 0},
+    {NULL, NULL, NULL, false, 0, 0},
 };

@@ -75,8 +75,9 @@ static int64_t task_find_key(store_t *st, const char *queue, const char *key) {
 }
 
 typedef struct {
-  char *payload; /* encoded JSON, owned */
-  char *requires; /* encoded JSON of "requires" or NULL, owned */
+  const char *payload; /* encoded JSON: `encoded` or a scanned body's text */
+  char *encoded;       /* the payload written from a tree, owned */
+  char *requires;      /* encoded JSON of "requires" or NULL, owned */
   int64_t priority, delay_ms, index;
   const char *key, *session; /* borrowed from the request body */
 } task_spec_t;
@@ -89,7 +90,7 @@ static muster_err_t task_spec_parse(const json_t *elem, size_t i, size_t max_pay
   snprintf(ctx, sizeof ctx, "tasks[%zu]", i);
   if (jv_only(elem, ctx, allowed, f) ||
       jv_int(elem, "priority", ctx, 0, INT32_MIN, INT32_MAX, &spec->priority, f) ||
-      jv_int(elem, "delay_ms", ctx, 0, 0, 366LL * 24 * 3600 * 1000, &spec->delay_ms, f) ||
+      jv_int(elem, "delay_ms", ctx, 0, 0, TASK_MAX_DELAY_MS, &spec->delay_ms, f) ||
       jv_int(elem, "index", ctx, -1, 0, INT64_MAX, &spec->index, f) ||
       jv_str(elem, "key", ctx, NULL, TASK_MAX_KEY, &spec->key, f) ||
       jv_str(elem, "session", ctx, NULL, TASK_MAX_SESSION, &spec->session, f) ||
@@ -98,7 +99,7 @@ static muster_err_t task_spec_parse(const json_t *elem, size_t i, size_t max_pay
   const json_t *payload = json_object_get(elem, "payload");
   if (payload == NULL)
     return fail_set(f, MUSTER_INVALID, "%s.payload: missing", ctx);
-  spec->payload = jv_encode(payload);
+  spec->payload = spec->encoded = jv_encode(payload);
   if (spec->payload == NULL)
     return fail_set(f, MUSTER_NOMEM, "%s.payload: out of memory", ctx);
   size_t len = strlen(spec->payload);
@@ -157,9 +158,39 @@ json_t *task_put(store_t *st, const char *queue, const json_t *body, size_t max_
   if (i == n)
     out = task_put_specs(st, queue, specs, n, f);
   for (size_t j = 0; j < n; j++) {
-    free(specs[j].payload);
+    free(specs[j].encoded);
     free(specs[j].requires);
   }
+  free(specs);
+  return out;
+}
+
+/* The put body the scanner takes (jscan.h): the fields and limits of
+ * task_spec_parse, without key, session and requires (those bodies take
+ * the tree path). */
+const jscan_shape_t task_put_shape = {
+    .array = "tasks",
+    .max_elems = TASK_MAX_BATCH,
+    .text = "payload",
+    .text_required = true,
+    .ints = {{"priority", INT32_MIN, INT32_MAX, 0, false},
+             {"delay_ms", 0, TASK_MAX_DELAY_MS, 0, false},
+             {"index", 0, INT64_MAX, -1, false},
+             {NULL, 0, 0, 0, false}},
+};
+
+json_t *task_put_scanned(store_t *st, const char *queue, const jscan_body_t *body, fail_t *f) {
+  task_spec_t *specs = calloc(body->count, sizeof *specs);
+  if (specs == NULL) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+    return NULL;
+  }
+  for (size_t i = 0; i < body->count; i++) {
+    const jscan_elem_t *e = &body->elems[i];
+    specs[i] = (task_spec_t){.payload = e->text, .priority = e->ints[0],
+                             .delay_ms = e->ints[1], .index = e->ints[2]};
+  }
+  json_t *out = task_put_specs(st, queue, specs, body->count, f);
   free(specs);
   return out;
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jscan.h"
 #include "store.h"
 
 typedef struct counts_run counts_run_t; /* counts.h */
@@ -26,6 +27,7 @@ typedef enum {
 #define TASK_MAX_KEY 256
 #define TASK_MAX_SESSION 128
 #define TASK_MAX_BATCH 1000
+#define TASK_MAX_DELAY_MS (366LL * 24 * 3600 * 1000)
 
 const char *task_state_name(int state);
 /* The state named `name`, or -1. */
@@ -36,6 +38,11 @@ int task_state_parse(const char *name);
  * failure nothing was stored.  Payloads above `max_payload` bytes are refused. */
 json_t *task_put(store_t *st, const char *queue, const json_t *body, size_t max_payload,
                  fail_t *f);
+/* The body task_put reads, as the scanner takes it (jscan.h). */
+extern const jscan_shape_t task_put_shape;
+/* task_put for a body jscan_body read with task_put_shape and the same
+ * `max_payload`: the same reply, the same rows. */
+json_t *task_put_scanned(store_t *st, const char *queue, const jscan_body_t *body, fail_t *f);
 /* The task object (new reference), or NULL with MUSTER_TASK_NOT_FOUND. */
 json_t *task_get(store_t *st, int64_t id, fail_t *f);
 /* {"tasks": [...], "next": id|null}: tasks of `queue` with id > after, in

@@ -215,6 +215,61 @@ class TaskTest(ApiTestCase):
         self.expect_error("POST", "/v1/tasks/abc/requeue", None, 400, "bad_request")
         self.assert_counts(queued=2, leased=1, done=1)
 
+    # Payload texts as a client may send them, and the compact text the head
+    # must store for each (jw_dump of the parsed value).  Compact bodies take
+    # the head's scanner (src/server/jscan.c) when the text is already
+    # canonical and the parsed tree otherwise; the stored bytes, which a lease
+    # reply carries verbatim, must be the same either way.
+    STORED = [
+        (b'{"a": 1, "b": [1, 2]}', b'{"a":1,"b":[1,2]}'),
+        (b'{"a": 1}', b'{"a":1}'),
+        (b'"\\u00e9\\/"', '"\u00e9/"'.encode()),
+        (b'1.50', b'1.5'),
+        (b'[1E2,-0,0.1]', b'[100.0,0,0.10000000000000001]'),
+        (b'"\\u001f\\u0008"', b'"\\u001F\\b"'),
+        (b'99999999999999999999', None),  # refused: too big an integer
+        (b'{"b":1,"a":{"b":[]}}', b'{"b":1,"a":{"b":[]}}'),
+        (b'"caf\xc3\xa9 \\u0000 \\n"', b'"caf\xc3\xa9 \\u0000 \\n"'),
+        (b'{"a":1,"a":2}', None),  # refused: duplicate key
+        (b'{"a":1,"b":{"c":1,"c":1}}', None),
+    ]
+
+    def test_put_raw_payloads_stored_compact(self):
+        self.create_queue()
+        for sent, stored in self.STORED:
+            for fields in (b"", b',"priority":0'):
+                body = b'{"tasks":[{"payload":' + sent + fields + b"}]}"
+                r = self.call("POST", "/v1/queues/%s/tasks" % self.q, raw=body)
+                if stored is None:
+                    self.assertEqual((r.status, r.error_code), (400, "bad_json"), (body, r))
+                    continue
+                self.assertEqual(r.status, 201, (body, r))
+                r = self.call("POST", "/v1/queues/%s/lease" % self.q, raw=b"{}")
+                self.assertEqual(r.status, 200, r)
+                self.assertIn(b'"payload":' + stored + b',"attempt":', r.raw, (body, r))
+        self.assert_counts(queued=0, leased=2 * 8)
+
+    def test_complete_raw_results_stored_compact(self):
+        # A result becomes the next stage's payload: its stored bytes show in
+        # the lease reply of the next queue.
+        second = self.qname("next")
+        self.create_queue(second)
+        self.create_queue(next=second)
+        for sent, stored in self.STORED:
+            [tid] = self.put(1)
+            lease = self.lease_one()
+            body = (b'{"leases":[{"task":%d,"token":%d,"result":' % (tid, lease["token"]) +
+                    sent + b"}]}")
+            r = self.call("POST", "/v1/leases/complete", raw=body)
+            if stored is None:
+                self.assertEqual((r.status, r.error_code), (400, "bad_json"), (body, r))
+                self.assertEqual(self.get_task(tid)["state"], "leased")
+                continue
+            self.assertEqual(r.status, 200, (body, r))
+            r = self.call("POST", "/v1/queues/%s/lease" % second, raw=b"{}")
+            self.assertEqual(r.status, 200, r)
+            self.assertIn(b'"payload":' + stored + b',"attempt":', r.raw, (body, r))
+
 
 class LeaseOrderTest(ApiTestCase):
 
