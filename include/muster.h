@@ -2,7 +2,8 @@
  * muster.h — the one public header of libmuster, the C client of a muster head.
  *
  * A muster_client_t is an opaque handle holding one keep-alive HTTP connection
- * (through libcurl) to a head or node.  A handle is NOT thread-safe: give each
+ * to a head or node (libmuster's own HTTP/1.1 for http:// URLs, libcurl for
+ * https://).  A handle is NOT thread-safe: give each
  * thread its own handle (they are cheap; each owns one connection).  Different
  * handles may be used from different threads at the same time.
  *
