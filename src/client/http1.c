@@ -19,6 +19,8 @@
  * gets no byte of reply (the write fails, or the read finds the connection
  * closed), it is sent once more on a new connection, as libcurl does.  The
  * server cannot have read it then: a server closes only idle connections.
+ * A server may also answer before it has read the whole body (a 413 for one
+ * over its limit) and close; the reply that came is then the answer.
  */
 #include "client/client_internal.h"
 
@@ -587,6 +589,12 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
       snprintf(why, sizeof why, "%s",
                e == ETIMEDOUT ? "timed out sending the request" : strerror(e));
       got = e == EPIPE || e == ECONNRESET ? EXCHANGE_NO_REPLY : EXCHANGE_FAILED;
+      /* A server may answer before it has read the whole body (413 for one
+       * over its limit) and close: that reply, if it came, is the answer. */
+      char late[sizeof why];
+      if (got == EXCHANGE_NO_REPLY &&
+          http1_read_reply(client, false, deadline, late, sizeof late) == EXCHANGE_DONE)
+        got = EXCHANGE_DONE;
     } else {
       got = http1_read_reply(client, strcmp(method, "HEAD") == 0, deadline, why, sizeof why);
     }

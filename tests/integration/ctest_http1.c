@@ -3,7 +3,8 @@
  * against a scripted server on a thread: the request it writes, every way a
  * reply may be framed (Content-Length, chunks with extensions and trailers,
  * the end of the connection, an interim 100), a kept-alive connection that
- * the server closed while idle (sent again on a new one), and the failures
+ * the server closed while idle (sent again on a new one), a reply that comes
+ * before the whole body was sent (413, then a reset), and the failures
  * that must become clear errors rather than hangs or wrong bodies: a server
  * that never answers, one that is not HTTP, one that hangs up mid-reply (not
  * sent again), two Content-Lengths, and nothing listening.
@@ -158,6 +159,24 @@ static void script_silent(server_t *s) {
   close(fd);
 }
 
+/* Reads only the request's headers, refuses the body at once and closes
+ * (with the body unread, the kernel resets the connection). */
+static void script_refuse_early(server_t *s) {
+  int fd = srv_accept(s);
+  size_t len = 0;
+  while (fd >= 0 && len < sizeof s->first - 1 && !strstr(s->first, "\r\n\r\n")) {
+    ssize_t n = recv(fd, s->first + len, 1, 0);
+    if (n <= 0)
+      break;
+    s->first[++len] = '\0';
+  }
+  srv_send(fd,
+           "HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\nContent-Length: 55\r\n\r\n"
+           "{\"error\":{\"code\":\"body_too_large\",\"message\":\"too big\"}}",
+           4096);
+  close(fd);
+}
+
 static const char *reply_text; /* what script_reply sends, then closes */
 
 static void script_reply(server_t *s) {
@@ -271,6 +290,26 @@ static void test_bad_replies(void) {
                  MUSTER_NOT_FOUND, "nope");
 }
 
+/* A reply that comes while the body is still being sent is the answer, not
+ * the broken pipe that writing the rest of the body then meets. */
+static void test_early_reply(void) {
+  server_t s;
+  srv_start(&s, script_refuse_early);
+  muster_client_t *c = client_for(&s, "");
+  size_t n = 32u << 20;
+  char *body = malloc(n + 1);
+  memset(body, ' ', n);
+  body[0] = '{';
+  body[n - 1] = '}';
+  body[n] = '\0';
+  CHECK_ERR(c, muster_request(c, "POST", "/v1/x", body, NULL), MUSTER_BODY_TOO_LARGE);
+  CHECK(contains(muster_client_message(c), "too big"));
+  CHECK(muster_client_status(c) == 413);
+  free(body);
+  muster_client_free(c);
+  srv_join(&s);
+}
+
 static void test_nothing_listening(void) {
   /* A port that was free a moment ago. */
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -295,6 +334,7 @@ int main(void) {
   test_interim_and_close_framing();
   test_timeout();
   test_bad_replies();
+  test_early_reply();
   test_nothing_listening();
   return ctest_report();
 }
