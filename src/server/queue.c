@@ -1,7 +1,7 @@
 /*
  * queue.c — queue settings, listing with counts per state, purge, requeue and
  * deletion.  A queue's `next` names another queue: completing a task there
- * creates a task in `next` (see lease.c), which makes pipelines.
+ * creates a task in `next` (see lease_ops.c), which makes pipelines.
  */
 #include "queue.h"
 #include "counts.h"
@@ -29,7 +29,8 @@ static void queue_from_row(sqlite3_stmt *s, queue_t *q) {
   queue_from_columns(s, 0, q);
 }
 
-#define QUEUE_COLUMNS "name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next, max_flags, created_ms"
+#define QUEUE_COLUMNS                                                                              \
+  "name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next, max_flags, created_ms"
 
 muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT " QUEUE_COLUMNS " FROM queues WHERE name = ?1");
@@ -49,16 +50,15 @@ muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f) {
 
 /* Applies the settings present in `body` to *q, checking types and ranges. */
 static muster_err_t queue_apply(store_t *st, queue_t *q, const json_t *body, fail_t *f) {
-  static const char *const allowed[] = {"lease_ms", "max_attempts", "backoff_ms",
-                                        "backoff_max_ms", "max_flags", "next", NULL};
+  static const char *const allowed[] = {"lease_ms",  "max_attempts", "backoff_ms", "backoff_max_ms",
+                                        "max_flags", "next",         NULL};
   if (jv_only(body, "", allowed, f))
     return f->code;
   /* null means "remove" for next; a number setting has no such meaning. */
   for (const char *const *key = allowed; strcmp(*key, "next") != 0; key++)
     if (json_is_null(json_object_get(body, *key)))
       return fail_set(f, MUSTER_INVALID, "%s: expected an integer, not null", *key);
-  if (
-      jv_int(body, "lease_ms", "", q->lease_ms, 1, QUEUE_MAX_LEASE_MS, &q->lease_ms, f) ||
+  if (jv_int(body, "lease_ms", "", q->lease_ms, 1, QUEUE_MAX_LEASE_MS, &q->lease_ms, f) ||
       jv_int(body, "max_attempts", "", q->max_attempts, 1, 1000000, &q->max_attempts, f) ||
       jv_int(body, "backoff_ms", "", q->backoff_ms, 0, QUEUE_MAX_LEASE_MS, &q->backoff_ms, f) ||
       jv_int(body, "backoff_max_ms", "", q->backoff_max_ms, 0, QUEUE_MAX_LEASE_MS,
@@ -144,13 +144,12 @@ json_t *queue_to_json(store_t *st, const queue_t *q) {
   json_t *counts = json_object();
   for (int state = 0; state < TASK_STATE_COUNT; state++)
     json_object_set_new(counts, task_state_name(state), json_integer(by_state[state]));
-  return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:o}", "name", q->name, "lease_ms",
-                   (json_int_t)q->lease_ms, "max_attempts", (json_int_t)q->max_attempts,
-                   "backoff_ms", (json_int_t)q->backoff_ms, "backoff_max_ms",
-                   (json_int_t)q->backoff_max_ms, "next",
-                   q->next[0] ? json_string(q->next) : json_null(), "max_flags",
-                   (json_int_t)q->max_flags, "created_ms", (json_int_t)q->created_ms, "counts",
-                   counts);
+  return json_pack(
+      "{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:o}", "name", q->name, "lease_ms",
+      (json_int_t)q->lease_ms, "max_attempts", (json_int_t)q->max_attempts, "backoff_ms",
+      (json_int_t)q->backoff_ms, "backoff_max_ms", (json_int_t)q->backoff_max_ms, "next",
+      q->next[0] ? json_string(q->next) : json_null(), "max_flags", (json_int_t)q->max_flags,
+      "created_ms", (json_int_t)q->created_ms, "counts", counts);
 }
 
 json_t *queue_list(store_t *st, fail_t *f) {

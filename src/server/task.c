@@ -9,6 +9,7 @@
 #include "task.h"
 #include "counts.h"
 #include "jv.h"
+#include "jw.h"
 #include "log.h"
 #include "shared.h"
 #include "core/names.h"
@@ -109,11 +110,48 @@ static muster_err_t task_spec_parse(const json_t *elem, size_t i, size_t max_pay
   return MUSTER_OK;
 }
 
+/* Appends the reply element of one put task, {"id":N,"created":B}, as jw_dump
+ * wrote the object task_put built before (keys in that order), after a
+ * comma unless it is the first. */
+static void task_put_write(jw_buf_t *out, bool first, int64_t id, bool created) {
+  if (!first)
+    JW_ADD_LITERAL(out, ",");
+  JW_ADD_LITERAL(out, "{\"id\":");
+  jw_add_int(out, id);
+  if (created)
+    JW_ADD_LITERAL(out, ",\"created\":true}");
+  else
+    JW_ADD_LITERAL(out, ",\"created\":false}");
+}
+
+/* The reply {"tasks": RAW} (new reference), RAW a raw node of the array's
+ * text `tasks_text`; NULL with MUSTER_NOMEM when memory ran out, now or while
+ * the text was written. */
+static json_t *task_put_reply(const jw_buf_t *tasks_text, fail_t *f) {
+  json_t *tasks = tasks_text->failed ? NULL : jw_raw(tasks_text->buf, tasks_text->len);
+  json_t *reply = tasks ? json_object() : NULL;
+  /* json_object_set_new takes `tasks` also when it fails. */
+  if (reply && json_object_set_new_nocheck(reply, "tasks", tasks) == 0)
+    return reply;
+  if (reply == NULL)
+    json_decref(tasks);
+  json_decref(reply);
+  fail_set(f, MUSTER_NOMEM, "out of memory");
+  return NULL;
+}
+
+/* Stores `n` validated specs and returns the reply {"tasks": RAW} (new
+ * reference), RAW the array of {"id", "created"} as one raw node (jw.h): one
+ * growing buffer per batch, where a tree cost an object, an integer and a
+ * boolean per task.  NULL with *f filled; the tasks inserted before a failure
+ * are counted, and the caller's savepoint takes them back. */
 static json_t *task_put_specs(store_t *st, const char *queue, task_spec_t *specs, size_t n,
                               fail_t *f) {
-  json_t *out = json_array();
+  jw_buf_t out = {0};
   int64_t now = now_ms();
   counts_run_t run = {0};
+  jw_reserve(&out, 2 + n * 32); /* most of a batch's text at once */
+  JW_ADD_LITERAL(&out, "[");
   for (size_t i = 0; i < n; i++) {
     int64_t id = specs[i].key ? task_find_key(st, queue, specs[i].key) : 0;
     bool created = id == 0;
@@ -123,19 +161,15 @@ static json_t *task_put_specs(store_t *st, const char *queue, task_spec_t *specs
         (created && shared_requires_set(st, id, specs[i].requires, f))) {
       fail_t ignored = {0};
       counts_run_flush(st, &run, &ignored);
-      json_decref(out);
+      jw_buf_free(&out);
       return NULL;
     }
-    json_t *entry = json_object(); /* not json_pack: this runs per task */
-    json_object_set_new_nocheck(entry, "id", json_integer(id));
-    json_object_set_new_nocheck(entry, "created", json_boolean(created));
-    json_array_append_new(out, entry);
+    task_put_write(&out, i == 0, id, created);
   }
-  if (counts_run_flush(st, &run, f)) {
-    json_decref(out);
-    return NULL;
-  }
-  return json_pack("{s:o}", "tasks", out);
+  JW_ADD_LITERAL(&out, "]");
+  json_t *reply = counts_run_flush(st, &run, f) == MUSTER_OK ? task_put_reply(&out, f) : NULL;
+  jw_buf_free(&out);
+  return reply;
 }
 
 json_t *task_put(store_t *st, const char *queue, const json_t *body, size_t max_payload,
@@ -187,16 +221,16 @@ json_t *task_put_scanned(store_t *st, const char *queue, const jscan_body_t *bod
   }
   for (size_t i = 0; i < body->count; i++) {
     const jscan_elem_t *e = &body->elems[i];
-    specs[i] = (task_spec_t){.payload = e->text, .priority = e->ints[0],
-                             .delay_ms = e->ints[1], .index = e->ints[2]};
+    specs[i] = (task_spec_t){
+        .payload = e->text, .priority = e->ints[0], .delay_ms = e->ints[1], .index = e->ints[2]};
   }
   json_t *out = task_put_specs(st, queue, specs, body->count, f);
   free(specs);
   return out;
 }
 
-#define TASK_COLUMNS                                                                              \
-  "id, queue, state, priority, run_at_ms, payload, result, error, attempts, flags, key,"         \
+#define TASK_COLUMNS                                                                               \
+  "id, queue, state, priority, run_at_ms, payload, result, error, attempts, flags, key,"           \
   " session, idx, parent, created_ms, updated_ms, worker, deadline_ms, requires"
 
 static json_t *int_or_null(sqlite3_stmt *s, int col) {
@@ -219,18 +253,17 @@ static json_t *task_from_row(sqlite3_stmt *s) {
                        ? json_null()
                        : jv_decode((const char *)sqlite3_column_text(s, 6));
   json_t *task = json_pack(
-                   "{s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I, "
-                   "s:I, s:o}",
-                   "id", (json_int_t)sqlite3_column_int64(s, 0), "queue",
-                   (const char *)sqlite3_column_text(s, 1), "state", task_state_name(state),
-                   "priority", (json_int_t)sqlite3_column_int64(s, 3), "payload",
-                   jv_decode((const char *)sqlite3_column_text(s, 5)), "result", result, "error",
-                   text_or_null(s, 7), "attempts", (json_int_t)sqlite3_column_int64(s, 8), "flags",
-                   (json_int_t)sqlite3_column_int64(s, 9), "key", text_or_null(s, 10), "session",
-                   text_or_null(s, 11), "index", int_or_null(s, 12), "parent", int_or_null(s, 13),
-                   "run_at_ms", (json_int_t)sqlite3_column_int64(s, 4), "created_ms",
-                   (json_int_t)sqlite3_column_int64(s, 14), "updated_ms",
-                   (json_int_t)sqlite3_column_int64(s, 15), "lease", lease);
+      "{s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I, "
+      "s:I, s:o}",
+      "id", (json_int_t)sqlite3_column_int64(s, 0), "queue",
+      (const char *)sqlite3_column_text(s, 1), "state", task_state_name(state), "priority",
+      (json_int_t)sqlite3_column_int64(s, 3), "payload",
+      jv_decode((const char *)sqlite3_column_text(s, 5)), "result", result, "error",
+      text_or_null(s, 7), "attempts", (json_int_t)sqlite3_column_int64(s, 8), "flags",
+      (json_int_t)sqlite3_column_int64(s, 9), "key", text_or_null(s, 10), "session",
+      text_or_null(s, 11), "index", int_or_null(s, 12), "parent", int_or_null(s, 13), "run_at_ms",
+      (json_int_t)sqlite3_column_int64(s, 4), "created_ms", (json_int_t)sqlite3_column_int64(s, 14),
+      "updated_ms", (json_int_t)sqlite3_column_int64(s, 15), "lease", lease);
   /* Shared data the task requires (docs/api.md "Shared data"); only when set. */
   if (task && sqlite3_column_type(s, 18) != SQLITE_NULL)
     json_object_set_new(task, "requires", jv_decode((const char *)sqlite3_column_text(s, 18)));
@@ -315,8 +348,7 @@ json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int6
     json_array_append_new(tasks, task_from_row(s));
   }
   store_reset(s);
-  return json_pack("{s:o, s:o}", "tasks", tasks, "next",
-                   more ? json_integer(last) : json_null());
+  return json_pack("{s:o, s:o}", "tasks", tasks, "next", more ? json_integer(last) : json_null());
 }
 
 json_t *task_requeue(store_t *st, int64_t id, fail_t *f) {

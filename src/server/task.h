@@ -35,9 +35,10 @@ int task_state_parse(const char *name);
 
 /* Puts the tasks of body {"tasks": [...]} into `queue` atomically.  Returns
  * {"tasks": [{"id", "created"}]} (new reference) or NULL with *f filled; on
- * failure nothing was stored.  Payloads above `max_payload` bytes are refused. */
-json_t *task_put(store_t *st, const char *queue, const json_t *body, size_t max_payload,
-                 fail_t *f);
+ * failure nothing was stored.  Payloads above `max_payload` bytes are refused.
+ * The "tasks" array is a raw node (jw.h): the reply goes out through jw_dump,
+ * and a caller that reads the ids reads them from that text. */
+json_t *task_put(store_t *st, const char *queue, const json_t *body, size_t max_payload, fail_t *f);
 /* The body task_put reads, as the scanner takes it (jscan.h). */
 extern const jscan_shape_t task_put_shape;
 /* task_put for a body jscan_body read with task_put_shape and the same

@@ -7,6 +7,9 @@
 #ifndef MUSTER_TESTS_STORE_FIXTURE_H
 #define MUSTER_TESTS_STORE_FIXTURE_H
 
+#include <stdlib.h>
+
+#include "server/jw.h"
 #include "server/queue.h"
 #include "server/store.h"
 
@@ -49,6 +52,21 @@ static inline json_t *parse(const char *text) {
   if (v == NULL)
     fail_msg("bad test JSON: %s: %s", text, err.text);
   return v;
+}
+
+/* Reply `v` as a client reads it (new reference): jw_dump's text parsed
+ * again, so that raw nodes (jw.h: the arrays of put, lease and completion
+ * replies) read as the JSON they hold. */
+static inline json_t *reply_tree(const json_t *v) {
+  size_t len = 0;
+  char *text = jw_dump(v, &len);
+  if (text == NULL)
+    fail_msg("reply could not be written");
+  json_t *tree = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
+  free(text);
+  if (tree == NULL)
+    fail_msg("reply is not JSON");
+  return tree;
 }
 
 static inline int64_t jint(const json_t *obj, const char *key) {

@@ -82,7 +82,9 @@ static int64_t put(const char *queue, const char *tasks) {
   fail_t f = {0};
   json_t *out = task_put(st, queue, body, 1 << 20, &f);
   assert_non_null(out);
-  int64_t id = jint(json_array_get(json_object_get(out, "tasks"), 0), "id");
+  json_t *tree = reply_tree(out); /* "tasks" is a raw node */
+  int64_t id = jint(json_array_get(json_object_get(tree, "tasks"), 0), "id");
+  json_decref(tree);
   json_decref(out);
   json_decref(body);
   return id;
@@ -580,7 +582,8 @@ static void test_migration(void **unused) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_put_lease_complete_fail, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_put_lease_complete_fail, fixture_setup,
+                                      fixture_teardown),
       cmocka_unit_test_setup_teardown(test_requeue_purge_delete, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lapses, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_flags_and_pipelines, fixture_setup, fixture_teardown),

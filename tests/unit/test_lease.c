@@ -18,7 +18,6 @@
 #include "server/worker.h"
 #include "store_fixture.h"
 
-
 static int64_t put(const char *queue, const char *task_json) {
   char text[512];
   snprintf(text, sizeof text, "{\"tasks\": [%s]}", task_json);
@@ -27,7 +26,9 @@ static int64_t put(const char *queue, const char *task_json) {
   json_t *out = task_put(st, queue, body, 1 << 20, &f);
   if (out == NULL)
     fail_msg("put %s: %s", task_json, f.message);
-  int64_t id = json_integer_value(json_object_get(json_array_get(json_object_get(out, "tasks"), 0), "id"));
+  json_t *tree = reply_tree(out); /* "tasks" is a raw node */
+  int64_t id = jint(json_array_get(json_object_get(tree, "tasks"), 0), "id");
+  json_decref(tree);
   json_decref(out);
   json_decref(body);
   return id;
@@ -101,7 +102,7 @@ static void test_lease_order_and_keys(void **unused) {
   int64_t high = put("q", "{\"payload\": 2, \"priority\": 9}");
   int64_t low2 = put("q", "{\"payload\": 3, \"key\": \"k\"}");
   assert_int_equal(put("q", "{\"payload\": 4, \"key\": \"k\"}"), low2); /* idempotent */
-  put("q", "{\"payload\": 5, \"delay_ms\": 100000}");                  /* not ready */
+  put("q", "{\"payload\": 5, \"delay_ms\": 100000}");                   /* not ready */
   json_t *leases = lease("q", 10);
   assert_int_equal(json_array_size(leases), 3);
   assert_int_equal(jint(json_array_get(leases, 0), "task"), high);
@@ -131,8 +132,9 @@ static void test_pipeline_and_flags(void **unused) {
   make_queue("a", "{\"next\": \"b\"}");
   int64_t parent = put("a", "{\"payload\": \"in\", \"session\": \"s\", \"index\": 4}");
   json_t *l = lease("a", 1);
-  assert_int_equal(apply(LEASE_COMPLETE, parent, jint(json_array_get(l, 0), "token"),
-                         ", \"result\": \"out\""), MUSTER_OK);
+  assert_int_equal(
+      apply(LEASE_COMPLETE, parent, jint(json_array_get(l, 0), "token"), ", \"result\": \"out\""),
+      MUSTER_OK);
   json_decref(l);
   assert_string_equal(state_of(parent), "done");
   for (int round = 1; round <= 2; round++) {
@@ -158,8 +160,9 @@ static void test_fail_retry_dead(void **unused) {
     json_t *l = lease("q", 1);
     assert_int_equal(json_array_size(l), 1);
     assert_int_equal(jint(json_array_get(l, 0), "attempt"), attempt);
-    assert_int_equal(apply(LEASE_FAIL, id, jint(json_array_get(l, 0), "token"),
-                           ", \"error\": \"boom\""), MUSTER_OK);
+    assert_int_equal(
+        apply(LEASE_FAIL, id, jint(json_array_get(l, 0), "token"), ", \"error\": \"boom\""),
+        MUSTER_OK);
     json_decref(l);
   }
   assert_string_equal(state_of(id), "dead");
@@ -255,8 +258,8 @@ static void lease_text_is(const char *queue, size_t n, json_t *const *in, const 
   assert_int_equal(json_array_size(got), n);
   json_t *want = json_array();
   for (size_t i = 0; i < n; i++)
-    json_array_append_new(want, lease_as_tree(ids[i], in[i], parents ? parents[i] : 0,
-                                              json_array_get(got, i)));
+    json_array_append_new(
+        want, lease_as_tree(ids[i], in[i], parents ? parents[i] : 0, json_array_get(got, i)));
   char *want_text = jw_dump(want, NULL);
   assert_string_equal(text, want_text);
   /* And through a reply: the raw node inside an object comes out as it is. */
@@ -288,8 +291,7 @@ static void test_lease_text(void **unused) {
       " \"name\": \"model\", \"level\": 2}]}",
       "{\"payload\": {}, \"session\": \"plain\", \"requires\": [{\"scope\": \"g\", \"name\":"
       " \"a\", \"level\": 1}, {\"scope\": \"g\", \"name\": \"b\", \"level\": 9007199254740991}]}",
-      "{\"payload\": null}",
-      "{\"payload\": \"\"}",
+      "{\"payload\": null}", "{\"payload\": \"\"}",
       "{\"payload\": -1.5e-300, \"requires\": []}", /* an empty list is not stored */
   };
   enum { N = sizeof tasks / sizeof tasks[0] };
@@ -346,7 +348,7 @@ static void test_lease_text_corrupt(void **unused) {
                     put("q", "{\"payload\": 3}")};
   corrupt_payload(ids[0], "not json {");
   corrupt_payload(ids[1], "{\"a\": 1}\n"); /* JSON, not as jw writes it: spliced as it is */
-  corrupt_payload(ids[2], "\"\xc3(");       /* neither JSON nor UTF-8 */
+  corrupt_payload(ids[2], "\"\xc3(");      /* neither JSON nor UTF-8 */
   queue_t q;
   fail_t f = {0};
   size_t count, len;
@@ -410,6 +412,95 @@ static void test_complete_text(void **unused) {
   json_decref(lc);
 }
 
+/* ---- put replies written as text ----
+ *
+ * A put replies {"tasks": [{"id", "created"}, ...]} with the array written as
+ * text, one raw node per batch (task.c).  Its bytes must be those json_dumps
+ * gave for the tree task_put built before: an object per task, "id" then
+ * "created". */
+static json_t *put_reply_as_tree(const int64_t *ids, const bool *created, size_t n) {
+  json_t *out = json_array();
+  for (size_t i = 0; i < n; i++) {
+    json_t *entry = json_object();
+    json_object_set_new_nocheck(entry, "id", json_integer(ids[i]));
+    json_object_set_new_nocheck(entry, "created", json_boolean(created[i]));
+    json_array_append_new(out, entry);
+  }
+  return json_pack("{s:o}", "tasks", out);
+}
+
+/* Checks put reply `reply` of `n` tasks, created as `created` says, against
+ * the tree form, and gives its ids in `ids`.  Frees `reply`. */
+static void put_text_is(json_t *reply, size_t n, const bool *created, int64_t *ids) {
+  assert_non_null(reply);
+  assert_true(jw_is_raw(json_object_get(reply, "tasks")));
+  json_t *tree = reply_tree(reply);
+  json_t *tasks = json_object_get(tree, "tasks");
+  assert_int_equal(json_array_size(tasks), n);
+  for (size_t i = 0; i < n; i++) {
+    ids[i] = jint(json_array_get(tasks, i), "id");
+    assert_true(ids[i] > 0);
+    assert_true(json_is_boolean(json_object_get(json_array_get(tasks, i), "created")));
+    assert_int_equal(json_is_true(json_object_get(json_array_get(tasks, i), "created")),
+                     created[i]);
+  }
+  json_t *want = put_reply_as_tree(ids, created, n);
+  char *want_text = json_dumps(want, JSON_COMPACT), *got = jw_dump(reply, NULL);
+  assert_string_equal(got, want_text);
+  free(got);
+  free(want_text);
+  json_decref(want);
+  json_decref(tree);
+  json_decref(reply);
+}
+
+static json_t *put_body(const char *text) {
+  json_t *body = parse(text);
+  fail_t f = {0};
+  json_t *reply = task_put(st, "q", body, 1 << 20, &f);
+  if (reply == NULL)
+    fail_msg("put %s: %s", text, f.message);
+  json_decref(body);
+  return reply;
+}
+
+static void test_put_text(void **unused) {
+  make_queue("q", "{}");
+  int64_t ids[5];
+  put_text_is(put_body("{\"tasks\": [{\"payload\": 1, \"key\": \"a\"}, {\"payload\": 2},"
+                       " {\"payload\": 3, \"key\": \"b\"}]}"),
+              3, (const bool[]){true, true, true}, ids);
+  int64_t b = ids[2];
+  /* An id past 2^53, and those after it, in the text as in the tree. */
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET id = 9007199254740993 WHERE id = ?1");
+  fail_t f = {0};
+  assert_non_null(s);
+  sqlite3_bind_int64(s, 1, ids[0]);
+  assert_int_equal(store_step_done(st, s, &f), MUSTER_OK);
+  /* Keys seen before, keys new, a key twice in one batch: created mixed. */
+  put_text_is(put_body("{\"tasks\": [{\"payload\": 4, \"key\": \"a\"}, {\"payload\": 5},"
+                       " {\"payload\": 6, \"key\": \"b\"}, {\"payload\": 7, \"key\": \"c\"},"
+                       " {\"payload\": 8, \"key\": \"c\"}]}"),
+              5, (const bool[]){false, true, false, true, false}, ids);
+  assert_int_equal(ids[0], 9007199254740993);
+  assert_int_equal(ids[1], 9007199254740994);
+  assert_int_equal(ids[2], b);
+  assert_int_equal(ids[4], ids[3]);
+  /* Only tasks known already, in absolute bytes. */
+  json_t *reply = put_body("{\"tasks\": [{\"payload\": 0, \"key\": \"a\"}]}");
+  char *text = jw_dump(reply, NULL);
+  assert_string_equal(text, "{\"tasks\":[{\"id\":9007199254740993,\"created\":false}]}");
+  free(text);
+  put_text_is(reply, 1, (const bool[]){false}, ids);
+  /* A body the scanner reads: the same reply from the other entry. */
+  const char *body = "{\"tasks\":[{\"payload\":1},{\"payload\":\"x\",\"priority\":5}]}";
+  jscan_body_t scanned;
+  assert_true(jscan_body(&task_put_shape, body, strlen(body), 1 << 20, &scanned));
+  put_text_is(task_put_scanned(st, "q", &scanned, &f), 2, (const bool[]){true, true}, ids);
+  assert_int_equal(ids[1], ids[0] + 1);
+  jscan_body_free(&scanned);
+}
+
 int main(void) {
   log_set_level(LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -419,12 +510,14 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stale_token_refused, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_pipeline_and_flags, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_fail_retry_dead, fixture_setup, fixture_teardown),
-      cmocka_unit_test_setup_teardown(test_expiry_and_worker_timeout, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_expiry_and_worker_timeout, fixture_setup,
+                                      fixture_teardown),
       cmocka_unit_test_setup_teardown(test_batch_too_large, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_text, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_text_child, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_text_corrupt, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_complete_text, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_put_text, fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,68 @@
+/*
+ * lease_internal.h — what lease.c and lease_ops.c share: a leased task as the
+ * store has it, and the transitions both files make of it.
+ *
+ * lease.c grants leases and ends those that lapse without a call (expiry,
+ * worker timeout); lease_ops.c applies a worker's operations on leases it
+ * holds (complete, fail, extend, release, flag).  Both move tasks through the
+ * functions below, so that a transition is written, counted and reported to
+ * sessions in one place.  Everything here runs inside the request's (or the
+ * sweeper's) transaction.
+ */
+#ifndef MUSTER_SERVER_LEASE_INTERNAL_H
+#define MUSTER_SERVER_LEASE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "jw.h"
+#include "lease.h"
+#include "queue.h"
+#include "store.h"
+#include "task.h"
+
+/* A leased task as the store has it. */
+typedef struct {
+  int64_t id, token, attempts, flags, parent, index, worker, priority;
+  int state;
+  queue_t queue;
+  char session[TASK_MAX_SESSION + 1]; /* "" for none */
+  bool has_session;
+} lease_held_t;
+
+/* Loads task `id` and its queue's settings.  `cache` (NULL: none) holds the
+ * queue of a batch's previous element: the elements of a batch mostly share
+ * their queue, and within one request its settings cannot change, so the
+ * queue is read once per batch instead of once per task.
+ * MUSTER_TASK_NOT_FOUND when the task does not exist, MUSTER_QUEUE_NOT_FOUND
+ * when its queue does not. */
+muster_err_t lease_held_load(store_t *st, int64_t id, lease_held_t *h, queue_t *cache, fail_t *f);
+
+/* Moves the task `h` (in state h->state) to `state` with the given run time,
+ * error and attempts delta, clearing its lease, and counts the move.  The
+ * workhorse of every transition. */
+muster_err_t lease_move(store_t *st, const lease_held_t *h, int state, int64_t run_at_ms,
+                        const char *error, int64_t attempts_delta, fail_t *f);
+
+/* A task reached a final state (done, failed, dead): a task of a session
+ * gives the session its result. */
+muster_err_t lease_finished(store_t *st, const lease_held_t *h, fail_t *f);
+
+/* A lease that ended without success (failure, expiry, timeout): retry after
+ * backoff, or dead when the attempts are used up.  Returns the new state, or
+ * -1 with *f filled.  On a retry *run_at_out (may be NULL) gets its time. */
+int lease_lapse(store_t *st, const lease_held_t *h, const char *error, int64_t *run_at_out,
+                fail_t *f);
+
+/* Back to queued at once; the attempt the lease took is given back. */
+muster_err_t lease_give_back(store_t *st, const lease_held_t *h, fail_t *f);
+
+/* Appends `v`, or null when it is not `present`, to `out`. */
+static inline void lease_add_int_or_null(jw_buf_t *out, bool present, int64_t v) {
+  if (present)
+    jw_add_int(out, v);
+  else
+    JW_ADD_LITERAL(out, "null");
+}
+
+#endif

@@ -1,0 +1,341 @@
+/*
+ * lease_ops.c — what a worker does with a lease it holds: complete, fail,
+ * extend, release, flag (lease_apply and the scanned completion).
+ *
+ * Every element goes through lease_check, which loads the row and verifies
+ * the fencing token; nothing here trusts a worker's word about which task it
+ * holds.  Batches run inside the request's savepoint: the first refused
+ * element makes the caller roll back all earlier ones.  Granting leases and
+ * the lapses without a call are lease.c's; the transitions both use are in
+ * lease_internal.h.
+ */
+#include "lease.h"
+#include "counts.h"
+#include "jv.h"
+#include "jw.h"
+#include "lease_internal.h"
+#include "log.h"
+#include "metrics.h"
+#include "task.h"
+#include "worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Loads task `id` and checks that it is leased under `token`. */
+static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const char *ctx,
+                                lease_held_t *h, queue_t *cache, fail_t *f) {
+  if (lease_held_load(st, id, h, cache, f)) {
+    if (f->code == MUSTER_TASK_NOT_FOUND)
+      fail_set(f, MUSTER_TASK_NOT_FOUND, "%s: task %lld does not exist", ctx, (long long)id);
+    return f->code;
+  }
+  if (h->state != TASK_LEASED)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: task %lld is not leased (it is %s); its lease ended and the work "
+                    "belongs to no one now",
+                    ctx, (long long)id, task_state_name(h->state));
+  if (h->token != token)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: token %lld is stale for task %lld; the task was leased again", ctx,
+                    (long long)token, (long long)id);
+  return MUSTER_OK;
+}
+
+/* A batch's replies as they are made.  Completions, one per task of every
+ * worker's cycle, are written as text {"task", "next_task"} (a tree each
+ * showed in profiles of batched cycles); the other operations' replies are
+ * a tree. */
+typedef struct {
+  json_t *tree;       /* array of the replies to fail, extend, release, flag */
+  jw_buf_t completed; /* "[" and the completions' objects, comma-separated */
+} apply_out_t;
+
+/* Completes the task with result `text` (encoded JSON; NULL: none),
+ * counted in `run`, and appends its reply to out->completed; with a next
+ * stage, its result becomes a task there. */
+static muster_err_t op_complete(store_t *st, const char *text, const lease_held_t *h,
+                                const char *ctx, size_t max_payload, counts_run_t *run,
+                                apply_out_t *out, fail_t *f) {
+  if (text && strlen(text) > max_payload)
+    return fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.result: %zu bytes, at most %zu allowed", ctx,
+                    strlen(text), max_payload);
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 2, result = ?2, error = NULL,"
+                                   " worker = NULL, deadline_ms = NULL, updated_ms = ?3"
+                                   " WHERE id = ?1");
+  int64_t next_id = 0;
+  if (s == NULL) {
+    store_fail(st, f, "complete");
+  } else {
+    sqlite3_bind_int64(s, 1, h->id);
+    store_bind_text(s, 2, text);
+    sqlite3_bind_int64(s, 3, now_ms());
+    if (!store_step_done(st, s, f) &&
+        !counts_run_add(st, run, h->queue.name, h->state, TASK_DONE, f) && h->queue.next[0])
+      task_insert(st, h->queue.next, text ? text : "null", h->priority, now_ms(), NULL,
+                  h->has_session ? h->session : NULL, h->index, h->id, NULL, &next_id, f);
+  }
+  if (f->code || lease_finished(st, h, f) || worker_count(st, h->worker, WORKER_COMPLETED, f))
+    return f->code;
+  metrics_count(METRIC_TASKS_COMPLETED, h->queue.name, 1);
+  jw_buf_t *b = &out->completed;
+  if (b->len > 1) /* after the "[" */
+    JW_ADD_LITERAL(b, ",");
+  JW_ADD_LITERAL(b, "{\"task\":");
+  jw_add_int(b, h->id);
+  JW_ADD_LITERAL(b, ",\"next_task\":");
+  lease_add_int_or_null(b, next_id != 0, next_id);
+  JW_ADD_LITERAL(b, "}");
+  return b->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+}
+
+static json_t *op_fail(store_t *st, const json_t *elem, const lease_held_t *h, const char *ctx,
+                       fail_t *f) {
+  static const char *const allowed[] = {"task", "token", "error", "permanent", NULL};
+  const char *error;
+  bool permanent;
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_str(elem, "error", ctx, NULL, LEASE_MAX_ERROR, &error, f) ||
+      jv_bool(elem, "permanent", ctx, false, &permanent, f))
+    return NULL;
+  int state = TASK_FAILED;
+  int64_t run_at = 0;
+  if (permanent) {
+    if (lease_move(st, h, TASK_FAILED, now_ms(), error ? error : "failed permanently", 0, f) ||
+        lease_finished(st, h, f))
+      return NULL;
+  } else if ((state = lease_lapse(st, h, error ? error : "failed", &run_at, f)) < 0) {
+    return NULL;
+  }
+  if (worker_count(st, h->worker, WORKER_FAILED, f))
+    return NULL;
+  metrics_count(METRIC_TASKS_FAILED, h->queue.name, 1);
+  json_t *out = json_pack("{s:I, s:s}", "task", (json_int_t)h->id, "state", task_state_name(state));
+  if (state == TASK_QUEUED)
+    json_object_set_new(out, "run_at_ms", json_integer(run_at));
+  return out;
+}
+
+static json_t *op_extend(store_t *st, const json_t *elem, const lease_held_t *h, const char *ctx,
+                         fail_t *f) {
+  static const char *const allowed[] = {"task", "token", "lease_ms", NULL};
+  int64_t lease_ms;
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_int(elem, "lease_ms", ctx, h->queue.lease_ms, 1, QUEUE_MAX_LEASE_MS, &lease_ms, f))
+    return NULL;
+  int64_t deadline = now_ms() + lease_ms;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET deadline_ms = ?2 WHERE id = ?1");
+  if (s == NULL) {
+    store_fail(st, f, "extend");
+    return NULL;
+  }
+  sqlite3_bind_int64(s, 1, h->id);
+  sqlite3_bind_int64(s, 2, deadline);
+  if (store_step_done(st, s, f))
+    return NULL;
+  return json_pack("{s:I, s:I}", "task", (json_int_t)h->id, "deadline_ms", (json_int_t)deadline);
+}
+
+/* Re-opens `parent` at its stage: queued, result cleared, counters reset. */
+static muster_err_t lease_reopen_parent(store_t *st, int64_t parent, fail_t *f) {
+  /* Its state before, for the counts: usually done, but an operator may have
+   * moved it since. */
+  sqlite3_stmt *s = store_stmt(st, "SELECT state, queue FROM tasks WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "re-open parent");
+  sqlite3_bind_int64(s, 1, parent);
+  int rc = sqlite3_step(s), from = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : 0;
+  char queue[NAME_MAX_LEN + 1] = "";
+  if (rc == SQLITE_ROW)
+    snprintf(queue, sizeof queue, "%s", (const char *)sqlite3_column_text(s, 1));
+  store_reset(s);
+  if (rc == SQLITE_DONE)
+    return MUSTER_OK; /* the parent is gone: nothing to re-open */
+  if (rc != SQLITE_ROW)
+    return store_fail(st, f, "re-open parent");
+  s = store_stmt(st, "UPDATE tasks SET state = 0, result = NULL, attempts = 0,"
+                     " flags = 0, run_at_ms = ?2, updated_ms = ?2, worker = NULL,"
+                     " deadline_ms = NULL WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "re-open parent");
+  sqlite3_bind_int64(s, 1, parent);
+  sqlite3_bind_int64(s, 2, now_ms());
+  if (store_step_done(st, s, f) || counts_move(st, queue, from, TASK_QUEUED, 1, f))
+    return f->code;
+  store_notify_ready(st, queue);
+  return MUSTER_OK;
+}
+
+static json_t *op_flag(store_t *st, const json_t *elem, const lease_held_t *h, const char *ctx,
+                       fail_t *f) {
+  static const char *const allowed[] = {"task", "token", "reason", NULL};
+  const char *reason;
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_str(elem, "reason", ctx, NULL, LEASE_MAX_ERROR, &reason, f) ||
+      worker_count(st, h->worker, WORKER_FLAGGED, f))
+    return NULL;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET flags = flags + 1 WHERE id = ?1");
+  sqlite3_bind_int64(s, 1, h->id);
+  if (store_step_done(st, s, f))
+    return NULL;
+  int64_t flags = h->flags + 1, reopened = 0;
+  int state = TASK_QUEUED;
+  char why[LEASE_MAX_ERROR + 128];
+  snprintf(why, sizeof why, "flagged invalid %lld times%s%s", (long long)flags, reason ? ": " : "",
+           reason ? reason : "");
+  if (flags < h->queue.max_flags) {
+    if (lease_give_back(st, h, f))
+      return NULL;
+  } else if (h->parent) {
+    state = TASK_CANCELLED;
+    reopened = h->parent;
+    if (lease_move(st, h, TASK_CANCELLED, now_ms(), why, 0, f) ||
+        lease_reopen_parent(st, h->parent, f))
+      return NULL;
+  } else {
+    state = TASK_DEAD;
+    if (lease_move(st, h, TASK_DEAD, now_ms(), why, 0, f) || lease_finished(st, h, f))
+      return NULL;
+    metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
+  }
+  metrics_count(METRIC_TASKS_FLAGGED, h->queue.name, 1);
+  return json_pack("{s:I, s:s, s:o}", "task", (json_int_t)h->id, "state", task_state_name(state),
+                   "reopened", reopened ? json_integer(reopened) : json_null());
+}
+
+static const char *const op_reply_keys[] = {"completed", "failed", "extended", "released",
+                                            "flagged"};
+
+/* The reply to one element of an operation other than complete. */
+static json_t *lease_apply_other(store_t *st, lease_op_t op, const json_t *elem,
+                                 const lease_held_t *h, const char *ctx, fail_t *f) {
+  switch (op) {
+  case LEASE_COMPLETE:
+    break;
+  case LEASE_FAIL:
+    return op_fail(st, elem, h, ctx, f);
+  case LEASE_EXTEND:
+    return op_extend(st, elem, h, ctx, f);
+  case LEASE_RELEASE:
+    return lease_give_back(st, h, f) ? NULL : json_integer(h->id);
+  case LEASE_FLAG:
+    return op_flag(st, elem, h, ctx, f);
+  }
+  return NULL;
+}
+
+/* Checks one element's task and token, applies `op` to it and adds its
+ * reply to `out`. */
+static muster_err_t lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, size_t i,
+                                    size_t max_payload, counts_run_t *run, queue_t *cache,
+                                    apply_out_t *out, fail_t *f) {
+  char ctx[32];
+  snprintf(ctx, sizeof ctx, "leases[%zu]", i);
+  int64_t task, token;
+  if (jv_int(elem, "task", ctx, 0, 1, JV_ID_MAX, &task, f) ||
+      jv_int(elem, "token", ctx, 0, 1, JV_ID_MAX, &token, f))
+    return f->code;
+  if (task == 0 || token == 0)
+    return fail_set(f, MUSTER_INVALID,
+                    "%s.%s: missing (every element needs \"task\" and \"token\")", ctx,
+                    task == 0 ? "task" : "token");
+  static const char *const plain[] = {"task", "token", NULL};
+  static const char *const with_result[] = {"task", "token", "result", NULL};
+  if ((op == LEASE_RELEASE && jv_only(elem, ctx, plain, f)) ||
+      (op == LEASE_COMPLETE && jv_only(elem, ctx, with_result, f)))
+    return f->code;
+  lease_held_t h;
+  if (lease_check(st, task, token, ctx, &h, cache, f))
+    return f->code;
+  if (op == LEASE_COMPLETE) {
+    const json_t *result = json_object_get(elem, "result");
+    char *text = result ? jv_encode(result) : NULL;
+    muster_err_t err = op_complete(st, text, &h, ctx, max_payload, run, out, f);
+    free(text);
+    return err;
+  }
+  json_t *one = lease_apply_other(st, op, elem, &h, ctx, f);
+  if (one == NULL || json_array_append_new(out->tree, one) != 0)
+    return f->code ? f->code : fail_set(f, MUSTER_NOMEM, "out of memory");
+  return MUSTER_OK;
+}
+
+/* The reply object of a batch applied into `out`: {"released": n}, or the
+ * replies under the operation's key, the completions as one raw node. */
+static json_t *lease_apply_reply(lease_op_t op, apply_out_t *out, fail_t *f) {
+  json_t *replies = NULL;
+  if (op == LEASE_RELEASE)
+    return json_pack("{s:I}", "released", (json_int_t)json_array_size(out->tree));
+  if (op != LEASE_COMPLETE) {
+    replies = json_incref(out->tree);
+  } else {
+    JW_ADD_LITERAL(&out->completed, "]");
+    replies = out->completed.failed ? NULL : jw_raw(out->completed.buf, out->completed.len);
+  }
+  json_t *reply = replies ? json_pack("{s:o}", op_reply_keys[op], replies) : NULL;
+  if (reply == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  return reply;
+}
+
+/* A completion read by the scanner (task, token and result checked). */
+static muster_err_t lease_complete_one(store_t *st, const jscan_elem_t *e, size_t i,
+                                       size_t max_payload, counts_run_t *run, queue_t *cache,
+                                       apply_out_t *out, fail_t *f) {
+  char ctx[32];
+  lease_held_t h;
+  snprintf(ctx, sizeof ctx, "leases[%zu]", i);
+  if (lease_check(st, e->ints[0], e->ints[1], ctx, &h, cache, f))
+    return f->code;
+  return op_complete(st, e->text, &h, ctx, max_payload, run, out, f);
+}
+
+const jscan_shape_t lease_complete_shape = {
+    .array = "leases",
+    .max_elems = LEASE_MAX_BATCH,
+    .text = "result",
+    .ints = {{"task", 1, JV_ID_MAX, 0, true}, {"token", 1, JV_ID_MAX, 0, true}, {NULL, 0, 0, 0, 0}},
+    .extra = "lease",
+};
+
+/* Applies `op` to the elements of `leases`, or completes those `scanned`. */
+static json_t *lease_apply_batch(store_t *st, lease_op_t op, const json_t *leases,
+                                 const jscan_body_t *scanned, size_t max_payload, fail_t *f) {
+  size_t n = scanned ? scanned->count : json_array_size(leases);
+  apply_out_t out = {.tree = json_array()};
+  JW_ADD_LITERAL(&out.completed, "[");
+  counts_run_t run = {0}; /* the completions, counted once per batch */
+  queue_t cache = {0};    /* the queue of the previous element */
+  bool ok = out.tree != NULL;
+  for (size_t i = 0; ok && i < n; i++)
+    ok =
+        (scanned ? lease_complete_one(st, &scanned->elems[i], i, max_payload, &run, &cache, &out, f)
+                 : lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run, &cache,
+                                   &out, f)) == MUSTER_OK;
+  json_t *reply = NULL;
+  if (!ok) {
+    fail_t ignored = {0};
+    counts_run_flush(st, &run, &ignored); /* those before the refusal are counted */
+    if (out.tree == NULL)
+      fail_set(f, MUSTER_NOMEM, "out of memory");
+  } else if (counts_run_flush(st, &run, f) == MUSTER_OK) {
+    reply = lease_apply_reply(op, &out, f);
+  }
+  json_decref(out.tree);
+  jw_buf_free(&out.completed);
+  return reply;
+}
+
+json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload, fail_t *f) {
+  static const char *const allowed[] = {"leases", NULL};
+  json_t *leases;
+  if (jv_only(body, "", allowed, f) || jv_batch(body, "leases", LEASE_MAX_BATCH, &leases, f))
+    return NULL;
+  return lease_apply_batch(st, op, leases, NULL, max_payload, f);
+}
+
+json_t *lease_complete_scanned(store_t *st, const jscan_body_t *body, size_t max_payload,
+                               fail_t *f) {
+  return lease_apply_batch(st, LEASE_COMPLETE, NULL, body, max_payload, f);
+}
