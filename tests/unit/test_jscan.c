@@ -90,7 +90,7 @@ static void check_len(const jscan_shape_t *shape, const char *text, size_t len, 
   jscan_body_t b;
   bool took = jscan_body(shape, text, len, MAX_TEXT, &b);
   if (took != (expect == TAKE))
-    fail_msg("%s: %.*s", took ? "took" : "declined", (int)len, text);
+    fail_msg("%s: %.*s", took ? "took" : "declined", (int)len, text ? text : "");
   if (took)
     same_as_tree(shape, text, len, &b);
   jscan_body_free(&b);
