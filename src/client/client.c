@@ -61,26 +61,35 @@ void muster_free(void *ptr) {
 
 /* ---- the reply buffer ----------------------------------------------------- */
 
+bool client_buf_reserve(client_buf_t *b, size_t more) {
+  if (b->len + more + 1 <= b->cap)
+    return true;
+  size_t cap = b->cap ? b->cap : 4096;
+  while (cap < b->len + more + 1)
+    cap *= 2;
+  char *grown = realloc(b->data, cap);
+  if (grown == NULL)
+    return false;
+  b->data = grown;
+  b->cap = cap;
+  return true;
+}
+
+bool client_buf_append(client_buf_t *b, const char *data, size_t n) {
+  if (!client_buf_reserve(b, n))
+    return false;
+  memcpy(b->data + b->len, data, n);
+  b->len += n;
+  b->data[b->len] = '\0';
+  return true;
+}
+
 /* libcurl's write callback: appends to the handle's reply buffer.  Returning
  * less than asked makes libcurl fail the transfer with CURLE_WRITE_ERROR, which
  * client_send() reports as MUSTER_NOMEM. */
 static size_t client_on_body(char *data, size_t size, size_t nmemb, void *userdata) {
-  client_buf_t *buf = userdata;
   size_t n = size * nmemb;
-  if (buf->len + n + 1 > buf->cap) {
-    size_t cap = buf->cap ? buf->cap : 4096;
-    while (cap < buf->len + n + 1)
-      cap *= 2;
-    char *grown = realloc(buf->data, cap);
-    if (grown == NULL)
-      return 0;
-    buf->data = grown;
-    buf->cap = cap;
-  }
-  memcpy(buf->data + buf->len, data, n);
-  buf->len += n;
-  buf->data[buf->len] = '\0';
-  return n;
+  return client_buf_append(userdata, data, n) ? n : 0;
 }
 
 /* ---- handle --------------------------------------------------------------- */

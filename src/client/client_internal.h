@@ -15,6 +15,7 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
+#include <stdbool.h>
 
 /* Longest explanation kept for muster_client_message(); longer ones are cut. */
 #define CLIENT_MESSAGE_MAX 512
@@ -60,6 +61,12 @@ void http1_free(http1_t *h);
  * client->reply, like client_send; `timeout_ms` 0 waits for ever. */
 muster_err_t http1_send(muster_client_t *client, const char *method, const char *path,
                         const char *body, long timeout_ms);
+
+/* Makes room in `b` for `more` bytes and the terminating NUL (doubling from
+ * 4 KiB); false when memory ran out, `b` unchanged. */
+bool client_buf_reserve(client_buf_t *b, size_t more);
+/* Appends `n` bytes and keeps `b` NUL-terminated; false when memory ran out. */
+bool client_buf_append(client_buf_t *b, const char *data, size_t n);
 
 /* Records `err` with a printf-style explanation on the handle and returns `err`. */
 muster_err_t client_fail(muster_client_t *client, muster_err_t err, const char *fmt, ...)

@@ -57,29 +57,6 @@ struct http1 {
 
 /* ---- setup ----------------------------------------------------------------- */
 
-static bool http1_buf_reserve(client_buf_t *b, size_t more) {
-  if (b->len + more + 1 <= b->cap)
-    return true;
-  size_t cap = b->cap ? b->cap : 1024;
-  while (cap < b->len + more + 1)
-    cap *= 2;
-  char *grown = realloc(b->data, cap);
-  if (grown == NULL)
-    return false;
-  b->data = grown;
-  b->cap = cap;
-  return true;
-}
-
-static bool http1_buf_append(client_buf_t *b, const char *data, size_t n) {
-  if (!http1_buf_reserve(b, n))
-    return false;
-  memcpy(b->data + b->len, data, n);
-  b->len += n;
-  b->data[b->len] = '\0';
-  return true;
-}
-
 /* Splits "http://host[:port][/prefix]" into `h`; false for anything else
  * (another scheme, user info, a query), which libcurl then handles. */
 static bool http1_parse_url(http1_t *h, const char *url) {
@@ -367,7 +344,7 @@ static int http1_dechunk(const http1_t *h, size_t at, client_buf_t *body, size_t
       return 0;
     if (p[size] != '\r' || p[size + 1] != '\n' || body->len + size > HTTP1_BODY_MAX)
       return -1;
-    if (!http1_buf_append(body, p, size))
+    if (!client_buf_append(body, p, size))
       return -1;
     p += size + 2;
   }
@@ -376,7 +353,7 @@ static int http1_dechunk(const http1_t *h, size_t at, client_buf_t *body, size_t
 /* Reads more bytes into h->in: >0 read, 0 the server closed, -1 error
  * (errno; ETIMEDOUT when the deadline passed). */
 static ssize_t http1_read(http1_t *h, int64_t deadline) {
-  if (!http1_buf_reserve(&h->in, HTTP1_READ_CHUNK)) {
+  if (!client_buf_reserve(&h->in, HTTP1_READ_CHUNK)) {
     errno = ENOMEM;
     return -1;
   }
@@ -524,7 +501,7 @@ static exchange_t http1_read_reply(muster_client_t *client, bool head_request, i
     const char *body = h->in.data + r.head_len;
     if (r.framing != BODY_CHUNKED) {
       client->reply.len = 0;
-      if (!http1_buf_append(&client->reply, body, r.framing == BODY_NONE ? 0 : used)) {
+      if (!client_buf_append(&client->reply, body, r.framing == BODY_NONE ? 0 : used)) {
         snprintf(why, size, "out of memory while reading the reply");
         return EXCHANGE_FAILED;
       }
@@ -575,7 +552,7 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
   };
   h->out.len = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-    if (!http1_buf_append(&h->out, parts[i].text, parts[i].len))
+    if (!client_buf_append(&h->out, parts[i].text, parts[i].len))
       return client_fail(client, MUSTER_NOMEM, "out of memory");
   char why[400] = "";
   muster_err_t err = MUSTER_NETWORK;

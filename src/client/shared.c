@@ -108,40 +108,12 @@ static size_t shared_write(char *data, size_t size, size_t nmemb, void *arg) {
   xfer_t *x = arg;
   size_t len = size * nmemb;
   if (x->status != 200 || (x->out_fd < 0 && x->hash == NULL)) {
-    client_buf_t *b = &x->client->reply;
-    if (b->len + len + 1 > b->cap) {
-      size_t cap = b->cap ? b->cap : 4096;
-      while (cap < b->len + len + 1)
-        cap *= 2;
-      char *grown = realloc(b->data, cap);
-      if (grown == NULL)
-        return 0;
-      b->data = grown;
-      b->cap = cap;
-    }
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    b->data[b->len] = '\0';
-    return len;
+    return client_buf_append(&x->client->reply, data, len) ? len : 0;
   }
   XXH64_update(x->hash, data, len);
   x->received += (int64_t)len;
   if (x->out_fd < 0) {
-    client_buf_t *b = &x->buf;
-    if (b->len + len + 1 > b->cap) {
-      size_t cap = b->cap ? b->cap : 65536;
-      while (cap < b->len + len + 1)
-        cap *= 2;
-      char *grown = realloc(b->data, cap);
-      if (grown == NULL)
-        return 0;
-      b->data = grown;
-      b->cap = cap;
-    }
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    b->data[b->len] = '\0';
-    return len;
+    return client_buf_append(&x->buf, data, len) ? len : 0;
   }
   for (size_t done = 0; done < len;) {
     ssize_t n = write(x->out_fd, data + done, len - done);

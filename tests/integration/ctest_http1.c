@@ -186,21 +186,27 @@ static void script_reply(server_t *s) {
   close(fd);
 }
 
+/* Sends a request that must succeed with reply body `want`. */
+static void expect_reply(muster_client_t *c, const char *method, const char *path, const char *body,
+                         const char *want, int line) {
+  char *reply = NULL;
+  check_err_client(muster_request(c, method, path, body, &reply), MUSTER_OK, path, line, c);
+  check(reply && strcmp(reply, want) == 0, want, line);
+  muster_free(reply);
+}
+
+#define EXPECT_REPLY(c, method, path, body, want)                                                  \
+  expect_reply((c), (method), (path), (body), (want), __LINE__)
+
 /* ---- tests ---------------------------------------------------------------------- */
 
 static void test_request_and_chunked_reply(void) {
   server_t s;
   srv_start(&s, script_chunked_then_length);
   muster_client_t *c = client_for(&s, "/prefix");
-  char *reply = NULL;
-  CHECK_OK(c, muster_request(c, "POST", "/v1/things", "{\"a\":1}", &reply));
-  CHECK(reply && strcmp(reply, "hello, world") == 0);
+  EXPECT_REPLY(c, "POST", "/v1/things", "{\"a\":1}", "hello, world");
   CHECK(muster_client_status(c) == 200);
-  muster_free(reply);
-  reply = NULL;
-  CHECK_OK(c, muster_request(c, "GET", "/v1/health", NULL, &reply));
-  CHECK(reply && strcmp(reply, "ok") == 0);
-  muster_free(reply);
+  EXPECT_REPLY(c, "GET", "/v1/health", NULL, "ok");
   muster_client_free(c);
   srv_join(&s);
   /* The request as written: the base URL's path first, one Host, the token,
@@ -218,14 +224,8 @@ static void test_idle_close_is_retried(void) {
   server_t s;
   srv_start(&s, script_close_when_idle);
   muster_client_t *c = client_for(&s, "");
-  char *reply = NULL;
-  CHECK_OK(c, muster_request(c, "GET", "/one", NULL, &reply));
-  CHECK(reply && strcmp(reply, "first") == 0);
-  muster_free(reply);
-  reply = NULL;
-  CHECK_OK(c, muster_request(c, "GET", "/two", NULL, &reply));
-  CHECK(reply && strcmp(reply, "second") == 0);
-  muster_free(reply);
+  EXPECT_REPLY(c, "GET", "/one", NULL, "first");
+  EXPECT_REPLY(c, "GET", "/two", NULL, "second");
   muster_client_free(c);
   srv_join(&s);
   CHECK(s.accepts == 2);
@@ -236,10 +236,7 @@ static void test_interim_and_close_framing(void) {
   server_t s;
   srv_start(&s, script_continue_then_close);
   muster_client_t *c = client_for(&s, "");
-  char *reply = NULL;
-  CHECK_OK(c, muster_request(c, "PUT", "/v1/x", NULL, &reply));
-  CHECK(reply && strcmp(reply, "until the end") == 0);
-  muster_free(reply);
+  EXPECT_REPLY(c, "PUT", "/v1/x", NULL, "until the end");
   muster_client_free(c);
   srv_join(&s);
   CHECK(contains(s.first, "\r\nContent-Length: 0\r\n")); /* PUT sends an empty body */

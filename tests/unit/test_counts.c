@@ -25,6 +25,7 @@
 #include "server/session.h"
 #include "server/task.h"
 #include "server/worker.h"
+#include "sql_helpers.h"
 #include "store_fixture.h"
 
 /* The schema version before queue_counts: the migration test starts there. */
@@ -513,21 +514,6 @@ static void test_listing_by_state(void **unused) {
 }
 
 /* ---- the migration ---- */
-
-static void exec_sql(sqlite3 *db, const char *sql) {
-  char *err = NULL;
-  if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
-    fail_msg("%s: %s", sql, err);
-}
-
-static int64_t query_int(sqlite3 *db, const char *sql) {
-  sqlite3_stmt *s = NULL;
-  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
-  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
-  int64_t v = sqlite3_column_int64(s, 0);
-  sqlite3_finalize(s);
-  return v;
-}
 
 static void test_migration(void **unused) {
   char dir[] = "/tmp/muster-test-counts.XXXXXX", path[64];

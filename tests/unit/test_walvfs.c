@@ -25,6 +25,7 @@
 
 #include "server/store.h"
 #include "server/walvfs.h"
+#include "sql_helpers.h"
 
 /* The test's data dir, its database and what a crash copy is put in. */
 typedef struct {
@@ -36,21 +37,6 @@ typedef struct {
 } env_t;
 
 /* ---- helpers ---- */
-
-static void exec_sql(sqlite3 *db, const char *sql) {
-  char *err = NULL;
-  if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
-    fail_msg("%s: %s", sql, err ? err : "?");
-}
-
-static int64_t query_int(sqlite3 *db, const char *sql) {
-  sqlite3_stmt *s = NULL;
-  assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
-  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
-  int64_t v = sqlite3_column_int64(s, 0);
-  sqlite3_finalize(s);
-  return v;
-}
 
 static walvfs_stats_t stats_since(const walvfs_stats_t *before) {
   walvfs_stats_t now;
