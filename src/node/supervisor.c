@@ -332,15 +332,16 @@ static bool sup_proc_ids(const char *pid, pid_t *pgrp, pid_t *session) {
 }
 
 /* Kills every process left in the session of dead worker `w` (see the top of
- * this file); returns how many process groups were killed.  A process could
+ * this file); returns how many processes were found (each one's group is
+ * killed, so a group of several is killed more than once, harmlessly).  A process could
  * fork between the scan and the kill, so scans repeat until one finds
  * nothing (a few at most: each kill takes a whole group). */
 static int sup_kill_leftovers(const node_worker_t *w) {
-  int groups = 0;
+  int killed = 0;
   for (int pass = 0; pass < 5; pass++) {
     DIR *proc = opendir("/proc");
     if (proc == NULL)
-      return groups;
+      return killed;
     int found = 0;
     struct dirent *e;
     while ((e = readdir(proc)) != NULL) {
@@ -354,9 +355,9 @@ static int sup_kill_leftovers(const node_worker_t *w) {
     closedir(proc);
     if (found == 0)
       break;
-    groups += found;
+    killed += found;
   }
-  return groups;
+  return killed;
 }
 
 void sup_reap(node_agent_t *a) {
@@ -378,8 +379,8 @@ void sup_reap(node_agent_t *a) {
     if (w == NULL)
       continue;
     if (left > 0)
-      agent_log(a, "worker %d (pid %d) died with commands still running; killed %d process group%s",
-                w->slot + 1, (int)pid, left, left > 1 ? "s" : "");
+      agent_log(a, "worker %d (pid %d) died with commands still running; killed %d process%s",
+                w->slot + 1, (int)pid, left, left > 1 ? "es" : "");
     sup_ended(w, status);
     if (a->cache) /* the files it linked from the node cache, should it have died */
       cache_forget_worker(a->cache, pid);
