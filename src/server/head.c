@@ -50,6 +50,9 @@ void head_usage(void) {
          "                            DATA_DIR/token)\n"
          "  --sync full|normal        full: fsync at every commit (default); normal: faster,\n"
          "                            a power loss may drop the last commits\n"
+         "  --sync-leases             with --sync full, flush leases too: by default a lease\n"
+         "                            of tasks already on disk is answered at its commit, and\n"
+         "                            a power loss may forget it (its task is leased again)\n"
          "  --worker-timeout-ms MS    default worker heartbeat timeout (default 60000)\n"
          "  --node-timeout-ms MS      default node heartbeat timeout (default 15000); a silent\n"
          "                            node's workers are gone and their tasks rescheduled\n"
@@ -121,6 +124,7 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
       {"max-blob-bytes", required_argument, 0, 'B'},
       {"max-shared-ttl-ms", required_argument, 0, 'T'},
       {"shared-keep-levels", required_argument, 0, 'K'},
+      {"sync-leases", no_argument, 0, 'Y'},
       {0, 0, 0, 0}};
   int c, which = 0;
   int64_t n = 0;
@@ -132,6 +136,7 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
     case 'd': ok = strlen(optarg) < sizeof cfg->data_dir - 32; snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", optarg); break;
     case 't': *token_arg = optarg; ok = strlen(optarg) >= 8 && strlen(optarg) < sizeof cfg->token; break;
     case 's': ok = strcmp(optarg, "full") == 0 || strcmp(optarg, "normal") == 0; cfg->sync_full = strcmp(optarg, "full") == 0; break;
+    case 'Y': cfg->sync_leases = true; break;
     case 'w': ok = parse_size(optarg, 100, &cfg->worker_timeout_ms); break;
     case 'W': ok = parse_size(optarg, 0, &cfg->max_wait_ms); break;
     case 'S': ok = parse_size(optarg, 10, &cfg->sweep_ms); break;
@@ -259,17 +264,69 @@ static void head_on_session(void *arg, const char *session) {
  * loop could overlap with the flush; measured with bench/compare, groups of
  * four and more gain from the thread, smaller ones lose.
  * Replies (reads included) never leave before the state they saw is on disk.
+ *
+ * One kind of reply needs its commit but no flush of its own: a lease of tasks
+ * that are already on disk, with a token below a floor that is on disk too
+ * (head_lease_on_disk).  A power loss can then forget only the lease, which
+ * returns its task to the queue as an expiry would; nothing a client was told
+ * is lost.  Such replies go out at their commit (as beanstalkd's reserve is
+ * not logged), and a group of nothing else is not flushed at all: its writes
+ * reach the disk with the next flush, which every later reply that could see
+ * them waits for (flushed_changes stays behind).  --sync-leases turns this off.
  */
 
-/* The smallest group whose flush goes to the helper thread. */
+/* The smallest group whose flush goes to the helper thread, unless the
+ * environment's MUSTER_FLUSH_THREAD_MIN (1 to 1000000) says otherwise: a machine
+ * whose CPUs wake faster may gain from handing smaller groups over. */
 #define HEAD_THREAD_FLUSH_MIN 4
 
+static size_t head_thread_flush_min(void) {
+  static size_t min;
+  if (min == 0) {
+    const char *text = getenv("MUSTER_FLUSH_THREAD_MIN");
+    char *end = NULL;
+    long v = text ? strtol(text, &end, 10) : 0;
+    min = text && *text && *end == '\0' && v >= 1 && v <= 1000000 ? (size_t)v
+                                                                 : HEAD_THREAD_FLUSH_MIN;
+  }
+  return min;
+}
+
 static void head_commit(evutil_socket_t fd, short what, void *arg);
+
+bool head_lease_on_disk(const head_t *h, int64_t max_task) {
+  if (h->syncer == NULL || h->cfg.sync_leases || max_task <= 0)
+    return false;
+  /* A new task's id is above every id in the table, so the tasks not on disk
+   * yet are exactly those from the lowest id inserted since a flush began. */
+  int64_t low = store_new_tasks(h->st);
+  if (h->unflushed_tasks < low)
+    low = h->unflushed_tasks;
+  if (h->flushing_tasks < low)
+    low = h->flushing_tasks;
+  return max_task < low && store_last_token(h->st) <= h->durable_token_floor;
+}
+
+/* A flush begins: it covers every commit so far. */
+static void head_flush_begin(head_t *h) {
+  h->flushing_tasks = h->unflushed_tasks;
+  h->unflushed_tasks = INT64_MAX;
+  h->flushing_token_floor = store_token_floor(h->st);
+}
+
+/* The flush begun last ended; what it covered is on disk unless it failed. */
+static void head_flush_end(head_t *h, int err) {
+  if (err != 0)
+    return; /* the head stops: nothing more is granted */
+  h->flushing_tasks = INT64_MAX;
+  h->durable_token_floor = h->flushing_token_floor;
+}
 
 /* Sends a flushed group's replies; after a failed flush, answers them 500 and
  * stops the head: the file's state is unknown then (the kernel may have
  * dropped the dirty pages), and going on could acknowledge lost writes. */
 static void head_flushed(head_t *h, reply_list_t *group, int err) {
+  head_flush_end(h, err);
   if (err == 0) {
     http_flush_list(h, group, NULL);
     return;
@@ -325,6 +382,9 @@ static void head_commit(evutil_socket_t fd, short what, void *arg) {
     return;
   }
   h->commits++;
+  int64_t inserted = store_take_new_tasks(h->st);
+  if (inserted < h->unflushed_tasks)
+    h->unflushed_tasks = inserted;
   /* A group that changed nothing (reads) only saw what earlier flushes made
    * durable: its replies need no flush of their own. */
   int64_t changes = h->syncer ? store_changes(h->st) : 0;
@@ -332,9 +392,17 @@ static void head_commit(evutil_socket_t fd, short what, void *arg) {
     http_flush(h, NULL);
     return;
   }
-  h->flushed_changes = changes;
   reply_list_t group = http_take_pending(h);
-  if (http_list_length(&group) >= HEAD_THREAD_FLUSH_MIN) {
+  reply_list_t leases = http_list_take_unflushed(&group);
+  if (leases.head) {
+    metrics_unflushed_replies(http_list_length(&leases));
+    http_flush_list(h, &leases, NULL);
+  }
+  if (group.head == NULL)
+    return; /* nothing waits: the next flush carries these writes */
+  h->flushed_changes = changes;
+  head_flush_begin(h);
+  if (http_list_length(&group) >= head_thread_flush_min()) {
     h->syncing = group;
     h->flush_started_us = metrics_now_us();
     syncer_request(h->syncer);
@@ -388,6 +456,8 @@ static void head_start_syncer(head_t *h, const char *db_path) {
   if (h->wal_fd >= 0)
     fdatasync(h->wal_fd);
   h->flushed_changes = store_changes(h->st);
+  h->unflushed_tasks = h->flushing_tasks = INT64_MAX;
+  h->durable_token_floor = h->flushing_token_floor = store_token_floor(h->st);
   int dir = open(h->cfg.data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     fsync(dir);

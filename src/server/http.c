@@ -42,6 +42,7 @@ struct reply {
   int64_t file_len;
   int route;        /* for metrics: index in http_routes, METRICS_ROUTE_* otherwise */
   int64_t start_us; /* when the request arrived (metrics_now_us) */
+  bool no_flush;    /* goes out after the commit without waiting for a flush */
 };
 
 #define HTTP_MAX_SEGMENTS 8
@@ -167,7 +168,8 @@ static void http_enqueue_reply(head_t *h, reply_t *r) {
 
 /* Builds a reply; `body` (owned) is encoded JSON, or raw bytes when `type` is set. */
 static void http_enqueue_body(head_t *h, struct evhttp_request *req, int status, const char *type,
-                              char *body, size_t len, int route, int64_t start_us) {
+                              char *body, size_t len, int route, int64_t start_us,
+                              bool no_flush) {
   reply_t *r = calloc(1, sizeof *r);
   if (r == NULL || body == NULL) {
     free(r);
@@ -176,14 +178,20 @@ static void http_enqueue_body(head_t *h, struct evhttp_request *req, int status,
     return;
   }
   *r = (reply_t){.req = req, .status = status, .body = body, .type = type, .len = len,
-                 .route = route, .start_us = start_us};
+                 .route = route, .start_us = start_us, .no_flush = no_flush};
   http_enqueue_reply(h, r);
 }
 
 void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body) {
   char *text = jw_dump(body, NULL);
   json_decref(body);
-  http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0);
+  http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0, false);
+}
+
+void http_enqueue_unflushed(head_t *h, struct evhttp_request *req, int status, json_t *body) {
+  char *text = jw_dump(body, NULL);
+  json_decref(body);
+  http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0, true);
 }
 
 void http_enqueue_fail(head_t *h, struct evhttp_request *req, const fail_t *f) {
@@ -202,6 +210,22 @@ size_t http_list_length(const reply_list_t *list) {
   for (const reply_t *r = list->head; r; r = r->next)
     n++;
   return n;
+}
+
+reply_list_t http_list_take_unflushed(reply_list_t *list) {
+  reply_list_t taken = {NULL, NULL}, kept = {NULL, NULL};
+  for (reply_t *r = list->head, *next; r; r = next) {
+    next = r->next;
+    r->next = NULL;
+    reply_list_t *into = r->no_flush ? &taken : &kept;
+    if (into->tail)
+      into->tail->next = r;
+    else
+      into->head = r;
+    into->tail = r;
+  }
+  *list = kept;
+  return taken;
 }
 
 void http_list_concat(reply_list_t *into, reply_list_t *more) {
@@ -566,11 +590,12 @@ static void http_enqueue_req(http_req_t *r, const http_route_t *rt, int64_t star
     r->raw_file = false;
   } else if (r->raw) {
     http_enqueue_body(r->head, r->req, r->status, r->raw_type, r->raw, r->raw_len, route,
-                      start_us);
+                      start_us, false);
     r->raw = NULL;
   } else {
     char *text = jw_dump(r->reply, NULL);
-    http_enqueue_body(r->head, r->req, r->status, NULL, text, 0, route, start_us);
+    http_enqueue_body(r->head, r->req, r->status, NULL, text, 0, route, start_us,
+                      r->no_flush && r->status < 400);
   }
   json_decref(r->reply);
   r->reply = NULL;

@@ -43,6 +43,8 @@ typedef struct {
   int raw_fd;                    /* owned while raw_file */
   int64_t raw_file_len;
   bool keep;                     /* keep the request's writes even when it answers an error */
+  bool no_flush;                 /* the reply needs its commit, not a WAL flush
+                                    (head_lease_on_disk) */
 } http_req_t;
 
 typedef void (*http_handler_fn)(http_req_t *r);
@@ -111,6 +113,9 @@ void http_send_parked(head_t *h, struct evhttp_request *req, int status, json_t 
 /* Queues a reply to go out after the next commit, or sends it at once when no
  * transaction is open.  Takes ownership of `body`. */
 void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body);
+/* http_enqueue for a reply that needs its commit but no WAL flush of its own
+ * (a lease of tasks already on disk: head_lease_on_disk). */
+void http_enqueue_unflushed(head_t *h, struct evhttp_request *req, int status, json_t *body);
 /* http_enqueue with the error envelope of *f. */
 void http_enqueue_fail(head_t *h, struct evhttp_request *req, const fail_t *f);
 /* Sends the pending replies; when `commit_failed`, answers each with 500. */
@@ -120,6 +125,9 @@ void http_flush(head_t *h, const fail_t *commit_failed);
 reply_list_t http_take_pending(head_t *h);
 /* The number of replies in `list`. */
 size_t http_list_length(const reply_list_t *list);
+/* Moves the replies of `list` that need no flush (http_enqueue_unflushed, a
+ * request's no_flush) out of it, in order, and returns them. */
+reply_list_t http_list_take_unflushed(reply_list_t *list);
 /* Moves every reply of `more` to the end of `into`. */
 void http_list_concat(reply_list_t *into, reply_list_t *more);
 /* Sends (and empties) a list; when `failed`, answers each with 500 store_error. */

@@ -305,7 +305,8 @@ static muster_err_t lease_one(store_t *st, const queue_t *q, const candidate_t *
 /* Leases up to `max` - *granted candidates in rounds (see lease_acquire_raw),
  * appending lease objects to `out`; *granted counts them, also on failure. */
 static bool lease_rounds(store_t *st, const queue_t *q, int64_t worker, int64_t max,
-                         candidate_t *cands, jw_buf_t *out, int64_t *granted, fail_t *f) {
+                         candidate_t *cands, jw_buf_t *out, int64_t *granted, int64_t *max_task,
+                         fail_t *f) {
   jw_buf_t pieces = {0};
   bool ok = true;
   for (bool more = true; ok && more && *granted < max;) {
@@ -325,6 +326,8 @@ static bool lease_rounds(store_t *st, const queue_t *q, int64_t worker, int64_t 
       } else {
         ok = lease_one(st, q, c, pieces.buf, worker, *granted == 0, out, f) == MUSTER_OK;
         *granted += ok;
+        if (ok && c->id > *max_task)
+          *max_task = c->id;
       }
     }
   }
@@ -333,8 +336,9 @@ static bool lease_rounds(store_t *st, const queue_t *q, int64_t worker, int64_t 
 }
 
 json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max, size_t *count,
-                          fail_t *f) {
+                          int64_t *max_task, fail_t *f) {
   *count = 0;
+  int64_t highest = 0;
   candidate_t *cands = calloc((size_t)max, sizeof *cands);
   if (cands == NULL) {
     fail_set(f, MUSTER_NOMEM, "out of memory");
@@ -346,7 +350,7 @@ json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t
   jw_buf_t out = {0};
   int64_t granted = 0;
   JW_ADD_LITERAL(&out, "[");
-  bool ok = lease_rounds(st, q, worker, max, cands, &out, &granted, f);
+  bool ok = lease_rounds(st, q, worker, max, cands, &out, &granted, &highest, f);
   JW_ADD_LITERAL(&out, "]");
   free(cands);
   /* One count for the batch: lease_one moves queued tasks only.  After a
@@ -364,12 +368,14 @@ json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t
   jw_buf_free(&out);
   if (leases)
     *count = (size_t)granted;
+  if (max_task)
+    *max_task = highest;
   return leases;
 }
 
 json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max, fail_t *f) {
   size_t count, len;
-  json_t *raw = lease_acquire_raw(st, q, worker, max, &count, f);
+  json_t *raw = lease_acquire_raw(st, q, worker, max, &count, NULL, f);
   if (raw == NULL)
     return NULL;
   const char *text = jw_raw_text(raw, &len);

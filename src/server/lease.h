@@ -21,11 +21,12 @@
 /* Leases up to `max` ready tasks of queue `q` to `worker` (0: anonymous).
  * Returns the JSON array of lease objects (possibly empty) as one raw node
  * of its compact text (jw.h; new reference), with the number of leases in
- * *count, or NULL with *f filled.  Tasks found out of attempts are moved to
+ * *count and the highest task id leased in *max_task (when not NULL; 0 for
+ * none), or NULL with *f filled.  Tasks found out of attempts are moved to
  * dead.  This is the form for replies: the node must go out through jw_dump,
  * and nothing may read it as a tree. */
 json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max,
-                          size_t *count, fail_t *f);
+                          size_t *count, int64_t *max_task, fail_t *f);
 
 /* The same, as a tree: a JSON array of lease objects {"task", "token",
  * "payload", ...} (new reference) for callers that read the leases (the

@@ -19,6 +19,7 @@
 #include "http.h"
 #include "log.h"
 #include "task.h"
+#include "waiter.h"
 #include "walvfs.h"
 #include "core/names.h"
 
@@ -104,6 +105,7 @@ static struct {
   histogram_t commit_latency, commit_batch;
   histogram_t flush_latency[2]; /* WAL flushes: [0] on the loop, [1] on the thread */
   uint64_t flush_failures;
+  uint64_t unflushed_replies; /* lease replies sent at their commit, before a flush */
   route_stats_t routes[METRICS_MAX_ROUTES + 1]; /* the last one: unmatched paths */
   metrics_collector_fn collectors[METRICS_MAX_COLLECTORS];
   size_t ncollectors;
@@ -242,6 +244,10 @@ void metrics_flush(bool on_thread, bool ok, int64_t duration_us) {
     m.flush_failures++;
   histogram_observe(&m.flush_latency[on_thread], commit_bounds, N_COMMIT,
                     (double)duration_us / 1e6);
+}
+
+void metrics_unflushed_replies(size_t n) {
+  m.unflushed_replies += n;
 }
 
 void metrics_http(int route, int status, int64_t duration_us) {
@@ -487,6 +493,11 @@ static void metrics_render_store(metrics_out_t *out) {
                "WAL flushes that failed (the head stops after one).");
   metrics_printf(out, "muster_store_flush_failures_total %llu\n",
                  (unsigned long long)m.flush_failures);
+  metrics_help(out, "muster_store_unflushed_replies_total", "counter",
+               "Lease replies sent at their commit without waiting for a WAL flush (--sync full: "
+               "the leased tasks were already on disk; off with --sync-leases).");
+  metrics_printf(out, "muster_store_unflushed_replies_total %llu\n",
+                 (unsigned long long)m.unflushed_replies);
   metrics_help(out, "muster_store_commit_failures_total", "counter",
                "Group commits that failed and were rolled back.");
   metrics_printf(out, "muster_store_commit_failures_total %llu\n",
@@ -513,6 +524,9 @@ char *metrics_render(head_t *h, size_t *len) {
   metrics_help(&out, "muster_start_time_seconds", "gauge",
                "When the head started, seconds since the Unix epoch.");
   metrics_printf(&out, "muster_start_time_seconds %.3f\n", (double)h->started_ms / 1000.0);
+  metrics_help(&out, "muster_lease_waiters", "gauge",
+               "Lease requests parked in a long-poll (wait_ms), waiting for a task.");
+  metrics_printf(&out, "muster_lease_waiters %zu\n", waiter_count(h));
   bool ok = metrics_render_tasks(h, &out) && metrics_render_workers(h, &out);
   metrics_render_counters(&out);
   metrics_render_http(&out);

@@ -52,6 +52,8 @@ void metrics_request_end(bool ok);
 void metrics_commit(bool ok, int64_t duration_us);
 /* A WAL flush (--sync full) ended, on the loop or on the helper thread. */
 void metrics_flush(bool on_thread, bool ok, int64_t duration_us);
+/* `n` lease replies went out at their commit, with no flush of their own. */
+void metrics_unflushed_replies(size_t n);
 
 /* One HTTP request answered with `status` after `duration_us` (negative: not
  * observed in the latency histogram).  `route` indexes http_routes, or is

@@ -207,7 +207,8 @@ static void h_lease(http_req_t *r) {
     return;
   }
   size_t leased = 0, updates = 0;
-  json_t *leases = lease_acquire_raw(ST(r), &q, worker, max, &leased, &f);
+  int64_t max_task = 0;
+  json_t *leases = lease_acquire_raw(ST(r), &q, worker, max, &leased, &max_task, &f);
   json_t *reply = leases ? json_pack("{s:o}", "leases", leases) : NULL;
   if (reply && updates_after >= 0 && update_attach(ST(r), q.name, updates_after, reply, &updates, &f)) {
     json_decref(reply);
@@ -220,6 +221,8 @@ static void h_lease(http_req_t *r) {
     waiter_park(r, q.name, worker, max, updates_after, wait_ms < cap ? wait_ms : cap);
     return;
   }
+  /* Leases of tasks already on disk need their commit, not a flush of their own. */
+  r->no_flush = reply && leased > 0 && head_lease_on_disk(r->head, max_task);
   reply_or_fail(r, 200, reply, &f);
 }
 
@@ -274,7 +277,7 @@ static muster_err_t next_lease_parse(http_req_t *r, const json_t *next, next_lea
 static muster_err_t next_lease_apply(http_req_t *r, const next_lease_t *next, json_t *reply,
                                      fail_t *f) {
   size_t leased;
-  json_t *leases = lease_acquire_raw(ST(r), &next->q, next->worker, next->max, &leased, f);
+  json_t *leases = lease_acquire_raw(ST(r), &next->q, next->worker, next->max, &leased, NULL, f);
   if (leases == NULL)
     return f->code;
   json_object_set_new(reply, "leases", leases);

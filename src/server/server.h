@@ -37,6 +37,7 @@ typedef struct {
   char read_token[256];      /* read-only bearer token (--dashboard-token); "" for none */
   bool metrics_public;       /* GET /metrics needs no token (--metrics-public) */
   bool sync_full;            /* fsync at every commit */
+  bool sync_leases;          /* with sync_full, flush leases of tasks on disk too */
   int64_t worker_timeout_ms; /* default heartbeat timeout of workers */
   int64_t node_timeout_ms;   /* default heartbeat timeout of nodes */
   int64_t max_wait_ms;       /* cap of a lease's long-poll */
@@ -61,6 +62,12 @@ typedef struct head {
   reply_list_t syncing;    /* committed, waiting for the WAL flush in flight */
   int64_t flushed_changes; /* store_changes() covered by the last flush begun */
   int64_t flush_started_us; /* when the thread's flush in flight began (metrics) */
+  /* What is not on disk yet (head_lease_on_disk): the lowest task id
+   * committed since the last flush began, and the lowest one the flush in
+   * flight covers (INT64_MAX: none); the token floor the last ended flush
+   * made durable, and the one the flush in flight will. */
+  int64_t unflushed_tasks, flushing_tasks;
+  int64_t durable_token_floor, flushing_token_floor;
   bool sync_failed;        /* a WAL flush failed: the head stops */
   waiter_t *waiters;       /* parked long-poll leases, oldest first */
   results_waiter_t *results_waiters; /* parked long-poll reads of session results */
@@ -72,5 +79,14 @@ typedef struct head {
   uint64_t requests;       /* requests handled */
   uint64_t commits;        /* transactions committed */
 } head_t;
+
+/* True when a lease whose highest task id is `max_task`, granted in the open
+ * transaction, may be answered once committed, without waiting for a WAL
+ * flush: every leased task and the token floor above its token are already
+ * on disk, so a power loss can only forget the lease itself (its task is then
+ * leased again and the holder's token refused, as after an expiry).  False
+ * with --sync normal (nothing waits for a flush) and with --sync-leases.
+ * See head.c, "durable replies". */
+bool head_lease_on_disk(const head_t *h, int64_t max_task);
 
 #endif

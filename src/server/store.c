@@ -31,6 +31,7 @@ struct store {
   bool in_tx;            /* the turn's transaction is open */
   int64_t last_token;    /* highest fencing token handed out */
   int64_t token_floor;   /* committed in meta: no token up to it is ever reused */
+  int64_t new_tasks;     /* lowest task id inserted since store_take_new_tasks */
   store_tx_fn on_tx;
   store_ready_fn on_ready;
   store_session_fn on_session;
@@ -274,6 +275,7 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     return NULL;
   }
   st->last_token = st->token_floor = store_load_token(st);
+  st->new_tasks = INT64_MAX;
   return st;
 }
 
@@ -409,6 +411,29 @@ muster_err_t store_step_done(store_t *st, sqlite3_stmt *stmt, fail_t *f) {
 
 int64_t store_next_token(store_t *st) {
   return ++st->last_token;
+}
+
+int64_t store_last_token(const store_t *st) {
+  return st->last_token;
+}
+
+int64_t store_token_floor(const store_t *st) {
+  return st->token_floor;
+}
+
+void store_note_task(store_t *st, int64_t id) {
+  if (id < st->new_tasks)
+    st->new_tasks = id;
+}
+
+int64_t store_new_tasks(const store_t *st) {
+  return st->new_tasks;
+}
+
+int64_t store_take_new_tasks(store_t *st) {
+  int64_t low = st->new_tasks;
+  st->new_tasks = INT64_MAX;
+  return low;
 }
 
 void store_notify_ready(store_t *st, const char *queue) {

@@ -70,6 +70,21 @@ sqlite3 *store_db(store_t *st);
 
 /* The next fencing token: strictly increasing for the life of the file. */
 int64_t store_next_token(store_t *st);
+/* The highest fencing token handed out so far. */
+int64_t store_last_token(const store_t *st);
+/* The committed token floor: no token up to it is handed out again, even
+ * after a restart, once the commit that wrote it is on disk. */
+int64_t store_token_floor(const store_t *st);
+
+/* Records that task `id` was inserted in the open transaction (task.c). */
+void store_note_task(store_t *st, int64_t id);
+/* The lowest task id inserted since the last store_take_new_tasks, or
+ * INT64_MAX when none was.  Every task inserted since has an id at least this
+ * high (a new task's id is above every id in the table). */
+int64_t store_new_tasks(const store_t *st);
+/* store_new_tasks, then forgets those inserts: the head takes them at each
+ * commit to know which tasks are not yet on disk (head.c, "durable replies"). */
+int64_t store_take_new_tasks(store_t *st);
 /* Tells the owner that `queue` may have ready tasks. */
 void store_notify_ready(store_t *st, const char *queue);
 /* Tells the owner that `session` has a new result or closed. */

@@ -56,6 +56,7 @@ muster_err_t task_insert(store_t *st, const char *queue, const char *payload, in
   if (store_step_done(st, s, f))
     return f->code;
   *id = sqlite3_last_insert_rowid(store_db(st));
+  store_note_task(st, *id);
   if (run ? counts_run_add(st, run, queue, COUNTS_NONE, TASK_QUEUED, f)
           : counts_move(st, queue, COUNTS_NONE, TASK_QUEUED, 1, f))
     return f->code;

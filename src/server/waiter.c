@@ -142,9 +142,10 @@ static bool waiter_try(head_t *h, waiter_t *w) {
   queue_t q;
   json_t *leases = NULL, *reply = NULL;
   size_t leased = 0, updates = 0;
+  int64_t max_task = 0;
   if (!queue_load(h->st, w->queue, &q, &f) &&
       (w->worker == 0 || !worker_check_active(h->st, w->worker, &f)))
-    leases = lease_acquire_raw(h->st, &q, w->worker, w->max, &leased, &f);
+    leases = lease_acquire_raw(h->st, &q, w->worker, w->max, &leased, &max_task, &f);
   if (leases) {
     reply = json_pack("{s:o}", "leases", leases);
     if (w->updates_after >= 0)
@@ -164,7 +165,12 @@ static bool waiter_try(head_t *h, waiter_t *w) {
     json_decref(reply);
     return false;
   }
-  http_enqueue(h, w->req, 200, reply);
+  /* A waiter woken by a put of this turn gets tasks not yet on disk: its
+   * reply waits for the flush, like the put's. */
+  if (leased > 0 && head_lease_on_disk(h, max_task))
+    http_enqueue_unflushed(h, w->req, 200, reply);
+  else
+    http_enqueue(h, w->req, 200, reply);
   waiter_unlink(h, w);
   return true;
 }
@@ -187,6 +193,13 @@ void waiter_serve(head_t *h) {
       w = next;
     }
   }
+}
+
+size_t waiter_count(const head_t *h) {
+  size_t n = 0;
+  for (const waiter_t *w = h->waiters; w; w = w->next)
+    n++;
+  return n;
 }
 
 void waiter_release_all(head_t *h) {

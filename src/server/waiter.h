@@ -19,6 +19,8 @@ void waiter_mark_ready(head_t *h, const char *queue);
 void waiter_mark_all(head_t *h);
 /* Leases to waiters of the marked queues, inside the open transaction. */
 void waiter_serve(head_t *h);
+/* The number of parked long-poll leases. */
+size_t waiter_count(const head_t *h);
 /* Answers every waiter with an empty lease list (shutdown). */
 void waiter_release_all(head_t *h);
 

@@ -8,6 +8,10 @@ for FLUSH_S seconds after it returns: a write's reply must take at least that lo
 (it waits for its flush), concurrent writes must share flushes (the helper thread's
 groups), and reads must flush nothing.  With the flush made to fail (EIO), the write
 it covered is answered 500 and the head stops with a non-zero status.
+
+A lease of tasks already on disk is answered at its commit without a flush of its
+own (a power loss could forget only the lease); one that hands out a task whose put
+is not on disk yet waits for that flush; --sync-leases flushes every lease.
 """
 import os
 import re
@@ -35,6 +39,30 @@ def wal_flushes(path):
     """(pid, flushed file) of every fdatasync the head began, in order."""
     with open(path, errors="replace") as f:
         return [(int(m.group(1)), m.group(2)) for m in map(FLUSH.match, f) if m]
+
+
+def metric(head, name):
+    """The sum of a metric's samples over its labels, from /metrics."""
+    text = head.request("GET", "/metrics").raw.decode()
+    return sum(float(m.group(1)) for m in
+               re.finditer(r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(name), text, re.M))
+
+
+def flushes(head):
+    return metric(head, "muster_store_flush_duration_seconds_count")
+
+
+def put(head, queue, payloads, conn=None):
+    r = head.request("POST", "/v1/queues/%s/tasks" % queue,
+                     {"tasks": [{"payload": p} for p in payloads]}, conn=conn)
+    assert r.status == 201, r
+    return [t["id"] for t in r.json["tasks"]]
+
+
+def lease(head, queue, body, conn=None):
+    r = head.request("POST", "/v1/queues/%s/lease" % queue, body, conn=conn)
+    assert r.status == 200, r
+    return r.json["leases"]
 
 
 class DurableFlushTest(unittest.TestCase):
@@ -147,6 +175,94 @@ class DurableFlushTest(unittest.TestCase):
         self.assertIn("flushing the write-ahead log failed", r.json["error"]["message"])
         self.assertEqual(h.proc.wait(30), 1, "the head went on after a failed flush")
         self.assertIn("acknowledged writes could not be made durable", h.log())
+
+    def test_a_lease_of_tasks_on_disk_needs_no_flush(self):
+        h = self.head
+        h.start()
+        q = "lazy"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        put(h, q, ["a", "b", "c"])
+        # The first lease after a start hands out tokens above the floor on disk:
+        # it raises the floor, and that write is flushed like any other.
+        f0 = flushes(h)
+        self.assertEqual(len(lease(h, q, {"max": 1})), 1)
+        self.assertEqual(flushes(h), f0 + 1, "the lease that raised the token floor was not flushed")
+        unflushed = metric(h, "muster_store_unflushed_replies_total")
+        leases = lease(h, q, {"max": 2})
+        self.assertEqual(len(leases), 2)
+        self.assertEqual(flushes(h), f0 + 1, "a lease of tasks on disk waited for a flush")
+        self.assertEqual(metric(h, "muster_store_unflushed_replies_total"), unflushed + 1)
+        # Whatever could see the lease waits for it to be on disk: a read flushes now.
+        self.assertEqual(h.request("GET", "/v1/queues/" + q).json["counts"]["leased"], 3)
+        self.assertEqual(flushes(h), f0 + 2, "a read saw a lease that was not on disk")
+        # The lease was committed before its reply: it survives kill -9 of the head,
+        # and its holder completes with the token it was given.
+        h.kill()
+        h.start()
+        for l in leases:
+            task = h.request("GET", "/v1/tasks/%d" % l["task"]).json
+            self.assertEqual(task["state"], "leased", task)
+        r = h.request("POST", "/v1/leases/complete",
+                      {"leases": [{"task": l["task"], "token": l["token"], "result": 1}
+                                  for l in leases]})
+        self.assertEqual(r.status, 200, r)
+
+    def test_a_lease_of_a_task_not_on_disk_waits_for_its_flush(self):
+        # Every flush on the helper thread, so that the loop could send replies
+        # while the put's flush is in flight: none of the leases may go.
+        h = self.head
+        os.environ["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        try:
+            self.start_traced("-e", "trace=fdatasync",
+                              "-e", "inject=fdatasync:delay_exit=%d" % int(FLUSH_S * 1e6))
+        finally:
+            del os.environ["MUSTER_FLUSH_THREAD_MIN"]
+        q = "woken"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        put(h, q, ["first"])
+        self.assertEqual(len(lease(h, q, {"max": 1})), 1)  # raises the token floor
+        got = {}
+
+        def poll(n):
+            conn = h.connection()
+            try:
+                got[n] = lease(h, q, {"max": 1, "wait_ms": 60000}, conn=conn)
+            finally:
+                got[n, "at"] = time.monotonic()
+                conn.close()
+
+        pollers = [threading.Thread(target=poll, args=(n,)) for n in range(4)]
+        for p in pollers:
+            p.start()
+        harness.wait_until(lambda: metric(h, "muster_lease_waiters") == 4, timeout=20,
+                           what="the long-poll leases to be parked")
+        # The put wakes the waiters in the put's own group: its tasks are not on
+        # disk until that group's flush ends, and no reply may leave before.
+        sent = time.monotonic()
+        tids = put(h, q, ["w0", "w1", "w2", "w3"])
+        self.assertGreaterEqual(time.monotonic() - sent, FLUSH_S)
+        for p in pollers:
+            p.join(60)
+            self.assertFalse(p.is_alive())
+        self.assertEqual(sorted(got[n][0]["task"] for n in range(4)), sorted(tids))
+        for n in range(4):
+            self.assertGreaterEqual(got[n, "at"] - sent, FLUSH_S,
+                                    "a task was leased before its put was on disk")
+        self.stop_head()
+
+    def test_sync_leases_flushes_every_lease(self):
+        self.head.cleanup()
+        self.head = h = harness.Head(["--sync", "full", "--sync-leases"])
+        h.start()
+        q = "strict"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        put(h, q, ["a", "b", "c"])
+        for _ in range(3):
+            f0 = flushes(h)
+            self.assertEqual(len(lease(h, q, {"max": 1})), 1)
+            self.assertEqual(flushes(h), f0 + 1, "--sync-leases: a lease was not flushed")
+        self.assertEqual(metric(h, "muster_store_unflushed_replies_total"), 0)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -247,11 +247,15 @@ static void lease_text_is(const char *queue, size_t n, json_t *const *in, const 
   queue_t q;
   fail_t f = {0};
   size_t count = 0, len = 0;
+  int64_t max_task = -1, highest = 0;
   assert_int_equal(queue_load(st, queue, &q, &f), MUSTER_OK);
-  json_t *raw = lease_acquire_raw(st, &q, 0, (int64_t)n + 1, &count, &f);
+  json_t *raw = lease_acquire_raw(st, &q, 0, (int64_t)n + 1, &count, &max_task, &f);
   assert_non_null(raw);
   assert_true(jw_is_raw(raw));
   assert_int_equal(count, n);
+  for (size_t i = 0; i < n; i++)
+    highest = ids[i] > highest ? ids[i] : highest;
+  assert_int_equal(max_task, highest); /* head_lease_on_disk decides on it */
   const char *text = jw_raw_text(raw, &len);
   json_t *got = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
   assert_non_null(got);
@@ -353,7 +357,7 @@ static void test_lease_text_corrupt(void **unused) {
   fail_t f = {0};
   size_t count, len;
   assert_int_equal(queue_load(st, "q", &q, &f), MUSTER_OK);
-  json_t *raw = lease_acquire_raw(st, &q, 0, 2, &count, &f);
+  json_t *raw = lease_acquire_raw(st, &q, 0, 2, &count, NULL, &f);
   assert_non_null(raw);
   const char *text = jw_raw_text(raw, &len);
   assert_non_null(strstr(text, ",\"payload\":\"not json {\",\"attempt\":1,"));
@@ -362,7 +366,7 @@ static void test_lease_text_corrupt(void **unused) {
   assert_non_null(back);
   json_decref(back);
   json_decref(raw);
-  assert_null(lease_acquire_raw(st, &q, 0, 1, &count, &f));
+  assert_null(lease_acquire_raw(st, &q, 0, 1, &count, NULL, &f));
   assert_int_equal(f.code, MUSTER_STORE);
   assert_non_null(strstr(f.message, "stored payload is not JSON"));
 }
