@@ -355,6 +355,15 @@ def _proc_start_time(pid):
     return stat[stat.rindex(")") + 2:].split()[19]
 
 
+def _worker_pid():
+    """The ``muster worker`` process that runs us: $MUSTER_WORKER_PID (our parent is a
+    guard process of its own for each task), else our parent (an older muster)."""
+    try:
+        return int(os.environ["MUSTER_WORKER_PID"])
+    except (KeyError, ValueError):
+        return os.getppid()
+
+
 def _runtime_dir():
     base = os.environ.get("TMPDIR") or "/tmp"
     path = os.path.join(base, "muster-py-%d" % os.getuid())
@@ -465,7 +474,7 @@ def serve_resident(listen_fd, parent_pid, parent_start):
 
 def _connect_resident():
     """A connection to this worker's resident process, started when there is none."""
-    ppid = os.getppid()
+    ppid = _worker_pid()
     start = _proc_start_time(ppid) or "0"
     base = os.path.join(_runtime_dir(), "w%d-%s" % (ppid, start))
     path = base + ".sock"
@@ -512,7 +521,7 @@ def _parent_url():
     if url:
         return url
     try:
-        with open("/proc/%d/cmdline" % os.getppid(), "rb") as f:
+        with open("/proc/%d/cmdline" % _worker_pid(), "rb") as f:
             argv = f.read().decode(errors="replace").split("\0")
     except OSError:
         return None

@@ -1,13 +1,15 @@
 /*
  * run.c — one child process per task, driven by poll(2).
  *
- * The worker is multi-threaded, so the child is started with posix_spawnp
- * (no code runs between fork and exec in our address space) and every pipe is
- * close-on-exec, so one slot's child never holds another slot's stdin open.
- * The child gets its own process group, so a terminal's Ctrl-C reaches only
- * the worker (which then lets running commands finish), and so a kill reaches
- * the command's own children too.  Its signal mask and SIGPIPE disposition are
- * reset to defaults.
+ * The child is a guard (run_guard.c) that runs the command and kills it, with
+ * its process group, when the worker dies, even by `kill -9`.  The worker is
+ * multi-threaded, so the guard calls only async-signal-safe functions; every
+ * pipe is close-on-exec and the guard closes what it does not need, so one
+ * slot's child never holds another slot's stdin open.  The guard leads the
+ * command's own process group, so a terminal's Ctrl-C reaches only the worker
+ * (which then lets running commands finish), and so a kill reaches the
+ * command's own children too.  The command's signal mask and dispositions
+ * are reset to defaults.
  *
  * run_pump() waits on the pipes and on a pidfd (Linux 5.3+) that becomes
  * readable when the child exits.  Once the child is reaped, whatever it wrote
@@ -20,7 +22,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,37 +42,6 @@ static void run_close(int *fd) {
   *fd = -1;
 }
 
-/* Spawn attributes: own process group, empty signal mask, default dispositions. */
-static void run_attr_init(posix_spawnattr_t *attr) {
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
-  posix_spawnattr_init(attr);
-  posix_spawnattr_setflags(attr,
-                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setsigmask(attr, &none);
-  posix_spawnattr_setsigdefault(attr, &defaults);
-  posix_spawnattr_setpgroup(attr, 0);
-}
-
-/* Spawns with the child's ends of the three pipes as its stdin/out/err. */
-static int run_spawn(run_proc_t *proc, char *const argv[], char *const envp[], int fds[3][2]) {
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[0][0], 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1][1], 1);
-  posix_spawn_file_actions_adddup2(&actions, fds[2][1], 2);
-  run_attr_init(&attr);
-  int rc = posix_spawnp(&proc->pid, argv[0], &actions, &attr, argv, envp);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  return rc;
-}
-
 int run_start(run_proc_t *proc, char *const argv[], char *const envp[], const char *input,
               size_t input_len, char *err, size_t err_size) {
   memset(proc, 0, sizeof *proc);
@@ -85,7 +55,8 @@ int run_start(run_proc_t *proc, char *const argv[], char *const envp[], const ch
       snprintf(err, err_size, "cannot create a pipe: %s", strerror(errno));
       goto fail;
     }
-  int rc = run_spawn(proc, argv, envp, fds);
+  const int child_stdio[3] = {fds[0][0], fds[1][1], fds[2][1]};
+  int rc = run_guard_start(&proc->pid, argv, envp, child_stdio);
   if (rc != 0) {
     snprintf(err, err_size, "cannot run '%s': %s", argv[0], strerror(rc));
     goto fail;

@@ -13,7 +13,7 @@
 #define RUN_OUT_MAX (8u << 20) /* bytes of stdout kept; more fails the task */
 
 typedef struct {
-  pid_t pid;         /* the child, leader of its own process group */
+  pid_t pid;         /* the guard (run_guard.c), leader of the command's process group */
   int pidfd;         /* readable once the child exits; -1 where unsupported */
   int in_fd;         /* our end of the child's stdin, -1 once closed */
   int out_fd;        /* our end of its stdout, -1 once closed */
@@ -32,8 +32,9 @@ typedef struct {
 
 /*
  * Starts argv[0] (looked up in PATH, no shell) with environment `envp`, in its
- * own process group, with `input` to be written to its stdin.  Returns 0, or
- * -1 with an explanation in `err` (`err_size` bytes) when it cannot start.
+ * own process group under a guard that kills the group if the worker dies,
+ * with `input` to be written to its stdin.  Returns 0, or -1 with an
+ * explanation in `err` (`err_size` bytes) when it cannot start.
  */
 int run_start(run_proc_t *proc, char *const argv[], char *const envp[], const char *input,
               size_t input_len, char *err, size_t err_size);
@@ -44,6 +45,14 @@ int run_start(run_proc_t *proc, char *const argv[], char *const envp[], const ch
  * time ran out first.
  */
 int run_pump(run_proc_t *proc, long timeout_ms);
+
+/*
+ * Forks the guard of one command (run_guard.c) from the calling thread, which
+ * must wait for it to end: the command's stdin, stdout and stderr are
+ * `stdio`.  Returns 0 with *pid once the command was exec'd, else the errno
+ * value that prevented it (the command's exec, or the fork).
+ */
+int run_guard_start(pid_t *pid, char *const argv[], char *const envp[], const int stdio[3]);
 
 /* Sends `sig` to the child's process group unless it was reaped; any thread. */
 void run_signal(run_proc_t *proc, int sig);

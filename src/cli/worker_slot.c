@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -250,15 +251,17 @@ static int slot_supervise(worker_slot_t *slot, const muster_lease_t *lease, run_
 }
 
 /* The child's environment: ours plus the task's MUSTER_* variables and
- * `shared` (the required shared data's; may be NULL). */
-static char **slot_env(worker_slot_t *slot, const muster_lease_t *lease, char vars[5][160],
+ * `shared` (the required shared data's; may be NULL).  MUSTER_WORKER_PID
+ * names this worker process: the command's parent is its guard (run_guard.c),
+ * a new process for every task. */
+static char **slot_env(worker_slot_t *slot, const muster_lease_t *lease, char vars[6][160],
                        char **shared) {
   size_t n = 0, nshared = 0;
   while (environ[n])
     n++;
   while (shared && shared[nshared])
     nshared++;
-  char **env = calloc(n + nshared + 6, sizeof *env);
+  char **env = calloc(n + nshared + 7, sizeof *env);
   if (env == NULL)
     return NULL;
   size_t at = 0;
@@ -266,6 +269,7 @@ static char **slot_env(worker_slot_t *slot, const muster_lease_t *lease, char va
     if (strncmp(environ[i], "MUSTER_TASK_ID=", 15) && strncmp(environ[i], "MUSTER_ATTEMPT=", 15) &&
         strncmp(environ[i], "MUSTER_QUEUE=", 13) && strncmp(environ[i], "MUSTER_WORKER_ID=", 17) &&
         strncmp(environ[i], "MUSTER_UPDATE_SEQ=", 18) &&
+        strncmp(environ[i], "MUSTER_WORKER_PID=", 18) &&
         strncmp(environ[i], "MUSTER_REQUIRES=", 16) && strncmp(environ[i], "MUSTER_SHARED_", 14))
       env[at++] = environ[i];
   for (size_t i = 0; i < nshared; i++)
@@ -275,7 +279,8 @@ static char **slot_env(worker_slot_t *slot, const muster_lease_t *lease, char va
   snprintf(vars[2], 160, "MUSTER_QUEUE=%.140s", slot->worker->queue);
   snprintf(vars[3], 160, "MUSTER_WORKER_ID=%lld", (long long)worker_id(slot->worker));
   snprintf(vars[4], 160, "MUSTER_UPDATE_SEQ=%lld", (long long)worker_updates_seq(slot->worker));
-  for (int i = 0; i < 5; i++)
+  snprintf(vars[5], 160, "MUSTER_WORKER_PID=%lld", (long long)getpid());
+  for (int i = 0; i < 6; i++)
     env[at++] = vars[i];
   return env;
 }
@@ -335,7 +340,7 @@ static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
     input = json_string_value(payload);
     input_len = json_string_length(payload);
   }
-  char vars[5][160], why[512];
+  char vars[6][160], why[512];
   char **shared = slot->nheld > 0 ? worker_shared_env(slot) : NULL;
   char **env = slot->nheld > 0 && shared == NULL ? NULL : slot_env(slot, lease, vars, shared);
   run_proc_t proc;

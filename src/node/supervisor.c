@@ -12,12 +12,14 @@
  * stdio and the report pipe, and resets the signals the agent handles.
  *
  * The session is also how the agent finds what a worker leaves behind when it
- * dies without cleaning up (`kill -9` of the worker, a crash, the OOM killer):
- * its commands run in process groups of their own (run.c) but stay in the
- * worker's session, which nothing else can join, so before the dead worker is
- * reaped (its pid, and so the session id, cannot be reused while it is a
- * zombie) every process of that session is killed.  A command's result would
- * be refused anyway: the crash report makes its lease lapse.
+ * dies without cleaning up (`kill -9` of the worker, a crash, the OOM killer).
+ * Each command's guard (run_guard.c) kills the command's process group as the
+ * worker dies; what left that group (setpgid, a background process of a
+ * command that has exited) still stays in the worker's session, which nothing
+ * else can join, so before the dead worker is reaped (its pid, and so the
+ * session id, cannot be reused while it is a zombie) every process of that
+ * session is killed.  A command's result would be refused anyway: the crash
+ * report makes its lease lapse.
  *
  * A worker tells the agent its worker id through the report pipe (fd 3,
  * MUSTER_AGENT_FD) each time it registers.  When a worker dies by a signal we

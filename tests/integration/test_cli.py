@@ -15,6 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import node_harness  # noqa: E402
 
 MUSTER = harness.MUSTER_BIN
 
@@ -31,6 +32,12 @@ COMMANDS = [
 BLOCKING = ('touch "$1/started-$MUSTER_TASK_ID"; n=0; '
             'while [ ! -e "$1/go" ]; do sleep 0.01; n=$((n+1)); '
             '[ $n -gt 3000 ] && exit 9; done; cat')
+
+# For the worker's first attempt of a task: a shell that starts a grandchild, says
+# both pids in DIR/pids (written whole, by rename) and blocks; later attempts copy
+# their input to their output.
+ORPHAN_CANDIDATE = ('if [ "$MUSTER_ATTEMPT" != 1 ]; then exec cat; fi; '
+                    'sleep 600 & echo "$$ $!" > "$1/pids.tmp"; mv "$1/pids.tmp" "$1/pids"; wait')
 
 
 class CliTest(unittest.TestCase):
@@ -535,6 +542,36 @@ class CliTest(unittest.TestCase):
         self.finish(w)
         released = self.api("GET", "/v1/tasks/" + task)
         self.assertEqual((released["state"], released["error"]), ("queued", None))
+
+    def test_worker_kill_9_kills_its_command(self):
+        """kill -9 of a standalone worker: its command and the command's child die at
+        once (the guard's PR_SET_PDEATHSIG, no agent involved), and the lease expires
+        as before, so another worker runs the task."""
+        q = self.queue("", "--lease-ms", "1000")
+        (task,) = self.ok("put", "--queue", q, "again").split()
+        w = self.worker(q, "sh", "-c", ORPHAN_CANDIDATE, "sh", self.tmp)
+        pids_file = os.path.join(self.tmp, "pids")
+        harness.wait_until(lambda: os.path.exists(pids_file), timeout=20,
+                           what="the command to start:\n" + self.log_of(w))
+        with open(pids_file) as f:
+            pids = [int(p) for p in f.read().split()]
+        self.assertEqual(len(pids), 2)
+        self.assertTrue(all(node_harness.alive(p) for p in pids))
+        w.kill()
+        w.wait()
+        # Without the guard both stay alive (reparented to init) until sleep 600 ends.
+        harness.wait_until(lambda: not any(node_harness.alive(p) for p in pids), timeout=10,
+                           what="the dead worker's command gone: %r" % [
+                               p for p in pids if node_harness.alive(p)])
+        # Nothing was lost: the lease expires (the worker said no goodbye), the attempt
+        # counts, and the next worker completes the task.
+        harness.wait_until(lambda: self.api("GET", "/v1/tasks/" + task)["state"] == "queued",
+                           timeout=20, what="the lease to expire")
+        w2 = self.worker(q, "sh", "-c", ORPHAN_CANDIDATE, "sh", self.tmp,
+                         opts=["--max-tasks", "1"])
+        self.finish(w2)
+        done = self.api("GET", "/v1/tasks/" + task)
+        self.assertEqual((done["state"], done["attempts"], done["result"]), ("done", 2, "again"))
 
     def test_worker_registers_again_when_forgotten(self):
         q = self.queue()

@@ -247,22 +247,28 @@ class KillNineTest(NodeTestCase):
 
     def test_kill_9_of_a_worker_kills_its_commands(self):
         self.make_queue("slow1", max_attempts=5, backoff_ms=0)
+        # A sleep in the command's process group (the guard kills it) and a python that
+        # leaves the group but not the worker's session (the agent's sweep kills it).
+        leaver = "import os, time; os.setpgid(0, 0); time.sleep(300)"
         a = self.agent("k9w", args=["--queue", "slow1", "--workers", "1"],
-                       cmd=["sh", "-c", "sleep 300 & sleep 300; wait"])
+                       cmd=["sh", "-c", "sleep 300 & %s -c '%s' & wait" % (sys.executable, leaver)])
         a.start()
         [worker] = self.wait_workers(a, 1)
         [tid] = self.put("slow1", ["a"])
         harness.wait_until(lambda: self.task(tid)["state"] == "leased", timeout=20,
                            what="the task leased:\n" + a.log())
-        # sh and its two sleeps, in a process group of their own below the worker.
-        below = harness.wait_until(
-            lambda: (lambda d: d if len(d) >= 3 else None)(node_harness.descendants(worker)),
-            timeout=10, what="the command running")
+
+        def running():
+            """The guard, sh, sleep and python, once python has its own group."""
+            below = node_harness.descendants(worker)
+            leaders = [p for p in below if (node_harness._stat(p) or (0, 0))[1] == p]
+            return below if len(below) >= 4 and len(leaders) >= 2 else None
+        below = harness.wait_until(running, timeout=10, what="the command running")
         os.kill(worker, signal.SIGKILL)
         harness.wait_until(lambda: not any(node_harness.alive(p) for p in below), timeout=15,
                            what="the dead worker's commands gone: %r\n%s" % (
                                [p for p in below if node_harness.alive(p)], a.log()))
-        # The agent logs the kill just after it (so wait for the line, not assert it).
+        # The agent logs the kill of the python just after it (so wait for the line).
         harness.wait_until(lambda: "died with commands still running" in a.log(), timeout=10,
                            what="the agent's account of the kill:\n" + a.log())
         # The crash report let the lease lapse; the restarted worker runs the task again.
