@@ -94,7 +94,10 @@ class CountsTest(ApiTestCase):
 
         # Out of attempts (the task failed once), flagged to max_flags (the task
         # flagged once), and lease expiry (the other two).
-        self.expect("PUT", "/v1/queues/" + self.q, {"lease_ms": 100})
+        # Long enough that no lease expires between the checks before the wait for
+        # expiry (each reads /metrics, then the listings: a slow, sanitized build
+        # once saw two leases expire in between).
+        self.expect("PUT", "/v1/queues/" + self.q, {"lease_ms": 1500})
         ls2 = self.leased(4)
         by_task = {lease["task"]: lease for lease in ls2}
         self.assertEqual(sorted(by_task), [ls[2]["task"], ls[3]["task"], ls[4]["task"],
