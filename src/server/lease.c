@@ -302,15 +302,97 @@ static muster_err_t lease_one(store_t *st, const queue_t *q, const candidate_t *
   return MUSTER_OK;
 }
 
+/* Leases the `n` candidates at `leasable` (indexes into `cands`, all found
+ * queued in this transaction, none unreadable) with one UPDATE, and appends
+ * their lease objects to `out`.  One statement for the batch instead of one
+ * per task: the per-statement work (cursors on the table and every index,
+ * the statement's start and halt) was about a third of a lease's UPDATE.
+ * The ids go in as a JSON array; the task at position i of it gets token
+ * base + i, the tokens lease_one would have handed out one by one. */
+static muster_err_t lease_batch(store_t *st, const queue_t *q, const candidate_t *cands,
+                                const int64_t *leasable, int64_t n, const char *pieces,
+                                int64_t worker, bool first, jw_buf_t *out, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 1, attempts = attempts + 1,"
+                                   " token = ?2 + j.key, worker = ?3, deadline_ms = ?4,"
+                                   " updated_ms = ?5 FROM json_each(?1) AS j"
+                                   " WHERE tasks.id = j.value");
+  if (s == NULL)
+    return store_fail(st, f, "lease");
+  jw_buf_t ids = {0};
+  JW_ADD_LITERAL(&ids, "[");
+  for (int64_t i = 0; i < n; i++) {
+    if (i > 0)
+      JW_ADD_LITERAL(&ids, ",");
+    jw_add_int(&ids, cands[leasable[i]].id);
+  }
+  JW_ADD_LITERAL(&ids, "]");
+  if (ids.failed) {
+    jw_buf_free(&ids);
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
+  }
+  int64_t now = now_ms(), deadline = now + q->lease_ms, base = store_next_token(st);
+  for (int64_t i = 1; i < n; i++)
+    store_next_token(st);
+  sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 2, base);
+  if (worker > 0)
+    sqlite3_bind_int64(s, 3, worker);
+  sqlite3_bind_int64(s, 4, deadline);
+  sqlite3_bind_int64(s, 5, now);
+  muster_err_t err = store_step_done(st, s, f);
+  jw_buf_free(&ids);
+  if (err)
+    return err;
+  if (sqlite3_changes64(store_db(st)) != n)
+    return fail_set(f, MUSTER_STORE, "store: lease: %lld of %lld tasks updated",
+                    (long long)sqlite3_changes64(store_db(st)), (long long)n);
+  for (int64_t i = 0; i < n; i++) {
+    if (!first || i > 0)
+      JW_ADD_LITERAL(out, ",");
+    lease_write(out, &cands[leasable[i]], pieces, base + i, deadline);
+  }
+  if (out->failed)
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
+  metrics_count(METRIC_LEASES_GRANTED, q->name, n);
+  return MUSTER_OK;
+}
+
+/* Leases the candidates of one round at `leasable`: with one statement, or,
+ * when one of them cannot be read (the stored text is not JSON), one by one
+ * as before, so that the refusal comes where it came.  *granted counts them,
+ * also on failure. */
+static bool lease_round(store_t *st, const queue_t *q, int64_t worker, const candidate_t *cands,
+                        const int64_t *leasable, int64_t n, const char *pieces, jw_buf_t *out,
+                        int64_t *granted, fail_t *f) {
+  bool unreadable = false;
+  for (int64_t i = 0; i < n; i++)
+    unreadable |= cands[leasable[i]].unreadable;
+  if (!unreadable && n > 0) {
+    if (lease_batch(st, q, cands, leasable, n, pieces, worker, *granted == 0, out, f))
+      return false;
+    *granted += n;
+    return true;
+  }
+  bool ok = true;
+  for (int64_t i = 0; ok && i < n; i++) {
+    ok = lease_one(st, q, &cands[leasable[i]], pieces, worker, *granted == 0, out, f) ==
+         MUSTER_OK;
+    *granted += ok;
+  }
+  return ok;
+}
+
 /* Leases up to `max` - *granted candidates in rounds (see lease_acquire_raw),
- * appending lease objects to `out`; *granted counts them, also on failure. */
+ * appending lease objects to `out`; *granted counts them, also on failure.
+ * `leasable` has room for `max` indexes. */
 static bool lease_rounds(store_t *st, const queue_t *q, int64_t worker, int64_t max,
-                         candidate_t *cands, jw_buf_t *out, int64_t *granted, fail_t *f) {
+                         candidate_t *cands, int64_t *leasable, jw_buf_t *out, int64_t *granted,
+                         fail_t *f) {
   jw_buf_t pieces = {0};
   bool ok = true;
   for (bool more = true; ok && more && *granted < max;) {
     pieces.len = 0; /* the previous round's are written out */
-    int64_t n = lease_candidates(st, q->name, max - *granted, cands, &pieces, f);
+    int64_t n = lease_candidates(st, q->name, max - *granted, cands, &pieces, f), nleasable = 0;
     ok = n >= 0;
     more = false;
     if (ok && *granted == 0)
@@ -323,10 +405,10 @@ static bool lease_rounds(store_t *st, const queue_t *q, int64_t worker, int64_t 
              lease_lapse(st, &h, "out of attempts", NULL, f) >= 0;
         more = true;
       } else {
-        ok = lease_one(st, q, c, pieces.buf, worker, *granted == 0, out, f) == MUSTER_OK;
-        *granted += ok;
+        leasable[nleasable++] = i;
       }
     }
+    ok = ok && lease_round(st, q, worker, cands, leasable, nleasable, pieces.buf, out, granted, f);
   }
   jw_buf_free(&pieces);
   return ok;
@@ -336,7 +418,10 @@ json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t
                           fail_t *f) {
   *count = 0;
   candidate_t *cands = calloc((size_t)max, sizeof *cands);
-  if (cands == NULL) {
+  int64_t *leasable = calloc((size_t)max, sizeof *leasable);
+  if (cands == NULL || leasable == NULL) {
+    free(cands);
+    free(leasable);
     fail_set(f, MUSTER_NOMEM, "out of memory");
     return NULL;
   }
@@ -346,9 +431,10 @@ json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t
   jw_buf_t out = {0};
   int64_t granted = 0;
   JW_ADD_LITERAL(&out, "[");
-  bool ok = lease_rounds(st, q, worker, max, cands, &out, &granted, f);
+  bool ok = lease_rounds(st, q, worker, max, cands, leasable, &out, &granted, f);
   JW_ADD_LITERAL(&out, "]");
   free(cands);
+  free(leasable);
   /* One count for the batch: lease_one moves queued tasks only.  After a
    * failure the leases granted before it are counted too: a request that
    * keeps its writes after an error (see http.c, `keep`) keeps them. */

@@ -114,6 +114,40 @@ static void test_lease_order_and_keys(void **unused) {
   json_decref(leases);
 }
 
+/* A batch is leased with one statement (lease.c, lease_batch): each task
+ * gets its own token, increasing in lease order, its attempt counted once;
+ * another task's token of the same batch is refused. */
+static void test_batch_tokens(void **unused) {
+  make_queue("q", "{}");
+  int64_t ids[5];
+  for (int i = 0; i < 5; i++)
+    ids[i] = put("q", "{\"payload\": 1}");
+  json_t *l = lease("q", 5);
+  assert_int_equal(json_array_size(l), 5);
+  for (int i = 0; i < 5; i++) {
+    json_t *x = json_array_get(l, i);
+    assert_int_equal(jint(x, "task"), ids[i]);
+    assert_int_equal(jint(x, "attempt"), 1);
+    if (i > 0)
+      assert_true(jint(x, "token") > jint(json_array_get(l, i - 1), "token"));
+    assert_int_equal(jint(x, "deadline_ms"), jint(json_array_get(l, 0), "deadline_ms"));
+  }
+  int64_t t0 = jint(json_array_get(l, 0), "token"), t1 = jint(json_array_get(l, 1), "token");
+  assert_int_equal(apply(LEASE_COMPLETE, ids[0], t1, NULL), MUSTER_LEASE_LOST);
+  assert_int_equal(apply(LEASE_COMPLETE, ids[1], t0, NULL), MUSTER_LEASE_LOST);
+  for (int i = 0; i < 5; i++) {
+    assert_string_equal(state_of(ids[i]), "leased");
+    assert_int_equal(apply(LEASE_RELEASE, ids[i], jint(json_array_get(l, i), "token"), NULL),
+                     MUSTER_OK);
+  }
+  json_decref(l);
+  /* Released: the attempt given back; the next lease is attempt 1 again. */
+  l = lease("q", 5);
+  assert_int_equal(jint(json_array_get(l, 4), "attempt"), 1);
+  assert_true(jint(json_array_get(l, 0), "token") > t0 + 4);
+  json_decref(l);
+}
+
 static void test_stale_token_refused(void **unused) {
   make_queue("q", "{}");
   int64_t id = put("q", "{\"payload\": \"x\"}");
@@ -617,6 +651,7 @@ int main(void) {
       cmocka_unit_test(test_backoff),
       cmocka_unit_test_setup_teardown(test_queue_settings, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_order_and_keys, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_tokens, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_stale_token_refused, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_pipeline_and_flags, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_fail_retry_dead, fixture_setup, fixture_teardown),
