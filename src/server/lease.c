@@ -187,10 +187,10 @@ static void lease_piece_session(jw_buf_t *pieces, const unsigned char *name, lea
 
 /* Collects up to `max` ready tasks of the queue in lease order, with the
  * columns of their lease objects (stored texts appended to `pieces`): one
- * pass over the ready index, so that leasing each is a plain UPDATE.  (An
- * UPDATE … RETURNING runs as a trigger with a statement journal and an
- * ephemeral table: the most expensive statement on the hot path when it did
- * this.)  Returns the count, or -1. */
+ * pass over the ready index, so that leasing them is a plain UPDATE by id
+ * (lease_batch).  (An UPDATE … RETURNING runs as a trigger with a statement
+ * journal and an ephemeral table: the most expensive statement on the hot
+ * path when it did this.)  Returns the count, or -1. */
 static int64_t lease_candidates(store_t *st, const char *queue, int64_t max, candidate_t *out,
                                 jw_buf_t *pieces, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT id, attempts, payload, coalesce(parent, 0), session,"
