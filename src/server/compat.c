@@ -281,10 +281,12 @@ static bool compat_worker(http_req_t *r, const pipeline_t *pipe, dc_worker_t *w)
   return true;
 }
 
-/* The worker's current lease (task and fencing token); false when it has none. */
+/* The worker's current lease (task and fencing token); false when it has none.
+ * A scan of tasks_leased (all leases; it carries the worker, so only the
+ * worker's own rows are read), as lease_end_worker's. */
 static bool compat_current(store_t *st, const dc_worker_t *w, int64_t *task, int64_t *token) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT id, token FROM tasks WHERE state = 1 AND worker = ?1"
-                                   " ORDER BY id LIMIT 1");
+  sqlite3_stmt *s = store_stmt(st, "SELECT id, token FROM tasks INDEXED BY tasks_leased"
+                                   " WHERE state = 1 AND worker = ?1 ORDER BY id LIMIT 1");
   if (s == NULL)
     return false;
   sqlite3_bind_int64(s, 1, w->worker);

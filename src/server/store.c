@@ -160,6 +160,16 @@ static const char *const migrations[] = {
     "DROP INDEX tasks_by_state;"
     "CREATE INDEX tasks_by_queue ON tasks(queue, id);"
     "CREATE INDEX tasks_failed ON tasks(queue, id) WHERE state >= 3;",
+    /* No tasks_by_worker: it was written twice in every task's cycle (lease
+     * and its end) only so that a worker's leases could be found by index.
+     * Leased tasks are few (a batch per worker), so those lookups scan
+     * tasks_leased, which now carries the worker: the scan reads the index
+     * alone, never the rows.  tasks_leased is written at the same moments
+     * as before, the worker being set and cleared with the state
+     * (docs/design-notes.md, "Indexes after tasks_by_worker"). */
+    "DROP INDEX tasks_by_worker;"
+    "DROP INDEX tasks_leased;"
+    "CREATE INDEX tasks_leased ON tasks(deadline_ms, worker) WHERE state = 1;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

@@ -175,10 +175,18 @@ muster_err_t worker_count(store_t *st, int64_t id, worker_counter_t which, fail_
   return store_step_done(st, s, f);
 }
 
+/* A worker's columns, then its lease count: no index by worker exists (store.c,
+ * migration 8), so one worker's count is a scan of tasks_leased (all leases,
+ * the worker in the index), and the list counts every worker's leases in one
+ * such scan, grouped, rather than one scan per worker. */
 #define WORKER_COLUMNS                                                                            \
   "w.id, w.name, w.nickname, w.node, w.queues, w.labels, w.state, w.progress, w.last_seen_ms,"   \
-  " w.created_ms, w.timeout_ms, w.completed, w.failed, w.flagged,"                               \
-  " (SELECT count(*) FROM tasks t WHERE t.state = 1 AND t.worker = w.id)"
+  " w.created_ms, w.timeout_ms, w.completed, w.failed, w.flagged,"
+#define WORKER_LEASES_ONE                                                                         \
+  " (SELECT count(*) FROM tasks t INDEXED BY tasks_leased WHERE t.state = 1 AND t.worker = w.id)"
+#define WORKER_LEASES_ALL                                                                         \
+  " LEFT JOIN (SELECT worker, count(*) AS n FROM tasks INDEXED BY tasks_leased"                 \
+  " WHERE state = 1 GROUP BY worker) l ON l.worker = w.id"
 
 static json_t *text_json(sqlite3_stmt *s, int col, bool decode) {
   const unsigned char *t = sqlite3_column_text(s, col);
@@ -203,7 +211,8 @@ static json_t *worker_from_row(sqlite3_stmt *s) {
 }
 
 json_t *worker_get(store_t *st, int64_t id, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT " WORKER_COLUMNS " FROM workers w WHERE w.id = ?1");
+  sqlite3_stmt *s =
+      store_stmt(st, "SELECT " WORKER_COLUMNS WORKER_LEASES_ONE " FROM workers w WHERE w.id = ?1");
   if (s == NULL) {
     store_fail(st, f, "worker lookup");
     return NULL;
@@ -217,7 +226,8 @@ json_t *worker_get(store_t *st, int64_t id, fail_t *f) {
 }
 
 json_t *worker_list(store_t *st, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT " WORKER_COLUMNS " FROM workers w ORDER BY w.id");
+  sqlite3_stmt *s = store_stmt(st, "SELECT " WORKER_COLUMNS " coalesce(l.n, 0)"
+                                   " FROM workers w" WORKER_LEASES_ALL " ORDER BY w.id");
   if (s == NULL) {
     store_fail(st, f, "worker list");
     return NULL;

@@ -92,6 +92,9 @@ class WorkerTest(ApiTestCase):
         self.put(*range(6))
         leases = self.lease(worker=w["id"], max=5)
         self.assertEqual(self.get_worker(w["id"])["leases"], 5)
+        # The listing counts every worker's leases in one pass (worker.c): the same.
+        listed = {x["id"]: x for x in self.expect("GET", "/v1/workers")["workers"]}
+        self.assertEqual(listed[w["id"]]["leases"], 5)
         for x in leases:
             self.assertEqual(self.get_task(x["task"])["lease"]["worker"], w["id"])
         self.ack("complete", [item(leases[0], result=1), item(leases[1], result=2)])

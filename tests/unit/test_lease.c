@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <string.h>
+#include <unistd.h>
 
 #include "server/jw.h"
 #include "server/lease.h"
@@ -113,6 +114,40 @@ static void test_lease_order_and_keys(void **unused) {
   json_decref(leases);
 }
 
+/* A batch is leased with one statement (lease.c, lease_batch): each task
+ * gets its own token, increasing in lease order, its attempt counted once;
+ * another task's token of the same batch is refused. */
+static void test_batch_tokens(void **unused) {
+  make_queue("q", "{}");
+  int64_t ids[5];
+  for (int i = 0; i < 5; i++)
+    ids[i] = put("q", "{\"payload\": 1}");
+  json_t *l = lease("q", 5);
+  assert_int_equal(json_array_size(l), 5);
+  for (int i = 0; i < 5; i++) {
+    json_t *x = json_array_get(l, i);
+    assert_int_equal(jint(x, "task"), ids[i]);
+    assert_int_equal(jint(x, "attempt"), 1);
+    if (i > 0)
+      assert_true(jint(x, "token") > jint(json_array_get(l, i - 1), "token"));
+    assert_int_equal(jint(x, "deadline_ms"), jint(json_array_get(l, 0), "deadline_ms"));
+  }
+  int64_t t0 = jint(json_array_get(l, 0), "token"), t1 = jint(json_array_get(l, 1), "token");
+  assert_int_equal(apply(LEASE_COMPLETE, ids[0], t1, NULL), MUSTER_LEASE_LOST);
+  assert_int_equal(apply(LEASE_COMPLETE, ids[1], t0, NULL), MUSTER_LEASE_LOST);
+  for (int i = 0; i < 5; i++) {
+    assert_string_equal(state_of(ids[i]), "leased");
+    assert_int_equal(apply(LEASE_RELEASE, ids[i], jint(json_array_get(l, i), "token"), NULL),
+                     MUSTER_OK);
+  }
+  json_decref(l);
+  /* Released: the attempt given back; the next lease is attempt 1 again. */
+  l = lease("q", 5);
+  assert_int_equal(jint(json_array_get(l, 4), "attempt"), 1);
+  assert_true(jint(json_array_get(l, 0), "token") > t0 + 4);
+  json_decref(l);
+}
+
 static void test_stale_token_refused(void **unused) {
   make_queue("q", "{}");
   int64_t id = put("q", "{\"payload\": \"x\"}");
@@ -196,6 +231,115 @@ static void test_expiry_and_worker_timeout(void **unused) {
   assert_int_equal(worker_check_active(st, worker, &f), MUSTER_WORKER_NOT_FOUND);
   json_decref(w);
   json_decref(reg);
+}
+
+/* The leases of `worker`, as worker_get counts them. */
+static int64_t worker_leases(int64_t worker) {
+  fail_t f = {0};
+  json_t *w = worker_get(st, worker, &f);
+  assert_non_null(w);
+  int64_t n = jint(w, "leases");
+  json_decref(w);
+  return n;
+}
+
+/* The leases of `worker` as worker_list counts them (-1: not listed). */
+static int64_t worker_listed_leases(int64_t worker) {
+  fail_t f = {0};
+  json_t *list = worker_list(st, &f), *w;
+  assert_non_null(list);
+  size_t i;
+  int64_t n = -1;
+  json_array_foreach(json_object_get(list, "workers"), i, w) {
+    if (jint(w, "id") == worker)
+      n = jint(w, "leases");
+  }
+  json_decref(list);
+  return n;
+}
+
+static int64_t register_worker(void) {
+  fail_t f = {0};
+  json_t *reg = json_loads("{\"nickname\": \"n\", \"timeout_ms\": 1000}", 0, NULL);
+  json_t *w = worker_register(st, reg, 60000, &f);
+  assert_non_null(w);
+  int64_t id = jint(w, "id");
+  json_decref(w);
+  json_decref(reg);
+  return id;
+}
+
+static void lease_for(const char *queue, int64_t worker, int64_t max) {
+  queue_t q;
+  fail_t f = {0};
+  assert_int_equal(queue_load(st, queue, &q, &f), MUSTER_OK);
+  json_t *leases = lease_acquire(st, &q, worker, max, &f);
+  assert_non_null(leases);
+  assert_int_equal(json_array_size(leases), max);
+  json_decref(leases);
+}
+
+/* Schema version 8 drops tasks_by_worker and puts the worker into
+ * tasks_leased: leases granted under version 7 are found by worker (counts,
+ * listing, the worker's end) and by deadline after the upgrade, and only the
+ * leases of the worker asked for. */
+static void test_worker_leases_after_upgrade(void **unused) {
+  char dir[] = "/tmp/muster-test-lease.XXXXXX", path[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/muster.db", dir);
+  fail_t f = {0};
+  st = store_open(&(store_opts_t){.path = path, .schema_version = 7}, &f);
+  assert_non_null(st);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  make_queue("q", "{\"lease_ms\": 1000, \"backoff_ms\": 0, \"backoff_max_ms\": 0}");
+  int64_t a = register_worker(), b = register_worker();
+  int64_t ids[6];
+  for (int i = 0; i < 6; i++)
+    ids[i] = put("q", "{\"payload\": 1}");
+  lease_for("q", a, 2); /* ids[0], ids[1] */
+  lease_for("q", b, 3); /* ids[2] .. ids[4] */
+  assert_int_equal(fixture_close(), 0);
+
+  st = store_open(&(store_opts_t){.path = path}, &f);
+  assert_non_null(st);
+  sqlite3 *db = store_db(st);
+  sqlite3_stmt *s;
+  assert_int_equal(sqlite3_prepare_v2(db,
+                                      "SELECT (SELECT count(*) FROM sqlite_master"
+                                      " WHERE name = 'tasks_by_worker'), (SELECT sql FROM"
+                                      " sqlite_master WHERE name = 'tasks_leased')",
+                                      -1, &s, NULL),
+                   SQLITE_OK);
+  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+  assert_int_equal(sqlite3_column_int(s, 0), 0);
+  assert_non_null(strstr((const char *)sqlite3_column_text(s, 1), "(deadline_ms, worker)"));
+  sqlite3_finalize(s);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  assert_int_equal(worker_leases(a), 2);
+  assert_int_equal(worker_leases(b), 3);
+  assert_int_equal(worker_listed_leases(a), 2);
+  assert_int_equal(worker_listed_leases(b), 3);
+  /* A new lease after the upgrade is found by its worker too. */
+  lease_for("q", a, 1); /* ids[5] */
+  assert_int_equal(worker_leases(a), 3);
+  /* Worker a ends: its three leases return, b's stay. */
+  assert_int_equal(lease_end_worker(st, a, false), 3);
+  for (int i = 0; i < 6; i++)
+    assert_string_equal(state_of(ids[i]), i >= 2 && i <= 4 ? "leased" : "queued");
+  assert_int_equal(worker_leases(a), 0);
+  assert_int_equal(worker_listed_leases(a), 0);
+  assert_int_equal(worker_listed_leases(b), 3);
+  /* b's leases expire by deadline. */
+  assert_int_equal(lease_expire_due(st, now_ms() + 2000, 100), 3);
+  assert_int_equal(worker_leases(b), 0);
+  for (int i = 0; i < 6; i++)
+    assert_string_equal(state_of(ids[i]), "queued");
+  assert_int_equal(fixture_close(), 0);
+  unlink(path);
+  char wal[80];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  unlink(wal);
+  rmdir(dir);
 }
 
 static void test_batch_too_large(void **unused) {
@@ -511,11 +655,13 @@ int main(void) {
       cmocka_unit_test(test_backoff),
       cmocka_unit_test_setup_teardown(test_queue_settings, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_order_and_keys, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_tokens, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_stale_token_refused, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_pipeline_and_flags, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_fail_retry_dead, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_expiry_and_worker_timeout, fixture_setup,
                                       fixture_teardown),
+      cmocka_unit_test(test_worker_leases_after_upgrade),
       cmocka_unit_test_setup_teardown(test_batch_too_large, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_text, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_text_child, fixture_setup, fixture_teardown),
