@@ -50,7 +50,26 @@ static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const ch
 typedef struct {
   json_t *tree;       /* array of the replies to fail, extend, release, flag */
   jw_buf_t completed; /* "[" and the completions' objects, comma-separated */
+  int64_t worker;     /* completions of this worker not yet added to its counter */
+  int64_t worker_completed;
 } apply_out_t;
+
+/* Adds the completions tallied in `out` to their worker's counter: a batch
+ * usually comes from one worker, so it is one UPDATE per batch, not per task. */
+static muster_err_t apply_count_worker(store_t *st, apply_out_t *out, fail_t *f) {
+  muster_err_t err = worker_count(st, out->worker, WORKER_COMPLETED, out->worker_completed, f);
+  out->worker_completed = 0;
+  return err;
+}
+
+/* Tallies one completion of `worker` (0: anonymous) in `out`. */
+static muster_err_t apply_tally_worker(store_t *st, apply_out_t *out, int64_t worker, fail_t *f) {
+  if (worker != out->worker && apply_count_worker(st, out, f))
+    return f->code;
+  out->worker = worker;
+  out->worker_completed++;
+  return MUSTER_OK;
+}
 
 /* Completes the task with result `text` (encoded JSON; NULL: none),
  * counted in `run`, and appends its reply to out->completed; with a next
@@ -76,7 +95,7 @@ static muster_err_t op_complete(store_t *st, const char *text, const lease_held_
       task_insert(st, h->queue.next, text ? text : "null", h->priority, now_ms(), NULL,
                   h->has_session ? h->session : NULL, h->index, h->id, NULL, &next_id, f);
   }
-  if (f->code || lease_finished(st, h, f) || worker_count(st, h->worker, WORKER_COMPLETED, f))
+  if (f->code || lease_finished(st, h, f) || apply_tally_worker(st, out, h->worker, f))
     return f->code;
   metrics_count(METRIC_TASKS_COMPLETED, h->queue.name, 1);
   jw_buf_t *b = &out->completed;
@@ -108,7 +127,7 @@ static json_t *op_fail(store_t *st, const json_t *elem, const lease_held_t *h, c
   } else if ((state = lease_lapse(st, h, error ? error : "failed", &run_at, f)) < 0) {
     return NULL;
   }
-  if (worker_count(st, h->worker, WORKER_FAILED, f))
+  if (worker_count(st, h->worker, WORKER_FAILED, 1, f))
     return NULL;
   metrics_count(METRIC_TASKS_FAILED, h->queue.name, 1);
   json_t *out = json_pack("{s:I, s:s}", "task", (json_int_t)h->id, "state", task_state_name(state));
@@ -173,7 +192,7 @@ static json_t *op_flag(store_t *st, const json_t *elem, const lease_held_t *h, c
   const char *reason;
   if (jv_only(elem, ctx, allowed, f) ||
       jv_str(elem, "reason", ctx, NULL, LEASE_MAX_ERROR, &reason, f) ||
-      worker_count(st, h->worker, WORKER_FLAGGED, f))
+      worker_count(st, h->worker, WORKER_FLAGGED, 1, f))
     return NULL;
   sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET flags = flags + 1 WHERE id = ?1");
   sqlite3_bind_int64(s, 1, h->id);
@@ -317,9 +336,11 @@ static json_t *lease_apply_batch(store_t *st, lease_op_t op, const json_t *lease
   if (!ok) {
     fail_t ignored = {0};
     counts_run_flush(st, &run, &ignored); /* those before the refusal are counted */
+    apply_count_worker(st, &out, &ignored);
     if (out.tree == NULL)
       fail_set(f, MUSTER_NOMEM, "out of memory");
-  } else if (counts_run_flush(st, &run, f) == MUSTER_OK) {
+  } else if (counts_run_flush(st, &run, f) == MUSTER_OK &&
+             apply_count_worker(st, &out, f) == MUSTER_OK) {
     reply = lease_apply_reply(op, &out, f);
   }
   json_decref(out.tree);

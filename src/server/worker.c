@@ -161,17 +161,18 @@ json_t *worker_leave(store_t *st, int64_t id, bool crashed, fail_t *f) {
   return json_pack("{s:I, s:I}", "id", (json_int_t)id, "released", (json_int_t)released);
 }
 
-muster_err_t worker_count(store_t *st, int64_t id, worker_counter_t which, fail_t *f) {
+muster_err_t worker_count(store_t *st, int64_t id, worker_counter_t which, int64_t n, fail_t *f) {
   static const char *const sql[] = {
-      [WORKER_COMPLETED] = "UPDATE workers SET completed = completed + 1 WHERE id = ?1",
-      [WORKER_FAILED] = "UPDATE workers SET failed = failed + 1 WHERE id = ?1",
-      [WORKER_FLAGGED] = "UPDATE workers SET flagged = flagged + 1 WHERE id = ?1"};
-  if (id <= 0)
+      [WORKER_COMPLETED] = "UPDATE workers SET completed = completed + ?2 WHERE id = ?1",
+      [WORKER_FAILED] = "UPDATE workers SET failed = failed + ?2 WHERE id = ?1",
+      [WORKER_FLAGGED] = "UPDATE workers SET flagged = flagged + ?2 WHERE id = ?1"};
+  if (id <= 0 || n == 0)
     return MUSTER_OK;
   sqlite3_stmt *s = store_stmt(st, sql[which]);
   if (s == NULL)
     return store_fail(st, f, "worker counter");
   sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 2, n);
   return store_step_done(st, s, f);
 }
 

@@ -32,8 +32,8 @@ json_t *worker_list(store_t *st, fail_t *f);
 json_t *worker_leaderboard(store_t *st, fail_t *f);
 /* MUSTER_OK when `id` is a registered, active worker. */
 muster_err_t worker_check_active(store_t *st, int64_t id, fail_t *f);
-/* Adds one to a counter of worker `id`; a no-op for id 0 (anonymous). */
-muster_err_t worker_count(store_t *st, int64_t id, worker_counter_t which, fail_t *f);
+/* Adds `n` to a counter of worker `id`; a no-op for id 0 (anonymous) or n 0. */
+muster_err_t worker_count(store_t *st, int64_t id, worker_counter_t which, int64_t n, fail_t *f);
 /* True when some active worker is silent past its timeout at `now`. */
 bool worker_any_due(store_t *st, int64_t now);
 /* Marks workers silent past their timeout as gone and lapses their leases.

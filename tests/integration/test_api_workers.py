@@ -109,6 +109,29 @@ class WorkerTest(ApiTestCase):
         got = self.get_worker(w["id"])
         self.assertEqual((got["completed"], got["leases"]), (2, 1))
 
+    def test_counters_of_a_mixed_batch(self):
+        # A batch of completions is tallied per worker and written once per run of
+        # one worker's leases (lease_ops.c): runs of two workers and anonymous
+        # leases, interleaved, must each land on their own counter.
+        self.create_queue()
+        a, b = self.register(nickname="a"), self.register(nickname="b")
+        self.put(*range(7))
+        la = self.lease(worker=a["id"], max=3)
+        lb = self.lease(worker=b["id"], max=2)
+        anon = self.lease(max=2)
+        batch = [la[0], la[1], lb[0], anon[0], la[2], lb[1], anon[1]]
+        self.ack("complete", [item(x, result=i) for i, x in enumerate(batch)])
+        self.assertEqual(self.get_worker(a["id"])["completed"], 3)
+        self.assertEqual(self.get_worker(b["id"])["completed"], 2)
+        # A refused batch counts nothing: its earlier completions are rolled back.
+        self.put(8, 9)
+        lc = self.lease(worker=a["id"], max=2)
+        self.expect_error("POST", "/v1/leases/complete",
+                          {"leases": [item(lc[0]), item(la[0])]}, 409, "lease_lost")
+        self.assertEqual(self.get_worker(a["id"])["completed"], 3)
+        self.ack("complete", [item(x) for x in lc])
+        self.assertEqual(self.get_worker(a["id"])["completed"], 5)
+
     def test_leaderboard(self):
         self.create_queue()
         nick_a, nick_b = self.qname("alice"), self.qname("bob")
