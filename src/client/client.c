@@ -311,12 +311,13 @@ muster_err_t client_reply_tree(muster_client_t *client, const char *method, cons
 }
 
 muster_err_t client_reply_check(muster_client_t *client, const char *method, const char *path) {
-  const char *text = client->reply.data;
+  const char *text = client->reply.data, *end;
   size_t len = client->reply.len;
   jtext_info_t info;
   /* json_loadb without JSON_DECODE_ANY wants an object or an array. */
   if (len > 0 && (text[0] == '{' || text[0] == '[') &&
-      jtext_scan(text, text + len, &info) == text + len && info.canonical) {
+      (end = jtext_scan(text, text + len, &info)) != NULL && info.canonical &&
+      jtext_only_space(end, text + len)) {
     client_ok(client);
     return MUSTER_OK;
   }

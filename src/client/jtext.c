@@ -443,6 +443,12 @@ const char *jtext_scan(const char *p, const char *end, jtext_info_t *info) {
   return jtext_value(&s, 0) ? (const char *)s.p : NULL;
 }
 
+bool jtext_only_space(const char *p, const char *end) {
+  while (p < end && jtext_space((unsigned char)*p))
+    p++;
+  return p == end;
+}
+
 /* ---- splicing a value ------------------------------------------------------ */
 
 /* Appends the valid JSON text [p, end) without the whitespace between its
@@ -477,10 +483,7 @@ bool jtext_add_json(jtext_buf_t *b, const char *text, size_t len) {
   const char *value_end = jtext_scan(p, end, &info);
   if (value_end == NULL || !info.canonical)
     return false;
-  const char *q = value_end;
-  while (q < end && jtext_space((unsigned char)*q))
-    q++;
-  if (q != end)
+  if (!jtext_only_space(value_end, end))
     return false;
   if (info.spaced)
     jtext_add_compact(b, p, value_end);

@@ -23,8 +23,9 @@
 #include <stdint.h>
 
 #define JTEXT_MAX_DEPTH 64 /* containers inside a scanned value; deeper declines */
-#define JTEXT_MAX_KEYS 256 /* keys of the objects open at once (duplicates); more: not canonical   \
-                            */
+#define JTEXT_MAX_KEYS                                                                             \
+  256 /* keys of the objects open at once (duplicates); more: not canonical                        \
+       */
 
 /* JSON text under construction, kept NUL-terminated.  Zero-initialise;
  * jtext_buf_free releases it.  After a failed allocation every later write is
@@ -65,6 +66,10 @@ typedef struct {
  * with info->canonical false is valid JSON text by its form, but jansson may
  * still refuse it (an integer beyond 64 bits, a real beyond a double). */
 const char *jtext_scan(const char *p, const char *end, jtext_info_t *info);
+
+/* True when nothing but JSON whitespace lies in [p, end) (the head ends its
+ * replies with a newline). */
+bool jtext_only_space(const char *p, const char *end);
 
 /* Reads the canonical integer at *pp (before `end`) into *out and moves *pp
  * past it; false when there is none there (a real, "-0", beyond int64). */

@@ -279,7 +279,8 @@ bool lease_scan_reply(const char *text, size_t len, muster_lease_t **leases, siz
       ok = lease_scan_other(&p, end);
     }
   } while (ok && CLIENT_SCAN_LIT(&p, end, ","));
-  ok = ok && got != NULL && end - p == 1 && *p == '}' && (!updates || (list && have_last));
+  ok = ok && got != NULL && CLIENT_SCAN_LIT(&p, end, "}") && jtext_only_space(p, end) &&
+       (!updates || (list && have_last));
   if (ok && updates)
     ok = (*updates = lease_updates_text(list, (size_t)(list_end - list), last)) != NULL;
   if (!ok) {

@@ -124,7 +124,7 @@ bool task_scan_ids(const char *text, size_t len, size_t count, int64_t *ids) {
       ids[n] = id;
     n++;
   }
-  return n == count && end - p == 2 && p[0] == ']' && p[1] == '}';
+  return n == count && CLIENT_SCAN_LIT(&p, end, "]}") && jtext_only_space(p, end);
 }
 
 /* Copies the ids of the put reply into `ids` (count elements). */
