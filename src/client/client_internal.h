@@ -155,9 +155,16 @@ bool lease_scan_reply(const char *text, size_t len, muster_lease_t **leases, siz
 muster_err_t lease_read_tree(muster_client_t *client, json_t *reply, muster_lease_t **leases,
                              size_t *count, char **updates);
 
-/* Writes {"leases":[{"task","token","result"?}...]} for muster_complete into `b`. */
-muster_err_t lease_complete_body(muster_client_t *client, const muster_ack_t *acks, size_t count,
-                                 jtext_buf_t *b);
+/* Writes the body of POST /v1/leases/`verb` ("complete", "fail", "extend",
+ * "release" or "flag") for `acks` into `b` (emptied first), with the old
+ * tree's bytes; MUSTER_INVALID (message set) for a bad result or text. */
+muster_err_t lease_ack_body(muster_client_t *client, const char *verb, const muster_ack_t *acks,
+                            size_t count, jtext_buf_t *b);
+/* Writes muster_complete_lease's body (a completion with a "lease" object),
+ * its arguments already checked. */
+muster_err_t lease_next_body(muster_client_t *client, const muster_ack_t *acks, size_t count,
+                             const char *queue, int64_t worker, size_t max, int64_t updates_after,
+                             jtext_buf_t *b);
 
 /* Reads integer field `key` of `obj`; *out = `fallback` when absent or null.
  * Returns 0, or -1 when the field has another type. */

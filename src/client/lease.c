@@ -433,54 +433,63 @@ static muster_err_t ack_body(muster_client_t *client, const muster_ack_t *acks, 
   return b->failed ? client_fail(client, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
-muster_err_t lease_complete_body(muster_client_t *client, const muster_ack_t *acks, size_t count,
-                                 jtext_buf_t *b) {
-  muster_err_t err = ack_body(client, acks, count, ack_complete_fields, b);
+/* The fields of each verb's elements. */
+static const struct {
+  const char *verb;
+  ack_fields_fn fields;
+} ack_verbs[] = {
+    {"complete", ack_complete_fields}, {"fail", ack_fail_fields},
+    {"extend", ack_extend_fields},     {"release", NULL},
+    {"flag", ack_flag_fields},
+};
+
+muster_err_t lease_ack_body(muster_client_t *client, const char *verb, const muster_ack_t *acks,
+                            size_t count, jtext_buf_t *b) {
+  size_t v = 0;
+  while (strcmp(ack_verbs[v].verb, verb) != 0) /* the verb is one of the table's */
+    v++;
+  muster_err_t err = ack_body(client, acks, count, ack_verbs[v].fields, b);
   if (err == MUSTER_OK)
     JTEXT_ADD_LITERAL(b, "}");
-  return err;
+  return b->failed ? client_fail(client, MUSTER_NOMEM, "out of memory") : err;
 }
 
 /* Sends one acknowledgement batch to POST /v1/leases/`verb`; the reply is
  * only checked, not read. */
 static muster_err_t ack_send(muster_client_t *client, const char *verb, const muster_ack_t *acks,
-                             size_t count, ack_fields_fn fields) {
+                             size_t count) {
   if (client == NULL)
     return MUSTER_INVALID;
   if (acks == NULL && count > 0)
     return client_fail(client, MUSTER_INVALID, "acks are required");
   char path[64];
   snprintf(path, sizeof path, "/v1/leases/%s", verb);
-  muster_err_t err = ack_body(client, acks, count, fields, &client->body);
-  if (err != MUSTER_OK)
-    return err;
-  JTEXT_ADD_LITERAL(&client->body, "}");
-  if (client->body.failed)
-    return client_fail(client, MUSTER_NOMEM, "out of memory");
-  err = client_call_text(client, "POST", path, client->body.data, 0);
+  muster_err_t err = lease_ack_body(client, verb, acks, count, &client->body);
+  if (err == MUSTER_OK)
+    err = client_call_text(client, "POST", path, client->body.data, 0);
   if (err == MUSTER_OK)
     err = client_reply_check(client, "POST", path);
   return err;
 }
 
 muster_err_t muster_complete(muster_client_t *client, const muster_ack_t *acks, size_t count) {
-  return ack_send(client, "complete", acks, count, ack_complete_fields);
+  return ack_send(client, "complete", acks, count);
 }
 
 muster_err_t muster_fail(muster_client_t *client, const muster_ack_t *acks, size_t count) {
-  return ack_send(client, "fail", acks, count, ack_fail_fields);
+  return ack_send(client, "fail", acks, count);
 }
 
 muster_err_t muster_extend(muster_client_t *client, const muster_ack_t *acks, size_t count) {
-  return ack_send(client, "extend", acks, count, ack_extend_fields);
+  return ack_send(client, "extend", acks, count);
 }
 
 muster_err_t muster_release(muster_client_t *client, const muster_ack_t *acks, size_t count) {
-  return ack_send(client, "release", acks, count, NULL);
+  return ack_send(client, "release", acks, count);
 }
 
 muster_err_t muster_flag(muster_client_t *client, const muster_ack_t *acks, size_t count) {
-  return ack_send(client, "flag", acks, count, ack_flag_fields);
+  return ack_send(client, "flag", acks, count);
 }
 
 /* ---- complete and lease the next tasks ------------------------------------ */
@@ -532,6 +541,15 @@ static muster_err_t next_add_lease(muster_client_t *client, jtext_buf_t *b, cons
   return b->failed ? client_fail(client, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
+muster_err_t lease_next_body(muster_client_t *client, const muster_ack_t *acks, size_t count,
+                             const char *queue, int64_t worker, size_t max, int64_t updates_after,
+                             jtext_buf_t *b) {
+  muster_err_t err = ack_body(client, acks, count, ack_complete_fields, b);
+  if (err == MUSTER_OK)
+    err = next_add_lease(client, b, queue, worker, max, updates_after);
+  return err;
+}
+
 muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *acks, size_t count,
                                    const char *queue, int64_t worker, size_t max,
                                    int64_t updates_after, muster_lease_t **leases, size_t *nleases,
@@ -548,9 +566,7 @@ muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *
   muster_err_t err =
       next_check(client, acks, count, queue, worker, max, updates_after, leases, nleases, updates);
   if (err == MUSTER_OK)
-    err = ack_body(client, acks, count, ack_complete_fields, &client->body);
-  if (err == MUSTER_OK)
-    err = next_add_lease(client, &client->body, queue, worker, max, updates_after);
+    err = lease_next_body(client, acks, count, queue, worker, max, updates_after, &client->body);
   if (err == MUSTER_OK)
     err = client_call_text(client, "POST", path, client->body.data, 0);
   if (err == MUSTER_OK)
