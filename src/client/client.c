@@ -190,6 +190,7 @@ void muster_client_free(muster_client_t *client) {
   curl_slist_free_all(client->headers);
   free(client->base_url);
   free(client->reply.data);
+  jtext_buf_free(&client->body);
   free(client);
 }
 
@@ -288,6 +289,46 @@ static muster_err_t client_reply_error(muster_client_t *client) {
   return err;
 }
 
+muster_err_t client_call_text(muster_client_t *client, const char *method, const char *path,
+                              const char *body, long extra_wait_ms) {
+  muster_err_t err = client_send(client, method, path, body, extra_wait_ms);
+  if (err != MUSTER_OK)
+    return err;
+  if (client->status < 200 || client->status > 299)
+    return client_reply_error(client);
+  return MUSTER_OK;
+}
+
+muster_err_t client_reply_tree(muster_client_t *client, const char *method, const char *path,
+                               json_t **reply) {
+  json_error_t jerr;
+  *reply = json_loadb(client->reply.data ? client->reply.data : "", client->reply.len,
+                      JSON_ALLOW_NUL, &jerr);
+  if (*reply == NULL)
+    return client_fail(client, MUSTER_PROTOCOL, "%s %s: unreadable reply: %s", method, path,
+                       jerr.text);
+  return MUSTER_OK;
+}
+
+muster_err_t client_reply_check(muster_client_t *client, const char *method, const char *path) {
+  const char *text = client->reply.data, *end;
+  size_t len = client->reply.len;
+  jtext_info_t info;
+  /* json_loadb without JSON_DECODE_ANY wants an object or an array. */
+  if (len > 0 && (text[0] == '{' || text[0] == '[') &&
+      (end = jtext_scan(text, text + len, &info)) != NULL && info.canonical &&
+      jtext_only_space(end, text + len)) {
+    client_ok(client);
+    return MUSTER_OK;
+  }
+  json_t *reply = NULL;
+  muster_err_t err = client_reply_tree(client, method, path, &reply);
+  json_decref(reply);
+  if (err == MUSTER_OK)
+    client_ok(client);
+  return err;
+}
+
 muster_err_t client_call(muster_client_t *client, const char *method, const char *path,
                          json_t *body, long extra_wait_ms, json_t **reply) {
   if (reply)
@@ -295,22 +336,13 @@ muster_err_t client_call(muster_client_t *client, const char *method, const char
   char *text = NULL;
   if (body != NULL && (text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY)) == NULL)
     return client_fail(client, MUSTER_NOMEM, "out of memory while encoding the request");
-  muster_err_t err = client_send(client, method, path, text, extra_wait_ms);
+  muster_err_t err = client_call_text(client, method, path, text, extra_wait_ms);
   free(text);
-  if (err != MUSTER_OK)
-    return err;
-  if (client->status < 200 || client->status > 299)
-    return client_reply_error(client);
-  if (reply != NULL) {
-    json_error_t jerr;
-    *reply = json_loadb(client->reply.data ? client->reply.data : "", client->reply.len,
-                        JSON_ALLOW_NUL, &jerr);
-    if (*reply == NULL)
-      return client_fail(client, MUSTER_PROTOCOL, "%s %s: unreadable reply: %s", method, path,
-                         jerr.text);
-  }
-  client_ok(client);
-  return MUSTER_OK;
+  if (err == MUSTER_OK && reply != NULL)
+    err = client_reply_tree(client, method, path, reply);
+  if (err == MUSTER_OK)
+    client_ok(client);
+  return err;
 }
 
 muster_err_t muster_request(muster_client_t *client, const char *method, const char *path,
@@ -406,6 +438,31 @@ json_t *client_parse_value(muster_client_t *client, const char *text, const char
   if (value == NULL)
     client_fail(client, MUSTER_INVALID, "%s: not valid JSON: %s", what, jerr.text);
   return value;
+}
+
+muster_err_t client_add_json(muster_client_t *client, jtext_buf_t *b, const char *text,
+                             const char *array, size_t i, const char *field) {
+  if (jtext_add_json(b, text, strlen(text)))
+    return MUSTER_OK;
+  char what[64];
+  snprintf(what, sizeof what, "%s[%zu].%s", array, i, field);
+  json_t *value = client_parse_value(client, text, what);
+  if (value == NULL)
+    return MUSTER_INVALID;
+  char *dumped = client_dump_value(value);
+  json_decref(value);
+  if (dumped == NULL)
+    return client_fail(client, MUSTER_NOMEM, "out of memory");
+  jtext_add(b, dumped, strlen(dumped));
+  free(dumped);
+  return MUSTER_OK;
+}
+
+bool client_scan_text(const char **pp, const char *end, const char *name, size_t len) {
+  if ((size_t)(end - *pp) < len || memcmp(*pp, name, len) != 0)
+    return false;
+  *pp += len;
+  return true;
 }
 
 char *client_dump_value(const json_t *value) {

@@ -4,14 +4,19 @@
  * client.c owns the handle and picks the transport: http1.c's own HTTP/1.1
  * for http:// URLs, one libcurl easy handle for the others (https://); either
  * keeps its connection alive from call to call.
- * queue.c, task.c, lease.c and worker.c build JSON bodies with jansson, call
- * client_call() and read the parsed reply.  Nothing here is thread-safe beyond
- * what muster.h promises: one handle, one thread at a time.
+ * queue.c, worker.c and the other calls build JSON bodies with jansson, call
+ * client_call() and read the parsed reply.  The hot calls (put, lease,
+ * complete) write their bodies as text into the handle's `body` (jtext.h),
+ * send them with client_call_text() and read the reply's text, falling back
+ * to the trees only for text the scanners do not follow.  Nothing here is
+ * thread-safe beyond what muster.h promises: one handle, one thread at a time.
  */
 #ifndef MUSTER_CLIENT_INTERNAL_H
 #define MUSTER_CLIENT_INTERNAL_H
 
 #include "muster.h"
+
+#include "client/jtext.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -38,6 +43,7 @@ struct muster_client {
   long timeout_ms;                  /* per request; long-polls add their wait */
   int status;                       /* HTTP status of the last reply, 0 when none */
   client_buf_t reply;               /* body of the last reply */
+  jtext_buf_t body;                 /* the request body of a hot call, reused */
   char message[CLIENT_MESSAGE_MAX]; /* explanation of the last failure, "" after success */
   char curl_error[CURL_ERROR_SIZE]; /* filled by libcurl on transport failures */
 };
@@ -51,6 +57,27 @@ struct muster_client {
  */
 muster_err_t client_call(muster_client_t *client, const char *method, const char *path,
                          json_t *body, long extra_wait_ms, json_t **reply);
+
+/*
+ * client_call for a body already written as text (`body`, NUL-terminated; NULL:
+ * none).  On MUSTER_OK the reply's text is client->reply (valid until the next
+ * call on the handle), not yet checked to be JSON, and the handle's message is
+ * untouched: the caller reads the reply with a scanner, or with
+ * client_reply_tree, and then calls client_ok.  Non-2xx replies are reported
+ * as client_call reports them.
+ */
+muster_err_t client_call_text(muster_client_t *client, const char *method, const char *path,
+                              const char *body, long extra_wait_ms);
+
+/* Parses the last reply into *reply (a new reference), or fails with
+ * MUSTER_PROTOCOL as client_call does for an unreadable reply. */
+muster_err_t client_reply_tree(muster_client_t *client, const char *method, const char *path,
+                               json_t **reply);
+
+/* Checks that the last reply is what client_call would have parsed, without
+ * a tree when its text is canonical; otherwise as client_reply_tree, and the
+ * tree is dropped.  Calls client_ok on success. */
+muster_err_t client_reply_check(muster_client_t *client, const char *method, const char *path);
 
 /* The transport of http1.c for `base_url` ("http://host[:port][/prefix]"), or
  * NULL when the URL is not one it takes (then libcurl carries the calls). */
@@ -94,6 +121,50 @@ json_t *client_parse_value(muster_client_t *client, const char *text, const char
 
 /* Duplicates the JSON value `value` as compact text (muster_free), NULL on no memory. */
 char *client_dump_value(const json_t *value);
+
+/*
+ * Appends the JSON value `text` (the request field `array`[`i`].`field`) to
+ * `b`: as it stands when jtext_add_json takes it, else parsed and dumped as
+ * the tree path did, so that bad JSON fails here with MUSTER_INVALID and the
+ * message client_parse_value gives, naming the field.
+ */
+muster_err_t client_add_json(muster_client_t *client, jtext_buf_t *b, const char *text,
+                             const char *array, size_t i, const char *field);
+
+/* Consumes the `len` bytes of `text` at *pp (before `end`) when they are next. */
+bool client_scan_text(const char **pp, const char *end, const char *text, size_t len);
+#define CLIENT_SCAN_LIT(pp, end, lit) client_scan_text((pp), (end), "" lit, sizeof(lit) - 1)
+
+/* The bodies and reply scanners of the hot calls, for their tests. */
+
+/* Writes put's body {"tasks":[...]} for `specs` into `b` (emptied first), with
+ * the old tree's bytes; MUSTER_INVALID (message set) for a bad spec. */
+muster_err_t task_put_body(muster_client_t *client, const muster_task_spec_t *specs, size_t count,
+                           jtext_buf_t *b);
+/* Reads the ids of a canonical put reply of `count` tasks into `ids` (may be
+ * NULL); false when the text is not one (the caller parses it). */
+bool task_scan_ids(const char *text, size_t len, size_t count, int64_t *ids);
+
+/* Reads the canonical lease reply `text` into a new array *leases / *count
+ * (and, with `updates` not NULL, the updates as muster_complete_lease gives
+ * them); false, with nothing allocated, when the text is not one the scanner
+ * follows or memory ran out: the caller parses it into a tree. */
+bool lease_scan_reply(const char *text, size_t len, muster_lease_t **leases, size_t *count,
+                      char **updates);
+/* The tree path of the same: reads the parsed reply `reply`. */
+muster_err_t lease_read_tree(muster_client_t *client, json_t *reply, muster_lease_t **leases,
+                             size_t *count, char **updates);
+
+/* Writes the body of POST /v1/leases/`verb` ("complete", "fail", "extend",
+ * "release" or "flag") for `acks` into `b` (emptied first), with the old
+ * tree's bytes; MUSTER_INVALID (message set) for a bad result or text. */
+muster_err_t lease_ack_body(muster_client_t *client, const char *verb, const muster_ack_t *acks,
+                            size_t count, jtext_buf_t *b);
+/* Writes muster_complete_lease's body (a completion with a "lease" object),
+ * its arguments already checked. */
+muster_err_t lease_next_body(muster_client_t *client, const muster_ack_t *acks, size_t count,
+                             const char *queue, int64_t worker, size_t max, int64_t updates_after,
+                             jtext_buf_t *b);
 
 /* Reads integer field `key` of `obj`; *out = `fallback` when absent or null.
  * Returns 0, or -1 when the field has another type. */

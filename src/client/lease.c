@@ -9,6 +9,12 @@
  * long-poll is never cut short by the client's own clock.  The combined call
  * (muster_complete_lease) is a completion body with a "lease" object added,
  * whose reply is read like a lease's.
+ *
+ * Bodies are written as text (jtext.h), a result spliced as it stands when
+ * it is canonical.  A lease reply is read from the text the head writes
+ * (src/server/lease.c, lease_write: the fields in one order, compact), each
+ * payload copied as it stands; any other form of reply is parsed into a tree
+ * and read as before, so both readers give the same leases.
  */
 #include "client/client_internal.h"
 
@@ -82,6 +88,228 @@ static muster_err_t lease_read_all(muster_client_t *client, json_t *reply, muste
   return MUSTER_OK;
 }
 
+/* Reads the reply's "updates" and "updates_last" into *updates as
+ * {"updates": [...], "last": N} (JSON text, muster_free). */
+static muster_err_t next_read_updates(muster_client_t *client, json_t *reply, char **updates) {
+  json_t *list = json_object_get(reply, "updates");
+  json_t *last = json_object_get(reply, "updates_last");
+  if (!json_is_array(list) || !json_is_integer(last))
+    return client_fail(client, MUSTER_PROTOCOL, "complete-and-lease reply has no updates");
+  json_t *out = json_pack("{s:O, s:O}", "updates", list, "last", last);
+  *updates = out ? client_dump_value(out) : NULL;
+  json_decref(out);
+  return *updates ? MUSTER_OK : client_fail(client, MUSTER_NOMEM, "out of memory");
+}
+
+muster_err_t lease_read_tree(muster_client_t *client, json_t *reply, muster_lease_t **leases,
+                             size_t *count, char **updates) {
+  muster_err_t err = lease_read_all(client, reply, leases, count);
+  if (err == MUSTER_OK && updates != NULL &&
+      (err = next_read_updates(client, reply, updates)) != MUSTER_OK) {
+    muster_leases_free(*leases, *count);
+    *leases = NULL;
+    *count = 0;
+  }
+  return err;
+}
+
+/* ---- the lease reply read from its text ------------------------------------ */
+
+/* A copy of `n` bytes at `text` with a NUL; NULL when memory ran out. */
+static char *lease_copy(const char *text, size_t n) {
+  char *copy = malloc(n + 1);
+  if (copy) {
+    memcpy(copy, text, n);
+    copy[n] = '\0';
+  }
+  return copy;
+}
+
+/* An integer, or null for `dflt`, at *pp. */
+static bool lease_scan_int_or_null(const char **pp, const char *end, int64_t dflt, int64_t *out) {
+  if (CLIENT_SCAN_LIT(pp, end, "null")) {
+    *out = dflt;
+    return true;
+  }
+  return jtext_int(pp, end, out);
+}
+
+/* The payload at *pp into *out (malloc): its text when canonical, otherwise
+ * the value alone parsed and dumped, as the tree path dumps it.  False when
+ * it is not a value jansson reads, or memory ran out. */
+static bool lease_scan_payload(const char **pp, const char *end, char **out) {
+  jtext_info_t info;
+  const char *start = *pp, *stop = jtext_scan(start, end, &info);
+  if (stop == NULL)
+    return false;
+  if (info.canonical && !info.spaced) {
+    *out = lease_copy(start, (size_t)(stop - start));
+  } else {
+    json_t *value =
+        json_loadb(start, (size_t)(stop - start), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    *out = value ? client_dump_value(value) : NULL;
+    json_decref(value);
+  }
+  *pp = stop;
+  return *out != NULL;
+}
+
+/* The session at *pp: null, or a string without escapes (copied). */
+static bool lease_scan_session(const char **pp, const char *end, char **out) {
+  if (CLIENT_SCAN_LIT(pp, end, "null"))
+    return true;
+  jtext_info_t info;
+  const char *start = *pp, *stop;
+  if (start == end || *start != '"' || (stop = jtext_scan(start, end, &info)) == NULL ||
+      memchr(start, '\\', (size_t)(stop - start)) != NULL)
+    return false;
+  *pp = stop;
+  return (*out = lease_copy(start + 1, (size_t)(stop - start - 2))) != NULL;
+}
+
+/* One lease object at *pp, in lease_write's form, into `out` (zeroed; what
+ * it allocated stays there on failure, for muster_leases_free). */
+static bool lease_scan_one(const char **pp, const char *end, muster_lease_t *out) {
+  const char *p = *pp;
+  if (!CLIENT_SCAN_LIT(&p, end, "{\"task\":") || !jtext_int(&p, end, &out->task) ||
+      out->task <= 0 || !CLIENT_SCAN_LIT(&p, end, ",\"token\":") ||
+      !jtext_int(&p, end, &out->token) || !CLIENT_SCAN_LIT(&p, end, ",\"payload\":") ||
+      !lease_scan_payload(&p, end, &out->payload) || !CLIENT_SCAN_LIT(&p, end, ",\"attempt\":") ||
+      !jtext_int(&p, end, &out->attempt) || !CLIENT_SCAN_LIT(&p, end, ",\"deadline_ms\":") ||
+      !jtext_int(&p, end, &out->deadline_ms) || !CLIENT_SCAN_LIT(&p, end, ",\"parent\":") ||
+      !lease_scan_int_or_null(&p, end, 0, &out->parent) ||
+      !CLIENT_SCAN_LIT(&p, end, ",\"session\":") || !lease_scan_session(&p, end, &out->session) ||
+      !CLIENT_SCAN_LIT(&p, end, ",\"index\":") || !lease_scan_int_or_null(&p, end, -1, &out->index))
+    return false;
+  if (CLIENT_SCAN_LIT(&p, end, ",\"requires\":")) { /* not part of muster_lease_t */
+    jtext_info_t info;
+    if ((p = jtext_scan(p, end, &info)) == NULL || !info.canonical)
+      return false;
+  }
+  *pp = p;
+  return CLIENT_SCAN_LIT(pp, end, "}");
+}
+
+/* The leases' array after its '[' at *pp into a new array (at least one
+ * element allocated, as the tree path does) of *count leases. */
+static bool lease_scan_list(const char **pp, const char *end, muster_lease_t **leases,
+                            size_t *count) {
+  muster_lease_t *list = NULL;
+  size_t n = 0, cap = 0;
+  bool ok = true;
+  if (!CLIENT_SCAN_LIT(pp, end, "]")) {
+    do {
+      if (n == cap) {
+        muster_lease_t *grown = realloc(list, (cap = cap ? cap * 2 : 16) * sizeof *grown);
+        if (grown == NULL) {
+          ok = false;
+          break;
+        }
+        list = grown;
+      }
+      list[n] = (muster_lease_t){0};
+      ok = lease_scan_one(pp, end, &list[n]);
+      n++;
+    } while (ok && CLIENT_SCAN_LIT(pp, end, ","));
+    ok = ok && CLIENT_SCAN_LIT(pp, end, "]");
+  }
+  if (ok && list == NULL)
+    ok = (list = calloc(1, sizeof *list)) != NULL;
+  if (!ok) {
+    muster_leases_free(list, n);
+    return false;
+  }
+  *leases = list;
+  *count = n;
+  return true;
+}
+
+/* A top-level key the scanner does not read, and its value: both canonical,
+ * and the key none of those it reads (a repeated one would take the tree's
+ * last value). */
+static bool lease_scan_other(const char **pp, const char *end) {
+  jtext_info_t info;
+  const char *key = *pp, *p = jtext_scan(key, end, &info);
+  if (p == NULL || *key != '"' || !info.canonical || p == end || *p++ != ':')
+    return false;
+  size_t n = (size_t)(p - key);
+  if ((n == 9 && memcmp(key, "\"leases\":", 9) == 0) ||
+      (n == 10 && memcmp(key, "\"updates\":", 10) == 0) ||
+      (n == 15 && memcmp(key, "\"updates_last\":", 15) == 0))
+    return false;
+  if ((p = jtext_scan(p, end, &info)) == NULL || !info.canonical)
+    return false;
+  *pp = p;
+  return true;
+}
+
+/* {"updates":LIST,"last":LAST} for muster_complete_lease. */
+static char *lease_updates_text(const char *list, size_t len, int64_t last) {
+  jtext_buf_t b = {0};
+  JTEXT_ADD_LITERAL(&b, "{\"updates\":");
+  jtext_add(&b, list, len);
+  JTEXT_ADD_LITERAL(&b, ",\"last\":");
+  jtext_add_int(&b, last);
+  JTEXT_ADD_LITERAL(&b, "}");
+  if (b.failed)
+    jtext_buf_free(&b);
+  return b.data;
+}
+
+bool lease_scan_reply(const char *text, size_t len, muster_lease_t **leases, size_t *count,
+                      char **updates) {
+  if (len == 0 || text[0] != '{')
+    return false;
+  const char *p = text + 1, *end = text + len, *list = NULL, *list_end = NULL;
+  muster_lease_t *got = NULL;
+  size_t n = 0;
+  int64_t last = 0;
+  bool ok = true, have_last = false;
+  do {
+    if (got == NULL && CLIENT_SCAN_LIT(&p, end, "\"leases\":[")) {
+      ok = lease_scan_list(&p, end, &got, &n);
+    } else if (updates && list == NULL && CLIENT_SCAN_LIT(&p, end, "\"updates\":[")) {
+      jtext_info_t info;
+      list = p - 1;
+      ok = (list_end = jtext_scan(list, end, &info)) != NULL && info.canonical && !info.spaced;
+      p = list_end;
+    } else if (updates && !have_last && CLIENT_SCAN_LIT(&p, end, "\"updates_last\":")) {
+      ok = have_last = jtext_int(&p, end, &last);
+    } else {
+      ok = lease_scan_other(&p, end);
+    }
+  } while (ok && CLIENT_SCAN_LIT(&p, end, ","));
+  ok = ok && got != NULL && CLIENT_SCAN_LIT(&p, end, "}") && jtext_only_space(p, end) &&
+       (!updates || (list && have_last));
+  if (ok && updates)
+    ok = (*updates = lease_updates_text(list, (size_t)(list_end - list), last)) != NULL;
+  if (!ok) {
+    muster_leases_free(got, n);
+    return false;
+  }
+  *leases = got;
+  *count = n;
+  return true;
+}
+
+/* Reads the leases (and updates, when `updates` is not NULL) of the last
+ * reply: scanned from its text, or read from its tree. */
+static muster_err_t lease_read_reply(muster_client_t *client, const char *path,
+                                     muster_lease_t **leases, size_t *count, char **updates) {
+  if (lease_scan_reply(client->reply.data, client->reply.len, leases, count, updates)) {
+    client_ok(client);
+    return MUSTER_OK;
+  }
+  json_t *reply = NULL;
+  muster_err_t err = client_reply_tree(client, "POST", path, &reply);
+  if (err == MUSTER_OK) {
+    client_ok(client);
+    err = lease_read_tree(client, reply, leases, count, updates);
+  }
+  json_decref(reply);
+  return err;
+}
+
 muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t worker, size_t max,
                           int64_t wait_ms, muster_lease_t **leases, size_t *count) {
   if (leases)
@@ -96,22 +324,24 @@ muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t wo
   muster_err_t err = client_path(client, path, sizeof path, "/v1/queues/%s/lease", queue);
   if (err != MUSTER_OK)
     return err;
-  json_t *body = json_object();
-  int rc = body ? json_object_set_new(body, "max", json_integer((json_int_t)max)) : -1;
-  if (rc == 0 && worker > 0)
-    rc = json_object_set_new(body, "worker", json_integer((json_int_t)worker));
-  if (rc == 0 && wait_ms > 0)
-    rc = json_object_set_new(body, "wait_ms", json_integer((json_int_t)wait_ms));
-  if (rc != 0) {
-    json_decref(body);
-    return client_fail(client, MUSTER_NOMEM, "out of memory");
+  jtext_buf_t *b = &client->body;
+  jtext_reset(b);
+  JTEXT_ADD_LITERAL(b, "{\"max\":");
+  jtext_add_int(b, (int64_t)max);
+  if (worker > 0) {
+    JTEXT_ADD_LITERAL(b, ",\"worker\":");
+    jtext_add_int(b, worker);
   }
-  json_t *reply = NULL;
-  err = client_call(client, "POST", path, body, (long)(wait_ms > 0 ? wait_ms : 0), &reply);
-  json_decref(body);
+  if (wait_ms > 0) {
+    JTEXT_ADD_LITERAL(b, ",\"wait_ms\":");
+    jtext_add_int(b, wait_ms);
+  }
+  JTEXT_ADD_LITERAL(b, "}");
+  if (b->failed)
+    return client_fail(client, MUSTER_NOMEM, "out of memory");
+  err = client_call_text(client, "POST", path, b->data, (long)(wait_ms > 0 ? wait_ms : 0));
   if (err == MUSTER_OK)
-    err = lease_read_all(client, reply, leases, count);
-  json_decref(reply);
+    err = lease_read_reply(client, path, leases, count, NULL);
   return err;
 }
 
@@ -126,121 +356,140 @@ void muster_ack_init(muster_ack_t *ack, int64_t task, int64_t token) {
   ack->lease_ms = -1;
 }
 
-/* Adds the verb's own fields of `ack` (element `i`) to `elem`.  Returns
- * MUSTER_OK, MUSTER_INVALID (message set) or MUSTER_NOMEM. */
-typedef muster_err_t (*ack_fields_fn)(muster_client_t *client, json_t *elem,
+/* Appends the verb's own fields of `ack` (element `i`) to `b`.  Returns
+ * MUSTER_OK, or MUSTER_INVALID / MUSTER_NOMEM with the message set. */
+typedef muster_err_t (*ack_fields_fn)(muster_client_t *client, jtext_buf_t *b,
                                       const muster_ack_t *ack, size_t i);
 
-/* Sets text field `key` from `text` (skipped when NULL), refusing bad UTF-8. */
-static muster_err_t ack_set_text(muster_client_t *client, json_t *elem, const char *key,
+/* Appends text field `key` from `text` (skipped when NULL), refusing bad UTF-8. */
+static muster_err_t ack_set_text(muster_client_t *client, jtext_buf_t *b, const char *key,
                                  const char *text, size_t i) {
   if (text == NULL)
     return MUSTER_OK;
-  json_t *s = json_string(text);
-  if (s == NULL)
-    return client_fail(client, MUSTER_INVALID, "leases[%zu].%s: not valid UTF-8", i, key);
-  return json_object_set_new(elem, key, s) ? MUSTER_NOMEM : MUSTER_OK;
+  size_t at = b->len;
+  JTEXT_ADD_LITERAL(b, ",\"");
+  jtext_add(b, key, strlen(key));
+  JTEXT_ADD_LITERAL(b, "\":");
+  if (jtext_add_string(b, text))
+    return MUSTER_OK;
+  b->len = at;
+  return client_fail(client, MUSTER_INVALID, "leases[%zu].%s: not valid UTF-8", i, key);
 }
 
-static muster_err_t ack_complete_fields(muster_client_t *client, json_t *elem,
+static muster_err_t ack_complete_fields(muster_client_t *client, jtext_buf_t *b,
                                         const muster_ack_t *ack, size_t i) {
   if (ack->result == NULL)
     return MUSTER_OK;
-  char what[64];
-  snprintf(what, sizeof what, "leases[%zu].result", i);
-  json_t *result = client_parse_value(client, ack->result, what);
-  if (result == NULL)
-    return MUSTER_INVALID;
-  return json_object_set_new(elem, "result", result) ? MUSTER_NOMEM : MUSTER_OK;
+  JTEXT_ADD_LITERAL(b, ",\"result\":");
+  return client_add_json(client, b, ack->result, "leases", i, "result");
 }
 
-static muster_err_t ack_fail_fields(muster_client_t *client, json_t *elem, const muster_ack_t *ack,
-                                    size_t i) {
-  muster_err_t err = ack_set_text(client, elem, "error", ack->error, i);
-  if (err == MUSTER_OK && json_object_set_new(elem, "permanent", json_boolean(ack->permanent)))
-    err = MUSTER_NOMEM;
+static muster_err_t ack_fail_fields(muster_client_t *client, jtext_buf_t *b,
+                                    const muster_ack_t *ack, size_t i) {
+  muster_err_t err = ack_set_text(client, b, "error", ack->error, i);
+  if (err == MUSTER_OK) {
+    if (ack->permanent)
+      JTEXT_ADD_LITERAL(b, ",\"permanent\":true");
+    else
+      JTEXT_ADD_LITERAL(b, ",\"permanent\":false");
+  }
   return err;
 }
 
-static muster_err_t ack_extend_fields(muster_client_t *client, json_t *elem,
+static muster_err_t ack_extend_fields(muster_client_t *client, jtext_buf_t *b,
                                       const muster_ack_t *ack, size_t i) {
-  if (ack->lease_ms < 0)
-    return MUSTER_OK;
-  return json_object_set_new(elem, "lease_ms", json_integer((json_int_t)ack->lease_ms))
-             ? MUSTER_NOMEM
-             : MUSTER_OK;
-}
-
-/* A flag's reason travels in the ack's `error` field. */
-static muster_err_t ack_flag_fields(muster_client_t *client, json_t *elem, const muster_ack_t *ack,
-                                    size_t i) {
-  return ack_set_text(client, elem, "reason", ack->error, i);
-}
-
-/* Builds {"leases": [...]} from `acks` into *out (new reference). */
-static muster_err_t ack_body(muster_client_t *client, const muster_ack_t *acks, size_t count,
-                             ack_fields_fn fields, json_t **out) {
-  json_t *list = json_array();
-  json_t *body = json_object();
-  muster_err_t err = MUSTER_OK;
-  if (list == NULL || body == NULL || json_object_set(body, "leases", list) != 0)
-    err = MUSTER_NOMEM;
-  for (size_t i = 0; err == MUSTER_OK && i < count; i++) {
-    json_t *elem = json_object();
-    if (elem == NULL || json_array_append_new(list, elem) != 0 ||
-        json_object_set_new(elem, "task", json_integer((json_int_t)acks[i].task)) ||
-        json_object_set_new(elem, "token", json_integer((json_int_t)acks[i].token)))
-      err = MUSTER_NOMEM;
-    else if (fields)
-      err = fields(client, elem, &acks[i], i);
+  if (ack->lease_ms >= 0) {
+    JTEXT_ADD_LITERAL(b, ",\"lease_ms\":");
+    jtext_add_int(b, ack->lease_ms);
   }
-  json_decref(list);
-  if (err != MUSTER_OK) {
-    json_decref(body);
-    return err == MUSTER_NOMEM ? client_fail(client, err, "out of memory") : err;
-  }
-  *out = body;
   return MUSTER_OK;
 }
 
-/* Sends one acknowledgement batch to POST /v1/leases/`verb`. */
+/* A flag's reason travels in the ack's `error` field. */
+static muster_err_t ack_flag_fields(muster_client_t *client, jtext_buf_t *b,
+                                    const muster_ack_t *ack, size_t i) {
+  return ack_set_text(client, b, "reason", ack->error, i);
+}
+
+/* Writes {"leases":[...] (the object left open) from `acks` into `b`,
+ * emptied first: the fields in the order the old tree had them. */
+static muster_err_t ack_body(muster_client_t *client, const muster_ack_t *acks, size_t count,
+                             ack_fields_fn fields, jtext_buf_t *b) {
+  jtext_reset(b);
+  JTEXT_ADD_LITERAL(b, "{\"leases\":[");
+  for (size_t i = 0; i < count; i++) {
+    if (i > 0)
+      JTEXT_ADD_LITERAL(b, ",");
+    JTEXT_ADD_LITERAL(b, "{\"task\":");
+    jtext_add_int(b, acks[i].task);
+    JTEXT_ADD_LITERAL(b, ",\"token\":");
+    jtext_add_int(b, acks[i].token);
+    muster_err_t err = fields ? fields(client, b, &acks[i], i) : MUSTER_OK;
+    if (err != MUSTER_OK)
+      return err;
+    JTEXT_ADD_LITERAL(b, "}");
+  }
+  JTEXT_ADD_LITERAL(b, "]");
+  return b->failed ? client_fail(client, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+}
+
+/* The fields of each verb's elements. */
+static const struct {
+  const char *verb;
+  ack_fields_fn fields;
+} ack_verbs[] = {
+    {"complete", ack_complete_fields}, {"fail", ack_fail_fields},
+    {"extend", ack_extend_fields},     {"release", NULL},
+    {"flag", ack_flag_fields},
+};
+
+muster_err_t lease_ack_body(muster_client_t *client, const char *verb, const muster_ack_t *acks,
+                            size_t count, jtext_buf_t *b) {
+  size_t v = 0;
+  while (strcmp(ack_verbs[v].verb, verb) != 0) /* the verb is one of the table's */
+    v++;
+  muster_err_t err = ack_body(client, acks, count, ack_verbs[v].fields, b);
+  if (err == MUSTER_OK)
+    JTEXT_ADD_LITERAL(b, "}");
+  return b->failed ? client_fail(client, MUSTER_NOMEM, "out of memory") : err;
+}
+
+/* Sends one acknowledgement batch to POST /v1/leases/`verb`; the reply is
+ * only checked, not read. */
 static muster_err_t ack_send(muster_client_t *client, const char *verb, const muster_ack_t *acks,
-                             size_t count, ack_fields_fn fields) {
+                             size_t count) {
   if (client == NULL)
     return MUSTER_INVALID;
   if (acks == NULL && count > 0)
     return client_fail(client, MUSTER_INVALID, "acks are required");
   char path[64];
   snprintf(path, sizeof path, "/v1/leases/%s", verb);
-  json_t *body = NULL;
-  muster_err_t err = ack_body(client, acks, count, fields, &body);
-  if (err != MUSTER_OK)
-    return err;
-  json_t *reply = NULL;
-  err = client_call(client, "POST", path, body, 0, &reply);
-  json_decref(body);
-  json_decref(reply);
+  muster_err_t err = lease_ack_body(client, verb, acks, count, &client->body);
+  if (err == MUSTER_OK)
+    err = client_call_text(client, "POST", path, client->body.data, 0);
+  if (err == MUSTER_OK)
+    err = client_reply_check(client, "POST", path);
   return err;
 }
 
 muster_err_t muster_complete(muster_client_t *client, const muster_ack_t *acks, size_t count) {
-  return ack_send(client, "complete", acks, count, ack_complete_fields);
+  return ack_send(client, "complete", acks, count);
 }
 
 muster_err_t muster_fail(muster_client_t *client, const muster_ack_t *acks, size_t count) {
-  return ack_send(client, "fail", acks, count, ack_fail_fields);
+  return ack_send(client, "fail", acks, count);
 }
 
 muster_err_t muster_extend(muster_client_t *client, const muster_ack_t *acks, size_t count) {
-  return ack_send(client, "extend", acks, count, ack_extend_fields);
+  return ack_send(client, "extend", acks, count);
 }
 
 muster_err_t muster_release(muster_client_t *client, const muster_ack_t *acks, size_t count) {
-  return ack_send(client, "release", acks, count, NULL);
+  return ack_send(client, "release", acks, count);
 }
 
 muster_err_t muster_flag(muster_client_t *client, const muster_ack_t *acks, size_t count) {
-  return ack_send(client, "flag", acks, count, ack_flag_fields);
+  return ack_send(client, "flag", acks, count);
 }
 
 /* ---- complete and lease the next tasks ------------------------------------ */
@@ -271,36 +520,34 @@ static muster_err_t next_check(muster_client_t *client, const muster_ack_t *acks
   return MUSTER_OK;
 }
 
-/* Adds the "lease" object {"queue", "max", "worker"?, "updates_after"?} to `body`. */
-static muster_err_t next_add_lease(muster_client_t *client, json_t *body, const char *queue,
+/* Appends the "lease" object {"queue", "max", "worker"?, "updates_after"?}
+ * and closes the body. */
+static muster_err_t next_add_lease(muster_client_t *client, jtext_buf_t *b, const char *queue,
                                    int64_t worker, size_t max, int64_t updates_after) {
-  json_t *name = json_string(queue);
-  if (name == NULL)
+  JTEXT_ADD_LITERAL(b, ",\"lease\":{\"queue\":");
+  if (!jtext_add_string(b, queue))
     return client_fail(client, MUSTER_INVALID, "queue: not valid UTF-8");
-  json_t *next = json_pack("{s:o, s:I}", "queue", name, "max", (json_int_t)max);
-  int rc = next ? 0 : -1;
-  if (rc == 0 && worker > 0)
-    rc = json_object_set_new(next, "worker", json_integer((json_int_t)worker));
-  if (rc == 0 && updates_after >= 0)
-    rc = json_object_set_new(next, "updates_after", json_integer((json_int_t)updates_after));
-  if (rc == 0)
-    rc = json_object_set_new(body, "lease", next); /* takes `next`, also on failure */
-  else
-    json_decref(next);
-  return rc == 0 ? MUSTER_OK : client_fail(client, MUSTER_NOMEM, "out of memory");
+  JTEXT_ADD_LITERAL(b, ",\"max\":");
+  jtext_add_int(b, (int64_t)max);
+  if (worker > 0) {
+    JTEXT_ADD_LITERAL(b, ",\"worker\":");
+    jtext_add_int(b, worker);
+  }
+  if (updates_after >= 0) {
+    JTEXT_ADD_LITERAL(b, ",\"updates_after\":");
+    jtext_add_int(b, updates_after);
+  }
+  JTEXT_ADD_LITERAL(b, "}}");
+  return b->failed ? client_fail(client, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
-/* Reads the reply's "updates" and "updates_last" into *updates as
- * {"updates": [...], "last": N} (JSON text, muster_free). */
-static muster_err_t next_read_updates(muster_client_t *client, json_t *reply, char **updates) {
-  json_t *list = json_object_get(reply, "updates");
-  json_t *last = json_object_get(reply, "updates_last");
-  if (!json_is_array(list) || !json_is_integer(last))
-    return client_fail(client, MUSTER_PROTOCOL, "complete-and-lease reply has no updates");
-  json_t *out = json_pack("{s:O, s:O}", "updates", list, "last", last);
-  *updates = out ? client_dump_value(out) : NULL;
-  json_decref(out);
-  return *updates ? MUSTER_OK : client_fail(client, MUSTER_NOMEM, "out of memory");
+muster_err_t lease_next_body(muster_client_t *client, const muster_ack_t *acks, size_t count,
+                             const char *queue, int64_t worker, size_t max, int64_t updates_after,
+                             jtext_buf_t *b) {
+  muster_err_t err = ack_body(client, acks, count, ack_complete_fields, b);
+  if (err == MUSTER_OK)
+    err = next_add_lease(client, b, queue, worker, max, updates_after);
+  return err;
 }
 
 muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *acks, size_t count,
@@ -315,24 +562,14 @@ muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *
     *updates = NULL;
   if (client == NULL)
     return MUSTER_INVALID;
+  static const char path[] = "/v1/leases/complete";
   muster_err_t err =
       next_check(client, acks, count, queue, worker, max, updates_after, leases, nleases, updates);
-  json_t *body = NULL, *reply = NULL;
   if (err == MUSTER_OK)
-    err = ack_body(client, acks, count, ack_complete_fields, &body);
+    err = lease_next_body(client, acks, count, queue, worker, max, updates_after, &client->body);
   if (err == MUSTER_OK)
-    err = next_add_lease(client, body, queue, worker, max, updates_after);
+    err = client_call_text(client, "POST", path, client->body.data, 0);
   if (err == MUSTER_OK)
-    err = client_call(client, "POST", "/v1/leases/complete", body, 0, &reply);
-  json_decref(body);
-  if (err == MUSTER_OK)
-    err = lease_read_all(client, reply, leases, nleases);
-  if (err == MUSTER_OK && updates_after >= 0 &&
-      (err = next_read_updates(client, reply, updates)) != MUSTER_OK) {
-    muster_leases_free(*leases, *nleases);
-    *leases = NULL;
-    *nleases = 0;
-  }
-  json_decref(reply);
+    err = lease_read_reply(client, path, leases, nleases, updates_after >= 0 ? updates : NULL);
   return err;
 }

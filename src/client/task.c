@@ -2,9 +2,13 @@
  * task.c — libmuster's task calls: batch put, get, list, requeue
  * (docs/api.md, "Tasks").
  *
- * Payloads travel as JSON text in both directions.  muster_put parses each one
+ * Payloads travel as JSON text in both directions.  muster_put checks each one
  * before anything is sent, so a bad payload is refused locally with the index
  * of the element, the way the server would name it, and nothing is stored.
+ * The body is written as text (jtext.h): a payload is spliced as it stands
+ * when the scanner shows it canonical, and parsed and dumped by jansson
+ * otherwise, which also gives the error of a bad one; the reply's ids are
+ * scanned from its text, with the tree as the fallback.
  */
 #include "client/client_internal.h"
 
@@ -21,83 +25,106 @@ void muster_task_spec_init(muster_task_spec_t *spec) {
   spec->index = -1;
 }
 
-/* Adds `key` = `text` when `text` is not NULL.  Returns 0, -1 on no memory. */
-static int task_set_str(json_t *obj, const char *key, const char *text) {
+/* Appends `,"key":` and `text` as a JSON string when `text` is not NULL,
+ * refusing text that is not valid UTF-8 as json_string did. */
+static muster_err_t task_add_text(muster_client_t *client, jtext_buf_t *b, const char *key,
+                                  const char *text, size_t i) {
   if (text == NULL)
-    return 0;
-  json_t *s = json_string(text);
-  if (s == NULL)
-    return -1;
-  return json_object_set_new(obj, key, s);
+    return MUSTER_OK;
+  size_t at = b->len;
+  jtext_add(b, ",\"", 2);
+  jtext_add(b, key, strlen(key));
+  jtext_add(b, "\":", 2);
+  if (jtext_add_string(b, text))
+    return MUSTER_OK;
+  b->len = at;
+  return client_fail(client, MUSTER_INVALID, "tasks[%zu].%s: not valid UTF-8", i, key);
+}
+
+/* Appends `,"key":v` when `set`. */
+static void task_add_int(jtext_buf_t *b, const char *key, int64_t v, bool set) {
+  if (!set)
+    return;
+  jtext_add(b, ",\"", 2);
+  jtext_add(b, key, strlen(key));
+  jtext_add(b, "\":", 2);
+  jtext_add_int(b, v);
 }
 
 /* Checks that an optional string field is valid UTF-8, as JSON requires. */
-static muster_err_t task_check_text(muster_client_t *client, const char *text, size_t i,
-                                    const char *field) {
-  json_t *s = text ? json_string(text) : NULL;
-  if (text != NULL && s == NULL)
-    return client_fail(client, MUSTER_INVALID, "tasks[%zu].%s: not valid UTF-8", i, field);
-  json_decref(s);
-  return MUSTER_OK;
+static bool task_utf8(const char *text) {
+  if (text == NULL)
+    return true;
+  const unsigned char *p = (const unsigned char *)text, *end = p + strlen(text);
+  while (p < end) {
+    size_t n = jtext_utf8_length(p, end);
+    if (n == 0)
+      return false;
+    p += n;
+  }
+  return true;
 }
 
-/* Builds the wire element for `spec` into *out (new reference).  Fails with
- * MUSTER_INVALID naming tasks[`i`] when the payload is missing or not JSON. */
-static muster_err_t task_spec_json(muster_client_t *client, const muster_task_spec_t *spec,
-                                   size_t i, json_t **out) {
-  char what[64];
-  snprintf(what, sizeof what, "tasks[%zu].payload", i);
+/* Appends the wire element for `spec` (tasks[`i`]): its fields in the order
+ * the old tree had them, so the bytes are the same.  Fails with
+ * MUSTER_INVALID naming tasks[`i`] when the payload is missing or not JSON,
+ * or a key or session is not UTF-8, checked in the old order. */
+static muster_err_t task_add_spec(muster_client_t *client, const muster_task_spec_t *spec, size_t i,
+                                  jtext_buf_t *b) {
   if (spec->payload == NULL)
-    return client_fail(client, MUSTER_INVALID, "%s: required", what);
-  if (task_check_text(client, spec->key, i, "key") != MUSTER_OK ||
-      task_check_text(client, spec->session, i, "session") != MUSTER_OK)
-    return MUSTER_INVALID;
-  json_t *payload = client_parse_value(client, spec->payload, what);
-  if (payload == NULL)
-    return MUSTER_INVALID;
-  json_t *elem = json_object();
-  int rc = elem ? json_object_set_new(elem, "payload", payload) : (json_decref(payload), -1);
-  if (rc == 0 && spec->priority != 0)
-    rc = json_object_set_new(elem, "priority", json_integer((json_int_t)spec->priority));
-  if (rc == 0 && spec->delay_ms != 0)
-    rc = json_object_set_new(elem, "delay_ms", json_integer((json_int_t)spec->delay_ms));
-  if (rc == 0 && spec->index >= 0)
-    rc = json_object_set_new(elem, "index", json_integer((json_int_t)spec->index));
-  if (rc == 0)
-    rc = task_set_str(elem, "key", spec->key);
-  if (rc == 0)
-    rc = task_set_str(elem, "session", spec->session);
-  if (rc != 0) {
-    json_decref(elem);
-    return client_fail(client, MUSTER_NOMEM, "out of memory");
-  }
-  *out = elem;
+    return client_fail(client, MUSTER_INVALID, "tasks[%zu].payload: required", i);
+  if (!task_utf8(spec->key))
+    return client_fail(client, MUSTER_INVALID, "tasks[%zu].key: not valid UTF-8", i);
+  if (!task_utf8(spec->session))
+    return client_fail(client, MUSTER_INVALID, "tasks[%zu].session: not valid UTF-8", i);
+  JTEXT_ADD_LITERAL(b, "{\"payload\":");
+  muster_err_t err = client_add_json(client, b, spec->payload, "tasks", i, "payload");
+  if (err != MUSTER_OK)
+    return err;
+  task_add_int(b, "priority", spec->priority, spec->priority != 0);
+  task_add_int(b, "delay_ms", spec->delay_ms, spec->delay_ms != 0);
+  task_add_int(b, "index", spec->index, spec->index >= 0);
+  if ((err = task_add_text(client, b, "key", spec->key, i)) != MUSTER_OK ||
+      (err = task_add_text(client, b, "session", spec->session, i)) != MUSTER_OK)
+    return err;
+  JTEXT_ADD_LITERAL(b, "}");
   return MUSTER_OK;
 }
 
-/* Builds {"tasks": [...]} for the batch into *out (new reference). */
-static muster_err_t task_batch_json(muster_client_t *client, const muster_task_spec_t *specs,
-                                    size_t count, json_t **out) {
-  json_t *tasks = json_array();
-  json_t *body = json_object();
-  if (tasks == NULL || body == NULL || json_object_set(body, "tasks", tasks) != 0) {
-    json_decref(tasks);
-    json_decref(body);
-    return client_fail(client, MUSTER_NOMEM, "out of memory");
-  }
-  json_decref(tasks); /* body holds it now */
+muster_err_t task_put_body(muster_client_t *client, const muster_task_spec_t *specs, size_t count,
+                           jtext_buf_t *b) {
+  jtext_reset(b);
+  JTEXT_ADD_LITERAL(b, "{\"tasks\":[");
   for (size_t i = 0; i < count; i++) {
-    json_t *elem = NULL;
-    muster_err_t err = task_spec_json(client, &specs[i], i, &elem);
-    if (err == MUSTER_OK && json_array_append_new(tasks, elem) != 0)
-      err = client_fail(client, MUSTER_NOMEM, "out of memory");
-    if (err != MUSTER_OK) {
-      json_decref(body);
+    if (i > 0)
+      JTEXT_ADD_LITERAL(b, ",");
+    muster_err_t err = task_add_spec(client, &specs[i], i, b);
+    if (err != MUSTER_OK)
       return err;
-    }
   }
-  *out = body;
-  return MUSTER_OK;
+  JTEXT_ADD_LITERAL(b, "]}");
+  return b->failed ? client_fail(client, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+}
+
+bool task_scan_ids(const char *text, size_t len, size_t count, int64_t *ids) {
+  if (len == 0)
+    return false;
+  const char *p = text, *end = text + len;
+  if (!CLIENT_SCAN_LIT(&p, end, "{\"tasks\":["))
+    return false;
+  size_t n = 0;
+  while (p < end && *p != ']') {
+    int64_t id;
+    if (n == count || (n > 0 && *p++ != ',') || !CLIENT_SCAN_LIT(&p, end, "{\"id\":") ||
+        !jtext_int(&p, end, &id) || id <= 0 || !CLIENT_SCAN_LIT(&p, end, ",\"created\":"))
+      return false;
+    if (!CLIENT_SCAN_LIT(&p, end, "true}") && !CLIENT_SCAN_LIT(&p, end, "false}"))
+      return false;
+    if (ids)
+      ids[n] = id;
+    n++;
+  }
+  return n == count && CLIENT_SCAN_LIT(&p, end, "]}") && jtext_only_space(p, end);
 }
 
 /* Copies the ids of the put reply into `ids` (count elements). */
@@ -116,6 +143,23 @@ static muster_err_t task_read_ids(muster_client_t *client, json_t *reply, size_t
   return MUSTER_OK;
 }
 
+/* The put reply's ids: scanned from its text, or read from its tree. */
+static muster_err_t task_reply_ids(muster_client_t *client, const char *path, size_t count,
+                                   int64_t *ids) {
+  if (task_scan_ids(client->reply.data, client->reply.len, count, ids)) {
+    client_ok(client);
+    return MUSTER_OK;
+  }
+  json_t *reply = NULL;
+  muster_err_t err = client_reply_tree(client, "POST", path, &reply);
+  if (err == MUSTER_OK)
+    err = task_read_ids(client, reply, count, ids);
+  if (err == MUSTER_OK)
+    client_ok(client);
+  json_decref(reply);
+  return err;
+}
+
 muster_err_t muster_put(muster_client_t *client, const char *queue, const muster_task_spec_t *specs,
                         size_t count, int64_t *ids) {
   if (client == NULL)
@@ -126,16 +170,11 @@ muster_err_t muster_put(muster_client_t *client, const char *queue, const muster
   muster_err_t err = client_path(client, path, sizeof path, "/v1/queues/%s/tasks", queue);
   if (err != MUSTER_OK)
     return err;
-  json_t *body = NULL, *reply = NULL;
-  if ((err = task_batch_json(client, specs, count, &body)) != MUSTER_OK)
+  if ((err = task_put_body(client, specs, count, &client->body)) != MUSTER_OK)
     return err;
-  err = client_call(client, "POST", path, body, 0, &reply);
-  json_decref(body);
+  err = client_call_text(client, "POST", path, client->body.data, 0);
   if (err == MUSTER_OK)
-    err = task_read_ids(client, reply, count, ids);
-  if (err == MUSTER_OK)
-    client_ok(client);
-  json_decref(reply);
+    err = task_reply_ids(client, path, count, ids);
   return err;
 }
 

@@ -11,6 +11,7 @@
 #include "ctest_util.h"
 
 #include <arpa/inet.h>
+#include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -427,6 +428,70 @@ static void test_purge_delete_and_raw(muster_client_t *c) {
   CHECK_ERR(c, muster_queue_get(c, "ct-first", NULL), MUSTER_QUEUE_NOT_FOUND);
 }
 
+/* The compact text jansson writes for `text`, what the head stores (caller frees). */
+static char *compact(const char *text) {
+  json_t *v = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+  char *out = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  json_decref(v);
+  return out;
+}
+
+/* Payloads and results in the forms libmuster splices as they stand and in
+ * those it hands to jansson (whitespace, reals, other escapes, a repeated
+ * key), and a session name that needs escapes: each comes back from the head
+ * as the compact text of its value, through put, lease, complete and the
+ * combined call. */
+static void test_text_forms(muster_client_t *c) {
+  static const char *const forms[] = {
+      "{\"a\":[1,\"b\"],\"c\":null}",
+      "{\"a\": [1, 2],\n \"b\": {\"c\": \"d\"}}",
+      "{\"lr\": 0.001, \"x\": 1.50}",
+      "\"caf\\u00e9 \\/ \\u0041\"",
+      "{\"k\":1,\"k\":2}",
+      "[9223372036854775807,-0,1e3]",
+  };
+  enum { N = sizeof forms / sizeof forms[0] };
+  CHECK_OK(c, muster_queue_put(c, "ct-forms", NULL, NULL));
+  muster_task_spec_t specs[N];
+  for (int i = 0; i < N; i++) {
+    muster_task_spec_init(&specs[i]);
+    specs[i].payload = forms[i];
+    specs[i].session = "s \"q\"\n\xc3\xa9";
+    specs[i].index = i;
+  }
+  CHECK_OK(c, muster_put(c, "ct-forms", specs, N, NULL));
+  muster_lease_t *l = NULL, *next = NULL;
+  size_t n = 0, nnext = 0;
+  CHECK_OK(c, muster_lease(c, "ct-forms", 0, N - 1, 0, &l, &n));
+  CHECK(n == N - 1);
+  muster_ack_t acks[N];
+  for (size_t i = 0; i < n; i++) {
+    char *want = compact(forms[i]);
+    CHECK(want && strcmp(l[i].payload, want) == 0);
+    CHECK(l[i].session && strcmp(l[i].session, specs[i].session) == 0 && l[i].index == (int64_t)i);
+    free(want);
+    muster_ack_init(&acks[i], l[i].task, l[i].token);
+    acks[i].result = forms[i];
+  }
+  CHECK_OK(c, muster_complete_lease(c, acks, n, "ct-forms", 0, 5, -1, &next, &nnext, NULL));
+  CHECK(nnext == 1);
+  if (nnext == 1) {
+    char *want = compact(forms[N - 1]);
+    CHECK(want && strcmp(next[0].payload, want) == 0 && next[0].index == N - 1);
+    free(want);
+  }
+  for (size_t i = 0; i < n; i++) {
+    char *json = NULL, *want = compact(forms[i]), needle[256];
+    CHECK_OK(c, muster_task_get(c, l[i].task, &json));
+    snprintf(needle, sizeof needle, "\"result\":%s", want ? want : "?");
+    CHECK(json && contains(json, needle) && contains(json, "\"state\":\"done\""));
+    muster_free(json);
+    free(want);
+  }
+  muster_leases_free(l, n);
+  muster_leases_free(next, nnext);
+}
+
 int main(int argc, char **argv) {
   if (!ctest_use_test_url(TOKEN) &&
       ctest_head_start(muster_bin(argv[0]), "/tmp/muster-ctest-XXXXXX", TOKEN, NULL) != 0)
@@ -444,6 +509,7 @@ int main(int argc, char **argv) {
   test_workers(client);
   test_long_poll(client);
   test_purge_delete_and_raw(client);
+  test_text_forms(client);
   muster_client_free(client);
   ctest_head_stop();
   return ctest_report();
