@@ -7,13 +7,14 @@
  * into trees and each payload dumped back.  Here a value is spliced as it
  * stands when a scan shows that, without its whitespace, it is exactly the
  * text json_dumps(JSON_COMPACT | JSON_ENCODE_ANY) would write for what
- * json_loads reads from it ("canonical", the head's jscan.c rules): no reals,
- * integers within int64 without "-0", strings in valid UTF-8 with the escapes
- * jansson writes (\" \\ \b \f \n \r \t and \u00XX in upper-case hex), no
- * duplicate keys and no NUL in a key, at most JTEXT_MAX_DEPTH levels.  For
- * such text the bytes written are the old path's bytes.  Anything else is the
- * caller's to hand to jansson as before, so accepted inputs and error messages
- * do not change: the scan never produces an error of its own.
+ * json_loads reads from it ("canonical": the head's rules, src/core/jcanon.h,
+ * shared with it): no reals, integers within int64 without "-0", strings in
+ * valid UTF-8 with the escapes jansson writes (\" \\ \b \f \n \r \t and
+ * \u00XX in upper-case hex), no duplicate keys and no NUL in a key, at most
+ * JTEXT_MAX_DEPTH levels.  For such text the bytes written are the old path's
+ * bytes.  Anything else is the caller's to hand to jansson as before, so
+ * accepted inputs and error messages do not change: the scan never produces
+ * an error of its own.
  */
 #ifndef MUSTER_CLIENT_JTEXT_H
 #define MUSTER_CLIENT_JTEXT_H
@@ -22,10 +23,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JTEXT_MAX_DEPTH 64 /* containers inside a scanned value; deeper declines */
-#define JTEXT_MAX_KEYS                                                                             \
-  256 /* keys of the objects open at once (duplicates); more: not canonical                        \
-       */
+#include "core/jcanon.h"
+
+/* The scanner's limits, the head's (src/core/jcanon.h). */
+#define JTEXT_MAX_DEPTH JCANON_MAX_DEPTH /* containers inside a scanned value; deeper declines */
+#define JTEXT_MAX_KEYS JCANON_MAX_KEYS   /* keys of the objects open at once; more: not canonical */
 
 /* JSON text under construction, kept NUL-terminated.  Zero-initialise;
  * jtext_buf_free releases it.  After a failed allocation every later write is
@@ -74,9 +76,5 @@ bool jtext_only_space(const char *p, const char *end);
 /* Reads the canonical integer at *pp (before `end`) into *out and moves *pp
  * past it; false when there is none there (a real, "-0", beyond int64). */
 bool jtext_int(const char **pp, const char *end, int64_t *out);
-
-/* Length of the UTF-8 sequence at `p` (before `end`) as jansson accepts it,
- * 1 for ASCII: 0 when it is not one. */
-size_t jtext_utf8_length(const unsigned char *p, const unsigned char *end);
 
 #endif

@@ -57,7 +57,7 @@ static bool task_utf8(const char *text) {
     return true;
   const unsigned char *p = (const unsigned char *)text, *end = p + strlen(text);
   while (p < end) {
-    size_t n = jtext_utf8_length(p, end);
+    size_t n = jcanon_utf8_length(p, end);
     if (n == 0)
       return false;
     p += n;

@@ -16,6 +16,8 @@
  */
 #include "jw.h"
 
+#include "core/jcanon.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,127 +232,15 @@ typedef struct {
 } jw_scan_t;
 
 static void jw_skip_space(jw_scan_t *s) {
-  while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+  while (s->p < s->end && jcanon_is_space(*s->p))
     s->p++;
 }
 
-size_t jw_utf8_length(const unsigned char *p, const unsigned char *end) {
-  unsigned c = p[0], cp;
-  size_t n;
-  if (c < 0x80)
-    return 1;
-  if (c < 0xC2)
-    return 0;
-  if (c >= 0xF5)
-    return 0;
-  n = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  cp = c & (0x7F >> n); /* the payload bits of the lead byte */
-  if ((size_t)(end - p) < n)
-    return 0;
-  for (size_t i = 1; i < n; i++) {
-    if ((p[i] & 0xC0) != 0x80)
-      return 0;
-    cp = cp << 6 | (p[i] & 0x3F);
-  }
-  if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF ||
-      (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return n;
-}
-
-/* The four hex digits at p as a number, -1 when they are not. */
-static long jw_hex4(const unsigned char *p, const unsigned char *end) {
-  if (end - p < 4)
-    return -1;
-  long v = 0;
-  for (int i = 0; i < 4; i++) {
-    unsigned char c = p[i];
-    int digit = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-    if (digit < 0)
-      return -1;
-    v = v * 16 + digit;
-  }
-  return v;
-}
-
-/* The escape at s->p (a backslash); surrogates must come in pairs. */
-static bool jw_scan_escape(jw_scan_t *s) {
-  if (s->end - s->p < 2)
-    return false;
-  switch (s->p[1]) {
-  case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
-    s->p += 2;
-    return true;
-  case 'u': break;
-  default: return false;
-  }
-  long unit = jw_hex4(s->p + 2, s->end);
-  if (unit < 0 || (unit >= 0xDC00 && unit <= 0xDFFF))
-    return false;
-  s->p += 6;
-  if (unit < 0xD800 || unit > 0xDBFF)
-    return true;
-  if (s->end - s->p < 2 || s->p[0] != '\\' || s->p[1] != 'u')
-    return false;
-  long low = jw_hex4(s->p + 2, s->end);
-  if (low < 0xDC00 || low > 0xDFFF)
-    return false;
-  s->p += 6;
-  return true;
-}
-
-/* The string starting at s->p (a quote). */
+/* The string starting at s->p (a quote): any string jansson reads, canonical
+ * or not (jcanon_string's rules, shared with the canonical scanners). */
 static bool jw_scan_string(jw_scan_t *s) {
-  s->p++;
-  while (s->p < s->end) {
-    unsigned char c = *s->p;
-    if (c == '"') {
-      s->p++;
-      return true;
-    }
-    size_t n;
-    if (c == '\\') {
-      if (!jw_scan_escape(s))
-        return false;
-    } else if (c < 0x20 || (n = jw_utf8_length(s->p, s->end)) == 0) {
-      return false;
-    } else {
-      s->p += n;
-    }
-  }
-  return false;
-}
-
-static bool jw_scan_digits(jw_scan_t *s) {
-  const unsigned char *start = s->p;
-  while (s->p < s->end && *s->p >= '0' && *s->p <= '9')
-    s->p++;
-  return s->p > start;
-}
-
-static bool jw_scan_number(jw_scan_t *s) {
-  if (s->p < s->end && *s->p == '-')
-    s->p++;
-  if (s->p < s->end && *s->p == '0')
-    s->p++;
-  else if (!jw_scan_digits(s))
-    return false;
-  if (s->p < s->end && *s->p == '.') {
-    s->p++;
-    if (!jw_scan_digits(s))
-      return false;
-  }
-  if (s->p < s->end && (*s->p == 'e' || *s->p == 'E')) {
-    s->p++;
-    if (s->p < s->end && (*s->p == '+' || *s->p == '-'))
-      s->p++;
-    if (!jw_scan_digits(s))
-      return false;
-  }
-  return true;
+  bool canonical = true; /* not asked for: jw_valid takes every escape jansson reads */
+  return jcanon_string(&s->p, s->end, false, &canonical);
 }
 
 static bool jw_scan_word(jw_scan_t *s, const char *word, size_t n) {
@@ -367,7 +257,7 @@ static bool jw_scan_scalar(jw_scan_t *s) {
   case 't': return jw_scan_word(s, "true", 4);
   case 'f': return jw_scan_word(s, "false", 5);
   case 'n': return jw_scan_word(s, "null", 4);
-  default: return jw_scan_number(s);
+  default: return jcanon_number(&s->p, s->end);
   }
 }
 

@@ -70,9 +70,4 @@ const char *jw_raw_text(const json_t *v, size_t *len);
  * integers beyond 64 bits and reals beyond a double, this does not. */
 bool jw_valid(const char *text, size_t len);
 
-/* Length of the UTF-8 sequence at `p` (before `end`) as jansson accepts it,
- * 1 for ASCII: 0 when it is not one (a stray continuation byte, an overlong
- * form, a surrogate, above U+10FFFF, cut short). */
-size_t jw_utf8_length(const unsigned char *p, const unsigned char *end);
-
 #endif
