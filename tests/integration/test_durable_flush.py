@@ -78,11 +78,30 @@ class DurableFlushTest(unittest.TestCase):
         self.trace = os.path.join(self.head.data_dir, "strace.txt")
 
     def tearDown(self):
+        # Under strace the head is strace's child: a SIGKILL of strace (the harness's
+        # cleanup) detaches it and it would run on after a failed test.  Kill it too.
+        traced = self.traced_heads()
         self.head.cleanup()
+        for pid in traced:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if self.asan_options is None:
             os.environ.pop("ASAN_OPTIONS", None)
         else:
             os.environ["ASAN_OPTIONS"] = self.asan_options
+
+    def traced_heads(self):
+        """The pids of the processes strace runs (none when the head is not traced)."""
+        h = self.head
+        if not h.prefix or h.proc is None or h.proc.poll() is not None:
+            return []
+        try:
+            with open("/proc/%d/task/%d/children" % (h.proc.pid, h.proc.pid)) as f:
+                return [int(pid) for pid in f.read().split()]
+        except OSError:
+            return []
 
     def stop_head(self):
         # SIGTERM goes to the head itself (strace's child); strace exits with its status.
