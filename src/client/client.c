@@ -61,18 +61,22 @@ void muster_free(void *ptr) {
 
 /* ---- the reply buffer ----------------------------------------------------- */
 
-bool client_buf_reserve(client_buf_t *b, size_t more) {
-  if (b->len + more + 1 <= b->cap)
+bool client_grow(char **data, size_t *cap, size_t need) {
+  if (need <= *cap)
     return true;
-  size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->len + more + 1)
-    cap *= 2;
-  char *grown = realloc(b->data, cap);
+  size_t size = *cap ? *cap : 4096;
+  while (size < need)
+    size *= 2;
+  char *grown = realloc(*data, size);
   if (grown == NULL)
     return false;
-  b->data = grown;
-  b->cap = cap;
+  *data = grown;
+  *cap = size;
   return true;
+}
+
+bool client_buf_reserve(client_buf_t *b, size_t more) {
+  return client_grow(&b->data, &b->cap, b->len + more + 1);
 }
 
 bool client_buf_append(client_buf_t *b, const char *data, size_t n) {

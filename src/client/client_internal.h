@@ -89,8 +89,12 @@ void http1_free(http1_t *h);
 muster_err_t http1_send(muster_client_t *client, const char *method, const char *path,
                         const char *body, long timeout_ms);
 
-/* Makes room in `b` for `more` bytes and the terminating NUL (doubling from
- * 4 KiB); false when memory ran out, `b` unchanged. */
+/* Grows the allocation *data of *cap bytes to at least `need` bytes, doubling
+ * from 4 KiB; false when memory ran out, both unchanged.  The growth of every
+ * buffer of libmuster (client_buf_t, jtext_buf_t). */
+bool client_grow(char **data, size_t *cap, size_t need);
+/* Makes room in `b` for `more` bytes and the terminating NUL (client_grow);
+ * false when memory ran out, `b` unchanged. */
 bool client_buf_reserve(client_buf_t *b, size_t more);
 /* Appends `n` bytes and keeps `b` NUL-terminated; false when memory ran out. */
 bool client_buf_append(client_buf_t *b, const char *data, size_t n);

@@ -12,6 +12,7 @@
  * it strictly); here it runs with JTEXT_FLAGS.
  */
 #include "client/jtext.h"
+#include "client/client_internal.h"
 
 #include "core/jcanon.h"
 
@@ -21,21 +22,9 @@
 /* ---- the buffer ---------------------------------------------------------- */
 
 static bool jtext_reserve(jtext_buf_t *b, size_t more) {
-  if (b->failed)
-    return false;
-  if (b->len + more + 1 <= b->cap)
-    return true;
-  size_t cap = b->cap ? b->cap : 1024;
-  while (cap < b->len + more + 1)
-    cap *= 2;
-  char *grown = realloc(b->data, cap);
-  if (grown == NULL) {
+  if (!b->failed && !client_grow(&b->data, &b->cap, b->len + more + 1))
     b->failed = true;
-    return false;
-  }
-  b->data = grown;
-  b->cap = cap;
-  return true;
+  return !b->failed;
 }
 
 void jtext_reset(jtext_buf_t *b) {

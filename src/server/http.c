@@ -182,16 +182,20 @@ static void http_enqueue_body(head_t *h, struct evhttp_request *req, int status,
   http_enqueue_reply(h, r);
 }
 
-void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body) {
+/* Queues JSON `body` (stolen) as a reply outside the route layer. */
+static void http_enqueue_json(head_t *h, struct evhttp_request *req, int status, json_t *body,
+                              bool no_flush) {
   char *text = jw_dump(body, NULL);
   json_decref(body);
-  http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0, false);
+  http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0, no_flush);
+}
+
+void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body) {
+  http_enqueue_json(h, req, status, body, false);
 }
 
 void http_enqueue_unflushed(head_t *h, struct evhttp_request *req, int status, json_t *body) {
-  char *text = jw_dump(body, NULL);
-  json_decref(body);
-  http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0, true);
+  http_enqueue_json(h, req, status, body, true);
 }
 
 void http_enqueue_fail(head_t *h, struct evhttp_request *req, const fail_t *f) {

@@ -165,8 +165,8 @@ static bool waiter_try(head_t *h, waiter_t *w) {
     json_decref(reply);
     return false;
   }
-  /* A waiter woken by a put of this turn gets tasks not yet on disk: its
-   * reply waits for the flush, like the put's. */
+  /* Leases of tasks on disk need no flush of their own; a waiter woken by a
+   * put of this turn gets tasks that are not, and waits like the put. */
   if (leased > 0 && head_lease_on_disk(h, max_task))
     http_enqueue_unflushed(h, w->req, 200, reply);
   else
