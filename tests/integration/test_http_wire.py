@@ -16,15 +16,20 @@ Pinned (must hold for evhttp now and for the own server):
   accepted too.
 - Pipelining: requests written in one send() are all answered, in request order, with
   the bodies of a serial run (a lease behind two puts leases those tasks in put order);
-  errors (404, 400 bad_json, 413 body_too_large) in the middle of a batch do not disturb
-  the requests around them; 100 pipelined puts get 100 replies with rising ids.
-- Request bodies: a body sent byte by byte or in small pieces; a chunked JSON body (also
-  upper-case hex, framing in 5-byte sends, a trailer); a POST without a body is `{}`; a body
-  over the route's limit gets 413 body_too_large in the envelope and the connection
-  stays usable (evhttp) or closes after `Connection: close` (both accepted); a
-  `Content-Length` above the HTTP layer's limit (4 x --max-body + 64 KiB) gets 413 and
-  the close, before the body is sent (docs/api.md); wrong Content-Type 415; invalid
-  JSON 400 bad_json; after each the connection is usable.
+  errors (404, 405, 400 bad_json, 400 invalid_argument of an all-or-nothing batch, 413
+  body_too_large) in the middle of a batch do not disturb the requests around them;
+  100 pipelined puts get 100 replies with rising ids; acknowledged pipelined puts survive
+  kill -9; a long-poll with a put pipelined behind it (lease empty after its wait, or
+  holding that put's task: both accepted, the queue's counts must agree); requests
+  behind an upload; 50 connections with a request each, read back in any order.
+- Request bodies: a body sent byte by byte (also two pipelined requests) or in small
+  pieces; a chunked JSON body (also upper-case hex, framing in 5-byte sends, a trailer);
+  a POST without a body is `{}`; a body over the route's limit gets 413 body_too_large
+  in the envelope and the connection stays usable (evhttp) or closes after `Connection:
+  close` (both accepted); a `Content-Length` above the HTTP layer's limit (4 x
+  --max-body + 64 KiB) gets 413 and the close before the body is sent (docs/api.md), a
+  chunked body once it passes that limit; wrong Content-Type 415; invalid JSON 400
+  bad_json; after each the connection is usable.
 - Malformed input (after each: the connection closes, the head serves a fresh
   connection, and no task was written):
   garbage request line, no HTTP version, a header line without a colon, a negative or
@@ -48,9 +53,10 @@ Pinned (must hold for evhttp now and for the own server):
 - Auth: no token, a wrong token or another scheme: 401 unauthorized with
   `WWW-Authenticate: Bearer realm="muster"`; the connection stays usable.
 - Expect: 100-continue: a JSON POST whose client waits gets `100 Continue` and then
-  its reply; sent with its body at once, the 100 is optional.  A streamed upload gets
-  100 and then 201 and the connection goes on; refused (no token, bad name) it gets the
-  final status without a 100, `Connection: close`, and the close; nothing is stored.
+  its reply; sent with its body at once, the 100 is optional; a GET with it gets no 100;
+  an unknown expectation gets 417 (evhttp: HTML, close) or is served.  A streamed upload
+  gets 100 and then 201 and the connection goes on; refused (no token, bad name) it gets
+  the final status without a 100, `Connection: close`, and the close; nothing is stored.
 - Client disconnects: half a body then close writes nothing; a parked long-poll whose
   client closes is dropped (muster_lease_waiters goes back to 0) and a put afterwards
   goes to the next client's lease; 200 connections opened and closed without a byte,
@@ -88,9 +94,10 @@ OwnServerTest, and MUSTER_WIRE_OWN=1 runs them):
   timeout); must answer (400/405/501).
 - An absolute-form target (`GET http://host/v1/health`): evhttp serves it and then
   closes the connection, without `Connection: close` in the reply; must keep it.
-- A JSON POST with `Expect: 100-continue` and a Content-Length over the route's limit:
-  evhttp sends `100 Continue` (and 413 after the body); must answer 413 at once,
-  without the 100.
+- A JSON POST with `Expect: 100-continue` that will be refused (Content-Length over
+  the route's limit, no token, unknown path): evhttp sends `100 Continue` first and
+  refuses after the body; must refuse at once, without the 100, and close (as uploads
+  do).
 """
 import json
 import os
@@ -577,6 +584,10 @@ class PipelineTest(WireCase):
                  (self.req("POST", path + "/tasks", self.put_body("z" * (MAX_BODY + 10))),
                   413, "body_too_large"),
                  (self.req("DELETE", "/v1/health"), 405, "method_not_allowed"),
+                 # All-or-nothing: the good first element of a refused batch is not kept.
+                 (self.req("POST", path + "/tasks", {"tasks": [
+                     {"payload": "w"}, {"payload": "v", "priority": "high"}]}),
+                  400, "invalid_argument"),
                  (self.req("POST", path + "/tasks", self.put_body("y")), 201, None),
                  (self.req("POST", path + "/lease", {"max": 10}), 200, None)]
         with self.wire() as w:
@@ -607,6 +618,48 @@ class PipelineTest(WireCase):
         got = self.tasks()
         self.assertEqual([(t["id"], t["payload"]) for t in got], list(zip(ids, range(n))))
 
+    def test_long_poll_with_a_put_behind_it(self):
+        # evhttp runs one request of a connection at a time: the lease waits out its
+        # wait_ms, then the put runs.  A server that runs the put meanwhile may hand its
+        # task to the lease.  Either way the replies keep request order and agree.
+        self.create_queue()
+        path = "/v1/queues/" + self.q
+        with self.wire() as w:
+            w.send(self.req("POST", path + "/lease", {"wait_ms": 300}) +
+                   self.req("POST", path + "/tasks", self.put_body("late")) +
+                   self.req("GET", path))
+            lease, put, queue = w.read_reply(), w.read_reply(), w.read_reply()
+        self.assertEqual((lease.status, put.status, queue.status), (200, 201, 200))
+        tid = put.json["tasks"][0]["id"]
+        leased = [(l["task"], l["payload"]) for l in lease.json["leases"]]
+        self.assertIn(leased, ([], [(tid, "late")]), lease)
+        counts = queue.json["counts"]
+        self.assertEqual((counts["queued"], counts["leased"]),
+                         (0, 1) if leased else (1, 0), queue)
+
+    def test_many_connections_at_once(self):
+        # Each connection gets its own reply, whatever order the head serves them in.
+        self.create_queue()
+        conns = [self.wire() for _ in range(50)]
+        try:
+            for i, w in enumerate(conns):
+                w.send(self.req("POST", "/v1/queues/%s/tasks" % self.q, self.put_body(i)))
+            ids = {}
+            for i, w in enumerate(conns):
+                r = w.read_reply()
+                self.assertEqual(r.status, 201, r)
+                ids[r.json["tasks"][0]["id"]] = i
+            for i, w in enumerate(reversed(conns)):
+                w.send(self.req("GET", "/v1/tasks/%d" % sorted(ids)[i]))
+            for i, w in enumerate(reversed(conns)):
+                r = w.read_reply()
+                self.assertEqual(r.json["id"], sorted(ids)[i], r)
+        finally:
+            for w in conns:
+                w.close()
+        got = {t["id"]: t["payload"] for t in self.tasks()}
+        self.assertEqual(got, ids)
+
     def test_pipelined_behind_an_upload(self):
         blob = b"0123456789" * 3000
         path = "/v1/shared/%s/pipe" % self.q
@@ -623,6 +676,31 @@ class PipelineTest(WireCase):
             self.assertEqual((r.status, r.json["status"]), (200, "ok"), r)
 
 
+class PipelineDurabilityTest(unittest.TestCase):
+    """Replies to pipelined writes mean what they mean alone: on disk (its own head,
+    killed with -9)."""
+
+    def test_acknowledged_pipelined_puts_survive_kill(self):
+        head = harness.Head(["--sweep-ms", "50"]).start()
+        try:
+            q = "durable"
+            with Wire(head.port) as w:
+                w.send(request("PUT", "/v1/queues/" + q, head.token, {}))
+                self.assertEqual(w.read_reply().status, 201)
+                w.send(b"".join(request("POST", "/v1/queues/%s/tasks" % q, head.token,
+                                        {"tasks": [{"payload": i}]}) for i in range(60)))
+                acked = [w.read_reply().json["tasks"][0]["id"] for _ in range(60)]
+            head.kill()
+            head.start()
+            with Wire(head.port) as w:
+                w.send(request("GET", "/v1/queues/%s/tasks?limit=1000" % q, head.token))
+                r = w.read_reply()
+            self.assertEqual([(t["id"], t["payload"]) for t in r.json["tasks"]],
+                             list(zip(acked, range(60))))
+        finally:
+            head.cleanup()
+
+
 # ---- 3. request bodies --------------------------------------------------------------
 
 class BodyTest(WireCase):
@@ -633,8 +711,14 @@ class BodyTest(WireCase):
                                    self.put_body({"k": "byte"})), 1)
             r = w.read_reply()
             self.assertEqual(r.status, 201, r)
+            # Two pipelined requests, byte by byte: the second's head follows the first's
+            # body within the same stream of one-byte reads.
+            w.send_pieces(self.req("POST", "/v1/queues/%s/tasks" % self.q, self.put_body(2)) +
+                          self.req("GET", "/v1/queues/" + self.q), 1)
+            self.assertEqual(w.read_reply().status, 201)
+            self.assertEqual(w.read_reply().json["counts"]["queued"], 2)
             self.assert_usable(w)
-        self.assertEqual([t["payload"] for t in self.tasks()], [{"k": "byte"}])
+        self.assertEqual([t["payload"] for t in self.tasks()], [{"k": "byte"}, 2])
 
     def test_body_in_small_pieces(self):
         self.create_queue()
@@ -708,6 +792,12 @@ class BodyTest(WireCase):
                         headers=["Content-Type: application/json",
                                  "Content-Length: %d" % (HTTP_LAYER_LIMIT + 1)])
         r = self.refused(head, (413,))
+        self.assertTrue(r.closes(), r)
+        # A chunked body has no length up front: refused once it passes the limit.
+        head = self.req("POST", "/v1/queues/%s/tasks" % self.q, None,
+                        headers=["Content-Type: application/json", "Transfer-Encoding: chunked"])
+        r = self.refused(head + b"%x\r\n%s\r\n" % (HTTP_LAYER_LIMIT + 1,
+                                                   b" " * (HTTP_LAYER_LIMIT + 1)), (413,))
         self.assertTrue(r.closes(), r)
         self.assert_no_tasks()
 
@@ -988,6 +1078,24 @@ class ExpectTest(WireCase):
             self.assertEqual(r.status, 201, r)
             self.assert_usable(w)
         self.assertEqual(len(self.tasks()), 1)
+
+    def test_unknown_expectation(self):
+        # RFC 9110 10.1.1: 417 (evhttp: HTML, then the close), or the request served.
+        self.create_queue()
+        with self.wire() as w:
+            w.send(self.req("POST", "/v1/queues/%s/tasks" % self.q, self.put_body("odd"),
+                            headers=["Expect: something-else"]))
+            r = w.read_reply(interim=True)
+            self.assertIn(r.status, (201, 417), r)
+            self.assert_usable_or_closed(w, r)
+        self.assertEqual(len(self.tasks()), 1 if r.status == 201 else 0)
+
+    def test_get_with_expect(self):
+        with self.wire() as w:
+            w.send(self.req("GET", "/v1/health", headers=["Expect: 100-continue"]))
+            r = w.read_reply(interim=True)  # no body to wait for: no 100
+            self.assertEqual((r.status, r.json["status"]), (200, "ok"), r)
+            self.assert_usable(w)
 
     def test_upload_accepted(self):
         blob = b"u" * 200000
@@ -1329,19 +1437,26 @@ class OwnServerTest(WireCase):
             self.assertFalse(r.closes(), r)
             self.assert_usable(w)
 
-    @own("sends '100 Continue' to a JSON POST whose Content-Length is over the route's limit "
-         "(and 413 once the body came); the own server must answer 413 without the 100")
-    def test_expect_with_a_length_over_the_limit(self):
+    @own("sends '100 Continue' to every JSON POST that asks, before the route's checks: "
+         "also with a Content-Length over the route's limit, without a token, or to an "
+         "unknown path (the refusal comes once the body came); the own server must refuse "
+         "these at once, without the 100, and close")
+    def test_expect_refused_before_the_body(self):
         self.create_queue()
-        with self.wire() as w:
-            w.send(self.req("POST", "/v1/queues/%s/tasks" % self.q, None,
-                            headers=["Content-Type: application/json",
-                                     "Content-Length: %d" % (MAX_BODY + 1),
-                                     "Expect: 100-continue"]))
-            r = w.read_reply(interim=True)
-            self.assert_envelope(r, 413, "body_too_large")
-            self.assertTrue(r.closes(), r)
-            self.assertTrue(w.closed_after())
+        path = "/v1/queues/%s/tasks" % self.q
+        for p, token, length, status, code in (
+                (path, self.token, MAX_BODY + 1, 413, "body_too_large"),
+                (path, None, 30, 401, "unauthorized"),
+                ("/v1/nope", self.token, 30, 404, "not_found")):
+            with self.subTest(status=status), self.wire() as w:
+                w.send(request("POST", p, token, None,
+                               headers=["Content-Type: application/json",
+                                        "Content-Length: %d" % length,
+                                        "Expect: 100-continue"]))
+                r = w.read_reply(interim=True)
+                self.assert_envelope(r, status, code)
+                self.assertTrue(r.closes(), r)
+                self.assertTrue(w.closed_after())
 
 
 if __name__ == "__main__":
