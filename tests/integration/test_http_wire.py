@@ -20,8 +20,9 @@ Pinned (must hold for evhttp now and for the own server):
   body_too_large) in the middle of a batch do not disturb the requests around them;
   100 pipelined puts get 100 replies with rising ids; acknowledged pipelined puts survive
   kill -9; a long-poll with a put pipelined behind it (lease empty after its wait, or
-  holding that put's task: both accepted, the queue's counts must agree); requests
-  behind an upload; 50 connections with a request each, read back in any order.
+  holding that put's task: both accepted, the queue's counts must agree); JSON puts and
+  streamed uploads (by length and chunked) mixed in one send(); 50 connections with a
+  request each, read back in any order.
 - Request bodies: a body sent byte by byte (also two pipelined requests) or in small
   pieces; a chunked JSON body (also upper-case hex, framing in 5-byte sends, a trailer);
   a POST without a body is `{}`; a body over the route's limit gets 413 body_too_large
@@ -57,7 +58,8 @@ Pinned (must hold for evhttp now and for the own server):
   an unknown expectation gets 417 (evhttp: HTML, close) or is served.  A streamed upload
   gets 100 and then 201 and the connection goes on; refused (no token, bad name) it gets
   the final status without a 100, `Connection: close`, and the close; nothing is stored.
-- Client disconnects: half a body then close writes nothing; a parked long-poll whose
+- Client disconnects: half a body (length or chunked) then a half-close (a 4xx or the
+  close) or a close writes nothing; a parked long-poll whose
   client closes is dropped (muster_lease_waiters goes back to 0) and a put afterwards
   goes to the next client's lease; 200 connections opened and closed without a byte,
   and 200 held open at once, leave the head serving and its descriptors back at the
@@ -661,19 +663,35 @@ class PipelineTest(WireCase):
         self.assertEqual(got, ids)
 
     def test_pipelined_behind_an_upload(self):
+        # Streamed uploads take another path through the head (shared_upload.c); the
+        # requests around one in the same send() must not notice.
+        self.create_queue()
         blob = b"0123456789" * 3000
         path = "/v1/shared/%s/pipe" % self.q
+        puts = "/v1/queues/%s/tasks" % self.q
         with self.wire() as w:
-            w.send(self.req("PUT", path, blob, ctype=OCTET) + self.req("GET", path) +
+            w.send(self.req("POST", puts, self.put_body("before")) +
+                   self.req("PUT", path, blob, ctype=OCTET) +
+                   self.req("POST", puts, self.put_body("after")) +
+                   self.req("PUT", path + "?level=2", chunked(blob[::-1], 4000), ctype=None,
+                            headers=["Transfer-Encoding: chunked"]) +
+                   self.req("GET", path + "?level=1") +
                    self.req("HEAD", path) + self.req("GET", "/v1/health", token=None))
             r = w.read_reply()
+            self.assertEqual(r.status, 201, r)
+            r = w.read_reply()
             self.assertEqual((r.status, r.json["size"]), (201, len(blob)), r)
+            r = w.read_reply()
+            self.assertEqual(r.status, 201, r)
+            r = w.read_reply()
+            self.assertEqual((r.status, r.json["level"]), (201, 2), r)
             r = w.read_reply()
             self.assertEqual((r.status, r.body), (200, blob))
             r = w.read_reply("HEAD")
             self.assertEqual((r.status, r.header("Content-Length")), (200, str(len(blob))), r)
             r = w.read_reply()
             self.assertEqual((r.status, r.json["status"]), (200, "ok"), r)
+        self.assertEqual([t["payload"] for t in self.tasks()], ["before", "after"])
 
 
 class PipelineDurabilityTest(unittest.TestCase):
@@ -1148,6 +1166,10 @@ class DisconnectTest(WireCase):
                 r = w.outcome()
                 if r != "closed":
                     self.assertEqual(r.status // 100, 4, r)
+            # And gone at once, without waiting for anything.
+            w = self.wire()
+            w.send(data)
+            w.close()
         self.assert_serves()
         self.assert_no_tasks()
 
