@@ -96,6 +96,11 @@ OwnServerTest, and MUSTER_WIRE_OWN=1 runs them):
   timeout); must answer (400/405/501).
 - An absolute-form target (`GET http://host/v1/health`): evhttp serves it and then
   closes the connection, without `Connection: close` in the reply; must keep it.
+- Uploads (`PUT /v1/shared/...`, framed by the upload tap in shared_upload.c):
+  `Transfer-Encoding: gzip` stores an empty blob (201, size 0) and runs the body as the
+  next request; two Content-Lengths (0, then N) likewise (the first wins); both
+  Content-Length and chunked: read as chunked, 201, connection kept.  Must be 501 /
+  400 with nothing stored and the close / 400 or 201 followed by the close.
 - A JSON POST with `Expect: 100-continue` that will be refused (Content-Length over
   the route's limit, no token, unknown path): evhttp sends `100 Continue` first and
   refuses after the body; must refuse at once, without the 100, and close (as uploads
@@ -1479,6 +1484,52 @@ class OwnServerTest(WireCase):
                 self.assert_envelope(r, status, code)
                 self.assertTrue(r.closes(), r)
                 self.assertTrue(w.closed_after())
+
+    def blobs(self):
+        return [b["name"] for b in self.expect("GET", "/v1/shared/" + self.q)["blobs"]]
+
+    @own("the upload tap (shared_upload.c) ignores 'Transfer-Encoding: gzip' on a PUT "
+         "/v1/shared/...: it stores an empty blob (201, size 0) and runs the body as the "
+         "next request on the connection; the own server must answer 501, store nothing, "
+         "and close")
+    def test_upload_with_unknown_transfer_encoding_is_501(self):
+        smuggled = self.req("GET", "/v1/health", token=None)
+        with self.wire() as w:
+            w.send(self.req("PUT", "/v1/shared/%s/gz" % self.q, smuggled, ctype=OCTET,
+                            headers=["Transfer-Encoding: gzip"]))
+            r = w.read_reply()
+            self.assertEqual(r.status, 501, r)
+            self.assert_json_framing(r)
+            self.assertTrue(w.closed_after())
+        self.assertEqual(self.blobs(), [])
+
+    @own("the upload tap takes the first of two Content-Lengths ('0', then '36'): it stores "
+         "an empty blob (201) and runs the body as the next request; the own server must "
+         "answer 400, store nothing, and close")
+    def test_upload_with_conflicting_lengths_is_400(self):
+        smuggled = self.req("GET", "/v1/health", token=None)
+        self.refused_envelope(self.req("PUT", "/v1/shared/%s/two" % self.q, smuggled,
+                                       ctype=OCTET, headers=[
+                                           "Content-Length: 0",
+                                           "Content-Length: %d" % len(smuggled)]),
+                              400, "bad_request")
+        self.assertEqual(self.blobs(), [])
+
+    @own("the upload tap reads an upload with both Content-Length and 'Transfer-Encoding: "
+         "chunked' as chunked (201) and keeps the connection; RFC 9112 6.1 wants 400, or "
+         "the chunked body and then the close")
+    def test_upload_with_length_and_chunked(self):
+        with self.wire() as w:
+            w.send(self.req("PUT", "/v1/shared/%s/both" % self.q, chunked(b"hello", 2),
+                            ctype=OCTET, headers=["Content-Length: 5",
+                                                  "Transfer-Encoding: chunked"]))
+            r = w.read_reply()
+            if r.status == 201:
+                self.assertEqual(r.json["size"], 5, r)
+                self.assertTrue(r.closes(), r)
+            else:
+                self.assert_envelope(r, 400, "bad_request")
+            self.assertTrue(w.closed_after())
 
 
 if __name__ == "__main__":
