@@ -27,6 +27,7 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,6 +256,13 @@ void fwd_forward(node_agent_t *a, struct evhttp_request *in) {
   struct evkeyvalq *to = evhttp_request_get_output_headers(out);
   fwd_copy_headers(evhttp_request_get_input_headers(in), to, 0);
   fwd_add_forwarded(in, to);
+  /* The client's Host named the agent; the head gets its own (HTTP/1.1
+   * requires one, and the head refuses a request without it). */
+  char host[sizeof a->head_host + 16];
+  bool v6 = strchr(a->head_host, ':') != NULL;
+  snprintf(host, sizeof host, "%s%s%s:%d", v6 ? "[" : "", a->head_host, v6 ? "]" : "",
+           a->head_port);
+  evhttp_add_header(to, "Host", host);
   struct evbuffer *body = evhttp_request_get_input_buffer(in);
   size_t body_len = evbuffer_get_length(body);
   /* evhttp adds a Content-Length to POST and PUT only; a body of any other

@@ -49,11 +49,10 @@ static void dashboard_send(http_req_t *r, const char *name) {
     http_reply_fail(r, &f);
     return;
   }
-  struct evkeyvalq *out = evhttp_request_get_output_headers(r->req);
-  evhttp_add_header(out, "Content-Security-Policy", DASHBOARD_CSP);
-  evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
-  evhttp_add_header(out, "Referrer-Policy", "no-referrer");
-  evhttp_add_header(out, "Cache-Control", "no-cache");
+  h1_add_header(r->req, "Content-Security-Policy", DASHBOARD_CSP);
+  h1_add_header(r->req, "X-Content-Type-Options", "nosniff");
+  h1_add_header(r->req, "Referrer-Policy", "no-referrer");
+  h1_add_header(r->req, "Cache-Control", "no-cache");
   http_reply_raw(r, 200, dashboard_type(a->name), a->data, a->len);
 }
 

@@ -470,7 +470,6 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   fail_t f = {0};
   int64_t now = now_ms();
   waiter_mark_all(h);
-  shared_tap_sweep(h);
   shared_files_sweep(h->st, h->cfg.data_dir);
   /* Most sweeps find nothing due: check with two indexed reads before
    * opening a transaction. */
@@ -502,7 +501,7 @@ static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
     head_commit(-1, 0, h);
   head_drain_syncs(h);
   /* The answers to parked long-polls are queued on their connections; a few
-   * more turns of the loop write them out before evhttp closes everything. */
+   * more turns of the loop write what the sockets did not take at once. */
   struct timeval grace = {.tv_sec = 0, .tv_usec = 100 * 1000};
   event_base_loopexit(h->base, &grace);
 }

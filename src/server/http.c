@@ -1,6 +1,7 @@
 /*
- * http.c — evhttp glue: routing, the checks every request passes before its
- * handler, and replies held back until their transaction commits.
+ * http.c — the route layer over the HTTP/1.1 server (h1.h): routing, the
+ * checks every request passes before its handler, and replies held back until
+ * their transaction commits.
  *
  * Everything runs on the event-loop thread.  A request's life: match a route
  * (404/405), check the bearer token (401), the body size (413), the content
@@ -15,24 +16,15 @@
 #include "shared_upload.h"
 #include "store.h"
 
-#include <event2/buffer.h>
-#include <event2/event.h>
-#include <event2/http.h>
-#include <event2/listener.h>
-#include <event2/util.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/queue.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 struct reply {
   reply_t *next;
-  struct evhttp_request *req;
+  h1_req_t *req;
   int status;
   char *body;       /* encoded JSON, or raw bytes when `type` is set; owned */
   const char *type; /* NULL: JSON; else the Content-Type of a raw body (static) */
@@ -47,109 +39,41 @@ struct reply {
 
 #define HTTP_MAX_SEGMENTS 8
 
-static const char *http_reason(int status) {
-  switch (status) {
-  case 200: return "OK";
-  case 201: return "Created";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 403: return "Forbidden";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 409: return "Conflict";
-  case 413: return "Payload Too Large";
-  case 415: return "Unsupported Media Type";
-  case 503: return "Service Unavailable";
-  default: return status >= 500 ? "Internal Server Error" : "OK";
-  }
-}
-
-/* Sends `len` bytes of `data` as `type`; JSON (type NULL) gets a final newline. */
-static void http_send_body(struct evhttp_request *req, int status, const char *type,
-                           const char *data, size_t len) {
-  struct evbuffer *buf = evbuffer_new();
-  if (buf == NULL) {
-    evhttp_send_error(req, 500, NULL);
-    return;
-  }
-  struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-  if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
-    /* evhttp would send a HEAD reply's body without a length, which breaks
-     * the connection for the next request: send the length alone. */
-    char length[32];
-    snprintf(length, sizeof length, "%zu", len + (type == NULL));
-    evhttp_add_header(out, "Content-Length", length);
-  } else {
-    evbuffer_add(buf, data, len);
-    if (type == NULL)
-      evbuffer_add(buf, "\n", 1);
-  }
-  evhttp_add_header(out, "Content-Type", type ? type : "application/json");
+/* Answers `req` with `len` bytes of `data` (owned) as `type`; JSON (type
+ * NULL) gets a final newline. */
+static void http_send_body(h1_req_t *req, int status, const char *type, char *data, size_t len) {
   if (status == 401)
-    evhttp_add_header(out, "WWW-Authenticate", "Bearer realm=\"muster\"");
-  evhttp_send_reply(req, status, http_reason(status), buf);
-  evbuffer_free(buf);
+    h1_add_header(req, "WWW-Authenticate", "Bearer realm=\"muster\"");
+  h1_respond(req, status, type ? type : "application/json", data, len, type == NULL);
 }
 
-static void http_send_text(struct evhttp_request *req, int status, const char *text) {
-  http_send_body(req, status, NULL, text, strlen(text));
+/* Answers 500 without a body of our own: memory ran out. */
+static void http_send_error(h1_req_t *req) {
+  h1_respond(req, 500, "application/json", NULL, 0, false);
 }
 
 static json_t *http_error_body(muster_err_t code, const char *message) {
   return json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(code), "message", message);
 }
 
-void http_send_parked(head_t *h, struct evhttp_request *req, int status, json_t *body) {
+void http_send_parked(head_t *h, h1_req_t *req, int status, json_t *body) {
   (void)h;
   char *text = jw_dump(body, NULL);
   json_decref(body);
-  http_send_text(req, status, text ? text : "{}");
-  free(text);
-}
-
-/* Sends `len` bytes of file `fd` (consumed) as `type`.  The evbuffer is
- * marked as draining to a socket so that libevent keeps the file as a
- * sendfile segment instead of mapping or reading it into memory. */
-static void http_send_file(struct evhttp_request *req, int status, const char *type, int fd,
-                           int64_t len) {
-  struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-  struct evbuffer *buf = evbuffer_new();
-  if (buf == NULL) {
-    close(fd);
-    evhttp_send_error(req, 500, NULL);
-    return;
-  }
-  evhttp_add_header(out, "Content-Type", type);
-  if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
-    char length[32];
-    snprintf(length, sizeof length, "%lld", (long long)len);
-    evhttp_add_header(out, "Content-Length", length);
-    close(fd);
-  } else if (len == 0) {
-    close(fd);
-  } else {
-    evbuffer_set_flags(buf, EVBUFFER_FLAG_DRAINS_TO_FD);
-    if (evbuffer_add_file(buf, fd, 0, len) != 0) {
-      evbuffer_free(buf);
-      evhttp_send_error(req, 500, NULL);
-      return;
-    }
-  }
-  evhttp_send_reply(req, status, http_reason(status), buf);
-  evbuffer_free(buf);
+  if (text == NULL)
+    http_send_error(req);
+  else
+    http_send_body(req, status, NULL, text, strlen(text));
 }
 
 /* Sends reply *r now (and frees it): the commit is done, or none was open. */
 static void http_send_reply(reply_t *r) {
   if (r->has_file)
-    http_send_file(r->req, r->status, r->type, r->fd, r->file_len);
-  else if (r->type)
-    http_send_body(r->req, r->status, r->type, r->body, r->len);
+    h1_respond_file(r->req, r->status, r->type, r->fd, r->file_len);
   else
-    http_send_text(r->req, r->status, r->body);
+    http_send_body(r->req, r->status, r->type, r->body, r->type ? r->len : strlen(r->body));
   if (r->route != METRICS_ROUTE_SKIP)
     metrics_http(r->route, r->status, metrics_now_us() - r->start_us);
-  free(r->body);
   free(r);
 }
 
@@ -167,14 +91,14 @@ static void http_enqueue_reply(head_t *h, reply_t *r) {
 }
 
 /* Builds a reply; `body` (owned) is encoded JSON, or raw bytes when `type` is set. */
-static void http_enqueue_body(head_t *h, struct evhttp_request *req, int status, const char *type,
+static void http_enqueue_body(head_t *h, h1_req_t *req, int status, const char *type,
                               char *body, size_t len, int route, int64_t start_us,
                               bool no_flush) {
   reply_t *r = calloc(1, sizeof *r);
   if (r == NULL || body == NULL) {
     free(r);
     free(body);
-    evhttp_send_error(req, 500, NULL);
+    http_send_error(req);
     return;
   }
   *r = (reply_t){.req = req, .status = status, .body = body, .type = type, .len = len,
@@ -183,22 +107,22 @@ static void http_enqueue_body(head_t *h, struct evhttp_request *req, int status,
 }
 
 /* Queues JSON `body` (stolen) as a reply outside the route layer. */
-static void http_enqueue_json(head_t *h, struct evhttp_request *req, int status, json_t *body,
+static void http_enqueue_json(head_t *h, h1_req_t *req, int status, json_t *body,
                               bool no_flush) {
   char *text = jw_dump(body, NULL);
   json_decref(body);
   http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0, no_flush);
 }
 
-void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body) {
+void http_enqueue(head_t *h, h1_req_t *req, int status, json_t *body) {
   http_enqueue_json(h, req, status, body, false);
 }
 
-void http_enqueue_unflushed(head_t *h, struct evhttp_request *req, int status, json_t *body) {
+void http_enqueue_unflushed(head_t *h, h1_req_t *req, int status, json_t *body) {
   http_enqueue_json(h, req, status, body, true);
 }
 
-void http_enqueue_fail(head_t *h, struct evhttp_request *req, const fail_t *f) {
+void http_enqueue_fail(head_t *h, h1_req_t *req, const fail_t *f) {
   int status = muster_err_http_status(f->code);
   http_enqueue(h, req, status ? status : 500, http_error_body(f->code, fail_message(f)));
 }
@@ -251,6 +175,8 @@ void http_flush(head_t *h, const fail_t *commit_failed) {
 void http_flush_list(head_t *h, reply_list_t *list, const fail_t *commit_failed) {
   reply_t *r = list->head;
   list->head = list->tail = NULL;
+  /* Corked: a connection's replies of the group go out in one write. */
+  h1_cork(h->http);
   while (r) {
     reply_t *next = r->next;
     if (commit_failed) {
@@ -269,6 +195,7 @@ void http_flush_list(head_t *h, reply_list_t *list, const fail_t *commit_failed)
     http_send_reply(r);
     r = next;
   }
+  h1_uncork(h->http);
 }
 
 /* Drops a file reply the handler set before answering otherwise. */
@@ -313,20 +240,80 @@ int64_t http_param_id(const char *text) {
 }
 
 const char *http_query(http_req_t *r, const char *key) {
-  return evhttp_find_header(&r->query, key);
+  for (size_t i = 0; i < r->query_count; i++)
+    if (strcmp(r->query_key[i], key) == 0)
+      return r->query_value[i];
+  return NULL;
 }
 
-static const char *http_method_name(enum evhttp_cmd_type cmd) {
-  switch (cmd) {
-  case EVHTTP_REQ_GET: return "GET";
-  case EVHTTP_REQ_POST: return "POST";
-  case EVHTTP_REQ_PUT: return "PUT";
-  case EVHTTP_REQ_DELETE: return "DELETE";
-  case EVHTTP_REQ_HEAD: return "HEAD";
-  case EVHTTP_REQ_PATCH: return "PATCH";
-  case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-  default: return "this method";
+static int http_hex(char ch) {
+  return ch >= '0' && ch <= '9'   ? ch - '0'
+         : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+         : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                  : -1;
+}
+
+/* Percent-decodes `len` bytes of `in` into `out` (room for len + 1), and '+'
+ * to a space when `plus`; returns the decoded length, or -1 when it would
+ * hold a NUL.  A '%' without two hex digits stays as it is. */
+static long http_decode(const char *in, size_t len, bool plus, char *out) {
+  size_t n = 0;
+  for (size_t i = 0; i < len; i++) {
+    int hi, lo;
+    if (in[i] == '%' && i + 2 < len && (hi = http_hex(in[i + 1])) >= 0 && (lo = http_hex(in[i + 2])) >= 0) {
+      out[n] = (char)(hi * 16 + lo);
+      i += 2;
+    } else {
+      out[n] = plus && in[i] == '+' ? ' ' : in[i];
+    }
+    if (out[n++] == '\0')
+      return -1;
   }
+  out[n] = '\0';
+  return (long)n;
+}
+
+/* Splits and decodes the query string into r's table; false with a 400 reply
+ * set when a parameter is not `key=value` or there are too many. */
+static bool http_parse_query(http_req_t *r, const char *query) {
+  size_t len = strlen(query);
+  if (len == 0)
+    return true;
+  r->query_text = malloc(len + 1);
+  if (r->query_text == NULL) {
+    http_fail(r, MUSTER_NOMEM, "out of memory");
+    return false;
+  }
+  char *out = r->query_text;
+  for (const char *p = query; *p;) {
+    size_t n = strcspn(p, "&");
+    const char *eq = memchr(p, '=', n);
+    if (n == 0) { /* "a=1&&b=2": an empty parameter is skipped */
+      p++;
+      continue;
+    }
+    if (eq == NULL) {
+      http_fail(r, MUSTER_BAD_REQUEST, "query parameter '%.*s' has no value; write key=value",
+                (int)(n > 60 ? 60 : n), p);
+      return false;
+    }
+    if (r->query_count == HTTP_MAX_QUERY) {
+      http_fail(r, MUSTER_BAD_REQUEST, "more than %d query parameters", HTTP_MAX_QUERY);
+      return false;
+    }
+    long klen = http_decode(p, (size_t)(eq - p), true, out);
+    long vlen = klen < 0 ? -1 : http_decode(eq + 1, (size_t)(p + n - eq - 1), true, out + klen + 1);
+    if (vlen < 0) {
+      http_fail(r, MUSTER_BAD_REQUEST, "query parameter '%.*s' holds an encoded NUL",
+                (int)(n > 60 ? 60 : n), p);
+      return false;
+    }
+    r->query_key[r->query_count] = out;
+    r->query_value[r->query_count++] = out + klen + 1;
+    out += klen + 1 + vlen + 1;
+    p += n + (p[n] == '&');
+  }
+  return true;
 }
 
 /* Splits `path` in place into segments; returns their count or -1.  A
@@ -385,14 +372,12 @@ static bool http_match(const char *pattern, char **segs, int nsegs, http_req_t *
   for (int i = 0, np = 0; (seg = http_pattern_seg(&p, &len)) != NULL; i++) {
     if (!http_is_param(seg, len) || np == HTTP_MAX_PARAMS)
       continue;
-    size_t dlen = 0;
-    char *decoded = evhttp_uridecode(segs[i], 0, &dlen);
-    if (decoded && strlen(decoded) != dlen) {
+    size_t slen = strlen(segs[i]);
+    char *decoded = malloc(slen + 1);
+    if (decoded && http_decode(segs[i], slen, false, decoded) < 0)
       /* An encoded NUL would cut the name short: keep the raw segment, which
        * no name rule accepts, so the handler refuses it. */
-      free(decoded);
-      decoded = strdup(segs[i]);
-    }
+      memcpy(decoded, segs[i], slen + 1);
     r->params[np++] = decoded;
   }
   return true;
@@ -415,7 +400,7 @@ static const http_route_t *http_route(http_req_t *r, const char *path) {
   }
   memcpy(copy, path, len + 1);
   int n = http_split(copy, segs);
-  const char *method = http_method_name(evhttp_request_get_command(r->req));
+  const char *method = h1_method(r->req);
   bool path_known = false;
   for (const http_route_t *rt = http_routes; n >= 0 && rt->method; rt++) {
     if (!http_match(rt->pattern, segs, n, r))
@@ -443,8 +428,7 @@ static bool http_token_equal(const char *given, const char *want) {
 }
 
 http_role_t http_token_role(const http_req_t *r) {
-  const char *auth =
-      evhttp_find_header(evhttp_request_get_input_headers(r->req), "Authorization");
+  const char *auth = h1_header(r->req, "Authorization");
   if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
     return HTTP_PUBLIC;
   const head_config_t *cfg = &r->head->cfg;
@@ -504,8 +488,8 @@ const json_t *http_body(http_req_t *r) {
 /* Checks size and content type of the body and parses it, or on an
  * HTTP_BODY_TEXT route keeps its text; false with a reply set. */
 static bool http_parse_body(http_req_t *r, const http_route_t *rt, size_t limit) {
-  struct evbuffer *in = evhttp_request_get_input_buffer(r->req);
-  size_t len = evbuffer_get_length(in);
+  size_t len;
+  const char *text = h1_body(r->req, &len);
   if (len > limit) {
     fail_t f;
     fail_set(&f, MUSTER_BODY_TOO_LARGE, "the body is %zu bytes; this endpoint takes at most %zu",
@@ -517,13 +501,12 @@ static bool http_parse_body(http_req_t *r, const http_route_t *rt, size_t limit)
     r->body = json_object();
     return true;
   }
-  const char *type = evhttp_find_header(evhttp_request_get_input_headers(r->req), "Content-Type");
+  const char *type = h1_header(r->req, "Content-Type");
   if (type && strncasecmp(type, "application/json", 16) != 0) {
     http_fail(r, MUSTER_UNSUPPORTED_MEDIA,
               "Content-Type is '%.100s'; send the body as application/json", type);
     return false;
   }
-  const char *text = (const char *)evbuffer_pullup(in, -1);
   if (rt->flags & HTTP_BODY_TEXT) {
     /* A parse error is then answered from inside the handler's savepoint,
      * which rolls back having written nothing: the same reply. */
@@ -584,7 +567,7 @@ static void http_enqueue_req(http_req_t *r, const http_route_t *rt, int64_t star
     reply_t *reply = calloc(1, sizeof *reply);
     if (reply == NULL) {
       close(r->raw_fd);
-      evhttp_send_error(r->req, 500, NULL);
+      http_send_error(r->req);
     } else {
       *reply = (reply_t){.req = r->req, .status = r->status, .type = r->raw_type,
                          .has_file = true, .fd = r->raw_fd, .file_len = r->raw_file_len,
@@ -605,74 +588,102 @@ static void http_enqueue_req(http_req_t *r, const http_route_t *rt, int64_t star
   r->reply = NULL;
 }
 
-static void http_dispatch(struct evhttp_request *req, void *arg) {
+/* The checks before the body: the query, the head's state, the route and
+ * the token.  Returns the route, or NULL with the reply set. */
+static const http_route_t *http_preflight(http_req_t *r) {
+  const char *query = h1_query(r->req);
+  const http_route_t *rt = NULL;
+  if (query && !http_parse_query(r, query))
+    return NULL;
+  if (r->head->stopping)
+    http_fail(r, MUSTER_UNAVAILABLE, "the head is shutting down");
+  else if ((rt = http_route(r, h1_path(r->req))) != NULL && !http_allowed(r, rt))
+    rt = NULL;
+  return rt;
+}
+
+/* Frees what a request's handling left in *r. */
+static void http_req_clear(http_req_t *r) {
+  free(r->raw);
+  if (r->raw_file)
+    close(r->raw_fd);
+  json_decref(r->reply);
+  json_decref(r->body);
+  http_clear_params(r);
+  free(r->query_text);
+}
+
+/* h1's admission of a request whose client waits for "100 Continue": the
+ * checks of the preflight and the announced length against the route's
+ * limit, so that a refused request is refused before its body is sent. */
+static bool http_admit(h1_req_t *req, void *arg) {
   head_t *h = arg;
   http_req_t r = {.head = h, .req = req};
-  TAILQ_INIT(&r.query);
+  int64_t start_us = metrics_now_us();
+  const http_route_t *rt = http_preflight(&r);
+  size_t limit = rt && rt->body_limit ? rt->body_limit : h->cfg.max_body;
+  int64_t length = h1_length(req);
+  if (rt && length > 0 && (uint64_t)length > limit) {
+    fail_t f;
+    fail_set(&f, MUSTER_BODY_TOO_LARGE,
+             "the body is %lld bytes; this endpoint takes at most %zu", (long long)length, limit);
+    http_reply_fail(&r, &f);
+    rt = NULL;
+  }
+  if (rt == NULL) {
+    h->requests++;
+    http_enqueue_req(&r, rt, start_us);
+  }
+  http_req_clear(&r);
+  return rt != NULL;
+}
+
+static void http_dispatch(h1_req_t *req, void *arg) {
+  head_t *h = arg;
+  http_req_t r = {.head = h, .req = req};
   h->requests++;
   int64_t start_us = metrics_now_us();
-  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-  const char *query = uri ? evhttp_uri_get_query(uri) : NULL;
-  const http_route_t *rt = NULL;
-  if (path == NULL || (query && evhttp_parse_query_str(query, &r.query) != 0))
-    http_fail(&r, MUSTER_BAD_REQUEST, "the request line could not be parsed");
-  else if (h->stopping)
-    http_fail(&r, MUSTER_UNAVAILABLE, "the head is shutting down");
-  else if ((rt = http_route(&r, path)) == NULL)
-    ;
-  else if (!http_allowed(&r, rt))
-    ;
-  else if (http_parse_body(&r, rt, rt->body_limit ? rt->body_limit : h->cfg.max_body))
+  const http_route_t *rt = http_preflight(&r);
+  if (rt && http_parse_body(&r, rt, rt->body_limit ? rt->body_limit : h->cfg.max_body))
     http_run(&r, rt);
-  shared_tap_dispatched(&r); /* a streamed upload that was not accepted */
   if (!r.parked) {
     http_enqueue_req(&r, rt, start_us);
   } else {
-    json_decref(r.reply);
+    /* Answered after other events: the connection's next request waits. */
+    h1_hold(req);
     /* A parked long-poll is counted now; its wait is the caller's choice,
      * so it stays out of the latency histogram. */
     metrics_http(rt ? (int)(rt - http_routes) : METRICS_ROUTE_NONE, 200, -1);
   }
-  free(r.raw);
-  json_decref(r.body);
-  http_clear_params(&r);
-  evhttp_clear_headers(&r.query);
+  http_req_clear(&r);
+}
+
+static bool http_streams(const h1_req_t *req, void *arg) {
+  (void)arg;
+  return shared_upload_streams(req);
 }
 
 int http_start(head_t *h) {
-  h->http = evhttp_new(h->base);
+  /* Bodies above the route's limit are refused by the route layer with its
+   * own message; the server's limit only bounds what is buffered at all. */
+  h1_config_t cfg = {.dispatch = http_dispatch,
+                     .streams = http_streams,
+                     .admit = http_admit,
+                     .arg = h,
+                     .max_head = 64 * 1024,
+                     .max_body = h->cfg.max_body * 4 + 65536,
+                     .idle_ms = h->cfg.max_wait_ms + 120 * 1000};
+  h->http = h1_server_new(h->base, &cfg);
   if (h->http == NULL)
     return -1;
-  /* evhttp refuses bodies above its own limit with a bare 413; ours is the
-   * route's limit, checked with a JSON error, so evhttp's is set well above. */
-  evhttp_set_max_body_size(h->http, (ev_ssize_t)(h->cfg.max_body * 4 + 65536));
-  evhttp_set_max_headers_size(h->http, 64 * 1024);
-  evhttp_set_timeout(h->http, (int)(h->cfg.max_wait_ms / 1000) + 120);
-  evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-                                          EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
-                                          EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
-  evhttp_set_gencb(h->http, http_dispatch, h);
-  /* Every connection's input passes the upload tap (shared_upload.c), so
-   * that blob uploads stream to disk instead of being buffered whole. */
-  evhttp_set_bevcb(h->http, shared_tap_bevcb, h);
-  struct evhttp_bound_socket *sock =
-      evhttp_bind_socket_with_handle(h->http, h->cfg.listen_host, (ev_uint16_t)h->cfg.listen_port);
-  if (sock == NULL) {
-    log_msg(LOG_ERROR, "cannot listen on %s:%d: %s", h->cfg.listen_host, h->cfg.listen_port,
-            evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
-    return -1;
-  }
-  struct sockaddr_storage ss;
-  socklen_t len = sizeof ss;
-  if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &len) != 0)
-    return -1;
-  return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                        : ((struct sockaddr_in *)&ss)->sin_port);
+  char err[256];
+  int port = h1_server_listen(h->http, h->cfg.listen_host, h->cfg.listen_port, err, sizeof err);
+  if (port < 0)
+    log_msg(LOG_ERROR, "cannot listen on %s:%d: %s", h->cfg.listen_host, h->cfg.listen_port, err);
+  return port;
 }
 
 void http_stop(head_t *h) {
-  if (h->http)
-    evhttp_free(h->http);
+  h1_server_free(h->http);
   h->http = NULL;
 }

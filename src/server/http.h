@@ -1,7 +1,7 @@
 /*
  * http.h — the route layer between evhttp and the handlers.
  *
- * A request is matched against the route table (method, path pattern,
+ * A request (h1.h) is matched against the route table (method, path pattern,
  * handler, auth, body limit); authentication, method, size, content type and
  * JSON parsing are checked once here, before any handler runs.  Handlers see
  * an http_req_t: path parameters, query, parsed body; they answer with
@@ -13,21 +13,23 @@
 #ifndef MUSTER_SERVER_HTTP_H
 #define MUSTER_SERVER_HTTP_H
 
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <stdbool.h>
 
 #include "fail.h"
+#include "h1.h"
 #include "server.h"
 
 #define HTTP_MAX_PARAMS 2
+#define HTTP_MAX_QUERY 16 /* query parameters kept; more are refused */
 
 typedef struct {
   head_t *head;
-  struct evhttp_request *req;
+  h1_req_t *req;
   char *params[HTTP_MAX_PARAMS]; /* decoded `{}` segments of the path */
-  struct evkeyvalq query;        /* decoded query string */
+  char *query_text;              /* the decoded query, keys and values NUL-separated; owned */
+  const char *query_key[HTTP_MAX_QUERY], *query_value[HTTP_MAX_QUERY];
+  size_t query_count;
   json_t *body;                  /* parsed body; {} when empty; NULL on an HTTP_BODY_TEXT
                                     route until http_body parses it */
   const char *body_text;         /* HTTP_BODY_TEXT routes: the body's bytes (NULL when empty),
@@ -82,7 +84,7 @@ typedef struct {
 /* The route table (routes.c); ends with a NULL method. */
 extern const http_route_t http_routes[];
 
-/* Sets up evhttp on h->base and binds; returns the bound port or -1 (logged). */
+/* Starts the HTTP server on h->base and binds; returns the bound port or -1 (logged). */
 int http_start(head_t *h);
 void http_stop(head_t *h);
 
@@ -108,16 +110,16 @@ http_role_t http_token_role(const http_req_t *r);
 /* Answers with the error envelope of *f. */
 void http_reply_fail(http_req_t *r, const fail_t *f);
 /* Answers directly, bypassing the route layer: for parked requests. */
-void http_send_parked(head_t *h, struct evhttp_request *req, int status, json_t *body);
+void http_send_parked(head_t *h, h1_req_t *req, int status, json_t *body);
 
 /* Queues a reply to go out after the next commit, or sends it at once when no
  * transaction is open.  Takes ownership of `body`. */
-void http_enqueue(head_t *h, struct evhttp_request *req, int status, json_t *body);
+void http_enqueue(head_t *h, h1_req_t *req, int status, json_t *body);
 /* http_enqueue for a reply that needs its commit but no WAL flush of its own
  * (a lease of tasks already on disk: head_lease_on_disk). */
-void http_enqueue_unflushed(head_t *h, struct evhttp_request *req, int status, json_t *body);
+void http_enqueue_unflushed(head_t *h, h1_req_t *req, int status, json_t *body);
 /* http_enqueue with the error envelope of *f. */
-void http_enqueue_fail(head_t *h, struct evhttp_request *req, const fail_t *f);
+void http_enqueue_fail(head_t *h, h1_req_t *req, const fail_t *f);
 /* Sends the pending replies; when `commit_failed`, answers each with 500. */
 void http_flush(head_t *h, const fail_t *commit_failed);
 

@@ -25,7 +25,7 @@
 struct results_waiter {
   results_waiter_t *next, *prev;
   head_t *head;
-  struct evhttp_request *req;
+  h1_req_t *req;
   struct event *timer;
   char session[SESSION_ID_LEN + 1];
   session_order_t order;

@@ -15,13 +15,12 @@
 #include "store.h"
 
 struct event_base;
-struct evhttp;
 struct event;
-struct evhttp_request;
+typedef struct h1_server h1_server_t;
 typedef struct reply reply_t;
 typedef struct waiter waiter_t;
 typedef struct results_waiter results_waiter_t;
-typedef struct shared_conn shared_conn_t;
+typedef struct shared_upload shared_upload_t;
 typedef struct syncer syncer_t;
 
 /* A list of replies: pending a commit, or committed and pending a WAL flush. */
@@ -52,7 +51,7 @@ typedef struct {
 typedef struct head {
   head_config_t cfg;
   struct event_base *base;
-  struct evhttp *http;
+  h1_server_t *http;       /* the HTTP/1.1 server (h1.h) */
   store_t *st;
   struct event *commit_ev; /* runs once per loop turn that opened a transaction */
   struct event *sweep_ev;  /* periodic expiry of leases and workers */
@@ -71,7 +70,7 @@ typedef struct head {
   bool sync_failed;        /* a WAL flush failed: the head stops */
   waiter_t *waiters;       /* parked long-poll leases, oldest first */
   results_waiter_t *results_waiters; /* parked long-poll reads of session results */
-  shared_conn_t *shared_conns; /* the upload tap's per-connection state (shared_upload.c) */
+  shared_upload_t *uploads; /* streamed uploads in progress (shared_upload.c) */
   char (*dirty)[NAME_MAX_LEN + 1]; /* queues that may serve waiters */
   size_t ndirty, dirty_cap;
   int64_t started_ms;

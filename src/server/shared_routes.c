@@ -40,11 +40,11 @@ static muster_err_t query_int(http_req_t *r, const char *key, int64_t dflt, int6
 }
 
 static const char *header_in(http_req_t *r, const char *name) {
-  return evhttp_find_header(evhttp_request_get_input_headers(r->req), name);
+  return h1_header(r->req, name);
 }
 
 static void header_out(http_req_t *r, const char *name, const char *value) {
-  evhttp_add_header(evhttp_request_get_output_headers(r->req), name, value);
+  h1_add_header(r->req, name, value);
 }
 
 /* Checks the PUT's query and headers and fills *put. */

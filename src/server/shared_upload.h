@@ -1,20 +1,16 @@
 /*
  * shared_upload.h — streaming blob uploads into the data dir.
  *
- * evhttp (libevent 2.1) reads a request's whole body into memory before its
- * callback runs, and 2.1 has no hook to change that per request (2.2's
- * evhttp_set_newreqcb does not exist in 2.1.12).  So the head taps every
- * connection's input buffer (shared_tap_bevcb, installed with
- * evhttp_set_bevcb): the tap sees each socket read before evhttp does, tracks
- * where requests begin and end, and for `PUT /v1/shared/...` hands evhttp the
- * head alone (as a request with an empty body) while it keeps the body.  The
- * route's handler (shared_routes.c) then accepts the upload: the body goes
- * into a temp file in DATA_DIR/shared/tmp as it arrives, hashed on the way
- * (xxHash64), and when it is complete the file is fsynced and renamed, and
- * only then is the level committed and the reply sent.  A refused upload's
- * body is read and dropped (or the connection closed, when the client waits
- * for "100 Continue"); an interrupted one leaves nothing.  Memory per upload:
- * one socket read (at most 256 KiB).
+ * A blob may be gigabytes: it is never held in memory.  The HTTP server
+ * dispatches `PUT /v1/shared/...` as soon as its head is in (the route's
+ * handler sees no body yet); the handler checks names, level and scope and
+ * accepts the upload, and the body then goes into a temp file in
+ * DATA_DIR/shared/tmp as it arrives, hashed on the way (xxHash64).  When it is
+ * complete the file is fsynced and renamed, and only then is the level
+ * committed and the reply sent.  A refused upload's body is read and dropped
+ * (or the connection closed after the reply, when the client waits for "100
+ * Continue"); an interrupted one leaves nothing.  Memory per upload: one
+ * socket read (at most 256 KiB).
  */
 #ifndef MUSTER_SERVER_SHARED_UPLOAD_H
 #define MUSTER_SERVER_SHARED_UPLOAD_H
@@ -26,21 +22,8 @@
 #include "server.h"
 #include "shared.h"
 
-struct bufferevent;
-struct event_base;
-
-/* evhttp_set_bevcb callback (`arg`: the head_t): a socket bufferevent whose
- * input goes through the upload tap. */
-struct bufferevent *shared_tap_bevcb(struct event_base *base, void *arg);
-
-/* Called by the route layer after a request's handler ran (or was refused
- * before it): a streamed upload that was not accepted is refused on the wire,
- * its body dropped or, when the client waits for "100 Continue", its
- * connection closed after the reply. */
-void shared_tap_dispatched(http_req_t *r);
-
-/* Frees the tap state of connections that closed before sending a byte. */
-void shared_tap_sweep(head_t *h);
+/* True for the requests whose bodies stream (the server's `streams`). */
+bool shared_upload_streams(const h1_req_t *req);
 
 /* What a PUT stores once its body is complete. */
 typedef struct {

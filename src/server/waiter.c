@@ -15,7 +15,6 @@
 #include "worker.h"
 
 #include <errno.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <sys/socket.h>
 #include <stdio.h>
@@ -25,7 +24,7 @@
 struct waiter {
   waiter_t *next, *prev;
   head_t *head;
-  struct evhttp_request *req;
+  h1_req_t *req;
   struct event *timer;
   char queue[NAME_MAX_LEN + 1];
   int64_t worker, max;
@@ -112,28 +111,13 @@ void waiter_mark_all(head_t *h) {
     waiter_mark_ready(h, w->queue);
 }
 
-/* True when the waiter's client closed its connection.  evhttp stops reading
- * a connection while its request is pending, so it cannot tell; a peek at the
- * socket can (0 bytes: the peer sent FIN). */
-static bool waiter_client_gone(struct evhttp_request *req) {
-  struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-  if (evcon == NULL)
-    return true;
-  evutil_socket_t fd = bufferevent_getfd(evhttp_connection_get_bufferevent(evcon));
-  char byte;
-  ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 /* Tries to lease for one waiter; returns false when the queue has no ready
  * task (and no update the waiter wants). */
 static bool waiter_try(head_t *h, waiter_t *w) {
-  if (waiter_client_gone(w->req)) {
+  if (h1_gone(w->req)) {
     /* Nobody would receive a lease: drop the connection and its request. */
-    struct evhttp_connection *evcon = evhttp_request_get_connection(w->req);
+    h1_drop(w->req);
     waiter_unlink(h, w);
-    if (evcon)
-      evhttp_connection_free(evcon);
     return true;
   }
   fail_t f = {0};

@@ -1,0 +1,874 @@
+/*
+ * h1.c — the head's HTTP/1.1 server (see h1.h for its contract).
+ *
+ * A connection owns one input buffer (bytes [in_off, in_len) are not parsed
+ * yet) and a queue of its requests in arrival order.  Each request is one
+ * allocation: the struct, its header table and a copy of its head, split in
+ * place into NUL-terminated strings; a body of known length that fits goes in
+ * the same block.  The read event stays armed (no epoll_ctl per request); the
+ * write event is armed only while a reply does not fit in the socket.
+ *
+ * A connection's states:
+ *
+ *   HEAD     waiting for a request head
+ *   BODY     reading the body of the last request, to dispatch it then
+ *   STREAM   a streamed body: its bytes go to the handler's sink
+ *   DISCARD  a streamed body nobody took: read and dropped
+ *   IGNORE   the input is over (an error reply is queued, or the client waits
+ *            for "100 Continue" that will not come): bytes are dropped, the
+ *            connection closes after its last reply
+ *
+ * Connections are never freed inside a callback that may still use them:
+ * h1_conn_kill marks one dead and the reap event frees it later in the turn,
+ * orphaning the requests a handler still holds.
+ */
+#include "h1_internal.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "muster.h"
+
+static const char h1_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+static void conn_linger(h1_conn_t *c);
+static void conn_resume(h1_conn_t *c);
+static void conn_write(h1_conn_t *c);
+
+static int64_t h1_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *h1_reason(int status) {
+  switch (status) {
+  case 100:
+    return "Continue";
+  case 200:
+    return "OK";
+  case 201:
+    return "Created";
+  case 204:
+    return "No Content";
+  case 206:
+    return "Partial Content";
+  case 304:
+    return "Not Modified";
+  case 400:
+    return "Bad Request";
+  case 401:
+    return "Unauthorized";
+  case 403:
+    return "Forbidden";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 409:
+    return "Conflict";
+  case 410:
+    return "Gone";
+  case 413:
+    return "Payload Too Large";
+  case 415:
+    return "Unsupported Media Type";
+  case 416:
+    return "Range Not Satisfiable";
+  case 422:
+    return "Unprocessable Content";
+  case 429:
+    return "Too Many Requests";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 501:
+    return "Not Implemented";
+  case 503:
+    return "Service Unavailable";
+  case 505:
+    return "HTTP Version Not Supported";
+  default:
+    return status >= 500 ? "Internal Server Error" : status >= 400 ? "Bad Request" : "OK";
+  }
+}
+
+/* The Date header's value, formatted once a second. */
+static const char *h1_date(h1_server_t *s) {
+  time_t now = time(NULL);
+  if (now != s->date_sec) {
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(s->date, sizeof s->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    s->date_sec = now;
+  }
+  return s->date;
+}
+
+/* ---- requests ---- */
+
+void h1_req_free(h1_req_t *q) {
+  if (q == NULL)
+    return;
+  if (q->body_owned)
+    free(q->body);
+  free(q->extra);
+  free(q->rbody);
+  if (q->file_fd >= 0)
+    close(q->file_fd);
+  free(q);
+}
+
+/* Takes `q` off the server's orphans. */
+static void orphan_remove(h1_server_t *s, h1_req_t *q) {
+  for (h1_req_t **p = &s->orphans; *p; p = &(*p)->next)
+    if (*p == q) {
+      *p = q->next;
+      return;
+    }
+}
+
+const char *h1_method(const h1_req_t *q) {
+  return q->method;
+}
+bool h1_is_head(const h1_req_t *q) {
+  return q->is_head;
+}
+const char *h1_path(const h1_req_t *q) {
+  return q->path;
+}
+const char *h1_query(const h1_req_t *q) {
+  return q->query;
+}
+int64_t h1_length(const h1_req_t *q) {
+  return q->length;
+}
+
+const char *h1_header(const h1_req_t *q, const char *name) {
+  for (size_t i = 0; i < q->nhdrs; i++)
+    if (strcasecmp(q->hdrs[i].name, name) == 0)
+      return q->hdrs[i].value;
+  return NULL;
+}
+
+const char *h1_body(const h1_req_t *q, size_t *len) {
+  *len = q->body ? q->body_len : 0;
+  return q->body_len ? q->body : NULL;
+}
+
+bool h1_gone(const h1_req_t *q) {
+  return q->conn == NULL || q->conn->dead || q->conn->read_eof;
+}
+
+void h1_add_header(h1_req_t *q, const char *name, const char *value) {
+  size_t add = strlen(name) + strlen(value) + 4;
+  char *grown = realloc(q->extra, q->extra_len + add + 1);
+  if (grown == NULL)
+    return;
+  q->extra = grown;
+  q->extra_len += (size_t)snprintf(q->extra + q->extra_len, add + 1, "%s: %s\r\n", name, value);
+}
+
+/* Marks `c` to be written: now, or at the uncork. */
+void h1_conn_dirty(h1_conn_t *c) {
+  h1_server_t *s = c->srv;
+  if (c->dead)
+    return;
+  if (s->corked == 0) {
+    conn_write(c);
+    return;
+  }
+  if (!c->dirty) {
+    c->dirty = true;
+    c->dirty_next = s->dirty;
+    s->dirty = c;
+  }
+}
+
+/* Frees an orphan that was answered or dropped: nobody reads its reply. */
+static void orphan_done(h1_req_t *q) {
+  orphan_remove(q->srv, q);
+  h1_req_free(q);
+}
+
+/* Builds the status line and headers of the reply into q->seg[0..2]. */
+static void req_head(h1_req_t *q, int status, const char *type, int64_t len) {
+  bool no_body = status == 204 || status == 304 || status < 200;
+  const char *conn = q->close    ? "Connection: close\r\n"
+                     : q->http10 ? "Connection: keep-alive\r\n"
+                                 : "";
+  int n;
+  if (no_body)
+    n = snprintf(q->line, sizeof q->line, "HTTP/1.1 %d %s\r\nDate: %s\r\n%s", status,
+                 h1_reason(status), h1_date(q->srv), conn);
+  else
+    n = snprintf(q->line, sizeof q->line,
+                 "HTTP/1.1 %d %s\r\nContent-Type: %.100s\r\nContent-Length: %lld\r\n"
+                 "Date: %s\r\n%s",
+                 status, h1_reason(status), type, (long long)len, h1_date(q->srv), conn);
+  if (n < 0 || (size_t)n >= sizeof q->line)
+    n = snprintf(q->line, sizeof q->line,
+                 "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n"
+                 "Connection: close\r\n");
+  q->seg[0] = (struct iovec){q->line, (size_t)n};
+  q->seg[1] = (struct iovec){q->extra, q->extra_len};
+  q->seg[2] = (struct iovec){(void *)"\r\n", 2};
+  q->nseg = 3;
+  q->segi = 0;
+}
+
+/* The request is answered: a connection it held up may go on. */
+static void req_release(h1_req_t *q) {
+  q->held = false;
+  h1_conn_t *c = q->conn;
+  if (c == NULL || c->holding != q)
+    return;
+  c->holding = NULL;
+  conn_resume(c);
+}
+
+void h1_hold(h1_req_t *q) {
+  if (q->conn != NULL && q->held)
+    q->conn->holding = q;
+}
+
+void h1_respond(h1_req_t *q, int status, const char *type, char *body, size_t len, bool newline) {
+  req_release(q);
+  if (q->conn == NULL) {
+    free(body);
+    orphan_done(q);
+    return;
+  }
+  bool no_body = status == 204 || status == 304 || status < 200;
+  req_head(q, status, type ? type : "application/json", (int64_t)len + newline);
+  if (q->is_head || no_body || body == NULL) {
+    free(body);
+  } else {
+    q->rbody = body;
+    q->seg[q->nseg++] = (struct iovec){body, len};
+    if (newline)
+      q->seg[q->nseg++] = (struct iovec){(void *)"\n", 1};
+  }
+  q->done = true;
+  h1_conn_dirty(q->conn);
+}
+
+void h1_respond_file(h1_req_t *q, int status, const char *type, int fd, int64_t len) {
+  req_release(q);
+  if (q->conn == NULL) {
+    close(fd);
+    orphan_done(q);
+    return;
+  }
+  req_head(q, status, type, len);
+  if (q->is_head || len <= 0) {
+    close(fd);
+  } else {
+    q->file_fd = fd;
+    q->file_len = len;
+  }
+  q->done = true;
+  h1_conn_dirty(q->conn);
+}
+
+void h1_drop(h1_req_t *q) {
+  req_release(q);
+  if (q->conn == NULL)
+    orphan_done(q);
+  else
+    h1_conn_kill(q->conn); /* the reap frees the request with its connection */
+}
+
+/* ---- streamed bodies ---- */
+
+bool h1_body_pending(const h1_req_t *q, int64_t *length) {
+  h1_conn_t *c = q->conn;
+  if (c == NULL || !q->streamed || q->on_data != NULL || c->last != q || c->state != ST_DISCARD)
+    return false;
+  *length = c->frame.chunked ? -1 : c->frame.left;
+  return true;
+}
+
+void h1_body_stream(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void *arg) {
+  h1_conn_t *c = q->conn;
+  int64_t length;
+  if (!h1_body_pending(q, &length))
+    return;
+  if (h1_frame_empty(&c->frame)) {
+    end(arg, H1_BODY_DONE);
+    return;
+  }
+  q->on_data = data;
+  q->on_end = end;
+  q->sink = arg;
+  c->state = ST_STREAM;
+  if (q->expect_continue) {
+    q->continue_pending = true;
+    h1_conn_dirty(c);
+  }
+}
+
+void h1_body_detach(h1_req_t *q) {
+  q->on_data = NULL;
+  q->on_end = NULL;
+  q->sink = NULL;
+}
+
+/* ---- writing ---- */
+
+/* Collects the iovecs of what is ready at the front of the queue, in order:
+ * a pending "100 Continue", then each built reply up to one with a file
+ * (sendfile follows its headers) or one not built yet. */
+static int conn_gather(h1_conn_t *c, struct iovec *iov) {
+  int n = 0;
+  bool first = true;
+  for (h1_req_t *q = c->first; q && n < H1_MAX_IOV - H1_SEGS; q = q->next, first = false) {
+    if (q->continue_pending && first) {
+      iov[n++] =
+          (struct iovec){(char *)h1_continue + c->cont_off, sizeof h1_continue - 1 - c->cont_off};
+      break; /* its reply is not built while the body streams */
+    }
+    if (!q->done)
+      break;
+    for (int i = q->segi; i < q->nseg; i++) {
+      if (q->seg[i].iov_len > 0)
+        iov[n++] = q->seg[i];
+    }
+    if (q->file_fd >= 0 || q->close)
+      break;
+  }
+  return n;
+}
+
+/* Accounts `n` written bytes against the front of the queue, freeing the
+ * replies written whole; returns false when the connection is to close. */
+static bool conn_advance(h1_conn_t *c, size_t n) {
+  while (c->first) {
+    h1_req_t *q = c->first;
+    if (q->continue_pending) {
+      size_t left = sizeof h1_continue - 1 - c->cont_off;
+      size_t take = n < left ? n : left;
+      c->cont_off += take;
+      n -= take;
+      if (c->cont_off < sizeof h1_continue - 1)
+        return true;
+      q->continue_pending = false;
+      c->cont_off = 0;
+      return true;
+    }
+    if (!q->done)
+      return true;
+    while (q->segi < q->nseg) {
+      struct iovec *v = &q->seg[q->segi];
+      size_t take = n < v->iov_len ? n : v->iov_len;
+      v->iov_base = (char *)v->iov_base + take;
+      v->iov_len -= take;
+      n -= take;
+      if (v->iov_len > 0)
+        return true;
+      q->segi++;
+    }
+    if (q->file_fd >= 0 && q->file_off < q->file_len)
+      return true; /* sendfile's turn */
+    c->first = q->next;
+    if (c->first == NULL)
+      c->last = NULL;
+    c->nq--;
+    bool close_after = q->close;
+    h1_req_free(q);
+    if (close_after)
+      return false;
+  }
+  return true;
+}
+
+/* Sends the file of the front reply; false on a socket error. */
+static bool conn_sendfile(h1_conn_t *c, bool *blocked) {
+  h1_req_t *q = c->first;
+  while (q->file_off < q->file_len) {
+    off_t off = (off_t)q->file_off;
+    size_t want = (size_t)(q->file_len - q->file_off);
+    ssize_t n = sendfile(c->fd, q->file_fd, &off, want > (1u << 30) ? (1u << 30) : want);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      *blocked = true;
+      return true;
+    }
+    if (n <= 0)
+      return false; /* an error, or the file shrank: the reply cannot be completed */
+    q->file_off += n;
+  }
+  close(q->file_fd);
+  q->file_fd = -1;
+  return true;
+}
+
+/* Writes what is ready; arms the write event when the socket is full. */
+static void conn_write(h1_conn_t *c) {
+  struct iovec iov[H1_MAX_IOV];
+  bool blocked = false;
+  while (!c->dead && !blocked) {
+    h1_req_t *q = c->first;
+    if (q && q->done && q->segi == q->nseg && q->file_fd >= 0) {
+      if (!conn_sendfile(c, &blocked)) {
+        h1_conn_kill(c);
+        return;
+      }
+      if (!blocked && !conn_advance(c, 0)) {
+        conn_linger(c);
+        return;
+      }
+      continue;
+    }
+    int n = conn_gather(c, iov);
+    if (n == 0)
+      break;
+    ssize_t w = writev(c->fd, iov, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      blocked = true;
+      break;
+    }
+    if (w < 0) {
+      h1_conn_kill(c);
+      return;
+    }
+    c->last_ms = h1_now_ms();
+    if (!conn_advance(c, (size_t)w)) {
+      conn_linger(c);
+      return;
+    }
+  }
+  if (c->dead)
+    return;
+  if (blocked != c->writing) {
+    c->writing = blocked;
+    if (blocked)
+      event_add(c->wev, NULL);
+    else
+      event_del(c->wev);
+  }
+  if (c->first == NULL && c->read_eof) {
+    h1_conn_kill(c);
+    return;
+  }
+  if (c->first == NULL && c->state == ST_IGNORE) {
+    conn_linger(c);
+    return;
+  }
+  if (c->paused && c->nq < H1_MAX_INFLIGHT / 2 && c->holding == NULL)
+    conn_resume(c);
+}
+
+static void conn_on_write(evutil_socket_t fd, short what, void *arg) {
+  h1_conn_t *c = arg;
+  (void)fd;
+  (void)what;
+  c->writing = false; /* the event is not persistent */
+  conn_write(c);
+}
+
+void h1_cork(h1_server_t *s) {
+  s->corked++;
+}
+
+void h1_uncork(h1_server_t *s) {
+  if (--s->corked > 0)
+    return;
+  while (s->dirty) {
+    h1_conn_t *c = s->dirty;
+    s->dirty = c->dirty_next;
+    c->dirty = false;
+    conn_write(c);
+  }
+}
+
+/* ---- connection life ---- */
+
+void h1_conn_pause(h1_conn_t *c) {
+  c->paused = true;
+  event_del(c->rev);
+}
+
+/* Marks the connection dead; the reap event frees it later in the turn. */
+void h1_conn_kill(h1_conn_t *c) {
+  if (c->dead)
+    return;
+  c->dead = true;
+  event_del(c->rev);
+  event_del(c->wev);
+  c->dead_next = c->srv->dead;
+  c->srv->dead = c;
+  event_active(c->srv->reap_ev, EV_TIMEOUT, 0);
+}
+
+/* The last reply is out and the connection is to close.  Closing at once
+ * while the client is still sending (a body the head refused, requests
+ * pipelined after "Connection: close") would reset the connection and could
+ * destroy the reply before the client read it: stop writing, read and drop
+ * what still comes for a moment, and close when the client does. */
+static void conn_linger(h1_conn_t *c) {
+  if (c->dead || c->lingering)
+    return;
+  if (c->read_eof || c->paused || shutdown(c->fd, SHUT_WR) != 0) {
+    h1_conn_kill(c);
+    return;
+  }
+  c->lingering = true;
+  c->state = ST_IGNORE;
+  c->linger_ms = h1_now_ms() + 2000;
+  if (c->writing)
+    event_del(c->wev);
+  c->writing = false;
+}
+
+/* Frees a dead connection: held requests become orphans (a streamed one's
+ * sink hears that the body is gone), the others are freed. */
+static void conn_free(h1_conn_t *c) {
+  h1_server_t *s = c->srv;
+  h1_req_t *q = c->first;
+  c->first = c->last = NULL;
+  while (q) {
+    h1_req_t *next = q->next;
+    if (q->held) {
+      q->conn = NULL;
+      q->next = s->orphans;
+      s->orphans = q;
+      if (q->on_end) {
+        h1_body_end_fn end = q->on_end;
+        void *sink = q->sink;
+        h1_body_detach(q);
+        end(sink, H1_BODY_GONE);
+      }
+    } else {
+      h1_req_free(q);
+    }
+    q = next;
+  }
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  s->nconns--;
+  event_free(c->rev);
+  event_free(c->wev);
+  close(c->fd);
+  free(c->in);
+  free(c);
+}
+
+static void h1_reap(evutil_socket_t fd, short what, void *arg) {
+  h1_server_t *s = arg;
+  (void)fd;
+  (void)what;
+  while (s->dead) {
+    h1_conn_t *c = s->dead;
+    s->dead = c->dead_next;
+    if (c->resuming) {
+      for (h1_conn_t **p = &s->resume; *p; p = &(*p)->resume_next)
+        if (*p == c) {
+          *p = c->resume_next;
+          break;
+        }
+    }
+    if (c->dirty) { /* still on the dirty list: take it off first */
+      for (h1_conn_t **p = &s->dirty; *p; p = &(*p)->dirty_next)
+        if (*p == c) {
+          *p = c->dirty_next;
+          break;
+        }
+    }
+    conn_free(c);
+  }
+}
+
+/* ---- reading ---- */
+
+/* Makes room for `want` more bytes at the end of the input. */
+static bool conn_room(h1_conn_t *c, size_t want) {
+  if (c->in_off > 0 && c->in_cap - c->in_len < want) {
+    memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+    c->in_len -= c->in_off;
+    c->in_off = 0;
+  }
+  if (c->in_cap - c->in_len >= want)
+    return true;
+  size_t cap = c->in_cap ? c->in_cap : 16384;
+  while (cap - c->in_len < want)
+    cap *= 2;
+  char *grown = realloc(c->in, cap);
+  if (grown == NULL)
+    return false;
+  c->in = grown;
+  c->in_cap = cap;
+  return true;
+}
+
+/* One read from the socket, then the parse of what it brought. */
+static void conn_read(h1_conn_t *c) {
+  size_t want = c->state == ST_STREAM || c->state == ST_DISCARD ? H1_STREAM_READ : H1_READ_SIZE;
+  if (c->state == ST_BODY && !c->frame.chunked) {
+    size_t body = (size_t)c->last->length, have = c->in_len - c->in_off;
+    if (body > have && body - have > want)
+      want = body - have; /* the whole body in one buffer, read as it comes */
+  }
+  if (!conn_room(c, want < 4096 ? 4096 : want)) {
+    h1_conn_kill(c);
+    return;
+  }
+  ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+  if (n < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      h1_conn_kill(c);
+    return;
+  }
+  if (n == 0) {
+    /* The client is done sending: what it sent whole is answered, then the
+     * connection closes; a request cut short is dropped with it. */
+    c->read_eof = true;
+    event_del(c->rev);
+    if (c->state != ST_HEAD && c->state != ST_IGNORE)
+      h1_conn_kill(c);
+    else if (c->first == NULL)
+      h1_conn_kill(c);
+    return;
+  }
+  c->in_len += (size_t)n;
+  c->last_ms = h1_now_ms();
+  h1_conn_parse(c);
+  if (c->holding && !c->dead && c->in_len - c->in_off > c->srv->cfg.max_head)
+    h1_conn_pause(c); /* enough waits behind the parked request */
+  if (c->in_off == c->in_len) {
+    c->in_off = c->in_len = 0;
+    if (c->in_cap > (1u << 20)) { /* a large body passed: give its memory back */
+      free(c->in);
+      c->in = NULL;
+      c->in_cap = 0;
+    }
+  }
+}
+
+static void conn_on_read(evutil_socket_t fd, short what, void *arg) {
+  h1_conn_t *c = arg;
+  h1_server_t *s = c->srv;
+  (void)fd;
+  (void)what;
+  h1_cork(s);
+  conn_read(c);
+  h1_uncork(s);
+}
+
+/* Schedules `c` to read and parse again (it was paused, or held up by a
+ * parked request), from an event of its own: never inside the callback that
+ * made it possible, which may be in the middle of a commit. */
+static void conn_resume(h1_conn_t *c) {
+  if (c->dead || c->resuming)
+    return;
+  c->resuming = true;
+  c->resume_next = c->srv->resume;
+  c->srv->resume = c;
+  event_active(c->srv->resume_ev, EV_READ, 0);
+}
+
+static void h1_resume(evutil_socket_t fd, short what, void *arg) {
+  h1_server_t *s = arg;
+  (void)fd;
+  (void)what;
+  h1_cork(s);
+  while (s->resume) {
+    h1_conn_t *c = s->resume;
+    s->resume = c->resume_next;
+    c->resuming = false;
+    if (c->dead || c->holding)
+      continue;
+    if (c->paused && c->nq < H1_MAX_INFLIGHT / 2) {
+      c->paused = false;
+      event_add(c->rev, NULL);
+    }
+    if (!c->paused && c->state == ST_HEAD && c->in_off < c->in_len)
+      h1_conn_parse(c);
+  }
+  h1_uncork(s);
+}
+
+/* True when a handler holds one of the connection's requests: it is waiting
+ * for the server, not idle. */
+static bool conn_busy(const h1_conn_t *c) {
+  for (const h1_req_t *q = c->first; q; q = q->next)
+    if (q->held)
+      return true;
+  return false;
+}
+
+/* Closes connections that made no progress for idle_ms while the server owed
+ * them nothing. */
+static void h1_idle(evutil_socket_t fd, short what, void *arg) {
+  h1_server_t *s = arg;
+  (void)fd;
+  (void)what;
+  int64_t now = h1_now_ms();
+  for (h1_conn_t *c = s->conns; c; c = c->next)
+    if (!c->dead && ((c->lingering && now > c->linger_ms) ||
+                     (now - c->last_ms > s->cfg.idle_ms && !conn_busy(c))))
+      h1_conn_kill(c);
+}
+
+/* ---- accepting ---- */
+
+static void h1_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
+                      void *arg) {
+  h1_server_t *s = arg;
+  (void)l;
+  (void)sa;
+  (void)len;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  h1_conn_t *c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    close(fd);
+    return;
+  }
+  c->srv = s;
+  c->fd = fd;
+  c->last_ms = h1_now_ms();
+  c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
+  c->wev = event_new(s->base, fd, EV_WRITE, conn_on_write, c);
+  if (c->rev == NULL || c->wev == NULL || event_add(c->rev, NULL) != 0) {
+    if (c->rev)
+      event_free(c->rev);
+    if (c->wev)
+      event_free(c->wev);
+    close(fd);
+    free(c);
+    return;
+  }
+  c->next = s->conns;
+  if (c->next)
+    c->next->prev = c;
+  s->conns = c;
+  s->nconns++;
+}
+
+/* Out of descriptors (or another accept error): pause accepting for a
+ * moment rather than spin on a listening socket that stays readable. */
+static void h1_accept_error(struct evconnlistener *l, void *arg) {
+  h1_server_t *s = arg;
+  evconnlistener_disable(l);
+  struct timeval tv = {0, 100 * 1000};
+  event_add(s->accept_ev, &tv);
+}
+
+static void h1_accept_again(evutil_socket_t fd, short what, void *arg) {
+  h1_server_t *s = arg;
+  (void)fd;
+  (void)what;
+  if (s->listener)
+    evconnlistener_enable(s->listener);
+}
+
+h1_server_t *h1_server_new(struct event_base *base, const h1_config_t *cfg) {
+  h1_server_t *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return NULL;
+  s->cfg = *cfg;
+  s->base = base;
+  s->reap_ev = event_new(base, -1, 0, h1_reap, s);
+  s->resume_ev = event_new(base, -1, 0, h1_resume, s);
+  s->accept_ev = event_new(base, -1, 0, h1_accept_again, s);
+  s->idle_ev = event_new(base, -1, EV_PERSIST, h1_idle, s);
+  int64_t every = cfg->idle_ms / 4 < 1000 ? cfg->idle_ms / 4 : 1000;
+  struct timeval tv = {.tv_sec = every / 1000, .tv_usec = (every % 1000) * 1000 + 1000};
+  if (s->reap_ev == NULL || s->resume_ev == NULL || s->accept_ev == NULL || s->idle_ev == NULL ||
+      event_add(s->idle_ev, &tv) != 0) {
+    h1_server_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+int h1_server_listen(h1_server_t *s, const char *host, int port, char *err, size_t errlen) {
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                  *res = NULL;
+  char service[16];
+  snprintf(service, sizeof service, "%d", port);
+  int rc = getaddrinfo(host, service, &hints, &res);
+  if (rc != 0) {
+    snprintf(err, errlen, "%s", gai_strerror(rc));
+    return -1;
+  }
+  int fd = -1;
+  snprintf(err, errlen, "no address");
+  for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+                    bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0)) {
+      snprintf(err, errlen, "%s", strerror(errno));
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  if (fd < 0)
+    return -1;
+  s->listener = evconnlistener_new(s->base, h1_accept, s,
+                                   LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+  if (s->listener == NULL) {
+    snprintf(err, errlen, "cannot watch the listening socket");
+    close(fd);
+    return -1;
+  }
+  evconnlistener_set_error_cb(s->listener, h1_accept_error);
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+    return -1;
+  return ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                        : ((struct sockaddr_in *)&ss)->sin_port);
+}
+
+size_t h1_server_connections(const h1_server_t *s) {
+  return s ? s->nconns : 0;
+}
+
+void h1_server_free(h1_server_t *s) {
+  if (s == NULL)
+    return;
+  if (s->listener)
+    evconnlistener_free(s->listener);
+  for (h1_conn_t *c = s->conns; c; c = c->next)
+    h1_conn_kill(c);
+  h1_reap(-1, 0, s);
+  while (s->orphans) {
+    h1_req_t *q = s->orphans;
+    s->orphans = q->next;
+    h1_req_free(q);
+  }
+  if (s->reap_ev)
+    event_free(s->reap_ev);
+  if (s->resume_ev)
+    event_free(s->resume_ev);
+  if (s->accept_ev)
+    event_free(s->accept_ev);
+  if (s->idle_ev)
+    event_free(s->idle_ev);
+  free(s);
+}

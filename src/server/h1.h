@@ -1,0 +1,127 @@
+/*
+ * h1.h — the head's HTTP/1.1 server: connections, request parsing, body
+ * framing and replies in request order.
+ *
+ * It replaces evhttp in the head (docs/design-notes.md, "The head's own
+ * HTTP/1.1 server").  A connection's read event stays armed for its whole
+ * life, its input is one contiguous buffer parsed in place, and every
+ * complete request found in a read is dispatched at once, so requests
+ * pipelined on one connection share the turn's transaction and its group
+ * commit.  Replies may be given in any order (a long-poll answered late, a
+ * commit's replies at once); each connection writes them in the order of its
+ * requests, as HTTP/1.1 requires, with one writev for as many as are ready.
+ *
+ * A request belongs to the server.  The dispatch callback "holds" it until it
+ * answers it (h1_respond, h1_respond_file) or lets it go (h1_drop), which it
+ * must do exactly once, however late.  When the client goes away first, a
+ * held request stays valid (h1_gone says so) and answering it only frees it.
+ *
+ * Bodies are read whole (Content-Length or chunked, up to max_body) before
+ * dispatch, except for requests the `streams` callback picks: those are
+ * dispatched after their head, and the handler may take the body as it
+ * arrives (h1_body_stream); a body nobody takes is read and dropped.
+ *
+ * Everything runs on the event-loop thread.
+ */
+#ifndef MUSTER_SERVER_H1_H
+#define MUSTER_SERVER_H1_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+typedef struct h1_server h1_server_t;
+typedef struct h1_req h1_req_t;
+
+typedef struct {
+  /* A request is complete (or, when `streams` picked it, its head is). */
+  void (*dispatch)(h1_req_t *q, void *arg);
+  /* True when the body of `q` is to be streamed (h1_body_stream) rather than
+   * read whole before dispatch; NULL: never. */
+  bool (*streams)(const h1_req_t *q, void *arg);
+  /* A request whose client waits for "100 Continue" before its body: true
+   * to go on; false when the callee answered it (or will: it holds it), and
+   * its body is never read.  NULL: every such request goes on. */
+  bool (*admit)(h1_req_t *q, void *arg);
+  void *arg;
+  size_t max_head; /* bytes of request line and headers; more: 431 */
+  size_t max_body; /* bytes of a body read whole; more: 413 */
+  int64_t idle_ms; /* a connection with nothing in flight is closed after this */
+} h1_config_t;
+
+/* A server on `base`; NULL when out of memory. */
+h1_server_t *h1_server_new(struct event_base *base, const h1_config_t *cfg);
+/* Listens on host:port (port 0: any free port); returns the bound port, or -1
+ * with a message in `err`. */
+int h1_server_listen(h1_server_t *s, const char *host, int port, char *err, size_t errlen);
+/* Closes every connection and frees every request, held ones included: the
+ * caller holds none after this.  Accepts NULL. */
+void h1_server_free(h1_server_t *s);
+/* Open connections (metrics). */
+size_t h1_server_connections(const h1_server_t *s);
+
+/* Defers writing while corked: replies given meanwhile go out together, one
+ * write per connection, at the matching h1_uncork. */
+void h1_cork(h1_server_t *s);
+void h1_uncork(h1_server_t *s);
+
+/* ---- the request ---- */
+
+const char *h1_method(const h1_req_t *q); /* "GET", "POST", ... as sent */
+bool h1_is_head(const h1_req_t *q);       /* method HEAD */
+const char *h1_path(const h1_req_t *q);   /* the target's path, still %-encoded */
+const char *h1_query(const h1_req_t *q);  /* the target's query (after '?'), or NULL */
+int64_t h1_length(const h1_req_t *q);     /* the announced Content-Length; -1: chunked */
+/* The value of header `name` (any case), trimmed; the first one when it is
+ * repeated; NULL when absent. */
+const char *h1_header(const h1_req_t *q, const char *name);
+/* The body read whole (NUL-terminated, `*len` bytes without the NUL); NULL
+ * with 0 when there is none. */
+const char *h1_body(const h1_req_t *q, size_t *len);
+/* True when the client closed its connection or it failed: nobody would read
+ * a reply. */
+bool h1_gone(const h1_req_t *q);
+
+/* Adds a reply header (before h1_respond*). */
+void h1_add_header(h1_req_t *q, const char *name, const char *value);
+/* Answers with `len` bytes of `body` (owned by the reply from now on, also on
+ * failure; NULL for none) as `type`, followed by a newline when `newline`.
+ * A HEAD request gets the headers and the length only. */
+void h1_respond(h1_req_t *q, int status, const char *type, char *body, size_t len, bool newline);
+/* Answers with the first `len` bytes of open file `fd` (owned from now on),
+ * sent with sendfile. */
+void h1_respond_file(h1_req_t *q, int status, const char *type, int fd, int64_t len);
+/* Lets the request go unanswered: its connection is closed. */
+void h1_drop(h1_req_t *q);
+/* Called from the dispatch of a request that is answered only after other
+ * events (a long-poll, an upload): the connection's next request is not
+ * handled until this one is answered, as HTTP/1.1 wants pipelined requests
+ * to take effect in order. */
+void h1_hold(h1_req_t *q);
+
+/* ---- streamed bodies ---- */
+
+typedef enum {
+  H1_BODY_DONE, /* the whole body went to the sink */
+  H1_BODY_BAD,  /* the framing is broken: answer, and the connection closes */
+  H1_BODY_GONE, /* the connection went away: the request is orphaned */
+} h1_body_end_t;
+
+/* Takes `len` bytes of the body; false: the sink failed, the rest of the body
+ * is read and dropped and the sink hears nothing more. */
+typedef bool (*h1_body_data_fn)(void *arg, const char *data, size_t len);
+typedef void (*h1_body_end_fn)(void *arg, h1_body_end_t how);
+
+/* True when `q` was dispatched before its body, which nobody took yet; its
+ * announced length in *length (-1: chunked). */
+bool h1_body_pending(const h1_req_t *q, int64_t *length);
+/* Streams the body of `q` (only from its dispatch) to the sink; answers "100
+ * Continue" when the client waits for it.  `end` runs once, when the body is
+ * over (at once for an empty one), unless `data` failed or the sink was
+ * detached. */
+void h1_body_stream(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void *arg);
+/* The sink goes away: the rest of the body is read and dropped. */
+void h1_body_detach(h1_req_t *q);
+
+#endif

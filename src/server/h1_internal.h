@@ -1,0 +1,121 @@
+/*
+ * h1_internal.h — what the two halves of the head's HTTP/1.1 server share:
+ * h1.c (requests, replies, connections, sockets) and h1_parse.c (request
+ * heads, body framing, the parse loop).  Not for use outside them.
+ */
+#ifndef MUSTER_SERVER_H1_INTERNAL_H
+#define MUSTER_SERVER_H1_INTERNAL_H
+
+#include "h1.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#define H1_READ_SIZE (64 * 1024)    /* bytes asked of one read */
+#define H1_STREAM_READ (256 * 1024) /* the same while a body streams */
+#define H1_MAX_INFLIGHT 64          /* requests queued before reading pauses */
+#define H1_MAX_LINE 1024            /* a chunk-size or trailer line */
+#define H1_MAX_IOV 64               /* iovecs per writev */
+#define H1_SEGS 5                   /* status+headers, extra headers, CRLF, body, newline */
+
+typedef struct h1_conn h1_conn_t;
+
+typedef enum { ST_HEAD, ST_BODY, ST_STREAM, ST_DISCARD, ST_IGNORE } h1_conn_state_t;
+typedef enum { CH_SIZE, CH_DATA, CH_DATA_END, CH_TRAILER } h1_chunk_state_t;
+
+/* Where a body ends. */
+typedef struct {
+  bool chunked;
+  int64_t left; /* bytes left of the body (length) or of the chunk (chunked) */
+  h1_chunk_state_t cs;
+} h1_frame_t;
+
+typedef struct {
+  const char *name, *value;
+} h1_hdr_t;
+
+struct h1_req {
+  h1_req_t *next; /* the connection's queue, or the server's orphans */
+  h1_server_t *srv;
+  h1_conn_t *conn; /* NULL once orphaned */
+  const char *method, *path, *query;
+  h1_hdr_t *hdrs;
+  size_t nhdrs;
+  char *body; /* NUL-terminated; in the block, or malloc'ed when body_owned */
+  size_t body_len, body_cap;
+  bool body_owned;
+  int64_t length; /* announced Content-Length; -1 chunked */
+  bool http10, keep_alive, expect_continue, is_head;
+  bool held;               /* dispatched, not answered or dropped yet */
+  bool done;               /* the reply is built */
+  bool close;              /* the connection closes after this reply */
+  bool continue_pending;   /* "100 Continue" goes out when this request comes first */
+  bool streamed;           /* dispatched before its body */
+  h1_body_data_fn on_data; /* the sink of a streamed body, while attached */
+  h1_body_end_fn on_end;
+  void *sink;
+  /* the reply */
+  char *extra; /* handler headers, "Name: value\r\n"..., malloc'ed */
+  size_t extra_len;
+  char *rbody;
+  int file_fd;
+  int64_t file_off, file_len;
+  struct iovec seg[H1_SEGS];
+  int nseg, segi; /* segments, and the first not wholly written */
+  char line[320]; /* status line and the standard headers */
+  char head[];    /* the request head, split in place */
+};
+
+struct h1_conn {
+  h1_server_t *srv;
+  h1_conn_t *next, *prev; /* the server's connections */
+  h1_conn_t *dirty_next;  /* the server's list of connections to write */
+  h1_conn_t *dead_next;   /* the server's list of connections to free */
+  h1_conn_t *resume_next; /* the server's list of connections to parse again */
+  int fd;
+  struct event *rev, *wev;
+  char *in;
+  size_t in_off, in_len, in_cap, head_scan;
+  h1_conn_state_t state;
+  h1_frame_t frame;
+  h1_req_t *first, *last; /* the queue, in request order */
+  h1_req_t *holding;      /* a parked request (h1_hold): the next waits for its answer */
+  size_t nq;
+  size_t cont_off;   /* bytes of "100 Continue" written for the first request */
+  int64_t last_ms;   /* the last read or write progress */
+  int64_t linger_ms; /* lingering: closed when the client has not by then */
+  bool read_eof, dead, dirty, writing, paused, lingering, resuming;
+};
+
+struct h1_server {
+  h1_config_t cfg;
+  struct event_base *base;
+  struct evconnlistener *listener;
+  struct event *reap_ev, *idle_ev, *resume_ev, *accept_ev;
+  h1_conn_t *conns, *dirty, *dead, *resume;
+  h1_req_t *orphans;
+  size_t nconns;
+  int corked;
+  time_t date_sec;
+  char date[40];
+};
+
+/* Frees a request that nobody holds. */
+void h1_req_free(h1_req_t *q);
+/* Marks the connection dead; the reap event frees it later in the turn. */
+void h1_conn_kill(h1_conn_t *c);
+/* Marks the connection to be written: now, or at the uncork. */
+void h1_conn_dirty(h1_conn_t *c);
+/* Stops reading the connection until conn_resume (h1.c) lets it go on. */
+void h1_conn_pause(h1_conn_t *c);
+/* Parses and dispatches what the input holds, until it needs more bytes
+ * (h1_parse.c). */
+void h1_conn_parse(h1_conn_t *c);
+
+static inline bool h1_frame_empty(const h1_frame_t *fr) {
+  return !fr->chunked && fr->left == 0;
+}
+
+#endif
