@@ -849,6 +849,10 @@ size_t h1_server_connections(const h1_server_t *s) {
   return s ? s->nconns : 0;
 }
 
+uint64_t h1_server_wire_errors(const h1_server_t *s) {
+  return s ? s->wire_errors : 0;
+}
+
 void h1_server_free(h1_server_t *s) {
   if (s == NULL)
     return;

@@ -58,8 +58,10 @@ int h1_server_listen(h1_server_t *s, const char *host, int port, char *err, size
 /* Closes every connection and frees every request, held ones included: the
  * caller holds none after this.  Accepts NULL. */
 void h1_server_free(h1_server_t *s);
-/* Open connections (metrics). */
+/* Open connections, and requests refused on the wire (malformed, too
+ * large: answered by the server itself) since the start (metrics). */
 size_t h1_server_connections(const h1_server_t *s);
+uint64_t h1_server_wire_errors(const h1_server_t *s);
 
 /* Defers writing while corked: replies given meanwhile go out together, one
  * write per connection, at the matching h1_uncork. */

@@ -97,6 +97,7 @@ struct h1_server {
   h1_conn_t *conns, *dirty, *dead, *resume;
   h1_req_t *orphans;
   size_t nconns;
+  uint64_t wire_errors; /* requests refused by the server itself */
   int corked;
   time_t date_sec;
   char date[40];

@@ -44,6 +44,7 @@ static void queue_drop_last(h1_conn_t *c) {
 /* Queues an error reply of the server's own (no handler saw the request) and
  * stops reading: the connection closes once it is written. */
 static void conn_fail(h1_conn_t *c, int status, muster_err_t code, const char *message) {
+  c->srv->wire_errors++;
   h1_req_t *q = calloc(1, sizeof *q);
   char *body = malloc(512);
   c->state = ST_IGNORE;

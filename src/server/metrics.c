@@ -527,6 +527,13 @@ char *metrics_render(head_t *h, size_t *len) {
   metrics_help(&out, "muster_lease_waiters", "gauge",
                "Lease requests parked in a long-poll (wait_ms), waiting for a task.");
   metrics_printf(&out, "muster_lease_waiters %zu\n", waiter_count(h));
+  metrics_help(&out, "muster_http_connections", "gauge", "Open client connections.");
+  metrics_printf(&out, "muster_http_connections %zu\n", h1_server_connections(h->http));
+  metrics_help(&out, "muster_http_wire_errors_total", "counter",
+               "Requests refused by the HTTP server before routing (malformed request line or "
+               "headers, bad framing, a head or body over the limits), answered and closed.");
+  metrics_printf(&out, "muster_http_wire_errors_total %llu\n",
+                 (unsigned long long)h1_server_wire_errors(h->http));
   bool ok = metrics_render_tasks(h, &out) && metrics_render_workers(h, &out);
   metrics_render_counters(&out);
   metrics_render_http(&out);

@@ -609,6 +609,36 @@ class PipelineTest(WireCase):
             self.assertEqual([l["payload"] for l in r.json["leases"]], ["x", "y"], r)
             self.assert_usable(w)
 
+    def store_counts(self):
+        """(commits, WAL flushes) so far, from /metrics."""
+        body = self.call("GET", "/metrics").body.decode()
+        def total(name):
+            return sum(int(float(v)) for v in re.findall(
+                r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(name), body, re.M))
+        return (total("muster_store_commit_duration_seconds_count"),
+                total("muster_store_flush_duration_seconds_count"))
+
+    def test_pipelined_puts_share_a_commit(self):
+        # Every complete request of a read is handled in the same turn: 50 puts written
+        # in one send() are committed (and flushed, --sync full) together, not one by one
+        # as a server that reads the next request only after answering the last would.
+        self.create_queue()
+        n = 50
+        data = b"".join(self.req("POST", "/v1/queues/%s/tasks" % self.q, self.put_body(i))
+                        for i in range(n))
+        commits, flushes = self.store_counts()
+        with self.wire() as w:
+            w.send(data)
+            for _ in range(n):
+                self.assertEqual(w.read_reply().status, 201)
+        commits_after, flushes_after = self.store_counts()
+        # The first /metrics read's own commit is counted too; a send of this size may
+        # arrive in two or three reads.
+        self.assertLessEqual(commits_after - commits, 5, "pipelined puts committed one by one")
+        self.assertLessEqual(flushes_after - flushes, 5, "pipelined puts flushed one by one")
+        self.assertGreaterEqual(flushes_after - flushes, 1, "the puts were never flushed")
+        self.assertEqual(len(self.tasks()), n)
+
     def test_hundred_puts_in_one_send(self):
         self.create_queue()
         n = 100
@@ -1225,6 +1255,37 @@ class DisconnectTest(WireCase):
 
 
 # ---- 10. large replies --------------------------------------------------------------
+
+class ServerMetricsTest(WireCase):
+    """/metrics counts the server's connections and its refusals on the wire."""
+
+    def metric(self, name):
+        body = self.call("GET", "/metrics").body.decode()
+        return int(re.search(r"^%s (\d+)$" % name, body, re.M).group(1))
+
+    def test_connections_gauge(self):
+        base = self.metric("muster_http_connections")
+        held = [self.wire() for _ in range(5)]
+        try:
+            for w in held:  # each is accepted once it has served a request
+                w.send(self.req("GET", "/v1/health", token=None))
+                self.assertEqual(w.read_reply().status, 200)
+            # The /metrics request's own connection is open while it is counted.
+            self.assertEqual(self.metric("muster_http_connections"), base + 5)
+        finally:
+            for w in held:
+                w.close()
+        harness.wait_until(lambda: self.metric("muster_http_connections") == base,
+                           what="closed connections leave the gauge")
+
+    def test_wire_errors_counted(self):
+        before = self.metric("muster_http_wire_errors_total")
+        for bad in (b"GARBAGE\r\n\r\n", b"GET /v1/health HTTP/1.1\r\nNoColon\r\n\r\n"):
+            self.refused(bad, (400,))
+        self.assertEqual(self.metric("muster_http_wire_errors_total"), before + 2)
+        self.call("GET", "/v1/nope")  # routed: a 404 is not a wire error
+        self.assertEqual(self.metric("muster_http_wire_errors_total"), before + 2)
+
 
 class LargeReplyTest(WireCase):
     def slow_pace(self):
