@@ -506,11 +506,12 @@ static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
   event_base_loopexit(h->base, &grace);
 }
 
-/* The loop's base.  With epoll's change list, the read and write events that
- * evhttp turns off and on again while it handles a request cost no system call
- * unless they differ at the end of the loop turn: strace counts two
- * epoll_ctl calls per request where there were four.  (The change list is
- * unsafe only with dup'ed descriptors, which the head never registers.) */
+/* The loop's base.  With epoll's change list, an event turned off and on
+ * again within one loop turn costs no system call.  The HTTP server (h1.c)
+ * keeps a connection's read event armed anyway and arms its write event only
+ * when a socket is full, so this matters little now; it is kept for the
+ * timers and the syncer's pipe.  (The change list is unsafe only with dup'ed
+ * descriptors, which the head never registers.) */
 static struct event_base *head_event_base(void) {
   struct event_config *cfg = event_config_new();
   if (cfg == NULL)
