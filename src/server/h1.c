@@ -410,6 +410,7 @@ static bool conn_sendfile(h1_conn_t *c, bool *blocked) {
     if (n <= 0)
       return false; /* an error, or the file shrank: the reply cannot be completed */
     q->file_off += n;
+    c->last_ms = h1_now_ms(); /* a long download is progress, not idleness */
   }
   close(q->file_fd);
   q->file_fd = -1;
