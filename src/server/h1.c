@@ -850,6 +850,31 @@ size_t h1_server_connections(const h1_server_t *s) {
   return s ? s->nconns : 0;
 }
 
+/* Moves the activity windows on to the one of `now_ms`. */
+static void active_shift(h1_server_t *s, int64_t now_ms) {
+  int64_t w = now_ms / H1_ACTIVE_WINDOW_MS;
+  if (w == s->window)
+    return;
+  s->active_before = w == s->window + 1 ? s->active : 0;
+  s->active = 0;
+  s->window = w;
+}
+
+void h1_server_note_active(h1_server_t *s, h1_conn_t *c) {
+  active_shift(s, h1_now_ms());
+  if (c->seen_window != s->window) {
+    c->seen_window = s->window;
+    s->active++;
+  }
+}
+
+size_t h1_server_active(h1_server_t *s) {
+  if (s == NULL)
+    return 0;
+  active_shift(s, h1_now_ms());
+  return s->active > s->active_before ? s->active : s->active_before;
+}
+
 uint64_t h1_server_wire_errors(const h1_server_t *s) {
   return s ? s->wire_errors : 0;
 }

@@ -62,6 +62,9 @@ void h1_server_free(h1_server_t *s);
  * large: answered by the server itself) since the start (metrics). */
 size_t h1_server_connections(const h1_server_t *s);
 uint64_t h1_server_wire_errors(const h1_server_t *s);
+/* Connections that sent a request lately (in the last 10-20 ms): how many
+ * clients keep the head busy now, for the flush policy (head.c). */
+size_t h1_server_active(h1_server_t *s);
 
 /* Defers writing while corked: replies given meanwhile go out together, one
  * write per connection, at the matching h1_uncork. */

@@ -85,6 +85,7 @@ struct h1_conn {
   size_t nq;
   size_t cont_off;   /* bytes of "100 Continue" written for the first request */
   int64_t last_ms;   /* the last read or write progress */
+  int64_t seen_window; /* the last activity window it sent a request in */
   int64_t linger_ms; /* lingering: closed when the client has not by then */
   bool read_eof, dead, dirty, writing, paused, lingering, resuming;
 };
@@ -98,10 +99,19 @@ struct h1_server {
   h1_req_t *orphans;
   size_t nconns;
   uint64_t wire_errors; /* requests refused by the server itself */
+  /* Connections that sent a request in the current and the previous window
+   * of H1_ACTIVE_WINDOW_MS (h1_server_active). */
+  int64_t window;
+  size_t active, active_before;
   int corked;
   time_t date_sec;
   char date[40];
 };
+
+#define H1_ACTIVE_WINDOW_MS 10
+
+/* Counts the connection as active in the current window. */
+void h1_server_note_active(h1_server_t *s, h1_conn_t *c);
 
 /* Frees a request that nobody holds. */
 void h1_req_free(h1_req_t *q);

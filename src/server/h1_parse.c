@@ -381,6 +381,7 @@ static frame_rc_t frame_step(h1_frame_t *fr, const char *p, size_t n, size_t *us
 
 static void req_dispatch(h1_req_t *q) {
   h1_server_t *s = q->srv;
+  h1_server_note_active(s, q->conn);
   q->held = true;
   s->cfg.dispatch(q, s->cfg.arg);
 }

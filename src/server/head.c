@@ -239,6 +239,7 @@ static bool head_token(head_config_t *cfg, bool *generated) {
 
 static void head_on_tx(void *arg) {
   head_t *h = arg;
+  h->tx_started_us = metrics_now_us();
   event_active(h->commit_ev, EV_TIMEOUT, 0);
 }
 
@@ -279,6 +280,26 @@ static void head_on_session(void *arg, const char *session) {
  * environment's MUSTER_FLUSH_THREAD_MIN (1 to 1000000) says otherwise: a machine
  * whose CPUs wake faster may gain from handing smaller groups over. */
 #define HEAD_THREAD_FLUSH_MIN 4
+
+/* The same for a group that took this long to handle (from its transaction's
+ * opening to its commit), whatever its size, when another client sent requests
+ * in the last few milliseconds (h1_server_active):
+ * the next group is then likely to cost as much, and is worth handling while
+ * the flush runs (a lone client waits for the flush anyway, and the hand-off
+ * only adds two wake-ups).  MUSTER_FLUSH_THREAD_US overrides. */
+#define HEAD_THREAD_FLUSH_US 300
+
+static int64_t head_thread_flush_us(void) {
+  static int64_t min_us = -1;
+  if (min_us < 0) {
+    const char *text = getenv("MUSTER_FLUSH_THREAD_US");
+    char *end = NULL;
+    long long v = text ? strtoll(text, &end, 10) : -1;
+    min_us = text && *text && *end == '\0' && v >= 0 && v <= 1000000000LL ? v
+                                                                           : HEAD_THREAD_FLUSH_US;
+  }
+  return min_us;
+}
 
 static size_t head_thread_flush_min(void) {
   static size_t min;
@@ -402,7 +423,9 @@ static void head_commit(evutil_socket_t fd, short what, void *arg) {
     return; /* nothing waits: the next flush carries these writes */
   h->flushed_changes = changes;
   head_flush_begin(h);
-  if (http_list_length(&group) >= head_thread_flush_min()) {
+  if (http_list_length(&group) >= head_thread_flush_min() ||
+      (metrics_now_us() - h->tx_started_us >= head_thread_flush_us() &&
+       h1_server_active(h->http) >= 2)) {
     h->syncing = group;
     h->flush_started_us = metrics_now_us();
     syncer_request(h->syncer);

@@ -61,6 +61,7 @@ typedef struct head {
   reply_list_t syncing;    /* committed, waiting for the WAL flush in flight */
   int64_t flushed_changes; /* store_changes() covered by the last flush begun */
   int64_t flush_started_us; /* when the thread's flush in flight began (metrics) */
+  int64_t tx_started_us;   /* when the turn's transaction opened (head_commit's flush policy) */
   /* What is not on disk yet (head_lease_on_disk): the lowest task id
    * committed since the last flush began, and the lowest one the flush in
    * flight covers (INT64_MAX: none); the token floor the last ended flush
