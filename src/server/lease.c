@@ -24,6 +24,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Copies the text of column `col` of `s` (NULL reads as "") into `out`
+ * (`cap` bytes with the NUL), cut as snprintf would cut it: a copy by its
+ * length, once per task of a batch, where snprintf's format parsing showed. */
+static void lease_copy_column(sqlite3_stmt *s, int col, char *out, size_t cap) {
+  const unsigned char *text = sqlite3_column_text(s, col);
+  size_t len = text ? (size_t)sqlite3_column_bytes(s, col) : 0;
+  if (len >= cap)
+    len = cap - 1;
+  if (len)
+    memcpy(out, text, len);
+  out[len] = '\0';
+}
+
 /* The contract is in lease_internal.h. */
 muster_err_t lease_held_load(store_t *st, int64_t id, lease_held_t *h, queue_t *cache, fail_t *f) {
   sqlite3_stmt *s =
@@ -45,10 +58,9 @@ muster_err_t lease_held_load(store_t *st, int64_t id, lease_held_t *h, queue_t *
     h->index = sqlite3_column_int64(s, 5);
     h->worker = sqlite3_column_int64(s, 6);
     h->priority = sqlite3_column_int64(s, 7);
-    snprintf(queue, sizeof queue, "%s", (const char *)sqlite3_column_text(s, 8));
-    const unsigned char *session = sqlite3_column_text(s, 9);
-    h->has_session = session != NULL;
-    snprintf(h->session, sizeof h->session, "%s", session ? (const char *)session : "");
+    lease_copy_column(s, 8, queue, sizeof queue);
+    h->has_session = sqlite3_column_type(s, 9) != SQLITE_NULL;
+    lease_copy_column(s, 9, h->session, sizeof h->session);
   }
   store_reset(s);
   if (rc == SQLITE_DONE)

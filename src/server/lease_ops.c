@@ -23,6 +23,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Writes "leases[i]", the context of element `i` in error messages, into
+ * `ctx` (32 bytes): by hand, as it is written for every element of a batch,
+ * refused or not. */
+static void lease_ctx(char ctx[32], size_t i) {
+  char digits[24];
+  size_t n = 0;
+  do {
+    digits[n++] = (char)('0' + i % 10);
+    i /= 10;
+  } while (i);
+  memcpy(ctx, "leases[", 7);
+  for (size_t k = 0; k < n; k++)
+    ctx[7 + k] = digits[n - 1 - k];
+  ctx[7 + n] = ']';
+  ctx[8 + n] = '\0';
+}
+
 /* Loads task `id` and checks that it is leased under `token`. */
 static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const char *ctx,
                                 lease_held_t *h, queue_t *cache, fail_t *f) {
@@ -250,7 +267,7 @@ static muster_err_t lease_apply_one(store_t *st, lease_op_t op, const json_t *el
                                     size_t max_payload, counts_run_t *run, queue_t *cache,
                                     apply_out_t *out, fail_t *f) {
   char ctx[32];
-  snprintf(ctx, sizeof ctx, "leases[%zu]", i);
+  lease_ctx(ctx, i);
   int64_t task, token;
   if (jv_int(elem, "task", ctx, 0, 1, JV_ID_MAX, &task, f) ||
       jv_int(elem, "token", ctx, 0, 1, JV_ID_MAX, &token, f))
@@ -304,7 +321,7 @@ static muster_err_t lease_complete_one(store_t *st, const jscan_elem_t *e, size_
                                        apply_out_t *out, fail_t *f) {
   char ctx[32];
   lease_held_t h;
-  snprintf(ctx, sizeof ctx, "leases[%zu]", i);
+  lease_ctx(ctx, i);
   if (lease_check(st, e->ints[0], e->ints[1], ctx, &h, cache, f))
     return f->code;
   return op_complete(st, e->text, &h, ctx, max_payload, run, out, f);

@@ -178,6 +178,19 @@ static void ring_advance(queue_stats_t *q, int64_t second) {
 /* ---- provisional events ---- */
 
 static void metrics_push(int which, const char *queue, int64_t n) {
+  if (queue == NULL)
+    queue = "";
+  /* A batch counts each of its tasks (a completion, a lease): an event of
+   * the running request for the same counter and queue takes the count, so
+   * that a batch keeps one event, not one per task.  Only the running
+   * request's: a refused request drops its events (metrics_request_end). */
+  if (m.npending > m.request_start) {
+    pending_t *last = &m.pending[m.npending - 1];
+    if (last->which == which && strcmp(last->queue, queue) == 0) {
+      last->n += n;
+      return;
+    }
+  }
   if (m.npending == m.pending_cap) {
     size_t cap = m.pending_cap ? m.pending_cap * 2 : 64;
     pending_t *grown = realloc(m.pending, cap * sizeof *grown);
@@ -189,7 +202,9 @@ static void metrics_push(int which, const char *queue, int64_t n) {
   pending_t *p = &m.pending[m.npending++];
   p->which = which;
   p->n = n;
-  snprintf(p->queue, sizeof p->queue, "%s", queue ? queue : "");
+  size_t len = strnlen(queue, sizeof p->queue - 1);
+  memcpy(p->queue, queue, len);
+  p->queue[len] = '\0';
 }
 
 void metrics_count(metric_counter_t which, const char *queue, int64_t n) {

@@ -163,6 +163,40 @@ static void test_stale_token_refused(void **unused) {
   assert_int_equal(apply(LEASE_COMPLETE, 9999, 1, NULL), MUSTER_TASK_NOT_FOUND);
 }
 
+/* A refusal names its element, "leases[i]", whatever the number of digits
+ * (lease_ops.c writes it by hand); the batch is refused whole. */
+static void test_refusal_names_element(void **unused) {
+  make_queue("q", "{}");
+  for (int i = 0; i < 12; i++)
+    put("q", "{\"payload\": 1}");
+  json_t *l = lease("q", 12);
+  assert_int_equal(json_array_size(l), 12);
+  store_request_end(st, true); /* the leases stay when a batch below is rolled back */
+  assert_int_equal(store_request_begin(st, &(fail_t){0}), MUSTER_OK);
+  static const size_t stale[] = {0, 7, 11};
+  for (size_t k = 0; k < 3; k++) {
+    json_t *elems = json_array();
+    for (size_t i = 0; i < 12; i++) {
+      const json_t *one = json_array_get(l, i);
+      json_array_append_new(elems,
+                            json_pack("{s:I, s:I}", "task", (json_int_t)jint(one, "task"), "token",
+                                      (json_int_t)(jint(one, "token") + (i == stale[k]))));
+    }
+    json_t *body = json_pack("{s:o}", "leases", elems);
+    fail_t f = {0};
+    assert_null(lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f));
+    json_decref(body);
+    store_request_end(st, false); /* as the route layer does: roll the batch back */
+    assert_int_equal(store_request_begin(st, &(fail_t){0}), MUSTER_OK);
+    char want[64];
+    snprintf(want, sizeof want, "leases[%zu]: token ", stale[k]);
+    assert_int_equal(f.code, MUSTER_LEASE_LOST);
+    if (strncmp(f.message, want, strlen(want)) != 0)
+      fail_msg("message %s, expected it to start with %s", f.message, want);
+  }
+  json_decref(l);
+}
+
 static void test_pipeline_and_flags(void **unused) {
   make_queue("b", "{\"max_flags\": 2}");
   make_queue("a", "{\"next\": \"b\"}");
@@ -726,6 +760,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_lease_order_and_keys, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_batch_tokens, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_stale_token_refused, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_refusal_names_element, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_pipeline_and_flags, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_fail_retry_dead, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_expiry_and_worker_timeout, fixture_setup,
