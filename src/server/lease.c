@@ -38,35 +38,25 @@ static void lease_copy_column(sqlite3_stmt *s, int col, char *out, size_t cap) {
 }
 
 /* The contract is in lease_internal.h. */
-muster_err_t lease_held_load(store_t *st, int64_t id, lease_held_t *h, queue_t *cache, fail_t *f) {
-  sqlite3_stmt *s =
-      store_stmt(st, "SELECT state, coalesce(token, 0), attempts, flags, coalesce(parent, 0),"
-                     " coalesce(idx, -1), coalesce(worker, 0), priority, queue, session"
-                     " FROM tasks WHERE id = ?1");
-  if (s == NULL)
-    return store_fail(st, f, "lease lookup");
-  sqlite3_bind_int64(s, 1, id);
-  int rc = sqlite3_step(s);
-  char queue[NAME_MAX_LEN + 1] = "";
-  if (rc == SQLITE_ROW) {
-    h->id = id;
-    h->state = sqlite3_column_int(s, 0);
-    h->token = sqlite3_column_int64(s, 1);
-    h->attempts = sqlite3_column_int64(s, 2);
-    h->flags = sqlite3_column_int64(s, 3);
-    h->parent = sqlite3_column_int64(s, 4);
-    h->index = sqlite3_column_int64(s, 5);
-    h->worker = sqlite3_column_int64(s, 6);
-    h->priority = sqlite3_column_int64(s, 7);
-    lease_copy_column(s, 8, queue, sizeof queue);
-    h->has_session = sqlite3_column_type(s, 9) != SQLITE_NULL;
-    lease_copy_column(s, 9, h->session, sizeof h->session);
-  }
-  store_reset(s);
-  if (rc == SQLITE_DONE)
-    return fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
-  if (rc != SQLITE_ROW)
-    return store_fail(st, f, "lease lookup");
+void lease_held_row(sqlite3_stmt *s, int first, int64_t id, lease_held_t *h,
+                    char queue[NAME_MAX_LEN + 1]) {
+  h->id = id;
+  h->state = sqlite3_column_int(s, first);
+  h->token = sqlite3_column_int64(s, first + 1);
+  h->attempts = sqlite3_column_int64(s, first + 2);
+  h->flags = sqlite3_column_int64(s, first + 3);
+  h->parent = sqlite3_column_int64(s, first + 4);
+  h->index = sqlite3_column_int64(s, first + 5);
+  h->worker = sqlite3_column_int64(s, first + 6);
+  h->priority = sqlite3_column_int64(s, first + 7);
+  lease_copy_column(s, first + 8, queue, NAME_MAX_LEN + 1);
+  h->has_session = sqlite3_column_type(s, first + 9) != SQLITE_NULL;
+  lease_copy_column(s, first + 9, h->session, sizeof h->session);
+}
+
+/* The contract is in lease_internal.h. */
+muster_err_t lease_held_queue(store_t *st, const char *queue, lease_held_t *h, queue_t *cache,
+                              fail_t *f) {
   if (cache && cache->name[0] && strcmp(cache->name, queue) == 0) {
     h->queue = *cache;
     return MUSTER_OK;
@@ -76,6 +66,24 @@ muster_err_t lease_held_load(store_t *st, int64_t id, lease_held_t *h, queue_t *
   if (cache)
     *cache = h->queue;
   return MUSTER_OK;
+}
+
+/* The contract is in lease_internal.h. */
+muster_err_t lease_held_load(store_t *st, int64_t id, lease_held_t *h, queue_t *cache, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT " LEASE_HELD_COLUMNS " FROM tasks WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "lease lookup");
+  sqlite3_bind_int64(s, 1, id);
+  int rc = sqlite3_step(s);
+  char queue[NAME_MAX_LEN + 1] = "";
+  if (rc == SQLITE_ROW)
+    lease_held_row(s, 0, id, h, queue);
+  store_reset(s);
+  if (rc == SQLITE_DONE)
+    return fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
+  if (rc != SQLITE_ROW)
+    return store_fail(st, f, "lease lookup");
+  return lease_held_queue(st, queue, h, cache, f);
 }
 
 /* The contract is in lease_internal.h. */
@@ -388,8 +396,7 @@ static bool lease_round(store_t *st, const queue_t *q, int64_t worker, const can
   }
   bool ok = true;
   for (int64_t i = 0; ok && i < n; i++) {
-    ok = lease_one(st, q, &cands[leasable[i]], pieces, worker, *granted == 0, out, f) ==
-         MUSTER_OK;
+    ok = lease_one(st, q, &cands[leasable[i]], pieces, worker, *granted == 0, out, f) == MUSTER_OK;
     *granted += ok;
   }
   return ok;

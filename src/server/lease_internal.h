@@ -30,6 +30,25 @@ typedef struct {
   bool has_session;
 } lease_held_t;
 
+/* The columns of a held task as lease_held_row reads them (qualified: a
+ * query may join tasks with a table of the same column names). */
+#define LEASE_HELD_COLUMNS                                                                         \
+  "tasks.state, coalesce(tasks.token, 0), tasks.attempts, tasks.flags,"                            \
+  " coalesce(tasks.parent, 0), coalesce(tasks.idx, -1), coalesce(tasks.worker, 0),"                \
+  " tasks.priority, tasks.queue, tasks.session"
+
+/* Fills *h, all but its queue, from the LEASE_HELD_COLUMNS of the row of
+ * `s` that start at column `first`, for task `id`; the queue's name goes to
+ * `queue`. */
+void lease_held_row(sqlite3_stmt *s, int first, int64_t id, lease_held_t *h,
+                    char queue[NAME_MAX_LEN + 1]);
+
+/* Fills h->queue with the settings of queue `queue` through `cache` (NULL:
+ * none; see lease_held_load).  MUSTER_QUEUE_NOT_FOUND when it does not
+ * exist. */
+muster_err_t lease_held_queue(store_t *st, const char *queue, lease_held_t *h, queue_t *cache,
+                              fail_t *f);
+
 /* Loads task `id` and its queue's settings.  `cache` (NULL: none) holds the
  * queue of a batch's previous element: the elements of a batch mostly share
  * their queue, and within one request its settings cannot change, so the

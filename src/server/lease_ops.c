@@ -40,14 +40,9 @@ static void lease_ctx(char ctx[32], size_t i) {
   ctx[8 + n] = '\0';
 }
 
-/* Loads task `id` and checks that it is leased under `token`. */
-static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const char *ctx,
-                                lease_held_t *h, queue_t *cache, fail_t *f) {
-  if (lease_held_load(st, id, h, cache, f)) {
-    if (f->code == MUSTER_TASK_NOT_FOUND)
-      fail_set(f, MUSTER_TASK_NOT_FOUND, "%s: task %lld does not exist", ctx, (long long)id);
-    return f->code;
-  }
+/* Checks that task `id`, loaded into *h, is leased under `token`. */
+static muster_err_t lease_check_held(const lease_held_t *h, int64_t id, int64_t token,
+                                     const char *ctx, fail_t *f) {
   if (h->state != TASK_LEASED)
     return fail_set(f, MUSTER_LEASE_LOST,
                     "%s: task %lld is not leased (it is %s); its lease ended and the work "
@@ -58,6 +53,17 @@ static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const ch
                     "%s: token %lld is stale for task %lld; the task was leased again", ctx,
                     (long long)token, (long long)id);
   return MUSTER_OK;
+}
+
+/* Loads task `id` and checks that it is leased under `token`. */
+static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const char *ctx,
+                                lease_held_t *h, queue_t *cache, fail_t *f) {
+  if (lease_held_load(st, id, h, cache, f)) {
+    if (f->code == MUSTER_TASK_NOT_FOUND)
+      fail_set(f, MUSTER_TASK_NOT_FOUND, "%s: task %lld does not exist", ctx, (long long)id);
+    return f->code;
+  }
+  return lease_check_held(h, id, token, ctx, f);
 }
 
 /* A batch's replies as they are made.  Completions, one per task of every
@@ -88,31 +94,27 @@ static muster_err_t apply_tally_worker(store_t *st, apply_out_t *out, int64_t wo
   return MUSTER_OK;
 }
 
-/* Completes the task with result `text` (encoded JSON; NULL: none),
- * counted in `run`, and appends its reply to out->completed; with a next
- * stage, its result becomes a task there. */
-static muster_err_t op_complete(store_t *st, const char *text, const lease_held_t *h,
-                                const char *ctx, size_t max_payload, counts_run_t *run,
-                                apply_out_t *out, fail_t *f) {
+/* Refuses a result above `max_payload` bytes (`text`: encoded JSON; NULL:
+ * none). */
+static muster_err_t op_complete_size(const char *text, const char *ctx, size_t max_payload,
+                                     fail_t *f) {
   if (text && strlen(text) > max_payload)
     return fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.result: %zu bytes, at most %zu allowed", ctx,
                     strlen(text), max_payload);
-  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 2, result = ?2, error = NULL,"
-                                   " worker = NULL, deadline_ms = NULL, updated_ms = ?3"
-                                   " WHERE id = ?1");
+  return MUSTER_OK;
+}
+
+/* What follows a completion's row update (the task `h`, its result `text`,
+ * counted already): with a next stage, its result becomes a task there;
+ * the session's result, the worker's tally, the metrics, and the reply
+ * {"task", "next_task"} appended to out->completed. */
+static muster_err_t op_complete_after(store_t *st, const char *text, const lease_held_t *h,
+                                      apply_out_t *out, fail_t *f) {
   int64_t next_id = 0;
-  if (s == NULL) {
-    store_fail(st, f, "complete");
-  } else {
-    sqlite3_bind_int64(s, 1, h->id);
-    store_bind_text(s, 2, text);
-    sqlite3_bind_int64(s, 3, now_ms());
-    if (!store_step_done(st, s, f) &&
-        !counts_run_add(st, run, h->queue.name, h->state, TASK_DONE, f) && h->queue.next[0])
-      task_insert(st, h->queue.next, text ? text : "null", h->priority, now_ms(), NULL,
-                  h->has_session ? h->session : NULL, h->index, h->id, NULL, &next_id, f);
-  }
-  if (f->code || lease_finished(st, h, f) || apply_tally_worker(st, out, h->worker, f))
+  if ((h->queue.next[0] &&
+       task_insert(st, h->queue.next, text ? text : "null", h->priority, now_ms(), NULL,
+                   h->has_session ? h->session : NULL, h->index, h->id, NULL, &next_id, f)) ||
+      lease_finished(st, h, f) || apply_tally_worker(st, out, h->worker, f))
     return f->code;
   metrics_count(METRIC_TASKS_COMPLETED, h->queue.name, 1);
   jw_buf_t *b = &out->completed;
@@ -124,6 +126,27 @@ static muster_err_t op_complete(store_t *st, const char *text, const lease_held_
   lease_add_int_or_null(b, next_id != 0, next_id);
   JW_ADD_LITERAL(b, "}");
   return b->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+}
+
+/* Completes the task with result `text` (encoded JSON; NULL: none),
+ * counted in `run`, and appends its reply to out->completed; with a next
+ * stage, its result becomes a task there. */
+static muster_err_t op_complete(store_t *st, const char *text, const lease_held_t *h,
+                                const char *ctx, size_t max_payload, counts_run_t *run,
+                                apply_out_t *out, fail_t *f) {
+  if (op_complete_size(text, ctx, max_payload, f))
+    return f->code;
+  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 2, result = ?2, error = NULL,"
+                                   " worker = NULL, deadline_ms = NULL, updated_ms = ?3"
+                                   " WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "complete");
+  sqlite3_bind_int64(s, 1, h->id);
+  store_bind_text(s, 2, text);
+  sqlite3_bind_int64(s, 3, now_ms());
+  if (store_step_done(st, s, f) || counts_run_add(st, run, h->queue.name, h->state, TASK_DONE, f))
+    return f->code;
+  return op_complete_after(st, text, h, out, f);
 }
 
 static json_t *op_fail(store_t *st, const json_t *elem, const lease_held_t *h, const char *ctx,
@@ -327,6 +350,184 @@ static muster_err_t lease_complete_one(store_t *st, const jscan_elem_t *e, size_
   return op_complete(st, e->text, &h, ctx, max_payload, run, out, f);
 }
 
+/*
+ * A scanned batch of completions is applied with two statements, not two per
+ * task: one SELECT finds every element's row (json_each over the ids, each
+ * joined to its row by id), one UPDATE completes them all, the results
+ * travelling as a JSON array of strings that SQLite reads back as the texts
+ * themselves (->> with the element's position: a string is unescaped, null
+ * is NULL).  The elements are checked in order before anything is written,
+ * each as lease_check and op_complete check it, so a refusal names the
+ * element and gives the message it gave.  That order is the one-by-one
+ * order's only when no element can change another's row: the batch is
+ * declined (the caller goes element by element) when an id repeats, and
+ * when an id has no row (it could be the next-stage task of an earlier
+ * element, made as that one completes).
+ */
+
+static int id_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* True when the `n` ids of `body`'s elements are all different; `sorted`
+ * has room for n. */
+static bool lease_ids_distinct(const jscan_body_t *body, int64_t *sorted) {
+  size_t n = body->count;
+  for (size_t i = 0; i < n; i++)
+    sorted[i] = body->elems[i].ints[0];
+  qsort(sorted, n, sizeof *sorted, id_cmp);
+  for (size_t i = 1; i < n; i++)
+    if (sorted[i] == sorted[i - 1])
+      return false;
+  return true;
+}
+
+/* Loads the rows of the elements of `body` into held[i], their queues'
+ * names into queues[i], with one SELECT.  Returns 1 when each element has
+ * its row, 0 when some has none, -1 with *f filled on a store failure. */
+static int lease_held_batch(store_t *st, const jscan_body_t *body, lease_held_t *held,
+                            char (*queues)[NAME_MAX_LEN + 1], fail_t *f) {
+  sqlite3_stmt *s =
+      store_stmt(st, "SELECT j.key, " LEASE_HELD_COLUMNS " FROM json_each(?1) AS j CROSS JOIN tasks"
+                     " ON tasks.id = j.value");
+  jw_buf_t ids = {0};
+  JW_ADD_LITERAL(&ids, "[");
+  for (size_t i = 0; i < body->count; i++) {
+    if (i > 0)
+      JW_ADD_LITERAL(&ids, ",");
+    jw_add_int(&ids, body->elems[i].ints[0]);
+  }
+  JW_ADD_LITERAL(&ids, "]");
+  if (s == NULL || ids.failed) {
+    jw_buf_free(&ids);
+    return s ? (fail_set(f, MUSTER_NOMEM, "out of memory"), -1)
+             : (store_fail(st, f, "lease lookup"), -1);
+  }
+  sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
+  size_t found = 0;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int64_t i = sqlite3_column_int64(s, 0);
+    if (i < 0 || (size_t)i >= body->count)
+      break; /* cannot happen: json_each numbers the elements */
+    lease_held_row(s, 1, body->elems[i].ints[0], &held[i], queues[i]);
+    found++;
+  }
+  store_reset(s);
+  jw_buf_free(&ids);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    return store_fail(st, f, "lease lookup"), -1;
+  return rc == SQLITE_DONE && found == body->count; /* ids are distinct: one row each */
+}
+
+/* Checks element `i` (loaded into *h, its queue named `queue`) as
+ * lease_complete_one would, filling h->queue. */
+static muster_err_t lease_complete_check(store_t *st, const jscan_elem_t *e, size_t i,
+                                         const char *queue, lease_held_t *h, queue_t *cache,
+                                         size_t max_payload, fail_t *f) {
+  char ctx[32];
+  lease_ctx(ctx, i);
+  if (lease_held_queue(st, queue, h, cache, f) ||
+      lease_check_held(h, e->ints[0], e->ints[1], ctx, f) ||
+      op_complete_size(e->text, ctx, max_payload, f))
+    return f->code;
+  return MUSTER_OK;
+}
+
+/* Completes the rows of every element of `body`, all found leased under
+ * their tokens, with one UPDATE. */
+static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, fail_t *f) {
+  bool any_result = false;
+  for (size_t i = 0; i < body->count; i++)
+    any_result |= body->elems[i].text != NULL;
+  /* Without results (acknowledgements: the common case) the rows are found
+   * by id alone, `IN`, which costs less than the join the results need. */
+  sqlite3_stmt *s = any_result
+                        ? store_stmt(st, "UPDATE tasks SET state = 2, result = ?2 ->> j.key,"
+                                         " error = NULL, worker = NULL, deadline_ms = NULL,"
+                                         " updated_ms = ?3 FROM json_each(?1) AS j"
+                                         " WHERE tasks.id = j.value")
+                        : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
+                                         " worker = NULL, deadline_ms = NULL, updated_ms = ?3"
+                                         " WHERE id IN (SELECT value FROM json_each(?1))");
+  if (s == NULL)
+    return store_fail(st, f, "complete");
+  jw_buf_t ids = {0}, results = {0};
+  JW_ADD_LITERAL(&ids, "[");
+  JW_ADD_LITERAL(&results, "[");
+  for (size_t i = 0; i < body->count; i++) {
+    const jscan_elem_t *e = &body->elems[i];
+    if (i > 0)
+      JW_ADD_LITERAL(&ids, ",");
+    jw_add_int(&ids, e->ints[0]);
+    if (!any_result)
+      continue;
+    if (i > 0)
+      JW_ADD_LITERAL(&results, ",");
+    if (e->text)
+      jw_add_string(&results, e->text, e->text_len);
+    else
+      JW_ADD_LITERAL(&results, "null");
+  }
+  JW_ADD_LITERAL(&ids, "]");
+  JW_ADD_LITERAL(&results, "]");
+  muster_err_t err = MUSTER_OK;
+  if (ids.failed || results.failed) {
+    err = fail_set(f, MUSTER_NOMEM, "out of memory");
+  } else {
+    sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
+    if (any_result)
+      sqlite3_bind_text(s, 2, results.buf, (int)results.len, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, now_ms());
+    err = store_step_done(st, s, f);
+    if (!err && sqlite3_changes64(store_db(st)) != (int64_t)body->count)
+      err = fail_set(f, MUSTER_STORE, "store: complete: %lld of %zu tasks updated",
+                     (long long)sqlite3_changes64(store_db(st)), body->count);
+  }
+  jw_buf_free(&ids);
+  jw_buf_free(&results);
+  return err;
+}
+
+/* Completes the scanned batch `body` as described above.  Returns 1 when it
+ * declines (nothing done: go element by element), 0 when done, -1 with *f
+ * filled (the completions already counted are in `run`). */
+static int lease_complete_batch(store_t *st, const jscan_body_t *body, size_t max_payload,
+                                counts_run_t *run, queue_t *cache, apply_out_t *out, fail_t *f) {
+  size_t n = body->count;
+  if (n < 2)
+    return 1; /* one SELECT and one UPDATE by id cost less than json_each */
+  lease_held_t *held = malloc(n * sizeof *held);
+  char(*queues)[NAME_MAX_LEN + 1] = malloc(n * sizeof *queues);
+  int64_t *sorted = malloc(n * sizeof *sorted);
+  int result = 1, found = 0;
+  if (held == NULL || queues == NULL || sorted == NULL) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+    result = -1;
+  } else if (lease_ids_distinct(body, sorted) &&
+             (found = lease_held_batch(st, body, held, queues, f)) != 0) {
+    result = -1;
+    size_t i = 0;
+    for (; found > 0 && i < n; i++)
+      if (lease_complete_check(st, &body->elems[i], i, queues[i], &held[i], cache, max_payload, f))
+        break;
+    if (found > 0 && i == n && !lease_complete_rows(st, body, f)) {
+      for (i = 0; i < n; i++)
+        if (counts_run_add(st, run, held[i].queue.name, held[i].state, TASK_DONE, f))
+          break;
+      for (size_t k = 0; i == n && k < n; k++)
+        if (op_complete_after(st, body->elems[k].text, &held[k], out, f))
+          break;
+      result = f->code ? -1 : 0;
+    }
+  }
+  free(held);
+  free(queues);
+  free(sorted);
+  return result;
+}
+
 const jscan_shape_t lease_complete_shape = {
     .array = "leases",
     .max_elems = LEASE_MAX_BATCH,
@@ -344,7 +545,14 @@ static json_t *lease_apply_batch(store_t *st, lease_op_t op, const json_t *lease
   counts_run_t run = {0}; /* the completions, counted once per batch */
   queue_t cache = {0};    /* the queue of the previous element */
   bool ok = out.tree != NULL;
-  for (size_t i = 0; ok && i < n; i++)
+  size_t i = 0;
+  if (ok && scanned) {
+    int batched = lease_complete_batch(st, scanned, max_payload, &run, &cache, &out, f);
+    ok = batched >= 0;
+    if (batched == 0)
+      i = n; /* all done */
+  }
+  for (; ok && i < n; i++)
     ok =
         (scanned ? lease_complete_one(st, &scanned->elems[i], i, max_payload, &run, &cache, &out, f)
                  : lease_apply_one(st, op, json_array_get(leases, i), i, max_payload, &run, &cache,

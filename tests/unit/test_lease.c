@@ -595,6 +595,191 @@ static void test_complete_text(void **unused) {
   json_decref(lc);
 }
 
+/* ---- a scanned batch of completions: one SELECT, one UPDATE ---- */
+
+/* Ends the request: kept, or rolled back as the route layer does after an
+ * error; and opens the next. */
+static void request_next(bool keep) {
+  store_request_end(st, keep);
+  assert_int_equal(store_request_begin(st, &(fail_t){0}), MUSTER_OK);
+}
+
+/* Completes with the scanned body `body` (which the scanner must take) and
+ * results of at most `max_payload` bytes (the route scans with the same
+ * limit, so a larger one takes the tree path there: here it reaches the
+ * check); returns the reply's text (caller frees) or NULL with *f filled. */
+static char *complete_scanned(const char *body, size_t max_payload, fail_t *f) {
+  jscan_body_t scanned;
+  assert_true(jscan_body(&lease_complete_shape, body, strlen(body), 1 << 20, &scanned));
+  json_t *reply = lease_complete_scanned(st, &scanned, max_payload, f);
+  jscan_body_free(&scanned);
+  char *text = reply ? jw_dump(reply, NULL) : NULL;
+  json_decref(reply);
+  return text;
+}
+
+/* The stored result of task `id` ("<null>" for NULL) into `out`. */
+static const char *result_of(int64_t id, char *out, size_t cap) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT result FROM tasks WHERE id = ?1");
+  assert_non_null(s);
+  sqlite3_bind_int64(s, 1, id);
+  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+  const unsigned char *text = sqlite3_column_text(s, 0);
+  snprintf(out, cap, "%s", text ? (const char *)text : "<null>");
+  store_reset(s);
+  return out;
+}
+
+static void test_complete_batched(void **unused) {
+  make_queue("b", "{}");
+  make_queue("a", "{\"next\": \"b\"}");
+  make_queue("c", "{}");
+  /* Results as the scanner keeps them: escapes SQLite's JSON reading must
+   * give back byte for byte, UTF-8 of two to four bytes, int64's ends. */
+  static const char *const results[] = {
+      "\"x\\\"y\\\\z\"",
+      "\"\\u0000 and \\u001F\"",
+      "{\"k\":[1,2,{\"q\":\"\xc3\xa9\xf0\x9f\x98\x80\"}]}",
+      NULL,
+      "-9223372036854775808",
+      "\"a/b\\n\"",
+      "true",
+      "9223372036854775807",
+  };
+  enum { N = 8 };
+  int64_t ids[N], tokens[N];
+  for (int i = 0; i < N; i++)
+    ids[i] = put(i % 3 == 2 ? "c" : "a", "{\"payload\": 1}");
+  json_t *la = lease("a", N), *lc = lease("c", N);
+  for (int i = 0; i < N; i++) {
+    json_t *l = i % 3 == 2 ? lc : la;
+    for (size_t k = 0; k < json_array_size(l); k++)
+      if (jint(json_array_get(l, k), "task") == ids[i])
+        tokens[i] = jint(json_array_get(l, k), "token");
+  }
+  json_decref(la);
+  json_decref(lc);
+  request_next(true);
+  /* A repeated id: the second sees the first's completion, as one by one. */
+  char body[2048], text[256];
+  snprintf(body, sizeof body,
+           "{\"leases\":[{\"task\":%lld,\"token\":%lld},{\"task\":%lld,\"token\":%lld}]}",
+           (long long)ids[0], (long long)tokens[0], (long long)ids[0], (long long)tokens[0]);
+  fail_t f = {0};
+  assert_null(complete_scanned(body, 1 << 20, &f));
+  snprintf(text, sizeof text, "leases[1]: task %lld is not leased (it is done)", (long long)ids[0]);
+  assert_int_equal(f.code, MUSTER_LEASE_LOST);
+  assert_true(strncmp(f.message, text, strlen(text)) == 0);
+  request_next(false);
+  /* An id without a row; a stale token before a result too large: the first
+   * refusal in element order wins. */
+  snprintf(body, sizeof body,
+           "{\"leases\":[{\"task\":%lld,\"token\":%lld},{\"task\":99999,\"token\":1}]}",
+           (long long)ids[0], (long long)tokens[0]);
+  f = (fail_t){0};
+  assert_null(complete_scanned(body, 1 << 20, &f));
+  assert_int_equal(f.code, MUSTER_TASK_NOT_FOUND);
+  assert_string_equal(f.message, "leases[1]: task 99999 does not exist");
+  request_next(false);
+  snprintf(body, sizeof body,
+           "{\"leases\":[{\"task\":%lld,\"token\":%lld},{\"task\":%lld,\"token\":%lld},"
+           "{\"task\":%lld,\"token\":%lld,\"result\":\"0123456789\"}]}",
+           (long long)ids[0], (long long)tokens[0], (long long)ids[1], (long long)tokens[1] + 1,
+           (long long)ids[3], (long long)tokens[3]);
+  f = (fail_t){0};
+  assert_null(complete_scanned(body, 8, &f));
+  assert_int_equal(f.code, MUSTER_LEASE_LOST);
+  snprintf(text, sizeof text, "leases[1]: token %lld is stale", (long long)tokens[1] + 1);
+  assert_true(strncmp(f.message, text, strlen(text)) == 0);
+  request_next(false);
+  snprintf(body, sizeof body,
+           "{\"leases\":[{\"task\":%lld,\"token\":%lld},"
+           "{\"task\":%lld,\"token\":%lld,\"result\":\"0123456789\"}]}",
+           (long long)ids[0], (long long)tokens[0], (long long)ids[3], (long long)tokens[3]);
+  f = (fail_t){0};
+  assert_null(complete_scanned(body, 8, &f));
+  assert_int_equal(f.code, MUSTER_PAYLOAD_TOO_LARGE);
+  assert_string_equal(f.message, "leases[1].result: 12 bytes, at most 8 allowed");
+  request_next(false);
+  assert_string_equal(state_of(ids[0]), "leased");
+  /* The whole batch: every result stored as it came, the next stage's tasks
+   * made from them in element order, the reply as one by one wrote it. */
+  size_t len = (size_t)snprintf(body, sizeof body, "{\"leases\":[");
+  for (int i = 0; i < N; i++) {
+    len += (size_t)snprintf(body + len, sizeof body - len, "%s{\"task\":%lld,\"token\":%lld",
+                            i ? "," : "", (long long)ids[i], (long long)tokens[i]);
+    if (results[i])
+      len += (size_t)snprintf(body + len, sizeof body - len, ",\"result\":%s", results[i]);
+    len += (size_t)snprintf(body + len, sizeof body - len, "}");
+  }
+  snprintf(body + len, sizeof body - len, "]}");
+  f = (fail_t){0};
+  char *reply = complete_scanned(body, 1 << 20, &f);
+  if (reply == NULL)
+    fail_msg("complete: %s", f.message);
+  json_t *next = task_list(st, "b", -1, 0, 10, &f);
+  json_t *next_tasks = json_object_get(next, "tasks");
+  char want[1024];
+  len = (size_t)snprintf(want, sizeof want, "{\"completed\":[");
+  size_t child = 0;
+  for (int i = 0; i < N; i++) {
+    char got[256];
+    assert_string_equal(result_of(ids[i], got, sizeof got), results[i] ? results[i] : "<null>");
+    assert_string_equal(state_of(ids[i]), "done");
+    int64_t next_id = 0;
+    if (i % 3 != 2) { /* queue a: a task in b, its payload the result */
+      const json_t *t = json_array_get(next_tasks, child++);
+      next_id = jint(t, "id");
+      assert_int_equal(jint(t, "parent"), ids[i]);
+      char *payload = jw_dump(json_object_get(t, "payload"), NULL);
+      assert_string_equal(payload, results[i] ? results[i] : "null");
+      free(payload);
+    }
+    len += (size_t)snprintf(want + len, sizeof want - len,
+                            "%s{\"task\":%lld,\"next_task\":", i ? "," : "", (long long)ids[i]);
+    len += (size_t)(next_id ? snprintf(want + len, sizeof want - len, "%lld}", (long long)next_id)
+                            : snprintf(want + len, sizeof want - len, "null}"));
+  }
+  snprintf(want + len, sizeof want - len, "]}");
+  assert_int_equal(json_array_size(next_tasks), child);
+  assert_string_equal(reply, want);
+  free(reply);
+  json_decref(next);
+  int64_t counts[TASK_STATE_COUNT];
+  assert_int_equal(counts_read(st, "a", counts, &f), MUSTER_OK);
+  assert_int_equal(counts[TASK_DONE], 6);
+  assert_int_equal(counts[TASK_LEASED], 0);
+  assert_int_equal(counts_read(st, "c", counts, &f), MUSTER_OK);
+  assert_int_equal(counts[TASK_DONE], 2);
+  assert_int_equal(counts_read(st, "b", counts, &f), MUSTER_OK);
+  assert_int_equal(counts[TASK_QUEUED], 6);
+  /* Acknowledgements only (no results: the rows found by id alone). */
+  int64_t c1 = put("c", "{\"payload\": 1}"), c2 = put("c", "{\"payload\": 2}");
+  json_t *l = lease("c", 2);
+  snprintf(body, sizeof body,
+           "{\"leases\":[{\"task\":%lld,\"token\":%lld},{\"task\":%lld,\"token\":%lld}]}",
+           (long long)jint(json_array_get(l, 1), "task"),
+           (long long)jint(json_array_get(l, 1), "token"),
+           (long long)jint(json_array_get(l, 0), "task"),
+           (long long)jint(json_array_get(l, 0), "token"));
+  json_decref(l);
+  reply = complete_scanned(body, 1 << 20, &f);
+  snprintf(
+      want, sizeof want,
+      "{\"completed\":[{\"task\":%lld,\"next_task\":null},{\"task\":%lld,\"next_task\":null}]}",
+      (long long)c2, (long long)c1);
+  assert_non_null(reply);
+  assert_string_equal(reply, want);
+  free(reply);
+  char got[64];
+  assert_string_equal(state_of(c1), "done");
+  assert_string_equal(state_of(c2), "done");
+  assert_string_equal(result_of(c1, got, sizeof got), "<null>");
+  assert_int_equal(counts_read(st, "c", counts, &f), MUSTER_OK);
+  assert_int_equal(counts[TASK_DONE], 4);
+  assert_int_equal(counts[TASK_LEASED], 0);
+}
+
 /* ---- put replies written as text ----
  *
  * A put replies {"tasks": [{"id", "created"}, ...]} with the array written as
@@ -773,6 +958,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_complete_text, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_put_text, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_put_chunks, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_complete_batched, fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
