@@ -28,7 +28,7 @@
  * leave a refcount of (size_t)-1 alone).  No parsed value is this pointer. */
 static json_t jw_mark = {.type = JSON_NULL, .refcount = (size_t)-1};
 
-bool jw_reserve(jw_buf_t *b, size_t more) {
+bool jw_grow(jw_buf_t *b, size_t more) {
   if (b->failed)
     return false;
   if (b->len + more + 1 <= b->cap)
@@ -44,13 +44,6 @@ bool jw_reserve(jw_buf_t *b, size_t more) {
   b->buf = grown;
   b->cap = cap;
   return true;
-}
-
-void jw_add_text(jw_buf_t *b, const char *data, size_t n) {
-  if (jw_reserve(b, n)) {
-    memcpy(b->buf + b->len, data, n);
-    b->len += n;
-  }
 }
 
 static void jw_char(jw_buf_t *b, char c) {
