@@ -26,6 +26,12 @@ typedef struct {
   sqlite3_stmt *stmt;
 } stmt_slot_t;
 
+/* The pairs muster_map() looks up, sorted by key. */
+typedef struct {
+  const store_pair_t *pairs;
+  size_t n;
+} store_map_t;
+
 struct store {
   sqlite3 *db;
   bool in_tx;            /* the turn's transaction is open */
@@ -36,6 +42,7 @@ struct store {
   store_ready_fn on_ready;
   store_session_fn on_session;
   void *hook_arg;
+  store_map_t map;       /* what muster_map() reads (store_map_set) */
   size_t nstmts;
   stmt_slot_t stmts[STORE_STMT_CACHE];
 };
@@ -243,6 +250,30 @@ static void store_configure_sqlite(void) {
   sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
+/* muster_map(KEY): the value of KEY's pair in the store's map, or NULL
+ * (store_map_set).  A binary search: a batch's rows are few. */
+static void store_map_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  const store_map_t *map = sqlite3_user_data(ctx);
+  int64_t key = sqlite3_value_int64(argv[0]);
+  size_t lo = 0, hi = map->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (map->pairs[mid].key < key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo < map->n && map->pairs[lo].key == key && sqlite3_value_type(argv[0]) == SQLITE_INTEGER)
+    sqlite3_result_int64(ctx, map->pairs[lo].value);
+  else
+    sqlite3_result_null(ctx);
+}
+
+void store_map_set(store_t *st, const store_pair_t *pairs, size_t n) {
+  st->map = (store_map_t){.pairs = n ? pairs : NULL, .n = n};
+}
+
 /* The VFS the store opens its file with: "muster-wal", which writes a
  * commit's WAL frames with one call (walvfs.c), unless the environment sets
  * MUSTER_WAL_COALESCE=0 (a way back to SQLite's own VFS, to compare or to
@@ -269,6 +300,14 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     return NULL;
   }
   sqlite3_extended_result_codes(st->db, 1);
+  /* Defined once: (re)defining a function expires every prepared statement.
+   * Direct only: no trigger or view may call it. */
+  if (sqlite3_create_function_v2(st->db, "muster_map", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY,
+                                 &st->map, store_map_fn, NULL, NULL, NULL) != SQLITE_OK) {
+    store_fail(st, f, "muster_map");
+    store_close(st);
+    return NULL;
+  }
   /* The head is the file's only user (it holds a flock on the data dir for
    * its life, and nothing else opens muster.db), so the connection keeps its
    * lock: no fcntl lock calls per transaction, and, set before the first WAL

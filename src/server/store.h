@@ -90,6 +90,19 @@ void store_notify_ready(store_t *st, const char *queue);
 /* Tells the owner that `session` has a new result or closed. */
 void store_notify_session(store_t *st, const char *session);
 
+/* A key and the value muster_map() gives for it (store_map_set). */
+typedef struct {
+  int64_t key, value;
+} store_pair_t;
+
+/* Sets what the SQL function muster_map(KEY) returns while the next
+ * statement runs: the value of the pair with that key, NULL for a key that
+ * has none.  `pairs` (`n` of them, sorted by key, keys distinct) is
+ * borrowed and must outlive the statement's steps; n = 0 clears the map.
+ * It gives a batch statement a per-row value that a bound parameter cannot
+ * (lease.c: each task's token). */
+void store_map_set(store_t *st, const store_pair_t *pairs, size_t n);
+
 /* Binds a NUL-terminated string or NULL (as SQL NULL). */
 void store_bind_text(sqlite3_stmt *stmt, int idx, const char *text);
 /* Column text copied into a fresh string, or NULL for SQL NULL (caller frees). */

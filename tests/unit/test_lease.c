@@ -149,6 +149,36 @@ static void test_batch_tokens(void **unused) {
   json_decref(l);
 }
 
+/* A batch leased in one statement: the task at position i of the reply has
+ * token base + i stored, also when the lease order (priority first) is not
+ * the order of the ids. */
+static void test_batch_tokens_by_priority(void **unused) {
+  make_queue("q", "{}");
+  static const int priorities[6] = {1, 5, 3, 5, 2, 4};
+  static const int order[6] = {1, 3, 5, 2, 4, 0}; /* by priority, then id */
+  int64_t ids[6];
+  for (int i = 0; i < 6; i++) {
+    char task[64];
+    snprintf(task, sizeof task, "{\"payload\": %d, \"priority\": %d}", i, priorities[i]);
+    ids[i] = put("q", task);
+  }
+  json_t *l = lease("q", 6);
+  assert_int_equal(json_array_size(l), 6);
+  int64_t base = jint(json_array_get(l, 0), "token");
+  sqlite3_stmt *s = store_stmt(st, "SELECT token FROM tasks WHERE id = ?1");
+  assert_non_null(s);
+  for (int i = 0; i < 6; i++) {
+    json_t *x = json_array_get(l, i);
+    assert_int_equal(jint(x, "task"), ids[order[i]]);
+    assert_int_equal(jint(x, "token"), base + i);
+    sqlite3_bind_int64(s, 1, ids[order[i]]);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int64(s, 0), base + i);
+    store_reset(s);
+  }
+  json_decref(l);
+}
+
 static void test_stale_token_refused(void **unused) {
   make_queue("q", "{}");
   int64_t id = put("q", "{\"payload\": \"x\"}");
@@ -944,6 +974,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_queue_settings, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_order_and_keys, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_batch_tokens, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_tokens_by_priority, fixture_setup,
+                                      fixture_teardown),
       cmocka_unit_test_setup_teardown(test_stale_token_refused, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_refusal_names_element, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_pipeline_and_flags, fixture_setup, fixture_teardown),
