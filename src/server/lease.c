@@ -322,12 +322,6 @@ static muster_err_t lease_one(store_t *st, const queue_t *q, const candidate_t *
   return MUSTER_OK;
 }
 
-/* Orders pairs by key. */
-static int pair_cmp(const void *a, const void *b) {
-  int64_t x = ((const store_pair_t *)a)->key, y = ((const store_pair_t *)b)->key;
-  return (x > y) - (x < y);
-}
-
 /* Leases the `n` candidates at `leasable` (indexes into `cands`, all found
  * queued in this transaction, none unreadable) with one UPDATE, and appends
  * their lease objects to `out`.  One statement for the batch instead of one
@@ -364,7 +358,7 @@ static muster_err_t lease_batch(store_t *st, const queue_t *q, const candidate_t
     free(tokens);
     return fail_set(f, MUSTER_NOMEM, "out of memory");
   }
-  qsort(tokens, (size_t)n, sizeof *tokens, pair_cmp);
+  qsort(tokens, (size_t)n, sizeof *tokens, store_pair_cmp);
   store_map_set(st, tokens, (size_t)n);
   sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
   if (worker > 0)

@@ -353,15 +353,12 @@ static muster_err_t lease_complete_one(store_t *st, const jscan_elem_t *e, size_
 /*
  * A scanned batch of completions is applied with two statements, not two per
  * task: one SELECT finds every element's row (json_each over the ids, each
- * joined to its row by id), one UPDATE completes them all, the results
- * travelling as a JSON array of strings that SQLite reads back as the texts
- * themselves (->> with the element's position: a string is unescaped, null
- * is NULL).  The elements are checked in order before anything is written,
- * each as lease_check and op_complete check it, so a refusal names the
- * element and gives the message it gave.  That order is the one-by-one
- * order's only when no element can change another's row: the batch is
- * declined (the caller goes element by element) when an id repeats, and
- * when an id has no row (it could be the next-stage task of an earlier
+ * joined to its row by id), one UPDATE completes them all (the rows found by
+ * id, each result through the store's map: muster_map_text, store.h).  The elements are checked in
+ * order before anything is written, each as lease_check and op_complete check it, so a refusal
+ * names the element and gives the message it gave.  That order is the one-by-one order's only when
+ * no element can change another's row: the batch is declined (the caller goes element by element)
+ * when an id repeats, and when an id has no row (it could be the next-stage task of an earlier
  * element, made as that one completes).
  */
 
@@ -438,55 +435,51 @@ static muster_err_t lease_complete_check(store_t *st, const jscan_elem_t *e, siz
 /* Completes the rows of every element of `body`, all found leased under
  * their tokens, with one UPDATE. */
 static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, fail_t *f) {
+  size_t n = body->count;
   bool any_result = false;
-  for (size_t i = 0; i < body->count; i++)
+  for (size_t i = 0; i < n; i++)
     any_result |= body->elems[i].text != NULL;
-  /* Without results (acknowledgements: the common case) the rows are found
-   * by id alone, `IN`, which costs less than the join the results need. */
-  sqlite3_stmt *s = any_result
-                        ? store_stmt(st, "UPDATE tasks SET state = 2, result = ?2 ->> j.key,"
-                                         " error = NULL, worker = NULL, deadline_ms = NULL,"
-                                         " updated_ms = ?3 FROM json_each(?1) AS j"
-                                         " WHERE tasks.id = j.value")
-                        : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
-                                         " worker = NULL, deadline_ms = NULL, updated_ms = ?3"
-                                         " WHERE id IN (SELECT value FROM json_each(?1))");
+  /* The results through the store's map (muster_map_text: id to result);
+   * acknowledgements without results, the common case, need none. */
+  sqlite3_stmt *s =
+      any_result ? store_stmt(st, "UPDATE tasks SET state = 2, result = muster_map_text(id),"
+                                  " error = NULL, worker = NULL, deadline_ms = NULL,"
+                                  " updated_ms = ?2 WHERE id IN (SELECT value FROM json_each(?1))")
+                 : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
+                                  " worker = NULL, deadline_ms = NULL, updated_ms = ?2"
+                                  " WHERE id IN (SELECT value FROM json_each(?1))");
   if (s == NULL)
     return store_fail(st, f, "complete");
-  jw_buf_t ids = {0}, results = {0};
+  jw_buf_t ids = {0};
+  store_pair_t *results = any_result ? malloc(n * sizeof *results) : NULL;
   JW_ADD_LITERAL(&ids, "[");
-  JW_ADD_LITERAL(&results, "[");
-  for (size_t i = 0; i < body->count; i++) {
+  for (size_t i = 0; i < n; i++) {
     const jscan_elem_t *e = &body->elems[i];
     if (i > 0)
       JW_ADD_LITERAL(&ids, ",");
     jw_add_int(&ids, e->ints[0]);
-    if (!any_result)
-      continue;
-    if (i > 0)
-      JW_ADD_LITERAL(&results, ",");
-    if (e->text)
-      jw_add_string(&results, e->text, e->text_len);
-    else
-      JW_ADD_LITERAL(&results, "null");
+    if (results)
+      results[i] = (store_pair_t){.key = e->ints[0], .text = e->text, .text_len = e->text_len};
   }
   JW_ADD_LITERAL(&ids, "]");
-  JW_ADD_LITERAL(&results, "]");
   muster_err_t err = MUSTER_OK;
-  if (ids.failed || results.failed) {
+  if (ids.failed || (any_result && results == NULL)) {
     err = fail_set(f, MUSTER_NOMEM, "out of memory");
   } else {
+    if (results) {
+      qsort(results, n, sizeof *results, store_pair_cmp);
+      store_map_set(st, results, n);
+    }
     sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
-    if (any_result)
-      sqlite3_bind_text(s, 2, results.buf, (int)results.len, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, now_ms());
+    sqlite3_bind_int64(s, 2, now_ms());
     err = store_step_done(st, s, f);
-    if (!err && sqlite3_changes64(store_db(st)) != (int64_t)body->count)
+    store_map_set(st, NULL, 0);
+    if (!err && sqlite3_changes64(store_db(st)) != (int64_t)n)
       err = fail_set(f, MUSTER_STORE, "store: complete: %lld of %zu tasks updated",
-                     (long long)sqlite3_changes64(store_db(st)), body->count);
+                     (long long)sqlite3_changes64(store_db(st)), n);
   }
   jw_buf_free(&ids);
-  jw_buf_free(&results);
+  free(results);
   return err;
 }
 

@@ -250,13 +250,13 @@ static void store_configure_sqlite(void) {
   sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
-/* muster_map(KEY): the value of KEY's pair in the store's map, or NULL
- * (store_map_set).  A binary search: a batch's rows are few. */
-static void store_map_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-  (void)argc;
+/* The pair of the store's map with the first argument's key, or NULL. */
+static const store_pair_t *store_map_find(sqlite3_context *ctx, sqlite3_value **argv) {
   const store_map_t *map = sqlite3_user_data(ctx);
+  if (sqlite3_value_type(argv[0]) != SQLITE_INTEGER)
+    return NULL;
   int64_t key = sqlite3_value_int64(argv[0]);
-  size_t lo = 0, hi = map->n;
+  size_t lo = 0, hi = map->n; /* a binary search: a batch's rows are few */
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     if (map->pairs[mid].key < key)
@@ -264,10 +264,34 @@ static void store_map_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     else
       hi = mid;
   }
-  if (lo < map->n && map->pairs[lo].key == key && sqlite3_value_type(argv[0]) == SQLITE_INTEGER)
-    sqlite3_result_int64(ctx, map->pairs[lo].value);
+  return lo < map->n && map->pairs[lo].key == key ? &map->pairs[lo] : NULL;
+}
+
+/* muster_map(KEY): the value of KEY's pair in the store's map, or NULL
+ * (store_map_set). */
+static void store_map_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  const store_pair_t *pair = store_map_find(ctx, argv);
+  if (pair)
+    sqlite3_result_int64(ctx, pair->value);
   else
     sqlite3_result_null(ctx);
+}
+
+/* muster_map_text(KEY): the text of KEY's pair, or NULL.  Static: the text
+ * outlives the statement's step (store_map_set). */
+static void store_map_text_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  const store_pair_t *pair = store_map_find(ctx, argv);
+  if (pair && pair->text)
+    sqlite3_result_text64(ctx, pair->text, pair->text_len, SQLITE_STATIC, SQLITE_UTF8);
+  else
+    sqlite3_result_null(ctx);
+}
+
+int store_pair_cmp(const void *a, const void *b) {
+  int64_t x = ((const store_pair_t *)a)->key, y = ((const store_pair_t *)b)->key;
+  return (x > y) - (x < y);
 }
 
 void store_map_set(store_t *st, const store_pair_t *pairs, size_t n) {
@@ -301,9 +325,11 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
   }
   sqlite3_extended_result_codes(st->db, 1);
   /* Defined once: (re)defining a function expires every prepared statement.
-   * Direct only: no trigger or view may call it. */
+   * Direct only: no trigger or view may call them. */
   if (sqlite3_create_function_v2(st->db, "muster_map", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY,
-                                 &st->map, store_map_fn, NULL, NULL, NULL) != SQLITE_OK) {
+                                 &st->map, store_map_fn, NULL, NULL, NULL) != SQLITE_OK ||
+      sqlite3_create_function_v2(st->db, "muster_map_text", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY,
+                                 &st->map, store_map_text_fn, NULL, NULL, NULL) != SQLITE_OK) {
     store_fail(st, f, "muster_map");
     store_close(st);
     return NULL;

@@ -90,18 +90,25 @@ void store_notify_ready(store_t *st, const char *queue);
 /* Tells the owner that `session` has a new result or closed. */
 void store_notify_session(store_t *st, const char *session);
 
-/* A key and the value muster_map() gives for it (store_map_set). */
+/* A key and what muster_map() and muster_map_text() give for it
+ * (store_map_set). */
 typedef struct {
-  int64_t key, value;
+  int64_t key;
+  int64_t value;    /* muster_map(key) */
+  const char *text; /* muster_map_text(key): `text_len` bytes; NULL gives SQL NULL */
+  size_t text_len;
 } store_pair_t;
 
-/* Sets what the SQL function muster_map(KEY) returns while the next
- * statement runs: the value of the pair with that key, NULL for a key that
- * has none.  `pairs` (`n` of them, sorted by key, keys distinct) is
- * borrowed and must outlive the statement's steps; n = 0 clears the map.
- * It gives a batch statement a per-row value that a bound parameter cannot
- * (lease.c: each task's token). */
+/* Sets what the SQL functions muster_map(KEY) and muster_map_text(KEY)
+ * return while the next statement runs: the value or text of the pair with
+ * that key, NULL for a key that has none.  `pairs` (`n` of them, sorted by
+ * key, keys distinct) and their texts are borrowed and must outlive the
+ * statement's steps; n = 0 clears the map.  It gives a batch statement a
+ * per-row value that a bound parameter cannot (lease.c: each task's token;
+ * lease_ops.c: each completion's result). */
 void store_map_set(store_t *st, const store_pair_t *pairs, size_t n);
+/* Orders store_pair_t by key, for qsort. */
+int store_pair_cmp(const void *a, const void *b);
 
 /* Binds a NUL-terminated string or NULL (as SQL NULL). */
 void store_bind_text(sqlite3_stmt *stmt, int idx, const char *text);

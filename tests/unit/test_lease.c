@@ -732,12 +732,15 @@ static void test_complete_batched(void **unused) {
   assert_string_equal(f.message, "leases[1].result: 12 bytes, at most 8 allowed");
   request_next(false);
   assert_string_equal(state_of(ids[0]), "leased");
-  /* The whole batch: every result stored as it came, the next stage's tasks
-   * made from them in element order, the reply as one by one wrote it. */
+  /* The whole batch, its elements not in the order of their ids: every
+   * result stored as it came, the next stage's tasks made from them in
+   * element order, the reply as one by one wrote it. */
+  static const int perm[N] = {3, 0, 7, 1, 6, 2, 5, 4};
   size_t len = (size_t)snprintf(body, sizeof body, "{\"leases\":[");
-  for (int i = 0; i < N; i++) {
+  for (int k = 0; k < N; k++) {
+    int i = perm[k];
     len += (size_t)snprintf(body + len, sizeof body - len, "%s{\"task\":%lld,\"token\":%lld",
-                            i ? "," : "", (long long)ids[i], (long long)tokens[i]);
+                            k ? "," : "", (long long)ids[i], (long long)tokens[i]);
     if (results[i])
       len += (size_t)snprintf(body + len, sizeof body - len, ",\"result\":%s", results[i]);
     len += (size_t)snprintf(body + len, sizeof body - len, "}");
@@ -752,7 +755,8 @@ static void test_complete_batched(void **unused) {
   char want[1024];
   len = (size_t)snprintf(want, sizeof want, "{\"completed\":[");
   size_t child = 0;
-  for (int i = 0; i < N; i++) {
+  for (int k = 0; k < N; k++) {
+    int i = perm[k];
     char got[256];
     assert_string_equal(result_of(ids[i], got, sizeof got), results[i] ? results[i] : "<null>");
     assert_string_equal(state_of(ids[i]), "done");
@@ -766,7 +770,7 @@ static void test_complete_batched(void **unused) {
       free(payload);
     }
     len += (size_t)snprintf(want + len, sizeof want - len,
-                            "%s{\"task\":%lld,\"next_task\":", i ? "," : "", (long long)ids[i]);
+                            "%s{\"task\":%lld,\"next_task\":", k ? "," : "", (long long)ids[i]);
     len += (size_t)(next_id ? snprintf(want + len, sizeof want - len, "%lld}", (long long)next_id)
                             : snprintf(want + len, sizeof want - len, "null}"));
   }
