@@ -85,13 +85,26 @@ void jw_add_string(jw_buf_t *b, const char *s, size_t n) {
 }
 
 void jw_add_int(jw_buf_t *b, int64_t v) {
+  /* Two digits per division: ids, tokens and times (13 digits) are written
+   * several times per task of a batch. */
+  static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233"
+                              "34353637383940414243444546474849505152535455565758596061626364656667"
+                              "6869707172737475767778798081828384858687888990919293949596979899";
   char digits[24], *end = digits + sizeof digits, *p = end;
   /* Through unsigned so that the most negative value needs no special case. */
   unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-  do {
-    *--p = (char)('0' + u % 10);
-    u /= 10;
-  } while (u);
+  while (u >= 100) {
+    unsigned pair = (unsigned)(u % 100) * 2;
+    u /= 100;
+    *--p = pairs[pair + 1];
+    *--p = pairs[pair];
+  }
+  if (u >= 10) {
+    *--p = pairs[u * 2 + 1];
+    *--p = pairs[u * 2];
+  } else {
+    *--p = (char)('0' + u);
+  }
   if (v < 0)
     *--p = '-';
   jw_add_text(b, p, (size_t)(end - p));

@@ -358,7 +358,7 @@ static muster_err_t lease_batch(store_t *st, const queue_t *q, const candidate_t
     free(tokens);
     return fail_set(f, MUSTER_NOMEM, "out of memory");
   }
-  qsort(tokens, (size_t)n, sizeof *tokens, store_pair_cmp);
+  store_pairs_sort(tokens, (size_t)n);
   store_map_set(st, tokens, (size_t)n);
   sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
   if (worker > 0)

@@ -371,8 +371,13 @@ static int id_cmp(const void *a, const void *b) {
  * has room for n. */
 static bool lease_ids_distinct(const jscan_body_t *body, int64_t *sorted) {
   size_t n = body->count;
-  for (size_t i = 0; i < n; i++)
+  bool ascending = true; /* the usual batch: then distinct without a sort */
+  for (size_t i = 0; i < n; i++) {
     sorted[i] = body->elems[i].ints[0];
+    ascending &= i == 0 || sorted[i] > sorted[i - 1];
+  }
+  if (ascending)
+    return true;
   qsort(sorted, n, sizeof *sorted, id_cmp);
   for (size_t i = 1; i < n; i++)
     if (sorted[i] == sorted[i - 1])
@@ -467,7 +472,7 @@ static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, f
     err = fail_set(f, MUSTER_NOMEM, "out of memory");
   } else {
     if (results) {
-      qsort(results, n, sizeof *results, store_pair_cmp);
+      store_pairs_sort(results, n);
       store_map_set(st, results, n);
     }
     sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);

@@ -289,9 +289,17 @@ static void store_map_text_fn(sqlite3_context *ctx, int argc, sqlite3_value **ar
     sqlite3_result_null(ctx);
 }
 
-int store_pair_cmp(const void *a, const void *b) {
+static int store_pair_cmp(const void *a, const void *b) {
   int64_t x = ((const store_pair_t *)a)->key, y = ((const store_pair_t *)b)->key;
   return (x > y) - (x < y);
+}
+
+void store_pairs_sort(store_pair_t *pairs, size_t n) {
+  for (size_t i = 1; i < n; i++)
+    if (pairs[i].key < pairs[i - 1].key) {
+      qsort(pairs, n, sizeof *pairs, store_pair_cmp);
+      return;
+    }
 }
 
 void store_map_set(store_t *st, const store_pair_t *pairs, size_t n) {

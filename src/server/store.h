@@ -107,8 +107,9 @@ typedef struct {
  * per-row value that a bound parameter cannot (lease.c: each task's token;
  * lease_ops.c: each completion's result). */
 void store_map_set(store_t *st, const store_pair_t *pairs, size_t n);
-/* Orders store_pair_t by key, for qsort. */
-int store_pair_cmp(const void *a, const void *b);
+/* Sorts `n` pairs by key for store_map_set; pairs already in order (a
+ * batch usually is: ids ascending) are left as they are, unsorted. */
+void store_pairs_sort(store_pair_t *pairs, size_t n);
 
 /* Binds a NUL-terminated string or NULL (as SQL NULL). */
 void store_bind_text(sqlite3_stmt *stmt, int idx, const char *text);

@@ -56,6 +56,33 @@ static void test_scalars(void **state) {
     same_as_jansson(json_real(reals[i]));
 }
 
+/* jw_add_int writes two digits at a time: every length, both signs, the
+ * boundaries between lengths, as printf writes them. */
+static void int_as_printf(long long v) {
+  jw_buf_t b = {0};
+  jw_add_int(&b, v);
+  char want[32];
+  int len = snprintf(want, sizeof want, "%lld", v);
+  assert_int_equal(b.len, (size_t)len);
+  assert_memory_equal(b.buf, want, (size_t)len);
+  jw_buf_free(&b);
+}
+
+static void test_ints_every_length(void **state) {
+  (void)state;
+  unsigned long long scale = 1;
+  for (int digits = 1; digits <= 18; digits++, scale *= 10) {
+    const unsigned long long values[] = {scale - 1, scale, scale + 1, scale * 5 + 7,
+                                         scale * 10 - 1};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+      int_as_printf((long long)values[i]);
+      int_as_printf(-(long long)values[i]);
+    }
+  }
+  for (long long v = -1000; v <= 1000; v++)
+    int_as_printf(v);
+}
+
 static void test_strings(void **state) {
   (void)state;
   same_as_jansson(json_string(""));
@@ -247,6 +274,7 @@ static void test_valid(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scalars),
+      cmocka_unit_test(test_ints_every_length),
       cmocka_unit_test(test_strings),
       cmocka_unit_test(test_containers),
       cmocka_unit_test(test_parsed_text),
