@@ -354,12 +354,14 @@ static muster_err_t lease_complete_one(store_t *st, const jscan_elem_t *e, size_
  * A scanned batch of completions is applied with two statements, not two per
  * task: one SELECT finds every element's row (json_each over the ids, each
  * joined to its row by id), one UPDATE completes them all (the rows found by
- * id, each result through the store's map: muster_map_text, store.h).  The elements are checked in
- * order before anything is written, each as lease_check and op_complete check it, so a refusal
- * names the element and gives the message it gave.  That order is the one-by-one order's only when
- * no element can change another's row: the batch is declined (the caller goes element by element)
- * when an id repeats, and when an id has no row (it could be the next-stage task of an earlier
- * element, made as that one completes).
+ * id, each result through the store's map: muster_map_text, store.h).  The
+ * elements are checked in order before anything is written, each as
+ * lease_check and op_complete check it, so a refusal names the element and
+ * gives the message it gave.  That order is the one-by-one order's only when
+ * no element can change another's row: the batch is declined (the caller
+ * goes element by element) when an id repeats, and when an id has no row (it
+ * could be the next-stage task of an earlier element, made as that one
+ * completes).
  */
 
 static int id_cmp(const void *a, const void *b) {
