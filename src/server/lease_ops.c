@@ -516,15 +516,50 @@ static int lease_complete_batch(store_t *st, const jscan_body_t *body, size_t ma
       for (i = 0; i < n; i++)
         if (counts_run_add(st, run, held[i].queue.name, held[i].state, TASK_DONE, f))
           break;
-      for (size_t k = 0; i == n && k < n; k++)
+      size_t k = 0;
+      for (; i == n && k < n; k++)
         if (op_complete_after(st, body->elems[k].text, &held[k], out, f))
           break;
-      result = f->code ? -1 : 0;
+      result = i == n && k == n ? 0 : -1;
     }
   }
   free(held);
   free(queues);
   free(sorted);
+  return result;
+}
+
+/* lease_complete_batch for a parsed body's "leases" (a body the scanner
+ * declined: whitespace, as Python's json.dumps writes it, other escapes):
+ * when every element's fields are valid, as lease_apply_one checks them, its
+ * task, token and encoded result go to the batch; any field error declines
+ * (returns 1, *f untouched) and the element-by-element path gives it. */
+static int lease_complete_tree(store_t *st, const json_t *leases, size_t max_payload,
+                               counts_run_t *run, queue_t *cache, apply_out_t *out, fail_t *f) {
+  static const char *const with_result[] = {"task", "token", "result", NULL};
+  size_t n = json_array_size(leases);
+  if (n < 2)
+    return 1;
+  jscan_body_t body = {.elems = calloc(n, sizeof *body.elems), .count = n};
+  int result = body.elems ? 0 : 1;
+  for (size_t i = 0; result == 0 && i < n; i++) {
+    const json_t *elem = json_array_get(leases, i);
+    jscan_elem_t *e = &body.elems[i];
+    fail_t ignored = {0};
+    const json_t *value = json_object_get(elem, "result");
+    if (!json_is_object(elem) || jv_int(elem, "task", "", 0, 1, JV_ID_MAX, &e->ints[0], &ignored) ||
+        jv_int(elem, "token", "", 0, 1, JV_ID_MAX, &e->ints[1], &ignored) || e->ints[0] == 0 ||
+        e->ints[1] == 0 || jv_only(elem, "", with_result, &ignored) ||
+        (value && (e->text = jv_encode(value)) == NULL))
+      result = 1;
+    else
+      e->text_len = e->text ? strlen(e->text) : 0;
+  }
+  if (result == 0)
+    result = lease_complete_batch(st, &body, max_payload, run, cache, out, f);
+  for (size_t i = 0; body.elems && i < n; i++)
+    free((char *)body.elems[i].text);
+  free(body.elems);
   return result;
 }
 
@@ -546,8 +581,9 @@ static json_t *lease_apply_batch(store_t *st, lease_op_t op, const json_t *lease
   queue_t cache = {0};    /* the queue of the previous element */
   bool ok = out.tree != NULL;
   size_t i = 0;
-  if (ok && scanned) {
-    int batched = lease_complete_batch(st, scanned, max_payload, &run, &cache, &out, f);
+  if (ok && (scanned || op == LEASE_COMPLETE)) {
+    int batched = scanned ? lease_complete_batch(st, scanned, max_payload, &run, &cache, &out, f)
+                          : lease_complete_tree(st, leases, max_payload, &run, &cache, &out, f);
     ok = batched >= 0;
     if (batched == 0)
       i = n; /* all done */

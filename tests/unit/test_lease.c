@@ -721,6 +721,9 @@ static void test_complete_batched(void **unused) {
   assert_int_equal(f.code, MUSTER_LEASE_LOST);
   snprintf(text, sizeof text, "leases[1]: token %lld is stale", (long long)tokens[1] + 1);
   assert_true(strncmp(f.message, text, strlen(text)) == 0);
+  /* Checked whole before anything is written: element 0 is untouched even
+   * before the rollback (one by one, it was completed, then rolled back). */
+  assert_string_equal(state_of(ids[0]), "leased");
   request_next(false);
   snprintf(body, sizeof body,
            "{\"leases\":[{\"task\":%lld,\"token\":%lld},"
@@ -812,6 +815,72 @@ static void test_complete_batched(void **unused) {
   assert_int_equal(counts_read(st, "c", counts, &f), MUSTER_OK);
   assert_int_equal(counts[TASK_DONE], 4);
   assert_int_equal(counts[TASK_LEASED], 0);
+}
+
+/* A parsed batch of completions (a body the scanner declines) takes the
+ * batch too when its fields are valid; a field error leaves the order of
+ * refusals to the element-by-element path. */
+static void test_complete_batched_tree(void **unused) {
+  make_queue("b", "{}");
+  make_queue("a", "{\"next\": \"b\"}");
+  int64_t ids[3], tokens[3];
+  for (int i = 0; i < 3; i++)
+    ids[i] = put("a", "{\"payload\": 1}");
+  json_t *l = lease("a", 3);
+  for (int i = 0; i < 3; i++)
+    tokens[i] = jint(json_array_get(l, i), "token");
+  json_decref(l);
+  request_next(true);
+  char text[512];
+  /* Element 1's task is not an integer, element 0's token is stale: element 0
+   * is refused first, as one by one. */
+  snprintf(text, sizeof text,
+           "{\"leases\": [{\"task\": %lld, \"token\": %lld}, {\"task\": \"x\", \"token\": 1}]}",
+           (long long)ids[0], (long long)tokens[0] + 1);
+  json_t *body = parse(text);
+  fail_t f = {0};
+  assert_null(lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f));
+  json_decref(body);
+  assert_int_equal(f.code, MUSTER_LEASE_LOST);
+  assert_true(strncmp(f.message, "leases[0]: token ", 17) == 0);
+  request_next(false);
+  /* Valid fields, a stale token last: the batch refuses it before writing. */
+  snprintf(text, sizeof text,
+           "{\"leases\": [{\"task\": %lld, \"token\": %lld}, {\"task\": %lld, \"token\": %lld}]}",
+           (long long)ids[0], (long long)tokens[0], (long long)ids[1], (long long)tokens[1] + 1);
+  body = parse(text);
+  f = (fail_t){0};
+  assert_null(lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f));
+  json_decref(body);
+  assert_true(strncmp(f.message, "leases[1]: token ", 17) == 0);
+  assert_string_equal(state_of(ids[0]), "leased");
+  request_next(false);
+  /* Out of id order, results written as the tree path writes them. */
+  snprintf(
+      text, sizeof text,
+      "{\"leases\": [{\"task\": %lld, \"token\": %lld, \"result\": {\"b\": [1, \"\\u00e9\"]}},"
+      " {\"task\": %lld, \"token\": %lld}, {\"task\": %lld, \"token\": %lld, \"result\": null}]}",
+      (long long)ids[2], (long long)tokens[2], (long long)ids[0], (long long)tokens[0],
+      (long long)ids[1], (long long)tokens[1]);
+  body = parse(text);
+  f = (fail_t){0};
+  json_t *reply = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
+  json_decref(body);
+  if (reply == NULL)
+    fail_msg("complete: %s", f.message);
+  json_decref(reply);
+  char got[64];
+  assert_string_equal(result_of(ids[2], got, sizeof got), "{\"b\":[1,\"\xc3\xa9\"]}");
+  assert_string_equal(result_of(ids[0], got, sizeof got), "<null>");
+  assert_string_equal(result_of(ids[1], got, sizeof got), "null");
+  for (int i = 0; i < 3; i++)
+    assert_string_equal(state_of(ids[i]), "done");
+  json_t *next = task_list(st, "b", -1, 0, 10, &f);
+  json_t *next_tasks = json_object_get(next, "tasks");
+  assert_int_equal(json_array_size(next_tasks), 3);
+  assert_int_equal(jint(json_array_get(next_tasks, 0), "parent"), ids[2]);
+  assert_int_equal(jint(json_array_get(next_tasks, 1), "parent"), ids[0]);
+  json_decref(next);
 }
 
 /* ---- put replies written as text ----
@@ -995,6 +1064,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_put_text, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_put_chunks, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_complete_batched, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_complete_batched_tree, fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
