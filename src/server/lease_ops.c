@@ -439,10 +439,10 @@ static muster_err_t lease_complete_check(store_t *st, const jscan_elem_t *e, siz
   return MUSTER_OK;
 }
 
-/* Completes the rows of every element of `body`, all found leased under
- * their tokens, with one UPDATE. */
-static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, fail_t *f) {
-  size_t n = body->count;
+/* Completes the rows of the first `n` elements of `body`, all found leased
+ * under their tokens, with one UPDATE. */
+static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, size_t n,
+                                        fail_t *f) {
   bool any_result = false;
   for (size_t i = 0; i < n; i++)
     any_result |= body->elems[i].text != NULL;
@@ -490,9 +490,30 @@ static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, f
   return err;
 }
 
+/* Completes the first `n` elements of `body` (held[i] their rows, checked):
+ * the rows, their counts in `run`, then each one's next stage, session,
+ * worker tally and reply, in element order. */
+static muster_err_t lease_complete_first(store_t *st, const jscan_body_t *body, size_t n,
+                                         const lease_held_t *held, counts_run_t *run,
+                                         apply_out_t *out, fail_t *f) {
+  if (n == 0)
+    return MUSTER_OK;
+  if (lease_complete_rows(st, body, n, f))
+    return f->code;
+  for (size_t i = 0; i < n; i++)
+    if (counts_run_add(st, run, held[i].queue.name, held[i].state, TASK_DONE, f))
+      return f->code;
+  for (size_t i = 0; i < n; i++)
+    if (op_complete_after(st, body->elems[i].text, &held[i], out, f))
+      return f->code;
+  return MUSTER_OK;
+}
+
 /* Completes the scanned batch `body` as described above.  Returns 1 when it
  * declines (nothing done: go element by element), 0 when done, -1 with *f
- * filled (the completions already counted are in `run`). */
+ * filled.  A refused element fails the batch after the elements before it
+ * were completed, as one by one: a request that keeps its writes after an
+ * error (http.c, `keep`) keeps theirs, counted. */
 static int lease_complete_batch(store_t *st, const jscan_body_t *body, size_t max_payload,
                                 counts_run_t *run, queue_t *cache, apply_out_t *out, fail_t *f) {
   size_t n = body->count;
@@ -507,21 +528,18 @@ static int lease_complete_batch(store_t *st, const jscan_body_t *body, size_t ma
     result = -1;
   } else if (lease_ids_distinct(body, sorted) &&
              (found = lease_held_batch(st, body, held, queues, f)) != 0) {
-    result = -1;
-    size_t i = 0;
-    for (; found > 0 && i < n; i++)
-      if (lease_complete_check(st, &body->elems[i], i, queues[i], &held[i], cache, max_payload, f))
-        break;
-    if (found > 0 && i == n && !lease_complete_rows(st, body, f)) {
-      for (i = 0; i < n; i++)
-        if (counts_run_add(st, run, held[i].queue.name, held[i].state, TASK_DONE, f))
-          break;
-      size_t k = 0;
-      for (; i == n && k < n; k++)
-        if (op_complete_after(st, body->elems[k].text, &held[k], out, f))
-          break;
-      result = i == n && k == n ? 0 : -1;
-    }
+    fail_t refused = {0};
+    size_t passed = 0;
+    while (found > 0 && passed < n &&
+           !lease_complete_check(st, &body->elems[passed], passed, queues[passed], &held[passed],
+                                 cache, max_payload, &refused))
+      passed++;
+    if (found < 0 || lease_complete_first(st, body, passed, held, run, out, f))
+      result = -1;
+    else if (passed < n)
+      result = (*f = refused, -1);
+    else
+      result = 0;
   }
   free(held);
   free(queues);
