@@ -143,9 +143,6 @@ static void orphan_remove(h1_server_t *s, h1_req_t *q) {
 const char *h1_method(const h1_req_t *q) {
   return q->method;
 }
-bool h1_is_head(const h1_req_t *q) {
-  return q->is_head;
-}
 const char *h1_path(const h1_req_t *q) {
   return q->path;
 }

@@ -74,7 +74,6 @@ void h1_uncork(h1_server_t *s);
 /* ---- the request ---- */
 
 const char *h1_method(const h1_req_t *q); /* "GET", "POST", ... as sent */
-bool h1_is_head(const h1_req_t *q);       /* method HEAD */
 const char *h1_path(const h1_req_t *q);   /* the target's path, still %-encoded */
 const char *h1_query(const h1_req_t *q);  /* the target's query (after '?'), or NULL */
 int64_t h1_length(const h1_req_t *q);     /* the announced Content-Length; -1: chunked */

@@ -28,7 +28,7 @@ struct reply {
   int status;
   char *body;       /* encoded JSON, or raw bytes when `type` is set; owned */
   const char *type; /* NULL: JSON; else the Content-Type of a raw body (static) */
-  size_t len;       /* bytes of a raw body */
+  size_t len;       /* bytes of the body (JSON without its final newline) */
   bool has_file;    /* the body is the first file_len bytes of file `fd` (owned) */
   int fd;
   int64_t file_len;
@@ -58,12 +58,13 @@ static json_t *http_error_body(muster_err_t code, const char *message) {
 
 void http_send_parked(head_t *h, h1_req_t *req, int status, json_t *body) {
   (void)h;
-  char *text = jw_dump(body, NULL);
+  size_t len;
+  char *text = jw_dump(body, &len);
   json_decref(body);
   if (text == NULL)
     http_send_error(req);
   else
-    http_send_body(req, status, NULL, text, strlen(text));
+    http_send_body(req, status, NULL, text, len);
 }
 
 /* Sends reply *r now (and frees it): the commit is done, or none was open. */
@@ -71,7 +72,7 @@ static void http_send_reply(reply_t *r) {
   if (r->has_file)
     h1_respond_file(r->req, r->status, r->type, r->fd, r->file_len);
   else
-    http_send_body(r->req, r->status, r->type, r->body, r->type ? r->len : strlen(r->body));
+    http_send_body(r->req, r->status, r->type, r->body, r->len);
   if (r->route != METRICS_ROUTE_SKIP)
     metrics_http(r->route, r->status, metrics_now_us() - r->start_us);
   free(r);
@@ -109,9 +110,10 @@ static void http_enqueue_body(head_t *h, h1_req_t *req, int status, const char *
 /* Queues JSON `body` (stolen) as a reply outside the route layer. */
 static void http_enqueue_json(head_t *h, h1_req_t *req, int status, json_t *body,
                               bool no_flush) {
-  char *text = jw_dump(body, NULL);
+  size_t len = 0;
+  char *text = jw_dump(body, &len);
   json_decref(body);
-  http_enqueue_body(h, req, status, NULL, text, 0, METRICS_ROUTE_SKIP, 0, no_flush);
+  http_enqueue_body(h, req, status, NULL, text, len, METRICS_ROUTE_SKIP, 0, no_flush);
 }
 
 void http_enqueue(head_t *h, h1_req_t *req, int status, json_t *body) {
@@ -182,15 +184,17 @@ void http_flush_list(head_t *h, reply_list_t *list, const fail_t *commit_failed)
     if (commit_failed) {
       json_t *error = http_error_body(MUSTER_STORE, fail_message(commit_failed));
       free(r->body);
-      r->body = jw_dump(error, NULL);
+      r->body = jw_dump(error, &r->len);
       json_decref(error);
       r->status = 500;
       r->type = NULL;
       if (r->has_file)
         close(r->fd);
       r->has_file = false;
-      if (r->body == NULL)
+      if (r->body == NULL) {
         r->body = strdup("{}");
+        r->len = r->body ? 2 : 0;
+      }
     }
     http_send_reply(r);
     r = next;
@@ -580,8 +584,9 @@ static void http_enqueue_req(http_req_t *r, const http_route_t *rt, int64_t star
                       start_us, false);
     r->raw = NULL;
   } else {
-    char *text = jw_dump(r->reply, NULL);
-    http_enqueue_body(r->head, r->req, r->status, NULL, text, 0, route, start_us,
+    size_t len = 0;
+    char *text = jw_dump(r->reply, &len);
+    http_enqueue_body(r->head, r->req, r->status, NULL, text, len, route, start_us,
                       r->no_flush && r->status < 400);
   }
   json_decref(r->reply);
