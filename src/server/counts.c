@@ -4,41 +4,150 @@
  * One row per (queue, state) that ever had a task, WITHOUT ROWID so that a
  * change is one b-tree seek on a table small enough to stay in the page
  * cache.  Rows that fall to 0 are kept (they come back soon in a live queue);
- * a deleted queue's rows go with it (counts_drop).  Changes are upserts:
- * a move is one statement that touches both rows, so a state change costs one
- * statement step whatever the batch size (the callers add up their batches).
+ * a deleted queue's rows go with it (counts_drop).
+ *
+ * Inside the turn's transaction a move is not written at once: it goes to a
+ * log of the transaction's count changes, and the commit writes their sums,
+ * one upsert per (queue, state) that changed, whatever the number of requests
+ * in the group (unbatched, each request moved a task or two: one statement
+ * each was 13 % of the head's instructions).  The log follows the requests'
+ * savepoints (a rolled-back request takes its changes out of it), a queue's
+ * deletion is a mark in it, and counts_read adds what it holds to the rows.
  */
 #include "counts.h"
 
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#define COUNTS_DROPPED (-2) /* a log entry: the queue's rows were deleted here */
+
+typedef struct {
+  char queue[NAME_MAX_LEN + 1];
+  int state;  /* a task state, or COUNTS_DROPPED */
+  int64_t n;  /* tasks added to (or taken from) the state */
+} counts_change_t;
+
+struct counts_log {
+  counts_change_t *changes; /* in the order they were made */
+  size_t n, cap;
+  size_t mark; /* changes made before the running request */
+};
+
+/* Writes `n` tasks more (or fewer) in `state` of `queue` now. */
+static muster_err_t counts_upsert(store_t *st, const char *queue, int state, int64_t n,
+                                  fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO queue_counts(queue, state, n) VALUES(?1, ?2, ?3)"
+                                   " ON CONFLICT(queue, state) DO UPDATE SET n = n + excluded.n");
+  if (s == NULL)
+    return store_fail(st, f, "task counts");
+  /* The queue name outlives the step: no copy needed. */
+  sqlite3_bind_text(s, 1, queue, -1, SQLITE_STATIC);
+  sqlite3_bind_int(s, 2, state);
+  sqlite3_bind_int64(s, 3, n);
+  return store_step_done(st, s, f);
+}
+
+/* Appends a change to the log (merged into the last one when it is the same
+ * queue and state); false when out of memory. */
+static bool counts_log_add(store_t *st, const char *queue, int state, int64_t n) {
+  struct counts_log **slot = store_counts_log(st), *log = *slot;
+  if (log == NULL && (log = *slot = calloc(1, sizeof *log)) == NULL)
+    return false;
+  if (state != COUNTS_DROPPED && log->n > log->mark) {
+    counts_change_t *last = &log->changes[log->n - 1];
+    if (last->state == state && strcmp(last->queue, queue) == 0) {
+      last->n += n;
+      return true;
+    }
+  }
+  if (log->n == log->cap) {
+    size_t cap = log->cap ? log->cap * 2 : 32;
+    counts_change_t *grown = realloc(log->changes, cap * sizeof *grown);
+    if (grown == NULL)
+      return false;
+    log->changes = grown;
+    log->cap = cap;
+  }
+  counts_change_t *c = &log->changes[log->n++];
+  snprintf(c->queue, sizeof c->queue, "%s", queue);
+  c->state = state;
+  c->n = n;
+  return true;
+}
+
+void counts_log_mark(store_t *st) {
+  struct counts_log *log = *store_counts_log(st);
+  if (log)
+    log->mark = log->n;
+}
+
+void counts_log_undo(store_t *st) {
+  struct counts_log *log = *store_counts_log(st);
+  if (log)
+    log->n = log->mark;
+}
+
+void counts_log_forget(store_t *st) {
+  struct counts_log *log = *store_counts_log(st);
+  if (log)
+    log->n = log->mark = 0;
+}
+
+void counts_log_free(store_t *st) {
+  struct counts_log **slot = store_counts_log(st);
+  if (*slot)
+    free((*slot)->changes);
+  free(*slot);
+  *slot = NULL;
+}
+
+muster_err_t counts_log_write(store_t *st, fail_t *f) {
+  struct counts_log *log = *store_counts_log(st);
+  if (log == NULL || log->n == 0)
+    return MUSTER_OK;
+  /* Sum per (queue, state) in place, in the log's own array: entry i takes
+   * the later changes of its queue and state, up to a deletion of the queue,
+   * which voids what came before it (the rows it deleted were those). */
+  counts_change_t *c = log->changes;
+  for (size_t i = 0; i < log->n; i++) {
+    if (c[i].state == COUNTS_DROPPED) {
+      for (size_t j = 0; j < i; j++)
+        if (c[j].state != COUNTS_DROPPED && strcmp(c[j].queue, c[i].queue) == 0)
+          c[j].n = 0;
+      continue;
+    }
+    for (size_t j = 0; j < i; j++)
+      if (c[j].n != 0 && c[j].state == c[i].state && strcmp(c[j].queue, c[i].queue) == 0) {
+        c[j].n += c[i].n; /* no deletion of the queue between j and i: it zeroed j */
+        c[i].n = 0;
+        break;
+      }
+  }
+  muster_err_t err = MUSTER_OK;
+  for (size_t i = 0; i < log->n && err == MUSTER_OK; i++)
+    if (c[i].state != COUNTS_DROPPED && c[i].n != 0)
+      err = counts_upsert(st, c[i].queue, c[i].state, c[i].n, f);
+  log->n = log->mark = 0;
+  return err;
+}
 
 muster_err_t counts_move(store_t *st, const char *queue, int from, int to, int64_t n, fail_t *f) {
   if (n == 0 || from == to)
     return MUSTER_OK;
   assert(from == COUNTS_NONE || (from >= 0 && from < TASK_STATE_COUNT));
   assert(to == COUNTS_NONE || (to >= 0 && to < TASK_STATE_COUNT));
-  sqlite3_stmt *s;
-  if (from == COUNTS_NONE || to == COUNTS_NONE) {
-    s = store_stmt(st, "INSERT INTO queue_counts(queue, state, n) VALUES(?1, ?2, ?3)"
-                       " ON CONFLICT(queue, state) DO UPDATE SET n = n + excluded.n");
-    if (s == NULL)
-      return store_fail(st, f, "task counts");
-    sqlite3_bind_int(s, 2, from == COUNTS_NONE ? to : from);
-    sqlite3_bind_int64(s, 3, from == COUNTS_NONE ? n : -n);
-  } else {
-    s = store_stmt(st, "INSERT INTO queue_counts(queue, state, n) VALUES(?1, ?2, -?4), (?1, ?3, ?4)"
-                       " ON CONFLICT(queue, state) DO UPDATE SET n = n + excluded.n");
-    if (s == NULL)
-      return store_fail(st, f, "task counts");
-    sqlite3_bind_int(s, 2, from);
-    sqlite3_bind_int(s, 3, to);
-    sqlite3_bind_int64(s, 4, n);
+  if (!store_in_tx(st)) {
+    /* Outside a transaction (start-up work): written at once. */
+    if (from != COUNTS_NONE && counts_upsert(st, queue, from, -n, f))
+      return f->code;
+    return to == COUNTS_NONE ? MUSTER_OK : counts_upsert(st, queue, to, n, f);
   }
-  /* The queue name outlives the step: no copy needed. */
-  sqlite3_bind_text(s, 1, queue, -1, SQLITE_STATIC);
-  return store_step_done(st, s, f);
+  if ((from != COUNTS_NONE && !counts_log_add(st, queue, from, -n)) ||
+      (to != COUNTS_NONE && !counts_log_add(st, queue, to, n)))
+    return fail_set(f, MUSTER_NOMEM, "out of memory (task counts)");
+  return MUSTER_OK;
 }
 
 muster_err_t counts_run_flush(store_t *st, counts_run_t *run, fail_t *f) {
@@ -66,7 +175,11 @@ muster_err_t counts_drop(store_t *st, const char *queue, fail_t *f) {
   if (s == NULL)
     return store_fail(st, f, "task counts");
   store_bind_text(s, 1, queue);
-  return store_step_done(st, s, f);
+  if (store_step_done(st, s, f))
+    return f->code;
+  if (store_in_tx(st) && !counts_log_add(st, queue, COUNTS_DROPPED, 0))
+    return fail_set(f, MUSTER_NOMEM, "out of memory (task counts)");
+  return MUSTER_OK;
 }
 
 muster_err_t counts_read(store_t *st, const char *queue, int64_t *by_state, fail_t *f) {
@@ -83,5 +196,20 @@ muster_err_t counts_read(store_t *st, const char *queue, int64_t *by_state, fail
       by_state[state] = sqlite3_column_int64(s, 1);
   }
   store_reset(s);
-  return rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, "task counts");
+  if (rc != SQLITE_DONE)
+    return store_fail(st, f, "task counts");
+  /* And what the open transaction changed and has not written yet (after a
+   * deletion of the queue, the rows read above are already gone). */
+  const struct counts_log *log = *store_counts_log(st);
+  for (size_t i = 0; log && i < log->n; i++) {
+    const counts_change_t *c = &log->changes[i];
+    if (strcmp(c->queue, queue) != 0)
+      continue;
+    if (c->state == COUNTS_DROPPED)
+      for (int state = 0; state < TASK_STATE_COUNT; state++)
+        by_state[state] = 0;
+    else if (c->state >= 0 && c->state < TASK_STATE_COUNT)
+      by_state[c->state] += c->n;
+  }
+  return MUSTER_OK;
 }

@@ -1,6 +1,7 @@
 /*
  * counts.h — the number of tasks per queue and state, kept in `queue_counts`
- * in the same transaction as every change to the tasks themselves.
+ * in the same transaction as every change to the tasks themselves (written
+ * at its commit, counts.c).
  *
  * Readers (a queue's "counts", /metrics) read six rows instead of counting
  * tasks, and no index over (queue, state) has to be rewritten at every state
@@ -44,6 +45,17 @@ muster_err_t counts_run_add(store_t *st, counts_run_t *run, const char *queue, i
  * batch, failures included: what was changed is counted, whether or not the
  * request's savepoint is then rolled back. */
 muster_err_t counts_run_flush(store_t *st, counts_run_t *run, fail_t *f);
+
+/* The log of the open transaction's count changes, for store.c: a request
+ * begins (its changes come after the mark), a request was rolled back (its
+ * changes are dropped), the transaction commits (the sums are written, in it;
+ * MUSTER_OK or MUSTER_STORE), it was rolled back (all dropped), the store
+ * closes. */
+void counts_log_mark(store_t *st);
+void counts_log_undo(store_t *st);
+muster_err_t counts_log_write(store_t *st, fail_t *f);
+void counts_log_forget(store_t *st);
+void counts_log_free(store_t *st);
 
 /* Forgets the counts of `queue` (after its tasks were deleted with it). */
 muster_err_t counts_drop(store_t *st, const char *queue, fail_t *f);

@@ -9,6 +9,7 @@
  * `migrations`; PRAGMA user_version records how many ran.
  */
 #include "store.h"
+#include "counts.h"
 #include "log.h"
 #include "metrics.h"
 #include "walvfs.h"
@@ -43,6 +44,7 @@ struct store {
   store_session_fn on_session;
   void *hook_arg;
   store_map_t map;       /* what muster_map() reads (store_map_set) */
+  struct counts_log *counts; /* count changes of the open transaction (counts.c) */
   size_t nstmts;
   stmt_slot_t stmts[STORE_STMT_CACHE];
 };
@@ -368,9 +370,14 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
   return st;
 }
 
+struct counts_log **store_counts_log(store_t *st) {
+  return &st->counts;
+}
+
 void store_close(store_t *st) {
   if (st == NULL)
     return;
+  counts_log_free(st);
   if (st->in_tx && st->db)
     sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
   for (size_t i = 0; i < st->nstmts; i++)
@@ -425,13 +432,16 @@ muster_err_t store_request_begin(store_t *st, fail_t *f) {
     if (st->on_tx)
       st->on_tx(st->hook_arg);
   }
+  counts_log_mark(st);
   return store_control(st, "SAVEPOINT req", f);
 }
 
 void store_request_end(store_t *st, bool ok) {
   fail_t ignored = {0};
-  if (!ok)
+  if (!ok) {
     store_control(st, "ROLLBACK TO req", &ignored);
+    counts_log_undo(st); /* the count changes go with the rows they counted */
+  }
   store_control(st, "RELEASE req", &ignored);
   metrics_request_end(ok);
 }
@@ -458,9 +468,11 @@ muster_err_t store_commit(store_t *st, fail_t *f) {
       ok = store_step_done(st, s, f) == MUSTER_OK;
     }
   }
+  ok = ok && counts_log_write(st, f) == MUSTER_OK;
   int64_t start_us = metrics_now_us();
   if (!ok || store_control(st, "COMMIT", f) != MUSTER_OK) {
     sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    counts_log_forget(st);
     metrics_commit(false, metrics_now_us() - start_us);
     return MUSTER_STORE;
   }

@@ -33,10 +33,48 @@
 
 /* ---- the check ---- */
 
+/* Fails unless what counts_read gives (the rows and the open transaction's
+ * changes not written yet) agrees with a recount of the tasks, for every
+ * queue that has tasks or rows. */
+static void check_read(const char *step) {
+  static const char *const queues = "SELECT queue FROM tasks UNION SELECT queue FROM queue_counts";
+  static const char *const recount = "SELECT count(*) FROM tasks WHERE queue = ?1 AND state = ?2";
+  sqlite3_stmt *q = NULL, *c = NULL;
+  assert_int_equal(sqlite3_prepare_v2(store_db(st), queues, -1, &q, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_prepare_v2(store_db(st), recount, -1, &c, NULL), SQLITE_OK);
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    const char *queue = (const char *)sqlite3_column_text(q, 0);
+    int64_t by_state[TASK_STATE_COUNT];
+    fail_t f = {0};
+    assert_int_equal(counts_read(st, queue, by_state, &f), MUSTER_OK);
+    for (int state = 0; state < TASK_STATE_COUNT; state++) {
+      sqlite3_bind_text(c, 1, queue, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_int(c, 2, state);
+      assert_int_equal(sqlite3_step(c), SQLITE_ROW);
+      int64_t there = sqlite3_column_int64(c, 0);
+      sqlite3_reset(c);
+      if (by_state[state] != there)
+        fail_msg("after %s, before the commit: queue %s, state %s: read %lld, there are %lld",
+                 step, queue, task_state_name(state), (long long)by_state[state],
+                 (long long)there);
+    }
+  }
+  sqlite3_finalize(c);
+  sqlite3_finalize(q);
+}
+
 /* Fails unless queue_counts agrees with a recount of the tasks: every row
  * holds its (queue, state)'s number of tasks, and every (queue, state) with
- * tasks has a row.  `step` names what just happened, for the message. */
+ * tasks has a row.  Inside a transaction the count changes wait for its
+ * commit (counts.c), so this first checks what readers see, then commits the
+ * transaction and checks the rows alone.  `step` names what just happened,
+ * for the message. */
 static void check_recount(const char *step) {
+  check_read(step);
+  fail_t f = {0};
+  store_request_end(st, true);
+  assert_int_equal(store_commit(st, &f), MUSTER_OK);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
   static const char *const sql =
       "SELECT c.queue, c.state, c.n,"
       " (SELECT count(*) FROM tasks t WHERE t.queue = c.queue AND t.state = c.state)"
@@ -351,6 +389,33 @@ static void test_sessions(void **unused) {
   expect("session expiry", "a", "0 1 0 0 0 0");
 }
 
+/* Count changes wait for the commit (counts.c): a queue deleted and made
+ * again in one transaction keeps only what came after its deletion, also when
+ * the request that deleted it is rolled back in between. */
+static void test_changes_wait_for_the_commit(void **unused) {
+  fail_t f = {0};
+  int64_t n = 0;
+  make_queue("d", "{}");
+  put("d", "[{\"payload\": 1}, {\"payload\": 2}]");
+  expect("two puts", "d", "2 0 0 0 0 0"); /* committed */
+  put("d", "[{\"payload\": 3}]");
+  json_t *l = lease("d", 0, 1);
+  json_decref(l);
+  check_read("a put and a lease, not committed");
+  assert_int_equal(queue_delete(st, "d", &n, &f), MUSTER_OK);
+  assert_int_equal(n, 3);
+  make_queue("d", "{}");
+  put("d", "[{\"payload\": 4}]");
+  check_read("delete, make again and put, not committed");
+  /* A request that deletes the queue again, rolled back: the marks go too. */
+  store_request_end(st, true);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  assert_int_equal(queue_delete(st, "d", &n, &f), MUSTER_OK);
+  store_request_end(st, false);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  expect("the deletion rolled back", "d", "1 0 0 0 0 0");
+}
+
 /* A request that fails half-way is rolled back to its savepoint: its counts
  * with it. */
 static void test_rollback(void **unused) {
@@ -575,6 +640,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_flags_and_pipelines, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_sessions, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_rollback, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_changes_wait_for_the_commit, fixture_setup,
+                                      fixture_teardown),
       cmocka_unit_test_setup_teardown(test_mixed_batches, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_kept_after_refusal, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_listing_by_state, fixture_setup, fixture_teardown),
