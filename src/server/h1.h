@@ -7,7 +7,8 @@
  * life, its input is one contiguous buffer parsed in place, and every
  * complete request found in a read is dispatched at once, so requests
  * pipelined on one connection share the turn's transaction and its group
- * commit.  Replies may be given in any order (a long-poll answered late, a
+ * commit (but for those behind a request answered later, h1_hold, which wait
+ * for its answer).  Replies may be given in any order (a long-poll answered late, a
  * commit's replies at once); each connection writes them in the order of its
  * requests, as HTTP/1.1 requires, with one writev for as many as are ready.
  *
@@ -80,8 +81,9 @@ int64_t h1_length(const h1_req_t *q);     /* the announced Content-Length; -1: c
 /* The value of header `name` (any case), trimmed; the first one when it is
  * repeated; NULL when absent. */
 const char *h1_header(const h1_req_t *q, const char *name);
-/* The body read whole (NUL-terminated, `*len` bytes without the NUL); NULL
- * with 0 when there is none. */
+/* The body read whole, `*len` bytes, valid during the dispatch only (it may
+ * lie in the connection's input buffer: not NUL-terminated); NULL with 0
+ * when there is none. */
 const char *h1_body(const h1_req_t *q, size_t *len);
 /* True when the client closed its connection or it failed: nobody would read
  * a reply. */
