@@ -17,6 +17,7 @@
 #include "counts.h"
 
 #include <assert.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,29 +104,56 @@ void counts_log_free(store_t *st) {
   *slot = NULL;
 }
 
+/* The slot of (queue, state) in an open-addressed table of mask + 1 slots
+ * that hold indexes into `c` plus one (0: empty): its own, or the empty one
+ * where it goes. */
+static size_t counts_slot(const uint32_t *slots, size_t mask, const counts_change_t *c,
+                          const char *queue, int state) {
+  uint64_t h = 14695981039346656037ULL ^ (uint64_t)(state + 3); /* FNV-1a */
+  for (const char *p = queue; *p; p++)
+    h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+  size_t i = (size_t)h & mask;
+  while (slots[i] != 0 &&
+         (c[slots[i] - 1].state != state || strcmp(c[slots[i] - 1].queue, queue) != 0))
+    i = (i + 1) & mask;
+  return i;
+}
+
 muster_err_t counts_log_write(store_t *st, fail_t *f) {
   struct counts_log *log = *store_counts_log(st);
   if (log == NULL || log->n == 0)
     return MUSTER_OK;
-  /* Sum per (queue, state) in place, in the log's own array: entry i takes
-   * the later changes of its queue and state, up to a deletion of the queue,
-   * which voids what came before it (the rows it deleted were those). */
+  /* Sum per (queue, state) in place, in the log's own array, through a hash
+   * table of the first entry of each (a batch completing into a next stage
+   * alternates two queues: thousands of entries).  A deletion of a queue
+   * zeroes its entries so far (the rows it deleted held those changes); the
+   * later changes then gather into the same entries. */
+  size_t size = 16;
+  while (size < 2 * log->n)
+    size *= 2;
+  uint32_t *slots = calloc(size, sizeof *slots);
   counts_change_t *c = log->changes;
-  for (size_t i = 0; i < log->n; i++) {
+  muster_err_t err = MUSTER_OK;
+  if (slots == NULL)
+    err = fail_set(f, MUSTER_NOMEM, "out of memory (task counts)");
+  for (size_t i = 0; slots && i < log->n; i++) {
     if (c[i].state == COUNTS_DROPPED) {
-      for (size_t j = 0; j < i; j++)
-        if (c[j].state != COUNTS_DROPPED && strcmp(c[j].queue, c[i].queue) == 0)
-          c[j].n = 0;
+      for (int state = 0; state < TASK_STATE_COUNT; state++) {
+        size_t k = counts_slot(slots, size - 1, c, c[i].queue, state);
+        if (slots[k] != 0)
+          c[slots[k] - 1].n = 0;
+      }
       continue;
     }
-    for (size_t j = 0; j < i; j++)
-      if (c[j].n != 0 && c[j].state == c[i].state && strcmp(c[j].queue, c[i].queue) == 0) {
-        c[j].n += c[i].n; /* no deletion of the queue between j and i: it zeroed j */
-        c[i].n = 0;
-        break;
-      }
+    size_t k = counts_slot(slots, size - 1, c, c[i].queue, c[i].state);
+    if (slots[k] == 0) {
+      slots[k] = (uint32_t)i + 1;
+    } else {
+      c[slots[k] - 1].n += c[i].n;
+      c[i].n = 0;
+    }
   }
-  muster_err_t err = MUSTER_OK;
+  free(slots);
   for (size_t i = 0; i < log->n && err == MUSTER_OK; i++)
     if (c[i].state != COUNTS_DROPPED && c[i].n != 0)
       err = counts_upsert(st, c[i].queue, c[i].state, c[i].n, f);

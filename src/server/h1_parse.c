@@ -499,14 +499,13 @@ static void head_done(h1_conn_t *c, h1_req_t *q) {
   if (q->streamed) {
     frame_init(&c->frame, body ? q->length : 0);
     c->state = ST_DISCARD; /* until a sink takes the body */
-    bool keep = q->keep_alive;
     if (q->expect_continue && body)
       q->close = true; /* refused, the client may wait for "100 Continue" forever */
     req_dispatch(q);
     if (c->dead)
       return;
     if (q->on_data || c->state == ST_STREAM) {
-      q->close = !keep;
+      q->close = !q->keep_alive;
     } else if (q->expect_continue && body) {
       c->state = ST_IGNORE;
     } else if (h1_frame_empty(&c->frame)) {

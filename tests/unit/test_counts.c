@@ -416,6 +416,31 @@ static void test_changes_wait_for_the_commit(void **unused) {
   expect("the deletion rolled back", "d", "1 0 0 0 0 0");
 }
 
+/* Many queues' changes in one transaction, one queue deleted among them: the
+ * commit sums them per (queue, state) through its hash table (collisions
+ * included) and writes each sum once. */
+static void test_many_queues_in_one_commit(void **unused) {
+  fail_t f = {0};
+  int64_t n = 0;
+  char name[32];
+  for (int i = 0; i < 40; i++) {
+    snprintf(name, sizeof name, "m%d", i);
+    make_queue(name, "{}");
+    put(name, "[{\"payload\": 1}, {\"payload\": 2}, {\"payload\": 3}]");
+    json_decref(lease(name, 0, 1));
+  }
+  assert_int_equal(queue_delete(st, "m7", &n, &f), MUSTER_OK);
+  make_queue("m7", "{}");
+  put("m7", "[{\"payload\": 1}]");
+  for (int i = 0; i < 40; i += 3) {
+    snprintf(name, sizeof name, "m%d", i);
+    json_decref(lease(name, 0, 1));
+  }
+  expect("forty queues in one commit", "m7", "1 0 0 0 0 0");
+  expect("forty queues in one commit", "m0", "1 2 0 0 0 0");
+  expect("forty queues in one commit", "m1", "2 1 0 0 0 0");
+}
+
 /* A request that fails half-way is rolled back to its savepoint: its counts
  * with it. */
 static void test_rollback(void **unused) {
@@ -641,6 +666,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sessions, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_rollback, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_changes_wait_for_the_commit, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_many_queues_in_one_commit, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_mixed_batches, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_kept_after_refusal, fixture_setup, fixture_teardown),
