@@ -24,11 +24,13 @@
 
 /* Records that `n` tasks of `queue` went from state `from` to state `to`
  * (either may be COUNTS_NONE: an insert or a delete).  Nothing to do when
- * n is 0 or from equals to.  Returns MUSTER_OK or MUSTER_STORE. */
+ * n is 0 or from equals to.  In a transaction the move goes to its log and
+ * is written at the commit (counts.c).  Returns MUSTER_OK, MUSTER_STORE or
+ * MUSTER_NOMEM. */
 muster_err_t counts_move(store_t *st, const char *queue, int from, int to, int64_t n, fail_t *f);
 /* A run of equal moves added up before one write, for the batch paths (a
  * put, a session's submit, a batch of completions or leases), whose elements
- * mostly share their queue and states: one upsert per batch instead of one
+ * mostly share their queue and states: one move per batch instead of one
  * per task.  Start it zeroed ({0}). */
 typedef struct counts_run {
   char queue[NAME_MAX_LEN + 1];
@@ -37,11 +39,11 @@ typedef struct counts_run {
 } counts_run_t;
 
 /* Adds one move of a task of `queue` from `from` to `to` to the run; when
- * the run holds moves of another queue or states, writes those first.
- * Returns MUSTER_OK or MUSTER_STORE. */
+ * the run holds moves of another queue or states, moves those first
+ * (counts_move).  Returns what counts_move returns. */
 muster_err_t counts_run_add(store_t *st, counts_run_t *run, const char *queue, int from, int to,
                             fail_t *f);
-/* Writes what the run holds and empties it.  Call it on every way out of the
+/* Moves what the run holds and empties it.  Call it on every way out of the
  * batch, failures included: what was changed is counted, whether or not the
  * request's savepoint is then rolled back. */
 muster_err_t counts_run_flush(store_t *st, counts_run_t *run, fail_t *f);
