@@ -32,12 +32,13 @@ HEAD_URL = "http://%s.1:7370" % SUBNET
 TAG = "mst%d" % (os.getpid() % 100000)  # unique per run: names, node tags
 NS = {"h": TAG + "-h", "1": TAG + "-1", "2": TAG + "-2"}
 # The worker command: mark the input as started on this node, hold while the node's
-# gate file exists (so the test can catch every worker of node 1 mid-task), burn a
-# little CPU, mark it finished and answer "INPUT SQUARE NODE".  NODE_DIR and NODE_TAG
-# come from the agent's environment.
+# gate file exists (marking the input "held": a held input cannot finish while the gate
+# stands, so the test can catch every worker of node 1 mid-task), burn a little CPU
+# and answer "INPUT SQUARE NODE".  NODE_DIR and NODE_TAG come from the
+# agent's environment.
 WORK = ('read x; touch "$NODE_DIR/started-$x"; '
-        'while [ -e "$NODE_DIR/gate" ]; do sleep 0.05; done; i=0; '
-        'while [ $i -lt 3000 ]; do i=$((i+1)); done; touch "$NODE_DIR/finished-$x"; '
+        'while [ -e "$NODE_DIR/gate" ]; do touch "$NODE_DIR/held-$x"; sleep 0.05; done; i=0; '
+        'while [ $i -lt 3000 ]; do i=$((i+1)); done; '
         'echo "$x $((x*x)) $NODE_TAG"')
 
 
@@ -213,12 +214,8 @@ def node_state(node):
 
 
 def markers(node_dir, kind):
-    """Inputs with a `kind` ("started", "finished") marker in `node_dir`."""
+    """Inputs with a `kind` ("started", "held") marker in `node_dir`."""
     return {int(n.split("-", 1)[1]) for n in os.listdir(node_dir) if n.startswith(kind + "-")}
-
-
-def in_flight(node_dir):
-    return markers(node_dir, "started") - markers(node_dir, "finished")
 
 
 def run_map(cluster, dir1, kill_at):
@@ -237,12 +234,14 @@ def run_map(cluster, dir1, kill_at):
     for line in proc.stdout:
         lines.append(line.rstrip("\n"))
         if len(lines) == kill_at:
-            # Close node 1's gate and wait until both its workers hold a task, so the
-            # kill always catches tasks in flight.
+            # Close node 1's gate and wait until both its workers are held at it. A
+            # task past the gate when it closed still finishes; a held one cannot, so
+            # the kill always catches exactly the held tasks in flight.
             open(os.path.join(dir1, "gate"), "w").close()
-            wait_for("both workers of node 1 mid-task", lambda: len(in_flight(dir1)) == 2)
-            log("%d results in; kill -9 of node 1's agent (pid %d) with inputs %s in flight" %
-                (kill_at, cluster.procs["node1"].pid, sorted(in_flight(dir1))))
+            wait_for("both workers of node 1 held at the gate",
+                     lambda: len(markers(dir1, "held")) == 2)
+            log("%d results in; kill -9 of node 1's agent (pid %d) with inputs %s held" %
+                (kill_at, cluster.procs["node1"].pid, sorted(markers(dir1, "held"))))
             os.kill(cluster.procs["node1"].pid, signal.SIGKILL)
     rc = proc.wait(timeout=120)
     return rc, lines
@@ -289,7 +288,9 @@ def main():
         lost = started1 - by_node[tag1]
         log("node 1 started %d inputs and finished %d; %d were lost with it: %s" %
             (len(started1), len(by_node[tag1]), len(lost), sorted(lost)[:10]))
-        assert len(lost) == 2, "node 1 had 2 inputs in flight when killed, not %d" % len(lost)
+        held = markers(dir1, "held")
+        assert lost == held, "node 1 had inputs %s held when killed; lost %s" % (
+            sorted(held), sorted(lost))
         assert lost <= by_node[tag2], "lost inputs not run by node 2: %s" % (lost - by_node[tag2])
 
         try:
