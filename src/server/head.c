@@ -352,6 +352,9 @@ static void head_flushed(head_t *h, reply_list_t *group, int err) {
     http_flush_list(h, group, NULL);
     return;
   }
+  /* What was committed during the failed flush would be covered only by a
+   * later one, whose success would prove nothing: it fails with the group. */
+  http_list_concat(group, &h->committed);
   fail_t f;
   fail_set(&f, MUSTER_STORE, "store: flushing the write-ahead log failed: %s", strerror(err));
   log_msg(LOG_ERROR, "%s; stopping: acknowledged writes could not be made durable", f.message);
@@ -378,13 +381,50 @@ static void head_synced(void *arg, int err) {
   reply_list_t group = h->syncing;
   h->syncing = (reply_list_t){NULL, NULL};
   head_flushed(h, &group, err);
-  if (store_in_tx(h->st))
+  if (store_in_tx(h->st) || h->committed.head)
     head_commit(-1, 0, h);
+}
+
+/* Commits the open transaction (if any) and takes what it answers: the
+ * replies committed during the last flush first, then the turn's.  False
+ * when the commit failed: its replies were answered 500 then. */
+static bool head_commit_group(head_t *h, reply_list_t *group) {
+  fail_t f = {0};
+  if (store_in_tx(h->st)) {
+    if (store_commit(h->st, &f) != MUSTER_OK) {
+      http_flush(h, &f);
+      return false;
+    }
+    h->commits++;
+    int64_t inserted = store_take_new_tasks(h->st);
+    if (inserted < h->unflushed_tasks)
+      h->unflushed_tasks = inserted;
+  }
+  reply_list_t pending = http_take_pending(h);
+  http_list_concat(group, &pending);
+  return true;
+}
+
+/* Sends the replies of `group` that need no flush (leases of tasks on disk). */
+static void head_send_unflushed(head_t *h, reply_list_t *group) {
+  reply_list_t leases = http_list_take_unflushed(group);
+  if (leases.head) {
+    metrics_unflushed_replies(http_list_length(&leases));
+    http_flush_list(h, &leases, NULL);
+  }
 }
 
 /* Runs after every other event of the turn that opened the transaction:
  * serve woken waiters, commit once, then release the replies: at once with
- * --sync normal, once the WAL is flushed with --sync full. */
+ * --sync normal, once the WAL is flushed with --sync full.
+ *
+ * While a flush runs, the transaction gathers the requests that arrive, to
+ * commit when the flush ends; but when the turn granted a lease that may go
+ * out at its commit (head_lease_on_disk), it commits now: the lease is
+ * answered, and the rest of the group waits in `committed` for the next
+ * flush.  A worker that completes a task and leases the next in two requests
+ * then gets its lease during the flush, and its next request can join the
+ * group that flush's end commits instead of the one after. */
 static void head_commit(evutil_socket_t fd, short what, void *arg) {
   head_t *h = arg;
   waiter_serve(h);
@@ -396,29 +436,28 @@ static void head_commit(evutil_socket_t fd, short what, void *arg) {
     http_flush(h, &f);
     return;
   }
-  if (h->syncer != NULL && syncer_busy(h->syncer))
-    return; /* head_synced commits the group gathered meanwhile */
-  if (store_commit(h->st, &f) != MUSTER_OK) {
-    http_flush(h, &f);
+  reply_list_t group = {NULL, NULL};
+  if (h->syncer != NULL && syncer_busy(h->syncer)) {
+    if (!http_pending_unflushed(h))
+      return; /* head_synced commits the group gathered meanwhile */
+    if (head_commit_group(h, &group)) {
+      head_send_unflushed(h, &group);
+      http_list_concat(&h->committed, &group);
+    }
     return;
   }
-  h->commits++;
-  int64_t inserted = store_take_new_tasks(h->st);
-  if (inserted < h->unflushed_tasks)
-    h->unflushed_tasks = inserted;
+  group = h->committed;
+  h->committed = (reply_list_t){NULL, NULL};
+  if (!head_commit_group(h, &group) && group.head == NULL)
+    return;
   /* A group that changed nothing (reads) only saw what earlier flushes made
    * durable: its replies need no flush of their own. */
   int64_t changes = h->syncer ? store_changes(h->st) : 0;
   if (h->syncer == NULL || changes == h->flushed_changes) {
-    http_flush(h, NULL);
+    http_flush_list(h, &group, NULL);
     return;
   }
-  reply_list_t group = http_take_pending(h);
-  reply_list_t leases = http_list_take_unflushed(&group);
-  if (leases.head) {
-    metrics_unflushed_replies(http_list_length(&leases));
-    http_flush_list(h, &leases, NULL);
-  }
+  head_send_unflushed(h, &group);
   if (group.head == NULL)
     return; /* nothing waits: the next flush carries these writes */
   h->flushed_changes = changes;
@@ -444,6 +483,7 @@ static void head_drain_syncs(head_t *h) {
   h->syncer = NULL;
   reply_list_t group = h->syncing;
   h->syncing = (reply_list_t){NULL, NULL};
+  http_list_concat(&group, &h->committed);
   fail_t f = {0};
   if (!h->sync_failed && store_in_tx(h->st)) {
     if (store_commit(h->st, &f) != MUSTER_OK) {

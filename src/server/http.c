@@ -135,6 +135,13 @@ reply_list_t http_take_pending(head_t *h) {
   return list;
 }
 
+bool http_pending_unflushed(const head_t *h) {
+  for (const reply_t *r = h->pending_head; r; r = r->next)
+    if (r->no_flush)
+      return true;
+  return false;
+}
+
 size_t http_list_length(const reply_list_t *list) {
   size_t n = 0;
   for (const reply_t *r = list->head; r; r = r->next)

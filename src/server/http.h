@@ -125,6 +125,8 @@ void http_flush(head_t *h, const fail_t *commit_failed);
 
 /* Takes the pending replies out, leaving the pending list empty. */
 reply_list_t http_take_pending(head_t *h);
+/* True when a pending reply needs its commit but no flush (no_flush). */
+bool http_pending_unflushed(const head_t *h);
 /* The number of replies in `list`. */
 size_t http_list_length(const reply_list_t *list);
 /* Moves the replies of `list` that need no flush (http_enqueue_unflushed, a

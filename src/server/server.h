@@ -59,6 +59,7 @@ typedef struct head {
   syncer_t *syncer;        /* flushes the WAL off the loop (--sync full), or NULL */
   int wal_fd;              /* the WAL file the syncer flushes, or -1 */
   reply_list_t syncing;    /* committed, waiting for the WAL flush in flight */
+  reply_list_t committed;  /* committed during that flush, waiting for the next one */
   int64_t flushed_changes; /* store_changes() covered by the last flush begun */
   int64_t flush_started_us; /* when the thread's flush in flight began (metrics) */
   int64_t tx_started_us;   /* when the turn's transaction opened (head_commit's flush policy) */

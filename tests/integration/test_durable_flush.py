@@ -10,8 +10,9 @@ groups), and reads must flush nothing.  With the flush made to fail (EIO), the w
 it covered is answered 500 and the head stops with a non-zero status.
 
 A lease of tasks already on disk is answered at its commit without a flush of its
-own (a power loss could forget only the lease); one that hands out a task whose put
-is not on disk yet waits for that flush; --sync-leases flushes every lease.
+own (a power loss could forget only the lease), also while another group's flush is
+in flight; one that hands out a task whose put is not on disk yet waits for that flush;
+--sync-leases flushes every lease.
 """
 import os
 import re
@@ -33,6 +34,22 @@ FLUSH_S = 0.3
 # "PID fdatasync(FD</path>) = 0" and "PID fdatasync(FD</path> <unfinished ...>";
 # strace -y prints an fd as N</path>.
 FLUSH = re.compile(r"^(\d+) +fdatasync\(\d+<([^>]*)>")
+
+
+# fdatasync's system call number, as /proc/PID/task/TID/syscall shows a thread in it.
+FDATASYNC = {"x86_64": 75, "aarch64": 83}
+
+
+def in_syscall(pid, number):
+    """True when a thread of process `pid` is in system call `number`."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/syscall" % (pid, tid)) as f:
+                if f.read().split(" ", 1)[0] == str(number):
+                    return True
+        except OSError:
+            pass
+    return False
 
 
 def wal_flushes(path):
@@ -267,6 +284,63 @@ class DurableFlushTest(unittest.TestCase):
         for n in range(4):
             self.assertGreaterEqual(got[n, "at"] - sent, FLUSH_S,
                                     "a task was leased before its put was on disk")
+        self.stop_head()
+
+    def test_a_lease_during_a_flush_is_answered_before_it_ends(self):
+        # Every flush on the helper thread, held FLUSH_S: a lease of tasks on disk
+        # that arrives while a put's flush is in flight commits at once and is
+        # answered then, not when the flush ends; a put that arrives meanwhile is
+        # committed too (with the lease or at the flush's end) but waits for a
+        # flush of its own.
+        number = FDATASYNC.get(os.uname().machine)
+        if number is None:
+            self.skipTest("fdatasync's system call number on %s is not known here" %
+                          os.uname().machine)
+        h = self.head
+        os.environ["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        try:
+            self.start_traced("-e", "trace=fdatasync",
+                              "-e", "inject=fdatasync:delay_exit=%d" % int(FLUSH_S * 1e6))
+        finally:
+            del os.environ["MUSTER_FLUSH_THREAD_MIN"]
+        q = "midflush"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        put(h, q, ["a", "b", "c"])
+        self.assertEqual(len(lease(h, q, {"max": 1})), 1)  # raises the token floor
+        head_pid = self.traced_heads()[0]
+        done = {}
+
+        def write(name):
+            conn = h.connection()
+            try:
+                done[name, "sent"] = time.monotonic()
+                done[name] = put(h, q, [name], conn=conn)
+                done[name, "took"] = time.monotonic() - done[name, "sent"]
+            finally:
+                conn.close()
+
+        first = threading.Thread(target=write, args=("first",))
+        first.start()
+        # The put's flush is in flight when a thread of the head is in fdatasync
+        # (held there by strace); every request before it was answered already.
+        harness.wait_until(lambda: in_syscall(head_pid, number), timeout=20,
+                           what="the put's flush to be in flight")
+        second = threading.Thread(target=write, args=("second",))
+        second.start()
+        harness.wait_until(lambda: ("second", "sent") in done, what="the second put to be sent")
+        leases = lease(h, q, {"max": 1})
+        answered = time.monotonic()
+        self.assertEqual([l["payload"] for l in leases], ["b"])
+        # The flush in flight began after the first put was sent and lasts FLUSH_S.
+        self.assertLess(answered - done["first", "sent"], FLUSH_S,
+                        "the lease waited for the flush in flight")
+        first.join(60)
+        second.join(60)
+        self.assertGreaterEqual(done["first", "took"], FLUSH_S)
+        self.assertGreaterEqual(done["second", "took"], FLUSH_S,
+                                "a put that came during a flush was answered by it")
+        counts = h.request("GET", "/v1/queues/" + q).json["counts"]
+        self.assertEqual((counts["queued"], counts["leased"]), (3, 2))
         self.stop_head()
 
     def test_sync_leases_flushes_every_lease(self):
