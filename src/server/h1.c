@@ -48,12 +48,6 @@ static void conn_linger(h1_conn_t *c);
 static void conn_resume(h1_conn_t *c);
 static void conn_write(h1_conn_t *c);
 
-static int64_t h1_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static const char *h1_reason(int status) {
   switch (status) {
   case 100:
@@ -78,6 +72,8 @@ static const char *h1_reason(int status) {
     return "Not Found";
   case 405:
     return "Method Not Allowed";
+  case 408:
+    return "Request Timeout";
   case 409:
     return "Conflict";
   case 410:
@@ -363,6 +359,7 @@ static bool conn_advance(h1_conn_t *c, size_t n) {
         return true;
       q->continue_pending = false;
       c->cont_off = 0;
+      c->read_ms = h1_now_ms(); /* the body's wait starts now (h1_timeout.c) */
       return true;
     }
     if (!q->done)
@@ -534,6 +531,19 @@ static void conn_linger(h1_conn_t *c) {
   c->writing = false;
 }
 
+void h1_req_orphan(h1_req_t *q) {
+  h1_server_t *s = q->srv;
+  q->conn = NULL;
+  q->next = s->orphans;
+  s->orphans = q;
+  if (q->on_end) {
+    h1_body_end_fn end = q->on_end;
+    void *sink = q->sink;
+    h1_body_detach(q);
+    end(sink, H1_BODY_GONE);
+  }
+}
+
 /* Frees a dead connection: held requests become orphans (a streamed one's
  * sink hears that the body is gone), the others are freed. */
 static void conn_free(h1_conn_t *c) {
@@ -542,19 +552,10 @@ static void conn_free(h1_conn_t *c) {
   c->first = c->last = NULL;
   while (q) {
     h1_req_t *next = q->next;
-    if (q->held) {
-      q->conn = NULL;
-      q->next = s->orphans;
-      s->orphans = q;
-      if (q->on_end) {
-        h1_body_end_fn end = q->on_end;
-        void *sink = q->sink;
-        h1_body_detach(q);
-        end(sink, H1_BODY_GONE);
-      }
-    } else {
+    if (q->held)
+      h1_req_orphan(q);
+    else
       h1_req_free(q);
-    }
     q = next;
   }
   if (c->prev)
@@ -566,6 +567,8 @@ static void conn_free(h1_conn_t *c) {
   s->nconns--;
   event_free(c->rev);
   event_free(c->wev);
+  if (c->deadline_ev)
+    event_free(c->deadline_ev);
   close(c->fd);
   free(c->in);
   free(c);
@@ -648,7 +651,7 @@ static void conn_read(h1_conn_t *c) {
     return;
   }
   c->in_len += (size_t)n;
-  c->last_ms = h1_now_ms();
+  c->read_ms = c->last_ms = h1_now_ms();
   h1_conn_parse(c);
   if (c->holding && !c->dead && c->in_len - c->in_off > c->srv->cfg.max_head)
     h1_conn_pause(c); /* enough waits behind the parked request */
@@ -660,6 +663,7 @@ static void conn_read(h1_conn_t *c) {
       c->in_cap = 0;
     }
   }
+  h1_conn_watch(c);
 }
 
 static void conn_on_read(evutil_socket_t fd, short what, void *arg) {
@@ -701,6 +705,7 @@ static void h1_resume(evutil_socket_t fd, short what, void *arg) {
     }
     if (!c->paused && c->state == ST_HEAD && c->in_off < c->in_len)
       h1_conn_parse(c);
+    h1_conn_watch(c);
   }
   h1_uncork(s);
 }
@@ -785,6 +790,7 @@ h1_server_t *h1_server_new(struct event_base *base, const h1_config_t *cfg) {
   if (s == NULL)
     return NULL;
   s->cfg = *cfg;
+  h1_server_set_timeouts(s, cfg->head_ms, cfg->body_ms);
   s->base = base;
   s->reap_ev = event_new(base, -1, 0, h1_reap, s);
   s->resume_ev = event_new(base, -1, 0, h1_resume, s);
@@ -798,6 +804,11 @@ h1_server_t *h1_server_new(struct event_base *base, const h1_config_t *cfg) {
     return NULL;
   }
   return s;
+}
+
+void h1_server_set_timeouts(h1_server_t *s, int64_t head_ms, int64_t body_ms) {
+  s->cfg.head_ms = head_ms > 0 ? head_ms : H1_HEAD_MS_DEFAULT;
+  s->cfg.body_ms = body_ms > 0 ? body_ms : H1_BODY_MS_DEFAULT;
 }
 
 int h1_server_listen(h1_server_t *s, const char *host, int port, char *err, size_t errlen) {

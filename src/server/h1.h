@@ -22,6 +22,9 @@
  * dispatched after their head, and the handler may take the body as it
  * arrives (h1_body_stream); a body nobody takes is read and dropped.
  *
+ * A request must be read in time: its head whole within head_ms of its first
+ * byte, its body without a gap of body_ms; otherwise 408 (h1_timeout.c).
+ *
  * Everything runs on the event-loop thread.
  */
 #ifndef MUSTER_SERVER_H1_H
@@ -49,10 +52,23 @@ typedef struct {
   size_t max_head; /* bytes of request line and headers; more: 431 */
   size_t max_body; /* bytes of a body read whole; more: 413 */
   int64_t idle_ms; /* a connection with nothing in flight is closed after this */
+  /* Read deadlines (h1_timeout.c), answered 408 when missed; 0: the default.
+   * head_ms: a request head must be whole this long after its first byte
+   * (trickling does not extend it).  body_ms: a body being read may go this
+   * long without a byte (each byte extends it).  Neither runs while the
+   * server owes the connection an answer. */
+  int64_t head_ms;
+  int64_t body_ms;
 } h1_config_t;
+
+#define H1_HEAD_MS_DEFAULT (30 * 1000)
+#define H1_BODY_MS_DEFAULT (60 * 1000)
 
 /* A server on `base`; NULL when out of memory. */
 h1_server_t *h1_server_new(struct event_base *base, const h1_config_t *cfg);
+/* Sets the read deadlines of h1_config_t after the start (0: the default);
+ * they apply from the next wait of each connection. */
+void h1_server_set_timeouts(h1_server_t *s, int64_t head_ms, int64_t body_ms);
 /* Listens on host:port (port 0: any free port); returns the bound port, or -1
  * with a message in `err`. */
 int h1_server_listen(h1_server_t *s, const char *host, int port, char *err, size_t errlen);
@@ -60,7 +76,8 @@ int h1_server_listen(h1_server_t *s, const char *host, int port, char *err, size
  * caller holds none after this.  Accepts NULL. */
 void h1_server_free(h1_server_t *s);
 /* Open connections, and requests refused on the wire (malformed, too
- * large: answered by the server itself) since the start (metrics). */
+ * large, too slow: answered by the server itself) since the start
+ * (metrics). */
 size_t h1_server_connections(const h1_server_t *s);
 uint64_t h1_server_wire_errors(const h1_server_t *s);
 /* Connections that sent a request lately (in the last 10-20 ms): how many

@@ -7,6 +7,7 @@
 #define MUSTER_SERVER_H1_INTERNAL_H
 
 #include "h1.h"
+#include "muster.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -85,6 +86,13 @@ struct h1_conn {
   size_t nq;
   size_t cont_off;   /* bytes of "100 Continue" written for the first request */
   int64_t last_ms;   /* the last read or write progress */
+  /* Read deadlines (h1_timeout.c).  read_ms: the last read that brought
+   * bytes (or the moment "100 Continue" went out); head_since_ms: when the
+   * head being read was first seen, 0 when none is; deadline_ms: when the
+   * timer is armed to fire, 0 when it is not; the timer is made when first
+   * needed. */
+  int64_t read_ms, head_since_ms, deadline_ms;
+  struct event *deadline_ev;
   int64_t seen_window; /* the last activity window it sent a request in */
   int64_t linger_ms; /* lingering: closed when the client has not by then */
   bool read_eof, dead, dirty, writing, paused, lingering, resuming;
@@ -110,11 +118,27 @@ struct h1_server {
 
 #define H1_ACTIVE_WINDOW_MS 10
 
+/* The monotonic clock in milliseconds (coarse: a few ms). */
+static inline int64_t h1_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Counts the connection as active in the current window. */
 void h1_server_note_active(h1_server_t *s, h1_conn_t *c);
 
 /* Frees a request that nobody holds. */
 void h1_req_free(h1_req_t *q);
+/* Makes `q`, held and already off its connection's queue, an orphan: its
+ * answer only frees it; a streamed body's sink hears H1_BODY_GONE. */
+void h1_req_orphan(h1_req_t *q);
+/* Takes the last request off the queue (the caller owns it then). */
+h1_req_t *h1_queue_pop_last(h1_conn_t *c);
+/* Queues an error reply of the server's own in the JSON envelope (no handler
+ * saw the request), counted as a wire error; the input is ignored from now
+ * on and the connection closes once the reply is written (h1_parse.c). */
+void h1_conn_fail(h1_conn_t *c, int status, muster_err_t code, const char *message);
 /* Marks the connection dead; the reap event frees it later in the turn. */
 void h1_conn_kill(h1_conn_t *c);
 /* Marks the connection to be written: now, or at the uncork. */
@@ -124,6 +148,10 @@ void h1_conn_pause(h1_conn_t *c);
 /* Parses and dispatches what the input holds, until it needs more bytes
  * (h1_parse.c). */
 void h1_conn_parse(h1_conn_t *c);
+/* Arms the connection's read deadline when it waits for the rest of a
+ * request (after a read or a resume; h1_timeout.c).  Costs no timer call
+ * when nothing is incomplete or the timer fires soon enough already. */
+void h1_conn_watch(h1_conn_t *c);
 
 static inline bool h1_frame_empty(const h1_frame_t *fr) {
   return !fr->chunked && fr->left == 0;

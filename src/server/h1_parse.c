@@ -27,8 +27,7 @@ static void queue_push(h1_conn_t *c, h1_req_t *q) {
   c->nq++;
 }
 
-/* Removes and frees the last request, read but not dispatched yet. */
-static void queue_drop_last(h1_conn_t *c) {
+h1_req_t *h1_queue_pop_last(h1_conn_t *c) {
   h1_req_t *q = c->last, *prev = NULL;
   for (h1_req_t *r = c->first; r != q; r = r->next)
     prev = r;
@@ -38,12 +37,15 @@ static void queue_drop_last(h1_conn_t *c) {
     c->first = NULL;
   c->last = prev;
   c->nq--;
-  h1_req_free(q);
+  return q;
 }
 
-/* Queues an error reply of the server's own (no handler saw the request) and
- * stops reading: the connection closes once it is written. */
-static void conn_fail(h1_conn_t *c, int status, muster_err_t code, const char *message) {
+/* Removes and frees the last request, read but not dispatched yet. */
+static void queue_drop_last(h1_conn_t *c) {
+  h1_req_free(h1_queue_pop_last(c));
+}
+
+void h1_conn_fail(h1_conn_t *c, int status, muster_err_t code, const char *message) {
   c->srv->wire_errors++;
   h1_req_t *q = calloc(1, sizeof *q);
   char *body = malloc(512);
@@ -139,7 +141,7 @@ static bool parse_request_line(h1_conn_t *c, h1_req_t *q, char *line) {
   char *sp1 = strchr(line, ' ');
   char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
   if (sp1 == NULL || sp2 == NULL || strchr(sp2 + 1, ' ') != NULL) {
-    conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request line must be 'METHOD /path HTTP/1.1'");
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request line must be 'METHOD /path HTTP/1.1'");
     return false;
   }
   *sp1 = *sp2 = '\0';
@@ -148,15 +150,15 @@ static bool parse_request_line(h1_conn_t *c, h1_req_t *q, char *line) {
   for (const char *m = line; token && *m; m++)
     token = is_token_char((unsigned char)*m);
   if (!token || *target == '\0') {
-    conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request line must be 'METHOD /path HTTP/1.1'");
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request line must be 'METHOD /path HTTP/1.1'");
     return false;
   }
   if (strncmp(version, "HTTP/", 5) != 0) {
-    conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request line must end in HTTP/1.1 or HTTP/1.0");
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request line must end in HTTP/1.1 or HTTP/1.0");
     return false;
   }
   if (strcmp(version + 5, "1.1") != 0 && strcmp(version + 5, "1.0") != 0) {
-    conn_fail(c, 505, MUSTER_BAD_REQUEST, "this server speaks HTTP/1.1 and HTTP/1.0");
+    h1_conn_fail(c, 505, MUSTER_BAD_REQUEST, "this server speaks HTTP/1.1 and HTTP/1.0");
     return false;
   }
   q->http10 = version[7] == '0';
@@ -166,12 +168,12 @@ static bool parse_request_line(h1_conn_t *c, h1_req_t *q, char *line) {
       target = (char *)"/";
   }
   if (target[0] != '/') {
-    conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request target must be a path starting with '/'");
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request target must be a path starting with '/'");
     return false;
   }
   for (const char *t = target; *t; t++)
     if ((unsigned char)*t <= 32 || *t == 127) {
-      conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request target holds a control character");
+      h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request target holds a control character");
       return false;
     }
   char *hash = strchr(target, '#');
@@ -190,7 +192,7 @@ static bool parse_request_line(h1_conn_t *c, h1_req_t *q, char *line) {
 /* One header line into q's table; false with the failure queued. */
 static bool parse_header(h1_conn_t *c, h1_req_t *q, char *line) {
   if (line[0] == ' ' || line[0] == '\t') {
-    conn_fail(c, 400, MUSTER_BAD_REQUEST, "folded header lines are not accepted");
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "folded header lines are not accepted");
     return false;
   }
   char *colon = strchr(line, ':');
@@ -198,7 +200,7 @@ static bool parse_header(h1_conn_t *c, h1_req_t *q, char *line) {
   for (const char *n = line; token && n < colon; n++)
     token = is_token_char((unsigned char)*n);
   if (!token) {
-    conn_fail(c, 400, MUSTER_BAD_REQUEST, "a header line must be 'Name: value'");
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "a header line must be 'Name: value'");
     return false;
   }
   *colon = '\0';
@@ -220,7 +222,7 @@ static bool parse_framing(h1_conn_t *c, h1_req_t *q) {
       long long v = strtoll(value, &end, 10);
       if (value[0] < '0' || value[0] > '9' || *end != '\0' || errno != 0 ||
           (has_length && v != q->length)) {
-        conn_fail(c, 400, MUSTER_BAD_REQUEST, "Content-Length must be one decimal number");
+        h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "Content-Length must be one decimal number");
         return false;
       }
       q->length = v;
@@ -238,21 +240,22 @@ static bool parse_framing(h1_conn_t *c, h1_req_t *q) {
   }
   if (te != NULL) {
     if (has_length) {
-      conn_fail(c, 400, MUSTER_BAD_REQUEST, "send Content-Length or Transfer-Encoding, not both");
+      h1_conn_fail(c, 400, MUSTER_BAD_REQUEST,
+                   "send Content-Length or Transfer-Encoding, not both");
       return false;
     }
     if (strcasecmp(te, "chunked") != 0) {
-      conn_fail(c, 501, MUSTER_BAD_REQUEST, "the only Transfer-Encoding taken is chunked");
+      h1_conn_fail(c, 501, MUSTER_BAD_REQUEST, "the only Transfer-Encoding taken is chunked");
       return false;
     }
     q->length = -1;
   }
   if (!q->http10 && h1_header(q, "Host") == NULL) {
-    conn_fail(c, 400, MUSTER_BAD_REQUEST, "an HTTP/1.1 request needs a Host header");
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "an HTTP/1.1 request needs a Host header");
     return false;
   }
   if (q->http10 && q->length < 0) {
-    conn_fail(c, 400, MUSTER_BAD_REQUEST, "HTTP/1.0 has no chunked bodies");
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "HTTP/1.0 has no chunked bodies");
     return false;
   }
   q->close = !q->keep_alive;
@@ -297,7 +300,7 @@ static h1_req_t *parse_head(h1_conn_t *c, size_t len) {
     snprintf(msg, sizeof msg, "the body is %lld bytes; the head takes at most %zu",
              (long long)q->length, s->cfg.max_body);
     free(q);
-    conn_fail(c, 413, MUSTER_BODY_TOO_LARGE, msg);
+    h1_conn_fail(c, 413, MUSTER_BODY_TOO_LARGE, msg);
     return NULL;
   }
   queue_push(c, q);
@@ -440,7 +443,7 @@ static bool body_frame(h1_conn_t *c) {
     if (rc == FR_BAD) {
       if (c->state == ST_BODY) {
         queue_drop_last(c);
-        conn_fail(c, 400, MUSTER_BAD_REQUEST, "the chunked body is malformed");
+        h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the chunked body is malformed");
         return false;
       }
       if (q && !q->done)
@@ -458,7 +461,7 @@ static bool body_frame(h1_conn_t *c) {
       if (c->state == ST_BODY) {
         if (!body_append(c, q, data, dlen)) {
           queue_drop_last(c);
-          conn_fail(c, 413, MUSTER_BODY_TOO_LARGE, "the chunked body is over the head's limit");
+          h1_conn_fail(c, 413, MUSTER_BODY_TOO_LARGE, "the chunked body is over the head's limit");
           return false;
         }
       } else if (q && q->on_data && !q->on_data(q->sink, data, dlen)) {
@@ -569,16 +572,17 @@ void h1_conn_parse(h1_conn_t *c) {
       size_t len = head_end(c);
       if (len == 0) {
         if (c->in_len - c->in_off > s->cfg.max_head)
-          conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
+          h1_conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
         return;
       }
       if (len > s->cfg.max_head) {
-        conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
+        h1_conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
         return;
       }
       h1_req_t *q = parse_head(c, len);
       c->in_off += len;
       c->head_scan = 0;
+      c->head_since_ms = 0; /* the head's deadline is met (h1_timeout.c) */
       if (q != NULL)
         head_done(c, q);
       break;

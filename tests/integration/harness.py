@@ -41,8 +41,9 @@ class Reply:
 class Head:
     """A head process.  start() waits until it listens; stop()/kill() end it."""
 
-    def __init__(self, args=(), data_dir=None, token=TOKEN, prefix=()):
+    def __init__(self, args=(), data_dir=None, token=TOKEN, prefix=(), env=None):
         self.args = list(args)
+        self.env = dict(env or {})  # added to the test's environment for the head
         self.prefix = list(prefix)  # e.g. a tracer the head runs under
         self.own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="muster-test-")
@@ -64,7 +65,8 @@ class Head:
             cmd += ["--token", self.token]
         cmd += self.args
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        env = dict(os.environ, **self.env) if self.env else None
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         deadline = time.monotonic() + timeout
         # The head writes its URL to DATA_DIR/url once it listens.

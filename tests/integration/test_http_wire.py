@@ -67,6 +67,16 @@ Pinned (held for evhttp and hold for the own server):
   count before.
 - Large replies: an 8 MiB blob and a ~3 MB task list read slowly through a small
   receive buffer arrive complete.
+- Read deadlines (ReadTimeoutTest, its own head with 300 ms limits from
+  MUSTER_HTTP_HEAD_TIMEOUT_MS / MUSTER_HTTP_BODY_TIMEOUT_MS): a head trickled a byte
+  every 50 ms gets 408 in the envelope and the close at its limit from its first byte
+  (counted in muster_http_wire_errors_total); heads trickled within the limit are
+  served, one after another on one connection; a body (length, chunked, streamed
+  upload) that stalls gets 408 and writes nothing; a body sent slowly but steadily is
+  served; a parked long-poll (with a head pipelined behind it) and an idle keep-alive
+  connection (after a stray blank line) are not cut.  Each ends by showing the
+  deadline live on its connection, so none passes without it.  A bad setting is
+  refused with a warning.
 - Framing: every JSON reply (200, 201, 400, 401, 404, 405, 413, 415) has
   `Content-Type: application/json`, exactly one Content-Length equal to the body, no
   Transfer-Encoding; a 304 has no body (the next pipelined reply parses right after
@@ -109,6 +119,7 @@ OwnServerTest (evhttp's behaviour, and what the own server does instead):
 import json
 import os
 import re
+import select
 import socket
 import sys
 import time
@@ -1659,6 +1670,200 @@ class OwnServerTest(WireCase):
             else:
                 self.assert_envelope(r, 400, "bad_request")
             self.assertTrue(w.closed_after())
+
+
+# ---- 12. read deadlines (slowloris) -------------------------------------------------
+
+HEAD_MS = 300  # the head's MUSTER_HTTP_HEAD_TIMEOUT_MS in ReadTimeoutTest
+BODY_MS = 300  # its MUSTER_HTTP_BODY_TIMEOUT_MS
+LATE_S = 2.0  # how late a 408 may come after its deadline (a loaded machine, sanitizers)
+PACE_S = 0.05  # a trickle's pace: well below both limits
+
+
+class ReadTimeoutTest(WireCase):
+    """A request must be read within its deadlines: the head whole HEAD_MS after its
+    first byte, the body without a gap of BODY_MS.  Sleeps here pace what the client
+    sends (the thing tested); the test waits for replies and closes, not for time."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.slow = harness.Head(["--sweep-ms", "50", "--max-body", str(MAX_BODY)],
+                                env={"MUSTER_HTTP_HEAD_TIMEOUT_MS": str(HEAD_MS),
+                                     "MUSTER_HTTP_BODY_TIMEOUT_MS": str(BODY_MS)}).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            status = cls.slow.stop()
+            log = cls.slow.log()
+        finally:
+            cls.slow.cleanup()
+        if status != 0 or "Sanitizer" in log:
+            raise AssertionError("the head exited with %s:\n%s" % (status, log))
+
+    def setUp(self):
+        super().setUp()
+        self.head = self.slow
+        self.token = self.slow.token
+        if self.slow.proc.poll() is not None:
+            self.fail("head exited with %s:\n%s" % (self.slow.proc.returncode, self.slow.log()))
+
+    def metric(self, name):
+        body = self.call("GET", "/metrics").body.decode()
+        return int(re.search(r"^%s (\d+)$" % name, body, re.M).group(1))
+
+    def trickle(self, w, data, pace=PACE_S):
+        """Sends `data` a byte at a time, `pace` seconds apart, until the server answers
+        (the socket turns readable) or all of it went; returns the bytes sent."""
+        w.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(data)):
+            try:
+                w.sock.sendall(data[i:i + 1])
+            except (BrokenPipeError, ConnectionResetError):
+                return i
+            readable, _, _ = select.select([w.sock], [], [], pace)
+            if readable:
+                return i + 1
+        return len(data)
+
+    def send_paced(self, w, pieces, gap_s):
+        """Sends each of `pieces`, `gap_s` seconds after the one before."""
+        w.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i, piece in enumerate(pieces):
+            if i:
+                time.sleep(gap_s)
+            w.sock.sendall(piece)
+
+    def assert_timed_out(self, w, since, limit_ms, what, early_s=0.05):
+        """The next reply on `w`, whose wait began at `since` (time.monotonic()), is the
+        408 envelope naming `what`, then the close; it came at the limit (`early_s` for
+        a coarse clock, or a `since` taken late), not much after."""
+        r = w.read_reply()
+        elapsed = time.monotonic() - since
+        self.assert_envelope(r, 408, "bad_request")
+        self.assertEqual(r.reason, "Request Timeout", r)
+        self.assertIn(what, r.json["error"]["message"], r)
+        self.assertTrue(r.closes(), r)
+        self.assertTrue(w.closed_after())
+        self.assertGreaterEqual(elapsed, limit_ms / 1000 - early_s, r)
+        self.assertLess(elapsed, limit_ms / 1000 + LATE_S, r)
+
+    def assert_cut(self, w):
+        """The head deadline is live on `w`: a head begun and left there gets its 408."""
+        since = time.monotonic()
+        w.send(b"GET /v1/health HTTP/1.1\r\nHo")
+        self.assert_timed_out(w, since, HEAD_MS, "request head")
+
+    def blobs(self):
+        return [b["name"] for b in self.expect("GET", "/v1/shared/" + self.q)["blobs"]]
+
+    def test_head_trickled_past_the_limit(self):
+        before = self.metric("muster_http_wire_errors_total")
+        data = self.req("GET", "/v1/health", token=None, headers=["X-Pad: " + "p" * 80])
+        self.assertGreater(len(data) * PACE_S, 10 * HEAD_MS / 1000)  # each byte in time
+        with self.wire() as w:
+            since = time.monotonic()
+            sent = self.trickle(w, data)
+            self.assertLess(sent, len(data) // 2, "the head was not cut")
+            self.assert_timed_out(w, since, HEAD_MS, "request head")
+        self.assertEqual(self.metric("muster_http_wire_errors_total"), before + 1)
+        self.assert_serves()
+
+    def test_heads_trickled_within_the_limit(self):
+        data = self.req("GET", "/v1/health", token=None)
+        quarter = len(data) // 4
+        pieces = [data[:quarter], data[quarter:2 * quarter], data[2 * quarter:3 * quarter],
+                  data[3 * quarter:]]
+        with self.wire() as w:
+            start = time.monotonic()
+            for _ in range(5):  # each head has its own deadline, from its first byte
+                self.send_paced(w, pieces, HEAD_MS / 1000 / 10)
+                r = w.read_reply()
+                self.assertEqual((r.status, r.json["status"]), (200, "ok"), r)
+            self.assertGreater(time.monotonic() - start, HEAD_MS / 1000)
+            self.assert_cut(w)
+
+    def test_body_that_stalls(self):
+        self.create_queue()
+        body = json.dumps(self.put_body("stalled")).encode()
+        path = "/v1/queues/%s/tasks" % self.q
+        blob = b"b" * 100000
+        for name, data in (
+                ("length", self.req("POST", path, body)[:-5]),
+                ("chunked", self.req("POST", path, chunked(body, 8),
+                                     headers=["Transfer-Encoding: chunked"])[:-10]),
+                ("upload", self.req("PUT", "/v1/shared/%s/stalled" % self.q, blob,
+                                    ctype=OCTET)[:-len(blob) // 2]),
+                ("upload, chunked", self.req("PUT", "/v1/shared/%s/stalled" % self.q,
+                                             chunked(blob, 4096), ctype=OCTET,
+                                             headers=["Transfer-Encoding: chunked"])[:-5000])):
+            with self.subTest(body=name), self.wire() as w:
+                since = time.monotonic()
+                w.send(data)
+                self.assert_timed_out(w, since, BODY_MS, "request body")
+        self.assert_serves()
+        self.assert_no_tasks()
+        self.assertEqual(self.blobs(), [])
+
+    def test_body_slow_but_steady(self):
+        self.create_queue()
+        body = json.dumps(self.put_body(*["steady %d" % i for i in range(40)])).encode()
+        blob = bytes(range(256)) * 64
+        for name, data in (("length", self.req("POST", "/v1/queues/%s/tasks" % self.q, body)),
+                           ("upload", self.req("PUT", "/v1/shared/%s/steady" % self.q, blob,
+                                               ctype=OCTET))):
+            with self.subTest(body=name), self.wire() as w:
+                head_end = data.index(b"\r\n\r\n") + 4
+                step = (len(data) - head_end) // 8 + 1
+                pieces = [data[:head_end]] + [data[i:i + step]
+                                              for i in range(head_end, len(data), step)]
+                start = time.monotonic()
+                self.send_paced(w, pieces, BODY_MS / 1000 / 3)
+                r = w.read_reply()
+                self.assertEqual(r.status, 201, r)
+                self.assertGreater(time.monotonic() - start, 2 * max(HEAD_MS, BODY_MS) / 1000)
+                self.assert_cut(w)
+        self.assertEqual(len(self.tasks()), 40)
+        self.assertEqual(self.blobs(), ["steady"])
+
+    def test_long_poll_is_not_cut(self):
+        self.create_queue()
+        wait_ms = 4 * max(HEAD_MS, BODY_MS)
+        lease = self.req("POST", "/v1/queues/%s/lease" % self.q, {"wait_ms": wait_ms})
+        for behind in (b"", b"GET /v1/health HTTP/1.1\r\nHo"):
+            with self.subTest(behind=behind), self.wire() as w:
+                start = time.monotonic()
+                w.send(lease + behind)
+                r = w.read_reply()
+                self.assertEqual((r.status, r.json), (200, {"leases": []}), r)
+                self.assertGreaterEqual(time.monotonic() - start, wait_ms / 1000 - 0.05)
+                if behind:
+                    # The head waiting behind the long-poll: its deadline runs from the
+                    # lease's answer (a moment before the client read it).
+                    self.assert_timed_out(w, time.monotonic(), HEAD_MS, "request head",
+                                          early_s=HEAD_MS / 1000 / 2)
+                else:
+                    self.assert_cut(w)
+
+    def test_idle_keep_alive_is_not_cut(self):
+        with self.wire() as w:
+            # A stray blank line after a request starts no head.
+            w.send(self.req("GET", "/v1/health", token=None) + b"\r\n")
+            r = w.read_reply()
+            self.assertEqual((r.status, r.json["status"]), (200, "ok"), r)
+            time.sleep(3 * max(HEAD_MS, BODY_MS) / 1000)  # idle: the thing tested
+            self.assert_usable(w)
+            self.assert_cut(w)
+
+    def test_bad_setting_is_refused(self):
+        head = harness.Head(env={"MUSTER_HTTP_HEAD_TIMEOUT_MS": "soon"}).start()
+        try:
+            with Wire(head.port) as w:
+                w.send(request("GET", "/v1/health"))
+                self.assertEqual(w.read_reply().status, 200)
+            self.assertIn("MUSTER_HTTP_HEAD_TIMEOUT_MS=soon is not", head.log())
+        finally:
+            head.cleanup()
 
 
 if __name__ == "__main__":
