@@ -790,7 +790,10 @@ h1_server_t *h1_server_new(struct event_base *base, const h1_config_t *cfg) {
   if (s == NULL)
     return NULL;
   s->cfg = *cfg;
-  h1_server_set_timeouts(s, cfg->head_ms, cfg->body_ms);
+  if (s->cfg.head_ms <= 0)
+    s->cfg.head_ms = H1_HEAD_MS_DEFAULT;
+  if (s->cfg.body_ms <= 0)
+    s->cfg.body_ms = H1_BODY_MS_DEFAULT;
   s->base = base;
   s->reap_ev = event_new(base, -1, 0, h1_reap, s);
   s->resume_ev = event_new(base, -1, 0, h1_resume, s);
@@ -804,11 +807,6 @@ h1_server_t *h1_server_new(struct event_base *base, const h1_config_t *cfg) {
     return NULL;
   }
   return s;
-}
-
-void h1_server_set_timeouts(h1_server_t *s, int64_t head_ms, int64_t body_ms) {
-  s->cfg.head_ms = head_ms > 0 ? head_ms : H1_HEAD_MS_DEFAULT;
-  s->cfg.body_ms = body_ms > 0 ? body_ms : H1_BODY_MS_DEFAULT;
 }
 
 int h1_server_listen(h1_server_t *s, const char *host, int port, char *err, size_t errlen) {

@@ -66,9 +66,6 @@ typedef struct {
 
 /* A server on `base`; NULL when out of memory. */
 h1_server_t *h1_server_new(struct event_base *base, const h1_config_t *cfg);
-/* Sets the read deadlines of h1_config_t after the start (0: the default);
- * they apply from the next wait of each connection. */
-void h1_server_set_timeouts(h1_server_t *s, int64_t head_ms, int64_t body_ms);
 /* Listens on host:port (port 0: any free port); returns the bound port, or -1
  * with a message in `err`. */
 int h1_server_listen(h1_server_t *s, const char *host, int port, char *err, size_t errlen);

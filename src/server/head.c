@@ -605,21 +605,6 @@ static void head_banner(const head_t *h, int port, bool generated) {
   fflush(stdout);
 }
 
-/* A read deadline of the HTTP server from the environment (for tests):
- * milliseconds from 1 to 3600000; anything else is refused with a warning
- * and the default (0) stays. */
-static int64_t head_http_timeout_env(const char *name) {
-  const char *text = getenv(name);
-  if (text == NULL)
-    return 0;
-  char *end = NULL;
-  long long v = strtoll(text, &end, 10);
-  if (*text && *end == '\0' && v >= 1 && v <= 3600000)
-    return v;
-  log_msg(LOG_WARN, "%s=%s is not 1 to 3600000 ms; the default is kept", name, text);
-  return 0;
-}
-
 static int head_run(head_t *h, bool generated) {
   struct event *sigint = evsignal_new(h->base, SIGINT, head_on_signal, h);
   struct event *sigterm = evsignal_new(h->base, SIGTERM, head_on_signal, h);
@@ -632,8 +617,6 @@ static int head_run(head_t *h, bool generated) {
       event_add(sigterm, NULL) == 0 && event_add(h->sweep_ev, &sweep) == 0) {
     int port = http_start(h);
     if (port > 0) {
-      h1_server_set_timeouts(h->http, head_http_timeout_env("MUSTER_HTTP_HEAD_TIMEOUT_MS"),
-                             head_http_timeout_env("MUSTER_HTTP_BODY_TIMEOUT_MS"));
       head_banner(h, port, generated);
       log_msg(LOG_INFO, "listening on port %d", port);
       event_base_dispatch(h->base);

@@ -675,6 +675,21 @@ static bool http_streams(const h1_req_t *req, void *arg) {
   return shared_upload_streams(req);
 }
 
+/* A read deadline of the HTTP server from the environment (for tests):
+ * milliseconds from 1 to 3600000; anything else is refused with a warning
+ * and the default (0) stays. */
+static int64_t http_timeout_env(const char *name) {
+  const char *text = getenv(name);
+  if (text == NULL)
+    return 0;
+  char *end = NULL;
+  long long v = strtoll(text, &end, 10);
+  if (*text && *end == '\0' && v >= 1 && v <= 3600000)
+    return v;
+  log_msg(LOG_WARN, "%s=%s is not 1 to 3600000 ms; the default is kept", name, text);
+  return 0;
+}
+
 int http_start(head_t *h) {
   /* Bodies above the route's limit are refused by the route layer with its
    * own message; the server's limit only bounds what is buffered at all. */
@@ -684,7 +699,9 @@ int http_start(head_t *h) {
                      .arg = h,
                      .max_head = 64 * 1024,
                      .max_body = h->cfg.max_body * 4 + 65536,
-                     .idle_ms = h->cfg.max_wait_ms + 120 * 1000};
+                     .idle_ms = h->cfg.max_wait_ms + 120 * 1000,
+                     .head_ms = http_timeout_env("MUSTER_HTTP_HEAD_TIMEOUT_MS"),
+                     .body_ms = http_timeout_env("MUSTER_HTTP_BODY_TIMEOUT_MS")};
   h->http = h1_server_new(h->base, &cfg);
   if (h->http == NULL)
     return -1;
