@@ -107,10 +107,17 @@ void route_session_heartbeat(http_req_t *r) {
   reply_or_fail(r, 200, session_heartbeat(ST(r), r->params[0], r->body, &f), &f);
 }
 
+/* Read from the body's text when it has the common shape (jscan.h), as a
+ * put's body is; any other body is parsed into a tree. */
 void route_session_submit(http_req_t *r) {
   fail_t f = {0};
-  reply_or_fail(r, 201, session_submit(ST(r), r->params[0], r->body, r->head->cfg.max_payload, &f),
-                &f);
+  size_t max_payload = r->head->cfg.max_payload;
+  jscan_body_t scanned;
+  if (jscan_body(&session_submit_shape, r->body_text, r->body_len, max_payload, &scanned))
+    reply_or_fail(r, 201, session_submit_scanned(ST(r), r->params[0], &scanned, &f), &f);
+  else if (http_body(r) != NULL)
+    reply_or_fail(r, 201, session_submit(ST(r), r->params[0], r->body, max_payload, &f), &f);
+  jscan_body_free(&scanned);
 }
 
 void route_session_close(http_req_t *r) {

@@ -16,6 +16,7 @@
 #include "session.h"
 #include "counts.h"
 #include "jv.h"
+#include "jw.h"
 #include "log.h"
 #include "queue.h"
 #include "shared.h"
@@ -237,7 +238,8 @@ json_t *session_create(store_t *st, const json_t *body, size_t max_payload, fail
 /* ---- submitting tasks ---- */
 
 typedef struct {
-  char *payload;           /* encoded JSON, owned */
+  const char *payload;     /* encoded JSON: `encoded` or a scanned body's text */
+  char *encoded;           /* the payload written from a tree, owned */
   char *requires;          /* encoded JSON of "requires" or NULL, owned */
   int64_t priority, index; /* index -1: the next automatic one */
 } submit_spec_t;
@@ -255,7 +257,7 @@ static muster_err_t submit_parse(const json_t *elem, size_t i, size_t max_payloa
   const json_t *payload = json_object_get(elem, "payload");
   if (payload == NULL)
     return fail_set(f, MUSTER_INVALID, "%s.payload: missing", ctx);
-  spec->payload = jv_encode(payload);
+  spec->payload = spec->encoded = jv_encode(payload);
   if (spec->payload == NULL)
     return fail_set(f, MUSTER_NOMEM, "%s.payload: out of memory", ctx);
   if (strlen(spec->payload) > max_payload)
@@ -278,47 +280,174 @@ static bool submit_index_used(store_t *st, const session_t *ss, int64_t index) {
   return used;
 }
 
-/* Inserts the parsed tasks in order; *ss's next_index advances. */
-static json_t *submit_insert(store_t *st, session_t *ss, const submit_spec_t *specs, size_t n,
-                             fail_t *f) {
-  json_t *out = json_array();
+/* True when an index from `low` to `high` is taken in the session. */
+static bool submit_range_used(store_t *st, const session_t *ss, int64_t low, int64_t high) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM tasks WHERE session = ?1 AND queue = ?2"
+                                   " AND idx BETWEEN ?3 AND ?4 LIMIT 1");
+  if (s == NULL)
+    return true;
+  store_bind_text(s, 1, ss->id);
+  store_bind_text(s, 2, ss->queue);
+  sqlite3_bind_int64(s, 3, low);
+  sqlite3_bind_int64(s, 4, high);
+  bool used = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return used;
+}
+
+/* The indexes of the batch's tasks, in order, into idx[]: an explicit one as
+ * given, the others from next_index on, which moves past every index given,
+ * so that automatic indexes never collide with explicit ones.  Returns the
+ * next_index after the batch; *increasing tells whether they strictly
+ * increase (then no two of the batch are the same). */
+static int64_t submit_indexes(const session_t *ss, const submit_spec_t *specs, size_t n,
+                              int64_t *idx, bool *increasing) {
+  int64_t next = ss->next_index;
+  *increasing = true;
+  for (size_t i = 0; i < n; i++) {
+    idx[i] = specs[i].index >= 0 ? specs[i].index : next;
+    if (idx[i] >= next)
+      next = idx[i] + 1;
+    if (i > 0 && idx[i] <= idx[i - 1])
+      *increasing = false;
+  }
+  return next;
+}
+
+/* The first task of a strictly increasing batch whose explicit index is in
+ * use in the session; n when none is.  When the explicit indexes are one
+ * consecutive run (a pool's batches are), one range query answers for all. */
+static size_t submit_first_used(store_t *st, const session_t *ss, const submit_spec_t *specs,
+                                const int64_t *idx, size_t n) {
+  size_t given = 0, first = n, last = n;
+  for (size_t i = 0; i < n; i++)
+    if (specs[i].index >= 0) {
+      given++;
+      if (first == n)
+        first = i;
+      last = i;
+    }
+  if (given == 0 ||
+      (idx[last] - idx[first] == (int64_t)given - 1 && !submit_range_used(st, ss, idx[first],
+                                                                          idx[last])))
+    return n;
+  for (size_t i = 0; i < n; i++)
+    if (specs[i].index >= 0 && submit_index_used(st, ss, idx[i]))
+      return i;
+  return n;
+}
+
+/* Inserts the tasks one by one (a task that requires shared data, or
+ * indexes that do not strictly increase: each checked against the rows
+ * before it); ids[i] gets each id. */
+static muster_err_t submit_rows_one_by_one(store_t *st, const session_t *ss,
+                                           const submit_spec_t *specs, const int64_t *idx,
+                                           size_t n, int64_t *ids, fail_t *f) {
   int64_t now = now_ms();
   counts_run_t run = {0};
   for (size_t i = 0; i < n; i++) {
-    int64_t index = specs[i].index >= 0 ? specs[i].index : ss->next_index, id;
-    if (specs[i].index >= 0 && submit_index_used(st, ss, index)) {
+    if (specs[i].index >= 0 && submit_index_used(st, ss, idx[i])) {
       fail_set(f, MUSTER_INVALID_STATE, "tasks[%zu].index: %lld is already in use in session %s", i,
-               (long long)index, ss->id);
-      goto fail;
+               (long long)idx[i], ss->id);
+      break;
     }
-    if (task_insert(st, ss->queue, specs[i].payload, specs[i].priority, now, NULL, ss->id, index, 0,
-                    &run, &id, f) ||
-        shared_requires_set(st, id, specs[i].requires, f))
-      goto fail;
-    /* Automatic indexes continue after the highest one in use, so they never
-     * collide with explicit ones. */
-    if (index >= ss->next_index)
-      ss->next_index = index + 1;
-    json_array_append_new(
-        out, json_pack("{s:I, s:I}", "id", (json_int_t)id, "index", (json_int_t)index));
+    if (task_insert(st, ss->queue, specs[i].payload, specs[i].priority, now, NULL, ss->id, idx[i],
+                    0, &run, &ids[i], f) ||
+        shared_requires_set(st, ids[i], specs[i].requires, f))
+      break;
   }
-  sqlite3_stmt *s = store_stmt(st, "UPDATE sessions SET next_index = ?2, total = total + ?3"
-                                   " WHERE id = ?1");
-  if (s == NULL) {
-    store_fail(st, f, "session submit");
-    goto fail;
-  }
-  store_bind_text(s, 1, ss->id);
-  sqlite3_bind_int64(s, 2, ss->next_index);
-  sqlite3_bind_int64(s, 3, (int64_t)n);
-  if (store_step_done(st, s, f) || counts_run_flush(st, &run, f))
-    goto fail;
-  return json_pack("{s:o}", "tasks", out);
-fail:;
   fail_t ignored = {0};
-  counts_run_flush(st, &run, &ignored); /* what was inserted is counted */
-  json_decref(out);
+  counts_run_flush(st, &run, f->code ? &ignored : f); /* what was inserted is counted */
+  return f->code;
+}
+
+/* Inserts the batch's tasks with multi-row INSERTs when none requires
+ * shared data and their indexes strictly increase (every automatic batch,
+ * and a pool's); ids[i] gets each id. */
+static muster_err_t submit_rows(store_t *st, const session_t *ss, const submit_spec_t *specs,
+                                const int64_t *idx, bool increasing, size_t n, int64_t *ids,
+                                fail_t *f) {
+  bool plain = increasing;
+  for (size_t i = 0; plain && i < n; i++)
+    plain = specs[i].requires == NULL;
+  if (!plain)
+    return submit_rows_one_by_one(st, ss, specs, idx, n, ids, f);
+  size_t used = submit_first_used(st, ss, specs, idx, n);
+  if (used < n)
+    return fail_set(f, MUSTER_INVALID_STATE, "tasks[%zu].index: %lld is already in use in session %s",
+                    used, (long long)idx[used], ss->id);
+  task_row_t *rows = malloc(n * sizeof *rows);
+  if (rows == NULL)
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++)
+    rows[i] = (task_row_t){specs[i].payload, specs[i].priority, idx[i]};
+  task_insert_rows(st, ss->queue, ss->id, rows, n, ids, f);
+  free(rows);
+  return f->code;
+}
+
+/* The reply {"tasks": [{"id", "index"}, ...]} (new reference), its array one
+ * raw node (jw.h); NULL with MUSTER_NOMEM. */
+static json_t *submit_reply(const int64_t *ids, const int64_t *idx, size_t n, fail_t *f) {
+  jw_buf_t out = {0};
+  jw_reserve(&out, 2 + n * 32);
+  JW_ADD_LITERAL(&out, "[");
+  for (size_t i = 0; i < n; i++) {
+    if (i > 0)
+      JW_ADD_LITERAL(&out, ",");
+    JW_ADD_LITERAL(&out, "{\"id\":");
+    jw_add_int(&out, ids[i]);
+    JW_ADD_LITERAL(&out, ",\"index\":");
+    jw_add_int(&out, idx[i]);
+    JW_ADD_LITERAL(&out, "}");
+  }
+  JW_ADD_LITERAL(&out, "]");
+  json_t *tasks = out.failed ? NULL : jw_raw(out.buf, out.len);
+  jw_buf_free(&out);
+  json_t *reply = tasks ? json_object() : NULL;
+  if (reply && json_object_set_new_nocheck(reply, "tasks", tasks) == 0)
+    return reply;
+  if (reply == NULL)
+    json_decref(tasks);
+  json_decref(reply);
+  fail_set(f, MUSTER_NOMEM, "out of memory");
   return NULL;
+}
+
+/* Loads open session `id` into *ss for a submit, and checks its queue. */
+static muster_err_t submit_open(store_t *st, const char *id, session_t *ss, fail_t *f) {
+  queue_t q;
+  if (session_load_open(st, id, ss, NULL, true, f) == MUSTER_OK)
+    queue_load(st, ss->queue, &q, f);
+  return f->code;
+}
+
+/* Stores the `n` parsed tasks in session *ss: their indexes, their rows, the
+ * session's counters; returns the reply. */
+static json_t *submit_specs(store_t *st, session_t *ss, const submit_spec_t *specs, size_t n,
+                            fail_t *f) {
+  int64_t *idx = malloc(2 * n * sizeof *idx), *ids = idx + n;
+  if (idx == NULL) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+    return NULL;
+  }
+  bool increasing;
+  int64_t next = submit_indexes(ss, specs, n, idx, &increasing);
+  json_t *out = NULL;
+  sqlite3_stmt *s = NULL;
+  if (submit_rows(st, ss, specs, idx, increasing, n, ids, f) == MUSTER_OK &&
+      (s = store_stmt(st, "UPDATE sessions SET next_index = ?2, total = total + ?3"
+                          " WHERE id = ?1")) == NULL)
+    store_fail(st, f, "session submit");
+  if (s != NULL) {
+    store_bind_text(s, 1, ss->id);
+    sqlite3_bind_int64(s, 2, next);
+    sqlite3_bind_int64(s, 3, (int64_t)n);
+    if (store_step_done(st, s, f) == MUSTER_OK)
+      out = submit_reply(ids, idx, n, f);
+  }
+  free(idx);
+  return out;
 }
 
 json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t max_payload,
@@ -326,9 +455,8 @@ json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t m
   static const char *const allowed[] = {"tasks", NULL};
   json_t *tasks;
   session_t ss;
-  queue_t q;
   if (jv_only(body, "", allowed, f) || jv_batch(body, "tasks", TASK_MAX_BATCH, &tasks, f) ||
-      session_load_open(st, id, &ss, NULL, true, f) || queue_load(st, ss.queue, &q, f))
+      submit_open(st, id, &ss, f))
     return NULL;
   size_t n = json_array_size(tasks), i = 0;
   submit_spec_t *specs = calloc(n, sizeof *specs);
@@ -340,11 +468,39 @@ json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t m
   while (i < n && submit_parse(json_array_get(tasks, i), i, max_payload, &specs[i], f) == MUSTER_OK)
     i++;
   if (i == n)
-    out = submit_insert(st, &ss, specs, n, f);
+    out = submit_specs(st, &ss, specs, n, f);
   for (size_t j = 0; j < n; j++) {
-    free(specs[j].payload);
+    free(specs[j].encoded);
     free(specs[j].requires);
   }
+  free(specs);
+  return out;
+}
+
+const jscan_shape_t session_submit_shape = {
+    .array = "tasks",
+    .max_elems = TASK_MAX_BATCH,
+    .text = "payload",
+    .text_required = true,
+    .ints = {{"priority", INT32_MIN, INT32_MAX, 0, false},
+             {"index", 0, JV_ID_MAX, -1, false},
+             {NULL, 0, 0, 0, false}},
+};
+
+json_t *session_submit_scanned(store_t *st, const char *id, const jscan_body_t *body, fail_t *f) {
+  session_t ss;
+  if (submit_open(st, id, &ss, f))
+    return NULL;
+  submit_spec_t *specs = calloc(body->count, sizeof *specs);
+  if (specs == NULL) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+    return NULL;
+  }
+  for (size_t i = 0; i < body->count; i++) {
+    const jscan_elem_t *e = &body->elems[i];
+    specs[i] = (submit_spec_t){.payload = e->text, .priority = e->ints[0], .index = e->ints[1]};
+  }
+  json_t *out = submit_specs(st, &ss, specs, body->count, f);
   free(specs);
   return out;
 }

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jscan.h"
 #include "store.h"
 
 #define SESSION_DEFAULT_TIMEOUT_MS 60000
@@ -46,6 +47,11 @@ muster_err_t session_touch(store_t *st, const char *id, char *queue, fail_t *f);
  * or NULL with *f filled; the caller rolls back on failure. */
 json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t max_payload,
                        fail_t *f);
+/* The submit body the scanner takes (jscan.h): payload, priority and index,
+ * without requires (those bodies take the tree path); and session_submit of
+ * such a scanned body. */
+extern const jscan_shape_t session_submit_shape;
+json_t *session_submit_scanned(store_t *st, const char *id, const jscan_body_t *body, fail_t *f);
 
 /* Reads results after `cursor` in `order`, at most `max`.  Returns
  * {"results": [...], "cursor", "total", "done"} (new reference) with *count

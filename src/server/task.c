@@ -216,10 +216,12 @@ static muster_err_t task_insert_chunk(store_t *st, const char *queue, const task
   return MUSTER_OK;
 }
 
-/* task_put_specs for specs without keys and requires: in chunks (above),
- * counted and announced once per batch. */
-static muster_err_t task_put_chunks(store_t *st, const char *queue, const task_spec_t *specs,
-                                    size_t n, int64_t now, jw_buf_t *out, fail_t *f) {
+/* Inserts `n` specs without keys and requires in chunks (above), counted and
+ * announced once: each id goes to `out` as a put's reply element, to `ids`,
+ * or both (either may be NULL). */
+static muster_err_t task_insert_chunks(store_t *st, const char *queue, const task_spec_t *specs,
+                                       size_t n, int64_t now, jw_buf_t *out, int64_t *ids,
+                                       fail_t *f) {
   size_t done = 0;
   for (int k = TASK_CHUNK_LOG; k >= 0; k--) {
     while (n - done >= ((size_t)1 << k)) {
@@ -229,14 +231,33 @@ static muster_err_t task_put_chunks(store_t *st, const char *queue, const task_s
         counts_move(st, queue, COUNTS_NONE, TASK_QUEUED, (int64_t)done, &ignored);
         return f->code;
       }
-      for (int i = 0; i < (1 << k); i++, done++)
-        task_put_write(out, done == 0, first + i, true);
+      for (int i = 0; i < (1 << k); i++, done++) {
+        if (out)
+          task_put_write(out, done == 0, first + i, true);
+        if (ids)
+          ids[done] = first + i;
+      }
     }
   }
   if (counts_move(st, queue, COUNTS_NONE, TASK_QUEUED, (int64_t)n, f))
     return f->code;
   store_notify_ready(st, queue);
   return MUSTER_OK;
+}
+
+muster_err_t task_insert_rows(store_t *st, const char *queue, const char *session,
+                              const task_row_t *rows, size_t n, int64_t *ids, fail_t *f) {
+  task_spec_t *specs = calloc(n ? n : 1, sizeof *specs);
+  if (specs == NULL)
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++)
+    specs[i] = (task_spec_t){.payload = rows[i].payload,
+                             .priority = rows[i].priority,
+                             .index = rows[i].index,
+                             .session = session};
+  muster_err_t err = task_insert_chunks(st, queue, specs, n, now_ms(), NULL, ids, f);
+  free(specs);
+  return err;
 }
 
 /* Stores `n` validated specs and returns the reply {"tasks": RAW} (new
@@ -255,7 +276,7 @@ static json_t *task_put_specs(store_t *st, const char *queue, task_spec_t *specs
   for (size_t i = 0; i < n; i++)
   plain &= specs[i].key == NULL && specs[i].requires == NULL;
   if (plain) {
-    if (task_put_chunks(st, queue, specs, n, now, &out, f)) {
+    if (task_insert_chunks(st, queue, specs, n, now, &out, NULL, f)) {
       jw_buf_free(&out);
       return NULL;
     }

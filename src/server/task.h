@@ -53,6 +53,20 @@ json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int6
 /* Puts a dead or failed task back to queued; returns the task object. */
 json_t *task_requeue(store_t *st, int64_t id, fail_t *f);
 
+/* A new task of a session's batch (task_insert_rows): its payload as
+ * encoded JSON, its priority and its index in the session (-1: none). */
+typedef struct {
+  const char *payload;
+  int64_t priority, index;
+} task_row_t;
+
+/* Inserts the `n` tasks of `rows` into `queue` under `session`, queued now,
+ * with multi-row INSERTs (consecutive ids per statement); ids[i] gets the
+ * id of rows[i].  Counts them and announces the queue once.  On failure
+ * some may be inserted: the caller's savepoint takes them back. */
+muster_err_t task_insert_rows(store_t *st, const char *queue, const char *session,
+                              const task_row_t *rows, size_t n, int64_t *ids, fail_t *f);
+
 /* Inserts one task; the primitive that put, sessions and pipelines share.
  * `payload` is encoded JSON text.  *id receives the new id.  The new task is
  * counted in `run` (a batch's, which the caller flushes) or, when `run` is

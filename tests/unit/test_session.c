@@ -6,11 +6,13 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/lease.h"
@@ -63,10 +65,45 @@ static muster_err_t submit(const char *id, const char *tasks_json, json_t **out)
   json_t *r = session_submit(st, id, body, 1 << 20, &f);
   json_decref(body);
   if (out)
-    *out = r;
-  else
-    json_decref(r);
+    *out = r ? reply_tree(r) : NULL; /* "tasks" is a raw node */
+  json_decref(r);
   return r ? MUSTER_OK : f.code;
+}
+
+/* session_submit_scanned of `text`, a whole body the scanner must take;
+ * returns the error code, *out gets the reply as a client reads it and
+ * *message the error's message. */
+static muster_err_t submit_scanned(const char *id, const char *text, json_t **out,
+                                   char *message, size_t size) {
+  jscan_body_t body;
+  assert_true(jscan_body(&session_submit_shape, text, strlen(text), 1 << 20, &body));
+  fail_t f = {0};
+  json_t *r = session_submit_scanned(st, id, &body, &f);
+  jscan_body_free(&body);
+  if (out)
+    *out = r ? reply_tree(r) : NULL;
+  if (message)
+    snprintf(message, size, "%s", r ? "" : f.message);
+  json_decref(r);
+  return r ? MUSTER_OK : f.code;
+}
+
+/* A body of `n` tasks with payloads "p<first>"... and, when `indexed`,
+ * indexes first, first+1, ... (a pool's batch), as compact JSON. */
+static char *batch_text(int64_t first, int n, bool indexed) {
+  size_t size = 32 + (size_t)n * 64, len = 0;
+  char *text = malloc(size);
+  assert_non_null(text);
+  len += (size_t)snprintf(text + len, size - len, "{\"tasks\":[");
+  for (int i = 0; i < n; i++) {
+    len += (size_t)snprintf(text + len, size - len, "%s{\"payload\":\"p%lld\"", i ? "," : "",
+                            (long long)(first + i));
+    if (indexed)
+      len += (size_t)snprintf(text + len, size - len, ",\"index\":%lld", (long long)(first + i));
+    len += (size_t)snprintf(text + len, size - len, "}");
+  }
+  snprintf(text + len, size - len, "]}");
+  return text;
 }
 
 static json_t *lease(const char *queue, int64_t max) {
@@ -150,6 +187,83 @@ static void test_indexes(void **unused) {
    * counters of accepted batches count. */
   assert_int_equal(jint(json_object_get(s, "counts"), "total"), 4);
   json_decref(s);
+}
+
+/* The multi-row path of a submit (a batch without required shared data whose
+ * indexes strictly increase), from a tree and from scanned text: ids, the
+ * stored rows, and the same refusals as the row-by-row path, whose message
+ * names the first task whose index is in use. */
+static void test_submit_batches(void **unused) {
+  make_queue("q", "{}");
+  char id[SESSION_ID_LEN + 1], message[sizeof((fail_t){0}.message)], expected[256];
+  open_session("q", NULL, id);
+  /* A pool's batch, scanned: 100 tasks at indexes 0..99. */
+  char *text = batch_text(0, 100, true);
+  json_t *r = NULL;
+  assert_int_equal(submit_scanned(id, text, &r, NULL, 0), MUSTER_OK);
+  free(text);
+  json_t *tasks = json_object_get(r, "tasks");
+  assert_int_equal(json_array_size(tasks), 100);
+  int64_t first = jint(json_array_get(tasks, 0), "id");
+  for (size_t i = 0; i < 100; i++) {
+    assert_int_equal(jint(json_array_get(tasks, i), "id"), first + (int64_t)i);
+    assert_int_equal(jint(json_array_get(tasks, i), "index"), (int64_t)i);
+  }
+  json_decref(r);
+  fail_t f = {0};
+  json_t *t = task_get(st, first + 57, &f);
+  assert_non_null(t);
+  assert_string_equal(json_string_value(json_object_get(t, "payload")), "p57");
+  assert_string_equal(json_string_value(json_object_get(t, "session")), id);
+  assert_int_equal(jint(t, "index"), 57);
+  json_decref(t);
+  /* From a tree, automatic: 100..149 follow next_index. */
+  text = batch_text(100, 50, false);
+  char *tasks_json = strchr(text, '[');
+  tasks_json[strlen(tasks_json) - 1] = '\0'; /* the array alone */
+  assert_int_equal(submit(id, tasks_json, &r), MUSTER_OK);
+  free(text);
+  assert_int_equal(jint(json_array_get(json_object_get(r, "tasks"), 49), "index"), 149);
+  json_decref(r);
+  /* A consecutive run that overlaps: one range query finds it, and the
+   * message names the first task whose index is in use. */
+  text = batch_text(140, 20, true);
+  assert_int_equal(submit_scanned(id, text, NULL, message, sizeof message), MUSTER_INVALID_STATE);
+  free(text);
+  snprintf(expected, sizeof expected, "tasks[0].index: 140 is already in use in session %s", id);
+  assert_string_equal(message, expected);
+  text = batch_text(145, 10, true);
+  assert_int_equal(submit_scanned(id, text, NULL, message, sizeof message), MUSTER_INVALID_STATE);
+  free(text);
+  snprintf(expected, sizeof expected, "tasks[0].index: 145 is already in use in session %s", id);
+  assert_string_equal(message, expected);
+  /* Increasing but not consecutive around a used index: checked one by one,
+   * and 300 and 302 are free although 301 is taken. */
+  assert_int_equal(submit(id, "[{\"payload\": 1, \"index\": 301}]", NULL), MUSTER_OK);
+  assert_int_equal(
+      submit(id, "[{\"payload\": 1, \"index\": 300}, {\"payload\": 2, \"index\": 302}]", NULL),
+      MUSTER_OK);
+  assert_int_equal(submit_scanned(id,
+                                  "{\"tasks\":[{\"payload\":1,\"index\":299},"
+                                  "{\"payload\":2,\"index\":301}]}",
+                                  NULL, message, sizeof message),
+                   MUSTER_INVALID_STATE);
+  snprintf(expected, sizeof expected, "tasks[1].index: 301 is already in use in session %s", id);
+  assert_string_equal(message, expected);
+  /* An automatic index after explicit ones continues past them. */
+  assert_int_equal(submit_scanned(id, "{\"tasks\":[{\"payload\":1,\"index\":400},{\"payload\":2}]}",
+                                  &r, NULL, 0),
+                   MUSTER_OK);
+  assert_int_equal(jint(json_array_get(json_object_get(r, "tasks"), 1), "index"), 401);
+  json_decref(r);
+  json_t *s = session_get(st, id, &f);
+  assert_non_null(s);
+  assert_int_equal(jint(s, "next_index"), 402);
+  /* Refused batches are not counted (their rows were never inserted). */
+  assert_int_equal(jint(json_object_get(s, "counts"), "total"), 100 + 50 + 1 + 2 + 2);
+  json_decref(s);
+  assert_null(session_submit_scanned(st, "s-nope", &(jscan_body_t){0}, &f));
+  assert_int_equal(f.code, MUSTER_SESSION_NOT_FOUND);
 }
 
 static void test_streams_and_exactly_once(void **unused) {
@@ -397,6 +511,7 @@ int main(void) {
   log_set_level(LOG_ERROR);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_indexes, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_submit_batches, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_streams_and_exactly_once, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_dead_is_a_result, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_close_and_expiry, setup, fixture_teardown),
