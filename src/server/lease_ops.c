@@ -16,6 +16,7 @@
 #include "lease_internal.h"
 #include "log.h"
 #include "metrics.h"
+#include "session.h"
 #include "task.h"
 #include "worker.h"
 
@@ -106,15 +107,16 @@ static muster_err_t op_complete_size(const char *text, const char *ctx, size_t m
 
 /* What follows a completion's row update (the task `h`, its result `text`,
  * counted already): with a next stage, its result becomes a task there;
- * the session's result, the worker's tally, the metrics, and the reply
+ * the session's result (unless the caller records a batch's at once:
+ * `session_later`), the worker's tally, the metrics, and the reply
  * {"task", "next_task"} appended to out->completed. */
 static muster_err_t op_complete_after(store_t *st, const char *text, const lease_held_t *h,
-                                      apply_out_t *out, fail_t *f) {
+                                      bool session_later, apply_out_t *out, fail_t *f) {
   int64_t next_id = 0;
   if ((h->queue.next[0] &&
        task_insert(st, h->queue.next, text ? text : "null", h->priority, now_ms(), NULL,
                    h->has_session ? h->session : NULL, h->index, h->id, NULL, &next_id, f)) ||
-      lease_finished(st, h, f) || apply_tally_worker(st, out, h->worker, f))
+      (!session_later && lease_finished(st, h, f)) || apply_tally_worker(st, out, h->worker, f))
     return f->code;
   metrics_count(METRIC_TASKS_COMPLETED, h->queue.name, 1);
   jw_buf_t *b = &out->completed;
@@ -146,7 +148,7 @@ static muster_err_t op_complete(store_t *st, const char *text, const lease_held_
   sqlite3_bind_int64(s, 3, now_ms());
   if (store_step_done(st, s, f) || counts_run_add(st, run, h->queue.name, h->state, TASK_DONE, f))
     return f->code;
-  return op_complete_after(st, text, h, out, f);
+  return op_complete_after(st, text, h, false, out, f);
 }
 
 static json_t *op_fail(store_t *st, const json_t *elem, const lease_held_t *h, const char *ctx,
@@ -490,6 +492,24 @@ static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, s
   return err;
 }
 
+/* Records the session results of the `n` tasks of `held` just completed, in
+ * order, with session_record_done: one read and one write of each session
+ * for the batch instead of per task. */
+static muster_err_t lease_record_done(store_t *st, const lease_held_t *held, size_t n,
+                                      fail_t *f) {
+  session_done_t *done = malloc(n * sizeof *done);
+  if (done == NULL)
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++)
+    done[i] = (session_done_t){.task = held[i].id,
+                               .index = held[i].index,
+                               .session = held[i].has_session ? held[i].session : NULL,
+                               .queue = held[i].queue.name};
+  session_record_done(st, done, n, f);
+  free(done);
+  return f->code;
+}
+
 /* Completes the first `n` elements of `body` (held[i] their rows, checked):
  * the rows, their counts in `run`, then each one's next stage, session,
  * worker tally and reply, in element order. */
@@ -503,10 +523,13 @@ static muster_err_t lease_complete_first(store_t *st, const jscan_body_t *body, 
   for (size_t i = 0; i < n; i++)
     if (counts_run_add(st, run, held[i].queue.name, held[i].state, TASK_DONE, f))
       return f->code;
-  for (size_t i = 0; i < n; i++)
-    if (op_complete_after(st, body->elems[i].text, &held[i], out, f))
+  size_t in_session = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (op_complete_after(st, body->elems[i].text, &held[i], true, out, f))
       return f->code;
-  return MUSTER_OK;
+    in_session += held[i].has_session;
+  }
+  return in_session ? lease_record_done(st, held, n, f) : MUSTER_OK;
 }
 
 /* Completes the scanned batch `body` as described above.  Returns 1 when it

@@ -570,6 +570,63 @@ json_t *session_results(store_t *st, const char *id, session_order_t order, int6
                    (json_int_t)ss.total, "done", (json_int_t)(ss.done + ss.failed));
 }
 
+/* Adds the results of `n` tasks of open session `session` (queue `queue`)
+ * that were completed (done) to its stream, in order. */
+static muster_err_t record_done_run(store_t *st, const char *session, const char *queue,
+                                    const session_done_t *done, size_t n, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT last_seq FROM sessions"
+                                   " WHERE id = ?1 AND queue = ?2 AND state = 0");
+  if (s == NULL)
+    return store_fail(st, f, "session result");
+  store_bind_text(s, 1, session);
+  store_bind_text(s, 2, queue);
+  bool open = sqlite3_step(s) == SQLITE_ROW;
+  int64_t seq = open ? sqlite3_column_int64(s, 0) : 0, first = seq;
+  store_reset(s);
+  if (!open)
+    return MUSTER_OK; /* closed, or of another queue: as session_record_result */
+  for (size_t i = 0; i < n; i++) {
+    s = store_stmt(st, "INSERT OR IGNORE INTO session_results(session, seq, idx, task, state)"
+                       " VALUES(?1, ?2, ?3, ?4, ?5)");
+    if (s == NULL)
+      return store_fail(st, f, "session result");
+    store_bind_text(s, 1, session);
+    sqlite3_bind_int64(s, 2, seq + 1);
+    sqlite3_bind_int64(s, 3, done[i].index);
+    sqlite3_bind_int64(s, 4, done[i].task);
+    sqlite3_bind_int(s, 5, TASK_DONE);
+    if (store_step_done(st, s, f))
+      return f->code;
+    seq += sqlite3_changes(store_db(st)); /* 0: the index has its result already */
+  }
+  if (seq == first)
+    return MUSTER_OK;
+  s = store_stmt(st, "UPDATE sessions SET last_seq = ?2, done = done + ?3 WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "session result");
+  store_bind_text(s, 1, session);
+  sqlite3_bind_int64(s, 2, seq);
+  sqlite3_bind_int64(s, 3, seq - first);
+  if (store_step_done(st, s, f))
+    return f->code;
+  store_notify_session(st, session);
+  return MUSTER_OK;
+}
+
+muster_err_t session_record_done(store_t *st, const session_done_t *done, size_t n, fail_t *f) {
+  for (size_t i = 0, j; i < n; i = j) {
+    j = i + 1;
+    if (done[i].session == NULL || done[i].index < 0)
+      continue; /* not a task of a session */
+    while (j < n && done[j].session && done[j].index >= 0 &&
+           strcmp(done[j].session, done[i].session) == 0 && strcmp(done[j].queue, done[i].queue) == 0)
+      j++;
+    if (record_done_run(st, done[i].session, done[i].queue, done + i, j - i, f))
+      return f->code;
+  }
+  return MUSTER_OK;
+}
+
 muster_err_t session_record_result(store_t *st, int64_t task, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT t.session, t.idx, t.state, s.last_seq"
                                    " FROM tasks t JOIN sessions s ON s.id = t.session"

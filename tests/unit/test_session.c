@@ -308,6 +308,87 @@ static void test_streams_and_exactly_once(void **unused) {
   json_decref(leases);
 }
 
+/* Completes the leases of `leases` at `indexes` (n of them) in one request. */
+static muster_err_t complete_batch(const json_t *leases, const int64_t *indexes, size_t n) {
+  char text[2048];
+  size_t len = (size_t)snprintf(text, sizeof text, "{\"leases\": [");
+  for (size_t i = 0; i < n; i++) {
+    const json_t *l = at_index(leases, indexes[i]);
+    len += (size_t)snprintf(text + len, sizeof text - len,
+                            "%s{\"task\": %lld, \"token\": %lld, \"result\": %lld}", i ? ", " : "",
+                            (long long)jint(l, "task"), (long long)jint(l, "token"),
+                            (long long)indexes[i]);
+  }
+  snprintf(text + len, sizeof text - len, "]}");
+  json_t *body = parse(text);
+  fail_t f = {0};
+  json_t *out = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
+  json_decref(out);
+  json_decref(body);
+  return out ? MUSTER_OK : f.code;
+}
+
+/* A batch of completions records its session results in its order, with one
+ * write of the session (one notification) per run of tasks of one session;
+ * tasks of another session or of none in between start a new run. */
+static void test_batch_results(void **unused) {
+  make_queue("q", "{\"lease_ms\": 60000}");
+  char a[SESSION_ID_LEN + 1], b[SESSION_ID_LEN + 1], buf[256];
+  open_session("q", NULL, a);
+  open_session("q", NULL, b);
+  assert_int_equal(submit(a, "[{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2},"
+                             " {\"payload\": 3}, {\"payload\": 4}, {\"payload\": 5}]",
+                          NULL),
+                   MUSTER_OK);
+  json_t *leases = lease("q", 6);
+  assert_int_equal(notified, 0);
+  int64_t first[] = {3, 1, 4};
+  assert_int_equal(complete_batch(leases, first, 3), MUSTER_OK);
+  assert_int_equal(notified, 1);
+  assert_string_equal(notified_id, a);
+  assert_int_equal(read_results(a, SESSION_BY_COMPLETION, 0, 100, buf, sizeof buf), 3);
+  assert_string_equal(buf, "3,1,4");
+  assert_int_equal(read_results(a, SESSION_BY_SUBMISSION, 0, 100, buf, sizeof buf), 0);
+  assert_string_equal(buf, "");
+  /* Session b's task and a task of no session between a's. */
+  assert_int_equal(submit(b, "[{\"payload\": \"b0\"}]", NULL), MUSTER_OK);
+  fail_t f = {0};
+  json_t *plain = parse("{\"tasks\": [{\"payload\": \"none\"}]}");
+  json_decref(task_put(st, "q", plain, 1 << 20, &f));
+  json_decref(plain);
+  json_t *more = lease("q", 2);
+  assert_int_equal(json_array_size(more), 2);
+  char text[1024];
+  const json_t *l0 = at_index(leases, 0), *l5 = at_index(leases, 5);
+  const json_t *m0 = json_array_get(more, 0), *m1 = json_array_get(more, 1);
+  snprintf(text, sizeof text,
+           "{\"leases\": [{\"task\": %lld, \"token\": %lld, \"result\": 0},"
+           " {\"task\": %lld, \"token\": %lld, \"result\": 1},"
+           " {\"task\": %lld, \"token\": %lld, \"result\": 2},"
+           " {\"task\": %lld, \"token\": %lld, \"result\": 5}]}",
+           (long long)jint(l0, "task"), (long long)jint(l0, "token"), (long long)jint(m0, "task"),
+           (long long)jint(m0, "token"), (long long)jint(m1, "task"), (long long)jint(m1, "token"),
+           (long long)jint(l5, "task"), (long long)jint(l5, "token"));
+  json_t *body = parse(text);
+  json_t *out = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
+  assert_non_null(out);
+  json_decref(out);
+  json_decref(body);
+  assert_int_equal(notified, 4); /* a, then b, then a again */
+  assert_int_equal(read_results(a, SESSION_BY_COMPLETION, 0, 100, buf, sizeof buf), 5);
+  assert_string_equal(buf, "3,1,4,0,5");
+  assert_int_equal(read_results(a, SESSION_BY_SUBMISSION, 0, 100, buf, sizeof buf), 2);
+  assert_string_equal(buf, "0,1");
+  assert_int_equal(read_results(b, SESSION_BY_COMPLETION, 0, 100, buf, sizeof buf), 1);
+  assert_string_equal(buf, "0");
+  json_t *s = session_get(st, a, &f);
+  assert_int_equal(jint(json_object_get(s, "counts"), "done"), 5);
+  assert_int_equal(jint(json_object_get(s, "counts"), "pending"), 1);
+  json_decref(s);
+  json_decref(more);
+  json_decref(leases);
+}
+
 static void test_dead_is_a_result(void **unused) {
   make_queue("q", "{\"max_attempts\": 1}");
   char id[SESSION_ID_LEN + 1], buf[64];
@@ -512,6 +593,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_indexes, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_submit_batches, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_results, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_streams_and_exactly_once, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_dead_is_a_result, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_close_and_expiry, setup, fixture_teardown),
