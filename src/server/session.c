@@ -507,23 +507,62 @@ json_t *session_submit_scanned(store_t *st, const char *id, const jscan_body_t *
 
 /* ---- results ---- */
 
-static json_t *result_from_row(sqlite3_stmt *s) {
+/* Appends the stored JSON text of column `col` of `s` (NULL: null): as it
+ * stands when it is valid JSON (the head stored it encoded), else as its
+ * decoding writes it, null when it has none. */
+static void result_add_stored(jw_buf_t *out, sqlite3_stmt *s, int col) {
+  const char *text = (const char *)sqlite3_column_text(s, col);
+  size_t len = (size_t)sqlite3_column_bytes(s, col);
+  if (text != NULL && jw_valid(text, len)) {
+    jw_add_text(out, text, len);
+    return;
+  }
+  json_t *decoded = text ? jv_decode(text) : NULL;
+  if (decoded)
+    jw_add_value(out, decoded);
+  else
+    JW_ADD_LITERAL(out, "null");
+  json_decref(decoded);
+}
+
+/* Appends the result object of row `s` (RESULT_COLUMNS) to `out`, after a
+ * comma unless it is the first: {"index", "task", "state", "result",
+ * "error", "seq"}, the bytes jw_dump writes for that object built as a tree
+ * (test_session checks), written as text around the stored result. */
+static void result_write(jw_buf_t *out, sqlite3_stmt *s, bool first) {
   int state = sqlite3_column_int(s, 2);
   bool done = state == TASK_DONE;
-  const unsigned char *result = sqlite3_column_text(s, 3), *error = sqlite3_column_text(s, 4);
-  return json_pack("{s:I, s:I, s:s, s:o, s:o, s:I}", "index",
-                   (json_int_t)sqlite3_column_int64(s, 0), "task",
-                   (json_int_t)sqlite3_column_int64(s, 1), "state", task_state_name(state),
-                   "result", done && result ? jv_decode((const char *)result) : json_null(),
-                   "error", !done && error ? json_string((const char *)error) : json_null(), "seq",
-                   (json_int_t)sqlite3_column_int64(s, 5));
+  if (!first)
+    JW_ADD_LITERAL(out, ",");
+  JW_ADD_LITERAL(out, "{\"index\":");
+  jw_add_int(out, sqlite3_column_int64(s, 0));
+  JW_ADD_LITERAL(out, ",\"task\":");
+  jw_add_int(out, sqlite3_column_int64(s, 1));
+  JW_ADD_LITERAL(out, ",\"state\":");
+  const char *name = task_state_name(state);
+  jw_add_string(out, name, strlen(name));
+  JW_ADD_LITERAL(out, ",\"result\":");
+  if (done && sqlite3_column_type(s, 3) != SQLITE_NULL)
+    result_add_stored(out, s, 3);
+  else
+    JW_ADD_LITERAL(out, "null");
+  JW_ADD_LITERAL(out, ",\"error\":");
+  const char *error = (const char *)sqlite3_column_text(s, 4);
+  if (!done && error)
+    jw_add_string(out, error, (size_t)sqlite3_column_bytes(s, 4));
+  else
+    JW_ADD_LITERAL(out, "null");
+  JW_ADD_LITERAL(out, ",\"seq\":");
+  jw_add_int(out, sqlite3_column_int64(s, 5));
+  JW_ADD_LITERAL(out, "}");
 }
 
 #define RESULT_COLUMNS "r.idx, r.task, r.state, t.result, t.error, r.seq"
 
-/* Fills `list` from `cursor` on; returns the next cursor, -1 on store failure. */
+/* Appends the results from `cursor` on to `list` (the elements of a JSON
+ * array), *count of them; returns the next cursor, -1 on store failure. */
 static int64_t results_read(store_t *st, const session_t *ss, session_order_t order, int64_t cursor,
-                            int64_t max, json_t *list) {
+                            int64_t max, jw_buf_t *list, size_t *count) {
   sqlite3_stmt *s =
       order == SESSION_BY_SUBMISSION
           ? store_stmt(st, "SELECT " RESULT_COLUMNS " FROM session_results r"
@@ -547,7 +586,7 @@ static int64_t results_read(store_t *st, const session_t *ss, session_order_t or
     } else {
       cursor = sqlite3_column_int64(s, 5);
     }
-    json_array_append_new(list, result_from_row(s));
+    result_write(list, s, (*count)++ == 0);
   }
   store_reset(s);
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? cursor : -1;
@@ -558,16 +597,25 @@ json_t *session_results(store_t *st, const char *id, session_order_t order, int6
   session_t ss;
   if (session_load_open(st, id, &ss, NULL, true, f))
     return NULL;
-  json_t *list = json_array();
-  int64_t next = results_read(st, &ss, order, cursor, max, list);
+  jw_buf_t list = {0};
+  JW_ADD_LITERAL(&list, "[");
+  *count = 0;
+  int64_t next = results_read(st, &ss, order, cursor, max, &list, count);
+  JW_ADD_LITERAL(&list, "]");
   if (next < 0) {
-    json_decref(list);
+    jw_buf_free(&list);
     store_fail(st, f, "session results");
     return NULL;
   }
-  *count = json_array_size(list);
-  return json_pack("{s:o, s:I, s:I, s:I}", "results", list, "cursor", (json_int_t)next, "total",
-                   (json_int_t)ss.total, "done", (json_int_t)(ss.done + ss.failed));
+  json_t *results = list.failed ? NULL : jw_raw(list.buf, list.len);
+  jw_buf_free(&list);
+  json_t *out = results ? json_pack("{s:o, s:I, s:I, s:I}", "results", results, "cursor",
+                                    (json_int_t)next, "total", (json_int_t)ss.total, "done",
+                                    (json_int_t)(ss.done + ss.failed))
+                        : NULL;
+  if (out == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  return out;
 }
 
 /* Adds the results of `n` tasks of open session `session` (queue `queue`)

@@ -67,8 +67,9 @@ typedef struct {
 muster_err_t session_record_done(store_t *st, const session_done_t *done, size_t n, fail_t *f);
 
 /* Reads results after `cursor` in `order`, at most `max`.  Returns
- * {"results": [...], "cursor", "total", "done"} (new reference) with *count
- * the number of results in it, or NULL with *f filled.  Counts as a heartbeat. */
+ * {"results": [...], "cursor", "total", "done"} (new reference; "results" is
+ * a raw node, jw.h) with *count the number of results in it, or NULL with *f
+ * filled.  Counts as a heartbeat. */
 json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
                         int64_t max, size_t *count, fail_t *f);
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/jw.h"
 #include "server/lease.h"
 #include "server/log.h"
 #include "server/node.h"
@@ -141,8 +142,10 @@ static int64_t read_results(const char *id, session_order_t order, int64_t curso
                             char *buf, size_t size) {
   fail_t f = {0};
   size_t count = 0;
-  json_t *r = session_results(st, id, order, cursor, max, &count, &f);
-  assert_non_null(r);
+  json_t *raw = session_results(st, id, order, cursor, max, &count, &f);
+  assert_non_null(raw);
+  json_t *r = reply_tree(raw); /* "results" is a raw node */
+  json_decref(raw);
   json_t *list = json_object_get(r, "results");
   assert_int_equal(count, json_array_size(list));
   buf[0] = '\0';
@@ -405,6 +408,60 @@ static void test_dead_is_a_result(void **unused) {
   json_decref(leases);
 }
 
+/* The results written as text are, byte for byte, what jw_dump writes for
+ * the object built as a tree ({"index", "task", "state", "result", "error",
+ * "seq"}, as before they were written as text): a result with nesting,
+ * escapes and UTF-8, an error with quotes and a newline, a dead task's. */
+static void test_results_text(void **unused) {
+  make_queue("q", "{\"max_attempts\": 1, \"lease_ms\": 60000}");
+  char id[SESSION_ID_LEN + 1];
+  open_session("q", NULL, id);
+  assert_int_equal(submit(id, "[{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2}]", NULL),
+                   MUSTER_OK);
+  json_t *leases = lease("q", 3);
+  const char *result = ", \"result\": {\"a\": [1, -2.5e-3, true, null], \"s\": \"caf\u00e9 \\\"q\\\" \\n \\u0001\"}";
+  assert_int_equal(apply(LEASE_COMPLETE, at_index(leases, 1), result), MUSTER_OK);
+  assert_int_equal(apply(LEASE_FAIL, at_index(leases, 0), ", \"error\": \"it said \\\"no\\\"\\nand \u00fcbel\"," " \"permanent\": true"),
+                   MUSTER_OK);
+  assert_int_equal(apply(LEASE_FAIL, at_index(leases, 2), ", \"error\": \"boom\""), MUSTER_OK);
+  fail_t f = {0};
+  size_t count = 0;
+  json_t *out = session_results(st, id, SESSION_BY_COMPLETION, 0, 100, &count, &f);
+  assert_non_null(out);
+  assert_int_equal(count, 3);
+  size_t len = 0;
+  const char *text = jw_raw_text(json_object_get(out, "results"), &len);
+  assert_non_null(text);
+  /* The tree each element was built as, from what the tasks hold. */
+  json_t *expected = json_array();
+  static const int64_t by_seq[] = {1, 0, 2}; /* the indexes in the order they finished */
+  for (int64_t seq = 1; seq <= 3; seq++) {
+    int64_t index = by_seq[seq - 1];
+    json_t *task = task_get(st, jint(at_index(leases, index), "task"), &f);
+    assert_non_null(task);
+    const char *state = json_string_value(json_object_get(task, "state"));
+    bool done = strcmp(state, "done") == 0;
+    json_array_append_new(
+        expected, json_pack("{s:I, s:I, s:s, s:O, s:O, s:I}", "index", (json_int_t)index, "task",
+                            (json_int_t)jint(task, "id"), "state", state, "result",
+                            done ? json_object_get(task, "result") : json_null(), "error",
+                            done ? json_null() : json_object_get(task, "error"), "seq",
+                            (json_int_t)seq));
+    json_decref(task);
+  }
+  size_t want_len = 0;
+  char *want = jw_dump(expected, &want_len);
+  assert_non_null(want);
+  assert_int_equal(len, want_len);
+  assert_memory_equal(text, want, len);
+  assert_non_null(strstr(want, "\"state\":\"dead\""));
+  assert_non_null(strstr(want, "\"state\":\"failed\""));
+  free(want);
+  json_decref(expected);
+  json_decref(out);
+  json_decref(leases);
+}
+
 static bool busy_yes(void *arg, const char *id) {
   return true;
 }
@@ -594,6 +651,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_indexes, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_submit_batches, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_batch_results, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_results_text, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_streams_and_exactly_once, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_dead_is_a_result, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_close_and_expiry, setup, fixture_teardown),
