@@ -446,31 +446,51 @@ static muster_err_t lease_complete_check(store_t *st, const jscan_elem_t *e, siz
 static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, size_t n,
                                         fail_t *f) {
   bool any_result = false;
-  for (size_t i = 0; i < n; i++)
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (size_t i = 0; i < n; i++) {
+    int64_t id = body->elems[i].ints[0];
     any_result |= body->elems[i].text != NULL;
+    lo = id < lo ? id : lo;
+    hi = id > hi ? id : hi;
+  }
+  /* The ids are distinct (lease_ids_distinct): consecutive ones are the
+   * range itself, read in one pass, as lease_batch reads a batch's leases. */
+  bool range = hi - lo == (int64_t)n - 1;
   /* The results through the store's map (muster_map_text: id to result);
    * acknowledgements without results, the common case, need none. */
-  sqlite3_stmt *s =
-      any_result ? store_stmt(st, "UPDATE tasks SET state = 2, result = muster_map_text(id),"
-                                  " error = NULL, worker = NULL, deadline_ms = NULL,"
-                                  " updated_ms = ?2 WHERE id IN (SELECT value FROM json_each(?1))")
-                 : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
-                                  " worker = NULL, deadline_ms = NULL, updated_ms = ?2"
-                                  " WHERE id IN (SELECT value FROM json_each(?1))");
+  sqlite3_stmt *s;
+  if (range)
+    s = any_result ? store_stmt(st, "UPDATE tasks SET state = 2, result = muster_map_text(id),"
+                                    " error = NULL, worker = NULL, deadline_ms = NULL,"
+                                    " updated_ms = ?2 WHERE id BETWEEN ?1 AND ?3")
+                   : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
+                                    " worker = NULL, deadline_ms = NULL, updated_ms = ?2"
+                                    " WHERE id BETWEEN ?1 AND ?3");
+  else
+    s = any_result ? store_stmt(st, "UPDATE tasks SET state = 2, result = muster_map_text(id),"
+                                    " error = NULL, worker = NULL, deadline_ms = NULL,"
+                                    " updated_ms = ?2 WHERE id IN (SELECT value FROM json_each(?1))")
+                   : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
+                                    " worker = NULL, deadline_ms = NULL, updated_ms = ?2"
+                                    " WHERE id IN (SELECT value FROM json_each(?1))");
   if (s == NULL)
     return store_fail(st, f, "complete");
   jw_buf_t ids = {0};
   store_pair_t *results = any_result ? malloc(n * sizeof *results) : NULL;
-  JW_ADD_LITERAL(&ids, "[");
+  if (!range)
+    JW_ADD_LITERAL(&ids, "[");
   for (size_t i = 0; i < n; i++) {
     const jscan_elem_t *e = &body->elems[i];
-    if (i > 0)
-      JW_ADD_LITERAL(&ids, ",");
-    jw_add_int(&ids, e->ints[0]);
+    if (!range) {
+      if (i > 0)
+        JW_ADD_LITERAL(&ids, ",");
+      jw_add_int(&ids, e->ints[0]);
+    }
     if (results)
       results[i] = (store_pair_t){.key = e->ints[0], .text = e->text, .text_len = e->text_len};
   }
-  JW_ADD_LITERAL(&ids, "]");
+  if (!range)
+    JW_ADD_LITERAL(&ids, "]");
   muster_err_t err = MUSTER_OK;
   if (ids.failed || (any_result && results == NULL)) {
     err = fail_set(f, MUSTER_NOMEM, "out of memory");
@@ -479,7 +499,12 @@ static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, s
       store_pairs_sort(results, n);
       store_map_set(st, results, n);
     }
-    sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
+    if (range) {
+      sqlite3_bind_int64(s, 1, lo);
+      sqlite3_bind_int64(s, 3, hi);
+    } else {
+      sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
+    }
     sqlite3_bind_int64(s, 2, now_ms());
     err = store_step_done(st, s, f);
     store_map_set(st, NULL, 0);

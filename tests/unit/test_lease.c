@@ -179,6 +179,97 @@ static void test_batch_tokens_by_priority(void **unused) {
   json_decref(l);
 }
 
+/* The token stored for task `id` (0: none). */
+static int64_t token_of(int64_t id) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT coalesce(token, 0) FROM tasks WHERE id = ?1");
+  assert_non_null(s);
+  sqlite3_bind_int64(s, 1, id);
+  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+  int64_t token = sqlite3_column_int64(s, 0);
+  store_reset(s);
+  return token;
+}
+
+/* Completes the tasks ids[0..n) holding `tokens` in one request, result i. */
+static muster_err_t complete_many(const int64_t *ids, const int64_t *tokens, size_t n) {
+  char text[1024];
+  size_t len = (size_t)snprintf(text, sizeof text, "{\"leases\": [");
+  for (size_t i = 0; i < n; i++)
+    len += (size_t)snprintf(text + len, sizeof text - len,
+                            "%s{\"task\": %lld, \"token\": %lld, \"result\": %zu}", i ? ", " : "",
+                            (long long)ids[i], (long long)tokens[i], i);
+  snprintf(text + len, sizeof text - len, "]}");
+  json_t *body = json_loads(text, 0, NULL);
+  fail_t f = {0};
+  json_t *out = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
+  json_decref(out);
+  json_decref(body);
+  return out ? MUSTER_OK : f.code;
+}
+
+/* A batch's rows are updated as a range of ids when its ids are consecutive
+ * (a queue leased in the order it was filled) and as a list otherwise: either
+ * way exactly the batch's rows change, the neighbours in the table do not. */
+static void test_batch_rows_range_and_list(void **unused) {
+  make_queue("a", "{}");
+  make_queue("b", "{}");
+  int64_t ids[6], other[4];
+  for (int i = 0; i < 6; i++)
+    ids[i] = put("a", "{\"payload\": 1}");
+  /* a's ids 0..5 are consecutive; then a and b alternate. */
+  int64_t mixed[4];
+  for (int i = 0; i < 4; i++) {
+    mixed[i] = put("a", "{\"payload\": 2}");
+    other[i] = put("b", "{\"payload\": 3}");
+  }
+  /* Range: the first three of a; the next three stay queued, untouched. */
+  json_t *l = lease("a", 3);
+  assert_int_equal(json_array_size(l), 3);
+  int64_t tokens[10];
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(jint(json_array_get(l, i), "task"), ids[i]);
+    tokens[i] = jint(json_array_get(l, i), "token");
+    assert_int_equal(token_of(ids[i]), tokens[i]);
+  }
+  json_decref(l);
+  for (int i = 3; i < 6; i++) {
+    assert_string_equal(state_of(ids[i]), "queued");
+    assert_int_equal(token_of(ids[i]), 0);
+  }
+  /* List: the rest of a (3, 4, 5 and the four mixed ones) is not one range;
+   * b's tasks between them stay queued. */
+  l = lease("a", 7);
+  assert_int_equal(json_array_size(l), 7);
+  for (int i = 0; i < 7; i++) {
+    int64_t want = i < 3 ? ids[3 + i] : mixed[i - 3];
+    assert_int_equal(jint(json_array_get(l, i), "task"), want);
+    tokens[3 + i] = jint(json_array_get(l, i), "token");
+    assert_int_equal(token_of(want), tokens[3 + i]);
+  }
+  json_decref(l);
+  for (int i = 0; i < 4; i++) {
+    assert_string_equal(state_of(other[i]), "queued");
+    assert_int_equal(token_of(other[i]), 0);
+  }
+  /* Completions: ids 1, 2, 3 of a as a range (0 and 4 stay leased), then
+   * the mixed ones 0 and 2 as a list (1 stays leased). */
+  assert_int_equal(complete_many(ids + 1, tokens + 1, 3), MUSTER_OK);
+  for (int i = 0; i < 6; i++)
+    assert_string_equal(state_of(ids[i]), i >= 1 && i <= 3 ? "done" : "leased");
+  int64_t pick[2] = {mixed[0], mixed[2]}, pick_tokens[2] = {tokens[6], tokens[8]};
+  assert_int_equal(complete_many(pick, pick_tokens, 2), MUSTER_OK);
+  assert_string_equal(state_of(mixed[0]), "done");
+  assert_string_equal(state_of(mixed[1]), "leased");
+  assert_string_equal(state_of(mixed[2]), "done");
+  fail_t f = {0};
+  json_t *task = task_get(st, ids[2], &f);
+  assert_int_equal(json_integer_value(json_object_get(task, "result")), 1);
+  json_decref(task);
+  task = task_get(st, mixed[2], &f);
+  assert_int_equal(json_integer_value(json_object_get(task, "result")), 1);
+  json_decref(task);
+}
+
 static void test_stale_token_refused(void **unused) {
   make_queue("q", "{}");
   int64_t id = put("q", "{\"payload\": \"x\"}");
@@ -1065,6 +1156,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_lease_order_and_keys, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_batch_tokens, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_batch_tokens_by_priority, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_rows_range_and_list, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_stale_token_refused, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_refusal_names_element, fixture_setup, fixture_teardown),
