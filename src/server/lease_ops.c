@@ -389,42 +389,69 @@ static bool lease_ids_distinct(const jscan_body_t *body, int64_t *sorted) {
   return true;
 }
 
-/* Loads the rows of the elements of `body` into held[i], their queues'
- * names into queues[i], with one SELECT.  Returns 1 when each element has
- * its row, 0 when some has none, -1 with *f filled on a store failure. */
+/* Loads the rows of the elements of `body` (distinct ids) into held[i],
+ * their queues' names into queues[i], with one SELECT: over the range of
+ * ids when they are consecutive (as lease_complete_rows updates them), else
+ * over the list.  Returns 1 when each element has its row, 0 when some has
+ * none, -1 with *f filled on a store failure. */
 static int lease_held_batch(store_t *st, const jscan_body_t *body, lease_held_t *held,
                             char (*queues)[NAME_MAX_LEN + 1], fail_t *f) {
-  sqlite3_stmt *s =
-      store_stmt(st, "SELECT j.key, " LEASE_HELD_COLUMNS " FROM json_each(?1) AS j CROSS JOIN tasks"
-                     " ON tasks.id = j.value");
-  jw_buf_t ids = {0};
-  JW_ADD_LITERAL(&ids, "[");
-  for (size_t i = 0; i < body->count; i++) {
-    if (i > 0)
-      JW_ADD_LITERAL(&ids, ",");
-    jw_add_int(&ids, body->elems[i].ints[0]);
+  size_t n = body->count;
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (size_t i = 0; i < n; i++) {
+    int64_t id = body->elems[i].ints[0];
+    lo = id < lo ? id : lo;
+    hi = id > hi ? id : hi;
   }
-  JW_ADD_LITERAL(&ids, "]");
+  /* For a range: the element of each id, by its offset from lo. */
+  size_t *pos = hi - lo == (int64_t)n - 1 ? malloc(n * sizeof *pos) : NULL;
+  sqlite3_stmt *s =
+      pos ? store_stmt(st, "SELECT tasks.id, " LEASE_HELD_COLUMNS " FROM tasks"
+                           " WHERE tasks.id BETWEEN ?1 AND ?2")
+          : store_stmt(st, "SELECT j.key, " LEASE_HELD_COLUMNS " FROM json_each(?1) AS j"
+                           " CROSS JOIN tasks ON tasks.id = j.value");
+  jw_buf_t ids = {0};
+  if (pos) {
+    for (size_t i = 0; i < n; i++)
+      pos[body->elems[i].ints[0] - lo] = i;
+  } else {
+    JW_ADD_LITERAL(&ids, "[");
+    for (size_t i = 0; i < n; i++) {
+      if (i > 0)
+        JW_ADD_LITERAL(&ids, ",");
+      jw_add_int(&ids, body->elems[i].ints[0]);
+    }
+    JW_ADD_LITERAL(&ids, "]");
+  }
   if (s == NULL || ids.failed) {
     jw_buf_free(&ids);
+    free(pos);
     return s ? (fail_set(f, MUSTER_NOMEM, "out of memory"), -1)
              : (store_fail(st, f, "lease lookup"), -1);
   }
-  sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
+  if (pos) {
+    sqlite3_bind_int64(s, 1, lo);
+    sqlite3_bind_int64(s, 2, hi);
+  } else {
+    sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
+  }
   size_t found = 0;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    int64_t i = sqlite3_column_int64(s, 0);
-    if (i < 0 || (size_t)i >= body->count)
-      break; /* cannot happen: json_each numbers the elements */
+    /* The element: its offset in the range, or json_each's key. */
+    int64_t key = sqlite3_column_int64(s, 0);
+    int64_t i = pos ? (int64_t)pos[key - lo] : key;
+    if (i < 0 || (size_t)i >= n)
+      break; /* cannot happen: the range's ids, json_each's keys */
     lease_held_row(s, 1, body->elems[i].ints[0], &held[i], queues[i]);
     found++;
   }
   store_reset(s);
   jw_buf_free(&ids);
+  free(pos);
   if (rc != SQLITE_DONE && rc != SQLITE_ROW)
     return store_fail(st, f, "lease lookup"), -1;
-  return rc == SQLITE_DONE && found == body->count; /* ids are distinct: one row each */
+  return rc == SQLITE_DONE && found == n; /* ids are distinct: one row each */
 }
 
 /* Checks element `i` (loaded into *h, its queue named `queue`) as
