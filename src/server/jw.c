@@ -210,6 +210,18 @@ json_t *jw_raw(const char *text, size_t len) {
   return raw;
 }
 
+json_t *jw_object_raw(const char *key, const jw_buf_t *b) {
+  json_t *raw = b->failed ? NULL : jw_raw(b->buf, b->len);
+  json_t *object = raw ? json_object() : NULL;
+  /* json_object_set_new takes `raw` also when it fails. */
+  if (object && json_object_set_new(object, key, raw) == 0)
+    return object;
+  if (object == NULL)
+    json_decref(raw);
+  json_decref(object);
+  return NULL;
+}
+
 bool jw_is_raw(const json_t *v) {
   return json_is_array(v) && json_array_size(v) == 2 && json_array_get(v, 0) == &jw_mark &&
          json_is_string(json_array_get(v, 1));

@@ -72,6 +72,9 @@ void jw_buf_free(jw_buf_t *b);
  * NULL when memory runs out.  The text is trusted: the caller guarantees one
  * valid JSON value, compact if the reply must be compact. */
 json_t *jw_raw(const char *text, size_t len);
+/* {`key`: RAW} (new reference), RAW a raw node of the text in `b`; NULL when
+ * memory ran out, now or while `b` was written (b->failed). */
+json_t *jw_object_raw(const char *key, const jw_buf_t *b);
 /* True when `v` was made by jw_raw. */
 bool jw_is_raw(const json_t *v);
 /* The text of raw node `v` (valid while it lives) and its length; NULL when

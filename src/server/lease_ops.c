@@ -389,6 +389,20 @@ static bool lease_ids_distinct(const jscan_body_t *body, int64_t *sorted) {
   return true;
 }
 
+/* The lowest and highest task ids of the first `n` elements of `body`
+ * (distinct: lease_ids_distinct); true when they are consecutive, so that
+ * `id BETWEEN lo AND hi` names exactly their rows. */
+static bool lease_body_range(const jscan_body_t *body, size_t n, int64_t *lo, int64_t *hi) {
+  *lo = INT64_MAX;
+  *hi = INT64_MIN;
+  for (size_t i = 0; i < n; i++) {
+    int64_t id = body->elems[i].ints[0];
+    *lo = id < *lo ? id : *lo;
+    *hi = id > *hi ? id : *hi;
+  }
+  return *hi - *lo == (int64_t)n - 1;
+}
+
 /* Loads the rows of the elements of `body` (distinct ids) into held[i],
  * their queues' names into queues[i], with one SELECT: over the range of
  * ids when they are consecutive (as lease_complete_rows updates them), else
@@ -397,14 +411,9 @@ static bool lease_ids_distinct(const jscan_body_t *body, int64_t *sorted) {
 static int lease_held_batch(store_t *st, const jscan_body_t *body, lease_held_t *held,
                             char (*queues)[NAME_MAX_LEN + 1], fail_t *f) {
   size_t n = body->count;
-  int64_t lo = INT64_MAX, hi = INT64_MIN;
-  for (size_t i = 0; i < n; i++) {
-    int64_t id = body->elems[i].ints[0];
-    lo = id < lo ? id : lo;
-    hi = id > hi ? id : hi;
-  }
+  int64_t lo, hi;
   /* For a range: the element of each id, by its offset from lo. */
-  size_t *pos = hi - lo == (int64_t)n - 1 ? malloc(n * sizeof *pos) : NULL;
+  size_t *pos = lease_body_range(body, n, &lo, &hi) ? malloc(n * sizeof *pos) : NULL;
   sqlite3_stmt *s =
       pos ? store_stmt(st, "SELECT tasks.id, " LEASE_HELD_COLUMNS " FROM tasks"
                            " WHERE tasks.id BETWEEN ?1 AND ?2")
@@ -473,16 +482,12 @@ static muster_err_t lease_complete_check(store_t *st, const jscan_elem_t *e, siz
 static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, size_t n,
                                         fail_t *f) {
   bool any_result = false;
-  int64_t lo = INT64_MAX, hi = INT64_MIN;
-  for (size_t i = 0; i < n; i++) {
-    int64_t id = body->elems[i].ints[0];
+  for (size_t i = 0; i < n; i++)
     any_result |= body->elems[i].text != NULL;
-    lo = id < lo ? id : lo;
-    hi = id > hi ? id : hi;
-  }
-  /* The ids are distinct (lease_ids_distinct): consecutive ones are the
-   * range itself, read in one pass, as lease_batch reads a batch's leases. */
-  bool range = hi - lo == (int64_t)n - 1;
+  /* Consecutive ids are the range itself, read in one pass, as lease_batch
+   * reads a batch's leases. */
+  int64_t lo, hi;
+  bool range = lease_body_range(body, n, &lo, &hi);
   /* The results through the store's map (muster_map_text: id to result);
    * acknowledgements without results, the common case, need none. */
   sqlite3_stmt *s;

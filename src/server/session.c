@@ -402,16 +402,11 @@ static json_t *submit_reply(const int64_t *ids, const int64_t *idx, size_t n, fa
     JW_ADD_LITERAL(&out, "}");
   }
   JW_ADD_LITERAL(&out, "]");
-  json_t *tasks = out.failed ? NULL : jw_raw(out.buf, out.len);
+  json_t *reply = jw_object_raw("tasks", &out);
   jw_buf_free(&out);
-  json_t *reply = tasks ? json_object() : NULL;
-  if (reply && json_object_set_new_nocheck(reply, "tasks", tasks) == 0)
-    return reply;
   if (reply == NULL)
-    json_decref(tasks);
-  json_decref(reply);
-  fail_set(f, MUSTER_NOMEM, "out of memory");
-  return NULL;
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  return reply;
 }
 
 /* Loads open session `id` into *ss for a submit, and checks its queue. */

@@ -129,16 +129,10 @@ static void task_put_write(jw_buf_t *out, bool first, int64_t id, bool created) 
  * text `tasks_text`; NULL with MUSTER_NOMEM when memory ran out, now or while
  * the text was written. */
 static json_t *task_put_reply(const jw_buf_t *tasks_text, fail_t *f) {
-  json_t *tasks = tasks_text->failed ? NULL : jw_raw(tasks_text->buf, tasks_text->len);
-  json_t *reply = tasks ? json_object() : NULL;
-  /* json_object_set_new takes `tasks` also when it fails. */
-  if (reply && json_object_set_new_nocheck(reply, "tasks", tasks) == 0)
-    return reply;
+  json_t *reply = jw_object_raw("tasks", tasks_text);
   if (reply == NULL)
-    json_decref(tasks);
-  json_decref(reply);
-  fail_set(f, MUSTER_NOMEM, "out of memory");
-  return NULL;
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  return reply;
 }
 
 /*
