@@ -44,7 +44,8 @@ typedef struct {
 
 #define SESSION_COLUMNS                                                                            \
   "id, queue, state, cleanup_on_exit, timeout_ms, created_ms, last_seen_ms, next_index,"           \
-  " last_seq, total, done, failed, coalesce(closed_why, ''), init_data"
+  " last_seq, total, done, failed, coalesce(closed_why, ''),"                                     \
+  " (SELECT init_data FROM session_data WHERE session = sessions.id)"
 
 static void session_from_row(sqlite3_stmt *s, session_t *ss) {
   snprintf(ss->id, sizeof ss->id, "%s", (const char *)sqlite3_column_text(s, 0));
@@ -176,11 +177,24 @@ static bool session_make_id(char *out, size_t size) {
   return true;
 }
 
+/* Stores the init_data of new session `id` in its own table (not in the
+ * session's row, which every heartbeat and result writes). */
+static muster_err_t session_insert_data(store_t *st, const char *id, const char *init_data,
+                                        fail_t *f) {
+  sqlite3_stmt *s =
+      store_stmt(st, "INSERT INTO session_data(session, init_data) VALUES(?1, ?2)");
+  if (s == NULL)
+    return store_fail(st, f, "session create");
+  store_bind_text(s, 1, id);
+  store_bind_text(s, 2, init_data);
+  return store_step_done(st, s, f);
+}
+
 static muster_err_t session_insert(store_t *st, const char *queue, bool cleanup, int64_t timeout_ms,
                                    const char *init_data, char *id, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "INSERT INTO sessions(id, queue, state, cleanup_on_exit,"
-                                   " timeout_ms, init_data, created_ms, last_seen_ms)"
-                                   " VALUES(?1, ?2, 0, ?3, ?4, ?5, ?6, ?6)");
+                                   " timeout_ms, created_ms, last_seen_ms)"
+                                   " VALUES(?1, ?2, 0, ?3, ?4, ?5, ?5)");
   if (s == NULL)
     return store_fail(st, f, "session create");
   /* 64 random bits make a collision unlikely; the primary key catches one. */
@@ -191,12 +205,11 @@ static muster_err_t session_insert(store_t *st, const char *queue, bool cleanup,
     store_bind_text(s, 2, queue);
     sqlite3_bind_int(s, 3, cleanup);
     sqlite3_bind_int64(s, 4, timeout_ms);
-    store_bind_text(s, 5, init_data);
-    sqlite3_bind_int64(s, 6, now_ms());
+    sqlite3_bind_int64(s, 5, now_ms());
     int rc = sqlite3_step(s);
     store_reset(s);
     if (rc == SQLITE_DONE)
-      return MUSTER_OK;
+      return init_data ? session_insert_data(st, id, init_data, f) : MUSTER_OK;
     if (rc != SQLITE_CONSTRAINT_PRIMARYKEY)
       return store_fail(st, f, "session create");
   }

@@ -179,6 +179,14 @@ static const char *const migrations[] = {
     "DROP INDEX tasks_by_worker;"
     "DROP INDEX tasks_leased;"
     "CREATE INDEX tasks_leased ON tasks(deadline_ms, worker) WHERE state = 1;",
+    /* A session's init_data in a table of its own: the session row is
+     * written at every heartbeat, results read and recorded result, and
+     * with a large init_data in it SQLite went through every overflow page
+     * of it each time (design-notes "Sessions").  The column stays, NULL. */
+    "CREATE TABLE session_data (session TEXT PRIMARY KEY, init_data TEXT NOT NULL);"
+    "INSERT INTO session_data(session, init_data)"
+    "  SELECT id, init_data FROM sessions WHERE init_data IS NOT NULL;"
+    "UPDATE sessions SET init_data = NULL WHERE init_data IS NOT NULL;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/jw.h"
 #include "server/lease.h"
@@ -462,6 +463,75 @@ static void test_results_text(void **unused) {
   json_decref(leases);
 }
 
+/* The first column of `sql`'s first row, as text ("" for NULL); `buf`. */
+static const char *query_text(const char *sql, char *buf, size_t size) {
+  sqlite3_stmt *s = NULL;
+  assert_int_equal(sqlite3_prepare_v2(store_db(st), sql, -1, &s, NULL), SQLITE_OK);
+  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+  const char *text = (const char *)sqlite3_column_text(s, 0);
+  snprintf(buf, size, "%s", text ? text : "");
+  sqlite3_finalize(s);
+  return buf;
+}
+
+/* Schema version 9 moves init_data out of the session row (which every
+ * heartbeat and result writes) into session_data: a session made under
+ * version 8 keeps its init_data after the upgrade, and a new one's row holds
+ * none. */
+static void test_init_data_apart(void **unused) {
+  fixture_close(); /* this test opens a file of its own */
+  char dir[] = "/tmp/muster-test-session.XXXXXX", path[64], buf[256];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/muster.db", dir);
+  fail_t f = {0};
+  st = store_open(&(store_opts_t){.path = path, .schema_version = 8}, &f);
+  assert_non_null(st);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  make_queue("q", "{}");
+  /* Version 8's session: init_data in its row (as session_insert wrote it). */
+  assert_int_equal(sqlite3_exec(store_db(st),
+                                "INSERT INTO sessions(id, queue, state, cleanup_on_exit, timeout_ms,"
+                                " init_data, created_ms, last_seen_ms) VALUES('s-old', 'q', 0, 1,"
+                                " 60000, '{\"model\":[1,2]}', 1, 1)",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  assert_int_equal(fixture_close(), 0);
+
+  st = store_open(&(store_opts_t){.path = path}, &f);
+  assert_non_null(st);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  json_t *old = session_get(st, "s-old", &f);
+  assert_non_null(old);
+  size_t len = 0;
+  char *text = jw_dump(json_object_get(old, "init_data"), &len);
+  assert_string_equal(text, "{\"model\":[1,2]}");
+  free(text);
+  json_decref(old);
+  assert_string_equal(query_text("SELECT init_data FROM sessions WHERE id = 's-old'", buf,
+                                 sizeof buf),
+                      "");
+  /* A new session: its init_data in session_data, its row without it. */
+  char id[SESSION_ID_LEN + 1];
+  open_session("q", ", \"init_data\": {\"w\": \"big\"}", id);
+  char sql[128];
+  snprintf(sql, sizeof sql, "SELECT init_data FROM session_data WHERE session = '%s'", id);
+  assert_string_equal(query_text(sql, buf, sizeof buf), "{\"w\":\"big\"}");
+  snprintf(sql, sizeof sql, "SELECT init_data FROM sessions WHERE id = '%s'", id);
+  assert_string_equal(query_text(sql, buf, sizeof buf), "");
+  json_t *list = session_list(st, &f);
+  assert_int_equal(json_array_size(json_object_get(list, "sessions")), 2);
+  json_decref(list);
+  assert_int_equal(fixture_close(), 0);
+  unlink(path);
+  char wal[80];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  unlink(wal);
+  snprintf(wal, sizeof wal, "%s-shm", path);
+  unlink(wal);
+  rmdir(dir);
+  assert_int_equal(fixture_open(), 0); /* for the teardown */
+}
+
 static bool busy_yes(void *arg, const char *id) {
   return true;
 }
@@ -652,6 +722,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_submit_batches, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_batch_results, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_results_text, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_init_data_apart, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_streams_and_exactly_once, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_dead_is_a_result, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_close_and_expiry, setup, fixture_teardown),
