@@ -243,6 +243,11 @@ static void head_on_tx(void *arg) {
   event_active(h->commit_ev, EV_TIMEOUT, 0);
 }
 
+void head_wake_commit(head_t *h) {
+  if (h->commit_ev)
+    event_active(h->commit_ev, EV_TIMEOUT, 0); /* once per turn however often */
+}
+
 static void head_on_ready(void *arg, const char *queue) {
   waiter_mark_ready(arg, queue);
 }

@@ -89,6 +89,8 @@ static void http_enqueue_reply(head_t *h, reply_t *r) {
   else
     h->pending_head = r;
   h->pending_tail = r;
+  if (r->no_flush)
+    head_wake_commit(h); /* it may go out now, during a flush (head_commit) */
 }
 
 /* Builds a reply; `body` (owned) is encoded JSON, or raw bytes when `type` is set. */

@@ -81,6 +81,11 @@ typedef struct head {
   uint64_t commits;        /* transactions committed */
 } head_t;
 
+/* Runs the commit at the end of this turn (head_commit): for a reply that may
+ * leave at its commit (a lease of tasks on disk) queued in a turn that did not
+ * open the transaction, which a flush in flight keeps open. */
+void head_wake_commit(head_t *h);
+
 /* True when a lease whose highest task id is `max_task`, granted in the open
  * transaction, may be answered once committed, without waiting for a WAL
  * flush: every leased task and the token floor above its token are already

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -53,6 +54,19 @@ def in_syscall(pid, number):
         except OSError:
             pass
     return False
+
+
+def health_held_back(head, wait_s=0.25):
+    """True when GET /v1/health gets no reply within `wait_s` (the head holds
+    every reply while a transaction is open); False when it is answered."""
+    conn = head.connection(timeout=wait_s)
+    try:
+        head.request("GET", "/v1/health", conn=conn)
+        return False
+    except (socket.timeout, TimeoutError):
+        return True
+    finally:
+        conn.close()
 
 
 def wal_flushes(path):
@@ -331,6 +345,13 @@ class DurableFlushTest(unittest.TestCase):
         second = threading.Thread(target=write, args=("second",))
         second.start()
         harness.wait_until(lambda: ("second", "sent") in done, what="the second put to be sent")
+        # Once the head has handled the second put, the transaction it opened stays
+        # open for the flush's end, and every reply waits for a commit: a health
+        # check is then held back.  Waiting for that (or, on a loaded machine, for a
+        # health check that is merely slow) makes the lease come in a later turn
+        # than the put, which must wake the commit itself.
+        harness.wait_until(lambda: health_held_back(h), timeout=20,
+                           what="the second put to open the transaction")
         leases = lease(h, q, {"max": 1})
         answered = time.monotonic()
         self.assertEqual([l["payload"] for l in leases], ["b"])
