@@ -358,18 +358,17 @@ static muster_err_t lease_batch(store_t *st, const queue_t *q, const candidate_t
   int64_t now = now_ms(), deadline = now + q->lease_ms, base = store_next_token(st);
   for (int64_t i = 1; i < n; i++)
     store_next_token(st);
-  if (!range)
+  for (int64_t i = 0; tokens && i < n; i++)
+    tokens[i] = (store_pair_t){.key = cands[leasable[i]].id, .value = base + i};
+  if (!range) { /* the list, for json_each */
     JW_ADD_LITERAL(&ids, "[");
-  for (int64_t i = 0; tokens && i < n; i++) {
-    if (!range) {
+    for (int64_t i = 0; i < n; i++) {
       if (i > 0)
         JW_ADD_LITERAL(&ids, ",");
       jw_add_int(&ids, cands[leasable[i]].id);
     }
-    tokens[i] = (store_pair_t){.key = cands[leasable[i]].id, .value = base + i};
-  }
-  if (!range)
     JW_ADD_LITERAL(&ids, "]");
+  }
   if (ids.failed || tokens == NULL) {
     jw_buf_free(&ids);
     free(tokens);

@@ -403,6 +403,18 @@ static bool lease_body_range(const jscan_body_t *body, size_t n, int64_t *lo, in
   return *hi - *lo == (int64_t)n - 1;
 }
 
+/* Appends the task ids of the first `n` elements of `body` to `ids` as a JSON
+ * array, for `id IN (SELECT value FROM json_each(?))`. */
+static void lease_body_ids(const jscan_body_t *body, size_t n, jw_buf_t *ids) {
+  JW_ADD_LITERAL(ids, "[");
+  for (size_t i = 0; i < n; i++) {
+    if (i > 0)
+      JW_ADD_LITERAL(ids, ",");
+    jw_add_int(ids, body->elems[i].ints[0]);
+  }
+  JW_ADD_LITERAL(ids, "]");
+}
+
 /* Loads the rows of the elements of `body` (distinct ids) into held[i],
  * their queues' names into queues[i], with one SELECT: over the range of
  * ids when they are consecutive (as lease_complete_rows updates them), else
@@ -424,13 +436,7 @@ static int lease_held_batch(store_t *st, const jscan_body_t *body, lease_held_t 
     for (size_t i = 0; i < n; i++)
       pos[body->elems[i].ints[0] - lo] = i;
   } else {
-    JW_ADD_LITERAL(&ids, "[");
-    for (size_t i = 0; i < n; i++) {
-      if (i > 0)
-        JW_ADD_LITERAL(&ids, ",");
-      jw_add_int(&ids, body->elems[i].ints[0]);
-    }
-    JW_ADD_LITERAL(&ids, "]");
+    lease_body_ids(body, n, &ids);
   }
   if (s == NULL || ids.failed) {
     jw_buf_free(&ids);
@@ -510,19 +516,11 @@ static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, s
   jw_buf_t ids = {0};
   store_pair_t *results = any_result ? malloc(n * sizeof *results) : NULL;
   if (!range)
-    JW_ADD_LITERAL(&ids, "[");
-  for (size_t i = 0; i < n; i++) {
+    lease_body_ids(body, n, &ids);
+  for (size_t i = 0; results && i < n; i++) {
     const jscan_elem_t *e = &body->elems[i];
-    if (!range) {
-      if (i > 0)
-        JW_ADD_LITERAL(&ids, ",");
-      jw_add_int(&ids, e->ints[0]);
-    }
-    if (results)
-      results[i] = (store_pair_t){.key = e->ints[0], .text = e->text, .text_len = e->text_len};
+    results[i] = (store_pair_t){.key = e->ints[0], .text = e->text, .text_len = e->text_len};
   }
-  if (!range)
-    JW_ADD_LITERAL(&ids, "]");
   muster_err_t err = MUSTER_OK;
   if (ids.failed || (any_result && results == NULL)) {
     err = fail_set(f, MUSTER_NOMEM, "out of memory");
@@ -550,19 +548,20 @@ static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, s
 }
 
 /* Records the session results of the `n` tasks of `held` just completed, in
- * order, with session_record_done: one read and one write of each session
- * for the batch instead of per task. */
+ * order, with session_record_finished: one read and one write of each
+ * session for the batch instead of per task. */
 static muster_err_t lease_record_done(store_t *st, const lease_held_t *held, size_t n,
                                       fail_t *f) {
-  session_done_t *done = malloc(n * sizeof *done);
+  session_finished_t *done = malloc(n * sizeof *done);
   if (done == NULL)
     return fail_set(f, MUSTER_NOMEM, "out of memory");
   for (size_t i = 0; i < n; i++)
-    done[i] = (session_done_t){.task = held[i].id,
-                               .index = held[i].index,
-                               .session = held[i].has_session ? held[i].session : NULL,
-                               .queue = held[i].queue.name};
-  session_record_done(st, done, n, f);
+    done[i] = (session_finished_t){.task = held[i].id,
+                                   .index = held[i].index,
+                                   .session = held[i].has_session ? held[i].session : NULL,
+                                   .queue = held[i].queue.name,
+                                   .state = TASK_DONE};
+  session_record_finished(st, done, n, f);
   free(done);
   return f->code;
 }

@@ -626,10 +626,10 @@ json_t *session_results(store_t *st, const char *id, session_order_t order, int6
   return out;
 }
 
-/* Adds the results of `n` tasks of open session `session` (queue `queue`)
- * that were completed (done) to its stream, in order. */
-static muster_err_t record_done_run(store_t *st, const char *session, const char *queue,
-                                    const session_done_t *done, size_t n, fail_t *f) {
+/* Adds the results of the `n` finished tasks of session `session` (queue
+ * `queue`) to its stream, in order, when it is open and of that queue. */
+static muster_err_t record_run(store_t *st, const char *session, const char *queue,
+                               const session_finished_t *finished, size_t n, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT last_seq FROM sessions"
                                    " WHERE id = ?1 AND queue = ?2 AND state = 0");
   if (s == NULL)
@@ -637,10 +637,10 @@ static muster_err_t record_done_run(store_t *st, const char *session, const char
   store_bind_text(s, 1, session);
   store_bind_text(s, 2, queue);
   bool open = sqlite3_step(s) == SQLITE_ROW;
-  int64_t seq = open ? sqlite3_column_int64(s, 0) : 0, first = seq;
+  int64_t seq = open ? sqlite3_column_int64(s, 0) : 0, first = seq, done = 0;
   store_reset(s);
   if (!open)
-    return MUSTER_OK; /* closed, or of another queue: as session_record_result */
+    return MUSTER_OK;
   for (size_t i = 0; i < n; i++) {
     s = store_stmt(st, "INSERT OR IGNORE INTO session_results(session, seq, idx, task, state)"
                        " VALUES(?1, ?2, ?3, ?4, ?5)");
@@ -648,86 +648,68 @@ static muster_err_t record_done_run(store_t *st, const char *session, const char
       return store_fail(st, f, "session result");
     store_bind_text(s, 1, session);
     sqlite3_bind_int64(s, 2, seq + 1);
-    sqlite3_bind_int64(s, 3, done[i].index);
-    sqlite3_bind_int64(s, 4, done[i].task);
-    sqlite3_bind_int(s, 5, TASK_DONE);
+    sqlite3_bind_int64(s, 3, finished[i].index);
+    sqlite3_bind_int64(s, 4, finished[i].task);
+    sqlite3_bind_int(s, 5, finished[i].state);
     if (store_step_done(st, s, f))
       return f->code;
-    seq += sqlite3_changes(store_db(st)); /* 0: the index has its result already */
+    if (sqlite3_changes(store_db(st)) == 0)
+      continue; /* the index has its result already: results are final */
+    seq++;
+    done += finished[i].state == TASK_DONE;
   }
   if (seq == first)
     return MUSTER_OK;
-  s = store_stmt(st, "UPDATE sessions SET last_seq = ?2, done = done + ?3 WHERE id = ?1");
-  if (s == NULL)
-    return store_fail(st, f, "session result");
-  store_bind_text(s, 1, session);
-  sqlite3_bind_int64(s, 2, seq);
-  sqlite3_bind_int64(s, 3, seq - first);
-  if (store_step_done(st, s, f))
-    return f->code;
-  store_notify_session(st, session);
-  return MUSTER_OK;
-}
-
-muster_err_t session_record_done(store_t *st, const session_done_t *done, size_t n, fail_t *f) {
-  for (size_t i = 0, j; i < n; i = j) {
-    j = i + 1;
-    if (done[i].session == NULL || done[i].index < 0)
-      continue; /* not a task of a session */
-    while (j < n && done[j].session && done[j].index >= 0 &&
-           strcmp(done[j].session, done[i].session) == 0 && strcmp(done[j].queue, done[i].queue) == 0)
-      j++;
-    if (record_done_run(st, done[i].session, done[i].queue, done + i, j - i, f))
-      return f->code;
-  }
-  return MUSTER_OK;
-}
-
-muster_err_t session_record_result(store_t *st, int64_t task, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT t.session, t.idx, t.state, s.last_seq"
-                                   " FROM tasks t JOIN sessions s ON s.id = t.session"
-                                   " WHERE t.id = ?1 AND t.idx IS NOT NULL"
-                                   " AND s.queue = t.queue AND s.state = 0");
-  if (s == NULL)
-    return store_fail(st, f, "session result");
-  sqlite3_bind_int64(s, 1, task);
-  char session[SESSION_ID_LEN + 1] = "";
-  int64_t index = 0, seq = 0;
-  int state = 0;
-  if (sqlite3_step(s) == SQLITE_ROW) {
-    snprintf(session, sizeof session, "%s", (const char *)sqlite3_column_text(s, 0));
-    index = sqlite3_column_int64(s, 1);
-    state = sqlite3_column_int(s, 2);
-    seq = sqlite3_column_int64(s, 3) + 1;
-  }
-  store_reset(s);
-  if (session[0] == '\0')
-    return MUSTER_OK; /* not a task of an open session */
-  s = store_stmt(st, "INSERT OR IGNORE INTO session_results(session, seq, idx, task, state)"
-                     " VALUES(?1, ?2, ?3, ?4, ?5)");
-  if (s == NULL)
-    return store_fail(st, f, "session result");
-  store_bind_text(s, 1, session);
-  sqlite3_bind_int64(s, 2, seq);
-  sqlite3_bind_int64(s, 3, index);
-  sqlite3_bind_int64(s, 4, task);
-  sqlite3_bind_int(s, 5, state);
-  if (store_step_done(st, s, f))
-    return f->code;
-  if (sqlite3_changes(store_db(st)) == 0)
-    return MUSTER_OK; /* the index has its result already: results are final */
   s = store_stmt(st, "UPDATE sessions SET last_seq = ?2, done = done + ?3, failed = failed + ?4"
                      " WHERE id = ?1");
   if (s == NULL)
     return store_fail(st, f, "session result");
   store_bind_text(s, 1, session);
   sqlite3_bind_int64(s, 2, seq);
-  sqlite3_bind_int(s, 3, state == TASK_DONE);
-  sqlite3_bind_int(s, 4, state != TASK_DONE);
+  sqlite3_bind_int64(s, 3, done);
+  sqlite3_bind_int64(s, 4, seq - first - done);
   if (store_step_done(st, s, f))
     return f->code;
   store_notify_session(st, session);
   return MUSTER_OK;
+}
+
+muster_err_t session_record_finished(store_t *st, const session_finished_t *finished, size_t n,
+                                     fail_t *f) {
+  for (size_t i = 0, j; i < n; i = j) {
+    const session_finished_t *a = &finished[i];
+    j = i + 1;
+    if (a->session == NULL || a->index < 0)
+      continue; /* not a task of a session */
+    while (j < n && finished[j].session && finished[j].index >= 0 &&
+           strcmp(finished[j].session, a->session) == 0 && strcmp(finished[j].queue, a->queue) == 0)
+      j++;
+    if (record_run(st, a->session, a->queue, a, j - i, f))
+      return f->code;
+  }
+  return MUSTER_OK;
+}
+
+muster_err_t session_record_result(store_t *st, int64_t task, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT session, coalesce(idx, -1), state, queue"
+                                   " FROM tasks WHERE id = ?1 AND session IS NOT NULL");
+  if (s == NULL)
+    return store_fail(st, f, "session result");
+  sqlite3_bind_int64(s, 1, task);
+  char session[SESSION_ID_LEN + 1] = "", queue[NAME_MAX_LEN + 1] = "";
+  session_finished_t one = {.task = task, .index = -1};
+  if (sqlite3_step(s) == SQLITE_ROW) {
+    snprintf(session, sizeof session, "%s", (const char *)sqlite3_column_text(s, 0));
+    one.index = sqlite3_column_int64(s, 1);
+    one.state = sqlite3_column_int(s, 2);
+    snprintf(queue, sizeof queue, "%s", (const char *)sqlite3_column_text(s, 3));
+  }
+  store_reset(s);
+  if (session[0] == '\0')
+    return MUSTER_OK; /* not a task of a session */
+  one.session = session;
+  one.queue = queue;
+  return session_record_finished(st, &one, 1, f);
 }
 
 /* ---- closing ---- */

@@ -53,18 +53,22 @@ json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t m
 extern const jscan_shape_t session_submit_shape;
 json_t *session_submit_scanned(store_t *st, const char *id, const jscan_body_t *body, fail_t *f);
 
-/* A task completed (done) in a batch, for session_record_done: its id, its
- * index in its session (-1: none), its session (NULL: none) and queue. */
+/* A task that reached a final state (done, failed, dead), for
+ * session_record_finished: its id, its index in its session (-1: none), its
+ * session (NULL: none), its queue and its state. */
 typedef struct {
   int64_t task, index;
   const char *session, *queue;
-} session_done_t;
+  int state;
+} session_finished_t;
 
-/* session_record_result for the `n` tasks of `done`, all just completed, in
- * order: the tasks of one session that follow each other in the batch take
- * one read and one write of the session row between them (and one
- * notification), each its own result row. */
-muster_err_t session_record_done(store_t *st, const session_done_t *done, size_t n, fail_t *f);
+/* session_record_result for the `n` tasks of `finished`, in order: the tasks
+ * of one session that follow each other take one read and one write of the
+ * session row between them (and one notification), each its own result row.
+ * A task of no session, of a closed one or of another queue than its
+ * session's records nothing. */
+muster_err_t session_record_finished(store_t *st, const session_finished_t *finished, size_t n,
+                                     fail_t *f);
 
 /* Reads results after `cursor` in `order`, at most `max`.  Returns
  * {"results": [...], "cursor", "total", "done"} (new reference; "results" is
