@@ -8,6 +8,7 @@
 #define MUSTER_TESTS_STORE_FIXTURE_H
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/jw.h"
 #include "server/queue.h"
@@ -52,6 +53,17 @@ static inline json_t *parse(const char *text) {
   if (v == NULL)
     fail_msg("bad test JSON: %s: %s", text, err.text);
   return v;
+}
+
+/* How many times the store's cached statements whose SQL holds `needle` ran
+ * so far: which statement a path took, for tests of fast paths. */
+static inline int stmt_runs(const char *needle) {
+  int runs = 0;
+  for (sqlite3_stmt *s = sqlite3_next_stmt(store_db(st), NULL); s;
+       s = sqlite3_next_stmt(store_db(st), s))
+    if (strstr(sqlite3_sql(s), needle))
+      runs += sqlite3_stmt_status(s, SQLITE_STMTSTATUS_RUN, 0);
+  return runs;
 }
 
 /* Reply `v` as a client reads it (new reference): jw_dump's text parsed

@@ -223,7 +223,10 @@ static void test_batch_rows_range_and_list(void **unused) {
     other[i] = put("b", "{\"payload\": 3}");
   }
   /* Range: the first three of a; the next three stay queued, untouched. */
+  int by_range = stmt_runs("updated_ms = ?5 WHERE id BETWEEN"),
+      by_list = stmt_runs("updated_ms = ?5 WHERE id IN (SELECT value FROM json_each");
   json_t *l = lease("a", 3);
+  assert_int_equal(stmt_runs("updated_ms = ?5 WHERE id BETWEEN"), by_range + 1);
   assert_int_equal(json_array_size(l), 3);
   int64_t tokens[10];
   for (int i = 0; i < 3; i++) {
@@ -240,6 +243,9 @@ static void test_batch_rows_range_and_list(void **unused) {
    * b's tasks between them stay queued. */
   l = lease("a", 7);
   assert_int_equal(json_array_size(l), 7);
+  assert_int_equal(stmt_runs("updated_ms = ?5 WHERE id BETWEEN"), by_range + 1);
+  assert_int_equal(stmt_runs("updated_ms = ?5 WHERE id IN (SELECT value FROM json_each"),
+                   by_list + 1);
   for (int i = 0; i < 7; i++) {
     int64_t want = i < 3 ? ids[3 + i] : mixed[i - 3];
     assert_int_equal(jint(json_array_get(l, i), "task"), want);
@@ -253,11 +259,16 @@ static void test_batch_rows_range_and_list(void **unused) {
   }
   /* Completions: ids 1, 2, 3 of a as a range (0 and 4 stay leased), then
    * the mixed ones 0 and 2 as a list (1 stays leased). */
+  by_range = stmt_runs("updated_ms = ?2 WHERE id BETWEEN");
+  by_list = stmt_runs("updated_ms = ?2 WHERE id IN (SELECT value FROM json_each");
   assert_int_equal(complete_many(ids + 1, tokens + 1, 3), MUSTER_OK);
+  assert_int_equal(stmt_runs("updated_ms = ?2 WHERE id BETWEEN"), by_range + 1);
   for (int i = 0; i < 6; i++)
     assert_string_equal(state_of(ids[i]), i >= 1 && i <= 3 ? "done" : "leased");
   int64_t pick[2] = {mixed[0], mixed[2]}, pick_tokens[2] = {tokens[6], tokens[8]};
   assert_int_equal(complete_many(pick, pick_tokens, 2), MUSTER_OK);
+  assert_int_equal(stmt_runs("updated_ms = ?2 WHERE id IN (SELECT value FROM json_each"),
+                   by_list + 1);
   assert_string_equal(state_of(mixed[0]), "done");
   assert_string_equal(state_of(mixed[1]), "leased");
   assert_string_equal(state_of(mixed[2]), "done");
@@ -735,12 +746,7 @@ static void request_next(bool keep) {
 /* How many times the batch's lookup (one SELECT for all its elements) ran:
  * a batch that takes the two-statement path runs it once. */
 static int batch_lookups(void) {
-  int runs = 0;
-  for (sqlite3_stmt *s = sqlite3_next_stmt(store_db(st), NULL); s;
-       s = sqlite3_next_stmt(store_db(st), s))
-    if (strstr(sqlite3_sql(s), "CROSS JOIN tasks") || strstr(sqlite3_sql(s), "tasks.id BETWEEN"))
-      runs += sqlite3_stmt_status(s, SQLITE_STMTSTATUS_RUN, 0);
-  return runs;
+  return stmt_runs("CROSS JOIN tasks") + stmt_runs("tasks.id BETWEEN");
 }
 
 /* Completes with the scanned body `body` (which the scanner must take) and

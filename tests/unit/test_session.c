@@ -201,11 +201,19 @@ static void test_submit_batches(void **unused) {
   make_queue("q", "{}");
   char id[SESSION_ID_LEN + 1], message[sizeof((fail_t){0}.message)], expected[256];
   open_session("q", NULL, id);
-  /* A pool's batch, scanned: 100 tasks at indexes 0..99. */
+  /* A pool's batch, scanned: 100 tasks at indexes 0..99, inserted by chunks
+   * of 64, 32 and 4 rows, its indexes checked with one range query. */
+  int chunks = stmt_runs("created_ms, updated_ms) VALUES(?1, 0, ?3"),
+      one_by_one = stmt_runs("created_ms, updated_ms) VALUES(?1, 0, ?2"),
+      ranges = stmt_runs("AND idx BETWEEN"), lookups = stmt_runs("AND idx = ?3");
   char *text = batch_text(0, 100, true);
   json_t *r = NULL;
   assert_int_equal(submit_scanned(id, text, &r, NULL, 0), MUSTER_OK);
   free(text);
+  assert_int_equal(stmt_runs("created_ms, updated_ms) VALUES(?1, 0, ?3"), chunks + 3);
+  assert_int_equal(stmt_runs("created_ms, updated_ms) VALUES(?1, 0, ?2"), one_by_one);
+  assert_int_equal(stmt_runs("AND idx BETWEEN"), ranges + 1);
+  assert_int_equal(stmt_runs("AND idx = ?3"), lookups);
   json_t *tasks = json_object_get(r, "tasks");
   assert_int_equal(json_array_size(tasks), 100);
   int64_t first = jint(json_array_get(tasks, 0), "id");
