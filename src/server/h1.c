@@ -44,7 +44,6 @@
 
 static const char h1_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
-static void conn_linger(h1_conn_t *c);
 static void conn_resume(h1_conn_t *c);
 static void conn_write(h1_conn_t *c);
 
@@ -255,6 +254,7 @@ void h1_respond(h1_req_t *q, int status, const char *type, char *body, size_t le
       q->seg[q->nseg++] = (struct iovec){(void *)"\n", 1};
   }
   q->done = true;
+  h1_lend_add(q);
   h1_conn_dirty(q->conn);
 }
 
@@ -273,6 +273,7 @@ void h1_respond_file(h1_req_t *q, int status, const char *type, int fd, int64_t 
     q->file_len = len;
   }
   q->done = true;
+  h1_lend_add(q);
   h1_conn_dirty(q->conn);
 }
 
@@ -324,7 +325,7 @@ void h1_body_detach(h1_req_t *q) {
 /* Collects the iovecs of what is ready at the front of the queue, in order:
  * a pending "100 Continue", then each built reply up to one with a file
  * (sendfile follows its headers) or one not built yet. */
-static int conn_gather(h1_conn_t *c, struct iovec *iov) {
+int h1_conn_gather(h1_conn_t *c, struct iovec *iov) {
   int n = 0;
   bool first = true;
   for (h1_req_t *q = c->first; q && n < H1_MAX_IOV - H1_SEGS; q = q->next, first = false) {
@@ -347,7 +348,7 @@ static int conn_gather(h1_conn_t *c, struct iovec *iov) {
 
 /* Accounts `n` written bytes against the front of the queue, freeing the
  * replies written whole; returns false when the connection is to close. */
-static bool conn_advance(h1_conn_t *c, size_t n) {
+bool h1_conn_advance(h1_conn_t *c, size_t n) {
   while (c->first) {
     h1_req_t *q = c->first;
     if (q->continue_pending) {
@@ -413,6 +414,8 @@ static bool conn_sendfile(h1_conn_t *c, bool *blocked) {
 
 /* Writes what is ready; arms the write event when the socket is full. */
 static void conn_write(h1_conn_t *c) {
+  if (c->lent && !h1_lend_reclaim(c))
+    return; /* h1_lend_return writes it */
   struct iovec iov[H1_MAX_IOV];
   bool blocked = false;
   while (!c->dead && !blocked) {
@@ -422,13 +425,13 @@ static void conn_write(h1_conn_t *c) {
         h1_conn_kill(c);
         return;
       }
-      if (!blocked && !conn_advance(c, 0)) {
-        conn_linger(c);
+      if (!blocked && !h1_conn_advance(c, 0)) {
+        h1_conn_linger(c);
         return;
       }
       continue;
     }
-    int n = conn_gather(c, iov);
+    int n = h1_conn_gather(c, iov);
     if (n == 0)
       break;
     ssize_t w = writev(c->fd, iov, n);
@@ -443,8 +446,8 @@ static void conn_write(h1_conn_t *c) {
       return;
     }
     c->last_ms = h1_now_ms();
-    if (!conn_advance(c, (size_t)w)) {
-      conn_linger(c);
+    if (!h1_conn_advance(c, (size_t)w)) {
+      h1_conn_linger(c);
       return;
     }
   }
@@ -462,7 +465,7 @@ static void conn_write(h1_conn_t *c) {
     return;
   }
   if (c->first == NULL && c->state == ST_IGNORE) {
-    conn_linger(c);
+    h1_conn_linger(c);
     return;
   }
   if (c->paused && c->nq < H1_MAX_INFLIGHT / 2 && c->holding == NULL)
@@ -516,7 +519,7 @@ void h1_conn_kill(h1_conn_t *c) {
  * pipelined after "Connection: close") would reset the connection and could
  * destroy the reply before the client read it: stop writing, read and drop
  * what still comes for a moment, and close when the client does. */
-static void conn_linger(h1_conn_t *c) {
+void h1_conn_linger(h1_conn_t *c) {
   if (c->dead || c->lingering)
     return;
   if (c->read_eof || c->paused || shutdown(c->fd, SHUT_WR) != 0) {
@@ -581,6 +584,10 @@ static void h1_reap(evutil_socket_t fd, short what, void *arg) {
   while (s->dead) {
     h1_conn_t *c = s->dead;
     s->dead = c->dead_next;
+    if (c->in_lend) {
+      c->reap_lent = true; /* h1_lend_return puts it back */
+      continue;
+    }
     if (c->resuming) {
       for (h1_conn_t **p = &s->resume; *p; p = &(*p)->resume_next)
         if (*p == c) {
@@ -795,6 +802,7 @@ h1_server_t *h1_server_new(struct event_base *base, const h1_config_t *cfg) {
   if (s->cfg.body_ms <= 0)
     s->cfg.body_ms = H1_BODY_MS_DEFAULT;
   s->base = base;
+  s->lend.srv = s;
   s->reap_ev = event_new(base, -1, 0, h1_reap, s);
   s->resume_ev = event_new(base, -1, 0, h1_resume, s);
   s->accept_ev = event_new(base, -1, 0, h1_accept_again, s);
@@ -890,6 +898,8 @@ void h1_server_free(h1_server_t *s) {
     return;
   if (s->listener)
     evconnlistener_free(s->listener);
+  h1_lend_forget(s);
+  free(s->lend.slots);
   for (h1_conn_t *c = s->conns; c; c = c->next)
     h1_conn_kill(c);
   h1_reap(-1, 0, s);

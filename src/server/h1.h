@@ -37,6 +37,7 @@
 struct event_base;
 typedef struct h1_server h1_server_t;
 typedef struct h1_req h1_req_t;
+typedef struct h1_lend h1_lend_t;
 
 typedef struct {
   /* A request is complete (or, when `streams` picked it, its head is). */
@@ -85,6 +86,29 @@ size_t h1_server_active(h1_server_t *s);
  * write per connection, at the matching h1_uncork. */
 void h1_cork(h1_server_t *s);
 void h1_uncork(h1_server_t *s);
+
+/* ---- replies held back for a flush (h1_lend.c) ----
+ *
+ * Replies given between h1_lend_begin and h1_lend_end are built, but their
+ * connections are lent: the loop writes nothing to them, and frees none of
+ * them, until h1_lend_return.  Meanwhile h1_lend_write, on any thread, may
+ * write what was ready on each with one writev: the head's flush thread
+ * sends a group's replies the moment their flush ends, without waking the
+ * loop first (head.c, "durable replies").  One lend at a time. */
+
+/* Starts lending (corks the server). */
+void h1_lend_begin(h1_server_t *s);
+/* Ends it: the lend of the connections the replies went to, NULL when none
+ * did (their clients were gone).  Gathers what h1_lend_write may write. */
+h1_lend_t *h1_lend_end(h1_server_t *s);
+/* Writes the lend's gathered replies, one non-blocking writev per
+ * connection; safe on another thread, which must not race h1_lend_return. */
+void h1_lend_write(h1_lend_t *l);
+/* Gives the connections back to the loop: what h1_lend_write wrote is
+ * accounted and the rest written as usual.  With `status` non-zero, every
+ * reply of the lend (none of which went out: h1_lend_write was not called)
+ * is answered anew with `status` and the JSON `body` (copied). */
+void h1_lend_return(h1_lend_t *l, int status, const char *body);
 
 /* ---- the request ---- */
 

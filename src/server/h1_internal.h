@@ -9,8 +9,10 @@
 #include "h1.h"
 #include "muster.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 #include <time.h>
 
@@ -54,6 +56,7 @@ struct h1_req {
   bool close;              /* the connection closes after this reply */
   bool continue_pending;   /* "100 Continue" goes out when this request comes first */
   bool streamed;           /* dispatched before its body */
+  bool lent;               /* answered while lending (h1_lend_begin), not returned yet */
   h1_body_data_fn on_data; /* the sink of a streamed body, while attached */
   h1_body_end_fn on_end;
   void *sink;
@@ -75,6 +78,7 @@ struct h1_conn {
   h1_conn_t *dirty_next;  /* the server's list of connections to write */
   h1_conn_t *dead_next;   /* the server's list of connections to free */
   h1_conn_t *resume_next; /* the server's list of connections to parse again */
+  h1_conn_t *lend_next;   /* the lend's connections (h1_lend.c) */
   int fd;
   struct event *rev, *wev;
   char *in;
@@ -96,6 +100,32 @@ struct h1_conn {
   int64_t seen_window; /* the last activity window it sent a request in */
   int64_t linger_ms; /* lingering: closed when the client has not by then */
   bool read_eof, dead, dirty, writing, paused, lingering, resuming;
+  /* Lending (h1_lend.c).  in_lend: on the lend's list, not freed until
+   * h1_lend_return (reap_lent: it died meanwhile and the reap passed it
+   * over); lent: the loop writes nothing to it, until the return or until
+   * the writer is done with its slot (h1_lend_reclaim); lend_slot: its slot
+   * in the lend, -1: none or taken back. */
+  bool in_lend, lent, reap_lent;
+  int lend_slot;
+};
+
+/* What one connection's writer is to write (h1_lend.c). */
+typedef struct {
+  h1_conn_t *conn;
+  int fd, niov;
+  ssize_t wrote; /* bytes written, 0: none (not tried, or the socket was full) */
+  int err;       /* the write's errno when it failed, else 0 */
+  atomic_bool done; /* the writer is done with the slot (release; then `wrote`, `err`) */
+  struct iovec iov[H1_MAX_IOV];
+} h1_lend_slot_t;
+
+struct h1_lend {
+  h1_server_t *srv;
+  h1_conn_t *conns;      /* the connections lent */
+  h1_lend_slot_t *slots; /* the writes of those ready for one (grown, kept) */
+  size_t nslots, cap;
+  bool lending;          /* between h1_lend_begin and h1_lend_end */
+  bool out;              /* between h1_lend_end and h1_lend_return */
 };
 
 struct h1_server {
@@ -112,6 +142,7 @@ struct h1_server {
   int64_t window;
   size_t active, active_before;
   int corked;
+  h1_lend_t lend; /* replies held back for a flush (h1_lend.c) */
   time_t date_sec;
   char date[40];
 };
@@ -143,6 +174,21 @@ void h1_conn_fail(h1_conn_t *c, int status, muster_err_t code, const char *messa
 void h1_conn_kill(h1_conn_t *c);
 /* Marks the connection to be written: now, or at the uncork. */
 void h1_conn_dirty(h1_conn_t *c);
+/* Collects the iovecs of the replies ready at the front of the queue (at
+ * most H1_MAX_IOV); returns how many. */
+int h1_conn_gather(h1_conn_t *c, struct iovec *iov);
+/* Accounts `n` bytes written; false when the connection is to close now
+ * (h1_conn_linger). */
+bool h1_conn_advance(h1_conn_t *c, size_t n);
+/* The last reply is out and the connection is to close (politely). */
+void h1_conn_linger(h1_conn_t *c);
+/* Marks the request lent when the server is lending (h1_lend.c). */
+void h1_lend_add(h1_req_t *q);
+/* Gives every lent connection back to the loop as it is (shutdown). */
+void h1_lend_forget(h1_server_t *s);
+/* Takes a lent connection back early, when the writer is done with it: true
+ * when the loop may write it now (what the writer wrote is accounted). */
+bool h1_lend_reclaim(h1_conn_t *c);
 /* Stops reading the connection until conn_resume (h1.c) lets it go on. */
 void h1_conn_pause(h1_conn_t *c);
 /* Parses and dispatches what the input holds, until it needs more bytes

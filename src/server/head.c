@@ -328,9 +328,13 @@ bool head_lease_on_disk(const head_t *h, int64_t max_task) {
   int64_t low = store_new_tasks(h->st);
   if (h->unflushed_tasks < low)
     low = h->unflushed_tasks;
-  if (h->flushing_tasks < low)
+  /* The flush in flight may have ended on its thread, which has sent its
+   * replies already (their clients may be asking for the next task). */
+  bool flushed = syncer_flushed(h->syncer);
+  if (!flushed && h->flushing_tasks < low)
     low = h->flushing_tasks;
-  return max_task < low && store_last_token(h->st) <= h->durable_token_floor;
+  int64_t floor = flushed ? h->flushing_token_floor : h->durable_token_floor;
+  return max_task < low && store_last_token(h->st) <= floor;
 }
 
 /* A flush begins: it covers every commit so far. */
@@ -348,22 +352,33 @@ static void head_flush_end(head_t *h, int err) {
   h->durable_token_floor = h->flushing_token_floor;
 }
 
+/* Sends a flushed group's replies, or (`failed`) answers them 500; `lent`:
+ * they are built already, and the flush thread wrote them if it succeeded. */
+static void head_send_flushed(head_t *h, reply_list_t *group, bool lent, const fail_t *failed) {
+  if (!lent) {
+    http_flush_list(h, group, failed);
+    return;
+  }
+  http_lend_finish(h, group, h->lend, failed);
+  h->lend = NULL;
+}
+
 /* Sends a flushed group's replies; after a failed flush, answers them 500 and
  * stops the head: the file's state is unknown then (the kernel may have
  * dropped the dirty pages), and going on could acknowledge lost writes. */
-static void head_flushed(head_t *h, reply_list_t *group, int err) {
+static void head_flushed(head_t *h, reply_list_t *group, bool lent, int err) {
   head_flush_end(h, err);
   if (err == 0) {
-    http_flush_list(h, group, NULL);
+    head_send_flushed(h, group, lent, NULL);
     return;
   }
-  /* What was committed during the failed flush would be covered only by a
-   * later one, whose success would prove nothing: it fails with the group. */
-  http_list_concat(group, &h->committed);
   fail_t f;
   fail_set(&f, MUSTER_STORE, "store: flushing the write-ahead log failed: %s", strerror(err));
   log_msg(LOG_ERROR, "%s; stopping: acknowledged writes could not be made durable", f.message);
-  http_flush_list(h, group, &f);
+  head_send_flushed(h, group, lent, &f);
+  /* What was committed during the failed flush would be covered only by a
+   * later one, whose success would prove nothing: it fails with the group. */
+  http_flush_list(h, &h->committed, &f);
   h->sync_failed = true;
   h->stopping = true; /* new requests get 503 */
   /* A few more turns write the 500 replies out before the loop ends. */
@@ -379,13 +394,28 @@ static int head_flush_here(head_t *h) {
   return err;
 }
 
+/* On the helper thread, right after a flush that succeeded: the group's
+ * replies go out from there (h1_lend_write). */
+static void head_write_lent(void *lend) {
+  h1_lend_write(lend);
+}
+
+/* Takes the group of the helper thread's flush, which just ended. */
+static reply_list_t head_take_syncing(head_t *h, bool *lent) {
+  reply_list_t group = h->syncing;
+  h->syncing = (reply_list_t){NULL, NULL};
+  *lent = h->syncing_lent;
+  h->syncing_lent = false;
+  return group;
+}
+
 /* The helper thread's flush ended (on the loop thread). */
 static void head_synced(void *arg, int err) {
   head_t *h = arg;
   metrics_flush(true, err == 0, metrics_now_us() - h->flush_started_us);
-  reply_list_t group = h->syncing;
-  h->syncing = (reply_list_t){NULL, NULL};
-  head_flushed(h, &group, err);
+  bool lent;
+  reply_list_t group = head_take_syncing(h, &lent);
+  head_flushed(h, &group, lent, err);
   if (store_in_tx(h->st) || h->committed.head)
     head_commit(-1, 0, h);
 }
@@ -470,12 +500,16 @@ static void head_commit(evutil_socket_t fd, short what, void *arg) {
   if (http_list_length(&group) >= head_thread_flush_min() ||
       (metrics_now_us() - h->tx_started_us >= head_thread_flush_us() &&
        h1_server_active(h->http) >= 2)) {
+    /* The replies are built now and written by the thread when the flush
+     * ends: the loop is not woken first, and spends no time writing them. */
     h->syncing = group;
+    h->syncing_lent = true;
+    h->lend = http_lend_list(h, &h->syncing);
     h->flush_started_us = metrics_now_us();
-    syncer_request(h->syncer);
+    syncer_request(h->syncer, h->lend ? head_write_lent : NULL, h->lend);
     return;
   }
-  head_flushed(h, &group, head_flush_here(h));
+  head_flushed(h, &group, false, head_flush_here(h));
 }
 
 /* Stops the flush thread (shutdown): commits what is open, flushes on the
@@ -484,10 +518,12 @@ static void head_commit(evutil_socket_t fd, short what, void *arg) {
 static void head_drain_syncs(head_t *h) {
   if (h->syncer == NULL)
     return;
-  syncer_stop(h->syncer); /* a flush in flight finishes first */
+  int err = syncer_stop(h->syncer); /* a flush in flight finishes first */
   h->syncer = NULL;
-  reply_list_t group = h->syncing;
-  h->syncing = (reply_list_t){NULL, NULL};
+  bool lent;
+  reply_list_t group = head_take_syncing(h, &lent);
+  if (lent)
+    head_flushed(h, &group, true, err);
   http_list_concat(&group, &h->committed);
   fail_t f = {0};
   if (!h->sync_failed && store_in_tx(h->st)) {
@@ -499,7 +535,7 @@ static void head_drain_syncs(head_t *h) {
       http_list_concat(&group, &pending);
     }
   }
-  head_flushed(h, &group, head_flush_here(h));
+  head_flushed(h, &group, false, head_flush_here(h));
   store_set_sync_full(h->st, true); /* outside a transaction */
 }
 

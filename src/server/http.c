@@ -67,15 +67,28 @@ void http_send_parked(head_t *h, h1_req_t *req, int status, json_t *body) {
     http_send_body(req, status, NULL, text, len);
 }
 
-/* Sends reply *r now (and frees it): the commit is done, or none was open. */
-static void http_send_reply(reply_t *r) {
+/* Hands reply *r to the server (which owns its body from then on). */
+static void http_build_reply(reply_t *r) {
   if (r->has_file)
     h1_respond_file(r->req, r->status, r->type, r->fd, r->file_len);
   else
     http_send_body(r->req, r->status, r->type, r->body, r->len);
+  r->req = NULL;
+  r->body = NULL;
+  r->has_file = false;
+}
+
+/* Counts reply *r, sent now or at the end of a lend, and frees it. */
+static void http_account_reply(reply_t *r) {
   if (r->route != METRICS_ROUTE_SKIP)
     metrics_http(r->route, r->status, metrics_now_us() - r->start_us);
   free(r);
+}
+
+/* Sends reply *r now (and frees it): the commit is done, or none was open. */
+static void http_send_reply(reply_t *r) {
+  http_build_reply(r);
+  http_account_reply(r);
 }
 
 /* Queues reply *r (owned) for the commit, or sends it when no transaction is open. */
@@ -209,6 +222,37 @@ void http_flush_list(head_t *h, reply_list_t *list, const fail_t *commit_failed)
     r = next;
   }
   h1_uncork(h->http);
+}
+
+h1_lend_t *http_lend_list(head_t *h, reply_list_t *list) {
+  h1_lend_begin(h->http);
+  for (reply_t *r = list->head; r; r = r->next)
+    http_build_reply(r);
+  return h1_lend_end(h->http);
+}
+
+void http_lend_finish(head_t *h, reply_list_t *list, h1_lend_t *lend, const fail_t *failed) {
+  (void)h;
+  reply_t *r = list->head;
+  list->head = list->tail = NULL;
+  if (lend) {
+    char *error = NULL;
+    if (failed) {
+      json_t *body = http_error_body(MUSTER_STORE, fail_message(failed));
+      size_t len;
+      error = jw_dump(body, &len);
+      json_decref(body);
+    }
+    h1_lend_return(lend, failed ? 500 : 0, error ? error : "{}");
+    free(error);
+  }
+  while (r) {
+    reply_t *next = r->next;
+    if (failed)
+      r->status = 500;
+    http_account_reply(r);
+    r = next;
+  }
 }
 
 /* Drops a file reply the handler set before answering otherwise. */

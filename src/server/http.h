@@ -136,6 +136,14 @@ reply_list_t http_list_take_unflushed(reply_list_t *list);
 void http_list_concat(reply_list_t *into, reply_list_t *more);
 /* Sends (and empties) a list; when `failed`, answers each with 500 store_error. */
 void http_flush_list(head_t *h, reply_list_t *list, const fail_t *failed);
+/* Builds the replies of `list` held back from the wire (h1_lend_begin); the
+ * list stays, for http_lend_finish.  Returns the lend, NULL when no reply
+ * went to a connection (their clients were gone). */
+h1_lend_t *http_lend_list(head_t *h, reply_list_t *list);
+/* The lent list's flush ended: gives the connections back (h1_lend_return),
+ * answering each reply with 500 store_error when `failed`, counts the
+ * replies and empties the list; `lend` may be NULL. */
+void http_lend_finish(head_t *h, reply_list_t *list, h1_lend_t *lend, const fail_t *failed);
 
 /* Parses a positive id from a path parameter; 0 when it is not one. */
 int64_t http_param_id(const char *text);

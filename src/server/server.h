@@ -17,6 +17,7 @@
 struct event_base;
 struct event;
 typedef struct h1_server h1_server_t;
+typedef struct h1_lend h1_lend_t;
 typedef struct reply reply_t;
 typedef struct waiter waiter_t;
 typedef struct results_waiter results_waiter_t;
@@ -59,6 +60,8 @@ typedef struct head {
   syncer_t *syncer;        /* flushes the WAL off the loop (--sync full), or NULL */
   int wal_fd;              /* the WAL file the syncer flushes, or -1 */
   reply_list_t syncing;    /* committed, waiting for the WAL flush in flight */
+  bool syncing_lent;       /* its replies are built and their connections lent: */
+  h1_lend_t *lend;         /* the flush thread writes them (h1.h); NULL: no client left */
   reply_list_t committed;  /* committed during that flush, waiting for the next one */
   int64_t flushed_changes; /* store_changes() covered by the last flush begun */
   int64_t flush_started_us; /* when the thread's flush in flight began (metrics) */

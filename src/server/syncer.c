@@ -13,6 +13,7 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +29,9 @@ struct syncer {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool requested, quit;   /* under mu */
+  syncer_then_fn then;    /* under mu: runs after the requested flush, if it succeeded */
+  void *then_arg;
+  atomic_bool flushed;    /* the flush in flight succeeded (before the loop hears of it) */
 };
 
 static void *syncer_main(void *arg) {
@@ -39,8 +43,14 @@ static void *syncer_main(void *arg) {
     if (!s->requested)
       break;
     s->requested = false;
+    syncer_then_fn then = s->then;
+    void *then_arg = s->then_arg;
     pthread_mutex_unlock(&s->mu);
     int err = fdatasync(s->fd) == 0 ? 0 : errno;
+    if (err == 0)
+      atomic_store_explicit(&s->flushed, true, memory_order_release);
+    if (err == 0 && then != NULL)
+      then(then_arg);
     ssize_t n;
     do
       n = write(s->pipe_fds[1], &err, sizeof err);
@@ -83,10 +93,13 @@ syncer_t *syncer_start(struct event_base *base, int fd, syncer_done_fn done, voi
   return s;
 }
 
-void syncer_request(syncer_t *s) {
+void syncer_request(syncer_t *s, syncer_then_fn then, void *then_arg) {
   s->busy = true;
+  atomic_store_explicit(&s->flushed, false, memory_order_relaxed); /* the mutex orders it */
   pthread_mutex_lock(&s->mu);
   s->requested = true;
+  s->then = then;
+  s->then_arg = then_arg;
   pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
 }
@@ -95,18 +108,26 @@ bool syncer_busy(const syncer_t *s) {
   return s->busy;
 }
 
-void syncer_stop(syncer_t *s) {
+bool syncer_flushed(syncer_t *s) {
+  return s->busy && atomic_load_explicit(&s->flushed, memory_order_acquire);
+}
+
+int syncer_stop(syncer_t *s) {
   if (s == NULL)
-    return;
+    return 0;
   pthread_mutex_lock(&s->mu);
   s->quit = true;
   pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thread, NULL); /* a flush in flight finishes first */
+  int err = 0;
+  if (s->busy && read(s->pipe_fds[0], &err, sizeof err) != (ssize_t)sizeof err)
+    err = EIO; /* the thread always writes its result: this cannot be */
   event_free(s->done_ev);
   close(s->pipe_fds[0]);
   close(s->pipe_fds[1]);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);
+  return err;
 }

@@ -22,11 +22,20 @@ typedef void (*syncer_done_fn)(void *arg, int err);
 /* Starts the helper thread flushing `fd` (borrowed; it must outlive the
  * syncer).  Returns NULL when the thread or its pipe cannot be made. */
 syncer_t *syncer_start(struct event_base *base, int fd, syncer_done_fn done, void *arg);
-/* Starts a flush; the syncer must not be busy. */
-void syncer_request(syncer_t *s);
+/* Runs on the helper thread right after a flush that succeeded, before the
+ * loop hears of it (head.c: the flushed group's replies are written there). */
+typedef void (*syncer_then_fn)(void *arg);
+
+/* Starts a flush, then `then(then_arg)` when it succeeded (NULL: nothing);
+ * the syncer must not be busy. */
+void syncer_request(syncer_t *s, syncer_then_fn then, void *then_arg);
 bool syncer_busy(const syncer_t *s);
+/* True when the flush in flight has already succeeded, though the loop has
+ * not heard of it yet: what it covers is on disk. */
+bool syncer_flushed(syncer_t *s);
 /* Waits for a flush in flight, stops the thread and frees; accepts NULL.
- * The done callback is not called for a flush that ends here. */
-void syncer_stop(syncer_t *s);
+ * The done callback is not called for a flush that ends here: returns its
+ * result instead (0 or an errno; 0 when none was in flight). */
+int syncer_stop(syncer_t *s);
 
 #endif

@@ -38,6 +38,8 @@ HOLD_S = 1.5
 # "PID fdatasync(FD</path>) = 0" and "PID fdatasync(FD</path> <unfinished ...>";
 # strace -y prints an fd as N</path>.
 FLUSH = re.compile(r"^(\d+) +fdatasync\(\d+<([^>]*)>")
+# "PID writev(FD<TCP:[...]>, ...": a reply written to a client's socket.
+REPLY_WRITE = re.compile(r"^(\d+) +writev\(\d+<(?:TCP|TCPv6|socket):")
 
 
 # fdatasync's system call number, as /proc/PID/task/TID/syscall shows a thread in it.
@@ -73,6 +75,12 @@ def wal_flushes(path):
     """(pid, flushed file) of every fdatasync the head began, in order."""
     with open(path, errors="replace") as f:
         return [(int(m.group(1)), m.group(2)) for m in map(FLUSH.match, f) if m]
+
+
+def reply_writers(path):
+    """The pids (threads) that wrote replies to sockets, in the trace at `path`."""
+    with open(path, errors="replace") as f:
+        return {int(m.group(1)) for m in map(REPLY_WRITE.match, f) if m}
 
 
 def metric(head, name):
@@ -151,7 +159,7 @@ class DurableFlushTest(unittest.TestCase):
 
     def test_replies_wait_for_the_flush(self):
         h = self.head
-        self.start_traced("-e", "trace=fdatasync",
+        self.start_traced("-e", "trace=fdatasync,writev",
                           "-e", "inject=fdatasync:delay_exit=%d" % int(FLUSH_S * 1e6))
         q = "flush"
         self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
@@ -208,6 +216,11 @@ class DurableFlushTest(unittest.TestCase):
         # Shared flushes: fewer than one per write (and reads add none).
         self.assertLess(len(wal), writes, "concurrent writes did not share flushes")
         self.assertTrue(any(pid != main_pid for pid in wal), "no flush ran on the helper thread")
+        # The helper thread also sends the replies of the groups it flushed, the
+        # moment their flush ends (and never before: `early` above).
+        helpers = {pid for pid in wal if pid != main_pid}
+        self.assertTrue(reply_writers(self.trace) & helpers,
+                        "no reply was written by the helper thread")
 
     def test_a_failed_flush_stops_the_head(self):
         h = self.head
@@ -228,6 +241,55 @@ class DurableFlushTest(unittest.TestCase):
         self.assertIn("flushing the write-ahead log failed", r.json["error"]["message"])
         self.assertEqual(h.proc.wait(30), 1, "the head went on after a failed flush")
         self.assertIn("acknowledged writes could not be made durable", h.log())
+
+    def test_a_failed_flush_on_the_helper_thread_stops_the_head(self):
+        # As above, with every flush on the helper thread: the replies it holds,
+        # built before the flush, are answered anew with the error.
+        h = self.head
+        h.start()
+        self.assertEqual(h.stop(), 0, h.log())
+        h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        self.start_traced("-P", os.path.join(h.data_dir, "muster.db-wal"),
+                          "-e", "trace=fdatasync", "-e", "inject=fdatasync:error=EIO:when=4+")
+        for i in range(4):
+            r = h.request("PUT", "/v1/queues/q%d" % i, {})
+            if r.status != 201:
+                break
+        self.assertEqual((r.status, r.error_code), (500, "store_error"), r)
+        self.assertIn("flushing the write-ahead log failed", r.json["error"]["message"])
+        self.assertEqual(h.proc.wait(30), 1, "the head went on after a failed flush")
+        flushed = wal_flushes(self.trace)
+        failed = [pid for pid, _ in flushed[3:]]
+        self.assertTrue(failed and failed[0] != flushed[0][0],
+                        "the failing flush did not run on the helper thread")
+
+    def test_a_lease_after_a_reply_from_the_helper_thread_needs_no_flush(self):
+        # Every flush on the helper thread, which sends the flushed group's replies
+        # before the loop hears that the flush ended; strace holds every writev for
+        # HOLD_S after it (the bytes are out already).  A client that got its put's
+        # reply and asks for the task at once must not wait for the loop to learn
+        # what the reply told it: the task is on disk, the lease goes out at its
+        # commit.
+        h = self.head
+        h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        self.start_traced("-e", "trace=writev",
+                          "-e", "inject=writev:delay_exit=%d" % int(HOLD_S * 1e6))
+        q = "told"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        self.assertEqual(len(put(h, q, ["floor", "told"])), 2)
+        # The first lease after a start raises the token floor (a write of its own).
+        self.assertEqual(len(lease(h, q, {"max": 1})), 1)
+        conn = h.connection()
+        try:
+            put(h, q, ["fresh"], conn=conn)
+        finally:
+            conn.close()
+        sent = time.monotonic()
+        leases = lease(h, q, {"max": 2})
+        self.assertLess(time.monotonic() - sent, HOLD_S,
+                        "the lease waited for the loop to hear of the flush")
+        self.assertEqual([l["payload"] for l in leases], ["told", "fresh"])
+        self.stop_head()
 
     def test_a_lease_of_tasks_on_disk_needs_no_flush(self):
         h = self.head
