@@ -1,13 +1,17 @@
 /*
- * h1_internal.h — what the two halves of the head's HTTP/1.1 server share:
- * h1.c (requests, replies, connections, sockets) and h1_parse.c (request
- * heads, body framing, the parse loop).  Not for use outside them.
+ * h1_internal.h — what the parts of the head's HTTP/1.1 server share: h1.c
+ * (requests, replies, connections, reading and writing), h1_parse.c (request
+ * heads, body framing, the parse loop), h1_timeout.c (read deadlines),
+ * h1_lend.c (replies held back for a flush) and h1_server.c (accepting,
+ * listening, the server's life).  Not for use outside them.
  */
 #ifndef MUSTER_SERVER_H1_INTERNAL_H
 #define MUSTER_SERVER_H1_INTERNAL_H
 
 #include "h1.h"
 #include "muster.h"
+
+#include <event2/util.h>
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -184,6 +188,14 @@ bool h1_conn_advance(h1_conn_t *c, size_t n);
 void h1_conn_linger(h1_conn_t *c);
 /* Marks the request lent when the server is lending (h1_lend.c). */
 void h1_lend_add(h1_req_t *q);
+/* The server's event callbacks (h1.c), which h1_server.c registers: a
+ * connection readable or writable; the reap of dead connections, the resume
+ * of paused ones, the idle check. */
+void h1_conn_on_read(evutil_socket_t fd, short what, void *arg);
+void h1_conn_on_write(evutil_socket_t fd, short what, void *arg);
+void h1_reap(evutil_socket_t fd, short what, void *arg);
+void h1_resume(evutil_socket_t fd, short what, void *arg);
+void h1_idle(evutil_socket_t fd, short what, void *arg);
 /* Gives every lent connection back to the loop as it is (shutdown). */
 void h1_lend_forget(h1_server_t *s);
 /* Takes a lent connection back early, when the writer is done with it: true

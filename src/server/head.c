@@ -359,7 +359,7 @@ static void head_send_flushed(head_t *h, reply_list_t *group, bool lent, const f
     http_flush_list(h, group, failed);
     return;
   }
-  http_lend_finish(h, group, h->lend, failed);
+  http_lend_finish(group, h->lend, failed);
   h->lend = NULL;
 }
 

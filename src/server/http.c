@@ -231,8 +231,7 @@ h1_lend_t *http_lend_list(head_t *h, reply_list_t *list) {
   return h1_lend_end(h->http);
 }
 
-void http_lend_finish(head_t *h, reply_list_t *list, h1_lend_t *lend, const fail_t *failed) {
-  (void)h;
+void http_lend_finish(reply_list_t *list, h1_lend_t *lend, const fail_t *failed) {
   reply_t *r = list->head;
   list->head = list->tail = NULL;
   if (lend) {

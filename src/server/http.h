@@ -143,7 +143,7 @@ h1_lend_t *http_lend_list(head_t *h, reply_list_t *list);
 /* The lent list's flush ended: gives the connections back (h1_lend_return),
  * answering each reply with 500 store_error when `failed`, counts the
  * replies and empties the list; `lend` may be NULL. */
-void http_lend_finish(head_t *h, reply_list_t *list, h1_lend_t *lend, const fail_t *failed);
+void http_lend_finish(reply_list_t *list, h1_lend_t *lend, const fail_t *failed);
 
 /* Parses a positive id from a path parameter; 0 when it is not one. */
 int64_t http_param_id(const char *text);
