@@ -68,10 +68,16 @@ class WorkerRoundTripTest(unittest.TestCase):
                 out[key] = out.get(key, 0) + int(m.group(3))
         return out
 
-    def delta(self, before):
-        after = self.requests()
-        return {k: after.get(k, 0) - before.get(k, 0)
-                for k in (LEASE_ROUTE, COMPLETE_ROUTE, RELEASE_ROUTE)}
+    def delta(self, before, completes):
+        """The requests counted since `before`, once `completes` completions are: the
+        head counts a request whose reply the flush thread sent when the loop hears
+        that the flush ended, which may be just after the reply left."""
+        def counted():
+            after = self.requests()
+            out = {k: after.get(k, 0) - before.get(k, 0)
+                   for k in (LEASE_ROUTE, COMPLETE_ROUTE, RELEASE_ROUTE)}
+            return out if out[COMPLETE_ROUTE] >= completes else None
+        return harness.wait_until(counted, what="%d completions to be counted" % completes)
 
     def put(self, payloads):
         body = {"tasks": [{"payload": p} for p in payloads]}
@@ -121,7 +127,7 @@ class WorkerRoundTripTest(unittest.TestCase):
         before = self.requests()
         proc, log = self.worker(["--max-tasks", str(n), "--", "cat"])
         self.assertIn("%d completed, 0 failed" % n, self.finish(proc, log))
-        self.assert_one_request_per_task(self.delta(before), n)
+        self.assert_one_request_per_task(self.delta(before, n), n)
         self.assertEqual(self.results(ids), ["t%d" % i for i in range(n)])
 
     def test_update_posted_while_a_task_runs_reaches_the_next_task(self):
@@ -135,7 +141,7 @@ class WorkerRoundTripTest(unittest.TestCase):
         before = self.requests()
         open(os.path.join(self.tmp, "go"), "w").close()
         self.assertIn("3 completed, 0 failed", self.finish(proc, log))
-        counted = self.delta(before)
+        counted = self.delta(before, 3)
         # No lease request after the first task: the update came with the completion.
         self.assertEqual((counted[LEASE_ROUTE], counted[COMPLETE_ROUTE]), (0, 3), counted)
         first, after, last = self.results(ids)
@@ -152,7 +158,7 @@ class WorkerRoundTripTest(unittest.TestCase):
         script = 'x=$(cat); [ "$x" = bad ] && { echo broken >&2; exit 3; }; echo "$x"'
         proc, log = self.worker(["--max-tasks", "5", "--", "sh", "-c", script])
         self.assertIn("3 completed, 2 failed", self.finish(proc, log))
-        counted = self.delta(before)
+        counted = self.delta(before, 3)
         # Leases: the first task, and the one after each failure.
         self.assertEqual((counted[LEASE_ROUTE], counted[COMPLETE_ROUTE]), (3, 3), counted)
         states = [self.api("GET", "/v1/tasks/%d" % i) for i in ids]
@@ -173,7 +179,7 @@ class WorkerRoundTripTest(unittest.TestCase):
                            timeout=30, what="the worker to take the signal")
         open(os.path.join(self.tmp, "go"), "w").close()
         self.assertIn("1 completed, 0 failed", self.finish(proc, log))
-        counted = self.delta(before)
+        counted = self.delta(before, 1)
         self.assertEqual(counted, {LEASE_ROUTE: 0, COMPLETE_ROUTE: 1, RELEASE_ROUTE: 0})
         self.assertEqual(self.results(ids[:1])[0]["payload"], "wait")
         nxt = self.api("GET", "/v1/tasks/%d" % ids[1])
@@ -187,7 +193,7 @@ class WorkerRoundTripTest(unittest.TestCase):
         before = self.requests()
         proc, log = self.worker(["--max-tasks", str(n), "--plugin", PLUGIN])
         self.assertIn("%d completed, 0 failed" % n, self.finish(proc, log))
-        self.assert_one_request_per_task(self.delta(before), n)
+        self.assert_one_request_per_task(self.delta(before, n), n)
         results = self.results(ids)
         self.assertEqual([r["payload"] for r in results], list(range(n)))
         self.assertEqual({json.dumps(r["updates"]) for r in results}, {json.dumps([seq])})

@@ -253,7 +253,12 @@ class StandaloneWorkerTest(HeadTestCase):
             before = requests()
             p.update_workers("b")
             out = p.map(range(n))
-            after = requests()
+            # The head counts a completion whose reply its flush thread sent when the
+            # loop hears that the flush ended, which may be just after the reply left.
+            def counted():
+                now = requests()
+                return now if now["complete"] - before["complete"] >= n else None
+            after = wait_until(counted, what="the completions to be counted")
         self.assertEqual([r["y"] for r in out], [3 * i for i in range(n)])
         self.assertEqual([r["updates"] for r in out], [["a", "b"]] * n)
         leases, completes = after["lease"] - before["lease"], after["complete"] - before["complete"]
