@@ -115,7 +115,6 @@ struct h1_conn {
 
 /* What one connection's writer is to write (h1_lend.c). */
 typedef struct {
-  h1_conn_t *conn;
   int fd, niov;
   ssize_t wrote; /* bytes written, 0: none (not tried, or the socket was full) */
   int err;       /* the write's errno when it failed, else 0 */

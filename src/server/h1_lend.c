@@ -81,7 +81,6 @@ h1_lend_t *h1_lend_end(h1_server_t *s) {
       slot->niov = h1_conn_gather(c, slot->iov);
       if (slot->niov == 0)
         continue;
-      slot->conn = c;
       slot->fd = c->fd;
       slot->wrote = 0;
       slot->err = 0;

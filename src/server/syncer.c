@@ -1,10 +1,12 @@
 /*
  * syncer.c — the WAL flush thread.
  *
- * One thread, one request at a time: the loop sets `requested` under the
- * mutex and signals; the thread runs fdatasync and writes the result (an int)
- * into a pipe whose read end is an event on the loop, so the done callback
- * runs on the loop thread and libevent needs no thread support.
+ * One thread, one request at a time: the loop sets `requested` (and the
+ * request's `then`) under the mutex and signals; the thread runs fdatasync,
+ * marks a success in `flushed`, runs `then` after a success (the head's
+ * replies go out there), and writes the result (an int) into a pipe whose
+ * read end is an event on the loop, so the done callback runs on the loop
+ * thread and libevent needs no thread support.
  */
 #include "syncer.h"
 #include "log.h"
