@@ -4,10 +4,10 @@
  * With `--sync full` the head commits with SQLite's synchronous=NORMAL (the
  * commit writes the WAL but does not flush it) and, for a group of several
  * requests, asks the syncer to flush the WAL file; the group's replies are
- * sent when it ends, by the helper thread itself (its `then`: h1.h,
- * "replies held back for a flush").  Meanwhile the event loop keeps reading and executing
- * requests into the next group, which commits when the flush ends: the
- * disk's latency no longer stalls the loop (head.c, "durable replies").
+ * sent when it ends, by the helper thread itself (its `then`: h1.h, "replies
+ * held back for a flush").  Meanwhile the event loop keeps reading and
+ * executing requests into the next group, which commits when the flush ends:
+ * the disk's latency no longer stalls the loop (head.c, "durable replies").
  */
 #ifndef MUSTER_SERVER_SYNCER_H
 #define MUSTER_SERVER_SYNCER_H
