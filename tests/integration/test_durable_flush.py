@@ -222,15 +222,20 @@ class DurableFlushTest(unittest.TestCase):
         self.assertTrue(reply_writers(self.trace) & helpers,
                         "no reply was written by the helper thread")
 
-    def test_a_failed_flush_stops_the_head(self):
+    def fail_a_flush(self):
+        """Makes a flush fail and checks the head's answer and exit; returns the pid
+        of the head's main thread and the pid of the failed flush."""
         h = self.head
         # Made once untraced, the store opens again without SQLite flushing anything:
         # the head's own flush at start is the WAL's first fdatasync; SQLite may flush
         # the WAL header once at the first commit; every fdatasync from the fourth on
         # fails (strace -P: only calls on the WAL file count).  So one of the first
         # writes is the first to meet a failing flush, and it must be the head's own.
+        env = dict(h.env)
+        h.env.clear()
         h.start()
         self.assertEqual(h.stop(), 0, h.log())
+        h.env.update(env)
         self.start_traced("-P", os.path.join(h.data_dir, "muster.db-wal"),
                           "-e", "trace=fdatasync", "-e", "inject=fdatasync:error=EIO:when=4+")
         for i in range(4):
@@ -241,27 +246,20 @@ class DurableFlushTest(unittest.TestCase):
         self.assertIn("flushing the write-ahead log failed", r.json["error"]["message"])
         self.assertEqual(h.proc.wait(30), 1, "the head went on after a failed flush")
         self.assertIn("acknowledged writes could not be made durable", h.log())
+        flushed = wal_flushes(self.trace)
+        self.assertGreaterEqual(len(flushed), 4, flushed)
+        return flushed[0][0], flushed[3][0]
+
+    def test_a_failed_flush_stops_the_head(self):
+        main, failed = self.fail_a_flush()
+        self.assertEqual(failed, main, "a lone request's flush did not run on the loop")
 
     def test_a_failed_flush_on_the_helper_thread_stops_the_head(self):
-        # As above, with every flush on the helper thread: the replies it holds,
-        # built before the flush, are answered anew with the error.
-        h = self.head
-        h.start()
-        self.assertEqual(h.stop(), 0, h.log())
-        h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
-        self.start_traced("-P", os.path.join(h.data_dir, "muster.db-wal"),
-                          "-e", "trace=fdatasync", "-e", "inject=fdatasync:error=EIO:when=4+")
-        for i in range(4):
-            r = h.request("PUT", "/v1/queues/q%d" % i, {})
-            if r.status != 201:
-                break
-        self.assertEqual((r.status, r.error_code), (500, "store_error"), r)
-        self.assertIn("flushing the write-ahead log failed", r.json["error"]["message"])
-        self.assertEqual(h.proc.wait(30), 1, "the head went on after a failed flush")
-        flushed = wal_flushes(self.trace)
-        failed = [pid for pid, _ in flushed[3:]]
-        self.assertTrue(failed and failed[0] != flushed[0][0],
-                        "the failing flush did not run on the helper thread")
+        # Every flush on the helper thread: the replies it holds, built before the
+        # flush, are answered anew with the error.
+        self.head.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        main, failed = self.fail_a_flush()
+        self.assertNotEqual(failed, main, "the failing flush did not run on the helper thread")
 
     def test_a_lease_after_a_reply_from_the_helper_thread_needs_no_flush(self):
         # Every flush on the helper thread, which sends the flushed group's replies
