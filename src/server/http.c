@@ -164,6 +164,13 @@ size_t http_list_length(const reply_list_t *list) {
   return n;
 }
 
+size_t http_list_bytes(const reply_list_t *list) {
+  size_t n = 0;
+  for (const reply_t *r = list->head; r; r = r->next)
+    n += r->has_file ? 0 : r->len;
+  return n;
+}
+
 reply_list_t http_list_take_unflushed(reply_list_t *list) {
   reply_list_t taken = {NULL, NULL}, kept = {NULL, NULL};
   for (reply_t *r = list->head, *next; r; r = next) {

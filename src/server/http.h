@@ -127,8 +127,10 @@ void http_flush(head_t *h, const fail_t *commit_failed);
 reply_list_t http_take_pending(head_t *h);
 /* True when a pending reply needs its commit but no flush (no_flush). */
 bool http_pending_unflushed(const head_t *h);
-/* The number of replies in `list`. */
+/* The number of replies in `list`, and the bytes of their bodies (files not
+ * counted). */
 size_t http_list_length(const reply_list_t *list);
+size_t http_list_bytes(const reply_list_t *list);
 /* Moves the replies of `list` that need no flush (http_enqueue_unflushed, a
  * request's no_flush) out of it, in order, and returns them. */
 reply_list_t http_list_take_unflushed(reply_list_t *list);

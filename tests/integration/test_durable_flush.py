@@ -9,6 +9,9 @@ for FLUSH_S seconds after it returns: a write's reply must take at least that lo
 groups), and reads must flush nothing.  With the flush made to fail (EIO), the write
 it covered is answered 500 and the head stops with a non-zero status.
 
+The helper thread writes the replies of the groups it flushes when they are large
+(MUSTER_LEND_MIN_BYTES; the tests that check it set 0), the loop the others.
+
 A lease of tasks already on disk is answered at its commit without a flush of its
 own (a power loss could forget only the lease), also while another group's flush is
 in flight; one that hands out a task whose put is not on disk yet waits for that flush;
@@ -159,6 +162,8 @@ class DurableFlushTest(unittest.TestCase):
 
     def test_replies_wait_for_the_flush(self):
         h = self.head
+        # The helper thread writes the replies of every group it flushes, however small.
+        h.env["MUSTER_LEND_MIN_BYTES"] = "0"
         self.start_traced("-e", "trace=fdatasync,writev",
                           "-e", "inject=fdatasync:delay_exit=%d" % int(FLUSH_S * 1e6))
         q = "flush"
@@ -255,9 +260,10 @@ class DurableFlushTest(unittest.TestCase):
         self.assertEqual(failed, main, "a lone request's flush did not run on the loop")
 
     def test_a_failed_flush_on_the_helper_thread_stops_the_head(self):
-        # Every flush on the helper thread: the replies it holds, built before the
-        # flush, are answered anew with the error.
+        # Every flush on the helper thread, which writes the replies: those it holds,
+        # built before the flush, are answered anew with the error.
         self.head.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        self.head.env["MUSTER_LEND_MIN_BYTES"] = "0"
         main, failed = self.fail_a_flush()
         self.assertNotEqual(failed, main, "the failing flush did not run on the helper thread")
 
@@ -270,6 +276,7 @@ class DurableFlushTest(unittest.TestCase):
         # commit.
         h = self.head
         h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        h.env["MUSTER_LEND_MIN_BYTES"] = "0"
         self.start_traced("-e", "trace=writev",
                           "-e", "inject=writev:delay_exit=%d" % int(HOLD_S * 1e6))
         q = "told"
@@ -288,6 +295,24 @@ class DurableFlushTest(unittest.TestCase):
                         "the lease waited for the loop to hear of the flush")
         self.assertEqual([l["payload"] for l in leases], ["told", "fresh"])
         self.stop_head()
+
+    def test_small_replies_are_written_by_the_loop(self):
+        # Every flush on the helper thread, but replies under MUSTER_LEND_MIN_BYTES
+        # (4096 by default) are written by the loop when it hears the flush ended.
+        h = self.head
+        h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        self.start_traced("-e", "trace=fdatasync,writev")
+        q = "small"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        for i in range(3):
+            put(h, q, [i])
+        self.stop_head()
+        flushes = wal_flushes(self.trace)
+        main_pid = flushes[0][0]
+        helpers = {pid for pid, path in flushes if pid != main_pid and path.endswith("-wal")}
+        self.assertTrue(helpers, "no flush ran on the helper thread")
+        writers = reply_writers(self.trace)
+        self.assertEqual(writers, {main_pid}, "a small reply was written by the helper thread")
 
     def test_a_lease_of_tasks_on_disk_needs_no_flush(self):
         h = self.head
