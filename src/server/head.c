@@ -294,15 +294,18 @@ static void head_on_session(void *arg, const char *session) {
  * only adds two wake-ups).  MUSTER_FLUSH_THREAD_US overrides. */
 #define HEAD_THREAD_FLUSH_US 300
 
+/* The environment's `name` as an integer from lo to hi, else `fallback`. */
+static long long head_env_knob(const char *name, long long lo, long long hi, long long fallback) {
+  const char *text = getenv(name);
+  char *end = NULL;
+  long long v = text ? strtoll(text, &end, 10) : 0;
+  return text && *text && *end == '\0' && v >= lo && v <= hi ? v : fallback;
+}
+
 static int64_t head_thread_flush_us(void) {
   static int64_t min_us = -1;
-  if (min_us < 0) {
-    const char *text = getenv("MUSTER_FLUSH_THREAD_US");
-    char *end = NULL;
-    long long v = text ? strtoll(text, &end, 10) : -1;
-    min_us = text && *text && *end == '\0' && v >= 0 && v <= 1000000000LL ? v
-                                                                           : HEAD_THREAD_FLUSH_US;
-  }
+  if (min_us < 0)
+    min_us = head_env_knob("MUSTER_FLUSH_THREAD_US", 0, 1000000000LL, HEAD_THREAD_FLUSH_US);
   return min_us;
 }
 
@@ -317,24 +320,15 @@ static int64_t head_thread_flush_us(void) {
 
 static size_t head_lend_min_bytes(void) {
   static long long min = -1;
-  if (min < 0) {
-    const char *text = getenv("MUSTER_LEND_MIN_BYTES");
-    char *end = NULL;
-    long long v = text ? strtoll(text, &end, 10) : -1;
-    min = text && *text && *end == '\0' && v >= 0 && v <= 1000000000LL ? v : HEAD_LEND_MIN_BYTES;
-  }
+  if (min < 0)
+    min = head_env_knob("MUSTER_LEND_MIN_BYTES", 0, 1000000000LL, HEAD_LEND_MIN_BYTES);
   return (size_t)min;
 }
 
 static size_t head_thread_flush_min(void) {
   static size_t min;
-  if (min == 0) {
-    const char *text = getenv("MUSTER_FLUSH_THREAD_MIN");
-    char *end = NULL;
-    long v = text ? strtol(text, &end, 10) : 0;
-    min = text && *text && *end == '\0' && v >= 1 && v <= 1000000 ? (size_t)v
-                                                                 : HEAD_THREAD_FLUSH_MIN;
-  }
+  if (min == 0)
+    min = (size_t)head_env_knob("MUSTER_FLUSH_THREAD_MIN", 1, 1000000, HEAD_THREAD_FLUSH_MIN);
   return min;
 }
 
