@@ -20,6 +20,9 @@ class NodeCacheMetricsTest(unittest.TestCase):
         cls.head = harness.Head(args=["--node-timeout-ms", "1500"]).start()
         cls.agent = Agent(cls.head, cls.dir, "cm1",
                           args=["--cache-dir", os.path.join(cls.dir, "cache")]).start()
+        # The agent registers from a thread of its own, after it listens.
+        harness.wait_until(lambda: cls.head.request("GET", "/v1/nodes/cm1").status == 200,
+                           timeout=20, what="node cm1 to register with the head")
 
     @classmethod
     def tearDownClass(cls):
