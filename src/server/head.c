@@ -536,8 +536,10 @@ static void head_drain_syncs(head_t *h) {
   h->syncer = NULL;
   bool lent;
   reply_list_t group = head_take_syncing(h, &lent);
-  if (lent)
-    head_flushed(h, &group, true, err);
+  /* The group of a flush in flight is answered by that flush's result: a
+   * later flush through the same descriptor would not report its error. */
+  if (group.head)
+    head_flushed(h, &group, lent, err);
   http_list_concat(&group, &h->committed);
   fail_t f = {0};
   if (!h->sync_failed && store_in_tx(h->st)) {

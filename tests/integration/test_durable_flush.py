@@ -7,7 +7,8 @@ cannot be staged in a test, so the head runs under strace with every fdatasync h
 for FLUSH_S seconds after it returns: a write's reply must take at least that long
 (it waits for its flush), concurrent writes must share flushes (the helper thread's
 groups), and reads must flush nothing.  With the flush made to fail (EIO), the write
-it covered is answered 500 and the head stops with a non-zero status.
+it covered is answered 500 and the head stops with a non-zero status, also when that
+flush was in flight as the head stopped.
 
 The helper thread writes the replies of the groups it flushes when they are large
 (MUSTER_LEND_MIN_BYTES; the tests that check it set 0), the loop the others.
@@ -23,6 +24,7 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -58,6 +60,25 @@ def in_syscall(pid, number):
                     return True
         except OSError:
             pass
+    return False
+
+
+def held_in_injected_error(pid):
+    """True when a thread of process `pid` other than the main one is held by strace
+    in a system call whose error it injected (strace skips the call itself, so
+    /proc shows the thread stopped, in system call -1)."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        if int(tid) == pid:
+            continue
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open("/proc/%d/task/%s/syscall" % (pid, tid)) as f:
+                call = f.read().split(" ", 1)[0]
+        except OSError:
+            continue
+        if state == "t" and call == "-1":
+            return True
     return False
 
 
@@ -295,6 +316,60 @@ class DurableFlushTest(unittest.TestCase):
                         "the lease waited for the loop to hear of the flush")
         self.assertEqual([l["payload"] for l in leases], ["told", "fresh"])
         self.stop_head()
+
+    def test_a_flush_failing_at_shutdown_fails_its_group(self):
+        # A small group's flush on the helper thread fails while the head stops: its
+        # reply is answered 500 and the head exits 1, even though the flush the stop
+        # runs afterwards on the loop succeeds (a failed fdatasync proves nothing
+        # later; the same descriptor would not report the error twice).
+        h = self.head
+        h.start()
+        self.assertEqual(h.stop(), 0, h.log())
+        saved = os.path.join(self.tmp_copy(), "data")
+        shutil.copytree(h.data_dir, saved)
+        h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        wal = os.path.join(h.data_dir, "muster.db-wal")
+        # strace counts `when` per thread.  A first run counts the main thread's
+        # flushes before the stop (m): the helper thread's flush number m + 2 is made
+        # to fail, so that the main thread's m + 1st, the stop's, succeeds.
+        self.start_traced("-P", wal, "-e", "trace=fdatasync")
+        for i in range(8):
+            self.assertEqual(h.request("PUT", "/v1/queues/q%d" % i, {}).status, 201)
+        self.stop_head()
+        with open(self.trace, errors="replace") as f:
+            before_stop = f.read().split("SIGTERM", 1)[0]
+        flushed = [(int(x.group(1)), x.group(2))
+                   for x in map(FLUSH.match, before_stop.splitlines()) if x]
+        main = flushed[0][0]
+        m = sum(1 for pid, _ in flushed if pid == main)
+        self.assertLessEqual(m + 2, 8, flushed)
+        self.assertEqual(sum(1 for pid, _ in flushed if pid != main), 8, flushed)
+        # The second run, on the same files, holds the failing flush HOLD_S.
+        shutil.rmtree(h.data_dir)
+        shutil.copytree(saved, h.data_dir)
+        self.start_traced("-P", wal, "-e", "trace=fdatasync", "-e",
+                          "inject=fdatasync:error=EIO:delay_exit=%d:when=%d" %
+                          (int(HOLD_S * 1e6), m + 2))
+        head_pid = self.traced_heads()[0]
+        for i in range(m + 1):
+            self.assertEqual(h.request("PUT", "/v1/queues/q%d" % i, {}).status, 201)
+        got = {}
+        client = threading.Thread(
+            target=lambda: got.update(r=h.request("PUT", "/v1/queues/last", {})))
+        client.start()
+        harness.wait_until(lambda: held_in_injected_error(head_pid), timeout=20,
+                           what="the last put's flush to be held")
+        os.kill(head_pid, signal.SIGTERM)
+        client.join(60)
+        r = got["r"]
+        self.assertEqual((r.status, r.error_code), (500, "store_error"), r)
+        self.assertIn("flushing the write-ahead log failed", r.json["error"]["message"])
+        self.assertEqual(h.proc.wait(30), 1, "the head stopped cleanly over a failed flush")
+
+    def tmp_copy(self):
+        d = tempfile.mkdtemp(prefix="muster-flush-copy-")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
 
     def test_small_replies_are_written_by_the_loop(self):
         # Every flush on the helper thread, but replies under MUSTER_LEND_MIN_BYTES
