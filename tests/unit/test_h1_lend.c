@@ -130,28 +130,34 @@ static int read_reply(env_t *e, char *out, size_t cap) {
   }
 }
 
-static char *text(const char *s) {
-  return strdup(s);
+/* Answers request `i` with `body` as text/plain. */
+static void respond(env_t *e, int i, int status, const char *body) {
+  h1_respond(e->reqs[i], status, "text/plain", strdup(body), strlen(body), false);
+}
+
+/* Reads the next reply: it has `status` and the body `body`. */
+static void expect_reply(env_t *e, int status, const char *body) {
+  char buf[512], want[128];
+  assert_int_equal(read_reply(e, buf, sizeof buf), status);
+  snprintf(want, sizeof want, "\r\n\r\n%s", body);
+  assert_non_null(strstr(buf, want));
 }
 
 static void test_nothing_leaves_until_the_return(void **state) {
   env_t *e = *state;
   send_requests(e, 1);
   h1_lend_begin(e->srv);
-  h1_respond(e->reqs[0], 200, "text/plain", text("held"), 4, false);
+  respond(e, 0, 200, "held");
   h1_lend_t *l = h1_lend_end(e->srv);
   assert_non_null(l);
   run_ready(e);
   assert_true(client_has_nothing(e));
   h1_lend_return(l, 0, NULL);
-  char buf[512];
-  assert_int_equal(read_reply(e, buf, sizeof buf), 200);
-  assert_non_null(strstr(buf, "\r\n\r\nheld"));
+  expect_reply(e, 200, "held");
   /* The connection goes on as before. */
   send_requests(e, 1);
-  h1_respond(e->reqs[1], 201, "text/plain", text("next"), 4, false);
-  assert_int_equal(read_reply(e, buf, sizeof buf), 201);
-  assert_non_null(strstr(buf, "\r\n\r\nnext"));
+  respond(e, 1, 201, "next");
+  expect_reply(e, 201, "next");
   assert_true(client_has_nothing(e));
 }
 
@@ -159,45 +165,37 @@ static void test_the_writer_sends_them_once(void **state) {
   env_t *e = *state;
   send_requests(e, 2);
   h1_lend_begin(e->srv);
-  h1_respond(e->reqs[0], 200, "text/plain", text("one"), 3, false);
-  h1_respond(e->reqs[1], 200, "text/plain", text("two"), 3, false);
+  respond(e, 0, 200, "one");
+  respond(e, 1, 200, "two");
   h1_lend_t *l = h1_lend_end(e->srv);
   h1_lend_write(l); /* the flush thread's part, here on the test's thread */
-  char buf[512];
-  assert_int_equal(read_reply(e, buf, sizeof buf), 200);
-  assert_non_null(strstr(buf, "\r\n\r\none"));
-  assert_int_equal(read_reply(e, buf, sizeof buf), 200);
-  assert_non_null(strstr(buf, "\r\n\r\ntwo"));
+  expect_reply(e, 200, "one");
+  expect_reply(e, 200, "two");
   h1_lend_return(l, 0, NULL);
   run_ready(e);
   assert_true(client_has_nothing(e)); /* written once, not again at the return */
   send_requests(e, 1);
-  h1_respond(e->reqs[2], 200, "text/plain", text("three"), 5, false);
-  assert_int_equal(read_reply(e, buf, sizeof buf), 200);
-  assert_non_null(strstr(buf, "\r\n\r\nthree"));
+  respond(e, 2, 200, "three");
+  expect_reply(e, 200, "three");
 }
 
 static void test_a_later_reply_waits_for_the_writer(void **state) {
   env_t *e = *state;
   send_requests(e, 3);
   h1_lend_begin(e->srv);
-  h1_respond(e->reqs[0], 200, "text/plain", text("lent"), 4, false);
+  respond(e, 0, 200, "lent");
   h1_lend_t *l = h1_lend_end(e->srv);
   /* Before the writer is done with the connection: the reply waits. */
-  h1_respond(e->reqs[1], 200, "text/plain", text("early"), 5, false);
+  respond(e, 1, 200, "early");
   run_ready(e);
   assert_true(client_has_nothing(e));
   h1_lend_write(l); /* writes what was gathered: the lent reply only */
-  char buf[512];
-  assert_int_equal(read_reply(e, buf, sizeof buf), 200);
-  assert_non_null(strstr(buf, "\r\n\r\nlent"));
+  expect_reply(e, 200, "lent");
   assert_true(client_has_nothing(e));
   /* After it: the connection is taken back at once, before the return. */
-  h1_respond(e->reqs[2], 200, "text/plain", text("late"), 4, false);
-  assert_int_equal(read_reply(e, buf, sizeof buf), 200);
-  assert_non_null(strstr(buf, "\r\n\r\nearly"));
-  assert_int_equal(read_reply(e, buf, sizeof buf), 200);
-  assert_non_null(strstr(buf, "\r\n\r\nlate"));
+  respond(e, 2, 200, "late");
+  expect_reply(e, 200, "early");
+  expect_reply(e, 200, "late");
   h1_lend_return(l, 0, NULL);
   run_ready(e);
   assert_true(client_has_nothing(e));
@@ -208,18 +206,17 @@ static void test_a_failed_flush_answers_anew(void **state) {
   send_requests(e, 2);
   h1_lend_begin(e->srv);
   h1_add_header(e->reqs[0], "Location", "/v1/tasks/1");
-  h1_respond(e->reqs[0], 201, "application/json", text("{\"ok\":1}"), 8, true);
+  h1_respond(e->reqs[0], 201, "application/json", strdup("{\"ok\":1}"), 8, true);
   h1_lend_t *l = h1_lend_end(e->srv);
   /* A reply given meanwhile, outside the lend, is not answered anew. */
-  h1_respond(e->reqs[1], 200, "text/plain", text("read"), 4, false);
+  respond(e, 1, 200, "read");
   h1_lend_return(l, 500, "{\"error\":\"lost\"}");
   char buf[512];
   assert_int_equal(read_reply(e, buf, sizeof buf), 500);
   assert_non_null(strstr(buf, "\r\n\r\n{\"error\":\"lost\"}\n"));
   assert_null(strstr(buf, "Location"));
   assert_null(strstr(buf, "ok"));
-  assert_int_equal(read_reply(e, buf, sizeof buf), 200);
-  assert_non_null(strstr(buf, "\r\n\r\nread"));
+  expect_reply(e, 200, "read");
 }
 
 static void test_a_connection_dying_while_lent(void **state) {
@@ -227,7 +224,7 @@ static void test_a_connection_dying_while_lent(void **state) {
   send_requests(e, 1);
   assert_int_equal(h1_server_connections(e->srv), 1);
   h1_lend_begin(e->srv);
-  h1_respond(e->reqs[0], 200, "text/plain", text("gone"), 4, false);
+  respond(e, 0, 200, "gone");
   h1_lend_t *l = h1_lend_end(e->srv);
   /* The client resets the connection: the server's read fails and kills it. */
   struct linger lg = {.l_onoff = 1, .l_linger = 0};
