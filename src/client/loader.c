@@ -6,7 +6,12 @@
  * Threads.  With `prefetch` > 0 a producer thread fills a bounded ring of
  * items (index, sample from the user's load callback, the block it belongs
  * to) and the caller's thread takes them out; with 0 everything happens on
- * the caller's thread.  Each thread uses its own muster_client_t (a handle
+ * the caller's thread.  The producer waits for room when the ring is full and
+ * is woken when the caller has taken it down to half (not at each item: a
+ * wake-up costs more than many items); a standalone producer waits for that
+ * without a deadline, a coordinated one wakes to heart-beat.  It times its
+ * work in its own counters and adds them to the shared ones when it next
+ * holds the mutex, so producing an item takes no lock.  Each thread uses its own muster_client_t (a handle
  * is single-threaded): the producer leases, acknowledges and heart-beats;
  * the caller's handle serves checkpoints and the final acks at close.  One
  * mutex guards the ring, the ack queue and the counters; one condition
@@ -64,6 +69,8 @@ struct muster_loader {
 
   /* the producer's own state */
   muster_iter_next_t staged; /* leased blocks being pushed */
+  int64_t p_busy_us, p_load_us; /* timed since last added to the shared counters */
+  uint64_t p_loads;
   size_t staged_block, staged_pos;
   uint64_t pepoch;           /* the epoch the producer works on */
   bool pdone;                /* it pushed the end marker of pepoch */
@@ -74,6 +81,7 @@ struct muster_loader {
   pthread_cond_t cv;
   item_t *ring;
   size_t cap, head, count;
+  bool pwaiting;             /* the producer waits for room (woken at half) */
   bool stop;
   uint64_t epoch;            /* the caller's epoch */
   bool finished;             /* coordinated: every epoch is complete */
@@ -180,18 +188,25 @@ static muster_err_t ack_flush(muster_loader_t *l, muster_client_t *client) {
 
 /* ---- producing ----------------------------------------------------------------- */
 
-/* Calls the load callback for it->index, timing it. */
+/* Calls the load callback for it->index, timing it (producer's counters). */
 static int load_item(muster_loader_t *l, item_t *it) {
   it->sample = NULL;
   if (l->load == NULL)
     return 0;
   int64_t t0 = mono_us();
   int rc = l->load(l->user, it->index, &it->sample);
-  pthread_mutex_lock(&l->mu);
-  l->load_us += mono_us() - t0;
-  l->loads++;
-  pthread_mutex_unlock(&l->mu);
+  l->p_load_us += mono_us() - t0;
+  l->p_loads++;
   return rc;
+}
+
+/* Adds the producer's timings to the shared counters (under mu). */
+static void publish_timings(muster_loader_t *l) {
+  l->busy_us += l->p_busy_us;
+  l->load_us += l->p_load_us;
+  l->loads += l->p_loads;
+  l->p_busy_us = l->p_load_us = 0;
+  l->p_loads = 0;
 }
 
 /* Waits up to `ms` on the condition (woken early by stop or acks). */
@@ -259,25 +274,33 @@ static int produce_coordinated(muster_loader_t *l, item_t *it) {
   }
 }
 
-/* The next item, whatever the mode; see produce_coordinated for the result. */
-static int produce(muster_loader_t *l, item_t *it) {
+/* Produces up to `want` items into items[] (without mu), timed as one run in
+ * the producer's counters; *made counts them.  Returns 1 when all were made,
+ * else what stopped the run (see produce_coordinated). */
+static int produce(muster_loader_t *l, item_t *items, size_t want, size_t *made) {
   int64_t t0 = mono_us();
-  int rc;
-  memset(it, 0, sizeof *it);
-  if (l->coordinated)
-    rc = produce_coordinated(l, it);
-  else
-    rc = stream_next(l->stream, &it->index) ? 1 : 0;
-  if (rc == 1 && load_item(l, it) != 0) {
-    pthread_mutex_lock(&l->mu);
-    l->perr = MUSTER_INVALID;
-    snprintf(l->pmsg, sizeof l->pmsg, "the load callback failed for sample %" PRIu64, it->index);
-    pthread_mutex_unlock(&l->mu);
-    rc = -1;
+  int rc = 1;
+  size_t n = 0;
+  for (; n < want; n++) {
+    item_t *it = &items[n];
+    memset(it, 0, sizeof *it);
+    if (l->coordinated)
+      rc = produce_coordinated(l, it);
+    else
+      rc = stream_next(l->stream, &it->index) ? 1 : 0;
+    if (rc == 1 && load_item(l, it) != 0) {
+      pthread_mutex_lock(&l->mu);
+      l->perr = MUSTER_INVALID;
+      snprintf(l->pmsg, sizeof l->pmsg, "the load callback failed for sample %" PRIu64,
+               it->index);
+      pthread_mutex_unlock(&l->mu);
+      rc = -1;
+    }
+    if (rc != 1)
+      break;
   }
-  pthread_mutex_lock(&l->mu);
-  l->busy_us += mono_us() - t0;
-  pthread_mutex_unlock(&l->mu);
+  l->p_busy_us += mono_us() - t0;
+  *made = n;
   return rc;
 }
 
@@ -292,8 +315,13 @@ static void keep_alive(muster_loader_t *l) {
   }
 }
 
-/* Waits on the condition for up to the heartbeat interval (under mu). */
+/* Waits on the condition (under mu): a coordinated producer for up to the
+ * heartbeat interval, a standalone one (nothing to keep alive) until woken. */
 static void wait_heartbeat(muster_loader_t *l) {
+  if (!l->coordinated) {
+    pthread_cond_wait(&l->cv, &l->mu);
+    return;
+  }
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   int64_t ns = ts.tv_nsec + l->heartbeat_ms * 1000000;
@@ -303,7 +331,8 @@ static void wait_heartbeat(muster_loader_t *l) {
 }
 
 static void ring_push(muster_loader_t *l, const item_t *it) {
-  l->ring[(l->head + l->count) % l->cap] = *it;
+  size_t at = l->head + l->count;
+  l->ring[at < l->cap ? at : at - l->cap] = *it;
   l->count++;
   if (l->count > l->stats.buffer_peak)
     l->stats.buffer_peak = l->count;
@@ -313,7 +342,7 @@ static void ring_push(muster_loader_t *l, const item_t *it) {
  * callback: computing an index is cheap, so one handoff per item would
  * dominate.  With a callback, or leasing from a head, items go one by one so
  * that each is visible as soon as it is ready. */
-#define LOADER_PRODUCE_BATCH 256
+#define LOADER_PRODUCE_BATCH 1024
 
 static void *producer_main(void *arg) {
   muster_loader_t *l = arg;
@@ -325,8 +354,11 @@ static void *producer_main(void *arg) {
       l->pdone = false;
     }
     if (l->pdone || l->count == l->cap || l->nack > 0) {
-      if (l->nack == 0)
+      if (l->nack == 0) {
+        l->pwaiting = !l->pdone && l->count == l->cap;
         wait_heartbeat(l);
+        l->pwaiting = false;
+      }
       pthread_mutex_unlock(&l->mu);
       keep_alive(l);
       pthread_mutex_lock(&l->mu);
@@ -337,12 +369,11 @@ static void *producer_main(void *arg) {
     if (want > room)
       want = room;
     pthread_mutex_unlock(&l->mu);
-    int rc = 1;
-    while (n < want && (rc = produce(l, &batch[n])) > 0)
-      n++;
+    int rc = produce(l, batch, want, &n);
     if (rc <= 0)
       batch[n++] = (item_t){.end = true};
     pthread_mutex_lock(&l->mu);
+    publish_timings(l);
     bool was_empty = l->count == 0;
     for (size_t i = 0; i < n; i++)
       ring_push(l, &batch[i]);
@@ -350,6 +381,7 @@ static void *producer_main(void *arg) {
     if (was_empty)
       pthread_cond_broadcast(&l->cv);
   }
+  publish_timings(l);
   pthread_mutex_unlock(&l->mu);
   return NULL;
 }
@@ -512,8 +544,10 @@ static muster_err_t take(muster_loader_t *l, item_t *it) {
     pthread_mutex_unlock(&l->mu);
     if (l->coordinated && mono_us() - l->last_call_us >= l->heartbeat_ms * 1000)
       keep_alive(l);
-    int rc = produce(l, it);
+    size_t made;
+    int rc = produce(l, it, 1, &made);
     pthread_mutex_lock(&l->mu);
+    publish_timings(l);
     if (rc <= 0)
       *it = (item_t){.end = true};
     return MUSTER_OK;
@@ -524,12 +558,13 @@ static muster_err_t take(muster_loader_t *l, item_t *it) {
     l->stats.prefetch_misses++;
   while (l->count == 0)
     pthread_cond_wait(&l->cv, &l->mu);
-  bool was_full = l->count == l->cap;
   *it = l->ring[l->head];
-  l->head = (l->head + 1) % l->cap;
+  l->head = l->head + 1 == l->cap ? 0 : l->head + 1;
   l->count--;
-  if (was_full) /* the producer may be waiting for room */
+  if (l->pwaiting && l->count <= l->cap / 2) { /* room for a run of items */
+    l->pwaiting = false;
     pthread_cond_broadcast(&l->cv);
+  }
   return MUSTER_OK;
 }
 

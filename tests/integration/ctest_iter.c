@@ -171,6 +171,79 @@ static void test_prefetch_slow_load(void) {
   muster_loader_close(l); /* frees the buffered samples (ASan checks) */
 }
 
+/* A ring smaller and larger than the producer's runs: the batches the caller
+ * takes are the unthreaded loader's sequence, whatever their sizes. */
+static void test_prefetch_sequence(void) {
+  muster_iter_config_t cfg;
+  standalone_config(&cfg, 30000); /* rank 0 of 3: 10 000 samples */
+  static uint64_t want[10000], got[10000];
+  muster_loader_t *plain = open_standalone(&cfg, 0, 0);
+  CHECK(plain && drain(plain, want, 10000) == 10000);
+  muster_loader_close(plain);
+  const size_t rings[] = {1, 3, 700, 4096};
+  for (size_t r = 0; r < sizeof rings / sizeof *rings; r++) {
+    muster_loader_t *l = open_standalone(&cfg, 0, rings[r]);
+    CHECK(l != NULL);
+    if (l == NULL)
+      return;
+    size_t n = 0, got_now = 0, ask = 1;
+    while (n < 10000 && muster_loader_next_batch(l, got + n, NULL, ask, &got_now) == MUSTER_OK &&
+           got_now > 0) {
+      n += got_now;
+      ask = ask * 3 % 2000 + 1; /* 1, 4, 13, 40, ... mixed sizes */
+    }
+    CHECK(n == 10000 && memcmp(got, want, sizeof want) == 0);
+    CHECK(muster_loader_next_batch(l, got, NULL, 10, &got_now) == MUSTER_OK && got_now == 0);
+    muster_loader_stats_t st;
+    muster_loader_stats(l, &st);
+    CHECK(st.buffer_peak <= rings[r] && st.samples_loaded == 10000);
+    muster_loader_close(l);
+  }
+}
+
+static double process_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A prefetch thread with a full ring, or at the end of its epoch, sleeps
+ * until the caller takes items (it used to poll, taking about a third of a
+ * CPU while the caller trained on what it had). */
+static void test_prefetch_idle(void) {
+  muster_iter_config_t cfg;
+  standalone_config(&cfg, 3000);
+  muster_loader_t *l = open_standalone(&cfg, 0, 16);
+  CHECK(l != NULL);
+  if (l == NULL)
+    return;
+  uint64_t index, got[1000];
+  int has;
+  CHECK(muster_loader_next(l, &index, NULL, &has) == MUSTER_OK && has);
+  muster_loader_stats_t st = {0};
+  for (int64_t deadline = now_ms() + 10000; now_ms() < deadline; usleep(1000)) {
+    muster_loader_stats(l, &st);
+    if (st.buffer_peak == 16)
+      break;
+  }
+  CHECK(st.buffer_peak == 16);
+  /* The window to observe: what a polling thread burns in it. */
+  double cpu = process_cpu_s();
+  usleep(300 * 1000);
+  double full = process_cpu_s() - cpu;
+  CHECK(full < 0.03);
+  if (full >= 0.03)
+    fprintf(stderr, "prefetch thread with a full ring used %.3f s of CPU in 0.3 s\n", full);
+  CHECK(drain(l, got, 1000) == 999); /* rank 0 of 3: 1000 samples */
+  cpu = process_cpu_s();
+  usleep(300 * 1000);
+  double ended = process_cpu_s() - cpu;
+  CHECK(ended < 0.03);
+  if (ended >= 0.03)
+    fprintf(stderr, "prefetch thread at the epoch's end used %.3f s of CPU in 0.3 s\n", ended);
+  muster_loader_close(l);
+}
+
 /* ---- coordinated: rank processes, one of them killed ------------------------------------- */
 
 #define N_SAMPLES 3000
@@ -323,6 +396,8 @@ int main(int argc, char **argv) {
   test_standalone_matches_stream();
   test_standalone_checkpoint();
   test_prefetch_slow_load();
+  test_prefetch_sequence();
+  test_prefetch_idle();
   static const char *const head_args[] = {"--sweep-ms", "20", NULL};
   if (ctest_head_start(muster_bin(argv[0]), "/tmp/muster-ctest-iter-XXXXXX", TOKEN, head_args) !=
       0) {
