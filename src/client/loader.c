@@ -275,13 +275,17 @@ static int produce_coordinated(muster_loader_t *l, item_t *it) {
 }
 
 /* Produces up to `want` items into items[] (without mu), timed as one run in
- * the producer's counters; *made counts them.  Returns 1 when all were made,
- * else what stopped the run (see produce_coordinated). */
+ * the producer's counters; *made counts them.  A coordinated run ends early
+ * where the blocks leased so far end: what it made goes out before the next
+ * lease request waits on the head.  Returns 1 when the run ended so, else
+ * what stopped it (see produce_coordinated). */
 static int produce(muster_loader_t *l, item_t *items, size_t want, size_t *made) {
   int64_t t0 = mono_us();
   int rc = 1;
   size_t n = 0;
   for (; n < want; n++) {
+    if (n > 0 && l->coordinated && l->staged_block >= l->staged.count)
+      break;
     item_t *it = &items[n];
     memset(it, 0, sizeof *it);
     if (l->coordinated)
@@ -338,10 +342,11 @@ static void ring_push(muster_loader_t *l, const item_t *it) {
     l->stats.buffer_peak = l->count;
 }
 
-/* Items produced per lock round trip by a standalone loader without a load
- * callback: computing an index is cheap, so one handoff per item would
- * dominate.  With a callback, or leasing from a head, items go one by one so
- * that each is visible as soon as it is ready. */
+/* Items produced per lock round trip without a load callback: computing an
+ * index, or taking the next of a leased block, is cheap, so one handoff per
+ * item would dominate (a coordinated run also ends with the leased blocks).
+ * With a callback items go one by one, so that each is visible as soon as it
+ * is loaded. */
 #define LOADER_PRODUCE_BATCH 1024
 
 static void *producer_main(void *arg) {
@@ -365,7 +370,7 @@ static void *producer_main(void *arg) {
       continue;
     }
     size_t room = l->cap - l->count, n = 0;
-    size_t want = l->load || l->coordinated ? 1 : LOADER_PRODUCE_BATCH;
+    size_t want = l->load ? 1 : LOADER_PRODUCE_BATCH;
     if (want > room)
       want = room;
     pthread_mutex_unlock(&l->mu);
