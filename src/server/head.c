@@ -325,6 +325,23 @@ static size_t head_lend_min_bytes(void) {
   return (size_t)min;
 }
 
+/* After a flush on the helper thread whose replies the loop writes (small
+ * ones, not lent), the next group commits one poll of the sockets later when
+ * at least this many clients are active (h1_server_active), unless
+ * MUSTER_GATHER_MIN_ACTIVE (0 to 1000000; 0: always) says otherwise: the poll
+ * takes in the requests that arrived during the flush, which otherwise wait
+ * for the flush after (design-notes "Durable replies").  Measured with
+ * bench/compare: 1.08-1.11x the tasks/s at 16 connections unbatched; at 4 the
+ * extra poll costs what it gathers (0.96-0.98x), hence the threshold. */
+#define HEAD_GATHER_MIN_ACTIVE 8
+
+static size_t head_gather_min_active(void) {
+  static long long min = -1;
+  if (min < 0)
+    min = head_env_knob("MUSTER_GATHER_MIN_ACTIVE", 0, 1000000, HEAD_GATHER_MIN_ACTIVE);
+  return (size_t)min;
+}
+
 static size_t head_thread_flush_min(void) {
   static size_t min;
   if (min == 0)
@@ -430,8 +447,17 @@ static void head_synced(void *arg, int err) {
   bool lent;
   reply_list_t group = head_take_syncing(h, &lent);
   head_flushed(h, &group, lent, err);
-  if (store_in_tx(h->st) || h->committed.head)
-    head_commit(-1, 0, h);
+  if (!store_in_tx(h->st) && h->committed.head == NULL)
+    return;
+  if (err == 0 && !lent && h1_server_active(h->http) >= head_gather_min_active()) {
+    /* A zero timeout runs after the reads the next poll finds. */
+    struct timeval now = {0, 0};
+    if (event_add(h->commit_ev, &now) == 0) {
+      metrics_gathered_commit();
+      return;
+    }
+  }
+  head_commit(-1, 0, h);
 }
 
 /* Commits the open transaction (if any) and takes what it answers: the

@@ -106,6 +106,7 @@ static struct {
   histogram_t flush_latency[2]; /* WAL flushes: [0] on the loop, [1] on the thread */
   uint64_t flush_failures;
   uint64_t unflushed_replies; /* lease replies sent at their commit, before a flush */
+  uint64_t gathered_commits;  /* commits put off by one poll after a flush (head.c) */
   route_stats_t routes[METRICS_MAX_ROUTES + 1]; /* the last one: unmatched paths */
   metrics_collector_fn collectors[METRICS_MAX_COLLECTORS];
   size_t ncollectors;
@@ -263,6 +264,10 @@ void metrics_flush(bool on_thread, bool ok, int64_t duration_us) {
 
 void metrics_unflushed_replies(size_t n) {
   m.unflushed_replies += n;
+}
+
+void metrics_gathered_commit(void) {
+  m.gathered_commits++;
 }
 
 void metrics_http(int route, int status, int64_t duration_us) {
@@ -513,6 +518,11 @@ static void metrics_render_store(metrics_out_t *out) {
                "the leased tasks were already on disk; off with --sync-leases).");
   metrics_printf(out, "muster_store_unflushed_replies_total %llu\n",
                  (unsigned long long)m.unflushed_replies);
+  metrics_help(out, "muster_store_gathered_commits_total", "counter",
+               "Group commits put off by one poll of the sockets after a flush, to take in "
+               "the requests that arrived during it (--sync full, many active clients).");
+  metrics_printf(out, "muster_store_gathered_commits_total %llu\n",
+                 (unsigned long long)m.gathered_commits);
   metrics_help(out, "muster_store_commit_failures_total", "counter",
                "Group commits that failed and were rolled back.");
   metrics_printf(out, "muster_store_commit_failures_total %llu\n",

@@ -54,6 +54,8 @@ void metrics_commit(bool ok, int64_t duration_us);
 void metrics_flush(bool on_thread, bool ok, int64_t duration_us);
 /* `n` lease replies went out at their commit, with no flush of their own. */
 void metrics_unflushed_replies(size_t n);
+/* A group commit was put off by one poll of the sockets after a flush. */
+void metrics_gathered_commit(void);
 
 /* One HTTP request answered with `status` after `duration_us` (negative: not
  * observed in the latency histogram).  `route` indexes http_routes, or is

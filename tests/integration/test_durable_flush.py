@@ -177,29 +177,11 @@ class DurableFlushTest(unittest.TestCase):
         os.kill(head_pid, signal.SIGTERM)
         self.assertEqual(h.proc.wait(60), 0, h.log())
 
-    def start_traced(self, *strace_args):
-        self.head.prefix = [self.strace, "-f", "-qq", "-y", "-o", self.trace] + list(strace_args)
-        self.head.start()
-
-    def test_replies_wait_for_the_flush(self):
+    def concurrent_puts(self, q):
+        """CLIENTS writers put PUTS_EACH tasks each, one per request, at once; checks
+        that every put succeeded and that none was answered before FLUSH_S (each
+        waits for a held flush)."""
         h = self.head
-        # The helper thread writes the replies of every group it flushes, however small.
-        h.env["MUSTER_LEND_MIN_BYTES"] = "0"
-        self.start_traced("-e", "trace=fdatasync,writev",
-                          "-e", "inject=fdatasync:delay_exit=%d" % int(FLUSH_S * 1e6))
-        q = "flush"
-        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
-        # One write at a time: each reply waits for its own flush.
-        for i in range(3):
-            t0 = time.monotonic()
-            r = h.request("POST", "/v1/queues/%s/tasks" % q, {"tasks": [{"payload": i}]})
-            self.assertEqual(r.status, 201, r)
-            self.assertGreaterEqual(time.monotonic() - t0, FLUSH_S,
-                                    "a write was acknowledged before its flush ended")
-        started = len(wal_flushes(self.trace))
-
-        # Eight writers at once: groups form while a flush is in flight, and each
-        # reply still waits for the flush that covers it.
         failures, early = [], []
 
         def client(n):
@@ -223,6 +205,30 @@ class DurableFlushTest(unittest.TestCase):
             t.join(120)
         self.assertEqual(failures, [])
         self.assertEqual(early, [], "writes acknowledged before their flush ended")
+
+    def start_traced(self, *strace_args):
+        self.head.prefix = [self.strace, "-f", "-qq", "-y", "-o", self.trace] + list(strace_args)
+        self.head.start()
+
+    def test_replies_wait_for_the_flush(self):
+        h = self.head
+        # The helper thread writes the replies of every group it flushes, however small.
+        h.env["MUSTER_LEND_MIN_BYTES"] = "0"
+        self.start_traced("-e", "trace=fdatasync,writev",
+                          "-e", "inject=fdatasync:delay_exit=%d" % int(FLUSH_S * 1e6))
+        q = "flush"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        # One write at a time: each reply waits for its own flush.
+        for i in range(3):
+            t0 = time.monotonic()
+            r = h.request("POST", "/v1/queues/%s/tasks" % q, {"tasks": [{"payload": i}]})
+            self.assertEqual(r.status, 201, r)
+            self.assertGreaterEqual(time.monotonic() - t0, FLUSH_S,
+                                    "a write was acknowledged before its flush ended")
+        started = len(wal_flushes(self.trace))
+        # Eight writers at once: groups form while a flush is in flight, and each
+        # reply still waits for the flush that covers it.
+        self.concurrent_puts(q)
         for _ in range(READS):
             self.assertEqual(h.request("GET", "/v1/queues/" + q).status, 200)
         counts = h.request("GET", "/v1/queues/" + q).json["counts"]
@@ -370,6 +376,38 @@ class DurableFlushTest(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="muster-flush-copy-")
         self.addCleanup(shutil.rmtree, d, True)
         return d
+
+    def test_the_next_group_waits_for_a_poll(self):
+        # Every flush on the helper thread, and the group gathered during one commits
+        # a poll of the sockets after it ends, however few clients are active: each
+        # reply still waits for the flush that covers it, and no write is lost.
+        h = self.head
+        h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        h.env["MUSTER_GATHER_MIN_ACTIVE"] = "0"
+        self.start_traced("-e", "trace=fdatasync",
+                          "-e", "inject=fdatasync:delay_exit=%d" % int(FLUSH_S * 1e6))
+        q = "gather"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        self.concurrent_puts(q)
+        self.assertGreater(metric(h, "muster_store_gathered_commits_total"), 0,
+                           "no commit waited for a poll")
+        self.assertEqual(h.request("GET", "/v1/queues/" + q).json["counts"]["queued"],
+                         CLIENTS * PUTS_EACH)
+        # Leases and completions through the same path.
+        leases = lease(h, q, {"max": CLIENTS * PUTS_EACH})
+        self.assertEqual(len(leases), CLIENTS * PUTS_EACH)
+        r = h.request("POST", "/v1/leases/complete",
+                      {"leases": [{"task": l["task"], "token": l["token"]} for l in leases]})
+        self.assertEqual(r.status, 200, r)
+        self.stop_head()
+        wal = [path for _, path in wal_flushes(self.trace) if path.endswith("muster.db-wal")]
+        self.assertLess(len(wal), CLIENTS * PUTS_EACH, "concurrent writes did not share flushes")
+        # What was acknowledged is in the store the head left.
+        h.prefix = []
+        h.env.pop("MUSTER_GATHER_MIN_ACTIVE")
+        h.start()
+        self.assertEqual(h.request("GET", "/v1/queues/" + q).json["counts"]["done"],
+                         CLIENTS * PUTS_EACH)
 
     def test_small_replies_are_written_by_the_loop(self):
         # Every flush on the helper thread, but replies under MUSTER_LEND_MIN_BYTES
