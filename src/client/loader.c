@@ -11,11 +11,12 @@
  * wake-up costs more than many items); a standalone producer waits for that
  * without a deadline, a coordinated one wakes to heart-beat.  It times its
  * work in its own counters and adds them to the shared ones when it next
- * holds the mutex, so producing an item takes no lock.  Each thread uses its own muster_client_t (a handle
- * is single-threaded): the producer leases, acknowledges and heart-beats;
- * the caller's handle serves checkpoints and the final acks at close.  One
- * mutex guards the ring, the ack queue and the counters; one condition
- * variable (broadcast) wakes whoever waits on any of them.
+ * holds the mutex, so producing an item takes no lock.  Each thread uses its
+ * own muster_client_t (a handle is single-threaded): the producer leases,
+ * acknowledges and heart-beats; the caller's handle serves checkpoints and
+ * the final acks at close.  One mutex guards the ring, the ack queue and the
+ * counters; one condition variable (broadcast) wakes whoever waits on any of
+ * them.
  *
  * Acks.  A block is finished when the caller asks for the item after its
  * last one: having asked again means it is done with the previous sample.
@@ -69,7 +70,8 @@ struct muster_loader {
 
   /* the producer's own state */
   muster_iter_next_t staged; /* leased blocks being pushed */
-  int64_t p_busy_us, p_load_us; /* timed since last added to the shared counters */
+  /* its timings since they were last added to the shared counters */
+  int64_t p_busy_us, p_load_us;
   uint64_t p_loads;
   size_t staged_block, staged_pos;
   uint64_t pepoch;           /* the epoch the producer works on */
@@ -295,8 +297,7 @@ static int produce(muster_loader_t *l, item_t *items, size_t want, size_t *made)
     if (rc == 1 && load_item(l, it) != 0) {
       pthread_mutex_lock(&l->mu);
       l->perr = MUSTER_INVALID;
-      snprintf(l->pmsg, sizeof l->pmsg, "the load callback failed for sample %" PRIu64,
-               it->index);
+      snprintf(l->pmsg, sizeof l->pmsg, "the load callback failed for sample %" PRIu64, it->index);
       pthread_mutex_unlock(&l->mu);
       rc = -1;
     }

@@ -326,13 +326,15 @@ static size_t head_lend_min_bytes(void) {
 }
 
 /* After a flush on the helper thread whose replies the loop writes (small
- * ones, not lent), the next group commits one poll of the sockets later when
- * at least this many clients are active (h1_server_active), unless
- * MUSTER_GATHER_MIN_ACTIVE (0 to 1000000; 0: always) says otherwise: the poll
- * takes in the requests that arrived during the flush, which otherwise wait
- * for the flush after (design-notes "Durable replies").  Measured with
- * bench/compare: 1.08-1.11x the tasks/s at 16 connections unbatched; at 4 the
- * extra poll costs what it gathers (0.96-0.98x), hence the threshold. */
+ * ones, not lent), during which leases were answered at their commit, the
+ * next group commits one poll of the sockets later when at least this many
+ * clients are active (h1_server_active), unless MUSTER_GATHER_MIN_ACTIVE (0 to
+ * 1000000; 0: always) says otherwise: the poll takes in the requests of the
+ * clients those leases went to, which otherwise wait for the flush after
+ * (design-notes "The next group waits for one poll of the sockets").
+ * Measured with bench/compare: 1.07-1.11x the tasks/s at 16 connections
+ * unbatched; at 4 the extra poll costs what it gathers (0.96-0.98x), hence
+ * the threshold. */
 #define HEAD_GATHER_MIN_ACTIVE 8
 
 static size_t head_gather_min_active(void) {
@@ -447,9 +449,11 @@ static void head_synced(void *arg, int err) {
   bool lent;
   reply_list_t group = head_take_syncing(h, &lent);
   head_flushed(h, &group, lent, err);
+  size_t answered = h->answered_in_flush;
+  h->answered_in_flush = 0;
   if (!store_in_tx(h->st) && h->committed.head == NULL)
     return;
-  if (err == 0 && !lent && h1_server_active(h->http) >= head_gather_min_active()) {
+  if (err == 0 && !lent && answered > 0 && h1_server_active(h->http) >= head_gather_min_active()) {
     /* A zero timeout runs after the reads the next poll finds. */
     struct timeval now = {0, 0};
     if (event_add(h->commit_ev, &now) == 0) {
@@ -480,13 +484,16 @@ static bool head_commit_group(head_t *h, reply_list_t *group) {
   return true;
 }
 
-/* Sends the replies of `group` that need no flush (leases of tasks on disk). */
-static void head_send_unflushed(head_t *h, reply_list_t *group) {
+/* Sends the replies of `group` that need no flush (leases of tasks on disk);
+ * returns how many. */
+static size_t head_send_unflushed(head_t *h, reply_list_t *group) {
   reply_list_t leases = http_list_take_unflushed(group);
-  if (leases.head) {
-    metrics_unflushed_replies(http_list_length(&leases));
+  size_t n = http_list_length(&leases);
+  if (n > 0) {
+    metrics_unflushed_replies(n);
     http_flush_list(h, &leases, NULL);
   }
+  return n;
 }
 
 /* Runs after every other event of the turn that opened the transaction:
@@ -516,7 +523,7 @@ static void head_commit(evutil_socket_t fd, short what, void *arg) {
     if (!http_pending_unflushed(h))
       return; /* head_synced commits the group gathered meanwhile */
     if (head_commit_group(h, &group)) {
-      head_send_unflushed(h, &group);
+      h->answered_in_flush += head_send_unflushed(h, &group);
       http_list_concat(&h->committed, &group);
     }
     return;
