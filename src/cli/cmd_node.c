@@ -281,6 +281,7 @@ static int head_local_agent(pid_t head_pid, int agent_argc, char **agent_argv, c
     cfg.token = token[0] ? token : NULL;
     cfg.listen = "none";
     cfg.log_prefix = "muster head (local node)";
+    cfg.beside_head = 1;
     cfg.lock_busy_ok = 1;
     rc = node_agent_main(&cfg) == 0 ? CLI_OK : CLI_FAIL;
   }

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -84,6 +85,42 @@ class NodeTestCase(unittest.TestCase):
                 return pids
             return None
         return harness.wait_until(ready, timeout=20, what=what + ":\n" + agent.log())
+
+
+class HeadLocalNodeTest(unittest.TestCase):
+    def test_ctrl_c_stops_the_head_and_its_node_quietly(self):
+        # `muster head` without --server-only runs a local node agent beside the head;
+        # Ctrl-C reaches both.  Both stop cleanly, and the node's goodbye to a head that
+        # is stopping too is no error to print.
+        work = tempfile.mkdtemp(prefix="muster-head-node-test-")
+        self.addCleanup(shutil.rmtree, work, True)
+        head = harness.Head(data_dir=os.path.join(work, "data"))
+        os.makedirs(head.data_dir)
+        env = dict(os.environ, MUSTER_NODE_LOCK=os.path.join(work, "node.lock"),
+                   MUSTER_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        with open(head.log_path, "ab") as log:
+            proc = subprocess.Popen([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
+                                     "--data-dir", head.data_dir, "--token", head.token],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
+        url_file = os.path.join(head.data_dir, "url")
+
+        def listening():
+            if proc.poll() is not None:
+                raise AssertionError("head exited:\n" + head.log())
+            with open(url_file) if os.path.exists(url_file) else open(os.devnull) as f:
+                return f.read().strip()
+        head.url = harness.wait_until(listening, timeout=20, what="the head's URL")
+        harness.wait_until(lambda: head.request("GET", "/v1/nodes").json["nodes"],
+                           timeout=20, what="the local node:\n" + head.log())
+        os.killpg(proc.pid, signal.SIGINT)
+        self.assertEqual(proc.wait(30), 0, head.log())
+        log = head.log()
+        self.assertIn("stopped cleanly", log)
+        self.assertRegex(log, r"\(local node\): node \S+ stopped")
+        self.assertNotIn("leaving:", log)
 
 
 class GpuDetectionTest(NodeTestCase):
