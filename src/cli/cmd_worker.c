@@ -432,10 +432,12 @@ static void worker_destroy(worker_t *w) {
   pthread_mutex_destroy(&w->shared_lock);
 }
 
-/* Says goodbye and prints what the worker did. */
+/* Says goodbye and prints what the worker did.  A head that is shutting
+ * down too (Ctrl-C on `muster head` with its local node and workers) has no
+ * use for the goodbye: that refusal is not printed. */
 static void worker_leave(worker_t *w, muster_client_t *client) {
   muster_err_t err = muster_worker_bye(client, worker_id(w));
-  if (err != MUSTER_OK && err != MUSTER_WORKER_NOT_FOUND)
+  if (err != MUSTER_OK && err != MUSTER_WORKER_NOT_FOUND && err != MUSTER_UNAVAILABLE)
     fprintf(stderr, "muster worker: bye: %s: %s\n", muster_err_name(err),
             muster_client_message(client));
   fprintf(stderr, "muster worker: %s stopped: %ld completed, %ld failed\n", w->name,

@@ -77,6 +77,10 @@ static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
   }
   if (err == MUSTER_WORKER_NOT_FOUND && (err = worker_reregister(w, slot->client, id)) == MUSTER_OK)
     return 0;
+  /* A stopping worker takes no new task: a lease cut short (the head stops
+   * too and answers its long-poll 503) is no news then. */
+  if (atomic_load(&w->stopping) && slot_transient(err))
+    return -1;
   if (!slot->lease_failing || !slot_transient(err))
     fprintf(stderr, "muster worker: slot %d: lease from %s: %s: %s%s\n", slot->index + 1, w->queue,
             muster_err_name(err), muster_client_message(slot->client),

@@ -2,6 +2,7 @@
 supervision (a crash-looping task goes dead), and no orphans after `kill -9`."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -89,9 +90,10 @@ class NodeTestCase(unittest.TestCase):
 
 class HeadLocalNodeTest(unittest.TestCase):
     def test_ctrl_c_stops_the_head_and_its_node_quietly(self):
-        # `muster head` without --server-only runs a local node agent beside the head;
-        # Ctrl-C reaches both.  Both stop cleanly, and the node's goodbye to a head that
-        # is stopping too is no error to print.
+        # `muster head` without --server-only runs a local node agent beside the head,
+        # here with two workers; Ctrl-C reaches them all.  All stop cleanly, and a
+        # goodbye or a long-poll lease that meets the head stopping too is no error to
+        # print.
         work = tempfile.mkdtemp(prefix="muster-head-node-test-")
         self.addCleanup(shutil.rmtree, work, True)
         head = harness.Head(data_dir=os.path.join(work, "data"))
@@ -101,7 +103,8 @@ class HeadLocalNodeTest(unittest.TestCase):
         env.pop("CUDA_VISIBLE_DEVICES", None)
         with open(head.log_path, "ab") as log:
             proc = subprocess.Popen([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
-                                     "--data-dir", head.data_dir, "--token", head.token],
+                                     "--data-dir", head.data_dir, "--token", head.token,
+                                     "--queue", "q", "--workers", "2", "--", "cat"],
                                     stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
         self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
@@ -115,12 +118,21 @@ class HeadLocalNodeTest(unittest.TestCase):
         head.url = harness.wait_until(listening, timeout=20, what="the head's URL")
         harness.wait_until(lambda: head.request("GET", "/v1/nodes").json["nodes"],
                            timeout=20, what="the local node:\n" + head.log())
+        self.assertEqual(head.request("PUT", "/v1/queues/q", {}).status, 201)
+        r = head.request("POST", "/v1/queues/q/tasks", {"tasks": [{"payload": "a"},
+                                                                 {"payload": "b"}]})
+        self.assertEqual(r.status, 201, r)
+        harness.wait_until(
+            lambda: head.request("GET", "/v1/queues/q").json["counts"]["done"] == 2,
+            timeout=20, what="the workers' tasks:\n" + head.log())
         os.killpg(proc.pid, signal.SIGINT)
         self.assertEqual(proc.wait(30), 0, head.log())
         log = head.log()
         self.assertIn("stopped cleanly", log)
         self.assertRegex(log, r"\(local node\): node \S+ stopped")
+        self.assertEqual(len(re.findall(r"muster worker: \S+ stopped: ", log)), 2, log)
         self.assertNotIn("leaving:", log)
+        self.assertNotIn("unavailable", log)
 
 
 class GpuDetectionTest(NodeTestCase):
