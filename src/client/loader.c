@@ -279,8 +279,9 @@ static int produce_coordinated(muster_loader_t *l, item_t *it) {
 /* Produces up to `want` items into items[] (without mu), timed as one run in
  * the producer's counters; *made counts them.  A coordinated run ends early
  * where the blocks leased so far end: what it made goes out before the next
- * lease request waits on the head.  Returns 1 when the run ended so, else
- * what stopped it (see produce_coordinated). */
+ * lease request waits on the head.  Returns 1 when the run is complete (all
+ * `want` made, or the leased blocks used up), else what stopped it (0 or -1,
+ * see produce_coordinated). */
 static int produce(muster_loader_t *l, item_t *items, size_t want, size_t *made) {
   int64_t t0 = mono_us();
   int rc = 1;

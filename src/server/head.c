@@ -329,7 +329,7 @@ static size_t head_lend_min_bytes(void) {
  * ones, not lent), during which leases were answered at their commit, the
  * next group commits one poll of the sockets later when at least this many
  * clients are active (h1_server_active), unless MUSTER_GATHER_MIN_ACTIVE (0 to
- * 1000000; 0: always) says otherwise: the poll takes in the requests of the
+ * 1000000; 0: whatever their number) says otherwise: the poll takes in the requests of the
  * clients those leases went to, which otherwise wait for the flush after
  * (design-notes "The next group waits for one poll of the sockets").
  * Measured with bench/compare: 1.07-1.11x the tasks/s at 16 connections
