@@ -6,10 +6,19 @@
  * head.
  *
  * usage: bench_iter [--muster PATH] [--seconds S] [--ranks R] [--block B]
- *                   [--per-request K] [--sync full|normal]
+ *                   [--per-request K] [--sync full|normal] [--indices 0|1]
+ *                   [--standalone 0|1]
  * Starts `PATH head` (default: `muster` next to this program) on a free
  * loopback port with a temporary data dir, and removes it at the end.
  * Prints one Markdown table row per measurement on stdout.
+ *
+ * `--indices 1` has the ranks ask for each block's sample indices, as the
+ * coordinated loader does (their sum is printed, so that none goes unread):
+ * the head writes them into the reply and libmuster reads them back, which
+ * with large blocks is most of the work; `--ranks 1 --block 4096
+ * --per-request 4 --indices 1 --standalone 0` is the one-rank loader's case
+ * of docs/performance.md (eighth round, item 39) without the loader around
+ * it.  `--standalone 0` leaves out the two standalone rows.
  */
 #include "muster.h"
 
@@ -30,7 +39,7 @@
 #define TOKEN "bench-iter-token-0123456789"
 
 static double seconds = 3.0;
-static int ranks = 8, per_request = 4;
+static int ranks = 8, per_request = 4, with_indices = 0, standalone = 1;
 static uint64_t block = 256;
 static const char *sync_mode = "full";
 static char url[256], dir[256];
@@ -110,6 +119,7 @@ static int head_start(const char *bin) {
 typedef struct {
   uint32_t rank;
   uint64_t blocks, samples;
+  uint64_t checksum; /* the sum of the indices read (--indices 1) */
   int64_t stop_ns;
 } rank_t;
 
@@ -124,8 +134,11 @@ static void *rank_main(void *arg) {
   uint64_t epoch = 0;
   while (bench_now_ns() < r->stop_ns) {
     muster_iter_next_t next;
-    if (muster_iter_next(c, "bench", r->rank, epoch, (size_t)per_request, 0, &next) != MUSTER_OK)
+    if (muster_iter_next(c, "bench", r->rank, epoch, (size_t)per_request, with_indices, &next) !=
+        MUSTER_OK) {
+      fprintf(stderr, "bench_iter: next: %s\n", muster_client_message(c));
       break;
+    }
     if (next.state == MUSTER_ITER_EPOCH_END) {
       epoch++;
     } else if (next.count > 0) {
@@ -133,6 +146,8 @@ static void *rank_main(void *arg) {
         blocks[i] = next.blocks[i].block;
         tokens[i] = next.blocks[i].token;
         r->samples += next.blocks[i].end - next.blocks[i].begin;
+        for (uint64_t k = 0; with_indices && k < next.blocks[i].end - next.blocks[i].begin; k++)
+          r->checksum += next.blocks[i].indices[k];
       }
       if (muster_iter_ack(c, "bench", r->rank, epoch, blocks, tokens, next.count) == MUSTER_OK)
         r->blocks += next.count;
@@ -166,17 +181,22 @@ static void bench_coordinated(void) {
     rs[i] = (rank_t){.rank = (uint32_t)i, .stop_ns = start + (int64_t)(seconds * 1e9)};
     pthread_create(&threads[i], NULL, rank_main, &rs[i]);
   }
-  uint64_t blocks = 0, samples = 0;
+  uint64_t blocks = 0, samples = 0, checksum = 0;
   for (int i = 0; i < ranks; i++) {
     pthread_join(threads[i], NULL);
     blocks += rs[i].blocks;
     samples += rs[i].samples;
+    checksum += rs[i].checksum;
   }
   double elapsed = (double)(bench_now_ns() - start) / 1e9;
-  printf("| coordinated dynamic, %d ranks, %d blocks of %llu per request, --sync %s | %.0f "
-         "blocks/s | %.2f M samples/s |\n",
-         ranks, per_request, (unsigned long long)block, sync_mode, (double)blocks / elapsed,
-         (double)samples / elapsed / 1e6);
+  char indices[64] = "";
+  if (with_indices)
+    snprintf(indices, sizeof indices, " (indices read, checksum %llu)",
+             (unsigned long long)(checksum % 1000));
+  printf("| coordinated dynamic, %d ranks, %d blocks of %llu per request%s, --sync %s | %.0f "
+         "blocks/s | %.2f M samples/s%s |\n",
+         ranks, per_request, (unsigned long long)block, with_indices ? " with indices" : "",
+         sync_mode, (double)blocks / elapsed, (double)samples / elapsed / 1e6, indices);
   muster_client_free(c);
 }
 
@@ -197,6 +217,10 @@ int main(int argc, char **argv) {
       per_request = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--sync") == 0)
       sync_mode = argv[i + 1];
+    else if (strcmp(argv[i], "--indices") == 0)
+      with_indices = atoi(argv[i + 1]) != 0;
+    else if (strcmp(argv[i], "--standalone") == 0)
+      standalone = atoi(argv[i + 1]) != 0;
   }
   if (ranks < 1 || ranks > 256 || per_request < 1 || per_request > 64 || seconds <= 0) {
     fprintf(stderr, "bench_iter: ranks 1..256, per-request 1..64, seconds > 0\n");
@@ -204,8 +228,10 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   printf("| measurement | rate | notes |\n| --- | --- | --- |\n");
-  bench_standalone(0);
-  bench_standalone(4096);
+  if (standalone) {
+    bench_standalone(0);
+    bench_standalone(4096);
+  }
   int rc = 0;
   if (head_start(bin) == 0) {
     bench_coordinated();

@@ -144,58 +144,6 @@ void muster_iter_next_free(muster_iter_next_t *next) {
   next->count = 0;
 }
 
-/* Reads one block object of a next reply. */
-static int read_block(const json_t *b, muster_iter_block_t *out) {
-  int64_t v[6];
-  const char *keys[] = {"block", "token", "deadline_ms", "rank", "begin", "end"};
-  for (int i = 0; i < 6; i++)
-    if (client_get_int(b, keys[i], -1, &v[i]) != 0)
-      return -1;
-  if (v[0] < 0 || v[1] <= 0 || v[4] < 0 || v[5] < v[4])
-    return -1;
-  *out = (muster_iter_block_t){.block = (uint64_t)v[0], .token = v[1], .deadline_ms = v[2],
-                               .plan_rank = v[3], .begin = (uint64_t)v[4], .end = (uint64_t)v[5],
-                               .takeover = json_is_true(json_object_get(b, "takeover"))};
-  const json_t *list = json_object_get(b, "indices");
-  if (list == NULL)
-    return 0;
-  size_t n = json_array_size(list);
-  if (n != out->end - out->begin || (out->indices = malloc((n ? n : 1) * sizeof *out->indices)) == NULL)
-    return -1;
-  for (size_t i = 0; i < n; i++)
-    out->indices[i] = (uint64_t)json_integer_value(json_array_get(list, i));
-  return 0;
-}
-
-static muster_err_t read_next(muster_client_t *client, const json_t *reply, muster_iter_next_t *out) {
-  const char *state = json_string_value(json_object_get(reply, "state"));
-  static const char *const states[] = {"blocks", "wait", "epoch_end", "finished"};
-  int64_t epoch, retry;
-  out->state = MUSTER_ITER_WAIT;
-  int known = 0;
-  for (int i = 0; state && i < 4; i++)
-    if (strcmp(state, states[i]) == 0) {
-      out->state = (muster_iter_state_t)i;
-      known = 1;
-    }
-  const json_t *blocks = json_object_get(reply, "blocks");
-  if (!known || client_get_int(reply, "epoch", 0, &epoch) || client_get_int(reply, "retry_ms", 50, &retry) ||
-      !json_is_array(blocks))
-    return client_fail(client, MUSTER_PROTOCOL, "next: unreadable reply");
-  out->epoch = (uint64_t)epoch;
-  out->retry_ms = retry;
-  size_t n = json_array_size(blocks);
-  out->blocks = calloc(n ? n : 1, sizeof *out->blocks);
-  if (out->blocks == NULL)
-    return client_fail(client, MUSTER_NOMEM, "out of memory");
-  for (size_t i = 0; i < n; i++, out->count++)
-    if (read_block(json_array_get(blocks, i), &out->blocks[i]) != 0) {
-      muster_iter_next_free(out);
-      return client_fail(client, MUSTER_PROTOCOL, "next: unreadable block %zu", i);
-    }
-  return MUSTER_OK;
-}
-
 muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_t rank,
                               uint64_t epoch, size_t max, int with_indices,
                               muster_iter_next_t *out) {
@@ -206,15 +154,33 @@ muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_
   muster_err_t err = iter_path(client, path, name, "next");
   if (err)
     return err;
-  json_t *body = json_pack("{s:I, s:I, s:I, s:b}", "rank", (json_int_t)rank, "epoch",
-                           (json_int_t)epoch, "max", (json_int_t)max, "indices", with_indices);
-  json_t *reply = NULL;
-  err = client_call(client, "POST", path, body, 0, &reply);
-  json_decref(body);
-  if (err == MUSTER_OK)
-    err = read_next(client, reply, out);
-  json_decref(reply);
-  return err;
+  jtext_buf_t *b = &client->body;
+  jtext_reset(b);
+  JTEXT_ADD_LITERAL(b, "{\"rank\":");
+  jtext_add_int(b, (int64_t)rank);
+  JTEXT_ADD_LITERAL(b, ",\"epoch\":");
+  jtext_add_int(b, (int64_t)epoch);
+  JTEXT_ADD_LITERAL(b, ",\"max\":");
+  jtext_add_int(b, (int64_t)max);
+  if (with_indices)
+    JTEXT_ADD_LITERAL(b, ",\"indices\":true}");
+  else
+    JTEXT_ADD_LITERAL(b, ",\"indices\":false}");
+  if (b->failed)
+    return client_fail(client, MUSTER_NOMEM, "out of memory");
+  err = client_call_text(client, "POST", path, b->data, 0);
+  if (err != MUSTER_OK)
+    return err;
+  /* The reply's text, read without a tree: the indices are most of it. */
+  char why[CLIENT_MESSAGE_MAX - 64];
+  err = iter_next_read(client->reply.data, client->reply.len, with_indices != 0, out, why,
+                       sizeof why);
+  if (err == MUSTER_NOMEM)
+    return client_fail(client, err, "out of memory");
+  if (err != MUSTER_OK)
+    return client_fail(client, err, "next: unreadable reply: %s", why);
+  client_ok(client);
+  return MUSTER_OK;
 }
 
 muster_err_t muster_iter_ack(muster_client_t *client, const char *name, uint32_t rank,

@@ -1,6 +1,6 @@
 /*
- * iter_internal.h — what libmuster's iteration files (iter.c, loader.c,
- * loader_plan.c) share.
+ * iter_internal.h — what libmuster's iteration files (iter.c, iter_reply.c,
+ * loader.c, loader_plan.c) share.
  */
 #ifndef MUSTER_CLIENT_ITER_INTERNAL_H
 #define MUSTER_CLIENT_ITER_INTERNAL_H
@@ -8,6 +8,7 @@
 #include "muster.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "core/dataset.h"
 #include "core/partition.h"
@@ -19,5 +20,15 @@ json_t *iter_config_json(const muster_iter_config_t *cfg);
  * the coordinated loader's len).  On failure writes why into msg (size n). */
 muster_err_t iter_config_plan(const muster_iter_config_t *cfg, dataset_t **ds, part_plan_t **plan,
                               char *msg, size_t n);
+
+/* Reads the `len` bytes of `text`, a `next` reply (docs/api.md), into *out
+ * (emptied first; free it with muster_iter_next_free) without a jansson
+ * tree (iter_reply.c).  With `want_indices` every block must carry its
+ * "indices".  MUSTER_OK; MUSTER_PROTOCOL when the text is not such a reply
+ * (a broken, negative, non-integer or miscounted index among others), or
+ * MUSTER_NOMEM, with *out empty and why (`why_size` bytes) saying what and
+ * where. */
+muster_err_t iter_next_read(const char *text, size_t len, bool want_indices,
+                            muster_iter_next_t *out, char *why, size_t why_size);
 
 #endif

@@ -35,6 +35,7 @@
 
 #include "core/names.h"
 #include "server/iter.h"
+#include "server/jw.h"
 #include "server/log.h"
 #include "server/store.h"
 
@@ -76,12 +77,17 @@ typedef enum {
 
 /* ---- replies ------------------------------------------------------------------ */
 
+/* Sends `body` (taken; NULL: no body) with `status`.  Written by jw_dump,
+ * as the head writes its replies: the domain code's replies may carry raw
+ * nodes (a `next` reply's blocks and indices, server/jw.h), which
+ * json_dumps would write as the arrays that hold them. */
 static void il_send(node_agent_t *a, struct evhttp_request *in, int status, json_t *body) {
-  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  size_t len = 0;
+  char *text = jw_dump(body, &len);
   json_decref(body);
   struct evbuffer *buf = evbuffer_new();
   if (buf && text)
-    evbuffer_add(buf, text, strlen(text));
+    evbuffer_add(buf, text, len);
   struct evkeyvalq *h = evhttp_request_get_output_headers(in);
   evhttp_add_header(h, "Content-Type", "application/json");
   char via[160];

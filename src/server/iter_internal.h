@@ -26,6 +26,7 @@
 #include "core/partition.h"
 #include "core/stream.h"
 #include "fail.h"
+#include "jw.h"
 #include "store.h"
 
 /* A validated configuration: the dataset shape and the partition config. */
@@ -136,9 +137,13 @@ uint64_t iter_lane_skip(const iter_layout_t *lay, uint32_t lane, uint64_t k);
  * epoch positions [begin, end) with *plan_rank -1 (dynamic). */
 void iter_unit_desc(const iter_layout_t *lay, uint64_t g, int64_t *plan_rank, uint64_t *begin,
                     uint64_t *end);
-/* Appends the sample indices of block g of `epoch` to `out`. */
+/* Appends the sample indices of block g of `epoch` to `out` as a JSON array
+ * ("[812,13,...]", the text jw_dump writes for an array of those integers):
+ * a reply of 2^20 indices is never a tree of 2^20 json_t.  On failure
+ * (MUSTER_NOMEM, MUSTER_INTERNAL) `out` holds a partial array; the caller
+ * drops the reply. */
 muster_err_t iter_unit_indices(iter_plans_t *plans, const iter_layout_t *lay, uint64_t epoch,
-                               uint64_t g, json_t *out, fail_t *f);
+                               uint64_t g, jw_buf_t *out, fail_t *f);
 
 /* Parses a sorted list of disjoint [a, b) ranges within [0, units) from JSON. */
 muster_err_t iter_ranges_parse(const json_t *list, uint64_t units, const char *ctx,

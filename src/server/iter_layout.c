@@ -272,11 +272,21 @@ static stream_t *plans_stream(iter_plans_t *p, const part_plan_t *plan, uint32_t
   return p->streams[rank];
 }
 
+/* Appends ",index" (without the comma before the first, `pos` == `begin`). */
+static inline void indices_add(jw_buf_t *out, uint64_t pos, uint64_t begin, uint64_t index) {
+  if (pos != begin)
+    JW_ADD_LITERAL(out, ",");
+  jw_add_int(out, (int64_t)index);
+}
+
 muster_err_t iter_unit_indices(iter_plans_t *p, const iter_layout_t *lay, uint64_t epoch,
-                               uint64_t g, json_t *out, fail_t *f) {
+                               uint64_t g, jw_buf_t *out, fail_t *f) {
   int64_t rank;
   uint64_t begin, end;
   iter_unit_desc(lay, g, &rank, &begin, &end);
+  /* Indices are below DATASET_MAX_SAMPLES (2^48): 15 digits and a comma. */
+  jw_reserve(out, 2 + (size_t)(end - begin) * 16);
+  JW_ADD_LITERAL(out, "[");
   if (rank < 0) {
     if (p->ep == NULL || p->ep_plan != lay->plan || part_epoch_number(p->ep) != epoch) {
       part_epoch_destroy(p->ep);
@@ -286,7 +296,8 @@ muster_err_t iter_unit_indices(iter_plans_t *p, const iter_layout_t *lay, uint64
       p->ep_plan = lay->plan;
     }
     for (uint64_t pos = begin; pos < end; pos++)
-      json_array_append_new(out, json_integer((json_int_t)part_epoch_index(p->ep, pos)));
+      indices_add(out, pos, begin, part_epoch_index(p->ep, pos));
+    JW_ADD_LITERAL(out, "]");
     return MUSTER_OK;
   }
   stream_t *s = plans_stream(p, lay->plan, (uint32_t)rank);
@@ -298,6 +309,7 @@ muster_err_t iter_unit_indices(iter_plans_t *p, const iter_layout_t *lay, uint64
     return fail_set(f, MUSTER_INTERNAL, "block %llu: cannot seek", (unsigned long long)g);
   uint64_t index;
   for (uint64_t i = begin; i < end && stream_next(s, &index); i++)
-    json_array_append_new(out, json_integer((json_int_t)index));
+    indices_add(out, i, begin, index);
+  JW_ADD_LITERAL(out, "]");
   return MUSTER_OK;
 }

@@ -14,6 +14,7 @@
 #include "iter.h"
 #include "iter_internal.h"
 #include "jv.h"
+#include "jw.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -72,27 +73,52 @@ typedef struct {
   int64_t max;
   bool indices;
   int64_t deadline;
-  json_t *blocks; /* the reply's list */
+  /* The reply's list as text, "[" and the block objects so far (jw.h): with
+   * indices a reply lists up to 2^20 of them, written as text rather than
+   * as a json_t each. */
+  jw_buf_t blocks;
+  int64_t count; /* blocks in it */
 } lease_ctx_t;
 
-/* Adds block g (now leased under `token`) to the reply. */
+/* Adds block g (now leased under `token`) to the reply: the object
+ * {"block", "token", "deadline_ms", "rank", "begin", "end", "takeover"[,
+ * "indices"]}, the bytes jw_dump writes for it built as a tree. */
 static muster_err_t reply_block(lease_ctx_t *c, uint64_t g, int64_t token, bool takeover,
                                 fail_t *f) {
   int64_t plan_rank;
   uint64_t begin, end;
   iter_unit_desc(&c->lay, g, &plan_rank, &begin, &end);
-  json_t *b = json_pack("{s:I, s:I, s:I, s:o, s:I, s:I, s:b}", "block", (json_int_t)g, "token",
-                        (json_int_t)token, "deadline_ms", (json_int_t)c->deadline, "rank",
-                        plan_rank >= 0 ? json_integer(plan_rank) : json_null(), "begin",
-                        (json_int_t)begin, "end", (json_int_t)end, "takeover", takeover);
-  json_array_append_new(c->blocks, b);
+  jw_buf_t *b = &c->blocks;
+  if (c->count++ > 0)
+    JW_ADD_LITERAL(b, ",");
+  JW_ADD_LITERAL(b, "{\"block\":");
+  jw_add_int(b, (int64_t)g);
+  JW_ADD_LITERAL(b, ",\"token\":");
+  jw_add_int(b, token);
+  JW_ADD_LITERAL(b, ",\"deadline_ms\":");
+  jw_add_int(b, c->deadline);
+  JW_ADD_LITERAL(b, ",\"rank\":");
+  if (plan_rank >= 0)
+    jw_add_int(b, plan_rank);
+  else
+    JW_ADD_LITERAL(b, "null");
+  JW_ADD_LITERAL(b, ",\"begin\":");
+  jw_add_int(b, (int64_t)begin);
+  JW_ADD_LITERAL(b, ",\"end\":");
+  jw_add_int(b, (int64_t)end);
+  if (takeover)
+    JW_ADD_LITERAL(b, ",\"takeover\":true");
+  else
+    JW_ADD_LITERAL(b, ",\"takeover\":false");
   if (takeover && rank_count(c->st, c->row->id, c->rank, 0, 0, 1, f))
     return f->code;
-  if (!c->indices)
-    return MUSTER_OK;
-  json_t *list = json_array();
-  json_object_set_new(b, "indices", list);
-  return iter_unit_indices(c->plans, &c->lay, (uint64_t)c->row->epoch, g, list, f);
+  if (c->indices) {
+    JW_ADD_LITERAL(b, ",\"indices\":");
+    if (iter_unit_indices(c->plans, &c->lay, (uint64_t)c->row->epoch, g, b, f))
+      return f->code;
+  }
+  JW_ADD_LITERAL(b, "}");
+  return b->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
 /* Leases the lane's returned blocks, lowest first. */
@@ -103,7 +129,7 @@ static muster_err_t lease_pending(lease_ctx_t *c, uint32_t lane, bool takeover, 
                                       " deadline_ms = ?5 WHERE iter = ?1 AND block = ?2");
   if (s == NULL || u == NULL)
     return store_fail(c->st, f, "block lease");
-  int64_t want = c->max - (int64_t)json_array_size(c->blocks), got = 0;
+  int64_t want = c->max - c->count, got = 0;
   uint64_t found[ITER_MAX_BATCH];
   sqlite3_bind_int64(s, 1, c->row->id);
   sqlite3_bind_int64(s, 2, lane);
@@ -142,7 +168,7 @@ static muster_err_t lease_fresh(lease_ctx_t *c, uint32_t lane, bool takeover, fa
     k = (uint64_t)sqlite3_column_int64(s, 0);
   store_reset(s);
   uint64_t start = k;
-  while ((int64_t)json_array_size(c->blocks) < c->max) {
+  while (c->count < c->max) {
     k = iter_lane_skip(&c->lay, lane, k);
     if (k >= count)
       break;
@@ -172,7 +198,7 @@ static muster_err_t lease_blocks(lease_ctx_t *c, fail_t *f) {
   uint32_t world = c->lay.world;
   for (int64_t d = 0; d < c->row->set.replication; d++) {
     uint32_t lane = (uint32_t)((c->rank + world - d) % world);
-    if ((int64_t)json_array_size(c->blocks) >= c->max)
+    if (c->count >= c->max)
       break;
     if (d > 0 && rank_state(c->st, c->row->id, lane) != ITER_RANK_FAILED)
       continue;
@@ -198,10 +224,13 @@ static muster_err_t load_for_rank(store_t *st, const char *name, const json_t *b
   return iter_rank_touch(st, row, *rank, f);
 }
 
+/* The reply {"state", "epoch", "blocks"[, "retry_ms"]} (new reference);
+ * `blocks` (taken; NULL: an empty list) is a raw node of the list's text
+ * (jw.h), which only jw_dump writes.  NULL when memory ran out. */
 static json_t *next_reply(const char *state, int64_t epoch, json_t *blocks) {
   json_t *out = json_pack("{s:s, s:I, s:o}", "state", state, "epoch", (json_int_t)epoch, "blocks",
                           blocks ? blocks : json_array());
-  if (strcmp(state, "wait") == 0)
+  if (out && strcmp(state, "wait") == 0)
     json_object_set_new(out, "retry_ms", json_integer(ITER_RETRY_MS));
   return out;
 }
@@ -237,14 +266,17 @@ json_t *iter_next(store_t *st, const char *name, const json_t *body, fail_t *f) 
     c.row = &row;
     iter_layout_of(&row, c.plans, &c.lay);
     c.deadline = now_ms() + row.set.lease_ms;
-    c.blocks = json_array();
+    JW_ADD_LITERAL(&c.blocks, "[");
     if (lease_blocks(&c, f) == MUSTER_OK) {
-      out = next_reply(json_array_size(c.blocks) ? "blocks" : "wait", row.epoch, c.blocks);
-      c.blocks = NULL;
+      JW_ADD_LITERAL(&c.blocks, "]");
+      json_t *list = c.blocks.failed ? NULL : jw_raw(c.blocks.buf, c.blocks.len);
+      out = list ? next_reply(c.count ? "blocks" : "wait", row.epoch, list) : NULL;
+      if (out == NULL)
+        fail_set(f, MUSTER_NOMEM, "out of memory");
     }
   }
 done:
-  json_decref(c.blocks);
+  jw_buf_free(&c.blocks);
   iter_row_free(&row);
   return out;
 }
