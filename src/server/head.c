@@ -344,6 +344,29 @@ static size_t head_gather_min_active(void) {
   return (size_t)min;
 }
 
+/* While at least two clients but fewer than this many are active
+ * (h1_server_active), every group with writes is flushed by the helper thread,
+ * which also writes its replies (lent), unless MUSTER_LEND_FEW_BELOW (0 to
+ * 1000000; 0 or 1: never) says otherwise.  A few clients make small groups:
+ * flushed on the loop, they left it blocked in fdatasync and then waking each
+ * client with its reply, while the other CPU idled and the other clients'
+ * leases (answered at their commit) waited.  Handed over, the loop keeps
+ * reading and answering during the flush.  With more clients the groups
+ * are large, and the loop writing their replies (which the gathering poll
+ * below relies on) does better: with this threshold at 8, eight connections
+ * unbatched measured 0.91-0.95x.  bench/compare, medians of 5: 1.10-1.18x
+ * tasks/s at 2 and 4 connections, unbatched and in batches of 64
+ * (docs/performance.md, item 41; design-notes "A few clients' groups are
+ * flushed and answered by the helper thread"). */
+#define HEAD_LEND_FEW_BELOW 5
+
+static size_t head_lend_few_below(void) {
+  static long long below = -1;
+  if (below < 0)
+    below = head_env_knob("MUSTER_LEND_FEW_BELOW", 0, 1000000, HEAD_LEND_FEW_BELOW);
+  return (size_t)below;
+}
+
 static size_t head_thread_flush_min(void) {
   static size_t min;
   if (min == 0)
@@ -544,13 +567,15 @@ static void head_commit(evutil_socket_t fd, short what, void *arg) {
     return; /* nothing waits: the next flush carries these writes */
   h->flushed_changes = changes;
   head_flush_begin(h);
-  if (http_list_length(&group) >= head_thread_flush_min() ||
-      (metrics_now_us() - h->tx_started_us >= head_thread_flush_us() &&
-       h1_server_active(h->http) >= 2)) {
-    /* Large replies are built now and written by the thread when the flush
-     * ends: the loop spends no time writing them (head_lend_min_bytes). */
+  size_t active = h1_server_active(h->http);
+  bool few = active >= 2 && active < head_lend_few_below();
+  if (few || http_list_length(&group) >= head_thread_flush_min() ||
+      (metrics_now_us() - h->tx_started_us >= head_thread_flush_us() && active >= 2)) {
+    /* Large replies, and every group of a few clients, are built now and
+     * written by the thread when the flush ends: the loop spends no time
+     * writing them (head_lend_min_bytes, head_lend_few_below). */
     h->syncing = group;
-    h->syncing_lent = http_list_bytes(&group) >= head_lend_min_bytes();
+    h->syncing_lent = few || http_list_bytes(&group) >= head_lend_min_bytes();
     h->lend = h->syncing_lent ? http_lend_list(h, &h->syncing) : NULL;
     h->flush_started_us = metrics_now_us();
     syncer_request(h->syncer, h->lend ? head_write_lent : NULL, h->lend);

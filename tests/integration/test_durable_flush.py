@@ -177,8 +177,8 @@ class DurableFlushTest(unittest.TestCase):
         os.kill(head_pid, signal.SIGTERM)
         self.assertEqual(h.proc.wait(60), 0, h.log())
 
-    def concurrent_writes(self, write):
-        """CLIENTS clients at once call write(conn, n, i) PUTS_EACH times each; it
+    def concurrent_writes(self, write, clients=CLIENTS):
+        """`clients` clients at once call write(conn, n, i) PUTS_EACH times each; it
         returns when its write was sent and the write's reply.  Checks that every
         write succeeded and that none was answered before FLUSH_S (each waits for
         a held flush)."""
@@ -197,7 +197,7 @@ class DurableFlushTest(unittest.TestCase):
             finally:
                 conn.close()
 
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
         for t in threads:
             t.start()
         for t in threads:
@@ -432,6 +432,34 @@ class DurableFlushTest(unittest.TestCase):
         self.assertTrue(helpers, "no flush ran on the helper thread")
         writers = reply_writers(self.trace)
         self.assertEqual(writers, {main_pid}, "a small reply was written by the helper thread")
+
+    def test_a_few_clients_replies_are_written_by_the_helper_thread(self):
+        # With two to four clients active (MUSTER_LEND_FEW_BELOW, 5 by default) every
+        # group with writes is flushed on the helper thread, which also writes its
+        # replies however small they are; a lone client's are flushed and written by
+        # the loop.  Each reply still waits for its flush, and none is lost.
+        h = self.head
+        self.start_traced("-e", "trace=fdatasync,writev",
+                          "-e", "inject=fdatasync:delay_exit=%d" % int(FLUSH_S * 1e6))
+        q = "few"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+
+        def write(conn, n, i):
+            t0 = time.monotonic()
+            return t0, h.request("POST", "/v1/queues/%s/tasks" % q,
+                                 {"tasks": [{"payload": [n, i]}]}, conn=conn)
+
+        self.concurrent_writes(write, clients=3)
+        self.stop_head()
+        flushes = wal_flushes(self.trace)
+        main_pid = flushes[0][0]  # the queue's creation, alone: flushed on the loop
+        writers = reply_writers(self.trace)
+        self.assertIn(main_pid, writers)
+        self.assertTrue(writers - {main_pid}, "no reply was written by the helper thread")
+        h.prefix = []
+        h.start()
+        self.assertEqual(h.request("GET", "/v1/queues/" + q).json["counts"]["queued"],
+                         3 * PUTS_EACH)
 
     def test_a_lease_of_tasks_on_disk_needs_no_flush(self):
         h = self.head
