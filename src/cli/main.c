@@ -402,6 +402,8 @@ int main(int argc, char **argv) {
   }
   cli_args_t args;
   int rc = cli_parse(cmd, argc - skip, argv + skip, pos, &args);
+  if (rc == CLI_OK && cmd->client && !(cli_opt(&args, "join") && cli_opt(&args, "join")[0]))
+    rc = cli_check_url(&args); /* `node --join URL` uses its URL instead */
   if (rc == CLI_OK)
     rc = cmd->run(&args);
   else if (rc < 0)
