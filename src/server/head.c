@@ -109,6 +109,21 @@ static bool parse_size(const char *arg, int64_t min, int64_t *out) {
   return true;
 }
 
+/* Reports the option word getopt_long refused (`c` is its ':' for a missing
+ * value, '?' otherwise) in one line; returns the exit status 2. */
+static int head_parse_refuse(int c, const char *word) {
+  char shown[64];
+  if (optopt > 0 && optopt < 128 && word[0] == '-' && word[1] != '-')
+    snprintf(shown, sizeof shown, "-%c", optopt); /* a short option, maybe in a cluster */
+  else
+    snprintf(shown, sizeof shown, "%.*s", (int)strcspn(word, "="), word);
+  bool long_known = c == '?' && optopt != 0 && word[1] == '-'; /* --help=3 */
+  fprintf(stderr, "muster head: %s '%s'%s; see 'muster head --help'\n",
+          c == ':' ? "missing value for option" : long_known ? "option" : "unrecognized option",
+          shown, long_known ? " takes no value" : "");
+  return 2;
+}
+
 /* Fills *cfg from argv; returns -1 to continue, else an exit status. */
 static int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg) {
   static const struct option opts[] = {
@@ -129,7 +144,8 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
   int c, which = 0;
   int64_t n = 0;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &which)) != -1) {
+  opterr = 0; /* getopt's own two-line message is replaced by one line below */
+  while ((c = getopt_long(argc, argv, ":h", opts, &which)) != -1) {
     bool ok = true;
     switch (c) {
     case 'l': ok = head_parse_listen(optarg, cfg); break;
@@ -151,7 +167,7 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
     case 'M': cfg->metrics_public = true; break;
     case 'C': ok = compat_add_pipeline(optarg); break;
     case 'h': head_usage(); return 0;
-    default: fprintf(stderr, "muster head: see 'muster head --help'\n"); return 2;
+    default: return head_parse_refuse(c, argv[optind - 1]);
     }
     if (!ok) {
       fprintf(stderr, "muster head: invalid value '%s' for --%s; see 'muster head --help'\n",
