@@ -376,6 +376,37 @@ class CliTest(unittest.TestCase):
                 self.assertEqual(err, line + "\n")
                 self.assertFalse(os.path.exists(os.path.join(self.tmp, "muster-data")))
 
+    def test_head_on_a_port_in_use_makes_no_data_dir(self):
+        # The head listens before it makes its data dir, token and store: a port in
+        # use fails with one line and leaves nothing behind.
+        port = int(self.head.url.rsplit(":", 1)[1])
+        data = os.path.join(self.tmp, "data")
+        r = subprocess.run([MUSTER, "head", "--server-only", "--listen", "127.0.0.1:%d" % port,
+                            "--data-dir", data], capture_output=True, text=True, timeout=60,
+                           env=self.env(url=False, token=False))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+        self.assertIn("cannot listen on 127.0.0.1:%d: Address already in use" % port, r.stderr)
+        self.assertFalse(os.path.exists(data))
+
+    def test_new_store_is_one_log_line(self):
+        data = os.path.join(self.tmp, "data")
+        log = open(os.path.join(self.tmp, "head.log"), "w+")
+        proc = subprocess.Popen([MUSTER, "head", "--server-only", "--listen", "127.0.0.1:0",
+                                 "--data-dir", data], stdout=subprocess.PIPE, stderr=log,
+                                text=True, env=self.env(url=False, token=False))
+        try:
+            self.assertIn("listening on", proc.stdout.readline())  # the banner: it runs
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+            log.seek(0)
+            lines = log.read().splitlines()
+            log.close()
+        store = [l for l in lines if "store:" in l]
+        self.assertEqual(len(store), 1, lines)
+        self.assertRegex(store[0], r"INFO  store: created a new store at schema version \d+$")
+
     # ---- lease, complete, fail -------------------------------------------------------------------
 
     def lease(self, q, *opts):
