@@ -72,7 +72,8 @@ static const cli_opt_t flag_opts[] = {
 static const cli_opt_t tasks_ls_opts[] = {
     {"queue", "Q", "queue to list (required)"},
     {"state", "S", "only tasks in state S: queued, leased, done, failed, dead, cancelled"},
-    {"limit", "N", "list at most N tasks (default 100; 0: all of them; any N is fetched in pages of 1000)"},
+    {"limit", "N",
+     "list at most N tasks (default 100; 0: all of them; any N is fetched in pages of 1000)"},
     {"after", "ID", "only tasks with an id above ID (default 0)"},
     {"json", NULL, "print one task object per line instead of a table"},
     {NULL, NULL, NULL},

@@ -27,7 +27,8 @@ const char *fail_message(const fail_t *f);
 /* Writes into buf (and returns it) how integers in [min, max] are described
  * in a message, for the value `value` that was refused: "from 1 to 1000",
  * "at least 1" when max is no real limit, or "at most MAX" for a value above
- * such a max (or at it: strtoll clamps what overflows to it).  The messages read "...; it must be " + this. */
+ * such a max (or at it: strtoll clamps what overflows to it).  Messages read
+ * "...; it must be " followed by this. */
 const char *fail_range(char *buf, size_t size, int64_t value, int64_t min, int64_t max);
 
 /* Records MUSTER_INVALID for query parameter `key` whose text is not an
