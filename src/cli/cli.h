@@ -95,9 +95,18 @@ int cli_connect(const cli_args_t *args, muster_client_t **out);
 /* The URL and token cli_connect would use (static or environment storage;
  * the token may be NULL). */
 const char *cli_url(const cli_args_t *args);
+/* Checks that the URL cli_url gives names a head (http:// or https://, a
+ * host, an optional port, no path but '/' or a proxy's prefix not ending in
+ * /v1, no query).  CLI_OK, or CLI_USAGE after saying what is wrong and where
+ * the URL came from. */
+int cli_check_url(const cli_args_t *args);
 const char *cli_token(const cli_args_t *args);
 /* Prints "muster: CODE: MESSAGE" for a failed call and returns CLI_FAIL. */
 int cli_error(const muster_client_t *client, muster_err_t err);
+/* The same for a call that sent one element of a batch: a message that
+ * starts with `element` ("leases[0]", which names nothing the user typed)
+ * loses it. */
+int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char *element);
 /* Prints JSON text `text` indented (or as is when it does not parse). */
 void cli_print_pretty(const char *text);
 /* Percent-encodes `name` for a path into `out` (size bytes); -1 if too long. */

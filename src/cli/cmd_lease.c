@@ -79,7 +79,7 @@ static int ack_send(const cli_args_t *args, const muster_ack_t *ack, ack_call_fn
     return rc;
   muster_err_t err = call(client, ack, 1);
   if (err != MUSTER_OK)
-    rc = cli_error(client, err);
+    rc = cli_error_of_one(client, err, "leases[0]");
   muster_client_free(client);
   return rc;
 }

@@ -48,7 +48,7 @@ const char cmd_shared_details[] =
     "creates level 1; each update names the next level (--level 2, 3, ...).\n"
     "FILE '-' or no FILE: stdin for put, stdout for get.\n\n"
     "examples:\n"
-    "  muster shared put models weights model.onnx --ttl-ms 1800000\n"
+    "  muster shared put models weights model.onnx --ttl-ms 300000\n"
     "  muster shared put models weights model-v2.onnx --level 2\n"
     "  muster shared get models weights --level 1 > model.onnx\n"
     "  muster shared ls models\n"

@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define CLI_DEFAULT_URL "http://127.0.0.1:7370"
 #define CLI_DEFAULT_DATA_DIR "muster-data"
@@ -44,15 +45,82 @@ static int cli_read_data_file(const cli_args_t *args, const char *name, char *bu
   return n > 0 ? 0 : -1;
 }
 
-const char *cli_url(const cli_args_t *args) {
-  const char *url = cli_opt(args, "url");
+/* The URL a command uses and, in `from` (may be NULL), where it came from. */
+static const char *cli_url_from(const cli_args_t *args, char *from, size_t size) {
+  const char *url = cli_opt(args, "url"), *source = "--url";
   if (url == NULL || url[0] == '\0')
-    url = getenv("MUSTER_URL");
-  if (url != NULL && url[0] != '\0')
-    return url;
-  if (cli_read_data_file(args, "url", cli_url_buf, sizeof cli_url_buf) == 0)
-    return cli_url_buf;
-  return CLI_DEFAULT_URL;
+    url = getenv("MUSTER_URL"), source = "MUSTER_URL";
+  if (url == NULL || url[0] == '\0') {
+    if (cli_read_data_file(args, "url", cli_url_buf, sizeof cli_url_buf) == 0) {
+      url = cli_url_buf;
+      if (from)
+        snprintf(from, size, "%s/url", cli_data_dir(args));
+      return url;
+    }
+    url = CLI_DEFAULT_URL, source = "the default URL";
+  }
+  if (from)
+    snprintf(from, size, "%s", source);
+  return url;
+}
+
+const char *cli_url(const cli_args_t *args) {
+  return cli_url_from(args, NULL, 0);
+}
+
+/* NULL when `url` names a head: http:// or https://, a host, an optional
+ * port, and no path but an optional '/' or a proxy's prefix; else what is
+ * wrong with it. */
+static const char *cli_url_problem(const char *url) {
+  const char *rest;
+  if (strncasecmp(url, "http://", 7) == 0)
+    rest = url + 7;
+  else if (strncasecmp(url, "https://", 8) == 0)
+    rest = url + 8;
+  else
+    return "it must start with http:// or https://";
+  const char *end = rest + strcspn(rest, "/?#"); /* the authority is [rest, end) */
+  const char *host = rest, *at = memchr(rest, '@', (size_t)(end - rest)), *port;
+  if (at)
+    host = at + 1;
+  if (host[0] == '[') { /* an IPv6 literal */
+    const char *close = memchr(host, ']', (size_t)(end - host));
+    if (close == NULL || close == host + 1)
+      return "it names no host";
+    port = close + 1;
+  } else {
+    port = host + strcspn(host, ":/?#");
+    if (port == host)
+      return "it names no host";
+  }
+  if (*port == ':') {
+    size_t digits = strspn(port + 1, "0123456789");
+    long number = digits > 0 && digits <= 5 ? atol(port + 1) : 0;
+    if (number < 1 || number > 65535 || port + 1 + digits != end)
+      return "its port must be a number from 1 to 65535";
+  } else if (port != end) {
+    return "it names no host";
+  }
+  const char *path = end;
+  if (strpbrk(path, "?#"))
+    return "it may not have a query or a fragment";
+  size_t len = strlen(path);
+  while (len > 0 && path[len - 1] == '/')
+    len--;
+  if (len >= 3 && strncmp(path + len - 3, "/v1", 3) == 0)
+    return "it must not end in /v1: give the head's address alone (the commands add /v1/...)";
+  return NULL;
+}
+
+int cli_check_url(const cli_args_t *args) {
+  char from[4200];
+  const char *url = cli_url_from(args, from, sizeof from);
+  const char *problem = cli_url_problem(url);
+  if (problem == NULL)
+    return CLI_OK;
+  return cli_usage_error(args->cmd,
+                         "%s '%s' is not a head's URL (http://HOST:PORT): %s", from, url,
+                         problem);
 }
 
 const char *cli_token(const cli_args_t *args) {
@@ -79,9 +147,18 @@ int cli_connect(const cli_args_t *args, muster_client_t **out) {
 }
 
 int cli_error(const muster_client_t *client, muster_err_t err) {
+  return cli_error_of_one(client, err, NULL);
+}
+
+int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char *element) {
   const char *message = muster_client_message(client);
   if (message == NULL || message[0] == '\0')
     message = muster_strerror(err);
+  size_t len = element ? strlen(element) : 0;
+  if (len && strncmp(message, element, len) == 0 && message[len] == '.')
+    message += len + 1; /* "leases[0].lease_ms: ..." -> "lease_ms: ..." */
+  else if (len && strncmp(message, element, len) == 0 && strncmp(message + len, ": ", 2) == 0)
+    message += len + 2; /* "leases[0]: task 7 does not exist" -> "task 7 does not exist" */
   fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), message);
   if (err == MUSTER_UNAUTHORIZED && cli_token_from_nowhere)
     fprintf(stderr, "muster: no token was given: pass --token, set MUSTER_TOKEN, or run where "

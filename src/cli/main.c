@@ -72,7 +72,8 @@ static const cli_opt_t flag_opts[] = {
 static const cli_opt_t tasks_ls_opts[] = {
     {"queue", "Q", "queue to list (required)"},
     {"state", "S", "only tasks in state S: queued, leased, done, failed, dead, cancelled"},
-    {"limit", "N", "list at most N tasks (default 100; 0: all)"},
+    {"limit", "N",
+     "list at most N tasks (default 100; 0: all of them; any N is fetched in pages of 1000)"},
     {"after", "ID", "only tasks with an id above ID (default 0)"},
     {"json", NULL, "print one task object per line instead of a table"},
     {NULL, NULL, NULL},
@@ -402,6 +403,8 @@ int main(int argc, char **argv) {
   }
   cli_args_t args;
   int rc = cli_parse(cmd, argc - skip, argv + skip, pos, &args);
+  if (rc == CLI_OK && cmd->client && !(cli_opt(&args, "join") && cli_opt(&args, "join")[0]))
+    rc = cli_check_url(&args); /* `node --join URL` uses its URL instead */
   if (rc == CLI_OK)
     rc = cmd->run(&args);
   else if (rc < 0)

@@ -272,8 +272,11 @@ static muster_err_t client_status_err(int status) {
   return status >= 500 ? MUSTER_INTERNAL : MUSTER_PROTOCOL;
 }
 
-/* Turns the non-2xx reply in client->reply into a code and a message. */
-static muster_err_t client_reply_error(muster_client_t *client) {
+/* Turns the non-2xx reply in client->reply to `method` `path` into a code
+ * and a message.  A reply without muster's error envelope most likely comes
+ * from another server (or a proxy) at the base URL, and the message says so. */
+static muster_err_t client_reply_error(muster_client_t *client, const char *method,
+                                       const char *path) {
   json_t *root = json_loadb(client->reply.data ? client->reply.data : "", client->reply.len,
                             JSON_ALLOW_NUL, NULL);
   json_t *error = json_object_get(root, "error");
@@ -287,8 +290,10 @@ static muster_err_t client_reply_error(muster_client_t *client) {
   else if (code != NULL)
     client_fail(client, err, "%s (HTTP %d)", code, client->status);
   else
-    client_fail(client, err, "HTTP %d: %.200s", client->status,
-                client->reply.data ? client->reply.data : "");
+    client_fail(client, err,
+                "the server at %s answered HTTP %d to %s %s without a muster error body: "
+                "it is likely not a muster head; check the URL and its path",
+                client->base_url, client->status, method, path);
   json_decref(root);
   return err;
 }
@@ -299,7 +304,7 @@ muster_err_t client_call_text(muster_client_t *client, const char *method, const
   if (err != MUSTER_OK)
     return err;
   if (client->status < 200 || client->status > 299)
-    return client_reply_error(client);
+    return client_reply_error(client, method, path);
   return MUSTER_OK;
 }
 
@@ -361,7 +366,7 @@ muster_err_t muster_request(muster_client_t *client, const char *method, const c
   if (err != MUSTER_OK)
     return err;
   if (client->status < 200 || client->status > 299)
-    return client_reply_error(client);
+    return client_reply_error(client, method, path);
   if (reply != NULL) {
     *reply = strdup(client->reply.data ? client->reply.data : "");
     if (*reply == NULL)

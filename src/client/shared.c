@@ -152,9 +152,13 @@ static muster_err_t shared_reply_error(muster_client_t *client) {
     err = client->status == 404   ? MUSTER_NOT_FOUND
           : client->status >= 500 ? MUSTER_INTERNAL
                                   : MUSTER_PROTOCOL;
-  client_fail(client, err, "%s", message ? message : "the head answered with an error");
-  if (message == NULL)
-    client_fail(client, err, "HTTP %d from the head", client->status);
+  if (message != NULL)
+    client_fail(client, err, "%s", message);
+  else
+    client_fail(client, err,
+                "the server at %s answered HTTP %d without a muster error body: it is likely "
+                "not a muster head; check the URL and its path",
+                client->base_url, client->status);
   json_decref(root);
   return err;
 }

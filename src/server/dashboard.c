@@ -96,8 +96,7 @@ void dashboard_h_throughput(http_req_t *r) {
   long seconds = text ? strtol(text, &end, 10) : 300;
   fail_t f;
   if (text && (*text == '\0' || *end != '\0' || seconds < 1 || seconds > METRICS_RING_SECONDS)) {
-    fail_set(&f, MUSTER_INVALID, "query seconds: '%.40s' is not an integer in [1, %d]", text,
-             METRICS_RING_SECONDS);
+    fail_query_int(&f, "seconds", text, 1, METRICS_RING_SECONDS);
     http_reply_fail(r, &f);
     return;
   }

@@ -20,4 +20,21 @@ muster_err_t fail_set(fail_t *f, muster_err_t code, const char *fmt, ...)
 /* The message to show: the specific one when set, else the table's. */
 const char *fail_message(const fail_t *f);
 
+/* Bounds at or above this are no limit a user meets (ids are below 2^53): a
+ * range up to one is described as "at least MIN". */
+#define FAIL_NO_UPPER ((1LL << 53) - 1)
+
+/* Writes into buf (and returns it) how integers in [min, max] are described
+ * in a message, for the value `value` that was refused: "from 1 to 1000",
+ * "at least 1" when max is no real limit, or "at most MAX" for a value above
+ * such a max (or at it: strtoll clamps what overflows to it).  Messages read
+ * "...; it must be " followed by this. */
+const char *fail_range(char *buf, size_t size, int64_t value, int64_t min, int64_t max);
+
+/* Records MUSTER_INVALID for query parameter `key` whose text is not an
+ * integer in [min, max]: "query limit: '0' is out of range; it must be from 1
+ * to 1000" (or "is not an integer").  Returns MUSTER_INVALID. */
+muster_err_t fail_query_int(fail_t *f, const char *key, const char *text, int64_t min,
+                            int64_t max);
+
 #endif

@@ -109,6 +109,21 @@ static bool parse_size(const char *arg, int64_t min, int64_t *out) {
   return true;
 }
 
+/* Reports the option word getopt_long refused (`c` is its ':' for a missing
+ * value, '?' otherwise) in one line; returns the exit status 2. */
+static int head_parse_refuse(int c, const char *word) {
+  char shown[64];
+  if (optopt > 0 && optopt < 128 && word[0] == '-' && word[1] != '-')
+    snprintf(shown, sizeof shown, "-%c", optopt); /* a short option, maybe in a cluster */
+  else
+    snprintf(shown, sizeof shown, "%.*s", (int)strcspn(word, "="), word);
+  bool long_known = c == '?' && optopt != 0 && word[1] == '-'; /* --help=3 */
+  fprintf(stderr, "muster head: %s '%s'%s; see 'muster head --help'\n",
+          c == ':' ? "missing value for option" : long_known ? "option" : "unrecognized option",
+          shown, long_known ? " takes no value" : "");
+  return 2;
+}
+
 /* Fills *cfg from argv; returns -1 to continue, else an exit status. */
 static int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg) {
   static const struct option opts[] = {
@@ -129,7 +144,8 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
   int c, which = 0;
   int64_t n = 0;
   optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &which)) != -1) {
+  opterr = 0; /* getopt's own two-line message is replaced by one line below */
+  while ((c = getopt_long(argc, argv, ":h", opts, &which)) != -1) {
     bool ok = true;
     switch (c) {
     case 'l': ok = head_parse_listen(optarg, cfg); break;
@@ -151,7 +167,7 @@ static int head_parse(int argc, char **argv, head_config_t *cfg, const char **to
     case 'M': cfg->metrics_public = true; break;
     case 'C': ok = compat_add_pipeline(optarg); break;
     case 'h': head_usage(); return 0;
-    default: fprintf(stderr, "muster head: see 'muster head --help'\n"); return 2;
+    default: return head_parse_refuse(c, argv[optind - 1]);
     }
     if (!ok) {
       fprintf(stderr, "muster head: invalid value '%s' for --%s; see 'muster head --help'\n",
@@ -720,7 +736,8 @@ static void head_banner(const head_t *h, int port, bool generated) {
   fflush(stdout);
 }
 
-static int head_run(head_t *h, bool generated) {
+/* Runs the head already listening on `port` until a signal stops it. */
+static int head_run(head_t *h, bool generated, int port) {
   struct event *sigint = evsignal_new(h->base, SIGINT, head_on_signal, h);
   struct event *sigterm = evsignal_new(h->base, SIGTERM, head_on_signal, h);
   h->commit_ev = event_new(h->base, -1, 0, head_commit, h);
@@ -730,13 +747,10 @@ static int head_run(head_t *h, bool generated) {
   int status = 1;
   if (sigint && sigterm && h->commit_ev && h->sweep_ev && event_add(sigint, NULL) == 0 &&
       event_add(sigterm, NULL) == 0 && event_add(h->sweep_ev, &sweep) == 0) {
-    int port = http_start(h);
-    if (port > 0) {
-      head_banner(h, port, generated);
-      log_msg(LOG_INFO, "listening on port %d", port);
-      event_base_dispatch(h->base);
-      status = 0;
-    }
+    head_banner(h, port, generated);
+    log_msg(LOG_INFO, "listening on port %d", port);
+    event_base_dispatch(h->base);
+    status = 0;
   }
   if (store_in_tx(h->st))
     head_commit(-1, 0, h);
@@ -770,15 +784,23 @@ int head_main(int argc, char **argv) {
   int status = head_parse(argc, argv, &h.cfg, &token_arg);
   if (status >= 0)
     return status;
-  if (mkdir(h.cfg.data_dir, 0755) != 0 && errno != EEXIST) {
-    log_msg(LOG_ERROR, "cannot create data dir %s: %s", h.cfg.data_dir, strerror(errno));
+  /* Listen first: a port in use fails before the data dir, a token and a
+   * store are made.  Nothing is accepted before the event loop runs. */
+  h.base = head_event_base();
+  int port = h.base ? http_start(&h) : -1;
+  if (port < 0 || (mkdir(h.cfg.data_dir, 0755) != 0 && errno != EEXIST)) {
+    if (port >= 0)
+      log_msg(LOG_ERROR, "cannot create data dir %s: %s", h.cfg.data_dir, strerror(errno));
+    http_stop(&h);
+    if (h.base)
+      event_base_free(h.base);
     return 1;
   }
-  int lock = head_lock(&h.cfg);
-  if (lock < 0)
-    return 1;
+  int lock = head_lock(&h.cfg); /* says why when it fails */
   bool generated = false;
-  if (token_arg) {
+  if (lock < 0) {
+    /* nothing of the data dir is touched: another head may be using it */
+  } else if (token_arg) {
     /* Saved too, so that the CLI run next to the data dir finds it. */
     snprintf(h.cfg.token, sizeof h.cfg.token, "%s", token_arg);
     char line[sizeof h.cfg.token + 1];
@@ -788,16 +810,18 @@ int head_main(int argc, char **argv) {
   } else if (!head_token(&h.cfg, &generated)) {
     log_msg(LOG_ERROR, "cannot read or create %s/token", h.cfg.data_dir);
     close(lock);
-    return 1;
+    lock = -1;
   }
   char db_path[PATH_MAX + 16];
   snprintf(db_path, sizeof db_path, "%s/muster.db", h.cfg.data_dir);
   fail_t f = {0};
   /* synchronous=NORMAL: with --sync full the WAL is flushed by the syncer. */
-  h.st = store_open(&(store_opts_t){.path = db_path, .sync_full = false}, &f);
-  h.base = head_event_base();
+  if (lock >= 0)
+    h.st = store_open(&(store_opts_t){.path = db_path, .sync_full = false}, &f);
   status = 1;
-  if (h.st == NULL) {
+  if (lock < 0) {
+    /* said why above */
+  } else if (h.st == NULL) {
     log_msg(LOG_ERROR, "cannot open the store %s: %s", db_path, fail_message(&f));
   } else if (compat_setup(h.st, &f) != MUSTER_OK) {
     log_msg(LOG_ERROR, "--distcompute: %s", fail_message(&f));
@@ -809,20 +833,23 @@ int head_main(int argc, char **argv) {
     store_set_session_hook(h.st, head_on_session);
     head_start_syncer(&h, db_path);
     h.started_ms = now_ms();
-    status = head_run(&h, generated);
+    status = head_run(&h, generated, port);
     if (status == 0)
       log_msg(LOG_INFO, "stopped cleanly after %llu requests and %llu commits",
               (unsigned long long)h.requests, (unsigned long long)h.commits);
   }
+  http_stop(&h); /* when head_run did not (a failure before it) */
   store_close(h.st);
   if (h.wal_fd >= 0)
     close(h.wal_fd);
   if (h.base)
     event_base_free(h.base);
   free(h.dirty);
-  char url_path[PATH_MAX + 16];
-  snprintf(url_path, sizeof url_path, "%s/url", h.cfg.data_dir);
-  unlink(url_path);
-  close(lock);
+  if (lock >= 0) { /* the url file is this head's only when it held the lock */
+    char url_path[PATH_MAX + 16];
+    snprintf(url_path, sizeof url_path, "%s/url", h.cfg.data_dir);
+    unlink(url_path);
+    close(lock);
+  }
   return status;
 }

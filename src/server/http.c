@@ -453,7 +453,25 @@ static void http_clear_params(http_req_t *r) {
   }
 }
 
-/* Finds the route for the request; sets a 404/405 reply when there is none. */
+/* Appends `method` (and HEAD after GET, which every GET route answers) to
+ * the comma-separated list `allow` unless it is there already. */
+static void http_allow_add(char *allow, size_t size, const char *method) {
+  const char *add[2] = {method, strcmp(method, "GET") == 0 ? "HEAD" : NULL};
+  for (int i = 0; i < 2 && add[i]; i++) {
+    bool seen = false;
+    for (const char *p = allow; *p && !seen; p += strspn(p, ", ")) {
+      size_t len = strcspn(p, ",");
+      seen = len == strlen(add[i]) && strncmp(p, add[i], len) == 0;
+      p += len;
+    }
+    size_t used = strlen(allow);
+    if (!seen)
+      snprintf(allow + used, size - used, "%s%s", used ? ", " : "", add[i]);
+  }
+}
+
+/* Finds the route for the request; sets a 404/405 reply when there is none
+ * (a 405 with the Allow header). */
 static const http_route_t *http_route(http_req_t *r, const char *path) {
   char copy[2048], *segs[HTTP_MAX_SEGMENTS];
   size_t len = strlen(path);
@@ -464,19 +482,22 @@ static const http_route_t *http_route(http_req_t *r, const char *path) {
   memcpy(copy, path, len + 1);
   int n = http_split(copy, segs);
   const char *method = h1_method(r->req);
-  bool path_known = false;
+  char allow[128] = "";
   for (const http_route_t *rt = http_routes; n >= 0 && rt->method; rt++) {
     if (!http_match(rt->pattern, segs, n, r))
       continue;
     if (strcmp(rt->method, method) == 0 ||
         (strcmp(rt->method, "GET") == 0 && strcmp(method, "HEAD") == 0))
       return rt;
-    path_known = true;
+    http_allow_add(allow, sizeof allow, rt->method);
     http_clear_params(r);
   }
-  if (path_known)
-    http_fail(r, MUSTER_METHOD_NOT_ALLOWED, "%s is not allowed on this endpoint", method);
-  else
+  if (allow[0]) {
+    /* RFC 9110, 15.5.6: a 405 must list the methods the path does take. */
+    h1_add_header(r->req, "Allow", allow);
+    http_fail(r, MUSTER_METHOD_NOT_ALLOWED, "%s is not allowed on this endpoint; it takes %s",
+              method, allow);
+  } else
     http_fail(r, MUSTER_NOT_FOUND, "no endpoint at %.200s; see docs/api.md", path);
   return NULL;
 }

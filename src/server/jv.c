@@ -20,9 +20,10 @@ muster_err_t jv_int(const json_t *obj, const char *key, const char *ctx, int64_t
   if (!json_is_integer(v))
     return fail_set(f, MUSTER_INVALID, "%s%s%s: expected an integer", ctx, dot(ctx), key);
   json_int_t n = json_integer_value(v);
+  char range[64];
   if (n < min || n > max)
-    return fail_set(f, MUSTER_INVALID, "%s%s%s: %lld is out of range [%lld, %lld]", ctx, dot(ctx),
-                    key, (long long)n, (long long)min, (long long)max);
+    return fail_set(f, MUSTER_INVALID, "%s%s%s: %lld is out of range; it must be %s", ctx,
+                    dot(ctx), key, (long long)n, fail_range(range, sizeof range, n, min, max));
   *out = n;
   return MUSTER_OK;
 }

@@ -6,6 +6,8 @@
 #include "fail.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -59,4 +61,24 @@ muster_err_t fail_set(fail_t *f, muster_err_t code, const char *fmt, ...) {
 
 const char *fail_message(const fail_t *f) {
   return f->message[0] ? f->message : muster_strerror(f->code);
+}
+
+const char *fail_range(char *buf, size_t size, int64_t value, int64_t min, int64_t max) {
+  if (max < FAIL_NO_UPPER)
+    snprintf(buf, size, "from %lld to %lld", (long long)min, (long long)max);
+  else if (value >= max) /* refused at max: it overflowed and was clamped */
+    snprintf(buf, size, "at most %lld", (long long)max);
+  else
+    snprintf(buf, size, "at least %lld", (long long)min);
+  return buf;
+}
+
+muster_err_t fail_query_int(fail_t *f, const char *key, const char *text, int64_t min,
+                            int64_t max) {
+  char *end = NULL, range[64];
+  long long v = strtoll(text, &end, 10);
+  bool number = *text != '\0' && *end == '\0'; /* ERANGE: clamped, out of range */
+  return fail_set(f, MUSTER_INVALID, "query %s: '%.40s' is %s; it must be %s", key, text,
+                  number ? "out of range" : "not an integer",
+                  fail_range(range, sizeof range, number ? v : min, min, max));
 }

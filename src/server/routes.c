@@ -20,6 +20,7 @@
 #include "waiter.h"
 #include "worker.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,18 +119,18 @@ static void h_tasks_put(http_req_t *r) {
   jscan_body_free(&scanned);
 }
 
-/* Parses an optional non-negative integer query parameter. */
-static bool query_int(http_req_t *r, const char *key, int64_t dflt, int64_t max, int64_t *out,
-                      fail_t *f) {
+/* Parses an optional integer query parameter in [min, max]. */
+static bool query_int(http_req_t *r, const char *key, int64_t dflt, int64_t min, int64_t max,
+                      int64_t *out, fail_t *f) {
   const char *text = http_query(r, key);
   *out = dflt;
   if (text == NULL)
     return true;
   char *end;
+  errno = 0;
   long long v = strtoll(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || v < 0 || v > max) {
-    fail_set(f, MUSTER_INVALID, "query %s: '%.40s' is not an integer in [0, %lld]", key, text,
-             (long long)max);
+  if (*text == '\0' || *end != '\0' || errno != 0 || v < min || v > max) {
+    fail_query_int(f, key, text, min, max);
     return false;
   }
   *out = v;
@@ -146,10 +147,8 @@ static void h_tasks_list(http_req_t *r) {
     fail_set(&f, MUSTER_INVALID,
              "query state: '%.40s' is not one of queued, leased, done, failed, dead, cancelled",
              state_name);
-  else if (query_int(r, "after", 0, INT64_MAX, &after, &f) &&
-           query_int(r, "limit", 100, TASK_MAX_BATCH, &limit, &f) &&
-           (limit > 0 || !fail_set(&f, MUSTER_INVALID, "query limit: must be 1 to %d",
-                                   TASK_MAX_BATCH)) &&
+  else if (query_int(r, "after", 0, 0, INT64_MAX, &after, &f) &&
+           query_int(r, "limit", 100, 1, TASK_MAX_BATCH, &limit, &f) &&
            !queue_load(ST(r), r->params[0], &q, &f)) {
     reply_or_fail(r, 200, task_list(ST(r), q.name, state, after, limit, &f), &f);
     return;
@@ -190,9 +189,14 @@ static void h_lease(http_req_t *r) {
   fail_t f = {0};
   queue_t q;
   int64_t worker, max, wait_ms, updates_after;
+  char range[64];
+  /* max is 1 to LEASE_MAX_BATCH; above, it is a batch too large (413). */
   if (jv_only(r->body, "", allowed, &f) ||
       jv_int(r->body, "worker", "", 0, 1, JV_ID_MAX, &worker, &f) ||
-      jv_int(r->body, "max", "", 1, 1, INT64_MAX, &max, &f) ||
+      jv_int(r->body, "max", "", 1, INT64_MIN, INT64_MAX, &max, &f) ||
+      (max < 1 && fail_set(&f, MUSTER_INVALID, "max: %lld is out of range; it must be %s",
+                           (long long)max,
+                           fail_range(range, sizeof range, max, 1, LEASE_MAX_BATCH))) ||
       jv_int(r->body, "wait_ms", "", 0, 0, INT64_MAX, &wait_ms, &f) ||
       jv_int(r->body, "updates_after", "", -1, 0, INT64_MAX, &updates_after, &f) ||
       queue_load(ST(r), r->params[0], &q, &f) ||
@@ -201,8 +205,8 @@ static void h_lease(http_req_t *r) {
     return;
   }
   if (max > LEASE_MAX_BATCH) {
-    fail_set(&f, MUSTER_BATCH_TOO_LARGE, "max: %lld, at most %d allowed", (long long)max,
-             LEASE_MAX_BATCH);
+    fail_set(&f, MUSTER_BATCH_TOO_LARGE, "max: %lld is out of range; it must be %s",
+             (long long)max, fail_range(range, sizeof range, max, 1, LEASE_MAX_BATCH));
     http_reply_fail(r, &f);
     return;
   }

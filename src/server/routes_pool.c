@@ -16,6 +16,7 @@
 #include "update.h"
 
 #include <event2/event.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,10 +49,10 @@ static muster_err_t query_int(http_req_t *r, const char *key, int64_t dflt, int6
   if (text == NULL)
     return MUSTER_OK;
   char *end;
+  errno = 0;
   long long v = strtoll(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || v < min || v > max)
-    return fail_set(f, MUSTER_INVALID, "query %s: '%.40s' is not an integer in [%lld, %lld]", key,
-                    text, (long long)min, (long long)max);
+  if (*text == '\0' || *end != '\0' || errno != 0 || v < min || v > max)
+    return fail_query_int(f, key, text, min, max);
   *out = v;
   return MUSTER_OK;
 }

@@ -33,8 +33,7 @@ static muster_err_t query_int(http_req_t *r, const char *key, int64_t dflt, int6
   errno = 0;
   long long v = strtoll(text, &end, 10);
   if (*text == '\0' || *end != '\0' || errno != 0 || v < min || v > max)
-    return fail_set(f, MUSTER_INVALID, "query %s: '%.40s' is not an integer in [%lld, %lld]", key,
-                    text, (long long)min, (long long)max);
+    return fail_query_int(f, key, text, min, max);
   *out = v;
   return MUSTER_OK;
 }

@@ -238,8 +238,12 @@ static muster_err_t store_migrate(store_t *st, int upto, fail_t *f) {
       sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
       return f->code;
     }
-    log_msg(LOG_INFO, "store: migrated schema to version %d", v + 1);
   }
+  /* One line, not one per migration: a new store runs them all. */
+  if (version == 0 && target > 0)
+    log_msg(LOG_INFO, "store: created a new store at schema version %d", target);
+  else if (version < target)
+    log_msg(LOG_INFO, "store: migrated the schema from version %d to %d", version, target);
   return MUSTER_OK;
 }
 

@@ -150,6 +150,35 @@ class BadInputTest(BadInputCase):
             self.refused("POST", path, body, 400, "invalid_argument", [field])
         self.refused("POST", path, {"max": 1001}, 413, "batch_too_large")
 
+    def test_range_messages_state_the_real_limits(self):
+        # A refused number is answered with the limits a user can meet: "from 1 to
+        # 1000", or "at least 1" where there is no upper one; never INT64_MAX.  A
+        # query parameter says the same whether its text is no integer or out of range.
+        tasks = "/v1/queues/%s/tasks" % self.q
+        lease = "/v1/queues/%s/lease" % self.q
+        for method, path, body, status, code, want in (
+                ("POST", lease, {"max": 0}, 400, "invalid_argument",
+                 "max: 0 is out of range; it must be from 1 to 1000"),
+                ("POST", lease, {"max": 1001}, 413, "batch_too_large",
+                 "max: 1001 is out of range; it must be from 1 to 1000"),
+                ("POST", lease, {"wait_ms": -1}, 400, "invalid_argument",
+                 "wait_ms: -1 is out of range; it must be at least 0"),
+                ("POST", lease, {"worker": 0}, 400, "invalid_argument",
+                 "worker: 0 is out of range; it must be at least 1"),
+                ("GET", tasks + "?limit=0", None, 400, "invalid_argument",
+                 "query limit: '0' is out of range; it must be from 1 to 1000"),
+                ("GET", tasks + "?limit=abc", None, 400, "invalid_argument",
+                 "query limit: 'abc' is not an integer; it must be from 1 to 1000"),
+                ("GET", tasks + "?after=-1", None, 400, "invalid_argument",
+                 "query after: '-1' is out of range; it must be at least 0"),
+                ("GET", "/v1/shared/models/w?level=0", None, 400, "invalid_argument",
+                 "query level: '0' is out of range; it must be at least 1"),
+                ("GET", "/v1/throughput?seconds=0", None, 400, "invalid_argument",
+                 "query seconds: '0' is out of range; it must be from 1 to 600")):
+            with self.subTest(path=path, body=body):
+                r = self.expect_error(method, path, body, status, code)
+                self.assertEqual(r.json["error"]["message"], want)
+
     def test_lease_calls_wrong_types(self):
         good = self.good_lease_item()
         for kind in KINDS:

@@ -298,6 +298,115 @@ class CliTest(unittest.TestCase):
         err = self.fails(1, "status", "--url", "http://127.0.0.1:1")
         self.assertIn("muster: network: ", err)
 
+    def test_url_is_checked_before_any_request(self):
+        # A URL that cannot name a head is refused up front (exit 2), naming where it
+        # came from, instead of as a network error about a host "v1" or a 404 about
+        # /v1/v1/queues.
+        for url, why in (("http://", "names no host"), ("https://", "names no host"),
+                         ("http://:7370", "names no host"),
+                         ("127.0.0.1:7370", "must start with http:// or https://"),
+                         ("ftp://127.0.0.1:7370", "must start with http:// or https://"),
+                         ("http://127.0.0.1:0", "port must be a number from 1 to 65535"),
+                         ("http://127.0.0.1:70000", "port must be a number from 1 to 65535"),
+                         ("http://127.0.0.1:7370/?x=1", "query"),
+                         ("http://127.0.0.1:7370/v1", "must not end in /v1"),
+                         ("http://127.0.0.1:7370/v1/", "must not end in /v1")):
+            with self.subTest(url=url):
+                err = self.fails(2, "queue", "ls", "--url", url)
+                self.assertTrue(err.startswith("muster: --url '%s' is not a head's URL" % url),
+                                err)
+                self.assertIn(why, err)
+        env = self.env(url=False)
+        env["MUSTER_URL"] = "http://"
+        r = subprocess.run([MUSTER, "queue", "ls"], capture_output=True, text=True, env=env,
+                           cwd=self.cwd, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("muster: MUSTER_URL 'http://' is not a head's URL", r.stderr)
+        data = os.path.join(self.tmp, "muster-data")
+        os.mkdir(data)
+        with open(os.path.join(data, "url"), "w") as f:
+            f.write(self.head.url + "/v1\n")
+        err = self.fails(2, "queue", "ls", url=False, cwd=self.tmp)
+        self.assertIn("muster-data/url '%s/v1' is not a head's URL" % self.head.url, err)
+        # A trailing slash is fine, and so is a proxy's path prefix (it reaches a
+        # server that says what is there).
+        self.ok("queue", "ls", "--url", self.head.url + "/")
+        err = self.fails(1, "queue", "ls", "--url", self.head.url + "/prefix")
+        self.assertIn("muster: not_found: no endpoint at /prefix/v1/queues", err)
+
+    def test_url_of_another_http_server(self):
+        # A server that answers without muster's error envelope is named, with the
+        # request, as likely not a muster head; no empty "HTTP 404: " message.
+        import http.server
+        import threading
+
+        class NotMuster(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotMuster)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            url = "http://127.0.0.1:%d" % server.server_address[1]
+            err = self.fails(1, "queue", "ls", "--url", url)
+            self.assertEqual(err.strip(), "muster: not_found: the server at %s answered HTTP 404 "
+                             "to GET /v1/queues without a muster error body: it is likely not "
+                             "a muster head; check the URL and its path" % url)
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()
+
+    def test_head_refuses_a_bad_option_in_one_line(self):
+        for args, line in (
+                (["--bogus"], "muster head: unrecognized option '--bogus'; "
+                              "see 'muster head --help'"),
+                (["--listen"], "muster head: missing value for option '--listen'; "
+                               "see 'muster head --help'"),
+                (["--metrics-public=1"], "muster head: option '--metrics-public' takes no "
+                                         "value; see 'muster head --help'")):
+            with self.subTest(args=args):
+                err = self.fails(2, "head", *args, cwd=self.tmp)
+                self.assertEqual(err, line + "\n")
+                self.assertFalse(os.path.exists(os.path.join(self.tmp, "muster-data")))
+
+    def test_head_on_a_port_in_use_makes_no_data_dir(self):
+        # The head listens before it makes its data dir, token and store: a port in
+        # use fails with one line and leaves nothing behind.
+        port = int(self.head.url.rsplit(":", 1)[1])
+        data = os.path.join(self.tmp, "data")
+        r = subprocess.run([MUSTER, "head", "--server-only", "--listen", "127.0.0.1:%d" % port,
+                            "--data-dir", data], capture_output=True, text=True, timeout=60,
+                           env=self.env(url=False, token=False))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(r.stderr.splitlines()), 1, r.stderr)
+        self.assertIn("cannot listen on 127.0.0.1:%d: Address already in use" % port, r.stderr)
+        self.assertFalse(os.path.exists(data))
+
+    def test_new_store_is_one_log_line(self):
+        data = os.path.join(self.tmp, "data")
+        log = open(os.path.join(self.tmp, "head.log"), "w+")
+        proc = subprocess.Popen([MUSTER, "head", "--server-only", "--listen", "127.0.0.1:0",
+                                 "--data-dir", data], stdout=subprocess.PIPE, stderr=log,
+                                text=True, env=self.env(url=False, token=False))
+        try:
+            self.assertIn("listening on", proc.stdout.readline())  # the banner: it runs
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+            log.seek(0)
+            lines = log.read().splitlines()
+            log.close()
+        store = [l for l in lines if "store:" in l]
+        self.assertEqual(len(store), 1, lines)
+        self.assertRegex(store[0], r"INFO  store: created a new store at schema version \d+$")
+
     # ---- lease, complete, fail -------------------------------------------------------------------
 
     def lease(self, q, *opts):
@@ -331,6 +440,18 @@ class CliTest(unittest.TestCase):
         self.assertEqual(self.lease(q, "--wait-ms", "50"), [])
         bad = self.fails(1, "complete", str(ids[3]), "123456", "x", "--json")
         self.assertIn("invalid_argument", bad)  # 'x' is not JSON: refused before sending
+
+    def test_one_task_errors_name_no_batch_element(self):
+        # The CLI acknowledges one task per command: the API's "leases[0]" (the
+        # element of the request body it built) names nothing the user typed.
+        missing = "999999999"
+        for args in (["complete", missing, "1"], ["fail", missing, "1"],
+                     ["extend", missing, "1"], ["release", missing, "1"],
+                     ["flag", missing, "1"]):
+            with self.subTest(args=args):
+                err = self.fails(1, *args)
+                self.assertEqual(err, "muster: task_not_found: task %s does not exist\n"
+                                 % missing)
 
     def test_extend_release_flag(self):
         q = self.queue()

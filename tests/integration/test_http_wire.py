@@ -1048,21 +1048,35 @@ class HeadRequestTest(WireCase):
 
 class RoutingTest(WireCase):
     def test_unknown_path_and_wrong_method(self):
+        # A 405 names the methods the path does take in Allow (RFC 9110, 15.5.6);
+        # GET routes answer HEAD too, so HEAD is listed with them.
+        queue = "/v1/queues/" + self.q
         with self.wire() as w:
-            for method, path, status, code in (
-                    ("GET", "/v1/nope", 404, "not_found"),
-                    ("POST", "/v2/health", 404, "not_found"),
-                    ("GET", "/", 200, None),
-                    ("POST", "/v1/health", 405, "method_not_allowed"),
-                    ("DELETE", "/v1/queues", 405, "method_not_allowed"),
-                    ("PATCH", "/v1/queues", 405, "method_not_allowed"),
-                    ("OPTIONS", "/v1/queues", 405, "method_not_allowed")):
+            for method, path, status, code, allow in (
+                    ("GET", "/v1/nope", 404, "not_found", None),
+                    ("POST", "/v2/health", 404, "not_found", None),
+                    ("GET", "/", 200, None, None),
+                    ("POST", "/v1/health", 405, "method_not_allowed", {"GET", "HEAD"}),
+                    ("DELETE", "/v1/health", 405, "method_not_allowed", {"GET", "HEAD"}),
+                    ("DELETE", "/v1/queues", 405, "method_not_allowed", {"GET", "HEAD"}),
+                    ("PATCH", "/v1/queues", 405, "method_not_allowed", {"GET", "HEAD"}),
+                    ("OPTIONS", "/v1/queues", 405, "method_not_allowed", {"GET", "HEAD"}),
+                    ("POST", queue, 405, "method_not_allowed",
+                     {"GET", "HEAD", "PUT", "DELETE"}),
+                    ("POST", "/v1/shared/models/weights", 405, "method_not_allowed",
+                     {"GET", "HEAD", "PUT", "DELETE"})):
                 w.send(self.req(method, path))
                 r = w.read_reply()
                 if code:
                     self.assert_envelope(r, status, code)
                 else:
                     self.assertEqual(r.status, status, r)
+                if allow is None:
+                    self.assertEqual(r.header_all("Allow"), [], r)
+                else:
+                    self.assertEqual(len(r.header_all("Allow")), 1, r)
+                    listed = [m.strip() for m in r.header("Allow").split(",")]
+                    self.assertEqual(sorted(listed), sorted(allow), r)
             self.assert_usable(w)
 
     def test_percent_encoded_segments(self):
