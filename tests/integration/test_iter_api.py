@@ -84,6 +84,16 @@ class IterTest(unittest.TestCase):
         self.assertEqual(r.json["ranks"][2]["health"], "idle")
         r = create(h, "join", **dict(cfg, seed=4))
         self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+        self.assertIn("(seed is 3 there, 4 in this request)", r.json["error"]["message"])
+        # The first field that differs is named with both values, nested ones by path.
+        for change, named in (({"world_size": 3}, "world_size is 4 there, 3 in this request"),
+                              ({"dataset": {"num_samples": 99}},
+                               "dataset.num_samples is 100 there, 99 in this request"),
+                              ({"block_size": 7}, "block_size is 256 there, 7 in this request")):
+            r = create(h, "join", **dict(cfg, **change))
+            self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+            self.assertIn(named, r.json["error"]["message"])
+            self.assertIn("every rank must give the same one", r.json["error"]["message"])
         r = create(h, "join", lease_ms=5, **cfg)
         self.assertEqual(r.status, 409, r)
         self.assertIn("lease_ms", r.json["error"]["message"])
@@ -297,6 +307,27 @@ class IterTest(unittest.TestCase):
         self.assertEqual(h.request("POST", "/v1/iterations",
                                    {"name": "ck2", "checkpoint": ck, "rank": 1}).status, 200)
         self.assertEqual(status(h, "ck2")["blocks"]["done"], 2)
+        # A restore into a name that is taken (by a created iteration, or one restored
+        # with another world size): the name is taken, not "every rank must give...".
+        for name, extra in (("ck", {}), ("ck2", {"world_size": 1})):
+            r = h.request("POST", "/v1/iterations", dict({"name": name, "checkpoint": ck}, **extra))
+            self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+            msg = r.json["error"]["message"]
+            self.assertIn("a restore makes a new iteration", msg)
+            self.assertIn("muster iter rm %s" % name, msg)
+            self.assertNotIn("every rank", msg)
+        # A create meeting a restored iteration.
+        r = create(h, "ck2", **ck["config"])
+        self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+        self.assertIn("restored from a checkpoint", r.json["error"]["message"])
+
+    def test_empty_dataset_refused(self):
+        h = self.head
+        for dataset in ({"num_samples": 0}, {"shards": [{"count": 0}, {"count": 0}]}):
+            r = create(h, "empty", dataset=dataset)
+            self.assertEqual((r.status, r.error_code), (400, "invalid_argument"), r)
+            self.assertIn("dataset: it has no samples", r.json["error"]["message"])
+        self.assertEqual(h.request("GET", "/v1/iterations/empty").status, 404)
 
     def test_delete(self):
         h = self.head
