@@ -496,8 +496,7 @@ static json_t *join(store_t *st, iter_row_t *row, const iter_new_t *n, int64_t r
     fail_set(f, MUSTER_INVALID_STATE,
              "iteration '%s' exists (%s); a restore makes a new iteration: give it a name "
              "that is free, or remove that one first (muster iter rm %s)",
-             row->name,
-             row->origin ? "restored from another checkpoint" : "created, not restored",
+             row->name, row->origin ? "restored from another checkpoint" : "created, not restored",
              row->name);
   else if (!same_config)
     join_refuse_config(row, n, f);

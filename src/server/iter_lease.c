@@ -287,8 +287,8 @@ done:
  * lost — is told apart from a lease that ended: it is a success that counts
  * nothing (*repeated set).  Anything else is refused with what the block's
  * row tells of it. */
-static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t block,
-                                 int64_t token, const char *ctx, bool *repeated, fail_t *f) {
+static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t block, int64_t token,
+                                 const char *ctx, bool *repeated, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT state, coalesce(token, 0), coalesce(rank, -1)"
                                    " FROM iter_blocks WHERE iter = ?1 AND block = ?2");
   if (s == NULL)

@@ -240,8 +240,8 @@ static muster_err_t op_complete_repeat(store_t *st, const char *text, const leas
  * task is leased under `token` (*h loaded, to be completed), -1 with *f
  * filled otherwise. */
 static int lease_check_complete(store_t *st, int64_t id, int64_t token, const char *text,
-                                const char *ctx, lease_held_t *h, queue_t *cache,
-                                apply_out_t *out, fail_t *f) {
+                                const char *ctx, lease_held_t *h, queue_t *cache, apply_out_t *out,
+                                fail_t *f) {
   if (lease_load(st, id, ctx, h, cache, f))
     return -1;
   if (lease_completed_by(h, token))
@@ -409,8 +409,8 @@ static muster_err_t lease_apply_one(store_t *st, lease_op_t op, const json_t *el
     const json_t *result = json_object_get(elem, "result");
     char *text = result ? jv_encode(result) : NULL;
     int held = lease_check_complete(st, task, token, text, ctx, &h, cache, out, f);
-    muster_err_t err = held == 0 ? op_complete(st, text, &h, ctx, max_payload, run, out, f)
-                                 : f->code;
+    muster_err_t err =
+        held == 0 ? op_complete(st, text, &h, ctx, max_payload, run, out, f) : f->code;
     free(text);
     return err;
   }

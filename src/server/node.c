@@ -255,8 +255,7 @@ static muster_err_t node_check_holder(store_t *st, const node_spec_t *spec, fail
                   "stopped, "
                   "this registration is accepted once it has been silent for the node's "
                   "timeout (%lld ms)",
-                  spec->name, hostname, (long long)(silent > 0 ? silent : 0),
-                  (long long)timeout);
+                  spec->name, hostname, (long long)(silent > 0 ? silent : 0), (long long)timeout);
 }
 
 /* Writes the record of a new or re-registering node; created_ms stays. */
