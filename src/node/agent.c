@@ -24,6 +24,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/http.h>
+#include <event2/util.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <netdb.h>
@@ -97,8 +98,8 @@ static json_t *agent_node_json(const node_agent_t *a) {
       json_object_set_new(gpu, "memory_free_mb", json_integer(g->memory_free_mb));
     json_array_append_new(gpus, gpu);
   }
-  return json_pack("{s:s, s:s, s:s, s:i, s:o}", "name", a->name, "hostname", a->hostname, "address",
-                   a->address, "cpus", a->cpus, "gpus", gpus);
+  return json_pack("{s:s, s:s, s:s, s:i, s:o, s:s}", "name", a->name, "hostname", a->hostname,
+                   "address", a->address, "cpus", a->cpus, "gpus", gpus, "instance", a->instance);
 }
 
 /* POST /v1/nodes; sets the heartbeat interval from the node's timeout. */
@@ -330,6 +331,11 @@ static int agent_identity(node_agent_t *a) {
     return -1;
   }
   memcpy(a->name, name, len + 1); /* len <= 128 < sizeof a->name */
+  /* Tells the head this process from another agent under the same name. */
+  unsigned char rnd[(sizeof a->instance - 1) / 2];
+  evutil_secure_rng_get_bytes(rnd, sizeof rnd);
+  for (size_t i = 0; i < sizeof rnd; i++)
+    snprintf(a->instance + 2 * i, 3, "%02x", rnd[i]);
   ssize_t n = readlink("/proc/self/exe", a->self_exe, sizeof a->self_exe - 1);
   if (n <= 0) {
     agent_log(a, "cannot find this program's path: %s", strerror(errno));

@@ -114,8 +114,9 @@ void dashboard_h_metrics(http_req_t *r) {
   http_role_t role = http_token_role(r);
   if (!r->head->cfg.metrics_public && role < HTTP_READ) {
     fail_set(&f, MUSTER_UNAUTHORIZED,
-             "send 'Authorization: Bearer TOKEN' with the read-only (--dashboard-token) or the "
-             "admin token, or start the head with --metrics-public");
+             "%s: send 'Authorization: Bearer TOKEN' with the read-only (--dashboard-token) or "
+             "the admin token, or start the head with --metrics-public",
+             http_token_sent(r) ? "the token sent is not valid for this head" : "no token sent");
     http_reply_fail(r, &f);
     return;
   }

@@ -511,6 +511,10 @@ static bool http_token_equal(const char *given, const char *want) {
   return diff == 0;
 }
 
+bool http_token_sent(const http_req_t *r) {
+  return h1_header(r->req, "Authorization") != NULL;
+}
+
 http_role_t http_token_role(const http_req_t *r) {
   const char *auth = h1_header(r->req, "Authorization");
   if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
@@ -521,6 +525,26 @@ http_role_t http_token_role(const http_req_t *r) {
   if (cfg->read_token[0] && http_token_equal(auth + 7, cfg->read_token))
     return HTTP_READ;
   return HTTP_PUBLIC;
+}
+
+/* Answers 401 saying what is wrong with the request's token: none sent, a
+ * header not of the form "Bearer TOKEN", or a token this head does not know
+ * (another head's, a mistyped one). */
+static void http_fail_unauthorized(http_req_t *r) {
+  const char *auth = h1_header(r->req, "Authorization");
+  if (auth == NULL)
+    http_fail(r, MUSTER_UNAUTHORIZED,
+              "no token sent: send 'Authorization: Bearer TOKEN'; the admin token is in the "
+              "head's data dir (file 'token')");
+  else if (strncasecmp(auth, "Bearer ", 7) != 0)
+    http_fail(r, MUSTER_UNAUTHORIZED,
+              "the Authorization header is not of the form 'Bearer TOKEN'; the admin token is "
+              "in the head's data dir (file 'token')");
+  else
+    http_fail(r, MUSTER_UNAUTHORIZED,
+              "the token sent is not valid for this head (neither its admin nor its read-only "
+              "token): use the one in this head's data dir (file 'token'); a head with another "
+              "data dir has another token");
 }
 
 /* Checks the token against the route's role; false with a 401 or 403 reply set.
@@ -538,9 +562,7 @@ static bool http_allowed(http_req_t *r, const http_route_t *rt) {
     http_fail(r, MUSTER_FORBIDDEN,
               "the read-only (dashboard) token may only read; this needs the admin token");
   else
-    http_fail(r, MUSTER_UNAUTHORIZED,
-              "send 'Authorization: Bearer TOKEN'; the admin token is in the head's data dir "
-              "(file 'token')");
+    http_fail_unauthorized(r);
   return false;
 }
 

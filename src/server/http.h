@@ -107,6 +107,9 @@ void http_reply_file(http_req_t *r, int status, const char *type, int fd, int64_
 /* The strongest role the request's bearer token grants: HTTP_ADMIN for the
  * admin token, HTTP_READ for the read-only one, HTTP_PUBLIC for none. */
 http_role_t http_token_role(const http_req_t *r);
+/* True when the request carries an Authorization header, valid or not: a
+ * refusal then says the token is wrong rather than missing. */
+bool http_token_sent(const http_req_t *r);
 /* Answers with the error envelope of *f. */
 void http_reply_fail(http_req_t *r, const fail_t *f);
 /* Answers directly, bypassing the route layer: for parked requests. */

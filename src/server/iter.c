@@ -345,6 +345,15 @@ static muster_err_t new_parse(const json_t *body, iter_new_t *n, fail_t *f) {
   if (json_object_get(body, "checkpoint") ? new_from_checkpoint(n, body, f)
                                           : iter_spec_parse(body, &n->spec, f))
     return f->code;
+  /* An empty dataset would be born finished: every rank gets nothing, the
+   * symptom of a mistake (a wrong count, a filter that kept nothing) far more
+   * often than a wish, and a silent one.  (The head still serves an empty
+   * iteration stored by an earlier version: only creating one is refused.) */
+  if (dataset_num_samples(n->spec.ds) == 0)
+    return fail_set(f, MUSTER_INVALID,
+                    "dataset: it has no samples (num_samples 0, or shards that hold none); an "
+                    "iteration needs at least one, as an empty one would be finished at once "
+                    "with nothing for any rank");
   if (new_check_plan(n, f))
     return f->code;
   if (n->spec.cfg.epochs != 0 && (uint64_t)n->epoch >= n->spec.cfg.epochs)
@@ -421,16 +430,81 @@ static muster_err_t insert_ranks(store_t *st, int64_t id, uint32_t world, int64_
   return MUSTER_OK;
 }
 
+/* Writes `v` as compact JSON into `out` (`cap` bytes), cut with "..." when
+ * longer (a list of shards can be long). */
+static void config_value_text(const json_t *v, char *out, size_t cap) {
+  char *text = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  if (text && strlen(text) >= cap)
+    snprintf(out, cap, "%.*s...", (int)(cap - 4), text);
+  else
+    snprintf(out, cap, "%s", text ? text : "absent");
+  free(text);
+}
+
+/* Finds the first field where configuration objects `a` (stored) and `b`
+ * (the request's) differ, its path from `prefix` (nested objects as
+ * "dataset.num_samples"), and writes "PATH: A there, B in this request" into
+ * `out`.  Returns false when they do not differ. */
+static bool config_diff(const json_t *a, const json_t *b, const char *prefix, char *out,
+                        size_t cap) {
+  const char *key;
+  const json_t *va;
+  for (int pass = 0; pass < 2; pass++) { /* a's keys, then those only b has */
+    json_object_foreach((json_t *)(pass ? b : a), key, va) {
+      const json_t *x = pass ? json_object_get(a, key) : va, *y = json_object_get(b, key);
+      if (pass && x)
+        continue;
+      if (x && y && json_equal(x, y))
+        continue;
+      char path[160], tx[96], ty[96];
+      snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", key);
+      if (json_is_object(x) && json_is_object(y))
+        return config_diff(x, y, path, out, cap);
+      config_value_text(x, tx, sizeof tx);
+      config_value_text(y, ty, sizeof ty);
+      snprintf(out, cap, "%s is %s there, %s in this request", path, tx, ty);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Refuses to join iteration `row` whose configuration differs from the
+ * request's `n`, naming the first field that differs. */
+static muster_err_t join_refuse_config(const iter_row_t *row, const iter_new_t *n, fail_t *f) {
+  json_t *a = json_loads(row->config, 0, NULL), *b = json_loads(n->config, 0, NULL);
+  char diff[512] = "";
+  if (!(a && b && config_diff(a, b, "", diff, sizeof diff)))
+    snprintf(diff, sizeof diff, "it differs"); /* cannot happen: the texts differ */
+  json_decref(a);
+  json_decref(b);
+  return fail_set(f, MUSTER_INVALID_STATE,
+                  "iteration '%s' exists with another configuration (%s); every rank must give "
+                  "the same one (or pick another name)",
+                  row->name, diff);
+}
+
 /* Joins the existing row when it matches what the request built. */
 static json_t *join(store_t *st, iter_row_t *row, const iter_new_t *n, int64_t rank, fail_t *f) {
   const char *field = settings_differ(&row->set, &n->set);
-  if (strcmp(row->config, n->config) != 0)
-    fail_set(f, MUSTER_INVALID_STATE, "iteration '%s' exists with another configuration; "
-             "every rank must give the same one (or pick another name)", row->name);
-  else if ((row->origin == NULL) != (n->origin == NULL) ||
-           (row->origin && strcmp(row->origin, n->origin) != 0))
-    fail_set(f, MUSTER_INVALID_STATE, "iteration '%s' exists and was %s", row->name,
-             row->origin ? "created from another checkpoint" : "not created from a checkpoint");
+  bool same_origin = (row->origin == NULL) == (n->origin == NULL) &&
+                     (row->origin == NULL || strcmp(row->origin, n->origin) == 0);
+  bool same_config = strcmp(row->config, n->config) == 0;
+  if (n->origin && !(same_origin && same_config))
+    /* A restore makes an iteration; only ranks restoring the same checkpoint
+     * together meet one of the same name. */
+    fail_set(f, MUSTER_INVALID_STATE,
+             "iteration '%s' exists (%s); a restore makes a new iteration: give it a name "
+             "that is free, or remove that one first (muster iter rm %s)",
+             row->name, row->origin ? "restored from another checkpoint" : "created, not restored",
+             row->name);
+  else if (!same_config)
+    join_refuse_config(row, n, f);
+  else if (!same_origin) /* a create meeting a restored one */
+    fail_set(f, MUSTER_INVALID_STATE,
+             "iteration '%s' exists and was restored from a checkpoint; ranks join it by "
+             "restoring the same checkpoint (or pick another name)",
+             row->name);
   else if (field)
     fail_set(f, MUSTER_INVALID_STATE, "iteration '%s' exists with another %s", row->name, field);
   else if (rank < 0 || !iter_rank_touch(st, row, rank, f))

@@ -281,9 +281,55 @@ done:
   return out;
 }
 
-/* Marks one acknowledged block done after checking its token. */
+/* The acknowledgement of `block` under `token` found it not leased under
+ * that token.  A done block keeps the token that acknowledged it (tokens are
+ * never reused), so the same acknowledgement again — a retry whose reply was
+ * lost — is told apart from a lease that ended: it is a success that counts
+ * nothing (*repeated set).  Anything else is refused with what the block's
+ * row tells of it. */
+static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t block, int64_t token,
+                                 const char *ctx, bool *repeated, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT state, coalesce(token, 0), coalesce(rank, -1)"
+                                   " FROM iter_blocks WHERE iter = ?1 AND block = ?2");
+  if (s == NULL)
+    return store_fail(st, f, "block ack");
+  sqlite3_bind_int64(s, 1, row->id);
+  sqlite3_bind_int64(s, 2, block);
+  int rc = sqlite3_step(s);
+  int state = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+  int64_t held_by = rc == SQLITE_ROW ? sqlite3_column_int64(s, 1) : 0;
+  int64_t holder = rc == SQLITE_ROW ? sqlite3_column_int64(s, 2) : -1;
+  store_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return store_fail(st, f, "block ack");
+  if (state == 2 && held_by == token) {
+    *repeated = true;
+    return MUSTER_OK;
+  }
+  const char *what;
+  char leased[64];
+  if (state < 0) {
+    what = "has not been leased in this epoch";
+  } else if (state == 0) {
+    what = "is waiting to be leased again (its lease expired or its rank failed)";
+  } else if (state == 1) {
+    snprintf(leased, sizeof leased, "is leased to rank %lld under another token",
+             (long long)holder);
+    what = leased;
+  } else {
+    what = "was acknowledged under another token (by the rank that took it over)";
+  }
+  return fail_set(f, MUSTER_LEASE_LOST,
+                  "%s: block %lld of epoch %lld is not leased under token %lld: it %s; that "
+                  "lease ended, and the block is not yours to acknowledge",
+                  ctx, (long long)block, (long long)row->epoch, (long long)token, what);
+}
+
+/* Marks one acknowledged block done after checking its token, keeping the
+ * token in its row (ack_not_held); a repeated acknowledgement adds one to
+ * *repeated and nothing else. */
 static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *lay, int64_t rank,
-                            const json_t *elem, size_t i, fail_t *f) {
+                            const json_t *elem, size_t i, int64_t *repeated, fail_t *f) {
   static const char *const allowed[] = {"block", "token", NULL};
   char ctx[32];
   snprintf(ctx, sizeof ctx, "blocks[%zu]", i);
@@ -293,7 +339,7 @@ static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *l
     return f->code;
   if (block < 0 || token == 0)
     return fail_set(f, MUSTER_INVALID, "%s: needs \"block\" and \"token\"", ctx);
-  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks SET state = 2, rank = ?4, token = NULL,"
+  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks SET state = 2, rank = ?4,"
                                    " deadline_ms = NULL WHERE iter = ?1 AND block = ?2 AND"
                                    " state = 1 AND token = ?3");
   if (s == NULL)
@@ -304,11 +350,13 @@ static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *l
   sqlite3_bind_int64(s, 4, rank);
   if (store_step_done(st, s, f))
     return f->code;
-  if (sqlite3_changes(store_db(st)) != 1)
-    return fail_set(f, MUSTER_LEASE_LOST,
-                    "%s: block %lld of epoch %lld is not leased under token %lld; its lease "
-                    "expired or went to another rank, and it is not yours to acknowledge",
-                    ctx, (long long)block, (long long)row->epoch, (long long)token);
+  if (sqlite3_changes(store_db(st)) != 1) {
+    bool repeat = false;
+    if (ack_not_held(st, row, block, token, ctx, &repeat, f))
+      return f->code;
+    *repeated += repeat;
+    return MUSTER_OK;
+  }
   int64_t plan_rank;
   uint64_t begin, end;
   iter_unit_desc(lay, (uint64_t)block, &plan_rank, &begin, &end);
@@ -327,20 +375,33 @@ json_t *iter_ack(store_t *st, const char *name, const json_t *body, fail_t *f) {
       load_for_rank(st, name, body, &row, &plans, &rank, f) ||
       jv_int(body, "epoch", "", row.epoch, 0, INT64_MAX, &epoch, f))
     goto done;
+  if (epoch < row.epoch) {
+    /* Its rows are gone with it, so a retry of the acknowledgement that
+     * completed it cannot be told from a lease that ended. */
+    fail_set(f, MUSTER_LEASE_LOST,
+             "epoch %lld is complete: every block of it was acknowledged, once (if this "
+             "repeats an acknowledgement whose reply was lost, it counted); nothing of it is "
+             "leased any more",
+             (long long)epoch);
+    goto done;
+  }
   if (row.finished || epoch != row.epoch) {
-    fail_set(f, MUSTER_LEASE_LOST, "epoch %lld is %s; its blocks are no longer leased",
-             (long long)epoch, epoch < row.epoch || row.finished ? "complete" : "not current");
+    fail_set(f, MUSTER_LEASE_LOST, "epoch %lld is not current (%s); no block of it is leased",
+             (long long)epoch, row.finished ? "the iteration is finished" : "it has not begun");
     goto done;
   }
   iter_layout_of(&row, plans, &lay);
+  int64_t repeated = 0;
   for (size_t i = 0; i < json_array_size(blocks); i++)
-    if (ack_one(st, &row, &lay, rank, json_array_get(blocks, i), i, f))
+    if (ack_one(st, &row, &lay, rank, json_array_get(blocks, i), i, &repeated, f))
       goto done;
   if (iter_row_save(st, &row, f) || iter_settle(st, &row, f))
     goto done;
   out = json_pack("{s:I, s:I, s:b, s:b}", "acked", (json_int_t)json_array_size(blocks), "epoch",
                   (json_int_t)row.epoch, "epoch_complete", row.epoch > epoch, "finished",
                   row.finished);
+  if (out && repeated)
+    json_object_set_new(out, "repeated", json_integer(repeated));
 done:
   iter_row_free(&row);
   return out;

@@ -41,29 +41,58 @@ static void lease_ctx(char ctx[32], size_t i) {
   ctx[8 + n] = '\0';
 }
 
-/* Checks that task `id`, loaded into *h, is leased under `token`. */
+/* True when task `h` was completed under `token`, so that a completion under
+ * it again is a retry whose reply was lost.  Reliable because tokens come
+ * from one counter that never repeats, a task's token changes only when it
+ * is leased again, and only a completion makes a task done: the token of a
+ * done task is the one that completed it. */
+static bool lease_completed_by(const lease_held_t *h, int64_t token) {
+  return h->state == TASK_DONE && h->token == token;
+}
+
+/* Checks that task `id`, loaded into *h, is leased under `token`; the
+ * refusal says what became of that lease, as far as the row tells. */
 static muster_err_t lease_check_held(const lease_held_t *h, int64_t id, int64_t token,
                                      const char *ctx, fail_t *f) {
-  if (h->state != TASK_LEASED)
+  if (h->state == TASK_LEASED && h->token == token)
+    return MUSTER_OK;
+  if (h->state == TASK_LEASED)
     return fail_set(f, MUSTER_LEASE_LOST,
-                    "%s: task %lld is not leased (it is %s); its lease ended and the work "
-                    "belongs to no one now",
-                    ctx, (long long)id, task_state_name(h->state));
-  if (h->token != token)
+                    "%s: token %lld does not hold task %lld: the task is leased under another "
+                    "token (the lease under %lld ended and it was leased again, or that token "
+                    "was never this task's)",
+                    ctx, (long long)token, (long long)id, (long long)token);
+  if (lease_completed_by(h, token))
     return fail_set(f, MUSTER_LEASE_LOST,
-                    "%s: token %lld is stale for task %lld; the task was leased again", ctx,
-                    (long long)token, (long long)id);
-  return MUSTER_OK;
+                    "%s: task %lld was already completed under token %lld; that completion "
+                    "ended the lease",
+                    ctx, (long long)id, (long long)token);
+  if (h->token == token)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: the lease of task %lld under token %lld already ended (the task is %s "
+                    "now): an earlier fail, release or flag under this token ended it, or it "
+                    "expired or its worker timed out",
+                    ctx, (long long)id, (long long)token, task_state_name(h->state));
+  return fail_set(f, MUSTER_LEASE_LOST,
+                  "%s: task %lld is not leased (it is %s), and token %lld is not its last lease: "
+                  "that lease ended and the work belongs to no one now",
+                  ctx, (long long)id, task_state_name(h->state), (long long)token);
+}
+
+/* Loads task `id` into *h. */
+static muster_err_t lease_load(store_t *st, int64_t id, const char *ctx, lease_held_t *h,
+                               queue_t *cache, fail_t *f) {
+  muster_err_t err = lease_held_load(st, id, h, cache, f);
+  if (err == MUSTER_TASK_NOT_FOUND)
+    fail_set(f, MUSTER_TASK_NOT_FOUND, "%s: task %lld does not exist", ctx, (long long)id);
+  return err;
 }
 
 /* Loads task `id` and checks that it is leased under `token`. */
 static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const char *ctx,
                                 lease_held_t *h, queue_t *cache, fail_t *f) {
-  if (lease_held_load(st, id, h, cache, f)) {
-    if (f->code == MUSTER_TASK_NOT_FOUND)
-      fail_set(f, MUSTER_TASK_NOT_FOUND, "%s: task %lld does not exist", ctx, (long long)id);
+  if (lease_load(st, id, ctx, h, cache, f))
     return f->code;
-  }
   return lease_check_held(h, id, token, ctx, f);
 }
 
@@ -149,6 +178,75 @@ static muster_err_t op_complete(store_t *st, const char *text, const lease_held_
   if (store_step_done(st, s, f) || counts_run_add(st, run, h->queue.name, h->state, TASK_DONE, f))
     return f->code;
   return op_complete_after(st, text, h, false, out, f);
+}
+
+/* True when result texts `a` and `b` (encoded JSON; NULL: none) are the same
+ * value: byte for byte as the scanner and jw_dump write them, or, for an
+ * object written with its keys in another order, by value. */
+static bool op_results_equal(const char *a, const char *b) {
+  if (a == NULL || b == NULL)
+    return a == b;
+  if (strcmp(a, b) == 0)
+    return true;
+  json_t *x = json_loads(a, JSON_DECODE_ANY, NULL), *y = json_loads(b, JSON_DECODE_ANY, NULL);
+  bool equal = x && y && json_equal(x, y);
+  json_decref(x);
+  json_decref(y);
+  return equal;
+}
+
+/*
+ * A completion repeated under the token that completed the task (a retry
+ * whose reply was lost, the normal case around a restart of the head) is a
+ * success with the first reply's shape, marked "repeated": true, and changes
+ * nothing: no count, no tally, no second next-stage task, no session result.
+ * The first result stays; when the repeat's result differs from it the
+ * element says "result_ignored": true.  `next_task` is the next-stage task
+ * the completion made, found by its parent: a scan of the next queue, paid
+ * only by repeats.
+ */
+static muster_err_t op_complete_repeat(store_t *st, const char *text, const lease_held_t *h,
+                                       apply_out_t *out, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT result, (SELECT max(id) FROM tasks WHERE queue = ?2"
+                                   " AND parent = ?1) FROM tasks WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "repeated completion");
+  sqlite3_bind_int64(s, 1, h->id);
+  sqlite3_bind_text(s, 2, h->queue.next, -1, SQLITE_STATIC);
+  if (sqlite3_step(s) != SQLITE_ROW) {
+    store_reset(s);
+    return store_fail(st, f, "repeated completion");
+  }
+  bool same = op_results_equal((const char *)sqlite3_column_text(s, 0), text);
+  bool has_next = sqlite3_column_type(s, 1) != SQLITE_NULL;
+  int64_t next_id = sqlite3_column_int64(s, 1);
+  store_reset(s);
+  jw_buf_t *b = &out->completed;
+  if (b->len > 1) /* after the "[" */
+    JW_ADD_LITERAL(b, ",");
+  JW_ADD_LITERAL(b, "{\"task\":");
+  jw_add_int(b, h->id);
+  JW_ADD_LITERAL(b, ",\"next_task\":");
+  lease_add_int_or_null(b, has_next, next_id);
+  JW_ADD_LITERAL(b, ",\"repeated\":true");
+  if (!same)
+    JW_ADD_LITERAL(b, ",\"result_ignored\":true");
+  JW_ADD_LITERAL(b, "}");
+  return b->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+}
+
+/* Loads task `id` for a completion under `token`, and answers it at once when
+ * it is a repeat (op_complete_repeat).  Returns 1 when it was, 0 when the
+ * task is leased under `token` (*h loaded, to be completed), -1 with *f
+ * filled otherwise. */
+static int lease_check_complete(store_t *st, int64_t id, int64_t token, const char *text,
+                                const char *ctx, lease_held_t *h, queue_t *cache, apply_out_t *out,
+                                fail_t *f) {
+  if (lease_load(st, id, ctx, h, cache, f))
+    return -1;
+  if (lease_completed_by(h, token))
+    return op_complete_repeat(st, text, h, out, f) ? -1 : 1;
+  return lease_check_held(h, id, token, ctx, f) ? -1 : 0;
 }
 
 static json_t *op_fail(store_t *st, const json_t *elem, const lease_held_t *h, const char *ctx,
@@ -307,15 +405,17 @@ static muster_err_t lease_apply_one(store_t *st, lease_op_t op, const json_t *el
       (op == LEASE_COMPLETE && jv_only(elem, ctx, with_result, f)))
     return f->code;
   lease_held_t h;
-  if (lease_check(st, task, token, ctx, &h, cache, f))
-    return f->code;
   if (op == LEASE_COMPLETE) {
     const json_t *result = json_object_get(elem, "result");
     char *text = result ? jv_encode(result) : NULL;
-    muster_err_t err = op_complete(st, text, &h, ctx, max_payload, run, out, f);
+    int held = lease_check_complete(st, task, token, text, ctx, &h, cache, out, f);
+    muster_err_t err =
+        held == 0 ? op_complete(st, text, &h, ctx, max_payload, run, out, f) : f->code;
     free(text);
     return err;
   }
+  if (lease_check(st, task, token, ctx, &h, cache, f))
+    return f->code;
   json_t *one = lease_apply_other(st, op, elem, &h, ctx, f);
   if (one == NULL || json_array_append_new(out->tree, one) != 0)
     return f->code ? f->code : fail_set(f, MUSTER_NOMEM, "out of memory");
@@ -347,7 +447,8 @@ static muster_err_t lease_complete_one(store_t *st, const jscan_elem_t *e, size_
   char ctx[32];
   lease_held_t h;
   lease_ctx(ctx, i);
-  if (lease_check(st, e->ints[0], e->ints[1], ctx, &h, cache, f))
+  int held = lease_check_complete(st, e->ints[0], e->ints[1], e->text, ctx, &h, cache, out, f);
+  if (held != 0)
     return f->code;
   return op_complete(st, e->text, &h, ctx, max_payload, run, out, f);
 }
@@ -609,11 +710,15 @@ static int lease_complete_batch(store_t *st, const jscan_body_t *body, size_t ma
              (found = lease_held_batch(st, body, held, queues, f)) != 0) {
     fail_t refused = {0};
     size_t passed = 0;
+    bool repeat = false;
     while (found > 0 && passed < n &&
+           !(repeat = lease_completed_by(&held[passed], body->elems[passed].ints[1])) &&
            !lease_complete_check(st, &body->elems[passed], passed, queues[passed], &held[passed],
                                  cache, max_payload, &refused))
       passed++;
-    if (found < 0 || lease_complete_first(st, body, passed, held, run, out, f))
+    if (repeat)
+      result = 1; /* a retry: nothing is written yet, and one by one answers repeats */
+    else if (found < 0 || lease_complete_first(st, body, passed, held, run, out, f))
       result = -1;
     else if (passed < n)
       result = (*f = refused, -1);

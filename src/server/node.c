@@ -47,22 +47,29 @@ static muster_err_t node_check_gpus(const json_t *gpus, fail_t *f) {
 
 typedef struct {
   const char *name, *hostname, *address; /* borrowed from the body */
+  const char *instance;                  /* the agent process's id, NULL: none sent */
   int64_t cpus, timeout_ms;
   char *gpus, *labels; /* encoded JSON or NULL, owned */
 } node_spec_t;
 
 static muster_err_t node_spec_parse(const json_t *body, int64_t default_timeout_ms,
                                     node_spec_t *spec, fail_t *f) {
-  static const char *const allowed[] = {"name", "hostname", "address",    "cpus",
-                                        "gpus", "labels",   "timeout_ms", NULL};
+  static const char *const allowed[] = {"name",   "hostname",   "address",  "cpus", "gpus",
+                                        "labels", "timeout_ms", "instance", NULL};
   if (jv_only(body, "", allowed, f) ||
       jv_str(body, "name", "", NULL, NAME_MAX_LEN * 4, &spec->name, f) ||
       jv_str(body, "hostname", "", NULL, NODE_MAX_TEXT, &spec->hostname, f) ||
       jv_str(body, "address", "", NULL, NODE_MAX_TEXT, &spec->address, f) ||
       jv_int(body, "cpus", "", 0, 0, 1 << 20, &spec->cpus, f) ||
       jv_int(body, "timeout_ms", "", default_timeout_ms, 100, 7LL * 24 * 3600 * 1000,
-             &spec->timeout_ms, f))
+             &spec->timeout_ms, f) ||
+      jv_str(body, "instance", "", NULL, NAME_MAX_LEN * 4, &spec->instance, f))
     return f->code;
+  if (spec->instance && !name_is_valid(spec->instance))
+    return fail_set(f, MUSTER_INVALID,
+                    "instance: '%.140s' is invalid: use 1 to %d characters of letters, digits, "
+                    "'.', '_' and '-'",
+                    spec->instance, NAME_MAX_LEN);
   if (spec->name == NULL)
     return fail_set(f, MUSTER_INVALID, "name: missing (every node needs a name)");
   if (!name_is_valid(spec->name))
@@ -205,15 +212,61 @@ json_t *node_list(store_t *st, fail_t *f) {
   return json_pack("{s:o}", "nodes", list);
 }
 
+/*
+ * Node names are chosen by people (default: the hostname), so two agents can
+ * name the same node: several agents on one host, cloned machines.  Without
+ * a check the second registration took the record over and ended the first
+ * agent's workers, and the two flipped it back and forth.  An agent sends a
+ * random id per process ("instance"); a registration from another instance
+ * is refused while the node is active and its agent heard from within its
+ * timeout.  A restarted agent (a new instance) whose predecessor crashed is
+ * accepted once the crashed one has been silent for the timeout; one that
+ * stopped cleanly said goodbye, so the node is gone and it is accepted at
+ * once.  Registrations without an instance (older agents, plain HTTP) are
+ * never refused, as before.
+ */
+static muster_err_t node_check_holder(store_t *st, const node_spec_t *spec, fail_t *f) {
+  if (spec->instance == NULL)
+    return MUSTER_OK;
+  sqlite3_stmt *s = store_stmt(st, "SELECT instance, coalesce(hostname, ''), last_seen_ms,"
+                                   " timeout_ms FROM nodes WHERE name = ?1 AND state = 0"
+                                   " AND instance IS NOT NULL AND instance != ?2");
+  if (s == NULL)
+    return store_fail(st, f, "node register");
+  store_bind_text(s, 1, spec->name);
+  store_bind_text(s, 2, spec->instance);
+  int rc = sqlite3_step(s);
+  char hostname[NODE_MAX_TEXT + 1] = "";
+  int64_t silent = 0, timeout = 0;
+  if (rc == SQLITE_ROW) {
+    snprintf(hostname, sizeof hostname, "%s", (const char *)sqlite3_column_text(s, 1));
+    silent = now_ms() - sqlite3_column_int64(s, 2);
+    timeout = sqlite3_column_int64(s, 3);
+  }
+  store_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return store_fail(st, f, "node register");
+  if (rc == SQLITE_DONE || silent >= timeout)
+    return MUSTER_OK;
+  return fail_set(f, MUSTER_INVALID_STATE,
+                  "node '%.140s' is held by another running agent (on host '%.200s', heard from "
+                  "%lld ms ago); two agents cannot share a node name: give this one its own "
+                  "(muster node --name NAME; it defaults to the hostname). If that agent has "
+                  "stopped, "
+                  "this registration is accepted once it has been silent for the node's "
+                  "timeout (%lld ms)",
+                  spec->name, hostname, (long long)(silent > 0 ? silent : 0), (long long)timeout);
+}
+
 /* Writes the record of a new or re-registering node; created_ms stays. */
 static muster_err_t node_write(store_t *st, const node_spec_t *spec, fail_t *f) {
   sqlite3_stmt *s = store_stmt(
       st, "INSERT INTO nodes(name, hostname, address, cpus, gpus, labels, state, timeout_ms,"
-          " last_seen_ms, created_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?8)"
+          " last_seen_ms, created_ms, instance) VALUES(?1, ?2, ?3, ?4, ?5, ?6, 0, ?7, ?8, ?8, ?9)"
           " ON CONFLICT(name) DO UPDATE SET hostname = excluded.hostname,"
           " address = excluded.address, cpus = excluded.cpus, gpus = excluded.gpus,"
           " labels = excluded.labels, state = 0, timeout_ms = excluded.timeout_ms,"
-          " last_seen_ms = excluded.last_seen_ms, cache = NULL");
+          " last_seen_ms = excluded.last_seen_ms, cache = NULL, instance = excluded.instance");
   if (s == NULL)
     return store_fail(st, f, "node register");
   store_bind_text(s, 1, spec->name);
@@ -224,6 +277,7 @@ static muster_err_t node_write(store_t *st, const node_spec_t *spec, fail_t *f) 
   store_bind_text(s, 6, spec->labels);
   sqlite3_bind_int64(s, 7, spec->timeout_ms);
   sqlite3_bind_int64(s, 8, now_ms());
+  store_bind_text(s, 9, spec->instance);
   return store_step_done(st, s, f);
 }
 
@@ -235,7 +289,8 @@ json_t *node_register(store_t *st, const json_t *body, int64_t default_timeout_m
     *created = node_state(st, spec.name) < 0;
     /* A restarted agent's old workers died with it: free their tasks at once. */
     int64_t workers = 0, released = 0;
-    if ((*created || node_end_workers(st, spec.name, NULL, &workers, &released, f) == MUSTER_OK) &&
+    if (node_check_holder(st, &spec, f) == MUSTER_OK &&
+        (*created || node_end_workers(st, spec.name, NULL, &workers, &released, f) == MUSTER_OK) &&
         node_write(st, &spec, f) == MUSTER_OK)
       out = node_get(st, spec.name, f);
     if (out && !*created)

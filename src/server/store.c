@@ -187,6 +187,9 @@ static const char *const migrations[] = {
     "INSERT INTO session_data(session, init_data)"
     "  SELECT id, init_data FROM sessions WHERE init_data IS NOT NULL;"
     "UPDATE sessions SET init_data = NULL WHERE init_data IS NOT NULL;",
+    /* The agent process that registered a node (node.c: a second agent under
+     * a name a live one holds is refused); NULL for agents that send none. */
+    "ALTER TABLE nodes ADD COLUMN instance TEXT;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

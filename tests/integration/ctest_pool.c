@@ -523,7 +523,9 @@ static void test_exactly_once(muster_client_t *c) {
     /* Input 1: the old holder comes back first and is refused; the new one completes. */
     CHECK_ERR(c, complete_double(c, &first[1]), MUSTER_LEASE_LOST);
     CHECK_OK(c, complete_double(c, &second[1]));
-    CHECK_ERR(c, complete_double(c, &second[1]), MUSTER_LEASE_LOST);
+    /* Again under the completing token (a retry after a lost reply): a repeat,
+     * answered and counted once (the pool yields input 1 once below). */
+    CHECK_OK(c, complete_double(c, &second[1]));
   }
   muster_leases_free(first, n1);
   muster_leases_free(second, n2);

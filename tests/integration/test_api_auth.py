@@ -49,7 +49,10 @@ class AuthTest(ApiTestCase):
     def test_missing_token(self):
         before = self.state()
         for method, path, body in self.endpoints():
-            self.expect_error(method, path, body, 401, "unauthorized", token=None)
+            r = self.expect_error(method, path, body, 401, "unauthorized", token=None)
+            self.assertTrue(r.json["error"]["message"].startswith("no token sent: send "
+                                                                  "'Authorization: Bearer TOKEN'"),
+                            r)
         self.assertEqual(self.state(), before)
 
     def test_wrong_tokens(self):
@@ -66,9 +69,21 @@ class AuthTest(ApiTestCase):
                        {"Authorization": ""}]
         for method, path, body in self.endpoints():
             for hdr in bad_headers:
-                self.expect_error(method, path, body, 401, "unauthorized", token=None,
-                                  headers=hdr)
+                r = self.expect_error(method, path, body, 401, "unauthorized", token=None,
+                                      headers=hdr)
+                # A header was sent: the message says what is wrong with it, not that
+                # none was sent.
+                bearer = hdr["Authorization"].strip().lower().startswith("bearer ")
+                self.assertIn("the token sent is not valid for this head" if bearer else
+                              "the Authorization header is not of the form 'Bearer TOKEN'",
+                              r.json["error"]["message"], (hdr, r))
         self.assertEqual(self.state(), before)
+
+    def test_metrics_says_which_token_problem(self):
+        r = self.expect_error("GET", "/metrics", None, 401, "unauthorized", token=None)
+        self.assertIn("no token sent", r.json["error"]["message"])
+        r = self.expect_error("GET", "/metrics", None, 401, "unauthorized", token="wrong")
+        self.assertIn("the token sent is not valid for this head", r.json["error"]["message"])
 
     def test_health_needs_no_token(self):
         r = self.call("GET", "/v1/health", token=None)

@@ -85,7 +85,7 @@ class CountsTest(ApiTestCase):
         self.ack("flag", [self.item(ls[4], reason="odd")])
         self.check("flag below max_flags")
         self.expect_error("POST", "/v1/leases/complete",
-                          {"leases": [self.item(ls[5]), self.item(ls[0])]}, 409, "lease_lost")
+                          {"leases": [self.item(ls[5]), self.item(ls[1])]}, 409, "lease_lost")
         self.assert_counts(queued=4, leased=1, done=1, failed=1)
         self.check("a batch refused half-way")
 

@@ -1,5 +1,6 @@
 """Leases: complete, fail (backoff, permanent, max_attempts -> dead), extend, release,
 flag; fencing tokens; lease expiry (docs/api.md, "Leases")."""
+import json
 import os
 import sys
 import unittest
@@ -36,10 +37,13 @@ class LeaseCallTest(ApiTestCase):
         c = self.get_task(ids[2])
         self.assertEqual((c["state"], c["result"]), ("done", None))
         self.assert_counts(done=3)
-        # Completing again with the same token: the lease is gone.
-        r = self.expect_error("POST", "/v1/leases/complete", {"leases": [item(la, result=0)]},
-                              409, "lease_lost")
+        # Completing again with the same token is a repeat (RetryTest); its other
+        # result is ignored: the first one stays.
+        r = self.ack("complete", [item(la, result=0)])
+        self.assertEqual(r, {"completed": [{"task": ids[0], "next_task": None, "repeated": True,
+                                            "result_ignored": True}]})
         self.assertEqual(self.get_task(ids[0])["result"], {"out": [1, 2]})
+        self.assert_counts(done=3)
 
     def test_complete_and_lease_next(self):
         """A "lease" object in the complete body leases the next tasks in the same request."""
@@ -402,6 +406,106 @@ class FencingTest(ApiTestCase):
         else:
             self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
             self.assertEqual(self.snapshot(), before)
+
+
+class RetryTest(ApiTestCase):
+    """A completion sent again under the token that completed the task (its reply was
+    lost) is a success marked "repeated" that counts nothing twice (docs/api.md,
+    "Retrying a completion")."""
+
+    def compact(self, body):
+        """The body as libmuster writes it, without whitespace: the head's scanner path."""
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def test_repeated_completion_counts_once(self):
+        nxt = self.qname("next")
+        self.create_queue(nxt)
+        self.create_queue(next=nxt)
+        w = self.register(nickname=self.qname("nick"))
+        ids = self.put("a", "b", "c")
+        la, lb, lc = self.lease(max=3, worker=w["id"])
+        # One element, as Python writes it (the tree path).
+        first = self.ack("complete", [item(la, result={"k": 1})])
+        [done_a] = first["completed"]
+        self.assertIsNotNone(done_a["next_task"])
+        again = self.ack("complete", [item(la, result={"k": 1})])
+        self.assertEqual(again, {"completed": [dict(done_a, repeated=True)]})
+        # A batch, as libmuster writes it (the scanner's path), sent twice.
+        body = {"leases": [item(lb, result=2), item(lc)]}
+        first = self.expect("POST", "/v1/leases/complete", raw=self.compact(body))
+        again = self.expect("POST", "/v1/leases/complete", raw=self.compact(body))
+        self.assertEqual(again["completed"], [dict(e, repeated=True) for e in first["completed"]])
+        # A batch mixing a repeat and a fresh completion, and an element whose result differs.
+        [did] = self.put("d")
+        ld = self.lease_one(worker=w["id"])
+        r = self.expect("POST", "/v1/leases/complete",
+                        raw=self.compact({"leases": [item(lb, result=3), item(ld)]}))
+        self.assertEqual([(e["task"], e.get("repeated"), e.get("result_ignored"))
+                          for e in r["completed"]], [(ids[1], True, True), (did, None, None)])
+        self.assertEqual(self.get_task(ids[1])["result"], 2, "the first result stays")
+        # Counted once: the queue's counts, the next stage's tasks, the worker's counter
+        # and the leaderboard.
+        self.assert_counts(done=4)
+        self.assert_counts(nxt, queued=4)
+        self.assertEqual(self.expect("GET", "/v1/workers/%d" % w["id"])["completed"], 4)
+        board = self.expect("GET", "/v1/leaderboard")["leaderboard"]
+        self.assertEqual([e["completed"] for e in board if e["nickname"] == w["nickname"]], [4])
+
+    def test_other_calls_under_a_completing_token(self):
+        self.create_queue()
+        [tid] = self.put("a")
+        lease = self.lease_one()
+        self.ack("complete", [item(lease, result=1)])
+        before = self.snapshot()
+        for kind in ("fail", "extend", "release", "flag"):
+            r = self.expect_error("POST", "/v1/leases/" + kind, {"leases": [item(lease)]}, 409,
+                                  "lease_lost")
+            self.assertIn("task %d was already completed under token %d" % (tid, lease["token"]),
+                          r.json["error"]["message"])
+        self.assertEqual(self.snapshot(), before)
+
+    def test_repeated_fail_says_the_lease_ended(self):
+        self.create_queue(backoff_ms=60000)
+        [tid] = self.put("a")
+        lease = self.lease_one()
+        self.ack("fail", [item(lease, error="boom")])
+        r = self.expect_error("POST", "/v1/leases/fail", {"leases": [item(lease, error="boom")]},
+                              409, "lease_lost")
+        msg = r.json["error"]["message"]
+        self.assertIn("the lease of task %d under token %d already ended (the task is queued"
+                      % (tid, lease["token"]), msg)
+        self.assertIn("an earlier fail", msg)
+        self.assertEqual(self.get_task(tid)["attempts"], 1)
+
+    def test_repeated_complete_and_lease_next(self):
+        """The repeat of a combined call counts its completions once and leases anew: the
+        tasks the lost reply carried stay leased to no one who knows until they expire."""
+        self.create_queue()
+        ids = self.put("a", "b", "c")
+        la = self.lease_one()
+        body = {"leases": [item(la, result=1)], "lease": {"queue": self.q}}
+        first = self.expect("POST", "/v1/leases/complete", body)
+        again = self.expect("POST", "/v1/leases/complete", body)
+        self.assertEqual(first["completed"], [{"task": ids[0], "next_task": None}])
+        self.assertEqual(again["completed"], [{"task": ids[0], "next_task": None,
+                                               "repeated": True}])
+        self.assertEqual([l["task"] for l in first["leases"]], [ids[1]])
+        self.assertEqual([l["task"] for l in again["leases"]], [ids[2]])
+        self.assert_counts(done=1, leased=2)
+
+    def test_another_token_is_still_refused(self):
+        self.create_queue(lease_ms=300, backoff_ms=0)
+        [tid] = self.put("a")
+        first = self.lease_one()
+        self.wait_state(tid, "queued")
+        second = self.lease_one()
+        self.ack("complete", [item(second, result="second")])
+        r = self.expect_error("POST", "/v1/leases/complete",
+                              {"leases": [item(first, result="first")]}, 409, "lease_lost")
+        self.assertIn("token %d is not its last lease" % first["token"],
+                      r.json["error"]["message"])
+        self.assertEqual(self.get_task(tid)["result"], "second")
+        self.assert_counts(done=1)
 
 
 class ExpiryTest(ApiTestCase):

@@ -160,6 +160,50 @@ class NodeTest(NodeCase):
         self.assertEqual(len(self.lease(worker=w["id"], max=3)), 3)
         self.assertEqual(self.get_node(name)["workers"], 1)
 
+    def test_second_agent_under_a_held_name_refused(self):
+        """Two agents (instances) under one node name: the second is refused while the first
+        is heard from, and takes nothing over; the same instance, and a registration without
+        an instance, re-register as before."""
+        self.create_queue(lease_ms=60000)
+        name = self.node_name()
+        first = self.register_node(name=name, hostname="box-a", instance="aaaa1111")
+        w = self.worker_on(name)
+        self.put("a")
+        held = self.lease_one(worker=w["id"])
+        r = self.expect_error("POST", "/v1/nodes",
+                              {"name": name, "hostname": "box-b", "instance": "bbbb2222"},
+                              409, "invalid_state")
+        msg = r.json["error"]["message"]
+        for part in ("node '%s' is held by another running agent" % name, "box-a",
+                     "--name", "timeout (40000 ms)"):
+            self.assertIn(part, msg)
+        node = self.get_node(name)
+        self.assertEqual((node["hostname"], node["workers"], node["created_ms"]),
+                         ("box-a", 1, first["created_ms"]))
+        self.assertEqual(self.worker_state(w["id"]), "active")
+        self.assertEqual(self.get_task(held["task"])["state"], "leased")
+        # The same instance registers again (as after the head forgot the node).
+        self.assertEqual(self.register_node(status=200, name=name, hostname="box-a",
+                                            instance="aaaa1111")["state"], "active")
+        # A registration that names no instance (an older agent) is not refused.
+        self.register_node(status=200, name=name, hostname="box-c")
+        # An instance that is not a name.
+        self.expect_error("POST", "/v1/nodes", {"name": name, "instance": "a b"}, 400,
+                          "invalid_argument")
+
+    def test_new_instance_accepted_once_the_old_one_is_silent(self):
+        """A restarted agent (a new instance) after a crash: accepted once the old one has
+        been silent for the node's timeout; after a goodbye, at once."""
+        name = self.node_name()
+        self.register_node(name=name, instance="old1", timeout_ms=1500)
+        self.expect_error("POST", "/v1/nodes", {"name": name, "instance": "new1"}, 409,
+                          "invalid_state")
+        harness.wait_until(
+            lambda: self.call("POST", "/v1/nodes", {"name": name, "instance": "new1"}).status
+            in (200, 201), what="the new instance to be accepted")
+        self.expect("DELETE", "/v1/nodes/" + name)
+        self.register_node(status=200, name=name, instance="new2")
+
     def test_leave(self):
         self.create_queue(lease_ms=60000)
         name = self.node_name()

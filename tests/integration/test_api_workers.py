@@ -127,7 +127,8 @@ class WorkerTest(ApiTestCase):
         self.put(8, 9)
         lc = self.lease(worker=a["id"], max=2)
         self.expect_error("POST", "/v1/leases/complete",
-                          {"leases": [item(lc[0]), item(la[0])]}, 409, "lease_lost")
+                          {"leases": [item(lc[0]), dict(item(lc[1]), token=lc[1]["token"] + 10**6)]},
+                          409, "lease_lost")
         self.assertEqual(self.get_worker(a["id"])["completed"], 3)
         self.ack("complete", [item(x) for x in lc])
         self.assertEqual(self.get_worker(a["id"])["completed"], 5)

@@ -425,7 +425,11 @@ class CliTest(unittest.TestCase):
         a, b, c = leases
         self.ok("complete", str(a["task"]), str(a["token"]), "the result")
         self.assertEqual(self.api("GET", "/v1/tasks/%d" % a["task"])["result"], "the result")
-        err = self.fails(1, "complete", str(a["task"]), str(a["token"]))
+        # Again under the same token (a retry after a lost reply): a repeat, answered; the
+        # first result stays. Any other call under that token: the lease is over.
+        self.ok("complete", str(a["task"]), str(a["token"]), "another result")
+        self.assertEqual(self.api("GET", "/v1/tasks/%d" % a["task"])["result"], "the result")
+        err = self.fails(1, "release", str(a["task"]), str(a["token"]))
         self.assertTrue(err.startswith("muster: lease_lost: "), err)
         self.ok("complete", str(b["task"]), str(b["token"]), "--json", '{"n": [1]}')
         self.assertEqual(self.api("GET", "/v1/tasks/%d" % b["task"])["result"], {"n": [1]})

@@ -84,6 +84,16 @@ class IterTest(unittest.TestCase):
         self.assertEqual(r.json["ranks"][2]["health"], "idle")
         r = create(h, "join", **dict(cfg, seed=4))
         self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+        self.assertIn("(seed is 3 there, 4 in this request)", r.json["error"]["message"])
+        # The first field that differs is named with both values, nested ones by path.
+        for change, named in (({"world_size": 3}, "world_size is 4 there, 3 in this request"),
+                              ({"dataset": {"num_samples": 99}},
+                               "dataset.num_samples is 100 there, 99 in this request"),
+                              ({"block_size": 7}, "block_size is 256 there, 7 in this request")):
+            r = create(h, "join", **dict(cfg, **change))
+            self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+            self.assertIn(named, r.json["error"]["message"])
+            self.assertIn("every rank must give the same one", r.json["error"]["message"])
         r = create(h, "join", lease_ms=5, **cfg)
         self.assertEqual(r.status, 409, r)
         self.assertIn("lease_ms", r.json["error"]["message"])
@@ -164,7 +174,43 @@ class IterTest(unittest.TestCase):
         self.assertIn("blocks[1]", r.json["error"]["message"])
         self.assertEqual(status(h, "fence")["blocks"]["done"], 0)  # nothing applied
         self.assertEqual(ack(h, "fence", 0, blocks).status, 200)
-        self.assertEqual(ack(h, "fence", 0, blocks[:1]).error_code, "lease_lost")  # twice
+
+    def test_repeated_ack_counts_once(self):
+        """An ack sent again under the tokens that acknowledged its blocks (its reply was
+        lost) succeeds with "repeated" and counts nothing twice; another token is still
+        lease_lost, and its message says what became of the block."""
+        h = self.head
+        create(h, "again", dataset={"num_samples": 20}, block_size=5, strategy="dynamic",
+               world_size=2, lease_ms=200, rank_timeout_ms=60000)
+        blocks = lease(h, "again", 0, 0, 2)["blocks"]
+        r = ack(h, "again", 0, blocks)
+        self.assertEqual(r.json, {"acked": 2, "epoch": 0, "epoch_complete": False,
+                                  "finished": False})
+        for body in (blocks, blocks[:1]):
+            r = ack(h, "again", 0, body)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.json, {"acked": len(body), "epoch": 0, "epoch_complete": False,
+                                      "finished": False, "repeated": len(body)})
+        st = status(h, "again")
+        self.assertEqual(st["blocks"]["done"], 2)
+        self.assertEqual((st["ranks"][0]["blocks"], st["ranks"][0]["samples"]), (2, 10))
+        # A fresh block and a repeat in one ack: the fresh one counts.
+        [third] = lease(h, "again", 1, 0, 1)["blocks"]
+        r = ack(h, "again", 1, [blocks[0], third])
+        self.assertEqual((r.status, r.json.get("repeated")), (200, 1), r)
+        self.assertEqual(status(h, "again")["blocks"]["done"], 3)
+        # Another token: refused, and the message says what became of the block.
+        r = ack(h, "again", 0, [dict(blocks[0], token=blocks[0]["token"] + 1000)])
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("was acknowledged under another token", r.json["error"]["message"])
+        # A lease that expired: its block waits to be leased again.
+        [late] = lease(h, "again", 0, 0, 1)["blocks"]
+        harness.wait_until(lambda: status(h, "again")["ranks"][0]["expired"] == 1,
+                           what="the lease to expire")
+        r = ack(h, "again", 0, [late])
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("is waiting to be leased again", r.json["error"]["message"])
+        self.assertEqual(status(h, "again")["blocks"]["done"], 3)
 
     def test_dynamic_takeover_after_expiry(self):
         h = self.head
@@ -261,6 +307,27 @@ class IterTest(unittest.TestCase):
         self.assertEqual(h.request("POST", "/v1/iterations",
                                    {"name": "ck2", "checkpoint": ck, "rank": 1}).status, 200)
         self.assertEqual(status(h, "ck2")["blocks"]["done"], 2)
+        # A restore into a name that is taken (by a created iteration, or one restored
+        # with another world size): the name is taken, not "every rank must give...".
+        for name, extra in (("ck", {}), ("ck2", {"world_size": 1})):
+            r = h.request("POST", "/v1/iterations", dict({"name": name, "checkpoint": ck}, **extra))
+            self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+            msg = r.json["error"]["message"]
+            self.assertIn("a restore makes a new iteration", msg)
+            self.assertIn("muster iter rm %s" % name, msg)
+            self.assertNotIn("every rank", msg)
+        # A create meeting a restored iteration.
+        r = create(h, "ck2", **ck["config"])
+        self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+        self.assertIn("restored from a checkpoint", r.json["error"]["message"])
+
+    def test_empty_dataset_refused(self):
+        h = self.head
+        for dataset in ({"num_samples": 0}, {"shards": [{"count": 0}, {"count": 0}]}):
+            r = create(h, "empty", dataset=dataset)
+            self.assertEqual((r.status, r.error_code), (400, "invalid_argument"), r)
+            self.assertIn("dataset: it has no samples", r.json["error"]["message"])
+        self.assertEqual(h.request("GET", "/v1/iterations/empty").status, 404)
 
     def test_delete(self):
         h = self.head
@@ -314,9 +381,9 @@ class CliTest(unittest.TestCase):
             pairs = ["%d:%d" % (b["block"], b["token"]) for b in blocks]
             p = self.run_cli(h, "iter", "ack", "c", "--rank", "0", *pairs)
             self.assertEqual(p.returncode, 0, p.stderr)
+            # Again, as after a lost reply: a repeat, counted once.
             p = self.run_cli(h, "iter", "ack", "c", "--rank", "0", *pairs)
-            self.assertEqual(p.returncode, 1)
-            self.assertIn("lease_lost", p.stderr)
+            self.assertEqual(p.returncode, 0, p.stderr)
             p = self.run_cli(h, "iter", "status", "c")
             self.assertIn("blocks 2/6 done", p.stdout)
             ck = self.run_cli(h, "iter", "checkpoint", "c").stdout

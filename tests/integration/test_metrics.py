@@ -94,10 +94,11 @@ class MetricsTest(unittest.TestCase):
         self.req("POST", "/v1/leases/complete", {"leases": [l1, l2]})
         self.req("POST", "/v1/leases/fail", {"leases": [dict(l3, error="boom")]})
         self.req("POST", "/v1/leases/flag", {"leases": [l4]})
-        # Refused as a whole (l1 is done): the valid element must not count either.
+        # Refused as a whole (l3's lease ended with its fail): the valid element must not
+        # count either.
         [l5] = self.req("POST", "/v1/queues/%s/lease" % q, {"worker": worker}).json["leases"]
         l5 = {"task": l5["task"], "token": l5["token"]}
-        self.req("POST", "/v1/leases/complete", {"leases": [l5, l1]}, status=409)
+        self.req("POST", "/v1/leases/complete", {"leases": [l5, l3]}, status=409)
         # l5 is left to expire.
         harness.wait_until(
             lambda: value(parse(self.scrape()), "muster_leases_expired_total", queue=q) == 1,

@@ -224,6 +224,29 @@ class AgentLifeTest(NodeTestCase):
                            what="node registered again")
         self.assertEqual(again.stop(), 0)
 
+    def test_two_agents_one_name(self):
+        """A second agent under the node name a running agent holds (each with its own lock
+        file, as on cloned machines) is refused, says why and waits; it takes nothing over.
+        Once the first is killed (no goodbye), it registers when the first has been silent
+        for the node's timeout."""
+        first = self.agent("twin").start()
+        harness.wait_until(lambda: (self.node("twin") or {}).get("state") == "active",
+                           what="the first agent registered")
+        second = self.agent("twin")
+        second.lock = os.path.join(self.dir, "agent-twin-2.lock")
+        second.log_path = os.path.join(self.dir, "agent-twin-2.log")
+        second.start()
+        harness.wait_until(lambda: "is held by another running agent" in second.log(),
+                           what="the refusal in the second agent's log")
+        self.assertIn("muster node --name NAME", second.log())
+        self.assertEqual(self.node("twin")["address"], first.url[len("http://"):])
+        self.assertNotIn("registered again", self.head.log())
+        first.kill()
+        harness.wait_until(
+            lambda: (self.node("twin") or {}).get("address") == second.url[len("http://"):],
+            what="the second agent registered")
+        self.assertEqual(second.stop(), 0)
+
     def test_register_heartbeat_leave(self):
         a = self.agent("n-life").start()
         node = harness.wait_until(lambda: self.node("n-life"), what="node registered")
