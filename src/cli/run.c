@@ -90,7 +90,8 @@ int run_resolve(const char *file, char *err, size_t err_size) {
   }
   snprintf(err, err_size,
            "cannot run '%s': no executable of that name in PATH (%.300s); give its full path "
-           "or fix PATH", file, path);
+           "or fix PATH",
+           file, path);
   return -1;
 }
 

@@ -544,8 +544,8 @@ int node_agent_main(const node_config_t *cfg) {
   if (a.base && (rc = agent_plan_workers(&a)) == -2)
     status = 2;
   else if (a.base && rc == 0 && agent_listen(&a) == 0 &&
-      pipe2(notify, O_CLOEXEC | O_NONBLOCK) == 0 &&
-      muster_client_new(cfg->head_url, cfg->token, &bg.client) == MUSTER_OK) {
+           pipe2(notify, O_CLOEXEC | O_NONBLOCK) == 0 &&
+           muster_client_new(cfg->head_url, cfg->token, &bg.client) == MUSTER_OK) {
     bg.notify_fd = notify[1];
     agent_announce(&a);
     status = agent_run(&a, &bg, notify);
