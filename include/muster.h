@@ -554,6 +554,12 @@ void muster_pool_opts_init(muster_pool_opts_t *opts);
 muster_err_t muster_pool_open(const muster_pool_opts_t *opts, muster_pool_t **out, char **message);
 /* The session id (owned by the pool). */
 const char *muster_pool_session(const muster_pool_t *pool);
+/* The session's heartbeat timeout in ms, as the head reported it at open: a
+ * caller who cannot reach the head for that long has likely lost the session. */
+int64_t muster_pool_timeout_ms(const muster_pool_t *pool);
+/* Makes muster_pool_close leave the session open (as opts.keep_session does),
+ * e.g. when giving up on an unreachable head so the results can be read later. */
+void muster_pool_keep_session(muster_pool_t *pool);
 /* Explanation of the last failure on the pool ("" when none). */
 const char *muster_pool_message(const muster_pool_t *pool);
 
@@ -583,6 +589,12 @@ int muster_pool_iter_done(const muster_pool_iter_t *it);
 void muster_pool_iter_progress(const muster_pool_iter_t *it, size_t *delivered, size_t *total);
 /* Results the head repeated and the pool dropped (0 unless something went wrong). */
 size_t muster_pool_iter_duplicates(const muster_pool_iter_t *it);
+/* The results-stream cursor the iterator reads from next: a session index when
+ * ordered, a completion sequence number when not.  Every result before it that
+ * belongs to the iterator was delivered (or is buffered, when called between
+ * two successful muster_pool_iter_next calls); after a failed call, reading
+ * the stream (muster_session_results) from it resumes where the iterator was. */
+int64_t muster_pool_iter_cursor(const muster_pool_iter_t *it);
 void muster_pool_iter_free(muster_pool_iter_t *it);
 
 /*

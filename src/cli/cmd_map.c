@@ -10,6 +10,12 @@
  * when any input failed.  The progress bar is drawn on stderr only when stderr
  * is a terminal, so pipes and logs see results and errors alone.  SIGINT and
  * SIGTERM close the pool, cancelling the unfinished tasks, before exiting.
+ *
+ * A head that stops answering (killed, restarting) does not end map: reading
+ * is retried every second for up to the session's timeout while the pool's
+ * thread keeps heart-beating, and the iterator carries on where it was, so no
+ * result is lost or printed twice.  Past that, map keeps the session open and
+ * prints the `muster session results` command that reads the rest.
  */
 #include "cli/cli.h"
 
@@ -23,6 +29,7 @@
 #define MAP_POLL_MS 1000  /* longest wait between checks for a signal */
 #define MAP_BAR_WIDTH 30  /* characters of the progress bar */
 #define MAP_REDRAW_MS 100 /* at most ten redraws a second */
+#define MAP_RETRY_MS 1000 /* pause between reads while the head does not answer */
 
 const cli_opt_t cmd_map_opts[] = {
     {"queue", "Q", "queue whose workers run the inputs (created when missing; required)"},
@@ -46,7 +53,11 @@ const char cmd_map_details[] =
     "Every input's result is printed exactly once, also when a node was lost\n"
     "and its tasks ran again elsewhere.  When stderr is a terminal a progress\n"
     "bar shows done/total, the rate and the time left.  Interrupting map closes\n"
-    "the session, which cancels the inputs not yet run.\n\n"
+    "the session, which cancels the inputs not yet run.\n"
+    "When the head stops answering (it was killed or restarts), map retries\n"
+    "every second for up to the session's timeout and carries on where it was;\n"
+    "if it gives up it exits 1 and prints the session id and the `muster\n"
+    "session results` command that fetches the rest.\n\n"
     "examples:\n"
     "  seq 1000 | muster map --queue square --ordered\n"
     "  muster map --queue resize --with-index < urls.txt\n";
@@ -185,20 +196,91 @@ static int map_print(const cli_args_t *args, map_bar_t *bar, const muster_result
   return 1;
 }
 
+/* Non-zero for a failure that says the head is down or restarting, which map
+ * outlasts: MUSTER_NETWORK (no answer) and MUSTER_UNAVAILABLE (503). */
+static int map_transient(muster_err_t err) {
+  return err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE;
+}
+
+/* Sleeps `ms`, cut short by SIGINT/SIGTERM (the handler is installed without
+ * SA_RESTART, so nanosleep returns early and the caller sees map_stop). */
+static void map_nap(int64_t ms) {
+  struct timespec pause = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+  if (!map_stop)
+    nanosleep(&pause, NULL);
+}
+
+/* Says how to fetch the results map could not wait for: the session is kept
+ * (not closed, which would cancel them), and the stream is read from where
+ * the iterator stopped, in map's order, as bare values when map printed those. */
+static void map_give_up(const cli_args_t *args, muster_pool_t *pool, muster_pool_iter_t *it,
+                        int64_t waited_ms) {
+  size_t done = 0, total = 0;
+  muster_pool_iter_progress(it, &done, &total);
+  muster_pool_keep_session(pool);
+  const char *sid = muster_pool_session(pool);
+  int plain = !cli_flag(args, "with-index") && !cli_flag(args, "json-output");
+  fprintf(stderr,
+          "muster: gave up after %lld s without an answer from the head: %s\n"
+          "muster: %zu of %zu results were printed. Session %s is left open: its tasks run on\n"
+          "  and the head keeps their results until the session goes %lld ms without a client.\n"
+          "  Once the head is back, fetch the rest with:\n"
+          "  muster session results %s --url %s%s --cursor %lld --follow%s\n",
+          (long long)(waited_ms / 1000), muster_pool_message(pool), done, total, sid,
+          (long long)muster_pool_timeout_ms(pool), sid, cli_url(args),
+          cli_flag(args, "ordered") ? "" : " --order completion",
+          (long long)muster_pool_iter_cursor(it), plain ? " --values" : "");
+}
+
+/*
+ * Waits out one failed read of the results.  A transient failure is retried
+ * every MAP_RETRY_MS for up to the session's timeout, counted from the first
+ * failure in a row (*failing_since_ms, 0 when the last read worked); the pool's
+ * heartbeat thread keeps beating meanwhile, and the iterator resumes where it
+ * was.  Returns 1 to try again, 0 to stop (the message is printed).
+ */
+static int map_retry(const cli_args_t *args, map_bar_t *bar, muster_pool_t *pool,
+                     muster_pool_iter_t *it, muster_err_t err, int64_t *failing_since_ms) {
+  int64_t now = map_now_ms(), limit_ms = muster_pool_timeout_ms(pool);
+  map_bar_clear(bar);
+  if (!map_transient(err)) {
+    fprintf(stderr, "muster: %s: %s (session %s)\n", muster_err_name(err),
+            muster_pool_message(pool), muster_pool_session(pool));
+    return 0;
+  }
+  if (*failing_since_ms == 0) {
+    *failing_since_ms = now;
+    fprintf(stderr, "muster: %s: %s (retrying every second for up to %lld s; session %s)\n",
+            muster_err_name(err), muster_pool_message(pool), (long long)(limit_ms / 1000),
+            muster_pool_session(pool));
+  } else if (now - *failing_since_ms >= limit_ms) {
+    map_give_up(args, pool, it, now - *failing_since_ms);
+    return 0;
+  }
+  map_nap(MAP_RETRY_MS);
+  return 1;
+}
+
 /* Prints every result of `it` as it comes; returns CLI_OK, or CLI_FAIL. */
 static int map_drain(const cli_args_t *args, muster_pool_t *pool, muster_pool_iter_t *it) {
   map_bar_t bar = {.enabled = isatty(2) && !cli_flag(args, "quiet"), .started_ms = map_now_ms()};
   size_t done = 0, total = 0, failures = 0;
+  int64_t failing_since_ms = 0;
   int rc = CLI_OK;
   while (!muster_pool_iter_done(it) && !map_stop) {
     muster_result_t r;
     int has = 0;
     muster_err_t err = muster_pool_iter_next(it, MAP_POLL_MS, &r, &has);
     if (err != MUSTER_OK) {
-      map_bar_clear(&bar);
-      fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), muster_pool_message(pool));
+      if (map_retry(args, &bar, pool, it, err, &failing_since_ms))
+        continue;
       rc = CLI_FAIL;
       break;
+    }
+    if (failing_since_ms != 0) {
+      map_bar_clear(&bar);
+      fprintf(stderr, "muster: the head answers again; carrying on\n");
+      failing_since_ms = 0;
     }
     if (has) {
       failures += (size_t)map_print(args, &bar, &r);

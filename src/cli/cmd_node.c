@@ -15,6 +15,7 @@
  * `muster node` below; every other option goes to the head (head.c).
  */
 #include "cli/cli.h"
+#include "cli/run.h"
 #include "node/node.h"
 #include "server/head.h"
 
@@ -110,6 +111,12 @@ static int node_read_opts(cli_args_t *args, node_config_t *cfg) {
     return cli_usage_error(args->cmd, "--queue needs a worker: -- CMD [ARGS...] or --plugin PATH");
   if (cfg->cmd && cfg->plugin)
     return cli_usage_error(args->cmd, "give either a command or --plugin, not both");
+  char why[800];
+  if (cfg->cmd && run_resolve(cfg->cmd[0], why, sizeof why) != 0) {
+    /* Every worker would fail at once: refuse before starting any. */
+    fprintf(stderr, "muster %s: %s; no worker was started\n", args->cmd->name, why);
+    return CLI_USAGE;
+  }
   if (cfg->plugin && cfg->concurrency > 1)
     return cli_usage_error(args->cmd, "--concurrency is for command workers; a plugin worker "
                                       "runs one task at a time");
@@ -153,7 +160,7 @@ int cmd_node(cli_args_t *args) {
   cfg.token = cli_token(args);
   cfg.listen = cli_opt(args, "listen");
   cfg.log_prefix = "muster node";
-  return node_agent_main(&cfg) == 0 ? CLI_OK : CLI_FAIL;
+  return node_agent_main(&cfg); /* 0, 1 (CLI_FAIL) or 2 (CLI_USAGE) */
 }
 
 /* ---- muster head ------------------------------------------------------------ */
@@ -186,6 +193,12 @@ static int head_split(int argc, char **argv, char **head_argv, int *head_argc, c
   *head_argc = *agent_argc = 0;
   head_argv[(*head_argc)++] = argv[0];
   for (int i = 1; i < argc; i++) {
+    char why[800];
+    if (strcmp(argv[i], "--") == 0 && i + 1 < argc && run_resolve(argv[i + 1], why, sizeof why)) {
+      /* Checked here, before the head starts, rather than by its local agent alone. */
+      fprintf(stderr, "muster head: %s; nothing was started\n", why);
+      return CLI_USAGE;
+    }
     if (strcmp(argv[i], "--") == 0) {
       while (i < argc)
         agent_argv[(*agent_argc)++] = argv[i++];
@@ -283,7 +296,7 @@ static int head_local_agent(pid_t head_pid, int agent_argc, char **agent_argv, c
     cfg.log_prefix = "muster head (local node)";
     cfg.beside_head = 1;
     cfg.lock_busy_ok = 1;
-    rc = node_agent_main(&cfg) == 0 ? CLI_OK : CLI_FAIL;
+    rc = node_agent_main(&cfg);
   }
   free(pos);
   return rc;

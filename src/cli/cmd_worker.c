@@ -233,6 +233,13 @@ static int worker_configure(cli_args_t *args, worker_t *w) {
     rc = cli_usage_error(args->cmd, "give either a command or --plugin, not both");
   else if (rc == CLI_OK && w->plugin_path != NULL && w->concurrency > 1)
     rc = cli_usage_error(args->cmd, "a plugin worker runs one task at a time (no --concurrency)");
+  char why[800];
+  if (rc == CLI_OK && w->plugin_path == NULL && run_resolve(w->cmd[0], why, sizeof why) != 0) {
+    /* Checked before joining: a worker that cannot run its command would fail
+     * every task it leased and so turn the whole queue dead. */
+    fprintf(stderr, "muster worker: %s; nothing was leased\n", why);
+    rc = CLI_USAGE;
+  }
   if (rc == CLI_OK && w->init_data != NULL) {
     json_t *value = json_loads(w->init_data, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     if (value == NULL)

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -40,6 +41,58 @@ static void run_close(int *fd) {
   if (*fd >= 0)
     close(*fd);
   *fd = -1;
+}
+
+/* Non-zero when `path` is a regular file this process may execute. */
+static int run_executable(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* Says why `path` (a name with a '/') cannot be exec'd. */
+static void run_explain_path(const char *path, char *err, size_t err_size) {
+  struct stat st;
+  if (stat(path, &st) != 0)
+    snprintf(err, err_size, "cannot run '%s': %s", path, strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    snprintf(err, err_size, "cannot run '%s': not a regular file", path);
+  else
+    snprintf(err, err_size, "cannot run '%s': no execute permission (chmod +x it?)", path);
+}
+
+int run_resolve(const char *file, char *err, size_t err_size) {
+  if (file == NULL || file[0] == '\0') {
+    snprintf(err, err_size, "the command is empty");
+    return -1;
+  }
+  if (strchr(file, '/') != NULL) {
+    if (run_executable(file))
+      return 0;
+    run_explain_path(file, err, err_size);
+    return -1;
+  }
+  char fallback[512] = "/bin:/usr/bin";
+  const char *path = getenv("PATH");
+  if (path == NULL && confstr(_CS_PATH, fallback, sizeof fallback) > sizeof fallback)
+    snprintf(fallback, sizeof fallback, "/bin:/usr/bin");
+  if (path == NULL)
+    path = fallback;
+  for (const char *dir = path;; dir++) {
+    size_t len = strcspn(dir, ":");
+    char candidate[4096];
+    /* An empty entry means the current directory, as it does for execvp. */
+    int n = snprintf(candidate, sizeof candidate, "%.*s%s%s", (int)len, dir, len ? "/" : "", file);
+    if (n > 0 && (size_t)n < sizeof candidate && run_executable(candidate))
+      return 0;
+    dir += len;
+    if (*dir == '\0')
+      break;
+  }
+  snprintf(err, err_size,
+           "cannot run '%s': no executable of that name in PATH (%.300s); give its full path "
+           "or fix PATH",
+           file, path);
+  return -1;
 }
 
 int run_start(run_proc_t *proc, char *const argv[], char *const envp[], const char *input,

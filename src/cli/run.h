@@ -31,6 +31,15 @@ typedef struct {
 } run_proc_t;
 
 /*
+ * Checks that `file` can be exec'd the way run_start will: a name with a '/'
+ * as it is, any other name through the directories of PATH (the system's
+ * default path when PATH is unset), as execvp looks it up; the file must be a
+ * regular file with execute permission.  Returns 0, or -1 with an
+ * explanation a user can act on in `err` (`err_size` bytes).
+ */
+int run_resolve(const char *file, char *err, size_t err_size);
+
+/*
  * Starts argv[0] (looked up in PATH, no shell) with environment `envp`, in its
  * own process group under a guard that kills the group if the worker dies,
  * with `input` to be written to its stdin.  Returns 0, or -1 with an

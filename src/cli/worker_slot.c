@@ -335,6 +335,22 @@ static void slot_report(worker_slot_t *slot, const muster_lease_t *lease, run_pr
   }
 }
 
+/*
+ * The command could not be started (it was removed or lost its execute bit
+ * since the worker checked it at start, or the worker cannot fork).  That is
+ * the worker's fault, not the task's: the task is released, which charges no
+ * attempt, and the worker stops with an error rather than fail task after
+ * task until the queue is dead.
+ */
+static void slot_cannot_run(worker_slot_t *slot, const muster_lease_t *lease, const char *why) {
+  worker_t *w = slot->worker;
+  slot_release(slot, lease);
+  if (!atomic_exchange(&w->fatal, 1))
+    fprintf(stderr, "muster worker: slot %d: %s; task %lld released, stopping the worker\n",
+            slot->index + 1, why, (long long)lease->task);
+  atomic_store(&w->stopping, 1);
+}
+
 /* Runs one leased task from start to report. */
 static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
   json_t *payload = json_loads(lease->payload, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
@@ -354,7 +370,7 @@ static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
     ; /* the worker is being killed: its goodbye gives the lease back */
   } else if (run_start(&proc, slot->worker->cmd, env, input, input_len, why, sizeof why) != 0) {
     slot_set_proc(slot, NULL, 0, true);
-    slot_fail(slot, lease, why);
+    slot_cannot_run(slot, lease, why);
   } else {
     slot_set_proc(slot, &proc, lease->task, true);
     int lost = slot_supervise(slot, lease, &proc);

@@ -41,6 +41,7 @@ struct muster_pool {
   char *session;
   int own_session; /* created by this pool: closed at close unless keep_session */
   int keep_session;
+  int64_t timeout_ms;       /* the session's heartbeat timeout, as the head reported it */
   int64_t next_index;       /* session index the next input gets */
   int64_t completion_floor; /* highest completion cursor seen by any iterator */
   char message[CLIENT_MESSAGE_MAX];
@@ -95,6 +96,15 @@ const char *muster_pool_message(const muster_pool_t *pool) {
 
 const char *muster_pool_session(const muster_pool_t *pool) {
   return pool ? pool->session : NULL;
+}
+
+int64_t muster_pool_timeout_ms(const muster_pool_t *pool) {
+  return pool ? pool->timeout_ms : 0;
+}
+
+void muster_pool_keep_session(muster_pool_t *pool) {
+  if (pool != NULL)
+    pool->keep_session = 1;
 }
 
 static int64_t pool_now_ms(void) {
@@ -250,6 +260,7 @@ muster_err_t muster_pool_open(const muster_pool_opts_t *opts, muster_pool_t **ou
   if ((err = pool_ensure_queue(pool, opts->create_queue)) != MUSTER_OK ||
       (err = pool_start_session(pool, opts, &timeout_ms)) != MUSTER_OK)
     return pool_open_failed(pool, err, message);
+  pool->timeout_ms = timeout_ms;
   pool->hb_period_ms = opts->heartbeat_ms >= 0 ? opts->heartbeat_ms : timeout_ms / 4;
   if (pool->hb_period_ms > 0 &&
       (err = pool_heartbeat_start(pool, opts->url, opts->token)) != MUSTER_OK)
@@ -360,6 +371,10 @@ void muster_pool_iter_progress(const muster_pool_iter_t *it, size_t *delivered, 
 
 size_t muster_pool_iter_duplicates(const muster_pool_iter_t *it) {
   return it ? it->duplicates : 0;
+}
+
+int64_t muster_pool_iter_cursor(const muster_pool_iter_t *it) {
+  return it ? it->cursor : 0;
 }
 
 /* Takes the next result of the buffered page that is this iterator's and not

@@ -144,6 +144,29 @@ static void agent_heartbeat_body(const node_agent_t *a, char *buf, size_t size) 
            (long long)s.fetch_failures, (long long)s.verify_failures);
 }
 
+/*
+ * The head refused the agent's token.  Retrying cannot help (the token is
+ * wrong, or was revoked), so the agent stops: the loop is told through the
+ * registration pipe, stops the workers like SIGTERM does, and the agent exits
+ * 1.  No goodbye is sent: it would be refused too.
+ */
+static void agent_bg_refused(agent_bg_t *bg, muster_err_t err) {
+  node_agent_t *a = bg->a;
+  agent_log(a,
+            "%s: %s: %s; stopping (check the token: --token, MUSTER_TOKEN, or the 'token' file "
+            "in the head's data dir)",
+            bg->registered == 0 ? "register" : "heartbeat", muster_err_name(err),
+            muster_client_message(bg->client));
+  bg->registered = -1;
+  bg->next_ms = INT64_MAX;
+  pthread_mutex_lock(&a->lock);
+  a->refused = 1;
+  pthread_mutex_unlock(&a->lock);
+  char one = 1;
+  if (write(bg->notify_fd, &one, 1) < 0)
+    agent_log(a, "cannot wake the event loop: %s", strerror(errno));
+}
+
 /* Registers (when not yet) or heart-beats; decides when to call again. */
 static void agent_bg_tick(agent_bg_t *bg) {
   node_agent_t *a = bg->a;
@@ -175,6 +198,10 @@ static void agent_bg_tick(agent_bg_t *bg) {
     }
   } else {
     err = MUSTER_OK;
+  }
+  if (err == MUSTER_UNAUTHORIZED || err == MUSTER_FORBIDDEN) {
+    agent_bg_refused(bg, err);
+    return;
   }
   if (err != MUSTER_OK && !bg->failing)
     agent_log(a, "%s: %s: %s (retrying)", bg->registered == 0 ? "register" : "heartbeat",
@@ -303,6 +330,15 @@ static void agent_on_registered(evutil_socket_t fd, short what, void *arg) {
   char buf[16];
   while (read(fd, buf, sizeof buf) > 0)
     ;
+  pthread_mutex_lock(&a->lock);
+  int refused = a->refused;
+  pthread_mutex_unlock(&a->lock);
+  if (refused) { /* the head refused our token (agent_bg_refused said so) */
+    a->stopping = a->stopping ? a->stopping : 1;
+    sup_signal_all(a, SIGTERM);
+    agent_finish_if_done(l);
+    return;
+  }
   if (l->started || a->stopping)
     return;
   l->started = 1;
@@ -315,7 +351,8 @@ static void agent_on_registered(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- setup ---- */
 
-/* The name, hostname, CPU count and path of this binary. */
+/* The name, hostname, CPU count and path of this binary; 0, -2 for a bad
+ * node name (the caller's mistake: exit status 2), or -1. */
 static int agent_identity(node_agent_t *a) {
   if (gethostname(a->hostname, sizeof a->hostname - 1) != 0)
     snprintf(a->hostname, sizeof a->hostname, "localhost");
@@ -328,7 +365,7 @@ static int agent_identity(node_agent_t *a) {
               "node name '%s': use 1 to 128 characters of letters, digits, '.', '_' and '-' "
               "(--name)",
               name);
-    return -1;
+    return -2;
   }
   memcpy(a->name, name, len + 1); /* len <= 128 < sizeof a->name */
   /* Tells the head this process from another agent under the same name. */
@@ -347,7 +384,8 @@ static int agent_identity(node_agent_t *a) {
   return 0;
 }
 
-/* Detects and filters the GPUs and decides the workers. */
+/* Detects and filters the GPUs and decides the workers; 0, -2 for a bad GPU
+ * list (--gpus or CUDA_VISIBLE_DEVICES: exit status 2), or -1. */
 static int agent_plan_workers(node_agent_t *a) {
   const node_config_t *cfg = a->cfg;
   gpu_detect(&a->gpus);
@@ -356,7 +394,7 @@ static int agent_plan_workers(node_agent_t *a) {
   char err[256];
   if (gpu_filter(&a->gpus, only, cfg->min_gpu_memory_mb, err, sizeof err) != 0) {
     agent_log(a, "%s%s", cfg->gpus ? "--gpus: " : "CUDA_VISIBLE_DEVICES: ", err);
-    return -1;
+    return -2;
   }
   char list[1024] = "";
   size_t at = 0;
@@ -490,8 +528,9 @@ int node_agent_main(const node_config_t *cfg) {
   a.lock_fd = -1;
   const char *lock_path = cfg->lock_path ? cfg->lock_path : getenv("MUSTER_NODE_LOCK");
   char err[1024];
-  if (agent_identity(&a) != 0)
-    return 1;
+  int rc = agent_identity(&a);
+  if (rc != 0)
+    return rc == -2 ? 2 : 1;
   a.lock_fd =
       node_lock_take(lock_path && lock_path[0] ? lock_path : NODE_DEFAULT_LOCK, err, sizeof err);
   if (a.lock_fd < 0) {
@@ -508,12 +547,16 @@ int node_agent_main(const node_config_t *cfg) {
   int status = 1, notify[2] = {-1, -1};
   agent_bg_t bg = {.a = &a};
   a.base = event_base_new();
-  if (a.base && agent_plan_workers(&a) == 0 && agent_listen(&a) == 0 &&
-      pipe2(notify, O_CLOEXEC | O_NONBLOCK) == 0 &&
-      muster_client_new(cfg->head_url, cfg->token, &bg.client) == MUSTER_OK) {
+  if (a.base && (rc = agent_plan_workers(&a)) == -2)
+    status = 2;
+  else if (a.base && rc == 0 && agent_listen(&a) == 0 &&
+           pipe2(notify, O_CLOEXEC | O_NONBLOCK) == 0 &&
+           muster_client_new(cfg->head_url, cfg->token, &bg.client) == MUSTER_OK) {
     bg.notify_fd = notify[1];
     agent_announce(&a);
     status = agent_run(&a, &bg, notify);
+    if (a.refused)
+      status = 1;
     if (status == 0)
       agent_log(&a, "node %s stopped", a.name);
   }

@@ -75,6 +75,7 @@ struct node_agent {
   pthread_mutex_t lock;
   pthread_cond_t wake;
   int bg_stop;
+  int refused;      /* the head refused our token (401/403): stop and exit 1 (under lock) */
   int64_t *crashed; /* worker ids to report as crashed (under lock) */
   size_t ncrashed, crashed_cap;
 };

@@ -95,7 +95,8 @@ typedef struct {
 } node_config_t;
 
 /* Runs the agent until SIGINT/SIGTERM (graceful) or SIGHUP (hard stop);
- * returns the process exit status. */
+ * returns the process exit status: 0, 1 (a failure, or the head refused the
+ * token), or 2 (a bad argument: node name, GPU list). */
 int node_agent_main(const node_config_t *cfg);
 
 #endif /* MUSTER_NODE_H */

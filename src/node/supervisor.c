@@ -298,10 +298,12 @@ static void sup_ended(node_worker_t *w, int status) {
   int crashed = WIFSIGNALED(status) && !w->signalled;
   if (crashed && w->worker_id > 0)
     agent_report_crash(a, w->worker_id);
+  char id[48] = ""; /* none when it ended before registering */
+  if (w->worker_id > 0)
+    snprintf(id, sizeof id, ", worker id %lld", (long long)w->worker_id);
   if (!a->stopping || crashed || (WIFEXITED(status) && WEXITSTATUS(status) != 0))
-    agent_log(a, "worker %d (pid %d, worker id %lld%s) %s: %s", w->slot + 1, (int)w->pid,
-              (long long)w->worker_id, w->gpu >= 0 ? ", a GPU worker" : "",
-              crashed ? "crashed" : "ended", how);
+    agent_log(a, "worker %d (pid %d%s%s) %s: %s", w->slot + 1, (int)w->pid, id,
+              w->gpu >= 0 ? ", a GPU worker" : "", crashed ? "crashed" : "ended", how);
   w->pid = 0;
   w->worker_id = 0;
   if (!a->stopping)

@@ -16,8 +16,9 @@ import harness
 
 
 class Agent:
-    def __init__(self, head, workdir, name="n1", args=(), cmd=None, env=None):
+    def __init__(self, head, workdir, name="n1", args=(), cmd=None, env=None, token=None):
         self.head = head
+        self.token = token or head.token
         self.workdir = workdir
         self.name = name
         self.lock = os.path.join(workdir, "agent-%s.lock" % name)
@@ -32,7 +33,7 @@ class Agent:
         self.url = None
 
     def argv(self):
-        argv = [harness.MUSTER_BIN, "node", "--join", self.head.url, "--token", self.head.token,
+        argv = [harness.MUSTER_BIN, "node", "--join", self.head.url, "--token", self.token,
                 "--name", self.name, "--lock-file", self.lock, "--listen", "127.0.0.1:0"]
         argv += self.args
         if self.cmd:

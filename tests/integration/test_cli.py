@@ -556,12 +556,44 @@ class CliTest(unittest.TestCase):
         self.assertGreaterEqual(len(long_["error"]), 2000)
         self.assertEqual(quiet["error"], "killed by signal 9")
 
-    def test_worker_missing_command_fails_task(self):
-        q = self.queue("", "--max-attempts", "1")
-        (task,) = self.ok("put", "--queue", q, "x").split()
-        self.finish(self.worker(q, "/no/such/command", opts=["--max-tasks", "1"]))
-        error = self.api("GET", "/v1/tasks/" + task)["error"]
-        self.assertIn("cannot run '/no/such/command'", error)
+    def test_worker_refuses_missing_command(self):
+        q = self.queue("", "--max-attempts", "3", "--backoff-ms", "10", "--backoff-max-ms", "20")
+        ids = self.ok("put", "--queue", q, "a", "b", "c").split()
+        script = os.path.join(self.tmp, "not-executable")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\ncat\n")
+        for cmd, why in (("/usr/bin/nonexistent-tool", "No such file or directory"),
+                         ("nonexistent-tool-0417", "no executable of that name in PATH"),
+                         (script, "no execute permission"), (self.tmp, "not a regular file")):
+            for opts in ([], ["--max-tasks", "1"]):
+                r = subprocess.run([MUSTER, "worker", "--queue", q] + opts + ["--", cmd],
+                                   env=self.env(), capture_output=True, text=True, timeout=60)
+                self.assertEqual(r.returncode, 2, (cmd, r.stderr))
+                self.assertIn("cannot run '%s': %s" % (cmd, why), r.stderr)
+                self.assertIn("nothing was leased", r.stderr)
+        for task in (self.api("GET", "/v1/tasks/" + i) for i in ids):
+            self.assertEqual((task["state"], task["attempts"]), ("queued", 0), task)
+        workers = self.api("GET", "/v1/workers")["workers"]
+        self.assertEqual([w for w in workers if q in (w.get("queues") or [])], [])
+
+    def test_worker_command_gone_at_run_time_releases_task(self):
+        q = self.queue("", "--max-attempts", "3", "--backoff-ms", "10", "--backoff-max-ms", "20")
+        script = os.path.join(self.tmp, "tool")
+        with open(script, "w") as f:
+            f.write("#!/bin/sh\ncat\n")
+        os.chmod(script, 0o755)
+        proc = self.worker(q, script, opts=["--concurrency", "2"])
+        harness.wait_until(lambda: "on queue " + q in self.log_of(proc), timeout=30,
+                           what="the worker to join")
+        os.unlink(script)  # checked at start; gone before the first task
+        ids = self.ok("put", "--queue", q, "a", "b", "c").split()
+        proc.wait(timeout=60)
+        err = self.log_of(proc)
+        self.assertEqual(proc.returncode, 1, err)
+        self.assertIn("cannot run '%s'" % script, err)
+        self.assertIn("released, stopping the worker", err)
+        for task in (self.api("GET", "/v1/tasks/" + i) for i in ids):
+            self.assertEqual((task["state"], task["attempts"]), ("queued", 0), task)
 
     def test_worker_payload_and_json_result(self):
         q = self.queue()

@@ -89,6 +89,18 @@ class NodeTestCase(unittest.TestCase):
 
 
 class HeadLocalNodeTest(unittest.TestCase):
+    def test_missing_command_refused_before_the_head_starts(self):
+        data = tempfile.mkdtemp(prefix="muster-node-test-")
+        try:
+            r = subprocess.run([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
+                                "--data-dir", data, "--queue", "q", "--", "/nonexistent/cmd"],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("muster head: cannot run '/nonexistent/cmd'", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(data, "url")))
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
+
     def test_ctrl_c_stops_the_head_and_its_node_quietly(self):
         # `muster head` without --server-only runs a local node agent beside the head,
         # here with two workers; Ctrl-C reaches them all.  All stop cleanly, and a
@@ -199,8 +211,14 @@ class GpuDetectionTest(NodeTestCase):
     def test_bad_gpus_list(self):
         a = self.agent("gpu5", args=["--gpus", "zero"], env=self.fake_smi_env())
         a.start(wait_listen=False)
-        self.assertEqual(a.proc.wait(20), 1)
+        self.assertEqual(a.proc.wait(20), 2)  # a bad argument, like every other one
         self.assertIn("not a list of GPU indexes", a.log())
+
+    def test_bad_name(self):
+        a = self.agent("bad name")
+        a.start(wait_listen=False)
+        self.assertEqual(a.proc.wait(20), 2)
+        self.assertIn("node name 'bad name': use 1 to 128 characters", a.log())
 
 
 class AgentLifeTest(NodeTestCase):
@@ -246,6 +264,32 @@ class AgentLifeTest(NodeTestCase):
             lambda: (self.node("twin") or {}).get("address") == second.url[len("http://"):],
             what="the second agent registered")
         self.assertEqual(second.stop(), 0)
+
+    def test_wrong_token_stops_the_agent(self):
+        self.make_queue("tok")
+        a = self.agent("badtok", args=["--queue", "tok", "--workers", "1"], cmd=["cat"],
+                       token="not-the-token-0123456789")
+        a.start(wait_listen=False)
+        self.assertEqual(a.proc.wait(30), 1, a.log())
+        log = a.log()
+        self.assertIn("register: unauthorized", log)
+        self.assertIn("stopping (check the token", log)
+        self.assertNotIn("retrying", log)
+        self.assertNotIn("started 1 worker", log)
+        self.assertIsNone(self.node("badtok"))
+
+    def test_missing_command_refused_at_start(self):
+        self.make_queue("nocmd", max_attempts=3)
+        [tid] = self.put("nocmd", ["x"])
+        for cmd in ("/nonexistent/cmd", "nonexistent-tool-0417"):
+            a = self.agent("nocmd", args=["--queue", "nocmd", "--workers", "2"], cmd=[cmd])
+            a.start(wait_listen=False)
+            self.assertEqual(a.proc.wait(20), 2, a.log())
+            self.assertIn("muster node: cannot run '%s'" % cmd, a.log())
+            self.assertIn("no worker was started", a.log())
+        self.assertIsNone(self.node("nocmd"))
+        task = self.task(tid)
+        self.assertEqual((task["state"], task["attempts"]), ("queued", 0))
 
     def test_register_heartbeat_leave(self):
         a = self.agent("n-life").start()

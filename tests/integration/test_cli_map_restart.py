@@ -1,0 +1,117 @@
+"""`muster map` outlasting its head: kill -9 mid-map, restart, and map carries on.
+
+The head listens on a fixed port (picked free at the start) so a restart on the same
+data dir is reachable at the same URL.  One `muster worker` squares numbers; inputs
+above GATED wait until the test creates a gate file, so map is mid-run (GATED results
+printed, the rest held back) when the head is killed, whatever the machine's speed.
+Checks: map exits 0 and prints every result exactly once and in input order, saying
+it retried; and when the head does not come back within the session's timeout, map
+exits 1 naming the session and the `muster session results` command that reads the
+rest from where it stopped.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+MUSTER = harness.MUSTER_BIN
+QUEUE = "sq"
+INPUTS = 300
+GATED = 100  # inputs 1..GATED run at once; the others wait for the gate file
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MapHeadRestartTest(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="muster-map-restart-")
+        self.gate = os.path.join(self.tmp, "gate")
+        self.head = harness.Head(["--listen", "127.0.0.1:%d" % free_port()])
+        self.head.start()
+        self.env = dict(os.environ, MUSTER_URL=self.head.url, MUSTER_TOKEN=self.head.token)
+        subprocess.run([MUSTER, "queue", "create", QUEUE], env=self.env, check=True,
+                       stdout=subprocess.DEVNULL)
+        square = ('read x; if [ "$x" -gt %d ]; then while [ ! -e %s ]; do sleep 0.02; done; fi;'
+                  ' echo $((x * x))' % (GATED, self.gate))
+        self.worker_log = open(os.path.join(self.tmp, "worker.log"), "wb")
+        self.worker = subprocess.Popen(
+            [MUSTER, "worker", "--queue", QUEUE, "--concurrency", "2", "--", "sh", "-c", square],
+            env=self.env, stdout=self.worker_log, stderr=subprocess.STDOUT)
+        self.lines = []
+
+    def tearDown(self):
+        open(self.gate, "w").close()  # lets the worker's held commands end
+        self.worker.terminate()
+        self.worker.wait(timeout=30)
+        self.worker_log.close()
+        self.head.cleanup()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start_map(self, *extra):
+        """Starts map on INPUTS inputs; a thread collects its stdout lines."""
+        proc = subprocess.Popen([MUSTER, "map", "--queue", QUEUE, "--ordered"] + list(extra),
+                                env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        proc.stdin.write("".join("%d\n" % i for i in range(1, INPUTS + 1)))
+        proc.stdin.close()
+
+        def read():
+            for line in proc.stdout:
+                self.lines.append(line.rstrip("\n"))
+
+        self.reader = threading.Thread(target=read)
+        self.reader.start()
+        harness.wait_until(lambda: len(self.lines) >= GATED or proc.poll() is not None,
+                           timeout=60, what="map to print the ungated results")
+        if proc.poll() is not None:
+            self.fail("map ended early: %s" % proc.stderr.read())
+        self.assertEqual(len(self.lines), GATED)
+        return proc
+
+    def finish_map(self, proc):
+        stderr = proc.stderr.read()
+        proc.wait(timeout=120)
+        self.reader.join(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
+        return stderr
+
+    def test_map_survives_head_kill_and_restart(self):
+        proc = self.start_map("--timeout-ms", "60000")
+        self.head.kill()
+        self.head.start()
+        open(self.gate, "w").close()
+        stderr = self.finish_map(proc)
+        self.assertEqual(proc.returncode, 0, stderr)
+        self.assertEqual(self.lines, [str(i * i) for i in range(1, INPUTS + 1)], stderr)
+        self.assertIn("retrying every second", stderr)
+        self.assertIn("carrying on", stderr)
+
+    def test_map_gives_up_naming_the_session(self):
+        proc = self.start_map("--timeout-ms", "2000")
+        url = self.head.url
+        self.head.kill()
+        stderr = self.finish_map(proc)
+        self.assertEqual(proc.returncode, 1, stderr)
+        self.assertEqual(len(self.lines), GATED)
+        self.assertIn("retrying every second for up to 2 s; session s-", stderr)
+        session = stderr.split("session s-", 1)[1].split(")", 1)[0]
+        self.assertIn("%d of %d results were printed" % (GATED, INPUTS), stderr)
+        self.assertIn("muster session results s-%s --url %s --cursor %d --follow --values"
+                      % (session, url, GATED), stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
