@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -268,9 +269,10 @@ static long worker_timeout_ms(worker_t *w, muster_client_t *client) {
 
 /*
  * Under a node agent, a queue that does not exist yet is waited for (nodes
- * often start before the pool creates its queue); a stop signal ends the wait.
+ * often start before the pool creates its queue); a stop signal ends the wait
+ * and sets *stopped.
  */
-static muster_err_t worker_await_queue(worker_t *w, muster_client_t *client) {
+static muster_err_t worker_await_queue(worker_t *w, muster_client_t *client, bool *stopped) {
   muster_err_t err = muster_queue_get(client, w->queue, NULL);
   if (err != MUSTER_QUEUE_NOT_FOUND || w->agent_fd < 0)
     return err;
@@ -282,16 +284,29 @@ static muster_err_t worker_await_queue(worker_t *w, muster_client_t *client) {
   sigaddset(&stop, SIGHUP);
   while (err == MUSTER_QUEUE_NOT_FOUND) {
     struct timespec pause = {0, 500 * 1000000L};
-    if (sigtimedwait(&stop, NULL, &pause) > 0)
-      return err; /* told to stop while waiting */
+    if (sigtimedwait(&stop, NULL, &pause) > 0) {
+      *stopped = true;
+      return err;
+    }
     err = muster_queue_get(client, w->queue, NULL);
   }
   return err;
 }
 
-/* Checks the queue, registers, and picks the heartbeat interval. */
+/* A worker told to stop before it joined: nothing to do, no error
+ * (worker_join). */
+#define WORKER_STOPPED (-1)
+
+/* Checks the queue, registers, and picks the heartbeat interval; CLI_OK,
+ * WORKER_STOPPED, or CLI_FAIL after saying why. */
 static int worker_join(worker_t *w, muster_client_t *client) {
-  muster_err_t err = worker_await_queue(w, client);
+  bool stopped = false;
+  muster_err_t err = worker_await_queue(w, client, &stopped);
+  if (stopped) {
+    fprintf(stderr, "muster worker: stopped while waiting for queue %s; nothing was leased\n",
+            w->queue);
+    return WORKER_STOPPED;
+  }
   if (err != MUSTER_OK)
     return cli_error(client, err);
   worker_refresh_lease_ms(w, client);
@@ -481,7 +496,7 @@ int cmd_worker(cli_args_t *args) {
     worker_destroy(&w);
     muster_client_free(client);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return CLI_FAIL;
+    return rc == WORKER_STOPPED ? CLI_OK : CLI_FAIL;
   }
   worker_run(&w, &signals);
   worker_leave(&w, client);

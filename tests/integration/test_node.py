@@ -137,6 +137,10 @@ class HeadLocalNodeTest(unittest.TestCase):
         harness.wait_until(
             lambda: head.request("GET", "/v1/queues/q").json["counts"]["done"] == 2,
             timeout=20, what="the workers' tasks:\n" + head.log())
+        # A worker polls for its queue twice a second: both have joined before the stop.
+        harness.wait_until(lambda: (lambda n: n and n[0]["workers"] == 2)(
+            head.request("GET", "/v1/nodes").json["nodes"]),
+            timeout=20, what="both workers joined:\n" + head.log())
         os.killpg(proc.pid, signal.SIGINT)
         self.assertEqual(proc.wait(30), 0, head.log())
         log = head.log()
@@ -334,6 +338,18 @@ class QueueLaterTest(NodeTestCase):
             self.task(tid)), timeout=20, what="the task done:\n" + a.log())
         self.assertEqual(t["result"], "cba")
         self.assertNotIn("restarting", a.log())
+
+    def test_a_stop_while_waiting_for_the_queue_is_no_error(self):
+        a = self.agent("idle", args=["--queue", "never", "--workers", "2"], cmd=["rev"])
+        a.start()
+        harness.wait_until(lambda: a.log().count("waiting for queue never") == 2, timeout=20,
+                           what="both workers to wait:\n" + a.log())
+        self.assertEqual(a.stop(), 0, a.log())
+        log = a.log()
+        self.assertEqual(log.count("stopped while waiting for queue never; nothing was leased"),
+                         2, log)
+        self.assertNotIn("queue_not_found", log)
+        self.assertNotIn("exit status", log)
 
 
 class KillNineTest(NodeTestCase):
