@@ -793,10 +793,11 @@ json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
 
 bool session_any_due(store_t *st, int64_t now) {
   sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM sessions WHERE state = 0 AND cleanup_on_exit = 1"
-                                   " AND last_seen_ms + timeout_ms <= ?1 LIMIT 1");
+                                   " AND last_seen_ms + timeout_ms <= ?1 AND ?2 + timeout_ms <= ?1 LIMIT 1");
   if (s == NULL)
     return true;
   sqlite3_bind_int64(s, 1, now);
+  sqlite3_bind_int64(s, 2, store_opened_ms(st));
   bool due = sqlite3_step(s) == SQLITE_ROW;
   store_reset(s);
   return due;
@@ -805,13 +806,14 @@ bool session_any_due(store_t *st, int64_t now) {
 int64_t session_expire_due(store_t *st, int64_t now, session_busy_fn busy, void *arg) {
   sqlite3_stmt *s = store_stmt(st, "SELECT id, timeout_ms FROM sessions WHERE state = 0"
                                    " AND cleanup_on_exit = 1 AND last_seen_ms + timeout_ms <= ?1"
-                                   " LIMIT 64");
+                                   " AND ?2 + timeout_ms <= ?1 LIMIT 64");
   if (s == NULL)
     return -1;
   char ids[64][SESSION_ID_LEN + 1];
   int64_t timeouts[64];
   size_t n = 0;
   sqlite3_bind_int64(s, 1, now);
+  sqlite3_bind_int64(s, 2, store_opened_ms(st));
   while (n < 64 && sqlite3_step(s) == SQLITE_ROW) {
     snprintf(ids[n], sizeof ids[n], "%s", (const char *)sqlite3_column_text(s, 0));
     timeouts[n++] = sqlite3_column_int64(s, 1);

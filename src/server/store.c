@@ -38,6 +38,7 @@ struct store {
   bool in_tx;            /* the turn's transaction is open */
   int64_t last_token;    /* highest fencing token handed out */
   int64_t token_floor;   /* committed in meta: no token up to it is ever reused */
+  int64_t opened_ms;     /* when this process opened the file (store_opened_ms) */
   int64_t new_tasks;     /* lowest task id inserted since store_take_new_tasks */
   store_tx_fn on_tx;
   store_ready_fn on_ready;
@@ -342,6 +343,7 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     fail_set(f, MUSTER_NOMEM, "out of memory");
     return NULL;
   }
+  st->opened_ms = now_ms();
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   if (sqlite3_open_v2(opts->path, &st->db, flags, store_vfs()) != SQLITE_OK) {
     store_fail(st, f, opts->path);
@@ -535,6 +537,10 @@ int64_t store_last_token(const store_t *st) {
 
 int64_t store_token_floor(const store_t *st) {
   return st->token_floor;
+}
+
+int64_t store_opened_ms(const store_t *st) {
+  return st->opened_ms;
 }
 
 void store_note_task(store_t *st, int64_t id) {

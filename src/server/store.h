@@ -78,6 +78,12 @@ int64_t store_last_token(const store_t *st);
  * after a restart, once the commit that wrote it is on disk. */
 int64_t store_token_floor(const store_t *st);
 
+/* When this process opened the store.  Workers, nodes and sessions cannot
+ * be heard from while no head runs, so their silence is counted from here
+ * at the earliest: a head down longer than their timeout does not declare
+ * them gone as it starts (the sweeps' "?2 + timeout_ms <= ?1"). */
+int64_t store_opened_ms(const store_t *st);
+
 /* Records that task `id` was inserted in the open transaction (task.c). */
 void store_note_task(store_t *st, int64_t id);
 /* The lowest task id inserted since the last store_take_new_tasks, or

@@ -156,6 +156,36 @@ class DurabilityTest(ApiTestCase):
                           "lease_lost")
         self.assertEqual(self.lease_one()["attempt"], 2)
 
+    def test_silence_is_counted_from_the_start(self):
+        # Nobody can be heard while no head runs: a worker, a node and a session whose
+        # timeouts all pass while the head is down are still there after it starts, and
+        # each is ended once its timeout has passed since the start without a word.  A
+        # lease that expired meanwhile ends at the start: its task queued again shows
+        # that the sweep has run since.
+        self.create_queue(lease_ms=300, backoff_ms=0)
+        [tid] = self.put("x")
+        self.lease_one()
+        w = self.register(timeout_ms=2000)
+        self.expect("POST", "/v1/nodes", {"name": "quiet", "timeout_ms": 2000}, status=201)
+        sess = self.expect("POST", "/v1/sessions", {"queue": self.q, "timeout_ms": 2000},
+                           status=201)
+        killed = now_ms()
+        self.head.kill()
+        harness.wait_until(lambda: now_ms() > killed + 2500, timeout=10, what="the timeouts")
+        self.head.start()
+        self.wait_state(tid, "queued")
+        self.assertEqual(self.expect("GET", "/v1/workers/%d" % w["id"])["state"], "active")
+        self.assertEqual(self.expect("GET", "/v1/nodes/quiet")["state"], "active")
+        self.assertEqual(self.expect("GET", "/v1/sessions/" + sess["id"])["state"], "open")
+        # Liveness still works: silent since the start, each is ended after its timeout.
+        harness.wait_until(lambda: self.expect("GET", "/v1/workers/%d" % w["id"])["state"]
+                           == "gone", timeout=10, what="the worker timed out")
+        harness.wait_until(lambda: self.expect("GET", "/v1/nodes/quiet")["state"]
+                           == "gone", timeout=10, what="the node timed out")
+        harness.wait_until(lambda: (lambda r: r.status == 404 or r.json["state"] != "open")(
+            self.head.request("GET", "/v1/sessions/" + sess["id"])),
+            timeout=10, what="the session closed")
+
     def test_sigterm_during_long_poll(self):
         self.create_queue()
         result = {}
