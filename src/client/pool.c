@@ -32,7 +32,7 @@
 
 #define POOL_BATCH 1000       /* inputs per submit request (the head's limit) */
 #define POOL_POLL_MS 20000    /* longest single long-poll; the head caps it too */
-#define POOL_SUBMIT_RETRIES 3 /* submit attempts after a lost reply */
+#define POOL_SUBMIT_PAUSE_S 1 /* between submit attempts to a head that is down */
 #define POOL_DEFAULT_TIMEOUT_MS 60000
 
 struct muster_pool {
@@ -285,10 +285,12 @@ void muster_pool_close(muster_pool_t *pool) {
 
 /* ---- submitting ------------------------------------------------------------------------------ */
 
-/* Puts inputs[0..count) at session indexes first, first+1, ...  A reply lost on
- * the network is retried; since the indexes are explicit, a retry of a batch
- * that did land is refused with invalid_state ("index in use"), which then
- * means it was stored. */
+/* Puts inputs[0..count) at session indexes first, first+1, ...  A head that is
+ * down or restarting (a reply lost on the network, or unavailable) is tried
+ * again at once and then every second, for up to the session's timeout, while
+ * the heartbeat thread keeps the session open; since the indexes are
+ * explicit, a retry of a batch that did land is refused with invalid_state
+ * ("index in use"), which then means it was stored. */
 static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *inputs, size_t count,
                                       int64_t first) {
   muster_task_spec_t *specs = calloc(count ? count : 1, sizeof *specs);
@@ -299,13 +301,20 @@ static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *in
     specs[i].payload = inputs[i];
     specs[i].index = first + (int64_t)i;
   }
-  muster_err_t err = MUSTER_NETWORK;
+  muster_err_t err;
   int lost_reply = 0;
-  for (int attempt = 0; attempt < POOL_SUBMIT_RETRIES && err == MUSTER_NETWORK; attempt++) {
+  int64_t give_up = pool_now_ms() + (pool->timeout_ms > 0 ? pool->timeout_ms : 0);
+  for (int attempt = 0;; attempt++) {
     err = muster_session_put(pool->client, pool->session, specs, count, NULL, NULL);
     if (err == MUSTER_INVALID_STATE && lost_reply)
       err = MUSTER_OK;
+    if (err != MUSTER_NETWORK && err != MUSTER_UNAVAILABLE)
+      break;
     lost_reply |= err == MUSTER_NETWORK;
+    if (attempt > 0 && pool_now_ms() >= give_up)
+      break;
+    if (attempt > 0)
+      nanosleep(&(struct timespec){.tv_sec = POOL_SUBMIT_PAUSE_S}, NULL);
   }
   free(specs);
   return pool_from_client(pool, err);
