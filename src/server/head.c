@@ -370,8 +370,9 @@ static size_t head_gather_min_active(void) {
  * reading and answering during the flush.  With more clients the groups
  * are large, and the loop writing their replies (which the gathering poll
  * below relies on) does better: with this threshold at 8, eight connections
- * unbatched measured 0.91-0.95x.  bench/compare, medians of 5: 1.10-1.18x
- * tasks/s at 2 and 4 connections, unbatched and in batches of 64
+ * unbatched measured 0.91-0.95x.  bench/compare, medians of 5: 1.08-1.17x
+ * tasks/s at 3 and 4 connections unbatched, 1.10-1.27x in batches of 64
+ * at 2 to 4 (two connections unbatched: 0.90-1.18x over three runs)
  * (docs/performance.md, item 41; design-notes "A few clients' groups are
  * flushed and answered by the helper thread"). */
 #define HEAD_LEND_FEW_BELOW 5
