@@ -72,6 +72,21 @@ static bool is_token_char(unsigned char ch) {
   return ch > 32 && ch < 127 && strchr("()<>@,;:\\\"/[]?={}", ch) == NULL;
 }
 
+/* True when the bytes of a request head received so far cannot begin a
+ * request line (a method of token characters up to 16 long, then a space):
+ * a TLS handshake sent to this plain-HTTP server, say, which would otherwise
+ * wait for a line end until the head's deadline.  Empty lines before the
+ * request line are allowed (RFC 9112, 2.2). */
+static bool head_start_bad(const h1_conn_t *c) {
+  const char *p = c->in + c->in_off, *end = c->in + c->in_len;
+  while (p < end && (*p == '\r' || *p == '\n'))
+    p++;
+  for (size_t n = 0; p < end && *p != ' '; p++, n++)
+    if (n >= 16 || !is_token_char((unsigned char)*p))
+      return true;
+  return false;
+}
+
 /* Where the head starting at in+off ends (the byte after its empty line), or
  * 0 when it is not complete yet. */
 static size_t head_end(h1_conn_t *c) {
@@ -571,7 +586,13 @@ void h1_conn_parse(h1_conn_t *c) {
       }
       size_t len = head_end(c);
       if (len == 0) {
-        if (c->in_len - c->in_off > s->cfg.max_head)
+        if (c->in_off < c->in_len && (unsigned char)c->in[c->in_off] == 0x16)
+          h1_conn_fail(c, 400, MUSTER_BAD_REQUEST,
+                       "this server speaks plain HTTP, not TLS: use an http:// URL");
+        else if (head_start_bad(c))
+          h1_conn_fail(c, 400, MUSTER_BAD_REQUEST,
+                       "the request line must be 'METHOD /path HTTP/1.1'");
+        else if (c->in_len - c->in_off > s->cfg.max_head)
           h1_conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
         return;
       }

@@ -334,6 +334,14 @@ class CliTest(unittest.TestCase):
         err = self.fails(1, "queue", "ls", "--url", self.head.url + "/prefix")
         self.assertIn("muster: not_found: no endpoint at /prefix/v1/queues", err)
 
+    def test_https_to_the_plain_head(self):
+        # An https:// URL to the head (which serves plain HTTP) fails at once with the
+        # fix named: the head refuses the TLS handshake without waiting for a line end
+        # (30 s), and the CLI reads OpenSSL's "wrong version number" for the user.
+        url = self.head.url.replace("http://", "https://", 1)
+        err = self.fails(1, "status", "--url", url)
+        self.assertIn("use an http:// URL", err)
+
     def test_url_of_another_http_server(self):
         # A server that answers without muster's error envelope is named, with the
         # request, as likely not a muster head; no empty "HTTP 404: " message.

@@ -900,6 +900,15 @@ class MalformedTest(WireCase):
         self.refused(b"GET\r\n\r\n", (400,))
         self.refused(b"\r\n\r\n\r\n" + b"x" * 100 + b"\r\n\r\n", (400,))
 
+    def test_no_line_end_needed_to_refuse(self):
+        # A start no request line can have is refused at once, without waiting for a
+        # line end until the head's deadline (30 s, three times GUARD_S): a TLS
+        # handshake sent to this plain-HTTP server, a method that is not a token.
+        r = self.refused(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", (400,))
+        self.assertIn("plain HTTP, not TLS", r.json["error"]["message"])
+        self.refused(b"G{T /v1/health", (400,))
+        self.refused(b"\r\nABCDEFGHIJKLMNOPQRSTUVWXYZ", (400,))
+
     def test_missing_http_version(self):
         self.refused(b"GET /v1/health\r\nHost: x\r\n\r\n", (400,))
         self.refused(b"POST %s\r\nHost: x\r\n\r\n" % self.put_path.encode(), (400,))
