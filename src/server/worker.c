@@ -135,11 +135,17 @@ json_t *worker_heartbeat(store_t *st, int64_t id, const json_t *body, fail_t *f)
   return json_pack("{s:I, s:s}", "id", (json_int_t)id, "state", "active");
 }
 
-static muster_err_t worker_mark_gone(store_t *st, int64_t id, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "UPDATE workers SET state = 1 WHERE id = ?1");
+/* Marks worker `id` gone; `said_bye`: it left cleanly, so its last progress
+ * ("running task 83") no longer describes it and is cleared, while a worker
+ * that timed out or crashed keeps it (what it was doing when it went silent). */
+static muster_err_t worker_mark_gone(store_t *st, int64_t id, bool said_bye, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE workers SET state = 1,"
+                                   " progress = CASE WHEN ?2 THEN NULL ELSE progress END"
+                                   " WHERE id = ?1");
   if (s == NULL)
     return store_fail(st, f, "worker update");
   sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int(s, 2, said_bye);
   return store_step_done(st, s, f);
 }
 
@@ -148,7 +154,7 @@ json_t *worker_bye(store_t *st, int64_t id, fail_t *f) {
 }
 
 json_t *worker_leave(store_t *st, int64_t id, bool crashed, fail_t *f) {
-  if (worker_check_active(st, id, f) || worker_mark_gone(st, id, f))
+  if (worker_check_active(st, id, f) || worker_mark_gone(st, id, !crashed, f))
     return NULL;
   /* A crash may be the task's doing: the attempt counts, so a task that
    * kills every worker it runs on goes dead after max_attempts. */
@@ -275,7 +281,7 @@ int64_t worker_expire_due(store_t *st, int64_t now) {
   store_reset(s);
   for (size_t i = 0; i < n; i++) {
     fail_t f = {0};
-    if (worker_mark_gone(st, ids[i], &f) || lease_end_worker(st, ids[i], true) < 0)
+    if (worker_mark_gone(st, ids[i], false, &f) || lease_end_worker(st, ids[i], true) < 0)
       return -1;
     metrics_worker_timeout();
     log_msg(LOG_INFO, "worker %lld timed out; its leases were returned", (long long)ids[i]);

@@ -185,6 +185,18 @@ class WorkerTest(ApiTestCase):
         self.assertEqual(self.expect("DELETE", "/v1/workers/%d" % w["id"]),
                          {"id": w["id"], "released": 0})
 
+    def test_progress_after_leaving(self):
+        # A goodbye clears the worker's progress (it describes nothing now); a crash
+        # reported by its node keeps it: what the worker was doing when it died.
+        left, crashed = self.register(), self.register()
+        for w in (left, crashed):
+            self.expect("POST", "/v1/workers/%d/heartbeat" % w["id"], {"progress": "task 83"})
+        self.expect("DELETE", "/v1/workers/%d" % left["id"])
+        self.expect("DELETE", "/v1/workers/%d?crashed=true" % crashed["id"])
+        self.assertEqual([(x["state"], x["progress"]) for x in (self.get_worker(left["id"]),
+                                                                self.get_worker(crashed["id"]))],
+                         [("gone", None), ("gone", "task 83")])
+
 
 class WorkerTimeoutTest(ApiTestCase):
     head_args = ("--sweep-ms", "50", "--worker-timeout-ms", "500")
