@@ -163,7 +163,8 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
   if (err == MUSTER_UNAUTHORIZED && cli_token_from_nowhere)
     fprintf(stderr, "muster: no token was given: pass --token, set MUSTER_TOKEN, or run where "
                     "the head's data dir (--data-dir, ./muster-data) holds its token file\n");
-  if (err == MUSTER_NETWORK && strstr(message, "https://") && strstr(message, "wrong version number"))
+  if (err == MUSTER_NETWORK && strstr(message, "https://") &&
+      strstr(message, "wrong version number"))
     fprintf(stderr, "muster: the server answered TLS with plain data: a muster head serves plain "
                     "HTTP unless a TLS proxy is in front of it; use an http:// URL\n");
   else if (err == MUSTER_NETWORK)

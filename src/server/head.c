@@ -310,19 +310,23 @@ static void head_on_session(void *arg, const char *session) {
  * only adds two wake-ups).  MUSTER_FLUSH_THREAD_US overrides. */
 #define HEAD_THREAD_FLUSH_US 300
 
-/* The environment's `name` as an integer from lo to hi, else `fallback`. */
-static long long head_env_knob(const char *name, long long lo, long long hi, long long fallback) {
+/* The environment's `name` as an integer from lo (0 or more) to hi, else
+ * `fallback`; read once into *cache (-1 until then), as the flush policy asks
+ * at every commit. */
+static long long head_env_knob(long long *cache, const char *name, long long lo, long long hi,
+                               long long fallback) {
+  if (*cache >= 0)
+    return *cache;
   const char *text = getenv(name);
   char *end = NULL;
   long long v = text ? strtoll(text, &end, 10) : 0;
-  return text && *text && *end == '\0' && v >= lo && v <= hi ? v : fallback;
+  *cache = text && *text && *end == '\0' && v >= lo && v <= hi ? v : fallback;
+  return *cache;
 }
 
 static int64_t head_thread_flush_us(void) {
-  static int64_t min_us = -1;
-  if (min_us < 0)
-    min_us = head_env_knob("MUSTER_FLUSH_THREAD_US", 0, 1000000000LL, HEAD_THREAD_FLUSH_US);
-  return min_us;
+  static long long min_us = -1;
+  return head_env_knob(&min_us, "MUSTER_FLUSH_THREAD_US", 0, 1000000000LL, HEAD_THREAD_FLUSH_US);
 }
 
 /* The fewest bytes of reply bodies in a group for the flush thread to write
@@ -336,9 +340,7 @@ static int64_t head_thread_flush_us(void) {
 
 static size_t head_lend_min_bytes(void) {
   static long long min = -1;
-  if (min < 0)
-    min = head_env_knob("MUSTER_LEND_MIN_BYTES", 0, 1000000000LL, HEAD_LEND_MIN_BYTES);
-  return (size_t)min;
+  return (size_t)head_env_knob(&min, "MUSTER_LEND_MIN_BYTES", 0, 1000000000LL, HEAD_LEND_MIN_BYTES);
 }
 
 /* After a flush on the helper thread whose replies the loop writes (small
@@ -355,9 +357,8 @@ static size_t head_lend_min_bytes(void) {
 
 static size_t head_gather_min_active(void) {
   static long long min = -1;
-  if (min < 0)
-    min = head_env_knob("MUSTER_GATHER_MIN_ACTIVE", 0, 1000000, HEAD_GATHER_MIN_ACTIVE);
-  return (size_t)min;
+  return (size_t)head_env_knob(&min, "MUSTER_GATHER_MIN_ACTIVE", 0, 1000000,
+                               HEAD_GATHER_MIN_ACTIVE);
 }
 
 /* While at least two clients but fewer than this many are active
@@ -379,16 +380,12 @@ static size_t head_gather_min_active(void) {
 
 static size_t head_lend_few_below(void) {
   static long long below = -1;
-  if (below < 0)
-    below = head_env_knob("MUSTER_LEND_FEW_BELOW", 0, 1000000, HEAD_LEND_FEW_BELOW);
-  return (size_t)below;
+  return (size_t)head_env_knob(&below, "MUSTER_LEND_FEW_BELOW", 0, 1000000, HEAD_LEND_FEW_BELOW);
 }
 
 static size_t head_thread_flush_min(void) {
-  static size_t min;
-  if (min == 0)
-    min = (size_t)head_env_knob("MUSTER_FLUSH_THREAD_MIN", 1, 1000000, HEAD_THREAD_FLUSH_MIN);
-  return min;
+  static long long min = -1;
+  return (size_t)head_env_knob(&min, "MUSTER_FLUSH_THREAD_MIN", 1, 1000000, HEAD_THREAD_FLUSH_MIN);
 }
 
 static void head_commit(evutil_socket_t fd, short what, void *arg);

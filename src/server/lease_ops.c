@@ -134,6 +134,19 @@ static muster_err_t op_complete_size(const char *text, const char *ctx, size_t m
   return MUSTER_OK;
 }
 
+/* Opens the element {"task": id, "next_task": ID or null of a completion in
+ * out->completed's list; the caller adds what else it says, and the "}". */
+static jw_buf_t *op_completed_item(apply_out_t *out, int64_t id, bool has_next, int64_t next_id) {
+  jw_buf_t *b = &out->completed;
+  if (b->len > 1) /* after the "[" */
+    JW_ADD_LITERAL(b, ",");
+  JW_ADD_LITERAL(b, "{\"task\":");
+  jw_add_int(b, id);
+  JW_ADD_LITERAL(b, ",\"next_task\":");
+  lease_add_int_or_null(b, has_next, next_id);
+  return b;
+}
+
 /* What follows a completion's row update (the task `h`, its result `text`,
  * counted already): with a next stage, its result becomes a task there;
  * the session's result (unless the caller records a batch's at once:
@@ -148,13 +161,7 @@ static muster_err_t op_complete_after(store_t *st, const char *text, const lease
       (!session_later && lease_finished(st, h, f)) || apply_tally_worker(st, out, h->worker, f))
     return f->code;
   metrics_count(METRIC_TASKS_COMPLETED, h->queue.name, 1);
-  jw_buf_t *b = &out->completed;
-  if (b->len > 1) /* after the "[" */
-    JW_ADD_LITERAL(b, ",");
-  JW_ADD_LITERAL(b, "{\"task\":");
-  jw_add_int(b, h->id);
-  JW_ADD_LITERAL(b, ",\"next_task\":");
-  lease_add_int_or_null(b, next_id != 0, next_id);
+  jw_buf_t *b = op_completed_item(out, h->id, next_id != 0, next_id);
   JW_ADD_LITERAL(b, "}");
   return b->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
@@ -221,13 +228,7 @@ static muster_err_t op_complete_repeat(store_t *st, const char *text, const leas
   bool has_next = sqlite3_column_type(s, 1) != SQLITE_NULL;
   int64_t next_id = sqlite3_column_int64(s, 1);
   store_reset(s);
-  jw_buf_t *b = &out->completed;
-  if (b->len > 1) /* after the "[" */
-    JW_ADD_LITERAL(b, ",");
-  JW_ADD_LITERAL(b, "{\"task\":");
-  jw_add_int(b, h->id);
-  JW_ADD_LITERAL(b, ",\"next_task\":");
-  lease_add_int_or_null(b, has_next, next_id);
+  jw_buf_t *b = op_completed_item(out, h->id, has_next, next_id);
   JW_ADD_LITERAL(b, ",\"repeated\":true");
   if (!same)
     JW_ADD_LITERAL(b, ",\"result_ignored\":true");

@@ -369,7 +369,8 @@ json_t *node_leave(store_t *st, const char *name, fail_t *f) {
 
 bool node_any_due(store_t *st, int64_t now) {
   sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM nodes WHERE state = 0"
-                                   " AND last_seen_ms + timeout_ms <= ?1 AND ?2 + timeout_ms <= ?1 LIMIT 1");
+                                   " AND last_seen_ms + timeout_ms <= ?1"
+                                   " AND ?2 + timeout_ms <= ?1 LIMIT 1");
   if (s == NULL)
     return true;
   sqlite3_bind_int64(s, 1, now);
@@ -381,7 +382,8 @@ bool node_any_due(store_t *st, int64_t now) {
 
 int64_t node_expire_due(store_t *st, int64_t now) {
   sqlite3_stmt *s = store_stmt(st, "SELECT name FROM nodes WHERE state = 0"
-                                   " AND last_seen_ms + timeout_ms <= ?1 AND ?2 + timeout_ms <= ?1 LIMIT 64");
+                                   " AND last_seen_ms + timeout_ms <= ?1"
+                                   " AND ?2 + timeout_ms <= ?1 LIMIT 64");
   if (s == NULL)
     return -1;
   char names[64][NAME_MAX_LEN + 1];

@@ -793,7 +793,8 @@ json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
 
 bool session_any_due(store_t *st, int64_t now) {
   sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM sessions WHERE state = 0 AND cleanup_on_exit = 1"
-                                   " AND last_seen_ms + timeout_ms <= ?1 AND ?2 + timeout_ms <= ?1 LIMIT 1");
+                                   " AND last_seen_ms + timeout_ms <= ?1"
+                                   " AND ?2 + timeout_ms <= ?1 LIMIT 1");
   if (s == NULL)
     return true;
   sqlite3_bind_int64(s, 1, now);

@@ -126,8 +126,8 @@ class WorkerTest(ApiTestCase):
         # A refused batch counts nothing: its earlier completions are rolled back.
         self.put(8, 9)
         lc = self.lease(worker=a["id"], max=2)
-        self.expect_error("POST", "/v1/leases/complete",
-                          {"leases": [item(lc[0]), dict(item(lc[1]), token=lc[1]["token"] + 10**6)]},
+        stale = dict(item(lc[1]), token=lc[1]["token"] + 10**6)
+        self.expect_error("POST", "/v1/leases/complete", {"leases": [item(lc[0]), stale]},
                           409, "lease_lost")
         self.assertEqual(self.get_worker(a["id"])["completed"], 3)
         self.ack("complete", [item(x) for x in lc])
