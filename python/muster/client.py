@@ -215,7 +215,7 @@ class Client:
                                            status=resp.status)
         if 200 <= resp.status < 300:
             return reply
-        raise errors.from_reply(resp.status, reply)
+        raise errors.from_reply(resp.status, reply, (self.url, method, path))
 
     def request_raw(self, method, path, body=None, query=None, headers=None,
                     content_type="application/octet-stream", token=_UNSET):
@@ -244,7 +244,7 @@ class Client:
             reply = json.loads(raw) if raw else None
         except ValueError:
             reply = None
-        raise errors.from_reply(resp.status, reply)
+        raise errors.from_reply(resp.status, reply, (self.url, method, path))
 
     def _exchange(self, method, path, data, headers, wait_ms):
         """One HTTP exchange on this thread's connection: (response, raw body)."""

@@ -207,8 +207,9 @@ def error_class(code, status=0):
     return cls
 
 
-def from_reply(status, body):
-    """The exception for a non-2xx reply (``body``: the parsed JSON, or None)."""
+def from_reply(status, body, request=None):
+    """The exception for a non-2xx reply (``body``: the parsed JSON, or None; ``request``:
+    ``(url, method, path)``, named when the reply has no muster error envelope)."""
     code, message = None, ""
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         code = body["error"].get("code")
@@ -217,5 +218,9 @@ def from_reply(status, body):
         code = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                 405: "method_not_allowed", 409: "invalid_state", 413: "body_too_large",
                 415: "unsupported_media_type", 503: "unavailable"}.get(status, "internal")
-        message = message or "HTTP %d without an error envelope" % status
+        if not message and request:
+            message = ("the server at %s answered HTTP %d to %s %s without a muster error "
+                       "body: it is likely not a muster head; check the URL and its path"
+                       % (request[0], status, request[1], request[2]))
+        message = message or "HTTP %d without a muster error body" % status
     return error_class(code, status)(message, code=code, status=status)

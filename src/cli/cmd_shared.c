@@ -213,7 +213,8 @@ static int shared_rm(cli_args_t *args, muster_client_t *client) {
   muster_err_t err = muster_shared_delete(client, args->pos[0], args->pos[1], &levels);
   if (err != MUSTER_OK)
     return cli_error(client, err);
-  printf("deleted %s/%s (%lld levels)\n", args->pos[0], args->pos[1], (long long)levels);
+  printf("deleted %s/%s (%lld level%s)\n", args->pos[0], args->pos[1], (long long)levels,
+         levels == 1 ? "" : "s");
   return CLI_OK;
 }
 

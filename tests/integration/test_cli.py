@@ -334,6 +334,15 @@ class CliTest(unittest.TestCase):
         err = self.fails(1, "queue", "ls", "--url", self.head.url + "/prefix")
         self.assertIn("muster: not_found: no endpoint at /prefix/v1/queues", err)
 
+    def test_shared_rm_counts_levels(self):
+        self.ok("shared", "put", "cli-rm", "one", stdin="a")
+        self.assertEqual(self.ok("shared", "rm", "cli-rm", "one").strip(),
+                         "deleted cli-rm/one (1 level)")
+        self.ok("shared", "put", "cli-rm", "two", stdin="a")
+        self.ok("shared", "put", "cli-rm", "two", "--level", "2", stdin="b")
+        self.assertEqual(self.ok("shared", "rm", "cli-rm", "two").strip(),
+                         "deleted cli-rm/two (2 levels)")
+
     def test_https_to_the_plain_head(self):
         # An https:// URL to the head (which serves plain HTTP) fails at once with the
         # fix named: the head refuses the TLS handshake without waiting for a line end
