@@ -128,18 +128,21 @@ static void agent_node_path(const node_agent_t *a, const char *suffix, char *buf
   snprintf(buf, size, "/v1/nodes/%s%s", a->name, suffix); /* names are [A-Za-z0-9._-] */
 }
 
-/* The heartbeat's body: the cache's counters, so that the head's /metrics
- * shows every node's hits and misses. */
+/* The heartbeat's body: the agent's instance (the head refuses a heartbeat
+ * of a node another agent registered since) and the cache's counters, so
+ * that the head's /metrics shows every node's hits and misses. */
 static void agent_heartbeat_body(const node_agent_t *a, char *buf, size_t size) {
-  if (a->cache == NULL)
+  if (a->cache == NULL) {
+    snprintf(buf, size, "{\"instance\": \"%s\"}", a->instance);
     return;
+  }
   cache_stats_t s;
   cache_stats_snapshot(a->cache, &s);
   snprintf(buf, size,
-           "{\"cache\": {\"hits\": %lld, \"misses\": %lld, \"coalesced\": %lld,"
-           " \"bytes_served\": %lld, \"evictions\": %lld, \"upstream_fetches\": %lld,"
-           " \"fetch_failures\": %lld, \"verify_failures\": %lld}}",
-           (long long)s.hits, (long long)s.misses, (long long)s.coalesced,
+           "{\"instance\": \"%s\", \"cache\": {\"hits\": %lld, \"misses\": %lld,"
+           " \"coalesced\": %lld, \"bytes_served\": %lld, \"evictions\": %lld,"
+           " \"upstream_fetches\": %lld, \"fetch_failures\": %lld, \"verify_failures\": %lld}}",
+           a->instance, (long long)s.hits, (long long)s.misses, (long long)s.coalesced,
            (long long)s.bytes_served, (long long)s.evictions, (long long)s.upstream_fetches,
            (long long)s.fetch_failures, (long long)s.verify_failures);
 }
@@ -190,8 +193,10 @@ static void agent_bg_tick(agent_bg_t *bg) {
     agent_node_path(a, "/heartbeat", path, sizeof path);
     agent_heartbeat_body(a, body, sizeof body);
     err = muster_request(bg->client, "POST", path, body, NULL);
-    if (err == MUSTER_NODE_NOT_FOUND) {
-      agent_log(a, "the head forgot node %s (it timed out); registering again", a->name);
+    if (err == MUSTER_NODE_NOT_FOUND || err == MUSTER_INVALID_STATE) {
+      agent_log(a, "%s; registering again",
+                err == MUSTER_NODE_NOT_FOUND ? "the head forgot this node (it timed out)"
+                                             : muster_client_message(bg->client));
       bg->registered = 0;
       bg->next_ms = agent_now_ms();
       return;

@@ -326,16 +326,24 @@ static muster_err_t node_cache_arg(const json_t *body, char **cache, fail_t *f) 
   return *cache ? MUSTER_OK : fail_set(f, MUSTER_NOMEM, "out of memory");
 }
 
+/* A heartbeat from agent `instance` (NULL: none sent) of a node that another
+ * instance registered since (an agent paused past its timeout, whose name a
+ * second agent took over meanwhile) is refused: its workers are that one's
+ * now, and it must register again (node_check_instance refuses it while the
+ * other is alive). */
 json_t *node_heartbeat(store_t *st, const char *name, const json_t *body, fail_t *f) {
-  static const char *const allowed[] = {"cache", NULL};
+  static const char *const allowed[] = {"cache", "instance", NULL};
   char *cache = NULL;
-  if (jv_only(body, "", allowed, f) || node_cache_arg(body, &cache, f) ||
-      node_check_active(st, name, f)) {
+  const char *instance = NULL;
+  if (jv_only(body, "", allowed, f) ||
+      jv_str(body, "instance", "", NULL, NAME_MAX_LEN * 4, &instance, f) ||
+      node_cache_arg(body, &cache, f) || node_check_active(st, name, f)) {
     free(cache);
     return NULL;
   }
   sqlite3_stmt *s = store_stmt(st, "UPDATE nodes SET last_seen_ms = ?2,"
-                                   " cache = coalesce(?3, cache) WHERE name = ?1");
+                                   " cache = coalesce(?3, cache) WHERE name = ?1"
+                                   " AND (?4 IS NULL OR instance IS NULL OR instance = ?4)");
   if (s == NULL) {
     free(cache);
     store_fail(st, f, "node heartbeat");
@@ -344,9 +352,18 @@ json_t *node_heartbeat(store_t *st, const char *name, const json_t *body, fail_t
   store_bind_text(s, 1, name);
   sqlite3_bind_int64(s, 2, now_ms());
   store_bind_text(s, 3, cache);
+  store_bind_text(s, 4, instance);
   free(cache);
   if (store_step_done(st, s, f))
     return NULL;
+  if (sqlite3_changes(store_db(st)) == 0) {
+    fail_set(f, MUSTER_INVALID_STATE,
+             "node '%s' was registered by another agent since this one last reported (two "
+             "agents share the name); this agent must register again, and is refused while "
+             "the other runs: give it its own name (muster node --name NAME)",
+             name);
+    return NULL;
+  }
   return json_pack("{s:s, s:s}", "name", name, "state", "active");
 }
 

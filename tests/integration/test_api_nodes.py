@@ -204,6 +204,23 @@ class NodeTest(NodeCase):
         self.expect("DELETE", "/v1/nodes/" + name)
         self.register_node(status=200, name=name, instance="new2")
 
+    def test_heartbeat_of_an_instance_taken_over(self):
+        """An agent paused past its timeout, whose name a second agent took over meanwhile,
+        resumes: its heartbeat is refused (the node and its workers are the other's now),
+        while the holder's and one naming no instance (an older agent) go through."""
+        name = self.node_name()
+        self.register_node(name=name, instance="paused1", timeout_ms=300)
+        harness.wait_until(
+            lambda: self.call("POST", "/v1/nodes", {"name": name, "instance": "holder1",
+                                                    "timeout_ms": 60000}).status in (200, 201),
+            what="the second agent to take the name over")
+        r = self.expect_error("POST", "/v1/nodes/%s/heartbeat" % name, {"instance": "paused1"},
+                              409, "invalid_state")
+        for part in ("registered by another agent", "--name"):
+            self.assertIn(part, r.json["error"]["message"])
+        self.expect("POST", "/v1/nodes/%s/heartbeat" % name, {"instance": "holder1"})
+        self.expect("POST", "/v1/nodes/%s/heartbeat" % name, {})
+
     def test_leave(self):
         self.create_queue(lease_ms=60000)
         name = self.node_name()

@@ -269,6 +269,28 @@ class AgentLifeTest(NodeTestCase):
             what="the second agent registered")
         self.assertEqual(second.stop(), 0)
 
+    def test_a_paused_agent_whose_name_was_taken_over(self):
+        """An agent stopped (SIGSTOP) past the node's timeout while a second agent takes its
+        name over: when it resumes, its heartbeat is refused, it tries to register again and
+        is refused while the second runs; the node stays the second's."""
+        first = self.agent("paused").start()
+        harness.wait_until(lambda: (self.node("paused") or {}).get("state") == "active",
+                           what="the first agent registered")
+        first.proc.send_signal(signal.SIGSTOP)
+        second = self.agent("paused")
+        second.lock = os.path.join(self.dir, "agent-paused-2.lock")
+        second.log_path = os.path.join(self.dir, "agent-paused-2.log")
+        second.start()
+        harness.wait_until(
+            lambda: (self.node("paused") or {}).get("address") == second.url[len("http://"):],
+            timeout=20, what="the second agent took the name over")
+        first.proc.send_signal(signal.SIGCONT)
+        harness.wait_until(lambda: "is held by another running agent" in first.log(),
+                           timeout=20, what="the first agent refused:\n" + first.log())
+        self.assertIn("registered by another agent since", first.log())
+        self.assertEqual(self.node("paused")["address"], second.url[len("http://"):])
+        self.assertEqual(second.stop(), 0)
+
     def test_wrong_token_stops_the_agent(self):
         self.make_queue("tok")
         a = self.agent("badtok", args=["--queue", "tok", "--workers", "1"], cmd=["cat"],
