@@ -136,25 +136,36 @@ static bool rd_name(rd_t *r, const char *what, char name[RD_NAME_MAX + 1]) {
   return true;
 }
 
-/* Steps to the next member of the object at r->p: `*first` the first call,
- * which reads the '{'.  1 with `name` and r->p at the member's value, 0 past
- * the object's '}', -1 on an error (`what` names the object). */
-static int rd_member(rd_t *r, bool *first, const char *what, char name[RD_NAME_MAX + 1]) {
+/* Steps to the next item of the object or array (`open` '{' or '[', `close`
+ * its end) at r->p: `*first` the first call, which reads `open`.  1 at the
+ * item (after spaces), 0 past `close`, -1 on an error (`what`, `kind` name
+ * the container). */
+static int rd_step(rd_t *r, bool *first, char open, char close, const char *kind,
+                   const char *what) {
   if (*first) {
     *first = false;
-    if (!rd_byte(r, '{')) {
-      rd_fail(r, "%s: expected an object", what);
+    if (!rd_byte(r, open)) {
+      rd_fail(r, "%s: expected an %s", what, kind);
       return -1;
     }
-    if (rd_byte(r, '}'))
+    if (rd_byte(r, close))
       return 0;
   } else if (!rd_byte(r, ',')) {
-    if (rd_byte(r, '}'))
+    if (rd_byte(r, close))
       return 0;
-    rd_fail(r, "%s: expected ',' or '}'", what);
+    rd_fail(r, "%s: expected ',' or '%c'", what, close);
     return -1;
   }
   rd_space(r);
+  return 1;
+}
+
+/* Steps to the next member of the object at r->p, as rd_step: at 1, `name`
+ * is the member's and r->p is at its value. */
+static int rd_member(rd_t *r, bool *first, const char *what, char name[RD_NAME_MAX + 1]) {
+  int step = rd_step(r, first, '{', '}', "object", what);
+  if (step <= 0)
+    return step;
   if (!rd_name(r, what, name))
     return -1;
   if (!rd_byte(r, ':')) {
@@ -165,24 +176,9 @@ static int rd_member(rd_t *r, bool *first, const char *what, char name[RD_NAME_M
   return 1;
 }
 
-/* Steps to the next element of the array at r->p, as rd_member. */
+/* Steps to the next element of the array at r->p, as rd_step. */
 static int rd_element(rd_t *r, bool *first, const char *what) {
-  if (*first) {
-    *first = false;
-    if (!rd_byte(r, '[')) {
-      rd_fail(r, "%s: expected an array", what);
-      return -1;
-    }
-    if (rd_byte(r, ']'))
-      return 0;
-  } else if (!rd_byte(r, ',')) {
-    if (rd_byte(r, ']'))
-      return 0;
-    rd_fail(r, "%s: expected ',' or ']'", what);
-    return -1;
-  }
-  rd_space(r);
-  return 1;
+  return rd_step(r, first, '[', ']', "array", what);
 }
 
 /* Skips the value at r->p after checking its form. */

@@ -3,13 +3,16 @@
 Used by every Python integration test.  Standard library only; runs on /usr/bin/python3.
 MUSTER_BIN names the binary (ctest sets it); the head's log is DATA_DIR/head.log.
 """
+import contextlib
 import http.client
+import http.server
 import json
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.parse
 
@@ -167,6 +170,30 @@ class Head:
 
     def __exit__(self, *exc):
         self.cleanup()
+
+
+@contextlib.contextmanager
+def not_muster_server():
+    """An HTTP server on loopback that answers every GET 404 with an empty body (no
+    muster error envelope), as a web server at a wrong URL would; yields its URL."""
+    class NotMuster(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotMuster)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield "http://127.0.0.1:%d" % server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):

@@ -354,31 +354,11 @@ class CliTest(unittest.TestCase):
     def test_url_of_another_http_server(self):
         # A server that answers without muster's error envelope is named, with the
         # request, as likely not a muster head; no empty "HTTP 404: " message.
-        import http.server
-        import threading
-
-        class NotMuster(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotMuster)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            url = "http://127.0.0.1:%d" % server.server_address[1]
+        with harness.not_muster_server() as url:
             err = self.fails(1, "queue", "ls", "--url", url)
-            self.assertEqual(err.strip(), "muster: not_found: the server at %s answered HTTP 404 "
-                             "to GET /v1/queues without a muster error body: it is likely not "
-                             "a muster head; check the URL and its path" % url)
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join()
+        self.assertEqual(err.strip(), "muster: not_found: the server at %s answered HTTP 404 "
+                         "to GET /v1/queues without a muster error body: it is likely not "
+                         "a muster head; check the URL and its path" % url)
 
     def test_head_refuses_a_bad_option_in_one_line(self):
         for args, line in (

@@ -368,24 +368,7 @@ class TestErrors(HeadTestCase):
     def test_a_server_that_is_not_a_head_is_named(self):
         # A reply without muster's error envelope names the server and the request, and
         # says it is likely not a muster head (the C client says the same).
-        import http.server
-        import threading
-
-        class NotMuster(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(404)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotMuster)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        self.addCleanup(server.server_close)
-        self.addCleanup(server.shutdown)
-        url = "http://127.0.0.1:%d" % server.server_address[1]
-        with self.assertRaises(muster.NotFound) as cm:
+        with harness.not_muster_server() as url, self.assertRaises(muster.NotFound) as cm:
             muster.Client(url, "t").queues()
         self.assertEqual(cm.exception.message,
                          "the server at %s answered HTTP 404 to GET /v1/queues without a muster "
