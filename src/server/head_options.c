@@ -1,0 +1,160 @@
+/*
+ * head_options.c — `muster head`'s command line: its help, and the options
+ * read into the head's configuration with one line per refused word.
+ */
+#include "head.h"
+#include "compat.h"
+#include "log.h"
+#include "server.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void head_usage(void) {
+  printf("usage: muster head [options]\n"
+         "\n"
+         "Runs the head: the HTTP API, the durable store and the schedulers.\n"
+         "\n"
+         "options:\n"
+         "  --listen ADDR:PORT        address to listen on (default 127.0.0.1:7370;\n"
+         "                            port 0 picks a free port, written to DATA_DIR/url)\n"
+         "  --data-dir DIR            where the store, token and url live (default ./muster-data)\n"
+         "  --token TOKEN             admin bearer token (default: generated once into\n"
+         "                            DATA_DIR/token)\n"
+         "  --sync full|normal        full: fsync at every commit (default); normal: faster,\n"
+         "                            a power loss may drop the last commits\n"
+         "  --sync-leases             with --sync full, flush leases too: by default a lease\n"
+         "                            of tasks already on disk is answered at its commit, and\n"
+         "                            a power loss may forget it (its task is leased again)\n"
+         "  --worker-timeout-ms MS    default worker heartbeat timeout (default 60000)\n"
+         "  --node-timeout-ms MS      default node heartbeat timeout (default 15000); a silent\n"
+         "                            node's workers are gone and their tasks rescheduled\n"
+         "  --max-wait-ms MS          cap of a lease's long-poll wait (default 30000)\n"
+         "  --sweep-ms MS             how often expired leases and silent workers are\n"
+         "                            checked (default 200)\n"
+         "  --max-body BYTES          request body limit (default 8388608)\n"
+         "  --max-payload BYTES       payload and result limit (default 1048576)\n"
+         "  --max-blob-bytes BYTES    shared data: largest blob (default 4294967296)\n"
+         "  --max-shared-ttl-ms MS    shared data: default and largest ttl_ms; larger ones\n"
+         "                            are clamped (default 600000)\n"
+         "  --shared-keep-levels N    shared data: newest levels kept per blob (default 2)\n"
+         "  --dashboard-token TOKEN   a read-only token for the dashboard and other readers:\n"
+         "                            it may GET the API and /metrics, never change anything\n"
+         "  --metrics-public          serve GET /metrics without a token\n"
+         "  --distcompute NAME=Q1,Q2,...\n"
+         "                            expose queues Q1..Q5 (stages a..e) to DistCompute\n"
+         "                            clients at /compat/distcompute/NAME (repeatable)\n"
+         "  --log-level LEVEL         debug, info, warn or error (default info)\n"
+         "  -h, --help                show this help\n");
+}
+
+/* Parses "HOST:PORT" or "[V6]:PORT" into the config. */
+static bool head_parse_listen(const char *arg, head_config_t *cfg) {
+  const char *colon = strrchr(arg, ':');
+  if (colon == NULL || colon == arg)
+    return false;
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  if (colon[1] == '\0' || *end != '\0' || port < 0 || port > 65535)
+    return false;
+  const char *host = arg;
+  size_t len = (size_t)(colon - arg);
+  if (host[0] == '[' && len >= 2 && host[len - 1] == ']') {
+    host++;
+    len -= 2;
+  }
+  if (len == 0 || len >= sizeof cfg->listen_host)
+    return false;
+  memcpy(cfg->listen_host, host, len);
+  cfg->listen_host[len] = '\0';
+  cfg->listen_port = (int)port;
+  return true;
+}
+
+static bool parse_size(const char *arg, int64_t min, int64_t *out) {
+  char *end;
+  long long v = strtoll(arg, &end, 10);
+  if (*arg == '\0' || *end != '\0' || v < min)
+    return false;
+  *out = v;
+  return true;
+}
+
+/* Reports the option word getopt_long refused (`c` is its ':' for a missing
+ * value, '?' otherwise) in one line; returns the exit status 2. */
+static int head_parse_refuse(int c, const char *word) {
+  char shown[64];
+  if (optopt > 0 && optopt < 128 && word[0] == '-' && word[1] != '-')
+    snprintf(shown, sizeof shown, "-%c", optopt); /* a short option, maybe in a cluster */
+  else
+    snprintf(shown, sizeof shown, "%.*s", (int)strcspn(word, "="), word);
+  bool long_known = c == '?' && optopt != 0 && word[1] == '-'; /* --help=3 */
+  fprintf(stderr, "muster head: %s '%s'%s; see 'muster head --help'\n",
+          c == ':' ? "missing value for option" : long_known ? "option" : "unrecognized option",
+          shown, long_known ? " takes no value" : "");
+  return 2;
+}
+
+int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg) {
+  static const struct option opts[] = {
+      {"listen", required_argument, 0, 'l'},       {"data-dir", required_argument, 0, 'd'},
+      {"token", required_argument, 0, 't'},        {"sync", required_argument, 0, 's'},
+      {"worker-timeout-ms", required_argument, 0, 'w'},
+      {"max-wait-ms", required_argument, 0, 'W'},  {"sweep-ms", required_argument, 0, 'S'},
+      {"max-body", required_argument, 0, 'b'},     {"max-payload", required_argument, 0, 'p'},
+      {"log-level", required_argument, 0, 'L'},    {"help", no_argument, 0, 'h'},
+      {"dashboard-token", required_argument, 0, 'D'}, {"metrics-public", no_argument, 0, 'M'},
+      {"distcompute", required_argument, 0, 'C'},
+      {"node-timeout-ms", required_argument, 0, 'N'},
+      {"max-blob-bytes", required_argument, 0, 'B'},
+      {"max-shared-ttl-ms", required_argument, 0, 'T'},
+      {"shared-keep-levels", required_argument, 0, 'K'},
+      {"sync-leases", no_argument, 0, 'Y'},
+      {0, 0, 0, 0}};
+  int c, which = 0;
+  int64_t n = 0;
+  optind = 1;
+  opterr = 0; /* getopt's own two-line message is replaced by one line below */
+  while ((c = getopt_long(argc, argv, ":h", opts, &which)) != -1) {
+    bool ok = true;
+    switch (c) {
+    case 'l': ok = head_parse_listen(optarg, cfg); break;
+    case 'd': ok = strlen(optarg) < sizeof cfg->data_dir - 32; snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", optarg); break;
+    case 't': *token_arg = optarg; ok = strlen(optarg) >= 8 && strlen(optarg) < sizeof cfg->token; break;
+    case 's': ok = strcmp(optarg, "full") == 0 || strcmp(optarg, "normal") == 0; cfg->sync_full = strcmp(optarg, "full") == 0; break;
+    case 'Y': cfg->sync_leases = true; break;
+    case 'w': ok = parse_size(optarg, 100, &cfg->worker_timeout_ms); break;
+    case 'W': ok = parse_size(optarg, 0, &cfg->max_wait_ms); break;
+    case 'S': ok = parse_size(optarg, 10, &cfg->sweep_ms); break;
+    case 'N': ok = parse_size(optarg, 100, &cfg->node_timeout_ms); break;
+    case 'b': ok = parse_size(optarg, 1024, &n); cfg->max_body = (size_t)n; break;
+    case 'p': ok = parse_size(optarg, 64, &n); cfg->max_payload = (size_t)n; break;
+    case 'B': ok = parse_size(optarg, 1, &n); cfg->max_blob_bytes = (size_t)n; break;
+    case 'T': ok = parse_size(optarg, 1, &cfg->max_shared_ttl_ms); break;
+    case 'K': ok = parse_size(optarg, 1, &n); cfg->shared_keep_levels = (size_t)n; break;
+    case 'L': ok = log_level_parse(optarg) >= 0; if (ok) log_set_level((log_level_t)log_level_parse(optarg)); break;
+    case 'D': ok = strlen(optarg) >= 8 && strlen(optarg) < sizeof cfg->read_token; snprintf(cfg->read_token, sizeof cfg->read_token, "%s", optarg); break;
+    case 'M': cfg->metrics_public = true; break;
+    case 'C': ok = compat_add_pipeline(optarg); break;
+    case 'h': head_usage(); return 0;
+    default: return head_parse_refuse(c, argv[optind - 1]);
+    }
+    if (!ok) {
+      fprintf(stderr, "muster head: invalid value '%s' for --%s; see 'muster head --help'\n",
+              optarg, opts[which].name);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "muster head: unexpected argument '%s'; see 'muster head --help'\n",
+            argv[optind]);
+    return 2;
+  }
+  if (cfg->read_token[0] && *token_arg && strcmp(cfg->read_token, *token_arg) == 0) {
+    fprintf(stderr, "muster head: --dashboard-token must differ from --token\n");
+    return 2;
+  }
+  return -1;
+}
