@@ -475,6 +475,47 @@ class CliTest(unittest.TestCase):
             p = self.run_cli(h, "iter", "next", "c")
             self.assertEqual(p.returncode, 2)
 
+    def test_cli_ack_names_the_block(self):
+        """`iter ack` errors start with the user's block, not with an index into the body
+        the CLI built ("blocks[1]: ..."); the ack that completed an epoch, run again with
+        the epoch left to default (now the next one), succeeds as a repeat."""
+        with harness.Head() as h:
+            p = self.run_cli(h, "iter", "create", "a", "--num-samples", "6", "--block-size",
+                             "2", "--strategy", "dynamic", "--epochs", "2")
+            self.assertEqual(p.returncode, 0, p.stderr)
+
+            def next_pairs(count):
+                p = self.run_cli(h, "iter", "next", "a", "--rank", "0", "--max", str(count))
+                return ["%d:%d" % (b["block"], b["token"])
+                        for b in map(json.loads, p.stdout.splitlines())]
+
+            pairs = next_pairs(2)
+            self.assertEqual([x.split(":")[0] for x in pairs], ["0", "1"])
+            for args, want in (
+                    ([pairs[0], "1:999999"], "muster: lease_lost: block 1 of epoch 0 is not "
+                     "leased under token 999999: it is leased to rank 0 under another token"),
+                    (["2:999999"], "muster: lease_lost: block 2 of epoch 0 is not leased under "
+                     "token 999999: it has not been leased in this epoch")):
+                p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", *args)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertTrue(p.stderr.startswith(want), p.stderr)
+                self.assertNotIn("blocks[", p.stderr)
+            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", *pairs)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            [last] = next_pairs(1)
+            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", last)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("epoch 1,", self.run_cli(h, "iter", "status", "a").stdout)
+            for epoch in ([], ["--epoch", "0"]):  # a retry after a lost reply
+                p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", last, *epoch)
+                self.assertEqual((p.returncode, p.stderr), (0, ""), epoch)
+            self.assertIn("blocks 0/3 done", self.run_cli(h, "iter", "status", "a").stdout)
+            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", "--epoch", "0", pairs[0])
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertTrue(p.stderr.startswith(
+                "muster: lease_lost: block 0 of epoch 0 under token %s: epoch 0 is complete"
+                % pairs[0].split(":")[1]), p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
