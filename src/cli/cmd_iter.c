@@ -281,6 +281,22 @@ int cmd_iter_next(cli_args_t *args) {
   return finish(client, err, NULL, 0);
 }
 
+/* Prints a failed ack's error.  The server names the element of the body it
+ * refused ("blocks[1]: block 3 of epoch 0 is not leased under token 7: ...")
+ * and then the block itself; the body is the CLI's, built from BLOCK:TOKEN
+ * arguments in order, so the index into it is dropped and the message starts
+ * with the user's block. */
+static int ack_error(const muster_client_t *client, muster_err_t err, size_t count) {
+  const char *message = muster_client_message(client);
+  char element[40] = "";
+  size_t index;
+  int used = 0;
+  if (message && sscanf(message, "blocks[%zu]%n", &index, &used) == 1 && used > 0 &&
+      index < count)
+    snprintf(element, sizeof element, "%.*s", used, message);
+  return cli_error_of_one(client, err, element[0] ? element : NULL);
+}
+
 int cmd_iter_ack(cli_args_t *args) {
   int64_t rank, epoch = -1;
   int rc = cli_opt_int(args, "rank", -1, 0, &rank);
@@ -317,7 +333,7 @@ int cmd_iter_ack(cli_args_t *args) {
     if (err == MUSTER_OK)
       err = muster_iter_ack(client, args->pos[0], (uint32_t)rank, (uint64_t)epoch, blocks,
                             tokens, n);
-    rc = err == MUSTER_OK ? CLI_OK : cli_error(client, err);
+    rc = err == MUSTER_OK ? CLI_OK : ack_error(client, err, n);
     muster_client_free(client);
   }
   free(blocks);

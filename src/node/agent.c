@@ -98,8 +98,11 @@ static json_t *agent_node_json(const node_agent_t *a) {
       json_object_set_new(gpu, "memory_free_mb", json_integer(g->memory_free_mb));
     json_array_append_new(gpus, gpu);
   }
-  return json_pack("{s:s, s:s, s:s, s:i, s:o, s:s}", "name", a->name, "hostname", a->hostname,
-                   "address", a->address, "cpus", a->cpus, "gpus", gpus, "instance", a->instance);
+  json_t *node = json_pack("{s:s, s:s, s:i, s:o, s:s}", "name", a->name, "hostname",
+                           a->hostname, "cpus", a->cpus, "gpus", gpus, "instance", a->instance);
+  if (node && a->address[0]) /* none: the head lists the node without one */
+    json_object_set_new(node, "address", json_string(a->address));
+  return node;
 }
 
 /* POST /v1/nodes; sets the heartbeat interval from the node's timeout. */
@@ -451,9 +454,17 @@ static void agent_outgoing_ip(const node_agent_t *a, char *buf, size_t size) {
   freeaddrinfo(res);
 }
 
-/* Opens the API port (unless --listen none) and fills a->address. */
+/* Opens the API port (unless --listen none) and fills a->address.  Without
+ * a port the agent has no address of its own and registers none (the head
+ * never calls its agents; the address is for people and clients) — except
+ * the agent beside `muster head`, for which the head's port serves the API
+ * on that machine (docs/node.md). */
 static int agent_listen(node_agent_t *a) {
   const char *listen = a->cfg->listen ? a->cfg->listen : "127.0.0.1:7371";
+  if (strcmp(listen, "none") == 0 && !a->cfg->beside_head) {
+    a->address[0] = '\0';
+    return 0;
+  }
   if (strcmp(listen, "none") == 0) {
     struct evhttp_uri *uri = evhttp_uri_parse(a->cfg->head_url);
     const char *host = uri ? evhttp_uri_get_host(uri) : NULL;

@@ -42,7 +42,8 @@ struct node_agent {
   char name[129]; /* node name */
   char hostname[256];
   char instance[17];   /* this process's random id, sent when registering (docs/api.md) */
-  char address[300];   /* host:port clients may use (the forwarder's), or the head's */
+  char address[300];   /* host:port clients may use (the forwarder's), the head's
+                        * (beside `muster head`), or "" (--listen none) */
   char self_exe[4096]; /* /proc/self/exe, resolved at start */
   int lock_fd;
   int cpus;

@@ -10,7 +10,9 @@
  * (blocks of the current epoch that were ever leased: pending, leased or
  * done) and `iter_lanes` (per lane, the next never-leased block).  Blocks and
  * lanes of an epoch are deleted when it completes, so the state is
- * O(blocks handed out in the current epoch), never O(N).
+ * O(blocks handed out in the current epoch), never O(N); what outlives them
+ * is `iter_final_acks` (schema version 11): the blocks and tokens of the one
+ * acknowledgement that completed the last epoch, to answer its retry.
  */
 #include "iter.h"
 #include "iter_internal.h"
@@ -97,9 +99,12 @@ static muster_err_t delete_rows(store_t *st, const char *sql, int64_t id, fail_t
   return store_step_done(st, s, f);
 }
 
+/* Deletes the blocks and lanes of the epoch that ends, and the final
+ * acknowledgement of the one before it (iter_lease.c keeps the new one). */
 static muster_err_t clear_epoch(store_t *st, int64_t id, fail_t *f) {
   if (delete_rows(st, "DELETE FROM iter_blocks WHERE iter = ?1", id, f) ||
-      delete_rows(st, "DELETE FROM iter_lanes WHERE iter = ?1", id, f))
+      delete_rows(st, "DELETE FROM iter_lanes WHERE iter = ?1", id, f) ||
+      delete_rows(st, "DELETE FROM iter_final_acks WHERE iter = ?1", id, f))
     return f->code;
   return MUSTER_OK;
 }

@@ -281,14 +281,79 @@ done:
   return out;
 }
 
+/* ---- acknowledgements --------------------------------------------------------- */
+
+/* What became of an acknowledgement's blocks besides being done now. */
+typedef struct {
+  int64_t repeated;   /* acknowledged before under the same token */
+  int64_t last_epoch; /* of those, blocks of the one that completed the last epoch */
+} ack_counts_t;
+
+/* Reads element `i` of an acknowledgement's blocks: its name ("blocks[i]")
+ * into ctx (32 bytes), its block and its token. */
+static muster_err_t ack_elem(const json_t *elem, size_t i, char *ctx, int64_t *block,
+                             int64_t *token, fail_t *f) {
+  static const char *const allowed[] = {"block", "token", NULL};
+  snprintf(ctx, 32, "blocks[%zu]", i);
+  if (jv_only(elem, ctx, allowed, f) || jv_int(elem, "block", ctx, -1, 0, INT64_MAX, block, f) ||
+      jv_int(elem, "token", ctx, 0, 1, JV_ID_MAX, token, f))
+    return f->code;
+  if (*block < 0 || *token == 0)
+    return fail_set(f, MUSTER_INVALID, "%s: needs \"block\" and \"token\"", ctx);
+  return MUSTER_OK;
+}
+
+/* Sets *had when the acknowledgement that completed the iteration's last
+ * epoch (row->epoch - 1) acknowledged `block` under `token`. */
+static muster_err_t final_ack_had(store_t *st, const iter_row_t *row, int64_t block, int64_t token,
+                                  bool *had, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM iter_final_acks WHERE iter = ?1 AND"
+                                   " block = ?2 AND token = ?3 AND epoch = ?4");
+  if (s == NULL)
+    return store_fail(st, f, "block ack");
+  sqlite3_bind_int64(s, 1, row->id);
+  sqlite3_bind_int64(s, 2, block);
+  sqlite3_bind_int64(s, 3, token);
+  sqlite3_bind_int64(s, 4, row->epoch - 1);
+  int rc = sqlite3_step(s);
+  store_reset(s);
+  *had = rc == SQLITE_ROW;
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, "block ack");
+}
+
+/* Keeps the blocks and tokens of `blocks`, the acknowledgement that just
+ * completed epoch `epoch` (iter_settle deleted its block rows and the
+ * previous epoch's final acknowledgement): a retry of it (its reply was
+ * lost) is then answered as a repeat, also after a restart.  At most
+ * ITER_MAX_BATCH rows per iteration, written once per epoch. */
+static muster_err_t final_ack_save(store_t *st, int64_t id, int64_t epoch, const json_t *blocks,
+                                   fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "INSERT OR REPLACE INTO iter_final_acks(iter, block, token,"
+                                   " epoch) VALUES(?1, ?2, ?3, ?4)");
+  if (s == NULL)
+    return store_fail(st, f, "final acknowledgement");
+  for (size_t i = 0; i < json_array_size(blocks); i++) {
+    const json_t *elem = json_array_get(blocks, i); /* checked by ack_elem */
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_int64(s, 2, json_integer_value(json_object_get(elem, "block")));
+    sqlite3_bind_int64(s, 3, json_integer_value(json_object_get(elem, "token")));
+    sqlite3_bind_int64(s, 4, epoch);
+    if (store_step_done(st, s, f))
+      return f->code;
+  }
+  return MUSTER_OK;
+}
+
 /* The acknowledgement of `block` under `token` found it not leased under
  * that token.  A done block keeps the token that acknowledged it (tokens are
  * never reused), so the same acknowledgement again — a retry whose reply was
  * lost — is told apart from a lease that ended: it is a success that counts
- * nothing (*repeated set).  Anything else is refused with what the block's
- * row tells of it. */
+ * nothing (counted in *n).  So is a retry of the acknowledgement that
+ * completed the last epoch (its block rows are gone; a client that let the
+ * epoch default names the current one).  Anything else is refused with what
+ * the block's row tells of it. */
 static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t block, int64_t token,
-                                 const char *ctx, bool *repeated, fail_t *f) {
+                                 const char *ctx, ack_counts_t *n, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT state, coalesce(token, 0), coalesce(rank, -1)"
                                    " FROM iter_blocks WHERE iter = ?1 AND block = ?2");
   if (s == NULL)
@@ -302,8 +367,12 @@ static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t blo
   store_reset(s);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return store_fail(st, f, "block ack");
-  if (state == 2 && held_by == token) {
-    *repeated = true;
+  bool last = false;
+  if (!(state == 2 && held_by == token) && final_ack_had(st, row, block, token, &last, f))
+    return f->code;
+  if ((state == 2 && held_by == token) || last) {
+    n->repeated++;
+    n->last_epoch += last;
     return MUSTER_OK;
   }
   const char *what;
@@ -326,19 +395,14 @@ static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t blo
 }
 
 /* Marks one acknowledged block done after checking its token, keeping the
- * token in its row (ack_not_held); a repeated acknowledgement adds one to
- * *repeated and nothing else. */
+ * token in its row (ack_not_held); a repeated acknowledgement is counted in
+ * *n and does nothing else. */
 static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *lay, int64_t rank,
-                            const json_t *elem, size_t i, int64_t *repeated, fail_t *f) {
-  static const char *const allowed[] = {"block", "token", NULL};
+                            const json_t *elem, size_t i, ack_counts_t *n, fail_t *f) {
   char ctx[32];
-  snprintf(ctx, sizeof ctx, "blocks[%zu]", i);
   int64_t block, token;
-  if (jv_only(elem, ctx, allowed, f) || jv_int(elem, "block", ctx, -1, 0, INT64_MAX, &block, f) ||
-      jv_int(elem, "token", ctx, 0, 1, JV_ID_MAX, &token, f))
+  if (ack_elem(elem, i, ctx, &block, &token, f))
     return f->code;
-  if (block < 0 || token == 0)
-    return fail_set(f, MUSTER_INVALID, "%s: needs \"block\" and \"token\"", ctx);
   sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks SET state = 2, rank = ?4,"
                                    " deadline_ms = NULL WHERE iter = ?1 AND block = ?2 AND"
                                    " state = 1 AND token = ?3");
@@ -350,18 +414,62 @@ static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *l
   sqlite3_bind_int64(s, 4, rank);
   if (store_step_done(st, s, f))
     return f->code;
-  if (sqlite3_changes(store_db(st)) != 1) {
-    bool repeat = false;
-    if (ack_not_held(st, row, block, token, ctx, &repeat, f))
-      return f->code;
-    *repeated += repeat;
-    return MUSTER_OK;
-  }
+  if (sqlite3_changes(store_db(st)) != 1)
+    return ack_not_held(st, row, block, token, ctx, n, f);
   int64_t plan_rank;
   uint64_t begin, end;
   iter_unit_desc(lay, (uint64_t)block, &plan_rank, &begin, &end);
   row->done_blocks++;
   return rank_count(st, row->id, rank, (int64_t)(end - begin), 1, 0, f);
+}
+
+/* The reply {"acked", "epoch", "epoch_complete", "finished"[, "repeated"]}. */
+static json_t *ack_reply(const iter_row_t *row, size_t acked, bool epoch_complete,
+                         int64_t repeated) {
+  json_t *out =
+      json_pack("{s:I, s:I, s:b, s:b}", "acked", (json_int_t)acked, "epoch", (json_int_t)row->epoch,
+                "epoch_complete", epoch_complete, "finished", row->finished);
+  if (out && repeated)
+    json_object_set_new(out, "repeated", json_integer(repeated));
+  return out;
+}
+
+/* An acknowledgement in epoch `epoch` that is over (or, the iteration being
+ * finished, is its last).  The retry of the acknowledgement that completed
+ * the last epoch (every block under the token it was acknowledged with) is
+ * answered as that one was, counting nothing; anything else is refused. */
+static json_t *ack_past(store_t *st, const iter_row_t *row, int64_t epoch, const json_t *blocks,
+                        fail_t *f) {
+  size_t count = json_array_size(blocks), i = 0;
+  char ctx[32];
+  int64_t block, token;
+  bool had = epoch >= row->epoch - 1;
+  for (; had && i < count; i++)
+    if (ack_elem(json_array_get(blocks, i), i, ctx, &block, &token, f) ||
+        final_ack_had(st, row, block, token, &had, f))
+      return NULL;
+  if (had)
+    return ack_reply(row, count, true, (int64_t)count);
+  if (epoch == row->epoch) /* finished */
+    fail_set(f, MUSTER_LEASE_LOST,
+             "epoch %lld is not current (the iteration is finished); no block of it is leased",
+             (long long)epoch);
+  else if (i > 0) /* the last epoch, and blocks[i - 1] was not in its final acknowledgement */
+    fail_set(f, MUSTER_LEASE_LOST,
+             "%s: block %lld of epoch %lld under token %lld: epoch %lld is complete, every block "
+             "of it acknowledged once, and this is not the acknowledgement that completed it "
+             "(which alone is answered again after the epoch's end); if it repeats an earlier "
+             "one whose reply was lost, that one counted; if not, token %lld holds nothing: "
+             "nothing of epoch %lld is leased any more",
+             ctx, (long long)block, (long long)epoch, (long long)token, (long long)epoch,
+             (long long)token, (long long)epoch);
+  else
+    fail_set(f, MUSTER_LEASE_LOST,
+             "epoch %lld is complete: every block of it was acknowledged, once (if this "
+             "repeats an acknowledgement whose reply was lost, it counted); nothing of it is "
+             "leased any more",
+             (long long)epoch);
+  return NULL;
 }
 
 json_t *iter_ack(store_t *st, const char *name, const json_t *body, fail_t *f) {
@@ -375,34 +483,29 @@ json_t *iter_ack(store_t *st, const char *name, const json_t *body, fail_t *f) {
       load_for_rank(st, name, body, &row, &plans, &rank, f) ||
       jv_int(body, "epoch", "", row.epoch, 0, INT64_MAX, &epoch, f))
     goto done;
-  if (epoch < row.epoch) {
-    /* Its rows are gone with it, so a retry of the acknowledgement that
-     * completed it cannot be told from a lease that ended. */
-    fail_set(f, MUSTER_LEASE_LOST,
-             "epoch %lld is complete: every block of it was acknowledged, once (if this "
-             "repeats an acknowledgement whose reply was lost, it counted); nothing of it is "
-             "leased any more",
-             (long long)epoch);
+  if (epoch < row.epoch || (row.finished && epoch == row.epoch)) {
+    out = ack_past(st, &row, epoch, blocks, f);
     goto done;
   }
-  if (row.finished || epoch != row.epoch) {
+  if (epoch > row.epoch) {
     fail_set(f, MUSTER_LEASE_LOST, "epoch %lld is not current (%s); no block of it is leased",
              (long long)epoch, row.finished ? "the iteration is finished" : "it has not begun");
     goto done;
   }
   iter_layout_of(&row, plans, &lay);
-  int64_t repeated = 0;
-  for (size_t i = 0; i < json_array_size(blocks); i++)
-    if (ack_one(st, &row, &lay, rank, json_array_get(blocks, i), i, &repeated, f))
+  ack_counts_t n = {0};
+  size_t count = json_array_size(blocks);
+  for (size_t i = 0; i < count; i++)
+    if (ack_one(st, &row, &lay, rank, json_array_get(blocks, i), i, &n, f))
       goto done;
-  if (iter_row_save(st, &row, f) || iter_settle(st, &row, f))
+  if (iter_row_save(st, &row, f) || iter_settle(st, &row, f) ||
+      (row.epoch > epoch && final_ack_save(st, row.id, epoch, blocks, f)))
     goto done;
-  out = json_pack("{s:I, s:I, s:b, s:b}", "acked", (json_int_t)json_array_size(blocks), "epoch",
-                  (json_int_t)row.epoch, "epoch_complete", row.epoch > epoch, "finished",
-                  row.finished);
-  if (out && repeated)
-    json_object_set_new(out, "repeated", json_integer(repeated));
+  /* A retry of the last epoch's final acknowledgement alone is answered as it was. */
+  out = ack_reply(&row, count, row.epoch > epoch || n.last_epoch == (int64_t)count, n.repeated);
 done:
+  if (out == NULL && f->code == MUSTER_OK)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
   iter_row_free(&row);
   return out;
 }

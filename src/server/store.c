@@ -191,6 +191,13 @@ static const char *const migrations[] = {
     /* The agent process that registered a node (node.c: a second agent under
      * a name a live one holds is refused); NULL for agents that send none. */
     "ALTER TABLE nodes ADD COLUMN instance TEXT;",
+    /* The blocks and tokens of the acknowledgement that completed an
+     * iteration's last epoch (iter_lease.c): that epoch's block rows are
+     * deleted with it, and these alone answer a retry of that acknowledgement
+     * as a repeat.  At most one request's blocks (1000) per iteration. */
+    "CREATE TABLE iter_final_acks ("
+    "  iter INTEGER NOT NULL, block INTEGER NOT NULL, token INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL, PRIMARY KEY (iter, block)) WITHOUT ROWID;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

@@ -212,6 +212,69 @@ class IterTest(unittest.TestCase):
         self.assertIn("is waiting to be leased again", r.json["error"]["message"])
         self.assertEqual(status(h, "again")["blocks"]["done"], 3)
 
+    def test_repeated_ack_that_completed_the_epoch(self):
+        """The ack that completed an epoch, sent again (its reply was lost), answers what it
+        answered then, plus "repeated", and counts nothing: also with the epoch left to
+        default (now the next one), also after its blocks were leased again in the next
+        epoch. Any other ack of the completed epoch, or a token never leased, is still
+        lease_lost, and says why; so is the final ack of an epoch before the last."""
+        h = self.head
+        create(h, "fin", dataset={"num_samples": 20}, block_size=5, strategy="dynamic",
+               world_size=2, epochs=2, rank_timeout_ms=60000)
+        early = lease(h, "fin", 0, 0, 2)["blocks"]
+        self.assertEqual(ack(h, "fin", 0, early).json["epoch_complete"], False)
+        final = lease(h, "fin", 1, 0, 2)["blocks"]
+        first = ack(h, "fin", 1, final, 0)
+        self.assertEqual(first.json, {"acked": 2, "epoch": 1, "epoch_complete": True,
+                                      "finished": False})
+        again = dict(first.json, repeated=2)
+        for epoch in (0, None):  # None: the default, the current epoch (1)
+            r = ack(h, "fin", 1, final, epoch)
+            self.assertEqual((r.status, r.json), (200, again), (epoch, r))
+        r = ack(h, "fin", 1, final[1:], 0)
+        self.assertEqual(r.json, dict(again, acked=1, repeated=1), r)
+        st = status(h, "fin")
+        self.assertEqual((st["epoch"], st["blocks"]["done"]), (1, 0))
+        self.assertEqual((st["ranks"][1]["blocks"], st["ranks"][1]["samples"]), (2, 10))
+        # Not the final ack: refused, all of it, naming the element and saying why.
+        for rank, body, bad in ((0, early, 0), (1, [final[0], early[0]], 1),
+                                (1, [dict(final[0], token=final[0]["token"] + 1000)], 0),
+                                (1, [dict(final[0], block=early[0]["block"])], 0)):
+            r = ack(h, "fin", rank, body, 0)
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            msg = r.json["error"]["message"]
+            self.assertIn("is not the acknowledgement that completed it", msg)
+            self.assertIn("blocks[%d]: block %d of epoch 0 under token %d"
+                          % (bad, body[bad]["block"], body[bad]["token"]), msg)
+        # Its blocks leased again in epoch 1 (under new tokens): the retry still repeats.
+        again_leased = lease(h, "fin", 0, 1, 4)["blocks"]
+        self.assertEqual([b["block"] for b in again_leased], [0, 1, 2, 3])
+        r = ack(h, "fin", 1, final)
+        self.assertEqual((r.status, r.json), (200, again), r)
+        r = ack(h, "fin", 1, final, 1)  # naming epoch 1 with those blocks' new leases alive
+        self.assertEqual((r.status, r.json), (200, again), r)
+        r = ack(h, "fin", 0, early)  # epoch 1's blocks 0 and 1 are leased under other tokens
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("is leased to rank 0 under another token", r.json["error"]["message"])
+        # The last epoch's final ack finishes the iteration; it repeats as well, and the
+        # final ack of epoch 0, no longer the last one remembered, is refused.
+        self.assertEqual(ack(h, "fin", 0, again_leased[:3], 1).json["epoch_complete"], False)
+        first = ack(h, "fin", 0, again_leased[3:], 1)
+        self.assertEqual(first.json, {"acked": 1, "epoch": 2, "epoch_complete": True,
+                                      "finished": True})
+        for epoch in (1, None):
+            r = ack(h, "fin", 0, again_leased[3:], epoch)
+            self.assertEqual((r.status, r.json), (200, dict(first.json, repeated=1)), r)
+        r = ack(h, "fin", 0, again_leased[:1], 1)
+        self.assertIn("is not the acknowledgement that completed it", r.json["error"]["message"])
+        r = ack(h, "fin", 0, again_leased[:1])
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("(the iteration is finished)", r.json["error"]["message"])
+        r = ack(h, "fin", 1, final, 0)
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("epoch 0 is complete: every block of it was acknowledged, once",
+                      r.json["error"]["message"])
+
     def test_dynamic_takeover_after_expiry(self):
         h = self.head
         create(h, "dyn", dataset={"num_samples": 40}, block_size=4, strategy="dynamic",
@@ -360,6 +423,21 @@ class RestartTest(unittest.TestCase):
             rest = [i for r in got for i in got[r]]
             self.assertEqual(sorted(consumed + rest), list(range(n)))
 
+    def test_repeated_final_ack_after_restart(self):
+        """The ack that completed an epoch is remembered on disk: its retry after a head
+        restart is still a repeat."""
+        with harness.Head() as h:
+            create(h, "rf", dataset={"num_samples": 10}, block_size=5, strategy="dynamic",
+                   epochs=3)
+            blocks = lease(h, "rf", 0, 0, 2)["blocks"]
+            first = ack(h, "rf", 0, blocks, 0).json
+            self.assertEqual(first["epoch_complete"], True)
+            h.kill()
+            h.start()
+            r = ack(h, "rf", 0, blocks, 0)
+            self.assertEqual((r.status, r.json), (200, dict(first, repeated=2)), r)
+            self.assertEqual(status(h, "rf")["ranks"][0]["blocks"], 2)
+
 
 class CliTest(unittest.TestCase):
     def run_cli(self, head, *args, stdin=None):
@@ -396,6 +474,47 @@ class CliTest(unittest.TestCase):
             self.assertIn("node agent", p.stderr)
             p = self.run_cli(h, "iter", "next", "c")
             self.assertEqual(p.returncode, 2)
+
+    def test_cli_ack_names_the_block(self):
+        """`iter ack` errors start with the user's block, not with an index into the body
+        the CLI built ("blocks[1]: ..."); the ack that completed an epoch, run again with
+        the epoch left to default (now the next one), succeeds as a repeat."""
+        with harness.Head() as h:
+            p = self.run_cli(h, "iter", "create", "a", "--num-samples", "6", "--block-size",
+                             "2", "--strategy", "dynamic", "--epochs", "2")
+            self.assertEqual(p.returncode, 0, p.stderr)
+
+            def next_pairs(count):
+                p = self.run_cli(h, "iter", "next", "a", "--rank", "0", "--max", str(count))
+                return ["%d:%d" % (b["block"], b["token"])
+                        for b in map(json.loads, p.stdout.splitlines())]
+
+            pairs = next_pairs(2)
+            self.assertEqual([x.split(":")[0] for x in pairs], ["0", "1"])
+            for args, want in (
+                    ([pairs[0], "1:999999"], "muster: lease_lost: block 1 of epoch 0 is not "
+                     "leased under token 999999: it is leased to rank 0 under another token"),
+                    (["2:999999"], "muster: lease_lost: block 2 of epoch 0 is not leased under "
+                     "token 999999: it has not been leased in this epoch")):
+                p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", *args)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertTrue(p.stderr.startswith(want), p.stderr)
+                self.assertNotIn("blocks[", p.stderr)
+            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", *pairs)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            [last] = next_pairs(1)
+            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", last)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("epoch 1,", self.run_cli(h, "iter", "status", "a").stdout)
+            for epoch in ([], ["--epoch", "0"]):  # a retry after a lost reply
+                p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", last, *epoch)
+                self.assertEqual((p.returncode, p.stderr), (0, ""), epoch)
+            self.assertIn("blocks 0/3 done", self.run_cli(h, "iter", "status", "a").stdout)
+            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", "--epoch", "0", pairs[0])
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertTrue(p.stderr.startswith(
+                "muster: lease_lost: block 0 of epoch 0 under token %s: epoch 0 is complete"
+                % pairs[0].split(":")[1]), p.stderr)
 
 
 if __name__ == "__main__":

@@ -330,6 +330,31 @@ class AgentLifeTest(NodeTestCase):
         self.assertEqual(a.stop(), 0)
         self.assertEqual(self.node("n-life")["state"] if self.node("n-life") else "gone", "gone")
 
+    def test_listen_none_registers_no_address(self):
+        """An agent with --listen none has no address of its own: it registers none (not
+        the head's), also over the address it registered before, and `muster nodes` shows
+        '-' for it."""
+        a = self.agent("n-quiet").start()
+        node = harness.wait_until(lambda: self.node("n-quiet"), what="node registered")
+        self.assertEqual(node["address"], a.url[len("http://"):])
+        self.assertEqual(a.stop(), 0)
+        b = self.agent("n-quiet", args=["--listen", "none"])
+        b.start(wait_listen=False)
+        seen = node["last_seen_ms"]
+        node = harness.wait_until(
+            lambda: (lambda n: n if n and n["last_seen_ms"] > seen and
+                     n["state"] == "active" else None)(self.node("n-quiet")),
+            what="the node registered again:\n" + b.log())
+        self.assertIsNone(node["address"], node)
+        self.assertIsNone(b.proc.poll(), b.log())
+        env = dict(os.environ, MUSTER_URL=self.head.url, MUSTER_TOKEN=self.head.token)
+        p = subprocess.run([harness.MUSTER_BIN, "nodes"], env=env, capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        [row] = [line.split() for line in p.stdout.splitlines() if line.startswith("n-quiet ")]
+        self.assertEqual(row[:3], ["n-quiet", "active", "-"], p.stdout)
+        self.assertNotIn(self.head.url[len("http://"):], p.stdout)
+
     def test_crash_looping_task_goes_dead(self):
         self.make_queue("crashy", max_attempts=3, backoff_ms=0, backoff_max_ms=0)
         plugin = os.path.join(node_harness.build_dir(), "libplugin_echo.so")
