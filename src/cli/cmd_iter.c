@@ -9,6 +9,7 @@
  * read` and hand block and token back to `ack`.
  */
 #include "cli/cli.h"
+#include "client/jdump.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -237,7 +238,7 @@ static void print_block(uint64_t epoch, const muster_iter_block_t *b) {
   json_t *obj = json_pack("{s:I, s:I, s:I, s:I, s:b, s:o}", "epoch", (json_int_t)epoch, "block",
                           (json_int_t)b->block, "token", (json_int_t)b->token, "deadline_ms",
                           (json_int_t)b->deadline_ms, "takeover", b->takeover, "indices", indices);
-  char *line = json_dumps(obj, JSON_COMPACT);
+  char *line = jdump(obj, JSON_COMPACT);
   if (line)
     puts(line);
   free(line);
@@ -452,7 +453,7 @@ int cmd_iter_restore(cli_args_t *args) {
   muster_iter_config_init(&cfg);
   json_t *cw = json_object_get(config, "world_size");
   cfg.world_size = (uint32_t)(world > 0 ? world : json_integer_value(cw));
-  char *ck_text = json_dumps(ck, JSON_COMPACT);
+  char *ck_text = jdump(ck, JSON_COMPACT);
   json_decref(ck);
   muster_client_t *client = NULL;
   if ((rc = cli_connect(args, &client)) != CLI_OK) {

@@ -6,6 +6,7 @@
  * `while read`, and pass task and token back to the acknowledgement commands.
  */
 #include "cli/cli.h"
+#include "client/jdump.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@ static void lease_print(const muster_lease_t *lease) {
   json_object_set_new(obj, "session", lease->session ? json_string(lease->session) : json_null());
   json_object_set_new(obj, "index",
                       lease->index >= 0 ? json_integer((json_int_t)lease->index) : json_null());
-  char *line = json_dumps(obj, JSON_COMPACT);
+  char *line = jdump(obj, JSON_COMPACT);
   if (line)
     puts(line);
   free(line);
@@ -104,7 +105,7 @@ int cmd_complete(cli_args_t *args) {
       fprintf(stderr, "muster: invalid_argument: RESULT: not valid UTF-8 text\n");
       return CLI_FAIL;
     }
-    result = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+    result = jdump(value, JSON_COMPACT | JSON_ENCODE_ANY);
     json_decref(value);
   }
   ack.result = result;

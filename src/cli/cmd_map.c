@@ -18,6 +18,7 @@
  * prints the `muster session results` command that reads the rest.
  */
 #include "cli/cli.h"
+#include "client/jdump.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -93,7 +94,7 @@ static int inputs_add(cli_inputs_t *in, const char *raw, size_t len, int as_json
             as_json ? "not valid JSON: " : "not valid UTF-8 text", as_json ? jerr.text : "");
     return CLI_FAIL;
   }
-  char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  char *text = jdump(value, JSON_COMPACT | JSON_ENCODE_ANY);
   json_decref(value);
   if (text != NULL && in->count == in->cap) {
     size_t cap = in->cap ? in->cap * 2 : 256;

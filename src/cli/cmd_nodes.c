@@ -7,6 +7,7 @@
  */
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "client/jdump.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -199,7 +200,7 @@ int cmd_workers(cli_args_t *args) {
 static char *update_data(const cli_args_t *args, const char *raw) {
   json_t *value =
       cli_flag(args, "json") ? json_loads(raw, JSON_DECODE_ANY, NULL) : json_string(raw);
-  char *text = value ? json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  char *text = value ? jdump(value, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
   json_decref(value);
   return text;
 }

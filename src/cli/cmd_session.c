@@ -9,6 +9,7 @@
  */
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "client/jdump.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -262,7 +263,7 @@ static void session_print_result(const session_read_t *rd, const muster_result_t
       json_pack("{s:I, s:I, s:s, s:o, s:s?, s:I}", "index", (json_int_t)r->index, "task",
                 (json_int_t)r->task, "state", r->state ? r->state : "", "result",
                 result ? result : json_null(), "error", r->error, "seq", (json_int_t)r->seq);
-  char *line = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+  char *line = obj ? jdump(obj, JSON_COMPACT) : NULL;
   if (line)
     puts(line);
   free(line);

@@ -9,6 +9,7 @@
  */
 #include "cli/cli.h"
 #include "cli/table.h"
+#include "client/jdump.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -50,7 +51,7 @@ static int put_add(put_list_t *list, const char *raw, size_t len, int as_json, c
       fprintf(stderr, "muster: invalid_argument: %s: not valid UTF-8 text\n", where);
     return CLI_FAIL;
   }
-  char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  char *text = jdump(value, JSON_COMPACT | JSON_ENCODE_ANY);
   json_decref(value);
   if (list->count == list->cap) {
     size_t cap = list->cap ? list->cap * 2 : 256;
@@ -141,7 +142,7 @@ static int put_read_file(put_list_t *list, const char *path, int as_json) {
     size_t n = json_is_array(whole) ? json_array_size(whole) : 1;
     for (size_t i = 0; rc == CLI_OK && i < n; i++) {
       json_t *elem = json_is_array(whole) ? json_array_get(whole, i) : whole;
-      char *item = json_dumps(elem, JSON_COMPACT | JSON_ENCODE_ANY);
+      char *item = jdump(elem, JSON_COMPACT | JSON_ENCODE_ANY);
       char where[80];
       snprintf(where, sizeof where, "%.40s element %zu", path, i);
       rc = item ? put_add(list, item, strlen(item), 1, where) : CLI_FAIL;
@@ -279,7 +280,7 @@ static void task_row(cli_table_t *table, json_t *task) {
            strcmp(state, "leased") != 0)
     shown = error;
   char *text = json_is_string(shown) ? strdup(json_string_value(shown))
-                                     : json_dumps(shown, JSON_COMPACT | JSON_ENCODE_ANY);
+                                     : jdump(shown, JSON_COMPACT | JSON_ENCODE_ANY);
   for (char *p = text; p && *p; p++)
     if (*p == '\n' || *p == '\t' || *p == '\r')
       *p = ' ';
@@ -298,7 +299,7 @@ static void task_print(json_t *tasks, int as_json) {
   json_t *task;
   if (as_json) {
     json_array_foreach(tasks, i, task) {
-      char *line = json_dumps(task, JSON_COMPACT);
+      char *line = jdump(task, JSON_COMPACT);
       if (line)
         puts(line);
       free(line);

@@ -8,6 +8,7 @@
  * "muster: CODE: MESSAGE" on stderr.
  */
 #include "cli/cli.h"
+#include "client/jdump.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -174,7 +175,7 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
 
 void cli_print_pretty(const char *text) {
   json_t *value = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-  char *pretty = value ? json_dumps(value, JSON_INDENT(2) | JSON_ENCODE_ANY) : NULL;
+  char *pretty = value ? jdump(value, JSON_INDENT(2) | JSON_ENCODE_ANY) : NULL;
   puts(pretty ? pretty : text);
   free(pretty);
   json_decref(value);

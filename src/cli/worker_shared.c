@@ -23,6 +23,7 @@
  * level is fetched, so slots that need the same level at once fetch it once.
  */
 #include "cli/worker.h"
+#include "client/jdump.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -302,7 +303,7 @@ char **worker_shared_env(worker_slot_t *slot) {
     if (asprintf(&vars[at], "%s=%s", var, e->path) >= 0)
       at++;
   }
-  char *text = json_dumps(list, JSON_COMPACT);
+  char *text = jdump(list, JSON_COMPACT);
   json_decref(list);
   if (text && asprintf(&vars[at], "MUSTER_REQUIRES=%s", text) >= 0)
     at++;

@@ -17,6 +17,7 @@
  * queue, bad token) stop the whole worker.
  */
 #include "cli/worker.h"
+#include "client/jdump.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -151,7 +152,7 @@ static char *slot_result(worker_slot_t *slot, run_proc_t *proc, char *why, size_
       snprintf(why, size, "stdout is not valid UTF-8 text");
     return NULL;
   }
-  char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  char *text = jdump(value, JSON_COMPACT | JSON_ENCODE_ANY);
   json_decref(value);
   if (text == NULL)
     snprintf(why, size, "out of memory");

@@ -26,6 +26,7 @@
  */
 #include "cli/cli.h"
 #include "cli/worker.h"
+#include "client/jdump.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -75,14 +76,14 @@ int64_t worker_updates_seq(worker_t *w) {
 /* Applies one update (upd_lock held). */
 static void update_apply(worker_t *w, int64_t seq, json_t *data, json_t *session) {
   if (w->plugin != NULL) {
-    char *text = json_dumps(data ? data : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+    char *text = jdump(data ? data : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
     worker_plugin_update(w, seq, text ? text : "null",
                          json_is_string(session) ? json_string_value(session) : NULL);
     free(text);
   } else if (w->updates_fd >= 0) {
     json_t *line = json_pack("{s:I, s:O, s:O}", "seq", (json_int_t)seq, "data",
                              data ? data : json_null(), "session", session ? session : json_null());
-    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    char *text = line ? jdump(line, JSON_COMPACT) : NULL;
     json_decref(line);
     if (text) {
       size_t len = strlen(text);
@@ -142,7 +143,7 @@ static int update_read_lease(json_t *obj, muster_lease_t *out) {
   out->index = json_is_integer(index) ? json_integer_value(index) : -1;
   if (out->task <= 0 || payload == NULL)
     return -1;
-  out->payload = json_dumps(payload, JSON_COMPACT | JSON_ENCODE_ANY);
+  out->payload = jdump(payload, JSON_COMPACT | JSON_ENCODE_ANY);
   if (json_is_string(session))
     out->session = strdup(json_string_value(session));
   return out->payload == NULL || (json_is_string(session) && out->session == NULL) ? -1 : 0;
@@ -166,7 +167,7 @@ static int update_lease_fields(worker_t *w, json_t *body) {
 /* The lease request's body. */
 static char *update_lease_body(worker_t *w, int64_t wait_ms) {
   json_t *body = json_pack("{s:i, s:I}", "max", 1, "wait_ms", (json_int_t)wait_ms);
-  char *text = body && update_lease_fields(w, body) == 0 ? json_dumps(body, JSON_COMPACT) : NULL;
+  char *text = body && update_lease_fields(w, body) == 0 ? jdump(body, JSON_COMPACT) : NULL;
   json_decref(body);
   return text;
 }
@@ -259,7 +260,7 @@ static char *update_complete_body(worker_t *w, const muster_ack_t *ack, json_t *
                        "token", (json_int_t)ack->token, "result", result, "lease", next)
            : NULL;
   json_t *lease = json_object_get(body, "lease");
-  char *text = lease && update_lease_fields(w, lease) == 0 ? json_dumps(body, JSON_COMPACT) : NULL;
+  char *text = lease && update_lease_fields(w, lease) == 0 ? jdump(body, JSON_COMPACT) : NULL;
   json_decref(next);
   json_decref(body);
   return text;

@@ -11,6 +11,7 @@
  * prints and never aborts; every failure becomes a muster_err_t plus a message kept on the handle.
  */
 #include "client/client_internal.h"
+#include "client/jdump.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -343,7 +344,7 @@ muster_err_t client_call(muster_client_t *client, const char *method, const char
   if (reply)
     *reply = NULL;
   char *text = NULL;
-  if (body != NULL && (text = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY)) == NULL)
+  if (body != NULL && (text = jdump(body, JSON_COMPACT | JSON_ENCODE_ANY)) == NULL)
     return client_fail(client, MUSTER_NOMEM, "out of memory while encoding the request");
   muster_err_t err = client_call_text(client, method, path, text, extra_wait_ms);
   free(text);
@@ -475,7 +476,7 @@ bool client_scan_text(const char **pp, const char *end, const char *name, size_t
 }
 
 char *client_dump_value(const json_t *value) {
-  return json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  return jdump(value, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
 int client_get_int(const json_t *obj, const char *key, int64_t fallback, int64_t *out) {

@@ -3,11 +3,13 @@
  *
  * The workload: payloads and results that callers mostly produce with a JSON
  * serialiser (compact, or with a space after ':' and ','), and replies the
- * head writes with jw_dump, which are canonical already.  The scanner reads
- * each byte once, recursing per container up to JTEXT_MAX_DEPTH, and
- * allocates nothing; it follows every valid JSON text within that depth, so
- * that a reply's non-canonical value (a real in a payload) can still be
- * delimited and handed to jansson alone.  The rules for canonical text and
+ * head writes with jw_dump, which are canonical already (reals in them too:
+ * both sides write a real's shortest round-trip text, src/core/jreal.h).  The
+ * scanner reads each byte once, recursing per container up to
+ * JTEXT_MAX_DEPTH, and allocates nothing; it follows every valid JSON text
+ * within that depth, so that a reply's non-canonical value (a real stored as
+ * "%.17g" by an older head) can still be delimited and handed to jansson
+ * alone.  The rules for canonical text and
  * the scanner are src/core/jcanon.c, the head's own (src/server/jscan.c runs
  * it strictly); here it runs with JTEXT_FLAGS.
  */
@@ -15,6 +17,7 @@
 #include "client/client_internal.h"
 
 #include "core/jcanon.h"
+#include "core/jreal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +63,15 @@ void jtext_add_int(jtext_buf_t *b, int64_t v) {
   jtext_add(b, p, (size_t)(end - p));
 }
 
+bool jtext_add_real(jtext_buf_t *b, double v) {
+  char text[JREAL_MAX];
+  size_t n = jreal_format(v, text);
+  if (n == 0)
+    return false;
+  jtext_add(b, text, n);
+  return true;
+}
+
 /* The escape json_dumps writes for control character or quote `c`, into
  * seq (7 bytes); returns its length. */
 static size_t jtext_escape_of(unsigned char c, char *seq) {
@@ -97,7 +109,11 @@ static size_t jtext_escape_of(unsigned char c, char *seq) {
 }
 
 bool jtext_add_string(jtext_buf_t *b, const char *s) {
-  size_t at = b->len, n = strlen(s);
+  return jtext_add_stringn(b, s, strlen(s));
+}
+
+bool jtext_add_stringn(jtext_buf_t *b, const char *s, size_t n) {
+  size_t at = b->len;
   const unsigned char *p = (const unsigned char *)s, *end = p + n, *run = p;
   JTEXT_ADD_LITERAL(b, "\"");
   while (p < end) {

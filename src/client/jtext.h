@@ -6,15 +6,15 @@
  * JSON locally, built a tree for the body and dumped it; replies were parsed
  * into trees and each payload dumped back.  Here a value is spliced as it
  * stands when a scan shows that, without its whitespace, it is exactly the
- * text json_dumps(JSON_COMPACT | JSON_ENCODE_ANY) would write for what
- * json_loads reads from it ("canonical": the head's rules, src/core/jcanon.h,
- * shared with it): no reals, integers within int64 without "-0", strings in
- * valid UTF-8 with the escapes jansson writes (\" \\ \b \f \n \r \t and
- * \u00XX in upper-case hex), no duplicate keys and no NUL in a key, at most
- * JTEXT_MAX_DEPTH levels.  For such text the bytes written are the old path's
- * bytes.  Anything else is the caller's to hand to jansson as before, so
- * accepted inputs and error messages do not change: the scan never produces
- * an error of its own.
+ * text jdump (client/jdump.h: json_dumps' text, reals shortest) would write
+ * for what json_loads reads from it ("canonical": the head's rules,
+ * src/core/jcanon.h, shared with it): reals in their shortest round-trip
+ * text, integers within int64 without "-0", strings in valid UTF-8 with the
+ * escapes jansson writes (\" \\ \b \f \n \r \t and \u00XX in upper-case hex),
+ * no duplicate keys and no NUL in a key, at most JTEXT_MAX_DEPTH levels.
+ * For such text the bytes written are the tree path's bytes.  Anything else
+ * is the caller's to hand to jansson and jdump, so accepted inputs and error
+ * messages do not change: the scan never produces an error of its own.
  */
 #ifndef MUSTER_CLIENT_JTEXT_H
 #define MUSTER_CLIENT_JTEXT_H
@@ -51,6 +51,12 @@ void jtext_add_int(jtext_buf_t *b, int64_t v);
  * it.  False, with nothing appended, when `s` is not valid UTF-8 (json_string
  * refuses it). */
 bool jtext_add_string(jtext_buf_t *b, const char *s);
+/* The same for the `n` bytes at `s`, which may hold a NUL (written as
+ * \u0000, as jansson writes it in a string made with json_stringn). */
+bool jtext_add_stringn(jtext_buf_t *b, const char *s, size_t n);
+/* Appends real `v` in its shortest round-trip text (core/jreal.h).  False,
+ * with nothing appended, when `v` is NaN or infinite (not JSON). */
+bool jtext_add_real(jtext_buf_t *b, double v);
 /* Appends the JSON value in `len` bytes of `text` (whitespace around and
  * between its tokens allowed) compactly, when it is canonical.  False, with
  * nothing appended, otherwise: the caller parses it with jansson. */

@@ -26,6 +26,7 @@
  */
 #include "client/client_internal.h"
 #include "client/iter_internal.h"
+#include "client/jdump.h"
 #include "core/stream.h"
 
 #include <inttypes.h>
@@ -705,7 +706,7 @@ static char *standalone_checkpoint(muster_loader_t *l) {
   json_t *obj = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I}", "version", LOADER_CHECKPOINT_VERSION,
                           "mode", "standalone", "fingerprint", fp, "rank", (json_int_t)l->rank,
                           "epoch", (json_int_t)l->epoch, "consumed", (json_int_t)l->consumed);
-  char *text = json_dumps(obj, JSON_COMPACT);
+  char *text = jdump(obj, JSON_COMPACT);
   json_decref(obj);
   return text;
 }

@@ -14,6 +14,7 @@
  * head's scan (stop) from the client's (follow).
  */
 #include "core/jcanon.h"
+#include "core/jreal.h"
 
 /* The string loop is the hot loop of every scan; it is written once and
  * inlined into both of its callers (GCC and Clang, which build muster). */
@@ -273,7 +274,10 @@ static bool jcanon_string_token(jcanon_scan_t *s, bool key) {
   return canonical || jcanon_decline(s);
 }
 
-/* A number token: canonical when it is an integer jcanon_int reads. */
+/* A number token: canonical when it is an integer jcanon_int reads, or a
+ * real in the text our writers give the double jansson reads from it
+ * (jreal_canonical: its shortest round-trip text).  Integers, the common
+ * case, never reach the real's strtod. */
 static bool jcanon_number_token(jcanon_scan_t *s) {
   int64_t ignored;
   const unsigned char *after = jcanon_int_at(s->p, s->end, &ignored);
@@ -281,7 +285,10 @@ static bool jcanon_number_token(jcanon_scan_t *s) {
     s->p = after;
     return true;
   }
-  return jcanon_decline(s) && jcanon_number(&s->p, s->end);
+  const unsigned char *start = s->p;
+  if (!jcanon_number(&s->p, s->end))
+    return false;
+  return jreal_canonical((const char *)start, (size_t)(s->p - start)) || jcanon_decline(s);
 }
 
 /* Records key `at` (`len` bytes) of the object whose keys start at `first`.

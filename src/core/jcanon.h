@@ -1,8 +1,9 @@
 /*
  * jcanon.h — canonical JSON text: the one scanner that tells whether a
- * value's text is, byte for byte, what jansson's json_dumps(JSON_COMPACT |
- * JSON_ENCODE_ANY) and the head's jw_dump write for the value jansson
- * (JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL) reads from it.
+ * value's text is, byte for byte, what the head's jw_dump and libmuster's
+ * jdump write for the value jansson (JSON_REJECT_DUPLICATES |
+ * JSON_ALLOW_NUL) reads from it: jansson's json_dumps(JSON_COMPACT |
+ * JSON_ENCODE_ANY) text, but with reals written shortest (core/jreal.h).
  *
  * The head (src/server/jscan.c) keeps such text as it stands instead of
  * parsing a request body into a tree; libmuster (src/client/jtext.c) splices
@@ -13,9 +14,10 @@
  * it whose only escapes are \" \\ \b \f \n \r \t and \u00XX (upper-case hex)
  * for the other control characters, and no NUL in a key; integers without a
  * plus sign, leading zeros or "-0", within int64 (jansson refuses larger
- * ones); no reals (their text is %.17g, not worth proving); objects without
- * duplicate keys.  Canonical text is one-to-one with its value, so two keys
- * are duplicates exactly when their bytes are equal.  Nesting is limited to
+ * ones); reals only in jreal_format's text for the double they read as
+ * ("0.1", "1e300"; not "0.10" or "1E300"); objects without duplicate keys.
+ * Canonical text is one-to-one with its value, so two keys are duplicates
+ * exactly when their bytes are equal.  Nesting is limited to
  * JCANON_MAX_DEPTH containers, far inside jansson's 2048, and the keys of the
  * objects open at once to JCANON_MAX_KEYS: beyond the depth the scan stops,
  * beyond the keys the value counts as not canonical, which costs the callers

@@ -20,6 +20,7 @@
 #include "node/agent.h"
 #include "node/cache.h"
 #include "node/iter_local.h"
+#include "client/jdump.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -108,7 +109,7 @@ static json_t *agent_node_json(const node_agent_t *a) {
 /* POST /v1/nodes; sets the heartbeat interval from the node's timeout. */
 static muster_err_t agent_register(agent_bg_t *bg) {
   json_t *body = agent_node_json(bg->a);
-  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL, *reply = NULL;
+  char *text = body ? jdump(body, JSON_COMPACT) : NULL, *reply = NULL;
   json_decref(body);
   if (text == NULL)
     return MUSTER_NOMEM;

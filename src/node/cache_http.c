@@ -28,6 +28,7 @@
  */
 #include "node/agent.h"
 #include "node/cache.h"
+#include "client/jdump.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -104,7 +105,7 @@ static void creq_free(creq_t *r) {
 }
 
 static void creq_send_json(struct evhttp_request *in, int status, json_t *body) {
-  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  char *text = body ? jdump(body, JSON_COMPACT) : NULL;
   json_decref(body);
   struct evbuffer *buf = evbuffer_new();
   if (buf && text)

@@ -438,7 +438,7 @@ static muster_err_t insert_ranks(store_t *st, int64_t id, uint32_t world, int64_
 /* Writes `v` as compact JSON into `out` (`cap` bytes), cut with "..." when
  * longer (a list of shards can be long). */
 static void config_value_text(const json_t *v, char *out, size_t cap) {
-  char *text = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  char *text = v ? jv_encode(v) : NULL; /* reals shortest, as every reply writes them */
   if (text && strlen(text) >= cap)
     snprintf(out, cap, "%.*s...", (int)(cap - 4), text);
   else

@@ -5,10 +5,13 @@
  * decodes every string character by character as UTF-8; on the head's hot
  * path (every reply, every payload stored) that was a tenth of the CPU.  This
  * writer produces the same text as json_dumps(v, JSON_COMPACT |
- * JSON_ENCODE_ANY) — the same escapes, the same number forms — into one
- * growing buffer, copying runs of plain bytes at once.  jansson strings are
- * valid UTF-8 already (it checks them when they are made), so bytes at or
- * above 0x80 pass through as they are, as json_dumps writes them.
+ * JSON_ENCODE_ANY) — the same escapes, the same integers — into one growing
+ * buffer, copying runs of plain bytes at once.  Reals alone differ: jansson
+ * writes "%.17g" (0.10000000000000001), jw the shortest text that reads back
+ * as the same double (0.1, src/core/jreal.h), as libmuster writes them.
+ * jansson strings are valid UTF-8 already (it checks them when they are
+ * made), so bytes at or above 0x80 pass through as they are, as json_dumps
+ * writes them.
  * tests/unit/test_jw.c compares the two on many values.
  *
  * Raw nodes (see jw.h) carry text that is JSON already; jw_valid checks such
@@ -17,6 +20,7 @@
 #include "jw.h"
 
 #include "core/jcanon.h"
+#include "core/jreal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -110,31 +114,18 @@ void jw_add_int(jw_buf_t *b, int64_t v) {
   jw_add_text(b, p, (size_t)(end - p));
 }
 
-/* As jansson: 17 significant digits, a ".0" when the text would read back as
- * an integer, and an exponent without '+' or leading zeros ("1e300"). */
+/* The shortest text that reads back as `v`, in jansson's form (jreal.h):
+ * 0.1, not jansson's 0.10000000000000001.  A tree cannot hold NaN or an
+ * infinity (json_real refuses them), so the refusal below is never seen
+ * through jansson; it keeps such a value out of the text all the same. */
 static void jw_real(jw_buf_t *b, double v) {
-  char text[64];
-  int n = snprintf(text, sizeof text - 2, "%.17g", v);
-  if (n < 0 || (size_t)n >= sizeof text - 2) {
+  char text[JREAL_MAX];
+  size_t n = jreal_format(v, text);
+  if (n == 0) {
     b->failed = true;
     return;
   }
-  char *e = strchr(text, 'e');
-  if (e == NULL && strchr(text, '.') == NULL) {
-    text[n++] = '.';
-    text[n++] = '0';
-  } else if (e != NULL) {
-    char *from = e + 1, *to = e + 1;
-    if (*from == '+')
-      from++;
-    else if (*from == '-')
-      *to++ = *from++;
-    while (*from == '0' && from[1] != '\0')
-      from++;
-    memmove(to, from, strlen(from) + 1);
-    n = (int)strlen(text);
-  }
-  jw_add_text(b, text, (size_t)n);
+  jw_add_text(b, text, n);
 }
 
 void jw_add_value(jw_buf_t *b, const json_t *v) {

@@ -1,7 +1,8 @@
 /*
  * jw.h — compact JSON text from jansson values (the head's replies and stored
  * payloads): the text json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) gives,
- * written several times faster.
+ * written several times faster, except that reals are written shortest
+ * (0.1 where jansson writes 0.10000000000000001; src/core/jreal.h).
  *
  * Besides whole values, jw writes text piece by piece into a jw_buf_t, and a
  * reply tree may carry text that is JSON already (a "raw node", jw_raw): the

@@ -442,6 +442,39 @@ class CliTest(unittest.TestCase):
         bad = self.fails(1, "complete", str(ids[3]), "123456", "x", "--json")
         self.assertIn("invalid_argument", bad)  # 'x' is not JSON: refused before sending
 
+    def test_json_reals_come_back_as_written(self):
+        # A real travels as the shortest text that reads back as the same double, so
+        # what a user wrote that way comes back byte for byte, not as "%.17g" writes
+        # it (0.1 was 0.10000000000000001, 1e300 was 1.0000000000000001e300).
+        q = self.queue()
+        payload = ('{"x":0.1,"y":1e300,"z":[0.3,2.5e-7,-0.0,1.0,5e-324,0.30000000000000004,'
+                   '1.7976931348623157e308,0.3333333333333333],"n":7}')
+        result = '{"score":0.1,"v":[2.5e-7,1e300,100.0]}'
+        (task,) = self.ok("put", "--queue", q, "--json", payload).split()
+        stored = self.head.request("GET", "/v1/tasks/" + task).raw.decode()
+        self.assertIn('"payload":%s,' % payload, stored)
+        (line,) = self.ok("lease", "--queue", q).splitlines()
+        self.assertIn('"payload":%s,' % payload, line)
+        lease = json.loads(line)
+        # `tasks show` indents; without its whitespace (no string here holds any) the
+        # payload is the text sent.
+        shown = "".join(self.ok("tasks", "show", task).split())
+        self.assertIn('"payload":%s,' % payload, shown)
+        (listed,) = self.ok("tasks", "ls", "--queue", q, "--json").splitlines()
+        self.assertIn('"payload":%s,' % payload, listed)
+        # The table's DETAIL, cut at its width.
+        self.assertIn(payload[:50], self.ok("tasks", "ls", "--queue", q))
+        self.ok("complete", str(lease["task"]), str(lease["token"]), "--json",
+                '{"score": 0.1, "v": [2.5e-7, 1E300, 100.0]}')  # spaced, 1E300: rewritten
+        stored = self.head.request("GET", "/v1/tasks/" + task).raw.decode()
+        self.assertIn('"result":%s,' % result, stored)
+        shown = "".join(self.ok("tasks", "show", task).split())
+        self.assertIn('"result":%s,' % result, shown)
+        (listed,) = self.ok("tasks", "ls", "--queue", q, "--json").splitlines()
+        self.assertIn('"result":%s,' % result, listed)
+        self.assertIn(result, self.ok("tasks", "ls", "--queue", q))
+        self.assertEqual(json.loads(listed)["result"], {"score": 0.1, "v": [2.5e-7, 1e300, 100.0]})
+
     def test_one_task_errors_name_no_batch_element(self):
         # The CLI acknowledges one task per command: the API's "leases[0]" (the
         # element of the request body it built) names nothing the user typed.

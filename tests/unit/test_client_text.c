@@ -7,9 +7,11 @@
  * what they take must give the fields the tree path reads from the parsed
  * reply, and they must never take a reply the tree path refuses.  The old
  * builders are copied below as they stood in src/client before (git 5296b33^)
- * so the comparison does not depend on the code under test.  Each hand-picked
- * case also says whether the fast path must take it or decline it, so a
- * scanner that declines everything fails here too.
+ * so the comparison does not depend on the code under test; their trees are
+ * written with jdump, json_dumps' text but for reals, which both paths now
+ * write shortest (jdump itself is held to json_dumps in test_jdump.c).  Each
+ * hand-picked case also says whether the fast path must take it or decline
+ * it, so a scanner that declines everything fails here too.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +25,7 @@
 #include <string.h>
 
 #include "client/client_internal.h"
+#include "client/jdump.h"
 
 enum { DECLINE, TAKE, EITHER };
 
@@ -227,7 +230,7 @@ static muster_client_t *new_client(void) {
 
 /* The old body text of a tree builder's result, or NULL with the error. */
 static char *old_text(muster_err_t err, json_t *body) {
-  char *text = err == MUSTER_OK ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  char *text = err == MUSTER_OK ? jdump(body, JSON_COMPACT) : NULL;
   json_decref(body);
   return text;
 }
@@ -465,9 +468,13 @@ static void test_put_payloads(void **state) {
       {"9223372036854775807", TAKE},
       {"[true,false,null,\"\x7f\"]", TAKE},
       {"{\"a\":{\"a\":1},\"b\":{\"a\":2}}", TAKE}, /* the same key in two objects */
-      {"1.5", DECLINE},
+      /* Reals in their shortest text. */
+      {"1.5", TAKE},
+      {"{\"x\": 0.1, \"y\": [1e300, 2.5e-7, -0.0, 1.0]}", TAKE},
       {"1.50", DECLINE},
       {"1e3", DECLINE},
+      {"1E300", DECLINE},
+      {"0.10000000000000001", DECLINE},
       {"1e400", DECLINE}, /* jansson: real number overflow */
       {"-0", DECLINE},
       {"9223372036854775808", DECLINE}, /* jansson: too big integer */
@@ -554,24 +561,8 @@ static void test_put_fields(void **state) {
   same_put(specs, 4);
 }
 
-/* True when `v` holds a real anywhere: json_dumps' text of a real is not
- * canonical, of anything else it is. */
-static bool has_real(const json_t *v) {
-  const char *key;
-  json_t *member;
-  size_t i;
-  if (json_is_real(v))
-    return true;
-  if (json_is_array(v)) {
-    json_array_foreach(v, i, member) if (has_real(member)) return true;
-  } else if (json_is_object(v)) {
-    json_object_foreach((json_t *)v, key, member) if (has_real(member)) return true;
-  }
-  return false;
-}
-
 /* Random payloads, some made invalid: the same body or error either way;
- * and what json_dumps writes, the fast path takes unless it holds a real. */
+ * and what jdump writes, the fast path takes as it stands. */
 static void test_put_random(void **state) {
   (void)state;
   jtext_buf_t text = {0};
@@ -584,12 +575,10 @@ static void test_put_random(void **state) {
     json_t *v = json_loads(text.data, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     if (v == NULL)
       continue;
-    char *dumped = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *dumped = jdump(v, JSON_COMPACT);
     jtext_buf_t b = {0};
-    bool took = jtext_add_json(&b, dumped, strlen(dumped));
-    assert_int_equal(took, !has_real(v));
-    if (took)
-      assert_string_equal(b.data, dumped);
+    assert_true(jtext_add_json(&b, dumped, strlen(dumped)));
+    assert_string_equal(b.data, dumped);
     jtext_buf_free(&b);
     free(dumped);
     json_decref(v);
@@ -742,7 +731,8 @@ static void test_lease_reply(void **state) {
       {"{\"leases\":[" LEASE_A "],\"updates\":[],\"updates_last\":0}", false, EITHER},
       /* what the tree path reads too, but the scanner does not follow */
       {"{\"leases\":[" LEASE_A "],\"updates\":[ ],\"updates_last\":0}", true, DECLINE},
-      {"{\"leases\":[" LEASE_A "],\"updates\":[{\"x\":1.5}],\"updates_last\":0}", true, DECLINE},
+      {"{\"leases\":[" LEASE_A "],\"updates\":[{\"x\":1.50}],\"updates_last\":0}", true, DECLINE},
+      {"{\"leases\":[" LEASE_A "],\"updates\":[{\"x\":1.5}],\"updates_last\":0}", true, TAKE},
       {"{\"leases\": [" LEASE_A "]}", false, DECLINE},
       {" {\"leases\":[]}", false, DECLINE},
       {"{\"leases\":[{\"token\":2,\"task\":1,\"payload\":1,\"attempt\":1,\"deadline_ms\":1,"
@@ -773,7 +763,7 @@ static void test_lease_reply(void **state) {
        "\"parent\":\"x\",\"session\":null,\"index\":null}]}",
        false, DECLINE},
       {"{\"leases\":[{\"task\":1,\"token\":2,\"payload\":1,\"attempt\":1,\"deadline_ms\":1,"
-       "\"parent\":null,\"session\":null,\"index\":null,\"requires\":1.5}]}",
+       "\"parent\":null,\"session\":null,\"index\":null,\"requires\":1.50}]}",
        false, DECLINE},
       {"{\"leases\":[{\"task\":1,\"token\":99999999999999999999,\"payload\":1,\"attempt\":1,"
        "\"deadline_ms\":1,\"parent\":null,\"session\":null,\"index\":null}]}",
@@ -781,7 +771,7 @@ static void test_lease_reply(void **state) {
       {"{\"leases\":{}}", false, DECLINE},
       {"{\"leases\":[],\"leases\":[" LEASE_A "]}", false, DECLINE},
       {"{\"le\\u0061ses\":[" LEASE_A "],\"leases\":[]}", false, DECLINE},
-      {"{\"other\":1.5,\"leases\":[]}", false, DECLINE},
+      {"{\"other\":1.50,\"leases\":[]}", false, DECLINE},
       {"{\"leases\":[]}x", false, DECLINE},
       {"[{\"leases\":[]}]", false, DECLINE},
       {"{\"leases\":[]", false, DECLINE},
@@ -802,6 +792,7 @@ static void test_lease_reply(void **state) {
     int expect;
   } payloads[] = {
       {"{\"a\":1.5}", TAKE},
+      {"{\"a\":0.10000000000000001}", TAKE}, /* stored by an older head: written 0.1 */
       {"{\"a\": 1}", TAKE},
       {"\"\\u00e9\\/\"", TAKE},
       {"[1e3,-0,1.50]", TAKE},
@@ -827,7 +818,7 @@ static void test_lease_reply(void **state) {
     same_lease_reply_len(whole, len, false, EITHER);
   }
 
-  /* Random payloads: json_dumps' text without reals taken as it stands. */
+  /* Random payloads: jdump's text taken as it stands. */
   jtext_buf_t text = {0};
   for (int round = 0; round < 4000; round++) {
     jtext_reset(&text);
@@ -839,7 +830,7 @@ static void test_lease_reply(void **state) {
     json_t *v = json_loads(text.data, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     if (v == NULL)
       continue;
-    char *dumped = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *dumped = jdump(v, JSON_COMPACT);
     lease_reply_with(&b, dumped, "\"x\"");
     same_lease_reply(b.data, false, TAKE);
     free(dumped);

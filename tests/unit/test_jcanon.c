@@ -62,18 +62,31 @@ static void test_canonical(void **state) {
       "[1,[2,{\"a\":{}}]]",
       "{\"a\":1,\"b\":{\"a\":2}}",
       "{\"a\":{\"b\":1},\"b\":2}",
+      /* Reals in their shortest round-trip text (core/jreal.h). */
+      "1.5",
+      "0.1",
+      "-0.0",
+      "1.0",
+      "1e300",
+      "2.5e-7",
+      "[0.3,{\"x\":1e15}]",
   };
   for (size_t i = 0; i < sizeof texts / sizeof *texts; i++)
     expect(texts[i], CANONICAL, CANONICAL, CANONICAL, CANONICAL);
 }
 
-/* Valid JSON that json_dumps would write otherwise: the strict scans stop,
+/* Valid JSON that our writers would write otherwise: the strict scans stop,
  * the following ones say so. */
 static void test_not_canonical(void **state) {
   (void)state;
   static const char *texts[] = {
-      "1.5",
-      "1e3",
+      "1e3",                 /* 1000.0 */
+      "1.50",                /* 1.5 */
+      "1E300",               /* 1e300 */
+      "1e+300",              /* 1e300 */
+      "0.10000000000000001", /* jansson's text of 0.1 */
+      "1e400",               /* beyond a double: jansson refuses it */
+      "[1,0.25e1]",          /* 2.5 */
       "-0",
       "9223372036854775808",
       "\"\\/\"",

@@ -122,6 +122,9 @@ static void test_put_common(void **state) {
         TAKE);
   /* Keys equal in another object are not duplicates. */
   check(s, "{\"tasks\":[{\"payload\":{\"a\":{\"a\":1},\"b\":{\"a\":2}}}]}", TAKE);
+  /* Reals in the text jw writes for them, kept as sent. */
+  check(s, "{\"tasks\":[{\"payload\":{\"x\":0.1,\"y\":1e300,\"z\":[0.3,2.5e-7,-0.0,1.0]}}]}",
+        TAKE);
 }
 
 static void test_put_declined(void **state) {
@@ -132,12 +135,14 @@ static void test_put_declined(void **state) {
       "{\"tasks\": [{\"payload\":1}]}", "{\"tasks\":[{\"payload\": 1}]}",
       "{\"tasks\":[{\"payload\":[1, 2]}]}", "{\"tasks\":[{\"payload\":{\"a\" :1}}]}",
       " {\"tasks\":[{\"payload\":1}]}", "{\"tasks\":[{\"payload\":1}]}\n",
-      /* escapes jw does not write, reals, integers jansson refuses or rewrites */
+      /* escapes jw does not write, reals not in their shortest text, integers
+       * jansson refuses or rewrites */
       "{\"tasks\":[{\"payload\":\"\\u00e9\"}]}", "{\"tasks\":[{\"payload\":\"\\/\"}]}",
       "{\"tasks\":[{\"payload\":\"\\u001f\"}]}", "{\"tasks\":[{\"payload\":\"\\u000A\"}]}",
       "{\"tasks\":[{\"payload\":\"\\u0041\"}]}", "{\"tasks\":[{\"payload\":\"\\ud83d\\ude00\"}]}",
-      "{\"tasks\":[{\"payload\":1.50}]}", "{\"tasks\":[{\"payload\":1.0}]}",
+      "{\"tasks\":[{\"payload\":1.50}]}", "{\"tasks\":[{\"payload\":1.}]}",
       "{\"tasks\":[{\"payload\":1e3}]}", "{\"tasks\":[{\"payload\":1E3}]}",
+      "{\"tasks\":[{\"payload\":0.10000000000000001}]}", "{\"tasks\":[{\"payload\":1e+300}]}",
       "{\"tasks\":[{\"payload\":-0}]}", "{\"tasks\":[{\"payload\":01}]}",
       "{\"tasks\":[{\"payload\":+1}]}", "{\"tasks\":[{\"payload\":9223372036854775808}]}",
       "{\"tasks\":[{\"payload\":-9223372036854775809}]}",
@@ -224,16 +229,21 @@ static void test_complete(void **state) {
         TAKE);
   check(s, "{\"lease\":{\"queue\":\"q\",\"max\":1},\"leases\":[{\"task\":1,\"token\":2}]}", TAKE);
   check(s, "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":null}", TAKE);
+  /* Reals in jw's text: a result kept as sent; a "lease" kept for its
+   * handler, which refuses a real "max" as the tree path does. */
+  check(s, "{\"leases\":[{\"task\":1,\"token\":2,\"result\":{\"score\":0.1,\"e\":2.5e-7}}]}",
+        TAKE);
+  check(s, "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":{\"max\":1.5}}", TAKE);
   const char *const bodies[] = {
       "{\"leases\":[{\"task\":1}]}", "{\"leases\":[{\"token\":1}]}",
       "{\"leases\":[{\"task\":null,\"token\":1}]}", "{\"leases\":[{\"task\":0,\"token\":1}]}",
       "{\"leases\":[{\"task\":1,\"token\":9007199254740992}]}",
       "{\"leases\":[{\"task\":1,\"token\":2,\"error\":\"e\"}]}",
-      "{\"leases\":[{\"task\":1,\"token\":2,\"result\":1.5}]}",
+      "{\"leases\":[{\"task\":1,\"token\":2,\"result\":1.50}]}",
       "{\"leases\":[{\"task\":1,\"token\":2,\"result\":{\"a\":1,\"a\":1}}]}",
       "{\"leases\":[{\"task\":1,\"token\":2,\"result\":[ ]}]}",
       "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":{\"queue\":\"q\",\"queue\":\"r\"}}",
-      "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":{\"max\":1.5}}",
+      "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":{\"max\":1.50}}",
       "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":{}, \"lease\":{}}",
       "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":{},\"lease\":{}}",
       "{\"leases\":[{\"task\":1,\"token\":2}],\"extra\":1}", "{\"lease\":{}}",
@@ -264,7 +274,11 @@ static void test_canonical(void **state) {
     char text[4] = {'a', (char)c, 'z', '\0'};
     canonical_both_ways(json_string(text));
   }
-  assert_false(jscan_canonical("1.5", 3));
+  const double reals[] = {0.1, 1e300, 2.5e-7, -0.0, 5e-324, 1.7976931348623157e308, 100.0};
+  for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
+    canonical_both_ways(json_real(reals[i]));
+  assert_true(jscan_canonical("1.5", 3));
+  assert_false(jscan_canonical("1.50", 4));
   assert_false(jscan_canonical("\"\\u00e9\"", 8));
   assert_false(jscan_canonical(NULL, 0));
 }

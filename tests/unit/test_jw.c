@@ -2,9 +2,11 @@
  * test_jw.c — the head's JSON writer (src/server/jw.c) against jansson.
  *
  * jw_dump must give exactly the text json_dumps(v, JSON_COMPACT |
- * JSON_ENCODE_ANY) gives: stored payloads written by either must compare
- * equal, and clients must read the same replies.  Every value here is
- * written both ways and compared byte for byte, and read back.
+ * JSON_ENCODE_ANY) gives, reals apart: stored payloads written by either
+ * must compare equal, and clients must read the same replies.  Every value
+ * here is written both ways and compared byte for byte, and read back.
+ * Reals are written shortest (src/core/jreal.h) where jansson writes
+ * "%.17g": they are checked against their text instead.
  *
  * Raw nodes (pre-encoded text in a tree) must come out verbatim wherever they
  * stand, and nothing a client sends may pass for one; jw_valid, which guards
@@ -50,10 +52,41 @@ static void test_scalars(void **state) {
                              INT64_MIN, INT64_MIN + 1};
   for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
     same_as_jansson(json_integer(ints[i]));
-  const double reals[] = {0.0, -0.0, 1.0, -1.5, 0.1, 1e300, -1e-300, 123456789.0, 1e21, 5e-324,
-                          DBL_MAX, 3.141592653589793, 2.5e-7, 100.0};
+  /* Reals whose "%.17g" is their shortest text too. */
+  const double reals[] = {0.0, -0.0, 1.0, -1.5, 123456789.0, 1e21, DBL_MAX, 100.0, 0.5};
   for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++)
     same_as_jansson(json_real(reals[i]));
+}
+
+/* jw_dump of real `v` must be `want`, which reads back as `v`. */
+static void real_as(double v, const char *want) {
+  json_t *real = json_real(v);
+  char *got = jw_dump(real, NULL);
+  assert_non_null(got);
+  assert_string_equal(got, want);
+  assert_true(strtod(got, NULL) == v);
+  assert_true(jw_valid(got, strlen(got)));
+  free(got);
+  json_decref(real);
+}
+
+/* Reals as the user wrote them, not as "%.17g" writes them. */
+static void test_reals_shortest(void **state) {
+  (void)state;
+  real_as(0.1, "0.1"); /* jansson: 0.10000000000000001 */
+  real_as(0.3, "0.3");
+  real_as(1e300, "1e300");
+  real_as(-1e-300, "-1e-300");
+  real_as(2.5e-7, "2.5e-7");
+  real_as(5e-324, "5e-324");
+  real_as(0.1 + 0.2, "0.30000000000000004");
+  real_as(1e15, "1e15");
+  real_as(3.141592653589793, "3.141592653589793"); /* 16 digits; jansson writes 17 */
+  json_t *v = json_pack("{s:f, s:[f, f, i]}", "x", 0.1, "z", 0.3, 2.5e-7, 7);
+  char *got = jw_dump(v, NULL);
+  assert_string_equal(got, "{\"x\":0.1,\"z\":[0.3,2.5e-7,7]}");
+  free(got);
+  json_decref(v);
 }
 
 /* jw_add_int writes two digits at a time: every length, both signs, the
@@ -274,6 +307,7 @@ static void test_valid(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_scalars),
+      cmocka_unit_test(test_reals_shortest),
       cmocka_unit_test(test_ints_every_length),
       cmocka_unit_test(test_strings),
       cmocka_unit_test(test_containers),
