@@ -64,7 +64,9 @@ extern "C" {
   XX(UNAVAILABLE, "unavailable", 503, "the server is shutting down")                  \
   XX(NETWORK, "network", 0, "could not reach the server")                             \
   XX(PROTOCOL, "protocol", 0, "the server's reply could not be understood")           \
-  XX(NOMEM, "out_of_memory", 0, "out of memory")
+  XX(NOMEM, "out_of_memory", 0, "out of memory")                                     \
+  XX(INDEX_GAP, "index_gap", 0,                                                       \
+     "the results in submission order stop at session indexes that have no task")
 
 typedef enum {
 #define MUSTER_ERR_ENUM(name, str, status, msg) MUSTER_##name,
@@ -487,15 +489,28 @@ typedef struct {
 typedef struct {
   muster_result_t *results;
   size_t count;
-  int64_t cursor; /* pass it as the next call's cursor */
-  int64_t total;  /* tasks in the session */
-  int64_t done;   /* of them finished (done, failed or dead) */
+  int64_t cursor;    /* pass it as the next call's cursor */
+  int64_t total;     /* tasks in the session */
+  int64_t done;      /* of them finished (done, failed or dead) */
+  int64_t gap_first; /* submission order: the page stops at indexes gap_first..gap_last, */
+  int64_t gap_last;  /* which have no task (docs/api.md, "gap"); both -1 when it does not */
 } muster_results_t;
 
 /*
  * Reads up to `max` (0: the head's default; at most 1000) results of session
  * `id` from `cursor` in `order`, waiting up to `wait_ms` when none is ready
  * (long-poll).  Free *out with muster_results_free, also after a failure.
+ *
+ * In submission order a page may stop at a gap: indexes that no task has
+ * (explicit indexes skipped them).  Another producer may still fill it, so
+ * the head waits there as anywhere; but once every task of the session has
+ * its result (done >= total) nothing can come at the cursor, and a call that
+ * reads nothing there fails with MUSTER_INDEX_GAP instead of returning empty
+ * pages for ever (after its wait_ms, unless it was already waiting when the
+ * last result came): *out holds the cursor, counts and gap, and
+ * muster_client_message() names the indexes.  A page that has results and
+ * stops at such a gap is returned as usual (check gap_first and done); read
+ * again with wait_ms 0 to fail at once, or to read the gap if it was filled.
  */
 muster_err_t muster_session_results(muster_client_t *client, const char *id, muster_order_t order,
                                     int64_t cursor, size_t max, int64_t wait_ms,

@@ -9,8 +9,9 @@
 
 See docs/python.md.  ``muster.torch`` (PyTorch sampler) is imported on demand.
 """
-from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidden, InvalidArgument,
-                     InvalidState, IterationNotFound, LeaseLost, MethodNotAllowed, MusterError,
+from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidden, IndexGap,
+                     InvalidArgument, InvalidState, IterationNotFound, LeaseLost, MethodNotAllowed,
+                     MusterError,
                      NameInvalid, NetworkError, NodeNotFound, NotFound, PayloadTooLarge, ProtocolError,
                      QueueInUse, QueueNotFound, ServerError, SessionNotFound, SharedNotFound, StoreError,
                      TaskNotFound,
@@ -54,5 +55,5 @@ __all__ = [
     "IterationNotFound", "SharedNotFound", "MethodNotAllowed", "Conflict", "LeaseLost", "InvalidState", "QueueInUse",
     "VersionMismatch", "TooLarge", "BodyTooLarge", "BatchTooLarge", "PayloadTooLarge",
     "UnsupportedMediaType", "ServerError", "StoreError", "Unavailable", "NetworkError",
-    "ProtocolError", "ZeroJobError",
+    "ProtocolError", "ZeroJobError", "IndexGap",
 ]

@@ -505,10 +505,32 @@ class Client:
                             {"tasks": list(tasks)})["tasks"]
 
     def results(self, session_id, order=None, cursor=None, max=None, wait_ms=0):
-        """One read of the session's result stream: {"results", "cursor", "total", "done"}."""
+        """One read of the session's result stream: {"results", "cursor", "total", "done",
+        "gap"}."""
         return self.request("GET", "/v1/sessions/%s/results" % _q(session_id),
                             query={"order": order, "cursor": cursor, "max": max,
                                    "wait_ms": wait_ms or None}, wait_ms=wait_ms)
+
+    def iter_results(self, session_id, order="submission", cursor=0, wait_ms=20000):
+        """Yields the session's results (the dicts of ``results``) from ``cursor`` in
+        ``order`` as they come, in long-polls of ``wait_ms``, until every task submitted so
+        far has its result and all of them were read.  In submission order a gap (indexes
+        that no task has) while every task has its result raises :class:`muster.IndexGap`
+        instead of waiting for ever; reading again from its ``cursor`` resumes."""
+        wait = 0  # a stream at its end or stalled at a gap says so at once
+        while True:
+            reply = self.results(session_id, order=order, cursor=cursor, max=1000, wait_ms=wait)
+            for r in reply["results"]:
+                yield r
+            cursor = reply["cursor"]
+            finished = reply["done"] >= reply["total"]
+            if errors.results_stalled(reply):
+                if not reply["results"]:
+                    raise errors.IndexGap.from_reply(session_id, reply)
+            elif finished and len(reply["results"]) < 1000:
+                return
+            # Every task has its result: the rest is there (or the gap was filled), no wait.
+            wait = 0 if finished else wait_ms
 
     def close_session(self, session_id):
         return self.request("DELETE", "/v1/sessions/" + _q(session_id))

@@ -158,6 +158,45 @@ class ProtocolError(MusterError):
     default_code = "protocol"
 
 
+class IndexGap(MusterError):
+    """A reader of a session's results in submission order is at a gap: indexes from
+    ``first`` to ``last`` have no task, yet every task submitted (``total``) has its result,
+    so no result can come at ``cursor`` (== ``first``) unless tasks are submitted there.
+    Raised by the clients' results iterators (never sent by a head: the reply's ``gap``
+    says it); the iterator stops, and reading again from ``cursor`` resumes."""
+    default_code = "index_gap"
+
+    def __init__(self, message="", code=None, status=0, session=None, first=None, last=None,
+                 total=None):
+        super().__init__(message, code=code, status=status)
+        self.session = session
+        self.first = self.cursor = first
+        self.last = last
+        self.total = total
+
+    @classmethod
+    def from_reply(cls, session, reply):
+        """The error for a stalled results reply (see :func:`results_stalled`)."""
+        first, last, total = reply["gap"]["first"], reply["gap"]["last"], reply["total"]
+        if last > first:
+            never = "indexes %d-%d were" % (first, last)
+            submit = "tasks at indexes %d-%d" % (first, last)
+        else:
+            never, submit = "it was", "a task at index %d" % first
+        return cls("session %s: index %d has no task (%s never submitted) and every task "
+                   "submitted (%d) has its result, so the results in submission order cannot go "
+                   "past it; submit %s or read with order=completion"
+                   % (session, first, never, total, submit),
+                   session=session, first=first, last=last, total=total)
+
+
+def results_stalled(reply):
+    """True when a results reply (``GET /v1/sessions/{id}/results``) stops at a gap of
+    indexes without a task while every task submitted has its result: nothing can come at
+    its cursor until tasks are submitted there (docs/api.md, "gap")."""
+    return bool(reply.get("gap")) and reply["done"] >= reply["total"]
+
+
 class ZeroJobError(MusterError):
     """``new_job()`` found no open job at the client's stage (DistCompute interface)."""
     default_code = "zero_jobs"
@@ -192,6 +231,7 @@ _BY_CODE = {
     "unavailable": Unavailable,
     "network": NetworkError,
     "protocol": ProtocolError,
+    "index_gap": IndexGap,
 }
 
 _BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,

@@ -219,14 +219,21 @@ class Pool:
 
     def _ordered(self, first, n, deadline):
         cursor, end = first, first + n
+        quick = True  # the first read, and one after a stalled reply, does not wait
         while cursor < end:
             reply = self.client.results(self.session, order="submission", cursor=cursor,
-                                        max=min(1000, end - cursor), wait_ms=self._wait_ms(deadline))
+                                        max=min(1000, end - cursor),
+                                        wait_ms=0 if quick else self._wait_ms(deadline))
             for r in reply["results"]:
                 if r["index"] != cursor or cursor >= end:
                     break
                 cursor += 1
                 yield self._value(r, first)
+            # A gap in the inputs' indexes (another producer took them, say) once every
+            # task of the session has its result: say so rather than wait for ever.
+            quick = errors.results_stalled(reply)
+            if quick and not reply["results"]:
+                raise errors.IndexGap.from_reply(self.session, reply)
 
     def imap_unordered(self, data, timeout=None):
         """Results in completion order (each exactly once)."""

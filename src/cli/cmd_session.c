@@ -46,7 +46,10 @@ const char cmd_session_results_details[] =
     "Prints one JSON object per result and line: {\"index\", \"task\", \"state\",\n"
     "\"result\", \"error\", \"seq\"}, and on stderr the cursor to pass next time\n"
     "(\"cursor: C\"), so a reader can stop and resume without losing or repeating\n"
-    "a result.\n\n"
+    "a result.  In submission order, a gap (indexes without a task, left by tasks\n"
+    "put with explicit indexes) stops the stream; once every task of the session\n"
+    "has its result nothing can come past it, and the command exits 1 (index_gap)\n"
+    "saying which indexes have no task, instead of waiting for ever.\n\n"
     "examples:\n"
     "  muster session results s-5f2c9a1e7b3d4c60 --follow --values\n"
     "  muster session results s-5f2c9a1e7b3d4c60 --order completion --cursor 311\n";
@@ -270,14 +273,21 @@ static void session_print_result(const session_read_t *rd, const muster_result_t
   json_decref(obj);
 }
 
-/* Reads pages until the limit, the end of what is ready, or (--follow) the end. */
+/*
+ * Reads pages until the limit, the end of what is ready, or (--follow) the
+ * end.  Once every task has its result no read waits: the rest is there.  A
+ * page that stops at a gap (indexes without a task) then is followed by one
+ * more read, which the library fails with index_gap unless the gap was
+ * filled meanwhile; so is an empty first read at such a gap.
+ */
 static int session_results(cli_args_t *args, muster_client_t *client) {
   session_read_t rd;
   int rc = session_read_opts(args, &rd);
   muster_err_t err = MUSTER_OK;
+  int quick = rd.follow; /* --follow's first read does not wait: a stalled stream says so */
   for (int first = 1; rc == CLI_OK && rd.left != 0; first = 0) {
     size_t max = rd.left > 0 && rd.left < 1000 ? (size_t)rd.left : 1000;
-    int64_t wait = rd.follow ? SESSION_FOLLOW_WAIT_MS : first ? rd.wait_ms : 0;
+    int64_t wait = quick ? 0 : rd.follow ? SESSION_FOLLOW_WAIT_MS : first ? rd.wait_ms : 0;
     muster_results_t page;
     err = muster_session_results(client, args->pos[0], rd.order, rd.cursor, max, wait, &page);
     if (err != MUSTER_OK) {
@@ -291,10 +301,11 @@ static int session_results(cli_args_t *args, muster_client_t *client) {
       rd.cursor = page.cursor;
     if (rd.left > 0)
       rd.left -= (int64_t)page.count;
-    int finished = page.done >= page.total;
-    int empty = page.count == 0;
+    int finished = page.done >= page.total, at_gap = page.gap_first >= 0;
+    int at_end = finished && !at_gap && page.count < max, empty = page.count == 0;
     muster_results_free(&page);
-    if (rd.follow ? finished && empty : empty)
+    quick = finished;
+    if (!(finished && at_gap) && (at_end || (!rd.follow && empty)))
       break;
   }
   fprintf(stderr, "cursor: %lld\n", (long long)rd.cursor);

@@ -66,6 +66,7 @@ struct muster_pool_iter {
   unsigned char *seen;   /* bitmap over [0, total): delivered positions */
   muster_results_t page; /* the last page read */
   size_t page_at;        /* next result of `page` to look at */
+  int stalled;           /* the last page stopped at a gap while every task had its result */
 };
 
 /* ---- messages and small helpers ---------------------------------------------------- */
@@ -413,9 +414,14 @@ static int pool_iter_take(muster_pool_iter_t *it, muster_result_t *out) {
   return 0;
 }
 
-/* Reads the next page of the stream, waiting up to `wait_ms`. */
+/* Reads the next page of the stream, waiting up to `wait_ms`: not at all
+ * after a page that stopped at a gap of a stream whose every task has its
+ * result, as nothing can come there; muster_session_results then fails with
+ * MUSTER_INDEX_GAP, unless the gap was filled meanwhile. */
 static muster_err_t pool_iter_fetch(muster_pool_iter_t *it, int64_t wait_ms) {
   muster_pool_t *pool = it->pool;
+  if (it->stalled)
+    wait_ms = 0;
   muster_results_free(&it->page);
   it->page_at = 0;
   size_t max = POOL_BATCH;
@@ -430,6 +436,7 @@ static muster_err_t pool_iter_fetch(muster_pool_iter_t *it, int64_t wait_ms) {
     muster_results_free(&it->page);
     return pool_from_client(pool, err);
   }
+  it->stalled = it->page.gap_first >= 0 && it->page.done >= it->page.total;
   if (it->page.count > 0 || it->page.cursor > it->cursor)
     it->cursor = it->page.cursor;
   if (!it->ordered && it->cursor > pool->completion_floor)

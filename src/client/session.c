@@ -273,6 +273,7 @@ void muster_results_free(muster_results_t *results) {
     muster_result_clear(&results->results[i]);
   free(results->results);
   memset(results, 0, sizeof *results);
+  results->gap_first = results->gap_last = -1;
 }
 
 /* Fills `out` from wire result `obj`.  Returns 0, -1 when malformed, -2 on no memory. */
@@ -294,13 +295,27 @@ static int session_read_result(const json_t *obj, muster_result_t *out) {
   return 0;
 }
 
+/* Reads the reply's "gap" into *out: null (or absent, from an older head)
+ * is none.  Returns 0, or -1 when malformed. */
+static int session_read_gap(const json_t *reply, muster_results_t *out) {
+  json_t *gap = json_object_get(reply, "gap");
+  out->gap_first = out->gap_last = -1;
+  if (gap == NULL || json_is_null(gap))
+    return 0;
+  if (!json_is_object(gap) || client_get_int(gap, "first", -1, &out->gap_first) ||
+      client_get_int(gap, "last", -1, &out->gap_last) || out->gap_first < 0 ||
+      out->gap_last < out->gap_first)
+    return -1;
+  return 0;
+}
+
 /* Turns a results reply into *out. */
 static muster_err_t session_read_results(muster_client_t *client, json_t *reply,
                                          muster_results_t *out) {
   json_t *list = json_object_get(reply, "results");
   if (!json_is_array(list) || client_get_int(reply, "cursor", 0, &out->cursor) ||
       client_get_int(reply, "total", 0, &out->total) ||
-      client_get_int(reply, "done", 0, &out->done))
+      client_get_int(reply, "done", 0, &out->done) || session_read_gap(reply, out))
     return client_fail(client, MUSTER_PROTOCOL, "the results reply is malformed");
   size_t n = json_array_size(list);
   out->results = calloc(n ? n : 1, sizeof *out->results);
@@ -318,11 +333,36 @@ static muster_err_t session_read_results(muster_client_t *client, json_t *reply,
   return MUSTER_OK;
 }
 
+/* MUSTER_INDEX_GAP when page `out` of session `id` read nothing and stops at
+ * a gap while every task of the session has its result, so that no result
+ * can come at its cursor (muster.h); MUSTER_OK otherwise. */
+static muster_err_t session_check_gap(muster_client_t *client, const char *id,
+                                      const muster_results_t *out) {
+  if (out->count > 0 || out->gap_first < 0 || out->done < out->total)
+    return MUSTER_OK;
+  long long first = (long long)out->gap_first, last = (long long)out->gap_last;
+  char never[64], submit[64];
+  if (last > first) {
+    snprintf(never, sizeof never, "indexes %lld-%lld were", first, last);
+    snprintf(submit, sizeof submit, "tasks at indexes %lld-%lld", first, last);
+  } else {
+    snprintf(never, sizeof never, "it was");
+    snprintf(submit, sizeof submit, "a task at index %lld", first);
+  }
+  return client_fail(client, MUSTER_INDEX_GAP,
+                     "session %s: index %lld has no task (%s never submitted) and every task"
+                     " submitted (%lld) has its result, so the results in submission order"
+                     " cannot go past it; submit %s or read with order=completion",
+                     id, first, never, (long long)out->total, submit);
+}
+
 muster_err_t muster_session_results(muster_client_t *client, const char *id, muster_order_t order,
                                     int64_t cursor, size_t max, int64_t wait_ms,
                                     muster_results_t *out) {
-  if (out)
+  if (out) {
     memset(out, 0, sizeof *out);
+    out->gap_first = out->gap_last = -1;
+  }
   if (client == NULL)
     return MUSTER_INVALID;
   if (out == NULL)
@@ -345,6 +385,8 @@ muster_err_t muster_session_results(muster_client_t *client, const char *id, mus
   err = client_call(client, "GET", path, NULL, wait_ms > 0 ? (long)wait_ms : 0, &reply);
   if (err == MUSTER_OK)
     err = session_read_results(client, reply, out);
+  if (err == MUSTER_OK)
+    err = session_check_gap(client, id, out);
   json_decref(reply);
   return err;
 }

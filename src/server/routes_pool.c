@@ -7,7 +7,9 @@
  * that finds nothing and may wait is parked here: a task of the session that
  * finishes (store_notify_session) marks its readers, and before the turn
  * commits results_waiters_serve reads again for them, so the wake-up shares
- * the completion's commit.  Readers are few (one per client stream): a list.
+ * the completion's commit.  A reader parked at a gap of the submission
+ * order (session_results.c) is answered, empty, once the stream stalls
+ * there.  Readers are few (one per client stream): a list.
  */
 #include "routes_pool.h"
 #include "log.h"
@@ -145,9 +147,14 @@ void route_session_results(http_req_t *r) {
     http_reply_fail(r, &f);
     return;
   }
-  size_t count = 0;
-  json_t *out = session_results(ST(r), r->params[0], order, cursor, max, &count, &f);
-  if (out && count == 0 && wait_ms > 0 && !r->head->stopping) {
+  /* A read at a gap waits as any other, also when the stream is stalled:
+   * another producer may yet fill the gap, and answering at once would turn
+   * the loop of a reader that does not look at "gap" into a busy one.  A
+   * parked read is answered when the stream stalls (results_waiter_try). */
+  bool may_wait = wait_ms > 0 && !r->head->stopping;
+  session_read_t rd;
+  json_t *out = session_results(ST(r), r->params[0], order, cursor, max, may_wait, &rd, &f);
+  if (out && rd.count == 0 && may_wait) {
     json_decref(out);
     int64_t cap = r->head->cfg.max_wait_ms;
     results_waiter_park(r, order, cursor, max, wait_ms < cap ? wait_ms : cap);
@@ -188,17 +195,19 @@ static void results_waiter_unlink(head_t *h, results_waiter_t *w) {
 }
 
 /* Reads for a parked reader in a savepoint of its own.  Answers it (and
- * frees it) when there is something to read, when the read failed (the
- * session closed), or when `always`; returns whether it answered. */
+ * frees it) when there is something to read, when the stream is stalled at
+ * a gap (the last task without a result finished: the reader learns now
+ * that none comes at its cursor), when the read failed (the session
+ * closed), or when `always`; returns whether it answered. */
 static bool results_waiter_try(head_t *h, results_waiter_t *w, bool always) {
   fail_t f = {0};
-  size_t count = 0;
+  session_read_t rd = {0};
   json_t *out = NULL;
   if (store_request_begin(h->st, &f) == MUSTER_OK) {
-    out = session_results(h->st, w->session, w->order, w->cursor, w->max, &count, &f);
+    out = session_results(h->st, w->session, w->order, w->cursor, w->max, !always, &rd, &f);
     store_request_end(h->st, out != NULL);
   }
-  if (out && count == 0 && !always) {
+  if (out && rd.count == 0 && !rd.stalled && !always) {
     json_decref(out);
     return false;
   }

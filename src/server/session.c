@@ -1,13 +1,9 @@
 /*
- * session.c — sessions, their indexed tasks and their results stream.
+ * session.c — sessions and their indexed tasks: create, read, heartbeat,
+ * submit, close and expiry.  The results stream is session_results.c's.
  *
  * The session row keeps its counters (next_index, last_seq, total, done,
  * failed) so that reading a session or a page of results never counts rows.
- * Results live in `session_results`, one row per index (unique), numbered by
- * `seq` in the order they finished: the submission stream reads it by index,
- * the completion stream by seq, both through the table's indexes.  A result
- * row points at its task; the result and error are read from the task, which
- * exists as long as the session is open.
  *
  * A closed session keeps its row (state closed, with the reason) so that a
  * late call can be told why its session is gone; its tasks, results and
@@ -19,6 +15,7 @@
 #include "jw.h"
 #include "log.h"
 #include "queue.h"
+#include "session_internal.h"
 #include "shared.h"
 #include "task.h"
 #include "update.h"
@@ -29,18 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-
-typedef struct {
-  char id[SESSION_ID_LEN + 1];
-  char queue[NAME_MAX_LEN + 1];
-  int state;
-  bool cleanup_on_exit;
-  int64_t timeout_ms, created_ms, last_seen_ms;
-  int64_t next_index; /* index of the next task submitted without one */
-  int64_t last_seq;   /* results so far; the seq of the latest */
-  int64_t total, done, failed;
-  char closed_why[128];
-} session_t;
 
 #define SESSION_COLUMNS                                                                            \
   "id, queue, state, cleanup_on_exit, timeout_ms, created_ms, last_seen_ms, next_index,"           \
@@ -96,9 +81,8 @@ static muster_err_t session_load(store_t *st, const char *id, session_t *ss, jso
   return fail_set(f, MUSTER_SESSION_NOT_FOUND, "session '%.140s' does not exist", id);
 }
 
-/* Loads an open session; when `touch`, records the call as its heartbeat. */
-static muster_err_t session_load_open(store_t *st, const char *id, session_t *ss,
-                                      json_t **init_data, bool touch, fail_t *f) {
+muster_err_t session_load_open(store_t *st, const char *id, session_t *ss, json_t **init_data,
+                               bool touch, fail_t *f) {
   if (init_data)
     *init_data = NULL;
   if (session_load(st, id, ss, init_data, f))
@@ -511,205 +495,6 @@ json_t *session_submit_scanned(store_t *st, const char *id, const jscan_body_t *
   json_t *out = submit_specs(st, &ss, specs, body->count, f);
   free(specs);
   return out;
-}
-
-/* ---- results ---- */
-
-/* Appends the stored JSON text of column `col` of `s` (NULL: null): as it
- * stands when it is valid JSON (the head stored it encoded), else as its
- * decoding writes it, null when it has none. */
-static void result_add_stored(jw_buf_t *out, sqlite3_stmt *s, int col) {
-  const char *text = (const char *)sqlite3_column_text(s, col);
-  size_t len = (size_t)sqlite3_column_bytes(s, col);
-  if (text != NULL && jw_valid(text, len)) {
-    jw_add_text(out, text, len);
-    return;
-  }
-  json_t *decoded = text ? jv_decode(text) : NULL;
-  if (decoded)
-    jw_add_value(out, decoded);
-  else
-    JW_ADD_LITERAL(out, "null");
-  json_decref(decoded);
-}
-
-/* Appends the result object of row `s` (RESULT_COLUMNS) to `out`, after a
- * comma unless it is the first: {"index", "task", "state", "result",
- * "error", "seq"}, the bytes jw_dump writes for that object built as a tree
- * (test_session checks), written as text around the stored result. */
-static void result_write(jw_buf_t *out, sqlite3_stmt *s, bool first) {
-  int state = sqlite3_column_int(s, 2);
-  bool done = state == TASK_DONE;
-  if (!first)
-    JW_ADD_LITERAL(out, ",");
-  JW_ADD_LITERAL(out, "{\"index\":");
-  jw_add_int(out, sqlite3_column_int64(s, 0));
-  JW_ADD_LITERAL(out, ",\"task\":");
-  jw_add_int(out, sqlite3_column_int64(s, 1));
-  JW_ADD_LITERAL(out, ",\"state\":");
-  const char *name = task_state_name(state);
-  jw_add_string(out, name, strlen(name));
-  JW_ADD_LITERAL(out, ",\"result\":");
-  if (done && sqlite3_column_type(s, 3) != SQLITE_NULL)
-    result_add_stored(out, s, 3);
-  else
-    JW_ADD_LITERAL(out, "null");
-  JW_ADD_LITERAL(out, ",\"error\":");
-  const char *error = (const char *)sqlite3_column_text(s, 4);
-  if (!done && error)
-    jw_add_string(out, error, (size_t)sqlite3_column_bytes(s, 4));
-  else
-    JW_ADD_LITERAL(out, "null");
-  JW_ADD_LITERAL(out, ",\"seq\":");
-  jw_add_int(out, sqlite3_column_int64(s, 5));
-  JW_ADD_LITERAL(out, "}");
-}
-
-#define RESULT_COLUMNS "r.idx, r.task, r.state, t.result, t.error, r.seq"
-
-/* Appends the results from `cursor` on to `list` (the elements of a JSON
- * array), *count of them; returns the next cursor, -1 on store failure. */
-static int64_t results_read(store_t *st, const session_t *ss, session_order_t order, int64_t cursor,
-                            int64_t max, jw_buf_t *list, size_t *count) {
-  sqlite3_stmt *s =
-      order == SESSION_BY_SUBMISSION
-          ? store_stmt(st, "SELECT " RESULT_COLUMNS " FROM session_results r"
-                           " LEFT JOIN tasks t ON t.id = r.task"
-                           " WHERE r.session = ?1 AND r.idx >= ?2 ORDER BY r.idx LIMIT ?3")
-          : store_stmt(st, "SELECT " RESULT_COLUMNS " FROM session_results r"
-                           " LEFT JOIN tasks t ON t.id = r.task"
-                           " WHERE r.session = ?1 AND r.seq > ?2 ORDER BY r.seq LIMIT ?3");
-  if (s == NULL)
-    return -1;
-  store_bind_text(s, 1, ss->id);
-  sqlite3_bind_int64(s, 2, cursor);
-  sqlite3_bind_int64(s, 3, max);
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    if (order == SESSION_BY_SUBMISSION) {
-      /* The stream stops at the first index without a result. */
-      if (sqlite3_column_int64(s, 0) != cursor)
-        break;
-      cursor++;
-    } else {
-      cursor = sqlite3_column_int64(s, 5);
-    }
-    result_write(list, s, (*count)++ == 0);
-  }
-  store_reset(s);
-  return rc == SQLITE_ROW || rc == SQLITE_DONE ? cursor : -1;
-}
-
-json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
-                        int64_t max, size_t *count, fail_t *f) {
-  session_t ss;
-  if (session_load_open(st, id, &ss, NULL, true, f))
-    return NULL;
-  jw_buf_t list = {0};
-  JW_ADD_LITERAL(&list, "[");
-  *count = 0;
-  int64_t next = results_read(st, &ss, order, cursor, max, &list, count);
-  JW_ADD_LITERAL(&list, "]");
-  if (next < 0) {
-    jw_buf_free(&list);
-    store_fail(st, f, "session results");
-    return NULL;
-  }
-  json_t *results = list.failed ? NULL : jw_raw(list.buf, list.len);
-  jw_buf_free(&list);
-  json_t *out = results ? json_pack("{s:o, s:I, s:I, s:I}", "results", results, "cursor",
-                                    (json_int_t)next, "total", (json_int_t)ss.total, "done",
-                                    (json_int_t)(ss.done + ss.failed))
-                        : NULL;
-  if (out == NULL)
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-  return out;
-}
-
-/* Adds the results of the `n` finished tasks of session `session` (queue
- * `queue`) to its stream, in order, when it is open and of that queue. */
-static muster_err_t record_run(store_t *st, const char *session, const char *queue,
-                               const session_finished_t *finished, size_t n, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT last_seq FROM sessions"
-                                   " WHERE id = ?1 AND queue = ?2 AND state = 0");
-  if (s == NULL)
-    return store_fail(st, f, "session result");
-  store_bind_text(s, 1, session);
-  store_bind_text(s, 2, queue);
-  bool open = sqlite3_step(s) == SQLITE_ROW;
-  int64_t seq = open ? sqlite3_column_int64(s, 0) : 0, first = seq, done = 0;
-  store_reset(s);
-  if (!open)
-    return MUSTER_OK;
-  for (size_t i = 0; i < n; i++) {
-    s = store_stmt(st, "INSERT OR IGNORE INTO session_results(session, seq, idx, task, state)"
-                       " VALUES(?1, ?2, ?3, ?4, ?5)");
-    if (s == NULL)
-      return store_fail(st, f, "session result");
-    store_bind_text(s, 1, session);
-    sqlite3_bind_int64(s, 2, seq + 1);
-    sqlite3_bind_int64(s, 3, finished[i].index);
-    sqlite3_bind_int64(s, 4, finished[i].task);
-    sqlite3_bind_int(s, 5, finished[i].state);
-    if (store_step_done(st, s, f))
-      return f->code;
-    if (sqlite3_changes(store_db(st)) == 0)
-      continue; /* the index has its result already: results are final */
-    seq++;
-    done += finished[i].state == TASK_DONE;
-  }
-  if (seq == first)
-    return MUSTER_OK;
-  s = store_stmt(st, "UPDATE sessions SET last_seq = ?2, done = done + ?3, failed = failed + ?4"
-                     " WHERE id = ?1");
-  if (s == NULL)
-    return store_fail(st, f, "session result");
-  store_bind_text(s, 1, session);
-  sqlite3_bind_int64(s, 2, seq);
-  sqlite3_bind_int64(s, 3, done);
-  sqlite3_bind_int64(s, 4, seq - first - done);
-  if (store_step_done(st, s, f))
-    return f->code;
-  store_notify_session(st, session);
-  return MUSTER_OK;
-}
-
-muster_err_t session_record_finished(store_t *st, const session_finished_t *finished, size_t n,
-                                     fail_t *f) {
-  for (size_t i = 0, j; i < n; i = j) {
-    const session_finished_t *a = &finished[i];
-    j = i + 1;
-    if (a->session == NULL || a->index < 0)
-      continue; /* not a task of a session */
-    while (j < n && finished[j].session && finished[j].index >= 0 &&
-           strcmp(finished[j].session, a->session) == 0 && strcmp(finished[j].queue, a->queue) == 0)
-      j++;
-    if (record_run(st, a->session, a->queue, a, j - i, f))
-      return f->code;
-  }
-  return MUSTER_OK;
-}
-
-muster_err_t session_record_result(store_t *st, int64_t task, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT session, coalesce(idx, -1), state, queue"
-                                   " FROM tasks WHERE id = ?1 AND session IS NOT NULL");
-  if (s == NULL)
-    return store_fail(st, f, "session result");
-  sqlite3_bind_int64(s, 1, task);
-  char session[SESSION_ID_LEN + 1] = "", queue[NAME_MAX_LEN + 1] = "";
-  session_finished_t one = {.task = task, .index = -1};
-  if (sqlite3_step(s) == SQLITE_ROW) {
-    snprintf(session, sizeof session, "%s", (const char *)sqlite3_column_text(s, 0));
-    one.index = sqlite3_column_int64(s, 1);
-    one.state = sqlite3_column_int(s, 2);
-    snprintf(queue, sizeof queue, "%s", (const char *)sqlite3_column_text(s, 3));
-  }
-  store_reset(s);
-  if (session[0] == '\0')
-    return MUSTER_OK; /* not a task of a session */
-  one.session = session;
-  one.queue = queue;
-  return session_record_finished(st, &one, 1, f);
 }
 
 /* ---- closing ---- */

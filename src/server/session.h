@@ -70,12 +70,24 @@ typedef struct {
 muster_err_t session_record_finished(store_t *st, const session_finished_t *finished, size_t n,
                                      fail_t *f);
 
+/* What a results read found besides its reply. */
+typedef struct {
+  size_t count; /* results in the reply */
+  bool stalled; /* the reply stops at a gap and every task of the session has its
+                 * result: nothing comes at the cursor until a task is submitted there */
+} session_read_t;
+
 /* Reads results after `cursor` in `order`, at most `max`.  Returns
- * {"results": [...], "cursor", "total", "done"} (new reference; "results" is
- * a raw node, jw.h) with *count the number of results in it, or NULL with *f
- * filled.  Counts as a heartbeat. */
+ * {"results": [...], "cursor", "total", "done", "gap"} (new reference;
+ * "results" is a raw node, jw.h) and *rd, or NULL with *f filled.  Counts as
+ * a heartbeat.  "gap" is {"first", "last"} when a read in submission order
+ * stops at indexes below next_index that no task has (a gap), else null.
+ * `empty_waits`: the caller does not send an empty reply unless it is
+ * stalled (it waits for results instead), so an empty read looks for a gap
+ * only when every task has its result; the "gap" of an empty reply that is
+ * not stalled is then null whatever the indexes hold. */
 json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
-                        int64_t max, size_t *count, fail_t *f);
+                        int64_t max, bool empty_waits, session_read_t *rd, fail_t *f);
 
 /* Closes the session: unfinished tasks are cancelled, then its tasks, results
  * and updates deleted.  `why` says who closed it (kept for error messages).

@@ -7,9 +7,10 @@
  * head has it, so no local agent competes for the tasks) on a temporary data
  * dir, runs the checks and stops the head.  Set MUSTER_TEST_URL and
  * MUSTER_TEST_TOKEN to run against a head you started yourself.  Checks:
- * ordered and unordered results, cursor resume, update numbering and
- * delivery with leases, exactly-once when a task is completed after its lease
- * was lost and re-leased, close and expiry.  Ends with "N passed, M failed".
+ * ordered and unordered results, cursor resume, a gap in a session's
+ * indexes, update numbering and delivery with leases, exactly-once when a
+ * task is completed after its lease was lost and re-leased, close and
+ * expiry.  Ends with "N passed, M failed".
  */
 #include "ctest_util.h"
 
@@ -273,6 +274,81 @@ static void test_session_calls(muster_client_t *c) {
   muster_free(sid);
   for (int i = 0; i < 10; i++)
     free(inputs[i]);
+}
+
+/* Puts tasks with payload `index` at the explicit indexes of `which` (-1 ends it). */
+static void put_at(muster_client_t *c, const char *sid, const int *which) {
+  muster_task_spec_t specs[8];
+  char payloads[8][16];
+  size_t n = 0;
+  for (const int *w = which; *w >= 0 && n < 8; w++, n++) {
+    muster_task_spec_init(&specs[n]);
+    snprintf(payloads[n], sizeof payloads[n], "%d", *w);
+    specs[n].payload = payloads[n];
+    specs[n].index = *w;
+  }
+  CHECK_OK(c, muster_session_put(c, sid, specs, n, NULL, NULL));
+}
+
+/* Explicit indexes 0 and 5 leave 1..4 without a task: a page says where it
+ * stops; once 0 and 5 have their results a read at 1 fails with
+ * MUSTER_INDEX_GAP (also one that asked to wait) instead of returning empty
+ * pages for ever; the gap filled later is read in its place, once. */
+static void test_session_gap(muster_client_t *c) {
+  CHECK_OK(c, muster_queue_put(c, "cp-gap", NULL, NULL));
+  muster_session_opts_t so;
+  muster_session_opts_init(&so);
+  so.queue = "cp-gap";
+  char *sid = NULL;
+  CHECK_OK(c, muster_session_create(c, &so, &sid, NULL));
+  put_at(c, sid, (const int[]){0, 5, -1});
+  muster_lease_t *leases = NULL;
+  size_t n = lease_n(c, "cp-gap", 2, &leases);
+  CHECK(n == 2);
+  complete_indexes(c, leases, n, (const int[]){0, -1});
+  muster_results_t page;
+  CHECK_OK(c, muster_session_results(c, sid, MUSTER_ORDER_SUBMISSION, 0, 0, 0, &page));
+  CHECK(page.count == 1 && page.cursor == 1 && page.gap_first == 1 && page.gap_last == 4);
+  CHECK(page.done == 1 && page.total == 2);
+  muster_results_free(&page);
+  /* Index 5 is unfinished: the gap may still be filled, an empty page is no error. */
+  CHECK_OK(c, muster_session_results(c, sid, MUSTER_ORDER_SUBMISSION, 1, 0, 0, &page));
+  CHECK(page.count == 0 && page.gap_first == 1 && page.gap_last == 4);
+  muster_results_free(&page);
+  complete_indexes(c, leases, n, (const int[]){5, -1});
+  for (int64_t wait_ms = 0; wait_ms <= 300; wait_ms += 300) {
+    CHECK_ERR(c, muster_session_results(c, sid, MUSTER_ORDER_SUBMISSION, 1, 0, wait_ms, &page),
+              MUSTER_INDEX_GAP);
+    const char *message = muster_client_message(c);
+    CHECK(contains(message, sid) && contains(message, "index 1 has no task") &&
+          contains(message, "indexes 1-4 were never submitted") &&
+          contains(message, "order=completion"));
+    CHECK(page.count == 0 && page.cursor == 1 && page.gap_first == 1 && page.gap_last == 4);
+    CHECK(page.done == 2 && page.total == 2);
+    muster_results_free(&page);
+  }
+  CHECK_OK(c, muster_session_results(c, sid, MUSTER_ORDER_COMPLETION, 0, 0, 0, &page));
+  CHECK(page.count == 2 && page.gap_first == -1);
+  muster_results_free(&page);
+  muster_leases_free(leases, n);
+  /* Filling the gap: index 1 first (its task unfinished, no error), then the rest. */
+  put_at(c, sid, (const int[]){2, -1});
+  CHECK_OK(c, muster_session_results(c, sid, MUSTER_ORDER_SUBMISSION, 1, 0, 0, &page));
+  CHECK(page.count == 0 && page.gap_first == 1 && page.gap_last == 1);
+  muster_results_free(&page);
+  put_at(c, sid, (const int[]){1, 3, 4, -1});
+  n = lease_n(c, "cp-gap", 4, &leases);
+  CHECK(n == 4);
+  complete_indexes(c, leases, n, (const int[]){4, 2, 3, 1, -1});
+  int64_t cur = expect_page(c, sid, MUSTER_ORDER_SUBMISSION, 1, 0, (const int[]){1, 2, 3, 4, 5, -1},
+                            __LINE__);
+  CHECK(cur == 6);
+  CHECK_OK(c, muster_session_results(c, sid, MUSTER_ORDER_SUBMISSION, cur, 0, 0, &page));
+  CHECK(page.count == 0 && page.gap_first == -1 && page.done == 6 && page.total == 6);
+  muster_results_free(&page);
+  muster_leases_free(leases, n);
+  CHECK_OK(c, muster_session_close(c, sid, NULL));
+  muster_free(sid);
 }
 
 static void test_pool_map(muster_client_t *c) {
@@ -619,6 +695,7 @@ int main(int argc, char **argv) {
     void (*run)(muster_client_t *);
   } tests[] = {
       {"session calls", test_session_calls},
+      {"session gap", test_session_gap},
       {"pool map", test_pool_map},
       {"pool orders", test_pool_orders},
       {"pool resume", test_pool_resume},

@@ -1,7 +1,7 @@
 """Sessions: create, get, list, heartbeat, submit with automatic and explicit
 indexes, results streams in submission and completion order with cursors and
-long-poll, exactly-once results, close, and cleanup_on_exit when the client goes
-silent (docs/api.md, "Sessions")."""
+long-poll, gaps in the indexes, exactly-once results, close, and cleanup_on_exit
+when the client goes silent (docs/api.md, "Sessions")."""
 import os
 import sys
 import threading
@@ -81,7 +81,7 @@ class SessionCase(ApiTestCase):
         if query:
             path += "?" + "&".join("%s=%s" % kv for kv in query.items())
         r = self.expect("GET", path)
-        self.assertEqual(set(r), {"results", "cursor", "total", "done"}, r)
+        self.assertEqual(set(r), {"results", "cursor", "total", "done", "gap"}, r)
         for x in r["results"]:
             self.assertEqual(set(x), RESULT_KEYS, x)
         return r
@@ -344,6 +344,65 @@ class SessionTest(SessionCase):
         r = self.results(sid, order="completion")
         self.assertEqual([(x["index"], x["result"]) for x in r["results"]], [(0, "stage1")])
 
+    def test_gap_in_reply(self):
+        """Explicit indexes 0 and 5 leave 1..4 without a task: a read in submission order
+        that stops there says so in "gap"; one that stops at an unfinished task, at the end
+        of what was submitted, or after a full page does not; completion order has none."""
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": 0}, {"payload": 5, "index": 5}])
+        leases = self.lease_by_index(2)
+        r = self.results(sid)
+        self.assertEqual((r["results"], r["cursor"], r["gap"]), ([], 0, None))
+        self.complete(leases[0], "r0")
+        r = self.results(sid)
+        self.assertEqual(([x["index"] for x in r["results"]], r["cursor"], r["gap"], r["done"],
+                          r["total"]), ([0], 1, {"first": 1, "last": 4}, 1, 2))
+        self.assertEqual(self.results(sid, max=1)["gap"], None)
+        self.assertEqual(self.results(sid, cursor=3)["gap"], {"first": 3, "last": 4})
+        self.assertEqual(self.results(sid, cursor=5)["gap"], None)  # 5 has a task, unfinished
+        self.complete(leases[5], "r5")
+        r = self.results(sid, cursor=1)
+        self.assertEqual((r["results"], r["cursor"], r["gap"], r["done"], r["total"]),
+                         ([], 1, {"first": 1, "last": 4}, 2, 2))
+        r = self.results(sid, cursor=5)
+        self.assertEqual(([x["index"] for x in r["results"]], r["cursor"], r["gap"]),
+                         ([5], 6, None))
+        self.assertEqual(self.results(sid, cursor=6)["gap"], None)
+        self.assertEqual(self.results(sid, cursor=100)["gap"], None)
+        r = self.results(sid, order="completion")
+        self.assertEqual(([x["index"] for x in r["results"]], r["gap"]), ([0, 5], None))
+
+    def test_gap_filled_later(self):
+        """A gap is accepted as before (an explicit index below next_index fills it, one in
+        use is refused) and the stream then reads the filled indexes in order, each once."""
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": 0}, {"payload": 3, "index": 3}])
+        leases = self.lease_by_index(2)
+        for i in (0, 3):
+            self.complete(leases[i], i)
+        r = self.results(sid)
+        self.assertEqual(([x["index"] for x in r["results"]], r["gap"], r["done"], r["total"]),
+                         ([0], {"first": 1, "last": 2}, 2, 2))
+        self.assertEqual([e["index"] for e in self.submit(sid, [{"payload": 2, "index": 2}])],
+                         [2])
+        self.expect_error("POST", "/v1/sessions/%s/tasks" % sid,
+                          {"tasks": [{"payload": 9, "index": 2}]}, 409, "invalid_state")
+        self.assertEqual(self.results(sid, cursor=1)["gap"], {"first": 1, "last": 1})
+        self.assertEqual(self.submit(sid, [{"payload": 1, "index": 1}])[0]["index"], 1)
+        self.assertEqual(self.get_session(sid)["next_index"], 4)
+        r = self.results(sid, cursor=1)
+        self.assertEqual((r["results"], r["cursor"], r["gap"]), ([], 1, None))
+        more = self.lease_by_index(2)
+        self.complete(more[2], 2)
+        self.complete(more[1], 1)
+        whole, cursor = self.stream_all(sid, "submission", max_per_call=2)
+        self.assertEqual(([(x["index"], x["result"]) for x in whole], cursor),
+                         ([(0, 0), (1, 1), (2, 2), (3, 3)], 4))
+        r = self.results(sid, cursor=4)
+        self.assertEqual((r["results"], r["gap"], r["done"], r["total"]), ([], None, 4, 4))
+
     def test_results_query_errors(self):
         self.create_queue()
         sid = self.open_session()["id"]
@@ -422,6 +481,52 @@ class SessionLongPollTest(SessionCase):
         self.assertEqual([x["index"] for x in r.json["results"]], [0, 1])
         self.assertEqual(r.json["cursor"], 2)
 
+    def test_parked_at_gap_answered_when_the_stream_stalls(self):
+        """A reader parked at a gap is answered, empty, as soon as the last task without a
+        result finishes: nothing can come at its cursor any more.  Before that, results
+        elsewhere do not wake it."""
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": 0}, {"payload": 4, "index": 4},
+                          {"payload": 6, "index": 6}])
+        leases = self.lease_by_index(3)
+        self.complete(leases[0], "r0")
+        t = self.reader(sid, "cursor=1&wait_ms=20000")
+        hold(0.3)
+        self.complete(leases[6], "r6")
+        hold(0.3)
+        self.assertTrue(t.is_alive(), "woken while index 4 was unfinished")
+        self.complete(leases[4], "r4")
+        done_at = time.monotonic()
+        r = self.finished(t)
+        self.assertLess(t.finished_at - done_at, 2.0)
+        self.assertEqual(r.json, {"results": [], "cursor": 1, "total": 3, "done": 3,
+                                  "gap": {"first": 1, "last": 3}})
+
+    def test_read_at_a_stalled_gap_waits_for_a_fill(self):
+        """A read that arrives at a gap of a stalled stream waits as any other (another
+        producer may fill the gap): it times out with the gap, or is answered with the
+        filled index once its task finishes."""
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": 0}, {"payload": 2, "index": 2}])
+        leases = self.lease_by_index(2)
+        for i in (0, 2):
+            self.complete(leases[i], i)
+        t0 = time.monotonic()
+        r = self.expect("GET", "/v1/sessions/%s/results?cursor=1&wait_ms=300" % sid)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.25)
+        self.assertEqual(r, {"results": [], "cursor": 1, "total": 2, "done": 2,
+                             "gap": {"first": 1, "last": 1}})
+        t = self.reader(sid, "cursor=1&wait_ms=20000")
+        hold(0.3)
+        self.assertTrue(t.is_alive(), "a read at a stalled gap did not wait")
+        self.submit(sid, [{"payload": 1, "index": 1}])
+        self.complete(self.lease_one(), 1)
+        r = self.finished(t)
+        self.assertEqual(([(x["index"], x["result"]) for x in r.json["results"]],
+                          r.json["cursor"], r.json["gap"]), ([(1, 1), (2, 2)], 3, None))
+
     def test_times_out_empty(self):
         self.create_queue()
         sid = self.open_session()["id"]
@@ -429,10 +534,10 @@ class SessionLongPollTest(SessionCase):
         t0 = time.monotonic()
         r = self.expect("GET", "/v1/sessions/%s/results?cursor=0&wait_ms=300" % sid)
         self.assertGreaterEqual(time.monotonic() - t0, 0.25)
-        self.assertEqual(r, {"results": [], "cursor": 0, "total": 1, "done": 0})
+        self.assertEqual(r, {"results": [], "cursor": 0, "total": 1, "done": 0, "gap": None})
         r = self.expect("GET", "/v1/sessions/%s/results?order=completion&cursor=7&wait_ms=100"
                         % sid)
-        self.assertEqual(r, {"results": [], "cursor": 7, "total": 1, "done": 0})
+        self.assertEqual(r, {"results": [], "cursor": 7, "total": 1, "done": 0, "gap": None})
 
     def test_woken_by_close(self):
         self.create_queue()
@@ -544,7 +649,8 @@ class SessionShutdownTest(SessionCase):
         self.assertFalse(t.is_alive())
         self.assertIsNone(t.error, t.error)
         self.assertEqual((t.reply.status, t.reply.json),
-                         (200, {"results": [], "cursor": 0, "total": 1, "done": 0}), t.reply)
+                         (200, {"results": [], "cursor": 0, "total": 1, "done": 0, "gap": None}),
+                         t.reply)
         self.head.start()
 
 

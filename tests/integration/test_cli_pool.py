@@ -172,6 +172,46 @@ class CliPoolTest(unittest.TestCase):
         self.assertIn("queue_not_found",
                       self.run_cli("session", "create", "--queue", "nope").stderr)
 
+    def test_session_results_at_a_gap(self):
+        """Explicit indexes 0 and 3 (put over HTTP: `session put` numbers its inputs) leave
+        1-2 without a task: once both have their results, `session results` says so and
+        exits 1 where it stopped, with --follow too, rather than wait for ever; read past the
+        gap or in completion order it is fine, and once the gap is filled it reads through."""
+        sid = self.ok("session", "create", "--queue", QUEUE, "--no-cleanup").stdout.strip()
+        path = "/v1/sessions/%s/tasks" % sid
+
+        def put(*indexes):
+            tasks = [{"payload": str(i + 1), "index": i} for i in indexes]
+            self.assertEqual(self.head.request("POST", path, {"tasks": tasks}).status, 201)
+
+        def done(n):
+            harness.wait_until(
+                lambda: json.loads(self.ok("session", "show", sid).stdout)["counts"]["done"] == n,
+                timeout=30, what="%d results" % n)
+        put(0, 3)
+        done(2)
+        for args, printed in ((["--follow", "--values"], ["1"]), ([], [0]),
+                              (["--cursor", "1", "--follow"], [])):
+            proc = self.run_cli("session", "results", sid, *args)
+            self.assertEqual(proc.returncode, 1, (args, proc.stderr))
+            lines = proc.stdout.splitlines()
+            self.assertEqual(lines if "--values" in args else
+                             [json.loads(line)["index"] for line in lines], printed)
+            self.assertIn("muster: index_gap: session %s: index 1 has no task (indexes 1-2 were"
+                          " never submitted)" % sid, proc.stderr)
+            self.assertIn("cursor: 1", proc.stderr)
+        self.assertEqual(self.ok("session", "results", sid, "--cursor", "3", "--follow",
+                                 "--values").stdout.splitlines(), ["16"])
+        unordered = self.ok("session", "results", sid, "--order", "completion", "--follow",
+                            "--values")
+        self.assertEqual(sorted(unordered.stdout.splitlines()), ["1", "16"])
+        put(2, 1)
+        done(4)
+        proc = self.ok("session", "results", sid, "--follow", "--values")
+        self.assertEqual(proc.stdout.splitlines(), ["1", "4", "9", "16"])
+        self.assertIn("cursor: 4", proc.stderr)
+        self.ok("session", "close", sid)
+
     def test_update(self):
         first = int(self.ok("update", "--queue", QUEUE, "--json", '{"lr": 0.1}').stdout)
         second = int(self.ok("update", "--queue", QUEUE, "plain text").stdout)

@@ -56,6 +56,7 @@ static const expected_row_t expected[] = {
     {MUSTER_NETWORK, "network", 0},
     {MUSTER_PROTOCOL, "protocol", 0},
     {MUSTER_NOMEM, "out_of_memory", 0},
+    {MUSTER_INDEX_GAP, "index_gap", 0},
 };
 
 #define N_EXPECTED (sizeof(expected) / sizeof(expected[0]))

@@ -142,15 +142,15 @@ static const json_t *at_index(const json_t *leases, int64_t index) {
 static int64_t read_results(const char *id, session_order_t order, int64_t cursor, int64_t max,
                             char *buf, size_t size) {
   fail_t f = {0};
-  size_t count = 0;
-  json_t *raw = session_results(st, id, order, cursor, max, &count, &f);
+  session_read_t rd;
+  json_t *raw = session_results(st, id, order, cursor, max, false, &rd, &f);
   assert_non_null(raw);
   json_t *r = reply_tree(raw); /* "results" is a raw node */
   json_decref(raw);
   json_t *list = json_object_get(r, "results");
-  assert_int_equal(count, json_array_size(list));
+  assert_int_equal(rd.count, json_array_size(list));
   buf[0] = '\0';
-  for (size_t i = 0; i < count; i++) {
+  for (size_t i = 0; i < rd.count; i++) {
     size_t len = strlen(buf);
     snprintf(buf + len, size - len, "%s%lld", i ? "," : "",
              (long long)jint(json_array_get(list, i), "index"));
@@ -402,6 +402,79 @@ static void test_batch_results(void **unused) {
   json_decref(leases);
 }
 
+/* A read in submission order from `cursor` (at most `max`; `empty_waits` as
+ * a parked reader reads) summed up in `buf`: the indexes read, the next
+ * cursor, the gap and whether stalled, e.g. "0 c1 gap1-4" or "- c1 gap1-4
+ * stalled". */
+static const char *read_summary(const char *id, int64_t cursor, int64_t max, bool empty_waits,
+                                char *buf, size_t size) {
+  fail_t f = {0};
+  session_read_t rd;
+  json_t *raw = session_results(st, id, SESSION_BY_SUBMISSION, cursor, max, empty_waits, &rd, &f);
+  assert_non_null(raw);
+  json_t *r = reply_tree(raw);
+  json_decref(raw);
+  json_t *list = json_object_get(r, "results"), *gap = json_object_get(r, "gap");
+  assert_non_null(gap); /* always there, null when there is none */
+  size_t len = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < rd.count; i++)
+    len += (size_t)snprintf(buf + len, size - len, "%s%lld", i ? "," : "",
+                            (long long)jint(json_array_get(list, i), "index"));
+  len += (size_t)snprintf(buf + len, size - len, "%s c%lld", rd.count ? "" : "-",
+                          (long long)jint(r, "cursor"));
+  if (json_is_object(gap))
+    len += (size_t)snprintf(buf + len, size - len, " gap%lld-%lld", (long long)jint(gap, "first"),
+                            (long long)jint(gap, "last"));
+  snprintf(buf + len, size - len, "%s", rd.stalled ? " stalled" : "");
+  json_decref(r);
+  return buf;
+}
+
+/* Explicit indexes 0 and 5 leave 1..4 without a task: the submission
+ * stream stops at 1 and says so; it is stalled once 0 and 5 have their
+ * results.  A task submitted later into the gap narrows it and is read in
+ * its place, once.  The completion stream has no gaps. */
+static void test_gaps(void **unused) {
+  make_queue("q", "{\"lease_ms\": 60000}");
+  char id[SESSION_ID_LEN + 1], buf[128];
+  open_session("q", NULL, id);
+  assert_int_equal(submit(id, "[{\"payload\": 0}, {\"payload\": 5, \"index\": 5}]", NULL),
+                   MUSTER_OK);
+  json_t *leases = lease("q", 2);
+  assert_string_equal(read_summary(id, 0, 100, false, buf, sizeof buf), "- c0");
+  assert_int_equal(apply(LEASE_COMPLETE, at_index(leases, 0), NULL), MUSTER_OK);
+  assert_string_equal(read_summary(id, 0, 100, false, buf, sizeof buf), "0 c1 gap1-4");
+  /* A full page did not stop: nothing is said about what follows. */
+  assert_string_equal(read_summary(id, 0, 1, false, buf, sizeof buf), "0 c1");
+  assert_string_equal(read_summary(id, 1, 100, false, buf, sizeof buf), "- c1 gap1-4");
+  /* A parked reader's empty read looks for no gap while 5 is unfinished. */
+  assert_string_equal(read_summary(id, 1, 100, true, buf, sizeof buf), "- c1");
+  assert_int_equal(apply(LEASE_COMPLETE, at_index(leases, 5), NULL), MUSTER_OK);
+  assert_string_equal(read_summary(id, 1, 100, true, buf, sizeof buf), "- c1 gap1-4 stalled");
+  assert_string_equal(read_summary(id, 0, 100, false, buf, sizeof buf), "0 c1 gap1-4 stalled");
+  assert_string_equal(read_summary(id, 5, 100, false, buf, sizeof buf), "5 c6");
+  assert_string_equal(read_summary(id, 6, 100, true, buf, sizeof buf), "- c6");
+  /* Filling index 2: 1 is still a gap, 2 waits for its task, 3-4 are a gap. */
+  assert_int_equal(submit(id, "[{\"payload\": 2, \"index\": 2}]", NULL), MUSTER_OK);
+  assert_string_equal(read_summary(id, 1, 100, false, buf, sizeof buf), "- c1 gap1-1");
+  assert_string_equal(read_summary(id, 2, 100, false, buf, sizeof buf), "- c2");
+  json_t *more = lease("q", 1);
+  assert_int_equal(apply(LEASE_COMPLETE, json_array_get(more, 0), NULL), MUSTER_OK);
+  assert_string_equal(read_summary(id, 1, 100, true, buf, sizeof buf), "- c1 gap1-1 stalled");
+  assert_string_equal(read_summary(id, 2, 100, false, buf, sizeof buf), "2 c3 gap3-4 stalled");
+  assert_int_equal(read_results(id, SESSION_BY_COMPLETION, 0, 100, buf, sizeof buf), 3);
+  assert_string_equal(buf, "0,5,2");
+  fail_t f = {0};
+  session_read_t rd;
+  json_t *out = session_results(st, id, SESSION_BY_COMPLETION, 0, 100, false, &rd, &f);
+  assert_true(json_is_null(json_object_get(out, "gap")));
+  assert_false(rd.stalled);
+  json_decref(out);
+  json_decref(more);
+  json_decref(leases);
+}
+
 static void test_dead_is_a_result(void **unused) {
   make_queue("q", "{\"max_attempts\": 1}");
   char id[SESSION_ID_LEN + 1], buf[64];
@@ -435,10 +508,10 @@ static void test_results_text(void **unused) {
                    MUSTER_OK);
   assert_int_equal(apply(LEASE_FAIL, at_index(leases, 2), ", \"error\": \"boom\""), MUSTER_OK);
   fail_t f = {0};
-  size_t count = 0;
-  json_t *out = session_results(st, id, SESSION_BY_COMPLETION, 0, 100, &count, &f);
+  session_read_t rd;
+  json_t *out = session_results(st, id, SESSION_BY_COMPLETION, 0, 100, false, &rd, &f);
   assert_non_null(out);
-  assert_int_equal(count, 3);
+  assert_int_equal(rd.count, 3);
   size_t len = 0;
   const char *text = jw_raw_text(json_object_get(out, "results"), &len);
   assert_non_null(text);
@@ -734,6 +807,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_init_data_apart, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_streams_and_exactly_once, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_dead_is_a_result, setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_gaps, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_close_and_expiry, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_updates, setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_nodes, setup, fixture_teardown),

@@ -1,0 +1,275 @@
+/*
+ * session_results.c — a session's results stream: recording a result when a
+ * task of the session finishes, and reading the stream in submission or in
+ * completion order.
+ *
+ * Results live in `session_results`, one row per index (unique), numbered by
+ * `seq` in the order they finished: the submission stream reads it by index,
+ * the completion stream by seq, both through the table's indexes.  A result
+ * row points at its task; the result and error are read from the task, which
+ * exists as long as the session is open.
+ *
+ * Explicit indexes may leave a gap: indexes below next_index that no task
+ * has (yet: another producer may fill it).  The submission stream stops at a
+ * gap as it stops at an unfinished task, and says so (the reply's "gap"), so
+ * that a reader whose stream can no longer move learns why.  Telling a gap
+ * from an unfinished task takes one lookup in the tasks' session index, made
+ * only when a read stops below next_index and its reply is sent: never per
+ * result.
+ */
+#include "session.h"
+#include "jv.h"
+#include "jw.h"
+#include "session_internal.h"
+#include "task.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- reading ---- */
+
+/* Appends the stored JSON text of column `col` of `s` (NULL: null): as it
+ * stands when it is valid JSON (the head stored it encoded), else as its
+ * decoding writes it, null when it has none. */
+static void result_add_stored(jw_buf_t *out, sqlite3_stmt *s, int col) {
+  const char *text = (const char *)sqlite3_column_text(s, col);
+  size_t len = (size_t)sqlite3_column_bytes(s, col);
+  if (text != NULL && jw_valid(text, len)) {
+    jw_add_text(out, text, len);
+    return;
+  }
+  json_t *decoded = text ? jv_decode(text) : NULL;
+  if (decoded)
+    jw_add_value(out, decoded);
+  else
+    JW_ADD_LITERAL(out, "null");
+  json_decref(decoded);
+}
+
+/* Appends the result object of row `s` (RESULT_COLUMNS) to `out`, after a
+ * comma unless it is the first: {"index", "task", "state", "result",
+ * "error", "seq"}, the bytes jw_dump writes for that object built as a tree
+ * (test_session checks), written as text around the stored result. */
+static void result_write(jw_buf_t *out, sqlite3_stmt *s, bool first) {
+  int state = sqlite3_column_int(s, 2);
+  bool done = state == TASK_DONE;
+  if (!first)
+    JW_ADD_LITERAL(out, ",");
+  JW_ADD_LITERAL(out, "{\"index\":");
+  jw_add_int(out, sqlite3_column_int64(s, 0));
+  JW_ADD_LITERAL(out, ",\"task\":");
+  jw_add_int(out, sqlite3_column_int64(s, 1));
+  JW_ADD_LITERAL(out, ",\"state\":");
+  const char *name = task_state_name(state);
+  jw_add_string(out, name, strlen(name));
+  JW_ADD_LITERAL(out, ",\"result\":");
+  if (done && sqlite3_column_type(s, 3) != SQLITE_NULL)
+    result_add_stored(out, s, 3);
+  else
+    JW_ADD_LITERAL(out, "null");
+  JW_ADD_LITERAL(out, ",\"error\":");
+  const char *error = (const char *)sqlite3_column_text(s, 4);
+  if (!done && error)
+    jw_add_string(out, error, (size_t)sqlite3_column_bytes(s, 4));
+  else
+    JW_ADD_LITERAL(out, "null");
+  JW_ADD_LITERAL(out, ",\"seq\":");
+  jw_add_int(out, sqlite3_column_int64(s, 5));
+  JW_ADD_LITERAL(out, "}");
+}
+
+#define RESULT_COLUMNS "r.idx, r.task, r.state, t.result, t.error, r.seq"
+
+/* Appends the results from `cursor` on to `list` (the elements of a JSON
+ * array), *count of them; returns the next cursor, -1 on store failure. */
+static int64_t results_read(store_t *st, const session_t *ss, session_order_t order, int64_t cursor,
+                            int64_t max, jw_buf_t *list, size_t *count) {
+  sqlite3_stmt *s =
+      order == SESSION_BY_SUBMISSION
+          ? store_stmt(st, "SELECT " RESULT_COLUMNS " FROM session_results r"
+                           " LEFT JOIN tasks t ON t.id = r.task"
+                           " WHERE r.session = ?1 AND r.idx >= ?2 ORDER BY r.idx LIMIT ?3")
+          : store_stmt(st, "SELECT " RESULT_COLUMNS " FROM session_results r"
+                           " LEFT JOIN tasks t ON t.id = r.task"
+                           " WHERE r.session = ?1 AND r.seq > ?2 ORDER BY r.seq LIMIT ?3");
+  if (s == NULL)
+    return -1;
+  store_bind_text(s, 1, ss->id);
+  sqlite3_bind_int64(s, 2, cursor);
+  sqlite3_bind_int64(s, 3, max);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (order == SESSION_BY_SUBMISSION) {
+      /* The stream stops at the first index without a result. */
+      if (sqlite3_column_int64(s, 0) != cursor)
+        break;
+      cursor++;
+    } else {
+      cursor = sqlite3_column_int64(s, 5);
+    }
+    result_write(list, s, (*count)++ == 0);
+  }
+  store_reset(s);
+  return rc == SQLITE_ROW || rc == SQLITE_DONE ? cursor : -1;
+}
+
+/* The gap at `cursor`, an index below next_index without a result: *last
+ * gets the last index of the run from `cursor` that no task of the session
+ * has (up to the next index a task has, or next_index when none above has
+ * one), -1 when `cursor` has a task (not finished yet).  One seek in
+ * tasks_by_session.  Returns false on store failure. */
+static bool results_gap(store_t *st, const session_t *ss, int64_t cursor, int64_t *last) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT idx FROM tasks WHERE session = ?1 AND queue = ?2"
+                                   " AND idx >= ?3 ORDER BY idx LIMIT 1");
+  if (s == NULL)
+    return false;
+  store_bind_text(s, 1, ss->id);
+  store_bind_text(s, 2, ss->queue);
+  sqlite3_bind_int64(s, 3, cursor);
+  int rc = sqlite3_step(s);
+  int64_t next_task = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : ss->next_index;
+  store_reset(s);
+  *last = next_task > cursor ? next_task - 1 : -1;
+  return rc == SQLITE_ROW || rc == SQLITE_DONE;
+}
+
+/* Why a read of `rd->count` results that ends at `next` stopped: *gap_last
+ * (-1: none) and rd->stalled.  Only a submission read with fewer than `max`
+ * results below next_index stopped at an index that may have no task; an
+ * empty one whose caller waits (`empty_waits`) is looked at only when every
+ * task has its result, as only then can it be stalled.  False on store
+ * failure. */
+static bool results_stop(store_t *st, const session_t *ss, session_order_t order, int64_t next,
+                         int64_t max, bool empty_waits, session_read_t *rd, int64_t *gap_last) {
+  bool complete = ss->done + ss->failed >= ss->total;
+  *gap_last = -1;
+  if (order != SESSION_BY_SUBMISSION || (int64_t)rd->count >= max || next >= ss->next_index ||
+      (rd->count == 0 && empty_waits && !complete))
+    return true;
+  if (!results_gap(st, ss, next, gap_last))
+    return false;
+  rd->stalled = *gap_last >= 0 && complete;
+  return true;
+}
+
+json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
+                        int64_t max, bool empty_waits, session_read_t *rd, fail_t *f) {
+  session_t ss;
+  *rd = (session_read_t){0};
+  if (session_load_open(st, id, &ss, NULL, true, f))
+    return NULL;
+  jw_buf_t list = {0};
+  JW_ADD_LITERAL(&list, "[");
+  int64_t next = results_read(st, &ss, order, cursor, max, &list, &rd->count), gap_last = -1;
+  JW_ADD_LITERAL(&list, "]");
+  if (next < 0 || !results_stop(st, &ss, order, next, max, empty_waits, rd, &gap_last)) {
+    jw_buf_free(&list);
+    store_fail(st, f, "session results");
+    return NULL;
+  }
+  json_t *results = list.failed ? NULL : jw_raw(list.buf, list.len);
+  jw_buf_free(&list);
+  json_t *gap = gap_last < 0 ? NULL
+                             : json_pack("{s:I, s:I}", "first", (json_int_t)next, "last",
+                                         (json_int_t)gap_last);
+  json_t *out = NULL;
+  if (results && (gap_last < 0 || gap)) { /* json_pack takes both references */
+    out = json_pack("{s:o, s:I, s:I, s:I, s:o?}", "results", results, "cursor", (json_int_t)next,
+                    "total", (json_int_t)ss.total, "done", (json_int_t)(ss.done + ss.failed), "gap",
+                    gap);
+  } else {
+    json_decref(results);
+    json_decref(gap);
+  }
+  if (out == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  return out;
+}
+
+/* ---- recording ---- */
+
+/* Adds the results of the `n` finished tasks of session `session` (queue
+ * `queue`) to its stream, in order, when it is open and of that queue. */
+static muster_err_t record_run(store_t *st, const char *session, const char *queue,
+                               const session_finished_t *finished, size_t n, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT last_seq FROM sessions"
+                                   " WHERE id = ?1 AND queue = ?2 AND state = 0");
+  if (s == NULL)
+    return store_fail(st, f, "session result");
+  store_bind_text(s, 1, session);
+  store_bind_text(s, 2, queue);
+  bool open = sqlite3_step(s) == SQLITE_ROW;
+  int64_t seq = open ? sqlite3_column_int64(s, 0) : 0, first = seq, done = 0;
+  store_reset(s);
+  if (!open)
+    return MUSTER_OK;
+  for (size_t i = 0; i < n; i++) {
+    s = store_stmt(st, "INSERT OR IGNORE INTO session_results(session, seq, idx, task, state)"
+                       " VALUES(?1, ?2, ?3, ?4, ?5)");
+    if (s == NULL)
+      return store_fail(st, f, "session result");
+    store_bind_text(s, 1, session);
+    sqlite3_bind_int64(s, 2, seq + 1);
+    sqlite3_bind_int64(s, 3, finished[i].index);
+    sqlite3_bind_int64(s, 4, finished[i].task);
+    sqlite3_bind_int(s, 5, finished[i].state);
+    if (store_step_done(st, s, f))
+      return f->code;
+    if (sqlite3_changes(store_db(st)) == 0)
+      continue; /* the index has its result already: results are final */
+    seq++;
+    done += finished[i].state == TASK_DONE;
+  }
+  if (seq == first)
+    return MUSTER_OK;
+  s = store_stmt(st, "UPDATE sessions SET last_seq = ?2, done = done + ?3, failed = failed + ?4"
+                     " WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "session result");
+  store_bind_text(s, 1, session);
+  sqlite3_bind_int64(s, 2, seq);
+  sqlite3_bind_int64(s, 3, done);
+  sqlite3_bind_int64(s, 4, seq - first - done);
+  if (store_step_done(st, s, f))
+    return f->code;
+  store_notify_session(st, session);
+  return MUSTER_OK;
+}
+
+muster_err_t session_record_finished(store_t *st, const session_finished_t *finished, size_t n,
+                                     fail_t *f) {
+  for (size_t i = 0, j; i < n; i = j) {
+    const session_finished_t *a = &finished[i];
+    j = i + 1;
+    if (a->session == NULL || a->index < 0)
+      continue; /* not a task of a session */
+    while (j < n && finished[j].session && finished[j].index >= 0 &&
+           strcmp(finished[j].session, a->session) == 0 && strcmp(finished[j].queue, a->queue) == 0)
+      j++;
+    if (record_run(st, a->session, a->queue, a, j - i, f))
+      return f->code;
+  }
+  return MUSTER_OK;
+}
+
+muster_err_t session_record_result(store_t *st, int64_t task, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT session, coalesce(idx, -1), state, queue"
+                                   " FROM tasks WHERE id = ?1 AND session IS NOT NULL");
+  if (s == NULL)
+    return store_fail(st, f, "session result");
+  sqlite3_bind_int64(s, 1, task);
+  char session[SESSION_ID_LEN + 1] = "", queue[NAME_MAX_LEN + 1] = "";
+  session_finished_t one = {.task = task, .index = -1};
+  if (sqlite3_step(s) == SQLITE_ROW) {
+    snprintf(session, sizeof session, "%s", (const char *)sqlite3_column_text(s, 0));
+    one.index = sqlite3_column_int64(s, 1);
+    one.state = sqlite3_column_int(s, 2);
+    snprintf(queue, sizeof queue, "%s", (const char *)sqlite3_column_text(s, 3));
+  }
+  store_reset(s);
+  if (session[0] == '\0')
+    return MUSTER_OK; /* not a task of a session */
+  one.session = session;
+  one.queue = queue;
+  return session_record_finished(st, &one, 1, f);
+}
