@@ -183,7 +183,7 @@ class IndexGap(MusterError):
             submit = "tasks at indexes %d-%d" % (first, last)
         else:
             never, submit = "it was", "a task at index %d" % first
-        return cls("session %s: index %d has no task (%s never submitted) and every task "
+        return cls("session %s: index %d has no task (%s never submitted, or purged) and every task "
                    "submitted (%d) has its result, so the results in submission order cannot go "
                    "past it; submit %s or read with order=completion"
                    % (session, first, never, total, submit),

@@ -214,9 +214,42 @@ muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, fail_t 
                              f);
 }
 
+/* Takes the queued tasks of queue `name` that belong to a session streaming
+ * from it out of their sessions' totals, before a purge deletes them, and
+ * wakes those sessions' readers: a stream whose every other task has its
+ * result then reads as stalled at the purged indexes (an `index_gap`)
+ * instead of waiting for results that will never come. */
+static muster_err_t queue_purge_sessions(store_t *st, const char *name, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT tasks.session, count(*) FROM tasks INDEXED BY"
+                                   " tasks_ready JOIN sessions ON sessions.id = tasks.session"
+                                   " AND sessions.queue = tasks.queue WHERE tasks.queue = ?1"
+                                   " AND tasks.state = 0 GROUP BY tasks.session");
+  if (s == NULL)
+    return store_fail(st, f, "purge");
+  sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    char session[TASK_MAX_SESSION + 1];
+    snprintf(session, sizeof session, "%s", (const char *)sqlite3_column_text(s, 0));
+    int64_t n = sqlite3_column_int64(s, 1);
+    sqlite3_stmt *u = store_stmt(st, "UPDATE sessions SET total = total - ?2 WHERE id = ?1");
+    if (u == NULL)
+      break;
+    sqlite3_bind_text(u, 1, session, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(u, 2, n);
+    if (store_step_done(st, u, f)) {
+      store_reset(s);
+      return f->code;
+    }
+    store_notify_session(st, session);
+  }
+  store_reset(s);
+  return rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, "purge");
+}
+
 muster_err_t queue_purge(store_t *st, const char *name, int64_t *purged, fail_t *f) {
   queue_t q;
-  if (queue_load(st, name, &q, f))
+  if (queue_load(st, name, &q, f) || queue_purge_sessions(st, name, f))
     return f->code;
   /* Through the queue's queued tasks only, not all of its tasks. */
   sqlite3_stmt *s = store_stmt(st, "DELETE FROM tasks INDEXED BY tasks_ready"

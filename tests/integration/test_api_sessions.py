@@ -503,6 +503,31 @@ class SessionLongPollTest(SessionCase):
         self.assertEqual(r.json, {"results": [], "cursor": 1, "total": 3, "done": 3,
                                   "gap": {"first": 1, "last": 3}})
 
+    def test_purge_takes_tasks_out_of_the_stream(self):
+        """A purge deletes a session's queued tasks: they leave its total, and a reader
+        parked at them is answered at once with the gap they leave (it waited for
+        results that could never come)."""
+        self.create_queue()
+        sid = self.open_session()["id"]
+        self.submit(sid, [{"payload": i} for i in range(3)])
+        leases = self.lease_by_index(1)
+        self.complete(leases[0], "r0")
+        t = self.reader(sid, "cursor=1&wait_ms=20000")
+        hold(0.3)
+        self.assertTrue(t.is_alive())
+        self.assertEqual(self.expect("POST", "/v1/queues/%s/purge" % self.q, {}),
+                         {"purged": 2})
+        purged_at = time.monotonic()
+        r = self.finished(t)
+        self.assertLess(t.finished_at - purged_at, 2.0)
+        self.assertEqual(r.json, {"results": [], "cursor": 1, "total": 1, "done": 1,
+                                  "gap": {"first": 1, "last": 2}})
+        self.assertEqual(self.get_session(sid)["counts"],
+                         {"total": 1, "done": 1, "failed": 0, "pending": 0})
+        # A purge of another queue, or of one with no session tasks left, changes nothing.
+        self.expect("POST", "/v1/queues/%s/purge" % self.q, {})
+        self.assertEqual(self.get_session(sid)["counts"]["total"], 1)
+
     def test_read_at_a_stalled_gap_waits_for_a_fill(self):
         """A read that arrives at a gap of a stalled stream waits as any other (another
         producer may fill the gap): it times out with the gap, or is answered with the

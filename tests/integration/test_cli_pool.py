@@ -198,7 +198,7 @@ class CliPoolTest(unittest.TestCase):
             self.assertEqual(lines if "--values" in args else
                              [json.loads(line)["index"] for line in lines], printed)
             self.assertIn("muster: index_gap: session %s: index 1 has no task (indexes 1-2 were"
-                          " never submitted)" % sid, proc.stderr)
+                          " never submitted, or purged)" % sid, proc.stderr)
             self.assertIn("cursor: 1", proc.stderr)
         self.assertEqual(self.ok("session", "results", sid, "--cursor", "3", "--follow",
                                  "--values").stdout.splitlines(), ["16"])

@@ -57,12 +57,12 @@ class IterResultsTest(HeadTestCase):
         self.assertIsInstance(gap, muster.MusterError)
         self.assertEqual((gap.code, gap.session, gap.first, gap.last, gap.cursor, gap.total),
                          ("index_gap", self.sid, 1, 2, 1, 2))
-        self.assertIn("index 1 has no task (indexes 1-2 were never submitted)", str(gap))
+        self.assertIn("index 1 has no task (indexes 1-2 were never submitted, or purged)", str(gap))
         self.assertIn("order=completion", str(gap))
         self.assertLess(took, 5.0)  # not one 20 s long-poll
         got, gap, took = self.read(cursor=2, wait_ms=20000)
         self.assertEqual((got, gap.first, gap.last), ([], 2, 2))
-        self.assertIn("index 2 has no task (it was never submitted)", str(gap))
+        self.assertIn("index 2 has no task (it was never submitted, or purged)", str(gap))
         self.assertLess(took, 5.0)
         got, gap, _ = self.read(cursor=3)
         self.assertEqual((got, gap), ([3], None))
