@@ -7,6 +7,7 @@
 #include "counts.h"
 #include "jv.h"
 #include "log.h"
+#include "session.h"
 #include "task.h"
 #include "update.h"
 
@@ -190,7 +191,8 @@ static muster_err_t queue_count_changes(store_t *st, sqlite3_stmt *s, const char
   return MUSTER_OK;
 }
 
-muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, fail_t *f) {
+muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, int64_t *sessions,
+                          fail_t *f) {
   queue_t q;
   if (queue_load(st, name, &q, f))
     return f->code;
@@ -208,7 +210,8 @@ muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, fail_t 
   store_reset(s);
   if (queue_count_changes(st, store_stmt(st, "DELETE FROM tasks WHERE queue = ?1"), name, tasks,
                           f) ||
-      counts_drop(st, name, f) || update_delete_queue(st, name, f))
+      counts_drop(st, name, f) || session_close_queue(st, name, sessions, f) ||
+      update_delete_queue(st, name, f))
     return f->code;
   return queue_count_changes(st, store_stmt(st, "DELETE FROM queues WHERE name = ?1"), name, NULL,
                              f);

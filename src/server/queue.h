@@ -44,8 +44,10 @@ muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *
 json_t *queue_to_json(store_t *st, const queue_t *q);
 /* {"queues": [...]} ordered by name (new reference). */
 json_t *queue_list(store_t *st, fail_t *f);
-/* Deletes the queue and its tasks; *tasks gets how many went. */
-muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, fail_t *f);
+/* Deletes the queue and its tasks, closing the sessions that stream from
+ * it; *tasks and *sessions get how many went. */
+muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, int64_t *sessions,
+                          fail_t *f);
 /* Deletes the queued tasks of the queue. */
 muster_err_t queue_purge(store_t *st, const char *name, int64_t *purged, fail_t *f);
 /* Puts dead and failed tasks back to queued, attempts and flags reset. */

@@ -71,12 +71,12 @@ static void h_queue_get(http_req_t *r) {
 
 static void h_queue_delete(http_req_t *r) {
   fail_t f = {0};
-  int64_t tasks = 0;
-  if (queue_delete(ST(r), r->params[0], &tasks, &f))
+  int64_t tasks = 0, sessions = 0;
+  if (queue_delete(ST(r), r->params[0], &tasks, &sessions, &f))
     http_reply_fail(r, &f);
   else
-    http_reply_json(r, 200, json_pack("{s:s, s:I}", "deleted", r->params[0], "tasks",
-                                      (json_int_t)tasks));
+    http_reply_json(r, 200, json_pack("{s:s, s:I, s:I}", "deleted", r->params[0], "tasks",
+                                      (json_int_t)tasks, "sessions_closed", (json_int_t)sessions));
 }
 
 static void h_queue_purge(http_req_t *r) {

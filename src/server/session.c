@@ -622,3 +622,30 @@ int64_t session_expire_due(store_t *st, int64_t now, session_busy_fn busy, void 
   }
   return closed;
 }
+
+muster_err_t session_close_queue(store_t *st, const char *queue, int64_t *closed, fail_t *f) {
+  char why[NAME_MAX_LEN + 64];
+  snprintf(why, sizeof why, "its queue '%s' was deleted", queue);
+  *closed = 0;
+  for (;;) { /* a batch of ids at a time: closing changes what the query reads */
+    sqlite3_stmt *s = store_stmt(st, "SELECT id FROM sessions WHERE state = 0 AND queue = ?1"
+                                     " LIMIT 64");
+    if (s == NULL)
+      return store_fail(st, f, "session close");
+    store_bind_text(s, 1, queue);
+    char ids[64][SESSION_ID_LEN + 1];
+    size_t n = 0;
+    while (n < 64 && sqlite3_step(s) == SQLITE_ROW)
+      snprintf(ids[n++], sizeof ids[0], "%s", (const char *)sqlite3_column_text(s, 0));
+    store_reset(s);
+    for (size_t i = 0; i < n; i++) {
+      json_t *out = session_close(st, ids[i], why, f);
+      if (out == NULL)
+        return f->code;
+      json_decref(out);
+    }
+    *closed += (int64_t)n;
+    if (n < 64)
+      return MUSTER_OK;
+  }
+}

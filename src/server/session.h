@@ -94,6 +94,12 @@ json_t *session_results(store_t *st, const char *id, session_order_t order, int6
  * Returns {"id", "cancelled", "deleted"} or NULL with *f filled. */
 json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f);
 
+/* Closes every open session streaming from queue `queue` (session_close), as
+ * its queue is deleted: their readers are answered session_not_found, which
+ * names why, instead of waiting for tasks that are gone.  *closed gets their
+ * number. */
+muster_err_t session_close_queue(store_t *st, const char *queue, int64_t *closed, fail_t *f);
+
 /* Records the result of task `task` in its session's stream if it belongs to
  * an open session and its index has no result yet; wakes the session's
  * results waiters (store_notify_session).  Call after the task reached a final

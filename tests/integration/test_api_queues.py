@@ -178,7 +178,7 @@ class QueueTest(ApiTestCase):
         ids = self.put(1, 2, 3, 4)
         self.lease()
         r = self.expect("DELETE", "/v1/queues/" + self.q)
-        self.assertEqual(r, {"deleted": self.q, "tasks": 4})
+        self.assertEqual(r, {"deleted": self.q, "tasks": 4, "sessions_closed": 0})
         self.expect_error("GET", "/v1/queues/" + self.q, None, 404, "queue_not_found")
         self.assertNotIn(self.q, [q["name"] for q in self.expect("GET", "/v1/queues")["queues"]])
         for tid in ids:
@@ -199,12 +199,12 @@ class QueueTest(ApiTestCase):
         self.assertEqual(self.counts(stage2)["queued"], 1)
         self.expect("PUT", "/v1/queues/" + self.q, {"next": None})
         self.assertEqual(self.expect("DELETE", "/v1/queues/" + stage2),
-                         {"deleted": stage2, "tasks": 1})
+                         {"deleted": stage2, "tasks": 1, "sessions_closed": 0})
         # Deleting the first stage of a pipeline is fine.
         self.create_queue(stage2)
         self.expect("PUT", "/v1/queues/" + self.q, {"next": stage2})
         self.assertEqual(self.expect("DELETE", "/v1/queues/" + self.q),
-                         {"deleted": self.q, "tasks": 0})
+                         {"deleted": self.q, "tasks": 0, "sessions_closed": 0})
 
 
 if __name__ == "__main__":

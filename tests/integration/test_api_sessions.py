@@ -575,6 +575,28 @@ class SessionLongPollTest(SessionCase):
         r = self.finished(t)
         self.assertEqual((r.status, r.error_code), (404, "session_not_found"), r)
 
+    def test_woken_by_queue_delete(self):
+        """Deleting a session's queue deletes its tasks and closes the session (and no
+        other): a parked reader is answered session_not_found naming why, instead of
+        waiting for results that cannot come."""
+        self.create_queue()
+        other_q = self.q + "-other"
+        self.expect("PUT", "/v1/queues/" + other_q, {}, status=201)
+        sid = self.open_session()["id"]
+        other = self.open_session(queue=other_q)["id"]
+        self.submit(sid, [{"payload": 0}, {"payload": 1}])
+        t = self.reader(sid, "wait_ms=20000")
+        hold(0.3)
+        self.assertTrue(t.is_alive())
+        self.assertEqual(self.expect("DELETE", "/v1/queues/" + self.q),
+                         {"deleted": self.q, "tasks": 2, "sessions_closed": 1})
+        r = self.finished(t)
+        self.assertEqual((r.status, r.error_code), (404, "session_not_found"), r)
+        r = self.head.request("GET", "/v1/sessions/%s/results" % sid)
+        self.assertEqual(r.status, 404, r)
+        self.assertIn("its queue '%s' was deleted" % self.q, r.json["error"]["message"])
+        self.assertEqual(self.get_session(other)["state"], "open")
+
     def test_woken_by_dead_task(self):
         self.create_queue(max_attempts=1)
         sid = self.open_session()["id"]

@@ -27,7 +27,7 @@ class TestQueues(HeadTestCase):
         self.assertIn(q, names)
         self.assertEqual(names, sorted(names))
         self.c.put(q, "x")
-        self.assertEqual(self.c.delete_queue(q), {"deleted": q, "tasks": 1})
+        self.assertEqual(self.c.delete_queue(q), {"deleted": q, "tasks": 1, "sessions_closed": 0})
         with self.assertRaises(muster.QueueNotFound):
             self.c.queue(q)
 
