@@ -81,6 +81,38 @@ static muster_err_t blob_load(store_t *st, const char *scope, const char *name, 
   return MUSTER_OK;
 }
 
+/* ---- expired blobs: what the sweep keeps to explain them ---- */
+
+/* Fills *ttl_ms when (scope, name) expired: not swept yet (`b`), or swept
+ * less than SHARED_EXPIRED_KEEP_MS ago and not written since.  False when it
+ * did not expire (or too long ago to tell). */
+static bool blob_expired(store_t *st, const char *scope, const char *name, const blob_row_t *b,
+                         int64_t now, int64_t *ttl_ms) {
+  if (b->exists) {
+    *ttl_ms = b->ttl_ms;
+    return b->expires_ms <= now;
+  }
+  sqlite3_stmt *s = store_stmt(st, "SELECT ttl_ms FROM shared_expired"
+                                   " WHERE scope = ?1 AND name = ?2 AND expired_ms >= ?3");
+  if (s == NULL)
+    return false; /* only the message is poorer */
+  store_bind_text(s, 1, scope);
+  store_bind_text(s, 2, name);
+  sqlite3_bind_int64(s, 3, now - SHARED_EXPIRED_KEEP_MS);
+  bool found = sqlite3_step(s) == SQLITE_ROW;
+  if (found)
+    *ttl_ms = sqlite3_column_int64(s, 0);
+  store_reset(s);
+  return found;
+}
+
+/* " ('NAME' expired: it was not updated within its ttl_ms of TTL)", the
+ * explanation docs/shared-data.md lists. */
+static void expired_note(const char *name, int64_t ttl_ms, char *out, size_t size) {
+  snprintf(out, size, " ('%s' expired: it was not updated within its ttl_ms of %lld)", name,
+           (long long)ttl_ms);
+}
+
 /* Runs `sql` with ?1 scope, ?2 name (may be NULL), ?3 `n`. */
 static muster_err_t shared_exec(store_t *st, const char *sql, const char *scope, const char *name,
                                 int64_t n, fail_t *f) {
@@ -128,6 +160,12 @@ muster_err_t shared_check_level(store_t *st, const char *scope, const char *name
                     "shared data '%s' exists at level %lld; update it "
                     "with level=%lld",
                     name, (long long)current, (long long)current + 1);
+  int64_t ttl_ms;
+  if (level > 1 && current == 0 && blob_expired(st, scope, name, &b, now, &ttl_ms))
+    return fail_set(f, MUSTER_VERSION_MISMATCH,
+                    "update level mismatch: expected 1, got %lld ('%s' expired: it was not "
+                    "updated within its ttl_ms of %lld; a new blob starts at level 1)",
+                    (long long)level, name, (long long)ttl_ms);
   if (level > 1 && level != current + 1)
     return fail_set(f, MUSTER_VERSION_MISMATCH, "update level mismatch: expected %lld, got %lld",
                     (long long)current + 1, (long long)level);
@@ -144,6 +182,10 @@ muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_
   /* An expired blob that the sweep has not reached yet is replaced whole. */
   if (b.exists && (b.expires_ms <= now || creates == 1) &&
       blob_drop(st, lv->scope, lv->name, NULL, f))
+    return f->code;
+  /* Written again: an earlier expiry no longer explains anything. */
+  if (creates == 1 && shared_exec(st, "DELETE FROM shared_expired WHERE scope = ?1 AND name = ?2",
+                                  lv->scope, lv->name, 0, f))
     return f->code;
   lv->level = lv->newest = creates;
   lv->expires_ms = now + lv->ttl_ms;
@@ -204,15 +246,13 @@ muster_err_t shared_find(store_t *st, const char *scope, const char *name, int64
   blob_row_t b;
   if (blob_load(st, scope, name, &b, f))
     return f->code;
-  char missing[400];
+  char missing[400], note[300] = "";
+  int64_t ttl_ms;
   shared_not_found_message(scope, name, missing, sizeof missing);
-  if (!b.exists)
-    return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s", missing);
-  if (b.expires_ms <= now)
-    return fail_set(f, MUSTER_SHARED_NOT_FOUND,
-                    "%s ('%s' expired: it was not updated within its "
-                    "ttl_ms of %lld)",
-                    missing, name, (long long)b.ttl_ms);
+  if (blob_expired(st, scope, name, &b, now, &ttl_ms))
+    expired_note(name, ttl_ms, note, sizeof note);
+  if (!b.exists || note[0])
+    return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s%s", missing, note);
   *out = (shared_level_t){.newest = b.level, .ttl_ms = b.ttl_ms, .expires_ms = b.expires_ms};
   snprintf(out->scope, sizeof out->scope, "%s", scope);
   snprintf(out->name, sizeof out->name, "%s", name);
@@ -282,9 +322,12 @@ json_t *shared_delete(store_t *st, const char *scope, const char *name, fail_t *
   if (blob_load(st, scope, name, &b, f))
     return NULL;
   if (!b.exists) {
-    char missing[400];
+    char missing[400], note[300] = "";
+    int64_t ttl_ms;
     shared_not_found_message(scope, name, missing, sizeof missing);
-    fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s", missing);
+    if (blob_expired(st, scope, name, &b, now_ms(), &ttl_ms))
+      expired_note(name, ttl_ms, note, sizeof note);
+    fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s%s", missing, note);
     return NULL;
   }
   if (blob_drop(st, scope, name, &levels, f))
@@ -302,7 +345,8 @@ muster_err_t shared_delete_scope(store_t *st, const char *scope, int64_t *count,
     return f->code;
   if (count)
     *count = sqlite3_changes64(store_db(st));
-  return MUSTER_OK;
+  /* The scope is gone (a closed session): nothing of it is left to explain. */
+  return shared_exec(st, "DELETE FROM shared_expired WHERE scope = ?1", scope, NULL, 0, f);
 }
 
 bool shared_any_due(store_t *st, int64_t now) {
@@ -315,26 +359,60 @@ bool shared_any_due(store_t *st, int64_t now) {
   return due;
 }
 
+/* Remembers that (scope, name) expired at `expired_ms` with `ttl_ms`. */
+static muster_err_t expired_record(store_t *st, const char *scope, const char *name,
+                                   int64_t ttl_ms, int64_t expired_ms, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "INSERT OR REPLACE INTO shared_expired(scope, name, ttl_ms,"
+                                   " expired_ms) VALUES(?1, ?2, ?3, ?4)");
+  if (s == NULL)
+    return store_fail(st, f, "shared expiry");
+  store_bind_text(s, 1, scope);
+  store_bind_text(s, 2, name);
+  sqlite3_bind_int64(s, 3, ttl_ms);
+  sqlite3_bind_int64(s, 4, expired_ms);
+  return store_step_done(st, s, f);
+}
+
+/* Keeps shared_expired bounded: rows older than SHARED_EXPIRED_KEEP_MS go,
+ * then all but the newest SHARED_EXPIRED_MAX.  Runs only after the sweep added
+ * rows, so an idle head does no work for it. */
+static muster_err_t expired_prune(store_t *st, int64_t now, fail_t *f) {
+  return shared_exec(st, "DELETE FROM shared_expired WHERE expired_ms < ?3", "", NULL,
+                     now - SHARED_EXPIRED_KEEP_MS, f) ||
+                 shared_exec(st,
+                             "DELETE FROM shared_expired WHERE expired_ms < (SELECT expired_ms"
+                             " FROM shared_expired ORDER BY expired_ms DESC LIMIT 1 OFFSET ?3)",
+                             "", NULL, SHARED_EXPIRED_MAX - 1, f)
+             ? f->code
+             : MUSTER_OK;
+}
+
 int64_t shared_expire_due(store_t *st, int64_t now) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT scope, name FROM shared_blobs WHERE expires_ms <= ?1"
-                                   " LIMIT 64");
+  sqlite3_stmt *s = store_stmt(st, "SELECT scope, name, ttl_ms, expires_ms FROM shared_blobs"
+                                   " WHERE expires_ms <= ?1 LIMIT 64");
   if (s == NULL)
     return -1;
   char scopes[64][NAME_MAX_LEN + 1], names[64][NAME_MAX_LEN + 1];
+  int64_t ttls[64], expired[64];
   size_t n = 0;
   sqlite3_bind_int64(s, 1, now);
   while (n < 64 && sqlite3_step(s) == SQLITE_ROW) {
     snprintf(scopes[n], sizeof scopes[n], "%s", (const char *)sqlite3_column_text(s, 0));
     snprintf(names[n], sizeof names[n], "%s", (const char *)sqlite3_column_text(s, 1));
+    ttls[n] = sqlite3_column_int64(s, 2);
+    expired[n] = sqlite3_column_int64(s, 3);
     n++;
   }
   store_reset(s);
+  fail_t f = {0};
   for (size_t i = 0; i < n; i++) {
-    fail_t f = {0};
-    if (blob_drop(st, scopes[i], names[i], NULL, &f))
+    if (blob_drop(st, scopes[i], names[i], NULL, &f) ||
+        expired_record(st, scopes[i], names[i], ttls[i], expired[i], &f))
       return -1;
     log_msg(LOG_INFO, "shared data '%s' in scope '%s' expired", names[i], scopes[i]);
   }
+  if (n > 0 && expired_prune(st, now, &f))
+    return -1;
   return (int64_t)n;
 }
 

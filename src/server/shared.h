@@ -28,6 +28,10 @@
 #define SHARED_MAX_REQUIRES 16              /* entries of a task's `requires` */
 #define SHARED_FILE_LEN 21                  /* "<16 hex digits>.blob" */
 #define SHARED_CHECKSUM_LEN 16              /* xxHash64 as hex digits */
+/* How long, and for how many names, the head remembers that a blob expired
+ * after the sweep deleted it (table shared_expired), to explain a later read. */
+#define SHARED_EXPIRED_KEEP_MS (24LL * 3600 * 1000)
+#define SHARED_EXPIRED_MAX 10000
 
 /* One stored level of a blob, and the blob's state around it. */
 typedef struct {
@@ -54,7 +58,7 @@ muster_err_t shared_check_scope_writable(store_t *st, const char *scope, fail_t 
  * Checks that a PUT asking for `level` (0: not given) may create a level of
  * (scope, name) now, and sets *creates to the level it would create.  An
  * expired blob counts as absent.  MUSTER_VERSION_MISMATCH with the message of
- * docs/api.md otherwise.  Run it when the upload starts (to refuse early) and
+ * docs/api.md otherwise (saying so when the blob expired).  Run it when the upload starts (to refuse early) and
  * again in shared_commit (the authoritative check).
  */
 muster_err_t shared_check_level(store_t *st, const char *scope, const char *name, int64_t level,
@@ -86,7 +90,9 @@ muster_err_t shared_delete_scope(store_t *st, const char *scope, int64_t *count,
 
 /* True when some blob's ttl ran out at `now`. */
 bool shared_any_due(store_t *st, int64_t now);
-/* Deletes blobs whose ttl ran out; returns how many, -1 on store failure. */
+/* Deletes blobs whose ttl ran out, remembering each name's ttl and expiry
+ * (bounded: SHARED_EXPIRED_KEEP_MS, SHARED_EXPIRED_MAX) so that reads and
+ * updates can still say it expired; returns how many, -1 on store failure. */
 int64_t shared_expire_due(store_t *st, int64_t now);
 
 /* The message of a not-found blob in `scope`: "shared data not found for

@@ -198,6 +198,14 @@ static const char *const migrations[] = {
     "CREATE TABLE iter_final_acks ("
     "  iter INTEGER NOT NULL, block INTEGER NOT NULL, token INTEGER NOT NULL,"
     "  epoch INTEGER NOT NULL, PRIMARY KEY (iter, block)) WITHOUT ROWID;",
+    /* What the sweep keeps of an expired shared blob, so that a read or an
+     * update of it still says that it expired (shared.c): its ttl and when it
+     * expired.  Gone when the name is written or deleted, after
+     * SHARED_EXPIRED_KEEP_MS, and beyond the newest SHARED_EXPIRED_MAX rows. */
+    "CREATE TABLE shared_expired ("
+    "  scope TEXT NOT NULL, name TEXT NOT NULL, ttl_ms INTEGER NOT NULL,"
+    "  expired_ms INTEGER NOT NULL, PRIMARY KEY (scope, name)) WITHOUT ROWID;"
+    "CREATE INDEX shared_expired_by_time ON shared_expired(expired_ms);",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

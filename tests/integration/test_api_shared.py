@@ -243,6 +243,39 @@ class SharedSettingsTest(unittest.TestCase):
                        timeout=10, what="the clamped blob to expire")
             wait_until(lambda: len(blob_files(h)) == 1, what="expired files removed")
 
+    def test_expiry_explained_after_the_sweep(self):
+        # The head remembers an expired name after the sweep deleted the blob, so a read,
+        # an update or a delete still says that it expired (not only "not found").
+        with Head(["--sweep-ms", "50"]) as h:
+            self.assertEqual(put(h, "models", "gone", b"x", "?ttl_ms=300").status, 201)
+            wait_until(lambda: blob_files(h) == [], what="the sweep to delete the expired blob")
+            expired = "('gone' expired: it was not updated within its ttl_ms of 300)"
+            r = h.request("GET", "/v1/shared/models/gone")
+            self.assertEqual((r.status, r.error_code), (404, "shared_not_found"))
+            self.assertEqual(r.json["error"]["message"],
+                             "shared data not found: 'gone' in scope 'models' " + expired)
+            self.assertEqual(h.request("HEAD", "/v1/shared/models/gone").status, 404)
+            r = put(h, "models", "gone", b"y", "?level=2")
+            self.assertEqual((r.status, r.error_code), (409, "version_mismatch"))
+            self.assertEqual(r.json["error"]["message"],
+                             "update level mismatch: expected 1, got 2 ('gone' expired: it was"
+                             " not updated within its ttl_ms of 300; a new blob starts at"
+                             " level 1)")
+            r = h.request("DELETE", "/v1/shared/models/gone")
+            self.assertIn(expired, r.json["error"]["message"])
+            # Written again, then deleted: its old expiry explains nothing any more.
+            self.assertEqual(put(h, "models", "gone", b"z").status, 201)
+            self.assertEqual(h.request("DELETE", "/v1/shared/models/gone").status, 200)
+            r = h.request("GET", "/v1/shared/models/gone")
+            self.assertEqual(r.json["error"]["message"],
+                             "shared data not found: 'gone' in scope 'models'")
+            # A never-made name is plain "not found"; a kept blob's level 2 names the newest.
+            r = h.request("GET", "/v1/shared/models/typo")
+            self.assertEqual(r.json["error"]["message"],
+                             "shared data not found: 'typo' in scope 'models'")
+            r = put(h, "models", "typo", b"t", "?level=2")
+            self.assertEqual(r.json["error"]["message"], "update level mismatch: expected 1, got 2")
+
     def test_keep_levels(self):
         with Head(["--shared-keep-levels", "2", "--sweep-ms", "50"]) as h:
             for level in range(1, 5):
