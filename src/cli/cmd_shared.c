@@ -140,6 +140,25 @@ static int open_arg(const cli_args_t *args, int at, int writing, int dflt, int *
   return CLI_OK;
 }
 
+/* cli_error for a put, in the CLI's words: the API's "update it with
+ * level=5" becomes "--level 5", and an expired blob's "a new blob starts at
+ * level 1" says to put it without --level. */
+static int put_error(muster_client_t *client, muster_err_t err) {
+  static const char api[] = "with level=";
+  const char *message = muster_client_message(client);
+  const char *at = message ? strstr(message, api) : NULL;
+  if (err != MUSTER_VERSION_MISMATCH || message == NULL)
+    return cli_error(client, err);
+  if (at)
+    fprintf(stderr, "muster: %s: %.*swith --level %s\n", muster_err_name(err),
+            (int)(at - message), message, at + strlen(api));
+  else
+    cli_error(client, err);
+  if (strstr(message, "a new blob starts at level 1"))
+    fprintf(stderr, "muster: put it again without --level to start it at level 1\n");
+  return CLI_FAIL;
+}
+
 static int shared_put(cli_args_t *args, muster_client_t *client) {
   muster_shared_opts_t opts;
   muster_shared_opts_init(&opts);
@@ -160,7 +179,7 @@ static int shared_put(cli_args_t *args, muster_client_t *client) {
   if (fd != 0)
     close(fd);
   if (err != MUSTER_OK)
-    return cli_error(client, err);
+    return put_error(client, err);
   if (cli_flag(args, "json")) {
     printf("{\"scope\": \"%s\", \"name\": \"%s\", \"level\": %lld, \"size\": %lld, \"checksum\": "
            "\"%s\", \"ttl_ms\": %lld, \"ttl_clamped\": %s, \"expires_ms\": %lld}\n",
