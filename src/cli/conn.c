@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "client/jdump.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,29 +21,44 @@
 
 static char cli_url_buf[1024];
 static char cli_token_buf[1024];
-static int cli_token_from_nowhere; /* no token was found anywhere */
+static int cli_token_from_nowhere;  /* no token was found anywhere */
+static char cli_token_looked[4400]; /* then: the file looked at, and why it gave none */
 
-static const char *cli_data_dir(const cli_args_t *args) {
-  const char *dir = cli_opt(args, "data-dir");
-  if (dir == NULL)
-    dir = getenv("MUSTER_DATA_DIR");
-  return dir && dir[0] ? dir : CLI_DEFAULT_DATA_DIR;
+/* The data dir and, in *from (may be NULL), the option that named it. */
+static const char *cli_data_dir_from(const cli_args_t *args, const char **from) {
+  const char *dir = cli_opt(args, "data-dir"), *source = "--data-dir";
+  if (dir == NULL || dir[0] == '\0')
+    dir = getenv("MUSTER_DATA_DIR"), source = "MUSTER_DATA_DIR";
+  if (dir == NULL || dir[0] == '\0')
+    dir = CLI_DEFAULT_DATA_DIR, source = "the default data dir";
+  if (from)
+    *from = source;
+  return dir;
 }
 
-/* Reads the first line of DATA_DIR/`name` into `buf`, trimmed; 0 when found. */
-static int cli_read_data_file(const cli_args_t *args, const char *name, char *buf, size_t size) {
+static const char *cli_data_dir(const cli_args_t *args) {
+  return cli_data_dir_from(args, NULL);
+}
+
+/* Reads the first line of DATA_DIR/`name` into `buf`, trimmed; 0 when found.
+ * Otherwise -1, with "PATH (why)" in `why` (may be NULL). */
+static int cli_read_data_file(const cli_args_t *args, const char *name, char *buf, size_t size,
+                              char *why, size_t why_size) {
   char path[4096];
-  snprintf(path, sizeof path, "%s/%s", cli_data_dir(args), name);
+  const char *from;
+  const char *dir = cli_data_dir_from(args, &from);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
   FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return -1;
-  char *line = fgets(buf, (int)size, f);
-  fclose(f);
-  if (line == NULL)
-    return -1;
-  size_t n = strlen(buf);
+  char *line = f ? fgets(buf, (int)size, f) : NULL;
+  const char *problem = f && !ferror(f) ? "it is empty" : strerror(errno);
+  if (f)
+    fclose(f);
+  size_t n = line ? strlen(buf) : 0;
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
     buf[--n] = '\0';
+  if (n == 0 && why)
+    snprintf(why, why_size, "%s%s (%s, from %s)", dir[0] == '/' ? "" : "./", path, problem,
+             from);
   return n > 0 ? 0 : -1;
 }
 
@@ -52,7 +68,7 @@ static const char *cli_url_from(const cli_args_t *args, char *from, size_t size)
   if (url == NULL || url[0] == '\0')
     url = getenv("MUSTER_URL"), source = "MUSTER_URL";
   if (url == NULL || url[0] == '\0') {
-    if (cli_read_data_file(args, "url", cli_url_buf, sizeof cli_url_buf) == 0) {
+    if (cli_read_data_file(args, "url", cli_url_buf, sizeof cli_url_buf, NULL, 0) == 0) {
       url = cli_url_buf;
       if (from)
         snprintf(from, size, "%s/url", cli_data_dir(args));
@@ -130,7 +146,8 @@ const char *cli_token(const cli_args_t *args) {
     token = getenv("MUSTER_TOKEN");
   if (token != NULL && token[0] != '\0')
     return token;
-  if (cli_read_data_file(args, "token", cli_token_buf, sizeof cli_token_buf) == 0)
+  if (cli_read_data_file(args, "token", cli_token_buf, sizeof cli_token_buf, cli_token_looked,
+                         sizeof cli_token_looked) == 0)
     return cli_token_buf;
   cli_token_from_nowhere = 1;
   return NULL;
@@ -160,10 +177,17 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
     message += len + 1; /* "leases[0].lease_ms: ..." -> "lease_ms: ..." */
   else if (len && strncmp(message, element, len) == 0 && strncmp(message + len, ": ", 2) == 0)
     message += len + 2; /* "leases[0]: task 7 does not exist" -> "task 7 does not exist" */
-  fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), message);
+  /* The head's advice for a 401 without a token speaks of HTTP headers; the
+   * CLI's user needs to know where the CLI looked instead. */
   if (err == MUSTER_UNAUTHORIZED && cli_token_from_nowhere)
-    fprintf(stderr, "muster: no token was given: pass --token, set MUSTER_TOKEN, or run where "
-                    "the head's data dir (--data-dir, ./muster-data) holds its token file\n");
+    fprintf(stderr,
+            "muster: %s: the head needs a token, and no token was given: not by --token, not "
+            "by MUSTER_TOKEN, and not in %s\n"
+            "muster: pass --token, set MUSTER_TOKEN, or point --data-dir (or MUSTER_DATA_DIR) "
+            "at the head's data dir, which holds the file 'token'\n",
+            muster_err_name(err), cli_token_looked);
+  else
+    fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), message);
   if (err == MUSTER_NETWORK && strstr(message, "https://") &&
       strstr(message, "wrong version number"))
     fprintf(stderr, "muster: the server answered TLS with plain data: a muster head serves plain "

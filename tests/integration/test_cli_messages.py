@@ -54,6 +54,29 @@ class CliMessagesTest(unittest.TestCase):
                          % (" ".join(args), r.returncode, r.stderr))
         return r.stderr
 
+    # ---- url and token -------------------------------------------------------------
+
+    def test_no_token_says_where_it_looked(self):
+        nope = os.path.join(self.cwd, "nope")
+        err = self.fails(1, "queue", "ls", "--data-dir", nope, token=False)
+        self.assertEqual(err, "muster: unauthorized: the head needs a token, and no token was "
+                         "given: not by --token, not by MUSTER_TOKEN, and not in %s/token (No such "
+                         "file or directory, from --data-dir)\n"
+                         "muster: pass --token, set MUSTER_TOKEN, or point --data-dir (or "
+                         "MUSTER_DATA_DIR) at the head's data dir, which holds the file "
+                         "'token'\n" % nope)
+        self.assertNotIn("Authorization", err)
+        # Without --data-dir it looked in ./muster-data; an empty token file is named so.
+        err = self.fails(1, "queue", "ls", token=False)
+        self.assertIn("not in ./muster-data/token (No such file or directory, from the default "
+                      "data dir)", err)
+        os.mkdir(nope)
+        open(os.path.join(nope, "token"), "w").close()
+        env = dict(self.env(token=False), MUSTER_DATA_DIR=nope)
+        r = subprocess.run([MUSTER, "queue", "ls"], capture_output=True, text=True, env=env,
+                           cwd=self.cwd, timeout=60)
+        self.assertIn("not in %s/token (it is empty, from MUSTER_DATA_DIR)" % nope, r.stderr)
+
     # ---- shared data ---------------------------------------------------------------
 
     def test_shared_put_existing_names_the_option(self):
