@@ -107,6 +107,10 @@ int cli_error(const muster_client_t *client, muster_err_t err);
  * starts with `element` ("leases[0]", which names nothing the user typed)
  * loses it. */
 int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char *element);
+/* After MUSTER_NETWORK: non-zero when the request never left (no connection
+ * could be made), so it surely did nothing; zero when it was sent and its
+ * reply was lost, so it may or may not have taken effect. */
+int cli_request_unsent(const muster_client_t *client);
 /* Prints JSON text `text` indented (or as is when it does not parse). */
 void cli_print_pretty(const char *text);
 /* Percent-encodes `name` for a path into `out` (size bytes); -1 if too long. */

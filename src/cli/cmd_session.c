@@ -185,6 +185,28 @@ int cmd_session_ls(cli_args_t *args) {
 
 /* ---- put -------------------------------------------------------------------------------- */
 
+/* After a network error on the batch of inputs [at, at + n) of `total` of
+ * session `id`: says what became of it and where to resume (cmd_task.c's
+ * put says the same for a queue). */
+static void session_say_lost_batch(const muster_client_t *client, const char *id, size_t at,
+                                   size_t n, size_t total) {
+  if (cli_request_unsent(client)) {
+    fprintf(stderr,
+            "muster: inputs %zu to %zu (of %zu) were not sent, and the %zu before them are "
+            "stored (their indexes are printed above): send again from input %zu\n",
+            at + 1, at + n, total, at, at + 1);
+    return;
+  }
+  fprintf(stderr,
+          "muster: inputs %zu to %zu (of %zu) may or may not be stored (they were sent, "
+          "but no reply came); the %zu before them are stored (their indexes are "
+          "printed above)\n"
+          "muster: before sending again, see whether the session's total counts them ('muster "
+          "session show %s'): if it does, resume from input %zu, else from input %zu (input N "
+          "is the Nth non-empty input line)\n",
+          at + 1, at + n, total, at, id, at + n + 1, at + 1);
+}
+
 /* Sends the inputs in batches at the session's next indexes; prints "INDEX\tTASK". */
 static int session_put_all(const cli_args_t *args, muster_client_t *client,
                            const cli_inputs_t *in) {
@@ -201,6 +223,8 @@ static int session_put_all(const cli_args_t *args, muster_client_t *client,
     muster_err_t err = muster_session_put(client, args->pos[0], specs, n, ids, indexes);
     if (err != MUSTER_OK) {
       rc = cli_error(client, err);
+      if (err == MUSTER_NETWORK)
+        session_say_lost_batch(client, args->pos[0], at, n, in->count);
       break;
     }
     for (size_t i = 0; i < n; i++)

@@ -178,6 +178,36 @@ static int put_names_file(const char *word) {
   return is_file;
 }
 
+/*
+ * After a network error on the batch of payloads [at, at + n) of `total`:
+ * says what became of it and where to resume.  A batch that was sent may
+ * have been stored without its reply arriving; one that never left was not.
+ */
+static void put_say_lost_batch(const cli_args_t *args, const muster_client_t *client, size_t at,
+                               size_t n, size_t total) {
+  const char *queue = cli_opt(args, "queue");
+  if (cli_request_unsent(client)) {
+    fprintf(stderr,
+            "muster: payloads %zu to %zu (of %zu) were not sent, and the %zu before them are "
+            "stored (their ids are printed above): send again from payload %zu\n",
+            at + 1, at + n, total, at, at + 1);
+    return;
+  }
+  if (cli_opt(args, "key")) {
+    fprintf(stderr, "muster: the task may or may not be stored: send it again with the same "
+                    "--key, which never stores it twice\n");
+    return;
+  }
+  fprintf(stderr,
+          "muster: payloads %zu to %zu (of %zu) may or may not be stored (they were sent, "
+          "but no reply came); the %zu before them are stored (their ids are "
+          "printed above)\n"
+          "muster: before sending again, see whether the batch is in queue '%s' ('muster tasks "
+          "ls --queue %s'): if it is, resume from payload %zu, else from payload %zu (payload N "
+          "is the Nth non-empty input line)\n",
+          at + 1, at + n, total, at, queue, queue, at + n + 1, at + 1);
+}
+
 /* Sends the payloads in batches and prints the ids. */
 static int put_send(const cli_args_t *args, muster_client_t *client, const put_list_t *list,
                     const muster_task_spec_t *base) {
@@ -193,6 +223,8 @@ static int put_send(const cli_args_t *args, muster_client_t *client, const put_l
     muster_err_t err = muster_put(client, cli_opt(args, "queue"), specs, n, ids);
     if (err != MUSTER_OK) {
       rc = cli_error(client, err);
+      if (err == MUSTER_NETWORK)
+        put_say_lost_batch(args, client, at, n, list->count);
       break;
     }
     for (size_t i = 0; i < n; i++)

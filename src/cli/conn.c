@@ -192,9 +192,27 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
       strstr(message, "wrong version number"))
     fprintf(stderr, "muster: the server answered TLS with plain data: a muster head serves plain "
                     "HTTP unless a TLS proxy is in front of it; use an http:// URL\n");
-  else if (err == MUSTER_NETWORK)
+  else if (err == MUSTER_NETWORK && cli_request_unsent(client))
     fprintf(stderr, "muster: is a head running there? Pass --url or set MUSTER_URL\n");
+  else if (err == MUSTER_NETWORK)
+    fprintf(stderr, "muster: the request was sent, but no reply came back: the head may have "
+                    "stopped or restarted; check what it did before repeating it\n");
   return CLI_FAIL;
+}
+
+int cli_request_unsent(const muster_client_t *client) {
+  /* libmuster's own words, then curl's (https://).  A request sent on a
+   * reused connection whose retry could not connect names both: it was sent. */
+  static const char *const before_sending[] = {
+      "could not connect", "could not resolve", "failed to connect", "couldn't connect",
+      "couldn't resolve",  NULL};
+  const char *message = muster_client_message(client);
+  if (message == NULL || strstr(message, "sending it again failed"))
+    return 0;
+  for (int i = 0; before_sending[i]; i++)
+    if (strcasestr(message, before_sending[i]))
+      return 1;
+  return 0;
 }
 
 void cli_print_pretty(const char *text) {

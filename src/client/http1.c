@@ -554,12 +554,20 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
     if (!client_buf_append(&h->out, parts[i].text, parts[i].len))
       return client_fail(client, MUSTER_NOMEM, "out of memory");
-  char why[400] = "";
+  char why[400] = "", lost[400] = "";
   muster_err_t err = MUSTER_NETWORK;
   for (int attempt = 0; attempt < 2; attempt++) {
     bool reused = h->fd >= 0;
-    if (!reused && http1_connect(h, deadline, why, sizeof why) != MUSTER_OK)
+    if (!reused && http1_connect(h, deadline, why, sizeof why) != MUSTER_OK) {
+      /* The retry of a request sent on a reused connection: that request may
+       * have reached the server, and the message must keep saying so. */
+      if (lost[0]) {
+        char again[sizeof why];
+        snprintf(again, sizeof again, "%s", why);
+        snprintf(why, sizeof why, "%.170s; sending it again failed: %.190s", lost, again);
+      }
       break;
+    }
     exchange_t got;
     if (http1_write(h, body, body_len, deadline) != 0) {
       int e = errno;
@@ -580,6 +588,7 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
     http1_disconnect(h);
     if (got == EXCHANGE_FAILED || !reused)
       break;
+    snprintf(lost, sizeof lost, "%s", why);
   }
   client->status = 0;
   client->reply.len = 0;

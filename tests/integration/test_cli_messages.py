@@ -6,15 +6,71 @@ its own names.  Nothing waits on a timer: tests poll observable state.
 """
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 MUSTER = harness.MUSTER_BIN
+
+
+class CutProxy:
+    """A TCP proxy to a head that plays the head dying mid-request: the `cut_at`-th POST
+    it forwards reaches the head, whose reply it drops; it then closes the client's
+    connection and refuses new ones, as a dead head's port does."""
+
+    def __init__(self, port, cut_at):
+        self.port, self.cut_at, self.posts = port, cut_at, 0
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            head = socket.create_connection(("127.0.0.1", self.port))
+            cut = threading.Event()
+            threading.Thread(target=self._to_head, args=(client, head, cut), daemon=True).start()
+            threading.Thread(target=self._to_client, args=(client, head, cut),
+                             daemon=True).start()
+
+    def _to_head(self, client, head, cut):
+        while True:
+            try:
+                data = client.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            posts = data.count(b"POST /v1/")
+            self.posts += posts
+            if posts and self.posts >= self.cut_at:
+                cut.set()  # a client sends its next request only after the last reply
+            head.sendall(data)
+
+    def _to_client(self, client, head, cut):
+        while True:
+            data = head.recv(65536)
+            if not data:
+                return
+            if cut.is_set():  # the reply to the cut request: the head has done it
+                self.listener.shutdown(socket.SHUT_RDWR)  # wakes accept; connects refused
+                self.listener.close()
+                client.shutdown(socket.SHUT_RDWR)
+                client.close()
+                head.close()
+                return
+            client.sendall(data)
 
 
 class CliMessagesTest(unittest.TestCase):
@@ -40,8 +96,11 @@ class CliMessagesTest(unittest.TestCase):
         return env
 
     def muster(self, *args, stdin=None, url=True, token=True):
+        env = self.env(url, token)
+        if isinstance(url, str):
+            env["MUSTER_URL"] = url
         return subprocess.run([MUSTER] + list(args), input=stdin, capture_output=True, text=True,
-                              env=self.env(url, token), cwd=self.cwd, timeout=60)
+                              env=env, cwd=self.cwd, timeout=60)
 
     def ok(self, *args, **kw):
         r = self.muster(*args, **kw)
@@ -76,6 +135,44 @@ class CliMessagesTest(unittest.TestCase):
         r = subprocess.run([MUSTER, "queue", "ls"], capture_output=True, text=True, env=env,
                            cwd=self.cwd, timeout=60)
         self.assertIn("not in %s/token (it is empty, from MUSTER_DATA_DIR)" % nope, r.stderr)
+
+    # ---- the head gone mid-request --------------------------------------------------
+
+    def test_put_cut_off_says_the_batch_may_be_stored(self):
+        self.ok("queue", "create", "msg-cut")
+        proxy = CutProxy(self.head.port, cut_at=2)
+        lines = "".join("%d\n" % i for i in range(2500))
+        r = self.muster("put", "--queue", "msg-cut", stdin=lines, url=proxy.url)
+        self.assertEqual((r.returncode, len(r.stdout.split())), (1, 1000), r.stderr)
+        # The cut batch did land: the message must not say it was not sent.
+        counts = self.head.request("GET", "/v1/queues/msg-cut").json["counts"]
+        self.assertEqual(counts["queued"], 2000)
+        self.assertNotIn("is a head running there?", r.stderr)
+        self.assertIn("the server closed the connection without replying", r.stderr)
+        self.assertIn("muster: payloads 1001 to 2000 (of 2500) may or may not be stored (they "
+                      "were sent, but no reply came); the 1000 before them are stored", r.stderr)
+        self.assertIn("if it is, resume from payload 2001, else from payload 1001", r.stderr)
+
+    def test_put_refused_says_nothing_was_sent(self):
+        proxy = CutProxy(self.head.port, cut_at=1)
+        proxy.listener.shutdown(socket.SHUT_RDWR)
+        proxy.listener.close()
+        err = self.fails(1, "put", "--queue", "msg-refused", "a", "b", url=proxy.url)
+        self.assertIn("muster: is a head running there? Pass --url or set MUSTER_URL", err)
+        self.assertIn("muster: payloads 1 to 2 (of 2) were not sent", err)
+
+    def test_session_put_cut_off(self):
+        self.ok("queue", "create", "msg-cut-s")
+        sid = self.ok("session", "create", "--queue", "msg-cut-s").strip()
+        proxy = CutProxy(self.head.port, cut_at=1)
+        err = self.fails(1, "session", "put", sid, stdin="a\n\nb\nc\n", url=proxy.url)
+        self.assertEqual(self.head.request("GET", "/v1/sessions/" + sid).json["counts"]["total"],
+                         3)
+        self.assertNotIn("is a head running there?", err)
+        self.assertIn("muster: the request was sent, but no reply came back", err)
+        self.assertIn("muster: inputs 1 to 3 (of 3) may or may not be stored", err)
+        self.assertIn("('muster session show %s'): if it does, resume from input 4, else from "
+                      "input 1" % sid, err)
 
     # ---- shared data ---------------------------------------------------------------
 
