@@ -377,10 +377,59 @@ static int run_group(int argc, char **argv, const cli_cmd_t **cmd, int *skip) {
   return CLI_OK;
 }
 
+/* Non-zero when `word` is a client option (--url, --token, --data-dir, alone
+ * or with "=VALUE"); *with_value is set when its value is the next word. */
+static int is_client_opt(const char *word, int *with_value) {
+  static const char *const names[] = {"--url", "--token", "--data-dir", NULL};
+  for (int i = 0; names[i]; i++) {
+    size_t len = strlen(names[i]);
+    if (strncmp(word, names[i], len) == 0 && (word[len] == '\0' || word[len] == '=')) {
+      *with_value = word[len] == '\0';
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/*
+ * `muster --token X queue ls`: moves the client options that come before the
+ * command to just after its words, where cli_parse reads them (cli.md: options
+ * may come anywhere before `--`).  Fills `out` (argc + 1 slots) and returns
+ * the number of its words, or 0 after printing that no command follows.
+ */
+static int hoist_client_opts(int argc, char **argv, char **out) {
+  int at = 1, with_value;
+  while (at < argc && is_client_opt(argv[at], &with_value))
+    at += with_value && at + 1 < argc ? 2 : 1;
+  if (at == argc) {
+    fprintf(stderr, "muster: the options are not followed by a command\n"
+                    "Try 'muster --help' for the list of commands.\n");
+    return 0;
+  }
+  int words = 1 + (is_group(argv[at]) && at + 1 < argc), n = 0;
+  out[n++] = argv[0];
+  for (int i = 0; i < words; i++)
+    out[n++] = argv[at + i];
+  for (int i = 1; i < at; i++)
+    out[n++] = argv[i];
+  for (int i = at + words; i < argc; i++)
+    out[n++] = argv[i];
+  out[n] = NULL;
+  return n;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage_all(stderr);
     return CLI_USAGE;
+  }
+  static char **hoisted; /* lives until exit, as argv does */
+  int with_value;
+  if (is_client_opt(argv[1], &with_value)) {
+    hoisted = calloc((size_t)argc + 1, sizeof *hoisted);
+    if (hoisted == NULL || hoist_client_opts(argc, argv, hoisted) == 0)
+      return CLI_USAGE;
+    argv = hoisted;
   }
   const char *word = argv[1];
   if (strcmp(word, "--help") == 0 || strcmp(word, "-h") == 0)

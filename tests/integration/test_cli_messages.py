@@ -136,6 +136,16 @@ class CliMessagesTest(unittest.TestCase):
                            cwd=self.cwd, timeout=60)
         self.assertIn("not in %s/token (it is empty, from MUSTER_DATA_DIR)" % nope, r.stderr)
 
+    def test_client_options_before_the_command(self):
+        out = self.ok("--token", self.head.token, "--url=" + self.head.url, "queue", "ls",
+                      url=False, token=False)
+        self.assertIn("NAME", out)
+        self.ok("--url", self.head.url, "queue", "create", "msg-before", "--lease-ms", "5000",
+                url=False)
+        self.assertIn("msg-before", self.ok("--url", self.head.url, "status", url=False))
+        err = self.fails(2, "--token", self.head.token)
+        self.assertIn("muster: the options are not followed by a command", err)
+
     # ---- the head gone mid-request --------------------------------------------------
 
     def test_put_cut_off_says_the_batch_may_be_stored(self):
