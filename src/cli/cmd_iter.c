@@ -400,7 +400,8 @@ int cmd_iter_checkpoint(cli_args_t *args) {
   return finish(client, err, json, 0);
 }
 
-/* Reads all of FILE ("-": stdin); caller frees. */
+/* Reads all of FILE ("-": stdin); caller frees.  NULL with errno set when it
+ * cannot be opened or read. */
 static char *slurp(const char *path) {
   FILE *fp = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
   if (fp == NULL)
@@ -419,8 +420,14 @@ static char *slurp(const char *path) {
       buf = grown;
     }
   }
+  int failed = ferror(fp), saved = errno;
   if (fp != stdin)
     fclose(fp);
+  if (buf && failed) {
+    free(buf);
+    buf = NULL;
+    errno = saved;
+  }
   if (buf)
     buf[len] = '\0';
   return buf;
@@ -435,15 +442,21 @@ int cmd_iter_restore(cli_args_t *args) {
     rc = cli_opt_int(args, "rank", -1, 0, &rank);
   if (rc != CLI_OK)
     return rc;
+  /* Local failures carry no error code: the head was not asked yet. */
   char *text = slurp(args->pos[1]);
   if (text == NULL) {
-    fprintf(stderr, "muster: invalid_argument: cannot read checkpoint '%s'\n", args->pos[1]);
+    fprintf(stderr, "muster: cannot read the checkpoint file '%s': %s\n", args->pos[1],
+            strerror(errno));
     return CLI_FAIL;
   }
-  json_t *ck = json_loads(text, 0, NULL);
+  json_error_t jerr;
+  json_t *ck = json_loads(text, 0, &jerr);
   free(text);
   if (ck == NULL) {
-    fprintf(stderr, "muster: invalid_argument: the checkpoint is not JSON\n");
+    fprintf(stderr,
+            "muster: the checkpoint file '%s' is not JSON (line %d: %s); give the file that "
+            "'muster iter checkpoint' wrote\n",
+            args->pos[1], jerr.line, jerr.text);
     return CLI_FAIL;
   }
   json_t *config = json_object_get(ck, "config");

@@ -59,10 +59,15 @@ int cmd_lease(cli_args_t *args) {
   return rc;
 }
 
-/* Reads TASK and TOKEN (the first two positional arguments) into *ack. */
+/* Reads TASK and TOKEN (the first two positional arguments) into *ack.  The
+ * table asks for one argument only, so that `complete abc` says first that
+ * 'abc' is no task id, and then that TOKEN is missing. */
 static int ack_read(const cli_args_t *args, muster_ack_t *ack) {
   int64_t task, token;
   int rc = cli_parse_int(args->cmd, args->pos[0], "TASK", 1, &task);
+  if (rc == CLI_OK && args->npos < 2)
+    return cli_usage_error(args->cmd, "'%s' needs %s: TOKEN (the lease's token) is missing",
+                           args->cmd->name, args->cmd->synopsis);
   if (rc == CLI_OK)
     rc = cli_parse_int(args->cmd, args->pos[1], "TOKEN", 1, &token);
   if (rc == CLI_OK)

@@ -308,6 +308,7 @@ static int session_results(cli_args_t *args, muster_client_t *client) {
   session_read_t rd;
   int rc = session_read_opts(args, &rd);
   muster_err_t err = MUSTER_OK;
+  int read_any = 0;      /* a page came: the session exists */
   int quick = rd.follow; /* --follow's first read does not wait: a stalled stream says so */
   for (int first = 1; rc == CLI_OK && rd.left != 0; first = 0) {
     size_t max = rd.left > 0 && rd.left < 1000 ? (size_t)rd.left : 1000;
@@ -318,6 +319,7 @@ static int session_results(cli_args_t *args, muster_client_t *client) {
       muster_results_free(&page);
       break;
     }
+    read_any = 1;
     for (size_t i = 0; i < page.count; i++)
       session_print_result(&rd, &page.results[i]);
     fflush(stdout);
@@ -332,7 +334,10 @@ static int session_results(cli_args_t *args, muster_client_t *client) {
     if (!(finished && at_gap) && (at_end || (!rd.follow && empty)))
       break;
   }
-  fprintf(stderr, "cursor: %lld\n", (long long)rd.cursor);
+  /* The cursor to resume from, unless the first read was refused (an unknown
+   * session, a bad cursor): there is nothing to resume then. */
+  if (rc == CLI_OK && (read_any || err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE))
+    fprintf(stderr, "cursor: %lld\n", (long long)rd.cursor);
   return err != MUSTER_OK ? cli_error(client, err) : rc;
 }
 

@@ -489,6 +489,30 @@ static muster_err_t join_refuse_config(const iter_row_t *row, const iter_new_t *
                   row->name, diff);
 }
 
+/* Refuses a restore that meets iteration `row` made otherwise: created, from
+ * another checkpoint, or from the same one with another configuration (a
+ * world size, say), naming which. */
+static muster_err_t restore_refuse(const iter_row_t *row, const iter_new_t *n, bool same_origin,
+                                   fail_t *f) {
+  char why[600] = "created, not restored";
+  if (row->origin && !same_origin)
+    snprintf(why, sizeof why, "restored from another checkpoint");
+  if (row->origin && same_origin) {
+    json_t *a = json_loads(row->config, 0, NULL), *b = json_loads(n->config, 0, NULL);
+    char diff[512] = "it differs";
+    if (a && b)
+      config_diff(a, b, "", diff, sizeof diff);
+    json_decref(a);
+    json_decref(b);
+    snprintf(why, sizeof why, "restored from the same checkpoint with another configuration: %s",
+             diff);
+  }
+  return fail_set(f, MUSTER_INVALID_STATE,
+                  "iteration '%s' exists (%s); a restore makes a new iteration: give it a name "
+                  "that is free, or remove that one first (muster iter rm %s)",
+                  row->name, why, row->name);
+}
+
 /* Joins the existing row when it matches what the request built. */
 static json_t *join(store_t *st, iter_row_t *row, const iter_new_t *n, int64_t rank, fail_t *f) {
   const char *field = settings_differ(&row->set, &n->set);
@@ -497,12 +521,8 @@ static json_t *join(store_t *st, iter_row_t *row, const iter_new_t *n, int64_t r
   bool same_config = strcmp(row->config, n->config) == 0;
   if (n->origin && !(same_origin && same_config))
     /* A restore makes an iteration; only ranks restoring the same checkpoint
-     * together meet one of the same name. */
-    fail_set(f, MUSTER_INVALID_STATE,
-             "iteration '%s' exists (%s); a restore makes a new iteration: give it a name "
-             "that is free, or remove that one first (muster iter rm %s)",
-             row->name, row->origin ? "restored from another checkpoint" : "created, not restored",
-             row->name);
+     * together (with the same options) meet one of the same name. */
+    restore_refuse(row, n, same_origin, f);
   else if (!same_config)
     join_refuse_config(row, n, f);
   else if (!same_origin) /* a create meeting a restored one */

@@ -146,6 +146,26 @@ class CliMessagesTest(unittest.TestCase):
         err = self.fails(2, "--token", self.head.token)
         self.assertIn("muster: the options are not followed by a command", err)
 
+    def test_results_of_an_unknown_session_print_no_cursor(self):
+        err = self.fails(1, "session", "results", "s-0123456789abcdef")
+        self.assertNotIn("cursor:", err)
+        self.assertIn("session_not_found", err)
+        # A session that exists still gives the cursor to resume from.
+        self.ok("queue", "create", "msg-cursor")
+        sid = self.ok("session", "create", "--queue", "msg-cursor").strip()
+        self.assertEqual(self.muster("session", "results", sid).stderr, "cursor: 0\n")
+
+    def test_ack_commands_say_which_argument_is_wrong(self):
+        for cmd in ("complete", "fail", "extend", "release", "flag"):
+            err = self.fails(2, cmd, "abc")
+            self.assertTrue(err.startswith("muster: TASK: expected an integer, got 'abc'\n"),
+                            err)
+        err = self.fails(2, "complete", "5")
+        self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]: TOKEN (the "
+                                       "lease's token) is missing\n"), err)
+        err = self.fails(2, "complete")
+        self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]\n"), err)
+
     # ---- the head gone mid-request --------------------------------------------------
 
     def test_put_cut_off_says_the_batch_may_be_stored(self):

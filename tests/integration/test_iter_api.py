@@ -379,6 +379,9 @@ class IterTest(unittest.TestCase):
             self.assertIn("a restore makes a new iteration", msg)
             self.assertIn("muster iter rm %s" % name, msg)
             self.assertNotIn("every rank", msg)
+            if name == "ck2":  # the same checkpoint: the message names what differs
+                self.assertIn("(restored from the same checkpoint with another configuration: "
+                              "world_size is 2 there, 1 in this request)", msg)
         # A create meeting a restored iteration.
         r = create(h, "ck2", **ck["config"])
         self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
@@ -474,6 +477,29 @@ class CliTest(unittest.TestCase):
             self.assertIn("node agent", p.stderr)
             p = self.run_cli(h, "iter", "next", "c")
             self.assertEqual(p.returncode, 2)
+
+    def test_cli_restore_messages(self):
+        with harness.Head() as h:
+            # A file that cannot be read: the OS's reason, and no error code (the head
+            # was not asked).
+            p = self.run_cli(h, "iter", "restore", "y", "/nonexistent/ck.json")
+            self.assertEqual((p.returncode, p.stderr), (1, "muster: cannot read the checkpoint "
+                             "file '/nonexistent/ck.json': No such file or directory\n"))
+            p = self.run_cli(h, "iter", "restore", "y", "-", stdin="not json")
+            self.assertEqual(p.returncode, 1)
+            self.assertTrue(p.stderr.startswith("muster: the checkpoint file '-' is not JSON "
+                                                "(line 1: "), p.stderr)
+            p = self.run_cli(h, "iter", "create", "c", "--num-samples", "10", "--world-size", "3")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            ck = self.run_cli(h, "iter", "checkpoint", "c").stdout
+            p = self.run_cli(h, "iter", "restore", "cr", "-", "--world-size", "3", stdin=ck)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            # The same checkpoint with another world size into the taken name.
+            p = self.run_cli(h, "iter", "restore", "cr", "-", "--world-size", "2", stdin=ck)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("iteration 'cr' exists (restored from the same checkpoint with another "
+                          "configuration: world_size is 3 there, 2 in this request)", p.stderr)
+            self.assertNotIn("another checkpoint", p.stderr)
 
     def test_cli_ack_names_the_block(self):
         """`iter ack` errors start with the user's block, not with an index into the body
