@@ -337,8 +337,8 @@ static int session_results(cli_args_t *args, muster_client_t *client) {
   /* The cursor to resume from, unless the first read was refused (an unknown
    * session, a bad cursor): there is nothing to resume then.  A gap or a lost
    * connection leaves a stream to resume. */
-  if (rc == CLI_OK && (read_any || err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE ||
-                       err == MUSTER_INDEX_GAP))
+  if (rc == CLI_OK &&
+      (read_any || err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE || err == MUSTER_INDEX_GAP))
     fprintf(stderr, "cursor: %lld\n", (long long)rd.cursor);
   return err != MUSTER_OK ? cli_error(client, err) : rc;
 }

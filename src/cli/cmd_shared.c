@@ -150,8 +150,8 @@ static int put_error(muster_client_t *client, muster_err_t err) {
   if (err != MUSTER_VERSION_MISMATCH || message == NULL)
     return cli_error(client, err);
   if (at)
-    fprintf(stderr, "muster: %s: %.*swith --level %s\n", muster_err_name(err),
-            (int)(at - message), message, at + strlen(api));
+    fprintf(stderr, "muster: %s: %.*swith --level %s\n", muster_err_name(err), (int)(at - message),
+            message, at + strlen(api));
   else
     cli_error(client, err);
   if (strstr(message, "a new blob starts at level 1"))

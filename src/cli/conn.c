@@ -57,8 +57,7 @@ static int cli_read_data_file(const cli_args_t *args, const char *name, char *bu
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
     buf[--n] = '\0';
   if (n == 0 && why)
-    snprintf(why, why_size, "%s%s (%s, from %s)", dir[0] == '/' ? "" : "./", path, problem,
-             from);
+    snprintf(why, why_size, "%s%s (%s, from %s)", dir[0] == '/' ? "" : "./", path, problem, from);
   return n > 0 ? 0 : -1;
 }
 
@@ -203,9 +202,9 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
 int cli_request_unsent(const muster_client_t *client) {
   /* libmuster's own words, then curl's (https://).  A request sent on a
    * reused connection whose retry could not connect names both: it was sent. */
-  static const char *const before_sending[] = {
-      "could not connect", "could not resolve", "failed to connect", "couldn't connect",
-      "couldn't resolve",  NULL};
+  static const char *const before_sending[] = {"could not connect", "could not resolve",
+                                               "failed to connect", "couldn't connect",
+                                               "couldn't resolve",  NULL};
   const char *message = muster_client_message(client);
   if (message == NULL || strstr(message, "sending it again failed"))
     return 0;

@@ -360,8 +360,8 @@ bool shared_any_due(store_t *st, int64_t now) {
 }
 
 /* Remembers that (scope, name) expired at `expired_ms` with `ttl_ms`. */
-static muster_err_t expired_record(store_t *st, const char *scope, const char *name,
-                                   int64_t ttl_ms, int64_t expired_ms, fail_t *f) {
+static muster_err_t expired_record(store_t *st, const char *scope, const char *name, int64_t ttl_ms,
+                                   int64_t expired_ms, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "INSERT OR REPLACE INTO shared_expired(scope, name, ttl_ms,"
                                    " expired_ms) VALUES(?1, ?2, ?3, ?4)");
   if (s == NULL)

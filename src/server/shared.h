@@ -58,8 +58,9 @@ muster_err_t shared_check_scope_writable(store_t *st, const char *scope, fail_t 
  * Checks that a PUT asking for `level` (0: not given) may create a level of
  * (scope, name) now, and sets *creates to the level it would create.  An
  * expired blob counts as absent.  MUSTER_VERSION_MISMATCH with the message of
- * docs/api.md otherwise (saying so when the blob expired).  Run it when the upload starts (to refuse early) and
- * again in shared_commit (the authoritative check).
+ * docs/api.md otherwise (saying so when the blob expired).  Run it when the
+ * upload starts (to refuse early) and again in shared_commit (the
+ * authoritative check).
  */
 muster_err_t shared_check_level(store_t *st, const char *scope, const char *name, int64_t level,
                                 int64_t now, int64_t *creates, fail_t *f);
