@@ -8,14 +8,19 @@ the reply's JSON (dicts and lists); failures raise :mod:`muster.errors`.
 import http.client
 import json
 import os
+import select
 import socket
 import threading
+import time
 import urllib.parse
 
 from . import errors
 
 DEFAULT_URL = "http://127.0.0.1:7370"
 DEFAULT_DATA_DIR = "muster-data"
+# A connection idle this long is looked at before reuse: no server closes one sooner
+# (the head waits two minutes), and under load connections are reused at once.
+IDLE_CHECK_S = 0.1
 _UNSET = object()
 
 
@@ -246,9 +251,29 @@ class Client:
             reply = None
         raise errors.from_reply(resp.status, reply, (self.url, method, path))
 
+    def _drop_if_closed(self):
+        """Drops this thread's connection when it has been idle for IDLE_CHECK_S or more
+        and the server closed it meanwhile (a peek), so that nothing is sent on it."""
+        conn = getattr(self._local, "conn", None)
+        sock = conn.sock if conn is not None else None
+        if sock is None or time.monotonic() - getattr(self._local, "idle_since", 0) < IDLE_CHECK_S:
+            return
+        try:
+            # Readable while no reply is owed: the end of the stream, or bytes nobody
+            # asked for, which would be read as the next reply.  Either way a new one.
+            closed = bool(select.select([sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            closed = True
+        if closed:
+            self._drop_connection()
+
     def _exchange(self, method, path, data, headers, wait_ms):
-        """One HTTP exchange on this thread's connection: (response, raw body)."""
+        """One HTTP exchange on this thread's connection: (response, raw body).  A POST
+        is sent once: when its connection closes without a reply the server may have
+        done it (and died before replying), so it is not sent again; other methods are
+        sent again once on a new connection when a reused one turns out closed."""
         timeout = self.timeout + (wait_ms or 0) / 1000.0
+        self._drop_if_closed()
         for attempt in (1, 2):
             conn = self._connection(timeout)
             reused = self._local.used
@@ -260,14 +285,16 @@ class Client:
                     http.client.CannotSendRequest, http.client.BadStatusLine) as e:
                 self._drop_connection()
                 # A keep-alive connection the server closed while idle: retry once on a
-                # fresh one.  Nothing was processed (no reply began).
-                if attempt == 1 and reused:
+                # fresh one.  A POST may have been done (the server died before its
+                # reply), so it is not sent again: the caller hears no reply came.
+                if attempt == 1 and reused and method != "POST":
                     continue
                 raise errors.NetworkError("%s %s: %s" % (method, path, e or type(e).__name__)) from e
             except (OSError, socket.timeout, http.client.HTTPException) as e:
                 self._drop_connection()
                 raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url, e)) from e
             self._local.used = True
+            self._local.idle_since = time.monotonic()
             if resp.getheader("Connection", "").lower() == "close":
                 self._drop_connection()
             return resp, raw

@@ -15,10 +15,15 @@
  * front of it sends: a status line, headers, and a body framed by
  * Content-Length, chunked transfer coding, or the end of the connection;
  * interim 1xx replies are skipped.  A connection that was idle may have been
- * closed by the server in the meantime: when a request on a reused connection
+ * closed by the server in the meantime.  One idle for HTTP1_IDLE_CHECK_MS or
+ * more is looked at before it is used (a peek: a closed one is replaced
+ * without sending anything); when a request on a reused connection still
  * gets no byte of reply (the write fails, or the read finds the connection
- * closed), it is sent once more on a new connection, as libcurl does.  The
- * server cannot have read it then: a server closes only idle connections.
+ * closed), a GET, HEAD, PUT or DELETE is sent once more on a new connection,
+ * as libcurl does.  A POST is not: the server may have done it and died (or
+ * restarted) before replying, and sending it again could do it twice (a
+ * batch of tasks put twice); the caller hears that it was sent and no reply
+ * came.
  * A server may also answer before it has read the whole body (a 413 for one
  * over its limit) and close; the reply that came is then the answer.
  */
@@ -44,6 +49,10 @@
 #define HTTP1_HEAD_MAX (64 * 1024)   /* status line and headers of a reply */
 #define HTTP1_BODY_MAX (1024L << 20) /* a reply body larger than this is refused */
 #define HTTP1_READ_CHUNK 16384
+/* A connection idle this long is peeked at before reuse (one recv): under
+ * load connections are reused within milliseconds and pay nothing, and no
+ * server closes an idle connection sooner (the head waits two minutes). */
+#define HTTP1_IDLE_CHECK_MS 100
 
 struct http1 {
   char host[HTTP1_HOST_MAX]; /* as getaddrinfo takes it: IPv6 without brackets */
@@ -51,6 +60,7 @@ struct http1 {
   char *prefix;     /* path of the base URL ("" usually), put before every path */
   char *fixed;      /* the header lines every request carries */
   int fd;           /* -1 while not connected */
+  int64_t idle_since; /* when the last reply on `fd` ended (http1_now_ms) */
   client_buf_t out; /* the request line and headers being sent */
   client_buf_t in;  /* bytes received and not yet consumed */
 };
@@ -143,6 +153,18 @@ static int64_t http1_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Closes the connection when it has been idle long enough to be worth a look
+ * and the server has closed it (or sent something unasked, which would be
+ * read as the next reply). */
+static void http1_drop_if_closed(http1_t *h) {
+  if (h->fd < 0 || http1_now_ms() - h->idle_since < HTTP1_IDLE_CHECK_MS)
+    return;
+  char c;
+  ssize_t n = recv(h->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+    http1_disconnect(h);
 }
 
 /* Waits until `fd` is ready for `events` or `deadline` (0: none) passes;
@@ -512,6 +534,7 @@ static exchange_t http1_read_reply(muster_client_t *client, bool head_request, i
     if (!r.keep_alive || consumed != h->in.len)
       http1_disconnect(h);
     h->in.len = 0;
+    h->idle_since = http1_now_ms();
     return EXCHANGE_DONE;
   }
 }
@@ -556,6 +579,8 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
       return client_fail(client, MUSTER_NOMEM, "out of memory");
   char why[400] = "", lost[400] = "";
   muster_err_t err = MUSTER_NETWORK;
+  http1_drop_if_closed(h);
+  bool resend = strcmp(method, "POST") != 0;
   for (int attempt = 0; attempt < 2; attempt++) {
     bool reused = h->fd >= 0;
     if (!reused && http1_connect(h, deadline, why, sizeof why) != MUSTER_OK) {
@@ -586,7 +611,7 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
     if (got == EXCHANGE_DONE)
       return MUSTER_OK;
     http1_disconnect(h);
-    if (got == EXCHANGE_FAILED || !reused)
+    if (got == EXCHANGE_FAILED || !reused || !resend)
       break;
     snprintf(lost, sizeof lost, "%s", why);
   }

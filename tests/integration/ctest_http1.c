@@ -24,6 +24,7 @@ typedef void (*script_fn)(server_t *s);
 
 struct server {
   int listen_fd, port, accepts;
+  int closed; /* connections the script has closed (script_close_then_answer) */
   script_fn script;
   char first[4096]; /* the first request read, as received */
   pthread_t thread;
@@ -141,6 +142,37 @@ static void script_close_when_idle(server_t *s) {
   }
 }
 
+/* Answers the first request, then reads the second (a POST) and closes
+ * without answering: a head that did the work and died before its reply. */
+static void script_die_after_second(server_t *s) {
+  char req[4096];
+  int fd = srv_accept(s);
+  if (fd < 0)
+    return;
+  if (srv_read_request(fd, s->first, sizeof s->first) > 0)
+    srv_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst", 64);
+  srv_read_request(fd, req, sizeof req);
+  close(fd);
+}
+
+/* Answers, closes the idle connection and says so (s->closed), then answers
+ * the next request on a new connection. */
+static void script_close_then_answer(server_t *s) {
+  char req[4096];
+  for (int i = 0; i < 2; i++) {
+    int fd = srv_accept(s);
+    if (fd < 0)
+      return;
+    if (srv_read_request(fd, i == 0 ? s->first : req, sizeof req) > 0)
+      srv_send(fd,
+               i == 0 ? "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst"
+                      : "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond",
+               64);
+    close(fd);
+    __atomic_store_n(&s->closed, i + 1, __ATOMIC_SEQ_CST);
+  }
+}
+
 /* An interim 100, then an HTTP/1.0 reply whose body ends with the connection. */
 static void script_continue_then_close(server_t *s) {
   int fd = srv_accept(s);
@@ -230,6 +262,43 @@ static void test_idle_close_is_retried(void) {
   srv_join(&s);
   CHECK(s.accepts == 2);
   CHECK(!contains(s.first, "Content-Length")); /* a GET without a body has none */
+}
+
+/* A POST whose connection closes without a reply may have been done: it is
+ * not sent again (a batch of tasks would be put twice), and the error says
+ * no reply came. */
+static void test_post_not_sent_twice(void) {
+  server_t s;
+  srv_start(&s, script_die_after_second);
+  muster_client_t *c = client_for(&s, "");
+  muster_client_set_timeout(c, 2000); /* a resent POST would wait for a reply that never comes */
+  EXPECT_REPLY(c, "GET", "/one", NULL, "first");
+  CHECK_ERR(c, muster_request(c, "POST", "/v1/queues/q/tasks", "{}", NULL), MUSTER_NETWORK);
+  CHECK(contains(muster_client_message(c), "without replying"));
+  srv_join(&s); /* closes the listener: a resend would have found it open */
+  CHECK(s.accepts == 1);
+  muster_client_free(c);
+}
+
+/* A connection idle past HTTP1_IDLE_CHECK_MS that the server closed is
+ * found closed before anything is sent on it, so a POST goes out once, on a
+ * new connection. */
+static void test_idle_closed_connection_replaced(void) {
+  server_t s;
+  srv_start(&s, script_close_then_answer);
+  muster_client_t *c = client_for(&s, "");
+  EXPECT_REPLY(c, "GET", "/one", NULL, "first");
+  int64_t replied = now_ms();
+  while (__atomic_load_n(&s.closed, __ATOMIC_SEQ_CST) < 1)
+    usleep(1000);
+  /* The idle time itself is what is tested: the client looks at a connection
+   * only once it has been idle for 100 ms. */
+  while (now_ms() - replied < 150)
+    usleep(5000);
+  EXPECT_REPLY(c, "POST", "/v1/x", "{}", "second");
+  muster_client_free(c);
+  srv_join(&s);
+  CHECK(s.accepts == 2);
 }
 
 static void test_interim_and_close_framing(void) {
@@ -328,6 +397,8 @@ static void test_nothing_listening(void) {
 int main(void) {
   test_request_and_chunked_reply();
   test_idle_close_is_retried();
+  test_post_not_sent_twice();
+  test_idle_closed_connection_replaced();
   test_interim_and_close_framing();
   test_timeout();
   test_bad_replies();

@@ -1,10 +1,15 @@
 """muster.Client against a real head: every queue, task, lease and worker call,
 keep-alive reuse, and the error mapping of every code the head sends."""
 import os
+import select
+import socket
 import tempfile
+import threading
+import time
 import unittest
 
 from common import HeadTestCase, harness, muster
+from muster import client as client_module
 from muster import errors
 
 
@@ -298,6 +303,87 @@ class TestConnection(HeadTestCase):
                 os.environ.pop(k, None)
                 if v is not None:
                     os.environ[k] = v
+
+
+class ScriptedServer:
+    """A loopback server that answers each connection's requests from `replies` (None:
+    read the request, then close without answering) and counts its connections."""
+
+    def __init__(self, *per_connection):
+        self.per_connection, self.accepts, self.requests = list(per_connection), 0, []
+        self.closed = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _read_request(self, conn, buf):
+        while b"\r\n\r\n" not in buf:
+            data = conn.recv(65536)
+            if not data:
+                return None, b""
+            buf += data
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        while len(rest) < length:
+            rest += conn.recv(65536)
+        return head.split(b"\r\n")[0], rest[length:]
+
+    def _run(self):
+        for replies in self.per_connection:
+            conn, _ = self.listener.accept()
+            self.accepts += 1
+            buf = b""
+            for reply in replies:
+                line, buf = self._read_request(conn, buf)
+                if line is None:
+                    break
+                self.requests.append(line)
+                if reply is None:
+                    break
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(reply), reply))
+            conn.close()
+            self.closed.set()
+        self.listener.close()
+
+    def pending_connection(self):
+        try:
+            return bool(select.select([self.listener], [], [], 0.5)[0])
+        except (OSError, ValueError):
+            return False
+
+
+class TestRetries(unittest.TestCase):
+    def test_post_without_reply_is_not_sent_again(self):
+        """The head did the POST and died before its reply: sending it again could put
+        the batch twice, so the client says no reply came and sends nothing more."""
+        srv = ScriptedServer([b'{"queues": []}', None],
+                             [b'{"tasks": [{"id": 2, "created": true}]}'])  # a resend's
+        c = muster.Client(srv.url, "token-123456", timeout=5)
+        self.assertEqual(c.queues(), [])
+        with self.assertRaises(muster.NetworkError):
+            c.put("q", "x")
+        self.assertFalse(srv.pending_connection())
+        self.assertEqual((srv.accepts, len(srv.requests)), (1, 2))
+        srv.listener.close()
+
+    def test_idle_closed_connection_is_replaced_before_sending(self):
+        """A connection the server closed while idle is found closed before a POST is
+        sent on it: the POST goes once, on a new connection."""
+        srv = ScriptedServer([b'{"queues": []}'], [b'{"tasks": [{"id": 1, "created": true}]}'])
+        c = muster.Client(srv.url, "token-123456", timeout=5)
+        c.queues()
+        self.assertTrue(srv.closed.wait(5))
+        # The idle time itself is what is tested: a connection is looked at only once it
+        # has been idle for IDLE_CHECK_S.
+        time.sleep(client_module.IDLE_CHECK_S * 1.5)
+        self.assertEqual(c.put("q", "x"), 1)
+        srv.thread.join(5)
+        self.assertEqual((srv.accepts, len(srv.requests)), (2, 2))
 
 
 class TestErrors(HeadTestCase):
