@@ -267,30 +267,75 @@ static long worker_timeout_ms(worker_t *w, muster_client_t *client) {
   return timeout;
 }
 
+/* A step of joining: the queue check or the registration. */
+typedef muster_err_t (*worker_step_t)(worker_t *w, muster_client_t *client);
+
+static muster_err_t worker_check_queue(worker_t *w, muster_client_t *client) {
+  return muster_queue_get(client, w->queue, NULL);
+}
+
+static muster_err_t worker_register_first(worker_t *w, muster_client_t *client) {
+  return worker_register(w, client, &w->id, &w->name);
+}
+
+/* The head is not there yet, or is starting or stopping: wait for it. */
+static bool worker_head_away(muster_err_t err) {
+  return err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE;
+}
+
 /*
- * Under a node agent, a queue that does not exist yet is waited for (nodes
- * often start before the pool creates its queue); a stop signal ends the wait
- * and sets *stopped.
+ * Runs `step` until the head gives an answer to act on.  A head that cannot be
+ * reached (not started yet, restarting) is waited for, and so, under a node
+ * agent, is a queue that does not exist yet (nodes often start before the pool
+ * creates its queue); each wait prints one line, not one per try.  A stop
+ * signal ends the wait and sets *stopped.
  */
-static muster_err_t worker_await_queue(worker_t *w, muster_client_t *client, bool *stopped) {
-  muster_err_t err = muster_queue_get(client, w->queue, NULL);
-  if (err != MUSTER_QUEUE_NOT_FOUND || w->agent_fd < 0)
-    return err;
-  fprintf(stderr, "muster worker: waiting for queue %s to be created\n", w->queue);
+static muster_err_t worker_await(worker_t *w, muster_client_t *client, worker_step_t step,
+                                 bool *stopped) {
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGHUP);
-  while (err == MUSTER_QUEUE_NOT_FOUND) {
-    struct timespec pause = {0, 500 * 1000000L};
+  bool said_head = false, said_queue = false;
+  muster_err_t err;
+  while (worker_head_away(err = step(w, client)) ||
+         (err == MUSTER_QUEUE_NOT_FOUND && w->agent_fd >= 0)) {
+    if (worker_head_away(err) && !said_head)
+      fprintf(stderr,
+              "muster worker: waiting for the head at %s (%s: %.300s); trying every second "
+              "(is --url / MUSTER_URL right?)\n",
+              w->url, muster_err_name(err), muster_client_message(client));
+    else if (err == MUSTER_QUEUE_NOT_FOUND && !said_queue)
+      fprintf(stderr, "muster worker: waiting for queue %s to be created\n", w->queue);
+    said_head = said_head || worker_head_away(err);
+    said_queue = said_queue || err == MUSTER_QUEUE_NOT_FOUND;
+    struct timespec pause = {1, 0};
     if (sigtimedwait(&stop, NULL, &pause) > 0) {
       *stopped = true;
       return err;
     }
-    err = muster_queue_get(client, w->queue, NULL);
   }
+  if (said_head && err == MUSTER_OK)
+    fprintf(stderr, "muster worker: the head at %s answers\n", w->url);
   return err;
+}
+
+/* Says why joining failed, as `muster worker` (cli_error would say `muster`),
+ * with what to do about it. */
+static int worker_join_error(worker_t *w, muster_client_t *client, muster_err_t err) {
+  const char *message = muster_client_message(client);
+  fprintf(stderr, "muster worker: %s: %s\n", muster_err_name(err),
+          message && message[0] ? message : muster_strerror(err));
+  if (err == MUSTER_QUEUE_NOT_FOUND)
+    fprintf(stderr,
+            "muster worker: create it with `muster queue create %s` (or see `muster "
+            "queue ls` for the queues there are)\n",
+            w->queue);
+  else if (err == MUSTER_UNAUTHORIZED)
+    fprintf(stderr, "muster worker: pass the head's token with --token or MUSTER_TOKEN (the "
+                    "head keeps it in its data dir's token file)\n");
+  return CLI_FAIL;
 }
 
 /* A worker told to stop before it joined: nothing to do, no error
@@ -301,19 +346,26 @@ static muster_err_t worker_await_queue(worker_t *w, muster_client_t *client, boo
  * WORKER_STOPPED, or CLI_FAIL after saying why. */
 static int worker_join(worker_t *w, muster_client_t *client) {
   bool stopped = false;
-  muster_err_t err = worker_await_queue(w, client, &stopped);
+  muster_err_t err = worker_await(w, client, worker_check_queue, &stopped);
+  if (err == MUSTER_OK) {
+    worker_refresh_lease_ms(w, client);
+    if (atomic_load(&w->lease_ms) <= 0)
+      atomic_store(&w->lease_ms, 60000);
+    err = worker_await(w, client, worker_register_first, &stopped);
+  }
   if (stopped) {
-    fprintf(stderr, "muster worker: stopped while waiting for queue %s; nothing was leased\n",
-            w->queue);
+    if (err == MUSTER_QUEUE_NOT_FOUND)
+      fprintf(stderr, "muster worker: stopped while waiting for queue %s; nothing was leased\n",
+              w->queue);
+    else
+      fprintf(stderr,
+              "muster worker: stopped while waiting for the head at %s; nothing was "
+              "leased\n",
+              w->url);
     return WORKER_STOPPED;
   }
   if (err != MUSTER_OK)
-    return cli_error(client, err);
-  worker_refresh_lease_ms(w, client);
-  if (atomic_load(&w->lease_ms) <= 0)
-    atomic_store(&w->lease_ms, 60000);
-  if ((err = worker_register(w, client, &w->id, &w->name)) != MUSTER_OK)
-    return cli_error(client, err);
+    return worker_join_error(w, client, err);
   worker_tell_agent(w, w->id);
   long timeout = worker_timeout_ms(w, client);
   w->heartbeat_ms = timeout / 3 > 50 ? timeout / 3 : 50;
@@ -346,6 +398,7 @@ static int worker_make_clients(worker_t *w) {
  */
 static void worker_hard_stop(worker_t *w) {
   fprintf(stderr, "muster worker: got SIGHUP: killing running commands and exiting\n");
+  atomic_store(&w->stopping, 1); /* no slot leases (or registers again) from now on */
   pthread_mutex_lock(&w->lock);
   w->killing = 1; /* no command starts from now on */
   for (int i = 0; i < w->concurrency; i++)
@@ -377,6 +430,7 @@ static void worker_wait(worker_t *w, const sigset_t *signals) {
       continue;
     if (sig == SIGHUP)
       worker_hard_stop(w);
+    atomic_fetch_add(&w->signals, 1);
     atomic_store(&w->stopping, 1);
     if (++received == 1) {
       fprintf(stderr,

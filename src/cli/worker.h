@@ -30,6 +30,11 @@ typedef struct {
   _Atomic int64_t task; /* the task being run, 0 when idle (read by the heartbeat) */
   run_proc_t *proc;     /* the running command, under worker->lock; NULL when none */
   int lease_failing;    /* the last lease request failed (log a streak once) */
+  /* Monotonic ms until which the slot's lease surely holds: when the request that
+   * granted or last extended it was sent, plus the queue's lease time (the head
+   * counts from when it got the request, later).  Bounds the retries of a result
+   * while the head cannot be reached; the heartbeat thread moves it for plugins. */
+  _Atomic int64_t lease_until;
   muster_lease_t *next; /* leased with the last completion, not yet run (its ticket taken) */
   struct json_t *requires;      /* the leased task's "requires" list, or NULL (owned) */
   struct worker_shared **held;  /* the levels it holds while its task runs (worker_shared.c) */
@@ -88,6 +93,7 @@ struct worker {
   int killing;              /* SIGHUP: commands are killed and none may start (lock) */
 
   atomic_int stopping;      /* take no new tasks */
+  atomic_int signals;       /* stop signals received: one during a wait ends the wait */
   atomic_int abandon;       /* second signal: running commands were terminated */
   atomic_int fatal;         /* a slot hit an error retrying cannot fix */
   _Atomic int64_t lease_ms; /* the queue's lease length, refreshed by the heartbeat */

@@ -129,6 +129,8 @@ void worker_plugin_keep_lease(worker_t *w, muster_client_t *client) {
   muster_ack_t ack;
   muster_ack_init(&ack, task, token);
   muster_err_t err = muster_extend(client, &ack, 1);
+  if (err == MUSTER_OK) /* the plugin's slot: its result's retries may last this long */
+    atomic_store(&w->slots[0].lease_until, now + atomic_load(&w->lease_ms));
   if (err != MUSTER_OK)
     fprintf(stderr, "muster worker: task %lld: extending the lease: %s: %s\n", (long long)task,
             muster_err_name(err), muster_client_message(client));

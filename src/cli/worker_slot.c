@@ -32,7 +32,9 @@
 extern char **environ;
 
 #define SLOT_ERROR_MAX (RUN_TAIL_MAX * 4 + 64) /* room for a tail with '?'-replaced bytes */
-#define SLOT_ACK_TRIES 5
+#define SLOT_PAUSE_FIRST_MS 200L      /* the first pause before an acknowledgement is sent again */
+#define SLOT_PAUSE_MAX_MS 1000L       /* pauses double up to this while the head is away */
+#define SLOT_STOPPING_RETRY_MS 10000L /* a stopping worker retries this long (a quick restart) */
 
 /* Claims one of --max-tasks; 0 when all are claimed. */
 static int slot_take_ticket(worker_t *w) {
@@ -63,8 +65,10 @@ static int slot_transient(muster_err_t err) {
 static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
   worker_t *w = slot->worker;
   size_t count = 0;
-  int64_t id = worker_id(w);
+  int64_t id = worker_id(w), sent = worker_now_ms();
   muster_err_t err = worker_lease(slot, WORKER_POLL_MS, lease, &count);
+  if (err == MUSTER_OK && count > 0)
+    atomic_store(&slot->lease_until, sent + atomic_load(&w->lease_ms));
   if (err == MUSTER_OK && slot->lease_failing) {
     fprintf(stderr, "muster worker: slot %d: leasing again\n", slot->index + 1);
     slot->lease_failing = 0;
@@ -76,12 +80,14 @@ static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
     *lease = NULL;
     return 0;
   }
+  /* A stopping worker takes no new task: a lease cut short (the head stops
+   * too and answers its long-poll 503) is no news then, nor is a worker the
+   * head forgot because the hard stop said goodbye (registering again would
+   * lease anew what the goodbye just gave back). */
+  if (atomic_load(&w->stopping) && (slot_transient(err) || err == MUSTER_WORKER_NOT_FOUND))
+    return -1;
   if (err == MUSTER_WORKER_NOT_FOUND && (err = worker_reregister(w, slot->client, id)) == MUSTER_OK)
     return 0;
-  /* A stopping worker takes no new task: a lease cut short (the head stops
-   * too and answers its long-poll 503) is no news then. */
-  if (atomic_load(&w->stopping) && slot_transient(err))
-    return -1;
   if (!slot->lease_failing || !slot_transient(err))
     fprintf(stderr, "muster worker: slot %d: lease from %s: %s: %s%s\n", slot->index + 1, w->queue,
             muster_err_name(err), muster_client_message(slot->client),
@@ -93,20 +99,92 @@ static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
   return 0;
 }
 
-/* Sends one acknowledgement, retrying transient failures a few times. */
-static muster_err_t slot_ack(worker_slot_t *slot, const muster_ack_t *ack,
-                             muster_err_t (*call)(muster_client_t *, const muster_ack_t *,
-                                                  size_t)) {
-  muster_err_t err = MUSTER_OK;
-  for (int attempt = 0; attempt < SLOT_ACK_TRIES; attempt++) {
-    if ((err = call(slot->client, ack, 1)) == MUSTER_OK || !slot_transient(err))
-      return err;
-    /* Not worker_nap: a result is worth reporting even while the worker stops. */
-    struct timespec pause = {0, (200L << attempt) % 1000 * 1000000L};
-    pause.tv_sec = (200L << attempt) / 1000;
-    nanosleep(&pause, NULL);
+/* Sleeps up to `ms`, returning early when a stop signal comes after the
+ * worker had received `seen` of them. */
+static void slot_pause(worker_t *w, long ms, int seen) {
+  int64_t until = worker_now_ms() + ms;
+  while (atomic_load(&w->signals) == seen && worker_now_ms() < until) {
+    struct timespec step = {0, 20 * 1000000L};
+    nanosleep(&step, NULL);
   }
-  return err;
+}
+
+/* While an acknowledgement waits for the head, extends the lease once half of
+ * it has passed since it was granted or last extended: a head that answers
+ * again but cannot store the acknowledgement yet keeps the task ours. */
+static void slot_wait_extend(worker_slot_t *slot, const muster_ack_t *ack) {
+  int64_t lease_ms = atomic_load(&slot->worker->lease_ms);
+  int64_t sent = worker_now_ms();
+  if (sent < atomic_load(&slot->lease_until) - lease_ms / 2)
+    return;
+  muster_ack_t extend;
+  muster_ack_init(&extend, ack->task, ack->token);
+  if (muster_extend(slot->client, &extend, 1) == MUSTER_OK)
+    atomic_store(&slot->lease_until, sent + lease_ms);
+}
+
+/* Says once that the acknowledgement `what` waits for the head. */
+static void slot_say_waiting(worker_slot_t *slot, const muster_ack_t *ack, const char *what,
+                             muster_err_t err, int64_t until) {
+  int64_t left_s = (until - worker_now_ms() + 999) / 1000;
+  fprintf(stderr,
+          "muster worker: task %lld: cannot %s yet (%s: %.300s); retrying for up to %lld s, "
+          "while its lease lasts (a stop signal gives up)\n",
+          (long long)ack->task, what, muster_err_name(err), muster_client_message(slot->client),
+          (long long)(left_s > 0 ? left_s : 0));
+}
+
+/*
+ * Sends one acknowledgement of the slot's lease (`what` names it for the log:
+ * "store its result").  A transient failure (the head restarting, the network)
+ * is retried, pausing 200 ms and doubling up to 1 s, for as long as the lease
+ * surely holds (slot->lease_until): the head keeps a lease through its own
+ * restart, so a result that finished during an outage is stored once the head
+ * is back rather than run again after the lease expires.  A worker that is
+ * stopping retries for SLOT_STOPPING_RETRY_MS at most, and a stop signal that
+ * comes during the wait ends it at once.  Returns the last call's error;
+ * *gave_up says why a transient one was given up (NULL otherwise).
+ */
+static muster_err_t slot_ack(worker_slot_t *slot, const muster_ack_t *ack, const char *what,
+                             muster_err_t (*call)(muster_client_t *, const muster_ack_t *, size_t),
+                             const char **gave_up) {
+  worker_t *w = slot->worker;
+  int seen = atomic_load(&w->signals);
+  int64_t started = worker_now_ms(), until = atomic_load(&slot->lease_until);
+  long pause = SLOT_PAUSE_FIRST_MS;
+  *gave_up = NULL;
+  for (int tries = 1;; tries++) {
+    muster_err_t err = call(slot->client, ack, 1);
+    if (atomic_load(&w->stopping) && until > started + SLOT_STOPPING_RETRY_MS)
+      until = started + SLOT_STOPPING_RETRY_MS; /* a stopping worker is not held up long */
+    if (tries > 1 && (err == MUSTER_OK || !slot_transient(err)))
+      fprintf(stderr, "muster worker: task %lld: reached the head again after %.1f s\n",
+              (long long)ack->task, (double)(worker_now_ms() - started) / 1000);
+    if (err == MUSTER_OK || !slot_transient(err))
+      return err;
+    int64_t left = until - worker_now_ms();
+    if (left <= 0 || atomic_load(&w->signals) != seen) {
+      *gave_up = atomic_load(&w->signals) != seen ? "the worker was told to stop"
+                 : atomic_load(&w->stopping)      ? "the worker is stopping"
+                                                  : "its lease ran out while retrying";
+      return err;
+    }
+    if (tries == 1)
+      slot_say_waiting(slot, ack, what, err, until);
+    slot_pause(w, pause < left ? pause : (long)left, seen); /* the last try at the deadline */
+    pause = pause * 2 < SLOT_PAUSE_MAX_MS ? pause * 2 : SLOT_PAUSE_MAX_MS;
+    slot_wait_extend(slot, ack);
+  }
+}
+
+/* Prints that acknowledging task `task` failed with `err`: `what` ("result
+ * not stored"), the head's message and, for a transient error given up, why. */
+static void slot_say_unacked(worker_slot_t *slot, int64_t task, const char *what, muster_err_t err,
+                             const char *gave_up) {
+  fprintf(stderr, "muster worker: task %lld: %s: %s: %.300s%s%s%s\n", (long long)task, what,
+          muster_err_name(err), muster_client_message(slot->client), gave_up ? " (gave up: " : "",
+          gave_up ? gave_up : "",
+          gave_up ? "; the head re-queues the task when its lease expires)" : "");
 }
 
 void worker_slot_fail(worker_slot_t *slot, const muster_lease_t *lease, const char *error,
@@ -115,12 +193,12 @@ void worker_slot_fail(worker_slot_t *slot, const muster_lease_t *lease, const ch
   muster_ack_init(&ack, lease->task, lease->token);
   ack.error = error;
   ack.permanent = permanent;
-  muster_err_t err = slot_ack(slot, &ack, muster_fail);
-  atomic_fetch_add(&slot->worker->failed, 1);
   fprintf(stderr, "muster worker: task %lld failed: %.200s\n", (long long)lease->task, error);
+  const char *gave_up;
+  muster_err_t err = slot_ack(slot, &ack, "report its failure", muster_fail, &gave_up);
+  atomic_fetch_add(&slot->worker->failed, 1);
   if (err != MUSTER_OK)
-    fprintf(stderr, "muster worker: task %lld: could not report the failure: %s: %s\n",
-            (long long)lease->task, muster_err_name(err), muster_client_message(slot->client));
+    slot_say_unacked(slot, lease->task, "could not report the failure", err, gave_up);
 }
 
 /* Fails the task with `error` (retried per the queue's settings). */
@@ -180,22 +258,26 @@ static void slot_complete(worker_slot_t *slot, const muster_lease_t *lease, run_
  * task it leased stays ours until its lease expires).  A head that refuses
  * the combined call but accepts the plain one is not asked again.
  */
-static muster_err_t slot_complete_next(worker_slot_t *slot, const muster_ack_t *ack) {
+static muster_err_t slot_complete_next(worker_slot_t *slot, const muster_ack_t *ack,
+                                       const char **gave_up) {
   worker_t *w = slot->worker;
+  *gave_up = NULL;
   if (atomic_load(&w->stopping) || atomic_load(&w->combined_unsupported) || !slot_take_ticket(w))
-    return slot_ack(slot, ack, muster_complete);
+    return slot_ack(slot, ack, "store its result", muster_complete, gave_up);
   size_t count = 0;
   muster_lease_t *next = NULL;
+  int64_t sent = worker_now_ms();
   muster_err_t err = worker_complete_lease(slot, ack, &next, &count);
   if (err == MUSTER_OK && count > 0) {
     slot->next = next;
+    atomic_store(&slot->lease_until, sent + atomic_load(&w->lease_ms));
     return MUSTER_OK;
   }
   muster_leases_free(next, count);
   slot_return_ticket(w);
   if (err == MUSTER_OK)
     return MUSTER_OK; /* completed; nothing was ready: the next lease long-polls */
-  muster_err_t plain = slot_ack(slot, ack, muster_complete);
+  muster_err_t plain = slot_ack(slot, ack, "store its result", muster_complete, gave_up);
   if (plain == MUSTER_OK && err == MUSTER_INVALID && !atomic_exchange(&w->combined_unsupported, 1))
     fprintf(stderr, "muster worker: the head refused complete-and-lease (%s); completing alone\n",
             muster_err_name(err));
@@ -207,15 +289,15 @@ void worker_slot_complete(worker_slot_t *slot, const muster_lease_t *lease, cons
   muster_ack_t ack;
   muster_ack_init(&ack, lease->task, lease->token);
   ack.result = result;
-  muster_err_t err = slot_complete_next(slot, &ack);
+  const char *gave_up;
+  muster_err_t err = slot_complete_next(slot, &ack, &gave_up);
   if (err == MUSTER_OK) {
     atomic_fetch_add(&slot->worker->completed, 1);
   } else if (err == MUSTER_PAYLOAD_TOO_LARGE || err == MUSTER_BODY_TOO_LARGE) {
     snprintf(why, sizeof why, "result refused: %.200s", muster_client_message(slot->client));
     slot_fail(slot, lease, why);
   } else {
-    fprintf(stderr, "muster worker: task %lld: result not stored: %s: %s\n", (long long)lease->task,
-            muster_err_name(err), muster_client_message(slot->client));
+    slot_say_unacked(slot, lease->task, "result not stored", err, gave_up);
   }
 }
 
@@ -223,7 +305,8 @@ void worker_slot_complete(worker_slot_t *slot, const muster_lease_t *lease, cons
 static void slot_release(worker_slot_t *slot, const muster_lease_t *lease) {
   muster_ack_t ack;
   muster_ack_init(&ack, lease->task, lease->token);
-  slot_ack(slot, &ack, muster_release);
+  const char *gave_up;
+  slot_ack(slot, &ack, "release it", muster_release, &gave_up);
 }
 
 /*
@@ -233,7 +316,10 @@ static void slot_release(worker_slot_t *slot, const muster_lease_t *lease) {
 static int slot_extend(worker_slot_t *slot, const muster_lease_t *lease, run_proc_t *proc) {
   muster_ack_t ack;
   muster_ack_init(&ack, lease->task, lease->token);
+  int64_t sent = worker_now_ms();
   muster_err_t err = muster_extend(slot->client, &ack, 1);
+  if (err == MUSTER_OK)
+    atomic_store(&slot->lease_until, sent + atomic_load(&slot->worker->lease_ms));
   if (err == MUSTER_OK || slot_transient(err))
     return 0;
   fprintf(stderr, "muster worker: task %lld: lease lost (%s: %s); stopping its command\n",
@@ -322,10 +408,26 @@ static void slot_set_proc(worker_slot_t *slot, run_proc_t *proc, int64_t task, b
   pthread_mutex_unlock(&w->lock);
 }
 
-/* Decides what the ended command means for the task. */
+/* True once SIGHUP's hard stop began (the node agent died): it kills the
+ * running commands and says goodbye, which gives their leases back. */
+static bool slot_hard_stopping(worker_t *w) {
+  pthread_mutex_lock(&w->lock);
+  bool killing = w->killing;
+  pthread_mutex_unlock(&w->lock);
+  return killing;
+}
+
+/*
+ * Decides what the ended command means for the task.  A command that the hard
+ * stop killed is not the task's fault and is not reported: failing it would
+ * charge an attempt, and the goodbye that follows ends the lease anyway (a
+ * report after it is refused lease_lost, one line of noise per running task).
+ */
 static void slot_report(worker_slot_t *slot, const muster_lease_t *lease, run_proc_t *proc) {
   int ok = WIFEXITED(proc->status) && WEXITSTATUS(proc->status) == 0;
-  if (ok) {
+  if (!ok && slot_hard_stopping(slot->worker)) {
+    ; /* killed by the hard stop (see above) */
+  } else if (ok) {
     slot_complete(slot, lease, proc);
   } else if (atomic_load(&slot->worker->abandon)) {
     slot_release(slot, lease); /* we interrupted it: not the task's fault */

@@ -1,0 +1,196 @@
+"""`muster worker` riding out a head that goes away and comes back.
+
+The head listens on a fixed port (picked free at the start), so a restart on the same
+data dir answers at the same URL.  Checks:
+- a result that finished while the head was down (longer than the few seconds the
+  worker once retried for) is stored when the head is back, well within the lease,
+  and the command ran once;
+- a worker started before its head waits for it (one line, not one per try), then
+  runs tasks; a stop signal while it waits exits 0;
+- an unknown queue stops the worker with `muster worker:` and how to create it;
+- a hard stop (SIGHUP, as when the node agent dies) kills the running command without
+  failing its task or logging a refused failure report.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+MUSTER = harness.MUSTER_BIN
+
+# Notes a run (one line per start, in DIR/runs), then waits for DIR/gate, echoes its
+# input and notes its end (DIR/ended-TASK): the test holds the command until the head is
+# down.
+GATED = ('echo "$MUSTER_TASK_ID" >> "$1/runs"; while [ ! -e "$1/gate" ]; do sleep 0.02; done;'
+         ' cat; : > "$1/ended-$MUSTER_TASK_ID"')
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WorkerHeadRestartTest(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="muster-worker-restart-")
+        self.head = harness.Head(["--listen", "127.0.0.1:%d" % free_port()])
+        self.head.start()
+        self.url = self.head.url
+        self.procs = []
+
+    def tearDown(self):
+        open(os.path.join(self.tmp, "gate"), "w").close()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            proc.log.close()
+        self.head.cleanup()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def env(self):
+        return dict(os.environ, MUSTER_URL=self.url, MUSTER_TOKEN=self.head.token)
+
+    def muster(self, *args):
+        return subprocess.run([MUSTER] + list(args), env=self.env(), capture_output=True,
+                              text=True, timeout=60)
+
+    def ok(self, *args):
+        r = self.muster(*args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def worker(self, queue, *cmd, opts=()):
+        log = open(os.path.join(self.tmp, "worker-%d.log" % len(self.procs)), "w+")
+        proc = subprocess.Popen([MUSTER, "worker", "--queue", queue] + list(opts) + ["--"]
+                                + list(cmd), env=self.env(), stdout=subprocess.DEVNULL,
+                                stderr=log)
+        proc.log = log
+        self.procs.append(proc)
+        return proc
+
+    def log_of(self, proc):
+        with open(proc.log.name) as f:
+            return f.read()
+
+    def tasks(self, queue):
+        reply = self.head.request("GET", "/v1/queues/%s/tasks?limit=100" % queue)
+        self.assertEqual(reply.status, 200, reply)
+        return reply.json["tasks"]
+
+    def runs(self):
+        path = os.path.join(self.tmp, "runs")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return f.read().split()
+
+    def test_result_waits_for_the_head_to_come_back(self):
+        self.ok("queue", "create", "rq", "--lease-ms", "60000")
+        self.ok("put", "--queue", "rq", "one")
+        w = self.worker("rq", "sh", "-c", GATED, "sh", self.tmp)
+        harness.wait_until(lambda: self.runs(), timeout=30, what="the command to start")
+        killed = time.monotonic()
+        self.head.kill()
+        open(os.path.join(self.tmp, "gate"), "w").close()  # the command ends, head down
+        (tid,) = self.runs()
+        harness.wait_until(lambda: os.path.exists(os.path.join(self.tmp, "ended-" + tid)),
+                           timeout=30, what="the command to end")
+        # The outage itself: longer than the ~3 s the worker once retried a result for.
+        time.sleep(max(0.0, 5.0 - (time.monotonic() - killed)))
+        self.head.start()
+
+        def done():
+            (task,) = self.tasks("rq")
+            return task["state"] == "done" and task
+        task = harness.wait_until(done, timeout=15,
+                                  what="the result to be stored:\n" + self.log_of(w))
+        self.assertLess(time.monotonic() - killed, 20)  # far below the 60 s lease
+        self.assertEqual(task["result"], "one")
+        self.assertEqual(task["attempts"], 1, task)
+        self.assertEqual(self.runs(), [str(task["id"])])  # it ran once
+        log = self.log_of(w)
+        self.assertEqual(log.count("cannot store its result yet"), 1, log)
+        self.assertIn("reached the head again", log)
+        self.assertNotIn("result not stored", log)
+
+    def test_stop_signal_gives_up_waiting_for_a_result(self):
+        self.ok("queue", "create", "sq", "--lease-ms", "60000")
+        self.ok("put", "--queue", "sq", "one")
+        w = self.worker("sq", "sh", "-c", GATED, "sh", self.tmp)
+        harness.wait_until(lambda: self.runs(), timeout=30, what="the command to start")
+        self.head.kill()
+        open(os.path.join(self.tmp, "gate"), "w").close()
+        harness.wait_until(lambda: "cannot store its result yet" in self.log_of(w), timeout=30,
+                           what="the worker to wait for the head")
+        stopped = time.monotonic()
+        w.send_signal(signal.SIGINT)
+        w.wait(timeout=10)
+        self.assertLess(time.monotonic() - stopped, 5)
+        log = self.log_of(w)
+        self.assertIn("result not stored", log)
+        self.assertIn("gave up: the worker was told to stop", log)
+
+    def test_worker_started_before_its_head(self):
+        self.ok("queue", "create", "wq")
+        self.head.kill()
+        w = self.worker("wq", "tr", "a-z", "A-Z", opts=["--max-tasks", "1"])
+        harness.wait_until(lambda: "waiting for the head at " + self.url in self.log_of(w),
+                           timeout=30, what="the worker to wait:\n" + self.log_of(w))
+        self.head.start()
+        self.ok("put", "--queue", "wq", "hello")
+        w.wait(timeout=60)
+        log = self.log_of(w)
+        self.assertEqual(w.returncode, 0, log)
+        self.assertEqual(log.count("waiting for the head"), 1, log)
+        self.assertIn("the head at %s answers" % self.url, log)
+        (task,) = self.tasks("wq")
+        self.assertEqual((task["state"], task["result"]), ("done", "HELLO"))
+
+    def test_stop_signal_while_waiting_for_the_head(self):
+        self.head.kill()
+        w = self.worker("wq", "cat")
+        harness.wait_until(lambda: "waiting for the head" in self.log_of(w), timeout=30,
+                           what="the worker to wait")
+        w.send_signal(signal.SIGINT)
+        w.wait(timeout=10)
+        log = self.log_of(w)
+        self.assertEqual(w.returncode, 0, log)
+        self.assertIn("stopped while waiting for the head at %s; nothing was leased" % self.url,
+                      log)
+
+    def test_unknown_queue_says_how_to_create_it(self):
+        r = self.muster("worker", "--queue", "nosuchq", "--", "cat")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertTrue(r.stderr.startswith("muster worker: queue_not_found: "), r.stderr)
+        self.assertIn("create it with `muster queue create nosuchq`", r.stderr)
+
+    def test_hard_stop_does_not_fail_the_running_tasks(self):
+        self.ok("queue", "create", "hq")
+        self.ok("put", "--queue", "hq", *["t%d" % i for i in range(8)])
+        w = self.worker("hq", "sh", "-c", GATED, "sh", self.tmp, opts=["--concurrency", "8"])
+        harness.wait_until(lambda: len(self.runs()) == 8, timeout=30,
+                           what="the commands to start")
+        w.send_signal(signal.SIGHUP)
+        w.wait(timeout=10)
+        log = self.log_of(w)
+        self.assertIn("got SIGHUP", log)
+        self.assertNotIn("failed", log)
+        self.assertNotIn("could not report", log)
+        for task in self.tasks("hq"):
+            self.assertEqual(task["state"], "queued", task)
+            self.assertIsNone(task.get("error"), task)
+
+
+if __name__ == "__main__":
+    unittest.main()
