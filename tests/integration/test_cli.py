@@ -373,6 +373,17 @@ class CliTest(unittest.TestCase):
                 self.assertEqual(err, line + "\n")
                 self.assertFalse(os.path.exists(os.path.join(self.tmp, "muster-data")))
 
+    def test_head_says_the_token_rule(self):
+        # A token that is too short or too long gets the rule, not the secret echoed back.
+        for option in ("--token", "--dashboard-token"):
+            for value in ("short", "x" * 256):
+                with self.subTest(option=option, length=len(value)):
+                    err = self.fails(2, "head", "--server-only", option, value, cwd=self.tmp)
+                    self.assertEqual(err, "muster head: %s must be 8 to 255 characters long "
+                                          "(this one has %d); see 'muster head --help'\n"
+                                     % (option, len(value)))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "muster-data")))
+
     def test_head_on_a_port_in_use_makes_no_data_dir(self):
         # The head listens before it makes its data dir, token and store: a port in
         # use fails with one line and leaves nothing behind.
