@@ -592,7 +592,9 @@ class Client:
         return self.request("DELETE", "/v1/iterations/" + _q(name))
 
     def iteration_checkpoint(self, name):
-        return self.request("POST", "/v1/iterations/%s/checkpoint" % _q(name), {})
+        """The iteration's checkpoint (GET /v1/iterations/{name}/checkpoint): pass it as
+        ``checkpoint`` to create_iteration to resume, with the same or another world size."""
+        return self.request("GET", "/v1/iterations/%s/checkpoint" % _q(name))
 
     def iteration_next(self, name, body):
         return self.request("POST", "/v1/iterations/%s/next" % _q(name), body,

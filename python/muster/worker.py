@@ -371,6 +371,42 @@ def _runtime_dir():
     return path
 
 
+def _resident_base(pid, start):
+    """The path, without its suffix, of the files of ``muster worker`` ``pid`` (started at
+    ``start``): its resident's socket (.sock), start lock (.lock) and stderr (.log)."""
+    return os.path.join(_runtime_dir(), "w%d-%s" % (pid, start))
+
+
+def _remove_resident_files(base, keep_log=False):
+    """Removes the .sock and .lock of ``base``, and its .log unless ``keep_log`` and the
+    log holds something (a resident's own crash output, kept while its worker runs)."""
+    for suffix in (".sock", ".lock", ".log"):
+        try:
+            if suffix == ".log" and keep_log and os.path.getsize(base + suffix) > 0:
+                continue
+            os.unlink(base + suffix)
+        except OSError:
+            pass
+
+
+def _sweep_stale_files():
+    """Removes the files of resident processes whose ``muster worker`` is gone (its pid
+    has no process, or one started at another time): a worker killed with its agent
+    (SIGKILL) left its resident no chance to remove them."""
+    try:
+        names = os.listdir(_runtime_dir())
+    except OSError:
+        return
+    for name in names:
+        stem, dot, suffix = name.rpartition(".")
+        pid, dash, start = stem[1:].partition("-")
+        if (not name.startswith("w") or not dot or suffix not in ("sock", "lock", "log")
+                or not dash or not pid.isdigit()):
+            continue
+        if _proc_start_time(int(pid)) != start:
+            _remove_resident_files(os.path.join(_runtime_dir(), stem))
+
+
 def _send(sock, obj):
     data = json.dumps(obj, separators=(",", ":")).encode()
     sock.sendall(struct.pack("!Q", len(data)) + data)
@@ -429,6 +465,9 @@ def serve_resident(listen_fd, parent_pid, parent_start):
     def watch_parent():
         while _proc_start_time(parent_pid) == parent_start:
             time.sleep(0.5)
+        # Its worker is gone, so no task will come: leave nothing behind (an empty log
+        # too; a log with output goes at the next start's sweep).
+        _remove_resident_files(_resident_base(parent_pid, parent_start), keep_log=True)
         os._exit(0)
 
     threading.Thread(target=watch_parent, daemon=True).start()
@@ -476,7 +515,7 @@ def _connect_resident():
     """A connection to this worker's resident process, started when there is none."""
     ppid = _worker_pid()
     start = _proc_start_time(ppid) or "0"
-    base = os.path.join(_runtime_dir(), "w%d-%s" % (ppid, start))
+    base = _resident_base(ppid, start)
     path = base + ".sock"
 
     def connect():
@@ -496,6 +535,7 @@ def _connect_resident():
         s = connect()
         if s is not None:
             return s
+        _sweep_stale_files()   # a new resident: the time to forget the ones of dead workers
         try:
             os.unlink(path)
         except FileNotFoundError:

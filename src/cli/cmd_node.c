@@ -16,6 +16,7 @@
  */
 #include "cli/cli.h"
 #include "cli/run.h"
+#include "core/url.h"
 #include "node/node.h"
 #include "server/head.h"
 
@@ -146,17 +147,33 @@ static int node_read_cache_bytes(cli_args_t *args, int64_t *out) {
   return CLI_OK;
 }
 
+/* Checks --join as cli_check_url checks --url (main.c checks the URL the
+ * global options give only when there is no --join): before anything starts,
+ * so a URL ending in /v1 is not taken for a head without a node API and a URL
+ * without a scheme does not register the node with the address ":80". */
+static int node_check_join(cli_args_t *args) {
+  const char *join = cli_opt(args, "join");
+  const char *problem = join && join[0] ? url_head_problem(join) : NULL;
+  if (problem == NULL)
+    return CLI_OK;
+  return cli_usage_error(args->cmd, "--join '%s' is not a head's URL (http://HOST:PORT): %s",
+                         join, problem);
+}
+
 int cmd_node(cli_args_t *args) {
   node_config_t cfg;
   memset(&cfg, 0, sizeof cfg);
-  int rc = node_read_opts(args, &cfg);
+  int rc = node_check_join(args);
+  if (rc == CLI_OK)
+    rc = node_read_opts(args, &cfg);
   if (rc == CLI_OK)
     rc = node_read_cache_bytes(args, &cfg.cache_bytes);
   if (rc != CLI_OK)
     return rc;
   cfg.cache_dir = cli_opt(args, "cache-dir");
   cfg.state_dir = cli_opt(args, "state-dir");
-  cfg.head_url = cli_opt(args, "join") ? cli_opt(args, "join") : cli_url(args);
+  const char *join = cli_opt(args, "join");
+  cfg.head_url = join && join[0] ? join : cli_url(args);
   cfg.token = cli_token(args);
   cfg.listen = cli_opt(args, "listen");
   cfg.log_prefix = "muster node";

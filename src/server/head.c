@@ -565,6 +565,43 @@ static struct event_base *head_event_base(void) {
   return base;
 }
 
+/* Prints `word` as one shell word: as it is when every character is safe,
+ * else in single quotes (a quote inside becomes '\''). */
+static void head_print_shell_word(const char *word) {
+  if (word[0] && strspn(word, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                              "0123456789_./-:@%+=,") == strlen(word)) {
+    fputs(word, stdout);
+    return;
+  }
+  putchar('\'');
+  for (const char *c = word; *c; c++)
+    if (*c == '\'')
+      fputs("'\\''", stdout);
+    else
+      putchar(*c);
+  putchar('\'');
+}
+
+/*
+ * Prints the banner's hint for the CLI, which reads the URL and token from
+ * ./muster-data unless told another data dir: a head started with another
+ * --data-dir names it, so the command works where the head was started (and
+ * anywhere on this machine when the dir is absolute).
+ */
+static void head_print_cli_hint(const char *dir) {
+  const char *plain = strncmp(dir, "./", 2) == 0 ? dir + 2 : dir;
+  size_t len = strlen(plain);
+  while (len > 1 && plain[len - 1] == '/')
+    len--;
+  if (len == strlen("muster-data") && strncmp(plain, "muster-data", len) == 0) {
+    printf("  or:        muster status   (run here: it reads the URL and token in %s)\n", dir);
+    return;
+  }
+  printf("  or:        muster status --data-dir ");
+  head_print_shell_word(dir);
+  printf("   (%sit reads the URL and token there)\n", dir[0] == '/' ? "" : "run here: ");
+}
+
 static void head_banner(const head_t *h, int port, bool generated) {
   const char *host = h->cfg.listen_host;
   bool v6 = strchr(host, ':') != NULL;
@@ -577,11 +614,18 @@ static void head_banner(const head_t *h, int port, bool generated) {
   printf("muster head %s listening on %s\n"
          "  data dir:  %s (SQLite, sync=%s)\n"
          "  token:     %s%s\n"
-         "  try:       curl -H 'Authorization: Bearer %s' %s/v1/queues\n"
-         "  or:        muster status   (run here; it finds the token in %s/token)\n",
+         "  try:       curl -H 'Authorization: Bearer %s' %s/v1/queues\n",
          MUSTER_VERSION, url, h->cfg.data_dir, h->cfg.sync_full ? "full" : "normal", h->cfg.token,
-         generated ? " (new; saved in the data dir's 'token' file)" : "", h->cfg.token, url,
-         h->cfg.data_dir);
+         generated ? " (new; saved in the data dir's 'token' file)" : "", h->cfg.token, url);
+  head_print_cli_hint(h->cfg.data_dir);
+  if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0) {
+    char name[256] = "HOST";
+    if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0')
+      snprintf(name, sizeof name, "HOST");
+    printf("  others:    http://%s:%d (this machine's name or address; for --url and "
+           "muster node --join)\n",
+           name, port);
+  }
   fflush(stdout);
 }
 

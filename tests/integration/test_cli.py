@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -372,6 +373,60 @@ class CliTest(unittest.TestCase):
                 err = self.fails(2, "head", *args, cwd=self.tmp)
                 self.assertEqual(err, line + "\n")
                 self.assertFalse(os.path.exists(os.path.join(self.tmp, "muster-data")))
+
+    def banner_of_head(self, *args):
+        """Starts `muster head --server-only ARGS` in self.tmp; its banner lines, until its
+        CLI hint ("or:" line) and the next one, and the process (to stop)."""
+        proc = subprocess.Popen([MUSTER, "head", "--server-only"] + list(args),
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                cwd=self.tmp, env=self.env(url=False, token=False))
+        self.addCleanup(lambda: proc.poll() is None and (proc.send_signal(signal.SIGINT),
+                                                         proc.communicate(timeout=60)))
+        lines = []
+        while not lines or not lines[-1].startswith("  or:"):
+            line = proc.stdout.readline()
+            self.assertTrue(line, "the head ended its banner early: %r" % lines)
+            lines.append(line.rstrip("\n"))
+        return lines, proc
+
+    def test_head_banner_cli_hint_works_where_it_says(self):
+        # The CLI reads ./muster-data unless told another data dir: the banner's command
+        # names the head's --data-dir (quoted for the shell), and it works as printed.
+        absolute = os.path.join(self.tmp, "abs data")
+        for data, where in (("rel'dir", self.tmp), (absolute, "/")):
+            with self.subTest(data=data):
+                lines, _ = self.banner_of_head("--listen", "127.0.0.1:0", "--data-dir", data)
+                hint = lines[-1][len("  or:"):].strip()
+                command = hint.split("   (")[0]
+                self.assertTrue(command.startswith("muster status --data-dir "), hint)
+                self.assertEqual(hint.endswith("(run here: it reads the URL and token there)"),
+                                 where == self.tmp, hint)
+                r = subprocess.run(["/bin/sh", "-c", command.replace("muster", MUSTER, 1)],
+                                   capture_output=True, text=True, cwd=where, timeout=60,
+                                   env=self.env(url=False, token=False))
+                self.assertEqual(r.returncode, 0, (command, r.stderr))
+        lines, _ = self.banner_of_head("--listen", "127.0.0.1:0")  # the default data dir
+        self.assertEqual(lines[-1], "  or:        muster status   (run here: it reads the URL "
+                                    "and token in ./muster-data)")
+
+    def test_head_banner_on_every_interface_names_this_host(self):
+        lines, proc = self.banner_of_head("--listen", "0.0.0.0:0", "--data-dir", "d")
+        port = lines[0].rsplit(":", 1)[1]
+        proc.send_signal(signal.SIGINT)  # (the rest of the banner comes before it stops)
+        self.assertEqual(proc.stdout.readline(),
+                         "  others:    http://%s:%s (this machine's name or address; for --url "
+                         "and muster node --join)\n" % (socket.gethostname(), port))
+
+    def test_head_says_the_token_rule(self):
+        # A token that is too short or too long gets the rule, not the secret echoed back.
+        for option in ("--token", "--dashboard-token"):
+            for value in ("short", "x" * 256):
+                with self.subTest(option=option, length=len(value)):
+                    err = self.fails(2, "head", "--server-only", option, value, cwd=self.tmp)
+                    self.assertEqual(err, "muster head: %s must be 8 to 255 characters long "
+                                          "(this one has %d); see 'muster head --help'\n"
+                                     % (option, len(value)))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "muster-data")))
 
     def test_head_on_a_port_in_use_makes_no_data_dir(self):
         # The head listens before it makes its data dir, token and store: a port in

@@ -291,6 +291,27 @@ class AgentLifeTest(NodeTestCase):
         self.assertEqual(self.node("paused")["address"], second.url[len("http://"):])
         self.assertEqual(second.stop(), 0)
 
+    def test_join_url_is_checked_before_anything_starts(self):
+        """--join is checked as the CLI checks --url: a URL ending in /v1 (the agent used to
+        call the head one "with no node API" and retry for ever) or without a scheme (it
+        registered the address ':80') is refused with exit status 2; nothing registers and
+        the lock is not taken."""
+        for url, why in ((self.head.url + "/v1", "must not end in /v1"),
+                         (self.head.url[len("http://"):], "must start with http:// or https://"),
+                         ("http://:7370", "names no host")):
+            with self.subTest(url=url):
+                a = self.agent("badjoin")
+                a.log_path = os.path.join(self.dir, "badjoin-%d.log" % len(self.agents))
+                a.argv = lambda a=a, url=url: [u if u != self.head.url else url
+                                               for u in Agent.argv(a)]
+                a.start(wait_listen=False)
+                self.assertEqual(a.proc.wait(20), 2, a.log())
+                self.assertIn("muster: --join '%s' is not a head's URL (http://HOST:PORT): "
+                              % url, a.log())
+                self.assertIn(why, a.log())
+                self.assertFalse(os.path.exists(a.lock))
+        self.assertIsNone(self.node("badjoin"))
+
     def test_wrong_token_stops_the_agent(self):
         self.make_queue("tok")
         a = self.agent("badtok", args=["--queue", "tok", "--workers", "1"], cmd=["cat"],

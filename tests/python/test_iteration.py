@@ -10,7 +10,7 @@ import random
 import struct
 import unittest
 
-from common import muster  # noqa: F401  (puts python/ on sys.path)
+from common import HeadTestCase, muster  # noqa: F401  (puts python/ on sys.path)
 from muster import _xxh3
 from muster.iteration import STRATEGIES, Dataset, Perm, Plan, Stream, StreamPos
 
@@ -194,6 +194,31 @@ class TestAgainstC(unittest.TestCase):
             for _ in range(5):
                 x = rng.randrange(n)
                 self.assertEqual(p(x), lib.perm_apply(ctypes.byref(c), x))
+
+
+class TestCheckpointOfAHead(HeadTestCase):
+    """Client.iteration_checkpoint reads GET /v1/iterations/{name}/checkpoint (it sent POST,
+    which the head refuses with method_not_allowed), and its checkpoint restores."""
+
+    def test_checkpoint_round_trip(self):
+        config = {"name": "ckpt", "dataset": {"num_samples": 40}, "seed": 3, "world_size": 2,
+                  "block_size": 4, "epochs": 2}
+        self.c.create_iteration(config)
+        got = self.c.iteration_next("ckpt", {"rank": 0, "max": 2})
+        block = got["blocks"][0]
+        self.c.iteration_ack("ckpt", {"rank": 0, "blocks": [{"block": block["block"],
+                                                             "token": block["token"]}]})
+        ck = self.c.iteration_checkpoint("ckpt")
+        self.assertEqual(ck, self.c.request("GET", "/v1/iterations/ckpt/checkpoint"))
+        self.assertEqual((ck["version"], ck["name"], ck["epoch"], ck["world_size"]),
+                         (1, "ckpt", 0, 2))
+        self.assertEqual(ck["config"]["seed"], 3)
+        self.assertEqual(ck["done"], [[block["block"], block["block"] + 1]])
+        self.c.delete_iteration("ckpt")
+        restored = self.c.create_iteration({"name": "ckpt2", "checkpoint": ck, "world_size": 3})
+        self.assertEqual(restored["name"], "ckpt2")
+        with self.assertRaises(muster.errors.IterationNotFound):
+            self.c.iteration_checkpoint("ckpt")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""The files of ``python3 -m muster.worker``'s resident processes ($TMPDIR/muster-py-UID/
+wPID-START.sock, .lock, .log) do not outlive their ``muster worker``: the resident removes
+them when its worker is gone, however it went (SIGKILL with its agent included), and a new
+resident sweeps those of dead workers whose resident could not."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from common import ROOT, muster  # noqa: F401  (puts python/ on sys.path)
+from muster import worker
+
+
+def wait_until(predicate, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.02)
+
+
+class ResidentFilesTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="muster-py-files-")
+        self.old_tmpdir = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = self.tmp
+        self.dir = worker._runtime_dir()
+
+    def tearDown(self):
+        if self.old_tmpdir is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = self.old_tmpdir
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def files(self):
+        return sorted(os.listdir(self.dir))
+
+    def make_files(self, pid, start, log=b""):
+        base = worker._resident_base(pid, start)
+        for suffix in (".sock", ".lock"):
+            open(base + suffix, "w").close()
+        with open(base + ".log", "wb") as f:
+            f.write(log)
+        return os.path.basename(base)
+
+    def test_resident_removes_its_files_when_its_worker_is_killed(self):
+        parent = subprocess.Popen(["sleep", "600"])   # stands in for `muster worker`
+        start = worker._proc_start_time(parent.pid)
+        base = worker._resident_base(parent.pid, start)
+        lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        lsock.bind(base + ".sock")
+        lsock.listen(1)
+        open(base + ".lock", "w").close()
+        with open(base + ".log", "ab") as log:
+            resident = subprocess.Popen(
+                [sys.executable, "-m", "muster.worker", "--resident", str(lsock.fileno()),
+                 "--parent", "%d:%s" % (parent.pid, start)], pass_fds=(lsock.fileno(),),
+                stderr=log, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+        lsock.close()
+        self.assertEqual(len(self.files()), 3)
+        parent.kill()
+        parent.wait()
+        self.assertEqual(resident.wait(20), 0)
+        self.assertEqual(self.files(), [])
+
+    def test_a_new_resident_sweeps_the_files_of_dead_workers(self):
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        me = worker._proc_start_time(os.getpid())
+        live = self.make_files(os.getpid(), me)
+        self.make_files(gone.pid, "12345", log=b"a crash\n")   # its worker is gone
+        self.make_files(os.getpid(), str(int(me) + 1))   # a pid reused: another process
+        open(os.path.join(self.dir, "unrelated.txt"), "w").close()
+        worker._sweep_stale_files()
+        self.assertEqual(self.files(), sorted([live + ".lock", live + ".log", live + ".sock",
+                                              "unrelated.txt"]))
+
+
+if __name__ == "__main__":
+    unittest.main()
