@@ -9,6 +9,7 @@
  */
 #include "cli/cli.h"
 #include "client/jdump.h"
+#include "core/url.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -84,54 +85,10 @@ const char *cli_url(const cli_args_t *args) {
   return cli_url_from(args, NULL, 0);
 }
 
-/* NULL when `url` names a head: http:// or https://, a host, an optional
- * port, and no path but an optional '/' or a proxy's prefix; else what is
- * wrong with it. */
-static const char *cli_url_problem(const char *url) {
-  const char *rest;
-  if (strncasecmp(url, "http://", 7) == 0)
-    rest = url + 7;
-  else if (strncasecmp(url, "https://", 8) == 0)
-    rest = url + 8;
-  else
-    return "it must start with http:// or https://";
-  const char *end = rest + strcspn(rest, "/?#"); /* the authority is [rest, end) */
-  const char *host = rest, *at = memchr(rest, '@', (size_t)(end - rest)), *port;
-  if (at)
-    host = at + 1;
-  if (host[0] == '[') { /* an IPv6 literal */
-    const char *close = memchr(host, ']', (size_t)(end - host));
-    if (close == NULL || close == host + 1)
-      return "it names no host";
-    port = close + 1;
-  } else {
-    port = host + strcspn(host, ":/?#");
-    if (port == host)
-      return "it names no host";
-  }
-  if (*port == ':') {
-    size_t digits = strspn(port + 1, "0123456789");
-    long number = digits > 0 && digits <= 5 ? atol(port + 1) : 0;
-    if (number < 1 || number > 65535 || port + 1 + digits != end)
-      return "its port must be a number from 1 to 65535";
-  } else if (port != end) {
-    return "it names no host";
-  }
-  const char *path = end;
-  if (strpbrk(path, "?#"))
-    return "it may not have a query or a fragment";
-  size_t len = strlen(path);
-  while (len > 0 && path[len - 1] == '/')
-    len--;
-  if (len >= 3 && strncmp(path + len - 3, "/v1", 3) == 0)
-    return "it must not end in /v1: give the head's address alone (the commands add /v1/...)";
-  return NULL;
-}
-
 int cli_check_url(const cli_args_t *args) {
   char from[4200];
   const char *url = cli_url_from(args, from, sizeof from);
-  const char *problem = cli_url_problem(url);
+  const char *problem = url_head_problem(url);
   if (problem == NULL)
     return CLI_OK;
   return cli_usage_error(args->cmd,
