@@ -24,7 +24,7 @@ typedef void (*script_fn)(server_t *s);
 
 struct server {
   int listen_fd, port, accepts;
-  int closed; /* connections the script has closed (script_close_then_answer) */
+  int closed; /* connections the script has closed (script_close_when_idle) */
   script_fn script;
   char first[4096]; /* the first request read, as received */
   pthread_t thread;
@@ -125,8 +125,8 @@ static void script_chunked_then_length(server_t *s) {
   close(fd);
 }
 
-/* Answers, then closes the idle connection without saying so; the next
- * request must come on a new connection. */
+/* Answers, then closes the idle connection without saying so (but counts it
+ * in s->closed); the next request must come on a new connection. */
 static void script_close_when_idle(server_t *s) {
   char req[4096];
   for (int i = 0; i < 2; i++) {
@@ -139,6 +139,7 @@ static void script_close_when_idle(server_t *s) {
                       : "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond",
                64);
     close(fd);
+    __atomic_store_n(&s->closed, i + 1, __ATOMIC_SEQ_CST);
   }
 }
 
@@ -153,24 +154,6 @@ static void script_die_after_second(server_t *s) {
     srv_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst", 64);
   srv_read_request(fd, req, sizeof req);
   close(fd);
-}
-
-/* Answers, closes the idle connection and says so (s->closed), then answers
- * the next request on a new connection. */
-static void script_close_then_answer(server_t *s) {
-  char req[4096];
-  for (int i = 0; i < 2; i++) {
-    int fd = srv_accept(s);
-    if (fd < 0)
-      return;
-    if (srv_read_request(fd, i == 0 ? s->first : req, sizeof req) > 0)
-      srv_send(fd,
-               i == 0 ? "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst"
-                      : "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond",
-               64);
-    close(fd);
-    __atomic_store_n(&s->closed, i + 1, __ATOMIC_SEQ_CST);
-  }
 }
 
 /* An interim 100, then an HTTP/1.0 reply whose body ends with the connection. */
@@ -285,7 +268,7 @@ static void test_post_not_sent_twice(void) {
  * new connection. */
 static void test_idle_closed_connection_replaced(void) {
   server_t s;
-  srv_start(&s, script_close_then_answer);
+  srv_start(&s, script_close_when_idle);
   muster_client_t *c = client_for(&s, "");
   EXPECT_REPLY(c, "GET", "/one", NULL, "first");
   int64_t replied = now_ms();
