@@ -60,7 +60,8 @@ static int slot_transient(muster_err_t err) {
 
 /*
  * Leases one task into *lease.  Returns 1 with a lease, 0 without one (try
- * again), -1 when the worker must stop.
+ * again), -1 when the worker must stop on an error, -2 when a stopping worker
+ * ends here cleanly.
  */
 static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
   worker_t *w = slot->worker;
@@ -85,7 +86,7 @@ static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
    * head forgot because the hard stop said goodbye (registering again would
    * lease anew what the goodbye just gave back). */
   if (atomic_load(&w->stopping) && (slot_transient(err) || err == MUSTER_WORKER_NOT_FOUND))
-    return -1;
+    return -2; /* not an error: a Ctrl-C as the head stops must not make exit status 1 */
   if (err == MUSTER_WORKER_NOT_FOUND && (err = worker_reregister(w, slot->client, id)) == MUSTER_OK)
     return 0;
   if (!slot->lease_failing || !slot_transient(err))
@@ -490,7 +491,8 @@ static void slot_run_task(worker_slot_t *slot, const muster_lease_t *lease) {
 /*
  * The slot's next lease: the one its last completion brought (its ticket is
  * taken), else one leased now.  Returns 1 with *lease, 0 without one (try
- * again), -1 when the worker must stop, -2 when --max-tasks is used up.
+ * again), -1 when the worker must stop on an error, -2 when it ends cleanly
+ * (--max-tasks used up, or stopping; see slot_lease).
  */
 static int slot_next(worker_slot_t *slot, muster_lease_t **lease) {
   *lease = slot->next;
