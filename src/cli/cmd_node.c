@@ -8,7 +8,8 @@
  * status are the head's), the child waits for the head's DATA_DIR/url and
  * DATA_DIR/token and runs the agent against it, with no API port of its own
  * (the head's port serves the API on this machine).  The child asks for SIGHUP
- * when the head dies, which is the agent's hard stop.  Without a worker
+ * when the head dies, which is the agent's hard stop; a stop signal reaches the
+ * head, which passes it on and stops after the agent (head_with_agent).  Without a worker
  * command or plugin the local agent only registers the machine as a node; when
  * another agent already holds this machine's lock it says so and steps aside,
  * and the head runs on.  The agent options of `muster head` are the ones of
@@ -20,6 +21,7 @@
 #include "node/node.h"
 #include "server/head.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,6 +321,47 @@ static int head_local_agent(pid_t head_pid, int agent_argc, char **agent_argv, c
   return rc;
 }
 
+/* Forks the local agent, then runs the head.  The agent gets a process group
+ * of its own, so a terminal's Ctrl-C reaches the head alone, which passes it
+ * on (head.c) and serves the agent's workers until the agent has gone; the
+ * agent holds the write end of a pipe (close-on-exec: its workers do not) whose
+ * end of file tells the head so. */
+static int head_with_agent(int head_argc, char **head_argv, int agent_argc, char **agent_argv) {
+  const char *dir = head_data_dir(head_argc, head_argv);
+  char url_path[4200];
+  struct stat st;
+  snprintf(url_path, sizeof url_path, "%s/url", dir);
+  ino_t stale = stat(url_path, &st) == 0 ? st.st_ino : 0;
+  pid_t head_pid = getpid();
+  int exit_pipe[2] = {-1, -1};
+  if (pipe2(exit_pipe, O_CLOEXEC) != 0)
+    perror("muster head: cannot start the local node agent: pipe");
+  fflush(NULL);
+  pid_t child = exit_pipe[0] >= 0 ? fork() : -1;
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGHUP);
+    setpgid(0, 0);
+    close(exit_pipe[0]);
+    int rc = getppid() == head_pid
+                 ? head_local_agent(head_pid, agent_argc, agent_argv, dir, stale)
+                 : CLI_FAIL;
+    free(head_argv);
+    free(agent_argv);
+    exit(rc);
+  }
+  if (exit_pipe[1] >= 0)
+    close(exit_pipe[1]);
+  if (child < 0 && exit_pipe[0] >= 0)
+    perror("muster head: cannot start the local node agent");
+  else if (child > 0)
+    signal(SIGCHLD, SIG_IGN); /* the head reaps nothing: let an early-exiting agent vanish */
+  head_agent_t agent = {.pid = child, .exit_fd = exit_pipe[0]};
+  int rc = head_main(head_argc, head_argv, child > 0 ? &agent : NULL);
+  if (exit_pipe[0] >= 0)
+    close(exit_pipe[0]);
+  return rc;
+}
+
 int cmd_head_main(int argc, char **argv) {
   char **head_argv = calloc((size_t)argc + 1, sizeof *head_argv);
   char **agent_argv = calloc((size_t)argc + 1, sizeof *agent_argv);
@@ -339,29 +382,9 @@ int cmd_head_main(int argc, char **argv) {
     cli_head_agent_usage(stdout);
     rc = CLI_OK;
   } else if (server_only) {
-    rc = head_main(head_argc, head_argv);
+    rc = head_main(head_argc, head_argv, NULL);
   } else {
-    const char *dir = head_data_dir(head_argc, head_argv);
-    char url_path[4200];
-    struct stat st;
-    snprintf(url_path, sizeof url_path, "%s/url", dir);
-    ino_t stale = stat(url_path, &st) == 0 ? st.st_ino : 0;
-    pid_t head_pid = getpid();
-    fflush(NULL);
-    pid_t child = fork();
-    if (child == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGHUP);
-      rc = getppid() == head_pid ? head_local_agent(head_pid, agent_argc, agent_argv, dir, stale)
-                                 : CLI_FAIL;
-      free(head_argv);
-      free(agent_argv);
-      exit(rc);
-    }
-    if (child < 0)
-      perror("muster head: cannot start the local node agent");
-    else
-      signal(SIGCHLD, SIG_IGN); /* the head reaps nothing: let an early-exiting agent vanish */
-    rc = head_main(head_argc, head_argv);
+    rc = head_with_agent(head_argc, head_argv, agent_argc, agent_argv);
   }
   free(head_argv);
   free(agent_argv);

@@ -392,7 +392,9 @@ static bool slot_spawn_begin(worker_slot_t *slot) {
 /* Publishes (or clears, with NULL) the running command for the main thread.
  * Publishing ends the slot's spawning (`spawned`); a command published after
  * the hard stop killed the others is killed here, so that none outlives the
- * worker (the hard stop waits for the spawning slots before it exits). */
+ * worker (the hard stop waits for the spawning slots before it exits), and one
+ * published after a second stop signal terminated the others is terminated
+ * too (worker_wait sets `abandon` before it takes the lock to signal them). */
 static void slot_set_proc(worker_slot_t *slot, run_proc_t *proc, int64_t task, bool spawned) {
   worker_t *w = slot->worker;
   pthread_mutex_lock(&w->lock);
@@ -404,6 +406,8 @@ static void slot_set_proc(worker_slot_t *slot, run_proc_t *proc, int64_t task, b
       if (proc)
         run_signal(proc, SIGKILL);
       pthread_cond_broadcast(&w->wake);
+    } else if (proc && atomic_load(&w->abandon)) {
+      run_signal(proc, SIGTERM);
     }
   }
   pthread_mutex_unlock(&w->lock);

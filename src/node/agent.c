@@ -267,9 +267,9 @@ static void *agent_bg_main(void *arg) {
     agent_node_path(a, "", path, sizeof path);
     muster_client_set_timeout(bg->client, 3000);
     muster_err_t err = muster_request(bg->client, "DELETE", path, NULL, NULL);
-    /* The agent of `muster head` usually stops with its head (Ctrl-C reaches
-     * both; the head's death sends SIGHUP): a head that is stopping or gone
-     * is no news there. */
+    /* The agent of `muster head` stops before its head (which passes the
+     * stop signal on and waits), unless the head died (SIGHUP) or was told a
+     * third time: a head that is stopping or gone is no news there. */
     int head_stops = a->cfg->beside_head && (err == MUSTER_UNAVAILABLE || err == MUSTER_NETWORK);
     if (err != MUSTER_OK && err != MUSTER_NODE_NOT_FOUND && !head_stops)
       agent_log(a, "leaving: %s: %s", muster_err_name(err), muster_client_message(bg->client));

@@ -532,9 +532,9 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   store_request_end(h->st, ok);
 }
 
-static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
-  head_t *h = arg;
-  log_msg(LOG_INFO, "received %s; shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+/* Stops the head: parked long-polls are answered, what is committed is
+ * flushed, and the loop ends after a short grace. */
+static void head_stop(head_t *h) {
   h->stopping = true;
   head_signalled = 1;
   waiter_release_all(h);
@@ -547,6 +547,43 @@ static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
    * more turns of the loop write what the sockets did not take at once. */
   struct timeval grace = {.tv_sec = 0, .tv_usec = 100 * 1000};
   event_base_loopexit(h->base, &grace);
+}
+
+/* A stop signal.  With a local node agent alive the first two go to it (its
+ * workers finish their running tasks, then stop them): the head serves their
+ * last results and goodbyes, and stops once the agent has gone
+ * (head_on_agent_exit).  A third signal, or one without an agent, stops the
+ * head at once. */
+static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
+  head_t *h = arg;
+  const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  if (h->agent_pid > 0 && ++h->signals <= 2 && kill(h->agent_pid, (int)sig) == 0) {
+    if (h->signals == 1)
+      log_msg(LOG_INFO, "received %s; stopping the local node first: its workers finish their "
+              "running tasks (signal again to stop them now)", name);
+    else
+      log_msg(LOG_INFO, "received %s again; the local node stops its workers now (signal a third "
+              "time to stop the head at once)", name);
+    return;
+  }
+  log_msg(LOG_INFO, "received %s; shutting down", name);
+  head_stop(h);
+}
+
+/* The local node agent exited (its pipe's end of file): after a stop signal
+ * the head follows it. */
+static void head_on_agent_exit(evutil_socket_t fd, short what, void *arg) {
+  head_t *h = arg;
+  char buf[64];
+  ssize_t n = read(fd, buf, sizeof buf);
+  if (n > 0 || (n < 0 && errno == EINTR))
+    return;
+  event_del(h->agent_ev);
+  h->agent_pid = 0;
+  if (h->signals > 0 && !h->stopping) {
+    log_msg(LOG_INFO, "the local node stopped; shutting down");
+    head_stop(h);
+  }
 }
 
 /* The loop's base.  With epoll's change list, an event turned off and on
@@ -630,7 +667,12 @@ static void head_banner(const head_t *h, int port, bool generated) {
 }
 
 /* Runs the head already listening on `port` until a signal stops it. */
-static int head_run(head_t *h, bool generated, int port) {
+static int head_run(head_t *h, bool generated, int port, const head_agent_t *agent) {
+  if (agent != NULL && agent->pid > 0 && agent->exit_fd >= 0) {
+    h->agent_ev = event_new(h->base, agent->exit_fd, EV_READ | EV_PERSIST, head_on_agent_exit, h);
+    if (h->agent_ev != NULL && event_add(h->agent_ev, NULL) == 0)
+      h->agent_pid = agent->pid;
+  }
   struct event *sigint = evsignal_new(h->base, SIGINT, head_on_signal, h);
   struct event *sigterm = evsignal_new(h->base, SIGTERM, head_on_signal, h);
   h->commit_ev = event_new(h->base, -1, 0, head_commit, h);
@@ -653,12 +695,14 @@ static int head_run(head_t *h, bool generated, int port) {
     status = 1;
   event_free(sigint);
   event_free(sigterm);
+  if (h->agent_ev)
+    event_free(h->agent_ev);
   event_free(h->commit_ev);
   event_free(h->sweep_ev);
   return status;
 }
 
-int head_main(int argc, char **argv) {
+int head_main(int argc, char **argv, const head_agent_t *agent) {
   head_t h = {.cfg = {.listen_host = "127.0.0.1",
                       .listen_port = 7370,
                       .data_dir = "./muster-data",
@@ -726,7 +770,7 @@ int head_main(int argc, char **argv) {
     store_set_session_hook(h.st, head_on_session);
     head_start_syncer(&h, db_path);
     h.started_ms = now_ms();
-    status = head_run(&h, generated, port);
+    status = head_run(&h, generated, port, agent);
     if (status == 0)
       log_msg(LOG_INFO, "stopped cleanly after %llu requests and %llu commits",
               (unsigned long long)h.requests, (unsigned long long)h.commits);

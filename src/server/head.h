@@ -6,9 +6,18 @@
 
 #include "server.h"
 
+/* The local node agent that `muster head` forked (src/cli/cmd_node.c). */
+typedef struct {
+  pid_t pid;   /* its process */
+  int exit_fd; /* read end of a pipe whose write end the agent alone holds:
+                * end of file once it has exited */
+} head_agent_t;
+
 /* Parses the `muster head` options in argv (argv[0] is "head"), runs the head
- * until SIGINT or SIGTERM, and returns the process exit status. */
-int head_main(int argc, char **argv);
+ * until SIGINT or SIGTERM, and returns the process exit status.  With a local
+ * `agent` (else NULL) a stop signal goes to the agent first, and the head
+ * serves its workers' last results before it stops too. */
+int head_main(int argc, char **argv, const head_agent_t *agent);
 
 /* Prints `muster head --help` to stdout. */
 void head_usage(void);

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "core/names.h"
 #include "store.h"
@@ -81,6 +82,9 @@ typedef struct head {
   size_t ndirty, dirty_cap;
   int64_t started_ms;
   bool stopping;
+  pid_t agent_pid;         /* the local node agent (head_agent_t), 0 when none or gone */
+  struct event *agent_ev;  /* reads its exit pipe */
+  int signals;             /* stop signals received */
   uint64_t requests;       /* requests handled */
   uint64_t commits;        /* transactions committed */
 } head_t;

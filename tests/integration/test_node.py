@@ -101,14 +101,13 @@ class HeadLocalNodeTest(unittest.TestCase):
         finally:
             shutil.rmtree(data, ignore_errors=True)
 
-    def test_ctrl_c_stops_the_head_and_its_node_quietly(self):
-        # `muster head` without --server-only runs a local node agent beside the head,
-        # here with two workers; Ctrl-C reaches them all.  All stop cleanly, and a
-        # goodbye or a long-poll lease that meets the head stopping too is no error to
-        # print.
+    def start_head_with_node(self, workers, command):
+        """`muster head` without --server-only: the head and a local node agent with
+        `workers` workers running `command` on queue q, which it creates."""
         work = tempfile.mkdtemp(prefix="muster-head-node-test-")
         self.addCleanup(shutil.rmtree, work, True)
         head = harness.Head(data_dir=os.path.join(work, "data"))
+        head.work = work
         os.makedirs(head.data_dir)
         env = dict(os.environ, MUSTER_NODE_LOCK=os.path.join(work, "node.lock"),
                    MUSTER_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
@@ -116,7 +115,7 @@ class HeadLocalNodeTest(unittest.TestCase):
         with open(head.log_path, "ab") as log:
             proc = subprocess.Popen([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
                                      "--data-dir", head.data_dir, "--token", head.token,
-                                     "--queue", "q", "--workers", "2", "--", "cat"],
+                                     "--queue", "q", "--workers", str(workers), "--"] + command,
                                     stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
         self.addCleanup(lambda: proc.poll() is None and os.killpg(proc.pid, signal.SIGKILL))
@@ -131,24 +130,118 @@ class HeadLocalNodeTest(unittest.TestCase):
         harness.wait_until(lambda: head.request("GET", "/v1/nodes").json["nodes"],
                            timeout=20, what="the local node:\n" + head.log())
         self.assertEqual(head.request("PUT", "/v1/queues/q", {}).status, 201)
+        # A worker polls for its queue twice a second: all have joined before a stop.
+        harness.wait_until(lambda: (lambda n: n and n[0]["workers"] == workers)(
+            head.request("GET", "/v1/nodes").json["nodes"]),
+            timeout=20, what="the workers joined:\n" + head.log())
+        return head, proc
+
+    def exit_status(self, proc, head):
+        try:
+            return proc.wait(30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the head did not exit:\n" + head.log()) from None
+
+    def test_ctrl_c_stops_the_head_and_its_node_quietly(self):
+        # Ctrl-C reaches the head (the agent has a process group of its own), which
+        # stops its local node first.  All stop cleanly, and a goodbye or a long-poll
+        # lease that meets the head stopping is no error to print.
+        head, proc = self.start_head_with_node(2, ["cat"])
         r = head.request("POST", "/v1/queues/q/tasks", {"tasks": [{"payload": "a"},
                                                                  {"payload": "b"}]})
         self.assertEqual(r.status, 201, r)
         harness.wait_until(
             lambda: head.request("GET", "/v1/queues/q").json["counts"]["done"] == 2,
             timeout=20, what="the workers' tasks:\n" + head.log())
-        # A worker polls for its queue twice a second: both have joined before the stop.
-        harness.wait_until(lambda: (lambda n: n and n[0]["workers"] == 2)(
-            head.request("GET", "/v1/nodes").json["nodes"]),
-            timeout=20, what="both workers joined:\n" + head.log())
         os.killpg(proc.pid, signal.SIGINT)
-        self.assertEqual(proc.wait(30), 0, head.log())
+        self.assertEqual(self.exit_status(proc, head), 0, head.log())
         log = head.log()
+        self.assertIn("stopping the local node first", log)
+        self.assertIn("the local node stopped; shutting down", log)
         self.assertIn("stopped cleanly", log)
         self.assertRegex(log, r"\(local node\): node \S+ stopped")
         self.assertEqual(len(re.findall(r"muster worker: \S+ stopped: ", log)), 2, log)
         self.assertNotIn("leaving:", log)
         self.assertNotIn("unavailable", log)
+
+    def running_task_on_fifo(self, script='read go < "$0"; cat'):
+        """A head with one local worker whose task runs `script` (sh; $0 is a FIFO):
+        (head, proc, fifo path) once that task is leased."""
+        fifo = os.path.join(tempfile.mkdtemp(prefix="muster-fifo-"), "go")
+        self.addCleanup(shutil.rmtree, os.path.dirname(fifo), True)
+        os.mkfifo(fifo)
+        head, proc = self.start_head_with_node(1, ["sh", "-c", script, fifo])
+        r = head.request("POST", "/v1/queues/q/tasks", {"tasks": [{"payload": "slow"}]})
+        self.assertEqual(r.status, 201, r)
+        harness.wait_until(
+            lambda: head.request("GET", "/v1/queues/q").json["counts"]["leased"] == 1,
+            timeout=20, what="the task running:\n" + head.log())
+        return head, proc, fifo
+
+    def test_ctrl_c_lets_the_local_workers_finish_and_stores_their_results(self):
+        # The head outlives its local node's stop: a task running at Ctrl-C finishes
+        # and its result is stored before the head exits.
+        head, proc, fifo = self.running_task_on_fifo()
+        os.killpg(proc.pid, signal.SIGINT)
+        harness.wait_until(lambda: "finishing running tasks" in head.log(), timeout=20,
+                           what="the worker told to stop:\n" + head.log())
+        # The head still answers while its node's worker finishes.
+        self.assertEqual(head.request("GET", "/v1/queues/q").json["counts"]["leased"], 1)
+        with open(fifo, "w") as f:
+            f.write("go\n")
+        self.assertEqual(self.exit_status(proc, head), 0, head.log())
+        again = harness.Head(data_dir=head.data_dir)
+        again.token = head.token
+        again.start()
+        self.addCleanup(again.stop)
+        tasks = again.request("GET", "/v1/queues/q/tasks?state=done").json["tasks"]
+        self.assertEqual([t["result"] for t in tasks], ["slow"], head.log())
+
+    def test_second_ctrl_c_stops_the_running_tasks(self):
+        head, proc, fifo = self.running_task_on_fifo()
+        os.killpg(proc.pid, signal.SIGINT)
+        harness.wait_until(lambda: "finishing running tasks" in head.log(), timeout=20,
+                           what="the worker told to stop:\n" + head.log())
+        os.killpg(proc.pid, signal.SIGINT)
+        # The worker terminates its command (nothing writes to the FIFO) and gives the
+        # task back; the head, still up, takes it, then stops.
+        self.assertEqual(self.exit_status(proc, head), 0, head.log())
+        log = head.log()
+        self.assertIn("the local node stops its workers now", log)
+        self.assertIn("the local node stopped; shutting down", log)
+        again = harness.Head(data_dir=head.data_dir)
+        again.token = head.token
+        again.start()
+        self.addCleanup(again.stop)
+        counts = again.request("GET", "/v1/queues/q").json["counts"]
+        self.assertEqual((counts["leased"], counts["queued"]), (0, 1), (counts, log))
+
+
+    def test_third_ctrl_c_stops_the_head_at_once(self):
+        # A task that ignores SIGTERM outlives the second signal; the third stops the
+        # head at once, and its death (SIGHUP to the agent) kills the command.
+        head, proc, fifo = self.running_task_on_fifo(
+            'trap "" TERM; echo $$ > "$0.pid"; read go < "$0"; cat')
+        pid_file = fifo + ".pid"
+        pid = harness.wait_until(
+            lambda: os.path.exists(pid_file) and open(pid_file).read().strip(),
+            timeout=20, what="the command's pid:\n" + head.log())
+        for stage in ("finishing running tasks", "terminating running commands"):
+            os.killpg(proc.pid, signal.SIGINT)
+            harness.wait_until(lambda: stage in head.log(), timeout=20,
+                               what=stage + ":\n" + head.log())
+        self.assertIsNone(proc.poll(), head.log())
+        os.killpg(proc.pid, signal.SIGINT)
+        self.assertEqual(self.exit_status(proc, head), 0, head.log())
+        self.assertIn("received SIGINT; shutting down", head.log())
+
+        def command_gone():
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                return True
+            return False
+        harness.wait_until(command_gone, timeout=20, what="the command killed:\n" + head.log())
 
 
 class GpuDetectionTest(NodeTestCase):
