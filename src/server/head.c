@@ -86,10 +86,17 @@ static bool head_token(head_config_t *cfg, bool *generated) {
   *generated = false;
   FILE *fp = fopen(path, "r");
   if (fp) {
-    bool ok = fgets(cfg->token, sizeof cfg->token, fp) != NULL;
+    char line[1024], why[160];
+    bool ok = fgets(line, sizeof line, fp) != NULL;
     fclose(fp);
-    cfg->token[strcspn(cfg->token, "\r\n")] = '\0';
-    return ok && strlen(cfg->token) >= 8;
+    line[ok ? strcspn(line, "\r\n") : 0] = '\0';
+    if (head_token_problem(line, sizeof cfg->token - 1, why, sizeof why)) {
+      log_msg(LOG_ERROR, "the token in %s %s: correct it, or remove the file and a new one is "
+              "generated", path, why);
+      return false;
+    }
+    memcpy(cfg->token, line, strlen(line) + 1); /* fits: checked above */
+    return true;
   }
   unsigned char raw[24];
   if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
@@ -99,7 +106,10 @@ static bool head_token(head_config_t *cfg, bool *generated) {
   *generated = true;
   char line[sizeof cfg->token + 1];
   snprintf(line, sizeof line, "%s\n", cfg->token);
-  return head_write_file(cfg, "token", line, 0600);
+  if (head_write_file(cfg, "token", line, 0600))
+    return true;
+  log_msg(LOG_ERROR, "cannot create %s: %s", path, strerror(errno));
+  return false;
 }
 
 /* ---- group commit ---- */
@@ -651,9 +661,13 @@ static void head_banner(const head_t *h, int port, bool generated) {
   printf("muster head %s listening on %s\n"
          "  data dir:  %s (SQLite, sync=%s)\n"
          "  token:     %s%s\n"
-         "  try:       curl -H 'Authorization: Bearer %s' %s/v1/queues\n",
+         "  try:       curl -H ",
          MUSTER_VERSION, url, h->cfg.data_dir, h->cfg.sync_full ? "full" : "normal", h->cfg.token,
-         generated ? " (new; saved in the data dir's 'token' file)" : "", h->cfg.token, url);
+         generated ? " (new; saved in the data dir's 'token' file)" : "");
+  char header[sizeof h->cfg.token + 32];
+  snprintf(header, sizeof header, "Authorization: Bearer %s", h->cfg.token);
+  head_print_shell_word(header); /* a token may hold a quote */
+  printf(" %s/v1/queues\n", url);
   head_print_cli_hint(h->cfg.data_dir);
   if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0) {
     char name[256] = "HOST";
@@ -744,8 +758,7 @@ int head_main(int argc, char **argv, const head_agent_t *agent) {
     snprintf(line, sizeof line, "%s\n", token_arg);
     if (!head_write_file(&h.cfg, "token", line, 0600))
       log_msg(LOG_WARN, "cannot write %s/token", h.cfg.data_dir);
-  } else if (!head_token(&h.cfg, &generated)) {
-    log_msg(LOG_ERROR, "cannot read or create %s/token", h.cfg.data_dir);
+  } else if (!head_token(&h.cfg, &generated)) { /* a bad token file said why */
     close(lock);
     lock = -1;
   }

@@ -27,4 +27,8 @@ void head_usage(void);
  * with one line on stderr for a refused option). */
 int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg);
 
+/* True when `token` cannot be a bearer token (8 to `max` visible ASCII
+ * characters); `why` then says which rule it breaks, without the token. */
+bool head_token_problem(const char *token, size_t max, char *why, size_t size);
+
 #endif

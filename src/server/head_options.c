@@ -14,6 +14,26 @@
 
 #define HEAD_TOKEN_MIN 8 /* characters of --token and --dashboard-token: not guessable */
 
+bool head_token_problem(const char *token, size_t max, char *why, size_t size) {
+  size_t len = strlen(token);
+  if (len < HEAD_TOKEN_MIN || len > max) {
+    snprintf(why, size, "must be %d to %zu characters long (this one has %zu)", HEAD_TOKEN_MIN,
+             max, len);
+    return true;
+  }
+  /* A bearer token travels in an HTTP header: visible ASCII, no space. */
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)token[i];
+    if (c <= ' ' || c >= 0x7f) {
+      snprintf(why, size, "must be visible ASCII characters without spaces, as an HTTP header "
+               "carries it (character %zu is %s)", i + 1, c == ' ' ? "a space" :
+               c < ' ' || c == 0x7f ? "a control character" : "not ASCII");
+      return true;
+    }
+  }
+  return false;
+}
+
 void head_usage(void) {
   printf("usage: muster head [options]\n"
          "\n"
@@ -23,8 +43,8 @@ void head_usage(void) {
          "  --listen ADDR:PORT        address to listen on (default 127.0.0.1:7370;\n"
          "                            port 0 picks a free port, written to DATA_DIR/url)\n"
          "  --data-dir DIR            where the store, token and url live (default ./muster-data)\n"
-         "  --token TOKEN             admin bearer token, 8 to 255 characters (default:\n"
-         "                            generated once into DATA_DIR/token)\n"
+         "  --token TOKEN             admin bearer token, 8 to 255 visible ASCII characters,\n"
+         "                            no spaces (default: generated once into DATA_DIR/token)\n"
          "  --sync full|normal        full: fsync at every commit (default); normal: faster,\n"
          "                            a power loss may drop the last commits\n"
          "  --sync-leases             with --sync full, flush leases too: by default a lease\n"
@@ -43,7 +63,7 @@ void head_usage(void) {
          "                            are clamped (default 600000)\n"
          "  --shared-keep-levels N    shared data: newest levels kept per blob (default 2)\n"
          "  --dashboard-token TOKEN   a read-only token for the dashboard and other readers\n"
-         "                            (8 to 255 characters): it may GET the API and /metrics,\n"
+         "                            (as --token's): it may GET the API and /metrics,\n"
          "                            never change anything\n"
          "  --metrics-public          serve GET /metrics without a token\n"
          "  --distcompute NAME=Q1,Q2,...\n"
@@ -118,6 +138,7 @@ int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg
       {0, 0, 0, 0}};
   int c, which = 0;
   int64_t n = 0;
+  char why[160];
   optind = 1;
   opterr = 0; /* getopt's own two-line message is replaced by one line below */
   while ((c = getopt_long(argc, argv, ":h", opts, &which)) != -1) {
@@ -125,7 +146,7 @@ int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg
     switch (c) {
     case 'l': ok = head_parse_listen(optarg, cfg); break;
     case 'd': ok = strlen(optarg) < sizeof cfg->data_dir - 32; snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", optarg); break;
-    case 't': *token_arg = optarg; ok = strlen(optarg) >= HEAD_TOKEN_MIN && strlen(optarg) < sizeof cfg->token; break;
+    case 't': *token_arg = optarg; ok = !head_token_problem(optarg, sizeof cfg->token - 1, why, sizeof why); break;
     case 's': ok = strcmp(optarg, "full") == 0 || strcmp(optarg, "normal") == 0; cfg->sync_full = strcmp(optarg, "full") == 0; break;
     case 'Y': cfg->sync_leases = true; break;
     case 'w': ok = parse_size(optarg, 100, &cfg->worker_timeout_ms); break;
@@ -138,17 +159,14 @@ int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg
     case 'T': ok = parse_size(optarg, 1, &cfg->max_shared_ttl_ms); break;
     case 'K': ok = parse_size(optarg, 1, &n); cfg->shared_keep_levels = (size_t)n; break;
     case 'L': ok = log_level_parse(optarg) >= 0; if (ok) log_set_level((log_level_t)log_level_parse(optarg)); break;
-    case 'D': ok = strlen(optarg) >= HEAD_TOKEN_MIN && strlen(optarg) < sizeof cfg->read_token; snprintf(cfg->read_token, sizeof cfg->read_token, "%s", optarg); break;
+    case 'D': ok = !head_token_problem(optarg, sizeof cfg->read_token - 1, why, sizeof why); snprintf(cfg->read_token, sizeof cfg->read_token, "%s", optarg); break;
     case 'M': cfg->metrics_public = true; break;
     case 'C': ok = compat_add_pipeline(optarg); break;
     case 'h': head_usage(); return 0;
     default: return head_parse_refuse(c, argv[optind - 1]);
     }
     if (!ok && (c == 't' || c == 'D')) { /* a secret: give the rule, not the value */
-      fprintf(stderr,
-              "muster head: --%s must be %d to %d characters long (this one has %zu); "
-              "see 'muster head --help'\n",
-              opts[which].name, HEAD_TOKEN_MIN, (int)sizeof cfg->token - 1, strlen(optarg));
+      fprintf(stderr, "muster head: --%s %s; see 'muster head --help'\n", opts[which].name, why);
       return 2;
     }
     if (!ok) {

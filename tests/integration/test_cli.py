@@ -7,6 +7,7 @@ timer: the tests poll state with harness.wait_until or wait for processes to exi
 import json
 import os
 import shutil
+import shlex
 import signal
 import socket
 import subprocess
@@ -426,7 +427,39 @@ class CliTest(unittest.TestCase):
                     self.assertEqual(err, "muster head: %s must be 8 to 255 characters long "
                                           "(this one has %d); see 'muster head --help'\n"
                                      % (option, len(value)))
+        # One an HTTP header cannot carry: the rule and where, never the value.
+        for value, what in (("open sesame", "character 5 is a space"),
+                            ("tab\there-token", "character 4 is a control character"),
+                            ("caf\u00e9-token", "character 4 is not ASCII")):
+            with self.subTest(value=value):
+                err = self.fails(2, "head", "--server-only", "--token", value, cwd=self.tmp)
+                self.assertEqual(err, "muster head: --token must be visible ASCII characters "
+                                      "without spaces, as an HTTP header carries it (%s); see "
+                                      "'muster head --help'\n" % what)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "muster-data")))
+
+    def test_head_refuses_a_bad_token_file_and_says_how_to_mend_it(self):
+        data = os.path.join(self.tmp, "data")
+        os.makedirs(data)
+        with open(os.path.join(data, "token"), "w") as f:
+            f.write("short\n")
+        r = subprocess.run([MUSTER, "head", "--server-only", "--listen", "127.0.0.1:0",
+                            "--data-dir", data], capture_output=True, text=True, timeout=60,
+                           env=self.env(url=False, token=False))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("the token in %s/token must be 8 to 255 characters long (this one has 5): "
+                      "correct it, or remove the file and a new one is generated" % data,
+                      r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(data, "muster.db")))
+
+    def test_head_banner_curl_line_quotes_the_token(self):
+        token = "it's-a-token"
+        lines, _ = self.banner_of_head("--listen", "127.0.0.1:0", "--data-dir", "q",
+                                       "--token", token)
+        curl = [line for line in lines if line.startswith("  try:")][0][len("  try:"):]
+        words = shlex.split(curl)
+        self.assertEqual(words[:3], ["curl", "-H", "Authorization: Bearer " + token], curl)
+        self.assertTrue(words[3].endswith("/v1/queues"), curl)
 
     def test_head_on_a_port_in_use_makes_no_data_dir(self):
         # The head listens before it makes its data dir, token and store: a port in
