@@ -1,7 +1,7 @@
 /*
- * iter_internal.h — what iter.c, iter_config.c, iter_layout.c and
- * iter_lease.c share: the parsed configuration (spec), the stored row, the
- * in-memory plan cache and the block layout of an epoch.
+ * iter_internal.h — what iter.c, iter_config.c, iter_layout.c, iter_lease.c
+ * and iter_status.c share: the parsed configuration (spec), the stored row,
+ * the in-memory plan cache and the block layout of an epoch.
  *
  * Units.  The head leases *blocks*.  In an epoch every block has a number g
  * in [0, units).  For `dynamic`, block g is epoch positions [gB, (g+1)B) and
@@ -151,5 +151,12 @@ muster_err_t iter_ranges_parse(const json_t *list, uint64_t units, const char *c
 
 /* Moves to the next epoch when the current one is complete. */
 muster_err_t iter_settle(store_t *st, iter_row_t *row, fail_t *f);
+
+/* The node whose agent keeps this process's iterations ("" on the head;
+ * iter_set_node). */
+const char *iter_node_name(void);
+
+/* Writes a plan fingerprint as the 16 hex digits checkpoints carry. */
+void iter_fingerprint_hex(uint64_t fp, char out[17]);
 
 #endif
