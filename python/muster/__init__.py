@@ -23,7 +23,7 @@ from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidde
 _LAZY = {
     "client": ("Client", "Lease", "LeaseList", "Shared", "resolve_token", "resolve_url"),
     "distcompute": ("WorkerClient", "init"),
-    "pool": ("Pool", "TaskError", "WorkerInterface"),
+    "pool": ("IndexCollision", "Pool", "TaskError", "WorkerInterface"),
     "process": ("Process", "find_binary", "is_head_running", "is_node_running", "start_head",
                 "start_node", "start_server"),
 }
@@ -47,7 +47,7 @@ def __dir__():
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Shared", "Lease", "LeaseList", "Pool", "WorkerInterface", "TaskError", "WorkerClient", "init", "resolve_url", "resolve_token",
+    "Client", "Shared", "Lease", "LeaseList", "Pool", "WorkerInterface", "TaskError", "IndexCollision", "WorkerClient", "init", "resolve_url", "resolve_token",
     "Process", "start_head", "start_server", "start_node", "is_head_running", "is_node_running",
     "find_binary",
     "MusterError", "BadRequest", "InvalidArgument", "NameInvalid", "Unauthorized", "Forbidden",

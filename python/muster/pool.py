@@ -21,6 +21,7 @@ agents (``muster node --queue pool -- /usr/bin/python3 -m muster.worker``).  See
 docs/python.md, "Pools".
 """
 import os
+import re
 import sys
 import threading
 import time
@@ -62,6 +63,46 @@ class TaskError(errors.MusterError):
         self.index = index
         self.state = state
         self.error = error
+
+
+class IndexCollision(errors.InvalidState):
+    """A batch of the pool's jobs refused by the head (``409 invalid_state``) because one of
+    the session indexes the pool numbered them with was already in use: another producer
+    put tasks into the pool's session with explicit indexes.  Nothing of the batch was
+    stored.  ``session``; ``first`` and ``last``: the refused batch's indexes; ``index``:
+    the first of them in use; ``stored``: how many jobs of the same call were stored before
+    the batch (they run, but the call reads nothing of them).
+
+    The pool sends each batch once (the client never sends a POST again), so an index in
+    use is never one of the pool's own earlier tries: it is always someone else's task."""
+
+    def __init__(self, message, session, first, last, index, stored=0, status=409):
+        super().__init__(message, code="invalid_state", status=status)
+        self.session = session
+        self.first = first
+        self.last = last
+        self.index = index
+        self.stored = stored
+
+    @classmethod
+    def from_refusal(cls, err, session, first, last, stored):
+        """The error for the head's refusal ``err`` (an InvalidState) of the batch of
+        indexes ``first``..``last``, ``stored`` jobs of the call having been stored before;
+        None when ``err`` is not about an index in use (the head names the index)."""
+        m = re.search(r"index: (\d+) is already in use", err.message)
+        if m is None:
+            return None
+        index = int(m.group(1))
+        batch = "index %d" % first if first == last else "indexes %d-%d" % (first, last)
+        text = ("session %s: the pool's jobs at %s were refused, none of them stored: index %d "
+                "is already in use in the session, by a task that another producer put there "
+                "(a pool numbers its jobs itself, from 0). Submit to a pool's session only "
+                "through the pool: give any other producer a session of its own"
+                % (session, batch, index))
+        if stored:
+            text += ("; the %d jobs of this call before index %d were stored and run, but "
+                     "their results are not read" % (stored, first))
+        return cls(text, session, first, last, index, stored=stored, status=err.status)
 
 
 def _class_paths(cls):
@@ -188,10 +229,15 @@ class Pool:
             tasks = [{"payload": p, "index": first + at + i} for i, p in enumerate(chunk)]
             try:
                 self.client.session_put(self.session, tasks)
-            except errors.InvalidState:
-                # A retried batch whose first try was stored (the reply was lost): the
-                # indexes are in use, which is what we wanted.
-                pass
+            except errors.InvalidState as e:
+                # The batch was sent once, so an index in use is another producer's task,
+                # never this batch stored by an earlier try: say so (the head stored none
+                # of the batch) rather than wait at the indexes that stay without a task.
+                collision = IndexCollision.from_refusal(e, self.session, tasks[0]["index"],
+                                                        tasks[-1]["index"], at)
+                if collision is None:
+                    raise
+                raise collision from None
         return first, len(payloads)
 
     @staticmethod

@@ -6,17 +6,27 @@
  * a pool is doing: create one, put inputs into it, read its results stream
  * from a cursor (printing the cursor to resume from on stderr), close it.
  * `muster map` does all of it in one command.
+ *
+ * `results --follow` outlasts a head that stops answering (killed,
+ * restarting), as map does: results are durable on the head and the cursor
+ * only moves past what was printed, so reading again from it once the head
+ * answers prints nothing twice and skips nothing.  It waits for as long as it
+ * takes; SIGINT or SIGTERM ends it with the cursor to resume from.
  */
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "client/jdump.h"
 
 #include <jansson.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SESSION_PUT_BATCH 1000
-#define SESSION_FOLLOW_WAIT_MS 10000
+#define SESSION_FOLLOW_WAIT_MS 1000 /* longest wait of a --follow read: checks for a signal */
+#define SESSION_RETRY_FIRST_MS 200  /* first pause before reading again from a silent head */
+#define SESSION_RETRY_MAX_MS 2000   /* the pause doubles up to this */
 
 const cli_opt_t cmd_session_create_opts[] = {
     {"queue", "Q", "queue the session's tasks go to (required; must exist)"},
@@ -37,7 +47,7 @@ const cli_opt_t cmd_session_results_opts[] = {
     {"cursor", "C", "where to start: an index (submission) or a sequence number (completion)"},
     {"max", "N", "print at most N results (default: all that are ready)"},
     {"wait-ms", "MS", "wait up to MS for a first result when none is ready (default 0)"},
-    {"follow", NULL, "keep waiting until every task of the session has its result"},
+    {"follow", NULL, "wait until every task has its result (outlasting a head restart)"},
     {"values", NULL, "print only the result values, one per line, like map"},
     {NULL, NULL, NULL},
 };
@@ -49,7 +59,12 @@ const char cmd_session_results_details[] =
     "a result.  In submission order, a gap (indexes without a task, left by tasks\n"
     "put with explicit indexes) stops the stream; once every task of the session\n"
     "has its result nothing can come past it, and the command exits 1 (index_gap)\n"
-    "saying which indexes have no task, instead of waiting for ever.\n\n"
+    "saying which indexes have no task, instead of waiting for ever.\n"
+    "With --follow, a head that stops answering (it was killed or restarts) is\n"
+    "waited for: one line says so, reads are tried again every 2 s at most, and\n"
+    "one line says when it answers again; the stream goes on from the cursor,\n"
+    "nothing printed twice or skipped.  SIGINT or SIGTERM ends --follow with the\n"
+    "cursor on stderr and exit status 1.\n\n"
     "examples:\n"
     "  muster session results s-5f2c9a1e7b3d4c60 --follow --values\n"
     "  muster session results s-5f2c9a1e7b3d4c60 --order completion --cursor 311\n";
@@ -258,7 +273,16 @@ typedef struct {
   int64_t left; /* results still to print; -1: no limit */
   int64_t wait_ms;
   int follow, values;
+  int read_any;     /* a page came: the session exists, and --follow may wait for the head */
+  int interrupted;  /* --follow ended by a signal before the end of the stream */
+  int64_t retry_ms; /* the next pause while the head does not answer; 0: it answers */
 } session_read_t;
+
+static volatile sig_atomic_t session_stop; /* the signal that ends --follow; 0: none */
+
+static void session_on_signal(int sig) {
+  session_stop = sig;
+}
 
 static int session_read_opts(const cli_args_t *args, session_read_t *rd) {
   const char *order = cli_opt(args, "order");
@@ -297,50 +321,119 @@ static void session_print_result(const session_read_t *rd, const muster_result_t
   json_decref(obj);
 }
 
+/* Non-zero for a failure that says the head is down or restarting, which
+ * --follow outlasts: MUSTER_NETWORK (no answer) and MUSTER_UNAVAILABLE (503). */
+static int session_transient(muster_err_t err) {
+  return err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE;
+}
+
+/*
+ * With --follow, after the first page came (so the URL and session are
+ * right): waits out a failed read that says the head is away, saying so once
+ * per streak of failures, and pausing SESSION_RETRY_FIRST_MS, doubling up to
+ * SESSION_RETRY_MAX_MS (a signal cuts the pause short: the handler is
+ * installed without SA_RESTART).  The cursor stays where the last page left
+ * it.  Returns 1 to read again, 0 to stop with `err`.
+ */
+static int session_retry(const cli_args_t *args, const muster_client_t *client, session_read_t *rd,
+                         muster_err_t err) {
+  if (!rd->follow || !rd->read_any || !session_transient(err) || session_stop)
+    return 0;
+  if (rd->retry_ms == 0) {
+    const char *message = muster_client_message(client);
+    fprintf(stderr, "muster: %s: %s\n", muster_err_name(err),
+            message && message[0] ? message : muster_strerror(err));
+    fprintf(stderr,
+            "muster: the head at %s is unreachable or restarting; still following session %s from "
+            "cursor %lld, trying again every %d s at most (Ctrl-C stops, printing the cursor "
+            "to resume from)\n",
+            cli_url(args), args->pos[0], (long long)rd->cursor, SESSION_RETRY_MAX_MS / 1000);
+    rd->retry_ms = SESSION_RETRY_FIRST_MS;
+  }
+  struct timespec pause = {.tv_sec = (time_t)(rd->retry_ms / 1000),
+                           .tv_nsec = (long)(rd->retry_ms % 1000) * 1000000};
+  nanosleep(&pause, NULL);
+  rd->retry_ms = rd->retry_ms * 2 < SESSION_RETRY_MAX_MS ? rd->retry_ms * 2 : SESSION_RETRY_MAX_MS;
+  return !session_stop;
+}
+
+/* Prints a page's results and moves the cursor past them; returns 1 when
+ * the stream is read to its end (or to the --max limit) and reading stops. */
+static int session_take_page(session_read_t *rd, const muster_results_t *page, size_t max,
+                             int *quick) {
+  for (size_t i = 0; i < page->count; i++)
+    session_print_result(rd, &page->results[i]);
+  fflush(stdout);
+  if (page->count > 0 || page->cursor > rd->cursor)
+    rd->cursor = page->cursor;
+  if (rd->left > 0)
+    rd->left -= (int64_t)page->count;
+  int finished = page->done >= page->total, at_gap = page->gap_first >= 0;
+  int at_end = finished && !at_gap && page->count < max, empty = page->count == 0;
+  *quick = finished;
+  return !(finished && at_gap) && (at_end || (!rd->follow && empty));
+}
+
 /*
  * Reads pages until the limit, the end of what is ready, or (--follow) the
- * end.  Once every task has its result no read waits: the rest is there.  A
- * page that stops at a gap (indexes without a task) then is followed by one
- * more read, which the library fails with index_gap unless the gap was
- * filled meanwhile; so is an empty first read at such a gap.
+ * end or a signal.  Once every task has its result no read waits: the rest
+ * is there.  A page that stops at a gap (indexes without a task) then is
+ * followed by one more read, which the library fails with index_gap unless
+ * the gap was filled meanwhile; so is an empty first read at such a gap.
  */
-static int session_results(cli_args_t *args, muster_client_t *client) {
-  session_read_t rd;
-  int rc = session_read_opts(args, &rd);
-  muster_err_t err = MUSTER_OK;
-  int read_any = 0;      /* a page came: the session exists */
-  int quick = rd.follow; /* --follow's first read does not wait: a stalled stream says so */
-  for (int first = 1; rc == CLI_OK && rd.left != 0; first = 0) {
-    size_t max = rd.left > 0 && rd.left < 1000 ? (size_t)rd.left : 1000;
-    int64_t wait = quick ? 0 : rd.follow ? SESSION_FOLLOW_WAIT_MS : first ? rd.wait_ms : 0;
+static muster_err_t session_read_all(const cli_args_t *args, muster_client_t *client,
+                                     session_read_t *rd) {
+  int quick = rd->follow; /* --follow's first read does not wait: a stalled stream says so */
+  for (int first = 1; rd->left != 0 && !session_stop; first = 0) {
+    size_t max = rd->left > 0 && rd->left < 1000 ? (size_t)rd->left : 1000;
+    int64_t wait = quick ? 0 : rd->follow ? SESSION_FOLLOW_WAIT_MS : first ? rd->wait_ms : 0;
     muster_results_t page;
-    err = muster_session_results(client, args->pos[0], rd.order, rd.cursor, max, wait, &page);
+    muster_err_t err =
+        muster_session_results(client, args->pos[0], rd->order, rd->cursor, max, wait, &page);
     if (err != MUSTER_OK) {
       muster_results_free(&page);
-      break;
+      if (session_retry(args, client, rd, err))
+        continue;
+      rd->interrupted = session_stop && rd->read_any && session_transient(err);
+      return rd->interrupted ? MUSTER_OK : err;
     }
-    read_any = 1;
-    for (size_t i = 0; i < page.count; i++)
-      session_print_result(&rd, &page.results[i]);
-    fflush(stdout);
-    if (page.count > 0 || page.cursor > rd.cursor)
-      rd.cursor = page.cursor;
-    if (rd.left > 0)
-      rd.left -= (int64_t)page.count;
-    int finished = page.done >= page.total, at_gap = page.gap_first >= 0;
-    int at_end = finished && !at_gap && page.count < max, empty = page.count == 0;
+    if (rd->retry_ms != 0)
+      fprintf(stderr, "muster: the head at %s answers again; following on from cursor %lld\n",
+              cli_url(args), (long long)rd->cursor);
+    rd->retry_ms = 0;
+    rd->read_any = 1;
+    int stop = session_take_page(rd, &page, max, &quick);
     muster_results_free(&page);
-    quick = finished;
-    if (!(finished && at_gap) && (at_end || (!rd.follow && empty)))
-      break;
+    if (stop)
+      return MUSTER_OK;
   }
+  rd->interrupted = rd->left != 0; /* the loop ended on the signal, not the limit */
+  return MUSTER_OK;
+}
+
+static int session_results(cli_args_t *args, muster_client_t *client) {
+  session_read_t rd = {0};
+  int rc = session_read_opts(args, &rd);
+  if (rc != CLI_OK)
+    return rc;
+  if (rd.follow) {
+    struct sigaction sa = {.sa_handler = session_on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+  }
+  muster_err_t err = session_read_all(args, client, &rd);
   /* The cursor to resume from, unless the first read was refused (an unknown
-   * session, a bad cursor): there is nothing to resume then.  A gap or a lost
-   * connection leaves a stream to resume. */
-  if (rc == CLI_OK &&
-      (read_any || err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE || err == MUSTER_INDEX_GAP))
+   * session, a bad cursor): there is nothing to resume then.  A gap, a lost
+   * connection or a signal leaves a stream to resume. */
+  if (rd.read_any || rd.interrupted || err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE ||
+      err == MUSTER_INDEX_GAP)
     fprintf(stderr, "cursor: %lld\n", (long long)rd.cursor);
-  return err != MUSTER_OK ? cli_error(client, err) : rc;
+  if (rd.interrupted) {
+    fprintf(stderr, "muster: stopped by a signal; read on with --cursor %lld\n",
+            (long long)rd.cursor);
+    return CLI_FAIL;
+  }
+  return err != MUSTER_OK ? cli_error(client, err) : CLI_OK;
 }
 
 int cmd_session_results(cli_args_t *args) {

@@ -1,12 +1,15 @@
 """A session's results read by the Python client: ``Client.iter_results`` to the end of
 the stream, and at a gap of indexes without a task (``muster.IndexGap`` once every task
-has its result, instead of waiting for ever); ``Pool.imap`` at such a gap.  This test is
-its own worker: it leases and completes the tasks itself."""
+has its result, instead of waiting for ever); ``Pool.imap`` at such a gap, and a pool
+whose indexes another producer of its session took (``muster.IndexCollision``).  This
+test is its own worker: it leases and completes the tasks itself."""
 import time
 import unittest
 
 from common import HeadTestCase, muster
 
+import muster.pool  # noqa: E402 (the Pool's batch size, patched below)
+import muster.worker  # noqa: E402 (encode_result)
 import pool_workers
 
 
@@ -86,26 +89,107 @@ class IterResultsTest(HeadTestCase):
             list(self.c.iter_results(self.sid, order="random"))
 
 
+class PoolCollisionTest(HeadTestCase):
+    """Another producer of a pool's session that uses indexes the pool numbers its own jobs
+    with: the head refuses the pool's batch, and the pool raises IndexCollision at once,
+    naming the session and the indexes (it used to take the refusal for a batch stored by
+    an earlier try, so its inputs stayed without tasks and map waited, or raised IndexGap).
+    No worker runs: the tasks stay queued, which is all these checks need."""
+
+    def setUp(self):
+        super().setUp()
+        self.q = self.qname()
+        self.c.put_queue(self.q)
+        self.pool = muster.Pool(pool_workers.Echo, {"k": 1, "dir": "."}, url=self.head.url,
+                                token=self.head.token, queue=self.q)
+
+    def tearDown(self):
+        self.pool.close()
+        super().tearDown()
+
+    def map_collides(self, inputs):
+        """Runs pool.map(inputs) and returns the IndexCollision it raised (at once)."""
+        t0 = time.monotonic()
+        with self.assertRaises(muster.IndexCollision) as cm:
+            self.pool.map(inputs, timeout=5)
+        self.assertLess(time.monotonic() - t0, 3.0)
+        e = cm.exception
+        self.assertIsInstance(e, muster.InvalidState)
+        self.assertEqual((e.code, e.status, e.session), ("invalid_state", 409, self.pool.session))
+        self.assertIn("session %s" % self.pool.session, str(e))
+        self.assertIn("give any other producer a session of its own", str(e))
+        return e
+
+    def session_total(self):
+        return self.c.session(self.pool.session)["counts"]["total"]
+
+    def test_explicit_index_of_another_producer(self):
+        self.c.session_put(self.pool.session, [{"payload": "other", "index": 1}])
+        e = self.map_collides([10, 11, 12])
+        self.assertEqual((e.first, e.last, e.index, e.stored), (0, 2, 1, 0))
+        self.assertIn("jobs at indexes 0-2 were refused, none of them stored: index 1 is "
+                      "already in use", str(e))
+        self.assertEqual(self.session_total(), 1)  # the other producer's task alone
+
+    def test_automatic_index_of_another_producer(self):
+        # A task put without an index takes the session's next index, 0 here: the same
+        # index the pool gives its first job.
+        self.c.session_put(self.pool.session, [{"payload": "other"}])
+        e = self.map_collides([10])
+        self.assertEqual((e.first, e.last, e.index), (0, 0, 0))
+        self.assertIn("jobs at index 0 were refused", str(e))
+
+    def test_collision_in_a_later_batch(self):
+        # Batches of two: indexes 0-1 are stored, 2-3 refused (3 is taken), 4 never sent.
+        self.c.session_put(self.pool.session, [{"payload": "other", "index": 3}])
+        saved = muster.pool.SUBMIT_BATCH
+        muster.pool.SUBMIT_BATCH = 2
+        try:
+            e = self.map_collides([10, 11, 12, 13, 14])
+        finally:
+            muster.pool.SUBMIT_BATCH = saved
+        self.assertEqual((e.first, e.last, e.index, e.stored), (2, 3, 3, 2))
+        self.assertIn("the 2 jobs of this call before index 2 were stored", str(e))
+        self.assertEqual(self.session_total(), 3)
+
+    def test_the_pool_goes_on_past_the_collision(self):
+        # The refused indexes are not numbered again: the next call's jobs are at 3-4.
+        self.c.session_put(self.pool.session, [{"payload": "other", "index": 1}])
+        self.map_collides([10, 11, 12])
+        first, n = self.pool._submit([20, 21])
+        self.assertEqual((first, n, self.session_total()), (3, 2, 3))
+
+    def test_other_refusals_are_not_collisions(self):
+        # An invalid_state that does not name an index in use is raised as it came.
+        other = muster.InvalidState("the session is closing", status=409)
+        self.assertIsNone(muster.IndexCollision.from_refusal(other, "s-1", 0, 2, 0))
+
+
 class PoolGapTest(HeadTestCase):
 
     def test_imap_at_a_gap_raises(self):
-        """Another producer took the pool's index 1: the pool's batch is refused (as in use)
-        and its indexes 0 and 2 stay without a task.  Once that task has its result, imap
-        raises IndexGap rather than wait for ever."""
+        """A purge of the pool's queue removes its queued jobs 1 and 2 while job 0 has its
+        result: indexes 1-2 have no task and every task has its result, so imap yields the
+        first result and then raises IndexGap rather than wait for ever."""
         q = self.qname()
         self.c.put_queue(q)
         pool = muster.Pool(pool_workers.Echo, {"k": 1, "dir": "."}, url=self.head.url,
                            token=self.head.token, queue=q)
         try:
-            self.c.session_put(pool.session, [{"payload": "other", "index": 1}])
+            it = pool.imap([10, 11, 12], timeout=15)
             [lease] = self.c.lease(q)
-            lease.complete("theirs")
+            self.assertEqual(lease.index, 0)
+            lease.complete(muster.worker.encode_result(100))
+            self.c.purge_queue(q)
             t0 = time.monotonic()
+            got = []
             with self.assertRaises(muster.IndexGap) as cm:
-                list(pool.imap([10, 11, 12], timeout=15))
+                for r in it:
+                    got.append(r)
             self.assertLess(time.monotonic() - t0, 5.0)
+            self.assertEqual(got, [100])
             self.assertEqual((cm.exception.first, cm.exception.last, cm.exception.session),
-                             (0, 0, pool.session))
+                             (1, 2, pool.session))
         finally:
             pool.close()
 
