@@ -289,9 +289,10 @@ void muster_pool_close(muster_pool_t *pool) {
 /* Puts inputs[0..count) at session indexes first, first+1, ...  A head that is
  * down or restarting (a reply lost on the network, or unavailable) is tried
  * again at once and then every second, for up to the session's timeout, while
- * the heartbeat thread keeps the session open; since the indexes are
- * explicit, a retry of a batch that did land is refused with invalid_state
- * ("index in use"), which then means it was stored. */
+ * the heartbeat thread keeps the session open.  The indexes are explicit: a
+ * retry of a batch that did land is answered as a repeat by the head (the
+ * same payloads at the same indexes), while invalid_state ("index in use")
+ * means another producer of the session took an index. */
 static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *inputs, size_t count,
                                       int64_t first) {
   muster_task_spec_t *specs = calloc(count ? count : 1, sizeof *specs);
@@ -303,15 +304,11 @@ static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *in
     specs[i].index = first + (int64_t)i;
   }
   muster_err_t err;
-  int lost_reply = 0;
   int64_t give_up = pool_now_ms() + (pool->timeout_ms > 0 ? pool->timeout_ms : 0);
   for (int attempt = 0;; attempt++) {
     err = muster_session_put(pool->client, pool->session, specs, count, NULL, NULL);
-    if (err == MUSTER_INVALID_STATE && lost_reply)
-      err = MUSTER_OK;
     if (err != MUSTER_NETWORK && err != MUSTER_UNAVAILABLE)
       break;
-    lost_reply |= err == MUSTER_NETWORK;
     if (attempt > 0 && pool_now_ms() >= give_up)
       break;
     if (attempt > 0)

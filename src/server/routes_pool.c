@@ -116,10 +116,14 @@ void route_session_submit(http_req_t *r) {
   fail_t f = {0};
   size_t max_payload = r->head->cfg.max_payload;
   jscan_body_t scanned;
+  json_t *out = NULL;
+  bool parsed = true;
   if (jscan_body(&session_submit_shape, r->body_text, r->body_len, max_payload, &scanned))
-    reply_or_fail(r, 201, session_submit_scanned(ST(r), r->params[0], &scanned, &f), &f);
-  else if (http_body(r) != NULL)
-    reply_or_fail(r, 201, session_submit(ST(r), r->params[0], r->body, max_payload, &f), &f);
+    out = session_submit_scanned(ST(r), r->params[0], &scanned, &f);
+  else if ((parsed = http_body(r) != NULL))
+    out = session_submit(ST(r), r->params[0], r->body, max_payload, &f);
+  if (parsed) /* a repeat stored nothing: 200 */
+    reply_or_fail(r, json_is_true(json_object_get(out, "repeated")) ? 200 : 201, out, &f);
   jscan_body_free(&scanned);
 }
 

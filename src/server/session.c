@@ -339,11 +339,12 @@ static size_t submit_first_used(store_t *st, const session_t *ss, const submit_s
  * before it); ids[i] gets each id. */
 static muster_err_t submit_rows_one_by_one(store_t *st, const session_t *ss,
                                            const submit_spec_t *specs, const int64_t *idx,
-                                           size_t n, int64_t *ids, fail_t *f) {
+                                           size_t n, int64_t *ids, size_t *used, fail_t *f) {
   int64_t now = now_ms();
   counts_run_t run = {0};
   for (size_t i = 0; i < n; i++) {
     if (specs[i].index >= 0 && submit_index_used(st, ss, idx[i])) {
+      *used = i;
       fail_set(f, MUSTER_INVALID_STATE, "tasks[%zu].index: %lld is already in use in session %s", i,
                (long long)idx[i], ss->id);
       break;
@@ -360,19 +361,21 @@ static muster_err_t submit_rows_one_by_one(store_t *st, const session_t *ss,
 
 /* Inserts the batch's tasks with multi-row INSERTs when none requires
  * shared data and their indexes strictly increase (every automatic batch,
- * and a pool's); ids[i] gets each id. */
+ * and a pool's); ids[i] gets each id.  An index in use fails the batch with
+ * invalid_state, *used then the task that has it (n: another failure). */
 static muster_err_t submit_rows(store_t *st, const session_t *ss, const submit_spec_t *specs,
                                 const int64_t *idx, bool increasing, size_t n, int64_t *ids,
-                                fail_t *f) {
+                                size_t *used, fail_t *f) {
   bool plain = increasing;
+  *used = n;
   for (size_t i = 0; plain && i < n; i++)
     plain = specs[i].requires == NULL;
   if (!plain)
-    return submit_rows_one_by_one(st, ss, specs, idx, n, ids, f);
-  size_t used = submit_first_used(st, ss, specs, idx, n);
-  if (used < n)
+    return submit_rows_one_by_one(st, ss, specs, idx, n, ids, used, f);
+  *used = submit_first_used(st, ss, specs, idx, n);
+  if (*used < n)
     return fail_set(f, MUSTER_INVALID_STATE, "tasks[%zu].index: %lld is already in use in session %s",
-                    used, (long long)idx[used], ss->id);
+                    *used, (long long)idx[*used], ss->id);
   task_row_t *rows = malloc(n * sizeof *rows);
   if (rows == NULL)
     return fail_set(f, MUSTER_NOMEM, "out of memory");
@@ -406,6 +409,34 @@ static json_t *submit_reply(const int64_t *ids, const int64_t *idx, size_t n, fa
   return reply;
 }
 
+/*
+ * A batch sent again after its reply was lost (the head committed it, then
+ * the connection or the head went down): every index explicit and in use by
+ * a task of the session with the same payload and priority, none requiring
+ * shared data.  ids[i] gets those tasks' ids.  Checked only once the batch
+ * failed on its first task's index, so nothing of it was inserted.
+ */
+static bool submit_is_repeat(store_t *st, const session_t *ss, const submit_spec_t *specs,
+                             size_t n, int64_t *ids) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT id, payload, priority FROM tasks WHERE session = ?1"
+                                   " AND queue = ?2 AND idx = ?3");
+  bool same = s != NULL;
+  for (size_t i = 0; same && i < n; i++) {
+    same = specs[i].index >= 0 && specs[i].requires == NULL;
+    if (!same)
+      break;
+    store_bind_text(s, 1, ss->id);
+    store_bind_text(s, 2, ss->queue);
+    sqlite3_bind_int64(s, 3, specs[i].index);
+    same = sqlite3_step(s) == SQLITE_ROW &&
+           strcmp((const char *)sqlite3_column_text(s, 1), specs[i].payload) == 0 &&
+           sqlite3_column_int64(s, 2) == specs[i].priority;
+    ids[i] = same ? sqlite3_column_int64(s, 0) : 0;
+    store_reset(s);
+  }
+  return same;
+}
+
 /* Loads open session `id` into *ss for a submit, and checks its queue. */
 static muster_err_t submit_open(store_t *st, const char *id, session_t *ss, fail_t *f) {
   queue_t q;
@@ -427,10 +458,16 @@ static json_t *submit_specs(store_t *st, session_t *ss, const submit_spec_t *spe
   int64_t next = submit_indexes(ss, specs, n, idx, &increasing);
   json_t *out = NULL;
   sqlite3_stmt *s = NULL;
-  if (submit_rows(st, ss, specs, idx, increasing, n, ids, f) == MUSTER_OK &&
+  size_t used;
+  if (submit_rows(st, ss, specs, idx, increasing, n, ids, &used, f) == MUSTER_OK &&
       (s = store_stmt(st, "UPDATE sessions SET next_index = ?2, total = total + ?3"
                           " WHERE id = ?1")) == NULL)
     store_fail(st, f, "session submit");
+  if (f->code == MUSTER_INVALID_STATE && used == 0 && submit_is_repeat(st, ss, specs, n, ids)) {
+    *f = (fail_t){0}; /* stored by the first sending: answered, nothing changes */
+    if ((out = submit_reply(ids, idx, n, f)) != NULL)
+      json_object_set_new(out, "repeated", json_true());
+  }
   if (s != NULL) {
     store_bind_text(s, 1, ss->id);
     sqlite3_bind_int64(s, 2, next);

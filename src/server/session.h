@@ -44,7 +44,9 @@ muster_err_t session_touch(store_t *st, const char *id, char *queue, fail_t *f);
 /* Submits the tasks of body {"tasks": [{"payload", "index", "priority"}]}:
  * automatic indexes from next_index, explicit ones unique in the session
  * (MUSTER_INVALID_STATE when in use).  Returns {"tasks": [{"id", "index"}]}
- * or NULL with *f filled; the caller rolls back on failure. */
+ * or NULL with *f filled; the caller rolls back on failure.  A batch whose
+ * explicit indexes all hold the same payloads already (a retry after a lost
+ * reply) changes nothing and answers with theirs, plus "repeated": true. */
 json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t max_payload,
                        fail_t *f);
 /* The submit body the scanner takes (jscan.h): payload, priority and index,

@@ -519,6 +519,35 @@ static void test_pool_resume(muster_client_t *c) {
   free_inputs(inputs, 10);
 }
 
+/* A batch sent twice (its first reply lost) is one batch: the head answers the
+ * second as a repeat.  Another producer's task at one of a pool's indexes is
+ * a collision: the pool's map fails with invalid_state naming the index,
+ * instead of taking the batch for stored. */
+static void test_pool_collision(muster_client_t *c) {
+  muster_pool_t *pool = open_pool("cp-collide", NULL);
+  if (pool == NULL)
+    return;
+  const char *sid = muster_pool_session(pool);
+  muster_task_spec_t spec[2];
+  for (int i = 0; i < 2; i++) {
+    muster_task_spec_init(&spec[i]);
+    spec[i].payload = i ? "{\"n\":1}" : "\"other\"";
+    spec[i].index = 1 + i;
+  }
+  CHECK_OK(c, muster_session_put(c, sid, spec, 2, NULL, NULL));
+  CHECK_OK(c, muster_session_put(c, sid, spec, 2, NULL, NULL)); /* a repeat */
+  char *json = NULL;
+  CHECK_OK(c, muster_session_get(c, sid, &json));
+  CHECK(json && contains(json, "\"total\":2"));
+  muster_free(json);
+  char **inputs = make_inputs(3);
+  muster_pool_iter_t *it = NULL;
+  CHECK(muster_pool_imap(pool, (const char *const *)inputs, 3, 1, &it) == MUSTER_INVALID_STATE);
+  CHECK(it == NULL && contains(muster_pool_message(pool), "1 is already in use"));
+  free_inputs(inputs, 3);
+  muster_pool_close(pool);
+}
+
 /* POSTs a lease with updates_after `after`; returns the reply text (free it). */
 static char *lease_with_updates(muster_client_t *c, const char *queue, int after) {
   char path[128], body[64], *reply = NULL;
@@ -699,6 +728,7 @@ int main(int argc, char **argv) {
       {"pool map", test_pool_map},
       {"pool orders", test_pool_orders},
       {"pool resume", test_pool_resume},
+      {"pool collision", test_pool_collision},
       {"updates", test_updates},
       {"exactly once", test_exactly_once},
       {"close and expiry", test_close_and_expiry},

@@ -2,6 +2,7 @@
 indexes, results streams in submission and completion order with cursors and
 long-poll, gaps in the indexes, exactly-once results, close, and cleanup_on_exit
 when the client goes silent (docs/api.md, "Sessions")."""
+import json
 import os
 import sys
 import threading
@@ -215,6 +216,39 @@ class SessionTest(SessionCase):
         # Another session may use the same index.
         other = self.open_session()["id"]
         self.assertEqual(self.submit(other, [{"payload": 1, "index": 4}])[0]["index"], 4)
+
+    def test_submit_sent_again_is_a_repeat(self):
+        # A batch whose reply was lost is sent again: the same payloads at the same
+        # explicit indexes are answered with the stored tasks and change nothing.
+        self.create_queue()
+        sid = self.open_session()["id"]
+        batch = [{"payload": "a", "index": 0}, {"payload": {"k": [1, 2.5]}, "index": 1,
+                                                 "priority": 3}]
+        first = self.submit(sid, batch)
+
+        def state():  # a put counts as the session's heartbeat: last_seen_ms moves
+            return ({k: v for k, v in self.get_session(sid).items() if k != "last_seen_ms"},
+                    self.list_tasks())
+        before = state()
+        path = "/v1/sessions/%s/tasks" % sid
+        for body in (json.dumps({"tasks": batch}),
+                     # the scanner's path and the parsed tree's: written another way
+                     '{"tasks":[{"index":0,"payload":"a"},'
+                     '{"priority":3,"index":1,"payload":{ "k" : [1, 2.5] }}]}'):
+            r = self.head.request("POST", path, raw=body.encode())
+            self.assertEqual((r.status, r.json), (200, {"tasks": first, "repeated": True}), body)
+        self.assertEqual(state(), before)
+        # Not a repeat: another payload or priority, a new index beside stored ones, an
+        # automatic index; each is refused whole or (automatic) stored as new.
+        for tasks in ([{"payload": "b", "index": 0}],
+                      [{"payload": "a", "index": 0, "priority": 1}],
+                      [{"payload": "a", "index": 0}, {"payload": "c", "index": 2}]):
+            with self.subTest(tasks=tasks):
+                r = self.expect_error("POST", path, {"tasks": tasks}, 409, "invalid_state")
+                self.assertIn("index: 0 is already in use in session " + sid,
+                              r.json["error"]["message"])
+        self.assertEqual(self.list_tasks(), before[1])
+        self.assertEqual(self.submit(sid, [{"payload": "a"}])[0]["index"], 2)
 
     def test_submit_errors(self):
         self.create_queue()
@@ -678,6 +712,20 @@ class SessionRestartTest(SessionCase):
         got = self.get_session(sid)
         self.assertEqual((got["init_data"], got["next_index"], got["updates"]), ({"k": 1}, 3, 1))
         self.assertEqual(self.submit(sid, [{"payload": 3}])[0]["index"], 3)
+
+    def test_put_sent_again_after_a_restart_is_a_repeat(self):
+        # The head stored a batch and died before its reply left: sent again to the
+        # restarted head, it is the same batch, not a second one.
+        self.create_queue()
+        sid = self.open_session()["id"]
+        batch = [{"payload": i, "index": i} for i in range(5)]
+        first = self.submit(sid, batch)
+        self.head.kill()
+        self.head.start()
+        r = self.expect("POST", "/v1/sessions/%s/tasks" % sid, {"tasks": batch}, status=200)
+        self.assertEqual(r, {"tasks": first, "repeated": True})
+        got = self.get_session(sid)
+        self.assertEqual((got["next_index"], got["counts"]["total"]), (5, 5))
 
 
 class SessionShutdownTest(SessionCase):
