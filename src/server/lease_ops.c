@@ -2,12 +2,15 @@
  * lease_ops.c — what a worker does with a lease it holds: complete, fail,
  * extend, release, flag (lease_apply and the scanned completion).
  *
- * Every element goes through lease_check, which loads the row and verifies
- * the fencing token; nothing here trusts a worker's word about which task it
- * holds.  Batches run inside the request's savepoint: the first refused
- * element makes the caller roll back all earlier ones.  Granting leases and
- * the lapses without a call are lease.c's; the transitions both use are in
- * lease_internal.h.
+ * Every element's row is loaded and its fencing token checked; nothing here
+ * trusts a worker's word about which task it holds.  A completion, fail or
+ * release sent again under the token whose lease it ended (its reply was
+ * lost) is answered as a repeat and changes nothing; the row records how its
+ * last lease ended (lease_end_t) for that, and for refusals that say what
+ * became of a lease.  Batches run inside the request's savepoint: the first
+ * refused element makes the caller roll back all earlier ones.  Granting
+ * leases and the lapses without a call are lease.c's; the transitions both
+ * use are in lease_internal.h.
  */
 #include "lease.h"
 #include "counts.h"
@@ -50,33 +53,97 @@ static bool lease_completed_by(const lease_held_t *h, int64_t token) {
   return h->state == TASK_DONE && h->token == token;
 }
 
-/* Checks that task `id`, loaded into *h, is leased under `token`; the
- * refusal says what became of that lease, as far as the row tells. */
-static muster_err_t lease_check_held(const lease_held_t *h, int64_t id, int64_t token,
-                                     const char *ctx, fail_t *f) {
-  if (h->state == TASK_LEASED && h->token == token)
-    return MUSTER_OK;
+/* What the row of a task records of its last lease to end (lease_end_t),
+ * read only when a call names a token that does not hold the task. */
+typedef struct {
+  int64_t token;     /* that lease's token; 0: none recorded */
+  lease_end_t kind;  /* how it ended */
+  int state;         /* the state that end left the task in */
+  int64_t run_at_ms; /* the task's run time now: that end's, while it is the last recorded */
+} lease_ended_t;
+
+/* Loads the end recorded on the row of task `id` into *e. */
+static muster_err_t lease_ended_load(store_t *st, int64_t id, lease_ended_t *e, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT coalesce(ended_token, 0), coalesce(ended_as, 0),"
+                                   " run_at_ms FROM tasks WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "lease end lookup");
+  sqlite3_bind_int64(s, 1, id);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    int64_t as = sqlite3_column_int64(s, 1);
+    *e = (lease_ended_t){.token = sqlite3_column_int64(s, 0),
+                         .kind = (lease_end_t)(as / LEASE_END_STATES),
+                         .state = (int)(as % LEASE_END_STATES),
+                         .run_at_ms = sqlite3_column_int64(s, 2)};
+  }
+  store_reset(s);
+  return rc == SQLITE_ROW ? MUSTER_OK : store_fail(st, f, "lease end lookup");
+}
+
+/* What ended the lease under a token, for refusals: `kind` as recorded, or
+ * LEASE_END_NONE when the row records another lease's end or none (a lease
+ * that ended before the record existed, or a re-opened task's). */
+static const char *lease_end_said(lease_end_t kind) {
+  switch (kind) {
+  case LEASE_END_FAILED:
+    return "a fail under this token ended it";
+  case LEASE_END_RELEASED:
+    return "a release under this token ended it";
+  case LEASE_END_FLAGGED:
+    return "an invalid-data flag under this token ended it";
+  case LEASE_END_LAPSED:
+    return "it expired, or its worker timed out, crashed or said goodbye";
+  case LEASE_END_NONE:
+    break;
+  }
+  return "an earlier call under this token ended it, or it expired or its worker timed out";
+}
+
+/* Refuses a call under `token`, which does not hold the task `h` (its
+ * recorded end `e`): the message says what became of that lease, as far as
+ * the row tells. */
+static muster_err_t lease_refuse(const lease_held_t *h, const lease_ended_t *e, int64_t token,
+                                 const char *ctx, fail_t *f) {
+  long long id = (long long)h->id, tok = (long long)token;
+  const char *said = lease_end_said(e->token == token ? e->kind : LEASE_END_NONE);
+  if (lease_completed_by(h, token))
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: task %lld was already completed under token %lld; that completion "
+                    "ended the lease",
+                    ctx, id, tok);
+  if (h->token == token)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: the lease of task %lld under token %lld already ended (the task is %s "
+                    "now): %s",
+                    ctx, id, tok, task_state_name(h->state), said);
+  if (e->token == token)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: the lease of task %lld under token %lld already ended (%s), and the "
+                    "task was leased again since (it is %s now)",
+                    ctx, id, tok, said, task_state_name(h->state));
   if (h->state == TASK_LEASED)
     return fail_set(f, MUSTER_LEASE_LOST,
                     "%s: token %lld does not hold task %lld: the task is leased under another "
                     "token (the lease under %lld ended and it was leased again, or that token "
                     "was never this task's)",
-                    ctx, (long long)token, (long long)id, (long long)token);
-  if (lease_completed_by(h, token))
-    return fail_set(f, MUSTER_LEASE_LOST,
-                    "%s: task %lld was already completed under token %lld; that completion "
-                    "ended the lease",
-                    ctx, (long long)id, (long long)token);
-  if (h->token == token)
-    return fail_set(f, MUSTER_LEASE_LOST,
-                    "%s: the lease of task %lld under token %lld already ended (the task is %s "
-                    "now): an earlier fail, release or flag under this token ended it, or it "
-                    "expired or its worker timed out",
-                    ctx, (long long)id, (long long)token, task_state_name(h->state));
+                    ctx, tok, id, tok);
   return fail_set(f, MUSTER_LEASE_LOST,
                   "%s: task %lld is not leased (it is %s), and token %lld is not its last lease: "
                   "that lease ended and the work belongs to no one now",
-                  ctx, (long long)id, task_state_name(h->state), (long long)token);
+                  ctx, id, task_state_name(h->state), tok);
+}
+
+/* Checks that the task `h` is leased under `token`; a refusal reads the
+ * end recorded on its row to say what became of that lease. */
+static muster_err_t lease_check_held(store_t *st, const lease_held_t *h, int64_t token,
+                                     const char *ctx, fail_t *f) {
+  if (h->state == TASK_LEASED && h->token == token)
+    return MUSTER_OK;
+  lease_ended_t e;
+  if (lease_ended_load(st, h->id, &e, f))
+    return f->code;
+  return lease_refuse(h, &e, token, ctx, f);
 }
 
 /* Loads task `id` into *h. */
@@ -88,14 +155,6 @@ static muster_err_t lease_load(store_t *st, int64_t id, const char *ctx, lease_h
   return err;
 }
 
-/* Loads task `id` and checks that it is leased under `token`. */
-static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const char *ctx,
-                                lease_held_t *h, queue_t *cache, fail_t *f) {
-  if (lease_load(st, id, ctx, h, cache, f))
-    return f->code;
-  return lease_check_held(h, id, token, ctx, f);
-}
-
 /* A batch's replies as they are made.  Completions, one per task of every
  * worker's cycle, are written as text {"task", "next_task"} (a tree each
  * showed in profiles of batched cycles); the other operations' replies are
@@ -105,6 +164,7 @@ typedef struct {
   jw_buf_t completed; /* "[" and the completions' objects, comma-separated */
   int64_t worker;     /* completions of this worker not yet added to its counter */
   int64_t worker_completed;
+  size_t repeated; /* releases answered as repeats (lease_repeat) */
 } apply_out_t;
 
 /* Adds the completions tallied in `out` to their worker's counter: a batch
@@ -247,34 +307,49 @@ static int lease_check_complete(store_t *st, int64_t id, int64_t token, const ch
     return -1;
   if (lease_completed_by(h, token))
     return op_complete_repeat(st, text, h, out, f) ? -1 : 1;
-  return lease_check_held(h, id, token, ctx, f) ? -1 : 0;
+  return lease_check_held(st, h, token, ctx, f) ? -1 : 0;
+}
+
+/* Reads a fail element's fields: its "error" (NULL: none) and "permanent". */
+static muster_err_t op_fail_fields(const json_t *elem, const char *ctx, const char **error,
+                                   bool *permanent, fail_t *f) {
+  static const char *const allowed[] = {"task", "token", "error", "permanent", NULL};
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_str(elem, "error", ctx, NULL, LEASE_MAX_ERROR, error, f) ||
+      jv_bool(elem, "permanent", ctx, false, permanent, f))
+    return f->code;
+  return MUSTER_OK;
+}
+
+/* The reply element of a fail of task `id` that left it in `state`: with
+ * the time it runs again when it was re-queued. */
+static json_t *op_failed_item(int64_t id, int state, int64_t run_at_ms) {
+  json_t *out = json_pack("{s:I, s:s}", "task", (json_int_t)id, "state", task_state_name(state));
+  if (out && state == TASK_QUEUED)
+    json_object_set_new(out, "run_at_ms", json_integer(run_at_ms));
+  return out;
 }
 
 static json_t *op_fail(store_t *st, const json_t *elem, const lease_held_t *h, const char *ctx,
                        fail_t *f) {
-  static const char *const allowed[] = {"task", "token", "error", "permanent", NULL};
   const char *error;
   bool permanent;
-  if (jv_only(elem, ctx, allowed, f) ||
-      jv_str(elem, "error", ctx, NULL, LEASE_MAX_ERROR, &error, f) ||
-      jv_bool(elem, "permanent", ctx, false, &permanent, f))
+  if (op_fail_fields(elem, ctx, &error, &permanent, f))
     return NULL;
+  const char *why = error ? error : permanent ? "failed permanently" : "failed";
   int state = TASK_FAILED;
   int64_t run_at = 0;
   if (permanent) {
-    if (lease_move(st, h, TASK_FAILED, now_ms(), error ? error : "failed permanently", 0, f) ||
+    if (lease_move(st, h, TASK_FAILED, now_ms(), why, 0, LEASE_END_FAILED, f) ||
         lease_finished(st, h, f))
       return NULL;
-  } else if ((state = lease_lapse(st, h, error ? error : "failed", &run_at, f)) < 0) {
+  } else if ((state = lease_lapse(st, h, why, LEASE_END_FAILED, &run_at, f)) < 0) {
     return NULL;
   }
   if (worker_count(st, h->worker, WORKER_FAILED, 1, f))
     return NULL;
   metrics_count(METRIC_TASKS_FAILED, h->queue.name, 1);
-  json_t *out = json_pack("{s:I, s:s}", "task", (json_int_t)h->id, "state", task_state_name(state));
-  if (state == TASK_QUEUED)
-    json_object_set_new(out, "run_at_ms", json_integer(run_at));
-  return out;
+  return op_failed_item(h->id, state, run_at);
 }
 
 static json_t *op_extend(store_t *st, const json_t *elem, const lease_held_t *h, const char *ctx,
@@ -314,9 +389,11 @@ static muster_err_t lease_reopen_parent(store_t *st, int64_t parent, fail_t *f) 
     return MUSTER_OK; /* the parent is gone: nothing to re-open */
   if (rc != SQLITE_ROW)
     return store_fail(st, f, "re-open parent");
+  /* It starts over: no end of an earlier lease is recorded, so that a fail
+   * or release of one retried now is not taken for a repeat of this run. */
   s = store_stmt(st, "UPDATE tasks SET state = 0, result = NULL, attempts = 0,"
                      " flags = 0, run_at_ms = ?2, updated_ms = ?2, worker = NULL,"
-                     " deadline_ms = NULL WHERE id = ?1");
+                     " deadline_ms = NULL, ended_token = NULL, ended_as = NULL WHERE id = ?1");
   if (s == NULL)
     return store_fail(st, f, "re-open parent");
   sqlite3_bind_int64(s, 1, parent);
@@ -345,17 +422,18 @@ static json_t *op_flag(store_t *st, const json_t *elem, const lease_held_t *h, c
   snprintf(why, sizeof why, "flagged invalid %lld times%s%s", (long long)flags, reason ? ": " : "",
            reason ? reason : "");
   if (flags < h->queue.max_flags) {
-    if (lease_give_back(st, h, f))
+    if (lease_give_back(st, h, LEASE_END_FLAGGED, f))
       return NULL;
   } else if (h->parent) {
     state = TASK_CANCELLED;
     reopened = h->parent;
-    if (lease_move(st, h, TASK_CANCELLED, now_ms(), why, 0, f) ||
+    if (lease_move(st, h, TASK_CANCELLED, now_ms(), why, 0, LEASE_END_FLAGGED, f) ||
         lease_reopen_parent(st, h->parent, f))
       return NULL;
   } else {
     state = TASK_DEAD;
-    if (lease_move(st, h, TASK_DEAD, now_ms(), why, 0, f) || lease_finished(st, h, f))
+    if (lease_move(st, h, TASK_DEAD, now_ms(), why, 0, LEASE_END_FLAGGED, f) ||
+        lease_finished(st, h, f))
       return NULL;
     metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
   }
@@ -378,11 +456,58 @@ static json_t *lease_apply_other(store_t *st, lease_op_t op, const json_t *elem,
   case LEASE_EXTEND:
     return op_extend(st, elem, h, ctx, f);
   case LEASE_RELEASE:
-    return lease_give_back(st, h, f) ? NULL : json_integer(h->id);
+    return lease_give_back(st, h, LEASE_END_RELEASED, f) ? NULL : json_integer(h->id);
   case LEASE_FLAG:
     return op_flag(st, elem, h, ctx, f);
   }
   return NULL;
+}
+
+/*
+ * A fail or release repeated under the token whose lease it ended (a retry
+ * whose reply was lost, as around a restart of the head) is a success with
+ * the first reply's shape and changes nothing: no attempt, count, tally or
+ * metric, no second re-queue, and a lease granted since keeps the task.
+ * The first call's outcome stands, whatever the repeat's "error" or
+ * "permanent" say.  A fail's element is the first one's (the state its end
+ * left the task in, recorded with it) marked "repeated": true; releases are
+ * counted in "released" and, as repeats, in "repeated" (lease_apply_reply).
+ */
+static muster_err_t lease_repeat(lease_op_t op, const json_t *elem, const lease_held_t *h,
+                                 const lease_ended_t *e, const char *ctx, apply_out_t *out,
+                                 fail_t *f) {
+  const char *error;
+  bool permanent;
+  json_t *one = NULL;
+  if (op == LEASE_RELEASE) {
+    one = json_integer(h->id);
+    out->repeated++;
+  } else if (op_fail_fields(elem, ctx, &error, &permanent, f) == MUSTER_OK &&
+             (one = op_failed_item(h->id, e->state, e->run_at_ms)) != NULL) {
+    json_object_set_new(one, "repeated", json_true());
+  }
+  if (one == NULL || json_array_append_new(out->tree, one) != 0)
+    return f->code ? f->code : fail_set(f, MUSTER_NOMEM, "out of memory");
+  return MUSTER_OK;
+}
+
+/* A call of `op` under `token`, which does not hold the task `h`: a repeat
+ * of the fail or release that ended the lease under it is answered
+ * (lease_repeat) while that end is the task's last; anything else is
+ * refused, saying what became of that lease.  A completion records no end
+ * (the done task keeps its token), so a done task's last end is that. */
+static muster_err_t lease_not_held(store_t *st, lease_op_t op, const json_t *elem,
+                                   const lease_held_t *h, int64_t token, const char *ctx,
+                                   apply_out_t *out, fail_t *f) {
+  lease_ended_t e;
+  if (lease_ended_load(st, h->id, &e, f))
+    return f->code;
+  bool last = e.token == token && h->state != TASK_DONE;
+  bool repeat = last && ((op == LEASE_FAIL && e.kind == LEASE_END_FAILED) ||
+                         (op == LEASE_RELEASE && e.kind == LEASE_END_RELEASED));
+  if (repeat)
+    return lease_repeat(op, elem, h, &e, ctx, out, f);
+  return lease_refuse(h, &e, token, ctx, f);
 }
 
 /* Checks one element's task and token, applies `op` to it and adds its
@@ -415,20 +540,26 @@ static muster_err_t lease_apply_one(store_t *st, lease_op_t op, const json_t *el
     free(text);
     return err;
   }
-  if (lease_check(st, task, token, ctx, &h, cache, f))
+  if (lease_load(st, task, ctx, &h, cache, f))
     return f->code;
+  if (h.state != TASK_LEASED || h.token != token)
+    return lease_not_held(st, op, elem, &h, token, ctx, out, f);
   json_t *one = lease_apply_other(st, op, elem, &h, ctx, f);
   if (one == NULL || json_array_append_new(out->tree, one) != 0)
     return f->code ? f->code : fail_set(f, MUSTER_NOMEM, "out of memory");
   return MUSTER_OK;
 }
 
-/* The reply object of a batch applied into `out`: {"released": n}, or the
- * replies under the operation's key, the completions as one raw node. */
+/* The reply object of a batch applied into `out`: {"released": n} (with
+ * "repeated": m when m of them were repeats), or the replies under the
+ * operation's key, the completions as one raw node. */
 static json_t *lease_apply_reply(lease_op_t op, apply_out_t *out, fail_t *f) {
   json_t *replies = NULL;
-  if (op == LEASE_RELEASE)
+  if (op == LEASE_RELEASE && out->repeated == 0)
     return json_pack("{s:I}", "released", (json_int_t)json_array_size(out->tree));
+  if (op == LEASE_RELEASE)
+    return json_pack("{s:I, s:I}", "released", (json_int_t)json_array_size(out->tree), "repeated",
+                     (json_int_t)out->repeated);
   if (op != LEASE_COMPLETE) {
     replies = json_incref(out->tree);
   } else {
@@ -460,12 +591,12 @@ static muster_err_t lease_complete_one(store_t *st, const jscan_elem_t *e, size_
  * joined to its row by id), one UPDATE completes them all (the rows found by
  * id, each result through the store's map: muster_map_text, store.h).  The
  * elements are checked in order before anything is written, each as
- * lease_check and op_complete check it, so a refusal names the element and
- * gives the message it gave.  That order is the one-by-one order's only when
- * no element can change another's row: the batch is declined (the caller
- * goes element by element) when an id repeats, and when an id has no row (it
- * could be the next-stage task of an earlier element, made as that one
- * completes).
+ * lease_check_held and op_complete check it, so a refusal names the element
+ * and gives the message it gave.  That order is the one-by-one order's only
+ * when no element can change another's row: the batch is declined (the
+ * caller goes element by element) when an id repeats, and when an id has no
+ * row (it could be the next-stage task of an earlier element, made as that
+ * one completes).
  */
 
 static int id_cmp(const void *a, const void *b) {
@@ -578,8 +709,7 @@ static muster_err_t lease_complete_check(store_t *st, const jscan_elem_t *e, siz
                                          size_t max_payload, fail_t *f) {
   char ctx[32];
   lease_ctx(ctx, i);
-  if (lease_held_queue(st, queue, h, cache, f) ||
-      lease_check_held(h, e->ints[0], e->ints[1], ctx, f) ||
+  if (lease_held_queue(st, queue, h, cache, f) || lease_check_held(st, h, e->ints[1], ctx, f) ||
       op_complete_size(e->text, ctx, max_payload, f))
     return f->code;
   return MUSTER_OK;
