@@ -1,11 +1,14 @@
 /*
- * lease_internal.h — what lease.c and lease_ops.c share: a leased task as the
- * store has it, and the transitions both files make of it.
+ * lease_internal.h — what lease.c, lease_ops.c and lease_complete_batch.c
+ * share: a leased task as the store has it, the transitions the files make of
+ * it, and the pieces of a completion the batched path shares with the
+ * element-by-element one.
  *
  * lease.c grants leases and ends those that lapse without a call (expiry,
  * worker timeout); lease_ops.c applies a worker's operations on leases it
- * holds (complete, fail, extend, release, flag).  Both move tasks through the
- * functions below, so that a transition is written, counted and reported to
+ * holds (complete, fail, extend, release, flag), of which
+ * lease_complete_batch.c applies a batch of completions at once.  They move
+ * tasks through the functions below, so that a transition is written, counted and reported to
  * sessions in one place.  Everything here runs inside the request's (or the
  * sweeper's) transaction.
  */
@@ -99,6 +102,60 @@ int lease_lapse(store_t *st, const lease_held_t *h, const char *error, lease_end
 /* Back to queued at once, the end recorded as `end`; the attempt the lease
  * took is given back. */
 muster_err_t lease_give_back(store_t *st, const lease_held_t *h, lease_end_t end, fail_t *f);
+
+/*
+ * What lease_ops.c (the operations on held leases, element by element) and
+ * lease_complete_batch.c (a batch of completions with two statements) share.
+ */
+
+/* A batch's replies as they are made (lease_ops.c). */
+typedef struct lease_apply_out lease_apply_out_t;
+
+/* Writes "leases[i]", the context of element `i` in error messages, into
+ * `ctx` (32 bytes). */
+void lease_ctx(char ctx[32], size_t i);
+
+/* True when task `h` was completed under `token`, so that a completion under
+ * it again is a retry whose reply was lost.  Reliable because tokens come
+ * from one counter that never repeats, a task's token changes only when it
+ * is leased again, and only a completion makes a task done: the token of a
+ * done task is the one that completed it. */
+static inline bool lease_completed_by(const lease_held_t *h, int64_t token) {
+  return h->state == TASK_DONE && h->token == token;
+}
+
+/* Checks that the task `h` is leased under `token`; a refusal reads the
+ * end recorded on its row to say what became of that lease. */
+muster_err_t lease_check_held(store_t *st, const lease_held_t *h, int64_t token, const char *ctx,
+                              fail_t *f);
+
+/* Refuses a result above `max_payload` bytes (`text`: encoded JSON; NULL:
+ * none). */
+muster_err_t lease_complete_size(const char *text, const char *ctx, size_t max_payload, fail_t *f);
+
+/* What follows a completion's row update (the task `h`, its result `text`,
+ * counted already): with a next stage, its result becomes a task there;
+ * the session's result (unless the caller records a batch's at once:
+ * `session_later`), the worker's tally, the metrics, and the reply
+ * {"task", "next_task"} appended to the completions of `out`. */
+muster_err_t lease_complete_after(store_t *st, const char *text, const lease_held_t *h,
+                                  bool session_later, lease_apply_out_t *out, fail_t *f);
+
+/* Completes the scanned batch `body` with two statements (see
+ * lease_complete_batch.c).  Returns 1 when it declines (nothing done: go element by element), 0
+ * when done, -1 with *f filled.  A refused element fails the batch after the elements before it
+ * were completed, as one by one: a request that keeps its writes after an error (http.c, `keep`)
+ * keeps theirs, counted. */
+int lease_complete_batch(store_t *st, const jscan_body_t *body, size_t max_payload,
+                         counts_run_t *run, queue_t *cache, lease_apply_out_t *out, fail_t *f);
+
+/* lease_complete_batch for a parsed body's "leases" (a body the scanner
+ * declined: whitespace, as Python's json.dumps writes it, other escapes):
+ * when every element's fields are valid, as lease_apply_one checks them, its
+ * task, token and encoded result go to the batch; any field error declines
+ * (returns 1, *f untouched) and the element-by-element path gives it. */
+int lease_complete_tree(store_t *st, const json_t *leases, size_t max_payload, counts_run_t *run,
+                        queue_t *cache, lease_apply_out_t *out, fail_t *f);
 
 /* Appends `v`, or null when it is not `present`, to `out`. */
 static inline void lease_add_int_or_null(jw_buf_t *out, bool present, int64_t v) {
