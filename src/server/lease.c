@@ -88,11 +88,12 @@ muster_err_t lease_held_load(store_t *st, int64_t id, lease_held_t *h, queue_t *
 
 /* The contract is in lease_internal.h. */
 muster_err_t lease_move(store_t *st, const lease_held_t *h, int state, int64_t run_at_ms,
-                        const char *error, int64_t attempts_delta, fail_t *f) {
+                        const char *error, int64_t attempts_delta, lease_end_t end, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = ?2, run_at_ms = ?3,"
                                    " error = coalesce(?4, error), attempts = attempts + ?5,"
-                                   " worker = NULL, deadline_ms = NULL, updated_ms = ?6"
-                                   " WHERE id = ?1");
+                                   " worker = NULL, deadline_ms = NULL, updated_ms = ?6,"
+                                   " ended_token = coalesce(?7, ended_token),"
+                                   " ended_as = coalesce(?8, ended_as) WHERE id = ?1");
   if (s == NULL)
     return store_fail(st, f, "task update");
   sqlite3_bind_int64(s, 1, h->id);
@@ -101,6 +102,10 @@ muster_err_t lease_move(store_t *st, const lease_held_t *h, int state, int64_t r
   store_bind_text(s, 4, error);
   sqlite3_bind_int64(s, 5, attempts_delta);
   sqlite3_bind_int64(s, 6, now_ms());
+  if (end != LEASE_END_NONE) { /* unbound: NULL, the record kept */
+    sqlite3_bind_int64(s, 7, h->token);
+    sqlite3_bind_int(s, 8, (int)end * LEASE_END_STATES + state);
+  }
   if (store_step_done(st, s, f))
     return f->code;
   return counts_move(st, h->queue.name, h->state, state, 1, f);
@@ -112,18 +117,19 @@ muster_err_t lease_finished(store_t *st, const lease_held_t *h, fail_t *f) {
 }
 
 /* The contract is in lease_internal.h. */
-int lease_lapse(store_t *st, const lease_held_t *h, const char *error, int64_t *run_at_out,
-                fail_t *f) {
+int lease_lapse(store_t *st, const lease_held_t *h, const char *error, lease_end_t end,
+                int64_t *run_at_out, fail_t *f) {
   int64_t now = now_ms();
   if (h->attempts >= h->queue.max_attempts) {
     metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
-    return lease_move(st, h, TASK_DEAD, now, error, 0, f) || lease_finished(st, h, f) ? -1
-                                                                                      : TASK_DEAD;
+    if (lease_move(st, h, TASK_DEAD, now, error, 0, end, f) || lease_finished(st, h, f))
+      return -1;
+    return TASK_DEAD;
   }
   int64_t run_at = now + queue_backoff_ms(&h->queue, h->attempts);
   if (run_at_out)
     *run_at_out = run_at;
-  if (lease_move(st, h, TASK_QUEUED, run_at, error, 0, f))
+  if (lease_move(st, h, TASK_QUEUED, run_at, error, 0, end, f))
     return -1;
   metrics_count(METRIC_TASKS_RETRIED, h->queue.name, 1);
   store_notify_ready(st, h->queue.name);
@@ -131,8 +137,8 @@ int lease_lapse(store_t *st, const lease_held_t *h, const char *error, int64_t *
 }
 
 /* The contract is in lease_internal.h. */
-muster_err_t lease_give_back(store_t *st, const lease_held_t *h, fail_t *f) {
-  if (lease_move(st, h, TASK_QUEUED, now_ms(), NULL, -1, f))
+muster_err_t lease_give_back(store_t *st, const lease_held_t *h, lease_end_t end, fail_t *f) {
+  if (lease_move(st, h, TASK_QUEUED, now_ms(), NULL, -1, end, f))
     return f->code;
   store_notify_ready(st, h->queue.name);
   return MUSTER_OK;
@@ -452,7 +458,7 @@ static bool lease_rounds(store_t *st, const queue_t *q, int64_t worker, int64_t 
       if (c->attempts >= q->max_attempts) {
         lease_held_t h;
         ok = lease_held_load(st, c->id, &h, NULL, f) == MUSTER_OK &&
-             lease_lapse(st, &h, "out of attempts", NULL, f) >= 0;
+             lease_lapse(st, &h, "out of attempts", LEASE_END_NONE, NULL, f) >= 0;
         more = true;
       } else {
         leasable[nleasable++] = i;
@@ -546,7 +552,7 @@ int64_t lease_expire_due(store_t *st, int64_t now, int64_t limit) {
     lease_held_t h;
     fail_t f = {0};
     if (lease_held_load(st, ids[i], &h, NULL, &f) ||
-        lease_lapse(st, &h, "lease expired", NULL, &f) < 0) {
+        lease_lapse(st, &h, "lease expired", LEASE_END_LAPSED, NULL, &f) < 0) {
       done = -1;
       break;
     }
@@ -573,8 +579,8 @@ static int64_t lease_end_worker_why(store_t *st, int64_t worker, const char *rea
     lease_held_t h;
     fail_t f = {0};
     bool failed = lease_held_load(st, ids[i], &h, NULL, &f) ||
-                  (reason ? lease_lapse(st, &h, reason, NULL, &f) < 0
-                          : lease_give_back(st, &h, &f) != MUSTER_OK);
+                  (reason ? lease_lapse(st, &h, reason, LEASE_END_LAPSED, NULL, &f) < 0
+                          : lease_give_back(st, &h, LEASE_END_LAPSED, &f) != MUSTER_OK);
     if (failed) {
       done = -1;
       break;

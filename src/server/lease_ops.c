@@ -1,13 +1,18 @@
 /*
  * lease_ops.c — what a worker does with a lease it holds: complete, fail,
- * extend, release, flag (lease_apply and the scanned completion).
+ * extend, release, flag (lease_apply and the scanned completion), element by
+ * element; a batch of completions goes through lease_complete_batch.c's two
+ * statements when it can.
  *
- * Every element goes through lease_check, which loads the row and verifies
- * the fencing token; nothing here trusts a worker's word about which task it
- * holds.  Batches run inside the request's savepoint: the first refused
- * element makes the caller roll back all earlier ones.  Granting leases and
- * the lapses without a call are lease.c's; the transitions both use are in
- * lease_internal.h.
+ * Every element's row is loaded and its fencing token checked; nothing here
+ * trusts a worker's word about which task it holds.  A completion, fail or
+ * release sent again under the token whose lease it ended (its reply was
+ * lost) is answered as a repeat and changes nothing; the row records how its
+ * last lease ended (lease_end_t) for that, and for refusals that say what
+ * became of a lease.  Batches run inside the request's savepoint: the first
+ * refused element makes the caller roll back all earlier ones.  Granting
+ * leases and the lapses without a call are lease.c's; the transitions both
+ * use are in lease_internal.h.
  */
 #include "lease.h"
 #include "counts.h"
@@ -16,7 +21,6 @@
 #include "lease_internal.h"
 #include "log.h"
 #include "metrics.h"
-#include "session.h"
 #include "task.h"
 #include "worker.h"
 
@@ -24,10 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Writes "leases[i]", the context of element `i` in error messages, into
- * `ctx` (32 bytes): by hand, as it is written for every element of a batch,
- * refused or not. */
-static void lease_ctx(char ctx[32], size_t i) {
+/* The contract is in lease_internal.h.  By hand, as it is written for
+ * every element of a batch, refused or not. */
+void lease_ctx(char ctx[32], size_t i) {
   char digits[24];
   size_t n = 0;
   do {
@@ -41,42 +44,96 @@ static void lease_ctx(char ctx[32], size_t i) {
   ctx[8 + n] = '\0';
 }
 
-/* True when task `h` was completed under `token`, so that a completion under
- * it again is a retry whose reply was lost.  Reliable because tokens come
- * from one counter that never repeats, a task's token changes only when it
- * is leased again, and only a completion makes a task done: the token of a
- * done task is the one that completed it. */
-static bool lease_completed_by(const lease_held_t *h, int64_t token) {
-  return h->state == TASK_DONE && h->token == token;
+/* What the row of a task records of its last lease to end (lease_end_t),
+ * read only when a call names a token that does not hold the task. */
+typedef struct {
+  int64_t token;     /* that lease's token; 0: none recorded */
+  lease_end_t kind;  /* how it ended */
+  int state;         /* the state that end left the task in */
+  int64_t run_at_ms; /* the task's run time now: that end's, while it is the last recorded */
+} lease_ended_t;
+
+/* Loads the end recorded on the row of task `id` into *e. */
+static muster_err_t lease_ended_load(store_t *st, int64_t id, lease_ended_t *e, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT coalesce(ended_token, 0), coalesce(ended_as, 0),"
+                                   " run_at_ms FROM tasks WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "lease end lookup");
+  sqlite3_bind_int64(s, 1, id);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    int64_t as = sqlite3_column_int64(s, 1);
+    *e = (lease_ended_t){.token = sqlite3_column_int64(s, 0),
+                         .kind = (lease_end_t)(as / LEASE_END_STATES),
+                         .state = (int)(as % LEASE_END_STATES),
+                         .run_at_ms = sqlite3_column_int64(s, 2)};
+  }
+  store_reset(s);
+  return rc == SQLITE_ROW ? MUSTER_OK : store_fail(st, f, "lease end lookup");
 }
 
-/* Checks that task `id`, loaded into *h, is leased under `token`; the
- * refusal says what became of that lease, as far as the row tells. */
-static muster_err_t lease_check_held(const lease_held_t *h, int64_t id, int64_t token,
-                                     const char *ctx, fail_t *f) {
-  if (h->state == TASK_LEASED && h->token == token)
-    return MUSTER_OK;
+/* What ended the lease under a token, for refusals: `kind` as recorded, or
+ * LEASE_END_NONE when the row records another lease's end or none (a lease
+ * that ended before the record existed, or a re-opened task's). */
+static const char *lease_end_said(lease_end_t kind) {
+  switch (kind) {
+  case LEASE_END_FAILED:
+    return "a fail under this token ended it";
+  case LEASE_END_RELEASED:
+    return "a release under this token ended it";
+  case LEASE_END_FLAGGED:
+    return "an invalid-data flag under this token ended it";
+  case LEASE_END_LAPSED:
+    return "it expired, or its worker timed out, crashed or said goodbye";
+  case LEASE_END_NONE:
+    break;
+  }
+  return "an earlier call under this token ended it, or it expired or its worker timed out";
+}
+
+/* Refuses a call under `token`, which does not hold the task `h` (its
+ * recorded end `e`): the message says what became of that lease, as far as
+ * the row tells. */
+static muster_err_t lease_refuse(const lease_held_t *h, const lease_ended_t *e, int64_t token,
+                                 const char *ctx, fail_t *f) {
+  long long id = (long long)h->id, tok = (long long)token;
+  const char *said = lease_end_said(e->token == token ? e->kind : LEASE_END_NONE);
+  if (lease_completed_by(h, token))
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: task %lld was already completed under token %lld; that completion "
+                    "ended the lease",
+                    ctx, id, tok);
+  if (h->token == token)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: the lease of task %lld under token %lld already ended (the task is %s "
+                    "now): %s",
+                    ctx, id, tok, task_state_name(h->state), said);
+  if (e->token == token)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: the lease of task %lld under token %lld already ended (%s), and the "
+                    "task was leased again since (it is %s now)",
+                    ctx, id, tok, said, task_state_name(h->state));
   if (h->state == TASK_LEASED)
     return fail_set(f, MUSTER_LEASE_LOST,
                     "%s: token %lld does not hold task %lld: the task is leased under another "
                     "token (the lease under %lld ended and it was leased again, or that token "
                     "was never this task's)",
-                    ctx, (long long)token, (long long)id, (long long)token);
-  if (lease_completed_by(h, token))
-    return fail_set(f, MUSTER_LEASE_LOST,
-                    "%s: task %lld was already completed under token %lld; that completion "
-                    "ended the lease",
-                    ctx, (long long)id, (long long)token);
-  if (h->token == token)
-    return fail_set(f, MUSTER_LEASE_LOST,
-                    "%s: the lease of task %lld under token %lld already ended (the task is %s "
-                    "now): an earlier fail, release or flag under this token ended it, or it "
-                    "expired or its worker timed out",
-                    ctx, (long long)id, (long long)token, task_state_name(h->state));
+                    ctx, tok, id, tok);
   return fail_set(f, MUSTER_LEASE_LOST,
                   "%s: task %lld is not leased (it is %s), and token %lld is not its last lease: "
                   "that lease ended and the work belongs to no one now",
-                  ctx, (long long)id, task_state_name(h->state), (long long)token);
+                  ctx, id, task_state_name(h->state), tok);
+}
+
+/* The contract is in lease_internal.h. */
+muster_err_t lease_check_held(store_t *st, const lease_held_t *h, int64_t token, const char *ctx,
+                              fail_t *f) {
+  if (h->state == TASK_LEASED && h->token == token)
+    return MUSTER_OK;
+  lease_ended_t e;
+  if (lease_ended_load(st, h->id, &e, f))
+    return f->code;
+  return lease_refuse(h, &e, token, ctx, f);
 }
 
 /* Loads task `id` into *h. */
@@ -88,35 +145,29 @@ static muster_err_t lease_load(store_t *st, int64_t id, const char *ctx, lease_h
   return err;
 }
 
-/* Loads task `id` and checks that it is leased under `token`. */
-static muster_err_t lease_check(store_t *st, int64_t id, int64_t token, const char *ctx,
-                                lease_held_t *h, queue_t *cache, fail_t *f) {
-  if (lease_load(st, id, ctx, h, cache, f))
-    return f->code;
-  return lease_check_held(h, id, token, ctx, f);
-}
-
 /* A batch's replies as they are made.  Completions, one per task of every
  * worker's cycle, are written as text {"task", "next_task"} (a tree each
  * showed in profiles of batched cycles); the other operations' replies are
  * a tree. */
-typedef struct {
+struct lease_apply_out {
   json_t *tree;       /* array of the replies to fail, extend, release, flag */
   jw_buf_t completed; /* "[" and the completions' objects, comma-separated */
   int64_t worker;     /* completions of this worker not yet added to its counter */
   int64_t worker_completed;
-} apply_out_t;
+  size_t repeated; /* releases answered as repeats (lease_repeat) */
+};
 
 /* Adds the completions tallied in `out` to their worker's counter: a batch
  * usually comes from one worker, so it is one UPDATE per batch, not per task. */
-static muster_err_t apply_count_worker(store_t *st, apply_out_t *out, fail_t *f) {
+static muster_err_t apply_count_worker(store_t *st, lease_apply_out_t *out, fail_t *f) {
   muster_err_t err = worker_count(st, out->worker, WORKER_COMPLETED, out->worker_completed, f);
   out->worker_completed = 0;
   return err;
 }
 
 /* Tallies one completion of `worker` (0: anonymous) in `out`. */
-static muster_err_t apply_tally_worker(store_t *st, apply_out_t *out, int64_t worker, fail_t *f) {
+static muster_err_t apply_tally_worker(store_t *st, lease_apply_out_t *out, int64_t worker,
+                                       fail_t *f) {
   if (worker != out->worker && apply_count_worker(st, out, f))
     return f->code;
   out->worker = worker;
@@ -124,10 +175,8 @@ static muster_err_t apply_tally_worker(store_t *st, apply_out_t *out, int64_t wo
   return MUSTER_OK;
 }
 
-/* Refuses a result above `max_payload` bytes (`text`: encoded JSON; NULL:
- * none). */
-static muster_err_t op_complete_size(const char *text, const char *ctx, size_t max_payload,
-                                     fail_t *f) {
+/* The contract is in lease_internal.h. */
+muster_err_t lease_complete_size(const char *text, const char *ctx, size_t max_payload, fail_t *f) {
   if (text && strlen(text) > max_payload)
     return fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.result: %zu bytes, at most %zu allowed", ctx,
                     strlen(text), max_payload);
@@ -136,7 +185,8 @@ static muster_err_t op_complete_size(const char *text, const char *ctx, size_t m
 
 /* Opens the element {"task": id, "next_task": ID or null of a completion in
  * out->completed's list; the caller adds what else it says, and the "}". */
-static jw_buf_t *op_completed_item(apply_out_t *out, int64_t id, bool has_next, int64_t next_id) {
+static jw_buf_t *op_completed_item(lease_apply_out_t *out, int64_t id, bool has_next,
+                                   int64_t next_id) {
   jw_buf_t *b = &out->completed;
   if (b->len > 1) /* after the "[" */
     JW_ADD_LITERAL(b, ",");
@@ -147,13 +197,9 @@ static jw_buf_t *op_completed_item(apply_out_t *out, int64_t id, bool has_next, 
   return b;
 }
 
-/* What follows a completion's row update (the task `h`, its result `text`,
- * counted already): with a next stage, its result becomes a task there;
- * the session's result (unless the caller records a batch's at once:
- * `session_later`), the worker's tally, the metrics, and the reply
- * {"task", "next_task"} appended to out->completed. */
-static muster_err_t op_complete_after(store_t *st, const char *text, const lease_held_t *h,
-                                      bool session_later, apply_out_t *out, fail_t *f) {
+/* The contract is in lease_internal.h. */
+muster_err_t lease_complete_after(store_t *st, const char *text, const lease_held_t *h,
+                                  bool session_later, lease_apply_out_t *out, fail_t *f) {
   int64_t next_id = 0;
   if ((h->queue.next[0] &&
        task_insert(st, h->queue.next, text ? text : "null", h->priority, now_ms(), NULL,
@@ -171,8 +217,8 @@ static muster_err_t op_complete_after(store_t *st, const char *text, const lease
  * stage, its result becomes a task there. */
 static muster_err_t op_complete(store_t *st, const char *text, const lease_held_t *h,
                                 const char *ctx, size_t max_payload, counts_run_t *run,
-                                apply_out_t *out, fail_t *f) {
-  if (op_complete_size(text, ctx, max_payload, f))
+                                lease_apply_out_t *out, fail_t *f) {
+  if (lease_complete_size(text, ctx, max_payload, f))
     return f->code;
   sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 2, result = ?2, error = NULL,"
                                    " worker = NULL, deadline_ms = NULL, updated_ms = ?3"
@@ -184,7 +230,7 @@ static muster_err_t op_complete(store_t *st, const char *text, const lease_held_
   sqlite3_bind_int64(s, 3, now_ms());
   if (store_step_done(st, s, f) || counts_run_add(st, run, h->queue.name, h->state, TASK_DONE, f))
     return f->code;
-  return op_complete_after(st, text, h, false, out, f);
+  return lease_complete_after(st, text, h, false, out, f);
 }
 
 /* True when result texts `a` and `b` (encoded JSON; NULL: none) are the same
@@ -213,7 +259,7 @@ static bool op_results_equal(const char *a, const char *b) {
  * only by repeats.
  */
 static muster_err_t op_complete_repeat(store_t *st, const char *text, const lease_held_t *h,
-                                       apply_out_t *out, fail_t *f) {
+                                       lease_apply_out_t *out, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT result, (SELECT max(id) FROM tasks WHERE queue = ?2"
                                    " AND parent = ?1) FROM tasks WHERE id = ?1");
   if (s == NULL)
@@ -241,40 +287,55 @@ static muster_err_t op_complete_repeat(store_t *st, const char *text, const leas
  * task is leased under `token` (*h loaded, to be completed), -1 with *f
  * filled otherwise. */
 static int lease_check_complete(store_t *st, int64_t id, int64_t token, const char *text,
-                                const char *ctx, lease_held_t *h, queue_t *cache, apply_out_t *out,
-                                fail_t *f) {
+                                const char *ctx, lease_held_t *h, queue_t *cache,
+                                lease_apply_out_t *out, fail_t *f) {
   if (lease_load(st, id, ctx, h, cache, f))
     return -1;
   if (lease_completed_by(h, token))
     return op_complete_repeat(st, text, h, out, f) ? -1 : 1;
-  return lease_check_held(h, id, token, ctx, f) ? -1 : 0;
+  return lease_check_held(st, h, token, ctx, f) ? -1 : 0;
+}
+
+/* Reads a fail element's fields: its "error" (NULL: none) and "permanent". */
+static muster_err_t op_fail_fields(const json_t *elem, const char *ctx, const char **error,
+                                   bool *permanent, fail_t *f) {
+  static const char *const allowed[] = {"task", "token", "error", "permanent", NULL};
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_str(elem, "error", ctx, NULL, LEASE_MAX_ERROR, error, f) ||
+      jv_bool(elem, "permanent", ctx, false, permanent, f))
+    return f->code;
+  return MUSTER_OK;
+}
+
+/* The reply element of a fail of task `id` that left it in `state`: with
+ * the time it runs again when it was re-queued. */
+static json_t *op_failed_item(int64_t id, int state, int64_t run_at_ms) {
+  json_t *out = json_pack("{s:I, s:s}", "task", (json_int_t)id, "state", task_state_name(state));
+  if (out && state == TASK_QUEUED)
+    json_object_set_new(out, "run_at_ms", json_integer(run_at_ms));
+  return out;
 }
 
 static json_t *op_fail(store_t *st, const json_t *elem, const lease_held_t *h, const char *ctx,
                        fail_t *f) {
-  static const char *const allowed[] = {"task", "token", "error", "permanent", NULL};
   const char *error;
   bool permanent;
-  if (jv_only(elem, ctx, allowed, f) ||
-      jv_str(elem, "error", ctx, NULL, LEASE_MAX_ERROR, &error, f) ||
-      jv_bool(elem, "permanent", ctx, false, &permanent, f))
+  if (op_fail_fields(elem, ctx, &error, &permanent, f))
     return NULL;
+  const char *why = error ? error : permanent ? "failed permanently" : "failed";
   int state = TASK_FAILED;
   int64_t run_at = 0;
   if (permanent) {
-    if (lease_move(st, h, TASK_FAILED, now_ms(), error ? error : "failed permanently", 0, f) ||
+    if (lease_move(st, h, TASK_FAILED, now_ms(), why, 0, LEASE_END_FAILED, f) ||
         lease_finished(st, h, f))
       return NULL;
-  } else if ((state = lease_lapse(st, h, error ? error : "failed", &run_at, f)) < 0) {
+  } else if ((state = lease_lapse(st, h, why, LEASE_END_FAILED, &run_at, f)) < 0) {
     return NULL;
   }
   if (worker_count(st, h->worker, WORKER_FAILED, 1, f))
     return NULL;
   metrics_count(METRIC_TASKS_FAILED, h->queue.name, 1);
-  json_t *out = json_pack("{s:I, s:s}", "task", (json_int_t)h->id, "state", task_state_name(state));
-  if (state == TASK_QUEUED)
-    json_object_set_new(out, "run_at_ms", json_integer(run_at));
-  return out;
+  return op_failed_item(h->id, state, run_at);
 }
 
 static json_t *op_extend(store_t *st, const json_t *elem, const lease_held_t *h, const char *ctx,
@@ -314,9 +375,11 @@ static muster_err_t lease_reopen_parent(store_t *st, int64_t parent, fail_t *f) 
     return MUSTER_OK; /* the parent is gone: nothing to re-open */
   if (rc != SQLITE_ROW)
     return store_fail(st, f, "re-open parent");
+  /* It starts over: no end of an earlier lease is recorded, so that a fail
+   * or release of one retried now is not taken for a repeat of this run. */
   s = store_stmt(st, "UPDATE tasks SET state = 0, result = NULL, attempts = 0,"
                      " flags = 0, run_at_ms = ?2, updated_ms = ?2, worker = NULL,"
-                     " deadline_ms = NULL WHERE id = ?1");
+                     " deadline_ms = NULL, ended_token = NULL, ended_as = NULL WHERE id = ?1");
   if (s == NULL)
     return store_fail(st, f, "re-open parent");
   sqlite3_bind_int64(s, 1, parent);
@@ -345,17 +408,18 @@ static json_t *op_flag(store_t *st, const json_t *elem, const lease_held_t *h, c
   snprintf(why, sizeof why, "flagged invalid %lld times%s%s", (long long)flags, reason ? ": " : "",
            reason ? reason : "");
   if (flags < h->queue.max_flags) {
-    if (lease_give_back(st, h, f))
+    if (lease_give_back(st, h, LEASE_END_FLAGGED, f))
       return NULL;
   } else if (h->parent) {
     state = TASK_CANCELLED;
     reopened = h->parent;
-    if (lease_move(st, h, TASK_CANCELLED, now_ms(), why, 0, f) ||
+    if (lease_move(st, h, TASK_CANCELLED, now_ms(), why, 0, LEASE_END_FLAGGED, f) ||
         lease_reopen_parent(st, h->parent, f))
       return NULL;
   } else {
     state = TASK_DEAD;
-    if (lease_move(st, h, TASK_DEAD, now_ms(), why, 0, f) || lease_finished(st, h, f))
+    if (lease_move(st, h, TASK_DEAD, now_ms(), why, 0, LEASE_END_FLAGGED, f) ||
+        lease_finished(st, h, f))
       return NULL;
     metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
   }
@@ -378,18 +442,65 @@ static json_t *lease_apply_other(store_t *st, lease_op_t op, const json_t *elem,
   case LEASE_EXTEND:
     return op_extend(st, elem, h, ctx, f);
   case LEASE_RELEASE:
-    return lease_give_back(st, h, f) ? NULL : json_integer(h->id);
+    return lease_give_back(st, h, LEASE_END_RELEASED, f) ? NULL : json_integer(h->id);
   case LEASE_FLAG:
     return op_flag(st, elem, h, ctx, f);
   }
   return NULL;
 }
 
+/*
+ * A fail or release repeated under the token whose lease it ended (a retry
+ * whose reply was lost, as around a restart of the head) is a success with
+ * the first reply's shape and changes nothing: no attempt, count, tally or
+ * metric, no second re-queue, and a lease granted since keeps the task.
+ * The first call's outcome stands, whatever the repeat's "error" or
+ * "permanent" say.  A fail's element is the first one's (the state its end
+ * left the task in, recorded with it) marked "repeated": true; releases are
+ * counted in "released" and, as repeats, in "repeated" (lease_apply_reply).
+ */
+static muster_err_t lease_repeat(lease_op_t op, const json_t *elem, const lease_held_t *h,
+                                 const lease_ended_t *e, const char *ctx, lease_apply_out_t *out,
+                                 fail_t *f) {
+  const char *error;
+  bool permanent;
+  json_t *one = NULL;
+  if (op == LEASE_RELEASE) {
+    one = json_integer(h->id);
+    out->repeated++;
+  } else if (op_fail_fields(elem, ctx, &error, &permanent, f) == MUSTER_OK &&
+             (one = op_failed_item(h->id, e->state, e->run_at_ms)) != NULL) {
+    json_object_set_new(one, "repeated", json_true());
+  }
+  if (one == NULL || json_array_append_new(out->tree, one) != 0)
+    return f->code ? f->code : fail_set(f, MUSTER_NOMEM, "out of memory");
+  return MUSTER_OK;
+}
+
+/* A call of `op` under `token`, which does not hold the task `h`: a repeat
+ * of the fail or release that ended the lease under it is answered
+ * (lease_repeat) while that end is the task's last; anything else is
+ * refused, saying what became of that lease.  A completion records no end
+ * (the done task keeps its token), so a done task's last end is that. */
+static muster_err_t lease_not_held(store_t *st, lease_op_t op, const json_t *elem,
+                                   const lease_held_t *h, int64_t token, const char *ctx,
+                                   lease_apply_out_t *out, fail_t *f) {
+  lease_ended_t e;
+  if (lease_ended_load(st, h->id, &e, f))
+    return f->code;
+  bool last = e.token == token && h->state != TASK_DONE;
+  bool repeat = last && ((op == LEASE_FAIL && e.kind == LEASE_END_FAILED) ||
+                         (op == LEASE_RELEASE && e.kind == LEASE_END_RELEASED));
+  if (repeat)
+    return lease_repeat(op, elem, h, &e, ctx, out, f);
+  return lease_refuse(h, &e, token, ctx, f);
+}
+
 /* Checks one element's task and token, applies `op` to it and adds its
  * reply to `out`. */
 static muster_err_t lease_apply_one(store_t *st, lease_op_t op, const json_t *elem, size_t i,
                                     size_t max_payload, counts_run_t *run, queue_t *cache,
-                                    apply_out_t *out, fail_t *f) {
+                                    lease_apply_out_t *out, fail_t *f) {
   char ctx[32];
   lease_ctx(ctx, i);
   int64_t task, token;
@@ -415,20 +526,26 @@ static muster_err_t lease_apply_one(store_t *st, lease_op_t op, const json_t *el
     free(text);
     return err;
   }
-  if (lease_check(st, task, token, ctx, &h, cache, f))
+  if (lease_load(st, task, ctx, &h, cache, f))
     return f->code;
+  if (h.state != TASK_LEASED || h.token != token)
+    return lease_not_held(st, op, elem, &h, token, ctx, out, f);
   json_t *one = lease_apply_other(st, op, elem, &h, ctx, f);
   if (one == NULL || json_array_append_new(out->tree, one) != 0)
     return f->code ? f->code : fail_set(f, MUSTER_NOMEM, "out of memory");
   return MUSTER_OK;
 }
 
-/* The reply object of a batch applied into `out`: {"released": n}, or the
- * replies under the operation's key, the completions as one raw node. */
-static json_t *lease_apply_reply(lease_op_t op, apply_out_t *out, fail_t *f) {
+/* The reply object of a batch applied into `out`: {"released": n} (with
+ * "repeated": m when m of them were repeats), or the replies under the
+ * operation's key, the completions as one raw node. */
+static json_t *lease_apply_reply(lease_op_t op, lease_apply_out_t *out, fail_t *f) {
   json_t *replies = NULL;
-  if (op == LEASE_RELEASE)
+  if (op == LEASE_RELEASE && out->repeated == 0)
     return json_pack("{s:I}", "released", (json_int_t)json_array_size(out->tree));
+  if (op == LEASE_RELEASE)
+    return json_pack("{s:I, s:I}", "released", (json_int_t)json_array_size(out->tree), "repeated",
+                     (json_int_t)out->repeated);
   if (op != LEASE_COMPLETE) {
     replies = json_incref(out->tree);
   } else {
@@ -444,7 +561,7 @@ static json_t *lease_apply_reply(lease_op_t op, apply_out_t *out, fail_t *f) {
 /* A completion read by the scanner (task, token and result checked). */
 static muster_err_t lease_complete_one(store_t *st, const jscan_elem_t *e, size_t i,
                                        size_t max_payload, counts_run_t *run, queue_t *cache,
-                                       apply_out_t *out, fail_t *f) {
+                                       lease_apply_out_t *out, fail_t *f) {
   char ctx[32];
   lease_held_t h;
   lease_ctx(ctx, i);
@@ -454,331 +571,11 @@ static muster_err_t lease_complete_one(store_t *st, const jscan_elem_t *e, size_
   return op_complete(st, e->text, &h, ctx, max_payload, run, out, f);
 }
 
-/*
- * A scanned batch of completions is applied with two statements, not two per
- * task: one SELECT finds every element's row (json_each over the ids, each
- * joined to its row by id), one UPDATE completes them all (the rows found by
- * id, each result through the store's map: muster_map_text, store.h).  The
- * elements are checked in order before anything is written, each as
- * lease_check and op_complete check it, so a refusal names the element and
- * gives the message it gave.  That order is the one-by-one order's only when
- * no element can change another's row: the batch is declined (the caller
- * goes element by element) when an id repeats, and when an id has no row (it
- * could be the next-stage task of an earlier element, made as that one
- * completes).
- */
-
-static int id_cmp(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* True when the `n` ids of `body`'s elements are all different; `sorted`
- * has room for n. */
-static bool lease_ids_distinct(const jscan_body_t *body, int64_t *sorted) {
-  size_t n = body->count;
-  bool ascending = true; /* the usual batch: then distinct without a sort */
-  for (size_t i = 0; i < n; i++) {
-    sorted[i] = body->elems[i].ints[0];
-    ascending &= i == 0 || sorted[i] > sorted[i - 1];
-  }
-  if (ascending)
-    return true;
-  qsort(sorted, n, sizeof *sorted, id_cmp);
-  for (size_t i = 1; i < n; i++)
-    if (sorted[i] == sorted[i - 1])
-      return false;
-  return true;
-}
-
-/* The lowest and highest task ids of the first `n` elements of `body`
- * (distinct: lease_ids_distinct); true when they are consecutive, so that
- * `id BETWEEN lo AND hi` names exactly their rows. */
-static bool lease_body_range(const jscan_body_t *body, size_t n, int64_t *lo, int64_t *hi) {
-  *lo = INT64_MAX;
-  *hi = INT64_MIN;
-  for (size_t i = 0; i < n; i++) {
-    int64_t id = body->elems[i].ints[0];
-    *lo = id < *lo ? id : *lo;
-    *hi = id > *hi ? id : *hi;
-  }
-  return *hi - *lo == (int64_t)n - 1;
-}
-
-/* Appends the task ids of the first `n` elements of `body` to `ids` as a JSON
- * array, for `id IN (SELECT value FROM json_each(?))`. */
-static void lease_body_ids(const jscan_body_t *body, size_t n, jw_buf_t *ids) {
-  JW_ADD_LITERAL(ids, "[");
-  for (size_t i = 0; i < n; i++) {
-    if (i > 0)
-      JW_ADD_LITERAL(ids, ",");
-    jw_add_int(ids, body->elems[i].ints[0]);
-  }
-  JW_ADD_LITERAL(ids, "]");
-}
-
-/* Loads the rows of the elements of `body` (distinct ids) into held[i],
- * their queues' names into queues[i], with one SELECT: over the range of
- * ids when they are consecutive (as lease_complete_rows updates them), else
- * over the list.  Returns 1 when each element has its row, 0 when some has
- * none, -1 with *f filled on a store failure. */
-static int lease_held_batch(store_t *st, const jscan_body_t *body, lease_held_t *held,
-                            char (*queues)[NAME_MAX_LEN + 1], fail_t *f) {
-  size_t n = body->count;
-  int64_t lo, hi;
-  /* For a range: the element of each id, by its offset from lo. */
-  size_t *pos = lease_body_range(body, n, &lo, &hi) ? malloc(n * sizeof *pos) : NULL;
-  sqlite3_stmt *s =
-      pos ? store_stmt(st, "SELECT tasks.id, " LEASE_HELD_COLUMNS " FROM tasks"
-                           " WHERE tasks.id BETWEEN ?1 AND ?2")
-          : store_stmt(st, "SELECT j.key, " LEASE_HELD_COLUMNS " FROM json_each(?1) AS j"
-                           " CROSS JOIN tasks ON tasks.id = j.value");
-  jw_buf_t ids = {0};
-  if (pos) {
-    for (size_t i = 0; i < n; i++)
-      pos[body->elems[i].ints[0] - lo] = i;
-  } else {
-    lease_body_ids(body, n, &ids);
-  }
-  if (s == NULL || ids.failed) {
-    jw_buf_free(&ids);
-    free(pos);
-    return s ? (fail_set(f, MUSTER_NOMEM, "out of memory"), -1)
-             : (store_fail(st, f, "lease lookup"), -1);
-  }
-  if (pos) {
-    sqlite3_bind_int64(s, 1, lo);
-    sqlite3_bind_int64(s, 2, hi);
-  } else {
-    sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
-  }
-  size_t found = 0;
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    /* The element: its offset in the range, or json_each's key. */
-    int64_t key = sqlite3_column_int64(s, 0);
-    int64_t i = pos ? (int64_t)pos[key - lo] : key;
-    if (i < 0 || (size_t)i >= n)
-      break; /* cannot happen: the range's ids, json_each's keys */
-    lease_held_row(s, 1, body->elems[i].ints[0], &held[i], queues[i]);
-    found++;
-  }
-  store_reset(s);
-  jw_buf_free(&ids);
-  free(pos);
-  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-    return store_fail(st, f, "lease lookup"), -1;
-  return rc == SQLITE_DONE && found == n; /* ids are distinct: one row each */
-}
-
-/* Checks element `i` (loaded into *h, its queue named `queue`) as
- * lease_complete_one would, filling h->queue. */
-static muster_err_t lease_complete_check(store_t *st, const jscan_elem_t *e, size_t i,
-                                         const char *queue, lease_held_t *h, queue_t *cache,
-                                         size_t max_payload, fail_t *f) {
-  char ctx[32];
-  lease_ctx(ctx, i);
-  if (lease_held_queue(st, queue, h, cache, f) ||
-      lease_check_held(h, e->ints[0], e->ints[1], ctx, f) ||
-      op_complete_size(e->text, ctx, max_payload, f))
-    return f->code;
-  return MUSTER_OK;
-}
-
-/* Completes the rows of the first `n` elements of `body`, all found leased
- * under their tokens, with one UPDATE. */
-static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, size_t n,
-                                        fail_t *f) {
-  bool any_result = false;
-  for (size_t i = 0; i < n; i++)
-    any_result |= body->elems[i].text != NULL;
-  /* Consecutive ids are the range itself, read in one pass, as lease_batch
-   * reads a batch's leases. */
-  int64_t lo, hi;
-  bool range = lease_body_range(body, n, &lo, &hi);
-  /* The results through the store's map (muster_map_text: id to result);
-   * acknowledgements without results, the common case, need none. */
-  sqlite3_stmt *s;
-  if (range)
-    s = any_result ? store_stmt(st, "UPDATE tasks SET state = 2, result = muster_map_text(id),"
-                                    " error = NULL, worker = NULL, deadline_ms = NULL,"
-                                    " updated_ms = ?2 WHERE id BETWEEN ?1 AND ?3")
-                   : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
-                                    " worker = NULL, deadline_ms = NULL, updated_ms = ?2"
-                                    " WHERE id BETWEEN ?1 AND ?3");
-  else
-    s = any_result ? store_stmt(st, "UPDATE tasks SET state = 2, result = muster_map_text(id),"
-                                    " error = NULL, worker = NULL, deadline_ms = NULL,"
-                                    " updated_ms = ?2 WHERE id IN (SELECT value FROM json_each(?1))")
-                   : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
-                                    " worker = NULL, deadline_ms = NULL, updated_ms = ?2"
-                                    " WHERE id IN (SELECT value FROM json_each(?1))");
-  if (s == NULL)
-    return store_fail(st, f, "complete");
-  jw_buf_t ids = {0};
-  store_pair_t *results = any_result ? malloc(n * sizeof *results) : NULL;
-  if (!range)
-    lease_body_ids(body, n, &ids);
-  for (size_t i = 0; results && i < n; i++) {
-    const jscan_elem_t *e = &body->elems[i];
-    results[i] = (store_pair_t){.key = e->ints[0], .text = e->text, .text_len = e->text_len};
-  }
-  muster_err_t err = MUSTER_OK;
-  if (ids.failed || (any_result && results == NULL)) {
-    err = fail_set(f, MUSTER_NOMEM, "out of memory");
-  } else {
-    if (results) {
-      store_pairs_sort(results, n);
-      store_map_set(st, results, n);
-    }
-    if (range) {
-      sqlite3_bind_int64(s, 1, lo);
-      sqlite3_bind_int64(s, 3, hi);
-    } else {
-      sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
-    }
-    sqlite3_bind_int64(s, 2, now_ms());
-    err = store_step_done(st, s, f);
-    store_map_set(st, NULL, 0);
-    if (!err && sqlite3_changes64(store_db(st)) != (int64_t)n)
-      err = fail_set(f, MUSTER_STORE, "store: complete: %lld of %zu tasks updated",
-                     (long long)sqlite3_changes64(store_db(st)), n);
-  }
-  jw_buf_free(&ids);
-  free(results);
-  return err;
-}
-
-/* Records the session results of the `n` tasks of `held` just completed, in
- * order, with session_record_finished: one read and one write of each
- * session for the batch instead of per task. */
-static muster_err_t lease_record_done(store_t *st, const lease_held_t *held, size_t n,
-                                      fail_t *f) {
-  session_finished_t *done = malloc(n * sizeof *done);
-  if (done == NULL)
-    return fail_set(f, MUSTER_NOMEM, "out of memory");
-  for (size_t i = 0; i < n; i++)
-    done[i] = (session_finished_t){.task = held[i].id,
-                                   .index = held[i].index,
-                                   .session = held[i].has_session ? held[i].session : NULL,
-                                   .queue = held[i].queue.name,
-                                   .state = TASK_DONE};
-  session_record_finished(st, done, n, f);
-  free(done);
-  return f->code;
-}
-
-/* Completes the first `n` elements of `body` (held[i] their rows, checked):
- * the rows, their counts in `run`, then each one's next stage, session,
- * worker tally and reply, in element order. */
-static muster_err_t lease_complete_first(store_t *st, const jscan_body_t *body, size_t n,
-                                         const lease_held_t *held, counts_run_t *run,
-                                         apply_out_t *out, fail_t *f) {
-  if (n == 0)
-    return MUSTER_OK;
-  if (lease_complete_rows(st, body, n, f))
-    return f->code;
-  for (size_t i = 0; i < n; i++)
-    if (counts_run_add(st, run, held[i].queue.name, held[i].state, TASK_DONE, f))
-      return f->code;
-  size_t in_session = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (op_complete_after(st, body->elems[i].text, &held[i], true, out, f))
-      return f->code;
-    in_session += held[i].has_session;
-  }
-  return in_session ? lease_record_done(st, held, n, f) : MUSTER_OK;
-}
-
-/* Completes the scanned batch `body` as described above.  Returns 1 when it
- * declines (nothing done: go element by element), 0 when done, -1 with *f
- * filled.  A refused element fails the batch after the elements before it
- * were completed, as one by one: a request that keeps its writes after an
- * error (http.c, `keep`) keeps theirs, counted. */
-static int lease_complete_batch(store_t *st, const jscan_body_t *body, size_t max_payload,
-                                counts_run_t *run, queue_t *cache, apply_out_t *out, fail_t *f) {
-  size_t n = body->count;
-  if (n < 2)
-    return 1; /* one SELECT and one UPDATE by id cost less than json_each */
-  lease_held_t *held = malloc(n * sizeof *held);
-  char(*queues)[NAME_MAX_LEN + 1] = malloc(n * sizeof *queues);
-  int64_t *sorted = malloc(n * sizeof *sorted);
-  int result = 1, found = 0;
-  if (held == NULL || queues == NULL || sorted == NULL) {
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-    result = -1;
-  } else if (lease_ids_distinct(body, sorted) &&
-             (found = lease_held_batch(st, body, held, queues, f)) != 0) {
-    fail_t refused = {0};
-    size_t passed = 0;
-    bool repeat = false;
-    while (found > 0 && passed < n &&
-           !(repeat = lease_completed_by(&held[passed], body->elems[passed].ints[1])) &&
-           !lease_complete_check(st, &body->elems[passed], passed, queues[passed], &held[passed],
-                                 cache, max_payload, &refused))
-      passed++;
-    if (repeat)
-      result = 1; /* a retry: nothing is written yet, and one by one answers repeats */
-    else if (found < 0 || lease_complete_first(st, body, passed, held, run, out, f))
-      result = -1;
-    else if (passed < n)
-      result = (*f = refused, -1);
-    else
-      result = 0;
-  }
-  free(held);
-  free(queues);
-  free(sorted);
-  return result;
-}
-
-/* lease_complete_batch for a parsed body's "leases" (a body the scanner
- * declined: whitespace, as Python's json.dumps writes it, other escapes):
- * when every element's fields are valid, as lease_apply_one checks them, its
- * task, token and encoded result go to the batch; any field error declines
- * (returns 1, *f untouched) and the element-by-element path gives it. */
-static int lease_complete_tree(store_t *st, const json_t *leases, size_t max_payload,
-                               counts_run_t *run, queue_t *cache, apply_out_t *out, fail_t *f) {
-  static const char *const with_result[] = {"task", "token", "result", NULL};
-  size_t n = json_array_size(leases);
-  if (n < 2)
-    return 1;
-  jscan_body_t body = {.elems = calloc(n, sizeof *body.elems), .count = n};
-  int result = body.elems ? 0 : 1;
-  for (size_t i = 0; result == 0 && i < n; i++) {
-    const json_t *elem = json_array_get(leases, i);
-    jscan_elem_t *e = &body.elems[i];
-    fail_t ignored = {0};
-    const json_t *value = json_object_get(elem, "result");
-    if (!json_is_object(elem) || jv_int(elem, "task", "", 0, 1, JV_ID_MAX, &e->ints[0], &ignored) ||
-        jv_int(elem, "token", "", 0, 1, JV_ID_MAX, &e->ints[1], &ignored) || e->ints[0] == 0 ||
-        e->ints[1] == 0 || jv_only(elem, "", with_result, &ignored) ||
-        (value && (e->text = jv_encode(value)) == NULL))
-      result = 1;
-    else
-      e->text_len = e->text ? strlen(e->text) : 0;
-  }
-  if (result == 0)
-    result = lease_complete_batch(st, &body, max_payload, run, cache, out, f);
-  for (size_t i = 0; body.elems && i < n; i++)
-    free((char *)body.elems[i].text);
-  free(body.elems);
-  return result;
-}
-
-const jscan_shape_t lease_complete_shape = {
-    .array = "leases",
-    .max_elems = LEASE_MAX_BATCH,
-    .text = "result",
-    .ints = {{"task", 1, JV_ID_MAX, 0, true}, {"token", 1, JV_ID_MAX, 0, true}, {NULL, 0, 0, 0, 0}},
-    .extra = "lease",
-};
-
 /* Applies `op` to the elements of `leases`, or completes those `scanned`. */
 static json_t *lease_apply_batch(store_t *st, lease_op_t op, const json_t *leases,
                                  const jscan_body_t *scanned, size_t max_payload, fail_t *f) {
   size_t n = scanned ? scanned->count : json_array_size(leases);
-  apply_out_t out = {.tree = json_array()};
+  lease_apply_out_t out = {.tree = json_array()};
   JW_ADD_LITERAL(&out.completed, "[");
   counts_run_t run = {0}; /* the completions, counted once per batch */
   queue_t cache = {0};    /* the queue of the previous element */

@@ -206,6 +206,14 @@ static const char *const migrations[] = {
     "  scope TEXT NOT NULL, name TEXT NOT NULL, ttl_ms INTEGER NOT NULL,"
     "  expired_ms INTEGER NOT NULL, PRIMARY KEY (scope, name)) WITHOUT ROWID;"
     "CREATE INDEX shared_expired_by_time ON shared_expired(expired_ms);",
+    /* How a task's last lease to end by other than a completion ended
+     * (lease_internal.h, lease_end_t): its token, and the kind of end times
+     * 8 plus the state it left the task in.  Kept when the task is leased
+     * again, so that a fail or release retried under that token (its reply
+     * was lost) is answered as a repeat, also after a restart.  NULL for
+     * rows whose lease never ended since this migration. */
+    "ALTER TABLE tasks ADD COLUMN ended_token INTEGER;"
+    "ALTER TABLE tasks ADD COLUMN ended_as INTEGER;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

@@ -295,10 +295,13 @@ class LeaseCallTest(ApiTestCase):
         self.assertEqual([x["task"] for x in again], ids)
         self.assertEqual([x["attempt"] for x in again], [1, 1])
         self.assertNotIn(again[0]["token"], (la["token"], lb["token"]))
-        # The released token is dead.
+        # The released token is dead: only a release again is answered, as a repeat
+        # (test_report_retry.py), and the new lease keeps the task.
         for kind in KINDS:
-            self.expect_error("POST", "/v1/leases/" + kind, {"leases": [item(la)]}, 409,
-                              "lease_lost")
+            if kind != "release":
+                self.expect_error("POST", "/v1/leases/" + kind, {"leases": [item(la)]}, 409,
+                                  "lease_lost")
+        self.assertEqual(self.ack("release", [item(la)]), {"released": 1, "repeated": 1})
         self.assertEqual(self.get_task(ids[0])["state"], "leased")
 
     def test_flag(self):
@@ -464,18 +467,20 @@ class RetryTest(ApiTestCase):
                           r.json["error"]["message"])
         self.assertEqual(self.snapshot(), before)
 
-    def test_repeated_fail_says_the_lease_ended(self):
-        self.create_queue(backoff_ms=60000)
+    def test_repeated_flag_says_the_lease_ended(self):
+        """A flag is not answered as a repeat (a fail or release is: test_report_retry.py)."""
+        self.create_queue(backoff_ms=60000, max_flags=5)
         [tid] = self.put("a")
         lease = self.lease_one()
-        self.ack("fail", [item(lease, error="boom")])
-        r = self.expect_error("POST", "/v1/leases/fail", {"leases": [item(lease, error="boom")]},
+        self.ack("flag", [item(lease, reason="bad")])
+        r = self.expect_error("POST", "/v1/leases/flag", {"leases": [item(lease, reason="bad")]},
                               409, "lease_lost")
         msg = r.json["error"]["message"]
         self.assertIn("the lease of task %d under token %d already ended (the task is queued"
                       % (tid, lease["token"]), msg)
-        self.assertIn("an earlier fail", msg)
-        self.assertEqual(self.get_task(tid)["attempts"], 1)
+        self.assertIn("an invalid-data flag under this token ended it", msg)
+        t = self.get_task(tid)
+        self.assertEqual((t["flags"], t["attempts"]), (1, 0))
 
     def test_repeated_complete_and_lease_next(self):
         """The repeat of a combined call counts its completions once and leases anew: the
@@ -502,7 +507,9 @@ class RetryTest(ApiTestCase):
         self.ack("complete", [item(second, result="second")])
         r = self.expect_error("POST", "/v1/leases/complete",
                               {"leases": [item(first, result="first")]}, 409, "lease_lost")
-        self.assertIn("token %d is not its last lease" % first["token"],
+        self.assertIn("the lease of task %d under token %d already ended (it expired, or its "
+                      "worker timed out, crashed or said goodbye), and the task was leased again "
+                      "since (it is done now)" % (tid, first["token"]),
                       r.json["error"]["message"])
         self.assertEqual(self.get_task(tid)["result"], "second")
         self.assert_counts(done=1)

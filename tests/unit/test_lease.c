@@ -516,6 +516,67 @@ static void test_worker_leases_after_upgrade(void **unused) {
   rmdir(dir);
 }
 
+/* The schema version before tasks.ended_token and ended_as (store.c). */
+#define VERSION_BEFORE_ENDS 12
+
+/* The token of the only lease of a one-task lease of `queue`. */
+static int64_t lease_token(const char *queue) {
+  json_t *l = lease(queue, 1);
+  assert_int_equal(json_array_size(l), 1);
+  int64_t token = jint(json_array_get(l, 0), "token");
+  json_decref(l);
+  return token;
+}
+
+static int64_t attempts_of(int64_t id) {
+  fail_t f = {0};
+  json_t *task = task_get(st, id, &f);
+  assert_non_null(task);
+  int64_t attempts = jint(task, "attempts");
+  json_decref(task);
+  return attempts;
+}
+
+/* A store upgraded to the record of lease ends: a fail from before the
+ * upgrade has none, so its retry is refused as before; a lease held across
+ * the upgrade and failed after it is answered as a repeat, charged once. */
+static void test_fail_repeat_after_upgrade(void **unused) {
+  char dir[] = "/tmp/muster-test-lease.XXXXXX", path[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/muster.db", dir);
+  fail_t f = {0};
+  st = store_open(&(store_opts_t){.path = path, .schema_version = VERSION_BEFORE_ENDS}, &f);
+  assert_non_null(st);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  make_queue("q", "{\"backoff_ms\": 60000, \"backoff_max_ms\": 60000}");
+  int64_t before = put("q", "{\"payload\": 1}"), across = put("q", "{\"payload\": 2}");
+  int64_t before_token = lease_token("q"), across_token = lease_token("q");
+  /* Its fail as a head without the record made it (this one's lease_move
+   * writes the new columns): queued, the lease cleared, the token kept. */
+  char sql[160];
+  snprintf(sql, sizeof sql,
+           "UPDATE tasks SET state = 0, worker = NULL, deadline_ms = NULL WHERE id = %lld",
+           (long long)before);
+  assert_int_equal(sqlite3_exec(store_db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+  assert_int_equal(fixture_close(), 0);
+
+  st = store_open(&(store_opts_t){.path = path}, &f);
+  assert_non_null(st);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  assert_int_equal(apply(LEASE_FAIL, before, before_token, NULL), MUSTER_LEASE_LOST);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(apply(LEASE_FAIL, across, across_token, NULL), MUSTER_OK);
+  assert_int_equal(apply(LEASE_RELEASE, across, across_token, NULL), MUSTER_LEASE_LOST);
+  assert_string_equal(state_of(across), "queued");
+  assert_int_equal(attempts_of(across), 1);
+  assert_int_equal(fixture_close(), 0);
+  unlink(path);
+  char wal[80];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  unlink(wal);
+  rmdir(dir);
+}
+
 static void test_batch_too_large(void **unused) {
   make_queue("q", "{}");
   json_t *tasks = json_array();
@@ -1192,6 +1253,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_expiry_and_worker_timeout, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test(test_worker_leases_after_upgrade),
+      cmocka_unit_test(test_fail_repeat_after_upgrade),
       cmocka_unit_test_setup_teardown(test_batch_too_large, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_text, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_lease_text_child, fixture_setup, fixture_teardown),
