@@ -444,8 +444,10 @@ class Client:
         return self._leases("extend", items)["extended"]
 
     def release(self, task, token):
-        """Gives one lease back (the attempt does not count); returns how many were released."""
-        return self._leases("release", [{"task": task, "token": token}])["released"]
+        """Gives one lease back (the attempt does not count); returns how many were released
+        (a release sent again after its reply was lost counts: the head answers it as a
+        repeat, and the task was released by the first)."""
+        return self.release_many([{"task": task, "token": token}])
 
     def release_many(self, items):
         return self._leases("release", items)["released"]

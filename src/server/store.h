@@ -113,7 +113,7 @@ typedef struct {
  * key, keys distinct) and their texts are borrowed and must outlive the
  * statement's steps; n = 0 clears the map.  It gives a batch statement a
  * per-row value that a bound parameter cannot (lease.c: each task's token;
- * lease_ops.c: each completion's result). */
+ * lease_complete_batch.c: each completion's result). */
 void store_map_set(store_t *st, const store_pair_t *pairs, size_t n);
 /* Sorts `n` pairs by key for store_map_set; pairs already in order (a
  * batch usually is: ids ascending) are left as they are, unsorted. */

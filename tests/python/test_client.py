@@ -128,6 +128,7 @@ class TestLeases(HeadTestCase):
         lease.extend(60000)
         self.assertGreater(lease.deadline_ms, before)
         self.assertEqual(lease.release(), 1)
+        self.assertEqual(lease.release(), 1)  # sent again (a lost reply): a repeat, still 1
         lease = self.c.lease_one(q)
         self.assertEqual(lease.attempt, 1)  # a release does not count
         f = lease.fail("transient")
