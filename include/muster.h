@@ -247,6 +247,9 @@ typedef struct {
   const char *node;       /* node id or NULL */
   const char *labels;     /* JSON object text or NULL */
   int64_t timeout_ms;     /* heartbeat timeout; -1: server default (60000) */
+  const char *instance;   /* NULL, or this process's id (1 to 128 of [A-Za-z0-9._-]): a
+                           * registration sent again with it after its reply was lost
+                           * gets the worker the first one made, not a second one */
 } muster_worker_opts_t;
 
 void muster_worker_opts_init(muster_worker_opts_t *opts);

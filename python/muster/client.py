@@ -462,11 +462,14 @@ class Client:
 
     # ---- workers ---------------------------------------------------------------------
 
-    def register_worker(self, nickname=None, queues=None, node=None, labels=None, timeout_ms=None):
-        """Registers a worker: {"id", "name", "nickname", "timeout_ms"}."""
+    def register_worker(self, nickname=None, queues=None, node=None, labels=None, timeout_ms=None,
+                        instance=None):
+        """Registers a worker: {"id", "name", "nickname", "timeout_ms"}.  ``instance``: this
+        process's id; sent again with it after a lost reply, the registration gets the
+        worker the first one made (with ``"repeated": True``), not a second one."""
         return self.request("POST", "/v1/workers", _drop_none({
             "nickname": nickname, "queues": queues, "node": node, "labels": labels,
-            "timeout_ms": timeout_ms}))
+            "timeout_ms": timeout_ms, "instance": instance}))
 
     def workers(self):
         return self.request("GET", "/v1/workers")["workers"]

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,6 +61,7 @@ static muster_err_t worker_register(worker_t *w, muster_client_t *client, int64_
   opts.node = w->node;
   opts.queues = queues;
   opts.timeout_ms = w->timeout_ms;
+  opts.instance = w->instance;
   return muster_worker_register(client, &opts, id, name);
 }
 
@@ -203,8 +205,24 @@ static void worker_take_agent_fd(worker_t *w) {
 }
 
 /* Reads the options into the worker's settings. */
+/* A random id for this process's registrations (a clock-and-pid one if the
+ * kernel has no randomness to give: it only has to differ from others'). */
+static void worker_make_instance(worker_t *w) {
+  unsigned char rnd[(sizeof w->instance - 1) / 2];
+  if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(w->instance, sizeof w->instance, "%lx-%lx-%x", (unsigned long)now.tv_sec,
+             (unsigned long)now.tv_nsec, (unsigned)getpid());
+    return;
+  }
+  for (size_t i = 0; i < sizeof rnd; i++)
+    snprintf(w->instance + 2 * i, 3, "%02x", rnd[i]);
+}
+
 static int worker_configure(cli_args_t *args, worker_t *w) {
   int64_t concurrency = 1;
+  worker_make_instance(w);
   w->queue = cli_opt(args, "queue");
   if (w->queue == NULL)
     return cli_usage_error(args->cmd, "'worker' needs --queue Q");

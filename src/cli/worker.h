@@ -48,6 +48,7 @@ struct worker {
   const char *token;
   const char *nickname;
   const char *node;
+  char instance[33]; /* random id of this process: a registration sent again finds its worker */
   char **cmd; /* NULL-terminated argv of the command */
   int concurrency;
   int json_result;            /* parse stdout as JSON */

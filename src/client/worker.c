@@ -64,6 +64,7 @@ static muster_err_t worker_body(muster_client_t *client, const muster_worker_opt
   if ((labels && json_object_set_new(body, "labels", labels) != 0) ||
       worker_set_text(body, "nickname", opts->nickname) != 0 ||
       worker_set_text(body, "node", opts->node) != 0 || worker_set_queues(body, opts->queues) ||
+      worker_set_text(body, "instance", opts->instance) != 0 ||
       (opts->timeout_ms >= 0 &&
        json_object_set_new(body, "timeout_ms", json_integer((json_int_t)opts->timeout_ms)))) {
     client_fail(client, MUSTER_INVALID, "worker options: a text is not valid UTF-8");

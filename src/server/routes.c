@@ -370,7 +370,8 @@ static void h_flag(http_req_t *r) { h_lease_op(r, LEASE_FLAG); }
 
 static void h_worker_register(http_req_t *r) {
   fail_t f = {0};
-  reply_or_fail(r, 201, worker_register(ST(r), r->body, r->head->cfg.worker_timeout_ms, &f), &f);
+  json_t *out = worker_register(ST(r), r->body, r->head->cfg.worker_timeout_ms, &f);
+  reply_or_fail(r, json_object_get(out, "repeated") ? 200 : 201, out, &f);
 }
 
 static void h_worker_list(http_req_t *r) {

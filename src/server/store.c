@@ -214,6 +214,11 @@ static const char *const migrations[] = {
      * rows whose lease never ended since this migration. */
     "ALTER TABLE tasks ADD COLUMN ended_token INTEGER;"
     "ALTER TABLE tasks ADD COLUMN ended_as INTEGER;",
+    /* The registering process's id, when it sent one (worker.c): a
+     * registration sent again after its reply was lost finds its worker
+     * instead of making a second one. */
+    "ALTER TABLE workers ADD COLUMN instance TEXT;"
+    "CREATE INDEX workers_by_instance ON workers(instance) WHERE instance IS NOT NULL;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

@@ -51,9 +51,32 @@ static muster_err_t worker_extras(const json_t *body, char **queues, char **labe
   return MUSTER_OK;
 }
 
+/* The active worker that `instance` registered (a registration sent again
+ * after its reply was lost): its reply with "repeated": true, else NULL. */
+static json_t *worker_registered(store_t *st, const char *instance, fail_t *f) {
+  if (instance == NULL)
+    return NULL;
+  sqlite3_stmt *s = store_stmt(st, "SELECT id, name, nickname, timeout_ms FROM workers"
+                                   " WHERE instance = ?1 AND state = 0");
+  if (s == NULL) {
+    store_fail(st, f, "worker register");
+    return NULL;
+  }
+  store_bind_text(s, 1, instance);
+  json_t *out = NULL;
+  if (sqlite3_step(s) == SQLITE_ROW)
+    out = json_pack("{s:I, s:s, s:s, s:I, s:b}", "id", (json_int_t)sqlite3_column_int64(s, 0),
+                    "name", (const char *)sqlite3_column_text(s, 1), "nickname",
+                    (const char *)sqlite3_column_text(s, 2), "timeout_ms",
+                    (json_int_t)sqlite3_column_int64(s, 3), "repeated", 1);
+  store_reset(s);
+  return out;
+}
+
 json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout_ms, fail_t *f) {
-  static const char *const allowed[] = {"nickname", "queues", "node", "labels", "timeout_ms", NULL};
-  const char *nickname, *node;
+  static const char *const allowed[] = {"nickname", "queues",     "node",    "labels",
+                                        "timeout_ms", "instance", NULL};
+  const char *nickname, *node, *instance;
   int64_t timeout_ms;
   char *queues = NULL, *labels = NULL;
   if (jv_only(body, "", allowed, f) ||
@@ -61,14 +84,21 @@ json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout
       jv_str(body, "node", "", NULL, 256, &node, f) ||
       jv_int(body, "timeout_ms", "", default_timeout_ms, 100, 7LL * 24 * 3600 * 1000, &timeout_ms,
              f) ||
-      worker_extras(body, &queues, &labels, f))
+      jv_str(body, "instance", "", NULL, NAME_MAX_LEN * 4, &instance, f))
     return NULL;
+  if (instance && !name_is_valid(instance)) {
+    fail_set(f, MUSTER_INVALID, "instance: '%.140s' is invalid: use 1 to %d characters of "
+             "letters, digits, '.', '_' and '-'", instance, NAME_MAX_LEN);
+    return NULL;
+  }
+  json_t *out = worker_registered(st, instance, f);
+  if (out != NULL || f->code || worker_extras(body, &queues, &labels, f))
+    return out;
   if (nickname[0] == '\0')
     nickname = "anonymous";
   sqlite3_stmt *s = store_stmt(st, "INSERT INTO workers(name, nickname, node, queues, labels,"
-                                   " state, last_seen_ms, created_ms, timeout_ms)"
-                                   " VALUES('', ?1, ?2, ?3, ?4, 0, ?5, ?5, ?6)");
-  json_t *out = NULL;
+                                   " state, last_seen_ms, created_ms, timeout_ms, instance)"
+                                   " VALUES('', ?1, ?2, ?3, ?4, 0, ?5, ?5, ?6, ?7)");
   if (s == NULL) {
     store_fail(st, f, "worker register");
     goto done;
@@ -79,6 +109,7 @@ json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout
   store_bind_text(s, 4, labels);
   sqlite3_bind_int64(s, 5, now_ms());
   sqlite3_bind_int64(s, 6, timeout_ms);
+  store_bind_text(s, 7, instance);
   if (store_step_done(st, s, f))
     goto done;
   int64_t id = sqlite3_last_insert_rowid(store_db(st));

@@ -180,6 +180,28 @@ class WorkerTest(ApiTestCase):
                           "worker_not_found")
         self.expect_error("DELETE", "/v1/workers/%d" % w["id"], None, 404, "worker_not_found")
 
+    def test_registration_sent_again_finds_its_worker(self):
+        # A registration whose reply was lost is sent again with the same instance: the
+        # head answers with the worker the first one made, and makes no second one.
+        before = len(self.expect("GET", "/v1/workers")["workers"])
+        w = self.register(nickname="again", instance="0123abcd.proc-7", timeout_ms=45000)
+        r = self.expect("POST", "/v1/workers", {"nickname": "again", "instance": "0123abcd.proc-7",
+                                                "timeout_ms": 45000}, status=200)
+        self.assertEqual(r, dict(w, repeated=True))
+        self.assertEqual(len(self.expect("GET", "/v1/workers")["workers"]), before + 1)
+        # Another instance is another worker; once the first has gone, its instance
+        # registers a new one.
+        other = self.register(nickname="again", instance="another-one")
+        self.assertNotEqual(other["id"], w["id"])
+        self.expect("DELETE", "/v1/workers/%d" % w["id"])
+        anew = self.register(nickname="again", instance="0123abcd.proc-7")
+        self.assertNotIn(anew["id"], (w["id"], other["id"]))
+        for bad in ("", "has space", "x" * 129, 7):
+            with self.subTest(instance=bad):
+                r = self.expect_error("POST", "/v1/workers", {"instance": bad}, 400,
+                                      "invalid_argument")
+                self.assertIn("instance", r.json["error"]["message"])
+
     def test_bye_without_leases(self):
         w = self.register()
         self.assertEqual(self.expect("DELETE", "/v1/workers/%d" % w["id"]),
