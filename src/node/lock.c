@@ -82,8 +82,9 @@ int node_lock_take(const char *path, char *err, size_t err_size) {
   return fd;
 }
 
-/* "boot ID\ninode DEV:INO\n": where text written now is written, or "" when
- * the boot id cannot be read (then no successor trusts the file's instance). */
+/* The lines node_lock_describe() appends, "boot ID\ninode DEV:INO\n": the
+ * running kernel's boot id and the file's device and inode; "" when the boot
+ * id cannot be read (then no successor trusts the file's instance). */
 static void lock_origin(int fd, char *buf, size_t size) {
   char boot[64] = "";
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
