@@ -15,7 +15,10 @@
  * SIGHUP (which the agent receives when `muster head`, its parent, dies) is a
  * hard stop: SIGHUP to the workers, which kill their commands and leave at once.
  * `kill -9` of the agent needs no code here: the kernel sends each worker its
- * PR_SET_PDEATHSIG (SIGHUP), and the head's node timeout does the rest.
+ * PR_SET_PDEATHSIG (SIGHUP), and the head's node timeout does the rest — or,
+ * sooner, the next agent started with the same lock file: it finds the dead
+ * one's instance in the file and registers with it as previous_instance, and
+ * the head hands the node over at once (lock.c, docs/node.md).
  */
 #include "node/agent.h"
 #include "node/cache.h"
@@ -75,6 +78,26 @@ void agent_report_crash(node_agent_t *a, int64_t id) {
   pthread_mutex_unlock(&a->lock);
 }
 
+/*
+ * Writes who holds the lock into its file: pid and instance from the start
+ * (the next agent reads the instance back: lock.c), the predecessor's
+ * instance while this agent is not registered (an agent started after a crash
+ * of this one before that must still name the agent the head knows), and,
+ * once the API port is open (`full`), name, head and address for people.
+ */
+static void agent_describe_lock(const node_agent_t *a, int full) {
+  char info[1600], previous[160] = "";
+  if (a->previous[0])
+    snprintf(previous, sizeof previous, "previous_instance %s\n", a->previous);
+  if (!full)
+    snprintf(info, sizeof info, "pid %d\ninstance %s\n%s", (int)getpid(), a->instance, previous);
+  else
+    snprintf(info, sizeof info, "pid %d\ninstance %s\n%sname %s\nhead %s\nlisten %s%s\n",
+             (int)getpid(), a->instance, previous, a->name, a->cfg->head_url,
+             a->listen_port > 0 ? "http://" : "none", a->listen_port > 0 ? a->address : "");
+  node_lock_describe(a->lock_fd, info);
+}
+
 /* ---- the background thread: registration, heartbeats, crash reports ---- */
 
 typedef struct {
@@ -103,6 +126,8 @@ static json_t *agent_node_json(const node_agent_t *a) {
                            a->hostname, "cpus", a->cpus, "gpus", gpus, "instance", a->instance);
   if (node && a->address[0]) /* none: the head lists the node without one */
     json_object_set_new(node, "address", json_string(a->address));
+  if (node && a->previous[0]) /* proven gone by our lock: the head need not wait for it */
+    json_object_set_new(node, "previous_instance", json_string(a->previous));
   return node;
 }
 
@@ -174,24 +199,44 @@ static void agent_bg_refused(agent_bg_t *bg, muster_err_t err) {
     agent_log(a, "cannot wake the event loop: %s", strerror(errno));
 }
 
+/* Registers the node; once the head took it (or has no node API), tells the
+ * loop, and drops the predecessor's instance: from now on the head knows this
+ * agent's, and the lock file names this one alone. */
+static muster_err_t agent_bg_register(agent_bg_t *bg) {
+  node_agent_t *a = bg->a;
+  muster_err_t err = agent_register(bg);
+  if (err == MUSTER_INVALID && a->previous[0] &&
+      strstr(muster_client_message(bg->client), "previous_instance")) {
+    agent_log(a,
+              "register: %s; registering without it (an older head: it waits for the node "
+              "timeout instead)",
+              muster_client_message(bg->client));
+    a->previous[0] = '\0';
+    err = agent_register(bg);
+  }
+  if (err != MUSTER_OK && err != MUSTER_NOT_FOUND)
+    return err;
+  if (err == MUSTER_NOT_FOUND)
+    agent_log(a, "the head at %s has no node API (%s); running without registering the node",
+              a->cfg->head_url, muster_client_message(bg->client));
+  bg->registered = err == MUSTER_OK ? 1 : -1;
+  if (bg->failing)
+    agent_log(a, "registered with the head again");
+  bg->failing = 0;
+  a->previous[0] = '\0';
+  agent_describe_lock(a, 1);
+  char one = 1;
+  if (write(bg->notify_fd, &one, 1) < 0)
+    agent_log(a, "cannot wake the event loop: %s", strerror(errno));
+  return err;
+}
+
 /* Registers (when not yet) or heart-beats; decides when to call again. */
 static void agent_bg_tick(agent_bg_t *bg) {
   node_agent_t *a = bg->a;
   muster_err_t err;
   if (bg->registered == 0) {
-    err = agent_register(bg);
-    if (err == MUSTER_OK || err == MUSTER_NOT_FOUND) {
-      if (err == MUSTER_NOT_FOUND)
-        agent_log(a, "the head at %s has no node API (%s); running without registering the node",
-                  a->cfg->head_url, muster_client_message(bg->client));
-      bg->registered = err == MUSTER_OK ? 1 : -1;
-      if (bg->failing)
-        agent_log(a, "registered with the head again");
-      bg->failing = 0;
-      char one = 1;
-      if (write(bg->notify_fd, &one, 1) < 0)
-        agent_log(a, "cannot wake the event loop: %s", strerror(errno));
-    }
+    err = agent_bg_register(bg);
   } else if (bg->registered == 1) {
     char path[200], body[512] = "{}";
     agent_node_path(a, "/heartbeat", path, sizeof path);
@@ -492,16 +537,18 @@ static int agent_listen(node_agent_t *a) {
   return 0;
 }
 
-/* Writes who we are into the lock file and prints the banner. */
+/* Prints the banner, then writes who we are into the lock file (whoever
+ * waits for the file's `listen` line finds the banner printed). */
 static void agent_announce(node_agent_t *a) {
-  char info[1200];
-  snprintf(info, sizeof info, "pid %d\nname %s\nhead %s\nlisten %s%s\n", (int)getpid(), a->name,
-           a->cfg->head_url, a->listen_port > 0 ? "http://" : "none",
-           a->listen_port > 0 ? a->address : "");
-  node_lock_describe(a->lock_fd, info);
-  agent_log(a, "node %s (pid %d) joining %s; %s%s; %d worker%s", a->name, (int)getpid(),
+  char took[400] = "";
+  if (a->previous[0])
+    snprintf(took, sizeof took,
+             "; taking over from instance %s, the agent that held lock %s before (gone)",
+             a->previous, a->lock_path);
+  agent_log(a, "node %s (pid %d) joining %s; %s%s; %d worker%s%s", a->name, (int)getpid(),
             a->cfg->head_url, a->listen_port > 0 ? "API on http://" : "no API port",
-            a->listen_port > 0 ? a->address : "", a->nworkers, a->nworkers == 1 ? "" : "s");
+            a->listen_port > 0 ? a->address : "", a->nworkers, a->nworkers == 1 ? "" : "s", took);
+  agent_describe_lock(a, 1);
 }
 
 /* Runs the loop with the background thread beside it. */
@@ -548,12 +595,14 @@ int node_agent_main(const node_config_t *cfg) {
   int rc = agent_identity(&a);
   if (rc != 0)
     return rc == -2 ? 2 : 1;
-  a.lock_fd =
-      node_lock_take(lock_path && lock_path[0] ? lock_path : NODE_DEFAULT_LOCK, err, sizeof err);
+  a.lock_path = lock_path && lock_path[0] ? lock_path : NODE_DEFAULT_LOCK;
+  a.lock_fd = node_lock_take(a.lock_path, err, sizeof err);
   if (a.lock_fd < 0) {
     agent_log(&a, "%s", err);
     return cfg->lock_busy_ok ? 0 : 1;
   }
+  node_lock_previous(a.lock_fd, a.previous, sizeof a.previous);
+  agent_describe_lock(&a, 0);
   signal(SIGPIPE, SIG_IGN);
   pthread_mutex_init(&a.lock, NULL);
   pthread_condattr_t attr;

@@ -41,10 +41,14 @@ struct node_agent {
   const node_config_t *cfg;
   char name[129]; /* node name */
   char hostname[256];
-  char instance[17];   /* this process's random id, sent when registering (docs/api.md) */
-  char address[300];   /* host:port clients may use (the forwarder's), the head's
-                        * (beside `muster head`), or "" (--listen none) */
-  char self_exe[4096]; /* /proc/self/exe, resolved at start */
+  char instance[17];     /* this process's random id, sent when registering (docs/api.md) */
+  char previous[129];    /* the dead agent that held the lock before (lock.c), sent as
+                          * previous_instance until registered; "" none (bg thread's
+                          * once it runs) */
+  const char *lock_path; /* the lock file's path */
+  char address[300];     /* host:port clients may use (the forwarder's), the head's
+                          * (beside `muster head`), or "" (--listen none) */
+  char self_exe[4096];   /* /proc/self/exe, resolved at start */
   int lock_fd;
   int cpus;
   node_gpus_t gpus;

@@ -60,11 +60,23 @@ int gpu_filter(node_gpus_t *gpus, const char *only, int64_t min_memory_mb, char 
  * Takes the machine's agent lock at `path` (flock, held for the process's
  * life through the returned descriptor, close-on-exec).  Returns the fd, or -1
  * with `err` naming the running agent (its pid, head and address, read from
- * the file) or the I/O error.
+ * the file) or the I/O error.  The file keeps the last holder's text: read it
+ * with node_lock_previous() before node_lock_describe() replaces it.
  */
 int node_lock_take(const char *path, char *err, size_t err_size);
 
-/* Replaces the lock file's text with `info` (lines "key value"). */
+/*
+ * With the lock held: the instance of the dead agent that held it last, read
+ * from its line "previous_instance ID" (it inherited that one and never got
+ * registered) or else "instance ID", into `instance` (size: 129 is enough).
+ * "" unless the text was written on this machine's running kernel into this
+ * same file (boot id and inode, see node_lock_describe), so that the lock
+ * proves the writer gone.
+ */
+void node_lock_previous(int fd, char *instance, size_t size);
+
+/* Replaces the lock file's text with `info` (lines "key value") followed by
+ * "boot ID" and "inode DEV:INO", where it was written. */
 void node_lock_describe(int fd, const char *info);
 
 /* ---- the agent ------------------------------------------------------------ */

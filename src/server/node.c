@@ -48,14 +48,26 @@ static muster_err_t node_check_gpus(const json_t *gpus, fail_t *f) {
 typedef struct {
   const char *name, *hostname, *address; /* borrowed from the body */
   const char *instance;                  /* the agent process's id, NULL: none sent */
+  const char *previous_instance;         /* the dead agent it replaces (its lock proved it) */
   int64_t cpus, timeout_ms;
   char *gpus, *labels; /* encoded JSON or NULL, owned */
 } node_spec_t;
 
+/* An agent instance id, when given, is a name: 1 to 128 of [A-Za-z0-9._-]. */
+static muster_err_t node_check_instance(const char *key, const char *id, fail_t *f) {
+  if (id == NULL || name_is_valid(id))
+    return MUSTER_OK;
+  return fail_set(f, MUSTER_INVALID,
+                  "%s: '%.140s' is invalid: use 1 to %d characters of letters, digits, "
+                  "'.', '_' and '-'",
+                  key, id, NAME_MAX_LEN);
+}
+
 static muster_err_t node_spec_parse(const json_t *body, int64_t default_timeout_ms,
                                     node_spec_t *spec, fail_t *f) {
-  static const char *const allowed[] = {"name",   "hostname",   "address",  "cpus", "gpus",
-                                        "labels", "timeout_ms", "instance", NULL};
+  static const char *const allowed[] = {
+      "name",       "hostname", "address",           "cpus", "gpus", "labels",
+      "timeout_ms", "instance", "previous_instance", NULL};
   if (jv_only(body, "", allowed, f) ||
       jv_str(body, "name", "", NULL, NAME_MAX_LEN * 4, &spec->name, f) ||
       jv_str(body, "hostname", "", NULL, NODE_MAX_TEXT, &spec->hostname, f) ||
@@ -63,13 +75,15 @@ static muster_err_t node_spec_parse(const json_t *body, int64_t default_timeout_
       jv_int(body, "cpus", "", 0, 0, 1 << 20, &spec->cpus, f) ||
       jv_int(body, "timeout_ms", "", default_timeout_ms, 100, 7LL * 24 * 3600 * 1000,
              &spec->timeout_ms, f) ||
-      jv_str(body, "instance", "", NULL, NAME_MAX_LEN * 4, &spec->instance, f))
+      jv_str(body, "instance", "", NULL, NAME_MAX_LEN * 4, &spec->instance, f) ||
+      jv_str(body, "previous_instance", "", NULL, NAME_MAX_LEN * 4, &spec->previous_instance, f) ||
+      node_check_instance("instance", spec->instance, f) ||
+      node_check_instance("previous_instance", spec->previous_instance, f))
     return f->code;
-  if (spec->instance && !name_is_valid(spec->instance))
+  if (spec->previous_instance && spec->instance == NULL)
     return fail_set(f, MUSTER_INVALID,
-                    "instance: '%.140s' is invalid: use 1 to %d characters of letters, digits, "
-                    "'.', '_' and '-'",
-                    spec->instance, NAME_MAX_LEN);
+                    "previous_instance: sent without instance; an agent that replaces another "
+                    "names its own instance too");
   if (spec->name == NULL)
     return fail_set(f, MUSTER_INVALID, "name: missing (every node needs a name)");
   if (!name_is_valid(spec->name))
@@ -212,22 +226,16 @@ json_t *node_list(store_t *st, fail_t *f) {
   return json_pack("{s:o}", "nodes", list);
 }
 
-/*
- * Node names are chosen by people (default: the hostname), so two agents can
- * name the same node: several agents on one host, cloned machines.  Without
- * a check the second registration took the record over and ended the first
- * agent's workers, and the two flipped it back and forth.  An agent sends a
- * random id per process ("instance"); a registration from another instance
- * is refused while the node is active and its agent heard from within its
- * timeout.  A restarted agent (a new instance) whose predecessor crashed is
- * accepted once the crashed one has been silent for the timeout; one that
- * stopped cleanly said goodbye, so the node is gone and it is accepted at
- * once.  Registrations without an instance (older agents, plain HTTP) are
- * never refused, as before.
- */
-static muster_err_t node_check_holder(store_t *st, const node_spec_t *spec, fail_t *f) {
-  if (spec->instance == NULL)
-    return MUSTER_OK;
+/* The agent instance that holds a node: another instance's active record. */
+typedef struct {
+  char instance[NAME_MAX_LEN + 1]; /* "" when no other instance holds it */
+  char hostname[NODE_MAX_TEXT + 1];
+  int64_t silent_ms;  /* since its last heartbeat or registration */
+  int64_t timeout_ms; /* the node's */
+} node_holder_t;
+
+static muster_err_t node_read_holder(store_t *st, const node_spec_t *spec, node_holder_t *h,
+                                     fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT instance, coalesce(hostname, ''), last_seen_ms,"
                                    " timeout_ms FROM nodes WHERE name = ?1 AND state = 0"
                                    " AND instance IS NOT NULL AND instance != ?2");
@@ -236,17 +244,47 @@ static muster_err_t node_check_holder(store_t *st, const node_spec_t *spec, fail
   store_bind_text(s, 1, spec->name);
   store_bind_text(s, 2, spec->instance);
   int rc = sqlite3_step(s);
-  char hostname[NODE_MAX_TEXT + 1] = "";
-  int64_t silent = 0, timeout = 0;
   if (rc == SQLITE_ROW) {
-    snprintf(hostname, sizeof hostname, "%s", (const char *)sqlite3_column_text(s, 1));
-    silent = now_ms() - sqlite3_column_int64(s, 2);
-    timeout = sqlite3_column_int64(s, 3);
+    snprintf(h->instance, sizeof h->instance, "%s", (const char *)sqlite3_column_text(s, 0));
+    snprintf(h->hostname, sizeof h->hostname, "%s", (const char *)sqlite3_column_text(s, 1));
+    h->silent_ms = now_ms() - sqlite3_column_int64(s, 2);
+    h->timeout_ms = sqlite3_column_int64(s, 3);
   }
   store_reset(s);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return store_fail(st, f, "node register");
-  if (rc == SQLITE_DONE || silent >= timeout)
+  return MUSTER_OK;
+}
+
+/*
+ * Node names are chosen by people (default: the hostname), so two agents can
+ * name the same node: several agents on one host, cloned machines.  Without
+ * a check the second registration took the record over and ended the first
+ * agent's workers, and the two flipped it back and forth.  An agent sends a
+ * random id per process ("instance"); a registration from another instance
+ * is refused while the node is active and its agent heard from within its
+ * timeout.  A restarted agent whose predecessor crashed is accepted at once
+ * when it names that predecessor as previous_instance: it took the lock the
+ * dead one held on the same machine, which proves it gone (the agent sends
+ * only an instance its lock file proves, src/node/lock.c); *took_over says
+ * so.  A wrong previous_instance changes nothing.  Otherwise a crashed
+ * agent's name is free once it has been silent for the timeout; one that
+ * stopped cleanly said goodbye, so the node is gone and its successor is
+ * accepted at once.  Registrations without an instance (older agents, plain
+ * HTTP) are never refused.  `took_over` has room for NAME_MAX_LEN + 1 bytes.
+ */
+static muster_err_t node_check_holder(store_t *st, const node_spec_t *spec, char *took_over,
+                                      fail_t *f) {
+  node_holder_t h = {0};
+  if (spec->instance == NULL)
+    return MUSTER_OK;
+  if (node_read_holder(st, spec, &h, f))
+    return f->code;
+  if (spec->previous_instance && strcmp(h.instance, spec->previous_instance) == 0) {
+    snprintf(took_over, NAME_MAX_LEN + 1, "%s", h.instance);
+    return MUSTER_OK;
+  }
+  if (h.instance[0] == '\0' || h.silent_ms >= h.timeout_ms)
     return MUSTER_OK;
   return fail_set(f, MUSTER_INVALID_STATE,
                   "node '%.140s' is held by another running agent (on host '%.200s', heard from "
@@ -255,7 +293,8 @@ static muster_err_t node_check_holder(store_t *st, const node_spec_t *spec, fail
                   "stopped, "
                   "this registration is accepted once it has been silent for the node's "
                   "timeout (%lld ms)",
-                  spec->name, hostname, (long long)(silent > 0 ? silent : 0), (long long)timeout);
+                  spec->name, h.hostname, (long long)(h.silent_ms > 0 ? h.silent_ms : 0),
+                  (long long)h.timeout_ms);
 }
 
 /* Writes the record of a new or re-registering node; created_ms stays. */
@@ -289,11 +328,17 @@ json_t *node_register(store_t *st, const json_t *body, int64_t default_timeout_m
     *created = node_state(st, spec.name) < 0;
     /* A restarted agent's old workers died with it: free their tasks at once. */
     int64_t workers = 0, released = 0;
-    if (node_check_holder(st, &spec, f) == MUSTER_OK &&
+    char took_over[NAME_MAX_LEN + 1] = "";
+    if (node_check_holder(st, &spec, took_over, f) == MUSTER_OK &&
         (*created || node_end_workers(st, spec.name, NULL, &workers, &released, f) == MUSTER_OK) &&
         node_write(st, &spec, f) == MUSTER_OK)
       out = node_get(st, spec.name, f);
-    if (out && !*created)
+    if (out && took_over[0])
+      log_msg(LOG_INFO,
+              "node %s: a restarted agent took over from instance %s (its lock proved %s "
+              "gone); %lld workers ended, %lld leases released",
+              spec.name, took_over, took_over, (long long)workers, (long long)released);
+    else if (out && !*created)
       log_msg(LOG_INFO, "node %s registered again; %lld old workers gone, %lld leases released",
               spec.name, (long long)workers, (long long)released);
   }

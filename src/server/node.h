@@ -24,8 +24,10 @@
 typedef enum { NODE_ACTIVE = 0, NODE_GONE = 1 } node_state_t;
 
 /* Registers the node of body {"name", "hostname", "address", "cpus", "gpus",
- * "labels", "timeout_ms"}, or takes an existing record of that name over: its
- * old workers become gone and their leases are released (not counted).
+ * "labels", "timeout_ms", "instance", "previous_instance"}, or takes an
+ * existing record of that name over: its old workers become gone and their
+ * leases are released (not counted).  Refused (MUSTER_INVALID_STATE) while
+ * another live instance holds the name, unless it is `previous_instance`.
  * Returns the Node object (new reference) with *created telling which, or NULL
  * with *f filled (MUSTER_NAME_INVALID, MUSTER_INVALID, MUSTER_STORE). */
 json_t *node_register(store_t *st, const json_t *body, int64_t default_timeout_ms, bool *created,
