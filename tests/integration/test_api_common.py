@@ -224,6 +224,30 @@ class ApiTestCase(unittest.TestCase):
                         % (what, value, lo, hi, SLACK_MS))
 
 
+class OwnHeadTestCase(ApiTestCase):
+    """An ApiTestCase whose every test has a head of its own (its own data dir), for
+    tests that stop, kill or restart it; `extra_args()` adds to `head_args`."""
+
+    @classmethod
+    def setUpClass(cls):
+        pass
+
+    @classmethod
+    def tearDownClass(cls):
+        pass
+
+    def extra_args(self):
+        return []
+
+    def setUp(self):
+        self.head = harness.Head(list(self.head_args) + self.extra_args())
+        self.head.start()
+        self.q = self.qname()
+
+    def tearDown(self):
+        self.head.cleanup()
+
+
 class ConventionTest(ApiTestCase):
     """Conventions shared by every endpoint."""
 

@@ -9,7 +9,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_api_common import ApiTestCase, now_ms  # noqa: E402
+from test_api_common import OwnHeadTestCase, now_ms  # noqa: E402
 
 WORKER_STABLE = ("id", "name", "nickname", "node", "queues", "labels", "progress",
                  "created_ms", "timeout_ms", "completed", "failed", "flagged")
@@ -19,28 +19,8 @@ def item(lease, **extra):
     return dict({"task": lease["task"], "token": lease["token"]}, **extra)
 
 
-class DurabilityTest(ApiTestCase):
+class DurabilityTest(OwnHeadTestCase):
     """Each test has its own head, which it stops or kills and restarts on the same dir."""
-
-    def setUp(self):
-        # A fresh head (own data dir) per test: these tests stop and kill it.
-        self.head = harness.Head(["--sweep-ms", "50"] + self.extra_args())
-        self.head.start()
-        self.q = self.qname()
-
-    def tearDown(self):
-        self.head.cleanup()
-
-    @classmethod
-    def setUpClass(cls):
-        pass
-
-    @classmethod
-    def tearDownClass(cls):
-        pass
-
-    def extra_args(self):
-        return []
 
     def build_state(self):
         """Queues, tasks in every state, a pipeline step, a worker with counters, a live

@@ -9,8 +9,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402
-from test_api_common import ApiTestCase  # noqa: E402
+from test_api_common import OwnHeadTestCase  # noqa: E402
 
 SAMPLE = re.compile(r'^muster_(tasks_failed|tasks_retried|tasks_dead)_total\{queue="([^"]*)"\} '
                     r'(\S+)$')
@@ -20,24 +19,8 @@ def item(lease, **extra):
     return dict({"task": lease["task"], "token": lease["token"]}, **extra)
 
 
-class ReportRetryTest(ApiTestCase):
+class ReportRetryTest(OwnHeadTestCase):
     """Each test has its own head: one of them restarts it."""
-
-    def setUp(self):
-        self.head = harness.Head(["--sweep-ms", "50"])
-        self.head.start()
-        self.q = self.qname()
-
-    def tearDown(self):
-        self.head.cleanup()
-
-    @classmethod
-    def setUpClass(cls):
-        pass
-
-    @classmethod
-    def tearDownClass(cls):
-        pass
 
     def ack(self, kind, items):
         return self.expect("POST", "/v1/leases/" + kind, {"leases": items})
