@@ -3,6 +3,7 @@
  */
 #include "jv.h"
 #include "jw.h"
+#include "core/names.h"
 
 #include <string.h>
 
@@ -45,6 +46,17 @@ muster_err_t jv_str(const json_t *obj, const char *key, const char *ctx, const c
     return fail_set(f, MUSTER_INVALID, "%s%s%s: contains a NUL character", ctx, dot(ctx), key);
   *out = json_string_value(v);
   return MUSTER_OK;
+}
+
+muster_err_t jv_name(const json_t *obj, const char *key, const char *ctx, const char **out,
+                     fail_t *f) {
+  if (jv_str(obj, key, ctx, NULL, NAME_MAX_LEN * 4, out, f) || *out == NULL ||
+      name_is_valid(*out))
+    return f->code;
+  return fail_set(f, MUSTER_INVALID,
+                  "%s%s%s: '%.140s' is invalid: use 1 to %d characters of letters, digits, "
+                  "'.', '_' and '-'",
+                  ctx, dot(ctx), key, *out, NAME_MAX_LEN);
 }
 
 muster_err_t jv_bool(const json_t *obj, const char *key, const char *ctx, bool dflt, bool *out,

@@ -53,16 +53,6 @@ typedef struct {
   char *gpus, *labels; /* encoded JSON or NULL, owned */
 } node_spec_t;
 
-/* An agent instance id, when given, is a name: 1 to 128 of [A-Za-z0-9._-]. */
-static muster_err_t node_check_instance(const char *key, const char *id, fail_t *f) {
-  if (id == NULL || name_is_valid(id))
-    return MUSTER_OK;
-  return fail_set(f, MUSTER_INVALID,
-                  "%s: '%.140s' is invalid: use 1 to %d characters of letters, digits, "
-                  "'.', '_' and '-'",
-                  key, id, NAME_MAX_LEN);
-}
-
 static muster_err_t node_spec_parse(const json_t *body, int64_t default_timeout_ms,
                                     node_spec_t *spec, fail_t *f) {
   static const char *const allowed[] = {
@@ -75,10 +65,8 @@ static muster_err_t node_spec_parse(const json_t *body, int64_t default_timeout_
       jv_int(body, "cpus", "", 0, 0, 1 << 20, &spec->cpus, f) ||
       jv_int(body, "timeout_ms", "", default_timeout_ms, 100, 7LL * 24 * 3600 * 1000,
              &spec->timeout_ms, f) ||
-      jv_str(body, "instance", "", NULL, NAME_MAX_LEN * 4, &spec->instance, f) ||
-      jv_str(body, "previous_instance", "", NULL, NAME_MAX_LEN * 4, &spec->previous_instance, f) ||
-      node_check_instance("instance", spec->instance, f) ||
-      node_check_instance("previous_instance", spec->previous_instance, f))
+      jv_name(body, "instance", "", &spec->instance, f) ||
+      jv_name(body, "previous_instance", "", &spec->previous_instance, f))
     return f->code;
   if (spec->previous_instance && spec->instance == NULL)
     return fail_set(f, MUSTER_INVALID,

@@ -73,45 +73,31 @@ static json_t *worker_registered(store_t *st, const char *instance, fail_t *f) {
   return out;
 }
 
-json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout_ms, fail_t *f) {
-  static const char *const allowed[] = {"nickname", "queues",     "node",    "labels",
-                                        "timeout_ms", "instance", NULL};
+/* What a registration gives; queues and labels are encoded JSON or NULL. */
+typedef struct {
   const char *nickname, *node, *instance;
+  char *queues, *labels;
   int64_t timeout_ms;
-  char *queues = NULL, *labels = NULL;
-  if (jv_only(body, "", allowed, f) ||
-      jv_str(body, "nickname", "", "anonymous", WORKER_MAX_NICKNAME, &nickname, f) ||
-      jv_str(body, "node", "", NULL, 256, &node, f) ||
-      jv_int(body, "timeout_ms", "", default_timeout_ms, 100, 7LL * 24 * 3600 * 1000, &timeout_ms,
-             f) ||
-      jv_str(body, "instance", "", NULL, NAME_MAX_LEN * 4, &instance, f))
-    return NULL;
-  if (instance && !name_is_valid(instance)) {
-    fail_set(f, MUSTER_INVALID, "instance: '%.140s' is invalid: use 1 to %d characters of "
-             "letters, digits, '.', '_' and '-'", instance, NAME_MAX_LEN);
-    return NULL;
-  }
-  json_t *out = worker_registered(st, instance, f);
-  if (out != NULL || f->code || worker_extras(body, &queues, &labels, f))
-    return out;
-  if (nickname[0] == '\0')
-    nickname = "anonymous";
+} worker_spec_t;
+
+/* Stores a new worker and names it after its id; returns the reply. */
+static json_t *worker_insert(store_t *st, const worker_spec_t *w, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "INSERT INTO workers(name, nickname, node, queues, labels,"
                                    " state, last_seen_ms, created_ms, timeout_ms, instance)"
                                    " VALUES('', ?1, ?2, ?3, ?4, 0, ?5, ?5, ?6, ?7)");
   if (s == NULL) {
     store_fail(st, f, "worker register");
-    goto done;
+    return NULL;
   }
-  store_bind_text(s, 1, nickname);
-  store_bind_text(s, 2, node);
-  store_bind_text(s, 3, queues);
-  store_bind_text(s, 4, labels);
+  store_bind_text(s, 1, w->nickname);
+  store_bind_text(s, 2, w->node);
+  store_bind_text(s, 3, w->queues);
+  store_bind_text(s, 4, w->labels);
   sqlite3_bind_int64(s, 5, now_ms());
-  sqlite3_bind_int64(s, 6, timeout_ms);
-  store_bind_text(s, 7, instance);
+  sqlite3_bind_int64(s, 6, w->timeout_ms);
+  store_bind_text(s, 7, w->instance);
   if (store_step_done(st, s, f))
-    goto done;
+    return NULL;
   int64_t id = sqlite3_last_insert_rowid(store_db(st));
   char name[96];
   worker_make_name(id, name, sizeof name);
@@ -119,12 +105,30 @@ json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout
   sqlite3_bind_int64(s, 1, id);
   store_bind_text(s, 2, name);
   if (store_step_done(st, s, f))
-    goto done;
-  out = json_pack("{s:I, s:s, s:s, s:I}", "id", (json_int_t)id, "name", name, "nickname", nickname,
-                  "timeout_ms", (json_int_t)timeout_ms);
-done:
-  free(queues);
-  free(labels);
+    return NULL;
+  return json_pack("{s:I, s:s, s:s, s:I}", "id", (json_int_t)id, "name", name, "nickname",
+                   w->nickname, "timeout_ms", (json_int_t)w->timeout_ms);
+}
+
+json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout_ms, fail_t *f) {
+  static const char *const allowed[] = {"nickname", "queues",     "node",    "labels",
+                                        "timeout_ms", "instance", NULL};
+  worker_spec_t w = {0};
+  if (jv_only(body, "", allowed, f) ||
+      jv_str(body, "nickname", "", "anonymous", WORKER_MAX_NICKNAME, &w.nickname, f) ||
+      jv_str(body, "node", "", NULL, 256, &w.node, f) ||
+      jv_int(body, "timeout_ms", "", default_timeout_ms, 100, 7LL * 24 * 3600 * 1000,
+             &w.timeout_ms, f) ||
+      jv_name(body, "instance", "", &w.instance, f))
+    return NULL;
+  json_t *out = worker_registered(st, w.instance, f);
+  if (out != NULL || f->code || worker_extras(body, &w.queues, &w.labels, f))
+    return out;
+  if (w.nickname[0] == '\0')
+    w.nickname = "anonymous";
+  out = worker_insert(st, &w, f);
+  free(w.queues);
+  free(w.labels);
   return out;
 }
 
