@@ -438,18 +438,9 @@ static int agent_identity(node_agent_t *a) {
   return 0;
 }
 
-/* Detects and filters the GPUs and decides the workers; 0, -2 for a bad GPU
- * list (--gpus or CUDA_VISIBLE_DEVICES: exit status 2), or -1. */
-static int agent_plan_workers(node_agent_t *a) {
-  const node_config_t *cfg = a->cfg;
-  gpu_detect(&a->gpus);
-  int detected = a->gpus.count;
-  const char *only = cfg->gpus ? cfg->gpus : getenv("CUDA_VISIBLE_DEVICES");
-  char err[256];
-  if (gpu_filter(&a->gpus, only, cfg->min_gpu_memory_mb, err, sizeof err) != 0) {
-    agent_log(a, "%s%s", cfg->gpus ? "--gpus: " : "CUDA_VISIBLE_DEVICES: ", err);
-    return -2;
-  }
+/* Prints what detection found and kept: "GPU detection (nvml): 1 found, 1
+ * used: 0 (NVIDIA H100 80GB HBM3, 81559 MiB)". */
+static void agent_log_gpus(node_agent_t *a, int detected) {
   char list[1024] = "";
   size_t at = 0;
   for (int i = 0; i < a->gpus.count && at + 200 < sizeof list; i++)
@@ -458,16 +449,48 @@ static int agent_plan_workers(node_agent_t *a) {
                            (long long)a->gpus.gpus[i].memory_total_mb);
   agent_log(a, "GPU detection (%s): %d found, %d used%s%s", a->gpus.source, detected, a->gpus.count,
             a->gpus.count ? ": " : "", list);
-  if (cfg->queue == NULL)
+}
+
+/* GPUs were found but the filters kept none: says which filters, since
+ * running GPU work on CPUs instead would be a surprise, and how to ask for
+ * CPU workers. */
+static void agent_log_none_kept(node_agent_t *a, int detected, const char *only) {
+  char why[512] = "";
+  if (only != NULL)
+    snprintf(why, sizeof why, "%s%s", a->cfg->gpus ? "--gpus " : "CUDA_VISIBLE_DEVICES=", only);
+  if (a->cfg->min_gpu_memory_mb > 0)
+    snprintf(why + strlen(why), sizeof why - strlen(why), "%s--min-gpu-memory %lld",
+             why[0] ? " and " : "", (long long)a->cfg->min_gpu_memory_mb);
+  agent_log(a,
+            "none of the %d GPU%s found passes %s: starting no workers (use --gpus to name "
+            "GPUs of this machine, or --gpus none for CPU workers)",
+            detected, detected > 1 ? "s" : "", why);
+}
+
+/* Detects and filters the GPUs and decides the workers; 0, -2 for a bad GPU
+ * list (--gpus or CUDA_VISIBLE_DEVICES: exit status 2), or -1. */
+static int agent_plan_workers(node_agent_t *a) {
+  const node_config_t *cfg = a->cfg;
+  gpu_detect(&a->gpus);
+  int detected = a->gpus.count;
+  const char *only = cfg->gpus ? cfg->gpus : getenv("CUDA_VISIBLE_DEVICES");
+  char err[256];
+  int kept = gpu_filter(&a->gpus, only, cfg->min_gpu_memory_mb, err, sizeof err);
+  if (kept < 0) {
+    agent_log(a, "%s%s", cfg->gpus ? "--gpus: " : "CUDA_VISIBLE_DEVICES: ", err);
+    return -2;
+  }
+  agent_log_gpus(a, detected);
+  if (cfg->queue == NULL) {
     a->nworkers = 0;
-  else if (a->gpus.count > 0)
+  } else if (a->gpus.count > 0) {
     a->nworkers = a->gpus.count;
-  else if (detected > 0 && (only == NULL || only[0] != '\0')) {
-    agent_log(a, "no GPU passed --gpus / CUDA_VISIBLE_DEVICES / --min-gpu-memory: "
-                 "starting no workers");
+  } else if (detected > 0 && kept == 0) { /* kept == 1: no GPU asked for */
+    agent_log_none_kept(a, detected, only);
     a->nworkers = 0;
-  } else
+  } else {
     a->nworkers = (int)(cfg->cpu_workers > 0 ? cfg->cpu_workers : a->cpus);
+  }
   if (a->nworkers > NODE_MAX_WORKERS)
     a->nworkers = NODE_MAX_WORKERS;
   a->workers = calloc(a->nworkers > 0 ? (size_t)a->nworkers : 1, sizeof *a->workers);

@@ -278,7 +278,8 @@ int gpu_filter(node_gpus_t *gpus, const char *only, int64_t min_memory_mb, char 
     snprintf(trimmed, sizeof trimmed, "%s", only);
     const char *t = gpu_trim(trimmed);
     if (t[0] == '\0' || strcmp(t, "-1") == 0 || strcmp(t, "none") == 0) {
-      nwanted = 0;
+      gpus->count = 0;
+      return 1;
     } else if (gpu_parse_only(t, wanted, &nwanted) != 0) {
       snprintf(err, err_size, "'%s' is not a list of GPU indexes such as 0,2", only);
       return -1;

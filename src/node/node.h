@@ -48,8 +48,9 @@ void gpu_detect(node_gpus_t *out);
 /*
  * Keeps the GPUs of *gpus that `only` names ("0,2"; NULL: all) and whose total
  * memory is at least `min_memory_mb` (0: any).  `only` may name GPUs by index
- * or, as CUDA_VISIBLE_DEVICES does, be "" or "-1" for none.  Returns 0, or -1
- * with `err` filled when `only` is not a list of indexes.
+ * or, as CUDA_VISIBLE_DEVICES does, be "", "-1" (or "none") for none.  Returns
+ * 0; 1 when `only` asked for no GPU (the node then runs CPU workers); -1 with
+ * `err` filled when `only` is not a list of indexes.
  */
 int gpu_filter(node_gpus_t *gpus, const char *only, int64_t min_memory_mb, char *err,
                size_t err_size);

@@ -305,6 +305,41 @@ class GpuDetectionTest(NodeTestCase):
         self.assertEqual(node["gpus"], [])
         self.assertGreaterEqual(node["cpus"], 1)
 
+    def test_no_gpu_asked_for_runs_cpu_workers(self):
+        # "none" and "-1" (CUDA's own spelling) mean CPU workers on a GPU machine too.
+        self.make_queue("cpu")
+        for name, args, visible in (("nogpu1", ["--gpus", "none"], None),
+                                    ("nogpu2", [], "-1")):
+            env = self.fake_smi_env()
+            if visible is not None:
+                env["CUDA_VISIBLE_DEVICES"] = visible
+            a = self.agent(name, args=["--queue", "cpu", "--workers", "2"] + args, env=env,
+                           cmd=["true"])
+            a.start()
+            self.assertEqual(self.gpu_env_of_workers(a, 2), [(None, None), (None, None)])
+            self.assertIn("GPU detection (nvidia-smi): 2 found, 0 used", a.log())
+            self.assertEqual(self.node(name)["gpus"], [])
+            a.stop()
+
+    def test_no_gpu_kept_says_which_filter(self):
+        self.make_queue("gpu")
+        for name, args, visible, why in (
+                ("kept1", [], "5", "passes CUDA_VISIBLE_DEVICES=5: starting no workers"),
+                ("kept2", ["--gpus", "1", "--min-gpu-memory", "10000"], None,
+                 "passes --gpus 1 and --min-gpu-memory 10000: starting no workers")):
+            env = self.fake_smi_env()
+            if visible is not None:
+                env["CUDA_VISIBLE_DEVICES"] = visible
+            a = self.agent(name, args=["--queue", "gpu"] + args, env=env, cmd=["true"])
+            a.start()
+            harness.wait_until(lambda: "none of the 2 GPUs found " + why in a.log(),
+                               timeout=20, what="the refusal:\n" + a.log())
+            self.assertIn("--gpus none for CPU workers", a.log())
+            node = harness.wait_until(lambda: self.node(name), timeout=20,
+                                      what="the node registered:\n" + a.log())
+            self.assertEqual((node["workers"], node["gpus"], a.workers()), (0, [], []))
+            a.stop()
+
     def test_bad_gpus_list(self):
         a = self.agent("gpu5", args=["--gpus", "zero"], env=self.fake_smi_env())
         a.start(wait_listen=False)
