@@ -98,6 +98,15 @@ static void agent_describe_lock(const node_agent_t *a, int full) {
   node_lock_describe(a->lock_fd, info);
 }
 
+/* After a goodbye the head accepted, the lock file names no instance: the
+ * next agent has nothing to take over (the node left, its workers with it)
+ * and starts without saying it took over from this one. */
+static void agent_forget_instance(const node_agent_t *a) {
+  char info[64];
+  snprintf(info, sizeof info, "pid %d\nstopping: its node left the head\n", (int)getpid());
+  node_lock_describe(a->lock_fd, info);
+}
+
 /* ---- the background thread: registration, heartbeats, crash reports ---- */
 
 typedef struct {
@@ -318,6 +327,8 @@ static void *agent_bg_main(void *arg) {
     int head_stops = a->cfg->beside_head && (err == MUSTER_UNAVAILABLE || err == MUSTER_NETWORK);
     if (err != MUSTER_OK && err != MUSTER_NODE_NOT_FOUND && !head_stops)
       agent_log(a, "leaving: %s: %s", muster_err_name(err), muster_client_message(bg->client));
+    if (err == MUSTER_OK || err == MUSTER_NODE_NOT_FOUND)
+      agent_forget_instance(a);
   }
   return NULL;
 }
@@ -461,10 +472,13 @@ static void agent_log_none_kept(node_agent_t *a, int detected, const char *only)
   if (a->cfg->min_gpu_memory_mb > 0)
     snprintf(why + strlen(why), sizeof why - strlen(why), "%s--min-gpu-memory %lld",
              why[0] ? " and " : "", (long long)a->cfg->min_gpu_memory_mb);
+  char found[64] = "the one GPU found does not pass";
+  if (detected > 1)
+    snprintf(found, sizeof found, "none of the %d GPUs found passes", detected);
   agent_log(a,
-            "none of the %d GPU%s found passes %s: starting no workers (use --gpus to name "
-            "GPUs of this machine, or --gpus none for CPU workers)",
-            detected, detected > 1 ? "s" : "", why);
+            "%s %s: starting no workers (use --gpus to name GPUs of this machine, or "
+            "--gpus none for CPU workers)",
+            found, why);
 }
 
 /* Detects and filters the GPUs and decides the workers; 0, -2 for a bad GPU

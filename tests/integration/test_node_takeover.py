@@ -157,6 +157,21 @@ class RestartTakeoverTest(TakeoverCase):
 
 
 class NoTakeoverTest(TakeoverCase):
+    def test_clean_stop_leaves_nothing_to_take_over(self):
+        """An agent that stopped cleanly said goodbye: its lock file names no instance,
+        and the next agent neither sends previous_instance nor says it took over."""
+        first = self.start(self.agent("calm", "first"))
+        harness.wait_until(lambda: self.node_at("calm", first), what="the first registered")
+        self.assertEqual(first.stop(), 0, first.log())
+        info = first.lock_info()
+        self.assertNotIn("instance", info, info)
+        self.assertNotIn("previous_instance", info, info)
+        second = self.start(self.agent("calm", "second"))
+        harness.wait_until(lambda: self.node_at("calm", second), what="the second registered")
+        self.assertNotIn("taking over", second.log())
+        self.assertNotIn("took over", self.head.log())
+        self.assertEqual(second.stop(), 0, second.log())
+
     def test_other_lock_file_is_refused_while_the_holder_runs(self):
         """A second agent under the name with another lock file is refused while the first
         runs, also when its lock file holds a copy of the first's (a copy proves nothing:
