@@ -12,7 +12,9 @@ epoch trains on every sample exactly once: none repeated, none skipped.
 With --url (and --token) the sampler is a coordinated one on the head (an iteration
 named --name); without, the standalone sampler (no server).  The checkpoint also
 records the samples trained on per epoch (``seen``), which is how the test checks the
-promise.  --step-delay slows each step down (a stand-in for real work).
+promise.  --step-delay slows each step down (a stand-in for real work).  --device picks
+where the model trains (default: cuda when PyTorch sees a GPU, else cpu); a checkpoint
+saved on one device resumes on another.
 """
 import argparse
 import json
@@ -65,6 +67,7 @@ def main():
     ap.add_argument("--url")
     ap.add_argument("--token")
     ap.add_argument("--name", default="train-example")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     ckpt_path = os.path.join(args.dir, "checkpoint.pt")
@@ -78,11 +81,12 @@ def main():
                        block_size=4)
     sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=args.seed, **options)
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch, sampler=sampler)
-    model = torch.nn.Linear(data.x.shape[1], 1)
+    device = torch.device(args.device)
+    model = torch.nn.Linear(data.x.shape[1], 1).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     step, seen = 0, {}
     if os.path.exists(ckpt_path):
-        ckpt = torch.load(ckpt_path)
+        ckpt = torch.load(ckpt_path, map_location=device)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optim"])
         sampler.load_state_dict(ckpt["sampler"])
@@ -92,6 +96,7 @@ def main():
     for epoch in range(sampler.epoch, args.epochs):
         sampler.set_epoch(epoch)
         for idx, x, y in loader:
+            x, y = x.to(device), y.to(device)
             loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
             opt.zero_grad()
             loss.backward()
@@ -104,7 +109,8 @@ def main():
                         os.path.join(args.dir, "progress.json"), json_text=True)
             if args.step_delay:
                 time.sleep(args.step_delay)
-        print("epoch %d: %d samples, loss %.4f" % (epoch, len(seen.get(epoch, [])), loss.item()), flush=True)
+        print("epoch %d on %s: %d samples, loss %.4f"
+              % (epoch, device, len(seen.get(epoch, [])), loss.item()), flush=True)
     save_atomic({"step": step, "seen": {str(k): v for k, v in seen.items()}},
                 os.path.join(args.dir, "done.json"), json_text=True)
     return 0

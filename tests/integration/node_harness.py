@@ -4,15 +4,40 @@ Each agent gets its own lock file (so tests never collide with a real agent on
 this machine, nor with each other), --listen 127.0.0.1:0 and a log file.  The
 agent writes its pid, name and API address into its lock file once it runs.
 """
+import atexit
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.parse
 
 import harness
+
+_NO_GPU_BIN = None
+
+
+def no_gpu_env(env):
+    """`env` (a dict, changed and returned) made blind to this machine's GPUs, so that a
+    test's `--workers N` means N CPU workers on a GPU machine too: NVML pointed at
+    nothing, CUDA_VISIBLE_DEVICES removed, and first on PATH an `nvidia-smi` that fails
+    (as on a machine without the driver).  A test that wants GPUs puts its own fake
+    `nvidia-smi` before it."""
+    global _NO_GPU_BIN
+    if _NO_GPU_BIN is None:
+        _NO_GPU_BIN = tempfile.mkdtemp(prefix="muster-test-no-gpu-")
+        atexit.register(shutil.rmtree, _NO_GPU_BIN, True)
+        path = os.path.join(_NO_GPU_BIN, "nvidia-smi")
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\necho 'NVIDIA-SMI has failed: no GPU (muster tests)' >&2\nexit 9\n")
+        os.chmod(path, 0o755)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env["MUSTER_NVML_LIBRARY"] = "/nonexistent/libnvidia-ml.so.1"
+    env["PATH"] = _NO_GPU_BIN + ":" + env.get("PATH", "/usr/bin:/bin")
+    return env
 
 
 class Agent:
@@ -25,9 +50,7 @@ class Agent:
         self.log_path = os.path.join(workdir, "agent-%s.log" % name)
         self.args = list(args)
         self.cmd = cmd
-        self.env = dict(os.environ)
-        self.env.pop("CUDA_VISIBLE_DEVICES", None)
-        self.env.setdefault("MUSTER_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")
+        self.env = no_gpu_env(dict(os.environ))
         self.env.update(env or {})
         self.proc = None
         self.url = None

@@ -22,6 +22,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import node_harness  # noqa: E402  (no_gpu_env: CPU workers on a GPU machine too)
+
 MUSTER_BIN = os.path.abspath(os.environ.get("MUSTER_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "muster"))
 TOKEN = "netns-token-0123456789"
@@ -157,7 +160,7 @@ class Cluster:
         tag = "%s-n%s" % (TAG, key)
         node_dir = os.path.join(self.tmp, "node" + key)
         os.mkdir(node_dir)
-        env = dict(os.environ, NODE_TAG=tag, NODE_DIR=node_dir)
+        env = node_harness.no_gpu_env(dict(os.environ, NODE_TAG=tag, NODE_DIR=node_dir))
         self.start("node" + key, key, [
             MUSTER_BIN, "node", "--join", HEAD_URL, "--token", TOKEN, "--name", tag,
             "--listen", "none", "--lock-file", os.path.join(node_dir, "lock"), "--workers", "2",

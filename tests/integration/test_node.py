@@ -109,9 +109,8 @@ class HeadLocalNodeTest(unittest.TestCase):
         head = harness.Head(data_dir=os.path.join(work, "data"))
         head.work = work
         os.makedirs(head.data_dir)
-        env = dict(os.environ, MUSTER_NODE_LOCK=os.path.join(work, "node.lock"),
-                   MUSTER_NVML_LIBRARY="/nonexistent/libnvidia-ml.so.1")
-        env.pop("CUDA_VISIBLE_DEVICES", None)
+        env = node_harness.no_gpu_env(
+            dict(os.environ, MUSTER_NODE_LOCK=os.path.join(work, "node.lock")))
         with open(head.log_path, "ab") as log:
             proc = subprocess.Popen([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
                                      "--data-dir", head.data_dir, "--token", head.token,
