@@ -32,6 +32,9 @@ from .worker import MARK, WORKER_CLASS_BLOB, decode_result, dumps, unpack_call
 
 SUBMIT_BATCH = 1000
 POLL_MS = 20000
+RETRY_PAUSE_S = 1.0  # between tries while the head does not answer (as the C pool's)
+# A head that is down or restarting: no reply came, or it answered 503 while stopping.
+_HEAD_DOWN = (errors.NetworkError, errors.Unavailable)
 
 
 class WorkerInterface:
@@ -73,8 +76,10 @@ class IndexCollision(errors.InvalidState):
     the first of them in use; ``stored``: how many jobs of the same call were stored before
     the batch (they run, but the call reads nothing of them).
 
-    The pool sends each batch once (the client never sends a POST again), so an index in
-    use is never one of the pool's own earlier tries: it is always someone else's task."""
+    The pool sends a batch again only when no reply came (or the head was stopping), and
+    the head answers such a batch, already stored with the same payloads at the same
+    indexes, as a repeat: so an index in use is never one of the pool's own earlier tries,
+    it is always someone else's task."""
 
     def __init__(self, message, session, first, last, index, stored=0, status=409):
         super().__init__(message, code="invalid_state", status=status)
@@ -126,7 +131,8 @@ class Pool:
     (either key optional) is unpacked, any other value is passed as the one argument.
     ``url`` / ``token`` default as :class:`muster.Client`'s; ``client`` may be given
     instead.  The queue is created (with ``queue_settings``) when it does not exist.
-    ``timeout_ms`` is the session's heartbeat timeout (a thread heart-beats every third).
+    ``timeout_ms`` is the session's heartbeat timeout (a thread heart-beats every third);
+    a head that is down or restarting is waited for as long (see :meth:`_retrying`).
     ``use_shared``: ship the pickled class as shared data (default: when the head has
     the shared-data API), else inside the session's init data.
     """
@@ -140,6 +146,8 @@ class Pool:
         self._next_index = 0
         self._completion_cursor = 0
         self._closed = False
+        self._keep_session = False  # set when the pool gave up on a head that did not answer
+        self.timeout_ms = timeout_ms
         try:
             self.client.queue(queue)
         except errors.QueueNotFound:
@@ -192,12 +200,15 @@ class Pool:
 
     def close(self):
         """Closes the pool: its session on the head closes, unfinished jobs are cancelled,
-        its updates and shared data are deleted; the workers drop its instance."""
+        its updates and shared data are deleted; the workers drop its instance.  After the
+        pool gave up on a head that did not answer, the session is left open instead (its
+        results can still be read; the head ends it ``timeout_ms`` after its last call)."""
         if self._closed:
             return
         self._closed = True
         self._stop.set()
-        self._close_session()
+        if not self._keep_session:
+            self._close_session()
         self._hb_client.close()
 
     terminate = close
@@ -228,17 +239,84 @@ class Pool:
             chunk = payloads[at:at + SUBMIT_BATCH]
             tasks = [{"payload": p, "index": first + at + i} for i, p in enumerate(chunk)]
             try:
-                self.client.session_put(self.session, tasks)
+                # Sent again while the head does not answer: a try that was stored but
+                # whose reply was lost is answered as a repeat and stores nothing twice.
+                self._retrying(lambda: self.client.session_put(self.session, tasks),
+                               lambda e, waited: self._gave_up_submitting(
+                                   e, waited, first, at, len(chunk)))
             except errors.InvalidState as e:
-                # The batch was sent once, so an index in use is another producer's task,
-                # never this batch stored by an earlier try: say so (the head stored none
-                # of the batch) rather than wait at the indexes that stay without a task.
+                # An index in use is another producer's task, never this batch stored by
+                # an earlier try (that is a repeat): say so (the head stored none of the
+                # batch) rather than wait at the indexes that stay without a task.
                 collision = IndexCollision.from_refusal(e, self.session, tasks[0]["index"],
                                                         tasks[-1]["index"], at)
                 if collision is None:
                     raise
                 raise collision from None
         return first, len(payloads)
+
+    def _retrying(self, call, give_up):
+        """``call()``'s value.  While it fails because the head is down or restarting
+        (NetworkError, Unavailable) it is called again at once, then every RETRY_PAUSE_S,
+        until ``timeout_ms`` has passed since the first failure: as long as the session
+        outlives a silent client, while the heartbeat thread keeps it open.  Then the
+        pool keeps its session (close() leaves it open, so its results can be read) and
+        raises ``give_up(last error, seconds waited)``.  Any other error raises at once."""
+        failing_since = None
+        while True:
+            try:
+                return call()
+            except _HEAD_DOWN as e:
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    continue
+                left = self.timeout_ms / 1000.0 - (now - failing_since)
+                if left <= 0:
+                    self._keep_session = True
+                    raise give_up(e, now - failing_since) from e
+                time.sleep(min(RETRY_PAUSE_S, left))
+
+    def _gave_up(self, err, waited, happened, rest=None):
+        """The error for a head that did not answer for ``waited`` seconds: ``err``'s class
+        (NetworkError or Unavailable) with a message naming the session, saying what
+        ``happened`` to the call and, with ``rest`` = (order, cursor, first, last), how to
+        read its results at session indexes ``first``..``last``, which it did not, from
+        ``cursor`` once the head is back.  ``session``, ``order`` and ``cursor`` are set on
+        it (the last two None without ``rest``)."""
+        text = ("session %s: the head at %s did not answer for %.0f s (tried again every "
+                "second for up to the session's timeout_ms, %d ms; last error: %s), so the "
+                "pool gave up: %s. The session is left open (closing the pool does not close "
+                "it): its jobs run on, and the head keeps their results until the session "
+                "goes %d ms without a client" % (self.session, self.client.url, waited,
+                                                 self.timeout_ms, err, happened, self.timeout_ms))
+        order = cursor = None
+        if rest is not None:
+            order, cursor, first, last = rest
+            text += ("; once the head is back, read the rest (session indexes %d-%d) with "
+                     "muster.Client(%r, TOKEN).iter_results(%r, order=%r, cursor=%d), the value "
+                     "of a result r in state done being muster.worker.decode_result(r[\"result\"])"
+                     % (first, last, self.client.url, self.session, order, cursor))
+        out = type(err)(text, code=err.code, status=err.status)
+        out.session, out.order, out.cursor = self.session, order, cursor
+        return out
+
+    def _gave_up_submitting(self, err, waited, first, at, count):
+        happened = ("submitting this call's jobs at session indexes %d-%d failed, so the call "
+                    "returns nothing and its jobs after them were not submitted"
+                    % (first + at, first + at + count - 1))
+        if not at:
+            return self._gave_up(err, waited, happened)
+        happened += ("; its jobs before them, at session indexes %d-%d, were stored and run"
+                     % (first, first + at - 1))
+        return self._gave_up(err, waited, happened, ("submission", first, first, first + at - 1))
+
+    def _gave_up_reading(self, err, waited, order, cursor, first, n, read):
+        happened = "%d of this call's %d results were read" % (read, n)
+        # In submission order the cursor is the first index not read; in completion order
+        # a sequence number, and what follows it are the results not read yet.
+        lo = cursor if order == "submission" else first
+        return self._gave_up(err, waited, happened, (order, cursor, lo, first + n - 1))
 
     @staticmethod
     def _value(r, first):
@@ -267,9 +345,14 @@ class Pool:
         cursor, end = first, first + n
         quick = True  # the first read, and one after a stalled reply, does not wait
         while cursor < end:
-            reply = self.client.results(self.session, order="submission", cursor=cursor,
-                                        max=min(1000, end - cursor),
-                                        wait_ms=0 if quick else self._wait_ms(deadline))
+            # A read the head did not answer is sent again from the same cursor: every
+            # result before it was yielded, none after it was.
+            reply = self._retrying(
+                lambda: self.client.results(self.session, order="submission", cursor=cursor,
+                                            max=min(1000, end - cursor),
+                                            wait_ms=0 if quick else self._wait_ms(deadline)),
+                lambda e, waited: self._gave_up_reading(e, waited, "submission", cursor, first,
+                                                        n, cursor - first))
             for r in reply["results"]:
                 if r["index"] != cursor or cursor >= end:
                     break
@@ -291,8 +374,12 @@ class Pool:
     def _unordered(self, first, n, cursor, deadline):
         seen = set()
         while len(seen) < n:
-            reply = self.client.results(self.session, order="completion", cursor=cursor,
-                                        max=1000, wait_ms=self._wait_ms(deadline))
+            # Read again from the same cursor while the head does not answer (as _ordered).
+            reply = self._retrying(
+                lambda: self.client.results(self.session, order="completion", cursor=cursor,
+                                            max=1000, wait_ms=self._wait_ms(deadline)),
+                lambda e, waited: self._gave_up_reading(e, waited, "completion", cursor, first,
+                                                        n, len(seen)))
             cursor = reply["cursor"]
             with self._lock:
                 self._completion_cursor = max(self._completion_cursor, cursor)

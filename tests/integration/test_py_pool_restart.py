@@ -1,0 +1,287 @@
+"""muster.Pool outlasting its head: kill -9 mid-map, restart, and the pool carries on.
+
+The Python twin of test_cli_map_restart.py.  The head listens on a fixed port (picked
+free at the start) so a restart on the same data dir is reachable at the same URL.  Two
+`muster worker` processes run `python3 -m muster.worker` (as a node agent would) with
+the class Gated below, which squares numbers; inputs from GATED on wait until the test
+creates a gate file, so the pool is mid-run (the first GATED results read, the rest
+held back) when the head is killed, whatever the machine's speed.
+Checks: `map` returns every result exactly once and in order across a kill -9 and a
+restart, and `imap_unordered` yields each index once; submitting is tried again while
+the head is down, and a batch whose reply was lost (stored, then the connection dropped)
+is sent again and answered as a repeat, nothing stored twice; and when the head does not
+come back within the session's timeout the pool raises NetworkError naming the session,
+how long the head was silent and how to read the rest, and leaves the session open:
+read as the message says once the head is back, the rest comes, each result once.
+"""
+import http.client
+import http.server
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+import harness  # noqa: E402
+import muster  # noqa: E402
+import muster.worker  # noqa: E402 (decode_result, as the give-up message says)
+
+MUSTER = harness.MUSTER_BIN
+PYTHONPATH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
+QUEUE = "pyq"
+INPUTS = 300
+GATED = 100  # inputs 0..GATED-1 run at once; the others wait for the gate file
+
+
+class Gated(muster.WorkerInterface):
+    """Squares its input; from GATED on only once the file init_data["gate"] exists.
+    The workers load this script as __mp_main__ (the Pool sends its path)."""
+
+    def __init__(self, init_data):
+        self.gate = init_data["gate"]
+
+    def run(self, x):
+        # The worker stands in for a long job here: it polls, the test never does.
+        while x >= GATED and not os.path.exists(self.gate):
+            time.sleep(0.02)
+        return x * x
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Run(threading.Thread):
+    """Runs one pool call in a thread: items it yields go to `got` as they come, the
+    error it raised (if any) to `error`."""
+
+    def __init__(self, call):
+        super().__init__(daemon=True)
+        self.call, self.got, self.error = call, [], None
+        self.start()
+
+    def run(self):
+        try:
+            for value in self.call():
+                self.got.append(value)
+        except Exception as e:  # noqa: BLE001 (the test looks at it)
+            self.error = e
+
+    def finish(self, test):
+        self.join(timeout=180)
+        test.assertFalse(self.is_alive(), "the pool call did not end")
+        return self.got
+
+
+class PoolHeadRestartTest(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="muster-pypool-restart-")
+        self.gate = os.path.join(self.tmp, "gate")
+        self.head = harness.Head(["--listen", "127.0.0.1:%d" % free_port()])
+        self.head.start()
+        self.client = muster.Client(self.head.url, self.head.token)
+        self.client.put_queue(QUEUE)
+        env = dict(os.environ, MUSTER_URL=self.head.url, MUSTER_TOKEN=self.head.token,
+                   PYTHONPATH=PYTHONPATH, TMPDIR=self.tmp)
+        self.worker_log = open(os.path.join(self.tmp, "worker.log"), "wb")
+        self.workers = [subprocess.Popen(
+            [MUSTER, "worker", "--queue", QUEUE, "--", "/usr/bin/python3", "-m", "muster.worker"],
+            env=env, stdout=self.worker_log, stderr=subprocess.STDOUT) for _ in range(2)]
+        self.pools = []
+
+    def tearDown(self):
+        open(self.gate, "w").close()  # lets the workers' held jobs end
+        for pool in self.pools:
+            try:
+                pool.close()
+            except muster.NetworkError:
+                pass  # the head is down: the session goes with its timeout
+        for w in self.workers:
+            w.terminate()
+        for w in self.workers:
+            w.wait(timeout=30)
+        self.worker_log.close()
+        self.client.close()
+        self.head.cleanup()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def pool(self, timeout_ms, url=None):
+        pool = muster.Pool(Gated, {"gate": self.gate}, url=url or self.head.url,
+                           token=self.head.token, queue=QUEUE, timeout_ms=timeout_ms)
+        self.pools.append(pool)
+        return pool
+
+    def done(self, pool):
+        """How many of the pool's jobs have their result (GET session: not a heartbeat)."""
+        return self.client.session(pool.session)["counts"]["done"]
+
+    def wait_mid_run(self, run, pool, read=None):
+        """Waits until the ungated jobs are done (and `read` of them yielded, if given)."""
+        harness.wait_until(lambda: run.error or (self.done(pool) >= GATED and
+                                                 (read is None or len(run.got) >= read)),
+                           timeout=120, what="the ungated jobs\n" + self.worker_output())
+        self.assertIsNone(run.error)
+        self.assertEqual(self.done(pool), GATED)
+
+    def worker_output(self):
+        with open(os.path.join(self.tmp, "worker.log"), errors="replace") as f:
+            return f.read()[-3000:]
+
+    def restart_head(self):
+        self.head.kill()
+        self.head.start()
+        self.client.close()
+
+    def test_map_survives_head_kill_and_restart(self):
+        pool = self.pool(timeout_ms=60000)
+        run = Run(lambda: [pool.map(range(INPUTS))])
+        self.wait_mid_run(run, pool)
+        self.restart_head()
+        open(self.gate, "w").close()
+        got = run.finish(self)
+        self.assertIsNone(run.error)
+        self.assertEqual(got, [[i * i for i in range(INPUTS)]])
+        self.assertEqual(self.client.session(pool.session)["state"], "open")
+
+    def test_imap_unordered_survives_head_kill_and_restart(self):
+        pool = self.pool(timeout_ms=60000)
+        run = Run(lambda: pool.imap_unordered(range(INPUTS)))
+        self.wait_mid_run(run, pool, read=GATED)
+        self.assertEqual(sorted(run.got), [i * i for i in range(GATED)])
+        self.restart_head()
+        open(self.gate, "w").close()
+        got = run.finish(self)
+        self.assertIsNone(run.error)
+        self.assertEqual(len(got), INPUTS)  # each index once: no repeat, none lost
+        self.assertEqual(sorted(got), [i * i for i in range(INPUTS)])
+
+    def test_gives_up_naming_the_session(self):
+        pool = self.pool(timeout_ms=3000)
+        url = self.head.url
+        run = Run(lambda: pool.imap(range(INPUTS)))
+        self.wait_mid_run(run, pool, read=GATED)
+        self.head.kill()
+        run.finish(self)
+        self.assertEqual(run.got, [i * i for i in range(GATED)])
+        err = run.error
+        self.assertIsInstance(err, muster.NetworkError, err)
+        text = str(err)
+        self.assertIn("session %s: the head at %s did not answer for 3 s" % (pool.session, url),
+                      text)
+        self.assertIn("%d of this call's %d results were read" % (GATED, INPUTS), text)
+        self.assertIn("The session is left open", text)
+        self.assertIn("read the rest (session indexes %d-%d) with muster.Client(%r, TOKEN)"
+                      ".iter_results(%r, order='submission', cursor=%d)"
+                      % (GATED, INPUTS - 1, url, pool.session, GATED), text)
+        self.assertEqual((err.session, err.order, err.cursor), (pool.session, "submission", GATED))
+        pool.close()  # leaves the session open: no call to the head, which is down
+        # What the message says works: a restarted head gives the session its timeout
+        # again, and the rest is read from the cursor, each result once.
+        self.head.start()
+        open(self.gate, "w").close()
+        with muster.Client(url, self.head.token) as reader:
+            rest = [muster.worker.decode_result(r["result"]) for r in
+                    reader.iter_results(pool.session, order="submission", cursor=GATED)]
+        self.assertEqual(rest, [i * i for i in range(GATED, INPUTS)])
+
+    def test_submitting_outlasts_a_head_that_is_down(self):
+        open(self.gate, "w").close()
+        pool = self.pool(timeout_ms=60000)
+        tries = []
+        put = pool.client.session_put
+
+        def counted_put(*args):
+            tries.append(1)
+            return put(*args)
+
+        pool.client.session_put = counted_put
+        self.head.kill()
+        run = Run(lambda: [pool.map(range(50))])
+        # The first try and the one sent at once both failed: the pool waits to try again.
+        harness.wait_until(lambda: len(tries) >= 2 or run.error, timeout=30,
+                           what="two tries of the submission")
+        self.head.start()
+        got = run.finish(self)
+        self.assertIsNone(run.error)
+        self.assertEqual(got, [[i * i for i in range(50)]])
+        self.assertGreaterEqual(len(tries), 3)
+
+    def test_a_submission_whose_reply_was_lost_is_sent_again(self):
+        open(self.gate, "w").close()
+        proxy = ReplyDroppingProxy(self.head)
+        self.addCleanup(proxy.close)
+        pool = self.pool(timeout_ms=60000, url=proxy.url)
+        self.assertEqual(pool.map(range(40)), [i * i for i in range(40)])
+        self.assertEqual(proxy.submissions, 2)  # stored, reply lost; sent again: a repeat
+        self.assertEqual(self.client.session(pool.session)["counts"]["total"], 40)
+
+
+class ReplyDroppingProxy:
+    """An HTTP/1.1 proxy in front of a head that forwards every request, but closes the
+    connection without a reply after forwarding the first task submission (POST
+    /v1/sessions/ID/tasks): the head stored the batch, the client heard nothing."""
+
+    def __init__(self, head):
+        self.head, self.submissions = head, 0
+        self.lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def forward(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                conn = http.client.HTTPConnection("127.0.0.1", proxy.head.port, timeout=120)
+                try:
+                    conn.request(self.command, self.path, body=body, headers={
+                        k: v for k, v in self.headers.items() if k.lower() != "connection"})
+                    r = conn.getresponse()
+                    status, headers, data = r.status, dict(r.getheaders()), r.read()
+                finally:
+                    conn.close()
+                if self.command == "POST" and re.fullmatch(r"/v1/sessions/[^/]+/tasks",
+                                                           self.path.split("?")[0]):
+                    with proxy.lock:
+                        proxy.submissions += 1
+                        drop = proxy.submissions == 1
+                    if drop:
+                        self.close_connection = True
+                        return
+                self.send_response(status)
+                for k, v in headers.items():
+                    if k.lower() not in ("content-length", "connection", "transfer-encoding",
+                                         "date", "server"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+if __name__ == "__main__":
+    unittest.main()
