@@ -216,8 +216,19 @@ class Pool:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            self.close()
+            return
+        # The exception in flight says what went wrong: a failure to close (the head is
+        # down, say) must not replace it.  The session then ends with its timeout_ms.
+        try:
+            self.close()
+        except errors.MusterError as e:
+            if hasattr(exc, "add_note"):
+                exc.add_note("muster.Pool: closing the pool failed too (%s); the head ends "
+                             "session %s %d ms after its last heartbeat"
+                             % (e, self.session, self.timeout_ms))
 
     def __del__(self):
         try:

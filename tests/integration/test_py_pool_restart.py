@@ -195,6 +195,18 @@ class PoolHeadRestartTest(unittest.TestCase):
                     reader.iter_results(pool.session, order="submission", cursor=GATED)]
         self.assertEqual(rest, [i * i for i in range(GATED, INPUTS)])
 
+    def test_leaving_with_an_error_while_the_head_is_down_keeps_the_error(self):
+        # close() fails (the head is down); the exception that left the block is the
+        # one raised, with a note on the close, not the NetworkError of the close.
+        pool = self.pool(timeout_ms=60000)
+        with self.assertRaises(KeyError) as caught:
+            with pool:
+                self.head.kill()
+                raise KeyError("the caller's own error")
+        self.assertIn("closing the pool failed too", " ".join(
+            getattr(caught.exception, "__notes__", [])))
+        self.assertIn(pool.session, " ".join(getattr(caught.exception, "__notes__", [])))
+
     def test_submitting_outlasts_a_head_that_is_down(self):
         open(self.gate, "w").close()
         pool = self.pool(timeout_ms=60000)
