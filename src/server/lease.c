@@ -328,6 +328,60 @@ static muster_err_t lease_one(store_t *st, const queue_t *q, const candidate_t *
   return MUSTER_OK;
 }
 
+/* The ids of the n leasable candidates as lease_batch's UPDATE takes them:
+ * true with *lo..*hi when they are consecutive (the usual case: tasks are
+ * leased in id order), else false with the JSON list `ids` for json_each. */
+static bool lease_batch_ids(const candidate_t *cands, const int64_t *leasable, int64_t n,
+                            int64_t *lo, int64_t *hi, jw_buf_t *ids) {
+  *lo = INT64_MAX;
+  *hi = INT64_MIN;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t id = cands[leasable[i]].id;
+    *lo = id < *lo ? id : *lo;
+    *hi = id > *hi ? id : *hi;
+  }
+  if (*hi - *lo == n - 1)
+    return true;
+  JW_ADD_LITERAL(ids, "[");
+  for (int64_t i = 0; i < n; i++) {
+    if (i > 0)
+      JW_ADD_LITERAL(ids, ",");
+    jw_add_int(ids, cands[leasable[i]].id);
+  }
+  JW_ADD_LITERAL(ids, "]");
+  return false;
+}
+
+/* Appends the batch's lease objects to `out` (after a comma unless `first`). */
+static void lease_batch_write(jw_buf_t *out, const candidate_t *cands, const int64_t *leasable,
+                              int64_t n, const char *pieces, int64_t base, int64_t deadline,
+                              bool first) {
+  for (int64_t i = 0; i < n; i++) {
+    if (!first || i > 0)
+      JW_ADD_LITERAL(out, ",");
+    lease_write(out, &cands[leasable[i]], pieces, base + i, deadline);
+  }
+}
+
+/* Draws n fencing tokens, *base to *base + n - 1, one per leasable candidate in
+ * order, and lends them to the store's map (task id -> token) that the UPDATE
+ * reads through muster_map(id); the caller frees the pairs after clearing the
+ * map.  NULL when out of memory (the tokens drawn are then never used). */
+static store_pair_t *lease_batch_tokens(store_t *st, const candidate_t *cands,
+                                        const int64_t *leasable, int64_t n, int64_t *base) {
+  store_pair_t *tokens = malloc((size_t)n * sizeof *tokens);
+  *base = store_next_token(st);
+  for (int64_t i = 1; i < n; i++)
+    store_next_token(st);
+  if (tokens == NULL)
+    return NULL;
+  for (int64_t i = 0; i < n; i++)
+    tokens[i] = (store_pair_t){.key = cands[leasable[i]].id, .value = *base + i};
+  store_pairs_sort(tokens, (size_t)n);
+  store_map_set(st, tokens, (size_t)n);
+  return tokens;
+}
+
 /* Leases the `n` candidates at `leasable` (indexes into `cands`, all found
  * queued in this transaction, none unreadable) with one UPDATE, and appends
  * their lease objects to `out`.  One statement for the batch instead of one
@@ -343,13 +397,9 @@ static muster_err_t lease_one(store_t *st, const queue_t *q, const candidate_t *
 static muster_err_t lease_batch(store_t *st, const queue_t *q, const candidate_t *cands,
                                 const int64_t *leasable, int64_t n, const char *pieces,
                                 int64_t worker, bool first, jw_buf_t *out, fail_t *f) {
-  int64_t lo = INT64_MAX, hi = INT64_MIN;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t id = cands[leasable[i]].id;
-    lo = id < lo ? id : lo;
-    hi = id > hi ? id : hi;
-  }
-  bool range = hi - lo == n - 1;
+  int64_t lo, hi, base;
+  jw_buf_t ids = {0};
+  bool range = lease_batch_ids(cands, leasable, n, &lo, &hi, &ids);
   sqlite3_stmt *s =
       range ? store_stmt(st, "UPDATE tasks SET state = 1, attempts = attempts + 1,"
                              " token = muster_map(id), worker = ?3, deadline_ms = ?4,"
@@ -357,31 +407,13 @@ static muster_err_t lease_batch(store_t *st, const queue_t *q, const candidate_t
             : store_stmt(st, "UPDATE tasks SET state = 1, attempts = attempts + 1,"
                              " token = muster_map(id), worker = ?3, deadline_ms = ?4,"
                              " updated_ms = ?5 WHERE id IN (SELECT value FROM json_each(?1))");
-  if (s == NULL)
-    return store_fail(st, f, "lease");
-  jw_buf_t ids = {0};
-  store_pair_t *tokens = malloc((size_t)n * sizeof *tokens);
-  int64_t now = now_ms(), deadline = now + q->lease_ms, base = store_next_token(st);
-  for (int64_t i = 1; i < n; i++)
-    store_next_token(st);
-  for (int64_t i = 0; tokens && i < n; i++)
-    tokens[i] = (store_pair_t){.key = cands[leasable[i]].id, .value = base + i};
-  if (!range) { /* the list, for json_each */
-    JW_ADD_LITERAL(&ids, "[");
-    for (int64_t i = 0; i < n; i++) {
-      if (i > 0)
-        JW_ADD_LITERAL(&ids, ",");
-      jw_add_int(&ids, cands[leasable[i]].id);
-    }
-    JW_ADD_LITERAL(&ids, "]");
-  }
-  if (ids.failed || tokens == NULL) {
+  store_pair_t *tokens =
+      s && !ids.failed ? lease_batch_tokens(st, cands, leasable, n, &base) : NULL;
+  if (tokens == NULL) {
     jw_buf_free(&ids);
-    free(tokens);
-    return fail_set(f, MUSTER_NOMEM, "out of memory");
+    return s == NULL ? store_fail(st, f, "lease") : fail_set(f, MUSTER_NOMEM, "out of memory");
   }
-  store_pairs_sort(tokens, (size_t)n);
-  store_map_set(st, tokens, (size_t)n);
+  int64_t now = now_ms(), deadline = now + q->lease_ms;
   if (range) {
     sqlite3_bind_int64(s, 1, lo);
     sqlite3_bind_int64(s, 2, hi);
@@ -401,11 +433,7 @@ static muster_err_t lease_batch(store_t *st, const queue_t *q, const candidate_t
   if (sqlite3_changes64(store_db(st)) != n)
     return fail_set(f, MUSTER_STORE, "store: lease: %lld of %lld tasks updated",
                     (long long)sqlite3_changes64(store_db(st)), (long long)n);
-  for (int64_t i = 0; i < n; i++) {
-    if (!first || i > 0)
-      JW_ADD_LITERAL(out, ",");
-    lease_write(out, &cands[leasable[i]], pieces, base + i, deadline);
-  }
+  lease_batch_write(out, cands, leasable, n, pieces, base, deadline, first);
   if (out->failed)
     return fail_set(f, MUSTER_NOMEM, "out of memory");
   metrics_count(METRIC_LEASES_GRANTED, q->name, n);

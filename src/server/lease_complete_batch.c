@@ -84,6 +84,23 @@ static void lease_body_ids(const jscan_body_t *body, size_t n, jw_buf_t *ids) {
   JW_ADD_LITERAL(ids, "]");
 }
 
+/* Steps lease_held_batch's SELECT, loading each row into the held[] slot of
+ * its element (by its offset from lo in `pos`, or json_each's key without
+ * `pos`) and counting them in *found; returns the last step's code. */
+static int lease_held_rows(sqlite3_stmt *s, const jscan_body_t *body, const size_t *pos, int64_t lo,
+                           lease_held_t *held, char (*queues)[NAME_MAX_LEN + 1], size_t *found) {
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int64_t key = sqlite3_column_int64(s, 0);
+    int64_t i = pos ? (int64_t)pos[key - lo] : key;
+    if (i < 0 || (size_t)i >= body->count)
+      break; /* cannot happen: the range's ids, json_each's keys */
+    lease_held_row(s, 1, body->elems[i].ints[0], &held[i], queues[i]);
+    (*found)++;
+  }
+  return rc;
+}
+
 /* Loads the rows of the elements of `body` (distinct ids) into held[i],
  * their queues' names into queues[i], with one SELECT: over the range of
  * ids when they are consecutive (as lease_complete_rows updates them), else
@@ -120,16 +137,7 @@ static int lease_held_batch(store_t *st, const jscan_body_t *body, lease_held_t 
     sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
   }
   size_t found = 0;
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    /* The element: its offset in the range, or json_each's key. */
-    int64_t key = sqlite3_column_int64(s, 0);
-    int64_t i = pos ? (int64_t)pos[key - lo] : key;
-    if (i < 0 || (size_t)i >= n)
-      break; /* cannot happen: the range's ids, json_each's keys */
-    lease_held_row(s, 1, body->elems[i].ints[0], &held[i], queues[i]);
-    found++;
-  }
+  int rc = lease_held_rows(s, body, pos, lo, held, queues, &found);
   store_reset(s);
   jw_buf_free(&ids);
   free(pos);
@@ -151,6 +159,27 @@ static muster_err_t lease_complete_check(store_t *st, const jscan_elem_t *e, siz
   return MUSTER_OK;
 }
 
+/* The UPDATE that completes a batch: over the range lo..hi (?1, ?3) or the
+ * JSON list of ids (?1); results through the store's map (muster_map_text:
+ * id to result), or none for acknowledgements without results, the common
+ * case. */
+static sqlite3_stmt *lease_complete_stmt(store_t *st, bool range, bool any_result) {
+  if (range)
+    return any_result ? store_stmt(st, "UPDATE tasks SET state = 2, result = muster_map_text(id),"
+                                       " error = NULL, worker = NULL, deadline_ms = NULL,"
+                                       " updated_ms = ?2 WHERE id BETWEEN ?1 AND ?3")
+                      : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
+                                       " worker = NULL, deadline_ms = NULL, updated_ms = ?2"
+                                       " WHERE id BETWEEN ?1 AND ?3");
+  return any_result
+             ? store_stmt(st, "UPDATE tasks SET state = 2, result = muster_map_text(id),"
+                              " error = NULL, worker = NULL, deadline_ms = NULL,"
+                              " updated_ms = ?2 WHERE id IN (SELECT value FROM json_each(?1))")
+             : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
+                              " worker = NULL, deadline_ms = NULL, updated_ms = ?2"
+                              " WHERE id IN (SELECT value FROM json_each(?1))");
+}
+
 /* Completes the rows of the first `n` elements of `body`, all found leased
  * under their tokens, with one UPDATE. */
 static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, size_t n,
@@ -162,24 +191,7 @@ static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, s
    * reads a batch's leases. */
   int64_t lo, hi;
   bool range = lease_body_range(body, n, &lo, &hi);
-  /* The results through the store's map (muster_map_text: id to result);
-   * acknowledgements without results, the common case, need none. */
-  sqlite3_stmt *s;
-  if (range)
-    s = any_result ? store_stmt(st, "UPDATE tasks SET state = 2, result = muster_map_text(id),"
-                                    " error = NULL, worker = NULL, deadline_ms = NULL,"
-                                    " updated_ms = ?2 WHERE id BETWEEN ?1 AND ?3")
-                   : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
-                                    " worker = NULL, deadline_ms = NULL, updated_ms = ?2"
-                                    " WHERE id BETWEEN ?1 AND ?3");
-  else
-    s = any_result
-            ? store_stmt(st, "UPDATE tasks SET state = 2, result = muster_map_text(id),"
-                             " error = NULL, worker = NULL, deadline_ms = NULL,"
-                             " updated_ms = ?2 WHERE id IN (SELECT value FROM json_each(?1))")
-            : store_stmt(st, "UPDATE tasks SET state = 2, result = NULL, error = NULL,"
-                             " worker = NULL, deadline_ms = NULL, updated_ms = ?2"
-                             " WHERE id IN (SELECT value FROM json_each(?1))");
+  sqlite3_stmt *s = lease_complete_stmt(st, range, any_result);
   if (s == NULL)
     return store_fail(st, f, "complete");
   jw_buf_t ids = {0};
