@@ -41,8 +41,8 @@ const cli_opt_t cli_node_opts[] = {
     {"plugin", "PATH", "worker plugin (.so, see docs/node.md) instead of a command"},
     {"init-data", "JSON", "data for the plugin's init, as JSON text (default null)"},
     {"gpus", "LIST",
-     "use only these GPU indexes, e.g. 0,2; none: no GPU, CPU workers "
-     "(default: CUDA_VISIBLE_DEVICES, else every GPU)"},
+     "use only these GPUs, by index or UUID (or its start), e.g. 0,2 or GPU-8f1c; none: no "
+     "GPU, CPU workers (default: CUDA_VISIBLE_DEVICES, else every GPU)"},
     {"min-gpu-memory", "MB", "skip GPUs with less total memory"},
     {"workers", "N", "CPU workers where there is no GPU (default: the number of cores)"},
     {"concurrency", "N", "tasks each command worker runs at once (default 1)"},

@@ -450,14 +450,23 @@ static int agent_identity(node_agent_t *a) {
 }
 
 /* Prints what detection found and kept: "GPU detection (nvml): 1 found, 1
- * used: 0 (NVIDIA H100 80GB HBM3, 81559 MiB)". */
+ * used: 0 (NVIDIA H100 80GB HBM3, 81559 MiB, GPU-a1599801)".  The memory is
+ * left out where the source does not say (nvidia-smi -L), the UUID where it
+ * does not say, and cut to its first 8 hex digits, enough to tell GPUs apart. */
 static void agent_log_gpus(node_agent_t *a, int detected) {
-  char list[1024] = "";
+  char list[1536] = "";
   size_t at = 0;
-  for (int i = 0; i < a->gpus.count && at + 200 < sizeof list; i++)
-    at += (size_t)snprintf(list + at, sizeof list - at, "%s%d (%s, %lld MiB)", i ? ", " : "",
-                           a->gpus.gpus[i].index, a->gpus.gpus[i].name,
-                           (long long)a->gpus.gpus[i].memory_total_mb);
+  for (int i = 0; i < a->gpus.count && at + 256 < sizeof list; i++) {
+    const node_gpu_t *g = &a->gpus.gpus[i];
+    at +=
+        (size_t)snprintf(list + at, sizeof list - at, "%s%d (%s", i ? ", " : "", g->index, g->name);
+    if (g->memory_total_mb >= 0)
+      at += (size_t)snprintf(list + at, sizeof list - at, ", %lld MiB",
+                             (long long)g->memory_total_mb);
+    if (g->uuid[0] != '\0')
+      at += (size_t)snprintf(list + at, sizeof list - at, ", %.12s", g->uuid);
+    at += (size_t)snprintf(list + at, sizeof list - at, ")");
+  }
   agent_log(a, "GPU detection (%s): %d found, %d used%s%s", a->gpus.source, detected, a->gpus.count,
             a->gpus.count ? ": " : "", list);
 }
@@ -488,7 +497,7 @@ static int agent_plan_workers(node_agent_t *a) {
   gpu_detect(&a->gpus);
   int detected = a->gpus.count;
   const char *only = cfg->gpus ? cfg->gpus : getenv("CUDA_VISIBLE_DEVICES");
-  char err[256];
+  char err[2048]; /* room for the UUIDs of many GPUs */
   int kept = gpu_filter(&a->gpus, only, cfg->min_gpu_memory_mb, err, sizeof err);
   if (kept < 0) {
     agent_log(a, "%s%s", cfg->gpus ? "--gpus: " : "CUDA_VISIBLE_DEVICES: ", err);

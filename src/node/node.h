@@ -29,6 +29,8 @@ typedef struct {
   char name[128];          /* "NVIDIA H100 80GB HBM3" */
   int64_t memory_total_mb; /* -1 when the source does not say (nvidia-smi -L) */
   int64_t memory_free_mb;  /* -1 when unknown */
+  char uuid[96];           /* "GPU-8f1c...", as nvidia-smi -L prints it; "" when unknown.
+                            * Never sent to the head: only --gpus matches it. */
 } node_gpu_t;
 
 typedef struct {
@@ -47,10 +49,12 @@ void gpu_detect(node_gpus_t *out);
 
 /*
  * Keeps the GPUs of *gpus that `only` names ("0,2"; NULL: all) and whose total
- * memory is at least `min_memory_mb` (0: any).  `only` may name GPUs by index
- * or, as CUDA_VISIBLE_DEVICES does, be "", "-1" (or "none") for none.  Returns
- * 0; 1 when `only` asked for no GPU (the node then runs CPU workers); -1 with
- * `err` filled when `only` is not a list of indexes.
+ * memory is at least `min_memory_mb` (0: any).  As in CUDA_VISIBLE_DEVICES,
+ * `only` names GPUs by index or by UUID ("GPU-8f1c...", or any start of one
+ * that matches exactly one GPU of *gpus), mixed as one likes, or is "", "-1"
+ * (or "none") for none.  Returns 0; 1 when `only` asked for no GPU (the node
+ * then runs CPU workers); -1 with `err` filled when an entry is malformed,
+ * names a MIG instance, or is a UUID that matches no GPU or several.
  */
 int gpu_filter(node_gpus_t *gpus, const char *only, int64_t min_memory_mb, char *err,
                size_t err_size);

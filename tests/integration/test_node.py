@@ -17,17 +17,41 @@ import harness  # noqa: E402
 import node_harness  # noqa: E402
 from node_harness import Agent  # noqa: E402
 
+UUID0 = "GPU-a1599801-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
+UUID1 = "GPU-a1b2c3d4-5e6f-4a1b-9c2d-3e4f5a6b7c8d"
 FAKE_SMI = textwrap.dedent("""\
     #!/bin/sh
-    # A fake nvidia-smi with two GPUs: 0 (16 GB) and 1 (8 GB).
+    # A fake nvidia-smi with two GPUs: 0 (16 GB) and 1 (8 GB; a comma in its name).
+    case "$*" in
+      *--query-gpu=index,uuid,name,memory.total,memory.free*)
+        echo "0, %(u0)s, Fake GPU Alpha, 16160, 15000"
+        echo "1, %(u1)s, Fake GPU Beta, 8GB, 8080, 7000" ;;
+      -L)
+        echo "GPU 0: Fake GPU Alpha (UUID: %(u0)s)"
+        echo "GPU 1: Fake GPU Beta, 8GB (UUID: %(u1)s)" ;;
+      *) exit 1 ;;
+    esac
+    """) % {"u0": UUID0, "u1": UUID1}
+# The same GPUs from an nvidia-smi whose --query-gpu fails: only -L answers (names and
+# UUIDs, no memory), with a MIG instance listed under GPU 0 as a MIG-enabled GPU shows it.
+FAKE_SMI_LIST_ONLY = textwrap.dedent("""\
+    #!/bin/sh
+    case "$*" in
+      -L)
+        echo "GPU 0: Fake GPU Alpha (UUID: %(u0)s)"
+        echo "  MIG 1g.10gb     Device  0: (UUID: MIG-0d1e2f3a-4b5c-5d6e-8f7a-8b9c0d1e2f3a)"
+        echo "GPU 1: Fake GPU Beta, 8GB (UUID: %(u1)s)" ;;
+      *) exit 1 ;;
+    esac
+    """) % {"u0": UUID0, "u1": UUID1}
+# An nvidia-smi too old to know the uuid field of --query-gpu (it refuses the query).
+FAKE_SMI_NO_UUID = textwrap.dedent("""\
+    #!/bin/sh
     case "$*" in
       *--query-gpu=index,name,memory.total,memory.free*)
         echo "0, Fake GPU Alpha, 16160, 15000"
-        echo "1, Fake GPU Beta, 8080, 7000" ;;
-      -L)
-        echo "GPU 0: Fake GPU Alpha (UUID: GPU-aaaa)"
-        echo "GPU 1: Fake GPU Beta (UUID: GPU-bbbb)" ;;
-      *) exit 1 ;;
+        echo "1, Fake GPU Beta, 8GB, 8080, 7000" ;;
+      *) echo 'Field "uuid" is not a valid field to query.' >&2; exit 2 ;;
     esac
     """)
 
@@ -51,12 +75,12 @@ class NodeTestCase(unittest.TestCase):
         self.agents.append(a)
         return a
 
-    def fake_smi_env(self):
-        bin_dir = os.path.join(self.dir, "bin")
+    def fake_smi_env(self, script=FAKE_SMI):
+        bin_dir = os.path.join(self.dir, "bin-%x" % abs(hash(script)))
         os.makedirs(bin_dir, exist_ok=True)
         path = os.path.join(bin_dir, "nvidia-smi")
         with open(path, "w") as f:
-            f.write(FAKE_SMI)
+            f.write(script)
         os.chmod(path, 0o755)
         return {"PATH": bin_dir + ":" + os.environ.get("PATH", "/usr/bin:/bin")}
 
@@ -257,8 +281,16 @@ class GpuDetectionTest(NodeTestCase):
         self.assertEqual(self.gpu_env_of_workers(a, 2),
                          [("0", "PCI_BUS_ID"), ("1", "PCI_BUS_ID")])
         node = self.node("gpu1")
-        self.assertEqual([(g["index"], g["name"], g.get("memory_total_mb")) for g in node["gpus"]],
-                         [(0, "Fake GPU Alpha", 16160), (1, "Fake GPU Beta", 8080)])
+        # A comma in a name keeps the name whole and the memory right; the UUIDs stay on
+        # the node (the registration has no field for them).
+        self.assertEqual(node["gpus"], [
+            {"index": 0, "name": "Fake GPU Alpha", "memory_total_mb": 16160,
+             "memory_free_mb": 15000},
+            {"index": 1, "name": "Fake GPU Beta, 8GB", "memory_total_mb": 8080,
+             "memory_free_mb": 7000}])
+        self.assertIn("GPU detection (nvidia-smi): 2 found, 2 used: "
+                      "0 (Fake GPU Alpha, 16160 MiB, GPU-a1599801), "
+                      "1 (Fake GPU Beta, 8GB, 8080 MiB, GPU-a1b2c3d4)", a.log())
         # The commands the workers run see their worker's GPU.
         ids = self.put("gpu", ["x"] * 6)
         results = harness.wait_until(
@@ -283,6 +315,68 @@ class GpuDetectionTest(NodeTestCase):
         a = self.agent("gpu3", args=["--queue", "gpu"], env=env, cmd=["true"])
         a.start()
         self.assertEqual(self.gpu_env_of_workers(a, 1), [("1", "PCI_BUS_ID")])
+
+    def test_gpus_by_uuid(self):
+        # As CUDA_VISIBLE_DEVICES allows: a whole UUID, a unique start of one, mixed
+        # with indexes; from --gpus or the agent's CUDA_VISIBLE_DEVICES; UUIDs read from
+        # --query-gpu or, where only `nvidia-smi -L` answers, from its list.  Workers
+        # are still given the index.
+        self.make_queue("gpu")
+        cases = (("uuid1", ["--gpus", UUID1], None, FAKE_SMI, [("1", "PCI_BUS_ID")]),
+                 ("uuid2", ["--gpus", "GPU-A15"], None, FAKE_SMI, [("0", "PCI_BUS_ID")]),
+                 ("uuid3", ["--gpus", "GPU-a15, 1"], None, FAKE_SMI,
+                  [("0", "PCI_BUS_ID"), ("1", "PCI_BUS_ID")]),
+                 ("uuid4", [], "GPU-a1b", FAKE_SMI, [("1", "PCI_BUS_ID")]),
+                 ("uuid5", ["--gpus", "GPU-a1b2"], None, FAKE_SMI_LIST_ONLY,
+                  [("1", "PCI_BUS_ID")]))
+        for name, args, visible, script, workers in cases:
+            env = self.fake_smi_env(script)
+            if visible is not None:
+                env["CUDA_VISIBLE_DEVICES"] = visible
+            a = self.agent(name, args=["--queue", "gpu"] + args, env=env, cmd=["true"])
+            a.start()
+            self.assertEqual(self.gpu_env_of_workers(a, len(workers)), workers, name)
+            self.assertEqual([g["index"] for g in self.node(name)["gpus"]],
+                             [int(w[0]) for w in workers])
+            a.stop()
+        # -L gives no memory (none printed) and its MIG line is no GPU.
+        self.assertIn("GPU detection (nvidia-smi -L): 2 found, 1 used: "
+                      "1 (Fake GPU Beta, 8GB, GPU-a1b2c3d4)\n", a.log())
+
+    def refusal(self, name, args, visible=None, script=FAKE_SMI):
+        """The log of an agent that exits 2 at start, as for any bad argument."""
+        env = self.fake_smi_env(script)
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        a = self.agent(name, args=args, env=env)
+        a.start(wait_listen=False)
+        self.assertEqual(a.proc.wait(20), 2, a.log())
+        return a.log()
+
+    def test_gpu_uuids_refused(self):
+        both = "0 %s, 1 %s" % (UUID0, UUID1)
+        self.assertIn("--gpus: 'GPU-a1' matches 2 GPUs (%s); give more of the UUID, or the "
+                      "index" % both, self.refusal("bad1", ["--gpus", "0,GPU-a1"]))
+        self.assertIn("CUDA_VISIBLE_DEVICES: 'GPU-ffff' matches no GPU of this machine; its "
+                      "GPUs are %s (name them by index or UUID)" % both,
+                      self.refusal("bad2", [], visible="GPU-ffff"))
+        self.assertIn("--gpus: 'MIG-0d1e2f3a' is a MIG instance: MIG instances are not "
+                      "supported; name whole GPUs, by index or UUID",
+                      self.refusal("bad3", ["--gpus", "MIG-0d1e2f3a"], script=FAKE_SMI_LIST_ONLY))
+        self.assertIn("'GPU-a15' matches no GPU of this machine: detection (nvidia-smi) found 2 "
+                      "GPUs and no UUIDs; name GPUs by index instead",
+                      self.refusal("bad4", ["--gpus", "GPU-a15"], script=FAKE_SMI_NO_UUID))
+
+    def test_nvidia_smi_without_uuid_field(self):
+        # An nvidia-smi that refuses the uuid field is asked again without it: memory
+        # is still known, and indexes still select.
+        self.make_queue("gpu")
+        a = self.agent("olddrv", args=["--queue", "gpu", "--gpus", "1"],
+                       env=self.fake_smi_env(FAKE_SMI_NO_UUID), cmd=["true"])
+        a.start()
+        self.assertEqual(self.gpu_env_of_workers(a, 1), [("1", "PCI_BUS_ID")])
+        self.assertIn("GPU detection (nvidia-smi): 2 found, 1 used: 1 (Fake GPU Beta, 8GB, "
+                      "8080 MiB)\n", a.log())
 
     def test_min_gpu_memory(self):
         self.make_queue("gpu")
@@ -343,7 +437,11 @@ class GpuDetectionTest(NodeTestCase):
         a = self.agent("gpu5", args=["--gpus", "zero"], env=self.fake_smi_env())
         a.start(wait_listen=False)
         self.assertEqual(a.proc.wait(20), 2)  # a bad argument, like every other one
-        self.assertIn("not a list of GPU indexes", a.log())
+        self.assertIn("--gpus: 'zero' is not a list of GPU indexes or UUIDs such as 0,2 or "
+                      "GPU-8f1c\n", a.log())
+        self.assertIn("--gpus: '0,GPU-' is not a list of GPU indexes or UUIDs such as 0,2 or "
+                      "GPU-8f1c: 'GPU-' is neither",
+                      self.refusal("gpu6", ["--gpus", "0,GPU-"]))
 
     def test_bad_name(self):
         a = self.agent("bad name")
