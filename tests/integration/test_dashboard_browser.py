@@ -36,9 +36,9 @@ SRC_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # A fake nvidia-smi with two GPUs, as in test_node.py.
 FAKE_SMI = """#!/bin/sh
 case "$*" in
-  *--query-gpu=index,name,memory.total,memory.free*)
-    echo "0, Fake GPU Alpha, 16160, 15000"
-    echo "1, Fake GPU Beta, 8080, 7000" ;;
+  *--query-gpu=index,uuid,name,memory.total,memory.free*)
+    echo "0, GPU-aaaa0000-0000-0000-0000-000000000000, Fake GPU Alpha, 16160, 15000"
+    echo "1, GPU-bbbb0000-0000-0000-0000-000000000000, Fake GPU Beta, 8080, 7000" ;;
   -L)
     echo "GPU 0: Fake GPU Alpha (UUID: GPU-aaaa)"
     echo "GPU 1: Fake GPU Beta (UUID: GPU-bbbb)" ;;
