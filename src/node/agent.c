@@ -498,8 +498,8 @@ static int agent_plan_workers(node_agent_t *a) {
   int detected = a->gpus.count;
   const char *only = cfg->gpus ? cfg->gpus : getenv("CUDA_VISIBLE_DEVICES");
   char err[2048]; /* room for the UUIDs of many GPUs */
-  int kept = gpu_filter(&a->gpus, only, cfg->min_gpu_memory_mb, err, sizeof err);
-  if (kept < 0) {
+  int rc = gpu_filter(&a->gpus, only, cfg->min_gpu_memory_mb, err, sizeof err);
+  if (rc < 0) {
     agent_log(a, "%s%s", cfg->gpus ? "--gpus: " : "CUDA_VISIBLE_DEVICES: ", err);
     return -2;
   }
@@ -508,7 +508,7 @@ static int agent_plan_workers(node_agent_t *a) {
     a->nworkers = 0;
   } else if (a->gpus.count > 0) {
     a->nworkers = a->gpus.count;
-  } else if (detected > 0 && kept == 0) { /* kept == 1: no GPU asked for */
+  } else if (detected > 0 && rc == 0) { /* rc == 1: no GPU asked for, CPU workers */
     agent_log_none_kept(a, detected, only);
     a->nworkers = 0;
   } else {

@@ -10,11 +10,7 @@ exits 1 naming the session and the `muster session results` command that reads t
 rest from where it stopped.  A proxy that answers map's first submissions 503 (a head
 stopping) checks that submitting is tried again too.
 """
-import http.client
-import http.server
-import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -118,65 +114,6 @@ class MapHeadRestartTest(unittest.TestCase):
                       % (session, url, GATED), stderr)
 
 
-class RefusingProxy:
-    """An HTTP/1.1 proxy in front of a head that answers the first `refusals` task
-    submissions (POST /v1/sessions/ID/tasks) 503 unavailable, as a head that is
-    stopping does, and forwards every other request."""
-
-    def __init__(self, head, refusals):
-        self.head, self.refusals, self.submissions = head, refusals, 0
-        self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def forward(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.command == "POST" and re.fullmatch(r"/v1/sessions/[^/]+/tasks",
-                                                           self.path.split("?")[0]):
-                    with proxy.lock:
-                        proxy.submissions += 1
-                        refuse = proxy.submissions <= proxy.refusals
-                    if refuse:
-                        return self.reply(503, {"Content-Type": "application/json"}, json.dumps(
-                            {"error": {"code": "unavailable",
-                                       "message": "the head is shutting down"}}).encode())
-                conn = http.client.HTTPConnection("127.0.0.1", proxy.head.port, timeout=120)
-                try:
-                    conn.request(self.command, self.path, body=body, headers={
-                        k: v for k, v in self.headers.items() if k.lower() != "connection"})
-                    r = conn.getresponse()
-                    self.reply(r.status, dict(r.getheaders()), r.read())
-                finally:
-                    conn.close()
-
-            def reply(self, status, headers, data):
-                self.send_response(status)
-                for k, v in headers.items():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding",
-                                         "date", "server"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_DELETE = forward
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 class MapSubmitRetryTest(unittest.TestCase):
     def test_submissions_outlast_an_unavailable_head(self):
         # The first two submissions meet a head that answers 503 (stopping, as in a
@@ -184,7 +121,8 @@ class MapSubmitRetryTest(unittest.TestCase):
         # result arrives once, in order.
         head = harness.Head().start()
         self.addCleanup(head.cleanup)
-        proxy = RefusingProxy(head, refusals=2)
+        unavailable = {"error": {"code": "unavailable", "message": "the head is shutting down"}}
+        proxy = harness.SubmissionProxy(head, lambda n: (503, unavailable) if n <= 2 else "forward")
         self.addCleanup(proxy.close)
         env = dict(os.environ, MUSTER_URL=proxy.url, MUSTER_TOKEN=head.token)
         subprocess.run([MUSTER, "queue", "create", QUEUE], env=env, check=True,

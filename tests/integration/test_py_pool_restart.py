@@ -14,10 +14,7 @@ come back within the session's timeout the pool raises NetworkError naming the s
 how long the head was silent and how to read the rest, and leaves the session open:
 read as the message says once the head is back, the rest comes, each result once.
 """
-import http.client
-import http.server
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -231,68 +228,13 @@ class PoolHeadRestartTest(unittest.TestCase):
 
     def test_a_submission_whose_reply_was_lost_is_sent_again(self):
         open(self.gate, "w").close()
-        proxy = ReplyDroppingProxy(self.head)
+        # The first submission is stored, but its reply never reaches the pool.
+        proxy = harness.SubmissionProxy(self.head, lambda n: "drop" if n == 1 else "forward")
         self.addCleanup(proxy.close)
         pool = self.pool(timeout_ms=60000, url=proxy.url)
         self.assertEqual(pool.map(range(40)), [i * i for i in range(40)])
         self.assertEqual(proxy.submissions, 2)  # stored, reply lost; sent again: a repeat
         self.assertEqual(self.client.session(pool.session)["counts"]["total"], 40)
-
-
-class ReplyDroppingProxy:
-    """An HTTP/1.1 proxy in front of a head that forwards every request, but closes the
-    connection without a reply after forwarding the first task submission (POST
-    /v1/sessions/ID/tasks): the head stored the batch, the client heard nothing."""
-
-    def __init__(self, head):
-        self.head, self.submissions = head, 0
-        self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def forward(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                conn = http.client.HTTPConnection("127.0.0.1", proxy.head.port, timeout=120)
-                try:
-                    conn.request(self.command, self.path, body=body, headers={
-                        k: v for k, v in self.headers.items() if k.lower() != "connection"})
-                    r = conn.getresponse()
-                    status, headers, data = r.status, dict(r.getheaders()), r.read()
-                finally:
-                    conn.close()
-                if self.command == "POST" and re.fullmatch(r"/v1/sessions/[^/]+/tasks",
-                                                           self.path.split("?")[0]):
-                    with proxy.lock:
-                        proxy.submissions += 1
-                        drop = proxy.submissions == 1
-                    if drop:
-                        self.close_connection = True
-                        return
-                self.send_response(status)
-                for k, v in headers.items():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding",
-                                         "date", "server"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_DELETE = forward
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 if __name__ == "__main__":
