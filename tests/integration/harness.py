@@ -262,6 +262,17 @@ class SubmissionProxy:
         self.server.server_close()
 
 
+def cli_env(head, url=True, token=True):
+    """The environment for a `muster` CLI command against `head`: this process's, less
+    every MUSTER_* variable, plus MUSTER_URL and MUSTER_TOKEN unless told not to."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+    if url:
+        env["MUSTER_URL"] = head.url
+    if token:
+        env["MUSTER_TOKEN"] = head.token
+    return env
+
+
 def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
     """Polls `predicate` until it returns a truthy value; fails after `timeout` seconds."""
     deadline = time.monotonic() + timeout

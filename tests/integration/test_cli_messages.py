@@ -88,12 +88,7 @@ class CliMessagesTest(unittest.TestCase):
         shutil.rmtree(cls.cwd, ignore_errors=True)
 
     def env(self, url=True, token=True):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
-        if url:
-            env["MUSTER_URL"] = self.head.url
-        if token:
-            env["MUSTER_TOKEN"] = self.head.token
-        return env
+        return harness.cli_env(self.head, url, token)
 
     def muster(self, *args, stdin=None, url=True, token=True):
         env = self.env(url, token)
