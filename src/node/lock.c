@@ -139,6 +139,9 @@ void node_lock_describe(int fd, const char *info) {
   if (len < sizeof text)
     lock_origin(fd, text + len, sizeof text - len);
   len = strlen(text);
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, text, len, 0) != (ssize_t)len)
+  /* Written over the old text, then cut to length: someone reading the file
+   * meanwhile (a person, a script waiting for "listen") never finds it empty,
+   * and pid and instance lead both texts unchanged. */
+  if (pwrite(fd, text, len, 0) != (ssize_t)len || ftruncate(fd, (off_t)len) != 0)
     fprintf(stderr, "muster node: cannot write the agent lock file: %s\n", strerror(errno));
 }
