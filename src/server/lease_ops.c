@@ -428,6 +428,22 @@ static json_t *op_flag(store_t *st, const json_t *elem, const lease_held_t *h, c
                    "reopened", reopened ? json_integer(reopened) : json_null());
 }
 
+/* The reply to a flag repeated under the token whose lease it ended (`e`):
+ * the first reply, from the state that flag left the task in.  A flag that
+ * cancelled the task re-opened its parent (op_flag), so "reopened" is that. */
+static json_t *op_flag_repeat(const json_t *elem, const lease_held_t *h, const lease_ended_t *e,
+                              const char *ctx, fail_t *f) {
+  static const char *const allowed[] = {"task", "token", "reason", NULL};
+  const char *reason;
+  if (jv_only(elem, ctx, allowed, f) ||
+      jv_str(elem, "reason", ctx, NULL, LEASE_MAX_ERROR, &reason, f))
+    return NULL;
+  bool reopened = e->state == TASK_CANCELLED && h->parent;
+  return json_pack("{s:I, s:s, s:o, s:b}", "task", (json_int_t)h->id, "state",
+                   task_state_name(e->state), "reopened",
+                   reopened ? json_integer(h->parent) : json_null(), "repeated", 1);
+}
+
 static const char *const op_reply_keys[] = {"completed", "failed", "extended", "released",
                                             "flagged"};
 
@@ -450,13 +466,14 @@ static json_t *lease_apply_other(store_t *st, lease_op_t op, const json_t *elem,
 }
 
 /*
- * A fail or release repeated under the token whose lease it ended (a retry
- * whose reply was lost, as around a restart of the head) is a success with
- * the first reply's shape and changes nothing: no attempt, count, tally or
- * metric, no second re-queue, and a lease granted since keeps the task.
- * The first call's outcome stands, whatever the repeat's "error" or
- * "permanent" say.  A fail's element is the first one's (the state its end
- * left the task in, recorded with it) marked "repeated": true; releases are
+ * A fail, release or flag repeated under the token whose lease it ended (a
+ * retry whose reply was lost, as around a restart of the head) is a success
+ * with the first reply's shape and changes nothing: no attempt, flag, count,
+ * tally or metric, no second re-queue, and a lease granted since keeps the
+ * task.  The first call's outcome stands, whatever the repeat's "error",
+ * "permanent" or "reason" say.  A fail's or flag's element is the first one's
+ * (the state its end left the task in, recorded with it) marked "repeated":
+ * true; releases are
  * counted in "released" and, as repeats, in "repeated" (lease_apply_reply).
  */
 static muster_err_t lease_repeat(lease_op_t op, const json_t *elem, const lease_held_t *h,
@@ -468,6 +485,8 @@ static muster_err_t lease_repeat(lease_op_t op, const json_t *elem, const lease_
   if (op == LEASE_RELEASE) {
     one = json_integer(h->id);
     out->repeated++;
+  } else if (op == LEASE_FLAG) {
+    one = op_flag_repeat(elem, h, e, ctx, f);
   } else if (op_fail_fields(elem, ctx, &error, &permanent, f) == MUSTER_OK &&
              (one = op_failed_item(h->id, e->state, e->run_at_ms)) != NULL) {
     json_object_set_new(one, "repeated", json_true());
@@ -478,7 +497,7 @@ static muster_err_t lease_repeat(lease_op_t op, const json_t *elem, const lease_
 }
 
 /* A call of `op` under `token`, which does not hold the task `h`: a repeat
- * of the fail or release that ended the lease under it is answered
+ * of the fail, release or flag that ended the lease under it is answered
  * (lease_repeat) while that end is the task's last; anything else is
  * refused, saying what became of that lease.  A completion records no end
  * (the done task keeps its token), so a done task's last end is that. */
@@ -490,7 +509,8 @@ static muster_err_t lease_not_held(store_t *st, lease_op_t op, const json_t *ele
     return f->code;
   bool last = e.token == token && h->state != TASK_DONE;
   bool repeat = last && ((op == LEASE_FAIL && e.kind == LEASE_END_FAILED) ||
-                         (op == LEASE_RELEASE && e.kind == LEASE_END_RELEASED));
+                         (op == LEASE_RELEASE && e.kind == LEASE_END_RELEASED) ||
+                         (op == LEASE_FLAG && e.kind == LEASE_END_FLAGGED));
   if (repeat)
     return lease_repeat(op, elem, h, &e, ctx, out, f);
   return lease_refuse(h, &e, token, ctx, f);

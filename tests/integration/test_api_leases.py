@@ -467,21 +467,6 @@ class RetryTest(ApiTestCase):
                           r.json["error"]["message"])
         self.assertEqual(self.snapshot(), before)
 
-    def test_repeated_flag_says_the_lease_ended(self):
-        """A flag is not answered as a repeat (a fail or release is: test_report_retry.py)."""
-        self.create_queue(backoff_ms=60000, max_flags=5)
-        [tid] = self.put("a")
-        lease = self.lease_one()
-        self.ack("flag", [item(lease, reason="bad")])
-        r = self.expect_error("POST", "/v1/leases/flag", {"leases": [item(lease, reason="bad")]},
-                              409, "lease_lost")
-        msg = r.json["error"]["message"]
-        self.assertIn("the lease of task %d under token %d already ended (the task is queued"
-                      % (tid, lease["token"]), msg)
-        self.assertIn("an invalid-data flag under this token ended it", msg)
-        t = self.get_task(tid)
-        self.assertEqual((t["flags"], t["attempts"]), (1, 0))
-
     def test_repeated_complete_and_lease_next(self):
         """The repeat of a combined call counts its completions once and leases anew: the
         tasks the lost reply carried stay leased to no one who knows until they expire."""

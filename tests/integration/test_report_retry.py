@@ -1,8 +1,8 @@
-"""A fail or release sent again under the token whose lease it ended (a retry after its
+"""A fail, release or flag sent again under the token whose lease it ended (a retry after its
 reply was lost, as around a restart of the head) is answered as a repeat: the first
 reply's shape marked as a repeat, nothing changed and nothing counted twice, also across
 a restart.  Any other token stays lease_lost, and a lease granted since keeps the task
-(docs/api.md, "Retrying a fail or release")."""
+(docs/api.md, "Retrying a fail, release or flag")."""
 import os
 import re
 import sys
@@ -38,6 +38,9 @@ class ReportRetryTest(OwnHeadTestCase):
 
     def worker_failed(self, w):
         return self.expect("GET", "/v1/workers/%d" % w["id"])["failed"]
+
+    def worker_flagged(self, w):
+        return self.expect("GET", "/v1/workers/%d" % w["id"])["flagged"]
 
     def state(self, tid):
         """What a repeat must leave as it was: the task and its queue's counts."""
@@ -91,28 +94,89 @@ class ReportRetryTest(OwnHeadTestCase):
         self.assertEqual(self.get_task(tb)["attempts"], 0)
         self.assert_counts(queued=2)
 
+    def test_flag_repeated(self):
+        """A flag that sent the task back to queued, then one that made it dead: each is
+        answered again as it was, and no second flag is counted."""
+        self.create_queue(backoff_ms=0, max_flags=2)
+        w = self.register(nickname=self.qname("nick"))
+        [tid] = self.put("a")
+        first = self.lease_one(worker=w["id"])
+        [flagged] = self.ack("flag", [item(first, reason="corrupt")])["flagged"]
+        self.assertEqual(flagged, {"task": tid, "state": "queued", "reopened": None})
+        before = self.state(tid)
+        # Sent again, as a worker retries it; its reason does not matter.
+        for extra in ({"reason": "corrupt"}, {"reason": "other"}, {}):
+            self.assertEqual(self.ack("flag", [item(first, **extra)]),
+                             {"flagged": [dict(flagged, repeated=True)]})
+        self.assertEqual(self.state(tid), before)
+        self.assertEqual((before[0]["flags"], before[0]["attempts"]), (1, 0))
+        self.assertEqual(self.worker_flagged(w), 1)
+        # The second flag reaches max_flags: dead, and its repeat says so.
+        second = self.lease_one(worker=w["id"])
+        [dead] = self.ack("flag", [item(second)])["flagged"]
+        self.assertEqual(dead["state"], "dead")
+        before = self.state(tid)
+        self.assertEqual(self.ack("flag", [item(second)]),
+                         {"flagged": [dict(dead, repeated=True)]})
+        self.assertEqual(self.state(tid), before)
+        self.assertEqual(before[0]["flags"], 2)
+        self.assertEqual(self.worker_flagged(w), 2)
+        self.assert_counts(dead=1)
+        # The first flag's lease is no longer the task's last to end: refused.
+        r = self.expect_error("POST", "/v1/leases/flag", {"leases": [item(first)]}, 409,
+                              "lease_lost")
+        self.assertIn("token %d is not its last lease" % first["token"],
+                      r.json["error"]["message"])
+
+    def test_flag_that_reopened_a_parent_repeated(self):
+        """A flag that cancelled a stage-two task and re-opened its parent, sent again after
+        the parent was leased anew: the same answer, and the parent's new lease untouched."""
+        a, b = self.qname("a"), self.qname("b")
+        self.create_queue(b, max_flags=1)
+        self.create_queue(a, next=b)
+        [parent] = self.put("p", name=a)
+        child = self.ack("complete", [item(self.lease_one(a), result=1)])["completed"]
+        child = child[0]["next_task"]
+        lc = self.lease_one(b)
+        first = self.ack("flag", [item(lc, reason="bad")])
+        self.assertEqual(first, {"flagged": [{"task": child, "state": "cancelled",
+                                              "reopened": parent}]})
+        again = self.lease_one(a)
+        self.assertEqual(again["task"], parent)
+        before = self.get_task(child), self.get_task(parent), self.counts(a), self.counts(b)
+        self.assertEqual(self.ack("flag", [item(lc, reason="bad")]),
+                         {"flagged": [dict(first["flagged"][0], repeated=True)]})
+        self.assertEqual((self.get_task(child), self.get_task(parent), self.counts(a),
+                          self.counts(b)), before)
+        self.assertEqual(before[1]["state"], "leased")
+        self.ack("complete", [item(again, result=2)])
+        self.assertEqual(self.get_task(parent)["result"], 2)
+
     def test_repeat_after_a_restart(self):
         self.create_queue(backoff_ms=60000, lease_ms=600000)
         w = self.register(nickname=self.qname("nick"))
-        tf, tr = self.put("f", "r")
-        lf, lr = self.lease(max=2, worker=w["id"])
+        tf, tr, tg = self.put("f", "r", "g")
+        lf, lr, lg = self.lease(max=3, worker=w["id"])
         [first] = self.ack("fail", [item(lf, error="boom")])["failed"]
         self.ack("release", [item(lr)])
-        before = self.state(tf), self.state(tr)
+        [flagged] = self.ack("flag", [item(lg)])["flagged"]
+        before = self.state(tf), self.state(tr), self.state(tg)
         # The head goes down right after committing; the worker sends its reports again.
         self.assertEqual(self.head.stop(), 0, self.head.log())
         self.head.start()
         self.assertEqual(self.ack("fail", [item(lf, error="boom")]),
                          {"failed": [dict(first, repeated=True)]})
         self.assertEqual(self.ack("release", [item(lr)]), {"released": 1, "repeated": 1})
-        self.assertEqual((self.state(tf), self.state(tr)), before)
+        self.assertEqual(self.ack("flag", [item(lg)]),
+                         {"flagged": [dict(flagged, repeated=True)]})
+        self.assertEqual((self.state(tf), self.state(tr), self.state(tg)), before)
         self.assertEqual(self.failure_metrics(), {}, "a repeat counted after the restart")
-        self.assertEqual(self.worker_failed(w), 1)
+        self.assertEqual((self.worker_failed(w), self.worker_flagged(w)), (1, 1))
         # Killed, not stopped: the same.
         self.head.kill()
         self.head.start()
         self.assertEqual(self.ack("fail", [item(lf)]), {"failed": [dict(first, repeated=True)]})
-        self.assertEqual((self.state(tf), self.state(tr)), before)
+        self.assertEqual((self.state(tf), self.state(tr), self.state(tg)), before)
 
     def test_repeat_after_the_task_was_leased_again(self):
         """The retry arrives after another worker leased the task: the new lease is
@@ -173,13 +237,15 @@ class ReportRetryTest(OwnHeadTestCase):
         self.assertEqual(self.state(tid), before)
 
     def test_other_calls_under_a_failed_token(self):
-        """A fail's token is refused to everything else; a release's to a fail."""
+        """A fail's token is refused to everything else; a release's to a fail, a flag's to
+        everything but a flag."""
         self.create_queue(backoff_ms=60000)
-        tf, tr = self.put("f", "r")
-        lf, lr = self.lease(max=2)
+        tf, tr, tg = self.put("f", "r", "g")
+        lf, lr, lg = self.lease(max=3)
         self.ack("fail", [item(lf)])
         self.ack("release", [item(lr)])
-        before = self.state(tf), self.state(tr)
+        self.ack("flag", [item(lg)])
+        before = self.state(tf), self.state(tr), self.state(tg)
         for kind in ("complete", "extend", "release", "flag"):
             r = self.expect_error("POST", "/v1/leases/" + kind, {"leases": [item(lf)]}, 409,
                                   "lease_lost")
@@ -190,7 +256,12 @@ class ReportRetryTest(OwnHeadTestCase):
             r = self.expect_error("POST", "/v1/leases/" + kind, {"leases": [item(lr)]}, 409,
                                   "lease_lost")
             self.assertIn("a release under this token ended it", r.json["error"]["message"])
-        self.assertEqual((self.state(tf), self.state(tr)), before)
+        for kind in ("complete", "fail", "extend", "release"):
+            r = self.expect_error("POST", "/v1/leases/" + kind, {"leases": [item(lg)]}, 409,
+                                  "lease_lost")
+            self.assertIn("an invalid-data flag under this token ended it",
+                          r.json["error"]["message"])
+        self.assertEqual((self.state(tf), self.state(tr), self.state(tg)), before)
 
     def test_expired_token_is_refused(self):
         """A lease that expired was not ended by a fail: a fail under its token is refused
