@@ -341,8 +341,8 @@ class FencingTest(ApiTestCase):
         for kind, extra in (("complete", {"result": "first"}), ("fail", {"error": "first"}),
                             ("extend", {"lease_ms": 1000}), ("release", {}),
                             ("flag", {"reason": "first"})):
-            r = self.expect_error("POST", "/v1/leases/" + kind,
-                                  {"leases": [item(first, **extra)]}, 409, "lease_lost")
+            self.expect_error("POST", "/v1/leases/" + kind,
+                              {"leases": [item(first, **extra)]}, 409, "lease_lost")
         t = self.get_task(tid)
         self.assertEqual((t["state"], t["flags"], t["attempts"]), ("leased", 0, 2))
         self.assertNotEqual(t["error"], "first", "a stale fail wrote its error")

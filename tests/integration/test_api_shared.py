@@ -2,7 +2,6 @@
 keep-levels, sessions, streamed uploads that store nothing when interrupted, durability
 after kill -9, tasks that require data, and the head's memory for a large blob."""
 import hashlib
-import http.client
 import os
 import socket
 import sys

@@ -2,11 +2,9 @@
 requeue of one task, priority/FIFO order, delay_ms and max on lease (docs/api.md)."""
 import os
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402
 from test_api_common import ApiTestCase, MAX_ID, now_ms  # noqa: E402
 
 

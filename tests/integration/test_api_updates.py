@@ -9,7 +9,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_api_common import ApiTestCase, is_int, now_ms  # noqa: E402
+from test_api_common import ApiTestCase, now_ms  # noqa: E402
 
 
 def hold(seconds):

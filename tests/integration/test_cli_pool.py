@@ -8,7 +8,6 @@ completion and state is polled with harness.wait_until.
 """
 import json
 import os
-import pty
 import select
 import shutil
 import subprocess

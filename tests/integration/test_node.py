@@ -1,6 +1,5 @@
 """Node agent: GPU detection (a fake nvidia-smi), one agent per machine, worker
 supervision (a crash-looping task goes dead), and no orphans after `kill -9`."""
-import json
 import os
 import re
 import shutil

@@ -1,7 +1,6 @@
 """Any-node access: the agent's port forwards the API to the head, preserving status
 codes, error bodies, headers that matter and auth; long-polls and large bodies pass;
 a head that cannot be reached is a 503 `unavailable`."""
-import json
 import os
 import shutil
 import sys

@@ -121,7 +121,7 @@ class RestartTakeoverTest(TakeoverCase):
         harness.wait_until(lambda: line in self.head.log(), timeout=5,
                            what="the head's account:\n" + self.head.log())
         self.assertEqual(self.task(held)["state"], "queued")
-        task = harness.wait_until(
+        harness.wait_until(
             lambda: (lambda t: t if t["state"] == "leased" and
                      t["lease"]["worker"] != old_worker else None)(self.task(blocked)),
             timeout=AT_ONCE_S, what="the blocked task on the new worker:\n" + second.log())
