@@ -57,12 +57,12 @@
 struct http1 {
   char host[HTTP1_HOST_MAX]; /* as getaddrinfo takes it: IPv6 without brackets */
   char port[8];
-  char *prefix;     /* path of the base URL ("" usually), put before every path */
-  char *fixed;      /* the header lines every request carries */
-  int fd;           /* -1 while not connected */
+  char *prefix;       /* path of the base URL ("" usually), put before every path */
+  char *fixed;        /* the header lines every request carries */
+  int fd;             /* -1 while not connected */
   int64_t idle_since; /* when the last reply on `fd` ended (http1_now_ms) */
-  client_buf_t out; /* the request line and headers being sent */
-  client_buf_t in;  /* bytes received and not yet consumed */
+  client_buf_t out;   /* the request line and headers being sent */
+  client_buf_t in;    /* bytes received and not yet consumed */
 };
 
 /* ---- setup ----------------------------------------------------------------- */
@@ -437,115 +437,140 @@ static int http1_write(http1_t *h, const char *body, size_t body_len, int64_t de
  * (worth a retry on a new connection when the connection was reused). */
 typedef enum { EXCHANGE_DONE, EXCHANGE_FAILED, EXCHANGE_NO_REPLY } exchange_t;
 
+/* The end of the reply's head ("\r\n\r\n") in what was read, or NULL; the
+ * search starts a little before `scanned`, what earlier searches covered. */
+static char *http1_head_end(const http1_t *h, size_t scanned) {
+  if (h->in.len < 4)
+    return NULL;
+  size_t from = scanned > 3 ? scanned - 3 : 0;
+  return memmem(h->in.data + from, h->in.len - from, "\r\n\r\n", 4);
+}
+
+/* Reads more of a reply's head (`*any`: some of it came already): DONE when
+ * bytes came, else why not. */
+static exchange_t http1_read_head_more(http1_t *h, int64_t deadline, bool *any, char *why,
+                                       size_t size) {
+  if (h->in.len > HTTP1_HEAD_MAX) {
+    snprintf(why, size, "the reply's headers are larger than %d bytes", HTTP1_HEAD_MAX);
+    return EXCHANGE_FAILED;
+  }
+  ssize_t n = http1_read(h, deadline);
+  if (n > 0) {
+    *any = true;
+    return EXCHANGE_DONE;
+  }
+  int err = n == 0 ? 0 : errno;
+  bool closed = n == 0 || err == ECONNRESET;
+  if (closed)
+    snprintf(why, size, "the server closed the connection %s",
+             *any ? "in the middle of its reply" : "without replying");
+  else
+    snprintf(why, size, "%s", err == ETIMEDOUT ? "timed out waiting for the reply" : strerror(err));
+  return !*any && closed ? EXCHANGE_NO_REPLY : EXCHANGE_FAILED;
+}
+
+/* Reads the reply's status line and headers into *r, passing over interim
+ * replies (100 Continue, say: the real one follows). */
+static exchange_t http1_read_head(http1_t *h, bool head_request, int64_t deadline, reply_head_t *r,
+                                  char *why, size_t size) {
+  bool any = false;
+  size_t scanned = 0;
+  for (;;) {
+    char *blank;
+    while ((blank = http1_head_end(h, scanned)) == NULL) {
+      scanned = h->in.len;
+      exchange_t got = http1_read_head_more(h, deadline, &any, why, size);
+      if (got != EXCHANGE_DONE)
+        return got;
+    }
+    if (!http1_parse_head(h, (size_t)(blank + 4 - h->in.data), head_request, r)) {
+      snprintf(why, size, "not an HTTP/1.x reply: %.60s", h->in.data);
+      return EXCHANGE_FAILED;
+    }
+    if (r->status >= 200)
+      return EXCHANGE_DONE;
+    memmove(h->in.data, h->in.data + r->head_len, h->in.len - r->head_len + 1);
+    h->in.len -= r->head_len;
+    scanned = 0;
+  }
+}
+
+/* Reads until the body framed by `r` is complete; *used: its length (a
+ * chunked body is decoded into the client's reply meanwhile). */
+static exchange_t http1_read_body(muster_client_t *client, const reply_head_t *r, int64_t deadline,
+                                  size_t *used, char *why, size_t size) {
+  http1_t *h = client->http1;
+  for (*used = 0;;) {
+    size_t have = h->in.len - r->head_len;
+    int complete = r->framing == BODY_NONE;
+    if (r->framing == BODY_LENGTH) {
+      complete = have >= (size_t)r->length;
+      *used = (size_t)r->length;
+    } else if (r->framing == BODY_CHUNKED) {
+      complete = http1_dechunk(h, r->head_len, &client->reply, used);
+      if (complete < 0) {
+        snprintf(why, size, "a malformed chunked reply");
+        return EXCHANGE_FAILED;
+      }
+    }
+    if (complete)
+      return EXCHANGE_DONE;
+    if (r->framing == BODY_CLOSE && have > (size_t)HTTP1_BODY_MAX) {
+      snprintf(why, size, "the reply's body is too large");
+      return EXCHANGE_FAILED;
+    }
+    ssize_t n = http1_read(h, deadline);
+    if (n == 0 && r->framing == BODY_CLOSE) {
+      *used = h->in.len - r->head_len;
+      return EXCHANGE_DONE;
+    }
+    if (n <= 0) {
+      snprintf(why, size, "%s",
+               n == 0               ? "the server closed the connection in the middle of its reply"
+               : errno == ETIMEDOUT ? "timed out waiting for the reply"
+                                    : strerror(errno));
+      return EXCHANGE_FAILED;
+    }
+  }
+}
+
 /* Reads one whole reply into client->reply / client->status. */
 static exchange_t http1_read_reply(muster_client_t *client, bool head_request, int64_t deadline,
                                    char *why, size_t size) {
   http1_t *h = client->http1;
-  bool any = false;
-  size_t scanned = 0;
-  for (;;) {
-    /* The head: status line and headers up to the blank line. */
-    char *blank = NULL;
-    while ((blank = h->in.len >= 4
-                        ? memmem(h->in.data + (scanned > 3 ? scanned - 3 : 0),
-                                 h->in.len - (scanned > 3 ? scanned - 3 : 0), "\r\n\r\n", 4)
-                        : NULL) == NULL) {
-      scanned = h->in.len;
-      if (h->in.len > HTTP1_HEAD_MAX) {
-        snprintf(why, size, "the reply's headers are larger than %d bytes", HTTP1_HEAD_MAX);
-        return EXCHANGE_FAILED;
-      }
-      ssize_t n = http1_read(h, deadline);
-      if (n > 0) {
-        any = true;
-        continue;
-      }
-      int err = n == 0 ? 0 : errno;
-      if (n == 0 || err == ECONNRESET)
-        snprintf(why, size, "the server closed the connection %s",
-                 any ? "in the middle of its reply" : "without replying");
-      else
-        snprintf(why, size, "%s",
-                 err == ETIMEDOUT ? "timed out waiting for the reply" : strerror(err));
-      return !any && (n == 0 || err == ECONNRESET) ? EXCHANGE_NO_REPLY : EXCHANGE_FAILED;
-    }
-    reply_head_t r;
-    if (!http1_parse_head(h, (size_t)(blank + 4 - h->in.data), head_request, &r)) {
-      snprintf(why, size, "not an HTTP/1.x reply: %.60s", h->in.data);
-      return EXCHANGE_FAILED;
-    }
-    if (r.status < 200) { /* an interim reply (100 Continue, say): the real one follows */
-      memmove(h->in.data, h->in.data + r.head_len, h->in.len - r.head_len + 1);
-      h->in.len -= r.head_len;
-      scanned = 0;
-      continue;
-    }
-    if (r.framing == BODY_LENGTH && r.length > HTTP1_BODY_MAX) {
-      snprintf(why, size, "the reply's body (%lld bytes) is too large", (long long)r.length);
-      return EXCHANGE_FAILED;
-    }
-    /* The body. */
-    size_t used = 0;
-    for (;;) {
-      size_t have = h->in.len - r.head_len;
-      int complete = 0;
-      if (r.framing == BODY_NONE) {
-        complete = 1;
-      } else if (r.framing == BODY_LENGTH) {
-        complete = have >= (size_t)r.length;
-        used = (size_t)r.length;
-      } else if (r.framing == BODY_CHUNKED) {
-        complete = http1_dechunk(h, r.head_len, &client->reply, &used);
-        if (complete < 0) {
-          snprintf(why, size, "a malformed chunked reply");
-          return EXCHANGE_FAILED;
-        }
-      }
-      if (complete)
-        break;
-      if (r.framing == BODY_CLOSE && have > (size_t)HTTP1_BODY_MAX) {
-        snprintf(why, size, "the reply's body is too large");
-        return EXCHANGE_FAILED;
-      }
-      ssize_t n = http1_read(h, deadline);
-      if (n == 0 && r.framing == BODY_CLOSE) {
-        used = h->in.len - r.head_len;
-        break;
-      }
-      if (n <= 0) {
-        snprintf(why, size, "%s",
-                 n == 0 ? "the server closed the connection in the middle of its reply"
-                 : errno == ETIMEDOUT ? "timed out waiting for the reply"
-                                      : strerror(errno));
-        return EXCHANGE_FAILED;
-      }
-    }
-    const char *body = h->in.data + r.head_len;
-    if (r.framing != BODY_CHUNKED) {
-      client->reply.len = 0;
-      if (!client_buf_append(&client->reply, body, r.framing == BODY_NONE ? 0 : used)) {
-        snprintf(why, size, "out of memory while reading the reply");
-        return EXCHANGE_FAILED;
-      }
-    }
-    client->status = r.status;
-    size_t consumed = r.head_len + (r.framing == BODY_NONE ? 0 : used);
-    /* Bytes past the reply would be a reply to nothing: start afresh then. */
-    if (!r.keep_alive || consumed != h->in.len)
-      http1_disconnect(h);
-    h->in.len = 0;
-    h->idle_since = http1_now_ms();
-    return EXCHANGE_DONE;
+  reply_head_t r;
+  size_t used;
+  exchange_t got = http1_read_head(h, head_request, deadline, &r, why, size);
+  if (got != EXCHANGE_DONE)
+    return got;
+  if (r.framing == BODY_LENGTH && r.length > HTTP1_BODY_MAX) {
+    snprintf(why, size, "the reply's body (%lld bytes) is too large", (long long)r.length);
+    return EXCHANGE_FAILED;
   }
+  if ((got = http1_read_body(client, &r, deadline, &used, why, size)) != EXCHANGE_DONE)
+    return got;
+  if (r.framing == BODY_NONE)
+    used = 0;
+  if (r.framing != BODY_CHUNKED) {
+    client->reply.len = 0;
+    if (!client_buf_append(&client->reply, h->in.data + r.head_len, used)) {
+      snprintf(why, size, "out of memory while reading the reply");
+      return EXCHANGE_FAILED;
+    }
+  }
+  client->status = r.status;
+  /* Bytes past the reply would be a reply to nothing: start afresh then. */
+  if (!r.keep_alive || r.head_len + used != h->in.len)
+    http1_disconnect(h);
+  h->in.len = 0;
+  h->idle_since = http1_now_ms();
+  return EXCHANGE_DONE;
 }
 
-muster_err_t http1_send(muster_client_t *client, const char *method, const char *path,
-                        const char *body, long timeout_ms) {
-  http1_t *h = client->http1;
-  int64_t deadline = timeout_ms > 0 ? http1_now_ms() + timeout_ms : 0;
-  bool wants_body = body != NULL || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0;
-  size_t body_len = body ? strlen(body) : 0;
-  /* The request line and headers, without printf: this runs per request. */
+/* Writes the request line and headers into h->out, without printf: this
+ * runs per request.  False when out of memory. */
+static bool http1_request_head(http1_t *h, const char *method, const char *path, bool wants_body,
+                               size_t body_len) {
   char length[24];
   size_t length_len = 0;
   if (wants_body) {
@@ -576,9 +601,38 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
   h->out.len = 0;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
     if (!client_buf_append(&h->out, parts[i].text, parts[i].len))
-      return client_fail(client, MUSTER_NOMEM, "out of memory");
+      return false;
+  return true;
+}
+
+/* One attempt on the open connection: the request in h->out and `body`
+ * written, its reply read. */
+static exchange_t http1_exchange(muster_client_t *client, const char *method, const char *body,
+                                 size_t body_len, int64_t deadline, char *why, size_t size) {
+  http1_t *h = client->http1;
+  if (http1_write(h, body, body_len, deadline) == 0)
+    return http1_read_reply(client, strcmp(method, "HEAD") == 0, deadline, why, size);
+  int e = errno;
+  snprintf(why, size, "%s", e == ETIMEDOUT ? "timed out sending the request" : strerror(e));
+  if (e != EPIPE && e != ECONNRESET)
+    return EXCHANGE_FAILED;
+  /* A server may answer before it has read the whole body (413 for one over
+   * its limit) and close: that reply, if it came, is the answer. */
+  char late[400];
+  return http1_read_reply(client, false, deadline, late, sizeof late) == EXCHANGE_DONE
+             ? EXCHANGE_DONE
+             : EXCHANGE_NO_REPLY;
+}
+
+muster_err_t http1_send(muster_client_t *client, const char *method, const char *path,
+                        const char *body, long timeout_ms) {
+  http1_t *h = client->http1;
+  int64_t deadline = timeout_ms > 0 ? http1_now_ms() + timeout_ms : 0;
+  bool wants_body = body != NULL || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0;
+  size_t body_len = body ? strlen(body) : 0;
+  if (!http1_request_head(h, method, path, wants_body, body_len))
+    return client_fail(client, MUSTER_NOMEM, "out of memory");
   char why[400] = "", lost[400] = "";
-  muster_err_t err = MUSTER_NETWORK;
   http1_drop_if_closed(h);
   bool resend = strcmp(method, "POST") != 0;
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -593,21 +647,7 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
       }
       break;
     }
-    exchange_t got;
-    if (http1_write(h, body, body_len, deadline) != 0) {
-      int e = errno;
-      snprintf(why, sizeof why, "%s",
-               e == ETIMEDOUT ? "timed out sending the request" : strerror(e));
-      got = e == EPIPE || e == ECONNRESET ? EXCHANGE_NO_REPLY : EXCHANGE_FAILED;
-      /* A server may answer before it has read the whole body (413 for one
-       * over its limit) and close: that reply, if it came, is the answer. */
-      char late[sizeof why];
-      if (got == EXCHANGE_NO_REPLY &&
-          http1_read_reply(client, false, deadline, late, sizeof late) == EXCHANGE_DONE)
-        got = EXCHANGE_DONE;
-    } else {
-      got = http1_read_reply(client, strcmp(method, "HEAD") == 0, deadline, why, sizeof why);
-    }
+    exchange_t got = http1_exchange(client, method, body, body_len, deadline, why, sizeof why);
     if (got == EXCHANGE_DONE)
       return MUSTER_OK;
     http1_disconnect(h);
@@ -619,5 +659,5 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
   client->reply.len = 0;
   if (client->reply.data)
     client->reply.data[0] = '\0';
-  return client_fail(client, err, "%s %s%s: %s", method, client->base_url, path, why);
+  return client_fail(client, MUSTER_NETWORK, "%s %s%s: %s", method, client->base_url, path, why);
 }
