@@ -52,8 +52,10 @@ static int head_lock(const head_config_t *cfg) {
     ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
     pid[n > 0 ? n : 0] = '\0';
     pid[strcspn(pid, "\n")] = '\0';
-    log_msg(LOG_ERROR, "another head (pid %s) is using data dir %s; stop it or pick another "
-            "--data-dir", pid[0] ? pid : "?", cfg->data_dir);
+    log_msg(LOG_ERROR,
+            "another head (pid %s) is using data dir %s; stop it or pick another "
+            "--data-dir",
+            pid[0] ? pid : "?", cfg->data_dir);
     close(fd);
     return -1;
   }
@@ -91,8 +93,10 @@ static bool head_token(head_config_t *cfg, bool *generated) {
     fclose(fp);
     line[ok ? strcspn(line, "\r\n") : 0] = '\0';
     if (head_token_problem(line, sizeof cfg->token - 1, why, sizeof why)) {
-      log_msg(LOG_ERROR, "the token in %s %s: correct it, or remove the file and a new one is "
-              "generated", path, why);
+      log_msg(LOG_ERROR,
+              "the token in %s %s: correct it, or remove the file and a new one is "
+              "generated",
+              path, why);
       return false;
     }
     memcpy(cfg->token, line, strlen(line) + 1); /* fits: checked above */
@@ -412,7 +416,8 @@ static void head_commit(evutil_socket_t fd, short what, void *arg) {
   fail_t f = {0};
   if (h->sync_failed) {
     /* Nothing more is committed; store_close rolls the transaction back. */
-    fail_set(&f, MUSTER_STORE, "store: the write-ahead log cannot be flushed; the head is stopping");
+    fail_set(&f, MUSTER_STORE,
+             "store: the write-ahead log cannot be flushed; the head is stopping");
     http_flush(h, &f);
     return;
   }
@@ -527,8 +532,7 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   /* Most sweeps find nothing due: check with two indexed reads before
    * opening a transaction. */
   if (!lease_any_due(h->st, now) && !worker_any_due(h->st, now) && !iter_any_due(h->st, now) &&
-      !node_any_due(h->st, now) && !session_any_due(h->st, now) &&
-      !shared_any_due(h->st, now)) {
+      !node_any_due(h->st, now) && !session_any_due(h->st, now) && !shared_any_due(h->st, now)) {
     if (h->ndirty > 0 && !store_in_tx(h->st) && store_request_begin(h->st, &f) == MUSTER_OK)
       store_request_end(h->st, true); /* opens the turn so waiter_serve runs */
     return;
@@ -569,11 +573,15 @@ static void head_on_signal(evutil_socket_t sig, short what, void *arg) {
   const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
   if (h->agent_pid > 0 && ++h->signals <= 2 && kill(h->agent_pid, (int)sig) == 0) {
     if (h->signals == 1)
-      log_msg(LOG_INFO, "received %s; stopping the local node first: its workers finish their "
-              "running tasks (signal again to stop them now)", name);
+      log_msg(LOG_INFO,
+              "received %s; stopping the local node first: its workers finish their "
+              "running tasks (signal again to stop them now)",
+              name);
     else
-      log_msg(LOG_INFO, "received %s again; the local node stops its workers now (signal a third "
-              "time to stop the head at once)", name);
+      log_msg(LOG_INFO,
+              "received %s again; the local node stops its workers now (signal a third "
+              "time to stop the head at once)",
+              name);
     return;
   }
   log_msg(LOG_INFO, "received %s; shutting down", name);
@@ -716,21 +724,72 @@ static int head_run(head_t *h, bool generated, int port, const head_agent_t *age
   return status;
 }
 
+/* Locks the data dir and settles the token (--token, the token file, or a
+ * new one: *generated).  The lock's fd, or -1 having said why. */
+static int head_take_dir(head_config_t *cfg, const char *token_arg, bool *generated) {
+  int lock = head_lock(cfg); /* says why when it fails */
+  if (lock < 0)
+    return -1; /* nothing of the data dir is touched: another head may be using it */
+  if (token_arg) {
+    /* Saved too, so that the CLI run next to the data dir finds it. */
+    snprintf(cfg->token, sizeof cfg->token, "%s", token_arg);
+    char line[sizeof cfg->token + 1];
+    snprintf(line, sizeof line, "%s\n", token_arg);
+    if (!head_write_file(cfg, "token", line, 0600))
+      log_msg(LOG_WARN, "cannot write %s/token", cfg->data_dir);
+  } else if (!head_token(cfg, generated)) { /* a bad token file said why */
+    close(lock);
+    return -1;
+  }
+  return lock;
+}
+
+/* Opens the store in the locked data dir and serves until stopped: the exit
+ * status. */
+static int head_serve(head_t *h, bool generated, int port, const head_agent_t *agent) {
+  char db_path[PATH_MAX + 16];
+  snprintf(db_path, sizeof db_path, "%s/muster.db", h->cfg.data_dir);
+  fail_t f = {0};
+  /* synchronous=NORMAL: with --sync full the WAL is flushed by the syncer. */
+  h->st = store_open(&(store_opts_t){.path = db_path, .sync_full = false}, &f);
+  if (h->st == NULL) {
+    log_msg(LOG_ERROR, "cannot open the store %s: %s", db_path, fail_message(&f));
+  } else if (compat_setup(h->st, &f) != MUSTER_OK) {
+    log_msg(LOG_ERROR, "--distcompute: %s", fail_message(&f));
+  } else if (shared_files_init(h->st, h->cfg.data_dir, &f) != MUSTER_OK) {
+    log_msg(LOG_ERROR, "shared data: %s", fail_message(&f));
+  } else {
+    signal(SIGPIPE, SIG_IGN);
+    store_set_hooks(h->st, head_on_tx, head_on_ready, h);
+    store_set_session_hook(h->st, head_on_session);
+    head_start_syncer(h, db_path);
+    h->started_ms = now_ms();
+    int status = head_run(h, generated, port, agent);
+    if (status == 0)
+      log_msg(LOG_INFO, "stopped cleanly after %llu requests and %llu commits",
+              (unsigned long long)h->requests, (unsigned long long)h->commits);
+    return status;
+  }
+  return 1;
+}
+
+/* What `muster head` runs with unless told otherwise (docs/cli.md). */
+static const head_config_t head_defaults = {.listen_host = "127.0.0.1",
+                                            .listen_port = 7370,
+                                            .data_dir = "./muster-data",
+                                            .sync_full = true,
+                                            .worker_timeout_ms = WORKER_DEFAULT_TIMEOUT_MS,
+                                            .node_timeout_ms = NODE_DEFAULT_TIMEOUT_MS,
+                                            .max_wait_ms = 30000,
+                                            .sweep_ms = 200,
+                                            .max_body = 8u << 20,
+                                            .max_payload = 1u << 20,
+                                            .max_shared_ttl_ms = SHARED_DEFAULT_TTL_MS,
+                                            .shared_keep_levels = SHARED_DEFAULT_KEEP_LEVELS,
+                                            .max_blob_bytes = (size_t)SHARED_DEFAULT_MAX_BLOB};
+
 int head_main(int argc, char **argv, const head_agent_t *agent) {
-  head_t h = {.cfg = {.listen_host = "127.0.0.1",
-                      .listen_port = 7370,
-                      .data_dir = "./muster-data",
-                      .sync_full = true,
-                      .worker_timeout_ms = WORKER_DEFAULT_TIMEOUT_MS,
-                      .node_timeout_ms = NODE_DEFAULT_TIMEOUT_MS,
-                      .max_wait_ms = 30000,
-                      .sweep_ms = 200,
-                      .max_body = 8u << 20,
-                      .max_payload = 1u << 20,
-                      .max_shared_ttl_ms = SHARED_DEFAULT_TTL_MS,
-                      .shared_keep_levels = SHARED_DEFAULT_KEEP_LEVELS,
-                      .max_blob_bytes = (size_t)SHARED_DEFAULT_MAX_BLOB},
-              .wal_fd = -1};
+  head_t h = {.cfg = head_defaults, .wal_fd = -1};
   const char *token_arg = NULL;
   int status = head_parse(argc, argv, &h.cfg, &token_arg);
   if (status >= 0)
@@ -747,53 +806,14 @@ int head_main(int argc, char **argv, const head_agent_t *agent) {
       event_base_free(h.base);
     return 1;
   }
-  int lock = head_lock(&h.cfg); /* says why when it fails */
   bool generated = false;
-  if (lock < 0) {
-    /* nothing of the data dir is touched: another head may be using it */
-  } else if (token_arg) {
-    /* Saved too, so that the CLI run next to the data dir finds it. */
-    snprintf(h.cfg.token, sizeof h.cfg.token, "%s", token_arg);
-    char line[sizeof h.cfg.token + 1];
-    snprintf(line, sizeof line, "%s\n", token_arg);
-    if (!head_write_file(&h.cfg, "token", line, 0600))
-      log_msg(LOG_WARN, "cannot write %s/token", h.cfg.data_dir);
-  } else if (!head_token(&h.cfg, &generated)) { /* a bad token file said why */
-    close(lock);
-    lock = -1;
-  }
-  char db_path[PATH_MAX + 16];
-  snprintf(db_path, sizeof db_path, "%s/muster.db", h.cfg.data_dir);
-  fail_t f = {0};
-  /* synchronous=NORMAL: with --sync full the WAL is flushed by the syncer. */
-  if (lock >= 0)
-    h.st = store_open(&(store_opts_t){.path = db_path, .sync_full = false}, &f);
-  status = 1;
-  if (lock < 0) {
-    /* said why above */
-  } else if (h.st == NULL) {
-    log_msg(LOG_ERROR, "cannot open the store %s: %s", db_path, fail_message(&f));
-  } else if (compat_setup(h.st, &f) != MUSTER_OK) {
-    log_msg(LOG_ERROR, "--distcompute: %s", fail_message(&f));
-  } else if (shared_files_init(h.st, h.cfg.data_dir, &f) != MUSTER_OK) {
-    log_msg(LOG_ERROR, "shared data: %s", fail_message(&f));
-  } else if (h.base != NULL) {
-    signal(SIGPIPE, SIG_IGN);
-    store_set_hooks(h.st, head_on_tx, head_on_ready, &h);
-    store_set_session_hook(h.st, head_on_session);
-    head_start_syncer(&h, db_path);
-    h.started_ms = now_ms();
-    status = head_run(&h, generated, port, agent);
-    if (status == 0)
-      log_msg(LOG_INFO, "stopped cleanly after %llu requests and %llu commits",
-              (unsigned long long)h.requests, (unsigned long long)h.commits);
-  }
+  int lock = head_take_dir(&h.cfg, token_arg, &generated);
+  status = lock >= 0 ? head_serve(&h, generated, port, agent) : 1;
   http_stop(&h); /* when head_run did not (a failure before it) */
   store_close(h.st);
   if (h.wal_fd >= 0)
     close(h.wal_fd);
-  if (h.base)
-    event_base_free(h.base);
+  event_base_free(h.base);
   free(h.dirty);
   if (lock >= 0) { /* the url file is this head's only when it held the lock */
     char url_path[PATH_MAX + 16];
