@@ -163,6 +163,56 @@ static muster_err_t shared_reply_error(muster_client_t *client) {
   return err;
 }
 
+/* Sets up `curl` for one transfer of `x` (an upload of `upload_len` bytes
+ * when `upload`, else a `method` call that reads a blob or an error). */
+static void shared_setopt(CURL *curl, muster_client_t *client, const char *method, xfer_t *x,
+                          int upload, int64_t upload_len) {
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, client->curl_error);
+  curl_easy_setopt(curl, CURLOPT_USERAGENT, "libmuster/" MUSTER_VERSION);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, shared_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, x);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, shared_write);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, x);
+  /* Blobs may take long: no overall limit, but give up on a stalled transfer. */
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
+                   client->timeout_ms > 0 ? (client->timeout_ms + 999) / 1000 : 0L);
+  if (x->progress) {
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, shared_progress);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, x);
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  }
+  if (upload) {
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, shared_read);
+    curl_easy_setopt(curl, CURLOPT_READDATA, x);
+    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, (curl_off_t)upload_len);
+  } else if (strcmp(method, "GET") != 0) {
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+  }
+}
+
+/* What a finished transfer (`rc`, client->status) comes to. */
+static muster_err_t shared_outcome(muster_client_t *client, CURLcode rc, const xfer_t *x,
+                                   const char *method, const char *path) {
+  if (rc == CURLE_WRITE_ERROR && x->write_errno)
+    return client_fail(client, MUSTER_INVALID, "cannot write the blob: %s",
+                       strerror(x->write_errno));
+  if ((rc == CURLE_ABORTED_BY_CALLBACK || rc == CURLE_READ_ERROR) && x->write_errno)
+    return client_fail(client, MUSTER_INVALID, "cannot read the blob: %s",
+                       strerror(x->write_errno));
+  if (rc == CURLE_WRITE_ERROR)
+    return client_fail(client, MUSTER_NOMEM, "out of memory while reading the blob");
+  if (rc != CURLE_OK)
+    return client_fail(client, MUSTER_NETWORK, "%s %s%s: %s", method, client->base_url, path,
+                       client->curl_error[0] ? client->curl_error : curl_easy_strerror(rc));
+  if (client->status < 200 || client->status > 299)
+    return shared_reply_error(client);
+  return MUSTER_OK;
+}
+
 /* Runs one transfer of `method` on `path` (query included); fills
  * client->status and the reply buffer (error or PUT reply). */
 static muster_err_t shared_perform(muster_client_t *client, const char *method, const char *path,
@@ -189,31 +239,7 @@ static muster_err_t shared_perform(muster_client_t *client, const char *method, 
   client->curl_error[0] = '\0';
   curl_easy_setopt(curl, CURLOPT_URL, url);
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, client->curl_error);
-  curl_easy_setopt(curl, CURLOPT_USERAGENT, "libmuster/" MUSTER_VERSION);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, shared_header);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, x);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, shared_write);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, x);
-  /* Blobs may take long: no overall limit, but give up on a stalled transfer. */
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
-                   client->timeout_ms > 0 ? (client->timeout_ms + 999) / 1000 : 0L);
-  if (x->progress) {
-    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, shared_progress);
-    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, x);
-    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-  }
-  if (upload) {
-    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(curl, CURLOPT_READFUNCTION, shared_read);
-    curl_easy_setopt(curl, CURLOPT_READDATA, x);
-    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, (curl_off_t)upload_len);
-  } else if (strcmp(method, "GET") != 0) {
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
-  }
+  shared_setopt(curl, client, method, x, upload, upload_len);
   CURLcode rc = curl_easy_perform(curl);
   long status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
@@ -221,20 +247,7 @@ static muster_err_t shared_perform(muster_client_t *client, const char *method, 
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);
   free(url);
-  if (rc == CURLE_WRITE_ERROR && x->write_errno)
-    return client_fail(client, MUSTER_INVALID, "cannot write the blob: %s",
-                       strerror(x->write_errno));
-  if ((rc == CURLE_ABORTED_BY_CALLBACK || rc == CURLE_READ_ERROR) && x->write_errno)
-    return client_fail(client, MUSTER_INVALID, "cannot read the blob: %s",
-                       strerror(x->write_errno));
-  if (rc == CURLE_WRITE_ERROR)
-    return client_fail(client, MUSTER_NOMEM, "out of memory while reading the blob");
-  if (rc != CURLE_OK)
-    return client_fail(client, MUSTER_NETWORK, "%s %s%s: %s", method, client->base_url, path,
-                       client->curl_error[0] ? client->curl_error : curl_easy_strerror(rc));
-  if (status < 200 || status > 299)
-    return shared_reply_error(client);
-  return MUSTER_OK;
+  return shared_outcome(client, rc, x, method, path);
 }
 
 /* "/v1/shared/SCOPE/NAME" with an optional "?level=L&ttl_ms=T". */
