@@ -20,6 +20,7 @@ session.  The workers are ``python3 -m muster.worker`` processes, normally run b
 agents (``muster node --queue pool -- /usr/bin/python3 -m muster.worker``).  See
 docs/python.md, "Pools".
 """
+import logging
 import os
 import re
 import sys
@@ -35,6 +36,10 @@ POLL_MS = 20000
 RETRY_PAUSE_S = 1.0  # between tries while the head does not answer (as the C pool's)
 # A head that is down or restarting: no reply came, or it answered 503 while stopping.
 _HEAD_DOWN = (errors.NetworkError, errors.Unavailable)
+# One WARNING when the pool starts waiting for a head that does not answer, one INFO when
+# it answers again; nothing per try.  Unconfigured, logging's lastResort handler prints
+# the warning on stderr (docs/python.md says how to silence it).
+log = logging.getLogger("muster.pool")
 
 
 class WorkerInterface:
@@ -200,18 +205,49 @@ class Pool:
 
     def close(self):
         """Closes the pool: its session on the head closes, unfinished jobs are cancelled,
-        its updates and shared data are deleted; the workers drop its instance.  After the
-        pool gave up on a head that did not answer, the session is left open instead (its
-        results can still be read; the head ends it ``timeout_ms`` after its last call)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stop.set()
-        if not self._keep_session:
-            self._close_session()
-        self._hb_client.close()
+        its updates and shared data are deleted; the workers drop its instance.  A head
+        that is down or restarting is waited for as the pool's other calls wait for it
+        (:meth:`_retrying`, up to ``timeout_ms``; a close whose reply was lost and that
+        finds the session closed when sent again has closed it); then it raises
+        NetworkError (or Unavailable) naming the session, which stays open, and close()
+        may be called again once the head is back.  After the pool gave up on a head that
+        did not answer, the session is left open instead (its results can still be read;
+        the head ends it ``timeout_ms`` after its last call)."""
+        self._close(retry=True)
 
     terminate = close
+
+    def _close(self, retry):
+        """close(), with the close of the session tried once when not ``retry`` (leaving a
+        ``with`` block on an exception, the garbage collector): neither waits for a head
+        that is down, and a failed try is not made again (the head ends the session)."""
+        if not self._closed:
+            self._closed = True
+            self._stop.set()
+            self._hb_client.close()
+            self._close_due = not self._keep_session
+        if not self._close_due:
+            return
+        if not retry:
+            self._close_due = False
+            self._close_session()
+            return
+        self._retrying("closing the session", lambda left: self._close_session(),
+                       self._gave_up_closing)
+        self._close_due = False
+
+    def _gave_up_closing(self, err, waited):
+        text = ("session %s: the head at %s did not answer for %.0f s (tried again every "
+                "second for up to the session's timeout_ms, %d ms; last error: %s), so the "
+                "pool could not close its session: it is left open and its jobs run on. "
+                "Call close() again once the head is back (or run `muster session close %s "
+                "--url %s`); else the head closes the session, cancelling its unfinished "
+                "jobs, once it goes %d ms without a client"
+                % (self.session, self.client.url, waited, self.timeout_ms, err, self.session,
+                   self.client.url, self.timeout_ms))
+        out = type(err)(text, code=err.code, status=err.status)
+        out.session, out.order, out.cursor = self.session, None, None
+        return out
 
     def __enter__(self):
         return self
@@ -221,9 +257,10 @@ class Pool:
             self.close()
             return
         # The exception in flight says what went wrong: a failure to close (the head is
-        # down, say) must not replace it.  The session then ends with its timeout_ms.
+        # down, say) must not replace it, nor wait for the head to come back: the close
+        # is tried once, and the session then ends with its timeout_ms.
         try:
-            self.close()
+            self._close(retry=False)
         except errors.MusterError as e:
             if hasattr(exc, "add_note"):
                 exc.add_note("muster.Pool: closing the pool failed too (%s); the head ends "
@@ -233,13 +270,16 @@ class Pool:
     def __del__(self):
         try:
             if not self._closed:
-                self.close()
+                self._close(retry=False)
         except Exception:
             pass
 
     # ---- jobs ------------------------------------------------------------------------
 
-    def _submit(self, data):
+    def _submit(self, data, deadline=None, timeout=None):
+        """Submits ``data`` as the pool's next jobs: (first session index, count).  With
+        ``deadline`` (``timeout`` seconds after the call began) a head that is down is
+        waited for until then at most (TimeoutError)."""
         if self._closed:
             raise ValueError("the pool is closed")
         payloads = [{MARK: 1, "session": self.session, "call": dumps(unpack_call(item))} for item in data]
@@ -249,12 +289,16 @@ class Pool:
         for at in range(0, len(payloads), SUBMIT_BATCH):
             chunk = payloads[at:at + SUBMIT_BATCH]
             tasks = [{"payload": p, "index": first + at + i} for i, p in enumerate(chunk)]
+            what = "submitting jobs at session indexes %d-%d" % (tasks[0]["index"],
+                                                                 tasks[-1]["index"])
             try:
                 # Sent again while the head does not answer: a try that was stored but
                 # whose reply was lost is answered as a repeat and stores nothing twice.
-                self._retrying(lambda: self.client.session_put(self.session, tasks),
+                self._retrying(what, lambda left: self.client.session_put(self.session, tasks),
                                lambda e, waited: self._gave_up_submitting(
-                                   e, waited, first, at, len(chunk)))
+                                   e, waited, first, at, len(chunk)),
+                               deadline, lambda unreachable: self._timed_out_submitting(
+                                   timeout, unreachable, first, at, len(chunk)))
             except errors.InvalidState as e:
                 # An index in use is another producer's task, never this batch stored by
                 # an earlier try (that is a repeat): say so (the head stored none of the
@@ -266,27 +310,60 @@ class Pool:
                 raise collision from None
         return first, len(payloads)
 
-    def _retrying(self, call, give_up):
-        """``call()``'s value.  While it fails because the head is down or restarting
-        (NetworkError, Unavailable) it is called again at once, then every RETRY_PAUSE_S,
-        until ``timeout_ms`` has passed since the first failure: as long as the session
-        outlives a silent client, while the heartbeat thread keeps it open.  Then the
-        pool keeps its session (close() leaves it open, so its results can be read) and
-        raises ``give_up(last error, seconds waited)``.  Any other error raises at once."""
+    def _retrying(self, what, call, give_up, deadline=None, timed_out=None):
+        """``call(left)``'s value, ``left`` being the seconds to ``deadline`` (None without
+        one).  While it fails because the head is down or restarting (NetworkError,
+        Unavailable) it is called again at once, then every RETRY_PAUSE_S, until
+        ``timeout_ms`` has passed since the first failure: as long as the session outlives
+        a silent client, while the heartbeat thread keeps it open.  Then the pool keeps
+        its session (close() leaves it open, so its results can be read) and raises
+        ``give_up(last error, seconds waited)``.  ``deadline`` (a time.monotonic()) is
+        looked at before every try and never slept past: once it has passed the call
+        raises ``timed_out(seconds the head has been unreachable, or None)``.  Any other
+        error raises at once.  The pool logs one WARNING (``what`` failed) when it starts
+        trying again and one INFO when the head answers again, nothing per try."""
         failing_since = None
         while True:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise timed_out(None if failing_since is None else now - failing_since)
             try:
-                return call()
+                value = call(None if deadline is None else deadline - now)
             except _HEAD_DOWN as e:
                 now = time.monotonic()
                 if failing_since is None:
                     failing_since = now
+                    self._log_unreachable(what, e, deadline)
                     continue
                 left = self.timeout_ms / 1000.0 - (now - failing_since)
                 if left <= 0:
                     self._keep_session = True
                     raise give_up(e, now - failing_since) from e
-                time.sleep(min(RETRY_PAUSE_S, left))
+                if deadline is not None:
+                    left = min(left, deadline - now)
+                time.sleep(max(0.0, min(RETRY_PAUSE_S, left)))
+                continue
+            if failing_since is not None:
+                log.info("muster.Pool: session %s: the head at %s answers again after %.1f s; "
+                         "carrying on (%s)", self.session, self.client.url,
+                         time.monotonic() - failing_since, what)
+            return value
+
+    def _log_unreachable(self, what, err, deadline):
+        """The one WARNING of an outage: what failed, and for how long it is tried again."""
+        limit, why = self.timeout_ms / 1000.0, "the session's timeout_ms"
+        if deadline is not None and deadline - time.monotonic() < limit:
+            limit, why = max(0.0, deadline - time.monotonic()), "the call's timeout"
+        log.warning("muster.Pool: session %s: %s failed (%s): the head at %s is unreachable or "
+                    "restarting; trying again every %g s for up to %.1f s (%s)",
+                    self.session, what, err, self.client.url, RETRY_PAUSE_S, limit, why)
+
+    def _read_rest(self, via, order, cursor, first, last):
+        """How to read results ``first``..``last`` from ``cursor`` with the client ``via``."""
+        return ("read the rest (session indexes %d-%d) with %s.iter_results(%r, order=%r, "
+                "cursor=%d), the value of a result r in state done being "
+                "muster.worker.decode_result(r[\"result\"])"
+                % (first, last, via, self.session, order, cursor))
 
     def _gave_up(self, err, waited, happened, rest=None):
         """The error for a head that did not answer for ``waited`` seconds: ``err``'s class
@@ -303,31 +380,71 @@ class Pool:
                                                  self.timeout_ms, err, happened, self.timeout_ms))
         order = cursor = None
         if rest is not None:
-            order, cursor, first, last = rest
-            text += ("; once the head is back, read the rest (session indexes %d-%d) with "
-                     "muster.Client(%r, TOKEN).iter_results(%r, order=%r, cursor=%d), the value "
-                     "of a result r in state done being muster.worker.decode_result(r[\"result\"])"
-                     % (first, last, self.client.url, self.session, order, cursor))
+            order, cursor = rest[0], rest[1]
+            text += "; once the head is back, " + self._read_rest(
+                "muster.Client(%r, TOKEN)" % self.client.url, *rest)
         out = type(err)(text, code=err.code, status=err.status)
         out.session, out.order, out.cursor = self.session, order, cursor
         return out
 
-    def _gave_up_submitting(self, err, waited, first, at, count):
-        happened = ("submitting this call's jobs at session indexes %d-%d failed, so the call "
+    def _timed_out(self, timeout, unreachable, summary, happened, rest=None):
+        """The TimeoutError of a call whose ``timeout`` (seconds) passed: it names the
+        session, gives the ``summary``, says whether the head had been unreachable (for the
+        last ``unreachable`` seconds; None when it answered), what ``happened`` to the call
+        and, with ``rest`` as for :meth:`_gave_up`, how to read what it did not.  The pool
+        and its session stay usable; ``session``, ``order`` and ``cursor`` are set on it."""
+        text = "session %s: %s after %.1f s (the call's timeout)" % (self.session, summary,
+                                                                     timeout)
+        if unreachable is not None:
+            text += ("; the head at %s has been unreachable for the last %.1f s (without "
+                     "a timeout the call waits for it up to the session's timeout_ms, %d ms)"
+                     % (self.client.url, unreachable, self.timeout_ms))
+        text += ": %s. The session is still open and its jobs run on" % happened
+        order = cursor = None
+        if rest is not None:
+            order, cursor = rest[0], rest[1]
+            text += (": %s%s, before the pool is closed (closing deletes them)"
+                     % ("once the head is back, " if unreachable is not None else "",
+                        self._read_rest("pool.client", *rest)))
+        out = TimeoutError(text)
+        out.session, out.order, out.cursor = self.session, order, cursor
+        return out
+
+    def _submitted(self, first, at, count, failed):
+        """What became of a call whose batch at ``at`` (``count`` jobs) ``failed`` (how),
+        and the results the call will not read (a ``rest`` for the errors, or None)."""
+        happened = ("submitting this call's jobs at session indexes %d-%d %s, so the call "
                     "returns nothing and its jobs after them were not submitted"
-                    % (first + at, first + at + count - 1))
+                    % (first + at, first + at + count - 1, failed))
         if not at:
-            return self._gave_up(err, waited, happened)
+            return happened, None
         happened += ("; its jobs before them, at session indexes %d-%d, were stored and run"
                      % (first, first + at - 1))
-        return self._gave_up(err, waited, happened, ("submission", first, first, first + at - 1))
+        return happened, ("submission", first, first, first + at - 1)
 
-    def _gave_up_reading(self, err, waited, order, cursor, first, n, read):
+    def _gave_up_submitting(self, err, waited, first, at, count):
+        return self._gave_up(err, waited, *self._submitted(first, at, count, "failed"))
+
+    def _timed_out_submitting(self, timeout, unreachable, first, at, count):
+        happened, rest = self._submitted(first, at, count, "did not succeed in time (a try "
+                                         "whose reply was lost may have stored them)")
+        return self._timed_out(timeout, unreachable, "this call's jobs were not all submitted",
+                               happened, rest)
+
+    def _unread(self, order, cursor, first, n, read):
         happened = "%d of this call's %d results were read" % (read, n)
         # In submission order the cursor is the first index not read; in completion order
         # a sequence number, and what follows it are the results not read yet.
         lo = cursor if order == "submission" else first
-        return self._gave_up(err, waited, happened, (order, cursor, lo, first + n - 1))
+        return happened, (order, cursor, lo, first + n - 1)
+
+    def _gave_up_reading(self, err, waited, order, cursor, first, n, read):
+        return self._gave_up(err, waited, *self._unread(order, cursor, first, n, read))
+
+    def _timed_out_reading(self, timeout, unreachable, order, cursor, first, n, read):
+        happened, rest = self._unread(order, cursor, first, n, read)
+        return self._timed_out(timeout, unreachable, "this call's results were not all in",
+                               happened, rest)
 
     @staticmethod
     def _value(r, first):
@@ -335,35 +452,35 @@ class Pool:
             raise TaskError(r["index"] - first, r["state"], r.get("error"))
         return decode_result(r["result"])
 
-    def _deadline(self, timeout):
-        return None if timeout is None else time.monotonic() + timeout
-
-    def _wait_ms(self, deadline):
-        if deadline is None:
-            return POLL_MS
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the pool's results did not come within the timeout")
-        return max(1, min(POLL_MS, int(left * 1000)))
+    @staticmethod
+    def _wait_ms(left):
+        """A long-poll's wait: POLL_MS, or less to end by the deadline ``left`` s away."""
+        return POLL_MS if left is None else max(1, min(POLL_MS, int(left * 1000)))
 
     def imap(self, data, timeout=None):
         """Results in input order, each as soon as it and those before it are ready.
-        The inputs are submitted at once.  A job that failed for good raises TaskError."""
-        first, n = self._submit(list(data))
-        return self._ordered(first, n, self._deadline(timeout))
+        The inputs are submitted at once.  A job that failed for good raises TaskError.
+        ``timeout`` (seconds) bounds the whole call, from now to its last result (not each
+        result, as multiprocessing's ``next(timeout)``): TimeoutError once it has passed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        first, n = self._submit(list(data), deadline, timeout)
+        return self._ordered(first, n, deadline, timeout)
 
-    def _ordered(self, first, n, deadline):
+    def _ordered(self, first, n, deadline, timeout):
         cursor, end = first, first + n
         quick = True  # the first read, and one after a stalled reply, does not wait
         while cursor < end:
             # A read the head did not answer is sent again from the same cursor: every
             # result before it was yielded, none after it was.
             reply = self._retrying(
-                lambda: self.client.results(self.session, order="submission", cursor=cursor,
-                                            max=min(1000, end - cursor),
-                                            wait_ms=0 if quick else self._wait_ms(deadline)),
+                "reading results",
+                lambda left: self.client.results(self.session, order="submission", cursor=cursor,
+                                                 max=min(1000, end - cursor),
+                                                 wait_ms=0 if quick else self._wait_ms(left)),
                 lambda e, waited: self._gave_up_reading(e, waited, "submission", cursor, first,
-                                                        n, cursor - first))
+                                                        n, cursor - first),
+                deadline, lambda unreachable: self._timed_out_reading(
+                    timeout, unreachable, "submission", cursor, first, n, cursor - first))
             for r in reply["results"]:
                 if r["index"] != cursor or cursor >= end:
                     break
@@ -376,21 +493,25 @@ class Pool:
                 raise errors.IndexGap.from_reply(self.session, reply)
 
     def imap_unordered(self, data, timeout=None):
-        """Results in completion order (each exactly once)."""
-        first, n = self._submit(list(data))
+        """Results in completion order (each exactly once); ``timeout`` as for imap."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        first, n = self._submit(list(data), deadline, timeout)
         with self._lock:
             cursor = self._completion_cursor
-        return self._unordered(first, n, cursor, self._deadline(timeout))
+        return self._unordered(first, n, cursor, deadline, timeout)
 
-    def _unordered(self, first, n, cursor, deadline):
+    def _unordered(self, first, n, cursor, deadline, timeout):
         seen = set()
         while len(seen) < n:
             # Read again from the same cursor while the head does not answer (as _ordered).
             reply = self._retrying(
-                lambda: self.client.results(self.session, order="completion", cursor=cursor,
-                                            max=1000, wait_ms=self._wait_ms(deadline)),
+                "reading results",
+                lambda left: self.client.results(self.session, order="completion", cursor=cursor,
+                                                 max=1000, wait_ms=self._wait_ms(left)),
                 lambda e, waited: self._gave_up_reading(e, waited, "completion", cursor, first,
-                                                        n, len(seen)))
+                                                        n, len(seen)),
+                deadline, lambda unreachable: self._timed_out_reading(
+                    timeout, unreachable, "completion", cursor, first, n, len(seen)))
             cursor = reply["cursor"]
             with self._lock:
                 self._completion_cursor = max(self._completion_cursor, cursor)
@@ -402,7 +523,10 @@ class Pool:
 
     def map(self, data, timeout=None):
         """All results, in input order (like multiprocessing.Pool.map).  Each item is the
-        one argument of ``run``, or ``{"args": [...], "kwargs": {...}}``."""
+        one argument of ``run``, or ``{"args": [...], "kwargs": {...}}``.  ``timeout``
+        (seconds) bounds the whole call, the jobs' submission included: TimeoutError once
+        it has passed, its message naming the session, saying whether the head was
+        unreachable and how to read the rest."""
         return list(self.imap(data, timeout=timeout))
 
     # ---- updates and counts -----------------------------------------------------------

@@ -13,8 +13,15 @@ is sent again and answered as a repeat, nothing stored twice; and when the head 
 come back within the session's timeout the pool raises NetworkError naming the session,
 how long the head was silent and how to read the rest, and leaves the session open:
 read as the message says once the head is back, the rest comes, each result once.
+A call's `timeout` is kept while the head is down (submitting or reading), its
+TimeoutError saying so; the pool logs one warning when it starts trying again and one
+info line when the head answers, not one per try; and `close()` waits for a head that
+is down as the calls do (a close whose reply was lost is sent again, and the session is
+found closed), then says what to do, and may be called again once the head is back.
 """
+import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -36,6 +43,8 @@ PYTHONPATH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
 QUEUE = "pyq"
 INPUTS = 300
 GATED = 100  # inputs 0..GATED-1 run at once; the others wait for the gate file
+TIMEOUT = 1.5  # a call's timeout, off the pool's one-second retry beat
+LATE = 0.4  # how late a TimeoutError may come (a request and a thread's wake-up)
 
 
 class Gated(muster.WorkerInterface):
@@ -216,15 +225,29 @@ class PoolHeadRestartTest(unittest.TestCase):
 
         pool.client.session_put = counted_put
         self.head.kill()
-        run = Run(lambda: [pool.map(range(50))])
-        # The first try and the one sent at once both failed: the pool waits to try again.
-        harness.wait_until(lambda: len(tries) >= 2 or run.error, timeout=30,
-                           what="two tries of the submission")
-        self.head.start()
-        got = run.finish(self)
+        with self.assertLogs("muster", level="INFO") as logs:
+            run = Run(lambda: [pool.map(range(50))])
+            # The first try and the one sent at once failed, and one after a pause.
+            harness.wait_until(lambda: len(tries) >= 3 or run.error, timeout=30,
+                               what="three tries of the submission")
+            self.head.start()
+            got = run.finish(self)
         self.assertIsNone(run.error)
         self.assertEqual(got, [[i * i for i in range(50)]])
-        self.assertGreaterEqual(len(tries), 3)
+        self.assertGreaterEqual(len(tries), 4)
+        # One line when it starts trying again, one when the head is back: none per try.
+        warnings = self.logged(logs, logging.WARNING)
+        self.assertEqual(len(warnings), 1, warnings)
+        self.assertIn("muster.Pool: session %s: submitting jobs at session indexes 0-49 failed"
+                      % pool.session, warnings[0])
+        self.assertIn("the head at %s is unreachable or restarting; trying again every 1 s for "
+                      "up to 60.0 s (the session's timeout_ms)" % self.head.url, warnings[0])
+        infos = self.logged(logs, logging.INFO)
+        self.assertEqual(len(infos), 1, infos)
+        self.assertRegex(infos[0], r"session %s: the head at \S+ answers again after \d+\.\d "
+                         r"s; carrying on \(submitting jobs at session indexes 0-49\)"
+                         % pool.session)
+        self.assertEqual({r.name for r in logs.records}, {"muster.pool"})
 
     def test_a_submission_whose_reply_was_lost_is_sent_again(self):
         open(self.gate, "w").close()
@@ -235,6 +258,170 @@ class PoolHeadRestartTest(unittest.TestCase):
         self.assertEqual(pool.map(range(40)), [i * i for i in range(40)])
         self.assertEqual(proxy.submissions, 2)  # stored, reply lost; sent again: a repeat
         self.assertEqual(self.client.session(pool.session)["counts"]["total"], 40)
+
+    def logged(self, logs, level):
+        return [r.getMessage() for r in logs.records if r.levelno == level]
+
+    def kill_after_submitting(self, pool):
+        """Makes the head die as soon as the pool's next jobs are stored: the call reads
+        its results from a head that is down from the start."""
+        put = pool.client.session_put
+
+        def put_then_kill(*args):
+            reply = put(*args)
+            self.head.kill()
+            return reply
+
+        pool.client.session_put = put_then_kill
+
+    def timed_out(self, call):
+        """The TimeoutError `call()` raised, checked to have come after TIMEOUT s and
+        not more than LATE s after it."""
+        started = time.monotonic()
+        with self.assertRaises(TimeoutError) as caught:
+            call()
+        took = time.monotonic() - started
+        self.assertGreaterEqual(took, TIMEOUT)
+        self.assertLess(took, TIMEOUT + LATE, "the TimeoutError came %.2f s late: %s"
+                        % (took - TIMEOUT, caught.exception))
+        return caught.exception
+
+    def check_read_timeout_while_the_head_is_down(self, call, order):
+        pool = self.pool(timeout_ms=60000)
+        self.kill_after_submitting(pool)
+        with self.assertLogs("muster", level="INFO") as logs:
+            err = self.timed_out(lambda: call(pool))
+        text = str(err)
+        self.assertIn("session %s: this call's results were not all in after %.1f s (the "
+                      "call's timeout); the head at %s has been unreachable for the last "
+                      % (pool.session, TIMEOUT, self.head.url), text)
+        unreachable = float(re.search(r"unreachable for the last (\d+\.\d) s", text).group(1))
+        self.assertLessEqual(unreachable, TIMEOUT)
+        self.assertIn("0 of this call's 10 results were read. The session is still open", text)
+        self.assertIn("once the head is back, read the rest (session indexes 0-9) with "
+                      "pool.client.iter_results(%r, order=%r, cursor=0)" % (pool.session, order),
+                      text)
+        self.assertEqual((err.session, err.order, err.cursor), (pool.session, order, 0))
+        warnings = self.logged(logs, logging.WARNING)
+        self.assertEqual(len(warnings), 1, warnings)
+        self.assertIn("session %s: reading results failed" % pool.session, warnings[0])
+        self.assertIn("(the call's timeout)", warnings[0])
+        # The pool and its session outlive the timeout: read as the message says.
+        self.head.start()
+        rest = [muster.worker.decode_result(r["result"])
+                for r in pool.client.iter_results(pool.session, order=order, cursor=0)]
+        self.assertEqual(sorted(rest), [i * i for i in range(10)])
+
+    def test_map_timeout_is_kept_while_the_head_is_down(self):
+        self.check_read_timeout_while_the_head_is_down(
+            lambda pool: pool.map(range(10), timeout=TIMEOUT), "submission")
+
+    def test_imap_unordered_timeout_is_kept_while_the_head_is_down(self):
+        self.check_read_timeout_while_the_head_is_down(
+            lambda pool: list(pool.imap_unordered(range(10), timeout=TIMEOUT)), "completion")
+
+    def test_map_timeout_is_kept_while_submitting_to_a_head_that_is_down(self):
+        pool = self.pool(timeout_ms=60000)
+        self.head.kill()
+        err = self.timed_out(lambda: pool.map(range(10), timeout=TIMEOUT))
+        text = str(err)
+        self.assertIn("session %s: this call's jobs were not all submitted after %.1f s (the "
+                      "call's timeout); the head at %s has been unreachable for the last "
+                      % (pool.session, TIMEOUT, self.head.url), text)
+        self.assertIn("submitting this call's jobs at session indexes 0-9 did not succeed in "
+                      "time", text)
+        self.assertEqual((err.session, err.order, err.cursor), (pool.session, None, None))
+        self.head.start()
+        open(self.gate, "w").close()
+        self.assertEqual(pool.map(range(5)), [i * i for i in range(5)])  # still usable
+
+    def test_a_timeout_with_the_head_up_names_the_session(self):
+        pool = self.pool(timeout_ms=60000)
+        with self.assertRaises(TimeoutError) as caught:
+            pool.map(range(GATED, GATED + 3), timeout=1.0)  # the gate stays shut
+        text = str(caught.exception)
+        self.assertIn("session %s: this call's results were not all in after 1.0 s (the "
+                      "call's timeout): 0 of this call's 3 results were read. The session is "
+                      "still open and its jobs run on: read the rest (session indexes 0-2) with "
+                      "pool.client.iter_results(%r, order='submission', cursor=0)"
+                      % (pool.session, pool.session), text)
+        self.assertNotIn("unreachable", text)
+
+    def test_close_outlasts_a_head_that_is_down(self):
+        open(self.gate, "w").close()
+        pool = self.pool(timeout_ms=60000)
+        self.assertEqual(pool.map(range(5)), [i * i for i in range(5)])
+        tries = []
+        close = pool.client.close_session
+
+        def counted_close(*args):
+            tries.append(1)
+            return close(*args)
+
+        pool.client.close_session = counted_close
+        self.head.kill()
+        with self.assertLogs("muster", level="INFO") as logs:
+            run = Run(lambda: [pool.close()])
+            # Two tries at once, the third after a pause: one warning for all of them.
+            harness.wait_until(lambda: len(tries) >= 3 or not run.is_alive(), timeout=30,
+                               what="three tries of the close")
+            self.head.start()
+            run.finish(self)
+        self.assertIsNone(run.error)
+        self.client.close()
+        with self.assertRaises(muster.SessionNotFound) as caught:
+            self.client.session(pool.session)
+        self.assertIn("was closed (by its client)", str(caught.exception))
+        warnings = self.logged(logs, logging.WARNING)
+        self.assertEqual(len(warnings), 1, warnings)
+        self.assertIn("session %s: closing the session failed" % pool.session, warnings[0])
+        self.assertIn("the head at %s is unreachable or restarting; trying again every 1 s for "
+                      "up to 60.0 s (the session's timeout_ms)" % self.head.url, warnings[0])
+        infos = self.logged(logs, logging.INFO)
+        self.assertEqual(len(infos), 1, infos)
+        self.assertRegex(infos[0], r"the head at \S+ answers again after \d+\.\d s; carrying "
+                         r"on \(closing the session\)")
+
+    def test_close_gives_up_naming_the_session_and_can_be_called_again(self):
+        pool = self.pool(timeout_ms=3000)
+        url = self.head.url
+        self.head.kill()
+        with self.assertRaises(muster.NetworkError) as caught:
+            pool.close()
+        text = str(caught.exception)
+        self.assertIn("session %s: the head at %s did not answer for 3 s" % (pool.session, url),
+                      text)
+        self.assertIn("the pool could not close its session: it is left open", text)
+        self.assertIn("Call close() again once the head is back (or run `muster session close "
+                      "%s --url %s`)" % (pool.session, url), text)
+        self.assertEqual(caught.exception.session, pool.session)
+        # As the message says: the restarted head gives the session its timeout again,
+        # and close() closes it.
+        self.head.start()
+        pool.close()
+        self.client.close()
+        with self.assertRaises(muster.SessionNotFound) as caught:
+            self.client.session(pool.session)
+        self.assertIn("was closed (by its client)", str(caught.exception))
+
+    def test_a_close_whose_reply_was_lost_is_sent_again(self):
+        open(self.gate, "w").close()
+        # The close reaches the head, which closes the session, but the reply is lost;
+        # so is the reply to the one the client sends again itself (a DELETE is sent once
+        # more when a reused connection closes without a reply): the pool's own retry
+        # finds the session closed (404 session_not_found) and that is its close.
+        proxy = harness.RequestProxy(
+            self.head, lambda method, path: method == "DELETE" and path.startswith("/v1/sessions/"),
+            lambda n: "drop" if n <= 2 else "forward")
+        self.addCleanup(proxy.close)
+        pool = self.pool(timeout_ms=60000, url=proxy.url)
+        self.assertEqual(pool.map(range(10)), [i * i for i in range(10)])
+        pool.close()
+        self.assertEqual(proxy.count, 3)
+        with self.assertRaises(muster.SessionNotFound) as caught:
+            self.client.session(pool.session)
+        self.assertIn("was closed (by its client)", str(caught.exception))
+
 
 
 if __name__ == "__main__":
