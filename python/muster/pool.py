@@ -325,8 +325,10 @@ class Pool:
         failing_since = None
         while True:
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                raise timed_out(None if failing_since is None else now - failing_since)
+            # The first try is made even past the deadline: what is ready is returned
+            # (the caller raises when nothing was, _past_deadline).
+            if deadline is not None and now >= deadline and failing_since is not None:
+                raise timed_out(now - failing_since)
             try:
                 value = call(None if deadline is None else deadline - now)
             except _HEAD_DOWN as e:
@@ -453,6 +455,12 @@ class Pool:
         return decode_result(r["result"])
 
     @staticmethod
+    def _past_deadline(deadline):
+        """Whether a call's ``deadline`` (a time.monotonic(), or None) has passed: a read
+        past it that brought nothing new ends the call (TimeoutError)."""
+        return deadline is not None and time.monotonic() >= deadline
+
+    @staticmethod
     def _wait_ms(left):
         """A long-poll's wait: POLL_MS, or less to end by the deadline ``left`` s away."""
         return POLL_MS if left is None else max(1, min(POLL_MS, int(left * 1000)))
@@ -481,11 +489,15 @@ class Pool:
                                                         n, cursor - first),
                 deadline, lambda unreachable: self._timed_out_reading(
                     timeout, unreachable, "submission", cursor, first, n, cursor - first))
+            before = cursor
             for r in reply["results"]:
                 if r["index"] != cursor or cursor >= end:
                     break
                 cursor += 1
                 yield self._value(r, first)
+            if cursor == before and self._past_deadline(deadline):
+                raise self._timed_out_reading(timeout, None, "submission", cursor, first, n,
+                                              cursor - first)
             # A gap in the inputs' indexes (another producer took them, say) once every
             # task of the session has its result: say so rather than wait for ever.
             quick = errors.results_stalled(reply)
@@ -515,11 +527,15 @@ class Pool:
             cursor = reply["cursor"]
             with self._lock:
                 self._completion_cursor = max(self._completion_cursor, cursor)
+            before = len(seen)
             for r in reply["results"]:
                 i = r["index"] - first
                 if 0 <= i < n and i not in seen:
                     seen.add(i)
                     yield self._value(r, first)
+            if len(seen) == before and len(seen) < n and self._past_deadline(deadline):
+                raise self._timed_out_reading(timeout, None, "completion", cursor, first, n,
+                                              len(seen))
 
     def map(self, data, timeout=None):
         """All results, in input order (like multiprocessing.Pool.map).  Each item is the

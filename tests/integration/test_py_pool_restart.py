@@ -44,7 +44,7 @@ QUEUE = "pyq"
 INPUTS = 300
 GATED = 100  # inputs 0..GATED-1 run at once; the others wait for the gate file
 TIMEOUT = 1.5  # a call's timeout, off the pool's one-second retry beat
-LATE = 0.4  # how late a TimeoutError may come (a request and a thread's wake-up)
+LATE = 0.75  # how late a TimeoutError may come (a request, a wake-up of a loaded machine)
 
 
 class Gated(muster.WorkerInterface):
@@ -346,6 +346,24 @@ class PoolHeadRestartTest(unittest.TestCase):
                       "pool.client.iter_results(%r, order='submission', cursor=0)"
                       % (pool.session, pool.session), text)
         self.assertNotIn("unreachable", text)
+
+    def test_results_ready_when_the_deadline_passes_are_still_yielded(self):
+        """A call's timeout bounds the wait for results, not the consumer: what is ready
+        is yielded after the deadline passed, as multiprocessing's next(timeout) returns a
+        ready result; TimeoutError comes once a read past it brings nothing new."""
+        pool = self.pool(timeout_ms=60000)
+        for base, call in ((0, pool.imap), (3, pool.imap_unordered)):
+            inputs = [base, base + 1, base + 2]
+            results = call(inputs + [GATED + base], timeout=TIMEOUT)  # the last never ends
+            deadline = time.monotonic() + TIMEOUT
+            harness.wait_until(lambda: self.done(pool) >= base + 3, what="three results")
+            # The consumer is slow: the deadline passes before it reads (the time is what
+            # this test is about, not a stand-in for an event).
+            time.sleep(max(0.0, deadline - time.monotonic()) + 0.05)
+            got = [next(results) for _ in inputs]
+            self.assertEqual(sorted(got), [i * i for i in inputs], call.__name__)
+            with self.assertRaises(TimeoutError):
+                next(results)
 
     def test_close_outlasts_a_head_that_is_down(self):
         open(self.gate, "w").close()
