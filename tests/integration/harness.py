@@ -197,77 +197,12 @@ def not_muster_server():
         thread.join()
 
 
-class SubmissionProxy:
-    """An HTTP/1.1 proxy in front of `head` that forwards every request but hands the
-    n-th task submission (POST /v1/sessions/ID/tasks, n from 1) to `decide(n)`, which
-    returns "forward"; "drop" (forward it, then close the connection without a reply:
-    the head stored the batch, the client heard nothing); or (status, body) to answer
-    in the head's place (body: a dict, sent as JSON).  `submissions` counts them."""
-
-    def __init__(self, head, decide):
-        self.head, self.decide, self.submissions = head, decide, 0
-        self.lock = threading.Lock()
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def forward(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                what = "forward"
-                if self.command == "POST" and re.fullmatch(r"/v1/sessions/[^/]+/tasks",
-                                                           self.path.split("?")[0]):
-                    with proxy.lock:
-                        proxy.submissions += 1
-                        what = proxy.decide(proxy.submissions)
-                if isinstance(what, tuple):
-                    return self.reply(what[0], {"Content-Type": "application/json"},
-                                      json.dumps(what[1]).encode())
-                conn = http.client.HTTPConnection("127.0.0.1", proxy.head.port, timeout=120)
-                try:
-                    conn.request(self.command, self.path, body=body, headers={
-                        k: v for k, v in self.headers.items() if k.lower() != "connection"})
-                    r = conn.getresponse()
-                    status, headers, data = r.status, dict(r.getheaders()), r.read()
-                finally:
-                    conn.close()
-                if what == "drop":
-                    self.close_connection = True
-                    return None
-                return self.reply(status, headers, data)
-
-            def reply(self, status, headers, data):
-                self.send_response(status)
-                for k, v in headers.items():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding",
-                                         "date", "server"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_DELETE = forward
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 class RequestProxy:
-    """An HTTP/1.1 proxy in front of `head`, as SubmissionProxy for any request: those
-    for which `match(method, path)` is true (the path without its query) are counted in
-    `count` and handed to `decide(n)`, n from 1, with the same answers ("forward",
-    "drop": forwarded, then the connection closed without a reply, or (status, body));
-    every other request is forwarded."""
+    """An HTTP/1.1 proxy in front of `head` that forwards every request but hands those
+    for which `match(method, path)` is true (the path without its query) to `decide(n)`,
+    n from 1, which returns "forward"; "drop" (forward it, then close the connection
+    without a reply: the head did it, the client heard nothing); or (status, body) to
+    answer in the head's place (body: a dict, sent as JSON).  `count` counts them."""
 
     def __init__(self, head, match, decide):
         self.head, self.match, self.decide, self.count = head, match, decide, 0
@@ -324,6 +259,19 @@ class RequestProxy:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+class SubmissionProxy(RequestProxy):
+    """A RequestProxy deciding the task submissions (POST /v1/sessions/ID/tasks), counted
+    in `submissions`."""
+
+    def __init__(self, head, decide):
+        super().__init__(head, lambda method, path: method == "POST" and re.fullmatch(
+            r"/v1/sessions/[^/]+/tasks", path) is not None, decide)
+
+    @property
+    def submissions(self):
+        return self.count
 
 
 def cli_env(head, url=True, token=True):
