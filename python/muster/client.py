@@ -453,7 +453,9 @@ class Client:
         return self._leases("release", items)["released"]
 
     def flag(self, task, token, reason=None):
-        """Flags one leased task's input as invalid; returns {"task", "state", "reopened"}."""
+        """Flags one leased task's input as invalid; returns {"task", "state", "reopened"}
+        (a flag sent again after its reply was lost gets the first answer, with
+        ``"repeated": True``: the head counted one flag)."""
         return self._leases("flag", [_drop_none({"task": task, "token": token,
                                                   "reason": reason})])["flagged"][0]
 
