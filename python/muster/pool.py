@@ -318,8 +318,8 @@ class Pool:
         a silent client, while the heartbeat thread keeps it open.  Then the pool keeps
         its session (close() leaves it open, so its results can be read) and raises
         ``give_up(last error, seconds waited)``.  ``deadline`` (a time.monotonic()) is
-        looked at before every try and never slept past: once it has passed the call
-        raises ``timed_out(seconds the head has been unreachable, or None)``.  Any other
+        never slept past, and once it has passed a failed try is not made again: the call
+        raises ``timed_out(seconds the head has been unreachable)``.  Any other
         error raises at once.  The pool logs one WARNING (``what`` failed) when it starts
         trying again and one INFO when the head answers again, nothing per try."""
         failing_since = None
