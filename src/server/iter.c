@@ -8,12 +8,15 @@
  * Tables (store.c, migration 2): `iterations` (one row each: configuration,
  * settings, current epoch, blocks done in it, resume state), `iter_ranks`
  * (world_size rows: state, heartbeat deadline, counters), `iter_blocks`
- * (blocks of the current epoch that were ever leased: pending, leased or
- * done) and `iter_lanes` (per lane, the next never-leased block).  Blocks and
- * lanes of an epoch are deleted when it completes, so the state is
- * O(blocks handed out in the current epoch), never O(N); what outlives them
- * is `iter_final_acks` (schema version 11): the blocks and tokens of the one
- * acknowledgement that completed the last epoch, to answer its retry.
+ * (per epoch, the blocks that were ever leased: pending, leased or done) and
+ * `iter_lanes` (per lane, the next never-leased block).  The lanes of an
+ * epoch are deleted when it completes; its block rows stay where they are,
+ * every one done with the token that acknowledged it, until the next epoch
+ * completes (schema version 15), so that a retry of any acknowledgement of
+ * the last completed epoch is answered as a repeat (iter_lease.c).  So the
+ * state is O(blocks handed out in the current and the last epoch), never
+ * O(N) beyond that, and an epoch's completion deletes the rows of the one
+ * before it, as many as it deleted of its own before, and copies nothing.
  */
 #include "iter.h"
 #include "iter_internal.h"
@@ -100,14 +103,17 @@ static muster_err_t delete_rows(store_t *st, const char *sql, int64_t id, fail_t
   return store_step_done(st, s, f);
 }
 
-/* Deletes the blocks and lanes of the epoch that ends, and the final
- * acknowledgement of the one before it (iter_lease.c keeps the new one). */
-static muster_err_t clear_epoch(store_t *st, int64_t id, fail_t *f) {
-  if (delete_rows(st, "DELETE FROM iter_blocks WHERE iter = ?1", id, f) ||
-      delete_rows(st, "DELETE FROM iter_lanes WHERE iter = ?1", id, f) ||
-      delete_rows(st, "DELETE FROM iter_final_acks WHERE iter = ?1", id, f))
+/* Epoch `epoch` completes: deletes its lanes and the block rows of the
+ * epochs before it (the last completed one), keeping its own. */
+static muster_err_t clear_epoch(store_t *st, int64_t id, int64_t epoch, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "DELETE FROM iter_blocks WHERE iter = ?1 AND epoch < ?2");
+  if (s == NULL)
+    return store_fail(st, f, "iteration cleanup");
+  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 2, epoch);
+  if (store_step_done(st, s, f))
     return f->code;
-  return MUSTER_OK;
+  return delete_rows(st, "DELETE FROM iter_lanes WHERE iter = ?1", id, f);
 }
 
 muster_err_t iter_settle(store_t *st, iter_row_t *row, fail_t *f) {
@@ -126,7 +132,7 @@ muster_err_t iter_settle(store_t *st, iter_row_t *row, fail_t *f) {
     }
     if ((uint64_t)row->done_blocks < lay.units)
       break;
-    if (clear_epoch(st, row->id, f))
+    if (clear_epoch(st, row->id, row->epoch, f))
       return f->code;
     row->epoch++;
     row->done_blocks = 0;
@@ -592,7 +598,9 @@ json_t *iter_delete(store_t *st, const char *name, fail_t *f) {
     return NULL;
   int64_t id = row.id;
   iter_row_free(&row);
-  if (clear_epoch(st, id, f) || delete_rows(st, "DELETE FROM iter_ranks WHERE iter = ?1", id, f) ||
+  if (delete_rows(st, "DELETE FROM iter_blocks WHERE iter = ?1", id, f) ||
+      delete_rows(st, "DELETE FROM iter_lanes WHERE iter = ?1", id, f) ||
+      delete_rows(st, "DELETE FROM iter_ranks WHERE iter = ?1", id, f) ||
       delete_rows(st, "DELETE FROM iterations WHERE id = ?1", id, f))
     return NULL;
   iter_plans_forget(id);

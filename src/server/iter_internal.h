@@ -57,8 +57,10 @@ typedef struct {
 
 /* Rank states as stored. */
 enum { ITER_RANK_UNKNOWN = 0, ITER_RANK_ALIVE = 1, ITER_RANK_FAILED = 2 };
-/* Block states as stored. */
-enum { ITER_BLOCK_PENDING = 0, ITER_BLOCK_LEASED = 1, ITER_BLOCK_DONE = 2 };
+/* Block states as stored.  FINAL is a done block of a completed epoch that
+ * the acknowledgement which completed it named (iter_lease.c answers that
+ * one's retry as it was answered); the current epoch has none. */
+enum { ITER_BLOCK_PENDING = 0, ITER_BLOCK_LEASED = 1, ITER_BLOCK_DONE = 2, ITER_BLOCK_FINAL = 3 };
 
 /* An iterations row. */
 typedef struct {

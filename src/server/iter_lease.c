@@ -5,7 +5,12 @@
  * Every lease carries a fencing token from the store's one counter (the
  * same one task leases use), so an acknowledgement from a rank that lost its
  * block (expired, taken over) is refused with lease_lost and changes
- * nothing: a block is done exactly once.  A rank leases, in this order:
+ * nothing: a block is done exactly once.  The same acknowledgement sent
+ * again (its reply was lost), in the current epoch or after the epoch it
+ * acknowledged in completed, as long as that is the last completed one,
+ * finds its blocks done under its tokens and is answered as a repeat that
+ * counts nothing (the rows of the last completed epoch are kept for it,
+ * iter.c).  A rank leases, in this order:
  * returned blocks of its own lane, then fresh blocks of its lane, then —
  * static strategies with replication > 1 — the returned and fresh blocks of
  * failed ranks it replicates (ranks r - 1 ... r - (replication - 1)).
@@ -121,12 +126,16 @@ static muster_err_t reply_block(lease_ctx_t *c, uint64_t g, int64_t token, bool 
   return b->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
-/* Leases the lane's returned blocks, lowest first. */
+/* Leases the lane's returned blocks, lowest first.  INDEXED BY: without
+ * statistics the planner may walk the primary key in block order instead,
+ * every row of the epoch (and of the last one) at every lease. */
 static muster_err_t lease_pending(lease_ctx_t *c, uint32_t lane, bool takeover, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(c->st, "SELECT block FROM iter_blocks WHERE iter = ?1 AND"
-                                      " lane = ?2 AND state = 0 ORDER BY block LIMIT ?3");
+  sqlite3_stmt *s = store_stmt(c->st, "SELECT block FROM iter_blocks INDEXED BY"
+                                      " iter_blocks_pending WHERE iter = ?1 AND lane = ?2 AND"
+                                      " state = 0 ORDER BY block LIMIT ?3");
   sqlite3_stmt *u = store_stmt(c->st, "UPDATE iter_blocks SET state = 1, rank = ?3, token = ?4,"
-                                      " deadline_ms = ?5 WHERE iter = ?1 AND block = ?2");
+                                      " deadline_ms = ?5 WHERE iter = ?1 AND epoch = ?6 AND"
+                                      " block = ?2");
   if (s == NULL || u == NULL)
     return store_fail(c->st, f, "block lease");
   int64_t want = c->max - c->count, got = 0;
@@ -144,6 +153,7 @@ static muster_err_t lease_pending(lease_ctx_t *c, uint32_t lane, bool takeover, 
     sqlite3_bind_int64(u, 3, c->rank);
     sqlite3_bind_int64(u, 4, token);
     sqlite3_bind_int64(u, 5, c->deadline);
+    sqlite3_bind_int64(u, 6, c->row->epoch);
     if (store_step_done(c->st, u, f) ||
         reply_block(c, found[i], token, takeover || c->lay.dynamic, f))
       return f->code;
@@ -154,8 +164,9 @@ static muster_err_t lease_pending(lease_ctx_t *c, uint32_t lane, bool takeover, 
 /* Leases never-leased blocks from the lane's frontier. */
 static muster_err_t lease_fresh(lease_ctx_t *c, uint32_t lane, bool takeover, fail_t *f) {
   sqlite3_stmt *s = store_stmt(c->st, "SELECT next FROM iter_lanes WHERE iter = ?1 AND lane = ?2");
-  sqlite3_stmt *ins = store_stmt(c->st, "INSERT INTO iter_blocks(iter, block, lane, state, rank,"
-                                        " token, deadline_ms) VALUES(?1, ?2, ?3, 1, ?4, ?5, ?6)");
+  sqlite3_stmt *ins = store_stmt(c->st, "INSERT INTO iter_blocks(iter, epoch, block, lane, state,"
+                                        " rank, token, deadline_ms) VALUES(?1, ?7, ?2, ?3, 1, ?4,"
+                                        " ?5, ?6)");
   sqlite3_stmt *save = store_stmt(c->st, "INSERT INTO iter_lanes(iter, lane, next)"
                                          " VALUES(?1, ?2, ?3) ON CONFLICT(iter, lane)"
                                          " DO UPDATE SET next = excluded.next");
@@ -180,6 +191,7 @@ static muster_err_t lease_fresh(lease_ctx_t *c, uint32_t lane, bool takeover, fa
     sqlite3_bind_int64(ins, 4, c->rank);
     sqlite3_bind_int64(ins, 5, token);
     sqlite3_bind_int64(ins, 6, c->deadline);
+    sqlite3_bind_int64(ins, 7, c->row->epoch);
     if (store_step_done(c->st, ins, f) || reply_block(c, g, token, takeover, f))
       return f->code;
   }
@@ -286,8 +298,16 @@ done:
 /* What became of an acknowledgement's blocks besides being done now. */
 typedef struct {
   int64_t repeated;   /* acknowledged before under the same token */
-  int64_t last_epoch; /* of those, blocks of the one that completed the last epoch */
+  int64_t last_epoch; /* of those, blocks of the last completed epoch */
+  int64_t final;      /* of those, blocks the acknowledgement that completed it named */
 } ack_counts_t;
+
+/* A block's row of one epoch, as an acknowledgement reads it. */
+typedef struct {
+  int state;     /* ITER_BLOCK_*, or -1: no row */
+  int64_t token; /* its lease's or its acknowledgement's, 0: none */
+  int64_t rank;  /* its holder's, -1: none */
+} block_row_t;
 
 /* Reads element `i` of an acknowledgement's blocks: its name ("blocks[i]")
  * into ctx (32 bytes), its block and its token. */
@@ -303,41 +323,50 @@ static muster_err_t ack_elem(const json_t *elem, size_t i, char *ctx, int64_t *b
   return MUSTER_OK;
 }
 
-/* Sets *had when the acknowledgement that completed the iteration's last
- * epoch (row->epoch - 1) acknowledged `block` under `token`. */
-static muster_err_t final_ack_had(store_t *st, const iter_row_t *row, int64_t block, int64_t token,
-                                  bool *had, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM iter_final_acks WHERE iter = ?1 AND"
-                                   " block = ?2 AND token = ?3 AND epoch = ?4");
+/* Reads the row of `block` in epoch `epoch` of iteration `id` into *out. */
+static muster_err_t block_row(store_t *st, int64_t id, int64_t epoch, int64_t block,
+                              block_row_t *out, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT state, coalesce(token, 0), coalesce(rank, -1)"
+                                   " FROM iter_blocks WHERE iter = ?1 AND epoch = ?2 AND"
+                                   " block = ?3");
   if (s == NULL)
     return store_fail(st, f, "block ack");
-  sqlite3_bind_int64(s, 1, row->id);
-  sqlite3_bind_int64(s, 2, block);
-  sqlite3_bind_int64(s, 3, token);
-  sqlite3_bind_int64(s, 4, row->epoch - 1);
+  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 2, epoch);
+  sqlite3_bind_int64(s, 3, block);
   int rc = sqlite3_step(s);
+  *out = (block_row_t){-1, 0, -1};
+  if (rc == SQLITE_ROW)
+    *out = (block_row_t){sqlite3_column_int(s, 0), sqlite3_column_int64(s, 1),
+                         sqlite3_column_int64(s, 2)};
   store_reset(s);
-  *had = rc == SQLITE_ROW;
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, "block ack");
 }
 
-/* Keeps the blocks and tokens of `blocks`, the acknowledgement that just
- * completed epoch `epoch` (iter_settle deleted its block rows and the
- * previous epoch's final acknowledgement): a retry of it (its reply was
- * lost) is then answered as a repeat, also after a restart.  At most
- * ITER_MAX_BATCH rows per iteration, written once per epoch. */
-static muster_err_t final_ack_save(store_t *st, int64_t id, int64_t epoch, const json_t *blocks,
-                                   fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "INSERT OR REPLACE INTO iter_final_acks(iter, block, token,"
-                                   " epoch) VALUES(?1, ?2, ?3, ?4)");
+/* Whether row `r` is of a block acknowledged under `token`.  A done block
+ * keeps the token that acknowledged it (tokens are never reused), so the
+ * same acknowledgement again — a retry whose reply was lost — is told apart
+ * from a lease that ended. */
+static bool acked_under(const block_row_t *r, int64_t token) {
+  return r->state >= ITER_BLOCK_DONE && r->token == token;
+}
+
+/* Marks the rows of `blocks`, the acknowledgement that just completed epoch
+ * `epoch`, ITER_BLOCK_FINAL (each under its token), so that a retry of that
+ * acknowledgement is answered as it was.  At most ITER_MAX_BATCH rows, once
+ * per epoch. */
+static muster_err_t final_mark(store_t *st, int64_t id, int64_t epoch, const json_t *blocks,
+                               fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks SET state = 3 WHERE iter = ?1 AND"
+                                   " epoch = ?2 AND block = ?3 AND token = ?4");
   if (s == NULL)
     return store_fail(st, f, "final acknowledgement");
   for (size_t i = 0; i < json_array_size(blocks); i++) {
     const json_t *elem = json_array_get(blocks, i); /* checked by ack_elem */
     sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_int64(s, 2, json_integer_value(json_object_get(elem, "block")));
-    sqlite3_bind_int64(s, 3, json_integer_value(json_object_get(elem, "token")));
-    sqlite3_bind_int64(s, 4, epoch);
+    sqlite3_bind_int64(s, 2, epoch);
+    sqlite3_bind_int64(s, 3, json_integer_value(json_object_get(elem, "block")));
+    sqlite3_bind_int64(s, 4, json_integer_value(json_object_get(elem, "token")));
     if (store_step_done(st, s, f))
       return f->code;
   }
@@ -345,45 +374,32 @@ static muster_err_t final_ack_save(store_t *st, int64_t id, int64_t epoch, const
 }
 
 /* The acknowledgement of `block` under `token` found it not leased under
- * that token.  A done block keeps the token that acknowledged it (tokens are
- * never reused), so the same acknowledgement again — a retry whose reply was
- * lost — is told apart from a lease that ended: it is a success that counts
- * nothing (counted in *n).  So is a retry of the acknowledgement that
- * completed the last epoch (its block rows are gone; a client that let the
- * epoch default names the current one).  Anything else is refused with what
- * the block's row tells of it. */
+ * that token in the current epoch.  The same acknowledgement again, of this
+ * epoch or of the last completed one (a client that let the epoch default
+ * names the current one), is a success that counts nothing (counted in *n).
+ * Anything else is refused with what the block's row tells of it. */
 static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t block, int64_t token,
                                  const char *ctx, ack_counts_t *n, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT state, coalesce(token, 0), coalesce(rank, -1)"
-                                   " FROM iter_blocks WHERE iter = ?1 AND block = ?2");
-  if (s == NULL)
-    return store_fail(st, f, "block ack");
-  sqlite3_bind_int64(s, 1, row->id);
-  sqlite3_bind_int64(s, 2, block);
-  int rc = sqlite3_step(s);
-  int state = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
-  int64_t held_by = rc == SQLITE_ROW ? sqlite3_column_int64(s, 1) : 0;
-  int64_t holder = rc == SQLITE_ROW ? sqlite3_column_int64(s, 2) : -1;
-  store_reset(s);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-    return store_fail(st, f, "block ack");
-  bool last = false;
-  if (!(state == 2 && held_by == token) && final_ack_had(st, row, block, token, &last, f))
+  block_row_t now, last = {-1, 0, -1};
+  if (block_row(st, row->id, row->epoch, block, &now, f) ||
+      (!acked_under(&now, token) && row->epoch > 0 &&
+       block_row(st, row->id, row->epoch - 1, block, &last, f)))
     return f->code;
-  if ((state == 2 && held_by == token) || last) {
+  if (acked_under(&now, token) || acked_under(&last, token)) {
     n->repeated++;
-    n->last_epoch += last;
+    n->last_epoch += acked_under(&last, token);
+    n->final += acked_under(&last, token) && last.state == ITER_BLOCK_FINAL;
     return MUSTER_OK;
   }
   const char *what;
   char leased[64];
-  if (state < 0) {
+  if (now.state < 0) {
     what = "has not been leased in this epoch";
-  } else if (state == 0) {
+  } else if (now.state == ITER_BLOCK_PENDING) {
     what = "is waiting to be leased again (its lease expired or its rank failed)";
-  } else if (state == 1) {
+  } else if (now.state == ITER_BLOCK_LEASED) {
     snprintf(leased, sizeof leased, "is leased to rank %lld under another token",
-             (long long)holder);
+             (long long)now.rank);
     what = leased;
   } else {
     what = "was acknowledged under another token (by the rank that took it over)";
@@ -404,14 +420,15 @@ static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *l
   if (ack_elem(elem, i, ctx, &block, &token, f))
     return f->code;
   sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks SET state = 2, rank = ?4,"
-                                   " deadline_ms = NULL WHERE iter = ?1 AND block = ?2 AND"
-                                   " state = 1 AND token = ?3");
+                                   " deadline_ms = NULL WHERE iter = ?1 AND epoch = ?5 AND"
+                                   " block = ?2 AND state = 1 AND token = ?3");
   if (s == NULL)
     return store_fail(st, f, "block ack");
   sqlite3_bind_int64(s, 1, row->id);
   sqlite3_bind_int64(s, 2, block);
   sqlite3_bind_int64(s, 3, token);
   sqlite3_bind_int64(s, 4, rank);
+  sqlite3_bind_int64(s, 5, row->epoch);
   if (store_step_done(st, s, f))
     return f->code;
   if (sqlite3_changes(store_db(st)) != 1)
@@ -424,52 +441,81 @@ static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *l
 }
 
 /* The reply {"acked", "epoch", "epoch_complete", "finished"[, "repeated"]}. */
-static json_t *ack_reply(const iter_row_t *row, size_t acked, bool epoch_complete,
+static json_t *ack_reply(size_t acked, int64_t epoch, bool epoch_complete, bool finished,
                          int64_t repeated) {
   json_t *out =
-      json_pack("{s:I, s:I, s:b, s:b}", "acked", (json_int_t)acked, "epoch", (json_int_t)row->epoch,
-                "epoch_complete", epoch_complete, "finished", row->finished);
+      json_pack("{s:I, s:I, s:b, s:b}", "acked", (json_int_t)acked, "epoch", (json_int_t)epoch,
+                "epoch_complete", epoch_complete, "finished", finished);
   if (out && repeated)
     json_object_set_new(out, "repeated", json_integer(repeated));
   return out;
 }
 
-/* An acknowledgement in epoch `epoch` that is over (or, the iteration being
- * finished, is its last).  The retry of the acknowledgement that completed
- * the last epoch (every block under the token it was acknowledged with) is
- * answered as that one was, counting nothing; anything else is refused. */
-static json_t *ack_past(store_t *st, const iter_row_t *row, int64_t epoch, const json_t *blocks,
-                        fail_t *f) {
-  size_t count = json_array_size(blocks), i = 0;
-  char ctx[32];
-  int64_t block, token;
-  bool had = epoch >= row->epoch - 1;
-  for (; had && i < count; i++)
-    if (ack_elem(json_array_get(blocks, i), i, ctx, &block, &token, f) ||
-        final_ack_had(st, row, block, token, &had, f))
-      return NULL;
-  if (had)
-    return ack_reply(row, count, true, (int64_t)count);
-  if (epoch == row->epoch) /* finished */
+/* The reply to a retry of an acknowledgement of the last completed epoch,
+ * all `count` blocks of it repeated: what that one answered.  The one that
+ * completed the epoch (every block `final`) answered with the next epoch
+ * and "epoch_complete" true; any other, with the epoch it acknowledged in,
+ * not complete then. */
+static json_t *ack_repeat_reply(const iter_row_t *row, size_t count, bool final) {
+  if (final)
+    return ack_reply(count, row->epoch, true, row->finished, (int64_t)count);
+  return ack_reply(count, row->epoch - 1, false, false, (int64_t)count);
+}
+
+/* Refuses element `ctx` (`block` under `token`; `r`, its row of the last
+ * completed epoch) of an acknowledgement of that epoch, or of the next one
+ * when the iteration is finished (a retry that let the epoch default);
+ * returns NULL. */
+static json_t *ack_past_refuse(const iter_row_t *row, int64_t epoch, const char *ctx, int64_t block,
+                               int64_t token, const block_row_t *r, fail_t *f) {
+  long long last = (long long)(row->epoch - 1);
+  if (epoch == row->epoch) {
     fail_set(f, MUSTER_LEASE_LOST,
              "epoch %lld is not current (the iteration is finished); no block of it is leased",
              (long long)epoch);
-  else if (i > 0) /* the last epoch, and blocks[i - 1] was not in its final acknowledgement */
-    fail_set(f, MUSTER_LEASE_LOST,
-             "%s: block %lld of epoch %lld under token %lld: epoch %lld is complete, every block "
-             "of it acknowledged once, and this is not the acknowledgement that completed it "
-             "(which alone is answered again after the epoch's end); if it repeats an earlier "
-             "one whose reply was lost, that one counted; if not, token %lld holds nothing: "
-             "nothing of epoch %lld is leased any more",
-             ctx, (long long)block, (long long)epoch, (long long)token, (long long)epoch,
-             (long long)token, (long long)epoch);
-  else
+    return NULL;
+  }
+  fail_set(f, MUSTER_LEASE_LOST,
+           "%s: block %lld of epoch %lld under token %lld: epoch %lld is complete and %s; "
+           "token %lld holds nothing: nothing of epoch %lld is leased any more",
+           ctx, (long long)block, last, (long long)token, last,
+           r->state >= ITER_BLOCK_DONE
+               ? "the block was acknowledged in it under another token (by the rank that "
+                 "took it over)"
+               : "no acknowledgement of the block in it is on record (it is no block of that "
+                 "epoch, or one done before the iteration was restored from a checkpoint)",
+           (long long)token, last);
+  return NULL;
+}
+
+/* An acknowledgement in epoch `epoch` that is over (or, the iteration being
+ * finished, is its last).  A retry of an acknowledgement of the last
+ * completed epoch (every block under the token that acknowledged it there)
+ * is answered as that one was, counting nothing; anything else is refused,
+ * naming for that epoch the first element that is not such a block. */
+static json_t *ack_past(store_t *st, const iter_row_t *row, int64_t epoch, const json_t *blocks,
+                        fail_t *f) {
+  size_t count = json_array_size(blocks);
+  int64_t last = row->epoch - 1, block, token, final = 0;
+  char ctx[32];
+  block_row_t r;
+  if (epoch < last) {
     fail_set(f, MUSTER_LEASE_LOST,
              "epoch %lld is complete: every block of it was acknowledged, once (if this "
              "repeats an acknowledgement whose reply was lost, it counted); nothing of it is "
              "leased any more",
              (long long)epoch);
-  return NULL;
+    return NULL;
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (ack_elem(json_array_get(blocks, i), i, ctx, &block, &token, f) ||
+        block_row(st, row->id, last, block, &r, f))
+      return NULL;
+    if (!acked_under(&r, token))
+      return ack_past_refuse(row, epoch, ctx, block, token, &r, f);
+    final += r.state == ITER_BLOCK_FINAL;
+  }
+  return ack_repeat_reply(row, count, final == (int64_t)count);
 }
 
 json_t *iter_ack(store_t *st, const char *name, const json_t *body, fail_t *f) {
@@ -499,10 +545,14 @@ json_t *iter_ack(store_t *st, const char *name, const json_t *body, fail_t *f) {
     if (ack_one(st, &row, &lay, rank, json_array_get(blocks, i), i, &n, f))
       goto done;
   if (iter_row_save(st, &row, f) || iter_settle(st, &row, f) ||
-      (row.epoch > epoch && final_ack_save(st, row.id, epoch, blocks, f)))
+      (row.epoch > epoch && final_mark(st, row.id, epoch, blocks, f)))
     goto done;
-  /* A retry of the last epoch's final acknowledgement alone is answered as it was. */
-  out = ack_reply(&row, count, row.epoch > epoch || n.last_epoch == (int64_t)count, n.repeated);
+  /* A retry of the last epoch's acknowledgement (the epoch left to default)
+   * alone is answered as it was. */
+  if (n.last_epoch == (int64_t)count)
+    out = ack_repeat_reply(&row, count, n.final == (int64_t)count);
+  else
+    out = ack_reply(count, row.epoch, row.epoch > epoch, row.finished, n.repeated);
 done:
   if (out == NULL && f->code == MUSTER_OK)
     fail_set(f, MUSTER_NOMEM, "out of memory");
@@ -518,8 +568,11 @@ json_t *iter_heartbeat(store_t *st, const char *name, const json_t *body, fail_t
   json_t *out = NULL;
   if (jv_only(body, "", allowed, f) || load_for_rank(st, name, body, &row, &plans, &rank, f))
     goto done;
-  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks SET deadline_ms = ?3 WHERE iter = ?1 AND"
-                                   " rank = ?2 AND state = 1");
+  /* INDEXED BY: the planner would take the primary key's iter prefix, every
+   * row of the current and the last epoch, at every heartbeat. */
+  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks INDEXED BY iter_blocks_by_rank SET"
+                                   " deadline_ms = ?3 WHERE iter = ?1 AND rank = ?2 AND"
+                                   " state = 1");
   int64_t deadline = now_ms() + row.set.lease_ms;
   if (s == NULL) {
     store_fail(st, f, "heartbeat");
@@ -560,10 +613,10 @@ bool iter_any_due(store_t *st, int64_t now) {
 #define ITER_EXPIRE_LIMIT 1000
 
 typedef struct {
-  int64_t iter, a, b;
+  int64_t iter, a, b, c;
 } due_t;
 
-/* Collects up to ITER_EXPIRE_LIMIT (iter, a, b) rows of a due query. */
+/* Collects up to ITER_EXPIRE_LIMIT (iter, a, b, c) rows of a due query. */
 static size_t collect_due(store_t *st, const char *sql, int64_t now, due_t *out) {
   sqlite3_stmt *s = store_stmt(st, sql);
   size_t n = 0;
@@ -573,7 +626,7 @@ static size_t collect_due(store_t *st, const char *sql, int64_t now, due_t *out)
   sqlite3_bind_int64(s, 2, ITER_EXPIRE_LIMIT);
   while (n < ITER_EXPIRE_LIMIT && sqlite3_step(s) == SQLITE_ROW)
     out[n++] = (due_t){sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
-                       sqlite3_column_int64(s, 2)};
+                       sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 3)};
   store_reset(s);
   return n;
 }
@@ -598,23 +651,24 @@ int64_t iter_expire_due(store_t *st, int64_t now) {
   int64_t lapsed = 0;
   bool ok = true;
   /* A lease that expired: the block goes back to its lane, its rank is failed. */
-  size_t n = collect_due(st, "SELECT iter, block, coalesce(rank, -1) FROM iter_blocks"
+  size_t n = collect_due(st, "SELECT iter, block, coalesce(rank, -1), epoch FROM iter_blocks"
                              " WHERE state = 1 AND deadline_ms <= ?1 LIMIT ?2", now, due);
   for (size_t i = 0; ok && i < n; i++, lapsed++)
     ok = exec3(st, "UPDATE iter_blocks SET state = 0, rank = NULL, token = NULL,"
-                   " deadline_ms = NULL WHERE iter = ?1 AND block = ?2",
-               due[i].iter, due[i].a, 0) &&
+                   " deadline_ms = NULL WHERE iter = ?1 AND epoch = ?2 AND block = ?3",
+               due[i].iter, due[i].c, due[i].a) &&
          exec3(st, "UPDATE iter_ranks SET state = 2, expired = expired + 1"
                    " WHERE iter = ?1 AND rank = ?2", due[i].iter, due[i].b, 0);
   /* A rank silent past its timeout: failed, and its leases go back. */
-  n = ok ? collect_due(st, "SELECT iter, rank, 0 FROM iter_ranks WHERE state != 2 AND"
+  n = ok ? collect_due(st, "SELECT iter, rank, 0, 0 FROM iter_ranks WHERE state != 2 AND"
                            " deadline_ms <= ?1 LIMIT ?2", now, due) : 0;
   for (size_t i = 0; ok && i < n; i++, lapsed++)
     ok = exec3(st, "UPDATE iter_ranks SET state = 2 WHERE iter = ?1 AND rank = ?2",
                due[i].iter, due[i].a, 0) &&
-         exec3(st, "UPDATE iter_blocks SET state = 0, rank = NULL, token = NULL,"
-                   " deadline_ms = NULL WHERE iter = ?1 AND rank = ?2 AND state = ?3",
-               due[i].iter, due[i].a, ITER_BLOCK_LEASED);
+         exec3(st, "UPDATE iter_blocks INDEXED BY iter_blocks_by_rank SET state = 0,"
+                   " rank = NULL, token = NULL, deadline_ms = NULL WHERE iter = ?1 AND"
+                   " rank = ?2 AND state = 1",
+               due[i].iter, due[i].a, 0);
   free(due);
   if (lapsed > 0)
     log_msg(LOG_DEBUG, "iterations: %lld leases or ranks lapsed", (long long)lapsed);

@@ -14,13 +14,14 @@
 /* ---- status ------------------------------------------------------------------- */
 
 /* Counts the current epoch's block rows by state. */
-static void count_blocks(store_t *st, int64_t id, int64_t counts[3]) {
+static void count_blocks(store_t *st, const iter_row_t *row, int64_t counts[3]) {
   sqlite3_stmt *s = store_stmt(st, "SELECT state, count(*) FROM iter_blocks WHERE iter = ?1"
-                                   " GROUP BY state");
+                                   " AND epoch = ?2 GROUP BY state");
   counts[0] = counts[1] = counts[2] = 0;
   if (s == NULL)
     return;
-  sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 1, row->id);
+  sqlite3_bind_int64(s, 2, row->epoch);
   while (sqlite3_step(s) == SQLITE_ROW) {
     int state = sqlite3_column_int(s, 0);
     if (state >= 0 && state < 3)
@@ -34,13 +35,15 @@ typedef struct {
   double throughput; /* samples per second */
 } rank_info_t;
 
-/* Loads every rank's row with its current lease count; caller frees. */
+/* Loads every rank's row with its current lease count; caller frees.
+ * INDEXED BY: the planner would count each rank's leases over every block
+ * row of the current and the last epoch. */
 static rank_info_t *load_ranks(store_t *st, int64_t id, size_t *n) {
   sqlite3_stmt *s = store_stmt(
       st, "SELECT r.rank, r.state, r.last_seen_ms, coalesce(r.first_ms, 0), r.samples, r.blocks,"
-          " r.taken_over, r.expired, (SELECT count(*) FROM iter_blocks b WHERE b.iter = r.iter"
-          " AND b.rank = r.rank AND b.state = 1) FROM iter_ranks r WHERE r.iter = ?1"
-          " ORDER BY r.rank");
+          " r.taken_over, r.expired, (SELECT count(*) FROM iter_blocks b INDEXED BY"
+          " iter_blocks_by_rank WHERE b.iter = r.iter AND b.rank = r.rank AND b.state = 1)"
+          " FROM iter_ranks r WHERE r.iter = ?1 ORDER BY r.rank");
   *n = 0;
   size_t cap = 16;
   rank_info_t *ranks = malloc(cap * sizeof *ranks);
@@ -128,7 +131,7 @@ json_t *iter_to_json(store_t *st, iter_row_t *row, bool with_ranks, fail_t *f) {
     return NULL;
   iter_layout_of(row, p, &lay);
   int64_t counts[3];
-  count_blocks(st, row->id, counts);
+  count_blocks(st, row, counts);
   char fp[17];
   iter_fingerprint_hex(part_plan_fingerprint(p->plan), fp);
   json_t *out = json_pack(
@@ -207,12 +210,13 @@ static void ranges_push(json_t *ranges, uint64_t a, uint64_t b) {
 /* The done blocks of the current epoch as sorted ranges: the legacy ones of a
  * resumed epoch merged with the rows acknowledged since. */
 static json_t *done_ranges(store_t *st, const iter_row_t *row, const iter_layout_t *lay) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT block FROM iter_blocks WHERE iter = ?1 AND state = 2"
-                                   " ORDER BY block");
+  sqlite3_stmt *s = store_stmt(st, "SELECT block FROM iter_blocks WHERE iter = ?1 AND epoch = ?2"
+                                   " AND state = 2 ORDER BY block");
   json_t *ranges = json_array();
   if (s == NULL)
     return ranges;
   sqlite3_bind_int64(s, 1, row->id);
+  sqlite3_bind_int64(s, 2, row->epoch);
   size_t legacy = 0;
   bool more = sqlite3_step(s) == SQLITE_ROW;
   while (more || legacy < lay->ndone) {

@@ -219,6 +219,30 @@ static const char *const migrations[] = {
      * instead of making a second one. */
     "ALTER TABLE workers ADD COLUMN instance TEXT;"
     "CREATE INDEX workers_by_instance ON workers(instance) WHERE instance IS NOT NULL;",
+    /* Iteration blocks keyed by epoch as well (iter.c): when an epoch
+     * completes its rows stay where they are, each done block with the token
+     * that acknowledged it, until the next epoch completes, so that a retry
+     * of any acknowledgement of it (its reply was lost) is answered as a
+     * repeat.  State 3 marks the blocks of the one acknowledgement that
+     * completed it.  This replaces iter_final_acks, whose rows (the final
+     * acknowledgement of each iteration's last epoch) become rows of state 3;
+     * the rows of a current epoch take its number. */
+    "CREATE TABLE iter_blocks_v15 ("
+    "  iter INTEGER NOT NULL, epoch INTEGER NOT NULL, block INTEGER NOT NULL,"
+    "  lane INTEGER NOT NULL, state INTEGER NOT NULL, rank INTEGER, token INTEGER,"
+    "  deadline_ms INTEGER, PRIMARY KEY (iter, epoch, block)) WITHOUT ROWID;"
+    "INSERT INTO iter_blocks_v15(iter, epoch, block, lane, state, rank, token, deadline_ms)"
+    "  SELECT b.iter, i.epoch, b.block, b.lane, b.state, b.rank, b.token, b.deadline_ms"
+    "  FROM iter_blocks b JOIN iterations i ON i.id = b.iter;"
+    "INSERT INTO iter_blocks_v15(iter, epoch, block, lane, state, rank, token, deadline_ms)"
+    "  SELECT f.iter, f.epoch, f.block, 0, 3, NULL, f.token, NULL"
+    "  FROM iter_final_acks f JOIN iterations i ON i.id = f.iter AND f.epoch = i.epoch - 1;"
+    "DROP TABLE iter_blocks;"
+    "DROP TABLE iter_final_acks;"
+    "ALTER TABLE iter_blocks_v15 RENAME TO iter_blocks;"
+    "CREATE INDEX iter_blocks_pending ON iter_blocks(iter, lane, block) WHERE state = 0;"
+    "CREATE INDEX iter_blocks_leased ON iter_blocks(deadline_ms) WHERE state = 1;"
+    "CREATE INDEX iter_blocks_by_rank ON iter_blocks(iter, rank) WHERE state = 1;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

@@ -216,8 +216,10 @@ class IterTest(unittest.TestCase):
         """The ack that completed an epoch, sent again (its reply was lost), answers what it
         answered then, plus "repeated", and counts nothing: also with the epoch left to
         default (now the next one), also after its blocks were leased again in the next
-        epoch. Any other ack of the completed epoch, or a token never leased, is still
-        lease_lost, and says why; so is the final ack of an epoch before the last."""
+        epoch. Another ack of the completed epoch repeats with the answer it had then (the
+        epoch not complete; test_iter_retry.py has more of those); a token that did not
+        acknowledge the block is still lease_lost, and says why; so is the final ack of an
+        epoch before the last."""
         h = self.head
         create(h, "fin", dataset={"num_samples": 20}, block_size=5, strategy="dynamic",
                world_size=2, epochs=2, rank_timeout_ms=60000)
@@ -236,15 +238,22 @@ class IterTest(unittest.TestCase):
         st = status(h, "fin")
         self.assertEqual((st["epoch"], st["blocks"]["done"]), (1, 0))
         self.assertEqual((st["ranks"][1]["blocks"], st["ranks"][1]["samples"]), (2, 10))
-        # Not the final ack: refused, all of it, naming the element and saying why.
-        for rank, body, bad in ((0, early, 0), (1, [final[0], early[0]], 1),
-                                (1, [dict(final[0], token=final[0]["token"] + 1000)], 0),
+        # Not the final ack, or only part of it with another: the epoch was not complete.
+        not_final = {"acked": 2, "epoch": 0, "epoch_complete": False, "finished": False,
+                     "repeated": 2}
+        for rank, body in ((0, early), (1, [final[0], early[0]])):
+            r = ack(h, "fin", rank, body, 0)
+            self.assertEqual((r.status, r.json), (200, not_final), r)
+        # Not acknowledged under that token: refused, all of it, naming the element and
+        # saying why.
+        for rank, body, bad in ((1, [final[0], dict(final[1], token=final[1]["token"] + 1000)],
+                                 1),
                                 (1, [dict(final[0], block=early[0]["block"])], 0)):
             r = ack(h, "fin", rank, body, 0)
             self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
             msg = r.json["error"]["message"]
-            self.assertIn("is not the acknowledgement that completed it", msg)
-            self.assertIn("blocks[%d]: block %d of epoch 0 under token %d"
+            self.assertIn("blocks[%d]: block %d of epoch 0 under token %d: epoch 0 is complete "
+                          "and the block was acknowledged in it under another token"
                           % (bad, body[bad]["block"], body[bad]["token"]), msg)
         # Its blocks leased again in epoch 1 (under new tokens): the retry still repeats.
         again_leased = lease(h, "fin", 0, 1, 4)["blocks"]
@@ -254,10 +263,12 @@ class IterTest(unittest.TestCase):
         r = ack(h, "fin", 1, final, 1)  # naming epoch 1 with those blocks' new leases alive
         self.assertEqual((r.status, r.json), (200, again), r)
         r = ack(h, "fin", 0, early)  # epoch 1's blocks 0 and 1 are leased under other tokens
+        self.assertEqual((r.status, r.json), (200, not_final), r)
+        r = ack(h, "fin", 0, [dict(early[0], token=early[0]["token"] + 1000)])
         self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
         self.assertIn("is leased to rank 0 under another token", r.json["error"]["message"])
         # The last epoch's final ack finishes the iteration; it repeats as well, and the
-        # final ack of epoch 0, no longer the last one remembered, is refused.
+        # acks of epoch 0, no longer the last epoch completed, are refused.
         self.assertEqual(ack(h, "fin", 0, again_leased[:3], 1).json["epoch_complete"], False)
         first = ack(h, "fin", 0, again_leased[3:], 1)
         self.assertEqual(first.json, {"acked": 1, "epoch": 2, "epoch_complete": True,
@@ -265,15 +276,18 @@ class IterTest(unittest.TestCase):
         for epoch in (1, None):
             r = ack(h, "fin", 0, again_leased[3:], epoch)
             self.assertEqual((r.status, r.json), (200, dict(first.json, repeated=1)), r)
-        r = ack(h, "fin", 0, again_leased[:1], 1)
-        self.assertIn("is not the acknowledgement that completed it", r.json["error"]["message"])
-        r = ack(h, "fin", 0, again_leased[:1])
+        for epoch in (1, None):
+            r = ack(h, "fin", 0, again_leased[:1], epoch)
+            self.assertEqual((r.status, r.json), (200, dict(not_final, epoch=1, acked=1,
+                                                             repeated=1)), r)
+        r = ack(h, "fin", 0, [dict(again_leased[0], token=again_leased[0]["token"] + 1000)])
         self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
         self.assertIn("(the iteration is finished)", r.json["error"]["message"])
-        r = ack(h, "fin", 1, final, 0)
-        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
-        self.assertIn("epoch 0 is complete: every block of it was acknowledged, once",
-                      r.json["error"]["message"])
+        for body in (final, early):
+            r = ack(h, "fin", 1, body, 0)
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            self.assertIn("epoch 0 is complete: every block of it was acknowledged, once",
+                          r.json["error"]["message"])
 
     def test_dynamic_takeover_after_expiry(self):
         h = self.head
@@ -503,8 +517,9 @@ class CliTest(unittest.TestCase):
 
     def test_cli_ack_names_the_block(self):
         """`iter ack` errors start with the user's block, not with an index into the body
-        the CLI built ("blocks[1]: ..."); the ack that completed an epoch, run again with
-        the epoch left to default (now the next one), succeeds as a repeat."""
+        the CLI built ("blocks[1]: ..."); an ack of the completed epoch, the one that
+        completed it or another, run again with the epoch left to default (now the next
+        one) or named, succeeds as a repeat."""
         with harness.Head() as h:
             p = self.run_cli(h, "iter", "create", "a", "--num-samples", "6", "--block-size",
                              "2", "--strategy", "dynamic", "--epochs", "2")
@@ -535,12 +550,14 @@ class CliTest(unittest.TestCase):
             for epoch in ([], ["--epoch", "0"]):  # a retry after a lost reply
                 p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", last, *epoch)
                 self.assertEqual((p.returncode, p.stderr), (0, ""), epoch)
+                p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", pairs[0], *epoch)
+                self.assertEqual((p.returncode, p.stderr), (0, ""), epoch)
             self.assertIn("blocks 0/3 done", self.run_cli(h, "iter", "status", "a").stdout)
-            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", "--epoch", "0", pairs[0])
+            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", "--epoch", "0", "0:999999")
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertTrue(p.stderr.startswith(
-                "muster: lease_lost: block 0 of epoch 0 under token %s: epoch 0 is complete"
-                % pairs[0].split(":")[1]), p.stderr)
+                "muster: lease_lost: block 0 of epoch 0 under token 999999: epoch 0 is complete "
+                "and the block was acknowledged in it under another token"), p.stderr)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,168 @@
+"""An iteration ack sent again after its epoch completed (its reply was lost, and another
+rank completed the epoch meanwhile) is answered as a repeat, as long as that epoch is the
+last completed one: every block of the request under the token that acknowledged it,
+"repeated" = the blocks of the request, nothing counted twice, also with the epoch left to
+default and after a head restart.  Any other element of that epoch is lease_lost, naming
+it and what became of its block; once the next epoch completes the retry gets the older
+epoch's answer (docs/api.md, "POST /v1/iterations/{name}/ack").
+
+A lost reply is simulated by sending the ack and not looking at its reply: the head did
+it, the client heard nothing."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from test_iter_api import ack, create, lease, status  # noqa: E402
+
+
+def counted(head, name):
+    """What counts blocks: per rank (blocks, samples), the epoch, its done blocks and the
+    checkpoint's done ranges."""
+    st = status(head, name)
+    ck = head.request("GET", "/v1/iterations/%s/checkpoint" % name)
+    assert ck.status == 200, ck
+    return ([(r["blocks"], r["samples"]) for r in st["ranks"]], st["epoch"],
+            st["blocks"]["done"], ck.json["done"])
+
+
+def lost_then_completed(test, head, name, epochs=3):
+    """Rank 0 acks blocks 0 and 1 of epoch 0 and its reply is lost; rank 1 acks blocks 2
+    and 3, which completes the epoch (and the iteration, with `epochs` 1).  Returns (rank
+    0's blocks, rank 1's blocks, what rank 1's ack answered)."""
+    r = create(head, name, dataset={"num_samples": 20}, block_size=5, strategy="dynamic",
+               world_size=2, epochs=epochs, rank_timeout_ms=60000)
+    test.assertEqual(r.status, 201, r)
+    early = lease(head, name, 0, 0, 2)["blocks"]
+    ack(head, name, 0, early)  # the reply is lost: rank 0 never reads it
+    test.assertEqual(counted(head, name)[0], [(2, 10), (0, 0)])  # but the head counted it
+    final = lease(head, name, 1, 0, 2)["blocks"]
+    test.assertEqual([b["block"] for b in early + final], [0, 1, 2, 3])
+    completed = ack(head, name, 1, final)
+    test.assertEqual(completed.json, {"acked": 2, "epoch": 1, "epoch_complete": True,
+                                      "finished": epochs == 1})
+    return early, final, completed.json
+
+
+# What rank 0's ack of two blocks answered then, sent again: a repeat.
+REPEAT = {"acked": 2, "epoch": 0, "epoch_complete": False, "finished": False, "repeated": 2}
+# What counts after epoch 0: 2 blocks of 5 samples per rank, epoch 1 with nothing done.
+AFTER_EPOCH_0 = ([(2, 10), (2, 10)], 1, 0, [])
+
+
+class IterRetryTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.head = harness.Head().start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.head.cleanup()
+
+    def test_retry_after_the_epoch_completed(self):
+        """The retry of an ack that counted before another rank completed the epoch: 200,
+        a repeat, naming epoch 0 or letting the epoch default, whole or in part, also
+        after its blocks were leased again in the next epoch; nothing counted twice."""
+        h = self.head
+        early, _, _ = lost_then_completed(self, h, "lost")
+        for epoch in (0, None):  # None: the default, now epoch 1
+            r = ack(h, "lost", 0, early, epoch)
+            self.assertEqual((r.status, r.json), (200, REPEAT), (epoch, r))
+        r = ack(h, "lost", 0, early[1:], 0)
+        self.assertEqual((r.status, r.json), (200, dict(REPEAT, acked=1, repeated=1)), r)
+        self.assertEqual(counted(h, "lost"), AFTER_EPOCH_0)
+        # Blocks 0 and 1 leased again in epoch 1, under new tokens: still a repeat.
+        again = lease(h, "lost", 1, 1, 2)["blocks"]
+        self.assertEqual([b["block"] for b in again], [0, 1])
+        for epoch in (0, None):
+            r = ack(h, "lost", 0, early, epoch)
+            self.assertEqual((r.status, r.json), (200, REPEAT), (epoch, r))
+        self.assertEqual(counted(h, "lost")[0], AFTER_EPOCH_0[0])
+        st = status(h, "lost")
+        self.assertEqual((st["blocks"]["leased"], st["blocks"]["done"]), (2, 0))
+
+    def test_other_tokens_refused(self):
+        """In the completed epoch, a wrong token, a block under the token of another block
+        or a block the epoch never leased: lease_lost naming the element and what became
+        of the block; all or nothing, nothing counted."""
+        h = self.head
+        early, final, _ = lost_then_completed(self, h, "wrong")
+        wrong = dict(early[0], token=early[0]["token"] + 1000)
+        swapped = dict(final[0], block=early[0]["block"])
+        never = dict(early[0], block=99)
+        other = "the block was acknowledged in it under another token"
+        for body, bad, why in (([wrong], 0, other), ([early[1], wrong], 1, other),
+                               ([early[0], swapped], 1, other),
+                               ([never], 0, "no acknowledgement of the block in it is on "
+                                            "record")):
+            r = ack(h, "wrong", 0, body, 0)
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            msg = r.json["error"]["message"]
+            want = ("blocks[%d]: block %d of epoch 0 under token %d: epoch 0 is complete and %s"
+                    % (bad, body[bad]["block"], body[bad]["token"], why))
+            self.assertTrue(msg.startswith(want), msg)
+            self.assertIn("token %d holds nothing" % body[bad]["token"], msg)
+            self.assertNotIn("reply was lost", msg)
+        # The epoch left to default names the current one: said of epoch 1.
+        r = ack(h, "wrong", 0, [early[0], wrong])
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("blocks[1]: block 0 of epoch 1 is not leased under token %d: it has not "
+                      "been leased in this epoch" % wrong["token"], r.json["error"]["message"])
+        self.assertEqual(counted(h, "wrong"), AFTER_EPOCH_0)
+
+    def test_retry_after_the_next_epoch_completed(self):
+        """Once epoch 1 completes too, epoch 0's acks get the older epoch's answer, and
+        epoch 1's are the ones answered as repeats."""
+        h = self.head
+        early, final, _ = lost_then_completed(self, h, "older")
+        blocks = lease(h, "older", 0, 1, 4)["blocks"]
+        self.assertEqual(ack(h, "older", 0, blocks[:2], 1).json["epoch_complete"], False)
+        self.assertEqual(ack(h, "older", 0, blocks[2:], 1).json["epoch_complete"], True)
+        for body in (early, final):
+            r = ack(h, "older", 0, body, 0)
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            self.assertIn("epoch 0 is complete: every block of it was acknowledged, once",
+                          r.json["error"]["message"])
+        r = ack(h, "older", 0, blocks[:2], 1)
+        self.assertEqual((r.status, r.json), (200, dict(REPEAT, epoch=1)), r)
+        self.assertEqual(counted(h, "older")[:3], ([(6, 30), (2, 10)], 2, 0))
+
+    def test_retry_after_the_last_epoch_finished_the_iteration(self):
+        """The last epoch's acks repeat after the iteration finished, also with the epoch
+        left to default; a wrong token then says the iteration is finished."""
+        h = self.head
+        early, final, completed = lost_then_completed(self, h, "done", epochs=1)
+        for epoch in (0, None):
+            r = ack(h, "done", 0, early, epoch)
+            self.assertEqual((r.status, r.json), (200, REPEAT), (epoch, r))
+            r = ack(h, "done", 1, final, epoch)  # the final ack: what it answered then
+            self.assertEqual((r.status, r.json), (200, dict(completed, repeated=2)), r)
+        r = ack(h, "done", 0, [dict(early[0], token=early[0]["token"] + 1000)])
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("(the iteration is finished)", r.json["error"]["message"])
+        self.assertTrue(status(h, "done")["finished"])
+
+
+class IterRetryRestartTest(unittest.TestCase):
+    def test_retry_after_restart(self):
+        """The completed epoch's acks are on disk: after a head restart their retries are
+        still repeats, naming the epoch or letting it default, and other tokens are still
+        refused."""
+        with harness.Head() as h:
+            early, final, completed = lost_then_completed(self, h, "rs")
+            h.kill()
+            h.start()
+            for epoch in (0, None):
+                r = ack(h, "rs", 0, early, epoch)
+                self.assertEqual((r.status, r.json), (200, REPEAT), (epoch, r))
+                r = ack(h, "rs", 1, final, epoch)
+                self.assertEqual((r.status, r.json), (200, dict(completed, repeated=2)), r)
+            r = ack(h, "rs", 0, [dict(early[0], token=final[0]["token"])], 0)
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            self.assertIn("acknowledged in it under another token", r.json["error"]["message"])
+            self.assertEqual(counted(h, "rs"), AFTER_EPOCH_0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
