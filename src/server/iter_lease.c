@@ -77,6 +77,7 @@ typedef struct {
   int64_t rank;
   int64_t max;
   bool indices;
+  bool resending; /* re-sending blocks the rank holds (body.held): counted before */
   int64_t deadline;
   /* The reply's list as text, "[" and the block objects so far (jw.h): with
    * indices a reply lists up to 2^20 of them, written as text rather than
@@ -115,7 +116,7 @@ static muster_err_t reply_block(lease_ctx_t *c, uint64_t g, int64_t token, bool 
     JW_ADD_LITERAL(b, ",\"takeover\":true");
   else
     JW_ADD_LITERAL(b, ",\"takeover\":false");
-  if (takeover && rank_count(c->st, c->row->id, c->rank, 0, 0, 1, f))
+  if (takeover && !c->resending && rank_count(c->st, c->row->id, c->rank, 0, 0, 1, f))
     return f->code;
   if (c->indices) {
     JW_ADD_LITERAL(b, ",\"indices\":");
@@ -203,6 +204,45 @@ static muster_err_t lease_fresh(lease_ctx_t *c, uint32_t lane, bool takeover, fa
   return store_step_done(c->st, save, f);
 }
 
+/* Re-sends the blocks this rank holds in the epoch, lowest first, under
+ * their tokens and with their leases extended to c->deadline (body.held: the
+ * retry of a next whose reply was lost, whose blocks the rank never heard
+ * of; heartbeats would extend them for ever).  A block of another rank's
+ * lane is marked a takeover, and was counted as one when it was leased. */
+static muster_err_t lease_held(lease_ctx_t *c, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(c->st, "SELECT block, token, lane FROM iter_blocks INDEXED BY"
+                                      " iter_blocks_by_rank WHERE iter = ?1 AND rank = ?2 AND"
+                                      " state = 1 AND epoch = ?3 ORDER BY block LIMIT ?4");
+  sqlite3_stmt *u = store_stmt(c->st, "UPDATE iter_blocks SET deadline_ms = ?4 WHERE iter = ?1"
+                                      " AND epoch = ?2 AND block = ?3");
+  if (s == NULL || u == NULL)
+    return store_fail(c->st, f, "block lease");
+  int64_t found[ITER_MAX_BATCH][3], n = 0;
+  sqlite3_bind_int64(s, 1, c->row->id);
+  sqlite3_bind_int64(s, 2, c->rank);
+  sqlite3_bind_int64(s, 3, c->row->epoch);
+  sqlite3_bind_int64(s, 4, c->max);
+  while (n < c->max && sqlite3_step(s) == SQLITE_ROW) {
+    for (int k = 0; k < 3; k++)
+      found[n][k] = sqlite3_column_int64(s, k);
+    n++;
+  }
+  store_reset(s);
+  c->resending = true;
+  for (int64_t i = 0; i < n; i++) {
+    sqlite3_bind_int64(u, 1, c->row->id);
+    sqlite3_bind_int64(u, 2, c->row->epoch);
+    sqlite3_bind_int64(u, 3, found[i][0]);
+    sqlite3_bind_int64(u, 4, c->deadline);
+    bool takeover = !c->lay.dynamic && found[i][2] != c->rank;
+    if (store_step_done(c->st, u, f) ||
+        reply_block(c, (uint64_t)found[i][0], found[i][1], takeover, f))
+      return f->code;
+  }
+  c->resending = false;
+  return MUSTER_OK;
+}
+
 /* Leases up to c->max blocks from the lanes this rank may take. */
 static muster_err_t lease_blocks(lease_ctx_t *c, fail_t *f) {
   if (c->lay.dynamic)
@@ -248,14 +288,16 @@ static json_t *next_reply(const char *state, int64_t epoch, json_t *blocks) {
 }
 
 json_t *iter_next(store_t *st, const char *name, const json_t *body, fail_t *f) {
-  static const char *const allowed[] = {"rank", "epoch", "max", "indices", NULL};
+  static const char *const allowed[] = {"rank", "epoch", "max", "indices", "held", NULL};
   lease_ctx_t c = {.st = st};
   iter_row_t row = {0};
   int64_t epoch;
+  bool held;
   json_t *out = NULL;
   if (jv_only(body, "", allowed, f) ||
       jv_int(body, "max", "", 1, 1, INT64_MAX, &c.max, f) ||
       jv_bool(body, "indices", "", false, &c.indices, f) ||
+      jv_bool(body, "held", "", false, &held, f) ||
       load_for_rank(st, name, body, &row, &c.plans, &c.rank, f) ||
       jv_int(body, "epoch", "", row.epoch, 0, INT64_MAX, &epoch, f))
     goto done;
@@ -279,7 +321,7 @@ json_t *iter_next(store_t *st, const char *name, const json_t *body, fail_t *f) 
     iter_layout_of(&row, c.plans, &c.lay);
     c.deadline = now_ms() + row.set.lease_ms;
     JW_ADD_LITERAL(&c.blocks, "[");
-    if (lease_blocks(&c, f) == MUSTER_OK) {
+    if ((!held || lease_held(&c, f) == MUSTER_OK) && lease_blocks(&c, f) == MUSTER_OK) {
       JW_ADD_LITERAL(&c.blocks, "]");
       json_t *list = c.blocks.failed ? NULL : jw_raw(c.blocks.buf, c.blocks.len);
       out = list ? next_reply(c.count ? "blocks" : "wait", row.epoch, list) : NULL;

@@ -144,6 +144,65 @@ class IterRetryTest(unittest.TestCase):
         self.assertTrue(status(h, "done")["finished"])
 
 
+def next_held(head, name, rank, max_blocks, held=True):
+    r = head.request("POST", "/v1/iterations/%s/next" % name,
+                     {"rank": rank, "epoch": 0, "max": max_blocks, "indices": True,
+                      "held": held})
+    assert r.status == 200, r
+    return r.json
+
+
+class NextRetryTest(unittest.TestCase):
+    """A next whose reply was lost leased blocks the rank never heard of: its retry with
+    "held": true gets them again, under their tokens and with fresh deadlines, then new
+    blocks up to max; without it they stay leased to the rank (docs/api.md, "Retrying a
+    next")."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.head = harness.Head().start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.head.cleanup()
+
+    def test_held_resends_what_a_lost_reply_leased(self):
+        h = self.head
+        r = create(h, "held", dataset={"num_samples": 40}, block_size=5, strategy="contiguous",
+                   world_size=2, rank_timeout_ms=60000, lease_ms=60000)
+        self.assertEqual(r.status, 201, r)
+        lost = lease(h, "held", 0, 0, 2)["blocks"]  # the reply is lost
+        again = next_held(h, "held", 0, 3)
+        keys = ("block", "token", "rank", "begin", "end", "takeover", "indices")
+        self.assertEqual([{k: b[k] for k in keys} for b in again["blocks"][:2]],
+                         [{k: b[k] for k in keys} for b in lost])
+        self.assertGreaterEqual(again["blocks"][0]["deadline_ms"], lost[0]["deadline_ms"])
+        # The third is a new block, after them in the rank's lane.
+        self.assertEqual([b["block"] for b in again["blocks"]],
+                         [lost[0]["block"], lost[1]["block"], lost[1]["block"] + 1])
+        self.assertNotIn(again["blocks"][2]["token"], [b["token"] for b in lost])
+        # Sent again with max 1, the lowest held block only; nothing new is leased.
+        self.assertEqual([b["block"] for b in next_held(h, "held", 0, 1)["blocks"]],
+                         [lost[0]["block"]])
+        self.assertEqual(status(h, "held")["blocks"]["leased"], 3)
+        # Without "held", the next call leases new blocks: the lost ones stay the rank's.
+        fresh = next_held(h, "held", 0, 1, held=False)["blocks"]
+        self.assertEqual(fresh[0]["block"], lost[1]["block"] + 2)
+        # Acked under the re-sent tokens, every block counts once.
+        for b in again["blocks"] + fresh:
+            self.assertEqual(ack(h, "held", 0, [b], 0).status, 200)
+        st = status(h, "held")
+        self.assertEqual((st["blocks"]["done"], st["blocks"]["leased"]), (4, 0))
+        self.assertEqual([r["blocks"] for r in st["ranks"]], [4, 0])
+        self.assertEqual([r["taken_over"] for r in st["ranks"]], [0, 0])
+
+    def test_held_is_a_boolean(self):
+        r = self.head.request("POST", "/v1/iterations/held/next",
+                              {"rank": 0, "held": "yes"})
+        self.assertEqual((r.status, r.error_code), (400, "invalid_argument"), r)
+        self.assertIn("held", r.json["error"]["message"])
+
+
 class IterRetryRestartTest(unittest.TestCase):
     def test_retry_after_restart(self):
         """The completed epoch's acks are on disk: after a head restart their retries are
