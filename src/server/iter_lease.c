@@ -262,8 +262,7 @@ static muster_err_t lease_blocks(lease_ctx_t *c, fail_t *f) {
 
 /* Loads the row and its plans and checks `rank` (body.rank) against them. */
 static muster_err_t load_for_rank(store_t *st, const char *name, const json_t *body,
-                                  iter_row_t *row, iter_plans_t **plans, int64_t *rank,
-                                  fail_t *f) {
+                                  iter_row_t *row, iter_plans_t **plans, int64_t *rank, fail_t *f) {
   if (jv_int(body, "rank", "", -1, 0, PART_MAX_WORLD_SIZE - 1, rank, f))
     return f->code;
   if (*rank < 0)
@@ -271,8 +270,8 @@ static muster_err_t load_for_rank(store_t *st, const char *name, const json_t *b
   if (iter_row_load(st, name, row, f) || iter_plans_get(row, plans, f))
     return f->code;
   if (*rank >= (*plans)->spec.cfg.world_size)
-    return fail_set(f, MUSTER_INVALID, "rank: %lld is not below world_size (%u)",
-                    (long long)*rank, (*plans)->spec.cfg.world_size);
+    return fail_set(f, MUSTER_INVALID, "rank: %lld is not below world_size (%u)", (long long)*rank,
+                    (*plans)->spec.cfg.world_size);
   return iter_rank_touch(st, row, *rank, f);
 }
 
@@ -294,8 +293,7 @@ json_t *iter_next(store_t *st, const char *name, const json_t *body, fail_t *f) 
   int64_t epoch;
   bool held;
   json_t *out = NULL;
-  if (jv_only(body, "", allowed, f) ||
-      jv_int(body, "max", "", 1, 1, INT64_MAX, &c.max, f) ||
+  if (jv_only(body, "", allowed, f) || jv_int(body, "max", "", 1, 1, INT64_MAX, &c.max, f) ||
       jv_bool(body, "indices", "", false, &c.indices, f) ||
       jv_bool(body, "held", "", false, &held, f) ||
       load_for_rank(st, name, body, &row, &c.plans, &c.rank, f) ||
@@ -303,8 +301,10 @@ json_t *iter_next(store_t *st, const char *name, const json_t *body, fail_t *f) 
     goto done;
   if (c.max > ITER_MAX_BATCH ||
       (c.indices && (uint64_t)c.max * c.plans->spec.cfg.block_size > ITER_MAX_INDICES)) {
-    fail_set(f, MUSTER_BATCH_TOO_LARGE, "max: %lld blocks, at most %d allowed (and at most %u "
-             "indices in one reply)", (long long)c.max, ITER_MAX_BATCH, ITER_MAX_INDICES);
+    fail_set(f, MUSTER_BATCH_TOO_LARGE,
+             "max: %lld blocks, at most %d allowed (and at most %u "
+             "indices in one reply)",
+             (long long)c.max, ITER_MAX_BATCH, ITER_MAX_INDICES);
     goto done;
   }
   if (row.finished) {
@@ -693,23 +693,32 @@ int64_t iter_expire_due(store_t *st, int64_t now) {
   int64_t lapsed = 0;
   bool ok = true;
   /* A lease that expired: the block goes back to its lane, its rank is failed. */
-  size_t n = collect_due(st, "SELECT iter, block, coalesce(rank, -1), epoch FROM iter_blocks"
-                             " WHERE state = 1 AND deadline_ms <= ?1 LIMIT ?2", now, due);
+  size_t n = collect_due(st,
+                         "SELECT iter, block, coalesce(rank, -1), epoch FROM iter_blocks"
+                         " WHERE state = 1 AND deadline_ms <= ?1 LIMIT ?2",
+                         now, due);
   for (size_t i = 0; ok && i < n; i++, lapsed++)
-    ok = exec3(st, "UPDATE iter_blocks SET state = 0, rank = NULL, token = NULL,"
-                   " deadline_ms = NULL WHERE iter = ?1 AND epoch = ?2 AND block = ?3",
+    ok = exec3(st,
+               "UPDATE iter_blocks SET state = 0, rank = NULL, token = NULL,"
+               " deadline_ms = NULL WHERE iter = ?1 AND epoch = ?2 AND block = ?3",
                due[i].iter, due[i].c, due[i].a) &&
-         exec3(st, "UPDATE iter_ranks SET state = 2, expired = expired + 1"
-                   " WHERE iter = ?1 AND rank = ?2", due[i].iter, due[i].b, 0);
+         exec3(st,
+               "UPDATE iter_ranks SET state = 2, expired = expired + 1"
+               " WHERE iter = ?1 AND rank = ?2",
+               due[i].iter, due[i].b, 0);
   /* A rank silent past its timeout: failed, and its leases go back. */
-  n = ok ? collect_due(st, "SELECT iter, rank, 0, 0 FROM iter_ranks WHERE state != 2 AND"
-                           " deadline_ms <= ?1 LIMIT ?2", now, due) : 0;
+  n = ok ? collect_due(st,
+                       "SELECT iter, rank, 0, 0 FROM iter_ranks WHERE state != 2 AND"
+                       " deadline_ms <= ?1 LIMIT ?2",
+                       now, due)
+         : 0;
   for (size_t i = 0; ok && i < n; i++, lapsed++)
-    ok = exec3(st, "UPDATE iter_ranks SET state = 2 WHERE iter = ?1 AND rank = ?2",
-               due[i].iter, due[i].a, 0) &&
-         exec3(st, "UPDATE iter_blocks INDEXED BY iter_blocks_by_rank SET state = 0,"
-                   " rank = NULL, token = NULL, deadline_ms = NULL WHERE iter = ?1 AND"
-                   " rank = ?2 AND state = 1",
+    ok = exec3(st, "UPDATE iter_ranks SET state = 2 WHERE iter = ?1 AND rank = ?2", due[i].iter,
+               due[i].a, 0) &&
+         exec3(st,
+               "UPDATE iter_blocks INDEXED BY iter_blocks_by_rank SET state = 0,"
+               " rank = NULL, token = NULL, deadline_ms = NULL WHERE iter = ?1 AND"
+               " rank = ?2 AND state = 1",
                due[i].iter, due[i].a, 0);
   free(due);
   if (lapsed > 0)
