@@ -18,12 +18,19 @@ items of partly read blocks that the states name.
 """
 import hashlib
 import json
+import logging
 import time
 
 from . import errors
 
 STATE_VERSION = 1
 NAME_MAX = 128
+HEAD_WAIT_S = 600.0   # how long a rank waits for a head that does not answer, by default
+RETRY_PAUSE_S = 1.0   # between tries meanwhile
+# A head that is down or restarting: no reply came, or it answered 503 while stopping.
+_HEAD_DOWN = (errors.NetworkError, errors.Unavailable)
+# One WARNING when a rank starts waiting for the head, one INFO when it answers again.
+log = logging.getLogger("muster.iteration")
 
 
 def _resumed_name(base, checkpoint, partial):
@@ -43,7 +50,7 @@ class CoordinatedRankSampler:
     (True, the default: what a rank of a real job must do, since blocks of a failed rank
     may come to it) or end the rank's epoch at once (False)."""
 
-    def __init__(self, client, name, config, rank, wait=True):
+    def __init__(self, client, name, config, rank, wait=True, head_wait_s=HEAD_WAIT_S):
         self.client = client
         self.base_name = name
         self.name = name
@@ -51,6 +58,7 @@ class CoordinatedRankSampler:
         self.rank = rank
         self.world_size = int(self.config["world_size"])
         self.wait = wait
+        self.head_wait_s = head_wait_s
         self.epoch = 0
         self.emitted = 0                   # items yielded in the current epoch by this rank
         self.status = None                 # the create/join reply
@@ -93,13 +101,44 @@ class CoordinatedRankSampler:
             self.epoch = epoch
             self.emitted = 0
 
+    def _retrying(self, what, call):
+        """``call(retry)``'s value, ``retry`` False on the first try.  While the head does
+        not answer (down or restarting: its state is on disk, the rank's leases keep their
+        deadlines) the call is made again at once, then every RETRY_PAUSE_S for up to
+        ``head_wait_s``,
+        then the last error is raised.  Safe to resend: an ack is answered as a repeat, and
+        a next is resent with ``held`` (the blocks a lost reply leased come again)."""
+        failing_since = None
+        while True:
+            try:
+                value = call(failing_since is not None)
+            except _HEAD_DOWN as e:
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    log.warning("muster: iteration %s, rank %d: %s failed (%s): the head at %s "
+                                "is unreachable or restarting; trying again every %g s for up "
+                                "to %g s", self.name, self.rank, what, e, self.client.url,
+                                RETRY_PAUSE_S, self.head_wait_s)
+                    continue  # at once: a connection lost once (a lost reply) is common
+                if now - failing_since >= self.head_wait_s:
+                    raise
+                time.sleep(min(RETRY_PAUSE_S, max(0.0, failing_since + self.head_wait_s - now)))
+                continue
+            if failing_since is not None:
+                log.info("muster: iteration %s, rank %d: the head at %s answers again after "
+                         "%.1f s; carrying on (%s)", self.name, self.rank, self.client.url,
+                         time.monotonic() - failing_since, what)
+            return value
+
     def _ack(self, blocks, epoch):
         if not blocks:
             return
+        body = {"rank": self.rank, "epoch": epoch,
+                "blocks": [{"block": b["block"], "token": b["token"]} for b in blocks]}
         try:
-            self.client.iteration_ack(self.name, {"rank": self.rank, "epoch": epoch,
-                                                  "blocks": [{"block": b["block"], "token": b["token"]}
-                                                             for b in blocks]})
+            self._retrying("acknowledging blocks",
+                           lambda retry: self.client.iteration_ack(self.name, body))
         except errors.LeaseLost:
             # A lease expired (this rank stalled past lease_ms): ack the others one by one;
             # the lost ones were handed to another rank, which reads them again.
@@ -139,8 +178,11 @@ class CoordinatedRankSampler:
         self._held = None
         while True:
             self._flush()
-            reply = self.client.iteration_next(self.name, {"rank": self.rank, "epoch": epoch, "max": 1,
-                                                           "indices": True})
+            # Every block this rank knows of is acknowledged by now (_flush): a retry may
+            # ask for the blocks it holds, which are those a lost reply leased.
+            body = {"rank": self.rank, "epoch": epoch, "max": 1, "indices": True}
+            reply = self._retrying("leasing a block", lambda retry: self.client.iteration_next(
+                self.name, dict(body, held=True) if retry else body))
             self._last_call = time.monotonic()
             state = reply["state"]
             if state == "blocks":

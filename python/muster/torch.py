@@ -131,7 +131,7 @@ _COORD_SETTINGS = ("lease_ms", "rank_timeout_ms", "replication", "slow_ratio", "
 
 def _coordinated(shape, world, rank, shuffle, seed, drop_last, client, name, wait, options):
     from .client import Client
-    from .coordinated import CoordinatedRankSampler
+    from .coordinated import HEAD_WAIT_S, CoordinatedRankSampler
     if not name:
         raise ValueError("a coordinated sampler needs name= (the iteration's name on the head)")
     if isinstance(shape, Dataset):
@@ -142,13 +142,15 @@ def _coordinated(shape, world, rank, shuffle, seed, drop_last, client, name, wai
     else:
         dataset = {"num_samples": int(shape)}
     options = dict(options)
+    head_wait_s = options.pop("head_wait_s", HEAD_WAIT_S)
     strategy = options.pop("strategy", "dynamic")
     tail = "keep" if strategy == "dynamic" else ("drop" if drop_last else "pad")
     config = {"dataset": dataset, "seed": seed, "shuffle": "global" if shuffle else "none",
               "strategy": strategy, "world_size": world, "block_size": options.pop("block_size", 16),
               "epochs": options.pop("epochs", 0), "tail": options.pop("tail", tail)}
     config.update(options)
-    return CoordinatedRankSampler(client or Client(), name, config, rank, wait=wait)
+    return CoordinatedRankSampler(client or Client(), name, config, rank, wait=wait,
+                                  head_wait_s=head_wait_s)
 
 
 class StreamDataset(torch.utils.data.IterableDataset):

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import signal
 import subprocess
 import tempfile
@@ -272,6 +273,14 @@ class SubmissionProxy(RequestProxy):
     @property
     def submissions(self):
         return self.count
+
+
+def free_port():
+    """A TCP port of 127.0.0.1 free now: for a head that must come back on the same URL
+    after a restart (the port is not held; another process could take it meanwhile)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def cli_env(head, url=True, token=True):

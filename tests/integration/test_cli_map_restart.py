@@ -12,7 +12,6 @@ stopping) checks that submitting is tried again too.
 """
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,18 +27,12 @@ INPUTS = 300
 GATED = 100  # inputs 1..GATED run at once; the others wait for the gate file
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class MapHeadRestartTest(unittest.TestCase):
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="muster-map-restart-")
         self.gate = os.path.join(self.tmp, "gate")
-        self.head = harness.Head(["--listen", "127.0.0.1:%d" % free_port()])
+        self.head = harness.Head(["--listen", "127.0.0.1:%d" % harness.free_port()])
         self.head.start()
         self.env = dict(os.environ, MUSTER_URL=self.head.url, MUSTER_TOKEN=self.head.token)
         subprocess.run([MUSTER, "queue", "create", QUEUE], env=self.env, check=True,

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -62,12 +61,6 @@ def ensure_tool(tool, package):
     return path
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class WebDriverError(Exception):
     pass
 
@@ -81,7 +74,7 @@ class Browser:
         chromium = ensure_tool("chromium", "chromium")
         driver = ensure_tool("chromedriver", "chromium-driver")
         self.profile = tempfile.mkdtemp(prefix="muster-chromium-")
-        port = free_port()
+        port = harness.free_port()
         self.base = "http://127.0.0.1:%d" % port
         self.log = open(os.path.join(self.profile, "chromedriver.log"), "wb")
         self.proc = subprocess.Popen([driver, "--port=%d" % port], stdout=self.log,

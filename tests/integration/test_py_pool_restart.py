@@ -23,7 +23,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -61,12 +60,6 @@ class Gated(muster.WorkerInterface):
         return x * x
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Run(threading.Thread):
     """Runs one pool call in a thread: items it yields go to `got` as they come, the
     error it raised (if any) to `error`."""
@@ -94,7 +87,7 @@ class PoolHeadRestartTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="muster-pypool-restart-")
         self.gate = os.path.join(self.tmp, "gate")
-        self.head = harness.Head(["--listen", "127.0.0.1:%d" % free_port()])
+        self.head = harness.Head(["--listen", "127.0.0.1:%d" % harness.free_port()])
         self.head.start()
         self.client = muster.Client(self.head.url, self.head.token)
         self.client.put_queue(QUEUE)

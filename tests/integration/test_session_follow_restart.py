@@ -13,7 +13,6 @@ the restart.  The follower's stderr is read line by line to wait for what it say
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,12 +26,6 @@ QUEUE = "follow"
 INPUTS = 6
 AWAY = "is unreachable or restarting; still following session"
 BACK = "answers again; following on from cursor"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Follower:
@@ -80,7 +73,7 @@ class Follower:
 class FollowHeadRestartTest(unittest.TestCase):
 
     def setUp(self):
-        self.head = harness.Head(["--listen", "127.0.0.1:%d" % free_port()]).start()
+        self.head = harness.Head(["--listen", "127.0.0.1:%d" % harness.free_port()]).start()
         self.addCleanup(self.head.cleanup)
         self.env = dict(os.environ, MUSTER_URL=self.head.url, MUSTER_TOKEN=self.head.token)
         self.cli("queue", "create", QUEUE)

@@ -14,7 +14,6 @@ data dir answers at the same URL.  Checks:
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,17 +32,11 @@ GATED = ('echo "$MUSTER_TASK_ID" >> "$1/runs"; while [ ! -e "$1/gate" ]; do slee
          ' cat; : > "$1/ended-$MUSTER_TASK_ID"')
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class WorkerHeadRestartTest(unittest.TestCase):
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="muster-worker-restart-")
-        self.head = harness.Head(["--listen", "127.0.0.1:%d" % free_port()])
+        self.head = harness.Head(["--listen", "127.0.0.1:%d" % harness.free_port()])
         self.head.start()
         self.url = self.head.url
         self.procs = []
