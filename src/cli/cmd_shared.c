@@ -241,6 +241,47 @@ int cmd_shared_rm(cli_args_t *args) {
   return shared_with_client(args, shared_rm);
 }
 
+/* Adds a blob of GET /v1/shared/{scope} to the table: its name, level, kept
+ * levels, size, checksum and the seconds left until it expires (`now`: the
+ * wall clock in ms, as expires_ms is). */
+static void shared_ls_row(cli_table_t *table, const json_t *blob, int64_t now) {
+  char level[32], levels[256] = "", size[32], expires[32];
+  snprintf(level, sizeof level, "%lld",
+           (long long)json_integer_value(json_object_get(blob, "level")));
+  size_t j;
+  json_t *l;
+  json_array_foreach(json_object_get(blob, "levels"), j, l) {
+    size_t at = strlen(levels);
+    snprintf(levels + at, sizeof levels - at, "%s%lld", j ? "," : "",
+             (long long)json_integer_value(l));
+  }
+  human_bytes((double)json_integer_value(json_object_get(blob, "size")), size, sizeof size);
+  int64_t left = (int64_t)json_integer_value(json_object_get(blob, "expires_ms")) - now;
+  snprintf(expires, sizeof expires, "%llds", (long long)(left > 0 ? left / 1000 : 0));
+  const char *cells[] = {json_string_value(json_object_get(blob, "name")),     level,  levels, size,
+                         json_string_value(json_object_get(blob, "checksum")), expires};
+  table_add(table, cells);
+}
+
+/* Prints the blobs of a scope as `shared ls` shows them without --json. */
+static void shared_ls_print(const json_t *blobs) {
+  static const char *const headers[] = {"NAME", "LEVEL",    "LEVELS",
+                                        "SIZE", "CHECKSUM", "EXPIRES_IN"};
+  static const int right[] = {0, 1, 0, 1, 0, 1};
+  cli_table_t table;
+  table_init(&table, 6, headers, right);
+  size_t i;
+  json_t *blob;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  json_array_foreach(blobs, i, blob) {
+    shared_ls_row(&table, blob, now);
+  }
+  table_print(&table, stdout);
+  table_free(&table);
+}
+
 static int shared_ls(cli_args_t *args, muster_client_t *client) {
   char *json = NULL;
   muster_err_t err = muster_shared_list(client, args->pos[0], &json);
@@ -253,37 +294,7 @@ static int shared_ls(cli_args_t *args, muster_client_t *client) {
   }
   json_t *root = json_loads(json, 0, NULL);
   muster_free(json);
-  static const char *const headers[] = {"NAME", "LEVEL",    "LEVELS",
-                                        "SIZE", "CHECKSUM", "EXPIRES_IN"};
-  static const int right[] = {0, 1, 0, 1, 0, 1};
-  cli_table_t table;
-  table_init(&table, 6, headers, right);
-  size_t i;
-  json_t *blob;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-  json_array_foreach(json_object_get(root, "blobs"), i, blob) {
-    char level[32], levels[256] = "", size[32], expires[32];
-    snprintf(level, sizeof level, "%lld",
-             (long long)json_integer_value(json_object_get(blob, "level")));
-    size_t j;
-    json_t *l;
-    json_array_foreach(json_object_get(blob, "levels"), j, l) {
-      size_t at = strlen(levels);
-      snprintf(levels + at, sizeof levels - at, "%s%lld", j ? "," : "",
-               (long long)json_integer_value(l));
-    }
-    human_bytes((double)json_integer_value(json_object_get(blob, "size")), size, sizeof size);
-    int64_t left = (int64_t)json_integer_value(json_object_get(blob, "expires_ms")) - now;
-    snprintf(expires, sizeof expires, "%llds", (long long)(left > 0 ? left / 1000 : 0));
-    const char *cells[] = {
-        json_string_value(json_object_get(blob, "name")),     level,  levels, size,
-        json_string_value(json_object_get(blob, "checksum")), expires};
-    table_add(&table, cells);
-  }
-  table_print(&table, stdout);
-  table_free(&table);
+  shared_ls_print(json_object_get(root, "blobs"));
   json_decref(root);
   return CLI_OK;
 }

@@ -204,7 +204,6 @@ static void worker_take_agent_fd(worker_t *w) {
   unsetenv("MUSTER_AGENT_FD");
 }
 
-/* Reads the options into the worker's settings. */
 /* A random id for this process's registrations (a clock-and-pid one if the
  * kernel has no randomness to give: it only has to differ from others'). */
 static void worker_make_instance(worker_t *w) {
@@ -220,12 +219,10 @@ static void worker_make_instance(worker_t *w) {
     snprintf(w->instance + 2 * i, 3, "%02x", rnd[i]);
 }
 
-static int worker_configure(cli_args_t *args, worker_t *w) {
+/* Reads --concurrency, --max-tasks and --timeout-ms; CLI_OK, or the usage
+ * error of the first that is refused. */
+static int worker_read_limits(cli_args_t *args, worker_t *w) {
   int64_t concurrency = 1;
-  worker_make_instance(w);
-  w->queue = cli_opt(args, "queue");
-  if (w->queue == NULL)
-    return cli_usage_error(args->cmd, "'worker' needs --queue Q");
   int rc = cli_opt_int(args, "concurrency", 1, 1, &concurrency);
   if (rc == CLI_OK && concurrency > WORKER_MAX_CONCURRENCY)
     rc = cli_usage_error(args->cmd, "--concurrency: at most %d", WORKER_MAX_CONCURRENCY);
@@ -234,6 +231,12 @@ static int worker_configure(cli_args_t *args, worker_t *w) {
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "timeout-ms", -1, 1, &w->timeout_ms);
   w->concurrency = (int)concurrency;
+  return rc;
+}
+
+/* Reads the options that need no check here: names, the head, the command or
+ * plugin, and the node cache's URL (--cache-url, else MUSTER_CACHE_URL). */
+static void worker_read_options(cli_args_t *args, worker_t *w) {
   w->nickname = cli_opt(args, "nickname");
   w->node = cli_opt(args, "node");
   w->json_result = cli_flag(args, "json-result");
@@ -246,25 +249,45 @@ static int worker_configure(cli_args_t *args, worker_t *w) {
       cli_opt(args, "cache-url") ? cli_opt(args, "cache-url") : getenv("MUSTER_CACHE_URL");
   if (w->cache_url && w->cache_url[0] == '\0')
     w->cache_url = NULL;
-  if (rc == CLI_OK && args->npos == 0 && w->plugin_path == NULL)
-    rc = cli_usage_error(args->cmd, "'worker' needs a command after -- or --plugin PATH");
-  else if (rc == CLI_OK && args->npos > 0 && w->plugin_path != NULL)
-    rc = cli_usage_error(args->cmd, "give either a command or --plugin, not both");
-  else if (rc == CLI_OK && w->plugin_path != NULL && w->concurrency > 1)
-    rc = cli_usage_error(args->cmd, "a plugin worker runs one task at a time (no --concurrency)");
+}
+
+/* Checks that the worker has one way to run its tasks (a command it can find,
+ * or a plugin without --concurrency) and that --init-data is JSON text;
+ * CLI_OK, or CLI_USAGE after saying what is wrong. */
+static int worker_check_runner(cli_args_t *args, worker_t *w) {
+  if (args->npos == 0 && w->plugin_path == NULL)
+    return cli_usage_error(args->cmd, "'worker' needs a command after -- or --plugin PATH");
+  if (args->npos > 0 && w->plugin_path != NULL)
+    return cli_usage_error(args->cmd, "give either a command or --plugin, not both");
+  if (w->plugin_path != NULL && w->concurrency > 1)
+    return cli_usage_error(args->cmd, "a plugin worker runs one task at a time (no --concurrency)");
   char why[800];
-  if (rc == CLI_OK && w->plugin_path == NULL && run_resolve(w->cmd[0], why, sizeof why) != 0) {
+  if (w->plugin_path == NULL && run_resolve(w->cmd[0], why, sizeof why) != 0) {
     /* Checked before joining: a worker that cannot run its command would fail
      * every task it leased and so turn the whole queue dead. */
     fprintf(stderr, "muster worker: %s; nothing was leased\n", why);
-    rc = CLI_USAGE;
+    return CLI_USAGE;
   }
-  if (rc == CLI_OK && w->init_data != NULL) {
+  int rc = CLI_OK;
+  if (w->init_data != NULL) {
     json_t *value = json_loads(w->init_data, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     if (value == NULL)
       rc = cli_usage_error(args->cmd, "--init-data: not valid JSON text");
     json_decref(value);
   }
+  return rc;
+}
+
+/* Reads the options into the worker's settings. */
+static int worker_configure(cli_args_t *args, worker_t *w) {
+  worker_make_instance(w);
+  w->queue = cli_opt(args, "queue");
+  if (w->queue == NULL)
+    return cli_usage_error(args->cmd, "'worker' needs --queue Q");
+  int rc = worker_read_limits(args, w);
+  worker_read_options(args, w);
+  if (rc == CLI_OK)
+    rc = worker_check_runner(args, w);
   worker_take_agent_fd(w);
   return rc;
 }

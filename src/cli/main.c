@@ -418,6 +418,41 @@ static int hoist_client_opts(int argc, char **argv, char **out) {
   return n;
 }
 
+/* The row of the command that argv[1] (and argv[2] for a group) names, and in
+ * *skip how many words argv[0] and the command take; CLI_OK, -1 after a
+ * group's help was printed, or CLI_USAGE after saying what is unknown. */
+static int resolve_command(int argc, char **argv, const cli_cmd_t **cmd, int *skip) {
+  const char *word = argv[1];
+  if (is_group(word))
+    return run_group(argc, argv, cmd, skip);
+  if ((*cmd = find_command(word, NULL)) == NULL) {
+    fprintf(stderr, "muster: unknown command '%s'\n", word);
+    fprintf(stderr, "Try 'muster --help' for the list of commands.\n");
+    return CLI_USAGE;
+  }
+  return CLI_OK;
+}
+
+/* Parses the words of `cmd` (argv[skip] on) and runs it; returns the exit
+ * status. */
+static int run_command(const cli_cmd_t *cmd, int argc, char **argv, int skip) {
+  char **pos = calloc((size_t)argc + 1, sizeof *pos);
+  if (pos == NULL) {
+    fprintf(stderr, "muster: out of memory\n");
+    return CLI_FAIL;
+  }
+  cli_args_t args;
+  int rc = cli_parse(cmd, argc - skip, argv + skip, pos, &args);
+  if (rc == CLI_OK && cmd->client && !(cli_opt(&args, "join") && cli_opt(&args, "join")[0]))
+    rc = cli_check_url(&args); /* `node --join URL` uses its URL instead */
+  if (rc == CLI_OK)
+    rc = cmd->run(&args);
+  else if (rc < 0)
+    rc = CLI_OK;
+  free(pos);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage_all(stderr);
@@ -440,28 +475,8 @@ int main(int argc, char **argv) {
     return cmd_head_main(argc - 1, argv + 1);
   const cli_cmd_t *cmd = NULL;
   int skip = 2;
-  if (is_group(word)) {
-    int rc = run_group(argc, argv, &cmd, &skip);
-    if (rc != CLI_OK)
-      return rc < 0 ? CLI_OK : rc;
-  } else if ((cmd = find_command(word, NULL)) == NULL) {
-    fprintf(stderr, "muster: unknown command '%s'\n", word);
-    fprintf(stderr, "Try 'muster --help' for the list of commands.\n");
-    return CLI_USAGE;
-  }
-  char **pos = calloc((size_t)argc + 1, sizeof *pos);
-  if (pos == NULL) {
-    fprintf(stderr, "muster: out of memory\n");
-    return CLI_FAIL;
-  }
-  cli_args_t args;
-  int rc = cli_parse(cmd, argc - skip, argv + skip, pos, &args);
-  if (rc == CLI_OK && cmd->client && !(cli_opt(&args, "join") && cli_opt(&args, "join")[0]))
-    rc = cli_check_url(&args); /* `node --join URL` uses its URL instead */
-  if (rc == CLI_OK)
-    rc = cmd->run(&args);
-  else if (rc < 0)
-    rc = CLI_OK;
-  free(pos);
-  return rc;
+  int rc = resolve_command(argc, argv, &cmd, &skip);
+  if (rc != CLI_OK)
+    return rc < 0 ? CLI_OK : rc;
+  return run_command(cmd, argc, argv, skip);
 }

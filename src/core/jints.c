@@ -151,6 +151,53 @@ static inline const char *jints_space(const char *p, const char *end) {
   return p;
 }
 
+/* What stands where an array was expected: another JSON value, or broken text. */
+static inline jints_err_t jints_not_array(const char *p, const char *end) {
+  return p < end && (*p == '{' || *p == '"' || *p == '-' || jints_is_digit((unsigned char)*p) ||
+                     *p == 't' || *p == 'f' || *p == 'n')
+             ? JINTS_NOT_ARRAY
+             : JINTS_SYNTAX;
+}
+
+/* The elements of an array that is not empty, from its first element through
+ * its ']': at most `count` into out[], *pp past the ']' or where reading
+ * stopped, *at how many were read (count + 1 when there are more). */
+static inline jints_err_t jints_elements(const char **pp, const char *end, uint64_t max,
+                                         uint64_t *out, size_t count, size_t *at) {
+  const char *p = *pp;
+  size_t n = 0;
+  jints_err_t err;
+  for (;;) {
+    p = jints_space(p, end);
+    if (n == count) { /* one too many: stop before writing past out[] */
+      if (p < end && *p != ']') {
+        err = JINTS_COUNT;
+        n++;
+      } else {
+        err = JINTS_SYNTAX; /* "[1,]", "[1," */
+      }
+      break;
+    }
+    if ((err = jints_u64(&p, end, max, &out[n])) != JINTS_OK)
+      break;
+    n++;
+    p = jints_space(p, end);
+    if (p < end && *p == ',') {
+      p++;
+      continue;
+    }
+    if (p < end && *p == ']') {
+      p++;
+      break;
+    }
+    err = JINTS_SYNTAX; /* another byte, or the text ends */
+    break;
+  }
+  *pp = p;
+  *at = n;
+  return err;
+}
+
 jints_err_t jints_array_u64(const char **pp, const char *end, uint64_t max, uint64_t *out,
                             size_t count, size_t *at) {
   const char *p = *pp;
@@ -160,42 +207,13 @@ jints_err_t jints_array_u64(const char **pp, const char *end, uint64_t max, uint
     at = &ignored;
   if (p == end || *p != '[') {
     *at = 0; /* *pp stays */
-    return p < end && (*p == '{' || *p == '"' || *p == '-' || jints_is_digit((unsigned char)*p) ||
-                       *p == 't' || *p == 'f' || *p == 'n')
-               ? JINTS_NOT_ARRAY
-               : JINTS_SYNTAX;
+    return jints_not_array(p, end);
   }
   p = jints_space(p + 1, end);
-  if (p < end && *p == ']') {
+  if (p < end && *p == ']')
     p++;
-  } else {
-    for (;;) {
-      p = jints_space(p, end);
-      if (n == count) { /* one too many: stop before writing past out[] */
-        if (p < end && *p != ']') {
-          err = JINTS_COUNT;
-          n++;
-        } else {
-          err = JINTS_SYNTAX; /* "[1,]", "[1," */
-        }
-        break;
-      }
-      if ((err = jints_u64(&p, end, max, &out[n])) != JINTS_OK)
-        break;
-      n++;
-      p = jints_space(p, end);
-      if (p < end && *p == ',') {
-        p++;
-        continue;
-      }
-      if (p < end && *p == ']') {
-        p++;
-        break;
-      }
-      err = JINTS_SYNTAX; /* another byte, or the text ends */
-      break;
-    }
-  }
+  else
+    err = jints_elements(&p, end, max, out, count, &n);
   if (err == JINTS_OK && n != count)
     err = JINTS_COUNT;
   *at = n;

@@ -631,61 +631,93 @@ static int agent_run(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
   return ok ? 0 : 1;
 }
 
+/* Takes the machine's lock (one agent per machine) and reads from it the
+ * instance of the agent that held it before, if any; -1 after saying that
+ * another agent holds it. */
+static int agent_take_lock(node_agent_t *a) {
+  const char *lock_path = a->cfg->lock_path ? a->cfg->lock_path : getenv("MUSTER_NODE_LOCK");
+  char err[1024];
+  a->lock_path = lock_path && lock_path[0] ? lock_path : NODE_DEFAULT_LOCK;
+  a->lock_fd = node_lock_take(a->lock_path, err, sizeof err);
+  if (a->lock_fd < 0) {
+    agent_log(a, "%s", err);
+    return -1;
+  }
+  node_lock_previous(a->lock_fd, a->previous, sizeof a->previous);
+  agent_describe_lock(a, 0);
+  return 0;
+}
+
+/* The lock and condition the loop and the background thread share; the
+ * condition's timed waits (heartbeats) run on the monotonic clock, which a
+ * change of the wall clock does not move. */
+static void agent_sync_init(node_agent_t *a) {
+  pthread_mutex_init(&a->lock, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&a->wake, &attr);
+  pthread_condattr_destroy(&attr);
+}
+
+/* Plans the workers, opens the API port and the client, then runs the agent
+ * until it stops; returns the exit status (2: a bad GPU list).  What it set
+ * up is left for agent_release, also when a step fails. */
+static int agent_serve(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
+  const node_config_t *cfg = a->cfg;
+  int status = 1, rc = 0;
+  a->base = event_base_new();
+  if (a->base && (rc = agent_plan_workers(a)) == -2)
+    status = 2;
+  else if (a->base && rc == 0 && agent_listen(a) == 0 &&
+           pipe2(notify, O_CLOEXEC | O_NONBLOCK) == 0 &&
+           muster_client_new(cfg->head_url, cfg->token, &bg->client) == MUSTER_OK) {
+    bg->notify_fd = notify[1];
+    agent_announce(a);
+    status = agent_run(a, bg, notify);
+    if (a->refused)
+      status = 1;
+    if (status == 0)
+      agent_log(a, "node %s stopped", a->name);
+  }
+  return status;
+}
+
+/* Stops and frees everything agent_serve may have set up (each stop and free
+ * takes what was never started), then gives the lock back. */
+static void agent_release(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
+  cache_http_stop(a);
+  fwd_stop(a);
+  iter_local_stop(a);
+  cache_http_free(a);
+  sup_free(a);
+  muster_client_free(bg->client);
+  for (int i = 0; i < 2; i++)
+    if (notify[i] >= 0)
+      close(notify[i]);
+  if (a->base)
+    event_base_free(a->base);
+  free(a->crashed);
+  pthread_cond_destroy(&a->wake);
+  pthread_mutex_destroy(&a->lock);
+  close(a->lock_fd);
+}
+
 int node_agent_main(const node_config_t *cfg) {
   node_agent_t a;
   memset(&a, 0, sizeof a);
   a.cfg = cfg;
   a.lock_fd = -1;
-  const char *lock_path = cfg->lock_path ? cfg->lock_path : getenv("MUSTER_NODE_LOCK");
-  char err[1024];
   int rc = agent_identity(&a);
   if (rc != 0)
     return rc == -2 ? 2 : 1;
-  a.lock_path = lock_path && lock_path[0] ? lock_path : NODE_DEFAULT_LOCK;
-  a.lock_fd = node_lock_take(a.lock_path, err, sizeof err);
-  if (a.lock_fd < 0) {
-    agent_log(&a, "%s", err);
+  if (agent_take_lock(&a) != 0)
     return cfg->lock_busy_ok ? 0 : 1;
-  }
-  node_lock_previous(a.lock_fd, a.previous, sizeof a.previous);
-  agent_describe_lock(&a, 0);
   signal(SIGPIPE, SIG_IGN);
-  pthread_mutex_init(&a.lock, NULL);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&a.wake, &attr);
-  pthread_condattr_destroy(&attr);
-  int status = 1, notify[2] = {-1, -1};
+  agent_sync_init(&a);
+  int notify[2] = {-1, -1};
   agent_bg_t bg = {.a = &a};
-  a.base = event_base_new();
-  if (a.base && (rc = agent_plan_workers(&a)) == -2)
-    status = 2;
-  else if (a.base && rc == 0 && agent_listen(&a) == 0 &&
-           pipe2(notify, O_CLOEXEC | O_NONBLOCK) == 0 &&
-           muster_client_new(cfg->head_url, cfg->token, &bg.client) == MUSTER_OK) {
-    bg.notify_fd = notify[1];
-    agent_announce(&a);
-    status = agent_run(&a, &bg, notify);
-    if (a.refused)
-      status = 1;
-    if (status == 0)
-      agent_log(&a, "node %s stopped", a.name);
-  }
-  cache_http_stop(&a);
-  fwd_stop(&a);
-  iter_local_stop(&a);
-  cache_http_free(&a);
-  sup_free(&a);
-  muster_client_free(bg.client);
-  for (int i = 0; i < 2; i++)
-    if (notify[i] >= 0)
-      close(notify[i]);
-  if (a.base)
-    event_base_free(a.base);
-  free(a.crashed);
-  pthread_cond_destroy(&a.wake);
-  pthread_mutex_destroy(&a.lock);
-  close(a.lock_fd);
+  int status = agent_serve(&a, &bg, notify);
+  agent_release(&a, &bg, notify);
   return status;
 }

@@ -120,60 +120,134 @@ static int head_parse_refuse(int c, const char *word) {
   return 2;
 }
 
-int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg) {
-  static const struct option opts[] = {
-      {"listen", required_argument, 0, 'l'},       {"data-dir", required_argument, 0, 'd'},
-      {"token", required_argument, 0, 't'},        {"sync", required_argument, 0, 's'},
-      {"worker-timeout-ms", required_argument, 0, 'w'},
-      {"max-wait-ms", required_argument, 0, 'W'},  {"sweep-ms", required_argument, 0, 'S'},
-      {"max-body", required_argument, 0, 'b'},     {"max-payload", required_argument, 0, 'p'},
-      {"log-level", required_argument, 0, 'L'},    {"help", no_argument, 0, 'h'},
-      {"dashboard-token", required_argument, 0, 'D'}, {"metrics-public", no_argument, 0, 'M'},
-      {"distcompute", required_argument, 0, 'C'},
-      {"node-timeout-ms", required_argument, 0, 'N'},
-      {"max-blob-bytes", required_argument, 0, 'B'},
-      {"max-shared-ttl-ms", required_argument, 0, 'T'},
-      {"shared-keep-levels", required_argument, 0, 'K'},
-      {"sync-leases", no_argument, 0, 'Y'},
-      {0, 0, 0, 0}};
-  int c, which = 0;
+/* The options of `muster head`; head_set_option switches on their `val`. */
+static const struct option head_options[] = {
+    {"listen", required_argument, 0, 'l'},
+    {"data-dir", required_argument, 0, 'd'},
+    {"token", required_argument, 0, 't'},
+    {"sync", required_argument, 0, 's'},
+    {"worker-timeout-ms", required_argument, 0, 'w'},
+    {"max-wait-ms", required_argument, 0, 'W'},
+    {"sweep-ms", required_argument, 0, 'S'},
+    {"max-body", required_argument, 0, 'b'},
+    {"max-payload", required_argument, 0, 'p'},
+    {"log-level", required_argument, 0, 'L'},
+    {"help", no_argument, 0, 'h'},
+    {"dashboard-token", required_argument, 0, 'D'},
+    {"metrics-public", no_argument, 0, 'M'},
+    {"distcompute", required_argument, 0, 'C'},
+    {"node-timeout-ms", required_argument, 0, 'N'},
+    {"max-blob-bytes", required_argument, 0, 'B'},
+    {"max-shared-ttl-ms", required_argument, 0, 'T'},
+    {"shared-keep-levels", required_argument, 0, 'K'},
+    {"sync-leases", no_argument, 0, 'Y'},
+    {0, 0, 0, 0},
+};
+
+/* Stores the value of the numeric option `c` (a size, a count or a duration)
+ * in the config; false when it is no integer or below the option's minimum. */
+static bool head_set_number(int c, head_config_t *cfg) {
   int64_t n = 0;
+  bool ok;
+  switch (c) {
+  case 'w':
+    return parse_size(optarg, 100, &cfg->worker_timeout_ms);
+  case 'W':
+    return parse_size(optarg, 0, &cfg->max_wait_ms);
+  case 'S':
+    return parse_size(optarg, 10, &cfg->sweep_ms);
+  case 'N':
+    return parse_size(optarg, 100, &cfg->node_timeout_ms);
+  case 'T':
+    return parse_size(optarg, 1, &cfg->max_shared_ttl_ms);
+  case 'b':
+    ok = parse_size(optarg, 1024, &n);
+    cfg->max_body = (size_t)n;
+    return ok;
+  case 'p':
+    ok = parse_size(optarg, 64, &n);
+    cfg->max_payload = (size_t)n;
+    return ok;
+  case 'B':
+    ok = parse_size(optarg, 1, &n);
+    cfg->max_blob_bytes = (size_t)n;
+    return ok;
+  case 'K':
+    ok = parse_size(optarg, 1, &n);
+    cfg->shared_keep_levels = (size_t)n;
+    return ok;
+  default:
+    return false;
+  }
+}
+
+/* Stores the value of option `c` (any of head_options but --help) in the
+ * config; false when it is refused, with the rule a token breaks in `why`. */
+static bool head_set_option(int c, head_config_t *cfg, const char **token_arg, char *why,
+                            size_t size) {
+  bool ok;
+  switch (c) {
+  case 'l':
+    return head_parse_listen(optarg, cfg);
+  case 'd':
+    ok = strlen(optarg) < sizeof cfg->data_dir - 32;
+    snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", optarg);
+    return ok;
+  case 't':
+    *token_arg = optarg;
+    return !head_token_problem(optarg, sizeof cfg->token - 1, why, size);
+  case 's':
+    ok = strcmp(optarg, "full") == 0 || strcmp(optarg, "normal") == 0;
+    cfg->sync_full = strcmp(optarg, "full") == 0;
+    return ok;
+  case 'Y':
+    cfg->sync_leases = true;
+    return true;
+  case 'L':
+    ok = log_level_parse(optarg) >= 0;
+    if (ok)
+      log_set_level((log_level_t)log_level_parse(optarg));
+    return ok;
+  case 'D':
+    ok = !head_token_problem(optarg, sizeof cfg->read_token - 1, why, size);
+    snprintf(cfg->read_token, sizeof cfg->read_token, "%s", optarg);
+    return ok;
+  case 'M':
+    cfg->metrics_public = true;
+    return true;
+  case 'C':
+    return compat_add_pipeline(optarg);
+  default:
+    return head_set_number(c, cfg);
+  }
+}
+
+/* Reports the refused value of option `c` (--`name`) in one line; returns the
+ * exit status 2. */
+static int head_parse_invalid(int c, const char *name, const char *why) {
+  if (c == 't' || c == 'D') { /* a secret: give the rule, not the value */
+    fprintf(stderr, "muster head: --%s %s; see 'muster head --help'\n", name, why);
+    return 2;
+  }
+  fprintf(stderr, "muster head: invalid value '%s' for --%s; see 'muster head --help'\n", optarg,
+          name);
+  return 2;
+}
+
+int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg) {
+  int c, which = 0;
   char why[160];
   optind = 1;
   opterr = 0; /* getopt's own two-line message is replaced by one line below */
-  while ((c = getopt_long(argc, argv, ":h", opts, &which)) != -1) {
-    bool ok = true;
-    switch (c) {
-    case 'l': ok = head_parse_listen(optarg, cfg); break;
-    case 'd': ok = strlen(optarg) < sizeof cfg->data_dir - 32; snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", optarg); break;
-    case 't': *token_arg = optarg; ok = !head_token_problem(optarg, sizeof cfg->token - 1, why, sizeof why); break;
-    case 's': ok = strcmp(optarg, "full") == 0 || strcmp(optarg, "normal") == 0; cfg->sync_full = strcmp(optarg, "full") == 0; break;
-    case 'Y': cfg->sync_leases = true; break;
-    case 'w': ok = parse_size(optarg, 100, &cfg->worker_timeout_ms); break;
-    case 'W': ok = parse_size(optarg, 0, &cfg->max_wait_ms); break;
-    case 'S': ok = parse_size(optarg, 10, &cfg->sweep_ms); break;
-    case 'N': ok = parse_size(optarg, 100, &cfg->node_timeout_ms); break;
-    case 'b': ok = parse_size(optarg, 1024, &n); cfg->max_body = (size_t)n; break;
-    case 'p': ok = parse_size(optarg, 64, &n); cfg->max_payload = (size_t)n; break;
-    case 'B': ok = parse_size(optarg, 1, &n); cfg->max_blob_bytes = (size_t)n; break;
-    case 'T': ok = parse_size(optarg, 1, &cfg->max_shared_ttl_ms); break;
-    case 'K': ok = parse_size(optarg, 1, &n); cfg->shared_keep_levels = (size_t)n; break;
-    case 'L': ok = log_level_parse(optarg) >= 0; if (ok) log_set_level((log_level_t)log_level_parse(optarg)); break;
-    case 'D': ok = !head_token_problem(optarg, sizeof cfg->read_token - 1, why, sizeof why); snprintf(cfg->read_token, sizeof cfg->read_token, "%s", optarg); break;
-    case 'M': cfg->metrics_public = true; break;
-    case 'C': ok = compat_add_pipeline(optarg); break;
-    case 'h': head_usage(); return 0;
-    default: return head_parse_refuse(c, argv[optind - 1]);
+  while ((c = getopt_long(argc, argv, ":h", head_options, &which)) != -1) {
+    if (c == 'h') {
+      head_usage();
+      return 0;
     }
-    if (!ok && (c == 't' || c == 'D')) { /* a secret: give the rule, not the value */
-      fprintf(stderr, "muster head: --%s %s; see 'muster head --help'\n", opts[which].name, why);
-      return 2;
-    }
-    if (!ok) {
-      fprintf(stderr, "muster head: invalid value '%s' for --%s; see 'muster head --help'\n",
-              optarg, opts[which].name);
-      return 2;
-    }
+    if (c == '?' || c == ':') /* getopt_long's answers for an unknown word, a missing value */
+      return head_parse_refuse(c, argv[optind - 1]);
+    if (!head_set_option(c, cfg, token_arg, why, sizeof why))
+      return head_parse_invalid(c, head_options[which].name, why);
   }
   if (optind < argc) {
     fprintf(stderr, "muster head: unexpected argument '%s'; see 'muster head --help'\n",

@@ -286,50 +286,62 @@ static unsigned char jw_closer(unsigned char opener) {
   return opener == '{' ? '}' : ']';
 }
 
-bool jw_valid(const char *text, size_t len) {
-  jw_scan_t s = {(const unsigned char *)text, (const unsigned char *)text + len};
+/* jw_valid's pass: the scanner, and the containers open around it. */
+typedef struct {
+  jw_scan_t s;
   unsigned char open[JW_MAX_DEPTH]; /* '{' or '[' of each enclosing container */
-  size_t depth = 0;
-  bool want_value = true; /* false: after a value */
+  size_t depth;
+} jw_nest_t;
+
+/* Where a value is expected: reads a scalar, or opens a container and reads
+ * its first key, or its end when it is empty.  Returns 1 when a value is
+ * expected next (a container was opened), 0 after a whole value, -1 when the
+ * text is not JSON. */
+static int jw_valid_value(jw_nest_t *v) {
+  if (v->s.p == v->s.end)
+    return -1;
+  unsigned char c = *v->s.p;
+  if (v->depth == JW_MAX_DEPTH) /* jansson counts every value, scalars too */
+    return -1;
+  if (c != '{' && c != '[')
+    return jw_scan_scalar(&v->s) ? 0 : -1;
+  v->open[v->depth++] = c;
+  v->s.p++;
+  jw_skip_space(&v->s);
+  if (v->s.p < v->s.end && *v->s.p == jw_closer(c)) { /* empty */
+    v->s.p++;
+    v->depth--;
+    return 0;
+  }
+  return c == '{' && !jw_scan_key(&v->s) ? -1 : 1;
+}
+
+/* After a value in a container: reads a comma (and in an object the next
+ * key) or the container's closer.  Returns 1 when a value is expected next,
+ * 0 after the closer, -1 when the text is not JSON. */
+static int jw_valid_after(jw_nest_t *v) {
+  if (v->s.p == v->s.end)
+    return -1;
+  unsigned char c = *v->s.p++;
+  if (c == ',')
+    return v->open[v->depth - 1] == '{' && !jw_scan_key(&v->s) ? -1 : 1;
+  if (c != jw_closer(v->open[v->depth - 1]))
+    return -1;
+  v->depth--;
+  return 0;
+}
+
+bool jw_valid(const char *text, size_t len) {
+  jw_nest_t v; /* not cleared: open[] is read only below depth */
+  v.s = (jw_scan_t){(const unsigned char *)text, (const unsigned char *)text + len};
+  v.depth = 0;
+  int want_value = 1; /* 0: after a value */
   for (;;) {
-    jw_skip_space(&s);
-    if (want_value) {
-      if (s.p == s.end)
-        return false;
-      unsigned char c = *s.p;
-      if (depth == JW_MAX_DEPTH) /* jansson counts every value, scalars too */
-        return false;
-      if (c != '{' && c != '[') {
-        if (!jw_scan_scalar(&s))
-          return false;
-        want_value = false;
-        continue;
-      }
-      open[depth++] = c;
-      s.p++;
-      jw_skip_space(&s);
-      if (s.p < s.end && *s.p == jw_closer(c)) { /* empty */
-        s.p++;
-        depth--;
-        want_value = false;
-      } else if (c == '{' && !jw_scan_key(&s)) {
-        return false;
-      }
-      continue;
-    }
-    if (depth == 0)
-      return s.p == s.end;
-    if (s.p == s.end)
+    jw_skip_space(&v.s);
+    if (!want_value && v.depth == 0)
+      return v.s.p == v.s.end;
+    want_value = want_value ? jw_valid_value(&v) : jw_valid_after(&v);
+    if (want_value < 0)
       return false;
-    unsigned char c = *s.p++;
-    if (c == ',') {
-      want_value = true;
-      if (open[depth - 1] == '{' && !jw_scan_key(&s))
-        return false;
-    } else if (c == jw_closer(open[depth - 1])) {
-      depth--;
-    } else {
-      return false;
-    }
   }
 }

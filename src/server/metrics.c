@@ -493,7 +493,9 @@ static void metrics_render_http(metrics_out_t *out) {
   }
 }
 
-static void metrics_render_store(metrics_out_t *out) {
+/* The group commit's histograms: how long a commit and its WAL flush took,
+ * and how many requests shared it. */
+static void metrics_render_commits(metrics_out_t *out) {
   metrics_help(out, "muster_store_commit_duration_seconds", "histogram",
                "Time one group commit (one transaction per event-loop turn) took.");
   metrics_histogram(out, "muster_store_commit_duration_seconds", "", &m.commit_latency,
@@ -509,6 +511,11 @@ static void metrics_render_store(metrics_out_t *out) {
                     &m.flush_latency[0], commit_bounds, N_COMMIT);
   metrics_histogram(out, "muster_store_flush_duration_seconds", "on=\"thread\"",
                     &m.flush_latency[1], commit_bounds, N_COMMIT);
+}
+
+/* The store's events counted in `m`: failed flushes, unflushed replies, gathered and failed
+ * commits. */
+static void metrics_render_store_counters(metrics_out_t *out) {
   metrics_help(out, "muster_store_flush_failures_total", "counter",
                "WAL flushes that failed (the head stops after one).");
   metrics_printf(out, "muster_store_flush_failures_total %llu\n",
@@ -527,6 +534,10 @@ static void metrics_render_store(metrics_out_t *out) {
                "Group commits that failed and were rolled back.");
   metrics_printf(out, "muster_store_commit_failures_total %llu\n",
                  (unsigned long long)m.commit_failures);
+}
+
+/* The WAL writes that walvfs counts, as SQLite made them and as they reached the file. */
+static void metrics_render_wal(metrics_out_t *out) {
   walvfs_stats_t wal;
   walvfs_stats(&wal);
   metrics_help(out, "muster_store_wal_writes_total", "counter",
@@ -540,6 +551,13 @@ static void metrics_render_store(metrics_out_t *out) {
                "Writes of held WAL frames that failed (the transaction that wrote them failed).");
   metrics_printf(out, "muster_store_wal_write_failures_total %llu\n",
                  (unsigned long long)wal.failed);
+}
+
+/* The store's families: group commits, their events, then the WAL's writes. */
+static void metrics_render_store(metrics_out_t *out) {
+  metrics_render_commits(out);
+  metrics_render_store_counters(out);
+  metrics_render_wal(out);
 }
 
 char *metrics_render(head_t *h, size_t *len) {

@@ -78,12 +78,8 @@ static void collect_node_caches(json_t *nodes, metrics_out_t *out) {
 
 typedef enum { NODE_UP, NODE_WORKERS, NODE_CPUS, NODE_GPUS } node_gauge_t;
 
-static void collect_nodes(head_t *h, metrics_out_t *out) {
-  fail_t f = {0};
-  json_t *reply = node_list(h->st, &f);
-  if (reply == NULL)
-    return;
-  json_t *nodes = json_object_get(reply, "nodes");
+/* muster_nodes: how many nodes are active and how many gone. */
+static void collect_node_states(json_t *nodes, metrics_out_t *out) {
   size_t i;
   json_t *node;
   int64_t active = 0, gone = 0;
@@ -94,7 +90,10 @@ static void collect_nodes(head_t *h, metrics_out_t *out) {
                "Registered nodes by state (gone: left or timed out), now.");
   metrics_printf(out, "muster_nodes{state=\"active\"} %lld\nmuster_nodes{state=\"gone\"} %lld\n",
                  (long long)active, (long long)gone);
+}
 
+/* One gauge per node and node_gauge_t: up, workers, CPUs and GPUs. */
+static void collect_node_gauges(json_t *nodes, metrics_out_t *out) {
   static const struct {
     const char *metric, *help;
   } gauges[] = {
@@ -105,6 +104,8 @@ static void collect_nodes(head_t *h, metrics_out_t *out) {
   };
   for (int k = NODE_UP; k <= NODE_GPUS; k++) {
     metrics_help(out, gauges[k].metric, "gauge", gauges[k].help);
+    size_t i;
+    json_t *node;
     json_array_foreach(nodes, i, node) {
       int64_t v = k == NODE_UP        ? strcmp(jstr(node, "state"), "active") == 0
                   : k == NODE_WORKERS ? jint(node, "workers")
@@ -114,7 +115,10 @@ static void collect_nodes(head_t *h, metrics_out_t *out) {
       metrics_printf(out, "} %lld\n", (long long)v);
     }
   }
+}
 
+/* The total and free memory of every GPU of every node, labelled by both. */
+static void collect_node_gpu_memory(json_t *nodes, metrics_out_t *out) {
   static const struct {
     const char *metric, *field, *help;
   } memories[] = {
@@ -125,6 +129,8 @@ static void collect_nodes(head_t *h, metrics_out_t *out) {
   };
   for (size_t k = 0; k < sizeof memories / sizeof memories[0]; k++) {
     metrics_help(out, memories[k].metric, "gauge", memories[k].help);
+    size_t i;
+    json_t *node;
     json_array_foreach(nodes, i, node) {
       size_t g;
       json_t *gpu;
@@ -135,40 +141,66 @@ static void collect_nodes(head_t *h, metrics_out_t *out) {
       }
     }
   }
+}
+
+/* The node families, from node_list: what GET /v1/nodes answers. */
+static void collect_nodes(head_t *h, metrics_out_t *out) {
+  fail_t f = {0};
+  json_t *reply = node_list(h->st, &f);
+  if (reply == NULL)
+    return;
+  json_t *nodes = json_object_get(reply, "nodes");
+  collect_node_states(nodes, out);
+  collect_node_gauges(nodes, out);
+  collect_node_gpu_memory(nodes, out);
   collect_node_caches(nodes, out);
   json_decref(reply);
 }
 
 /* ---- sessions ---- */
 
-static void collect_sessions(head_t *h, metrics_out_t *out) {
+/* The open sessions of one queue, summed up. */
+typedef struct {
+  char *queue; /* owned */
+  int64_t open, total, done, failed;
+} session_row_t;
+
+/* The open sessions by queue into *rows (the caller frees each queue and the
+ * array; rows read before an allocation failed are kept); false when the
+ * statement cannot be prepared. */
+static bool load_sessions(head_t *h, session_row_t **rows, size_t *n) {
   sqlite3_stmt *s =
       store_stmt(h->st, "SELECT queue, count(*), sum(total), sum(done), sum(failed)"
                         " FROM sessions WHERE state = 0 GROUP BY queue ORDER BY queue");
   if (s == NULL)
-    return;
-  typedef struct {
-    char *queue;
-    int64_t open, total, done, failed;
-  } row_t;
-  row_t *rows = NULL;
-  size_t n = 0, cap = 0;
+    return false;
+  size_t cap = 0;
   while (sqlite3_step(s) == SQLITE_ROW) {
-    if (n == cap) {
-      row_t *grown = realloc(rows, (cap = cap ? cap * 2 : 8) * sizeof *rows);
+    if (*n == cap) {
+      session_row_t *grown = realloc(*rows, (cap = cap ? cap * 2 : 8) * sizeof **rows);
       if (grown == NULL)
         break;
-      rows = grown;
+      *rows = grown;
     }
     const char *queue = (const char *)sqlite3_column_text(s, 0);
-    rows[n] =
-        (row_t){strdup(queue ? queue : ""), sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 2),
-                sqlite3_column_int64(s, 3), sqlite3_column_int64(s, 4)};
-    if (rows[n].queue == NULL)
+    session_row_t *r = &(*rows)[*n];
+    *r = (session_row_t){strdup(queue ? queue : ""), sqlite3_column_int64(s, 1),
+                         sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 3),
+                         sqlite3_column_int64(s, 4)};
+    if (r->queue == NULL)
       break;
-    n++;
+    (*n)++;
   }
   store_reset(s);
+  return true;
+}
+
+/* muster_sessions and muster_session_tasks: the open sessions by queue. */
+static void collect_sessions(head_t *h, metrics_out_t *out) {
+  session_row_t *rows = NULL;
+  size_t n = 0;
+  if (!load_sessions(h, &rows, &n))
+    return;
   metrics_help(out, "muster_sessions", "gauge", "Open sessions by queue, now.");
   for (size_t i = 0; i < n; i++) {
     open_sample(out, "muster_sessions", "queue", rows[i].queue);
@@ -199,6 +231,29 @@ typedef struct {
   int64_t samples, acked, expired, taken;
 } iter_info_t;
 
+/* Fills *x, zeroed, from the status of one iteration: its blocks, and its
+ * ranks' health and counters summed up. */
+static void iter_info_read(iter_info_t *x, const json_t *it) {
+  json_t *blocks = json_object_get(it, "blocks");
+  x->epoch = jint(it, "epoch");
+  x->finished = json_is_true(json_object_get(it, "finished"));
+  x->total = jint(blocks, "total");
+  x->done = jint(blocks, "done");
+  x->leased = jint(blocks, "leased");
+  x->pending = jint(blocks, "pending");
+  size_t r;
+  json_t *rank;
+  json_array_foreach(json_object_get(it, "ranks"), r, rank) {
+    for (size_t k = 0; k < N_HEALTH; k++)
+      if (strcmp(jstr(rank, "health"), rank_healths[k]) == 0)
+        x->health[k]++;
+    x->samples += jint(rank, "samples");
+    x->acked += jint(rank, "blocks");
+    x->expired += jint(rank, "expired");
+    x->taken += jint(rank, "taken_over");
+  }
+}
+
 /* The status of every iteration, through iter_get (the JSON of
  * GET /v1/iterations/{name}); names point into *names. */
 static iter_info_t *load_iterations(head_t *h, json_t **names, size_t *n) {
@@ -221,41 +276,15 @@ static iter_info_t *load_iterations(head_t *h, json_t **names, size_t *n) {
     if (it == NULL)
       continue;
     iter_info_t *x = &info[(*n)++];
-    json_t *blocks = json_object_get(it, "blocks");
     x->name = json_string_value(name);
-    x->epoch = jint(it, "epoch");
-    x->finished = json_is_true(json_object_get(it, "finished"));
-    x->total = jint(blocks, "total");
-    x->done = jint(blocks, "done");
-    x->leased = jint(blocks, "leased");
-    x->pending = jint(blocks, "pending");
-    size_t r;
-    json_t *rank;
-    json_array_foreach(json_object_get(it, "ranks"), r, rank) {
-      for (size_t k = 0; k < N_HEALTH; k++)
-        if (strcmp(jstr(rank, "health"), rank_healths[k]) == 0)
-          x->health[k]++;
-      x->samples += jint(rank, "samples");
-      x->acked += jint(rank, "blocks");
-      x->expired += jint(rank, "expired");
-      x->taken += jint(rank, "taken_over");
-    }
+    iter_info_read(x, it);
     json_decref(it);
   }
   return info;
 }
 
-static void collect_iterations(head_t *h, metrics_out_t *out) {
-  json_t *names;
-  size_t n;
-  iter_info_t *info = load_iterations(h, &names, &n);
-  if (info == NULL) {
-    json_decref(names);
-    return;
-  }
-  metrics_help(out, "muster_iterations", "gauge", "Iterations on the head, now.");
-  metrics_printf(out, "muster_iterations %zu\n", n);
-
+/* The families with one sample per iteration: each an iter_info_t field. */
+static void collect_iteration_values(const iter_info_t *info, size_t n, metrics_out_t *out) {
   static const struct {
     const char *metric, *type, *help;
     size_t offset;
@@ -286,6 +315,11 @@ static void collect_iterations(head_t *h, metrics_out_t *out) {
                      (long long)*(const int64_t *)((const char *)&info[i] + plain[k].offset));
     }
   }
+}
+
+/* The families with one sample per iteration and state: its blocks by state
+ * and its ranks by health. */
+static void collect_iteration_states(const iter_info_t *info, size_t n, metrics_out_t *out) {
   metrics_help(out, "muster_iteration_blocks", "gauge",
                "Blocks of the current epoch by state (pending: returned by a failed rank and "
                "not leased again), now.");
@@ -303,6 +337,21 @@ static void collect_iterations(head_t *h, metrics_out_t *out) {
       open_sample(out, "muster_iteration_ranks", "iteration", info[i].name);
       metrics_printf(out, ",health=\"%s\"} %lld\n", rank_healths[k], (long long)info[i].health[k]);
     }
+}
+
+/* The iteration families, from iter_get: what GET /v1/iterations/{name} answers. */
+static void collect_iterations(head_t *h, metrics_out_t *out) {
+  json_t *names;
+  size_t n;
+  iter_info_t *info = load_iterations(h, &names, &n);
+  if (info == NULL) {
+    json_decref(names);
+    return;
+  }
+  metrics_help(out, "muster_iterations", "gauge", "Iterations on the head, now.");
+  metrics_printf(out, "muster_iterations %zu\n", n);
+  collect_iteration_values(info, n, out);
+  collect_iteration_states(info, n, out);
   free(info);
   json_decref(names);
 }
@@ -324,41 +373,54 @@ static bool store_has_table(head_t *h, const char *table) {
   return found;
 }
 
-static void collect_shared(head_t *h, metrics_out_t *out) {
-  if (!store_has_table(h, "shared_blobs") || !store_has_table(h, "shared_levels"))
-    return;
+/* The unexpired shared data of one scope, or of every session scope. */
+typedef struct {
+  char scope[NAME_MAX_LEN + 1];
+  int64_t v[3]; /* blobs, levels, bytes */
+} shared_row_t;
+
+/* Sums up the unexpired blobs by scope into *rows (the caller frees it; rows
+ * read before an allocation failed are kept), those of session scopes into
+ * *sessions; false when the statement cannot be prepared. */
+static bool load_shared(head_t *h, shared_row_t **rows, size_t *n, shared_row_t *sessions) {
   /* Unexpired blobs only (an expired one answers 404 until the sweep deletes it). */
   sqlite3_stmt *s = store_stmt(
       h->st, "SELECT b.scope, count(DISTINCT b.name), count(l.level), coalesce(sum(l.size), 0)"
              " FROM shared_blobs b LEFT JOIN shared_levels l ON l.scope = b.scope"
              " AND l.name = b.name WHERE b.expires_ms > ?1 GROUP BY b.scope ORDER BY b.scope");
   if (s == NULL)
-    return;
-  typedef struct {
-    char scope[NAME_MAX_LEN + 1];
-    int64_t v[3]; /* blobs, levels, bytes */
-  } row_t;
-  row_t *rows = NULL, sessions = {SESSION_SCOPES, {0, 0, 0}};
-  size_t n = 0, cap = 0;
+    return false;
+  size_t cap = 0;
   sqlite3_bind_int64(s, 1, now_ms());
   while (sqlite3_step(s) == SQLITE_ROW) {
     const char *scope = (const char *)sqlite3_column_text(s, 0);
-    row_t *r = &sessions;
+    shared_row_t *r = sessions;
     if (scope == NULL || strncmp(scope, "s-", 2) != 0) {
-      if (n == cap) {
-        row_t *grown = realloc(rows, (cap = cap ? cap * 2 : 8) * sizeof *rows);
+      if (*n == cap) {
+        shared_row_t *grown = realloc(*rows, (cap = cap ? cap * 2 : 8) * sizeof **rows);
         if (grown == NULL)
           break;
-        rows = grown;
+        *rows = grown;
       }
-      r = &rows[n++];
-      *r = (row_t){{0}, {0, 0, 0}};
+      r = &(*rows)[(*n)++];
+      *r = (shared_row_t){{0}, {0, 0, 0}};
       snprintf(r->scope, sizeof r->scope, "%s", scope ? scope : "");
     }
     for (int k = 0; k < 3; k++)
       r->v[k] += sqlite3_column_int64(s, k + 1);
   }
   store_reset(s);
+  return true;
+}
+
+/* The shared data families by scope, the session scopes last as one. */
+static void collect_shared(head_t *h, metrics_out_t *out) {
+  if (!store_has_table(h, "shared_blobs") || !store_has_table(h, "shared_levels"))
+    return;
+  shared_row_t *rows = NULL, sessions = {SESSION_SCOPES, {0, 0, 0}};
+  size_t n = 0;
+  if (!load_shared(h, &rows, &n, &sessions))
+    return;
   static const struct {
     const char *metric, *help;
   } families[3] = {
@@ -370,7 +432,7 @@ static void collect_shared(head_t *h, metrics_out_t *out) {
   for (int k = 0; k < 3; k++) {
     metrics_help(out, families[k].metric, "gauge", families[k].help);
     for (size_t i = 0; i <= n; i++) {
-      const row_t *r = i < n ? &rows[i] : &sessions;
+      const shared_row_t *r = i < n ? &rows[i] : &sessions;
       open_sample(out, families[k].metric, "scope", r->scope);
       metrics_printf(out, "} %lld\n", (long long)r->v[k]);
     }

@@ -173,36 +173,42 @@ muster_err_t shared_check_level(store_t *st, const char *scope, const char *name
   return MUSTER_OK;
 }
 
-muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_t now, fail_t *f) {
-  int64_t creates = 0;
-  blob_row_t b = {0};
-  if (shared_check_level(st, lv->scope, lv->name, lv->level, now, &creates, f) ||
-      blob_load(st, lv->scope, lv->name, &b, f))
-    return f->code;
+/* Clears the way for level `creates` of the blob `b` (as loaded): an expired
+ * blob, or any blob a level 1 starts again, is dropped whole, and a new blob
+ * forgets that an earlier one under its name expired. */
+static muster_err_t blob_make_way(store_t *st, const shared_level_t *lv, const blob_row_t *b,
+                                  int64_t creates, int64_t now, fail_t *f) {
   /* An expired blob that the sweep has not reached yet is replaced whole. */
-  if (b.exists && (b.expires_ms <= now || creates == 1) &&
+  if (b->exists && (b->expires_ms <= now || creates == 1) &&
       blob_drop(st, lv->scope, lv->name, NULL, f))
     return f->code;
   /* Written again: an earlier expiry no longer explains anything. */
   if (creates == 1 && shared_exec(st, "DELETE FROM shared_expired WHERE scope = ?1 AND name = ?2",
                                   lv->scope, lv->name, 0, f))
     return f->code;
-  lv->level = lv->newest = creates;
-  lv->expires_ms = now + lv->ttl_ms;
+  return MUSTER_OK;
+}
+
+/* Records level lv->level of the blob: its size, checksum and file. */
+static muster_err_t level_insert(store_t *st, const shared_level_t *lv, int64_t now, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "INSERT INTO shared_levels(scope, name, level, size, checksum,"
                                    " file, created_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)");
   if (s == NULL)
     return store_fail(st, f, "shared commit");
   store_bind_text(s, 1, lv->scope);
   store_bind_text(s, 2, lv->name);
-  sqlite3_bind_int64(s, 3, creates);
+  sqlite3_bind_int64(s, 3, lv->level);
   sqlite3_bind_int64(s, 4, lv->size);
   store_bind_text(s, 5, lv->checksum);
   store_bind_text(s, 6, lv->file);
   sqlite3_bind_int64(s, 7, now);
-  if (store_step_done(st, s, f))
-    return f->code;
-  s = store_stmt(st, "INSERT INTO shared_blobs(scope, name, level, ttl_ms, expires_ms, created_ms,"
+  return store_step_done(st, s, f);
+}
+
+/* Creates the blob's row, or moves it to lv->level with the new ttl and expiry. */
+static muster_err_t blob_upsert(store_t *st, const shared_level_t *lv, int64_t now, fail_t *f) {
+  sqlite3_stmt *s =
+      store_stmt(st, "INSERT INTO shared_blobs(scope, name, level, ttl_ms, expires_ms, created_ms,"
                      " updated_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?6)"
                      " ON CONFLICT(scope, name) DO UPDATE SET level = excluded.level,"
                      " ttl_ms = excluded.ttl_ms, expires_ms = excluded.expires_ms,"
@@ -211,11 +217,22 @@ muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_
     return store_fail(st, f, "shared commit");
   store_bind_text(s, 1, lv->scope);
   store_bind_text(s, 2, lv->name);
-  sqlite3_bind_int64(s, 3, creates);
+  sqlite3_bind_int64(s, 3, lv->level);
   sqlite3_bind_int64(s, 4, lv->ttl_ms);
   sqlite3_bind_int64(s, 5, lv->expires_ms);
   sqlite3_bind_int64(s, 6, now);
-  if (store_step_done(st, s, f))
+  return store_step_done(st, s, f);
+}
+
+muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_t now, fail_t *f) {
+  int64_t creates = 0;
+  blob_row_t b = {0};
+  if (shared_check_level(st, lv->scope, lv->name, lv->level, now, &creates, f) ||
+      blob_load(st, lv->scope, lv->name, &b, f) || blob_make_way(st, lv, &b, creates, now, f))
+    return f->code;
+  lv->level = lv->newest = creates;
+  lv->expires_ms = now + lv->ttl_ms;
+  if (level_insert(st, lv, now, f) || blob_upsert(st, lv, now, f))
     return f->code;
   return creates > keep ? levels_drop(st, lv->scope, lv->name, creates - keep, f) : MUSTER_OK;
 }
