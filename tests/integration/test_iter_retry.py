@@ -51,7 +51,9 @@ REPEAT = {"acked": 2, "epoch": 0, "epoch_complete": False, "finished": False, "r
 AFTER_EPOCH_0 = ([(2, 10), (2, 10)], 1, 0, [])
 
 
-class IterRetryTest(unittest.TestCase):
+class HeadCase(unittest.TestCase):
+    """One head for the class's tests."""
+
     @classmethod
     def setUpClass(cls):
         cls.head = harness.Head().start()
@@ -59,6 +61,9 @@ class IterRetryTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.head.cleanup()
+
+
+class IterRetryTest(HeadCase):
 
     def test_retry_after_the_epoch_completed(self):
         """The retry of an ack that counted before another rank completed the epoch: 200,
@@ -152,19 +157,11 @@ def next_held(head, name, rank, max_blocks, held=True):
     return r.json
 
 
-class NextRetryTest(unittest.TestCase):
+class NextRetryTest(HeadCase):
     """A next whose reply was lost leased blocks the rank never heard of: its retry with
     "held": true gets them again, under their tokens and with fresh deadlines, then new
     blocks up to max; without it they stay leased to the rank (docs/api.md, "Retrying a
     next")."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.head = harness.Head().start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.head.cleanup()
 
     def test_held_resends_what_a_lost_reply_leased(self):
         h = self.head

@@ -46,6 +46,18 @@ TIMEOUT = 1.5  # a call's timeout, off the pool's one-second retry beat
 LATE = 0.75  # how late a TimeoutError may come (a request, a wake-up of a loaded machine)
 
 
+def count_calls(obj, method):
+    """Wraps obj.method to note each call: the list it grows by one per call."""
+    calls, call = [], getattr(obj, method)
+
+    def counted(*args):
+        calls.append(1)
+        return call(*args)
+
+    setattr(obj, method, counted)
+    return calls
+
+
 class Gated(muster.WorkerInterface):
     """Squares its input; from GATED on only once the file init_data["gate"] exists.
     The workers load this script as __mp_main__ (the Pool sends its path)."""
@@ -209,14 +221,7 @@ class PoolHeadRestartTest(unittest.TestCase):
     def test_submitting_outlasts_a_head_that_is_down(self):
         open(self.gate, "w").close()
         pool = self.pool(timeout_ms=60000)
-        tries = []
-        put = pool.client.session_put
-
-        def counted_put(*args):
-            tries.append(1)
-            return put(*args)
-
-        pool.client.session_put = counted_put
+        tries = count_calls(pool.client, "session_put")
         self.head.kill()
         with self.assertLogs("muster", level="INFO") as logs:
             run = Run(lambda: [pool.map(range(50))])
@@ -362,14 +367,7 @@ class PoolHeadRestartTest(unittest.TestCase):
         open(self.gate, "w").close()
         pool = self.pool(timeout_ms=60000)
         self.assertEqual(pool.map(range(5)), [i * i for i in range(5)])
-        tries = []
-        close = pool.client.close_session
-
-        def counted_close(*args):
-            tries.append(1)
-            return close(*args)
-
-        pool.client.close_session = counted_close
+        tries = count_calls(pool.client, "close_session")
         self.head.kill()
         with self.assertLogs("muster", level="INFO") as logs:
             run = Run(lambda: [pool.close()])
