@@ -105,9 +105,9 @@ class CoordinatedRankSampler:
         """``call(retry)``'s value, ``retry`` False on the first try.  While the head does
         not answer (down or restarting: its state is on disk, the rank's leases keep their
         deadlines) the call is made again at once, then every RETRY_PAUSE_S for up to
-        ``head_wait_s``,
-        then the last error is raised.  Safe to resend: an ack is answered as a repeat, and
-        a next is resent with ``held`` (the blocks a lost reply leased come again)."""
+        ``head_wait_s``, then the last error is raised.  Safe to resend: an ack is answered
+        as a repeat, and a next is resent with ``held`` (the blocks a lost reply leased
+        come again)."""
         failing_since = None
         while True:
             try:
