@@ -275,6 +275,22 @@ class SubmissionProxy(RequestProxy):
         return self.count
 
 
+class CliChecks:
+    """ok() and fails() for a unittest.TestCase whose muster(*args, **kw) runs the CLI
+    and returns its CompletedProcess."""
+
+    def ok(self, *args, **kw):
+        r = self.muster(*args, **kw)
+        self.assertEqual(r.returncode, 0, "muster %s failed: %s" % (" ".join(args), r.stderr))
+        return r.stdout
+
+    def fails(self, code, *args, **kw):
+        r = self.muster(*args, **kw)
+        self.assertEqual(r.returncode, code, "muster %s: rc %d, stderr %r"
+                         % (" ".join(args), r.returncode, r.stderr))
+        return r.stderr
+
+
 def free_port():
     """A TCP port of 127.0.0.1 free now: for a head that must come back on the same URL
     after a restart (the port is not held; another process could take it meanwhile)."""

@@ -42,7 +42,7 @@ ORPHAN_CANDIDATE = ('if [ "$MUSTER_ATTEMPT" != 1 ]; then exec cat; fi; '
                     'sleep 600 & echo "$$ $!" > "$1/pids.tmp"; mv "$1/pids.tmp" "$1/pids"; wait')
 
 
-class CliTest(unittest.TestCase):
+class CliTest(harness.CliChecks, unittest.TestCase):
     head = None
 
     @classmethod
@@ -77,17 +77,6 @@ class CliTest(unittest.TestCase):
         """Runs the CLI and returns the CompletedProcess (text mode)."""
         return subprocess.run([MUSTER] + list(args), input=stdin, capture_output=True, text=True,
                               env=self.env(url, token), cwd=cwd or self.cwd, timeout=60)
-
-    def ok(self, *args, **kw):
-        r = self.muster(*args, **kw)
-        self.assertEqual(r.returncode, 0, "muster %s failed: %s" % (" ".join(args), r.stderr))
-        return r.stdout
-
-    def fails(self, code, *args, **kw):
-        r = self.muster(*args, **kw)
-        self.assertEqual(r.returncode, code, "muster %s: rc %d, stderr %r"
-                         % (" ".join(args), r.returncode, r.stderr))
-        return r.stderr
 
     def queue(self, suffix="", *opts):
         name = self.id().rsplit(".", 1)[-1].replace("_", "-") + suffix

@@ -73,7 +73,7 @@ class CutProxy:
             client.sendall(data)
 
 
-class CliMessagesTest(unittest.TestCase):
+class CliMessagesTest(harness.CliChecks, unittest.TestCase):
     head = None
 
     @classmethod
@@ -96,17 +96,6 @@ class CliMessagesTest(unittest.TestCase):
             env["MUSTER_URL"] = url
         return subprocess.run([MUSTER] + list(args), input=stdin, capture_output=True, text=True,
                               env=env, cwd=self.cwd, timeout=60)
-
-    def ok(self, *args, **kw):
-        r = self.muster(*args, **kw)
-        self.assertEqual(r.returncode, 0, "muster %s failed: %s" % (" ".join(args), r.stderr))
-        return r.stdout
-
-    def fails(self, code, *args, **kw):
-        r = self.muster(*args, **kw)
-        self.assertEqual(r.returncode, code, "muster %s: rc %d, stderr %r"
-                         % (" ".join(args), r.returncode, r.stderr))
-        return r.stderr
 
     # ---- url and token -------------------------------------------------------------
 
