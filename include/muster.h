@@ -342,11 +342,16 @@ typedef struct {
   size_t count;
 } muster_iter_next_t;
 
-/* Leases up to `max` blocks of epoch `epoch` for `rank`, with their sample
- * indices when `with_indices`.  Free *out with muster_iter_next_free. */
+/* Flags of muster_iter_next. */
+#define MUSTER_ITER_INDICES 1 /* the blocks' sample indices too */
+#define MUSTER_ITER_HELD 2    /* first the blocks the rank holds (the retry of a
+                                 next whose reply was lost; docs/api.md) */
+
+/* Leases up to `max` blocks of epoch `epoch` for `rank`; `flags`: any of
+ * MUSTER_ITER_INDICES and MUSTER_ITER_HELD (1 still means "with indices").
+ * Free *out with muster_iter_next_free. */
 muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_t rank,
-                              uint64_t epoch, size_t max, int with_indices,
-                              muster_iter_next_t *out);
+                              uint64_t epoch, size_t max, int flags, muster_iter_next_t *out);
 void muster_iter_next_free(muster_iter_next_t *next);
 
 /* Marks `count` blocks done (all or nothing); `tokens[i]` goes with `blocks[i]`
@@ -386,6 +391,10 @@ typedef struct {
   muster_load_fn load;    /* optional */
   muster_sample_free_fn free_sample; /* optional */
   void *user;
+  /* coordinated: how long a request the head does not answer (down,
+   * restarting, a reply lost) is sent again before the loader fails;
+   * default 600000 (muster_loader_opts_init), 0: fail at once */
+  int64_t head_wait_ms;
 } muster_loader_opts_t;
 
 typedef struct {
@@ -399,6 +408,7 @@ typedef struct {
   uint64_t blocks_taken_over; /* coordinated: blocks leased from another rank */
   size_t buffer_peak;       /* most samples ever buffered (<= prefetch) */
   uint64_t epoch;           /* current epoch */
+  uint64_t head_retries;    /* coordinated: requests sent again (head_wait_ms) */
 } muster_loader_stats_t;
 
 void muster_loader_opts_init(muster_loader_opts_t *opts);

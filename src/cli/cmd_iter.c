@@ -55,6 +55,7 @@ const cli_opt_t iter_next_opts[] = {
     {"rank", "R", "the rank asking (required)"},
     {"epoch", "E", "the epoch it is consuming (default: the iteration's current one)"},
     {"max", "N", "lease up to N blocks (default 1)"},
+    {"held", NULL, "first the blocks the rank holds (to retry a next whose reply was lost)"},
     {NULL, NULL, NULL},
 };
 
@@ -269,7 +270,10 @@ int cmd_iter_next(cli_args_t *args) {
   }
   muster_iter_next_t next;
   muster_err_t err = muster_iter_next(client, args->pos[0], (uint32_t)rank, (uint64_t)epoch,
-                                      (size_t)max, 1, &next);
+                                      (size_t)max,
+                                      MUSTER_ITER_INDICES |
+                                          (cli_flag(args, "held") ? MUSTER_ITER_HELD : 0),
+                                      &next);
   if (err == MUSTER_OK) {
     static const char *const states[] = {"blocks", "wait", "epoch_end", "finished"};
     for (size_t i = 0; i < next.count; i++)

@@ -145,8 +145,7 @@ void muster_iter_next_free(muster_iter_next_t *next) {
 }
 
 muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_t rank,
-                              uint64_t epoch, size_t max, int with_indices,
-                              muster_iter_next_t *out) {
+                              uint64_t epoch, size_t max, int flags, muster_iter_next_t *out) {
   if (client == NULL || out == NULL)
     return MUSTER_INVALID;
   memset(out, 0, sizeof *out);
@@ -162,6 +161,9 @@ muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_
   jtext_add_int(b, (int64_t)epoch);
   JTEXT_ADD_LITERAL(b, ",\"max\":");
   jtext_add_int(b, (int64_t)max);
+  bool with_indices = (flags & MUSTER_ITER_INDICES) != 0;
+  if (flags & MUSTER_ITER_HELD)
+    JTEXT_ADD_LITERAL(b, ",\"held\":true");
   if (with_indices)
     JTEXT_ADD_LITERAL(b, ",\"indices\":true}");
   else
@@ -173,7 +175,7 @@ muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_
     return err;
   /* The reply's text, read without a tree: the indices are most of it. */
   char why[CLIENT_MESSAGE_MAX - 64];
-  err = iter_next_read(client->reply.data, client->reply.len, with_indices != 0, out, why,
+  err = iter_next_read(client->reply.data, client->reply.len, with_indices, out, why,
                        sizeof why);
   if (err == MUSTER_NOMEM)
     return client_fail(client, err, "out of memory");
