@@ -492,6 +492,26 @@ class CliTest(unittest.TestCase):
             p = self.run_cli(h, "iter", "next", "c")
             self.assertEqual(p.returncode, 2)
 
+    def test_cli_next_held(self):
+        """`iter next --held` (the retry of a next whose output was lost) prints the
+        blocks the rank holds first, under their tokens, then new ones up to --max."""
+        with harness.Head() as h:
+            p = self.run_cli(h, "iter", "create", "hd", "--num-samples", "12", "--block-size",
+                             "2", "--strategy", "dynamic")
+            self.assertEqual(p.returncode, 0, p.stderr)
+
+            def lease(*extra):
+                p = self.run_cli(h, "iter", "next", "hd", "--rank", "0", *extra)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                return [(b["block"], b["token"]) for b in map(json.loads, p.stdout.splitlines())]
+
+            first = lease()
+            self.assertEqual(lease("--held"), first)
+            again = lease("--held", "--max", "2")
+            self.assertEqual(again[0], first[0])
+            self.assertNotEqual(again[1][0], first[0][0])
+            self.assertEqual(lease("--held", "--max", "3")[:2], again)
+
     def test_cli_restore_messages(self):
         with harness.Head() as h:
             # A file that cannot be read: the OS's reason, and no error code (the head
