@@ -22,6 +22,10 @@
 
 #define SHARED_PATH_MAX 1024
 
+/* libcurl's receive buffer: each piece is one write(2) to the file and one
+ * hash update, and its default (16 KiB) made a 256 MiB level 16 384 of each. */
+#define SHARED_RECV_BUFFER (512L * 1024)
+
 /* One transfer's state, shared by the libcurl callbacks. */
 typedef struct {
   muster_client_t *client;
@@ -175,6 +179,7 @@ static void shared_setopt(CURL *curl, muster_client_t *client, const char *metho
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, x);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, shared_write);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, x);
+  curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, SHARED_RECV_BUFFER);
   /* Blobs may take long: no overall limit, but give up on a stalled transfer. */
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
