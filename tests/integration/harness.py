@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import unittest
 import urllib.parse
 
 MUSTER_BIN = os.environ.get("MUSTER_BIN") or os.path.join(
@@ -196,6 +197,21 @@ def not_muster_server():
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+class RestartableHeadCase(unittest.TestCase):
+    """A head per test on a port of its own, so that it can be killed and started again
+    at the same URL (self.head.kill(), self.head.start()); self.proxy, when a test sets
+    one (a RequestProxy), is closed after it."""
+
+    def setUp(self):
+        self.head = Head(["--listen", "127.0.0.1:%d" % free_port()]).start()
+        self.proxy = None
+
+    def tearDown(self):
+        if self.proxy:
+            self.proxy.close()
+        self.head.cleanup()
 
 
 class RequestProxy:

@@ -35,16 +35,7 @@ class Signal(logging.Handler):
         self.event.set()
 
 
-class SamplerRestartTest(unittest.TestCase):
-    def setUp(self):
-        self.head = harness.Head(["--listen", "127.0.0.1:%d" % harness.free_port()]).start()
-        self.proxy = None
-
-    def tearDown(self):
-        if self.proxy:
-            self.proxy.close()
-        self.head.cleanup()
-
+class SamplerRestartTest(harness.RestartableHeadCase):
     def sampler(self, url, name, wait=True):
         client = muster.Client(url, self.head.token)
         self.addCleanup(client.close)

@@ -78,16 +78,7 @@ class Rank:
                 f.close()
 
 
-class LoaderRestartTest(unittest.TestCase):
-    def setUp(self):
-        self.head = harness.Head(["--listen", "127.0.0.1:%d" % harness.free_port()]).start()
-        self.proxy = None
-
-    def tearDown(self):
-        if self.proxy:
-            self.proxy.close()
-        self.head.cleanup()
-
+class LoaderRestartTest(harness.RestartableHeadCase):
     def rank(self, url, name, **kw):
         r = Rank(url, self.head.token, name, **kw)
         self.addCleanup(r.kill)
