@@ -232,6 +232,14 @@ void h1_hold(h1_req_t *q) {
     q->conn->holding = q;
 }
 
+void h1_set_note(h1_req_t *q, const void *note) {
+  q->note = note;
+}
+
+const void *h1_note(const h1_req_t *q) {
+  return q->note;
+}
+
 void h1_respond(h1_req_t *q, int status, const char *type, char *body, size_t len, bool newline) {
   req_release(q);
   if (q->conn == NULL) {

@@ -143,6 +143,11 @@ void h1_drop(h1_req_t *q);
  * handled until this one is answered, as HTTP/1.1 wants pipelined requests
  * to take effect in order. */
 void h1_hold(h1_req_t *q);
+/* A note of the dispatcher's on the request (NULL until set), kept until it
+ * is answered: what a request answered after its dispatch needs to recall
+ * then (the route layer's route, for metrics). */
+void h1_set_note(h1_req_t *q, const void *note);
+const void *h1_note(const h1_req_t *q);
 
 /* ---- streamed bodies ---- */
 

@@ -64,6 +64,7 @@ struct h1_req {
   h1_body_data_fn on_data; /* the sink of a streamed body, while attached */
   h1_body_end_fn on_end;
   void *sink;
+  const void *note; /* the dispatcher's (h1_set_note) */
   /* the reply */
   char *extra; /* handler headers, "Name: value\r\n"..., malloc'ed */
   size_t extra_len;

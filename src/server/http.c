@@ -34,7 +34,7 @@ struct reply {
   int fd;
   int64_t file_len;
   int route;        /* for metrics: index in http_routes, METRICS_ROUTE_* otherwise */
-  int64_t start_us; /* when the request arrived (metrics_now_us) */
+  int64_t start_us; /* when the request arrived (metrics_now_us); -1: no latency */
   bool no_flush;    /* goes out after the commit without waiting for a flush */
 };
 
@@ -80,7 +80,7 @@ static void http_build_reply(reply_t *r) {
 /* Counts reply *r, sent now or at the end of a lend, and frees it. */
 static void http_account_reply(reply_t *r) {
   if (r->route != METRICS_ROUTE_SKIP)
-    metrics_http(r->route, r->status, metrics_now_us() - r->start_us);
+    metrics_http(r->route, r->status, r->start_us < 0 ? -1 : metrics_now_us() - r->start_us);
   free(r);
 }
 
@@ -121,13 +121,18 @@ static void http_enqueue_body(head_t *h, h1_req_t *req, int status, const char *
   http_enqueue_reply(h, r);
 }
 
-/* Queues JSON `body` (stolen) as a reply outside the route layer. */
+/* Queues JSON `body` (stolen) as the late reply of a parked request.  It is
+ * counted under the route http_dispatch noted on the request, with this
+ * status, when it is sent; its wait was the caller's choice (a long-poll's
+ * wait_ms, an upload's pace), so it stays out of the latency histogram. */
 static void http_enqueue_json(head_t *h, h1_req_t *req, int status, json_t *body,
                               bool no_flush) {
+  const http_route_t *rt = h1_note(req);
+  int route = rt ? (int)(rt - http_routes) : METRICS_ROUTE_SKIP;
   size_t len = 0;
   char *text = jw_dump(body, &len);
   json_decref(body);
-  http_enqueue_body(h, req, status, NULL, text, len, METRICS_ROUTE_SKIP, 0, no_flush);
+  http_enqueue_body(h, req, status, NULL, text, len, route, -1, no_flush);
 }
 
 void http_enqueue(head_t *h, h1_req_t *req, int status, json_t *body) {
@@ -544,11 +549,11 @@ static void http_dispatch(h1_req_t *req, void *arg) {
   if (!r.parked) {
     http_enqueue_req(&r, rt, start_us);
   } else {
-    /* Answered after other events: the connection's next request waits. */
+    /* Answered after other events: the connection's next request waits.
+     * It is counted when that answer is sent (http_enqueue_json), with its
+     * status: a parked lease may end in an error, an upload in 201. */
     h1_hold(req);
-    /* A parked long-poll is counted now; its wait is the caller's choice,
-     * so it stays out of the latency histogram. */
-    metrics_http(rt ? (int)(rt - http_routes) : METRICS_ROUTE_NONE, 200, -1);
+    h1_set_note(req, rt);
   }
   http_req_clear(&r);
 }

@@ -8,9 +8,9 @@
  * nothing: a block is done exactly once.  The same acknowledgement sent
  * again (its reply was lost), in the current epoch or after the epoch it
  * acknowledged in completed, as long as that is the last completed one,
- * finds its blocks done under its tokens and is answered as a repeat that
- * counts nothing (the rows of the last completed epoch are kept for it,
- * iter.c).  A rank leases, in this order:
+ * finds its blocks done under its tokens by its rank and is answered as a
+ * repeat that counts nothing (the rows of the last completed epoch are kept
+ * for it, iter.c).  A rank leases, in this order:
  * returned blocks of its own lane, then fresh blocks of its lane, then —
  * static strategies with replication > 1 — the returned and fresh blocks of
  * failed ranks it replicates (ranks r - 1 ... r - (replication - 1)).
@@ -385,12 +385,20 @@ static muster_err_t block_row(store_t *st, int64_t id, int64_t epoch, int64_t bl
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, "block ack");
 }
 
-/* Whether row `r` is of a block acknowledged under `token`.  A done block
- * keeps the token that acknowledged it (tokens are never reused), so the
- * same acknowledgement again — a retry whose reply was lost — is told apart
- * from a lease that ended. */
-static bool acked_under(const block_row_t *r, int64_t token) {
-  return r->state >= ITER_BLOCK_DONE && r->token == token;
+/* Whether row `r` is of a block acknowledged under `token` by `rank`.  A
+ * done block keeps the token and the rank that acknowledged it (tokens are
+ * never reused), so the same acknowledgement again — a retry whose reply was
+ * lost — is told apart from a lease that ended, and from another rank
+ * sending that token.  A row migrated from iter_final_acks (schema 15) has
+ * no rank on record: any rank's retry of it is taken as the one. */
+static bool acked_under(const block_row_t *r, int64_t token, int64_t rank) {
+  return r->state >= ITER_BLOCK_DONE && r->token == token && (r->rank < 0 || r->rank == rank);
+}
+
+/* Whether row `r` is of a block acknowledged under `token` by a rank other
+ * than `rank`: not a retry of `rank`'s, which is refused. */
+static bool acked_by_other(const block_row_t *r, int64_t token, int64_t rank) {
+  return r->state >= ITER_BLOCK_DONE && r->token == token && !acked_under(r, token, rank);
 }
 
 /* Marks the rows of `blocks`, the acknowledgement that just completed epoch
@@ -420,29 +428,34 @@ static muster_err_t final_mark(store_t *st, int64_t id, int64_t epoch, const jso
  * epoch or of the last completed one (a client that let the epoch default
  * names the current one), is a success that counts nothing (counted in *n).
  * Anything else is refused with what the block's row tells of it. */
-static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t block, int64_t token,
-                                 const char *ctx, ack_counts_t *n, fail_t *f) {
+static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t rank, int64_t block,
+                                 int64_t token, const char *ctx, ack_counts_t *n, fail_t *f) {
   block_row_t now, last = {-1, 0, -1};
   if (block_row(st, row->id, row->epoch, block, &now, f) ||
-      (!acked_under(&now, token) && row->epoch > 0 &&
+      (!acked_under(&now, token, rank) && row->epoch > 0 &&
        block_row(st, row->id, row->epoch - 1, block, &last, f)))
     return f->code;
-  if (acked_under(&now, token) || acked_under(&last, token)) {
+  if (acked_under(&now, token, rank) || acked_under(&last, token, rank)) {
     n->repeated++;
-    n->last_epoch += acked_under(&last, token);
-    n->final += acked_under(&last, token) && last.state == ITER_BLOCK_FINAL;
+    n->last_epoch += acked_under(&last, token, rank);
+    n->final += acked_under(&last, token, rank) && last.state == ITER_BLOCK_FINAL;
     return MUSTER_OK;
   }
   const char *what;
-  char leased[64];
-  if (now.state < 0) {
+  char text[128];
+  if (acked_by_other(&now, token, rank) || acked_by_other(&last, token, rank)) {
+    const block_row_t *by = acked_by_other(&now, token, rank) ? &now : &last;
+    snprintf(text, sizeof text, "was acknowledged under that token%s by rank %lld, not %lld",
+             by == &last ? " in the last completed epoch" : "", (long long)by->rank,
+             (long long)rank);
+    what = text;
+  } else if (now.state < 0) {
     what = "has not been leased in this epoch";
   } else if (now.state == ITER_BLOCK_PENDING) {
     what = "is waiting to be leased again (its lease expired or its rank failed)";
   } else if (now.state == ITER_BLOCK_LEASED) {
-    snprintf(leased, sizeof leased, "is leased to rank %lld under another token",
-             (long long)now.rank);
-    what = leased;
+    snprintf(text, sizeof text, "is leased to rank %lld under another token", (long long)now.rank);
+    what = text;
   } else {
     what = "was acknowledged under another token (by the rank that took it over)";
   }
@@ -474,7 +487,7 @@ static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *l
   if (store_step_done(st, s, f))
     return f->code;
   if (sqlite3_changes(store_db(st)) != 1)
-    return ack_not_held(st, row, block, token, ctx, n, f);
+    return ack_not_held(st, row, rank, block, token, ctx, n, f);
   int64_t plan_rank;
   uint64_t begin, end;
   iter_unit_desc(lay, (uint64_t)block, &plan_rank, &begin, &end);
@@ -504,12 +517,28 @@ static json_t *ack_repeat_reply(const iter_row_t *row, size_t count, bool final)
   return ack_reply(count, row->epoch - 1, false, false, (int64_t)count);
 }
 
-/* Refuses element `ctx` (`block` under `token`; `r`, its row of the last
- * completed epoch) of an acknowledgement of that epoch, or of the next one
- * when the iteration is finished (a retry that let the epoch default);
- * returns NULL. */
+/* What row `r` of a block in the last completed epoch tells of an
+ * acknowledgement of it by `rank` under `token` that is no retry, into
+ * buf (`size` bytes). */
+static const char *ack_past_what(const block_row_t *r, int64_t token, int64_t rank, char *buf,
+                                 size_t size) {
+  if (acked_by_other(r, token, rank)) {
+    snprintf(buf, size, "the block was acknowledged in it under that token by rank %lld, not %lld",
+             (long long)r->rank, (long long)rank);
+    return buf;
+  }
+  if (r->state >= ITER_BLOCK_DONE)
+    return "the block was acknowledged in it under another token (by the rank that took it over)";
+  return "no acknowledgement of the block in it is on record (it is no block of that epoch, or "
+         "one done before the iteration was restored from a checkpoint)";
+}
+
+/* Refuses element `ctx` (`block` under `token`; `what`, what its row of the
+ * last completed epoch tells) of an acknowledgement of that epoch, or of the
+ * next one when the iteration is finished (a retry that let the epoch
+ * default); returns NULL. */
 static json_t *ack_past_refuse(const iter_row_t *row, int64_t epoch, const char *ctx, int64_t block,
-                               int64_t token, const block_row_t *r, fail_t *f) {
+                               int64_t token, const char *what, fail_t *f) {
   long long last = (long long)(row->epoch - 1);
   if (epoch == row->epoch) {
     fail_set(f, MUSTER_LEASE_LOST,
@@ -520,26 +549,21 @@ static json_t *ack_past_refuse(const iter_row_t *row, int64_t epoch, const char 
   fail_set(f, MUSTER_LEASE_LOST,
            "%s: block %lld of epoch %lld under token %lld: epoch %lld is complete and %s; "
            "token %lld holds nothing: nothing of epoch %lld is leased any more",
-           ctx, (long long)block, last, (long long)token, last,
-           r->state >= ITER_BLOCK_DONE
-               ? "the block was acknowledged in it under another token (by the rank that "
-                 "took it over)"
-               : "no acknowledgement of the block in it is on record (it is no block of that "
-                 "epoch, or one done before the iteration was restored from a checkpoint)",
-           (long long)token, last);
+           ctx, (long long)block, last, (long long)token, last, what, (long long)token, last);
   return NULL;
 }
 
-/* An acknowledgement in epoch `epoch` that is over (or, the iteration being
- * finished, is its last).  A retry of an acknowledgement of the last
- * completed epoch (every block under the token that acknowledged it there)
- * is answered as that one was, counting nothing; anything else is refused,
- * naming for that epoch the first element that is not such a block. */
-static json_t *ack_past(store_t *st, const iter_row_t *row, int64_t epoch, const json_t *blocks,
-                        fail_t *f) {
+/* An acknowledgement by `rank` in epoch `epoch` that is over (or, the
+ * iteration being finished, is its last).  A retry of an acknowledgement of
+ * the last completed epoch (every block under the token and by the rank
+ * that acknowledged it there) is answered as that one was, counting
+ * nothing; anything else is refused, naming for that epoch the first
+ * element that is not such a block. */
+static json_t *ack_past(store_t *st, const iter_row_t *row, int64_t rank, int64_t epoch,
+                        const json_t *blocks, fail_t *f) {
   size_t count = json_array_size(blocks);
   int64_t last = row->epoch - 1, block, token, final = 0;
-  char ctx[32];
+  char ctx[32], what[128];
   block_row_t r;
   if (epoch < last) {
     fail_set(f, MUSTER_LEASE_LOST,
@@ -553,8 +577,9 @@ static json_t *ack_past(store_t *st, const iter_row_t *row, int64_t epoch, const
     if (ack_elem(json_array_get(blocks, i), i, ctx, &block, &token, f) ||
         block_row(st, row->id, last, block, &r, f))
       return NULL;
-    if (!acked_under(&r, token))
-      return ack_past_refuse(row, epoch, ctx, block, token, &r, f);
+    if (!acked_under(&r, token, rank))
+      return ack_past_refuse(row, epoch, ctx, block, token,
+                             ack_past_what(&r, token, rank, what, sizeof what), f);
     final += r.state == ITER_BLOCK_FINAL;
   }
   return ack_repeat_reply(row, count, final == (int64_t)count);
@@ -572,7 +597,7 @@ json_t *iter_ack(store_t *st, const char *name, const json_t *body, fail_t *f) {
       jv_int(body, "epoch", "", row.epoch, 0, INT64_MAX, &epoch, f))
     goto done;
   if (epoch < row.epoch || (row.finished && epoch == row.epoch)) {
-    out = ack_past(st, &row, epoch, blocks, f);
+    out = ack_past(st, &row, rank, epoch, blocks, f);
     goto done;
   }
   if (epoch > row.epoch) {

@@ -34,7 +34,7 @@ typedef enum {
 
 /* Route indices that are not rows of http_routes. */
 #define METRICS_ROUTE_NONE (-1) /* the path matched no route */
-#define METRICS_ROUTE_SKIP (-2) /* not counted here (a parked long-poll's late reply) */
+#define METRICS_ROUTE_SKIP (-2) /* not counted (a late reply with no route noted) */
 
 /* Seconds of history kept per queue by the completion ring. */
 #define METRICS_RING_SECONDS 600

@@ -195,8 +195,8 @@ class IterTest(unittest.TestCase):
         self.assertEqual(st["blocks"]["done"], 2)
         self.assertEqual((st["ranks"][0]["blocks"], st["ranks"][0]["samples"]), (2, 10))
         # A fresh block and a repeat in one ack: the fresh one counts.
-        [third] = lease(h, "again", 1, 0, 1)["blocks"]
-        r = ack(h, "again", 1, [blocks[0], third])
+        [third] = lease(h, "again", 0, 0, 1)["blocks"]
+        r = ack(h, "again", 0, [blocks[0], third])
         self.assertEqual((r.status, r.json.get("repeated")), (200, 1), r)
         self.assertEqual(status(h, "again")["blocks"]["done"], 3)
         # Another token: refused, and the message says what became of the block.
@@ -238,12 +238,17 @@ class IterTest(unittest.TestCase):
         st = status(h, "fin")
         self.assertEqual((st["epoch"], st["blocks"]["done"]), (1, 0))
         self.assertEqual((st["ranks"][1]["blocks"], st["ranks"][1]["samples"]), (2, 10))
-        # Not the final ack, or only part of it with another: the epoch was not complete.
+        # Not the final ack: the epoch was not complete.
         not_final = {"acked": 2, "epoch": 0, "epoch_complete": False, "finished": False,
                      "repeated": 2}
-        for rank, body in ((0, early), (1, [final[0], early[0]])):
-            r = ack(h, "fin", rank, body, 0)
-            self.assertEqual((r.status, r.json), (200, not_final), r)
+        r = ack(h, "fin", 0, early, 0)
+        self.assertEqual((r.status, r.json), (200, not_final), r)
+        # Part of the final ack with a block rank 0 acknowledged: no retry of rank 1's.
+        r = ack(h, "fin", 1, [final[0], early[0]], 0)
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("blocks[1]: block %d of epoch 0 under token %d: epoch 0 is complete and "
+                      "the block was acknowledged in it under that token by rank 0, not 1"
+                      % (early[0]["block"], early[0]["token"]), r.json["error"]["message"])
         # Not acknowledged under that token: refused, all of it, naming the element and
         # saying why.
         for rank, body, bad in ((1, [final[0], dict(final[1], token=final[1]["token"] + 1000)],

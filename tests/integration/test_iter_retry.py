@@ -1,7 +1,7 @@
 """An iteration ack sent again after its epoch completed (its reply was lost, and another
 rank completed the epoch meanwhile) is answered as a repeat, as long as that epoch is the
-last completed one: every block of the request under the token that acknowledged it,
-"repeated" = the blocks of the request, nothing counted twice, also with the epoch left to
+last completed one: every block of the request under the token and from the rank that
+acknowledged it, "repeated" = the blocks of the request, nothing counted twice, also with the epoch left to
 default and after a head restart.  Any other element of that epoch is lease_lost, naming
 it and what became of its block; once the next epoch completes the retry gets the older
 epoch's answer (docs/api.md, "POST /v1/iterations/{name}/ack").
@@ -115,6 +115,45 @@ class IterRetryTest(HeadCase):
         self.assertIn("blocks[1]: block 0 of epoch 1 is not leased under token %d: it has not "
                       "been leased in this epoch" % wrong["token"], r.json["error"]["message"])
         self.assertEqual(counted(h, "wrong"), AFTER_EPOCH_0)
+
+    def test_repeat_from_another_rank_refused(self):
+        """A repeat is a retry of the rank that acknowledged the blocks: the same blocks
+        and tokens from another rank are lease_lost, naming the block and the rank that
+        acknowledged it, in the current epoch and in the last completed one (named or
+        left to default); nothing counted, and the right rank's retry is still a repeat."""
+        h = self.head
+        r = create(h, "ranked", dataset={"num_samples": 20}, block_size=5,
+                   strategy="dynamic", world_size=2, epochs=3, rank_timeout_ms=60000)
+        self.assertEqual(r.status, 201, r)
+        mine = lease(h, "ranked", 0, 0, 2)["blocks"]
+        self.assertEqual(ack(h, "ranked", 0, mine).status, 200)
+        before = counted(h, "ranked")
+        r = ack(h, "ranked", 1, mine)
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("blocks[0]: block %d of epoch 0 is not leased under token %d: it was "
+                      "acknowledged under that token by rank 0, not 1"
+                      % (mine[0]["block"], mine[0]["token"]), r.json["error"]["message"])
+        self.assertEqual(counted(h, "ranked"), before)
+        r = ack(h, "ranked", 0, mine)
+        self.assertEqual((r.status, r.json.get("repeated")), (200, 2), r)
+
+        early, final, _ = lost_then_completed(self, h, "ranked-past")
+        for rank, body in ((1, early), (0, final)):
+            r = ack(h, "ranked-past", rank, body, 0)
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            self.assertIn("blocks[0]: block %d of epoch 0 under token %d: epoch 0 is complete "
+                          "and the block was acknowledged in it under that token by rank %d, "
+                          "not %d" % (body[0]["block"], body[0]["token"], 1 - rank, rank),
+                          r.json["error"]["message"])
+            r = ack(h, "ranked-past", rank, body)  # the epoch left to default: epoch 1
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            self.assertIn("blocks[0]: block %d of epoch 1 is not leased under token %d: it was "
+                          "acknowledged under that token in the last completed epoch by rank "
+                          "%d, not %d" % (body[0]["block"], body[0]["token"], 1 - rank, rank),
+                          r.json["error"]["message"])
+        self.assertEqual(counted(h, "ranked-past"), AFTER_EPOCH_0)
+        self.assertEqual((ack(h, "ranked-past", 0, early, 0).status,
+                          ack(h, "ranked-past", 1, final).status), (200, 200))
 
     def test_retry_after_the_next_epoch_completed(self):
         """Once epoch 1 completes too, epoch 0's acks get the older epoch's answer, and

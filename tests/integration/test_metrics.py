@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -283,6 +284,56 @@ class MetricsTest(unittest.TestCase):
         self.req("DELETE", "/v1/sessions/" + sid)
         s = parse(self.scrape())
         self.assertIn(value(s, "muster_shared_blobs", scope="s-*"), (None, 0))
+
+    def test_late_replies_counted_with_their_status(self):
+        """A request answered after its turn (a streamed upload, a long-poll lease) is
+        counted once, with the status its reply went out with."""
+        def requests(s, method, route):
+            return {code: v for (name, labels), v in s.items()
+                    for labels in [dict(labels)]
+                    if name == "muster_http_requests_total" and labels["method"] == method
+                    and labels["route"] == route for code in [labels["code"]]}
+
+        def delta(before, after):
+            return {code: n - before.get(code, 0) for code, n in after.items()
+                    if n != before.get(code, 0)}
+
+        put_route = ("PUT", "/v1/shared/{}/{}")
+        lease_route = ("POST", "/v1/queues/{}/lease")
+        s = parse(self.scrape())
+        puts, leases = requests(s, *put_route), requests(s, *lease_route)
+        # The upload's body is streamed to a file, its reply sent when the level commits.
+        r = self.head.request("PUT", "/v1/shared/metrics-late/blob?level=1", raw=b"y" * 4096,
+                              content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+        # A long-poll whose worker is deleted while it waits ends in 404 once a task comes.
+        q = "metrics-late"
+        self.req("PUT", "/v1/queues/" + q, {}, status=201)
+        worker = self.req("POST", "/v1/workers", {"nickname": "late"}, status=201).json["id"]
+        waited = {}
+
+        def long_poll():
+            conn = self.head.connection()
+            try:
+                waited["reply"] = self.head.request(
+                    "POST", "/v1/queues/%s/lease" % q, {"worker": worker, "wait_ms": 20000},
+                    conn=conn)
+            finally:
+                conn.close()
+
+        poller = threading.Thread(target=long_poll)
+        poller.start()
+        try:
+            harness.wait_until(lambda: value(parse(self.scrape()), "muster_lease_waiters") == 1,
+                               what="the lease to park")
+            self.req("DELETE", "/v1/workers/%d" % worker)
+            self.req("POST", "/v1/queues/%s/tasks" % q, {"tasks": [{"payload": 1}]}, status=201)
+        finally:
+            poller.join(30)
+        self.assertEqual(waited["reply"].status, 404, waited["reply"])
+        s = parse(self.scrape())
+        self.assertEqual(delta(puts, requests(s, *put_route)), {"201": 1})
+        self.assertEqual(delta(leases, requests(s, *lease_route)), {"404": 1})
 
     def test_unmatched_paths_are_counted(self):
         self.req("GET", "/no/such/path", status=404)

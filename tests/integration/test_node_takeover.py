@@ -45,6 +45,20 @@ class TakeoverCase(unittest.TestCase):
     def start(self, a):
         return start_agent(a)
 
+    def lock_when(self, agent, ready, what):
+        """`agent`'s lock text (Agent.lock_info) once `ready` holds of it: the agent
+        rewrites its lock file as its state changes, which the head does not wait for."""
+        seen = []
+
+        def check():
+            info = agent.lock_info()
+            seen[:] = [info]
+            return info if ready(info) else None
+        try:
+            return harness.wait_until(check, timeout=AT_ONCE_S, what=what)
+        except AssertionError as e:
+            raise AssertionError("%s; the lock file says %r:\n%s" % (e, seen[0], agent.log()))
+
     def call(self, method, path, body=None, status=200):
         r = self.head.request(method, path, body)
         self.assertEqual(r.status, status, "%s %s -> %r" % (method, path, r))
@@ -125,10 +139,11 @@ class RestartTakeoverTest(TakeoverCase):
             lambda: (lambda t: t if t["state"] == "leased" and
                      t["lease"]["worker"] != old_worker else None)(self.task(blocked)),
             timeout=AT_ONCE_S, what="the blocked task on the new worker:\n" + second.log())
-        # The new node's lock file names the new agent alone.
-        info = second.lock_info()
+        # The new node's lock file names the new agent alone, once the agent rewrote it
+        # after its registration (on its own thread, after the head already had it).
+        info = self.lock_when(second, lambda i: "instance" in i and "previous_instance" not in i,
+                              "the lock to name the new agent alone")
         self.assertNotEqual(info["instance"], dead)
-        self.assertNotIn("previous_instance", info)
         # Let the command finish: the task completes on the new node.
         fd = harness.wait_until(lambda: _open_writer(fifo), what="the command reading")
         os.write(fd, b"done\n")
