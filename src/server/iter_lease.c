@@ -454,7 +454,12 @@ static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t ran
   } else if (now.state == ITER_BLOCK_PENDING) {
     what = "is waiting to be leased again (its lease expired or its rank failed)";
   } else if (now.state == ITER_BLOCK_LEASED) {
-    snprintf(text, sizeof text, "is leased to rank %lld under another token", (long long)now.rank);
+    if (now.token == token)
+      snprintf(text, sizeof text, "is leased under that token to rank %lld, not %lld",
+               (long long)now.rank, (long long)rank);
+    else
+      snprintf(text, sizeof text, "is leased to rank %lld under another token",
+               (long long)now.rank);
     what = text;
   } else {
     what = "was acknowledged under another token (by the rank that took it over)";
@@ -474,9 +479,11 @@ static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *l
   int64_t block, token;
   if (ack_elem(elem, i, ctx, &block, &token, f))
     return f->code;
-  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks SET state = 2, rank = ?4,"
-                                   " deadline_ms = NULL WHERE iter = ?1 AND epoch = ?5 AND"
-                                   " block = ?2 AND state = 1 AND token = ?3");
+  /* Only the rank that holds the lease acknowledges it: a token is no
+   * credential another rank may use. */
+  sqlite3_stmt *s = store_stmt(st, "UPDATE iter_blocks SET state = 2, deadline_ms = NULL"
+                                   " WHERE iter = ?1 AND epoch = ?5 AND block = ?2 AND"
+                                   " state = 1 AND token = ?3 AND rank = ?4");
   if (s == NULL)
     return store_fail(st, f, "block ack");
   sqlite3_bind_int64(s, 1, row->id);

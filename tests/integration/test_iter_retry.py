@@ -117,8 +117,9 @@ class IterRetryTest(HeadCase):
         self.assertEqual(counted(h, "wrong"), AFTER_EPOCH_0)
 
     def test_repeat_from_another_rank_refused(self):
-        """A repeat is a retry of the rank that acknowledged the blocks: the same blocks
-        and tokens from another rank are lease_lost, naming the block and the rank that
+        """Only the rank that holds a block's lease acknowledges it, and a repeat is a
+        retry of the rank that acknowledged the blocks: the same blocks and tokens from
+        another rank are lease_lost, naming the block and the rank that
         acknowledged it, in the current epoch and in the last completed one (named or
         left to default); nothing counted, and the right rank's retry is still a repeat."""
         h = self.head
@@ -126,6 +127,14 @@ class IterRetryTest(HeadCase):
                    strategy="dynamic", world_size=2, epochs=3, rank_timeout_ms=60000)
         self.assertEqual(r.status, 201, r)
         mine = lease(h, "ranked", 0, 0, 2)["blocks"]
+        # A first ack of them from another rank is no ack either: rank 0 holds them.
+        fresh = counted(h, "ranked")
+        r = ack(h, "ranked", 1, mine)
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertIn("blocks[0]: block %d of epoch 0 is not leased under token %d: it is "
+                      "leased under that token to rank 0, not 1"
+                      % (mine[0]["block"], mine[0]["token"]), r.json["error"]["message"])
+        self.assertEqual(counted(h, "ranked"), fresh)
         self.assertEqual(ack(h, "ranked", 0, mine).status, 200)
         before = counted(h, "ranked")
         r = ack(h, "ranked", 1, mine)
