@@ -55,17 +55,6 @@ static json_t *http_error_body(muster_err_t code, const char *message) {
   return json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(code), "message", message);
 }
 
-void http_send_parked(head_t *h, h1_req_t *req, int status, json_t *body) {
-  (void)h;
-  size_t len;
-  char *text = jw_dump(body, &len);
-  json_decref(body);
-  if (text == NULL)
-    http_send_error(req);
-  else
-    http_send_body(req, status, NULL, text, len);
-}
-
 /* Hands reply *r to the server (which owns its body from then on). */
 static void http_build_reply(reply_t *r) {
   if (r->has_file)

@@ -112,8 +112,6 @@ http_role_t http_token_role(const http_req_t *r);
 bool http_token_sent(const http_req_t *r);
 /* Answers with the error envelope of *f. */
 void http_reply_fail(http_req_t *r, const fail_t *f);
-/* Answers directly, bypassing the route layer: for parked requests. */
-void http_send_parked(head_t *h, h1_req_t *req, int status, json_t *body);
 
 /* Queues a reply to go out after the next commit, or sends it at once when no
  * transaction is open.  Takes ownership of `body`. */
