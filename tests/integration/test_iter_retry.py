@@ -127,22 +127,19 @@ class IterRetryTest(HeadCase):
                    strategy="dynamic", world_size=2, epochs=3, rank_timeout_ms=60000)
         self.assertEqual(r.status, 201, r)
         mine = lease(h, "ranked", 0, 0, 2)["blocks"]
+
+        def refused_from_rank_1(why):
+            before = counted(h, "ranked")
+            r = ack(h, "ranked", 1, mine)
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            self.assertIn("blocks[0]: block %d of epoch 0 is not leased under token %d: %s"
+                          % (mine[0]["block"], mine[0]["token"], why), r.json["error"]["message"])
+            self.assertEqual(counted(h, "ranked"), before)
+
         # A first ack of them from another rank is no ack either: rank 0 holds them.
-        fresh = counted(h, "ranked")
-        r = ack(h, "ranked", 1, mine)
-        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
-        self.assertIn("blocks[0]: block %d of epoch 0 is not leased under token %d: it is "
-                      "leased under that token to rank 0, not 1"
-                      % (mine[0]["block"], mine[0]["token"]), r.json["error"]["message"])
-        self.assertEqual(counted(h, "ranked"), fresh)
+        refused_from_rank_1("it is leased under that token to rank 0, not 1")
         self.assertEqual(ack(h, "ranked", 0, mine).status, 200)
-        before = counted(h, "ranked")
-        r = ack(h, "ranked", 1, mine)
-        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
-        self.assertIn("blocks[0]: block %d of epoch 0 is not leased under token %d: it was "
-                      "acknowledged under that token by rank 0, not 1"
-                      % (mine[0]["block"], mine[0]["token"]), r.json["error"]["message"])
-        self.assertEqual(counted(h, "ranked"), before)
+        refused_from_rank_1("it was acknowledged under that token by rank 0, not 1")
         r = ack(h, "ranked", 0, mine)
         self.assertEqual((r.status, r.json.get("repeated")), (200, 2), r)
 
