@@ -140,8 +140,10 @@ static void *producer_main(void *arg) {
       l->pepoch = l->epoch;
       l->pdone = false;
     }
-    if (l->pdone || l->count == l->cap || l->nack > 0) {
-      if (l->nack == 0) {
+    /* Acks to send first, unless sending them failed (perr): then the
+     * producer only ends its stream, and close sends them again. */
+    if (l->pdone || l->count == l->cap || (l->nack > 0 && l->perr == MUSTER_OK)) {
+      if (l->nack == 0 || l->perr != MUSTER_OK) {
         l->pwaiting = !l->pdone && l->count == l->cap;
         wait_heartbeat(l);
         l->pwaiting = false;

@@ -178,6 +178,18 @@ static muster_err_t ack_send(muster_loader_t *l, muster_client_t *client, uint64
   return call_retrying(l, client, ack_call, &a);
 }
 
+/* Puts back acks that were not sent (under mu): the producer gave up on a
+ * silent head (and stops: loader_ack_flush sets perr), or stopped waiting
+ * for it at close; close sends them again.  A queue of another epoch's acks
+ * keeps its own (one epoch per request). */
+static void ack_requeue(muster_loader_t *l, uint64_t epoch, const uint64_t *blocks,
+                        const int64_t *tokens, size_t n) {
+  if (l->nack > 0 && l->ack_epoch != epoch)
+    return;
+  for (size_t i = 0; i < n && loader_ack_push(l, blocks[i], tokens[i]); i++)
+    l->ack_epoch = epoch;
+}
+
 /*
  * Sends the queued acks on `client` (called without mu).  A lost lease
  * (the block expired and went to another rank) is counted, not fatal: the
@@ -209,6 +221,13 @@ muster_err_t loader_ack_flush(muster_loader_t *l, muster_client_t *client) {
   if (err == MUSTER_OK || err == MUSTER_LEASE_LOST)
     for (size_t i = 0; i < n; i++)
       known_drop(l, epoch, blocks[i]);
+  else
+    ack_requeue(l, epoch, blocks, tokens, n);
+  if (err != MUSTER_OK && err != MUSTER_LEASE_LOST && client == l->pclient &&
+      l->perr == MUSTER_OK) { /* the producer is done: next reports it */
+    l->perr = err;
+    snprintf(l->pmsg, sizeof l->pmsg, "%s", muster_client_message(client));
+  }
   l->acks_in_flight--;
   pthread_cond_broadcast(&l->cv);
   pthread_mutex_unlock(&l->mu);
@@ -305,6 +324,11 @@ int loader_coord_produce(muster_loader_t *l, item_t *it) {
     }
     muster_iter_next_free(&l->staged);
     l->staged_block = l->staged_pos = 0;
+    pthread_mutex_lock(&l->mu);
+    bool failed = l->perr != MUSTER_OK; /* an ack the head never took (keep_alive) */
+    pthread_mutex_unlock(&l->mu);
+    if (failed)
+      return -1;
     muster_err_t err = loader_ack_flush(l, l->pclient);
     if (err == MUSTER_OK)
       err = call_retrying(l, l->pclient, next_call, NULL);
@@ -332,7 +356,10 @@ int loader_coord_produce(muster_loader_t *l, item_t *it) {
 
 /* Heart-beats when the producer has been quiet for a while (without mu). */
 void loader_keep_alive(muster_loader_t *l) {
-  if (!l->coordinated)
+  pthread_mutex_lock(&l->mu);
+  bool failed = l->perr != MUSTER_OK;
+  pthread_mutex_unlock(&l->mu);
+  if (!l->coordinated || failed)
     return;
   loader_ack_flush(l, l->pclient);
   if (mono_us() - l->last_call_us >= l->heartbeat_ms * 1000) {

@@ -141,6 +141,22 @@ class LoaderRestartTest(harness.RestartableHeadCase):
         r.send("go")
         self.assert_read_once(r, "ck")
 
+    def test_acks_the_rank_gave_up_on_are_sent_at_close(self):
+        # The head stays down past head_wait_ms with finished blocks not acknowledged: the
+        # rank ends, and its close sends those acks to the head started again meanwhile.
+        r = self.rank(self.head.url, "late", head_wait_ms=300, pause_after=10)
+        r.expect("paused")
+        self.head.kill()
+        r.send("go")
+        self.assertTrue(r.expect("end").startswith("end network "))
+        self.head.start()
+        r.send("close")
+        r.expect("closed")
+        self.assertGreater(len(r.indices), 2 * BLOCK)  # blocks finished while it was down
+        client = muster.Client(self.head.url, self.head.token)
+        self.addCleanup(client.close)
+        self.assertEqual(client.iteration("late")["ranks"][0]["blocks"], len(r.indices) // BLOCK)
+
     def test_a_head_that_stays_down_ends_the_rank_after_head_wait_ms(self):
         r = self.rank(self.head.url, "gone", head_wait_ms=300, pause_after=10)
         r.expect("paused")
