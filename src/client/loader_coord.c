@@ -36,10 +36,10 @@ typedef struct {
 static bool retry_pause(muster_loader_t *l, int64_t ms) {
   int64_t until = mono_us() + ms * 1000;
   pthread_mutex_lock(&l->mu);
-  while (!l->stop && mono_us() < until) {
+  for (int64_t left_us; !l->stop && (left_us = until - mono_us()) > 0;) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t ns = ts.tv_nsec + (until - mono_us()) * 1000;
+    int64_t ns = ts.tv_nsec + left_us * 1000;
     ts.tv_sec += ns / 1000000000;
     ts.tv_nsec = ns % 1000000000;
     pthread_cond_timedwait(&l->cv, &l->mu, &ts);
