@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import unittest
 import urllib.parse
 
 import harness
@@ -38,6 +39,25 @@ def no_gpu_env(env):
     env["MUSTER_NVML_LIBRARY"] = "/nonexistent/libnvidia-ml.so.1"
     env["PATH"] = _NO_GPU_BIN + ":" + env.get("PATH", "/usr/bin:/bin")
     return env
+
+
+class AgentsCase(unittest.TestCase):
+    """A head (started with `head_args`), a temporary dir (named from `dir_prefix`) and
+    the agents a test starts (append them to self.agents), all stopped and removed
+    after each test."""
+    head_args = []
+    dir_prefix = "muster-node-test-"
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix=self.dir_prefix)
+        self.head = harness.Head(self.head_args).start()
+        self.agents = []
+
+    def tearDown(self):
+        for a in self.agents:
+            a.kill()
+        self.head.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Agent:

@@ -14,7 +14,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import node_harness  # noqa: E402
-from node_harness import Agent  # noqa: E402
+from node_harness import Agent, AgentsCase  # noqa: E402
 
 UUID0 = "GPU-a1599801-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
 UUID1 = "GPU-a1b2c3d4-5e6f-4a1b-9c2d-3e4f5a6b7c8d"
@@ -55,19 +55,8 @@ FAKE_SMI_NO_UUID = textwrap.dedent("""\
     """)
 
 
-class NodeTestCase(unittest.TestCase):
+class NodeTestCase(AgentsCase):
     head_args = ["--node-timeout-ms", "1500", "--worker-timeout-ms", "60000"]
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="muster-node-test-")
-        self.head = harness.Head(self.head_args).start()
-        self.agents = []
-
-    def tearDown(self):
-        for a in self.agents:
-            a.kill()
-        self.head.cleanup()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def agent(self, *args, **kw):
         a = Agent(self.head, self.dir, *args, **kw)

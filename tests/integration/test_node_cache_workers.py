@@ -7,17 +7,15 @@ the paths in their task and keep what they loaded until the level changes; a wor
 without a node cache downloads from the head and removes its files when it exits."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import node_harness  # noqa: E402
-from node_harness import Agent  # noqa: E402
+from node_harness import Agent, AgentsCase  # noqa: E402
 
 OCTET = "application/octet-stream"
 PLUGIN = os.path.join(node_harness.build_dir(), "libplugin_shared.so")
@@ -25,19 +23,13 @@ PLUGIN = os.path.join(node_harness.build_dir(), "libplugin_shared.so")
 COMMAND = ["sh", "-c", 'printf "%s|%s" "$(cat "$MUSTER_SHARED_PARAMS")" "$MUSTER_REQUIRES"']
 
 
-class SharedWorkersTest(unittest.TestCase):
+class SharedWorkersTest(AgentsCase):
+    dir_prefix = "muster-cache-workers-"
+
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="muster-cache-workers-")
-        self.head = harness.Head().start()
-        self.agents = []
+        super().setUp()
         r = self.head.request("PUT", "/v1/queues/sq", {"backoff_ms": 0})
         self.assertEqual(r.status, 201, r)
-
-    def tearDown(self):
-        for a in self.agents:
-            a.kill()
-        self.head.cleanup()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def agent(self, name, args, cmd=None):
         a = Agent(self.head, self.dir, name, cmd=cmd,

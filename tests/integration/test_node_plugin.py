@@ -5,34 +5,26 @@ them from MUSTER_UPDATES_FILE."""
 import collections
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import node_harness  # noqa: E402
-from node_harness import Agent  # noqa: E402
+from node_harness import Agent, AgentsCase  # noqa: E402
 
 PLUGIN = os.path.join(node_harness.build_dir(), "libplugin_echo.so")
 
 
-class PluginTest(unittest.TestCase):
+class PluginTest(AgentsCase):
+    dir_prefix = "muster-plugin-test-"
+
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="muster-plugin-test-")
-        self.head = harness.Head().start()
+        super().setUp()
         self.log_path = os.path.join(self.dir, "plugin.log")
-        self.agents = []
         r = self.head.request("PUT", "/v1/queues/pool", {"backoff_ms": 0})
         self.assertEqual(r.status, 201, r)
-
-    def tearDown(self):
-        for a in self.agents:
-            a.kill()
-        self.head.cleanup()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def agent(self, name, workers):
         a = Agent(self.head, self.dir, name,

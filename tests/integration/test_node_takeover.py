@@ -15,23 +15,15 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import node_harness  # noqa: E402
-from node_harness import Agent  # noqa: E402
+from node_harness import Agent, AgentsCase  # noqa: E402
 
 AT_ONCE_S = 10  # bound on a takeover; the node timeout is 60 s
 NODE_TIMEOUT = ["--node-timeout-ms", "60000", "--worker-timeout-ms", "60000"]
 
 
-class TakeoverCase(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="muster-takeover-test-")
-        self.head = harness.Head(NODE_TIMEOUT).start()
-        self.agents = []
-
-    def tearDown(self):
-        for a in self.agents:
-            a.kill()
-        self.head.cleanup()
-        shutil.rmtree(self.dir, ignore_errors=True)
+class TakeoverCase(AgentsCase):
+    head_args = NODE_TIMEOUT
+    dir_prefix = "muster-takeover-test-"
 
     def agent(self, name, log, lock=None, **kw):
         """An agent logging to `log`.log, with lock file `lock` (default: the name's)."""
