@@ -296,8 +296,8 @@ static muster_err_t next_call(muster_loader_t *l, const retry_t *r, void *arg) {
     pthread_mutex_lock(&l->mu);
     max += l->nknown;
     pthread_mutex_unlock(&l->mu);
-    size_t cap = LOADER_MAX_INDICES / l->block_size;
-    cap = cap < LOADER_MAX_BATCH ? cap : LOADER_MAX_BATCH;
+    size_t cap = ITER_MAX_INDICES / l->block_size;
+    cap = cap < ITER_MAX_BATCH ? cap : ITER_MAX_BATCH;
     max = max < cap ? max : cap;
   }
   muster_err_t err =

@@ -21,8 +21,6 @@
 #define LOADER_HEAD_WAIT_MS 600000
 #define LOADER_RETRY_FIRST_MS 100 /* pauses between tries double up to ... */
 #define LOADER_RETRY_MAX_MS 1000
-#define LOADER_MAX_BATCH 1000         /* blocks per next: the head's limit */
-#define LOADER_MAX_INDICES (1u << 20) /* indices per next reply: the head's limit */
 
 typedef struct {
   uint64_t index;

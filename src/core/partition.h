@@ -52,6 +52,11 @@
 /* Ranks are 0..world_size-1 with 1 <= world_size <= PART_MAX_WORLD_SIZE. */
 #define PART_MAX_WORLD_SIZE 65536u
 
+/* What one coordinated request may carry (the head refuses more; a client
+ * sizes its retries by them): blocks per next or ack, indices per next reply. */
+#define ITER_MAX_BATCH 1000
+#define ITER_MAX_INDICES (1u << 20)
+
 /* Defaults set by part_config_init. */
 #define PART_DEFAULT_BLOCK_SIZE 256
 #define PART_DEFAULT_SHUFFLE_BLOCK_SIZE 1024

@@ -17,16 +17,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/partition.h"
 #include "http.h"
 #include "store.h"
 
-#define ITER_MAX_BATCH 1000               /* blocks per next or ack */
-#define ITER_MAX_INDICES (1u << 20)       /* indices in one next reply */
 #define ITER_DEFAULT_LEASE_MS 30000
 #define ITER_DEFAULT_RANK_TIMEOUT_MS 30000
 #define ITER_MAX_REPLICATION 64
 #define ITER_DEFAULT_SLOW_RATIO 0.5
-#define ITER_RETRY_MS 50                  /* the delay a `wait` reply suggests */
+#define ITER_RETRY_MS 50 /* the delay a `wait` reply suggests */
 
 /* POST /v1/iterations: creates (*created true) or joins the iteration. */
 json_t *iter_create(store_t *st, const json_t *body, bool *created, fail_t *f);
