@@ -392,7 +392,8 @@ typedef struct {
   muster_sample_free_fn free_sample; /* optional */
   void *user;
   /* coordinated: how long a request the head does not answer (down,
-   * restarting, a reply lost) is sent again before the loader fails;
+   * restarting, a reply lost) is sent again before the loader fails, the
+   * open's create-or-join included (muster_loader_open then waits as long);
    * default 600000 (muster_loader_opts_init), 0: fail at once */
   int64_t head_wait_ms;
 } muster_loader_opts_t;

@@ -84,14 +84,18 @@ class CoordinatedRankSampler:
                     body[key] = self.config[key]
         else:
             body = dict(self.config, name=self.name, rank=self.rank)
+        # Sent again after a lost reply, a create joins what it created (as any rank would).
+        def create(body):
+            return self._retrying("creating or joining the iteration",
+                                  lambda retry: self.client.create_iteration(body))
         try:
-            self.status = self.client.create_iteration(body)
+            self.status = create(body)
         except errors.InvalidArgument:
             if self._checkpoint is None:
                 raise
             # this head takes only world_size and epochs besides a checkpoint
             body = {k: body[k] for k in ("name", "checkpoint", "world_size", "rank") if k in body}
-            self.status = self.client.create_iteration(body)
+            self.status = create(body)
         self._created = True
         self._last_call = time.monotonic()
         return self.status

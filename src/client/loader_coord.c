@@ -9,10 +9,11 @@
  * every lease request (so an epoch can end: the head ends it only when every
  * block is done) and whenever it waits.
  *
- * The head's silence.  A lease request or an ack the head does not answer
- * (down, restarting, or the reply lost on the way) is sent again, at once and
- * then after growing pauses, for up to head_wait_ms; the head's state is on
- * disk and the rank's leases keep their deadlines.  An ack sent again is
+ * The head's silence.  The open's create-or-join, a lease request, an ack or
+ * a checkpoint the head does not answer (down, restarting, or the reply lost
+ * on the way) is sent again, at once and then after growing pauses, for up to
+ * head_wait_ms; the head's state is on disk and the rank's leases keep their
+ * deadlines.  A create sent again joins what it created; an ack sent again is
  * answered as a repeat.  A lease request is sent again with `held`: the
  * blocks a lost reply leased come back (without them the epoch would wait
  * for ever on blocks the rank's heartbeats keep alive), together with those
@@ -368,6 +369,20 @@ void loader_keep_alive(muster_loader_t *l) {
   }
 }
 
+typedef struct {
+  const muster_loader_opts_t *opts;
+  char *json; /* the reply */
+} open_call_t;
+
+/* Creates or joins the iteration (a call_retrying call: sent again, it joins
+ * what the lost reply's request created, as any other rank would). */
+static muster_err_t open_call(muster_loader_t *l, const retry_t *r, void *arg) {
+  (void)r;
+  open_call_t *o = arg;
+  return muster_iter_create(l->cclient, l->name, o->opts->config, o->opts->checkpoint, l->rank,
+                            &o->json);
+}
+
 muster_err_t loader_coord_open(muster_loader_t *l, const muster_loader_opts_t *opts) {
   if (opts->name == NULL)
     return loader_fail(l, MUSTER_INVALID, "a coordinated loader needs opts.name");
@@ -375,9 +390,10 @@ muster_err_t loader_coord_open(muster_loader_t *l, const muster_loader_opts_t *o
       muster_client_new(opts->url, opts->token, &l->pclient) != MUSTER_OK ||
       muster_client_new(opts->url, opts->token, &l->cclient) != MUSTER_OK)
     return loader_fail(l, MUSTER_INVALID, "cannot create a client for %s", opts->url);
-  char *json = NULL;
-  muster_err_t err =
-      muster_iter_create(l->cclient, l->name, opts->config, opts->checkpoint, l->rank, &json);
+  l->head_wait_ms = opts->head_wait_ms;
+  open_call_t o = {.opts = opts};
+  muster_err_t err = call_retrying(l, l->cclient, open_call, &o);
+  char *json = o.json;
   if (err != MUSTER_OK)
     return loader_fail(l, err, "%s", muster_client_message(l->cclient));
   json_t *obj = json_loads(json, 0, NULL);
@@ -389,7 +405,6 @@ muster_err_t loader_coord_open(muster_loader_t *l, const muster_loader_opts_t *o
   muster_free(json);
   l->epoch = (uint64_t)epoch;
   l->heartbeat_ms = lease_ms / 3 > 0 ? lease_ms / 3 : 1;
-  l->head_wait_ms = opts->head_wait_ms;
   l->block_size = part_plan_config(l->plan)->block_size;
   l->per_request = opts->blocks_per_request ? opts->blocks_per_request : LOADER_DEFAULT_BLOCKS;
   l->last_call_us = mono_us();

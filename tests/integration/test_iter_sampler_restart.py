@@ -2,7 +2,8 @@
 muster.torch.DistributedSampler(coordinated=True)) outlasts its head: a `next` whose
 reply was lost is sent again with "held" and gets its block back (without it the block
 stayed leased to the rank and the epoch never ended), an ack is sent again and answered
-as a repeat, and a head killed mid-epoch and restarted is waited for.  Every index of
+as a repeat, a create (or a resume's) whose reply was lost or answered 503 is sent again
+and joins, and a head killed mid-epoch and restarted is waited for.  Every index of
 the epoch is read exactly once, and the rank logs one warning per outage and one line
 when the head answers again (docs/python.md, "Coordinated sampler")."""
 import logging
@@ -70,6 +71,37 @@ class SamplerRestartTest(harness.RestartableHeadCase):
         self.assertEqual(sorted(got), list(range(N)))
         self.assertEqual(self.status("ack")["ranks"][0]["blocks"], N // 4)
         self.assertEqual(self.proxy.count, N // 4 + 1)  # one ack sent twice
+
+    def test_a_create_whose_reply_was_lost_joins_what_it_made(self):
+        # The head makes the iteration, the reply is lost: sent again, the create joins it.
+        self.proxy = harness.RequestProxy(
+            self.head, lambda method, path: method == "POST" and path == "/v1/iterations",
+            lambda n: "drop" if n == 1 else "forward")
+        s = self.sampler(self.proxy.url, "open")
+        with self.assertLogs("muster.iteration", level="INFO") as logs:
+            got = list(s)
+        self.assertEqual(sorted(got), list(range(N)))
+        self.assertEqual(self.proxy.count, 2)
+        self.assertEqual([r.levelname for r in logs.records], ["WARNING", "INFO"])
+        self.assertIn("creating or joining the iteration failed", logs.records[0].getMessage())
+
+    def test_a_resume_whose_create_was_answered_503_is_sent_again(self):
+        # A rank resumes from a state while what stands before the head answers 503 twice:
+        # it joins the restored iteration, and the two runs read every index once.
+        first = self.sampler(self.head.url, "resume")
+        it = iter(first)
+        got = [next(it) for _ in range(10)]  # mid-block
+        state = first.state_dict()
+        unavailable = {"error": {"code": "unavailable", "message": "the head is unreachable"}}
+        self.proxy = harness.RequestProxy(
+            self.head, lambda method, path: method == "POST" and path == "/v1/iterations",
+            lambda n: (503, unavailable) if n <= 2 else "forward")
+        second = self.sampler(self.proxy.url, "resume")
+        second.load_state_dict(state)
+        with self.assertLogs("muster.iteration", level="INFO"):
+            got += list(second)
+        self.assertEqual(sorted(got), list(range(N)))
+        self.assertEqual(self.proxy.count, 3)
 
     def test_a_head_killed_mid_epoch_is_waited_for(self):
         s = self.sampler(self.head.url, "kill")

@@ -1,4 +1,5 @@
-"""libmuster's coordinated loader outlasts its head: a `next` whose reply was lost is sent
+"""libmuster's coordinated loader outlasts its head: an open (create or join) whose reply
+was lost or that was answered 503 is sent again and joins; a `next` whose reply was lost is sent
 again with "held" and gets its blocks back, skipping those it has already (without it the
 blocks stayed leased to the rank and the epoch never ended; without the skip they were
 read twice); an ack whose reply was lost is sent again and answered as a repeat, one
@@ -115,6 +116,35 @@ class LoaderRestartTest(harness.RestartableHeadCase):
             self.head, lambda method, path: method == "POST" and path.endswith("/ack"),
             lambda n: (503, unavailable) if n in (2, 3) else "forward")
         self.assert_read_once(self.rank(self.proxy.url, "503-ack"), "503-ack")
+
+    def test_an_open_whose_reply_was_lost_joins_what_it_created(self):
+        # The create reaches the head, which makes the iteration; its reply is lost.  Sent
+        # again, it joins that iteration as any other rank would.
+        self.proxy = harness.RequestProxy(
+            self.head, lambda method, path: method == "POST" and path == "/v1/iterations",
+            lambda n: "drop" if n == 1 else "forward")
+        self.assert_read_once(self.rank(self.proxy.url, "lost-open"), "lost-open")
+        self.assertEqual(self.proxy.count, 2)
+
+    def test_an_open_answered_503_is_sent_again(self):
+        unavailable = {"error": {"code": "unavailable", "message": "the head is unreachable"}}
+        self.proxy = harness.RequestProxy(
+            self.head, lambda method, path: method == "POST" and path == "/v1/iterations",
+            lambda n: (503, unavailable) if n <= 3 else "forward")
+        self.assert_read_once(self.rank(self.proxy.url, "503-open"), "503-open")
+        self.assertEqual(self.proxy.count, 4)
+
+    def test_an_open_the_head_never_answers_fails_after_head_wait_ms(self):
+        unavailable = {"error": {"code": "unavailable", "message": "the head is unreachable"}}
+        self.proxy = harness.RequestProxy(
+            self.head, lambda method, path: method == "POST" and path == "/v1/iterations",
+            lambda n: (503, unavailable))
+        r = self.rank(self.proxy.url, "never", head_wait_ms=300)
+        error, _, _, message = r.finish()
+        self.assertEqual((error, r.proc.returncode), ("unavailable", 1))
+        self.assertIn("the head is unreachable", message)
+        self.assertIn("opts.head_wait_ms", message)
+        self.assertGreater(self.proxy.count, 2)  # at once, then after pauses
 
     def test_a_head_killed_mid_epoch_is_waited_for(self):
         r = self.rank(self.head.url, "kill", pause_after=10)
