@@ -214,6 +214,11 @@ class RestartableHeadCase(unittest.TestCase):
         self.head.cleanup()
 
 
+# What a node agent or proxy in front of a head that does not answer replies (a
+# RequestProxy decision): the request never reached the head.
+UNAVAILABLE = (503, {"error": {"code": "unavailable", "message": "the head is unreachable"}})
+
+
 class RequestProxy:
     """An HTTP/1.1 proxy in front of `head` that forwards every request but hands those
     for which `match(method, path)` is true (the path without its query) to `decide(n)`,

@@ -111,10 +111,9 @@ class LoaderRestartTest(harness.RestartableHeadCase):
     def test_an_ack_the_head_could_not_take_is_sent_again(self):
         # A node agent or proxy in front of the head answers 503: the ack never reached
         # the head, and only sending it again ends the epoch.
-        unavailable = {"error": {"code": "unavailable", "message": "the head is unreachable"}}
         self.proxy = harness.RequestProxy(
             self.head, lambda method, path: method == "POST" and path.endswith("/ack"),
-            lambda n: (503, unavailable) if n in (2, 3) else "forward")
+            lambda n: harness.UNAVAILABLE if n in (2, 3) else "forward")
         self.assert_read_once(self.rank(self.proxy.url, "503-ack"), "503-ack")
 
     def test_an_open_whose_reply_was_lost_joins_what_it_created(self):
@@ -127,18 +126,16 @@ class LoaderRestartTest(harness.RestartableHeadCase):
         self.assertEqual(self.proxy.count, 2)
 
     def test_an_open_answered_503_is_sent_again(self):
-        unavailable = {"error": {"code": "unavailable", "message": "the head is unreachable"}}
         self.proxy = harness.RequestProxy(
             self.head, lambda method, path: method == "POST" and path == "/v1/iterations",
-            lambda n: (503, unavailable) if n <= 3 else "forward")
+            lambda n: harness.UNAVAILABLE if n <= 3 else "forward")
         self.assert_read_once(self.rank(self.proxy.url, "503-open"), "503-open")
         self.assertEqual(self.proxy.count, 4)
 
     def test_an_open_the_head_never_answers_fails_after_head_wait_ms(self):
-        unavailable = {"error": {"code": "unavailable", "message": "the head is unreachable"}}
         self.proxy = harness.RequestProxy(
             self.head, lambda method, path: method == "POST" and path == "/v1/iterations",
-            lambda n: (503, unavailable))
+            lambda n: harness.UNAVAILABLE)
         r = self.rank(self.proxy.url, "never", head_wait_ms=300)
         error, _, _, message = r.finish()
         self.assertEqual((error, r.proc.returncode), ("unavailable", 1))
