@@ -324,7 +324,7 @@ int main(int argc, char **argv) {
     snprintf(name, sizeof name, "cold-%d", k);
     rates[k] = upload(name) == 0 ? read_once(node_url, name, 1) : -1;
   }
-  row("node cache, cold: one fetch from the head, then served, 1 reader", rates, repeat);
+  row("node cache, cold: served while fetched from the head, 1 reader", rates, repeat);
   for (int k = 0; k < repeat; k++)
     rates[k] = read_once(node_url, "cold-0", 1);
   row("node cache hit (sendfile), 1 reader", rates, repeat);

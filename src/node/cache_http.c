@@ -8,10 +8,11 @@
  * and checksum (ETag).  Then the bytes come from the cache: a hit is sent from
  * its file (evbuffer file segments: sendfile, never the whole level in memory);
  * a miss joins the level's fetch, or starts it, so however many clients ask at
- * once the head sends the level once.  The fetch runs on a thread of its own
- * (libmuster's streaming download) into a temporary file, is checked against
- * size and checksum and renamed into place (cache.c), then every waiting client
- * is answered from the file.  A HEAD that is not 200
+ * once the head sends the level once.  The fetch (cache_fetch.c) runs on a
+ * thread of its own into a temporary file, is checked against size and
+ * checksum and renamed into place (cache.c); readers of the bytes get them
+ * as they arrive, less the last byte until the level is verified, workers
+ * asking for the file's path get it then.  A HEAD that is not 200
  * sends the client's request on to the head unchanged (forward.c), so errors
  * read exactly as the head's.  The one round trip per read is the price of
  * never serving a level that was deleted, expired or re-created; the bytes,
@@ -22,12 +23,9 @@
  * which hard-link the file (same machine, no copy; cli/worker_shared.c).
  * GET /v1/node/cache: the statistics.
  *
- * Everything but the fetch threads runs on the agent's event-loop thread; a
- * fetch thread touches only its cfetch_t and its file, and hands the result
- * back through a pipe.
+ * Everything but the fetch threads runs on the agent's event-loop thread.
  */
-#include "node/agent.h"
-#include "node/cache.h"
+#include "node/cache_http_internal.h"
 #include "client/jdump.h"
 
 #include <errno.h>
@@ -38,56 +36,11 @@
 #include <inttypes.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
-
-#define CACHE_FETCH_STALL_MS 60000 /* a fetch that moves no byte this long gives up */
-
-typedef enum { CREQ_BYTES, CREQ_PATH, CREQ_STATS } creq_kind_t;
-
-/* One client request the cache handles. */
-typedef struct creq {
-  node_agent_t *a;
-  struct evhttp_request *in;
-  creq_kind_t kind;
-  char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
-  int64_t level; /* asked for, 0: the newest; after the HEAD: the level served */
-  uint64_t checksum;
-  int64_t size;
-  char expires[32]; /* the head's X-Muster-Expires-Ms */
-  char *auth;       /* the client's Authorization header (copy) or NULL */
-  fwd_conn_t *conn; /* the HEAD's connection while it runs */
-  struct creq *next_waiter;
-} creq_t;
-
-/* One fetch from the head in progress (cache_entry_t.fetch).  The thread
- * owns the fields below `state` until it sets `state` to done; the loop owns
- * the rest. */
-typedef struct {
-  node_agent_t *a;
-  cache_entry_t *entry;
-  creq_t *waiters; /* clients answered when it ends */
-  pthread_t thread;
-  /* the thread's, read-only for it: what to fetch */
-  char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
-  int64_t level;
-  int fd;      /* the entry's temporary file */
-  char *token; /* the first waiter's bearer token (NULL: none) */
-  /* set by the thread */
-  _Atomic int state; /* CFETCH_RUNNING, then CFETCH_DONE (thread) or CFETCH_ABANDONED (loop) */
-  muster_err_t err;
-  muster_shared_info_t info;
-  char why[300];
-} cfetch_t;
-
-enum { CFETCH_RUNNING, CFETCH_DONE, CFETCH_ABANDONED };
 
 /* A reply sending a cached file (the file segment's cleanup argument). */
 typedef struct {
@@ -95,11 +48,9 @@ typedef struct {
   cache_entry_t *entry;
 } creader_t;
 
-static void creq_serve(creq_t *r);
-
 /* ---- replies ------------------------------------------------------------------ */
 
-static void creq_free(creq_t *r) {
+void creq_free(creq_t *r) {
   free(r->auth);
   free(r);
 }
@@ -118,9 +69,7 @@ static void creq_send_json(struct evhttp_request *in, int status, json_t *body) 
 }
 
 /* Answers with the error envelope and frees the request. */
-static void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...) {
+void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...) {
   char message[600];
   va_list ap;
   va_start(ap, fmt);
@@ -141,7 +90,7 @@ static void creader_done(struct evbuffer_file_segment const *seg, int flags, voi
 }
 
 /* The headers every shared-data answer carries. */
-static void creq_add_headers(creq_t *r, const char *how) {
+void creq_add_headers(creq_t *r, const char *how) {
   struct evkeyvalq *h = evhttp_request_get_output_headers(r->in);
   char value[64];
   snprintf(value, sizeof value, "\"%016" PRIx64 "\"", r->checksum);
@@ -215,7 +164,7 @@ static void creq_send_path(creq_t *r, cache_entry_t *e, const char *how) {
 
 /* Answers from a READY entry: 0, or -1 when its file turned out corrupt or
  * gone (it was dropped; the caller fetches again). */
-static int creq_answer(creq_t *r, cache_entry_t *e, const char *how) {
+int creq_answer(creq_t *r, cache_entry_t *e, const char *how) {
   int fd = cache_open_file(r->a->cache, e);
   if (fd < 0)
     return -1;
@@ -226,140 +175,6 @@ static int creq_answer(creq_t *r, cache_entry_t *e, const char *how) {
     creq_send_file(r, e, fd, how);
   }
   return 0;
-}
-
-/* ---- fetching a level from the head -------------------------------------------- */
-
-/*
- * Fetches run on threads of their own with libmuster's streaming download
- * (muster_shared_get_fd: libcurl reads large pieces, writes them to the file
- * and checks the xxHash64 against the ETag as they pass), so the event loop
- * keeps serving hits while a large level arrives.  A finished thread passes its
- * cfetch_t through the cache's notify pipe; the loop joins it and answers the
- * waiters.
- */
-
-static void cfetch_free(cfetch_t *f) {
-  free(f->token);
-  free(f);
-}
-
-static void *cfetch_main(void *arg) {
-  cfetch_t *f = arg;
-  muster_client_t *client = NULL;
-  f->err = muster_client_new(f->a->cfg->head_url, f->token, &client);
-  if (f->err == MUSTER_OK) {
-    muster_client_set_timeout(client, CACHE_FETCH_STALL_MS); /* a stalled transfer ends */
-    muster_shared_opts_t opts;
-    muster_shared_opts_init(&opts);
-    opts.level = f->level;
-    f->err = muster_shared_get_fd(client, f->scope, f->name, f->fd, &opts, &f->info);
-    if (f->err != MUSTER_OK)
-      snprintf(f->why, sizeof f->why, "%s: %s", muster_err_name(f->err),
-               muster_client_message(client));
-  } else {
-    snprintf(f->why, sizeof f->why, "%s", muster_err_name(f->err));
-  }
-  muster_client_free(client);
-  int running = CFETCH_RUNNING;
-  if (!atomic_compare_exchange_strong(&f->state, &running, CFETCH_DONE)) {
-    cfetch_free(f); /* the agent stopped and left it to us */
-    return NULL;
-  }
-  int notify = f->a->cache->notify_wr;
-  if (write(notify, &f, sizeof f) != (ssize_t)sizeof f)
-    abort(); /* a pipe write of one pointer is atomic; failing means the agent is broken */
-  return NULL;
-}
-
-/* The fetch `f` ended: store the level or drop it, answer the waiters. */
-static void cfetch_finish(cfetch_t *f) {
-  node_agent_t *a = f->a;
-  cache_t *c = a->cache;
-  cache_entry_t *e = f->entry;
-  pthread_join(f->thread, NULL);
-  e->fetch = NULL;
-  int failed = 1;
-  if (f->err != MUSTER_OK) {
-    cache_fetch_abort(c, e);
-  } else if (f->info.level != e->level) {
-    snprintf(f->why, sizeof f->why, "the head sent level %lld", (long long)f->info.level);
-    cache_fetch_abort(c, e);
-  } else {
-    uint64_t got = strtoull(f->info.checksum, NULL, 16);
-    failed = cache_fetch_commit(c, e, f->info.size, got, f->why, sizeof f->why) != 0;
-  }
-  if (failed) {
-    CACHE_COUNT(c, fetch_failures, 1);
-    agent_log(a, "cache: fetching %s/%s level %lld: %s", f->scope, f->name, (long long)f->level,
-              f->why);
-  } else {
-    cache_reader_begin(c, e); /* keeps the entry while the waiters are answered */
-  }
-  for (creq_t *r = f->waiters, *next; r; r = next) {
-    next = r->next_waiter;
-    if (failed)
-      creq_error(r, 503, "unavailable",
-                 "node agent %s: fetching shared data '%s' level %lld from the head failed: %s",
-                 a->name, r->name, (long long)r->level, f->why);
-    else if (creq_answer(r, e, "miss") != 0)
-      creq_serve(r); /* the file went away already: start over */
-  }
-  if (!failed)
-    cache_reader_end(c, e);
-  cfetch_free(f);
-}
-
-/* The notify pipe is readable: finished fetches. */
-static void cfetch_on_notify(evutil_socket_t fd, short what, void *arg) {
-  cfetch_t *f;
-  while (read(fd, &f, sizeof f) == (ssize_t)sizeof f)
-    cfetch_finish(f);
-}
-
-/* Starts fetching the level `r` asks for, with `r` as its first waiter. */
-static void cfetch_start(creq_t *r) {
-  node_agent_t *a = r->a;
-  cache_t *c = a->cache;
-  char err[512];
-  if (c->stopping) {
-    creq_error(r, 503, "unavailable", "node agent %s is stopping", a->name);
-    return;
-  }
-  cache_entry_t *e =
-      cache_fetch_begin(c, r->scope, r->name, r->level, r->checksum, r->size, err, sizeof err);
-  if (e == NULL) {
-    agent_log(a, "cache: %s", err);
-    creq_error(r, 503, "unavailable", "node agent %s: %s", a->name, err);
-    return;
-  }
-  cfetch_t *f = calloc(1, sizeof *f);
-  if (f == NULL) {
-    fprintf(stderr, "muster node: out of memory\n");
-    abort(); /* the daemon's one allocation policy (STYLE.md 6) */
-  }
-  *f = (cfetch_t){.a = a, .entry = e, .waiters = r, .level = r->level, .fd = e->tmp_fd};
-  snprintf(f->scope, sizeof f->scope, "%s", r->scope);
-  snprintf(f->name, sizeof f->name, "%s", r->name);
-  if (r->auth && strncasecmp(r->auth, "Bearer ", 7) == 0)
-    f->token = strdup(r->auth + 7);
-  atomic_init(&f->state, CFETCH_RUNNING);
-  r->next_waiter = NULL;
-  e->fetch = f;
-  CACHE_COUNT(c, upstream_fetches, 1);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old); /* signals are the loop's */
-  int rc = pthread_create(&f->thread, NULL, cfetch_main, f);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (rc != 0) {
-    e->fetch = NULL;
-    f->waiters = NULL;
-    cfetch_free(f);
-    cache_fetch_abort(c, e);
-    creq_error(r, 503, "unavailable", "node agent %s: cannot start a fetch: %s", a->name,
-               strerror(rc));
-  }
 }
 
 /* ---- serving a level the head confirmed ------------------------------------------- */
@@ -373,7 +188,7 @@ static int creq_not_modified(creq_t *r) {
 }
 
 /* Answers `r` (its level, checksum and size known) from the cache. */
-static void creq_serve(creq_t *r) {
+void creq_serve(creq_t *r) {
   cache_t *c = r->a->cache;
   if (creq_not_modified(r)) { /* the client has these bytes: no need for ours */
     creq_add_headers(r, "hit");
@@ -402,10 +217,8 @@ static void creq_serve(creq_t *r) {
   }
   CACHE_COUNT(c, misses, 1);
   if (e && e->state == CACHE_FETCHING) {
-    cfetch_t *f = e->fetch;
     CACHE_COUNT(c, coalesced, 1);
-    r->next_waiter = f->waiters;
-    f->waiters = r;
+    cfetch_join(e, r);
     return;
   }
   cfetch_start(r);
@@ -583,6 +396,7 @@ int cache_http_handle(node_agent_t *a, struct evhttp_request *in) {
   r->a = a;
   r->in = in;
   r->kind = kind;
+  r->stream_fd = -1;
   const char *auth = evhttp_find_header(evhttp_request_get_input_headers(in), "Authorization");
   r->auth = auth ? strdup(auth) : NULL;
   if (kind != CREQ_STATS &&
@@ -636,24 +450,8 @@ void cache_http_stop(node_agent_t *a) {
   for (size_t b = 0; b < c->nbuckets; b++)
     for (cache_entry_t *e = c->buckets[b], *next; e; e = next) {
       next = e->hash_next;
-      cfetch_t *f = e->fetch;
-      if (e->state != CACHE_FETCHING || f == NULL)
-        continue;
-      int running = CFETCH_RUNNING;
-      if (!atomic_compare_exchange_strong(&f->state, &running, CFETCH_ABANDONED)) {
-        cfetch_finish(f); /* it ended just now; its pointer waits in the pipe, unread */
-        continue;
-      }
-      /* Still running: the thread frees `f` when it ends; its file descriptor
-       * stays open for it (the process is about to exit) and the file goes. */
-      for (creq_t *r = f->waiters, *rn; r; r = rn) {
-        rn = r->next_waiter;
-        creq_error(r, 503, "unavailable", "node agent %s is stopping", a->name);
-      }
-      pthread_detach(f->thread);
-      e->fetch = NULL;
-      e->tmp_fd = -1;
-      cache_fetch_abort(c, e);
+      if (e->state == CACHE_FETCHING && e->fetch != NULL)
+        cfetch_stop(a, e);
     }
   if (c->notify_ev)
     event_free(c->notify_ev);

@@ -223,8 +223,11 @@ class RequestProxy:
     """An HTTP/1.1 proxy in front of `head` that forwards every request but hands those
     for which `match(method, path)` is true (the path without its query) to `decide(n)`,
     n from 1, which returns "forward"; "drop" (forward it, then close the connection
-    without a reply: the head did it, the client heard nothing); or (status, body) to
-    answer in the head's place (body: a dict, sent as JSON).  `count` counts them."""
+    without a reply: the head did it, the client heard nothing); (status, body) to
+    answer in the head's place (body: a dict, sent as JSON); or a function that takes
+    the head's reply body as an iterator of pieces and yields what to send instead, as
+    it comes (the head's status and Content-Length go first; a body that ends short
+    closes the connection).  `count` counts them."""
 
     def __init__(self, head, match, decide):
         self.head, self.match, self.decide, self.count = head, match, decide, 0
@@ -252,6 +255,8 @@ class RequestProxy:
                     conn.request(self.command, self.path, body=body, headers={
                         k: v for k, v in self.headers.items() if k.lower() != "connection"})
                     r = conn.getresponse()
+                    if callable(what):
+                        return self.stream(r, what)
                     status, headers, data = r.status, dict(r.getheaders()), r.read()
                 finally:
                     conn.close()
@@ -260,17 +265,30 @@ class RequestProxy:
                     return None
                 return self.reply(status, headers, data)
 
-            def reply(self, status, headers, data):
+            def reply(self, status, headers, data, length=None):
                 self.send_response(status)
                 for k, v in headers.items():
                     if k.lower() not in ("content-length", "connection", "transfer-encoding",
                                          "date", "server"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                if length is None and self.command == "HEAD":
+                    length = headers.get("Content-Length", "0")  # of the body a GET gets
+                self.send_header("Content-Length", str(len(data) if length is None else length))
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_POST = do_PUT = do_DELETE = forward
+            def stream(self, r, body):
+                length = int(r.getheader("Content-Length"))
+                self.reply(r.status, dict(r.getheaders()), b"", length)
+                self.wfile.flush()
+                sent = 0
+                for piece in body(iter(lambda: r.read(1 << 16), b"")):
+                    self.wfile.write(piece)
+                    self.wfile.flush()
+                    sent += len(piece)
+                self.close_connection = sent != length
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = forward
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

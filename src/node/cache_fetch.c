@@ -1,0 +1,356 @@
+/*
+ * cache_fetch.c — the node cache's fetches from the head (docs/shared-data.md
+ * "Node cache"): one thread per level being fetched, the clients waiting for
+ * it, and the replies that stream the level to them while it arrives.
+ *
+ * A fetch runs on a thread of its own with libmuster's streaming download
+ * (muster_shared_get_fd: libcurl reads large pieces, writes them to the
+ * entry's temporary file and checks the xxHash64 against the ETag as they
+ * pass), so the event loop keeps serving hits meanwhile.  The thread touches
+ * only its cfetch_t and its file and tells the loop through the cache's
+ * notify pipe: more bytes are in the file, or (its last message) it ended;
+ * the loop joins it, stores or drops the level (cache.c) and answers the
+ * waiters.
+ */
+#include "node/cache_http_internal.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/keyvalq_struct.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#define CACHE_FETCH_STALL_MS 60000  /* a fetch that moves no byte this long gives up */
+#define CACHE_STREAM_STEP (1 << 20) /* a fetch tells the loop of new bytes every this many */
+
+/* One fetch from the head in progress (cache_entry_t.fetch).  The thread
+ * owns the fields below `state` until it sets `state` to done; the loop owns
+ * the rest. */
+typedef struct {
+  node_agent_t *a;
+  cache_entry_t *entry;
+  creq_t *waiters; /* clients answered when it ends */
+  pthread_t thread;
+  /* the thread's, read-only for it: what to fetch */
+  char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
+  int64_t level;
+  int fd;      /* the entry's temporary file */
+  char *token; /* the first waiter's bearer token (NULL: none) */
+  /* set by the thread */
+  _Atomic int64_t written;  /* bytes in the file so far */
+  atomic_bool wake_pending; /* a progress message is in the pipe (cleared by the loop) */
+  int64_t notified;         /* the thread's own: `written` when it last told the loop */
+  _Atomic int state; /* CFETCH_RUNNING, then CFETCH_DONE (thread) or CFETCH_ABANDONED (loop) */
+  muster_err_t err;
+  muster_shared_info_t info;
+  char why[300];
+} cfetch_t;
+
+enum { CFETCH_RUNNING, CFETCH_DONE, CFETCH_ABANDONED };
+/* ---- streaming a level while it arrives ------------------------------------------- */
+
+/*
+ * A client that reads a level's bytes while its fetch runs does not wait for
+ * the end: once the first bytes are in the temporary file its reply starts
+ * (200 with the level's Content-Length) and each piece the fetch thread
+ * reports is queued for the socket from the file (sendfile, as a hit), so the
+ * first reader of a cold level gets it about as fast as the head sends it.
+ * The last byte is held back until the whole level matched its size and
+ * checksum: a client never gets a complete body that was not verified.  A
+ * fetch that fails after the reply started ends it short and closes the
+ * connection, which every HTTP client reports as an error (curl: "transfer
+ * closed with N bytes remaining"); one that fails before, as before, answers
+ * 503.  Workers asking for the file's path still wait for the verified file.
+ */
+
+/* Queues bytes [from, to) of the streaming waiter's file; -1 when it could
+ * not (out of descriptors or memory). */
+static int creq_stream_piece(creq_t *r, int64_t from, int64_t to) {
+  int fd = fcntl(r->stream_fd, F_DUPFD_CLOEXEC, 0); /* each piece owns a descriptor */
+  struct evbuffer *body = fd >= 0 ? evbuffer_new() : NULL;
+  struct evbuffer_file_segment *seg =
+      body ? evbuffer_file_segment_new(fd, from, to - from, EVBUF_FS_CLOSE_ON_FREE) : NULL;
+  if (seg == NULL) {
+    if (fd >= 0)
+      close(fd);
+    if (body)
+      evbuffer_free(body);
+    return -1;
+  }
+  evbuffer_set_flags(body, EVBUFFER_FLAG_DRAINS_TO_FD); /* sendfile, as creq_send_file */
+  evbuffer_add_file_segment(body, seg, 0, to - from);
+  evbuffer_file_segment_free(seg);
+  evhttp_send_reply_chunk(r->in, body); /* a client gone meanwhile takes nothing */
+  evbuffer_free(body);
+  return 0;
+}
+
+/* Sends streaming waiter `r` its level's bytes below `upto` (at most its
+ * size), starting its reply first when it has not started and there is a
+ * byte to send.  A client that went away while it waited is left to the
+ * fetch's end (evhttp keeps its request until a reply frees it). */
+static void creq_stream(creq_t *r, cache_entry_t *e, int64_t upto) {
+  if (upto > r->size)
+    upto = r->size;
+  if (r->stream_fd < 0) {
+    if (upto <= 0 || evhttp_request_get_connection(r->in) == NULL)
+      return;
+    if ((r->stream_fd = open(e->tmp_path, O_RDONLY | O_CLOEXEC)) < 0)
+      return; /* answered from the finished file instead */
+    creq_add_headers(r, "miss");
+    struct evkeyvalq *h = evhttp_request_get_output_headers(r->in);
+    char length[24];
+    snprintf(length, sizeof length, "%" PRId64, r->size);
+    evhttp_add_header(h, "Content-Type", "application/octet-stream");
+    evhttp_add_header(h, "Content-Length", length);
+    evhttp_send_reply_start(r->in, 200, "OK");
+  }
+  if (upto > r->sent && !r->stream_broken) {
+    if (creq_stream_piece(r, r->sent, upto) == 0)
+      r->sent = upto;
+    else
+      r->stream_broken = 1;
+  }
+}
+
+/* Ends streaming waiter `r` and frees it: with the rest of its bytes when
+ * the fetch was verified (`ok`), else short, closing the connection. */
+static void creq_stream_end(creq_t *r, int ok) {
+  cache_t *c = r->a->cache;
+  if (ok && !r->stream_broken) {
+    if (r->sent < r->size && creq_stream_piece(r, r->sent, r->size) != 0)
+      ok = 0;
+    else
+      CACHE_COUNT(c, bytes_served, r->size);
+  }
+  if (!ok || r->stream_broken)
+    evhttp_add_header(evhttp_request_get_output_headers(r->in), "Connection", "close");
+  evhttp_send_reply_end(r->in);
+  close(r->stream_fd);
+  creq_free(r);
+}
+
+/* A waiter of a fetch that failed (`why`), streaming or not. */
+static void creq_fetch_failed(creq_t *r, const char *why) {
+  if (r->stream_fd >= 0)
+    creq_stream_end(r, 0);
+  else
+    creq_error(r, 503, "unavailable", "node agent %s: %s", r->a->name, why);
+}
+
+/* ---- fetching a level from the head -------------------------------------------- */
+
+static void cfetch_free(cfetch_t *f) {
+  free(f->token);
+  free(f);
+}
+
+/* What a fetch thread tells the loop through the cache's notify pipe: more
+ * bytes arrived, or (the last message about a fetch) it ended. */
+typedef struct {
+  cfetch_t *fetch;
+  int done;
+} cfetch_msg_t;
+
+static void cfetch_tell(cfetch_t *f, int done) {
+  cfetch_msg_t m = {.fetch = f, .done = done};
+  if (write(f->a->cache->notify_wr, &m, sizeof m) != (ssize_t)sizeof m)
+    abort(); /* a pipe write this small is atomic; failing means the agent is broken */
+}
+
+/* libmuster's progress callback, on the fetch thread: publishes how much of
+ * the file is written (its offset: the download writes it in order from 0)
+ * and tells the loop at the first bytes and then every CACHE_STREAM_STEP,
+ * one message at a time. */
+static void cfetch_progress(void *user, int64_t done, int64_t total) {
+  cfetch_t *f = user;
+  (void)done; /* what arrived, some of it perhaps not written yet */
+  (void)total;
+  off_t at = lseek(f->fd, 0, SEEK_CUR);
+  if (at <= 0)
+    return;
+  atomic_store_explicit(&f->written, (int64_t)at, memory_order_release);
+  if ((f->notified > 0 && at - f->notified < CACHE_STREAM_STEP) ||
+      atomic_exchange(&f->wake_pending, true))
+    return;
+  f->notified = at;
+  cfetch_tell(f, 0);
+}
+
+static void *cfetch_main(void *arg) {
+  cfetch_t *f = arg;
+  muster_client_t *client = NULL;
+  f->err = muster_client_new(f->a->cfg->head_url, f->token, &client);
+  if (f->err == MUSTER_OK) {
+    muster_client_set_timeout(client, CACHE_FETCH_STALL_MS); /* a stalled transfer ends */
+    muster_shared_opts_t opts;
+    muster_shared_opts_init(&opts);
+    opts.level = f->level;
+    opts.progress = cfetch_progress;
+    opts.user = f;
+    f->err = muster_shared_get_fd(client, f->scope, f->name, f->fd, &opts, &f->info);
+    if (f->err != MUSTER_OK)
+      snprintf(f->why, sizeof f->why, "%s: %s", muster_err_name(f->err),
+               muster_client_message(client));
+  } else {
+    snprintf(f->why, sizeof f->why, "%s", muster_err_name(f->err));
+  }
+  muster_client_free(client);
+  int running = CFETCH_RUNNING;
+  if (!atomic_compare_exchange_strong(&f->state, &running, CFETCH_DONE)) {
+    cfetch_free(f); /* the agent stopped and left it to us */
+    return NULL;
+  }
+  cfetch_tell(f, 1);
+  return NULL;
+}
+
+/* The fetch `f` ended: store the level or drop it, answer the waiters. */
+static void cfetch_finish(cfetch_t *f) {
+  node_agent_t *a = f->a;
+  cache_t *c = a->cache;
+  cache_entry_t *e = f->entry;
+  pthread_join(f->thread, NULL);
+  e->fetch = NULL;
+  int failed = 1;
+  if (f->err != MUSTER_OK) {
+    cache_fetch_abort(c, e);
+  } else if (f->info.level != e->level) {
+    snprintf(f->why, sizeof f->why, "the head sent level %lld", (long long)f->info.level);
+    cache_fetch_abort(c, e);
+  } else {
+    uint64_t got = strtoull(f->info.checksum, NULL, 16);
+    failed = cache_fetch_commit(c, e, f->info.size, got, f->why, sizeof f->why) != 0;
+  }
+  if (failed) {
+    CACHE_COUNT(c, fetch_failures, 1);
+    agent_log(a, "cache: fetching %s/%s level %lld: %s", f->scope, f->name, (long long)f->level,
+              f->why);
+  } else {
+    cache_reader_begin(c, e); /* keeps the entry while the waiters are answered */
+  }
+  char why[700];
+  snprintf(why, sizeof why, "fetching shared data '%s' level %lld from the head failed: %s",
+           f->name, (long long)f->level, f->why);
+  for (creq_t *r = f->waiters, *next; r; r = next) {
+    next = r->next_waiter;
+    if (failed)
+      creq_fetch_failed(r, why);
+    else if (r->stream_fd >= 0)
+      creq_stream_end(r, 1);
+    else if (creq_answer(r, e, "miss") != 0)
+      creq_serve(r); /* the file went away already: start over */
+  }
+  if (!failed)
+    cache_reader_end(c, e);
+  cfetch_free(f);
+}
+
+/* More of fetch `f` is in its file: its streaming waiters get it, less the
+ * last byte (creq_stream_end sends that once the level is verified). */
+static void cfetch_progressed(cfetch_t *f) {
+  atomic_store(&f->wake_pending, false); /* before reading `written`: no report is lost */
+  int64_t written = atomic_load_explicit(&f->written, memory_order_acquire);
+  for (creq_t *r = f->waiters; r; r = r->next_waiter)
+    if (r->kind == CREQ_BYTES)
+      creq_stream(r, f->entry, written - 1);
+}
+
+/* The notify pipe is readable: fetches that moved on or ended (messages come
+ * whole, and a fetch's last is its end). */
+void cfetch_on_notify(evutil_socket_t fd, short what, void *arg) {
+  cfetch_msg_t m;
+  while (read(fd, &m, sizeof m) == (ssize_t)sizeof m) {
+    if (m.done)
+      cfetch_finish(m.fetch);
+    else
+      cfetch_progressed(m.fetch);
+  }
+}
+
+/* Starts fetching the level `r` asks for, with `r` as its first waiter. */
+void cfetch_start(creq_t *r) {
+  node_agent_t *a = r->a;
+  cache_t *c = a->cache;
+  char err[512];
+  if (c->stopping) {
+    creq_error(r, 503, "unavailable", "node agent %s is stopping", a->name);
+    return;
+  }
+  cache_entry_t *e =
+      cache_fetch_begin(c, r->scope, r->name, r->level, r->checksum, r->size, err, sizeof err);
+  if (e == NULL) {
+    agent_log(a, "cache: %s", err);
+    creq_error(r, 503, "unavailable", "node agent %s: %s", a->name, err);
+    return;
+  }
+  cfetch_t *f = calloc(1, sizeof *f);
+  if (f == NULL) {
+    fprintf(stderr, "muster node: out of memory\n");
+    abort(); /* the daemon's one allocation policy (STYLE.md 6) */
+  }
+  *f = (cfetch_t){.a = a, .entry = e, .waiters = r, .level = r->level, .fd = e->tmp_fd};
+  snprintf(f->scope, sizeof f->scope, "%s", r->scope);
+  snprintf(f->name, sizeof f->name, "%s", r->name);
+  if (r->auth && strncasecmp(r->auth, "Bearer ", 7) == 0)
+    f->token = strdup(r->auth + 7);
+  atomic_init(&f->state, CFETCH_RUNNING);
+  r->next_waiter = NULL;
+  e->fetch = f;
+  CACHE_COUNT(c, upstream_fetches, 1);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old); /* signals are the loop's */
+  int rc = pthread_create(&f->thread, NULL, cfetch_main, f);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    e->fetch = NULL;
+    f->waiters = NULL;
+    cfetch_free(f);
+    cache_fetch_abort(c, e);
+    creq_error(r, 503, "unavailable", "node agent %s: cannot start a fetch: %s", a->name,
+               strerror(rc));
+  }
+}
+
+/* ---- joining and stopping --------------------------------------------------------- */
+
+void cfetch_join(cache_entry_t *e, creq_t *r) {
+  cfetch_t *f = e->fetch;
+  r->next_waiter = f->waiters;
+  f->waiters = r;
+  if (r->kind == CREQ_BYTES)
+    creq_stream(r, e, atomic_load_explicit(&f->written, memory_order_acquire) - 1);
+}
+
+void cfetch_stop(node_agent_t *a, cache_entry_t *e) {
+  cfetch_t *f = e->fetch;
+  int running = CFETCH_RUNNING;
+  if (!atomic_compare_exchange_strong(&f->state, &running, CFETCH_ABANDONED)) {
+    cfetch_finish(f); /* it ended just now; its message waits in the pipe, unread */
+    return;
+  }
+  /* Still running: the thread frees `f` when it ends; its file descriptor
+   * stays open for it (the process is about to exit) and the file goes. */
+  for (creq_t *r = f->waiters, *rn; r; r = rn) {
+    rn = r->next_waiter;
+    if (r->stream_fd >= 0)
+      creq_stream_end(r, 0);
+    else
+      creq_error(r, 503, "unavailable", "node agent %s is stopping", a->name);
+  }
+  pthread_detach(f->thread);
+  e->fetch = NULL;
+  e->tmp_fd = -1;
+  cache_fetch_abort(a->cache, e);
+}

@@ -1,0 +1,68 @@
+/*
+ * cache_http_internal.h — what the node cache's two halves share: the
+ * requests it answers (cache_http.c: routing, the HEAD to the head, replies
+ * from cached files) and the fetches from the head with the replies that
+ * stream a level while it arrives (cache_fetch.c).  Both run on the agent's
+ * event-loop thread; only a fetch's own thread runs elsewhere.
+ */
+#ifndef MUSTER_NODE_CACHE_HTTP_INTERNAL_H
+#define MUSTER_NODE_CACHE_HTTP_INTERNAL_H
+
+#include "node/agent.h"
+#include "node/cache.h"
+
+#include <event2/http.h>
+#include <stdint.h>
+
+typedef enum { CREQ_BYTES, CREQ_PATH, CREQ_STATS } creq_kind_t;
+
+/* One client request the cache handles. */
+typedef struct creq {
+  node_agent_t *a;
+  struct evhttp_request *in;
+  creq_kind_t kind;
+  char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
+  int64_t level; /* asked for, 0: the newest; after the HEAD: the level served */
+  uint64_t checksum;
+  int64_t size;
+  char expires[32]; /* the head's X-Muster-Expires-Ms */
+  char *auth;       /* the client's Authorization header (copy) or NULL */
+  fwd_conn_t *conn; /* the HEAD's connection while it runs */
+  struct creq *next_waiter;
+  /* CREQ_BYTES waiting for a fetch: its reply started before the fetch ended
+   * (cache_http.c "Streaming") */
+  int stream_fd;     /* the fetch's temporary file, read-only; -1: not streaming */
+  int64_t sent;      /* bytes of it handed to the connection */
+  int stream_broken; /* a piece could not be queued: the reply is cut at the end */
+} creq_t;
+
+/* ---- cache_http.c ---- */
+
+/* Frees `r` (its reply must have been sent). */
+void creq_free(creq_t *r);
+/* Answers `r` with the error envelope and frees it. */
+void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Adds the headers every shared-data answer carries (X-Muster-Cache: `how`). */
+void creq_add_headers(creq_t *r, const char *how);
+/* Answers `r` from READY entry `e` and frees it: 0, or -1 when the file
+ * turned out corrupt or gone (dropped; `r` is untouched). */
+int creq_answer(creq_t *r, cache_entry_t *e, const char *how);
+/* Answers `r` (level, checksum and size known) from the cache, fetching the
+ * level first when it is not there. */
+void creq_serve(creq_t *r);
+
+/* ---- cache_fetch.c ---- */
+
+/* Starts fetching the level `r` asks for, with `r` as its first waiter. */
+void cfetch_start(creq_t *r);
+/* Adds `r` to the fetch running for FETCHING entry `e` (a reader of bytes
+ * gets what has arrived at once). */
+void cfetch_join(cache_entry_t *e, creq_t *r);
+/* The cache's notify pipe is readable (an event callback; `arg`: the agent). */
+void cfetch_on_notify(evutil_socket_t fd, short what, void *arg);
+/* The agent stops: answers the waiters of the fetch of FETCHING entry `e`
+ * and leaves its thread to end alone. */
+void cfetch_stop(node_agent_t *a, cache_entry_t *e);
+
+#endif /* MUSTER_NODE_CACHE_HTTP_INTERNAL_H */

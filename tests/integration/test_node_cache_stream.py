@@ -1,0 +1,134 @@
+"""A node cache streams a cold level (docs/shared-data.md "Node cache"): a reader gets the
+first bytes while the fetch from the head still runs (here held half way by a proxy
+between the agent and the head), and so does a second reader that joins the fetch; the
+last byte waits for the whole level to match its checksum, so bytes that do not match
+reach a reader as a body cut short, never as a complete one, and nothing is cached; a
+fetch cut half way ends the readers' bodies short too, and the next read fetches again."""
+import http.client
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import types
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from node_harness import Agent  # noqa: E402
+
+MIB = 1 << 20
+SIZE = 8 * MIB
+
+
+def held_half_way(gate):
+    """A proxy body that sends half the level, then waits for `gate`."""
+    def body(pieces):
+        sent = 0
+        for piece in pieces:
+            if sent >= SIZE // 2 and not gate.is_set():
+                assert gate.wait(60), "the test never opened the gate"
+            yield piece
+            sent += len(piece)
+    return body
+
+
+def one_byte_changed(pieces):
+    for i, piece in enumerate(pieces):
+        yield piece if i != 3 else bytes([piece[0] ^ 1]) + piece[1:]
+
+
+def cut_half_way(pieces):
+    sent = 0
+    for piece in pieces:
+        if sent >= SIZE // 2:
+            return
+        yield piece
+        sent += len(piece)
+
+
+class NodeCacheStreamTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-cache-stream-")
+        self.head = harness.Head().start()
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.addCleanup(self.head.cleanup)
+        self.data = os.urandom(SIZE)
+        r = self.head.request("PUT", "/v1/shared/models/w", raw=self.data,
+                              content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+
+    def agent_behind(self, body):
+        """An agent whose head is a proxy that passes the first GET of the level's bytes
+        through `body` and forwards everything else."""
+        proxy = harness.RequestProxy(
+            self.head, lambda method, path: method == "GET" and path == "/v1/shared/models/w",
+            lambda n: body if n == 1 else "forward")
+        self.addCleanup(proxy.close)
+        head = types.SimpleNamespace(url=proxy.url, token=self.head.token)
+        a = Agent(head, self.dir, "s1", args=["--cache-dir", os.path.join(self.dir, "cache")])
+        self.addCleanup(a.kill)
+        return a.start()
+
+    def open_read(self, agent):
+        """A GET of the level through the agent, its status line and headers read."""
+        conn = http.client.HTTPConnection("127.0.0.1", agent.port, timeout=30)
+        self.addCleanup(conn.close)
+        conn.request("GET", "/v1/shared/models/w",
+                     headers={"Authorization": "Bearer " + self.head.token})
+        return conn.getresponse()
+
+    def stats(self, agent):
+        r = agent.request("GET", "/v1/node/cache")
+        self.assertEqual(r.status, 200, r)
+        return r.json
+
+    def test_readers_get_bytes_while_the_fetch_runs(self):
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        a = self.agent_behind(held_half_way(gate))
+        first = self.open_read(a)
+        self.assertEqual((first.status, first.getheader("X-Muster-Cache")), (200, "miss"))
+        self.assertEqual(int(first.getheader("Content-Length")), SIZE)
+        self.assertEqual(first.read(MIB), self.data[:MIB])
+        second = self.open_read(a)  # joins the same fetch, still held half way
+        self.assertEqual(second.status, 200)
+        self.assertEqual(second.read(MIB), self.data[:MIB])
+        s = self.stats(a)
+        self.assertEqual((s["fetching_bytes"], s["entries"], s["upstream_fetches"]),
+                         (SIZE, 0, 1), s)
+        gate.set()
+        self.assertEqual(first.read(), self.data[MIB:])
+        self.assertEqual(second.read(), self.data[MIB:])
+        s = self.stats(a)
+        self.assertEqual((s["misses"], s["coalesced"], s["bytes_served"], s["entries"]),
+                         (2, 1, 2 * SIZE, 1), s)
+
+    def test_bytes_that_do_not_match_the_checksum_never_make_a_whole_body(self):
+        a = self.agent_behind(one_byte_changed)
+        r = self.open_read(a)
+        self.assertEqual(r.status, 200)
+        with self.assertRaises(http.client.IncompleteRead) as cut:
+            r.read()
+        self.assertLess(len(cut.exception.partial), SIZE)
+        s = self.stats(a)
+        self.assertEqual((s["fetch_failures"], s["entries"], s["bytes_served"]), (1, 0, 0), s)
+        again = a.request("GET", "/v1/shared/models/w")  # the proxy forwards it unchanged
+        self.assertEqual((again.status, again.raw == self.data), (200, True))
+
+    def test_a_fetch_cut_half_way_cuts_the_readers_short(self):
+        a = self.agent_behind(cut_half_way)
+        r = self.open_read(a)
+        self.assertEqual(r.status, 200)
+        with self.assertRaises(http.client.IncompleteRead) as cut:
+            r.read()
+        self.assertLessEqual(len(cut.exception.partial), SIZE // 2)
+        self.assertEqual(cut.exception.partial, self.data[:len(cut.exception.partial)])
+        self.assertIn("cache: fetching models/w level 1", a.log())
+        again = a.request("GET", "/v1/shared/models/w")
+        self.assertEqual((again.status, again.raw == self.data), (200, True))
+        self.assertEqual(self.stats(a)["upstream_fetches"], 2)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
