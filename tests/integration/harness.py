@@ -282,10 +282,13 @@ class RequestProxy:
                 self.reply(r.status, dict(r.getheaders()), b"", length)
                 self.wfile.flush()
                 sent = 0
-                for piece in body(iter(lambda: r.read(1 << 16), b"")):
-                    self.wfile.write(piece)
-                    self.wfile.flush()
-                    sent += len(piece)
+                try:
+                    for piece in body(iter(lambda: r.read(1 << 16), b"")):
+                        self.wfile.write(piece)
+                        self.wfile.flush()
+                        sent += len(piece)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client went away (an agent that stopped, say)
                 self.close_connection = sent != length
 
             do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = forward

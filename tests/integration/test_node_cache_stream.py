@@ -3,7 +3,8 @@ first bytes while the fetch from the head still runs (here held half way by a pr
 between the agent and the head), and so does a second reader that joins the fetch; the
 last byte waits for the whole level to match its checksum, so bytes that do not match
 reach a reader as a body cut short, never as a complete one, and nothing is cached; a
-fetch cut half way ends the readers' bodies short too, and the next read fetches again."""
+fetch cut half way ends the readers' bodies short too, and the next read fetches again;
+so does an agent that stops while it streams."""
 import http.client
 import os
 import shutil
@@ -128,6 +129,18 @@ class NodeCacheStreamTest(unittest.TestCase):
         again = a.request("GET", "/v1/shared/models/w")
         self.assertEqual((again.status, again.raw == self.data), (200, True))
         self.assertEqual(self.stats(a)["upstream_fetches"], 2)
+
+    def test_an_agent_that_stops_mid_level_cuts_its_readers_short(self):
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        a = self.agent_behind(held_half_way(gate))
+        r = self.open_read(a)
+        self.assertEqual(r.read(MIB), self.data[:MIB])
+        self.assertEqual(a.stop(), 0, a.log())  # the fetch thread is left to end alone
+        with self.assertRaises(http.client.IncompleteRead) as cut:
+            r.read()
+        self.assertEqual(cut.exception.partial, self.data[MIB:MIB + len(cut.exception.partial)])
+        self.assertLess(MIB + len(cut.exception.partial), SIZE)
 
 
 if __name__ == "__main__":
