@@ -188,11 +188,12 @@
         return dc ? dc === name : (w.queues || []).some(q => order.includes(q));
       });
     }
-    // The tasks each worker holds: one listing of leased tasks per busy queue.
+    // The tasks each worker holds: one listing of leased tasks per busy queue,
+    // without payloads (a payload may be a megabyte; the worker page reads its own).
     data.holding = {};
     await Promise.all(data.queues.filter(q => q.counts.leased > 0).map(async q => {
       const reply = await api('/v1/queues/' + encodeURIComponent(q.name) +
-                              '/tasks?state=leased&limit=' + MAX_LEASED_LISTED);
+                              '/tasks?state=leased&brief=true&limit=' + MAX_LEASED_LISTED);
       for (const task of reply.tasks) {
         const worker = task.lease && task.lease.worker;
         if (worker) (data.holding[worker] = data.holding[worker] || []).push(task);
@@ -722,7 +723,8 @@
      render: renderIterations},
     {id: 'shared', title: 'Shared data', note: 'newest level of each blob', needs: ['/v1/sessions'],
      pages: ['main'], headOnly: true, load: loadShared, render: renderShared},
-    {id: 'worker', title: 'Worker', needs: [], pages: ['worker'], render: renderWorker},
+    {id: 'worker', title: 'Worker', needs: [], pages: ['worker'], load: loadWorkerTasks,
+     render: renderWorker},
     {id: 'node', title: 'Node', needs: ['/v1/nodes'], pages: ['node'], headOnly: true,
      render: renderNode},
   ];
@@ -742,6 +744,15 @@
     return data.workers.find(w => w.name === v.name && (!v.stage ||
       (w.queues || []).some(q => q.toLowerCase() === v.stage.toLowerCase()) ||
       (w.labels && w.labels.stage === v.stage)));
+  }
+
+  // The tasks the worker of the page holds, with their payloads (the listings
+  // are brief): one GET /v1/tasks/{id} for each of the first MAX_PAYLOADS_SHOWN.
+  async function loadWorkerTasks(data) {
+    const w = findWorker(data);
+    const held = w ? (data.holding[w.id] || []).slice(0, MAX_PAYLOADS_SHOWN) : [];
+    data.workerTasks = (await Promise.all(held.map(t => apiOr404('/v1/tasks/' + t.id))))
+      .filter(t => !t.missing && t.state === 'leased' && t.lease && t.lease.worker === w.id);
   }
 
   function renderWorker(card, data) {
@@ -768,11 +779,10 @@
     add('Flagged', fmtInt(w.flagged));
     add('Labels', w.labels ? JSON.stringify(w.labels) : '—');
     card.append(fields);
-    const tasks = data.holding[w.id] || [];
-    const held = Math.max(w.leases || 0, tasks.length);
+    const held = Math.max(w.leases || 0, (data.holding[w.id] || []).length);
     card.append(el('h3', {id: 'worker-holding', text: held === 0 ? 'Not working on a task now' :
       held === 1 ? 'Working on 1 task' : 'Working on ' + fmtInt(held) + ' tasks'}));
-    const listed = tasks.slice(0, MAX_PAYLOADS_SHOWN);
+    const listed = data.workerTasks || [];
     for (const t of listed) {
       const payload = typeof t.payload === 'string' ? t.payload : JSON.stringify(t.payload, null, 2);
       card.append(el('p', {}, el('strong', {text: 'task #' + t.id}), ' in ' + t.queue +

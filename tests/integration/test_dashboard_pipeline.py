@@ -89,6 +89,31 @@ class DashboardPipelineTest(unittest.TestCase):
         self.assertEqual(b.js("return document.querySelectorAll('#worker pre').length;"), 20)
         self.assertIn("980 more not shown", b.text("#worker-unlisted"))
 
+    def test_refresh_reads_no_payloads(self):
+        # Three held tasks of 300 KB each: the page must not read them at every refresh,
+        # only the worker's page reads the payloads it shows.
+        self.api("PUT", "/v1/queues/fat", {}, status=201)
+        self.api("POST", "/v1/queues/fat/tasks", {"tasks": [
+            {"payload": {"n": i, "blob": "y" * 300000}} for i in range(3)]}, status=201)
+        w = self.worker("fat-holder", ["fat"])
+        self.lease("fat", w["id"], 3)
+        self.open("/")
+        b = self.browser
+        self.assertEqual(b.text('#workers-table tr[data-worker="%s"] td[data-field="task"]'
+                                % w["name"]).count("#"), 3)
+        sizes = b.js("return performance.getEntriesByType('resource')"
+                     ".filter(e => e.name.includes('/v1/queues/fat/tasks'))"
+                     ".map(e => e.decodedBodySize);")
+        self.assertTrue(sizes)
+        self.assertLess(max(sizes), 5000, sizes)
+        self.open("/#/worker/%d" % w["id"])
+        harness.wait_until(lambda: b.visible("#worker-holding"), what="the worker page")
+        self.assertEqual(b.text("#worker-holding"), "Working on 3 tasks")
+        payloads = b.js("return [...document.querySelectorAll('#worker pre')].map(e => e.textContent);")
+        self.assertEqual(len(payloads), 3)
+        for text in payloads:
+            self.assertTrue(text.startswith('{\n  "n": ') and text.endswith("yyy…"), text[:40])
+
     def test_pipeline_view_shows_every_worker_of_its_stages(self):
         native = self.worker("native-b", ["pl_download"])
         client = self.worker("py-client-a", ["pl_scrape"], {"stage": "a", "project": "pl_scrape"})
