@@ -22,6 +22,9 @@
   const CHART_BIN_S = 10;
   const MAX_RANKS_SHOWN = 64;  // per iteration; the rest are summed up
   const MAX_SESSION_SCOPES = 50; // sessions whose shared data is listed
+  const MAX_LEASED_LISTED = 1000; // leased tasks listed per queue (the API's largest page)
+  const MAX_TASK_IDS_SHOWN = 3;   // task ids in a worker's row; the rest are counted
+  const MAX_PAYLOADS_SHOWN = 20;  // payloads on a worker's page; the rest are counted
   const COLORS = ['#2f6fde', '#1e8e4e', '#d9822b', '#8e44ad', '#c0392b', '#16a085', '#7f8c8d',
                   '#b7950b'];
 
@@ -177,13 +180,20 @@
       if (!data.pipeline) throw new Error('this head exposes no pipeline "' + state.view.pipeline + '"');
       const order = data.pipeline.stages.map(s => s.queue);
       data.queues = order.map(q => data.queues.find(x => x.name === q)).filter(Boolean);
-      data.workers = data.workers.filter(w => w.labels && w.labels.distcompute === data.pipeline.name);
+      // The pipeline's workers: its DistCompute clients, and every other worker that
+      // serves one of its stages (native `muster worker`s, muster.distcompute clients).
+      const name = data.pipeline.name;
+      data.workers = data.workers.filter(w => {
+        const dc = w.labels && w.labels.distcompute;
+        return dc ? dc === name : (w.queues || []).some(q => order.includes(q));
+      });
     }
-    // The tasks each worker holds: one listing of leased tasks per busy queue.
+    // The tasks each worker holds: one listing of leased tasks per busy queue,
+    // without payloads (a payload may be a megabyte; the worker page reads its own).
     data.holding = {};
     await Promise.all(data.queues.filter(q => q.counts.leased > 0).map(async q => {
       const reply = await api('/v1/queues/' + encodeURIComponent(q.name) +
-                              '/tasks?state=leased&limit=1000');
+                              '/tasks?state=leased&brief=true&limit=' + MAX_LEASED_LISTED);
       for (const task of reply.tasks) {
         const worker = task.lease && task.lease.worker;
         if (worker) (data.holding[worker] = data.holding[worker] || []).push(task);
@@ -312,7 +322,7 @@
       const y = top + h - h * i / 4;
       g.beginPath(); g.moveTo(left, y); g.lineTo(left + w, y); g.stroke();
       g.textAlign = 'right';
-      g.fillText((max * i / 4).toPrecision(2).replace(/\.0+$/, '') + '/s', left - 6, y + 4);
+      g.fillText(String(Number((max * i / 4).toPrecision(3))) + '/s', left - 6, y + 4);
     }
     g.textAlign = 'left';
     g.fillText('10 min ago', left, height - 6);
@@ -331,9 +341,12 @@
     }
   }
 
+  // The chart's top: v rounded up to 1, 2, 4 or 5 times a power of ten, whose
+  // quarters (the grid lines) are short exact numbers (not 2.5, whose 1.875 would
+  // be labelled 1.9).
   function niceCeil(v) {
     const p = Math.pow(10, Math.floor(Math.log10(v)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+    for (const m of [1, 2, 4, 5, 10]) if (v <= m * p) return m * p;
     return 10 * p;
   }
 
@@ -354,13 +367,25 @@
     card.append(workersTable(data, shown, 'workers-table'));
   }
 
+  // The tasks a worker holds, as "#7 #8 #9 +997 more": its `leases` count is the
+  // truth; the ids come from the listings of leased tasks, which stop at
+  // MAX_LEASED_LISTED per queue and so may not name every task a busy worker holds.
+  function heldTasksText(data, w) {
+    const known = data.holding[w.id] || [];
+    const held = Math.max(w.leases || 0, known.length);
+    const ids = known.slice(0, MAX_TASK_IDS_SHOWN).map(t => '#' + t.id).join(' ');
+    if (held === 0) return '';
+    if (!ids) return held === 1 ? '1 task' : fmtInt(held) + ' tasks';
+    return held > MAX_TASK_IDS_SHOWN ? ids + ' +' + fmtInt(held - MAX_TASK_IDS_SHOWN) + ' more' : ids;
+  }
+
   function workersTable(data, shown, id) {
     const table = el('table', {id: id},
       el('thead', {}, el('tr', {}, ...['Worker', 'Nickname', 'Node', 'Stage', 'Task', 'Progress',
         'Last seen', 'State'].map(t => el('th', {text: t})), el('th', {class: 'num', text: 'Done'}))));
     const body = el('tbody');
     for (const w of shown) {
-      const tasks = (data.holding[w.id] || []).map(t => '#' + t.id).join(' ');
+      const tasks = heldTasksText(data, w);
       body.append(el('tr', {dataset: {worker: w.name}},
         el('td', {}, el('a', {href: workerHref(data, w), text: w.name})),
         el('td', {dataset: {field: 'nickname'}, text: w.nickname}),
@@ -698,7 +723,8 @@
      render: renderIterations},
     {id: 'shared', title: 'Shared data', note: 'newest level of each blob', needs: ['/v1/sessions'],
      pages: ['main'], headOnly: true, load: loadShared, render: renderShared},
-    {id: 'worker', title: 'Worker', needs: [], pages: ['worker'], render: renderWorker},
+    {id: 'worker', title: 'Worker', needs: [], pages: ['worker'], load: loadWorkerTasks,
+     render: renderWorker},
     {id: 'node', title: 'Node', needs: ['/v1/nodes'], pages: ['node'], headOnly: true,
      render: renderNode},
   ];
@@ -718,6 +744,15 @@
     return data.workers.find(w => w.name === v.name && (!v.stage ||
       (w.queues || []).some(q => q.toLowerCase() === v.stage.toLowerCase()) ||
       (w.labels && w.labels.stage === v.stage)));
+  }
+
+  // The tasks the worker of the page holds, with their payloads (the listings
+  // are brief): one GET /v1/tasks/{id} for each of the first MAX_PAYLOADS_SHOWN.
+  async function loadWorkerTasks(data) {
+    const w = findWorker(data);
+    const held = w ? (data.holding[w.id] || []).slice(0, MAX_PAYLOADS_SHOWN) : [];
+    data.workerTasks = (await Promise.all(held.map(t => apiOr404('/v1/tasks/' + t.id))))
+      .filter(t => !t.missing && t.state === 'leased' && t.lease && t.lease.worker === w.id);
   }
 
   function renderWorker(card, data) {
@@ -744,14 +779,21 @@
     add('Flagged', fmtInt(w.flagged));
     add('Labels', w.labels ? JSON.stringify(w.labels) : '—');
     card.append(fields);
-    const tasks = data.holding[w.id] || [];
-    card.append(el('h3', {text: tasks.length ? 'Working on' : 'Not working on a task now'}));
-    for (const t of tasks) {
+    const held = Math.max(w.leases || 0, (data.holding[w.id] || []).length);
+    card.append(el('h3', {id: 'worker-holding', text: held === 0 ? 'Not working on a task now' :
+      held === 1 ? 'Working on 1 task' : 'Working on ' + fmtInt(held) + ' tasks'}));
+    const listed = data.workerTasks || [];
+    for (const t of listed) {
       const payload = typeof t.payload === 'string' ? t.payload : JSON.stringify(t.payload, null, 2);
       card.append(el('p', {}, el('strong', {text: 'task #' + t.id}), ' in ' + t.queue +
                      ', attempt ' + t.attempts + ', lease until ' + fmtTime(t.lease.deadline_ms)),
                   el('pre', {text: payload.length > 2000 ? payload.slice(0, 2000) + '…' : payload}));
     }
+    if (held > listed.length)
+      card.append(el('p', {class: 'muted', id: 'worker-unlisted', text: fmtInt(held - listed.length) +
+        (listed.length ? ' more' : '') + ' not shown (the page lists the first ' +
+        fmtInt(MAX_PAYLOADS_SHOWN) + ' of the first ' + fmtInt(MAX_LEASED_LISTED) +
+        ' leased tasks of each queue).'}));
     const back = data.pipeline ? data.pipeline.prefix + '/' : '/';
     card.append(el('p', {}, el('a', {href: back, id: 'back', text: '← all workers'})));
   }

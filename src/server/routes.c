@@ -142,15 +142,19 @@ static void h_tasks_list(http_req_t *r) {
   queue_t q;
   int64_t after, limit;
   const char *state_name = http_query(r, "state");
+  const char *brief = http_query(r, "brief");
   int state = state_name ? task_state_parse(state_name) : -1;
   if (state_name && state < 0)
     fail_set(&f, MUSTER_INVALID,
              "query state: '%.40s' is not one of queued, leased, done, failed, dead, cancelled",
              state_name);
+  else if (brief && strcmp(brief, "true") != 0 && strcmp(brief, "false") != 0)
+    fail_set(&f, MUSTER_INVALID, "query brief: '%.40s' is not true or false", brief);
   else if (query_int(r, "after", 0, 0, INT64_MAX, &after, &f) &&
            query_int(r, "limit", 100, 1, TASK_MAX_BATCH, &limit, &f) &&
            !queue_load(ST(r), r->params[0], &q, &f)) {
-    reply_or_fail(r, 200, task_list(ST(r), q.name, state, after, limit, &f), &f);
+    bool leave_out = brief && strcmp(brief, "true") == 0;
+    reply_or_fail(r, 200, task_list_as(ST(r), q.name, state, after, limit, leave_out, &f), &f);
     return;
   }
   http_reply_fail(r, &f);

@@ -367,27 +367,35 @@ static json_t *text_or_null(sqlite3_stmt *s, int col) {
   return t ? json_string((const char *)t) : json_null();
 }
 
-static json_t *task_from_row(sqlite3_stmt *s) {
+/* The task object of a row of TASK_COLUMNS.  `brief` leaves out the payload and
+ * the result, without decoding them: a listing that only wants to know which
+ * tasks are leased to whom (the dashboard, every refresh) then costs the head
+ * nothing per byte of payload, which may be a megabyte per task. */
+static json_t *task_from_row(sqlite3_stmt *s, bool brief) {
   int state = sqlite3_column_int(s, 2);
   json_t *lease = json_null();
   if (state == TASK_LEASED)
     lease = json_pack("{s:o, s:I}", "worker", int_or_null(s, 16), "deadline_ms",
                       (json_int_t)sqlite3_column_int64(s, 17));
-  json_t *result = sqlite3_column_type(s, 6) == SQLITE_NULL
+  json_t *result = brief || sqlite3_column_type(s, 6) == SQLITE_NULL
                        ? json_null()
                        : jv_decode((const char *)sqlite3_column_text(s, 6));
+  json_t *payload = brief ? json_null() : jv_decode((const char *)sqlite3_column_text(s, 5));
   json_t *task = json_pack(
       "{s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I, "
       "s:I, s:o}",
       "id", (json_int_t)sqlite3_column_int64(s, 0), "queue",
       (const char *)sqlite3_column_text(s, 1), "state", task_state_name(state), "priority",
-      (json_int_t)sqlite3_column_int64(s, 3), "payload",
-      jv_decode((const char *)sqlite3_column_text(s, 5)), "result", result, "error",
+      (json_int_t)sqlite3_column_int64(s, 3), "payload", payload, "result", result, "error",
       text_or_null(s, 7), "attempts", (json_int_t)sqlite3_column_int64(s, 8), "flags",
       (json_int_t)sqlite3_column_int64(s, 9), "key", text_or_null(s, 10), "session",
       text_or_null(s, 11), "index", int_or_null(s, 12), "parent", int_or_null(s, 13), "run_at_ms",
       (json_int_t)sqlite3_column_int64(s, 4), "created_ms", (json_int_t)sqlite3_column_int64(s, 14),
       "updated_ms", (json_int_t)sqlite3_column_int64(s, 15), "lease", lease);
+  if (task && brief) {
+    json_object_del(task, "payload");
+    json_object_del(task, "result");
+  }
   /* Shared data the task requires (docs/api.md "Shared data"); only when set. */
   if (task && sqlite3_column_type(s, 18) != SQLITE_NULL)
     json_object_set_new(task, "requires", jv_decode((const char *)sqlite3_column_text(s, 18)));
@@ -401,7 +409,7 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
     return NULL;
   }
   sqlite3_bind_int64(s, 1, id);
-  json_t *task = sqlite3_step(s) == SQLITE_ROW ? task_from_row(s) : NULL;
+  json_t *task = sqlite3_step(s) == SQLITE_ROW ? task_from_row(s, false) : NULL;
   store_reset(s);
   if (task == NULL)
     fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
@@ -448,8 +456,8 @@ static sqlite3_stmt *task_list_stmt(store_t *st, const char *queue, int state) {
                         " WHERE queue = ?1 AND id > ?2 AND state = ?4 ORDER BY id LIMIT ?3");
 }
 
-json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
-                  fail_t *f) {
+json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
+                     bool brief, fail_t *f) {
   sqlite3_stmt *s = task_list_stmt(st, queue, state);
   if (s == NULL) {
     store_fail(st, f, "task list");
@@ -469,10 +477,15 @@ json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int6
       break;
     }
     last = sqlite3_column_int64(s, 0);
-    json_array_append_new(tasks, task_from_row(s));
+    json_array_append_new(tasks, task_from_row(s, brief));
   }
   store_reset(s);
   return json_pack("{s:o, s:o}", "tasks", tasks, "next", more ? json_integer(last) : json_null());
+}
+
+json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
+                  fail_t *f) {
+  return task_list_as(st, queue, state, after, limit, false, f);
 }
 
 json_t *task_requeue(store_t *st, int64_t id, fail_t *f) {

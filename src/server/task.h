@@ -50,6 +50,9 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f);
  * `state` unless it is -1, at most `limit`. */
 json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
                   fail_t *f);
+/* task_list(), where `brief` leaves out each task's payload and result. */
+json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
+                     bool brief, fail_t *f);
 /* Puts a dead or failed task back to queued; returns the task object. */
 json_t *task_requeue(store_t *st, int64_t id, fail_t *f);
 

@@ -91,6 +91,37 @@ class DashboardApiTest(unittest.TestCase):
         # The head created the pipeline's queues, chained.
         self.assertEqual(self.head.request("GET", "/v1/queues/pa").json["next"], "pb")
 
+    def test_brief_listing_leaves_out_payloads(self):
+        # The dashboard lists the leased tasks of every busy queue at each refresh; it
+        # wants their ids and holders, not payloads that may be a megabyte each.
+        self.assertEqual(self.head.request("PUT", "/v1/queues/briefq", {}).status, 201)
+        r = self.head.request("POST", "/v1/queues/briefq/tasks",
+                              {"tasks": [{"payload": {"big": "z" * 100000}}, {"payload": "two"}]})
+        self.assertEqual(r.status, 201, r)
+        r = self.head.request("POST", "/v1/workers", {"nickname": "briefw"})
+        worker = r.json["id"]
+        r = self.head.request("POST", "/v1/queues/briefq/lease", {"worker": worker, "max": 1})
+        lease = r.json["leases"][0]
+        r = self.head.request("POST", "/v1/leases/complete", {"leases": [
+            {"task": lease["task"], "token": lease["token"], "result": "x" * 50000}]})
+        self.assertEqual(r.status, 200, r)
+        self.head.request("POST", "/v1/queues/briefq/lease", {"worker": worker, "max": 1})
+        full = self.get("/v1/queues/briefq/tasks", token=READ_TOKEN).json["tasks"]
+        r = self.get("/v1/queues/briefq/tasks?brief=true", token=READ_TOKEN)
+        self.assertEqual(r.status, 200, r)
+        self.assertLess(len(r.raw), 2000)
+        for task, whole in zip(r.json["tasks"], full):
+            self.assertNotIn("payload", task)
+            self.assertNotIn("result", task)
+            self.assertEqual(task, {k: v for k, v in whole.items() if k not in ("payload", "result")})
+        self.assertEqual(r.json["tasks"][1]["lease"]["worker"], worker)
+        leased = self.get("/v1/queues/briefq/tasks?state=leased&brief=true", token=READ_TOKEN)
+        self.assertEqual([t["id"] for t in leased.json["tasks"]], [full[1]["id"]])
+        self.assertEqual(self.get("/v1/queues/briefq/tasks?brief=false", token=READ_TOKEN).json["tasks"], full)
+        r = self.get("/v1/queues/briefq/tasks?brief=yes", token=READ_TOKEN)
+        self.assertEqual((r.status, r.error_code), (400, "invalid_argument"), r)
+        self.assertIn("brief", r.json["error"]["message"])
+
     def test_head_checks_its_options(self):
         bad = (["--dashboard-token", "short"], ["--dashboard-token", harness.TOKEN],
                ["--distcompute", "nameonly"], ["--distcompute", "p=a,a"],
