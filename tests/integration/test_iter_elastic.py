@@ -15,6 +15,7 @@ import harness  # noqa: E402
 import muster  # noqa: E402
 from muster.coordinated import CoordinatedRankSampler  # noqa: E402
 from muster.iteration import Plan, Stream  # noqa: E402
+from muster.sampling import RankSampler, make_plan  # noqa: E402
 
 N = 7
 CONFIG = {"dataset": {"num_samples": N}, "seed": 5, "shuffle": "global", "strategy": "contiguous",
@@ -73,6 +74,36 @@ class ElasticResumeTest(unittest.TestCase):
             read.extend(s)
         expected = sum((old_stream(r) for r in range(6)), [])
         self.assertEqual(sorted(read), sorted(expected))
+
+    def test_sampler_refuses_a_state_of_another_configuration(self):
+        # The head resumes the checkpoint's own configuration: loaded into a sampler of
+        # another dataset or seed, it would read the wrong indices without a word.
+        name = self.name()
+        first = CoordinatedRankSampler(self.client, name, CONFIG, 0, wait=False)
+        next(iter(first))
+        state = first.state_dict()
+        for change, field in (({"dataset": {"num_samples": N + 1}}, "dataset"), ({"seed": 6}, "seed"),
+                              ({"strategy": "round_robin"}, "strategy")):
+            other = CoordinatedRankSampler(self.client, name, dict(CONFIG, world_size=3, **change),
+                                           0, wait=False)
+            with self.assertRaisesRegex(ValueError, "another dataset or configuration .%s" % field):
+                other.load_state_dict(state)
+        # another world size and more epochs are what a resume may change
+        ok = CoordinatedRankSampler(self.client, name, dict(CONFIG, world_size=3, epochs=2), 0,
+                                    wait=False)
+        ok.load_state_dict(state)
+        with self.assertRaisesRegex(ValueError, "not a coordinated sampler state"):
+            ok.load_state_dict({"version": 1, "fingerprint": 1, "world_size": 6})
+
+    def test_standalone_sampler_refuses_bad_states(self):
+        sampler = RankSampler(make_plan(10, 2), 0)
+        good = sampler.state_dict()
+        for state, message in (("garbage", "not a sampler state"),
+                               (dict(good, emitted=-3), "emitted is -3"),
+                               ({k: v for k, v in good.items() if k != "world_size"}, "world_size"),
+                               ({"version": 1, "mode": "coordinated"}, "coordinated=True")):
+            with self.assertRaisesRegex(ValueError, message):
+                RankSampler(make_plan(10, 3), 0).load_state_dict(state)
 
 
 if __name__ == "__main__":
