@@ -5,10 +5,10 @@
  * checkpoint and restore, prefetching with a slow load callback (hits and
  * misses counted, the buffer bounded), a zero world or block size refused.
  * Coordinated: 4 rank processes consume an epoch through loaders while one
- * of them is killed with SIGKILL holding leased blocks; every sample is then consumed exactly once by the
- * survivors plus what the victim had acknowledged, and the victim's blocks
- * were taken over — by any rank (dynamic) or by its replica (static,
- * replication 2).
+ * of them is killed with SIGKILL holding leased blocks; every sample is then
+ * consumed exactly once by the survivors plus what the victim had
+ * acknowledged, and the victim's blocks were taken over — by any rank
+ * (dynamic) or by its replica (static, replication 2).
  *
  * Starts `$MUSTER_BIN head` on a free port with a temporary data dir.
  * Ends with "N passed, M failed"; exits 1 when M > 0.
