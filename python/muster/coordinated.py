@@ -39,6 +39,37 @@ def _resumed_name(base, checkpoint, partial):
     return "%s.r%s" % (base[:NAME_MAX - 14], digest)
 
 
+# Keys of a sampler's configuration that a resume may change (or that are no part of
+# the plan): everything else must equal the checkpoint's.
+_RESUMABLE_KEYS = ("world_size", "epochs", "lease_ms", "rank_timeout_ms", "replication",
+                   "slow_ratio", "cluster_sync")
+
+
+def _dataset_shape(dataset):
+    """(shard counts, labels) of a dataset object of a configuration (uris aside)."""
+    dataset = dataset or {}
+    if "num_samples" in dataset:
+        counts = [int(dataset["num_samples"])]
+    else:
+        counts = [int(s.get("count", 0)) for s in dataset.get("shards") or ()]
+    labels = dataset.get("labels")
+    return counts, (list(labels) if labels is not None else None)
+
+
+def _config_mismatch(mine, theirs):
+    """The first field of this sampler's configuration ``mine`` that differs from a
+    checkpoint's ``theirs``, as a message, or None."""
+    if _dataset_shape(mine.get("dataset")) != _dataset_shape(theirs.get("dataset")):
+        return "dataset: %s there, %s here" % (json.dumps(theirs.get("dataset"))[:200],
+                                               json.dumps(mine.get("dataset"))[:200])
+    for key in sorted(mine):
+        if key in _RESUMABLE_KEYS or key == "dataset" or key not in theirs:
+            continue
+        if mine[key] != theirs[key]:
+            return "%s: %r there, %r here" % (key, theirs[key], mine[key])
+    return None
+
+
 def _done_count(checkpoint):
     return sum(e - b for b, e in checkpoint.get("done") or ())
 
@@ -248,9 +279,25 @@ class CoordinatedRankSampler:
         state(s): the new iteration's name is derived from them."""
         states = state if isinstance(state, (list, tuple)) else [state]
         for s in states:
-            if s.get("version") != STATE_VERSION or s.get("mode") != "coordinated":
-                raise ValueError("not a coordinated sampler state: %r" % (s.get("mode"),))
+            if not isinstance(s, dict):
+                raise ValueError("not a sampler state (a dict of state_dict()): %.100r" % (s,))
+            if s.get("mode") != "coordinated":
+                raise ValueError("not a coordinated sampler state (mode %r): a standalone "
+                                 "sampler's state loads into a sampler without coordinated=True"
+                                 % (s.get("mode"),))
+            if s.get("version") != STATE_VERSION or not isinstance(s.get("checkpoint"), dict):
+                raise ValueError("coordinated sampler state: version %r is not known, or it "
+                                 "has no checkpoint" % (s.get("version"),))
         ck = max((s["checkpoint"] for s in states), key=lambda c: (c["epoch"], _done_count(c)))
+        # The head resumes the checkpoint's configuration whatever this sampler's: a state
+        # of another dataset or seed would silently read that one's indices.
+        mismatch = _config_mismatch(self.config, ck.get("config") or {})
+        for s in states:
+            mismatch = mismatch or _config_mismatch(s["checkpoint"].get("config") or {},
+                                                    ck.get("config") or {})
+        if mismatch:
+            raise ValueError("the sampler state belongs to another dataset or configuration "
+                             "(%s)" % mismatch)
         done = [tuple(r) for r in ck.get("done") or ()]
         partial = {}
         for s in states:

@@ -151,8 +151,18 @@ class RankSampler:
 
     def load_state_dict(self, state):
         """Restores a position saved by any rank of any world size of the same configuration."""
+        if not isinstance(state, dict):
+            raise ValueError("not a sampler state (a dict of state_dict()): %.100r" % (state,))
+        if state.get("mode") == "coordinated":
+            raise ValueError("a coordinated sampler's state: load it into a sampler with "
+                             "coordinated=True")
         if state.get("version") != STATE_VERSION:
             raise ValueError("sampler state version %r is not known" % state.get("version"))
+        for key in ("fingerprint", "num_samples", "world_size", "epoch", "emitted"):
+            value = state.get(key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError("sampler state: %s is %r, expected an integer >= 0"
+                                 % (key, value))
         saved_world = int(state["world_size"])
         if saved_world == self.world_size:
             fingerprint = self.plan.fingerprint

@@ -50,6 +50,8 @@ class DistributedSampler(torch.utils.data.Sampler):
             num_replicas = env_world
         if rank is None:
             rank = env_rank if num_replicas == env_world else 0
+        if num_replicas < 1:
+            raise ValueError("num_replicas is %d: a sampler needs at least one rank" % num_replicas)
         if not 0 <= rank < num_replicas:
             raise ValueError("Invalid rank %d, rank should be in the interval [0, %d]" % (rank, num_replicas - 1))
         self.dataset = dataset

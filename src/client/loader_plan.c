@@ -18,10 +18,20 @@ static muster_err_t part_from(const muster_iter_config_t *in, part_config_t *cfg
     snprintf(msg, n, "shuffle, strategy or tail: unknown name (see docs/iterations.md)");
     return MUSTER_INVALID;
   }
+  /* muster_iter_config_init sets these; a 0 is a caller's mistake (an unset
+   * world size read from the environment, say), which the head refuses too:
+   * taken as the default, every "rank" would read the whole dataset. */
+  if (in->world_size == 0 || in->block_size == 0 || in->shuffle_block_size == 0) {
+    snprintf(msg, n, "%s: 0 is out of range; it must be at least 1 "
+             "(muster_iter_config_init sets the defaults)",
+             in->world_size == 0 ? "world_size"
+             : in->block_size == 0 ? "block_size" : "shuffle_block_size");
+    return MUSTER_INVALID;
+  }
   cfg->seed = in->seed;
-  cfg->shuffle_block_size = in->shuffle_block_size ? in->shuffle_block_size : 1024;
-  cfg->world_size = in->world_size ? in->world_size : 1;
-  cfg->block_size = in->block_size ? in->block_size : 256;
+  cfg->shuffle_block_size = in->shuffle_block_size;
+  cfg->world_size = in->world_size;
+  cfg->block_size = in->block_size;
   cfg->epochs = in->epochs;
   cfg->num_partitions = in->num_partitions;
   cfg->hash_seed = in->hash_seed;

@@ -304,7 +304,11 @@ static muster_err_t new_from_position(iter_new_t *n, const json_t *ck, int64_t w
     if (covered == units && units > 0) { /* that epoch was complete */
       n->epoch++;
       n->done_units = 0;
-    } else if (covered > 0) {
+    } else if (covered > 0 || (n->spec.cfg.strategy != PART_DYNAMIC &&
+                               (int64_t)n->spec.cfg.world_size != w0)) {
+      /* Even with nothing done, a static resume into another world deals the
+       * checkpoint's blocks: clients name blocks of that plan (the Python
+       * sampler's partly read blocks), which the new plan numbers otherwise. */
       n->resume_done = json_dumps(json_object_get(ck, "done"), JSON_COMPACT);
     }
     json_t *origin = json_pack("{s:I, s:I, s:O}", "epoch", (json_int_t)epoch, "world_size",

@@ -2,13 +2,13 @@
  * ctest_iter.c — the libmuster loader, standalone and coordinated.
  *
  * Standalone: the indices equal the core stream's, epochs and reset, len,
- * checkpoint and restore, and prefetching with a slow load callback (hits
- * and misses counted, the buffer bounded).  Coordinated: 4 rank processes
- * consume an epoch through loaders while one of them is killed with SIGKILL
- * holding leased blocks; every sample is then consumed exactly once by the
- * survivors plus what the victim had acknowledged, and the victim's blocks
- * were taken over — by any rank (dynamic) or by its replica (static,
- * replication 2).
+ * checkpoint and restore, prefetching with a slow load callback (hits and
+ * misses counted, the buffer bounded), a zero world or block size refused.
+ * Coordinated: 4 rank processes consume an epoch through loaders while one
+ * of them is killed with SIGKILL holding leased blocks; every sample is then
+ * consumed exactly once by the survivors plus what the victim had
+ * acknowledged, and the victim's blocks were taken over — by any rank
+ * (dynamic) or by its replica (static, replication 2).
  *
  * Starts `$MUSTER_BIN head` on a free port with a temporary data dir.
  * Ends with "N passed, M failed"; exits 1 when M > 0.
@@ -107,6 +107,28 @@ static void test_standalone_checkpoint(void) {
   muster_loader_close(a);
   muster_loader_close(b);
   muster_loader_close(c);
+}
+
+/* A zero world size (or block size) is refused as the head refuses it, not
+ * taken as the default: rank 0 of "0 ranks" read the whole dataset. */
+static void test_standalone_zero_sizes_refused(void) {
+  muster_iter_config_t cfg;
+  standalone_config(&cfg, 10);
+  cfg.world_size = 0;
+  muster_loader_opts_t opts;
+  muster_loader_opts_init(&opts);
+  opts.config = &cfg;
+  muster_loader_t *l = NULL;
+  char *message = NULL;
+  CHECK(muster_loader_open(&opts, &l, &message) == MUSTER_INVALID && l == NULL);
+  CHECK(message != NULL && strstr(message, "world_size: 0") != NULL);
+  muster_free(message);
+  message = NULL;
+  cfg.world_size = 3;
+  cfg.block_size = 0;
+  CHECK(muster_loader_open(&opts, &l, &message) == MUSTER_INVALID && l == NULL);
+  CHECK(message != NULL && strstr(message, "block_size: 0") != NULL);
+  muster_free(message);
 }
 
 static int slow_load(void *user, uint64_t index, void **sample) {
@@ -395,6 +417,7 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   test_standalone_matches_stream();
   test_standalone_checkpoint();
+  test_standalone_zero_sizes_refused();
   test_prefetch_slow_load();
   test_prefetch_sequence();
   test_prefetch_idle();
