@@ -269,6 +269,8 @@ muster_err_t muster_worker_bye(muster_client_t *client, int64_t id);
  * shuffled and partitioned, and (coordinated only) the lease settings.
  * muster_iter_config_init sets every field to its default; strings are the
  * wire names ("global", "dynamic", "pad").  Arrays are borrowed for the call.
+ * A world_size, block_size or shuffle_block_size of 0 is refused
+ * (MUSTER_INVALID), standalone as by the head.
  */
 typedef struct {
   uint64_t num_samples;        /* samples, when num_shards is 0 */
