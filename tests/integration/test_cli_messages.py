@@ -215,6 +215,23 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.ok("shared", "put", "msg-ttl", "gone", stdin="c")
         self.ok("shared", "rm", "msg-ttl", "gone")
 
+    # ---- empty names ---------------------------------------------------------------
+
+    def test_empty_names_are_refused_not_routed_elsewhere(self):
+        # An empty name (an unset shell variable) makes a path with an empty segment,
+        # which once collapsed into another endpoint: `shared get '' w` printed the listing
+        # of scope 'w' and exited 0, `tasks ls --queue ''` spoke of a queue 'tasks'.
+        self.ok("shared", "put", "w", "blob", stdin="data")
+        r = self.muster("shared", "get", "", "w")
+        self.assertEqual((r.returncode, r.stdout), (1, ""), r.stderr)
+        self.assertTrue(r.stderr.startswith("muster: name_invalid: scope '': "), r.stderr)
+        self.assertEqual(self.head.request("GET", "/v1/shared//w").error_code, "name_invalid")
+        for args in (("tasks", "ls", "--queue", ""), ("tasks", "dead", "--queue", ""),
+                     ("put", "--queue", "", "x"), ("lease", "--queue", ""),
+                     ("queue", "purge", ""), ("update", "--queue", "", "x")):
+            err = self.fails(1, *args)
+            self.assertEqual(err, "muster: queue_not_found: queue '' does not exist\n", args)
+
 
 if __name__ == "__main__":
     unittest.main()
