@@ -21,6 +21,9 @@
 #define CLI_USAGE 2 /* the command line was wrong */
 
 #define CLI_MAX_OPTS 24 /* options per command, global ones included */
+/* The largest --concurrency of a command worker; `muster node` checks it too,
+ * so that an agent never starts workers that refuse their own arguments. */
+#define CLI_MAX_CONCURRENCY 1024
 
 /* One --option of a command. */
 typedef struct {

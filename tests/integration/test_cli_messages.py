@@ -215,6 +215,42 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.ok("shared", "put", "msg-ttl", "gone", stdin="c")
         self.ok("shared", "rm", "msg-ttl", "gone")
 
+    # ---- agent options -------------------------------------------------------------
+
+    def agent(self, cmd, *args):
+        """`muster node` or `muster head` with its own lock file (and data dir): an
+        option it refuses must stop it at once, before it joins or serves anything."""
+        lock = os.path.join(self.cwd, "agent.lock")
+        extra = ["--join", self.head.url, "--listen", "none", "--name", "msg-agent"]
+        if cmd == "head":
+            extra = ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(self.cwd, "agent-head")]
+        return subprocess.run([MUSTER, cmd] + extra + ["--lock-file", lock] + list(args),
+                              capture_output=True, text=True, env=self.env(), cwd=self.cwd,
+                              timeout=20)
+
+    def test_agent_refuses_worker_options_its_workers_would_refuse(self):
+        # A worker takes --concurrency up to 1024: an agent that passed 2000 on started
+        # workers that exited 2 at once, restarted for ever.  --workers above the agent's
+        # 1024 was cut to 1024 without a word, and 4294967297 became 1 (an int cast).
+        for cmd in ("node", "head"):
+            for opts, says in ((("--concurrency", "2000"), "--concurrency: at most 1024, got 2000"),
+                               (("--workers", "4294967297"), "--workers: at most 1024, got "
+                                "4294967297")):
+                r = self.agent(cmd, "--queue", "q", *opts, "--", "cat")
+                self.assertEqual(r.returncode, 2, (cmd, opts, r.stderr))
+                self.assertTrue(r.stderr.startswith("muster: %s\n" % says), r.stderr)
+
+    def test_head_checks_its_agent_options_before_it_starts(self):
+        # They were read by the local agent alone, after the head had started: the head
+        # ran on without workers, the mistake one line among its log lines.
+        for opts, says in ((("--queue", "q"), "--queue needs a worker: -- CMD [ARGS...] or "
+                            "--plugin PATH"),
+                           (("--workers", "abc"), "--workers: expected an integer, got 'abc'")):
+            r = self.agent("head", *opts)
+            self.assertEqual(r.returncode, 2, (opts, r.stderr))
+            self.assertTrue(r.stderr.startswith("muster: %s\n" % says), r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.cwd, "agent-head")))
+
     # ---- empty names ---------------------------------------------------------------
 
     def test_empty_names_are_refused_not_routed_elsewhere(self):
