@@ -79,6 +79,9 @@ int cli_flag(const cli_args_t *args, const char *name);
  */
 int cli_opt_int(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
                 int64_t *out);
+/* The same, also requiring value <= `max`. */
+int cli_opt_int_range(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
+                      int64_t max, int64_t *out);
 /* Parses `text` as an integer >= `min` for `what` of `cmd`; CLI_USAGE after an error. */
 int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int64_t min,
                   int64_t *out);

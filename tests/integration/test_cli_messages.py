@@ -150,6 +150,23 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         err = self.fails(2, "complete")
         self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]\n"), err)
 
+    def test_numbers_beyond_the_heads_limits_are_usage_errors(self):
+        # The head refused them, naming its JSON field ("tasks[0].priority") and exit 1,
+        # as if the request had failed; they are command-line mistakes.
+        self.ok("queue", "create", "msg-range")
+        for args, says in ((("put", "--queue", "msg-range", "--priority", "2147483648", "x"),
+                            "--priority: must be at most 2147483647, got 2147483648"),
+                           (("put", "--queue", "msg-range", "--priority", "-2147483649", "x"),
+                            "--priority: must be at least -2147483648, got -2147483649"),
+                           (("lease", "--queue", "msg-range", "--max", "1001"),
+                            "--max: must be at most 1000, got 1001")):
+            err = self.fails(2, *args)
+            self.assertTrue(err.startswith("muster: %s\n" % says), err)
+        self.assertEqual(self.ok("tasks", "ls", "--queue", "msg-range", "--json"), "")
+        self.ok("put", "--queue", "msg-range", "--priority", "-2147483648", "x")
+        self.assertIn('"priority":-2147483648', self.ok("tasks", "ls", "--queue", "msg-range",
+                                                         "--json"))
+
     # ---- the head gone mid-request --------------------------------------------------
 
     def test_put_cut_off_says_the_batch_may_be_stored(self):
