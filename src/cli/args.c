@@ -181,6 +181,11 @@ int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int6
 
 int cli_opt_int(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
                 int64_t *out) {
+  return cli_opt_int_range(args, name, fallback, min, INT64_MAX, out);
+}
+
+int cli_opt_int_range(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
+                      int64_t max, int64_t *out) {
   const char *text = cli_opt(args, name);
   if (text == NULL) {
     *out = fallback;
@@ -188,5 +193,15 @@ int cli_opt_int(const cli_args_t *args, const char *name, int64_t fallback, int6
   }
   char what[64];
   snprintf(what, sizeof what, "--%s", name);
-  return cli_parse_int(args->cmd, text, what, min, out);
+  int64_t value;
+  int rc = cli_parse_int(args->cmd, text, what, min, &value);
+  if (rc != CLI_OK)
+    return rc;
+  /* Said here in the option's words: the head would name its JSON field
+   * ("tasks[0].priority") and the command would fail with status 1. */
+  if (value > max)
+    return cli_usage_error(args->cmd, "%s: must be at most %lld, got %lld", what, (long long)max,
+                           (long long)value);
+  *out = value;
+  return CLI_OK;
 }

@@ -21,6 +21,9 @@
 #define CLI_USAGE 2 /* the command line was wrong */
 
 #define CLI_MAX_OPTS 24 /* options per command, global ones included */
+/* The largest --concurrency of a command worker; `muster node` checks it too,
+ * so that an agent never starts workers that refuse their own arguments. */
+#define CLI_MAX_CONCURRENCY 1024
 
 /* One --option of a command. */
 typedef struct {
@@ -76,6 +79,9 @@ int cli_flag(const cli_args_t *args, const char *name);
  */
 int cli_opt_int(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
                 int64_t *out);
+/* The same, also requiring value <= `max`. */
+int cli_opt_int_range(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
+                      int64_t max, int64_t *out);
 /* Parses `text` as an integer >= `min` for `what` of `cmd`; CLI_USAGE after an error. */
 int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int64_t min,
                   int64_t *out);

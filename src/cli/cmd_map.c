@@ -27,10 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAP_POLL_MS 1000  /* longest wait between checks for a signal */
-#define MAP_BAR_WIDTH 30  /* characters of the progress bar */
-#define MAP_REDRAW_MS 100 /* at most ten redraws a second */
-#define MAP_RETRY_MS 1000 /* pause between reads while the head does not answer */
+#define MAP_POLL_MS 1000      /* longest wait between checks for a signal */
+#define MAP_BAR_WIDTH 30      /* characters of the progress bar */
+#define MAP_REDRAW_MS 100     /* at most ten redraws a second */
+#define MAP_RETRY_MS 1000     /* pause between reads while the head does not answer */
+#define MAP_IDLE_HINT_MS 3000 /* no result this long: say so if no worker serves the queue */
 
 const cli_opt_t cmd_map_opts[] = {
     {"queue", "Q", "queue whose workers run the inputs (created when missing; required)"},
@@ -54,7 +55,8 @@ const char cmd_map_details[] =
     "Every input's result is printed exactly once, also when a node was lost\n"
     "and its tasks ran again elsewhere.  When stderr is a terminal a progress\n"
     "bar shows done/total, the rate and the time left.  Interrupting map closes\n"
-    "the session, which cancels the inputs not yet run.\n"
+    "the session, which cancels the inputs not yet run.  With no result after\n"
+    "3 s and no worker serving Q, one line on stderr says so; map waits on.\n"
     "When the head stops answering (it was killed or restarts), map retries\n"
     "every second for up to the session's timeout and carries on where it was;\n"
     "if it gives up it exits 1 and prints the session id and the `muster\n"
@@ -262,12 +264,32 @@ static int map_retry(const cli_args_t *args, map_bar_t *bar, muster_pool_t *pool
   return 1;
 }
 
+/* Once, when no result came for MAP_IDLE_HINT_MS since map started: says that
+ * no worker serves the queue, if none does, since map would otherwise wait
+ * in silence for ever (a queue map created, a node agent started without
+ * --queue).  *hinted is set after the first look. */
+static void map_hint_idle(const cli_args_t *args, const map_bar_t *bar, muster_pool_t *pool,
+                          int64_t started_ms, int *hinted) {
+  size_t workers = 0;
+  if (*hinted || map_now_ms() - started_ms < MAP_IDLE_HINT_MS)
+    return;
+  *hinted = 1;
+  if (muster_pool_workers_count(pool, &workers) != MUSTER_OK || workers > 0)
+    return;
+  const char *queue = cli_opt(args, "queue");
+  map_bar_clear(bar);
+  fprintf(stderr,
+          "muster: no worker serves queue '%s' yet: the inputs wait for one; start one with "
+          "`muster worker --queue %s -- CMD`, or a node agent with --queue %s\n",
+          queue, queue, queue);
+}
+
 /* Prints every result of `it` as it comes; returns CLI_OK, or CLI_FAIL. */
 static int map_drain(const cli_args_t *args, muster_pool_t *pool, muster_pool_iter_t *it) {
   map_bar_t bar = {.enabled = isatty(2) && !cli_flag(args, "quiet"), .started_ms = map_now_ms()};
   size_t done = 0, total = 0, failures = 0;
   int64_t failing_since_ms = 0;
-  int rc = CLI_OK;
+  int rc = CLI_OK, hinted = 0;
   while (!muster_pool_iter_done(it) && !map_stop) {
     muster_result_t r;
     int has = 0;
@@ -288,6 +310,8 @@ static int map_drain(const cli_args_t *args, muster_pool_t *pool, muster_pool_it
       muster_result_clear(&r);
     }
     muster_pool_iter_progress(it, &done, &total);
+    if (done == 0)
+      map_hint_idle(args, &bar, pool, bar.started_ms, &hinted);
     map_bar_draw(&bar, done, total, muster_pool_iter_done(it));
   }
   if (bar.enabled)

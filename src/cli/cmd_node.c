@@ -97,6 +97,14 @@ static int node_read_opts(cli_args_t *args, node_config_t *cfg) {
     rc = cli_opt_int(args, "workers", -1, 1, &cfg->cpu_workers);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "concurrency", 1, 1, &cfg->concurrency);
+  /* Refused here, not by each worker at its start (which the agent would
+   * restart for ever) nor cut to the agent's limit without a word. */
+  if (rc == CLI_OK && cfg->cpu_workers > NODE_MAX_WORKERS)
+    rc = cli_usage_error(args->cmd, "--workers: at most %d, got %lld", NODE_MAX_WORKERS,
+                         (long long)cfg->cpu_workers);
+  if (rc == CLI_OK && cfg->concurrency > CLI_MAX_CONCURRENCY)
+    rc = cli_usage_error(args->cmd, "--concurrency: at most %d, got %lld", CLI_MAX_CONCURRENCY,
+                         (long long)cfg->concurrency);
   if (rc != CLI_OK)
     return rc;
   cfg->gpus = cli_opt(args, "gpus");
@@ -293,19 +301,44 @@ static int head_wait_ready(pid_t head_pid, const char *dir, ino_t stale, char *u
   }
 }
 
+/* `muster node`'s options under the name `head`, for the local agent's. */
+static const cli_cmd_t head_agent_row = {.name = "head",
+                                         .synopsis = "[options]",
+                                         .summary = "",
+                                         .opts = cli_node_opts,
+                                         .client = 1,
+                                         .max_pos = -1,
+                                         .run = cmd_node};
+
+/* Parses the local agent's options as `muster node` would into *cfg; `pos`
+ * has room for agent_argc + 1 pointers and holds the command after.  CLI_OK,
+ * or CLI_USAGE after printing why. */
+static int head_agent_opts(int agent_argc, char **agent_argv, char **pos, node_config_t *cfg) {
+  cli_args_t args;
+  memset(cfg, 0, sizeof *cfg);
+  if (cli_parse(&head_agent_row, agent_argc, agent_argv, pos, &args) != CLI_OK)
+    return CLI_USAGE;
+  return node_read_opts(&args, cfg);
+}
+
+/* Checks the local agent's options before the head starts: a mistake there
+ * (`--workers abc`, `--queue Q` without a command) would otherwise be said by
+ * the agent alone, between the head's log lines, while the head ran on with
+ * no workers.  CLI_OK, or CLI_USAGE after printing why. */
+static int head_check_agent_opts(int agent_argc, char **agent_argv) {
+  char **pos = calloc((size_t)agent_argc + 2, sizeof *pos);
+  node_config_t cfg;
+  int rc = pos ? head_agent_opts(agent_argc, agent_argv, pos, &cfg) : CLI_FAIL;
+  free(pos);
+  return rc;
+}
+
 /* The local agent: parses its options as `muster node` would, then runs. */
 static int head_local_agent(pid_t head_pid, int agent_argc, char **agent_argv, const char *dir,
                             ino_t stale) {
-  const cli_cmd_t row = {"head", "[options]", "", NULL, cli_node_opts, 1, 0, -1, cmd_node};
   char **pos = calloc((size_t)agent_argc + 2, sizeof *pos);
-  cli_args_t args;
-  if (pos == NULL || cli_parse(&row, agent_argc, agent_argv, pos, &args) != CLI_OK) {
-    free(pos);
-    return CLI_USAGE;
-  }
   node_config_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  int rc = node_read_opts(&args, &cfg);
+  int rc = pos ? head_agent_opts(agent_argc, agent_argv, pos, &cfg) : CLI_FAIL;
   char url[1024], token[1024];
   if (rc == CLI_OK &&
       head_wait_ready(head_pid, dir, stale, url, sizeof url, token, sizeof token) == 0) {
@@ -383,7 +416,7 @@ int cmd_head_main(int argc, char **argv) {
     rc = CLI_OK;
   } else if (server_only) {
     rc = head_main(head_argc, head_argv, NULL);
-  } else {
+  } else if ((rc = head_check_agent_opts(agent_argc, agent_argv)) == CLI_OK) {
     rc = head_with_agent(head_argc, head_argv, agent_argc, agent_argv);
   }
   free(head_argv);

@@ -241,7 +241,7 @@ int cmd_put(cli_args_t *args) {
     return cli_usage_error(args->cmd, "'put' needs --queue Q");
   muster_task_spec_t base;
   muster_task_spec_init(&base);
-  int rc = cli_opt_int(args, "priority", 0, INT64_MIN, &base.priority);
+  int rc = cli_opt_int_range(args, "priority", 0, INT32_MIN, INT32_MAX, &base.priority);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "delay-ms", 0, 0, &base.delay_ms);
   if (rc != CLI_OK)

@@ -28,7 +28,6 @@
 
 #define WORKER_PROGRESS_TICK_MS 1000L
 #define WORKER_DEFAULT_TIMEOUT_MS 60000L
-#define WORKER_MAX_CONCURRENCY 1024
 
 int64_t worker_now_ms(void) {
   struct timespec ts;
@@ -224,8 +223,8 @@ static void worker_make_instance(worker_t *w) {
 static int worker_read_limits(cli_args_t *args, worker_t *w) {
   int64_t concurrency = 1;
   int rc = cli_opt_int(args, "concurrency", 1, 1, &concurrency);
-  if (rc == CLI_OK && concurrency > WORKER_MAX_CONCURRENCY)
-    rc = cli_usage_error(args->cmd, "--concurrency: at most %d", WORKER_MAX_CONCURRENCY);
+  if (rc == CLI_OK && concurrency > CLI_MAX_CONCURRENCY)
+    rc = cli_usage_error(args->cmd, "--concurrency: at most %d", CLI_MAX_CONCURRENCY);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "max-tasks", 0, 0, &w->max_tasks);
   if (rc == CLI_OK)

@@ -100,22 +100,24 @@ bool http_parse_query(http_req_t *r, const char *query) {
   return true;
 }
 
-/* Splits `path` in place into segments; returns their count or -1.  A
- * trailing slash makes an empty last segment ("/v1/queues/" names the queue
- * ""), so it is refused as a bad name rather than routed elsewhere. */
+/* Splits `path` in place into segments at every '/'; returns their count or
+ * -1.  Leading slashes are skipped, but every other empty segment is kept:
+ * "/v1/queues/" names the queue "" and "/v1/shared//w" the scope "", so an
+ * empty name is refused as a bad name rather than routed elsewhere (collapsed,
+ * "/v1/shared//w" would list the scope "w" in answer to a download). */
 static int http_split(char *path, char **segs) {
+  while (*path == '/')
+    path++;
+  if (*path == '\0')
+    return 0;
   int n = 0;
-  size_t len = strlen(path);
-  bool trailing = len > 1 && path[len - 1] == '/';
-  for (char *save = NULL, *tok = strtok_r(path, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+  for (char *seg = path; seg != NULL; n++) {
     if (n == HTTP_MAX_SEGMENTS)
       return -1;
-    segs[n++] = tok;
-  }
-  if (trailing) {
-    if (n == HTTP_MAX_SEGMENTS)
-      return -1;
-    segs[n++] = path + len; /* the NUL at the end: an empty string */
+    segs[n] = seg;
+    seg = strchr(seg, '/');
+    if (seg != NULL)
+      *seg++ = '\0';
   }
   return n;
 }

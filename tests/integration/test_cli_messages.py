@@ -150,6 +150,23 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         err = self.fails(2, "complete")
         self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]\n"), err)
 
+    def test_numbers_beyond_the_heads_limits_are_usage_errors(self):
+        # The head refused them, naming its JSON field ("tasks[0].priority") and exit 1,
+        # as if the request had failed; they are command-line mistakes.
+        self.ok("queue", "create", "msg-range")
+        for args, says in ((("put", "--queue", "msg-range", "--priority", "2147483648", "x"),
+                            "--priority: must be at most 2147483647, got 2147483648"),
+                           (("put", "--queue", "msg-range", "--priority", "-2147483649", "x"),
+                            "--priority: must be at least -2147483648, got -2147483649"),
+                           (("lease", "--queue", "msg-range", "--max", "1001"),
+                            "--max: must be at most 1000, got 1001")):
+            err = self.fails(2, *args)
+            self.assertTrue(err.startswith("muster: %s\n" % says), err)
+        self.assertEqual(self.ok("tasks", "ls", "--queue", "msg-range", "--json"), "")
+        self.ok("put", "--queue", "msg-range", "--priority", "-2147483648", "x")
+        self.assertIn('"priority":-2147483648', self.ok("tasks", "ls", "--queue", "msg-range",
+                                                         "--json"))
+
     # ---- the head gone mid-request --------------------------------------------------
 
     def test_put_cut_off_says_the_batch_may_be_stored(self):
@@ -214,6 +231,59 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                          "muster: put it again without --level to start it at level 1\n")
         self.ok("shared", "put", "msg-ttl", "gone", stdin="c")
         self.ok("shared", "rm", "msg-ttl", "gone")
+
+    # ---- agent options -------------------------------------------------------------
+
+    def agent(self, cmd, *args):
+        """`muster node` or `muster head` with its own lock file (and data dir): an
+        option it refuses must stop it at once, before it joins or serves anything."""
+        lock = os.path.join(self.cwd, "agent.lock")
+        extra = ["--join", self.head.url, "--listen", "none", "--name", "msg-agent"]
+        if cmd == "head":
+            extra = ["--listen", "127.0.0.1:0", "--data-dir", os.path.join(self.cwd, "agent-head")]
+        return subprocess.run([MUSTER, cmd] + extra + ["--lock-file", lock] + list(args),
+                              capture_output=True, text=True, env=self.env(), cwd=self.cwd,
+                              timeout=20)
+
+    def test_agent_refuses_worker_options_its_workers_would_refuse(self):
+        # A worker takes --concurrency up to 1024: an agent that passed 2000 on started
+        # workers that exited 2 at once, restarted for ever.  --workers above the agent's
+        # 1024 was cut to 1024 without a word, and 4294967297 became 1 (an int cast).
+        for cmd in ("node", "head"):
+            for opts, says in ((("--concurrency", "2000"), "--concurrency: at most 1024, got 2000"),
+                               (("--workers", "4294967297"), "--workers: at most 1024, got "
+                                "4294967297")):
+                r = self.agent(cmd, "--queue", "q", *opts, "--", "cat")
+                self.assertEqual(r.returncode, 2, (cmd, opts, r.stderr))
+                self.assertTrue(r.stderr.startswith("muster: %s\n" % says), r.stderr)
+
+    def test_head_checks_its_agent_options_before_it_starts(self):
+        # They were read by the local agent alone, after the head had started: the head
+        # ran on without workers, the mistake one line among its log lines.
+        for opts, says in ((("--queue", "q"), "--queue needs a worker: -- CMD [ARGS...] or "
+                            "--plugin PATH"),
+                           (("--workers", "abc"), "--workers: expected an integer, got 'abc'")):
+            r = self.agent("head", *opts)
+            self.assertEqual(r.returncode, 2, (opts, r.stderr))
+            self.assertTrue(r.stderr.startswith("muster: %s\n" % says), r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.cwd, "agent-head")))
+
+    # ---- empty names ---------------------------------------------------------------
+
+    def test_empty_names_are_refused_not_routed_elsewhere(self):
+        # An empty name (an unset shell variable) makes a path with an empty segment,
+        # which once collapsed into another endpoint: `shared get '' w` printed the listing
+        # of scope 'w' and exited 0, `tasks ls --queue ''` spoke of a queue 'tasks'.
+        self.ok("shared", "put", "w", "blob", stdin="data")
+        r = self.muster("shared", "get", "", "w")
+        self.assertEqual((r.returncode, r.stdout), (1, ""), r.stderr)
+        self.assertTrue(r.stderr.startswith("muster: name_invalid: scope '': "), r.stderr)
+        self.assertEqual(self.head.request("GET", "/v1/shared//w").error_code, "name_invalid")
+        for args in (("tasks", "ls", "--queue", ""), ("tasks", "dead", "--queue", ""),
+                     ("put", "--queue", "", "x"), ("lease", "--queue", ""),
+                     ("queue", "purge", ""), ("update", "--queue", "", "x")):
+            err = self.fails(1, *args)
+            self.assertEqual(err, "muster: queue_not_found: queue '' does not exist\n", args)
 
 
 if __name__ == "__main__":

@@ -103,6 +103,31 @@ class CliPoolTest(unittest.TestCase):
         proc = self.ok("map", "--queue", QUEUE, "--json", "--ordered", stdin="4\n5\n")
         self.assertEqual(proc.stdout.splitlines(), ["16", "25"])
 
+    def test_map_says_when_no_worker_serves_its_queue(self):
+        # It waited in silence for ever: a node agent started without --queue, or a
+        # typo in the queue's name (map creates the queue it is given), looked like a hang.
+        proc = subprocess.Popen([MUSTER, "map", "--queue", "cp-idle"], env=self.env, text=True,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        proc.stdin.write("3\n")
+        proc.stdin.close()
+        try:
+            ready, _, _ = select.select([proc.stderr], [], [], 30)
+            self.assertTrue(ready, "map said nothing about the queue without workers")
+            self.assertEqual(proc.stderr.readline(),
+                             "muster: no worker serves queue 'cp-idle' yet: the inputs wait for "
+                             "one; start one with `muster worker --queue cp-idle -- CMD`, or a "
+                             "node agent with --queue cp-idle\n")
+            # The inputs did wait: a worker that comes now runs them, and map ends well.
+            self.ok("worker", "--queue", "cp-idle", "--max-tasks", "1", "--", "sh", "-c", SQUARE)
+            self.assertEqual(proc.stdout.read(), "9\n")
+            self.assertEqual(proc.wait(timeout=60), 0)
+            self.assertEqual(proc.stderr.read(), "")  # said once
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
     def test_map_progress_on_a_terminal(self):
         master, slave = os.openpty()
         proc = subprocess.Popen([MUSTER, "map", "--queue", QUEUE, "--ordered"], env=self.env,
