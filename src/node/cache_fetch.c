@@ -74,18 +74,29 @@ enum { CFETCH_RUNNING, CFETCH_DONE, CFETCH_ABANDONED };
  */
 
 /* Queues bytes [from, to) of the streaming waiter's file; -1 when it could
- * not (out of descriptors or memory). */
-static int creq_stream_piece(creq_t *r, int64_t from, int64_t to) {
+ * not (out of descriptors or memory).  With `reader` (the verified entry,
+ * for the last piece), the entry counts a reader until the piece is sent,
+ * so that the level is not evicted under a reply still sending it. */
+static int creq_stream_piece(creq_t *r, int64_t from, int64_t to, cache_entry_t *reader) {
   int fd = fcntl(r->stream_fd, F_DUPFD_CLOEXEC, 0); /* each piece owns a descriptor */
   struct evbuffer *body = fd >= 0 ? evbuffer_new() : NULL;
+  creader_t *rd = reader ? calloc(1, sizeof *rd) : NULL;
   struct evbuffer_file_segment *seg =
-      body ? evbuffer_file_segment_new(fd, from, to - from, EVBUF_FS_CLOSE_ON_FREE) : NULL;
+      body && (rd || !reader)
+          ? evbuffer_file_segment_new(fd, from, to - from, EVBUF_FS_CLOSE_ON_FREE)
+          : NULL;
   if (seg == NULL) {
     if (fd >= 0)
       close(fd);
     if (body)
       evbuffer_free(body);
+    free(rd);
     return -1;
+  }
+  if (rd) {
+    *rd = (creader_t){.cache = r->a->cache, .entry = reader};
+    cache_reader_begin(rd->cache, reader);
+    evbuffer_file_segment_add_cleanup_cb(seg, creader_done, rd);
   }
   evbuffer_set_flags(body, EVBUFFER_FLAG_DRAINS_TO_FD); /* sendfile, as creq_send_file */
   evbuffer_add_file_segment(body, seg, 0, to - from);
@@ -116,7 +127,7 @@ static void creq_stream(creq_t *r, cache_entry_t *e, int64_t upto) {
     evhttp_send_reply_start(r->in, 200, "OK");
   }
   if (upto > r->sent && !r->stream_broken) {
-    if (creq_stream_piece(r, r->sent, upto) == 0)
+    if (creq_stream_piece(r, r->sent, upto, NULL) == 0)
       r->sent = upto;
     else
       r->stream_broken = 1;
@@ -124,11 +135,13 @@ static void creq_stream(creq_t *r, cache_entry_t *e, int64_t upto) {
 }
 
 /* Ends streaming waiter `r` and frees it: with the rest of its bytes when
- * the fetch was verified (`ok`), else short, closing the connection. */
-static void creq_stream_end(creq_t *r, int ok) {
+ * the fetch was verified (`e`, READY), else (NULL) short, closing the
+ * connection. */
+static void creq_stream_end(creq_t *r, cache_entry_t *e) {
   cache_t *c = r->a->cache;
+  int ok = e != NULL;
   if (ok && !r->stream_broken) {
-    if (r->sent < r->size && creq_stream_piece(r, r->sent, r->size) != 0)
+    if (r->sent < r->size && creq_stream_piece(r, r->sent, r->size, e) != 0)
       ok = 0;
     else
       CACHE_COUNT(c, bytes_served, r->size);
@@ -143,7 +156,7 @@ static void creq_stream_end(creq_t *r, int ok) {
 /* A waiter of a fetch that failed (`why`), streaming or not. */
 static void creq_fetch_failed(creq_t *r, const char *why) {
   if (r->stream_fd >= 0)
-    creq_stream_end(r, 0);
+    creq_stream_end(r, NULL);
   else
     creq_error(r, 503, "unavailable", "node agent %s: %s", r->a->name, why);
 }
@@ -247,7 +260,7 @@ static void cfetch_finish(cfetch_t *f) {
     if (failed)
       creq_fetch_failed(r, why);
     else if (r->stream_fd >= 0)
-      creq_stream_end(r, 1);
+      creq_stream_end(r, e);
     else if (creq_answer(r, e, "miss") != 0)
       creq_serve(r); /* the file went away already: start over */
   }
@@ -345,7 +358,7 @@ void cfetch_stop(node_agent_t *a, cache_entry_t *e) {
   for (creq_t *r = f->waiters, *rn; r; r = rn) {
     rn = r->next_waiter;
     if (r->stream_fd >= 0)
-      creq_stream_end(r, 0);
+      creq_stream_end(r, NULL);
     else
       creq_error(r, 503, "unavailable", "node agent %s is stopping", a->name);
   }

@@ -42,12 +42,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A reply sending a cached file (the file segment's cleanup argument). */
-typedef struct {
-  cache_t *cache;
-  cache_entry_t *entry;
-} creader_t;
-
 /* ---- replies ------------------------------------------------------------------ */
 
 void creq_free(creq_t *r) {
@@ -83,7 +77,7 @@ void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...) {
   creq_free(r);
 }
 
-static void creader_done(struct evbuffer_file_segment const *seg, int flags, void *arg) {
+void creader_done(struct evbuffer_file_segment const *seg, int flags, void *arg) {
   creader_t *rd = arg;
   cache_reader_end(rd->cache, rd->entry);
   free(rd);

@@ -11,6 +11,7 @@
 #include "node/agent.h"
 #include "node/cache.h"
 
+#include <event2/buffer.h>
 #include <event2/http.h>
 #include <stdint.h>
 
@@ -36,7 +37,17 @@ typedef struct creq {
   int stream_broken; /* a piece could not be queued: the reply is cut at the end */
 } creq_t;
 
+/* A reply sending a cached file: its entry counts it as a reader (never
+ * evicted meanwhile) until the file segment it sends last is freed. */
+typedef struct {
+  cache_t *cache;
+  cache_entry_t *entry;
+} creader_t;
+
 /* ---- cache_http.c ---- */
+
+/* A file segment's cleanup callback: the reader `arg` (a creader_t) ends. */
+void creader_done(struct evbuffer_file_segment const *seg, int flags, void *arg);
 
 /* Frees `r` (its reply must have been sent). */
 void creq_free(creq_t *r);

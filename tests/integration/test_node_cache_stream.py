@@ -4,7 +4,8 @@ between the agent and the head), and so does a second reader that joins the fetc
 last byte waits for the whole level to match its checksum, so bytes that do not match
 reach a reader as a body cut short, never as a complete one, and nothing is cached; a
 fetch cut half way ends the readers' bodies short too, and the next read fetches again;
-so does an agent that stops while it streams."""
+so does an agent that stops while it streams; and a level still streaming to a reader is
+not evicted."""
 import http.client
 import os
 import shutil
@@ -71,11 +72,11 @@ class NodeCacheStreamTest(unittest.TestCase):
         self.addCleanup(a.kill)
         return a.start()
 
-    def open_read(self, agent):
-        """A GET of the level through the agent, its status line and headers read."""
+    def open_read(self, agent, name="w"):
+        """A GET of a level through the agent, its status line and headers read."""
         conn = http.client.HTTPConnection("127.0.0.1", agent.port, timeout=30)
         self.addCleanup(conn.close)
-        conn.request("GET", "/v1/shared/models/w",
+        conn.request("GET", "/v1/shared/models/" + name,
                      headers={"Authorization": "Bearer " + self.head.token})
         return conn.getresponse()
 
@@ -141,6 +142,32 @@ class NodeCacheStreamTest(unittest.TestCase):
             r.read()
         self.assertEqual(cut.exception.partial, self.data[MIB:MIB + len(cut.exception.partial)])
         self.assertLess(MIB + len(cut.exception.partial), SIZE)
+
+    def test_a_level_still_streaming_is_not_evicted(self):
+        # A reader that stopped reading a cold 64 MiB level streamed to it holds it
+        # (what the sockets do not take stays queued as pieces of the file): another
+        # level's fetch, which needs the room, leaves it in place.
+        big = os.urandom(64 * MIB)
+        for name in ("big", "other"):
+            r = self.head.request("PUT", "/v1/shared/models/" + name, raw=big,
+                                  content_type="application/octet-stream")
+            self.assertEqual(r.status, 201, r)
+        a = Agent(self.head, self.dir, "s2", args=[
+            "--cache-dir", os.path.join(self.dir, "cache2"), "--cache-bytes", str(100 * MIB)])
+        self.addCleanup(a.kill)
+        a.start()
+        slow = self.open_read(a, "big")
+        self.assertEqual(slow.read(MIB), big[:MIB])
+        harness.wait_until(lambda: self.stats(a)["entries"] == 1, 30, what="big in the cache")
+        other = a.request("GET", "/v1/shared/models/other")
+        self.assertEqual((other.status, other.raw == big), (200, True))
+        # Only one fits: `big`, the least recently used, would go, but being read it
+        # stays, and `other` goes once sent.
+        s = self.stats(a)
+        self.assertEqual((s["entries"], s["evictions"]), (1, 1), s)
+        r = a.request("GET", "/v1/node/cache/models/big")
+        self.assertEqual((r.status, r.json["cache"]), (200, "hit"), r)
+        self.assertEqual(slow.read(), big[MIB:])
 
 
 if __name__ == "__main__":
