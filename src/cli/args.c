@@ -193,7 +193,7 @@ int cli_opt_int_range(const cli_args_t *args, const char *name, int64_t fallback
   }
   char what[64];
   snprintf(what, sizeof what, "--%s", name);
-  int64_t value;
+  int64_t value = 0; /* set by cli_parse_int when it succeeds; the optimiser cannot tell */
   int rc = cli_parse_int(args->cmd, text, what, min, &value);
   if (rc != CLI_OK)
     return rc;
