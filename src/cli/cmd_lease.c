@@ -7,12 +7,11 @@
  */
 #include "cli/cli.h"
 #include "client/jdump.h"
+#include "core/limits.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define LEASE_MAX_PER_REQUEST 1000 /* tasks one lease request may ask for (docs/api.md) */
 
 /* Prints one lease as a single JSON line. */
 static void lease_print(const muster_lease_t *lease) {
@@ -40,7 +39,7 @@ int cmd_lease(cli_args_t *args) {
   if (queue == NULL)
     return cli_usage_error(args->cmd, "'lease' needs --queue Q");
   int64_t max, wait_ms, worker;
-  int rc = cli_opt_int_range(args, "max", 1, 1, LEASE_MAX_PER_REQUEST, &max);
+  int rc = cli_opt_int_range(args, "max", 1, 1, TASK_MAX_BATCH, &max);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "wait-ms", 0, 0, &wait_ms);
   if (rc == CLI_OK)

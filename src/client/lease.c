@@ -17,6 +17,7 @@
  * and read as before, so both readers give the same leases.
  */
 #include "client/client_internal.h"
+#include "core/limits.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -494,8 +495,6 @@ muster_err_t muster_flag(muster_client_t *client, const muster_ack_t *acks, size
 
 /* ---- complete and lease the next tasks ------------------------------------ */
 
-#define LEASE_MAX_BATCH 1000 /* docs/api.md: "max" of a lease, elements of a batch */
-
 /* Checks muster_complete_lease's arguments; MUSTER_OK or MUSTER_INVALID with
  * the message set. */
 static muster_err_t next_check(muster_client_t *client, const muster_ack_t *acks, size_t count,
@@ -508,8 +507,8 @@ static muster_err_t next_check(muster_client_t *client, const muster_ack_t *acks
     return client_fail(client, MUSTER_INVALID, "a queue to lease from is required");
   if (leases == NULL || nleases == NULL)
     return client_fail(client, MUSTER_INVALID, "places for the leases are required");
-  if (max == 0 || max > LEASE_MAX_BATCH)
-    return client_fail(client, MUSTER_INVALID, "max: %zu, expected 1 to %d", max, LEASE_MAX_BATCH);
+  if (max == 0 || max > TASK_MAX_BATCH)
+    return client_fail(client, MUSTER_INVALID, "max: %zu, expected 1 to %d", max, TASK_MAX_BATCH);
   if (worker < 0)
     return client_fail(client, MUSTER_INVALID, "worker: %lld, expected an id or 0 (anonymous)",
                        (long long)worker);

@@ -22,6 +22,7 @@
  * session outlives a caller who is slow to consume results.
  */
 #include "client/client_internal.h"
+#include "core/limits.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -30,7 +31,6 @@
 #include <string.h>
 #include <time.h>
 
-#define POOL_BATCH 1000       /* inputs per submit request (the head's limit) */
 #define POOL_POLL_MS 20000    /* longest single long-poll; the head caps it too */
 #define POOL_SUBMIT_PAUSE_S 1 /* between submit attempts to a head that is down */
 #define POOL_DEFAULT_TIMEOUT_MS 60000
@@ -338,8 +338,8 @@ muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, si
   it->cursor = it->ordered ? it->first : pool->completion_floor;
   /* The indexes are the iterator's even if a batch fails half-way: never reuse them. */
   pool->next_index += (int64_t)count;
-  for (size_t at = 0; at < count; at += POOL_BATCH) {
-    size_t n = count - at < POOL_BATCH ? count - at : POOL_BATCH;
+  for (size_t at = 0; at < count; at += TASK_MAX_BATCH) {
+    size_t n = count - at < TASK_MAX_BATCH ? count - at : TASK_MAX_BATCH;
     muster_err_t err = pool_submit_batch(pool, inputs + at, n, it->first + (int64_t)at);
     if (err != MUSTER_OK) {
       muster_pool_iter_free(it);
@@ -421,10 +421,10 @@ static muster_err_t pool_iter_fetch(muster_pool_iter_t *it, int64_t wait_ms) {
     wait_ms = 0;
   muster_results_free(&it->page);
   it->page_at = 0;
-  size_t max = POOL_BATCH;
+  size_t max = TASK_MAX_BATCH;
   if (it->ordered) {
     int64_t left = it->first + (int64_t)it->total - it->cursor;
-    max = left > 0 && left < POOL_BATCH ? (size_t)left : POOL_BATCH;
+    max = left > 0 && left < TASK_MAX_BATCH ? (size_t)left : TASK_MAX_BATCH;
   }
   muster_err_t err = muster_session_results(
       pool->client, pool->session, it->ordered ? MUSTER_ORDER_SUBMISSION : MUSTER_ORDER_COMPLETION,

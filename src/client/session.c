@@ -9,13 +9,13 @@
  * pool.c builds map and imap_unordered on top of these calls.
  */
 #include "client/client_internal.h"
+#include "core/limits.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SESSION_PATH_MAX 1024
-#define SESSION_BATCH_MAX 1000 /* the head's batch limit (docs/api.md) */
 
 void muster_session_opts_init(muster_session_opts_t *opts) {
   if (opts == NULL)
@@ -238,9 +238,9 @@ muster_err_t muster_session_put(muster_client_t *client, const char *id,
     return MUSTER_INVALID;
   if (specs == NULL && count > 0)
     return client_fail(client, MUSTER_INVALID, "tasks are required");
-  if (count > SESSION_BATCH_MAX)
+  if (count > TASK_MAX_BATCH)
     return client_fail(client, MUSTER_BATCH_TOO_LARGE, "at most %d tasks per request",
-                       SESSION_BATCH_MAX);
+                       TASK_MAX_BATCH);
   char path[SESSION_PATH_MAX];
   muster_err_t err = session_path(client, path, sizeof path, id, "/tasks");
   json_t *body = NULL, *reply = NULL;

@@ -57,6 +57,7 @@ typedef struct {
 } cfetch_t;
 
 enum { CFETCH_RUNNING, CFETCH_DONE, CFETCH_ABANDONED };
+
 /* ---- streaming a level while it arrives ------------------------------------------- */
 
 /*
@@ -252,9 +253,10 @@ static void cfetch_finish(cfetch_t *f) {
   } else {
     cache_reader_begin(c, e); /* keeps the entry while the waiters are answered */
   }
-  char why[700];
-  snprintf(why, sizeof why, "fetching shared data '%s' level %lld from the head failed: %s",
-           f->name, (long long)f->level, f->why);
+  char why[700] = "";
+  if (failed)
+    snprintf(why, sizeof why, "fetching shared data '%s' level %lld from the head failed: %s",
+             f->name, (long long)f->level, f->why);
   for (creq_t *r = f->waiters, *next; r; r = next) {
     next = r->next_waiter;
     if (failed)

@@ -11,11 +11,12 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "core/limits.h"
 #include "jscan.h"
 #include "queue.h"
 #include "store.h"
 
-#define LEASE_MAX_BATCH 1000
+#define LEASE_MAX_BATCH TASK_MAX_BATCH /* leases per request (core/limits.h) */
 #define LEASE_MAX_ERROR 65536
 
 /* Leases up to `max` ready tasks of queue `q` to `worker` (0: anonymous).

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/limits.h"
 #include "jscan.h"
 #include "store.h"
 
@@ -26,7 +27,6 @@ typedef enum {
 
 #define TASK_MAX_KEY 256
 #define TASK_MAX_SESSION 128
-#define TASK_MAX_BATCH 1000
 #define TASK_MAX_DELAY_MS (366LL * 24 * 3600 * 1000)
 
 const char *task_state_name(int state);
