@@ -367,12 +367,16 @@
     card.append(workersTable(data, shown, 'workers-table'));
   }
 
-  // The tasks a worker holds, as "#7 #8 #9 +997 more": its `leases` count is the
-  // truth; the ids come from the listings of leased tasks, which stop at
-  // MAX_LEASED_LISTED per queue and so may not name every task a busy worker holds.
+  // How many tasks worker w holds: its `leases` count is the truth; the listings
+  // of leased tasks stop at MAX_LEASED_LISTED per queue and so may not name them all.
+  function heldCount(data, w) {
+    return Math.max(w.leases || 0, (data.holding[w.id] || []).length);
+  }
+
+  // The tasks a worker holds, as "#7 #8 #9 +997 more".
   function heldTasksText(data, w) {
     const known = data.holding[w.id] || [];
-    const held = Math.max(w.leases || 0, known.length);
+    const held = heldCount(data, w);
     const ids = known.slice(0, MAX_TASK_IDS_SHOWN).map(t => '#' + t.id).join(' ');
     if (held === 0) return '';
     if (!ids) return held === 1 ? '1 task' : fmtInt(held) + ' tasks';
@@ -779,7 +783,7 @@
     add('Flagged', fmtInt(w.flagged));
     add('Labels', w.labels ? JSON.stringify(w.labels) : '—');
     card.append(fields);
-    const held = Math.max(w.leases || 0, (data.holding[w.id] || []).length);
+    const held = heldCount(data, w);
     card.append(el('h3', {id: 'worker-holding', text: held === 0 ? 'Not working on a task now' :
       held === 1 ? 'Working on 1 task' : 'Working on ' + fmtInt(held) + ' tasks'}));
     const listed = data.workerTasks || [];
