@@ -12,10 +12,16 @@ by its first queue: stage ``a`` is that queue, stage ``b`` its ``next``, stage
 letter names the queue directly (``stage="download"``).  A completed job's data
 becomes a task of the next stage; ``flag_invalid_data`` counts towards the
 queue's ``max_flags``, after which the previous stage's job is re-opened.
+
+A job is one task per stage, each the ``parent`` of the next.  ``job_id`` is
+the job's number at every stage, as DistCompute's tracker keeps it (to name a
+job's files): the id of its task at the pipeline's first queue.  ``task_id``
+is the task of the stage at hand.
 """
 import os
 import sys
 import threading
+import urllib.parse
 
 from . import errors
 from .client import Client
@@ -54,6 +60,9 @@ class WorkerClient:
         self.nickname = nickname
         self.stage = stage
         self.stage_name = resolve_stage(self.client, stage, pipeline)
+        # Where a job's number is read (_job_number): the pipeline's first queue;
+        # without a pipeline, the first task of the job's chain of parents.
+        self._first_queue = pipeline or os.environ.get("MUSTER_PIPELINE")
         self.project = project or pipeline or os.environ.get("MUSTER_PIPELINE") or self.stage_name
         reg = self.client.register_worker(nickname=nickname, queues=[self.stage_name],
                                           labels={"stage": str(stage), "project": self.project})
@@ -62,6 +71,7 @@ class WorkerClient:
         self.timeout_ms = reg.get("timeout_ms") or 60000
         self.job = None
         self.job_id = None
+        self.task_id = None
         self._lease = None
         self._lock = threading.Lock()
         self._alive = True
@@ -101,12 +111,41 @@ class WorkerClient:
                 continue
 
     def job_count(self):
-        """Open (queued) jobs at this client's stage."""
-        return self.client.queue(self.stage_name)["counts"]["queued"]
+        """Open jobs at this client's stage: the queued tasks a lease would take now.
+
+        Jobs waiting out a delay or a retry's backoff are queued but not open yet; with
+        them counted, ``new_job`` raised ZeroJobError right after a positive count.  The
+        head counts them on request only (``?ready=true``, a pass over the queued tasks),
+        so a queue read by the dashboard does not pay for it.  A positive count can still
+        meet ZeroJobError when other workers take the jobs first, as with the tracker.
+        """
+        path = "/v1/queues/" + urllib.parse.quote(self.stage_name, safe="")
+        counts = self.client.request("GET", path, query={"ready": True})["counts"]
+        if "ready" not in counts:
+            raise errors.ProtocolError(
+                "job_count: the head at %s does not count ready tasks (counts.ready); "
+                "upgrade it" % self.client.url)
+        return counts["ready"]
+
+    def _job_number(self, lease):
+        """The job's number: the id of its task at the first queue (``_first_queue``),
+        found up the leased task's chain of parents, one GET per stage.  A parent deleted
+        with its queue ends the walk: the oldest task left numbers the job."""
+        task, parent, queue = lease["task"], lease.get("parent"), self.stage_name
+        # Parents are older tasks with smaller ids: the walk ends.
+        while parent and parent < task and queue != self._first_queue:
+            try:
+                above = self.client.task(parent)
+            except errors.TaskNotFound:
+                break
+            task, parent, queue = above["id"], above.get("parent"), above["queue"]
+        return task
 
     def new_job(self, wait_ms=0):
-        """Leases the next job into ``job`` / ``job_id``; raises ZeroJobError when none is open
-        (after waiting up to ``wait_ms``).  An unfinished previous job is released first."""
+        """Leases the next job into ``job`` / ``job_id`` / ``task_id``; raises ZeroJobError
+        when none is open (after waiting up to ``wait_ms``).  An unfinished previous job is
+        released first.  It does not wait by default, as the tracker's did not: a worker
+        that would rather not poll ``job_count`` gives ``wait_ms``."""
         with self._lock:
             previous, self._lease = self._lease, None
         if previous is not None:
@@ -119,15 +158,15 @@ class WorkerClient:
         except errors.WorkerNotFound:
             self._alive = False
             raise
+        self.job = self.job_id = self.task_id = None
         if lease is None:
-            self.job = None
-            self.job_id = None
             raise errors.ZeroJobError("no open job at stage %s (queue %r)" % (self.stage, self.stage_name))
         with self._lock:
-            self._lease = lease
+            self._lease = lease   # held (and released by the next new_job) should the walk fail
+        self.job_id = self._job_number(lease)
         self.job = lease["payload"]
-        self.job_id = lease["task"]
-        self._say("job %d" % self.job_id)
+        self.task_id = lease["task"]
+        self._say("job %d (task %d)" % (self.job_id, self.task_id))
 
     def _current(self, what):
         with self._lock:
@@ -142,26 +181,27 @@ class WorkerClient:
             self._lease = None
         self.job = None
         self.job_id = None
+        self.task_id = None
 
     def complete_job(self, data=None):
         """Marks the job done; ``data`` becomes the next stage's job."""
-        lease = self._current("complete_job")
+        lease, job_id = self._current("complete_job"), self.job_id
         try:
             reply = lease.complete(data)
         finally:
             self._finish()
-        self._say("job %d done%s" % (reply["task"], " -> job %d of the next stage" % reply["next_task"]
-                                     if reply.get("next_task") else ""))
+        self._say("job %d done (task %d)%s" % (job_id, reply["task"], " -> task %d of the next stage"
+                                               % reply["next_task"] if reply.get("next_task") else ""))
         return reply
 
     def flag_invalid_data(self, reason="invalid data"):
         """Reports the job's input as invalid and drops the job."""
-        lease = self._current("flag_invalid_data")
+        lease, job_id = self._current("flag_invalid_data"), self.job_id
         try:
             reply = lease.flag(reason)
         finally:
             self._finish()
-        self._say("job %d flagged invalid" % reply["task"])
+        self._say("job %d flagged invalid (task %d)" % (job_id, reply["task"]))
         return reply
 
     def fail_job(self, error=None, permanent=False):

@@ -524,20 +524,13 @@ void compat_h_job_count(http_req_t *r) {
   int stage = pipe ? compat_stage(r, pipe) : -1;
   if (stage < 0)
     return;
-  /* Through the stage's queued tasks only: without statistics the planner
-   * would take tasks_by_queue and read every task of the stage. */
-  sqlite3_stmt *s = store_stmt(r->head->st, "SELECT count(*) FROM tasks INDEXED BY tasks_ready"
-                                            " WHERE queue = ?1 AND state = 0 AND run_at_ms <= ?2");
+  /* The tasks a newJob would get now, as counts.ready of the queue. */
   fail_t f = {0};
-  if (s == NULL) {
-    store_fail(r->head->st, &f, "job count");
+  int64_t count = 0;
+  if (queue_count_ready(r->head->st, pipe->queues[stage], &count, &f)) {
     compat_fail(r, &f);
     return;
   }
-  store_bind_text(s, 1, pipe->queues[stage]);
-  sqlite3_bind_int64(s, 2, now_ms());
-  int64_t count = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
-  store_reset(s);
   char text[32];
   snprintf(text, sizeof text, "%lld", (long long)count);
   compat_text(r, 200, text);

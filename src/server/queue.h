@@ -42,6 +42,11 @@ muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *
                        fail_t *f);
 /* The queue object with counts per state (new reference), NULL on store failure. */
 json_t *queue_to_json(store_t *st, const queue_t *q);
+/* Sets *ready to the number of queued tasks of queue `name` that a lease
+ * would take now: those whose run time (a put's delay, a retry's backoff)
+ * has come.  Costs a pass over the queue's queued tasks (queue.c), so queue
+ * reads give it only when asked for.  Returns MUSTER_OK or MUSTER_STORE. */
+muster_err_t queue_count_ready(store_t *st, const char *name, int64_t *ready, fail_t *f);
 /* {"queues": [...]} ordered by name (new reference). */
 json_t *queue_list(store_t *st, fail_t *f);
 /* Deletes the queue and its tasks, closing the sessions that stream from

@@ -60,13 +60,30 @@ static void h_queue_put(http_req_t *r) {
   http_reply_json(r, created ? 201 : 200, queue_to_json(ST(r), &q));
 }
 
+/* `?ready=true` adds counts.ready, the queued tasks leasable now; opt-in,
+ * as it costs a pass over the queued tasks (queue_count_ready). */
 static void h_queue_get(http_req_t *r) {
   fail_t f = {0};
   queue_t q;
-  if (queue_load(ST(r), r->params[0], &q, &f))
+  int64_t ready = 0;
+  const char *with_ready = http_query(r, "ready");
+  bool count_ready = with_ready && strcmp(with_ready, "true") == 0;
+  if (with_ready && !count_ready && strcmp(with_ready, "false") != 0) {
+    fail_set(&f, MUSTER_INVALID, "query ready: '%.40s' is not true or false", with_ready);
     http_reply_fail(r, &f);
-  else
-    http_reply_json(r, 200, queue_to_json(ST(r), &q));
+    return;
+  }
+  if (queue_load(ST(r), r->params[0], &q, &f) ||
+      (count_ready && queue_count_ready(ST(r), q.name, &ready, &f))) {
+    http_reply_fail(r, &f);
+    return;
+  }
+  json_t *out = queue_to_json(ST(r), &q);
+  if (out && count_ready)
+    json_object_set_new(json_object_get(out, "counts"), "ready", json_integer(ready));
+  if (out == NULL)
+    store_fail(ST(r), &f, "queue counts");
+  reply_or_fail(r, 200, out, &f);
 }
 
 static void h_queue_delete(http_req_t *r) {

@@ -4,8 +4,8 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_api_common import (ApiTestCase, QUEUE_KEYS, STATES, is_int,  # noqa: E402
-                             now_ms)
+from test_api_common import (ApiTestCase, QUEUE_KEYS, STATES, harness,  # noqa: E402
+                             is_int, now_ms)
 
 DEFAULTS = {"lease_ms": 60000, "max_attempts": 5, "backoff_ms": 1000,
             "backoff_max_ms": 60000, "next": None, "max_flags": 5}
@@ -123,6 +123,32 @@ class QueueTest(ApiTestCase):
         self.assertEqual(mine[names[0]]["counts"], dict(zero, queued=1, leased=1, done=1))
         self.assertEqual(mine[names[1]]["counts"], dict(zero, queued=1))
         self.assertEqual(mine[names[2]]["counts"], zero)
+
+    def test_get_with_ready_count(self):
+        # counts.ready: the queued tasks a lease would take now, without those waiting out
+        # a delay or a retry backoff; only when asked for (it costs a pass over them).
+        self.create_queue()
+        leased_id, = self.put("leased")
+        later, = self.put("later", delay_ms=3600000)
+        soon, = self.put("soon", delay_ms=300)
+        self.put("ready")
+        self.assertEqual(self.lease_one()["task"], leased_id)
+        path = "/v1/queues/%s?ready=true" % self.q
+        self.assertNotIn("ready", self.counts(), "counts.ready is opt-in")
+        self.assertNotIn("ready", self.expect("GET", "/v1/queues/%s?ready=false" % self.q)["counts"])
+        got = self.expect("GET", path)
+        self.assertEqual((got["counts"]["queued"], got["counts"]["leased"]), (3, 1))
+        self.assertIn(got["counts"]["ready"], (1, 2))  # 2 once "soon" is due
+        self.assertEqual(dict(got, counts=None), dict(self.get_queue(), counts=None))
+        # The delayed task counts once its run time has come; the other one does not.
+        harness.wait_until(lambda: self.expect("GET", path)["counts"]["ready"] == 2,
+                           what="the task put with delay_ms=300 to count as ready")
+        self.assertLessEqual(self.get_task(soon)["run_at_ms"], now_ms())
+        self.assertGreater(self.get_task(later)["run_at_ms"], now_ms())
+        self.expect_error("GET", "/v1/queues/%s?ready=yes" % self.q, None, 400,
+                          "invalid_argument")
+        self.expect_error("GET", "/v1/queues/%s?ready=true" % self.qname("nope"), None, 404,
+                          "queue_not_found")
 
     def test_purge(self):
         self.create_queue(max_attempts=1, backoff_ms=0)

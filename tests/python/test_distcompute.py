@@ -1,5 +1,6 @@
 """The DistCompute-style worker interface (muster.init) driving a 3-stage pipeline."""
 import threading
+import time
 import unittest
 
 from common import HeadTestCase, muster
@@ -56,7 +57,7 @@ class TestDistCompute(HeadTestCase):
         wa.complete_job("bad output")
         for _ in range(2):
             wb.new_job()
-            self.assertEqual(wb.job, "bad output")
+            self.assertEqual((wb.job, wb.job_id), ("bad output", first))
             wb.flag_invalid_data()
         with self.assertRaises(muster.ZeroJobError):
             wb.new_job()
@@ -65,10 +66,65 @@ class TestDistCompute(HeadTestCase):
         self.assertEqual((wa.job_id, wa.job), (first, "raw"))
         wa.complete_job("good output")
         wb.new_job()
-        self.assertEqual(wb.job, "good output")
+        self.assertEqual((wb.job, wb.job_id), ("good output", first))  # the same job
         wb.complete_job("ok")
         wa.bye()
         wb.bye()
+
+    def test_job_count_leaves_out_a_job_waiting_out_its_retry_delay(self):
+        # The reference loop: `if job_count() == 0: sleep, else: new_job()`.  A job failed a
+        # moment ago is queued but not leasable until its backoff passed; counting it made
+        # new_job raise ZeroJobError right after a non-zero count.
+        a, _, _ = self.pipeline(backoff_ms=3000, backoff_max_ms=3000)
+        tid = self.c.put(a, "retry me")
+        w = self.worker("a", a)
+        w.new_job()
+        w.fail_job("transient")
+        count = w.job_count()
+        run_at_ms = self.c.task(tid)["run_at_ms"]
+        self.assertLess(time.time() * 1000, run_at_ms, "the check ran after the delay")
+        self.assertEqual((count, self.c.queue(a)["counts"]["queued"]), (0, 1))
+        with self.assertRaises(muster.ZeroJobError):
+            w.new_job()
+        deadline = time.monotonic() + 20
+        while w.job_count() == 0:
+            self.assertLess(time.monotonic(), deadline, "the job never became open again")
+            time.sleep(0.05)
+        self.assertGreaterEqual(time.time() * 1000, run_at_ms)
+        w.new_job()   # a positive count means a job to take
+        self.assertEqual((w.job, w.task_id), ("retry me", tid))
+        w.complete_job("ok")
+        w.bye()
+
+    def test_job_id_is_the_job_number_through_the_stages(self):
+        # DistCompute's job_id names a job's files at every stage: the id of the job's
+        # stage-a task, while task_id is the task of the stage at hand.
+        a, _, _ = self.pipeline()
+        ids = [self.c.put(a, "job%d" % i) for i in range(3)]
+        workers = [self.worker(s, a) for s in "abc"]
+        seen = {}   # job_id -> [(task_id, job) at each stage]
+        for w in workers:
+            for _ in ids:
+                w.new_job()
+                self.assertEqual(self.c.task(w.task_id)["queue"], w.stage_name)
+                seen.setdefault(w.job_id, []).append((w.task_id, w.job))
+                w.complete_job(w.job + "+")
+        self.assertEqual(sorted(seen), sorted(ids))
+        for job_id, stages in seen.items():
+            self.assertEqual(stages[0][0], job_id)   # at stage a, the task itself
+            self.assertEqual(len({t for t, _ in stages}), 3, stages)   # three stages' tasks
+            self.assertEqual([d for _, d in stages],
+                             [self.c.task(job_id)["payload"] + "+" * n for n in range(3)])
+        # Counted from the pipeline's first queue, also when a queue before it feeds it.
+        before = self.qname("before")
+        self.c.put_queue(before, next=a)
+        self.c.put(before, "from before")
+        self.c.lease_one(before).complete("fed")
+        workers[0].new_job()
+        self.assertEqual((workers[0].job, workers[0].job_id), ("fed", workers[0].task_id))
+        workers[0].complete_job("fed+")
+        for w in workers:
+            w.bye()
 
     def test_bye_reopens_the_current_job_and_new_job_waits(self):
         a, _, _ = self.pipeline()
