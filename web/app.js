@@ -25,6 +25,7 @@
   const MAX_LEASED_LISTED = 1000; // leased tasks listed per queue (the API's largest page)
   const MAX_TASK_IDS_SHOWN = 3;   // task ids in a worker's row; the rest are counted
   const MAX_PAYLOADS_SHOWN = 20;  // payloads on a worker's page; the rest are counted
+  const MAX_WORKERS_SHOWN = 500;  // rows of the workers table (those seen last); the rest are counted
   const COLORS = ['#2f6fde', '#1e8e4e', '#d9822b', '#8e44ad', '#c0392b', '#16a085', '#7f8c8d',
                   '#b7950b'];
 
@@ -61,6 +62,19 @@
   }
 
   function $(id) { return document.getElementById(id); }
+
+  // Names in code point order, the order of the head's replies (SQLite compares
+  // UTF-8 bytes, which order as code points): not localeCompare, which puts
+  // "alice" before "Bob" where the head puts it after, so a list sorted here and
+  // one sorted there would disagree.
+  function compareNames(a, b) {
+    for (let i = 0; i < a.length && i < b.length;) {
+      const x = a.codePointAt(i), y = b.codePointAt(i);
+      if (x !== y) return x < y ? -1 : 1;
+      i += x > 0xffff ? 2 : 1;
+    }
+    return a.length - b.length;
+  }
 
   function fmtInt(n) { return (n || 0).toLocaleString('en-US'); }
 
@@ -187,6 +201,8 @@
         const dc = w.labels && w.labels.distcompute;
         return dc ? dc === name : (w.queues || []).some(q => order.includes(q));
       });
+    } else {
+      data.queues = pipelineOrder(data.queues);
     }
     // The tasks each worker holds: one listing of leased tasks per busy queue,
     // without payloads (a payload may be a megabyte; the worker page reads its own).
@@ -201,6 +217,25 @@
     }));
     await Promise.all(visibleSections().filter(s => s.load).map(s => s.load(data)));
     return data;
+  }
+
+  // The queues in pipeline order (the head lists them by name): each pipeline
+  // (queues chained by `next`) from its first stage along its `next`s, pipelines by
+  // the name of their first stage; then loops of `next`s (the head allows one, though
+  // no task ever leaves it), each from its first name; then the queues of no
+  // pipeline, by name. A stage that two queues feed comes after the first of them.
+  function pipelineOrder(queues) {
+    const byName = new Map(queues.map(q => [q.name, q]));
+    const fed = new Set(queues.filter(q => byName.has(q.next)).map(q => q.next));
+    const inPipeline = q => byName.has(q.next) || fed.has(q.name);
+    const sorted = queues.slice().sort((a, b) => compareNames(a.name, b.name));
+    const order = [], seen = new Set();
+    const walk = q => {
+      for (; q && !seen.has(q.name); q = byName.get(q.next)) { seen.add(q.name); order.push(q); }
+    };
+    sorted.filter(q => inPipeline(q) && !fed.has(q.name)).forEach(walk); // first stages
+    sorted.filter(inPipeline).forEach(walk); // what is left is in loops
+    return order.concat(sorted.filter(q => !inPipeline(q)));
   }
 
   // Completions per second of `queue` over the last `seconds` (null: all queues).
@@ -237,6 +272,14 @@
 
   // ---- sections ----
 
+  // The ETA cell: when the `remaining` tasks (queued and leased) will be done at
+  // `perSecond`. Nothing remaining is "done" only for a queue that had tasks: one
+  // that never had any (or whose tasks were all purged) has "no tasks".
+  function etaText(remaining, everyTask, perSecond) {
+    if (remaining === 0) return everyTask === 0 ? 'no tasks' : 'done';
+    return perSecond > 0 ? fmtDuration(remaining / perSecond) : '—';
+  }
+
   function renderQueues(card, data) {
     const span = rateWindow(data);
     const table = el('table', {id: 'queues-table'},
@@ -250,8 +293,8 @@
       const c = q.counts;
       const perSecond = completions(data, q.name, span) / span;
       const remaining = c.queued + c.leased;
-      const eta = remaining === 0 ? 'done' : perSecond > 0 ? fmtDuration(remaining / perSecond) : '—';
       const total = c.queued + c.leased + c.done + c.failed + c.dead;
+      const eta = etaText(remaining, total + (c.cancelled || 0), perSecond);
       const letter = stageLetter(data, q.name);
       const row = el('tr', {dataset: {queue: q.name}},
         el('td', {}, letter ? letter + ' · ' : '', el('strong', {text: q.name})),
@@ -362,8 +405,14 @@
     card.append(el('div', {class: 'toolbar'},
       el('span', {id: 'workers-active', text: active + ' active, ' + (data.workers.length - active) + ' gone'}),
       el('label', {}, toggle, ' show gone workers')));
-    const shown = data.workers.filter(w => state.showGone || w.state === 'active')
-      .sort((a, b) => b.last_seen_ms - a.last_seen_ms).slice(0, 500);
+    const listed = data.workers.filter(w => state.showGone || w.state === 'active')
+      .sort((a, b) => b.last_seen_ms - a.last_seen_ms);
+    const shown = listed.slice(0, MAX_WORKERS_SHOWN);
+    // Said above the table, where it is seen before scrolling through the rows.
+    if (listed.length > shown.length)
+      card.append(el('p', {class: 'muted', id: 'workers-unlisted', text: 'Showing ' +
+        fmtInt(shown.length) + ' of ' + fmtInt(listed.length) + ' workers, those seen most ' +
+        'recently (GET /v1/workers lists them all).'}));
     card.append(workersTable(data, shown, 'workers-table'));
   }
 
@@ -407,18 +456,24 @@
     return table;
   }
 
+  // The leaderboard's one order, on every page: most completed tasks first, ties
+  // by nickname (as the head orders GET /v1/leaderboard).
+  function leaderboardOrder(a, b) {
+    return b.completed - a.completed || compareNames(a.nickname, b.nickname);
+  }
+
   // Totals per nickname: the head's leaderboard, or one computed from the
-  // pipeline's own workers in a DistCompute view.
+  // pipeline's own workers in a DistCompute view; both in leaderboardOrder (the
+  // head's reply is sorted again so that the page does not depend on its order).
   function leaderboard(data) {
-    if (!data.pipeline) return data.replies['/v1/leaderboard'].leaderboard;
+    if (!data.pipeline) return data.replies['/v1/leaderboard'].leaderboard.slice().sort(leaderboardOrder);
     const by = {};
     for (const w of data.workers) {
       const e = by[w.nickname] = by[w.nickname] ||
         {nickname: w.nickname, completed: 0, failed: 0, flagged: 0, workers: 0};
       e.completed += w.completed; e.failed += w.failed; e.flagged += w.flagged; e.workers++;
     }
-    return Object.values(by).sort((a, b) => b.completed - a.completed ||
-                                            a.nickname.localeCompare(b.nickname));
+    return Object.values(by).sort(leaderboardOrder);
   }
 
   function renderLeaderboard(card, data) {

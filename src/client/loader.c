@@ -213,6 +213,26 @@ static muster_err_t thread_start(muster_loader_t *l) {
 
 /* ---- open and close -------------------------------------------------------------- */
 
+/* The standalone part of open: the rank's stream, computed from the plan. */
+static muster_err_t loader_standalone_open(muster_loader_t *l, const muster_loader_opts_t *opts) {
+  /* The head refuses to create an iteration without samples (it would be
+   * finished at birth); standalone, the same mistake is refused here, in the
+   * head's words.  Only standalone: a coordinated loader may still join an
+   * empty iteration an earlier head stored, and the head decides that. */
+  if (dataset_num_samples(l->ds) == 0)
+    return loader_fail(l, MUSTER_INVALID,
+                       "dataset: it has no samples (num_samples 0, or shard_counts that hold "
+                       "none); a loader needs at least one, as an empty dataset would end "
+                       "every epoch at once with nothing for any rank");
+  if (opts->checkpoint)
+    return loader_fail(l, MUSTER_INVALID,
+                       "a standalone loader restores with "
+                       "muster_loader_restore after open");
+  if (stream_create(l->plan, l->rank, &l->stream) != MUSTER_OK)
+    return loader_fail(l, MUSTER_NOMEM, "out of memory");
+  return MUSTER_OK;
+}
+
 static muster_err_t loader_init(muster_loader_t *l, const muster_loader_opts_t *opts) {
   if (opts->config == NULL)
     return loader_fail(l, MUSTER_INVALID, "opts.config is required");
@@ -232,15 +252,7 @@ static muster_err_t loader_init(muster_loader_t *l, const muster_loader_opts_t *
   if ((l->ring = calloc(l->cap, sizeof *l->ring)) == NULL)
     return loader_fail(l, MUSTER_NOMEM, "out of memory");
   l->coordinated = opts->url != NULL;
-  if (l->coordinated)
-    return loader_coord_open(l, opts);
-  if (opts->checkpoint)
-    return loader_fail(l, MUSTER_INVALID,
-                       "a standalone loader restores with "
-                       "muster_loader_restore after open");
-  if (stream_create(l->plan, l->rank, &l->stream) != MUSTER_OK)
-    return loader_fail(l, MUSTER_NOMEM, "out of memory");
-  return MUSTER_OK;
+  return l->coordinated ? loader_coord_open(l, opts) : loader_standalone_open(l, opts);
 }
 
 muster_err_t muster_loader_open(const muster_loader_opts_t *opts, muster_loader_t **out,

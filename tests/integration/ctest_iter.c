@@ -3,7 +3,8 @@
  *
  * Standalone: the indices equal the core stream's, epochs and reset, len,
  * checkpoint and restore, prefetching with a slow load callback (hits and
- * misses counted, the buffer bounded), a zero world or block size refused.
+ * misses counted, the buffer bounded), a zero world or block size refused, a
+ * dataset without samples refused.
  * Coordinated: 4 rank processes consume an epoch through loaders while one
  * of them is killed with SIGKILL holding leased blocks; every sample is then
  * consumed exactly once by the survivors plus what the victim had
@@ -129,6 +130,33 @@ static void test_standalone_zero_sizes_refused(void) {
   CHECK(muster_loader_open(&opts, &l, &message) == MUSTER_INVALID && l == NULL);
   CHECK(message != NULL && strstr(message, "block_size: 0") != NULL);
   muster_free(message);
+}
+
+/* A dataset without samples is refused, as the head refuses to create such an
+ * iteration (in its words, naming the option): every epoch would end at once
+ * with nothing for any rank, the symptom of a wrong count, not a wish. */
+static void test_standalone_empty_dataset_refused(void) {
+  muster_iter_config_t cfg;
+  standalone_config(&cfg, 0);
+  muster_loader_opts_t opts;
+  muster_loader_opts_init(&opts);
+  opts.config = &cfg;
+  muster_loader_t *l = NULL;
+  char *message = NULL;
+  CHECK(muster_loader_open(&opts, &l, &message) == MUSTER_INVALID && l == NULL);
+  CHECK(message != NULL && strstr(message, "dataset: it has no samples (num_samples 0") != NULL);
+  muster_free(message);
+  message = NULL;
+  const uint64_t empty_shards[] = {0, 0};
+  cfg.num_shards = 2;
+  cfg.shard_counts = empty_shards;
+  CHECK(muster_loader_open(&opts, &l, &message) == MUSTER_INVALID && l == NULL);
+  CHECK(message != NULL && strstr(message, "no samples") != NULL);
+  muster_free(message);
+  const uint64_t one_sample[] = {0, 1}; /* one sample is enough */
+  cfg.shard_counts = one_sample;
+  CHECK(muster_loader_open(&opts, &l, NULL) == MUSTER_OK && l != NULL);
+  muster_loader_close(l);
 }
 
 static int slow_load(void *user, uint64_t index, void **sample) {
@@ -418,6 +446,7 @@ int main(int argc, char **argv) {
   test_standalone_matches_stream();
   test_standalone_checkpoint();
   test_standalone_zero_sizes_refused();
+  test_standalone_empty_dataset_refused();
   test_prefetch_slow_load();
   test_prefetch_sequence();
   test_prefetch_idle();

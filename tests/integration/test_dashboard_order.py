@@ -1,0 +1,132 @@
+"""The dashboard in headless Chromium (test_dashboard_browser.Browser): the order and the
+completeness of its tables. The leaderboard must order ties the same way on the main
+page and in a pipeline's view; the queues table must list a pipeline's stages in their
+order along `next` (a loop of `next`s included), not by name; a queue that never had a
+task must not be called done; and a workers table cut at its limit must say so.
+"""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from test_dashboard_browser import Browser  # noqa: E402
+
+READ_TOKEN = "order-read-token"
+MAX_WORKERS_SHOWN = 500  # web/app.js
+
+
+class DashboardOrderTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.head = harness.Head(["--dashboard-token", READ_TOKEN,
+                                 "--distcompute", "ord=ord_scrape,ord_filter"]).start()
+        cls.browser = None
+        try:
+            cls.browser = Browser()
+        except Exception:
+            cls.head.cleanup()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.browser:
+            cls.browser.quit()
+        cls.head.cleanup()
+
+    def api(self, method, path, body=None, status=200):
+        r = self.head.request(method, path, body)
+        self.assertEqual(r.status, status, r)
+        return r.json
+
+    def open(self, path):
+        """Opens `path` logged in with the read token, after its first refresh."""
+        b = self.browser
+        b.get(self.head.url + "/dashboard/style.css")
+        b.js("localStorage.setItem('muster.token', arguments[0]);", READ_TOKEN)
+        b.get(self.head.url + path)
+        harness.wait_until(lambda: b.js("return document.body.dataset.refreshes || null;"),
+                           what="the page's first refresh of " + path)
+
+    def rows(self, table, key):
+        return self.browser.js(
+            "return [...document.querySelectorAll(arguments[0] + ' tbody tr')]"
+            ".map(r => r.dataset[arguments[1]]).filter(Boolean);", table, key)
+
+    def worker(self, nickname, queues):
+        return self.api("POST", "/v1/workers", {"nickname": nickname, "queues": queues},
+                        status=201)
+
+    def complete_one(self, queue, worker):
+        self.api("POST", "/v1/queues/%s/tasks" % queue, {"tasks": [{"payload": "x"}]},
+                 status=201)
+        [lease] = self.api("POST", "/v1/queues/%s/lease" % queue,
+                           {"worker": worker["id"], "max": 1})["leases"]
+        self.api("POST", "/v1/leases/complete", {"leases": [
+            {"task": lease["task"], "token": lease["token"]}]})
+
+    def test_leaderboard_ties_in_one_order(self):
+        # One task each: a three-way tie. The head orders ties by nickname in code point
+        # order ("Zed" before "alice"); the pipeline's view used to sort by the locale
+        # ("alice" before "Zed"), so the two pages disagreed.
+        nicknames = ["alice", "Zed", "bob"]
+        for nickname in nicknames:
+            self.complete_one("ord_scrape", self.worker(nickname, ["ord_scrape"]))
+        pages = {}
+        for path in ("/", "/compat/distcompute/ord/", "/compat/distcompute/ord/leaderboard"):
+            self.open(path)
+            pages[path] = [n for n in self.rows("#leaderboard-table", "nickname")
+                           if n in nicknames]
+        self.assertEqual(pages["/"], ["Zed", "alice", "bob"], pages)
+        for path, order in pages.items():
+            self.assertEqual(order, pages["/"], path)
+
+    def test_queues_in_pipeline_order(self):
+        # A pipeline whose stages' names are not in alphabetical order, a loop of
+        # `next`s (the head allows one), and two queues of no pipeline.
+        for name in ("ord_m3", "ord_a2", "ord_z1", "ord_b_alone", "ord_c_alone",
+                     "ord_loop2", "ord_loop1"):
+            self.api("PUT", "/v1/queues/" + name, {}, status=201)
+        self.api("PUT", "/v1/queues/ord_z1", {"next": "ord_a2"})
+        self.api("PUT", "/v1/queues/ord_a2", {"next": "ord_m3"})
+        self.api("PUT", "/v1/queues/ord_loop2", {"next": "ord_loop1"})
+        self.api("PUT", "/v1/queues/ord_loop1", {"next": "ord_loop2"})
+        self.open("/")
+        mine = ["ord_scrape", "ord_filter", "ord_z1", "ord_a2", "ord_m3", "ord_loop1",
+                "ord_loop2", "ord_b_alone", "ord_c_alone"]
+        shown = [q for q in self.rows("#queues-table", "queue") if q in mine]
+        # Pipelines by the name of their first stage, each along its `next`s; a loop
+        # (no first stage) from its first name; then the queues of no pipeline, by name.
+        self.assertEqual(shown, ["ord_scrape", "ord_filter", "ord_z1", "ord_a2", "ord_m3",
+                                 "ord_loop1", "ord_loop2", "ord_b_alone", "ord_c_alone"])
+        # The pipeline's own view lists its stages in their order too.
+        self.open("/compat/distcompute/ord/")
+        self.assertEqual(self.rows("#queues-table", "queue"), ["ord_scrape", "ord_filter"])
+
+    def test_eta_of_a_queue_without_tasks(self):
+        self.api("PUT", "/v1/queues/ord_never", {}, status=201)
+        self.api("PUT", "/v1/queues/ord_finished", {}, status=201)
+        self.complete_one("ord_finished", self.worker("finisher", ["ord_finished"]))
+        self.open("/")
+        eta = '#queues-table tr[data-queue="%s"] td[data-field="eta"]'
+        self.assertEqual(self.browser.text(eta % "ord_never"), "no tasks")
+        self.assertEqual(self.browser.text(eta % "ord_finished"), "done")
+
+    def test_workers_table_says_how_many_it_shows(self):
+        b = self.browser
+        self.open("/")
+        self.assertIsNone(b.text("#workers-unlisted"))  # all shown: nothing to say
+        for _ in range(MAX_WORKERS_SHOWN + 1):
+            self.worker("crowd", ["ord_filter"])
+        active = sum(w["state"] == "active" for w in self.api("GET", "/v1/workers")["workers"])
+        self.assertGreater(active, MAX_WORKERS_SHOWN)
+        self.open("/")
+        self.assertEqual(len(self.rows("#workers-table", "worker")), MAX_WORKERS_SHOWN)
+        self.assertEqual(b.text("#workers-unlisted"),
+                         "Showing 500 of %s workers, those seen most recently "
+                         "(GET /v1/workers lists them all)." % format(active, ","))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
