@@ -20,6 +20,11 @@
 #define CLI_FAIL 1  /* the request failed: server, network, or a task */
 #define CLI_USAGE 2 /* the command line was wrong */
 
+/* Help listings: lines of at most this many columns, and the narrowest
+ * column of option names ("--queue Q"), so that short ones line up as before. */
+#define CLI_HELP_COLUMNS 80
+#define CLI_HELP_MIN_WIDTH 22
+
 #define CLI_MAX_OPTS 24 /* options per command, global ones included */
 /* The largest --concurrency of a command worker; `muster node` checks it too,
  * so that an agent never starts workers that refuse their own arguments. */
@@ -69,6 +74,13 @@ extern const cli_opt_t cli_client_opts[];
 int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, char **pos, cli_args_t *args);
 /* Prints the usage of `cmd` to `out`. */
 void cli_usage(const cli_cmd_t *cmd, FILE *out);
+/*
+ * Prints one item of a help listing: "  LEFT" padded to `width` columns, a
+ * space, then `help` wrapped at spaces to lines of CLI_HELP_COLUMNS, each
+ * continuation starting in the same column.  A LEFT wider than `width` gets a
+ * line of its own and the text starts on the next.
+ */
+void cli_print_item(FILE *out, const char *left, const char *help, int width);
 /* The value of option `name` ("" for a set flag), or NULL when not given. */
 const char *cli_opt(const cli_args_t *args, const char *name);
 /* Non-zero when flag `name` was given. */

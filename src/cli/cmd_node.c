@@ -72,9 +72,13 @@ const char cli_node_details[] =
     "  muster node --join http://10.0.0.1:7370 --queue pool --plugin ./libwork.so\n"
     "  muster node --join http://10.0.0.1:7370 --listen 10.0.0.2:7371\n";
 
+/* The column of head.c's `muster head --help`, whose list this one goes on. */
+#define HEAD_HELP_WIDTH 25
+
 void cli_head_agent_usage(FILE *out) {
-  fprintf(out, "\nlocal node agent (like `muster node`; see `muster node --help`):\n"
-               "  --server-only             run the head alone, without a local node agent\n");
+  fprintf(out, "\nlocal node agent (like `muster node`; see `muster node --help`):\n");
+  cli_print_item(out, "--server-only", "run the head alone, without a local node agent",
+                 HEAD_HELP_WIDTH);
   for (int i = 0; cli_node_opts[i].name; i++) {
     if (strcmp(cli_node_opts[i].name, "join") == 0 ||
         strcmp(cli_node_opts[i].name, "listen") == 0 ||
@@ -85,9 +89,9 @@ void cli_head_agent_usage(FILE *out) {
     snprintf(left, sizeof left, "--%s%s%s", cli_node_opts[i].name,
              cli_node_opts[i].metavar ? " " : "",
              cli_node_opts[i].metavar ? cli_node_opts[i].metavar : "");
-    fprintf(out, "  %-25s %s\n", left, cli_node_opts[i].help);
+    cli_print_item(out, left, cli_node_opts[i].help, HEAD_HELP_WIDTH);
   }
-  fprintf(out, "  -- CMD [ARGS...]          the workers' command (with --queue)\n");
+  cli_print_item(out, "-- CMD [ARGS...]", "the workers' command (with --queue)", HEAD_HELP_WIDTH);
 }
 
 /* Fills the agent options shared by `muster node` and `muster head`. */
