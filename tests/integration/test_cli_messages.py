@@ -259,14 +259,64 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
 
     def test_head_checks_its_agent_options_before_it_starts(self):
         # They were read by the local agent alone, after the head had started: the head
-        # ran on without workers, the mistake one line among its log lines.
+        # ran on without workers, the mistake one line among its log lines.  --gpus and
+        # --name were still left to the agent.
         for opts, says in ((("--queue", "q"), "--queue needs a worker: -- CMD [ARGS...] or "
                             "--plugin PATH"),
-                           (("--workers", "abc"), "--workers: expected an integer, got 'abc'")):
+                           (("--workers", "abc"), "--workers: expected an integer, got 'abc'"),
+                           (("--gpus", "bogus"), "--gpus: 'bogus' is not a list of GPU indexes "
+                            "or UUIDs such as 0,2 or GPU-8f1c"),
+                           (("--gpus", "0,MIG-0d1e"), "--gpus: 'MIG-0d1e' is a MIG instance: "
+                            "MIG instances are not supported; name whole GPUs, by index or UUID "
+                            "(nvidia-smi -L lists them)"),
+                           (("--name", "a b"), "--name 'a b': use 1 to 128 characters of "
+                            "letters, digits, '.', '_' and '-'")):
             r = self.agent("head", *opts)
             self.assertEqual(r.returncode, 2, (opts, r.stderr))
             self.assertTrue(r.stderr.startswith("muster: %s\n" % says), r.stderr)
             self.assertFalse(os.path.exists(os.path.join(self.cwd, "agent-head")))
+
+    def test_head_checks_gpu_uuids_against_this_machines_gpus(self):
+        # A --gpus UUID is looked up among the GPUs found here (nvidia-smi -L, faked),
+        # as the agent would, before the head starts.
+        fake = os.path.join(self.cwd, "fake-smi")
+        os.makedirs(fake, exist_ok=True)
+        with open(os.path.join(fake, "nvidia-smi"), "w") as f:
+            f.write('#!/bin/sh\n[ "$1" = -L ] || exit 9\n'
+                    'echo "GPU 0: Fake GPU (UUID: GPU-a1599801-2c3d-4e5f-8a9b-0c1d2e3f4a5b)"\n')
+        os.chmod(os.path.join(fake, "nvidia-smi"), 0o755)
+        env = self.env()
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        env["MUSTER_NVML_LIBRARY"] = "/nonexistent/libnvidia-ml.so.1"
+        env["PATH"] = fake + ":" + env.get("PATH", "/usr/bin:/bin")
+        data = os.path.join(self.cwd, "gpu-head")
+        r = subprocess.run([MUSTER, "head", "--listen", "127.0.0.1:0", "--data-dir", data,
+                            "--lock-file", os.path.join(self.cwd, "agent.lock"),
+                            "--gpus", "GPU-ffff"], capture_output=True, text=True, env=env,
+                           cwd=self.cwd, timeout=20)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertTrue(r.stderr.startswith(
+            "muster: --gpus: 'GPU-ffff' matches no GPU of this machine; its GPUs are 0 "
+            "GPU-a1599801-2c3d-4e5f-8a9b-0c1d2e3f4a5b (name them by index or UUID)\n"), r.stderr)
+        self.assertFalse(os.path.exists(data))
+
+    def test_head_server_only_refuses_agent_options(self):
+        # --server-only starts no agent: its options and a worker command were dropped
+        # without a word, and the head ran with no worker.
+        data = os.path.join(self.cwd, "server-only-head")
+        for opts, named in ((("--queue", "q", "--workers", "3", "--", "cat"),
+                             "--queue, --workers, a worker command (after --)"),
+                            (("--gpus=0", "--json-result"), "--gpus, --json-result"),
+                            (("--", "cat"), "a worker command (after --)")):
+            r = subprocess.run([MUSTER, "head", "--listen", "127.0.0.1:0", "--data-dir", data,
+                                "--server-only"] + list(opts), capture_output=True, text=True,
+                               env=self.env(), cwd=self.cwd, timeout=20)
+            self.assertEqual(r.returncode, 2, (opts, r.stderr))
+            self.assertTrue(r.stderr.startswith(
+                "muster: --server-only starts no local node agent, so its options are refused: "
+                "%s; drop them, or drop --server-only to run the agent beside the head\n"
+                % named), r.stderr)
+            self.assertFalse(os.path.exists(data))
 
     # ---- empty names ---------------------------------------------------------------
 
