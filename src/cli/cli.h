@@ -101,6 +101,19 @@ int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int6
 int cli_usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* ---- json_text.c ---- */
+
+struct json_t;
+/* The longest text cli_json_parse puts in `why` (jansson's reason, its place). */
+#define CLI_JSON_WHY 256
+/*
+ * Parses `len` bytes of `text` as one JSON value of any type.  Returns it (a
+ * new reference), or NULL with `why` set to the reason and where it was found:
+ * "string or '}' expected near 'bad' (at column 4)", or "(at line 2, column 4)"
+ * for a text of several lines.
+ */
+struct json_t *cli_json_parse(const char *text, size_t len, char *why, size_t why_size);
+
 /* ---- conn.c ---- */
 
 /*

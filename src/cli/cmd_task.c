@@ -41,12 +41,11 @@ static void put_list_free(put_list_t *list) {
  * "stdin line 7").  Returns CLI_OK or CLI_FAIL after printing the error.
  */
 static int put_add(put_list_t *list, const char *raw, size_t len, int as_json, const char *where) {
-  json_error_t jerr;
-  json_t *value = as_json ? json_loadb(raw, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr)
-                          : json_stringn(raw, len);
+  char why[CLI_JSON_WHY];
+  json_t *value = as_json ? cli_json_parse(raw, len, why, sizeof why) : json_stringn(raw, len);
   if (value == NULL) {
     if (as_json)
-      fprintf(stderr, "muster: invalid_argument: %s: not valid JSON: %s\n", where, jerr.text);
+      fprintf(stderr, "muster: invalid_argument: %s: not valid JSON: %s\n", where, why);
     else
       fprintf(stderr, "muster: invalid_argument: %s: not valid UTF-8 text\n", where);
     return CLI_FAIL;

@@ -167,6 +167,31 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertIn('"priority":-2147483648', self.ok("tasks", "ls", "--queue", "msg-range",
                                                          "--json"))
 
+    # ---- input ---------------------------------------------------------------------
+
+    def test_bad_json_says_why_and_where(self):
+        # `update --json '{bad'` said only "DATA is not valid JSON"; the others gave
+        # jansson's reason without its place.
+        bad = "string or '}' expected near 'bad' (at column 4)"
+        for code, args, says in (
+                (1, ("update", "--queue", "q", "--json", "{bad"),
+                 "invalid_argument: DATA: not valid JSON: " + bad),
+                (1, ("update", "--queue", "q", "--json", '{"a":\n bad'),
+                 "invalid_argument: DATA: not valid JSON: invalid token near 'bad' (at line 2, "
+                 "column 4)"),
+                (1, ("put", "--queue", "q", "--json", "1", "{bad"),
+                 "invalid_argument: argument 2: not valid JSON: " + bad),
+                (1, ("complete", "1", "2", "--json", "{bad"),
+                 "invalid_argument: RESULT: not valid JSON: " + bad),
+                (2, ("worker", "--queue", "q", "--plugin", "x.so", "--init-data", "{bad"),
+                 "--init-data: not valid JSON: " + bad)):
+            err = self.fails(code, *args)
+            self.assertTrue(err.startswith("muster: %s\n" % says), (args, err))
+        for cmd in (("put", "--queue", "q", "--json"), ("map", "--queue", "q", "--json")):
+            err = self.fails(1, *cmd, stdin="1\n{bad\n")
+            self.assertEqual(err, "muster: invalid_argument: stdin line 2: not valid JSON: %s\n"
+                             % bad, cmd)
+
     # ---- the head gone mid-request --------------------------------------------------
 
     def test_put_cut_off_says_the_batch_may_be_stored(self):
