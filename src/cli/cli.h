@@ -149,6 +149,10 @@ int cli_escape(const char *name, char *out, size_t size);
 
 /* ---- commands (cmd_*.c) ---- */
 
+/* The states of a task, in the order of the API's counts and of `queue ls`. */
+#define CLI_TASK_STATES 6
+extern const char *const cli_task_states[CLI_TASK_STATES];
+
 int cmd_queue_create(cli_args_t *args);
 int cmd_queue_ls(cli_args_t *args);
 int cmd_queue_show(cli_args_t *args);

@@ -372,12 +372,32 @@ static muster_err_t task_collect(muster_client_t *client, const char *queue, con
   }
 }
 
+/* Checks --state against the task states: a usage error, like any other bad
+ * option value, rather than the head's refusal (exit 1) after a request. */
+static int tasks_check_state(const cli_args_t *args) {
+  const char *state = cli_opt(args, "state");
+  for (int i = 0; state != NULL && i < CLI_TASK_STATES; i++)
+    if (strcmp(state, cli_task_states[i]) == 0)
+      return CLI_OK;
+  if (state == NULL)
+    return CLI_OK;
+  char names[128] = ""; /* "queued, leased, ... or cancelled" */
+  for (int i = 0; i < CLI_TASK_STATES; i++) {
+    size_t at = strlen(names);
+    const char *sep = i == CLI_TASK_STATES - 1 ? " or " : ", ";
+    snprintf(names + at, sizeof names - at, "%s%s", i > 0 ? sep : "", cli_task_states[i]);
+  }
+  return cli_usage_error(args->cmd, "--state: expected %s, got '%s'", names, state);
+}
+
 int cmd_tasks_ls(cli_args_t *args) {
   const char *queue = cli_opt(args, "queue");
   if (queue == NULL)
     return cli_usage_error(args->cmd, "'tasks ls' needs --queue Q");
-  int64_t limit, after;
-  int rc = cli_opt_int(args, "limit", 100, 0, &limit);
+  int64_t limit = 0, after = 0;
+  int rc = tasks_check_state(args);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "limit", 100, 0, &limit);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "after", 0, 0, &after);
   muster_client_t *client = NULL;

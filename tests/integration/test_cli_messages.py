@@ -167,6 +167,12 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertIn('"priority":-2147483648', self.ok("tasks", "ls", "--queue", "msg-range",
                                                          "--json"))
 
+    def test_tasks_ls_unknown_state_is_a_usage_error(self):
+        # It went to the head, which refused it: exit 1, as if the request had failed.
+        err = self.fails(2, "tasks", "ls", "--queue", "msg-state", "--state", "bogus")
+        self.assertTrue(err.startswith("muster: --state: expected queued, leased, done, failed, "
+                                       "dead or cancelled, got 'bogus'\n"), err)
+
     # ---- input ---------------------------------------------------------------------
 
     def test_bad_json_says_why_and_where(self):
