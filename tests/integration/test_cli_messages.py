@@ -175,6 +175,29 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
 
     # ---- input ---------------------------------------------------------------------
 
+    def test_put_of_nothing_says_nothing_was_put(self):
+        # An empty stdin put nothing and exited 0 without a word, into a queue that does
+        # not even exist: it read as work submitted.
+        self.ok("queue", "create", "msg-none")
+        for args, stdin, source in ((("--queue", "nope"), "", "standard input"),
+                                    (("--queue", "msg-none"), "\n\r\n\n", "standard input"),
+                                    (("--queue", "msg-none", "--json", "--file", "-"), "[]",
+                                     "standard input"),
+                                    (("--queue", "msg-none", "--file", os.devnull), "",
+                                     "'%s'" % os.devnull)):
+            r = self.muster("put", *args, stdin=stdin)
+            self.assertEqual((r.returncode, r.stdout), (1, ""), (args, r.stderr))
+            self.assertEqual(r.stderr, "muster: invalid_argument: no payloads were read from %s; "
+                             "nothing was put into queue '%s'\n" % (source, args[1]))
+        sid = self.ok("session", "create", "--queue", "msg-none").strip()
+        for session in (sid, "s-0123456789abcdef"):
+            r = self.muster("session", "put", session, stdin="\n")
+            self.assertEqual((r.returncode, r.stdout), (1, ""), r.stderr)
+            self.assertEqual(r.stderr, "muster: invalid_argument: no inputs were read from "
+                             "standard input; nothing was put into session %s\n" % session)
+        self.assertEqual(self.head.request("GET", "/v1/queues/msg-none").json["counts"]["queued"],
+                         0)
+
     def test_bad_json_says_why_and_where(self):
         # `update --json '{bad'` said only "DATA is not valid JSON"; the others gave
         # jansson's reason without its place.
