@@ -323,8 +323,8 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                            (("--gpus", "0,MIG-0d1e"), "--gpus: 'MIG-0d1e' is a MIG instance: "
                             "MIG instances are not supported; name whole GPUs, by index or UUID "
                             "(nvidia-smi -L lists them)"),
-                           (("--name", "a b"), "--name 'a b': use 1 to 128 characters of "
-                            "letters, digits, '.', '_' and '-'")):
+                           (("--name", "a b"), "node name 'a b': use 1 to 128 characters of "
+                            "letters, digits, '.', '_' and '-' (--name)")):
             r = self.agent("head", *opts)
             self.assertEqual(r.returncode, 2, (opts, r.stderr))
             self.assertTrue(r.stderr.startswith("muster: %s\n" % says), r.stderr)
