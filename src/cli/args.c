@@ -51,27 +51,75 @@ static int cli_find_opt(const cli_cmd_t *cmd, const char *name, size_t len) {
   return -1;
 }
 
-static void cli_print_opts(const cli_opt_t *opts, FILE *out) {
-  for (int i = 0; opts && opts[i].name; i++) {
-    char left[64];
-    snprintf(left, sizeof left, "--%s%s%s", opts[i].name, opts[i].metavar ? " " : "",
-             opts[i].metavar ? opts[i].metavar : "");
-    fprintf(out, "  %-22s %s\n", left, opts[i].help);
+void cli_print_item(FILE *out, const char *left, const char *help, int width) {
+  int room = CLI_HELP_COLUMNS - 3 - width; /* "  " LEFT " " before the text */
+  if (room < 20) /* a very wide column: overlong lines rather than one word each */
+    room = 20;
+  if ((int)strlen(left) > width) { /* alone on its line, as the head's own help does */
+    fprintf(out, "  %s\n", left);
+    left = "";
   }
+  const char *at = help;
+  do {
+    size_t len = strlen(at);
+    if ((int)len > room) { /* break at the last space that fits, else the first one after */
+      const char *cut = at + room;
+      while (cut > at && *cut != ' ')
+        cut--;
+      if (cut == at)
+        cut = strchr(at + room, ' ');
+      len = cut ? (size_t)(cut - at) : len;
+    }
+    fprintf(out, "  %-*s %.*s\n", width, left, (int)len, at);
+    left = "";
+    at += len;
+    while (*at == ' ')
+      at++;
+  } while (*at != '\0');
 }
 
+/* "--name METAVAR" of `opt` into `buf`. */
+static const char *cli_opt_left(const cli_opt_t *opt, char *buf, size_t size) {
+  snprintf(buf, size, "--%s%s%s", opt->name, opt->metavar ? " " : "",
+           opt->metavar ? opt->metavar : "");
+  return buf;
+}
+
+/* The width of the widest "--name METAVAR" of `opts`, at least `width`. */
+static int cli_opts_width(const cli_opt_t *opts, int width) {
+  char left[64];
+  for (int i = 0; opts && opts[i].name; i++) {
+    int len = (int)strlen(cli_opt_left(&opts[i], left, sizeof left));
+    width = len > width ? len : width;
+  }
+  return width;
+}
+
+static void cli_print_opts(const cli_opt_t *opts, int width, FILE *out) {
+  char left[64];
+  for (int i = 0; opts && opts[i].name; i++)
+    cli_print_item(out, cli_opt_left(&opts[i], left, sizeof left), opts[i].help, width);
+}
+
+/* One column for the descriptions of every section of a command's help: the
+ * widest option and a space more, so that the longest one does not run into
+ * its description. */
 void cli_usage(const cli_cmd_t *cmd, FILE *out) {
+  int width = cli_opts_width(cmd->opts, CLI_HELP_MIN_WIDTH - 1);
+  if (cmd->client)
+    width = cli_opts_width(cli_client_opts, width);
+  width++;
   fprintf(out, "usage: muster %s%s%s\n\n%s\n", cmd->name, cmd->synopsis[0] ? " " : "",
           cmd->synopsis, cmd->summary);
-  if (cmd->opts && cmd->opts[0].name) {
+  int own = cmd->opts && cmd->opts[0].name;
+  if (own || !cmd->client) /* --help is under "options:" unless under the client ones */
     fprintf(out, "\noptions:\n");
-    cli_print_opts(cmd->opts, out);
-  }
+  cli_print_opts(cmd->opts, width, out);
   if (cmd->client) {
     fprintf(out, "\nclient options:\n");
-    cli_print_opts(cli_client_opts, out);
+    cli_print_opts(cli_client_opts, width, out);
   }
-  fprintf(out, "  %-22s %s\n", "-h, --help", "show this help and exit");
+  cli_print_item(out, "-h, --help", "show this help and exit", width);
   if (cmd->details)
     fprintf(out, "\n%s", cmd->details);
 }

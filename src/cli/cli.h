@@ -20,6 +20,11 @@
 #define CLI_FAIL 1  /* the request failed: server, network, or a task */
 #define CLI_USAGE 2 /* the command line was wrong */
 
+/* Help listings: lines of at most this many columns, and the narrowest
+ * column of option names ("--queue Q"), so that short ones line up as before. */
+#define CLI_HELP_COLUMNS 80
+#define CLI_HELP_MIN_WIDTH 22
+
 #define CLI_MAX_OPTS 24 /* options per command, global ones included */
 /* The largest --concurrency of a command worker; `muster node` checks it too,
  * so that an agent never starts workers that refuse their own arguments. */
@@ -69,6 +74,13 @@ extern const cli_opt_t cli_client_opts[];
 int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, char **pos, cli_args_t *args);
 /* Prints the usage of `cmd` to `out`. */
 void cli_usage(const cli_cmd_t *cmd, FILE *out);
+/*
+ * Prints one item of a help listing: "  LEFT" padded to `width` columns, a
+ * space, then `help` wrapped at spaces to lines of CLI_HELP_COLUMNS, each
+ * continuation starting in the same column.  A LEFT wider than `width` gets a
+ * line of its own and the text starts on the next.
+ */
+void cli_print_item(FILE *out, const char *left, const char *help, int width);
 /* The value of option `name` ("" for a set flag), or NULL when not given. */
 const char *cli_opt(const cli_args_t *args, const char *name);
 /* Non-zero when flag `name` was given. */
@@ -88,6 +100,19 @@ int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int6
 /* Prints "muster: MESSAGE" and a hint to run --help, and returns CLI_USAGE. */
 int cli_usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* ---- json_text.c ---- */
+
+struct json_t;
+/* The longest text cli_json_parse puts in `why` (jansson's reason, its place). */
+#define CLI_JSON_WHY 256
+/*
+ * Parses `len` bytes of `text` as one JSON value of any type.  Returns it (a
+ * new reference), or NULL with `why` set to the reason and where it was found:
+ * "string or '}' expected near 'bad' (at column 4)", or "(at line 2, column 4)"
+ * for a text of several lines.
+ */
+struct json_t *cli_json_parse(const char *text, size_t len, char *why, size_t why_size);
 
 /* ---- conn.c ---- */
 
@@ -123,6 +148,10 @@ void cli_print_pretty(const char *text);
 int cli_escape(const char *name, char *out, size_t size);
 
 /* ---- commands (cmd_*.c) ---- */
+
+/* The states of a task, in the order of the API's counts and of `queue ls`. */
+#define CLI_TASK_STATES 6
+extern const char *const cli_task_states[CLI_TASK_STATES];
 
 int cmd_queue_create(cli_args_t *args);
 int cmd_queue_ls(cli_args_t *args);

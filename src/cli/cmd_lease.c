@@ -100,11 +100,10 @@ int cmd_complete(cli_args_t *args) {
   if (args->npos > 2) {
     const char *raw = args->pos[2];
     int as_json = cli_flag(args, "json");
-    json_error_t jerr;
-    json_t *value =
-        as_json ? json_loads(raw, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr) : json_string(raw);
+    char why[CLI_JSON_WHY];
+    json_t *value = as_json ? cli_json_parse(raw, strlen(raw), why, sizeof why) : json_string(raw);
     if (value == NULL && as_json) {
-      fprintf(stderr, "muster: invalid_argument: RESULT: not valid JSON: %s\n", jerr.text);
+      fprintf(stderr, "muster: invalid_argument: RESULT: not valid JSON: %s\n", why);
       return CLI_FAIL;
     }
     if (value == NULL) {

@@ -88,12 +88,11 @@ void cli_inputs_free(cli_inputs_t *in) {
 
 /* Appends one raw line as JSON text: parsed when `as_json`, else as a string. */
 static int inputs_add(cli_inputs_t *in, const char *raw, size_t len, int as_json, long lineno) {
-  json_error_t jerr;
-  json_t *value = as_json ? json_loadb(raw, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr)
-                          : json_stringn(raw, len);
+  char why[CLI_JSON_WHY];
+  json_t *value = as_json ? cli_json_parse(raw, len, why, sizeof why) : json_stringn(raw, len);
   if (value == NULL) {
     fprintf(stderr, "muster: invalid_argument: stdin line %ld: %s%s\n", lineno,
-            as_json ? "not valid JSON: " : "not valid UTF-8 text", as_json ? jerr.text : "");
+            as_json ? "not valid JSON: " : "not valid UTF-8 text", as_json ? why : "");
     return CLI_FAIL;
   }
   char *text = jdump(value, JSON_COMPACT | JSON_ENCODE_ANY);

@@ -17,6 +17,7 @@
  */
 #include "cli/cli.h"
 #include "cli/run.h"
+#include "core/names.h"
 #include "core/url.h"
 #include "node/node.h"
 #include "server/head.h"
@@ -72,9 +73,13 @@ const char cli_node_details[] =
     "  muster node --join http://10.0.0.1:7370 --queue pool --plugin ./libwork.so\n"
     "  muster node --join http://10.0.0.1:7370 --listen 10.0.0.2:7371\n";
 
+/* The column of head.c's `muster head --help`, whose list this one goes on. */
+#define HEAD_HELP_WIDTH 25
+
 void cli_head_agent_usage(FILE *out) {
-  fprintf(out, "\nlocal node agent (like `muster node`; see `muster node --help`):\n"
-               "  --server-only             run the head alone, without a local node agent\n");
+  fprintf(out, "\nlocal node agent (like `muster node`; see `muster node --help`):\n");
+  cli_print_item(out, "--server-only", "run the head alone, without a local node agent",
+                 HEAD_HELP_WIDTH);
   for (int i = 0; cli_node_opts[i].name; i++) {
     if (strcmp(cli_node_opts[i].name, "join") == 0 ||
         strcmp(cli_node_opts[i].name, "listen") == 0 ||
@@ -85,9 +90,9 @@ void cli_head_agent_usage(FILE *out) {
     snprintf(left, sizeof left, "--%s%s%s", cli_node_opts[i].name,
              cli_node_opts[i].metavar ? " " : "",
              cli_node_opts[i].metavar ? cli_node_opts[i].metavar : "");
-    fprintf(out, "  %-25s %s\n", left, cli_node_opts[i].help);
+    cli_print_item(out, left, cli_node_opts[i].help, HEAD_HELP_WIDTH);
   }
-  fprintf(out, "  -- CMD [ARGS...]          the workers' command (with --queue)\n");
+  cli_print_item(out, "-- CMD [ARGS...]", "the workers' command (with --queue)", HEAD_HELP_WIDTH);
 }
 
 /* Fills the agent options shared by `muster node` and `muster head`. */
@@ -115,6 +120,11 @@ static int node_read_opts(cli_args_t *args, node_config_t *cfg) {
   cfg->json_result = cli_flag(args, "json-result");
   cfg->lock_path = cli_opt(args, "lock-file");
   cfg->name = cli_opt(args, "name");
+  if (cfg->name && !name_is_valid(cfg->name)) /* the agent's rule and words (agent_identity) */
+    return cli_usage_error(args->cmd,
+                           "node name '%s': use 1 to 128 characters of letters, digits, '.', '_' "
+                           "and '-' (--name)",
+                           cfg->name);
   cfg->cmd = args->npos > 0 ? args->pos : NULL;
   if (cfg->cmd && cfg->queue == NULL)
     return cli_usage_error(args->cmd, "a worker command needs --queue Q");
@@ -321,16 +331,68 @@ static int head_agent_opts(int agent_argc, char **agent_argv, char **pos, node_c
   return node_read_opts(&args, cfg);
 }
 
+/*
+ * Checks --gpus as the agent checks it (gpu_filter).  The GPUs are detected
+ * only when the list names one by UUID: indexes, MIG instances and malformed
+ * entries are judged without them, and detection (NVML, nvidia-smi) may take
+ * a while that the agent then spends again.  CUDA_VISIBLE_DEVICES is left to
+ * the agent: a value the environment set for other programs (MIG instances
+ * under a scheduler) must not stop the head.  CLI_OK, or CLI_USAGE after
+ * printing why.
+ */
+static int head_check_gpus(const node_config_t *cfg) {
+  if (cfg->gpus == NULL)
+    return CLI_OK;
+  node_gpus_t gpus = {.count = 0, .source = "none"};
+  if (strstr(cfg->gpus, "GPU-") != NULL)
+    gpu_detect(&gpus);
+  char err[2048]; /* room for the UUIDs of many GPUs, as the agent's */
+  if (gpu_filter(&gpus, cfg->gpus, 0, err, sizeof err) >= 0)
+    return CLI_OK;
+  return cli_usage_error(&head_agent_row, "--gpus: %s", err);
+}
+
 /* Checks the local agent's options before the head starts: a mistake there
- * (`--workers abc`, `--queue Q` without a command) would otherwise be said by
- * the agent alone, between the head's log lines, while the head ran on with
- * no workers.  CLI_OK, or CLI_USAGE after printing why. */
+ * (`--workers abc`, `--queue Q` without a command, `--gpus 9x`) would
+ * otherwise be said by the agent alone, between the head's log lines, while
+ * the head ran on with no workers.  CLI_OK, or CLI_USAGE after printing why. */
 static int head_check_agent_opts(int agent_argc, char **agent_argv) {
   char **pos = calloc((size_t)agent_argc + 2, sizeof *pos);
   node_config_t cfg;
   int rc = pos ? head_agent_opts(agent_argc, agent_argv, pos, &cfg) : CLI_FAIL;
+  if (rc == CLI_OK)
+    rc = head_check_gpus(&cfg);
   free(pos);
   return rc;
+}
+
+/*
+ * With --server-only no local agent runs, so its options would be dropped
+ * without a word (`--server-only --queue q --workers 3 -- cat` started no
+ * worker): names every agent option and the command given besides
+ * --server-only.  CLI_OK when there is none, else CLI_USAGE after printing.
+ */
+static int head_check_server_only(int agent_argc, char **agent_argv) {
+  char names[512] = "";
+  size_t at = 0;
+  for (int i = 0; i < agent_argc && at < sizeof names; i++) {
+    const char *word = agent_argv[i];
+    if (strcmp(word, "--server-only") == 0)
+      continue;
+    int len = strcmp(word, "--") == 0 ? -1 : (int)strcspn(word, "=");
+    at += (size_t)snprintf(names + at, sizeof names - at, "%s%.*s", at ? ", " : "",
+                           len < 0 ? 32 : len, len < 0 ? "a worker command (after --)" : word);
+    if (len < 0)
+      break;
+    if (head_match(word, head_agent_valued) >= 0 && strchr(word, '=') == NULL)
+      i++; /* its value */
+  }
+  if (names[0] == '\0')
+    return CLI_OK;
+  return cli_usage_error(&head_agent_row,
+                         "--server-only starts no local node agent, so its options are refused: "
+                         "%s; drop them, or drop --server-only to run the agent beside the head",
+                         names);
 }
 
 /* The local agent: parses its options as `muster node` would, then runs. */
@@ -415,7 +477,8 @@ int cmd_head_main(int argc, char **argv) {
     cli_head_agent_usage(stdout);
     rc = CLI_OK;
   } else if (server_only) {
-    rc = head_main(head_argc, head_argv, NULL);
+    if ((rc = head_check_server_only(agent_argc, agent_argv)) == CLI_OK)
+      rc = head_main(head_argc, head_argv, NULL);
   } else if ((rc = head_check_agent_opts(agent_argc, agent_argv)) == CLI_OK) {
     rc = head_with_agent(head_argc, head_argv, agent_argc, agent_argv);
   }

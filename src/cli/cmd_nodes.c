@@ -196,10 +196,16 @@ int cmd_workers(cli_args_t *args) {
   return nodes_listing(args, muster_worker_list, "workers");
 }
 
-/* DATA as JSON text (muster_free): parsed with --json, else a JSON string. */
+/* DATA as JSON text (the caller frees it): parsed with --json, else a JSON
+ * string.  NULL after saying why DATA is refused. */
 static char *update_data(const cli_args_t *args, const char *raw) {
-  json_t *value =
-      cli_flag(args, "json") ? json_loads(raw, JSON_DECODE_ANY, NULL) : json_string(raw);
+  char why[CLI_JSON_WHY];
+  int as_json = cli_flag(args, "json");
+  json_t *value = as_json ? cli_json_parse(raw, strlen(raw), why, sizeof why) : json_string(raw);
+  if (value == NULL && as_json)
+    fprintf(stderr, "muster: invalid_argument: DATA: not valid JSON: %s\n", why);
+  else if (value == NULL)
+    fprintf(stderr, "muster: invalid_argument: DATA: not valid UTF-8 text\n");
   char *text = value ? jdump(value, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
   json_decref(value);
   return text;
@@ -210,11 +216,8 @@ int cmd_update(cli_args_t *args) {
   if (queue == NULL)
     return cli_usage_error(args->cmd, "'update' needs --queue Q");
   char *data = update_data(args, args->pos[0]);
-  if (data == NULL) {
-    fprintf(stderr, "muster: invalid_argument: DATA is not valid %s\n",
-            cli_flag(args, "json") ? "JSON" : "UTF-8 text");
+  if (data == NULL)
     return CLI_FAIL;
-  }
   muster_client_t *client = NULL;
   int rc = cli_connect(args, &client);
   int64_t seq = 0;

@@ -52,22 +52,24 @@ static const char *queue_count(json_t *queue, const char *state, char *buf, size
   return buf;
 }
 
+const char *const cli_task_states[CLI_TASK_STATES] = {"queued", "leased", "done",
+                                                      "failed", "dead",   "cancelled"};
+
 /* Prints {"queues": [...]} as a table. */
 static void queue_print_table(json_t *queues) {
   static const char *const headers[] = {"NAME",   "QUEUED", "LEASED",    "DONE",
                                         "FAILED", "DEAD",   "CANCELLED", "NEXT"};
-  static const char *const states[] = {"queued", "leased", "done", "failed", "dead", "cancelled"};
   static const int right[] = {0, 1, 1, 1, 1, 1, 1, 0};
   cli_table_t table;
   table_init(&table, 8, headers, right);
   size_t i;
   json_t *queue;
   json_array_foreach(queues, i, queue) {
-    char counts[6][24];
+    char counts[CLI_TASK_STATES][24];
     const char *row[8];
     row[0] = json_string_value(json_object_get(queue, "name"));
-    for (int s = 0; s < 6; s++)
-      row[1 + s] = queue_count(queue, states[s], counts[s], sizeof counts[s]);
+    for (int s = 0; s < CLI_TASK_STATES; s++)
+      row[1 + s] = queue_count(queue, cli_task_states[s], counts[s], sizeof counts[s]);
     row[7] = json_string_value(json_object_get(queue, "next"));
     if (row[7] == NULL)
       row[7] = "-";

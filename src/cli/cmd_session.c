@@ -255,6 +255,15 @@ static int session_put_all(const cli_args_t *args, muster_client_t *client,
 static int session_put(cli_args_t *args, muster_client_t *client) {
   cli_inputs_t in;
   int rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in);
+  if (rc == CLI_OK && in.count == 0) {
+    /* Exiting 0 with nothing said would read as work submitted (`muster
+     * put` says the same). */
+    fprintf(stderr,
+            "muster: invalid_argument: no inputs were read from standard input; nothing was "
+            "put into session %s\n",
+            args->pos[0]);
+    rc = CLI_FAIL;
+  }
   if (rc == CLI_OK)
     rc = session_put_all(args, client, &in);
   cli_inputs_free(&in);

@@ -41,12 +41,11 @@ static void put_list_free(put_list_t *list) {
  * "stdin line 7").  Returns CLI_OK or CLI_FAIL after printing the error.
  */
 static int put_add(put_list_t *list, const char *raw, size_t len, int as_json, const char *where) {
-  json_error_t jerr;
-  json_t *value = as_json ? json_loadb(raw, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr)
-                          : json_stringn(raw, len);
+  char why[CLI_JSON_WHY];
+  json_t *value = as_json ? cli_json_parse(raw, len, why, sizeof why) : json_stringn(raw, len);
   if (value == NULL) {
     if (as_json)
-      fprintf(stderr, "muster: invalid_argument: %s: not valid JSON: %s\n", where, jerr.text);
+      fprintf(stderr, "muster: invalid_argument: %s: not valid JSON: %s\n", where, why);
     else
       fprintf(stderr, "muster: invalid_argument: %s: not valid UTF-8 text\n", where);
     return CLI_FAIL;
@@ -236,6 +235,20 @@ static int put_send(const cli_args_t *args, muster_client_t *client, const put_l
   return rc;
 }
 
+/* No payload was read (an empty stdin or file, an empty JSON array): says so
+ * and fails, since exiting 0 with nothing said would read as work submitted
+ * (`muster session put` does the same).  Returns CLI_FAIL. */
+static int put_say_none(const cli_args_t *args, const char *file) {
+  char from[300] = "standard input";
+  if (file != NULL && strcmp(file, "-") != 0)
+    snprintf(from, sizeof from, "'%.256s'", file);
+  fprintf(stderr,
+          "muster: invalid_argument: no payloads were read from %s; nothing was put into queue "
+          "'%s'\n",
+          from, cli_opt(args, "queue"));
+  return CLI_FAIL;
+}
+
 int cmd_put(cli_args_t *args) {
   if (cli_opt(args, "queue") == NULL)
     return cli_usage_error(args->cmd, "'put' needs --queue Q");
@@ -266,11 +279,13 @@ int cmd_put(cli_args_t *args) {
   }
   if (rc == CLI_OK && npos == 0 && file == NULL)
     rc = put_read_stdin(&list, as_json);
+  if (rc == CLI_OK && list.count == 0)
+    rc = put_say_none(args, file);
   if (rc == CLI_OK && base.key != NULL && list.count != 1)
     rc =
         cli_usage_error(args->cmd, "--key names one task, but %zu payloads were given", list.count);
   muster_client_t *client = NULL;
-  if (rc == CLI_OK && list.count > 0 && (rc = cli_connect(args, &client)) == CLI_OK)
+  if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK)
     rc = put_send(args, client, &list, &base);
   muster_client_free(client);
   put_list_free(&list);
@@ -373,12 +388,32 @@ static muster_err_t task_collect(muster_client_t *client, const char *queue, con
   }
 }
 
+/* Checks --state against the task states: a usage error, like any other bad
+ * option value, rather than the head's refusal (exit 1) after a request. */
+static int tasks_check_state(const cli_args_t *args) {
+  const char *state = cli_opt(args, "state");
+  for (int i = 0; state != NULL && i < CLI_TASK_STATES; i++)
+    if (strcmp(state, cli_task_states[i]) == 0)
+      return CLI_OK;
+  if (state == NULL)
+    return CLI_OK;
+  char names[128] = ""; /* "queued, leased, ... or cancelled" */
+  for (int i = 0; i < CLI_TASK_STATES; i++) {
+    size_t at = strlen(names);
+    const char *sep = i == CLI_TASK_STATES - 1 ? " or " : ", ";
+    snprintf(names + at, sizeof names - at, "%s%s", i > 0 ? sep : "", cli_task_states[i]);
+  }
+  return cli_usage_error(args->cmd, "--state: expected %s, got '%s'", names, state);
+}
+
 int cmd_tasks_ls(cli_args_t *args) {
   const char *queue = cli_opt(args, "queue");
   if (queue == NULL)
     return cli_usage_error(args->cmd, "'tasks ls' needs --queue Q");
-  int64_t limit, after;
-  int rc = cli_opt_int(args, "limit", 100, 0, &limit);
+  int64_t limit = 0, after = 0;
+  int rc = tasks_check_state(args);
+  if (rc == CLI_OK)
+    rc = cli_opt_int(args, "limit", 100, 0, &limit);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "after", 0, 0, &after);
   muster_client_t *client = NULL;

@@ -269,9 +269,9 @@ static int worker_check_runner(cli_args_t *args, worker_t *w) {
   }
   int rc = CLI_OK;
   if (w->init_data != NULL) {
-    json_t *value = json_loads(w->init_data, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    json_t *value = cli_json_parse(w->init_data, strlen(w->init_data), why, sizeof why);
     if (value == NULL)
-      rc = cli_usage_error(args->cmd, "--init-data: not valid JSON text");
+      rc = cli_usage_error(args->cmd, "--init-data: not valid JSON: %s", why);
     json_decref(value);
   }
   return rc;

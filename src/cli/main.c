@@ -281,7 +281,8 @@ static const cli_cmd_t commands[] = {
     {"shared ls", "SCOPE [options]", "List the shared data of a scope.", NULL, cmd_shared_ls_opts,
      1, 1, 1, cmd_shared_ls},
     {"version", "", "Print the version.", NULL, NULL, 0, 0, 0, cmd_version},
-    {"help", "[COMMAND]", "Show help for muster or for a command.", NULL, NULL, 0, 0, 2, cmd_help},
+    {"help", "[COMMAND [SUBCOMMAND]]", "Show help for muster or for a command.", NULL, NULL, 0,
+     0, 2, cmd_help},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
@@ -305,13 +306,18 @@ static const cli_cmd_t *find_command(const char *group, const char *sub) {
   return NULL;
 }
 
+/* The column of command names in the command lists: the longest, "session
+ * results", and a space more. */
+#define COMMAND_WIDTH 16
+
 static void usage_all(FILE *out) {
   fprintf(out, "usage: muster COMMAND [options]\n\n"
                "muster coordinates distributed work: durable task queues, leases and\n"
                "pipelines served by a head over HTTP.\n\ncommands:\n");
   for (size_t i = 0; i < N_COMMANDS; i++)
-    fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
-  fprintf(out, "\nRun 'muster COMMAND --help' for the options of a command.\n");
+    cli_print_item(out, commands[i].name, commands[i].summary, COMMAND_WIDTH);
+  fprintf(out, "\nRun 'muster help COMMAND [SUBCOMMAND]' or 'muster COMMAND [SUBCOMMAND] --help'\n"
+               "for the options of a command.\n");
 }
 
 static void usage_group(const char *group, FILE *out) {
@@ -319,7 +325,7 @@ static void usage_group(const char *group, FILE *out) {
   fprintf(out, "usage: muster %s SUBCOMMAND [options]\n\nsubcommands:\n", group);
   for (size_t i = 0; i < N_COMMANDS; i++)
     if (strncmp(commands[i].name, group, len) == 0 && commands[i].name[len] == ' ')
-      fprintf(out, "  %-16s %s\n", commands[i].name, commands[i].summary);
+      cli_print_item(out, commands[i].name, commands[i].summary, COMMAND_WIDTH);
   fprintf(out, "\nRun 'muster %s SUBCOMMAND --help' for its options.\n", group);
 }
 

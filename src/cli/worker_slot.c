@@ -16,6 +16,7 @@
  * restarting head) are retried; errors that retrying cannot fix (unknown
  * queue, bad token) stop the whole worker.
  */
+#include "cli/cli.h"
 #include "cli/worker.h"
 #include "client/jdump.h"
 
@@ -218,15 +219,15 @@ static char *slot_result(worker_slot_t *slot, run_proc_t *proc, char *why, size_
     snprintf(why, size, "stdout is larger than %u bytes", RUN_OUT_MAX);
     return NULL;
   }
-  json_error_t jerr;
+  char reason[CLI_JSON_WHY];
   json_t *value;
   if (slot->worker->json_result)
-    value = len == 0 ? json_null() : json_loadb(out, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    value = len == 0 ? json_null() : cli_json_parse(out, len, reason, sizeof reason);
   else
     value = json_stringn(out, len);
   if (value == NULL) {
     if (slot->worker->json_result)
-      snprintf(why, size, "stdout is not valid JSON: %s", jerr.text);
+      snprintf(why, size, "stdout is not valid JSON: %.200s", reason);
     else
       snprintf(why, size, "stdout is not valid UTF-8 text");
     return NULL;

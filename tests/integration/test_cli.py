@@ -598,8 +598,8 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual([json.loads(x)["payload"] for x in lines], ["d"])
         lines = self.ok("tasks", "ls", "--queue", q, "--json", "--after", ids[2]).splitlines()
         self.assertEqual(len(lines), 1)
-        self.assertIn("invalid_argument",
-                      self.fails(1, "tasks", "ls", "--queue", q, "--state", "bogus"))
+        self.assertIn("--state: expected queued, leased",
+                      self.fails(2, "tasks", "ls", "--queue", q, "--state", "bogus"))
         shown = json.loads(self.ok("tasks", "show", ids[1]))
         self.assertEqual((shown["id"], shown["state"], shown["error"]),
                          (int(ids[1]), "failed", "broken\nbadly"))

@@ -167,6 +167,60 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertIn('"priority":-2147483648', self.ok("tasks", "ls", "--queue", "msg-range",
                                                          "--json"))
 
+    def test_tasks_ls_unknown_state_is_a_usage_error(self):
+        # It went to the head, which refused it: exit 1, as if the request had failed.
+        err = self.fails(2, "tasks", "ls", "--queue", "msg-state", "--state", "bogus")
+        self.assertTrue(err.startswith("muster: --state: expected queued, leased, done, failed, "
+                                       "dead or cancelled, got 'bogus'\n"), err)
+
+    # ---- input ---------------------------------------------------------------------
+
+    def test_put_of_nothing_says_nothing_was_put(self):
+        # An empty stdin put nothing and exited 0 without a word, into a queue that does
+        # not even exist: it read as work submitted.
+        self.ok("queue", "create", "msg-none")
+        for args, stdin, source in ((("--queue", "nope"), "", "standard input"),
+                                    (("--queue", "msg-none"), "\n\r\n\n", "standard input"),
+                                    (("--queue", "msg-none", "--json", "--file", "-"), "[]",
+                                     "standard input"),
+                                    (("--queue", "msg-none", "--file", os.devnull), "",
+                                     "'%s'" % os.devnull)):
+            r = self.muster("put", *args, stdin=stdin)
+            self.assertEqual((r.returncode, r.stdout), (1, ""), (args, r.stderr))
+            self.assertEqual(r.stderr, "muster: invalid_argument: no payloads were read from %s; "
+                             "nothing was put into queue '%s'\n" % (source, args[1]))
+        sid = self.ok("session", "create", "--queue", "msg-none").strip()
+        for session in (sid, "s-0123456789abcdef"):
+            r = self.muster("session", "put", session, stdin="\n")
+            self.assertEqual((r.returncode, r.stdout), (1, ""), r.stderr)
+            self.assertEqual(r.stderr, "muster: invalid_argument: no inputs were read from "
+                             "standard input; nothing was put into session %s\n" % session)
+        self.assertEqual(self.head.request("GET", "/v1/queues/msg-none").json["counts"]["queued"],
+                         0)
+
+    def test_bad_json_says_why_and_where(self):
+        # `update --json '{bad'` said only "DATA is not valid JSON"; the others gave
+        # jansson's reason without its place.
+        bad = "string or '}' expected near 'bad' (at column 4)"
+        for code, args, says in (
+                (1, ("update", "--queue", "q", "--json", "{bad"),
+                 "invalid_argument: DATA: not valid JSON: " + bad),
+                (1, ("update", "--queue", "q", "--json", '{"a":\n bad'),
+                 "invalid_argument: DATA: not valid JSON: invalid token near 'bad' (at line 2, "
+                 "column 4)"),
+                (1, ("put", "--queue", "q", "--json", "1", "{bad"),
+                 "invalid_argument: argument 2: not valid JSON: " + bad),
+                (1, ("complete", "1", "2", "--json", "{bad"),
+                 "invalid_argument: RESULT: not valid JSON: " + bad),
+                (2, ("worker", "--queue", "q", "--plugin", "x.so", "--init-data", "{bad"),
+                 "--init-data: not valid JSON: " + bad)):
+            err = self.fails(code, *args)
+            self.assertTrue(err.startswith("muster: %s\n" % says), (args, err))
+        for cmd in (("put", "--queue", "q", "--json"), ("map", "--queue", "q", "--json")):
+            err = self.fails(1, *cmd, stdin="1\n{bad\n")
+            self.assertEqual(err, "muster: invalid_argument: stdin line 2: not valid JSON: %s\n"
+                             % bad, cmd)
+
     # ---- the head gone mid-request --------------------------------------------------
 
     def test_put_cut_off_says_the_batch_may_be_stored(self):
@@ -259,14 +313,64 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
 
     def test_head_checks_its_agent_options_before_it_starts(self):
         # They were read by the local agent alone, after the head had started: the head
-        # ran on without workers, the mistake one line among its log lines.
+        # ran on without workers, the mistake one line among its log lines.  --gpus and
+        # --name were still left to the agent.
         for opts, says in ((("--queue", "q"), "--queue needs a worker: -- CMD [ARGS...] or "
                             "--plugin PATH"),
-                           (("--workers", "abc"), "--workers: expected an integer, got 'abc'")):
+                           (("--workers", "abc"), "--workers: expected an integer, got 'abc'"),
+                           (("--gpus", "bogus"), "--gpus: 'bogus' is not a list of GPU indexes "
+                            "or UUIDs such as 0,2 or GPU-8f1c"),
+                           (("--gpus", "0,MIG-0d1e"), "--gpus: 'MIG-0d1e' is a MIG instance: "
+                            "MIG instances are not supported; name whole GPUs, by index or UUID "
+                            "(nvidia-smi -L lists them)"),
+                           (("--name", "a b"), "node name 'a b': use 1 to 128 characters of "
+                            "letters, digits, '.', '_' and '-' (--name)")):
             r = self.agent("head", *opts)
             self.assertEqual(r.returncode, 2, (opts, r.stderr))
             self.assertTrue(r.stderr.startswith("muster: %s\n" % says), r.stderr)
             self.assertFalse(os.path.exists(os.path.join(self.cwd, "agent-head")))
+
+    def test_head_checks_gpu_uuids_against_this_machines_gpus(self):
+        # A --gpus UUID is looked up among the GPUs found here (nvidia-smi -L, faked),
+        # as the agent would, before the head starts.
+        fake = os.path.join(self.cwd, "fake-smi")
+        os.makedirs(fake, exist_ok=True)
+        with open(os.path.join(fake, "nvidia-smi"), "w") as f:
+            f.write('#!/bin/sh\n[ "$1" = -L ] || exit 9\n'
+                    'echo "GPU 0: Fake GPU (UUID: GPU-a1599801-2c3d-4e5f-8a9b-0c1d2e3f4a5b)"\n')
+        os.chmod(os.path.join(fake, "nvidia-smi"), 0o755)
+        env = self.env()
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        env["MUSTER_NVML_LIBRARY"] = "/nonexistent/libnvidia-ml.so.1"
+        env["PATH"] = fake + ":" + env.get("PATH", "/usr/bin:/bin")
+        data = os.path.join(self.cwd, "gpu-head")
+        r = subprocess.run([MUSTER, "head", "--listen", "127.0.0.1:0", "--data-dir", data,
+                            "--lock-file", os.path.join(self.cwd, "agent.lock"),
+                            "--gpus", "GPU-ffff"], capture_output=True, text=True, env=env,
+                           cwd=self.cwd, timeout=20)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertTrue(r.stderr.startswith(
+            "muster: --gpus: 'GPU-ffff' matches no GPU of this machine; its GPUs are 0 "
+            "GPU-a1599801-2c3d-4e5f-8a9b-0c1d2e3f4a5b (name them by index or UUID)\n"), r.stderr)
+        self.assertFalse(os.path.exists(data))
+
+    def test_head_server_only_refuses_agent_options(self):
+        # --server-only starts no agent: its options and a worker command were dropped
+        # without a word, and the head ran with no worker.
+        data = os.path.join(self.cwd, "server-only-head")
+        for opts, named in ((("--queue", "q", "--workers", "3", "--", "cat"),
+                             "--queue, --workers, a worker command (after --)"),
+                            (("--gpus=0", "--json-result"), "--gpus, --json-result"),
+                            (("--", "cat"), "a worker command (after --)")):
+            r = subprocess.run([MUSTER, "head", "--listen", "127.0.0.1:0", "--data-dir", data,
+                                "--server-only"] + list(opts), capture_output=True, text=True,
+                               env=self.env(), cwd=self.cwd, timeout=20)
+            self.assertEqual(r.returncode, 2, (opts, r.stderr))
+            self.assertTrue(r.stderr.startswith(
+                "muster: --server-only starts no local node agent, so its options are refused: "
+                "%s; drop them, or drop --server-only to run the agent beside the head\n"
+                % named), r.stderr)
+            self.assertFalse(os.path.exists(data))
 
     # ---- empty names ---------------------------------------------------------------
 

@@ -1,0 +1,116 @@
+"""The help of every `muster` command: option lists laid out in one column that fits a
+terminal, and `muster help` as docs/cli.md describes it.  No head is needed.
+"""
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+MUSTER = harness.MUSTER_BIN
+DOCS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "cli.md")
+
+# The headers under which a help text lists options or commands, one per line.
+LIST_HEADER = re.compile(r"^(options|client options|commands|subcommands|local node agent .*):$")
+# An item: two spaces, a name of words with single spaces ("-h, --help", "queue create"),
+# at least two spaces, then its description.
+ITEM = re.compile(r"^  (\S+(?: \S+)*)(?: {2,}(\S.*))?$")
+COLUMNS = 80
+
+
+def run(*args):
+    return subprocess.run([MUSTER] + list(args), capture_output=True, text=True, timeout=30)
+
+
+def list_problems(text, check_width=lambda header: True):
+    """What is wrong with the option and command lists of help `text`: descriptions that
+    do not all start in one column (continuation lines included), an item that runs
+    into its description, lines wider than COLUMNS.  An empty list when none."""
+    problems, columns, header, lone = [], set(), None, False
+    for line in text.splitlines():
+        if LIST_HEADER.match(line):
+            header = line
+            continue
+        if not line.strip():
+            header = None
+            continue
+        if header is None:
+            continue
+        if check_width(header) and len(line) > COLUMNS:
+            problems.append("wider than %d: %r" % (COLUMNS, line))
+        if line.startswith("   "):  # a description's next line
+            columns.add(len(line) - len(line.lstrip(" ")))
+            lone = False
+            continue
+        if lone:
+            problems.append("an item alone on its line, not followed by its description")
+        item = ITEM.match(line)
+        if item is None:
+            problems.append("not an item: %r" % line)
+            continue
+        lone = item.group(2) is None
+        if not lone:
+            columns.add(line.index(item.group(2), 2 + len(item.group(1))))
+    if lone:
+        problems.append("the last item is alone on its line")
+    if len(columns) > 1:
+        problems.append("descriptions start in columns %s" % sorted(columns))
+    return problems
+
+
+class CliHelpTest(unittest.TestCase):
+    def commands(self):
+        """Every command and group `muster --help` lists, as lists of words."""
+        r = run("--help")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        names = re.findall(r"^  ([a-z]+(?: [a-z]+)?)  ", r.stdout, re.M)
+        self.assertIn("iter create", names)
+        groups = sorted({n.split()[0] for n in names if " " in n})
+        return [n.split() for n in names] + [[g] for g in groups]
+
+    def test_every_help_lists_in_one_column_within_80_columns(self):
+        # `iter create --help` printed "--shuffle-block-size N shard mode: ...": the
+        # widest option ran into its description, and many lines ran past 80 columns.
+        self.assertEqual(list_problems(run("--help").stdout), [])
+        for words in self.commands():
+            r = run(*(words + ["--help"]))
+            self.assertEqual(r.returncode, 0, (words, r.stderr))
+            # head.c prints the head's own options (its lines are its own); the local
+            # agent's, printed by the CLI after them, must line up with them.
+            check = (lambda h: h != "options:") if words == ["head"] else (lambda h: True)
+            self.assertEqual(list_problems(r.stdout, check), [], words)
+        shuffle = [line for line in run("iter", "create", "--help").stdout.splitlines()
+                   if line.startswith("  --shuffle-block-size N")]
+        self.assertEqual(len(shuffle), 1)
+        self.assertRegex(shuffle[0], r"^  --shuffle-block-size N {2,}shard mode: ")
+
+    def test_the_check_sees_a_misaligned_list(self):
+        text = ("options:\n"
+                "  --seed S               shuffle seed\n"
+                "  --shuffle-block-size N shard mode\n"
+                "  --strategy S           round_robin\n")
+        self.assertEqual(list_problems(text),
+                         ["an item alone on its line, not followed by its description"])
+        self.assertEqual(list_problems("options:\n  --a   x\n  --bb   y\n"),
+                         ["descriptions start in columns [8, 9]"])
+
+    def test_help_takes_a_command_and_its_subcommand_as_the_docs_say(self):
+        # The usage said `help [COMMAND]`, the docs `help COMMAND [SUBCOMMAND]`.
+        r = run("help", "--help")
+        synopsis = "muster help [COMMAND [SUBCOMMAND]]"
+        self.assertEqual(r.stdout.splitlines()[0], "usage: " + synopsis)
+        with open(DOCS) as f:
+            docs = " ".join(f.read().split())
+        self.assertIn("`%s`" % synopsis, docs)
+        self.assertIn("usage: muster queue create NAME", run("help", "queue", "create").stdout)
+        self.assertIn("usage: muster queue SUBCOMMAND", run("help", "queue").stdout)
+        self.assertIn("muster help COMMAND [SUBCOMMAND]", run("--help").stdout)
+        r = run("help", "queue", "create", "extra")
+        self.assertEqual(r.returncode, 2, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
