@@ -74,6 +74,12 @@ typedef struct head {
    * made durable, and the one the flush in flight will. */
   int64_t unflushed_tasks, flushing_tasks;
   int64_t durable_token_floor, flushing_token_floor;
+  /* A second flush queued behind that one (head.c, "a flush queued behind"):
+   * the replies it holds (the loop writes them), the lowest task id and the
+   * token floor it covers. */
+  bool queued_flush;
+  reply_list_t queued;
+  int64_t queued_tasks, queued_token_floor;
   bool sync_failed;        /* a WAL flush failed: the head stops */
   waiter_t *waiters;       /* parked long-poll leases, oldest first */
   results_waiter_t *results_waiters; /* parked long-poll reads of session results */

@@ -1,12 +1,16 @@
 /*
  * syncer.c — the WAL flush thread.
  *
- * One thread, one request at a time: the loop sets `requested` (and the
- * request's `then`) under the mutex and signals; the thread runs fdatasync,
- * marks a success in `flushed`, runs `then` after a success (the head's
- * replies go out there), and writes the result (an int) into a pipe whose
- * read end is an event on the loop, so the done callback runs on the loop
- * thread and libevent needs no thread support.
+ * One thread, one flush at a time: the loop sets `requested` (and the
+ * request's `then`) under the mutex and signals; the thread takes it, runs
+ * fdatasync, counts a success in `succeeded`, runs `then` after a success
+ * (the head's replies go out there), and writes the result (an int) into a
+ * pipe whose read end is an event on the loop, so the done callback runs on
+ * the loop thread and libevent needs no thread support.  A request made
+ * while a flush runs waits in `requested` and is taken the moment that flush
+ * ends, without the loop (syncer.h, "a second flush").  After a failure
+ * every later request is answered with the same error, unflushed: what it
+ * covers was written after pages the kernel may have dropped.
  */
 #include "syncer.h"
 #include "log.h"
@@ -21,23 +25,25 @@
 #include <unistd.h>
 
 struct syncer {
-  int fd;                 /* the file to flush (borrowed) */
-  int pipe_fds[2];        /* thread -> loop: one int (errno or 0) per flush */
-  struct event *done_ev;  /* reads pipe_fds[0] on the loop */
+  int fd;                /* the file to flush (borrowed) */
+  int pipe_fds[2];       /* thread -> loop: one int (errno or 0) per flush */
+  struct event *done_ev; /* reads pipe_fds[0] on the loop */
   syncer_done_fn done;
   void *arg;
-  bool busy;              /* a flush was requested and its result not yet read */
+  unsigned outstanding; /* flushes requested whose result the loop has not read (0-2) */
+  unsigned long heard;  /* results the loop has read */
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  bool requested, quit;   /* under mu */
-  syncer_then_fn then;    /* under mu: runs after the requested flush, if it succeeded */
+  bool requested, quit; /* under mu: a request the thread has not taken yet */
+  syncer_then_fn then;  /* under mu: runs after the requested flush, if it succeeded */
   void *then_arg;
-  atomic_bool flushed;    /* the flush in flight succeeded (before the loop hears of it) */
+  atomic_ulong succeeded; /* flushes that succeeded (before the loop hears of them) */
 };
 
 static void *syncer_main(void *arg) {
   syncer_t *s = arg;
+  int err = 0; /* the first failure answers every later request */
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (!s->requested && !s->quit)
@@ -48,9 +54,10 @@ static void *syncer_main(void *arg) {
     syncer_then_fn then = s->then;
     void *then_arg = s->then_arg;
     pthread_mutex_unlock(&s->mu);
-    int err = fdatasync(s->fd) == 0 ? 0 : errno;
     if (err == 0)
-      atomic_store_explicit(&s->flushed, true, memory_order_release);
+      err = fdatasync(s->fd) == 0 ? 0 : errno;
+    if (err == 0)
+      atomic_fetch_add_explicit(&s->succeeded, 1, memory_order_release);
     if (err == 0 && then != NULL)
       then(then_arg);
     ssize_t n;
@@ -68,7 +75,8 @@ static void syncer_on_done(evutil_socket_t fd, short what, void *arg) {
   int err = 0;
   if (read(fd, &err, sizeof err) != (ssize_t)sizeof err)
     return; /* spurious wake-up: the int arrives whole or not at all */
-  s->busy = false;
+  s->outstanding--;
+  s->heard++;
   s->done(s->arg, err);
 }
 
@@ -96,9 +104,12 @@ syncer_t *syncer_start(struct event_base *base, int fd, syncer_done_fn done, voi
 }
 
 void syncer_request(syncer_t *s, syncer_then_fn then, void *then_arg) {
-  s->busy = true;
-  atomic_store_explicit(&s->flushed, false, memory_order_relaxed); /* the mutex orders it */
+  if (s->outstanding >= 2)
+    abort(); /* the caller checks syncer_outstanding */
+  s->outstanding++;
   pthread_mutex_lock(&s->mu);
+  if (s->requested)
+    abort(); /* one waits already: the caller checks syncer_waiting */
   s->requested = true;
   s->then = then;
   s->then_arg = then_arg;
@@ -107,11 +118,24 @@ void syncer_request(syncer_t *s, syncer_then_fn then, void *then_arg) {
 }
 
 bool syncer_busy(const syncer_t *s) {
-  return s->busy;
+  return s->outstanding > 0;
 }
 
-bool syncer_flushed(syncer_t *s) {
-  return s->busy && atomic_load_explicit(&s->flushed, memory_order_acquire);
+unsigned syncer_outstanding(const syncer_t *s) {
+  return s->outstanding;
+}
+
+bool syncer_waiting(syncer_t *s) {
+  pthread_mutex_lock(&s->mu);
+  bool waiting = s->requested;
+  pthread_mutex_unlock(&s->mu);
+  return waiting;
+}
+
+unsigned syncer_flushed(syncer_t *s) {
+  unsigned long done = atomic_load_explicit(&s->succeeded, memory_order_acquire) - s->heard;
+  /* After a failure the results heard outnumber the successes. */
+  return done > s->outstanding ? 0 : (unsigned)done;
 }
 
 int syncer_stop(syncer_t *s) {
@@ -123,8 +147,13 @@ int syncer_stop(syncer_t *s) {
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thread, NULL); /* a flush in flight finishes first */
   int err = 0;
-  if (s->busy && read(s->pipe_fds[0], &err, sizeof err) != (ssize_t)sizeof err)
-    err = EIO; /* the thread always writes its result: this cannot be */
+  for (; s->outstanding > 0; s->outstanding--) {
+    int one = 0;
+    if (read(s->pipe_fds[0], &one, sizeof one) != (ssize_t)sizeof one)
+      one = EIO; /* the thread always writes its result: this cannot be */
+    if (err == 0)
+      err = one;
+  }
   event_free(s->done_ev);
   close(s->pipe_fds[0]);
   close(s->pipe_fds[1]);

@@ -6,7 +6,8 @@
  * requests, asks the syncer to flush the WAL file; the group's replies are
  * sent when it ends, by the helper thread itself (its `then`: h1.h, "replies
  * held back for a flush").  Meanwhile the event loop keeps reading and
- * executing requests into the next group, which commits when the flush ends:
+ * executing requests into the next group, which commits when the flush ends
+ * (or at once, with its flush queued behind: head.c, head_commit_behind):
  * the disk's latency no longer stalls the loop (head.c, "durable replies").
  */
 #ifndef MUSTER_SERVER_SYNCER_H
@@ -27,16 +28,26 @@ syncer_t *syncer_start(struct event_base *base, int fd, syncer_done_fn done, voi
  * loop hears of it (head.c: the flushed group's replies are written there). */
 typedef void (*syncer_then_fn)(void *arg);
 
-/* Starts a flush, then `then(then_arg)` when it succeeded (NULL: nothing);
- * the syncer must not be busy. */
+/* Starts a flush, then `then(then_arg)` when it succeeded (NULL: nothing).
+ *
+ * A second flush: while one runs, one more may be requested (a loop that
+ * committed more meanwhile); the thread starts it the moment the first ends,
+ * without waiting for the loop to hear of the first (head.c, "a flush queued
+ * behind").  Never more than two outstanding, and never while a request
+ * waits untaken (syncer_waiting). */
 void syncer_request(syncer_t *s, syncer_then_fn then, void *then_arg);
 bool syncer_busy(const syncer_t *s);
-/* True when the flush in flight has already succeeded, though the loop has
- * not heard of it yet: what it covers is on disk. */
-bool syncer_flushed(syncer_t *s);
-/* Waits for a flush in flight, stops the thread and frees; accepts NULL.
- * The done callback is not called for a flush that ends here: returns its
- * result instead (0 or an errno; 0 when none was in flight). */
+/* Flushes requested whose end the loop has not heard of (0, 1 or 2). */
+unsigned syncer_outstanding(const syncer_t *s);
+/* True while the last request waits for the thread to take it: its fdatasync
+ * has not begun, so it covers every write made before this call. */
+bool syncer_waiting(syncer_t *s);
+/* How many of the outstanding flushes, oldest first, have already succeeded
+ * though the loop has not heard of them yet: what they cover is on disk. */
+unsigned syncer_flushed(syncer_t *s);
+/* Waits for the outstanding flushes, stops the thread and frees; accepts
+ * NULL.  The done callback is not called for a flush that ends here: returns
+ * their result instead (0 or the first errno; 0 when none was outstanding). */
 int syncer_stop(syncer_t *s);
 
 #endif

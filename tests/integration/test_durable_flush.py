@@ -17,6 +17,11 @@ A lease of tasks already on disk is answered at its commit without a flush of it
 own (a power loss could forget only the lease), also while another group's flush is
 in flight; one that hands out a task whose put is not on disk yet waits for that flush;
 --sync-leases flushes every lease.
+
+A write that arrives while a flush is in flight (with a few clients; every time
+with MUSTER_FLUSH_QUEUE=2) commits at once and its flush is queued behind, for the
+helper thread to run the moment the first one ends: its reply still waits for that
+flush, and a lease of the task it put waits for it too.
 """
 import os
 import re
@@ -598,6 +603,74 @@ class DurableFlushTest(unittest.TestCase):
         counts = h.request("GET", "/v1/queues/" + q).json["counts"]
         self.assertEqual((counts["queued"], counts["leased"]), (3, 2))
         self.stop_head()
+
+    def test_a_write_during_a_flush_is_flushed_right_behind_it(self):
+        # Every flush on the helper thread, each held HOLD_S, and every write that
+        # comes during one queued behind it (MUSTER_FLUSH_QUEUE=2, as a few clients'
+        # are): a put that comes while a completion's flush is in flight commits at
+        # once (the WAL grows then, not when that flush ends); its reply waits for
+        # its own flush, and so does a lease of its task, asked for once the put is
+        # committed (the flush in flight covers no new task: only the queued one
+        # holds the put back).  After a restart everything is there.
+        number = FDATASYNC.get(os.uname().machine)
+        if number is None:
+            self.skipTest("fdatasync's system call number on %s is not known here" %
+                          os.uname().machine)
+        h = self.head
+        h.env["MUSTER_FLUSH_QUEUE"] = "2"
+        h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        self.start_traced("-e", "trace=fdatasync",
+                          "-e", "inject=fdatasync:delay_exit=%d" % int(HOLD_S * 1e6))
+        q = "behind"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        put(h, q, ["floor", "done"])
+        self.assertEqual(len(lease(h, q, {"max": 1})), 1)  # raises the token floor
+        held = lease(h, q, {"max": 1})[0]
+        head_pid = self.traced_heads()[0]
+        wal = os.path.join(h.data_dir, "muster.db-wal")
+        done = {}
+
+        def send(name, path, body):
+            conn = h.connection()
+            try:
+                done[name, "sent"] = time.monotonic()
+                done[name] = h.request("POST", path, body, conn=conn)
+                done[name, "took"] = time.monotonic() - done[name, "sent"]
+            finally:
+                conn.close()
+
+        complete = threading.Thread(target=send, args=(
+            "complete", "/v1/leases/complete",
+            {"leases": [{"task": held["task"], "token": held["token"], "result": 1}]}))
+        complete.start()
+        harness.wait_until(lambda: in_syscall(head_pid, number), timeout=20,
+                           what="the completion's flush to be in flight")
+        size = os.path.getsize(wal)
+        second = threading.Thread(target=send, args=(
+            "put", "/v1/queues/%s/tasks" % q, {"tasks": [{"payload": "second"}]}))
+        second.start()
+        # Committed at once: its frames reach the WAL during the flush in flight.
+        harness.wait_until(lambda: os.path.getsize(wal) > size, timeout=20,
+                           what="the put to be committed")
+        sent = time.monotonic()
+        self.assertLess(sent - done["put", "sent"], HOLD_S / 2,
+                        "the put was committed only when the flush in flight ended")
+        leases = lease(h, q, {"max": 1})
+        took = time.monotonic() - sent
+        self.assertEqual([l["payload"] for l in leases], ["second"])
+        self.assertGreaterEqual(took, HOLD_S * 0.9,
+                                "a task was leased before its put's queued flush ended")
+        complete.join(60)
+        second.join(60)
+        self.assertEqual((done["complete"].status, done["put"].status), (200, 201))
+        self.assertGreaterEqual(done["complete", "took"], HOLD_S)
+        self.assertGreaterEqual(done["put", "took"], HOLD_S,
+                                "a put that came during a flush was answered by it")
+        self.stop_head()
+        h.prefix = []
+        h.start()
+        counts = h.request("GET", "/v1/queues/" + q).json["counts"]
+        self.assertEqual((counts["queued"], counts["leased"], counts["done"]), (0, 2, 1))
 
     def test_sync_leases_flushes_every_lease(self):
         self.head.cleanup()

@@ -4,7 +4,9 @@
  * flush succeeded (syncer_flushed) before the loop hears of it; the loop's
  * done callback gets the result and the syncer is idle again; a flush that
  * fails runs nothing after it, never reads as flushed, and reports its
- * errno; stopping with a flush in flight returns that flush's result.
+ * errno; stopping with a flush in flight returns that flush's result; a
+ * second flush requested while one runs starts the moment the first ends,
+ * before the loop hears of the first.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,7 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +34,8 @@ typedef struct {
   int done_calls, done_err;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int then_calls;  /* under mu */
+  int then_calls; /* under mu */
+  bool gate_open; /* under mu: on_gated_then returns */
 } env_t;
 
 static void on_done(void *arg, int err) {
@@ -45,6 +49,31 @@ static void on_then(void *arg) {
   pthread_mutex_lock(&e->mu);
   e->then_calls++;
   pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* A `then` that holds the flush thread until the test opens the gate. */
+static void on_gated_then(void *arg) {
+  env_t *e = arg;
+  pthread_mutex_lock(&e->mu);
+  while (!e->gate_open)
+    pthread_cond_wait(&e->cv, &e->mu);
+  e->then_calls++;
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+static void open_gate(env_t *e) {
+  pthread_mutex_lock(&e->mu);
+  e->gate_open = true;
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+static void wait_then_calls(env_t *e, int n) {
+  pthread_mutex_lock(&e->mu);
+  while (e->then_calls < n)
+    pthread_cond_wait(&e->cv, &e->mu);
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -144,11 +173,55 @@ static void test_stop_returns_the_flush_in_flight(void **state) {
   assert_int_equal(e->done_calls, 0); /* the loop never heard of either */
 }
 
+static void test_a_second_flush_starts_without_the_loop(void **state) {
+  env_t *e = *state;
+  syncer_t *s = syncer_start(e->base, e->file_fd, on_done, e);
+  assert_non_null(s);
+  syncer_request(s, on_gated_then, e);
+  /* The thread took the first request (it is held in its `then`, or about
+   * to be): the second waits behind it, untaken. */
+  while (syncer_waiting(s))
+    sched_yield();
+  syncer_request(s, on_then, e);
+  assert_int_equal(syncer_outstanding(s), 2);
+  assert_true(syncer_waiting(s));
+  assert_int_equal(syncer_flushed(s), 0);
+  open_gate(e);
+  /* Both flushes end while the loop does not run: the thread took the
+   * second the moment the first ended. */
+  wait_then_calls(e, 2);
+  assert_false(syncer_waiting(s));
+  assert_int_equal(syncer_flushed(s), 2);
+  assert_int_equal(e->done_calls, 0);
+  wait_done(e, 1);
+  assert_int_equal(syncer_outstanding(s), 1);
+  assert_int_equal(syncer_flushed(s), 1);
+  wait_done(e, 2);
+  assert_int_equal(e->done_err, 0);
+  assert_false(syncer_busy(s));
+  assert_int_equal(syncer_stop(s), 0);
+}
+
+static void test_stop_waits_for_both_flushes(void **state) {
+  env_t *e = *state;
+  syncer_t *s = syncer_start(e->base, e->file_fd, on_done, e);
+  syncer_request(s, on_gated_then, e);
+  while (syncer_waiting(s))
+    sched_yield();
+  syncer_request(s, on_then, e);
+  open_gate(e);
+  assert_int_equal(syncer_stop(s), 0);
+  assert_int_equal(then_calls(e), 2); /* both ran before the stop returned */
+  assert_int_equal(e->done_calls, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_then_runs_before_the_loop_hears, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_failed_flush_runs_nothing_after_it, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stop_returns_the_flush_in_flight, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_second_flush_starts_without_the_loop, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stop_waits_for_both_flushes, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
