@@ -157,20 +157,54 @@ class Browser:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
-class DashboardBrowserTest(unittest.TestCase):
+class DashboardCase(unittest.TestCase):
+    """A head started with HEAD_ARGS and a read token, and one browser, for a class of
+    dashboard tests; `api` calls the head with the admin token, `open` a page with the
+    read token."""
+
+    READ_TOKEN = "dashboard-read-token"
+    HEAD_ARGS = []
 
     @classmethod
     def setUpClass(cls):
-        cls.head = harness.Head(["--sweep-ms", "50", "--dashboard-token", READ_TOKEN,
-                                 "--distcompute", "laion=dc_scrape,dc_filter"]).start()
-        cls.workers = []
-        cls.agents = []
+        cls.head = harness.Head(["--dashboard-token", cls.READ_TOKEN] + cls.HEAD_ARGS).start()
         cls.browser = None
         try:
             cls.browser = Browser()
         except Exception:
             cls.head.cleanup()
             raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.browser:
+            cls.browser.quit()
+        cls.head.cleanup()
+
+    def api(self, method, path, body=None, status=200):
+        r = self.head.request(method, path, body)
+        self.assertEqual(r.status, status, r)
+        return r.json
+
+    def open(self, path):
+        """Opens `path` logged in with the read token, after its first refresh."""
+        b = self.browser
+        b.get(self.head.url + "/dashboard/style.css")
+        b.js("localStorage.setItem('muster.token', arguments[0]);", self.READ_TOKEN)
+        b.get(self.head.url + path)
+        harness.wait_until(lambda: b.js("return document.body.dataset.refreshes || null;"),
+                           what="the page's first refresh of " + path)
+
+
+class DashboardBrowserTest(DashboardCase):
+    READ_TOKEN = READ_TOKEN
+    HEAD_ARGS = ["--sweep-ms", "50", "--distcompute", "laion=dc_scrape,dc_filter"]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.workers = []
+        cls.agents = []
+        super().setUpClass()
 
     @classmethod
     def tearDownClass(cls):
@@ -188,16 +222,9 @@ class DashboardBrowserTest(unittest.TestCase):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        if cls.browser:
-            cls.browser.quit()
-        cls.head.cleanup()
+        super().tearDownClass()
 
     # ---- helpers ----
-
-    def api(self, method, path, body=None, status=200):
-        r = self.head.request(method, path, body)
-        self.assertEqual(r.status, status, r)
-        return r.json
 
     def start_worker(self, queue, nickname, *cmd):
         env = dict(os.environ, MUSTER_URL=self.head.url, MUSTER_TOKEN=self.head.token)

@@ -9,45 +9,14 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402
-from test_dashboard_browser import Browser  # noqa: E402
+from test_dashboard_browser import DashboardCase  # noqa: E402
 
-READ_TOKEN = "order-read-token"
 MAX_WORKERS_SHOWN = 500  # web/app.js
 
 
-class DashboardOrderTest(unittest.TestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        cls.head = harness.Head(["--dashboard-token", READ_TOKEN,
-                                 "--distcompute", "ord=ord_scrape,ord_filter"]).start()
-        cls.browser = None
-        try:
-            cls.browser = Browser()
-        except Exception:
-            cls.head.cleanup()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.browser:
-            cls.browser.quit()
-        cls.head.cleanup()
-
-    def api(self, method, path, body=None, status=200):
-        r = self.head.request(method, path, body)
-        self.assertEqual(r.status, status, r)
-        return r.json
-
-    def open(self, path):
-        """Opens `path` logged in with the read token, after its first refresh."""
-        b = self.browser
-        b.get(self.head.url + "/dashboard/style.css")
-        b.js("localStorage.setItem('muster.token', arguments[0]);", READ_TOKEN)
-        b.get(self.head.url + path)
-        harness.wait_until(lambda: b.js("return document.body.dataset.refreshes || null;"),
-                           what="the page's first refresh of " + path)
+class DashboardOrderTest(DashboardCase):
+    READ_TOKEN = "order-read-token"
+    HEAD_ARGS = ["--distcompute", "ord=ord_scrape,ord_filter"]
 
     def rows(self, table, key):
         return self.browser.js(

@@ -13,43 +13,13 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_dashboard_browser import Browser  # noqa: E402
-
-READ_TOKEN = "pipeline-read-token"
+from test_dashboard_browser import DashboardCase  # noqa: E402
 
 
-class DashboardPipelineTest(unittest.TestCase):
 
-    @classmethod
-    def setUpClass(cls):
-        cls.head = harness.Head(["--dashboard-token", READ_TOKEN,
-                                 "--distcompute", "laion=pl_scrape,pl_download"]).start()
-        cls.browser = None
-        try:
-            cls.browser = Browser()
-        except Exception:
-            cls.head.cleanup()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        if cls.browser:
-            cls.browser.quit()
-        cls.head.cleanup()
-
-    def api(self, method, path, body=None, status=200):
-        r = self.head.request(method, path, body)
-        self.assertEqual(r.status, status, r)
-        return r.json
-
-    def open(self, path):
-        """Opens `path` logged in with the read token, after its first refresh."""
-        b = self.browser
-        b.get(self.head.url + "/dashboard/style.css")
-        b.js("localStorage.setItem('muster.token', arguments[0]);", READ_TOKEN)
-        b.get(self.head.url + path)
-        harness.wait_until(lambda: b.js("return document.body.dataset.refreshes || null;"),
-                           what="the page's first refresh of " + path)
+class DashboardPipelineTest(DashboardCase):
+    READ_TOKEN = "pipeline-read-token"
+    HEAD_ARGS = ["--distcompute", "laion=pl_scrape,pl_download"]
 
     def worker(self, nickname, queues, labels=None):
         return self.api("POST", "/v1/workers", {"nickname": nickname, "queues": queues,
