@@ -91,7 +91,11 @@ static long long head_env_knob(long long *cache, const char *name, long long lo,
   const char *text = getenv(name);
   char *end = NULL;
   long long v = text ? strtoll(text, &end, 10) : 0;
-  *cache = text && *text && *end == '\0' && v >= lo && v <= hi ? v : fallback;
+  bool valid = text && *text && *end == '\0' && v >= lo && v <= hi;
+  if (text && !valid)
+    log_msg(LOG_WARN, "%s=%s is not %lld to %lld; the default %lld is kept", name, text, lo, hi,
+            fallback);
+  *cache = valid ? v : fallback;
   return *cache;
 }
 
@@ -166,9 +170,13 @@ static bool head_few_active(const head_t *h) {
  * 0 never, 2 whatever the number of clients. */
 #define HEAD_FLUSH_QUEUE 1
 
-static bool head_flush_queue(const head_t *h) {
+static long long head_flush_queue_mode(void) {
   static long long mode = -1;
-  long long m = head_env_knob(&mode, "MUSTER_FLUSH_QUEUE", 0, 2, HEAD_FLUSH_QUEUE);
+  return head_env_knob(&mode, "MUSTER_FLUSH_QUEUE", 0, 2, HEAD_FLUSH_QUEUE);
+}
+
+static bool head_flush_queue(const head_t *h) {
+  long long m = head_flush_queue_mode();
   return m == 2 || (m == 1 && head_few_active(h));
 }
 
@@ -525,6 +533,14 @@ void head_start_syncer(head_t *h, const char *db_path) {
   if (h->syncer == NULL) {
     log_msg(LOG_WARN, "WAL flush thread unavailable; SQLite flushes at each commit instead");
     store_set_sync_full(h->st, true);
+  } else {
+    /* The flush policy's knobs, read now so that a bad one is said at start. */
+    head_thread_flush_us();
+    head_lend_min_bytes();
+    head_gather_min_active();
+    head_lend_few_below();
+    head_thread_flush_min();
+    head_flush_queue_mode();
   }
   /* What opening the store wrote (migrations, setup) and the directory
    * entries of its files must be durable before the first reply. */

@@ -672,6 +672,21 @@ class DurableFlushTest(unittest.TestCase):
         counts = h.request("GET", "/v1/queues/" + q).json["counts"]
         self.assertEqual((counts["queued"], counts["leased"], counts["done"]), (0, 2, 1))
 
+    def test_a_bad_flush_knob_is_said_at_start(self):
+        # The flush policy's environment knobs are read when the head starts: a bad
+        # value is said in the log then, and the default kept.
+        h = self.head
+        h.env["MUSTER_FLUSH_QUEUE"] = "7"
+        h.env["MUSTER_LEND_FEW_BELOW"] = "few"
+        h.start()
+        log = h.log()
+        self.assertIn("MUSTER_FLUSH_QUEUE=7 is not 0 to 2; the default 1 is kept", log)
+        self.assertIn("MUSTER_LEND_FEW_BELOW=few is not 0 to 1000000; the default 5 is kept",
+                      log)
+        q = "knobs"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        self.assertEqual(len(put(h, q, ["a"])), 1)
+
     def test_sync_leases_flushes_every_lease(self):
         self.head.cleanup()
         self.head = h = harness.Head(["--sync", "full", "--sync-leases"])
