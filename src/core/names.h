@@ -12,4 +12,7 @@
 /* True when `name` is 1..NAME_MAX_LEN characters of [A-Za-z0-9._-]. */
 bool name_is_valid(const char *name);
 
+/* What a user is told of that rule (a printf tail after "'NAME': "). */
+#define NAME_RULE_TEXT "use 1 to 128 characters of letters, digits, '.', '_' and '-'"
+
 #endif

@@ -21,6 +21,7 @@
  * the head hands the node over at once (lock.c, docs/node.md).
  */
 #include "node/agent.h"
+#include "core/names.h"
 #include "node/cache.h"
 #include "node/iter_local.h"
 #include "client/jdump.h"
@@ -423,13 +424,8 @@ static int agent_identity(node_agent_t *a) {
     snprintf(a->hostname, sizeof a->hostname, "localhost");
   const char *name = a->cfg->name ? a->cfg->name : a->hostname;
   size_t len = strlen(name);
-  if (len == 0 || len > 128 ||
-      strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                   "0123456789._-") != len) {
-    agent_log(a,
-              "node name '%s': use 1 to 128 characters of letters, digits, '.', '_' and '-' "
-              "(--name)",
-              name);
+  if (!name_is_valid(name)) {
+    agent_log(a, "node name '%s': " NAME_RULE_TEXT " (--name)", name);
     return -2;
   }
   memcpy(a->name, name, len + 1); /* len <= 128 < sizeof a->name */
