@@ -13,7 +13,6 @@
 #include "iter.h"
 #include "lease.h"
 #include "log.h"
-#include "metrics.h"
 #include "node.h"
 #include "routes_pool.h"
 #include "server.h"
