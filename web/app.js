@@ -496,11 +496,16 @@
 
   // ---- nodes ----
 
+  // "0", or "0:1" for a MIG instance of GPU 0 (as the node agent names it).
+  function gpuLabel(g) {
+    return g.mig == null ? String(g.index) : g.index + ':' + g.mig;
+  }
+
   function gpuLine(g) {
     const memory = g.memory_total_mb ? fmtBytes(g.memory_total_mb * 1048576) : '';
     const free = g.memory_total_mb ? ' (' + fmtBytes((g.memory_free_mb || 0) * 1048576) + ' free)' : '';
-    return el('div', {class: 'gpu', dataset: {gpu: g.index}},
-      el('strong', {text: 'GPU ' + g.index}), ' ' + (g.name || '') + (memory ? ' · ' + memory + free : ''));
+    return el('div', {class: 'gpu', dataset: {gpu: gpuLabel(g)}},
+      el('strong', {text: 'GPU ' + gpuLabel(g)}), ' ' + (g.name || '') + (memory ? ' · ' + memory + free : ''));
   }
 
   function nodeWorkers(data, name) {
@@ -574,8 +579,8 @@
       const body = el('tbody');
       for (const g of n.gpus) {
         const total = g.memory_total_mb || 0, free = g.memory_free_mb || 0;
-        body.append(el('tr', {dataset: {gpu: g.index}},
-          el('td', {class: 'num', text: g.index}), el('td', {text: g.name || '—'}),
+        body.append(el('tr', {dataset: {gpu: gpuLabel(g)}},
+          el('td', {class: 'num', text: gpuLabel(g)}), el('td', {text: g.name || '—'}),
           el('td', {class: 'num', dataset: {field: 'memory'}, text: fmtBytes(total * 1048576)}),
           el('td', {class: 'num', dataset: {field: 'free'}, text: fmtBytes(free * 1048576)}),
           el('td', {}, bar([[total ? (total - free) / total : 0, 'used']], fmtPercent(total - free, total) + ' used'))));

@@ -42,8 +42,9 @@ const cli_opt_t cli_node_opts[] = {
     {"plugin", "PATH", "worker plugin (.so, see docs/node.md) instead of a command"},
     {"init-data", "JSON", "data for the plugin's init, as JSON text (default null)"},
     {"gpus", "LIST",
-     "use only these GPUs, by index or UUID (or its start), e.g. 0,2 or GPU-8f1c; none: no "
-     "GPU, CPU workers (default: CUDA_VISIBLE_DEVICES, else every GPU)"},
+     "use only these GPUs, by index or UUID (or its start), e.g. 0,2 or GPU-8f1c, and MIG "
+     "instances as 0:1 or MIG-5a2e; none: no GPU, CPU workers (default: "
+     "CUDA_VISIBLE_DEVICES, else every GPU)"},
     {"min-gpu-memory", "MB", "skip GPUs with less total memory"},
     {"workers", "N", "CPU workers where there is no GPU (default: the number of cores)"},
     {"concurrency", "N", "tasks each command worker runs at once (default 1)"},
@@ -61,8 +62,8 @@ const cli_opt_t cli_node_opts[] = {
 
 const char cli_node_details[] =
     "The node agent: registers this machine (hostname, address, GPUs, CPUs) with\n"
-    "the head and heart-beats; with --queue it starts one worker per GPU\n"
-    "(CUDA_VISIBLE_DEVICES set to that GPU, CUDA_DEVICE_ORDER=PCI_BUS_ID), or\n"
+    "the head and heart-beats; with --queue it starts one worker per GPU or MIG\n"
+    "instance (CUDA_VISIBLE_DEVICES set to it, CUDA_DEVICE_ORDER=PCI_BUS_ID), or\n"
     "--workers CPU workers where there is no GPU, and restarts them when they die.\n"
     "A worker runs CMD per task like `muster worker`, or loads --plugin.  The\n"
     "agent also serves the HTTP API on --listen by forwarding to the head, so\n"
@@ -330,18 +331,18 @@ static int head_agent_opts(int agent_argc, char **agent_argv, char **pos, node_c
 
 /*
  * Checks --gpus as the agent checks it (gpu_filter).  The GPUs are detected
- * only when the list names one by UUID: indexes, MIG instances and malformed
- * entries are judged without them, and detection (NVML, nvidia-smi) may take
- * a while that the agent then spends again.  CUDA_VISIBLE_DEVICES is left to
- * the agent: a value the environment set for other programs (MIG instances
- * under a scheduler) must not stop the head.  CLI_OK, or CLI_USAGE after
- * printing why.
+ * only when the list names a GPU or MIG instance by UUID: indexes, GPU:INSTANCE
+ * numbers and malformed entries are judged without them, and detection (NVML,
+ * nvidia-smi) may take a while that the agent then spends again.
+ * CUDA_VISIBLE_DEVICES is left to the agent: a value the environment set for
+ * other programs must not stop the head.  CLI_OK, or CLI_USAGE after printing
+ * why.
  */
 static int head_check_gpus(const node_config_t *cfg) {
   if (cfg->gpus == NULL)
     return CLI_OK;
   node_gpus_t gpus = {.count = 0, .source = "none"};
-  if (strstr(cfg->gpus, "GPU-") != NULL)
+  if (strstr(cfg->gpus, "GPU-") != NULL || strstr(cfg->gpus, "MIG-") != NULL)
     gpu_detect(&gpus);
   char err[2048]; /* room for the UUIDs of many GPUs, as the agent's */
   if (gpu_filter(&gpus, cfg->gpus, 0, err, sizeof err) >= 0)

@@ -126,6 +126,8 @@ static json_t *agent_node_json(const node_agent_t *a) {
   for (int i = 0; i < a->gpus.count; i++) {
     const node_gpu_t *g = &a->gpus.gpus[i];
     json_t *gpu = json_pack("{s:i, s:s}", "index", g->index, "name", g->name);
+    if (gpu && g->mig >= 0)
+      json_object_set_new(gpu, "mig", json_integer(g->mig));
     if (gpu && g->memory_total_mb >= 0)
       json_object_set_new(gpu, "memory_total_mb", json_integer(g->memory_total_mb));
     if (gpu && g->memory_free_mb >= 0)
@@ -446,16 +448,18 @@ static int agent_identity(node_agent_t *a) {
 }
 
 /* Prints what detection found and kept: "GPU detection (nvml): 1 found, 1
- * used: 0 (NVIDIA H100 80GB HBM3, 81559 MiB, GPU-a1599801)".  The memory is
- * left out where the source does not say (nvidia-smi -L), the UUID where it
- * does not say, and cut to its first 8 hex digits, enough to tell GPUs apart. */
+ * used: 0 (NVIDIA H100 80GB HBM3, 81559 MiB, GPU-a1599801)", a MIG instance as
+ * "0:1 (NVIDIA A100-SXM4-40GB MIG 1g.5gb, 4864 MiB, MIG-c6d4f1ef)".  The memory
+ * is left out where the source does not say (nvidia-smi -L), the UUID where it
+ * does not say, and cut to its first 8 hex digits, enough to tell GPUs apart.
+ * A GPU in MIG mode without instances is said apart: no worker can use it. */
 static void agent_log_gpus(node_agent_t *a, int detected) {
-  char list[1536] = "";
+  char list[1536] = "", label[24];
   size_t at = 0;
   for (int i = 0; i < a->gpus.count && at + 256 < sizeof list; i++) {
     const node_gpu_t *g = &a->gpus.gpus[i];
-    at +=
-        (size_t)snprintf(list + at, sizeof list - at, "%s%d (%s", i ? ", " : "", g->index, g->name);
+    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s (%s", i ? ", " : "",
+                           gpu_label(g, label), g->name);
     if (g->memory_total_mb >= 0)
       at += (size_t)snprintf(list + at, sizeof list - at, ", %lld MiB",
                              (long long)g->memory_total_mb);
@@ -465,6 +469,11 @@ static void agent_log_gpus(node_agent_t *a, int detected) {
   }
   agent_log(a, "GPU detection (%s): %d found, %d used%s%s", a->gpus.source, detected, a->gpus.count,
             a->gpus.count ? ": " : "", list);
+  for (int i = 0; i < a->gpus.nidle_mig; i++)
+    agent_log(a,
+              "GPU %d is in MIG mode and has no MIG instance: no worker can use it (create "
+              "instances with nvidia-smi mig -cgi PROFILES -C, or turn MIG mode off)",
+              a->gpus.idle_mig[i]);
 }
 
 /* GPUs were found but the filters kept none: says which filters, since
@@ -486,6 +495,43 @@ static void agent_log_none_kept(node_agent_t *a, int detected, const char *only)
             found, why);
 }
 
+/*
+ * How many workers: one per GPU or MIG instance kept; none when GPUs are here
+ * but none was kept, or `--gpus` names GPUs on a machine without any (GPU work
+ * is not run on CPUs unasked); else the CPU workers.  `kept_rc` is
+ * gpu_filter's (1: no GPU asked for).
+ */
+static int agent_count_workers(node_agent_t *a, int detected, const char *only, int kept_rc) {
+  const node_config_t *cfg = a->cfg;
+  int cpu_workers = (int)(cfg->cpu_workers > 0 ? cfg->cpu_workers : a->cpus);
+  if (cfg->queue == NULL)
+    return 0;
+  if (a->gpus.count > 0)
+    return a->gpus.count;
+  if (kept_rc == 1)
+    return cpu_workers;
+  if (detected > 0) {
+    agent_log_none_kept(a, detected, only);
+    return 0;
+  }
+  if (a->gpus.nidle_mig > 0) {
+    agent_log(a, "starting no workers (use --gpus none for CPU workers)");
+    return 0;
+  }
+  if (cfg->gpus != NULL) {
+    agent_log(a,
+              "--gpus %s names GPUs, but detection (%s) found none on this machine: starting "
+              "no workers (use --gpus none for CPU workers)",
+              cfg->gpus, a->gpus.source);
+    return 0;
+  }
+  if (only != NULL)
+    agent_log(a, "CUDA_VISIBLE_DEVICES=%s names GPUs, but detection (%s) found none on this "
+                 "machine: CPU workers",
+              only, a->gpus.source);
+  return cpu_workers;
+}
+
 /* Detects and filters the GPUs and decides the workers; 0, -2 for a bad GPU
  * list (--gpus or CUDA_VISIBLE_DEVICES: exit status 2), or -1. */
 static int agent_plan_workers(node_agent_t *a) {
@@ -500,25 +546,16 @@ static int agent_plan_workers(node_agent_t *a) {
     return -2;
   }
   agent_log_gpus(a, detected);
-  if (cfg->queue == NULL) {
-    a->nworkers = 0;
-  } else if (a->gpus.count > 0) {
-    a->nworkers = a->gpus.count;
-  } else if (detected > 0 && rc == 0) { /* rc == 1: no GPU asked for, CPU workers */
-    agent_log_none_kept(a, detected, only);
-    a->nworkers = 0;
-  } else {
-    a->nworkers = (int)(cfg->cpu_workers > 0 ? cfg->cpu_workers : a->cpus);
-  }
+  a->nworkers = agent_count_workers(a, detected, only, rc);
   if (a->nworkers > NODE_MAX_WORKERS)
     a->nworkers = NODE_MAX_WORKERS;
   a->workers = calloc(a->nworkers > 0 ? (size_t)a->nworkers : 1, sizeof *a->workers);
   if (a->workers == NULL)
     return -1;
   for (int i = 0; i < a->nworkers; i++) {
-    a->workers[i] = (node_worker_t){.agent = a, .slot = i, .report_fd = -1, .gpu = -1};
+    a->workers[i] = (node_worker_t){.agent = a, .slot = i, .report_fd = -1};
     if (a->gpus.count > 0)
-      a->workers[i].gpu = a->gpus.gpus[i].index;
+      a->workers[i].gpu = &a->gpus.gpus[i];
   }
   return 0;
 }

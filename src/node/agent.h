@@ -24,7 +24,7 @@ struct evhttp_connection;
 typedef struct {
   node_agent_t *agent;
   int slot;      /* 0-based position among the agent's workers */
-  int gpu;       /* the GPU it owns (an index), or -1 for a CPU worker */
+  const node_gpu_t *gpu; /* the GPU or MIG instance it owns (the agent's), NULL: a CPU worker */
   pid_t pid;     /* 0 while not running */
   int report_fd; /* read end of the pipe the worker reports its id on, or -1 */
   struct event *report_ev;

@@ -9,8 +9,14 @@
  * GPUs in PCI bus order, which is why workers get CUDA_DEVICE_ORDER=PCI_BUS_ID:
  * CUDA's own default order ("fastest first") could give index 0 another
  * meaning.  nvidia-smi is run without a shell and with a deadline, so a hung
- * driver cannot hang the agent.  UUIDs are kept only so that --gpus and
+ * driver cannot hang the agent.  UUIDs are kept so that --gpus and
  * CUDA_VISIBLE_DEVICES may name GPUs by them; workers are still given indexes.
+ *
+ * A GPU in MIG mode runs CUDA work only on its MIG instances, each a device
+ * of its own (CUDA_VISIBLE_DEVICES=MIG-<uuid>): such a GPU is replaced by its
+ * instances, found through NVML's MIG calls or under the GPU's line of
+ * `nvidia-smi -L`; one with no instance is noted, for the agent to say why it
+ * has no worker.
  */
 #include "node/node.h"
 
@@ -51,10 +57,15 @@ typedef struct {
   gpu_nvml_ret_t (*name)(gpu_nvml_device_t, char *, unsigned int);
   gpu_nvml_ret_t (*memory)(gpu_nvml_device_t, gpu_nvml_memory_t *);
   gpu_nvml_ret_t (*uuid)(gpu_nvml_device_t, char *, unsigned int); /* NULL: not there */
+  /* NULL in an NVML older than MIG (then no GPU is in MIG mode): */
+  gpu_nvml_ret_t (*mig_mode)(gpu_nvml_device_t, unsigned int *current, unsigned int *pending);
+  gpu_nvml_ret_t (*mig_max)(gpu_nvml_device_t, unsigned int *);
+  gpu_nvml_ret_t (*mig_handle)(gpu_nvml_device_t, unsigned int, gpu_nvml_device_t *);
 } gpu_nvml_t;
 
 /* Looks up every symbol; 0 when all the required ones are there.  The UUID
- * is optional: a library without it still gives indexes, names and memory. */
+ * and MIG calls are optional: a library without them still gives indexes,
+ * names and memory. */
 static int gpu_nvml_bind(void *lib, gpu_nvml_t *nvml) {
   *(void **)&nvml->init = dlsym(lib, "nvmlInit_v2");
   *(void **)&nvml->shutdown = dlsym(lib, "nvmlShutdown");
@@ -63,6 +74,9 @@ static int gpu_nvml_bind(void *lib, gpu_nvml_t *nvml) {
   *(void **)&nvml->name = dlsym(lib, "nvmlDeviceGetName");
   *(void **)&nvml->memory = dlsym(lib, "nvmlDeviceGetMemoryInfo");
   *(void **)&nvml->uuid = dlsym(lib, "nvmlDeviceGetUUID");
+  *(void **)&nvml->mig_mode = dlsym(lib, "nvmlDeviceGetMigMode");
+  *(void **)&nvml->mig_max = dlsym(lib, "nvmlDeviceGetMaxMigDeviceCount");
+  *(void **)&nvml->mig_handle = dlsym(lib, "nvmlDeviceGetMigDeviceHandleByIndex");
   return nvml->init && nvml->shutdown && nvml->count && nvml->handle && nvml->name && nvml->memory
              ? 0
              : -1;
@@ -73,6 +87,8 @@ static void gpu_nvml_describe(const gpu_nvml_t *nvml, gpu_nvml_device_t dev, uns
                               node_gpu_t *gpu) {
   gpu_nvml_memory_t mem;
   gpu->index = (int)i;
+  gpu->mig = -1;
+  gpu->gpu_uuid[0] = '\0';
   if (nvml->name(dev, gpu->name, sizeof gpu->name) != 0)
     snprintf(gpu->name, sizeof gpu->name, "GPU %u", i);
   gpu->memory_total_mb = gpu->memory_free_mb = -1;
@@ -83,6 +99,46 @@ static void gpu_nvml_describe(const gpu_nvml_t *nvml, gpu_nvml_device_t dev, uns
   /* 96 bytes is NVML's own UUID buffer size (NVML_DEVICE_UUID_V2_BUFFER_SIZE). */
   if (nvml->uuid == NULL || nvml->uuid(dev, gpu->uuid, sizeof gpu->uuid) != 0)
     gpu->uuid[0] = '\0';
+}
+
+/* Notes GPU `index`, in MIG mode with no instance (gpu_detect says why no worker has it). */
+static void gpu_note_idle_mig(node_gpus_t *out, int index) {
+  if (out->nidle_mig < NODE_MAX_GPUS)
+    out->idle_mig[out->nidle_mig++] = index;
+}
+
+/* 1 when `dev` is in MIG mode now (a mode pending until the next reset does not count). */
+static int gpu_nvml_mig_on(const gpu_nvml_t *nvml, gpu_nvml_device_t dev) {
+  unsigned int current = 0, pending = 0;
+  return nvml->mig_mode && nvml->mig_max && nvml->mig_handle &&
+         nvml->mig_mode(dev, &current, &pending) == 0 && current == 1; /* NVML_DEVICE_MIG_ENABLE */
+}
+
+/* Adds the MIG instances of GPU `i` (in MIG mode, handle `dev`), or notes it has none. */
+static void gpu_nvml_add_instances(const gpu_nvml_t *nvml, gpu_nvml_device_t dev, unsigned int i,
+                                   node_gpus_t *out) {
+  unsigned int max = 0;
+  char gpu_uuid[96] = "";
+  int added = 0;
+  if (nvml->mig_max(dev, &max) != 0)
+    max = 0;
+  if (nvml->uuid == NULL || nvml->uuid(dev, gpu_uuid, sizeof gpu_uuid) != 0)
+    gpu_uuid[0] = '\0';
+  for (unsigned int k = 0; k < max && out->count < NODE_MAX_GPUS; k++) {
+    gpu_nvml_device_t instance;
+    if (nvml->mig_handle(dev, k, &instance) != 0) /* NVML_ERROR_NOT_FOUND: a free slot */
+      continue;
+    node_gpu_t *gpu = &out->gpus[out->count];
+    gpu_nvml_describe(nvml, instance, i, gpu);
+    if (gpu->uuid[0] == '\0') /* CUDA knows an instance by its UUID only: unusable */
+      continue;
+    gpu->mig = (int)k; /* as NVIDIA's container toolkit reads "0:1", and nvidia-smi -L */
+    snprintf(gpu->gpu_uuid, sizeof gpu->gpu_uuid, "%s", gpu_uuid);
+    out->count++;
+    added++;
+  }
+  if (added == 0)
+    gpu_note_idle_mig(out, (int)i);
 }
 
 /* Fills *out through NVML; 0 when NVML answered (even with no GPU). */
@@ -99,7 +155,11 @@ static int gpu_from_nvml(node_gpus_t *out) {
       rc = 0;
       for (unsigned int i = 0; i < count && out->count < NODE_MAX_GPUS; i++) {
         gpu_nvml_device_t dev;
-        if (nvml.handle(i, &dev) == 0)
+        if (nvml.handle(i, &dev) != 0)
+          continue;
+        if (gpu_nvml_mig_on(&nvml, dev))
+          gpu_nvml_add_instances(&nvml, dev, i, out);
+        else
           gpu_nvml_describe(&nvml, dev, i, &out->gpus[out->count++]);
       }
     }
@@ -204,21 +264,22 @@ static int64_t gpu_parse_mb(const char *text) {
   return end != text && *gpu_trim(end) == '\0' && v >= 0 ? (int64_t)v : -1;
 }
 
-/* Keeps `text` as the GPU's UUID when it is one ("[N/A]" and the like are not). */
-static void gpu_set_uuid(node_gpu_t *gpu, const char *text) {
-  if (strncmp(text, "GPU-", 4) == 0)
-    snprintf(gpu->uuid, sizeof gpu->uuid, "%s", text);
+/* Copies `text` into uuid[96] when it is a UUID starting with `prefix` ("GPU-"
+ * or "MIG-"); "" otherwise ("[N/A]" and the like). */
+static void gpu_set_uuid(char *uuid, const char *text, const char *prefix) {
+  if (strncmp(text, prefix, 4) == 0 && text[4] != '\0')
+    snprintf(uuid, 96, "%s", text);
   else
-    gpu->uuid[0] = '\0';
+    uuid[0] = '\0';
 }
 
 /*
- * Splits one CSV line of --query-gpu into fields[0..left+2]: `left` fields cut
- * at the first commas, the last two at the last commas, and the name, all that
+ * Splits one CSV line of --query-gpu into fields[0..left+right]: `left` fields
+ * cut at the first commas, `right` at the last commas, and the name, all that
  * lies between, in fields[left].  So a name with a comma in it stays whole
  * (no other field can hold one).  Returns -1 when the line has too few commas.
  */
-static int gpu_split_query(char *line, int left, char **fields) {
+static int gpu_split_query(char *line, int left, int right, char **fields) {
   char *rest = line;
   for (int k = 0; k < left; k++) {
     char *comma = strchr(rest, ',');
@@ -228,82 +289,203 @@ static int gpu_split_query(char *line, int left, char **fields) {
     fields[k] = gpu_trim(rest);
     rest = comma + 1;
   }
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < right; k++) {
     char *comma = strrchr(rest, ',');
     if (comma == NULL)
       return -1;
     *comma = '\0';
-    fields[left + 2 - k] = gpu_trim(comma + 1);
+    fields[left + right - k] = gpu_trim(comma + 1);
   }
   fields[left] = gpu_trim(rest);
   return 0;
 }
 
+/* The --query-gpu field lists, asked in this order: a driver that does not
+ * know a field refuses the whole query and is asked the next one. */
+typedef struct {
+  const char *fields;
+  int with_uuid, with_mig;
+} gpu_query_t;
+
+static const gpu_query_t gpu_queries[] = {
+    {"index,uuid,name,memory.total,memory.free,mig.mode.current", 1, 1},
+    {"index,uuid,name,memory.total,memory.free", 1, 0},
+    {"index,name,memory.total,memory.free", 0, 0},
+};
+
+/* mig.mode.current: 1 "Enabled", 0 "Disabled" or not applicable, -1 not a mode at all. */
+static int gpu_parse_mig_mode(const char *text) {
+  if (strcmp(text, "Enabled") == 0)
+    return 1;
+  return strcmp(text, "Disabled") == 0 || strcmp(text, "[N/A]") == 0 ||
+                 strcmp(text, "N/A") == 0 || strcmp(text, "[Not Supported]") == 0
+             ? 0
+             : -1;
+}
+
 /*
- * Parses --query-gpu lines, "0, GPU-a159..., NVIDIA H100, 81559, 80000" (with
- * `with_uuid`) or "0, NVIDIA H100, 81559, 80000"; 0 when every line parsed.
+ * Parses one --query-gpu line of query `q` ("0, GPU-a159..., NVIDIA H100,
+ * 81559, 80000, Disabled" for the first) into *gpu and *mig_on; -1 when the
+ * line is not one (so the answer is not trusted, and the next query asked).
  */
-static int gpu_parse_query(char *text, int with_uuid, node_gpus_t *out) {
+static int gpu_parse_query_line(char *line, const gpu_query_t *q, node_gpu_t *gpu, int *mig_on) {
+  char *fields[6];
+  int left = q->with_uuid ? 2 : 1, right = 2 + q->with_mig;
+  if (gpu_split_query(line, left, right, fields) != 0)
+    return -1;
+  char *end;
+  long index = strtol(fields[0], &end, 10);
+  *mig_on = q->with_mig ? gpu_parse_mig_mode(fields[left + 3]) : 0;
+  if (*end != '\0' || end == fields[0] || index < 0 || index > 65535 || *mig_on < 0)
+    return -1;
+  gpu->index = (int)index;
+  gpu->mig = -1;
+  gpu_set_uuid(gpu->uuid, q->with_uuid ? fields[1] : "", "GPU-");
+  gpu->gpu_uuid[0] = '\0';
+  snprintf(gpu->name, sizeof gpu->name, "%s", fields[left]);
+  gpu->memory_total_mb = gpu_parse_mb(fields[left + 1]);
+  gpu->memory_free_mb = gpu_parse_mb(fields[left + 2]);
+  return 0;
+}
+
+/* Parses the answer to query `q`, one GPU a line; 0 when every line parsed. */
+static int gpu_parse_query(char *text, const gpu_query_t *q, node_gpus_t *out, int *mig_on) {
   for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
        line = strtok_r(NULL, "\n", &save)) {
-    char *fields[5];
-    int left = with_uuid ? 2 : 1;
     if (*gpu_trim(line) == '\0')
       continue;
-    if (gpu_split_query(line, left, fields) != 0 || out->count >= NODE_MAX_GPUS)
+    if (out->count >= NODE_MAX_GPUS ||
+        gpu_parse_query_line(line, q, &out->gpus[out->count], &mig_on[out->count]) != 0)
       return -1;
-    char *end;
-    long index = strtol(fields[0], &end, 10);
-    if (*end != '\0' || end == fields[0] || index < 0)
-      return -1;
-    node_gpu_t *gpu = &out->gpus[out->count++];
-    gpu->index = (int)index;
-    gpu_set_uuid(gpu, with_uuid ? fields[1] : "");
-    snprintf(gpu->name, sizeof gpu->name, "%s", fields[left]);
-    gpu->memory_total_mb = gpu_parse_mb(fields[left + 1]);
-    gpu->memory_free_mb = gpu_parse_mb(fields[left + 2]);
+    out->count++;
   }
   return 0;
 }
 
-/* Parses `nvidia-smi -L`: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)".  The
- * indented "MIG ... (UUID: MIG-...)" lines under a GPU are not GPUs: skipped. */
-static void gpu_parse_list(char *text, node_gpus_t *out) {
-  for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
-       line = strtok_r(NULL, "\n", &save)) {
-    int index = -1, used = 0;
-    if (sscanf(line, "GPU %d: %n", &index, &used) < 1 || used == 0 || index < 0 ||
-        out->count >= NODE_MAX_GPUS)
-      continue;
-    node_gpu_t *gpu = &out->gpus[out->count++];
-    gpu->index = index;
-    char *name = line + used, *uuid = strstr(name, " (UUID:");
-    gpu->uuid[0] = '\0';
-    if (uuid) {
-      *uuid = '\0';
-      char *close = strchr(uuid + 1, ')');
-      if (close)
-        *close = '\0';
-      gpu_set_uuid(gpu, gpu_trim(uuid + strlen(" (UUID:")));
-    }
-    snprintf(gpu->name, sizeof gpu->name, "%s", gpu_trim(name));
-    gpu->memory_total_mb = gpu->memory_free_mb = -1;
+/* Cuts "... (UUID: X)" off the end of `line`, keeping X in uuid[96] when it starts with `prefix`. */
+static void gpu_cut_uuid(char *line, char *uuid, const char *prefix) {
+  char *at = strstr(line, "(UUID:");
+  uuid[0] = '\0';
+  if (at == NULL)
+    return;
+  *at = '\0';
+  char *text = at + strlen("(UUID:"), *close = strchr(text, ')');
+  if (close)
+    *close = '\0';
+  gpu_set_uuid(uuid, gpu_trim(text), prefix);
+}
+
+/* Parses an instance line of `nvidia-smi -L`, "  MIG 1g.10gb  Device  0: (UUID: MIG-...)",
+ * under GPU `parent`, into *gpu; -1 when it is not one. */
+static int gpu_parse_instance(char *line, const node_gpu_t *parent, node_gpu_t *gpu) {
+  char profile[32];
+  int k = -1, used = 0;
+  if (sscanf(line, " MIG %31s Device %d: %n", profile, &k, &used) < 2 || used == 0 || k < 0)
+    return -1;
+  gpu_cut_uuid(line + used, gpu->uuid, "MIG-");
+  if (gpu->uuid[0] == '\0') /* CUDA knows an instance by its UUID only: unusable */
+    return -1;
+  gpu->index = parent->index;
+  gpu->mig = k;
+  snprintf(gpu->gpu_uuid, sizeof gpu->gpu_uuid, "%s", parent->uuid);
+  snprintf(gpu->name, sizeof gpu->name, "%.90s MIG %s", parent->name, profile);
+  gpu->memory_total_mb = gpu->memory_free_mb = -1;
+  return 0;
+}
+
+/* Drops each whole GPU of *out that has instances listed after it (in MIG mode). */
+static void gpu_drop_split_gpus(node_gpus_t *out) {
+  int kept = 0;
+  for (int i = 0; i < out->count; i++) {
+    const node_gpu_t *gpu = &out->gpus[i];
+    int split = gpu->mig < 0 && i + 1 < out->count && out->gpus[i + 1].mig >= 0 &&
+                out->gpus[i + 1].index == gpu->index;
+    if (!split)
+      out->gpus[kept++] = *gpu;
   }
+  out->count = kept;
 }
 
 /*
- * Asks nvidia-smi's --query-gpu with `fields` (parsed by gpu_parse_query with
- * `with_uuid`); 0 with *out filled, -1 with *out emptied when it did not
- * answer, -2 when it hung (asking it again would only hang again).
+ * Parses `nvidia-smi -L`: "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)", a
+ * GPU in MIG mode followed by its instances, indented ("  MIG 1g.10gb  Device
+ * 0: (UUID: MIG-...)"), which stand for it.  (A GPU in MIG mode without
+ * instances looks like any GPU there: only NVML and --query-gpu tell.)
  */
-static int gpu_from_query(const char *fields, int with_uuid, node_gpus_t *out) {
-  char option[128];
-  snprintf(option, sizeof option, "--query-gpu=%s", fields);
-  char *query[] = {"nvidia-smi", option, "--format=csv,noheader,nounits", NULL};
-  int hung = 0;
-  char *text = gpu_run_smi(query, &hung);
-  int rc = text && gpu_parse_query(text, with_uuid, out) == 0 ? 0 : hung ? -2 : -1;
+static void gpu_parse_list(char *text, node_gpus_t *out) {
+  node_gpu_t parent = {.index = -1}; /* the last GPU line's */
+  for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
+       line = strtok_r(NULL, "\n", &save)) {
+    int index = -1, used = 0;
+    if (out->count >= NODE_MAX_GPUS)
+      break;
+    node_gpu_t *gpu = &out->gpus[out->count];
+    if (parent.index >= 0 && gpu_parse_instance(line, &parent, gpu) == 0) {
+      out->count++;
+      continue;
+    }
+    if (sscanf(line, "GPU %d: %n", &index, &used) < 1 || used == 0 || index < 0)
+      continue;
+    gpu->index = index;
+    gpu->mig = -1;
+    gpu->gpu_uuid[0] = '\0';
+    gpu_cut_uuid(line + used, gpu->uuid, "GPU-");
+    snprintf(gpu->name, sizeof gpu->name, "%s", gpu_trim(line + used));
+    gpu->memory_total_mb = gpu->memory_free_mb = -1;
+    parent = out->gpus[out->count++];
+  }
+  gpu_drop_split_gpus(out);
+}
+
+/*
+ * Replaces each GPU of *out that --query-gpu said is in MIG mode (mig_on[i])
+ * with its instances from `nvidia-smi -L`, or notes it has none.
+ */
+static void gpu_split_mig(node_gpus_t *out, const int *mig_on) {
+  node_gpus_t *list = calloc(1, sizeof *list), *all = malloc(sizeof *all);
+  char *args[] = {"nvidia-smi", "-L", NULL};
+  char *text = list && all ? gpu_run_smi(args, NULL) : NULL;
+  if (list != NULL && all != NULL) { /* no list: no instance known, none used */
+    if (text != NULL)
+      gpu_parse_list(text, list);
+    *all = *out;
+    out->count = 0;
+    for (int i = 0; i < all->count && out->count < NODE_MAX_GPUS; i++) {
+      int added = 0;
+      for (int k = 0; mig_on[i] && k < list->count && out->count < NODE_MAX_GPUS; k++) {
+        const node_gpu_t *instance = &list->gpus[k];
+        if (instance->index == all->gpus[i].index && instance->mig >= 0) {
+          out->gpus[out->count++] = *instance;
+          added++;
+        }
+      }
+      if (!mig_on[i])
+        out->gpus[out->count++] = all->gpus[i];
+      else if (added == 0)
+        gpu_note_idle_mig(out, all->gpus[i].index);
+    }
+  }
   free(text);
+  free(list);
+  free(all);
+}
+
+/*
+ * Asks nvidia-smi query `q`; 0 with *out filled, -1 with *out emptied when it
+ * did not answer, -2 when it hung (asking it again would only hang again).
+ */
+static int gpu_from_query(const gpu_query_t *q, node_gpus_t *out) {
+  char option[128];
+  snprintf(option, sizeof option, "--query-gpu=%s", q->fields);
+  char *query[] = {"nvidia-smi", option, "--format=csv,noheader,nounits", NULL};
+  int hung = 0, mig_on[NODE_MAX_GPUS] = {0}, any_mig = 0;
+  char *text = gpu_run_smi(query, &hung);
+  int rc = text && gpu_parse_query(text, q, out, mig_on) == 0 ? 0 : hung ? -2 : -1;
+  free(text);
+  for (int i = 0; rc == 0 && i < out->count; i++)
+    any_mig |= mig_on[i];
+  if (any_mig)
+    gpu_split_mig(out, mig_on);
   if (rc != 0)
     memset(out, 0, sizeof *out);
   return rc;
@@ -315,10 +497,9 @@ void gpu_detect(node_gpus_t *out) {
     out->source = "nvml";
     return;
   }
-  /* An nvidia-smi that does not know the uuid field still gives memory. */
-  int rc = gpu_from_query("index,uuid,name,memory.total,memory.free", 1, out);
-  if (rc == -1)
-    rc = gpu_from_query("index,name,memory.total,memory.free", 0, out);
+  int rc = -1;
+  for (size_t i = 0; rc == -1 && i < sizeof gpu_queries / sizeof gpu_queries[0]; i++)
+    rc = gpu_from_query(&gpu_queries[i], out);
   if (rc == 0) {
     out->source = "nvidia-smi";
     return;
@@ -336,97 +517,165 @@ void gpu_detect(node_gpus_t *out) {
 
 /* ---- --gpus and CUDA_VISIBLE_DEVICES ------------------------------------------ */
 
+/* What one entry of a GPU list picks: GPU `index` (with all its instances, in
+ * MIG mode) or, where `mig` >= 0, that instance of it. */
+typedef struct {
+  int index, mig;
+} gpu_pick_t;
+
+const char *gpu_label(const node_gpu_t *gpu, char buf[24]) {
+  if (gpu->mig < 0)
+    snprintf(buf, 24, "%d", gpu->index);
+  else
+    snprintf(buf, 24, "%d:%d", gpu->index, gpu->mig);
+  return buf;
+}
+
+/* The UUID of `gpu` that an entry starting with `prefix` is matched against:
+ * an instance's own for "MIG-", for "GPU-" the GPU's (an instance's GPU's). */
+static const char *gpu_uuid_for(const node_gpu_t *gpu, const char *prefix) {
+  if (strncasecmp(prefix, "MIG-", 4) == 0)
+    return gpu->mig >= 0 ? gpu->uuid : "";
+  return gpu->mig >= 0 ? gpu->gpu_uuid : gpu->uuid;
+}
+
+/* What an entry naming `gpu` by a UUID starting with `prefix` picks. */
+static gpu_pick_t gpu_pick_of(const node_gpu_t *gpu, const char *prefix) {
+  int instance = strncasecmp(prefix, "MIG-", 4) == 0;
+  return (gpu_pick_t){gpu->index, instance ? gpu->mig : -1};
+}
+
 /*
- * Writes "0 GPU-aaaa..., 1 GPU-bbbb..." into buf: the index and UUID of each
- * GPU of *gpus whose UUID starts with `prefix` ("" for all); returns how many.
- * A list too long for buf ends with "...".
+ * Writes "0 GPU-aaaa..., 1:0 MIG-bbbb..." into buf: for each device of *gpus
+ * whose UUID (gpu_uuid_for) starts with `prefix`, or with "" each device's own
+ * UUID, its label and that UUID, once per pick; returns how many.  A list too
+ * long for buf ends with "...".
  */
 static int gpu_list_uuids(const node_gpus_t *gpus, const char *prefix, char *buf, size_t size) {
   size_t at = 0, n = strlen(prefix);
   int matches = 0;
+  gpu_pick_t last = {-1, -1};
   buf[0] = '\0';
   for (int i = 0; i < gpus->count; i++) {
     const node_gpu_t *gpu = &gpus->gpus[i];
-    if (gpu->uuid[0] == '\0' || strncasecmp(gpu->uuid, prefix, n) != 0)
-      continue;
+    const char *uuid = n ? gpu_uuid_for(gpu, prefix) : gpu->uuid;
+    gpu_pick_t pick = n ? gpu_pick_of(gpu, prefix) : (gpu_pick_t){gpu->index, gpu->mig};
+    if (uuid[0] == '\0' || strncasecmp(uuid, prefix, n) != 0 ||
+        (pick.index == last.index && pick.mig == last.mig))
+      continue; /* the instances of one GPU, named by its UUID: one pick */
+    last = pick;
     const char *sep = matches++ > 0 ? ", " : "";
+    char label[24];
     if (at >= size) /* full: "..." written, only counting now */
       continue;
-    if (at + sizeof gpu->uuid + 24 >= size) {
+    if (at + sizeof gpu->uuid + 32 >= size) {
       snprintf(buf + at, size - at, "%s...", sep);
       at = size;
     } else {
-      at += (size_t)snprintf(buf + at, size - at, "%s%d %s", sep, gpu->index, gpu->uuid);
+      gpu_label(&(node_gpu_t){.index = pick.index, .mig = pick.mig}, label);
+      at += (size_t)snprintf(buf + at, size - at, "%s%s %s", sep, label, uuid);
     }
   }
   return matches;
 }
 
-/*
- * Finds the one GPU whose UUID is `uuid` or, as CUDA accepts, starts with it
- * (hex digits in either case); its index, or -1 with err naming the entry and
- * the UUIDs it could have meant.
- */
-static int gpu_find_uuid(const node_gpus_t *gpus, const char *uuid, char *err, size_t err_size) {
-  int index = -1, matches = 0;
-  for (int i = 0; i < gpus->count; i++) {
-    const node_gpu_t *gpu = &gpus->gpus[i];
-    if (strcasecmp(gpu->uuid, uuid) == 0)
-      return gpu->index; /* a whole UUID, even if another one starts with it */
-    if (strncasecmp(gpu->uuid, uuid, strlen(uuid)) == 0) {
-      matches++;
-      index = gpu->index;
-    }
-  }
-  if (matches == 1)
-    return index;
+/* Says in err why `uuid` picks no device: it matches `matches` (0, or more than one). */
+static void gpu_uuid_error(const node_gpus_t *gpus, const char *uuid, int matches, char *err,
+                           size_t err_size) {
   char found[1536];
+  int instance = strncasecmp(uuid, "MIG-", 4) == 0, some_mig = 0;
+  for (int i = 0; i < gpus->count; i++)
+    some_mig |= gpus->gpus[i].mig >= 0;
+  const char *what = instance ? "MIG instance" : "GPU";
   if (matches > 1) {
     gpu_list_uuids(gpus, uuid, found, sizeof found);
-    snprintf(err, err_size, "'%s' matches %d GPUs (%s); give more of the UUID, or the index", uuid,
-             matches, found);
+    snprintf(err, err_size, "'%s' matches %d %ss (%s); give more of the UUID, or the %s", uuid,
+             matches, what, found, instance ? "GPU:INSTANCE numbers" : "index");
   } else if (gpu_list_uuids(gpus, "", found, sizeof found) > 0) {
     snprintf(err, err_size,
-             "'%s' matches no GPU of this machine; its GPUs are %s (name them by index or UUID)",
-             uuid, found);
+             "'%s' matches no %s of this machine; its %s are %s (name them by index or UUID%s)",
+             uuid, what, some_mig ? "GPUs and MIG instances" : "GPUs", found,
+             some_mig ? ", an instance also as GPU:INSTANCE" : "");
+  } else if (gpus->count == 0) {
+    snprintf(err, err_size, "'%s' matches no %s of this machine: detection (%s) found no GPU",
+             uuid, what, gpus->source ? gpus->source : "none");
   } else {
     snprintf(err, err_size,
-             "'%s' matches no GPU of this machine: detection (%s) found %d GPUs and no UUIDs; "
+             "'%s' matches no %s of this machine: detection (%s) found %d GPUs and no UUIDs; "
              "name GPUs by index instead",
-             uuid, gpus->source ? gpus->source : "none", gpus->count);
+             uuid, what, gpus->source ? gpus->source : "none", gpus->count);
   }
+}
+
+/*
+ * Finds the one device whose UUID (gpu_uuid_for) is `uuid` or, as CUDA
+ * accepts, starts with it (hex digits in either case): 0 with *pick set, or -1
+ * with err naming the entry and the UUIDs it could have meant.
+ */
+static int gpu_find_uuid(const node_gpus_t *gpus, const char *uuid, gpu_pick_t *pick, char *err,
+                         size_t err_size) {
+  int matches = 0;
+  for (int i = 0; i < gpus->count; i++) {
+    const node_gpu_t *gpu = &gpus->gpus[i];
+    const char *own = gpu_uuid_for(gpu, uuid);
+    gpu_pick_t p = gpu_pick_of(gpu, uuid);
+    if (own[0] != '\0' && strcasecmp(own, uuid) == 0) {
+      *pick = p; /* a whole UUID, even if another one starts with it */
+      return 0;
+    }
+    if (own[0] == '\0' || strncasecmp(own, uuid, strlen(uuid)) != 0)
+      continue;
+    if (matches == 0 || p.index != pick->index || p.mig != pick->mig)
+      matches++;
+    *pick = p;
+  }
+  if (matches == 1)
+    return 0;
+  gpu_uuid_error(gpus, uuid, matches, err, err_size);
   return -1;
 }
 
-/* The index `entry` of the GPU list `list` names, or -1 with err saying why it names none. */
-static int gpu_parse_entry(const node_gpus_t *gpus, const char *entry, const char *list, char *err,
-                           size_t err_size) {
-  if (strncmp(entry, "GPU-", 4) == 0 && entry[4] != '\0')
-    return gpu_find_uuid(gpus, entry, err, err_size);
-  if (strncmp(entry, "MIG-", 4) == 0) {
-    snprintf(err, err_size,
-             "'%s' is a MIG instance: MIG instances are not supported; name whole GPUs, "
-             "by index or UUID (nvidia-smi -L lists them)",
-             entry);
-    return -1;
-  }
+/* Reads "2" or "2:1" (GPU 2's instance 1) into *pick; -1 when `entry` is neither. */
+static int gpu_parse_numbers(const char *entry, gpu_pick_t *pick) {
   char *end;
-  long index = strtol(entry, &end, 10);
-  if (end != entry && *end == '\0' && index >= 0 && index < 1000000)
-    return (int)index;
+  long index = strtol(entry, &end, 10), mig = -1;
+  if (end == entry || !isdigit((unsigned char)entry[0]) || index > 65535)
+    return -1;
+  if (*end == ':') {
+    const char *at = end + 1;
+    mig = strtol(at, &end, 10);
+    if (end == at || !isdigit((unsigned char)at[0]) || mig > 65535)
+      return -1;
+  }
+  if (*end != '\0')
+    return -1;
+  *pick = (gpu_pick_t){(int)index, (int)mig};
+  return 0;
+}
+
+/* What `entry` of the GPU list `list` picks: 0, or -1 with err saying why it names none. */
+static int gpu_parse_entry(const node_gpus_t *gpus, const char *entry, const char *list,
+                           gpu_pick_t *pick, char *err, size_t err_size) {
+  if ((strncmp(entry, "GPU-", 4) == 0 || strncmp(entry, "MIG-", 4) == 0) && entry[4] != '\0')
+    return gpu_find_uuid(gpus, entry, pick, err, err_size);
+  if (gpu_parse_numbers(entry, pick) == 0)
+    return 0;
   if (strcmp(entry, list) == 0)
-    snprintf(err, err_size, "'%s' is not a list of GPU indexes or UUIDs such as 0,2 or GPU-8f1c",
+    snprintf(err, err_size,
+             "'%s' is not a list of GPU indexes or UUIDs such as 0,2 or GPU-8f1c "
+             "(a MIG instance: 0:1 or MIG-5a2e)",
              list);
   else
     snprintf(err, err_size,
-             "'%s' is not a list of GPU indexes or UUIDs such as 0,2 or GPU-8f1c: '%s' is neither",
+             "'%s' is not a list of GPU indexes or UUIDs such as 0,2 or GPU-8f1c "
+             "(a MIG instance: 0:1 or MIG-5a2e): '%s' is neither",
              list, entry);
   return -1;
 }
 
-/* Parses "0,GPU-8f1c" into `wanted` (indexes); -1 with err when an entry names no GPU. */
-static int gpu_parse_only(const node_gpus_t *gpus, const char *only, int *wanted, int *count,
-                          char *err, size_t err_size) {
+/* Parses "0,GPU-8f1c,1:0" into `picks`; -1 with err when an entry names nothing. */
+static int gpu_parse_only(const node_gpus_t *gpus, const char *only, gpu_pick_t *picks,
+                          int *count, char *err, size_t err_size) {
   char copy[512];
   snprintf(copy, sizeof copy, "%s", only);
   *count = 0;
@@ -435,17 +684,27 @@ static int gpu_parse_only(const node_gpus_t *gpus, const char *only, int *wanted
       snprintf(err, err_size, "'%s' names more than %d GPUs", only, NODE_MAX_GPUS);
       return -1;
     }
-    int index = gpu_parse_entry(gpus, gpu_trim(f), only, err, err_size);
-    if (index < 0)
+    if (gpu_parse_entry(gpus, gpu_trim(f), only, &picks[*count], err, err_size) != 0)
       return -1;
-    wanted[(*count)++] = index;
+    (*count)++;
   }
+  return 0;
+}
+
+/* 1 when one of `picks` (npicks < 0: all) names `gpu`. */
+static int gpu_picked(const node_gpu_t *gpu, const gpu_pick_t *picks, int npicks) {
+  if (npicks < 0)
+    return 1;
+  for (int k = 0; k < npicks; k++)
+    if (picks[k].index == gpu->index && (picks[k].mig < 0 || picks[k].mig == gpu->mig))
+      return 1;
   return 0;
 }
 
 int gpu_filter(node_gpus_t *gpus, const char *only, int64_t min_memory_mb, char *err,
                size_t err_size) {
-  int wanted[NODE_MAX_GPUS], nwanted = -1; /* -1: every GPU */
+  gpu_pick_t picks[NODE_MAX_GPUS];
+  int npicks = -1; /* -1: every GPU */
   if (only != NULL) {
     char trimmed[512];
     snprintf(trimmed, sizeof trimmed, "%s", only);
@@ -453,19 +712,16 @@ int gpu_filter(node_gpus_t *gpus, const char *only, int64_t min_memory_mb, char 
     if (t[0] == '\0' || strcmp(t, "-1") == 0 || strcmp(t, "none") == 0) {
       gpus->count = 0;
       return 1;
-    } else if (gpu_parse_only(gpus, t, wanted, &nwanted, err, err_size) != 0) {
+    } else if (gpu_parse_only(gpus, t, picks, &npicks, err, err_size) != 0) {
       return -1;
     }
   }
   int kept = 0;
   for (int i = 0; i < gpus->count; i++) {
     const node_gpu_t *gpu = &gpus->gpus[i];
-    int listed = nwanted < 0;
-    for (int k = 0; k < nwanted && !listed; k++)
-      listed = wanted[k] == gpu->index;
     int big =
         min_memory_mb <= 0 || gpu->memory_total_mb < 0 || gpu->memory_total_mb >= min_memory_mb;
-    if (listed && big)
+    if (big && gpu_picked(gpu, picks, npicks))
       gpus->gpus[kept++] = *gpu;
   }
   gpus->count = kept;

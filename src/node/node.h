@@ -24,37 +24,51 @@
 
 /* ---- gpu.c ---------------------------------------------------------------- */
 
+/* A device a GPU worker can own: a whole GPU, or one MIG instance of a GPU in
+ * MIG mode (CUDA then runs work on its instances only, never on the GPU). */
 typedef struct {
   int index;               /* the GPU's index in PCI bus order (nvidia-smi, NVML) */
-  char name[128];          /* "NVIDIA H100 80GB HBM3" */
+  int mig;                 /* -1: the whole GPU; else the instance's number under GPU
+                            * `index`, as `nvidia-smi -L` numbers them ("Device 1") */
+  char name[128];          /* "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB MIG 1g.5gb" */
   int64_t memory_total_mb; /* -1 when the source does not say (nvidia-smi -L) */
   int64_t memory_free_mb;  /* -1 when unknown */
-  char uuid[96];           /* "GPU-8f1c...", as nvidia-smi -L prints it; "" when unknown.
-                            * Never sent to the head: only --gpus matches it. */
+  char uuid[96];           /* "GPU-8f1c..." or, for an instance, "MIG-..."; "" when unknown.
+                            * Never sent to the head: only --gpus matches it, and an
+                            * instance's worker is given it as CUDA_VISIBLE_DEVICES. */
+  char gpu_uuid[96];       /* an instance's GPU's UUID ("" for a whole GPU, or unknown) */
 } node_gpu_t;
 
 typedef struct {
   node_gpu_t gpus[NODE_MAX_GPUS];
   int count;
-  const char *source; /* "nvml", "nvidia-smi", "nvidia-smi -L" or "none" (static text) */
+  const char *source;    /* "nvml", "nvidia-smi", "nvidia-smi -L" or "none" (static text) */
+  int idle_mig[NODE_MAX_GPUS]; /* GPUs in MIG mode without instances (indexes): no */
+  int nidle_mig;               /* worker can use them, so none of gpus[] stands for them */
 } node_gpus_t;
 
+/* "0" for a whole GPU, "0:1" for instance 1 of GPU 0: how the agent names a device. */
+const char *gpu_label(const node_gpu_t *gpu, char buf[24]);
+
 /*
- * Fills *out with the machine's GPUs: NVML loaded with dlopen() when the
- * library is there (MUSTER_NVML_LIBRARY overrides its name, for tests), else
- * `nvidia-smi --query-gpu=...`, else `nvidia-smi -L`, else none.  Never fails:
- * no NVIDIA software simply means no GPUs.
+ * Fills *out with the machine's GPUs, each GPU in MIG mode replaced by its MIG
+ * instances: NVML loaded with dlopen() when the library is there
+ * (MUSTER_NVML_LIBRARY overrides its name, for tests), else `nvidia-smi
+ * --query-gpu=...` (with `nvidia-smi -L` for the instances), else `nvidia-smi
+ * -L`, else none.  Never fails: no NVIDIA software simply means no GPUs.
  */
 void gpu_detect(node_gpus_t *out);
 
 /*
- * Keeps the GPUs of *gpus that `only` names ("0,2"; NULL: all) and whose total
- * memory is at least `min_memory_mb` (0: any).  As in CUDA_VISIBLE_DEVICES,
- * `only` names GPUs by index or by UUID ("GPU-8f1c...", or any start of one
- * that matches exactly one GPU of *gpus), mixed as one likes, or is "", "-1"
- * (or "none") for none.  Returns 0; 1 when `only` asked for no GPU (the node
- * then runs CPU workers); -1 with `err` filled when an entry is malformed,
- * names a MIG instance, or is a UUID that matches no GPU or several.
+ * Keeps the devices of *gpus that `only` names ("0,2"; NULL: all) and whose
+ * total memory is at least `min_memory_mb` (0: any).  As in
+ * CUDA_VISIBLE_DEVICES, `only` names GPUs by index or by UUID ("GPU-8f1c...",
+ * or any start of one that matches exactly one GPU of *gpus) and MIG
+ * instances by UUID ("MIG-..."), or as GPU:INSTANCE ("0:1"), mixed as one
+ * likes, or is "", "-1" (or "none") for none.  Naming a GPU in MIG mode keeps
+ * all its instances.  Returns 0; 1 when `only` asked for no GPU (the node then
+ * runs CPU workers); -1 with `err` filled when an entry is malformed or is a
+ * UUID that matches no device or several.
  */
 int gpu_filter(node_gpus_t *gpus, const char *only, int64_t min_memory_mb, char *err,
                size_t err_size);

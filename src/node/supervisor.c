@@ -53,6 +53,7 @@ extern char **environ;
 #define NODE_STABLE_MS 10000
 #define NODE_REPORT_FD 3
 #define SUP_WORKER_VARS 5 /* per-worker environment entries */
+#define SUP_VAR_MAX 128  /* one of them: CUDA_VISIBLE_DEVICES=MIG-<uuid> is the longest */
 
 /* Variables the agent sets for its workers; inherited values are dropped. */
 static const char *const sup_own_vars[] = {"MUSTER_TOKEN=",         "MUSTER_AGENT_FD=",
@@ -143,13 +144,16 @@ static void sup_build_env(node_agent_t *a) {
 }
 
 /* Fills the per-worker environment entries into `vars` and the template. */
-static void sup_worker_env(node_agent_t *a, const node_worker_t *w, char vars[][64]) {
+static void sup_worker_env(node_agent_t *a, const node_worker_t *w, char vars[][SUP_VAR_MAX]) {
   size_t at = a->worker_env_base, k = 0;
-  snprintf(vars[k++], 64, "MUSTER_WORKER_SLOT=%d", w->slot);
-  if (w->gpu >= 0) {
-    snprintf(vars[k++], 64, "CUDA_VISIBLE_DEVICES=%d", w->gpu);
-    snprintf(vars[k++], 64, "CUDA_DEVICE_ORDER=PCI_BUS_ID");
-    snprintf(vars[k++], 64, "MUSTER_GPU=%d", w->gpu);
+  snprintf(vars[k++], SUP_VAR_MAX, "MUSTER_WORKER_SLOT=%d", w->slot);
+  if (w->gpu != NULL) { /* an instance has no index: CUDA knows it by its UUID alone */
+    char label[24];
+    gpu_label(w->gpu, label);
+    snprintf(vars[k++], SUP_VAR_MAX, "CUDA_VISIBLE_DEVICES=%s",
+             w->gpu->mig >= 0 ? w->gpu->uuid : label);
+    snprintf(vars[k++], SUP_VAR_MAX, "CUDA_DEVICE_ORDER=PCI_BUS_ID");
+    snprintf(vars[k++], SUP_VAR_MAX, "MUSTER_GPU=%s", label);
   }
   for (size_t i = 0; i < k; i++)
     a->worker_env[at++] = vars[i];
@@ -218,7 +222,7 @@ static int sup_spawn(node_worker_t *w) {
     agent_log(a, "worker %d: cannot create a pipe: %s", w->slot + 1, strerror(errno));
     return -1;
   }
-  char vars[SUP_WORKER_VARS][64];
+  char vars[SUP_WORKER_VARS][SUP_VAR_MAX];
   sup_worker_env(a, w, vars);
   sigset_t all, old;
   sigfillset(&all);
@@ -303,7 +307,7 @@ static void sup_ended(node_worker_t *w, int status) {
     snprintf(id, sizeof id, ", worker id %lld", (long long)w->worker_id);
   if (!a->stopping || crashed || (WIFEXITED(status) && WEXITSTATUS(status) != 0))
     agent_log(a, "worker %d (pid %d%s%s) %s: %s", w->slot + 1, (int)w->pid, id,
-              w->gpu >= 0 ? ", a GPU worker" : "", crashed ? "crashed" : "ended", how);
+              w->gpu ? ", a GPU worker" : "", crashed ? "crashed" : "ended", how);
   w->pid = 0;
   w->worker_id = 0;
   if (!a->stopping)

@@ -17,10 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Validates body["gpus"]: an array of {"index", "name", "memory_total_mb",
- * "memory_free_mb"} objects, `index` required. */
+/* Validates body["gpus"]: an array of {"index", "mig", "name",
+ * "memory_total_mb", "memory_free_mb"} objects, `index` required (`mig`: a MIG
+ * instance of GPU `index`). */
 static muster_err_t node_check_gpus(const json_t *gpus, fail_t *f) {
-  static const char *const allowed[] = {"index", "name", "memory_total_mb", "memory_free_mb", NULL};
+  static const char *const allowed[] = {"index",           "mig",          "name",
+                                        "memory_total_mb", "memory_free_mb", NULL};
   if (!json_is_array(gpus))
     return fail_set(f, MUSTER_INVALID, "gpus: expected an array of GPU objects");
   if (json_array_size(gpus) > NODE_MAX_GPUS)
@@ -30,11 +32,12 @@ static muster_err_t node_check_gpus(const json_t *gpus, fail_t *f) {
     const json_t *gpu = json_array_get(gpus, i);
     char ctx[32];
     snprintf(ctx, sizeof ctx, "gpus[%zu]", i);
-    int64_t index, mb;
+    int64_t index, mig, mb;
     const char *name;
     if (!json_is_object(gpu))
       return fail_set(f, MUSTER_INVALID, "%s: expected an object", ctx);
     if (jv_only(gpu, ctx, allowed, f) || jv_int(gpu, "index", ctx, -1, 0, 65535, &index, f) ||
+        jv_int(gpu, "mig", ctx, -1, 0, 65535, &mig, f) ||
         jv_str(gpu, "name", ctx, NULL, NODE_MAX_TEXT, &name, f) ||
         jv_int(gpu, "memory_total_mb", ctx, 0, 0, INT32_MAX, &mb, f) ||
         jv_int(gpu, "memory_free_mb", ctx, 0, 0, INT32_MAX, &mb, f))

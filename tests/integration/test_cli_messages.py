@@ -319,10 +319,10 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                             "--plugin PATH"),
                            (("--workers", "abc"), "--workers: expected an integer, got 'abc'"),
                            (("--gpus", "bogus"), "--gpus: 'bogus' is not a list of GPU indexes "
-                            "or UUIDs such as 0,2 or GPU-8f1c"),
-                           (("--gpus", "0,MIG-0d1e"), "--gpus: 'MIG-0d1e' is a MIG instance: "
-                            "MIG instances are not supported; name whole GPUs, by index or UUID "
-                            "(nvidia-smi -L lists them)"),
+                            "or UUIDs such as 0,2 or GPU-8f1c (a MIG instance: 0:1 or MIG-5a2e)"),
+                           (("--gpus", "0,0:x"), "--gpus: '0,0:x' is not a list of GPU indexes "
+                            "or UUIDs such as 0,2 or GPU-8f1c (a MIG instance: 0:1 or MIG-5a2e): "
+                            "'0:x' is neither"),
                            (("--name", "a b"), "node name 'a b': use 1 to 128 characters of "
                             "letters, digits, '.', '_' and '-' (--name)")):
             r = self.agent("head", *opts)

@@ -32,7 +32,8 @@ FAKE_SMI = textwrap.dedent("""\
     esac
     """) % {"u0": UUID0, "u1": UUID1}
 # The same GPUs from an nvidia-smi whose --query-gpu fails: only -L answers (names and
-# UUIDs, no memory), with a MIG instance listed under GPU 0 as a MIG-enabled GPU shows it.
+# UUIDs, no memory), with a MIG instance listed under GPU 0 as a GPU in MIG mode shows it
+# (then the instance stands for GPU 0: test_node_mig.py).
 FAKE_SMI_LIST_ONLY = textwrap.dedent("""\
     #!/bin/sh
     case "$*" in
@@ -71,6 +72,16 @@ class NodeTestCase(AgentsCase):
             f.write(script)
         os.chmod(path, 0o755)
         return {"PATH": bin_dir + ":" + os.environ.get("PATH", "/usr/bin:/bin")}
+
+    def refusal(self, name, args, visible=None, script=FAKE_SMI, env=None):
+        """The log of an agent that exits 2 at start, as for any bad argument."""
+        env = dict(env or {}, **self.fake_smi_env(script))
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        a = self.agent(name, args=args, env=env)
+        a.start(wait_listen=False)
+        self.assertEqual(a.proc.wait(20), 2, a.log())
+        return a.log()
 
     def make_queue(self, name, **settings):
         r = self.head.request("PUT", "/v1/queues/" + name, settings)
@@ -327,19 +338,9 @@ class GpuDetectionTest(NodeTestCase):
             self.assertEqual([g["index"] for g in self.node(name)["gpus"]],
                              [int(w[0]) for w in workers])
             a.stop()
-        # -L gives no memory (none printed) and its MIG line is no GPU.
+        # -L gives no memory (none printed); GPU 0 is its MIG instance 0:0 there.
         self.assertIn("GPU detection (nvidia-smi -L): 2 found, 1 used: "
                       "1 (Fake GPU Beta, 8GB, GPU-a1b2c3d4)\n", a.log())
-
-    def refusal(self, name, args, visible=None, script=FAKE_SMI):
-        """The log of an agent that exits 2 at start, as for any bad argument."""
-        env = self.fake_smi_env(script)
-        if visible is not None:
-            env["CUDA_VISIBLE_DEVICES"] = visible
-        a = self.agent(name, args=args, env=env)
-        a.start(wait_listen=False)
-        self.assertEqual(a.proc.wait(20), 2, a.log())
-        return a.log()
 
     def test_gpu_uuids_refused(self):
         both = "0 %s, 1 %s" % (UUID0, UUID1)
@@ -348,12 +349,16 @@ class GpuDetectionTest(NodeTestCase):
         self.assertIn("CUDA_VISIBLE_DEVICES: 'GPU-ffff' matches no GPU of this machine; its "
                       "GPUs are %s (name them by index or UUID)" % both,
                       self.refusal("bad2", [], visible="GPU-ffff"))
-        self.assertIn("--gpus: 'MIG-0d1e2f3a' is a MIG instance: MIG instances are not "
-                      "supported; name whole GPUs, by index or UUID",
-                      self.refusal("bad3", ["--gpus", "MIG-0d1e2f3a"], script=FAKE_SMI_LIST_ONLY))
+        self.assertIn("--gpus: 'MIG-0d1f' matches no MIG instance of this machine; its GPUs "
+                      "and MIG instances are 0:0 MIG-0d1e2f3a-4b5c-5d6e-8f7a-8b9c0d1e2f3a, 1 %s "
+                      "(name them by index or UUID, an instance also as GPU:INSTANCE)" % UUID1,
+                      self.refusal("bad3", ["--gpus", "MIG-0d1f"], script=FAKE_SMI_LIST_ONLY))
         self.assertIn("'GPU-a15' matches no GPU of this machine: detection (nvidia-smi) found 2 "
                       "GPUs and no UUIDs; name GPUs by index instead",
                       self.refusal("bad4", ["--gpus", "GPU-a15"], script=FAKE_SMI_NO_UUID))
+        self.assertIn("--gpus: 'MIG-a15' matches no MIG instance of this machine: detection "
+                      "(none) found no GPU\n",
+                      self.refusal("bad5", ["--gpus", "MIG-a15"], script="#!/bin/sh\nexit 9\n"))
 
     def test_nvidia_smi_without_uuid_field(self):
         # An nvidia-smi that refuses the uuid field is asked again without it: memory
@@ -421,14 +426,38 @@ class GpuDetectionTest(NodeTestCase):
             self.assertEqual((node["workers"], node["gpus"], a.workers()), (0, [], []))
             a.stop()
 
+    def test_gpus_named_on_a_machine_without_gpus(self):
+        # --gpus asks for GPU work: where detection finds no GPU the agent starts no
+        # workers and says why, as where the GPUs found do not pass; a
+        # CUDA_VISIBLE_DEVICES inherited from the environment gets a note, and the CPU
+        # workers a machine without GPUs runs.
+        self.make_queue("q")
+        a = self.agent("nogpu3", args=["--queue", "q", "--workers", "2", "--gpus", "0"],
+                       cmd=["true"])
+        a.start()
+        harness.wait_until(lambda: "--gpus 0 names GPUs, but detection (none) found none on "
+                           "this machine: starting no workers (use --gpus none for CPU "
+                           "workers)" in a.log(), timeout=20, what="the refusal:\n" + a.log())
+        node = harness.wait_until(lambda: self.node("nogpu3"), timeout=20,
+                                  what="the node registered:\n" + a.log())
+        self.assertEqual(node["workers"], 0)
+        self.assertEqual(a.workers(), [])
+        a.stop()
+        b = self.agent("nogpu4", args=["--queue", "q", "--workers", "2"],
+                       env={"CUDA_VISIBLE_DEVICES": "0"}, cmd=["true"])
+        b.start()
+        self.assertEqual(len(self.wait_workers(b, 2)), 2)
+        self.assertIn("CUDA_VISIBLE_DEVICES=0 names GPUs, but detection (none) found none on "
+                      "this machine: CPU workers", b.log())
+
     def test_bad_gpus_list(self):
         a = self.agent("gpu5", args=["--gpus", "zero"], env=self.fake_smi_env())
         a.start(wait_listen=False)
         self.assertEqual(a.proc.wait(20), 2)  # a bad argument, like every other one
         self.assertIn("--gpus: 'zero' is not a list of GPU indexes or UUIDs such as 0,2 or "
-                      "GPU-8f1c\n", a.log())
+                      "GPU-8f1c (a MIG instance: 0:1 or MIG-5a2e)\n", a.log())
         self.assertIn("--gpus: '0,GPU-' is not a list of GPU indexes or UUIDs such as 0,2 or "
-                      "GPU-8f1c: 'GPU-' is neither",
+                      "GPU-8f1c (a MIG instance: 0:1 or MIG-5a2e): 'GPU-' is neither",
                       self.refusal("gpu6", ["--gpus", "0,GPU-"]))
 
     def test_bad_name(self):
