@@ -198,6 +198,16 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(self.head.request("GET", "/v1/queues/msg-none").json["counts"]["queued"],
                          0)
 
+    def test_map_of_nothing_says_nothing_was_run(self):
+        # An empty stdin opened a session on a queue (creating the queue), waited for no
+        # result and exited 0 without a word, where `put` of nothing fails saying so.
+        for stdin in ("", "\n\r\n\n"):
+            r = self.muster("map", "--queue", "msg-map-none", stdin=stdin)
+            self.assertEqual((r.returncode, r.stdout), (1, ""), (stdin, r.stderr))
+            self.assertEqual(r.stderr, "muster: invalid_argument: no inputs were read from "
+                             "standard input; nothing was run on queue 'msg-map-none'\n")
+        self.assertEqual(self.head.request("GET", "/v1/queues/msg-map-none").status, 404)
+
     def test_bad_json_says_why_and_where(self):
         # `update --json '{bad'` said only "DATA is not valid JSON"; the others gave
         # jansson's reason without its place.
