@@ -223,8 +223,14 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                 (1, ("complete", "1", "2", "--json", "{bad"),
                  "invalid_argument: RESULT: not valid JSON: " + bad),
                 (2, ("worker", "--queue", "q", "--plugin", "x.so", "--init-data", "{bad"),
-                 "--init-data: not valid JSON: " + bad)):
-            err = self.fails(code, *args)
+                 "--init-data: not valid JSON: " + bad),
+                # libmuster parses these two itself; it gave no place.
+                (1, ("session", "create", "--queue", "q", "--init-data", "{bad"),
+                 "invalid_argument: init_data: not valid JSON: " + bad),
+                (1, ("map", "--queue", "q", "--init-data", '{"a": 1,\n "b": bad}'),
+                 "invalid_argument: init_data: not valid JSON: invalid token near 'bad' (at "
+                 "line 2, column 9)")):
+            err = self.fails(code, *args, stdin="1\n")
             self.assertTrue(err.startswith("muster: %s\n" % says), (args, err))
         for cmd in (("put", "--queue", "q", "--json"), ("map", "--queue", "q", "--json")):
             err = self.fails(1, *cmd, stdin="1\n{bad\n")
