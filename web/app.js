@@ -515,7 +515,7 @@
   function renderNodes(card, data) {
     const nodes = data.replies['/v1/nodes'].nodes.slice()
       .sort((a, b) => (a.state === 'active' ? 0 : 1) - (b.state === 'active' ? 0 : 1) ||
-                      a.name.localeCompare(b.name));
+                      compareNames(a.name, b.name));
     const active = nodes.filter(n => n.state === 'active');
     const gpus = active.reduce((sum, n) => sum + n.gpus.length, 0);
     card.append(el('div', {class: 'toolbar'}, el('span', {id: 'nodes-summary',

@@ -312,8 +312,13 @@ class Client:
         """Every queue, ordered by name."""
         return self.request("GET", "/v1/queues")["queues"]
 
-    def queue(self, name):
-        return self.request("GET", "/v1/queues/" + _q(name))
+    def queue(self, name, ready=False):
+        """The queue.  With ``ready=True`` its ``counts`` also has ``ready``: the queued
+        tasks a lease would take now (not those waiting out a delay or a backoff).  The
+        head counts them on request only, in a pass over the queued tasks, so it is off
+        by default (docs/api.md, ``GET /v1/queues/{queue}?ready=true``)."""
+        return self.request("GET", "/v1/queues/" + _q(name),
+                            query={"ready": True} if ready else None)
 
     def put_queue(self, name, **settings):
         """Creates the queue or changes the settings given (lease_ms, max_attempts,

@@ -43,6 +43,13 @@ SALT_FINGERPRINT = 0x746e697270726603
 _M64 = 0xFFFFFFFFFFFFFFFF
 _FP_CHUNK = 256
 
+# The head's words (src/server/iter.c) for a dataset without samples, which it refuses
+# to make an iteration of; a standalone plan refuses one the same way, as the C
+# standalone loader does.
+NO_SAMPLES = ("dataset: it has no samples (num_samples 0, or shards that hold none); an "
+              "iteration needs at least one, as an empty one would be finished at once with "
+              "nothing for any rank")
+
 
 class Perm:
     """The keyed bijection over [0, n) of perm.h (Feistel network, cycle walking)."""
@@ -181,6 +188,8 @@ class Plan:
                  tail="keep", num_partitions=0, hash_seed=0, ranges=None, version=PART_ALGORITHM_VERSION):
         if not isinstance(dataset, Dataset):
             dataset = Dataset(int(dataset))
+        if dataset.num_samples == 0:
+            raise ValueError(NO_SAMPLES)
         if version != PART_ALGORITHM_VERSION:
             raise ValueError("version: only %d is known" % PART_ALGORITHM_VERSION)
         if shuffle not in SHUFFLES:

@@ -105,7 +105,7 @@ int cli_usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
 
 struct json_t;
 /* The longest text cli_json_parse puts in `why` (jansson's reason, its place). */
-#define CLI_JSON_WHY 256
+#define CLI_JSON_WHY 256 /* JPARSE_WHY of client/jparse.h */
 /*
  * Parses `len` bytes of `text` as one JSON value of any type.  Returns it (a
  * new reference), or NULL with `why` set to the reason and where it was found:

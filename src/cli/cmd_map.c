@@ -51,7 +51,8 @@ const char cmd_map_details[] =
     "result as its text, any other result as compact JSON (with --json-output\n"
     "every result as JSON, a string quoted).  A failed input prints an empty\n"
     "line (null with --json-output) and its error on stderr; the exit status\n"
-    "is then 1.\n"
+    "is then 1.  No input at all (an empty stdin) fails too, exit status 1,\n"
+    "with nothing submitted.\n"
     "Every input's result is printed exactly once, also when a node was lost\n"
     "and its tasks ran again elsewhere.  When stderr is a terminal a progress\n"
     "bar shows done/total, the rate and the time left.  Interrupting map closes\n"
@@ -335,6 +336,18 @@ static int map_pool_opts(const cli_args_t *args, muster_pool_opts_t *opts) {
   return cli_opt_int(args, "timeout-ms", -1, 1, &opts->timeout_ms);
 }
 
+/* No input was read (an empty stdin, or only empty lines): says so and fails
+ * before a queue or session is made, since exiting 0 with nothing said would
+ * read as work done (`muster put` and `muster session put` do the same).
+ * Returns CLI_FAIL. */
+static int map_say_none(const cli_args_t *args) {
+  fprintf(stderr,
+          "muster: invalid_argument: no inputs were read from standard input; nothing was run "
+          "on queue '%s'\n",
+          cli_opt(args, "queue"));
+  return CLI_FAIL;
+}
+
 int cmd_map(cli_args_t *args) {
   if (cli_opt(args, "queue") == NULL)
     return cli_usage_error(args->cmd, "'map' needs --queue Q");
@@ -343,6 +356,8 @@ int cmd_map(cli_args_t *args) {
   cli_inputs_t in;
   if (rc != CLI_OK || (rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in)) != CLI_OK)
     return rc;
+  if (in.count == 0)
+    return map_say_none(args);
   muster_pool_t *pool = NULL;
   char *message = NULL;
   muster_err_t err = muster_pool_open(&opts, &pool, &message);

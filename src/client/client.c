@@ -12,6 +12,7 @@
  */
 #include "client/client_internal.h"
 #include "client/jdump.h"
+#include "client/jparse.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -443,10 +444,10 @@ muster_err_t client_path(muster_client_t *client, char *out, size_t size, const 
 }
 
 json_t *client_parse_value(muster_client_t *client, const char *text, const char *what) {
-  json_error_t jerr;
-  json_t *value = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+  char why[JPARSE_WHY];
+  json_t *value = jparse(text, strlen(text), why, sizeof why);
   if (value == NULL)
-    client_fail(client, MUSTER_INVALID, "%s: not valid JSON: %s", what, jerr.text);
+    client_fail(client, MUSTER_INVALID, "%s: not valid JSON: %s", what, why);
   return value;
 }
 

@@ -118,7 +118,8 @@ muster_err_t client_path(muster_client_t *client, char *out, size_t size, const 
 
 /*
  * Parses the JSON text `text` (any value, not only objects) for the request
- * field named `what`; on failure returns NULL and records MUSTER_INVALID.
+ * field named `what`; on failure returns NULL and records MUSTER_INVALID with
+ * jparse's reason and place ("init_data: not valid JSON: ... (at column 4)").
  * The caller owns the returned reference.
  */
 json_t *client_parse_value(muster_client_t *client, const char *text, const char *what);

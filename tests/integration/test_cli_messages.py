@@ -198,6 +198,16 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(self.head.request("GET", "/v1/queues/msg-none").json["counts"]["queued"],
                          0)
 
+    def test_map_of_nothing_says_nothing_was_run(self):
+        # An empty stdin opened a session on a queue (creating the queue), waited for no
+        # result and exited 0 without a word, where `put` of nothing fails saying so.
+        for stdin in ("", "\n\r\n\n"):
+            r = self.muster("map", "--queue", "msg-map-none", stdin=stdin)
+            self.assertEqual((r.returncode, r.stdout), (1, ""), (stdin, r.stderr))
+            self.assertEqual(r.stderr, "muster: invalid_argument: no inputs were read from "
+                             "standard input; nothing was run on queue 'msg-map-none'\n")
+        self.assertEqual(self.head.request("GET", "/v1/queues/msg-map-none").status, 404)
+
     def test_bad_json_says_why_and_where(self):
         # `update --json '{bad'` said only "DATA is not valid JSON"; the others gave
         # jansson's reason without its place.
@@ -213,8 +223,14 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                 (1, ("complete", "1", "2", "--json", "{bad"),
                  "invalid_argument: RESULT: not valid JSON: " + bad),
                 (2, ("worker", "--queue", "q", "--plugin", "x.so", "--init-data", "{bad"),
-                 "--init-data: not valid JSON: " + bad)):
-            err = self.fails(code, *args)
+                 "--init-data: not valid JSON: " + bad),
+                # libmuster parses these two itself; it gave no place.
+                (1, ("session", "create", "--queue", "q", "--init-data", "{bad"),
+                 "invalid_argument: init_data: not valid JSON: " + bad),
+                (1, ("map", "--queue", "q", "--init-data", '{"a": 1,\n "b": bad}'),
+                 "invalid_argument: init_data: not valid JSON: invalid token near 'bad' (at "
+                 "line 2, column 9)")):
+            err = self.fails(code, *args, stdin="1\n")
             self.assertTrue(err.startswith("muster: %s\n" % says), (args, err))
         for cmd in (("put", "--queue", "q", "--json"), ("map", "--queue", "q", "--json")):
             err = self.fails(1, *cmd, stdin="1\n{bad\n")

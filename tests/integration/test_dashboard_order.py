@@ -1,6 +1,6 @@
 """The dashboard in headless Chromium (test_dashboard_browser.Browser): the order and the
 completeness of its tables. The leaderboard must order ties the same way on the main
-page and in a pipeline's view; the queues table must list a pipeline's stages in their
+page and in a pipeline's view; the nodes table must order names as the head does; the queues table must list a pipeline's stages in their
 order along `next` (a loop of `next`s included), not by name; a queue that never had a
 task must not be called done; and a workers table cut at its limit must say so.
 """
@@ -50,6 +50,24 @@ class DashboardOrderTest(DashboardCase):
         self.assertEqual(pages["/"], ["Zed", "alice", "bob"], pages)
         for path, order in pages.items():
             self.assertEqual(order, pages["/"], path)
+
+    def test_nodes_in_the_heads_order(self):
+        # GET /v1/nodes orders by name in code point order ("ordnode-Zulu" before
+        # "ordnode-alpha"); the nodes table sorted by the locale ("alpha" before "Zulu"),
+        # so the page and the API disagreed.  Gone nodes still come after active ones.
+        for name in ("ordnode-beta", "ordnode-alpha", "ordnode-Zulu", "ordnode-Gone",
+                     "ordnode-gone"):
+            self.api("POST", "/v1/nodes", {"name": name}, status=201)
+        for name in ("ordnode-gone", "ordnode-Gone"):
+            self.api("DELETE", "/v1/nodes/" + name)
+        by_head = [n["name"] for n in self.api("GET", "/v1/nodes")["nodes"]
+                   if n["name"].startswith("ordnode-")]
+        self.assertEqual(by_head, ["ordnode-Gone", "ordnode-Zulu", "ordnode-alpha",
+                                   "ordnode-beta", "ordnode-gone"])
+        self.open("/")
+        shown = [n for n in self.rows("#nodes-table", "node") if n.startswith("ordnode-")]
+        self.assertEqual(shown, ["ordnode-Zulu", "ordnode-alpha", "ordnode-beta",
+                                 "ordnode-Gone", "ordnode-gone"])
 
     def test_queues_in_pipeline_order(self):
         # A pipeline whose stages' names are not in alphabetical order, a loop of

@@ -47,6 +47,20 @@ class TestQueues(HeadTestCase):
         self.assertEqual(self.c.queue(q)["counts"]["queued"], 1)
 
 
+    def test_queue_counts_ready_when_asked(self):
+        # Client.queue had no way to send ?ready=true: a caller had to build the path.
+        q = self.qname()
+        self.c.put_queue(q)
+        self.c.put(q, "now")
+        self.c.put(q, "later", delay_ms=600000)
+        plain = self.c.queue(q)
+        self.assertEqual(plain["counts"]["queued"], 2)
+        self.assertNotIn("ready", plain["counts"])
+        counts = self.c.queue(q, ready=True)["counts"]
+        self.assertEqual((counts["queued"], counts["ready"]), (2, 1))
+        self.assertNotIn("ready", self.c.queue(q, ready=False)["counts"])
+
+
 class TestTasks(HeadTestCase):
     def test_put_options_and_get(self):
         q = self.qname()

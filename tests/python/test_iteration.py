@@ -141,6 +141,21 @@ class TestGolden(unittest.TestCase):
                 Plan(10, **kw)
 
 
+class TestEmptyDataset(HeadTestCase):
+    """A dataset without samples: the head refuses an iteration of one, and a standalone
+    plan (the iteration computed without a head) refuses it in the same words; it gave
+    every rank an empty stream, epoch after epoch."""
+
+    def test_refused_standalone_as_by_the_head(self):
+        with self.assertRaises(muster.InvalidArgument) as by_head:
+            self.c.create_iteration({"name": "empty", "dataset": {"num_samples": 0}})
+        for dataset in (0, Dataset(0), Dataset(shards=[0, 0])):
+            with self.assertRaises(ValueError) as here:
+                Plan(dataset, world_size=2)
+            self.assertEqual(str(here.exception), by_head.exception.message, dataset)
+        self.assertEqual(list(Stream(Plan(Dataset(shards=[0, 1]), world_size=2), 1)), [])
+
+
 def _load(names):
     for name in names:
         if not name:
