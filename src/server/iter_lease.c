@@ -95,8 +95,8 @@ static muster_err_t reply_block(lease_ctx_t *c, uint64_t g, int64_t token, bool 
   if (takeover && !c->resending && rank_count(c->st, c->row->id, c->rank, 0, 0, 1, f))
     return f->code;
   iter_block_t b = {.block = g, .token = token, .deadline_ms = c->deadline, .takeover = takeover};
-  return iter_block_write(c->plans, &c->lay, (uint64_t)c->row->epoch, &b, c->indices,
-                          &c->blocks, f);
+  return iter_block_write(c->plans, &c->lay, (uint64_t)c->row->epoch, &b, c->indices, &c->blocks,
+                          f);
 }
 
 /* Leases the lane's returned blocks, lowest first.  INDEXED BY: without
