@@ -451,9 +451,10 @@ int cmd_iter_checkpoint(cli_args_t *args) {
   return finish(client, err, json, 0);
 }
 
-/* Reads all of FILE ("-": stdin); caller frees.  NULL with errno set when it
+/* Reads all of FILE ("-": stdin) into a NUL-terminated buffer, its length
+ * (without the NUL) in *len; caller frees.  NULL with errno set when it
  * cannot be opened or read. */
-static char *slurp(const char *path) {
+static char *slurp(const char *path, size_t *len_out) {
   FILE *fp = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
   if (fp == NULL)
     return NULL;
@@ -481,7 +482,33 @@ static char *slurp(const char *path) {
   }
   if (buf)
     buf[len] = '\0';
+  *len_out = len;
   return buf;
+}
+
+/* The checkpoint object in FILE ("-": stdin), or NULL after printing why:
+ * the OS's reason, or jansson's and where in the file (cli_json_parse, as
+ * every JSON text the CLI reads is told).  These failures carry no error
+ * code: the head was not asked. */
+static json_t *read_checkpoint(const char *path) {
+  size_t len;
+  char *text = slurp(path, &len);
+  if (text == NULL) {
+    fprintf(stderr, "muster: cannot read the checkpoint file '%s': %s\n", path, strerror(errno));
+    return NULL;
+  }
+  char why[CLI_JSON_WHY];
+  json_t *ck = cli_json_parse(text, len, why, sizeof why);
+  free(text);
+  if (ck == NULL || !json_is_object(ck)) {
+    fprintf(stderr,
+            "muster: the checkpoint file '%s' is not %s%s; give the file that 'muster iter "
+            "checkpoint' wrote\n",
+            path, ck ? "a JSON object" : "JSON: ", ck ? "" : why);
+    json_decref(ck);
+    return NULL;
+  }
+  return ck;
 }
 
 int cmd_iter_restore(cli_args_t *args) {
@@ -493,23 +520,9 @@ int cmd_iter_restore(cli_args_t *args) {
     rc = cli_opt_int(args, "rank", -1, 0, &rank);
   if (rc != CLI_OK)
     return rc;
-  /* Local failures carry no error code: the head was not asked yet. */
-  char *text = slurp(args->pos[1]);
-  if (text == NULL) {
-    fprintf(stderr, "muster: cannot read the checkpoint file '%s': %s\n", args->pos[1],
-            strerror(errno));
+  json_t *ck = read_checkpoint(args->pos[1]);
+  if (ck == NULL)
     return CLI_FAIL;
-  }
-  json_error_t jerr;
-  json_t *ck = json_loads(text, 0, &jerr);
-  free(text);
-  if (ck == NULL) {
-    fprintf(stderr,
-            "muster: the checkpoint file '%s' is not JSON (line %d: %s); give the file that "
-            "'muster iter checkpoint' wrote\n",
-            args->pos[1], jerr.line, jerr.text);
-    return CLI_FAIL;
-  }
   json_t *config = json_object_get(ck, "config");
   if (epochs >= 0 && config)
     json_object_set_new(config, "epochs", json_integer(epochs)); /* not in the fingerprint */
