@@ -356,6 +356,28 @@ muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_
                               uint64_t epoch, size_t max, int flags, muster_iter_next_t *out);
 void muster_iter_next_free(muster_iter_next_t *next);
 
+/* A page of the blocks a rank holds (muster_iter_held). */
+typedef struct {
+  uint64_t epoch; /* the iteration's current epoch (every block's `epoch`) */
+  int finished;   /* non-zero: every epoch is complete, so nothing is held */
+  uint64_t total; /* the blocks the rank holds in the epoch, on every page */
+  int64_t next;   /* the `cursor` of the following page; -1: this page is the last */
+  muster_iter_block_t *blocks;
+  size_t count;
+} muster_iter_held_t;
+
+/* Lists the blocks `rank` holds in the iteration's current epoch (leased to
+ * it and not acknowledged), lowest first, numbered `cursor` or above, at most
+ * `max` of them (0: as many as the head lists by default; else 1 to 1000),
+ * and changes nothing: no block is leased, no lease extended, and the rank
+ * is not marked alive (docs/api.md, "GET /v1/iterations/{name}/held").
+ * `flags`: MUSTER_ITER_INDICES for their sample indices.  Fails with
+ * MUSTER_ITERATION_NOT_FOUND, or MUSTER_INVALID for a rank not below the
+ * world size (the message says which).  Free *out with muster_iter_held_free. */
+muster_err_t muster_iter_held(muster_client_t *client, const char *name, uint32_t rank,
+                              uint64_t cursor, size_t max, int flags, muster_iter_held_t *out);
+void muster_iter_held_free(muster_iter_held_t *held);
+
 /* Marks `count` blocks done (all or nothing); `tokens[i]` goes with `blocks[i]`
  * of epoch `epoch`.  MUSTER_LEASE_LOST when a lease was lost (nothing done). */
 muster_err_t muster_iter_ack(muster_client_t *client, const char *name, uint32_t rank,

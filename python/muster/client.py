@@ -612,6 +612,15 @@ class Client:
         return self.request("POST", "/v1/iterations/%s/next" % _q(name), body,
                             wait_ms=(body or {}).get("wait_ms", 0))
 
+    def iteration_held(self, name, rank, cursor=None, max=None, indices=None):
+        """The blocks ``rank`` holds in the current epoch (GET /v1/iterations/{name}/held):
+        {"rank", "epoch", "finished", "total", "blocks", "next"}, ``next`` the ``cursor`` of
+        the following page or None.  Leases nothing, extends no lease and does not count as
+        the rank's heartbeat (``iteration_next`` with ``held`` does all three)."""
+        return self.request("GET", "/v1/iterations/%s/held" % _q(name),
+                            query={"rank": rank, "cursor": cursor, "max": max,
+                                   "indices": indices})
+
     def iteration_ack(self, name, body):
         return self.request("POST", "/v1/iterations/%s/ack" % _q(name), body)
 

@@ -1,12 +1,13 @@
 /*
- * cmd_iter.c — `muster iter create|next|ack|status|checkpoint|restore|rm|
- * stream`: iterations from the shell (docs/cli.md, docs/iterations.md).
+ * cmd_iter.c — `muster iter create|next|held|ack|status|checkpoint|restore|
+ * rm|stream`: iterations from the shell (docs/cli.md, docs/iterations.md).
  *
  * The configuration options are shared by `create` (a coordinated
  * iteration on the head) and `stream` (a rank's indices computed here, with
  * no head, through the standalone loader).  `next` prints one JSON line per
  * leased block with its indices, so a script can read blocks with `while
- * read` and hand block and token back to `ack`.
+ * read` and hand block and token back to `ack`; `held` prints the blocks a
+ * rank holds in the same form, leasing none.
  */
 #include "cli/cli.h"
 #include "client/jdump.h"
@@ -56,6 +57,23 @@ const cli_opt_t iter_next_opts[] = {
     {"epoch", "E", "the epoch it is consuming (default: the iteration's current one)"},
     {"max", "N", "lease up to N blocks (default 1)"},
     {"held", NULL, "first the blocks the rank holds (to retry a next whose reply was lost)"},
+    {NULL, NULL, NULL},
+};
+
+const char iter_held_details[] =
+    "Prints one JSON line per block the rank holds in the iteration's current\n"
+    "epoch (leased to it and not acknowledged), lowest first, as `iter next`\n"
+    "prints them: epoch, block, token, deadline_ms, takeover (and indices with\n"
+    "--indices).  Nothing is leased, no lease is extended and the rank is not\n"
+    "marked alive, so it is safe to run on a rank that looks stuck.  A rank\n"
+    "that holds no block prints nothing.\n\n"
+    "examples:\n"
+    "  muster iter held train --rank 3\n"
+    "  muster iter held train --rank 3 --indices\n";
+
+const cli_opt_t iter_held_opts[] = {
+    {"rank", "R", "the rank whose blocks to list (required)"},
+    {"indices", NULL, "print each block's sample indices too"},
     {NULL, NULL, NULL},
 };
 
@@ -231,14 +249,18 @@ int cmd_iter_create(cli_args_t *args) {
   return rc;
 }
 
-/* Prints one leased block as a JSON line. */
+/* Prints one leased block as a JSON line; "indices" only when the block
+ * has them (they were asked for). */
 static void print_block(uint64_t epoch, const muster_iter_block_t *b) {
-  json_t *indices = json_array();
-  for (uint64_t i = 0; b->indices && i < b->end - b->begin; i++)
-    json_array_append_new(indices, json_integer((json_int_t)b->indices[i]));
-  json_t *obj = json_pack("{s:I, s:I, s:I, s:I, s:b, s:o}", "epoch", (json_int_t)epoch, "block",
+  json_t *obj = json_pack("{s:I, s:I, s:I, s:I, s:b}", "epoch", (json_int_t)epoch, "block",
                           (json_int_t)b->block, "token", (json_int_t)b->token, "deadline_ms",
-                          (json_int_t)b->deadline_ms, "takeover", b->takeover, "indices", indices);
+                          (json_int_t)b->deadline_ms, "takeover", b->takeover);
+  if (b->indices) {
+    json_t *indices = json_array();
+    for (uint64_t i = 0; i < b->end - b->begin; i++)
+      json_array_append_new(indices, json_integer((json_int_t)b->indices[i]));
+    json_object_set_new(obj, "indices", indices);
+  }
   char *line = jdump(obj, JSON_COMPACT);
   if (line)
     puts(line);
@@ -282,6 +304,31 @@ int cmd_iter_next(cli_args_t *args) {
       printf("{\"state\":\"%s\",\"epoch\":%llu}\n", states[next.state],
              (unsigned long long)next.epoch);
     muster_iter_next_free(&next);
+  }
+  return finish(client, err, NULL, 0);
+}
+
+int cmd_iter_held(cli_args_t *args) {
+  int64_t rank;
+  int rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  if (rc == CLI_OK && rank < 0)
+    return cli_usage_error(args->cmd, "'iter held' needs --rank R");
+  if (rc == CLI_OK && rank > UINT32_MAX)
+    return cli_usage_error(args->cmd, "--rank: %lld is not a rank", (long long)rank);
+  muster_client_t *client = NULL;
+  if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
+    return rc;
+  int flags = cli_flag(args, "indices") ? MUSTER_ITER_INDICES : 0;
+  muster_err_t err = MUSTER_OK;
+  /* Page after page until the head says the list is complete. */
+  for (int64_t cursor = 0; err == MUSTER_OK && cursor >= 0;) {
+    muster_iter_held_t held;
+    err = muster_iter_held(client, args->pos[0], (uint32_t)rank, (uint64_t)cursor, 0, flags,
+                           &held);
+    for (size_t i = 0; err == MUSTER_OK && i < held.count; i++)
+      print_block(held.epoch, &held.blocks[i]);
+    cursor = held.next;
+    muster_iter_held_free(&held);
   }
   return finish(client, err, NULL, 0);
 }
@@ -404,9 +451,10 @@ int cmd_iter_checkpoint(cli_args_t *args) {
   return finish(client, err, json, 0);
 }
 
-/* Reads all of FILE ("-": stdin); caller frees.  NULL with errno set when it
+/* Reads all of FILE ("-": stdin) into a NUL-terminated buffer, its length
+ * (without the NUL) in *len; caller frees.  NULL with errno set when it
  * cannot be opened or read. */
-static char *slurp(const char *path) {
+static char *slurp(const char *path, size_t *len_out) {
   FILE *fp = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
   if (fp == NULL)
     return NULL;
@@ -434,7 +482,33 @@ static char *slurp(const char *path) {
   }
   if (buf)
     buf[len] = '\0';
+  *len_out = len;
   return buf;
+}
+
+/* The checkpoint object in FILE ("-": stdin), or NULL after printing why:
+ * the OS's reason, or jansson's and where in the file (cli_json_parse, as
+ * every JSON text the CLI reads is told).  These failures carry no error
+ * code: the head was not asked. */
+static json_t *read_checkpoint(const char *path) {
+  size_t len;
+  char *text = slurp(path, &len);
+  if (text == NULL) {
+    fprintf(stderr, "muster: cannot read the checkpoint file '%s': %s\n", path, strerror(errno));
+    return NULL;
+  }
+  char why[CLI_JSON_WHY];
+  json_t *ck = cli_json_parse(text, len, why, sizeof why);
+  free(text);
+  if (ck == NULL || !json_is_object(ck)) {
+    fprintf(stderr,
+            "muster: the checkpoint file '%s' is not %s%s; give the file that 'muster iter "
+            "checkpoint' wrote\n",
+            path, ck ? "a JSON object" : "JSON: ", ck ? "" : why);
+    json_decref(ck);
+    return NULL;
+  }
+  return ck;
 }
 
 int cmd_iter_restore(cli_args_t *args) {
@@ -446,23 +520,9 @@ int cmd_iter_restore(cli_args_t *args) {
     rc = cli_opt_int(args, "rank", -1, 0, &rank);
   if (rc != CLI_OK)
     return rc;
-  /* Local failures carry no error code: the head was not asked yet. */
-  char *text = slurp(args->pos[1]);
-  if (text == NULL) {
-    fprintf(stderr, "muster: cannot read the checkpoint file '%s': %s\n", args->pos[1],
-            strerror(errno));
+  json_t *ck = read_checkpoint(args->pos[1]);
+  if (ck == NULL)
     return CLI_FAIL;
-  }
-  json_error_t jerr;
-  json_t *ck = json_loads(text, 0, &jerr);
-  free(text);
-  if (ck == NULL) {
-    fprintf(stderr,
-            "muster: the checkpoint file '%s' is not JSON (line %d: %s); give the file that "
-            "'muster iter checkpoint' wrote\n",
-            args->pos[1], jerr.line, jerr.text);
-    return CLI_FAIL;
-  }
   json_t *config = json_object_get(ck, "config");
   if (epochs >= 0 && config)
     json_object_set_new(config, "epochs", json_integer(epochs)); /* not in the fingerprint */

@@ -164,9 +164,11 @@ static int cmd_help(cli_args_t *args);
 
 /* `muster iter ...` (cmd_iter.c). */
 extern const cli_opt_t iter_create_opts[], iter_stream_opts[], iter_next_opts[], iter_ack_opts[],
-    iter_restore_opts[], iter_status_opts[];
+    iter_restore_opts[], iter_status_opts[], iter_held_opts[];
+extern const char iter_held_details[];
 int cmd_iter_create(cli_args_t *args);
 int cmd_iter_next(cli_args_t *args);
+int cmd_iter_held(cli_args_t *args);
 int cmd_iter_ack(cli_args_t *args);
 int cmd_iter_status(cli_args_t *args);
 int cmd_iter_checkpoint(cli_args_t *args);
@@ -177,13 +179,14 @@ int cmd_iter_stream(cli_args_t *args);
 static const char iter_details[] =
     "Iterations hand out a dataset's sample indices to ranks, epoch by epoch\n"
     "(docs/iterations.md).  `create` makes (or joins) a coordinated one on the\n"
-    "head; `next` leases blocks (one JSON line each, with its indices) and `ack`\n"
-    "marks them done (BLOCK:TOKEN ...); `stream` computes a rank's indices here,\n"
-    "with no head.\n\n"
+    "head; `next` leases blocks (one JSON line each, with its indices), `held`\n"
+    "lists those a rank holds without leasing any, and `ack` marks them done\n"
+    "(BLOCK:TOKEN ...); `stream` computes a rank's indices here, with no head.\n\n"
     "examples:\n"
     "  muster iter create train --num-samples 1000000 --shuffle global --seed 7 \\\n"
     "      --strategy dynamic --world-size 8 --block-size 512 --epochs 3\n"
     "  muster iter next train --rank 0 --max 2\n"
+    "  muster iter held train --rank 0\n"
     "  muster iter ack train --rank 0 17:4242\n"
     "  muster iter checkpoint train > ckpt.json\n"
     "  muster iter restore train2 ckpt.json --world-size 6\n"
@@ -261,6 +264,8 @@ static const cli_cmd_t commands[] = {
      iter_create_opts, 1, 1, 1, cmd_iter_create},
     {"iter next", "NAME --rank R [options]", "Lease the next blocks of an iteration for a rank.",
      NULL, iter_next_opts, 1, 1, 1, cmd_iter_next},
+    {"iter held", "NAME --rank R [options]", "List the blocks a rank holds, leasing none.",
+     iter_held_details, iter_held_opts, 1, 1, 1, cmd_iter_held},
     {"iter ack", "NAME --rank R BLOCK:TOKEN...", "Mark leased blocks done.", NULL, iter_ack_opts,
      1, 2, -1, cmd_iter_ack},
     {"iter status", "NAME [options]", "Show an iteration's progress and per-rank health.", NULL,

@@ -1,6 +1,7 @@
 /*
  * iter.c — libmuster's iteration calls (docs/api.md, "Iterations"): create
- * or join, next, ack, heartbeat, status, checkpoint, delete.  The loader
+ * or join, next, the blocks a rank holds, ack, heartbeat, status,
+ * checkpoint, delete.  The loader
  * (loader.c) is built on these.
  */
 #include "client/client_internal.h"
@@ -181,6 +182,49 @@ muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_
     return client_fail(client, err, "out of memory");
   if (err != MUSTER_OK)
     return client_fail(client, err, "next: unreadable reply: %s", why);
+  client_ok(client);
+  return MUSTER_OK;
+}
+
+void muster_iter_held_free(muster_iter_held_t *held) {
+  if (held == NULL)
+    return;
+  for (size_t i = 0; i < held->count; i++)
+    free(held->blocks[i].indices);
+  free(held->blocks);
+  held->blocks = NULL;
+  held->count = 0;
+}
+
+muster_err_t muster_iter_held(muster_client_t *client, const char *name, uint32_t rank,
+                              uint64_t cursor, size_t max, int flags, muster_iter_held_t *out) {
+  if (client == NULL || out == NULL)
+    return MUSTER_INVALID;
+  memset(out, 0, sizeof *out);
+  out->next = -1;
+  if (name == NULL)
+    return client_fail(client, MUSTER_INVALID, "an iteration name is required");
+  if (cursor > INT64_MAX || max > INT64_MAX)
+    return client_fail(client, MUSTER_INVALID, "%s: beyond 2^63 - 1",
+                       cursor > INT64_MAX ? "cursor" : "max");
+  bool with_indices = (flags & MUSTER_ITER_INDICES) != 0;
+  char path[ITER_PATH_MAX];
+  /* max 0: the head's default page, which fits the indices a reply may hold. */
+  muster_err_t err = client_path(
+      client, path, sizeof path,
+      max ? "/v1/iterations/%s/held?rank=%lld&cursor=%lld&indices=%s&max=%lld"
+          : "/v1/iterations/%s/held?rank=%lld&cursor=%lld&indices=%s",
+      name, (long long)rank, (long long)cursor, with_indices ? "true" : "false", (long long)max);
+  if (err == MUSTER_OK)
+    err = client_call_text(client, "GET", path, NULL, 0);
+  if (err != MUSTER_OK)
+    return err;
+  char why[CLIENT_MESSAGE_MAX - 64];
+  err = iter_held_read(client->reply.data, client->reply.len, with_indices, out, why, sizeof why);
+  if (err == MUSTER_NOMEM)
+    return client_fail(client, err, "out of memory");
+  if (err != MUSTER_OK)
+    return client_fail(client, err, "held: unreadable reply: %s", why);
   client_ok(client);
   return MUSTER_OK;
 }

@@ -31,4 +31,11 @@ muster_err_t iter_config_plan(const muster_iter_config_t *cfg, dataset_t **ds, p
 muster_err_t iter_next_read(const char *text, size_t len, bool want_indices,
                             muster_iter_next_t *out, char *why, size_t why_size);
 
+/* Reads a `held` reply (docs/api.md, "GET /v1/iterations/{name}/held")
+ * into *out as iter_next_read reads a `next` reply, the same checks on its
+ * blocks; each block's `epoch` is the reply's.  Free *out with
+ * muster_iter_held_free. */
+muster_err_t iter_held_read(const char *text, size_t len, bool want_indices,
+                            muster_iter_held_t *out, char *why, size_t why_size);
+
 #endif

@@ -1,7 +1,8 @@
 /*
- * iter_reply.c — a coordinated iteration's `next` reply read from its text
- * (iter_internal.h; the reply is docs/api.md, "POST
- * /v1/iterations/{name}/next").
+ * iter_reply.c — a coordinated iteration's `next` reply, and the `held`
+ * listing of a rank's blocks, read from their text (iter_internal.h; the
+ * replies are docs/api.md, "POST /v1/iterations/{name}/next" and "GET
+ * /v1/iterations/{name}/held").
  *
  * The reply is small but for its blocks' "indices", up to 2^20 integers;
  * read through a jansson tree, they cost a json_t and a strtoll each, most
@@ -322,24 +323,25 @@ static bool rd_block(rd_t *r, size_t i, bool want_indices, muster_iter_block_t *
   return true;
 }
 
-/* Reads the "blocks" array at r->p into out->blocks / out->count. */
-static bool rd_blocks(rd_t *r, bool want_indices, muster_iter_next_t *out) {
+/* Reads the "blocks" array at r->p into *blocks / *count (of a `next` or a
+ * `held` reply: the caller frees them, also on failure). */
+static bool rd_blocks(rd_t *r, bool want_indices, muster_iter_block_t **blocks, size_t *count) {
   size_t cap = 4;
-  if ((out->blocks = calloc(cap, sizeof *out->blocks)) == NULL)
+  if ((*blocks = calloc(cap, sizeof **blocks)) == NULL)
     return rd_nomem(r);
   bool first = true;
   int more;
   while ((more = rd_element(r, &first, "blocks")) == 1) {
-    if (out->count == cap) {
-      muster_iter_block_t *grown = realloc(out->blocks, 2 * cap * sizeof *grown);
+    if (*count == cap) {
+      muster_iter_block_t *grown = realloc(*blocks, 2 * cap * sizeof *grown);
       if (grown == NULL)
         return rd_nomem(r);
-      out->blocks = grown;
+      *blocks = grown;
       cap *= 2;
     }
-    muster_iter_block_t *b = &out->blocks[out->count++]; /* counted: freed on failure */
+    muster_iter_block_t *b = &(*blocks)[(*count)++]; /* counted: freed on failure */
     memset(b, 0, sizeof *b);
-    if (!rd_block(r, out->count - 1, want_indices, b))
+    if (!rd_block(r, *count - 1, want_indices, b))
       return false;
   }
   return more == 0;
@@ -380,7 +382,8 @@ muster_err_t iter_next_read(const char *text, size_t len, bool want_indices,
     else if (strcmp(name, "retry_ms") == 0)
       ok = rd_once(&r, &seen, RETRY, "reply", name) && rd_int(&r, NULL, name, 50, &retry);
     else if (strcmp(name, "blocks") == 0)
-      ok = rd_once(&r, &seen, BLOCKS, "reply", name) && rd_blocks(&r, want_indices, out);
+      ok = rd_once(&r, &seen, BLOCKS, "reply", name) &&
+           rd_blocks(&r, want_indices, &out->blocks, &out->count);
     else
       ok = rd_skip(&r, "reply");
   }
@@ -397,5 +400,90 @@ muster_err_t iter_next_read(const char *text, size_t len, bool want_indices,
   }
   out->epoch = (uint64_t)epoch;
   out->retry_ms = retry;
+  return MUSTER_OK;
+}
+
+/* Reads the boolean at r->p (member `name` of the reply) into *v. */
+static bool rd_bool(rd_t *r, const char *name, int *v) {
+  for (int truth = 0; truth < 2; truth++) {
+    const char *word = truth ? "true" : "false";
+    size_t n = strlen(word);
+    if ((size_t)(r->end - r->p) >= n && memcmp(r->p, word, n) == 0) {
+      r->p += n;
+      *v = truth;
+      return true;
+    }
+  }
+  return rd_fail(r, "%s: expected true or false", name);
+}
+
+/* The members of a `held` reply, as bits of rd_once's `seen`. */
+enum { HELD_EPOCH = 1, HELD_FINISHED = 2, HELD_TOTAL = 4, HELD_NEXT = 8, HELD_BLOCKS = 16 };
+
+/* Reads the integer member `name` (`bit`) of a `held` reply into *v: at
+ * least 0, or null (-1) where `nullable`. */
+static bool rd_held_int(rd_t *r, const char *name, unsigned bit, bool nullable, unsigned *seen,
+                        int64_t *v) {
+  if (!rd_once(r, seen, bit, "reply", name) || !rd_int(r, NULL, name, -1, v))
+    return false;
+  if (*v < 0 && !(nullable && *v == -1))
+    return rd_fail(r, "%s: expected an integer >= 0%s", name, nullable ? " or null" : "");
+  return true;
+}
+
+/* Reads member `name` of a `held` reply at r->p into *out; `seen` as
+ * rd_once keeps it. */
+static bool rd_held_member(rd_t *r, const char *name, bool want_indices, unsigned *seen,
+                           muster_iter_held_t *out) {
+  int64_t v;
+  if (strcmp(name, "finished") == 0)
+    return rd_once(r, seen, HELD_FINISHED, "reply", name) && rd_bool(r, name, &out->finished);
+  if (strcmp(name, "blocks") == 0)
+    return rd_once(r, seen, HELD_BLOCKS, "reply", name) &&
+           rd_blocks(r, want_indices, &out->blocks, &out->count);
+  if (strcmp(name, "epoch") == 0) {
+    if (!rd_held_int(r, name, HELD_EPOCH, false, seen, &v))
+      return false;
+    out->epoch = (uint64_t)v;
+  } else if (strcmp(name, "total") == 0) {
+    if (!rd_held_int(r, name, HELD_TOTAL, false, seen, &v))
+      return false;
+    out->total = (uint64_t)v;
+  } else if (strcmp(name, "next") == 0) {
+    if (!rd_held_int(r, name, HELD_NEXT, true, seen, &v))
+      return false;
+    out->next = v;
+  } else {
+    return rd_skip(r, "reply");
+  }
+  return true;
+}
+
+muster_err_t iter_held_read(const char *text, size_t len, bool want_indices,
+                            muster_iter_held_t *out, char *why, size_t why_size) {
+  rd_t r = {.text = text ? text : "", .why = why, .why_size = why_size};
+  r.p = r.text;
+  r.end = r.text + (text ? len : 0);
+  unsigned seen = 0;
+  char name[RD_NAME_MAX + 1];
+  bool first = true, ok = true;
+  int more = -1;
+  memset(out, 0, sizeof *out);
+  out->next = -1;
+  while (ok && (more = rd_member(&r, &first, "reply", name)) == 1)
+    ok = rd_held_member(&r, name, want_indices, &seen, out);
+  if (ok && more == 0) {
+    rd_space(&r);
+    if (r.p != r.end)
+      ok = rd_fail(&r, "text after the reply");
+    else if (!(seen & HELD_EPOCH) || !(seen & HELD_BLOCKS))
+      ok = rd_fail(&r, "no \"%s\"", seen & HELD_EPOCH ? "blocks" : "epoch");
+  }
+  if (!ok || more < 0) {
+    muster_iter_held_free(out);
+    return r.code ? r.code : MUSTER_PROTOCOL;
+  }
+  for (size_t i = 0; i < out->count; i++)
+    out->blocks[i].epoch = out->epoch;
   return MUSTER_OK;
 }

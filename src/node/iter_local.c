@@ -7,7 +7,7 @@
  * iterations in a SQLite store of its own (STATE_DIR/iterations.db, the head's
  * migrations) and runs the head's iteration domain code on it (src/server/iter*.c
  * on a store_t: create or join, next, ack, heartbeat, status, checkpoint,
- * delete, the expiry sweep); only the HTTP layer here is the agent's.
+ * held blocks, delete, the expiry sweep); only the HTTP layer here is the agent's.
  *
  * Routing (everything else goes to the head, forward.c):
  *  - POST /v1/iterations with `cluster_sync: false` is created here.  With
@@ -17,8 +17,8 @@
  *    holds is always answered here (a join; `true` is then refused as a
  *    different setting), so one name never lives in both places for a client
  *    of this agent.
- *  - /v1/iterations/{name}[/next|/ack|/heartbeat|/checkpoint] for a name held
- *    here is answered here.
+ *  - /v1/iterations/{name}[/next|/ack|/heartbeat|/checkpoint|/held] for a
+ *    name held here is answered here.
  *  - GET /v1/iterations: the head's list with this agent's iterations merged in.
  *
  * Tokens: the head checks tokens; for what it answers itself the agent
@@ -72,7 +72,8 @@ typedef enum {
   IL_NEXT,
   IL_ACK,
   IL_HEARTBEAT,
-  IL_CHECKPOINT
+  IL_CHECKPOINT,
+  IL_HELD
 } il_op_t;
 
 /* ---- replies ------------------------------------------------------------------ */
@@ -149,6 +150,8 @@ static il_op_t il_route(struct evhttp_request *in, char name[NAME_MAX_LEN + 1]) 
     return IL_HEARTBEAT;
   if (cmd == EVHTTP_REQ_GET && il_is(rest, "/checkpoint"))
     return IL_CHECKPOINT;
+  if (cmd == EVHTTP_REQ_GET && il_is(rest, "/held"))
+    return IL_HELD;
   return IL_NONE;
 }
 
@@ -178,6 +181,40 @@ static json_t *il_body(struct evhttp_request *in, fail_t *f) {
     return NULL;
   }
   return body;
+}
+
+/* The request's query as an object of decoded strings ({} without one), or
+ * NULL with *f filled.  A key given twice keeps its first value, as the
+ * head's http_query finds it. */
+static json_t *il_query(struct evhttp_request *in, fail_t *f) {
+  const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(in));
+  struct evkeyvalq params = {0}; /* empty; evhttp_parse_query_str initializes it too */
+  if (query && evhttp_parse_query_str(query, &params) != 0) {
+    evhttp_clear_headers(&params);
+    fail_set(f, MUSTER_BAD_REQUEST, "a query parameter has no value; write key=value");
+    return NULL;
+  }
+  json_t *obj = json_object();
+  for (struct evkeyval *kv = params.tqh_first; obj && kv; kv = kv->next.tqe_next)
+    if (json_object_get(obj, kv->key) == NULL)
+      json_object_set_new(obj, kv->key, json_string(kv->value));
+  evhttp_clear_headers(&params);
+  if (obj == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  return obj;
+}
+
+/* A member of the object il_query made, as an iter_query_fn. */
+static const char *il_query_get(void *ctx, const char *key) {
+  return json_string_value(json_object_get(ctx, key));
+}
+
+/* GET .../held: `query` is il_query's object. */
+static json_t *il_held(store_t *st, const char *name, const json_t *query, fail_t *f) {
+  iter_held_query_t q;
+  if (iter_held_query(il_query_get, (void *)query, &q, f))
+    return NULL;
+  return iter_held(st, name, &q, f);
 }
 
 /* The client's bearer token against the agent's own (none: anyone). */
@@ -234,7 +271,8 @@ static int il_holds(iter_local_t *L, const char *name) {
   return found;
 }
 
-/* Runs one domain call in its own transaction and answers. */
+/* Runs one domain call in its own transaction and answers.  `body` is the
+ * request's body, or its query for IL_HELD. */
 static void il_run(iter_local_t *L, struct evhttp_request *in, il_op_t op, const char *name,
                    const json_t *body) {
   fail_t f = {0};
@@ -263,6 +301,9 @@ static void il_run(iter_local_t *L, struct evhttp_request *in, il_op_t op, const
       break;
     case IL_CHECKPOINT:
       out = iter_checkpoint(st, name, &f);
+      break;
+    case IL_HELD:
+      out = il_held(st, name, body, &f);
       break;
     default:
       fail_set(&f, MUSTER_INTERNAL, "no such iteration request");
@@ -461,8 +502,8 @@ int iter_local_handle(node_agent_t *a, struct evhttp_request *in) {
     return 1;
   }
   json_t *body = NULL;
-  if (op == IL_NEXT || op == IL_ACK || op == IL_HEARTBEAT) {
-    body = il_body(in, &f);
+  if (op == IL_NEXT || op == IL_ACK || op == IL_HEARTBEAT || op == IL_HELD) {
+    body = op == IL_HELD ? il_query(in, &f) : il_body(in, &f);
     if (body == NULL) {
       il_fail(a, in, &f);
       return 1;

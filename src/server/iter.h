@@ -37,6 +37,27 @@ json_t *iter_next(store_t *st, const char *name, const json_t *body, fail_t *f);
 json_t *iter_ack(store_t *st, const char *name, const json_t *body, fail_t *f);
 json_t *iter_heartbeat(store_t *st, const char *name, const json_t *body, fail_t *f);
 
+/* A query parameter's decoded text by name, NULL when absent: how the
+ * head's route and the node agent hand their query to iter_held_query. */
+typedef const char *(*iter_query_fn)(void *ctx, const char *key);
+
+/* The query of GET /v1/iterations/{name}/held, parsed. */
+typedef struct {
+  int64_t rank;   /* required */
+  int64_t cursor; /* the lowest block number to list (default 0) */
+  int64_t max;    /* blocks in one reply, 1 to ITER_MAX_BATCH; 0: not given */
+  bool indices;   /* list each block's sample indices */
+} iter_held_query_t;
+
+/* Parses the query (`get`, `ctx`) into *q; MUSTER_INVALID naming the
+ * parameter (`query rank: missing; ...`) otherwise.  The rank's upper bound
+ * is the iteration's world size, which iter_held checks. */
+muster_err_t iter_held_query(iter_query_fn get, void *ctx, iter_held_query_t *q, fail_t *f);
+/* GET /v1/iterations/{name}/held (iter_held.c): the blocks rank q->rank
+ * holds in the current epoch, lowest first, from q->cursor; changes
+ * nothing. */
+json_t *iter_held(store_t *st, const char *name, const iter_held_query_t *q, fail_t *f);
+
 /* Names the node whose agent runs this process (src/node/iter_local.c):
  * `cluster_sync: false` is then accepted and status replies carry
  * `"node": NAME`.  The head never calls it: there `false` is refused. */
@@ -57,5 +78,6 @@ void iter_h_checkpoint(http_req_t *r);
 void iter_h_next(http_req_t *r);
 void iter_h_ack(http_req_t *r);
 void iter_h_heartbeat(http_req_t *r);
+void iter_h_held(http_req_t *r);
 
 #endif

@@ -147,6 +147,22 @@ void iter_unit_desc(const iter_layout_t *lay, uint64_t g, int64_t *plan_rank, ui
 muster_err_t iter_unit_indices(iter_plans_t *plans, const iter_layout_t *lay, uint64_t epoch,
                                uint64_t g, jw_buf_t *out, fail_t *f);
 
+/* A leased block as a reply lists it. */
+typedef struct {
+  uint64_t block;      /* g, the block's number in the epoch */
+  int64_t token;       /* its lease's fencing token */
+  int64_t deadline_ms; /* when the lease ends */
+  bool takeover;       /* leased from another rank's lane */
+} iter_block_t;
+
+/* Appends block `b` of `epoch` to `out` as the object a `next` reply lists
+ * (docs/api.md): {"block", "token", "deadline_ms", "rank", "begin", "end",
+ * "takeover"[, "indices"]}, the bytes jw_dump writes for it built as a tree;
+ * `indices` adds its sample indices (iter_unit_indices).  MUSTER_OK, or as
+ * iter_unit_indices fails, or MUSTER_NOMEM; the caller drops the reply. */
+muster_err_t iter_block_write(iter_plans_t *plans, const iter_layout_t *lay, uint64_t epoch,
+                              const iter_block_t *b, bool indices, jw_buf_t *out, fail_t *f);
+
 /* Parses a sorted list of disjoint [a, b) ranges within [0, units) from JSON. */
 muster_err_t iter_ranges_parse(const json_t *list, uint64_t units, const char *ctx,
                                part_range_t **out, size_t *n, uint64_t *covered, fail_t *f);

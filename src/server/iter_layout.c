@@ -313,3 +313,36 @@ muster_err_t iter_unit_indices(iter_plans_t *p, const iter_layout_t *lay, uint64
   JW_ADD_LITERAL(out, "]");
   return MUSTER_OK;
 }
+
+muster_err_t iter_block_write(iter_plans_t *plans, const iter_layout_t *lay, uint64_t epoch,
+                              const iter_block_t *b, bool indices, jw_buf_t *out, fail_t *f) {
+  int64_t plan_rank;
+  uint64_t begin, end;
+  iter_unit_desc(lay, b->block, &plan_rank, &begin, &end);
+  JW_ADD_LITERAL(out, "{\"block\":");
+  jw_add_int(out, (int64_t)b->block);
+  JW_ADD_LITERAL(out, ",\"token\":");
+  jw_add_int(out, b->token);
+  JW_ADD_LITERAL(out, ",\"deadline_ms\":");
+  jw_add_int(out, b->deadline_ms);
+  JW_ADD_LITERAL(out, ",\"rank\":");
+  if (plan_rank >= 0)
+    jw_add_int(out, plan_rank);
+  else
+    JW_ADD_LITERAL(out, "null");
+  JW_ADD_LITERAL(out, ",\"begin\":");
+  jw_add_int(out, (int64_t)begin);
+  JW_ADD_LITERAL(out, ",\"end\":");
+  jw_add_int(out, (int64_t)end);
+  if (b->takeover)
+    JW_ADD_LITERAL(out, ",\"takeover\":true");
+  else
+    JW_ADD_LITERAL(out, ",\"takeover\":false");
+  if (indices) {
+    JW_ADD_LITERAL(out, ",\"indices\":");
+    if (iter_unit_indices(plans, lay, epoch, b->block, out, f))
+      return f->code;
+  }
+  JW_ADD_LITERAL(out, "}");
+  return out->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+}

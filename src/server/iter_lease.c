@@ -86,45 +86,17 @@ typedef struct {
   int64_t count; /* blocks in it */
 } lease_ctx_t;
 
-/* Adds block g (now leased under `token`) to the reply: the object
- * {"block", "token", "deadline_ms", "rank", "begin", "end", "takeover"[,
- * "indices"]}, the bytes jw_dump writes for it built as a tree. */
+/* Adds block g (now leased under `token`) to the reply (iter_block_write),
+ * counting a takeover that is not a resend. */
 static muster_err_t reply_block(lease_ctx_t *c, uint64_t g, int64_t token, bool takeover,
                                 fail_t *f) {
-  int64_t plan_rank;
-  uint64_t begin, end;
-  iter_unit_desc(&c->lay, g, &plan_rank, &begin, &end);
-  jw_buf_t *b = &c->blocks;
   if (c->count++ > 0)
-    JW_ADD_LITERAL(b, ",");
-  JW_ADD_LITERAL(b, "{\"block\":");
-  jw_add_int(b, (int64_t)g);
-  JW_ADD_LITERAL(b, ",\"token\":");
-  jw_add_int(b, token);
-  JW_ADD_LITERAL(b, ",\"deadline_ms\":");
-  jw_add_int(b, c->deadline);
-  JW_ADD_LITERAL(b, ",\"rank\":");
-  if (plan_rank >= 0)
-    jw_add_int(b, plan_rank);
-  else
-    JW_ADD_LITERAL(b, "null");
-  JW_ADD_LITERAL(b, ",\"begin\":");
-  jw_add_int(b, (int64_t)begin);
-  JW_ADD_LITERAL(b, ",\"end\":");
-  jw_add_int(b, (int64_t)end);
-  if (takeover)
-    JW_ADD_LITERAL(b, ",\"takeover\":true");
-  else
-    JW_ADD_LITERAL(b, ",\"takeover\":false");
+    JW_ADD_LITERAL(&c->blocks, ",");
   if (takeover && !c->resending && rank_count(c->st, c->row->id, c->rank, 0, 0, 1, f))
     return f->code;
-  if (c->indices) {
-    JW_ADD_LITERAL(b, ",\"indices\":");
-    if (iter_unit_indices(c->plans, &c->lay, (uint64_t)c->row->epoch, g, b, f))
-      return f->code;
-  }
-  JW_ADD_LITERAL(b, "}");
-  return b->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+  iter_block_t b = {.block = g, .token = token, .deadline_ms = c->deadline, .takeover = takeover};
+  return iter_block_write(c->plans, &c->lay, (uint64_t)c->row->epoch, &b, c->indices, &c->blocks,
+                          f);
 }
 
 /* Leases the lane's returned blocks, lowest first.  INDEXED BY: without

@@ -1,6 +1,7 @@
 /*
  * iter_routes.c — the HTTP handlers of /v1/iterations: parse the path,
- * call one domain function of iter.c or iter_lease.c, format the reply.
+ * call one domain function of iter.c, iter_lease.c or iter_held.c, format
+ * the reply.
  */
 #include "iter.h"
 
@@ -55,4 +56,17 @@ void iter_h_ack(http_req_t *r) {
 void iter_h_heartbeat(http_req_t *r) {
   fail_t f = {0};
   reply(r, 200, iter_heartbeat(ST(r), r->params[0], r->body, &f), &f);
+}
+
+/* http_query as an iter_query_fn. */
+static const char *query_of(void *ctx, const char *key) {
+  return http_query(ctx, key);
+}
+
+void iter_h_held(http_req_t *r) {
+  fail_t f = {0};
+  iter_held_query_t q;
+  json_t *out =
+      iter_held_query(query_of, r, &q, &f) ? NULL : iter_held(ST(r), r->params[0], &q, &f);
+  reply(r, 200, out, &f);
 }

@@ -465,6 +465,7 @@ const http_route_t http_routes[] = {
     {"POST", "/v1/iterations/{}/next", iter_h_next, true, 0, 0},
     {"POST", "/v1/iterations/{}/ack", iter_h_ack, true, 0, 0},
     {"POST", "/v1/iterations/{}/heartbeat", iter_h_heartbeat, true, 0, 0},
+    {"GET", "/v1/iterations/{}/held", iter_h_held, true, 0, 0},
     /* Dashboard, metrics and DistCompute compatibility (dashboard.c, compat.c). */
     {"GET", "/", dashboard_h_index, HTTP_PUBLIC, 0, 0},
     {"GET", "/dashboard/{}", dashboard_h_asset, HTTP_PUBLIC, 0, 0},

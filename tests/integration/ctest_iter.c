@@ -5,6 +5,8 @@
  * checkpoint and restore, prefetching with a slow load callback (hits and
  * misses counted, the buffer bounded), a zero world or block size refused, a
  * dataset without samples refused.
+ * Held blocks: muster_iter_held lists, page by page, what muster_iter_next
+ * leased, and leases nothing; bad ranks and names fail as the head says.
  * Coordinated: 4 rank processes consume an epoch through loaders while one
  * of them is killed with SIGKILL holding leased blocks; every sample is then
  * consumed exactly once by the survivors plus what the victim had
@@ -441,6 +443,60 @@ static void test_kill_rank(const char *name, const char *strategy, int replicati
   muster_client_free(client);
 }
 
+/* ---- coordinated: the blocks a rank holds ------------------------------------------------ */
+
+/* True when `held` lists blocks[from ...] of `next` in order, under the same
+ * tokens and deadlines, with the same indices. */
+static int held_matches(const muster_iter_held_t *held, const muster_iter_next_t *next,
+                        size_t from) {
+  if (from + held->count > next->count)
+    return 0;
+  for (size_t i = 0; i < held->count; i++) {
+    const muster_iter_block_t *h = &held->blocks[i], *n = &next->blocks[from + i];
+    if (h->block != n->block || h->token != n->token || h->deadline_ms != n->deadline_ms ||
+        h->begin != n->begin || h->end != n->end || h->epoch != next->epoch || h->indices == NULL ||
+        memcmp(h->indices, n->indices, (h->end - h->begin) * sizeof *h->indices) != 0)
+      return 0;
+  }
+  return 1;
+}
+
+/* muster_iter_held lists what muster_iter_next leased, page by page, and
+ * leases nothing: rank 1's next then gets the block after rank 0's.  A rank
+ * not below the world size and an unknown iteration fail as the head says. */
+static void test_held(void) {
+  muster_client_t *c = connect_head(TOKEN);
+  muster_iter_config_t cfg;
+  coord_config(&cfg, "dynamic", 1);
+  cfg.lease_ms = cfg.rank_timeout_ms = 60000;
+  CHECK_OK(c, muster_iter_create(c, "held", &cfg, NULL, -1, NULL));
+  muster_iter_next_t next = {0}, other = {0};
+  muster_iter_held_t held = {0};
+  CHECK_OK(c, muster_iter_next(c, "held", 0, 0, 3, MUSTER_ITER_INDICES, &next));
+  CHECK(next.count == 3);
+  size_t listed = 0;
+  for (int64_t cursor = 0, pages = 0; cursor >= 0 && pages < 5; pages++) {
+    CHECK_OK(c, muster_iter_held(c, "held", 0, (uint64_t)cursor, 2, MUSTER_ITER_INDICES, &held));
+    CHECK(held.total == 3 && !held.finished && held_matches(&held, &next, listed));
+    listed += held.count;
+    cursor = held.next;
+    muster_iter_held_free(&held);
+  }
+  CHECK(listed == 3);
+  CHECK_OK(c, muster_iter_held(c, "held", 1, 0, 0, 0, &held));
+  CHECK(held.count == 0 && held.total == 0 && held.next == -1);
+  muster_iter_held_free(&held);
+  CHECK_OK(c, muster_iter_next(c, "held", 1, 0, 1, 0, &other));
+  CHECK(other.count == 1 && other.blocks[0].block == 3);
+  CHECK_ERR(c, muster_iter_held(c, "held", RANKS, 0, 0, 0, &held), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "query rank: 4 is not below world_size (4)"));
+  CHECK_ERR(c, muster_iter_held(c, "no-such", 0, 0, 0, 0, &held), MUSTER_ITERATION_NOT_FOUND);
+  CHECK(held.count == 0 && held.blocks == NULL);
+  muster_iter_next_free(&next);
+  muster_iter_next_free(&other);
+  muster_client_free(c);
+}
+
 int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   test_standalone_matches_stream();
@@ -458,6 +514,7 @@ int main(int argc, char **argv) {
   }
   test_kill_rank("kill-dynamic", "dynamic", 1, 3);
   test_kill_rank("kill-static", "round_robin", 2, 1);
+  test_held();
   ctest_head_stop();
   return ctest_report();
 }

@@ -524,10 +524,20 @@ class CliTest(unittest.TestCase):
             p = self.run_cli(h, "iter", "restore", "y", "/nonexistent/ck.json")
             self.assertEqual((p.returncode, p.stderr), (1, "muster: cannot read the checkpoint "
                              "file '/nonexistent/ck.json': No such file or directory\n"))
-            p = self.run_cli(h, "iter", "restore", "y", "-", stdin="not json")
-            self.assertEqual(p.returncode, 1)
-            self.assertTrue(p.stderr.startswith("muster: the checkpoint file '-' is not JSON "
-                                                "(line 1: "), p.stderr)
+            # Text that is not JSON: jansson's reason and where (a column on the one line a
+            # checkpoint is written on, line and column in a file of several), as the CLI
+            # tells of every JSON text it reads.
+            for text, where in (("not json", "invalid token near 'not' (at column 3)"),
+                                ('{"version": 1,\n "name": bad}\n',
+                                 "invalid token near 'bad' (at line 2, column 12)")):
+                p = self.run_cli(h, "iter", "restore", "y", "-", stdin=text)
+                self.assertEqual((p.returncode, p.stderr), (1, "muster: the checkpoint file '-' "
+                                 "is not JSON: %s; give the file that 'muster iter checkpoint' "
+                                 "wrote\n" % where))
+            p = self.run_cli(h, "iter", "restore", "y", "-", stdin="[1, 2]")
+            self.assertEqual((p.returncode, p.stderr), (1, "muster: the checkpoint file '-' is "
+                             "not a JSON object; give the file that 'muster iter checkpoint' "
+                             "wrote\n"))
             p = self.run_cli(h, "iter", "create", "c", "--num-samples", "10", "--world-size", "3")
             self.assertEqual(p.returncode, 0, p.stderr)
             ck = self.run_cli(h, "iter", "checkpoint", "c").stdout

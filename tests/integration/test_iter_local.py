@@ -3,7 +3,8 @@ the agent a client talks to keeps the iteration's state, so each sample is consu
 once per node; a lease that expires on a node is taken over on that node; the head
 never sees such an iteration; `cluster_sync: true` through an agent lives on the head
 and is shared cluster-wide; an omitted `cluster_sync` is `true` on a multi-node
-cluster and `false` on one node (through an agent), and `true` on the head.
+cluster and `false` on one node (through an agent), and `true` on the head; the blocks a
+rank holds are listed by the agent that holds the iteration.
 """
 import collections
 import os
@@ -170,6 +171,40 @@ class IterLocalTest(unittest.TestCase):
         got = drain("shared", [(0, self.a), (1, self.b)])
         self.assertEqual(everything(got), list(range(N)))
         self.assertTrue(got[0] and got[1], got)
+
+    def test_held_listed_by_the_node(self):
+        """GET .../held of a node-local iteration is answered by its agent, as the head
+        answers it: the blocks next leased, nothing leased by the listing, the same
+        refusals; another node and the head do not know the name; a cluster-wide
+        iteration's listing goes through an agent to the head."""
+        r = create(self.a, "heldloc", cluster_sync=False, world_size=2, strategy="dynamic",
+                   rank_timeout_ms=60000)
+        self.assertEqual(r.status, 201, r)
+        got = lease(self.a, "heldloc", 0)
+        r = self.a.request("GET", "/v1/iterations/heldloc/held?rank=0&indices=true")
+        self.assertEqual(r.status, 200, r)
+        self.assertIn("muster node iterations", r.headers.get("Via", ""))
+        self.assertEqual(r.json["blocks"], got["blocks"])
+        self.assertEqual((r.json["total"], r.json["next"]), (2, None))
+        self.assertEqual(lease(self.a, "heldloc", 1, max_blocks=1)["blocks"][0]["block"], 2)
+        for query, code, message in (
+                ("rank=2", "invalid_argument", "query rank: 2 is not below world_size (2)"),
+                ("", "invalid_argument", "query rank: missing"),
+                ("rank=0&max=x", "invalid_argument", "query max: 'x' is not an integer"),
+                ("rank", "bad_request", "a query parameter has no value")):
+            r = self.a.request("GET", "/v1/iterations/heldloc/held?" + query)
+            self.assertEqual(r.error_code, code, (query, r))
+            self.assertTrue(r.json["error"]["message"].startswith(message), (query, r))
+        self.assertEqual(self.a.request("GET", "/v1/iterations/heldloc/held?rank=0",
+                                        token="wrong").error_code, "unauthorized")
+        for other in (self.b, self.head):
+            r = other.request("GET", "/v1/iterations/heldloc/held?rank=0")
+            self.assertEqual(r.error_code, "iteration_not_found", r)
+        r = create(self.a, "heldhead", cluster_sync=True, world_size=2, strategy="dynamic")
+        self.assertEqual(r.status, 201, r)
+        got = lease(self.b, "heldhead", 1)
+        r = self.a.request("GET", "/v1/iterations/heldhead/held?rank=1&indices=true")
+        self.assertEqual((r.status, r.json["blocks"]), (200, got["blocks"]), r)
 
     def test_head_refuses_false(self):
         r = create(self.head, "onhead", cluster_sync=False)

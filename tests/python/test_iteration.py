@@ -236,5 +236,29 @@ class TestCheckpointOfAHead(HeadTestCase):
             self.c.iteration_checkpoint("ckpt")
 
 
+
+class TestHeldOfAHead(HeadTestCase):
+    """Client.iteration_held lists the blocks a rank holds (GET /v1/iterations/{name}/held)
+    and leases nothing: a next afterwards gets the block after them."""
+
+    def test_held_lists_and_leases_nothing(self):
+        self.c.create_iteration({"name": "held", "dataset": {"num_samples": 40},
+                                 "strategy": "dynamic", "world_size": 2, "block_size": 4})
+        got = self.c.iteration_next("held", {"rank": 0, "max": 3, "indices": True})
+        listed = self.c.iteration_held("held", 0, indices=True)
+        self.assertEqual(listed["blocks"], got["blocks"])
+        self.assertEqual((listed["total"], listed["next"], listed["finished"]), (3, None, False))
+        page = self.c.iteration_held("held", 0, cursor=1, max=1)
+        self.assertEqual([b["block"] for b in page["blocks"]], [1])
+        self.assertEqual(page["next"], 2)
+        self.assertEqual(self.c.iteration_held("held", 1)["blocks"], [])
+        later = self.c.iteration_next("held", {"rank": 1, "max": 1})
+        self.assertEqual(later["blocks"][0]["block"], 3)
+        with self.assertRaises(muster.errors.InvalidArgument) as e:
+            self.c.iteration_held("held", 2)
+        self.assertIn("query rank: 2 is not below world_size (2)", str(e.exception))
+        with self.assertRaises(muster.errors.IterationNotFound):
+            self.c.iteration_held("no-such", 0)
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,6 +1,7 @@
 /*
- * test_iter_reply.c — a coordinated iteration's `next` reply read from its
- * text (src/client/iter_reply.c, iter_next_read).
+ * test_iter_reply.c — a coordinated iteration's `next` reply, and the
+ * `held` listing of a rank's blocks, read from their text
+ * (src/client/iter_reply.c, iter_next_read and iter_held_read).
  *
  * Good replies — the head's compact text, the same spaced out in every way
  * JSON allows, members in another order, escaped names, unknown members —
@@ -342,6 +343,89 @@ static void test_large_block(void **state) {
   free(text);
 }
 
+/* ---- the held listing (iter_held_read) ---- */
+
+/* What the head writes for GET /v1/iterations/{name}/held (iter_held.c). */
+static const char held_reply[] =
+    "{\"rank\":1,\"epoch\":3,\"finished\":false,\"total\":5,\"blocks\":[{\"block\":5,"
+    "\"token\":1042,\"deadline_ms\":1763769630000,\"rank\":1,\"begin\":32,\"end\":35,"
+    "\"takeover\":false,\"indices\":[812,13,7]},{\"block\":9,\"token\":1050,"
+    "\"deadline_ms\":1763769630001,\"rank\":0,\"begin\":0,\"end\":2,\"takeover\":true,"
+    "\"indices\":[4,1]}],\"next\":12}\n";
+
+static muster_err_t held_n(const char *text, size_t len, bool want, muster_iter_held_t *out,
+                           char *why, size_t why_size) {
+  char *copy = malloc(len ? len : 1);
+  assert_non_null(copy);
+  memcpy(copy, text, len);
+  muster_err_t err = iter_held_read(copy, len, want, out, why, why_size);
+  free(copy);
+  return err;
+}
+
+/* A bad held reply: MUSTER_PROTOCOL, a message holding `part`, nothing kept. */
+static void held_bad(const char *text, bool want, const char *part) {
+  muster_iter_held_t out;
+  char why[256] = "";
+  muster_err_t err = held_n(text, strlen(text), want, &out, why, sizeof why);
+  if (err != MUSTER_PROTOCOL || strstr(why, part) == NULL)
+    fail_msg("%s\n-> %s (%d), want '%s'", text, why, (int)err, part);
+  assert_null(out.blocks);
+  assert_int_equal(out.count, 0);
+}
+
+static void test_held_reply(void **state) {
+  muster_iter_held_t out;
+  char why[256] = "";
+  assert_int_equal(held_n(held_reply, strlen(held_reply), true, &out, why, sizeof why), MUSTER_OK);
+  assert_true(out.epoch == 3 && !out.finished && out.total == 5 && out.next == 12);
+  assert_int_equal(out.count, 2);
+  const muster_iter_block_t *b = &out.blocks[1];
+  assert_true(b->epoch == 3 && b->block == 9 && b->token == 1050 && b->plan_rank == 0 &&
+              b->begin == 0 && b->end == 2 && b->takeover);
+  assert_true(b->indices[0] == 4 && b->indices[1] == 1);
+  muster_iter_held_free(&out);
+  /* The last page (next null), a finished iteration, spaces, unknown members. */
+  static const char *const texts[] = {
+      "{\"rank\":0,\"epoch\":0,\"finished\":false,\"total\":0,\"blocks\":[],\"next\":null}",
+      "{\"epoch\":2,\"finished\":true,\"blocks\":[]}",
+      " { \"blocks\" : [ ] ,\n \"epoch\" : 1 , \"later\": {\"x\": [1, 2.5]} } ",
+  };
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(held_n(texts[i], strlen(texts[i]), true, &out, why, sizeof why), MUSTER_OK);
+    assert_true(out.count == 0 && out.next == -1);
+    assert_int_equal(out.finished, i == 1);
+    muster_iter_held_free(&out);
+  }
+}
+
+static void test_held_bad(void **state) {
+  /* Every prefix of the head's text is refused. */
+  size_t full = strrchr(held_reply, '}') - held_reply + 1;
+  for (size_t len = 0; len < full; len++) {
+    muster_iter_held_t out;
+    char why[256];
+    assert_int_equal(held_n(held_reply, len, false, &out, why, sizeof why), MUSTER_PROTOCOL);
+    assert_null(out.blocks);
+  }
+  held_bad("{\"epoch\":0}", false, "no \"blocks\"");
+  held_bad("{\"blocks\":[]}", false, "no \"epoch\"");
+  held_bad("{\"epoch\":0,\"finished\":1,\"blocks\":[]}", false, "finished: expected true or false");
+  held_bad("{\"epoch\":-1,\"blocks\":[]}", false, "epoch: expected an integer >= 0");
+  held_bad("{\"epoch\":0,\"total\":null,\"blocks\":[]}", false, "total: expected an integer >= 0");
+  held_bad("{\"epoch\":0,\"next\":-2,\"blocks\":[]}", false,
+           "next: expected an integer >= 0 or null");
+  held_bad("{\"epoch\":0,\"next\":\"3\",\"blocks\":[]}", false, "next: not an integer");
+  held_bad("{\"epoch\":0,\"epoch\":0,\"blocks\":[]}", false, "\"epoch\" twice");
+  held_bad("{\"epoch\":0,\"blocks\":[]}x", false, "text after the reply");
+  /* Blocks are checked as a next reply's are. */
+  held_bad("{\"epoch\":0,\"blocks\":[{\"block\":1,\"token\":2,\"begin\":0,\"end\":1}]}", true,
+           "blocks[0]: no \"indices\", which were asked for");
+  held_bad("{\"epoch\":0,\"blocks\":[{\"block\":1,\"token\":2,\"begin\":0,\"end\":2,"
+           "\"indices\":[1,-2]}]}",
+           true, "blocks[0].indices[1]: a negative number");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_head_reply),
@@ -352,6 +436,8 @@ int main(void) {
       cmocka_unit_test(test_bad_indices),
       cmocka_unit_test(test_bad_blocks_and_replies),
       cmocka_unit_test(test_large_block),
+      cmocka_unit_test(test_held_reply),
+      cmocka_unit_test(test_held_bad),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
