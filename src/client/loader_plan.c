@@ -8,16 +8,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Says in msg that `value` of field `key` is none of `names`, as the head says it. */
+static muster_err_t part_bad_name(const char *key, const char *value, const char *names,
+                                  char *msg, size_t n) {
+  snprintf(msg, n, "%s: '%s' is not one of %s", key, value, names);
+  return MUSTER_INVALID;
+}
+
 /* Fills *cfg from the public configuration; the enum names are checked. */
 static muster_err_t part_from(const muster_iter_config_t *in, part_config_t *cfg,
                               part_range_t **ranges, char *msg, size_t n) {
   part_config_init(cfg);
-  if ((in->shuffle && part_shuffle_parse(in->shuffle, &cfg->shuffle) != MUSTER_OK) ||
-      (in->strategy && part_strategy_parse(in->strategy, &cfg->strategy) != MUSTER_OK) ||
-      (in->tail && part_tail_parse(in->tail, &cfg->tail) != MUSTER_OK)) {
-    snprintf(msg, n, "shuffle, strategy or tail: unknown name (see docs/iterations.md)");
-    return MUSTER_INVALID;
-  }
+  if (in->shuffle && part_shuffle_parse(in->shuffle, &cfg->shuffle) != MUSTER_OK)
+    return part_bad_name("shuffle", in->shuffle, PART_SHUFFLE_NAMES, msg, n);
+  if (in->strategy && part_strategy_parse(in->strategy, &cfg->strategy) != MUSTER_OK)
+    return part_bad_name("strategy", in->strategy, PART_STRATEGY_NAMES, msg, n);
+  if (in->tail && part_tail_parse(in->tail, &cfg->tail) != MUSTER_OK)
+    return part_bad_name("tail", in->tail, PART_TAIL_NAMES, msg, n);
   /* muster_iter_config_init sets these; a 0 is a caller's mistake (an unset
    * world size read from the environment, say), which the head refuses too:
    * taken as the default, every "rank" would read the whole dataset. */

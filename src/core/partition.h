@@ -109,6 +109,10 @@ const char *part_shuffle_name(part_shuffle_t shuffle);
 const char *part_strategy_name(part_strategy_t strategy);
 const char *part_tail_name(part_tail_t tail);
 muster_err_t part_shuffle_parse(const char *name, part_shuffle_t *out);
+/* The names each parse function knows, for the message refusing another. */
+#define PART_SHUFFLE_NAMES "none, global, shard"
+#define PART_STRATEGY_NAMES "round_robin, contiguous, hash, range, stratified, dynamic"
+#define PART_TAIL_NAMES "keep, pad, drop"
 muster_err_t part_strategy_parse(const char *name, part_strategy_t *out);
 muster_err_t part_tail_parse(const char *name, part_tail_t *out);
 

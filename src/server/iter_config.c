@@ -236,11 +236,11 @@ muster_err_t iter_spec_parse(const json_t *obj, iter_spec_t *spec, fail_t *f) {
   part_config_init(cfg);
   unsigned shuffle = 0, strategy = 0, tail = 0;
   if (parse_numbers(obj, cfg, spec->canon, f) || parse_dataset(obj, spec, f) ||
-      parse_enum(obj, "shuffle", "none", parse_shuffle, &shuffle, "none, global, shard",
+      parse_enum(obj, "shuffle", "none", parse_shuffle, &shuffle, PART_SHUFFLE_NAMES,
                  spec->canon, f) ||
       parse_enum(obj, "strategy", "round_robin", parse_strategy, &strategy,
-                 "round_robin, contiguous, hash, range, stratified, dynamic", spec->canon, f) ||
-      parse_enum(obj, "tail", "keep", parse_tail, &tail, "keep, pad, drop", spec->canon, f))
+                 PART_STRATEGY_NAMES, spec->canon, f) ||
+      parse_enum(obj, "tail", "keep", parse_tail, &tail, PART_TAIL_NAMES, spec->canon, f))
     goto fail;
   cfg->shuffle = (part_shuffle_t)shuffle;
   cfg->strategy = (part_strategy_t)strategy;

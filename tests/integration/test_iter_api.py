@@ -594,6 +594,24 @@ class CliTest(unittest.TestCase):
                 "muster: lease_lost: block 0 of epoch 0 under token 999999: epoch 0 is complete "
                 "and the block was acknowledged in it under another token"), p.stderr)
 
+    def test_cli_names_the_bad_choice(self):
+        """A standalone `iter stream` (no head asked) and `iter create` (the head asked)
+        refuse a name that is not a shuffle, strategy or tail in the same words: the
+        field, the value and the names it could be."""
+        with harness.Head() as h:
+            for option, value, names in (
+                    ("--shuffle", "y", "none, global, shard"),
+                    ("--strategy", "x", "round_robin, contiguous, hash, range, stratified, "
+                     "dynamic"),
+                    ("--tail", "nope", "keep, pad, drop")):
+                want = "muster: invalid_argument: %s: '%s' is not one of %s\n" % (
+                    option[2:], value, names)
+                for cmd in (["stream"], ["create", "bad"]):
+                    p = self.run_cli(h, "iter", *cmd, "--num-samples", "10", option, value)
+                    self.assertEqual((p.returncode, p.stdout), (1, ""), (cmd, p.stderr))
+                    self.assertTrue(p.stderr.startswith(want), (cmd, p.stderr))
+            self.assertEqual(h.request("GET", "/v1/iterations/bad").status, 404)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
