@@ -292,7 +292,10 @@ static void head_flush_next(head_t *h) {
   h->flushing_token_floor = h->queued_token_floor;
   h->queued_tasks = INT64_MAX;
   h->queued_flush = false;
-  h->flush_started_us = metrics_now_us();
+  /* Its flush began when the thread took it, before the loop heard of the
+   * one before (or it is about to begin: still untaken). */
+  int64_t taken = h->syncer ? syncer_taken_us(h->syncer) : 0; /* none: stopping */
+  h->flush_started_us = taken > 0 ? taken : metrics_now_us();
 }
 
 /* The helper thread's flush ended (on the loop thread). */
@@ -490,18 +493,22 @@ void head_commit(evutil_socket_t fd, short what, void *arg) {
 void head_drain_syncs(head_t *h) {
   if (h->syncer == NULL)
     return;
-  int err = syncer_stop(h->syncer); /* a flush in flight finishes first */
+  int results[2];
+  unsigned count = syncer_stop(h->syncer, results); /* the flushes in flight finish first */
   h->syncer = NULL;
   bool lent;
   reply_list_t group = head_take_syncing(h, &lent);
   /* The group of a flush in flight is answered by that flush's result: a
-   * later flush through the same descriptor would not report its error. */
+   * later flush through the same descriptor would not report its error.
+   * The queued one's is the newer result: it may have failed where the one
+   * before it made its group durable (and after a failure the thread
+   * answers it with that failure, without flushing). */
   if (group.head)
-    head_flushed(h, &group, lent, err);
-  if (h->queued_flush) { /* it ran too, with the same result */
+    head_flushed(h, &group, lent, results[0]);
+  if (h->queued_flush) {
     head_flush_next(h);
     group = head_take_syncing(h, &lent);
-    head_flushed(h, &group, false, err);
+    head_flushed(h, &group, false, results[count > 1 ? 1 : 0]);
   }
   http_list_concat(&group, &h->committed);
   fail_t f = {0};

@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 struct syncer {
@@ -36,10 +37,18 @@ struct syncer {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool requested, quit; /* under mu: a request the thread has not taken yet */
+  int64_t taken_us;     /* under mu: when the thread took the last request taken */
   syncer_then_fn then;  /* under mu: runs after the requested flush, if it succeeded */
   void *then_arg;
   atomic_ulong succeeded; /* flushes that succeeded (before the loop hears of them) */
 };
+
+/* CLOCK_MONOTONIC in microseconds, the clock of metrics_now_us. */
+static int64_t syncer_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static void *syncer_main(void *arg) {
   syncer_t *s = arg;
@@ -51,6 +60,7 @@ static void *syncer_main(void *arg) {
     if (!s->requested)
       break;
     s->requested = false;
+    s->taken_us = syncer_now_us();
     syncer_then_fn then = s->then;
     void *then_arg = s->then_arg;
     pthread_mutex_unlock(&s->mu);
@@ -132,13 +142,21 @@ bool syncer_waiting(syncer_t *s) {
   return waiting;
 }
 
+int64_t syncer_taken_us(syncer_t *s) {
+  pthread_mutex_lock(&s->mu);
+  int64_t taken = s->requested ? 0 : s->taken_us;
+  pthread_mutex_unlock(&s->mu);
+  return taken;
+}
+
 unsigned syncer_flushed(syncer_t *s) {
   unsigned long done = atomic_load_explicit(&s->succeeded, memory_order_acquire) - s->heard;
   /* After a failure the results heard outnumber the successes. */
   return done > s->outstanding ? 0 : (unsigned)done;
 }
 
-int syncer_stop(syncer_t *s) {
+unsigned syncer_stop(syncer_t *s, int results[2]) {
+  results[0] = results[1] = 0;
   if (s == NULL)
     return 0;
   pthread_mutex_lock(&s->mu);
@@ -146,13 +164,10 @@ int syncer_stop(syncer_t *s) {
   pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thread, NULL); /* a flush in flight finishes first */
-  int err = 0;
-  for (; s->outstanding > 0; s->outstanding--) {
-    int one = 0;
-    if (read(s->pipe_fds[0], &one, sizeof one) != (ssize_t)sizeof one)
-      one = EIO; /* the thread always writes its result: this cannot be */
-    if (err == 0)
-      err = one;
+  unsigned count = s->outstanding;
+  for (unsigned i = 0; i < count; i++) { /* the thread wrote them in order */
+    if (read(s->pipe_fds[0], &results[i], sizeof results[i]) != (ssize_t)sizeof results[i])
+      results[i] = EIO; /* the thread always writes its result: this cannot be */
   }
   event_free(s->done_ev);
   close(s->pipe_fds[0]);
@@ -160,5 +175,5 @@ int syncer_stop(syncer_t *s) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);
-  return err;
+  return count;
 }

@@ -14,6 +14,7 @@
 #define MUSTER_SERVER_SYNCER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct event_base;
 typedef struct syncer syncer_t;
@@ -42,12 +43,17 @@ unsigned syncer_outstanding(const syncer_t *s);
 /* True while the last request waits for the thread to take it: its fdatasync
  * has not begun, so it covers every write made before this call. */
 bool syncer_waiting(syncer_t *s);
+/* When the thread took the last request to flush it (CLOCK_MONOTONIC, µs, as
+ * metrics_now_us); 0 while that request waits untaken. */
+int64_t syncer_taken_us(syncer_t *s);
 /* How many of the outstanding flushes, oldest first, have already succeeded
  * though the loop has not heard of them yet: what they cover is on disk. */
 unsigned syncer_flushed(syncer_t *s);
 /* Waits for the outstanding flushes, stops the thread and frees; accepts
- * NULL.  The done callback is not called for a flush that ends here: returns
- * their result instead (0 or the first errno; 0 when none was outstanding). */
-int syncer_stop(syncer_t *s);
+ * NULL.  The done callback is not called for a flush that ends here: their
+ * results (0 or an errno) are put in results[], oldest first, instead, and
+ * their number returned (0, 1 or 2).  Each flush is answered by its own: the
+ * first may have made its writes durable though the second failed. */
+unsigned syncer_stop(syncer_t *s, int results[2]);
 
 #endif

@@ -4,7 +4,7 @@
  * flush succeeded (syncer_flushed) before the loop hears of it; the loop's
  * done callback gets the result and the syncer is idle again; a flush that
  * fails runs nothing after it, never reads as flushed, and reports its
- * errno; stopping with a flush in flight returns that flush's result; a
+ * errno; stopping with flushes in flight gives each its own result; a
  * second flush requested while one runs starts the moment the first ends,
  * before the loop hears of the first.
  */
@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/syncer.h"
@@ -92,6 +93,12 @@ static void wait_done(env_t *e, int n) {
   }
 }
 
+/* Stops `s`; the number of flushes it waited for, their results in results[]. */
+static unsigned stop(syncer_t *s, int results[2]) {
+  results[0] = results[1] = -1;
+  return syncer_stop(s, results);
+}
+
 static int setup(void **state) {
   env_t *e = calloc(1, sizeof *e);
   e->base = event_base_new();
@@ -145,7 +152,8 @@ static void test_then_runs_before_the_loop_hears(void **state) {
   wait_done(e, 4);
   assert_int_equal(e->done_err, 0);
   assert_int_equal(then_calls(e), 3);
-  assert_int_equal(syncer_stop(s), 0);
+  int results[2];
+  assert_int_equal(stop(s, results), 0);
 }
 
 static void test_a_failed_flush_runs_nothing_after_it(void **state) {
@@ -158,17 +166,21 @@ static void test_a_failed_flush_runs_nothing_after_it(void **state) {
   assert_int_equal(then_calls(e), 0);
   assert_false(syncer_flushed(s));
   assert_false(syncer_busy(s));
-  assert_int_equal(syncer_stop(s), 0); /* none in flight */
+  int results[2];
+  assert_int_equal(stop(s, results), 0); /* none in flight */
 }
 
 static void test_stop_returns_the_flush_in_flight(void **state) {
   env_t *e = *state;
   syncer_t *s = syncer_start(e->base, e->pipe_fds[0], on_done, e);
   syncer_request(s, on_then, e);
-  assert_int_equal(syncer_stop(s), EINVAL);
+  int results[2];
+  assert_int_equal(stop(s, results), 1);
+  assert_int_equal(results[0], EINVAL);
   s = syncer_start(e->base, e->file_fd, on_done, e);
   syncer_request(s, on_then, e);
-  assert_int_equal(syncer_stop(s), 0);
+  assert_int_equal(stop(s, results), 1);
+  assert_int_equal(results[0], 0);
   assert_int_equal(then_calls(e), 1); /* it ran before the stop returned */
   assert_int_equal(e->done_calls, 0); /* the loop never heard of either */
 }
@@ -186,11 +198,16 @@ static void test_a_second_flush_starts_without_the_loop(void **state) {
   assert_int_equal(syncer_outstanding(s), 2);
   assert_true(syncer_waiting(s));
   assert_int_equal(syncer_flushed(s), 0);
+  assert_int_equal(syncer_taken_us(s), 0); /* the last request is untaken */
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t opened_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
   open_gate(e);
   /* Both flushes end while the loop does not run: the thread took the
    * second the moment the first ended. */
   wait_then_calls(e, 2);
   assert_false(syncer_waiting(s));
+  assert_true(syncer_taken_us(s) >= opened_us); /* when the second began */
   assert_int_equal(syncer_flushed(s), 2);
   assert_int_equal(e->done_calls, 0);
   wait_done(e, 1);
@@ -199,7 +216,8 @@ static void test_a_second_flush_starts_without_the_loop(void **state) {
   wait_done(e, 2);
   assert_int_equal(e->done_err, 0);
   assert_false(syncer_busy(s));
-  assert_int_equal(syncer_stop(s), 0);
+  int results[2];
+  assert_int_equal(stop(s, results), 0);
 }
 
 static void test_stop_waits_for_both_flushes(void **state) {
@@ -210,9 +228,36 @@ static void test_stop_waits_for_both_flushes(void **state) {
     sched_yield();
   syncer_request(s, on_then, e);
   open_gate(e);
-  assert_int_equal(syncer_stop(s), 0);
+  int results[2];
+  assert_int_equal(stop(s, results), 2);
+  assert_int_equal(results[0], 0);
+  assert_int_equal(results[1], 0);
   assert_int_equal(then_calls(e), 2); /* both ran before the stop returned */
   assert_int_equal(e->done_calls, 0);
+}
+
+/* The first of two flushes succeeds, the second fails (its descriptor made a
+ * pipe while the thread was held after the first): the stop tells each its
+ * own result, so the first's writes are not reported lost. */
+static void test_stop_tells_each_flush_its_result(void **state) {
+  env_t *e = *state;
+  int fd = dup(e->file_fd);
+  syncer_t *s = syncer_start(e->base, fd, on_done, e);
+  syncer_request(s, on_gated_then, e);
+  while (syncer_waiting(s))
+    sched_yield();
+  syncer_request(s, on_then, e);
+  while (syncer_flushed(s) < 1) /* the first flush is done: the thread waits in its `then` */
+    sched_yield();
+  assert_int_equal(dup2(e->pipe_fds[0], fd), fd);
+  open_gate(e);
+  int results[2];
+  assert_int_equal(stop(s, results), 2);
+  assert_int_equal(results[0], 0);
+  assert_int_equal(results[1], EINVAL);
+  assert_int_equal(then_calls(e), 1); /* nothing runs after the failed one */
+  assert_int_equal(e->done_calls, 0);
+  close(fd);
 }
 
 int main(void) {
@@ -222,6 +267,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stop_returns_the_flush_in_flight, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_second_flush_starts_without_the_loop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stop_waits_for_both_flushes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stop_tells_each_flush_its_result, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
