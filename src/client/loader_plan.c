@@ -9,8 +9,8 @@
 #include <stdlib.h>
 
 /* Says in msg that `value` of field `key` is none of `names`, as the head says it. */
-static muster_err_t part_bad_name(const char *key, const char *value, const char *names,
-                                  char *msg, size_t n) {
+static muster_err_t part_bad_name(const char *key, const char *value, const char *names, char *msg,
+                                  size_t n) {
   snprintf(msg, n, "%s: '%s' is not one of %s", key, value, names);
   return MUSTER_INVALID;
 }
@@ -29,10 +29,12 @@ static muster_err_t part_from(const muster_iter_config_t *in, part_config_t *cfg
    * world size read from the environment, say), which the head refuses too:
    * taken as the default, every "rank" would read the whole dataset. */
   if (in->world_size == 0 || in->block_size == 0 || in->shuffle_block_size == 0) {
-    snprintf(msg, n, "%s: 0 is out of range; it must be at least 1 "
+    snprintf(msg, n,
+             "%s: 0 is out of range; it must be at least 1 "
              "(muster_iter_config_init sets the defaults)",
-             in->world_size == 0 ? "world_size"
-             : in->block_size == 0 ? "block_size" : "shuffle_block_size");
+             in->world_size == 0   ? "world_size"
+             : in->block_size == 0 ? "block_size"
+                                   : "shuffle_block_size");
     return MUSTER_INVALID;
   }
   cfg->seed = in->seed;
@@ -57,10 +59,9 @@ muster_err_t iter_config_plan(const muster_iter_config_t *in, dataset_t **ds, pa
                               char *msg, size_t n) {
   *ds = NULL;
   *plan = NULL;
-  muster_err_t err = in->num_shards > 0
-                         ? dataset_create_shards(in->num_shards, in->shard_counts,
-                                                 in->shard_uris, ds)
-                         : dataset_create(in->num_samples, ds);
+  muster_err_t err = in->num_shards > 0 ? dataset_create_shards(in->num_shards, in->shard_counts,
+                                                                in->shard_uris, ds)
+                                        : dataset_create(in->num_samples, ds);
   if (err == MUSTER_OK && in->labels)
     err = dataset_set_labels(*ds, in->labels, dataset_num_samples(*ds));
   if (err != MUSTER_OK) {

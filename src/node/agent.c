@@ -134,8 +134,8 @@ static json_t *agent_node_json(const node_agent_t *a) {
       json_object_set_new(gpu, "memory_free_mb", json_integer(g->memory_free_mb));
     json_array_append_new(gpus, gpu);
   }
-  json_t *node = json_pack("{s:s, s:s, s:i, s:o, s:s}", "name", a->name, "hostname",
-                           a->hostname, "cpus", a->cpus, "gpus", gpus, "instance", a->instance);
+  json_t *node = json_pack("{s:s, s:s, s:i, s:o, s:s}", "name", a->name, "hostname", a->hostname,
+                           "cpus", a->cpus, "gpus", gpus, "instance", a->instance);
   if (node && a->address[0]) /* none: the head lists the node without one */
     json_object_set_new(node, "address", json_string(a->address));
   if (node && a->previous[0]) /* proven gone by our lock: the head need not wait for it */
@@ -526,8 +526,9 @@ static int agent_count_workers(node_agent_t *a, int detected, const char *only, 
     return 0;
   }
   if (only != NULL)
-    agent_log(a, "CUDA_VISIBLE_DEVICES=%s names GPUs, but detection (%s) found none on this "
-                 "machine: CPU workers",
+    agent_log(a,
+              "CUDA_VISIBLE_DEVICES=%s names GPUs, but detection (%s) found none on this "
+              "machine: CPU workers",
               only, a->gpus.source);
   return cpu_workers;
 }

@@ -23,10 +23,10 @@ struct evhttp_connection;
 /* One supervised worker process (a `muster worker` run by the agent). */
 typedef struct {
   node_agent_t *agent;
-  int slot;      /* 0-based position among the agent's workers */
+  int slot;              /* 0-based position among the agent's workers */
   const node_gpu_t *gpu; /* the GPU or MIG instance it owns (the agent's), NULL: a CPU worker */
-  pid_t pid;     /* 0 while not running */
-  int report_fd; /* read end of the pipe the worker reports its id on, or -1 */
+  pid_t pid;             /* 0 while not running */
+  int report_fd;         /* read end of the pipe the worker reports its id on, or -1 */
   struct event *report_ev;
   struct event *restart_ev;
   char report[64]; /* a partial "worker ID" line */

@@ -317,8 +317,8 @@ static const gpu_query_t gpu_queries[] = {
 static int gpu_parse_mig_mode(const char *text) {
   if (strcmp(text, "Enabled") == 0)
     return 1;
-  return strcmp(text, "Disabled") == 0 || strcmp(text, "[N/A]") == 0 ||
-                 strcmp(text, "N/A") == 0 || strcmp(text, "[Not Supported]") == 0
+  return strcmp(text, "Disabled") == 0 || strcmp(text, "[N/A]") == 0 || strcmp(text, "N/A") == 0 ||
+                 strcmp(text, "[Not Supported]") == 0
              ? 0
              : -1;
 }
@@ -362,7 +362,8 @@ static int gpu_parse_query(char *text, const gpu_query_t *q, node_gpus_t *out, i
   return 0;
 }
 
-/* Cuts "... (UUID: X)" off the end of `line`, keeping X in uuid[96] when it starts with `prefix`. */
+/* Cuts "... (UUID: X)" off the end of `line`, keeping X in uuid[96] when it starts with `prefix`.
+ */
 static void gpu_cut_uuid(char *line, char *uuid, const char *prefix) {
   char *at = strstr(line, "(UUID:");
   uuid[0] = '\0';
@@ -597,8 +598,8 @@ static void gpu_uuid_error(const node_gpus_t *gpus, const char *uuid, int matche
              uuid, what, some_mig ? "GPUs and MIG instances" : "GPUs", found,
              some_mig ? ", an instance also as GPU:INSTANCE" : "");
   } else if (gpus->count == 0) {
-    snprintf(err, err_size, "'%s' matches no %s of this machine: detection (%s) found no GPU",
-             uuid, what, gpus->source ? gpus->source : "none");
+    snprintf(err, err_size, "'%s' matches no %s of this machine: detection (%s) found no GPU", uuid,
+             what, gpus->source ? gpus->source : "none");
   } else {
     snprintf(err, err_size,
              "'%s' matches no %s of this machine: detection (%s) found %d GPUs and no UUIDs; "
@@ -674,8 +675,8 @@ static int gpu_parse_entry(const node_gpus_t *gpus, const char *entry, const cha
 }
 
 /* Parses "0,GPU-8f1c,1:0" into `picks`; -1 with err when an entry names nothing. */
-static int gpu_parse_only(const node_gpus_t *gpus, const char *only, gpu_pick_t *picks,
-                          int *count, char *err, size_t err_size) {
+static int gpu_parse_only(const node_gpus_t *gpus, const char *only, gpu_pick_t *picks, int *count,
+                          char *err, size_t err_size) {
   char copy[512];
   snprintf(copy, sizeof copy, "%s", only);
   *count = 0;

@@ -42,7 +42,7 @@ typedef struct {
 typedef struct {
   node_gpu_t gpus[NODE_MAX_GPUS];
   int count;
-  const char *source;    /* "nvml", "nvidia-smi", "nvidia-smi -L" or "none" (static text) */
+  const char *source;          /* "nvml", "nvidia-smi", "nvidia-smi -L" or "none" (static text) */
   int idle_mig[NODE_MAX_GPUS]; /* GPUs in MIG mode without instances (indexes): no */
   int nidle_mig;               /* worker can use them, so none of gpus[] stands for them */
 } node_gpus_t;

@@ -53,7 +53,7 @@ extern char **environ;
 #define NODE_STABLE_MS 10000
 #define NODE_REPORT_FD 3
 #define SUP_WORKER_VARS 5 /* per-worker environment entries */
-#define SUP_VAR_MAX 128  /* one of them: CUDA_VISIBLE_DEVICES=MIG-<uuid> is the longest */
+#define SUP_VAR_MAX 128   /* one of them: CUDA_VISIBLE_DEVICES=MIG-<uuid> is the longest */
 
 /* Variables the agent sets for its workers; inherited values are dropped. */
 static const char *const sup_own_vars[] = {"MUSTER_TOKEN=",         "MUSTER_AGENT_FD=",

@@ -21,8 +21,8 @@
  * "memory_total_mb", "memory_free_mb"} objects, `index` required (`mig`: a MIG
  * instance of GPU `index`). */
 static muster_err_t node_check_gpus(const json_t *gpus, fail_t *f) {
-  static const char *const allowed[] = {"index",           "mig",          "name",
-                                        "memory_total_mb", "memory_free_mb", NULL};
+  static const char *const allowed[] = {"index",          "mig", "name", "memory_total_mb",
+                                        "memory_free_mb", NULL};
   if (!json_is_array(gpus))
     return fail_set(f, MUSTER_INVALID, "gpus: expected an array of GPU objects");
   if (json_array_size(gpus) > NODE_MAX_GPUS)
@@ -340,8 +340,9 @@ json_t *node_register(store_t *st, const json_t *body, int64_t default_timeout_m
 
 /* The counters a node agent reports for its shared-data cache (docs/api.md). */
 static const char *const node_cache_fields[] = {
-    "hits",           "misses",         "coalesced",       "bytes_served", "evictions",
-    "upstream_fetches", "fetch_failures", "verify_failures", NULL};
+    "hits",           "misses",          "coalesced",
+    "bytes_served",   "evictions",       "upstream_fetches",
+    "fetch_failures", "verify_failures", NULL};
 
 /* Checks body["cache"] (absent, or an object of non-negative integer counters)
  * and returns it encoded (caller frees), or NULL when absent. */

@@ -21,7 +21,7 @@
 typedef struct fake_device {
   const char *name, *uuid;
   unsigned long long total_mb, free_mb;
-  int mig_mode;                      /* 1: MIG mode on */
+  int mig_mode;                     /* 1: MIG mode on */
   const struct fake_device *mig[3]; /* instances by slot; NULL: a free slot */
 } fake_device_t;
 
@@ -30,21 +30,35 @@ typedef struct {
 } fake_memory_t;
 
 static const fake_device_t fake_small = {"Fake A100 80GB MIG 1g.10gb",
-                                         "MIG-5a2e1111-1111-5111-8111-111111111111", 9728, 9700,
-                                         0, {NULL}};
+                                         "MIG-5a2e1111-1111-5111-8111-111111111111",
+                                         9728,
+                                         9700,
+                                         0,
+                                         {NULL}};
 static const fake_device_t fake_large = {"Fake A100 80GB MIG 3g.40gb",
-                                         "MIG-5a2e2222-2222-5222-8222-222222222222", 40192, 40000,
-                                         0, {NULL}};
+                                         "MIG-5a2e2222-2222-5222-8222-222222222222",
+                                         40192,
+                                         40000,
+                                         0,
+                                         {NULL}};
 static const fake_device_t fake_gpus[] = {
-    {"Fake A100 80GB", "GPU-0a0a0a0a-0a0a-4a0a-8a0a-0a0a0a0a0a0a", 81920, 80000, 1,
+    {"Fake A100 80GB",
+     "GPU-0a0a0a0a-0a0a-4a0a-8a0a-0a0a0a0a0a0a",
+     81920,
+     80000,
+     1,
      {&fake_small, NULL, &fake_large}},
     {"Fake H100", "GPU-0b0b0b0b-0b0b-4b0b-8b0b-0b0b0b0b0b0b", 81559, 81000, 0, {NULL}},
     {"Fake A30", "GPU-0c0c0c0c-0c0c-4c0c-8c0c-0c0c0c0c0c0c", 24576, 24000, 1, {NULL}},
 };
 #define FAKE_GPUS (sizeof fake_gpus / sizeof fake_gpus[0])
 
-int nvmlInit_v2(void) { return NVML_SUCCESS; }
-int nvmlShutdown(void) { return NVML_SUCCESS; }
+int nvmlInit_v2(void) {
+  return NVML_SUCCESS;
+}
+int nvmlShutdown(void) {
+  return NVML_SUCCESS;
+}
 
 int nvmlDeviceGetCount_v2(unsigned int *count) {
   *count = FAKE_GPUS;
