@@ -91,12 +91,10 @@ void dashboard_h_compat_worker(http_req_t *r) {
 }
 
 void dashboard_h_throughput(http_req_t *r) {
-  const char *text = http_query(r, "seconds");
-  char *end = NULL;
-  long seconds = text ? strtol(text, &end, 10) : 300;
+  int64_t seconds;
   fail_t f;
-  if (text && (*text == '\0' || *end != '\0' || seconds < 1 || seconds > METRICS_RING_SECONDS)) {
-    fail_query_int(&f, "seconds", text, 1, METRICS_RING_SECONDS);
+  if (query_int_read(http_query(r, "seconds"), "seconds", 300, 1, METRICS_RING_SECONDS, &seconds,
+                     &f)) {
     http_reply_fail(r, &f);
     return;
   }

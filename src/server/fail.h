@@ -37,4 +37,10 @@ const char *fail_range(char *buf, size_t size, int64_t value, int64_t min, int64
 muster_err_t fail_query_int(fail_t *f, const char *key, const char *text, int64_t min,
                             int64_t max);
 
+/* Reads `text`, the value of query parameter `key` (NULL when absent: then
+ * *out = dflt), as an integer in [min, max]; MUSTER_OK, or fail_query_int's
+ * refusal.  The one reader of the head's integer query parameters. */
+muster_err_t query_int_read(const char *text, const char *key, int64_t dflt, int64_t min,
+                            int64_t max, int64_t *out, fail_t *f);
+
 #endif

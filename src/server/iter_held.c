@@ -28,17 +28,7 @@
  * (`dflt` when absent), or fails as the head's other query integers do. */
 static muster_err_t held_int(iter_query_fn get, void *ctx, const char *key, int64_t dflt,
                              int64_t min, int64_t max, int64_t *out, fail_t *f) {
-  const char *text = get(ctx, key);
-  *out = dflt;
-  if (text == NULL)
-    return MUSTER_OK;
-  char *end;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || errno != 0 || v < min || v > max)
-    return fail_query_int(f, key, text, min, max);
-  *out = v;
-  return MUSTER_OK;
+  return query_int_read(get(ctx, key), key, dflt, min, max, out, f);
 }
 
 muster_err_t iter_held_query(iter_query_fn get, void *ctx, iter_held_query_t *q, fail_t *f) {

@@ -5,6 +5,7 @@
 #include "log.h"
 #include "fail.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -71,6 +72,20 @@ const char *fail_range(char *buf, size_t size, int64_t value, int64_t min, int64
   else
     snprintf(buf, size, "at least %lld", (long long)min);
   return buf;
+}
+
+muster_err_t query_int_read(const char *text, const char *key, int64_t dflt, int64_t min,
+                            int64_t max, int64_t *out, fail_t *f) {
+  *out = dflt;
+  if (text == NULL)
+    return MUSTER_OK;
+  char *end;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (*text == '\0' || *end != '\0' || errno != 0 || v < min || v > max)
+    return fail_query_int(f, key, text, min, max);
+  *out = v;
+  return MUSTER_OK;
 }
 
 muster_err_t fail_query_int(fail_t *f, const char *key, const char *text, int64_t min,

@@ -139,19 +139,7 @@ static void h_tasks_put(http_req_t *r) {
 /* Parses an optional integer query parameter in [min, max]. */
 static bool query_int(http_req_t *r, const char *key, int64_t dflt, int64_t min, int64_t max,
                       int64_t *out, fail_t *f) {
-  const char *text = http_query(r, key);
-  *out = dflt;
-  if (text == NULL)
-    return true;
-  char *end;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || errno != 0 || v < min || v > max) {
-    fail_query_int(f, key, text, min, max);
-    return false;
-  }
-  *out = v;
-  return true;
+  return query_int_read(http_query(r, key), key, dflt, min, max, out, f) == MUSTER_OK;
 }
 
 static void h_tasks_list(http_req_t *r) {

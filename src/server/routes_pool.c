@@ -46,17 +46,7 @@ static void reply_or_fail(http_req_t *r, int status, json_t *value, const fail_t
 /* Parses an optional integer query parameter in [min, max]. */
 static muster_err_t query_int(http_req_t *r, const char *key, int64_t dflt, int64_t min,
                               int64_t max, int64_t *out, fail_t *f) {
-  const char *text = http_query(r, key);
-  *out = dflt;
-  if (text == NULL)
-    return MUSTER_OK;
-  char *end;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || errno != 0 || v < min || v > max)
-    return fail_query_int(f, key, text, min, max);
-  *out = v;
-  return MUSTER_OK;
+  return query_int_read(http_query(r, key), key, dflt, min, max, out, f);
 }
 
 /* ---- nodes ---- */

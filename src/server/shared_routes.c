@@ -25,17 +25,7 @@
 /* Parses optional integer query `key` in [min, max] (`dflt` when absent). */
 static muster_err_t query_int(http_req_t *r, const char *key, int64_t dflt, int64_t min,
                               int64_t max, int64_t *out, fail_t *f) {
-  const char *text = http_query(r, key);
-  *out = dflt;
-  if (text == NULL)
-    return MUSTER_OK;
-  char *end;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || errno != 0 || v < min || v > max)
-    return fail_query_int(f, key, text, min, max);
-  *out = v;
-  return MUSTER_OK;
+  return query_int_read(http_query(r, key), key, dflt, min, max, out, f);
 }
 
 static const char *header_in(http_req_t *r, const char *name) {
