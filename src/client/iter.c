@@ -135,14 +135,18 @@ muster_err_t muster_iter_create(muster_client_t *client, const char *name,
   return err;
 }
 
+/* Frees `count` blocks and their indices (next's and held's lists). */
+static void iter_blocks_free(muster_iter_block_t **blocks, size_t *count) {
+  for (size_t i = 0; i < *count; i++)
+    free((*blocks)[i].indices);
+  free(*blocks);
+  *blocks = NULL;
+  *count = 0;
+}
+
 void muster_iter_next_free(muster_iter_next_t *next) {
-  if (next == NULL)
-    return;
-  for (size_t i = 0; i < next->count; i++)
-    free(next->blocks[i].indices);
-  free(next->blocks);
-  next->blocks = NULL;
-  next->count = 0;
+  if (next != NULL)
+    iter_blocks_free(&next->blocks, &next->count);
 }
 
 muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_t rank,
@@ -187,13 +191,8 @@ muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_
 }
 
 void muster_iter_held_free(muster_iter_held_t *held) {
-  if (held == NULL)
-    return;
-  for (size_t i = 0; i < held->count; i++)
-    free(held->blocks[i].indices);
-  free(held->blocks);
-  held->blocks = NULL;
-  held->count = 0;
+  if (held != NULL)
+    iter_blocks_free(&held->blocks, &held->count);
 }
 
 muster_err_t muster_iter_held(muster_client_t *client, const char *name, uint32_t rank,
