@@ -77,6 +77,21 @@ const char cli_node_details[] =
     "  muster node --join http://10.0.0.1:7370 --queue pool --plugin ./libwork.so\n"
     "  muster node --join http://10.0.0.1:7370 --listen 10.0.0.2:7371\n";
 
+/* `muster node` options of the agent's API port, which the local agent of
+ * `muster head` does not open (the head's port serves the API on this
+ * machine): without a port it has no node cache and no node-local
+ * iterations, so these would change nothing.  `muster head --help` leaves
+ * them out, and head_split refuses them with that reason, not as unknown. */
+static const char *const head_agent_portless[] = {"cache-dir", "cache-bytes", "state-dir", NULL};
+
+/* Whether `name` is in the NULL-terminated `list`. */
+static int head_listed(const char *name, const char *const list[]) {
+  for (int i = 0; list[i]; i++)
+    if (strcmp(name, list[i]) == 0)
+      return 1;
+  return 0;
+}
+
 /* The column of head.c's `muster head --help`, whose list this one goes on. */
 #define HEAD_HELP_WIDTH 25
 
@@ -87,8 +102,7 @@ void cli_head_agent_usage(FILE *out) {
   for (int i = 0; cli_node_opts[i].name; i++) {
     if (strcmp(cli_node_opts[i].name, "join") == 0 ||
         strcmp(cli_node_opts[i].name, "listen") == 0 ||
-        strncmp(cli_node_opts[i].name, "cache-", 6) == 0 ||
-        strcmp(cli_node_opts[i].name, "state-dir") == 0) /* the local agent has no port */
+        head_listed(cli_node_opts[i].name, head_agent_portless))
       continue;
     char left[64];
     snprintf(left, sizeof left, "--%s%s%s", cli_node_opts[i].name,
@@ -275,6 +289,16 @@ static int head_match(const char *arg, const char *const list[]) {
   return -1;
 }
 
+/* Says why option `arg` (one of head_agent_portless) is refused; CLI_USAGE. */
+static int head_refuse_portless(const char *arg) {
+  fprintf(stderr,
+          "muster head: %.*s is an option of `muster node` alone: the head's local node agent "
+          "opens no API port, so it keeps no node cache (its workers read shared data from the "
+          "head) and no node-local iterations; see 'muster head --help'\n",
+          (int)strcspn(arg, "="), arg);
+  return CLI_USAGE;
+}
+
 /*
  * Splits `muster head` argv into the head's options (head_argv, argv[0] kept)
  * and the agent's (agent_argv, in `muster node` form).  Returns CLI_OK or
@@ -296,6 +320,8 @@ static int head_split(int argc, char **argv, char **head_argv, int *head_argc, c
         agent_argv[(*agent_argc)++] = argv[i++];
       break;
     }
+    if (head_match(argv[i], head_agent_portless) >= 0)
+      return head_refuse_portless(argv[i]);
     if (head_match(argv[i], head_agent_flags) >= 0) {
       agent_argv[(*agent_argc)++] = argv[i];
     } else if (head_match(argv[i], head_agent_valued) >= 0) {

@@ -124,6 +124,24 @@ class HeadLocalNodeTest(unittest.TestCase):
         finally:
             shutil.rmtree(data, ignore_errors=True)
 
+    def test_options_of_the_agents_port_refused_with_the_reason(self):
+        """--cache-dir, --cache-bytes and --state-dir are for an agent's API port, which
+        the head's local agent does not open: `muster head` says so (it said
+        "unrecognized option"), with or without --server-only, before starting."""
+        data = tempfile.mkdtemp(prefix="muster-node-test-")
+        self.addCleanup(shutil.rmtree, data, True)
+        for args in (["--cache-dir", data], ["--state-dir=" + data], ["--cache-bytes", "5G"],
+                     ["--server-only", "--cache-dir", data]):
+            r = subprocess.run([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
+                                "--data-dir", data] + args,
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            option = [a for a in args if a != "--server-only"][0].split("=")[0]
+            self.assertIn("muster head: %s is an option of `muster node`" % option, r.stderr)
+            self.assertIn("opens no API port", r.stderr)
+            self.assertNotIn("unrecognized", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(data, "url")), r.stderr)
+
     def start_head_with_node(self, workers, command):
         """`muster head` without --server-only: the head and a local node agent with
         `workers` workers running `command` on queue q, which it creates."""
