@@ -17,17 +17,20 @@
  */
 #include "cli/cli.h"
 #include "cli/run.h"
+#include "cli/worker.h"
 #include "core/names.h"
 #include "core/url.h"
 #include "node/node.h"
 #include "server/head.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,6 +77,21 @@ const char cli_node_details[] =
     "  muster node --join http://10.0.0.1:7370 --queue pool --plugin ./libwork.so\n"
     "  muster node --join http://10.0.0.1:7370 --listen 10.0.0.2:7371\n";
 
+/* `muster node` options of the agent's API port, which the local agent of
+ * `muster head` does not open (the head's port serves the API on this
+ * machine): without a port it has no node cache and no node-local
+ * iterations, so these would change nothing.  `muster head --help` leaves
+ * them out, and head_split refuses them with that reason, not as unknown. */
+static const char *const head_agent_portless[] = {"cache-dir", "cache-bytes", "state-dir", NULL};
+
+/* Whether `name` is in the NULL-terminated `list`. */
+static int head_listed(const char *name, const char *const list[]) {
+  for (int i = 0; list[i]; i++)
+    if (strcmp(name, list[i]) == 0)
+      return 1;
+  return 0;
+}
+
 /* The column of head.c's `muster head --help`, whose list this one goes on. */
 #define HEAD_HELP_WIDTH 25
 
@@ -84,8 +102,7 @@ void cli_head_agent_usage(FILE *out) {
   for (int i = 0; cli_node_opts[i].name; i++) {
     if (strcmp(cli_node_opts[i].name, "join") == 0 ||
         strcmp(cli_node_opts[i].name, "listen") == 0 ||
-        strncmp(cli_node_opts[i].name, "cache-", 6) == 0 ||
-        strcmp(cli_node_opts[i].name, "state-dir") == 0) /* the local agent has no port */
+        head_listed(cli_node_opts[i].name, head_agent_portless))
       continue;
     char left[64];
     snprintf(left, sizeof left, "--%s%s%s", cli_node_opts[i].name,
@@ -94,6 +111,75 @@ void cli_head_agent_usage(FILE *out) {
     cli_print_item(out, left, cli_node_opts[i].help, HEAD_HELP_WIDTH);
   }
   cli_print_item(out, "-- CMD [ARGS...]", "the workers' command (with --queue)", HEAD_HELP_WIDTH);
+}
+
+/*
+ * Loads --plugin as each worker will (worker_plugin_open), so that a plugin
+ * no worker can load stops the agent at its start rather than failing every
+ * worker, which the agent would restart for ever.  The load runs in a child
+ * process: the plugin's constructors (a CUDA runtime, threads of its own)
+ * must not run in the agent or the head, nor a crash of them take either
+ * along.  0, or -1 with `why` filled.
+ */
+static int node_check_plugin(const char *path, char *why, size_t size) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    snprintf(why, size, "cannot check plugin %s: %s", path, strerror(errno));
+    return -1;
+  }
+  fflush(NULL); /* nothing buffered is written twice */
+  pid_t pid = fork();
+  if (pid == 0) {
+    const muster_plugin_t *plugin;
+    char line[1400];
+    void *lib = worker_plugin_open(path, &plugin, line, sizeof line);
+    if (lib == NULL && write(fds[1], line, strlen(line)) < 0)
+      _exit(2);
+    _exit(lib ? 0 : 1); /* no dlclose: the process ends */
+  }
+  close(fds[1]);
+  size_t got = 0;
+  ssize_t n;
+  while (pid > 0 && got + 1 < size &&
+         ((n = read(fds[0], why + got, size - 1 - got)) > 0 || (n < 0 && errno == EINTR)))
+    got += n > 0 ? (size_t)n : 0;
+  why[got] = '\0';
+  close(fds[0]);
+  int status = 0;
+  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    ;
+  if (pid > 0 && got == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    return 0;
+  if (pid < 0)
+    snprintf(why, size, "cannot check plugin %s: %s", path, strerror(errno));
+  else if (got == 0 && WIFSIGNALED(status))
+    snprintf(why, size, "plugin %s: loading it crashed (signal %d, %s)", path, WTERMSIG(status),
+             strsignal(WTERMSIG(status)));
+  else if (got == 0)
+    snprintf(why, size, "plugin %s: loading it failed (exit status %d)", path, WEXITSTATUS(status));
+  return -1;
+}
+
+/* Checks what each worker runs: a command with --queue, or a plugin, and
+ * that the command can run or the plugin load.  Every worker would fail at
+ * once otherwise, and be restarted for ever: refused before any starts. */
+static int node_check_worker(cli_args_t *args, const node_config_t *cfg) {
+  if (cfg->cmd && cfg->queue == NULL)
+    return cli_usage_error(args->cmd, "a worker command needs --queue Q");
+  if (cfg->queue && cfg->cmd == NULL && cfg->plugin == NULL)
+    return cli_usage_error(args->cmd, "--queue needs a worker: -- CMD [ARGS...] or --plugin PATH");
+  if (cfg->cmd && cfg->plugin)
+    return cli_usage_error(args->cmd, "give either a command or --plugin, not both");
+  if (cfg->plugin && cfg->concurrency > 1)
+    return cli_usage_error(args->cmd, "--concurrency is for command workers; a plugin worker "
+                                      "runs one task at a time");
+  char why[1400];
+  if ((cfg->cmd && run_resolve(cfg->cmd[0], why, sizeof why) != 0) ||
+      (cfg->plugin && node_check_plugin(cfg->plugin, why, sizeof why) != 0)) {
+    fprintf(stderr, "muster %s: %s; no worker was started\n", args->cmd->name, why);
+    return CLI_USAGE;
+  }
+  return CLI_OK;
 }
 
 /* Fills the agent options shared by `muster node` and `muster head`. */
@@ -124,22 +210,7 @@ static int node_read_opts(cli_args_t *args, node_config_t *cfg) {
   if (cfg->name && !name_is_valid(cfg->name)) /* the agent's rule and words (agent_identity) */
     return cli_usage_error(args->cmd, "node name '%s': " NAME_RULE_TEXT " (--name)", cfg->name);
   cfg->cmd = args->npos > 0 ? args->pos : NULL;
-  if (cfg->cmd && cfg->queue == NULL)
-    return cli_usage_error(args->cmd, "a worker command needs --queue Q");
-  if (cfg->queue && cfg->cmd == NULL && cfg->plugin == NULL)
-    return cli_usage_error(args->cmd, "--queue needs a worker: -- CMD [ARGS...] or --plugin PATH");
-  if (cfg->cmd && cfg->plugin)
-    return cli_usage_error(args->cmd, "give either a command or --plugin, not both");
-  char why[800];
-  if (cfg->cmd && run_resolve(cfg->cmd[0], why, sizeof why) != 0) {
-    /* Every worker would fail at once: refuse before starting any. */
-    fprintf(stderr, "muster %s: %s; no worker was started\n", args->cmd->name, why);
-    return CLI_USAGE;
-  }
-  if (cfg->plugin && cfg->concurrency > 1)
-    return cli_usage_error(args->cmd, "--concurrency is for command workers; a plugin worker "
-                                      "runs one task at a time");
-  return CLI_OK;
+  return node_check_worker(args, cfg);
 }
 
 /* Reads --cache-bytes: an integer with an optional K, M, G or T (powers of 1024). */
@@ -218,6 +289,16 @@ static int head_match(const char *arg, const char *const list[]) {
   return -1;
 }
 
+/* Says why option `arg` (one of head_agent_portless) is refused; CLI_USAGE. */
+static int head_refuse_portless(const char *arg) {
+  fprintf(stderr,
+          "muster head: %.*s is an option of `muster node` alone: the head's local node agent "
+          "opens no API port, so it keeps no node cache (its workers read shared data from the "
+          "head) and no node-local iterations; see 'muster head --help'\n",
+          (int)strcspn(arg, "="), arg);
+  return CLI_USAGE;
+}
+
 /*
  * Splits `muster head` argv into the head's options (head_argv, argv[0] kept)
  * and the agent's (agent_argv, in `muster node` form).  Returns CLI_OK or
@@ -239,6 +320,8 @@ static int head_split(int argc, char **argv, char **head_argv, int *head_argc, c
         agent_argv[(*agent_argc)++] = argv[i++];
       break;
     }
+    if (head_match(argv[i], head_agent_portless) >= 0)
+      return head_refuse_portless(argv[i]);
     if (head_match(argv[i], head_agent_flags) >= 0) {
       agent_argv[(*agent_argc)++] = argv[i];
     } else if (head_match(argv[i], head_agent_valued) >= 0) {

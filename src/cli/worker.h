@@ -160,6 +160,15 @@ muster_err_t worker_complete_lease(worker_slot_t *slot, const muster_ack_t *ack,
 
 /* ---- worker_plugin.c ---- */
 
+/*
+ * Loads the plugin at `path` as a worker does: dlopen (every symbol bound
+ * now), its muster_plugin() entry point, an ABI this runner knows, and init
+ * and run.  Returns the dlopen handle (the caller dlcloses it) with *plugin
+ * set, or NULL with *plugin NULL and `why` filled with a line that names the
+ * path ("cannot load plugin PATH: ...", "plugin PATH: ...").  Runs the
+ * plugin's constructors and its muster_plugin() in the calling process.
+ */
+void *worker_plugin_open(const char *path, const muster_plugin_t **plugin, char *why, size_t size);
 /* Loads --plugin and checks its ABI; 0 or -1 after printing why. */
 int worker_plugin_load(worker_t *w);
 /* Calls the plugin's init (on the slot thread); 0 or -1 after printing why. */

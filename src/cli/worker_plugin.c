@@ -19,30 +19,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-int worker_plugin_load(worker_t *w) {
-  w->plugin_lib = dlopen(w->plugin_path, RTLD_NOW | RTLD_LOCAL);
-  if (w->plugin_lib == NULL) {
-    fprintf(stderr, "muster worker: cannot load plugin %s: %s\n", w->plugin_path, dlerror());
-    return -1;
+void *worker_plugin_open(const char *path, const muster_plugin_t **plugin, char *why, size_t size) {
+  *plugin = NULL;
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    snprintf(why, size, "cannot load plugin %s: %s", path, dlerror());
+    return NULL;
   }
   muster_plugin_entry_t entry;
-  *(void **)&entry = dlsym(w->plugin_lib, MUSTER_PLUGIN_SYMBOL);
-  const muster_plugin_t *plugin = entry ? entry() : NULL;
-  const char *why = entry == NULL    ? "it does not export " MUSTER_PLUGIN_SYMBOL "()"
-                    : plugin == NULL ? MUSTER_PLUGIN_SYMBOL "() returned NULL"
-                    : plugin->abi < MUSTER_PLUGIN_ABI_MIN || plugin->abi > MUSTER_PLUGIN_ABI
-                        ? "its ABI version is not one this runner loads"
-                    : plugin->run == NULL || plugin->init == NULL ? "it has no init or run"
-                                                                  : NULL;
-  if (why != NULL) {
-    fprintf(stderr, "muster worker: plugin %s: %s (plugin ABI %u, runner ABI %d to %d)\n",
-            w->plugin_path, why, plugin ? plugin->abi : 0, MUSTER_PLUGIN_ABI_MIN,
-            MUSTER_PLUGIN_ABI);
-    dlclose(w->plugin_lib);
-    w->plugin_lib = NULL;
+  *(void **)&entry = dlsym(lib, MUSTER_PLUGIN_SYMBOL);
+  const muster_plugin_t *found = entry ? entry() : NULL;
+  int bad_abi = found && (found->abi < MUSTER_PLUGIN_ABI_MIN || found->abi > MUSTER_PLUGIN_ABI);
+  const char *problem = entry == NULL   ? "it does not export " MUSTER_PLUGIN_SYMBOL "()"
+                        : found == NULL ? MUSTER_PLUGIN_SYMBOL "() returned NULL"
+                        : bad_abi       ? "its ABI version is not one this runner loads"
+                        : found->run == NULL || found->init == NULL ? "it has no init or run"
+                                                                    : NULL;
+  if (problem != NULL) {
+    char abi[80] = ""; /* the versions, where they are the problem */
+    if (bad_abi)
+      snprintf(abi, sizeof abi, " (plugin ABI %u, runner ABI %d to %d)", found->abi,
+               MUSTER_PLUGIN_ABI_MIN, MUSTER_PLUGIN_ABI);
+    snprintf(why, size, "plugin %s: %s%s", path, problem, abi);
+    dlclose(lib);
+    return NULL;
+  }
+  *plugin = found;
+  return lib;
+}
+
+int worker_plugin_load(worker_t *w) {
+  char why[1200];
+  w->plugin_lib = worker_plugin_open(w->plugin_path, &w->plugin, why, sizeof why);
+  if (w->plugin_lib == NULL) {
+    fprintf(stderr, "muster worker: %s\n", why);
     return -1;
   }
-  w->plugin = plugin;
   return 0;
 }
 

@@ -113,11 +113,14 @@ static void agent_forget_instance(const node_agent_t *a) {
 typedef struct {
   node_agent_t *a;
   muster_client_t *client;
-  int notify_fd;   /* write end of the "registered" pipe */
-  int registered;  /* 1 registered, 0 not yet, -1 the head has no node API */
-  int failing;     /* the last call failed (log a streak once) */
-  int64_t beat_ms; /* heartbeat interval */
-  int64_t next_ms; /* when the next registration or heartbeat is due */
+  int notify_fd;     /* write end of the "registered" pipe */
+  int registered;    /* 1 registered, 0 not yet, -1 the head has no node API */
+  int failing;       /* the last call failed (log a streak once) */
+  int64_t away_ms;   /* when the head stopped answering (network, 503): a monotonic time,
+                      * 0 while it answers */
+  int registrations; /* registrations the head accepted (more than one: re-registered) */
+  int64_t beat_ms;   /* heartbeat interval */
+  int64_t next_ms;   /* when the next registration or heartbeat is due */
 } agent_bg_t;
 
 /* The node's registration body (json). */
@@ -211,6 +214,27 @@ static void agent_bg_refused(agent_bg_t *bg, muster_err_t err) {
     agent_log(a, "cannot wake the event loop: %s", strerror(errno));
 }
 
+/*
+ * Notes whether the head answered the call `what` ("register", "heartbeat"):
+ * the first call it does not answer (network, 503: down or restarting) starts
+ * an outage, and the first answer after one, whatever it says, ends it with
+ * one line, "heartbeat: reached the head again after 4.4 s", as the workers
+ * say it for their results.  The failed calls are said once, when the streak
+ * starts (agent_bg_tick), and retried quietly: every second to register, at
+ * the heartbeat interval after that.
+ */
+static void agent_bg_reached(agent_bg_t *bg, const char *what, muster_err_t err) {
+  int unanswered = err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE;
+  int64_t now = agent_now_ms();
+  if (bg->away_ms > 0 && !unanswered) {
+    agent_log(bg->a, "%s: reached the head%s after %.1f s", what,
+              bg->registrations > 0 ? " again" : "", (double)(now - bg->away_ms) / 1000);
+    bg->away_ms = 0;
+  } else if (bg->away_ms == 0 && unanswered) {
+    bg->away_ms = now > 0 ? now : 1; /* 0 would mean no outage */
+  }
+}
+
 /* Registers the node; once the head took it (or has no node API), tells the
  * loop, and drops the predecessor's instance: from now on the head knows this
  * agent's, and the lock file names this one alone. */
@@ -226,14 +250,16 @@ static muster_err_t agent_bg_register(agent_bg_t *bg) {
     a->previous[0] = '\0';
     err = agent_register(bg);
   }
+  agent_bg_reached(bg, "register", err);
   if (err != MUSTER_OK && err != MUSTER_NOT_FOUND)
     return err;
   if (err == MUSTER_NOT_FOUND)
     agent_log(a, "the head at %s has no node API (%s); running without registering the node",
               a->cfg->head_url, muster_client_message(bg->client));
   bg->registered = err == MUSTER_OK ? 1 : -1;
-  if (bg->failing)
-    agent_log(a, "registered with the head again");
+  if (err == MUSTER_OK && (bg->failing || bg->registrations > 0))
+    agent_log(a, "registered with the head%s", bg->registrations > 0 ? " again" : "");
+  bg->registrations += err == MUSTER_OK;
   bg->failing = 0;
   a->previous[0] = '\0';
   agent_describe_lock(a, 1);
@@ -254,6 +280,7 @@ static void agent_bg_tick(agent_bg_t *bg) {
     agent_node_path(a, "/heartbeat", path, sizeof path);
     agent_heartbeat_body(a, body, sizeof body);
     err = muster_request(bg->client, "POST", path, body, NULL);
+    agent_bg_reached(bg, "heartbeat", err);
     if (err == MUSTER_NODE_NOT_FOUND || err == MUSTER_INVALID_STATE) {
       agent_log(a, "%s; registering again",
                 err == MUSTER_NODE_NOT_FOUND ? "the head forgot this node (it timed out)"

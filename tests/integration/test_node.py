@@ -124,6 +124,24 @@ class HeadLocalNodeTest(unittest.TestCase):
         finally:
             shutil.rmtree(data, ignore_errors=True)
 
+    def test_options_of_the_agents_port_refused_with_the_reason(self):
+        """--cache-dir, --cache-bytes and --state-dir are for an agent's API port, which
+        the head's local agent does not open: `muster head` says so (it said
+        "unrecognized option"), with or without --server-only, before starting."""
+        data = tempfile.mkdtemp(prefix="muster-node-test-")
+        self.addCleanup(shutil.rmtree, data, True)
+        for args in (["--cache-dir", data], ["--state-dir=" + data], ["--cache-bytes", "5G"],
+                     ["--server-only", "--cache-dir", data]):
+            r = subprocess.run([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
+                                "--data-dir", data] + args,
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            option = [a for a in args if a != "--server-only"][0].split("=")[0]
+            self.assertIn("muster head: %s is an option of `muster node`" % option, r.stderr)
+            self.assertIn("opens no API port", r.stderr)
+            self.assertNotIn("unrecognized", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(data, "url")), r.stderr)
+
     def start_head_with_node(self, workers, command):
         """`muster head` without --server-only: the head and a local node agent with
         `workers` workers running `command` on queue q, which it creates."""
@@ -660,6 +678,51 @@ class QueueLaterTest(NodeTestCase):
                          2, log)
         self.assertNotIn("queue_not_found", log)
         self.assertNotIn("exit status", log)
+
+
+class HeadAwayTest(NodeTestCase):
+    """The agent's calls to a head that goes away (`kill -9`) and comes back on the same
+    port and data dir: one line when the head stops answering, however long it stays
+    away (the retries are quiet), and one when it answers again, per outage."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix=self.dir_prefix)
+        port = harness.free_port()
+        self.head = harness.Head(["--listen", "127.0.0.1:%d" % port] + self.head_args)
+        self.head.url = "http://127.0.0.1:%d" % port  # for an agent started before it
+        self.agents = []
+
+    def test_heartbeat_says_once_per_outage_that_the_head_is_back(self):
+        self.head.start()
+        a = self.agent("away").start()
+        harness.wait_until(lambda: self.node("away"), what="node registered:\n" + a.log())
+        for outage in (1, 2):
+            self.head.kill()
+            harness.wait_until(lambda: a.log().count("heartbeat: network") == outage,
+                               what="the agent to miss the head:\n" + a.log())
+            time.sleep(2.5)  # the outage: five heartbeat intervals (the node's 1.5 s / 3)
+            self.head.start()
+            harness.wait_until(
+                lambda: a.log().count("heartbeat: reached the head again after") == outage,
+                what="the agent to say the head is back:\n" + a.log())
+        log = a.log()
+        self.assertEqual(log.count("(retrying)"), 2, log)
+        away = re.findall(r"heartbeat: reached the head again after (\d+\.\d) s\n", log)
+        self.assertEqual(len(away), 2, log)
+        self.assertTrue(all(float(s) >= 2.4 for s in away), log)  # from the first miss
+        self.assertEqual(self.node("away")["state"], "active")
+
+    def test_an_agent_started_before_its_head_says_when_it_reached_it(self):
+        a = self.agent("early").start()
+        harness.wait_until(lambda: "register: network" in a.log(),
+                           what="the agent to miss the head:\n" + a.log())
+        self.head.start()
+        harness.wait_until(lambda: "registered with the head" in a.log(),
+                           what="the agent to register:\n" + a.log())
+        log = a.log()
+        self.assertRegex(log, r"register: reached the head after \d+\.\d s\n")
+        self.assertNotIn("again", log)
+        self.assertEqual(log.count("(retrying)"), 1, log)
 
 
 class KillNineTest(NodeTestCase):

@@ -107,6 +107,62 @@ class PluginTest(AgentsCase):
         self.assertIn(t["state"], ("queued", "leased", "dead"))
 
 
+class PluginRefusedTest(AgentsCase):
+    """A --plugin that no worker could load stops the agent (or `muster head`) at its
+    start, exit 2, instead of workers that fail and are restarted for ever."""
+    dir_prefix = "muster-plugin-test-"
+
+    def unloadable_plugins(self):
+        """(path, what the refusal says) for each kind of plugin a worker cannot load."""
+        not_elf = os.path.join(self.dir, "notes.so")
+        with open(not_elf, "w") as f:
+            f.write("not a shared object\n")
+        # A real shared object, but not a plugin: it has no muster_plugin().
+        no_entry = os.path.join(node_harness.build_dir(), "libfake_nvml.so")
+        return [("/nonexistent/libwork.so", "cannot open shared object file"),
+                (not_elf, "cannot load plugin " + not_elf),
+                (no_entry, "it does not export muster_plugin()")]
+
+    def test_node_refuses_a_plugin_it_cannot_load(self):
+        r = self.head.request("PUT", "/v1/queues/pool", {})
+        self.assertEqual(r.status, 201, r)
+        for i, (path, why) in enumerate(self.unloadable_plugins()):
+            a = Agent(self.head, self.dir, "badplugin%d" % i,
+                      args=["--queue", "pool", "--workers", "1", "--plugin", path])
+            self.agents.append(a)
+            a.start(wait_listen=False)
+            self.assertEqual(a.proc.wait(15), 2, a.log())
+            log = a.log()
+            self.assertIn("muster node: ", log)
+            self.assertIn(path, log)
+            self.assertIn(why, log)
+            self.assertIn("no worker was started", log)
+            self.assertNotIn("restarting", log)
+            self.assertEqual(self.head.request("GET", "/v1/nodes/" + a.name).status, 404, log)
+
+    def test_node_loads_a_good_plugin(self):
+        a = Agent(self.head, self.dir, "goodplugin",
+                  args=["--queue", "pool", "--workers", "1", "--plugin", PLUGIN])
+        self.agents.append(a)
+        a.start()
+        harness.wait_until(lambda: len(a.workers()) == 1, what="a worker:\n" + a.log())
+        self.assertEqual(a.stop(), 0, a.log())
+
+    def test_head_refuses_a_plugin_its_local_agent_cannot_load(self):
+        for path, why in self.unloadable_plugins():
+            data = os.path.join(self.dir, "data")
+            r = subprocess.run([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
+                                "--data-dir", data, "--queue", "q", "--plugin", path],
+                               env=node_harness.no_gpu_env(
+                                   dict(os.environ,
+                                        MUSTER_NODE_LOCK=os.path.join(self.dir, "head.lock"))),
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("muster head: ", r.stderr)
+            self.assertIn(why, r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(data, "url")), r.stderr)
+
+
 class CommandUpdatesTest(unittest.TestCase):
     def test_updates_file_for_commands(self):
         with harness.Head() as head:
