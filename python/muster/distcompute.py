@@ -21,7 +21,6 @@ is the task of the stage at hand.
 import os
 import sys
 import threading
-import urllib.parse
 
 from . import errors
 from .client import Client
@@ -119,8 +118,7 @@ class WorkerClient:
         so a queue read by the dashboard does not pay for it.  A positive count can still
         meet ZeroJobError when other workers take the jobs first, as with the tracker.
         """
-        path = "/v1/queues/" + urllib.parse.quote(self.stage_name, safe="")
-        counts = self.client.request("GET", path, query={"ready": True})["counts"]
+        counts = self.client.queue(self.stage_name, ready=True)["counts"]
         if "ready" not in counts:
             raise errors.ProtocolError(
                 "job_count: the head at %s does not count ready tasks (counts.ready); "
