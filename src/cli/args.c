@@ -17,7 +17,9 @@
 #include <string.h>
 
 const cli_opt_t cli_client_opts[] = {
-    {"url", "URL", "head URL (env MUSTER_URL, else DATA_DIR/url, else http://127.0.0.1:7370)"},
+    {"url", "URL",
+     "head URL (env MUSTER_URL, else DATA_DIR/url, else http://127.0.0.1:7370 when no data dir "
+     "was named)"},
     {"token", "TOKEN", "bearer token (env MUSTER_TOKEN, else read from DATA_DIR/token)"},
     {"data-dir", "DIR",
      "the head's data dir, for its token and URL (env MUSTER_DATA_DIR, "

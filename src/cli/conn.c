@@ -41,24 +41,29 @@ static const char *cli_data_dir(const cli_args_t *args) {
   return cli_data_dir_from(args, NULL);
 }
 
+/* DATA_DIR/`name` into `path`, with "./" before a relative one, as messages show it. */
+static void cli_data_path(const cli_args_t *args, const char *name, char *path, size_t size) {
+  const char *dir = cli_data_dir(args);
+  snprintf(path, size, "%s%s/%s", dir[0] == '/' ? "" : "./", dir, name);
+}
+
 /* Reads the first line of DATA_DIR/`name` into `buf`, trimmed; 0 when found.
- * Otherwise -1, with "PATH (why)" in `why` (may be NULL). */
+ * Otherwise -1, with *problem (may be NULL) set to why it gave none: strerror's
+ * text, or "it is empty". */
 static int cli_read_data_file(const cli_args_t *args, const char *name, char *buf, size_t size,
-                              char *why, size_t why_size) {
-  char path[4096];
-  const char *from;
-  const char *dir = cli_data_dir_from(args, &from);
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+                              const char **problem) {
+  char path[4200];
+  cli_data_path(args, name, path, sizeof path);
   FILE *f = fopen(path, "r");
   char *line = f ? fgets(buf, (int)size, f) : NULL;
-  const char *problem = f && !ferror(f) ? "it is empty" : strerror(errno);
+  const char *why = f && !ferror(f) ? "it is empty" : strerror(errno);
   if (f)
     fclose(f);
   size_t n = line ? strlen(buf) : 0;
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
     buf[--n] = '\0';
-  if (n == 0 && why)
-    snprintf(why, why_size, "%s%s (%s, from %s)", dir[0] == '/' ? "" : "./", path, problem, from);
+  if (problem)
+    *problem = why;
   return n > 0 ? 0 : -1;
 }
 
@@ -68,7 +73,7 @@ static const char *cli_url_from(const cli_args_t *args, char *from, size_t size)
   if (url == NULL || url[0] == '\0')
     url = getenv("MUSTER_URL"), source = "MUSTER_URL";
   if (url == NULL || url[0] == '\0') {
-    if (cli_read_data_file(args, "url", cli_url_buf, sizeof cli_url_buf, NULL, 0) == 0) {
+    if (cli_read_data_file(args, "url", cli_url_buf, sizeof cli_url_buf, NULL) == 0) {
       url = cli_url_buf;
       if (from)
         snprintf(from, size, "%s/url", cli_data_dir(args));
@@ -85,7 +90,41 @@ const char *cli_url(const cli_args_t *args) {
   return cli_url_from(args, NULL, 0);
 }
 
+/* Non-zero when `name` is set to a non-empty value by option or environment. */
+static int cli_named(const char *value) {
+  return value != NULL && value[0] != '\0';
+}
+
+/*
+ * A data dir the user named (--data-dir, MUSTER_DATA_DIR) is where the URL
+ * comes from when neither --url nor MUSTER_URL gives one.  If it holds no url
+ * file, the default URL would be used without a word, and that may be another
+ * head than the one meant: so this is refused, as a wrong option is.  The
+ * default data dir is only a guess, and without a url file the default URL
+ * stays the guess.  CLI_OK, or CLI_USAGE after saying so.
+ */
+static int cli_check_data_dir_url(const cli_args_t *args) {
+  const char *from, *problem;
+  if (cli_named(cli_opt(args, "url")) || cli_named(getenv("MUSTER_URL")))
+    return CLI_OK;
+  const char *dir = cli_data_dir_from(args, &from);
+  if (strcmp(from, "--data-dir") != 0 && strcmp(from, "MUSTER_DATA_DIR") != 0)
+    return CLI_OK;
+  char line[1024], path[4200];
+  if (cli_read_data_file(args, "url", line, sizeof line, &problem) == 0)
+    return CLI_OK;
+  cli_data_path(args, "url", path, sizeof path);
+  return cli_usage_error(args->cmd,
+                         "%s '%s' has no url file (%s: %s), which a head writes while it "
+                         "runs: start the head with this data dir, name the data dir of a "
+                         "running head, or pass --url (or set MUSTER_URL)",
+                         from, dir, path, problem);
+}
+
 int cli_check_url(const cli_args_t *args) {
+  int rc = cli_check_data_dir_url(args);
+  if (rc != CLI_OK)
+    return rc;
   char from[4200];
   const char *url = cli_url_from(args, from, sizeof from);
   const char *problem = url_head_problem(url);
@@ -102,9 +141,13 @@ const char *cli_token(const cli_args_t *args) {
     token = getenv("MUSTER_TOKEN");
   if (token != NULL && token[0] != '\0')
     return token;
-  if (cli_read_data_file(args, "token", cli_token_buf, sizeof cli_token_buf, cli_token_looked,
-                         sizeof cli_token_looked) == 0)
+  const char *problem, *from;
+  if (cli_read_data_file(args, "token", cli_token_buf, sizeof cli_token_buf, &problem) == 0)
     return cli_token_buf;
+  char path[4200];
+  cli_data_path(args, "token", path, sizeof path);
+  cli_data_dir_from(args, &from);
+  snprintf(cli_token_looked, sizeof cli_token_looked, "%s (%s, from %s)", path, problem, from);
   cli_token_from_nowhere = 1;
   return NULL;
 }

@@ -120,6 +120,33 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                            cwd=self.cwd, timeout=60)
         self.assertIn("not in %s/token (it is empty, from MUSTER_DATA_DIR)" % nope, r.stderr)
 
+    def test_data_dir_without_url_file_is_refused(self):
+        # A named data dir is where the URL comes from: one without a url file is said so
+        # (exit 2), not replaced by the default URL, which may be another head's.
+        nope = os.path.join(self.cwd, "no-such-dir")
+        err = self.fails(2, "queue", "ls", "--data-dir", nope, url=False, token=False)
+        self.assertEqual(err, "muster: --data-dir '%s' has no url file (%s/url: No such file or "
+                         "directory), which a head writes while it runs: start the head with "
+                         "this data dir, name the data dir of a running head, or pass --url "
+                         "(or set MUSTER_URL)\nTry 'muster queue ls --help' for more "
+                         "information.\n" % (nope, nope))
+        stopped = os.path.join(self.cwd, "stopped-head")  # a data dir whose head is gone
+        os.makedirs(stopped, exist_ok=True)
+        env = dict(self.env(url=False), MUSTER_DATA_DIR=stopped)
+        r = subprocess.run([MUSTER, "status"], capture_output=True, text=True, env=env,
+                           cwd=self.cwd, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("muster: MUSTER_DATA_DIR '%s' has no url file (%s/url: No such file or "
+                      "directory)" % (stopped, stopped), r.stderr)
+        self.assertEqual(r.stdout, "")
+        # The URL given otherwise needs no url file: the data dir serves for the token.
+        with open(os.path.join(stopped, "token"), "w") as f:
+            f.write(self.head.token + "\n")
+        self.assertIn("NAME", self.ok("queue", "ls", "--data-dir", stopped, token=False))
+        # With the head's own data dir, its url file names it.
+        self.assertIn("NAME", self.ok("queue", "ls", "--data-dir", self.head.data_dir,
+                                      url=False, token=False))
+
     def test_client_options_before_the_command(self):
         out = self.ok("--token", self.head.token, "--url=" + self.head.url, "queue", "ls",
                       url=False, token=False)
