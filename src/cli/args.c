@@ -216,17 +216,33 @@ int cli_flag(const cli_args_t *args, const char *name) {
   return cli_opt(args, name) != NULL;
 }
 
-int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int64_t min,
-                  int64_t *out) {
+/* Parses `text` as an integer from `min` to `max` for `what` of `cmd` into
+ * *out.  CLI_OK, or CLI_USAGE after the error: not an integer, or one out of
+ * the range, said with the range (strtoll's ERANGE is an integer too, only one
+ * too large for any option, so it gets the range as well). */
+static int cli_parse_int_range(const cli_cmd_t *cmd, const char *text, const char *what,
+                               int64_t min, int64_t max, int64_t *out) {
   char *end = NULL;
   errno = 0;
   long long value = strtoll(text, &end, 10);
-  if (text[0] == '\0' || *end != '\0' || errno == ERANGE)
+  if (text[0] == '\0' || *end != '\0')
     return cli_usage_error(cmd, "%s: expected an integer, got '%s'", what, text);
+  if (errno == ERANGE)
+    return cli_usage_error(cmd, "%s: %s is out of range: it must be from %lld to %lld", what,
+                           text, (long long)min, (long long)max);
   if (value < min)
     return cli_usage_error(cmd, "%s: must be at least %lld, got %lld", what, (long long)min, value);
+  /* Said here in the option's words: the head would name its JSON field
+   * ("tasks[0].priority") and the command would fail with status 1. */
+  if (value > max)
+    return cli_usage_error(cmd, "%s: must be at most %lld, got %lld", what, (long long)max, value);
   *out = (int64_t)value;
   return CLI_OK;
+}
+
+int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int64_t min,
+                  int64_t *out) {
+  return cli_parse_int_range(cmd, text, what, min, INT64_MAX, out);
 }
 
 int cli_opt_int(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
@@ -243,15 +259,5 @@ int cli_opt_int_range(const cli_args_t *args, const char *name, int64_t fallback
   }
   char what[64];
   snprintf(what, sizeof what, "--%s", name);
-  int64_t value = 0; /* set by cli_parse_int when it succeeds; the optimiser cannot tell */
-  int rc = cli_parse_int(args->cmd, text, what, min, &value);
-  if (rc != CLI_OK)
-    return rc;
-  /* Said here in the option's words: the head would name its JSON field
-   * ("tasks[0].priority") and the command would fail with status 1. */
-  if (value > max)
-    return cli_usage_error(args->cmd, "%s: must be at most %lld, got %lld", what, (long long)max,
-                           (long long)value);
-  *out = value;
-  return CLI_OK;
+  return cli_parse_int_range(args->cmd, text, what, min, max, out);
 }

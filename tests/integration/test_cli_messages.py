@@ -194,6 +194,27 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertIn('"priority":-2147483648', self.ok("tasks", "ls", "--queue", "msg-range",
                                                          "--json"))
 
+    def test_integers_too_large_for_64_bits_are_out_of_range(self):
+        # strtoll's ERANGE was told as "expected an integer", though the word is one.
+        big, int64_max = "99999999999999999999", "9223372036854775807"
+        for args, says in ((("queue", "create", "msg-big", "--max-attempts", big),
+                            "--max-attempts: %s is out of range: it must be from 1 to %s"
+                            % (big, int64_max)),
+                           (("put", "--queue", "msg-big", "--priority", "-" + big, "x"),
+                            "--priority: -%s is out of range: it must be from -2147483648 to "
+                            "2147483647" % big),
+                           (("lease", "--queue", "msg-big", "--max", big),
+                            "--max: %s is out of range: it must be from 1 to 1000" % big),
+                           (("tasks", "show", big),
+                            "ID: %s is out of range: it must be from 1 to %s" % (big, int64_max)),
+                           (("complete", "1", big),
+                            "TOKEN: %s is out of range: it must be from 1 to %s"
+                            % (big, int64_max))):
+            err = self.fails(2, *args)
+            self.assertTrue(err.startswith("muster: %s\n" % says), err)
+        self.assertIn("expected an integer, got '12x'",
+                      self.fails(2, "queue", "create", "msg-big", "--max-attempts", "12x"))
+
     def test_tasks_ls_unknown_state_is_a_usage_error(self):
         # It went to the head, which refused it: exit 1, as if the request had failed.
         err = self.fails(2, "tasks", "ls", "--queue", "msg-state", "--state", "bogus")
