@@ -3,7 +3,7 @@
  *
  * Options are long only (`--queue Q` or `--queue=Q`), may appear anywhere
  * before a `--`, and everything after `--` is positional (the worker's command,
- * or payloads that start with a dash).  A word starting with one dash is an
+ * or payloads that start with a dash); a `--` is never an option's value.  A word starting with one dash is an
  * unknown option unless it looks like a negative number, so `muster put --json
  * -5` puts the number -5.  Parsing happens once, against the command's table
  * row, before the command runs; commands only read checked values.
@@ -157,13 +157,14 @@ static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli
     args->values[idx] = "";
     return CLI_OK;
   }
-  if (eq) {
+  /* A following "--" is the end of the options, not a value: `--gpus -- cat`
+   * forgot the list (a value that is "--" is given as `--error=--`). */
+  if (eq)
     args->values[idx] = eq + 1;
-  } else if (*i + 1 < argc) {
+  else if (*i + 1 < argc && strcmp(argv[*i + 1], "--") != 0)
     args->values[idx] = argv[++*i];
-  } else {
+  else
     return cli_usage_error(cmd, "option '--%s' needs a value (%s)", opt->name, opt->metavar);
-  }
   return CLI_OK;
 }
 

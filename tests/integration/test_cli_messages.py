@@ -215,6 +215,23 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertIn("expected an integer, got '12x'",
                       self.fails(2, "queue", "create", "msg-big", "--max-attempts", "12x"))
 
+    def test_an_option_value_is_never_the_double_dash(self):
+        # `--gpus -- cat` took "--" for the list ("'--' is not a list") and cat for an
+        # argument: the option lacks its value, as at the end of the line.
+        for args, says in ((("node", "--queue", "q", "--gpus", "--", "cat"),
+                            "option '--gpus' needs a value (LIST)"),
+                           (("worker", "--queue", "--", "cat"),
+                            "option '--queue' needs a value (Q)"),
+                           (("put", "--queue", "msg-dash", "--key", "--", "x"),
+                            "option '--key' needs a value (K)"),
+                           (("queue", "ls", "--url", "--"), "option '--url' needs a value (URL)")):
+            err = self.fails(2, *args)
+            self.assertTrue(err.startswith("muster: %s\n" % says), err)
+        # Given with '=', "--" is the value itself.
+        self.ok("queue", "create", "msg-dash")
+        self.ok("put", "--queue", "msg-dash", "--key=--", "x")
+        self.assertIn('"key":"--"', self.ok("tasks", "ls", "--queue", "msg-dash", "--json"))
+
     def test_tasks_ls_unknown_state_is_a_usage_error(self):
         # It went to the head, which refused it: exit 1, as if the request had failed.
         err = self.fails(2, "tasks", "ls", "--queue", "msg-state", "--state", "bogus")
