@@ -493,7 +493,12 @@ int cmd_tasks_show(cli_args_t *args) {
 
 int cmd_tasks_requeue(cli_args_t *args) {
   const char *queue = cli_opt(args, "queue");
-  if ((queue == NULL) == (args->npos == 0))
+  if (queue != NULL && args->npos > 0)
+    return cli_usage_error(args->cmd,
+                           "'tasks requeue': ID and --queue Q exclude each other: give ID to "
+                           "requeue one task, or --queue Q to requeue all dead and failed "
+                           "tasks of Q");
+  if (queue == NULL && args->npos == 0)
     return cli_usage_error(args->cmd, "'tasks requeue' needs either ID or --queue Q");
   int64_t id = 0;
   int rc = queue ? CLI_OK : cli_parse_int(args->cmd, args->pos[0], "ID", 1, &id);

@@ -154,7 +154,7 @@ static const char worker_details[] =
     "  muster worker --queue upper --max-tasks 10 -- tr a-z A-Z\n";
 
 static const char tasks_requeue_details[] =
-    "Give either ID (one dead or failed task) or --queue Q (all of them).\n";
+    "Give either ID (one dead or failed task) or --queue Q (all of them), not both.\n";
 
 static int cmd_head(cli_args_t *args);
 static int cmd_version(cli_args_t *args);

@@ -148,6 +148,8 @@ class CliTest(harness.CliChecks, unittest.TestCase):
             (["complete", "1"], "needs"),
             (["complete", "x", "1"], "TASK: expected an integer"),
             (["tasks", "requeue"], "either ID or --queue"),
+            (["tasks", "requeue", "5", "--queue", "q"],
+             "'tasks requeue': ID and --queue Q exclude each other"),
             (["worker", "--queue", "q"], "needs"),
             (["worker", "--queue", "q", "cat", "-n"], "unknown option '-n'"),
             (["status", "--json"], "unknown option '--json'"),
