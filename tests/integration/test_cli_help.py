@@ -117,6 +117,20 @@ class CliHelpTest(unittest.TestCase):
         r = run("help", "queue", "create", "extra")
         self.assertEqual(r.returncode, 2, r.stderr)
 
+    def test_help_of_an_unknown_name_says_what_running_it_says(self):
+        # `help queue nosuch` said "unknown command 'queue nosuch'" and `queue nosuch`
+        # "unknown subcommand": the same mistake is told the same way.
+        for words in (["queue", "nosuch"], ["nosuch"]):
+            r, helped = run(*words), run("help", *words)
+            self.assertEqual((helped.returncode, helped.stderr), (2, r.stderr))
+            self.assertEqual(helped.stdout, "")
+        self.assertTrue(run("queue", "nosuch").stderr.startswith(
+            "muster: unknown subcommand 'queue nosuch'\n"))
+        r = run("help", "version", "x")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stderr, "muster: 'version' has no subcommand 'x'\n"
+                         "Try 'muster help version' for its usage.\n")
+
 
 if __name__ == "__main__":
     unittest.main()
