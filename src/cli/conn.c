@@ -214,6 +214,55 @@ int cli_request_unsent(const muster_client_t *client) {
   return 0;
 }
 
+/* "payload 3 (of 5)" or "payloads 3 to 5 (of 5)": items [at, at + n) of
+ * `total`, counted from 1, into `buf`. */
+static const char *cli_batch_items(const char *noun, size_t at, size_t n, size_t total, char *buf,
+                                   size_t size) {
+  if (n == 1)
+    snprintf(buf, size, "%s %zu (of %zu)", noun, at + 1, total);
+  else
+    snprintf(buf, size, "%ss %zu to %zu (of %zu)", noun, at + 1, at + n, total);
+  return buf;
+}
+
+void cli_say_batch_unsent(const char *noun, const char *printed, size_t at, size_t n,
+                          size_t total) {
+  char items[128];
+  cli_batch_items(noun, at, n, total, items, sizeof items);
+  const char *were = n == 1 ? "was" : "were";
+  if (at == 0) {
+    fprintf(stderr, "muster: %s %s not sent; nothing was stored\n", items, were);
+    return;
+  }
+  fprintf(stderr,
+          "muster: %s %s not sent, and the %zu before %s are stored (their %s are printed "
+          "above): send again from %s %zu\n",
+          items, were, at, n == 1 ? "it" : "them", printed, noun, at + 1);
+}
+
+void cli_say_batch_unanswered(const char *noun, const char *printed, const char *check, size_t at,
+                              size_t n, size_t total) {
+  char items[128], before[160] = "", then[80] = "nothing is left to send", otherwise[80];
+  cli_batch_items(noun, at, n, total, items, sizeof items);
+  if (at > 0)
+    snprintf(before, sizeof before, "; the %zu before %s are stored (their %s are printed above)",
+             at, n == 1 ? "it" : "them", printed);
+  if (at + n < total)
+    snprintf(then, sizeof then, "resume from %s %zu", noun, at + n + 1);
+  if (at == 0 && at + n == total)
+    snprintf(otherwise, sizeof otherwise, "send %s again", n == 1 ? "it" : "them");
+  else
+    snprintf(otherwise, sizeof otherwise, "%sfrom %s %zu", at + n < total ? "" : "resume ", noun,
+             at + 1);
+  int numbered = at > 0 || at + n < total; /* a "resume from N" was said */
+  fprintf(stderr,
+          "muster: %s may or may not be stored (%s sent, but no reply came)%s\n"
+          "muster: before sending again, see whether %s %s: if it is, %s, else %s%s%s%s\n",
+          items, n == 1 ? "it was" : "they were", before, n == 1 ? "it is" : "the batch is", check,
+          then, otherwise, numbered ? " (" : "", numbered ? noun : "",
+          numbered ? " N is the Nth non-empty input line)" : "");
+}
+
 void cli_print_pretty(const char *text) {
   json_t *value = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
   char *pretty = value ? jdump(value, JSON_INDENT(2) | JSON_ENCODE_ANY) : NULL;

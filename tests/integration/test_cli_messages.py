@@ -325,7 +325,27 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         proxy.listener.close()
         err = self.fails(1, "put", "--queue", "msg-refused", "a", "b", url=proxy.url)
         self.assertIn("muster: is a head running there? Pass --url or set MUSTER_URL", err)
-        self.assertIn("muster: payloads 1 to 2 (of 2) were not sent", err)
+        self.assertTrue(err.endswith("\nmuster: payloads 1 to 2 (of 2) were not sent; nothing "
+                                     "was stored\n"), err)
+        # One payload: "payloads 1 to 1 (of 1) were not sent, and the 0 before them are
+        # stored (their ids are printed above)".
+        err = self.fails(1, "put", "--queue", "msg-refused", "a", url=proxy.url)
+        self.assertTrue(err.endswith("\nmuster: payload 1 (of 1) was not sent; nothing was "
+                                     "stored\n"), err)
+        err = self.fails(1, "session", "put", "s-0123456789abcdef", stdin="a\n", url=proxy.url)
+        self.assertTrue(err.endswith("\nmuster: input 1 (of 1) was not sent; nothing was "
+                                     "stored\n"), err)
+
+    def test_put_of_one_payload_cut_off(self):
+        self.ok("queue", "create", "msg-cut-1")
+        proxy = CutProxy(self.head.port, cut_at=1)
+        err = self.fails(1, "put", "--queue", "msg-cut-1", "a", url=proxy.url)
+        self.assertEqual(self.head.request("GET", "/v1/queues/msg-cut-1").json["counts"]["queued"],
+                         1)
+        self.assertIn("\nmuster: payload 1 (of 1) may or may not be stored (it was sent, but no "
+                      "reply came)\nmuster: before sending again, see whether it is in queue "
+                      "'msg-cut-1' ('muster tasks ls --queue msg-cut-1'): if it is, nothing is "
+                      "left to send, else send it again\n", err)
 
     def test_session_put_cut_off(self):
         self.ok("queue", "create", "msg-cut-s")
@@ -336,9 +356,11 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                          3)
         self.assertNotIn("is a head running there?", err)
         self.assertIn("muster: the request was sent, but no reply came back", err)
-        self.assertIn("muster: inputs 1 to 3 (of 3) may or may not be stored", err)
-        self.assertIn("('muster session show %s'): if it does, resume from input 4, else from "
-                      "input 1" % sid, err)
+        self.assertIn("muster: inputs 1 to 3 (of 3) may or may not be stored (they were sent, "
+                      "but no reply came)\n", err)
+        self.assertIn("see whether the batch is counted in the session's total ('muster session "
+                      "show %s'): if it is, nothing is left to send, else send them again\n" % sid,
+                      err)
 
     # ---- shared data ---------------------------------------------------------------
 
