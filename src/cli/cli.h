@@ -138,10 +138,15 @@ int cli_error(const muster_client_t *client, muster_err_t err);
  * starts with `element` ("leases[0]", which names nothing the user typed)
  * loses it. */
 int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char *element);
+/* The same for a call that gives its failure's `message` rather than a
+ * handle (muster_pool_open): "muster: CODE: MESSAGE" and the advice that fits. */
+int cli_error_message(muster_err_t err, const char *message);
 /* After MUSTER_NETWORK: non-zero when the request never left (no connection
  * could be made), so it surely did nothing; zero when it was sent and its
  * reply was lost, so it may or may not have taken effect. */
 int cli_request_unsent(const muster_client_t *client);
+/* The same, read from a failure's message. */
+int cli_message_unsent(const char *message);
 /*
  * What a command that sends its items in batches (put, session put) says
  * after a network error on items [at, at + n) of `total`, `at` a whole number

@@ -169,13 +169,18 @@ int cli_error(const muster_client_t *client, muster_err_t err) {
 
 int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char *element) {
   const char *message = muster_client_message(client);
+  size_t len = element ? strlen(element) : 0;
+  if (message && len && strncmp(message, element, len) == 0 && message[len] == '.')
+    message += len + 1; /* "leases[0].lease_ms: ..." -> "lease_ms: ..." */
+  else if (message && len && strncmp(message, element, len) == 0 &&
+           strncmp(message + len, ": ", 2) == 0)
+    message += len + 2; /* "leases[0]: task 7 does not exist" -> "task 7 does not exist" */
+  return cli_error_message(err, message);
+}
+
+int cli_error_message(muster_err_t err, const char *message) {
   if (message == NULL || message[0] == '\0')
     message = muster_strerror(err);
-  size_t len = element ? strlen(element) : 0;
-  if (len && strncmp(message, element, len) == 0 && message[len] == '.')
-    message += len + 1; /* "leases[0].lease_ms: ..." -> "lease_ms: ..." */
-  else if (len && strncmp(message, element, len) == 0 && strncmp(message + len, ": ", 2) == 0)
-    message += len + 2; /* "leases[0]: task 7 does not exist" -> "task 7 does not exist" */
   /* The head's advice for a 401 without a token speaks of HTTP headers; the
    * CLI's user needs to know where the CLI looked instead. */
   if (err == MUSTER_UNAUTHORIZED && cli_token_from_nowhere)
@@ -191,7 +196,7 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
       strstr(message, "wrong version number"))
     fprintf(stderr, "muster: the server answered TLS with plain data: a muster head serves plain "
                     "HTTP unless a TLS proxy is in front of it; use an http:// URL\n");
-  else if (err == MUSTER_NETWORK && cli_request_unsent(client))
+  else if (err == MUSTER_NETWORK && cli_message_unsent(message))
     fprintf(stderr, "muster: is a head running there? Pass --url or set MUSTER_URL\n");
   else if (err == MUSTER_NETWORK)
     fprintf(stderr, "muster: the request was sent, but no reply came back: the head may have "
@@ -200,12 +205,15 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
 }
 
 int cli_request_unsent(const muster_client_t *client) {
+  return cli_message_unsent(muster_client_message(client));
+}
+
+int cli_message_unsent(const char *message) {
   /* libmuster's own words, then curl's (https://).  A request sent on a
    * reused connection whose retry could not connect names both: it was sent. */
   static const char *const before_sending[] = {"could not connect", "could not resolve",
                                                "failed to connect", "couldn't connect",
                                                "couldn't resolve",  NULL};
-  const char *message = muster_client_message(client);
   if (message == NULL || strstr(message, "sending it again failed"))
     return 0;
   for (int i = 0; before_sending[i]; i++)

@@ -362,6 +362,27 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                       "show %s'): if it is, nothing is left to send, else send them again\n" % sid,
                       err)
 
+    def test_head_down_is_told_alike_by_every_command(self):
+        # map gave no "is a head running there?" and shared put/get gave libcurl's
+        # "Failed to connect ... after 0 ms: Couldn't connect to server", as did any
+        # command on an https:// URL.
+        port = harness.free_port()
+        for scheme, args, stdin in (("http", ("queue", "ls"), None),
+                                    ("http", ("map", "--queue", "q"), "a\n"),
+                                    ("http", ("shared", "put", "s", "n"), "data"),
+                                    ("http", ("shared", "get", "s", "n"), None),
+                                    ("https", ("queue", "ls"), None)):
+            with self.subTest(scheme=scheme, args=args):
+                self.check_head_down(scheme, port, args, stdin)
+
+    def check_head_down(self, scheme, port, args, stdin):
+        r = self.muster(*args, stdin=stdin, url="%s://127.0.0.1:%d" % (scheme, port))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stderr, r"\Amuster: network: [A-Z]+ %s://127\.0\.0\.1:%d/v1/\S+: "
+                         r"could not connect to 127\.0\.0\.1 port %d: Connection refused\n"
+                         r"muster: is a head running there\? Pass --url or set MUSTER_URL\n\Z"
+                         % (scheme, port, port))
+
     # ---- shared data ---------------------------------------------------------------
 
     def test_shared_put_existing_names_the_option(self):
