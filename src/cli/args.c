@@ -3,10 +3,11 @@
  *
  * Options are long only (`--queue Q` or `--queue=Q`), may appear anywhere
  * before a `--`, and everything after `--` is positional (the worker's command,
- * or payloads that start with a dash); a `--` is never an option's value.  A word starting with one dash is an
- * unknown option unless it looks like a negative number, so `muster put --json
- * -5` puts the number -5.  Parsing happens once, against the command's table
- * row, before the command runs; commands only read checked values.
+ * or payloads that start with a dash); a `--` is never an option's value.  A
+ * word starting with one dash is an unknown option unless it looks like a
+ * negative number, so `muster put --json -5` puts the number -5.  Parsing
+ * happens once, against the command's table row, before the command runs;
+ * commands only read checked values.
  */
 #include "cli/cli.h"
 
@@ -229,8 +230,8 @@ static int cli_parse_int_range(const cli_cmd_t *cmd, const char *text, const cha
   if (text[0] == '\0' || *end != '\0')
     return cli_usage_error(cmd, "%s: expected an integer, got '%s'", what, text);
   if (errno == ERANGE)
-    return cli_usage_error(cmd, "%s: %s is out of range: it must be from %lld to %lld", what,
-                           text, (long long)min, (long long)max);
+    return cli_usage_error(cmd, "%s: %s is out of range: it must be from %lld to %lld", what, text,
+                           (long long)min, (long long)max);
   if (value < min)
     return cli_usage_error(cmd, "%s: must be at least %lld, got %lld", what, (long long)min, value);
   /* Said here in the option's words: the head would name its JSON field

@@ -156,8 +156,7 @@ int cli_message_unsent(const char *message);
  * stored; `check` says how to see ("in queue 'q' ('muster tasks ls --queue
  * q')"), and both ways to resume are given.
  */
-void cli_say_batch_unsent(const char *noun, const char *printed, size_t at, size_t n,
-                          size_t total);
+void cli_say_batch_unsent(const char *noun, const char *printed, size_t at, size_t n, size_t total);
 void cli_say_batch_unanswered(const char *noun, const char *printed, const char *check, size_t at,
                               size_t n, size_t total);
 /* Prints JSON text `text` indented (or as is when it does not parse). */

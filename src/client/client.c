@@ -240,8 +240,8 @@ void client_curl_reword(muster_client_t *client, CURL *curl, CURLcode rc, const 
       snprintf(client->curl_error, sizeof client->curl_error,
                "could not connect to %.200s port %s: %s", host, port,
                os_errno == ETIMEDOUT ? "timed out"
-               : os_errno        ? strerror((int)os_errno)
-                                 : curl_easy_strerror(rc));
+               : os_errno            ? strerror((int)os_errno)
+                                     : curl_easy_strerror(rc));
   }
   curl_free(host);
   curl_free(port);
