@@ -3,10 +3,11 @@
  *
  * Options are long only (`--queue Q` or `--queue=Q`), may appear anywhere
  * before a `--`, and everything after `--` is positional (the worker's command,
- * or payloads that start with a dash).  A word starting with one dash is an
- * unknown option unless it looks like a negative number, so `muster put --json
- * -5` puts the number -5.  Parsing happens once, against the command's table
- * row, before the command runs; commands only read checked values.
+ * or payloads that start with a dash); a `--` is never an option's value.  A
+ * word starting with one dash is an unknown option unless it looks like a
+ * negative number, so `muster put --json -5` puts the number -5.  Parsing
+ * happens once, against the command's table row, before the command runs;
+ * commands only read checked values.
  */
 #include "cli/cli.h"
 
@@ -17,7 +18,9 @@
 #include <string.h>
 
 const cli_opt_t cli_client_opts[] = {
-    {"url", "URL", "head URL (env MUSTER_URL, else DATA_DIR/url, else http://127.0.0.1:7370)"},
+    {"url", "URL",
+     "head URL (env MUSTER_URL, else DATA_DIR/url, else http://127.0.0.1:7370 when no data dir "
+     "was named)"},
     {"token", "TOKEN", "bearer token (env MUSTER_TOKEN, else read from DATA_DIR/token)"},
     {"data-dir", "DIR",
      "the head's data dir, for its token and URL (env MUSTER_DATA_DIR, "
@@ -155,13 +158,14 @@ static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli
     args->values[idx] = "";
     return CLI_OK;
   }
-  if (eq) {
+  /* A following "--" is the end of the options, not a value: `--gpus -- cat`
+   * forgot the list (a value that is "--" is given as `--error=--`). */
+  if (eq)
     args->values[idx] = eq + 1;
-  } else if (*i + 1 < argc) {
+  else if (*i + 1 < argc && strcmp(argv[*i + 1], "--") != 0)
     args->values[idx] = argv[++*i];
-  } else {
+  else
     return cli_usage_error(cmd, "option '--%s' needs a value (%s)", opt->name, opt->metavar);
-  }
   return CLI_OK;
 }
 
@@ -214,17 +218,33 @@ int cli_flag(const cli_args_t *args, const char *name) {
   return cli_opt(args, name) != NULL;
 }
 
-int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int64_t min,
-                  int64_t *out) {
+/* Parses `text` as an integer from `min` to `max` for `what` of `cmd` into
+ * *out.  CLI_OK, or CLI_USAGE after the error: not an integer, or one out of
+ * the range, said with the range (strtoll's ERANGE is an integer too, only one
+ * too large for any option, so it gets the range as well). */
+static int cli_parse_int_range(const cli_cmd_t *cmd, const char *text, const char *what,
+                               int64_t min, int64_t max, int64_t *out) {
   char *end = NULL;
   errno = 0;
   long long value = strtoll(text, &end, 10);
-  if (text[0] == '\0' || *end != '\0' || errno == ERANGE)
+  if (text[0] == '\0' || *end != '\0')
     return cli_usage_error(cmd, "%s: expected an integer, got '%s'", what, text);
+  if (errno == ERANGE)
+    return cli_usage_error(cmd, "%s: %s is out of range: it must be from %lld to %lld", what, text,
+                           (long long)min, (long long)max);
   if (value < min)
     return cli_usage_error(cmd, "%s: must be at least %lld, got %lld", what, (long long)min, value);
+  /* Said here in the option's words: the head would name its JSON field
+   * ("tasks[0].priority") and the command would fail with status 1. */
+  if (value > max)
+    return cli_usage_error(cmd, "%s: must be at most %lld, got %lld", what, (long long)max, value);
   *out = (int64_t)value;
   return CLI_OK;
+}
+
+int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int64_t min,
+                  int64_t *out) {
+  return cli_parse_int_range(cmd, text, what, min, INT64_MAX, out);
 }
 
 int cli_opt_int(const cli_args_t *args, const char *name, int64_t fallback, int64_t min,
@@ -241,15 +261,5 @@ int cli_opt_int_range(const cli_args_t *args, const char *name, int64_t fallback
   }
   char what[64];
   snprintf(what, sizeof what, "--%s", name);
-  int64_t value = 0; /* set by cli_parse_int when it succeeds; the optimiser cannot tell */
-  int rc = cli_parse_int(args->cmd, text, what, min, &value);
-  if (rc != CLI_OK)
-    return rc;
-  /* Said here in the option's words: the head would name its JSON field
-   * ("tasks[0].priority") and the command would fail with status 1. */
-  if (value > max)
-    return cli_usage_error(args->cmd, "%s: must be at most %lld, got %lld", what, (long long)max,
-                           (long long)value);
-  *out = value;
-  return CLI_OK;
+  return cli_parse_int_range(args->cmd, text, what, min, max, out);
 }

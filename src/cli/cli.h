@@ -138,10 +138,27 @@ int cli_error(const muster_client_t *client, muster_err_t err);
  * starts with `element` ("leases[0]", which names nothing the user typed)
  * loses it. */
 int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char *element);
+/* The same for a call that gives its failure's `message` rather than a
+ * handle (muster_pool_open): "muster: CODE: MESSAGE" and the advice that fits. */
+int cli_error_message(muster_err_t err, const char *message);
 /* After MUSTER_NETWORK: non-zero when the request never left (no connection
  * could be made), so it surely did nothing; zero when it was sent and its
  * reply was lost, so it may or may not have taken effect. */
 int cli_request_unsent(const muster_client_t *client);
+/* The same, read from a failure's message. */
+int cli_message_unsent(const char *message);
+/*
+ * What a command that sends its items in batches (put, session put) says
+ * after a network error on items [at, at + n) of `total`, `at` a whole number
+ * of batches: `noun` names one item ("payload"), `printed` what was printed
+ * of the stored ones ("ids").  Unsent: the request never left, so nothing of
+ * it is stored.  Unanswered: it was sent and its reply lost, so it may be
+ * stored; `check` says how to see ("in queue 'q' ('muster tasks ls --queue
+ * q')"), and both ways to resume are given.
+ */
+void cli_say_batch_unsent(const char *noun, const char *printed, size_t at, size_t n, size_t total);
+void cli_say_batch_unanswered(const char *noun, const char *printed, const char *check, size_t at,
+                              size_t n, size_t total);
 /* Prints JSON text `text` indented (or as is when it does not parse). */
 void cli_print_pretty(const char *text);
 /* Percent-encodes `name` for a path into `out` (size bytes); -1 if too long. */

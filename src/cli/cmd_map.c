@@ -362,7 +362,7 @@ int cmd_map(cli_args_t *args) {
   char *message = NULL;
   muster_err_t err = muster_pool_open(&opts, &pool, &message);
   if (err != MUSTER_OK) {
-    fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), message ? message : "");
+    cli_error_message(err, message);
     muster_free(message);
     cli_inputs_free(&in);
     return CLI_FAIL;
@@ -374,8 +374,7 @@ int cmd_map(cli_args_t *args) {
   err = muster_pool_imap(pool, (const char *const *)in.texts, in.count, cli_flag(args, "ordered"),
                          &it);
   if (err != MUSTER_OK) {
-    fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), muster_pool_message(pool));
-    rc = CLI_FAIL;
+    rc = cli_error_message(err, muster_pool_message(pool));
   } else {
     rc = map_drain(args, pool, it);
   }

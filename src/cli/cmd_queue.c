@@ -79,21 +79,30 @@ static void queue_print_table(json_t *queues) {
   table_free(&table);
 }
 
+/* The array "queues" of queue list `json` (GET /v1/queues), parsed into
+ * *root (the caller's reference); NULL after saying it could not be read. */
+static json_t *queue_list_parse(const char *json, json_t **root) {
+  *root = json_loads(json, JSON_ALLOW_NUL, NULL);
+  json_t *queues = json_object_get(*root, "queues");
+  if (json_is_array(queues))
+    return queues;
+  fprintf(stderr, "muster: protocol: the queue list could not be read\n");
+  return NULL;
+}
+
 /* Fetches the queue list and prints it as a table or, with `as_json`, as JSON. */
 static int queue_list(muster_client_t *client, int as_json) {
   char *json = NULL;
   muster_err_t err = muster_queue_list(client, &json);
   if (err != MUSTER_OK)
     return cli_error(client, err);
-  json_t *root = json_loads(json, JSON_ALLOW_NUL, NULL);
-  json_t *queues = json_object_get(root, "queues");
+  json_t *root = NULL;
+  json_t *queues = as_json ? NULL : queue_list_parse(json, &root);
   if (as_json)
     cli_print_pretty(json);
-  else if (json_is_array(queues))
+  else if (queues)
     queue_print_table(queues);
-  else
-    fprintf(stderr, "muster: protocol: the queue list could not be read\n");
-  int rc = as_json || json_is_array(queues) ? CLI_OK : CLI_FAIL;
+  int rc = as_json || queues ? CLI_OK : CLI_FAIL;
   json_decref(root);
   muster_free(json);
   return rc;
@@ -206,12 +215,8 @@ static muster_err_t status_active_workers(muster_client_t *client, long *active)
   return MUSTER_OK;
 }
 
-/* Prints the health line of `muster status`. */
-static int status_health(const cli_args_t *args, muster_client_t *client) {
-  char *reply = NULL;
-  muster_err_t err = muster_request(client, "GET", "/v1/health", NULL, &reply);
-  if (err != MUSTER_OK)
-    return cli_error(client, err);
+/* Prints the health line of `muster status` from GET /v1/health's `reply`. */
+static void status_print_health(const cli_args_t *args, const char *reply) {
   json_t *health = json_loads(reply, JSON_ALLOW_NUL, NULL);
   const char *state = json_string_value(json_object_get(health, "status"));
   const char *version = json_string_value(json_object_get(health, "version"));
@@ -219,23 +224,40 @@ static int status_health(const cli_args_t *args, muster_client_t *client) {
   printf("head:    %s  %s  version %s  up %llds\n", cli_url(args), state ? state : "?",
          version ? version : "?", uptime_ms / 1000);
   json_decref(health);
-  muster_free(reply);
-  return CLI_OK;
 }
 
+/*
+ * Everything `muster status` prints is fetched before any of it is printed:
+ * GET /v1/health needs no token and the other two do, so a wrong token
+ * printed a health line that reads as success before failing.  Now a failure
+ * prints its error alone.
+ */
 int cmd_status(cli_args_t *args) {
   muster_client_t *client = NULL;
   int rc = cli_connect(args, &client);
-  if (rc == CLI_OK)
-    rc = status_health(args, client);
+  if (rc != CLI_OK)
+    return rc;
+  char *health = NULL, *list = NULL;
   long active = 0;
-  muster_err_t err = rc == CLI_OK ? status_active_workers(client, &active) : MUSTER_OK;
-  if (err != MUSTER_OK)
+  muster_err_t err = muster_request(client, "GET", "/v1/health", NULL, &health);
+  if (err == MUSTER_OK)
+    err = status_active_workers(client, &active);
+  if (err == MUSTER_OK)
+    err = muster_queue_list(client, &list);
+  json_t *root = NULL;
+  json_t *queues = err == MUSTER_OK ? queue_list_parse(list, &root) : NULL;
+  if (err != MUSTER_OK) {
     rc = cli_error(client, err);
-  else if (rc == CLI_OK)
+  } else if (queues == NULL) {
+    rc = CLI_FAIL;
+  } else {
+    status_print_health(args, health);
     printf("workers: %ld active\n\n", active);
-  if (rc == CLI_OK)
-    rc = queue_list(client, 0);
+    queue_print_table(queues);
+  }
+  json_decref(root);
+  muster_free(health);
+  muster_free(list);
   muster_client_free(client);
   return rc;
 }

@@ -206,20 +206,13 @@ int cmd_session_ls(cli_args_t *args) {
 static void session_say_lost_batch(const muster_client_t *client, const char *id, size_t at,
                                    size_t n, size_t total) {
   if (cli_request_unsent(client)) {
-    fprintf(stderr,
-            "muster: inputs %zu to %zu (of %zu) were not sent, and the %zu before them are "
-            "stored (their indexes are printed above): send again from input %zu\n",
-            at + 1, at + n, total, at, at + 1);
+    cli_say_batch_unsent("input", "indexes", at, n, total);
     return;
   }
-  fprintf(stderr,
-          "muster: inputs %zu to %zu (of %zu) may or may not be stored (they were sent, "
-          "but no reply came); the %zu before them are stored (their indexes are "
-          "printed above)\n"
-          "muster: before sending again, see whether the session's total counts them ('muster "
-          "session show %s'): if it does, resume from input %zu, else from input %zu (input N "
-          "is the Nth non-empty input line)\n",
-          at + 1, at + n, total, at, id, at + n + 1, at + 1);
+  char check[600];
+  snprintf(check, sizeof check, "counted in the session's total ('muster session show %.256s')",
+           id);
+  cli_say_batch_unanswered("input", "indexes", check, at, n, total);
 }
 
 /* Sends the inputs in batches at the session's next indexes; prints "INDEX\tTASK". */

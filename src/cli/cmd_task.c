@@ -186,10 +186,7 @@ static void put_say_lost_batch(const cli_args_t *args, const muster_client_t *cl
                                size_t n, size_t total) {
   const char *queue = cli_opt(args, "queue");
   if (cli_request_unsent(client)) {
-    fprintf(stderr,
-            "muster: payloads %zu to %zu (of %zu) were not sent, and the %zu before them are "
-            "stored (their ids are printed above): send again from payload %zu\n",
-            at + 1, at + n, total, at, at + 1);
+    cli_say_batch_unsent("payload", "ids", at, n, total);
     return;
   }
   if (cli_opt(args, "key")) {
@@ -197,14 +194,10 @@ static void put_say_lost_batch(const cli_args_t *args, const muster_client_t *cl
                     "--key, which never stores it twice\n");
     return;
   }
-  fprintf(stderr,
-          "muster: payloads %zu to %zu (of %zu) may or may not be stored (they were sent, "
-          "but no reply came); the %zu before them are stored (their ids are "
-          "printed above)\n"
-          "muster: before sending again, see whether the batch is in queue '%s' ('muster tasks "
-          "ls --queue %s'): if it is, resume from payload %zu, else from payload %zu (payload N "
-          "is the Nth non-empty input line)\n",
-          at + 1, at + n, total, at, queue, queue, at + n + 1, at + 1);
+  char check[600];
+  snprintf(check, sizeof check, "in queue '%.256s' ('muster tasks ls --queue %.256s')", queue,
+           queue);
+  cli_say_batch_unanswered("payload", "ids", check, at, n, total);
 }
 
 /* Sends the payloads in batches and prints the ids. */
@@ -493,7 +486,12 @@ int cmd_tasks_show(cli_args_t *args) {
 
 int cmd_tasks_requeue(cli_args_t *args) {
   const char *queue = cli_opt(args, "queue");
-  if ((queue == NULL) == (args->npos == 0))
+  if (queue != NULL && args->npos > 0)
+    return cli_usage_error(args->cmd,
+                           "'tasks requeue': ID and --queue Q exclude each other: give ID to "
+                           "requeue one task, or --queue Q to requeue all dead and failed "
+                           "tasks of Q");
+  if (queue == NULL && args->npos == 0)
     return cli_usage_error(args->cmd, "'tasks requeue' needs either ID or --queue Q");
   int64_t id = 0;
   int rc = queue ? CLI_OK : cli_parse_int(args->cmd, args->pos[0], "ID", 1, &id);

@@ -41,24 +41,29 @@ static const char *cli_data_dir(const cli_args_t *args) {
   return cli_data_dir_from(args, NULL);
 }
 
+/* DATA_DIR/`name` into `path`, with "./" before a relative one, as messages show it. */
+static void cli_data_path(const cli_args_t *args, const char *name, char *path, size_t size) {
+  const char *dir = cli_data_dir(args);
+  snprintf(path, size, "%s%s/%s", dir[0] == '/' ? "" : "./", dir, name);
+}
+
 /* Reads the first line of DATA_DIR/`name` into `buf`, trimmed; 0 when found.
- * Otherwise -1, with "PATH (why)" in `why` (may be NULL). */
+ * Otherwise -1, with *problem (may be NULL) set to why it gave none: strerror's
+ * text, or "it is empty". */
 static int cli_read_data_file(const cli_args_t *args, const char *name, char *buf, size_t size,
-                              char *why, size_t why_size) {
-  char path[4096];
-  const char *from;
-  const char *dir = cli_data_dir_from(args, &from);
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+                              const char **problem) {
+  char path[4200];
+  cli_data_path(args, name, path, sizeof path);
   FILE *f = fopen(path, "r");
   char *line = f ? fgets(buf, (int)size, f) : NULL;
-  const char *problem = f && !ferror(f) ? "it is empty" : strerror(errno);
+  const char *why = f && !ferror(f) ? "it is empty" : strerror(errno);
   if (f)
     fclose(f);
   size_t n = line ? strlen(buf) : 0;
   while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
     buf[--n] = '\0';
-  if (n == 0 && why)
-    snprintf(why, why_size, "%s%s (%s, from %s)", dir[0] == '/' ? "" : "./", path, problem, from);
+  if (problem)
+    *problem = why;
   return n > 0 ? 0 : -1;
 }
 
@@ -68,7 +73,7 @@ static const char *cli_url_from(const cli_args_t *args, char *from, size_t size)
   if (url == NULL || url[0] == '\0')
     url = getenv("MUSTER_URL"), source = "MUSTER_URL";
   if (url == NULL || url[0] == '\0') {
-    if (cli_read_data_file(args, "url", cli_url_buf, sizeof cli_url_buf, NULL, 0) == 0) {
+    if (cli_read_data_file(args, "url", cli_url_buf, sizeof cli_url_buf, NULL) == 0) {
       url = cli_url_buf;
       if (from)
         snprintf(from, size, "%s/url", cli_data_dir(args));
@@ -85,7 +90,41 @@ const char *cli_url(const cli_args_t *args) {
   return cli_url_from(args, NULL, 0);
 }
 
+/* Non-zero when `name` is set to a non-empty value by option or environment. */
+static int cli_named(const char *value) {
+  return value != NULL && value[0] != '\0';
+}
+
+/*
+ * A data dir the user named (--data-dir, MUSTER_DATA_DIR) is where the URL
+ * comes from when neither --url nor MUSTER_URL gives one.  If it holds no url
+ * file, the default URL would be used without a word, and that may be another
+ * head than the one meant: so this is refused, as a wrong option is.  The
+ * default data dir is only a guess, and without a url file the default URL
+ * stays the guess.  CLI_OK, or CLI_USAGE after saying so.
+ */
+static int cli_check_data_dir_url(const cli_args_t *args) {
+  const char *from, *problem;
+  if (cli_named(cli_opt(args, "url")) || cli_named(getenv("MUSTER_URL")))
+    return CLI_OK;
+  const char *dir = cli_data_dir_from(args, &from);
+  if (strcmp(from, "--data-dir") != 0 && strcmp(from, "MUSTER_DATA_DIR") != 0)
+    return CLI_OK;
+  char line[1024], path[4200];
+  if (cli_read_data_file(args, "url", line, sizeof line, &problem) == 0)
+    return CLI_OK;
+  cli_data_path(args, "url", path, sizeof path);
+  return cli_usage_error(args->cmd,
+                         "%s '%s' has no url file (%s: %s), which a head writes while it "
+                         "runs: start the head with this data dir, name the data dir of a "
+                         "running head, or pass --url (or set MUSTER_URL)",
+                         from, dir, path, problem);
+}
+
 int cli_check_url(const cli_args_t *args) {
+  int rc = cli_check_data_dir_url(args);
+  if (rc != CLI_OK)
+    return rc;
   char from[4200];
   const char *url = cli_url_from(args, from, sizeof from);
   const char *problem = url_head_problem(url);
@@ -102,9 +141,13 @@ const char *cli_token(const cli_args_t *args) {
     token = getenv("MUSTER_TOKEN");
   if (token != NULL && token[0] != '\0')
     return token;
-  if (cli_read_data_file(args, "token", cli_token_buf, sizeof cli_token_buf, cli_token_looked,
-                         sizeof cli_token_looked) == 0)
+  const char *problem, *from;
+  if (cli_read_data_file(args, "token", cli_token_buf, sizeof cli_token_buf, &problem) == 0)
     return cli_token_buf;
+  char path[4200];
+  cli_data_path(args, "token", path, sizeof path);
+  cli_data_dir_from(args, &from);
+  snprintf(cli_token_looked, sizeof cli_token_looked, "%s (%s, from %s)", path, problem, from);
   cli_token_from_nowhere = 1;
   return NULL;
 }
@@ -126,13 +169,18 @@ int cli_error(const muster_client_t *client, muster_err_t err) {
 
 int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char *element) {
   const char *message = muster_client_message(client);
+  size_t len = element ? strlen(element) : 0;
+  if (message && len && strncmp(message, element, len) == 0 && message[len] == '.')
+    message += len + 1; /* "leases[0].lease_ms: ..." -> "lease_ms: ..." */
+  else if (message && len && strncmp(message, element, len) == 0 &&
+           strncmp(message + len, ": ", 2) == 0)
+    message += len + 2; /* "leases[0]: task 7 does not exist" -> "task 7 does not exist" */
+  return cli_error_message(err, message);
+}
+
+int cli_error_message(muster_err_t err, const char *message) {
   if (message == NULL || message[0] == '\0')
     message = muster_strerror(err);
-  size_t len = element ? strlen(element) : 0;
-  if (len && strncmp(message, element, len) == 0 && message[len] == '.')
-    message += len + 1; /* "leases[0].lease_ms: ..." -> "lease_ms: ..." */
-  else if (len && strncmp(message, element, len) == 0 && strncmp(message + len, ": ", 2) == 0)
-    message += len + 2; /* "leases[0]: task 7 does not exist" -> "task 7 does not exist" */
   /* The head's advice for a 401 without a token speaks of HTTP headers; the
    * CLI's user needs to know where the CLI looked instead. */
   if (err == MUSTER_UNAUTHORIZED && cli_token_from_nowhere)
@@ -148,7 +196,7 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
       strstr(message, "wrong version number"))
     fprintf(stderr, "muster: the server answered TLS with plain data: a muster head serves plain "
                     "HTTP unless a TLS proxy is in front of it; use an http:// URL\n");
-  else if (err == MUSTER_NETWORK && cli_request_unsent(client))
+  else if (err == MUSTER_NETWORK && cli_message_unsent(message))
     fprintf(stderr, "muster: is a head running there? Pass --url or set MUSTER_URL\n");
   else if (err == MUSTER_NETWORK)
     fprintf(stderr, "muster: the request was sent, but no reply came back: the head may have "
@@ -157,18 +205,70 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
 }
 
 int cli_request_unsent(const muster_client_t *client) {
+  return cli_message_unsent(muster_client_message(client));
+}
+
+int cli_message_unsent(const char *message) {
   /* libmuster's own words, then curl's (https://).  A request sent on a
    * reused connection whose retry could not connect names both: it was sent. */
   static const char *const before_sending[] = {"could not connect", "could not resolve",
                                                "failed to connect", "couldn't connect",
                                                "couldn't resolve",  NULL};
-  const char *message = muster_client_message(client);
   if (message == NULL || strstr(message, "sending it again failed"))
     return 0;
   for (int i = 0; before_sending[i]; i++)
     if (strcasestr(message, before_sending[i]))
       return 1;
   return 0;
+}
+
+/* "payload 3 (of 5)" or "payloads 3 to 5 (of 5)": items [at, at + n) of
+ * `total`, counted from 1, into `buf`. */
+static const char *cli_batch_items(const char *noun, size_t at, size_t n, size_t total, char *buf,
+                                   size_t size) {
+  if (n == 1)
+    snprintf(buf, size, "%s %zu (of %zu)", noun, at + 1, total);
+  else
+    snprintf(buf, size, "%ss %zu to %zu (of %zu)", noun, at + 1, at + n, total);
+  return buf;
+}
+
+void cli_say_batch_unsent(const char *noun, const char *printed, size_t at, size_t n,
+                          size_t total) {
+  char items[128];
+  cli_batch_items(noun, at, n, total, items, sizeof items);
+  const char *were = n == 1 ? "was" : "were";
+  if (at == 0) {
+    fprintf(stderr, "muster: %s %s not sent; nothing was stored\n", items, were);
+    return;
+  }
+  fprintf(stderr,
+          "muster: %s %s not sent, and the %zu before %s are stored (their %s are printed "
+          "above): send again from %s %zu\n",
+          items, were, at, n == 1 ? "it" : "them", printed, noun, at + 1);
+}
+
+void cli_say_batch_unanswered(const char *noun, const char *printed, const char *check, size_t at,
+                              size_t n, size_t total) {
+  char items[128], before[160] = "", then[80] = "nothing is left to send", otherwise[80];
+  cli_batch_items(noun, at, n, total, items, sizeof items);
+  if (at > 0)
+    snprintf(before, sizeof before, "; the %zu before %s are stored (their %s are printed above)",
+             at, n == 1 ? "it" : "them", printed);
+  if (at + n < total)
+    snprintf(then, sizeof then, "resume from %s %zu", noun, at + n + 1);
+  if (at == 0 && at + n == total)
+    snprintf(otherwise, sizeof otherwise, "send %s again", n == 1 ? "it" : "them");
+  else
+    snprintf(otherwise, sizeof otherwise, "%sfrom %s %zu", at + n < total ? "" : "resume ", noun,
+             at + 1);
+  int numbered = at > 0 || at + n < total; /* a "resume from N" was said */
+  fprintf(stderr,
+          "muster: %s may or may not be stored (%s sent, but no reply came)%s\n"
+          "muster: before sending again, see whether %s %s: if it is, %s, else %s%s%s%s\n",
+          items, n == 1 ? "it was" : "they were", before, n == 1 ? "it is" : "the batch is", check,
+          then, otherwise, numbered ? " (" : "", numbered ? noun : "",
+          numbered ? " N is the Nth non-empty input line)" : "");
 }
 
 void cli_print_pretty(const char *text) {

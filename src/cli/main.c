@@ -154,7 +154,7 @@ static const char worker_details[] =
     "  muster worker --queue upper --max-tasks 10 -- tr a-z A-Z\n";
 
 static const char tasks_requeue_details[] =
-    "Give either ID (one dead or failed task) or --queue Q (all of them).\n";
+    "Give either ID (one dead or failed task) or --queue Q (all of them), not both.\n";
 
 static int cmd_head(cli_args_t *args);
 static int cmd_version(cli_args_t *args);
@@ -334,6 +334,22 @@ static void usage_group(const char *group, FILE *out) {
   fprintf(out, "\nRun 'muster %s SUBCOMMAND --help' for its options.\n", group);
 }
 
+/* What `muster WORD` and `muster help WORD` say of a word that names no
+ * command; returns CLI_USAGE. */
+static int unknown_command(const char *word) {
+  fprintf(stderr, "muster: unknown command '%s'\n", word);
+  fprintf(stderr, "Try 'muster --help' for the list of commands.\n");
+  return CLI_USAGE;
+}
+
+/* What `muster GROUP SUB` and `muster help GROUP SUB` say of a subcommand that
+ * `group` lacks; returns CLI_USAGE. */
+static int unknown_subcommand(const char *group, const char *sub) {
+  fprintf(stderr, "muster: unknown subcommand '%s %s'\n", group, sub);
+  fprintf(stderr, "Try 'muster %s --help' for the list of subcommands.\n", group);
+  return CLI_USAGE;
+}
+
 static int cmd_head(cli_args_t *args) {
   return CLI_USAGE; /* never called: main() hands `head` to head_main directly */
 }
@@ -363,8 +379,13 @@ static int cmd_help(cli_args_t *args) {
     usage_group(args->pos[0], stdout);
     return CLI_OK;
   }
-  return cli_usage_error(NULL, "unknown command '%s%s%s'", args->pos[0], sub ? " " : "",
-                         sub ? sub : "");
+  if (is_group(args->pos[0]))
+    return unknown_subcommand(args->pos[0], sub);
+  if (sub == NULL || find_command(args->pos[0], NULL) == NULL)
+    return unknown_command(args->pos[0]);
+  fprintf(stderr, "muster: '%s' has no subcommand '%s'\n", args->pos[0], sub);
+  fprintf(stderr, "Try 'muster help %s' for its usage.\n", args->pos[0]);
+  return CLI_USAGE;
 }
 
 /* Runs the group `argv[1]`'s subcommand argv[2]. */
@@ -379,11 +400,8 @@ static int run_group(int argc, char **argv, const cli_cmd_t **cmd, int *skip) {
     usage_group(group, stdout);
     return -1;
   }
-  if ((*cmd = find_command(group, argv[2])) == NULL) {
-    fprintf(stderr, "muster: unknown subcommand '%s %s'\n", group, argv[2]);
-    fprintf(stderr, "Try 'muster %s --help' for the list of subcommands.\n", group);
-    return CLI_USAGE;
-  }
+  if ((*cmd = find_command(group, argv[2])) == NULL)
+    return unknown_subcommand(group, argv[2]);
   *skip = 3;
   return CLI_OK;
 }
@@ -436,11 +454,8 @@ static int resolve_command(int argc, char **argv, const cli_cmd_t **cmd, int *sk
   const char *word = argv[1];
   if (is_group(word))
     return run_group(argc, argv, cmd, skip);
-  if ((*cmd = find_command(word, NULL)) == NULL) {
-    fprintf(stderr, "muster: unknown command '%s'\n", word);
-    fprintf(stderr, "Try 'muster --help' for the list of commands.\n");
-    return CLI_USAGE;
-  }
+  if ((*cmd = find_command(word, NULL)) == NULL)
+    return unknown_command(word);
   return CLI_OK;
 }
 

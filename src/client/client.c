@@ -14,6 +14,7 @@
 #include "client/jdump.h"
 #include "client/jparse.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -222,6 +223,31 @@ static void client_set_method(CURL *curl, const char *method, const char *body) 
  * arrived, MUSTER_NETWORK when none did, MUSTER_NOMEM when it could not be
  * stored.  The status is judged by the caller.
  */
+void client_curl_reword(muster_client_t *client, CURL *curl, CURLcode rc, const char *url) {
+  if (rc != CURLE_COULDNT_CONNECT && rc != CURLE_COULDNT_RESOLVE_HOST)
+    return;
+  char *host = NULL, *port = NULL;
+  CURLU *parts = curl_url();
+  if (parts && curl_url_set(parts, CURLUPART_URL, url, 0) == CURLUE_OK &&
+      curl_url_get(parts, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+      curl_url_get(parts, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+    long os_errno = 0;
+    curl_easy_getinfo(curl, CURLINFO_OS_ERRNO, &os_errno);
+    if (rc == CURLE_COULDNT_RESOLVE_HOST)
+      snprintf(client->curl_error, sizeof client->curl_error, "could not resolve host %.200s",
+               host);
+    else
+      snprintf(client->curl_error, sizeof client->curl_error,
+               "could not connect to %.200s port %s: %s", host, port,
+               os_errno == ETIMEDOUT ? "timed out"
+               : os_errno            ? strerror((int)os_errno)
+                                     : curl_easy_strerror(rc));
+  }
+  curl_free(host);
+  curl_free(port);
+  curl_url_cleanup(parts);
+}
+
 static muster_err_t client_send(muster_client_t *client, const char *method, const char *path,
                                 const char *body, long extra_wait_ms) {
   long timeout =
@@ -243,6 +269,7 @@ static muster_err_t client_send(muster_client_t *client, const char *method, con
   client_set_method(curl, method, body);
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout);
   CURLcode rc = curl_easy_perform(curl);
+  client_curl_reword(client, curl, rc, url);
   free(url);
   if (rc == CURLE_WRITE_ERROR)
     return client_fail(client, MUSTER_NOMEM, "out of memory while reading the reply");

@@ -89,6 +89,16 @@ void http1_free(http1_t *h);
 muster_err_t http1_send(muster_client_t *client, const char *method, const char *path,
                         const char *body, long timeout_ms);
 
+/*
+ * After libcurl's transfer of `url` on `curl` failed with `rc`: a failure to
+ * connect or to resolve the host is put in client->curl_error in http1.c's
+ * words ("could not connect to HOST port PORT: Connection refused"), so that
+ * one failure reads the same whichever transport carried the request (the
+ * CLI's advice for a head that is not running keys on them).  Any other
+ * failure keeps libcurl's words.
+ */
+void client_curl_reword(muster_client_t *client, CURL *curl, CURLcode rc, const char *url);
+
 /* Grows the allocation *data of *cap bytes to at least `need` bytes, doubling
  * from 4 KiB; false when memory ran out, both unchanged.  The growth of every
  * buffer of libmuster (client_buf_t, jtext_buf_t). */

@@ -246,6 +246,7 @@ static muster_err_t shared_perform(muster_client_t *client, const char *method, 
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   shared_setopt(curl, client, method, x, upload, upload_len);
   CURLcode rc = curl_easy_perform(curl);
+  client_curl_reword(client, curl, rc, url);
   long status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
   client->status = (int)status;

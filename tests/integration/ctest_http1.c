@@ -374,6 +374,20 @@ static void test_nothing_listening(void) {
   CHECK_ERR(c, muster_health(c), MUSTER_NETWORK);
   CHECK(contains(muster_client_message(c), "could not connect to 127.0.0.1 port"));
   CHECK(contains(muster_client_message(c), "refused"));
+  /* Shared data and https:// go through libcurl, which said "Failed to connect
+   * ... after 0 ms: Couldn't connect to server": the same failure reads the same. */
+  char want[96];
+  snprintf(want, sizeof want, "could not connect to 127.0.0.1 port %d: Connection refused",
+           ntohs(a.sin_port));
+  void *data = NULL;
+  size_t len = 0;
+  CHECK_ERR(c, muster_shared_get(c, "s", "n", 0, &data, &len, NULL), MUSTER_NETWORK);
+  CHECK(contains(muster_client_message(c), want));
+  muster_client_free(c);
+  snprintf(url, sizeof url, "https://127.0.0.1:%d", ntohs(a.sin_port));
+  CHECK(muster_client_new(url, TOKEN, &c) == MUSTER_OK);
+  CHECK_ERR(c, muster_health(c), MUSTER_NETWORK);
+  CHECK(contains(muster_client_message(c), want));
   muster_client_free(c);
 }
 

@@ -148,6 +148,8 @@ class CliTest(harness.CliChecks, unittest.TestCase):
             (["complete", "1"], "needs"),
             (["complete", "x", "1"], "TASK: expected an integer"),
             (["tasks", "requeue"], "either ID or --queue"),
+            (["tasks", "requeue", "5", "--queue", "q"],
+             "'tasks requeue': ID and --queue Q exclude each other"),
             (["worker", "--queue", "q"], "needs"),
             (["worker", "--queue", "q", "cat", "-n"], "unknown option '-n'"),
             (["status", "--json"], "unknown option '--json'"),
@@ -260,8 +262,15 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         err = self.fails(1, "queue", "ls", "--token", "wrong-token-123")
         self.assertIn("muster: unauthorized: ", err)
         self.assertNotIn("no token was given", err)
-        # The health line needs no token, so status fails only at the listings.
-        self.assertIn("unauthorized", self.fails(1, "status", token=False))
+        # The health line needs no token and the listings do: status fetches all before
+        # printing, so a wrong token prints the error alone, no health line that reads
+        # as success before it.
+        for args, kw in ((["status"], {"token": False}),
+                         (["status", "--token", "wrong-token-123"], {})):
+            r = self.muster(*args, **kw)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            self.assertEqual(r.stdout, "")
+            self.assertTrue(r.stderr.startswith("muster: unauthorized: "), r.stderr)
 
     def test_url_and_token_from_data_dir(self):
         data = os.path.join(self.tmp, "muster-data")

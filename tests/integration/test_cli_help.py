@@ -117,6 +117,43 @@ class CliHelpTest(unittest.TestCase):
         r = run("help", "queue", "create", "extra")
         self.assertEqual(r.returncode, 2, r.stderr)
 
+    def test_every_synopsis_of_the_docs_names_every_option_of_the_help(self):
+        # docs/cli.md's `worker` lacked --plugin, --init-data and --cache-url, its `node`
+        # --concurrency, --nickname, --json-result, --cache-dir, --cache-bytes and
+        # --state-dir.  Commands whose synopsis lives elsewhere (pools.md) are skipped.
+        with open(DOCS) as f:
+            blocks = re.findall(r"^```\n(.*?)^```", f.read(), re.S | re.M)
+        checked = []
+        for words in self.commands():
+            name = " ".join(words)
+            synopsis = "\n".join(b for b in blocks
+                                 if re.search(r"^muster %s(?: |$)" % re.escape(name), b, re.M))
+            if not synopsis or name in ("head", "help", "version"):
+                continue
+            text = run(*(words + ["--help"])).stdout
+            own = text.split("\noptions:\n", 1)[-1].split("\nclient options:\n")[0]
+            options = re.findall(r"^  (--[a-z-]+)", own, re.M) if "\noptions:\n" in text else []
+            missing = [o for o in options if not re.search(re.escape(o) + r"\b", synopsis)]
+            with self.subTest(command=name):
+                self.assertEqual(missing, [], "docs/cli.md's synopsis of '%s' lacks them" % name)
+            checked.append(name)
+        self.assertIn("worker", checked)
+        self.assertIn("node", checked)
+
+    def test_help_of_an_unknown_name_says_what_running_it_says(self):
+        # `help queue nosuch` said "unknown command 'queue nosuch'" and `queue nosuch`
+        # "unknown subcommand": the same mistake is told the same way.
+        for words in (["queue", "nosuch"], ["nosuch"]):
+            r, helped = run(*words), run("help", *words)
+            self.assertEqual((helped.returncode, helped.stderr), (2, r.stderr))
+            self.assertEqual(helped.stdout, "")
+        self.assertTrue(run("queue", "nosuch").stderr.startswith(
+            "muster: unknown subcommand 'queue nosuch'\n"))
+        r = run("help", "version", "x")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(r.stderr, "muster: 'version' has no subcommand 'x'\n"
+                         "Try 'muster help version' for its usage.\n")
+
 
 if __name__ == "__main__":
     unittest.main()

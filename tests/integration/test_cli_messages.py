@@ -120,6 +120,33 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                            cwd=self.cwd, timeout=60)
         self.assertIn("not in %s/token (it is empty, from MUSTER_DATA_DIR)" % nope, r.stderr)
 
+    def test_data_dir_without_url_file_is_refused(self):
+        # A named data dir is where the URL comes from: one without a url file is said so
+        # (exit 2), not replaced by the default URL, which may be another head's.
+        nope = os.path.join(self.cwd, "no-such-dir")
+        err = self.fails(2, "queue", "ls", "--data-dir", nope, url=False, token=False)
+        self.assertEqual(err, "muster: --data-dir '%s' has no url file (%s/url: No such file or "
+                         "directory), which a head writes while it runs: start the head with "
+                         "this data dir, name the data dir of a running head, or pass --url "
+                         "(or set MUSTER_URL)\nTry 'muster queue ls --help' for more "
+                         "information.\n" % (nope, nope))
+        stopped = os.path.join(self.cwd, "stopped-head")  # a data dir whose head is gone
+        os.makedirs(stopped, exist_ok=True)
+        env = dict(self.env(url=False), MUSTER_DATA_DIR=stopped)
+        r = subprocess.run([MUSTER, "status"], capture_output=True, text=True, env=env,
+                           cwd=self.cwd, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("muster: MUSTER_DATA_DIR '%s' has no url file (%s/url: No such file or "
+                      "directory)" % (stopped, stopped), r.stderr)
+        self.assertEqual(r.stdout, "")
+        # The URL given otherwise needs no url file: the data dir serves for the token.
+        with open(os.path.join(stopped, "token"), "w") as f:
+            f.write(self.head.token + "\n")
+        self.assertIn("NAME", self.ok("queue", "ls", "--data-dir", stopped, token=False))
+        # With the head's own data dir, its url file names it.
+        self.assertIn("NAME", self.ok("queue", "ls", "--data-dir", self.head.data_dir,
+                                      url=False, token=False))
+
     def test_client_options_before_the_command(self):
         out = self.ok("--token", self.head.token, "--url=" + self.head.url, "queue", "ls",
                       url=False, token=False)
@@ -166,6 +193,44 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.ok("put", "--queue", "msg-range", "--priority", "-2147483648", "x")
         self.assertIn('"priority":-2147483648', self.ok("tasks", "ls", "--queue", "msg-range",
                                                          "--json"))
+
+    def test_integers_too_large_for_64_bits_are_out_of_range(self):
+        # strtoll's ERANGE was told as "expected an integer", though the word is one.
+        big, int64_max = "99999999999999999999", "9223372036854775807"
+        for args, says in ((("queue", "create", "msg-big", "--max-attempts", big),
+                            "--max-attempts: %s is out of range: it must be from 1 to %s"
+                            % (big, int64_max)),
+                           (("put", "--queue", "msg-big", "--priority", "-" + big, "x"),
+                            "--priority: -%s is out of range: it must be from -2147483648 to "
+                            "2147483647" % big),
+                           (("lease", "--queue", "msg-big", "--max", big),
+                            "--max: %s is out of range: it must be from 1 to 1000" % big),
+                           (("tasks", "show", big),
+                            "ID: %s is out of range: it must be from 1 to %s" % (big, int64_max)),
+                           (("complete", "1", big),
+                            "TOKEN: %s is out of range: it must be from 1 to %s"
+                            % (big, int64_max))):
+            err = self.fails(2, *args)
+            self.assertTrue(err.startswith("muster: %s\n" % says), err)
+        self.assertIn("expected an integer, got '12x'",
+                      self.fails(2, "queue", "create", "msg-big", "--max-attempts", "12x"))
+
+    def test_an_option_value_is_never_the_double_dash(self):
+        # `--gpus -- cat` took "--" for the list ("'--' is not a list") and cat for an
+        # argument: the option lacks its value, as at the end of the line.
+        for args, says in ((("node", "--queue", "q", "--gpus", "--", "cat"),
+                            "option '--gpus' needs a value (LIST)"),
+                           (("worker", "--queue", "--", "cat"),
+                            "option '--queue' needs a value (Q)"),
+                           (("put", "--queue", "msg-dash", "--key", "--", "x"),
+                            "option '--key' needs a value (K)"),
+                           (("queue", "ls", "--url", "--"), "option '--url' needs a value (URL)")):
+            err = self.fails(2, *args)
+            self.assertTrue(err.startswith("muster: %s\n" % says), err)
+        # Given with '=', "--" is the value itself.
+        self.ok("queue", "create", "msg-dash")
+        self.ok("put", "--queue", "msg-dash", "--key=--", "x")
+        self.assertIn('"key":"--"', self.ok("tasks", "ls", "--queue", "msg-dash", "--json"))
 
     def test_tasks_ls_unknown_state_is_a_usage_error(self):
         # It went to the head, which refused it: exit 1, as if the request had failed.
@@ -260,7 +325,27 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         proxy.listener.close()
         err = self.fails(1, "put", "--queue", "msg-refused", "a", "b", url=proxy.url)
         self.assertIn("muster: is a head running there? Pass --url or set MUSTER_URL", err)
-        self.assertIn("muster: payloads 1 to 2 (of 2) were not sent", err)
+        self.assertTrue(err.endswith("\nmuster: payloads 1 to 2 (of 2) were not sent; nothing "
+                                     "was stored\n"), err)
+        # One payload: "payloads 1 to 1 (of 1) were not sent, and the 0 before them are
+        # stored (their ids are printed above)".
+        err = self.fails(1, "put", "--queue", "msg-refused", "a", url=proxy.url)
+        self.assertTrue(err.endswith("\nmuster: payload 1 (of 1) was not sent; nothing was "
+                                     "stored\n"), err)
+        err = self.fails(1, "session", "put", "s-0123456789abcdef", stdin="a\n", url=proxy.url)
+        self.assertTrue(err.endswith("\nmuster: input 1 (of 1) was not sent; nothing was "
+                                     "stored\n"), err)
+
+    def test_put_of_one_payload_cut_off(self):
+        self.ok("queue", "create", "msg-cut-1")
+        proxy = CutProxy(self.head.port, cut_at=1)
+        err = self.fails(1, "put", "--queue", "msg-cut-1", "a", url=proxy.url)
+        self.assertEqual(self.head.request("GET", "/v1/queues/msg-cut-1").json["counts"]["queued"],
+                         1)
+        self.assertIn("\nmuster: payload 1 (of 1) may or may not be stored (it was sent, but no "
+                      "reply came)\nmuster: before sending again, see whether it is in queue "
+                      "'msg-cut-1' ('muster tasks ls --queue msg-cut-1'): if it is, nothing is "
+                      "left to send, else send it again\n", err)
 
     def test_session_put_cut_off(self):
         self.ok("queue", "create", "msg-cut-s")
@@ -271,9 +356,32 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                          3)
         self.assertNotIn("is a head running there?", err)
         self.assertIn("muster: the request was sent, but no reply came back", err)
-        self.assertIn("muster: inputs 1 to 3 (of 3) may or may not be stored", err)
-        self.assertIn("('muster session show %s'): if it does, resume from input 4, else from "
-                      "input 1" % sid, err)
+        self.assertIn("muster: inputs 1 to 3 (of 3) may or may not be stored (they were sent, "
+                      "but no reply came)\n", err)
+        self.assertIn("see whether the batch is counted in the session's total ('muster session "
+                      "show %s'): if it is, nothing is left to send, else send them again\n" % sid,
+                      err)
+
+    def test_head_down_is_told_alike_by_every_command(self):
+        # map gave no "is a head running there?" and shared put/get gave libcurl's
+        # "Failed to connect ... after 0 ms: Couldn't connect to server", as did any
+        # command on an https:// URL.
+        port = harness.free_port()
+        for scheme, args, stdin in (("http", ("queue", "ls"), None),
+                                    ("http", ("map", "--queue", "q"), "a\n"),
+                                    ("http", ("shared", "put", "s", "n"), "data"),
+                                    ("http", ("shared", "get", "s", "n"), None),
+                                    ("https", ("queue", "ls"), None)):
+            with self.subTest(scheme=scheme, args=args):
+                self.check_head_down(scheme, port, args, stdin)
+
+    def check_head_down(self, scheme, port, args, stdin):
+        r = self.muster(*args, stdin=stdin, url="%s://127.0.0.1:%d" % (scheme, port))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertRegex(r.stderr, r"\Amuster: network: [A-Z]+ %s://127\.0\.0\.1:%d/v1/\S+: "
+                         r"could not connect to 127\.0\.0\.1 port %d: Connection refused\n"
+                         r"muster: is a head running there\? Pass --url or set MUSTER_URL\n\Z"
+                         % (scheme, port, port))
 
     # ---- shared data ---------------------------------------------------------------
 

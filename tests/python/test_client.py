@@ -3,6 +3,7 @@ keep-alive reuse, and the error mapping of every code the head sends."""
 import os
 import select
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -313,6 +314,61 @@ class TestConnection(HeadTestCase):
             c = muster.Client()
             self.assertEqual((c.url, c.token), ("http://127.0.0.1:1", "from-env"))
             self.assertEqual(muster.Client("http://x:2", "t").url, "http://x:2")
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+
+
+class TestUrlChecks(unittest.TestCase):
+    """Client's URL is checked as the CLI checks --url (src/core/url.c), before any call."""
+
+    BAD = ("127.0.0.1:7500", "http://h:7500/v1", "http://h:7500/v1/", "ftp://h:1", "http://:1",
+           "http://h:0", "http://h:99999", "http://h:1?x=1", "http://h:1x", "http://[]:1")
+
+    def cli_problem(self, url):
+        """What `muster queue ls --url URL` says is wrong with URL."""
+        r = subprocess.run([os.environ["MUSTER_BIN"], "queue", "ls", "--url", url, "--token", "t"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        first = r.stderr.splitlines()[0]
+        self.assertTrue(first.startswith("muster: --url '%s' is not a head's URL (http://HOST:PORT): "
+                                         % url), first)
+        return first.split("(http://HOST:PORT): ", 1)[1]
+
+    def test_urls_that_name_no_head_are_refused_as_the_cli_refuses_them(self):
+        # "127.0.0.1:7500" was taken as http://; ".../v1" failed at the first call with
+        # "no endpoint at /v1/v1/...".
+        for url in self.BAD:
+            with self.subTest(url=url), self.assertRaises(ValueError) as cm:
+                muster.Client(url, "t")
+            said = str(cm.exception)
+            self.assertTrue(said.startswith("url '%s' is not a head's URL (http://HOST:PORT): " % url),
+                            said)
+            self.assertEqual(said.split("(http://HOST:PORT): ", 1)[1],
+                             self.cli_problem(url).replace("the commands add", "the client adds"))
+        for url in ("http://127.0.0.1:7370", "https://h", "http://[::1]:7370", "http://h:1/proxy/"):
+            self.assertEqual(muster.Client(url, "t").url, url.rstrip("/"))
+
+    def test_a_named_data_dir_without_url_file_is_refused(self):
+        # It fell back to http://127.0.0.1:7370, maybe another head, as the CLI did.
+        saved = {k: os.environ.pop(k, None) for k in ("MUSTER_URL", "MUSTER_TOKEN", "MUSTER_DATA_DIR")}
+        try:
+            d = tempfile.mkdtemp()
+            nope = os.path.join(d, "nope")
+            with self.assertRaises(ValueError) as cm:
+                muster.Client(data_dir=nope)
+            self.assertEqual(str(cm.exception),
+                             "data_dir '%s' has no url file (%s/url: No such file or directory), "
+                             "which a head writes while it runs: start the head with this data dir, "
+                             "name the data dir of a running head, or pass url= (or set MUSTER_URL)"
+                             % (nope, nope))
+            os.environ["MUSTER_DATA_DIR"] = d
+            with self.assertRaises(ValueError) as cm:
+                muster.Client()
+            self.assertTrue(str(cm.exception).startswith("MUSTER_DATA_DIR '%s' has no url file" % d))
+            self.assertEqual(muster.Client("http://h:1", data_dir=nope).url, "http://h:1")
         finally:
             for k, v in saved.items():
                 os.environ.pop(k, None)
