@@ -131,6 +131,28 @@ static void ring_push(muster_loader_t *l, const item_t *it) {
  * is loaded. */
 #define LOADER_PRODUCE_BATCH 1024
 
+/* Produces what fits in the ring (a batch; one item at a time while the
+ * caller loads) outside the lock, then publishes it; called and returns with
+ * l->mu held. */
+static void produce_round(muster_loader_t *l, item_t *batch) {
+  size_t room = l->cap - l->count, n = 0;
+  size_t want = l->load ? 1 : LOADER_PRODUCE_BATCH;
+  if (want > room)
+    want = room;
+  pthread_mutex_unlock(&l->mu);
+  int rc = produce(l, batch, want, &n);
+  if (rc <= 0)
+    batch[n++] = (item_t){.end = true};
+  pthread_mutex_lock(&l->mu);
+  publish_timings(l);
+  bool was_empty = l->count == 0;
+  for (size_t i = 0; i < n; i++)
+    ring_push(l, &batch[i]);
+  l->pdone = rc <= 0;
+  if (was_empty)
+    pthread_cond_broadcast(&l->cv);
+}
+
 static void *producer_main(void *arg) {
   muster_loader_t *l = arg;
   item_t batch[LOADER_PRODUCE_BATCH];
@@ -153,22 +175,7 @@ static void *producer_main(void *arg) {
       pthread_mutex_lock(&l->mu);
       continue;
     }
-    size_t room = l->cap - l->count, n = 0;
-    size_t want = l->load ? 1 : LOADER_PRODUCE_BATCH;
-    if (want > room)
-      want = room;
-    pthread_mutex_unlock(&l->mu);
-    int rc = produce(l, batch, want, &n);
-    if (rc <= 0)
-      batch[n++] = (item_t){.end = true};
-    pthread_mutex_lock(&l->mu);
-    publish_timings(l);
-    bool was_empty = l->count == 0;
-    for (size_t i = 0; i < n; i++)
-      ring_push(l, &batch[i]);
-    l->pdone = rc <= 0;
-    if (was_empty)
-      pthread_cond_broadcast(&l->cv);
+    produce_round(l, batch);
   }
   publish_timings(l);
   pthread_mutex_unlock(&l->mu);

@@ -308,21 +308,47 @@ static muster_err_t next_call(muster_loader_t *l, const retry_t *r, void *arg) {
 
 /* Coordinated: the next item of the staged blocks, leasing more when they
  * are used up.  1: an item; 0: the epoch (or the iteration) ended; -1: failed. */
+/* Takes the next index of the staged blocks; false when they are used up. */
+static bool staged_take(muster_loader_t *l, item_t *it) {
+  if (l->staged_block >= l->staged.count)
+    return false;
+  muster_iter_block_t *b = &l->staged.blocks[l->staged_block];
+  uint64_t n = b->end - b->begin;
+  *it = (item_t){.index = b->indices[l->staged_pos],
+                 .block = b->block,
+                 .token = b->token,
+                 .last = l->staged_pos + 1 == n};
+  if (++l->staged_pos == n) {
+    l->staged_block++;
+    l->staged_pos = 0;
+  }
+  return true;
+}
+
+/* After a `next`: counts the blocks taken over, waits as the head asked;
+ * false when the stream ends (the epoch or the iteration did, or stop). */
+static bool staged_settle(muster_loader_t *l) {
+  for (size_t i = 0; i < l->staged.count; i++)
+    if (l->staged.blocks[i].takeover)
+      l->stats.blocks_taken_over++;
+  if (l->staged.state == MUSTER_ITER_WAIT) {
+    pause_ms(l, l->staged.retry_ms > 0 ? l->staged.retry_ms : 50);
+  } else if (l->staged.state == MUSTER_ITER_EPOCH_END || l->staged.state == MUSTER_ITER_FINISHED) {
+    pthread_mutex_lock(&l->mu);
+    l->finished = l->staged.state == MUSTER_ITER_FINISHED;
+    pthread_mutex_unlock(&l->mu);
+    return false;
+  }
+  pthread_mutex_lock(&l->mu);
+  bool stop = l->stop;
+  pthread_mutex_unlock(&l->mu);
+  return !stop;
+}
+
 int loader_coord_produce(muster_loader_t *l, item_t *it) {
   for (;;) {
-    if (l->staged_block < l->staged.count) {
-      muster_iter_block_t *b = &l->staged.blocks[l->staged_block];
-      uint64_t n = b->end - b->begin;
-      *it = (item_t){.index = b->indices[l->staged_pos],
-                     .block = b->block,
-                     .token = b->token,
-                     .last = l->staged_pos + 1 == n};
-      if (++l->staged_pos == n) {
-        l->staged_block++;
-        l->staged_pos = 0;
-      }
+    if (staged_take(l, it))
       return 1;
-    }
     muster_iter_next_free(&l->staged);
     l->staged_block = l->staged_pos = 0;
     pthread_mutex_lock(&l->mu);
@@ -336,21 +362,7 @@ int loader_coord_produce(muster_loader_t *l, item_t *it) {
     if (err != MUSTER_OK)
       return producer_fail(l, err);
     l->last_call_us = mono_us();
-    for (size_t i = 0; i < l->staged.count; i++)
-      if (l->staged.blocks[i].takeover)
-        l->stats.blocks_taken_over++;
-    if (l->staged.state == MUSTER_ITER_WAIT)
-      pause_ms(l, l->staged.retry_ms > 0 ? l->staged.retry_ms : 50);
-    else if (l->staged.state == MUSTER_ITER_EPOCH_END || l->staged.state == MUSTER_ITER_FINISHED) {
-      pthread_mutex_lock(&l->mu);
-      l->finished = l->staged.state == MUSTER_ITER_FINISHED;
-      pthread_mutex_unlock(&l->mu);
-      return 0;
-    }
-    pthread_mutex_lock(&l->mu);
-    bool stop = l->stop;
-    pthread_mutex_unlock(&l->mu);
-    if (stop)
+    if (!staged_settle(l))
       return 0;
   }
 }

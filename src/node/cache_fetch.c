@@ -293,6 +293,24 @@ void cfetch_on_notify(evutil_socket_t fd, short what, void *arg) {
   }
 }
 
+/* A fetch of the level `r` asks for into the cache entry `e`, with `r` as
+ * its first waiter and its token as the fetch's. */
+static cfetch_t *cfetch_new(creq_t *r, cache_entry_t *e) {
+  cfetch_t *f = calloc(1, sizeof *f);
+  if (f == NULL) {
+    fprintf(stderr, "muster node: out of memory\n");
+    abort(); /* the daemon's one allocation policy (STYLE.md 6) */
+  }
+  *f = (cfetch_t){.a = r->a, .entry = e, .waiters = r, .level = r->level, .fd = e->tmp_fd};
+  snprintf(f->scope, sizeof f->scope, "%s", r->scope);
+  snprintf(f->name, sizeof f->name, "%s", r->name);
+  if (r->auth && strncasecmp(r->auth, "Bearer ", 7) == 0)
+    f->token = strdup(r->auth + 7);
+  atomic_init(&f->state, CFETCH_RUNNING);
+  r->next_waiter = NULL;
+  return f;
+}
+
 /* Starts fetching the level `r` asks for, with `r` as its first waiter. */
 void cfetch_start(creq_t *r) {
   node_agent_t *a = r->a;
@@ -309,18 +327,7 @@ void cfetch_start(creq_t *r) {
     creq_error(r, 503, "unavailable", "node agent %s: %s", a->name, err);
     return;
   }
-  cfetch_t *f = calloc(1, sizeof *f);
-  if (f == NULL) {
-    fprintf(stderr, "muster node: out of memory\n");
-    abort(); /* the daemon's one allocation policy (STYLE.md 6) */
-  }
-  *f = (cfetch_t){.a = a, .entry = e, .waiters = r, .level = r->level, .fd = e->tmp_fd};
-  snprintf(f->scope, sizeof f->scope, "%s", r->scope);
-  snprintf(f->name, sizeof f->name, "%s", r->name);
-  if (r->auth && strncasecmp(r->auth, "Bearer ", 7) == 0)
-    f->token = strdup(r->auth + 7);
-  atomic_init(&f->state, CFETCH_RUNNING);
-  r->next_waiter = NULL;
+  cfetch_t *f = cfetch_new(r, e);
   e->fetch = f;
   CACHE_COUNT(c, upstream_fetches, 1);
   sigset_t all, old;

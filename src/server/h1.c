@@ -43,57 +43,40 @@ static const char h1_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
 static void conn_resume(h1_conn_t *c);
 static void conn_write(h1_conn_t *c);
 
+static const struct {
+  int status;
+  const char *reason;
+} h1_reasons[] = {
+    {100, "Continue"},
+    {200, "OK"},
+    {201, "Created"},
+    {204, "No Content"},
+    {206, "Partial Content"},
+    {304, "Not Modified"},
+    {400, "Bad Request"},
+    {401, "Unauthorized"},
+    {403, "Forbidden"},
+    {404, "Not Found"},
+    {405, "Method Not Allowed"},
+    {408, "Request Timeout"},
+    {409, "Conflict"},
+    {410, "Gone"},
+    {413, "Payload Too Large"},
+    {415, "Unsupported Media Type"},
+    {416, "Range Not Satisfiable"},
+    {422, "Unprocessable Content"},
+    {429, "Too Many Requests"},
+    {431, "Request Header Fields Too Large"},
+    {501, "Not Implemented"},
+    {503, "Service Unavailable"},
+    {505, "HTTP Version Not Supported"},
+};
+
 static const char *h1_reason(int status) {
-  switch (status) {
-  case 100:
-    return "Continue";
-  case 200:
-    return "OK";
-  case 201:
-    return "Created";
-  case 204:
-    return "No Content";
-  case 206:
-    return "Partial Content";
-  case 304:
-    return "Not Modified";
-  case 400:
-    return "Bad Request";
-  case 401:
-    return "Unauthorized";
-  case 403:
-    return "Forbidden";
-  case 404:
-    return "Not Found";
-  case 405:
-    return "Method Not Allowed";
-  case 408:
-    return "Request Timeout";
-  case 409:
-    return "Conflict";
-  case 410:
-    return "Gone";
-  case 413:
-    return "Payload Too Large";
-  case 415:
-    return "Unsupported Media Type";
-  case 416:
-    return "Range Not Satisfiable";
-  case 422:
-    return "Unprocessable Content";
-  case 429:
-    return "Too Many Requests";
-  case 431:
-    return "Request Header Fields Too Large";
-  case 501:
-    return "Not Implemented";
-  case 503:
-    return "Service Unavailable";
-  case 505:
-    return "HTTP Version Not Supported";
-  default:
-    return status >= 500 ? "Internal Server Error" : status >= 400 ? "Bad Request" : "OK";
-  }
+  for (size_t i = 0; i < sizeof h1_reasons / sizeof h1_reasons[0]; i++)
+    if (h1_reasons[i].status == status)
+      return h1_reasons[i].reason;
+  return status >= 500 ? "Internal Server Error" : status >= 400 ? "Bad Request" : "OK";
 }
 
 /* The Date header's value, formatted once a second. */
@@ -324,6 +307,15 @@ void h1_body_detach(h1_req_t *q) {
   q->sink = NULL;
 }
 
+void h1_body_end(h1_req_t *q, h1_body_end_t how) {
+  if (q && q->on_end) {
+    h1_body_end_fn end = q->on_end;
+    void *sink = q->sink;
+    h1_body_detach(q);
+    end(sink, how);
+  }
+}
+
 /* ---- writing ---- */
 
 /* Collects the iovecs of what is ready at the front of the queue, in order:
@@ -417,45 +409,52 @@ static bool conn_sendfile(h1_conn_t *c, bool *blocked) {
 }
 
 /* Writes what is ready; arms the write event when the socket is full. */
+/* Writes what is ready at the front of the queue until the socket would
+ * block (*blocked) or nothing is ready; false when the connection was killed
+ * or lingers. */
+static bool conn_write_out(h1_conn_t *c, bool *blocked) {
+  struct iovec iov[H1_MAX_IOV];
+  while (!c->dead && !*blocked) {
+    h1_req_t *q = c->first;
+    size_t wrote = 0;
+    if (q && q->done && q->segi == q->nseg && q->file_fd >= 0) {
+      if (!conn_sendfile(c, blocked)) {
+        h1_conn_kill(c);
+        return false;
+      }
+      if (*blocked)
+        continue;
+    } else {
+      int n = h1_conn_gather(c, iov);
+      if (n == 0)
+        break;
+      ssize_t w = writev(c->fd, iov, n);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        *blocked = true;
+        break;
+      }
+      if (w < 0) {
+        h1_conn_kill(c);
+        return false;
+      }
+      c->last_ms = h1_now_ms();
+      wrote = (size_t)w;
+    }
+    if (!h1_conn_advance(c, wrote)) {
+      h1_conn_linger(c);
+      return false;
+    }
+  }
+  return !c->dead;
+}
+
 static void conn_write(h1_conn_t *c) {
   if (c->lent && !h1_lend_reclaim(c))
     return; /* h1_lend_return writes it */
-  struct iovec iov[H1_MAX_IOV];
   bool blocked = false;
-  while (!c->dead && !blocked) {
-    h1_req_t *q = c->first;
-    if (q && q->done && q->segi == q->nseg && q->file_fd >= 0) {
-      if (!conn_sendfile(c, &blocked)) {
-        h1_conn_kill(c);
-        return;
-      }
-      if (!blocked && !h1_conn_advance(c, 0)) {
-        h1_conn_linger(c);
-        return;
-      }
-      continue;
-    }
-    int n = h1_conn_gather(c, iov);
-    if (n == 0)
-      break;
-    ssize_t w = writev(c->fd, iov, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      blocked = true;
-      break;
-    }
-    if (w < 0) {
-      h1_conn_kill(c);
-      return;
-    }
-    c->last_ms = h1_now_ms();
-    if (!h1_conn_advance(c, (size_t)w)) {
-      h1_conn_linger(c);
-      return;
-    }
-  }
-  if (c->dead)
+  if (!conn_write_out(c, &blocked))
     return;
   if (blocked != c->writing) {
     c->writing = blocked;
@@ -543,12 +542,7 @@ void h1_req_orphan(h1_req_t *q) {
   q->conn = NULL;
   q->next = s->orphans;
   s->orphans = q;
-  if (q->on_end) {
-    h1_body_end_fn end = q->on_end;
-    void *sink = q->sink;
-    h1_body_detach(q);
-    end(sink, H1_BODY_GONE);
-  }
+  h1_body_end(q, H1_BODY_GONE);
 }
 
 /* Frees a dead connection: held requests become orphans (a streamed one's
@@ -632,6 +626,15 @@ static bool conn_room(h1_conn_t *c, size_t want) {
   return true;
 }
 
+/* The client is done sending: what it sent whole is answered, then the
+ * connection closes; a request cut short is dropped with it. */
+static void conn_read_eof(h1_conn_t *c) {
+  c->read_eof = true;
+  event_del(c->rev);
+  if ((c->state != ST_HEAD && c->state != ST_IGNORE) || c->first == NULL)
+    h1_conn_kill(c);
+}
+
 /* One read from the socket, then the parse of what it brought. */
 static void conn_read(h1_conn_t *c) {
   size_t want = c->state == ST_STREAM || c->state == ST_DISCARD ? H1_STREAM_READ : H1_READ_SIZE;
@@ -651,14 +654,7 @@ static void conn_read(h1_conn_t *c) {
     return;
   }
   if (n == 0) {
-    /* The client is done sending: what it sent whole is answered, then the
-     * connection closes; a request cut short is dropped with it. */
-    c->read_eof = true;
-    event_del(c->rev);
-    if (c->state != ST_HEAD && c->state != ST_IGNORE)
-      h1_conn_kill(c);
-    else if (c->first == NULL)
-      h1_conn_kill(c);
+    conn_read_eof(c);
     return;
   }
   c->in_len += (size_t)n;

@@ -168,6 +168,9 @@ void h1_req_free(h1_req_t *q);
 /* Makes `q`, held and already off its connection's queue, an orphan: its
  * answer only frees it; a streamed body's sink hears H1_BODY_GONE. */
 void h1_req_orphan(h1_req_t *q);
+/* Tells a streamed body's sink (if any) that the body ended HOW; detached
+ * first, so that it hears it once. */
+void h1_body_end(h1_req_t *q, h1_body_end_t how);
 /* Takes the last request off the queue (the caller owns it then). */
 h1_req_t *h1_queue_pop_last(h1_conn_t *c);
 /* Queues an error reply of the server's own in the JSON envelope (no handler

@@ -151,6 +151,34 @@ static bool list_has(const char *value, const char *token) {
   return false;
 }
 
+/* Takes the request target: the path (of an absolute form too) and the
+ * query, without a fragment; false with the failure queued. */
+static bool parse_target(h1_conn_t *c, h1_req_t *q, char *target) {
+  if (strncasecmp(target, "http://", 7) == 0) { /* absolute form: the path starts after the host */
+    target = strchr(target + 7, '/');
+    if (target == NULL)
+      target = (char *)"/";
+  }
+  if (target[0] != '/') {
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request target must be a path starting with '/'");
+    return false;
+  }
+  for (const char *t = target; *t; t++)
+    if ((unsigned char)*t <= 32 || *t == 127) {
+      h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request target holds a control character");
+      return false;
+    }
+  char *hash = strchr(target, '#');
+  if (hash)
+    *hash = '\0';
+  char *query = strchr(target, '?');
+  if (query)
+    *query++ = '\0';
+  q->path = target;
+  q->query = query;
+  return true;
+}
+
 /* The request line: method, target (path and query) and version. */
 static bool parse_request_line(h1_conn_t *c, h1_req_t *q, char *line) {
   char *sp1 = strchr(line, ' ');
@@ -177,31 +205,9 @@ static bool parse_request_line(h1_conn_t *c, h1_req_t *q, char *line) {
     return false;
   }
   q->http10 = version[7] == '0';
-  if (strncasecmp(target, "http://", 7) == 0) { /* absolute form: the path starts after the host */
-    target = strchr(target + 7, '/');
-    if (target == NULL)
-      target = (char *)"/";
-  }
-  if (target[0] != '/') {
-    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request target must be a path starting with '/'");
-    return false;
-  }
-  for (const char *t = target; *t; t++)
-    if ((unsigned char)*t <= 32 || *t == 127) {
-      h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request target holds a control character");
-      return false;
-    }
-  char *hash = strchr(target, '#');
-  if (hash)
-    *hash = '\0';
-  char *query = strchr(target, '?');
-  if (query)
-    *query++ = '\0';
   q->method = line;
-  q->path = target;
-  q->query = query;
   q->is_head = strcmp(line, "HEAD") == 0;
-  return true;
+  return parse_target(c, q, target);
 }
 
 /* One header line into q's table; false with the failure queued. */
@@ -223,36 +229,25 @@ static bool parse_header(h1_conn_t *c, h1_req_t *q, char *line) {
   return true;
 }
 
-/* Reads the body framing and connection headers; false with the failure queued. */
-static bool parse_framing(h1_conn_t *c, h1_req_t *q) {
-  q->length = 0;
-  q->keep_alive = !q->http10;
-  bool has_length = false;
-  const char *te = NULL;
-  for (size_t i = 0; i < q->nhdrs; i++) {
-    const char *name = q->hdrs[i].name, *value = q->hdrs[i].value;
-    if (strcasecmp(name, "Content-Length") == 0) {
-      char *end;
-      errno = 0;
-      long long v = strtoll(value, &end, 10);
-      if (value[0] < '0' || value[0] > '9' || *end != '\0' || errno != 0 ||
-          (has_length && v != q->length)) {
-        h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "Content-Length must be one decimal number");
-        return false;
-      }
-      q->length = v;
-      has_length = true;
-    } else if (strcasecmp(name, "Transfer-Encoding") == 0) {
-      te = value;
-    } else if (strcasecmp(name, "Connection") == 0) {
-      if (list_has(value, "close"))
-        q->keep_alive = false;
-      else if (list_has(value, "keep-alive"))
-        q->keep_alive = true;
-    } else if (strcasecmp(name, "Expect") == 0) {
-      q->expect_continue = strcasecmp(value, "100-continue") == 0;
-    }
+/* Takes one Content-Length header: one decimal number, the same in each
+ * copy; false with the failure queued. */
+static bool framing_length(h1_conn_t *c, h1_req_t *q, const char *value, bool *has_length) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(value, &end, 10);
+  if (value[0] < '0' || value[0] > '9' || *end != '\0' || errno != 0 ||
+      (*has_length && v != q->length)) {
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "Content-Length must be one decimal number");
+    return false;
   }
+  q->length = v;
+  *has_length = true;
+  return true;
+}
+
+/* Checks the framing the headers chose (TE is the Transfer-Encoding, or
+ * NULL) and that an HTTP/1.1 request names its Host. */
+static bool framing_check(h1_conn_t *c, h1_req_t *q, const char *te, bool has_length) {
   if (te != NULL) {
     if (has_length) {
       h1_conn_fail(c, 400, MUSTER_BAD_REQUEST,
@@ -273,6 +268,33 @@ static bool parse_framing(h1_conn_t *c, h1_req_t *q) {
     h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "HTTP/1.0 has no chunked bodies");
     return false;
   }
+  return true;
+}
+
+/* Reads the body framing and connection headers; false with the failure queued. */
+static bool parse_framing(h1_conn_t *c, h1_req_t *q) {
+  q->length = 0;
+  q->keep_alive = !q->http10;
+  bool has_length = false;
+  const char *te = NULL;
+  for (size_t i = 0; i < q->nhdrs; i++) {
+    const char *name = q->hdrs[i].name, *value = q->hdrs[i].value;
+    if (strcasecmp(name, "Content-Length") == 0) {
+      if (!framing_length(c, q, value, &has_length))
+        return false;
+    } else if (strcasecmp(name, "Transfer-Encoding") == 0) {
+      te = value;
+    } else if (strcasecmp(name, "Connection") == 0) {
+      if (list_has(value, "close"))
+        q->keep_alive = false;
+      else if (list_has(value, "keep-alive"))
+        q->keep_alive = true;
+    } else if (strcasecmp(name, "Expect") == 0) {
+      q->expect_continue = strcasecmp(value, "100-continue") == 0;
+    }
+  }
+  if (!framing_check(c, q, te, has_length))
+    return false;
   q->close = !q->keep_alive;
   return true;
 }
@@ -444,6 +466,55 @@ static bool body_append(h1_conn_t *c, h1_req_t *q, const char *data, size_t n) {
   return true;
 }
 
+/* The framing of the input is malformed: a read body is refused, a streamed
+ * one ends bad and the connection closes after what it owes. */
+static void body_frame_bad(h1_conn_t *c, h1_req_t *q) {
+  if (c->state == ST_BODY) {
+    queue_drop_last(c);
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the chunked body is malformed");
+    return;
+  }
+  if (q && !q->done)
+    q->close = true;
+  h1_body_end(q, H1_BODY_BAD);
+  c->state = ST_IGNORE;
+}
+
+/* Hands DLEN bytes of body to the request: kept (BODY) or given to its sink
+ * (STREAM); false when the connection failed. */
+static bool body_frame_data(h1_conn_t *c, h1_req_t *q, const char *data, size_t dlen) {
+  if (c->state == ST_BODY) {
+    if (!body_append(c, q, data, dlen)) {
+      queue_drop_last(c);
+      h1_conn_fail(c, 413, MUSTER_BODY_TOO_LARGE, "the chunked body is over the head's limit");
+      return false;
+    }
+  } else if (q && q->on_data && !q->on_data(q->sink, data, dlen)) {
+    h1_body_detach(q); /* the rest is dropped; the sink answers */
+  }
+  return true;
+}
+
+/* The body ended: a read body is dispatched (and freed once its handler is
+ * done with it), a streamed one's sink is told. */
+static void body_frame_end(h1_conn_t *c, h1_req_t *q) {
+  bool read = c->state == ST_BODY;
+  c->state = ST_HEAD;
+  if (!read) {
+    h1_body_end(q, H1_BODY_DONE);
+    return;
+  }
+  if (q->continue_pending && (c->first != q || c->cont_off == 0))
+    q->continue_pending = false;
+  req_dispatch(q);
+  if (q->body_owned) {
+    free(q->body);
+    q->body = NULL;
+    q->body_len = q->body_cap = 0;
+    q->body_owned = false;
+  }
+}
+
 /* Runs the framing over the input for BODY (chunked), STREAM and DISCARD;
  * false when it needs more bytes. */
 static bool body_frame(h1_conn_t *c) {
@@ -456,57 +527,35 @@ static bool body_frame(h1_conn_t *c) {
     if (rc == FR_MORE)
       return false;
     if (rc == FR_BAD) {
-      if (c->state == ST_BODY) {
-        queue_drop_last(c);
-        h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the chunked body is malformed");
-        return false;
-      }
-      if (q && !q->done)
-        q->close = true;
-      if (q && q->on_end) {
-        h1_body_end_fn end = q->on_end;
-        void *sink = q->sink;
-        h1_body_detach(q);
-        end(sink, H1_BODY_BAD);
-      }
-      c->state = ST_IGNORE;
+      body_frame_bad(c, q);
       return false;
     }
-    if (dlen > 0) {
-      if (c->state == ST_BODY) {
-        if (!body_append(c, q, data, dlen)) {
-          queue_drop_last(c);
-          h1_conn_fail(c, 413, MUSTER_BODY_TOO_LARGE, "the chunked body is over the head's limit");
-          return false;
-        }
-      } else if (q && q->on_data && !q->on_data(q->sink, data, dlen)) {
-        h1_body_detach(q); /* the rest is dropped; the sink answers */
-      }
-    }
+    if (dlen > 0 && !body_frame_data(c, q, data, dlen))
+      return false;
     c->in_off += used;
-    if (rc != FR_END)
-      continue;
-    if (c->state == ST_BODY) {
-      c->state = ST_HEAD;
-      if (q->continue_pending && (c->first != q || c->cont_off == 0))
-        q->continue_pending = false;
-      req_dispatch(q);
-      if (q->body_owned) { /* the handler is done with it */
-        free(q->body);
-        q->body = NULL;
-        q->body_len = q->body_cap = 0;
-        q->body_owned = false;
-      }
+    if (rc == FR_END) {
+      body_frame_end(c, q);
       return true;
     }
+  }
+}
+
+/* A head whose route streams its body: dispatched at once; its body is
+ * discarded unless the handler gave it a sink. */
+static void head_done_streamed(h1_conn_t *c, h1_req_t *q, bool body) {
+  frame_init(&c->frame, body ? q->length : 0);
+  c->state = ST_DISCARD; /* until a sink takes the body */
+  if (q->expect_continue && body)
+    q->close = true; /* refused, the client may wait for "100 Continue" forever */
+  req_dispatch(q);
+  if (c->dead)
+    return;
+  if (q->on_data || c->state == ST_STREAM) {
+    q->close = !q->keep_alive;
+  } else if (q->expect_continue && body) {
+    c->state = ST_IGNORE;
+  } else if (h1_frame_empty(&c->frame)) {
     c->state = ST_HEAD;
-    if (q && q->on_end) {
-      h1_body_end_fn end = q->on_end;
-      void *sink = q->sink;
-      h1_body_detach(q);
-      end(sink, H1_BODY_DONE);
-    }
-    return true;
   }
 }
 
@@ -515,20 +564,7 @@ static bool body_frame(h1_conn_t *c) {
 static void head_done(h1_conn_t *c, h1_req_t *q) {
   bool body = q->length != 0;
   if (q->streamed) {
-    frame_init(&c->frame, body ? q->length : 0);
-    c->state = ST_DISCARD; /* until a sink takes the body */
-    if (q->expect_continue && body)
-      q->close = true; /* refused, the client may wait for "100 Continue" forever */
-    req_dispatch(q);
-    if (c->dead)
-      return;
-    if (q->on_data || c->state == ST_STREAM) {
-      q->close = !q->keep_alive;
-    } else if (q->expect_continue && body) {
-      c->state = ST_IGNORE;
-    } else if (h1_frame_empty(&c->frame)) {
-      c->state = ST_HEAD;
-    }
+    head_done_streamed(c, q, body);
     return;
   }
   if (!body) {
@@ -556,9 +592,51 @@ static void head_done(h1_conn_t *c, h1_req_t *q) {
   h1_conn_dirty(c);
 }
 
+/* No whole head is in the input yet: fails the connection when what is
+ * there can never become one. */
+static void head_incomplete(h1_conn_t *c) {
+  if (c->in_off < c->in_len && (unsigned char)c->in[c->in_off] == 0x16)
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST,
+                 "this server speaks plain HTTP, not TLS: use an http:// URL");
+  else if (head_start_bad(c))
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request line must be 'METHOD /path HTTP/1.1'");
+  else if (c->in_len - c->in_off > c->srv->cfg.max_head)
+    h1_conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
+}
+
+/* Reads the next request's head (state HEAD); false when it needs more bytes
+ * or must not read on. */
+static bool head_next(h1_conn_t *c) {
+  if (c->last && c->last->close) {
+    c->state = ST_IGNORE; /* nothing after "Connection: close" is answered */
+    return true;
+  }
+  if (c->in_off == c->in_len || c->holding)
+    return false;
+  if (c->nq >= H1_MAX_INFLIGHT) {
+    h1_conn_pause(c); /* resumed when replies went out */
+    return false;
+  }
+  size_t len = head_end(c);
+  if (len == 0) {
+    head_incomplete(c);
+    return false;
+  }
+  if (len > c->srv->cfg.max_head) {
+    h1_conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
+    return false;
+  }
+  h1_req_t *q = parse_head(c, len);
+  c->in_off += len;
+  c->head_scan = 0;
+  c->head_since_ms = 0; /* the head's deadline is met (h1_timeout.c) */
+  if (q != NULL)
+    head_done(c, q);
+  return true;
+}
+
 /* Parses and dispatches what the input holds, until it needs more bytes. */
 void h1_conn_parse(h1_conn_t *c) {
-  h1_server_t *s = c->srv;
   while (!c->dead) {
     switch (c->state) {
     case ST_IGNORE:
@@ -573,41 +651,10 @@ void h1_conn_parse(h1_conn_t *c) {
       if (!body_frame(c))
         return;
       break;
-    case ST_HEAD: {
-      if (c->last && c->last->close) {
-        c->state = ST_IGNORE; /* nothing after "Connection: close" is answered */
-        break;
-      }
-      if (c->in_off == c->in_len || c->holding)
+    case ST_HEAD:
+      if (!head_next(c))
         return;
-      if (c->nq >= H1_MAX_INFLIGHT) {
-        h1_conn_pause(c); /* resumed when replies went out */
-        return;
-      }
-      size_t len = head_end(c);
-      if (len == 0) {
-        if (c->in_off < c->in_len && (unsigned char)c->in[c->in_off] == 0x16)
-          h1_conn_fail(c, 400, MUSTER_BAD_REQUEST,
-                       "this server speaks plain HTTP, not TLS: use an http:// URL");
-        else if (head_start_bad(c))
-          h1_conn_fail(c, 400, MUSTER_BAD_REQUEST,
-                       "the request line must be 'METHOD /path HTTP/1.1'");
-        else if (c->in_len - c->in_off > s->cfg.max_head)
-          h1_conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
-        return;
-      }
-      if (len > s->cfg.max_head) {
-        h1_conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
-        return;
-      }
-      h1_req_t *q = parse_head(c, len);
-      c->in_off += len;
-      c->head_scan = 0;
-      c->head_since_ms = 0; /* the head's deadline is met (h1_timeout.c) */
-      if (q != NULL)
-        head_done(c, q);
       break;
-    }
     }
   }
 }

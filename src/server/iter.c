@@ -265,18 +265,11 @@ static muster_err_t spec_with(const json_t *config, int64_t world, int64_t epoch
 }
 
 /* Reads the checkpoint's position against its own plan (world W0). */
-static muster_err_t new_from_position(iter_new_t *n, const json_t *ck, int64_t w0, fail_t *f) {
-  iter_spec_t spec0;
-  int64_t epoch = -1;
+/* Checks a checkpoint against the plan of its own configuration (ERR: how
+ * building that plan went): the fingerprint must match, the epoch be there. */
+static void position_check(const json_t *ck, muster_err_t err, const part_plan_t *plan0,
+                           int64_t *epoch, fail_t *f) {
   const char *fp_text = "";
-  if (spec_with(json_object_get(ck, "config"), w0, -1, &spec0, f))
-    return f->code;
-  part_plan_t *plan0 = NULL;
-  uint64_t *prefix0 = NULL;
-  muster_err_t err = part_plan_create(spec0.ds, &spec0.cfg, &plan0);
-  if (err == MUSTER_OK && spec0.cfg.strategy != PART_DYNAMIC &&
-      (prefix0 = iter_plan_prefix(plan0)) == NULL)
-    err = MUSTER_NOMEM;
   char want[17];
   if (err != MUSTER_OK) {
     fail_set(f, err, "checkpoint.config: does not build a plan");
@@ -285,10 +278,47 @@ static muster_err_t new_from_position(iter_new_t *n, const json_t *ck, int64_t w
     fail_set(f, MUSTER_INVALID, "checkpoint.fingerprint: '%s' does not match its configuration "
              "(%s); the checkpoint was changed or comes from another muster version",
              fp_text, want);
-  } else if (!f->code &&
-             !jv_int(ck, "epoch", "checkpoint", -1, 0, INT64_MAX, &epoch, f) && epoch < 0) {
+  } else if (!f->code && !jv_int(ck, "epoch", "checkpoint", -1, 0, INT64_MAX, epoch, f) &&
+             *epoch < 0) {
     fail_set(f, MUSTER_INVALID, "checkpoint.epoch: missing");
   }
+}
+
+/* Takes a checked position: the epoch it is in and COVERED of its UNITS done
+ * in a world of W0. */
+static void position_take(iter_new_t *n, const json_t *ck, int64_t w0, int64_t epoch,
+                          uint64_t covered, uint64_t units) {
+  n->epoch = epoch;
+  n->resume_world = w0;
+  n->done_units = (int64_t)covered;
+  if (covered == units && units > 0) { /* that epoch was complete */
+    n->epoch++;
+    n->done_units = 0;
+  } else if (covered > 0 ||
+             (n->spec.cfg.strategy != PART_DYNAMIC && (int64_t)n->spec.cfg.world_size != w0)) {
+    /* Even with nothing done, a static resume into another world deals the
+     * checkpoint's blocks: clients name blocks of that plan (the Python
+     * sampler's partly read blocks), which the new plan numbers otherwise. */
+    n->resume_done = json_dumps(json_object_get(ck, "done"), JSON_COMPACT);
+  }
+  json_t *origin = json_pack("{s:I, s:I, s:O}", "epoch", (json_int_t)epoch, "world_size",
+                             (json_int_t)w0, "done", json_object_get(ck, "done"));
+  n->origin = iter_canon_text(origin);
+  json_decref(origin);
+}
+
+static muster_err_t new_from_position(iter_new_t *n, const json_t *ck, int64_t w0, fail_t *f) {
+  iter_spec_t spec0;
+  int64_t epoch = -1;
+  if (spec_with(json_object_get(ck, "config"), w0, -1, &spec0, f))
+    return f->code;
+  part_plan_t *plan0 = NULL;
+  uint64_t *prefix0 = NULL;
+  muster_err_t err = part_plan_create(spec0.ds, &spec0.cfg, &plan0);
+  if (err == MUSTER_OK && spec0.cfg.strategy != PART_DYNAMIC &&
+      (prefix0 = iter_plan_prefix(plan0)) == NULL)
+    err = MUSTER_NOMEM;
+  position_check(ck, err, plan0, &epoch, f);
   part_range_t *ranges = NULL;
   size_t nranges = 0;
   uint64_t covered = 0, units = 0;
@@ -297,25 +327,8 @@ static muster_err_t new_from_position(iter_new_t *n, const json_t *ck, int64_t w
     iter_ranges_parse(json_object_get(ck, "done"), units, "checkpoint.done", &ranges, &nranges,
                       &covered, f);
   }
-  if (!f->code) {
-    n->epoch = epoch;
-    n->resume_world = w0;
-    n->done_units = (int64_t)covered;
-    if (covered == units && units > 0) { /* that epoch was complete */
-      n->epoch++;
-      n->done_units = 0;
-    } else if (covered > 0 || (n->spec.cfg.strategy != PART_DYNAMIC &&
-                               (int64_t)n->spec.cfg.world_size != w0)) {
-      /* Even with nothing done, a static resume into another world deals the
-       * checkpoint's blocks: clients name blocks of that plan (the Python
-       * sampler's partly read blocks), which the new plan numbers otherwise. */
-      n->resume_done = json_dumps(json_object_get(ck, "done"), JSON_COMPACT);
-    }
-    json_t *origin = json_pack("{s:I, s:I, s:O}", "epoch", (json_int_t)epoch, "world_size",
-                               (json_int_t)w0, "done", json_object_get(ck, "done"));
-    n->origin = iter_canon_text(origin);
-    json_decref(origin);
-  }
+  if (!f->code)
+    position_take(n, ck, w0, epoch, covered, units);
   free(ranges);
   free(prefix0);
   part_plan_destroy(plan0);

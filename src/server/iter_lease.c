@@ -258,6 +258,24 @@ static json_t *next_reply(const char *state, int64_t epoch, json_t *blocks) {
   return out;
 }
 
+/* Leases up to c->max blocks of the iteration's current epoch for c->rank
+ * (after the blocks it holds, with HELD) and builds the reply. */
+static json_t *next_blocks(lease_ctx_t *c, iter_row_t *row, bool held, fail_t *f) {
+  json_t *out = NULL;
+  c->row = row;
+  iter_layout_of(row, c->plans, &c->lay);
+  c->deadline = now_ms() + row->set.lease_ms;
+  JW_ADD_LITERAL(&c->blocks, "[");
+  if ((!held || lease_held(c, f) == MUSTER_OK) && lease_blocks(c, f) == MUSTER_OK) {
+    JW_ADD_LITERAL(&c->blocks, "]");
+    json_t *list = c->blocks.failed ? NULL : jw_raw(c->blocks.buf, c->blocks.len);
+    out = list ? next_reply(c->count ? "blocks" : "wait", row->epoch, list) : NULL;
+    if (out == NULL)
+      fail_set(f, MUSTER_NOMEM, "out of memory");
+  }
+  return out;
+}
+
 json_t *iter_next(store_t *st, const char *name, const json_t *body, fail_t *f) {
   static const char *const allowed[] = {"rank", "epoch", "max", "indices", "held", NULL};
   lease_ctx_t c = {.st = st};
@@ -289,17 +307,7 @@ json_t *iter_next(store_t *st, const char *name, const json_t *body, fail_t *f) 
   } else if (epoch > row.epoch) {
     out = next_reply("wait", row.epoch, NULL); /* the others are finishing the epoch */
   } else {
-    c.row = &row;
-    iter_layout_of(&row, c.plans, &c.lay);
-    c.deadline = now_ms() + row.set.lease_ms;
-    JW_ADD_LITERAL(&c.blocks, "[");
-    if ((!held || lease_held(&c, f) == MUSTER_OK) && lease_blocks(&c, f) == MUSTER_OK) {
-      JW_ADD_LITERAL(&c.blocks, "]");
-      json_t *list = c.blocks.failed ? NULL : jw_raw(c.blocks.buf, c.blocks.len);
-      out = list ? next_reply(c.count ? "blocks" : "wait", row.epoch, list) : NULL;
-      if (out == NULL)
-        fail_set(f, MUSTER_NOMEM, "out of memory");
-    }
+    out = next_blocks(&c, &row, held, f);
   }
 done:
   jw_buf_free(&c.blocks);

@@ -387,6 +387,43 @@ static const char *store_vfs(void) {
   return walvfs_register();
 }
 
+/* Sets the connection's pragmas; non-zero (the failure) when one failed. */
+static muster_err_t store_pragmas(store_t *st, bool sync_full, fail_t *f) {
+  /* The head is the file's only user (it holds a flock on the data dir for
+   * its life, and nothing else opens muster.db), so the connection keeps its
+   * lock: no fcntl lock calls per transaction, and, set before the first WAL
+   * access, no shared-memory wal-index (it lives in heap memory). */
+  const char *pragmas = sync_full ? "PRAGMA locking_mode=EXCLUSIVE;"
+                                    " PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                                  : "PRAGMA locking_mode=EXCLUSIVE;"
+                                    " PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;";
+  /* An 8 MiB page cache, not more: the hot pages (the ends of the task table
+   * and its indexes) fit many times over, and SQLite 3.40 walks the whole
+   * cache's hash table at a commit after a b-tree split (pcache1 truncation,
+   * design-notes "A small page cache"), so a larger cache costs CPU at every
+   * such commit: 64 MiB cost 1.08-1.24x the head's CPU per task batched.
+   * Cold pages come back from the kernel's page cache. */
+  if (store_exec(st, pragmas, f))
+    return f->code;
+  return store_exec(st,
+                    "PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
+                    "PRAGMA cache_size=-8192; PRAGMA wal_autocheckpoint=4000;",
+                    f);
+}
+
+/* Defines muster's SQL functions, once: (re)defining a function expires
+ * every prepared statement. Direct only: no trigger or view may call them. */
+static bool store_define_functions(store_t *st, fail_t *f) {
+  if (sqlite3_create_function_v2(st->db, "muster_map", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY, &st->map,
+                                 store_map_fn, NULL, NULL, NULL) != SQLITE_OK ||
+      sqlite3_create_function_v2(st->db, "muster_map_text", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY,
+                                 &st->map, store_map_text_fn, NULL, NULL, NULL) != SQLITE_OK) {
+    store_fail(st, f, "muster_map");
+    return false;
+  }
+  return true;
+}
+
 store_t *store_open(const store_opts_t *opts, fail_t *f) {
   static pthread_once_t configured = PTHREAD_ONCE_INIT;
   pthread_once(&configured, store_configure_sqlite);
@@ -403,34 +440,11 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     return NULL;
   }
   sqlite3_extended_result_codes(st->db, 1);
-  /* Defined once: (re)defining a function expires every prepared statement.
-   * Direct only: no trigger or view may call them. */
-  if (sqlite3_create_function_v2(st->db, "muster_map", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY,
-                                 &st->map, store_map_fn, NULL, NULL, NULL) != SQLITE_OK ||
-      sqlite3_create_function_v2(st->db, "muster_map_text", 1, SQLITE_UTF8 | SQLITE_DIRECTONLY,
-                                 &st->map, store_map_text_fn, NULL, NULL, NULL) != SQLITE_OK) {
-    store_fail(st, f, "muster_map");
+  if (!store_define_functions(st, f)) {
     store_close(st);
     return NULL;
   }
-  /* The head is the file's only user (it holds a flock on the data dir for
-   * its life, and nothing else opens muster.db), so the connection keeps its
-   * lock: no fcntl lock calls per transaction, and, set before the first WAL
-   * access, no shared-memory wal-index (it lives in heap memory). */
-  const char *pragmas = opts->sync_full ? "PRAGMA locking_mode=EXCLUSIVE;"
-                                          " PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-                                        : "PRAGMA locking_mode=EXCLUSIVE;"
-                                          " PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;";
-  /* An 8 MiB page cache, not more: the hot pages (the ends of the task table
-   * and its indexes) fit many times over, and SQLite 3.40 walks the whole
-   * cache's hash table at a commit after a b-tree split (pcache1 truncation,
-   * design-notes "A small page cache"), so a larger cache costs CPU at every
-   * such commit: 64 MiB cost 1.08-1.24x the head's CPU per task batched.
-   * Cold pages come back from the kernel's page cache. */
-  if (store_exec(st, pragmas, f) ||
-      store_exec(st, "PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
-                     "PRAGMA cache_size=-8192; PRAGMA wal_autocheckpoint=4000;", f) ||
-      store_migrate(st, opts->schema_version, f)) {
+  if (store_pragmas(st, opts->sync_full, f) || store_migrate(st, opts->schema_version, f)) {
     store_close(st);
     return NULL;
   }

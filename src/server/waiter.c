@@ -111,6 +111,15 @@ void waiter_mark_all(head_t *h) {
     waiter_mark_ready(h, w->queue);
 }
 
+/* Answers a waiter with the failure of its lease, and forgets it. */
+static void waiter_fail(head_t *h, waiter_t *w, const fail_t *f) {
+  json_t *err = json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(f->code), "message",
+                          fail_message(f));
+  int status = muster_err_http_status(f->code);
+  http_enqueue(h, w->req, status ? status : 500, err);
+  waiter_unlink(h, w);
+}
+
 /* Tries to lease for one waiter; returns false when the queue has no ready
  * task (and no update the waiter wants). */
 static bool waiter_try(head_t *h, waiter_t *w) {
@@ -137,12 +146,8 @@ static bool waiter_try(head_t *h, waiter_t *w) {
   }
   store_request_end(h->st, f.code == MUSTER_OK);
   if (f.code) {
-    json_t *err = json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(f.code), "message",
-                            fail_message(&f));
-    int status = muster_err_http_status(f.code);
-    http_enqueue(h, w->req, status ? status : 500, err);
     json_decref(reply);
-    waiter_unlink(h, w);
+    waiter_fail(h, w, &f);
     return true;
   }
   if (leased == 0 && updates == 0) {
