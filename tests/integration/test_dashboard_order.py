@@ -11,7 +11,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_dashboard_browser import DashboardCase  # noqa: E402
 
-MAX_WORKERS_SHOWN = 500  # web/app.js
+MAX_WORKERS_SHOWN = 500  # web/workers.js
 
 
 class DashboardOrderTest(DashboardCase):
