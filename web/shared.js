@@ -3,7 +3,7 @@
 'use strict';
 
 (function (muster) {
-  const {params, el, fmtInt, fmtTime, fmtIn, fmtBytes, apiOr404} = muster;
+  const {params, el, compareNames, fmtInt, fmtTime, fmtIn, fmtBytes, apiOr404} = muster;
   const MAX_SESSION_SCOPES = 50; // sessions whose shared data is listed
 
   // The scopes whose blobs are listed (the API has no list of scopes): the open
@@ -15,7 +15,9 @@
       for (const t of tasks)
         for (const req of t.requires || []) if (req && req.scope) scopes.add(req.scope);
     for (const s of data.replies['/v1/sessions'].sessions.slice(0, MAX_SESSION_SCOPES)) scopes.add(s.id);
-    data.shared = {served: null, scopes: [...scopes].sort(), blobs: []};
+    // Scopes (and so the table's rows) by name in code point order, with the one
+    // comparator the page uses for every name, not the default sort's UTF-16 units.
+    data.shared = {served: null, scopes: [...scopes].sort(compareNames), blobs: []};
     const replies = await Promise.all(data.shared.scopes.map(
       s => apiOr404('/v1/shared/' + encodeURIComponent(s))));
     replies.forEach((reply, i) => {

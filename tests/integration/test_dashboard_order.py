@@ -1,8 +1,10 @@
 """The dashboard in headless Chromium (test_dashboard_browser.Browser): the order and the
 completeness of its tables. The leaderboard must order ties the same way on the main
-page and in a pipeline's view; the nodes table must order names as the head does; the queues table must list a pipeline's stages in their
-order along `next` (a loop of `next`s included), not by name; a queue that never had a
-task must not be called done; and a workers table cut at its limit must say so.
+page and in a pipeline's view; the nodes table must order names as the head does, and
+the shared-data table its scopes likewise; the queues table must list a pipeline's
+stages in their order along `next` (a loop of `next`s included), not by name; a queue
+that never had a task must not be called done; and a workers table cut at its limit
+must say so.
 """
 import os
 import sys
@@ -113,6 +115,22 @@ class DashboardOrderTest(DashboardCase):
         self.assertEqual(b.text("#workers-unlisted"),
                          "Showing 500 of %s workers, those seen most recently "
                          "(GET /v1/workers lists them all)." % format(active, ","))
+
+    def put_blob(self, scope, name):
+        r = self.head.request("PUT", "/v1/shared/%s/%s?level=1" % (scope, name), raw=b"blob",
+                              content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+
+    def test_shared_scopes_in_code_point_order(self):
+        # The scopes looked at (here given in ?shared= in no order) are listed by name in
+        # code point order, as nodes and the head's lists are: "ord-Zed" before
+        # "ord-alpha", not the locale's "ord-alpha" before "ord-Zed".
+        scopes = ["ord-beta", "ord-alpha", "ord-Zed", "ord-_under"]
+        for scope in scopes:
+            self.put_blob(scope, "w")
+        self.open("/?shared=" + ",".join(scopes))
+        self.assertEqual(self.rows("#shared-table", "scope"),
+                         ["ord-Zed", "ord-_under", "ord-alpha", "ord-beta"])
 
 
 if __name__ == "__main__":
