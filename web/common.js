@@ -26,8 +26,12 @@ window.muster = (function () {
   };
 
   class AuthError extends Error {}
+  // An error reply: `message` names the path, `reason` is the head's message alone.
   class ApiError extends Error {
-    constructor(message, status, code) { super(message); this.status = status; this.code = code; }
+    constructor(message, status, code, reason) {
+      super(message);
+      Object.assign(this, {status, code, reason});
+    }
   }
 
   // ---- helpers ----
@@ -149,7 +153,7 @@ window.muster = (function () {
         message = error.message;
         code = error.code;
       } catch (e) { /* keep the status */ }
-      throw new ApiError(path + ': ' + message, res.status, code);
+      throw new ApiError(path + ': ' + message, res.status, code, message);
     }
     return res.json();
   }

@@ -3,8 +3,20 @@
 'use strict';
 
 (function (muster) {
-  const {params, el, compareNames, fmtInt, fmtTime, fmtIn, fmtBytes, apiOr404} = muster;
+  const {params, el, compareNames, fmtInt, fmtTime, fmtIn, fmtBytes, apiOr404, ApiError} = muster;
   const MAX_SESSION_SCOPES = 50; // sessions whose shared data is listed
+
+  // One scope's blobs: the head's reply, {missing: CODE} for a 404, or {invalid:
+  // MESSAGE} for a name the head refuses. Only a scope typed into ?shared= can be
+  // one, and a typo there must not stop every section from refreshing.
+  async function scopeBlobs(scope) {
+    try {
+      return await apiOr404('/v1/shared/' + encodeURIComponent(scope));
+    } catch (e) {
+      if (e instanceof ApiError && e.code === 'name_invalid') return {invalid: e.reason};
+      throw e;
+    }
+  }
 
   // The scopes whose blobs are listed (the API has no list of scopes): the open
   // sessions (each is a scope), scopes named by the tasks being worked on, and those
@@ -17,10 +29,15 @@
     for (const s of data.replies['/v1/sessions'].sessions.slice(0, MAX_SESSION_SCOPES)) scopes.add(s.id);
     // Scopes (and so the table's rows) by name in code point order, with the one
     // comparator the page uses for every name, not the default sort's UTF-16 units.
-    data.shared = {served: null, scopes: [...scopes].sort(compareNames), blobs: []};
-    const replies = await Promise.all(data.shared.scopes.map(
-      s => apiOr404('/v1/shared/' + encodeURIComponent(s))));
+    const sorted = [...scopes].sort(compareNames);
+    data.shared = {served: null, scopes: [], blobs: [], invalid: []};
+    const replies = await Promise.all(sorted.map(scopeBlobs));
     replies.forEach((reply, i) => {
+      if (reply.invalid) {
+        data.shared.invalid.push(reply.invalid);
+        return;
+      }
+      data.shared.scopes.push(sorted[i]);
       if (reply.missing === 'not_found') {
         // The route itself is missing (not shared_not_found): an older head.
         if (data.shared.served === null) data.shared.served = false;
@@ -28,7 +45,7 @@
       }
       data.shared.served = true;
       if (reply.missing) return; // a scope without blobs, or a session just closed
-      for (const blob of reply.blobs || []) data.shared.blobs.push(Object.assign({scope: data.shared.scopes[i]}, blob));
+      for (const blob of reply.blobs || []) data.shared.blobs.push(Object.assign({scope: sorted[i]}, blob));
     });
   }
 
@@ -43,6 +60,9 @@
     card.append(el('div', {class: 'toolbar'}, el('span', {id: 'shared-summary',
       text: sh.blobs.length + ' blobs, ' + fmtBytes(bytes) + ' at their newest levels, in ' +
             sh.scopes.length + ' scopes looked at'})));
+    if (sh.invalid.length)
+      card.append(el('p', {class: 'error', id: 'shared-invalid',
+        text: 'Not looked at (check ?shared= in the URL): ' + sh.invalid.join('; ')}));
     const table = el('table', {id: 'shared-table'},
       el('thead', {}, el('tr', {}, el('th', {text: 'Scope'}), el('th', {text: 'Name'}),
         el('th', {class: 'num', text: 'Level'}), el('th', {text: 'Levels kept'}),

@@ -1,10 +1,10 @@
 """The dashboard in headless Chromium (test_dashboard_browser.Browser): the order and the
 completeness of its tables. The leaderboard must order ties the same way on the main
 page and in a pipeline's view; the nodes table must order names as the head does, and
-the shared-data table its scopes likewise; the queues table must list a pipeline's
-stages in their order along `next` (a loop of `next`s included), not by name; a queue
-that never had a task must not be called done; and a workers table cut at its limit
-must say so.
+the shared-data table its scopes likewise (and a scope name the head refuses must not
+hide the rest of the page); the queues table must list a pipeline's stages in their
+order along `next` (a loop of `next`s included), not by name; a queue that never had a
+task must not be called done; and a workers table cut at its limit must say so.
 """
 import os
 import sys
@@ -131,6 +131,21 @@ class DashboardOrderTest(DashboardCase):
         self.open("/?shared=" + ",".join(scopes))
         self.assertEqual(self.rows("#shared-table", "scope"),
                          ["ord-Zed", "ord-_under", "ord-alpha", "ord-beta"])
+
+    def test_bad_scope_in_the_url_leaves_the_rest(self):
+        # A scope the head refuses (a typo in ?shared=) is said in the shared-data
+        # section; it used to fail the whole refresh, so that the page showed "Could not
+        # refresh" and none of its sections.
+        self.put_blob("ord-good", "w")
+        self.open("/?shared=ord-good,bad%20name")
+        b = self.browser
+        self.assertFalse(b.visible("#error"), b.text("#error"))
+        self.assertEqual(self.rows("#shared-table", "scope"), ["ord-good"])
+        self.assertEqual(b.text("#shared-summary"),
+                         "1 blobs, 4 B at their newest levels, in 1 scopes looked at")
+        self.assertEqual(b.text("#shared-invalid"),
+                         "Not looked at (check ?shared= in the URL): scope 'bad name': a session "
+                         "id (s-...) or 1 to 128 characters of letters, digits, '.', '_' and '-'")
 
 
 if __name__ == "__main__":
