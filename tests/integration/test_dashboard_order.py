@@ -11,6 +11,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from test_dashboard_browser import DashboardCase  # noqa: E402
 
 MAX_WORKERS_SHOWN = 500  # web/workers.js
@@ -101,6 +102,20 @@ class DashboardOrderTest(DashboardCase):
         eta = '#queues-table tr[data-queue="%s"] td[data-field="eta"]'
         self.assertEqual(self.browser.text(eta % "ord_never"), "no tasks")
         self.assertEqual(self.browser.text(eta % "ord_finished"), "done")
+
+    def test_show_gone_workers_at_once(self):
+        # The toggle re-renders at once, through muster.refresh: app.js's refresh, which
+        # workers.js reaches across files.  The page refreshes by itself only once a
+        # minute here, so a toggle that did not re-render would time out.
+        b = self.browser
+        gone = self.worker("ord-leaver", ["ord_filter"])
+        self.api("DELETE", "/v1/workers/%d" % gone["id"])
+        self.open("/?refresh=60000")
+        self.assertNotIn(gone["name"], self.rows("#workers-table", "worker"))
+        b.click("#show-gone")
+        harness.wait_until(lambda: gone["name"] in self.rows("#workers-table", "worker"),
+                           what="the gone worker's row after the toggle")
+        self.assertFalse(b.visible("#error"), b.text("#error"))
 
     def test_workers_table_says_how_many_it_shows(self):
         b = self.browser
