@@ -6,6 +6,7 @@ dashboard options.  Also `muster put --file` and `--json FILE`, which seed such 
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 READ_TOKEN = "read-only-token-77"
+WEB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "web")
 
 
 class DashboardApiTest(unittest.TestCase):
@@ -41,7 +43,7 @@ class DashboardApiTest(unittest.TestCase):
             self.assertIn(rule, csp)
         self.assertEqual(r.headers["X-Content-Type-Options"], "nosniff")
         page = r.raw.decode()
-        self.assertIn('<script src="/dashboard/app.js"', page)
+        self.assertIn('<script src="/dashboard/common.js"', page)
         self.assertIn('id="login"', page)
         self.assertNotIn("<script>", page)  # no inline code: the CSP forbids it
         for name, kind in (("app.js", "text/javascript"), ("style.css", "text/css"),
@@ -54,9 +56,30 @@ class DashboardApiTest(unittest.TestCase):
         head = self.get("/", method="HEAD")
         self.assertEqual((head.status, head.raw), (200, b""))
 
+    def test_page_loads_every_script_of_web(self):
+        # The page's scripts are plain files that share one global: index.html must
+        # name every web/*.js (a file left out would be dead code, or break a later
+        # file that uses it), common.js first and app.js, which starts the page, last;
+        # and the head must serve each one, embedded, as JavaScript (with nosniff, a
+        # script of another type would not run).
+        page = self.get("/").raw.decode()
+        named = re.findall(r'<script src="/dashboard/([^"]+)" defer></script>', page)
+        self.assertEqual(len(re.findall(r"<script", page)), len(named), page)
+        on_disk = sorted(f for f in os.listdir(WEB_DIR) if f.endswith(".js"))
+        self.assertEqual(sorted(named), on_disk)
+        self.assertEqual((named[0], named[-1]), ("common.js", "app.js"), named)
+        for name in named:
+            r = self.get("/dashboard/" + name)
+            self.assertEqual(r.status, 200, (name, r))
+            self.assertEqual(r.headers["Content-Type"], "text/javascript; charset=utf-8", name)
+            self.assertEqual(r.headers["X-Content-Type-Options"], "nosniff", name)
+            with open(os.path.join(WEB_DIR, name), "rb") as f:
+                self.assertEqual(r.raw, f.read(), name)
+
     def test_page_holds_no_data(self):
         self.head.request("PUT", "/v1/queues/secret-queue-name", {})
-        for path in ("/", "/dashboard/app.js", "/compat/distcompute/proj/"):
+        for path in ("/", "/dashboard/app.js", "/dashboard/common.js",
+                     "/compat/distcompute/proj/"):
             self.assertNotIn(b"secret-queue-name", self.get(path).raw)
 
     def test_read_only_token(self):

@@ -1,6 +1,8 @@
 """The dashboard in headless Chromium (test_dashboard_browser.Browser): the order and the
 completeness of its tables. The leaderboard must order ties the same way on the main
-page and in a pipeline's view; the nodes table must order names as the head does; the queues table must list a pipeline's stages in their
+page and in a pipeline's view; the nodes table must order names as the head does, and
+the shared-data table its scopes likewise (and a scope name the head refuses must not
+hide the rest of the page); the queues table must list a pipeline's stages in their
 order along `next` (a loop of `next`s included), not by name; a queue that never had a
 task must not be called done; and a workers table cut at its limit must say so.
 """
@@ -9,9 +11,10 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from test_dashboard_browser import DashboardCase  # noqa: E402
 
-MAX_WORKERS_SHOWN = 500  # web/app.js
+MAX_WORKERS_SHOWN = 500  # web/workers.js
 
 
 class DashboardOrderTest(DashboardCase):
@@ -100,6 +103,20 @@ class DashboardOrderTest(DashboardCase):
         self.assertEqual(self.browser.text(eta % "ord_never"), "no tasks")
         self.assertEqual(self.browser.text(eta % "ord_finished"), "done")
 
+    def test_show_gone_workers_at_once(self):
+        # The toggle re-renders at once, through muster.refresh: app.js's refresh, which
+        # workers.js reaches across files.  The page refreshes by itself only once a
+        # minute here, so a toggle that did not re-render would time out.
+        b = self.browser
+        gone = self.worker("ord-leaver", ["ord_filter"])
+        self.api("DELETE", "/v1/workers/%d" % gone["id"])
+        self.open("/?refresh=60000")
+        self.assertNotIn(gone["name"], self.rows("#workers-table", "worker"))
+        b.click("#show-gone")
+        harness.wait_until(lambda: gone["name"] in self.rows("#workers-table", "worker"),
+                           what="the gone worker's row after the toggle")
+        self.assertFalse(b.visible("#error"), b.text("#error"))
+
     def test_workers_table_says_how_many_it_shows(self):
         b = self.browser
         self.open("/")
@@ -113,6 +130,37 @@ class DashboardOrderTest(DashboardCase):
         self.assertEqual(b.text("#workers-unlisted"),
                          "Showing 500 of %s workers, those seen most recently "
                          "(GET /v1/workers lists them all)." % format(active, ","))
+
+    def put_blob(self, scope, name):
+        r = self.head.request("PUT", "/v1/shared/%s/%s?level=1" % (scope, name), raw=b"blob",
+                              content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+
+    def test_shared_scopes_in_code_point_order(self):
+        # The scopes looked at (here given in ?shared= in no order) are listed by name in
+        # code point order, as nodes and the head's lists are: "ord-Zed" before
+        # "ord-alpha", not the locale's "ord-alpha" before "ord-Zed".
+        scopes = ["ord-beta", "ord-alpha", "ord-Zed", "ord-_under"]
+        for scope in scopes:
+            self.put_blob(scope, "w")
+        self.open("/?shared=" + ",".join(scopes))
+        self.assertEqual(self.rows("#shared-table", "scope"),
+                         ["ord-Zed", "ord-_under", "ord-alpha", "ord-beta"])
+
+    def test_bad_scope_in_the_url_leaves_the_rest(self):
+        # A scope the head refuses (a typo in ?shared=) is said in the shared-data
+        # section; it used to fail the whole refresh, so that the page showed "Could not
+        # refresh" and none of its sections.
+        self.put_blob("ord-good", "w")
+        self.open("/?shared=ord-good,bad%20name")
+        b = self.browser
+        self.assertFalse(b.visible("#error"), b.text("#error"))
+        self.assertEqual(self.rows("#shared-table", "scope"), ["ord-good"])
+        self.assertEqual(b.text("#shared-summary"),
+                         "1 blobs, 4 B at their newest levels, in 1 scopes looked at")
+        self.assertEqual(b.text("#shared-invalid"),
+                         "Not looked at (check ?shared= in the URL): scope 'bad name': a session "
+                         "id (s-...) or 1 to 128 characters of letters, digits, '.', '_' and '-'")
 
 
 if __name__ == "__main__":

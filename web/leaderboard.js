@@ -1,0 +1,47 @@
+// The dashboard's leaderboard: nicknames by completed tasks, in one order on every
+// page. Loaded after common.js.
+'use strict';
+
+(function (muster) {
+  const {el, compareNames, fmtInt} = muster;
+
+  // The leaderboard's one order, on every page: most completed tasks first, ties
+  // by nickname (as the head orders GET /v1/leaderboard).
+  function leaderboardOrder(a, b) {
+    return b.completed - a.completed || compareNames(a.nickname, b.nickname);
+  }
+
+  // Totals per nickname: the head's leaderboard, or one computed from the
+  // pipeline's own workers in a DistCompute view; both in leaderboardOrder (the
+  // head's reply is sorted again so that the page does not depend on its order).
+  function leaderboard(data) {
+    if (!data.pipeline) return data.replies['/v1/leaderboard'].leaderboard.slice().sort(leaderboardOrder);
+    const by = {};
+    for (const w of data.workers) {
+      const e = by[w.nickname] = by[w.nickname] ||
+        {nickname: w.nickname, completed: 0, failed: 0, flagged: 0, workers: 0};
+      e.completed += w.completed; e.failed += w.failed; e.flagged += w.flagged; e.workers++;
+    }
+    return Object.values(by).sort(leaderboardOrder);
+  }
+
+  function renderLeaderboard(card, data) {
+    const table = el('table', {id: 'leaderboard-table'},
+      el('thead', {}, el('tr', {}, el('th', {class: 'num', text: '#'}), el('th', {text: 'Nickname'}),
+        ...['Completed', 'Failed', 'Flagged', 'Workers'].map(t => el('th', {class: 'num', text: t})))));
+    const body = el('tbody');
+    leaderboard(data).forEach((e, i) => {
+      const row = el('tr', {dataset: {nickname: e.nickname}},
+        el('td', {class: 'num', text: i + 1}), el('td', {}, el('strong', {text: e.nickname})));
+      for (const key of ['completed', 'failed', 'flagged', 'workers'])
+        row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(e[key])}));
+      body.append(row);
+    });
+    if (!body.children.length)
+      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 6, text: 'Nobody has finished a task yet.'})));
+    table.append(body);
+    card.append(table);
+  }
+
+  Object.assign(muster, {renderLeaderboard});
+})(window.muster);

@@ -1,0 +1,176 @@
+// The dashboard's queues: their order (pipelines along `next`), the queues table
+// with its rate and ETA, and the throughput chart. Loaded after common.js.
+'use strict';
+
+(function (muster) {
+  const {CHART_SECONDS, el, compareNames, fmtInt, fmtDuration, fmtPercent, bar} = muster;
+  const RATE_WINDOW_S = 300; // completion rate and ETA over the last 5 minutes
+  const CHART_BIN_S = 10;
+  const COLORS = ['#2f6fde', '#1e8e4e', '#d9822b', '#8e44ad', '#c0392b', '#16a085', '#7f8c8d',
+                  '#b7950b'];
+
+  // The queues in pipeline order (the head lists them by name): each pipeline
+  // (queues chained by `next`) from its first stage along its `next`s, pipelines by
+  // the name of their first stage; then loops of `next`s (the head allows one, though
+  // no task ever leaves it), each from its first name; then the queues of no
+  // pipeline, by name. A stage that two queues feed comes after the first of them.
+  function pipelineOrder(queues) {
+    const byName = new Map(queues.map(q => [q.name, q]));
+    const fed = new Set(queues.filter(q => byName.has(q.next)).map(q => q.next));
+    const inPipeline = q => byName.has(q.next) || fed.has(q.name);
+    const sorted = queues.slice().sort((a, b) => compareNames(a.name, b.name));
+    const order = [], seen = new Set();
+    const walk = q => {
+      for (; q && !seen.has(q.name); q = byName.get(q.next)) { seen.add(q.name); order.push(q); }
+    };
+    sorted.filter(q => inPipeline(q) && !fed.has(q.name)).forEach(walk); // first stages
+    sorted.filter(inPipeline).forEach(walk); // what is left is in loops
+    return order.concat(sorted.filter(q => !inPipeline(q)));
+  }
+
+  // Completions per second of `queue` over the last `seconds` (null: all queues).
+  function completions(data, queue, seconds) {
+    const tp = data.replies['/v1/throughput?seconds=' + CHART_SECONDS];
+    if (!tp) return 0;
+    const series = queue === null ? tp.total : (tp.queues[queue] || []);
+    // The last bucket is the current, partial second: leave it out.
+    const upto = series.length - 1, from = Math.max(0, upto - seconds);
+    let sum = 0;
+    for (let i = from; i < upto; i++) sum += series[i];
+    return sum;
+  }
+
+  function rateWindow(data) {
+    const up = Math.max(1, Math.floor((data.health.uptime_ms || 0) / 1000));
+    return Math.min(RATE_WINDOW_S, up);
+  }
+
+  function stageLetter(data, queue) {
+    if (!data.pipeline) return null;
+    const stage = data.pipeline.stages.find(s => s.queue === queue);
+    return stage ? stage.stage : null;
+  }
+
+  // The ETA cell: when the `remaining` tasks (queued and leased) will be done at
+  // `perSecond`. Nothing remaining is "done" only for a queue that had tasks: one
+  // that never had any (or whose tasks were all purged) has "no tasks".
+  function etaText(remaining, everyTask, perSecond) {
+    if (remaining === 0) return everyTask === 0 ? 'no tasks' : 'done';
+    return perSecond > 0 ? fmtDuration(remaining / perSecond) : '—';
+  }
+
+  function renderQueues(card, data) {
+    const span = rateWindow(data);
+    const table = el('table', {id: 'queues-table'},
+      el('thead', {}, el('tr', {},
+        el('th', {text: data.pipeline ? 'Stage' : 'Queue'}), el('th', {text: 'Next'}),
+        ...['Queued', 'Leased', 'Done', 'Failed', 'Dead'].map(t => el('th', {class: 'num', text: t})),
+        el('th', {class: 'num', text: 'Done/min'}), el('th', {class: 'num', text: 'ETA'}),
+        el('th', {text: 'Progress'}))));
+    const body = el('tbody');
+    for (const q of data.queues) {
+      const c = q.counts;
+      const perSecond = completions(data, q.name, span) / span;
+      const remaining = c.queued + c.leased;
+      const total = c.queued + c.leased + c.done + c.failed + c.dead;
+      const eta = etaText(remaining, total + (c.cancelled || 0), perSecond);
+      const letter = stageLetter(data, q.name);
+      const row = el('tr', {dataset: {queue: q.name}},
+        el('td', {}, letter ? letter + ' · ' : '', el('strong', {text: q.name})),
+        el('td', {class: 'muted', text: q.next || '—'}));
+      for (const key of ['queued', 'leased', 'done', 'failed', 'dead'])
+        row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(c[key])}));
+      row.append(el('td', {class: 'num', dataset: {field: 'rate'}, text: (perSecond * 60).toFixed(1)}),
+                 el('td', {class: 'num', dataset: {field: 'eta'}, text: eta}),
+                 el('td', {}, bar([[total ? c.done / total : 0, ''],
+                                   [total ? (c.failed + c.dead) / total : 0, 'failed']],
+                                  fmtPercent(c.done, total) + ' done')));
+      body.append(row);
+    }
+    if (!data.queues.length)
+      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 10, text: 'No queues yet.'})));
+    table.append(body);
+    card.append(table);
+  }
+
+  function renderThroughput(card, data) {
+    const tp = data.replies['/v1/throughput?seconds=' + CHART_SECONDS];
+    const names = data.queues.map(q => q.name).filter(n => tp.queues[n]);
+    const bins = Math.floor(CHART_SECONDS / CHART_BIN_S);
+    const binned = name => {
+      const series = name === null ? tp.total : tp.queues[name];
+      const out = new Array(bins).fill(0);
+      // Whole seconds only: the last bucket is the current, partial one.
+      const end = series.length - 1;
+      for (let i = 0; i < end; i++) {
+        const bin = bins - 1 - Math.floor((end - 1 - i) / CHART_BIN_S);
+        if (bin >= 0) out[bin] += series[i] / CHART_BIN_S;
+      }
+      return out;
+    };
+    const lines = names.slice(0, COLORS.length).map((n, i) => ({name: n, color: COLORS[i], values: binned(n)}));
+    const canvas = el('canvas', {id: 'chart', width: 1200, height: 180});
+    card.append(el('div', {class: 'chart-wrap'}, canvas));
+    const legend = el('div', {class: 'legend'});
+    for (const line of lines) {
+      const swatch = el('i');
+      swatch.style.background = line.color;
+      legend.append(el('span', {}, swatch, line.name));
+    }
+    legend.append(el('span', {class: 'muted', id: 'chart-total',
+                             text: 'last minute: ' + fmtInt(completions(data, null, 60)) + ' completed'}));
+    card.append(legend);
+    drawChart(canvas, lines);
+  }
+
+  // Draws completions per second, one line per queue, over the last ten minutes.
+  function drawChart(canvas, lines) {
+    const ratio = window.devicePixelRatio || 1;
+    const width = canvas.clientWidth || 1200, height = canvas.clientHeight || 180;
+    canvas.width = width * ratio;
+    canvas.height = height * ratio;
+    const g = canvas.getContext('2d');
+    g.scale(ratio, ratio);
+    const left = 44, right = 10, top = 10, bottom = 22;
+    const w = width - left - right, h = height - top - bottom;
+    let max = 0;
+    for (const line of lines) for (const v of line.values) max = Math.max(max, v);
+    max = max > 0 ? niceCeil(max) : 1;
+    g.font = '11px system-ui, sans-serif';
+    g.fillStyle = '#6b7385';
+    g.strokeStyle = '#e3e6ec';
+    g.lineWidth = 1;
+    for (let i = 0; i <= 4; i++) {
+      const y = top + h - h * i / 4;
+      g.beginPath(); g.moveTo(left, y); g.lineTo(left + w, y); g.stroke();
+      g.textAlign = 'right';
+      g.fillText(String(Number((max * i / 4).toPrecision(3))) + '/s', left - 6, y + 4);
+    }
+    g.textAlign = 'left';
+    g.fillText('10 min ago', left, height - 6);
+    g.textAlign = 'right';
+    g.fillText('now', left + w, height - 6);
+    for (const line of lines) {
+      const n = line.values.length;
+      g.strokeStyle = line.color;
+      g.lineWidth = 2;
+      g.beginPath();
+      line.values.forEach((v, i) => {
+        const x = left + w * i / (n - 1), y = top + h - h * v / max;
+        if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
+      });
+      g.stroke();
+    }
+  }
+
+  // The chart's top: v rounded up to 1, 2, 4 or 5 times a power of ten, whose
+  // quarters (the grid lines) are short exact numbers (not 2.5, whose 1.875 would
+  // be labelled 1.9).
+  function niceCeil(v) {
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 4, 5, 10]) if (v <= m * p) return m * p;
+    return 10 * p;
+  }
+
+  Object.assign(muster, {pipelineOrder, renderQueues, renderThroughput});
+})(window.muster);
