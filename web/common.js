@@ -70,6 +70,9 @@ window.muster = (function () {
 
   function fmtInt(n) { return (n || 0).toLocaleString('en-US'); }
 
+  // "1 blob", "2 blobs": a count and its noun, singular for one.
+  function fmtCount(n, noun) { return fmtInt(n) + ' ' + noun + (n === 1 ? '' : 's'); }
+
   function fmtDuration(seconds) {
     if (!isFinite(seconds)) return '—';
     seconds = Math.round(seconds);
@@ -186,7 +189,7 @@ window.muster = (function () {
 
   return {
     TOKEN_KEY, params, CHART_SECONDS, MAX_LEASED_LISTED, state, AuthError, ApiError,
-    el, $, compareNames, fmtInt, fmtDuration, fmtAgo, fmtTime, fmtIn, fmtBytes, fmtRate,
+    el, $, compareNames, fmtInt, fmtCount, fmtDuration, fmtAgo, fmtTime, fmtIn, fmtBytes, fmtRate,
     fmtPercent, bar, parseView, api, apiOr404, workerHref, nodeLink,
   };
 })();

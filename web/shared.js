@@ -3,7 +3,7 @@
 'use strict';
 
 (function (muster) {
-  const {params, el, compareNames, fmtInt, fmtTime, fmtIn, fmtBytes, apiOr404, ApiError} = muster;
+  const {params, el, compareNames, fmtInt, fmtCount, fmtTime, fmtIn, fmtBytes, apiOr404, ApiError} = muster;
   const MAX_SESSION_SCOPES = 50; // sessions whose shared data is listed
 
   // One scope's blobs: the head's reply, {missing: CODE} for a 404, or {invalid:
@@ -58,8 +58,8 @@
     }
     const bytes = sh.blobs.reduce((sum, b) => sum + (b.size || 0), 0);
     card.append(el('div', {class: 'toolbar'}, el('span', {id: 'shared-summary',
-      text: sh.blobs.length + ' blobs, ' + fmtBytes(bytes) + ' at their newest levels, in ' +
-            sh.scopes.length + ' scopes looked at'})));
+      text: fmtCount(sh.blobs.length, 'blob') + ', ' + fmtBytes(bytes) +
+            ' at their newest levels, in ' + fmtCount(sh.scopes.length, 'scope') + ' looked at'})));
     if (sh.invalid.length)
       card.append(el('p', {class: 'error', id: 'shared-invalid',
         text: 'Not looked at (check ?shared= in the URL): ' + sh.invalid.join('; ')}));

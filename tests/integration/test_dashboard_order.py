@@ -146,6 +146,8 @@ class DashboardOrderTest(DashboardCase):
         self.open("/?shared=" + ",".join(scopes))
         self.assertEqual(self.rows("#shared-table", "scope"),
                          ["ord-Zed", "ord-_under", "ord-alpha", "ord-beta"])
+        self.assertEqual(self.browser.text("#shared-summary"),
+                         "4 blobs, 16 B at their newest levels, in 4 scopes looked at")
 
     def test_bad_scope_in_the_url_leaves_the_rest(self):
         # A scope the head refuses (a typo in ?shared=) is said in the shared-data
@@ -157,7 +159,7 @@ class DashboardOrderTest(DashboardCase):
         self.assertFalse(b.visible("#error"), b.text("#error"))
         self.assertEqual(self.rows("#shared-table", "scope"), ["ord-good"])
         self.assertEqual(b.text("#shared-summary"),
-                         "1 blobs, 4 B at their newest levels, in 1 scopes looked at")
+                         "1 blob, 4 B at their newest levels, in 1 scope looked at")
         self.assertEqual(b.text("#shared-invalid"),
                          "Not looked at (check ?shared= in the URL): scope 'bad name': a session "
                          "id (s-...) or 1 to 128 characters of letters, digits, '.', '_' and '-'")
