@@ -551,6 +551,9 @@ static void metrics_render_wal(metrics_out_t *out) {
                "Writes of held WAL frames that failed (the transaction that wrote them failed).");
   metrics_printf(out, "muster_store_wal_write_failures_total %llu\n",
                  (unsigned long long)wal.failed);
+  metrics_help(out, "muster_store_disk_full_total", "counter",
+               "Writes to the store's files that failed because the disk was full.");
+  metrics_printf(out, "muster_store_disk_full_total %llu\n", (unsigned long long)wal.full);
 }
 
 /* The store's families: group commits, their events, then the WAL's writes. */

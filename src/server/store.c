@@ -48,6 +48,9 @@ struct store {
   struct counts_log *counts; /* count changes of the open transaction (counts.c) */
   size_t nstmts;
   stmt_slot_t stmts[STORE_STMT_CACHE];
+  uint64_t full_seen;     /* walvfs's count of writes the disk had no room for, last looked at */
+  int64_t full_logged_ms; /* when a full disk was last logged; 0: never */
+  uint64_t full_unlogged; /* failures for a full disk since, not logged */
 };
 
 /* Migration N brings user_version from N to N+1.  Never edit a released one. */
@@ -247,7 +250,45 @@ static const char *const migrations[] = {
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))
 
+/* True when the failure SQLite just reported came from a full disk: SQLite
+ * says so itself (SQLITE_FULL), or a WAL write failed for want of room, which
+ * walvfs reports to SQLite as an I/O error (walvfs.c says why). */
+static bool store_disk_full(store_t *st) {
+  walvfs_stats_t w;
+  walvfs_stats(&w);
+  bool full = w.full != st->full_seen || (sqlite3_extended_errcode(st->db) & 0xff) == SQLITE_FULL;
+  st->full_seen = w.full;
+  return full;
+}
+
+/* A write failed for want of room: the request is refused with the reason
+ * and what to do; logged at most every 10 s under load (with the count). */
+static muster_err_t store_fail_full(store_t *st, fail_t *f, const char *what) {
+  const char *file = sqlite3_db_filename(st->db, "main");
+  int64_t now = now_ms();
+  if (st->full_logged_ms == 0 || now - st->full_logged_ms >= 10000) {
+    char since[80] = "";
+    if (st->full_unlogged > 0)
+      snprintf(since, sizeof since, " (and %llu more times since the last such line)",
+               (unsigned long long)st->full_unlogged);
+    log_msg(LOG_ERROR,
+            "store: %s: the disk holding %s is full%s; requests that write are "
+            "refused until there is room",
+            what, file ? file : "the store", since);
+    st->full_logged_ms = now;
+    st->full_unlogged = 0;
+  } else {
+    st->full_unlogged++;
+  }
+  return fail_set(f, MUSTER_STORE,
+                  "store: %s: the disk holding %s is full: nothing of this "
+                  "request was applied; free space there and retry (the head goes on by itself)",
+                  what, file ? file : "the head's store");
+}
+
 muster_err_t store_fail(store_t *st, fail_t *f, const char *what) {
+  if (st && st->db && store_disk_full(st))
+    return store_fail_full(st, f, what);
   const char *msg = st && st->db ? sqlite3_errmsg(st->db) : "no database";
   log_msg(LOG_ERROR, "store: %s: %s", what, msg);
   return fail_set(f, MUSTER_STORE, "store: %s: %s", what, msg);

@@ -89,12 +89,23 @@ static _Atomic uint64_t stat_sqlite_writes;
 static _Atomic uint64_t stat_file_writes;
 static _Atomic uint64_t stat_passed;
 static _Atomic uint64_t stat_failed;
+static _Atomic uint64_t stat_full;
 
 static void stat_add(_Atomic uint64_t *counter) {
   atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 }
 
 /* ---- holding and writing ---- */
+
+/* One write to the real file; a write the disk had no room for (the default
+ * VFS's SQLITE_FULL) is counted, so that the store can say why it failed
+ * when SQLite reports it as an I/O error (see the top of the file). */
+static int walvfs_real_write(walvfs_file_t *f, const void *data, int amt, sqlite3_int64 offset) {
+  int rc = f->real->pMethods->xWrite(f->real, data, amt, offset);
+  if (rc == SQLITE_FULL)
+    stat_add(&stat_full);
+  return rc;
+}
 
 /* Writes what is held with one call to the real file.  Returns SQLITE_OK,
  * or SQLITE_IOERR_WRITE when the write failed or fell short; what was held
@@ -104,7 +115,7 @@ static int walvfs_flush(walvfs_file_t *f) {
     return SQLITE_OK;
   assert(f->held_len <= WALVFS_HOLD_MAX);
   stat_add(&stat_file_writes);
-  int rc = f->real->pMethods->xWrite(f->real, f->held, (int)f->held_len, f->held_offset);
+  int rc = walvfs_real_write(f, f->held, (int)f->held_len, f->held_offset);
   f->held_len = 0;
   if (rc != SQLITE_OK) {
     stat_add(&stat_failed);
@@ -134,7 +145,7 @@ static int walvfs_pass(walvfs_file_t *f, const void *data, int amt, sqlite3_int6
   if (rc != SQLITE_OK)
     return rc;
   stat_add(&stat_file_writes);
-  rc = f->real->pMethods->xWrite(f->real, data, amt, offset);
+  rc = walvfs_real_write(f, data, amt, offset);
   if (rc == SQLITE_OK)
     walvfs_note_end(f, offset + amt);
   return rc;
@@ -157,7 +168,7 @@ static int walvfs_hold(walvfs_file_t *f, const void *data, int amt, sqlite3_int6
     if (rc != SQLITE_OK)
       return rc;
     stat_add(&stat_file_writes);
-    rc = f->real->pMethods->xWrite(f->real, data, amt, offset);
+    rc = walvfs_real_write(f, data, amt, offset);
     if (rc != SQLITE_OK)
       return rc;
   } else {
@@ -177,7 +188,7 @@ static int walvfs_hold(walvfs_file_t *f, const void *data, int amt, sqlite3_int6
 static int walvfs_write(sqlite3_file *file, const void *data, int amt, sqlite3_int64 offset) {
   walvfs_file_t *f = (walvfs_file_t *)file;
   if (!f->wal)
-    return f->real->pMethods->xWrite(f->real, data, amt, offset);
+    return walvfs_real_write(f, data, amt, offset);
   stat_add(&stat_sqlite_writes);
   const unsigned char *bytes = data;
   if (offset == 0 && amt == WAL_HEADER_BYTES) {
@@ -466,4 +477,5 @@ void walvfs_stats(walvfs_stats_t *out) {
   out->file_writes = atomic_load_explicit(&stat_file_writes, memory_order_relaxed);
   out->passed = atomic_load_explicit(&stat_passed, memory_order_relaxed);
   out->failed = atomic_load_explicit(&stat_failed, memory_order_relaxed);
+  out->full = atomic_load_explicit(&stat_full, memory_order_relaxed);
 }

@@ -22,6 +22,7 @@ typedef struct {
   uint64_t file_writes;   /* writes issued to WAL files: one system call each */
   uint64_t passed;        /* of sqlite_writes, those written at once, not held */
   uint64_t failed;        /* writes of held frames that failed (reported to SQLite) */
+  uint64_t full;          /* writes to any file of the VFS that failed for want of room */
 } walvfs_stats_t;
 
 /* Registers the VFS (as not the default) on first call; later calls, from

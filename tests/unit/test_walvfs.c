@@ -43,7 +43,7 @@ static walvfs_stats_t stats_since(const walvfs_stats_t *before) {
   walvfs_stats(&now);
   return (walvfs_stats_t){now.sqlite_writes - before->sqlite_writes,
                           now.file_writes - before->file_writes, now.passed - before->passed,
-                          now.failed - before->failed};
+                          now.failed - before->failed, now.full - before->full};
 }
 
 static void open_store(env_t *e) {
