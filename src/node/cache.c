@@ -284,6 +284,37 @@ void cache_make_room(cache_t *c, int64_t extra) {
 
 /* ---- fetching --------------------------------------------------------------- */
 
+/*
+ * Reserves the disk blocks of a level of `size` bytes in `fd` before its
+ * fetch starts (the file's size is unchanged), so that a disk too small for
+ * it is found now, when the reader can still be served from the head, and not
+ * in the middle of a reply already under way.  While the disk has no room,
+ * cached levels nobody reads go, oldest first.  0, or -1 with errno (ENOSPC
+ * when even that left too little).  A file system that cannot reserve
+ * reserves nothing, as before.
+ */
+static int cache_reserve(cache_t *c, int fd, int64_t size) {
+  cache_entry_t *e = c->lru_tail;
+  for (;;) {
+    if (size == 0 || fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)size) == 0)
+      return 0;
+    if (errno == EOPNOTSUPP || errno == ENOSYS)
+      return 0;
+    if (errno != ENOSPC && errno != EINTR)
+      return -1;
+    while (e && e->readers > 0)
+      e = e->lru_prev;
+    if (e == NULL) {
+      errno = ENOSPC;
+      return -1;
+    }
+    cache_entry_t *older = e->lru_prev;
+    CACHE_COUNT(c, evictions, 1);
+    cache_drop(c, e);
+    e = older;
+  }
+}
+
 cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
                                  uint64_t checksum, int64_t size, char *err, size_t err_size) {
   if (cache_mkdir(c, "tmp") != 0 || cache_mkdir(c, scope) != 0) {
@@ -299,6 +330,14 @@ cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name
     return NULL;
   }
   cache_make_room(c, size);
+  if (cache_reserve(c, e->tmp_fd, size) != 0) {
+    snprintf(err, err_size, "no room for %lld bytes in %s: %s", (long long)size, c->dir,
+             strerror(errno));
+    close(e->tmp_fd);
+    unlink(e->tmp_path);
+    cache_entry_free(e);
+    return NULL;
+  }
   e->state = CACHE_FETCHING;
   c->bytes_fetching += size;
   cache_index_add(c, e);

@@ -59,6 +59,7 @@ typedef struct {
   int64_t upstream_fetches; /* GETs sent to the head */
   int64_t fetch_failures;   /* fetches that failed (network, status, size or checksum) */
   int64_t verify_failures;  /* cached files found corrupt by their checksum (then re-fetched) */
+  int64_t uncached;         /* GETs the cache could not keep a level for (no room): forwarded */
 } cache_stats_t;
 
 /* Adds `n` to a counter of c->stats.  The counters are written on the agent's

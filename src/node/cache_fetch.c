@@ -311,6 +311,24 @@ static cfetch_t *cfetch_new(creq_t *r, cache_entry_t *e) {
   return f;
 }
 
+/* The cache cannot keep the level `r` asks for (no room, no file: `err`). A
+ * reader of its bytes still gets them, from the head, uncached; a worker
+ * asking for a cached file's path is told why there is none. */
+static void cfetch_cannot(creq_t *r, const char *err) {
+  node_agent_t *a = r->a;
+  if (r->kind != CREQ_BYTES) {
+    agent_log(a, "cache: %s", err);
+    creq_error(r, 503, "unavailable", "node agent %s: %s", a->name, err);
+    return;
+  }
+  agent_log(a, "cache: %s; %s/%s level %lld served from the head, uncached", err, r->scope, r->name,
+            (long long)r->level);
+  CACHE_COUNT(a->cache, uncached, 1);
+  struct evhttp_request *in = r->in;
+  creq_free(r);
+  fwd_forward(a, in);
+}
+
 /* Starts fetching the level `r` asks for, with `r` as its first waiter. */
 void cfetch_start(creq_t *r) {
   node_agent_t *a = r->a;
@@ -323,8 +341,7 @@ void cfetch_start(creq_t *r) {
   cache_entry_t *e =
       cache_fetch_begin(c, r->scope, r->name, r->level, r->checksum, r->size, err, sizeof err);
   if (e == NULL) {
-    agent_log(a, "cache: %s", err);
-    creq_error(r, 503, "unavailable", "node agent %s: %s", a->name, err);
+    cfetch_cannot(r, err);
     return;
   }
   cfetch_t *f = cfetch_new(r, e);

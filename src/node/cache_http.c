@@ -283,15 +283,16 @@ static void creq_on_head(struct evhttp_request *out, void *arg) {
       creq_error(r, 401, "unauthorized", "missing or wrong token");
     else {
       cache_stats_t *s = &a->cache->stats;
-      creq_send_json(r->in, 200,
-                     json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s}",
-                               "hits", s->hits, "misses", s->misses, "coalesced", s->coalesced,
-                               "bytes_served", s->bytes_served, "evictions", s->evictions,
-                               "bytes_cached", a->cache->bytes_cached, "limit_bytes",
-                               a->cache->limit_bytes, "entries", a->cache->entries,
-                               "upstream_fetches", s->upstream_fetches, "fetch_failures",
-                               s->fetch_failures, "verify_failures", s->verify_failures,
-                               "fetching_bytes", a->cache->bytes_fetching, "dir", a->cache->dir));
+      creq_send_json(
+          r->in, 200,
+          json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
+                    " s:s}",
+                    "hits", s->hits, "misses", s->misses, "coalesced", s->coalesced, "bytes_served",
+                    s->bytes_served, "evictions", s->evictions, "bytes_cached",
+                    a->cache->bytes_cached, "limit_bytes", a->cache->limit_bytes, "entries",
+                    a->cache->entries, "upstream_fetches", s->upstream_fetches, "fetch_failures",
+                    s->fetch_failures, "verify_failures", s->verify_failures, "uncached",
+                    s->uncached, "fetching_bytes", a->cache->bytes_fetching, "dir", a->cache->dir));
       creq_free(r);
     }
   } else if (status != 200 || creq_read_head(r, out) != 0) {

@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-"""A head whose disk fills up: writes are refused saying the disk is full, nothing
-acknowledged is lost, and the head goes on by itself once there is room.
+"""Full disks.  A head whose disk fills up: writes are refused saying the disk is
+full, nothing acknowledged is lost, and the head goes on by itself once there is room.
+A node agent whose cache dir has no room for a level: the reader still gets its bytes
+(from the head, uncached), and cached levels nobody reads make room for new ones.
 
-The data dir is on a small tmpfs the test mounts (and unmounts): needs root
-(CAP_SYS_ADMIN) for mount; without it the test says so and skips.
+The data dir or cache dir is on a small tmpfs the test mounts (and unmounts): needs
+root (CAP_SYS_ADMIN) for mount; without it the test says so and skips.
 """
 import os
 import shutil
@@ -13,9 +15,11 @@ import tempfile
 import unittest
 
 from harness import Head
+from node_harness import Agent
 
 PAYLOAD = "x" * 2000
 BATCH = 50
+OCTET = "application/octet-stream"
 
 
 def log(message):
@@ -113,6 +117,69 @@ class DiskFullTest(unittest.TestCase):
         r = self.head.request("POST", "/v1/queues/q/lease", {"max": 3})
         self.assertEqual(r.status, 200, r)
         self.assertEqual([t["payload"] for t in r.json["leases"]], [PAYLOAD] * 3)
+
+
+class NodeCacheDiskFullTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-test-cachefull-")
+        self.mnt = os.path.join(self.dir, "cache")
+        os.mkdir(self.mnt)
+        proc = try_mount(self.mnt, "1m")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.head = Head().start()
+        self.agent = Agent(self.head, self.dir, "full", args=["--cache-dir", self.mnt]).start()
+
+    def tearDown(self):
+        self.agent.kill()
+        self.head.cleanup()
+        subprocess.run(["umount", self.mnt], check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def put(self, name, data):
+        r = self.head.request("PUT", "/v1/shared/sc/%s" % name, raw=data, content_type=OCTET)
+        self.assertEqual(r.status, 201, r)
+
+    def read(self, name):
+        r = self.agent.request("GET", "/v1/shared/sc/" + name)
+        self.assertEqual(r.status, 200, r)
+        return r.raw
+
+    def stats(self):
+        r = self.agent.request("GET", "/v1/node/cache")
+        self.assertEqual(r.status, 200, r)
+        return r.json
+
+    def cached(self):
+        names = []
+        for scope in os.listdir(self.mnt):
+            if scope not in ("tmp", "links"):
+                names += os.listdir(os.path.join(self.mnt, scope))
+        return sorted(n.split("@")[0] for n in names)
+
+    def test_level_bigger_than_the_disk_is_served_uncached(self):
+        big = os.urandom(4 << 20)  # four times the cache dir's disk
+        self.put("big", big)
+        self.assertEqual(self.read("big"), big)
+        self.assertEqual(self.stats()["uncached"], 1)
+        self.assertEqual(self.cached(), [])
+        self.assertEqual(os.listdir(os.path.join(self.mnt, "tmp")), [])  # nothing left behind
+        with open(self.agent.log_path, errors="replace") as f:
+            self.assertIn("cache: no room for 4194304 bytes in %s: No space left on device; "
+                          "sc/big level 1 served from the head, uncached" % self.mnt, f.read())
+
+    def test_unread_levels_make_room_on_a_full_disk(self):
+        # Far under --cache-bytes (10 GiB by default), so only the disk's room evicts.
+        one, two = os.urandom(600_000), os.urandom(600_000)
+        self.put("one", one)
+        self.put("two", two)
+        self.assertEqual(self.read("one"), one)
+        self.assertEqual(self.cached(), ["one"])
+        self.assertEqual(self.read("two"), two)
+        self.assertEqual(self.cached(), ["two"])
+        stats = self.stats()
+        self.assertEqual((stats["evictions"], stats["uncached"]), (1, 0))
+        self.assertEqual(self.read("two"), two)
+        self.assertEqual(self.stats()["hits"], 1)
 
 
 if __name__ == "__main__":
