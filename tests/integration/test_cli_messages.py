@@ -511,7 +511,9 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                      ("put", "--queue", "", "x"), ("lease", "--queue", ""),
                      ("queue", "purge", ""), ("update", "--queue", "", "x")):
             err = self.fails(1, *args)
-            self.assertEqual(err, "muster: queue_not_found: queue '' does not exist\n", args)
+            # A name no queue could have is name_invalid, as `queue create ''` says.
+            self.assertEqual(err, "muster: name_invalid: queue name '' is invalid: use 1 to 128 "
+                             "characters of letters, digits, '.', '_' and '-'\n", args)
 
 
 if __name__ == "__main__":
