@@ -241,6 +241,12 @@ static int node_read_cache_bytes(cli_args_t *args, int64_t *out) {
  * so a URL ending in /v1 is not taken for a head without a node API and a URL
  * without a scheme does not register the node with the address ":80". */
 static int node_check_join(cli_args_t *args) {
+  /* `muster node http://head:7370` meant --join: not a worker command. */
+  if (args->npos > 0 && !args->dashdash && strstr(args->pos[0], "://") != NULL)
+    return cli_usage_error(args->cmd,
+                           "'%s' looks like the head's URL: give it as --join %s (a "
+                           "worker command goes after --)",
+                           args->pos[0], args->pos[0]);
   const char *join = cli_opt(args, "join");
   const char *problem = join && join[0] ? url_head_problem(join) : NULL;
   if (problem == NULL)
@@ -276,6 +282,15 @@ static const char *const head_agent_valued[] = {
     "queue",    "plugin",    "init-data", "gpus", "min-gpu-memory", "workers", "concurrency",
     "nickname", "lock-file", "name",      NULL};
 static const char *const head_agent_flags[] = {"json-result", "server-only", NULL};
+
+/* `muster node`'s options under the name `head`, for the local agent's. */
+static const cli_cmd_t head_agent_row = {.name = "head",
+                                         .synopsis = "[options]",
+                                         .summary = "",
+                                         .opts = cli_node_opts,
+                                         .client = 1,
+                                         .max_pos = -1,
+                                         .run = cmd_node};
 
 /* The index of `--name[=...]` in `list`, or -1. */
 static int head_match(const char *arg, const char *const list[]) {
@@ -322,6 +337,9 @@ static int head_split(int argc, char **argv, char **head_argv, int *head_argc, c
     }
     if (head_match(argv[i], head_agent_portless) >= 0)
       return head_refuse_portless(argv[i]);
+    if (strncmp(argv[i], "--", 2) == 0 &&
+        cli_misplaced_option(&head_agent_row, argv[i] + 2, strcspn(argv[i] + 2, "=")) != CLI_OK)
+      return CLI_USAGE; /* `--join`: a node's option, said as such */
     if (head_match(argv[i], head_agent_flags) >= 0) {
       agent_argv[(*agent_argc)++] = argv[i];
     } else if (head_match(argv[i], head_agent_valued) >= 0) {
@@ -391,15 +409,6 @@ static int head_wait_ready(pid_t head_pid, const char *dir, ino_t stale, char *u
     nanosleep(&pause, NULL);
   }
 }
-
-/* `muster node`'s options under the name `head`, for the local agent's. */
-static const cli_cmd_t head_agent_row = {.name = "head",
-                                         .synopsis = "[options]",
-                                         .summary = "",
-                                         .opts = cli_node_opts,
-                                         .client = 1,
-                                         .max_pos = -1,
-                                         .run = cmd_node};
 
 /* Parses the local agent's options as `muster node` would into *cfg; `pos`
  * has room for agent_argc + 1 pointers and holds the command after.  CLI_OK,

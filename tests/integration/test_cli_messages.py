@@ -496,6 +496,42 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                 % named), r.stderr)
             self.assertFalse(os.path.exists(data))
 
+    def test_options_of_another_command_say_which_command_takes_them(self):
+        # `muster head --join URL` answered "unrecognized option '--join'": someone who
+        # wants a node agent was left to guess.  head, node and worker options taken for
+        # one another's name the command that takes them and what to run instead.
+        data = os.path.join(self.cwd, "misplaced-head")
+        for cmd, opts, says in (
+                ("head", ("--join", self.head.url),
+                 "--join is an option of `muster node`, not of `muster head`: a head is what "
+                 "nodes join; on another machine run `muster node --join URL"),
+                ("head", ("--url=" + self.head.url,), "--url names the head to the commands "
+                 "that talk to one, not to `muster head`: a head listens with --listen"),
+                ("node", ("--server-only",), "--server-only is an option of `muster head` (a "
+                 "head without its local node agent); `muster node` runs no head"),
+                ("node", ("--sweep-ms", "50"), "--sweep-ms is an option of `muster head`, not "
+                 "of `muster node`: the head keeps the state"),
+                ("node", ("--max-tasks", "3"), "--max-tasks is an option of `muster worker`, "
+                 "not of `muster node`: the agent starts its workers itself"),
+                ("node", (self.head.url,), "'%s' looks like the head's URL: give it as --join "
+                 "%s (a worker command goes after --)" % (self.head.url, self.head.url)),
+                ("worker", ("--queue", "q", "--gpus", "0", "--", "cat"), "--gpus is an option "
+                 "of `muster node`, not of `muster worker`: `muster node --join URL --queue Q "
+                 "-- CMD` starts one worker per GPU")):
+            args = [MUSTER, cmd] + list(opts)
+            if cmd == "head":
+                args += ["--listen", "127.0.0.1:0", "--data-dir", data]
+            r = subprocess.run(args, capture_output=True, text=True, env=self.env(),
+                               cwd=self.cwd, timeout=20)
+            self.assertEqual((r.returncode, r.stdout), (2, ""), (cmd, opts, r.stderr))
+            self.assertTrue(r.stderr.startswith("muster: " + says), (cmd, opts, r.stderr))
+            self.assertTrue(r.stderr.endswith("Try 'muster %s --help' for more information.\n"
+                                              % cmd), r.stderr)
+            self.assertFalse(os.path.exists(data))
+        # Unknown everywhere: still "unknown option".
+        err = self.fails(2, "node", "--bogus")
+        self.assertTrue(err.startswith("muster: unknown option '--bogus' for 'node'\n"), err)
+
     # ---- empty names ---------------------------------------------------------------
 
     def test_empty_names_are_refused_not_routed_elsewhere(self):
