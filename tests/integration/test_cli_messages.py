@@ -244,7 +244,7 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         # An empty stdin put nothing and exited 0 without a word, into a queue that does
         # not even exist: it read as work submitted.
         self.ok("queue", "create", "msg-none")
-        for args, stdin, source in ((("--queue", "nope"), "", "standard input"),
+        for args, stdin, source in ((("--queue", "msg-none"), "", "standard input"),
                                     (("--queue", "msg-none"), "\n\r\n\n", "standard input"),
                                     (("--queue", "msg-none", "--json", "--file", "-"), "[]",
                                      "standard input"),
@@ -255,11 +255,21 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
             self.assertEqual(r.stderr, "muster: invalid_argument: no payloads were read from %s; "
                              "nothing was put into queue '%s'\n" % (source, args[1]))
         sid = self.ok("session", "create", "--queue", "msg-none").strip()
-        for session in (sid, "s-0123456789abcdef"):
-            r = self.muster("session", "put", session, stdin="\n")
-            self.assertEqual((r.returncode, r.stdout), (1, ""), r.stderr)
-            self.assertEqual(r.stderr, "muster: invalid_argument: no inputs were read from "
-                             "standard input; nothing was put into session %s\n" % session)
+        r = self.muster("session", "put", sid, stdin="\n")
+        self.assertEqual((r.returncode, r.stdout), (1, ""), r.stderr)
+        self.assertEqual(r.stderr, "muster: invalid_argument: no inputs were read from "
+                         "standard input; nothing was put into session %s\n" % sid)
+        # Into a queue or session that does not exist, nothing read still said only that:
+        # the missing queue or session is said first, as a put of payloads says it.
+        for args, says, what in (
+                (("put", "--queue", "nope"), "queue_not_found: queue 'nope' does not exist",
+                 "payloads"),
+                (("session", "put", "s-0123456789abcdef"), "session_not_found: session "
+                 "'s-0123456789abcdef' does not exist", "inputs")):
+            r = self.muster(*args, stdin="")
+            self.assertEqual((r.returncode, r.stdout), (1, ""), (args, r.stderr))
+            self.assertEqual(r.stderr, "muster: %s\nmuster: no %s were read from standard "
+                             "input either; nothing was put\n" % (says, what))
         self.assertEqual(self.head.request("GET", "/v1/queues/msg-none").json["counts"]["queued"],
                          0)
 
