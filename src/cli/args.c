@@ -149,6 +149,8 @@ static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli
   const char *eq = strchr(word, '=');
   size_t len = eq ? (size_t)(eq - word) : strlen(word);
   int idx = cli_find_opt(cmd, word, len);
+  if (idx < 0 && cli_misplaced_option(cmd, word, len) != CLI_OK)
+    return CLI_USAGE; /* another command's option, said as such */
   if (idx < 0)
     return cli_usage_error(cmd, "unknown option '--%.*s' for '%s'", (int)len, word, cmd->name);
   const cli_opt_t *opt = cli_opt_at(cmd, idx);

@@ -101,6 +101,14 @@ int cli_parse_int(const cli_cmd_t *cmd, const char *text, const char *what, int6
 int cli_usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* ---- misplaced.c ---- */
+
+/* When option --NAME (the first `len` characters of `name`) is not one of
+ * `cmd`'s but one of another command that users take it for (`muster head
+ * --join`), prints which command takes it and what to run instead, and
+ * returns CLI_USAGE; CLI_OK without a word otherwise. */
+int cli_misplaced_option(const cli_cmd_t *cmd, const char *name, size_t len);
+
 /* ---- json_text.c ---- */
 
 struct json_t;

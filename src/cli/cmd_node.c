@@ -113,76 +113,31 @@ void cli_head_agent_usage(FILE *out) {
   cli_print_item(out, "-- CMD [ARGS...]", "the workers' command (with --queue)", HEAD_HELP_WIDTH);
 }
 
-/*
- * Loads --plugin as each worker will (worker_plugin_open), so that a plugin
- * no worker can load stops the agent at its start rather than failing every
- * worker, which the agent would restart for ever.  The load runs in a child
- * process: the plugin's constructors (a CUDA runtime, threads of its own)
- * must not run in the agent or the head, nor a crash of them take either
- * along.  0, or -1 with `why` filled.
- */
-static int node_check_plugin(const char *path, char *why, size_t size) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    snprintf(why, size, "cannot check plugin %s: %s", path, strerror(errno));
-    return -1;
-  }
-  fflush(NULL); /* nothing buffered is written twice */
-  pid_t pid = fork();
-  if (pid == 0) {
-    const muster_plugin_t *plugin;
-    char line[1400];
-    void *lib = worker_plugin_open(path, &plugin, line, sizeof line);
-    if (lib == NULL && write(fds[1], line, strlen(line)) < 0)
-      _exit(2);
-    _exit(lib ? 0 : 1); /* no dlclose: the process ends */
-  }
-  close(fds[1]);
-  size_t got = 0;
-  ssize_t n;
-  while (pid > 0 && got + 1 < size &&
-         ((n = read(fds[0], why + got, size - 1 - got)) > 0 || (n < 0 && errno == EINTR)))
-    got += n > 0 ? (size_t)n : 0;
-  why[got] = '\0';
-  close(fds[0]);
-  int status = 0;
-  while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR)
-    ;
-  if (pid > 0 && got == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
-    return 0;
-  if (pid < 0)
-    snprintf(why, size, "cannot check plugin %s: %s", path, strerror(errno));
-  else if (got == 0 && WIFSIGNALED(status))
-    snprintf(why, size, "plugin %s: loading it crashed (signal %d, %s)", path, WTERMSIG(status),
-             strsignal(WTERMSIG(status)));
-  else if (got == 0)
-    snprintf(why, size, "plugin %s: loading it failed (exit status %d)", path, WEXITSTATUS(status));
-  return -1;
-}
-
 /* Checks what each worker runs: a command with --queue, or a plugin, and
  * that the command can run or the plugin load.  Every worker would fail at
  * once otherwise, and be restarted for ever: refused before any starts. */
-static int node_check_worker(cli_args_t *args, const node_config_t *cfg) {
+static int node_check_worker(const cli_cmd_t *cmd, const node_config_t *cfg) {
   if (cfg->cmd && cfg->queue == NULL)
-    return cli_usage_error(args->cmd, "a worker command needs --queue Q");
+    return cli_usage_error(cmd, "a worker command needs --queue Q");
   if (cfg->queue && cfg->cmd == NULL && cfg->plugin == NULL)
-    return cli_usage_error(args->cmd, "--queue needs a worker: -- CMD [ARGS...] or --plugin PATH");
+    return cli_usage_error(cmd, "--queue needs a worker: -- CMD [ARGS...] or --plugin PATH");
   if (cfg->cmd && cfg->plugin)
-    return cli_usage_error(args->cmd, "give either a command or --plugin, not both");
+    return cli_usage_error(cmd, "give either a command or --plugin, not both");
   if (cfg->plugin && cfg->concurrency > 1)
-    return cli_usage_error(args->cmd, "--concurrency is for command workers; a plugin worker "
-                                      "runs one task at a time");
-  char why[1400];
+    return cli_usage_error(cmd, "--concurrency is for command workers; a plugin worker "
+                                "runs one task at a time");
+  char why[1400], prog[32];
+  snprintf(prog, sizeof prog, "muster %s", cmd->name);
   if ((cfg->cmd && run_resolve(cfg->cmd[0], why, sizeof why) != 0) ||
-      (cfg->plugin && node_check_plugin(cfg->plugin, why, sizeof why) != 0)) {
-    fprintf(stderr, "muster %s: %s; no worker was started\n", args->cmd->name, why);
+      (cfg->plugin && worker_plugin_check(prog, cfg->plugin, why, sizeof why) != 0)) {
+    fprintf(stderr, "muster %s: %s; no worker was started\n", cmd->name, why);
     return CLI_USAGE;
   }
   return CLI_OK;
 }
 
-/* Fills the agent options shared by `muster node` and `muster head`. */
+/* Fills the agent options shared by `muster node` and `muster head`; what
+ * the workers run is checked apart (node_check_worker), once. */
 static int node_read_opts(cli_args_t *args, node_config_t *cfg) {
   int rc = cli_opt_int(args, "min-gpu-memory", 0, 0, &cfg->min_gpu_memory_mb);
   if (rc == CLI_OK)
@@ -210,7 +165,7 @@ static int node_read_opts(cli_args_t *args, node_config_t *cfg) {
   if (cfg->name && !name_is_valid(cfg->name)) /* the agent's rule and words (agent_identity) */
     return cli_usage_error(args->cmd, "node name '%s': " NAME_RULE_TEXT " (--name)", cfg->name);
   cfg->cmd = args->npos > 0 ? args->pos : NULL;
-  return node_check_worker(args, cfg);
+  return CLI_OK;
 }
 
 /* Reads --cache-bytes: an integer with an optional K, M, G or T (powers of 1024). */
@@ -241,6 +196,12 @@ static int node_read_cache_bytes(cli_args_t *args, int64_t *out) {
  * so a URL ending in /v1 is not taken for a head without a node API and a URL
  * without a scheme does not register the node with the address ":80". */
 static int node_check_join(cli_args_t *args) {
+  /* `muster node http://head:7370` meant --join: not a worker command. */
+  if (args->npos > 0 && !args->dashdash && strstr(args->pos[0], "://") != NULL)
+    return cli_usage_error(args->cmd,
+                           "'%s' looks like the head's URL: give it as --join %s (a "
+                           "worker command goes after --)",
+                           args->pos[0], args->pos[0]);
   const char *join = cli_opt(args, "join");
   const char *problem = join && join[0] ? url_head_problem(join) : NULL;
   if (problem == NULL)
@@ -255,6 +216,8 @@ int cmd_node(cli_args_t *args) {
   int rc = node_check_join(args);
   if (rc == CLI_OK)
     rc = node_read_opts(args, &cfg);
+  if (rc == CLI_OK)
+    rc = node_check_worker(args->cmd, &cfg);
   if (rc == CLI_OK)
     rc = node_read_cache_bytes(args, &cfg.cache_bytes);
   if (rc != CLI_OK)
@@ -276,6 +239,15 @@ static const char *const head_agent_valued[] = {
     "queue",    "plugin",    "init-data", "gpus", "min-gpu-memory", "workers", "concurrency",
     "nickname", "lock-file", "name",      NULL};
 static const char *const head_agent_flags[] = {"json-result", "server-only", NULL};
+
+/* `muster node`'s options under the name `head`, for the local agent's. */
+static const cli_cmd_t head_agent_row = {.name = "head",
+                                         .synopsis = "[options]",
+                                         .summary = "",
+                                         .opts = cli_node_opts,
+                                         .client = 1,
+                                         .max_pos = -1,
+                                         .run = cmd_node};
 
 /* The index of `--name[=...]` in `list`, or -1. */
 static int head_match(const char *arg, const char *const list[]) {
@@ -322,6 +294,9 @@ static int head_split(int argc, char **argv, char **head_argv, int *head_argc, c
     }
     if (head_match(argv[i], head_agent_portless) >= 0)
       return head_refuse_portless(argv[i]);
+    if (strncmp(argv[i], "--", 2) == 0 &&
+        cli_misplaced_option(&head_agent_row, argv[i] + 2, strcspn(argv[i] + 2, "=")) != CLI_OK)
+      return CLI_USAGE; /* `--join`: a node's option, said as such */
     if (head_match(argv[i], head_agent_flags) >= 0) {
       agent_argv[(*agent_argc)++] = argv[i];
     } else if (head_match(argv[i], head_agent_valued) >= 0) {
@@ -392,15 +367,6 @@ static int head_wait_ready(pid_t head_pid, const char *dir, ino_t stale, char *u
   }
 }
 
-/* `muster node`'s options under the name `head`, for the local agent's. */
-static const cli_cmd_t head_agent_row = {.name = "head",
-                                         .synopsis = "[options]",
-                                         .summary = "",
-                                         .opts = cli_node_opts,
-                                         .client = 1,
-                                         .max_pos = -1,
-                                         .run = cmd_node};
-
 /* Parses the local agent's options as `muster node` would into *cfg; `pos`
  * has room for agent_argc + 1 pointers and holds the command after.  CLI_OK,
  * or CLI_USAGE after printing why. */
@@ -441,6 +407,8 @@ static int head_check_agent_opts(int agent_argc, char **agent_argv) {
   char **pos = calloc((size_t)agent_argc + 2, sizeof *pos);
   node_config_t cfg;
   int rc = pos ? head_agent_opts(agent_argc, agent_argv, pos, &cfg) : CLI_FAIL;
+  if (rc == CLI_OK) /* here alone: the local agent does not load the plugin again */
+    rc = node_check_worker(&head_agent_row, &cfg);
   if (rc == CLI_OK)
     rc = head_check_gpus(&cfg);
   free(pos);

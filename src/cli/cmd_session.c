@@ -245,18 +245,31 @@ static int session_put_all(const cli_args_t *args, muster_client_t *client,
   return rc;
 }
 
+/* No input was read: says so and fails, since exiting 0 with nothing said
+ * would read as work submitted (`muster put` says the same), and says too
+ * when the session is unknown or closed, as a put of inputs would have.
+ * Returns CLI_FAIL. */
+static int session_put_none(const cli_args_t *args, muster_client_t *client) {
+  char *json = NULL;
+  muster_err_t err = muster_session_get(client, args->pos[0], &json);
+  muster_free(json);
+  if (err != MUSTER_OK) {
+    cli_error(client, err);
+    fprintf(stderr, "muster: no inputs were read from standard input either; nothing was put\n");
+    return CLI_FAIL;
+  }
+  fprintf(stderr,
+          "muster: invalid_argument: no inputs were read from standard input; nothing was put "
+          "into session %s\n",
+          args->pos[0]);
+  return CLI_FAIL;
+}
+
 static int session_put(cli_args_t *args, muster_client_t *client) {
   cli_inputs_t in;
   int rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in);
-  if (rc == CLI_OK && in.count == 0) {
-    /* Exiting 0 with nothing said would read as work submitted (`muster
-     * put` says the same). */
-    fprintf(stderr,
-            "muster: invalid_argument: no inputs were read from standard input; nothing was "
-            "put into session %s\n",
-            args->pos[0]);
-    rc = CLI_FAIL;
-  }
+  if (rc == CLI_OK && in.count == 0)
+    rc = session_put_none(args, client);
   if (rc == CLI_OK)
     rc = session_put_all(args, client, &in);
   cli_inputs_free(&in);

@@ -230,11 +230,21 @@ static int put_send(const cli_args_t *args, muster_client_t *client, const put_l
 
 /* No payload was read (an empty stdin or file, an empty JSON array): says so
  * and fails, since exiting 0 with nothing said would read as work submitted
- * (`muster session put` does the same).  Returns CLI_FAIL. */
-static int put_say_none(const cli_args_t *args, const char *file) {
+ * (`muster session put` does the same).  The queue is looked up first: a
+ * queue that does not exist (or a head that cannot be reached) is said too,
+ * as a put of payloads would have said it.  Returns CLI_FAIL. */
+static int put_say_none(const cli_args_t *args, muster_client_t *client, const char *file) {
   char from[300] = "standard input";
   if (file != NULL && strcmp(file, "-") != 0)
     snprintf(from, sizeof from, "'%.256s'", file);
+  char *json = NULL;
+  muster_err_t err = muster_queue_get(client, cli_opt(args, "queue"), &json);
+  muster_free(json);
+  if (err != MUSTER_OK) {
+    cli_error(client, err);
+    fprintf(stderr, "muster: no payloads were read from %s either; nothing was put\n", from);
+    return CLI_FAIL;
+  }
   fprintf(stderr,
           "muster: invalid_argument: no payloads were read from %s; nothing was put into queue "
           "'%s'\n",
@@ -272,14 +282,12 @@ int cmd_put(cli_args_t *args) {
   }
   if (rc == CLI_OK && npos == 0 && file == NULL)
     rc = put_read_stdin(&list, as_json);
-  if (rc == CLI_OK && list.count == 0)
-    rc = put_say_none(args, file);
-  if (rc == CLI_OK && base.key != NULL && list.count != 1)
+  if (rc == CLI_OK && base.key != NULL && list.count > 1)
     rc =
         cli_usage_error(args->cmd, "--key names one task, but %zu payloads were given", list.count);
   muster_client_t *client = NULL;
   if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK)
-    rc = put_send(args, client, &list, &base);
+    rc = list.count == 0 ? put_say_none(args, client, file) : put_send(args, client, &list, &base);
   muster_client_free(client);
   put_list_free(&list);
   return rc;

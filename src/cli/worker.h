@@ -169,6 +169,14 @@ muster_err_t worker_complete_lease(worker_slot_t *slot, const muster_ack_t *ack,
  * plugin's constructors and its muster_plugin() in the calling process.
  */
 void *worker_plugin_open(const char *path, const muster_plugin_t **plugin, char *why, size_t size);
+/*
+ * Loads the plugin at `path` as worker_plugin_open does, in a child process
+ * and within a time limit (30 s, MUSTER_PLUGIN_CHECK_TIMEOUT_MS), for a start
+ * that refuses a plugin no worker could load (plugin_check.c).  0, or -1 with
+ * `why` filled with a line naming the plugin.  `prog` ("muster node") starts
+ * the warning about a bad MUSTER_PLUGIN_CHECK_TIMEOUT_MS.
+ */
+int worker_plugin_check(const char *prog, const char *path, char *why, size_t size);
 /* Loads --plugin and checks its ABI; 0 or -1 after printing why. */
 int worker_plugin_load(worker_t *w);
 /* Calls the plugin's init (on the slot thread); 0 or -1 after printing why. */

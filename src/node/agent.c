@@ -22,6 +22,7 @@
  */
 #include "node/agent.h"
 #include "core/names.h"
+#include "core/streak.h"
 #include "node/cache.h"
 #include "node/iter_local.h"
 #include "client/jdump.h"
@@ -115,7 +116,8 @@ typedef struct {
   muster_client_t *client;
   int notify_fd;     /* write end of the "registered" pipe */
   int registered;    /* 1 registered, 0 not yet, -1 the head has no node API */
-  int failing;       /* the last call failed (log a streak once) */
+  int failing;       /* the last call failed */
+  streak_t reasons;  /* the reasons of the failure streak logged (each one once) */
   int64_t away_ms;   /* when the head stopped answering (network, 503): a monotonic time,
                       * 0 while it answers */
   int registrations; /* registrations the head accepted (more than one: re-registered) */
@@ -219,9 +221,9 @@ static void agent_bg_refused(agent_bg_t *bg, muster_err_t err) {
  * the first call it does not answer (network, 503: down or restarting) starts
  * an outage, and the first answer after one, whatever it says, ends it with
  * one line, "heartbeat: reached the head again after 4.4 s", as the workers
- * say it for their results.  The failed calls are said once, when the streak
- * starts (agent_bg_tick), and retried quietly: every second to register, at
- * the heartbeat interval after that.
+ * say it for their results.  A failed call is said when its reason is new in
+ * the streak (agent_bg_failed), and retried quietly: every second to
+ * register, at the heartbeat interval after that.
  */
 static void agent_bg_reached(agent_bg_t *bg, const char *what, muster_err_t err) {
   int unanswered = err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE;
@@ -269,6 +271,21 @@ static muster_err_t agent_bg_register(agent_bg_t *bg) {
   return err;
 }
 
+/* Logs a failed registration or heartbeat when its reason (the call, the
+ * error and its message) is new in this streak of failures: a head that
+ * first refuses connections and then answers 503 shows both, while the
+ * retries of one reason stay quiet (streak.h). */
+static void agent_bg_failed(agent_bg_t *bg, muster_err_t err) {
+  const char *what = bg->registered == 0 ? "register" : "heartbeat";
+  const char *message = muster_client_message(bg->client);
+  char reason[600];
+  snprintf(reason, sizeof reason, "%s %s %s", what, muster_err_name(err), message);
+  streak_say_t say = streak_note(&bg->reasons, reason);
+  if (say != STREAK_SEEN)
+    agent_log(bg->a, "%s: %s: %s (retrying%s)", what, muster_err_name(err), message,
+              say == STREAK_LAST ? "; further reasons of this failure streak are not logged" : "");
+}
+
 /* Registers (when not yet) or heart-beats; decides when to call again. */
 static void agent_bg_tick(agent_bg_t *bg) {
   node_agent_t *a = bg->a;
@@ -296,9 +313,10 @@ static void agent_bg_tick(agent_bg_t *bg) {
     agent_bg_refused(bg, err);
     return;
   }
-  if (err != MUSTER_OK && !bg->failing)
-    agent_log(a, "%s: %s: %s (retrying)", bg->registered == 0 ? "register" : "heartbeat",
-              muster_err_name(err), muster_client_message(bg->client));
+  if (err != MUSTER_OK)
+    agent_bg_failed(bg, err);
+  else
+    streak_end(&bg->reasons);
   bg->failing = err != MUSTER_OK;
   int64_t wait = err != MUSTER_OK && bg->registered == 0 ? AGENT_RETRY_MS : bg->beat_ms;
   bg->next_ms = agent_now_ms() + (wait > 0 ? wait : AGENT_RETRY_MS);

@@ -14,6 +14,7 @@
 #include "jw.h"
 #include "log.h"
 #include "metrics.h"
+#include "queue.h"
 #include "shared_upload.h"
 #include "store.h"
 
@@ -477,8 +478,8 @@ static void http_enqueue_req(http_req_t *r, const http_route_t *rt, int64_t star
   r->reply = NULL;
 }
 
-/* The checks before the body: the query, the head's state, the route and
- * the token.  Returns the route, or NULL with the reply set. */
+/* The checks before the body: the query, the head's state, the route, the
+ * token and a queue name in the path.  Returns the route, or NULL with the reply set. */
 static const http_route_t *http_preflight(http_req_t *r) {
   const char *query = h1_query(r->req);
   const http_route_t *rt = NULL;
@@ -488,6 +489,11 @@ static const http_route_t *http_preflight(http_req_t *r) {
     http_fail(r, MUSTER_UNAVAILABLE, "the head is shutting down");
   else if ((rt = http_route(r, h1_path(r->req))) != NULL && !http_allowed(r, rt))
     rt = NULL;
+  fail_t f = {0};
+  if (rt && (rt->flags & HTTP_QUEUE_NAME) && queue_check_name(r->params[0], &f)) {
+    http_reply_fail(r, &f);
+    rt = NULL;
+  }
   return rt;
 }
 

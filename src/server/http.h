@@ -70,6 +70,10 @@ enum {
    * with http_body only when it must: the route layer checks the body's size
    * and type but builds no tree. */
   HTTP_BODY_TEXT = 1,
+  /* The path's first `{}` is a queue name: one that no queue may have is
+   * refused with name_invalid before the body is read or the queue looked
+   * up, as a bad shared scope is, so no route answers it queue_not_found. */
+  HTTP_QUEUE_NAME = 2,
 };
 
 typedef struct {
@@ -78,7 +82,7 @@ typedef struct {
   http_handler_fn handler;
   http_role_t role;      /* who may call it; `true` in older rows means HTTP_TOKEN */
   size_t body_limit;     /* 0: the head's --max-body */
-  unsigned flags;        /* HTTP_BODY_TEXT or 0 */
+  unsigned flags;        /* HTTP_BODY_TEXT, HTTP_QUEUE_NAME or 0 */
 } http_route_t;
 
 /* The route table (routes.c); ends with a NULL method. */

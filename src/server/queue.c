@@ -33,7 +33,15 @@ static void queue_from_row(sqlite3_stmt *s, queue_t *q) {
 #define QUEUE_COLUMNS                                                                              \
   "name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next, max_flags, created_ms"
 
+muster_err_t queue_check_name(const char *name, fail_t *f) {
+  if (name_is_valid(name))
+    return MUSTER_OK;
+  return fail_set(f, MUSTER_NAME_INVALID, "queue name '%.140s' is invalid: " NAME_RULE_TEXT, name);
+}
+
 muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f) {
+  if (queue_check_name(name, f))
+    return f->code;
   sqlite3_stmt *s = store_stmt(st, "SELECT " QUEUE_COLUMNS " FROM queues WHERE name = ?1");
   if (s == NULL)
     return store_fail(st, f, "queue lookup");
@@ -95,11 +103,8 @@ static muster_err_t queue_apply(store_t *st, queue_t *q, const json_t *body, fai
 
 muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *created,
                        fail_t *f) {
-  if (!name_is_valid(name))
-    return fail_set(f, MUSTER_NAME_INVALID,
-                    "queue name '%.140s' is invalid: use 1 to %d characters of letters, digits, "
-                    "'.', '_' and '-'",
-                    name, NAME_MAX_LEN);
+  if (queue_check_name(name, f))
+    return f->code;
   queue_t q;
   muster_err_t err = queue_load(st, name, &q, f);
   if (err && err != MUSTER_QUEUE_NOT_FOUND)

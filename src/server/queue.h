@@ -34,7 +34,12 @@ typedef struct {
  * max_flags, created_ms (for a query that joins the queues table). */
 void queue_from_columns(sqlite3_stmt *s, int first, queue_t *q);
 
-/* Loads queue `name` into *q.  MUSTER_QUEUE_NOT_FOUND when absent. */
+/* MUSTER_OK when `name` is a name a queue may have; MUSTER_NAME_INVALID with
+ * *f saying the rule otherwise.  Every use of a queue name checks it first,
+ * so a name that could never be created is refused as such, not as absent. */
+muster_err_t queue_check_name(const char *name, fail_t *f);
+/* Loads queue `name` into *q.  MUSTER_NAME_INVALID when no queue could have
+ * that name (queue_check_name), MUSTER_QUEUE_NOT_FOUND when absent. */
 muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f);
 /* Creates the queue or changes the settings present in `body`; *created says
  * which.  Validation failures change nothing. */

@@ -245,6 +245,31 @@ class BadInputTest(BadInputCase):
                 ("PUT", "/v1/queues/" + self.q, {"next": nope})):
             self.refused(method, path, body, 404, "queue_not_found")
 
+    def test_invalid_queue_name_on_every_queue_route(self):
+        # A name no queue may have is name_invalid, as when creating it, on every
+        # route that names a queue, and before its body is read (an empty or bad body
+        # would otherwise be answered first).
+        for name in ("a%20b", "q" * 129, "a$b"):
+            for method, path, body in (
+                    ("GET", "/v1/queues/%s", None),
+                    ("DELETE", "/v1/queues/%s", None),
+                    ("POST", "/v1/queues/%s/purge", None),
+                    ("POST", "/v1/queues/%s/requeue", None),
+                    ("POST", "/v1/queues/%s/tasks", {"tasks": [{"payload": 1}]}),
+                    ("POST", "/v1/queues/%s/tasks", {"bogus": 1}),
+                    ("GET", "/v1/queues/%s/tasks", None),
+                    ("POST", "/v1/queues/%s/lease", {"max": 1}),
+                    ("POST", "/v1/queues/%s/lease", {"bogus": 1}),
+                    ("PUT", "/v1/queues/%s", {"bogus": 1}),
+                    ("POST", "/v1/queues/%s/updates", {"payload": 1}),
+                    ("GET", "/v1/queues/%s/updates", None)):
+                self.refused(method, path % name, body, 400, "name_invalid")
+        r = self.expect_error("POST", "/v1/queues/a%20b/tasks", {"tasks": [{"payload": 1}]},
+                              400, "name_invalid")
+        self.assertIn("'a b' is invalid: use 1 to 128 characters", r.json["error"]["message"])
+        # A name in a body is checked by the same rule.
+        self.refused("POST", "/v1/sessions", {"queue": "a b"}, 400, "name_invalid")
+
     def test_unknown_task(self):
         self.refused("GET", "/v1/tasks/987654321", None, 404, "task_not_found")
         self.refused("POST", "/v1/tasks/987654321/requeue", None, 404, "task_not_found")

@@ -145,7 +145,7 @@ class SessionTest(SessionCase):
         self.expect_error("POST", "/v1/sessions", {}, 400, "invalid_argument")
         self.expect_error("POST", "/v1/sessions", {"queue": "no-such-queue"}, 404,
                           "queue_not_found")
-        self.expect_error("POST", "/v1/sessions", {"queue": "bad name"}, 404, "queue_not_found")
+        self.expect_error("POST", "/v1/sessions", {"queue": "bad name"}, 400, "name_invalid")
         for bad in ({"queue": 5}, {"queue": self.q, "cleanup_on_exit": "yes"},
                     {"queue": self.q, "timeout_ms": 0}, {"queue": self.q, "timeout_ms": "5"},
                     {"queue": self.q, "timeout": 5}, {"queue": self.q, "index": 1}):

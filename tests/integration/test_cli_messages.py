@@ -244,7 +244,7 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         # An empty stdin put nothing and exited 0 without a word, into a queue that does
         # not even exist: it read as work submitted.
         self.ok("queue", "create", "msg-none")
-        for args, stdin, source in ((("--queue", "nope"), "", "standard input"),
+        for args, stdin, source in ((("--queue", "msg-none"), "", "standard input"),
                                     (("--queue", "msg-none"), "\n\r\n\n", "standard input"),
                                     (("--queue", "msg-none", "--json", "--file", "-"), "[]",
                                      "standard input"),
@@ -255,11 +255,21 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
             self.assertEqual(r.stderr, "muster: invalid_argument: no payloads were read from %s; "
                              "nothing was put into queue '%s'\n" % (source, args[1]))
         sid = self.ok("session", "create", "--queue", "msg-none").strip()
-        for session in (sid, "s-0123456789abcdef"):
-            r = self.muster("session", "put", session, stdin="\n")
-            self.assertEqual((r.returncode, r.stdout), (1, ""), r.stderr)
-            self.assertEqual(r.stderr, "muster: invalid_argument: no inputs were read from "
-                             "standard input; nothing was put into session %s\n" % session)
+        r = self.muster("session", "put", sid, stdin="\n")
+        self.assertEqual((r.returncode, r.stdout), (1, ""), r.stderr)
+        self.assertEqual(r.stderr, "muster: invalid_argument: no inputs were read from "
+                         "standard input; nothing was put into session %s\n" % sid)
+        # Into a queue or session that does not exist, nothing read still said only that:
+        # the missing queue or session is said first, as a put of payloads says it.
+        for args, says, what in (
+                (("put", "--queue", "nope"), "queue_not_found: queue 'nope' does not exist",
+                 "payloads"),
+                (("session", "put", "s-0123456789abcdef"), "session_not_found: session "
+                 "'s-0123456789abcdef' does not exist", "inputs")):
+            r = self.muster(*args, stdin="")
+            self.assertEqual((r.returncode, r.stdout), (1, ""), (args, r.stderr))
+            self.assertEqual(r.stderr, "muster: %s\nmuster: no %s were read from standard "
+                             "input either; nothing was put\n" % (says, what))
         self.assertEqual(self.head.request("GET", "/v1/queues/msg-none").json["counts"]["queued"],
                          0)
 
@@ -496,6 +506,42 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                 % named), r.stderr)
             self.assertFalse(os.path.exists(data))
 
+    def test_options_of_another_command_say_which_command_takes_them(self):
+        # `muster head --join URL` answered "unrecognized option '--join'": someone who
+        # wants a node agent was left to guess.  head, node and worker options taken for
+        # one another's name the command that takes them and what to run instead.
+        data = os.path.join(self.cwd, "misplaced-head")
+        for cmd, opts, says in (
+                ("head", ("--join", self.head.url),
+                 "--join is an option of `muster node`, not of `muster head`: a head is what "
+                 "nodes join; on another machine run `muster node --join URL"),
+                ("head", ("--url=" + self.head.url,), "--url names the head to the commands "
+                 "that talk to one, not to `muster head`: a head listens with --listen"),
+                ("node", ("--server-only",), "--server-only is an option of `muster head` (a "
+                 "head without its local node agent); `muster node` runs no head"),
+                ("node", ("--sweep-ms", "50"), "--sweep-ms is an option of `muster head`, not "
+                 "of `muster node`: the head keeps the state"),
+                ("node", ("--max-tasks", "3"), "--max-tasks is an option of `muster worker`, "
+                 "not of `muster node`: the agent starts its workers itself"),
+                ("node", (self.head.url,), "'%s' looks like the head's URL: give it as --join "
+                 "%s (a worker command goes after --)" % (self.head.url, self.head.url)),
+                ("worker", ("--queue", "q", "--gpus", "0", "--", "cat"), "--gpus is an option "
+                 "of `muster node`, not of `muster worker`: `muster node --join URL --queue Q "
+                 "-- CMD` starts one worker per GPU")):
+            args = [MUSTER, cmd] + list(opts)
+            if cmd == "head":
+                args += ["--listen", "127.0.0.1:0", "--data-dir", data]
+            r = subprocess.run(args, capture_output=True, text=True, env=self.env(),
+                               cwd=self.cwd, timeout=20)
+            self.assertEqual((r.returncode, r.stdout), (2, ""), (cmd, opts, r.stderr))
+            self.assertTrue(r.stderr.startswith("muster: " + says), (cmd, opts, r.stderr))
+            self.assertTrue(r.stderr.endswith("Try 'muster %s --help' for more information.\n"
+                                              % cmd), r.stderr)
+            self.assertFalse(os.path.exists(data))
+        # Unknown everywhere: still "unknown option".
+        err = self.fails(2, "node", "--bogus")
+        self.assertTrue(err.startswith("muster: unknown option '--bogus' for 'node'\n"), err)
+
     # ---- empty names ---------------------------------------------------------------
 
     def test_empty_names_are_refused_not_routed_elsewhere(self):
@@ -511,7 +557,9 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                      ("put", "--queue", "", "x"), ("lease", "--queue", ""),
                      ("queue", "purge", ""), ("update", "--queue", "", "x")):
             err = self.fails(1, *args)
-            self.assertEqual(err, "muster: queue_not_found: queue '' does not exist\n", args)
+            # A name no queue could have is name_invalid, as `queue create ''` says.
+            self.assertEqual(err, "muster: name_invalid: queue name '' is invalid: use 1 to 128 "
+                             "characters of letters, digits, '.', '_' and '-'\n", args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Node agent: GPU detection (a fake nvidia-smi), one agent per machine, worker
 supervision (a crash-looping task goes dead), and no orphans after `kill -9`."""
+import http.server
 import os
 import re
 import shutil
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import unittest
 
@@ -711,6 +713,48 @@ class HeadAwayTest(NodeTestCase):
         self.assertEqual(len(away), 2, log)
         self.assertTrue(all(float(s) >= 2.4 for s in away), log)  # from the first miss
         self.assertEqual(self.node("away")["state"], "active")
+
+    def test_a_new_reason_in_a_streak_is_said_once(self):
+        # Only the streak's first failure was logged: a head that first refused
+        # connections, then answered 503 showed the first reason alone.  Each distinct
+        # reason is said once; its repeats are not.
+        self.head.start()
+        a = self.agent("reasons").start()
+        harness.wait_until(lambda: self.node("reasons"), what="node registered:\n" + a.log())
+        self.head.kill()
+        harness.wait_until(lambda: "heartbeat: network" in a.log(),
+                           what="the agent to miss the head:\n" + a.log())
+        beats = []
+
+        class Busy(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                beats.append(self.path)
+                body = b'{"error": {"code": "unavailable", "message": "the head is starting"}}'
+                self.send_response(503)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        busy = http.server.HTTPServer(("127.0.0.1", self.head.port), Busy)
+        threading.Thread(target=busy.serve_forever, daemon=True).start()
+        try:
+            harness.wait_until(lambda: len(beats) >= 4, what="heartbeats answered 503")
+        finally:
+            busy.shutdown()
+            busy.server_close()
+        self.head.start()
+        harness.wait_until(lambda: "heartbeat: reached the head again after" in a.log(),
+                           what="the agent to say the head is back:\n" + a.log())
+        log = a.log()
+        said = [line for line in log.splitlines() if line.endswith("(retrying)")]
+        self.assertEqual(len(said), len(set(said)), log)  # no reason twice
+        self.assertEqual(len([line for line in said if "Connection refused" in line]), 1, log)
+        self.assertIn("muster node: heartbeat: unavailable: the head is starting (retrying)",
+                      said, log)
 
     def test_an_agent_started_before_its_head_says_when_it_reached_it(self):
         a = self.agent("early").start()

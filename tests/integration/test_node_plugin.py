@@ -15,6 +15,7 @@ import node_harness  # noqa: E402
 from node_harness import Agent, AgentsCase  # noqa: E402
 
 PLUGIN = os.path.join(node_harness.build_dir(), "libplugin_echo.so")
+LOADS = os.path.join(node_harness.build_dir(), "libplugin_loads.so")
 
 
 class PluginTest(AgentsCase):
@@ -161,6 +162,81 @@ class PluginRefusedTest(AgentsCase):
             self.assertIn("muster head: ", r.stderr)
             self.assertIn(why, r.stderr)
             self.assertFalse(os.path.exists(os.path.join(data, "url")), r.stderr)
+
+
+    # ---- the start check's time limit, and one check per start -----------------------
+
+    def head_env(self, **extra):
+        return node_harness.no_gpu_env(dict(
+            os.environ, MUSTER_NODE_LOCK=os.path.join(self.dir, "head.lock"), **extra))
+
+    def loads(self, path):
+        with open(path) as f:
+            return [line.split() for line in f.read().splitlines()]
+
+    def assert_hang_refused(self, log, loads_path, prog):
+        self.assertIn("%s: plugin %s: loading it did not end within 0.3 s (a constructor or "
+                      "muster_plugin() that hangs?); MUSTER_PLUGIN_CHECK_TIMEOUT_MS sets the "
+                      "limit in milliseconds; no worker was started\n" % (prog, LOADS), log)
+        [(_, command, pid)] = self.loads(loads_path)  # the check's child, killed
+        self.assertIn(command, ("node", "head"))
+        harness.wait_until(lambda: not node_harness.alive(int(pid)), what="the check killed")
+
+    def test_node_refuses_a_plugin_whose_load_hangs(self):
+        # The load had no time limit: a constructor that never returned hung the start.
+        loads_path = os.path.join(self.dir, "loads-node")
+        a = Agent(self.head, self.dir, "hangplugin",
+                  args=["--queue", "pool", "--workers", "1", "--plugin", LOADS],
+                  env={"PLUGIN_HANG": "1", "PLUGIN_LOADS": loads_path,
+                       "MUSTER_PLUGIN_CHECK_TIMEOUT_MS": "300"})
+        self.agents.append(a)
+        a.start(wait_listen=False)
+        self.assertEqual(a.proc.wait(15), 2, a.log())
+        self.assert_hang_refused(a.log(), loads_path, "muster node")
+        self.assertEqual(self.head.request("GET", "/v1/nodes/" + a.name).status, 404)
+
+    def test_head_refuses_a_plugin_whose_load_hangs(self):
+        loads_path = os.path.join(self.dir, "loads-head")
+        data = os.path.join(self.dir, "data-hang")
+        r = subprocess.run([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
+                            "--data-dir", data, "--queue", "q", "--plugin", LOADS],
+                           env=self.head_env(PLUGIN_HANG="1", PLUGIN_LOADS=loads_path,
+                                             MUSTER_PLUGIN_CHECK_TIMEOUT_MS="300"),
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assert_hang_refused(r.stderr, loads_path, "muster head")
+        self.assertFalse(os.path.exists(os.path.join(data, "url")), r.stderr)
+
+    def test_a_bad_check_timeout_is_said_and_the_default_kept(self):
+        r = subprocess.run([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
+                            "--data-dir", os.path.join(self.dir, "data-bad"), "--queue", "q",
+                            "--plugin", "/nonexistent/libwork.so"],
+                           env=self.head_env(MUSTER_PLUGIN_CHECK_TIMEOUT_MS="30s"),
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertTrue(r.stderr.startswith(
+            "muster head: MUSTER_PLUGIN_CHECK_TIMEOUT_MS='30s' is not a number of milliseconds "
+            "from 1 to 3600000; the plugin check takes the default, 30 s\n"), r.stderr)
+
+    def test_head_checks_the_plugin_once(self):
+        # The head checked it, then its local agent checked it again: two loads (and two
+        # waits on a slow constructor) before any worker.
+        loads_path = os.path.join(self.dir, "loads-once")
+        head = subprocess.Popen([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
+                                 "--data-dir", os.path.join(self.dir, "data-once"),
+                                 "--queue", "q", "--workers", "1", "--plugin", LOADS],
+                                env=self.head_env(PLUGIN_LOADS=loads_path),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            harness.wait_until(lambda: os.path.exists(loads_path) and any(
+                c == "worker" for _, c, _ in self.loads(loads_path)), timeout=30,
+                what="a worker to load the plugin")
+        finally:
+            head.terminate()
+            err = head.communicate(timeout=30)[1]
+        commands = [c for _, c, _ in self.loads(loads_path)]
+        self.assertEqual(commands[0], "head", err)  # the check, before any worker
+        self.assertEqual(commands.count("head"), 1, (commands, err))
 
 
 class CommandUpdatesTest(unittest.TestCase):

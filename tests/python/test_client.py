@@ -479,6 +479,10 @@ class TestErrors(HeadTestCase):
         e = self.check(muster.InvalidArgument, "invalid_argument", 400, self.c.put, q, 1, priority="x")
         self.assertIn("priority", e.message)
         self.check(errors.NameInvalid, "name_invalid", 400, self.c.put_queue, "bad name!")
+        # A name no queue could have is name_invalid wherever a queue is named, not
+        # QueueNotFound.
+        for call in (self.c.queue, lambda name: self.c.put(name, 1)):
+            self.check(errors.NameInvalid, "name_invalid", 400, call, "bad name!")
         self.assertTrue(issubclass(errors.NameInvalid, muster.InvalidArgument))
         self.check(muster.Unauthorized, "unauthorized", 401, muster.Client(self.head.url, "wrong").queues)
         self.check(muster.Unauthorized, "unauthorized", 401, muster.Client(self.head.url, None).queues) \
