@@ -349,6 +349,19 @@ static int ack_error(const muster_client_t *client, muster_err_t err, size_t cou
   return cli_error_of_one(client, err, element[0] ? element : NULL);
 }
 
+/* The iteration's current epoch, for an ack that names none. */
+static muster_err_t ack_current_epoch(muster_client_t *client, const char *name, int64_t *epoch) {
+  char *json = NULL;
+  muster_err_t err = muster_iter_status(client, name, &json);
+  if (err == MUSTER_OK) {
+    json_t *obj = json_loads(json, 0, NULL);
+    *epoch = json_integer_value(json_object_get(obj, "epoch"));
+    json_decref(obj);
+  }
+  muster_free(json);
+  return err;
+}
+
 int cmd_iter_ack(cli_args_t *args) {
   int64_t rank, epoch = -1;
   int rc = cli_opt_int(args, "rank", -1, 0, &rank);
@@ -372,16 +385,7 @@ int cmd_iter_ack(cli_args_t *args) {
   if (rc == CLI_OK && (blocks == NULL || tokens == NULL))
     rc = CLI_FAIL;
   if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK) {
-    muster_err_t err = MUSTER_OK;
-    if (epoch < 0) {
-      char *json = NULL;
-      if ((err = muster_iter_status(client, args->pos[0], &json)) == MUSTER_OK) {
-        json_t *obj = json_loads(json, 0, NULL);
-        epoch = json_integer_value(json_object_get(obj, "epoch"));
-        json_decref(obj);
-      }
-      muster_free(json);
-    }
+    muster_err_t err = epoch < 0 ? ack_current_epoch(client, args->pos[0], &epoch) : MUSTER_OK;
     if (err == MUSTER_OK)
       err = muster_iter_ack(client, args->pos[0], (uint32_t)rank, (uint64_t)epoch, blocks,
                             tokens, n);

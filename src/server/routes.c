@@ -193,45 +193,58 @@ static void h_task_requeue(http_req_t *r) {
 
 /* ---- leases ---- */
 
-static void h_lease(http_req_t *r) {
+/* A lease request's body, read and checked. */
+typedef struct {
+  int64_t worker, max, wait_ms, updates_after;
+} lease_args_t;
+
+/* Reads a lease request's body and loads its queue; false with the reply
+ * sent.  max is 1 to LEASE_MAX_BATCH; above, it is a batch too large (413). */
+static bool lease_args(http_req_t *r, lease_args_t *a, queue_t *q) {
   static const char *const allowed[] = {"worker", "max", "wait_ms", "updates_after", NULL};
   fail_t f = {0};
-  queue_t q;
-  int64_t worker, max, wait_ms, updates_after;
   char range[64];
-  /* max is 1 to LEASE_MAX_BATCH; above, it is a batch too large (413). */
   if (jv_only(r->body, "", allowed, &f) ||
-      jv_int(r->body, "worker", "", 0, 1, JV_ID_MAX, &worker, &f) ||
-      jv_int(r->body, "max", "", 1, INT64_MIN, INT64_MAX, &max, &f) ||
-      (max < 1 && fail_set(&f, MUSTER_INVALID, "max: %lld is out of range; it must be %s",
-                           (long long)max,
-                           fail_range(range, sizeof range, max, 1, LEASE_MAX_BATCH))) ||
-      jv_int(r->body, "wait_ms", "", 0, 0, INT64_MAX, &wait_ms, &f) ||
-      jv_int(r->body, "updates_after", "", -1, 0, INT64_MAX, &updates_after, &f) ||
-      queue_load(ST(r), r->params[0], &q, &f) ||
-      (worker && worker_check_active(ST(r), worker, &f))) {
+      jv_int(r->body, "worker", "", 0, 1, JV_ID_MAX, &a->worker, &f) ||
+      jv_int(r->body, "max", "", 1, INT64_MIN, INT64_MAX, &a->max, &f) ||
+      (a->max < 1 &&
+       fail_set(&f, MUSTER_INVALID, "max: %lld is out of range; it must be %s", (long long)a->max,
+                fail_range(range, sizeof range, a->max, 1, LEASE_MAX_BATCH))) ||
+      jv_int(r->body, "wait_ms", "", 0, 0, INT64_MAX, &a->wait_ms, &f) ||
+      jv_int(r->body, "updates_after", "", -1, 0, INT64_MAX, &a->updates_after, &f) ||
+      queue_load(ST(r), r->params[0], q, &f) ||
+      (a->worker && worker_check_active(ST(r), a->worker, &f))) {
     http_reply_fail(r, &f);
-    return;
+    return false;
   }
-  if (max > LEASE_MAX_BATCH) {
+  if (a->max > LEASE_MAX_BATCH) {
     fail_set(&f, MUSTER_BATCH_TOO_LARGE, "max: %lld is out of range; it must be %s",
-             (long long)max, fail_range(range, sizeof range, max, 1, LEASE_MAX_BATCH));
+             (long long)a->max, fail_range(range, sizeof range, a->max, 1, LEASE_MAX_BATCH));
     http_reply_fail(r, &f);
-    return;
+    return false;
   }
+  return true;
+}
+
+static void h_lease(http_req_t *r) {
+  lease_args_t a;
+  queue_t q;
+  if (!lease_args(r, &a, &q))
+    return;
+  fail_t f = {0};
   size_t leased = 0, updates = 0;
   int64_t max_task = 0;
-  json_t *leases = lease_acquire_raw(ST(r), &q, worker, max, &leased, &max_task, &f);
+  json_t *leases = lease_acquire_raw(ST(r), &q, a.worker, a.max, &leased, &max_task, &f);
   json_t *reply = leases ? json_pack("{s:o}", "leases", leases) : NULL;
-  if (reply && updates_after >= 0 && update_attach(ST(r), q.name, updates_after, reply, &updates, &f)) {
+  if (reply && a.updates_after >= 0 &&
+      update_attach(ST(r), q.name, a.updates_after, reply, &updates, &f)) {
     json_decref(reply);
     reply = NULL;
   }
-  if (reply && leased == 0 && updates == 0 && wait_ms > 0 &&
-      !r->head->stopping) {
+  if (reply && leased == 0 && updates == 0 && a.wait_ms > 0 && !r->head->stopping) {
     json_decref(reply);
     int64_t cap = r->head->cfg.max_wait_ms;
-    waiter_park(r, q.name, worker, max, updates_after, wait_ms < cap ? wait_ms : cap);
+    waiter_park(r, q.name, a.worker, a.max, a.updates_after, a.wait_ms < cap ? a.wait_ms : cap);
     return;
   }
   /* Leases of tasks already on disk need their commit, not a flush of their own. */
