@@ -190,6 +190,7 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, char **pos, cli_args_
     const char *word = argv[i];
     if (strcmp(word, "--") == 0) {
       args->dashdash = 1;
+      args->npos_before_dashdash = args->npos;
       while (++i < argc)
         pos[args->npos++] = argv[i];
       break;
@@ -208,6 +209,8 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, char **pos, cli_args_
       pos[args->npos++] = argv[i];
     }
   }
+  if (!args->dashdash)
+    args->npos_before_dashdash = args->npos;
   return cli_check_pos(cmd, args);
 }
 

@@ -58,6 +58,7 @@ typedef struct cli_args {
   char **pos;                       /* positional arguments (in argv) */
   int npos;
   int dashdash; /* non-zero when "--" separated the positional arguments */
+  int npos_before_dashdash; /* of them, those before "--" (npos when there was none) */
 } cli_args_t;
 
 /* ---- args.c ---- */

@@ -196,8 +196,8 @@ static int node_read_cache_bytes(cli_args_t *args, int64_t *out) {
  * so a URL ending in /v1 is not taken for a head without a node API and a URL
  * without a scheme does not register the node with the address ":80". */
 static int node_check_join(cli_args_t *args) {
-  /* `muster node http://head:7370` meant --join: not a worker command. */
-  if (args->npos > 0 && !args->dashdash && strstr(args->pos[0], "://") != NULL)
+  /* `muster node http://head:7370 [-- CMD]` meant --join: not a worker command. */
+  if (args->npos_before_dashdash > 0 && strstr(args->pos[0], "://") != NULL)
     return cli_usage_error(args->cmd,
                            "'%s' looks like the head's URL: give it as --join %s (a "
                            "worker command goes after --)",

@@ -257,6 +257,14 @@ int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg
     if (!head_set_option(c, cfg, token_arg, why, sizeof why))
       return head_parse_invalid(c, head_options[which].name, why);
   }
+  if (optind < argc && strstr(argv[optind], "://") != NULL) {
+    fprintf(stderr,
+            "muster head: unexpected argument '%s': a head joins nothing, it listens "
+            "(--listen ADDR:PORT); to join the head at that URL from this machine, run "
+            "`muster node --join %s`\n",
+            argv[optind], argv[optind]);
+    return 2;
+  }
   if (optind < argc) {
     fprintf(stderr, "muster head: unexpected argument '%s'; see 'muster head --help'\n",
             argv[optind]);

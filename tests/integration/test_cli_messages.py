@@ -525,6 +525,8 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                  "not of `muster node`: the agent starts its workers itself"),
                 ("node", (self.head.url,), "'%s' looks like the head's URL: give it as --join "
                  "%s (a worker command goes after --)" % (self.head.url, self.head.url)),
+                ("node", (self.head.url, "--queue", "q", "--", "cat"), "'%s' looks like the "
+                 "head's URL: give it as --join %s" % (self.head.url, self.head.url)),
                 ("worker", ("--queue", "q", "--gpus", "0", "--", "cat"), "--gpus is an option "
                  "of `muster node`, not of `muster worker`: `muster node --join URL --queue Q "
                  "-- CMD` starts one worker per GPU")):
@@ -538,6 +540,16 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
             self.assertTrue(r.stderr.endswith("Try 'muster %s --help' for more information.\n"
                                               % cmd), r.stderr)
             self.assertFalse(os.path.exists(data))
+        # The head's URL given to `muster head` (as to `muster node --join`).
+        r = subprocess.run([MUSTER, "head", self.head.url, "--listen", "127.0.0.1:0",
+                            "--data-dir", data], capture_output=True, text=True,
+                           env=self.env(), cwd=self.cwd, timeout=20)
+        self.assertEqual((r.returncode, r.stdout), (2, ""), r.stderr)
+        self.assertEqual(r.stderr, "muster head: unexpected argument '%s': a head joins nothing, "
+                         "it listens (--listen ADDR:PORT); to join the head at that URL from "
+                         "this machine, run `muster node --join %s`\n"
+                         % (self.head.url, self.head.url))
+        self.assertFalse(os.path.exists(data))
         # Unknown everywhere: still "unknown option".
         err = self.fails(2, "node", "--bogus")
         self.assertTrue(err.startswith("muster: unknown option '--bogus' for 'node'\n"), err)
