@@ -140,6 +140,12 @@ const char *cli_url(const cli_args_t *args);
  * /v1, no query).  CLI_OK, or CLI_USAGE after saying what is wrong and where
  * the URL came from. */
 int cli_check_url(const cli_args_t *args);
+/* For a long-running client (`muster worker`): when the data dir named by
+ * --data-dir or MUSTER_DATA_DIR is a head's whose head is not running (no url
+ * file), says so and waits until the head writes its url file there, as the
+ * worker waits for a head that does not answer.  CLI_OK, or -1 after saying
+ * that a stop signal (INT, TERM, HUP) ended the wait. */
+int cli_await_head_start(const cli_args_t *args, const char *prog);
 const char *cli_token(const cli_args_t *args);
 /* Prints "muster: CODE: MESSAGE" for a failed call and returns CLI_FAIL. */
 int cli_error(const muster_client_t *client, muster_err_t err);

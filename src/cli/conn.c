@@ -13,9 +13,15 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #define CLI_DEFAULT_URL "http://127.0.0.1:7370"
 #define CLI_DEFAULT_DATA_DIR "muster-data"
@@ -119,6 +125,50 @@ static int cli_check_data_dir_url(const cli_args_t *args) {
                          "runs: start the head with this data dir, name the data dir of a "
                          "running head, or pass --url (or set MUSTER_URL)",
                          from, dir, path, problem);
+}
+
+/* True when the data dir that --data-dir or MUSTER_DATA_DIR names holds a
+ * head's store but no url file (its head is not running), and neither --url
+ * nor MUSTER_URL is given: the URL is the one the head will write there. */
+static bool cli_head_not_started(const cli_args_t *args) {
+  const char *from;
+  if (cli_named(cli_opt(args, "url")) || cli_named(getenv("MUSTER_URL")))
+    return false;
+  cli_data_dir_from(args, &from);
+  if (strcmp(from, "--data-dir") != 0 && strcmp(from, "MUSTER_DATA_DIR") != 0)
+    return false;
+  char path[4200], line[1024];
+  cli_data_path(args, "muster.db", path, sizeof path);
+  return access(path, F_OK) == 0 && cli_read_data_file(args, "url", line, sizeof line, NULL) != 0;
+}
+
+int cli_await_head_start(const cli_args_t *args, const char *prog) {
+  if (!cli_head_not_started(args))
+    return CLI_OK;
+  const char *dir = cli_data_dir(args);
+  fprintf(stderr,
+          "%s: waiting for the head of data dir %s to start (it writes %s/url when it "
+          "listens); looking every second\n",
+          prog, dir, dir);
+  sigset_t stop, old;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop, &old);
+  int rc = CLI_OK;
+  while (rc == CLI_OK && cli_head_not_started(args)) {
+    struct timespec pause = {1, 0};
+    if (sigtimedwait(&stop, NULL, &pause) > 0) {
+      fprintf(stderr,
+              "%s: stopped while waiting for the head of data dir %s; nothing was "
+              "leased\n",
+              prog, dir);
+      rc = -1;
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc;
 }
 
 int cli_check_url(const cli_args_t *args) {

@@ -469,6 +469,8 @@ static int run_command(const cli_cmd_t *cmd, int argc, char **argv, int skip) {
   }
   cli_args_t args;
   int rc = cli_parse(cmd, argc - skip, argv + skip, pos, &args);
+  if (rc == CLI_OK && strcmp(cmd->name, "worker") == 0)
+    rc = cli_await_head_start(&args, "muster worker"); /* a worker waits for its head */
   if (rc == CLI_OK && cmd->client && !(cli_opt(&args, "join") && cli_opt(&args, "join")[0]))
     rc = cli_check_url(&args); /* `node --join URL` uses its URL instead */
   if (rc == CLI_OK)

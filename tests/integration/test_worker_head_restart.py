@@ -150,6 +150,33 @@ class WorkerHeadRestartTest(unittest.TestCase):
         (task,) = self.tasks("wq")
         self.assertEqual((task["state"], task["result"]), ("done", "HELLO"))
 
+    def test_worker_started_by_data_dir_before_its_head(self):
+        # Named only by its data dir, whose head stopped cleanly (no url file there): the
+        # worker once refused to start (exit 2, "has no url file"); it waits for the head
+        # to write its URL, then works, reading URL and token from the data dir.
+        self.ok("queue", "create", "dq")
+        self.head.stop()
+        self.assertFalse(os.path.exists(os.path.join(self.head.data_dir, "url")))
+        log = open(os.path.join(self.tmp, "worker-dd.log"), "w+")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+        w = subprocess.Popen([MUSTER, "worker", "--queue", "dq", "--max-tasks", "1", "--",
+                              "tr", "a-z", "A-Z"], env=dict(env, MUSTER_DATA_DIR=self.head.data_dir),
+                             stdout=subprocess.DEVNULL, stderr=log)
+        w.log = log
+        self.procs.append(w)
+        waiting = "muster worker: waiting for the head of data dir %s to start" % self.head.data_dir
+        harness.wait_until(lambda: waiting in self.log_of(w), timeout=30,
+                           what="the worker to wait:\n" + self.log_of(w))
+        self.assertIsNone(w.poll(), self.log_of(w))
+        self.head.start()
+        self.ok("put", "--queue", "dq", "hello")
+        w.wait(timeout=60)
+        text = self.log_of(w)
+        self.assertEqual(w.returncode, 0, text)
+        self.assertEqual(text.count("waiting for the head"), 1, text)
+        (task,) = self.tasks("dq")
+        self.assertEqual((task["state"], task["result"]), ("done", "HELLO"))
+
     def test_stop_signal_while_waiting_for_the_head(self):
         self.head.kill()
         w = self.worker("wq", "cat")
