@@ -240,6 +240,7 @@ static void test_requeue_purge_delete(void **unused) {
   json_decref(again);
   expect("fail one more", "q", "3 1 0 1 1 0");
   int64_t n = 0, sessions = 0;
+  bool pending = false;
   assert_int_equal(queue_requeue(st, "q", &n, &f), MUSTER_OK);
   assert_int_equal(n, 2);
   expect("requeue the queue's failed and dead", "q", "5 1 0 0 0 0");
@@ -254,7 +255,7 @@ static void test_requeue_purge_delete(void **unused) {
   put("q", "[{\"payload\": 7}, {\"payload\": 8}]");
   make_queue("other", "{}");
   put("other", "[{\"payload\": 9}]");
-  assert_int_equal(queue_delete(st, "q", &n, &sessions, &f), MUSTER_OK);
+  assert_int_equal(queue_delete(st, "q", &n, &sessions, &pending, &f), MUSTER_OK);
   assert_int_equal(n, 3);
   check_recount("queue delete");
   int64_t by_state[TASK_STATE_COUNT];
@@ -397,6 +398,7 @@ static void test_sessions(void **unused) {
 static void test_changes_wait_for_the_commit(void **unused) {
   fail_t f = {0};
   int64_t n = 0, sessions = 0;
+  bool pending = false;
   make_queue("d", "{}");
   put("d", "[{\"payload\": 1}, {\"payload\": 2}]");
   expect("two puts", "d", "2 0 0 0 0 0"); /* committed */
@@ -404,7 +406,7 @@ static void test_changes_wait_for_the_commit(void **unused) {
   json_t *l = lease("d", 0, 1);
   json_decref(l);
   check_read("a put and a lease, not committed");
-  assert_int_equal(queue_delete(st, "d", &n, &sessions, &f), MUSTER_OK);
+  assert_int_equal(queue_delete(st, "d", &n, &sessions, &pending, &f), MUSTER_OK);
   assert_int_equal(n, 3);
   make_queue("d", "{}");
   put("d", "[{\"payload\": 4}]");
@@ -412,7 +414,7 @@ static void test_changes_wait_for_the_commit(void **unused) {
   /* A request that deletes the queue again, rolled back: the marks go too. */
   store_request_end(st, true);
   assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
-  assert_int_equal(queue_delete(st, "d", &n, &sessions, &f), MUSTER_OK);
+  assert_int_equal(queue_delete(st, "d", &n, &sessions, &pending, &f), MUSTER_OK);
   store_request_end(st, false);
   assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
   expect("the deletion rolled back", "d", "1 0 0 0 0 0");
@@ -424,6 +426,7 @@ static void test_changes_wait_for_the_commit(void **unused) {
 static void test_many_queues_in_one_commit(void **unused) {
   fail_t f = {0};
   int64_t n = 0, sessions = 0;
+  bool pending = false;
   char name[32];
   for (int i = 0; i < 40; i++) {
     snprintf(name, sizeof name, "m%d", i);
@@ -431,7 +434,7 @@ static void test_many_queues_in_one_commit(void **unused) {
     put(name, "[{\"payload\": 1}, {\"payload\": 2}, {\"payload\": 3}]");
     json_decref(lease(name, 0, 1));
   }
-  assert_int_equal(queue_delete(st, "m7", &n, &sessions, &f), MUSTER_OK);
+  assert_int_equal(queue_delete(st, "m7", &n, &sessions, &pending, &f), MUSTER_OK);
   make_queue("m7", "{}");
   put("m7", "[{\"payload\": 1}]");
   for (int i = 0; i < 40; i += 3) {
