@@ -332,15 +332,21 @@ static muster_err_t reap_count(store_t *st, const char *name, int64_t n, fail_t 
   return MUSTER_OK;
 }
 
-muster_err_t queue_reap_chunk(store_t *st, const char *name, int64_t keep_done_ms, int64_t now,
-                              int64_t max, int64_t *cursor, int64_t *reaped, bool *pass_done,
-                              fail_t *f) {
+muster_err_t queue_reap_chunk(store_t *st, const char *name, int64_t now, int64_t max,
+                              int64_t *cursor, int64_t *reaped, bool *pass_done, fail_t *f) {
+  /* The setting as it is now: the caller's list of queues may be older. */
+  queue_t q;
+  *reaped = 0;
+  muster_err_t err = queue_load(st, name, &q, f);
+  if (err || q.keep_done_ms == QUEUE_KEEP_FOREVER) {
+    *pass_done = true; /* deleted, or kept for ever from now on: nothing to do */
+    return err == MUSTER_QUEUE_NOT_FOUND ? MUSTER_OK : err;
+  }
   int64_t *ids = malloc((size_t)max * sizeof *ids);
   size_t n = 0;
-  *reaped = 0;
   if (ids == NULL)
     return fail_set(f, MUSTER_NOMEM, "out of memory");
-  muster_err_t err = reap_collect(st, name, now - keep_done_ms, max, cursor, ids, &n, pass_done, f);
+  err = reap_collect(st, name, now - q.keep_done_ms, max, cursor, ids, &n, pass_done, f);
   if (!err)
     err = queue_delete_ids(st, ids, n, "retention", f);
   if (!err && n > 0)

@@ -62,14 +62,14 @@ muster_err_t queue_retention_list(store_t *st, queue_retention_t **list, size_t 
 
 /* One chunk of a pass over queue `name`: examines up to `max` of its tasks
  * by id after *cursor (0: the pass starts) and deletes those that are done,
- * belong to no session and were completed `keep_done_ms` or longer before
- * `now`; *reaped gets how many, *cursor the last id examined.  *pass_done
- * when the pass reached the queue's end or a task created after
- * now - keep_done_ms (ids follow creation, and a task is completed after it
- * was created, so no later task can be due).  Counted in the queue's
- * `reaped` and in muster_tasks_reaped_total. */
-muster_err_t queue_reap_chunk(store_t *st, const char *name, int64_t keep_done_ms, int64_t now,
-                              int64_t max, int64_t *cursor, int64_t *reaped, bool *pass_done,
-                              fail_t *f);
+ * belong to no session and were completed the queue's keep_done_ms or
+ * longer before `now`; *reaped gets how many, *cursor the last id examined.
+ * *pass_done when the pass reached the queue's end or a task created after
+ * that cut-off (ids follow creation, and a task is completed after it was
+ * created, so no later task can be due), and at once when the queue is gone
+ * or keeps done tasks for ever now.  Counted in the queue's `reaped` and in
+ * muster_tasks_reaped_total. */
+muster_err_t queue_reap_chunk(store_t *st, const char *name, int64_t now, int64_t max,
+                              int64_t *cursor, int64_t *reaped, bool *pass_done, fail_t *f);
 
 #endif

@@ -245,8 +245,8 @@ static muster_err_t reaper_reap_step(reaper_t *rp, void *arg, fail_t *f) {
   reaper_pass_t *p = arg;
   int64_t now = now_ms(), reaped = 0;
   bool pass_done = false;
-  if (queue_reap_chunk(rp->head->st, p->queue.name, p->queue.keep_done_ms, now, QUEUE_CHUNK,
-                       &p->cursor, &reaped, &pass_done, f))
+  if (queue_reap_chunk(rp->head->st, p->queue.name, now, QUEUE_CHUNK, &p->cursor, &reaped,
+                       &pass_done, f))
     return f->code;
   rp->last_reaped = reaped;
   if (pass_done) {
