@@ -298,8 +298,9 @@ static int head_run(head_t *h, bool generated, int port, const head_agent_t *age
   struct timeval sweep = {.tv_sec = h->cfg.sweep_ms / 1000,
                           .tv_usec = (h->cfg.sweep_ms % 1000) * 1000};
   int status = 1;
-  if (sigint && sigterm && h->commit_ev && h->sweep_ev && h->reaper && event_add(sigint, NULL) == 0 &&
-      event_add(sigterm, NULL) == 0 && event_add(h->sweep_ev, &sweep) == 0) {
+  if (sigint && sigterm && h->commit_ev && h->sweep_ev && h->reaper &&
+      event_add(sigint, NULL) == 0 && event_add(sigterm, NULL) == 0 &&
+      event_add(h->sweep_ev, &sweep) == 0) {
     head_banner(h, port, generated);
     log_msg(LOG_INFO, "listening on port %d", port);
     event_base_dispatch(h->base);

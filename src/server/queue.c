@@ -38,7 +38,7 @@ static void queue_from_row(sqlite3_stmt *s, queue_t *q) {
 }
 
 #define QUEUE_COLUMNS                                                                              \
-  "name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next, max_flags, created_ms,"        \
+  "name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next, max_flags, created_ms,"         \
   " keep_done_ms, reaped"
 
 muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f) {
@@ -70,37 +70,15 @@ static muster_err_t queue_apply_keep(queue_t *q, const json_t *body, fail_t *f) 
     return fail_set(f, MUSTER_INVALID,
                     "keep_done_ms: expected milliseconds (an integer) or null (keep for ever)");
   int64_t dflt = q->keep_done_ms == QUEUE_KEEP_FOREVER ? 0 : q->keep_done_ms;
-  if (keep && jv_int(body, "keep_done_ms", "", dflt, 0, QUEUE_MAX_KEEP_DONE_MS,
-                     &q->keep_done_ms, f))
+  if (keep &&
+      jv_int(body, "keep_done_ms", "", dflt, 0, QUEUE_MAX_KEEP_DONE_MS, &q->keep_done_ms, f))
     return f->code;
   return MUSTER_OK;
 }
 
-/* Applies the settings present in `body` to *q, checking types and ranges. */
-static muster_err_t queue_apply(store_t *st, queue_t *q, const json_t *body, fail_t *f) {
-  /* The settings before "next" are integers that null does not fit. */
-  static const char *const allowed[] = {"lease_ms",  "max_attempts", "backoff_ms",
-                                        "backoff_max_ms", "max_flags", "next",
-                                        "keep_done_ms", NULL};
-  if (jv_only(body, "", allowed, f))
-    return f->code;
-  /* null means "remove" for next and "for ever" for keep_done_ms; a number
-   * setting has no such meaning. */
-  for (const char *const *key = allowed; strcmp(*key, "next") != 0; key++)
-    if (json_is_null(json_object_get(body, *key)))
-      return fail_set(f, MUSTER_INVALID, "%s: expected an integer, not null", *key);
-  if (jv_int(body, "lease_ms", "", q->lease_ms, 1, QUEUE_MAX_LEASE_MS, &q->lease_ms, f) ||
-      jv_int(body, "max_attempts", "", q->max_attempts, 1, 1000000, &q->max_attempts, f) ||
-      jv_int(body, "backoff_ms", "", q->backoff_ms, 0, QUEUE_MAX_LEASE_MS, &q->backoff_ms, f) ||
-      jv_int(body, "backoff_max_ms", "", q->backoff_max_ms, 0, QUEUE_MAX_LEASE_MS,
-             &q->backoff_max_ms, f) ||
-      jv_int(body, "max_flags", "", q->max_flags, 1, 1000000, &q->max_flags, f) ||
-      queue_apply_keep(q, body, f))
-    return f->code;
-  if (q->backoff_max_ms < q->backoff_ms)
-    return fail_set(f, MUSTER_INVALID, "backoff_max_ms (%lld) is below backoff_ms (%lld)",
-                    (long long)q->backoff_max_ms, (long long)q->backoff_ms);
-  const json_t *next = json_object_get(body, "next");
+/* Applies `next` (NULL: absent; null or "": none) to *q: a queue that
+ * exists, other than q itself. */
+static muster_err_t queue_apply_next(store_t *st, queue_t *q, const json_t *next, fail_t *f) {
   if (next == NULL)
     return MUSTER_OK;
   if (json_is_null(next) || (json_is_string(next) && json_string_length(next) == 0)) {
@@ -122,6 +100,58 @@ static muster_err_t queue_apply(store_t *st, queue_t *q, const json_t *body, fai
                : f->code;
   snprintf(q->next, sizeof q->next, "%s", name);
   return MUSTER_OK;
+}
+
+/* Applies the settings present in `body` to *q, checking types and ranges. */
+static muster_err_t queue_apply(store_t *st, queue_t *q, const json_t *body, fail_t *f) {
+  /* The settings before "next" are integers that null does not fit. */
+  static const char *const allowed[] = {
+      "lease_ms",  "max_attempts", "backoff_ms",   "backoff_max_ms",
+      "max_flags", "next",         "keep_done_ms", NULL};
+  if (jv_only(body, "", allowed, f))
+    return f->code;
+  /* null means "remove" for next and "for ever" for keep_done_ms; a number
+   * setting has no such meaning. */
+  for (const char *const *key = allowed; strcmp(*key, "next") != 0; key++)
+    if (json_is_null(json_object_get(body, *key)))
+      return fail_set(f, MUSTER_INVALID, "%s: expected an integer, not null", *key);
+  if (jv_int(body, "lease_ms", "", q->lease_ms, 1, QUEUE_MAX_LEASE_MS, &q->lease_ms, f) ||
+      jv_int(body, "max_attempts", "", q->max_attempts, 1, 1000000, &q->max_attempts, f) ||
+      jv_int(body, "backoff_ms", "", q->backoff_ms, 0, QUEUE_MAX_LEASE_MS, &q->backoff_ms, f) ||
+      jv_int(body, "backoff_max_ms", "", q->backoff_max_ms, 0, QUEUE_MAX_LEASE_MS,
+             &q->backoff_max_ms, f) ||
+      jv_int(body, "max_flags", "", q->max_flags, 1, 1000000, &q->max_flags, f) ||
+      queue_apply_keep(q, body, f))
+    return f->code;
+  if (q->backoff_max_ms < q->backoff_ms)
+    return fail_set(f, MUSTER_INVALID, "backoff_max_ms (%lld) is below backoff_ms (%lld)",
+                    (long long)q->backoff_max_ms, (long long)q->backoff_ms);
+  return queue_apply_next(st, q, json_object_get(body, "next"), f);
+}
+
+/* Writes *q: a new row, or the settings of the existing one. */
+static muster_err_t queue_write(store_t *st, const queue_t *q, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO queues(" QUEUE_COLUMNS ")"
+                                   " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0)"
+                                   " ON CONFLICT(name) DO UPDATE SET lease_ms = excluded.lease_ms,"
+                                   " max_attempts = excluded.max_attempts,"
+                                   " backoff_ms = excluded.backoff_ms,"
+                                   " backoff_max_ms = excluded.backoff_max_ms,"
+                                   " next = excluded.next, max_flags = excluded.max_flags,"
+                                   " keep_done_ms = excluded.keep_done_ms");
+  if (s == NULL)
+    return store_fail(st, f, "queue write");
+  store_bind_text(s, 1, q->name);
+  sqlite3_bind_int64(s, 2, q->lease_ms);
+  sqlite3_bind_int64(s, 3, q->max_attempts);
+  sqlite3_bind_int64(s, 4, q->backoff_ms);
+  sqlite3_bind_int64(s, 5, q->backoff_max_ms);
+  store_bind_text(s, 6, q->next[0] ? q->next : NULL);
+  sqlite3_bind_int64(s, 7, q->max_flags);
+  sqlite3_bind_int64(s, 8, q->created_ms);
+  if (q->keep_done_ms != QUEUE_KEEP_FOREVER)
+    sqlite3_bind_int64(s, 9, q->keep_done_ms); /* unbound: NULL, for ever */
+  return store_step_done(st, s, f);
 }
 
 muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *created,
@@ -151,27 +181,7 @@ muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *
   }
   if (queue_apply(st, &q, body, f))
     return f->code;
-  sqlite3_stmt *s = store_stmt(st, "INSERT INTO queues(" QUEUE_COLUMNS ")"
-                                   " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0)"
-                                   " ON CONFLICT(name) DO UPDATE SET lease_ms = excluded.lease_ms,"
-                                   " max_attempts = excluded.max_attempts,"
-                                   " backoff_ms = excluded.backoff_ms,"
-                                   " backoff_max_ms = excluded.backoff_max_ms,"
-                                   " next = excluded.next, max_flags = excluded.max_flags,"
-                                   " keep_done_ms = excluded.keep_done_ms");
-  if (s == NULL)
-    return store_fail(st, f, "queue write");
-  store_bind_text(s, 1, q.name);
-  sqlite3_bind_int64(s, 2, q.lease_ms);
-  sqlite3_bind_int64(s, 3, q.max_attempts);
-  sqlite3_bind_int64(s, 4, q.backoff_ms);
-  sqlite3_bind_int64(s, 5, q.backoff_max_ms);
-  store_bind_text(s, 6, q.next[0] ? q.next : NULL);
-  sqlite3_bind_int64(s, 7, q.max_flags);
-  sqlite3_bind_int64(s, 8, q.created_ms);
-  if (q.keep_done_ms != QUEUE_KEEP_FOREVER)
-    sqlite3_bind_int64(s, 9, q.keep_done_ms); /* unbound: NULL, for ever */
-  return store_step_done(st, s, f);
+  return queue_write(st, &q, f);
 }
 
 json_t *queue_to_json(store_t *st, const queue_t *q) {
@@ -182,15 +192,15 @@ json_t *queue_to_json(store_t *st, const queue_t *q) {
   json_t *counts = json_object();
   for (int state = 0; state < TASK_STATE_COUNT; state++)
     json_object_set_new(counts, task_state_name(state), json_integer(by_state[state]));
-  json_t *keep = q->keep_done_ms == QUEUE_KEEP_FOREVER ? json_null()
-                                                        : json_integer(q->keep_done_ms);
-  return json_pack(
-      "{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:o, s:I, s:I, s:o}", "name", q->name, "lease_ms",
-      (json_int_t)q->lease_ms, "max_attempts", (json_int_t)q->max_attempts, "backoff_ms",
-      (json_int_t)q->backoff_ms, "backoff_max_ms", (json_int_t)q->backoff_max_ms, "next",
-      q->next[0] ? json_string(q->next) : json_null(), "max_flags", (json_int_t)q->max_flags,
-      "keep_done_ms", keep, "reaped", (json_int_t)q->reaped, "created_ms",
-      (json_int_t)q->created_ms, "counts", counts);
+  json_t *keep =
+      q->keep_done_ms == QUEUE_KEEP_FOREVER ? json_null() : json_integer(q->keep_done_ms);
+  return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:o, s:I, s:I, s:o}", "name", q->name,
+                   "lease_ms", (json_int_t)q->lease_ms, "max_attempts", (json_int_t)q->max_attempts,
+                   "backoff_ms", (json_int_t)q->backoff_ms, "backoff_max_ms",
+                   (json_int_t)q->backoff_max_ms, "next",
+                   q->next[0] ? json_string(q->next) : json_null(), "max_flags",
+                   (json_int_t)q->max_flags, "keep_done_ms", keep, "reaped", (json_int_t)q->reaped,
+                   "created_ms", (json_int_t)q->created_ms, "counts", counts);
 }
 
 /* The count of tasks leasable now is not kept with the others: time alone

@@ -17,7 +17,7 @@
 #define QUEUE_DEFAULT_BACKOFF_MAX_MS 60000
 #define QUEUE_DEFAULT_MAX_FLAGS 5
 #define QUEUE_MAX_LEASE_MS (7LL * 24 * 3600 * 1000)
-#define QUEUE_KEEP_FOREVER (-1)                          /* keep_done_ms of "no retention" */
+#define QUEUE_KEEP_FOREVER (-1)                            /* keep_done_ms of "no retention" */
 #define QUEUE_MAX_KEEP_DONE_MS (3650LL * 24 * 3600 * 1000) /* ten years */
 /* Tasks removed per chunk of background work (queue_reap.c): a queue with
  * more than this many tasks is deleted in chunks, a purge of more goes on
@@ -33,8 +33,7 @@ typedef struct {
   int64_t max_flags;      /* invalid-data flags before roll-back; >= 1 */
   char next[NAME_MAX_LEN + 1]; /* next stage, "" for none */
   int64_t created_ms;
-  int64_t keep_done_ms;   /* a done task is removed this long after its completion;
-                             QUEUE_KEEP_FOREVER: never (the default) */
+  int64_t keep_done_ms;   /* done tasks go this long after completion; QUEUE_KEEP_FOREVER */
   int64_t reaped;         /* done tasks the retention removed so far */
 } queue_t;
 

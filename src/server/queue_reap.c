@@ -48,8 +48,8 @@ static muster_err_t queue_trash_leased(store_t *st, const char *name, fail_t *f)
 }
 
 /* Runs `sql`, which takes the queue name as ?1 and its task count as ?2. */
-static muster_err_t queue_trash_exec(store_t *st, const char *sql, const char *name,
-                                     int64_t tasks, fail_t *f) {
+static muster_err_t queue_trash_exec(store_t *st, const char *sql, const char *name, int64_t tasks,
+                                     fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, sql);
   if (s == NULL)
     return store_fail(st, f, "queue delete");

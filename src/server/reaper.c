@@ -32,9 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REAPER_BUSY_MS 50    /* between retention chunks while clients are active */
-#define REAPER_BEHIND_MS 10  /* the same when the last chunk was full: it falls behind */
-#define REAPER_LIST_MS 1000  /* the queues with a retention are read this often */
+#define REAPER_BUSY_MS 50   /* between retention chunks while clients are active */
+#define REAPER_BEHIND_MS 10 /* the same when the last chunk was full: it falls behind */
+#define REAPER_LIST_MS 1000 /* the queues with a retention are read this often */
 #define REAPER_PASS_MIN_MS 1000
 #define REAPER_PASS_MAX_MS 60000
 
@@ -59,10 +59,10 @@ typedef struct {
 struct reaper {
   head_t *head;
   struct event *timer;
-  reaper_job_t *jobs; /* oldest first */
+  reaper_job_t *jobs;    /* oldest first */
   reaper_pass_t *passes; /* ordered by queue name */
   size_t npasses;
-  int64_t listed_ms; /* when `passes` was read from the store; 0: never */
+  int64_t listed_ms;   /* when `passes` was read from the store; 0: never */
   int64_t last_reaped; /* tasks the last retention chunk removed */
 };
 
@@ -148,8 +148,8 @@ static muster_err_t reaper_purge_step(reaper_t *rp, void *arg, fail_t *f) {
   reaper_job_t *job = arg;
   int64_t purged = 0;
   bool finished = false;
-  muster_err_t err = queue_purge_chunk(rp->head->st, job->queue, job->horizon, QUEUE_CHUNK,
-                                       &purged, &finished, f);
+  muster_err_t err =
+      queue_purge_chunk(rp->head->st, job->queue, job->horizon, QUEUE_CHUNK, &purged, &finished, f);
   if (err == MUSTER_QUEUE_NOT_FOUND) { /* deleted meanwhile, with the rest of its tasks */
     err = MUSTER_OK;
     finished = true;
@@ -191,7 +191,9 @@ static bool reaper_purge(reaper_t *rp) {
  * `keep_ms`: done tasks stay at most that much longer than asked. */
 static int64_t reaper_pass_interval(int64_t keep_ms) {
   int64_t ms = keep_ms / 10;
-  return ms < REAPER_PASS_MIN_MS ? REAPER_PASS_MIN_MS : ms > REAPER_PASS_MAX_MS ? REAPER_PASS_MAX_MS : ms;
+  return ms < REAPER_PASS_MIN_MS   ? REAPER_PASS_MIN_MS
+         : ms > REAPER_PASS_MAX_MS ? REAPER_PASS_MAX_MS
+                                   : ms;
 }
 
 /* Reads the queues with a retention again, keeping the passes of those that
@@ -337,9 +339,9 @@ static reaper_job_t *reaper_park(http_req_t *r, const char *queue) {
 void reaper_park_delete(http_req_t *r, const char *queue, int64_t tasks, int64_t sessions) {
   reaper_job_t *job = reaper_park(r, queue);
   if (job == NULL) { /* answered now: the deletion goes on all the same */
-    http_reply_json(r, 200, json_pack("{s:s, s:I, s:I}", "deleted", queue, "tasks",
-                                      (json_int_t)tasks, "sessions_closed",
-                                      (json_int_t)sessions));
+    http_reply_json(r, 200,
+                    json_pack("{s:s, s:I, s:I}", "deleted", queue, "tasks", (json_int_t)tasks,
+                              "sessions_closed", (json_int_t)sessions));
     return;
   }
   job->count = tasks;
@@ -374,9 +376,9 @@ void reaper_release_all(head_t *h) {
                "the head is stopping: %lld queued tasks of '%s' were purged and the rest were "
                "not; purge again once it is back",
                (long long)job->count, job->queue);
-      reaper_answer(h, job->req, 503, json_pack("{s:{s:s, s:s}}", "error", "code",
-                                                muster_err_name(f.code), "message",
-                                                fail_message(&f)));
+      reaper_answer(h, job->req, 503,
+                    json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(f.code), "message",
+                              fail_message(&f)));
     }
     reaper_unlink(rp, job);
   }
