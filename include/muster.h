@@ -120,6 +120,9 @@ muster_err_t muster_health(muster_client_t *client);
 
 /* ---- queues ----------------------------------------------------------- */
 
+/* keep_done_ms of muster_queue_opts_t: done tasks are kept for ever again. */
+#define MUSTER_KEEP_DONE_FOREVER (-2)
+
 /* Queue settings.  Fields left at the values muster_queue_opts_init() sets keep
  * the server's default (on create) or the current value (on update). */
 typedef struct {
@@ -129,6 +132,9 @@ typedef struct {
   int64_t backoff_max_ms; /* cap of the retry delay; -1: default (60000) */
   int64_t max_flags;      /* invalid-data flags before roll-back; -1: default (5) */
   const char *next;       /* next stage's queue; NULL: unchanged, "": none */
+  int64_t keep_done_ms;   /* a done task is removed this long after its completion (>= 0);
+                             -1: unchanged/default (kept for ever); MUSTER_KEEP_DONE_FOREVER:
+                             kept for ever from now on */
 } muster_queue_opts_t;
 
 void muster_queue_opts_init(muster_queue_opts_t *opts);

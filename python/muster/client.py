@@ -384,8 +384,11 @@ class Client:
 
     def put_queue(self, name, **settings):
         """Creates the queue or changes the settings given (lease_ms, max_attempts,
-        backoff_ms, backoff_max_ms, next, max_flags).  Settings left out keep their
-        values; ``next=None`` is sent (it removes the next stage) only when passed."""
+        backoff_ms, backoff_max_ms, next, max_flags, keep_done_ms).  Settings left out
+        keep their values; ``next=None`` (it removes the next stage) and
+        ``keep_done_ms=None`` (done tasks are kept for ever again) are sent only when
+        passed.  ``keep_done_ms``: the head removes each done task that long after its
+        completion (docs/api.md, "Retention of done tasks")."""
         return self.request("PUT", "/v1/queues/" + _q(name), settings)
 
     create_queue = put_queue

@@ -12,6 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The longest --keep-done-ms the head takes: ten years (its
+ * QUEUE_MAX_KEEP_DONE_MS), checked here too so that a typo exits 2 at once. */
+#define QUEUE_MAX_KEEP_DONE_MS (3650LL * 24 * 3600 * 1000)
+
+/* --keep-done-ms MS into *out; '' keeps done tasks for ever again, as
+ * --next '' removes the next stage. */
+static int queue_read_keep(const cli_args_t *args, int64_t *out) {
+  const char *text = cli_opt(args, "keep-done-ms");
+  if (text != NULL && text[0] == '\0') {
+    *out = MUSTER_KEEP_DONE_FOREVER;
+    return CLI_OK;
+  }
+  return cli_opt_int_range(args, "keep-done-ms", -1, 0, QUEUE_MAX_KEEP_DONE_MS, out);
+}
+
 /* Reads the queue options of `queue create` into *opts. */
 static int queue_read_opts(const cli_args_t *args, muster_queue_opts_t *opts) {
   muster_queue_opts_init(opts);
@@ -24,6 +39,8 @@ static int queue_read_opts(const cli_args_t *args, muster_queue_opts_t *opts) {
     rc = cli_opt_int(args, "backoff-max-ms", -1, 0, &opts->backoff_max_ms);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "max-flags", -1, 1, &opts->max_flags);
+  if (rc == CLI_OK)
+    rc = queue_read_keep(args, &opts->keep_done_ms);
   opts->next = cli_opt(args, "next");
   return rc;
 }

@@ -22,6 +22,8 @@ static const cli_opt_t queue_create_opts[] = {
     {"backoff-max-ms", "MS", "cap on the retry delay (default 60000)"},
     {"next", "Q", "next pipeline stage: each result becomes a task of Q ('' removes it)"},
     {"max-flags", "N", "invalid-data flags before the task rolls back a stage (default 5)"},
+    {"keep-done-ms", "MS",
+     "remove each done task MS after its completion ('': keep them for ever, the default)"},
     {NULL, NULL, NULL},
 };
 

@@ -21,6 +21,7 @@ void muster_queue_opts_init(muster_queue_opts_t *opts) {
   opts->backoff_max_ms = -1;
   opts->max_flags = -1;
   opts->next = NULL;
+  opts->keep_done_ms = -1;
 }
 
 /* Adds `key` = `value` to `body` unless the value is -1 ("leave it"). */
@@ -42,6 +43,10 @@ static json_t *queue_opts_body(const muster_queue_opts_t *opts) {
   rc |= queue_set_int(body, "max_flags", opts->max_flags);
   if (opts->next != NULL)
     rc |= json_object_set_new(body, "next", opts->next[0] ? json_string(opts->next) : json_null());
+  if (opts->keep_done_ms == MUSTER_KEEP_DONE_FOREVER)
+    rc |= json_object_set_new(body, "keep_done_ms", json_null());
+  else
+    rc |= queue_set_int(body, "keep_done_ms", opts->keep_done_ms);
   if (rc != 0) {
     json_decref(body);
     return NULL;

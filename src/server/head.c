@@ -14,6 +14,7 @@
 #include "lease.h"
 #include "log.h"
 #include "node.h"
+#include "reaper.h"
 #include "routes_pool.h"
 #include "server.h"
 #include "session.h"
@@ -146,6 +147,7 @@ static void head_stop(head_t *h) {
   head_signalled = 1;
   waiter_release_all(h);
   results_waiters_release_all(h);
+  reaper_release_all(h);
   shared_upload_abort_all(h);
   if (store_in_tx(h->st))
     head_commit(-1, 0, h);
@@ -292,11 +294,13 @@ static int head_run(head_t *h, bool generated, int port, const head_agent_t *age
   struct event *sigterm = evsignal_new(h->base, SIGTERM, head_on_signal, h);
   h->commit_ev = event_new(h->base, -1, 0, head_commit, h);
   h->sweep_ev = event_new(h->base, -1, EV_PERSIST, head_sweep, h);
+  h->reaper = reaper_new(h);
   struct timeval sweep = {.tv_sec = h->cfg.sweep_ms / 1000,
                           .tv_usec = (h->cfg.sweep_ms % 1000) * 1000};
   int status = 1;
-  if (sigint && sigterm && h->commit_ev && h->sweep_ev && event_add(sigint, NULL) == 0 &&
-      event_add(sigterm, NULL) == 0 && event_add(h->sweep_ev, &sweep) == 0) {
+  if (sigint && sigterm && h->commit_ev && h->sweep_ev && h->reaper &&
+      event_add(sigint, NULL) == 0 && event_add(sigterm, NULL) == 0 &&
+      event_add(h->sweep_ev, &sweep) == 0) {
     head_banner(h, port, generated);
     log_msg(LOG_INFO, "listening on port %d", port);
     event_base_dispatch(h->base);
@@ -314,6 +318,9 @@ static int head_run(head_t *h, bool generated, int port, const head_agent_t *age
     event_free(h->agent_ev);
   event_free(h->commit_ev);
   event_free(h->sweep_ev);
+  reaper_release_all(h); /* none is left after head_stop; a failed start has none */
+  reaper_free(h->reaper);
+  h->reaper = NULL;
   return status;
 }
 

@@ -62,7 +62,11 @@ muster_err_t lease_held_queue(store_t *st, const char *queue, lease_held_t *h, q
     return MUSTER_OK;
   }
   if (queue_load(st, queue, &h->queue, f))
-    return f->code;
+    return f->code != MUSTER_QUEUE_NOT_FOUND
+               ? f->code
+               : fail_set(f, MUSTER_TASK_NOT_FOUND,
+                          "task %lld was in queue '%s', which was deleted", (long long)h->id,
+                          queue);
   if (cache)
     *cache = h->queue;
   return MUSTER_OK;

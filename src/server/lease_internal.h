@@ -47,8 +47,9 @@ void lease_held_row(sqlite3_stmt *s, int first, int64_t id, lease_held_t *h,
                     char queue[NAME_MAX_LEN + 1]);
 
 /* Fills h->queue with the settings of queue `queue` through `cache` (NULL:
- * none; see lease_held_load).  MUSTER_QUEUE_NOT_FOUND when it does not
- * exist. */
+ * none; see lease_held_load).  MUSTER_TASK_NOT_FOUND when the queue does not
+ * exist: task h->id is in the trash of a deleted queue (queue_reap.h),
+ * gone for every client. */
 muster_err_t lease_held_queue(store_t *st, const char *queue, lease_held_t *h, queue_t *cache,
                               fail_t *f);
 

@@ -358,11 +358,15 @@ static json_t *op_extend(store_t *st, const json_t *elem, const lease_held_t *h,
   return json_pack("{s:I, s:I}", "task", (json_int_t)h->id, "deadline_ms", (json_int_t)deadline);
 }
 
-/* Re-opens `parent` at its stage: queued, result cleared, counters reset. */
-static muster_err_t lease_reopen_parent(store_t *st, int64_t parent, fail_t *f) {
+/* Re-opens `parent` at its stage: queued, result cleared, counters reset;
+ * *reopened false when it is gone (its queue's retention removed it, or its
+ * queue was deleted: a task of the trash is gone too, queue_reap.h). */
+static muster_err_t lease_reopen_parent(store_t *st, int64_t parent, bool *reopened, fail_t *f) {
   /* Its state before, for the counts: usually done, but an operator may have
    * moved it since. */
-  sqlite3_stmt *s = store_stmt(st, "SELECT state, queue FROM tasks WHERE id = ?1");
+  sqlite3_stmt *s = store_stmt(st, "SELECT state, queue FROM tasks WHERE id = ?1"
+                                   " AND EXISTS (SELECT 1 FROM queues WHERE name = tasks.queue)");
+  *reopened = false;
   if (s == NULL)
     return store_fail(st, f, "re-open parent");
   sqlite3_bind_int64(s, 1, parent);
@@ -387,6 +391,30 @@ static muster_err_t lease_reopen_parent(store_t *st, int64_t parent, fail_t *f) 
   if (store_step_done(st, s, f) || counts_move(st, queue, from, TASK_QUEUED, 1, f))
     return f->code;
   store_notify_ready(st, queue);
+  *reopened = true;
+  return MUSTER_OK;
+}
+
+/* The flag that reached max_flags: the task is cancelled and its parent
+ * re-opened a stage back; without a parent, or when the parent is gone (a
+ * stage's retention removed it), nothing can redo its input, and the task
+ * goes dead as at the first stage.  *state and *reopened (0: none) get
+ * what happened. */
+static muster_err_t op_flag_last(store_t *st, const lease_held_t *h, const char *why, int *state,
+                                 int64_t *reopened, fail_t *f) {
+  bool parent_reopened = false;
+  if (h->parent && lease_reopen_parent(st, h->parent, &parent_reopened, f))
+    return f->code;
+  if (parent_reopened) {
+    *state = TASK_CANCELLED;
+    *reopened = h->parent;
+    return lease_move(st, h, TASK_CANCELLED, now_ms(), why, 0, LEASE_END_FLAGGED, f);
+  }
+  *state = TASK_DEAD;
+  if (lease_move(st, h, TASK_DEAD, now_ms(), why, 0, LEASE_END_FLAGGED, f) ||
+      lease_finished(st, h, f))
+    return f->code;
+  metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
   return MUSTER_OK;
 }
 
@@ -410,18 +438,8 @@ static json_t *op_flag(store_t *st, const json_t *elem, const lease_held_t *h, c
   if (flags < h->queue.max_flags) {
     if (lease_give_back(st, h, LEASE_END_FLAGGED, f))
       return NULL;
-  } else if (h->parent) {
-    state = TASK_CANCELLED;
-    reopened = h->parent;
-    if (lease_move(st, h, TASK_CANCELLED, now_ms(), why, 0, LEASE_END_FLAGGED, f) ||
-        lease_reopen_parent(st, h->parent, f))
-      return NULL;
-  } else {
-    state = TASK_DEAD;
-    if (lease_move(st, h, TASK_DEAD, now_ms(), why, 0, LEASE_END_FLAGGED, f) ||
-        lease_finished(st, h, f))
-      return NULL;
-    metrics_count(METRIC_TASKS_DEAD, h->queue.name, 1);
+  } else if (op_flag_last(st, h, why, &state, &reopened, f)) {
+    return NULL;
   }
   metrics_count(METRIC_TASKS_FLAGGED, h->queue.name, 1);
   return json_pack("{s:I, s:s, s:o}", "task", (json_int_t)h->id, "state", task_state_name(state),

@@ -39,7 +39,7 @@ static const char *const counter_names[METRIC_COUNTER_COUNT] = {
     [METRIC_LEASES_GRANTED] = "leases_granted", [METRIC_TASKS_COMPLETED] = "tasks_completed",
     [METRIC_TASKS_FAILED] = "tasks_failed",     [METRIC_TASKS_RETRIED] = "tasks_retried",
     [METRIC_TASKS_DEAD] = "tasks_dead",         [METRIC_LEASES_EXPIRED] = "leases_expired",
-    [METRIC_TASKS_FLAGGED] = "tasks_flagged",
+    [METRIC_TASKS_FLAGGED] = "tasks_flagged",   [METRIC_TASKS_REAPED] = "tasks_reaped",
 };
 
 static const char *const counter_help[METRIC_COUNTER_COUNT] = {
@@ -52,6 +52,8 @@ static const char *const counter_help[METRIC_COUNTER_COUNT] = {
         "Tasks that went dead: out of attempts, or flagged too often at the first stage.",
     [METRIC_LEASES_EXPIRED] = "Leases that passed their deadline.",
     [METRIC_TASKS_FLAGGED] = "Invalid-data flags raised by workers.",
+    [METRIC_TASKS_REAPED] =
+        "Done tasks removed by their queue's retention (keep_done_ms) after their completion.",
 };
 
 /* Seconds; the last bucket before +Inf. */

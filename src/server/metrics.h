@@ -29,6 +29,7 @@ typedef enum {
   METRIC_TASKS_DEAD,      /* a task went dead (out of attempts or flagged at stage 1) */
   METRIC_LEASES_EXPIRED,  /* a lease passed its deadline */
   METRIC_TASKS_FLAGGED,   /* a worker flagged a task's input as invalid */
+  METRIC_TASKS_REAPED,    /* a done task was removed by its queue's retention */
   METRIC_COUNTER_COUNT
 } metric_counter_t;
 

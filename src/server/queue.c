@@ -1,10 +1,13 @@
 /*
  * queue.c — queue settings, listing with counts per state, purge, requeue and
  * deletion.  A queue's `next` names another queue: completing a task there
- * creates a task in `next` (see lease_ops.c), which makes pipelines.
+ * creates a task in `next` (see lease_ops.c), which makes pipelines.  What is
+ * removed in the background, in chunks (retention, big deletes and purges),
+ * is queue_reap.c's.
  */
 #include "queue.h"
 #include "counts.h"
+#include "queue_reap.h"
 #include "jv.h"
 #include "log.h"
 #include "session.h"
@@ -24,6 +27,10 @@ void queue_from_columns(sqlite3_stmt *s, int first, queue_t *q) {
   snprintf(q->next, sizeof q->next, "%s", next ? (const char *)next : "");
   q->max_flags = sqlite3_column_int64(s, first + 6);
   q->created_ms = sqlite3_column_int64(s, first + 7);
+  q->keep_done_ms = sqlite3_column_type(s, first + 8) == SQLITE_NULL
+                        ? QUEUE_KEEP_FOREVER
+                        : sqlite3_column_int64(s, first + 8);
+  q->reaped = sqlite3_column_int64(s, first + 9);
 }
 
 static void queue_from_row(sqlite3_stmt *s, queue_t *q) {
@@ -31,7 +38,8 @@ static void queue_from_row(sqlite3_stmt *s, queue_t *q) {
 }
 
 #define QUEUE_COLUMNS                                                                              \
-  "name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next, max_flags, created_ms"
+  "name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next, max_flags, created_ms,"         \
+  " keep_done_ms, reaped"
 
 muster_err_t queue_check_name(const char *name, fail_t *f) {
   if (name_is_valid(name))
@@ -57,27 +65,28 @@ muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f) {
   return fail_set(f, MUSTER_QUEUE_NOT_FOUND, "queue '%s' does not exist", name);
 }
 
-/* Applies the settings present in `body` to *q, checking types and ranges. */
-static muster_err_t queue_apply(store_t *st, queue_t *q, const json_t *body, fail_t *f) {
-  static const char *const allowed[] = {"lease_ms",  "max_attempts", "backoff_ms", "backoff_max_ms",
-                                        "max_flags", "next",         NULL};
-  if (jv_only(body, "", allowed, f))
+/* Applies keep_done_ms of `body`, when present, to *q: null keeps done tasks
+ * for ever, a number of milliseconds (0 up to ten years) keeps each that long
+ * after its completion. */
+static muster_err_t queue_apply_keep(queue_t *q, const json_t *body, fail_t *f) {
+  const json_t *keep = json_object_get(body, "keep_done_ms");
+  if (json_is_null(keep)) {
+    q->keep_done_ms = QUEUE_KEEP_FOREVER;
+    return MUSTER_OK;
+  }
+  if (keep && !json_is_integer(keep))
+    return fail_set(f, MUSTER_INVALID,
+                    "keep_done_ms: expected milliseconds (an integer) or null (keep for ever)");
+  int64_t dflt = q->keep_done_ms == QUEUE_KEEP_FOREVER ? 0 : q->keep_done_ms;
+  if (keep &&
+      jv_int(body, "keep_done_ms", "", dflt, 0, QUEUE_MAX_KEEP_DONE_MS, &q->keep_done_ms, f))
     return f->code;
-  /* null means "remove" for next; a number setting has no such meaning. */
-  for (const char *const *key = allowed; strcmp(*key, "next") != 0; key++)
-    if (json_is_null(json_object_get(body, *key)))
-      return fail_set(f, MUSTER_INVALID, "%s: expected an integer, not null", *key);
-  if (jv_int(body, "lease_ms", "", q->lease_ms, 1, QUEUE_MAX_LEASE_MS, &q->lease_ms, f) ||
-      jv_int(body, "max_attempts", "", q->max_attempts, 1, 1000000, &q->max_attempts, f) ||
-      jv_int(body, "backoff_ms", "", q->backoff_ms, 0, QUEUE_MAX_LEASE_MS, &q->backoff_ms, f) ||
-      jv_int(body, "backoff_max_ms", "", q->backoff_max_ms, 0, QUEUE_MAX_LEASE_MS,
-             &q->backoff_max_ms, f) ||
-      jv_int(body, "max_flags", "", q->max_flags, 1, 1000000, &q->max_flags, f))
-    return f->code;
-  if (q->backoff_max_ms < q->backoff_ms)
-    return fail_set(f, MUSTER_INVALID, "backoff_max_ms (%lld) is below backoff_ms (%lld)",
-                    (long long)q->backoff_max_ms, (long long)q->backoff_ms);
-  const json_t *next = json_object_get(body, "next");
+  return MUSTER_OK;
+}
+
+/* Applies `next` (NULL: absent; null or "": none) to *q: a queue that
+ * exists, other than q itself. */
+static muster_err_t queue_apply_next(store_t *st, queue_t *q, const json_t *next, fail_t *f) {
   if (next == NULL)
     return MUSTER_OK;
   if (json_is_null(next) || (json_is_string(next) && json_string_length(next) == 0)) {
@@ -101,6 +110,58 @@ static muster_err_t queue_apply(store_t *st, queue_t *q, const json_t *body, fai
   return MUSTER_OK;
 }
 
+/* Applies the settings present in `body` to *q, checking types and ranges. */
+static muster_err_t queue_apply(store_t *st, queue_t *q, const json_t *body, fail_t *f) {
+  /* The settings before "next" are integers that null does not fit. */
+  static const char *const allowed[] = {
+      "lease_ms",  "max_attempts", "backoff_ms",   "backoff_max_ms",
+      "max_flags", "next",         "keep_done_ms", NULL};
+  if (jv_only(body, "", allowed, f))
+    return f->code;
+  /* null means "remove" for next and "for ever" for keep_done_ms; a number
+   * setting has no such meaning. */
+  for (const char *const *key = allowed; strcmp(*key, "next") != 0; key++)
+    if (json_is_null(json_object_get(body, *key)))
+      return fail_set(f, MUSTER_INVALID, "%s: expected an integer, not null", *key);
+  if (jv_int(body, "lease_ms", "", q->lease_ms, 1, QUEUE_MAX_LEASE_MS, &q->lease_ms, f) ||
+      jv_int(body, "max_attempts", "", q->max_attempts, 1, 1000000, &q->max_attempts, f) ||
+      jv_int(body, "backoff_ms", "", q->backoff_ms, 0, QUEUE_MAX_LEASE_MS, &q->backoff_ms, f) ||
+      jv_int(body, "backoff_max_ms", "", q->backoff_max_ms, 0, QUEUE_MAX_LEASE_MS,
+             &q->backoff_max_ms, f) ||
+      jv_int(body, "max_flags", "", q->max_flags, 1, 1000000, &q->max_flags, f) ||
+      queue_apply_keep(q, body, f))
+    return f->code;
+  if (q->backoff_max_ms < q->backoff_ms)
+    return fail_set(f, MUSTER_INVALID, "backoff_max_ms (%lld) is below backoff_ms (%lld)",
+                    (long long)q->backoff_max_ms, (long long)q->backoff_ms);
+  return queue_apply_next(st, q, json_object_get(body, "next"), f);
+}
+
+/* Writes *q: a new row, or the settings of the existing one. */
+static muster_err_t queue_write(store_t *st, const queue_t *q, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO queues(" QUEUE_COLUMNS ")"
+                                   " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0)"
+                                   " ON CONFLICT(name) DO UPDATE SET lease_ms = excluded.lease_ms,"
+                                   " max_attempts = excluded.max_attempts,"
+                                   " backoff_ms = excluded.backoff_ms,"
+                                   " backoff_max_ms = excluded.backoff_max_ms,"
+                                   " next = excluded.next, max_flags = excluded.max_flags,"
+                                   " keep_done_ms = excluded.keep_done_ms");
+  if (s == NULL)
+    return store_fail(st, f, "queue write");
+  store_bind_text(s, 1, q->name);
+  sqlite3_bind_int64(s, 2, q->lease_ms);
+  sqlite3_bind_int64(s, 3, q->max_attempts);
+  sqlite3_bind_int64(s, 4, q->backoff_ms);
+  sqlite3_bind_int64(s, 5, q->backoff_max_ms);
+  store_bind_text(s, 6, q->next[0] ? q->next : NULL);
+  sqlite3_bind_int64(s, 7, q->max_flags);
+  sqlite3_bind_int64(s, 8, q->created_ms);
+  if (q->keep_done_ms != QUEUE_KEEP_FOREVER)
+    sqlite3_bind_int64(s, 9, q->keep_done_ms); /* unbound: NULL, for ever */
+  return store_step_done(st, s, f);
+}
+
 muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *created,
                        fail_t *f) {
   if (queue_check_name(name, f))
@@ -110,36 +171,22 @@ muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *
   if (err && err != MUSTER_QUEUE_NOT_FOUND)
     return err;
   *created = err == MUSTER_QUEUE_NOT_FOUND;
+  *f = (fail_t){0};
+  if (*created && queue_trash_check(st, name, f)) /* its old tasks are not all gone */
+    return f->code;
   if (*created) {
     q = (queue_t){.lease_ms = QUEUE_DEFAULT_LEASE_MS,
                   .max_attempts = QUEUE_DEFAULT_MAX_ATTEMPTS,
                   .backoff_ms = QUEUE_DEFAULT_BACKOFF_MS,
                   .backoff_max_ms = QUEUE_DEFAULT_BACKOFF_MAX_MS,
                   .max_flags = QUEUE_DEFAULT_MAX_FLAGS,
-                  .created_ms = now_ms()};
+                  .created_ms = now_ms(),
+                  .keep_done_ms = QUEUE_KEEP_FOREVER};
     snprintf(q.name, sizeof q.name, "%s", name);
   }
-  *f = (fail_t){0};
   if (queue_apply(st, &q, body, f))
     return f->code;
-  sqlite3_stmt *s = store_stmt(st, "INSERT INTO queues(" QUEUE_COLUMNS ")"
-                                   " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
-                                   " ON CONFLICT(name) DO UPDATE SET lease_ms = excluded.lease_ms,"
-                                   " max_attempts = excluded.max_attempts,"
-                                   " backoff_ms = excluded.backoff_ms,"
-                                   " backoff_max_ms = excluded.backoff_max_ms,"
-                                   " next = excluded.next, max_flags = excluded.max_flags");
-  if (s == NULL)
-    return store_fail(st, f, "queue write");
-  store_bind_text(s, 1, q.name);
-  sqlite3_bind_int64(s, 2, q.lease_ms);
-  sqlite3_bind_int64(s, 3, q.max_attempts);
-  sqlite3_bind_int64(s, 4, q.backoff_ms);
-  sqlite3_bind_int64(s, 5, q.backoff_max_ms);
-  store_bind_text(s, 6, q.next[0] ? q.next : NULL);
-  sqlite3_bind_int64(s, 7, q.max_flags);
-  sqlite3_bind_int64(s, 8, q.created_ms);
-  return store_step_done(st, s, f);
+  return queue_write(st, &q, f);
 }
 
 json_t *queue_to_json(store_t *st, const queue_t *q) {
@@ -150,12 +197,15 @@ json_t *queue_to_json(store_t *st, const queue_t *q) {
   json_t *counts = json_object();
   for (int state = 0; state < TASK_STATE_COUNT; state++)
     json_object_set_new(counts, task_state_name(state), json_integer(by_state[state]));
-  return json_pack(
-      "{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:I, s:o}", "name", q->name, "lease_ms",
-      (json_int_t)q->lease_ms, "max_attempts", (json_int_t)q->max_attempts, "backoff_ms",
-      (json_int_t)q->backoff_ms, "backoff_max_ms", (json_int_t)q->backoff_max_ms, "next",
-      q->next[0] ? json_string(q->next) : json_null(), "max_flags", (json_int_t)q->max_flags,
-      "created_ms", (json_int_t)q->created_ms, "counts", counts);
+  json_t *keep =
+      q->keep_done_ms == QUEUE_KEEP_FOREVER ? json_null() : json_integer(q->keep_done_ms);
+  return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:I, s:o, s:I, s:I, s:o}", "name", q->name,
+                   "lease_ms", (json_int_t)q->lease_ms, "max_attempts", (json_int_t)q->max_attempts,
+                   "backoff_ms", (json_int_t)q->backoff_ms, "backoff_max_ms",
+                   (json_int_t)q->backoff_max_ms, "next",
+                   q->next[0] ? json_string(q->next) : json_null(), "max_flags",
+                   (json_int_t)q->max_flags, "keep_done_ms", keep, "reaped", (json_int_t)q->reaped,
+                   "created_ms", (json_int_t)q->created_ms, "counts", counts);
 }
 
 /* The count of tasks leasable now is not kept with the others: time alone
@@ -218,11 +268,8 @@ static muster_err_t queue_count_changes(store_t *st, sqlite3_stmt *s, const char
   return MUSTER_OK;
 }
 
-muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, int64_t *sessions,
-                          fail_t *f) {
-  queue_t q;
-  if (queue_load(st, name, &q, f))
-    return f->code;
+/* Refuses the deletion of `name` while another queue names it as `next`. */
+static muster_err_t queue_check_unused(store_t *st, const char *name, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT name FROM queues WHERE next = ?1 LIMIT 1");
   if (s == NULL)
     return store_fail(st, f, "queue delete");
@@ -235,6 +282,27 @@ muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, int64_t
     return f->code;
   }
   store_reset(s);
+  return MUSTER_OK;
+}
+
+/* A queue of QUEUE_CHUNK tasks or fewer goes in this transaction with its
+ * tasks, as it always did.  A bigger one would stall the head for as long as
+ * its tasks take to delete (1.8 s for a million): only the queue goes now,
+ * and its tasks go to the trash (queue_reap.c), deleted by the head's
+ * background work a chunk per loop turn. */
+muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, int64_t *sessions,
+                          bool *pending, fail_t *f) {
+  queue_t q;
+  int64_t by_state[TASK_STATE_COUNT];
+  if (queue_load(st, name, &q, f) || queue_check_unused(st, name, f) ||
+      counts_read(st, name, by_state, f))
+    return f->code;
+  *tasks = 0;
+  for (int state = 0; state < TASK_STATE_COUNT; state++)
+    *tasks += by_state[state];
+  *pending = *tasks > QUEUE_CHUNK;
+  if (*pending)
+    return queue_trash_put(st, name, *tasks, sessions, f);
   if (queue_count_changes(st, store_stmt(st, "DELETE FROM tasks WHERE queue = ?1"), name, tasks,
                           f) ||
       counts_drop(st, name, f) || session_close_queue(st, name, sessions, f) ||
@@ -244,49 +312,17 @@ muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, int64_t
                              f);
 }
 
-/* Takes the queued tasks of queue `name` that belong to a session streaming
- * from it out of their sessions' totals, before a purge deletes them, and
- * wakes those sessions' readers: a stream whose every other task has its
- * result then reads as stalled at the purged indexes (an `index_gap`)
- * instead of waiting for results that will never come. */
-static muster_err_t queue_purge_sessions(store_t *st, const char *name, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT tasks.session, count(*) FROM tasks INDEXED BY"
-                                   " tasks_ready JOIN sessions ON sessions.id = tasks.session"
-                                   " AND sessions.queue = tasks.queue WHERE tasks.queue = ?1"
-                                   " AND tasks.state = 0 GROUP BY tasks.session");
-  if (s == NULL)
-    return store_fail(st, f, "purge");
-  sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    char session[TASK_MAX_SESSION + 1];
-    snprintf(session, sizeof session, "%s", (const char *)sqlite3_column_text(s, 0));
-    int64_t n = sqlite3_column_int64(s, 1);
-    sqlite3_stmt *u = store_stmt(st, "UPDATE sessions SET total = total - ?2 WHERE id = ?1");
-    if (u == NULL)
-      break;
-    sqlite3_bind_text(u, 1, session, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(u, 2, n);
-    if (store_step_done(st, u, f)) {
-      store_reset(s);
-      return f->code;
-    }
-    store_notify_session(st, session);
-  }
-  store_reset(s);
-  return rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, "purge");
-}
-
+/* A purge through queue_purge_chunk, every chunk in this transaction. */
 muster_err_t queue_purge(store_t *st, const char *name, int64_t *purged, fail_t *f) {
-  queue_t q;
-  if (queue_load(st, name, &q, f) || queue_purge_sessions(st, name, f))
-    return f->code;
-  /* Through the queue's queued tasks only, not all of its tasks. */
-  sqlite3_stmt *s = store_stmt(st, "DELETE FROM tasks INDEXED BY tasks_ready"
-                                   " WHERE queue = ?1 AND state = 0");
-  if (queue_count_changes(st, s, name, purged, f))
-    return f->code;
-  return counts_move(st, name, TASK_QUEUED, COUNTS_NONE, *purged, f);
+  bool finished = false;
+  *purged = 0;
+  while (!finished) {
+    int64_t n = 0;
+    if (queue_purge_chunk(st, name, INT64_MAX, QUEUE_CHUNK, &n, &finished, f))
+      return f->code;
+    *purged += n;
+  }
+  return MUSTER_OK;
 }
 
 muster_err_t queue_requeue(store_t *st, const char *name, int64_t *requeued, fail_t *f) {

@@ -17,6 +17,12 @@
 #define QUEUE_DEFAULT_BACKOFF_MAX_MS 60000
 #define QUEUE_DEFAULT_MAX_FLAGS 5
 #define QUEUE_MAX_LEASE_MS (7LL * 24 * 3600 * 1000)
+#define QUEUE_KEEP_FOREVER (-1)                            /* keep_done_ms of "no retention" */
+#define QUEUE_MAX_KEEP_DONE_MS (3650LL * 24 * 3600 * 1000) /* ten years */
+/* Tasks removed per chunk of background work (queue_reap.c): a queue with
+ * more than this many tasks is deleted in chunks, a purge of more goes on
+ * in chunks, and the retention deletes at most this many per chunk. */
+#define QUEUE_CHUNK 1000
 
 typedef struct {
   char name[NAME_MAX_LEN + 1];
@@ -27,11 +33,14 @@ typedef struct {
   int64_t max_flags;      /* invalid-data flags before roll-back; >= 1 */
   char next[NAME_MAX_LEN + 1]; /* next stage, "" for none */
   int64_t created_ms;
+  int64_t keep_done_ms;   /* done tasks go this long after completion; QUEUE_KEEP_FOREVER */
+  int64_t reaped;         /* done tasks the retention removed so far */
 } queue_t;
 
-/* Fills *q from eight columns of a row, starting at column `first`, in this
+/* Fills *q from ten columns of a row, starting at column `first`, in this
  * order: name, lease_ms, max_attempts, backoff_ms, backoff_max_ms, next,
- * max_flags, created_ms (for a query that joins the queues table). */
+ * max_flags, created_ms, keep_done_ms, reaped (for a query that joins the
+ * queues table). */
 void queue_from_columns(sqlite3_stmt *s, int first, queue_t *q);
 
 /* MUSTER_OK when `name` is a name a queue may have; MUSTER_NAME_INVALID with
@@ -55,10 +64,14 @@ muster_err_t queue_count_ready(store_t *st, const char *name, int64_t *ready, fa
 /* {"queues": [...]} ordered by name (new reference). */
 json_t *queue_list(store_t *st, fail_t *f);
 /* Deletes the queue and its tasks, closing the sessions that stream from
- * it; *tasks and *sessions get how many went. */
+ * it; *tasks and *sessions get how many went.  A queue of more than
+ * QUEUE_CHUNK tasks goes at once for every client, but its tasks stay, in
+ * the trash, for queue_trash_step to delete in chunks (*pending true); a
+ * queue of that name cannot be created again until they are gone. */
 muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, int64_t *sessions,
-                          fail_t *f);
-/* Deletes the queued tasks of the queue. */
+                          bool *pending, fail_t *f);
+/* Deletes the queued tasks of the queue, all in this transaction (tests and
+ * tools; the route purges in chunks: queue_purge_chunk). */
 muster_err_t queue_purge(store_t *st, const char *name, int64_t *purged, fail_t *f);
 /* Puts dead and failed tasks back to queued, attempts and flags reset. */
 muster_err_t queue_requeue(store_t *st, const char *name, int64_t *requeued, fail_t *f);

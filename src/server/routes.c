@@ -13,6 +13,8 @@
 #include "lease.h"
 #include "log.h"
 #include "queue.h"
+#include "queue_reap.h"
+#include "reaper.h"
 #include "routes_pool.h"
 #include "shared_routes.h"
 #include "task.h"
@@ -86,21 +88,29 @@ static void h_queue_get(http_req_t *r) {
   reply_or_fail(r, 200, out, &f);
 }
 
+/* A big queue's tasks go in the background: the reply waits for them. */
 static void h_queue_delete(http_req_t *r) {
   fail_t f = {0};
   int64_t tasks = 0, sessions = 0;
-  if (queue_delete(ST(r), r->params[0], &tasks, &sessions, &f))
+  bool pending = false;
+  if (queue_delete(ST(r), r->params[0], &tasks, &sessions, &pending, &f))
     http_reply_fail(r, &f);
+  else if (pending)
+    reaper_park_delete(r, r->params[0], tasks, sessions);
   else
     http_reply_json(r, 200, json_pack("{s:s, s:I, s:I}", "deleted", r->params[0], "tasks",
                                       (json_int_t)tasks, "sessions_closed", (json_int_t)sessions));
 }
 
+/* The first chunk now; more go on in the background, and the reply waits. */
 static void h_queue_purge(http_req_t *r) {
   fail_t f = {0};
-  int64_t n = 0;
-  if (queue_purge(ST(r), r->params[0], &n, &f))
+  int64_t n = 0, horizon = queue_purge_horizon(ST(r));
+  bool finished = false;
+  if (queue_purge_chunk(ST(r), r->params[0], horizon, QUEUE_CHUNK, &n, &finished, &f))
     http_reply_fail(r, &f);
+  else if (!finished)
+    reaper_park_purge(r, r->params[0], horizon, n);
   else
     http_reply_json(r, 200, json_pack("{s:I}", "purged", (json_int_t)n));
 }

@@ -24,6 +24,7 @@ typedef struct waiter waiter_t;
 typedef struct results_waiter results_waiter_t;
 typedef struct shared_upload shared_upload_t;
 typedef struct syncer syncer_t;
+typedef struct reaper reaper_t;
 
 /* A list of replies: pending a commit, or committed and pending a WAL flush. */
 typedef struct {
@@ -84,6 +85,7 @@ typedef struct head {
   waiter_t *waiters;       /* parked long-poll leases, oldest first */
   results_waiter_t *results_waiters; /* parked long-poll reads of session results */
   shared_upload_t *uploads; /* streamed uploads in progress (shared_upload.c) */
+  reaper_t *reaper;        /* tasks removed in the background (reaper.c) */
   char (*dirty)[NAME_MAX_LEN + 1]; /* queues that may serve waiters */
   size_t ndirty, dirty_cap;
   int64_t started_ms;

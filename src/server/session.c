@@ -551,15 +551,17 @@ static muster_err_t session_exec(store_t *st, const char *sql, const char *id, i
 }
 
 /* Takes the session's tasks (in its queue and, through pipelines, in later
- * stages) off the counts; *unfinished gets how many were queued or leased,
- * *all how many there are.  Run before they are deleted. */
-static muster_err_t session_uncount(store_t *st, const char *id, int64_t *unfinished, int64_t *all,
-                                    fail_t *f) {
+ * stages) but those in queue `leave` (NULL: none) off the counts;
+ * *unfinished gets how many were queued or leased, *all how many there are.
+ * Run before they are deleted. */
+static muster_err_t session_uncount(store_t *st, const char *id, const char *leave,
+                                    int64_t *unfinished, int64_t *all, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT queue, state, count(*) FROM tasks WHERE session = ?1"
-                                   " GROUP BY queue, state");
+                                   " AND queue IS NOT ?2 GROUP BY queue, state");
   if (s == NULL)
     return store_fail(st, f, "session close");
   store_bind_text(s, 1, id);
+  store_bind_text(s, 2, leave);
   *unfinished = *all = 0;
   int rc;
   /* Writing queue_counts between the rows is safe: this reads tasks only. */
@@ -578,7 +580,25 @@ static muster_err_t session_uncount(store_t *st, const char *id, int64_t *unfini
   return rc == SQLITE_DONE ? MUSTER_OK : store_fail(st, f, "session close");
 }
 
-json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
+/* Deletes the tasks of session `id` but those in queue `leave` (NULL: none);
+ * *deleted gets how many. */
+static muster_err_t session_delete_tasks(store_t *st, const char *id, const char *leave,
+                                         int64_t *deleted, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "DELETE FROM tasks WHERE session = ?1 AND queue IS NOT ?2");
+  if (s == NULL)
+    return store_fail(st, f, "session close");
+  store_bind_text(s, 1, id);
+  store_bind_text(s, 2, leave);
+  if (store_step_done(st, s, f))
+    return f->code;
+  *deleted = sqlite3_changes64(store_db(st));
+  return MUSTER_OK;
+}
+
+/* session_close, leaving the session's tasks in queue `leave` (NULL: none)
+ * to the caller, which deletes that queue's tasks itself. */
+static json_t *session_close_leaving(store_t *st, const char *id, const char *why,
+                                     const char *leave, fail_t *f) {
   session_t ss;
   int64_t cancelled = 0, deleted = 0;
   if (session_load(st, id, &ss, NULL, f))
@@ -591,8 +611,8 @@ json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
   /* Unfinished tasks are cancelled (the reply says how many) and every
    * task of the session goes. */
   int64_t counted;
-  if (session_uncount(st, id, &cancelled, &counted, f) ||
-      session_exec(st, "DELETE FROM tasks WHERE session = ?1", id, &deleted, f) ||
+  if (session_uncount(st, id, leave, &cancelled, &counted, f) ||
+      session_delete_tasks(st, id, leave, &deleted, f) ||
       session_exec(st, "DELETE FROM session_results WHERE session = ?1", id, NULL, f) ||
       update_delete_session(st, id, f) || shared_delete_scope(st, id, NULL, f))
     return NULL;
@@ -611,6 +631,10 @@ json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
   store_notify_session(st, id); /* its waiting readers learn that it is gone */
   return json_pack("{s:s, s:I, s:I}", "id", id, "cancelled", (json_int_t)cancelled, "deleted",
                    (json_int_t)deleted);
+}
+
+json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
+  return session_close_leaving(st, id, why, NULL, f);
 }
 
 bool session_any_due(store_t *st, int64_t now) {
@@ -676,7 +700,9 @@ muster_err_t session_close_queue(store_t *st, const char *queue, int64_t *closed
       snprintf(ids[n++], sizeof ids[0], "%s", (const char *)sqlite3_column_text(s, 0));
     store_reset(s);
     for (size_t i = 0; i < n; i++) {
-      json_t *out = session_close(st, ids[i], why, f);
+      /* The tasks in `queue` are its deletion's (queue.c): in chunks when
+       * they are many, not in this transaction. */
+      json_t *out = session_close_leaving(st, ids[i], why, queue, f);
       if (out == NULL)
         return f->code;
       json_decref(out);

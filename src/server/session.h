@@ -99,7 +99,8 @@ json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f);
 /* Closes every open session streaming from queue `queue` (session_close), as
  * its queue is deleted: their readers are answered session_not_found, which
  * names why, instead of waiting for tasks that are gone.  *closed gets their
- * number. */
+ * number.  Their tasks in `queue` itself are left to the queue's deletion,
+ * which may go in chunks (queue_reap.c). */
 muster_err_t session_close_queue(store_t *st, const char *queue, int64_t *closed, fail_t *f);
 
 /* Records the result of task `task` in its session's stream if it belongs to

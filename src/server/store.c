@@ -246,6 +246,17 @@ static const char *const migrations[] = {
     "CREATE INDEX iter_blocks_pending ON iter_blocks(iter, lane, block) WHERE state = 0;"
     "CREATE INDEX iter_blocks_leased ON iter_blocks(deadline_ms) WHERE state = 1;"
     "CREATE INDEX iter_blocks_by_rank ON iter_blocks(iter, rank) WHERE state = 1;",
+    /* Retention of done tasks (queue_reap.c): how long a queue keeps a done
+     * task after its completion (NULL: for ever) and how many it removed so
+     * far.  The removal finds them through tasks_by_queue, which exists
+     * already: no index is written on the task's path for it.  And the
+     * queues being deleted: a queue with many tasks leaves `queues` at once,
+     * its tasks are deleted in chunks by the head's background work, and its
+     * counts stay exact until the last chunk drops them with this row. */
+    "ALTER TABLE queues ADD COLUMN keep_done_ms INTEGER;"
+    "ALTER TABLE queues ADD COLUMN reaped INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE queue_trash ("
+    "  name TEXT PRIMARY KEY, tasks INTEGER NOT NULL, deleted_ms INTEGER NOT NULL) WITHOUT ROWID;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

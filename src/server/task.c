@@ -402,8 +402,38 @@ static json_t *task_from_row(sqlite3_stmt *s, bool brief) {
   return task;
 }
 
+/* Fills *f with why task `id` is not found: it waits in the trash of a
+ * deleted queue (queue_reap.h), or its id was handed out (ids are given
+ * in turn, so every id up to the highest was) and the task removed since,
+ * or it never existed. */
+static void task_not_found(store_t *st, int64_t id, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT queue, 1 FROM tasks WHERE id = ?1 UNION ALL"
+                                   " SELECT NULL, ?1 <= (SELECT max(id) FROM tasks) LIMIT 1");
+  if (s == NULL) {
+    store_fail(st, f, "task lookup");
+    return;
+  }
+  sqlite3_bind_int64(s, 1, id);
+  int rc = sqlite3_step(s);
+  const unsigned char *queue = rc == SQLITE_ROW ? sqlite3_column_text(s, 0) : NULL;
+  bool removed = rc == SQLITE_ROW && sqlite3_column_int(s, 1);
+  if (queue)
+    fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld was in queue '%s', which was deleted",
+             (long long)id, (const char *)queue);
+  else if (removed)
+    fail_set(f, MUSTER_TASK_NOT_FOUND,
+             "task %lld does not exist any more: it was removed by its queue's retention of "
+             "done tasks (keep_done_ms), a purge, or the deletion of its queue or session",
+             (long long)id);
+  else
+    fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
+  store_reset(s);
+}
+
 json_t *task_get(store_t *st, int64_t id, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks WHERE id = ?1");
+  /* A task of a deleted queue may wait in the trash: gone for clients. */
+  sqlite3_stmt *s = store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks WHERE id = ?1"
+                                   " AND EXISTS (SELECT 1 FROM queues WHERE name = tasks.queue)");
   if (s == NULL) {
     store_fail(st, f, "task lookup");
     return NULL;
@@ -412,7 +442,7 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
   json_t *task = sqlite3_step(s) == SQLITE_ROW ? task_from_row(s, false) : NULL;
   store_reset(s);
   if (task == NULL)
-    fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
+    task_not_found(st, id, f);
   return task;
 }
 

@@ -85,12 +85,76 @@ static inline int64_t jint(const json_t *obj, const char *key) {
   return json_integer_value(json_object_get(obj, key));
 }
 
+/* The schema version that gave queues their retention columns (store.c).
+ * Tests that build a store at an older version, to upgrade it, make and read
+ * its queues with the columns it had: queue_put and queue_load name the
+ * newer ones. */
+#define FIXTURE_VERSION_RETENTION 16
+
+static inline bool fixture_old_queues(void) {
+  sqlite3_stmt *s = NULL;
+  int version = 0;
+  if (sqlite3_prepare_v2(store_db(st), "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW)
+    version = sqlite3_column_int(s, 0);
+  sqlite3_finalize(s);
+  return version < FIXTURE_VERSION_RETENTION;
+}
+
+/* An integer setting of `body`, or `dflt`. */
+static inline int64_t fixture_setting(const json_t *body, const char *key, int64_t dflt) {
+  const json_t *v = json_object_get(body, key);
+  return v ? json_integer_value(v) : dflt;
+}
+
+/* make_queue in a store older than FIXTURE_VERSION_RETENTION. */
+static inline void make_queue_old(const char *name, const json_t *body) {
+  sqlite3_stmt *s = NULL;
+  assert_int_equal(sqlite3_prepare_v2(store_db(st),
+                                      "INSERT INTO queues(name, lease_ms, max_attempts, backoff_ms,"
+                                      " backoff_max_ms, next, max_flags, created_ms)"
+                                      " VALUES(?1, ?2, ?3, ?4, ?5, NULL, ?6, 1)",
+                                      -1, &s, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(s, 2, fixture_setting(body, "lease_ms", QUEUE_DEFAULT_LEASE_MS));
+  sqlite3_bind_int64(s, 3, fixture_setting(body, "max_attempts", QUEUE_DEFAULT_MAX_ATTEMPTS));
+  sqlite3_bind_int64(s, 4, fixture_setting(body, "backoff_ms", QUEUE_DEFAULT_BACKOFF_MS));
+  sqlite3_bind_int64(s, 5, fixture_setting(body, "backoff_max_ms", QUEUE_DEFAULT_BACKOFF_MAX_MS));
+  sqlite3_bind_int64(s, 6, fixture_setting(body, "max_flags", QUEUE_DEFAULT_MAX_FLAGS));
+  assert_int_equal(sqlite3_step(s), SQLITE_DONE);
+  sqlite3_finalize(s);
+}
+
 static inline void make_queue(const char *name, const char *settings) {
   json_t *body = parse(settings);
   bool created = false;
   fail_t f = {0};
-  assert_int_equal(queue_put(st, name, body, &created, &f), MUSTER_OK);
+  if (fixture_old_queues())
+    make_queue_old(name, body);
+  else
+    assert_int_equal(queue_put(st, name, body, &created, &f), MUSTER_OK);
   json_decref(body);
+}
+
+/* queue_load, also in a store older than FIXTURE_VERSION_RETENTION. */
+static inline void load_queue(const char *name, queue_t *q) {
+  fail_t f = {0};
+  if (!fixture_old_queues()) {
+    assert_int_equal(queue_load(st, name, q, &f), MUSTER_OK);
+    return;
+  }
+  sqlite3_stmt *s = NULL;
+  assert_int_equal(sqlite3_prepare_v2(store_db(st),
+                                      "SELECT name, lease_ms, max_attempts, backoff_ms,"
+                                      " backoff_max_ms, next, max_flags, created_ms, NULL, 0"
+                                      " FROM queues WHERE name = ?1",
+                                      -1, &s, NULL),
+                   SQLITE_OK);
+  sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
+  assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+  queue_from_columns(s, 0, q);
+  sqlite3_finalize(s);
 }
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * test_counts.c — unit tests of the task counts per queue and state
  * (counts.c): every kind of transition, driven through the domain functions
- * against an in-memory store, followed by a recount of the tasks themselves;
+ * against an in-memory store (the removals in chunks of queue_reap.c too),
+ * followed by a recount of the tasks themselves;
  * a savepoint rolled back takes its counts with it; listing by state reads
  * the same tasks through each of its indexes; and a store at the schema
  * version before the counts (6) upgrades with its tasks counted.
@@ -22,6 +23,7 @@
 #include "server/log.h"
 #include "server/node.h"
 #include "server/queue.h"
+#include "server/queue_reap.h"
 #include "server/session.h"
 #include "server/task.h"
 #include "server/worker.h"
@@ -164,6 +166,30 @@ static int64_t register_worker(const char *text) {
   return id;
 }
 
+/* Puts `n` tasks into `queue`, 1000 a request. */
+static void put_many(const char *queue, int n) {
+  for (int first = 0; first < n; first += 1000) {
+    json_t *tasks = json_array();
+    for (int i = first; i < n && i < first + 1000; i++)
+      json_array_append_new(tasks, json_pack("{s:i}", "payload", i));
+    json_t *body = json_pack("{s:o}", "tasks", tasks);
+    fail_t f = {0};
+    json_t *out = task_put(st, queue, body, 1 << 20, &f);
+    assert_non_null(out);
+    json_decref(out);
+    json_decref(body);
+  }
+}
+
+/* Leases `n` tasks of `queue` (at most 1000) and completes them. */
+static void complete_some(const char *queue, size_t n) {
+  json_t *l = lease(queue, 0, (int64_t)n);
+  assert_int_equal(json_array_size(l), n);
+  for (size_t i = 0; i < n; i++)
+    assert_int_equal(apply(LEASE_COMPLETE, l, i, NULL), MUSTER_OK);
+  json_decref(l);
+}
+
 /* ---- transitions ---- */
 
 static void test_put_lease_complete_fail(void **unused) {
@@ -240,6 +266,7 @@ static void test_requeue_purge_delete(void **unused) {
   json_decref(again);
   expect("fail one more", "q", "3 1 0 1 1 0");
   int64_t n = 0, sessions = 0;
+  bool pending = false;
   assert_int_equal(queue_requeue(st, "q", &n, &f), MUSTER_OK);
   assert_int_equal(n, 2);
   expect("requeue the queue's failed and dead", "q", "5 1 0 0 0 0");
@@ -254,7 +281,7 @@ static void test_requeue_purge_delete(void **unused) {
   put("q", "[{\"payload\": 7}, {\"payload\": 8}]");
   make_queue("other", "{}");
   put("other", "[{\"payload\": 9}]");
-  assert_int_equal(queue_delete(st, "q", &n, &sessions, &f), MUSTER_OK);
+  assert_int_equal(queue_delete(st, "q", &n, &sessions, &pending, &f), MUSTER_OK);
   assert_int_equal(n, 3);
   check_recount("queue delete");
   int64_t by_state[TASK_STATE_COUNT];
@@ -391,12 +418,72 @@ static void test_sessions(void **unused) {
   expect("session expiry", "a", "0 1 0 0 0 0");
 }
 
+/* The removals in chunks (queue_reap.c), the counts checked after each: a big
+ * queue's deletion leaves its tasks in the trash, each chunk takes its tasks
+ * out of the counts and the last drops them; a purge in chunks up to its
+ * horizon; a pass of retention over done tasks. */
+static void test_chunked_removals(void **unused) {
+  fail_t f = {0};
+  int64_t n = 0, sessions = 0, total = 0;
+  bool pending = false, finished = false;
+  make_queue("t", "{}");
+  put_many("t", 2500);
+  complete_some("t", 300);
+  json_decref(lease("t", 0, 400));
+  expect("setup", "t", "1800 400 300 0 0 0");
+  assert_int_equal(queue_delete(st, "t", &n, &sessions, &pending, &f), MUSTER_OK);
+  assert_true(pending);
+  assert_int_equal(n, 2500);
+  check_recount("the queue to the trash, its leased tasks deleted");
+  assert_int_equal(queue_trash_check(st, "t", &f), MUSTER_INVALID_STATE);
+  for (int chunk = 0; !finished; chunk++) {
+    assert_true(chunk < 3);
+    assert_int_equal(queue_trash_step(st, "t", QUEUE_CHUNK, &n, &finished, &f), MUSTER_OK);
+    check_recount("a chunk of the trash");
+  }
+  assert_int_equal(query_int(store_db(st), "SELECT count(*) FROM queue_counts WHERE queue = 't'"),
+                   0);
+  assert_int_equal(queue_trash_check(st, "t", &f), MUSTER_OK);
+
+  make_queue("p", "{}");
+  put_many("p", 2500);
+  json_decref(lease("p", 0, 10));
+  int64_t horizon = queue_purge_horizon(st);
+  put_many("p", 5); /* after the purge began: they stay */
+  for (finished = false; !finished; total += n) {
+    assert_int_equal(queue_purge_chunk(st, "p", horizon, QUEUE_CHUNK, &n, &finished, &f),
+                     MUSTER_OK);
+    check_recount("a chunk of a purge");
+  }
+  assert_int_equal(total, 2490);
+  expect("a purge in chunks", "p", "5 10 0 0 0 0");
+
+  make_queue("r", "{\"keep_done_ms\": 0}");
+  put_many("r", 1500);
+  complete_some("r", 1000);
+  complete_some("r", 200);
+  int64_t cursor = 0;
+  total = 0;
+  for (bool pass_done = false; !pass_done; total += n) {
+    assert_int_equal(
+        queue_reap_chunk(st, "r", now_ms() + 1, QUEUE_CHUNK, &cursor, &n, &pass_done, &f),
+        MUSTER_OK);
+    check_recount("a chunk of retention");
+  }
+  assert_int_equal(total, 1200);
+  expect("a pass of retention", "r", "300 0 0 0 0 0");
+  queue_t q;
+  assert_int_equal(queue_load(st, "r", &q, &f), MUSTER_OK);
+  assert_int_equal(q.reaped, 1200);
+}
+
 /* Count changes wait for the commit (counts.c): a queue deleted and made
  * again in one transaction keeps only what came after its deletion, also when
  * the request that deleted it is rolled back in between. */
 static void test_changes_wait_for_the_commit(void **unused) {
   fail_t f = {0};
   int64_t n = 0, sessions = 0;
+  bool pending = false;
   make_queue("d", "{}");
   put("d", "[{\"payload\": 1}, {\"payload\": 2}]");
   expect("two puts", "d", "2 0 0 0 0 0"); /* committed */
@@ -404,7 +491,7 @@ static void test_changes_wait_for_the_commit(void **unused) {
   json_t *l = lease("d", 0, 1);
   json_decref(l);
   check_read("a put and a lease, not committed");
-  assert_int_equal(queue_delete(st, "d", &n, &sessions, &f), MUSTER_OK);
+  assert_int_equal(queue_delete(st, "d", &n, &sessions, &pending, &f), MUSTER_OK);
   assert_int_equal(n, 3);
   make_queue("d", "{}");
   put("d", "[{\"payload\": 4}]");
@@ -412,7 +499,7 @@ static void test_changes_wait_for_the_commit(void **unused) {
   /* A request that deletes the queue again, rolled back: the marks go too. */
   store_request_end(st, true);
   assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
-  assert_int_equal(queue_delete(st, "d", &n, &sessions, &f), MUSTER_OK);
+  assert_int_equal(queue_delete(st, "d", &n, &sessions, &pending, &f), MUSTER_OK);
   store_request_end(st, false);
   assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
   expect("the deletion rolled back", "d", "1 0 0 0 0 0");
@@ -424,6 +511,7 @@ static void test_changes_wait_for_the_commit(void **unused) {
 static void test_many_queues_in_one_commit(void **unused) {
   fail_t f = {0};
   int64_t n = 0, sessions = 0;
+  bool pending = false;
   char name[32];
   for (int i = 0; i < 40; i++) {
     snprintf(name, sizeof name, "m%d", i);
@@ -431,7 +519,7 @@ static void test_many_queues_in_one_commit(void **unused) {
     put(name, "[{\"payload\": 1}, {\"payload\": 2}, {\"payload\": 3}]");
     json_decref(lease(name, 0, 1));
   }
-  assert_int_equal(queue_delete(st, "m7", &n, &sessions, &f), MUSTER_OK);
+  assert_int_equal(queue_delete(st, "m7", &n, &sessions, &pending, &f), MUSTER_OK);
   make_queue("m7", "{}");
   put("m7", "[{\"payload\": 1}]");
   for (int i = 0; i < 40; i += 3) {
@@ -668,6 +756,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_flags_and_pipelines, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_sessions, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_rollback, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_chunked_removals, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_changes_wait_for_the_commit, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_many_queues_in_one_commit, fixture_setup,

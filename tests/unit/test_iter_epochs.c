@@ -206,7 +206,8 @@ static void test_upgrade_from_final_acks(void **unused) {
   assert_non_null(st);
   assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
   sqlite3 *db = store_db(st);
-  assert_int_equal(query_int(db, "PRAGMA user_version"), VERSION_BEFORE_EPOCH_ROWS + 1);
+  /* Migrated through the epoch rows (and any migration after them). */
+  assert_true(query_int(db, "PRAGMA user_version") >= VERSION_BEFORE_EPOCH_ROWS + 1);
   assert_int_equal(query_int(db, "SELECT count(*) FROM sqlite_master WHERE"
                                  " name = 'iter_final_acks'"),
                    0);

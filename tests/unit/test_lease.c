@@ -40,7 +40,7 @@ static int64_t put(const char *queue, const char *task_json) {
 static json_t *lease(const char *queue, int64_t max) {
   queue_t q;
   fail_t f = {0};
-  assert_int_equal(queue_load(st, queue, &q, &f), MUSTER_OK);
+  load_queue(queue, &q);
   json_t *leases = lease_acquire(st, &q, 0, max, &f);
   assert_non_null(leases);
   return leases;
@@ -447,7 +447,7 @@ static int64_t register_worker(void) {
 static void lease_for(const char *queue, int64_t worker, int64_t max) {
   queue_t q;
   fail_t f = {0};
-  assert_int_equal(queue_load(st, queue, &q, &f), MUSTER_OK);
+  load_queue(queue, &q);
   json_t *leases = lease_acquire(st, &q, worker, max, &f);
   assert_non_null(leases);
   assert_int_equal(json_array_size(leases), max);
