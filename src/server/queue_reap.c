@@ -299,6 +299,10 @@ static muster_err_t reap_collect(store_t *st, const char *name, int64_t cutoff, 
   sqlite3_bind_int64(s, 3, max);
   int rc;
   int64_t examined = 0;
+  /* The task with the highest id stays while it is the highest: SQLite gives
+   * a new row the highest id + 1, so removing it would give its id to the
+   * next task put, and a client holding the old id would read another task. */
+  int64_t newest = queue_purge_horizon(st);
   *pass_done = false;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     if (sqlite3_column_int64(s, 4) > cutoff) {
@@ -308,7 +312,7 @@ static muster_err_t reap_collect(store_t *st, const char *name, int64_t cutoff, 
     *cursor = sqlite3_column_int64(s, 0);
     examined++;
     if (sqlite3_column_int(s, 1) == TASK_DONE && sqlite3_column_int(s, 2) &&
-        sqlite3_column_int64(s, 3) <= cutoff)
+        sqlite3_column_int64(s, 3) <= cutoff && *cursor != newest)
       ids[(*n)++] = *cursor;
   }
   store_reset(s);
