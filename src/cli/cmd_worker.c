@@ -14,6 +14,7 @@
  */
 #include "cli/cli.h"
 #include "cli/worker.h"
+#include "core/deadline.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -145,19 +146,6 @@ static void worker_beat(worker_t *w, const char *progress) {
             muster_client_message(client));
 }
 
-/* Waits on w->wake (w->lock held) for at most `ms` milliseconds. */
-static void worker_wait_ms(worker_t *w, long ms) {
-  struct timespec until;
-  clock_gettime(CLOCK_MONOTONIC, &until);
-  until.tv_sec += ms / 1000;
-  until.tv_nsec += (ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
-  pthread_cond_timedwait(&w->wake, &w->lock, &until);
-}
-
 static void *worker_heartbeat_main(void *arg) {
   worker_t *w = arg;
   char last[256] = "", progress[256];
@@ -174,7 +162,8 @@ static void *worker_heartbeat_main(void *arg) {
       if (w->hb_stop)
         break;
     }
-    worker_wait_ms(w, tick);
+    struct timespec until = deadline_in_ms(tick);
+    pthread_cond_timedwait(&w->wake, &w->lock, &until);
     if (w->hb_stop)
       break;
     worker_progress(w, progress, sizeof progress);

@@ -21,6 +21,7 @@
  * the head hands the node over at once (lock.c, docs/node.md).
  */
 #include "node/agent.h"
+#include "core/deadline.h"
 #include "core/names.h"
 #include "core/streak.h"
 #include "node/cache.h"
@@ -350,15 +351,7 @@ static void *agent_bg_main(void *arg) {
       pthread_mutex_lock(&a->lock);
       continue;
     }
-    int64_t until_ms = bg->next_ms - agent_now_ms();
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += until_ms / 1000;
-    until.tv_nsec += (until_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = deadline_in_ms(bg->next_ms - agent_now_ms());
     if (a->ncrashed == 0 && !a->bg_stop)
       pthread_cond_timedwait(&a->wake, &a->lock, &until);
   }

@@ -164,10 +164,8 @@ static muster_err_t queue_write(store_t *st, const queue_t *q, fail_t *f) {
 
 muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *created,
                        fail_t *f) {
-  if (queue_check_name(name, f))
-    return f->code;
   queue_t q;
-  muster_err_t err = queue_load(st, name, &q, f);
+  muster_err_t err = queue_load(st, name, &q, f); /* checks the name first */
   if (err && err != MUSTER_QUEUE_NOT_FOUND)
     return err;
   *created = err == MUSTER_QUEUE_NOT_FOUND;
