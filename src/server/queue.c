@@ -301,6 +301,7 @@ muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, int64_t
   *pending = *tasks > QUEUE_CHUNK;
   if (*pending)
     return queue_trash_put(st, name, *tasks, sessions, f);
+  store_note_tasks_deleted(st);
   if (queue_count_changes(st, store_stmt(st, "DELETE FROM tasks WHERE queue = ?1"), name, tasks,
                           f) ||
       counts_drop(st, name, f) || session_close_queue(st, name, sessions, f) ||

@@ -42,6 +42,7 @@ static muster_err_t queue_trash_leased(store_t *st, const char *name, fail_t *f)
   if (s == NULL)
     return store_fail(st, f, "queue delete");
   store_bind_text(s, 1, name);
+  store_note_tasks_deleted(st);
   if (store_step_done(st, s, f))
     return f->code;
   return counts_move(st, name, TASK_LEASED, COUNTS_NONE, sqlite3_changes64(store_db(st)), f);
@@ -90,6 +91,7 @@ muster_err_t queue_trash_step(store_t *st, const char *name, int64_t max, int64_
     return store_fail(st, f, "queue delete");
   store_bind_text(s, 1, name);
   sqlite3_bind_int64(s, 2, max);
+  store_note_tasks_deleted(st);
   int64_t by_state[TASK_STATE_COUNT] = {0};
   int rc;
   *deleted = 0;
@@ -140,13 +142,7 @@ muster_err_t queue_trash_check(store_t *st, const char *name, fail_t *f) {
 /* ---- purges ---- */
 
 int64_t queue_purge_horizon(store_t *st) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT coalesce(max(id), 0) FROM tasks");
-  int64_t horizon = INT64_MAX; /* when the store fails: every queued task */
-  if (s && sqlite3_step(s) == SQLITE_ROW)
-    horizon = sqlite3_column_int64(s, 0);
-  if (s)
-    store_reset(s);
-  return horizon;
+  return store_last_task(st);
 }
 
 /* A chunk's purged tasks of one session: how many. */
@@ -217,6 +213,7 @@ static muster_err_t queue_delete_ids(store_t *st, const int64_t *ids, size_t n, 
   sqlite3_stmt *d = store_stmt(st, "DELETE FROM tasks WHERE id = ?1");
   if (d == NULL)
     return store_fail(st, f, what);
+  store_note_tasks_deleted(st);
   for (size_t i = 0; i < n; i++) {
     sqlite3_bind_int64(d, 1, ids[i]);
     if (store_step_done(st, d, f))
@@ -299,10 +296,6 @@ static muster_err_t reap_collect(store_t *st, const char *name, int64_t cutoff, 
   sqlite3_bind_int64(s, 3, max);
   int rc;
   int64_t examined = 0;
-  /* The task with the highest id stays while it is the highest: SQLite gives
-   * a new row the highest id + 1, so removing it would give its id to the
-   * next task put, and a client holding the old id would read another task. */
-  int64_t newest = queue_purge_horizon(st);
   *pass_done = false;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     if (sqlite3_column_int64(s, 4) > cutoff) {
@@ -312,7 +305,7 @@ static muster_err_t reap_collect(store_t *st, const char *name, int64_t cutoff, 
     *cursor = sqlite3_column_int64(s, 0);
     examined++;
     if (sqlite3_column_int(s, 1) == TASK_DONE && sqlite3_column_int(s, 2) &&
-        sqlite3_column_int64(s, 3) <= cutoff && *cursor != newest)
+        sqlite3_column_int64(s, 3) <= cutoff)
       ids[(*n)++] = *cursor;
   }
   store_reset(s);

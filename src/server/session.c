@@ -589,6 +589,7 @@ static muster_err_t session_delete_tasks(store_t *st, const char *id, const char
     return store_fail(st, f, "session close");
   store_bind_text(s, 1, id);
   store_bind_text(s, 2, leave);
+  store_note_tasks_deleted(st);
   if (store_step_done(st, s, f))
     return f->code;
   *deleted = sqlite3_changes64(store_db(st));

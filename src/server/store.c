@@ -40,6 +40,9 @@ struct store {
   int64_t token_floor;   /* committed in meta: no token up to it is ever reused */
   int64_t opened_ms;     /* when this process opened the file (store_opened_ms) */
   int64_t new_tasks;     /* lowest task id inserted since store_take_new_tasks */
+  int64_t last_task;     /* highest task id handed out (store_task_ids) */
+  int64_t task_floor;    /* committed in meta: no task id up to it is ever reused */
+  bool tasks_deleted;    /* the open transaction deleted tasks */
   store_tx_fn on_tx;
   store_ready_fn on_ready;
   store_session_fn on_session;
@@ -355,15 +358,20 @@ static muster_err_t store_migrate(store_t *st, int upto, fail_t *f) {
   return MUSTER_OK;
 }
 
-static int64_t store_load_token(store_t *st) {
+/* The highest value handed out before this process: the larger of `sql`'s
+ * first column (a max over tasks) and meta's floor `key`. */
+static int64_t store_load_highest(store_t *st, const char *column, const char *key) {
+  char sql[160];
+  snprintf(sql, sizeof sql,
+           "SELECT max(coalesce((SELECT max(%s) FROM tasks), 0),"
+           " coalesce((SELECT v FROM meta WHERE k = '%s'), 0))",
+           column, key);
   sqlite3_stmt *s = NULL;
-  int64_t token = 0;
-  const char *sql = "SELECT max(coalesce((SELECT max(token) FROM tasks), 0),"
-                    " coalesce((SELECT v FROM meta WHERE k = 'last_token'), 0))";
+  int64_t highest = 0;
   if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
-    token = sqlite3_column_int64(s, 0);
+    highest = sqlite3_column_int64(s, 0);
   sqlite3_finalize(s);
-  return token;
+  return highest;
 }
 
 /* Before SQLite's first use: no global memory statistics, which would take a
@@ -500,7 +508,8 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     store_close(st);
     return NULL;
   }
-  st->last_token = st->token_floor = store_load_token(st);
+  st->last_token = st->token_floor = store_load_highest(st, "token", "last_token");
+  st->last_task = st->task_floor = store_load_highest(st, "id", "last_task");
   st->new_tasks = INT64_MAX;
   return st;
 }
@@ -581,29 +590,54 @@ void store_request_end(store_t *st, bool ok) {
   metrics_request_end(ok);
 }
 
-muster_err_t store_commit(store_t *st, fail_t *f) {
-  if (!st->in_tx)
-    return MUSTER_OK;
-  st->in_tx = false;
+/* Sets meta's `key` to `v` in the open transaction. */
+static muster_err_t store_write_floor(store_t *st, const char *sql, int64_t v, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, sql);
+  if (s == NULL)
+    return store_fail(st, f, "meta floor");
+  sqlite3_bind_int64(s, 1, v);
+  return store_step_done(st, s, f);
+}
+
+/* Raises meta's floors before a commit (see store_commit); *token_floor gets
+ * the token floor that the commit makes durable. */
+static muster_err_t store_write_floors(store_t *st, int64_t *token_floor, fail_t *f) {
   /* Tokens must never repeat, even after the tasks that carried the highest
    * ones are deleted, so meta holds a floor above every token handed out.  It
    * is raised a block of STORE_TOKEN_BLOCK at a time: most commits (every one
    * without a lease, and all but one in STORE_TOKEN_BLOCK with) write no meta
    * page at all.  A restart starts above the floor, skipping the unused rest. */
-  int64_t floor = st->token_floor;
-  bool ok = true;
-  if (st->last_token > floor) {
-    floor = st->last_token + STORE_TOKEN_BLOCK;
-    sqlite3_stmt *s = store_stmt(st, "INSERT INTO meta(k, v) VALUES('last_token', ?1)"
-                                     " ON CONFLICT(k) DO UPDATE SET v = excluded.v");
-    if (s == NULL) {
-      ok = store_fail(st, f, "token floor") == MUSTER_OK;
-    } else {
-      sqlite3_bind_int64(s, 1, floor);
-      ok = store_step_done(st, s, f) == MUSTER_OK;
-    }
+  *token_floor = st->token_floor;
+  if (st->last_token > st->token_floor) {
+    *token_floor = st->last_token + STORE_TOKEN_BLOCK;
+    if (store_write_floor(st,
+                          "INSERT INTO meta(k, v) VALUES('last_token', ?1)"
+                          " ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                          *token_floor, f))
+      return f->code;
   }
-  ok = ok && counts_log_write(st, f) == MUSTER_OK;
+  /* Task ids never repeat either (a client holding an old id must not read
+   * another task), yet only a transaction that deleted tasks can remove the
+   * highest id, which a restart would otherwise start after: that one writes
+   * the exact floor, so ids stay consecutive and puts write no meta page. */
+  if (st->tasks_deleted && st->last_task > st->task_floor &&
+      store_write_floor(st,
+                        "INSERT INTO meta(k, v) VALUES('last_task', ?1)"
+                        " ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                        st->last_task, f))
+    return f->code;
+  return MUSTER_OK;
+}
+
+muster_err_t store_commit(store_t *st, fail_t *f) {
+  if (!st->in_tx)
+    return MUSTER_OK;
+  st->in_tx = false;
+  int64_t token_floor = st->token_floor;
+  bool ok =
+      store_write_floors(st, &token_floor, f) == MUSTER_OK && counts_log_write(st, f) == MUSTER_OK;
+  bool deleted = st->tasks_deleted;
+  st->tasks_deleted = false;
   int64_t start_us = metrics_now_us();
   if (!ok || store_control(st, "COMMIT", f) != MUSTER_OK) {
     sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
@@ -612,7 +646,9 @@ muster_err_t store_commit(store_t *st, fail_t *f) {
     return MUSTER_STORE;
   }
   metrics_commit(true, metrics_now_us() - start_us);
-  st->token_floor = floor;
+  st->token_floor = token_floor;
+  if (deleted)
+    st->task_floor = st->last_task;
   return MUSTER_OK;
 }
 
@@ -661,9 +697,20 @@ int64_t store_opened_ms(const store_t *st) {
   return st->opened_ms;
 }
 
-void store_note_task(store_t *st, int64_t id) {
-  if (id < st->new_tasks)
-    st->new_tasks = id;
+int64_t store_task_ids(store_t *st, int64_t n) {
+  int64_t first = st->last_task + 1;
+  st->last_task += n;
+  if (first < st->new_tasks)
+    st->new_tasks = first;
+  return first;
+}
+
+int64_t store_last_task(const store_t *st) {
+  return st->last_task;
+}
+
+void store_note_tasks_deleted(store_t *st) {
+  st->tasks_deleted = true;
 }
 
 int64_t store_new_tasks(const store_t *st) {

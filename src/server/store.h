@@ -84,8 +84,18 @@ int64_t store_token_floor(const store_t *st);
  * them gone as it starts (the sweeps' "?2 + timeout_ms <= ?1"). */
 int64_t store_opened_ms(const store_t *st);
 
-/* Records that task `id` was inserted in the open transaction (task.c). */
-void store_note_task(store_t *st, int64_t id);
+/* Hands out `n` consecutive task ids for inserts in the open transaction
+ * and returns the first (task.c).  Ids grow by one and are never handed out
+ * twice, not even after the tasks that had the highest ones were deleted
+ * (see store_note_tasks_deleted) or a transaction was rolled back (its ids
+ * are skipped). */
+int64_t store_task_ids(store_t *st, int64_t n);
+/* The highest task id handed out, 0 before the first. */
+int64_t store_last_task(const store_t *st);
+/* Records that the open transaction deleted tasks: its commit writes the
+ * floor that keeps a restart from handing their ids out again.  Every
+ * DELETE FROM tasks calls it. */
+void store_note_tasks_deleted(store_t *st);
 /* The lowest task id inserted since the last store_take_new_tasks, or
  * INT64_MAX when none was.  Every task inserted since has an id at least this
  * high (a new task's id is above every id in the table). */

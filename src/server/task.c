@@ -37,9 +37,9 @@ int task_state_parse(const char *name) {
 muster_err_t task_insert(store_t *st, const char *queue, const char *payload, int64_t priority,
                          int64_t run_at_ms, const char *key, const char *session, int64_t index,
                          int64_t parent, counts_run_t *run, int64_t *id, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "INSERT INTO tasks(queue, state, priority, run_at_ms, payload,"
-                                   " key, session, idx, parent, created_ms, updated_ms)"
-                                   " VALUES(?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)");
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO tasks(id, queue, state, priority, run_at_ms,"
+                                   " payload, key, session, idx, parent, created_ms, updated_ms)"
+                                   " VALUES(?10, ?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)");
   if (s == NULL)
     return store_fail(st, f, "task insert");
   store_bind_text(s, 1, queue);
@@ -53,10 +53,11 @@ muster_err_t task_insert(store_t *st, const char *queue, const char *payload, in
   if (parent > 0)
     sqlite3_bind_int64(s, 8, parent);
   sqlite3_bind_int64(s, 9, now_ms());
+  int64_t new_id = store_task_ids(st, 1);
+  sqlite3_bind_int64(s, 10, new_id);
   if (store_step_done(st, s, f))
     return f->code;
-  *id = sqlite3_last_insert_rowid(store_db(st));
-  store_note_task(st, *id);
+  *id = new_id;
   if (run ? counts_run_add(st, run, queue, COUNTS_NONE, TASK_QUEUED, f)
           : counts_move(st, queue, COUNTS_NONE, TASK_QUEUED, 1, f))
     return f->code;
@@ -142,17 +143,16 @@ static json_t *task_put_reply(const jw_buf_t *tasks_text, fail_t *f) {
  * of a statement as such (opening cursors on the table and on each of its
  * indexes, evaluating the partial indexes' conditions once per row anyway,
  * starting and halting) was about a quarter of an insert; the b-tree work per
- * row stays.  The rows of one statement get consecutive ids, each the
- * table's largest plus one (INTEGER PRIMARY KEY without AUTOINCREMENT; only
- * at id 2^63-1 would SQLite pick others, and ids here start at 1 and grow by
- * one), so the ids of a chunk are the last insert's and the n-1 before it.
+ * row stays.  The rows of one statement get consecutive ids from
+ * store_task_ids, the first bound once and the others written as "?3 + i".
  */
 #define TASK_CHUNK_LOG 6
 #define TASK_CHUNK_MAX (1 << TASK_CHUNK_LOG)
 #define TASK_CHUNK_PARAMS 5 /* per row: priority, run_at_ms, payload, session, idx */
+#define TASK_CHUNK_FIRST 4  /* the first row's first parameter */
 
 /* The multi-row INSERT of 2^k rows (k <= TASK_CHUNK_LOG): ?1 the queue, ?2
- * the time, then TASK_CHUNK_PARAMS parameters per row.  Written once per
+ * the time, ?3 the first id, then TASK_CHUNK_PARAMS parameters per row.  Written once per
  * process; the address is the statement cache's key (store_stmt).  NULL when
  * memory ran out. */
 static const char *task_chunk_sql(int k) {
@@ -160,13 +160,13 @@ static const char *task_chunk_sql(int k) {
   if (sql[k])
     return sql[k];
   jw_buf_t b = {0};
-  JW_ADD_LITERAL(&b, "INSERT INTO tasks(queue, state, priority, run_at_ms, payload, session, idx,"
-                     " created_ms, updated_ms) VALUES");
+  JW_ADD_LITERAL(&b, "INSERT INTO tasks(id, queue, state, priority, run_at_ms, payload, session,"
+                     " idx, created_ms, updated_ms) VALUES");
   for (int row = 0; row < (1 << k); row++) {
-    char values[96];
-    int p = 3 + row * TASK_CHUNK_PARAMS;
-    int len = snprintf(values, sizeof values, "%s(?1, 0, ?%d, ?%d, ?%d, ?%d, ?%d, ?2, ?2)",
-                       row ? "," : "", p, p + 1, p + 2, p + 3, p + 4);
+    char values[112];
+    int p = TASK_CHUNK_FIRST + row * TASK_CHUNK_PARAMS;
+    int len = snprintf(values, sizeof values, "%s(?3 + %d, ?1, 0, ?%d, ?%d, ?%d, ?%d, ?%d, ?2, ?2)",
+                       row ? "," : "", row, p, p + 1, p + 2, p + 3, p + 4);
     jw_add_text(&b, values, (size_t)len);
   }
   if (!jw_reserve(&b, 1)) {
@@ -189,9 +189,11 @@ static muster_err_t task_insert_chunk(store_t *st, const char *queue, const task
   /* Every text outlives the step (store_step_done resets the statement). */
   sqlite3_bind_text(s, 1, queue, -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 2, now);
+  *first = store_task_ids(st, rows);
+  sqlite3_bind_int64(s, 3, *first);
   for (int i = 0; i < rows; i++) {
     const task_spec_t *spec = &specs[i];
-    int p = 3 + i * TASK_CHUNK_PARAMS;
+    int p = TASK_CHUNK_FIRST + i * TASK_CHUNK_PARAMS;
     sqlite3_bind_int64(s, p, spec->priority);
     sqlite3_bind_int64(s, p + 1, now + spec->delay_ms);
     sqlite3_bind_text(s, p + 2, spec->payload, -1, SQLITE_STATIC);
@@ -205,8 +207,6 @@ static muster_err_t task_insert_chunk(store_t *st, const char *queue, const task
   if (sqlite3_changes64(store_db(st)) != rows)
     return fail_set(f, MUSTER_STORE, "store: task insert: %lld of %d rows inserted",
                     (long long)sqlite3_changes64(store_db(st)), rows);
-  *first = sqlite3_last_insert_rowid(store_db(st)) - rows + 1;
-  store_note_task(st, *first);
   return MUSTER_OK;
 }
 

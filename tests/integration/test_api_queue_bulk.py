@@ -146,7 +146,7 @@ class DeleteKilledTest(OwnHeadTestCase):
         self.assertEqual(self.list_tasks(), [])
         for tid in (first, last):
             self.expect_error("GET", "/v1/tasks/%d" % tid, None, 404, "task_not_found")
-        self.put("new")
+        self.assertGreater(self.put("new")[0], last)
         self.assert_counts(queued=1)
 
 

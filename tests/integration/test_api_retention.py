@@ -112,24 +112,21 @@ class RetentionTest(ApiTestCase):
         self.expect("DELETE", "/v1/sessions/" + sid)
         self.assert_counts()
 
-    def test_the_newest_task_stays_so_that_no_id_is_given_twice(self):
-        # SQLite gives a new task the highest id + 1: were the task with the highest id
-        # removed, the next put would get its id, and a client holding the old id would
-        # read another task.  So it stays until a newer task exists.
+    def test_a_removed_tasks_id_is_never_given_again(self):
+        # SQLite would give a new task the highest id + 1: with the task of the highest
+        # id removed, the next put would get its id, and a client holding the old id
+        # would read another task.  The head hands ids out itself.
         self.create_queue(keep_done_ms=0)
         older, newest = self.put("older", "newest")
         leases = self.lease(max=2)
         self.assertEqual(len(leases), 2)
         self.complete(leases, result="r")
-        # Both are due; the pass that removes the older one (in the same chunk) keeps the
-        # newest.
-        harness.wait_until(lambda: self.task_status(older) == 404, timeout=15, interval=0.05,
-                           what="the older done task to go")
-        self.assertEqual(self.task_status(newest), 200)
+        harness.wait_until(lambda: self.task_status(newest) == 404, timeout=15, interval=0.05,
+                           what="the newest done task to go")
+        self.assertEqual(self.task_status(older), 404)
         later = self.put("later")[0]
         self.assertGreater(later, newest)
-        harness.wait_until(lambda: self.task_status(newest) == 404, timeout=15, interval=0.05,
-                           what="the once newest task to go once a newer one exists")
+        self.assertEqual(self.task_status(newest), 404)
         self.assertEqual(self.call("GET", "/v1/tasks/%d" % later).json["payload"], "later")
 
     def test_flag_whose_parent_was_removed_goes_dead(self):

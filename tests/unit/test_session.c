@@ -203,15 +203,15 @@ static void test_submit_batches(void **unused) {
   open_session("q", NULL, id);
   /* A pool's batch, scanned: 100 tasks at indexes 0..99, inserted by chunks
    * of 64, 32 and 4 rows, its indexes checked with one range query. */
-  int chunks = stmt_runs("created_ms, updated_ms) VALUES(?1, 0, ?3"),
-      one_by_one = stmt_runs("created_ms, updated_ms) VALUES(?1, 0, ?2"),
+  int chunks = stmt_runs("created_ms, updated_ms) VALUES(?3 + 0, ?1, 0, ?4"),
+      one_by_one = stmt_runs("created_ms, updated_ms) VALUES(?10, ?1, 0, ?2"),
       ranges = stmt_runs("AND idx BETWEEN"), lookups = stmt_runs("AND idx = ?3");
   char *text = batch_text(0, 100, true);
   json_t *r = NULL;
   assert_int_equal(submit_scanned(id, text, &r, NULL, 0), MUSTER_OK);
   free(text);
-  assert_int_equal(stmt_runs("created_ms, updated_ms) VALUES(?1, 0, ?3"), chunks + 3);
-  assert_int_equal(stmt_runs("created_ms, updated_ms) VALUES(?1, 0, ?2"), one_by_one);
+  assert_int_equal(stmt_runs("created_ms, updated_ms) VALUES(?3 + 0, ?1, 0, ?4"), chunks + 3);
+  assert_int_equal(stmt_runs("created_ms, updated_ms) VALUES(?10, ?1, 0, ?2"), one_by_one);
   assert_int_equal(stmt_runs("AND idx BETWEEN"), ranges + 1);
   assert_int_equal(stmt_runs("AND idx = ?3"), lookups);
   json_t *tasks = json_object_get(r, "tasks");
