@@ -556,6 +556,23 @@ static void test_rollback(void **unused) {
   json_decref(l);
 }
 
+/* A put rolled back (its request failed) gave out ids that are skipped: a
+ * client never saw them, and no later task gets them either; the ids of one
+ * put are consecutive, single and chunked inserts alike. */
+static void test_rolled_back_ids_skipped(void **unused) {
+  make_queue("q", "{}");
+  int64_t first = put("q", "[{\"payload\": 1}]");
+  fail_t f = {0};
+  store_request_end(st, true);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  assert_int_equal(put("q", "[{\"payload\": 2}, {\"payload\": 3}, {\"payload\": 4}]"), first + 1);
+  store_request_end(st, false);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  assert_int_equal(put("q", "[{\"payload\": 5, \"key\": \"k\"}]"), first + 4);
+  assert_int_equal(store_last_task(st), first + 4);
+  expect("a put rolled back", "q", "2 0 0 0 0 0");
+}
+
 /* Completes the leases of `l` at `order` (indexes) in one batch; the error code. */
 static muster_err_t complete_batch(const json_t *l, const size_t *order, size_t n) {
   char text[1024] = "{\"leases\": [";
@@ -756,6 +773,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_flags_and_pipelines, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_sessions, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_rollback, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_rolled_back_ids_skipped, fixture_setup,
+                                      fixture_teardown),
       cmocka_unit_test_setup_teardown(test_chunked_removals, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_changes_wait_for_the_commit, fixture_setup,
                                       fixture_teardown),
