@@ -59,8 +59,18 @@
     return perSecond > 0 ? fmtDuration(remaining / perSecond) : '—';
   }
 
+  // A queue's tasks for its progress bar and ETA. The done tasks its retention
+  // (keep_done_ms) removed count as done: counts.done counts only those still kept,
+  // so without `reaped` the bar would shrink, and a queue whose done tasks all went
+  // would have "no tasks", as each removal goes.
+  function queueProgress(q) {
+    const c = q.counts, reaped = q.reaped || 0;
+    const done = c.done + reaped;
+    const total = c.queued + c.leased + done + c.failed + c.dead;
+    return {done, reaped, total, everyTask: total + (c.cancelled || 0)};
+  }
+
   function renderQueues(card, data) {
-    const span = rateWindow(data);
     const table = el('table', {id: 'queues-table'},
       el('thead', {}, el('tr', {},
         el('th', {text: data.pipeline ? 'Stage' : 'Queue'}), el('th', {text: 'Next'}),
@@ -68,29 +78,36 @@
         el('th', {class: 'num', text: 'Done/min'}), el('th', {class: 'num', text: 'ETA'}),
         el('th', {text: 'Progress'}))));
     const body = el('tbody');
-    for (const q of data.queues) {
-      const c = q.counts;
-      const perSecond = completions(data, q.name, span) / span;
-      const remaining = c.queued + c.leased;
-      const total = c.queued + c.leased + c.done + c.failed + c.dead;
-      const eta = etaText(remaining, total + (c.cancelled || 0), perSecond);
-      const letter = stageLetter(data, q.name);
-      const row = el('tr', {dataset: {queue: q.name}},
-        el('td', {}, letter ? letter + ' · ' : '', el('strong', {text: q.name})),
-        el('td', {class: 'muted', text: q.next || '—'}));
-      for (const key of ['queued', 'leased', 'done', 'failed', 'dead'])
-        row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(c[key])}));
-      row.append(el('td', {class: 'num', dataset: {field: 'rate'}, text: (perSecond * 60).toFixed(1)}),
-                 el('td', {class: 'num', dataset: {field: 'eta'}, text: eta}),
-                 el('td', {}, bar([[total ? c.done / total : 0, ''],
-                                   [total ? (c.failed + c.dead) / total : 0, 'failed']],
-                                  fmtPercent(c.done, total) + ' done')));
-      body.append(row);
-    }
+    const span = rateWindow(data);
+    for (const q of data.queues) body.append(queueRow(data, q, span));
     if (!data.queues.length)
       body.append(el('tr', {}, el('td', {class: 'empty', colspan: 10, text: 'No queues yet.'})));
     table.append(body);
     card.append(table);
+  }
+
+  // One row of the queues table. The rate counts completions (the head's ring), not
+  // done tasks, so the removals of a queue's retention do not lower it.
+  function queueRow(data, q, span) {
+    const c = q.counts, p = queueProgress(q);
+    const perSecond = completions(data, q.name, span) / span;
+    const letter = stageLetter(data, q.name);
+    const row = el('tr', {dataset: {queue: q.name}},
+      el('td', {}, letter ? letter + ' · ' : '', el('strong', {text: q.name})),
+      el('td', {class: 'muted', text: q.next || '—'}));
+    for (const key of ['queued', 'leased', 'done', 'failed', 'dead'])
+      row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(c[key])}));
+    // Done counts the tasks there are, as the API does; the removed ones are said here.
+    if (p.reaped) row.querySelector('[data-field="done"]').title =
+      'done and kept; ' + fmtInt(p.reaped) + ' more done and removed by the queue\'s retention';
+    const title = fmtPercent(p.done, p.total) + ' done';
+    row.append(el('td', {class: 'num', dataset: {field: 'rate'}, text: (perSecond * 60).toFixed(1)}),
+               el('td', {class: 'num', dataset: {field: 'eta'},
+                         text: etaText(c.queued + c.leased, p.everyTask, perSecond)}),
+               el('td', {},
+                  bar([[p.total ? p.done / p.total : 0, ''],
+                       [p.total ? (c.failed + c.dead) / p.total : 0, 'failed']], title)));
+    return row;
   }
 
   function renderThroughput(card, data) {

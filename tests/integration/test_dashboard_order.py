@@ -4,7 +4,9 @@ page and in a pipeline's view; the nodes table must order names as the head does
 the shared-data table its scopes likewise (and a scope name the head refuses must not
 hide the rest of the page); the queues table must list a pipeline's stages in their
 order along `next` (a loop of `next`s included), not by name; a queue that never had a
-task must not be called done; and a workers table cut at its limit must say so.
+task must not be called done, and one whose done tasks its retention removed must
+still be; its progress counts those as done; and a workers table cut at its limit must
+say so.
 """
 import os
 import sys
@@ -102,6 +104,50 @@ class DashboardOrderTest(DashboardCase):
         eta = '#queues-table tr[data-queue="%s"] td[data-field="eta"]'
         self.assertEqual(self.browser.text(eta % "ord_never"), "no tasks")
         self.assertEqual(self.browser.text(eta % "ord_finished"), "done")
+
+    def attr(self, css, name):
+        return self.browser.js("const e = document.querySelector(arguments[0]);"
+                               "return e ? e.getAttribute(arguments[1]) : null;", css, name)
+
+    def wait_reaped(self, queue, reaped):
+        """Waits until `queue`'s retention removed `reaped` done tasks, none being left,
+        and its completions are in whole seconds of the throughput (the page leaves out
+        the current, partial one)."""
+        def settled():
+            q = self.api("GET", "/v1/queues/" + queue)
+            tp = self.api("GET", "/v1/throughput?seconds=600")["queues"].get(queue, [])
+            return q["reaped"] == reaped and q["counts"]["done"] == 0 and sum(tp[:-1]) == reaped
+        harness.wait_until(settled, timeout=15, interval=0.05,
+                           what="%d done tasks of %s removed" % (reaped, queue))
+
+    def test_progress_counts_removed_tasks_as_done(self):
+        # Retention removes done tasks (counts.done drops, `reaped` grows): the progress
+        # counted only the kept ones, so it shrank as they went (0% with half done) and a
+        # queue whose done tasks had all gone had "no tasks" where it was done.
+        self.api("PUT", "/v1/queues/ord_kept", {"keep_done_ms": 0}, status=201)
+        worker = self.worker("keeper", ["ord_kept"])
+        self.api("POST", "/v1/queues/ord_kept/tasks", {"tasks": [{"payload": i} for i in range(4)]},
+                 status=201)
+        row = '#queues-table tr[data-queue="ord_kept"] '
+        seen = {}
+        for n in (2, 4):
+            leases = self.api("POST", "/v1/queues/ord_kept/lease",
+                              {"worker": worker["id"], "max": 2})["leases"]
+            self.api("POST", "/v1/leases/complete", {"leases": [
+                {"task": lease["task"], "token": lease["token"]} for lease in leases]})
+            self.wait_reaped("ord_kept", n)
+            self.open("/")
+            text = lambda field: self.browser.text(row + 'td[data-field="%s"]' % field)
+            seen[n] = {"progress": self.attr(row + ".bar", "title"), "done": text("done"),
+                       "done_title": self.attr(row + 'td[data-field="done"]', "title"),
+                       "eta": text("eta")}
+            # The rate counts completions, which removals do not take back.
+            self.assertNotEqual(text("rate"), "0.0")
+        self.assertRegex(seen[2].pop("eta"), r"^\d+[dhms]")  # two left at that rate: a time
+        removed = "done and kept; %d more done and removed by the queue's retention"
+        self.assertEqual(seen, {
+            2: {"progress": "50% done", "done": "0", "done_title": removed % 2},
+            4: {"progress": "100% done", "done": "0", "done_title": removed % 4, "eta": "done"}})
 
     def test_show_gone_workers_at_once(self):
         # The toggle re-renders at once, through muster.refresh: app.js's refresh, which
