@@ -90,7 +90,8 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 }
 
 static int head_start(const char *bin) {
-  snprintf(dir, sizeof dir, "%s/muster-bench-iter-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  snprintf(dir, sizeof dir, "%s/muster-bench-iter-XXXXXX",
+           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (mkdtemp(dir) == NULL)
     return -1;
   char log[512], url_path[512];

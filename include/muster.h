@@ -32,47 +32,47 @@ extern "C" {
  * The error table, shared by server and clients.  Columns: enum suffix, stable
  * wire string, HTTP status (0: never sent by a server), default message.
  */
-#define MUSTER_ERRNO_MAP(XX)                                                          \
-  XX(OK, "ok", 200, "success")                                                        \
-  XX(BAD_REQUEST, "bad_request", 400, "the request is malformed")                     \
-  XX(BAD_JSON, "bad_json", 400, "the body is not valid JSON")                         \
-  XX(INVALID, "invalid_argument", 400, "a field is missing or has a wrong type or value") \
-  XX(NAME_INVALID, "name_invalid", 400,                                               \
-     "names are 1 to 128 characters of letters, digits, '.', '_' and '-'")            \
-  XX(UNAUTHORIZED, "unauthorized", 401, "a valid bearer token is required")           \
-  XX(FORBIDDEN, "forbidden", 403, "this token may not do that")                       \
-  XX(NOT_FOUND, "not_found", 404, "no such endpoint")                                 \
-  XX(QUEUE_NOT_FOUND, "queue_not_found", 404, "no such queue")                        \
-  XX(TASK_NOT_FOUND, "task_not_found", 404, "no such task")                           \
-  XX(WORKER_NOT_FOUND, "worker_not_found", 404, "no such worker, or it timed out")    \
-  XX(NODE_NOT_FOUND, "node_not_found", 404, "no such node, or it timed out")          \
-  XX(SESSION_NOT_FOUND, "session_not_found", 404, "no such session, or it was closed") \
-  XX(ITERATION_NOT_FOUND, "iteration_not_found", 404, "no such iteration")             \
-  XX(SHARED_NOT_FOUND, "shared_not_found", 404, "shared data not found")              \
-  XX(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "this endpoint does not take that method") \
-  XX(LEASE_LOST, "lease_lost", 409,                                                   \
-     "the lease expired or was taken over; the task is no longer yours")              \
-  XX(INVALID_STATE, "invalid_state", 409, "the task is not in a state that allows this") \
-  XX(QUEUE_IN_USE, "queue_in_use", 409, "another queue names this one as its next stage") \
-  XX(VERSION_MISMATCH, "version_mismatch", 409, "update level mismatch")              \
-  XX(BODY_TOO_LARGE, "body_too_large", 413, "the request body is larger than allowed") \
-  XX(BATCH_TOO_LARGE, "batch_too_large", 413, "the batch has more elements than allowed") \
-  XX(PAYLOAD_TOO_LARGE, "payload_too_large", 413, "a payload or result is larger than allowed") \
-  XX(UNSUPPORTED_MEDIA, "unsupported_media_type", 415, "the body must be application/json") \
-  XX(INTERNAL, "internal", 500, "internal error")                                     \
-  XX(STORE, "store_error", 500, "the store could not complete the write")            \
-  XX(UNAVAILABLE, "unavailable", 503, "the server is shutting down")                  \
-  XX(NETWORK, "network", 0, "could not reach the server")                             \
-  XX(PROTOCOL, "protocol", 0, "the server's reply could not be understood")           \
-  XX(NOMEM, "out_of_memory", 0, "out of memory")                                     \
-  XX(INDEX_GAP, "index_gap", 0,                                                       \
+#define MUSTER_ERRNO_MAP(XX)                                                                       \
+  XX(OK, "ok", 200, "success")                                                                     \
+  XX(BAD_REQUEST, "bad_request", 400, "the request is malformed")                                  \
+  XX(BAD_JSON, "bad_json", 400, "the body is not valid JSON")                                      \
+  XX(INVALID, "invalid_argument", 400, "a field is missing or has a wrong type or value")          \
+  XX(NAME_INVALID, "name_invalid", 400,                                                            \
+     "names are 1 to 128 characters of letters, digits, '.', '_' and '-'")                         \
+  XX(UNAUTHORIZED, "unauthorized", 401, "a valid bearer token is required")                        \
+  XX(FORBIDDEN, "forbidden", 403, "this token may not do that")                                    \
+  XX(NOT_FOUND, "not_found", 404, "no such endpoint")                                              \
+  XX(QUEUE_NOT_FOUND, "queue_not_found", 404, "no such queue")                                     \
+  XX(TASK_NOT_FOUND, "task_not_found", 404, "no such task")                                        \
+  XX(WORKER_NOT_FOUND, "worker_not_found", 404, "no such worker, or it timed out")                 \
+  XX(NODE_NOT_FOUND, "node_not_found", 404, "no such node, or it timed out")                       \
+  XX(SESSION_NOT_FOUND, "session_not_found", 404, "no such session, or it was closed")             \
+  XX(ITERATION_NOT_FOUND, "iteration_not_found", 404, "no such iteration")                         \
+  XX(SHARED_NOT_FOUND, "shared_not_found", 404, "shared data not found")                           \
+  XX(METHOD_NOT_ALLOWED, "method_not_allowed", 405, "this endpoint does not take that method")     \
+  XX(LEASE_LOST, "lease_lost", 409,                                                                \
+     "the lease expired or was taken over; the task is no longer yours")                           \
+  XX(INVALID_STATE, "invalid_state", 409, "the task is not in a state that allows this")           \
+  XX(QUEUE_IN_USE, "queue_in_use", 409, "another queue names this one as its next stage")          \
+  XX(VERSION_MISMATCH, "version_mismatch", 409, "update level mismatch")                           \
+  XX(BODY_TOO_LARGE, "body_too_large", 413, "the request body is larger than allowed")             \
+  XX(BATCH_TOO_LARGE, "batch_too_large", 413, "the batch has more elements than allowed")          \
+  XX(PAYLOAD_TOO_LARGE, "payload_too_large", 413, "a payload or result is larger than allowed")    \
+  XX(UNSUPPORTED_MEDIA, "unsupported_media_type", 415, "the body must be application/json")        \
+  XX(INTERNAL, "internal", 500, "internal error")                                                  \
+  XX(STORE, "store_error", 500, "the store could not complete the write")                          \
+  XX(UNAVAILABLE, "unavailable", 503, "the server is shutting down")                               \
+  XX(NETWORK, "network", 0, "could not reach the server")                                          \
+  XX(PROTOCOL, "protocol", 0, "the server's reply could not be understood")                        \
+  XX(NOMEM, "out_of_memory", 0, "out of memory")                                                   \
+  XX(INDEX_GAP, "index_gap", 0,                                                                    \
      "the results in submission order stop at session indexes that have no task")
 
 typedef enum {
 #define MUSTER_ERR_ENUM(name, str, status, msg) MUSTER_##name,
   MUSTER_ERRNO_MAP(MUSTER_ERR_ENUM)
 #undef MUSTER_ERR_ENUM
-  MUSTER_ERR_COUNT
+      MUSTER_ERR_COUNT
 } muster_err_t;
 
 /* The default message of an error code ("no such queue"); never NULL. */
@@ -154,12 +154,12 @@ muster_err_t muster_queue_delete(muster_client_t *client, const char *name);
 /* ---- tasks ------------------------------------------------------------ */
 
 typedef struct {
-  const char *payload;  /* JSON text of the payload (required); a string payload is "\"...\"" */
-  int64_t priority;     /* higher leases first; default 0 */
-  int64_t delay_ms;     /* not leased before now + delay_ms; default 0 */
-  const char *key;      /* idempotency key or NULL */
-  const char *session;  /* session id or NULL */
-  int64_t index;        /* index within the session; -1: none */
+  const char *payload; /* JSON text of the payload (required); a string payload is "\"...\"" */
+  int64_t priority;    /* higher leases first; default 0 */
+  int64_t delay_ms;    /* not leased before now + delay_ms; default 0 */
+  const char *key;     /* idempotency key or NULL */
+  const char *session; /* session id or NULL */
+  int64_t index;       /* index within the session; -1: none */
 } muster_task_spec_t;
 
 void muster_task_spec_init(muster_task_spec_t *spec);
@@ -168,8 +168,8 @@ void muster_task_spec_init(muster_task_spec_t *spec);
  * When `ids` is not NULL it must hold `count` elements and receives the task
  * ids in order (the existing id where an idempotency key repeated).
  */
-muster_err_t muster_put(muster_client_t *client, const char *queue,
-                        const muster_task_spec_t *specs, size_t count, int64_t *ids);
+muster_err_t muster_put(muster_client_t *client, const char *queue, const muster_task_spec_t *specs,
+                        size_t count, int64_t *ids);
 /* The task object as JSON (muster_free). */
 muster_err_t muster_task_get(muster_client_t *client, int64_t id, char **json);
 /* Lists tasks of `queue`, optionally in `state` (NULL: all), with id > `after`,
@@ -197,16 +197,16 @@ typedef struct {
  * to `wait_ms` for one to arrive.  On MUSTER_OK *leases is an array of *count
  * leases (possibly 0) to free with muster_leases_free.
  */
-muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t worker,
-                          size_t max, int64_t wait_ms, muster_lease_t **leases, size_t *count);
+muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t worker, size_t max,
+                          int64_t wait_ms, muster_lease_t **leases, size_t *count);
 void muster_leases_free(muster_lease_t *leases, size_t count);
 
 typedef struct {
   int64_t task, token;
-  const char *result;   /* complete: JSON text of the result (NULL: null) */
-  const char *error;    /* fail: error text (NULL: none) */
-  int permanent;        /* fail: non-zero fails the task at once, no retry */
-  int64_t lease_ms;     /* extend: new lease length from now; -1: the queue's */
+  const char *result; /* complete: JSON text of the result (NULL: null) */
+  const char *error;  /* fail: error text (NULL: none) */
+  int permanent;      /* fail: non-zero fails the task at once, no retry */
+  int64_t lease_ms;   /* extend: new lease length from now; -1: the queue's */
 } muster_ack_t;
 
 void muster_ack_init(muster_ack_t *ack, int64_t task, int64_t token);
@@ -240,22 +240,22 @@ muster_err_t muster_flag(muster_client_t *client, const muster_ack_t *acks, size
  * asked for without a place for them) give MUSTER_INVALID before anything is
  * sent.
  */
-muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *acks,
-                                   size_t count, const char *queue, int64_t worker, size_t max,
-                                   int64_t updates_after, muster_lease_t **leases,
-                                   size_t *nleases, char **updates);
+muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *acks, size_t count,
+                                   const char *queue, int64_t worker, size_t max,
+                                   int64_t updates_after, muster_lease_t **leases, size_t *nleases,
+                                   char **updates);
 
 /* ---- workers ---------------------------------------------------------- */
 
 typedef struct {
-  const char *nickname;   /* leaderboard name; NULL: "anonymous" */
+  const char *nickname;      /* leaderboard name; NULL: "anonymous" */
   const char *const *queues; /* queues it serves, NULL-terminated, or NULL */
-  const char *node;       /* node id or NULL */
-  const char *labels;     /* JSON object text or NULL */
-  int64_t timeout_ms;     /* heartbeat timeout; -1: server default (60000) */
-  const char *instance;   /* NULL, or this process's id (1 to 128 of [A-Za-z0-9._-]): a
-                           * registration sent again with it after its reply was lost
-                           * gets the worker the first one made, not a second one */
+  const char *node;          /* node id or NULL */
+  const char *labels;        /* JSON object text or NULL */
+  int64_t timeout_ms;        /* heartbeat timeout; -1: server default (60000) */
+  const char *instance;      /* NULL, or this process's id (1 to 128 of [A-Za-z0-9._-]): a
+                              * registration sent again with it after its reply was lost
+                              * gets the worker the first one made, not a second one */
 } muster_worker_opts_t;
 
 void muster_worker_opts_init(muster_worker_opts_t *opts);
@@ -279,32 +279,32 @@ muster_err_t muster_worker_bye(muster_client_t *client, int64_t id);
  * (MUSTER_INVALID), standalone as by the head.
  */
 typedef struct {
-  uint64_t num_samples;        /* samples, when num_shards is 0 */
-  size_t num_shards;           /* > 0: the dataset is shard_counts[0..num_shards) */
-  const uint64_t *shard_counts; /* samples per shard */
+  uint64_t num_samples;          /* samples, when num_shards is 0 */
+  size_t num_shards;             /* > 0: the dataset is shard_counts[0..num_shards) */
+  const uint64_t *shard_counts;  /* samples per shard */
   const char *const *shard_uris; /* a uri per shard, or NULL */
-  const uint32_t *labels;      /* a class label per sample (stratified), or NULL */
-  uint64_t seed;               /* shuffle key, below 2^63 on the wire */
-  const char *shuffle;         /* "none" (default), "global", "shard" */
-  uint64_t shuffle_block_size; /* shard mode window; default 1024 */
-  const char *strategy;        /* "round_robin" (default), "contiguous", "hash", "range",
-                                  "stratified", "dynamic" */
-  uint32_t world_size;         /* ranks; default 1 */
-  uint64_t block_size;         /* samples per block; default 256 */
-  uint64_t epochs;             /* default 1; 0: unbounded */
-  const char *tail;            /* "keep" (default), "pad", "drop" */
-  uint32_t num_partitions;     /* hash: partitions; 0: world_size */
-  uint64_t hash_seed;          /* hash: seed of the sample hash */
-  const uint64_t *ranges;      /* range: 2 * world_size values, begin and end per rank */
+  const uint32_t *labels;        /* a class label per sample (stratified), or NULL */
+  uint64_t seed;                 /* shuffle key, below 2^63 on the wire */
+  const char *shuffle;           /* "none" (default), "global", "shard" */
+  uint64_t shuffle_block_size;   /* shard mode window; default 1024 */
+  const char *strategy;          /* "round_robin" (default), "contiguous", "hash", "range",
+                                    "stratified", "dynamic" */
+  uint32_t world_size;           /* ranks; default 1 */
+  uint64_t block_size;           /* samples per block; default 256 */
+  uint64_t epochs;               /* default 1; 0: unbounded */
+  const char *tail;              /* "keep" (default), "pad", "drop" */
+  uint32_t num_partitions;       /* hash: partitions; 0: world_size */
+  uint64_t hash_seed;            /* hash: seed of the sample hash */
+  const uint64_t *ranges;        /* range: 2 * world_size values, begin and end per rank */
   /* coordinated only; -1: the head's default */
-  int64_t lease_ms;            /* block lease length (default 30000) */
-  int64_t rank_timeout_ms;     /* a rank silent this long is failed (default 30000) */
-  int64_t replication;         /* static strategies: ranks that may take over a rank's
-                                  blocks, the owner included (default 1: none) */
-  int cluster_sync;            /* 1: state on the head (each sample once cluster-wide);
-                                  0: on the node agent the client talks to (once per
-                                  node); -1: omitted: through an agent, 1 when the cluster
-                                  has more than one active node, else 0; on the head, 1 */
+  int64_t lease_ms;        /* block lease length (default 30000) */
+  int64_t rank_timeout_ms; /* a rank silent this long is failed (default 30000) */
+  int64_t replication;     /* static strategies: ranks that may take over a rank's
+                              blocks, the owner included (default 1: none) */
+  int cluster_sync;        /* 1: state on the head (each sample once cluster-wide);
+                              0: on the node agent the client talks to (once per
+                              node); -1: omitted: through an agent, 1 when the cluster
+                              has more than one active node, else 0; on the head, 1 */
 } muster_iter_config_t;
 
 void muster_iter_config_init(muster_iter_config_t *cfg);
@@ -326,13 +326,13 @@ muster_err_t muster_iter_create(muster_client_t *client, const char *name,
  * the end - begin sample indices when they were asked for (else NULL). */
 typedef struct {
   uint64_t epoch;
-  uint64_t block;     /* the block's number in its epoch */
-  int64_t token;      /* fencing token: name it in muster_iter_ack */
+  uint64_t block; /* the block's number in its epoch */
+  int64_t token;  /* fencing token: name it in muster_iter_ack */
   int64_t deadline_ms;
   int64_t plan_rank;
   uint64_t begin, end;
-  int takeover;       /* non-zero: the block belonged to another rank */
-  uint64_t *indices;  /* end - begin indices, or NULL */
+  int takeover;      /* non-zero: the block belonged to another rank */
+  uint64_t *indices; /* end - begin indices, or NULL */
 } muster_iter_block_t;
 
 typedef enum {
@@ -344,16 +344,17 @@ typedef enum {
 
 typedef struct {
   muster_iter_state_t state;
-  uint64_t epoch;          /* the iteration's current epoch */
-  int64_t retry_ms;        /* with WAIT: a good delay before asking again */
+  uint64_t epoch;   /* the iteration's current epoch */
+  int64_t retry_ms; /* with WAIT: a good delay before asking again */
   muster_iter_block_t *blocks;
   size_t count;
 } muster_iter_next_t;
 
 /* Flags of muster_iter_next. */
 #define MUSTER_ITER_INDICES 1 /* the blocks' sample indices too */
-#define MUSTER_ITER_HELD 2    /* first the blocks the rank holds (the retry of a
-                                 next whose reply was lost; docs/api.md) */
+#define MUSTER_ITER_HELD                                                                           \
+  2 /* first the blocks the rank holds (the retry of a                                             \
+       next whose reply was lost; docs/api.md) */
 
 /* Leases up to `max` blocks of epoch `epoch` for `rank`; `flags`: any of
  * MUSTER_ITER_INDICES and MUSTER_ITER_HELD (1 still means "with indices").
@@ -412,13 +413,13 @@ typedef void (*muster_sample_free_fn)(void *user, void *sample);
 typedef struct {
   const muster_iter_config_t *config; /* required */
   uint32_t rank;
-  const char *url;        /* NULL: standalone (no head); else coordinated through this head */
-  const char *token;      /* bearer token of the head */
-  const char *name;       /* coordinated: the iteration (created or joined) */
-  const char *checkpoint; /* coordinated: create the iteration from this checkpoint */
-  size_t prefetch;        /* samples buffered ahead by a thread; 0: no thread */
+  const char *url;           /* NULL: standalone (no head); else coordinated through this head */
+  const char *token;         /* bearer token of the head */
+  const char *name;          /* coordinated: the iteration (created or joined) */
+  const char *checkpoint;    /* coordinated: create the iteration from this checkpoint */
+  size_t prefetch;           /* samples buffered ahead by a thread; 0: no thread */
   size_t blocks_per_request; /* coordinated: blocks leased per request (default 2) */
-  muster_load_fn load;    /* optional */
+  muster_load_fn load;       /* optional */
   muster_sample_free_fn free_sample; /* optional */
   void *user;
   /* coordinated: how long a request the head does not answer (down,
@@ -429,17 +430,17 @@ typedef struct {
 } muster_loader_opts_t;
 
 typedef struct {
-  uint64_t samples_loaded;  /* samples returned by next */
-  uint64_t prefetch_hits;   /* returned without waiting */
-  uint64_t prefetch_misses; /* had to wait (or load synchronously) */
-  double avg_load_time_us;  /* mean time of the load callback (or index computation) */
-  uint64_t checkpoints;     /* checkpoints taken */
-  double utilization;       /* fraction of the loader's life the producer was busy */
-  uint64_t blocks_acked;    /* coordinated: blocks acknowledged */
+  uint64_t samples_loaded;    /* samples returned by next */
+  uint64_t prefetch_hits;     /* returned without waiting */
+  uint64_t prefetch_misses;   /* had to wait (or load synchronously) */
+  double avg_load_time_us;    /* mean time of the load callback (or index computation) */
+  uint64_t checkpoints;       /* checkpoints taken */
+  double utilization;         /* fraction of the loader's life the producer was busy */
+  uint64_t blocks_acked;      /* coordinated: blocks acknowledged */
   uint64_t blocks_taken_over; /* coordinated: blocks leased from another rank */
-  size_t buffer_peak;       /* most samples ever buffered (<= prefetch) */
-  uint64_t epoch;           /* current epoch */
-  uint64_t head_retries;    /* coordinated: requests sent again (head_wait_ms) */
+  size_t buffer_peak;         /* most samples ever buffered (<= prefetch) */
+  uint64_t epoch;             /* current epoch */
+  uint64_t head_retries;      /* coordinated: requests sent again (head_wait_ms) */
 } muster_loader_stats_t;
 
 void muster_loader_opts_init(muster_loader_opts_t *opts);
@@ -449,8 +450,7 @@ muster_err_t muster_loader_open(const muster_loader_opts_t *opts, muster_loader_
                                 char **message);
 /* The next sample: *has = 1 with *index (and *sample when a load callback is
  * set; may be NULL) filled, or *has = 0 at the end of the epoch. */
-muster_err_t muster_loader_next(muster_loader_t *loader, uint64_t *index, void **sample,
-                                int *has);
+muster_err_t muster_loader_next(muster_loader_t *loader, uint64_t *index, void **sample, int *has);
 /* Up to `max` samples; *got < max only at the end of the epoch.  `samples` may be NULL. */
 muster_err_t muster_loader_next_batch(muster_loader_t *loader, uint64_t *indices, void **samples,
                                       size_t max, size_t *got);
@@ -520,13 +520,13 @@ typedef enum {
 
 /* One finished task of a session. */
 typedef struct {
-  int64_t index;  /* position within the session */
-  int64_t task;   /* task id */
-  int ok;         /* 1: done (result holds its result); 0: failed or dead (error says why) */
-  char *state;    /* "done", "failed" or "dead" */
-  char *result;   /* JSON text of the result ("null" when none); NULL unless ok */
-  char *error;    /* why it failed, or NULL */
-  int64_t seq;    /* completion sequence number */
+  int64_t index; /* position within the session */
+  int64_t task;  /* task id */
+  int ok;        /* 1: done (result holds its result); 0: failed or dead (error says why) */
+  char *state;   /* "done", "failed" or "dead" */
+  char *result;  /* JSON text of the result ("null" when none); NULL unless ok */
+  char *error;   /* why it failed, or NULL */
+  int64_t seq;   /* completion sequence number */
 } muster_result_t;
 
 /* A page of the results stream. */
@@ -720,8 +720,8 @@ typedef struct {
 } muster_plugin_shared_t;
 
 typedef struct {
-  int64_t id;          /* task id */
-  int64_t attempt;     /* 1 on the first lease of the task */
+  int64_t id;      /* task id */
+  int64_t attempt; /* 1 on the first lease of the task */
   const char *queue;
   const char *payload; /* JSON text of the payload (a string payload is "\"...\"") */
   size_t payload_len;
@@ -742,8 +742,8 @@ typedef struct {
 } muster_plugin_result_t;
 
 typedef struct {
-  int64_t seq;         /* the update's number in its queue: 1, 2, 3, ... */
-  const char *data;    /* JSON text of the update's data */
+  int64_t seq;      /* the update's number in its queue: 1, 2, 3, ... */
+  const char *data; /* JSON text of the update's data */
   size_t data_len;
   const char *queue;
   const char *session; /* the session that posted it, or NULL */
@@ -784,12 +784,12 @@ typedef const muster_plugin_t *(*muster_plugin_entry_t)(void);
 
 /* What the head says about one level. */
 typedef struct {
-  int64_t level;        /* the level stored or read */
-  int64_t size;         /* bytes */
-  char checksum[17];    /* xxHash64 of the bytes, 16 hex digits (the ETag) */
-  int64_t ttl_ms;       /* set/update: the ttl applied (clamped to the head's maximum) */
-  int ttl_clamped;      /* set/update: non-zero when the ttl asked for was above it */
-  int64_t expires_ms;   /* when the blob expires unless updated (ms since the epoch) */
+  int64_t level;      /* the level stored or read */
+  int64_t size;       /* bytes */
+  char checksum[17];  /* xxHash64 of the bytes, 16 hex digits (the ETag) */
+  int64_t ttl_ms;     /* set/update: the ttl applied (clamped to the head's maximum) */
+  int ttl_clamped;    /* set/update: non-zero when the ttl asked for was above it */
+  int64_t expires_ms; /* when the blob expires unless updated (ms since the epoch) */
 } muster_shared_info_t;
 
 /* Progress of a transfer: `done` bytes of `total` (-1 when unknown). */
@@ -825,8 +825,7 @@ muster_err_t muster_shared_put_fd(muster_client_t *client, const char *scope, co
  * NUL-terminated for convenience, not counted in *len).  The bytes are checked
  * against the checksum (MUSTER_PROTOCOL when they differ). */
 muster_err_t muster_shared_get(muster_client_t *client, const char *scope, const char *name,
-                               int64_t level, void **data, size_t *len,
-                               muster_shared_info_t *info);
+                               int64_t level, void **data, size_t *len, muster_shared_info_t *info);
 /* Writes the bytes of opts->level (0: the newest; `opts` may be NULL) to file
  * descriptor `fd` as they arrive; checked like muster_shared_get. */
 muster_err_t muster_shared_get_fd(muster_client_t *client, const char *scope, const char *name,

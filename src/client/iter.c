@@ -97,8 +97,8 @@ static muster_err_t iter_path(muster_client_t *client, char *path, const char *n
                               const char *suffix) {
   if (name == NULL)
     return client_fail(client, MUSTER_INVALID, "an iteration name is required");
-  return client_path(client, path, ITER_PATH_MAX, suffix ? "/v1/iterations/%s/%s" : "/v1/iterations/%s",
-                     name, suffix);
+  return client_path(client, path, ITER_PATH_MAX,
+                     suffix ? "/v1/iterations/%s/%s" : "/v1/iterations/%s", name, suffix);
 }
 
 muster_err_t muster_iter_create(muster_client_t *client, const char *name,
@@ -109,7 +109,8 @@ muster_err_t muster_iter_create(muster_client_t *client, const char *name,
   if (client == NULL)
     return MUSTER_INVALID;
   if (name == NULL || (cfg == NULL && checkpoint == NULL))
-    return client_fail(client, MUSTER_INVALID, "a name and a configuration or checkpoint are needed");
+    return client_fail(client, MUSTER_INVALID,
+                       "a name and a configuration or checkpoint are needed");
   json_t *body;
   if (checkpoint) {
     json_t *ck = client_parse_value(client, checkpoint, "checkpoint");
@@ -180,8 +181,7 @@ muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_
     return err;
   /* The reply's text, read without a tree: the indices are most of it. */
   char why[CLIENT_MESSAGE_MAX - 64];
-  err = iter_next_read(client->reply.data, client->reply.len, with_indices, out, why,
-                       sizeof why);
+  err = iter_next_read(client->reply.data, client->reply.len, with_indices, out, why, sizeof why);
   if (err == MUSTER_NOMEM)
     return client_fail(client, err, "out of memory");
   if (err != MUSTER_OK)

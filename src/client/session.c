@@ -349,11 +349,12 @@ static muster_err_t session_check_gap(muster_client_t *client, const char *id,
     snprintf(never, sizeof never, "it was");
     snprintf(submit, sizeof submit, "a task at index %lld", first);
   }
-  return client_fail(client, MUSTER_INDEX_GAP,
-                     "session %s: index %lld has no task (%s never submitted, or purged) and every task"
-                     " submitted (%lld) has its result, so the results in submission order"
-                     " cannot go past it; submit %s or read with order=completion",
-                     id, first, never, (long long)out->total, submit);
+  return client_fail(
+      client, MUSTER_INDEX_GAP,
+      "session %s: index %lld has no task (%s never submitted, or purged) and every task"
+      " submitted (%lld) has its result, so the results in submission order"
+      " cannot go past it; submit %s or read with order=completion",
+      id, first, never, (long long)out->total, submit);
 }
 
 muster_err_t muster_session_results(muster_client_t *client, const char *id, muster_order_t order,

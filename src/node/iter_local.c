@@ -169,7 +169,7 @@ static json_t *il_body(struct evhttp_request *in, fail_t *f) {
   }
   json_error_t err;
   json_t *body = json_loadb((const char *)evbuffer_pullup(buf, -1), len,
-                           JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+                            JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
   if (body == NULL) {
     fail_set(f, MUSTER_BAD_JSON, "the body is not valid JSON: %s (line %d, column %d)", err.text,
              err.line, err.column);

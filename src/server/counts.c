@@ -26,8 +26,8 @@
 
 typedef struct {
   char queue[NAME_MAX_LEN + 1];
-  int state;  /* a task state, or COUNTS_DROPPED */
-  int64_t n;  /* tasks added to (or taken from) the state */
+  int state; /* a task state, or COUNTS_DROPPED */
+  int64_t n; /* tasks added to (or taken from) the state */
 } counts_change_t;
 
 struct counts_log {
@@ -37,8 +37,7 @@ struct counts_log {
 };
 
 /* Writes `n` tasks more (or fewer) in `state` of `queue` now. */
-static muster_err_t counts_upsert(store_t *st, const char *queue, int state, int64_t n,
-                                  fail_t *f) {
+static muster_err_t counts_upsert(store_t *st, const char *queue, int state, int64_t n, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "INSERT INTO queue_counts(queue, state, n) VALUES(?1, ?2, ?3)"
                                    " ON CONFLICT(queue, state) DO UPDATE SET n = n + excluded.n");
   if (s == NULL)

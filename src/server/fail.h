@@ -34,8 +34,7 @@ const char *fail_range(char *buf, size_t size, int64_t value, int64_t min, int64
 /* Records MUSTER_INVALID for query parameter `key` whose text is not an
  * integer in [min, max]: "query limit: '0' is out of range; it must be from 1
  * to 1000" (or "is not an integer").  Returns MUSTER_INVALID. */
-muster_err_t fail_query_int(fail_t *f, const char *key, const char *text, int64_t min,
-                            int64_t max);
+muster_err_t fail_query_int(fail_t *f, const char *key, const char *text, int64_t min, int64_t max);
 
 /* Reads `text`, the value of query parameter `key` (NULL when absent: then
  * *out = dflt), as an integer in [min, max]; MUSTER_OK, or fail_query_int's

@@ -93,8 +93,8 @@ struct h1_conn {
   h1_req_t *first, *last; /* the queue, in request order */
   h1_req_t *holding;      /* a parked request (h1_hold): the next waits for its answer */
   size_t nq;
-  size_t cont_off;   /* bytes of "100 Continue" written for the first request */
-  int64_t last_ms;   /* the last read or write progress */
+  size_t cont_off; /* bytes of "100 Continue" written for the first request */
+  int64_t last_ms; /* the last read or write progress */
   /* Read deadlines (h1_timeout.c).  read_ms: the last read that brought
    * bytes (or the moment "100 Continue" went out); head_since_ms: when the
    * head being read was first seen, 0 when none is; deadline_ms: when the
@@ -103,7 +103,7 @@ struct h1_conn {
   int64_t read_ms, head_since_ms, deadline_ms;
   struct event *deadline_ev;
   int64_t seen_window; /* the last activity window it sent a request in */
-  int64_t linger_ms; /* lingering: closed when the client has not by then */
+  int64_t linger_ms;   /* lingering: closed when the client has not by then */
   bool read_eof, dead, dirty, writing, paused, lingering, resuming;
   /* Lending (h1_lend.c).  in_lend: on the lend's list, not freed until
    * h1_lend_return (reap_lent: it died meanwhile and the reap passed it
@@ -117,8 +117,8 @@ struct h1_conn {
 /* What one connection's writer is to write (h1_lend.c). */
 typedef struct {
   int fd, niov;
-  ssize_t wrote; /* bytes written, 0: none (not tried, or the socket was full) */
-  int err;       /* the write's errno when it failed, else 0 */
+  ssize_t wrote;    /* bytes written, 0: none (not tried, or the socket was full) */
+  int err;          /* the write's errno when it failed, else 0 */
   atomic_bool done; /* the writer is done with the slot (release; then `wrote`, `err`) */
   struct iovec iov[H1_MAX_IOV];
 } h1_lend_slot_t;
@@ -128,8 +128,8 @@ struct h1_lend {
   h1_conn_t *conns;      /* the connections lent */
   h1_lend_slot_t *slots; /* the writes of those ready for one (grown, kept) */
   size_t nslots, cap;
-  bool lending;          /* between h1_lend_begin and h1_lend_end */
-  bool out;              /* between h1_lend_end and h1_lend_return */
+  bool lending; /* between h1_lend_begin and h1_lend_end */
+  bool out;     /* between h1_lend_end and h1_lend_return */
 };
 
 struct h1_server {

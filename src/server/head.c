@@ -116,7 +116,6 @@ static bool head_token(head_config_t *cfg, bool *generated) {
   return false;
 }
 
-
 static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   head_t *h = arg;
   fail_t f = {0};

@@ -17,17 +17,21 @@
 bool head_token_problem(const char *token, size_t max, char *why, size_t size) {
   size_t len = strlen(token);
   if (len < HEAD_TOKEN_MIN || len > max) {
-    snprintf(why, size, "must be %d to %zu characters long (this one has %zu)", HEAD_TOKEN_MIN,
-             max, len);
+    snprintf(why, size, "must be %d to %zu characters long (this one has %zu)", HEAD_TOKEN_MIN, max,
+             len);
     return true;
   }
   /* A bearer token travels in an HTTP header: visible ASCII, no space. */
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)token[i];
     if (c <= ' ' || c >= 0x7f) {
-      snprintf(why, size, "must be visible ASCII characters without spaces, as an HTTP header "
-               "carries it (character %zu is %s)", i + 1, c == ' ' ? "a space" :
-               c < ' ' || c == 0x7f ? "a control character" : "not ASCII");
+      snprintf(why, size,
+               "must be visible ASCII characters without spaces, as an HTTP header "
+               "carries it (character %zu is %s)",
+               i + 1,
+               c == ' '               ? "a space"
+               : c < ' ' || c == 0x7f ? "a control character"
+                                      : "not ASCII");
       return true;
     }
   }
@@ -123,7 +127,9 @@ static int head_parse_refuse(int c, const char *word) {
     snprintf(shown, sizeof shown, "%.*s", (int)strcspn(word, "="), word);
   bool long_known = c == '?' && optopt != 0 && word[1] == '-'; /* --help=3 */
   fprintf(stderr, "muster head: %s '%s'%s; see 'muster head --help'\n",
-          c == ':' ? "missing value for option" : long_known ? "option" : "unrecognized option",
+          c == ':'     ? "missing value for option"
+          : long_known ? "option"
+                       : "unrecognized option",
           shown, long_known ? " takes no value" : "");
   return 2;
 }

@@ -96,9 +96,8 @@ static void http_enqueue_reply(head_t *h, reply_t *r) {
 }
 
 /* Builds a reply; `body` (owned) is encoded JSON, or raw bytes when `type` is set. */
-static void http_enqueue_body(head_t *h, h1_req_t *req, int status, const char *type,
-                              char *body, size_t len, int route, int64_t start_us,
-                              bool no_flush) {
+static void http_enqueue_body(head_t *h, h1_req_t *req, int status, const char *type, char *body,
+                              size_t len, int route, int64_t start_us, bool no_flush) {
   reply_t *r = calloc(1, sizeof *r);
   if (r == NULL || body == NULL) {
     free(r);
@@ -106,8 +105,14 @@ static void http_enqueue_body(head_t *h, h1_req_t *req, int status, const char *
     http_send_error(req);
     return;
   }
-  *r = (reply_t){.req = req, .status = status, .body = body, .type = type, .len = len,
-                 .route = route, .start_us = start_us, .no_flush = no_flush};
+  *r = (reply_t){.req = req,
+                 .status = status,
+                 .body = body,
+                 .type = type,
+                 .len = len,
+                 .route = route,
+                 .start_us = start_us,
+                 .no_flush = no_flush};
   http_enqueue_reply(h, r);
 }
 
@@ -115,8 +120,7 @@ static void http_enqueue_body(head_t *h, h1_req_t *req, int status, const char *
  * counted under the route http_dispatch noted on the request, with this
  * status, when it is sent; its wait was the caller's choice (a long-poll's
  * wait_ms, an upload's pace), so it stays out of the latency histogram. */
-static void http_enqueue_json(head_t *h, h1_req_t *req, int status, json_t *body,
-                              bool no_flush) {
+static void http_enqueue_json(head_t *h, h1_req_t *req, int status, json_t *body, bool no_flush) {
   const http_route_t *rt = h1_note(req);
   int route = rt ? (int)(rt - http_routes) : METRICS_ROUTE_SKIP;
   size_t len = 0;
@@ -458,15 +462,20 @@ static void http_enqueue_req(http_req_t *r, const http_route_t *rt, int64_t star
       close(r->raw_fd);
       http_send_error(r->req);
     } else {
-      *reply = (reply_t){.req = r->req, .status = r->status, .type = r->raw_type,
-                         .has_file = true, .fd = r->raw_fd, .file_len = r->raw_file_len,
-                         .route = route, .start_us = start_us};
+      *reply = (reply_t){.req = r->req,
+                         .status = r->status,
+                         .type = r->raw_type,
+                         .has_file = true,
+                         .fd = r->raw_fd,
+                         .file_len = r->raw_file_len,
+                         .route = route,
+                         .start_us = start_us};
       http_enqueue_reply(r->head, reply);
     }
     r->raw_file = false;
   } else if (r->raw) {
-    http_enqueue_body(r->head, r->req, r->status, r->raw_type, r->raw, r->raw_len, route,
-                      start_us, false);
+    http_enqueue_body(r->head, r->req, r->status, r->raw_type, r->raw, r->raw_len, route, start_us,
+                      false);
     r->raw = NULL;
   } else {
     size_t len = 0;
@@ -520,8 +529,8 @@ static bool http_admit(h1_req_t *req, void *arg) {
   int64_t length = h1_length(req);
   if (rt && length > 0 && (uint64_t)length > limit) {
     fail_t f;
-    fail_set(&f, MUSTER_BODY_TOO_LARGE,
-             "the body is %lld bytes; this endpoint takes at most %zu", (long long)length, limit);
+    fail_set(&f, MUSTER_BODY_TOO_LARGE, "the body is %lld bytes; this endpoint takes at most %zu",
+             (long long)length, limit);
     http_reply_fail(&r, &f);
     rt = NULL;
   }

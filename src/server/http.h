@@ -30,23 +30,23 @@ typedef struct {
   char *query_text;              /* the decoded query, keys and values NUL-separated; owned */
   const char *query_key[HTTP_MAX_QUERY], *query_value[HTTP_MAX_QUERY];
   size_t query_count;
-  json_t *body;                  /* parsed body; {} when empty; NULL on an HTTP_BODY_TEXT
-                                    route until http_body parses it */
-  const char *body_text;         /* HTTP_BODY_TEXT routes: the body's bytes (NULL when empty),
-                                    valid while the request is handled */
+  json_t *body;          /* parsed body; {} when empty; NULL on an HTTP_BODY_TEXT
+                            route until http_body parses it */
+  const char *body_text; /* HTTP_BODY_TEXT routes: the body's bytes (NULL when empty),
+                            valid while the request is handled */
   size_t body_len;
-  int status;                    /* set by a reply; 0 while none */
-  json_t *reply;                 /* reply body, owned */
-  bool parked;                   /* a waiter owns req now */
-  const char *raw_type;          /* set by http_reply_raw: Content-Type of `raw` */
-  char *raw;                     /* non-JSON reply body, owned; sent instead of `reply` */
+  int status;           /* set by a reply; 0 while none */
+  json_t *reply;        /* reply body, owned */
+  bool parked;          /* a waiter owns req now */
+  const char *raw_type; /* set by http_reply_raw: Content-Type of `raw` */
+  char *raw;            /* non-JSON reply body, owned; sent instead of `reply` */
   size_t raw_len;
-  bool raw_file;                 /* set by http_reply_file: the body is file `raw_fd` */
-  int raw_fd;                    /* owned while raw_file */
+  bool raw_file; /* set by http_reply_file: the body is file `raw_fd` */
+  int raw_fd;    /* owned while raw_file */
   int64_t raw_file_len;
-  bool keep;                     /* keep the request's writes even when it answers an error */
-  bool no_flush;                 /* the reply needs its commit, not a WAL flush
-                                    (head_lease_on_disk) */
+  bool keep;     /* keep the request's writes even when it answers an error */
+  bool no_flush; /* the reply needs its commit, not a WAL flush
+                    (head_lease_on_disk) */
 } http_req_t;
 
 typedef void (*http_handler_fn)(http_req_t *r);
@@ -77,12 +77,12 @@ enum {
 };
 
 typedef struct {
-  const char *method;    /* "GET", "POST", "PUT", "DELETE" */
-  const char *pattern;   /* "/v1/queues/{}/tasks": `{}` matches one segment */
+  const char *method;  /* "GET", "POST", "PUT", "DELETE" */
+  const char *pattern; /* "/v1/queues/{}/tasks": `{}` matches one segment */
   http_handler_fn handler;
-  http_role_t role;      /* who may call it; `true` in older rows means HTTP_TOKEN */
-  size_t body_limit;     /* 0: the head's --max-body */
-  unsigned flags;        /* HTTP_BODY_TEXT, HTTP_QUEUE_NAME or 0 */
+  http_role_t role;  /* who may call it; `true` in older rows means HTTP_TOKEN */
+  size_t body_limit; /* 0: the head's --max-body */
+  unsigned flags;    /* HTTP_BODY_TEXT, HTTP_QUEUE_NAME or 0 */
 } http_route_t;
 
 /* The route table (routes.c); ends with a NULL method. */

@@ -44,7 +44,8 @@ static long http_decode(const char *in, size_t len, bool plus, char *out) {
   size_t n = 0;
   for (size_t i = 0; i < len; i++) {
     int hi, lo;
-    if (in[i] == '%' && i + 2 < len && (hi = http_hex(in[i + 1])) >= 0 && (lo = http_hex(in[i + 2])) >= 0) {
+    if (in[i] == '%' && i + 2 < len && (hi = http_hex(in[i + 1])) >= 0 &&
+        (lo = http_hex(in[i + 2])) >= 0) {
       out[n] = (char)(hi * 16 + lo);
       i += 2;
     } else {

@@ -209,9 +209,9 @@ static const char *settings_differ(const iter_settings_t *a, const iter_settings
 typedef struct {
   iter_spec_t spec;
   iter_settings_t set;
-  char *config;      /* canonical text */
-  char *origin;      /* checkpoint position text, or NULL */
-  int64_t epoch;     /* first epoch */
+  char *config;  /* canonical text */
+  char *origin;  /* checkpoint position text, or NULL */
+  int64_t epoch; /* first epoch */
   int64_t resume_world;
   char *resume_done; /* or NULL */
   int64_t done_units;
@@ -237,10 +237,11 @@ static muster_err_t new_check_plan(iter_new_t *n, fail_t *f) {
   if (err == MUSTER_NOMEM)
     return fail_set(f, MUSTER_NOMEM, "out of memory");
   if (err != MUSTER_OK)
-    return fail_set(f, MUSTER_INVALID, n->spec.cfg.strategy == PART_RANGE
-                                           ? "ranges: the non-empty ranges must tile [0, N) "
-                                             "exactly (no gap, no overlap)"
-                                           : "the configuration is invalid");
+    return fail_set(f, MUSTER_INVALID,
+                    n->spec.cfg.strategy == PART_RANGE
+                        ? "ranges: the non-empty ranges must tile [0, N) "
+                          "exactly (no gap, no overlap)"
+                        : "the configuration is invalid");
   if (n->set.replication > n->spec.cfg.world_size)
     return fail_set(f, MUSTER_INVALID, "replication: %lld is more than world_size (%u)",
                     (long long)n->set.replication, n->spec.cfg.world_size);
@@ -274,8 +275,10 @@ static void position_check(const json_t *ck, muster_err_t err, const part_plan_t
   if (err != MUSTER_OK) {
     fail_set(f, err, "checkpoint.config: does not build a plan");
   } else if (!jv_str(ck, "fingerprint", "checkpoint", "", 16, &fp_text, f) &&
-             (iter_fingerprint_hex(part_plan_fingerprint(plan0), want), strcmp(want, fp_text) != 0)) {
-    fail_set(f, MUSTER_INVALID, "checkpoint.fingerprint: '%s' does not match its configuration "
+             (iter_fingerprint_hex(part_plan_fingerprint(plan0), want),
+              strcmp(want, fp_text) != 0)) {
+    fail_set(f, MUSTER_INVALID,
+             "checkpoint.fingerprint: '%s' does not match its configuration "
              "(%s); the checkpoint was changed or comes from another muster version",
              fp_text, want);
   } else if (!f->code && !jv_int(ck, "epoch", "checkpoint", -1, 0, INT64_MAX, epoch, f) &&
@@ -338,17 +341,20 @@ static muster_err_t new_from_position(iter_new_t *n, const json_t *ck, int64_t w
 
 /* Builds the new iteration from body.checkpoint. */
 static muster_err_t new_from_checkpoint(iter_new_t *n, const json_t *body, fail_t *f) {
-  static const char *const ck_keys[] = {"version", "name", "config", "epoch", "world_size",
-                                        "fingerprint", "blocks", "done", NULL};
+  static const char *const ck_keys[] = {"version",     "name",   "config", "epoch", "world_size",
+                                        "fingerprint", "blocks", "done",   NULL};
   const json_t *ck = json_object_get(body, "checkpoint");
   int64_t version, w0, world, epochs;
   if (!json_is_object(ck))
-    return fail_set(f, MUSTER_INVALID, "checkpoint: expected the object GET "
-                                       "/v1/iterations/{name}/checkpoint returned");
+    return fail_set(f, MUSTER_INVALID,
+                    "checkpoint: expected the object GET "
+                    "/v1/iterations/{name}/checkpoint returned");
   for (const char *const *k = iter_config_keys; *k; k++)
     if (strcmp(*k, "world_size") && strcmp(*k, "epochs") && json_object_get(body, *k))
-      return fail_set(f, MUSTER_INVALID, "%s: with a checkpoint only world_size and epochs may "
-                                         "change; the rest comes from checkpoint.config", *k);
+      return fail_set(f, MUSTER_INVALID,
+                      "%s: with a checkpoint only world_size and epochs may "
+                      "change; the rest comes from checkpoint.config",
+                      *k);
   if (jv_only(ck, "checkpoint", ck_keys, f) ||
       jv_int(ck, "version", "checkpoint", 1, 1, 1, &version, f) ||
       jv_int(ck, "world_size", "checkpoint", 0, 1, PART_MAX_WORLD_SIZE, &w0, f))
@@ -364,8 +370,9 @@ static muster_err_t new_from_checkpoint(iter_new_t *n, const json_t *body, fail_
   if (spec_with(config, world, epochs, &n->spec, f))
     return f->code;
   if (n->spec.cfg.strategy == PART_RANGE && world != w0)
-    return fail_set(f, MUSTER_INVALID, "world_size: a range iteration names each rank's range, "
-                                       "so it resumes with its own world size (%lld) only",
+    return fail_set(f, MUSTER_INVALID,
+                    "world_size: a range iteration names each rank's range, "
+                    "so it resumes with its own world size (%lld) only",
                     (long long)w0);
   return new_from_position(n, ck, w0, f);
 }
@@ -396,8 +403,9 @@ static muster_err_t new_parse(const json_t *body, iter_new_t *n, fail_t *f) {
 
 /* The create body's allowed keys: configuration plus these. */
 static muster_err_t check_keys(const json_t *body, fail_t *f) {
-  static const char *const extra[] = {"name", "rank", "checkpoint", "lease_ms", "rank_timeout_ms",
-                                      "replication", "slow_ratio", "cluster_sync"};
+  static const char *const extra[] = {
+      "name",        "rank",       "checkpoint",  "lease_ms", "rank_timeout_ms",
+      "replication", "slow_ratio", "cluster_sync"};
   const char *key;
   const json_t *value;
   json_object_foreach((json_t *)body, key, value) {

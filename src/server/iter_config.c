@@ -16,8 +16,9 @@
 #include <string.h>
 
 const char *const iter_config_keys[] = {
-    "version", "dataset", "seed", "shuffle", "shuffle_block_size", "strategy", "world_size",
-    "block_size", "epochs", "tail", "num_partitions", "hash_seed", "ranges", NULL};
+    "version",        "dataset",    "seed",       "shuffle", "shuffle_block_size",
+    "strategy",       "world_size", "block_size", "epochs",  "tail",
+    "num_partitions", "hash_seed",  "ranges",     NULL};
 
 #define ITER_MAX_URI 4096
 #define U48 ((int64_t)DATASET_MAX_SAMPLES)
@@ -189,8 +190,8 @@ static muster_err_t parse_ranges(const json_t *obj, iter_spec_t *spec, fail_t *f
         json_integer_value(b) < 0 || json_integer_value(e) < json_integer_value(b))
       return fail_set(f, MUSTER_INVALID, "ranges[%u]: expected [begin, end) with 0 <= begin <= end",
                       r);
-    spec->ranges[r] = (part_range_t){(uint64_t)json_integer_value(b),
-                                     (uint64_t)json_integer_value(e)};
+    spec->ranges[r] =
+        (part_range_t){(uint64_t)json_integer_value(b), (uint64_t)json_integer_value(e)};
   }
   cfg->ranges = spec->ranges;
   json_object_set(spec->canon, "ranges", (json_t *)list);
@@ -198,8 +199,7 @@ static muster_err_t parse_ranges(const json_t *obj, iter_spec_t *spec, fail_t *f
 }
 
 /* The integer fields, with their ranges. */
-static muster_err_t parse_numbers(const json_t *obj, part_config_t *cfg, json_t *canon,
-                                  fail_t *f) {
+static muster_err_t parse_numbers(const json_t *obj, part_config_t *cfg, json_t *canon, fail_t *f) {
   int64_t version, seed, sbs, world, block, epochs, parts, hseed;
   if (jv_int(obj, "version", "", PART_ALGORITHM_VERSION, 1, PART_ALGORITHM_VERSION, &version, f) ||
       jv_int(obj, "seed", "", 0, 0, INT64_MAX, &seed, f) ||
@@ -236,10 +236,10 @@ muster_err_t iter_spec_parse(const json_t *obj, iter_spec_t *spec, fail_t *f) {
   part_config_init(cfg);
   unsigned shuffle = 0, strategy = 0, tail = 0;
   if (parse_numbers(obj, cfg, spec->canon, f) || parse_dataset(obj, spec, f) ||
-      parse_enum(obj, "shuffle", "none", parse_shuffle, &shuffle, PART_SHUFFLE_NAMES,
+      parse_enum(obj, "shuffle", "none", parse_shuffle, &shuffle, PART_SHUFFLE_NAMES, spec->canon,
+                 f) ||
+      parse_enum(obj, "strategy", "round_robin", parse_strategy, &strategy, PART_STRATEGY_NAMES,
                  spec->canon, f) ||
-      parse_enum(obj, "strategy", "round_robin", parse_strategy, &strategy,
-                 PART_STRATEGY_NAMES, spec->canon, f) ||
       parse_enum(obj, "tail", "keep", parse_tail, &tail, PART_TAIL_NAMES, spec->canon, f))
     goto fail;
   cfg->shuffle = (part_shuffle_t)shuffle;
@@ -252,8 +252,9 @@ muster_err_t iter_spec_parse(const json_t *obj, iter_spec_t *spec, fail_t *f) {
     goto fail;
   }
   if (cfg->strategy == PART_DYNAMIC && cfg->tail != PART_TAIL_KEEP) {
-    fail_set(f, MUSTER_INVALID, "tail: a coordinated dynamic iteration hands out every sample "
-                                "exactly once; pad and drop apply to static strategies");
+    fail_set(f, MUSTER_INVALID,
+             "tail: a coordinated dynamic iteration hands out every sample "
+             "exactly once; pad and drop apply to static strategies");
     goto fail;
   }
   return MUSTER_OK;

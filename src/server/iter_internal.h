@@ -69,8 +69,8 @@ typedef struct {
   char *config; /* canonical configuration text (owned) */
   char *origin; /* canonical checkpoint position it was created from, or NULL (owned) */
   iter_settings_t set;
-  int64_t epoch;        /* current epoch */
-  int64_t done_blocks;  /* blocks of the current epoch done */
+  int64_t epoch;       /* current epoch */
+  int64_t done_blocks; /* blocks of the current epoch done */
   bool finished;
   int64_t resume_epoch; /* epoch laid out by the checkpoint's plan, or -1 */
   int64_t resume_world; /* that plan's world size */
@@ -90,18 +90,18 @@ json_t *iter_to_json(store_t *st, iter_row_t *row, bool with_ranks, fail_t *f);
 /* Cached plans of one iteration, rebuilt from its configuration text. */
 typedef struct iter_plans {
   int64_t id;
-  uint64_t text_hash;     /* of config + resume text: a changed row misses */
-  iter_spec_t spec;       /* the iteration's configuration */
-  part_plan_t *plan;      /* world size W */
-  uint64_t *prefix;       /* static: W + 1 prefix sums of rank blocks */
-  part_plan_t *plan0;     /* resume: the checkpoint's plan (world W0), or NULL */
+  uint64_t text_hash; /* of config + resume text: a changed row misses */
+  iter_spec_t spec;   /* the iteration's configuration */
+  part_plan_t *plan;  /* world size W */
+  uint64_t *prefix;   /* static: W + 1 prefix sums of rank blocks */
+  part_plan_t *plan0; /* resume: the checkpoint's plan (world W0), or NULL */
   uint64_t *prefix0;
-  part_range_t *done0;    /* resume: legacy done ranges, sorted */
+  part_range_t *done0; /* resume: legacy done ranges, sorted */
   size_t ndone0;
-  uint64_t done0_units;   /* blocks they cover */
-  part_epoch_t *ep;       /* dynamic indices: a cached epoch order (of plan_of_ep) */
+  uint64_t done0_units; /* blocks they cover */
+  part_epoch_t *ep;     /* dynamic indices: a cached epoch order (of plan_of_ep) */
   const part_plan_t *ep_plan;
-  stream_t **streams;     /* static indices: a stream per plan rank (of streams_plan) */
+  stream_t **streams; /* static indices: a stream per plan rank (of streams_plan) */
   const part_plan_t *streams_plan;
   uint64_t last_used;
 } iter_plans_t;
@@ -117,10 +117,10 @@ typedef struct {
   const part_plan_t *plan; /* the plan the blocks come from */
   const uint64_t *prefix;  /* its prefix sums (static) */
   bool dynamic;
-  bool dealt;              /* static blocks of an old plan dealt to W ranks */
-  uint32_t world;          /* ranks of the iteration */
+  bool dealt;     /* static blocks of an old plan dealt to W ranks */
+  uint32_t world; /* ranks of the iteration */
   uint32_t lanes;
-  uint64_t units;          /* blocks in the epoch */
+  uint64_t units;           /* blocks in the epoch */
   const part_range_t *done; /* legacy done ranges, or NULL */
   size_t ndone;
   uint64_t done_units;

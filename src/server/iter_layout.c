@@ -108,9 +108,9 @@ static muster_err_t plan_with_world(const iter_spec_t *spec, int64_t world, part
 /* Builds the plans of `row`. */
 static muster_err_t plans_build(const iter_row_t *row, iter_plans_t *p, fail_t *f) {
   json_t *obj = json_loads(row->config, 0, NULL);
-  muster_err_t err = obj ? iter_spec_parse(obj, &p->spec, f)
-                         : fail_set(f, MUSTER_STORE, "iteration %s: unreadable configuration",
-                                    row->name);
+  muster_err_t err =
+      obj ? iter_spec_parse(obj, &p->spec, f)
+          : fail_set(f, MUSTER_STORE, "iteration %s: unreadable configuration", row->name);
   json_decref(obj);
   if (err)
     return err;

@@ -60,13 +60,13 @@ static rank_info_t *load_ranks(store_t *st, int64_t id, size_t *n) {
       ranks = grown;
     }
     rank_info_t *r = &ranks[(*n)++];
-    int64_t *fields[] = {&r->rank, &r->state, &r->last_seen, &r->first, &r->samples,
-                         &r->blocks, &r->taken, &r->expired, &r->leases};
+    int64_t *fields[] = {&r->rank,   &r->state, &r->last_seen, &r->first, &r->samples,
+                         &r->blocks, &r->taken, &r->expired,   &r->leases};
     for (int c = 0; c < 9; c++)
       *fields[c] = sqlite3_column_int64(s, c);
     int64_t span = r->last_seen - r->first;
-    r->throughput = r->first > 0 && r->samples > 0 ? r->samples * 1000.0 / (span > 0 ? span : 1)
-                                                   : 0.0;
+    r->throughput =
+        r->first > 0 && r->samples > 0 ? r->samples * 1000.0 / (span > 0 ? span : 1) : 0.0;
   }
   store_reset(s);
   return ranks;
@@ -105,9 +105,8 @@ static json_t *ranks_json(store_t *st, const iter_row_t *row) {
         list, json_pack("{s:I, s:s, s:I, s:I, s:f, s:I, s:I, s:I, s:o}", "rank",
                         (json_int_t)r->rank, "health", rank_health(r, mean, row->set.slow_ratio),
                         "samples", (json_int_t)r->samples, "blocks", (json_int_t)r->blocks,
-                        "throughput", r->throughput, "leases", (json_int_t)r->leases,
-                        "taken_over", (json_int_t)r->taken, "expired", (json_int_t)r->expired,
-                        "last_seen_ms",
+                        "throughput", r->throughput, "leases", (json_int_t)r->leases, "taken_over",
+                        (json_int_t)r->taken, "expired", (json_int_t)r->expired, "last_seen_ms",
                         r->last_seen ? json_integer((json_int_t)r->last_seen) : json_null()));
   }
   free(ranks);
@@ -139,8 +138,8 @@ json_t *iter_to_json(store_t *st, iter_row_t *row, bool with_ranks, fail_t *f) {
       row->name, "config", config_json(row->config, false), "fingerprint", fp, "cluster_sync",
       row->set.cluster_sync, "lease_ms", (json_int_t)row->set.lease_ms, "rank_timeout_ms",
       (json_int_t)row->set.rank_timeout_ms, "replication", (json_int_t)row->set.replication,
-      "slow_ratio", row->set.slow_ratio, "epoch", (json_int_t)row->epoch, "finished",
-      row->finished, "blocks", "total", (json_int_t)(row->finished ? 0 : lay.units), "done",
+      "slow_ratio", row->set.slow_ratio, "epoch", (json_int_t)row->epoch, "finished", row->finished,
+      "blocks", "total", (json_int_t)(row->finished ? 0 : lay.units), "done",
       (json_int_t)(row->finished ? 0 : row->done_blocks), "leased", (json_int_t)counts[1],
       "pending", (json_int_t)counts[0], "created_ms", (json_int_t)row->created_ms);
   json_object_set_new(out, "resumed",
@@ -149,9 +148,8 @@ json_t *iter_to_json(store_t *st, iter_row_t *row, bool with_ranks, fail_t *f) {
                                       "world_size", (json_int_t)row->resume_world)
                           : json_null());
   json_object_set_new(out, "node",
-                      !row->set.cluster_sync && iter_node_name()[0]
-                          ? json_string(iter_node_name())
-                          : json_null());
+                      !row->set.cluster_sync && iter_node_name()[0] ? json_string(iter_node_name())
+                                                                    : json_null());
   if (with_ranks)
     json_object_set_new(out, "ranks", ranks_json(st, row));
   return out;
@@ -245,9 +243,9 @@ json_t *iter_checkpoint(store_t *st, const char *name, fail_t *f) {
   iter_fingerprint_hex(part_plan_fingerprint(lay.plan), fp);
   out = json_pack("{s:i, s:s, s:o, s:I, s:I, s:s, s:I, s:o}", "version", 1, "name", row.name,
                   "config", config_json(row.config, true), "epoch", (json_int_t)row.epoch,
-                  "world_size", (json_int_t)part_plan_config(lay.plan)->world_size,
-                  "fingerprint", fp, "blocks", (json_int_t)(row.finished ? 0 : lay.units),
-                  "done", row.finished ? json_array() : done_ranges(st, &row, &lay));
+                  "world_size", (json_int_t)part_plan_config(lay.plan)->world_size, "fingerprint",
+                  fp, "blocks", (json_int_t)(row.finished ? 0 : lay.units), "done",
+                  row.finished ? json_array() : done_ranges(st, &row, &lay));
 done:
   iter_row_free(&row);
   return out;

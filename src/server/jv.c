@@ -11,8 +11,8 @@ static const char *dot(const char *ctx) {
   return ctx[0] ? "." : "";
 }
 
-muster_err_t jv_int(const json_t *obj, const char *key, const char *ctx, int64_t dflt,
-                    int64_t min, int64_t max, int64_t *out, fail_t *f) {
+muster_err_t jv_int(const json_t *obj, const char *key, const char *ctx, int64_t dflt, int64_t min,
+                    int64_t max, int64_t *out, fail_t *f) {
   const json_t *v = json_object_get(obj, key);
   if (v == NULL || json_is_null(v)) {
     *out = dflt;
@@ -23,8 +23,8 @@ muster_err_t jv_int(const json_t *obj, const char *key, const char *ctx, int64_t
   json_int_t n = json_integer_value(v);
   char range[64];
   if (n < min || n > max)
-    return fail_set(f, MUSTER_INVALID, "%s%s%s: %lld is out of range; it must be %s", ctx,
-                    dot(ctx), key, (long long)n, fail_range(range, sizeof range, n, min, max));
+    return fail_set(f, MUSTER_INVALID, "%s%s%s: %lld is out of range; it must be %s", ctx, dot(ctx),
+                    key, (long long)n, fail_range(range, sizeof range, n, min, max));
   *out = n;
   return MUSTER_OK;
 }
@@ -50,8 +50,7 @@ muster_err_t jv_str(const json_t *obj, const char *key, const char *ctx, const c
 
 muster_err_t jv_name(const json_t *obj, const char *key, const char *ctx, const char **out,
                      fail_t *f) {
-  if (jv_str(obj, key, ctx, NULL, NAME_MAX_LEN * 4, out, f) || *out == NULL ||
-      name_is_valid(*out))
+  if (jv_str(obj, key, ctx, NULL, NAME_MAX_LEN * 4, out, f) || *out == NULL || name_is_valid(*out))
     return f->code;
   return fail_set(f, MUSTER_INVALID,
                   "%s%s%s: '%.140s' is invalid: use 1 to %d characters of letters, digits, "

@@ -19,8 +19,8 @@
  * every JSON implementation holds them exactly. */
 #define JV_ID_MAX ((1LL << 53) - 1)
 
-muster_err_t jv_int(const json_t *obj, const char *key, const char *ctx, int64_t dflt,
-                    int64_t min, int64_t max, int64_t *out, fail_t *f);
+muster_err_t jv_int(const json_t *obj, const char *key, const char *ctx, int64_t dflt, int64_t min,
+                    int64_t max, int64_t *out, fail_t *f);
 /* *out points into the object (valid while it lives) or is `dflt`. */
 muster_err_t jv_str(const json_t *obj, const char *key, const char *ctx, const char *dflt,
                     size_t max_len, const char **out, fail_t *f);

@@ -70,13 +70,27 @@ void jw_add_string(jw_buf_t *b, const char *s, size_t n) {
     jw_add_text(b, s + run, i - run);
     run = i + 1;
     switch (c) {
-    case '"': jw_add_text(b, "\\\"", 2); break;
-    case '\\': jw_add_text(b, "\\\\", 2); break;
-    case '\b': jw_add_text(b, "\\b", 2); break;
-    case '\f': jw_add_text(b, "\\f", 2); break;
-    case '\n': jw_add_text(b, "\\n", 2); break;
-    case '\r': jw_add_text(b, "\\r", 2); break;
-    case '\t': jw_add_text(b, "\\t", 2); break;
+    case '"':
+      jw_add_text(b, "\\\"", 2);
+      break;
+    case '\\':
+      jw_add_text(b, "\\\\", 2);
+      break;
+    case '\b':
+      jw_add_text(b, "\\b", 2);
+      break;
+    case '\f':
+      jw_add_text(b, "\\f", 2);
+      break;
+    case '\n':
+      jw_add_text(b, "\\n", 2);
+      break;
+    case '\r':
+      jw_add_text(b, "\\r", 2);
+      break;
+    case '\t':
+      jw_add_text(b, "\\t", 2);
+      break;
     default: {
       char seq[8];
       snprintf(seq, sizeof seq, "\\u%04X", (unsigned)c);
@@ -133,7 +147,8 @@ void jw_add_value(jw_buf_t *b, const json_t *v) {
   case JSON_OBJECT: {
     jw_char(b, '{');
     bool first = true;
-    for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+    for (void *it = json_object_iter((json_t *)v); it;
+         it = json_object_iter_next((json_t *)v, it)) {
       if (!first)
         jw_char(b, ',');
       first = false;
@@ -160,12 +175,24 @@ void jw_add_value(jw_buf_t *b, const json_t *v) {
     jw_char(b, ']');
     break;
   }
-  case JSON_STRING: jw_add_string(b, json_string_value(v), json_string_length(v)); break;
-  case JSON_INTEGER: jw_add_int(b, json_integer_value(v)); break;
-  case JSON_REAL: jw_real(b, json_real_value(v)); break;
-  case JSON_TRUE: jw_add_text(b, "true", 4); break;
-  case JSON_FALSE: jw_add_text(b, "false", 5); break;
-  case JSON_NULL: jw_add_text(b, "null", 4); break;
+  case JSON_STRING:
+    jw_add_string(b, json_string_value(v), json_string_length(v));
+    break;
+  case JSON_INTEGER:
+    jw_add_int(b, json_integer_value(v));
+    break;
+  case JSON_REAL:
+    jw_real(b, json_real_value(v));
+    break;
+  case JSON_TRUE:
+    jw_add_text(b, "true", 4);
+    break;
+  case JSON_FALSE:
+    jw_add_text(b, "false", 5);
+    break;
+  case JSON_NULL:
+    jw_add_text(b, "null", 4);
+    break;
   }
 }
 
@@ -262,11 +289,16 @@ static bool jw_scan_word(jw_scan_t *s, const char *word, size_t n) {
 /* A value other than an object or an array. */
 static bool jw_scan_scalar(jw_scan_t *s) {
   switch (*s->p) {
-  case '"': return jw_scan_string(s);
-  case 't': return jw_scan_word(s, "true", 4);
-  case 'f': return jw_scan_word(s, "false", 5);
-  case 'n': return jw_scan_word(s, "null", 4);
-  default: return jcanon_number(&s->p, s->end);
+  case '"':
+    return jw_scan_string(s);
+  case 't':
+    return jw_scan_word(s, "true", 4);
+  case 'f':
+    return jw_scan_word(s, "false", 5);
+  case 'n':
+    return jw_scan_word(s, "null", 4);
+  default:
+    return jcanon_number(&s->p, s->end);
   }
 }
 

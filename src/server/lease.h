@@ -26,8 +26,8 @@
  * none), or NULL with *f filled.  Tasks found out of attempts are moved to
  * dead.  This is the form for replies: the node must go out through jw_dump,
  * and nothing may read it as a tree. */
-json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max,
-                          size_t *count, int64_t *max_task, fail_t *f);
+json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max, size_t *count,
+                          int64_t *max_task, fail_t *f);
 
 /* The same, as a tree: a JSON array of lease objects {"task", "token",
  * "payload", ...} (new reference) for callers that read the leases (the
@@ -41,8 +41,7 @@ typedef enum { LEASE_COMPLETE, LEASE_FAIL, LEASE_EXTEND, LEASE_RELEASE, LEASE_FL
  * the savepoint back, so a batch is all-or-nothing.  `max_payload` bounds
  * results.  The "completed" array of a completion's reply is a raw node
  * (jw.h): the reply goes out through jw_dump and is not read as a tree. */
-json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload,
-                    fail_t *f);
+json_t *lease_apply(store_t *st, lease_op_t op, const json_t *body, size_t max_payload, fail_t *f);
 
 /* The completion body as the scanner takes it (jscan.h): "leases" with
  * task, token and result, and the combined call's "lease" kept as text. */

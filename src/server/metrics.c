@@ -509,8 +509,8 @@ static void metrics_render_commits(metrics_out_t *out) {
   metrics_help(out, "muster_store_flush_duration_seconds", "histogram",
                "Time a WAL flush took (--sync full), on the event loop or on the helper thread "
                "(from the hand-off to the replies).");
-  metrics_histogram(out, "muster_store_flush_duration_seconds", "on=\"loop\"",
-                    &m.flush_latency[0], commit_bounds, N_COMMIT);
+  metrics_histogram(out, "muster_store_flush_duration_seconds", "on=\"loop\"", &m.flush_latency[0],
+                    commit_bounds, N_COMMIT);
   metrics_histogram(out, "muster_store_flush_duration_seconds", "on=\"thread\"",
                     &m.flush_latency[1], commit_bounds, N_COMMIT);
 }

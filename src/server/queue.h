@@ -26,15 +26,15 @@
 
 typedef struct {
   char name[NAME_MAX_LEN + 1];
-  int64_t lease_ms;       /* lease length unless extended */
-  int64_t max_attempts;   /* leases a task may get; >= 1 */
-  int64_t backoff_ms;     /* first retry delay, doubled per attempt */
-  int64_t backoff_max_ms; /* cap of the retry delay */
-  int64_t max_flags;      /* invalid-data flags before roll-back; >= 1 */
+  int64_t lease_ms;            /* lease length unless extended */
+  int64_t max_attempts;        /* leases a task may get; >= 1 */
+  int64_t backoff_ms;          /* first retry delay, doubled per attempt */
+  int64_t backoff_max_ms;      /* cap of the retry delay */
+  int64_t max_flags;           /* invalid-data flags before roll-back; >= 1 */
   char next[NAME_MAX_LEN + 1]; /* next stage, "" for none */
   int64_t created_ms;
-  int64_t keep_done_ms;   /* done tasks go this long after completion; QUEUE_KEEP_FOREVER */
-  int64_t reaped;         /* done tasks the retention removed so far */
+  int64_t keep_done_ms; /* done tasks go this long after completion; QUEUE_KEEP_FOREVER */
+  int64_t reaped;       /* done tasks the retention removed so far */
 } queue_t;
 
 /* Fills *q from ten columns of a row, starting at column `first`, in this
@@ -52,8 +52,7 @@ muster_err_t queue_check_name(const char *name, fail_t *f);
 muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f);
 /* Creates the queue or changes the settings present in `body`; *created says
  * which.  Validation failures change nothing. */
-muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *created,
-                       fail_t *f);
+muster_err_t queue_put(store_t *st, const char *name, const json_t *body, bool *created, fail_t *f);
 /* The queue object with counts per state (new reference), NULL on store failure. */
 json_t *queue_to_json(store_t *st, const queue_t *q);
 /* Sets *ready to the number of queued tasks of queue `name` that a lease

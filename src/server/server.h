@@ -54,21 +54,21 @@ typedef struct {
 typedef struct head {
   head_config_t cfg;
   struct event_base *base;
-  h1_server_t *http;       /* the HTTP/1.1 server (h1.h) */
+  h1_server_t *http; /* the HTTP/1.1 server (h1.h) */
   store_t *st;
-  struct event *commit_ev; /* runs once per loop turn that opened a transaction */
-  struct event *sweep_ev;  /* periodic expiry of leases and workers */
+  struct event *commit_ev;              /* runs once per loop turn that opened a transaction */
+  struct event *sweep_ev;               /* periodic expiry of leases and workers */
   reply_t *pending_head, *pending_tail; /* replies waiting for the commit */
-  syncer_t *syncer;        /* flushes the WAL off the loop (--sync full), or NULL */
-  int wal_fd;              /* the WAL file the syncer flushes, or -1 */
-  reply_list_t syncing;    /* committed, waiting for the WAL flush in flight */
-  bool syncing_lent;       /* its replies are built and their connections lent: */
-  h1_lend_t *lend;         /* the flush thread writes them (h1.h); NULL: no client left */
-  reply_list_t committed;  /* committed during that flush, waiting for the next one */
-  int64_t flushed_changes; /* store_changes() covered by the last flush begun */
+  syncer_t *syncer;                     /* flushes the WAL off the loop (--sync full), or NULL */
+  int wal_fd;                           /* the WAL file the syncer flushes, or -1 */
+  reply_list_t syncing;                 /* committed, waiting for the WAL flush in flight */
+  bool syncing_lent;                    /* its replies are built and their connections lent: */
+  h1_lend_t *lend;          /* the flush thread writes them (h1.h); NULL: no client left */
+  reply_list_t committed;   /* committed during that flush, waiting for the next one */
+  int64_t flushed_changes;  /* store_changes() covered by the last flush begun */
   int64_t flush_started_us; /* when the thread's flush in flight began (metrics) */
   size_t answered_in_flush; /* leases answered at their commit during that flush */
-  int64_t tx_started_us;   /* when the turn's transaction opened (head_commit's flush policy) */
+  int64_t tx_started_us;    /* when the turn's transaction opened (head_commit's flush policy) */
   /* What is not on disk yet (head_lease_on_disk): the lowest task id
    * committed since the last flush began, and the lowest one the flush in
    * flight covers (INT64_MAX: none); the token floor the last ended flush
@@ -81,20 +81,20 @@ typedef struct head {
   bool queued_flush;
   reply_list_t queued;
   int64_t queued_tasks, queued_token_floor;
-  bool sync_failed;        /* a WAL flush failed: the head stops */
-  waiter_t *waiters;       /* parked long-poll leases, oldest first */
+  bool sync_failed;                  /* a WAL flush failed: the head stops */
+  waiter_t *waiters;                 /* parked long-poll leases, oldest first */
   results_waiter_t *results_waiters; /* parked long-poll reads of session results */
-  shared_upload_t *uploads; /* streamed uploads in progress (shared_upload.c) */
-  reaper_t *reaper;        /* tasks removed in the background (reaper.c) */
-  char (*dirty)[NAME_MAX_LEN + 1]; /* queues that may serve waiters */
+  shared_upload_t *uploads;          /* streamed uploads in progress (shared_upload.c) */
+  reaper_t *reaper;                  /* tasks removed in the background (reaper.c) */
+  char (*dirty)[NAME_MAX_LEN + 1];   /* queues that may serve waiters */
   size_t ndirty, dirty_cap;
   int64_t started_ms;
   bool stopping;
-  pid_t agent_pid;         /* the local node agent (head_agent_t), 0 when none or gone */
-  struct event *agent_ev;  /* reads its exit pipe */
-  int signals;             /* stop signals received */
-  uint64_t requests;       /* requests handled */
-  uint64_t commits;        /* transactions committed */
+  pid_t agent_pid;        /* the local node agent (head_agent_t), 0 when none or gone */
+  struct event *agent_ev; /* reads its exit pipe */
+  int signals;            /* stop signals received */
+  uint64_t requests;      /* requests handled */
+  uint64_t commits;       /* transactions committed */
 } head_t;
 
 /* Runs the commit at the end of this turn (head_commit): for a reply that may

@@ -29,7 +29,7 @@
 
 #define SESSION_COLUMNS                                                                            \
   "id, queue, state, cleanup_on_exit, timeout_ms, created_ms, last_seen_ms, next_index,"           \
-  " last_seq, total, done, failed, coalesce(closed_why, ''),"                                     \
+  " last_seq, total, done, failed, coalesce(closed_why, ''),"                                      \
   " (SELECT init_data FROM session_data WHERE session = sessions.id)"
 
 static void session_from_row(sqlite3_stmt *s, session_t *ss) {
@@ -165,8 +165,7 @@ static bool session_make_id(char *out, size_t size) {
  * session's row, which every heartbeat and result writes). */
 static muster_err_t session_insert_data(store_t *st, const char *id, const char *init_data,
                                         fail_t *f) {
-  sqlite3_stmt *s =
-      store_stmt(st, "INSERT INTO session_data(session, init_data) VALUES(?1, ?2)");
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO session_data(session, init_data) VALUES(?1, ?2)");
   if (s == NULL)
     return store_fail(st, f, "session create");
   store_bind_text(s, 1, id);
@@ -324,9 +323,8 @@ static size_t submit_first_used(store_t *st, const session_t *ss, const submit_s
         first = i;
       last = i;
     }
-  if (given == 0 ||
-      (idx[last] - idx[first] == (int64_t)given - 1 && !submit_range_used(st, ss, idx[first],
-                                                                          idx[last])))
+  if (given == 0 || (idx[last] - idx[first] == (int64_t)given - 1 &&
+                     !submit_range_used(st, ss, idx[first], idx[last])))
     return n;
   for (size_t i = 0; i < n; i++)
     if (specs[i].index >= 0 && submit_index_used(st, ss, idx[i]))
@@ -338,8 +336,8 @@ static size_t submit_first_used(store_t *st, const session_t *ss, const submit_s
  * indexes that do not strictly increase: each checked against the rows
  * before it); ids[i] gets each id. */
 static muster_err_t submit_rows_one_by_one(store_t *st, const session_t *ss,
-                                           const submit_spec_t *specs, const int64_t *idx,
-                                           size_t n, int64_t *ids, size_t *used, fail_t *f) {
+                                           const submit_spec_t *specs, const int64_t *idx, size_t n,
+                                           int64_t *ids, size_t *used, fail_t *f) {
   int64_t now = now_ms();
   counts_run_t run = {0};
   for (size_t i = 0; i < n; i++) {
@@ -369,13 +367,14 @@ static muster_err_t submit_rows(store_t *st, const session_t *ss, const submit_s
   bool plain = increasing;
   *used = n;
   for (size_t i = 0; plain && i < n; i++)
-    plain = specs[i].requires == NULL;
+  plain = specs[i].requires == NULL;
   if (!plain)
     return submit_rows_one_by_one(st, ss, specs, idx, n, ids, used, f);
   *used = submit_first_used(st, ss, specs, idx, n);
   if (*used < n)
-    return fail_set(f, MUSTER_INVALID_STATE, "tasks[%zu].index: %lld is already in use in session %s",
-                    *used, (long long)idx[*used], ss->id);
+    return fail_set(f, MUSTER_INVALID_STATE,
+                    "tasks[%zu].index: %lld is already in use in session %s", *used,
+                    (long long)idx[*used], ss->id);
   task_row_t *rows = malloc(n * sizeof *rows);
   if (rows == NULL)
     return fail_set(f, MUSTER_NOMEM, "out of memory");
@@ -416,8 +415,8 @@ static json_t *submit_reply(const int64_t *ids, const int64_t *idx, size_t n, fa
  * shared data.  ids[i] gets those tasks' ids.  Checked only once the batch
  * failed on its first task's index, so nothing of it was inserted.
  */
-static bool submit_is_repeat(store_t *st, const session_t *ss, const submit_spec_t *specs,
-                             size_t n, int64_t *ids) {
+static bool submit_is_repeat(store_t *st, const session_t *ss, const submit_spec_t *specs, size_t n,
+                             int64_t *ids) {
   sqlite3_stmt *s = store_stmt(st, "SELECT id, payload, priority FROM tasks WHERE session = ?1"
                                    " AND queue = ?2 AND idx = ?3");
   bool same = s != NULL;

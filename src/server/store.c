@@ -35,19 +35,19 @@ typedef struct {
 
 struct store {
   sqlite3 *db;
-  bool in_tx;            /* the turn's transaction is open */
-  int64_t last_token;    /* highest fencing token handed out */
-  int64_t token_floor;   /* committed in meta: no token up to it is ever reused */
-  int64_t opened_ms;     /* when this process opened the file (store_opened_ms) */
-  int64_t new_tasks;     /* lowest task id inserted since store_take_new_tasks */
-  int64_t last_task;     /* highest task id handed out (store_task_ids) */
-  int64_t task_floor;    /* committed in meta: no task id up to it is ever reused */
-  bool tasks_deleted;    /* the open transaction deleted tasks */
+  bool in_tx;          /* the turn's transaction is open */
+  int64_t last_token;  /* highest fencing token handed out */
+  int64_t token_floor; /* committed in meta: no token up to it is ever reused */
+  int64_t opened_ms;   /* when this process opened the file (store_opened_ms) */
+  int64_t new_tasks;   /* lowest task id inserted since store_take_new_tasks */
+  int64_t last_task;   /* highest task id handed out (store_task_ids) */
+  int64_t task_floor;  /* committed in meta: no task id up to it is ever reused */
+  bool tasks_deleted;  /* the open transaction deleted tasks */
   store_tx_fn on_tx;
   store_ready_fn on_ready;
   store_session_fn on_session;
   void *hook_arg;
-  store_map_t map;       /* what muster_map() reads (store_map_set) */
+  store_map_t map;           /* what muster_map() reads (store_map_set) */
   struct counts_log *counts; /* count changes of the open transaction (counts.c) */
   size_t nstmts;
   stmt_slot_t stmts[STORE_STMT_CACHE];

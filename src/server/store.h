@@ -26,8 +26,8 @@ typedef void (*store_tx_fn)(void *arg);
 typedef void (*store_session_fn)(void *arg, const char *session);
 
 typedef struct {
-  const char *path;  /* database file */
-  bool sync_full;    /* fsync at every commit (synchronous=FULL) or not (NORMAL) */
+  const char *path;   /* database file */
+  bool sync_full;     /* fsync at every commit (synchronous=FULL) or not (NORMAL) */
   int schema_version; /* migrate only this far (tests of migrations); 0: the newest */
 } store_opts_t;
 

@@ -48,7 +48,8 @@ static void waiter_answer_empty(head_t *h, waiter_t *w) {
   json_t *reply = json_pack("{s:[]}", "leases");
   size_t count = 0;
   fail_t f = {0};
-  if (w->updates_after >= 0 && update_attach(h->st, w->queue, w->updates_after, reply, &count, &f)) {
+  if (w->updates_after >= 0 &&
+      update_attach(h->st, w->queue, w->updates_after, reply, &count, &f)) {
     json_object_set_new(reply, "updates", json_array());
     json_object_set_new(reply, "updates_last", json_integer(w->updates_after));
   }
@@ -69,8 +70,8 @@ void waiter_park(http_req_t *r, const char *queue, int64_t worker, int64_t max,
     http_reply_json(r, 200, json_pack("{s:[]}", "leases"));
     return;
   }
-  *w = (waiter_t){.head = h, .req = r->req, .worker = worker, .max = max,
-                  .updates_after = updates_after};
+  *w = (waiter_t){
+      .head = h, .req = r->req, .worker = worker, .max = max, .updates_after = updates_after};
   snprintf(w->queue, sizeof w->queue, "%s", queue);
   w->timer = evtimer_new(h->base, waiter_timeout, w);
   struct timeval tv = {.tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000};

@@ -16,8 +16,8 @@
 #include <string.h>
 
 static const char *const name_adjectives[] = {
-    "brisk", "calm",  "deft",  "eager", "fond",  "glad",  "hardy", "jolly", "keen",  "lucid",
-    "merry", "noble", "plucky", "quick", "rapid", "sly",   "sturdy", "tidy", "vivid", "witty"};
+    "brisk", "calm",  "deft",   "eager", "fond",  "glad", "hardy",  "jolly", "keen",  "lucid",
+    "merry", "noble", "plucky", "quick", "rapid", "sly",  "sturdy", "tidy",  "vivid", "witty"};
 static const char *const name_animals[] = {
     "otter", "heron", "lynx",  "badger", "falcon", "marten", "ibex",   "koala", "lemur", "newt",
     "orca",  "panda", "quail", "raven",  "stoat",  "tapir",  "walrus", "yak",   "zebra", "gecko"};
@@ -111,14 +111,14 @@ static json_t *worker_insert(store_t *st, const worker_spec_t *w, fail_t *f) {
 }
 
 json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout_ms, fail_t *f) {
-  static const char *const allowed[] = {"nickname", "queues",     "node",    "labels",
+  static const char *const allowed[] = {"nickname",   "queues",   "node", "labels",
                                         "timeout_ms", "instance", NULL};
   worker_spec_t w = {0};
   if (jv_only(body, "", allowed, f) ||
       jv_str(body, "nickname", "", "anonymous", WORKER_MAX_NICKNAME, &w.nickname, f) ||
       jv_str(body, "node", "", NULL, 256, &w.node, f) ||
-      jv_int(body, "timeout_ms", "", default_timeout_ms, 100, 7LL * 24 * 3600 * 1000,
-             &w.timeout_ms, f) ||
+      jv_int(body, "timeout_ms", "", default_timeout_ms, 100, 7LL * 24 * 3600 * 1000, &w.timeout_ms,
+             f) ||
       jv_name(body, "instance", "", &w.instance, f))
     return NULL;
   json_t *out = worker_registered(st, w.instance, f);
@@ -193,8 +193,8 @@ json_t *worker_leave(store_t *st, int64_t id, bool crashed, fail_t *f) {
     return NULL;
   /* A crash may be the task's doing: the attempt counts, so a task that
    * kills every worker it runs on goes dead after max_attempts. */
-  int64_t released = crashed ? lease_lapse_worker(st, id, "worker crashed")
-                             : lease_end_worker(st, id, false);
+  int64_t released =
+      crashed ? lease_lapse_worker(st, id, "worker crashed") : lease_end_worker(st, id, false);
   if (released < 0) {
     store_fail(st, f, "releasing leases");
     return NULL;
@@ -221,13 +221,13 @@ muster_err_t worker_count(store_t *st, int64_t id, worker_counter_t which, int64
  * migration 8), so one worker's count is a scan of tasks_leased (all leases,
  * the worker in the index), and the list counts every worker's leases in one
  * such scan, grouped, rather than one scan per worker. */
-#define WORKER_COLUMNS                                                                            \
-  "w.id, w.name, w.nickname, w.node, w.queues, w.labels, w.state, w.progress, w.last_seen_ms,"   \
+#define WORKER_COLUMNS                                                                             \
+  "w.id, w.name, w.nickname, w.node, w.queues, w.labels, w.state, w.progress, w.last_seen_ms,"     \
   " w.created_ms, w.timeout_ms, w.completed, w.failed, w.flagged,"
-#define WORKER_LEASES_ONE                                                                         \
+#define WORKER_LEASES_ONE                                                                          \
   " (SELECT count(*) FROM tasks t INDEXED BY tasks_leased WHERE t.state = 1 AND t.worker = w.id)"
-#define WORKER_LEASES_ALL                                                                         \
-  " LEFT JOIN (SELECT worker, count(*) AS n FROM tasks INDEXED BY tasks_leased"                 \
+#define WORKER_LEASES_ALL                                                                          \
+  " LEFT JOIN (SELECT worker, count(*) AS n FROM tasks INDEXED BY tasks_leased"                    \
   " WHERE state = 1 GROUP BY worker) l ON l.worker = w.id"
 
 static json_t *text_json(sqlite3_stmt *s, int col, bool decode) {
@@ -241,15 +241,14 @@ static json_t *worker_from_row(sqlite3_stmt *s) {
   return json_pack(
       "{s:I, s:s, s:s, s:o, s:o, s:o, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
       (json_int_t)sqlite3_column_int64(s, 0), "name", (const char *)sqlite3_column_text(s, 1),
-      "nickname", (const char *)sqlite3_column_text(s, 2), "node", text_json(s, 3, false),
-      "queues", text_json(s, 4, true), "labels", text_json(s, 5, true), "state",
+      "nickname", (const char *)sqlite3_column_text(s, 2), "node", text_json(s, 3, false), "queues",
+      text_json(s, 4, true), "labels", text_json(s, 5, true), "state",
       sqlite3_column_int(s, 6) == WORKER_ACTIVE ? "active" : "gone", "progress",
-      text_json(s, 7, false), "last_seen_ms", (json_int_t)sqlite3_column_int64(s, 8),
-      "created_ms", (json_int_t)sqlite3_column_int64(s, 9), "timeout_ms",
-      (json_int_t)sqlite3_column_int64(s, 10), "completed",
-      (json_int_t)sqlite3_column_int64(s, 11), "failed", (json_int_t)sqlite3_column_int64(s, 12),
-      "flagged", (json_int_t)sqlite3_column_int64(s, 13), "leases",
-      (json_int_t)sqlite3_column_int64(s, 14));
+      text_json(s, 7, false), "last_seen_ms", (json_int_t)sqlite3_column_int64(s, 8), "created_ms",
+      (json_int_t)sqlite3_column_int64(s, 9), "timeout_ms", (json_int_t)sqlite3_column_int64(s, 10),
+      "completed", (json_int_t)sqlite3_column_int64(s, 11), "failed",
+      (json_int_t)sqlite3_column_int64(s, 12), "flagged", (json_int_t)sqlite3_column_int64(s, 13),
+      "leases", (json_int_t)sqlite3_column_int64(s, 14));
 }
 
 json_t *worker_get(store_t *st, int64_t id, fail_t *f) {
@@ -291,13 +290,12 @@ json_t *worker_leaderboard(store_t *st, fail_t *f) {
   }
   json_t *list = json_array();
   while (sqlite3_step(s) == SQLITE_ROW)
-    json_array_append_new(
-        list, json_pack("{s:s, s:I, s:I, s:I, s:I}", "nickname",
-                        (const char *)sqlite3_column_text(s, 0), "completed",
-                        (json_int_t)sqlite3_column_int64(s, 1), "failed",
-                        (json_int_t)sqlite3_column_int64(s, 2), "flagged",
-                        (json_int_t)sqlite3_column_int64(s, 3), "workers",
-                        (json_int_t)sqlite3_column_int64(s, 4)));
+    json_array_append_new(list, json_pack("{s:s, s:I, s:I, s:I, s:I}", "nickname",
+                                          (const char *)sqlite3_column_text(s, 0), "completed",
+                                          (json_int_t)sqlite3_column_int64(s, 1), "failed",
+                                          (json_int_t)sqlite3_column_int64(s, 2), "flagged",
+                                          (json_int_t)sqlite3_column_int64(s, 3), "workers",
+                                          (json_int_t)sqlite3_column_int64(s, 4)));
   store_reset(s);
   return json_pack("{s:o}", "leaderboard", list);
 }

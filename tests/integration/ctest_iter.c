@@ -77,7 +77,7 @@ static void test_standalone_matches_stream(void) {
     CHECK(drain(l, got, 16) == 4 && memcmp(got, want, sizeof want) == 0);
     CHECK(drain(l, got, 16) == 0); /* stays at the end */
     CHECK(muster_loader_reset(l) == MUSTER_OK);
-    CHECK(drain(l, got, 16) == 4); /* epoch 1 */
+    CHECK(drain(l, got, 16) == 4);                   /* epoch 1 */
     CHECK(muster_loader_reset(l) == MUSTER_INVALID); /* epochs = 2 */
     muster_loader_close(l);
   }
@@ -211,8 +211,8 @@ static void test_prefetch_slow_load(void) {
   muster_loader_stats(l, &st);
   CHECK(taken == 100 && right == 100);
   CHECK(st.samples_loaded == 100);
-  CHECK(st.prefetch_hits >= 8);   /* the full buffer, taken at once */
-  CHECK(st.prefetch_misses >= 10); /* then the consumer outran a 2 ms load */
+  CHECK(st.prefetch_hits >= 8);                        /* the full buffer, taken at once */
+  CHECK(st.prefetch_misses >= 10);                     /* then the consumer outran a 2 ms load */
   CHECK(st.prefetch_hits + st.prefetch_misses == 101); /* 100 samples and the end */
   CHECK(st.buffer_peak <= 8);
   CHECK(st.avg_load_time_us >= 1500);

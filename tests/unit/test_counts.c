@@ -56,9 +56,8 @@ static void check_read(const char *step) {
       int64_t there = sqlite3_column_int64(c, 0);
       sqlite3_reset(c);
       if (by_state[state] != there)
-        fail_msg("after %s, before the commit: queue %s, state %s: read %lld, there are %lld",
-                 step, queue, task_state_name(state), (long long)by_state[state],
-                 (long long)there);
+        fail_msg("after %s, before the commit: queue %s, state %s: read %lld, there are %lld", step,
+                 queue, task_state_name(state), (long long)by_state[state], (long long)there);
     }
   }
   sqlite3_finalize(c);

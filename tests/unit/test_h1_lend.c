@@ -49,8 +49,8 @@ static void on_dispatch(h1_req_t *q, void *arg) {
 static int setup(void **state) {
   env_t *e = calloc(1, sizeof *e);
   e->base = event_base_new();
-  h1_config_t cfg = {.dispatch = on_dispatch, .arg = e, .max_head = 8192,
-                     .max_body = 1 << 20, .idle_ms = 60000};
+  h1_config_t cfg = {
+      .dispatch = on_dispatch, .arg = e, .max_head = 8192, .max_body = 1 << 20, .idle_ms = 60000};
   e->srv = h1_server_new(e->base, &cfg);
   assert_non_null(e->srv);
   char err[128];

@@ -108,8 +108,9 @@ static void test_put_common(void **state) {
         TAKE);
   check(s, "{\"tasks\":[{\"payload\":{\"a\":[1,-2,\"x\",{\"b\":{}}],\"c\":false}}]}", TAKE);
   check(s, "{\"tasks\":[{\"priority\":5,\"payload\":\"p\",\"delay_ms\":100,\"index\":3}]}", TAKE);
-  check(s, "{\"tasks\":[{\"payload\":0,\"priority\":-2147483648},{\"payload\":0,"
-           "\"priority\":2147483647,\"delay_ms\":31622400000,\"index\":9223372036854775807}]}",
+  check(s,
+        "{\"tasks\":[{\"payload\":0,\"priority\":-2147483648},{\"payload\":0,"
+        "\"priority\":2147483647,\"delay_ms\":31622400000,\"index\":9223372036854775807}]}",
         TAKE);
   check(s, "{\"tasks\":[{\"payload\":1,\"priority\":null,\"index\":null}]}", TAKE);
   /* Escapes jw writes, UTF-8 as it is, a NUL in a string (not in a key). */
@@ -118,13 +119,11 @@ static void test_put_common(void **state) {
   check(s, "{\"tasks\":[{\"payload\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \x7f /\"}]}",
         TAKE);
   check(s, "{\"tasks\":[{\"payload\":{\"k\\n\":1,\"k\\t\":2,\"\":3}}]}", TAKE);
-  check(s, "{\"tasks\":[{\"payload\":[-9223372036854775808,9223372036854775807,0,-1,10]}]}",
-        TAKE);
+  check(s, "{\"tasks\":[{\"payload\":[-9223372036854775808,9223372036854775807,0,-1,10]}]}", TAKE);
   /* Keys equal in another object are not duplicates. */
   check(s, "{\"tasks\":[{\"payload\":{\"a\":{\"a\":1},\"b\":{\"a\":2}}}]}", TAKE);
   /* Reals in the text jw writes for them, kept as sent. */
-  check(s, "{\"tasks\":[{\"payload\":{\"x\":0.1,\"y\":1e300,\"z\":[0.3,2.5e-7,-0.0,1.0]}}]}",
-        TAKE);
+  check(s, "{\"tasks\":[{\"payload\":{\"x\":0.1,\"y\":1e300,\"z\":[0.3,2.5e-7,-0.0,1.0]}}]}", TAKE);
 }
 
 static void test_put_declined(void **state) {
@@ -132,19 +131,30 @@ static void test_put_declined(void **state) {
   const jscan_shape_t *s = &task_put_shape;
   const char *const bodies[] = {
       /* whitespace anywhere */
-      "{\"tasks\": [{\"payload\":1}]}", "{\"tasks\":[{\"payload\": 1}]}",
-      "{\"tasks\":[{\"payload\":[1, 2]}]}", "{\"tasks\":[{\"payload\":{\"a\" :1}}]}",
-      " {\"tasks\":[{\"payload\":1}]}", "{\"tasks\":[{\"payload\":1}]}\n",
+      "{\"tasks\": [{\"payload\":1}]}",
+      "{\"tasks\":[{\"payload\": 1}]}",
+      "{\"tasks\":[{\"payload\":[1, 2]}]}",
+      "{\"tasks\":[{\"payload\":{\"a\" :1}}]}",
+      " {\"tasks\":[{\"payload\":1}]}",
+      "{\"tasks\":[{\"payload\":1}]}\n",
       /* escapes jw does not write, reals not in their shortest text, integers
        * jansson refuses or rewrites */
-      "{\"tasks\":[{\"payload\":\"\\u00e9\"}]}", "{\"tasks\":[{\"payload\":\"\\/\"}]}",
-      "{\"tasks\":[{\"payload\":\"\\u001f\"}]}", "{\"tasks\":[{\"payload\":\"\\u000A\"}]}",
-      "{\"tasks\":[{\"payload\":\"\\u0041\"}]}", "{\"tasks\":[{\"payload\":\"\\ud83d\\ude00\"}]}",
-      "{\"tasks\":[{\"payload\":1.50}]}", "{\"tasks\":[{\"payload\":1.}]}",
-      "{\"tasks\":[{\"payload\":1e3}]}", "{\"tasks\":[{\"payload\":1E3}]}",
-      "{\"tasks\":[{\"payload\":0.10000000000000001}]}", "{\"tasks\":[{\"payload\":1e+300}]}",
-      "{\"tasks\":[{\"payload\":-0}]}", "{\"tasks\":[{\"payload\":01}]}",
-      "{\"tasks\":[{\"payload\":+1}]}", "{\"tasks\":[{\"payload\":9223372036854775808}]}",
+      "{\"tasks\":[{\"payload\":\"\\u00e9\"}]}",
+      "{\"tasks\":[{\"payload\":\"\\/\"}]}",
+      "{\"tasks\":[{\"payload\":\"\\u001f\"}]}",
+      "{\"tasks\":[{\"payload\":\"\\u000A\"}]}",
+      "{\"tasks\":[{\"payload\":\"\\u0041\"}]}",
+      "{\"tasks\":[{\"payload\":\"\\ud83d\\ude00\"}]}",
+      "{\"tasks\":[{\"payload\":1.50}]}",
+      "{\"tasks\":[{\"payload\":1.}]}",
+      "{\"tasks\":[{\"payload\":1e3}]}",
+      "{\"tasks\":[{\"payload\":1E3}]}",
+      "{\"tasks\":[{\"payload\":0.10000000000000001}]}",
+      "{\"tasks\":[{\"payload\":1e+300}]}",
+      "{\"tasks\":[{\"payload\":-0}]}",
+      "{\"tasks\":[{\"payload\":01}]}",
+      "{\"tasks\":[{\"payload\":+1}]}",
+      "{\"tasks\":[{\"payload\":9223372036854775808}]}",
       "{\"tasks\":[{\"payload\":-9223372036854775809}]}",
       "{\"tasks\":[{\"payload\":99999999999999999999999}]}",
       /* duplicate keys, at every level */
@@ -155,27 +165,42 @@ static void test_put_declined(void **state) {
       "{\"tasks\":[{\"payload\":1}],\"tasks\":[{\"payload\":1}]}",
       "{\"tasks\":[{\"payload\":{\"a\\n\":1,\"a\\n\":2}}]}",
       /* a NUL in a key, invalid strings */
-      "{\"tasks\":[{\"payload\":{\"a\\u0000\":1}}]}", "{\"tasks\":[{\"payload\":\"\x01\"}]}",
-      "{\"tasks\":[{\"payload\":\"\xc3\"}]}", "{\"tasks\":[{\"payload\":\"\xed\xa0\x80\"}]}",
-      "{\"tasks\":[{\"payload\":\"\xc0\xaf\"}]}", "{\"tasks\":[{\"payload\":\"\\x\"}]}",
+      "{\"tasks\":[{\"payload\":{\"a\\u0000\":1}}]}",
+      "{\"tasks\":[{\"payload\":\"\x01\"}]}",
+      "{\"tasks\":[{\"payload\":\"\xc3\"}]}",
+      "{\"tasks\":[{\"payload\":\"\xed\xa0\x80\"}]}",
+      "{\"tasks\":[{\"payload\":\"\xc0\xaf\"}]}",
+      "{\"tasks\":[{\"payload\":\"\\x\"}]}",
       "{\"tasks\":[{\"payload\":\"abc}]}",
       /* fields the fast path leaves to the tree, unknown or missing ones, wrong types */
       "{\"tasks\":[{\"payload\":1,\"key\":\"k\"}]}",
       "{\"tasks\":[{\"payload\":1,\"session\":\"s\"}]}",
-      "{\"tasks\":[{\"payload\":1,\"requires\":[]}]}", "{\"tasks\":[{\"payload\":1,\"x\":1}]}",
-      "{\"tasks\":[{\"priority\":1}]}", "{\"tasks\":[{}]}", "{\"tasks\":[]}", "{}",
-      "{\"tasks\":{}}", "{\"tasks\":[1]}", "{\"tasks\":[{\"payload\":1}],\"x\":1}",
+      "{\"tasks\":[{\"payload\":1,\"requires\":[]}]}",
+      "{\"tasks\":[{\"payload\":1,\"x\":1}]}",
+      "{\"tasks\":[{\"priority\":1}]}",
+      "{\"tasks\":[{}]}",
+      "{\"tasks\":[]}",
+      "{}",
+      "{\"tasks\":{}}",
+      "{\"tasks\":[1]}",
+      "{\"tasks\":[{\"payload\":1}],\"x\":1}",
       "{\"tasks\":[{\"payload\":1,\"priority\":\"1\"}]}",
       "{\"tasks\":[{\"payload\":1,\"priority\":1.0}]}",
       "{\"tasks\":[{\"payload\":1,\"priority\":2147483648}]}",
       "{\"tasks\":[{\"payload\":1,\"delay_ms\":-1}]}",
       "{\"tasks\":[{\"payload\":1,\"delay_ms\":31622400001}]}",
-      "{\"tasks\":[{\"payload\":1,\"index\":-1}]}", "{\"tas\\u006bs\":[{\"payload\":1}]}",
+      "{\"tasks\":[{\"payload\":1,\"index\":-1}]}",
+      "{\"tas\\u006bs\":[{\"payload\":1}]}",
       "{\"lease\":{},\"tasks\":[{\"payload\":1}]}",
       /* not an object, cut short, trailing bytes */
-      "[{\"payload\":1}]", "", "{\"tasks\":[{\"payload\":1}]", "{\"tasks\":[{\"payload\":1}]}x",
-      "{\"tasks\":[{\"payload\":tru}]}", "{\"tasks\":[{\"payload\":[1,]}]}",
-      "{\"tasks\":[{\"payload\":{\"a\":1,}}]}", "{\"tasks\":[{\"payload\":[1}]}",
+      "[{\"payload\":1}]",
+      "",
+      "{\"tasks\":[{\"payload\":1}]",
+      "{\"tasks\":[{\"payload\":1}]}x",
+      "{\"tasks\":[{\"payload\":tru}]}",
+      "{\"tasks\":[{\"payload\":[1,]}]}",
+      "{\"tasks\":[{\"payload\":{\"a\":1,}}]}",
+      "{\"tasks\":[{\"payload\":[1}]}",
   };
   for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
     check(s, bodies[i], DECLINE);
@@ -221,22 +246,25 @@ static void test_complete(void **state) {
   (void)state;
   const jscan_shape_t *s = &lease_complete_shape;
   check(s, "{\"leases\":[{\"task\":1,\"token\":2}]}", TAKE);
-  check(s, "{\"leases\":[{\"task\":1,\"token\":2,\"result\":{\"ok\":true}},"
-           "{\"result\":null,\"token\":9007199254740991,\"task\":3}]}",
+  check(s,
+        "{\"leases\":[{\"task\":1,\"token\":2,\"result\":{\"ok\":true}},"
+        "{\"result\":null,\"token\":9007199254740991,\"task\":3}]}",
         TAKE);
-  check(s, "{\"leases\":[{\"task\":1,\"token\":2,\"result\":\"r\"}],"
-           "\"lease\":{\"queue\":\"q\",\"max\":64,\"worker\":3,\"updates_after\":0}}",
+  check(s,
+        "{\"leases\":[{\"task\":1,\"token\":2,\"result\":\"r\"}],"
+        "\"lease\":{\"queue\":\"q\",\"max\":64,\"worker\":3,\"updates_after\":0}}",
         TAKE);
   check(s, "{\"lease\":{\"queue\":\"q\",\"max\":1},\"leases\":[{\"task\":1,\"token\":2}]}", TAKE);
   check(s, "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":null}", TAKE);
   /* Reals in jw's text: a result kept as sent; a "lease" kept for its
    * handler, which refuses a real "max" as the tree path does. */
-  check(s, "{\"leases\":[{\"task\":1,\"token\":2,\"result\":{\"score\":0.1,\"e\":2.5e-7}}]}",
-        TAKE);
+  check(s, "{\"leases\":[{\"task\":1,\"token\":2,\"result\":{\"score\":0.1,\"e\":2.5e-7}}]}", TAKE);
   check(s, "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":{\"max\":1.5}}", TAKE);
   const char *const bodies[] = {
-      "{\"leases\":[{\"task\":1}]}", "{\"leases\":[{\"token\":1}]}",
-      "{\"leases\":[{\"task\":null,\"token\":1}]}", "{\"leases\":[{\"task\":0,\"token\":1}]}",
+      "{\"leases\":[{\"task\":1}]}",
+      "{\"leases\":[{\"token\":1}]}",
+      "{\"leases\":[{\"task\":null,\"token\":1}]}",
+      "{\"leases\":[{\"task\":0,\"token\":1}]}",
       "{\"leases\":[{\"task\":1,\"token\":9007199254740992}]}",
       "{\"leases\":[{\"task\":1,\"token\":2,\"error\":\"e\"}]}",
       "{\"leases\":[{\"task\":1,\"token\":2,\"result\":1.50}]}",
@@ -246,7 +274,8 @@ static void test_complete(void **state) {
       "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":{\"max\":1.50}}",
       "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":{}, \"lease\":{}}",
       "{\"leases\":[{\"task\":1,\"token\":2}],\"lease\":{},\"lease\":{}}",
-      "{\"leases\":[{\"task\":1,\"token\":2}],\"extra\":1}", "{\"lease\":{}}",
+      "{\"leases\":[{\"task\":1,\"token\":2}],\"extra\":1}",
+      "{\"lease\":{}}",
       "{\"leases\":[{\"task\":1,\"token\":2,\"task\":1}]}",
   };
   for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
@@ -266,8 +295,8 @@ static void canonical_both_ways(json_t *v) {
 
 static void test_canonical(void **state) {
   (void)state;
-  canonical_both_ways(json_pack("{s:[i, s, b, n, {s:{}}], s:s}", "a", 1, "x\n\"\\\x01\x1f", 1,
-                                "b", "c", "caf\xc3\xa9"));
+  canonical_both_ways(json_pack("{s:[i, s, b, n, {s:{}}], s:s}", "a", 1, "x\n\"\\\x01\x1f", 1, "b",
+                                "c", "caf\xc3\xa9"));
   canonical_both_ways(json_stringn("nul\0inside", 10));
   canonical_both_ways(json_integer(INT64_MIN));
   for (int c = 1; c < 0x20; c++) {

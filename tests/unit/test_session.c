@@ -75,8 +75,8 @@ static muster_err_t submit(const char *id, const char *tasks_json, json_t **out)
 /* session_submit_scanned of `text`, a whole body the scanner must take;
  * returns the error code, *out gets the reply as a client reads it and
  * *message the error's message. */
-static muster_err_t submit_scanned(const char *id, const char *text, json_t **out,
-                                   char *message, size_t size) {
+static muster_err_t submit_scanned(const char *id, const char *text, json_t **out, char *message,
+                                   size_t size) {
   jscan_body_t body;
   assert_true(jscan_body(&session_submit_shape, text, strlen(text), 1 << 20, &body));
   fail_t f = {0};
@@ -349,8 +349,9 @@ static void test_batch_results(void **unused) {
   char a[SESSION_ID_LEN + 1], b[SESSION_ID_LEN + 1], buf[256];
   open_session("q", NULL, a);
   open_session("q", NULL, b);
-  assert_int_equal(submit(a, "[{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2},"
-                             " {\"payload\": 3}, {\"payload\": 4}, {\"payload\": 5}]",
+  assert_int_equal(submit(a,
+                          "[{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2},"
+                          " {\"payload\": 3}, {\"payload\": 4}, {\"payload\": 5}]",
                           NULL),
                    MUSTER_OK);
   json_t *leases = lease("q", 6);
@@ -502,9 +503,12 @@ static void test_results_text(void **unused) {
   assert_int_equal(submit(id, "[{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2}]", NULL),
                    MUSTER_OK);
   json_t *leases = lease("q", 3);
-  const char *result = ", \"result\": {\"a\": [1, -2.5e-3, true, null], \"s\": \"caf\u00e9 \\\"q\\\" \\n \\u0001\"}";
+  const char *result =
+      ", \"result\": {\"a\": [1, -2.5e-3, true, null], \"s\": \"caf\u00e9 \\\"q\\\" \\n \\u0001\"}";
   assert_int_equal(apply(LEASE_COMPLETE, at_index(leases, 1), result), MUSTER_OK);
-  assert_int_equal(apply(LEASE_FAIL, at_index(leases, 0), ", \"error\": \"it said \\\"no\\\"\\nand \u00fcbel\"," " \"permanent\": true"),
+  assert_int_equal(apply(LEASE_FAIL, at_index(leases, 0),
+                         ", \"error\": \"it said \\\"no\\\"\\nand \u00fcbel\","
+                         " \"permanent\": true"),
                    MUSTER_OK);
   assert_int_equal(apply(LEASE_FAIL, at_index(leases, 2), ", \"error\": \"boom\""), MUSTER_OK);
   fail_t f = {0};
@@ -524,12 +528,12 @@ static void test_results_text(void **unused) {
     assert_non_null(task);
     const char *state = json_string_value(json_object_get(task, "state"));
     bool done = strcmp(state, "done") == 0;
-    json_array_append_new(
-        expected, json_pack("{s:I, s:I, s:s, s:O, s:O, s:I}", "index", (json_int_t)index, "task",
-                            (json_int_t)jint(task, "id"), "state", state, "result",
-                            done ? json_object_get(task, "result") : json_null(), "error",
-                            done ? json_null() : json_object_get(task, "error"), "seq",
-                            (json_int_t)seq));
+    json_array_append_new(expected,
+                          json_pack("{s:I, s:I, s:s, s:O, s:O, s:I}", "index", (json_int_t)index,
+                                    "task", (json_int_t)jint(task, "id"), "state", state, "result",
+                                    done ? json_object_get(task, "result") : json_null(), "error",
+                                    done ? json_null() : json_object_get(task, "error"), "seq",
+                                    (json_int_t)seq));
     json_decref(task);
   }
   size_t want_len = 0;
@@ -571,12 +575,13 @@ static void test_init_data_apart(void **unused) {
   assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
   make_queue("q", "{}");
   /* Version 8's session: init_data in its row (as session_insert wrote it). */
-  assert_int_equal(sqlite3_exec(store_db(st),
-                                "INSERT INTO sessions(id, queue, state, cleanup_on_exit, timeout_ms,"
-                                " init_data, created_ms, last_seen_ms) VALUES('s-old', 'q', 0, 1,"
-                                " 60000, '{\"model\":[1,2]}', 1, 1)",
-                                NULL, NULL, NULL),
-                   SQLITE_OK);
+  assert_int_equal(
+      sqlite3_exec(store_db(st),
+                   "INSERT INTO sessions(id, queue, state, cleanup_on_exit, timeout_ms,"
+                   " init_data, created_ms, last_seen_ms) VALUES('s-old', 'q', 0, 1,"
+                   " 60000, '{\"model\":[1,2]}', 1, 1)",
+                   NULL, NULL, NULL),
+      SQLITE_OK);
   assert_int_equal(fixture_close(), 0);
 
   st = store_open(&(store_opts_t){.path = path}, &f);
@@ -589,9 +594,8 @@ static void test_init_data_apart(void **unused) {
   assert_string_equal(text, "{\"model\":[1,2]}");
   free(text);
   json_decref(old);
-  assert_string_equal(query_text("SELECT init_data FROM sessions WHERE id = 's-old'", buf,
-                                 sizeof buf),
-                      "");
+  assert_string_equal(
+      query_text("SELECT init_data FROM sessions WHERE id = 's-old'", buf, sizeof buf), "");
   /* A new session: its init_data in session_data, its row without it. */
   char id[SESSION_ID_LEN + 1];
   open_session("q", ", \"init_data\": {\"w\": \"big\"}", id);
