@@ -313,6 +313,33 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
             self.assertEqual(err, "muster: invalid_argument: stdin line 2: not valid JSON: %s\n"
                              % bad, cmd)
 
+    def test_bad_json_of_a_file_or_an_agent_says_why_and_where(self):
+        # A pretty-printed array with a bad element was read as JSON lines, and said as a
+        # bad first line ("line 1: ']' expected near end of file").
+        path = os.path.join(self.cwd, "jobs.json")
+        with open(path, "w") as f:
+            f.write('[\n  {"url": "a.jpg"},\n  {"url": bad}\n]\n')
+        for args in (("--file", path), (path,)):
+            err = self.fails(1, "put", "--queue", "msg-file", "--json", *args)
+            self.assertEqual(err, "muster: invalid_argument: %s: not valid JSON: invalid token "
+                             "near 'bad' (at line 3, column 13)\n" % path, args)
+        # JSON lines, one of them bad, are still told by line.
+        with open(path, "w") as f:
+            f.write('[1, 2]\n{"url": bad}\n')
+        err = self.fails(1, "put", "--queue", "msg-file", "--json", "--file", path)
+        self.assertEqual(err, "muster: invalid_argument: %s line 2: not valid JSON: invalid token "
+                         "near 'bad' (at column 11)\n" % path)
+        # The agent's --init-data went to its workers unchecked: each refused it and exited
+        # 2, and was restarted for ever.
+        plugin = os.path.join(node_harness.build_dir(), "libplugin_echo.so")
+        for cmd in ("node", "head"):
+            r = self.agent(cmd, "--queue", "q", "--plugin", plugin, "--init-data", '{"a":\n bad}')
+            self.assertEqual(r.returncode, 2, (cmd, r.stderr))
+            self.assertTrue(r.stderr.startswith("muster: --init-data: not valid JSON: invalid "
+                                                "token near 'bad' (at line 2, column 4)\n"),
+                            r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.cwd, "agent-head")))
+
     # ---- the head gone mid-request --------------------------------------------------
 
     def test_put_cut_off_says_the_batch_may_be_stored(self):
