@@ -25,6 +25,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,19 @@ void cli_head_agent_usage(FILE *out) {
   cli_print_item(out, "-- CMD [ARGS...]", "the workers' command (with --queue)", HEAD_HELP_WIDTH);
 }
 
+/* Checks that --init-data is JSON text, as each worker checks it at its
+ * start (worker_check_runner): workers that refuse it exit 2 at once and are
+ * restarted for ever.  CLI_OK, or CLI_USAGE after saying where it is bad. */
+static int node_check_init_data(const cli_cmd_t *cmd, const char *init_data) {
+  char why[CLI_JSON_WHY];
+  json_t *value = init_data ? cli_json_parse(init_data, strlen(init_data), why, sizeof why) : NULL;
+  if (init_data == NULL || value != NULL) {
+    json_decref(value);
+    return CLI_OK;
+  }
+  return cli_usage_error(cmd, "--init-data: not valid JSON: %s", why);
+}
+
 /* Checks what each worker runs: a command with --queue, or a plugin, and
  * that the command can run or the plugin load.  Every worker would fail at
  * once otherwise, and be restarted for ever: refused before any starts. */
@@ -126,6 +140,8 @@ static int node_check_worker(const cli_cmd_t *cmd, const node_config_t *cfg) {
   if (cfg->plugin && cfg->concurrency > 1)
     return cli_usage_error(cmd, "--concurrency is for command workers; a plugin worker "
                                 "runs one task at a time");
+  if (node_check_init_data(cmd, cfg->init_data) != CLI_OK)
+    return CLI_USAGE;
   char why[1400], prog[32];
   snprintf(prog, sizeof prog, "muster %s", cmd->name);
   if ((cfg->cmd && run_resolve(cfg->cmd[0], why, sizeof why) != 0) ||

@@ -11,7 +11,9 @@
  * restarting), as map does: results are durable on the head and the cursor
  * only moves past what was printed, so reading again from it once the head
  * answers prints nothing twice and skips nothing.  It waits for as long as it
- * takes; SIGINT or SIGTERM ends it with the cursor to resume from.
+ * takes, each read as long as the head lets a long-poll wait (its
+ * --max-wait-ms, from GET /v1/health), so an idle follow costs one request per
+ * such wait; SIGINT or SIGTERM ends it at once with the cursor to resume from.
  */
 #include "cli/cli.h"
 #include "cli/table.h"
@@ -22,11 +24,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SESSION_PUT_BATCH 1000
-#define SESSION_FOLLOW_WAIT_MS 1000 /* longest wait of a --follow read: checks for a signal */
-#define SESSION_RETRY_FIRST_MS 200  /* first pause before reading again from a silent head */
-#define SESSION_RETRY_MAX_MS 2000   /* the pause doubles up to this */
+/* The wait of a --follow read when the head does not say its cap (an older
+ * head): its default --max-wait-ms. */
+#define SESSION_FOLLOW_WAIT_MS 30000
+/* Empty --follow reads come at most this often: a head that lets no read
+ * wait (--max-wait-ms 0) answers at once, and is not asked in a busy loop. */
+#define SESSION_FOLLOW_MIN_MS 1000
+#define SESSION_RETRY_FIRST_MS 200 /* first pause before reading again from a silent head */
+#define SESSION_RETRY_MAX_MS 2000  /* the pause doubles up to this */
 
 const cli_opt_t cmd_session_create_opts[] = {
     {"queue", "Q", "queue the session's tasks go to (required; must exist)"},
@@ -63,8 +71,9 @@ const char cmd_session_results_details[] =
     "With --follow, a head that stops answering (it was killed or restarts) is\n"
     "waited for: one line says so, reads are tried again every 2 s at most, and\n"
     "one line says when it answers again; the stream goes on from the cursor,\n"
-    "nothing printed twice or skipped.  SIGINT or SIGTERM ends --follow with the\n"
-    "cursor on stderr and exit status 1.\n\n"
+    "nothing printed twice or skipped.  Each read waits as long as the head lets\n"
+    "one wait (its --max-wait-ms).  SIGINT or SIGTERM ends --follow at once, with\n"
+    "the cursor on stderr and exit status 1.\n\n"
     "examples:\n"
     "  muster session results s-5f2c9a1e7b3d4c60 --follow --values\n"
     "  muster session results s-5f2c9a1e7b3d4c60 --order completion --cursor 311\n";
@@ -287,16 +296,91 @@ typedef struct {
   int64_t cursor;
   int64_t left; /* results still to print; -1: no limit */
   int64_t wait_ms;
+  int64_t follow_wait_ms; /* how long a --follow read waits; 0: not asked of the head yet */
   int follow, values;
   int read_any;     /* a page came: the session exists, and --follow may wait for the head */
-  int interrupted;  /* --follow ended by a signal before the end of the stream */
   int64_t retry_ms; /* the next pause while the head does not answer; 0: it answers */
 } session_read_t;
 
-static volatile sig_atomic_t session_stop; /* the signal that ends --follow; 0: none */
+/*
+ * SIGINT and SIGTERM end --follow at once, from their handler: libmuster
+ * goes on waiting through a signal, so a read parked for the head's whole
+ * --max-wait-ms could not be cut short otherwise.  They are blocked but while
+ * the command waits (a read under way, a pause), so they never land in the
+ * middle of a page: what was printed is flushed, and session_stop_cursor,
+ * written only while they are blocked, is the cursor to resume from.
+ */
+static int64_t session_stop_cursor;
+static sigset_t session_stop_signals;
 
+/* Writes `value` in decimal at `at`; returns the end.  Async-signal-safe. */
+static char *session_put_int(char *at, int64_t value) {
+  char digits[24];
+  int n = 0;
+  uint64_t v = value < 0 ? 0 - (uint64_t)value : (uint64_t)value;
+  do
+    digits[n++] = (char)('0' + v % 10);
+  while ((v /= 10) != 0);
+  if (value < 0)
+    *at++ = '-';
+  while (n > 0)
+    *at++ = digits[--n];
+  return at;
+}
+
+/* Appends NUL-terminated `text` at `at`; returns the end.  Async-signal-safe. */
+static char *session_put_text(char *at, const char *text) {
+  while (*text)
+    *at++ = *text++;
+  return at;
+}
+
+/* Says on stderr the cursor to resume from and that a signal stopped the
+ * command, and exits 1. */
 static void session_on_signal(int sig) {
-  session_stop = sig;
+  (void)sig;
+  char line[160], *at = line;
+  at = session_put_int(session_put_text(at, "cursor: "), session_stop_cursor);
+  at = session_put_text(at, "\nmuster: stopped by a signal; read on with --cursor ");
+  at = session_put_text(session_put_int(at, session_stop_cursor), "\n");
+  ssize_t written = write(STDERR_FILENO, line, (size_t)(at - line));
+  (void)written; /* nothing is left to do about a stderr that takes nothing */
+  _exit(CLI_FAIL);
+}
+
+/* Installs the stop signals' handler and blocks them until session_waits. */
+static void session_catch_stop_signals(void) {
+  sigemptyset(&session_stop_signals);
+  sigaddset(&session_stop_signals, SIGINT);
+  sigaddset(&session_stop_signals, SIGTERM);
+  sigprocmask(SIG_BLOCK, &session_stop_signals, NULL);
+  struct sigaction sa = {.sa_handler = session_on_signal};
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* With --follow, lets the stop signals in (`waiting` non-zero) for a wait
+ * that starts at `cursor`, or blocks them again after it. */
+static void session_waits(const session_read_t *rd, int waiting) {
+  if (!rd->follow)
+    return;
+  if (waiting)
+    session_stop_cursor = rd->cursor;
+  sigprocmask(waiting ? SIG_UNBLOCK : SIG_BLOCK, &session_stop_signals, NULL);
+}
+
+static int64_t session_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Pauses `ms` milliseconds; a stop signal ends the command meanwhile. */
+static void session_pause(const session_read_t *rd, int64_t ms) {
+  struct timespec pause = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+  session_waits(rd, 1);
+  nanosleep(&pause, NULL);
+  session_waits(rd, 0);
 }
 
 static int session_read_opts(const cli_args_t *args, session_read_t *rd) {
@@ -346,13 +430,12 @@ static int session_transient(muster_err_t err) {
  * With --follow, after the first page came (so the URL and session are
  * right): waits out a failed read that says the head is away, saying so once
  * per streak of failures, and pausing SESSION_RETRY_FIRST_MS, doubling up to
- * SESSION_RETRY_MAX_MS (a signal cuts the pause short: the handler is
- * installed without SA_RESTART).  The cursor stays where the last page left
- * it.  Returns 1 to read again, 0 to stop with `err`.
+ * SESSION_RETRY_MAX_MS.  The cursor stays where the last page left it.
+ * Returns 1 to read again, 0 to stop with `err`.
  */
 static int session_retry(const cli_args_t *args, const muster_client_t *client, session_read_t *rd,
                          muster_err_t err) {
-  if (!rd->follow || !rd->read_any || !session_transient(err) || session_stop)
+  if (!rd->follow || !rd->read_any || !session_transient(err))
     return 0;
   if (rd->retry_ms == 0) {
     const char *message = muster_client_message(client);
@@ -365,11 +448,35 @@ static int session_retry(const cli_args_t *args, const muster_client_t *client, 
             cli_url(args), args->pos[0], (long long)rd->cursor, SESSION_RETRY_MAX_MS / 1000);
     rd->retry_ms = SESSION_RETRY_FIRST_MS;
   }
-  struct timespec pause = {.tv_sec = (time_t)(rd->retry_ms / 1000),
-                           .tv_nsec = (long)(rd->retry_ms % 1000) * 1000000};
-  nanosleep(&pause, NULL);
+  session_pause(rd, rd->retry_ms);
   rd->retry_ms = rd->retry_ms * 2 < SESSION_RETRY_MAX_MS ? rd->retry_ms * 2 : SESSION_RETRY_MAX_MS;
-  return !session_stop;
+  return 1;
+}
+
+/*
+ * How long a --follow read waits: as long as the head lets one wait, which
+ * GET /v1/health says (max_wait_ms), asked once; the head's default when it
+ * does not say (an older head) or the ask failed (asked again next time).  A
+ * longer wait would be cut to it by the head, and only delay noticing a head
+ * that vanished without closing the connection.
+ */
+static int64_t session_follow_wait(muster_client_t *client, session_read_t *rd) {
+  if (rd->follow_wait_ms > 0)
+    return rd->follow_wait_ms;
+  char *reply = NULL;
+  session_waits(rd, 1);
+  muster_err_t err = muster_request(client, "GET", "/v1/health", NULL, &reply);
+  session_waits(rd, 0);
+  json_t *health = err == MUSTER_OK ? json_loads(reply, JSON_ALLOW_NUL, NULL) : NULL;
+  json_t *cap = json_object_get(health, "max_wait_ms");
+  int64_t wait = json_is_integer(cap) && json_integer_value(cap) >= 0
+                     ? (int64_t)json_integer_value(cap)
+                     : SESSION_FOLLOW_WAIT_MS;
+  if (err == MUSTER_OK) /* 0 is "not asked": a cap of 0 is kept as 1 ms, which the head cuts */
+    rd->follow_wait_ms = wait > 0 ? wait : 1;
+  json_decref(health);
+  muster_free(reply);
+  return wait;
 }
 
 /* Prints a page's results and moves the cursor past them; returns 1 when
@@ -399,18 +506,23 @@ static int session_take_page(session_read_t *rd, const muster_results_t *page, s
 static muster_err_t session_read_all(const cli_args_t *args, muster_client_t *client,
                                      session_read_t *rd) {
   int quick = rd->follow; /* --follow's first read does not wait: a stalled stream says so */
-  for (int first = 1; rd->left != 0 && !session_stop; first = 0) {
+  for (int first = 1; rd->left != 0; first = 0) {
     size_t max = rd->left > 0 && rd->left < 1000 ? (size_t)rd->left : 1000;
-    int64_t wait = quick ? 0 : rd->follow ? SESSION_FOLLOW_WAIT_MS : first ? rd->wait_ms : 0;
+    int64_t wait = quick        ? 0
+                   : rd->follow ? session_follow_wait(client, rd)
+                   : first      ? rd->wait_ms
+                                : 0;
     muster_results_t page;
+    int64_t asked_ms = session_now_ms();
+    session_waits(rd, 1);
     muster_err_t err =
         muster_session_results(client, args->pos[0], rd->order, rd->cursor, max, wait, &page);
+    session_waits(rd, 0);
     if (err != MUSTER_OK) {
       muster_results_free(&page);
       if (session_retry(args, client, rd, err))
         continue;
-      rd->interrupted = session_stop && rd->read_any && session_transient(err);
-      return rd->interrupted ? MUSTER_OK : err;
+      return err;
     }
     if (rd->retry_ms != 0)
       fprintf(stderr, "muster: the head at %s answers again; following on from cursor %lld\n",
@@ -418,11 +530,14 @@ static muster_err_t session_read_all(const cli_args_t *args, muster_client_t *cl
     rd->retry_ms = 0;
     rd->read_any = 1;
     int stop = session_take_page(rd, &page, max, &quick);
+    size_t count = page.count;
     muster_results_free(&page);
     if (stop)
       return MUSTER_OK;
+    int64_t took_ms = session_now_ms() - asked_ms;
+    if (rd->follow && !quick && count == 0 && took_ms < SESSION_FOLLOW_MIN_MS)
+      session_pause(rd, SESSION_FOLLOW_MIN_MS - took_ms);
   }
-  rd->interrupted = rd->left != 0; /* the loop ended on the signal, not the limit */
   return MUSTER_OK;
 }
 
@@ -431,23 +546,14 @@ static int session_results(cli_args_t *args, muster_client_t *client) {
   int rc = session_read_opts(args, &rd);
   if (rc != CLI_OK)
     return rc;
-  if (rd.follow) {
-    struct sigaction sa = {.sa_handler = session_on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-  }
+  if (rd.follow)
+    session_catch_stop_signals(); /* a signal says the cursor and exits (session_on_signal) */
   muster_err_t err = session_read_all(args, client, &rd);
   /* The cursor to resume from, unless the first read was refused (an unknown
-   * session, a bad cursor): there is nothing to resume then.  A gap, a lost
-   * connection or a signal leaves a stream to resume. */
-  if (rd.read_any || rd.interrupted || err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE ||
-      err == MUSTER_INDEX_GAP)
+   * session, a bad cursor): there is nothing to resume then.  A gap or a lost
+   * connection leaves a stream to resume. */
+  if (rd.read_any || err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE || err == MUSTER_INDEX_GAP)
     fprintf(stderr, "cursor: %lld\n", (long long)rd.cursor);
-  if (rd.interrupted) {
-    fprintf(stderr, "muster: stopped by a signal; read on with --cursor %lld\n",
-            (long long)rd.cursor);
-    return CLI_FAIL;
-  }
   return err != MUSTER_OK ? cli_error(client, err) : CLI_OK;
 }
 

@@ -125,32 +125,47 @@ static char *put_slurp(const char *path, size_t *len) {
   return buf;
 }
 
-/*
- * Reads the payloads of --file: one per non-empty line; with `as_json` a file
- * that is one JSON array gives one task per element, any other whole JSON
- * document one task, and anything else is read as JSON lines.
- */
-static int put_read_file(put_list_t *list, const char *path, int as_json) {
-  size_t len;
-  char *text = put_slurp(path, &len);
-  if (text == NULL)
-    return CLI_FAIL;
+/* Adds one payload per element of JSON array `whole`, or `whole` itself when
+ * it is no array; `path` names them in errors ("jobs.json element 3"). */
+static int put_add_document(put_list_t *list, json_t *whole, const char *path) {
   int rc = CLI_OK;
-  json_t *whole = as_json ? json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : NULL;
-  if (whole != NULL) {
-    size_t n = json_is_array(whole) ? json_array_size(whole) : 1;
-    for (size_t i = 0; rc == CLI_OK && i < n; i++) {
-      json_t *elem = json_is_array(whole) ? json_array_get(whole, i) : whole;
-      char *item = jdump(elem, JSON_COMPACT | JSON_ENCODE_ANY);
-      char where[80];
-      snprintf(where, sizeof where, "%.40s element %zu", path, i);
-      rc = item ? put_add(list, item, strlen(item), 1, where) : CLI_FAIL;
-      free(item);
-    }
-    json_decref(whole);
-    free(text);
-    return rc;
+  size_t n = json_is_array(whole) ? json_array_size(whole) : 1;
+  for (size_t i = 0; rc == CLI_OK && i < n; i++) {
+    json_t *elem = json_is_array(whole) ? json_array_get(whole, i) : whole;
+    char *item = jdump(elem, JSON_COMPACT | JSON_ENCODE_ANY);
+    char where[80];
+    snprintf(where, sizeof where, "%.40s element %zu", path, i);
+    rc = item ? put_add(list, item, strlen(item), 1, where) : CLI_FAIL;
+    free(item);
   }
+  return rc;
+}
+
+/*
+ * With --json, for a file that is not one JSON document: non-zero when it was
+ * meant as one all the same, so that its error is the document's, with the
+ * line and column in the file.  It was when it starts as a document does
+ * ('[' or '{') and its first non-empty line is not a JSON value alone: a
+ * pretty-printed array with a typo in line 40 was said as "line 1: ']'
+ * expected near end of file", as if it were JSON lines.
+ */
+static int put_meant_document(const char *text, size_t len) {
+  size_t at = 0;
+  while (at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\r' || text[at] == '\n'))
+    at++;
+  if (at == len || (text[at] != '[' && text[at] != '{'))
+    return 0;
+  const char *end = memchr(text + at, '\n', len - at);
+  size_t n = end ? (size_t)(end - (text + at)) : len - at;
+  json_t *first = json_loadb(text + at, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+  int alone = first != NULL;
+  json_decref(first);
+  return !alone;
+}
+
+/* Adds one payload per non-empty line of `text` ("\n" or "\r\n" ended). */
+static int put_add_lines(put_list_t *list, char *text, size_t len, int as_json, const char *path) {
+  int rc = CLI_OK;
   char *line = text;
   for (long lineno = 1; rc == CLI_OK && line < text + len; lineno++) {
     char *end = memchr(line, '\n', (size_t)(text + len - line));
@@ -163,6 +178,32 @@ static int put_read_file(put_list_t *list, const char *path, int as_json) {
     if (n > 0)
       rc = put_add(list, line, n, as_json, where);
     line = next;
+  }
+  return rc;
+}
+
+/*
+ * Reads the payloads of --file: one per non-empty line; with `as_json` a file
+ * that is one JSON array gives one task per element, any other whole JSON
+ * document one task, and anything else is read as JSON lines (unless it was
+ * meant as one document: then the document's error is said).
+ */
+static int put_read_file(put_list_t *list, const char *path, int as_json) {
+  size_t len;
+  char *text = put_slurp(path, &len);
+  if (text == NULL)
+    return CLI_FAIL;
+  int rc;
+  char why[CLI_JSON_WHY];
+  json_t *whole = as_json ? cli_json_parse(text, len, why, sizeof why) : NULL;
+  if (whole != NULL) {
+    rc = put_add_document(list, whole, path);
+    json_decref(whole);
+  } else if (as_json && put_meant_document(text, len)) {
+    fprintf(stderr, "muster: invalid_argument: %s: not valid JSON: %s\n", path, why);
+    rc = CLI_FAIL;
+  } else {
+    rc = put_add_lines(list, text, len, as_json, path);
   }
   free(text);
   return rc;

@@ -9,7 +9,9 @@
  * crash of them take either along.  It runs under a time limit, so that a
  * constructor that hangs (a driver that never answers) fails the start with
  * a line saying so instead of hanging it: 30 s by default, set in
- * milliseconds by MUSTER_PLUGIN_CHECK_TIMEOUT_MS.
+ * milliseconds by MUSTER_PLUGIN_CHECK_TIMEOUT_MS.  The check ends when the
+ * child exits, not when its pipe reaches its end: a constructor may fork a
+ * daemon (a driver's helper) that keeps the pipe open long after the load.
  */
 #include "cli/worker.h"
 
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,28 +70,76 @@ static void plugin_check_child(const char *path, int fd) {
   _exit(lib ? 0 : 1); /* no dlclose: the process ends */
 }
 
-/* Reads what the child writes to `fd` into `why` until it closes its end or
- * `limit_ms` pass; returns the bytes read, or -1 when the time ran out. */
-static long plugin_check_read(int fd, int64_t limit_ms, char *why, size_t size) {
-  int64_t deadline = plugin_check_now_ms() + limit_ms;
-  size_t got = 0;
+/* The check's child and what it wrote so far. */
+typedef struct {
+  pid_t pid;
+  int pidfd;   /* readable once the child exits; -1 where unsupported (before Linux 5.3) */
+  int fd;      /* the pipe's read end; -1 after its end of file */
+  char *why;   /* what the child wrote, NUL-terminated */
+  size_t size; /* of `why` */
+  size_t got;  /* bytes in `why` */
+  int status;  /* the child's wait status, once reaped */
+} plugin_check_t;
+
+/* Reads what the pipe holds now (it is non-blocking) into c->why, dropping
+ * what does not fit; closes it at its end of file. */
+static void plugin_check_drain(plugin_check_t *c) {
+  char spill[256];
   for (;;) {
-    int64_t left = deadline - plugin_check_now_ms();
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    int ready = left > 0 ? poll(&p, 1, (int)left) : 0;
-    if (ready == 0)
-      return -1;
-    if (ready < 0 && errno == EINTR)
+    int room = c->got + 1 < c->size;
+    ssize_t n = room ? read(c->fd, c->why + c->got, c->size - 1 - c->got)
+                     : read(c->fd, spill, sizeof spill);
+    if (n > 0) {
+      c->got += room ? (size_t)n : 0;
       continue;
-    ssize_t n = ready < 0 || got + 1 >= size ? 0 : read(fd, why + got, size - 1 - got);
+    }
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0)
-      break;
-    got += (size_t)n;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+      close(c->fd);
+      c->fd = -1;
+    }
+    c->why[c->got] = '\0';
+    return;
   }
-  why[got] = '\0';
-  return (long)got;
+}
+
+/* Reaps the child if it has exited: 1 then (with c->status), else 0.  A
+ * child already reaped elsewhere (ECHILD) counts as exited with status 0. */
+static int plugin_check_reaped(plugin_check_t *c) {
+  pid_t got;
+  while ((got = waitpid(c->pid, &c->status, WNOHANG)) < 0 && errno == EINTR)
+    ;
+  if (got < 0)
+    c->status = 0;
+  return got != 0;
+}
+
+/*
+ * Waits until the child exits or `limit_ms` pass, keeping what it writes in
+ * c->why.  Returns 1 once it was reaped, 0 when the time ran out.  The end of
+ * the pipe is not waited for: a daemon that the plugin's constructor forked
+ * holds a copy of the write end for as long as it lives, and all the child
+ * wrote is in the pipe once it has exited.  Without a pidfd the exit is
+ * looked for every 10 ms, as run_pump does.
+ */
+static int plugin_check_wait(plugin_check_t *c, int64_t limit_ms) {
+  int64_t deadline = plugin_check_now_ms() + limit_ms;
+  for (;;) {
+    if (plugin_check_reaped(c)) {
+      if (c->fd >= 0)
+        plugin_check_drain(c);
+      return 1;
+    }
+    int64_t left = deadline - plugin_check_now_ms();
+    if (left <= 0)
+      return 0;
+    if (c->pidfd < 0 && left > 10)
+      left = 10;
+    struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->pidfd, .events = POLLIN}};
+    if (poll(p, 2, (int)left) > 0 && c->fd >= 0 && p[0].revents != 0)
+      plugin_check_drain(c);
+  }
 }
 
 /* `why` for a child that wrote nothing: 0 when it exited 0, else -1 with
@@ -116,23 +167,32 @@ int worker_plugin_check(const char *prog, const char *path, char *why, size_t si
   if (pid == 0)
     plugin_check_child(path, fds[1]);
   close(fds[1]);
-  long got = pid > 0 ? plugin_check_read(fds[0], limit_ms, why, size) : 0;
-  close(fds[0]);
   if (pid < 0) {
     snprintf(why, size, "cannot check plugin %s: %s", path, strerror(errno));
+    close(fds[0]);
     return -1;
   }
-  if (got < 0)
-    kill(pid, SIGKILL); /* it hangs: it is not waited for longer */
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-    ;
-  if (got < 0)
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  why[0] = '\0';
+  plugin_check_t c = {.pid = pid, .pidfd = -1, .fd = fds[0], .why = why, .size = size};
+#ifdef SYS_pidfd_open
+  c.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+#endif
+  int ended = plugin_check_wait(&c, limit_ms);
+  if (!ended) { /* it hangs: it is not waited for longer */
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+      ;
     snprintf(why, size,
              "plugin %s: loading it did not end within %g s (a constructor or muster_plugin() "
              "that hangs?); MUSTER_PLUGIN_CHECK_TIMEOUT_MS sets the limit in milliseconds",
              path, (double)limit_ms / 1000);
-  if (got != 0) /* timed out, or the child said why it cannot load the plugin */
+  }
+  if (c.fd >= 0)
+    close(c.fd);
+  if (c.pidfd >= 0)
+    close(c.pidfd);
+  if (!ended || c.got > 0) /* timed out, or the child said why it cannot load the plugin */
     return -1;
-  return plugin_check_status(path, status, why, size);
+  return plugin_check_status(path, c.status, why, size);
 }

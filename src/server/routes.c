@@ -39,8 +39,9 @@ static void reply_or_fail(http_req_t *r, int status, json_t *value, const fail_t
 
 static void h_health(http_req_t *r) {
   http_reply_json(r, 200,
-                  json_pack("{s:s, s:s, s:I}", "status", "ok", "version", MUSTER_VERSION,
-                            "uptime_ms", (json_int_t)(now_ms() - r->head->started_ms)));
+                  json_pack("{s:s, s:s, s:I, s:I}", "status", "ok", "version", MUSTER_VERSION,
+                            "uptime_ms", (json_int_t)(now_ms() - r->head->started_ms),
+                            "max_wait_ms", (json_int_t)r->head->cfg.max_wait_ms));
 }
 
 /* ---- queues ---- */

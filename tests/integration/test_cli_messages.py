@@ -15,6 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import node_harness  # noqa: E402
 
 MUSTER = harness.MUSTER_BIN
 
@@ -312,6 +313,33 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
             self.assertEqual(err, "muster: invalid_argument: stdin line 2: not valid JSON: %s\n"
                              % bad, cmd)
 
+    def test_bad_json_of_a_file_or_an_agent_says_why_and_where(self):
+        # A pretty-printed array with a bad element was read as JSON lines, and said as a
+        # bad first line ("line 1: ']' expected near end of file").
+        path = os.path.join(self.cwd, "jobs.json")
+        with open(path, "w") as f:
+            f.write('[\n  {"url": "a.jpg"},\n  {"url": bad}\n]\n')
+        for args in (("--file", path), (path,)):
+            err = self.fails(1, "put", "--queue", "msg-file", "--json", *args)
+            self.assertEqual(err, "muster: invalid_argument: %s: not valid JSON: invalid token "
+                             "near 'bad' (at line 3, column 13)\n" % path, args)
+        # JSON lines, one of them bad, are still told by line.
+        with open(path, "w") as f:
+            f.write('[1, 2]\n{"url": bad}\n')
+        err = self.fails(1, "put", "--queue", "msg-file", "--json", "--file", path)
+        self.assertEqual(err, "muster: invalid_argument: %s line 2: not valid JSON: invalid token "
+                         "near 'bad' (at column 11)\n" % path)
+        # The agent's --init-data went to its workers unchecked: each refused it and exited
+        # 2, and was restarted for ever.
+        plugin = os.path.join(node_harness.build_dir(), "libplugin_echo.so")
+        for cmd in ("node", "head"):
+            r = self.agent(cmd, "--queue", "q", "--plugin", plugin, "--init-data", '{"a":\n bad}')
+            self.assertEqual(r.returncode, 2, (cmd, r.stderr))
+            self.assertTrue(r.stderr.startswith("muster: --init-data: not valid JSON: invalid "
+                                                "token near 'bad' (at line 2, column 4)\n"),
+                            r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.cwd, "agent-head")))
+
     # ---- the head gone mid-request --------------------------------------------------
 
     def test_put_cut_off_says_the_batch_may_be_stored(self):
@@ -505,6 +533,50 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                 "%s; drop them, or drop --server-only to run the agent beside the head\n"
                 % named), r.stderr)
             self.assertFalse(os.path.exists(data))
+
+    def test_plugin_check_ends_with_the_load_not_with_its_daemon(self):
+        # The start check read the loading child's pipe to its end: a constructor that
+        # forks a daemon (which keeps the pipe open) held the start for the whole limit,
+        # then failed it as a load that hangs.  The daemon outlives the check here.
+        plugin = os.path.join(node_harness.build_dir(), "libplugin_daemon.so")
+        pids = os.path.join(self.cwd, "daemon-pids")
+        self.addCleanup(self.kill_daemons, pids)
+        data = os.path.join(self.cwd, "daemon-head")
+        env = dict(self.env(), PLUGIN_DAEMON_PIDS=pids, MUSTER_PLUGIN_CHECK_TIMEOUT_MS="20000")
+        # A plugin no worker can load is refused with its reason; one that loads passes
+        # the check, and the next check (of --gpus) speaks: nothing was started.
+        for extra_env, opts, says in (
+                ({"PLUGIN_DAEMON_NO_RUN": "1"}, (), "muster head: plugin %s: it has no init or "
+                 "run; no worker was started\n" % plugin),
+                ({}, ("--gpus", "bogus"), "muster: --gpus: 'bogus' is not a list of GPU")):
+            # Its output goes to a file: the daemon holds a pipe's write end open too.
+            with tempfile.TemporaryFile("w+") as out:
+                code = subprocess.call([MUSTER, "head", "--listen", "127.0.0.1:0", "--data-dir",
+                                        data, "--lock-file", os.path.join(self.cwd, "agent.lock"),
+                                        "--queue", "q", "--plugin", plugin] + list(opts),
+                                       stdout=out, stderr=out, env=dict(env, **extra_env),
+                                       cwd=self.cwd, timeout=60)
+                out.seek(0)
+                err = out.read()
+            self.assertEqual(code, 2, err)
+            self.assertTrue(err.startswith(says), err)
+            self.assertFalse(os.path.exists(data))
+        with open(pids) as f:
+            daemons = [int(line) for line in f]
+        self.assertEqual(len(daemons), 2)
+        self.assertTrue(all(node_harness.alive(pid) for pid in daemons), daemons)
+
+    @staticmethod
+    def kill_daemons(pids):
+        try:
+            with open(pids) as f:
+                for line in f:
+                    try:
+                        os.kill(int(line), 9)
+                    except ProcessLookupError:
+                        pass
+        except FileNotFoundError:
+            pass
 
     def test_options_of_another_command_say_which_command_takes_them(self):
         # `muster head --join URL` answered "unrecognized option '--join'": someone who

@@ -8,12 +8,16 @@ completion and state is polled with harness.wait_until.
 """
 import json
 import os
+import re
 import select
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -257,6 +261,114 @@ class CliPoolTest(unittest.TestCase):
         self.assertTrue(any(QUEUE in w["queues"] for w in workers))
         self.assertEqual(self.ok("nodes").stdout.split()[:2], ["NAME", "STATE"])
         self.assertIsInstance(json.loads(self.ok("nodes", "--all", "--json").stdout)["nodes"], list)
+
+
+class RequestLog:
+    """A TCP proxy to a head's `port` that forwards everything and notes the target
+    (path and query) of every request line it forwards, with the time it came, in
+    `requests`: how often, and asking what, a client calls."""
+
+    REQUEST_LINE = re.compile(rb"(?:GET|POST|PUT|DELETE) (\S+) HTTP/1\.1\r\n")
+
+    def __init__(self, port):
+        self.port, self.requests, self.lock = port, [], threading.Lock()
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.listener.close()
+
+    def targets(self, prefix):
+        with self.lock:
+            return [(t, at) for t, at in self.requests if t.startswith(prefix)]
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            head = socket.create_connection(("127.0.0.1", self.port))
+            threading.Thread(target=self._pipe, args=(client, head, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(head, client, False), daemon=True).start()
+
+    def _pipe(self, source, sink, note):
+        """Forwards `source` to `sink` until either ends; then ends both, and closes
+        `source` (the other direction's thread closes `sink`)."""
+        pending = b""
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                if note:  # a request line may come in pieces: look at what is complete
+                    pending += data
+                    end = pending.rfind(b"\r\n")
+                    with self.lock:
+                        for m in self.REQUEST_LINE.finditer(pending, 0, end + 2):
+                            self.requests.append((m.group(1).decode(), time.monotonic()))
+                    pending = pending[end + 2:] if end >= 0 else pending
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        source.close()
+
+
+class FollowWaitTest(unittest.TestCase):
+    """How `session results --follow` waits on an idle session: each read as long as
+    the head lets one wait, and a signal ends it at once all the same."""
+
+    def follow(self, head_args):
+        head = harness.Head(head_args).start()
+        self.addCleanup(head.cleanup)
+        proxy = RequestLog(head.port)
+        self.addCleanup(proxy.close)
+        env = dict(os.environ, MUSTER_URL=proxy.url, MUSTER_TOKEN=head.token)
+        cli = dict(env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(subprocess.run([MUSTER, "queue", "create", "idle"], **cli).returncode, 0)
+        sid = subprocess.run([MUSTER, "session", "create", "--queue", "idle", "--no-cleanup"],
+                             **cli).stdout.strip()
+        subprocess.run([MUSTER, "session", "put", sid], input="1\n", **cli)  # no worker runs it
+        follower = subprocess.Popen([MUSTER, "session", "results", sid, "--follow"], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(follower.kill)
+        return follower, proxy, "/v1/sessions/%s/results" % sid
+
+    def test_follow_waits_as_long_as_the_head_allows(self):
+        # It long-polled a second at a time: an idle follow cost a request a second.
+        follower, proxy, path = self.follow(["--max-wait-ms", "45000"])
+        waits = harness.wait_until(
+            lambda: [t for t, _ in proxy.targets(path) if "wait_ms=" in t],
+            what="a read that waits")
+        self.assertEqual(waits[0].split("wait_ms=")[1].split("&")[0], "45000", waits)
+        # A signal ends it at once, not when the head answers the read under way.
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=20)
+        self.assertEqual((follower.returncode, out), (1, ""), err)
+        self.assertEqual(err, "cursor: 0\nmuster: stopped by a signal; read on with --cursor 0\n")
+        self.assertEqual(len(proxy.targets(path)), 2)  # the first read, which never waits
+
+    def test_follow_paces_a_head_that_lets_no_read_wait(self):
+        # With --max-wait-ms 0 every read is answered at once: read again at once, the
+        # follower kept the head busy.
+        follower, proxy, path = self.follow(["--max-wait-ms", "0"])
+        reads = harness.wait_until(lambda: [at for _, at in proxy.targets(path)][2:4]
+                                   if len(proxy.targets(path)) >= 4 else None,
+                                   timeout=30, what="four reads")
+        self.assertGreaterEqual(reads[1] - reads[0], 0.9, reads)
+        follower.send_signal(signal.SIGTERM)
+        err = follower.communicate(timeout=20)[1]
+        self.assertEqual(follower.returncode, 1, err)
+        self.assertTrue(err.endswith("muster: stopped by a signal; read on with --cursor 0\n"),
+                        err)
 
 
 if __name__ == "__main__":
