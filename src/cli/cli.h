@@ -57,7 +57,7 @@ typedef struct cli_args {
   const char *values[CLI_MAX_OPTS]; /* by option index: its value, "" for a set flag, or NULL */
   char **pos;                       /* positional arguments (in argv) */
   int npos;
-  int dashdash; /* non-zero when "--" separated the positional arguments */
+  int dashdash;             /* non-zero when "--" separated the positional arguments */
   int npos_before_dashdash; /* of them, those before "--" (npos when there was none) */
 } cli_args_t;
 

@@ -17,22 +17,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ITER_CONFIG_OPTS                                                                       \
-  {"num-samples", "N", "the dataset has N samples (or give --shards)"},                       \
-      {"shards", "C,C,...", "the dataset is shards of these sample counts"},                  \
-      {"labels", "FILE", "a class label per sample, one per line (stratified)"},              \
-      {"seed", "S", "shuffle seed (default 0)"},                                              \
-      {"shuffle", "MODE", "none (default), global or shard"},                                 \
-      {"shuffle-block-size", "N", "shard mode: samples shuffled together (default 1024)"},    \
-      {"strategy", "S",                                                                        \
-       "round_robin (default), contiguous, hash, range, stratified or dynamic"},               \
-      {"world-size", "W", "number of ranks (default 1)"},                                      \
-      {"block-size", "B", "samples per block (default 256)"},                                 \
-      {"epochs", "E", "epochs (default 1; 0: unbounded)"},                                    \
-      {"tail", "T", "keep (default), pad or drop"},                                           \
-      {"num-partitions", "P", "hash: partitions (default: world size)"},                      \
-      {"hash-seed", "S", "hash: seed of the sample hash"},                                    \
-      {"ranges", "B:E,...", "range: [B, E) per rank"}
+#define ITER_CONFIG_OPTS                                                                           \
+  {"num-samples", "N", "the dataset has N samples (or give --shards)"},                            \
+      {"shards", "C,C,...", "the dataset is shards of these sample counts"},                       \
+      {"labels", "FILE", "a class label per sample, one per line (stratified)"},                   \
+      {"seed", "S", "shuffle seed (default 0)"},                                                   \
+      {"shuffle", "MODE", "none (default), global or shard"},                                      \
+      {"shuffle-block-size", "N", "shard mode: samples shuffled together (default 1024)"},         \
+      {"strategy", "S", "round_robin (default), contiguous, hash, range, stratified or dynamic"},  \
+      {"world-size", "W", "number of ranks (default 1)"},                                          \
+      {"block-size", "B", "samples per block (default 256)"},                                      \
+      {"epochs", "E", "epochs (default 1; 0: unbounded)"},                                         \
+      {"tail", "T", "keep (default), pad or drop"},                                                \
+      {"num-partitions", "P", "hash: partitions (default: world size)"},                           \
+      {"hash-seed", "S", "hash: seed of the sample hash"}, {                                       \
+    "ranges", "B:E,...", "range: [B, E) per rank"                                                  \
+  }
 
 const cli_opt_t iter_create_opts[] = {
     ITER_CONFIG_OPTS,
@@ -169,8 +169,8 @@ static int read_config(const cli_args_t *args, iter_cfg_t *c) {
     rc = parse_list(args, "shards", 0, &c->shards, &nshards);
   if (rc == CLI_OK && (n < 0) == (c->shards == NULL))
     return cli_usage_error(args->cmd, "give exactly one of --num-samples and --shards");
-  const char *names[] = {"seed", "shuffle-block-size", "world-size", "block-size", "epochs",
-                         "num-partitions", "hash-seed"};
+  const char *names[] = {"seed",   "shuffle-block-size", "world-size", "block-size",
+                         "epochs", "num-partitions",     "hash-seed"};
   int64_t *values[] = {&seed, &sbs, &world, &block, &epochs, &parts, &hseed};
   int64_t dflt[] = {0, 1024, 1, 256, 1, 0, 0}, mins[] = {0, 1, 1, 1, 0, 0, 0};
   for (int i = 0; i < 7 && rc == CLI_OK; i++)
@@ -291,11 +291,9 @@ int cmd_iter_next(cli_args_t *args) {
     muster_free(json);
   }
   muster_iter_next_t next;
-  muster_err_t err = muster_iter_next(client, args->pos[0], (uint32_t)rank, (uint64_t)epoch,
-                                      (size_t)max,
-                                      MUSTER_ITER_INDICES |
-                                          (cli_flag(args, "held") ? MUSTER_ITER_HELD : 0),
-                                      &next);
+  muster_err_t err = muster_iter_next(
+      client, args->pos[0], (uint32_t)rank, (uint64_t)epoch, (size_t)max,
+      MUSTER_ITER_INDICES | (cli_flag(args, "held") ? MUSTER_ITER_HELD : 0), &next);
   if (err == MUSTER_OK) {
     static const char *const states[] = {"blocks", "wait", "epoch_end", "finished"};
     for (size_t i = 0; i < next.count; i++)
@@ -323,8 +321,7 @@ int cmd_iter_held(cli_args_t *args) {
   /* Page after page until the head says the list is complete. */
   for (int64_t cursor = 0; err == MUSTER_OK && cursor >= 0;) {
     muster_iter_held_t held;
-    err = muster_iter_held(client, args->pos[0], (uint32_t)rank, (uint64_t)cursor, 0, flags,
-                           &held);
+    err = muster_iter_held(client, args->pos[0], (uint32_t)rank, (uint64_t)cursor, 0, flags, &held);
     for (size_t i = 0; err == MUSTER_OK && i < held.count; i++)
       print_block(held.epoch, &held.blocks[i]);
     cursor = held.next;
@@ -343,8 +340,7 @@ static int ack_error(const muster_client_t *client, muster_err_t err, size_t cou
   char element[40] = "";
   size_t index;
   int used = 0;
-  if (message && sscanf(message, "blocks[%zu]%n", &index, &used) == 1 && used > 0 &&
-      index < count)
+  if (message && sscanf(message, "blocks[%zu]%n", &index, &used) == 1 && used > 0 && index < count)
     snprintf(element, sizeof element, "%.*s", used, message);
   return cli_error_of_one(client, err, element[0] ? element : NULL);
 }
@@ -387,8 +383,8 @@ int cmd_iter_ack(cli_args_t *args) {
   if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK) {
     muster_err_t err = epoch < 0 ? ack_current_epoch(client, args->pos[0], &epoch) : MUSTER_OK;
     if (err == MUSTER_OK)
-      err = muster_iter_ack(client, args->pos[0], (uint32_t)rank, (uint64_t)epoch, blocks,
-                            tokens, n);
+      err =
+          muster_iter_ack(client, args->pos[0], (uint32_t)rank, (uint64_t)epoch, blocks, tokens, n);
     rc = err == MUSTER_OK ? CLI_OK : ack_error(client, err, n);
     muster_client_free(client);
   }
@@ -412,8 +408,8 @@ static void print_status(const char *json) {
          (long long)json_integer_value(json_object_get(blocks, "done")),
          (long long)json_integer_value(json_object_get(blocks, "total")),
          (long long)json_integer_value(json_object_get(blocks, "leased")));
-  printf("%6s  %-8s %10s %8s %12s %7s %6s\n", "RANK", "HEALTH", "SAMPLES", "BLOCKS",
-         "SAMPLES/S", "LEASES", "TAKEN");
+  printf("%6s  %-8s %10s %8s %12s %7s %6s\n", "RANK", "HEALTH", "SAMPLES", "BLOCKS", "SAMPLES/S",
+         "LEASES", "TAKEN");
   size_t i;
   json_t *r;
   json_array_foreach(json_object_get(obj, "ranks"), i, r) {

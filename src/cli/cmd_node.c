@@ -222,8 +222,8 @@ static int node_check_join(cli_args_t *args) {
   const char *problem = join && join[0] ? url_head_problem(join) : NULL;
   if (problem == NULL)
     return CLI_OK;
-  return cli_usage_error(args->cmd, "--join '%s' is not a head's URL (http://HOST:PORT): %s",
-                         join, problem);
+  return cli_usage_error(args->cmd, "--join '%s' is not a head's URL (http://HOST:PORT): %s", join,
+                         problem);
 }
 
 int cmd_node(cli_args_t *args) {
@@ -502,9 +502,8 @@ static int head_with_agent(int head_argc, char **head_argv, int agent_argc, char
     prctl(PR_SET_PDEATHSIG, SIGHUP);
     setpgid(0, 0);
     close(exit_pipe[0]);
-    int rc = getppid() == head_pid
-                 ? head_local_agent(head_pid, agent_argc, agent_argv, dir, stale)
-                 : CLI_FAIL;
+    int rc = getppid() == head_pid ? head_local_agent(head_pid, agent_argc, agent_argv, dir, stale)
+                                   : CLI_FAIL;
     free(head_argv);
     free(agent_argv);
     exit(rc);

@@ -180,8 +180,7 @@ int cli_check_url(const cli_args_t *args) {
   const char *problem = url_head_problem(url);
   if (problem == NULL)
     return CLI_OK;
-  return cli_usage_error(args->cmd,
-                         "%s '%s' is not a head's URL (http://HOST:PORT): %s", from, url,
+  return cli_usage_error(args->cmd, "%s '%s' is not a head's URL (http://HOST:PORT): %s", from, url,
                          problem);
 }
 

@@ -17,7 +17,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define WORKER_POLL_MS 2000 /* long-poll per lease request; bounds the stop delay when idle */
+#define WORKER_POLL_MS 2000    /* long-poll per lease request; bounds the stop delay when idle */
 #define WORKER_MAX_REQUIRES 16 /* shared-data levels one task may require (the head's limit) */
 
 typedef struct worker worker_t;
@@ -35,9 +35,9 @@ typedef struct {
    * counts from when it got the request, later).  Bounds the retries of a result
    * while the head cannot be reached; the heartbeat thread moves it for plugins. */
   _Atomic int64_t lease_until;
-  muster_lease_t *next; /* leased with the last completion, not yet run (its ticket taken) */
-  struct json_t *requires;      /* the leased task's "requires" list, or NULL (owned) */
-  struct worker_shared **held;  /* the levels it holds while its task runs (worker_shared.c) */
+  muster_lease_t *next;        /* leased with the last completion, not yet run (its ticket taken) */
+  struct json_t *requires;     /* the leased task's "requires" list, or NULL (owned) */
+  struct worker_shared **held; /* the levels it holds while its task runs (worker_shared.c) */
   size_t nheld;
 } worker_slot_t;
 
@@ -49,40 +49,40 @@ struct worker {
   const char *nickname;
   const char *node;
   char instance[33]; /* random id of this process: a registration sent again finds its worker */
-  char **cmd; /* NULL-terminated argv of the command */
+  char **cmd;        /* NULL-terminated argv of the command */
   int concurrency;
-  int json_result;            /* parse stdout as JSON */
-  int64_t max_tasks;          /* 0: no limit */
-  int64_t timeout_ms;         /* heartbeat timeout asked for at registration; -1: the head's */
-  long heartbeat_ms;          /* interval of the periodic heartbeat */
-  muster_client_t *hb_client; /* the heartbeat thread's handle */
+  int json_result;              /* parse stdout as JSON */
+  int64_t max_tasks;            /* 0: no limit */
+  int64_t timeout_ms;           /* heartbeat timeout asked for at registration; -1: the head's */
+  long heartbeat_ms;            /* interval of the periodic heartbeat */
+  muster_client_t *hb_client;   /* the heartbeat thread's handle */
   muster_client_t *main_client; /* the main thread's handle (goodbye, hard stop) */
-  int agent_fd;               /* a node agent's report pipe (MUSTER_AGENT_FD), or -1 */
+  int agent_fd;                 /* a node agent's report pipe (MUSTER_AGENT_FD), or -1 */
 
   /* a plugin worker (worker_plugin.c): one slot, every plugin call on its thread */
-  const char *plugin_path;    /* --plugin, or NULL for a command worker */
-  const char *init_data;      /* --init-data JSON text, or NULL */
-  void *plugin_lib;           /* dlopen handle */
+  const char *plugin_path; /* --plugin, or NULL for a command worker */
+  const char *init_data;   /* --init-data JSON text, or NULL */
+  void *plugin_lib;        /* dlopen handle */
   const muster_plugin_t *plugin;
-  void *plugin_state;         /* what init returned */
-  int plugin_ready;           /* init succeeded: fini is owed */
+  void *plugin_state;                        /* what init returned */
+  int plugin_ready;                          /* init succeeded: fini is owed */
   _Atomic int64_t plugin_task, plugin_token; /* the task the plugin runs (0: none), for extending */
   int64_t plugin_extended_ms; /* when the heartbeat thread last extended it (its own) */
 
   /* updates (worker_update.c), under upd_lock */
   pthread_mutex_t upd_lock;
-  int64_t updates_seq;        /* the highest update applied */
-  int updates_unsupported;    /* the head refused updates_after: lease without it */
+  int64_t updates_seq;             /* the highest update applied */
+  int updates_unsupported;         /* the head refused updates_after: lease without it */
   atomic_int combined_unsupported; /* the head refused complete-and-lease: complete alone */
-  char updates_path[256];     /* command workers: the JSON-lines file, "" when none */
-  int updates_fd;             /* open for appending, or -1 */
+  char updates_path[256];          /* command workers: the JSON-lines file, "" when none */
+  int updates_fd;                  /* open for appending, or -1 */
 
   /* shared data tasks require (worker_shared.c), under shared_lock */
   pthread_mutex_t shared_lock;
-  const char *cache_url;          /* --cache-url / MUSTER_CACHE_URL: the node cache; NULL: --url */
-  muster_client_t *cache_client;  /* a handle for it, made on first use */
-  struct worker_shared *shared;   /* the levels held as local files */
-  char shared_dir[700];           /* where they are linked or downloaded, "" before the first */
+  const char *cache_url;         /* --cache-url / MUSTER_CACHE_URL: the node cache; NULL: --url */
+  muster_client_t *cache_client; /* a handle for it, made on first use */
+  struct worker_shared *shared;  /* the levels held as local files */
+  char shared_dir[700];          /* where they are linked or downloaded, "" before the first */
 
   pthread_mutex_t lock; /* guards id, name, slots[].proc, hb_stop; wakes the heartbeat */
   pthread_cond_t wake;

@@ -99,8 +99,9 @@ static void h_queue_delete(http_req_t *r) {
   else if (pending)
     reaper_park_delete(r, r->params[0], tasks, sessions);
   else
-    http_reply_json(r, 200, json_pack("{s:s, s:I, s:I}", "deleted", r->params[0], "tasks",
-                                      (json_int_t)tasks, "sessions_closed", (json_int_t)sessions));
+    http_reply_json(r, 200,
+                    json_pack("{s:s, s:I, s:I}", "deleted", r->params[0], "tasks",
+                              (json_int_t)tasks, "sessions_closed", (json_int_t)sessions));
 }
 
 /* The first chunk now; more go on in the background, and the reply waits. */
@@ -394,10 +395,18 @@ static void h_complete(http_req_t *r) {
   }
 }
 
-static void h_fail(http_req_t *r) { h_lease_op(r, LEASE_FAIL); }
-static void h_extend(http_req_t *r) { h_lease_op(r, LEASE_EXTEND); }
-static void h_release(http_req_t *r) { h_lease_op(r, LEASE_RELEASE); }
-static void h_flag(http_req_t *r) { h_lease_op(r, LEASE_FLAG); }
+static void h_fail(http_req_t *r) {
+  h_lease_op(r, LEASE_FAIL);
+}
+static void h_extend(http_req_t *r) {
+  h_lease_op(r, LEASE_EXTEND);
+}
+static void h_release(http_req_t *r) {
+  h_lease_op(r, LEASE_RELEASE);
+}
+static void h_flag(http_req_t *r) {
+  h_lease_op(r, LEASE_FLAG);
+}
 
 /* ---- workers ---- */
 
@@ -436,8 +445,7 @@ static void h_worker_bye(http_req_t *r) {
   }
   int64_t id = path_id(r, "worker");
   if (id)
-    reply_or_fail(r, 200, worker_leave(ST(r), id, crashed && strcmp(crashed, "true") == 0, &f),
-                  &f);
+    reply_or_fail(r, 200, worker_leave(ST(r), id, crashed && strcmp(crashed, "true") == 0, &f), &f);
 }
 
 static void h_leaderboard(http_req_t *r) {
@@ -490,12 +498,14 @@ const http_route_t http_routes[] = {
     {"GET", "/compat/distcompute/{}/api/new", compat_h_new, HTTP_PUBLIC, 0, 0},
     {"POST", "/compat/distcompute/{}/api/newJob", compat_h_new_job, HTTP_PUBLIC, 0, 0},
     {"GET", "/compat/distcompute/{}/api/jobCount", compat_h_job_count, HTTP_PUBLIC, 0, 0},
-    {"POST", "/compat/distcompute/{}/api/updateProgress", compat_h_update_progress, HTTP_PUBLIC, 0, 0},
+    {"POST", "/compat/distcompute/{}/api/updateProgress", compat_h_update_progress, HTTP_PUBLIC, 0,
+     0},
     {"POST", "/compat/distcompute/{}/api/completeJob", compat_h_complete_job, HTTP_PUBLIC, 0, 0},
-    {"POST", "/compat/distcompute/{}/api/flagInvalidData", compat_h_flag_invalid, HTTP_PUBLIC, 0, 0},
+    {"POST", "/compat/distcompute/{}/api/flagInvalidData", compat_h_flag_invalid, HTTP_PUBLIC, 0,
+     0},
     {"POST", "/compat/distcompute/{}/api/bye", compat_h_bye, HTTP_PUBLIC, 0, 0},
-    {"POST", "/compat/distcompute/{}/api/validateWorker", compat_h_validate_worker, HTTP_PUBLIC,
-     0, 0},
+    {"POST", "/compat/distcompute/{}/api/validateWorker", compat_h_validate_worker, HTTP_PUBLIC, 0,
+     0},
     {"POST", "/v1/nodes", route_node_register, true, 0, 0},
     {"GET", "/v1/nodes", route_node_list, true, 0, 0},
     {"GET", "/v1/nodes/{}", route_node_get, true, 0, 0},
