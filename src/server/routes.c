@@ -63,7 +63,7 @@ static void h_queue_put(http_req_t *r) {
 }
 
 /* `?ready=true` adds counts.ready, the queued tasks leasable now; opt-in,
- * as it costs a pass over the queued tasks (queue_count_ready). */
+ * as it reads up to QUEUE_READY_SCAN tasks (queue_count_ready). */
 static void h_queue_get(http_req_t *r) {
   fail_t f = {0};
   queue_t q;
