@@ -6,6 +6,7 @@
  * Domain code (queue.c, task.c, lease.c, worker.c) never sees HTTP.
  */
 #include "compat.h"
+#include "compat_jobs.h"
 #include "dashboard.h"
 #include "http.h"
 #include "iter.h"
@@ -483,6 +484,7 @@ const http_route_t http_routes[] = {
     {"GET", "/metrics", dashboard_h_metrics, HTTP_PUBLIC, 0, 0}, /* checks the token itself */
     {"GET", "/v1/throughput", dashboard_h_throughput, HTTP_READ, 0, 0},
     {"GET", "/v1/distcompute", compat_h_pipelines, HTTP_READ, 0, 0},
+    {"POST", "/v1/distcompute/jobs", compat_h_job_number, true, 0, 0},
     {"GET", "/compat/distcompute/{}", dashboard_h_compat_page, HTTP_PUBLIC, 0, 0},
     {"GET", "/compat/distcompute/{}/{}", dashboard_h_compat_page, HTTP_PUBLIC, 0, 0},
     {"GET", "/compat/distcompute/{}/worker/{}/{}", dashboard_h_compat_worker, HTTP_PUBLIC, 0, 0},
