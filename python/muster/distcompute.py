@@ -14,9 +14,11 @@ becomes a task of the next stage; ``flag_invalid_data`` counts towards the
 queue's ``max_flags``, after which the previous stage's job is re-opened.
 
 A job is one task per stage, each the ``parent`` of the next.  ``job_id`` is
-the job's number at every stage, as DistCompute's tracker keeps it (to name a
-job's files): the id of its task at the pipeline's first queue.  ``task_id``
-is the task of the stage at hand.
+the job's number, 1, 2, 3... per pipeline, the same at every stage, as
+DistCompute's tracker keeps it (to name a job's files).  The head keeps it
+(``POST /v1/distcompute/jobs``, one request per job) and gives the tracker
+routes' workers of the same pipeline the same numbers.  ``task_id`` is the
+task of the stage at hand.
 """
 import os
 import sys
@@ -31,8 +33,8 @@ STAGES = "abcde"
 def resolve_stage(client, stage, pipeline=None):
     """The queue name of ``stage`` ("a".."e" along ``pipeline``'s next links, or a queue name)."""
     stage = str(stage)
+    pipeline = pipeline or os.environ.get("MUSTER_PIPELINE")
     if len(stage) == 1 and stage.lower() in STAGES:
-        pipeline = pipeline or os.environ.get("MUSTER_PIPELINE")
         if not pipeline:
             raise errors.InvalidArgument(
                 "stage %r: name the pipeline (its first queue) with pipeline= or $MUSTER_PIPELINE" % stage)
@@ -46,7 +48,25 @@ def resolve_stage(client, stage, pipeline=None):
         client.queue(queue)  # raises QueueNotFound for a pipeline that does not exist
         return queue
     client.queue(stage)
+    if pipeline:
+        _check_stage_of(client, stage, pipeline)
     return stage
+
+
+def _check_stage_of(client, queue, pipeline):
+    """Raises InvalidArgument unless ``queue`` is one of ``pipeline``'s stages: job numbers
+    are counted per pipeline, and the head refuses a task outside it."""
+    stages = [pipeline]
+    while len(stages) < len(STAGES) and stages[-1] != queue:
+        nxt = client.queue(stages[-1]).get("next")
+        if not nxt:
+            break
+        stages.append(nxt)
+    if stages[-1] != queue:
+        raise errors.InvalidArgument(
+            "stage %r is not a stage of pipeline %r (its stages: %s); give the pipeline's "
+            "first queue as pipeline= (or $MUSTER_PIPELINE), or none" % (
+                queue, pipeline, ", ".join(stages)))
 
 
 class WorkerClient:
@@ -59,9 +79,9 @@ class WorkerClient:
         self.nickname = nickname
         self.stage = stage
         self.stage_name = resolve_stage(self.client, stage, pipeline)
-        # Where a job's number is read (_job_number): the pipeline's first queue;
-        # without a pipeline, the first task of the job's chain of parents.
-        self._first_queue = pipeline or os.environ.get("MUSTER_PIPELINE")
+        # The pipeline whose jobs are numbered (_job_number), named by its first
+        # queue; without one, the stage's queue counts its own jobs.
+        self._pipeline = pipeline or os.environ.get("MUSTER_PIPELINE") or self.stage_name
         self.project = project or pipeline or os.environ.get("MUSTER_PIPELINE") or self.stage_name
         reg = self.client.register_worker(nickname=nickname, queues=[self.stage_name],
                                           labels={"stage": str(stage), "project": self.project})
@@ -114,9 +134,11 @@ class WorkerClient:
 
         Jobs waiting out a delay or a retry's backoff are queued but not open yet; with
         them counted, ``new_job`` raised ZeroJobError right after a positive count.  The
-        head counts them on request only (``?ready=true``, a pass over the queued tasks),
-        so a queue read by the dashboard does not pay for it.  A positive count can still
-        meet ZeroJobError when other workers take the jobs first, as with the tracker.
+        head counts them on request only (``?ready=true``), reading at most 1000 queued
+        tasks: exact up to 1000 queued; beyond, those not read count as open, and a count
+        whose 1000 first tasks all wait is 0 (docs/api.md).  So a positive count means a
+        job now, unless other workers take the jobs first (ZeroJobError, as with the
+        tracker).
         """
         counts = self.client.queue(self.stage_name, ready=True)["counts"]
         if "ready" not in counts:
@@ -126,18 +148,10 @@ class WorkerClient:
         return counts["ready"]
 
     def _job_number(self, lease):
-        """The job's number: the id of its task at the first queue (``_first_queue``),
-        found up the leased task's chain of parents, one GET per stage.  A parent deleted
-        with its queue ends the walk: the oldest task left numbers the job."""
-        task, parent, queue = lease["task"], lease.get("parent"), self.stage_name
-        # Parents are older tasks with smaller ids: the walk ends.
-        while parent and parent < task and queue != self._first_queue:
-            try:
-                above = self.client.task(parent)
-            except errors.TaskNotFound:
-                break
-            task, parent, queue = above["id"], above.get("parent"), above["queue"]
-        return task
+        """The job's number in the pipeline, from the head: one request, whatever the stage
+        (the head finds the number up the job's chain of tasks and keeps it)."""
+        return self.client.request("POST", "/v1/distcompute/jobs",
+                                   {"pipeline": self._pipeline, "task": lease["task"]})["number"]
 
     def new_job(self, wait_ms=0):
         """Leases the next job into ``job`` / ``job_id`` / ``task_id``; raises ZeroJobError
@@ -160,7 +174,7 @@ class WorkerClient:
         if lease is None:
             raise errors.ZeroJobError("no open job at stage %s (queue %r)" % (self.stage, self.stage_name))
         with self._lock:
-            self._lease = lease   # held (and released by the next new_job) should the walk fail
+            self._lease = lease   # held (and released by the next new_job) should the number fail
         self.job_id = self._job_number(lease)
         self.job = lease["payload"]
         self.task_id = lease["task"]

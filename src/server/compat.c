@@ -13,8 +13,9 @@
  * completes the lease (the queue's `next` carries the data to the following
  * stage), `flagInvalidData` flags it (max_flags flags re-open the parent one
  * stage back), `bye` is a muster goodbye.  A job's `number` is given when the
- * job's first-stage task is first leased, counting from 1 per pipeline, and
- * stays with the job through every stage (compat_jobs).
+ * job is first leased, counting from 1 per pipeline, and stays with the job
+ * through every stage (compat_jobs.c; numbered by the first queue, so that
+ * the Python client's workers number the same jobs alike).
  *
  * Data.  Tracker jobs are strings; lists and dicts travel as "<!json!>" +
  * JSON.  A muster payload that is a JSON string goes out as that string, any
@@ -28,6 +29,7 @@
  * timed-out worker).
  */
 #include "compat.h"
+#include "compat_jobs.h"
 #include "jv.h"
 #include "lease.h"
 #include "log.h"
@@ -151,8 +153,6 @@ static muster_err_t compat_setup_queue(store_t *st, const char *pipe, const char
 }
 
 muster_err_t compat_setup(store_t *st, fail_t *f) {
-  if (npipelines == 0)
-    return MUSTER_OK;
   sqlite3 *db = store_db(st);
   if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
     return store_fail(st, f, "distcompute setup");
@@ -162,7 +162,12 @@ muster_err_t compat_setup(store_t *st, fail_t *f) {
     for (int i = pipe->nstages - 1; i >= 0 && !err; i--)
       err = compat_setup_queue(st, pipe->name, pipe->queues[i],
                                i + 1 < pipe->nstages ? pipe->queues[i + 1] : "", f);
+    if (!err)
+      err = compat_jobs_adopt(st, pipe->name, pipe->queues[0], f);
   }
+  /* Also without pipelines: the Python client numbers jobs through the API. */
+  if (!err)
+    err = compat_jobs_watch(st, f);
   if (err || sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
     sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
     return err ? err : store_fail(st, f, "distcompute setup");
@@ -340,52 +345,6 @@ static muster_err_t compat_touch(http_req_t *r, const dc_worker_t *w, const char
 
 /* ---- jobs ---- */
 
-/* The task at the start of `task`'s chain of parents within the pipeline. */
-static int64_t compat_root(store_t *st, const pipeline_t *pipe, int64_t task) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT coalesce(parent, 0), queue FROM tasks WHERE id = ?1");
-  for (int hop = 0; s && hop < COMPAT_MAX_STAGES; hop++) {
-    sqlite3_bind_int64(s, 1, task);
-    int64_t parent = 0;
-    bool first = false;
-    if (sqlite3_step(s) == SQLITE_ROW) {
-      parent = sqlite3_column_int64(s, 0);
-      first = strcmp((const char *)sqlite3_column_text(s, 1), pipe->queues[0]) == 0;
-    }
-    store_reset(s);
-    if (first || parent == 0)
-      break;
-    task = parent;
-  }
-  return task;
-}
-
-/* The job number of `task`: its root's, given from 1 up per pipeline when the
- * root is first seen.  0 on a store failure (with *f filled). */
-static int64_t compat_job_number(store_t *st, const pipeline_t *pipe, int64_t task, fail_t *f) {
-  int64_t root = compat_root(st, pipe, task);
-  sqlite3_stmt *s = store_stmt(st, "SELECT number FROM compat_jobs WHERE pipeline = ?1"
-                                   " AND root = ?2");
-  sqlite3_stmt *add =
-      store_stmt(st, "INSERT INTO compat_jobs(pipeline, root, number) VALUES(?1, ?2,"
-                     " (SELECT coalesce(max(number), 0) + 1 FROM compat_jobs WHERE pipeline = ?1))"
-                     " RETURNING number");
-  if (s == NULL || add == NULL) {
-    store_fail(st, f, "job number");
-    return 0;
-  }
-  int64_t number = 0;
-  for (sqlite3_stmt *step = s; step && number == 0; step = step == s ? add : NULL) {
-    store_bind_text(step, 1, pipe->name);
-    sqlite3_bind_int64(step, 2, root);
-    if (sqlite3_step(step) == SQLITE_ROW)
-      number = sqlite3_column_int64(step, 0);
-    store_reset(step);
-  }
-  if (number == 0)
-    store_fail(st, f, "job number");
-  return number;
-}
-
 /* The tracker's form of a payload: strings as they are, the rest as
  * "<!json!>" + JSON.  Caller frees. */
 static char *compat_encode_data(const json_t *payload) {
@@ -482,7 +441,7 @@ static void compat_give_job(http_req_t *r, const dc_worker_t *w) {
   int64_t number = 0;
   if (lease) {
     data = compat_encode_data(json_object_get(lease, "payload"));
-    number = compat_job_number(r->head->st, w->pipe,
+    number = compat_job_number(r->head->st, w->pipe->queues[0],
                                json_integer_value(json_object_get(lease, "task")), &f);
   }
   if (leases == NULL || (lease && (data == NULL || number == 0)))

@@ -29,7 +29,8 @@ bool compat_add_pipeline(const char *spec);
 
 /* Creates the pipelines' missing queues chained by `next`, and sets `next`
  * where a queue has none.  Fails (MUSTER_INVALID) when a queue's `next`
- * names another queue than the pipeline's following stage.  Runs once at
+ * names another queue than the pipeline's following stage.  Also prepares
+ * job numbers (compat_jobs.h), with pipelines or without.  Runs once at
  * start-up, before the event loop, in its own transaction. */
 muster_err_t compat_setup(store_t *st, fail_t *f);
 

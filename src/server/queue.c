@@ -207,25 +207,39 @@ json_t *queue_to_json(store_t *st, const queue_t *q) {
 }
 
 /* The count of tasks leasable now is not kept with the others: time alone
- * makes a delayed task leasable, with no write to count it at.  So it is
- * counted when asked for, through the queue's queued tasks (tasks_ready,
- * each row read for its run time): O(queued tasks), too dear for every read
- * of a queue (the dashboard's), hence opt-in (`?ready=true`).  Counting only
- * the delayed tasks, usually few, would need an index on the run time of
- * queued tasks, which the schema does not have (docs/api.md). */
+ * makes a delayed task leasable, with no write to count it at, and an index
+ * of queued tasks by run time would be written by every put and lease.  So
+ * it is counted when asked for, and bounded: the first QUEUE_READY_SCAN
+ * queued tasks in lease order (tasks_ready; each row read for its run time)
+ * are looked at, and those beyond, known from the kept counts, are taken as
+ * ready.  Exact up to QUEUE_READY_SCAN queued tasks.  Above, a positive
+ * count still means that a lease finds a task now (it reaches a ready one
+ * among those looked at first), and when none of them is ready the count
+ * is 0, whatever waits behind them: a worker polling the count (the
+ * DistCompute loop) then waits, where a count of tasks it cannot take
+ * would have made its next lease come back empty (docs/api.md). */
 muster_err_t queue_count_ready(store_t *st, const char *name, int64_t *ready, fail_t *f) {
-  /* INDEXED BY: without statistics the planner would take tasks_by_queue
-   * and read every task of the queue, done ones included. */
-  sqlite3_stmt *s = store_stmt(st, "SELECT count(*) FROM tasks INDEXED BY tasks_ready"
-                                   " WHERE queue = ?1 AND state = 0 AND run_at_ms <= ?2");
+  int64_t by_state[TASK_STATE_COUNT];
+  if (counts_read(st, name, by_state, f))
+    return f->code;
+  sqlite3_stmt *s = store_stmt(st, "SELECT count(*), coalesce(sum(run_at_ms <= ?2), 0) FROM"
+                                   " (SELECT run_at_ms FROM tasks INDEXED BY tasks_ready"
+                                   " WHERE queue = ?1 AND state = 0"
+                                   " ORDER BY priority DESC, id LIMIT ?3)");
   if (s == NULL)
     return store_fail(st, f, "ready count");
   store_bind_text(s, 1, name);
   sqlite3_bind_int64(s, 2, now_ms());
+  sqlite3_bind_int64(s, 3, QUEUE_READY_SCAN);
   int rc = sqlite3_step(s);
-  *ready = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+  int64_t seen = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+  int64_t seen_ready = rc == SQLITE_ROW ? sqlite3_column_int64(s, 1) : 0;
   store_reset(s);
-  return rc == SQLITE_ROW ? MUSTER_OK : store_fail(st, f, "ready count");
+  if (rc != SQLITE_ROW)
+    return store_fail(st, f, "ready count");
+  int64_t beyond = by_state[TASK_QUEUED] - seen;
+  *ready = seen_ready + (seen_ready > 0 && beyond > 0 ? beyond : 0);
+  return MUSTER_OK;
 }
 
 json_t *queue_list(store_t *st, fail_t *f) {

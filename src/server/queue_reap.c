@@ -59,20 +59,23 @@ static muster_err_t queue_trash_exec(store_t *st, const char *sql, const char *n
   return store_step_done(st, s, f);
 }
 
+/* The trash row keeps the queue's `next`: compat_jobs.c reads it to tell
+ * whether a deleted done task's job number is still wanted downstream. */
 muster_err_t queue_trash_put(store_t *st, const char *name, int64_t tasks, int64_t *sessions,
                              fail_t *f) {
   if (session_close_queue(st, name, sessions, f) || queue_trash_leased(st, name, f) ||
-      update_delete_queue(st, name, f) ||
-      queue_trash_exec(st, "DELETE FROM queues WHERE name = ?1", name, tasks, f))
+      update_delete_queue(st, name, f))
     return f->code;
-  sqlite3_stmt *s = store_stmt(st, "INSERT INTO queue_trash(name, tasks, deleted_ms)"
-                                   " VALUES(?1, ?2, ?3)");
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO queue_trash(name, tasks, deleted_ms, next)"
+                                   " SELECT name, ?2, ?3, next FROM queues WHERE name = ?1");
   if (s == NULL)
     return store_fail(st, f, "queue delete");
   store_bind_text(s, 1, name);
   sqlite3_bind_int64(s, 2, tasks);
   sqlite3_bind_int64(s, 3, now_ms());
-  return store_step_done(st, s, f);
+  if (store_step_done(st, s, f))
+    return f->code;
+  return queue_trash_exec(st, "DELETE FROM queues WHERE name = ?1", name, tasks, f);
 }
 
 /* The trash row of `name` is gone with the last of its tasks. */

@@ -6,6 +6,7 @@
  * Domain code (queue.c, task.c, lease.c, worker.c) never sees HTTP.
  */
 #include "compat.h"
+#include "compat_jobs.h"
 #include "dashboard.h"
 #include "http.h"
 #include "iter.h"
@@ -64,7 +65,7 @@ static void h_queue_put(http_req_t *r) {
 }
 
 /* `?ready=true` adds counts.ready, the queued tasks leasable now; opt-in,
- * as it costs a pass over the queued tasks (queue_count_ready). */
+ * as it reads up to QUEUE_READY_SCAN tasks (queue_count_ready). */
 static void h_queue_get(http_req_t *r) {
   fail_t f = {0};
   queue_t q;
@@ -492,6 +493,7 @@ const http_route_t http_routes[] = {
     {"GET", "/metrics", dashboard_h_metrics, HTTP_PUBLIC, 0, 0}, /* checks the token itself */
     {"GET", "/v1/throughput", dashboard_h_throughput, HTTP_READ, 0, 0},
     {"GET", "/v1/distcompute", compat_h_pipelines, HTTP_READ, 0, 0},
+    {"POST", "/v1/distcompute/jobs", compat_h_job_number, true, 0, 0},
     {"GET", "/compat/distcompute/{}", dashboard_h_compat_page, HTTP_PUBLIC, 0, 0},
     {"GET", "/compat/distcompute/{}/{}", dashboard_h_compat_page, HTTP_PUBLIC, 0, 0},
     {"GET", "/compat/distcompute/{}/worker/{}/{}", dashboard_h_compat_worker, HTTP_PUBLIC, 0, 0},

@@ -260,6 +260,29 @@ static const char *const migrations[] = {
     "ALTER TABLE queues ADD COLUMN reaped INTEGER NOT NULL DEFAULT 0;"
     "CREATE TABLE queue_trash ("
     "  name TEXT PRIMARY KEY, tasks INTEGER NOT NULL, deleted_ms INTEGER NOT NULL) WITHOUT ROWID;",
+    /* Job numbers (compat_jobs.c): a row per numbered task instead of one per
+     * job root, so that a row can go with its task, and one counter per
+     * pipeline, so that numbers are never given twice once rows go.  Keyed
+     * by the pipeline's first queue, as the Python client names a pipeline;
+     * the tracker's rows were keyed by the --distcompute name, which SQL
+     * cannot map to its queue: they keep it behind "distcompute:" (no queue
+     * name has a colon) until the head adopts them at start-up.  Rows of jobs
+     * of which no task is left (neither the root nor a child of it) are not
+     * carried over.  A deleted queue's trash row keeps its `next`, which tells
+     * whether a done task's number is still wanted by a next stage. */
+    "CREATE TABLE compat_numbers ("
+    "  task INTEGER NOT NULL, pipeline TEXT NOT NULL, number INTEGER NOT NULL,"
+    "  PRIMARY KEY (task, pipeline)) WITHOUT ROWID;"
+    "CREATE TABLE compat_counters ("
+    "  pipeline TEXT PRIMARY KEY, last INTEGER NOT NULL) WITHOUT ROWID;"
+    "INSERT INTO compat_counters(pipeline, last)"
+    "  SELECT 'distcompute:' || pipeline, max(number) FROM compat_jobs GROUP BY pipeline;"
+    "INSERT INTO compat_numbers(task, pipeline, number)"
+    "  SELECT root, 'distcompute:' || pipeline, number FROM compat_jobs"
+    "  WHERE root IN (SELECT id FROM tasks)"
+    "     OR root IN (SELECT parent FROM tasks WHERE parent IS NOT NULL);"
+    "DROP TABLE compat_jobs;"
+    "ALTER TABLE queue_trash ADD COLUMN next TEXT;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

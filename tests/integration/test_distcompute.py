@@ -9,6 +9,7 @@ see each other's jobs.
 import json
 import os
 import subprocess
+import sqlite3
 import sys
 import tempfile
 import time
@@ -17,10 +18,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 import harness  # noqa: E402
+import muster  # noqa: E402
 
-PIPELINES = ("reg", "three", "json", "flag", "bye", "file", "errors", "live", "keep")
+PIPELINES = ("reg", "three", "json", "flag", "bye", "file", "errors", "live", "keep", "mixed")
 
 
 class TrackerError(Exception):
@@ -334,6 +338,97 @@ class DistComputeTest(TrackerCase):
             a.complete_job("ok")
         self.assertEqual(jobs, [("line one", 1), ("line two", 2), ("plain", 3),
                                 ({"url": "u"}, 4), ([1, 2], 5)])
+
+
+    def test_python_workers_number_the_same_jobs(self):
+        # The tracker's workers and muster's Python DistCompute client on one pipeline: a
+        # job has one number, whichever kind of worker leases it at whichever stage.
+        self.put("mixed_a", "first", "second")
+        a = DCClient(self.url("mixed"), "a")
+        a.new_job()
+        a.complete_job("first+")
+        a.new_job()
+        self.assertEqual((a.job, a.job_id), ("second", 2))
+        b = muster.init(self.head.url, stage="b", pipeline="mixed_a", token=self.head.token,
+                        verbose=False)
+        b.new_job()
+        self.assertEqual((b.job, b.job_id), ("first+", 1))
+        b.complete_job("first++")
+        a.complete_job("second+")
+        b.new_job()
+        self.assertEqual((b.job, b.job_id), ("second+", 2))
+        b.complete_job("second++")
+        c = DCClient(self.url("mixed"), "c")
+        c.new_job()
+        self.assertEqual((c.job, c.job_id), ("first++", 1))
+        c.complete_job("done")
+        self.put("mixed_a", "third")
+        b.bye()
+        for x in (a, c):
+            x.bye()
+        py = muster.init(self.head.url, stage="a", pipeline="mixed_a", token=self.head.token,
+                         verbose=False)
+        py.new_job()
+        self.assertEqual((py.job, py.job_id), ("third", 3))
+        py.bye()
+
+
+class DistComputeRetentionTest(unittest.TestCase):
+    """Job numbers with a retention of done tasks: a job keeps its number after its earlier
+    stages' tasks were removed, and the head keeps no number of a job none of whose tasks
+    is left (read from the store once the head stopped)."""
+
+    def setUp(self):
+        self.head = harness.Head(["--sweep-ms", "50", "--distcompute", "ret=ret_a,ret_b,ret_c"])
+        self.head.start()
+        for queue in ("ret_a", "ret_b", "ret_c"):
+            r = self.head.request("PUT", "/v1/queues/" + queue, {"keep_done_ms": 0})
+            self.assertEqual(r.status, 200, r)
+        self.url = self.head.url + "/compat/distcompute/ret"
+
+    def tearDown(self):
+        self.head.cleanup()
+
+    def removed(self, queue, n):
+        """Waits until the retention removed `n` done tasks of `queue`."""
+        harness.wait_until(
+            lambda: self.head.request("GET", "/v1/queues/" + queue).json["reaped"] >= n,
+            timeout=20, what="the retention of %s" % queue)
+
+    def test_numbers_outlive_removed_stages_and_go_with_the_job(self):
+        r = self.head.request("POST", "/v1/queues/ret_a/tasks",
+                              {"tasks": [{"payload": "one"}, {"payload": "two"}]})
+        self.assertEqual(r.status, 201, r)
+        a, b, c = (DCClient(self.url, s) for s in "abc")
+        for _ in range(2):
+            a.new_job()
+            a.complete_job(a.job + "+")
+        b.new_job()
+        self.assertEqual((b.job, b.job_id), ("one+", 1))
+        b.complete_job("one++")
+        self.removed("ret_a", 2)
+        self.removed("ret_b", 1)
+        # Job 1's tasks at stages a and b are gone: its stage-c task still is job 1.
+        c.new_job()
+        self.assertEqual((c.job, c.job_id), ("one++", 1))
+        c.complete_job("done")
+        b.new_job()
+        b.complete_job("two++")
+        c.new_job()
+        self.assertEqual((c.job, c.job_id), ("two++", 2))
+        c.complete_job("done")
+        self.removed("ret_c", 2)
+        self.removed("ret_b", 2)
+        self.assertEqual(self.head.stop(), 0, self.head.log())
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(self.head.data_dir, "muster.db"),
+                             uri=True)
+        try:
+            self.assertEqual(db.execute("SELECT count(*) FROM tasks").fetchone(), (0,))
+            self.assertEqual(db.execute("SELECT count(*) FROM compat_numbers").fetchone(), (0,))
+            self.assertEqual(db.execute("SELECT pipeline, last FROM compat_counters").fetchall(),
+                             [("ret_a", 2)])
+        finally:
+            db.close()
 
 
 class DistComputeTimeoutTest(TrackerCase):

@@ -96,34 +96,74 @@ class TestDistCompute(HeadTestCase):
         w.complete_job("ok")
         w.bye()
 
+    @staticmethod
+    def job_requests(w):
+        """A function that gives the requests ``w`` sent since, other than its keepalive's."""
+        sent, exchange = [], w.client._exchange
+
+        def counted(method, path, *args):
+            if not path.startswith(("/v1/workers", "/v1/leases/extend")):
+                sent.append(path)
+            return exchange(method, path, *args)
+        w.client._exchange = counted
+        return lambda: list(sent)
+
     def test_job_id_is_the_job_number_through_the_stages(self):
-        # DistCompute's job_id names a job's files at every stage: the id of the job's
-        # stage-a task, while task_id is the task of the stage at hand.
+        # DistCompute's job_id names a job's files at every stage: the job's number, 1, 2,
+        # 3... per pipeline (the tracker's "job #1 = 1"), while task_id is the task of the
+        # stage at hand.  One request finds it at any stage.
         a, _, _ = self.pipeline()
         ids = [self.c.put(a, "job%d" % i) for i in range(3)]
         workers = [self.worker(s, a) for s in "abc"]
         seen = {}   # job_id -> [(task_id, job) at each stage]
         for w in workers:
+            sent = self.job_requests(w)
             for _ in ids:
                 w.new_job()
                 self.assertEqual(self.c.task(w.task_id)["queue"], w.stage_name)
                 seen.setdefault(w.job_id, []).append((w.task_id, w.job))
                 w.complete_job(w.job + "+")
-        self.assertEqual(sorted(seen), sorted(ids))
+            self.assertEqual(len(sent()), 3 * 3, sent())   # lease, number, complete per job
+        self.assertEqual(sorted(seen), [1, 2, 3])
         for job_id, stages in seen.items():
-            self.assertEqual(stages[0][0], job_id)   # at stage a, the task itself
+            self.assertEqual(stages[0][0], ids[job_id - 1])   # numbered as leased, in put order
             self.assertEqual(len({t for t, _ in stages}), 3, stages)   # three stages' tasks
             self.assertEqual([d for _, d in stages],
-                             [self.c.task(job_id)["payload"] + "+" * n for n in range(3)])
+                             ["job%d" % (job_id - 1) + "+" * n for n in range(3)])
         # Counted from the pipeline's first queue, also when a queue before it feeds it.
         before = self.qname("before")
         self.c.put_queue(before, next=a)
         self.c.put(before, "from before")
         self.c.lease_one(before).complete("fed")
         workers[0].new_job()
-        self.assertEqual((workers[0].job, workers[0].job_id), ("fed", workers[0].task_id))
+        self.assertEqual((workers[0].job, workers[0].job_id), ("fed", 4))
         workers[0].complete_job("fed+")
         for w in workers:
+            w.bye()
+
+    def test_job_numbers_are_per_pipeline(self):
+        a, b, _ = self.pipeline()
+        other = self.qname("other")
+        self.c.put_queue(other)
+        self.c.put(a, "x")
+        self.c.put(other, "y")
+        wa, wo = self.worker("a", a), muster.init(self.head.url, stage=other, verbose=False,
+                                                  token=self.head.token)
+        wa.new_job()
+        wo.new_job()
+        self.assertEqual((wa.job_id, wo.job_id), (1, 1))
+        for w in (wa, wo):
+            w.complete_job("done")
+        # A stage that is not in the pipeline named is refused at once, not at new_job.
+        with self.assertRaises(muster.InvalidArgument) as e:
+            muster.init(self.head.url, stage=other, pipeline=a, verbose=False,
+                        token=self.head.token)
+        self.assertIn("not a stage of pipeline", str(e.exception))
+        wb = muster.init(self.head.url, stage=b, pipeline=a, verbose=False, token=self.head.token)
+        wb.new_job()
+        self.assertEqual((wb.job, wb.job_id), ("done", 1))
+        wb.complete_job("ok")
+        for w in (wa, wo, wb):
             w.bye()
 
     def test_bye_reopens_the_current_job_and_new_job_waits(self):
