@@ -142,39 +142,44 @@ static void jw_real(jw_buf_t *b, double v) {
   jw_add_text(b, text, n);
 }
 
+static void jw_add_object(jw_buf_t *b, const json_t *v) {
+  jw_char(b, '{');
+  bool first = true;
+  for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+    if (!first)
+      jw_char(b, ',');
+    first = false;
+    jw_add_string(b, json_object_iter_key(it), json_object_iter_key_len(it));
+    jw_char(b, ':');
+    jw_add_value(b, json_object_iter_value(it));
+  }
+  jw_char(b, '}');
+}
+
+static void jw_add_array(jw_buf_t *b, const json_t *v) {
+  size_t n = json_array_size(v);
+  if (n == 2 && json_array_get(v, 0) == &jw_mark) { /* a raw node: its text as it is */
+    const json_t *text = json_array_get(v, 1);
+    jw_add_text(b, json_string_value(text), json_string_length(text));
+    return;
+  }
+  jw_char(b, '[');
+  for (size_t i = 0; i < n; i++) {
+    if (i)
+      jw_char(b, ',');
+    jw_add_value(b, json_array_get(v, i));
+  }
+  jw_char(b, ']');
+}
+
 void jw_add_value(jw_buf_t *b, const json_t *v) {
   switch (json_typeof(v)) {
-  case JSON_OBJECT: {
-    jw_char(b, '{');
-    bool first = true;
-    for (void *it = json_object_iter((json_t *)v); it;
-         it = json_object_iter_next((json_t *)v, it)) {
-      if (!first)
-        jw_char(b, ',');
-      first = false;
-      jw_add_string(b, json_object_iter_key(it), json_object_iter_key_len(it));
-      jw_char(b, ':');
-      jw_add_value(b, json_object_iter_value(it));
-    }
-    jw_char(b, '}');
+  case JSON_OBJECT:
+    jw_add_object(b, v);
     break;
-  }
-  case JSON_ARRAY: {
-    size_t n = json_array_size(v);
-    if (n == 2 && json_array_get(v, 0) == &jw_mark) { /* a raw node: its text as it is */
-      const json_t *text = json_array_get(v, 1);
-      jw_add_text(b, json_string_value(text), json_string_length(text));
-      break;
-    }
-    jw_char(b, '[');
-    for (size_t i = 0; i < n; i++) {
-      if (i)
-        jw_char(b, ',');
-      jw_add_value(b, json_array_get(v, i));
-    }
-    jw_char(b, ']');
+  case JSON_ARRAY:
+    jw_add_array(b, v);
     break;
-  }
   case JSON_STRING:
     jw_add_string(b, json_string_value(v), json_string_length(v));
     break;
