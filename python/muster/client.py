@@ -351,10 +351,17 @@ class Client:
                 # reply), so it is not sent again: the caller hears no reply came.
                 if attempt == 1 and reused and method != "POST":
                     continue
-                raise errors.NetworkError("%s %s: %s" % (method, path, e or type(e).__name__)) from e
+                raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url,
+                                                              e or type(e).__name__)) from e
             except (OSError, socket.timeout, http.client.HTTPException) as e:
                 self._drop_connection()
                 raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url, e)) from e
+            except BaseException:
+                # Interrupted mid-exchange (Ctrl-C, an exception from a signal handler):
+                # this connection still owes the reply, or the rest of it, which the next
+                # call would read as its own.  It cannot be used again.
+                self._drop_connection()
+                raise
             self._local.used = True
             self._local.idle_since = time.monotonic()
             if resp.getheader("Connection", "").lower() == "close":

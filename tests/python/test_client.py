@@ -278,6 +278,32 @@ class TestConnection(HeadTestCase):
         self.assertIs(c._local.conn.sock, sock)
         c.close()
 
+    def test_a_call_interrupted_mid_reply_leaves_no_half_read_connection(self):
+        """Ctrl-C while a reply is read (the body, or the status line of a long-poll):
+        the reply still owed on that connection must not be taken for the next call's,
+        nor refuse the next call (a POST would not be sent again)."""
+        import http.client
+        from unittest import mock
+        c = muster.Client(self.head.url, self.head.token)
+        self.addCleanup(c.close)
+        q = self.qname()
+        c.put_queue(q)
+        for where in ("read", "begin"):
+            real = getattr(http.client.HTTPResponse, where)
+            calls = []
+
+            def interrupted(resp, *args, real=real, calls=calls):
+                if not calls:
+                    calls.append(1)
+                    raise KeyboardInterrupt
+                return real(resp, *args)
+
+            with mock.patch.object(http.client.HTTPResponse, where, interrupted):
+                with self.assertRaises(KeyboardInterrupt):
+                    c.queue(q)
+            self.assertIsInstance(c.put(q, where), int)
+            self.assertEqual(c.queue(q)["counts"]["queued"], 1 + (where == "begin"))
+
     def test_reconnects_after_head_restart(self):
         head = harness.Head().start()
         try:
@@ -436,8 +462,9 @@ class TestRetries(unittest.TestCase):
                              [b'{"tasks": [{"id": 2, "created": true}]}'])  # a resend's
         c = muster.Client(srv.url, "token-123456", timeout=5)
         self.assertEqual(c.queues(), [])
-        with self.assertRaises(muster.NetworkError):
+        with self.assertRaises(muster.NetworkError) as cm:
             c.put("q", "x")
+        self.assertIn("POST /v1/queues/q/tasks (%s): " % srv.url, str(cm.exception))
         self.assertFalse(srv.pending_connection())
         self.assertEqual((srv.accepts, len(srv.requests)), (1, 2))
         srv.listener.close()
