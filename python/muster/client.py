@@ -7,6 +7,7 @@ the reply's JSON (dicts and lists); failures raise :mod:`muster.errors`.
 """
 import http.client
 import json
+import operator
 import os
 import re
 import select
@@ -110,6 +111,20 @@ def resolve_token(token=None, data_dir=None):
 
 def _q(part):
     return urllib.parse.quote(str(part), safe="")
+
+
+def _id(what, value):
+    """``value`` as the integer id of a task or worker: an int, or its decimal text (as
+    the CLI prints it).  Anything else raises TypeError saying what was wanted."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError("%s id: expected an integer (the id the head returned), got %.60r (%s)"
+                    % (what, value, type(value).__name__))
 
 
 def _drop_none(d):
@@ -445,10 +460,10 @@ class Client:
                 return
 
     def task(self, task_id):
-        return self.request("GET", "/v1/tasks/%d" % task_id)
+        return self.request("GET", "/v1/tasks/%d" % _id("task", task_id))
 
     def requeue_task(self, task_id):
-        return self.request("POST", "/v1/tasks/%d/requeue" % task_id)
+        return self.request("POST", "/v1/tasks/%d/requeue" % _id("task", task_id))
 
     # ---- leases ----------------------------------------------------------------------
 
@@ -554,17 +569,17 @@ class Client:
         return self.request("GET", "/v1/workers")["workers"]
 
     def worker(self, worker_id):
-        return self.request("GET", "/v1/workers/%d" % worker_id)
+        return self.request("GET", "/v1/workers/%d" % _id("worker", worker_id))
 
     def heartbeat(self, worker_id, progress=None):
         """Worker heartbeat with an optional progress string: {"id", "state"}."""
-        return self.request("POST", "/v1/workers/%d/heartbeat" % worker_id,
+        return self.request("POST", "/v1/workers/%d/heartbeat" % _id("worker", worker_id),
                             _drop_none({"progress": progress}))
 
     def bye(self, worker_id, crashed=False):
         """The worker leaves (its leases are released); ``crashed=True`` makes them
         lapse as on a timeout instead (the agent reports a dead worker process)."""
-        return self.request("DELETE", "/v1/workers/%d" % worker_id,
+        return self.request("DELETE", "/v1/workers/%d" % _id("worker", worker_id),
                             query={"crashed": True} if crashed else None)
 
     delete_worker = bye
@@ -717,7 +732,15 @@ class Shared:
         return "/v1/shared/" + _q(scope) + ("" if name is None else "/" + _q(name))
 
     def set(self, scope, name, data, ttl_ms=None, level=None):
-        """Creates the blob at level 1 (or ``level``); returns the reply object."""
+        """Creates the blob at level 1 (or ``level``); returns the reply object.  ``data``
+        is bytes (or a bytes-like object, or str sent as UTF-8)."""
+        if isinstance(data, str):
+            data = data.encode()
+        elif not isinstance(data, (bytes, bytearray, memoryview)):
+            # bytes(5) would be five zero bytes, bytes({...}) a puzzling TypeError
+            raise TypeError("shared data %r in scope %r: expected bytes (or str), got %s; "
+                            "serialise it first (pickle.dumps, json.dumps(...).encode())"
+                            % (name, scope, type(data).__name__))
         _, _, raw = self._c.request_raw("PUT", self._path(scope, name), data,
                                         query={"level": level, "ttl_ms": ttl_ms})
         return json.loads(raw) if raw else None

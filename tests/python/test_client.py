@@ -95,6 +95,25 @@ class TestTasks(HeadTestCase):
         self.assertEqual(self.c.task(tid)["state"], "failed")
         self.assertEqual(self.c.requeue_task(tid)["state"], "queued")
 
+    def test_ids_as_text_or_of_a_wrong_type(self):
+        """An id as the CLI prints it works; a wrong type says what an id is (it raised
+        '%d format: a real number is required, not str')."""
+        q = self.qname()
+        self.c.put_queue(q)
+        tid = self.c.put(q, 1)
+        self.assertEqual(self.c.task(str(tid))["id"], tid)
+        w = self.c.register_worker(nickname="ids")
+        self.assertEqual(self.c.worker(" %d " % w["id"])["id"], w["id"])
+        self.c.heartbeat(str(w["id"]))
+        for call, what in ((self.c.task, "task"), (self.c.requeue_task, "task"),
+                           (self.c.worker, "worker"), (self.c.bye, "worker")):
+            for bad in ("t-1", 1.5, None, True):
+                with self.assertRaises(TypeError) as cm:
+                    call(bad)
+                self.assertIn("%s id: expected an integer (the id the head returned), got %r"
+                              % (what, bad), str(cm.exception))
+        self.c.bye(str(w["id"]))
+
     def test_payload_kinds_round_trip(self):
         q = self.qname()
         self.c.put_queue(q)
