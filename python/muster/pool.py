@@ -128,6 +128,24 @@ def _heartbeat(client, session, stop, period):
             pass
 
 
+def _main_script(cls):
+    """The path of the script that defines ``cls`` when it is defined in ``__main__`` (the
+    workers load it as ``__mp_main__``), else None.  A ``__main__`` without a script file
+    (python3 -c, standard input, an interactive session, a notebook) raises ValueError:
+    no worker could load the class, and every job would fail after all its attempts."""
+    if cls.__module__ != "__main__":
+        return None
+    main = getattr(sys.modules["__main__"], "__file__", None)
+    if main and os.path.isfile(main):
+        return os.path.abspath(main)
+    raise ValueError("muster.Pool: the worker class %s is defined in __main__ of a program "
+                     "that has no script file (python3 -c, standard input, an interactive "
+                     "session or a notebook), which workers cannot load: define it in a module "
+                     "they can import (installed, or on their PYTHONPATH), or in a script run "
+                     "as python3 SCRIPT.py (docs/python.md, \"Making the class importable\")"
+                     % cls.__qualname__)
+
+
 def _class_paths(cls):
     """Directories a worker may need on sys.path to import ``cls`` (when they exist there)."""
     paths = []
@@ -167,14 +185,11 @@ class Pool:
         self._closed = False
         self._keep_session = False  # set when the pool gave up on a head that did not answer
         self.timeout_ms = timeout_ms
+        main = _main_script(worker_class)
         try:
             self.client.queue(queue)
         except errors.QueueNotFound:
             self.client.put_queue(queue, **(queue_settings or {}))
-        main = None
-        if worker_class.__module__ == "__main__":
-            main = getattr(sys.modules["__main__"], "__file__", None)
-            main = os.path.abspath(main) if main else None
         if use_shared is None:
             use_shared = self.client.shared.available()
         self.use_shared = bool(use_shared)

@@ -1,11 +1,14 @@
 """What a muster.Pool leaves behind: nothing once closed (no socket, no thread), and a
-pool nobody holds any more is closed by the garbage collector, its session with it.  No
-worker runs: a pool's lifetime needs none."""
+pool nobody holds any more is closed by the garbage collector, its session with it; a
+pool whose worker class no worker could load is refused when it is made.  No worker
+runs: a pool's lifetime needs none."""
 import gc
 import os
+import subprocess
+import sys
 import unittest
 
-from common import HeadTestCase, muster
+from common import ROOT, HeadTestCase, muster
 
 import pool_workers
 
@@ -59,6 +62,28 @@ class PoolLifetimeTest(HeadTestCase):
         self.assertFalse(thread.is_alive())
         with self.assertRaises(muster.SessionNotFound):
             self.c.session(session)
+
+    def test_a_class_of_a_main_without_script_is_refused(self):
+        """A class defined in `python3 -` (or -c, a notebook) made a pool whose every job
+        failed after all its attempts, with "Can't get attribute 'W' on <module
+        'muster.worker'>": the pool now says so at once and makes nothing on the head."""
+        q = self.qname("stdin")
+        program = ("import muster\n"
+                   "class W(muster.WorkerInterface):\n"
+                   "    def run(self, x): return x\n"
+                   "try:\n"
+                   "    muster.Pool(W, url=%r, token=%r, queue=%r).close()\n"
+                   "    print('made a pool')\n"
+                   "except ValueError as e:\n"
+                   "    print(e)\n" % (self.head.url, self.head.token, q))
+        out = subprocess.run([sys.executable, "-"], input=program.encode(), timeout=60,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+        text = out.stdout.decode()
+        self.assertIn("the worker class W is defined in __main__ of a program that has no "
+                      "script file", text)
+        with self.assertRaises(muster.QueueNotFound):
+            self.c.queue(q)
 
 
 if __name__ == "__main__":
