@@ -109,7 +109,9 @@ class DistributedSampler(torch.utils.data.Sampler):
 
     def state_dict(self, consumed=None):
         """The position (plain ints): save it with the model checkpoint.  With a DataLoader
-        whose workers prefetch, pass ``consumed`` = samples of this epoch trained on.
+        whose workers prefetch, pass ``consumed`` = samples this rank trained on since the
+        loader began this epoch (after a restore: since the restore; ``step * batch_size``
+        of the loop over the loader).
         Coordinated: the head's checkpoint plus this rank's partly read block (prefetching
         DataLoader workers are not supported there)."""
         if self.coordinated:

@@ -137,6 +137,51 @@ class TestRankSampler(unittest.TestCase):
         t.load_state_dict(state)
         self.assertEqual(list(t)[:8], seen[12:20])
 
+    def test_consumed_counts_from_the_restore_in_any_world(self):
+        """A prefetching loader hands out more than was trained on; the loop knows its own
+        count, since the loader began the epoch (after a restore: since the restore).
+        `consumed` counted from the epoch's start instead, so that count repeated items
+        after a resume in the same world, and the epoch's count (which a loop cannot know
+        across another world size's resume) skipped items after an elastic one."""
+        n, prefetch = 120, 8
+        for worlds in ((2, 2, 2), (2, 3, 1), (4, 4, 2, 2)):   # no padding
+            trained, state = [], None
+            for leg, world in enumerate(worlds):
+                last = leg == len(worlds) - 1
+                for r, s in enumerate(ranks(n, world, seed=1)):
+                    if state is not None:
+                        s.load_state_dict(state)
+                    s.set_epoch(0)
+                    it = iter(s)
+                    steps = len(s) - s.emitted if last else 5 + leg
+                    trained += [next(it) for _ in range(steps)]
+                    handed = steps + sum(1 for _ in zip(range(prefetch), it))
+                    if r == 0:
+                        new_state = s.state_dict(consumed=steps)
+                        self.assertLessEqual(new_state["emitted"], s.emitted)
+                        self.assertEqual(s.emitted - new_state["emitted"], handed - steps)
+                state = new_state
+            self.assertEqual(sorted(trained), list(range(n)), worlds)
+
+    def test_consumed_must_be_a_count_of_what_was_handed_out(self):
+        s = ranks(100, 2, seed=1)[0]
+        it = iter(s)
+        for _ in range(10):
+            next(it)
+        self.assertEqual(s.state_dict(consumed=10)["emitted"], 10)
+        for bad in (11, -1, 2.5, "3", True):
+            with self.assertRaises(ValueError) as cm:
+                s.state_dict(consumed=bad)
+            self.assertIn("consumed=%r: expected the items trained on since this epoch's "
+                          "iteration began" % (bad,), str(cm.exception))
+        # A restored sampler that loader workers iterate in their copies (StreamDataset)
+        # takes a count up to the epoch's rest, from the restored position.
+        t = ranks(100, 2, seed=1)[0]
+        t.load_state_dict(s.state_dict(consumed=4))
+        self.assertEqual(t.state_dict(consumed=46)["emitted"], 50)
+        with self.assertRaises(ValueError):
+            t.state_dict(consumed=47)
+
     def test_state_of_another_configuration_is_refused(self):
         state = ranks(100, 2, seed=1)[0].state_dict()
         for other in (ranks(100, 2, seed=2)[0], ranks(101, 2, seed=1)[0],
