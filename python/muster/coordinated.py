@@ -263,7 +263,10 @@ class CoordinatedRankSampler:
             self._unacked.append(held)
             self._held = held = None
         self._flush()
-        ck = self.client.request("GET", "/v1/iterations/%s/checkpoint" % self.name)
+        # Waited for as next and ack are: a loop that checkpoints every step meets a head
+        # that restarts here as often as anywhere.
+        ck = self._retrying("reading the checkpoint",
+                            lambda retry: self.client.iteration_checkpoint(self.name))
         partial = {}
         if self._skip_epoch == ck["epoch"]:
             partial.update({str(k): v for k, v in self._skip.items()})

@@ -3,7 +3,7 @@ thread each) on a coordinated iteration of a real head."""
 import threading
 import unittest
 
-from common import HeadTestCase, muster  # noqa: F401
+from common import HeadTestCase, harness, muster  # noqa: F401
 
 try:
     import torch
@@ -111,6 +111,28 @@ class CoordinatedSamplerTest(HeadTestCase):
         rest = list(r2)
         total = seen[:20] + more + rest
         self.assertEqual(sorted(total), list(range(N)))
+
+    def test_checkpoint_waits_for_a_head_that_does_not_answer(self):
+        """state_dict()'s read of the checkpoint was sent once: a head restarting just then
+        (here: a proxy answering 503 unavailable, as a node agent does for a head it cannot
+        reach) failed the training loop, while next and ack waited for the head."""
+        proxy = harness.RequestProxy(
+            self.head, lambda method, path: method == "GET" and path.endswith("/checkpoint"),
+            lambda n: harness.UNAVAILABLE if n == 1 else "forward")
+        self.addCleanup(proxy.close)
+        s = mt.DistributedSampler(range(N), num_replicas=1, rank=0, seed=11, coordinated=True,
+                                  client=muster.Client(proxy.url, self.head.token),
+                                  name="ckpt-wait", block_size=8)
+        it = iter(s)
+        read = [next(it) for _ in range(12)]
+        with self.assertLogs("muster.iteration", "INFO") as logs:
+            state = s.state_dict()
+        self.assertEqual(proxy.count, 2)
+        self.assertIn("reading the checkpoint failed", logs.output[0])
+        self.assertEqual((state["checkpoint"]["done"], state["partial"]), ([[0, 1]], {"1": 4}))
+        r = self.samplers(1, "ckpt-wait")[0]
+        r.load_state_dict(state)
+        self.assertEqual(sorted(read + list(r)), list(range(N)))
 
 
 if __name__ == "__main__":
