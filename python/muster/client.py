@@ -211,6 +211,7 @@ class Client:
         self.shared = Shared(self)
         self._all = []
         self._all_lock = threading.Lock()
+        self._pid = os.getpid()   # the process whose connections _all holds
 
     def __repr__(self):
         return "muster.Client(%r)" % self.url
@@ -231,6 +232,19 @@ class Client:
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
         return conn
+
+    def _forget_inherited(self):
+        """Forgets the connections of the process this one was forked from (the workers of
+        a DataLoader or of multiprocessing, say): their sockets are the parent's too, and
+        processes talking on one connection read each other's replies."""
+        if self._pid == os.getpid():
+            return
+        self._all_lock = threading.Lock()   # another thread may have held it at the fork
+        conns, self._all = self._all, []
+        self._local = threading.local()
+        self._pid = os.getpid()
+        for c in conns:
+            c.close()   # this process's copies of the descriptors; the parent's stay open
 
     def _drop_connection(self):
         conn = getattr(self._local, "conn", None)
@@ -350,6 +364,7 @@ class Client:
         done it (and died before replying), so it is not sent again; other methods are
         sent again once on a new connection when a reused one turns out closed."""
         timeout = self.timeout + (wait_ms or 0) / 1000.0
+        self._forget_inherited()
         self._drop_if_closed()
         for attempt in (1, 2):
             conn = self._connection(timeout)

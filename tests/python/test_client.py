@@ -323,6 +323,38 @@ class TestConnection(HeadTestCase):
             self.assertIsInstance(c.put(q, where), int)
             self.assertEqual(c.queue(q)["counts"]["queued"], 1 + (where == "begin"))
 
+    def test_a_forked_process_opens_its_own_connection(self):
+        """A client used before a fork (multiprocessing's or a DataLoader's workers) went on
+        with the parent's connection in every child: processes sharing one socket read
+        each other's replies (a third of 400 calls in four children failed or got another
+        call's reply).  The child now opens its own; the parent keeps its."""
+        import multiprocessing
+        c = muster.Client(self.head.url, self.head.token)
+        self.addCleanup(c.close)
+        c.health()
+        parent = c._local.conn.sock.getsockname()
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+
+        def child():
+            try:
+                c.health()
+                out.put(("ok", c._local.conn.sock.getsockname(), c.queue(q)["name"]))
+            except BaseException as e:   # reported by the parent
+                out.put(("error", repr(e), None))
+
+        q = self.qname()
+        c.put_queue(q)
+        p = ctx.Process(target=child)
+        p.start()
+        status, child_sock, name = out.get(timeout=30)
+        p.join(30)
+        self.assertEqual(status, "ok", child_sock)
+        self.assertNotEqual(child_sock, parent)
+        self.assertEqual(name, q)
+        self.assertEqual(c._local.conn.sock.getsockname(), parent)
+        self.assertEqual(c.health()["status"], "ok")
+
     def test_reconnects_after_head_restart(self):
         head = harness.Head().start()
         try:
