@@ -1,6 +1,9 @@
 """muster.torch.DistributedSampler(coordinated=True): a DataLoader per simulated rank (one
 thread each) on a coordinated iteration of a real head."""
+import collections
+import gc
 import threading
+import time
 import unittest
 
 from common import HeadTestCase, harness, muster  # noqa: F401
@@ -133,6 +136,41 @@ class CoordinatedSamplerTest(HeadTestCase):
         r = self.samplers(1, "ckpt-wait")[0]
         r.load_state_dict(state)
         self.assertEqual(sorted(read + list(r)), list(range(N)))
+
+
+class SlowRankTest(HeadTestCase):
+    """A rank busy between two indices for longer than its lease (a slow step, a
+    validation pass, saving a checkpoint): without torch, on the sampler's engine."""
+
+    def test_a_slow_step_keeps_the_lease(self):
+        """Heartbeats went only with the indices, so the rank's lease expired during the
+        step and another rank read its block again (8 of 64 samples read twice)."""
+        from muster.coordinated import CoordinatedRankSampler
+        cfg = {"dataset": {"num_samples": 64}, "seed": 1, "shuffle": "global",
+               "strategy": "dynamic", "world_size": 2, "block_size": 8, "epochs": 1,
+               "tail": "keep", "lease_ms": 300, "rank_timeout_ms": 300}
+        r0 = CoordinatedRankSampler(self.c, "slow-step", cfg, 0)
+        r1 = CoordinatedRankSampler(self.c, "slow-step", cfg, 1)
+        it0 = iter(r0)
+        got0, got1 = [next(it0) for _ in range(3)], []
+        t = threading.Thread(target=lambda: got1.extend(r1))
+        t.start()
+        time.sleep(1.5)   # the slow step itself: five leases long
+        got0 += list(it0)
+        t.join(30)
+        counts = collections.Counter(got0 + got1)
+        self.assertEqual(sorted(counts), list(range(64)))
+        self.assertEqual([i for i, n in counts.items() if n > 1], [])
+        status = self.c.iteration("slow-step")
+        self.assertEqual([(r["expired"], r["taken_over"]) for r in status["ranks"]],
+                         [(0, 0), (0, 0)])
+        # The heartbeat thread ends with its sampler.
+        keeper = [th for th in threading.enumerate() if th.name == "muster iteration slow-step rank 0"]
+        self.assertEqual(len(keeper), 1)
+        del r0, it0
+        gc.collect()
+        keeper[0].join(5)
+        self.assertFalse(keeper[0].is_alive())
 
 
 if __name__ == "__main__":
