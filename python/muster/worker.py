@@ -248,15 +248,28 @@ def _report(lease, outcome, queue, worker, last, go_on):
     return None
 
 
-def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=None, busy=None):
+def _lease_trouble(err, queue):
+    """What the worker says when a lease failed with ``err`` (it tries again each second)."""
+    from .errors import QueueNotFound
+    if isinstance(err, QueueNotFound):
+        return ("muster.worker: waiting for queue %s to be created (a muster.Pool on it "
+                "creates it)" % queue)
+    return "muster.worker: lease: %s; trying again every second" % err
+
+
+def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=None, busy=None,
+                log=None):
     """Registers a worker and runs the queue's Pool tasks until ``stop`` is set (SIGTERM /
     SIGINT when run as a program) or ``max_tasks`` are done.  In the steady state a
     completion leases the next task in the same request (``Client.complete_and_lease``);
-    the long-poll lease is used when there was nothing to complete or nothing came."""
+    the long-poll lease is used when there was nothing to complete or nothing came.
+    ``log(text)`` is where it reports (stderr by default): a lease that fails is said once,
+    not at each try, until it succeeds or fails otherwise."""
     from .errors import MusterError, WorkerNotFound
     stop = stop or threading.Event()
     busy = busy if busy is not None else {}
-    runner = Runner(client)
+    runner = Runner(client, log)
+    said = None   # the trouble with leasing last reported, while it lasts
     me = {"id": None, "timeout_ms": 60000}
 
     def register():
@@ -299,9 +312,15 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=N
                     register()
                     continue
                 except MusterError as e:
-                    runner.log("muster.worker: lease: %s" % e)
+                    text = _lease_trouble(e, queue)
+                    if text != said:
+                        runner.log(text)
+                        said = text
                     stop.wait(1.0)
                     continue
+                if said is not None:
+                    runner.log("muster.worker: leasing from queue %s again" % queue)
+                    said = None
             busy["task"] = True
             if stop.is_set():
                 for lease in leases:
@@ -618,9 +637,14 @@ def main(argv=None):
     if args.queue is None and os.environ.get("MUSTER_TASK_ID"):
         return run_one_task()
     from .client import Client
+    from .errors import MusterError
     queue = args.queue or os.environ.get("MUSTER_QUEUE")
     if not queue:
         ap.error("--queue is required outside `muster worker`")
+    try:
+        client = Client(args.url, args.token)
+    except ValueError as e:   # a URL that names no head, a data dir without one
+        ap.error(str(e))
     stop = threading.Event()
     busy = {"task": False}
 
@@ -632,9 +656,13 @@ def main(argv=None):
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     try:
-        serve_queue(Client(args.url, args.token), queue, args.nickname, args.max_tasks, stop=stop, busy=busy)
+        serve_queue(client, queue, args.nickname, args.max_tasks, stop=stop, busy=busy)
     except _Stopped:
         pass
+    except MusterError as e:   # the registration: no head there, a wrong token
+        sys.stderr.write("python3 -m muster.worker: could not register a worker with the head "
+                         "at %s: %s\n" % (client.url, e))
+        return 1
     return 0
 
 
