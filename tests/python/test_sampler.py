@@ -2,7 +2,7 @@
 import io
 import unittest
 
-from common import muster  # noqa: F401  (puts python/ on sys.path)
+from common import muster  # (it puts python/ on sys.path)
 from muster.sampling import RankSampler, make_plan
 
 try:
@@ -262,6 +262,30 @@ class TestTorchSampler(unittest.TestCase):
         ds = mt.StreamDataset(data, num_replicas=2, rank=1, seed=4)
         got = sorted(int(x) for x in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2))
         self.assertEqual(got, sorted(mt.DistributedSampler(data, num_replicas=2, rank=1, seed=4)))
+
+    def test_stream_dataset_with_workers_resumes_at_any_batch(self):
+        """Workers took every K-th item, so the loader's batches were not a prefix of the
+        sampler's order: a checkpoint after an odd number of batches with two workers
+        skipped two items and repeated two.  With the loader's batch_size, workers take
+        turns by batches and any number of batches is a prefix."""
+        data, b = list(range(48)), 4
+        for stop_after in (1, 2, 3, 5):
+            ds = mt.StreamDataset(data, batch_size=b, num_replicas=1, rank=0, seed=3)
+            ds.set_epoch(0)
+            trained = []
+            for step, batch in enumerate(torch.utils.data.DataLoader(ds, batch_size=b, num_workers=2)):
+                trained += batch.tolist()
+                if step + 1 == stop_after:
+                    state = ds.state_dict(consumed=len(trained))
+                    break
+            self.assertEqual(trained, list(mt.DistributedSampler(data, 1, 0, seed=3))[:len(trained)])
+            again = mt.StreamDataset(data, batch_size=b, num_replicas=1, rank=0, seed=3)
+            again.load_state_dict(state)
+            rest = [x for batch in torch.utils.data.DataLoader(again, batch_size=b, num_workers=2)
+                    for x in batch.tolist()]
+            self.assertEqual(sorted(trained + rest), data, stop_after)
+        with self.assertRaises(ValueError):
+            muster.torch.StreamDataset(data, batch_size=0)
 
 
 if __name__ == "__main__":
