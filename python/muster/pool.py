@@ -250,7 +250,8 @@ class Pool:
             self._closed = True
             self._stop.set()
             if self._hb is not threading.current_thread():   # (a collection may run there)
-                self._hb.join()
+                # Bounded: at interpreter exit a daemon thread may be stopped for good.
+                self._hb.join(self._hb_client.timeout + 1.0)
             self._hb_client.close()
             self._close_due = not self._keep_session
         try:
