@@ -9,7 +9,7 @@ import threading
 import time
 import unittest
 
-from common import ROOT, HeadTestCase, muster
+from common import ROOT, HeadTestCase, harness, muster
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import node_harness  # noqa: E402
@@ -314,6 +314,49 @@ class StandaloneWorkerTest(HeadTestCase):
         self.assertEqual(err, "python3 -m muster.worker: could not register a worker with the "
                               "head at %s: network: POST /v1/workers (%s): [Errno 111] "
                               "Connection refused\n" % (url, url))
+
+    def test_a_head_restarting_while_a_task_runs(self):
+        """The head is down when the worker completes its task: the worker sends the
+        completion again until the head answers (it exited at once, its task's result lost
+        and no worker left for the pool's other jobs, so the pool waited for ever)."""
+        import subprocess
+        head = harness.Head(["--listen", "127.0.0.1:%d" % harness.free_port()]).start()
+        self.addCleanup(head.cleanup)
+        work = tempfile.mkdtemp(prefix="muster-pool-test-")
+        self.addCleanup(shutil.rmtree, work, True)
+        c = muster.Client(head.url, head.token)
+        self.addCleanup(c.close)
+        q = self.qname()
+        c.put_queue(q)
+        log_path = os.path.join(work, "worker.log")
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(["/usr/bin/python3", "-m", "muster.worker", "--queue", q,
+                                     "--url", head.url, "--token", head.token],
+                                    env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")),
+                                    stdout=subprocess.DEVNULL, stderr=log)
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
+
+        def worker_says(text):
+            with open(log_path, errors="replace") as f:
+                return text in f.read() or proc.poll() is not None
+
+        with muster.Pool(pool_workers.Echo, {"k": 2, "dir": work}, client=c, queue=q) as p:
+            it = p.imap([{"args": [1], "kwargs": {"mode": "block"}}, 2, 3], timeout=60)
+            wait_until(lambda: any(f.startswith("started-") for f in os.listdir(work)),
+                       what="the first job to start")
+            head.kill()
+            open(os.path.join(work, "release"), "w").close()
+            wait_until(lambda: worker_says("reporting task"), what="the worker to report")
+            self.assertIsNone(proc.poll(), open(log_path).read())
+            head.start()
+            self.assertEqual([r["y"] for r in it], [2, 4, 6])
+        self.assertIsNone(proc.poll(), open(log_path).read())
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(30), 0)
+        with open(log_path) as f:
+            text = f.read()
+        self.assertIn("trying again every second until its lease ends", text)
+        self.assertIn("the head answers again", text)
 
     def test_a_refused_combined_call_completes_alone(self):
         """The combined call is all or nothing: when its lease part is refused (the head
