@@ -7,6 +7,7 @@ the reply's JSON (dicts and lists); failures raise :mod:`muster.errors`.
 """
 import http.client
 import json
+import operator
 import os
 import re
 import select
@@ -112,6 +113,20 @@ def _q(part):
     return urllib.parse.quote(str(part), safe="")
 
 
+def _id(what, value):
+    """``value`` as the integer id of a task or worker: an int, or its decimal text (as
+    the CLI prints it).  Anything else raises TypeError saying what was wanted."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError("%s id: expected an integer (the id the head returned), got %.60r (%s)"
+                    % (what, value, type(value).__name__))
+
+
 def _drop_none(d):
     return {k: v for k, v in d.items() if v is not None}
 
@@ -196,6 +211,7 @@ class Client:
         self.shared = Shared(self)
         self._all = []
         self._all_lock = threading.Lock()
+        self._pid = os.getpid()   # the process whose connections _all holds
 
     def __repr__(self):
         return "muster.Client(%r)" % self.url
@@ -216,6 +232,19 @@ class Client:
             if conn.sock is not None:
                 conn.sock.settimeout(timeout)
         return conn
+
+    def _forget_inherited(self):
+        """Forgets the connections of the process this one was forked from (the workers of
+        a DataLoader or of multiprocessing, say): their sockets are the parent's too, and
+        processes talking on one connection read each other's replies."""
+        if self._pid == os.getpid():
+            return
+        self._all_lock = threading.Lock()   # another thread may have held it at the fork
+        conns, self._all = self._all, []
+        self._local = threading.local()
+        self._pid = os.getpid()
+        for c in conns:
+            c.close()   # this process's copies of the descriptors; the parent's stay open
 
     def _drop_connection(self):
         conn = getattr(self._local, "conn", None)
@@ -335,6 +364,7 @@ class Client:
         done it (and died before replying), so it is not sent again; other methods are
         sent again once on a new connection when a reused one turns out closed."""
         timeout = self.timeout + (wait_ms or 0) / 1000.0
+        self._forget_inherited()
         self._drop_if_closed()
         for attempt in (1, 2):
             conn = self._connection(timeout)
@@ -351,10 +381,17 @@ class Client:
                 # reply), so it is not sent again: the caller hears no reply came.
                 if attempt == 1 and reused and method != "POST":
                     continue
-                raise errors.NetworkError("%s %s: %s" % (method, path, e or type(e).__name__)) from e
+                raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url,
+                                                              e or type(e).__name__)) from e
             except (OSError, socket.timeout, http.client.HTTPException) as e:
                 self._drop_connection()
                 raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url, e)) from e
+            except BaseException:
+                # Interrupted mid-exchange (Ctrl-C, an exception from a signal handler):
+                # this connection still owes the reply, or the rest of it, which the next
+                # call would read as its own.  It cannot be used again.
+                self._drop_connection()
+                raise
             self._local.used = True
             self._local.idle_since = time.monotonic()
             if resp.getheader("Connection", "").lower() == "close":
@@ -438,10 +475,10 @@ class Client:
                 return
 
     def task(self, task_id):
-        return self.request("GET", "/v1/tasks/%d" % task_id)
+        return self.request("GET", "/v1/tasks/%d" % _id("task", task_id))
 
     def requeue_task(self, task_id):
-        return self.request("POST", "/v1/tasks/%d/requeue" % task_id)
+        return self.request("POST", "/v1/tasks/%d/requeue" % _id("task", task_id))
 
     # ---- leases ----------------------------------------------------------------------
 
@@ -547,17 +584,17 @@ class Client:
         return self.request("GET", "/v1/workers")["workers"]
 
     def worker(self, worker_id):
-        return self.request("GET", "/v1/workers/%d" % worker_id)
+        return self.request("GET", "/v1/workers/%d" % _id("worker", worker_id))
 
     def heartbeat(self, worker_id, progress=None):
         """Worker heartbeat with an optional progress string: {"id", "state"}."""
-        return self.request("POST", "/v1/workers/%d/heartbeat" % worker_id,
+        return self.request("POST", "/v1/workers/%d/heartbeat" % _id("worker", worker_id),
                             _drop_none({"progress": progress}))
 
     def bye(self, worker_id, crashed=False):
         """The worker leaves (its leases are released); ``crashed=True`` makes them
         lapse as on a timeout instead (the agent reports a dead worker process)."""
-        return self.request("DELETE", "/v1/workers/%d" % worker_id,
+        return self.request("DELETE", "/v1/workers/%d" % _id("worker", worker_id),
                             query={"crashed": True} if crashed else None)
 
     delete_worker = bye
@@ -710,7 +747,15 @@ class Shared:
         return "/v1/shared/" + _q(scope) + ("" if name is None else "/" + _q(name))
 
     def set(self, scope, name, data, ttl_ms=None, level=None):
-        """Creates the blob at level 1 (or ``level``); returns the reply object."""
+        """Creates the blob at level 1 (or ``level``); returns the reply object.  ``data``
+        is bytes (or a bytes-like object, or str sent as UTF-8)."""
+        if isinstance(data, str):
+            data = data.encode()
+        elif not isinstance(data, (bytes, bytearray, memoryview)):
+            # bytes(5) would be five zero bytes, bytes({...}) a puzzling TypeError
+            raise TypeError("shared data %r in scope %r: expected bytes (or str), got %s; "
+                            "serialise it first (pickle.dumps, json.dumps(...).encode())"
+                            % (name, scope, type(data).__name__))
         _, _, raw = self._c.request_raw("PUT", self._path(scope, name), data,
                                         query={"level": level, "ttl_ms": ttl_ms})
         return json.loads(raw) if raw else None

@@ -19,7 +19,10 @@ items of partly read blocks that the states name.
 import hashlib
 import json
 import logging
+import os
+import threading
 import time
+import weakref
 
 from . import errors
 
@@ -70,6 +73,21 @@ def _config_mismatch(mine, theirs):
     return None
 
 
+def _keep_alive(ref, stop, period):
+    """A rank's heartbeat thread: while the rank holds a block, it heart-beats every
+    ``period`` seconds in which the rank made no call, so that a caller busy between two
+    indices (a slow step, a validation pass, saving a checkpoint) keeps its lease and
+    stays alive: its block is not taken over and read twice.  It holds the sampler by
+    ``ref`` (a weak reference) and ends with it, or when ``stop`` is set."""
+    while not stop.wait(period):
+        sampler = ref()
+        if sampler is None:
+            return
+        if sampler._held is not None or sampler._unacked:
+            sampler._keepalive()
+        del sampler
+
+
 def _done_count(checkpoint):
     return sum(e - b for b, e in checkpoint.get("done") or ())
 
@@ -101,6 +119,9 @@ class CoordinatedRankSampler:
         self._unacked = []                 # blocks fully read, not acknowledged yet
         self._last_call = 0.0
         self._lease_ms = int(self.config.get("lease_ms") or 30000)
+        # A heartbeat this often keeps both the leases and the rank alive.
+        self._beat_ms = min(self._lease_ms, int(self.config.get("rank_timeout_ms") or 30000)) / 3
+        self._keeper = None                # (pid, stop event) of the heartbeat thread
 
     # ---- the iteration ---------------------------------------------------------------
 
@@ -191,15 +212,26 @@ class CoordinatedRankSampler:
             self._ack(bs, epoch)
 
     def _keepalive(self):
-        if (time.monotonic() - self._last_call) * 1000 > self._lease_ms / 3:
+        if (time.monotonic() - self._last_call) * 1000 > self._beat_ms:
             try:
                 self.client.iteration_heartbeat(self.name, {"rank": self.rank})
             except errors.MusterError:
                 pass
             self._last_call = time.monotonic()
 
+    def _start_keeper(self):
+        """Starts the heartbeat thread (_keep_alive) of this process, once."""
+        if self._keeper is not None and self._keeper[0] == os.getpid():
+            return
+        stop = threading.Event()
+        self._keeper = (os.getpid(), stop)
+        threading.Thread(target=_keep_alive, args=(weakref.ref(self), stop, self._beat_ms / 1000.0),
+                         name="muster iteration %s rank %d" % (self.name, self.rank),
+                         daemon=True).start()
+
     def __iter__(self):
         self.ensure()
+        self._start_keeper()
         epoch = self.epoch
         self.emitted = 0
         held = self._held
@@ -263,7 +295,10 @@ class CoordinatedRankSampler:
             self._unacked.append(held)
             self._held = held = None
         self._flush()
-        ck = self.client.request("GET", "/v1/iterations/%s/checkpoint" % self.name)
+        # Waited for as next and ack are: a loop that checkpoints every step meets a head
+        # that restarts here as often as anywhere.
+        ck = self._retrying("reading the checkpoint",
+                            lambda retry: self.client.iteration_checkpoint(self.name))
         partial = {}
         if self._skip_epoch == ck["epoch"]:
             partial.update({str(k): v for k, v in self._skip.items()})
@@ -319,6 +354,10 @@ class CoordinatedRankSampler:
         self.emitted = 0
 
     def close(self):
-        """Acknowledges what was read to its end (the iteration stays on the head)."""
+        """Acknowledges what was read to its end (the iteration stays on the head) and
+        stops the heartbeat thread."""
+        if self._keeper is not None:
+            self._keeper[1].set()
+            self._keeper = None
         if self._created:
             self._flush()

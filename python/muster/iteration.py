@@ -15,6 +15,7 @@ C unit tests' golden values).  Nothing here talks to a server.
     pos = s.get_pos(); s.set_pos(pos)          # resume exactly; pos.encode() -> 40 bytes
 """
 import bisect
+import operator
 import struct
 
 from ._xxh3 import hash64, xxh3_64
@@ -104,6 +105,19 @@ class Perm:
         return x
 
 
+def _u64(name, value):
+    """``value`` as a u64 configuration field (a seed), or ValueError: wrapping a negative
+    or a too large one modulo 2^64 would silently give another seed's order (2^64 is 0's),
+    and the head refuses either."""
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or not 0 <= number <= _M64:
+        raise ValueError("%s: an integer from 0 to 2^64-1, not %.60r" % (name, value))
+    return number
+
+
 class Dataset:
     """N samples, optionally in shards (counts) and with a class label per sample."""
 
@@ -126,7 +140,7 @@ class Dataset:
             self.shard_starts.append(self.shard_starts[-1] + c)
         self.num_samples = self.shard_starts[-1]
         if self.num_samples > MAX_SAMPLES or self.num_samples < 0:
-            raise ValueError("at most 2^48 samples")
+            raise ValueError("num_samples: 0 to 2^48, not %d" % self.num_samples)
         self.labels = None
         if labels is not None:
             self._set_labels(labels)
@@ -212,7 +226,7 @@ class Plan:
             raise ValueError("stratified needs labels")
         self.dataset = dataset
         self.n = dataset.num_samples
-        self.seed = seed & _M64
+        self.seed = _u64("seed", seed)
         self.shuffle = shuffle
         self.shuffle_block_size = shuffle_block_size
         self.strategy = strategy
@@ -220,7 +234,7 @@ class Plan:
         self.block_size = block_size
         self.epochs = epochs
         self.tail = tail
-        self.hash_seed = hash_seed & _M64
+        self.hash_seed = _u64("hash_seed", hash_seed)
         self.num_partitions = 0 if strategy != "hash" else (num_partitions or world_size)
         self.ranges = None
         self.positional = strategy in POSITIONAL

@@ -115,6 +115,37 @@ class IndexCollision(errors.InvalidState):
         return cls(text, session, first, last, index, stored=stored, status=err.status)
 
 
+def _heartbeat(client, session, stop, period):
+    """The pool's heartbeat thread: keeps ``session`` open until ``stop`` is set.  It holds
+    no reference to the pool, so that a pool nobody holds any more is collected (and its
+    ``__del__`` closes it) instead of being kept, heart-beating, by its own thread."""
+    while not stop.wait(period):
+        try:
+            client.session_heartbeat(session)
+        except errors.SessionNotFound:
+            return
+        except errors.MusterError:
+            pass
+
+
+def _main_script(cls):
+    """The path of the script that defines ``cls`` when it is defined in ``__main__`` (the
+    workers load it as ``__mp_main__``), else None.  A ``__main__`` without a script file
+    (python3 -c, standard input, an interactive session, a notebook) raises ValueError:
+    no worker could load the class, and every job would fail after all its attempts."""
+    if cls.__module__ != "__main__":
+        return None
+    main = getattr(sys.modules["__main__"], "__file__", None)
+    if main and os.path.isfile(main):
+        return os.path.abspath(main)
+    raise ValueError("muster.Pool: the worker class %s is defined in __main__ of a program "
+                     "that has no script file (python3 -c, standard input, an interactive "
+                     "session or a notebook), which workers cannot load: define it in a module "
+                     "they can import (installed, or on their PYTHONPATH), or in a script run "
+                     "as python3 SCRIPT.py (docs/python.md, \"Making the class importable\")"
+                     % cls.__qualname__)
+
+
 def _class_paths(cls):
     """Directories a worker may need on sys.path to import ``cls`` (when they exist there)."""
     paths = []
@@ -144,6 +175,7 @@ class Pool:
 
     def __init__(self, worker_class, init_data=None, url=None, token=None, queue="pool",
                  client=None, timeout_ms=60000, queue_settings=None, use_shared=None, data_dir=None):
+        self._own_client = client is None   # its connections close with the pool
         self.client = client or Client(url, token, data_dir)
         self.queue = queue
         self.worker_class = worker_class
@@ -153,14 +185,11 @@ class Pool:
         self._closed = False
         self._keep_session = False  # set when the pool gave up on a head that did not answer
         self.timeout_ms = timeout_ms
+        main = _main_script(worker_class)
         try:
             self.client.queue(queue)
         except errors.QueueNotFound:
             self.client.put_queue(queue, **(queue_settings or {}))
-        main = None
-        if worker_class.__module__ == "__main__":
-            main = getattr(sys.modules["__main__"], "__file__", None)
-            main = os.path.abspath(main) if main else None
         if use_shared is None:
             use_shared = self.client.shared.available()
         self.use_shared = bool(use_shared)
@@ -182,20 +211,16 @@ class Pool:
             self._close_session()
             raise
         self._stop = threading.Event()
-        self._hb_client = Client(self.client.url, self.client.token)
-        self._hb = threading.Thread(target=self._heartbeat, args=(timeout_ms / 3000.0,), daemon=True)
+        period = timeout_ms / 3000.0
+        # A heartbeat that takes longer than the period is given up: the next one follows,
+        # and close() waits for one in flight at most that long.
+        self._hb_client = Client(self.client.url, self.client.token, timeout=max(1.0, period))
+        self._hb = threading.Thread(target=_heartbeat, name="muster.Pool heartbeat " + self.session,
+                                    args=(self._hb_client, self.session, self._stop, period),
+                                    daemon=True)
         self._hb.start()
 
     # ---- lifetime --------------------------------------------------------------------
-
-    def _heartbeat(self, period):
-        while not self._stop.wait(period):
-            try:
-                self._hb_client.session_heartbeat(self.session)
-            except errors.SessionNotFound:
-                return
-            except errors.MusterError:
-                pass
 
     def _close_session(self):
         try:
@@ -224,17 +249,24 @@ class Pool:
         if not self._closed:
             self._closed = True
             self._stop.set()
+            if self._hb is not threading.current_thread():   # (a collection may run there)
+                # Bounded: at interpreter exit a daemon thread may be stopped for good.
+                self._hb.join(self._hb_client.timeout + 1.0)
             self._hb_client.close()
             self._close_due = not self._keep_session
-        if not self._close_due:
-            return
-        if not retry:
+        try:
+            if not self._close_due:
+                return
+            if not retry:
+                self._close_due = False
+                self._close_session()
+                return
+            self._retrying("closing the session", lambda left: self._close_session(),
+                           self._gave_up_closing)
             self._close_due = False
-            self._close_session()
-            return
-        self._retrying("closing the session", lambda left: self._close_session(),
-                       self._gave_up_closing)
-        self._close_due = False
+        finally:
+            if self._own_client:   # no socket left open (a later call opens a new one)
+                self.client.close()
 
     def _gave_up_closing(self, err, waited):
         text = ("session %s: the head at %s did not answer for %.0f s (tried again every "

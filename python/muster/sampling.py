@@ -24,6 +24,8 @@ Restoring into another world size (elastic resume, standalone version 1):
 The next epoch starts normally in the new world.  Together, the ranks of the
 resumed epoch read every remaining sample exactly once (plus padding).
 """
+import operator
+
 from .iteration import Plan, Stream
 
 STATE_VERSION = 1
@@ -39,6 +41,8 @@ class RankSampler:
         self.stream = Stream(plan, rank)
         self.epoch = 0
         self.emitted = 0        # items of this epoch yielded (or consumed, once restored)
+        self._start = 0         # emitted when this epoch's iteration began (the restored position)
+        self._began = False     # this epoch was iterated here (not only in loader workers' copies)
         self._deal = None       # (base_world, base_emitted, skip) while resuming elastically
         self._pending = False   # a restored position waits for the next iteration
 
@@ -48,6 +52,8 @@ class RankSampler:
         if epoch != self.epoch:
             self.epoch = epoch
             self.emitted = 0
+            self._start = 0
+            self._began = False
             self._deal = None
             self._pending = False
 
@@ -83,6 +89,8 @@ class RankSampler:
         if not self._pending:
             self.emitted = 0
         self._pending = False
+        self._start = self.emitted
+        self._began = True
         if self._deal is None:
             return self._iter_plain()
         return self._iter_dealt()
@@ -139,9 +147,27 @@ class RankSampler:
     # ---- the position -------------------------------------------------------------------
 
     def state_dict(self, consumed=None):
-        """The position as a dict of ints and strings; ``consumed`` overrides the count of
-        this epoch's items consumed (when a DataLoader's workers prefetch ahead)."""
-        emitted = self.emitted if consumed is None else int(consumed)
+        """The position as a dict of ints and strings.  ``consumed`` (when a DataLoader's
+        workers prefetch ahead) is how many of the items handed out since this epoch's
+        iteration began were trained on: after a restore, counted from the restored
+        position, as a training loop counts its steps (the restored position itself may
+        be one of another world size's list, which the caller cannot count in)."""
+        emitted = self.emitted
+        if consumed is not None:
+            # At most what was handed out since; a sampler iterated only in copies (the
+            # loader workers of a StreamDataset) knows no more than the epoch's rest.
+            limit = (self.emitted if self._began else self.epoch_len()) - self._start
+            try:
+                count = None if isinstance(consumed, bool) else operator.index(consumed)
+            except TypeError:
+                count = None
+            if count is None or not 0 <= count <= limit:
+                raise ValueError(
+                    "consumed=%r: expected the items trained on since this epoch's iteration "
+                    "began (after a restore: since the restore), an integer from 0 to %d (%s)"
+                    % (consumed, limit, "the items this rank's sampler handed out since then"
+                       if self._began else "the items left in the epoch"))
+            emitted = self._start + count
         state = {"version": STATE_VERSION, "fingerprint": self.plan.fingerprint,
                  "num_samples": self.plan.n, "world_size": self.world_size, "rank": self.rank,
                  "epoch": self.epoch, "emitted": emitted}
@@ -185,6 +211,8 @@ class RankSampler:
             emitted = 0
         self.epoch = epoch
         self.emitted = min(emitted, self.epoch_len())
+        self._start = self.emitted
+        self._began = False
         self._pending = True
 
 

@@ -109,7 +109,9 @@ class DistributedSampler(torch.utils.data.Sampler):
 
     def state_dict(self, consumed=None):
         """The position (plain ints): save it with the model checkpoint.  With a DataLoader
-        whose workers prefetch, pass ``consumed`` = samples of this epoch trained on.
+        whose workers prefetch, pass ``consumed`` = samples this rank trained on since the
+        loader began this epoch (after a restore: since the restore; ``step * batch_size``
+        of the loop over the loader).
         Coordinated: the head's checkpoint plus this rank's partly read block (prefetching
         DataLoader workers are not supported there)."""
         if self.coordinated:
@@ -157,11 +159,19 @@ def _coordinated(shape, world, rank, shuffle, seed, drop_last, client, name, wai
 
 class StreamDataset(torch.utils.data.IterableDataset):
     """An ``IterableDataset`` reading ``dataset[i]`` for this rank's indices, split among the
-    DataLoader's workers (worker w of K takes every K-th index).  ``sampler`` is the
+    DataLoader's workers in runs of ``batch_size`` (worker w of K takes runs w, w + K, ...).
+    The DataLoader takes a batch from each worker in turn, so with its ``batch_size`` given
+    here the batches come in the sampler's order, and any number of batches trained is a
+    prefix of it: ``state_dict(consumed=...)`` is then exact at every batch (with runs of
+    one item and K workers, only at every K-th batch).  ``sampler`` is the
     DistributedSampler that orders it (set_epoch, state_dict and load_state_dict go there)."""
 
-    def __init__(self, dataset, sampler=None, **sampler_options):
+    def __init__(self, dataset, sampler=None, batch_size=1, **sampler_options):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError("batch_size is %r: the DataLoader's batch_size, an integer >= 1 "
+                             "(1 when the DataLoader does not batch)" % (batch_size,))
         self.dataset = dataset
+        self.batch_size = batch_size
         self.sampler = sampler or DistributedSampler(dataset, **sampler_options)
 
     def set_epoch(self, epoch):
@@ -183,5 +193,5 @@ class StreamDataset(torch.utils.data.IterableDataset):
             raise ValueError("StreamDataset over a coordinated sampler takes num_workers=0 or 1 "
                              "(each loader worker would lease blocks of its own)")
         for i, index in enumerate(self.sampler):
-            if i % workers == me:
+            if (i // self.batch_size) % workers == me:
                 yield self.dataset[index]

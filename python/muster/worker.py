@@ -224,12 +224,18 @@ def _error_text():
 
 # ---- standalone: lease the queue ourselves --------------------------------------------
 
-def _report(lease, outcome, queue, worker, last, go_on):
+REPORT_SLACK_MS = 10000   # past a lease's deadline, an outcome is still sent this long
+
+
+def _report(lease, outcome, queue, worker, last, go_on, log=None):
     """Reports a task's outcome.  A completion, when the worker goes on, also leases the
     next task in the same request (one round trip per task); its LeaseList is returned
     (None when nothing was leased with it).  The combined call is all or nothing, so when
-    it fails the completion is sent alone (a lost lease excepted: that one is final)."""
+    it fails the completion is sent alone (a lost lease excepted: that one is final), and
+    sent again while the head does not answer (_send_outcome).  Never raises a
+    MusterError: an outcome that cannot be reported is the head's to run again."""
     from .errors import LeaseLost, MusterError, NotFound
+    log = log or (lambda text: sys.stderr.write(text + "\n"))
     try:
         if outcome[0] == "complete" and go_on:
             try:
@@ -239,24 +245,65 @@ def _report(lease, outcome, queue, worker, last, go_on):
                 raise
             except MusterError:
                 pass   # e.g. the head forgot the worker: complete alone, re-register on lease
-        if outcome[0] == "complete":
-            lease.complete(json.loads(outcome[1]))
-        else:
-            lease.fail(outcome[1], permanent=outcome[2])
+        _send_outcome(lease, outcome, log)
     except (LeaseLost, NotFound):
         pass   # taken elsewhere, or its session closed: the result is not wanted
+    except MusterError as e:
+        log("muster.worker: the %s of task %s was refused: %s" % (outcome[0], lease["task"], e))
     return None
 
 
-def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=None, busy=None):
+def _send_outcome(lease, outcome, log):
+    """Completes or fails ``lease`` alone.  While the head does not answer (it is down or
+    restarting) the outcome is sent again every second until the lease's deadline (and a
+    little slack for the clocks): a repeat of what the head did before its reply was lost
+    is answered as a repeat, and past the deadline the task is another worker's."""
+    from .errors import NetworkError, Unavailable
+    said = False
+    while True:
+        try:
+            if outcome[0] == "complete":
+                lease.complete(json.loads(outcome[1]))
+            else:
+                lease.fail(outcome[1], permanent=outcome[2])
+            if said:
+                log("muster.worker: the head answers again: task %s reported" % lease["task"])
+            return
+        except (NetworkError, Unavailable) as e:
+            if time.time() * 1000 > lease["deadline_ms"] + REPORT_SLACK_MS:
+                log("muster.worker: the head did not answer before the lease of task %s ended "
+                    "(%s): its %s is dropped, and the head runs the task again"
+                    % (lease["task"], e, outcome[0]))
+                return
+            if not said:
+                log("muster.worker: reporting task %s: %s; trying again every second until "
+                    "its lease ends" % (lease["task"], e))
+                said = True
+            time.sleep(1.0)
+
+
+def _lease_trouble(err, queue):
+    """What the worker says when a lease failed with ``err`` (it tries again each second)."""
+    from .errors import QueueNotFound
+    if isinstance(err, QueueNotFound):
+        return ("muster.worker: waiting for queue %s to be created (a muster.Pool on it "
+                "creates it)" % queue)
+    return "muster.worker: lease: %s; trying again every second" % err
+
+
+def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=None, busy=None,
+                log=None):
     """Registers a worker and runs the queue's Pool tasks until ``stop`` is set (SIGTERM /
     SIGINT when run as a program) or ``max_tasks`` are done.  In the steady state a
     completion leases the next task in the same request (``Client.complete_and_lease``);
-    the long-poll lease is used when there was nothing to complete or nothing came."""
+    the long-poll lease is used when there was nothing to complete or nothing came.
+    ``log(text)`` is where it reports (stderr by default): a lease that fails is said once,
+    not at each try, until it succeeds or fails otherwise."""
     from .errors import MusterError, WorkerNotFound
     stop = stop or threading.Event()
     busy = busy if busy is not None else {}
-    runner = Runner(client)
+    runner = Runner(client, log)
+    said = None   # the trouble with leasing last reported, while it lasts
     me = {"id": None, "timeout_ms": 60000}
 
     def register():
@@ -296,16 +343,32 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=N
                     leases = client.lease(queue, worker=me["id"], max=1, wait_ms=wait_ms,
                                           updates_after=last)
                 except WorkerNotFound:
-                    register()
+                    try:
+                        register()
+                    except MusterError as e:   # the head went away meanwhile
+                        text = _lease_trouble(e, queue)
+                        if text != said:
+                            runner.log(text)
+                            said = text
+                        stop.wait(1.0)
                     continue
                 except MusterError as e:
-                    runner.log("muster.worker: lease: %s" % e)
+                    text = _lease_trouble(e, queue)
+                    if text != said:
+                        runner.log(text)
+                        said = text
                     stop.wait(1.0)
                     continue
+                if said is not None:
+                    runner.log("muster.worker: leasing from queue %s again" % queue)
+                    said = None
             busy["task"] = True
             if stop.is_set():
                 for lease in leases:
-                    lease.release()
+                    try:
+                        lease.release()
+                    except MusterError:
+                        pass   # the lease ends at its deadline instead
                 break
             runner.apply_updates(leases.updates)
             if leases.updates_last is not None:
@@ -327,7 +390,7 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=N
                     current["lease"] = None
                 done += 1
                 go_on = not stop.is_set() and not (max_tasks and done >= max_tasks)
-                pending = _report(lease, outcome, queue, me["id"], last, go_on)
+                pending = _report(lease, outcome, queue, me["id"], last, go_on, runner.log)
             busy["task"] = False
     finally:
         busy["task"] = True
@@ -618,9 +681,14 @@ def main(argv=None):
     if args.queue is None and os.environ.get("MUSTER_TASK_ID"):
         return run_one_task()
     from .client import Client
+    from .errors import MusterError
     queue = args.queue or os.environ.get("MUSTER_QUEUE")
     if not queue:
         ap.error("--queue is required outside `muster worker`")
+    try:
+        client = Client(args.url, args.token)
+    except ValueError as e:   # a URL that names no head, a data dir without one
+        ap.error(str(e))
     stop = threading.Event()
     busy = {"task": False}
 
@@ -632,9 +700,13 @@ def main(argv=None):
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     try:
-        serve_queue(Client(args.url, args.token), queue, args.nickname, args.max_tasks, stop=stop, busy=busy)
+        serve_queue(client, queue, args.nickname, args.max_tasks, stop=stop, busy=busy)
     except _Stopped:
         pass
+    except MusterError as e:   # the registration: no head there, a wrong token
+        sys.stderr.write("python3 -m muster.worker: could not register a worker with the head "
+                         "at %s: %s\n" % (client.url, e))
+        return 1
     return 0
 
 

@@ -1,9 +1,12 @@
 """muster.torch.DistributedSampler(coordinated=True): a DataLoader per simulated rank (one
 thread each) on a coordinated iteration of a real head."""
+import collections
+import gc
 import threading
+import time
 import unittest
 
-from common import HeadTestCase, muster  # noqa: F401
+from common import HeadTestCase, harness, muster  # noqa: F401
 
 try:
     import torch
@@ -111,6 +114,63 @@ class CoordinatedSamplerTest(HeadTestCase):
         rest = list(r2)
         total = seen[:20] + more + rest
         self.assertEqual(sorted(total), list(range(N)))
+
+    def test_checkpoint_waits_for_a_head_that_does_not_answer(self):
+        """state_dict()'s read of the checkpoint was sent once: a head restarting just then
+        (here: a proxy answering 503 unavailable, as a node agent does for a head it cannot
+        reach) failed the training loop, while next and ack waited for the head."""
+        proxy = harness.RequestProxy(
+            self.head, lambda method, path: method == "GET" and path.endswith("/checkpoint"),
+            lambda n: harness.UNAVAILABLE if n == 1 else "forward")
+        self.addCleanup(proxy.close)
+        s = mt.DistributedSampler(range(N), num_replicas=1, rank=0, seed=11, coordinated=True,
+                                  client=muster.Client(proxy.url, self.head.token),
+                                  name="ckpt-wait", block_size=8)
+        it = iter(s)
+        read = [next(it) for _ in range(12)]
+        with self.assertLogs("muster.iteration", "INFO") as logs:
+            state = s.state_dict()
+        self.assertEqual(proxy.count, 2)
+        self.assertIn("reading the checkpoint failed", logs.output[0])
+        self.assertEqual((state["checkpoint"]["done"], state["partial"]), ([[0, 1]], {"1": 4}))
+        r = self.samplers(1, "ckpt-wait")[0]
+        r.load_state_dict(state)
+        self.assertEqual(sorted(read + list(r)), list(range(N)))
+
+
+class SlowRankTest(HeadTestCase):
+    """A rank busy between two indices for longer than its lease (a slow step, a
+    validation pass, saving a checkpoint): without torch, on the sampler's engine."""
+
+    def test_a_slow_step_keeps_the_lease(self):
+        """Heartbeats went only with the indices, so the rank's lease expired during the
+        step and another rank read its block again (8 of 64 samples read twice)."""
+        from muster.coordinated import CoordinatedRankSampler
+        cfg = {"dataset": {"num_samples": 64}, "seed": 1, "shuffle": "global",
+               "strategy": "dynamic", "world_size": 2, "block_size": 8, "epochs": 1,
+               "tail": "keep", "lease_ms": 300, "rank_timeout_ms": 300}
+        r0 = CoordinatedRankSampler(self.c, "slow-step", cfg, 0)
+        r1 = CoordinatedRankSampler(self.c, "slow-step", cfg, 1)
+        it0 = iter(r0)
+        got0, got1 = [next(it0) for _ in range(3)], []
+        t = threading.Thread(target=lambda: got1.extend(r1))
+        t.start()
+        time.sleep(1.5)   # the slow step itself: five leases long
+        got0 += list(it0)
+        t.join(30)
+        counts = collections.Counter(got0 + got1)
+        self.assertEqual(sorted(counts), list(range(64)))
+        self.assertEqual([i for i, n in counts.items() if n > 1], [])
+        status = self.c.iteration("slow-step")
+        self.assertEqual([(r["expired"], r["taken_over"]) for r in status["ranks"]],
+                         [(0, 0), (0, 0)])
+        # The heartbeat thread ends with its sampler.
+        keeper = [th for th in threading.enumerate() if th.name == "muster iteration slow-step rank 0"]
+        self.assertEqual(len(keeper), 1)
+        del r0, it0
+        gc.collect()
+        keeper[0].join(5)
+        self.assertFalse(keeper[0].is_alive())
 
 
 if __name__ == "__main__":

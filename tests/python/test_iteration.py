@@ -140,6 +140,20 @@ class TestGolden(unittest.TestCase):
             with self.assertRaises(ValueError, msg=kw):
                 Plan(10, **kw)
 
+    def test_seeds_outside_u64_are_refused(self):
+        """Seeds were taken modulo 2^64: seed 2^64 gave seed 0's order, -1 that of 2^64-1
+        (the head refuses both), and a float raised a TypeError about '&'."""
+        for key in ("seed", "hash_seed"):
+            for bad in (-1, 2 ** 64, 2 ** 64 + 5, 1.5, "7", True, None):
+                with self.assertRaises(ValueError) as cm:
+                    Plan(10, shuffle="global", strategy="hash", **{key: bad})
+                self.assertEqual(str(cm.exception),
+                                 "%s: an integer from 0 to 2^64-1, not %r" % (key, bad))
+        self.assertEqual(Plan(10, seed=2 ** 64 - 1).seed, 2 ** 64 - 1)
+        with self.assertRaises(ValueError) as cm:
+            Dataset(-3)
+        self.assertEqual(str(cm.exception), "num_samples: 0 to 2^48, not -3")
+
 
 class TestEmptyDataset(HeadTestCase):
     """A dataset without samples: the head refuses an iteration of one, and a standalone

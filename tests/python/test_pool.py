@@ -2,13 +2,14 @@
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
 import time
 import unittest
 
-from common import HERE, ROOT, HeadTestCase, harness, muster
+from common import ROOT, HeadTestCase, harness, muster
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import node_harness  # noqa: E402
@@ -267,6 +268,95 @@ class StandaloneWorkerTest(HeadTestCase):
         # two-call path would take n leases.
         self.assertLessEqual(leases, 3, (leases, completes))
         self.assertLess(leases + completes, 2 * n - 2)
+
+    def test_lease_trouble_is_said_once(self):
+        """A worker started before its queue exists (or while the head is down) printed
+        'muster.worker: lease: ...' every second; it says it once, and once more when
+        leasing works again."""
+        from muster import worker as mw
+        q = self.qname()
+        c = muster.Client(self.head.url, self.head.token)
+        self.addCleanup(c.close)
+        tries, third, lines, stop = [], threading.Event(), [], threading.Event()
+        real_lease = c.lease
+
+        def lease(*args, **kw):
+            tries.append(1)
+            if len(tries) == 3:
+                third.set()
+            return real_lease(*args, **kw)
+
+        c.lease = lease
+        t = threading.Thread(target=mw.serve_queue, args=(c, q),
+                             kwargs={"wait_ms": 100, "stop": stop, "log": lines.append})
+        t.start()
+        self.assertTrue(third.wait(30))
+        self.c.put_queue(q)
+        wait_until(lambda: len(lines) == 2, what="leasing again")
+        stop.set()
+        t.join(30)
+        self.assertEqual(lines, ["muster.worker: waiting for queue %s to be created (a "
+                                 "muster.Pool on it creates it)" % q,
+                                 "muster.worker: leasing from queue %s again" % q])
+
+    def test_a_head_that_is_not_there_is_one_line(self):
+        import subprocess
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            url = "http://127.0.0.1:%d" % s.getsockname()[1]
+        out = subprocess.run(["/usr/bin/python3", "-m", "muster.worker", "--queue", "q",
+                              "--url", url, "--token", "t"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, timeout=60,
+                             env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+        err = out.stderr.decode()
+        self.assertEqual(out.returncode, 1, err)
+        self.assertNotIn("Traceback", err)
+        self.assertEqual(err, "python3 -m muster.worker: could not register a worker with the "
+                              "head at %s: network: POST /v1/workers (%s): [Errno 111] "
+                              "Connection refused\n" % (url, url))
+
+    def test_a_head_restarting_while_a_task_runs(self):
+        """The head is down when the worker completes its task: the worker sends the
+        completion again until the head answers (it exited at once, its task's result lost
+        and no worker left for the pool's other jobs, so the pool waited for ever)."""
+        import subprocess
+        head = harness.Head(["--listen", "127.0.0.1:%d" % harness.free_port()]).start()
+        self.addCleanup(head.cleanup)
+        work = tempfile.mkdtemp(prefix="muster-pool-test-")
+        self.addCleanup(shutil.rmtree, work, True)
+        c = muster.Client(head.url, head.token)
+        self.addCleanup(c.close)
+        q = self.qname()
+        c.put_queue(q)
+        log_path = os.path.join(work, "worker.log")
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(["/usr/bin/python3", "-m", "muster.worker", "--queue", q,
+                                     "--url", head.url, "--token", head.token],
+                                    env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")),
+                                    stdout=subprocess.DEVNULL, stderr=log)
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
+
+        def worker_says(text):
+            with open(log_path, errors="replace") as f:
+                return text in f.read() or proc.poll() is not None
+
+        with muster.Pool(pool_workers.Echo, {"k": 2, "dir": work}, client=c, queue=q) as p:
+            it = p.imap([{"args": [1], "kwargs": {"mode": "block"}}, 2, 3], timeout=60)
+            wait_until(lambda: any(f.startswith("started-") for f in os.listdir(work)),
+                       what="the first job to start")
+            head.kill()
+            open(os.path.join(work, "release"), "w").close()
+            wait_until(lambda: worker_says("reporting task"), what="the worker to report")
+            self.assertIsNone(proc.poll(), open(log_path).read())
+            head.start()
+            self.assertEqual([r["y"] for r in it], [2, 4, 6])
+        self.assertIsNone(proc.poll(), open(log_path).read())
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(30), 0)
+        with open(log_path) as f:
+            text = f.read()
+        self.assertIn("trying again every second until its lease ends", text)
+        self.assertIn("the head answers again", text)
 
     def test_a_refused_combined_call_completes_alone(self):
         """The combined call is all or nothing: when its lease part is refused (the head

@@ -2,7 +2,7 @@
 import io
 import unittest
 
-from common import muster  # noqa: F401  (puts python/ on sys.path)
+from common import muster  # (it puts python/ on sys.path)
 from muster.sampling import RankSampler, make_plan
 
 try:
@@ -137,6 +137,51 @@ class TestRankSampler(unittest.TestCase):
         t.load_state_dict(state)
         self.assertEqual(list(t)[:8], seen[12:20])
 
+    def test_consumed_counts_from_the_restore_in_any_world(self):
+        """A prefetching loader hands out more than was trained on; the loop knows its own
+        count, since the loader began the epoch (after a restore: since the restore).
+        `consumed` counted from the epoch's start instead, so that count repeated items
+        after a resume in the same world, and the epoch's count (which a loop cannot know
+        across another world size's resume) skipped items after an elastic one."""
+        n, prefetch = 120, 8
+        for worlds in ((2, 2, 2), (2, 3, 1), (4, 4, 2, 2)):   # no padding
+            trained, state = [], None
+            for leg, world in enumerate(worlds):
+                last = leg == len(worlds) - 1
+                for r, s in enumerate(ranks(n, world, seed=1)):
+                    if state is not None:
+                        s.load_state_dict(state)
+                    s.set_epoch(0)
+                    it = iter(s)
+                    steps = len(s) - s.emitted if last else 5 + leg
+                    trained += [next(it) for _ in range(steps)]
+                    handed = steps + sum(1 for _ in zip(range(prefetch), it))
+                    if r == 0:
+                        new_state = s.state_dict(consumed=steps)
+                        self.assertLessEqual(new_state["emitted"], s.emitted)
+                        self.assertEqual(s.emitted - new_state["emitted"], handed - steps)
+                state = new_state
+            self.assertEqual(sorted(trained), list(range(n)), worlds)
+
+    def test_consumed_must_be_a_count_of_what_was_handed_out(self):
+        s = ranks(100, 2, seed=1)[0]
+        it = iter(s)
+        for _ in range(10):
+            next(it)
+        self.assertEqual(s.state_dict(consumed=10)["emitted"], 10)
+        for bad in (11, -1, 2.5, "3", True):
+            with self.assertRaises(ValueError) as cm:
+                s.state_dict(consumed=bad)
+            self.assertIn("consumed=%r: expected the items trained on since this epoch's "
+                          "iteration began" % (bad,), str(cm.exception))
+        # A restored sampler that loader workers iterate in their copies (StreamDataset)
+        # takes a count up to the epoch's rest, from the restored position.
+        t = ranks(100, 2, seed=1)[0]
+        t.load_state_dict(s.state_dict(consumed=4))
+        self.assertEqual(t.state_dict(consumed=46)["emitted"], 50)
+        with self.assertRaises(ValueError):
+            t.state_dict(consumed=47)
+
     def test_state_of_another_configuration_is_refused(self):
         state = ranks(100, 2, seed=1)[0].state_dict()
         for other in (ranks(100, 2, seed=2)[0], ranks(101, 2, seed=1)[0],
@@ -217,6 +262,30 @@ class TestTorchSampler(unittest.TestCase):
         ds = mt.StreamDataset(data, num_replicas=2, rank=1, seed=4)
         got = sorted(int(x) for x in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2))
         self.assertEqual(got, sorted(mt.DistributedSampler(data, num_replicas=2, rank=1, seed=4)))
+
+    def test_stream_dataset_with_workers_resumes_at_any_batch(self):
+        """Workers took every K-th item, so the loader's batches were not a prefix of the
+        sampler's order: a checkpoint after an odd number of batches with two workers
+        skipped two items and repeated two.  With the loader's batch_size, workers take
+        turns by batches and any number of batches is a prefix."""
+        data, b = list(range(48)), 4
+        for stop_after in (1, 2, 3, 5):
+            ds = mt.StreamDataset(data, batch_size=b, num_replicas=1, rank=0, seed=3)
+            ds.set_epoch(0)
+            trained = []
+            for step, batch in enumerate(torch.utils.data.DataLoader(ds, batch_size=b, num_workers=2)):
+                trained += batch.tolist()
+                if step + 1 == stop_after:
+                    state = ds.state_dict(consumed=len(trained))
+                    break
+            self.assertEqual(trained, list(mt.DistributedSampler(data, 1, 0, seed=3))[:len(trained)])
+            again = mt.StreamDataset(data, batch_size=b, num_replicas=1, rank=0, seed=3)
+            again.load_state_dict(state)
+            rest = [x for batch in torch.utils.data.DataLoader(again, batch_size=b, num_workers=2)
+                    for x in batch.tolist()]
+            self.assertEqual(sorted(trained + rest), data, stop_after)
+        with self.assertRaises(ValueError):
+            muster.torch.StreamDataset(data, batch_size=0)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,23 @@ class SharedTest(HeadTestCase):
         with self.assertRaises(muster.SharedNotFound):
             sh.get("pytest", "weights")
 
+    def test_data_that_is_not_bytes_is_refused_before_sending(self):
+        """An int would be sent as that many zero bytes, a dict raised a TypeError about
+        str and integers: both now say what shared data is, and nothing is stored."""
+        sh = self.c.shared
+        for value in (5, {"lr": 0.1}, [1, 2], None):
+            with self.assertRaises(TypeError) as cm:
+                sh.set("pytest", "typed", value)
+            self.assertIn("expected bytes (or str), got %s" % type(value).__name__,
+                          str(cm.exception))
+        with self.assertRaises(muster.SharedNotFound):
+            sh.get("pytest", "typed")
+        sh.set("pytest", "typed", "text")
+        sh.update("pytest", "typed", memoryview(b"view"), level=2)
+        self.assertEqual((sh.get("pytest", "typed", level=1), sh.get("pytest", "typed")),
+                         (b"text", b"view"))
+        sh.delete("pytest", "typed")
+
 
 if __name__ == "__main__":
     unittest.main()
