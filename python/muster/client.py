@@ -402,7 +402,7 @@ class Client:
     # ---- health ----------------------------------------------------------------------
 
     def health(self):
-        """GET /v1/health (no token needed): {"status", "version", "uptime_ms"}."""
+        """GET /v1/health (no token needed): {"status", "version", "uptime_ms", "max_wait_ms"}."""
         return self.request("GET", "/v1/health", token=None)
 
     # ---- queues ----------------------------------------------------------------------

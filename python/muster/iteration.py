@@ -105,16 +105,20 @@ class Perm:
         return x
 
 
-def _u64(name, value):
-    """``value`` as a u64 configuration field (a seed), or ValueError: wrapping a negative
-    or a too large one modulo 2^64 would silently give another seed's order (2^64 is 0's),
-    and the head refuses either."""
+SEED_MAX = 2 ** 63 - 1  # the head reads JSON integers as signed 64-bit numbers
+
+
+def _seed(name, value):
+    """``value`` as a seed, or ValueError: the head takes 0 to 2^63-1, and a plan computed
+    here must be one the head could run; wrapping a negative or larger one would silently
+    give another seed's order."""
     try:
         number = None if isinstance(value, bool) else operator.index(value)
     except TypeError:
         number = None
-    if number is None or not 0 <= number <= _M64:
-        raise ValueError("%s: an integer from 0 to 2^64-1, not %.60r" % (name, value))
+    if number is None or not 0 <= number <= SEED_MAX:
+        raise ValueError("%s: an integer from 0 to 2^63-1, not %.60r (a 64-bit seed such as "
+                         "torch.initial_seed() can be taken modulo 2**63)" % (name, value))
     return number
 
 
@@ -226,7 +230,7 @@ class Plan:
             raise ValueError("stratified needs labels")
         self.dataset = dataset
         self.n = dataset.num_samples
-        self.seed = _u64("seed", seed)
+        self.seed = _seed("seed", seed)
         self.shuffle = shuffle
         self.shuffle_block_size = shuffle_block_size
         self.strategy = strategy
@@ -234,7 +238,7 @@ class Plan:
         self.block_size = block_size
         self.epochs = epochs
         self.tail = tail
-        self.hash_seed = _u64("hash_seed", hash_seed)
+        self.hash_seed = _seed("hash_seed", hash_seed)
         self.num_partitions = 0 if strategy != "hash" else (num_partitions or world_size)
         self.ranges = None
         self.positional = strategy in POSITIONAL

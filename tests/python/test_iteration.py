@@ -140,16 +140,19 @@ class TestGolden(unittest.TestCase):
             with self.assertRaises(ValueError, msg=kw):
                 Plan(10, **kw)
 
-    def test_seeds_outside_u64_are_refused(self):
-        """Seeds were taken modulo 2^64: seed 2^64 gave seed 0's order, -1 that of 2^64-1
-        (the head refuses both), and a float raised a TypeError about '&'."""
+    def test_seeds_outside_the_heads_range_are_refused(self):
+        """Seeds were taken modulo 2^64: seed 2^64 gave seed 0's order, -1 that of 2^64-1,
+        and a float raised a TypeError about '&'.  The head takes 0 to 2^63-1 (its JSON
+        integers are signed): a standalone plan takes the same, so that a seed it runs
+        with is one a coordinated iteration accepts too."""
         for key in ("seed", "hash_seed"):
-            for bad in (-1, 2 ** 64, 2 ** 64 + 5, 1.5, "7", True, None):
+            for bad in (-1, 2 ** 63, 2 ** 64 - 1, 2 ** 64, 1.5, "7", True, None):
                 with self.assertRaises(ValueError) as cm:
                     Plan(10, shuffle="global", strategy="hash", **{key: bad})
                 self.assertEqual(str(cm.exception),
-                                 "%s: an integer from 0 to 2^64-1, not %r" % (key, bad))
-        self.assertEqual(Plan(10, seed=2 ** 64 - 1).seed, 2 ** 64 - 1)
+                                 "%s: an integer from 0 to 2^63-1, not %r (a 64-bit seed such "
+                                 "as torch.initial_seed() can be taken modulo 2**63)" % (key, bad))
+        self.assertEqual(Plan(10, seed=2 ** 63 - 1).seed, 2 ** 63 - 1)
         with self.assertRaises(ValueError) as cm:
             Dataset(-3)
         self.assertEqual(str(cm.exception), "num_samples: 0 to 2^48, not -3")
