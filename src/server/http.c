@@ -360,8 +360,11 @@ static bool http_parse_json(http_req_t *r, const char *text, size_t len) {
   r->body = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
   if (r->body == NULL) {
     fail_t f;
-    fail_set(&f, MUSTER_BAD_JSON, "the body is not valid JSON: %s (line %d, column %d)", err.text,
-             err.line, err.column);
+    /* jansson's words for a number past int64 say nothing of the range. */
+    bool overflow = json_error_code(&err) == json_error_numeric_overflow;
+    fail_set(&f, MUSTER_BAD_JSON, "the body is not valid JSON: %s (line %d, column %d)%s", err.text,
+             err.line, err.column,
+             overflow ? "; integers are at most 2^63-1 (9223372036854775807) here" : "");
     http_reply_fail(r, &f);
     return false;
   }

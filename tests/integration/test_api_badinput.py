@@ -69,6 +69,15 @@ class BadInputTest(BadInputCase):
                         b"\xff\xfe{", b'{"a": }'):
                 self.refused(method, path, None, 400, "bad_json", raw=raw)
 
+    def test_integer_past_int64_says_the_range(self):
+        # jansson's own words ("too big integer") say nothing of what would do.
+        self.refused("PUT", "/v1/queues/" + self.q, None, 400, "bad_json",
+                     names=("too big integer", "line 1, column", "at most 2^63-1"),
+                     raw=b'{"lease_ms": 9223372036854775808}')
+        self.refused("POST", "/v1/iterations", None, 400, "bad_json", names=("at most 2^63-1",),
+                     raw=b'{"name": "x", "dataset": {"num_samples": 10},'
+                         b' "seed": 18446744073709551615}')
+
     def test_body_not_an_object(self):
         for method, path in self.write_endpoints():
             for raw in (b"[]", b'[{"payload": 1}]', b'"str"', b"42", b"null", b"true"):
