@@ -10,7 +10,8 @@
  *      a deletion finishes it after its restart;
  *   2. purges of more than a chunk, a chunk every turn, each answered when
  *      done.  A purge lives in memory: a stop leaves it partly done, every
- *      chunk committed and counted;
+ *      chunk committed and counted.  The trash and the purges take turns, a
+ *      chunk each: a small purge is not held up by the deletion of millions;
  *   3. the retention: passes over the queues that have a keep_done_ms (one
  *      pass per queue at most every keep_done_ms / 10, between 1 s and
  *      60 s), a chunk every turn while the head is idle, else one every
@@ -64,6 +65,7 @@ struct reaper {
   size_t npasses;
   int64_t listed_ms;   /* when `passes` was read from the store; 0: never */
   int64_t last_reaped; /* tasks the last retention chunk removed */
+  bool purge_turn;     /* a purge's chunk goes before the trash's this turn */
 };
 
 static void reaper_schedule(reaper_t *rp, int64_t delay_ms) {
@@ -285,7 +287,9 @@ static void reaper_tick(evutil_socket_t fd, short what, void *arg) {
   reaper_t *rp = arg;
   if (rp->head->stopping)
     return;
-  if (reaper_trash(rp) || reaper_purge(rp)) {
+  rp->purge_turn = !rp->purge_turn;
+  if (rp->purge_turn ? reaper_purge(rp) || reaper_trash(rp)
+                     : reaper_trash(rp) || reaper_purge(rp)) {
     reaper_schedule(rp, 0); /* a client may be waiting: the next chunk next turn */
     return;
   }

@@ -121,6 +121,31 @@ class BulkTest(ApiTestCase):
         self.assertEqual([t["id"] for t in self.list_tasks()], [kept["task"]])
 
 
+    def test_purge_not_held_up_by_a_big_delete(self):
+        # The trash and the purges take turns: a purge of a few chunks is answered long
+        # before the deletion of many (it waited for the whole deletion).
+        self.create_queue()
+        small = self.qname("small")
+        self.create_queue(small)
+        fill(self, self.q)
+        fill(self, small, n=5000)
+        order = Ordered()
+        deleting, deleted = send_in_thread(self.head, "DELETE", "/v1/queues/" + self.q, order,
+                                           "delete")
+        try:
+            harness.wait_until(self.queue_gone, timeout=30, interval=0.005,
+                               what="the queue to be gone")
+            purging, purged = send_in_thread(self.head, "POST", "/v1/queues/%s/purge" % small,
+                                             order, "purge")
+            purging.join(120)
+        finally:
+            deleting.join(120)
+        self.assertEqual(order.events, ["purge", "delete"])
+        self.assertEqual((purged[0].status, purged[0].json), (200, {"purged": 5000}))
+        self.assertEqual(deleted[0].status, 200)
+        self.assert_counts(small)
+
+
 class DeleteKilledTest(OwnHeadTestCase):
 
     def test_kill9_during_a_delete_finishes_after_restart(self):

@@ -9,7 +9,7 @@ import tempfile
 import time
 import unittest
 
-from common import ROOT, HeadTestCase, muster
+from common import ROOT, HeadTestCase
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import node_harness  # noqa: E402

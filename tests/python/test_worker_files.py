@@ -11,7 +11,7 @@ import tempfile
 import time
 import unittest
 
-from common import ROOT, muster  # noqa: F401  (puts python/ on sys.path)
+from common import ROOT  # first: it puts python/ on sys.path
 from muster import worker
 
 
