@@ -156,6 +156,20 @@ static void creq_send_path(creq_t *r, cache_entry_t *e, const char *how) {
   creq_free(r);
 }
 
+void creq_send_uncached(creq_t *r, const char *reason) {
+  char checksum[20];
+  snprintf(checksum, sizeof checksum, "%016" PRIx64, r->checksum);
+  json_t *body =
+      json_pack("{s:s, s:s, s:I, s:I, s:s, s:n, s:n, s:s, s:s}", "scope", r->scope, "name", r->name,
+                "level", (json_int_t)r->level, "size", (json_int_t)r->size, "checksum", checksum,
+                "path", "links_dir", "cache", "uncached", "reason", reason);
+  if (body && r->expires[0])
+    json_object_set_new(body, "expires_ms", json_integer(strtoll(r->expires, NULL, 10)));
+  creq_add_headers(r, "uncached");
+  creq_send_json(r->in, 200, body);
+  creq_free(r);
+}
+
 /* Answers from a READY entry: 0, or -1 when its file turned out corrupt or
  * gone (it was dropped; the caller fetches again). */
 int creq_answer(creq_t *r, cache_entry_t *e, const char *how) {
@@ -188,6 +202,16 @@ void creq_serve(creq_t *r) {
     creq_add_headers(r, "hit");
     evhttp_send_reply(r->in, 304, "Not Modified", NULL);
     creq_free(r);
+    return;
+  }
+  if (r->kind == CREQ_PATH && r->size > c->limit_bytes) {
+    /* It would be dropped once fetched (nobody reads it through the cache),
+     * before the worker could link it: the worker reads the bytes instead. */
+    char reason[200];
+    snprintf(reason, sizeof reason,
+             "the level's %lld bytes are larger than the cache (--cache-bytes %lld)",
+             (long long)r->size, (long long)c->limit_bytes);
+    creq_send_uncached(r, reason);
     return;
   }
   cache_entry_t *e = cache_find(c, r->scope, r->name, r->level);

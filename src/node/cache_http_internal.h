@@ -59,6 +59,10 @@ void creq_add_headers(creq_t *r, const char *how);
 /* Answers `r` from READY entry `e` and frees it: 0, or -1 when the file
  * turned out corrupt or gone (dropped; `r` is untouched). */
 int creq_answer(creq_t *r, cache_entry_t *e, const char *how);
+/* Answers a worker's path request `r` that the cache cannot keep a file for
+ * (`reason`): 200 with "path": null and "cache": "uncached", so the worker
+ * reads the level's bytes instead; frees `r`. */
+void creq_send_uncached(creq_t *r, const char *reason);
 /* Answers `r` (level, checksum and size known) from the cache, fetching the
  * level first when it is not there. */
 void creq_serve(creq_t *r);
