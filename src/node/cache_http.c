@@ -14,7 +14,8 @@
  * as they arrive, less the last byte until the level is verified, workers
  * asking for the file's path get it then.  A HEAD that is not 200
  * sends the client's request on to the head unchanged (forward.c), so errors
- * read exactly as the head's.  The one round trip per read is the price of
+ * read exactly as the head's (a worker's path request gets the head's error
+ * from a GET of the same path).  The one round trip per read is the price of
  * never serving a level that was deleted, expired or re-created; the bytes,
  * which are what costs, cross the network once per level.
  *
@@ -274,7 +275,8 @@ static int creq_read_head(creq_t *r, struct evhttp_request *out) {
   return 0;
 }
 
-/* The head's answer to a worker's path request that is not 200, as an error. */
+/* The head's answer to a worker's path request that is not 200, as an error
+ * of our own: what is said when the head's own words cannot be had. */
 static void creq_path_refused(creq_t *r, int status) {
   if (status == 401)
     creq_error(r, 401, "unauthorized", "missing or wrong token");
@@ -288,6 +290,67 @@ static void creq_path_refused(creq_t *r, int status) {
                r->scope);
   else
     creq_error(r, 503, "unavailable", "node agent %s: the head answered %d", r->a->name, status);
+}
+
+/* The reply to a GET sent for the head's words on a refused HEAD starts: an
+ * error (small JSON) is read on; a 200 (the level came meanwhile) would be
+ * its bytes, so the request is cancelled (creq_on_refusal gets NULL). */
+static int creq_on_refusal_header(struct evhttp_request *out, void *arg) {
+  (void)arg;
+  return evhttp_request_get_response_code(out) == 200 ? -1 : 0;
+}
+
+/* The head's own error for a worker's path request, relayed as it came:
+ * it says why (expired, a level no longer kept), which a worker's task error
+ * then carries. */
+static void creq_on_refusal(struct evhttp_request *out, void *arg) {
+  creq_t *r = arg;
+  int status = out ? evhttp_request_get_response_code(out) : 0;
+  struct evbuffer *body = out ? evhttp_request_get_input_buffer(out) : NULL;
+  const char *type =
+      out ? evhttp_find_header(evhttp_request_get_input_headers(out), "Content-Type") : NULL;
+  if (status >= 400 && body && type && strncmp(type, "application/json", 16) == 0) {
+    struct evkeyvalq *h = evhttp_request_get_output_headers(r->in);
+    evhttp_add_header(h, "Content-Type", "application/json");
+    if (status == 401)
+      evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"muster\"");
+    evhttp_send_reply(r->in, status, NULL, body);
+    fwd_conn_put(r->a, r->conn);
+    r->conn = NULL;
+    creq_free(r);
+    return;
+  }
+  fwd_conn_discard(r->a, r->conn);
+  r->conn = NULL;
+  creq_path_refused(r, r->refused);
+}
+
+/* Asks the head with a GET why it refused a worker's path request with
+ * `status` (a HEAD's reply has no body to say it); falls back to our words. */
+static void creq_ask_why(creq_t *r, int status) {
+  node_agent_t *a = r->a;
+  char uri[400];
+  if (r->level > 0)
+    snprintf(uri, sizeof uri, "/v1/shared/%s/%s?level=%lld", r->scope, r->name,
+             (long long)r->level);
+  else
+    snprintf(uri, sizeof uri, "/v1/shared/%s/%s", r->scope, r->name);
+  r->conn = fwd_conn_get(a);
+  struct evhttp_request *out = r->conn ? evhttp_request_new(creq_on_refusal, r) : NULL;
+  if (out == NULL) {
+    if (r->conn)
+      fwd_conn_put(a, r->conn);
+    r->conn = NULL;
+    creq_path_refused(r, status);
+    return;
+  }
+  r->refused = status;
+  evhttp_request_set_header_cb(out, creq_on_refusal_header);
+  struct evkeyvalq *h = evhttp_request_get_output_headers(out);
+  if (r->auth)
+    evhttp_add_header(h, "Authorization", r->auth);
+  evhttp_add_header(h, "Host", a->head_host);
+  evhttp_make_request(fwd_conn_evcon(r->conn), out, EVHTTP_REQ_GET, uri);
 }
 
 static void creq_on_head(struct evhttp_request *out, void *arg) {
@@ -321,7 +384,7 @@ static void creq_on_head(struct evhttp_request *out, void *arg) {
     }
   } else if (status != 200 || creq_read_head(r, out) != 0) {
     if (r->kind == CREQ_PATH) {
-      creq_path_refused(r, status);
+      creq_ask_why(r, status);
     } else {
       struct evhttp_request *in = r->in; /* the head's own answer says it best */
       creq_free(r);

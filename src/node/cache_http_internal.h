@@ -24,6 +24,7 @@ typedef struct creq {
   creq_kind_t kind;
   char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
   int64_t level; /* asked for, 0: the newest; after the HEAD: the level served */
+  int refused;   /* the HEAD's status while the head is asked why it refused */
   uint64_t checksum;
   int64_t size;
   char expires[32]; /* the head's X-Muster-Expires-Ms */

@@ -188,6 +188,31 @@ class SharedWorkersTest(AgentsCase):
         # The reason is logged once, not once per read.
         self.assertEqual(a.log().count("cannot create a file in"), 1, a.log())
 
+    def test_path_refusal_says_why(self):
+        # A worker's task error is the agent's answer to its path request: it said
+        # "shared data not found" alone, where the head says why (expired, a level
+        # no longer kept), which is what the operator acts on (shared-data.md).
+        a = Agent(self.head, self.dir, "why",
+                  args=["--cache-dir", os.path.join(self.dir, "cache-why")])
+        self.agents.append(a)
+        a.start()
+        for level in (1, 2, 3):
+            self.put("models", "w", b"level-%d" % level, level)
+        r = a.request("GET", "/v1/node/cache/models/w?level=1")
+        self.assertEqual((r.status, r.json["error"]["code"]), (404, "shared_not_found"), r)
+        self.assertIn("level 1 of 'w' was deleted: the head keeps the newest levels only",
+                      r.json["error"]["message"])
+        r = self.head.request("PUT", "/v1/shared/tmp/gone?ttl_ms=1", raw=b"x", content_type=OCTET)
+        self.assertEqual(r.status, 201, r)
+        harness.wait_until(lambda: self.head.request("HEAD", "/v1/shared/tmp/gone").status == 404)
+        r = a.request("GET", "/v1/node/cache/tmp/gone")
+        self.assertEqual(r.status, 404, r)
+        self.assertIn("'gone' expired", r.json["error"]["message"])
+        r = a.request("GET", "/v1/node/cache/models/w", token="wrong-token")
+        self.assertEqual(r.status, 401, r)
+        self.assertEqual(r.json["error"]["code"], "unauthorized")
+        self.assertEqual(a.request("GET", "/v1/node/cache/models/w").json["level"], 3)
+
     def test_worker_without_a_node_cache_downloads(self):
         self.put("global", "params", b"direct-from-the-head", 1)
         tmp = os.path.join(self.dir, "tmp")
