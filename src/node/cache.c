@@ -317,8 +317,10 @@ static int cache_reserve(cache_t *c, int fd, int64_t size) {
 
 cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
                                  uint64_t checksum, int64_t size, char *err, size_t err_size) {
-  if (cache_mkdir(c, "tmp") != 0 || cache_mkdir(c, scope) != 0) {
-    snprintf(err, err_size, "cannot create the cache directory %s: %s", c->dir, strerror(errno));
+  const char *sub = cache_mkdir(c, "tmp") != 0 ? "tmp" : cache_mkdir(c, scope) != 0 ? scope : NULL;
+  if (sub) { /* name the directory that failed: the cache dir may well exist */
+    snprintf(err, err_size, "cannot create the cache directory %s or %s/%s: %s", c->dir, c->dir,
+             sub, strerror(errno));
     return NULL;
   }
   cache_entry_t *e = cache_entry_new(scope, name, level, checksum, size);

@@ -81,7 +81,14 @@ typedef struct cache {
   size_t nbuckets;
   cache_entry_t *lru_head, *lru_tail;
   cache_stats_t stats;
+  /* Why the last fetch could not start (no room, a directory that cannot be
+   * written), logged once: a broken cache dir would otherwise add a line per
+   * read.  Emptied, with a line saying so, when a fetch starts again. */
+  char cannot_said[512];
 } cache_t;
+
+/* A copy of the counters, safe from any thread while the cache lives. */
+void cache_stats_snapshot(const cache_t *c, cache_stats_t *out);
 
 /*
  * Opens the cache at `dir` with `limit_bytes`.  The directory is created on
@@ -89,9 +96,6 @@ typedef struct cache {
  * (verified by checksum on first use) and stale temporary files removed.
  * Returns the cache (cache_free), or NULL with `err` filled.
  */
-/* A copy of the counters, safe from any thread while the cache lives. */
-void cache_stats_snapshot(const cache_t *c, cache_stats_t *out);
-
 cache_t *cache_open(const char *dir, int64_t limit_bytes, char *err, size_t err_size);
 /* Frees the cache and its entries (files stay on disk); accepts NULL.  While
  * replies still hold files (readers), what they use is freed by the last

@@ -313,17 +313,23 @@ static cfetch_t *cfetch_new(creq_t *r, cache_entry_t *e) {
 
 /* The cache cannot keep the level `r` asks for (no room, no file: `err`). A
  * reader of its bytes still gets them, from the head, uncached; a worker
- * asking for a cached file's path is told why there is none. */
+ * asking for a cached file's path is told to read the bytes instead.  The
+ * reason is logged when it changes, not once per read. */
 static void cfetch_cannot(creq_t *r, const char *err) {
   node_agent_t *a = r->a;
+  cache_t *c = a->cache;
+  if (strcmp(c->cannot_said, err) != 0) {
+    snprintf(c->cannot_said, sizeof c->cannot_said, "%s", err);
+    agent_log(a,
+              "cache: %s; %s/%s level %lld served from the head, uncached (so are further "
+              "levels while this lasts: counted in GET /v1/node/cache \"uncached\", not logged)",
+              err, r->scope, r->name, (long long)r->level);
+  }
   if (r->kind != CREQ_BYTES) {
-    agent_log(a, "cache: %s", err);
-    creq_error(r, 503, "unavailable", "node agent %s: %s", a->name, err);
+    creq_send_uncached(r, err);
     return;
   }
-  agent_log(a, "cache: %s; %s/%s level %lld served from the head, uncached", err, r->scope, r->name,
-            (long long)r->level);
-  CACHE_COUNT(a->cache, uncached, 1);
+  CACHE_COUNT(c, uncached, 1);
   struct evhttp_request *in = r->in;
   creq_free(r);
   fwd_forward(a, in);
@@ -343,6 +349,10 @@ void cfetch_start(creq_t *r) {
   if (e == NULL) {
     cfetch_cannot(r, err);
     return;
+  }
+  if (c->cannot_said[0]) {
+    agent_log(a, "cache: storing levels in %s again", c->dir);
+    c->cannot_said[0] = '\0';
   }
   cfetch_t *f = cfetch_new(r, e);
   e->fetch = f;

@@ -14,7 +14,8 @@
  * as they arrive, less the last byte until the level is verified, workers
  * asking for the file's path get it then.  A HEAD that is not 200
  * sends the client's request on to the head unchanged (forward.c), so errors
- * read exactly as the head's.  The one round trip per read is the price of
+ * read exactly as the head's (a worker's path request gets the head's error
+ * from a GET of the same path).  The one round trip per read is the price of
  * never serving a level that was deleted, expired or re-created; the bytes,
  * which are what costs, cross the network once per level.
  *
@@ -156,6 +157,20 @@ static void creq_send_path(creq_t *r, cache_entry_t *e, const char *how) {
   creq_free(r);
 }
 
+void creq_send_uncached(creq_t *r, const char *reason) {
+  char checksum[20];
+  snprintf(checksum, sizeof checksum, "%016" PRIx64, r->checksum);
+  json_t *body =
+      json_pack("{s:s, s:s, s:I, s:I, s:s, s:n, s:n, s:s, s:s}", "scope", r->scope, "name", r->name,
+                "level", (json_int_t)r->level, "size", (json_int_t)r->size, "checksum", checksum,
+                "path", "links_dir", "cache", "uncached", "reason", reason);
+  if (body && r->expires[0])
+    json_object_set_new(body, "expires_ms", json_integer(strtoll(r->expires, NULL, 10)));
+  creq_add_headers(r, "uncached");
+  creq_send_json(r->in, 200, body);
+  creq_free(r);
+}
+
 /* Answers from a READY entry: 0, or -1 when its file turned out corrupt or
  * gone (it was dropped; the caller fetches again). */
 int creq_answer(creq_t *r, cache_entry_t *e, const char *how) {
@@ -188,6 +203,16 @@ void creq_serve(creq_t *r) {
     creq_add_headers(r, "hit");
     evhttp_send_reply(r->in, 304, "Not Modified", NULL);
     creq_free(r);
+    return;
+  }
+  if (r->kind == CREQ_PATH && r->size > c->limit_bytes) {
+    /* It would be dropped once fetched (nobody reads it through the cache),
+     * before the worker could link it: the worker reads the bytes instead. */
+    char reason[200];
+    snprintf(reason, sizeof reason,
+             "the level's %lld bytes are larger than the cache (--cache-bytes %lld)",
+             (long long)r->size, (long long)c->limit_bytes);
+    creq_send_uncached(r, reason);
     return;
   }
   cache_entry_t *e = cache_find(c, r->scope, r->name, r->level);
@@ -250,7 +275,8 @@ static int creq_read_head(creq_t *r, struct evhttp_request *out) {
   return 0;
 }
 
-/* The head's answer to a worker's path request that is not 200, as an error. */
+/* The head's answer to a worker's path request that is not 200, as an error
+ * of our own: what is said when the head's own words cannot be had. */
 static void creq_path_refused(creq_t *r, int status) {
   if (status == 401)
     creq_error(r, 401, "unauthorized", "missing or wrong token");
@@ -264,6 +290,67 @@ static void creq_path_refused(creq_t *r, int status) {
                r->scope);
   else
     creq_error(r, 503, "unavailable", "node agent %s: the head answered %d", r->a->name, status);
+}
+
+/* The reply to a GET sent for the head's words on a refused HEAD starts: an
+ * error (small JSON) is read on; a 200 (the level came meanwhile) would be
+ * its bytes, so the request is cancelled (creq_on_refusal gets NULL). */
+static int creq_on_refusal_header(struct evhttp_request *out, void *arg) {
+  (void)arg;
+  return evhttp_request_get_response_code(out) == 200 ? -1 : 0;
+}
+
+/* The head's own error for a worker's path request, relayed as it came:
+ * it says why (expired, a level no longer kept), which a worker's task error
+ * then carries. */
+static void creq_on_refusal(struct evhttp_request *out, void *arg) {
+  creq_t *r = arg;
+  int status = out ? evhttp_request_get_response_code(out) : 0;
+  struct evbuffer *body = out ? evhttp_request_get_input_buffer(out) : NULL;
+  const char *type =
+      out ? evhttp_find_header(evhttp_request_get_input_headers(out), "Content-Type") : NULL;
+  if (status >= 400 && body && type && strncmp(type, "application/json", 16) == 0) {
+    struct evkeyvalq *h = evhttp_request_get_output_headers(r->in);
+    evhttp_add_header(h, "Content-Type", "application/json");
+    if (status == 401)
+      evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"muster\"");
+    evhttp_send_reply(r->in, status, NULL, body);
+    fwd_conn_put(r->a, r->conn);
+    r->conn = NULL;
+    creq_free(r);
+    return;
+  }
+  fwd_conn_discard(r->a, r->conn);
+  r->conn = NULL;
+  creq_path_refused(r, r->refused);
+}
+
+/* Asks the head with a GET why it refused a worker's path request with
+ * `status` (a HEAD's reply has no body to say it); falls back to our words. */
+static void creq_ask_why(creq_t *r, int status) {
+  node_agent_t *a = r->a;
+  char uri[400];
+  if (r->level > 0)
+    snprintf(uri, sizeof uri, "/v1/shared/%s/%s?level=%lld", r->scope, r->name,
+             (long long)r->level);
+  else
+    snprintf(uri, sizeof uri, "/v1/shared/%s/%s", r->scope, r->name);
+  r->conn = fwd_conn_get(a);
+  struct evhttp_request *out = r->conn ? evhttp_request_new(creq_on_refusal, r) : NULL;
+  if (out == NULL) {
+    if (r->conn)
+      fwd_conn_put(a, r->conn);
+    r->conn = NULL;
+    creq_path_refused(r, status);
+    return;
+  }
+  r->refused = status;
+  evhttp_request_set_header_cb(out, creq_on_refusal_header);
+  struct evkeyvalq *h = evhttp_request_get_output_headers(out);
+  if (r->auth)
+    evhttp_add_header(h, "Authorization", r->auth);
+  evhttp_add_header(h, "Host", a->head_host);
+  evhttp_make_request(fwd_conn_evcon(r->conn), out, EVHTTP_REQ_GET, uri);
 }
 
 static void creq_on_head(struct evhttp_request *out, void *arg) {
@@ -297,7 +384,7 @@ static void creq_on_head(struct evhttp_request *out, void *arg) {
     }
   } else if (status != 200 || creq_read_head(r, out) != 0) {
     if (r->kind == CREQ_PATH) {
-      creq_path_refused(r, status);
+      creq_ask_why(r, status);
     } else {
       struct evhttp_request *in = r->in; /* the head's own answer says it best */
       creq_free(r);

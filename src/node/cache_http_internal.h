@@ -24,6 +24,7 @@ typedef struct creq {
   creq_kind_t kind;
   char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
   int64_t level; /* asked for, 0: the newest; after the HEAD: the level served */
+  int refused;   /* the HEAD's status while the head is asked why it refused */
   uint64_t checksum;
   int64_t size;
   char expires[32]; /* the head's X-Muster-Expires-Ms */
@@ -59,6 +60,10 @@ void creq_add_headers(creq_t *r, const char *how);
 /* Answers `r` from READY entry `e` and frees it: 0, or -1 when the file
  * turned out corrupt or gone (dropped; `r` is untouched). */
 int creq_answer(creq_t *r, cache_entry_t *e, const char *how);
+/* Answers a worker's path request `r` that the cache cannot keep a file for
+ * (`reason`): 200 with "path": null and "cache": "uncached", so the worker
+ * reads the level's bytes instead; frees `r`. */
+void creq_send_uncached(creq_t *r, const char *reason);
 /* Answers `r` (level, checksum and size known) from the cache, fetching the
  * level first when it is not there. */
 void creq_serve(creq_t *r);

@@ -135,6 +135,84 @@ class SharedWorkersTest(AgentsCase):
         self.assertIn("shared_not_found", t["error"])
         self.assertIn("models/w level 2", t["error"])
 
+    def run_tasks(self, agent, scope, name, level, count):
+        """Submits `count` tasks requiring the level; their results once all are done."""
+        req = [{"scope": scope, "name": name, "level": level}]
+        r = self.head.request("POST", "/v1/queues/sq/tasks",
+                              {"tasks": [{"payload": i, "requires": req} for i in range(count)]})
+        self.assertEqual(r.status, 201, r)
+        ids = [t["id"] for t in r.json["tasks"]]
+
+        def done():
+            tasks = [self.head.request("GET", "/v1/tasks/%d" % i).json for i in ids]
+            failed = [t for t in tasks if t["attempts"] > 1 or t["error"]]
+            self.assertEqual(failed, [], agent.log())
+            return tasks if all(t["state"] == "done" for t in tasks) else None
+        return [t["result"] for t in harness.wait_until(done, timeout=60, what=agent.log())]
+
+    def test_level_larger_than_the_cache_runs(self):
+        # A level larger than --cache-bytes is dropped once its readers are done, so
+        # the file a worker was told to link was gone: every task failed ("evicted 3
+        # times").  The worker is told to read the bytes instead.
+        data = os.urandom(6000)
+        self.put("models", "params", data, 1)
+        a = self.agent("small", ["--workers", "2", "--cache-bytes", "4096"],
+                       cmd=["sh", "-c", 'cmp -s "$MUSTER_SHARED_PARAMS" "$1" && echo same',
+                            "sh", os.path.join(self.dir, "want")])
+        with open(os.path.join(self.dir, "want"), "wb") as f:
+            f.write(data)
+        self.assertEqual(self.run_tasks(a, "models", "params", 1, 4), ["same"] * 4)
+        r = a.request("GET", "/v1/node/cache/models/params?level=1")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual((r.json["path"], r.json["cache"], r.json["size"]),
+                         (None, "uncached", 6000), r.json)
+        self.assertIn("larger than the cache", r.json["reason"])
+
+    def test_cache_that_cannot_store_runs(self):
+        # A cache dir where no file can be made (read-only, full): workers were
+        # answered 503 and every task requiring shared data failed, while readers of
+        # the bytes were served from the head.  Workers now read the bytes too.
+        cache = os.path.join(self.dir, "cache-broken")
+        os.makedirs(cache)
+        open(os.path.join(cache, "tmp"), "w").close()  # no fetch file can be made
+        self.put("models", "params", b"bytes-from-the-head", 1)
+        a = Agent(self.head, self.dir, "broken", cmd=COMMAND,
+                  args=["--queue", "sq", "--workers", "2", "--cache-dir", cache])
+        self.agents.append(a)
+        a.start()
+        results = self.run_tasks(a, "models", "params", 1, 4)
+        self.assertTrue(all(x.startswith("bytes-from-the-head|") for x in results), results)
+        r = a.request("GET", "/v1/node/cache/models/params?level=1")
+        self.assertEqual((r.status, r.json["path"], r.json["cache"]), (200, None, "uncached"), r)
+        self.assertIn("tmp", r.json["reason"])
+        # The reason is logged once, not once per read.
+        self.assertEqual(a.log().count("cannot create a file in"), 1, a.log())
+
+    def test_path_refusal_says_why(self):
+        # A worker's task error is the agent's answer to its path request: it said
+        # "shared data not found" alone, where the head says why (expired, a level
+        # no longer kept), which is what the operator acts on (shared-data.md).
+        a = Agent(self.head, self.dir, "why",
+                  args=["--cache-dir", os.path.join(self.dir, "cache-why")])
+        self.agents.append(a)
+        a.start()
+        for level in (1, 2, 3):
+            self.put("models", "w", b"level-%d" % level, level)
+        r = a.request("GET", "/v1/node/cache/models/w?level=1")
+        self.assertEqual((r.status, r.json["error"]["code"]), (404, "shared_not_found"), r)
+        self.assertIn("level 1 of 'w' was deleted: the head keeps the newest levels only",
+                      r.json["error"]["message"])
+        r = self.head.request("PUT", "/v1/shared/tmp/gone?ttl_ms=1", raw=b"x", content_type=OCTET)
+        self.assertEqual(r.status, 201, r)
+        harness.wait_until(lambda: self.head.request("HEAD", "/v1/shared/tmp/gone").status == 404)
+        r = a.request("GET", "/v1/node/cache/tmp/gone")
+        self.assertEqual(r.status, 404, r)
+        self.assertIn("'gone' expired", r.json["error"]["message"])
+        r = a.request("GET", "/v1/node/cache/models/w", token="wrong-token")
+        self.assertEqual(r.status, 401, r)
+        self.assertEqual(r.json["error"]["code"], "unauthorized")
+        self.assertEqual(a.request("GET", "/v1/node/cache/models/w").json["level"], 3)
+
     def test_worker_without_a_node_cache_downloads(self):
         self.put("global", "params", b"direct-from-the-head", 1)
         tmp = os.path.join(self.dir, "tmp")
