@@ -24,7 +24,7 @@
 
 const cli_opt_t cmd_shared_put_opts[] = {
     {"level", "N", "create level N of an existing blob (its current level + 1); default: level 1"},
-    {"ttl-ms", "MS", "time to live; default and maximum: the head's --max-shared-ttl-ms"},
+    {"ttl-ms", "MS", "time to live (an update keeps the blob's; max: head's --max-shared-ttl-ms)"},
     {"json", NULL, "print the head's reply object instead of one line"},
     {"quiet", NULL, "no progress bar, even on a terminal"},
     {NULL, NULL, NULL},

@@ -224,12 +224,17 @@ static muster_err_t blob_upsert(store_t *st, const shared_level_t *lv, int64_t n
   return store_step_done(st, s, f);
 }
 
-muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_t now, fail_t *f) {
+muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_t max_ttl,
+                           int64_t now, fail_t *f) {
   int64_t creates = 0;
   blob_row_t b = {0};
   if (shared_check_level(st, lv->scope, lv->name, lv->level, now, &creates, f) ||
       blob_load(st, lv->scope, lv->name, &b, f) || blob_make_way(st, lv, &b, creates, now, f))
     return f->code;
+  /* An update without a ttl keeps the one the blob was given (a level > 1
+   * is checked to follow an unexpired blob, so `b` is it). */
+  if (lv->ttl_ms <= 0)
+    lv->ttl_ms = creates > 1 && b.ttl_ms > 0 && b.ttl_ms < max_ttl ? b.ttl_ms : max_ttl;
   lv->level = lv->newest = creates;
   lv->expires_ms = now + lv->ttl_ms;
   if (level_insert(st, lv, now, f) || blob_upsert(st, lv, now, f))

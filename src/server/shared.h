@@ -67,12 +67,15 @@ muster_err_t shared_check_level(store_t *st, const char *scope, const char *name
 
 /*
  * Records level lv->level of (lv->scope, lv->name), whose bytes are in file
- * lv->file (already durable), with ttl lv->ttl_ms from `now`; deletes levels
+ * lv->file (already durable), with ttl lv->ttl_ms from `now` (0: an update
+ * keeps the blob's ttl, a new blob gets `max_ttl`; either at most
+ * `max_ttl`, which may have been lowered since); deletes levels
  * older than the newest `keep` and an expired previous incarnation.  Fills
  * lv->newest and lv->expires_ms.  MUSTER_VERSION_MISMATCH when the level is not
  * the next one any more (another upload won); the caller then deletes the file.
  */
-muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_t now, fail_t *f);
+muster_err_t shared_commit(store_t *st, shared_level_t *lv, int64_t keep, int64_t max_ttl,
+                           int64_t now, fail_t *f);
 
 /* Finds level `level` (0: the newest) of (scope, name) for reading.
  * MUSTER_SHARED_NOT_FOUND with a message that says whether the blob is

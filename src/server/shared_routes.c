@@ -43,7 +43,7 @@ static muster_err_t put_parse(http_req_t *r, shared_put_t *put, fail_t *f) {
   int64_t max_ttl = r->head->cfg.max_shared_ttl_ms, ttl;
   if (shared_check_names(scope, name, f) ||
       query_int(r, "level", 0, 1, INT64_MAX, &put->level, f) ||
-      query_int(r, "ttl_ms", max_ttl, 1, INT64_MAX, &ttl, f))
+      query_int(r, "ttl_ms", 0, 1, INT64_MAX, &ttl, f))
     return f->code;
   if (type && strncasecmp(type, SHARED_TYPE, strlen(SHARED_TYPE)) != 0)
     return fail_set(f, MUSTER_UNSUPPORTED_MEDIA,
@@ -51,7 +51,7 @@ static muster_err_t put_parse(http_req_t *r, shared_put_t *put, fail_t *f) {
   snprintf(put->scope, sizeof put->scope, "%s", scope);
   snprintf(put->name, sizeof put->name, "%s", name);
   put->ttl_clamped = ttl > max_ttl;
-  put->ttl_ms = put->ttl_clamped ? max_ttl : ttl;
+  put->ttl_ms = put->ttl_clamped ? max_ttl : ttl; /* 0: not given (shared_commit) */
   return MUSTER_OK;
 }
 

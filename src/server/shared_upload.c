@@ -224,9 +224,9 @@ static json_t *upload_commit(shared_upload_t *up, shared_level_t *lv, fail_t *f)
   snprintf(lv->checksum, sizeof lv->checksum, "%016" PRIx64, (uint64_t)XXH64_digest(up->hash));
   if (store_request_begin(st, f))
     return NULL;
-  bool ok =
-      shared_check_scope_writable(st, lv->scope, f) == MUSTER_OK &&
-      shared_commit(st, lv, (int64_t)up->head->cfg.shared_keep_levels, now_ms(), f) == MUSTER_OK;
+  bool ok = shared_check_scope_writable(st, lv->scope, f) == MUSTER_OK &&
+            shared_commit(st, lv, (int64_t)up->head->cfg.shared_keep_levels,
+                          up->head->cfg.max_shared_ttl_ms, now_ms(), f) == MUSTER_OK;
   store_request_end(st, ok);
   if (!ok)
     return NULL;

@@ -30,7 +30,7 @@ typedef struct {
   char scope[NAME_MAX_LEN + 1];
   char name[NAME_MAX_LEN + 1];
   int64_t level;    /* asked for; 0: not given (level 1) */
-  int64_t ttl_ms;   /* after clamping */
+  int64_t ttl_ms;   /* after clamping; 0 when not given */
   bool ttl_clamped; /* the asked ttl_ms was above --max-shared-ttl-ms */
 } shared_put_t;
 

@@ -242,6 +242,27 @@ class SharedSettingsTest(unittest.TestCase):
                        timeout=10, what="the clamped blob to expire")
             wait_until(lambda: len(blob_files(h)) == 1, what="expired files removed")
 
+    def test_update_without_ttl_keeps_the_blobs(self):
+        # An update that names no ttl_ms keeps the blob's (it got the head's maximum, so a
+        # blob set for 60 s lived ten minutes after its first update); a new blob without
+        # one gets the maximum; a ttl given on an update replaces the blob's.
+        with Head(["--max-shared-ttl-ms", "600000"]) as h:
+            self.assertEqual(put(h, "models", "w", b"1", "?ttl_ms=60000").json["ttl_ms"], 60000)
+            r = put(h, "models", "w", b"2", "?level=2")
+            self.assertEqual((r.status, r.json["ttl_ms"], r.json["ttl_clamped"]),
+                             (201, 60000, False))
+            self.assertEqual(put(h, "models", "w", b"3", "?level=3&ttl_ms=5000").json["ttl_ms"],
+                             5000)
+            self.assertEqual(put(h, "models", "w", b"4", "?level=4").json["ttl_ms"], 5000)
+            self.assertEqual(put(h, "models", "fresh", b"x").json["ttl_ms"], 600000)
+        # A maximum lowered since the blob was set bounds the kept ttl too.
+        with Head(["--max-shared-ttl-ms", "600000"]) as h:
+            self.assertEqual(put(h, "models", "w", b"1", "?ttl_ms=500000").status, 201)
+            h.stop()
+            h.args = [a if a != "600000" else "400000" for a in h.args]
+            h.start()
+            self.assertEqual(put(h, "models", "w", b"2", "?level=2").json["ttl_ms"], 400000)
+
     def test_expiry_explained_after_the_sweep(self):
         # The head remembers an expired name after the sweep deleted the blob, so a read,
         # an update or a delete still says that it expired (not only "not found").
