@@ -9,7 +9,8 @@
  * epoch comes next, as a loader that was never asked would give it.  A load
  * callback's failure is reported by next until the caller restores a
  * checkpoint, and reset refuses to pass over it; the checkpoint taken after
- * the failure resumes at the sample that failed.
+ * the failure resumes at the sample that failed.  A strategy without what it
+ * needs (range: ranges, stratified: labels) is refused saying so.
  *
  * Ends with "N passed, M failed"; exits 1 when M > 0.
  */
@@ -159,11 +160,45 @@ static void test_load_failure_stays(size_t prefetch) {
   muster_loader_close(l);
 }
 
+/* Opens with `cfg`; MUSTER_INVALID with a message containing `want`. */
+static void check_refused(const muster_iter_config_t *cfg, const char *want, int line) {
+  muster_loader_opts_t opts;
+  muster_loader_opts_init(&opts);
+  opts.config = cfg;
+  muster_loader_t *l = NULL;
+  char *message = NULL, what[200];
+  muster_err_t err = muster_loader_open(&opts, &l, &message);
+  snprintf(what, sizeof what, "refused, saying '%s' (said: %s)", want, message ? message : "");
+  check(err == MUSTER_INVALID && l == NULL && contains(message, want), what, line);
+  muster_free(message);
+  muster_loader_close(l);
+}
+
+/* A strategy without what it needs (or with what only another takes) is
+ * refused with the head's words, not "the configuration is invalid". */
+static void test_strategy_inputs(void) {
+  muster_iter_config_t cfg;
+  config(&cfg, 1);
+  const uint64_t ranges[2 * RANKS] = {0, 10, 10, 20, 20, SAMPLES};
+  cfg.strategy = "range";
+  check_refused(&cfg, "ranges: the range strategy needs world_size (3) pairs", __LINE__);
+  cfg.strategy = "stratified";
+  check_refused(&cfg, "stratified needs a class label per sample", __LINE__);
+  cfg.strategy = "round_robin";
+  cfg.ranges = ranges;
+  check_refused(&cfg, "only the range strategy takes ranges", __LINE__);
+  cfg.strategy = "range";
+  muster_loader_t *l = open_loader(&cfg, 0, NULL);
+  CHECK(l != NULL && muster_loader_len(l) == 10);
+  muster_loader_close(l);
+}
+
 int main(void) {
   for (size_t prefetch = 0; prefetch <= 4; prefetch += 4) {
     test_refused_reset_keeps_the_epoch(prefetch);
     test_refused_restore_keeps_the_position(prefetch);
     test_load_failure_stays(prefetch);
   }
+  test_strategy_inputs();
   return ctest_report();
 }
