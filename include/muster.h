@@ -100,7 +100,9 @@ void muster_client_free(muster_client_t *client);
 const char *muster_client_message(const muster_client_t *client);
 /* HTTP status of the last reply on this handle (0 when none arrived). */
 int muster_client_status(const muster_client_t *client);
-/* Sets the per-request timeout in milliseconds (default 60000; long-polls add their wait). */
+/* Sets the per-request timeout in milliseconds (default 60000; long-polls add their
+ * wait); 0 or less: no timeout, a head that stops answering is waited for ever.  A
+ * request that runs out fails with MUSTER_NETWORK ("timed out waiting for the reply"). */
 void muster_client_set_timeout(muster_client_t *client, long timeout_ms);
 
 /* Frees a string or array returned by the library; accepts NULL. */
