@@ -100,7 +100,9 @@ void muster_client_free(muster_client_t *client);
 const char *muster_client_message(const muster_client_t *client);
 /* HTTP status of the last reply on this handle (0 when none arrived). */
 int muster_client_status(const muster_client_t *client);
-/* Sets the per-request timeout in milliseconds (default 60000; long-polls add their wait). */
+/* Sets the per-request timeout in milliseconds (default 60000; long-polls add their
+ * wait); 0 or less: no timeout, a head that stops answering is waited for ever.  A
+ * request that runs out fails with MUSTER_NETWORK ("timed out waiting for the reply"). */
 void muster_client_set_timeout(muster_client_t *client, long timeout_ms);
 
 /* Frees a string or array returned by the library; accepts NULL. */
@@ -404,8 +406,10 @@ muster_err_t muster_iter_delete(muster_client_t *client, const char *name);
 typedef struct muster_loader muster_loader_t;
 
 /* Loads sample `index` into *sample (owned by the caller of muster_loader_next
- * afterwards); returns 0, or non-zero to fail the loader. Runs on the
- * prefetch thread when there is one. */
+ * afterwards); returns 0, or non-zero to fail the loader: muster_loader_next
+ * then fails with MUSTER_INVALID ("the load callback failed for sample N")
+ * at that sample, and keeps failing, until a restore.  Runs on the prefetch
+ * thread when there is one. */
 typedef int (*muster_load_fn)(void *user, uint64_t index, void **sample);
 /* Frees a sample the loader drops (buffered at close, reset or restore). */
 typedef void (*muster_sample_free_fn)(void *user, void *sample);
@@ -458,13 +462,18 @@ muster_err_t muster_loader_next_batch(muster_loader_t *loader, uint64_t *indices
 uint64_t muster_loader_len(const muster_loader_t *loader);
 int muster_loader_is_empty(const muster_loader_t *loader);
 /* Starts the next epoch.  MUSTER_INVALID after the last one, and, coordinated,
- * before the current one ended. */
+ * before the current one ended; a refused reset leaves the loader where it was
+ * (the rest of the epoch comes next).  After next failed (a load callback, a
+ * head that stayed away) reset refuses too, with that failure: the rest of the
+ * epoch was never read.  Standalone, restore the checkpoint taken then (it
+ * stands before the sample that failed); coordinated, open the loader again. */
 muster_err_t muster_loader_reset(muster_loader_t *loader);
 /* The loader's checkpoint as JSON text (muster_free).  Standalone: this rank's
  * position; coordinated: the iteration's (finished blocks are acked first). */
 muster_err_t muster_loader_get_checkpoint(muster_loader_t *loader, char **text);
-/* Standalone: resumes at a checkpoint of the same configuration and rank.
- * Coordinated loaders restore at open (opts.checkpoint). */
+/* Standalone: resumes at a checkpoint of the same configuration and rank (a
+ * refused one leaves the loader where it was).  Coordinated loaders restore at
+ * open (opts.checkpoint). */
 muster_err_t muster_loader_restore(muster_loader_t *loader, const char *text);
 void muster_loader_stats(muster_loader_t *loader, muster_loader_stats_t *stats);
 /* Explanation of the last failure ("" when none). */

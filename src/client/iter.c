@@ -152,8 +152,10 @@ void muster_iter_next_free(muster_iter_next_t *next) {
 
 muster_err_t muster_iter_next(muster_client_t *client, const char *name, uint32_t rank,
                               uint64_t epoch, size_t max, int flags, muster_iter_next_t *out) {
-  if (client == NULL || out == NULL)
+  if (client == NULL)
     return MUSTER_INVALID;
+  if (out == NULL)
+    return client_fail(client, MUSTER_INVALID, "a place for the blocks is required");
   memset(out, 0, sizeof *out);
   char path[ITER_PATH_MAX];
   muster_err_t err = iter_path(client, path, name, "next");
@@ -197,8 +199,10 @@ void muster_iter_held_free(muster_iter_held_t *held) {
 
 muster_err_t muster_iter_held(muster_client_t *client, const char *name, uint32_t rank,
                               uint64_t cursor, size_t max, int flags, muster_iter_held_t *out) {
-  if (client == NULL || out == NULL)
+  if (client == NULL)
     return MUSTER_INVALID;
+  if (out == NULL)
+    return client_fail(client, MUSTER_INVALID, "a place for the blocks is required");
   memset(out, 0, sizeof *out);
   out->next = -1;
   if (name == NULL)
@@ -237,6 +241,9 @@ muster_err_t muster_iter_ack(muster_client_t *client, const char *name, uint32_t
   muster_err_t err = iter_path(client, path, name, "ack");
   if (err)
     return err;
+  if (count > 0 && (blocks == NULL || tokens == NULL))
+    return client_fail(client, MUSTER_INVALID, "%s are required (%zu of them)",
+                       blocks == NULL ? "blocks" : "tokens", count);
   json_t *list = json_array();
   for (size_t i = 0; i < count; i++)
     json_array_append_new(list, json_pack("{s:I, s:I}", "block", (json_int_t)blocks[i], "token",

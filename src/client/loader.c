@@ -351,8 +351,8 @@ static muster_err_t next_locked(muster_loader_t *l, uint64_t *index, void **samp
   if (sample)
     *sample = NULL;
   loader_finish_block(l);
-  if (l->at_end)
-    return MUSTER_OK;
+  if (l->at_end) /* a failure stays: read as the end of the epoch, it would hide the rest */
+    return l->perr == MUSTER_OK ? MUSTER_OK : loader_fail(l, l->perr, "%s", l->pmsg);
   item_t it;
   take(l, &it);
   if (it.end) {
@@ -432,36 +432,65 @@ void muster_loader_stats(muster_loader_t *l, muster_loader_stats_t *stats) {
 
 /* ---- epochs and checkpoints ------------------------------------------------------ */
 
+/* After a reset or restore that failed: the stream back at the caller's
+ * position (l->epoch, l->consumed), so that the items the stopped thread had
+ * prefetched are produced again rather than lost. */
+static void stream_back_to_caller(muster_loader_t *l) {
+  if (stream_set_epoch(l->stream, l->epoch) == MUSTER_OK)
+    (void)stream_seek(l->stream, l->consumed);
+}
+
+/* MUSTER_OK, or the failure next reported (a load callback's, a head's), which
+ * reset refuses to pass over: the rest of the failed epoch was never read. */
+static muster_err_t reset_after_failure(muster_loader_t *l) {
+  pthread_mutex_lock(&l->mu);
+  muster_err_t err = l->at_end ? l->perr : MUSTER_OK;
+  if (err != MUSTER_OK)
+    loader_fail(l, err,
+                "the epoch did not end, the loader failed (%.300s): restore a checkpoint "
+                "(standalone) or open the loader again to go on",
+                l->pmsg);
+  pthread_mutex_unlock(&l->mu);
+  return err;
+}
+
+static muster_err_t reset_coordinated(muster_loader_t *l) {
+  pthread_mutex_lock(&l->mu);
+  muster_err_t err = MUSTER_OK;
+  if (l->finished)
+    err = loader_fail(l, MUSTER_INVALID, "every epoch of the iteration is complete");
+  else if (!l->at_end)
+    err = loader_fail(l, MUSTER_INVALID,
+                      "the epoch has not ended: a coordinated loader "
+                      "moves on when the whole epoch is done");
+  else {
+    l->epoch++;
+    l->at_end = false;
+    l->consumed = 0;
+    pthread_cond_broadcast(&l->cv);
+  }
+  if (err == MUSTER_OK && !l->threaded)
+    l->pepoch = l->epoch;
+  pthread_mutex_unlock(&l->mu);
+  return err;
+}
+
 muster_err_t muster_loader_reset(muster_loader_t *l) {
   if (l == NULL)
     return MUSTER_INVALID;
-  if (l->coordinated) {
-    pthread_mutex_lock(&l->mu);
-    muster_err_t err = MUSTER_OK;
-    if (l->finished)
-      err = loader_fail(l, MUSTER_INVALID, "every epoch of the iteration is complete");
-    else if (!l->at_end)
-      err = loader_fail(l, MUSTER_INVALID,
-                        "the epoch has not ended: a coordinated loader "
-                        "moves on when the whole epoch is done");
-    else {
-      l->epoch++;
-      l->at_end = false;
-      l->consumed = 0;
-      pthread_cond_broadcast(&l->cv);
-    }
-    if (err == MUSTER_OK && !l->threaded)
-      l->pepoch = l->epoch;
-    pthread_mutex_unlock(&l->mu);
+  muster_err_t err = reset_after_failure(l);
+  if (err != MUSTER_OK)
     return err;
-  }
+  if (l->coordinated)
+    return reset_coordinated(l);
   thread_stop(l);
-  muster_err_t err = stream_next_epoch(l->stream);
+  err = stream_next_epoch(l->stream);
   if (err == MUSTER_OK) {
     l->epoch = stream_epoch(l->stream);
     l->at_end = false;
     l->consumed = 0;
   } else {
+    stream_back_to_caller(l);
     loader_fail(l, err, "every epoch is done (epochs = %" PRIu64 ")",
                 part_plan_config(l->plan)->epochs);
   }
@@ -526,6 +555,7 @@ muster_err_t muster_loader_restore(muster_loader_t *l, const char *text) {
     l->consumed = (uint64_t)consumed;
     l->at_end = false;
   } else {
+    stream_back_to_caller(l);
     loader_fail(l, err, "the checkpoint's position is outside this configuration");
   }
   muster_err_t started = thread_start(l);

@@ -260,7 +260,8 @@ static muster_err_t shared_perform(muster_client_t *client, const char *method, 
 static muster_err_t shared_path(muster_client_t *client, char *out, const char *scope,
                                 const char *name, int64_t level, int64_t ttl_ms) {
   if (scope == NULL || (name == NULL && level >= 0))
-    return client_fail(client, MUSTER_INVALID, "scope and name are required");
+    return client_fail(client, MUSTER_INVALID,
+                       level >= 0 ? "scope and name are required" : "a scope is required");
   muster_err_t err =
       name ? client_path(client, out, SHARED_PATH_MAX, "/v1/shared/%s/%s", scope, name)
            : client_path(client, out, SHARED_PATH_MAX, "/v1/shared/%s", scope);
@@ -385,8 +386,10 @@ static muster_err_t shared_fetch(muster_client_t *client, const char *scope, con
 muster_err_t muster_shared_get(muster_client_t *client, const char *scope, const char *name,
                                int64_t level, void **data, size_t *len,
                                muster_shared_info_t *info) {
-  if (client == NULL || data == NULL)
+  if (client == NULL)
     return MUSTER_INVALID;
+  if (data == NULL)
+    return client_fail(client, MUSTER_INVALID, "a place for the bytes is required");
   *data = NULL;
   if (len)
     *len = 0;
@@ -435,8 +438,10 @@ muster_err_t muster_shared_delete(muster_client_t *client, const char *scope, co
 }
 
 muster_err_t muster_shared_list(muster_client_t *client, const char *scope, char **json) {
-  if (client == NULL || json == NULL)
+  if (client == NULL)
     return MUSTER_INVALID;
+  if (json == NULL)
+    return client_fail(client, MUSTER_INVALID, "a place for the reply is required");
   *json = NULL;
   char path[SHARED_PATH_MAX];
   json_t *reply = NULL;

@@ -495,6 +495,40 @@ static void test_text_forms(muster_client_t *c) {
   muster_leases_free(next, nnext);
 }
 
+/* A missing argument fails with MUSTER_INVALID and a message of its own, on
+ * calls that used to crash (muster_iter_ack without its arrays) or to leave
+ * the previous failure's message in place, which then explained the wrong
+ * call.  Each call follows a failure whose message ("... does not exist")
+ * must not survive it. */
+static void check_missing(muster_client_t *c, muster_err_t err, const char *call, int line) {
+  char what[160];
+  snprintf(what, sizeof what, "%s: MUSTER_INVALID with its own message", call);
+  const char *message = muster_client_message(c);
+  check(err == MUSTER_INVALID && message[0] && !contains(message, "does not exist"), what, line);
+}
+
+#define CHECK_MISSING(c, call)                                                                     \
+  do {                                                                                             \
+    char *json_ = NULL;                                                                            \
+    muster_queue_get((c), "ct-missing-args", &json_);                                              \
+    check_missing((c), (call), #call, __LINE__);                                                   \
+  } while (0)
+
+static void test_missing_arguments(muster_client_t *c) {
+  char *json = NULL;
+  size_t len = 0;
+  int64_t token = 1;
+  uint64_t block = 0;
+  CHECK_MISSING(c, muster_iter_ack(c, "ct-it", 0, 0, NULL, &token, 1));
+  CHECK_MISSING(c, muster_iter_ack(c, "ct-it", 0, 0, &block, NULL, 1));
+  CHECK_MISSING(c, muster_iter_next(c, "ct-it", 0, 0, 1, 0, NULL));
+  CHECK_MISSING(c, muster_iter_held(c, "ct-it", 0, 0, 1, 0, NULL));
+  CHECK_MISSING(c, muster_shared_get(c, "ct-scope", "blob", 0, NULL, &len, NULL));
+  CHECK_MISSING(c, muster_shared_list(c, "ct-scope", NULL));
+  CHECK_ERR(c, muster_shared_list(c, NULL, &json), MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c), "a scope is required") == 0);
+}
+
 int main(int argc, char **argv) {
   if (!ctest_use_test_url(TOKEN) &&
       ctest_head_start(muster_bin(argv[0]), "/tmp/muster-ctest-XXXXXX", TOKEN, NULL) != 0)
@@ -513,6 +547,7 @@ int main(int argc, char **argv) {
   test_long_poll(client);
   test_purge_delete_and_raw(client);
   test_text_forms(client);
+  test_missing_arguments(client);
   muster_client_free(client);
   ctest_head_stop();
   return ctest_report();

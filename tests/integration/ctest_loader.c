@@ -1,0 +1,204 @@
+/*
+ * ctest_loader.c — a standalone libmuster loader (no head) after something
+ * went wrong: a reset or a restore that is refused, a load callback that
+ * fails.  Each check runs without and with a prefetch thread, since the
+ * thread's buffer is what a failed reset or restore used to drop.
+ *
+ * A refused reset (after the last epoch) or restore (a position outside the
+ * configuration) leaves the loader where the caller was: the rest of the
+ * epoch comes next, as a loader that was never asked would give it.  A load
+ * callback's failure is reported by next until the caller restores a
+ * checkpoint, and reset refuses to pass over it; the checkpoint taken after
+ * the failure resumes at the sample that failed.  A strategy without what it
+ * needs (range: ranges, stratified: labels) is refused saying so.
+ *
+ * Ends with "N passed, M failed"; exits 1 when M > 0.
+ */
+#include "ctest_util.h"
+
+#include <inttypes.h>
+
+#define SAMPLES 40
+#define RANKS 3
+
+static void config(muster_iter_config_t *cfg, uint64_t epochs) {
+  muster_iter_config_init(cfg);
+  cfg->num_samples = SAMPLES;
+  cfg->shuffle = "global";
+  cfg->seed = 11;
+  cfg->world_size = RANKS;
+  cfg->block_size = 2;
+  cfg->epochs = epochs;
+}
+
+/* A load callback that fails for sample `fail_index` while `failing` is set. */
+typedef struct {
+  uint64_t fail_index;
+  int failing;
+} load_state_t;
+
+static int load_sample(void *user, uint64_t index, void **sample) {
+  load_state_t *state = user;
+  if (state->failing && index == state->fail_index)
+    return 1;
+  *sample = NULL; /* nothing to hand over: the index is the sample */
+  return 0;
+}
+
+static muster_loader_t *open_loader(const muster_iter_config_t *cfg, size_t prefetch,
+                                    load_state_t *state) {
+  muster_loader_opts_t opts;
+  muster_loader_opts_init(&opts);
+  opts.config = cfg;
+  opts.rank = 1;
+  opts.prefetch = prefetch;
+  if (state) {
+    opts.load = load_sample;
+    opts.user = state;
+  }
+  muster_loader_t *l = NULL;
+  char *message = NULL;
+  if (muster_loader_open(&opts, &l, &message) != MUSTER_OK)
+    fprintf(stderr, "open: %s\n", message ? message : "?");
+  muster_free(message);
+  return l;
+}
+
+/* Takes what is left of the epoch (at most `max`) into out[]; how many. */
+static size_t drain(muster_loader_t *l, uint64_t *out, size_t max) {
+  size_t n = 0;
+  uint64_t index;
+  int has;
+  while (n < max && muster_loader_next(l, &index, NULL, &has) == MUSTER_OK && has)
+    out[n++] = index;
+  return n;
+}
+
+/* The rank's indices of the first epoch, from a loader nothing happened to. */
+static size_t reference(const muster_iter_config_t *cfg, uint64_t *out) {
+  muster_loader_t *l = open_loader(cfg, 0, NULL);
+  size_t n = l ? drain(l, out, SAMPLES) : 0;
+  muster_loader_close(l);
+  return n;
+}
+
+/* The rest of the epoch after a refused reset (the last epoch) is what it was. */
+static void test_refused_reset_keeps_the_epoch(size_t prefetch) {
+  muster_iter_config_t cfg;
+  config(&cfg, 1);
+  uint64_t want[SAMPLES] = {0}, got[SAMPLES], first;
+  size_t n = reference(&cfg, want);
+  muster_loader_t *l = open_loader(&cfg, prefetch, NULL);
+  CHECK(l != NULL && n > 3);
+  if (l == NULL)
+    return;
+  CHECK(drain(l, &first, 1) == 1 && first == want[0]);
+  CHECK_ERR(NULL, muster_loader_reset(l), MUSTER_INVALID);
+  CHECK(contains(muster_loader_message(l), "every epoch is done"));
+  size_t rest = drain(l, got, SAMPLES);
+  CHECK(rest == n - 1 && memcmp(got, want + 1, rest * sizeof *got) == 0);
+  muster_loader_close(l);
+}
+
+/* A restore refused for its position leaves the loader where it was. */
+static void test_refused_restore_keeps_the_position(size_t prefetch) {
+  muster_iter_config_t cfg;
+  config(&cfg, 2);
+  uint64_t want[SAMPLES] = {0}, got[SAMPLES];
+  size_t n = reference(&cfg, want);
+  muster_loader_t *l = open_loader(&cfg, prefetch, NULL);
+  CHECK(l != NULL && n > 3);
+  if (l == NULL)
+    return;
+  CHECK(drain(l, got, 2) == 2);
+  char *ck = NULL, bad[512];
+  CHECK_ERR(NULL, muster_loader_get_checkpoint(l, &ck), MUSTER_OK);
+  char *consumed = ck ? strstr(ck, "\"consumed\":") : NULL;
+  CHECK(consumed != NULL);
+  if (consumed == NULL) {
+    muster_free(ck);
+    muster_loader_close(l);
+    return;
+  }
+  snprintf(bad, sizeof bad, "%.*s\"consumed\":999999}", (int)(consumed - ck), ck);
+  CHECK_ERR(NULL, muster_loader_restore(l, bad), MUSTER_INVALID);
+  CHECK(contains(muster_loader_message(l), "outside this configuration"));
+  size_t rest = drain(l, got, SAMPLES);
+  CHECK(rest == n - 2 && memcmp(got, want + 2, rest * sizeof *got) == 0);
+  muster_free(ck);
+  muster_loader_close(l);
+}
+
+/* A failing load: next keeps failing, reset refuses, a restore of the
+ * checkpoint taken then resumes at the sample that failed. */
+static void test_load_failure_stays(size_t prefetch) {
+  muster_iter_config_t cfg;
+  config(&cfg, 2);
+  uint64_t want[SAMPLES] = {0}, got[SAMPLES], index;
+  size_t n = reference(&cfg, want);
+  load_state_t state = {.fail_index = want[3], .failing = 1};
+  muster_loader_t *l = open_loader(&cfg, prefetch, &state);
+  CHECK(l != NULL && n > 3);
+  if (l == NULL)
+    return;
+  CHECK(drain(l, got, SAMPLES) == 3);
+  int has = 1;
+  for (int call = 0; call < 2; call++) {
+    CHECK_ERR(NULL, muster_loader_next(l, &index, NULL, &has), MUSTER_INVALID);
+    CHECK(has == 0 && contains(muster_loader_message(l), "load callback failed"));
+  }
+  CHECK_ERR(NULL, muster_loader_reset(l), MUSTER_INVALID);
+  CHECK(contains(muster_loader_message(l), "load callback failed"));
+  char *ck = NULL;
+  CHECK_ERR(NULL, muster_loader_get_checkpoint(l, &ck), MUSTER_OK);
+  state.failing = 0;
+  CHECK_ERR(NULL, muster_loader_restore(l, ck), MUSTER_OK);
+  size_t rest = drain(l, got, SAMPLES);
+  CHECK(rest == n - 3 && memcmp(got, want + 3, rest * sizeof *got) == 0);
+  CHECK_ERR(NULL, muster_loader_reset(l), MUSTER_OK); /* the epoch ended: on to the next */
+  muster_free(ck);
+  muster_loader_close(l);
+}
+
+/* Opens with `cfg`; MUSTER_INVALID with a message containing `want`. */
+static void check_refused(const muster_iter_config_t *cfg, const char *want, int line) {
+  muster_loader_opts_t opts;
+  muster_loader_opts_init(&opts);
+  opts.config = cfg;
+  muster_loader_t *l = NULL;
+  char *message = NULL, what[200];
+  muster_err_t err = muster_loader_open(&opts, &l, &message);
+  snprintf(what, sizeof what, "refused, saying '%s' (said: %s)", want, message ? message : "");
+  check(err == MUSTER_INVALID && l == NULL && contains(message, want), what, line);
+  muster_free(message);
+  muster_loader_close(l);
+}
+
+/* A strategy without what it needs (or with what only another takes) is
+ * refused with the head's words, not "the configuration is invalid". */
+static void test_strategy_inputs(void) {
+  muster_iter_config_t cfg;
+  config(&cfg, 1);
+  const uint64_t ranges[2 * RANKS] = {0, 10, 10, 20, 20, SAMPLES};
+  cfg.strategy = "range";
+  check_refused(&cfg, "ranges: the range strategy needs world_size (3) pairs", __LINE__);
+  cfg.strategy = "stratified";
+  check_refused(&cfg, "stratified needs a class label per sample", __LINE__);
+  cfg.strategy = "round_robin";
+  cfg.ranges = ranges;
+  check_refused(&cfg, "only the range strategy takes ranges", __LINE__);
+  cfg.strategy = "range";
+  muster_loader_t *l = open_loader(&cfg, 0, NULL);
+  CHECK(l != NULL && muster_loader_len(l) == 10);
+  muster_loader_close(l);
+}
+
+int main(void) {
+  for (size_t prefetch = 0; prefetch <= 4; prefetch += 4) {
+    test_refused_reset_keeps_the_epoch(prefetch);
+    test_refused_restore_keeps_the_position(prefetch);
+    test_load_failure_stays(prefetch);
+  }
+  test_strategy_inputs();
+  return ctest_report();
+}
