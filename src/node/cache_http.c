@@ -196,14 +196,16 @@ static int creq_not_modified(creq_t *r) {
   return r->kind == CREQ_BYTES && inm && (strstr(inm, etag) != NULL || strcmp(inm, "*") == 0);
 }
 
-/* Answers `r` (its level, checksum and size known) from the cache. */
-void creq_serve(creq_t *r) {
+/* Answers `r` without the cache when it needs none (the client has the
+ * bytes: 304) or the cache cannot help (a worker's path to a level larger
+ * than the cache); true when it did (`r` is freed). */
+static bool creq_serve_without(creq_t *r) {
   cache_t *c = r->a->cache;
-  if (creq_not_modified(r)) { /* the client has these bytes: no need for ours */
+  if (creq_not_modified(r)) {
     creq_add_headers(r, "hit");
     evhttp_send_reply(r->in, 304, "Not Modified", NULL);
     creq_free(r);
-    return;
+    return true;
   }
   if (r->kind == CREQ_PATH && r->size > c->limit_bytes) {
     /* It would be dropped once fetched (nobody reads it through the cache),
@@ -213,8 +215,16 @@ void creq_serve(creq_t *r) {
              "the level's %lld bytes are larger than the cache (--cache-bytes %lld)",
              (long long)r->size, (long long)c->limit_bytes);
     creq_send_uncached(r, reason);
-    return;
+    return true;
   }
+  return false;
+}
+
+/* Answers `r` (its level, checksum and size known) from the cache. */
+void creq_serve(creq_t *r) {
+  cache_t *c = r->a->cache;
+  if (creq_serve_without(r))
+    return;
   cache_entry_t *e = cache_find(c, r->scope, r->name, r->level);
   if (e && e->checksum != r->checksum) {
     if (e->state == CACHE_FETCHING) { /* a re-created level while its old bytes arrive */
