@@ -250,12 +250,18 @@ class StandaloneWorkerTest(HeadTestCase):
         with muster.Pool(pool_workers.Echo, {"args": [{"k": 3, "dir": work}]}, client=self.c, queue=q) as p:
             wait_until(lambda: p.get_workers_count() == 1, what="the worker")
             p.update_workers("a")
+            start = requests()
             self.assertEqual([r["y"] for r in p.map(range(2))], [0, 3])   # the worker is warm
-            before = requests()
+            # The head counts a completion whose reply its flush thread sent when the
+            # loop hears that the flush ended, which may be just after the reply left:
+            # both warm-up completions are counted before the baseline is taken.
+            def warm_counted():
+                now = requests()
+                return now if now["complete"] - start["complete"] >= 2 else None
+            before = wait_until(warm_counted, what="the warm-up completions to be counted")
             p.update_workers("b")
             out = p.map(range(n))
-            # The head counts a completion whose reply its flush thread sent when the
-            # loop hears that the flush ended, which may be just after the reply left.
+
             def counted():
                 now = requests()
                 return now if now["complete"] - before["complete"] >= n else None
@@ -336,9 +342,12 @@ class StandaloneWorkerTest(HeadTestCase):
                                     stdout=subprocess.DEVNULL, stderr=log)
         self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
 
-        def worker_says(text):
+        def worker_log():
             with open(log_path, errors="replace") as f:
-                return text in f.read() or proc.poll() is not None
+                return f.read()
+
+        def worker_says(text):
+            return text in worker_log() or proc.poll() is not None
 
         with muster.Pool(pool_workers.Echo, {"k": 2, "dir": work}, client=c, queue=q) as p:
             it = p.imap([{"args": [1], "kwargs": {"mode": "block"}}, 2, 3], timeout=60)
@@ -347,10 +356,10 @@ class StandaloneWorkerTest(HeadTestCase):
             head.kill()
             open(os.path.join(work, "release"), "w").close()
             wait_until(lambda: worker_says("reporting task"), what="the worker to report")
-            self.assertIsNone(proc.poll(), open(log_path).read())
+            self.assertIsNone(proc.poll(), worker_log())
             head.start()
             self.assertEqual([r["y"] for r in it], [2, 4, 6])
-        self.assertIsNone(proc.poll(), open(log_path).read())
+        self.assertIsNone(proc.poll(), worker_log())
         proc.send_signal(signal.SIGTERM)
         self.assertEqual(proc.wait(30), 0)
         with open(log_path) as f:
