@@ -137,6 +137,8 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
             session_expire_due(h->st, now, results_waiters_busy, h) >= 0 &&
             shared_expire_due(h->st, now) >= 0;
   store_request_end(h->st, ok);
+  if (store_sessions_closing(h->st)) /* an expired session left tasks to delete */
+    reaper_wake(h);
 }
 
 /* Stops the head: parked long-polls are answered, what is committed is

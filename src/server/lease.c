@@ -215,6 +215,40 @@ static void lease_piece_session(jw_buf_t *pieces, const unsigned char *name, lea
   piece->len = pieces->len - piece->at;
 }
 
+/* The statement of lease_candidates, bound.  While closed sessions' tasks
+ * wait for their deletion (session_close.c) it skips those, and reads at
+ * most QUEUE_READY_SCAN of them besides the `max` it wants: a closed
+ * session's million queued tasks ahead of other clients' would otherwise be
+ * read through at every lease until their last chunk went.  Behind more of
+ * them a lease finds nothing for now and may wait: every chunk deleted
+ * wakes the queue's parked leases.  The window keeps the ready index's
+ * order, its subquery read in order as a co-routine by the join (an ORDER
+ * BY outside would sort the window, payloads and all; test_session_close.c
+ * checks the order). */
+static sqlite3_stmt *lease_candidates_stmt(store_t *st, const char *queue, int64_t max) {
+  bool closing = store_sessions_closing(st);
+  sqlite3_stmt *s =
+      !closing ? store_stmt(st, "SELECT id, attempts, payload, coalesce(parent, 0), session,"
+                                " coalesce(idx, -1), requires FROM tasks"
+                                " WHERE queue = ?1 AND state = 0 AND run_at_ms <= ?2"
+                                " ORDER BY priority DESC, id LIMIT ?3")
+               : store_stmt(st, "SELECT t.id, t.attempts, t.payload, coalesce(t.parent, 0),"
+                                " t.session, coalesce(t.idx, -1), t.requires FROM"
+                                " (SELECT id, session FROM tasks INDEXED BY tasks_ready"
+                                " WHERE queue = ?1 AND state = 0 AND run_at_ms <= ?2"
+                                " ORDER BY priority DESC, id LIMIT ?3 + ?4) AS w"
+                                " CROSS JOIN tasks AS t ON t.id = w.id"
+                                " WHERE NOT " SESSION_CLOSING_W_SQL " LIMIT ?3");
+  if (s == NULL)
+    return NULL;
+  store_bind_text(s, 1, queue);
+  sqlite3_bind_int64(s, 2, now_ms());
+  sqlite3_bind_int64(s, 3, max);
+  if (closing)
+    sqlite3_bind_int64(s, 4, QUEUE_READY_SCAN);
+  return s;
+}
+
 /* Collects up to `max` ready tasks of the queue in lease order, with the
  * columns of their lease objects (stored texts appended to `pieces`): one
  * pass over the ready index, so that leasing them is a plain UPDATE by id
@@ -223,17 +257,11 @@ static void lease_piece_session(jw_buf_t *pieces, const unsigned char *name, lea
  * path when it did this.)  Returns the count, or -1. */
 static int64_t lease_candidates(store_t *st, const char *queue, int64_t max, candidate_t *out,
                                 jw_buf_t *pieces, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT id, attempts, payload, coalesce(parent, 0), session,"
-                                   " coalesce(idx, -1), requires FROM tasks"
-                                   " WHERE queue = ?1 AND state = 0 AND run_at_ms <= ?2"
-                                   " ORDER BY priority DESC, id LIMIT ?3");
+  sqlite3_stmt *s = lease_candidates_stmt(st, queue, max);
   if (s == NULL) {
     store_fail(st, f, "lease candidates");
     return -1;
   }
-  store_bind_text(s, 1, queue);
-  sqlite3_bind_int64(s, 2, now_ms());
-  sqlite3_bind_int64(s, 3, max);
   int64_t n = 0;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {

@@ -206,6 +206,11 @@ json_t *queue_to_json(store_t *st, const queue_t *q) {
                    "created_ms", (json_int_t)q->created_ms, "counts", counts);
 }
 
+#define QUEUE_READY_CLOSING_SQL                                                                    \
+  "SELECT count(*), coalesce(sum(w.run_at_ms <= ?2 AND NOT " SESSION_CLOSING_W_SQL "), 0)"         \
+  " FROM (SELECT id, session, run_at_ms FROM tasks INDEXED BY tasks_ready"                         \
+  " WHERE queue = ?1 AND state = 0 ORDER BY priority DESC, id LIMIT ?3) AS w"
+
 /* The count of tasks leasable now is not kept with the others: time alone
  * makes a delayed task leasable, with no write to count it at, and an index
  * of queued tasks by run time would be written by every put and lease.  So
@@ -222,10 +227,14 @@ muster_err_t queue_count_ready(store_t *st, const char *name, int64_t *ready, fa
   int64_t by_state[TASK_STATE_COUNT];
   if (counts_read(st, name, by_state, f))
     return f->code;
-  sqlite3_stmt *s = store_stmt(st, "SELECT count(*), coalesce(sum(run_at_ms <= ?2), 0) FROM"
-                                   " (SELECT run_at_ms FROM tasks INDEXED BY tasks_ready"
-                                   " WHERE queue = ?1 AND state = 0"
-                                   " ORDER BY priority DESC, id LIMIT ?3)");
+  /* A closed session's tasks waiting for their deletion are not ready:
+   * leases skip them (session_close.c). */
+  sqlite3_stmt *s = store_sessions_closing(st)
+                        ? store_stmt(st, QUEUE_READY_CLOSING_SQL)
+                        : store_stmt(st, "SELECT count(*), coalesce(sum(run_at_ms <= ?2), 0) FROM"
+                                         " (SELECT run_at_ms FROM tasks INDEXED BY tasks_ready"
+                                         " WHERE queue = ?1 AND state = 0"
+                                         " ORDER BY priority DESC, id LIMIT ?3)");
   if (s == NULL)
     return store_fail(st, f, "ready count");
   store_bind_text(s, 1, name);

@@ -1,7 +1,7 @@
 /*
  * reaper.c — the head's background removal of tasks, one chunk of at most
- * QUEUE_CHUNK tasks per loop turn, between the requests (queue_reap.c has
- * the SQL and says why).
+ * QUEUE_CHUNK tasks per loop turn, between the requests (queue_reap.c and
+ * session_close.c have the SQL and say why).
  *
  * One timer does all of it, in this order of priority:
  *   1. the trash: tasks of deleted queues, a chunk every turn until none is
@@ -10,8 +10,12 @@
  *      a deletion finishes it after its restart;
  *   2. purges of more than a chunk, a chunk every turn, each answered when
  *      done.  A purge lives in memory: a stop leaves it partly done, every
- *      chunk committed and counted.  The trash and the purges take turns, a
- *      chunk each: a small purge is not held up by the deletion of millions;
+ *      chunk committed and counted;
+ *   2'. what sessions closed with more than a chunk of tasks left behind
+ *      (session_close.c), a chunk every turn, nobody waiting: their close was
+ *      answered already.  Recorded in the store like the trash, so a head
+ *      killed meanwhile resumes it.  These three take turns, a chunk each:
+ *      a small purge is not held up by the deletion of millions;
  *   3. the retention: passes over the queues that have a keep_done_ms (one
  *      pass per queue at most every keep_done_ms / 10, between 1 s and
  *      60 s), a chunk every turn while the head is idle, else one every
@@ -27,6 +31,7 @@
 #include "log.h"
 #include "queue.h"
 #include "queue_reap.h"
+#include "session.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -65,7 +70,7 @@ struct reaper {
   size_t npasses;
   int64_t listed_ms;   /* when `passes` was read from the store; 0: never */
   int64_t last_reaped; /* tasks the last retention chunk removed */
-  bool purge_turn;     /* a purge's chunk goes before the trash's this turn */
+  unsigned turn;       /* which of reaper_chunks goes first this turn */
 };
 
 static void reaper_schedule(reaper_t *rp, int64_t delay_ms) {
@@ -187,6 +192,24 @@ static bool reaper_purge(reaper_t *rp) {
   return true;
 }
 
+/* ---- 2'. closed sessions ---- */
+
+static muster_err_t reaper_session_step(reaper_t *rp, void *arg, fail_t *f) {
+  int64_t deleted = 0;
+  bool finished = false;
+  return session_trash_step(rp->head->st, arg, QUEUE_CHUNK, &deleted, &finished, f);
+}
+
+/* One chunk of what a closed session left; false when none did (or the
+ * store could not be read). */
+static bool reaper_sessions(reaper_t *rp) {
+  char id[SESSION_ID_LEN + 1];
+  fail_t f = {0};
+  if (session_trash_first(rp->head->st, id, &f) || id[0] == '\0')
+    return false;
+  return reaper_run(rp, reaper_session_step, id, &f);
+}
+
 /* ---- 3. retention ---- */
 
 /* The time between two passes over a queue that keeps done tasks for
@@ -283,16 +306,21 @@ static int64_t reaper_retain(reaper_t *rp) {
 
 /* ---- the timer ---- */
 
+/* The chunked work that goes before the retention, in turns: each true
+ * when it ran a chunk. */
+static bool (*const reaper_chunks[])(reaper_t *rp) = {reaper_trash, reaper_purge, reaper_sessions};
+#define REAPER_CHUNK_KINDS (sizeof reaper_chunks / sizeof reaper_chunks[0])
+
 static void reaper_tick(evutil_socket_t fd, short what, void *arg) {
   reaper_t *rp = arg;
   if (rp->head->stopping)
     return;
-  rp->purge_turn = !rp->purge_turn;
-  if (rp->purge_turn ? reaper_purge(rp) || reaper_trash(rp)
-                     : reaper_trash(rp) || reaper_purge(rp)) {
-    reaper_schedule(rp, 0); /* a client may be waiting: the next chunk next turn */
-    return;
-  }
+  rp->turn = (rp->turn + 1) % REAPER_CHUNK_KINDS;
+  for (size_t i = 0; i < REAPER_CHUNK_KINDS; i++)
+    if (reaper_chunks[(rp->turn + i) % REAPER_CHUNK_KINDS](rp)) {
+      reaper_schedule(rp, 0); /* more may be left: the next chunk next turn */
+      return;
+    }
   reaper_schedule(rp, reaper_retain(rp));
 }
 
@@ -321,6 +349,11 @@ void reaper_free(reaper_t *rp) {
   event_free(rp->timer);
   free(rp->passes);
   free(rp);
+}
+
+void reaper_wake(head_t *h) {
+  if (h->reaper && !h->stopping)
+    reaper_schedule(h->reaper, 0);
 }
 
 /* Appends a job for parked request `r` and runs the timer at the next turn. */

@@ -1,7 +1,8 @@
 /*
  * reaper.h — the head's background removal of tasks, a chunk at a time
  * between the requests (reaper.c): the tasks of deleted queues, big purges,
- * and done tasks past their queue's retention (queue_reap.h does the SQL).
+ * the tasks of big closed sessions, and done tasks past their queue's
+ * retention (queue_reap.h and session.h do the SQL).
  */
 #ifndef MUSTER_SERVER_REAPER_H
 #define MUSTER_SERVER_REAPER_H
@@ -15,12 +16,16 @@ typedef struct reaper reaper_t;
 
 /* The reaper of head `h`, whose loop and store are ready; its first chunk
  * runs at the loop's next turn (the trash of a head that stopped during a
- * deletion is emptied first).  NULL when out of memory. */
+ * deletion, or of closed sessions, is emptied first).  NULL when out of memory. */
 reaper_t *reaper_new(head_t *h);
 /* Frees it (parked requests must have been answered: reaper_release_all);
  * accepts NULL. */
 void reaper_free(reaper_t *rp);
 
+/* Runs the reaper at the loop's next turn instead of its next planned one:
+ * the store holds work for it that no parked request brought (a session
+ * closed with more tasks than a chunk).  Accepts a head without a reaper. */
+void reaper_wake(head_t *h);
 /* Parks DELETE request `r`, whose queue went to the trash with `tasks` tasks
  * and `sessions` sessions closed, until the trash of `queue` is empty; then
  * it is answered {"deleted", "tasks", "sessions_closed"}. */

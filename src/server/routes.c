@@ -103,6 +103,8 @@ static void h_queue_delete(http_req_t *r) {
     http_reply_json(r, 200,
                     json_pack("{s:s, s:I, s:I}", "deleted", r->params[0], "tasks",
                               (json_int_t)tasks, "sessions_closed", (json_int_t)sessions));
+  if (store_sessions_closing(ST(r))) /* a closed session left tasks in other queues */
+    reaper_wake(r->head);
 }
 
 /* The first chunk now; more go on in the background, and the reply waits. */

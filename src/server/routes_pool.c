@@ -14,6 +14,7 @@
 #include "routes_pool.h"
 #include "log.h"
 #include "node.h"
+#include "reaper.h"
 #include "session.h"
 #include "update.h"
 
@@ -120,6 +121,8 @@ void route_session_submit(http_req_t *r) {
 void route_session_close(http_req_t *r) {
   fail_t f = {0};
   reply_or_fail(r, 200, session_close(ST(r), r->params[0], "by its client", &f), &f);
+  if (store_sessions_closing(ST(r))) /* it left tasks to the background deletion */
+    reaper_wake(r->head);
 }
 
 static void results_waiter_park(http_req_t *r, session_order_t order, int64_t cursor, int64_t max,

@@ -93,15 +93,45 @@ json_t *session_results(store_t *st, const char *id, session_order_t order, int6
 
 /* Closes the session: unfinished tasks are cancelled, then its tasks, results
  * and updates deleted.  `why` says who closed it (kept for error messages).
- * Returns {"id", "cancelled", "deleted"} or NULL with *f filled. */
+ * Returns {"id", "cancelled", "deleted"} or NULL with *f filled.
+ * At most QUEUE_CHUNK (queue.h) tasks are deleted here: a session with more
+ * goes to session_trash (below), its leased tasks deleted now and the
+ * others left to session_trash_step, and the reply's counts are then the
+ * session's own (its pending and total tasks) instead of rows counted. */
 json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f);
 
 /* Closes every open session streaming from queue `queue` (session_close), as
  * its queue is deleted: their readers are answered session_not_found, which
  * names why, instead of waiting for tasks that are gone.  *closed gets their
- * number.  Their tasks in `queue` itself are left to the queue's deletion,
- * which may go in chunks (queue_reap.c). */
+ * number.  QUEUE_CHUNK tasks at most are deleted in all; the others
+ * wait in session_trash (those in `queue` itself may go with the queue's
+ * deletion first, queue_reap.c). */
 muster_err_t session_close_queue(store_t *st, const char *queue, int64_t *closed, fail_t *f);
+
+/* SQL: true when the task row named `t` (its `id` and `session`) is one that
+ * a closed session left to the background deletion (session_trash): no
+ * lease, ready count or read by id sees such a task.  Only where
+ * store_sessions_closing says rows may be there: a store migrated only so
+ * far (tests) has no session_trash. */
+#define SESSION_CLOSING_SQL(t)                                                                     \
+  "(" t ".session IS NOT NULL AND EXISTS (SELECT 1 FROM session_trash AS c"                        \
+  " WHERE c.session = " t ".session AND " t ".id <= c.horizon))"
+/* SESSION_CLOSING_SQL of the table's own row, and of a subquery's row named w. */
+#define SESSION_CLOSING_TASKS_SQL SESSION_CLOSING_SQL("tasks")
+#define SESSION_CLOSING_W_SQL SESSION_CLOSING_SQL("w")
+
+/* Copies the id of a session in session_trash to `id` ("" when none).  When
+ * none is there and no transaction is open, store_sessions_closing is
+ * cleared (store.h says why only then). */
+muster_err_t session_trash_first(store_t *st, char id[SESSION_ID_LEN + 1], fail_t *f);
+/* One chunk of the deletion of what closed session `id` left: up to `max`
+ * of its tasks (*deleted of them), their counts moved, or once none is left
+ * up to the rest of `max` of its results; once neither is left (*finished)
+ * its session_trash row goes too.  Queues whose queued tasks went are
+ * notified (store_notify_ready): leases parked behind them may reach ready
+ * tasks now.  *finished at once when `id` is not in the trash. */
+muster_err_t session_trash_step(store_t *st, const char *id, int64_t max, int64_t *deleted,
+                                bool *finished, fail_t *f);
 
 /* Records the result of task `task` in its session's stream if it belongs to
  * an open session and its index has no result yet; wakes the session's

@@ -1,6 +1,7 @@
 /*
- * session_internal.h — what session.c and session_results.c share: the
- * session row as the store has it, and loading an open one.
+ * session_internal.h — what session.c, session_results.c and
+ * session_close.c share: the session row as the store has it, and loading
+ * it.
  */
 #ifndef MUSTER_SERVER_SESSION_INTERNAL_H
 #define MUSTER_SERVER_SESSION_INTERNAL_H
@@ -25,6 +26,10 @@ typedef struct {
   char closed_why[128];
 } session_t;
 
+/* Loads session `id` (open or closed) into *ss; *init_data (may be NULL)
+ * receives its init data.  MUSTER_SESSION_NOT_FOUND when unknown. */
+muster_err_t session_load(store_t *st, const char *id, session_t *ss, json_t **init_data,
+                          fail_t *f);
 /* Loads open session `id` into *ss; *init_data (may be NULL) receives its
  * init data (new reference).  When `touch`, records the call as the
  * client's heartbeat.  MUSTER_SESSION_NOT_FOUND when unknown or closed (the

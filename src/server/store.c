@@ -35,14 +35,15 @@ typedef struct {
 
 struct store {
   sqlite3 *db;
-  bool in_tx;          /* the turn's transaction is open */
-  int64_t last_token;  /* highest fencing token handed out */
-  int64_t token_floor; /* committed in meta: no token up to it is ever reused */
-  int64_t opened_ms;   /* when this process opened the file (store_opened_ms) */
-  int64_t new_tasks;   /* lowest task id inserted since store_take_new_tasks */
-  int64_t last_task;   /* highest task id handed out (store_task_ids) */
-  int64_t task_floor;  /* committed in meta: no task id up to it is ever reused */
-  bool tasks_deleted;  /* the open transaction deleted tasks */
+  bool in_tx;            /* the turn's transaction is open */
+  int64_t last_token;    /* highest fencing token handed out */
+  int64_t token_floor;   /* committed in meta: no token up to it is ever reused */
+  int64_t opened_ms;     /* when this process opened the file (store_opened_ms) */
+  int64_t new_tasks;     /* lowest task id inserted since store_take_new_tasks */
+  int64_t last_task;     /* highest task id handed out (store_task_ids) */
+  int64_t task_floor;    /* committed in meta: no task id up to it is ever reused */
+  bool tasks_deleted;    /* the open transaction deleted tasks */
+  bool sessions_closing; /* session_trash may hold rows (store_sessions_closing) */
   store_tx_fn on_tx;
   store_ready_fn on_ready;
   store_session_fn on_session;
@@ -283,6 +284,16 @@ static const char *const migrations[] = {
     "     OR root IN (SELECT parent FROM tasks WHERE parent IS NOT NULL);"
     "DROP TABLE compat_jobs;"
     "ALTER TABLE queue_trash ADD COLUMN next TEXT;",
+    /* Sessions closed with more tasks than one chunk (session_close.c): the
+     * close is answered at once and this row, committed with it, stands for
+     * the tasks it left: those carrying the session with ids up to `horizon`
+     * (the highest id at the close), which no lease, ready count or task
+     * read sees from then on, and which the head's background work deletes
+     * a chunk at a time with the session's results; `deleted` counts them.
+     * The row goes with the last chunk; a restart resumes from it. */
+    "CREATE TABLE session_trash ("
+    "  session TEXT PRIMARY KEY, horizon INTEGER NOT NULL, closed_ms INTEGER NOT NULL,"
+    "  deleted INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))
@@ -395,6 +406,16 @@ static int64_t store_load_highest(store_t *st, const char *column, const char *k
     highest = sqlite3_column_int64(s, 0);
   sqlite3_finalize(s);
   return highest;
+}
+
+/* True when `sql` returns a row; false also when it does not compile (a
+ * table that a store migrated only so far, for tests, does not have). */
+static bool store_any_row(store_t *st, const char *sql) {
+  sqlite3_stmt *s = NULL;
+  bool row =
+      sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW;
+  sqlite3_finalize(s);
+  return row;
 }
 
 /* Before SQLite's first use: no global memory statistics, which would take a
@@ -534,6 +555,7 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
   st->last_token = st->token_floor = store_load_highest(st, "token", "last_token");
   st->last_task = st->task_floor = store_load_highest(st, "id", "last_task");
   st->new_tasks = INT64_MAX;
+  st->sessions_closing = store_any_row(st, "SELECT 1 FROM session_trash LIMIT 1");
   return st;
 }
 
@@ -734,6 +756,14 @@ int64_t store_last_task(const store_t *st) {
 
 void store_note_tasks_deleted(store_t *st) {
   st->tasks_deleted = true;
+}
+
+bool store_sessions_closing(const store_t *st) {
+  return st->sessions_closing;
+}
+
+void store_set_sessions_closing(store_t *st, bool closing) {
+  st->sessions_closing = closing;
 }
 
 int64_t store_new_tasks(const store_t *st) {

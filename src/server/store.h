@@ -96,6 +96,16 @@ int64_t store_last_task(const store_t *st);
  * floor that keeps a restart from handing their ids out again.  Every
  * DELETE FROM tasks calls it. */
 void store_note_tasks_deleted(store_t *st);
+/* Whether the table session_trash may hold rows: sessions closed with more
+ * tasks than one chunk, whose tasks the head deletes in the background and
+ * which leases, ready counts and task reads must skip meanwhile
+ * (session_close.c).  While it is false those skip the check altogether.
+ * It is true from the store's opening when a row is there, set when a close
+ * inserts one, and cleared only by session_trash_first when no transaction
+ * is open and the table is empty: a rolled-back deletion of the last row
+ * can then never leave it false with a row there. */
+bool store_sessions_closing(const store_t *st);
+void store_set_sessions_closing(store_t *st, bool closing);
 /* The lowest task id inserted since the last store_take_new_tasks, or
  * INT64_MAX when none was.  Every task inserted since has an id at least this
  * high (a new task's id is above every id in the table). */

@@ -11,6 +11,7 @@
 #include "jv.h"
 #include "jw.h"
 #include "log.h"
+#include "session.h"
 #include "shared.h"
 #include "core/names.h"
 
@@ -402,13 +403,22 @@ static json_t *task_from_row(sqlite3_stmt *s, bool brief) {
   return task;
 }
 
+#define TASK_NOT_FOUND_CLOSING_SQL                                                                 \
+  "SELECT CASE WHEN " SESSION_CLOSING_TASKS_SQL " THEN NULL ELSE queue END, 1"                     \
+  " FROM tasks WHERE id = ?1 UNION ALL"                                                            \
+  " SELECT NULL, ?1 <= (SELECT max(id) FROM tasks) LIMIT 1"
+
 /* Fills *f with why task `id` is not found: it waits in the trash of a
  * deleted queue (queue_reap.h), or its id was handed out (ids are given
  * in turn, so every id up to the highest was) and the task removed since,
  * or it never existed. */
 static void task_not_found(store_t *st, int64_t id, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT queue, 1 FROM tasks WHERE id = ?1 UNION ALL"
-                                   " SELECT NULL, ?1 <= (SELECT max(id) FROM tasks) LIMIT 1");
+  /* A task a closed session left to the background deletion is removed
+   * already for clients (session_close.c): no queue to name. */
+  sqlite3_stmt *s = store_sessions_closing(st)
+                        ? store_stmt(st, TASK_NOT_FOUND_CLOSING_SQL)
+                        : store_stmt(st, "SELECT queue, 1 FROM tasks WHERE id = ?1 UNION ALL"
+                                         " SELECT NULL, ?1 <= (SELECT max(id) FROM tasks) LIMIT 1");
   if (s == NULL) {
     store_fail(st, f, "task lookup");
     return;
@@ -431,9 +441,15 @@ static void task_not_found(store_t *st, int64_t id, fail_t *f) {
 }
 
 json_t *task_get(store_t *st, int64_t id, fail_t *f) {
-  /* A task of a deleted queue may wait in the trash: gone for clients. */
-  sqlite3_stmt *s = store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks WHERE id = ?1"
-                                   " AND EXISTS (SELECT 1 FROM queues WHERE name = tasks.queue)");
+  /* A task of a deleted queue may wait in the trash, one of a closed session
+   * in session_trash: gone for clients. */
+  sqlite3_stmt *s =
+      !store_sessions_closing(st)
+          ? store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks WHERE id = ?1"
+                           " AND EXISTS (SELECT 1 FROM queues WHERE name = tasks.queue)")
+          : store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks WHERE id = ?1"
+                           " AND EXISTS (SELECT 1 FROM queues WHERE name = tasks.queue)"
+                           " AND NOT " SESSION_CLOSING_TASKS_SQL);
   if (s == NULL) {
     store_fail(st, f, "task lookup");
     return NULL;

@@ -4,6 +4,7 @@ long-poll, gaps in the indexes, exactly-once results, close, and cleanup_on_exit
 when the client goes silent (docs/api.md, "Sessions")."""
 import json
 import os
+import sqlite3
 import sys
 import threading
 import time
@@ -726,6 +727,57 @@ class SessionRestartTest(SessionCase):
         self.assertEqual(r, {"tasks": first, "repeated": True})
         got = self.get_session(sid)
         self.assertEqual((got["next_index"], got["counts"]["total"]), (5, 5))
+
+
+class SessionBigCloseTest(SessionCase):
+    """A session with more tasks than one chunk (1000) is closed at once: the close deletes
+    one chunk and records the rest, which the head deletes in the background, a chunk per
+    loop turn; none of them is leased meanwhile, also after a kill -9 right after the
+    reply (docs/api.md, DELETE /v1/sessions/{id})."""
+
+    BIG = 20000
+
+    def store_count(self, sql, *args):
+        """A count read from the store of the head, which must not run."""
+        db = sqlite3.connect(os.path.join(self.head.data_dir, "muster.db"))
+        try:
+            return db.execute(sql, args).fetchone()[0]
+        finally:
+            db.close()
+
+    def test_close_is_durable_and_finishes_after_kill9(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        ids = []
+        for first in range(0, self.BIG, 1000):
+            ids += [t["id"] for t in self.submit(sid, [{"payload": i}
+                                                       for i in range(first, first + 1000)])]
+        [after] = self.put("after")  # behind all of the session's tasks in lease order
+        r = self.expect("DELETE", "/v1/sessions/" + sid)
+        self.head.kill()
+        self.assertEqual(r, {"id": sid, "cancelled": self.BIG, "deleted": self.BIG})
+        # The reply came after one chunk, with the rest recorded for the background.
+        left = self.store_count("SELECT count(*) FROM tasks WHERE session = ?", sid)
+        self.assertGreater(left, 0, "every task was deleted before the reply")
+        self.assertLessEqual(left, self.BIG - 1000)
+        self.assertEqual(self.store_count(
+            "SELECT count(*) FROM session_trash WHERE session = ?", sid), 1)
+        self.head.start()
+        # Closed for good, and none of its tasks is leased: the lease waits for the
+        # background deletion to reach the task behind them.
+        r = self.expect_error("GET", "/v1/sessions/" + sid, None, 404, "session_not_found")
+        self.assertIn("closed", r.json["error"]["message"])
+        leases = self.lease(max=100, wait_ms=20000)
+        self.assertEqual([(x["task"], x["session"]) for x in leases], [(after, None)])
+        self.expect_error("GET", "/v1/tasks/%d" % ids[-1], None, 404, "task_not_found")
+        harness.wait_until(lambda: sum(self.counts().values()) == 1, timeout=20,
+                           what="the closed session's tasks to be deleted")
+        self.assert_counts(leased=1)
+        self.assertEqual([t["id"] for t in self.list_tasks()], [after])
+        self.assertEqual(self.head.stop(), 0)
+        self.assertEqual(self.store_count("SELECT count(*) FROM session_trash"), 0)
+        self.assertEqual(self.store_count("SELECT count(*) FROM session_results"), 0)
+        self.head.start()
 
 
 class SessionShutdownTest(SessionCase):

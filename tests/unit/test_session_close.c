@@ -1,0 +1,299 @@
+/*
+ * test_session_close.c — closing a session with more tasks than one chunk
+ * (session_close.c): the close deletes one chunk and leaves the rest to the
+ * reaper's turns (session_trash_step), none of them leasable, counted as
+ * ready or readable meanwhile; the expiry and a queue's deletion close
+ * sessions within one chunk too; the counts stay exact.  Against an
+ * in-memory store: no HTTP, no processes.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/counts.h"
+#include "server/lease.h"
+#include "server/log.h"
+#include "server/queue.h"
+#include "server/queue_reap.h"
+#include "server/session.h"
+#include "server/task.h"
+#include "sql_helpers.h"
+#include "store_fixture.h"
+
+/* The statement that deletes a chunk of a session's tasks (session_close.c). */
+#define CHUNK_SQL "INDEXED BY tasks_by_session WHERE session = ?1 AND id <= ?2 LIMIT ?3"
+
+/* The count of rows of `table` whose `column` is `value`. */
+static int64_t rows(const char *table, const char *column, const char *value) {
+  char sql[256];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE %s = '%s'", table, column, value);
+  return query_int(store_db(st), sql);
+}
+
+static int64_t session_tasks(const char *id) {
+  return rows("tasks", "session", id);
+}
+
+static void open_session(const char *queue, int64_t timeout_ms, char *id) {
+  json_t *body = json_pack("{s:s, s:I}", "queue", queue, "timeout_ms", (json_int_t)timeout_ms);
+  fail_t f = {0};
+  json_t *s = session_create(st, body, 1 << 20, &f);
+  assert_non_null(s);
+  snprintf(id, SESSION_ID_LEN + 1, "%s", json_string_value(json_object_get(s, "id")));
+  json_decref(s);
+  json_decref(body);
+}
+
+/* Submits `n` tasks to session `id`, in batches. */
+static void submit_many(const char *id, int64_t n) {
+  while (n > 0) {
+    int64_t batch = n < TASK_MAX_BATCH ? n : TASK_MAX_BATCH;
+    json_t *tasks = json_array();
+    for (int64_t i = 0; i < batch; i++)
+      json_array_append_new(tasks, json_pack("{s:I}", "payload", (json_int_t)i));
+    json_t *body = json_pack("{s:o}", "tasks", tasks);
+    fail_t f = {0};
+    json_t *out = session_submit(st, id, body, 1 << 20, &f);
+    if (out == NULL)
+      fail_msg("submit: %s", f.message);
+    json_decref(out);
+    json_decref(body);
+    n -= batch;
+  }
+}
+
+/* Puts one task of `priority` into `queue`; returns its id. */
+static int64_t put_one(const char *queue, int64_t priority) {
+  json_t *body =
+      json_pack("{s:[{s:s, s:I}]}", "tasks", "payload", "plain", "priority", (json_int_t)priority);
+  fail_t f = {0};
+  json_t *out = task_put(st, queue, body, 1 << 20, &f);
+  assert_non_null(out);
+  json_t *tree = reply_tree(out);
+  int64_t id = jint(json_array_get(json_object_get(tree, "tasks"), 0), "id");
+  json_decref(tree);
+  json_decref(out);
+  json_decref(body);
+  return id;
+}
+
+static json_t *lease(const char *queue, int64_t max) {
+  queue_t q;
+  fail_t f = {0};
+  load_queue(queue, &q);
+  json_t *leases = lease_acquire(st, &q, 0, max, &f);
+  assert_non_null(leases);
+  return leases;
+}
+
+/* Completes every lease of `leases`. */
+static void complete_all(const json_t *leases) {
+  json_t *items = json_array();
+  for (size_t i = 0; i < json_array_size(leases); i++) {
+    const json_t *l = json_array_get(leases, i);
+    json_array_append_new(items, json_pack("{s:I, s:I, s:s}", "task", (json_int_t)jint(l, "task"),
+                                           "token", (json_int_t)jint(l, "token"), "result", "r"));
+  }
+  json_t *body = json_pack("{s:o}", "leases", items);
+  fail_t f = {0};
+  json_t *out = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
+  if (out == NULL)
+    fail_msg("complete: %s", f.message);
+  json_decref(out);
+  json_decref(body);
+}
+
+/* The kept counts of `queue` equal a count of its tasks, state by state. */
+static void assert_counts_exact(const char *queue) {
+  int64_t kept[TASK_STATE_COUNT];
+  fail_t f = {0};
+  assert_int_equal(counts_read(st, queue, kept, &f), MUSTER_OK);
+  for (int state = 0; state < TASK_STATE_COUNT; state++) {
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM tasks WHERE queue = '%s' AND state = %d", queue,
+             state);
+    assert_int_equal(kept[state], query_int(store_db(st), sql));
+  }
+}
+
+/* Runs reaper turns (session_trash_step) until session `id` is finished;
+ * returns how many, each checked to delete at most a chunk. */
+static int reaper_turns(const char *id) {
+  int turns = 0;
+  for (bool finished = false; !finished; turns++) {
+    int64_t deleted = -1;
+    fail_t f = {0};
+    assert_true(turns < 100);
+    assert_int_equal(session_trash_step(st, id, QUEUE_CHUNK, &deleted, &finished, &f), MUSTER_OK);
+    assert_true(deleted >= 0 && deleted <= QUEUE_CHUNK);
+  }
+  return turns;
+}
+
+/* A session of 3.5 chunks, three tasks leased and one completed, between a
+ * plain task put before it and one put after it. */
+static void test_big_close_goes_in_chunks(void **unused) {
+  (void)unused;
+  make_queue("q", "{}");
+  int64_t before = put_one("q", 0);
+  char id[SESSION_ID_LEN + 1], sid[SESSION_ID_LEN + 1];
+  open_session("q", 60000, id);
+  const int64_t n = 3 * QUEUE_CHUNK + QUEUE_CHUNK / 2;
+  submit_many(id, n);
+  int64_t after = put_one("q", 0);
+  json_t *leases = lease("q", 4); /* `before` and three of the session's */
+  json_t *first = json_array();
+  json_array_append(first, json_array_get(leases, 1));
+  complete_all(first);
+  json_decref(first);
+  int64_t leased = jint(json_array_get(leases, 3), "task");
+  json_decref(leases);
+
+  /* The close deletes one chunk: one run of the chunk's statement. */
+  int chunk_runs = stmt_runs(CHUNK_SQL);
+  fail_t f = {0};
+  json_t *r = session_close(st, id, "by its client", &f);
+  assert_non_null(r);
+  assert_int_equal(stmt_runs(CHUNK_SQL) - chunk_runs, 1);
+  assert_int_equal(session_tasks(id), n - QUEUE_CHUNK);
+  /* Its counts are the session's: pending and total. */
+  assert_int_equal(jint(r, "cancelled"), n - 1);
+  assert_int_equal(jint(r, "deleted"), n);
+  json_decref(r);
+  assert_int_equal(rows("session_trash", "session", id), 1);
+  assert_true(store_sessions_closing(st));
+  assert_null(session_get(st, id, &f));
+  assert_int_equal(f.code, MUSTER_SESSION_NOT_FOUND);
+
+  /* None of what is left is leased, and a lease still takes others in
+   * lease order: those of higher priority, then the one put before; the one
+   * put after is beyond what a lease reads past the session's tasks. */
+  int64_t high = put_one("q", 10), mid = put_one("q", 5);
+  leases = lease("q", 50);
+  assert_int_equal(json_array_size(leases), 2);
+  assert_int_equal(jint(json_array_get(leases, 0), "task"), high);
+  assert_int_equal(jint(json_array_get(leases, 1), "task"), mid);
+  json_decref(leases);
+  int64_t ready = -1;
+  assert_int_equal(queue_count_ready(st, "q", &ready, &f), MUSTER_OK);
+  assert_int_equal(ready, 0);
+  /* A task left behind reads as removed. */
+  int64_t left = query_int(store_db(st), "SELECT max(id) FROM tasks WHERE session IS NOT NULL");
+  f = (fail_t){0};
+  assert_null(task_get(st, left, &f));
+  assert_int_equal(f.code, MUSTER_TASK_NOT_FOUND);
+  assert_non_null(strstr(f.message, "does not exist any more"));
+  /* The leased task went with the close (it was in the first chunk, and
+   * the leased ones go in any case). */
+  assert_null(task_get(st, leased, &f));
+  assert_counts_exact("q");
+
+  /* The reaper's turns delete the rest, a chunk each, then the results. */
+  char trashed[SESSION_ID_LEN + 1];
+  assert_int_equal(session_trash_first(st, trashed, &f), MUSTER_OK);
+  assert_string_equal(trashed, id);
+  assert_int_equal(reaper_turns(id), 3);
+  assert_int_equal(session_tasks(id), 0);
+  assert_int_equal(rows("session_results", "session", id), 0);
+  assert_int_equal(rows("session_trash", "session", id), 0);
+  assert_counts_exact("q");
+  leases = lease("q", 50);
+  assert_int_equal(json_array_size(leases), 1);
+  assert_int_equal(jint(json_array_get(leases, 0), "task"), after);
+  json_decref(leases);
+  assert_true(before < after);
+
+  /* Only outside a transaction does an empty trash clear the flag. */
+  assert_int_equal(session_trash_first(st, trashed, &f), MUSTER_OK);
+  assert_string_equal(trashed, "");
+  assert_true(store_sessions_closing(st));
+  store_request_end(st, true);
+  assert_int_equal(store_commit(st, &f), MUSTER_OK);
+  assert_int_equal(session_trash_first(st, trashed, &f), MUSTER_OK);
+  assert_false(store_sessions_closing(st));
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK);
+  /* A small session still goes whole, with counted numbers. */
+  open_session("q", 60000, sid);
+  submit_many(sid, 3);
+  r = session_close(st, sid, "by its client", &f);
+  assert_non_null(r);
+  assert_int_equal(jint(r, "cancelled"), 3);
+  assert_int_equal(jint(r, "deleted"), 3);
+  json_decref(r);
+  assert_false(store_sessions_closing(st));
+}
+
+/* Sessions expiring together share one chunk. */
+static void test_expiry_shares_a_chunk(void **unused) {
+  (void)unused;
+  make_queue("q", "{}");
+  char a[SESSION_ID_LEN + 1], b[SESSION_ID_LEN + 1];
+  open_session("q", 100, a);
+  open_session("q", 100, b);
+  submit_many(a, QUEUE_CHUNK + 10);
+  submit_many(b, QUEUE_CHUNK + 10);
+  assert_int_equal(session_expire_due(st, now_ms() + 10000, NULL, NULL), 2);
+  assert_int_equal(session_tasks(a) + session_tasks(b), QUEUE_CHUNK + 20);
+  json_t *leases = lease("q", 10);
+  assert_int_equal(json_array_size(leases), 0);
+  json_decref(leases);
+  reaper_turns(a);
+  reaper_turns(b);
+  assert_int_equal(session_tasks(a) + session_tasks(b), 0);
+  assert_counts_exact("q");
+}
+
+/* A queue deleted in chunks closes its session within one chunk too, also
+ * for the session's tasks in the next stage. */
+static void test_queue_delete_closes_within_a_chunk(void **unused) {
+  (void)unused;
+  make_queue("b", "{}");
+  make_queue("a", "{\"next\": \"b\"}");
+  char id[SESSION_ID_LEN + 1];
+  open_session("a", 60000, id);
+  const int64_t n = QUEUE_CHUNK + QUEUE_CHUNK / 2;
+  submit_many(id, 2 * n);
+  for (int64_t done = 0; done < n; done += TASK_MAX_BATCH) { /* n children in b */
+    json_t *leases = lease("a", n - done < TASK_MAX_BATCH ? n - done : TASK_MAX_BATCH);
+    complete_all(leases);
+    json_decref(leases);
+  }
+  assert_int_equal(rows("tasks", "queue", "b"), n);
+  int64_t tasks = 0, sessions = 0;
+  bool pending = false;
+  fail_t f = {0};
+  assert_int_equal(queue_delete(st, "a", &tasks, &sessions, &pending, &f), MUSTER_OK);
+  assert_true(pending);
+  assert_int_equal(sessions, 1);
+  assert_int_equal(session_tasks(id), 3 * n - QUEUE_CHUNK);
+  json_t *leases = lease("b", 10);
+  assert_int_equal(json_array_size(leases), 0);
+  json_decref(leases);
+  reaper_turns(id);
+  assert_int_equal(session_tasks(id), 0);
+  assert_counts_exact("b");
+  for (bool finished = false; !finished;) { /* the queue's own trash */
+    int64_t deleted = 0;
+    assert_int_equal(queue_trash_step(st, "a", QUEUE_CHUNK, &deleted, &finished, &f), MUSTER_OK);
+  }
+  assert_int_equal(rows("tasks", "queue", "a"), 0);
+}
+
+int main(void) {
+  log_set_level(LOG_ERROR);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_big_close_goes_in_chunks, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_expiry_shares_a_chunk, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_queue_delete_closes_within_a_chunk, fixture_setup,
+                                      fixture_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
