@@ -32,7 +32,6 @@ from .client import Client
 from .worker import MARK, WORKER_CLASS_BLOB, decode_result, dumps, unpack_call
 
 SUBMIT_BATCH = 1000
-POLL_MS = 20000
 RETRY_PAUSE_S = 1.0  # between tries while the head does not answer (as the C pool's)
 # A head that is down or restarting: no reply came, or it answered 503 while stopping.
 _HEAD_DOWN = (errors.NetworkError, errors.Unavailable)
@@ -492,10 +491,14 @@ class Pool:
         past it that brought nothing new ends the call (TimeoutError)."""
         return deadline is not None and time.monotonic() >= deadline
 
-    @staticmethod
-    def _wait_ms(left):
-        """A long-poll's wait: POLL_MS, or less to end by the deadline ``left`` s away."""
-        return POLL_MS if left is None else max(1, min(POLL_MS, int(left * 1000)))
+    def _read(self, order, cursor, max, quick, left):
+        """One read of the session's results: at once when ``quick``, else a long-poll as
+        long as the head lets one wait (its max_wait_ms) or to the deadline ``left`` s
+        away, whichever is sooner (Client._poll_results, which also paces a head that
+        lets none wait)."""
+        if quick:
+            return self.client.results(self.session, order=order, cursor=cursor, max=max)
+        return self.client._poll_results(self.session, order, cursor, max, None, left)
 
     def imap(self, data, timeout=None):
         """Results in input order, each as soon as it and those before it are ready.
@@ -514,9 +517,7 @@ class Pool:
             # result before it was yielded, none after it was.
             reply = self._retrying(
                 "reading results",
-                lambda left: self.client.results(self.session, order="submission", cursor=cursor,
-                                                 max=min(1000, end - cursor),
-                                                 wait_ms=0 if quick else self._wait_ms(left)),
+                lambda left: self._read("submission", cursor, min(1000, end - cursor), quick, left),
                 lambda e, waited: self._gave_up_reading(e, waited, "submission", cursor, first,
                                                         n, cursor - first),
                 deadline, lambda unreachable: self._timed_out_reading(
@@ -550,8 +551,7 @@ class Pool:
             # Read again from the same cursor while the head does not answer (as _ordered).
             reply = self._retrying(
                 "reading results",
-                lambda left: self.client.results(self.session, order="completion", cursor=cursor,
-                                                 max=1000, wait_ms=self._wait_ms(left)),
+                lambda left: self._read("completion", cursor, 1000, False, left),
                 lambda e, waited: self._gave_up_reading(e, waited, "completion", cursor, first,
                                                         n, len(seen)),
                 deadline, lambda unreachable: self._timed_out_reading(
