@@ -211,6 +211,7 @@ class Client:
     files ``url`` and ``token`` in the head's data dir (``data_dir``, $MUSTER_DATA_DIR,
     ``./muster-data``).  ``timeout`` (seconds) bounds each request; long-polls add their
     wait.  A Client may be shared between threads: each thread gets its own connection.
+    It may be pickled (for a process started with spawn): the copy connects on its own.
     """
 
     def __init__(self, url=None, token=None, data_dir=None, timeout=60.0):
@@ -236,6 +237,22 @@ class Client:
 
     def __repr__(self):
         return "muster.Client(%r)" % self.url
+
+    # Connections are per process and per thread: a pickled client (sent to a process
+    # started with spawn, such as a DataLoader worker's) carries where the head is, its
+    # token and settings, and opens connections of its own; it never shares a socket.
+    _PER_PROCESS = ("_local", "_all", "_all_lock", "_pid", "shared")
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k not in self._PER_PROCESS}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._local = threading.local()
+        self._all = []
+        self._all_lock = threading.Lock()
+        self._pid = os.getpid()
+        self.shared = Shared(self)
 
     # ---- transport ----------------------------------------------------------------
 
