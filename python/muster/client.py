@@ -23,6 +23,13 @@ DEFAULT_DATA_DIR = "muster-data"
 # A connection idle this long is looked at before reuse: no server closes one sooner
 # (the head waits two minutes), and under load connections are reused at once.
 IDLE_CHECK_S = 0.1
+# The head's default --max-wait-ms: the longest long-poll of a head whose GET /v1/health
+# does not say (an older head, or a server that answers health without it).
+DEFAULT_MAX_WAIT_MS = 30000
+# A long-poll that came back empty sooner than this (a head that lets no request wait, or
+# one that is stopping) is followed by a pause to this long, as `muster session results
+# --follow` paces itself: a loop that reads again at once would be a busy one.
+MIN_POLL_S = 1.0
 _UNSET = object()
 
 
@@ -102,6 +109,19 @@ def url_problem(url):
     if path.rstrip("/").endswith("/v1"):
         return "it must not end in /v1: give the head's address alone (the client adds /v1/...)"
     return None
+
+
+def poll_pause_s(asked, wait_ms=None, left=None):
+    """How long to pause after a long-poll begun at ``asked`` (a time.monotonic()) came
+    back empty: until MIN_POLL_S after it began, or the ``wait_ms`` asked for when shorter
+    (the caller's choice), or ``left`` s after it began when sooner (a deadline).  A head
+    that lets no request wait (``--max-wait-ms 0``), or one that is stopping, answers at
+    once; reading again at once would be a busy loop (`muster session results --follow`
+    paces itself the same way)."""
+    span = MIN_POLL_S if wait_ms is None else min(MIN_POLL_S, wait_ms / 1000.0)
+    if left is not None:
+        span = min(span, left)
+    return asked + span - time.monotonic()
 
 
 def resolve_token(token=None, data_dir=None):
@@ -191,6 +211,7 @@ class Client:
     files ``url`` and ``token`` in the head's data dir (``data_dir``, $MUSTER_DATA_DIR,
     ``./muster-data``).  ``timeout`` (seconds) bounds each request; long-polls add their
     wait.  A Client may be shared between threads: each thread gets its own connection.
+    It may be pickled (for a process started with spawn): the copy connects on its own.
     """
 
     def __init__(self, url=None, token=None, data_dir=None, timeout=60.0):
@@ -212,9 +233,26 @@ class Client:
         self._all = []
         self._all_lock = threading.Lock()
         self._pid = os.getpid()   # the process whose connections _all holds
+        self._max_wait_ms = None  # the head's max_wait_ms, asked on the first long-poll
 
     def __repr__(self):
         return "muster.Client(%r)" % self.url
+
+    # Connections are per process and per thread: a pickled client (sent to a process
+    # started with spawn, such as a DataLoader worker's) carries where the head is, its
+    # token and settings, and opens connections of its own; it never shares a socket.
+    _PER_PROCESS = ("_local", "_all", "_all_lock", "_pid", "shared")
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k not in self._PER_PROCESS}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._local = threading.local()
+        self._all = []
+        self._all_lock = threading.Lock()
+        self._pid = os.getpid()
+        self.shared = Shared(self)
 
     # ---- transport ----------------------------------------------------------------
 
@@ -405,6 +443,35 @@ class Client:
         """GET /v1/health (no token needed): {"status", "version", "uptime_ms", "max_wait_ms"}."""
         return self.request("GET", "/v1/health", token=None)
 
+    def max_wait_ms(self):
+        """The longest the head lets a long-poll wait (its ``--max-wait-ms``, which GET
+        /v1/health says), asked once per client and kept.  A head that answers health
+        without it (an older one) is taken to have the default, 30000.  A head that does
+        not answer (NetworkError, Unavailable, ServerError) raises, and is asked again next
+        time; one that answers as no head does (ProtocolError, NotFound) gets the default."""
+        if self._max_wait_ms is None:
+            try:
+                health = self.health()
+            except (errors.NetworkError, errors.Unavailable, errors.ServerError):
+                raise   # no answer now: asked again next time
+            except errors.MusterError:
+                health = None   # it answered, but not as a head does: it will not say
+            cap = health.get("max_wait_ms") if isinstance(health, dict) else None
+            ok = isinstance(cap, int) and not isinstance(cap, bool) and cap >= 0
+            self._max_wait_ms = cap if ok else DEFAULT_MAX_WAIT_MS
+        return self._max_wait_ms
+
+    def long_poll_ms(self, wait_ms=None, left=None):
+        """A long-poll's wait in ms: ``wait_ms``, or as long as the head lets one wait
+        when None, and never longer than that (the head cuts a longer wait to its
+        ``max_wait_ms``: asking more would only make the request's timeout notice a head
+        that went silent later); nor, with ``left``, than ``left`` seconds (at least 1 ms)."""
+        cap = self.max_wait_ms()
+        wait = cap if wait_ms is None else min(int(wait_ms), cap)
+        if left is not None:
+            wait = min(wait, max(1, int(left * 1000)))
+        return max(0, wait)
+
     # ---- queues ----------------------------------------------------------------------
 
     def queues(self):
@@ -485,7 +552,9 @@ class Client:
     def lease(self, queue, worker=None, max=1, wait_ms=0, updates_after=None):
         """Leases up to ``max`` tasks, waiting up to ``wait_ms`` for one.  Returns a
         LeaseList of Lease (empty when none came); with ``updates_after`` it also
-        carries ``.updates`` and ``.updates_last``."""
+        carries ``.updates`` and ``.updates_last``.  A ``wait_ms`` longer than the head's
+        ``max_wait_ms`` is cut to it (:meth:`long_poll_ms`)."""
+        wait_ms = self.long_poll_ms(wait_ms) if wait_ms else 0
         body = _drop_none({"worker": worker, "max": max, "wait_ms": wait_ms or None,
                            "updates_after": updates_after})
         reply = self.request("POST", "/v1/queues/%s/lease" % _q(queue), body, wait_ms=wait_ms)
@@ -647,20 +716,38 @@ class Client:
 
     def results(self, session_id, order=None, cursor=None, max=None, wait_ms=0):
         """One read of the session's result stream: {"results", "cursor", "total", "done",
-        "gap"}."""
+        "gap"}.  A ``wait_ms`` longer than the head's ``max_wait_ms`` is cut to it."""
+        wait_ms = self.long_poll_ms(wait_ms) if wait_ms else 0
         return self.request("GET", "/v1/sessions/%s/results" % _q(session_id),
                             query={"order": order, "cursor": cursor, "max": max,
                                    "wait_ms": wait_ms or None}, wait_ms=wait_ms)
 
-    def iter_results(self, session_id, order="submission", cursor=0, wait_ms=20000):
+    def _poll_results(self, session_id, order, cursor, max=1000, wait_ms=None, left=None):
+        """A read of the result stream that waits for results (:meth:`long_poll_ms` of
+        ``wait_ms`` and ``left``), paced by :func:`poll_pause_s` while results are still
+        to come: a head that lets no read wait is not asked again and again."""
+        asked = time.monotonic()
+        reply = self.results(session_id, order=order, cursor=cursor, max=max,
+                             wait_ms=self.long_poll_ms(wait_ms, left))
+        if not reply["results"] and reply["done"] < reply["total"]:
+            pause = poll_pause_s(asked, wait_ms, left)
+            if pause > 0:
+                time.sleep(pause)
+        return reply
+
+    def iter_results(self, session_id, order="submission", cursor=0, wait_ms=None):
         """Yields the session's results (the dicts of ``results``) from ``cursor`` in
-        ``order`` as they come, in long-polls of ``wait_ms``, until every task submitted so
+        ``order`` as they come, in long-polls of ``wait_ms`` (by default as long as the head
+        lets one wait, its ``max_wait_ms``; never longer), until every task submitted so
         far has its result and all of them were read.  In submission order a gap (indexes
         that no task has) while every task has its result raises :class:`muster.IndexGap`
         instead of waiting for ever; reading again from its ``cursor`` resumes."""
-        wait = 0  # a stream at its end or stalled at a gap says so at once
+        quick = True  # a stream at its end or stalled at a gap says so at once
         while True:
-            reply = self.results(session_id, order=order, cursor=cursor, max=1000, wait_ms=wait)
+            if quick:
+                reply = self.results(session_id, order=order, cursor=cursor, max=1000)
+            else:
+                reply = self._poll_results(session_id, order, cursor, 1000, wait_ms)
             for r in reply["results"]:
                 yield r
             cursor = reply["cursor"]
@@ -671,7 +758,7 @@ class Client:
             elif finished and len(reply["results"]) < 1000:
                 return
             # Every task has its result: the rest is there (or the gap was filled), no wait.
-            wait = 0 if finished else wait_ms
+            quick = finished
 
     def close_session(self, session_id):
         return self.request("DELETE", "/v1/sessions/" + _q(session_id))

@@ -123,6 +123,16 @@ class CoordinatedRankSampler:
         self._beat_ms = min(self._lease_ms, int(self.config.get("rank_timeout_ms") or 30000)) / 3
         self._keeper = None                # (pid, stop event) of the heartbeat thread
 
+    def __getstate__(self):
+        """A copy for another process (a DataLoader worker started with spawn): the same
+        rank of the same iteration, at the same place, whose client connects on its own
+        and which starts its own heartbeat thread when it reads (the thread is this
+        process's).  The copy reads as this rank, as a forked copy does: let one of them
+        read (DataLoader's num_workers=1, not 2 or more)."""
+        state = dict(self.__dict__)
+        state["_keeper"] = None
+        return state
+
     # ---- the iteration ---------------------------------------------------------------
 
     def ensure(self):

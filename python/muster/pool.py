@@ -28,11 +28,10 @@ import threading
 import time
 
 from . import errors
-from .client import Client
+from .client import DEFAULT_URL, Client, url_problem
 from .worker import MARK, WORKER_CLASS_BLOB, decode_result, dumps, unpack_call
 
 SUBMIT_BATCH = 1000
-POLL_MS = 20000
 RETRY_PAUSE_S = 1.0  # between tries while the head does not answer (as the C pool's)
 # A head that is down or restarting: no reply came, or it answered 503 while stopping.
 _HEAD_DOWN = (errors.NetworkError, errors.Unavailable)
@@ -160,13 +159,72 @@ def _class_paths(cls):
     return paths
 
 
+# A head's address as distributed_computing's server_address names its server: a host
+# (localhost, an IPv4 address, an [IPv6] address or a dotted name), with or without a port.
+_ADDRESS_RE = re.compile(r"(?:localhost|[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9A-Fa-f:.]+\]"
+                         r"|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]{1,5})?")
+_DEFAULT_PORT = int(DEFAULT_URL.rsplit(":", 1)[1])
+
+
+def _is_address(text):
+    """Whether ``text`` names a head: a URL that muster takes, or a bare address."""
+    if not isinstance(text, str):
+        return False
+    if "://" in text:
+        return url_problem(text) is None
+    return _ADDRESS_RE.fullmatch(text) is not None
+
+
+def _dc_url(address, port):
+    """The URL of distributed_computing's ``server_address`` (and ``server_port``, None
+    when not given): a bare address gets http:// and the port, muster's 7370 by default."""
+    if "://" in address:
+        if port is not None:
+            raise ValueError("muster.Pool: the head's address %r is a URL, and a port (%r) "
+                             "was given as well: put the port in the URL alone" % (address, port))
+        return address
+    if re.search(r":[0-9]+$", address) and not address.endswith("]"):
+        if port is not None:
+            raise ValueError("muster.Pool: the head's address %r has a port, and a port (%r) "
+                             "was given as well: give one of them" % (address, port))
+        return "http://" + address
+    return "http://%s:%d" % (address, _DEFAULT_PORT if port is None else port)
+
+
+def _pool_order(url, token, queue):
+    """(url, token, queue) of Pool's arguments, read in distributed_computing's order when
+    they are in it: ``Pool(worker_class, init_data, password, server_address[, port])``
+    puts the password where muster's Pool takes the URL.  That order is read when the third
+    argument is no URL nor address and the fourth is an address (a muster token never
+    is), its int fifth then being the port.  A third argument that is neither, without
+    such a fourth, raises ValueError saying muster's order (not echoing it: it may be a
+    password).  Anything else is muster's order, as given (the Client checks the URL)."""
+    if not isinstance(url, str) or "://" in url:
+        return url, token, queue
+    if _is_address(token) and not _is_address(url):
+        port = queue if isinstance(queue, int) and not isinstance(queue, bool) else None
+        return _dc_url(token, port), url, "pool" if port is not None else queue
+    if _is_address(url) or re.fullmatch(r"[A-Za-z0-9.-]+:[0-9]*", url):
+        return url, token, queue   # an address without http://: the Client says so
+    raise ValueError(
+        "muster.Pool(worker_class, init_data, url, token, queue, ...): the third argument is "
+        "the head's URL (http://HOST:PORT), and the one given is no URL nor address. "
+        "distributed_computing's order, Pool(worker_class, init_data, password, "
+        "server_address), is taken when the fourth argument is the head's address (HOST or "
+        "HOST:PORT, HOST being localhost, an IP address or a dotted name; or a URL), and "
+        "here it is %s. Name them to be sure: muster.Pool(worker_class, init_data, "
+        "url=\"http://HOST:7370\", token=PASSWORD)" % (
+            "not given" if token is None else "no address"))
+
+
 class Pool:
     """A pool of workers of ``queue`` running ``worker_class``.
 
     ``init_data`` goes to the class's constructor: ``{"args": [...], "kwargs": {...}}``
     (either key optional) is unpacked, any other value is passed as the one argument.
     ``url`` / ``token`` default as :class:`muster.Client`'s; ``client`` may be given
-    instead.  The queue is created (with ``queue_settings``) when it does not exist.
+    instead.  distributed_computing's order, ``Pool(worker_class, init_data, password,
+    server_address[, server_port])``, is read as such (:func:`_pool_order`).  The queue is created (with ``queue_settings``) when it does not exist.
     ``timeout_ms`` is the session's heartbeat timeout (a thread heart-beats every third);
     a head that is down or restarting is waited for as long (see :meth:`_retrying`).
     ``use_shared``: ship the pickled class as shared data (default: when the head has
@@ -176,6 +234,8 @@ class Pool:
     def __init__(self, worker_class, init_data=None, url=None, token=None, queue="pool",
                  client=None, timeout_ms=60000, queue_settings=None, use_shared=None, data_dir=None):
         self._own_client = client is None   # its connections close with the pool
+        if client is None:
+            url, token, queue = _pool_order(url, token, queue)
         self.client = client or Client(url, token, data_dir)
         self.queue = queue
         self.worker_class = worker_class
@@ -492,10 +552,14 @@ class Pool:
         past it that brought nothing new ends the call (TimeoutError)."""
         return deadline is not None and time.monotonic() >= deadline
 
-    @staticmethod
-    def _wait_ms(left):
-        """A long-poll's wait: POLL_MS, or less to end by the deadline ``left`` s away."""
-        return POLL_MS if left is None else max(1, min(POLL_MS, int(left * 1000)))
+    def _read(self, order, cursor, max, quick, left):
+        """One read of the session's results: at once when ``quick``, else a long-poll as
+        long as the head lets one wait (its max_wait_ms) or to the deadline ``left`` s
+        away, whichever is sooner (Client._poll_results, which also paces a head that
+        lets none wait)."""
+        if quick:
+            return self.client.results(self.session, order=order, cursor=cursor, max=max)
+        return self.client._poll_results(self.session, order, cursor, max, None, left)
 
     def imap(self, data, timeout=None):
         """Results in input order, each as soon as it and those before it are ready.
@@ -514,9 +578,7 @@ class Pool:
             # result before it was yielded, none after it was.
             reply = self._retrying(
                 "reading results",
-                lambda left: self.client.results(self.session, order="submission", cursor=cursor,
-                                                 max=min(1000, end - cursor),
-                                                 wait_ms=0 if quick else self._wait_ms(left)),
+                lambda left: self._read("submission", cursor, min(1000, end - cursor), quick, left),
                 lambda e, waited: self._gave_up_reading(e, waited, "submission", cursor, first,
                                                         n, cursor - first),
                 deadline, lambda unreachable: self._timed_out_reading(
@@ -550,8 +612,7 @@ class Pool:
             # Read again from the same cursor while the head does not answer (as _ordered).
             reply = self._retrying(
                 "reading results",
-                lambda left: self.client.results(self.session, order="completion", cursor=cursor,
-                                                 max=1000, wait_ms=self._wait_ms(left)),
+                lambda left: self._read("completion", cursor, 1000, False, left),
                 lambda e, waited: self._gave_up_reading(e, waited, "completion", cursor, first,
                                                         n, len(seen)),
                 deadline, lambda unreachable: self._timed_out_reading(

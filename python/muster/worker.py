@@ -291,14 +291,17 @@ def _lease_trouble(err, queue):
     return "muster.worker: lease: %s; trying again every second" % err
 
 
-def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=None, busy=None,
+def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=None, busy=None,
                 log=None):
     """Registers a worker and runs the queue's Pool tasks until ``stop`` is set (SIGTERM /
     SIGINT when run as a program) or ``max_tasks`` are done.  In the steady state a
     completion leases the next task in the same request (``Client.complete_and_lease``);
-    the long-poll lease is used when there was nothing to complete or nothing came.
+    the long-poll lease is used when there was nothing to complete or nothing came; it waits
+    ``wait_ms``, by default as long as the head lets one wait (its max_wait_ms), and an
+    empty one that came back sooner is paced (``poll_pause_s``).
     ``log(text)`` is where it reports (stderr by default): a lease that fails is said once,
     not at each try, until it succeeds or fails otherwise."""
+    from .client import poll_pause_s
     from .errors import MusterError, WorkerNotFound
     stop = stop or threading.Event()
     busy = busy if busy is not None else {}
@@ -340,7 +343,9 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=N
                 leases, pending = pending, None
             else:
                 try:
-                    leases = client.lease(queue, worker=me["id"], max=1, wait_ms=wait_ms,
+                    asked = time.monotonic()
+                    leases = client.lease(queue, worker=me["id"], max=1,
+                                          wait_ms=client.long_poll_ms(wait_ms),
                                           updates_after=last)
                 except WorkerNotFound:
                     try:
@@ -362,6 +367,8 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=20000, stop=N
                 if said is not None:
                     runner.log("muster.worker: leasing from queue %s again" % queue)
                     said = None
+                if not leases and not leases.updates:   # a head that lets none wait
+                    stop.wait(max(0.0, poll_pause_s(asked, wait_ms)))
             busy["task"] = True
             if stop.is_set():
                 for lease in leases:

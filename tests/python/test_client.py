@@ -355,6 +355,23 @@ class TestConnection(HeadTestCase):
         self.assertEqual(c._local.conn.sock.getsockname(), parent)
         self.assertEqual(c.health()["status"], "ok")
 
+    def test_a_pickled_client_connects_on_its_own(self):
+        """A Client pickled for a process started with spawn (a DataLoader worker's) could
+        not be pickled at all (its per-thread connections and lock); the copy has the URL,
+        token and settings, and opens a connection of its own."""
+        import pickle
+        c = muster.Client(self.head.url, self.head.token, timeout=12.5)
+        self.addCleanup(c.close)
+        c.queues()
+        copy = pickle.loads(pickle.dumps(c))
+        self.addCleanup(copy.close)
+        self.assertEqual((copy.url, copy.token, copy.timeout), (c.url, c.token, 12.5))
+        self.assertEqual(copy._all, [])   # nothing of the original's connections
+        self.assertEqual(copy.queues(), c.queues())
+        self.assertEqual(len(copy._all), 1)
+        self.assertIsNot(copy._all[0], c._all[0])
+        self.assertIs(copy.shared._c, copy)
+
     def test_reconnects_after_head_restart(self):
         head = harness.Head().start()
         try:

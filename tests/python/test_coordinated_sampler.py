@@ -115,6 +115,33 @@ class CoordinatedSamplerTest(HeadTestCase):
         total = seen[:20] + more + rest
         self.assertEqual(sorted(total), list(range(N)))
 
+    def test_stream_dataset_in_a_spawned_loader_worker(self):
+        """A DataLoader worker started with spawn gets the dataset pickled: the coordinated
+        sampler's client (per-thread connections, a lock) could not be, so the loader
+        failed before its first batch.  The worker's copy connects on its own and reads as
+        the rank: every index once per epoch, epoch after epoch (a new worker each)."""
+        ds = mt.StreamDataset(list(range(N)), num_replicas=1, rank=0, seed=11, coordinated=True,
+                              client=self.c, name="spawned", block_size=8)
+        for epoch in (0, 1):
+            ds.set_epoch(epoch)
+            loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1,
+                                                 multiprocessing_context="spawn")
+            got = [int(x) for x in loader]
+            self.assertEqual(sorted(got), list(range(N)), epoch)
+
+    def test_a_rank_pickled_mid_epoch_reads_on_in_the_copy(self):
+        """A rank that has read (its heartbeat thread running) pickles too: the copy, in
+        another process or not, is the same rank at the same place, with a heartbeat
+        thread of its own once it reads."""
+        import pickle
+        s = self.samplers(1, "copied")[0]
+        it = iter(s)
+        read = [next(it) for _ in range(13)]   # mid-block: block_size is 8
+        copy = pickle.loads(pickle.dumps(s))
+        self.assertIsNot(copy._sampler.client, s._sampler.client)
+        rest = list(copy)
+        self.assertEqual(sorted(read + rest), list(range(N)))
+
     def test_checkpoint_waits_for_a_head_that_does_not_answer(self):
         """state_dict()'s read of the checkpoint was sent once: a head restarting just then
         (here: a proxy answering 503 unavailable, as a node agent does for a head it cannot
