@@ -56,6 +56,9 @@ struct worker {
   int64_t timeout_ms;           /* heartbeat timeout asked for at registration; -1: the head's */
   long heartbeat_ms;            /* interval of the periodic heartbeat */
   muster_client_t *hb_client;   /* the heartbeat thread's handle */
+  int64_t hb_failing_since;     /* heartbeat thread's: monotonic ms of the first failed beat of
+                                 * the streak now, 0 when the last beat worked */
+  muster_err_t hb_said;         /* heartbeat thread's: the streak's last error said (or OK) */
   muster_client_t *main_client; /* the main thread's handle (goodbye, hard stop) */
   int agent_fd;                 /* a node agent's report pipe (MUSTER_AGENT_FD), or -1 */
 
