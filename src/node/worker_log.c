@@ -36,7 +36,7 @@ struct wlog {
   node_worker_t *worker; /* the worker whose current process writes into it; NULL after */
   int fd;                /* the pipe's read end (non-blocking) */
   struct event *ev;
-  char tag[64]; /* "worker 2 (gpu 1, pid 4242)" */
+  char tag[96]; /* "worker 2 (gpu 1, pid 4242)" */
   size_t len;   /* bytes of an unfinished line in buf */
   struct wlog *next;
   char buf[WLOG_LINE_MAX];
@@ -139,7 +139,7 @@ void wlog_started(node_worker_t *w) {
   wlog_t *l = w->log;
   if (l == NULL)
     return;
-  char gpu[40] = "";
+  char gpu[32] = "";
   if (w->gpu != NULL) {
     char label[24];
     snprintf(gpu, sizeof gpu, "gpu %s, ", gpu_label(w->gpu, label));
