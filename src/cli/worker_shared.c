@@ -50,9 +50,11 @@ struct worker_shared {
 
 /* ---- the worker's directory -------------------------------------------------- */
 
-/* Creates the worker's directory inside `parent` (once); 0 or -1 with errno. */
+/* Creates the worker's directory inside `parent` (once, and again when it
+ * was removed behind our back: `rm -rf` of the node's cache dir); 0 or -1
+ * with errno. */
 static int shared_make_dir(worker_t *w, const char *parent) {
-  if (w->shared_dir[0])
+  if (w->shared_dir[0] && (access(w->shared_dir, F_OK) == 0 || errno != ENOENT))
     return 0;
   char dir[sizeof w->shared_dir];
   int n = snprintf(dir, sizeof dir, "%s/%d-XXXXXX", parent, (int)getpid());
@@ -190,12 +192,25 @@ static void shared_drop_others(worker_t *w, const struct worker_shared *keep) {
   }
 }
 
+/* Fetches (scope, name, level) into `e`: through the node cache, else from
+ * the head.  MUSTER_OK, or an error with `why` filled. */
+static muster_err_t shared_fetch(worker_t *w, struct worker_shared *e, char *why, size_t size) {
+  muster_err_t err = shared_link(w, e, why, size);
+  return err == MUSTER_NOT_FOUND ? shared_download(w, e, why, size) : err;
+}
+
 /* The held level (scope, name, level), fetched when not held yet, with one
- * more reference; NULL with `why` filled.  shared_lock held. */
+ * more reference; NULL with `why` filled.  shared_lock held.  A held level
+ * whose file is gone (someone removed the node's cache dir, the worker's
+ * directory in it with it) is fetched again into place, so the next task
+ * finds it. */
 static struct worker_shared *shared_get(worker_t *w, const char *scope, const char *name,
                                         int64_t level, char *why, size_t size) {
   for (struct worker_shared *e = w->shared; e; e = e->next)
     if (e->level == level && strcmp(e->name, name) == 0 && strcmp(e->scope, scope) == 0) {
+      if (access(e->path, F_OK) != 0 && errno == ENOENT &&
+          shared_fetch(w, e, why, size) != MUSTER_OK)
+        return NULL;
       e->refs++;
       return e;
     }
@@ -207,9 +222,7 @@ static struct worker_shared *shared_get(worker_t *w, const char *scope, const ch
   snprintf(e->scope, sizeof e->scope, "%s", scope);
   snprintf(e->name, sizeof e->name, "%s", name);
   e->level = level;
-  muster_err_t err = shared_link(w, e, why, size);
-  if (err == MUSTER_NOT_FOUND)
-    err = shared_download(w, e, why, size);
+  muster_err_t err = shared_fetch(w, e, why, size);
   if (err != MUSTER_OK) {
     free(e);
     return NULL;
