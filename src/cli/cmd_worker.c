@@ -180,6 +180,11 @@ static void *worker_heartbeat_main(void *arg) {
       if (w->hb_stop)
         break;
     }
+    pthread_mutex_unlock(&w->lock);
+    worker_shared_prune(w); /* kept levels its node cache let go of: their disk goes too */
+    pthread_mutex_lock(&w->lock);
+    if (w->hb_stop)
+      break;
     struct timespec until = deadline_in_ms(tick);
     pthread_cond_timedwait(&w->wake, &w->lock, &until);
     if (w->hb_stop)

@@ -209,6 +209,11 @@ char **worker_shared_env(worker_slot_t *slot);
 void worker_shared_env_free(char **vars);
 /* Fills out[0 .. slot->nheld) for a plugin (valid while the task runs). */
 void worker_shared_plugin(worker_slot_t *slot, muster_plugin_shared_t *out);
+/* Lets go of the kept levels no task uses whose node-cache file is gone (the
+ * cache evicted it, or the head said it expired or was deleted), so that its
+ * disk is given back rather than held by the worker's link until it exits.
+ * Skipped while a level is being fetched (never waits for shared_lock). */
+void worker_shared_prune(worker_t *w);
 /* Removes the worker's files of shared data (also from the SIGHUP path). */
 void worker_shared_cleanup(worker_t *w);
 /* Cleans up and frees the shared-data state. */

@@ -44,7 +44,8 @@ struct worker_shared {
   int64_t size;
   char checksum[17];
   char path[1024];
-  int refs; /* running tasks using it */
+  char cache_path[1024]; /* the node cache's file it is a link of; "" when downloaded */
+  int refs;              /* running tasks using it */
   struct worker_shared *next;
 };
 
@@ -132,6 +133,7 @@ static muster_err_t shared_link(worker_t *w, struct worker_shared *e, char *why,
              (long long)e->level);
     unlink(e->path); /* a leftover of a level we dropped and need again */
     int rc = link(from, e->path), link_errno = errno;
+    snprintf(e->cache_path, sizeof e->cache_path, "%s", rc == 0 ? from : "");
     json_decref(obj);
     if (rc == 0)
       return MUSTER_OK;
@@ -153,6 +155,7 @@ static muster_err_t shared_download(worker_t *w, struct worker_shared *e, char *
   }
   snprintf(e->path, sizeof e->path, "%s/%s@%s@%lld", w->shared_dir, e->scope, e->name,
            (long long)e->level);
+  e->cache_path[0] = '\0';
   int fd = open(e->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
   if (fd < 0) {
     snprintf(why, size, "cannot create %.400s: %s", e->path, strerror(errno));
@@ -341,6 +344,22 @@ void worker_shared_plugin(worker_slot_t *slot, muster_plugin_shared_t *out) {
                                       .size = e->size,
                                       .checksum = e->checksum};
   }
+}
+
+void worker_shared_prune(worker_t *w) {
+  if (pthread_mutex_trylock(&w->shared_lock) != 0)
+    return; /* a fetch holds it, perhaps for long: the heartbeat must not wait */
+  for (struct worker_shared **at = &w->shared; *at;) {
+    struct worker_shared *e = *at;
+    if (e->refs == 0 && e->cache_path[0] && access(e->cache_path, F_OK) != 0 && errno == ENOENT) {
+      unlink(e->path);
+      *at = e->next;
+      free(e);
+    } else {
+      at = &e->next;
+    }
+  }
+  pthread_mutex_unlock(&w->shared_lock);
 }
 
 void worker_shared_free(worker_t *w) {

@@ -124,6 +124,28 @@ class SharedWorkersTest(AgentsCase):
         s = a.request("GET", "/v1/node/cache").json
         self.assertEqual((s["upstream_fetches"], s["entries"]), (3, 2), s)
 
+    def test_an_expired_level_leaves_the_workers_too(self):
+        # The agent removes a level's cached file once the head says it expired, but a
+        # worker that had linked the level kept it (and its disk) until it exited.
+        a = self.agent("expiring", ["--workers", "1"], cmd=COMMAND)
+        r = self.head.request("POST", "/v1/sessions", {"queue": "sq"})
+        self.assertEqual(r.status, 201, r)
+        sid = r.json["id"]
+        r = self.head.request("PUT", "/v1/shared/%s/params?level=1&ttl_ms=3000" % sid,
+                              raw=b"short-lived", content_type=OCTET)
+        self.assertEqual(r.status, 201, r)
+        self.submit(sid, 1, 1)
+        [x] = self.results(sid, 1, a)
+        self.assertEqual((x["state"], x["result"].split("|")[0]), ("done", "short-lived"), x)
+        links = os.path.join(self.dir, "cache-expiring", "links")
+        held = [f for d in os.listdir(links) for f in os.listdir(os.path.join(links, d))]
+        self.assertEqual(held, ["%s@params@1" % sid], held)  # kept between tasks
+        harness.wait_until(
+            lambda: not any(os.listdir(os.path.join(links, d)) for d in os.listdir(links)),
+            timeout=15, what="the worker's link of the expired level removed:\n" + a.log())
+        s = a.request("GET", "/v1/node/cache").json
+        self.assertEqual((s["entries"], s["bytes_cached"], s["expired"]), (0, 0, 1), s)
+
     def test_plugin_gets_the_paths_and_keeps_its_load(self):
         a = self.agent("plug", ["--workers", "1", "--plugin", PLUGIN])
         self.put("models", "w", b"weights-one", 1)
