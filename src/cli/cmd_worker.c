@@ -134,16 +134,34 @@ static void worker_refresh_lease_ms(worker_t *w, muster_client_t *client) {
   muster_free(json);
 }
 
-/* One heartbeat with `progress`; re-registers if the head forgot us. */
+/*
+ * One heartbeat with `progress`; re-registers if the head forgot us.  In a
+ * streak of failed beats (the head away or restarting) an error is said when
+ * it differs from the last one said, so a long outage adds no line per beat;
+ * the first beat that works after the streak says so once, with the time
+ * since its first failure, as the agent and the slots say it for theirs.
+ */
 static void worker_beat(worker_t *w, const char *progress) {
   muster_client_t *client = w->hb_client;
   int64_t id = worker_id(w);
   muster_err_t err = muster_worker_heartbeat(client, id, progress);
   if (err == MUSTER_WORKER_NOT_FOUND && (err = worker_reregister(w, client, id)) == MUSTER_OK)
     err = muster_worker_heartbeat(client, worker_id(w), progress);
-  if (err != MUSTER_OK)
-    fprintf(stderr, "muster worker: heartbeat: %s: %s\n", muster_err_name(err),
+  int64_t now = worker_now_ms();
+  if (err == MUSTER_OK) {
+    if (w->hb_failing_since > 0)
+      fprintf(stderr, "muster worker: heartbeat: reached the head again after %.1f s\n",
+              (double)(now - w->hb_failing_since) / 1000);
+    w->hb_failing_since = 0;
+    w->hb_said = MUSTER_OK;
+    return;
+  }
+  if (w->hb_failing_since == 0)
+    w->hb_failing_since = now > 0 ? now : 1; /* 0 would mean no streak */
+  if (err != w->hb_said)
+    fprintf(stderr, "muster worker: heartbeat: %s: %s (retrying)\n", muster_err_name(err),
             muster_client_message(client));
+  w->hb_said = err;
 }
 
 static void *worker_heartbeat_main(void *arg) {
@@ -162,6 +180,11 @@ static void *worker_heartbeat_main(void *arg) {
       if (w->hb_stop)
         break;
     }
+    pthread_mutex_unlock(&w->lock);
+    worker_shared_prune(w); /* kept levels its node cache let go of: their disk goes too */
+    pthread_mutex_lock(&w->lock);
+    if (w->hb_stop)
+      break;
     struct timespec until = deadline_in_ms(tick);
     pthread_cond_timedwait(&w->wake, &w->lock, &until);
     if (w->hb_stop)
@@ -195,6 +218,10 @@ static void worker_take_agent_fd(worker_t *w) {
   if (text && end && *end == '\0' && fd > 2 && fcntl((int)fd, F_SETFD, FD_CLOEXEC) == 0)
     w->agent_fd = (int)fd;
   unsetenv("MUSTER_AGENT_FD");
+  /* Under an agent stdout is a pipe it reads line by line (docs/node.md): a
+   * plugin's printf goes out at each newline rather than when a buffer fills. */
+  if (w->agent_fd >= 0)
+    setvbuf(stdout, NULL, _IOLBF, 0);
 }
 
 /* A random id for this process's registrations (a clock-and-pid one if the

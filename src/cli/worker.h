@@ -56,6 +56,9 @@ struct worker {
   int64_t timeout_ms;           /* heartbeat timeout asked for at registration; -1: the head's */
   long heartbeat_ms;            /* interval of the periodic heartbeat */
   muster_client_t *hb_client;   /* the heartbeat thread's handle */
+  int64_t hb_failing_since;     /* heartbeat thread's: monotonic ms of the first failed beat of
+                                 * the streak now, 0 when the last beat worked */
+  muster_err_t hb_said;         /* heartbeat thread's: the streak's last error said (or OK) */
   muster_client_t *main_client; /* the main thread's handle (goodbye, hard stop) */
   int agent_fd;                 /* a node agent's report pipe (MUSTER_AGENT_FD), or -1 */
 
@@ -206,6 +209,11 @@ char **worker_shared_env(worker_slot_t *slot);
 void worker_shared_env_free(char **vars);
 /* Fills out[0 .. slot->nheld) for a plugin (valid while the task runs). */
 void worker_shared_plugin(worker_slot_t *slot, muster_plugin_shared_t *out);
+/* Lets go of the kept levels no task uses whose node-cache file is gone (the
+ * cache evicted it, or the head said it expired or was deleted), so that its
+ * disk is given back rather than held by the worker's link until it exits.
+ * Skipped while a level is being fetched (never waits for shared_lock). */
+void worker_shared_prune(worker_t *w);
 /* Removes the worker's files of shared data (also from the SIGHUP path). */
 void worker_shared_cleanup(worker_t *w);
 /* Cleans up and frees the shared-data state. */

@@ -44,15 +44,18 @@ struct worker_shared {
   int64_t size;
   char checksum[17];
   char path[1024];
-  int refs; /* running tasks using it */
+  char cache_path[1024]; /* the node cache's file it is a link of; "" when downloaded */
+  int refs;              /* running tasks using it */
   struct worker_shared *next;
 };
 
 /* ---- the worker's directory -------------------------------------------------- */
 
-/* Creates the worker's directory inside `parent` (once); 0 or -1 with errno. */
+/* Creates the worker's directory inside `parent` (once, and again when it
+ * was removed behind our back: `rm -rf` of the node's cache dir); 0 or -1
+ * with errno. */
 static int shared_make_dir(worker_t *w, const char *parent) {
-  if (w->shared_dir[0])
+  if (w->shared_dir[0] && (access(w->shared_dir, F_OK) == 0 || errno != ENOENT))
     return 0;
   char dir[sizeof w->shared_dir];
   int n = snprintf(dir, sizeof dir, "%s/%d-XXXXXX", parent, (int)getpid());
@@ -130,6 +133,7 @@ static muster_err_t shared_link(worker_t *w, struct worker_shared *e, char *why,
              (long long)e->level);
     unlink(e->path); /* a leftover of a level we dropped and need again */
     int rc = link(from, e->path), link_errno = errno;
+    snprintf(e->cache_path, sizeof e->cache_path, "%s", rc == 0 ? from : "");
     json_decref(obj);
     if (rc == 0)
       return MUSTER_OK;
@@ -151,6 +155,7 @@ static muster_err_t shared_download(worker_t *w, struct worker_shared *e, char *
   }
   snprintf(e->path, sizeof e->path, "%s/%s@%s@%lld", w->shared_dir, e->scope, e->name,
            (long long)e->level);
+  e->cache_path[0] = '\0';
   int fd = open(e->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
   if (fd < 0) {
     snprintf(why, size, "cannot create %.400s: %s", e->path, strerror(errno));
@@ -190,12 +195,25 @@ static void shared_drop_others(worker_t *w, const struct worker_shared *keep) {
   }
 }
 
+/* Fetches (scope, name, level) into `e`: through the node cache, else from
+ * the head.  MUSTER_OK, or an error with `why` filled. */
+static muster_err_t shared_fetch(worker_t *w, struct worker_shared *e, char *why, size_t size) {
+  muster_err_t err = shared_link(w, e, why, size);
+  return err == MUSTER_NOT_FOUND ? shared_download(w, e, why, size) : err;
+}
+
 /* The held level (scope, name, level), fetched when not held yet, with one
- * more reference; NULL with `why` filled.  shared_lock held. */
+ * more reference; NULL with `why` filled.  shared_lock held.  A held level
+ * whose file is gone (someone removed the node's cache dir, the worker's
+ * directory in it with it) is fetched again into place, so the next task
+ * finds it. */
 static struct worker_shared *shared_get(worker_t *w, const char *scope, const char *name,
                                         int64_t level, char *why, size_t size) {
   for (struct worker_shared *e = w->shared; e; e = e->next)
     if (e->level == level && strcmp(e->name, name) == 0 && strcmp(e->scope, scope) == 0) {
+      if (access(e->path, F_OK) != 0 && errno == ENOENT &&
+          shared_fetch(w, e, why, size) != MUSTER_OK)
+        return NULL;
       e->refs++;
       return e;
     }
@@ -207,9 +225,7 @@ static struct worker_shared *shared_get(worker_t *w, const char *scope, const ch
   snprintf(e->scope, sizeof e->scope, "%s", scope);
   snprintf(e->name, sizeof e->name, "%s", name);
   e->level = level;
-  muster_err_t err = shared_link(w, e, why, size);
-  if (err == MUSTER_NOT_FOUND)
-    err = shared_download(w, e, why, size);
+  muster_err_t err = shared_fetch(w, e, why, size);
   if (err != MUSTER_OK) {
     free(e);
     return NULL;
@@ -328,6 +344,22 @@ void worker_shared_plugin(worker_slot_t *slot, muster_plugin_shared_t *out) {
                                       .size = e->size,
                                       .checksum = e->checksum};
   }
+}
+
+void worker_shared_prune(worker_t *w) {
+  if (pthread_mutex_trylock(&w->shared_lock) != 0)
+    return; /* a fetch holds it, perhaps for long: the heartbeat must not wait */
+  for (struct worker_shared **at = &w->shared; *at;) {
+    struct worker_shared *e = *at;
+    if (e->refs == 0 && e->cache_path[0] && access(e->cache_path, F_OK) != 0 && errno == ENOENT) {
+      unlink(e->path);
+      *at = e->next;
+      free(e);
+    } else {
+      at = &e->next;
+    }
+  }
+  pthread_mutex_unlock(&w->shared_lock);
 }
 
 void worker_shared_free(worker_t *w) {

@@ -20,8 +20,11 @@ typedef struct node_agent node_agent_t;
 struct evhttp_request;
 struct evhttp_connection;
 
+/* A worker process's output pipe, read and tagged by the agent (worker_log.c). */
+typedef struct wlog wlog_t;
+
 /* One supervised worker process (a `muster worker` run by the agent). */
-typedef struct {
+typedef struct node_worker {
   node_agent_t *agent;
   int slot;              /* 0-based position among the agent's workers */
   const node_gpu_t *gpu; /* the GPU or MIG instance it owns (the agent's), NULL: a CPU worker */
@@ -35,6 +38,7 @@ typedef struct {
   int64_t started_ms; /* monotonic start time of the current process */
   int quick_deaths;   /* deaths in a row within NODE_STABLE_MS of the start */
   int signalled;      /* we sent it a stop signal: its death is no crash */
+  wlog_t *log;        /* the current process's stdout and stderr, NULL when none */
 } node_worker_t;
 
 struct node_agent {
@@ -61,6 +65,7 @@ struct node_agent {
   char **worker_argv;     /* argv of every worker process (owned) */
   char **worker_env;      /* environment template; the per-worker variables come last (owned) */
   size_t worker_env_base; /* entries before the per-worker ones */
+  wlog_t *wlogs;          /* every worker output pipe still open (worker_log.c) */
 
   /* forwarder (forward.c) */
   struct evhttp *http;
@@ -104,6 +109,19 @@ void sup_signal_all(node_agent_t *a, int sig);
 int sup_running(const node_agent_t *a);
 /* Frees the supervisor's state (the processes must be gone). */
 void sup_free(node_agent_t *a);
+
+/* ---- worker_log.c: each line a worker writes, tagged with the worker ---- */
+
+/* Makes the output pipe of worker `w`'s next process: 0 with the write end
+ * (close-on-exec) in *write_fd, for the child's stdout and stderr; -1 (errno). */
+int wlog_open(node_worker_t *w, int *write_fd);
+/* The process started (w->pid set): its lines are tagged with it from now. */
+void wlog_started(node_worker_t *w);
+/* The process ended: writes what it left in the pipe, now, before the line
+ * saying so; the pipe is read on while something it started holds it. */
+void wlog_ended(node_worker_t *w);
+/* The agent stops: writes what the pipes hold and frees them. */
+void wlog_free_all(node_agent_t *a);
 
 /* ---- forward.c ---- */
 

@@ -193,15 +193,23 @@ static int cache_verify_fd(const cache_entry_t *e, int fd) {
   return ok;
 }
 
+static int64_t cache_forget_missing_after(cache_t *c, int64_t gone, int64_t bytes);
+
 int cache_open_file(cache_t *c, cache_entry_t *e) {
+  if (e->doomed)
+    return -1; /* dropped while its fetch's waiters were being answered */
   char path[1024];
   cache_path_of(c, e, path, sizeof path);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {
+    int missing = fd < 0 && (errno == ENOENT || errno == ENOTDIR);
+    int64_t size = e->size;
     if (fd >= 0)
       close(fd);
     cache_drop(c, e); /* removed behind our back: fetch it again */
+    if (missing)      /* the others of a directory removed with it are gone too */
+      cache_forget_missing_after(c, 1, size);
     return -1;
   }
   int changed = st.st_ino != e->ino || st.st_size != e->size || cache_mtime_ns(&st) != e->mtime_ns;
@@ -271,6 +279,8 @@ void cache_drop(cache_t *c, cache_entry_t *e) {
 }
 
 void cache_make_room(cache_t *c, int64_t extra) {
+  if (c->bytes_cached + c->bytes_fetching + extra > c->limit_bytes)
+    cache_forget_missing(c); /* a removed file's bytes must not push real levels out */
   cache_entry_t *e = c->lru_tail;
   while (e && c->bytes_cached + c->bytes_fetching + extra > c->limit_bytes) {
     cache_entry_t *older = e->lru_prev;
@@ -280,6 +290,62 @@ void cache_make_room(cache_t *c, int64_t extra) {
     }
     e = older;
   }
+}
+
+/* cache_forget_missing, with `gone` levels of `bytes` found missing already
+ * (dropped by the caller) counted and said with the rest. */
+static int64_t cache_forget_missing_after(cache_t *c, int64_t gone, int64_t bytes) {
+  for (cache_entry_t *e = c->lru_head, *next; e; e = next) {
+    next = e->lru_next;
+    char path[1024];
+    struct stat st;
+    cache_path_of(c, e, path, sizeof path);
+    if (stat(path, &st) == 0 || (errno != ENOENT && errno != ENOTDIR))
+      continue; /* there, or a failure that says nothing of the file (EACCES, EIO) */
+    gone++;
+    bytes += e->size;
+    cache_drop(c, e);
+  }
+  if (gone > 0) {
+    CACHE_COUNT(c, vanished, gone);
+    fprintf(stderr,
+            "muster node: cache: %lld cached level%s (%lld bytes) no longer on disk in %s "
+            "(removed while the agent ran); forgotten, fetched again when asked for\n",
+            (long long)gone, gone == 1 ? "" : "s", (long long)bytes, c->dir);
+  }
+  return gone;
+}
+
+int64_t cache_forget_missing(cache_t *c) {
+  return cache_forget_missing_after(c, 0, 0);
+}
+
+int64_t cache_drop_gone(cache_t *c, const char *scope, const char *name, int64_t level) {
+  int64_t gone = 0;
+  if (level > 0) {
+    cache_entry_t *e = cache_find(c, scope, name, level);
+    if (e && e->state == CACHE_READY) {
+      cache_drop(c, e);
+      gone = 1;
+    }
+  } else {
+    for (cache_entry_t *e = c->lru_head, *next; e; e = next) {
+      next = e->lru_next;
+      if (strcmp(e->name, name) == 0 && strcmp(e->scope, scope) == 0) {
+        cache_drop(c, e);
+        gone++;
+      }
+    }
+  }
+  CACHE_COUNT(c, expired, gone);
+  return gone;
+}
+
+cache_entry_t *cache_next_due(cache_t *c, int64_t now_ms) {
+  for (cache_entry_t *e = c->lru_tail; e; e = e->lru_prev)
+    if (e->expires_ms > 0 && e->expires_ms <= now_ms)
+      return e;
+  return NULL;
 }
 
 /* ---- fetching --------------------------------------------------------------- */
@@ -413,6 +479,7 @@ static void cache_adopt(cache_t *c, const char *scope, const char *file, int64_t
     return;
   cache_entry_t *e = cache_entry_new(scope, name, level, checksum, size);
   e->state = CACHE_READY; /* verified on first use */
+  e->expires_ms = 1;      /* its expiry is not known: the head is asked soon (cache_expire.c) */
   cache_index_add(c, e);
   cache_lru_push_front(c, e);
   c->bytes_cached += size;

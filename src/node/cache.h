@@ -42,6 +42,11 @@ typedef struct cache_entry {
   int verified; /* the file's checksum was checked since this agent started */
   ino_t ino;    /* the file as last verified: a change of these means it was written to */
   int64_t mtime_ns;
+  /* Wall-clock ms (the head's clock: its X-Muster-Expires-Ms, as last heard)
+   * from which cache_expire.c asks the head whether the level still exists,
+   * so that an expired level's file goes then, not at eviction; 0: not known
+   * (never asked).  Moved on when the head says the level lives. */
+  int64_t expires_ms;
   struct cache_entry *hash_next;           /* index chain */
   struct cache_entry *lru_prev, *lru_next; /* READY entries, most recently used first */
   /* CACHE_FETCHING: the download in progress (written by a fetch thread) */
@@ -60,6 +65,9 @@ typedef struct {
   int64_t fetch_failures;   /* fetches that failed (network, status, size or checksum) */
   int64_t verify_failures;  /* cached files found corrupt by their checksum (then re-fetched) */
   int64_t uncached;         /* GETs the cache could not keep a level for (no room): forwarded */
+  int64_t expired;          /* levels removed because the head no longer has them (expired,
+                             * deleted), before eviction would have taken them */
+  int64_t vanished;         /* levels forgotten because their files were gone from disk */
 } cache_stats_t;
 
 /* Adds `n` to a counter of c->stats.  The counters are written on the agent's
@@ -77,6 +85,8 @@ typedef struct cache {
   int free_pending;         /* cache_free came while replies were still sending */
   int notify_rd, notify_wr; /* finished fetches (cache_http.c), -1 when none */
   struct event *notify_ev;
+  struct event *expire_ev; /* cache_expire.c: the timer that finds levels past their expiry */
+  void *expire_check;      /* cache_expire.c: the one question to the head in flight, or NULL */
   cache_entry_t **buckets;
   size_t nbuckets;
   cache_entry_t *lru_head, *lru_tail;
@@ -143,8 +153,31 @@ void cache_reader_end(cache_t *c, cache_entry_t *e);
 void cache_drop(cache_t *c, cache_entry_t *e);
 
 /* Evicts least-recently-used levels not being read until the cached bytes plus
- * `extra` fit the limit (or nothing more can go). */
+ * `extra` fit the limit (or nothing more can go).  Levels whose files are
+ * gone (cache_forget_missing) are forgotten first: they hold no room. */
 void cache_make_room(cache_t *c, int64_t extra);
+
+/*
+ * Forgets the READY levels whose files are no longer on disk (removed behind
+ * the agent's back: one file, a scope's directory, the whole cache dir), so
+ * that bytes_cached and entries say what the directory holds and eviction
+ * does not start early for bytes nobody stores; such a level is fetched
+ * again when asked for.  One stat(2) per cached level.  Returns how many were
+ * forgotten (counted in stats.vanished, and said on stderr).
+ */
+int64_t cache_forget_missing(cache_t *c);
+
+/*
+ * The head says (scope, name) level `level` does not exist (expired, deleted,
+ * or re-created without it); level 0: no level of it exists.  Removes those
+ * READY levels and their files, counted in stats.expired; a level being sent
+ * keeps its open file until the reply ends.  Returns how many went.
+ */
+int64_t cache_drop_gone(cache_t *c, const char *scope, const char *name, int64_t level);
+
+/* A READY level whose expires_ms is due at wall-clock `now_ms` (the least
+ * recently used first), or NULL. */
+cache_entry_t *cache_next_due(cache_t *c, int64_t now_ms);
 
 /* Removes what worker process `pid` linked into DIR/links (it has ended). */
 void cache_forget_worker(cache_t *c, pid_t pid);

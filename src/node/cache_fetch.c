@@ -350,6 +350,7 @@ void cfetch_start(creq_t *r) {
     cfetch_cannot(r, err);
     return;
   }
+  creq_note_expiry(r, e);
   if (c->cannot_said[0]) {
     agent_log(a, "cache: storing levels in %s again", c->dir);
     c->cannot_said[0] = '\0';

@@ -22,7 +22,9 @@
  * GET /v1/node/cache/{scope}/{name}[?level=N] is the same with a JSON answer
  * naming the cached file instead of its bytes, for the agent's own workers,
  * which hard-link the file (same machine, no copy; cli/worker_shared.c).
- * GET /v1/node/cache: the statistics.
+ * GET /v1/node/cache: the statistics.  A HEAD the head answers 404 (the
+ * level expired or was deleted) removes the cached files it names at once;
+ * cache_expire.c asks about cached levels nobody reads once they expire.
  *
  * Everything but the fetch threads runs on the agent's event-loop thread.
  */
@@ -220,6 +222,13 @@ static bool creq_serve_without(creq_t *r) {
   return false;
 }
 
+void creq_note_expiry(const creq_t *r, cache_entry_t *e) {
+  char *end;
+  long long expires = strtoll(r->expires, &end, 10);
+  if (r->expires[0] != '\0' && *end == '\0' && expires > 0)
+    e->expires_ms = expires;
+}
+
 /* Answers `r` (its level, checksum and size known) from the cache. */
 void creq_serve(creq_t *r) {
   cache_t *c = r->a->cache;
@@ -237,6 +246,8 @@ void creq_serve(creq_t *r) {
     cache_drop(c, e); /* deleted and made again with other bytes: ours are stale */
     e = NULL;
   }
+  if (e)
+    creq_note_expiry(r, e);
   if (e && e->state == CACHE_READY) {
     if (creq_answer(r, e, "hit") == 0) {
       CACHE_COUNT(c, hits, 1);
@@ -255,15 +266,9 @@ void creq_serve(creq_t *r) {
 
 /* ---- the HEAD that asks the head ----------------------------------------------------- */
 
-/* Reads the level, checksum, size and expiry of the head's HEAD reply; 0 or -1. */
-static int creq_read_head(creq_t *r, struct evhttp_request *out) {
-  struct evkeyvalq *h = evhttp_request_get_input_headers(out);
-  const char *etag = evhttp_find_header(h, "ETag");
-  const char *level = evhttp_find_header(h, "X-Muster-Level");
-  const char *length = evhttp_find_header(h, "Content-Length");
-  const char *expires = evhttp_find_header(h, "X-Muster-Expires-Ms");
+int creq_parse_etag(const char *etag, uint64_t *checksum) {
   char hex[17];
-  if (etag == NULL || level == NULL || length == NULL)
+  if (etag == NULL)
     return -1;
   if (strncmp(etag, "W/", 2) == 0)
     etag += 2;
@@ -273,8 +278,20 @@ static int creq_read_head(creq_t *r, struct evhttp_request *out) {
     return -1;
   memcpy(hex, etag, 16);
   hex[16] = '\0';
+  *checksum = strtoull(hex, NULL, 16);
+  return 0;
+}
+
+/* Reads the level, checksum, size and expiry of the head's HEAD reply; 0 or -1. */
+static int creq_read_head(creq_t *r, struct evhttp_request *out) {
+  struct evkeyvalq *h = evhttp_request_get_input_headers(out);
+  const char *etag = evhttp_find_header(h, "ETag");
+  const char *level = evhttp_find_header(h, "X-Muster-Level");
+  const char *length = evhttp_find_header(h, "Content-Length");
+  const char *expires = evhttp_find_header(h, "X-Muster-Expires-Ms");
+  if (level == NULL || length == NULL || creq_parse_etag(etag, &r->checksum) != 0)
+    return -1;
   char *end;
-  r->checksum = strtoull(hex, NULL, 16);
   r->level = strtoll(level, &end, 10);
   if (*end != '\0' || r->level < 1)
     return -1;
@@ -363,6 +380,26 @@ static void creq_ask_why(creq_t *r, int status) {
   evhttp_make_request(fwd_conn_evcon(r->conn), out, EVHTTP_REQ_GET, uri);
 }
 
+/* Answers GET /v1/node/cache with the statistics, the levels whose files
+ * were removed behind the agent's back forgotten first (so that the bytes
+ * and entries are what the directory holds), and frees `r`. */
+static void creq_send_stats(creq_t *r) {
+  cache_t *c = r->a->cache;
+  cache_forget_missing(c);
+  const cache_stats_t *s = &c->stats;
+  creq_send_json(
+      r->in, 200,
+      json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
+                " s:s}",
+                "hits", s->hits, "misses", s->misses, "coalesced", s->coalesced, "bytes_served",
+                s->bytes_served, "evictions", s->evictions, "bytes_cached", c->bytes_cached,
+                "limit_bytes", c->limit_bytes, "entries", c->entries, "upstream_fetches",
+                s->upstream_fetches, "fetch_failures", s->fetch_failures, "verify_failures",
+                s->verify_failures, "uncached", s->uncached, "expired", s->expired, "vanished",
+                s->vanished, "fetching_bytes", c->bytes_fetching, "dir", c->dir));
+  creq_free(r);
+}
+
 static void creq_on_head(struct evhttp_request *out, void *arg) {
   creq_t *r = arg;
   node_agent_t *a = r->a;
@@ -378,21 +415,11 @@ static void creq_on_head(struct evhttp_request *out, void *arg) {
   } else if (r->kind == CREQ_STATS) {
     if (status == 401)
       creq_error(r, 401, "unauthorized", "missing or wrong token");
-    else {
-      cache_stats_t *s = &a->cache->stats;
-      creq_send_json(
-          r->in, 200,
-          json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
-                    " s:s}",
-                    "hits", s->hits, "misses", s->misses, "coalesced", s->coalesced, "bytes_served",
-                    s->bytes_served, "evictions", s->evictions, "bytes_cached",
-                    a->cache->bytes_cached, "limit_bytes", a->cache->limit_bytes, "entries",
-                    a->cache->entries, "upstream_fetches", s->upstream_fetches, "fetch_failures",
-                    s->fetch_failures, "verify_failures", s->verify_failures, "uncached",
-                    s->uncached, "fetching_bytes", a->cache->bytes_fetching, "dir", a->cache->dir));
-      creq_free(r);
-    }
+    else
+      creq_send_stats(r);
   } else if (status != 200 || creq_read_head(r, out) != 0) {
+    if (status == 404) /* expired or deleted: its cached files go now, not at eviction */
+      cache_drop_gone(a->cache, r->scope, r->name, r->level);
     if (r->kind == CREQ_PATH) {
       creq_ask_why(r, status);
     } else {
@@ -531,7 +558,7 @@ int cache_http_start(node_agent_t *a) {
   }
   a->cache->notify_rd = fds[0];
   a->cache->notify_wr = fds[1];
-  return 0;
+  return cexpire_start(a);
 }
 
 void cache_http_stop(node_agent_t *a) {
@@ -539,6 +566,7 @@ void cache_http_stop(node_agent_t *a) {
   if (c == NULL)
     return;
   c->stopping = 1;
+  cexpire_stop(a);
   for (size_t b = 0; b < c->nbuckets; b++)
     for (cache_entry_t *e = c->buckets[b], *next; e; e = next) {
       next = e->hash_next;

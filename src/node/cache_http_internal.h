@@ -67,6 +67,11 @@ void creq_send_uncached(creq_t *r, const char *reason);
 /* Answers `r` (level, checksum and size known) from the cache, fetching the
  * level first when it is not there. */
 void creq_serve(creq_t *r);
+/* The checksum in the head's ETag ("\"16 hex digits\"", perhaps W/); 0 or -1. */
+int creq_parse_etag(const char *etag, uint64_t *checksum);
+/* Notes on `e` when the head said its level expires (r->expires), so that
+ * the file goes then (cache_expire.c) rather than at eviction. */
+void creq_note_expiry(const creq_t *r, cache_entry_t *e);
 
 /* ---- cache_fetch.c ---- */
 
@@ -80,5 +85,14 @@ void cfetch_on_notify(evutil_socket_t fd, short what, void *arg);
 /* The agent stops: answers the waiters of the fetch of FETCHING entry `e`
  * and leaves its thread to end alone. */
 void cfetch_stop(node_agent_t *a, cache_entry_t *e);
+
+/* ---- cache_expire.c ---- */
+
+/* Starts the timer that asks the head about cached levels past their expiry;
+ * 0, or -1 after logging. */
+int cexpire_start(node_agent_t *a);
+/* The agent stops: drops the question in flight (its connection goes back to
+ * the pool, which fwd_stop frees) and the timer. */
+void cexpire_stop(node_agent_t *a);
 
 #endif /* MUSTER_NODE_CACHE_HTTP_INTERNAL_H */

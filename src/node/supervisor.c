@@ -9,7 +9,9 @@
  * then stops the workers in order), asks for SIGHUP when the agent dies (the
  * runner answers SIGHUP by killing its commands and leaving at once: no
  * orphans after `kill -9` of the agent), closes every descriptor but its
- * stdio and the report pipe, and resets the signals the agent handles.
+ * stdio and the report pipe, and resets the signals the agent handles.  Its
+ * stdout and stderr are a pipe the agent reads, writing each line tagged
+ * with the worker (worker_log.c).
  *
  * The session is also how the agent finds what a worker leaves behind when it
  * dies without cleaning up (`kill -9` of the worker, a crash, the OOM killer).
@@ -52,6 +54,7 @@ extern char **environ;
 #define NODE_BACKOFF_MAX_MS 30000
 #define NODE_STABLE_MS 10000
 #define NODE_REPORT_FD 3
+#define NODE_FD_SPARE 10  /* the child's pipes wait above this while it sets 1, 2 and 3 */
 #define SUP_WORKER_VARS 5 /* per-worker environment entries */
 #define SUP_VAR_MAX 128   /* one of them: CUDA_VISIBLE_DEVICES=MIG-<uuid> is the longest */
 
@@ -160,13 +163,19 @@ static void sup_worker_env(node_agent_t *a, const node_worker_t *w, char vars[][
   a->worker_env[at] = NULL;
 }
 
-/* In the child, between fork and exec: async-signal-safe calls only. */
-static void sup_child(const node_agent_t *a, pid_t agent_pid, int report_fd) {
+/* In the child, between fork and exec: async-signal-safe calls only.  The
+ * pipes are first copied above NODE_FD_SPARE, so that no dup2 below
+ * overwrites one of them (an agent started with stdio closed gets pipes on
+ * 1 or 2); close_range then closes the copies. */
+static void sup_child(const node_agent_t *a, pid_t agent_pid, int report_fd, int out_fd) {
   setsid();
   prctl(PR_SET_PDEATHSIG, SIGHUP);
   if (getppid() != agent_pid)
     _exit(1); /* the agent died before prctl took effect */
-  if (dup2(report_fd, NODE_REPORT_FD) < 0)
+  int report = fcntl(report_fd, F_DUPFD, NODE_FD_SPARE),
+      out = fcntl(out_fd, F_DUPFD, NODE_FD_SPARE);
+  if (report < 0 || out < 0 || dup2(out, STDOUT_FILENO) < 0 || dup2(out, STDERR_FILENO) < 0 ||
+      dup2(report, NODE_REPORT_FD) < 0)
     _exit(1);
   close_range(NODE_REPORT_FD + 1, ~0U, 0);
   const int handled[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD};
@@ -217,9 +226,16 @@ static void sup_on_report(evutil_socket_t fd, short what, void *arg) {
 /* Starts worker `w`'s process; 0 or -1 (it is then retried like a crash). */
 static int sup_spawn(node_worker_t *w) {
   node_agent_t *a = w->agent;
-  int fds[2];
+  int fds[2], out_fd = -1;
   if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
     agent_log(a, "worker %d: cannot create a pipe: %s", w->slot + 1, strerror(errno));
+    return -1;
+  }
+  if (wlog_open(w, &out_fd) != 0) {
+    agent_log(a, "worker %d: cannot create a pipe for its output: %s", w->slot + 1,
+              strerror(errno));
+    close(fds[0]);
+    close(fds[1]);
     return -1;
   }
   char vars[SUP_WORKER_VARS][SUP_VAR_MAX];
@@ -230,16 +246,19 @@ static int sup_spawn(node_worker_t *w) {
   pid_t agent_pid = getpid();
   pid_t pid = fork();
   if (pid == 0)
-    sup_child(a, agent_pid, fds[1]);
+    sup_child(a, agent_pid, fds[1], out_fd);
   int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   close(fds[1]);
+  close(out_fd); /* the worker's end: its end of file is the worker's (and its children's) */
   if (pid < 0) {
     close(fds[0]);
+    wlog_ended(w);
     agent_log(a, "worker %d: cannot fork: %s", w->slot + 1, strerror(fork_errno));
     return -1;
   }
   w->pid = pid;
+  wlog_started(w);
   w->signalled = 0;
   w->worker_id = 0;
   w->report_len = 0;
@@ -386,6 +405,7 @@ void sup_reap(node_agent_t *a) {
       return;
     if (w == NULL)
       continue;
+    wlog_ended(w); /* its last lines come before the lines about its end */
     if (left > 0)
       agent_log(a, "worker %d (pid %d) died with commands still running; killed %d process%s",
                 w->slot + 1, (int)pid, left, left > 1 ? "es" : "");
@@ -433,6 +453,7 @@ int sup_running(const node_agent_t *a) {
 }
 
 void sup_free(node_agent_t *a) {
+  wlog_free_all(a);
   for (int i = 0; a->workers && i < a->nworkers; i++) {
     node_worker_t *w = &a->workers[i];
     if (w->report_ev)

@@ -319,6 +319,39 @@ class GpuDetectionTest(NodeTestCase):
         self.assertTrue(set(results) <= {"0/PCI_BUS_ID", "1/PCI_BUS_ID"}, results)
         self.assertIn("nvidia-smi", a.log())
 
+    def test_worker_lines_name_their_worker(self):
+        # The workers wrote their lines straight into the agent's stderr: with one
+        # worker per GPU nobody could tell which worker, or GPU, a line came from.  The
+        # agent reads them and tags each line with the worker, its GPU and its pid.
+        self.make_queue("tagged", max_attempts=1)
+        a = self.agent("tags", args=["--queue", "tagged"], env=self.fake_smi_env(),
+                       cmd=["sh", "-c", 'echo "bad on $MUSTER_GPU" >&2; exit 3'])
+        a.start()
+        pids = self.wait_workers(a, 2)
+        ids = self.put("tagged", ["x"] * 6)
+        harness.wait_until(lambda: all(self.task(i)["state"] == "dead" for i in ids),
+                           timeout=30, what="the tasks failed:\n" + a.log())
+        self.assertEqual(a.stop(), 0, a.log())
+        log = a.log()
+        tagged = re.compile(r"worker ([12]) \(gpu ([01]), pid (\d+)\): muster worker: (.*)")
+        lines = [line for line in log.splitlines() if "muster worker:" in line]
+        seen = {}
+        for line in lines:
+            m = tagged.fullmatch(line)
+            self.assertTrue(m, "an untagged worker line: %r\n%s" % (line, log))
+            slot, gpu, pid, text = int(m[1]), m[2], int(m[3]), m[4]
+            self.assertEqual((gpu, pid in pids), (str(slot - 1), True), line)
+            seen.setdefault(pid, []).append(text)
+            if "failed: " in text:  # the command's stderr says which GPU it ran on
+                self.assertIn("bad on %s" % gpu, text, line)
+        self.assertEqual(sorted(seen), sorted(pids), log)
+        for pid, texts in seen.items():  # each worker's start and stop, under its own tag
+            self.assertRegex(texts[0], r"^\S+ \(id \d+\) on queue tagged", log)
+            self.assertRegex(texts[-1], r"^\S+ stopped: 0 completed, \d+ failed$", log)
+        self.assertEqual(sum(len([t for t in texts if " failed: " in t and t.startswith("task")])
+                             for texts in seen.values()), 6, log)
+        self.assertNotRegex(log, r"(?m)^muster worker:")
+
     def test_gpus_option(self):
         self.make_queue("gpu")
         a = self.agent("gpu2", args=["--queue", "gpu", "--gpus", "1"], env=self.fake_smi_env(),
@@ -767,6 +800,39 @@ class HeadAwayTest(NodeTestCase):
         self.assertRegex(log, r"register: reached the head after \d+\.\d s\n")
         self.assertNotIn("again", log)
         self.assertEqual(log.count("(retrying)"), 1, log)
+
+
+class WorkerHeadAwayTest(NodeTestCase):
+    """A worker of the agent whose heartbeats fail while the head is away: one line
+    when they start failing, one when they reach the head again."""
+    head_args = ["--node-timeout-ms", "1500", "--worker-timeout-ms", "1500"]
+    setUp = HeadAwayTest.setUp
+
+    def test_a_worker_says_once_that_its_heartbeats_reach_the_head_again(self):
+        # The worker said every failed heartbeat (one per beat while the head was
+        # away) and never that they worked again.
+        self.head.start()
+        self.make_queue("hb")
+        a = self.agent("hb", args=["--queue", "hb", "--workers", "1"], cmd=["cat"]).start()
+        [pid] = self.wait_workers(a, 1)
+        said = "worker 1 (pid %d): muster worker: heartbeat: " % pid
+        for outage in (1, 2):
+            self.head.kill()
+            harness.wait_until(lambda: a.log().count(said + "network: ") == outage,
+                               what="the worker's heartbeat to fail:\n" + a.log())
+            time.sleep(2)  # the outage: four of the worker's heartbeat intervals (1.5 s / 3)
+            self.head.start()
+            harness.wait_until(
+                lambda: a.log().count(said + "reached the head again after") == outage,
+                what="the worker to say its heartbeats work again:\n" + a.log())
+        log = a.log()
+        self.assertEqual(log.count(said + "network: "), 2, log)  # once per outage
+        self.assertEqual(len(re.findall(re.escape(said) + r"network: .*\(retrying\)\n", log)),
+                         2, log)
+        away = re.findall(re.escape(said) + r"reached the head again after (\d+\.\d) s\n", log)
+        self.assertEqual(len(away), 2, log)
+        self.assertTrue(all(float(s) >= 1.9 for s in away), log)  # from the first failure
+        self.assertEqual(a.workers(), [pid])
 
 
 class KillNineTest(NodeTestCase):

@@ -31,8 +31,10 @@ def vm_kib(pid, key):
     raise AssertionError(key + " not in /proc/%d/status" % pid)
 
 
-def put(head, scope, name, data, level=None):
-    query = "" if level is None else "?level=%d" % level
+def put(head, scope, name, data, level=None, ttl_ms=None):
+    params = [] if level is None else ["level=%d" % level]
+    params += [] if ttl_ms is None else ["ttl_ms=%d" % ttl_ms]
+    query = "?" + "&".join(params) if params else ""
     r = head.request("PUT", "/v1/shared/%s/%s%s" % (scope, name, query), raw=data,
                      content_type=OCTET)
     assert r.status == 201, r
@@ -229,6 +231,72 @@ class NodeCacheTest(unittest.TestCase):
         self.assertEqual(r.headers.get("X-Muster-Cache"), "miss", r)
         s = self.stats(a)
         self.assertEqual((s["evictions"], s["entries"], s["bytes_cached"]), (2, 1, len(other)), s)
+
+    def test_a_removed_cache_dir_is_noticed(self):
+        # The agent went on counting the files of a cache dir removed while it ran
+        # (rm -rf) until each was read or evicted, and eviction started early for
+        # bytes nobody stored.
+        a = self.agent("removed", limit=3 * MIB)
+        blobs = {n: os.urandom(MIB) for n in "abcd"}
+        for n, d in blobs.items():
+            put(self.head, "gone", n, d)
+        for n in "ab":
+            self.assertEqual(self.get(a, "gone", n).raw, blobs[n])
+        self.assertEqual(self.stats(a)["entries"], 2)
+        shutil.rmtree(os.path.join(self.dir, "cache-removed"))
+        s = self.stats(a)
+        self.assertEqual((s["entries"], s["bytes_cached"]), (0, 0), s)
+        self.assertEqual(s["vanished"], 2, s)
+        self.assertIn("2 cached levels (%d bytes) no longer on disk" % (2 * MIB), a.log())
+        # Three levels fit the limit: none is evicted for the bytes that went, and a
+        # level asked for again is fetched again.
+        for n in "cda":
+            r = self.get(a, "gone", n)
+            self.assertEqual((r.raw == blobs[n], r.headers["X-Muster-Cache"]), (True, "miss"), n)
+        s = self.stats(a)
+        self.assertEqual((s["entries"], s["bytes_cached"], s["evictions"], s["upstream_fetches"]),
+                         (3, 3 * MIB, 0, 5), s)
+        self.assertEqual(len(os.listdir(os.path.join(self.dir, "cache-removed", "gone"))), 3)
+
+    def test_a_level_the_head_no_longer_has_leaves_the_disk(self):
+        # A deleted or expired level stayed on the node's disk until LRU eviction
+        # (10 GiB by default), even after the head had answered 404 for it.
+        a = self.agent("deleted")
+        put(self.head, "del", "x", b"x" * 1000)
+        put(self.head, "del", "x", b"y" * 2000, level=2)
+        put(self.head, "del", "keep", b"k" * 100)
+        for level in (1, 2):
+            self.assertEqual(self.get(a, "del", "x", level).status, 200)
+        self.assertEqual(self.get(a, "del", "keep").status, 200)
+        scope_dir = os.path.join(self.dir, "cache-deleted", "del")
+        self.assertEqual(len(os.listdir(scope_dir)), 3)
+        self.assertEqual(self.head.request("DELETE", "/v1/shared/del/x").status, 200)
+        r = self.get(a, "del", "x", level=2)  # one level: that one goes
+        self.assertEqual((r.status, r.error_code), (404, "shared_not_found"), r)
+        self.assertEqual(len(os.listdir(scope_dir)), 2)
+        r = self.get(a, "del", "x")  # the newest: no level of it is left, all go
+        self.assertEqual((r.status, r.error_code), (404, "shared_not_found"), r)
+        self.assertEqual([f.split("@")[0] for f in os.listdir(scope_dir)], ["keep"])
+        s = self.stats(a)
+        self.assertEqual((s["entries"], s["bytes_cached"], s["expired"]), (1, 100, 2), s)
+
+    def test_an_expired_level_leaves_the_disk_unread(self):
+        # Nobody reads the level once it expired: the agent asks the head itself when
+        # the expiry the head gave has passed, and removes the file.
+        a = self.agent("ttl")
+        put(self.head, "ttl", "short", b"s" * 5000, ttl_ms=1500)
+        put(self.head, "ttl", "long", b"l" * 700)
+        self.assertEqual(self.get(a, "ttl", "short").status, 200)
+        self.assertEqual(self.get(a, "ttl", "long").status, 200)
+        scope_dir = os.path.join(self.dir, "cache-ttl", "ttl")
+        self.assertEqual(len(os.listdir(scope_dir)), 2)
+        harness.wait_until(lambda: len(os.listdir(scope_dir)) == 1, timeout=15,
+                           what="the expired level's file removed:\n" + a.log())
+        self.assertEqual(os.listdir(scope_dir)[0].split("@")[0], "long")
+        s = self.stats(a)
+        self.assertEqual((s["entries"], s["bytes_cached"], s["expired"]), (1, 700, 1), s)
+        r = self.head.request("GET", "/v1/shared/ttl/short")
+        self.assertEqual(r.status, 404, r)  # expired at the head too, as the agent was told
 
 
 class LargeBlobTest(unittest.TestCase):

@@ -7,6 +7,7 @@ the paths in their task and keep what they loaded until the level changes; a wor
 without a node cache downloads from the head and removes its files when it exits."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,6 +101,50 @@ class SharedWorkersTest(AgentsCase):
             what="the killed worker's links removed")
         self.assertEqual(a.stop(), 0)
         self.assertEqual(os.listdir(links), [])  # the workers removed their directories
+
+    def test_a_removed_cache_dir_is_fetched_again(self):
+        # After the node's cache dir was removed while the agent ran (rm -rf), a worker
+        # went on giving its tasks the path of a level's file that was gone, and could
+        # link no new level: its own directory inside the cache had gone too.
+        a = self.agent("removed", ["--workers", "1"], cmd=COMMAND)
+        r = self.head.request("POST", "/v1/sessions", {"queue": "sq"})
+        self.assertEqual(r.status, 201, r)
+        sid = r.json["id"]
+        data = {level: "params-%d-%s" % (level, os.urandom(8).hex()) for level in (1, 2)}
+        self.put(sid, "params", data[1].encode(), 1)
+        self.submit(sid, 1, 1)
+        self.results(sid, 1, a)
+        shutil.rmtree(os.path.join(self.dir, "cache-removed"))
+        self.submit(sid, 1, 1)  # the level the worker holds: fetched again
+        self.put(sid, "params", data[2].encode(), 2)
+        self.submit(sid, 2, 1)  # a new level: linked into a directory made again
+        results = sorted(self.results(sid, 3, a), key=lambda x: x["index"])
+        self.assertEqual([(x["state"], (x["result"] or "").split("|")[0]) for x in results],
+                         [("done", data[1]), ("done", data[1]), ("done", data[2])], a.log())
+        s = a.request("GET", "/v1/node/cache").json
+        self.assertEqual((s["upstream_fetches"], s["entries"]), (3, 2), s)
+
+    def test_an_expired_level_leaves_the_workers_too(self):
+        # The agent removes a level's cached file once the head says it expired, but a
+        # worker that had linked the level kept it (and its disk) until it exited.
+        a = self.agent("expiring", ["--workers", "1"], cmd=COMMAND)
+        r = self.head.request("POST", "/v1/sessions", {"queue": "sq"})
+        self.assertEqual(r.status, 201, r)
+        sid = r.json["id"]
+        r = self.head.request("PUT", "/v1/shared/%s/params?level=1&ttl_ms=3000" % sid,
+                              raw=b"short-lived", content_type=OCTET)
+        self.assertEqual(r.status, 201, r)
+        self.submit(sid, 1, 1)
+        [x] = self.results(sid, 1, a)
+        self.assertEqual((x["state"], x["result"].split("|")[0]), ("done", "short-lived"), x)
+        links = os.path.join(self.dir, "cache-expiring", "links")
+        held = [f for d in os.listdir(links) for f in os.listdir(os.path.join(links, d))]
+        self.assertEqual(held, ["%s@params@1" % sid], held)  # kept between tasks
+        harness.wait_until(
+            lambda: not any(os.listdir(os.path.join(links, d)) for d in os.listdir(links)),
+            timeout=15, what="the worker's link of the expired level removed:\n" + a.log())
+        s = a.request("GET", "/v1/node/cache").json
+        self.assertEqual((s["entries"], s["bytes_cached"], s["expired"]), (0, 0, 1), s)
 
     def test_plugin_gets_the_paths_and_keeps_its_load(self):
         a = self.agent("plug", ["--workers", "1", "--plugin", PLUGIN])
