@@ -96,6 +96,32 @@ static muster_client_t *shared_client(worker_t *w) {
   return w->cache_client;
 }
 
+/* Links the file named by the node cache's `reply` into the worker's
+ * directory as e->path.  MUSTER_OK; MUSTER_NOT_FOUND when linking cannot
+ * work here (a cache on another machine or file system: download instead);
+ * MUSTER_UNAVAILABLE when the file went between the reply and the link. */
+static muster_err_t shared_link_reply(worker_t *w, struct worker_shared *e, const char *reply) {
+  json_t *obj = json_loads(reply, 0, NULL);
+  const char *from = json_string_value(json_object_get(obj, "path"));
+  const char *links = json_string_value(json_object_get(obj, "links_dir"));
+  const char *sum = json_string_value(json_object_get(obj, "checksum"));
+  e->size = json_integer_value(json_object_get(obj, "size"));
+  snprintf(e->checksum, sizeof e->checksum, "%s", sum ? sum : "");
+  if (from == NULL || links == NULL || links[0] == '\0' || shared_make_dir(w, links) != 0) {
+    json_decref(obj); /* no such directory here: a node cache on another machine */
+    return MUSTER_NOT_FOUND;
+  }
+  snprintf(e->path, sizeof e->path, "%s/%s@%s@%lld", w->shared_dir, e->scope, e->name,
+           (long long)e->level);
+  unlink(e->path); /* a leftover of a level we dropped and need again */
+  int rc = link(from, e->path), link_errno = errno;
+  snprintf(e->cache_path, sizeof e->cache_path, "%s", rc == 0 ? from : "");
+  json_decref(obj);
+  if (rc == 0)
+    return MUSTER_OK;
+  return link_errno == ENOENT ? MUSTER_UNAVAILABLE : MUSTER_NOT_FOUND;
+}
+
 /*
  * Asks the node cache for (scope, name, level) and links its file into the
  * worker's directory as e->path.  Returns MUSTER_OK; MUSTER_NOT_FOUND when
@@ -118,28 +144,11 @@ static muster_err_t shared_link(worker_t *w, struct worker_shared *e, char *why,
       snprintf(why, size, "%s: %s", muster_err_name(err), muster_client_message(client));
       return err; /* MUSTER_NOT_FOUND: a head, not a node agent */
     }
-    json_t *obj = json_loads(reply, 0, NULL);
+    err = shared_link_reply(w, e, reply);
     muster_free(reply);
-    const char *from = json_string_value(json_object_get(obj, "path"));
-    const char *links = json_string_value(json_object_get(obj, "links_dir"));
-    const char *sum = json_string_value(json_object_get(obj, "checksum"));
-    e->size = json_integer_value(json_object_get(obj, "size"));
-    snprintf(e->checksum, sizeof e->checksum, "%s", sum ? sum : "");
-    if (from == NULL || links == NULL || links[0] == '\0' || shared_make_dir(w, links) != 0) {
-      json_decref(obj); /* no such directory here: a node cache on another machine */
-      return MUSTER_NOT_FOUND;
-    }
-    snprintf(e->path, sizeof e->path, "%s/%s@%s@%lld", w->shared_dir, e->scope, e->name,
-             (long long)e->level);
-    unlink(e->path); /* a leftover of a level we dropped and need again */
-    int rc = link(from, e->path), link_errno = errno;
-    snprintf(e->cache_path, sizeof e->cache_path, "%s", rc == 0 ? from : "");
-    json_decref(obj);
-    if (rc == 0)
-      return MUSTER_OK;
-    if (link_errno != ENOENT)
-      return MUSTER_NOT_FOUND; /* another file system, no links: download instead */
-    /* ENOENT: the cache evicted the file since it answered; ask again */
+    if (err != MUSTER_UNAVAILABLE)
+      return err;
+    /* the cache evicted the file since it answered; ask again */
   }
   snprintf(why, size, "the node cache evicted it %d times before it could be linked",
            SHARED_LINK_TRIES);

@@ -223,6 +223,21 @@ static void sup_on_report(evutil_socket_t fd, short what, void *arg) {
   sup_read_report(arg);
 }
 
+/* Records a started worker process: its pid, and the pipe its reports come
+ * on (`report_fd`, read end). */
+static void sup_started(node_worker_t *w, pid_t pid, int report_fd) {
+  w->pid = pid;
+  wlog_started(w);
+  w->signalled = 0;
+  w->worker_id = 0;
+  w->report_len = 0;
+  w->report_fd = report_fd;
+  w->report_ev = event_new(w->agent->base, report_fd, EV_READ | EV_PERSIST, sup_on_report, w);
+  if (w->report_ev)
+    event_add(w->report_ev, NULL);
+  w->started_ms = agent_now_ms();
+}
+
 /* Starts worker `w`'s process; 0 or -1 (it is then retried like a crash). */
 static int sup_spawn(node_worker_t *w) {
   node_agent_t *a = w->agent;
@@ -257,16 +272,7 @@ static int sup_spawn(node_worker_t *w) {
     agent_log(a, "worker %d: cannot fork: %s", w->slot + 1, strerror(fork_errno));
     return -1;
   }
-  w->pid = pid;
-  wlog_started(w);
-  w->signalled = 0;
-  w->worker_id = 0;
-  w->report_len = 0;
-  w->report_fd = fds[0];
-  w->report_ev = event_new(a->base, fds[0], EV_READ | EV_PERSIST, sup_on_report, w);
-  if (w->report_ev)
-    event_add(w->report_ev, NULL);
-  w->started_ms = agent_now_ms();
+  sup_started(w, pid, fds[0]);
   return 0;
 }
 
