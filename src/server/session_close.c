@@ -191,6 +191,9 @@ static muster_err_t session_trash_put(store_t *st, const char *id, int64_t horiz
   return store_step_done(st, s, f);
 }
 
+/* Marks session `id` closed (the row stays, to say why a late call is
+ * refused) and drops its init_data, which no one can read any more and
+ * which may be megabytes. */
 static muster_err_t session_mark_closed(store_t *st, const char *id, const char *why, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "UPDATE sessions SET state = 1, closed_why = ?2,"
                                    " last_seen_ms = ?3 WHERE id = ?1");
@@ -199,6 +202,12 @@ static muster_err_t session_mark_closed(store_t *st, const char *id, const char 
   store_bind_text(s, 1, id);
   store_bind_text(s, 2, why);
   sqlite3_bind_int64(s, 3, now_ms());
+  if (store_step_done(st, s, f))
+    return f->code;
+  s = store_stmt(st, "DELETE FROM session_data WHERE session = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "session close");
+  store_bind_text(s, 1, id);
   return store_step_done(st, s, f);
 }
 

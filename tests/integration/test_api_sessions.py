@@ -745,6 +745,22 @@ class SessionBigCloseTest(SessionCase):
         finally:
             db.close()
 
+    def test_close_drops_init_data(self):
+        """A closed session's init_data (which may be megabytes) leaves the store with
+        it; another session's stays."""
+        self.create_queue()
+        gone = self.open_session(init_data={"weights": "w" * 100000})["id"]
+        kept = self.open_session(init_data={"weights": "k"})["id"]
+        self.expect("DELETE", "/v1/sessions/" + gone)
+        self.assertEqual(self.expect("GET", "/v1/sessions/" + kept)["init_data"],
+                         {"weights": "k"})
+        self.head.kill()
+        self.assertEqual(self.store_count("SELECT count(*) FROM session_data WHERE session = ?",
+                                          gone), 0)
+        self.assertEqual(self.store_count("SELECT count(*) FROM session_data WHERE session = ?",
+                                          kept), 1)
+        self.head.start()
+
     def test_close_is_durable_and_finishes_after_kill9(self):
         self.create_queue()
         sid = self.open_session()["id"]
