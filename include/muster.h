@@ -91,9 +91,17 @@ typedef struct muster_client muster_client_t;
 /*
  * Creates a handle for the server at `url` ("http://127.0.0.1:7370") using the
  * bearer `token` (may be NULL for /v1/health only).  Both strings are copied.
- * Returns MUSTER_OK and sets *out, or MUSTER_INVALID / MUSTER_NOMEM.
+ * Returns MUSTER_OK and sets *out, or MUSTER_INVALID / MUSTER_NOMEM.  A URL
+ * that is not http:// or https:// (any case) followed by a host, "ftp://..."
+ * or "127.0.0.1:7370", is refused here with MUSTER_INVALID rather than at the
+ * first call; so is a token with a line break.
  */
 muster_err_t muster_client_new(const char *url, const char *token, muster_client_t **out);
+/* muster_client_new, and on failure, when `message` is not NULL, *message
+ * explains it ("url 'ftp://h': expected http://HOST[:PORT] or ..."; free
+ * with muster_free); *message is NULL after success. */
+muster_err_t muster_client_open(const char *url, const char *token, muster_client_t **out,
+                                char **message);
 /* Closes the connection and frees the handle; accepts NULL. */
 void muster_client_free(muster_client_t *client);
 /* Explanation of the last failed call on this handle ("" after success). */
@@ -102,7 +110,10 @@ const char *muster_client_message(const muster_client_t *client);
 int muster_client_status(const muster_client_t *client);
 /* Sets the per-request timeout in milliseconds (default 60000; long-polls add their
  * wait); 0 or less: no timeout, a head that stops answering is waited for ever.  A
- * request that runs out fails with MUSTER_NETWORK ("timed out waiting for the reply"). */
+ * request that runs out fails with MUSTER_NETWORK ("timed out waiting for the reply").
+ * Shared-data transfers (which have no overall limit) take it as their limit on
+ * connecting ("could not connect to HOST port PORT: timed out") and on a transfer
+ * that moves no byte for that long. */
 void muster_client_set_timeout(muster_client_t *client, long timeout_ms);
 
 /* Frees a string or array returned by the library; accepts NULL. */
@@ -196,8 +207,9 @@ typedef struct {
 
 /*
  * Leases up to `max` tasks of `queue` for `worker` (0: anonymous), waiting up
- * to `wait_ms` for one to arrive.  On MUSTER_OK *leases is an array of *count
- * leases (possibly 0) to free with muster_leases_free.
+ * to `wait_ms` (0: not at all) for one to arrive.  On MUSTER_OK *leases is an
+ * array of *count leases (possibly 0) to free with muster_leases_free.  A
+ * negative worker or wait_ms is refused with MUSTER_INVALID.
  */
 muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t worker, size_t max,
                           int64_t wait_ms, muster_lease_t **leases, size_t *count);
@@ -208,7 +220,7 @@ typedef struct {
   const char *result; /* complete: JSON text of the result (NULL: null) */
   const char *error;  /* fail: error text (NULL: none) */
   int permanent;      /* fail: non-zero fails the task at once, no retry */
-  int64_t lease_ms;   /* extend: new lease length from now; -1: the queue's */
+  int64_t lease_ms;   /* extend: new lease length from now; -1: the queue's (below: refused) */
 } muster_ack_t;
 
 void muster_ack_init(muster_ack_t *ack, int64_t task, int64_t token);
@@ -254,7 +266,7 @@ typedef struct {
   const char *const *queues; /* queues it serves, NULL-terminated, or NULL */
   const char *node;          /* node id or NULL */
   const char *labels;        /* JSON object text or NULL */
-  int64_t timeout_ms;        /* heartbeat timeout; -1: server default (60000) */
+  int64_t timeout_ms;        /* heartbeat timeout; -1: server default (60000); below -1: refused */
   const char *instance;      /* NULL, or this process's id (1 to 128 of [A-Za-z0-9._-]): a
                               * registration sent again with it after its reply was lost
                               * gets the worker the first one made, not a second one */
@@ -298,7 +310,7 @@ typedef struct {
   uint32_t num_partitions;       /* hash: partitions; 0: world_size */
   uint64_t hash_seed;            /* hash: seed of the sample hash */
   const uint64_t *ranges;        /* range: 2 * world_size values, begin and end per rank */
-  /* coordinated only; -1: the head's default */
+  /* coordinated only; -1: the head's default (below -1: refused, MUSTER_INVALID) */
   int64_t lease_ms;        /* block lease length (default 30000) */
   int64_t rank_timeout_ms; /* a rank silent this long is failed (default 30000) */
   int64_t replication;     /* static strategies: ranks that may take over a rank's
@@ -495,7 +507,8 @@ typedef struct {
   const char *queue;     /* required; must exist */
   int cleanup_on_exit;   /* 1: cancel and delete everything when the client stops calling;
                             0: keep the session until closed; -1: the head's default (1) */
-  int64_t timeout_ms;    /* the client's heartbeat timeout; -1: the head's default (60000) */
+  int64_t timeout_ms;    /* the client's heartbeat timeout; -1: the head's default (60000);
+                            below -1: refused (MUSTER_INVALID) */
   const char *init_data; /* JSON text handed to workers, or NULL */
 } muster_session_opts_t;
 
@@ -551,8 +564,9 @@ typedef struct {
 
 /*
  * Reads up to `max` (0: the head's default; at most 1000) results of session
- * `id` from `cursor` in `order`, waiting up to `wait_ms` when none is ready
- * (long-poll).  Free *out with muster_results_free, also after a failure.
+ * `id` from `cursor` in `order`, waiting up to `wait_ms` (0: not at all; a
+ * negative one is refused) when none is ready (long-poll).  Free *out with
+ * muster_results_free, also after a failure.
  *
  * In submission order a page may stop at a gap: indexes that no task has
  * (explicit indexes skipped them).  Another producer may still fill it, so
@@ -614,6 +628,15 @@ typedef struct {
   int64_t timeout_ms;    /* the session's heartbeat timeout; -1: default */
   int64_t heartbeat_ms;  /* heartbeat thread period; 0: no thread; -1: timeout / 4 */
   int keep_session;      /* non-zero: close leaves the session open (to resume later) */
+  /* Added last, so that the fields above keep their places: each request's
+   * timeout in ms (the pool's handles, the heartbeat thread's included, as
+   * muster_client_set_timeout); a long-poll of muster_pool_iter_next or
+   * muster_pool_map adds its wait (map's are up to 20 s each), so a head
+   * that stops answering fails them with MUSTER_NETWORK after about this
+   * plus that wait.  0: the default (60000); negative: muster_pool_open
+   * refuses it (MUSTER_INVALID), as it does timeout_ms and heartbeat_ms
+   * below -1. */
+  int64_t request_timeout_ms;
 } muster_pool_opts_t;
 
 void muster_pool_opts_init(muster_pool_opts_t *opts);
@@ -643,7 +666,8 @@ muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, si
 muster_err_t muster_pool_imap_unordered(muster_pool_t *pool, const char *const *inputs,
                                         size_t count, muster_pool_iter_t **out);
 /*
- * The iterator's next result, waiting up to `wait_ms` (-1: until one comes).
+ * The iterator's next result, waiting up to `wait_ms` (-1: until one comes;
+ * below -1: refused).
  * *has = 1 and *out filled (clear it with muster_result_clear; out->index is
  * the input's position, 0-based, in the inputs of this iterator), or *has = 0
  * when every result was delivered or the wait ran out (muster_pool_iter_done
@@ -788,7 +812,11 @@ typedef const muster_plugin_t *(*muster_plugin_entry_t)(void);
  * in the message).  A missing or expired blob is MUSTER_SHARED_NOT_FOUND.
  * Bytes travel raw; uploads and downloads through a file descriptor stream
  * and never hold the blob in memory.  Each of these calls opens its own
- * connection (the handle's keep-alive connection is left as it is).
+ * connection (the handle's keep-alive connection is left as it is).  A
+ * transfer has no overall time limit (blobs may be large); it fails with
+ * MUSTER_NETWORK when connecting takes longer than the handle's timeout
+ * (muster_client_set_timeout, 60 s by default), or when no byte moves for
+ * that long.
  */
 
 /* What the head says about one level. */
@@ -806,8 +834,9 @@ typedef void (*muster_progress_fn)(void *user, int64_t done, int64_t total);
 
 typedef struct {
   int64_t level;               /* put: the level to create (0: 1, a set); get: the level
-                                  to read (0: the newest) */
-  int64_t ttl_ms;              /* put: -1 (default): the head's maximum (600000 by default) */
+                                  to read (0: the newest); negative: refused */
+  int64_t ttl_ms;              /* put: -1 (default): the head's maximum (600000 by default);
+                                  below -1: refused */
   muster_progress_fn progress; /* called while bytes move (NULL: none) */
   void *user;                  /* handed to progress */
 } muster_shared_opts_t;
@@ -815,12 +844,14 @@ typedef struct {
 void muster_shared_opts_init(muster_shared_opts_t *opts);
 
 /* Creates level 1 of (scope, name) from `len` bytes of `data`, with `ttl_ms`
- * (-1: the head's maximum).  MUSTER_VERSION_MISMATCH when the blob exists.
+ * (-1: the head's maximum; below -1: MUSTER_INVALID).  MUSTER_VERSION_MISMATCH
+ * when the blob exists.
  * `info` (may be NULL) receives what was stored. */
 muster_err_t muster_shared_set(muster_client_t *client, const char *scope, const char *name,
                                const void *data, size_t len, int64_t ttl_ms,
                                muster_shared_info_t *info);
-/* Creates level `level` (the current level + 1) and refreshes the ttl. */
+/* Creates level `level` (the current level + 1; 0 or 1: level 1, as
+ * muster_shared_set; negative: MUSTER_INVALID) and refreshes the ttl. */
 muster_err_t muster_shared_update(muster_client_t *client, const char *scope, const char *name,
                                   int64_t level, const void *data, size_t len, int64_t ttl_ms,
                                   muster_shared_info_t *info);
@@ -830,8 +861,8 @@ muster_err_t muster_shared_update(muster_client_t *client, const char *scope, co
 muster_err_t muster_shared_put_fd(muster_client_t *client, const char *scope, const char *name,
                                   int fd, int64_t len, const muster_shared_opts_t *opts,
                                   muster_shared_info_t *info);
-/* Reads level `level` (0: the newest) into a fresh buffer: *data (muster_free;
- * NUL-terminated for convenience, not counted in *len).  The bytes are checked
+/* Reads level `level` (0: the newest; negative: MUSTER_INVALID) into a fresh buffer: *data
+ * (muster_free; NUL-terminated for convenience, not counted in *len).  The bytes are checked
  * against the checksum (MUSTER_PROTOCOL when they differ). */
 muster_err_t muster_shared_get(muster_client_t *client, const char *scope, const char *name,
                                int64_t level, void **data, size_t *len, muster_shared_info_t *info);

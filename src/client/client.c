@@ -13,6 +13,7 @@
 #include "client/client_internal.h"
 #include "client/jdump.h"
 #include "client/jparse.h"
+#include "core/url.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -149,12 +150,32 @@ static int client_token_ok(const char *token) {
   return token == NULL || strpbrk(token, "\r\n") == NULL;
 }
 
-muster_err_t muster_client_new(const char *url, const char *token, muster_client_t **out) {
+/* Why `url`, `token` and `out` cannot make a handle, or NULL when they can;
+ * the text goes into `why` (`size` bytes). */
+static const char *client_new_problem(const char *url, const char *token, muster_client_t **out,
+                                      char *why, size_t size) {
+  /* The CLI's rule for a head's URL (core/url.c): anything else would only
+   * fail at the first call, in libcurl's words ("Unsupported protocol"). */
+  const char *problem;
   if (out == NULL)
-    return MUSTER_INVALID;
-  *out = NULL;
-  if (url == NULL || url[0] == '\0' || !client_token_ok(token))
-    return MUSTER_INVALID;
+    snprintf(why, size, "out: a place for the handle is required");
+  else if (url == NULL || url[0] == '\0')
+    snprintf(why, size, "url: required (http://HOST:PORT or https://HOST:PORT)");
+  else if ((problem = url_head_problem(url)) != NULL)
+    snprintf(why, size, "url '%.300s': expected http://HOST[:PORT] or https://HOST[:PORT]: %s", url,
+             problem);
+  else if (!client_token_ok(token))
+    snprintf(why, size, "token: contains a line break");
+  else
+    return NULL;
+  return why;
+}
+
+/* Makes the handle once the arguments are known good; on failure `why`
+ * (`size` bytes) says what went wrong. */
+static muster_err_t client_make(const char *url, const char *token, muster_client_t **out,
+                                char *why, size_t size) {
+  snprintf(why, size, "out of memory");
   pthread_once(&client_global_once, client_global_init);
   if (client_global_rc != CURLE_OK)
     return MUSTER_NOMEM;
@@ -171,21 +192,37 @@ muster_err_t muster_client_new(const char *url, const char *token, muster_client
   while (n > 0 && client->base_url[n - 1] == '/')
     client->base_url[--n] = '\0';
   muster_err_t err = client_setup_headers(client, token);
+  if (err == MUSTER_OK && (client->http1 = http1_new(client->base_url, token)) == NULL) {
+    if ((client->curl = curl_easy_init()) == NULL)
+      err = client_fail(client, MUSTER_NOMEM, "out of memory");
+    else
+      client_setup_curl(client);
+  }
   if (err != MUSTER_OK) {
+    snprintf(why, size, "%s", client->message);
     muster_client_free(client);
     return err;
   }
-  client->http1 = http1_new(client->base_url, token);
-  if (client->http1 == NULL) {
-    client->curl = curl_easy_init();
-    if (client->curl == NULL) {
-      muster_client_free(client);
-      return MUSTER_NOMEM;
-    }
-    client_setup_curl(client);
-  }
   *out = client;
   return MUSTER_OK;
+}
+
+muster_err_t muster_client_open(const char *url, const char *token, muster_client_t **out,
+                                char **message) {
+  char problem[512];
+  const char *why = client_new_problem(url, token, out, problem, sizeof problem);
+  if (message)
+    *message = NULL;
+  if (out)
+    *out = NULL;
+  muster_err_t err = why ? MUSTER_INVALID : client_make(url, token, out, problem, sizeof problem);
+  if (err != MUSTER_OK && message)
+    *message = strdup(problem);
+  return err;
+}
+
+muster_err_t muster_client_new(const char *url, const char *token, muster_client_t **out) {
+  return muster_client_open(url, token, out, NULL);
 }
 
 void muster_client_free(muster_client_t *client) {
@@ -217,14 +254,17 @@ static void client_set_method(CURL *curl, const char *method, const char *body) 
   }
 }
 
-/*
- * Performs one request and leaves the reply body in client->reply and the
- * status in client->status.  Returns MUSTER_OK when a reply of any status
- * arrived, MUSTER_NETWORK when none did, MUSTER_NOMEM when it could not be
- * stored.  The status is judged by the caller.
- */
+/* Non-zero when the transfer on `curl` ran out of time before it connected. */
+static int client_curl_connect_timed_out(CURL *curl, CURLcode rc) {
+  curl_off_t connected_us = 0;
+  return rc == CURLE_OPERATION_TIMEDOUT &&
+         curl_easy_getinfo(curl, CURLINFO_CONNECT_TIME_T, &connected_us) == CURLE_OK &&
+         connected_us == 0;
+}
+
 void client_curl_reword(muster_client_t *client, CURL *curl, CURLcode rc, const char *url) {
-  if (rc != CURLE_COULDNT_CONNECT && rc != CURLE_COULDNT_RESOLVE_HOST)
+  int timed_out = client_curl_connect_timed_out(curl, rc);
+  if (rc != CURLE_COULDNT_CONNECT && rc != CURLE_COULDNT_RESOLVE_HOST && !timed_out)
     return;
   char *host = NULL, *port = NULL;
   CURLU *parts = curl_url();
@@ -239,15 +279,21 @@ void client_curl_reword(muster_client_t *client, CURL *curl, CURLcode rc, const 
     else
       snprintf(client->curl_error, sizeof client->curl_error,
                "could not connect to %.200s port %s: %s", host, port,
-               os_errno == ETIMEDOUT ? "timed out"
-               : os_errno            ? strerror((int)os_errno)
-                                     : curl_easy_strerror(rc));
+               os_errno == ETIMEDOUT || timed_out ? "timed out"
+               : os_errno                         ? strerror((int)os_errno)
+                                                  : curl_easy_strerror(rc));
   }
   curl_free(host);
   curl_free(port);
   curl_url_cleanup(parts);
 }
 
+/*
+ * Performs one request and leaves the reply body in client->reply and the
+ * status in client->status.  Returns MUSTER_OK when a reply of any status
+ * arrived, MUSTER_NETWORK when none did, MUSTER_NOMEM when it could not be
+ * stored.  The status is judged by the caller.
+ */
 static muster_err_t client_send(muster_client_t *client, const char *method, const char *path,
                                 const char *body, long extra_wait_ms) {
   long timeout =
@@ -441,6 +487,14 @@ static int client_path_escape(char *out, size_t size, size_t *at, const char *s)
     }
   }
   return 0;
+}
+
+muster_err_t client_check_min(muster_client_t *client, const char *what, int64_t value, int64_t min,
+                              const char *accepted) {
+  if (value >= min)
+    return MUSTER_OK;
+  return client_fail(client, MUSTER_INVALID, "%s: %lld, expected %s", what, (long long)value,
+                     accepted);
 }
 
 muster_err_t client_path(muster_client_t *client, char *out, size_t size, const char *fmt, ...) {

@@ -91,8 +91,9 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
 
 /*
  * After libcurl's transfer of `url` on `curl` failed with `rc`: a failure to
- * connect or to resolve the host is put in client->curl_error in http1.c's
- * words ("could not connect to HOST port PORT: Connection refused"), so that
+ * connect (refused, or out of time before a connection was made) or to
+ * resolve the host is put in client->curl_error in http1.c's words ("could
+ * not connect to HOST port PORT: Connection refused", "...: timed out"), so that
  * one failure reads the same whichever transport carried the request (the
  * CLI's advice for a head that is not running keys on them).  Any other
  * failure keeps libcurl's words.
@@ -115,6 +116,14 @@ muster_err_t client_fail(muster_client_t *client, muster_err_t err, const char *
 
 /* Clears the handle's message (a call succeeded). */
 void client_ok(muster_client_t *client);
+
+/* MUSTER_OK when `value` >= `min`; else MUSTER_INVALID with the message
+ * "WHAT: VALUE, expected ACCEPTED" (`accepted` names the range and any
+ * sentinel, "0 or more, or -1 for the head's maximum"), so that a negative
+ * number is refused in the library's words instead of being taken silently
+ * as the default or sent to the head. */
+muster_err_t client_check_min(muster_client_t *client, const char *what, int64_t value, int64_t min,
+                              const char *accepted);
 
 /*
  * Formats a path into `out` (`size` bytes) from `fmt`, where every "%s" is

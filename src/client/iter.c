@@ -56,6 +56,19 @@ static json_t *dataset_json(const muster_iter_config_t *cfg) {
   return ds;
 }
 
+/* Refuses coordinated settings below -1 (the head's default), which
+ * settings_json would otherwise leave out as if they were -1. */
+static muster_err_t settings_check(muster_client_t *client, const muster_iter_config_t *cfg) {
+  static const char accepted[] = "a time in milliseconds, or -1 for the head's default";
+  muster_err_t err = client_check_min(client, "lease_ms", cfg->lease_ms, -1, accepted);
+  if (err == MUSTER_OK)
+    err = client_check_min(client, "rank_timeout_ms", cfg->rank_timeout_ms, -1, accepted);
+  if (err == MUSTER_OK)
+    err = client_check_min(client, "replication", cfg->replication, -1,
+                           "1 or more ranks, or -1 for the head's default");
+  return err;
+}
+
 /* The coordinated settings of `cfg` that are not the head's defaults. */
 static void settings_json(const muster_iter_config_t *cfg, json_t *obj) {
   if (cfg->lease_ms >= 0)
@@ -111,6 +124,8 @@ muster_err_t muster_iter_create(muster_client_t *client, const char *name,
   if (name == NULL || (cfg == NULL && checkpoint == NULL))
     return client_fail(client, MUSTER_INVALID,
                        "a name and a configuration or checkpoint are needed");
+  if (cfg != NULL && settings_check(client, cfg) != MUSTER_OK)
+    return MUSTER_INVALID;
   json_t *body;
   if (checkpoint) {
     json_t *ck = client_parse_value(client, checkpoint, "checkpoint");

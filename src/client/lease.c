@@ -24,6 +24,8 @@
 #include <string.h>
 
 #define LEASE_PATH_MAX 1024
+/* The accepted range of a `worker` argument, as messages name it. */
+#define LEASE_WORKER_RANGE "a worker id or 0 (anonymous)"
 
 /* ---- lease ---------------------------------------------------------------- */
 
@@ -322,7 +324,12 @@ muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t wo
   if (queue == NULL || leases == NULL || count == NULL)
     return client_fail(client, MUSTER_INVALID, "a queue and places for the leases are required");
   char path[LEASE_PATH_MAX];
-  muster_err_t err = client_path(client, path, sizeof path, "/v1/queues/%s/lease", queue);
+  muster_err_t err = client_check_min(client, "worker", worker, 0, LEASE_WORKER_RANGE);
+  if (err == MUSTER_OK)
+    err =
+        client_check_min(client, "wait_ms", wait_ms, 0, "0 or more milliseconds (0: do not wait)");
+  if (err == MUSTER_OK)
+    err = client_path(client, path, sizeof path, "/v1/queues/%s/lease", queue);
   if (err != MUSTER_OK)
     return err;
   jtext_buf_t *b = &client->body;
@@ -399,6 +406,12 @@ static muster_err_t ack_fail_fields(muster_client_t *client, jtext_buf_t *b,
 
 static muster_err_t ack_extend_fields(muster_client_t *client, jtext_buf_t *b,
                                       const muster_ack_t *ack, size_t i) {
+  if (ack->lease_ms < -1) {
+    char what[48];
+    snprintf(what, sizeof what, "leases[%zu].lease_ms", i);
+    return client_check_min(client, what, ack->lease_ms, -1,
+                            "a time in milliseconds, or -1 for the queue's");
+  }
   if (ack->lease_ms >= 0) {
     JTEXT_ADD_LITERAL(b, ",\"lease_ms\":");
     jtext_add_int(b, ack->lease_ms);
@@ -510,8 +523,7 @@ static muster_err_t next_check(muster_client_t *client, const muster_ack_t *acks
   if (max == 0 || max > TASK_MAX_BATCH)
     return client_fail(client, MUSTER_INVALID, "max: %zu, expected 1 to %d", max, TASK_MAX_BATCH);
   if (worker < 0)
-    return client_fail(client, MUSTER_INVALID, "worker: %lld, expected an id or 0 (anonymous)",
-                       (long long)worker);
+    return client_check_min(client, "worker", worker, 0, LEASE_WORKER_RANGE);
   if (updates_after >= 0 && updates == NULL)
     return client_fail(client, MUSTER_INVALID,
                        "updates_after %lld asks for updates: a place for them is required",

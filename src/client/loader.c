@@ -264,11 +264,15 @@ static muster_err_t loader_init(muster_loader_t *l, const muster_loader_opts_t *
 
 muster_err_t muster_loader_open(const muster_loader_opts_t *opts, muster_loader_t **out,
                                 char **message) {
+  const char *why = out == NULL    ? "out: a place for the loader is required"
+                    : opts == NULL ? "opts: the loader's options are required"
+                                   : NULL;
   if (message)
-    *message = NULL;
-  if (out == NULL || opts == NULL)
+    *message = why ? strdup(why) : NULL;
+  if (out)
+    *out = NULL;
+  if (why)
     return MUSTER_INVALID;
-  *out = NULL;
   muster_loader_t *l = calloc(1, sizeof *l);
   if (l == NULL)
     return MUSTER_NOMEM;
@@ -378,8 +382,13 @@ static muster_err_t next_locked(muster_loader_t *l, uint64_t *index, void **samp
 }
 
 muster_err_t muster_loader_next(muster_loader_t *l, uint64_t *index, void **sample, int *has) {
-  if (l == NULL || index == NULL || has == NULL)
+  if (l == NULL)
     return MUSTER_INVALID;
+  if (index == NULL)
+    return loader_fail(l, MUSTER_INVALID, "index: a place for the sample's index is required");
+  if (has == NULL)
+    return loader_fail(l, MUSTER_INVALID,
+                       "has: a place for the flag saying whether a sample came is required");
   pthread_mutex_lock(&l->mu);
   muster_err_t err = next_locked(l, index, sample, has);
   pthread_mutex_unlock(&l->mu);
@@ -390,9 +399,14 @@ muster_err_t muster_loader_next(muster_loader_t *l, uint64_t *index, void **samp
  * lock at a time would cost more than computing them. */
 muster_err_t muster_loader_next_batch(muster_loader_t *l, uint64_t *indices, void **samples,
                                       size_t max, size_t *got) {
-  if (l == NULL || indices == NULL || got == NULL)
+  if (l == NULL)
     return MUSTER_INVALID;
+  if (got == NULL)
+    return loader_fail(l, MUSTER_INVALID, "got: a place for the number of samples is required");
   *got = 0;
+  if (indices == NULL)
+    return loader_fail(l, MUSTER_INVALID, "indices: a place for up to %zu indices is required",
+                       max);
   muster_err_t err = MUSTER_OK;
   pthread_mutex_lock(&l->mu);
   while (*got < max) {
@@ -511,8 +525,10 @@ static char *standalone_checkpoint(muster_loader_t *l) {
 }
 
 muster_err_t muster_loader_get_checkpoint(muster_loader_t *l, char **text) {
-  if (l == NULL || text == NULL)
+  if (l == NULL)
     return MUSTER_INVALID;
+  if (text == NULL)
+    return loader_fail(l, MUSTER_INVALID, "text: a place for the checkpoint is required");
   *text = NULL;
   if (!l->coordinated) {
     pthread_mutex_lock(&l->mu);
@@ -525,8 +541,10 @@ muster_err_t muster_loader_get_checkpoint(muster_loader_t *l, char **text) {
 }
 
 muster_err_t muster_loader_restore(muster_loader_t *l, const char *text) {
-  if (l == NULL || text == NULL)
+  if (l == NULL)
     return MUSTER_INVALID;
+  if (text == NULL)
+    return loader_fail(l, MUSTER_INVALID, "text: the checkpoint to restore is required");
   if (l->coordinated)
     return loader_fail(l, MUSTER_INVALID,
                        "a coordinated loader restores when it opens: pass "

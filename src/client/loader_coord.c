@@ -398,13 +398,20 @@ static muster_err_t open_call(muster_loader_t *l, const retry_t *r, void *arg) {
 muster_err_t loader_coord_open(muster_loader_t *l, const muster_loader_opts_t *opts) {
   if (opts->name == NULL)
     return loader_fail(l, MUSTER_INVALID, "a coordinated loader needs opts.name");
-  if ((l->name = strdup(opts->name)) == NULL ||
-      muster_client_new(opts->url, opts->token, &l->pclient) != MUSTER_OK ||
-      muster_client_new(opts->url, opts->token, &l->cclient) != MUSTER_OK)
-    return loader_fail(l, MUSTER_INVALID, "cannot create a client for %s", opts->url);
+  if ((l->name = strdup(opts->name)) == NULL)
+    return loader_fail(l, MUSTER_NOMEM, "out of memory");
+  char *why = NULL;
+  muster_err_t err = muster_client_open(opts->url, opts->token, &l->pclient, &why);
+  if (err == MUSTER_OK)
+    err = muster_client_open(opts->url, opts->token, &l->cclient, &why);
+  if (err != MUSTER_OK) {
+    loader_fail(l, err, "%s", why ? why : muster_strerror(err));
+    muster_free(why);
+    return err;
+  }
   l->head_wait_ms = opts->head_wait_ms;
   open_call_t o = {.opts = opts};
-  muster_err_t err = call_retrying(l, l->cclient, open_call, &o);
+  err = call_retrying(l, l->cclient, open_call, &o);
   char *json = o.json;
   if (err != MUSTER_OK)
     return loader_fail(l, err, "%s", muster_client_message(l->cclient));

@@ -51,6 +51,7 @@ struct muster_pool {
   int hb_running;
   int hb_stop;
   int64_t hb_period_ms;
+  int64_t request_timeout_ms; /* each request's (long-polls add their wait); 0: the client's */
   pthread_mutex_t mu;
   pthread_cond_t cond;
 };
@@ -150,11 +151,24 @@ static void *pool_heartbeat_main(void *arg) {
   return NULL;
 }
 
+/* A client of `url` for the pool, with the pool's request timeout. */
+static muster_err_t pool_client_new(muster_pool_t *pool, const char *url, const char *token,
+                                    muster_client_t **out) {
+  char *why = NULL;
+  muster_err_t err = muster_client_open(url, token, out, &why);
+  if (err != MUSTER_OK)
+    pool_fail(pool, err, "%s", why ? why : muster_strerror(err));
+  else if (pool->request_timeout_ms > 0)
+    muster_client_set_timeout(*out, (long)pool->request_timeout_ms);
+  muster_free(why);
+  return err;
+}
+
 /* Starts the heartbeat thread with its own handle on `url`. */
 static muster_err_t pool_heartbeat_start(muster_pool_t *pool, const char *url, const char *token) {
-  muster_err_t err = muster_client_new(url, token, &pool->hb_client);
+  muster_err_t err = pool_client_new(pool, url, token, &pool->hb_client);
   if (err != MUSTER_OK)
-    return pool_fail(pool, err, "cannot create the heartbeat client");
+    return err;
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -234,37 +248,69 @@ static muster_err_t pool_open_failed(muster_pool_t *pool, muster_err_t err, char
   return err;
 }
 
+/* Why `opts` cannot open a pool (written into `why`, `size` bytes), or NULL
+ * when nothing is wrong with them before the head is asked.  Negative numbers
+ * other than the documented -1s are refused here rather than taken for a
+ * default, and before the queue or the session is made. */
+static const char *pool_opts_problem(const muster_pool_opts_t *opts, char *why, size_t size) {
+  if (opts == NULL || opts->url == NULL || opts->queue == NULL)
+    snprintf(why, size, "a url and a queue are required");
+  else if (opts->timeout_ms < -1)
+    snprintf(why, size,
+             "timeout_ms: %lld, expected a time in milliseconds, or -1 for the head's "
+             "default",
+             (long long)opts->timeout_ms);
+  else if (opts->heartbeat_ms < -1)
+    snprintf(why, size,
+             "heartbeat_ms: %lld, expected a period in milliseconds, 0 for no "
+             "heartbeat thread, or -1 for timeout_ms / 4",
+             (long long)opts->heartbeat_ms);
+  else if (opts->request_timeout_ms < 0)
+    snprintf(why, size,
+             "request_timeout_ms: %lld, expected a time in milliseconds, or 0 for "
+             "the default (60000)",
+             (long long)opts->request_timeout_ms);
+  else
+    return NULL;
+  return why;
+}
+
+/* The part of open that talks to the head: queue, session, heartbeat thread. */
+static muster_err_t pool_start(muster_pool_t *pool, const muster_pool_opts_t *opts) {
+  muster_err_t err = pool_client_new(pool, opts->url, opts->token, &pool->client);
+  if (err != MUSTER_OK)
+    return err;
+  if ((pool->queue = strdup(opts->queue)) == NULL)
+    return pool_fail(pool, MUSTER_NOMEM, "out of memory");
+  int64_t timeout_ms = POOL_DEFAULT_TIMEOUT_MS;
+  if ((err = pool_ensure_queue(pool, opts->create_queue)) != MUSTER_OK ||
+      (err = pool_start_session(pool, opts, &timeout_ms)) != MUSTER_OK)
+    return err;
+  pool->timeout_ms = timeout_ms;
+  pool->hb_period_ms = opts->heartbeat_ms >= 0 ? opts->heartbeat_ms : timeout_ms / 4;
+  if (pool->hb_period_ms > 0)
+    err = pool_heartbeat_start(pool, opts->url, opts->token);
+  return err;
+}
+
 muster_err_t muster_pool_open(const muster_pool_opts_t *opts, muster_pool_t **out, char **message) {
+  char problem[CLIENT_MESSAGE_MAX];
+  const char *why = out ? pool_opts_problem(opts, problem, sizeof problem)
+                        : "out: a place for the pool is required";
   if (message)
-    *message = NULL;
-  if (out == NULL)
+    *message = why ? strdup(why) : NULL;
+  if (out)
+    *out = NULL;
+  if (why)
     return MUSTER_INVALID;
-  *out = NULL;
-  if (opts == NULL || opts->url == NULL || opts->queue == NULL) {
-    if (message)
-      *message = strdup("a url and a queue are required");
-    return MUSTER_INVALID;
-  }
   muster_pool_t *pool = calloc(1, sizeof *pool);
   if (pool == NULL)
     return MUSTER_NOMEM;
   pthread_mutex_init(&pool->mu, NULL);
   pool->keep_session = opts->keep_session;
-  muster_err_t err = muster_client_new(opts->url, opts->token, &pool->client);
-  if (err != MUSTER_OK) {
-    pool_fail(pool, err, "cannot use server '%s' with that token", opts->url);
-    return pool_open_failed(pool, err, message);
-  }
-  if ((pool->queue = strdup(opts->queue)) == NULL)
-    return pool_open_failed(pool, pool_fail(pool, MUSTER_NOMEM, "out of memory"), message);
-  int64_t timeout_ms = POOL_DEFAULT_TIMEOUT_MS;
-  if ((err = pool_ensure_queue(pool, opts->create_queue)) != MUSTER_OK ||
-      (err = pool_start_session(pool, opts, &timeout_ms)) != MUSTER_OK)
-    return pool_open_failed(pool, err, message);
-  pool->timeout_ms = timeout_ms;
-  pool->hb_period_ms = opts->heartbeat_ms >= 0 ? opts->heartbeat_ms : timeout_ms / 4;
-  if (pool->hb_period_ms > 0 &&
-      (err = pool_heartbeat_start(pool, opts->url, opts->token)) != MUSTER_OK)
+  pool->request_timeout_ms = opts->request_timeout_ms;
+  muster_err_t err = pool_start(pool, opts);
+  if (err != MUSTER_OK)
     return pool_open_failed(pool, err, message);
   *out = pool;
   return MUSTER_OK;
@@ -324,8 +370,10 @@ muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, si
     *out = NULL;
   if (pool == NULL)
     return MUSTER_INVALID;
-  if (out == NULL || (inputs == NULL && count > 0))
-    return pool_fail(pool, MUSTER_INVALID, "inputs and a place for the iterator are required");
+  if (out == NULL)
+    return pool_fail(pool, MUSTER_INVALID, "out: a place for the iterator is required");
+  if (inputs == NULL && count > 0)
+    return pool_fail(pool, MUSTER_INVALID, "inputs: required (%zu of them)", count);
   muster_pool_iter_t *it = calloc(1, sizeof *it);
   if (it == NULL || (it->seen = calloc(count / 8 + 1, 1)) == NULL) {
     free(it);
@@ -447,8 +495,18 @@ muster_err_t muster_pool_iter_next(muster_pool_iter_t *it, int64_t wait_ms, must
     memset(out, 0, sizeof *out);
   if (has)
     *has = 0;
-  if (it == NULL || out == NULL || has == NULL)
+  if (it == NULL)
     return MUSTER_INVALID;
+  if (out == NULL)
+    return pool_fail(it->pool, MUSTER_INVALID, "out: a place for the result is required");
+  if (has == NULL)
+    return pool_fail(it->pool, MUSTER_INVALID,
+                     "has: a place for the flag saying whether a result came is required");
+  if (wait_ms < -1)
+    return pool_fail(it->pool, MUSTER_INVALID,
+                     "wait_ms: %lld, expected 0 or more milliseconds, or -1 to wait until a "
+                     "result comes",
+                     (long long)wait_ms);
   int64_t deadline = wait_ms >= 0 ? pool_now_ms() + wait_ms : 0;
   for (int polled = 0;; polled = 1) {
     if (pool_iter_take(it, out)) {
@@ -486,7 +544,7 @@ muster_err_t muster_pool_map(muster_pool_t *pool, const char *const *inputs, siz
   if (pool == NULL)
     return MUSTER_INVALID;
   if (results == NULL)
-    return pool_fail(pool, MUSTER_INVALID, "a place for the results is required");
+    return pool_fail(pool, MUSTER_INVALID, "results: a place for the results is required");
   muster_result_t *all = calloc(count ? count : 1, sizeof *all);
   if (all == NULL)
     return pool_fail(pool, MUSTER_NOMEM, "out of memory");
@@ -556,8 +614,10 @@ static muster_err_t pool_count(muster_pool_t *pool, const char *json, const char
 }
 
 muster_err_t muster_pool_workers_count(muster_pool_t *pool, size_t *count) {
-  if (pool == NULL || count == NULL)
+  if (pool == NULL)
     return MUSTER_INVALID;
+  if (count == NULL)
+    return pool_fail(pool, MUSTER_INVALID, "count: a place for the number of workers is required");
   char *json = NULL;
   muster_err_t err = pool_from_client(pool, muster_worker_list(pool->client, &json));
   if (err == MUSTER_OK)
@@ -573,8 +633,10 @@ static int pool_node_active(const json_t *n, const char *queue) {
 }
 
 muster_err_t muster_pool_nodes_count(muster_pool_t *pool, size_t *count) {
-  if (pool == NULL || count == NULL)
+  if (pool == NULL)
     return MUSTER_INVALID;
+  if (count == NULL)
+    return pool_fail(pool, MUSTER_INVALID, "count: a place for the number of nodes is required");
   char *json = NULL;
   muster_err_t err = pool_from_client(pool, muster_node_list(pool->client, &json));
   if (err == MUSTER_OK)

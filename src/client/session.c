@@ -30,6 +30,9 @@ static muster_err_t session_body(muster_client_t *client, const muster_session_o
                                  json_t **out) {
   if (opts == NULL || opts->queue == NULL)
     return client_fail(client, MUSTER_INVALID, "queue: required");
+  if (opts->timeout_ms < -1)
+    return client_check_min(client, "timeout_ms", opts->timeout_ms, -1,
+                            "a time in milliseconds, or -1 for the head's default");
   json_t *queue = json_string(opts->queue);
   if (queue == NULL)
     return client_fail(client, MUSTER_INVALID, "queue: not valid UTF-8");
@@ -369,7 +372,10 @@ muster_err_t muster_session_results(muster_client_t *client, const char *id, mus
   if (out == NULL)
     return client_fail(client, MUSTER_INVALID, "a place for the results is required");
   char path[SESSION_PATH_MAX], query[160];
-  muster_err_t err = session_path(client, path, sizeof path, id, "/results");
+  muster_err_t err =
+      client_check_min(client, "wait_ms", wait_ms, 0, "0 or more milliseconds (0: do not wait)");
+  if (err == MUSTER_OK)
+    err = session_path(client, path, sizeof path, id, "/results");
   if (err != MUSTER_OK)
     return err;
   int n =

@@ -180,6 +180,11 @@ static void shared_setopt(CURL *curl, muster_client_t *client, const char *metho
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, shared_write);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, x);
   curl_easy_setopt(curl, CURLOPT_BUFFERSIZE, SHARED_RECV_BUFFER);
+  /* A head or node that cannot be reached fails within the handle's timeout,
+   * as the JSON calls do, rather than after libcurl's own 300 s; without a
+   * timeout (muster_client_set_timeout 0) libcurl's stays. */
+  if (client->timeout_ms > 0)
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, client->timeout_ms);
   /* Blobs may take long: no overall limit, but give up on a stalled transfer. */
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
@@ -302,11 +307,27 @@ static muster_err_t shared_put_info(muster_client_t *client, muster_shared_info_
   return MUSTER_OK;
 }
 
+/* Refuses negative numbers of an upload other than the documented -1s. */
+static muster_err_t shared_put_check(muster_client_t *client, int64_t len,
+                                     const muster_shared_opts_t *opts) {
+  muster_err_t err = client_check_min(client, "level", opts->level, 0,
+                                      "the level to create, 1 or more (0: level 1, a set)");
+  if (err == MUSTER_OK)
+    err = client_check_min(client, "ttl_ms", opts->ttl_ms, -1,
+                           "a time in milliseconds, or -1 for the head's maximum");
+  if (err == MUSTER_OK)
+    err = client_check_min(client, "len", len, -1,
+                           "0 or more bytes, or -1 to read to the end of the file");
+  return err;
+}
+
 static muster_err_t shared_put(muster_client_t *client, const char *scope, const char *name,
                                xfer_t *x, int64_t len, const muster_shared_opts_t *opts,
                                muster_shared_info_t *info) {
   char path[SHARED_PATH_MAX];
-  muster_err_t err = shared_path(client, path, scope, name, opts->level, opts->ttl_ms);
+  muster_err_t err = shared_put_check(client, len, opts);
+  if (err == MUSTER_OK)
+    err = shared_path(client, path, scope, name, opts->level, opts->ttl_ms);
   if (err == MUSTER_OK)
     err = shared_perform(client, "PUT", path, x, 1, len);
   return err == MUSTER_OK ? shared_put_info(client, info) : err;
@@ -353,7 +374,9 @@ muster_err_t muster_shared_put_fd(muster_client_t *client, const char *scope, co
 static muster_err_t shared_fetch(muster_client_t *client, const char *scope, const char *name,
                                  int64_t level, xfer_t *x, muster_shared_info_t *info) {
   char path[SHARED_PATH_MAX];
-  muster_err_t err = shared_path(client, path, scope, name, level, -1);
+  muster_err_t err = client_check_min(client, "level", level, 0, "1 or more, or 0 for the newest");
+  if (err == MUSTER_OK)
+    err = shared_path(client, path, scope, name, level, -1);
   if (err != MUSTER_OK)
     return err;
   x->hash = XXH64_createState();

@@ -115,6 +115,47 @@ static void test_handle(void) {
   muster_client_free(client);
 }
 
+/* A URL that is not http:// or https:// is refused when the handle is made,
+ * in words naming it, not at the first call in libcurl's ("Unsupported
+ * protocol"); muster_client_open hands those words back. */
+static void check_url_refused(const char *url, int line) {
+  muster_client_t *client = (muster_client_t *)1;
+  char *message = NULL, want[160];
+  check_err(muster_client_new(url, TOKEN, &client), MUSTER_INVALID, url, line, "");
+  check(client == NULL, "no handle", line);
+  check_err(muster_client_open(url, TOKEN, &client, &message), MUSTER_INVALID, url, line, message);
+  snprintf(want, sizeof want, "url '%s': expected http://HOST[:PORT] or https://HOST[:PORT]", url);
+  check(contains(message, want), want, line);
+  muster_free(message);
+}
+
+static void test_url_schemes(void) {
+  check_url_refused("ftp://127.0.0.1:7370", __LINE__);
+  check_url_refused("127.0.0.1:7370", __LINE__);
+  check_url_refused("localhost", __LINE__);
+  check_url_refused("http://", __LINE__);
+  check_url_refused("https:///v1", __LINE__);
+  check_url_refused("http:/127.0.0.1:7370", __LINE__);
+  muster_client_t *client = NULL;
+  char *message = (char *)1;
+  CHECK_ERR(NULL, muster_client_open(NULL, TOKEN, &client, &message), MUSTER_INVALID);
+  CHECK(contains(message, "url: required"));
+  muster_free(message);
+  CHECK_ERR(NULL, muster_client_open(head_url, "a\nb", &client, &message), MUSTER_INVALID);
+  CHECK(contains(message, "token: contains a line break"));
+  muster_free(message);
+  CHECK_ERR(NULL, muster_client_open(head_url, TOKEN, NULL, &message), MUSTER_INVALID);
+  CHECK(contains(message, "out: a place for the handle is required"));
+  muster_free(message);
+  /* Either scheme in any case is taken; nothing is connected yet. */
+  const char *good[] = {"HTTP://127.0.0.1:9", "https://127.0.0.1:9/prefix", "Https://[::1]:9"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    CHECK_OK(NULL, muster_client_open(good[i], TOKEN, &client, &message));
+    CHECK(client != NULL && message == NULL);
+    muster_client_free(client);
+  }
+}
+
 static void test_auth_and_network(void) {
   muster_client_t *client = connect_head("wrong-token-0123");
   char *json = NULL;
@@ -132,6 +173,47 @@ static void test_auth_and_network(void) {
   CHECK_ERR(client, muster_lease(client, "q", 0, 1, 0, &leases, &count), MUSTER_NETWORK);
   CHECK(leases == NULL && count == 0);
   muster_client_free(client);
+}
+
+/* A pool's request timeout (muster_pool_opts_t.request_timeout_ms) bounds
+ * each of its requests, so a head that stops answering fails open and
+ * iter_next with MUSTER_NETWORK after about that (plus the long-poll's
+ * wait), not after the 60 s default.  The bounds are loose: only a wait far
+ * beyond the timeout fails them. */
+static void test_pool_request_timeout(void) {
+  int fds[2];
+  char url[64], *message = NULL;
+  muster_pool_t *pool = NULL;
+  muster_pool_opts_t opts;
+  muster_pool_opts_init(&opts);
+  opts.url = url;
+  opts.token = head_token;
+  opts.queue = "ct-timeout";
+  opts.request_timeout_ms = 500;
+  CHECK(ctest_listener(1, fds, url, sizeof url) == 0); /* connects, never answers */
+  int64_t start = now_ms();
+  CHECK_ERR(NULL, muster_pool_open(&opts, &pool, &message), MUSTER_NETWORK);
+  CHECK(now_ms() - start < 500 + 10000 && pool == NULL);
+  CHECK(contains(message, "timed out waiting for the reply"));
+  muster_free(message);
+  ctest_listener_close(fds);
+  opts.url = head_url;
+  if (head_pid <= 0 || muster_pool_open(&opts, &pool, NULL) != MUSTER_OK)
+    return; /* a head started by hand is not this program's to stop */
+  const char *inputs[] = {"1"};
+  muster_pool_iter_t *it = NULL;
+  muster_result_t r;
+  int has = 0;
+  CHECK_ERR(NULL, muster_pool_imap(pool, inputs, 1, 1, &it), MUSTER_OK);
+  kill(head_pid, SIGSTOP);
+  start = now_ms();
+  check_err(muster_pool_iter_next(it, 200, &r, &has), MUSTER_NETWORK, "iter_next, head stopped",
+            __LINE__, muster_pool_message(pool));
+  CHECK(now_ms() - start < 200 + 500 + 10000);
+  kill(head_pid, SIGCONT);
+  CHECK(contains(muster_pool_message(pool), "timed out waiting for the reply"));
+  muster_pool_iter_free(it);
+  muster_pool_close(pool);
 }
 
 static void test_protocol_errors(void) {
@@ -394,6 +476,76 @@ static void test_workers(muster_client_t *c) {
   CHECK_ERR(c, muster_lease(c, "ct-wq", 999999, 1, 0, &l, &n), MUSTER_WORKER_NOT_FOUND);
 }
 
+/* Negative numbers other than the documented -1s are refused with
+ * MUSTER_INVALID naming the argument and its range; they used to be taken
+ * silently as the default (a worker of -3 as anonymous, a wait of -1 as
+ * none, a timeout of -5 as the head's). */
+static void test_negative_arguments(muster_client_t *c) {
+  CHECK_OK(c, muster_queue_put(c, "ct-neg", NULL, NULL));
+  muster_task_spec_t spec;
+  muster_task_spec_init(&spec);
+  spec.payload = "1";
+  CHECK_OK(c, muster_put(c, "ct-neg", &spec, 1, NULL));
+  muster_lease_t *l = NULL;
+  size_t n = 0;
+  CHECK_ERR(c, muster_lease(c, "ct-neg", -3, 1, 0, &l, &n), MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c), "worker: -3, expected a worker id or 0 (anonymous)") == 0);
+  CHECK_ERR(c, muster_lease(c, "ct-neg", 0, 1, -1, &l, &n), MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c),
+               "wait_ms: -1, expected 0 or more milliseconds (0: do not wait)") == 0);
+  CHECK_OK(c, muster_lease(c, "ct-neg", 0, 1, 0, &l, &n)); /* the task was still queued */
+  CHECK(n == 1);
+  if (n == 1) {
+    muster_ack_t ack;
+    muster_ack_init(&ack, l[0].task, l[0].token);
+    ack.lease_ms = -5;
+    CHECK_ERR(c, muster_extend(c, &ack, 1), MUSTER_INVALID);
+    CHECK(contains(muster_client_message(c), "leases[0].lease_ms: -5, expected"));
+    ack.lease_ms = -1;
+    CHECK_OK(c, muster_extend(c, &ack, 1));
+  }
+  muster_leases_free(l, n);
+
+  muster_session_opts_t sopts;
+  muster_session_opts_init(&sopts);
+  sopts.queue = "ct-neg";
+  sopts.timeout_ms = -5;
+  char *id = NULL;
+  CHECK_ERR(c, muster_session_create(c, &sopts, &id, NULL), MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c),
+               "timeout_ms: -5, expected a time in milliseconds, or -1 for the head's default") ==
+        0);
+  CHECK(id == NULL);
+  sopts.timeout_ms = -1;
+  CHECK_OK(c, muster_session_create(c, &sopts, &id, NULL));
+  muster_results_t page;
+  CHECK_ERR(c, muster_session_results(c, id, MUSTER_ORDER_SUBMISSION, 0, 0, -2, &page),
+            MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "wait_ms: -2, expected 0 or more"));
+  muster_results_free(&page);
+  CHECK_OK(c, muster_session_close(c, id, NULL));
+  muster_free(id);
+
+  muster_worker_opts_t wopts;
+  muster_worker_opts_init(&wopts);
+  wopts.timeout_ms = -5;
+  int64_t worker = 0;
+  CHECK_ERR(c, muster_worker_register(c, &wopts, &worker, NULL), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "timeout_ms: -5, expected"));
+  muster_iter_config_t cfg;
+  muster_iter_config_init(&cfg);
+  cfg.num_samples = 10;
+  cfg.lease_ms = -5;
+  CHECK_ERR(c, muster_iter_create(c, "ct-neg", &cfg, NULL, -1, NULL), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "lease_ms: -5, expected"));
+  cfg.lease_ms = -1;
+  cfg.replication = -2;
+  CHECK_ERR(c, muster_iter_create(c, "ct-neg", &cfg, NULL, -1, NULL), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "replication: -2, expected"));
+  char *json = NULL;
+  CHECK_ERR(c, muster_iter_status(c, "ct-neg", &json), MUSTER_ITERATION_NOT_FOUND);
+}
+
 /* A long-poll outlives the client timeout, and a put wakes it early. */
 static void test_long_poll(muster_client_t *c) {
   CHECK_OK(c, muster_queue_put(c, "ct-poll", NULL, NULL));
@@ -535,7 +687,9 @@ int main(int argc, char **argv) {
     return ctest_head_failed();
   test_error_table();
   test_handle();
+  test_url_schemes();
   test_auth_and_network();
+  test_pool_request_timeout();
   test_protocol_errors();
   muster_client_t *client = connect_head(head_token);
   test_queues(client);
@@ -544,6 +698,7 @@ int main(int argc, char **argv) {
   test_pipeline_and_flags(client);
   test_fail_permanent_and_requeue(client);
   test_workers(client);
+  test_negative_arguments(client);
   test_long_poll(client);
   test_purge_delete_and_raw(client);
   test_text_forms(client);

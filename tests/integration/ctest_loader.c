@@ -10,7 +10,8 @@
  * callback's failure is reported by next until the caller restores a
  * checkpoint, and reset refuses to pass over it; the checkpoint taken after
  * the failure resumes at the sample that failed.  A strategy without what it
- * needs (range: ranges, stratified: labels) is refused saying so.
+ * needs (range: ranges, stratified: labels) is refused saying so, and so is
+ * a missing argument or a coordinated loader's URL that is not http(s)://.
  *
  * Ends with "N passed, M failed"; exits 1 when M > 0.
  */
@@ -193,6 +194,55 @@ static void test_strategy_inputs(void) {
   muster_loader_close(l);
 }
 
+/* MUSTER_INVALID from a loader call, with muster_loader_message containing
+ * `want` (it used to be left empty for a missing argument). */
+static void check_said(muster_loader_t *l, muster_err_t err, const char *want, int line) {
+  char what[200];
+  snprintf(what, sizeof what, "MUSTER_INVALID saying '%s' (got %s, said: %s)", want,
+           muster_err_name(err), muster_loader_message(l));
+  check(err == MUSTER_INVALID && contains(muster_loader_message(l), want), what, line);
+}
+
+#define CHECK_SAID(l, call, want) check_said((l), (call), (want), __LINE__)
+
+/* A NULL where a call writes its answer is refused with a message naming the
+ * argument, kept where the loader keeps its messages; and the opens say why. */
+static void test_missing_places(void) {
+  muster_iter_config_t cfg;
+  config(&cfg, 1);
+  muster_loader_t *l = open_loader(&cfg, 0, NULL);
+  uint64_t index = 0;
+  int has = 0;
+  size_t got = 0;
+  CHECK_SAID(l, muster_loader_next(l, NULL, NULL, &has), "index: a place for");
+  CHECK_SAID(l, muster_loader_next(l, &index, NULL, NULL), "has: a place for");
+  CHECK_SAID(l, muster_loader_next_batch(l, NULL, NULL, 4, &got), "indices: a place for up to 4");
+  CHECK_SAID(l, muster_loader_next_batch(l, &index, NULL, 1, NULL), "got: a place for");
+  CHECK_SAID(l, muster_loader_get_checkpoint(l, NULL), "text: a place for the checkpoint");
+  CHECK_SAID(l, muster_loader_restore(l, NULL), "text: the checkpoint to restore");
+  CHECK_OK(NULL, muster_loader_next(l, &index, NULL, &has)); /* nothing was taken */
+  CHECK(has == 1);
+  muster_loader_close(l);
+
+  muster_loader_opts_t opts;
+  muster_loader_opts_init(&opts);
+  opts.config = &cfg;
+  char *message = NULL;
+  CHECK_ERR(NULL, muster_loader_open(&opts, NULL, &message), MUSTER_INVALID);
+  CHECK(contains(message, "out: a place for the loader is required"));
+  muster_free(message);
+  CHECK_ERR(NULL, muster_loader_open(NULL, &l, &message), MUSTER_INVALID);
+  CHECK(l == NULL && contains(message, "opts: the loader's options are required"));
+  muster_free(message);
+  /* A coordinated loader's URL is checked as muster_client_new checks it. */
+  opts.url = "ftp://127.0.0.1:7370";
+  opts.name = "ct-loader";
+  opts.head_wait_ms = 0;
+  CHECK_ERR(NULL, muster_loader_open(&opts, &l, &message), MUSTER_INVALID);
+  CHECK(contains(message, "url 'ftp://127.0.0.1:7370': expected http://HOST[:PORT]"));
+  muster_free(message);
+}
+
 int main(void) {
   for (size_t prefetch = 0; prefetch <= 4; prefetch += 4) {
     test_refused_reset_keeps_the_epoch(prefetch);
@@ -200,5 +250,6 @@ int main(void) {
     test_load_failure_stays(prefetch);
   }
   test_strategy_inputs();
+  test_missing_places();
   return ctest_report();
 }

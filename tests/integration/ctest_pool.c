@@ -711,6 +711,78 @@ static void test_close_and_expiry(muster_client_t *c) {
   free_inputs(inputs, 3);
 }
 
+/* MUSTER_INVALID from a pool call, muster_pool_message containing `want`. */
+static void check_pool_said(const muster_pool_t *pool, muster_err_t err, const char *want,
+                            int line) {
+  char what[240];
+  snprintf(what, sizeof what, "MUSTER_INVALID saying '%s' (got %s, said: %s)", want,
+           muster_err_name(err), muster_pool_message(pool));
+  check(err == MUSTER_INVALID && contains(muster_pool_message(pool), want), what, line);
+}
+
+#define CHECK_POOL_SAID(p, call, want) check_pool_said((p), (call), (want), __LINE__)
+
+/* Opens with `opts`; MUSTER_INVALID with an open message containing `want`. */
+static void check_open_said(const muster_pool_opts_t *opts, const char *want, int line) {
+  muster_pool_t *pool = NULL;
+  char *message = NULL, what[240];
+  muster_err_t err = muster_pool_open(opts, &pool, &message);
+  snprintf(what, sizeof what, "open refused saying '%s' (got %s, said: %s)", want,
+           muster_err_name(err), message ? message : "");
+  check(err == MUSTER_INVALID && pool == NULL && contains(message, want), what, line);
+  muster_free(message);
+  muster_pool_close(pool);
+}
+
+/* Missing places for an answer and negative numbers other than the
+ * documented -1s are refused with a message naming the argument (they came
+ * back without one, or were taken as the default), before the head is asked. */
+static void test_pool_refusals(muster_client_t *c) {
+  muster_pool_opts_t opts;
+  muster_pool_opts_init(&opts);
+  CHECK(opts.request_timeout_ms == 0);
+  opts.url = head_url;
+  opts.token = head_token;
+  opts.queue = "cp-refused";
+  char *message = NULL;
+  CHECK(muster_pool_open(&opts, NULL, &message) == MUSTER_INVALID);
+  CHECK(contains(message, "out: a place for the pool is required"));
+  muster_free(message);
+  opts.heartbeat_ms = -5;
+  check_open_said(&opts, "heartbeat_ms: -5, expected a period in milliseconds", __LINE__);
+  opts.heartbeat_ms = -1;
+  opts.timeout_ms = -5;
+  check_open_said(&opts, "timeout_ms: -5, expected a time in milliseconds", __LINE__);
+  opts.timeout_ms = -1;
+  opts.request_timeout_ms = -1;
+  check_open_said(&opts, "request_timeout_ms: -1, expected a time in milliseconds", __LINE__);
+  opts.request_timeout_ms = 0;
+  opts.url = "ftp://127.0.0.1:7370";
+  check_open_said(&opts, "url 'ftp://127.0.0.1:7370': expected http://HOST[:PORT]", __LINE__);
+  CHECK_ERR(c, muster_queue_get(c, "cp-refused", NULL), MUSTER_QUEUE_NOT_FOUND);
+
+  muster_pool_t *pool = open_pool("cp-refused", NULL);
+  if (pool == NULL)
+    return;
+  const char *inputs[] = {"1"};
+  muster_result_t *results = NULL, r;
+  muster_pool_iter_t *it = NULL;
+  int has = 0;
+  CHECK_POOL_SAID(pool, muster_pool_workers_count(pool, NULL), "count: a place for");
+  CHECK_POOL_SAID(pool, muster_pool_nodes_count(pool, NULL), "count: a place for");
+  CHECK_POOL_SAID(pool, muster_pool_map(pool, inputs, 1, NULL), "results: a place for");
+  CHECK_POOL_SAID(pool, muster_pool_imap(pool, inputs, 1, 1, NULL), "out: a place for");
+  CHECK_POOL_SAID(pool, muster_pool_imap(pool, NULL, 2, 1, &it), "inputs: required (2 of them)");
+  CHECK_POOL(pool, muster_pool_imap(pool, inputs, 1, 1, &it));
+  CHECK_POOL_SAID(pool, muster_pool_iter_next(it, 0, NULL, &has), "out: a place for the result");
+  CHECK_POOL_SAID(pool, muster_pool_iter_next(it, 0, &r, NULL), "has: a place for the flag");
+  CHECK_POOL_SAID(pool, muster_pool_iter_next(it, -2, &r, &has),
+                  "wait_ms: -2, expected 0 or more milliseconds, or -1");
+  CHECK(results == NULL);
+  muster_pool_iter_free(it);
+  muster_pool_close(pool);
+}
+
 int main(int argc, char **argv) {
   if (!ctest_use_test_url(TOKEN)) {
     const char *bin = muster_bin(argv[0]);
@@ -732,6 +804,7 @@ int main(int argc, char **argv) {
       {"updates", test_updates},
       {"exactly once", test_exactly_once},
       {"close and expiry", test_close_and_expiry},
+      {"pool refusals", test_pool_refusals},
   };
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
     int64_t start = now_ms();

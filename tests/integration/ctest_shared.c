@@ -1,7 +1,8 @@
 /*
  * ctest_shared.c — libmuster's shared-data calls against a real head:
  * set, update, refused levels, get to a buffer and to a file descriptor,
- * uploads from a file descriptor (sized and chunked), progress, list, delete.
+ * uploads from a file descriptor (sized and chunked), progress, list, delete,
+ * negative numbers refused, and the connect timeout of a transfer.
  *
  * Starts `$MUSTER_BIN head --listen 127.0.0.1:0 --server-only
  * --shared-keep-levels 2` with a temporary data dir, like ctest_client.c
@@ -163,6 +164,77 @@ static void test_list_delete_and_session(muster_client_t *c) {
   muster_free(id);
 }
 
+/* Negative numbers other than the documented sentinels (ttl -1, level 0,
+ * len -1) are refused before anything is sent; they used to be taken as the
+ * sentinel (a ttl of -5 as the head's maximum, a level of -1 as the newest). */
+static void test_refused_negatives(muster_client_t *c) {
+  CHECK_ERR(c, muster_shared_set(c, "ctest", "neg", "x", 1, -5, NULL), MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c),
+               "ttl_ms: -5, expected a time in milliseconds, or -1 for the head's maximum") == 0);
+  CHECK_ERR(c, muster_shared_update(c, "ctest", "neg", -3, "x", 1, -1, NULL), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "level: -3, expected the level to create"));
+  void *data = NULL;
+  size_t len = 0;
+  CHECK_ERR(c, muster_shared_get(c, "ctest", "neg", 0, &data, &len, NULL), MUSTER_SHARED_NOT_FOUND);
+  CHECK_OK(c, muster_shared_set(c, "ctest", "neg", "x", 1, -1, NULL));
+  CHECK_ERR(c, muster_shared_get(c, "ctest", "neg", -1, &data, &len, NULL), MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c), "level: -1, expected 1 or more, or 0 for the newest") ==
+        0);
+  CHECK(data == NULL);
+  int null = open("/dev/null", O_RDWR); /* what a wrongly taken call would read or write */
+  muster_shared_opts_t opts;
+  muster_shared_opts_init(&opts);
+  opts.level = -2;
+  CHECK_ERR(c, muster_shared_get_fd(c, "ctest", "neg", null, &opts, NULL), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "level: -2, expected"));
+  CHECK_ERR(c, muster_shared_put_fd(c, "ctest", "neg", null, 1, &opts, NULL), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "level: -2, expected the level to create"));
+  muster_shared_opts_init(&opts);
+  opts.ttl_ms = -2;
+  CHECK_ERR(c, muster_shared_put_fd(c, "ctest", "neg", null, 1, &opts, NULL), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "ttl_ms: -2, expected"));
+  opts.ttl_ms = -1;
+  opts.level = 2;
+  CHECK_ERR(c, muster_shared_put_fd(c, "ctest", "neg", null, -7, &opts, NULL), MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c),
+               "len: -7, expected 0 or more bytes, or -1 to read to the end of the file") == 0);
+  close(null);
+  int64_t levels = 0;
+  CHECK_OK(c, muster_shared_delete(c, "ctest", "neg", &levels));
+  CHECK(levels == 1);
+}
+
+/* A transfer to a host that never completes the connection fails within the
+ * handle's timeout, in the words of the JSON calls (libcurl's own connect
+ * timeout, 300 s, used to hold it).  The bound is loose: only a wait far
+ * beyond the timeout fails the check. */
+static void test_connect_timeout(void) {
+  int fds[2];
+  char url[64];
+  if (ctest_listener(0, fds, url, sizeof url) != 0) {
+    CHECK(!"a loopback listener");
+    return;
+  }
+  muster_client_t *c = NULL;
+  CHECK_OK(c, muster_client_new(url, TOKEN, &c));
+  muster_client_set_timeout(c, 500);
+  char want[128];
+  snprintf(want, sizeof want, "could not connect to 127.0.0.1 port %s: timed out",
+           strrchr(url, ':') + 1);
+  void *data = NULL;
+  size_t len = 0;
+  int64_t start = now_ms();
+  CHECK_ERR(c, muster_shared_get(c, "ctest", "w", 0, &data, &len, NULL), MUSTER_NETWORK);
+  CHECK(now_ms() - start < 500 + 10000);
+  CHECK(contains(muster_client_message(c), want));
+  start = now_ms();
+  CHECK_ERR(c, muster_shared_set(c, "ctest", "w", "x", 1, -1, NULL), MUSTER_NETWORK);
+  CHECK(now_ms() - start < 500 + 10000);
+  CHECK(contains(muster_client_message(c), want));
+  muster_client_free(c);
+  ctest_listener_close(fds);
+}
+
 int main(int argc, char **argv) {
   static const char *const head_args[] = {"--server-only", "--shared-keep-levels", "2", NULL};
   if (!ctest_use_test_url(TOKEN) &&
@@ -175,6 +247,8 @@ int main(int argc, char **argv) {
   test_set_update_get(c);
   test_fd_transfers(c);
   test_list_delete_and_session(c);
+  test_refused_negatives(c);
+  test_connect_timeout();
   muster_client_free(c);
   ctest_head_stop();
   return ctest_report();

@@ -23,13 +23,16 @@
 
 #include "muster.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -90,6 +93,42 @@ static inline int64_t now_ms(void) {
 
 static inline int contains(const char *haystack, const char *needle) {
   return haystack != NULL && strstr(haystack, needle) != NULL;
+}
+
+/* ---- servers that never answer ------------------------------------------------------------ */
+
+/*
+ * A loopback listener for the timeout tests, its URL in `url`.  `connects` 1:
+ * the kernel completes every connection (backlog 16) and nobody ever reads a
+ * request, as with a head stopped by SIGSTOP.  `connects` 0: no connection
+ * ever completes: the backlog (0) is filled by one connection made here, and
+ * Linux drops the SYNs of any further one while its accept queue is full,
+ * as with a host that does not answer.  fds[0] is the listener, fds[1] the
+ * filling connection (-1 when none); close both with ctest_listener_close.
+ * Returns 0, or -1 when a socket call failed.
+ */
+static inline int ctest_listener(int connects, int fds[2], char *url, size_t size) {
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof addr;
+  fds[1] = -1;
+  fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+  if (fds[0] < 0 || bind(fds[0], (struct sockaddr *)&addr, sizeof addr) != 0 ||
+      listen(fds[0], connects ? 16 : 0) != 0 ||
+      getsockname(fds[0], (struct sockaddr *)&addr, &len) != 0)
+    return -1;
+  snprintf(url, size, "http://127.0.0.1:%d", ntohs(addr.sin_port));
+  if (connects)
+    return 0;
+  /* Wait for the filling connection to complete, so that the queue is full
+   * before the call under test connects. */
+  fds[1] = socket(AF_INET, SOCK_STREAM, 0);
+  return fds[1] >= 0 && connect(fds[1], (struct sockaddr *)&addr, sizeof addr) == 0 ? 0 : -1;
+}
+
+static inline void ctest_listener_close(int fds[2]) {
+  for (int i = 0; i < 2; i++)
+    if (fds[i] >= 0)
+      close(fds[i]);
 }
 
 /* ---- the head process ------------------------------------------------------------------- */
