@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "cli/worker.h"
 #include "core/deadline.h"
+#include "core/url.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -306,6 +307,11 @@ static int worker_configure(cli_args_t *args, worker_t *w) {
     return cli_usage_error(args->cmd, "'worker' needs --queue Q");
   int rc = worker_read_limits(args, w);
   worker_read_options(args, w);
+  const char *problem = w->cache_url ? url_head_problem(w->cache_url) : NULL;
+  if (rc == CLI_OK && problem != NULL)
+    rc = cli_usage_error(args->cmd, "%s '%s': %s",
+                         cli_opt(args, "cache-url") ? "--cache-url" : "MUSTER_CACHE_URL",
+                         w->cache_url, problem);
   if (rc == CLI_OK)
     rc = worker_check_runner(args, w);
   worker_take_agent_fd(w);

@@ -203,10 +203,12 @@ const char *cli_token(const cli_args_t *args) {
 
 int cli_connect(const cli_args_t *args, muster_client_t **out) {
   const char *url = cli_url(args);
-  muster_err_t err = muster_client_new(url, cli_token(args), out);
+  char *message = NULL;
+  muster_err_t err = muster_client_open(url, cli_token(args), out, &message);
   if (err != MUSTER_OK) {
     fprintf(stderr, "muster: %s: cannot use server '%s' with that token: %s\n",
-            muster_err_name(err), url, muster_strerror(err));
+            muster_err_name(err), url, message ? message : muster_strerror(err));
+    muster_free(message);
     return CLI_FAIL;
   }
   return CLI_OK;

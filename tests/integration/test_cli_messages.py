@@ -313,6 +313,14 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
             self.assertEqual(err, "muster: invalid_argument: stdin line 2: not valid JSON: %s\n"
                              % bad, cmd)
 
+    def test_worker_cache_url_is_checked(self):
+        # libmuster refuses a URL without http:// or https://; a worker given one as its
+        # node cache's URL learnt it at its first shared-data task, as "out of memory".
+        err = self.fails(2, "worker", "--queue", "q", "--cache-url", "127.0.0.1:7371",
+                         "--", "/bin/true")
+        self.assertTrue(err.startswith("muster: --cache-url '127.0.0.1:7371': it must start "
+                                       "with http:// or https://\n"), err)
+
     def test_bad_json_of_a_file_or_an_agent_says_why_and_where(self):
         # A pretty-printed array with a bad element was read as JSON lines, and said as a
         # bad first line ("line 1: ']' expected near end of file").
