@@ -24,6 +24,7 @@
 #include "client/client_internal.h"
 #include "core/limits.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@
 #include <time.h>
 
 #define POOL_POLL_MS 20000    /* longest single long-poll; the head caps it too */
+#define POOL_MIN_POLL_MS 1000 /* an empty read is repeated no sooner than this */
 #define POOL_SUBMIT_PAUSE_S 1 /* between submit attempts to a head that is down */
 #define POOL_DEFAULT_TIMEOUT_MS 60000
 
@@ -489,6 +491,24 @@ static muster_err_t pool_iter_fetch(muster_pool_iter_t *it, int64_t wait_ms) {
   return MUSTER_OK;
 }
 
+/*
+ * After a read that asked to wait `asked` ms from `started` and came back
+ * empty: when it came back within POOL_MIN_POLL_MS (a head whose
+ * --max-wait-ms is 0 or small answers at once), waits out the rest of that
+ * second, or of `asked` if shorter, so that the head is asked at most once
+ * a second rather than in a busy loop, as `muster session results --follow`
+ * and the Python client do.
+ */
+static void pool_iter_pace(int64_t started, int64_t asked) {
+  int64_t until = started + (asked < POOL_MIN_POLL_MS ? asked : POOL_MIN_POLL_MS);
+  int64_t rest = until - pool_now_ms();
+  if (rest <= 0)
+    return;
+  struct timespec ts = {.tv_sec = rest / 1000, .tv_nsec = (long)(rest % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
 muster_err_t muster_pool_iter_next(muster_pool_iter_t *it, int64_t wait_ms, muster_result_t *out,
                                    int *has) {
   if (out)
@@ -518,11 +538,13 @@ muster_err_t muster_pool_iter_next(muster_pool_iter_t *it, int64_t wait_ms, must
     int64_t left = wait_ms >= 0 ? deadline - pool_now_ms() : POOL_POLL_MS;
     if (polled && left <= 0)
       return MUSTER_OK;
-    muster_err_t err = pool_iter_fetch(it, left <= 0             ? 0
-                                           : left < POOL_POLL_MS ? left
-                                                                 : POOL_POLL_MS);
+    int64_t asked = left <= 0 ? 0 : left < POOL_POLL_MS ? left : POOL_POLL_MS;
+    int64_t started = pool_now_ms(), cursor = it->cursor;
+    muster_err_t err = pool_iter_fetch(it, asked);
     if (err != MUSTER_OK)
       return err;
+    if (it->page.count == 0 && it->cursor == cursor)
+      pool_iter_pace(started, asked);
   }
 }
 

@@ -323,8 +323,9 @@ class RequestLog:
 
 
 class FollowWaitTest(unittest.TestCase):
-    """How `session results --follow` waits on an idle session: each read as long as
-    the head lets one wait, and a signal ends it at once all the same."""
+    """How `session results --follow` (and `map`, through libmuster's pool) waits on an
+    idle session: each read as long as the head lets one wait, no more often than once a
+    second, and a signal ends it at once all the same."""
 
     def follow(self, head_args):
         head = harness.Head(head_args).start()
@@ -370,6 +371,26 @@ class FollowWaitTest(unittest.TestCase):
         self.assertTrue(err.endswith("muster: stopped by a signal; read on with --cursor 0\n"),
                         err)
 
+
+    def test_map_paces_a_head_that_lets_no_read_wait(self):
+        # libmuster's pool read results again at once when the head answered at once
+        # (--max-wait-ms 0): `muster map` waiting for a worker kept the head busy.
+        head = harness.Head(["--max-wait-ms", "0"]).start()
+        self.addCleanup(head.cleanup)
+        proxy = RequestLog(head.port)
+        self.addCleanup(proxy.close)
+        env = dict(os.environ, MUSTER_URL=proxy.url, MUSTER_TOKEN=head.token)
+        mapper = subprocess.Popen([MUSTER, "map", "--queue", "unserved"], env=env, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        self.addCleanup(lambda: mapper.poll() is None and (mapper.kill(), mapper.wait()))
+        mapper.stdin.write("1\n")
+        mapper.stdin.close()
+        reads = harness.wait_until(
+            lambda: [at for t, at in proxy.targets("/v1/sessions/") if "/results" in t][1:4]
+            if len([t for t, _ in proxy.targets("/v1/sessions/") if "/results" in t]) >= 4
+            else None, timeout=30, what="four result reads")
+        self.assertGreaterEqual(min(b - a for a, b in zip(reads, reads[1:])), 0.9, reads)
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
