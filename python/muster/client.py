@@ -233,7 +233,9 @@ class Client:
         self._all = []
         self._all_lock = threading.Lock()
         self._pid = os.getpid()   # the process whose connections _all holds
-        self._max_wait_ms = None  # the head's max_wait_ms, asked on the first long-poll
+        # The head's max_wait_ms, asked on the first long-poll and again after a connection
+        # to the head was lost (it may have restarted with another --max-wait-ms).
+        self._max_wait_ms = None
 
     def __repr__(self):
         return "muster.Client(%r)" % self.url
@@ -284,7 +286,11 @@ class Client:
         for c in conns:
             c.close()   # this process's copies of the descriptors; the parent's stay open
 
-    def _drop_connection(self):
+    def _drop_connection(self, lost=False):
+        """Closes this thread's connection.  ``lost``: it failed or the server closed it,
+        so the head may have restarted meanwhile: its max_wait_ms is asked again."""
+        if lost:
+            self._max_wait_ms = None
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -394,7 +400,7 @@ class Client:
         except (OSError, ValueError):
             closed = True
         if closed:
-            self._drop_connection()
+            self._drop_connection(lost=True)
 
     def _exchange(self, method, path, data, headers, wait_ms):
         """One HTTP exchange on this thread's connection: (response, raw body).  A POST
@@ -413,7 +419,7 @@ class Client:
                 raw = resp.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
                     http.client.CannotSendRequest, http.client.BadStatusLine) as e:
-                self._drop_connection()
+                self._drop_connection(lost=True)
                 # A keep-alive connection the server closed while idle: retry once on a
                 # fresh one.  A POST may have been done (the server died before its
                 # reply), so it is not sent again: the caller hears no reply came.
@@ -422,7 +428,7 @@ class Client:
                 raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url,
                                                               e or type(e).__name__)) from e
             except (OSError, socket.timeout, http.client.HTTPException) as e:
-                self._drop_connection()
+                self._drop_connection(lost=True)
                 raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url, e)) from e
             except BaseException:
                 # Interrupted mid-exchange (Ctrl-C, an exception from a signal handler):
@@ -445,7 +451,9 @@ class Client:
 
     def max_wait_ms(self):
         """The longest the head lets a long-poll wait (its ``--max-wait-ms``, which GET
-        /v1/health says), asked once per client and kept.  A head that answers health
+        /v1/health says), asked once per client and kept until a connection to the head is
+        lost or found closed by it (a restarted head may have another; asking on every
+        long-poll would cost a round trip each).  A head that answers health
         without it (an older one) is taken to have the default, 30000.  A head that does
         not answer (NetworkError, Unavailable, ServerError) raises, and is asked again next
         time; one that answers as no head does (ProtocolError, NotFound) gets the default."""
@@ -466,6 +474,10 @@ class Client:
         when None, and never longer than that (the head cuts a longer wait to its
         ``max_wait_ms``: asking more would only make the request's timeout notice a head
         that went silent later); nor, with ``left``, than ``left`` seconds (at least 1 ms)."""
+        # A head that restarted while this thread's connection was idle closed it: found
+        # here (the peek the request would make), the wait is chosen by the new head's cap.
+        self._forget_inherited()
+        self._drop_if_closed()
         cap = self.max_wait_ms()
         wait = cap if wait_ms is None else min(int(wait_ms), cap)
         if left is not None:

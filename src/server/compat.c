@@ -152,7 +152,9 @@ static muster_err_t compat_setup_queue(store_t *st, const char *pipe, const char
   return err;
 }
 
-muster_err_t compat_setup(store_t *st, fail_t *f) {
+/* The queues of every pipeline, linked, and the numbers of their old names
+ * adopted: all in one transaction, so that a refused link changes nothing. */
+static muster_err_t compat_setup_pipelines(store_t *st, fail_t *f) {
   sqlite3 *db = store_db(st);
   if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
     return store_fail(st, f, "distcompute setup");
@@ -165,14 +167,21 @@ muster_err_t compat_setup(store_t *st, fail_t *f) {
     if (!err)
       err = compat_jobs_adopt(st, pipe->name, pipe->queues[0], f);
   }
-  /* Also without pipelines: the Python client numbers jobs through the API. */
-  if (!err)
-    err = compat_jobs_watch(st, f);
   if (err || sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
     sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
     return err ? err : store_fail(st, f, "distcompute setup");
   }
   return MUSTER_OK;
+}
+
+muster_err_t compat_setup(store_t *st, fail_t *f) {
+  if (npipelines > 0 && compat_setup_pipelines(st, f))
+    return f->code;
+  /* Also without pipelines, since the Python client numbers jobs through
+   * the API.  Outside the transaction: it writes nothing but this
+   * connection's temporary triggers, so a head without pipelines opens
+   * none. */
+  return compat_jobs_watch(st, f);
 }
 
 json_t *compat_pipelines_json(void) {

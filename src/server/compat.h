@@ -31,7 +31,8 @@ bool compat_add_pipeline(const char *spec);
  * where a queue has none.  Fails (MUSTER_INVALID) when a queue's `next`
  * names another queue than the pipeline's following stage.  Also prepares
  * job numbers (compat_jobs.h), with pipelines or without.  Runs once at
- * start-up, before the event loop, in its own transaction. */
+ * start-up, before the event loop; the pipelines' queues in one
+ * transaction of their own. */
 muster_err_t compat_setup(store_t *st, fail_t *f);
 
 /* True when a pipeline called `name` was registered. */

@@ -5,26 +5,36 @@
  * Tasks point to their parent, never to their children, and no index finds
  * a task's children: one would be written by every completion into a next
  * stage, on the head's hot path.  So a number is kept per numbered task in
- * compat_numbers (task, pipeline) -> number, and a task without one takes
- * the number of the nearest task up its chain that has one.  The walk reads
- * a missing parent's row too (ids are never given twice), so a stage's
- * number survives the removal of the task that held it, as long as that
- * task's row stays.
+ * compat_numbers (task, pipeline) -> number, and a numbered task's child
+ * gets its parent's row as it is inserted (a completion into the next
+ * stage), so that the number goes down the chain whether or not any stage
+ * asks for it: a stage worked by `muster worker` numbers nothing, and its
+ * task may be removed before the next stage asks.  A task of a pipeline's
+ * first queue starts a job and takes no number of that pipeline from its
+ * parent.  A task without a row (its parent was numbered after the task
+ * was made, or before the head carried numbers down) takes the number of
+ * the nearest task up its chain that has one.  That walk reads a missing
+ * parent's row too (ids are never given twice), so a stage's number
+ * survives the removal of the task that held it, as long as that task's
+ * row stays.
  *
  * Rows go with their tasks, told by a trigger on the deletion of a task
  * (compat_jobs_watch), whatever removed it: a retention, a purge, a queue's
  * or a session's deletion.  When task X goes:
  *   - X's own row goes, unless X was done and its queue has a next stage:
- *     then X's child, made by that completion, may still ask for it;
+ *     then X's child, made by that completion, may have no row of its own
+ *     (made before X was numbered) and still ask for it;
  *   - X's parent's row goes when the parent is gone or done: X was the
  *     child that row waited for, and a done parent is leased again only
  *     when a child of it is flagged, which X no longer can be.
  * So once every task of a job is gone, so are its rows; while it has
  * tasks, it has at most one row per task, plus a removed done task's row
  * until its child goes.  A row is about 20 bytes plus the pipeline's name.
- * The trigger is temporary (this connection's) and made only once a number
- * exists, so that a head that numbers nothing pays nothing on its deletions;
- * one that does pays two lookups per deleted task, and the row deletions.
+ * Both triggers (the insertion's, the deletion's) are temporary (this
+ * connection's) and made only once a number exists, so that a head that
+ * numbers nothing pays nothing on its puts, completions and deletions; one
+ * that does pays a lookup per task inserted with a parent (a completion
+ * into a next stage) and two per deleted task, and the rows' writes.
  *
  * Numbers come from compat_counters, one row per pipeline, which never
  * goes down: a number is never given twice, also after rows went.
@@ -39,8 +49,20 @@
 #include <stdio.h>
 #include <string.h>
 
-/* See the file's comment.  The state 2 is TASK_DONE. */
+/* See the file's comment.  The state 2 is TASK_DONE.  Made together, in one
+ * statement list: a rollback takes both or neither.  The insertion's test
+ * is in its WHEN, which SQLite runs inline, rather than only in its body,
+ * a sub-program started per row: where no parent is numbered, that costs
+ * an eighth as much (docs/design-notes.md). */
 static const char jobs_trigger_sql[] =
+    "CREATE TEMP TRIGGER IF NOT EXISTS compat_numbers_inherit AFTER INSERT ON main.tasks"
+    " WHEN new.parent IS NOT NULL"
+    "   AND EXISTS (SELECT 1 FROM compat_numbers WHERE task = new.parent)"
+    " BEGIN"
+    "  INSERT OR IGNORE INTO compat_numbers(task, pipeline, number)"
+    "   SELECT new.id, pipeline, number FROM compat_numbers"
+    "   WHERE task = new.parent AND pipeline != new.queue;"
+    " END;"
     "CREATE TEMP TRIGGER IF NOT EXISTS compat_numbers_forget AFTER DELETE ON main.tasks"
     " WHEN EXISTS (SELECT 1 FROM compat_numbers WHERE task = old.id)"
     "   OR EXISTS (SELECT 1 FROM compat_numbers WHERE task = old.parent)"
@@ -56,12 +78,13 @@ _Static_assert(TASK_DONE == 2, "jobs_trigger_sql names the done state by its num
 
 muster_err_t compat_jobs_watch(store_t *st, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT (SELECT count(*) FROM temp.sqlite_master"
-                                   " WHERE name = 'compat_numbers_forget'),"
+                                   " WHERE name IN ('compat_numbers_inherit',"
+                                   "                'compat_numbers_forget')),"
                                    " EXISTS (SELECT 1 FROM compat_numbers)");
   if (s == NULL)
     return store_fail(st, f, "job numbers");
   int rc = sqlite3_step(s);
-  bool wanted = rc == SQLITE_ROW && sqlite3_column_int(s, 0) == 0 && sqlite3_column_int(s, 1);
+  bool wanted = rc == SQLITE_ROW && sqlite3_column_int(s, 0) < 2 && sqlite3_column_int(s, 1);
   store_reset(s);
   if (rc != SQLITE_ROW)
     return store_fail(st, f, "job numbers");

@@ -30,9 +30,10 @@ int64_t compat_job_number(store_t *st, const char *first, int64_t task, fail_t *
  * ever share a number. */
 muster_err_t compat_jobs_adopt(store_t *st, const char *name, const char *first, fail_t *f);
 
-/* Makes the store forget the numbers of deleted tasks (a temporary trigger
- * of this connection), once any number exists.  Called at start-up and by
- * every numbering; cheap when already done. */
+/* Once any number exists, makes the store carry a numbered task's number
+ * to the child it is given and forget the numbers of deleted tasks (two
+ * temporary triggers of this connection).  Called at start-up and by every
+ * numbering; cheap when already done. */
 muster_err_t compat_jobs_watch(store_t *st, fail_t *f);
 
 /* POST /v1/distcompute/jobs {"pipeline": FIRST_QUEUE, "task": ID} ->

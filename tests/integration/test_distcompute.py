@@ -431,6 +431,31 @@ class DistComputeRetentionTest(unittest.TestCase):
             db.close()
 
 
+    def test_numbers_cross_a_stage_that_numbers_nothing(self):
+        # Stage b is worked through the plain API (as `muster worker` does), which asks for
+        # no number; the retention removes the job's tasks of stages a and b before stage c
+        # leases: stage c still sees the job's number.
+        r = self.head.request("POST", "/v1/queues/ret_a/tasks",
+                              {"tasks": [{"payload": "one"}, {"payload": "two"}]})
+        self.assertEqual(r.status, 201, r)
+        a, c = DCClient(self.url, "a"), DCClient(self.url, "c")
+        for _ in range(2):
+            a.new_job()
+            a.complete_job(a.job + "+")
+        for _ in range(2):
+            r = self.head.request("POST", "/v1/queues/ret_b/lease", {"max": 1})
+            self.assertEqual(r.status, 200, r)
+            lease = r.json["leases"][0]
+            r = self.head.request("POST", "/v1/leases/complete", {"leases": [
+                {"task": lease["task"], "token": lease["token"], "result": "b+"}]})
+            self.assertEqual(r.status, 200, r)
+        self.removed("ret_a", 2)
+        self.removed("ret_b", 2)
+        for number in (1, 2):
+            c.new_job()
+            self.assertEqual((c.job, c.job_id), ("b+", number))
+            c.complete_job("done")
+
 class DistComputeTimeoutTest(TrackerCase):
     """Timeouts follow the worker heartbeat: a short one here."""
     worker_timeout_ms = 600

@@ -1,5 +1,6 @@
 """Long-polls of the Python client against heads with another ``--max-wait-ms``: the
-client asks the head once (GET /v1/health's ``max_wait_ms``) and waits as long as it
+client asks the head once (GET /v1/health's ``max_wait_ms``; again once a restarted head
+closed its connection) and waits as long as it
 lets one wait, never longer: ``iter_results``, the Pool's reads of results and the
 standalone worker's leases; ``lease``/``results`` cut a longer ``wait_ms`` to it; and a
 head that lets no request wait is asked once a second at most, not in a busy loop.
@@ -8,7 +9,7 @@ import threading
 import time
 import unittest
 
-from common import HeadTestCase, muster
+from common import HeadTestCase, harness, muster
 
 import muster.worker  # noqa: E402 (encode_result, serve_queue)
 import pool_workers
@@ -183,6 +184,40 @@ class NoWaitHeadTest(LongPollCase):
         times = [t for t, _ in self.spy.leases][:3]
         self.assertEqual(len(times), 3)
         self.assertGreaterEqual(min(b - a for a, b in zip(times, times[1:])), 0.9)
+
+
+class RestartedHeadTest(unittest.TestCase):
+    """The head restarts at the same URL with another ``--max-wait-ms``: the client, which
+    found its connection closed, asks the new head's cap before its next long-poll, and
+    asks no more after that."""
+
+    def start_head(self, max_wait_ms):
+        self.head.args[-1] = str(max_wait_ms)
+        self.head.start()
+
+    def setUp(self):
+        port = harness.free_port()
+        self.head = harness.Head(["--listen", "127.0.0.1:%d" % port, "--max-wait-ms", "400"])
+        self.addCleanup(self.head.cleanup)
+        self.start_head(400)
+        self.spy = SpyClient(self.head.url, self.head.token)
+        self.addCleanup(self.spy.close)
+        self.q = "restarted"
+        self.spy.put_queue(self.q)
+
+    def lease_one(self):
+        """Leases a task put just before (so at once, whatever the wait) and completes it."""
+        self.spy.put(self.q, 1)
+        self.spy.lease(self.q, wait_ms=600000)[0].complete()
+
+    def test_the_next_long_poll_asks_the_new_heads_cap(self):
+        self.lease_one()
+        self.assertEqual(self.head.stop(), 0, self.head.log())
+        self.start_head(700)
+        self.lease_one()
+        self.lease_one()
+        self.assertEqual([w for _, w in self.spy.leases], [400, 700, 700])
+        self.assertEqual(self.spy.health_asks, 2)   # once per head, not per long-poll
 
 
 if __name__ == "__main__":

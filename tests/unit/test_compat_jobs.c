@@ -122,7 +122,7 @@ static void test_numbers_follow_the_job(void **unused) {
   assert_int_equal(sql_int("SELECT count(*) FROM temp.sqlite_master"), 0); /* nothing yet */
   int64_t first, second;
   assert_int_equal(work("a", &first), 1);
-  assert_int_equal(sql_int("SELECT count(*) FROM temp.sqlite_master"), 1); /* the trigger */
+  assert_int_equal(sql_int("SELECT count(*) FROM temp.sqlite_master"), 2); /* the triggers */
   assert_int_equal(work("a", &second), 2);
   assert_int_equal(work("b", NULL), 1);
   assert_int_equal(work("c", NULL), 1);
@@ -151,13 +151,46 @@ static void test_numbers_outlive_removed_stages_and_go_with_the_job(void **unuse
   reap("a");
   reap("b");
   assert_int_equal(sql_int("SELECT count(*) FROM tasks WHERE queue != 'c'"), 0);
-  assert_int_equal(rows(), 1); /* the done stage-b task's, for its child */
+  /* The stage-c task's, carried down, and the done stage-b task's, kept for
+   * a child that might have no row of its own. */
+  assert_int_equal(rows(), 2);
   assert_int_equal(work("c", NULL), 1);
   reap("c");
   assert_int_equal(sql_int("SELECT count(*) FROM tasks"), 0);
   assert_int_equal(rows(), 0);
   put1("a");
   assert_int_equal(work("a", NULL), 2); /* never given twice */
+}
+
+/* Stage b is worked by a worker that never asks for numbers (`muster
+ * worker`), and the retention removes the job's tasks of stages a and b
+ * before stage c asks: the stage-c task still gets the job's number, which
+ * its insertion carried down the chain.  A task of the first queue starts
+ * a job, whatever number its parent holds. */
+static void test_numbers_cross_a_stage_that_numbers_nothing(void **unused) {
+  (void)unused;
+  pipeline();
+  put1("a");
+  put1("a");
+  assert_int_equal(work("a", NULL), 1);
+  assert_int_equal(work("a", NULL), 2);
+  for (int i = 0; i < 2; i++) {
+    int64_t token, in_b = lease1("b", &token); /* no number asked */
+    apply(LEASE_COMPLETE, in_b, token);
+  }
+  reap("a");
+  reap("b");
+  assert_int_equal(sql_int("SELECT count(*) FROM tasks WHERE queue != 'c'"), 0);
+  assert_int_equal(work("c", NULL), 1);
+  assert_int_equal(work("c", NULL), 2);
+  reap("c");
+  assert_int_equal(rows(), 0);
+  make_queue("feed", "{\"next\": \"a\"}");
+  int64_t token, fed = put1("feed");
+  assert_int_equal(number_of(fed), 3); /* as if 'feed' were a stage of 'a' */
+  assert_int_equal(lease1("feed", &token), fed);
+  apply(LEASE_COMPLETE, fed, token);
+  assert_int_equal(work("a", NULL), 4);
 }
 
 /* A purge, a queue's deletion and its deletion in chunks (the trash) take
@@ -179,11 +212,11 @@ static void test_deletions_take_the_numbers(void **unused) {
   put1("a");
   work("a", NULL);
   work("b", NULL);
-  assert_int_equal(rows(), 2);
+  assert_int_equal(rows(), 3); /* one per task: a, b and b's child in c */
   int64_t tasks, sessions;
   bool pending;
   assert_int_equal(queue_delete(st, "a", &tasks, &sessions, &pending, &f), MUSTER_OK);
-  assert_int_equal(rows(), 2); /* a done task whose child is in b: kept */
+  assert_int_equal(rows(), 3); /* a done task whose child is in b: kept */
   /* b in the trash (more than a chunk of tasks): its done task's child in c
    * still wants the number. */
   for (int i = 0; i < QUEUE_CHUNK; i++)
@@ -193,8 +226,8 @@ static void test_deletions_take_the_numbers(void **unused) {
   bool finished = false;
   while (!finished)
     assert_int_equal(queue_trash_step(st, "b", QUEUE_CHUNK, &tasks, &finished, &f), MUSTER_OK);
-  assert_int_equal(rows(), 1);
-  assert_int_equal(work("c", NULL), 2); /* the job's number, from its removed parent's row */
+  assert_int_equal(rows(), 2); /* the stage-c task's, and its removed parent's */
+  assert_int_equal(work("c", NULL), 2);
   for (int i = 0; i < QUEUE_CHUNK; i++)
     put1("c");
   assert_int_equal(queue_delete(st, "c", &tasks, &sessions, &pending, &f), MUSTER_OK);
@@ -255,6 +288,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_numbers_follow_the_job, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_numbers_outlive_removed_stages_and_go_with_the_job,
+                                      fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_numbers_cross_a_stage_that_numbers_nothing,
                                       fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_deletions_take_the_numbers, fixture_setup,
                                       fixture_teardown),
