@@ -68,7 +68,12 @@ static int slot_lease(worker_slot_t *slot, muster_lease_t **lease) {
   worker_t *w = slot->worker;
   size_t count = 0;
   int64_t id = worker_id(w), sent = worker_now_ms();
-  muster_err_t err = worker_lease(slot, WORKER_POLL_MS, lease, &count);
+  /* After a failure the first lease does not wait: it ends the streak as soon
+   * as the head answers.  A long-poll would say so only when its wait ran out,
+   * and a head gone again meanwhile (back for less than that wait) made two
+   * outages one streak, the second without its lines. */
+  int64_t wait_ms = slot->lease_failing ? 0 : WORKER_POLL_MS;
+  muster_err_t err = worker_lease(slot, wait_ms, lease, &count);
   if (err == MUSTER_OK && count > 0)
     atomic_store(&slot->lease_until, sent + atomic_load(&w->lease_ms));
   if (err == MUSTER_OK && slot->lease_failing) {

@@ -72,6 +72,7 @@ struct node_agent {
   char head_host[256];
   int head_port;
   void *fwd_pool;  /* idle connections to the head */
+  void *fwd_busy;  /* connections with a request in flight, or discarded (freed soon) */
   int listen_port; /* the port bound, 0 when none */
 
   /* node cache (cache.c, cache_http.c); NULL without an API port */
@@ -129,6 +130,12 @@ void wlog_free_all(node_agent_t *a);
 typedef struct fwd_conn fwd_conn_t;
 /* Borrows an idle connection or makes one; NULL when out of memory. */
 fwd_conn_t *fwd_conn_get(node_agent_t *a);
+/* Called by fwd_stop for a request still in flight when the agent stops:
+ * answers or closes its client and frees `owner`, leaving the connection
+ * (and the request on it, whose callbacks are never called) to fwd_stop. */
+typedef void (*fwd_cancel_fn)(void *owner);
+/* Names who to tell, should the agent stop before `c`'s request ends. */
+void fwd_conn_set_owner(fwd_conn_t *c, fwd_cancel_fn cancel, void *owner);
 /* Returns a connection to the pool once its request is done. */
 void fwd_conn_put(node_agent_t *a, fwd_conn_t *c);
 struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c);
@@ -141,7 +148,9 @@ void fwd_forward(node_agent_t *a, struct evhttp_request *in);
 /* Binds `listen` ("HOST:PORT") and forwards every request to the head.
  * Returns the bound port, or -1 with `err` filled. */
 int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size);
-/* Stops listening and frees the forwarder (in-flight requests are dropped). */
+/* Stops listening and frees the forwarder: the requests still in flight to
+ * the head are cancelled (their owners told first), their clients answered
+ * 503 or closed. */
 void fwd_stop(node_agent_t *a);
 
 /* ---- cache_http.c: the node cache (docs/api.md "Node cache") ---- */

@@ -341,6 +341,17 @@ int64_t cache_drop_gone(cache_t *c, const char *scope, const char *name, int64_t
   return gone;
 }
 
+int64_t cache_recheck_older(cache_t *c, const cache_entry_t *e) {
+  int64_t due = 0;
+  for (cache_entry_t *o = c->lru_head; o; o = o->lru_next)
+    if (o->level < e->level && o->state == CACHE_READY && strcmp(o->name, e->name) == 0 &&
+        strcmp(o->scope, e->scope) == 0) {
+      o->expires_ms = 1; /* due now, whatever the head said of it before */
+      due++;
+    }
+  return due;
+}
+
 cache_entry_t *cache_next_due(cache_t *c, int64_t now_ms) {
   for (cache_entry_t *e = c->lru_tail; e; e = e->lru_prev)
     if (e->expires_ms > 0 && e->expires_ms <= now_ms)

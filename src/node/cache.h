@@ -175,6 +175,15 @@ int64_t cache_forget_missing(cache_t *c);
  */
 int64_t cache_drop_gone(cache_t *c, const char *scope, const char *name, int64_t level);
 
+/*
+ * Newer level `e` of its blob was just stored: the head, which keeps only its
+ * newest levels, may have deleted the older ones we hold.  Makes those READY
+ * levels due for the expiry check at once (expires_ms 1), so the head is
+ * asked about each (cache_expire.c): gone, it goes; kept, its expiry is noted
+ * again.  Returns how many were made due.
+ */
+int64_t cache_recheck_older(cache_t *c, const cache_entry_t *e);
+
 /* A READY level whose expires_ms is due at wall-clock `now_ms` (the least
  * recently used first), or NULL. */
 cache_entry_t *cache_next_due(cache_t *c, int64_t now_ms);

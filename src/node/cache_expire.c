@@ -23,7 +23,9 @@
  * after the other, so a session's hundred levels expiring at once cost the
  * head a hundred small HEADs in a row, not at once.  A timer looks for levels
  * due every second.  Levels a restarted agent takes over from the directory
- * have no known expiry and are due at once.  A client's read that the head
+ * have no known expiry and are due at once; so are the older levels of a
+ * blob when a newer one is stored (cache_recheck_older), since the head keeps
+ * only its newest levels.  A client's read that the head
  * answers 404 removes the level without waiting (cache_http.c).  Everything
  * runs on the agent's event-loop thread.
  */

@@ -252,6 +252,7 @@ static void cfetch_finish(cfetch_t *f) {
               f->why);
   } else {
     cache_reader_begin(c, e); /* keeps the entry while the waiters are answered */
+    cache_recheck_older(c, e);
   }
   char why[700] = "";
   if (failed)

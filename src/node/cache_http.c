@@ -352,6 +352,12 @@ static void creq_on_refusal(struct evhttp_request *out, void *arg) {
   creq_path_refused(r, r->refused);
 }
 
+/* fwd_stop's word for a request to the head still in flight (fwd_cancel_fn). */
+static void creq_on_stop(void *owner) {
+  creq_t *r = owner;
+  creq_error(r, 503, "unavailable", "node agent %s is stopping", r->a->name);
+}
+
 /* Asks the head with a GET why it refused a worker's path request with
  * `status` (a HEAD's reply has no body to say it); falls back to our words. */
 static void creq_ask_why(creq_t *r, int status) {
@@ -372,6 +378,7 @@ static void creq_ask_why(creq_t *r, int status) {
     return;
   }
   r->refused = status;
+  fwd_conn_set_owner(r->conn, creq_on_stop, r);
   evhttp_request_set_header_cb(out, creq_on_refusal_header);
   struct evkeyvalq *h = evhttp_request_get_output_headers(out);
   if (r->auth)
@@ -443,6 +450,7 @@ static void creq_ask_head(creq_t *r) {
     creq_error(r, 503, "unavailable", "node agent %s: out of memory", a->name);
     return;
   }
+  fwd_conn_set_owner(r->conn, creq_on_stop, r);
   struct evkeyvalq *h = evhttp_request_get_output_headers(out);
   if (r->auth)
     evhttp_add_header(h, "Authorization", r->auth);

@@ -36,9 +36,15 @@
 #define FWD_TIMEOUT_S 3600         /* a request may wait this long (long-polls are shorter) */
 #define FWD_MAX_BODY (1024L << 20) /* the head's own limit is far lower */
 
+/* A connection is idle in the agent's pool (`next` alone) or busy (on the
+ * doubly linked busy list): its request in flight, or discarded and about to
+ * be freed.  The busy list is what lets fwd_stop free them all. */
 struct fwd_conn {
+  node_agent_t *agent;
   struct evhttp_connection *evcon;
-  struct fwd_conn *next;
+  struct fwd_conn *next, *prev;
+  fwd_cancel_fn cancel; /* its request's owner, told when the agent stops (NULL: none) */
+  void *owner;
 };
 
 /* One request in flight. */
@@ -82,25 +88,52 @@ static void fwd_copy_headers(struct evkeyvalq *from, struct evkeyvalq *to, int k
 
 /* ---- the connection pool ---- */
 
+static void fwd_busy_add(node_agent_t *a, fwd_conn_t *c) {
+  c->prev = NULL;
+  c->next = a->fwd_busy;
+  if (c->next)
+    c->next->prev = c;
+  a->fwd_busy = c;
+}
+
+static void fwd_busy_remove(node_agent_t *a, fwd_conn_t *c) {
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    a->fwd_busy = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  c->next = c->prev = NULL;
+}
+
 fwd_conn_t *fwd_conn_get(node_agent_t *a) {
   fwd_conn_t *c = a->fwd_pool;
   if (c != NULL) {
     a->fwd_pool = c->next;
-    return c;
-  }
-  c = calloc(1, sizeof *c);
-  if (c == NULL)
+  } else if ((c = calloc(1, sizeof *c)) != NULL) {
+    c->evcon = evhttp_connection_base_new(a->base, NULL, a->head_host, (ev_uint16_t)a->head_port);
+    if (c->evcon == NULL) {
+      free(c);
+      return NULL;
+    }
+    evhttp_connection_set_timeout(c->evcon, FWD_TIMEOUT_S);
+    c->agent = a;
+  } else {
     return NULL;
-  c->evcon = evhttp_connection_base_new(a->base, NULL, a->head_host, (ev_uint16_t)a->head_port);
-  if (c->evcon == NULL) {
-    free(c);
-    return NULL;
   }
-  evhttp_connection_set_timeout(c->evcon, FWD_TIMEOUT_S);
+  c->cancel = NULL;
+  c->owner = NULL;
+  fwd_busy_add(a, c);
   return c;
 }
 
+void fwd_conn_set_owner(fwd_conn_t *c, fwd_cancel_fn cancel, void *owner) {
+  c->cancel = cancel;
+  c->owner = owner;
+}
+
 void fwd_conn_put(node_agent_t *a, fwd_conn_t *c) {
+  fwd_busy_remove(a, c);
   c->next = a->fwd_pool;
   a->fwd_pool = c;
 }
@@ -109,14 +142,21 @@ struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c) {
   return c->evcon;
 }
 
+/* The deferred free of a discarded connection, which stays on the busy list
+ * until then: should the loop end first, fwd_stop frees it (event_base_free
+ * drops the pending call without making it). */
 static void fwd_conn_free_cb(evutil_socket_t fd, short what, void *arg) {
   fwd_conn_t *c = arg;
+  (void)fd;
+  (void)what;
+  fwd_busy_remove(c->agent, c);
   evhttp_connection_free(c->evcon);
   free(c);
 }
 
 void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c) {
   const struct timeval now = {0, 0};
+  c->cancel = NULL; /* its request has ended */
   if (event_base_once(a->base, -1, EV_TIMEOUT, fwd_conn_free_cb, c, &now) != 0)
     fwd_conn_put(a, c); /* out of memory: keep it rather than leak it */
 }
@@ -179,6 +219,32 @@ static const char *fwd_error_text(int error) {
   }
 }
 
+/* The head's reply failed or will never come (`why`): the client gets a 503
+ * when its reply has not started, else its connection closed, so that a cut
+ * body never looks complete. */
+static void fwd_fail_client(fwd_req_t *f, const char *why) {
+  node_agent_t *a = f->agent;
+  if (f->started) {
+    struct evhttp_connection *client = evhttp_request_get_connection(f->in);
+    if (client)
+      evhttp_connection_free(client);
+    else
+      evhttp_send_reply_end(f->in); /* the client left already: this frees the request */
+    return;
+  }
+  char message[512];
+  snprintf(message, sizeof message, "node agent %s cannot reach the head at %s:%d: %s", a->name,
+           a->head_host, a->head_port, why);
+  fwd_send_error(f->in, 503, "unavailable", message);
+}
+
+/* fwd_stop's word for a request still in flight (fwd_cancel_fn). */
+static void fwd_on_stop(void *owner) {
+  fwd_req_t *f = owner;
+  fwd_fail_client(f, "the node agent is stopping");
+  free(f);
+}
+
 /* The head's reply is complete (out != NULL) or failed (out == NULL). */
 static void fwd_on_done(struct evhttp_request *out, void *arg) {
   fwd_req_t *f = arg;
@@ -191,17 +257,8 @@ static void fwd_on_done(struct evhttp_request *out, void *arg) {
     if (evbuffer_get_length(rest) > 0)
       evhttp_send_reply_chunk(f->in, rest);
     evhttp_send_reply_end(f->in);
-  } else if (f->started) {
-    struct evhttp_connection *client = evhttp_request_get_connection(f->in);
-    if (client)
-      evhttp_connection_free(client); /* a cut body must not look complete */
-    else
-      evhttp_send_reply_end(f->in); /* the client left already: this frees the request */
   } else {
-    char message[512];
-    snprintf(message, sizeof message, "node agent %s cannot reach the head at %s:%d: %s", a->name,
-             a->head_host, a->head_port, fwd_error_text(f->error));
-    fwd_send_error(f->in, 503, "unavailable", message);
+    fwd_fail_client(f, fwd_error_text(f->error));
   }
   /* A HEAD answered with an error may carry a body it should not (the head's
    * JSON error), which would be read as the next reply on this connection. */
@@ -250,6 +307,7 @@ void fwd_forward(node_agent_t *a, struct evhttp_request *in) {
   f->agent = a;
   f->in = in;
   f->conn = conn;
+  fwd_conn_set_owner(conn, fwd_on_stop, f);
   evhttp_request_set_header_cb(out, fwd_on_headers);
   evhttp_request_set_chunked_cb(out, fwd_on_chunk);
   evhttp_request_set_error_cb(out, fwd_on_error);
@@ -358,14 +416,29 @@ int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size) {
   return port;
 }
 
-void fwd_stop(node_agent_t *a) {
-  if (a->http)
-    evhttp_free(a->http);
-  a->http = NULL;
-  for (fwd_conn_t *c = a->fwd_pool, *next; c; c = next) {
+/* Frees a list of connections linked by `next` (closing each, and freeing
+ * the request in flight on it without calling its callbacks). */
+static void fwd_conns_free(fwd_conn_t *c) {
+  for (fwd_conn_t *next; c; c = next) {
     next = c->next;
     evhttp_connection_free(c->evcon);
     free(c);
   }
+}
+
+void fwd_stop(node_agent_t *a) {
+  /* The owners first, while their clients' requests exist: evhttp_free
+   * frees those (except a client's that left, which a reply frees). */
+  for (fwd_conn_t *c = a->fwd_busy; c; c = c->next)
+    if (c->cancel) {
+      c->cancel(c->owner);
+      c->cancel = NULL;
+    }
+  if (a->http)
+    evhttp_free(a->http);
+  a->http = NULL;
+  fwd_conns_free(a->fwd_busy);
+  a->fwd_busy = NULL;
+  fwd_conns_free(a->fwd_pool);
   a->fwd_pool = NULL;
 }

@@ -803,28 +803,42 @@ class HeadAwayTest(NodeTestCase):
 
 
 class WorkerHeadAwayTest(NodeTestCase):
-    """A worker of the agent whose heartbeats fail while the head is away: one line
-    when they start failing, one when they reach the head again."""
+    """A worker of the agent whose heartbeats and leases fail while the head is away:
+    one line when they start failing, one when they reach the head again, per outage."""
     head_args = ["--node-timeout-ms", "1500", "--worker-timeout-ms", "1500"]
     setUp = HeadAwayTest.setUp
 
+    def lease_waiters(self):
+        text = self.head.request("GET", "/metrics").raw.decode()
+        return int(re.search(r"^muster_lease_waiters (\d+)$", text, re.M).group(1))
+
     def test_a_worker_says_once_that_its_heartbeats_reach_the_head_again(self):
         # The worker said every failed heartbeat (one per beat while the head was
-        # away) and never that they worked again.
+        # away) and never that they worked again.  Its slot said the second outage
+        # neither failing nor leasing again: the first lease after a failure was a
+        # long-poll, so one parked at a head that went away again was the same streak.
         self.head.start()
         self.make_queue("hb")
         a = self.agent("hb", args=["--queue", "hb", "--workers", "1"], cmd=["cat"]).start()
         [pid] = self.wait_workers(a, 1)
         said = "worker 1 (pid %d): muster worker: heartbeat: " % pid
+        slot = "worker 1 (pid %d): muster worker: slot 1: " % pid
         for outage in (1, 2):
             self.head.kill()
             harness.wait_until(lambda: a.log().count(said + "network: ") == outage,
                                what="the worker's heartbeat to fail:\n" + a.log())
+            harness.wait_until(lambda: a.log().count(slot + "lease from hb: network") == outage,
+                               what="the slot's lease to fail:\n" + a.log())
             time.sleep(2)  # the outage: four of the worker's heartbeat intervals (1.5 s / 3)
             self.head.start()
             harness.wait_until(
                 lambda: a.log().count(said + "reached the head again after") == outage,
                 what="the worker to say its heartbeats work again:\n" + a.log())
+            # A long-poll parked again: the next kill cuts it, a new failure.
+            harness.wait_until(lambda: self.lease_waiters() > 0,
+                               what="the slot's lease parked at the head:\n" + a.log())
+        harness.wait_until(lambda: a.log().count(slot + "leasing again\n") == 2,
+                           what="the slot to say it leases again:\n" + a.log())
         log = a.log()
         self.assertEqual(log.count(said + "network: "), 2, log)  # once per outage
         self.assertEqual(len(re.findall(re.escape(said) + r"network: .*\(retrying\)\n", log)),
@@ -832,6 +846,7 @@ class WorkerHeadAwayTest(NodeTestCase):
         away = re.findall(re.escape(said) + r"reached the head again after (\d+\.\d) s\n", log)
         self.assertEqual(len(away), 2, log)
         self.assertTrue(all(float(s) >= 1.9 for s in away), log)  # from the first failure
+        self.assertEqual(log.count(slot + "lease from hb: network"), 2, log)
         self.assertEqual(a.workers(), [pid])
 
 

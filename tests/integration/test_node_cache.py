@@ -299,6 +299,30 @@ class NodeCacheTest(unittest.TestCase):
         self.assertEqual(r.status, 404, r)  # expired at the head too, as the agent was told
 
 
+    def test_levels_the_head_stopped_keeping_leave_the_disk(self):
+        # The head keeps the newest 2 levels of a blob: level 1 went when level 3 came,
+        # but the node kept its copy until the expiry it had noted (the blob's ttl,
+        # here 10 minutes) or a read of it.
+        a = self.agent("kept")
+        put(self.head, "kept", "w", b"1" * 100, ttl_ms=600000)
+        self.assertEqual(self.get(a, "kept", "w").status, 200)
+        put(self.head, "kept", "w", b"2" * 200, level=2)
+        self.assertEqual(self.get(a, "kept", "w").status, 200)
+        scope_dir = os.path.join(self.dir, "cache-kept", "kept")
+        self.assertEqual(len(os.listdir(scope_dir)), 2)
+        put(self.head, "kept", "w", b"3" * 300, level=3)
+        r = self.get(a, "kept", "w")
+        self.assertEqual((r.status, r.raw), (200, b"3" * 300), r)
+        harness.wait_until(lambda: self.stats(a)["expired"] == 1,
+                           what="level 1 removed:\n" + a.log())
+        self.assertEqual(sorted(f.split("@")[1][:1] for f in os.listdir(scope_dir)),
+                         ["2", "3"])
+        s = self.stats(a)
+        self.assertEqual((s["entries"], s["bytes_cached"]), (2, 500), s)
+        r = self.get(a, "kept", "w", level=2)  # still kept at the head: still a hit
+        self.assertEqual((r.status, r.headers["X-Muster-Cache"]), (200, "hit"), r)
+
+
 class LargeBlobTest(unittest.TestCase):
     """Item 5: 1 GiB through the head and a node cache, 8 readers, memory from /proc."""
 

@@ -1,12 +1,16 @@
 """Any-node access: the agent's port forwards the API to the head, preserving status
 codes, error bodies, headers that matter and auth; long-polls and large bodies pass;
 a head that cannot be reached is a 503 `unavailable`."""
+import http.client
 import os
+import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import unittest
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -99,6 +103,92 @@ class ForwardTest(unittest.TestCase):
         for i in range(50):
             r = self.agent.request("GET", "/v1/health")
             self.assertEqual(r.status, 200)
+
+
+class StopWhileForwardingTest(unittest.TestCase):
+    """An agent stopped (SIGTERM) with a forwarded long-poll parked at the head."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-fwd-test-")
+        self.head = harness.Head().start()
+        self.agent = Agent(self.head, self.dir, "stopping",
+                           args=["--cache-dir", os.path.join(self.dir, "cache")]).start()
+
+    def tearDown(self):
+        self.agent.kill()
+        self.head.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def lease_waiters(self):
+        text = self.head.request("GET", "/metrics").raw.decode()
+        return int(re.search(r"^muster_lease_waiters (\d+)$", text, re.M).group(1))
+
+    def test_stop_with_a_long_poll_in_flight_exits_cleanly(self):
+        # The forwarded request and its connection to the head were never freed: a
+        # leak at exit, which the sanitizer build's leak check turns into exit
+        # status 1 (the whole suite runs under it).
+        self.assertIn(self.agent.request("PUT", "/v1/queues/parked", {}).status, (200, 201))
+        got = {}
+
+        def lease():
+            try:
+                got["reply"] = self.agent.request("POST", "/v1/queues/parked/lease",
+                                                  {"wait_ms": 60000}, timeout=30)
+            except (OSError, http.client.HTTPException) as e:  # the agent closed it
+                got["error"] = e
+
+        t = threading.Thread(target=lease)
+        t.start()
+        harness.wait_until(lambda: self.lease_waiters() == 1, what="the lease parked at the head")
+        self.assertEqual(self.agent.stop(), 0, self.agent.log())
+        t.join(10)  # the agent's end closes the client's connection, if nothing else
+        self.assertFalse(t.is_alive(), "the client still waits for the stopped agent")
+        if "reply" in got:
+            self.assertEqual(got["reply"].error_code, "unavailable", got["reply"])
+        self.assertNotIn("LeakSanitizer", self.agent.log())
+
+    def head_backlog(self):
+        """Connections to the head that it has not accepted: the rx_queue of its
+        listening socket (state 0A) in /proc/net/tcp."""
+        port = "%04X" % urllib.parse.urlparse(self.head.url).port
+        with open("/proc/net/tcp") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[1].endswith(":" + port) and fields[3] == "0A":
+                    return int(fields[4].split(":")[1], 16)
+        return 0
+
+    def test_stop_with_a_cache_question_in_flight_exits_cleanly(self):
+        # The node cache's HEAD to the head (is the level there?) was never freed,
+        # nor the client's request waiting on it: a leak at exit, as above.
+        r = self.head.request("PUT", "/v1/shared/s/blob", raw=b"x" * 1000,
+                              content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+        os.kill(self.head.proc.pid, signal.SIGSTOP)  # it accepts no connection meanwhile
+        try:
+            self.stop_with_a_read_waiting()
+        finally:
+            os.kill(self.head.proc.pid, signal.SIGCONT)
+
+    def stop_with_a_read_waiting(self):
+        got = {}
+
+        def read():
+            try:
+                got["reply"] = self.agent.request("GET", "/v1/shared/s/blob", timeout=30)
+            except (OSError, http.client.HTTPException) as e:
+                got["error"] = e
+
+        t = threading.Thread(target=read)
+        t.start()
+        # The agent's first connection to the head of its own: the HEAD waits on it.
+        harness.wait_until(lambda: self.head_backlog() >= 1, what="the agent's HEAD sent")
+        self.assertEqual(self.agent.stop(), 0, self.agent.log())
+        t.join(10)
+        self.assertFalse(t.is_alive(), "the client still waits for the stopped agent")
+        if "reply" in got:
+            self.assertEqual(got["reply"].error_code, "unavailable", got["reply"])
+        self.assertNotIn("LeakSanitizer", self.agent.log())
 
 
 class UnreachableHeadTest(unittest.TestCase):
