@@ -293,6 +293,16 @@ static void fwd_on_request(struct evhttp_request *in, void *arg) {
     fwd_forward(a, in);
 }
 
+/* The client's Host named the agent; the head gets its own (HTTP/1.1
+ * requires one, and the head refuses a request without it). */
+static void fwd_add_host(const node_agent_t *a, struct evkeyvalq *to) {
+  char host[sizeof a->head_host + 16];
+  bool v6 = strchr(a->head_host, ':') != NULL;
+  snprintf(host, sizeof host, "%s%s%s:%d", v6 ? "[" : "", a->head_host, v6 ? "]" : "",
+           a->head_port);
+  evhttp_add_header(to, "Host", host);
+}
+
 void fwd_forward(node_agent_t *a, struct evhttp_request *in) {
   fwd_req_t *f = calloc(1, sizeof *f);
   fwd_conn_t *conn = f ? fwd_conn_get(a) : NULL;
@@ -314,13 +324,7 @@ void fwd_forward(node_agent_t *a, struct evhttp_request *in) {
   struct evkeyvalq *to = evhttp_request_get_output_headers(out);
   fwd_copy_headers(evhttp_request_get_input_headers(in), to, 0);
   fwd_add_forwarded(in, to);
-  /* The client's Host named the agent; the head gets its own (HTTP/1.1
-   * requires one, and the head refuses a request without it). */
-  char host[sizeof a->head_host + 16];
-  bool v6 = strchr(a->head_host, ':') != NULL;
-  snprintf(host, sizeof host, "%s%s%s:%d", v6 ? "[" : "", a->head_host, v6 ? "]" : "",
-           a->head_port);
-  evhttp_add_header(to, "Host", host);
+  fwd_add_host(a, to);
   struct evbuffer *body = evhttp_request_get_input_buffer(in);
   size_t body_len = evbuffer_get_length(body);
   /* evhttp adds a Content-Length to POST and PUT only; a body of any other
