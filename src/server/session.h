@@ -142,10 +142,16 @@ muster_err_t session_record_result(store_t *st, int64_t task, fail_t *f);
 /* Tells whether session `id` has a call in progress (a parked long-poll), so
  * its client is not silent; used by the expiry below. */
 typedef bool (*session_busy_fn)(void *arg, const char *id);
-/* True when some open cleanup_on_exit session is silent past its timeout. */
+/* How long a closed session's row is kept, so that a late call of its
+ * client is told it was closed and why; after that the session is unknown. */
+#define SESSION_KEEP_CLOSED_MS (24 * 3600 * 1000LL)
+/* True when some open cleanup_on_exit session is silent past its timeout, or
+ * a closed session's row is past SESSION_KEEP_CLOSED_MS. */
 bool session_any_due(store_t *st, int64_t now);
 /* Closes cleanup_on_exit sessions silent past their timeout at `now`, except
- * those `busy` (may be NULL) reports.  Returns how many, -1 on store failure. */
+ * those `busy` (may be NULL) reports, and forgets up to a chunk of sessions
+ * closed SESSION_KEEP_CLOSED_MS before `now`.  Returns how many it closed,
+ * -1 on store failure. */
 int64_t session_expire_due(store_t *st, int64_t now, session_busy_fn busy, void *arg);
 
 #endif

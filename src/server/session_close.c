@@ -278,7 +278,32 @@ bool session_any_due(store_t *st, int64_t now) {
   sqlite3_bind_int64(s, 2, store_opened_ms(st));
   bool due = sqlite3_step(s) == SQLITE_ROW;
   store_reset(s);
+  if (due)
+    return true;
+  s = store_stmt(st, "SELECT 1 FROM sessions WHERE state = 1 AND last_seen_ms <= ?1 LIMIT 1");
+  if (s == NULL)
+    return true;
+  sqlite3_bind_int64(s, 1, now - SESSION_KEEP_CLOSED_MS);
+  due = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
   return due;
+}
+
+/* Deletes up to a chunk of the rows of sessions closed SESSION_KEEP_CLOSED_MS
+ * before `now` (last_seen_ms is the close's time), except those whose tasks
+ * the reaper is still deleting.  0, or -1 on store failure. */
+static int session_forget_closed(store_t *st, int64_t now) {
+  sqlite3_stmt *s = store_stmt(st, "DELETE FROM sessions WHERE rowid IN (SELECT rowid"
+                                   " FROM sessions WHERE state = 1 AND last_seen_ms <= ?1"
+                                   " AND id NOT IN (SELECT session FROM session_trash)"
+                                   " LIMIT ?2)");
+  if (s == NULL)
+    return -1;
+  sqlite3_bind_int64(s, 1, now - SESSION_KEEP_CLOSED_MS);
+  sqlite3_bind_int64(s, 2, QUEUE_CHUNK);
+  int rc = sqlite3_step(s);
+  store_reset(s);
+  return rc == SQLITE_DONE ? 0 : -1;
 }
 
 int64_t session_expire_due(store_t *st, int64_t now, session_busy_fn busy, void *arg) {
@@ -311,7 +336,7 @@ int64_t session_expire_due(store_t *st, int64_t now, session_busy_fn busy, void 
     json_decref(out);
     closed++;
   }
-  return closed;
+  return session_forget_closed(st, now) == 0 ? closed : -1;
 }
 
 muster_err_t session_close_queue(store_t *st, const char *queue, int64_t *closed, fail_t *f) {

@@ -250,6 +250,37 @@ static void test_expiry_shares_a_chunk(void **unused) {
   assert_counts_exact("q");
 }
 
+/* A closed session's row is kept for SESSION_KEEP_CLOSED_MS, to say why a
+ * late call is refused, and then forgotten by the expiry sweep; one whose
+ * tasks the reaper is still deleting stays until they are gone. */
+static void test_closed_sessions_are_forgotten(void **unused) {
+  (void)unused;
+  make_queue("q", "{}");
+  char small[SESSION_ID_LEN + 1], big[SESSION_ID_LEN + 1], open[SESSION_ID_LEN + 1];
+  open_session("q", 60000, small);
+  open_session("q", 60000, big);
+  open_session("q", 3 * SESSION_KEEP_CLOSED_MS, open);
+  submit_many(small, 3);
+  submit_many(big, QUEUE_CHUNK + 10);
+  fail_t f = {0};
+  json_decref(session_close(st, small, "by its client", &f));
+  json_decref(session_close(st, big, "by its client", &f));
+  int64_t later = now_ms() + SESSION_KEEP_CLOSED_MS;
+  assert_false(session_any_due(st, later - 60000)); /* a day not yet over: kept */
+  assert_int_equal(session_expire_due(st, later - 60000, NULL, NULL), 0);
+  assert_int_equal(rows("sessions", "id", small), 1);
+  assert_true(session_any_due(st, later + 1000));
+  assert_int_equal(session_expire_due(st, later + 1000, NULL, NULL), 0);
+  assert_int_equal(rows("sessions", "id", small), 0);
+  assert_int_equal(rows("sessions", "id", big), 1); /* its tasks are still being deleted */
+  assert_int_equal(rows("sessions", "id", open), 1);
+  reaper_turns(big);
+  assert_int_equal(session_expire_due(st, later + 1000, NULL, NULL), 0);
+  assert_int_equal(rows("sessions", "id", big), 0);
+  assert_int_equal(rows("sessions", "id", open), 1);
+  assert_false(session_any_due(st, later + 1000));
+}
+
 /* A queue deleted in chunks closes its session within one chunk too, also
  * for the session's tasks in the next stage. */
 static void test_queue_delete_closes_within_a_chunk(void **unused) {
@@ -292,6 +323,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_big_close_goes_in_chunks, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_expiry_shares_a_chunk, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_closed_sessions_are_forgotten, fixture_setup,
+                                      fixture_teardown),
       cmocka_unit_test_setup_teardown(test_queue_delete_closes_within_a_chunk, fixture_setup,
                                       fixture_teardown),
   };
