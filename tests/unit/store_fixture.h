@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "server/jw.h"
+#include "server/lease.h"
 #include "server/queue.h"
 #include "server/store.h"
 
@@ -155,6 +156,16 @@ static inline void load_queue(const char *name, queue_t *q) {
   assert_int_equal(sqlite3_step(s), SQLITE_ROW);
   queue_from_columns(s, 0, q);
   sqlite3_finalize(s);
+}
+
+/* Leases up to `max` tasks of `queue` as worker 0; the array (caller decrefs). */
+static inline json_t *fixture_lease(const char *queue, int64_t max) {
+  queue_t q;
+  fail_t f = {0};
+  load_queue(queue, &q);
+  json_t *leases = lease_acquire(st, &q, 0, max, &f);
+  assert_non_null(leases);
+  return leases;
 }
 
 #endif

@@ -36,16 +36,6 @@ static int64_t put(const char *queue, const char *task_json) {
   return id;
 }
 
-/* Leases up to max tasks; returns the array (caller decrefs). */
-static json_t *lease(const char *queue, int64_t max) {
-  queue_t q;
-  fail_t f = {0};
-  load_queue(queue, &q);
-  json_t *leases = lease_acquire(st, &q, 0, max, &f);
-  assert_non_null(leases);
-  return leases;
-}
-
 /* Applies a lease op to a one-element batch; returns the error code. */
 static muster_err_t apply(lease_op_t op, int64_t task, int64_t token, const char *extra) {
   char text[512];
@@ -105,7 +95,7 @@ static void test_lease_order_and_keys(void **unused) {
   int64_t low2 = put("q", "{\"payload\": 3, \"key\": \"k\"}");
   assert_int_equal(put("q", "{\"payload\": 4, \"key\": \"k\"}"), low2); /* idempotent */
   put("q", "{\"payload\": 5, \"delay_ms\": 100000}");                   /* not ready */
-  json_t *leases = lease("q", 10);
+  json_t *leases = fixture_lease("q", 10);
   assert_int_equal(json_array_size(leases), 3);
   assert_int_equal(jint(json_array_get(leases, 0), "task"), high);
   assert_int_equal(jint(json_array_get(leases, 1), "task"), low);
@@ -123,7 +113,7 @@ static void test_batch_tokens(void **unused) {
   int64_t ids[5];
   for (int i = 0; i < 5; i++)
     ids[i] = put("q", "{\"payload\": 1}");
-  json_t *l = lease("q", 5);
+  json_t *l = fixture_lease("q", 5);
   assert_int_equal(json_array_size(l), 5);
   for (int i = 0; i < 5; i++) {
     json_t *x = json_array_get(l, i);
@@ -143,7 +133,7 @@ static void test_batch_tokens(void **unused) {
   }
   json_decref(l);
   /* Released: the attempt given back; the next lease is attempt 1 again. */
-  l = lease("q", 5);
+  l = fixture_lease("q", 5);
   assert_int_equal(jint(json_array_get(l, 4), "attempt"), 1);
   assert_true(jint(json_array_get(l, 0), "token") > t0 + 4);
   json_decref(l);
@@ -162,7 +152,7 @@ static void test_batch_tokens_by_priority(void **unused) {
     snprintf(task, sizeof task, "{\"payload\": %d, \"priority\": %d}", i, priorities[i]);
     ids[i] = put("q", task);
   }
-  json_t *l = lease("q", 6);
+  json_t *l = fixture_lease("q", 6);
   assert_int_equal(json_array_size(l), 6);
   int64_t base = jint(json_array_get(l, 0), "token");
   sqlite3_stmt *s = store_stmt(st, "SELECT token FROM tasks WHERE id = ?1");
@@ -225,7 +215,7 @@ static void test_batch_rows_range_and_list(void **unused) {
   /* Range: the first three of a; the next three stay queued, untouched. */
   int by_range = stmt_runs("updated_ms = ?5 WHERE id BETWEEN"),
       by_list = stmt_runs("updated_ms = ?5 WHERE id IN (SELECT value FROM json_each");
-  json_t *l = lease("a", 3);
+  json_t *l = fixture_lease("a", 3);
   assert_int_equal(stmt_runs("updated_ms = ?5 WHERE id BETWEEN"), by_range + 1);
   assert_int_equal(json_array_size(l), 3);
   int64_t tokens[10];
@@ -241,7 +231,7 @@ static void test_batch_rows_range_and_list(void **unused) {
   }
   /* List: the rest of a (3, 4, 5 and the four mixed ones) is not one range;
    * b's tasks between them stay queued. */
-  l = lease("a", 7);
+  l = fixture_lease("a", 7);
   assert_int_equal(json_array_size(l), 7);
   assert_int_equal(stmt_runs("updated_ms = ?5 WHERE id BETWEEN"), by_range + 1);
   assert_int_equal(stmt_runs("updated_ms = ?5 WHERE id IN (SELECT value FROM json_each"),
@@ -273,7 +263,7 @@ static void test_batch_rows_range_and_list(void **unused) {
   assert_string_equal(state_of(mixed[1]), "leased");
   assert_string_equal(state_of(mixed[2]), "done");
   /* A range whose last id has no row: refused as one by one refuses it. */
-  l = lease("b", 4);
+  l = fixture_lease("b", 4);
   assert_int_equal(jint(json_array_get(l, 3), "task"), other[3]);
   int64_t past[2] = {other[3], other[3] + 1};
   int64_t past_tokens[2] = {jint(json_array_get(l, 3), "token"), 1};
@@ -291,7 +281,7 @@ static void test_batch_rows_range_and_list(void **unused) {
 static void test_stale_token_refused(void **unused) {
   make_queue("q", "{}");
   int64_t id = put("q", "{\"payload\": \"x\"}");
-  json_t *l = lease("q", 1);
+  json_t *l = fixture_lease("q", 1);
   int64_t token = jint(json_array_get(l, 0), "token");
   json_decref(l);
   assert_int_equal(apply(LEASE_COMPLETE, id, token + 1, NULL), MUSTER_LEASE_LOST);
@@ -308,7 +298,7 @@ static void test_refusal_names_element(void **unused) {
   make_queue("q", "{}");
   for (int i = 0; i < 12; i++)
     put("q", "{\"payload\": 1}");
-  json_t *l = lease("q", 12);
+  json_t *l = fixture_lease("q", 12);
   assert_int_equal(json_array_size(l), 12);
   store_request_end(st, true); /* the leases stay when a batch below is rolled back */
   assert_int_equal(store_request_begin(st, &(fail_t){0}), MUSTER_OK);
@@ -340,14 +330,14 @@ static void test_pipeline_and_flags(void **unused) {
   make_queue("b", "{\"max_flags\": 2}");
   make_queue("a", "{\"next\": \"b\"}");
   int64_t parent = put("a", "{\"payload\": \"in\", \"session\": \"s\", \"index\": 4}");
-  json_t *l = lease("a", 1);
+  json_t *l = fixture_lease("a", 1);
   assert_int_equal(
       apply(LEASE_COMPLETE, parent, jint(json_array_get(l, 0), "token"), ", \"result\": \"out\""),
       MUSTER_OK);
   json_decref(l);
   assert_string_equal(state_of(parent), "done");
   for (int round = 1; round <= 2; round++) {
-    l = lease("b", 1);
+    l = fixture_lease("b", 1);
     json_t *child = json_array_get(l, 0);
     assert_non_null(child);
     assert_string_equal(json_string_value(json_object_get(child, "payload")), "out");
@@ -366,7 +356,7 @@ static void test_fail_retry_dead(void **unused) {
   make_queue("q", "{\"max_attempts\": 2, \"backoff_ms\": 0, \"backoff_max_ms\": 0}");
   int64_t id = put("q", "{\"payload\": 1}");
   for (int attempt = 1; attempt <= 2; attempt++) {
-    json_t *l = lease("q", 1);
+    json_t *l = fixture_lease("q", 1);
     assert_int_equal(json_array_size(l), 1);
     assert_int_equal(jint(json_array_get(l, 0), "attempt"), attempt);
     assert_int_equal(
@@ -386,7 +376,7 @@ static void test_fail_retry_dead(void **unused) {
 static void test_expiry_and_worker_timeout(void **unused) {
   make_queue("q", "{\"lease_ms\": 1000, \"backoff_ms\": 0, \"backoff_max_ms\": 0}");
   int64_t id = put("q", "{\"payload\": 1}");
-  json_decref(lease("q", 1));
+  json_decref(fixture_lease("q", 1));
   assert_int_equal(lease_expire_due(st, now_ms(), 100), 0);
   assert_int_equal(lease_expire_due(st, now_ms() + 2000, 100), 1);
   assert_string_equal(state_of(id), "queued");
@@ -522,7 +512,7 @@ static void test_worker_leases_after_upgrade(void **unused) {
 
 /* The token of the only lease of a one-task lease of `queue`. */
 static int64_t lease_token(const char *queue) {
-  json_t *l = lease(queue, 1);
+  json_t *l = fixture_lease(queue, 1);
   assert_int_equal(json_array_size(l), 1);
   int64_t token = jint(json_array_get(l, 0), "token");
   json_decref(l);
@@ -698,7 +688,7 @@ static void test_lease_text_child(void **unused) {
   make_queue("c", "{}");
   make_queue("p", "{\"next\": \"c\"}");
   int64_t parent = put("p", "{\"payload\": 1, \"session\": \"s-1\", \"index\": 7}");
-  json_t *l = lease("p", 1);
+  json_t *l = fixture_lease("p", 1);
   assert_int_equal(apply(LEASE_COMPLETE, parent, jint(json_array_get(l, 0), "token"),
                          ", \"result\": {\"out\": [\"\\u00e9\", 2.0, {\"k\": null}]}"),
                    MUSTER_OK);
@@ -760,7 +750,7 @@ static void test_complete_text(void **unused) {
   make_queue("c", "{}");
   int64_t a1 = put("a", "{\"payload\": 1}"), a2 = put("a", "{\"payload\": 2}");
   int64_t c1 = put("c", "{\"payload\": 3}");
-  json_t *la = lease("a", 2), *lc = lease("c", 1);
+  json_t *la = fixture_lease("a", 2), *lc = fixture_lease("c", 1);
   char text[512];
   snprintf(text, sizeof text,
            "{\"leases\": [{\"task\": %lld, \"token\": %lld, \"result\": {\"r\": 1}},"
@@ -857,7 +847,7 @@ static void test_complete_batched(void **unused) {
   int64_t ids[N], tokens[N];
   for (int i = 0; i < N; i++)
     ids[i] = put(i % 3 == 2 ? "c" : "a", "{\"payload\": 1}");
-  json_t *la = lease("a", N), *lc = lease("c", N);
+  json_t *la = fixture_lease("a", N), *lc = fixture_lease("c", N);
   for (int i = 0; i < N; i++) {
     json_t *l = i % 3 == 2 ? lc : la;
     for (size_t k = 0; k < json_array_size(l); k++)
@@ -986,7 +976,7 @@ static void test_complete_batched(void **unused) {
   assert_int_equal(counts[TASK_QUEUED], 6);
   /* Acknowledgements only (no results: the rows found by id alone). */
   int64_t c1 = put("c", "{\"payload\": 1}"), c2 = put("c", "{\"payload\": 2}");
-  json_t *l = lease("c", 2);
+  json_t *l = fixture_lease("c", 2);
   snprintf(body, sizeof body,
            "{\"leases\":[{\"task\":%lld,\"token\":%lld},{\"task\":%lld,\"token\":%lld}]}",
            (long long)jint(json_array_get(l, 1), "task"),
@@ -1020,7 +1010,7 @@ static void test_complete_batched_tree(void **unused) {
   int64_t ids[3], tokens[3];
   for (int i = 0; i < 3; i++)
     ids[i] = put("a", "{\"payload\": 1}");
-  json_t *l = lease("a", 3);
+  json_t *l = fixture_lease("a", 3);
   for (int i = 0; i < 3; i++)
     tokens[i] = jint(json_array_get(l, i), "token");
   json_decref(l);

@@ -108,15 +108,6 @@ static char *batch_text(int64_t first, int n, bool indexed) {
   return text;
 }
 
-static json_t *lease(const char *queue, int64_t max) {
-  queue_t q;
-  fail_t f = {0};
-  assert_int_equal(queue_load(st, queue, &q, &f), MUSTER_OK);
-  json_t *leases = lease_acquire(st, &q, 0, max, &f);
-  assert_non_null(leases);
-  return leases;
-}
-
 static muster_err_t apply(lease_op_t op, const json_t *l, const char *extra) {
   char text[512];
   snprintf(text, sizeof text, "{\"leases\": [{\"task\": %lld, \"token\": %lld%s}]}",
@@ -287,7 +278,7 @@ static void test_streams_and_exactly_once(void **unused) {
                           " {\"payload\": 3}]",
                           NULL),
                    MUSTER_OK);
-  json_t *leases = lease("q", 4);
+  json_t *leases = fixture_lease("q", 4);
   assert_int_equal(json_array_size(leases), 4);
   assert_int_equal(apply(LEASE_COMPLETE, at_index(leases, 2), ", \"result\": \"two\""), MUSTER_OK);
   assert_int_equal(notified, 1);
@@ -354,7 +345,7 @@ static void test_batch_results(void **unused) {
                           " {\"payload\": 3}, {\"payload\": 4}, {\"payload\": 5}]",
                           NULL),
                    MUSTER_OK);
-  json_t *leases = lease("q", 6);
+  json_t *leases = fixture_lease("q", 6);
   assert_int_equal(notified, 0);
   int64_t first[] = {3, 1, 4};
   assert_int_equal(complete_batch(leases, first, 3), MUSTER_OK);
@@ -370,7 +361,7 @@ static void test_batch_results(void **unused) {
   json_t *plain = parse("{\"tasks\": [{\"payload\": \"none\"}]}");
   json_decref(task_put(st, "q", plain, 1 << 20, &f));
   json_decref(plain);
-  json_t *more = lease("q", 2);
+  json_t *more = fixture_lease("q", 2);
   assert_int_equal(json_array_size(more), 2);
   char text[1024];
   const json_t *l0 = at_index(leases, 0), *l5 = at_index(leases, 5);
@@ -442,7 +433,7 @@ static void test_gaps(void **unused) {
   open_session("q", NULL, id);
   assert_int_equal(submit(id, "[{\"payload\": 0}, {\"payload\": 5, \"index\": 5}]", NULL),
                    MUSTER_OK);
-  json_t *leases = lease("q", 2);
+  json_t *leases = fixture_lease("q", 2);
   assert_string_equal(read_summary(id, 0, 100, false, buf, sizeof buf), "- c0");
   assert_int_equal(apply(LEASE_COMPLETE, at_index(leases, 0), NULL), MUSTER_OK);
   assert_string_equal(read_summary(id, 0, 100, false, buf, sizeof buf), "0 c1 gap1-4");
@@ -460,7 +451,7 @@ static void test_gaps(void **unused) {
   assert_int_equal(submit(id, "[{\"payload\": 2, \"index\": 2}]", NULL), MUSTER_OK);
   assert_string_equal(read_summary(id, 1, 100, false, buf, sizeof buf), "- c1 gap1-1");
   assert_string_equal(read_summary(id, 2, 100, false, buf, sizeof buf), "- c2");
-  json_t *more = lease("q", 1);
+  json_t *more = fixture_lease("q", 1);
   assert_int_equal(apply(LEASE_COMPLETE, json_array_get(more, 0), NULL), MUSTER_OK);
   assert_string_equal(read_summary(id, 1, 100, true, buf, sizeof buf), "- c1 gap1-1 stalled");
   assert_string_equal(read_summary(id, 2, 100, false, buf, sizeof buf), "2 c3 gap3-4 stalled");
@@ -481,7 +472,7 @@ static void test_dead_is_a_result(void **unused) {
   char id[SESSION_ID_LEN + 1], buf[64];
   open_session("q", NULL, id);
   assert_int_equal(submit(id, "[{\"payload\": 0}]", NULL), MUSTER_OK);
-  json_t *leases = lease("q", 1);
+  json_t *leases = fixture_lease("q", 1);
   assert_int_equal(apply(LEASE_FAIL, json_array_get(leases, 0), ", \"error\": \"boom\""),
                    MUSTER_OK);
   assert_int_equal(read_results(id, SESSION_BY_SUBMISSION, 0, 100, buf, sizeof buf), 1);
@@ -502,7 +493,7 @@ static void test_results_text(void **unused) {
   open_session("q", NULL, id);
   assert_int_equal(submit(id, "[{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2}]", NULL),
                    MUSTER_OK);
-  json_t *leases = lease("q", 3);
+  json_t *leases = fixture_lease("q", 3);
   const char *result =
       ", \"result\": {\"a\": [1, -2.5e-3, true, null], \"s\": \"caf\u00e9 \\\"q\\\" \\n \\u0001\"}";
   assert_int_equal(apply(LEASE_COMPLETE, at_index(leases, 1), result), MUSTER_OK);

@@ -84,15 +84,6 @@ static int64_t put_one(const char *queue, int64_t priority) {
   return id;
 }
 
-static json_t *lease(const char *queue, int64_t max) {
-  queue_t q;
-  fail_t f = {0};
-  load_queue(queue, &q);
-  json_t *leases = lease_acquire(st, &q, 0, max, &f);
-  assert_non_null(leases);
-  return leases;
-}
-
 /* Completes every lease of `leases`. */
 static void complete_all(const json_t *leases) {
   json_t *items = json_array();
@@ -148,7 +139,7 @@ static void test_big_close_goes_in_chunks(void **unused) {
   const int64_t n = 3 * QUEUE_CHUNK + QUEUE_CHUNK / 2;
   submit_many(id, n);
   int64_t after = put_one("q", 0);
-  json_t *leases = lease("q", 4); /* `before` and three of the session's */
+  json_t *leases = fixture_lease("q", 4); /* `before` and three of the session's */
   json_t *first = json_array();
   json_array_append(first, json_array_get(leases, 1));
   complete_all(first);
@@ -176,7 +167,7 @@ static void test_big_close_goes_in_chunks(void **unused) {
    * lease order: those of higher priority, then the one put before; the one
    * put after is beyond what a lease reads past the session's tasks. */
   int64_t high = put_one("q", 10), mid = put_one("q", 5);
-  leases = lease("q", 50);
+  leases = fixture_lease("q", 50);
   assert_int_equal(json_array_size(leases), 2);
   assert_int_equal(jint(json_array_get(leases, 0), "task"), high);
   assert_int_equal(jint(json_array_get(leases, 1), "task"), mid);
@@ -204,7 +195,7 @@ static void test_big_close_goes_in_chunks(void **unused) {
   assert_int_equal(rows("session_results", "session", id), 0);
   assert_int_equal(rows("session_trash", "session", id), 0);
   assert_counts_exact("q");
-  leases = lease("q", 50);
+  leases = fixture_lease("q", 50);
   assert_int_equal(json_array_size(leases), 1);
   assert_int_equal(jint(json_array_get(leases, 0), "task"), after);
   json_decref(leases);
@@ -241,7 +232,7 @@ static void test_expiry_shares_a_chunk(void **unused) {
   submit_many(b, QUEUE_CHUNK + 10);
   assert_int_equal(session_expire_due(st, now_ms() + 10000, NULL, NULL), 2);
   assert_int_equal(session_tasks(a) + session_tasks(b), QUEUE_CHUNK + 20);
-  json_t *leases = lease("q", 10);
+  json_t *leases = fixture_lease("q", 10);
   assert_int_equal(json_array_size(leases), 0);
   json_decref(leases);
   reaper_turns(a);
@@ -292,7 +283,7 @@ static void test_queue_delete_closes_within_a_chunk(void **unused) {
   const int64_t n = QUEUE_CHUNK + QUEUE_CHUNK / 2;
   submit_many(id, 2 * n);
   for (int64_t done = 0; done < n; done += TASK_MAX_BATCH) { /* n children in b */
-    json_t *leases = lease("a", n - done < TASK_MAX_BATCH ? n - done : TASK_MAX_BATCH);
+    json_t *leases = fixture_lease("a", n - done < TASK_MAX_BATCH ? n - done : TASK_MAX_BATCH);
     complete_all(leases);
     json_decref(leases);
   }
@@ -304,7 +295,7 @@ static void test_queue_delete_closes_within_a_chunk(void **unused) {
   assert_true(pending);
   assert_int_equal(sessions, 1);
   assert_int_equal(session_tasks(id), 3 * n - QUEUE_CHUNK);
-  json_t *leases = lease("b", 10);
+  json_t *leases = fixture_lease("b", 10);
   assert_int_equal(json_array_size(leases), 0);
   json_decref(leases);
   reaper_turns(id);
