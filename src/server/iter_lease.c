@@ -648,20 +648,10 @@ done:
 /* ---- lapses ------------------------------------------------------------------- */
 
 bool iter_any_due(store_t *st, int64_t now) {
-  static const char *const sql[] = {
-      "SELECT 1 FROM iter_blocks WHERE state = 1 AND deadline_ms <= ?1 LIMIT 1",
-      "SELECT 1 FROM iter_ranks WHERE state != 2 AND deadline_ms <= ?1 LIMIT 1"};
-  for (int i = 0; i < 2; i++) {
-    sqlite3_stmt *s = store_stmt(st, sql[i]);
-    if (s == NULL)
-      return true;
-    sqlite3_bind_int64(s, 1, now);
-    bool due = sqlite3_step(s) == SQLITE_ROW;
-    store_reset(s);
-    if (due)
-      return true;
-  }
-  return false;
+  return store_due(st, "SELECT 1 FROM iter_blocks WHERE state = 1 AND deadline_ms <= ?1 LIMIT 1",
+                   now) ||
+         store_due(st, "SELECT 1 FROM iter_ranks WHERE state != 2 AND deadline_ms <= ?1 LIMIT 1",
+                   now);
 }
 
 #define ITER_EXPIRE_LIMIT 1000

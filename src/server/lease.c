@@ -671,12 +671,5 @@ int64_t lease_next_deadline(store_t *st) {
 }
 
 bool lease_any_due(store_t *st, int64_t now) {
-  sqlite3_stmt *s =
-      store_stmt(st, "SELECT 1 FROM tasks WHERE state = 1 AND deadline_ms <= ?1 LIMIT 1");
-  if (s == NULL)
-    return true;
-  sqlite3_bind_int64(s, 1, now);
-  bool due = sqlite3_step(s) == SQLITE_ROW;
-  store_reset(s);
-  return due;
+  return store_due(st, "SELECT 1 FROM tasks WHERE state = 1 AND deadline_ms <= ?1 LIMIT 1", now);
 }

@@ -422,16 +422,10 @@ json_t *node_leave(store_t *st, const char *name, fail_t *f) {
 }
 
 bool node_any_due(store_t *st, int64_t now) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM nodes WHERE state = 0"
-                                   " AND last_seen_ms + timeout_ms <= ?1"
-                                   " AND ?2 + timeout_ms <= ?1 LIMIT 1");
-  if (s == NULL)
-    return true;
-  sqlite3_bind_int64(s, 1, now);
-  sqlite3_bind_int64(s, 2, store_opened_ms(st));
-  bool due = sqlite3_step(s) == SQLITE_ROW;
-  store_reset(s);
-  return due;
+  return store_due(st,
+                   "SELECT 1 FROM nodes WHERE state = 0 AND last_seen_ms + timeout_ms <= ?1"
+                   " AND ?2 + timeout_ms <= ?1 LIMIT 1",
+                   now);
 }
 
 int64_t node_expire_due(store_t *st, int64_t now) {

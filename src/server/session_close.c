@@ -269,24 +269,12 @@ json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
 }
 
 bool session_any_due(store_t *st, int64_t now) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM sessions WHERE state = 0 AND cleanup_on_exit = 1"
-                                   " AND last_seen_ms + timeout_ms <= ?1"
-                                   " AND ?2 + timeout_ms <= ?1 LIMIT 1");
-  if (s == NULL)
-    return true;
-  sqlite3_bind_int64(s, 1, now);
-  sqlite3_bind_int64(s, 2, store_opened_ms(st));
-  bool due = sqlite3_step(s) == SQLITE_ROW;
-  store_reset(s);
-  if (due)
-    return true;
-  s = store_stmt(st, "SELECT 1 FROM sessions WHERE state = 1 AND last_seen_ms <= ?1 LIMIT 1");
-  if (s == NULL)
-    return true;
-  sqlite3_bind_int64(s, 1, now - SESSION_KEEP_CLOSED_MS);
-  due = sqlite3_step(s) == SQLITE_ROW;
-  store_reset(s);
-  return due;
+  return store_due(st,
+                   "SELECT 1 FROM sessions WHERE state = 0 AND cleanup_on_exit = 1"
+                   " AND last_seen_ms + timeout_ms <= ?1 AND ?2 + timeout_ms <= ?1 LIMIT 1",
+                   now) ||
+         store_due(st, "SELECT 1 FROM sessions WHERE state = 1 AND last_seen_ms <= ?1 LIMIT 1",
+                   now - SESSION_KEEP_CLOSED_MS);
 }
 
 /* Deletes up to a chunk of the rows of sessions closed SESSION_KEEP_CLOSED_MS

@@ -372,13 +372,7 @@ muster_err_t shared_delete_scope(store_t *st, const char *scope, int64_t *count,
 }
 
 bool shared_any_due(store_t *st, int64_t now) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM shared_blobs WHERE expires_ms <= ?1 LIMIT 1");
-  if (s == NULL)
-    return true;
-  sqlite3_bind_int64(s, 1, now);
-  bool due = sqlite3_step(s) == SQLITE_ROW;
-  store_reset(s);
-  return due;
+  return store_due(st, "SELECT 1 FROM shared_blobs WHERE expires_ms <= ?1 LIMIT 1", now);
 }
 
 /* Remembers that (scope, name) expired at `expired_ms` with `ttl_ms`. */

@@ -726,6 +726,18 @@ muster_err_t store_step_done(store_t *st, sqlite3_stmt *stmt, fail_t *f) {
   return MUSTER_OK;
 }
 
+bool store_due(store_t *st, const char *sql, int64_t now) {
+  sqlite3_stmt *s = store_stmt(st, sql);
+  if (s == NULL)
+    return true;
+  sqlite3_bind_int64(s, 1, now);
+  if (sqlite3_bind_parameter_count(s) >= 2)
+    sqlite3_bind_int64(s, 2, st->opened_ms);
+  bool due = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return due;
+}
+
 int64_t store_next_token(store_t *st) {
   return ++st->last_token;
 }

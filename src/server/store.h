@@ -66,6 +66,11 @@ sqlite3_stmt *store_stmt(store_t *st, const char *sql);
 void store_reset(sqlite3_stmt *stmt);
 /* Runs a statement with no result rows; returns MUSTER_OK or MUSTER_STORE. */
 muster_err_t store_step_done(store_t *st, sqlite3_stmt *stmt, fail_t *f);
+/* For the sweep's checks before it opens a transaction: true when query
+ * `sql`, with ?1 bound to `now` and ?2 (when it has one) to
+ * store_opened_ms, returns a row; true also when it cannot be prepared, so
+ * that the sweep runs and says what failed. */
+bool store_due(store_t *st, const char *sql, int64_t now);
 /* Reports a SQLite failure as MUSTER_STORE with the engine's message. */
 muster_err_t store_fail(store_t *st, fail_t *f, const char *what);
 sqlite3 *store_db(store_t *st);
