@@ -209,7 +209,7 @@ static muster_err_t client_make(const char *url, const char *token, muster_clien
 
 muster_err_t muster_client_open(const char *url, const char *token, muster_client_t **out,
                                 char **message) {
-  char problem[512];
+  char problem[CLIENT_MESSAGE_MAX];
   const char *why = client_new_problem(url, token, out, problem, sizeof problem);
   if (message)
     *message = NULL;
@@ -489,12 +489,20 @@ static int client_path_escape(char *out, size_t size, size_t *at, const char *s)
   return 0;
 }
 
+const char *client_min_problem(char *why, size_t size, const char *what, int64_t value, int64_t min,
+                               const char *accepted) {
+  if (value >= min)
+    return NULL;
+  snprintf(why, size, "%s: %lld, expected %s", what, (long long)value, accepted);
+  return why;
+}
+
 muster_err_t client_check_min(muster_client_t *client, const char *what, int64_t value, int64_t min,
                               const char *accepted) {
-  if (value >= min)
+  char why[CLIENT_MESSAGE_MAX];
+  if (client_min_problem(why, sizeof why, what, value, min, accepted) == NULL)
     return MUSTER_OK;
-  return client_fail(client, MUSTER_INVALID, "%s: %lld, expected %s", what, (long long)value,
-                     accepted);
+  return client_fail(client, MUSTER_INVALID, "%s", why);
 }
 
 muster_err_t client_path(muster_client_t *client, char *out, size_t size, const char *fmt, ...) {

@@ -124,6 +124,11 @@ void client_ok(muster_client_t *client);
  * as the default or sent to the head. */
 muster_err_t client_check_min(muster_client_t *client, const char *what, int64_t value, int64_t min,
                               const char *accepted);
+/* client_check_min's words for a `value` below `min`, written into `why`
+ * (`size` bytes) and returned; NULL when it is in range.  For options
+ * checked before there is a handle to fail (muster_pool_open's). */
+const char *client_min_problem(char *why, size_t size, const char *what, int64_t value, int64_t min,
+                               const char *accepted);
 
 /*
  * Formats a path into `out` (`size` bytes) from `fmt`, where every "%s" is

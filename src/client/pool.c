@@ -255,26 +255,20 @@ static muster_err_t pool_open_failed(muster_pool_t *pool, muster_err_t err, char
  * other than the documented -1s are refused here rather than taken for a
  * default, and before the queue or the session is made. */
 static const char *pool_opts_problem(const muster_pool_opts_t *opts, char *why, size_t size) {
-  if (opts == NULL || opts->url == NULL || opts->queue == NULL)
+  if (opts == NULL || opts->url == NULL || opts->queue == NULL) {
     snprintf(why, size, "a url and a queue are required");
-  else if (opts->timeout_ms < -1)
-    snprintf(why, size,
-             "timeout_ms: %lld, expected a time in milliseconds, or -1 for the head's "
-             "default",
-             (long long)opts->timeout_ms);
-  else if (opts->heartbeat_ms < -1)
-    snprintf(why, size,
-             "heartbeat_ms: %lld, expected a period in milliseconds, 0 for no "
-             "heartbeat thread, or -1 for timeout_ms / 4",
-             (long long)opts->heartbeat_ms);
-  else if (opts->request_timeout_ms < 0)
-    snprintf(why, size,
-             "request_timeout_ms: %lld, expected a time in milliseconds, or 0 for "
-             "the default (60000)",
-             (long long)opts->request_timeout_ms);
-  else
-    return NULL;
-  return why;
+    return why;
+  }
+  const char *problem = client_min_problem(why, size, "timeout_ms", opts->timeout_ms, -1,
+                                           "a time in milliseconds, or -1 for the head's default");
+  if (problem == NULL)
+    problem = client_min_problem(why, size, "heartbeat_ms", opts->heartbeat_ms, -1,
+                                 "a period in milliseconds, 0 for no heartbeat thread, or -1 "
+                                 "for timeout_ms / 4");
+  if (problem == NULL)
+    problem = client_min_problem(why, size, "request_timeout_ms", opts->request_timeout_ms, 0,
+                                 "a time in milliseconds, or 0 for the default (60000)");
+  return problem;
 }
 
 /* The part of open that talks to the head: queue, session, heartbeat thread. */

@@ -54,11 +54,9 @@ static muster_err_t worker_body(muster_client_t *client, const muster_worker_opt
     return MUSTER_OK;
   }
   json_t *labels = NULL;
-  if (opts->timeout_ms < -1) {
-    client_check_min(client, "timeout_ms", opts->timeout_ms, -1,
-                     "a time in milliseconds, or -1 for the head's default");
+  if (client_check_min(client, "timeout_ms", opts->timeout_ms, -1,
+                       "a time in milliseconds, or -1 for the head's default") != MUSTER_OK)
     goto fail;
-  }
   if (opts->labels != NULL && (labels = client_parse_value(client, opts->labels, "labels")) == NULL)
     goto fail;
   if (labels != NULL && !json_is_object(labels)) {

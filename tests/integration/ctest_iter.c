@@ -45,22 +45,7 @@ static muster_loader_t *open_standalone(const muster_iter_config_t *cfg, uint32_
   opts.config = cfg;
   opts.rank = rank;
   opts.prefetch = prefetch;
-  muster_loader_t *l = NULL;
-  char *message = NULL;
-  if (muster_loader_open(&opts, &l, &message) != MUSTER_OK)
-    fprintf(stderr, "open: %s\n", message ? message : "?");
-  muster_free(message);
-  return l;
-}
-
-/* Takes everything left in the epoch into out[]; returns how many. */
-static size_t drain(muster_loader_t *l, uint64_t *out, size_t max) {
-  size_t n = 0;
-  uint64_t index;
-  int has;
-  while (n < max && muster_loader_next(l, &index, NULL, &has) == MUSTER_OK && has)
-    out[n++] = index;
-  return n;
+  return ctest_loader_open(&opts);
 }
 
 static void test_standalone_matches_stream(void) {
@@ -74,10 +59,10 @@ static void test_standalone_matches_stream(void) {
     uint64_t got[16];
     const uint64_t want[] = {4, 7, 8, 0}; /* docs/iterations.md: global + round_robin */
     CHECK(muster_loader_len(l) == 4 && !muster_loader_is_empty(l));
-    CHECK(drain(l, got, 16) == 4 && memcmp(got, want, sizeof want) == 0);
-    CHECK(drain(l, got, 16) == 0); /* stays at the end */
+    CHECK(ctest_loader_drain(l, got, 16) == 4 && memcmp(got, want, sizeof want) == 0);
+    CHECK(ctest_loader_drain(l, got, 16) == 0); /* stays at the end */
     CHECK(muster_loader_reset(l) == MUSTER_OK);
-    CHECK(drain(l, got, 16) == 4);                   /* epoch 1 */
+    CHECK(ctest_loader_drain(l, got, 16) == 4);      /* epoch 1 */
     CHECK(muster_loader_reset(l) == MUSTER_INVALID); /* epochs = 2 */
     muster_loader_close(l);
   }
@@ -92,13 +77,13 @@ static void test_standalone_checkpoint(void) {
                   *c = open_standalone(&cfg, 2, 0);
   uint64_t first[400], rest_a[400], rest_b[400], index;
   int has;
-  CHECK(drain(a, first, 100) == 100);
+  CHECK(ctest_loader_drain(a, first, 100) == 100);
   char *ck = NULL;
   CHECK(muster_loader_get_checkpoint(a, &ck) == MUSTER_OK && ck != NULL);
-  size_t na = drain(a, rest_a, 400);
+  size_t na = ctest_loader_drain(a, rest_a, 400);
   CHECK(muster_loader_restore(b, ck) == MUSTER_OK);
 
-  size_t nb = drain(b, rest_b, 400);
+  size_t nb = ctest_loader_drain(b, rest_b, 400);
   CHECK(na > 0 && na == nb && memcmp(rest_a, rest_b, na * sizeof *rest_a) == 0);
   CHECK(muster_loader_restore(c, ck) == MUSTER_INVALID); /* another rank */
   CHECK(muster_loader_restore(c, "{}") == MUSTER_INVALID);
@@ -230,7 +215,7 @@ static void test_prefetch_sequence(void) {
   standalone_config(&cfg, 30000); /* rank 0 of 3: 10 000 samples */
   static uint64_t want[10000], got[10000];
   muster_loader_t *plain = open_standalone(&cfg, 0, 0);
-  CHECK(plain && drain(plain, want, 10000) == 10000);
+  CHECK(plain && ctest_loader_drain(plain, want, 10000) == 10000);
   muster_loader_close(plain);
   const size_t rings[] = {1, 3, 700, 4096};
   for (size_t r = 0; r < sizeof rings / sizeof *rings; r++) {
@@ -286,7 +271,7 @@ static void test_prefetch_idle(void) {
   CHECK(full < 0.03);
   if (full >= 0.03)
     fprintf(stderr, "prefetch thread with a full ring used %.3f s of CPU in 0.3 s\n", full);
-  CHECK(drain(l, got, 1000) == 999); /* rank 0 of 3: 1000 samples */
+  CHECK(ctest_loader_drain(l, got, 1000) == 999); /* rank 0 of 3: 1000 samples */
   cpu = process_cpu_s();
   usleep(300 * 1000);
   double ended = process_cpu_s() - cpu;

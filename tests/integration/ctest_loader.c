@@ -57,28 +57,13 @@ static muster_loader_t *open_loader(const muster_iter_config_t *cfg, size_t pref
     opts.load = load_sample;
     opts.user = state;
   }
-  muster_loader_t *l = NULL;
-  char *message = NULL;
-  if (muster_loader_open(&opts, &l, &message) != MUSTER_OK)
-    fprintf(stderr, "open: %s\n", message ? message : "?");
-  muster_free(message);
-  return l;
-}
-
-/* Takes what is left of the epoch (at most `max`) into out[]; how many. */
-static size_t drain(muster_loader_t *l, uint64_t *out, size_t max) {
-  size_t n = 0;
-  uint64_t index;
-  int has;
-  while (n < max && muster_loader_next(l, &index, NULL, &has) == MUSTER_OK && has)
-    out[n++] = index;
-  return n;
+  return ctest_loader_open(&opts);
 }
 
 /* The rank's indices of the first epoch, from a loader nothing happened to. */
 static size_t reference(const muster_iter_config_t *cfg, uint64_t *out) {
   muster_loader_t *l = open_loader(cfg, 0, NULL);
-  size_t n = l ? drain(l, out, SAMPLES) : 0;
+  size_t n = l ? ctest_loader_drain(l, out, SAMPLES) : 0;
   muster_loader_close(l);
   return n;
 }
@@ -93,10 +78,10 @@ static void test_refused_reset_keeps_the_epoch(size_t prefetch) {
   CHECK(l != NULL && n > 3);
   if (l == NULL)
     return;
-  CHECK(drain(l, &first, 1) == 1 && first == want[0]);
+  CHECK(ctest_loader_drain(l, &first, 1) == 1 && first == want[0]);
   CHECK_ERR(NULL, muster_loader_reset(l), MUSTER_INVALID);
   CHECK(contains(muster_loader_message(l), "every epoch is done"));
-  size_t rest = drain(l, got, SAMPLES);
+  size_t rest = ctest_loader_drain(l, got, SAMPLES);
   CHECK(rest == n - 1 && memcmp(got, want + 1, rest * sizeof *got) == 0);
   muster_loader_close(l);
 }
@@ -111,7 +96,7 @@ static void test_refused_restore_keeps_the_position(size_t prefetch) {
   CHECK(l != NULL && n > 3);
   if (l == NULL)
     return;
-  CHECK(drain(l, got, 2) == 2);
+  CHECK(ctest_loader_drain(l, got, 2) == 2);
   char *ck = NULL, bad[512];
   CHECK_ERR(NULL, muster_loader_get_checkpoint(l, &ck), MUSTER_OK);
   char *consumed = ck ? strstr(ck, "\"consumed\":") : NULL;
@@ -124,7 +109,7 @@ static void test_refused_restore_keeps_the_position(size_t prefetch) {
   snprintf(bad, sizeof bad, "%.*s\"consumed\":999999}", (int)(consumed - ck), ck);
   CHECK_ERR(NULL, muster_loader_restore(l, bad), MUSTER_INVALID);
   CHECK(contains(muster_loader_message(l), "outside this configuration"));
-  size_t rest = drain(l, got, SAMPLES);
+  size_t rest = ctest_loader_drain(l, got, SAMPLES);
   CHECK(rest == n - 2 && memcmp(got, want + 2, rest * sizeof *got) == 0);
   muster_free(ck);
   muster_loader_close(l);
@@ -142,7 +127,7 @@ static void test_load_failure_stays(size_t prefetch) {
   CHECK(l != NULL && n > 3);
   if (l == NULL)
     return;
-  CHECK(drain(l, got, SAMPLES) == 3);
+  CHECK(ctest_loader_drain(l, got, SAMPLES) == 3);
   int has = 1;
   for (int call = 0; call < 2; call++) {
     CHECK_ERR(NULL, muster_loader_next(l, &index, NULL, &has), MUSTER_INVALID);
@@ -154,7 +139,7 @@ static void test_load_failure_stays(size_t prefetch) {
   CHECK_ERR(NULL, muster_loader_get_checkpoint(l, &ck), MUSTER_OK);
   state.failing = 0;
   CHECK_ERR(NULL, muster_loader_restore(l, ck), MUSTER_OK);
-  size_t rest = drain(l, got, SAMPLES);
+  size_t rest = ctest_loader_drain(l, got, SAMPLES);
   CHECK(rest == n - 3 && memcmp(got, want + 3, rest * sizeof *got) == 0);
   CHECK_ERR(NULL, muster_loader_reset(l), MUSTER_OK); /* the epoch ended: on to the next */
   muster_free(ck);

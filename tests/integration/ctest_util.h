@@ -131,6 +131,28 @@ static inline void ctest_listener_close(int fds[2]) {
       close(fds[i]);
 }
 
+/* ---- standalone loaders ------------------------------------------------------------------- */
+
+/* Opens a loader with `opts`; NULL, the reason on stderr, when it fails. */
+static inline muster_loader_t *ctest_loader_open(const muster_loader_opts_t *opts) {
+  muster_loader_t *l = NULL;
+  char *message = NULL;
+  if (muster_loader_open(opts, &l, &message) != MUSTER_OK)
+    fprintf(stderr, "open: %s\n", message ? message : "?");
+  muster_free(message);
+  return l;
+}
+
+/* Takes what is left of the epoch (at most `max`) into out[]; how many. */
+static inline size_t ctest_loader_drain(muster_loader_t *l, uint64_t *out, size_t max) {
+  size_t n = 0;
+  uint64_t index;
+  int has;
+  while (n < max && muster_loader_next(l, &index, NULL, &has) == MUSTER_OK && has)
+    out[n++] = index;
+  return n;
+}
+
 /* ---- the head process ------------------------------------------------------------------- */
 
 static char head_url[256];     /* the head's base URL, as it wrote it to DATA_DIR/url */
