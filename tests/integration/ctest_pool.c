@@ -778,6 +778,8 @@ static void test_pool_refusals(muster_client_t *c) {
   CHECK_POOL_SAID(pool, muster_pool_iter_next(it, 0, &r, NULL), "has: a place for the flag");
   CHECK_POOL_SAID(pool, muster_pool_iter_next(it, -2, &r, &has),
                   "wait_ms: -2, expected 0 or more milliseconds, or -1");
+  results = &r; /* a refused map leaves no stale pointer behind */
+  CHECK_POOL_SAID(pool, muster_pool_map(pool, NULL, 2, &results), "inputs: required (2 of them)");
   CHECK(results == NULL);
   muster_pool_iter_free(it);
   muster_pool_close(pool);
