@@ -19,6 +19,7 @@
 typedef struct node_agent node_agent_t;
 struct evhttp_request;
 struct evhttp_connection;
+struct evkeyvalq;
 
 /* A worker process's output pipe, read and tagged by the agent (worker_log.c). */
 typedef struct wlog wlog_t;
@@ -136,6 +137,10 @@ fwd_conn_t *fwd_conn_get(node_agent_t *a);
 typedef void (*fwd_cancel_fn)(void *owner);
 /* Names who to tell, should the agent stop before `c`'s request ends. */
 void fwd_conn_set_owner(fwd_conn_t *c, fwd_cancel_fn cancel, void *owner);
+/* Adds the head's own Host ("host:port", IPv6 in brackets) to a request to
+ * it: HTTP/1.1 requires one (the head refuses a request without it), and a
+ * client's Host named the agent. */
+void fwd_add_host(const node_agent_t *a, struct evkeyvalq *to);
 /* Returns a connection to the pool once its request is done. */
 void fwd_conn_put(node_agent_t *a, fwd_conn_t *c);
 struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c);

@@ -121,7 +121,7 @@ static int cexpire_ask(node_agent_t *a, const cache_entry_t *e) {
     snprintf(value, sizeof value, "Bearer %s", a->cfg->token);
     evhttp_add_header(h, "Authorization", value);
   }
-  evhttp_add_header(h, "Host", a->head_host);
+  fwd_add_host(a, h);
   snprintf(value, sizeof value, "/v1/shared/%s/%s?level=%lld", e->scope, e->name,
            (long long)e->level);
   a->cache->expire_check = chk;

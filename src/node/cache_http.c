@@ -383,7 +383,7 @@ static void creq_ask_why(creq_t *r, int status) {
   struct evkeyvalq *h = evhttp_request_get_output_headers(out);
   if (r->auth)
     evhttp_add_header(h, "Authorization", r->auth);
-  evhttp_add_header(h, "Host", a->head_host);
+  fwd_add_host(a, h);
   evhttp_make_request(fwd_conn_evcon(r->conn), out, EVHTTP_REQ_GET, uri);
 }
 
@@ -454,7 +454,7 @@ static void creq_ask_head(creq_t *r) {
   struct evkeyvalq *h = evhttp_request_get_output_headers(out);
   if (r->auth)
     evhttp_add_header(h, "Authorization", r->auth);
-  evhttp_add_header(h, "Host", a->head_host);
+  fwd_add_host(a, h);
   char uri[400];
   if (r->kind == CREQ_STATS) /* any authenticated GET; the node's own is small */
     snprintf(uri, sizeof uri, "/v1/nodes/%s", a->name);

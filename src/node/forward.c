@@ -293,9 +293,7 @@ static void fwd_on_request(struct evhttp_request *in, void *arg) {
     fwd_forward(a, in);
 }
 
-/* The client's Host named the agent; the head gets its own (HTTP/1.1
- * requires one, and the head refuses a request without it). */
-static void fwd_add_host(const node_agent_t *a, struct evkeyvalq *to) {
+void fwd_add_host(const node_agent_t *a, struct evkeyvalq *to) {
   char host[sizeof a->head_host + 16];
   bool v6 = strchr(a->head_host, ':') != NULL;
   snprintf(host, sizeof host, "%s%s%s:%d", v6 ? "[" : "", a->head_host, v6 ? "]" : "",

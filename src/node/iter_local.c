@@ -376,9 +376,7 @@ static void il_ask(iter_local_t *L, struct evhttp_request *in, json_t *body, con
   const char *auth = evhttp_find_header(evhttp_request_get_input_headers(in), "Authorization");
   if (auth)
     evhttp_add_header(h, "Authorization", auth);
-  char host[300];
-  snprintf(host, sizeof host, "%s:%d", a->head_host, a->head_port);
-  evhttp_add_header(h, "Host", host);
+  fwd_add_host(a, h);
   /* On failure evhttp_make_request has already called il_ask_on_done (NULL). */
   evhttp_make_request(fwd_conn_evcon(conn), out, EVHTTP_REQ_GET, path);
 }
