@@ -32,7 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#define CACHE_MISSING_SCAN_MS 10000 /* cache_make_room looks for removed files this often */
 #include <xxhash.h>
 
 #define CACHE_BUCKETS 4096
@@ -278,9 +281,19 @@ void cache_drop(cache_t *c, cache_entry_t *e) {
     cache_entry_free(e);
 }
 
+static int64_t cache_monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void cache_make_room(cache_t *c, int64_t extra) {
-  if (c->bytes_cached + c->bytes_fetching + extra > c->limit_bytes)
+  int64_t now = cache_monotonic_ms();
+  if (c->bytes_cached + c->bytes_fetching + extra > c->limit_bytes &&
+      (c->missing_scan_ms == 0 || now - c->missing_scan_ms >= CACHE_MISSING_SCAN_MS)) {
+    c->missing_scan_ms = now;
     cache_forget_missing(c); /* a removed file's bytes must not push real levels out */
+  }
   cache_entry_t *e = c->lru_tail;
   while (e && c->bytes_cached + c->bytes_fetching + extra > c->limit_bytes) {
     cache_entry_t *older = e->lru_prev;

@@ -85,6 +85,7 @@ typedef struct cache {
   int free_pending;         /* cache_free came while replies were still sending */
   int notify_rd, notify_wr; /* finished fetches (cache_http.c), -1 when none */
   struct event *notify_ev;
+  int64_t missing_scan_ms; /* cache_make_room's last look for removed files (monotonic) */
   struct event *expire_ev; /* cache_expire.c: the timer that finds levels past their expiry */
   void *expire_check;      /* cache_expire.c: the one question to the head in flight, or NULL */
   cache_entry_t **buckets;
@@ -154,7 +155,10 @@ void cache_drop(cache_t *c, cache_entry_t *e);
 
 /* Evicts least-recently-used levels not being read until the cached bytes plus
  * `extra` fit the limit (or nothing more can go).  Levels whose files are
- * gone (cache_forget_missing) are forgotten first: they hold no room. */
+ * gone (cache_forget_missing) are forgotten first, they hold no room; that
+ * look costs a stat(2) per level, and a full cache (its usual state under
+ * LRU) makes room at every miss, so it is taken at most every
+ * CACHE_MISSING_SCAN_MS. */
 void cache_make_room(cache_t *c, int64_t extra);
 
 /*
