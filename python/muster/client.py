@@ -228,11 +228,8 @@ class Client:
         self._host = parsed.hostname or "127.0.0.1"
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._prefix = parsed.path.rstrip("/")
-        self._local = threading.local()
+        self._no_connections()
         self.shared = Shared(self)
-        self._all = []
-        self._all_lock = threading.Lock()
-        self._pid = os.getpid()   # the process whose connections _all holds
         # The head's max_wait_ms, asked on the first long-poll and again after a connection
         # to the head was lost (it may have restarted with another --max-wait-ms).
         self._max_wait_ms = None
@@ -250,13 +247,17 @@ class Client:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._local = threading.local()
-        self._all = []
-        self._all_lock = threading.Lock()
-        self._pid = os.getpid()
+        self._no_connections()
         self.shared = Shared(self)
 
     # ---- transport ----------------------------------------------------------------
+
+    def _no_connections(self):
+        """Starts this process's set of connections, empty (each thread adds its own)."""
+        self._local = threading.local()
+        self._all = []
+        self._all_lock = threading.Lock()   # a new one: another thread may hold the old one
+        self._pid = os.getpid()   # the process whose connections _all holds
 
     def _connection(self, timeout):
         conn = getattr(self._local, "conn", None)
@@ -279,10 +280,8 @@ class Client:
         processes talking on one connection read each other's replies."""
         if self._pid == os.getpid():
             return
-        self._all_lock = threading.Lock()   # another thread may have held it at the fork
-        conns, self._all = self._all, []
-        self._local = threading.local()
-        self._pid = os.getpid()
+        conns = self._all   # read without _all_lock: another thread may have held it at the fork
+        self._no_connections()
         for c in conns:
             c.close()   # this process's copies of the descriptors; the parent's stay open
 
