@@ -733,10 +733,14 @@ class Client:
                             query={"order": order, "cursor": cursor, "max": max,
                                    "wait_ms": wait_ms or None}, wait_ms=wait_ms)
 
-    def _poll_results(self, session_id, order, cursor, max=1000, wait_ms=None, left=None):
-        """A read of the result stream that waits for results (:meth:`long_poll_ms` of
-        ``wait_ms`` and ``left``), paced by :func:`poll_pause_s` while results are still
-        to come: a head that lets no read wait is not asked again and again."""
+    def _poll_results(self, session_id, order, cursor, max=1000, quick=False, wait_ms=None,
+                      left=None):
+        """A read of the result stream: at once when ``quick``, else one that waits for
+        results (:meth:`long_poll_ms` of ``wait_ms`` and ``left``), paced by
+        :func:`poll_pause_s` while results are still to come: a head that lets no read
+        wait is not asked again and again."""
+        if quick:
+            return self.results(session_id, order=order, cursor=cursor, max=max)
         asked = time.monotonic()
         reply = self.results(session_id, order=order, cursor=cursor, max=max,
                              wait_ms=self.long_poll_ms(wait_ms, left))
@@ -755,10 +759,7 @@ class Client:
         instead of waiting for ever; reading again from its ``cursor`` resumes."""
         quick = True  # a stream at its end or stalled at a gap says so at once
         while True:
-            if quick:
-                reply = self.results(session_id, order=order, cursor=cursor, max=1000)
-            else:
-                reply = self._poll_results(session_id, order, cursor, 1000, wait_ms)
+            reply = self._poll_results(session_id, order, cursor, 1000, quick, wait_ms)
             for r in reply["results"]:
                 yield r
             cursor = reply["cursor"]

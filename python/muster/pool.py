@@ -557,9 +557,7 @@ class Pool:
         long as the head lets one wait (its max_wait_ms) or to the deadline ``left`` s
         away, whichever is sooner (Client._poll_results, which also paces a head that
         lets none wait)."""
-        if quick:
-            return self.client.results(self.session, order=order, cursor=cursor, max=max)
-        return self.client._poll_results(self.session, order, cursor, max, None, left)
+        return self.client._poll_results(self.session, order, cursor, max, quick, None, left)
 
     def imap(self, data, timeout=None):
         """Results in input order, each as soon as it and those before it are ready.
