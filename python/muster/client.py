@@ -228,11 +228,8 @@ class Client:
         self._host = parsed.hostname or "127.0.0.1"
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._prefix = parsed.path.rstrip("/")
-        self._local = threading.local()
+        self._no_connections()
         self.shared = Shared(self)
-        self._all = []
-        self._all_lock = threading.Lock()
-        self._pid = os.getpid()   # the process whose connections _all holds
         # The head's max_wait_ms, asked on the first long-poll and again after a connection
         # to the head was lost (it may have restarted with another --max-wait-ms).
         self._max_wait_ms = None
@@ -250,13 +247,17 @@ class Client:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._local = threading.local()
-        self._all = []
-        self._all_lock = threading.Lock()
-        self._pid = os.getpid()
+        self._no_connections()
         self.shared = Shared(self)
 
     # ---- transport ----------------------------------------------------------------
+
+    def _no_connections(self):
+        """Starts this process's set of connections, empty (each thread adds its own)."""
+        self._local = threading.local()
+        self._all = []
+        self._all_lock = threading.Lock()   # a new one: another thread may hold the old one
+        self._pid = os.getpid()   # the process whose connections _all holds
 
     def _connection(self, timeout):
         conn = getattr(self._local, "conn", None)
@@ -279,10 +280,8 @@ class Client:
         processes talking on one connection read each other's replies."""
         if self._pid == os.getpid():
             return
-        self._all_lock = threading.Lock()   # another thread may have held it at the fork
-        conns, self._all = self._all, []
-        self._local = threading.local()
-        self._pid = os.getpid()
+        conns = self._all   # read without _all_lock: another thread may have held it at the fork
+        self._no_connections()
         for c in conns:
             c.close()   # this process's copies of the descriptors; the parent's stay open
 
@@ -734,10 +733,14 @@ class Client:
                             query={"order": order, "cursor": cursor, "max": max,
                                    "wait_ms": wait_ms or None}, wait_ms=wait_ms)
 
-    def _poll_results(self, session_id, order, cursor, max=1000, wait_ms=None, left=None):
-        """A read of the result stream that waits for results (:meth:`long_poll_ms` of
-        ``wait_ms`` and ``left``), paced by :func:`poll_pause_s` while results are still
-        to come: a head that lets no read wait is not asked again and again."""
+    def _poll_results(self, session_id, order, cursor, max=1000, quick=False, wait_ms=None,
+                      left=None):
+        """A read of the result stream: at once when ``quick``, else one that waits for
+        results (:meth:`long_poll_ms` of ``wait_ms`` and ``left``), paced by
+        :func:`poll_pause_s` while results are still to come: a head that lets no read
+        wait is not asked again and again."""
+        if quick:
+            return self.results(session_id, order=order, cursor=cursor, max=max)
         asked = time.monotonic()
         reply = self.results(session_id, order=order, cursor=cursor, max=max,
                              wait_ms=self.long_poll_ms(wait_ms, left))
@@ -756,10 +759,7 @@ class Client:
         instead of waiting for ever; reading again from its ``cursor`` resumes."""
         quick = True  # a stream at its end or stalled at a gap says so at once
         while True:
-            if quick:
-                reply = self.results(session_id, order=order, cursor=cursor, max=1000)
-            else:
-                reply = self._poll_results(session_id, order, cursor, 1000, wait_ms)
+            reply = self._poll_results(session_id, order, cursor, 1000, quick, wait_ms)
             for r in reply["results"]:
                 yield r
             cursor = reply["cursor"]

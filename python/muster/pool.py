@@ -183,7 +183,7 @@ def _dc_url(address, port):
             raise ValueError("muster.Pool: the head's address %r is a URL, and a port (%r) "
                              "was given as well: put the port in the URL alone" % (address, port))
         return address
-    if re.search(r":[0-9]+$", address) and not address.endswith("]"):
+    if re.search(r":[0-9]+$", address):
         if port is not None:
             raise ValueError("muster.Pool: the head's address %r has a port, and a port (%r) "
                              "was given as well: give one of them" % (address, port))
@@ -224,7 +224,8 @@ class Pool:
     (either key optional) is unpacked, any other value is passed as the one argument.
     ``url`` / ``token`` default as :class:`muster.Client`'s; ``client`` may be given
     instead.  distributed_computing's order, ``Pool(worker_class, init_data, password,
-    server_address[, server_port])``, is read as such (:func:`_pool_order`).  The queue is created (with ``queue_settings``) when it does not exist.
+    server_address[, server_port])``, is read as such (:func:`_pool_order`).  The queue is
+    created (with ``queue_settings``) when it does not exist.
     ``timeout_ms`` is the session's heartbeat timeout (a thread heart-beats every third);
     a head that is down or restarting is waited for as long (see :meth:`_retrying`).
     ``use_shared``: ship the pickled class as shared data (default: when the head has
@@ -557,9 +558,7 @@ class Pool:
         long as the head lets one wait (its max_wait_ms) or to the deadline ``left`` s
         away, whichever is sooner (Client._poll_results, which also paces a head that
         lets none wait)."""
-        if quick:
-            return self.client.results(self.session, order=order, cursor=cursor, max=max)
-        return self.client._poll_results(self.session, order, cursor, max, None, left)
+        return self.client._poll_results(self.session, order, cursor, max, quick, None, left)
 
     def imap(self, data, timeout=None):
         """Results in input order, each as soon as it and those before it are ready.

@@ -202,12 +202,16 @@ class RestartedHeadTest(unittest.TestCase):
         self.start_head(400)
         self.spy = SpyClient(self.head.url, self.head.token)
         self.addCleanup(self.spy.close)
+        # Tasks are put by another client: a put of the spy's own would find its closed
+        # connection before the lease does, which is what the lease must find by itself.
+        self.other = muster.Client(self.head.url, self.head.token)
+        self.addCleanup(self.other.close)
         self.q = "restarted"
         self.spy.put_queue(self.q)
 
     def lease_one(self):
         """Leases a task put just before (so at once, whatever the wait) and completes it."""
-        self.spy.put(self.q, 1)
+        self.other.put(self.q, 1)
         self.spy.lease(self.q, wait_ms=600000)[0].complete()
 
     def test_the_next_long_poll_asks_the_new_heads_cap(self):
