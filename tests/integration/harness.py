@@ -4,6 +4,7 @@ Used by every Python integration test.  Standard library only; runs on /usr/bin/
 MUSTER_BIN names the binary (ctest sets it); the head's log is DATA_DIR/head.log.
 """
 import contextlib
+import fcntl
 import http.client
 import http.server
 import json
@@ -22,6 +23,39 @@ import urllib.parse
 MUSTER_BIN = os.environ.get("MUSTER_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "muster")
 TOKEN = "test-token-0123456789"
+
+
+# Tests run side by side (ctest -j): two that miss a tool at once would both run
+# apt-get, and the second would fail on dpkg's lock ("Could not get lock
+# /var/lib/dpkg/lock-frontend").  One lock file serialises this suite's installs.
+APT_LOCK = os.path.join(tempfile.gettempdir(), "muster-tests-apt.lock")
+APT_LOCK_WAIT_S = 600  # apt-get's own wait for dpkg's lock held outside the suite
+
+
+def ensure_tool(tool, package):
+    """The path of `tool`, installing Debian's `package` first when it is missing.
+
+    The look is repeated under an exclusive lock on APT_LOCK, so a test that waited
+    while another installed the same package finds it there and installs nothing.
+    apt-get also waits up to APT_LOCK_WAIT_S for dpkg's lock (an unattended upgrade
+    or a person's apt-get).  Raises RuntimeError when the tool is still missing."""
+    path = shutil.which(tool)
+    if path is not None:
+        return path
+    with open(APT_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = shutil.which(tool)
+        if path is None:
+            env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+            apt = ([] if os.geteuid() == 0 else ["sudo"]) + [
+                "apt-get", "-o", "DPkg::Lock::Timeout=%d" % APT_LOCK_WAIT_S]
+            subprocess.run(apt + ["update", "-qq"], env=env, check=True)
+            subprocess.run(apt + ["install", "-y", "-qq", "--no-install-recommends", package],
+                           env=env, check=True, stdout=subprocess.DEVNULL)
+            path = shutil.which(tool)
+    if path is None:
+        raise RuntimeError("%s is not available even after installing %s" % (tool, package))
+    return path
 
 
 class Reply:

@@ -46,20 +46,6 @@ esac
 """
 
 
-def ensure_tool(tool, package):
-    """The path of `tool`, installing Debian's `package` first when it is missing."""
-    path = shutil.which(tool)
-    if path is None:
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        sudo = [] if os.geteuid() == 0 else ["sudo"]
-        subprocess.run(sudo + ["apt-get", "update", "-qq"], env=env, check=True)
-        subprocess.run(sudo + ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                               package], env=env, check=True, stdout=subprocess.DEVNULL)
-        path = shutil.which(tool)
-    if path is None:
-        raise RuntimeError("%s is not available even after installing %s" % (tool, package))
-    return path
-
 
 class WebDriverError(Exception):
     pass
@@ -71,8 +57,8 @@ class Browser:
     ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
 
     def __init__(self, width=1280, height=1150):
-        chromium = ensure_tool("chromium", "chromium")
-        driver = ensure_tool("chromedriver", "chromium-driver")
+        chromium = harness.ensure_tool("chromium", "chromium")
+        driver = harness.ensure_tool("chromedriver", "chromium-driver")
         self.profile = tempfile.mkdtemp(prefix="muster-chromium-")
         port = harness.free_port()
         self.base = "http://127.0.0.1:%d" % port

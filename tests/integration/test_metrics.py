@@ -7,7 +7,6 @@ dashboard draws.
 """
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -20,20 +19,6 @@ READ_TOKEN = "read-only-token-42"
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
-
-def ensure_tool(tool, package):
-    """The path of `tool`, installing Debian's `package` first when it is missing."""
-    path = shutil.which(tool)
-    if path is None:
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        sudo = [] if os.geteuid() == 0 else ["sudo"]
-        subprocess.run(sudo + ["apt-get", "update", "-qq"], env=env, check=True)
-        subprocess.run(sudo + ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                               package], env=env, check=True, stdout=subprocess.DEVNULL)
-        path = shutil.which(tool)
-    if path is None:
-        raise RuntimeError("%s is not available even after installing %s" % (tool, package))
-    return path
 
 
 def parse(text):
@@ -57,7 +42,7 @@ class MetricsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.promtool = ensure_tool("promtool", "prometheus")
+        cls.promtool = harness.ensure_tool("promtool", "prometheus")
         cls.head = harness.Head(["--sweep-ms", "50", "--dashboard-token", READ_TOKEN]).start()
 
     @classmethod
