@@ -165,7 +165,8 @@ int cache_http_start(node_agent_t *a);
 /* Serves `in` when it is the cache's (GET /v1/shared/..., /v1/node/cache...):
  * returns 1 when it took the request, 0 when it is to be forwarded. */
 int cache_http_handle(node_agent_t *a, struct evhttp_request *in);
-/* Before fwd_stop: answers waiting clients and cancels the fetches. */
+/* Before fwd_stop (the waiting clients' requests must still exist): answers
+ * them, cancels the fetches and stops the expiry timer. */
 void cache_http_stop(node_agent_t *a);
 /* After fwd_stop: frees the cache. */
 void cache_http_free(node_agent_t *a);

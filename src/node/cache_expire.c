@@ -96,8 +96,22 @@ static void cexpire_on_reply(struct evhttp_request *out, void *arg) {
   cexpire_apply(chk, status, out);
   free(chk);
   /* The next level due is asked about from the loop, not from here: this
-   * may run inside evhttp_make_request when the connection fails at once. */
-  event_active(a->cache->expire_ev, EV_TIMEOUT, 0);
+   * may run inside evhttp_make_request when the connection fails at once.
+   * A stopped cache (its timer gone) asks no more. */
+  if (a->cache->expire_ev != NULL)
+    event_active(a->cache->expire_ev, EV_TIMEOUT, 0);
+}
+
+/* The forwarder's word that the agent stops with the question in flight
+ * (fwd_cancel_fn): it frees the connection and the request, whose reply
+ * will never come; the question goes.  The cache may be stopped, or freed
+ * already: the forwarder and the cache may stop in either order. */
+static void cexpire_on_stop(void *owner) {
+  cexpire_check_t *chk = owner;
+  cache_t *c = chk->a->cache;
+  if (c != NULL && c->expire_check == chk)
+    c->expire_check = NULL;
+  free(chk);
 }
 
 /* Asks the head whether READY entry `e` still exists; -1 when the question
@@ -125,6 +139,7 @@ static int cexpire_ask(node_agent_t *a, const cache_entry_t *e) {
   snprintf(value, sizeof value, "/v1/shared/%s/%s?level=%lld", e->scope, e->name,
            (long long)e->level);
   a->cache->expire_check = chk;
+  fwd_conn_set_owner(conn, cexpire_on_stop, chk);
   /* On failure evhttp_make_request has already called cexpire_on_reply (NULL). */
   evhttp_make_request(fwd_conn_evcon(conn), out, EVHTTP_REQ_HEAD, value);
   return 0;
@@ -157,14 +172,9 @@ int cexpire_start(node_agent_t *a) {
 
 void cexpire_stop(node_agent_t *a) {
   cache_t *c = a->cache;
-  cexpire_check_t *chk = c->expire_check;
-  if (chk != NULL) {
-    /* The loop has ended: the reply will never come.  Pooled, the connection
-     * is freed by fwd_stop with its request, whose callback is not called. */
-    fwd_conn_put(a, chk->conn);
-    free(chk);
-    c->expire_check = NULL;
-  }
+  /* A question in flight is left alone: its reply, should the loop still
+   * run, applies it as usual; else the forwarder's stop cancels it
+   * (cexpire_on_stop), whichever of the two stops comes first. */
   if (c->expire_ev)
     event_free(c->expire_ev);
   c->expire_ev = NULL;

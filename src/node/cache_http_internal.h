@@ -91,8 +91,10 @@ void cfetch_stop(node_agent_t *a, cache_entry_t *e);
 /* Starts the timer that asks the head about cached levels past their expiry;
  * 0, or -1 after logging. */
 int cexpire_start(node_agent_t *a);
-/* The agent stops: drops the question in flight (its connection goes back to
- * the pool, which fwd_stop frees) and the timer. */
+/* The agent stops: frees the timer, so that no further question is asked.
+ * The question in flight, registered with the forwarder (fwd_conn_set_owner),
+ * ends with its reply or is cancelled by the forwarder's stop, so this and
+ * fwd_drain / fwd_stop may come in either order. */
 void cexpire_stop(node_agent_t *a);
 
 #endif /* MUSTER_NODE_CACHE_HTTP_INTERNAL_H */
