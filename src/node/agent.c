@@ -11,7 +11,9 @@
  *
  * Stop: SIGINT/SIGTERM stop the workers gracefully (SIGTERM: they finish their
  * running tasks; a second signal passes a second SIGTERM on, which makes them
- * terminate their commands) and the node says goodbye (DELETE /v1/nodes/NAME).
+ * terminate their commands); once they are gone the API port answers 503 to
+ * what still waits or comes until those answers are written (fwd_drain), then
+ * the loop ends and the node says goodbye (DELETE /v1/nodes/NAME).
  * SIGHUP (which the agent receives when `muster head`, its parent, dies) is a
  * hard stop: SIGHUP to the workers, which kill their commands and leave at once.
  * `kill -9` of the agent needs no code here: the kernel sends each worker its
@@ -384,10 +386,17 @@ typedef struct {
   struct event *hard_ev; /* SIGKILL timer of a hard stop */
 } agent_loop_t;
 
+/* Once the workers are gone the agent stops serving, while the loop still
+ * runs so that its answers reach the clients: the node cache answers its
+ * waiters, then the forwarder answers every request 503 and ends the loop
+ * when those answers are written (fwd_drain). */
 static void agent_finish_if_done(agent_loop_t *l) {
   node_agent_t *a = l->a;
-  if (a->stopping && sup_running(a) == 0)
-    event_base_loopexit(a->base, NULL);
+  if (a->stopping && sup_running(a) == 0 && !a->fwd_draining) {
+    a->fwd_draining = 1; /* the cache's answers below are waited for too */
+    cache_http_stop(a);
+    fwd_drain(a);
+  }
 }
 
 static void agent_on_hard_timeout(evutil_socket_t fd, short what, void *arg) {

@@ -75,6 +75,11 @@ struct node_agent {
   void *fwd_pool;  /* idle connections to the head */
   void *fwd_busy;  /* connections with a request in flight, or discarded (freed soon) */
   int listen_port; /* the port bound, 0 when none */
+  int fwd_draining;           /* 0 serving; 1 the agent stops: every request is answered 503 while
+                               * the loop runs on until those answers are written (fwd_drain);
+                               * 2 done: the loop was told to end */
+  int fwd_stop_replies;       /* 503s of the stop whose connections have not closed yet */
+  struct event *fwd_drain_ev; /* the bound on the drain (FWD_DRAIN_MS) */
 
   /* node cache (cache.c, cache_http.c); NULL without an API port */
   struct cache *cache;
@@ -131,9 +136,10 @@ void wlog_free_all(node_agent_t *a);
 typedef struct fwd_conn fwd_conn_t;
 /* Borrows an idle connection or makes one; NULL when out of memory. */
 fwd_conn_t *fwd_conn_get(node_agent_t *a);
-/* Called by fwd_stop for a request still in flight when the agent stops:
- * answers or closes its client and frees `owner`, leaving the connection
- * (and the request on it, whose callbacks are never called) to fwd_stop. */
+/* Called by fwd_drain or fwd_stop for a request still in flight when the
+ * agent stops: answers its client (fwd_reply_stopping) or closes it, and
+ * frees `owner`, leaving the connection (and the request on it, whose
+ * callbacks are never called) to the forwarder, which frees it at once. */
 typedef void (*fwd_cancel_fn)(void *owner);
 /* Names who to tell, should the agent stop before `c`'s request ends. */
 void fwd_conn_set_owner(fwd_conn_t *c, fwd_cancel_fn cancel, void *owner);
@@ -147,15 +153,28 @@ struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c);
 /* Closes a connection whose byte stream is not to be trusted any more (soon,
  * outside its callbacks) instead of returning it to the pool. */
 void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c);
-/* Forwards the client's request `in` to the head and streams the reply back. */
+/* Forwards the client's request `in` to the head and streams the reply back
+ * (while the agent stops: answers it as fwd_reply_stopping does). */
 void fwd_forward(node_agent_t *a, struct evhttp_request *in);
+/* Answers `in` 503 `unavailable` ("node agent NAME is stopping") with
+ * `Retry-After` and `Connection: close`: what every client whose request is
+ * in flight, or comes, while the agent stops gets (docs/node.md).  While the
+ * agent drains, the loop runs on until the answer is written. */
+void fwd_reply_stopping(node_agent_t *a, struct evhttp_request *in);
+/* The agent stops and its workers are gone: from now on every request is
+ * answered with fwd_reply_stopping, those in flight to the head are cancelled
+ * (their owners told: they answer their clients so), and the loop is ended
+ * once those answers are written, or after FWD_DRAIN_MS at most.  Without an
+ * API port it ends the loop at once.  Call it from the loop, outside any
+ * evhttp callback; a second call does nothing. */
+void fwd_drain(node_agent_t *a);
 
 /* Binds `listen` ("HOST:PORT") and forwards every request to the head.
  * Returns the bound port, or -1 with `err` filled. */
 int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size);
-/* Stops listening and frees the forwarder: the requests still in flight to
- * the head are cancelled (their owners told first), their clients answered
- * 503 or closed. */
+/* Stops listening and frees the forwarder, after the loop ended: the
+ * requests still in flight to the head (none after fwd_drain) are cancelled
+ * (their owners told first), their clients answered 503 or closed. */
 void fwd_stop(node_agent_t *a);
 
 /* ---- cache_http.c: the node cache (docs/api.md "Node cache") ---- */
@@ -165,8 +184,10 @@ int cache_http_start(node_agent_t *a);
 /* Serves `in` when it is the cache's (GET /v1/shared/..., /v1/node/cache...):
  * returns 1 when it took the request, 0 when it is to be forwarded. */
 int cache_http_handle(node_agent_t *a, struct evhttp_request *in);
-/* Before fwd_stop (the waiting clients' requests must still exist): answers
- * them, cancels the fetches and stops the expiry timer. */
+/* The agent stops: answers the waiting clients, cancels the fetches and
+ * stops the expiry timer.  Called before fwd_drain, while the loop runs (so
+ * that the answers are written), and again at the end, before fwd_stop (the
+ * clients' requests must still exist), where it does nothing more. */
 void cache_http_stop(node_agent_t *a);
 /* After fwd_stop: frees the cache. */
 void cache_http_free(node_agent_t *a);

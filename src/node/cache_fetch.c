@@ -342,7 +342,7 @@ void cfetch_start(creq_t *r) {
   cache_t *c = a->cache;
   char err[512];
   if (c->stopping) {
-    creq_error(r, 503, "unavailable", "node agent %s is stopping", a->name);
+    creq_stopping(r);
     return;
   }
   cache_entry_t *e =
@@ -398,7 +398,7 @@ void cfetch_stop(node_agent_t *a, cache_entry_t *e) {
     if (r->stream_fd >= 0)
       creq_stream_end(r, NULL);
     else
-      creq_error(r, 503, "unavailable", "node agent %s is stopping", a->name);
+      creq_stopping(r);
   }
   pthread_detach(f->thread);
   e->fetch = NULL;

@@ -80,6 +80,11 @@ void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...) {
   creq_free(r);
 }
 
+void creq_stopping(creq_t *r) {
+  fwd_reply_stopping(r->a, r->in);
+  creq_free(r);
+}
+
 void creader_done(struct evbuffer_file_segment const *seg, int flags, void *arg) {
   creader_t *rd = arg;
   cache_reader_end(rd->cache, rd->entry);
@@ -352,10 +357,10 @@ static void creq_on_refusal(struct evhttp_request *out, void *arg) {
   creq_path_refused(r, r->refused);
 }
 
-/* fwd_stop's word for a request to the head still in flight (fwd_cancel_fn). */
+/* The forwarder's word that the agent stops with a request to the head
+ * still in flight (fwd_cancel_fn). */
 static void creq_on_stop(void *owner) {
-  creq_t *r = owner;
-  creq_error(r, 503, "unavailable", "node agent %s is stopping", r->a->name);
+  creq_stopping(owner);
 }
 
 /* Asks the head with a GET why it refused a worker's path request with
@@ -571,7 +576,7 @@ int cache_http_start(node_agent_t *a) {
 
 void cache_http_stop(node_agent_t *a) {
   cache_t *c = a->cache;
-  if (c == NULL)
+  if (c == NULL || c->stopping)
     return;
   c->stopping = 1;
   cexpire_stop(a);

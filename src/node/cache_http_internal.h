@@ -55,6 +55,9 @@ void creq_free(creq_t *r);
 /* Answers `r` with the error envelope and frees it. */
 void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Answers `r` as the stopping agent answers everyone (fwd_reply_stopping)
+ * and frees it. */
+void creq_stopping(creq_t *r);
 /* Adds the headers every shared-data answer carries (X-Muster-Cache: `how`). */
 void creq_add_headers(creq_t *r, const char *how);
 /* Answers `r` from READY entry `e` and frees it: 0, or -1 when the file

@@ -18,6 +18,14 @@
  * reply breaks off mid-body, the client's connection is closed rather than the
  * reply ended, so a truncated body never looks complete.
  *
+ * Stop (fwd_drain): once the agent's workers are gone, the loop runs on a
+ * little while every request in flight to the head is cancelled and every
+ * client, waiting or new, is answered `503 unavailable` with `Retry-After` and
+ * `Connection: close`; the loop ends when those answers are written (their
+ * connections closed), or after FWD_DRAIN_MS.  A client thus gets an answer
+ * it knows to retry (libmuster and the Python client treat 503 as transient)
+ * rather than a connection closed under its request.
+ *
  * Connections to the head are kept in a pool and reused (keep-alive); a
  * long-poll occupies its connection, so there are as many as requests in flight.
  */
@@ -35,6 +43,12 @@
 
 #define FWD_TIMEOUT_S 3600         /* a request may wait this long (long-polls are shorter) */
 #define FWD_MAX_BODY (1024L << 20) /* the head's own limit is far lower */
+/* Retry-After of the stopping agent's 503 (seconds): an agent restarted by a
+ * supervisor is usually listening again within one; sooner is pointless. */
+#define FWD_RETRY_AFTER_S "1"
+/* The longest a stopping agent waits for its 503s to be written: a 503 fits
+ * in the socket's buffer, so only a client that reads nothing holds it. */
+#define FWD_DRAIN_MS 2000
 
 /* A connection is idle in the agent's pool (`next` alone) or busy (on the
  * doubly linked busy list): its request in flight, or discarded and about to
@@ -177,6 +191,33 @@ static void fwd_send_error(struct evhttp_request *in, int status, const char *co
     evbuffer_free(body);
 }
 
+static void fwd_drain_check(node_agent_t *a);
+
+/* A client connection that got a stop reply closed: evhttp closes it once
+ * the reply is written (Connection: close), or when the client went away. */
+static void fwd_on_stop_reply_closed(struct evhttp_connection *client, void *arg) {
+  node_agent_t *a = arg;
+  (void)client;
+  a->fwd_stop_replies--;
+  fwd_drain_check(a);
+}
+
+void fwd_reply_stopping(node_agent_t *a, struct evhttp_request *in) {
+  struct evhttp_connection *client = evhttp_request_get_connection(in);
+  struct evkeyvalq *h = evhttp_request_get_output_headers(in);
+  evhttp_add_header(h, "Retry-After", FWD_RETRY_AFTER_S);
+  /* One answer per connection: a closed one also tells the drain it was written. */
+  evhttp_add_header(h, "Connection", "close");
+  if (client && a->fwd_draining == 1) {
+    evhttp_connection_set_closecb(client, fwd_on_stop_reply_closed, a);
+    a->fwd_stop_replies++;
+  }
+  char message[300];
+  snprintf(message, sizeof message,
+           "node agent %s is stopping; retry (its restarted agent, or another node)", a->name);
+  fwd_send_error(in, 503, "unavailable", message);
+}
+
 /* The head's status line and headers arrived: start the client's reply. */
 static int fwd_on_headers(struct evhttp_request *out, void *arg) {
   fwd_req_t *f = arg;
@@ -238,10 +279,15 @@ static void fwd_fail_client(fwd_req_t *f, const char *why) {
   fwd_send_error(f->in, 503, "unavailable", message);
 }
 
-/* fwd_stop's word for a request still in flight (fwd_cancel_fn). */
+/* The stop's word for a request still in flight (fwd_cancel_fn): a client
+ * whose reply started has its connection closed (fwd_fail_client), one
+ * whose reply did not gets the stop's 503. */
 static void fwd_on_stop(void *owner) {
   fwd_req_t *f = owner;
-  fwd_fail_client(f, "the node agent is stopping");
+  if (f->started)
+    fwd_fail_client(f, "the node agent is stopping");
+  else
+    fwd_reply_stopping(f->agent, f->in);
   free(f);
 }
 
@@ -287,6 +333,10 @@ static void fwd_add_forwarded(struct evhttp_request *in, struct evkeyvalq *to) {
 
 static void fwd_on_request(struct evhttp_request *in, void *arg) {
   node_agent_t *a = arg;
+  if (a->fwd_draining) { /* the cache and the iterations stopped too */
+    fwd_reply_stopping(a, in);
+    return;
+  }
   /* shared data and /v1/node/cache: the node cache's; cluster_sync false
    * iterations: the agent's own (iter_local.c) */
   if (!cache_http_handle(a, in) && !iter_local_handle(a, in))
@@ -302,6 +352,10 @@ void fwd_add_host(const node_agent_t *a, struct evkeyvalq *to) {
 }
 
 void fwd_forward(node_agent_t *a, struct evhttp_request *in) {
+  if (a->fwd_draining) {
+    fwd_reply_stopping(a, in);
+    return;
+  }
   fwd_req_t *f = calloc(1, sizeof *f);
   fwd_conn_t *conn = f ? fwd_conn_get(a) : NULL;
   struct evhttp_request *out = conn ? evhttp_request_new(fwd_on_done, f) : NULL;
@@ -428,17 +482,71 @@ static void fwd_conns_free(fwd_conn_t *c) {
   }
 }
 
+/* Tells the owner of every request in flight to the head that the agent
+ * stops (they answer their clients) and frees its connection with the
+ * request, whose callbacks are thus never called.  Discarded connections,
+ * whose deferred free is pending, are left to it (or to fwd_stop). */
+static void fwd_cancel_owned(node_agent_t *a) {
+  for (fwd_conn_t *c = a->fwd_busy, *next; c; c = next) {
+    next = c->next; /* an owner's answer touches no other connection */
+    if (c->cancel == NULL)
+      continue;
+    fwd_cancel_fn cancel = c->cancel;
+    c->cancel = NULL;
+    cancel(c->owner);
+    fwd_busy_remove(a, c);
+    evhttp_connection_free(c->evcon);
+    free(c);
+  }
+}
+
+/* Ends the loop once the drain's answers are all written. */
+static void fwd_drain_check(node_agent_t *a) {
+  if (a->fwd_draining == 1 && a->fwd_stop_replies <= 0) {
+    a->fwd_draining = 2;
+    event_base_loopexit(a->base, NULL);
+  }
+}
+
+static void fwd_on_drain_timeout(evutil_socket_t fd, short what, void *arg) {
+  node_agent_t *a = arg;
+  (void)fd;
+  (void)what;
+  if (a->fwd_draining == 1) {
+    agent_log(a, "%d client%s did not take the stop's answer within %d ms; closing",
+              a->fwd_stop_replies, a->fwd_stop_replies == 1 ? "" : "s", FWD_DRAIN_MS);
+    a->fwd_stop_replies = 0;
+    fwd_drain_check(a);
+  }
+}
+
+void fwd_drain(node_agent_t *a) {
+  if (a->http == NULL) {
+    event_base_loopexit(a->base, NULL);
+    return;
+  }
+  if (a->fwd_drain_ev != NULL || a->fwd_draining == 2)
+    return;
+  a->fwd_draining = 1;
+  fwd_cancel_owned(a);
+  struct timeval bound = {FWD_DRAIN_MS / 1000, (FWD_DRAIN_MS % 1000) * 1000};
+  a->fwd_drain_ev = evtimer_new(a->base, fwd_on_drain_timeout, a);
+  if (a->fwd_drain_ev == NULL || evtimer_add(a->fwd_drain_ev, &bound) != 0)
+    a->fwd_stop_replies = 0; /* out of memory: no wait, no bound needed */
+  fwd_drain_check(a);
+}
+
 void fwd_stop(node_agent_t *a) {
   /* The owners first, while their clients' requests exist: evhttp_free
    * frees those (except a client's that left, which a reply frees). */
-  for (fwd_conn_t *c = a->fwd_busy; c; c = c->next)
-    if (c->cancel) {
-      c->cancel(c->owner);
-      c->cancel = NULL;
-    }
+  fwd_cancel_owned(a);
+  a->fwd_draining = 2; /* a closed connection's callback ends no loop any more */
   if (a->http)
     evhttp_free(a->http);
   a->http = NULL;
+  if (a->fwd_drain_ev)
+    event_free(a->fwd_drain_ev);
+  a->fwd_drain_ev = NULL;
   fwd_conns_free(a->fwd_busy);
   a->fwd_busy = NULL;
   fwd_conns_free(a->fwd_pool);

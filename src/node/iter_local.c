@@ -355,6 +355,15 @@ static void il_ask_on_done(struct evhttp_request *out, void *arg) {
   free(q);
 }
 
+/* The forwarder's word that the agent stops with the question in flight
+ * (fwd_cancel_fn): the client gets the stop's 503. */
+static void il_ask_on_stop(void *owner) {
+  il_ask_t *q = owner;
+  fwd_reply_stopping(q->L->a, q->in);
+  json_decref(q->body);
+  free(q);
+}
+
 /* GETs `path` from the head with the client's Authorization; `done` follows.
  * Takes `body`.  On failure to start, forwards the client's request. */
 static void il_ask(iter_local_t *L, struct evhttp_request *in, json_t *body, const char *path,
@@ -372,6 +381,7 @@ static void il_ask(iter_local_t *L, struct evhttp_request *in, json_t *body, con
     return;
   }
   *q = (il_ask_t){.L = L, .in = in, .body = body, .conn = conn, .done = done};
+  fwd_conn_set_owner(conn, il_ask_on_stop, q);
   struct evkeyvalq *h = evhttp_request_get_output_headers(out);
   const char *auth = evhttp_find_header(evhttp_request_get_input_headers(in), "Authorization");
   if (auth)
