@@ -71,6 +71,10 @@ muster_err_t store_step_done(store_t *st, sqlite3_stmt *stmt, fail_t *f);
  * store_opened_ms, returns a row; true also when it cannot be prepared, so
  * that the sweep runs and says what failed. */
 bool store_due(store_t *st, const char *sql, int64_t now);
+/* The schema's migrations (store_schema.c): migration N brings PRAGMA
+ * user_version from N to N+1. */
+extern const char *const store_migrations[];
+extern const size_t store_migration_count;
 /* Reports a SQLite failure as MUSTER_STORE with the engine's message. */
 muster_err_t store_fail(store_t *st, fail_t *f, const char *what);
 sqlite3 *store_db(store_t *st);
