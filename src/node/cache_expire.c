@@ -59,6 +59,20 @@ static int64_t cexpire_wall_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int cexpire_parse(node_agent_t *a, const char *text, int64_t *ms) {
+  if (text == NULL)
+    return 0;
+  size_t digits = strspn(text, "0123456789");
+  /* 18 digits cannot overflow int64_t; ms since 1970 have 13 for millennia. */
+  if (digits == 0 || digits > 18 || text[digits] != '\0' || strtoll(text, NULL, 10) <= 0) {
+    agent_log(a, "the head sent a malformed X-Muster-Expires-Ms (\"%.40s\"); taken as no expiry",
+              text);
+    return -1;
+  }
+  *ms = strtoll(text, NULL, 10);
+  return 1;
+}
+
 /* Applies the head's answer (`status`, 0: none; `out` its reply) to the
  * level `chk` asked about, if it is still the one cached. */
 static void cexpire_apply(const cexpire_check_t *chk, int status, struct evhttp_request *out) {
@@ -78,10 +92,10 @@ static void cexpire_apply(const cexpire_check_t *chk, int status, struct evhttp_
     e->expires_ms = now + CEXPIRE_RETRY_MS;
     return;
   }
-  const char *expires = evhttp_find_header(h, "X-Muster-Expires-Ms");
-  long long at = expires ? strtoll(expires, NULL, 10) : 0;
+  int64_t at = 0;
+  int named = cexpire_parse(chk->a, evhttp_find_header(h, "X-Muster-Expires-Ms"), &at);
   /* A head that names no expiry is not asked again until a read names one. */
-  e->expires_ms = at > now ? at : expires ? now + CEXPIRE_RETRY_MS : 0;
+  e->expires_ms = named <= 0 ? 0 : at > now ? at : now + CEXPIRE_RETRY_MS;
 }
 
 static void cexpire_on_reply(struct evhttp_request *out, void *arg) {

@@ -228,10 +228,8 @@ static bool creq_serve_without(creq_t *r) {
 }
 
 void creq_note_expiry(const creq_t *r, cache_entry_t *e) {
-  char *end;
-  long long expires = strtoll(r->expires, &end, 10);
-  if (r->expires[0] != '\0' && *end == '\0' && expires > 0)
-    e->expires_ms = expires;
+  if (r->expires[0] != '\0') /* well formed: creq_read_head kept no other */
+    e->expires_ms = strtoll(r->expires, NULL, 10);
 }
 
 /* Answers `r` (its level, checksum and size known) from the cache. */
@@ -303,7 +301,10 @@ static int creq_read_head(creq_t *r, struct evhttp_request *out) {
   r->size = strtoll(length, &end, 10);
   if (*end != '\0' || r->size < 0)
     return -1;
-  snprintf(r->expires, sizeof r->expires, "%s", expires ? expires : "");
+  int64_t ms;
+  /* Only a well-formed expiry is passed on to clients and kept. */
+  snprintf(r->expires, sizeof r->expires, "%s",
+           cexpire_parse(r->a, expires, &ms) > 0 ? expires : "");
   return 0;
 }
 

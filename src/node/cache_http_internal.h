@@ -91,6 +91,14 @@ void cfetch_stop(node_agent_t *a, cache_entry_t *e);
 
 /* ---- cache_expire.c ---- */
 
+/* Reads the head's X-Muster-Expires-Ms header value `text` (NULL: absent):
+ * 1 with *ms set for a wall-clock time in ms, 0 when absent, -1 when it is
+ * not a plain positive decimal number, after logging it (the caller treats
+ * it as absent: an expiry guessed from a broken header would drop a level
+ * early, or keep it for ever).  One reader for the HEAD before a fetch and
+ * for the expiry check, so the two cannot disagree. */
+int cexpire_parse(node_agent_t *a, const char *text, int64_t *ms);
+
 /* Starts the timer that asks the head about cached levels past their expiry;
  * 0, or -1 after logging. */
 int cexpire_start(node_agent_t *a);

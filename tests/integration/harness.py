@@ -261,7 +261,8 @@ class RequestProxy:
     answer in the head's place (body: a dict, sent as JSON); or a function that takes
     the head's reply body as an iterator of pieces and yields what to send instead, as
     it comes (the head's status and Content-Length go first; a body that ends short
-    closes the connection).  `count` counts them."""
+    closes the connection); or {"headers": {NAME: VALUE}} to forward it and set those
+    headers in the head's reply.  `count` counts them."""
 
     def __init__(self, head, match, decide):
         self.head, self.match, self.decide, self.count = head, match, decide, 0
@@ -281,6 +282,9 @@ class RequestProxy:
                     with proxy.lock:
                         proxy.count += 1
                         what = proxy.decide(proxy.count)
+                overrides = {}
+                if isinstance(what, dict):
+                    overrides, what = what["headers"], "forward"
                 if isinstance(what, tuple):
                     return self.reply(what[0], {"Content-Type": "application/json"},
                                       json.dumps(what[1]).encode())
@@ -292,6 +296,7 @@ class RequestProxy:
                     if callable(what):
                         return self.stream(r, what)
                     status, headers, data = r.status, dict(r.getheaders()), r.read()
+                    headers.update(overrides)
                 finally:
                     conn.close()
                 if what == "drop":

@@ -60,11 +60,11 @@ class NodeCacheStreamTest(unittest.TestCase):
                               content_type="application/octet-stream")
         self.assertEqual(r.status, 201, r)
 
-    def agent_behind(self, body):
-        """An agent whose head is a proxy that passes the first GET of the level's bytes
-        through `body` and forwards everything else."""
+    def agent_behind(self, body, method="GET"):
+        """An agent whose head is a proxy that passes the first `method` request of the
+        level through `body` (a RequestProxy decision) and forwards everything else."""
         proxy = harness.RequestProxy(
-            self.head, lambda method, path: method == "GET" and path == "/v1/shared/models/w",
+            self.head, lambda m, path: m == method and path == "/v1/shared/models/w",
             lambda n: body if n == 1 else "forward")
         self.addCleanup(proxy.close)
         head = types.SimpleNamespace(url=proxy.url, token=self.head.token)
@@ -142,6 +142,16 @@ class NodeCacheStreamTest(unittest.TestCase):
             r.read()
         self.assertEqual(cut.exception.partial, self.data[MIB:MIB + len(cut.exception.partial)])
         self.assertLess(MIB + len(cut.exception.partial), SIZE)
+
+    def test_a_malformed_expiry_from_the_head_is_not_passed_on(self):
+        # The head's HEAD before the fetch names an expiry that is not a number: the
+        # agent says so in its log and serves the level with no expiry, rather than
+        # passing the text on to its readers (or reading "12" of "12abc").
+        a = self.agent_behind({"headers": {"X-Muster-Expires-Ms": "12abc"}}, method="HEAD")
+        r = a.request("GET", "/v1/shared/models/w")
+        self.assertEqual((r.status, r.raw), (200, self.data))
+        self.assertIsNone(r.headers.get("X-Muster-Expires-Ms"), r.headers)
+        self.assertIn('malformed X-Muster-Expires-Ms ("12abc")', a.log())
 
     def test_a_level_still_streaming_is_not_evicted(self):
         # A reader that stopped reading a cold 64 MiB level streamed to it holds it
