@@ -104,6 +104,13 @@ void agent_report_crash(node_agent_t *a, int64_t id);
 /* Prints "PREFIX: message" on stderr. */
 void agent_log(const node_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- plan.c ---- */
+
+/* Detects and filters the GPUs and makes a->workers, one per GPU kept or the
+ * CPU workers (each line of why logged); 0, -2 for a bad GPU list (--gpus or
+ * CUDA_VISIBLE_DEVICES: exit status 2), or -1 out of memory. */
+int plan_workers(node_agent_t *a);
+
 /* ---- supervisor.c ---- */
 
 /* Prepares and starts the workers the configuration asks for; 0 or -1. */
