@@ -20,20 +20,20 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import machines  # noqa: E402
 import node_harness  # noqa: E402  (no_gpu_env: CPU workers on a GPU machine too)
+from machines import describe_pids, log, run, tagged_pids, wait_for  # noqa: E402
 
 MUSTER_BIN = os.path.abspath(os.environ.get("MUSTER_BIN") or os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "muster"))
 TOKEN = "netns-token-0123456789"
 QUEUE = "netns-map"
 INPUTS = 2000
-SUBNET = "10.213.0"
-HEAD_URL = "http://%s.1:7370" % SUBNET
 TAG = "mst%d" % (os.getpid() % 100000)  # unique per run: names, node tags
-NS = {"h": TAG + "-h", "1": TAG + "-1", "2": TAG + "-2"}
+NET = machines.Machines(TAG, "10.213.0")  # the head at 10.213.0.1:7370, nodes at .2 and .3
+HEAD_URL = NET.head_url
 # The worker command: mark the input as started on this node, hold while the node's
 # gate file exists (marking the input "held": a held input cannot finish while the gate
 # stands, so the test can catch every worker of node 1 mid-task), burn a little CPU
@@ -45,114 +45,26 @@ WORK = ('read x; touch "$NODE_DIR/started-$x"; '
         'echo "$x $((x*x)) $NODE_TAG"')
 
 
-def log(*args):
-    print(*args, flush=True)
-
-
-def run(*cmd, check=True):
-    """Runs a command to completion; returns its stdout (text)."""
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if check and proc.returncode != 0:
-        raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd), proc.returncode, proc.stderr))
-    return proc.stdout
-
-
 def skip_unless_netns():
     """Exits 0 with a clear message when network namespaces cannot be made here."""
-    if shutil.which("ip") is None:
-        log("SKIP: test_netns_map needs the ip command (iproute2) to create network namespaces")
+    why = machines.netns_unavailable(TAG)
+    if why:
+        log("SKIP: test_netns_map needs network namespaces: " + why)
         sys.exit(0)
-    if os.geteuid() != 0:
-        log("SKIP: test_netns_map needs root (CAP_NET_ADMIN) to create network namespaces")
-        sys.exit(0)
-    probe = TAG + "-probe"
-    proc = subprocess.run(["ip", "netns", "add", probe], stderr=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        log("SKIP: cannot create a network namespace (no CAP_NET_ADMIN?): " + proc.stderr.strip())
-        sys.exit(0)
-    run("ip", "netns", "del", probe)
-
-
-def in_ns(key, *cmd):
-    return ["ip", "netns", "exec", NS[key]] + list(cmd)
-
-
-def make_network():
-    """The head's namespace holds a bridge at .1; each node has a veth into it."""
-    for ns in NS.values():
-        run("ip", "netns", "add", ns)
-    run(*in_ns("h", "ip", "link", "add", "br0", "type", "bridge"))
-    run(*in_ns("h", "ip", "addr", "add", SUBNET + ".1/24", "dev", "br0"))
-    run(*in_ns("h", "ip", "link", "set", "br0", "up"))
-    for key, host in (("1", 2), ("2", 3)):
-        outer, inner = TAG + "h" + key, TAG + "n" + key
-        run("ip", "link", "add", outer, "netns", NS["h"], "type", "veth", "peer", "name", inner,
-            "netns", NS[key])
-        run(*in_ns("h", "ip", "link", "set", outer, "master", "br0", "up"))
-        run(*in_ns(key, "ip", "addr", "add", "%s.%d/24" % (SUBNET, host), "dev", inner))
-        run(*in_ns(key, "ip", "link", "set", inner, "up"))
-        run(*in_ns(key, "ip", "link", "set", "lo", "up"))
-    run(*in_ns("h", "ip", "link", "set", "lo", "up"))
-
-
-def remove_network():
-    for ns in NS.values():
-        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
 
 
 def cli(*args):
     """Runs a muster CLI command in the head's namespace against the head."""
-    return run(*in_ns("h", MUSTER_BIN, *args, "--url", HEAD_URL, "--token", TOKEN))
+    return run(*NET.wrap("h", [MUSTER_BIN] + list(args) + ["--url", HEAD_URL, "--token", TOKEN]))
 
 
-def wait_for(what, predicate, timeout=30.0):
-    """Polls `predicate` until it returns a true value or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.1)
-
-
-def tagged_pids(tag):
-    """Pids of live processes whose environment carries NODE_TAG=`tag`."""
-    pids, needle = [], ("NODE_TAG=" + tag).encode() + b"\0"
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % name, "rb") as f:
-                env = f.read() + b"\0"
-            with open("/proc/%s/stat" % name) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in env and state != "Z":
-            pids.append(int(name))
-    return pids
-
-
-class Cluster:
-    """The processes this test starts, so finally can end exactly those."""
-
-    def __init__(self, tmp):
-        self.tmp = tmp
-        self.procs = {}
-
-    def start(self, name, key, cmd, env=None):
-        logf = open(os.path.join(self.tmp, name + ".log"), "wb")
-        self.procs[name] = subprocess.Popen(in_ns(key, *cmd), stdout=logf, stderr=subprocess.STDOUT,
-                                            env=env, start_new_session=True)
-        logf.close()
-        return self.procs[name]
+class Cluster(machines.Cluster):
+    """The head and the node agents of this test."""
 
     def start_head(self):
         data = os.path.join(self.tmp, "head-data")
         os.mkdir(data)
-        self.start("head", "h", [MUSTER_BIN, "head", "--server-only", "--listen", SUBNET + ".1:7370",
+        self.start("head", "h", [MUSTER_BIN, "head", "--server-only", "--listen", NET.head_addr,
                                  "--data-dir", data, "--token", TOKEN, "--node-timeout-ms", "3000"])
         wait_for("the head's url file", lambda: os.path.exists(os.path.join(data, "url")))
 
@@ -166,42 +78,6 @@ class Cluster:
             "--listen", "none", "--lock-file", os.path.join(node_dir, "lock"), "--workers", "2",
             "--queue", QUEUE, "--", "sh", "-c", WORK], env=env)
         return tag, node_dir
-
-    def log(self, name):
-        try:
-            with open(os.path.join(self.tmp, name + ".log"), errors="replace") as f:
-                return f.read()[-3000:]
-        except OSError:
-            return ""
-
-    def stop_all(self):
-        for name, proc in self.procs.items():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for name, proc in self.procs.items():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def describe_pids(pids):
-    """One line per process: pid, state, where it waits and its command line."""
-    lines = []
-    for pid in pids:
-        try:
-            with open("/proc/%d/cmdline" % pid, "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            with open("/proc/%d/stat" % pid) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            with open("/proc/%d/wchan" % pid) as f:
-                wchan = f.read().strip()
-        except OSError as e:
-            lines.append("%d: gone (%s)" % (pid, e))
-            continue
-        lines.append("%d %s %s: %s" % (pid, state, wchan or "-", cmd[:200]))
-    return "\n".join(lines)
 
 
 def active_workers(node):
@@ -227,8 +103,8 @@ def run_map(cluster, dir1, kill_at):
     inputs = "".join("%d\n" % i for i in range(INPUTS))
     errf = open(os.path.join(cluster.tmp, "map.err"), "wb")
     proc = subprocess.Popen(
-        in_ns("h", MUSTER_BIN, "map", "--queue", QUEUE, "--ordered", "--url", HEAD_URL, "--token",
-              TOKEN), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True)
+        NET.wrap("h", [MUSTER_BIN, "map", "--queue", QUEUE, "--ordered", "--url", HEAD_URL,
+                   "--token", TOKEN]), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True)
     errf.close()
     cluster.procs["map"] = proc
     proc.stdin.write(inputs)
@@ -271,9 +147,9 @@ def main():
         raise SystemExit("no muster binary at " + MUSTER_BIN)
     tmp = tempfile.mkdtemp(prefix="muster-netns-")
     os.chmod(tmp, 0o755)
-    cluster = Cluster(tmp)
+    cluster = Cluster(tmp, NET)
     try:
-        make_network()
+        NET.make()
         cluster.start_head()
         cli("queue", "create", QUEUE, "--lease-ms", "10000", "--backoff-ms", "0")
         tag1, dir1 = cluster.start_node("1")
@@ -313,7 +189,7 @@ def main():
         leftover = tagged_pids(TAG + "-n1") + tagged_pids(TAG + "-n2")
         for pid in leftover:
             os.kill(pid, signal.SIGKILL)
-        remove_network()
+        NET.remove()
         shutil.rmtree(tmp, ignore_errors=True)
     assert not leftover, "processes left after the agents stopped: %s" % leftover
     log("ok")

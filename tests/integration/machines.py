@@ -1,0 +1,212 @@
+"""Several "machines" on one host for multi-node tests: a head and two node agents.
+
+Machines keys them "h" (the head), "1" and "2" (nodes).  With network namespaces (root
+and iproute2), each is a namespace: NS-h holds a bridge at SUBNET.1/24, NS-1 and NS-2
+are SUBNET.2 and .3, joined to it by veth pairs; every address lives inside those
+namespaces, none in the caller's, so tests running side by side cannot collide.  A test
+that can do without them passes netns=False: every machine is then this host's loopback
+(the head on a free port), told apart by node names and lock files only.
+
+Cluster starts the processes of a test on those machines (each in a session of its own,
+logging to TMP/NAME.log) so that the test's finally can end exactly those.  The /proc
+helpers find what a killed process left behind: processes by an environment tag, a
+process's children, a session's members.
+"""
+import os
+import signal
+import shutil
+import subprocess
+import time
+
+import harness
+
+HEAD_PORT = 7370  # the head's port inside its namespace (nothing else listens there)
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+def run(*cmd, check=True):
+    """Runs a command to completion; returns its stdout (text)."""
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError("%s failed (%d): %s" % (" ".join(cmd), proc.returncode, proc.stderr))
+    return proc.stdout
+
+
+def wait_for(what, predicate, timeout=30.0):
+    """Polls `predicate` until it returns a true value (which it returns) or the deadline
+    passes (AssertionError naming `what`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.05)
+
+
+def netns_unavailable(tag):
+    """None when network namespaces can be made here, else why not (a sentence)."""
+    if shutil.which("ip") is None:
+        return "the ip command (iproute2) is missing"
+    if os.geteuid() != 0:
+        return "it needs root (CAP_NET_ADMIN)"
+    probe = tag + "-probe"
+    proc = subprocess.run(["ip", "netns", "add", probe], stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        return "ip netns add failed (no CAP_NET_ADMIN?): " + proc.stderr.strip()
+    run("ip", "netns", "del", probe)
+    return None
+
+
+class Machines:
+    """The head's machine and two nodes' (see the module's comment).  `tag` makes the
+    namespace and interface names unique (at most 8 characters: interface names are
+    short); `subnet` is the first three octets."""
+
+    def __init__(self, tag, subnet="10.213.0", netns=True):
+        self.tag, self.subnet, self.netns = tag, subnet, netns
+        self.ns = {"h": tag + "-h", "1": tag + "-1", "2": tag + "-2"}
+        if netns:
+            self.head_addr = "%s.1:%d" % (subnet, HEAD_PORT)
+        else:
+            self.head_addr = "127.0.0.1:%d" % harness.free_port()
+        self.head_url = "http://" + self.head_addr
+
+    def wrap(self, key, cmd):
+        """`cmd` (a list) as run on machine `key`."""
+        if not self.netns:
+            return list(cmd)
+        return ["ip", "netns", "exec", self.ns[key]] + list(cmd)
+
+    def make(self):
+        """Builds the namespaces and their network (nothing on loopback)."""
+        if not self.netns:
+            return
+        for ns in self.ns.values():
+            run("ip", "netns", "add", ns)
+        run(*self.wrap("h", ["ip", "link", "add", "br0", "type", "bridge"]))
+        run(*self.wrap("h", ["ip", "addr", "add", self.subnet + ".1/24", "dev", "br0"]))
+        run(*self.wrap("h", ["ip", "link", "set", "br0", "up"]))
+        for key, host in (("1", 2), ("2", 3)):
+            outer, inner = self.tag + "h" + key, self.tag + "n" + key
+            run("ip", "link", "add", outer, "netns", self.ns["h"], "type", "veth", "peer", "name",
+                inner, "netns", self.ns[key])
+            run(*self.wrap("h", ["ip", "link", "set", outer, "master", "br0", "up"]))
+            run(*self.wrap(key, ["ip", "addr", "add", "%s.%d/24" % (self.subnet, host), "dev",
+                                 inner]))
+            run(*self.wrap(key, ["ip", "link", "set", inner, "up"]))
+            run(*self.wrap(key, ["ip", "link", "set", "lo", "up"]))
+        run(*self.wrap("h", ["ip", "link", "set", "lo", "up"]))
+
+    def remove(self):
+        if not self.netns:
+            return
+        for ns in self.ns.values():
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+
+
+class Cluster:
+    """The processes a test starts on `machines`, by name, so that finally can end
+    exactly those.  Each logs to TMP/NAME.log (appended to, so a restart under the same
+    name keeps the first life's lines)."""
+
+    def __init__(self, tmp, machines):
+        self.tmp = tmp
+        self.machines = machines
+        self.procs = {}
+
+    def start(self, name, key, cmd, env=None):
+        with open(os.path.join(self.tmp, name + ".log"), "ab") as logf:
+            self.procs[name] = subprocess.Popen(
+                self.machines.wrap(key, cmd), stdout=logf, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True)
+        return self.procs[name]
+
+    def kill(self, name):
+        """kill -9 of process `name` (on a namespace, `ip netns exec` has exec'd it: the
+        pid is the program's), and waits for it."""
+        proc = self.procs[name]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def log(self, name):
+        try:
+            with open(os.path.join(self.tmp, name + ".log"), errors="replace") as f:
+                return f.read()[-3000:]
+        except OSError:
+            return ""
+
+    def stop_all(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _stat(pid):
+    """The fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _live_pids(keep):
+    """Pids of live (not zombie) processes whose stat fields `keep` accepts."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat(name)
+            if fields and fields[0] != "Z" and keep(int(name), fields):
+                pids.append(int(name))
+    return pids
+
+
+def children(pid):
+    """Live child processes of `pid`."""
+    return _live_pids(lambda _, fields: int(fields[1]) == pid)
+
+
+def session_pids(sid):
+    """Live processes of session `sid` (a worker started with setsid: its pid)."""
+    return _live_pids(lambda _, fields: int(fields[3]) == sid)
+
+
+def tagged_pids(tag):
+    """Pids of live processes whose environment carries NODE_TAG=`tag`."""
+    needle = ("NODE_TAG=" + tag).encode() + b"\0"
+
+    def tagged(pid, _):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                return needle in f.read() + b"\0"
+        except OSError:
+            return False
+    return _live_pids(tagged)
+
+
+def describe_pids(pids):
+    """One line per process: pid, state, where it waits and its command line."""
+    lines = []
+    for pid in pids:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open("/proc/%d/wchan" % pid) as f:
+                wchan = f.read().strip()
+        except OSError as e:
+            lines.append("%d: gone (%s)" % (pid, e))
+            continue
+        state = (_stat(pid) or ["?"])[0]
+        lines.append("%d %s %s: %s" % (pid, state, wchan or "-", cmd[:200]))
+    return "\n".join(lines)
