@@ -50,6 +50,12 @@
 #define AGENT_RETRY_MS 1000
 #define AGENT_HARD_STOP_MS 5000 /* SIGKILL workers that ignore a hard stop this long */
 #define AGENT_DEFAULT_TIMEOUT_MS 15000
+/* Each request of the background thread (registration, heartbeat, crash
+ * report) gives up after this long.  The stop joins that thread, so with
+ * libmuster's default (60 s) a heartbeat sent to a head that stopped
+ * answering (a SIGSTOP, a hung machine) held the agent's exit for up to a
+ * minute; a beat later than this is no better than the next one. */
+#define AGENT_BG_REQUEST_MS 5000
 
 int64_t agent_now_ms(void) {
   struct timespec ts;
@@ -640,6 +646,7 @@ static int agent_serve(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
            pipe2(notify, O_CLOEXEC | O_NONBLOCK) == 0 &&
            muster_client_new(cfg->head_url, cfg->token, &bg->client) == MUSTER_OK) {
     bg->notify_fd = notify[1];
+    muster_client_set_timeout(bg->client, AGENT_BG_REQUEST_MS);
     agent_announce(a);
     status = agent_run(a, bg, notify);
     if (a->refused)

@@ -105,6 +105,40 @@ class ForwardTest(unittest.TestCase):
             self.assertEqual(r.status, 200)
 
 
+class StopWithHeartbeatUnansweredTest(unittest.TestCase):
+    """An agent stopped while its heartbeat waits on a head that does not answer."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-fwd-test-")
+        # A node timeout of 900 ms: a heartbeat every 300 ms.
+        self.head = harness.Head(["--node-timeout-ms", "900"]).start()
+        self.agent = Agent(self.head, self.dir, "beating").start()
+
+    def tearDown(self):
+        self.agent.kill()
+        os.kill(self.head.proc.pid, signal.SIGCONT)
+        self.head.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def unread_by_head(self):
+        """Bytes sent to the head on its accepted connections that it has not read:
+        the rx_queue of its established sockets (state 01) in /proc/net/tcp."""
+        port = "%04X" % urllib.parse.urlparse(self.head.url).port
+        with open("/proc/net/tcp") as f:
+            return sum(int(fields[4].split(":")[1], 16) for fields in
+                       (line.split() for line in f.readlines()[1:])
+                       if fields[1].endswith(":" + port) and fields[3] == "01")
+
+    def test_stop_does_not_wait_out_the_heartbeat(self):
+        # The stop joins the thread that sends heartbeats.  With libmuster's default
+        # request timeout (60 s) a heartbeat to a head that stopped answering held the
+        # agent's exit for a minute; the agent's own 5 s bound (and its goodbye's 3 s)
+        # end it well within the 15 s given here.
+        os.kill(self.head.proc.pid, signal.SIGSTOP)
+        harness.wait_until(lambda: self.unread_by_head() > 0, what="a heartbeat sent")
+        self.assertEqual(self.agent.stop(timeout=15), 0, self.agent.log())
+
+
 class StopWhileForwardingTest(unittest.TestCase):
     """An agent stopped (SIGTERM) with a forwarded long-poll parked at the head."""
 
