@@ -14,7 +14,8 @@
  * and released with the matching *_free function (or muster_free for strings);
  * memory the caller passes in stays the caller's.
  *
- * Field-level detail of every call lives in docs/api.md, which is the contract.
+ * Field-level detail of every call lives in docs/api.md, which is the contract;
+ * docs/client.md says what holds for every call and what the ABI promises.
  */
 #ifndef MUSTER_H
 #define MUSTER_H
@@ -30,7 +31,9 @@ extern "C" {
 
 /*
  * The error table, shared by server and clients.  Columns: enum suffix, stable
- * wire string, HTTP status (0: never sent by a server), default message.
+ * wire string, HTTP status (0: never sent by a server), default message.  A
+ * code's number is part of the ABI (docs/client.md): new codes go at the end,
+ * and a program must expect codes it does not know.
  */
 #define MUSTER_ERRNO_MAP(XX)                                                                       \
   XX(OK, "ok", 200, "success")                                                                     \
@@ -131,6 +134,45 @@ muster_err_t muster_request(muster_client_t *client, const char *method, const c
 /* GET /v1/health; MUSTER_OK when the server answers "ok". */
 muster_err_t muster_health(muster_client_t *client);
 
+/* ---- option structs --------------------------------------------------- */
+
+/*
+ * The option structs (muster_queue_opts_t, muster_worker_opts_t,
+ * muster_session_opts_t, muster_pool_opts_t, muster_loader_opts_t,
+ * muster_iter_config_t, muster_shared_opts_t) grow: a later libmuster adds
+ * fields, always at the end.  So that a program built against an older
+ * muster.h keeps working with a newer library of the same SOVERSION, each
+ * struct starts with `size`, the struct's size in the caller's program:
+ *
+ *   - muster_X_opts_init(&opts) is a macro over muster_X_opts_init_sized(&opts,
+ *     sizeof opts), so the size is the one the caller's compiler saw.  It
+ *     writes the defaults, and `size`, within that many bytes and never past
+ *     them.  Call it first, then set fields.
+ *   - A call that reads options copies the first min(size, its own sizeof)
+ *     bytes over a struct holding its defaults: a field the caller's header
+ *     did not have takes its default, and nothing past the caller's struct is
+ *     read.  A program built against a newer header than the library it runs
+ *     with has the fields this library does not know ignored.
+ *   - A struct whose size is 0, or less than its first version's (the fields
+ *     it was first published with), is refused with MUSTER_INVALID; the
+ *     message (muster_client_message, or the *message of muster_pool_open
+ *     and muster_loader_open) names the init to call.
+ *
+ * Why a size of 0 (a struct set up with `= {0}` or memset) is refused rather
+ * than taken for "all defaults": zero is not the defaults (several are -1, a
+ * pool's create_queue is 1), and a caller who zeroed the struct and then set
+ * fields (`= {0}; opts.url = ...`) meant them, so the library can neither
+ * ignore those fields nor read the struct, since 0 does not say how many
+ * bytes the caller has.  Either guess would be silently wrong for someone;
+ * a refusal that names the fix is wrong for no one.  A NULL options pointer,
+ * where a call accepts one, still means all defaults.
+ *
+ * The arrays a call takes (muster_task_spec_t, muster_ack_t) and the structs
+ * the library fills (muster_lease_t, muster_result_t, muster_loader_stats_t,
+ * muster_shared_info_t, ...) have no size: a change to them is a change of
+ * SOVERSION.
+ */
+
 /* ---- queues ----------------------------------------------------------- */
 
 /* keep_done_ms of muster_queue_opts_t: done tasks are kept for ever again. */
@@ -139,6 +181,7 @@ muster_err_t muster_health(muster_client_t *client);
 /* Queue settings.  Fields left at the values muster_queue_opts_init() sets keep
  * the server's default (on create) or the current value (on update). */
 typedef struct {
+  size_t size;            /* set by muster_queue_opts_init ("option structs" above) */
   int64_t lease_ms;       /* lease time to live; -1: unchanged/default (60000) */
   int64_t max_attempts;   /* leases before a task goes dead; -1: default (5) */
   int64_t backoff_ms;     /* first retry delay, doubled per attempt; -1: default (1000) */
@@ -150,7 +193,8 @@ typedef struct {
                              kept for ever from now on */
 } muster_queue_opts_t;
 
-void muster_queue_opts_init(muster_queue_opts_t *opts);
+void muster_queue_opts_init_sized(muster_queue_opts_t *opts, size_t size);
+#define muster_queue_opts_init(opts) muster_queue_opts_init_sized((opts), sizeof *(opts))
 /* Creates or reconfigures queue `name` (PUT /v1/queues/{name}).  `opts` may be
  * NULL.  If `json` is not NULL it receives the queue object (muster_free). */
 muster_err_t muster_queue_put(muster_client_t *client, const char *name,
@@ -262,6 +306,7 @@ muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *
 /* ---- workers ---------------------------------------------------------- */
 
 typedef struct {
+  size_t size;               /* set by muster_worker_opts_init ("option structs" above) */
   const char *nickname;      /* leaderboard name; NULL: "anonymous" */
   const char *const *queues; /* queues it serves, NULL-terminated, or NULL */
   const char *node;          /* node id or NULL */
@@ -272,7 +317,8 @@ typedef struct {
                               * gets the worker the first one made, not a second one */
 } muster_worker_opts_t;
 
-void muster_worker_opts_init(muster_worker_opts_t *opts);
+void muster_worker_opts_init_sized(muster_worker_opts_t *opts, size_t size);
+#define muster_worker_opts_init(opts) muster_worker_opts_init_sized((opts), sizeof *(opts))
 /* Registers a worker; *id gets its id and, if `name` is not NULL, *name its
  * generated display name (muster_free). */
 muster_err_t muster_worker_register(muster_client_t *client, const muster_worker_opts_t *opts,
@@ -293,6 +339,7 @@ muster_err_t muster_worker_bye(muster_client_t *client, int64_t id);
  * (MUSTER_INVALID), standalone as by the head.
  */
 typedef struct {
+  size_t size;                   /* set by muster_iter_config_init ("option structs" above) */
   uint64_t num_samples;          /* samples, when num_shards is 0 */
   size_t num_shards;             /* > 0: the dataset is shard_counts[0..num_shards) */
   const uint64_t *shard_counts;  /* samples per shard */
@@ -321,7 +368,8 @@ typedef struct {
                               has more than one active node, else 0; on the head, 1 */
 } muster_iter_config_t;
 
-void muster_iter_config_init(muster_iter_config_t *cfg);
+void muster_iter_config_init_sized(muster_iter_config_t *cfg, size_t size);
+#define muster_iter_config_init(cfg) muster_iter_config_init_sized((cfg), sizeof *(cfg))
 
 /*
  * Creates the iteration `name` on the head, or joins it when it exists with
@@ -427,6 +475,7 @@ typedef int (*muster_load_fn)(void *user, uint64_t index, void **sample);
 typedef void (*muster_sample_free_fn)(void *user, void *sample);
 
 typedef struct {
+  size_t size;                        /* set by muster_loader_opts_init ("option structs") */
   const muster_iter_config_t *config; /* required */
   uint32_t rank;
   const char *url;           /* NULL: standalone (no head); else coordinated through this head */
@@ -459,7 +508,8 @@ typedef struct {
   uint64_t head_retries;      /* coordinated: requests sent again (head_wait_ms) */
 } muster_loader_stats_t;
 
-void muster_loader_opts_init(muster_loader_opts_t *opts);
+void muster_loader_opts_init_sized(muster_loader_opts_t *opts, size_t size);
+#define muster_loader_opts_init(opts) muster_loader_opts_init_sized((opts), sizeof *(opts))
 /* Opens a loader; on failure *out is NULL and, when `message` is not NULL,
  * *message explains (muster_free). */
 muster_err_t muster_loader_open(const muster_loader_opts_t *opts, muster_loader_t **out,
@@ -504,6 +554,7 @@ void muster_loader_close(muster_loader_t *loader);
  * bookkeeping that turns the stream into `map` and `imap_unordered`.
  */
 typedef struct {
+  size_t size;           /* set by muster_session_opts_init ("option structs" above) */
   const char *queue;     /* required; must exist */
   int cleanup_on_exit;   /* 1: cancel and delete everything when the client stops calling;
                             0: keep the session until closed; -1: the head's default (1) */
@@ -512,7 +563,8 @@ typedef struct {
   const char *init_data; /* JSON text handed to workers, or NULL */
 } muster_session_opts_t;
 
-void muster_session_opts_init(muster_session_opts_t *opts);
+void muster_session_opts_init_sized(muster_session_opts_t *opts, size_t size);
+#define muster_session_opts_init(opts) muster_session_opts_init_sized((opts), sizeof *(opts))
 /* Creates a session.  *id (may be NULL) receives its id and *json (may be
  * NULL) the session object; both are the caller's (muster_free). */
 muster_err_t muster_session_create(muster_client_t *client, const muster_session_opts_t *opts,
@@ -618,6 +670,7 @@ typedef struct muster_pool muster_pool_t;
 typedef struct muster_pool_iter muster_pool_iter_t;
 
 typedef struct {
+  size_t size;           /* set by muster_pool_opts_init ("option structs" above) */
   const char *url;       /* head or node URL (required) */
   const char *token;     /* bearer token */
   const char *queue;     /* the workers' queue (required) */
@@ -628,18 +681,19 @@ typedef struct {
   int64_t timeout_ms;    /* the session's heartbeat timeout; -1: default */
   int64_t heartbeat_ms;  /* heartbeat thread period; 0: no thread; -1: timeout / 4 */
   int keep_session;      /* non-zero: close leaves the session open (to resume later) */
-  /* Added last, so that the fields above keep their places: each request's
-   * timeout in ms (the pool's handles, the heartbeat thread's included, as
-   * muster_client_set_timeout); a long-poll of muster_pool_iter_next or
-   * muster_pool_map adds its wait (map's are up to 20 s each), so a head
-   * that stops answering fails them with MUSTER_NETWORK after about this
-   * plus that wait.  0: the default (60000); negative: muster_pool_open
-   * refuses it (MUSTER_INVALID), as it does timeout_ms and heartbeat_ms
-   * below -1. */
+  /* Added after the first version (a struct that ends before it gets the
+   * default): each request's timeout in ms (the pool's handles, the
+   * heartbeat thread's included, as muster_client_set_timeout); a long-poll
+   * of muster_pool_iter_next or muster_pool_map adds its wait (map's are up
+   * to 20 s each), so a head that stops answering fails them with
+   * MUSTER_NETWORK after about this plus that wait.  0: the default (60000);
+   * negative: muster_pool_open refuses it (MUSTER_INVALID), as it does
+   * timeout_ms and heartbeat_ms below -1. */
   int64_t request_timeout_ms;
 } muster_pool_opts_t;
 
-void muster_pool_opts_init(muster_pool_opts_t *opts);
+void muster_pool_opts_init_sized(muster_pool_opts_t *opts, size_t size);
+#define muster_pool_opts_init(opts) muster_pool_opts_init_sized((opts), sizeof *(opts))
 /* Opens a pool; on failure *out is NULL and, when `message` is not NULL,
  * *message explains (muster_free). */
 muster_err_t muster_pool_open(const muster_pool_opts_t *opts, muster_pool_t **out, char **message);
@@ -833,6 +887,7 @@ typedef struct {
 typedef void (*muster_progress_fn)(void *user, int64_t done, int64_t total);
 
 typedef struct {
+  size_t size;                 /* set by muster_shared_opts_init ("option structs" above) */
   int64_t level;               /* put: the level to create (0: 1, a set); get: the level
                                   to read (0: the newest); negative: refused */
   int64_t ttl_ms;              /* put: -1 (default): the head's maximum (600000 by default);
@@ -841,7 +896,8 @@ typedef struct {
   void *user;                  /* handed to progress */
 } muster_shared_opts_t;
 
-void muster_shared_opts_init(muster_shared_opts_t *opts);
+void muster_shared_opts_init_sized(muster_shared_opts_t *opts, size_t size);
+#define muster_shared_opts_init(opts) muster_shared_opts_init_sized((opts), sizeof *(opts))
 
 /* Creates level 1 of (scope, name) from `len` bytes of `data`, with `ttl_ms`
  * (-1: the head's maximum; below -1: MUSTER_INVALID).  MUSTER_VERSION_MISMATCH

@@ -21,6 +21,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Longest explanation kept for muster_client_message(); longer ones are cut. */
 #define CLIENT_MESSAGE_MAX 512
@@ -129,6 +130,36 @@ muster_err_t client_check_min(muster_client_t *client, const char *what, int64_t
  * checked before there is a handle to fail (muster_pool_open's). */
 const char *client_min_problem(char *why, size_t size, const char *what, int64_t value, int64_t min,
                                const char *accepted);
+
+/* ---- sized option structs (opts.c; muster.h, "option structs") ---- */
+
+/* The end of `field` in struct `type`: the size of a struct's first version
+ * is the end of its last field then, whatever fields come after it later. */
+#define OPTS_END(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* The body of every muster_X_opts_init_sized: copies the first min(size,
+ * full) bytes of `defaults` (this library's struct, `full` bytes) into the
+ * caller's `opts` and sets its leading size member to `size`; writes nothing
+ * when `opts` is NULL or `size` cannot hold the size member. */
+void opts_init_sized(void *opts, size_t size, const void *defaults, size_t full);
+
+/*
+ * Takes the caller's option struct `opts` (not NULL) into `local`, this
+ * library's struct of `full` bytes already holding the defaults: copies the
+ * first min(opts->size, full) bytes, so that fields the caller's header did
+ * not have keep their defaults and nothing past the caller's struct is read;
+ * local's size member is then `full`.  Returns NULL; or, when opts->size is 0
+ * or below `first_end` (the end of the struct's first version: OPTS_END),
+ * leaves `local` untouched and returns the reason, written into `why`
+ * (`why_size` bytes), naming the struct as `what` ("opts") and its init as
+ * `init` ("muster_pool_opts_init").
+ */
+const char *opts_take(void *local, size_t full, const void *opts, size_t first_end,
+                      const char *what, const char *init, char *why, size_t why_size);
+/* opts_take for a call on a handle: MUSTER_OK, or MUSTER_INVALID with the
+ * reason as the handle's message. */
+muster_err_t client_opts_take(muster_client_t *client, void *local, size_t full, const void *opts,
+                              size_t first_end, const char *what, const char *init);
 
 /*
  * Formats a path into `out` (`size` bytes) from `fmt`, where every "%s" is

@@ -12,16 +12,17 @@
 
 #define ITER_PATH_MAX 256
 
-void muster_iter_config_init(muster_iter_config_t *cfg) {
-  if (cfg == NULL)
-    return;
-  memset(cfg, 0, sizeof *cfg);
-  cfg->world_size = 1;
-  cfg->block_size = 256;
-  cfg->shuffle_block_size = 1024;
-  cfg->epochs = 1;
-  cfg->lease_ms = cfg->rank_timeout_ms = cfg->replication = -1;
-  cfg->cluster_sync = -1;
+void muster_iter_config_init_sized(muster_iter_config_t *cfg, size_t size) {
+  const muster_iter_config_t defaults = {.size = sizeof defaults,
+                                         .world_size = 1,
+                                         .block_size = 256,
+                                         .shuffle_block_size = 1024,
+                                         .epochs = 1,
+                                         .lease_ms = -1,
+                                         .rank_timeout_ms = -1,
+                                         .replication = -1,
+                                         .cluster_sync = -1};
+  opts_init_sized(cfg, size, &defaults, sizeof defaults);
 }
 
 /* Sets integer field `key`. */
@@ -114,6 +115,24 @@ static muster_err_t iter_path(muster_client_t *client, char *path, const char *n
                      suffix ? "/v1/iterations/%s/%s" : "/v1/iterations/%s", name, suffix);
 }
 
+/* The create body of the (taken) configuration `cfg` (may be NULL) and
+ * `checkpoint` (may be NULL; not both), without name and rank; NULL with
+ * the handle's message set when the checkpoint is not JSON. */
+static json_t *iter_create_body(muster_client_t *client, const muster_iter_config_t *cfg,
+                                const char *checkpoint) {
+  if (checkpoint == NULL)
+    return iter_config_json(cfg);
+  json_t *ck = client_parse_value(client, checkpoint, "checkpoint");
+  if (ck == NULL)
+    return NULL;
+  json_t *body = json_pack("{s:o}", "checkpoint", ck);
+  if (cfg) {
+    set_int(body, "world_size", cfg->world_size);
+    settings_json(cfg, body);
+  }
+  return body;
+}
+
 muster_err_t muster_iter_create(muster_client_t *client, const char *name,
                                 const muster_iter_config_t *cfg, const char *checkpoint,
                                 int64_t rank, char **json) {
@@ -124,21 +143,15 @@ muster_err_t muster_iter_create(muster_client_t *client, const char *name,
   if (name == NULL || (cfg == NULL && checkpoint == NULL))
     return client_fail(client, MUSTER_INVALID,
                        "a name and a configuration or checkpoint are needed");
-  if (cfg != NULL && settings_check(client, cfg) != MUSTER_OK)
+  muster_iter_config_t taken; /* the caller's configuration over this library's defaults */
+  muster_iter_config_init(&taken);
+  if (cfg != NULL && (client_opts_take(client, &taken, sizeof taken, cfg, ITER_CONFIG_FIRST_END,
+                                       "cfg", "muster_iter_config_init") != MUSTER_OK ||
+                      settings_check(client, &taken) != MUSTER_OK))
     return MUSTER_INVALID;
-  json_t *body;
-  if (checkpoint) {
-    json_t *ck = client_parse_value(client, checkpoint, "checkpoint");
-    if (ck == NULL)
-      return MUSTER_INVALID;
-    body = json_pack("{s:o}", "checkpoint", ck);
-    if (cfg) {
-      set_int(body, "world_size", cfg->world_size);
-      settings_json(cfg, body);
-    }
-  } else {
-    body = iter_config_json(cfg);
-  }
+  json_t *body = iter_create_body(client, cfg ? &taken : NULL, checkpoint);
+  if (body == NULL)
+    return MUSTER_INVALID;
   json_object_set_new(body, "name", json_string(name));
   if (rank >= 0)
     json_object_set_new(body, "rank", json_integer(rank));

@@ -13,6 +13,10 @@
 #include "core/dataset.h"
 #include "core/partition.h"
 
+/* The end of muster_iter_config_t's first version, the fields it was first
+ * published with (all it has so far). */
+#define ITER_CONFIG_FIRST_END OPTS_END(muster_iter_config_t, cluster_sync)
+
 /* The configuration as the create request's JSON object (new reference). */
 json_t *iter_config_json(const muster_iter_config_t *cfg);
 

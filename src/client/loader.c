@@ -36,12 +36,15 @@ muster_err_t loader_fail(muster_loader_t *l, muster_err_t err, const char *fmt, 
   return err;
 }
 
-void muster_loader_opts_init(muster_loader_opts_t *opts) {
-  if (opts == NULL)
-    return;
-  memset(opts, 0, sizeof *opts);
-  opts->blocks_per_request = LOADER_DEFAULT_BLOCKS;
-  opts->head_wait_ms = LOADER_HEAD_WAIT_MS;
+/* The end of muster_loader_opts_t's first version, the fields it was first
+ * published with: head_wait_ms came later and may be missing. */
+#define LOADER_OPTS_FIRST_END OPTS_END(muster_loader_opts_t, user)
+
+void muster_loader_opts_init_sized(muster_loader_opts_t *opts, size_t size) {
+  const muster_loader_opts_t defaults = {.size = sizeof defaults,
+                                         .blocks_per_request = LOADER_DEFAULT_BLOCKS,
+                                         .head_wait_ms = LOADER_HEAD_WAIT_MS};
+  opts_init_sized(opts, size, &defaults, sizeof defaults);
 }
 
 /* ---- producing ----------------------------------------------------------------- */
@@ -240,11 +243,33 @@ static muster_err_t loader_standalone_open(muster_loader_t *l, const muster_load
   return MUSTER_OK;
 }
 
-static muster_err_t loader_init(muster_loader_t *l, const muster_loader_opts_t *opts) {
+/* Takes the caller's options `caller` into *opts and its configuration into
+ * *config (both holding the defaults), pointing opts->config at it, so that
+ * open reads neither past the caller's structs nor a field they lack. */
+static muster_err_t loader_take_opts(muster_loader_t *l, const muster_loader_opts_t *caller,
+                                     muster_loader_opts_t *opts, muster_iter_config_t *config) {
+  if (opts_take(opts, sizeof *opts, caller, LOADER_OPTS_FIRST_END, "opts",
+                "muster_loader_opts_init", l->message, sizeof l->message) != NULL)
+    return MUSTER_INVALID;
   if (opts->config == NULL)
     return loader_fail(l, MUSTER_INVALID, "opts.config is required");
-  muster_err_t err =
-      iter_config_plan(opts->config, &l->ds, &l->plan, l->message, sizeof l->message);
+  if (opts_take(config, sizeof *config, opts->config, ITER_CONFIG_FIRST_END, "opts.config",
+                "muster_iter_config_init", l->message, sizeof l->message) != NULL)
+    return MUSTER_INVALID;
+  opts->config = config;
+  return MUSTER_OK;
+}
+
+static muster_err_t loader_init(muster_loader_t *l, const muster_loader_opts_t *caller) {
+  muster_loader_opts_t taken;
+  muster_iter_config_t config;
+  muster_loader_opts_init(&taken);
+  muster_iter_config_init(&config);
+  muster_err_t err = loader_take_opts(l, caller, &taken, &config);
+  if (err != MUSTER_OK)
+    return err;
+  const muster_loader_opts_t *opts = &taken;
+  err = iter_config_plan(opts->config, &l->ds, &l->plan, l->message, sizeof l->message);
   if (err != MUSTER_OK)
     return err;
   if (opts->rank >= part_plan_config(l->plan)->world_size)

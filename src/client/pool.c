@@ -117,14 +117,17 @@ static int64_t pool_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void muster_pool_opts_init(muster_pool_opts_t *opts) {
-  if (opts == NULL)
-    return;
-  memset(opts, 0, sizeof *opts);
-  opts->create_queue = 1;
-  opts->cleanup_on_exit = -1;
-  opts->timeout_ms = -1;
-  opts->heartbeat_ms = -1;
+/* The end of muster_pool_opts_t's first version, the fields it was first
+ * published with: request_timeout_ms came later and may be missing. */
+#define POOL_OPTS_FIRST_END OPTS_END(muster_pool_opts_t, keep_session)
+
+void muster_pool_opts_init_sized(muster_pool_opts_t *opts, size_t size) {
+  const muster_pool_opts_t defaults = {.size = sizeof defaults,
+                                       .create_queue = 1,
+                                       .cleanup_on_exit = -1,
+                                       .timeout_ms = -1,
+                                       .heartbeat_ms = -1};
+  opts_init_sized(opts, size, &defaults, sizeof defaults);
 }
 
 /* ---- the heartbeat thread ------------------------------------------------------------- */
@@ -250,17 +253,24 @@ static muster_err_t pool_open_failed(muster_pool_t *pool, muster_err_t err, char
   return err;
 }
 
-/* Why `opts` cannot open a pool (written into `why`, `size` bytes), or NULL
- * when nothing is wrong with them before the head is asked.  Negative numbers
- * other than the documented -1s are refused here rather than taken for a
- * default, and before the queue or the session is made. */
-static const char *pool_opts_problem(const muster_pool_opts_t *opts, char *why, size_t size) {
-  if (opts == NULL || opts->url == NULL || opts->queue == NULL) {
+/* Takes the caller's options `caller` into *opts (which holds the defaults)
+ * and says why they cannot open a pool (written into `why`, `size` bytes), or
+ * NULL when nothing is wrong with them before the head is asked.  Negative
+ * numbers other than the documented -1s are refused here rather than taken
+ * for a default, and before the queue or the session is made. */
+static const char *pool_opts_problem(muster_pool_opts_t *opts, const muster_pool_opts_t *caller,
+                                     char *why, size_t size) {
+  const char *problem = caller == NULL ? NULL
+                                       : opts_take(opts, sizeof *opts, caller, POOL_OPTS_FIRST_END,
+                                                   "opts", "muster_pool_opts_init", why, size);
+  if (problem != NULL)
+    return problem;
+  if (caller == NULL || opts->url == NULL || opts->queue == NULL) {
     snprintf(why, size, "a url and a queue are required");
     return why;
   }
-  const char *problem = client_min_problem(why, size, "timeout_ms", opts->timeout_ms, -1,
-                                           "a time in milliseconds, or -1 for the head's default");
+  problem = client_min_problem(why, size, "timeout_ms", opts->timeout_ms, -1,
+                               "a time in milliseconds, or -1 for the head's default");
   if (problem == NULL)
     problem = client_min_problem(why, size, "heartbeat_ms", opts->heartbeat_ms, -1,
                                  "a period in milliseconds, 0 for no heartbeat thread, or -1 "
@@ -289,9 +299,12 @@ static muster_err_t pool_start(muster_pool_t *pool, const muster_pool_opts_t *op
   return err;
 }
 
-muster_err_t muster_pool_open(const muster_pool_opts_t *opts, muster_pool_t **out, char **message) {
+muster_err_t muster_pool_open(const muster_pool_opts_t *caller, muster_pool_t **out,
+                              char **message) {
   char problem[CLIENT_MESSAGE_MAX];
-  const char *why = out ? pool_opts_problem(opts, problem, sizeof problem)
+  muster_pool_opts_t opts; /* the caller's options over this library's defaults */
+  muster_pool_opts_init(&opts);
+  const char *why = out ? pool_opts_problem(&opts, caller, problem, sizeof problem)
                         : "out: a place for the pool is required";
   if (message)
     *message = why ? strdup(why) : NULL;
@@ -303,9 +316,9 @@ muster_err_t muster_pool_open(const muster_pool_opts_t *opts, muster_pool_t **ou
   if (pool == NULL)
     return MUSTER_NOMEM;
   pthread_mutex_init(&pool->mu, NULL);
-  pool->keep_session = opts->keep_session;
-  pool->request_timeout_ms = opts->request_timeout_ms;
-  muster_err_t err = pool_start(pool, opts);
+  pool->keep_session = opts.keep_session;
+  pool->request_timeout_ms = opts.request_timeout_ms;
+  muster_err_t err = pool_start(pool, &opts);
   if (err != MUSTER_OK)
     return pool_open_failed(pool, err, message);
   *out = pool;

@@ -12,16 +12,20 @@
 
 #define QUEUE_PATH_MAX 1024
 
-void muster_queue_opts_init(muster_queue_opts_t *opts) {
-  if (opts == NULL)
-    return;
-  opts->lease_ms = -1;
-  opts->max_attempts = -1;
-  opts->backoff_ms = -1;
-  opts->backoff_max_ms = -1;
-  opts->max_flags = -1;
-  opts->next = NULL;
-  opts->keep_done_ms = -1;
+/* The end of muster_queue_opts_t's first version, the fields it was first
+ * published with: keep_done_ms came later and may be missing. */
+#define QUEUE_OPTS_FIRST_END OPTS_END(muster_queue_opts_t, next)
+
+void muster_queue_opts_init_sized(muster_queue_opts_t *opts, size_t size) {
+  const muster_queue_opts_t defaults = {.size = sizeof defaults,
+                                        .lease_ms = -1,
+                                        .max_attempts = -1,
+                                        .backoff_ms = -1,
+                                        .backoff_max_ms = -1,
+                                        .max_flags = -1,
+                                        .next = NULL,
+                                        .keep_done_ms = -1};
+  opts_init_sized(opts, size, &defaults, sizeof defaults);
 }
 
 /* Adds `key` = `value` to `body` unless the value is -1 ("leave it"). */
@@ -31,10 +35,11 @@ static int queue_set_int(json_t *body, const char *key, int64_t value) {
   return json_object_set_new(body, key, json_integer((json_int_t)value));
 }
 
-/* The PUT body for `opts`: only the settings the caller named.  New reference. */
+/* The PUT body for `opts` (taken in full): only the settings the caller
+ * named.  New reference. */
 static json_t *queue_opts_body(const muster_queue_opts_t *opts) {
   json_t *body = json_object();
-  if (body == NULL || opts == NULL)
+  if (body == NULL)
     return body;
   int rc = queue_set_int(body, "lease_ms", opts->lease_ms);
   rc |= queue_set_int(body, "max_attempts", opts->max_attempts);
@@ -87,7 +92,13 @@ muster_err_t muster_queue_put(muster_client_t *client, const char *name,
   muster_err_t err = client_path(client, path, sizeof path, "/v1/queues/%s", name);
   if (err != MUSTER_OK)
     return err;
-  json_t *body = queue_opts_body(opts);
+  muster_queue_opts_t taken; /* the caller's options over this library's defaults */
+  muster_queue_opts_init(&taken);
+  if (opts != NULL &&
+      (err = client_opts_take(client, &taken, sizeof taken, opts, QUEUE_OPTS_FIRST_END, "opts",
+                              "muster_queue_opts_init")) != MUSTER_OK)
+    return err;
+  json_t *body = queue_opts_body(&taken);
   if (body == NULL)
     return client_fail(client, MUSTER_NOMEM, "out of memory");
   err = queue_call_json(client, "PUT", path, body, json);

@@ -17,12 +17,14 @@
 
 #define SESSION_PATH_MAX 1024
 
-void muster_session_opts_init(muster_session_opts_t *opts) {
-  if (opts == NULL)
-    return;
-  memset(opts, 0, sizeof *opts);
-  opts->cleanup_on_exit = -1;
-  opts->timeout_ms = -1;
+/* The end of muster_session_opts_t's first version, the fields it was first
+ * published with (all it has so far). */
+#define SESSION_OPTS_FIRST_END OPTS_END(muster_session_opts_t, init_data)
+
+void muster_session_opts_init_sized(muster_session_opts_t *opts, size_t size) {
+  const muster_session_opts_t defaults = {
+      .size = sizeof defaults, .cleanup_on_exit = -1, .timeout_ms = -1};
+  opts_init_sized(opts, size, &defaults, sizeof defaults);
 }
 
 /* Builds the create body from `opts` into *out (new reference). */
@@ -89,7 +91,14 @@ muster_err_t muster_session_create(muster_client_t *client, const muster_session
   if (client == NULL)
     return MUSTER_INVALID;
   json_t *body = NULL, *reply = NULL;
-  muster_err_t err = session_body(client, opts, &body);
+  muster_session_opts_t taken; /* the caller's options over this library's defaults */
+  muster_session_opts_init(&taken);
+  muster_err_t err = MUSTER_OK;
+  if (opts != NULL)
+    err = client_opts_take(client, &taken, sizeof taken, opts, SESSION_OPTS_FIRST_END, "opts",
+                           "muster_session_opts_init");
+  if (err == MUSTER_OK)
+    err = session_body(client, opts ? &taken : NULL, &body);
   if (err != MUSTER_OK)
     return err;
   err = client_call(client, "POST", "/v1/sessions", body, 0, &reply);

@@ -45,11 +45,23 @@ typedef struct {
   void *user;
 } xfer_t;
 
-void muster_shared_opts_init(muster_shared_opts_t *opts) {
+/* The end of muster_shared_opts_t's first version, the fields it was first
+ * published with (all it has so far). */
+#define SHARED_OPTS_FIRST_END OPTS_END(muster_shared_opts_t, user)
+
+void muster_shared_opts_init_sized(muster_shared_opts_t *opts, size_t size) {
+  const muster_shared_opts_t defaults = {.size = sizeof defaults, .ttl_ms = -1};
+  opts_init_sized(opts, size, &defaults, sizeof defaults);
+}
+
+/* Takes the caller's `opts` (NULL: the defaults) into *taken. */
+static muster_err_t shared_opts_take(muster_client_t *client, const muster_shared_opts_t *opts,
+                                     muster_shared_opts_t *taken) {
+  muster_shared_opts_init(taken);
   if (opts == NULL)
-    return;
-  memset(opts, 0, sizeof *opts);
-  opts->ttl_ms = -1;
+    return MUSTER_OK;
+  return client_opts_take(client, taken, sizeof *taken, opts, SHARED_OPTS_FIRST_END, "opts",
+                          "muster_shared_opts_init");
 }
 
 /* The Authorization header line of the handle, or NULL. */
@@ -355,19 +367,18 @@ muster_err_t muster_shared_update(muster_client_t *client, const char *scope, co
 }
 
 muster_err_t muster_shared_put_fd(muster_client_t *client, const char *scope, const char *name,
-                                  int fd, int64_t len, const muster_shared_opts_t *opts,
+                                  int fd, int64_t len, const muster_shared_opts_t *caller,
                                   muster_shared_info_t *info) {
   if (client == NULL)
     return MUSTER_INVALID;
-  muster_shared_opts_t defaults;
-  muster_shared_opts_init(&defaults);
-  if (opts == NULL)
-    opts = &defaults;
+  muster_shared_opts_t opts;
+  if (shared_opts_take(client, caller, &opts) != MUSTER_OK)
+    return MUSTER_INVALID;
   if (fd < 0)
     return client_fail(client, MUSTER_INVALID, "fd: not a file descriptor");
   xfer_t x = {
-      .client = client, .in_fd = fd, .out_fd = -1, .progress = opts->progress, .user = opts->user};
-  return shared_put(client, scope, name, &x, len, opts, info);
+      .client = client, .in_fd = fd, .out_fd = -1, .progress = opts.progress, .user = opts.user};
+  return shared_put(client, scope, name, &x, len, &opts, info);
 }
 
 /* Runs a GET into x's sink; checks the bytes against the ETag; fills *info. */
@@ -431,18 +442,18 @@ muster_err_t muster_shared_get(muster_client_t *client, const char *scope, const
 }
 
 muster_err_t muster_shared_get_fd(muster_client_t *client, const char *scope, const char *name,
-                                  int fd, const muster_shared_opts_t *opts,
+                                  int fd, const muster_shared_opts_t *caller,
                                   muster_shared_info_t *info) {
   if (client == NULL)
     return MUSTER_INVALID;
+  muster_shared_opts_t opts;
+  if (shared_opts_take(client, caller, &opts) != MUSTER_OK)
+    return MUSTER_INVALID;
   if (fd < 0)
     return client_fail(client, MUSTER_INVALID, "fd: not a file descriptor");
-  xfer_t x = {.client = client,
-              .in_fd = -1,
-              .out_fd = fd,
-              .progress = opts ? opts->progress : NULL,
-              .user = opts ? opts->user : NULL};
-  return shared_fetch(client, scope, name, opts ? opts->level : 0, &x, info);
+  xfer_t x = {
+      .client = client, .in_fd = -1, .out_fd = fd, .progress = opts.progress, .user = opts.user};
+  return shared_fetch(client, scope, name, opts.level, &x, info);
 }
 
 muster_err_t muster_shared_delete(muster_client_t *client, const char *scope, const char *name,

@@ -13,11 +13,13 @@
 
 #define WORKER_PATH_MAX 128
 
-void muster_worker_opts_init(muster_worker_opts_t *opts) {
-  if (opts == NULL)
-    return;
-  memset(opts, 0, sizeof *opts);
-  opts->timeout_ms = -1;
+/* The end of muster_worker_opts_t's first version, the fields it was first
+ * published with: instance came later and may be missing. */
+#define WORKER_OPTS_FIRST_END OPTS_END(muster_worker_opts_t, timeout_ms)
+
+void muster_worker_opts_init_sized(muster_worker_opts_t *opts, size_t size) {
+  const muster_worker_opts_t defaults = {.size = sizeof defaults, .timeout_ms = -1};
+  opts_init_sized(opts, size, &defaults, sizeof defaults);
 }
 
 /* Sets string field `key` when `text` is not NULL; -1 on bad UTF-8 or no memory. */
@@ -43,16 +45,12 @@ static int worker_set_queues(json_t *body, const char *const *queues) {
   return 0;
 }
 
-/* Builds the registration body from `opts` (may be NULL) into *out. */
+/* Builds the registration body from `opts` (taken in full) into *out. */
 static muster_err_t worker_body(muster_client_t *client, const muster_worker_opts_t *opts,
                                 json_t **out) {
   json_t *body = json_object();
   if (body == NULL)
     return client_fail(client, MUSTER_NOMEM, "out of memory");
-  if (opts == NULL) {
-    *out = body;
-    return MUSTER_OK;
-  }
   json_t *labels = NULL;
   if (client_check_min(client, "timeout_ms", opts->timeout_ms, -1,
                        "a time in milliseconds, or -1 for the head's default") != MUSTER_OK)
@@ -88,7 +86,14 @@ muster_err_t muster_worker_register(muster_client_t *client, const muster_worker
     return client ? client_fail(client, MUSTER_INVALID, "a place for the id is required")
                   : MUSTER_INVALID;
   json_t *body = NULL, *reply = NULL;
-  muster_err_t err = worker_body(client, opts, &body);
+  muster_worker_opts_t taken; /* the caller's options over this library's defaults */
+  muster_worker_opts_init(&taken);
+  muster_err_t err = MUSTER_OK;
+  if (opts != NULL)
+    err = client_opts_take(client, &taken, sizeof taken, opts, WORKER_OPTS_FIRST_END, "opts",
+                           "muster_worker_opts_init");
+  if (err == MUSTER_OK)
+    err = worker_body(client, &taken, &body);
   if (err != MUSTER_OK)
     return err;
   err = client_call(client, "POST", "/v1/workers", body, 0, &reply);

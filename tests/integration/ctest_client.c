@@ -182,13 +182,10 @@ static void test_auth_and_network(void) {
  * beyond the timeout fails them. */
 static void test_pool_request_timeout(void) {
   int fds[2];
-  char url[64], *message = NULL;
+  char url[64] = "", *message = NULL;
   muster_pool_t *pool = NULL;
   muster_pool_opts_t opts;
-  muster_pool_opts_init(&opts);
-  opts.url = url;
-  opts.token = head_token;
-  opts.queue = "ct-timeout";
+  ctest_pool_opts(&opts, url, "ct-timeout");
   opts.request_timeout_ms = 500;
   CHECK(ctest_listener(1, fds, url, sizeof url) == 0); /* connects, never answers */
   int64_t start = now_ms();

@@ -46,10 +46,7 @@ static int head_has_server_only(const char *bin) {
 
 static muster_pool_t *open_pool(const char *queue, const char *session) {
   muster_pool_opts_t opts;
-  muster_pool_opts_init(&opts);
-  opts.url = head_url;
-  opts.token = head_token;
-  opts.queue = queue;
+  ctest_pool_opts(&opts, head_url, queue);
   opts.session = session;
   opts.init_data = "{\"model\":\"m1\"}";
   muster_pool_t *pool = NULL;
@@ -469,10 +466,7 @@ static void test_pool_orders(muster_client_t *c) {
 
 static void test_pool_resume(muster_client_t *c) {
   muster_pool_opts_t opts;
-  muster_pool_opts_init(&opts);
-  opts.url = head_url;
-  opts.token = head_token;
-  opts.queue = "cp-resume";
+  ctest_pool_opts(&opts, head_url, "cp-resume");
   opts.keep_session = 1;
   muster_pool_t *pool = NULL;
   CHECK_OK(c, muster_pool_open(&opts, &pool, NULL));
@@ -677,10 +671,7 @@ static void test_close_and_expiry(muster_client_t *c) {
   free(sid);
 
   muster_pool_opts_t opts;
-  muster_pool_opts_init(&opts);
-  opts.url = head_url;
-  opts.token = head_token;
-  opts.queue = "cp-close";
+  ctest_pool_opts(&opts, head_url, "cp-close");
   opts.timeout_ms = 400;
   opts.heartbeat_ms = 0; /* silent */
   muster_pool_t *silent = NULL, *beating = NULL;
@@ -739,11 +730,8 @@ static void check_open_said(const muster_pool_opts_t *opts, const char *want, in
  * back without one, or were taken as the default), before the head is asked. */
 static void test_pool_refusals(muster_client_t *c) {
   muster_pool_opts_t opts;
-  muster_pool_opts_init(&opts);
+  ctest_pool_opts(&opts, head_url, "cp-refused");
   CHECK(opts.request_timeout_ms == 0);
-  opts.url = head_url;
-  opts.token = head_token;
-  opts.queue = "cp-refused";
   char *message = NULL;
   CHECK(muster_pool_open(&opts, NULL, &message) == MUSTER_INVALID);
   CHECK(contains(message, "out: a place for the pool is required"));

@@ -153,10 +153,24 @@ static inline size_t ctest_loader_drain(muster_loader_t *l, uint64_t *out, size_
   return n;
 }
 
+/* ---- pools ------------------------------------------------------------------------------- */
+
+static const char *head_token; /* the token clients use: the head's, or $MUSTER_TEST_TOKEN */
+
+/* Sets `opts` up (muster_pool_opts_init) for a pool on `queue` of the head
+ * at `url` with head_token, every other option at its default: what the
+ * pool tests of ctest_client.c and ctest_pool.c open with before setting
+ * the option they are about. */
+static inline void ctest_pool_opts(muster_pool_opts_t *opts, const char *url, const char *queue) {
+  muster_pool_opts_init(opts);
+  opts->url = url;
+  opts->token = head_token;
+  opts->queue = queue;
+}
+
 /* ---- the head process ------------------------------------------------------------------- */
 
 static char head_url[256];     /* the head's base URL, as it wrote it to DATA_DIR/url */
-static const char *head_token; /* the token clients use: the head's, or $MUSTER_TEST_TOKEN */
 static char data_dir[256];     /* the head's temporary data dir; empty when none was made */
 static pid_t head_pid;         /* 0 when this program started no head (or it exited) */
 
