@@ -120,6 +120,11 @@ muster_err_t session_close_queue(store_t *st, const char *queue, int64_t *closed
 #define SESSION_CLOSING_TASKS_SQL SESSION_CLOSING_SQL("tasks")
 #define SESSION_CLOSING_W_SQL SESSION_CLOSING_SQL("w")
 
+/* *any: queue `name` holds tasks that a closed session left to the
+ * background deletion (out of its counts already).  One seek per session in
+ * session_trash; false at once when store_sessions_closing is. */
+muster_err_t session_left_in_queue(store_t *st, const char *name, bool *any, fail_t *f);
+
 /* Copies the id of a session in session_trash to `id` ("" when none).  When
  * none is there and no transaction is open, store_sessions_closing is
  * cleared (store.h says why only then). */

@@ -294,6 +294,13 @@ static const char *const migrations[] = {
     "CREATE TABLE session_trash ("
     "  session TEXT PRIMARY KEY, horizon INTEGER NOT NULL, closed_ms INTEGER NOT NULL,"
     "  deleted INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;",
+    /* A close now takes the tasks it leaves in session_trash out of their
+     * queues' counts at once, and the background deletion moves no counts
+     * (session_close.c): those of the sessions closed before do that here. */
+    "UPDATE queue_counts SET n = n - (SELECT count(*) FROM session_trash AS c"
+    "  JOIN tasks AS t INDEXED BY tasks_by_session ON t.session = c.session"
+    "  AND t.queue = queue_counts.queue WHERE t.id <= c.horizon AND t.state = queue_counts.state)"
+    "  WHERE EXISTS (SELECT 1 FROM session_trash);",
 };
 
 #define MIGRATION_COUNT ((int)(sizeof migrations / sizeof migrations[0]))

@@ -779,6 +779,8 @@ class SessionBigCloseTest(SessionCase):
         self.assertEqual(self.store_count(
             "SELECT count(*) FROM session_trash WHERE session = ?", sid), 1)
         self.head.start()
+        # Out of the queue's counts at the reply, which the kill kept.
+        self.assert_counts(queued=1)
         # Closed for good, and none of its tasks is leased: the lease waits for the
         # background deletion to reach the task behind them.
         r = self.expect_error("GET", "/v1/sessions/" + sid, None, 404, "session_not_found")

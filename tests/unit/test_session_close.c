@@ -101,17 +101,35 @@ static void complete_all(const json_t *leases) {
   json_decref(body);
 }
 
-/* The kept counts of `queue` equal a count of its tasks, state by state. */
+/* The kept counts of `queue` equal a count of its tasks, state by state,
+ * but those that a closed session left to the background deletion: they
+ * are out of the counts from the close's reply on. */
 static void assert_counts_exact(const char *queue) {
   int64_t kept[TASK_STATE_COUNT];
   fail_t f = {0};
   assert_int_equal(counts_read(st, queue, kept, &f), MUSTER_OK);
   for (int state = 0; state < TASK_STATE_COUNT; state++) {
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM tasks WHERE queue = '%s' AND state = %d", queue,
-             state);
+    char sql[320];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM tasks AS t WHERE queue = '%s' AND state = %d AND NOT EXISTS"
+             " (SELECT 1 FROM session_trash AS c WHERE c.session = t.session"
+             " AND t.id <= c.horizon)",
+             queue, state);
     assert_int_equal(kept[state], query_int(store_db(st), sql));
   }
+}
+
+/* Fails lease `l` for good: its task becomes failed. */
+static void fail_for_good(const json_t *l) {
+  json_t *body =
+      json_pack("{s:[{s:I, s:I, s:s, s:b}]}", "leases", "task", (json_int_t)jint(l, "task"),
+                "token", (json_int_t)jint(l, "token"), "error", "no", "permanent", 1);
+  fail_t f = {0};
+  json_t *out = lease_apply(st, LEASE_FAIL, body, 1 << 20, &f);
+  if (out == NULL)
+    fail_msg("fail: %s", f.message);
+  json_decref(out);
+  json_decref(body);
 }
 
 /* Runs reaper turns (session_trash_step) until session `id` is finished;
@@ -128,7 +146,8 @@ static int reaper_turns(const char *id) {
   return turns;
 }
 
-/* A session of 3.5 chunks, three tasks leased and one completed, between a
+/* A session of 3.5 chunks, three tasks leased, one completed and one failed
+ * then requeued (the session's counters still count it failed), between a
  * plain task put before it and one put after it. */
 static void test_big_close_goes_in_chunks(void **unused) {
   (void)unused;
@@ -139,24 +158,36 @@ static void test_big_close_goes_in_chunks(void **unused) {
   const int64_t n = 3 * QUEUE_CHUNK + QUEUE_CHUNK / 2;
   submit_many(id, n);
   int64_t after = put_one("q", 0);
-  json_t *leases = fixture_lease("q", 4); /* `before` and three of the session's */
+  json_t *leases = fixture_lease("q", 5); /* `before` and four of the session's */
   json_t *first = json_array();
   json_array_append(first, json_array_get(leases, 1));
   complete_all(first);
   json_decref(first);
+  fail_for_good(json_array_get(leases, 4));
+  fail_t f = {0};
+  json_t *requeued = task_requeue(st, jint(json_array_get(leases, 4), "task"), &f);
+  assert_non_null(requeued);
+  json_decref(requeued);
   int64_t leased = jint(json_array_get(leases, 3), "task");
   json_decref(leases);
 
   /* The close deletes one chunk: one run of the chunk's statement. */
   int chunk_runs = stmt_runs(CHUNK_SQL);
-  fail_t f = {0};
   json_t *r = session_close(st, id, "by its client", &f);
   assert_non_null(r);
   assert_int_equal(stmt_runs(CHUNK_SQL) - chunk_runs, 1);
   assert_int_equal(session_tasks(id), n - QUEUE_CHUNK);
-  /* Its counts are the session's: pending and total. */
+  /* Its counts are exact: every task but the completed one was unfinished,
+   * the requeued one included. */
   assert_int_equal(jint(r, "cancelled"), n - 1);
   assert_int_equal(jint(r, "deleted"), n);
+  /* The queue's counts hold none of the session's tasks any more: only
+   * `before` (leased) and `after` (queued). */
+  int64_t kept[TASK_STATE_COUNT];
+  assert_int_equal(counts_read(st, "q", kept, &f), MUSTER_OK);
+  assert_int_equal(kept[TASK_QUEUED], 1);
+  assert_int_equal(kept[TASK_LEASED], 1);
+  assert_int_equal(kept[TASK_DONE] + kept[TASK_FAILED] + kept[TASK_DEAD], 0);
   json_decref(r);
   assert_int_equal(rows("session_trash", "session", id), 1);
   assert_true(store_sessions_closing(st));
@@ -308,6 +339,64 @@ static void test_queue_delete_closes_within_a_chunk(void **unused) {
   assert_int_equal(rows("tasks", "queue", "a"), 0);
 }
 
+/* What a big close leaves behind is out of the counts, and the writers that
+ * take a queue's tasks in bulk keep it so: a requeue leaves a failed one
+ * failed, a purge deletes queued ones without counting them, a deletion of
+ * the queue goes to the trash, whose chunks take them. */
+static void test_bulk_writers_skip_what_is_left(void **unused) {
+  (void)unused;
+  make_queue("q", "{}");
+  char id[SESSION_ID_LEN + 1];
+  open_session("q", 60000, id);
+  submit_many(id, 2 * QUEUE_CHUNK);
+  int64_t last = query_int(store_db(st), "SELECT max(id) FROM tasks");
+  char sql[96];
+  snprintf(sql, sizeof sql, "UPDATE tasks SET state = 3 WHERE id = %lld", (long long)last);
+  assert_int_equal(sqlite3_exec(store_db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+  fail_t f = {0};
+  assert_int_equal(counts_move(st, "q", TASK_QUEUED, TASK_FAILED, 1, &f), MUSTER_OK);
+  json_t *r = session_close(st, id, "by its client", &f);
+  assert_non_null(r);
+  json_decref(r);
+  put_one("q", 0);
+  assert_counts_exact("q");
+
+  int64_t n = -1;
+  assert_int_equal(queue_requeue(st, "q", &n, &f), MUSTER_OK);
+  assert_int_equal(n, 0);
+  assert_counts_exact("q");
+  assert_int_equal(queue_purge(st, "q", &n, &f), MUSTER_OK);
+  assert_int_equal(n, 1); /* the plain one */
+  assert_counts_exact("q");
+  int64_t tasks = -1, sessions = -1;
+  bool pending = false;
+  assert_int_equal(queue_delete(st, "q", &tasks, &sessions, &pending, &f), MUSTER_OK);
+  assert_int_equal(tasks, 0);
+  assert_true(pending); /* its failed task left behind goes in a chunk */
+}
+
+/* Above QUEUE_READY_SCAN queued tasks the ready count takes those beyond
+ * the tasks it looks at from the kept counts: with a closed session's tasks
+ * among those looked at, it still counts the others exactly. */
+static void test_ready_count_past_what_is_left(void **unused) {
+  (void)unused;
+  make_queue("q", "{}");
+  for (int i = 0; i < 5; i++)
+    put_one("q", 10); /* ahead of the session's in lease order */
+  char id[SESSION_ID_LEN + 1];
+  open_session("q", 60000, id);
+  submit_many(id, QUEUE_CHUNK + QUEUE_READY_SCAN);
+  fail_t f = {0};
+  json_t *r = session_close(st, id, "by its client", &f);
+  assert_non_null(r);
+  json_decref(r);
+  for (int i = 0; i < 3; i++)
+    put_one("q", 0); /* behind them, beyond what the count looks at */
+  int64_t ready = -1;
+  assert_int_equal(queue_count_ready(st, "q", &ready, &f), MUSTER_OK);
+  assert_int_equal(ready, 8);
+}
+
 int main(void) {
   log_set_level(LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -317,6 +406,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_closed_sessions_are_forgotten, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_queue_delete_closes_within_a_chunk, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_bulk_writers_skip_what_is_left, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_ready_count_past_what_is_left, fixture_setup,
                                       fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
