@@ -397,6 +397,53 @@ static void test_ready_count_past_what_is_left(void **unused) {
   assert_int_equal(ready, 8);
 }
 
+#define LIST_MAX 8
+
+/* The tasks of `queue` in `state` (-1: all) that pages of 10 list, into
+ * ids[LIST_MAX] (*n); returns the number of pages. */
+static int list_all(const char *queue, int state, int64_t *ids, size_t *n) {
+  int pages = 0;
+  *n = 0;
+  for (int64_t after = 0; after >= 0; pages++) {
+    fail_t f = {0};
+    json_t *page = task_list_as(st, queue, state, after, 10, true, &f);
+    assert_non_null(page);
+    const json_t *tasks = json_object_get(page, "tasks");
+    for (size_t i = 0; i < json_array_size(tasks); i++) {
+      assert_true(*n < LIST_MAX);
+      ids[(*n)++] = jint(json_array_get(tasks, i), "id");
+    }
+    const json_t *next = json_object_get(page, "next");
+    after = json_is_integer(next) ? json_integer_value(next) : -1;
+    json_decref(page);
+  }
+  return pages;
+}
+
+/* Listings skip what a closed session left, a bounded number of them per
+ * page (10000, task.c): a page past that many ends early with a `next`. */
+static void test_listings_skip_what_is_left(void **unused) {
+  (void)unused;
+  make_queue("q", "{}");
+  int64_t before = put_one("q", 0);
+  char id[SESSION_ID_LEN + 1];
+  open_session("q", 60000, id);
+  submit_many(id, QUEUE_CHUNK + 10000 + 5);
+  fail_t f = {0};
+  json_t *r = session_close(st, id, "by its client", &f);
+  assert_non_null(r);
+  json_decref(r);
+  int64_t after = put_one("q", 0), ids[LIST_MAX];
+  size_t n = 0;
+  assert_int_equal(list_all("q", -1, ids, &n), 2);
+  assert_int_equal(n, 2);
+  assert_int_equal(ids[0], before);
+  assert_int_equal(ids[1], after);
+  assert_int_equal(list_all("q", TASK_QUEUED, ids, &n), 2);
+  assert_int_equal(n, 2);
+  assert_int_equal(ids[1], after);
+}
+
 int main(void) {
   log_set_level(LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -410,6 +457,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_bulk_writers_skip_what_is_left, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_ready_count_past_what_is_left, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_listings_skip_what_is_left, fixture_setup,
                                       fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
