@@ -288,7 +288,7 @@ json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f) {
 bool session_any_due(store_t *st, int64_t now) {
   return store_due(st,
                    "SELECT 1 FROM sessions WHERE state = 0 AND cleanup_on_exit = 1"
-                   " AND last_seen_ms + timeout_ms <= ?1 AND ?2 + timeout_ms <= ?1 LIMIT 1",
+                   " AND" STORE_SILENT_SQL " LIMIT 1",
                    now) ||
          store_due(st, "SELECT 1 FROM sessions WHERE state = 1 AND last_seen_ms <= ?1 LIMIT 1",
                    now - SESSION_KEEP_CLOSED_MS);
@@ -313,8 +313,7 @@ static int session_forget_closed(store_t *st, int64_t now) {
 
 int64_t session_expire_due(store_t *st, int64_t now, session_busy_fn busy, void *arg) {
   sqlite3_stmt *s = store_stmt(st, "SELECT id, timeout_ms FROM sessions WHERE state = 0"
-                                   " AND cleanup_on_exit = 1 AND last_seen_ms + timeout_ms <= ?1"
-                                   " AND ?2 + timeout_ms <= ?1 LIMIT 64");
+                                   " AND cleanup_on_exit = 1 AND" STORE_SILENT_SQL " LIMIT 64");
   if (s == NULL)
     return -1;
   char ids[64][SESSION_ID_LEN + 1];
