@@ -464,7 +464,7 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
 
 /* The listing statement for tasks of `queue` in `state` (-1: all), by
  * ascending id from ?2, ?3 rows, the state in ?4 where the text names it.
- * No index covers (queue, state, id) any more (store.c, migration 7: it was
+ * No index covers (queue, state, id) any more (store_schema.c, migration 7: it was
  * rewritten at every state change), so each state reads through the index
  * that keeps a page cheap:
  *   all, done   tasks_by_queue from `after` on; done tasks are the bulk of a
