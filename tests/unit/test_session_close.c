@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/counts.h"
 #include "server/lease.h"
@@ -444,6 +445,44 @@ static void test_listings_skip_what_is_left(void **unused) {
   assert_int_equal(ids[1], after);
 }
 
+/* A store whose sessions were closed before a close took its leftovers out
+ * of the counts (schema version 18): the migration takes them out, those up
+ * to each session's horizon only. */
+static void test_migration_takes_left_tasks_out(void **unused) {
+  (void)unused;
+  char dir[] = "/tmp/muster-test-session-close.XXXXXX", path[80];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/muster.db", dir);
+  fail_t f = {0};
+  st = store_open(&(store_opts_t){.path = path, .schema_version = 18}, &f);
+  assert_non_null(st);
+  sqlite3 *db = store_db(st);
+  /* Session s: ids 1 to 3 queued, 4 and 5 done, all left behind (horizon 5);
+   * 6 plain, 7 of s but put after its close; all of them in the counts. */
+  exec_sql(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 7)"
+               " INSERT INTO tasks(id, queue, state, priority, run_at_ms, payload, created_ms,"
+               " updated_ms, session, idx) SELECT i, 'q', CASE WHEN i IN (4, 5) THEN 2 ELSE 0"
+               " END, 0, 0, 'null', 0, 0, CASE WHEN i = 6 THEN NULL ELSE 's' END, i FROM n");
+  exec_sql(db, "INSERT INTO queue_counts(queue, state, n) VALUES('q', 0, 5), ('q', 2, 2),"
+               " ('other', 0, 4)");
+  exec_sql(db, "INSERT INTO session_trash(session, horizon, closed_ms) VALUES('s', 5, 0)");
+  store_close(st);
+
+  st = store_open(&(store_opts_t){.path = path}, &f);
+  assert_non_null(st);
+  db = store_db(st);
+  assert_int_equal(query_int(db, "SELECT n FROM queue_counts WHERE queue = 'q' AND state = 0"), 2);
+  assert_int_equal(query_int(db, "SELECT n FROM queue_counts WHERE queue = 'q' AND state = 2"), 0);
+  assert_int_equal(query_int(db, "SELECT n FROM queue_counts WHERE queue = 'other'"), 4);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK); /* as fixture_close expects */
+  fixture_close();
+  unlink(path);
+  char wal[96];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  unlink(wal);
+  rmdir(dir);
+}
+
 int main(void) {
   log_set_level(LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -460,6 +499,7 @@ int main(void) {
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_listings_skip_what_is_left, fixture_setup,
                                       fixture_teardown),
+      cmocka_unit_test(test_migration_takes_left_tasks_out),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
