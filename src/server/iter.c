@@ -5,7 +5,7 @@
  * iter_status.c, leasing and acknowledging blocks in iter_lease.c, plans and
  * layouts in iter_layout.c.
  *
- * Tables (store.c, migration 2): `iterations` (one row each: configuration,
+ * Tables (store_schema.c, migration 2): `iterations` (one row each: configuration,
  * settings, current epoch, blocks done in it, resume state), `iter_ranks`
  * (world_size rows: state, heartbeat deadline, counters), `iter_blocks`
  * (per epoch, the blocks that were ever leased: pending, leased or done) and

@@ -625,7 +625,7 @@ int64_t lease_expire_due(store_t *st, int64_t now, int64_t limit) {
 
 /* Ends every lease of `worker`: lapsed with `reason` as the error (the attempt
  * counts) or, when `reason` is NULL, released.  The worker's leases are found
- * by a scan of tasks_leased, all leases of all workers (store.c, migration 8:
+ * by a scan of tasks_leased, all leases of all workers (store_schema.c, migration 8:
  * no index by worker is written in every task's cycle for this rare call);
  * the index carries the worker, so the scan reads no row. */
 static int64_t lease_end_worker_why(store_t *st, int64_t worker, const char *reason) {

@@ -21,6 +21,7 @@
 #include "lease_internal.h"
 #include "log.h"
 #include "metrics.h"
+#include "session.h"
 #include "task.h"
 #include "worker.h"
 
@@ -364,8 +365,15 @@ static json_t *op_extend(store_t *st, const json_t *elem, const lease_held_t *h,
 static muster_err_t lease_reopen_parent(store_t *st, int64_t parent, bool *reopened, fail_t *f) {
   /* Its state before, for the counts: usually done, but an operator may have
    * moved it since. */
-  sqlite3_stmt *s = store_stmt(st, "SELECT state, queue FROM tasks WHERE id = ?1"
-                                   " AND EXISTS (SELECT 1 FROM queues WHERE name = tasks.queue)");
+  /* One that a closed session left to the background deletion is gone too
+   * (session_close.c): out of the counts already. */
+  sqlite3_stmt *s =
+      store_sessions_closing(st)
+          ? store_stmt(st, "SELECT state, queue FROM tasks WHERE id = ?1"
+                           " AND EXISTS (SELECT 1 FROM queues WHERE name = tasks.queue)"
+                           " AND NOT " SESSION_CLOSING_TASKS_SQL)
+          : store_stmt(st, "SELECT state, queue FROM tasks WHERE id = ?1"
+                           " AND EXISTS (SELECT 1 FROM queues WHERE name = tasks.queue)");
   *reopened = false;
   if (s == NULL)
     return store_fail(st, f, "re-open parent");

@@ -206,10 +206,14 @@ json_t *queue_to_json(store_t *st, const queue_t *q) {
                    "created_ms", (json_int_t)q->created_ms, "counts", counts);
 }
 
+/* The kept counts leave out a closed session's tasks waiting for their
+ * deletion (session_close.c), so those looked at are not "seen" either. */
 #define QUEUE_READY_CLOSING_SQL                                                                    \
-  "SELECT count(*), coalesce(sum(w.run_at_ms <= ?2 AND NOT " SESSION_CLOSING_W_SQL "), 0)"         \
-  " FROM (SELECT id, session, run_at_ms FROM tasks INDEXED BY tasks_ready"                         \
-  " WHERE queue = ?1 AND state = 0 ORDER BY priority DESC, id LIMIT ?3) AS w"
+  "SELECT coalesce(sum(NOT w.closing), 0), coalesce(sum(w.run_at_ms <= ?2 AND NOT w.closing), 0)"  \
+  " FROM (SELECT run_at_ms, " SESSION_CLOSING_SQL(                                                 \
+      "tasks") " AS closing"                                                                       \
+               " FROM tasks INDEXED BY tasks_ready"                                                \
+               " WHERE queue = ?1 AND state = 0 ORDER BY priority DESC, id LIMIT ?3) AS w"
 
 /* The count of tasks leasable now is not kept with the others: time alone
  * makes a delayed task leasable, with no write to count it at, and an index
@@ -321,7 +325,12 @@ muster_err_t queue_delete(store_t *st, const char *name, int64_t *tasks, int64_t
   *tasks = 0;
   for (int state = 0; state < TASK_STATE_COUNT; state++)
     *tasks += by_state[state];
+  /* The tasks a closed session left behind are out of the counts, not yet
+   * out of the table: when the queue has some, its deletion goes to the
+   * trash too, whose chunks take them with the rest. */
   *pending = *tasks > QUEUE_CHUNK;
+  if (!*pending && session_left_in_queue(st, name, pending, f))
+    return f->code;
   if (*pending)
     return queue_trash_put(st, name, *tasks, sessions, f);
   store_note_tasks_deleted(st);
@@ -347,13 +356,19 @@ muster_err_t queue_purge(store_t *st, const char *name, int64_t *purged, fail_t 
   return MUSTER_OK;
 }
 
+#define QUEUE_REQUEUE_SQL                                                                          \
+  "UPDATE tasks INDEXED BY tasks_failed SET state = 0, attempts = 0, flags = 0,"                   \
+  " run_at_ms = ?2, updated_ms = ?2, error = NULL WHERE queue = ?1 AND state = ?3 AND state >= 3"
+
 muster_err_t queue_requeue(store_t *st, const char *name, int64_t *requeued, fail_t *f) {
   queue_t q;
   if (queue_load(st, name, &q, f))
     return f->code;
-  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks INDEXED BY tasks_failed SET state = 0,"
-                                   " attempts = 0, flags = 0, run_at_ms = ?2, updated_ms = ?2,"
-                                   " error = NULL WHERE queue = ?1 AND state = ?3 AND state >= 3");
+  /* Not the tasks a closed session left to the background deletion: they
+   * are out of the counts and gone for clients (session_close.c). */
+  sqlite3_stmt *s = store_sessions_closing(st)
+                        ? store_stmt(st, QUEUE_REQUEUE_SQL " AND NOT " SESSION_CLOSING_TASKS_SQL)
+                        : store_stmt(st, QUEUE_REQUEUE_SQL);
   if (s == NULL)
     return store_fail(st, f, "requeue");
   /* One state at a time, so that the rows each changed are its count. */

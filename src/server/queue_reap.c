@@ -189,12 +189,19 @@ static muster_err_t purge_sessions(store_t *st, const char *name, const purge_ta
 
 /* The ids of up to `max` queued tasks of `name` up to `horizon` into
  * ids[] (*n of them), with the tallies of their sessions.  Through the
- * queue's queued tasks only (tasks_ready), not all of its tasks. */
+ * queue's queued tasks only (tasks_ready), not all of its tasks.  Tasks that
+ * a closed session left to the background deletion go too, but they are
+ * out of the counts and gone for clients already (session_close.c): only
+ * the others are tallied and counted in *counted. */
 static muster_err_t purge_collect(store_t *st, const char *name, int64_t horizon, int64_t max,
-                                  int64_t *ids, size_t *n, purge_tally_t *tally, size_t *ntally,
-                                  fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT id, session FROM tasks INDEXED BY tasks_ready"
-                                   " WHERE queue = ?1 AND state = 0 AND id <= ?2 LIMIT ?3");
+                                  int64_t *ids, size_t *n, size_t *counted, purge_tally_t *tally,
+                                  size_t *ntally, fail_t *f) {
+  sqlite3_stmt *s = store_sessions_closing(st)
+                        ? store_stmt(st, "SELECT id, session, " SESSION_CLOSING_TASKS_SQL
+                                         " FROM tasks INDEXED BY tasks_ready"
+                                         " WHERE queue = ?1 AND state = 0 AND id <= ?2 LIMIT ?3")
+                        : store_stmt(st, "SELECT id, session, 0 FROM tasks INDEXED BY tasks_ready"
+                                         " WHERE queue = ?1 AND state = 0 AND id <= ?2 LIMIT ?3");
   if (s == NULL)
     return store_fail(st, f, "purge");
   store_bind_text(s, 1, name);
@@ -203,6 +210,9 @@ static muster_err_t purge_collect(store_t *st, const char *name, int64_t horizon
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     ids[(*n)++] = sqlite3_column_int64(s, 0);
+    if (sqlite3_column_int(s, 2))
+      continue; /* a closed session's, left behind */
+    (*counted)++;
     if (sqlite3_column_type(s, 1) != SQLITE_NULL)
       purge_tally_add(tally, ntally, (const char *)sqlite3_column_text(s, 1));
   }
@@ -233,20 +243,20 @@ muster_err_t queue_purge_chunk(store_t *st, const char *name, int64_t horizon, i
     return f->code;
   int64_t *ids = malloc((size_t)max * sizeof *ids);
   purge_tally_t *tally = malloc((size_t)max * sizeof *tally);
-  size_t n = 0, ntally = 0;
+  size_t n = 0, counted = 0, ntally = 0;
   muster_err_t err = MUSTER_OK;
   if (ids == NULL || tally == NULL)
     err = fail_set(f, MUSTER_NOMEM, "out of memory");
   if (!err)
-    err = purge_collect(st, name, horizon, max, ids, &n, tally, &ntally, f);
+    err = purge_collect(st, name, horizon, max, ids, &n, &counted, tally, &ntally, f);
   if (!err)
     err = purge_sessions(st, name, tally, ntally, f);
   if (!err)
     err = queue_delete_ids(st, ids, n, "purge", f);
   if (!err)
-    err = counts_move(st, name, TASK_QUEUED, COUNTS_NONE, (int64_t)n, f);
+    err = counts_move(st, name, TASK_QUEUED, COUNTS_NONE, (int64_t)counted, f);
   if (!err) {
-    *purged = (int64_t)n;
+    *purged = (int64_t)counted;
     *finished = (int64_t)n < max;
   }
   free(ids);

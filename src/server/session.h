@@ -96,8 +96,8 @@ json_t *session_results(store_t *st, const char *id, session_order_t order, int6
  * Returns {"id", "cancelled", "deleted"} or NULL with *f filled.
  * At most QUEUE_CHUNK (queue.h) tasks are deleted here: a session with more
  * goes to session_trash (below), its leased tasks deleted now and the
- * others left to session_trash_step, and the reply's counts are then the
- * session's own (its pending and total tasks) instead of rows counted. */
+ * others left to session_trash_step, taken out of their queues' counts now
+ * (the reply counts them too). */
 json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f);
 
 /* Closes every open session streaming from queue `queue` (session_close), as
@@ -110,7 +110,7 @@ muster_err_t session_close_queue(store_t *st, const char *queue, int64_t *closed
 
 /* SQL: true when the task row named `t` (its `id` and `session`) is one that
  * a closed session left to the background deletion (session_trash): no
- * lease, ready count or read by id sees such a task.  Only where
+ * lease, count, listing or read by id sees such a task.  Only where
  * store_sessions_closing says rows may be there: a store migrated only so
  * far (tests) has no session_trash. */
 #define SESSION_CLOSING_SQL(t)                                                                     \
@@ -120,12 +120,17 @@ muster_err_t session_close_queue(store_t *st, const char *queue, int64_t *closed
 #define SESSION_CLOSING_TASKS_SQL SESSION_CLOSING_SQL("tasks")
 #define SESSION_CLOSING_W_SQL SESSION_CLOSING_SQL("w")
 
+/* *any: queue `name` holds tasks that a closed session left to the
+ * background deletion (out of its counts already).  One seek per session in
+ * session_trash; false at once when store_sessions_closing is. */
+muster_err_t session_left_in_queue(store_t *st, const char *name, bool *any, fail_t *f);
+
 /* Copies the id of a session in session_trash to `id` ("" when none).  When
  * none is there and no transaction is open, store_sessions_closing is
  * cleared (store.h says why only then). */
 muster_err_t session_trash_first(store_t *st, char id[SESSION_ID_LEN + 1], fail_t *f);
 /* One chunk of the deletion of what closed session `id` left: up to `max`
- * of its tasks (*deleted of them), their counts moved, or once none is left
+ * of its tasks (*deleted of them; out of the counts since the close), or once none is left
  * up to the rest of `max` of its results; once neither is left (*finished)
  * its session_trash row goes too.  Queues whose queued tasks went are
  * notified (store_notify_ready): leases parked behind them may reach ready

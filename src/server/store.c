@@ -1,17 +1,20 @@
 /*
- * store.c — SQLite connection, running the numbered migrations (their text
- * is in store_schema.c), group commit and the prepared-statement cache.
+ * store.c — SQLite connection, the running of the numbered migrations
+ * (store_schema.c holds them), group commit and the prepared-statement
+ * cache.
  *
  * The workload is many small writes from one thread: WAL mode with one
  * long-lived connection, statements prepared once and reused, and one commit
  * (one fsync with synchronous=FULL) per event-loop turn however many requests
  * the turn handled.  Schema changes are migrations numbered by their index in
- * `store_migrations`; PRAGMA user_version records how many ran.
+ * `store_migrations` (store_schema.c); PRAGMA user_version records how many
+ * ran.
  */
 #include "store.h"
 #include "counts.h"
 #include "log.h"
 #include "metrics.h"
+#include "store_schema.h"
 #include "walvfs.h"
 
 #include <pthread.h>
@@ -19,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MIGRATION_COUNT ((int)store_migration_count)
 #define STORE_STMT_CACHE 256
 #define STORE_TOKEN_BLOCK 4096 /* tokens reserved per write of their floor */
 
@@ -57,6 +59,8 @@ struct store {
   int64_t full_logged_ms; /* when a full disk was last logged; 0: never */
   uint64_t full_unlogged; /* failures for a full disk since, not logged */
 };
+
+#define MIGRATION_COUNT store_migration_count
 
 /* True when the failure SQLite just reported came from a full disk: SQLite
  * says so itself (SQLITE_FULL), or a WAL write failed for want of room, which

@@ -71,10 +71,11 @@ muster_err_t store_step_done(store_t *st, sqlite3_stmt *stmt, fail_t *f);
  * store_opened_ms, returns a row; true also when it cannot be prepared, so
  * that the sweep runs and says what failed. */
 bool store_due(store_t *st, const char *sql, int64_t now);
-/* The schema's migrations (store_schema.c): migration N brings PRAGMA
- * user_version from N to N+1. */
-extern const char *const store_migrations[];
-extern const size_t store_migration_count;
+/* SQL: the row (a worker, node or session) has been silent for its
+ * timeout_ms at ?1 (now), the head's downtime not counted: its timeout runs
+ * from ?2 (store_opened_ms) at the earliest.  For a sweep's store_due check
+ * and its expiry query alike, so that the two agree. */
+#define STORE_SILENT_SQL " last_seen_ms + timeout_ms <= ?1 AND ?2 + timeout_ms <= ?1"
 /* Reports a SQLite failure as MUSTER_STORE with the engine's message. */
 muster_err_t store_fail(store_t *st, fail_t *f, const char *what);
 sqlite3 *store_db(store_t *st);

@@ -1,16 +1,18 @@
 /*
- * store_schema.c — the store's schema, as the numbered migrations that build
- * it (store.c runs them).
+ * store_schema.c — the schema of the head's store, as the migrations that
+ * build it in order: migration N brings PRAGMA user_version from N to N + 1
+ * (store.c runs those a file has not seen, each in its own transaction).
  *
- * Migration N brings PRAGMA user_version from N to N+1, in its own
- * transaction.  A released migration is never edited: a data file made by an
- * older muster runs only the ones after its version, so a change to the
- * schema is always a new migration at the end.  Each carries a comment on why
- * the table or index is shaped as it is, for the workload it serves.
+ * A migration is never edited once released: a store made by it is out
+ * there.  A change to the schema is a new migration at the end, whose
+ * comment says what changed and why, so that this file reads as the
+ * schema's history; the tables' own contracts live in the files that own
+ * them (named in each comment).
  */
-#include "store.h"
+#include "store_schema.h"
 
-/* Migration N brings user_version from N to N+1.  Never edit a released one. */
+#include <stddef.h>
+
 const char *const store_migrations[] = {
     "CREATE TABLE queues ("
     "  name TEXT PRIMARY KEY, lease_ms INTEGER NOT NULL, max_attempts INTEGER NOT NULL,"
@@ -247,6 +249,13 @@ const char *const store_migrations[] = {
     "CREATE TABLE session_trash ("
     "  session TEXT PRIMARY KEY, horizon INTEGER NOT NULL, closed_ms INTEGER NOT NULL,"
     "  deleted INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;",
+    /* A close now takes the tasks it leaves in session_trash out of their
+     * queues' counts at once, and the background deletion moves no counts
+     * (session_close.c): those of the sessions closed before do that here. */
+    "UPDATE queue_counts SET n = n - (SELECT count(*) FROM session_trash AS c"
+    "  JOIN tasks AS t INDEXED BY tasks_by_session ON t.session = c.session"
+    "  AND t.queue = queue_counts.queue WHERE t.id <= c.horizon AND t.state = queue_counts.state)"
+    "  WHERE EXISTS (SELECT 1 FROM session_trash);",
 };
 
-const size_t store_migration_count = sizeof store_migrations / sizeof store_migrations[0];
+const int store_migration_count = (int)(sizeof store_migrations / sizeof store_migrations[0]);

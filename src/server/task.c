@@ -464,7 +464,7 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
 
 /* The listing statement for tasks of `queue` in `state` (-1: all), by
  * ascending id from ?2, ?3 rows, the state in ?4 where the text names it.
- * No index covers (queue, state, id) any more (store.c, migration 7: it was
+ * No index covers (queue, state, id) any more (store_schema.c, migration 7: it was
  * rewritten at every state change), so each state reads through the index
  * that keeps a page cheap:
  *   all, done   tasks_by_queue from `after` on; done tasks are the bulk of a
@@ -476,30 +476,51 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
  *   failed, dead, cancelled   tasks_failed (written only on those states).
  * INDEXED BY says which: without statistics the planner takes tasks_by_queue
  * for any `queue = ?`, which for a rare state scans the whole queue. */
+/* The listing statements: all, leased, failed or later, queued through
+ * tasks_ready, queued or done through tasks_by_queue; each with a last
+ * column that says whether a closed session left the row to the background
+ * deletion (0 while store_sessions_closing is false: none can be). */
+#define TASK_LIST_SQL(closing)                                                                     \
+  {                                                                                                \
+    "SELECT " TASK_COLUMNS ", " closing " FROM tasks INDEXED BY tasks_by_queue"                    \
+    " WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3",                                          \
+        "SELECT " TASK_COLUMNS ", " closing " FROM tasks INDEXED BY tasks_leased"                  \
+        " WHERE state = 1 AND queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3",                        \
+        "SELECT " TASK_COLUMNS ", " closing " FROM tasks INDEXED BY tasks_failed"                  \
+        " WHERE queue = ?1 AND id > ?2 AND state = ?4 AND state >= 3 ORDER BY id LIMIT ?3",        \
+        "SELECT " TASK_COLUMNS ", " closing " FROM tasks INDEXED BY tasks_ready"                   \
+        " WHERE queue = ?1 AND state = 0 AND id > ?2 ORDER BY id LIMIT ?3",                        \
+        "SELECT " TASK_COLUMNS ", " closing " FROM tasks INDEXED BY tasks_by_queue"                \
+        " WHERE queue = ?1 AND id > ?2 AND state = ?4 ORDER BY id LIMIT ?3"                        \
+  }
+static const char *const task_list_sql[2][5] = {TASK_LIST_SQL("0"),
+                                                TASK_LIST_SQL(SESSION_CLOSING_TASKS_SQL)};
+#define TASK_LIST_CLOSING_COLUMN 19
+/* The most tasks left by closed sessions that a page reads past (each an
+ * index seek into session_trash): a few milliseconds. */
+#define TASK_LIST_SKIP 10000
+
 static sqlite3_stmt *task_list_stmt(store_t *st, const char *queue, int state) {
+  const char *const *sql = task_list_sql[store_sessions_closing(st)];
   if (state < 0)
-    return store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks INDEXED BY tasks_by_queue"
-                          " WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3");
+    return store_stmt(st, sql[0]);
   if (state == TASK_LEASED)
-    return store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks INDEXED BY tasks_leased"
-                          " WHERE state = 1 AND queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3");
+    return store_stmt(st, sql[1]);
   if (state >= TASK_FAILED)
-    return store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks INDEXED BY tasks_failed"
-                          " WHERE queue = ?1 AND id > ?2 AND state = ?4 AND state >= 3"
-                          " ORDER BY id LIMIT ?3");
+    return store_stmt(st, sql[2]);
+  /* Queued tasks that a closed session left are out of the counts but in
+   * tasks_ready, which would then sort them all: when the queue holds some,
+   * tasks_by_queue reads past a bounded number of them instead. */
   int64_t by_state[TASK_STATE_COUNT], total = 0;
   fail_t ignored = {0};
-  bool sparse = false;
-  if (state == TASK_QUEUED && counts_read(st, queue, by_state, &ignored) == MUSTER_OK) {
+  bool sparse = false, left = false;
+  if (state == TASK_QUEUED && session_left_in_queue(st, queue, &left, &ignored) == MUSTER_OK &&
+      !left && counts_read(st, queue, by_state, &ignored) == MUSTER_OK) {
     for (int i = 0; i < TASK_STATE_COUNT; i++)
       total += by_state[i];
     sparse = by_state[TASK_QUEUED] * 2 <= total;
   }
-  if (sparse)
-    return store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks INDEXED BY tasks_ready"
-                          " WHERE queue = ?1 AND state = 0 AND id > ?2 ORDER BY id LIMIT ?3");
-  return store_stmt(st, "SELECT " TASK_COLUMNS " FROM tasks INDEXED BY tasks_by_queue"
-                        " WHERE queue = ?1 AND id > ?2 AND state = ?4 ORDER BY id LIMIT ?3");
+  return store_stmt(st, sparse ? sql[3] : sql[4]);
 }
 
 json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
@@ -509,21 +530,27 @@ json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, i
     store_fail(st, f, "task list");
     return NULL;
   }
+  /* A closed session's tasks waiting for their deletion are skipped, at
+   * most TASK_LIST_SKIP of them a page: a page that skipped that many ends
+   * there, short or empty, with a `next` past them. */
   store_bind_text(s, 1, queue);
   sqlite3_bind_int64(s, 2, after);
-  sqlite3_bind_int64(s, 3, limit + 1); /* one more tells whether a next page exists */
+  sqlite3_bind_int64(s, 3, limit + 1 + TASK_LIST_SKIP); /* one more: is there a next page? */
   if (sqlite3_bind_parameter_count(s) >= 4)
     sqlite3_bind_int(s, 4, state);
   json_t *tasks = json_array();
-  int64_t last = 0;
+  int64_t last = 0, skipped = 0;
   bool more = false;
   while (sqlite3_step(s) == SQLITE_ROW) {
-    if ((int64_t)json_array_size(tasks) == limit) {
+    if ((int64_t)json_array_size(tasks) == limit || skipped == TASK_LIST_SKIP) {
       more = true;
       break;
     }
     last = sqlite3_column_int64(s, 0);
-    json_array_append_new(tasks, task_from_row(s, brief));
+    if (sqlite3_column_int(s, TASK_LIST_CLOSING_COLUMN))
+      skipped++;
+    else
+      json_array_append_new(tasks, task_from_row(s, brief));
   }
   store_reset(s);
   return json_pack("{s:o, s:o}", "tasks", tasks, "next", more ? json_integer(last) : json_null());

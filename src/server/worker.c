@@ -301,9 +301,8 @@ json_t *worker_leaderboard(store_t *st, fail_t *f) {
 }
 
 int64_t worker_expire_due(store_t *st, int64_t now) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT id FROM workers WHERE state = 0"
-                                   " AND last_seen_ms + timeout_ms <= ?1"
-                                   " AND ?2 + timeout_ms <= ?1 LIMIT 256");
+  sqlite3_stmt *s =
+      store_stmt(st, "SELECT id FROM workers WHERE state = 0 AND" STORE_SILENT_SQL " LIMIT 256");
   if (s == NULL)
     return -1;
   int64_t ids[256];
@@ -324,8 +323,6 @@ int64_t worker_expire_due(store_t *st, int64_t now) {
 }
 
 bool worker_any_due(store_t *st, int64_t now) {
-  return store_due(st,
-                   "SELECT 1 FROM workers WHERE state = 0 AND last_seen_ms + timeout_ms <= ?1"
-                   " AND ?2 + timeout_ms <= ?1 LIMIT 1",
+  return store_due(st, "SELECT 1 FROM workers WHERE state = 0 AND" STORE_SILENT_SQL " LIMIT 1",
                    now);
 }

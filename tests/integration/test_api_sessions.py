@@ -779,6 +779,16 @@ class SessionBigCloseTest(SessionCase):
         self.assertEqual(self.store_count(
             "SELECT count(*) FROM session_trash WHERE session = ?", sid), 1)
         self.head.start()
+        # Out of the queue's counts at the reply, which the kill kept.
+        self.assert_counts(queued=1)
+        # Listings skip them, a bounded number a page (a page may come back empty
+        # with a `next` past those it skipped).
+        listed, cursor = [], 0
+        while cursor is not None:
+            page = self.expect("GET", "/v1/queues/%s/tasks?limit=1000&after=%d" % (self.q, cursor))
+            listed += [t["id"] for t in page["tasks"]]
+            cursor = page["next"]
+        self.assertEqual(listed, [after])
         # Closed for good, and none of its tasks is leased: the lease waits for the
         # background deletion to reach the task behind them.
         r = self.expect_error("GET", "/v1/sessions/" + sid, None, 404, "session_not_found")

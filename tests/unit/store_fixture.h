@@ -86,7 +86,7 @@ static inline int64_t jint(const json_t *obj, const char *key) {
   return json_integer_value(json_object_get(obj, key));
 }
 
-/* The schema version that gave queues their retention columns (store.c).
+/* The schema version that gave queues their retention columns (store_schema.c).
  * Tests that build a store at an older version, to upgrade it, make and read
  * its queues with the columns it had: queue_put and queue_load name the
  * newer ones. */

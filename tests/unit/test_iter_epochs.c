@@ -24,7 +24,7 @@
 #include "store_fixture.h"
 #include "sql_helpers.h"
 
-/* The schema version before iter_blocks had an epoch (store.c). */
+/* The schema version before iter_blocks had an epoch (store_schema.c). */
 #define VERSION_BEFORE_EPOCH_ROWS 14
 
 /* 4 blocks of 5 samples, one rank, epochs without end. */

@@ -507,7 +507,7 @@ static void test_worker_leases_after_upgrade(void **unused) {
   rmdir(dir);
 }
 
-/* The schema version before tasks.ended_token and ended_as (store.c). */
+/* The schema version before tasks.ended_token and ended_as (store_schema.c). */
 #define VERSION_BEFORE_ENDS 12
 
 /* The token of the only lease of a one-task lease of `queue`. */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/counts.h"
 #include "server/lease.h"
@@ -101,17 +102,35 @@ static void complete_all(const json_t *leases) {
   json_decref(body);
 }
 
-/* The kept counts of `queue` equal a count of its tasks, state by state. */
+/* The kept counts of `queue` equal a count of its tasks, state by state,
+ * but those that a closed session left to the background deletion: they
+ * are out of the counts from the close's reply on. */
 static void assert_counts_exact(const char *queue) {
   int64_t kept[TASK_STATE_COUNT];
   fail_t f = {0};
   assert_int_equal(counts_read(st, queue, kept, &f), MUSTER_OK);
   for (int state = 0; state < TASK_STATE_COUNT; state++) {
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM tasks WHERE queue = '%s' AND state = %d", queue,
-             state);
+    char sql[320];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM tasks AS t WHERE queue = '%s' AND state = %d AND NOT EXISTS"
+             " (SELECT 1 FROM session_trash AS c WHERE c.session = t.session"
+             " AND t.id <= c.horizon)",
+             queue, state);
     assert_int_equal(kept[state], query_int(store_db(st), sql));
   }
+}
+
+/* Fails lease `l` for good: its task becomes failed. */
+static void fail_for_good(const json_t *l) {
+  json_t *body =
+      json_pack("{s:[{s:I, s:I, s:s, s:b}]}", "leases", "task", (json_int_t)jint(l, "task"),
+                "token", (json_int_t)jint(l, "token"), "error", "no", "permanent", 1);
+  fail_t f = {0};
+  json_t *out = lease_apply(st, LEASE_FAIL, body, 1 << 20, &f);
+  if (out == NULL)
+    fail_msg("fail: %s", f.message);
+  json_decref(out);
+  json_decref(body);
 }
 
 /* Runs reaper turns (session_trash_step) until session `id` is finished;
@@ -128,7 +147,8 @@ static int reaper_turns(const char *id) {
   return turns;
 }
 
-/* A session of 3.5 chunks, three tasks leased and one completed, between a
+/* A session of 3.5 chunks, three tasks leased, one completed and one failed
+ * then requeued (the session's counters still count it failed), between a
  * plain task put before it and one put after it. */
 static void test_big_close_goes_in_chunks(void **unused) {
   (void)unused;
@@ -139,24 +159,36 @@ static void test_big_close_goes_in_chunks(void **unused) {
   const int64_t n = 3 * QUEUE_CHUNK + QUEUE_CHUNK / 2;
   submit_many(id, n);
   int64_t after = put_one("q", 0);
-  json_t *leases = fixture_lease("q", 4); /* `before` and three of the session's */
+  json_t *leases = fixture_lease("q", 5); /* `before` and four of the session's */
   json_t *first = json_array();
   json_array_append(first, json_array_get(leases, 1));
   complete_all(first);
   json_decref(first);
+  fail_for_good(json_array_get(leases, 4));
+  fail_t f = {0};
+  json_t *requeued = task_requeue(st, jint(json_array_get(leases, 4), "task"), &f);
+  assert_non_null(requeued);
+  json_decref(requeued);
   int64_t leased = jint(json_array_get(leases, 3), "task");
   json_decref(leases);
 
   /* The close deletes one chunk: one run of the chunk's statement. */
   int chunk_runs = stmt_runs(CHUNK_SQL);
-  fail_t f = {0};
   json_t *r = session_close(st, id, "by its client", &f);
   assert_non_null(r);
   assert_int_equal(stmt_runs(CHUNK_SQL) - chunk_runs, 1);
   assert_int_equal(session_tasks(id), n - QUEUE_CHUNK);
-  /* Its counts are the session's: pending and total. */
+  /* Its counts are exact: every task but the completed one was unfinished,
+   * the requeued one included. */
   assert_int_equal(jint(r, "cancelled"), n - 1);
   assert_int_equal(jint(r, "deleted"), n);
+  /* The queue's counts hold none of the session's tasks any more: only
+   * `before` (leased) and `after` (queued). */
+  int64_t kept[TASK_STATE_COUNT];
+  assert_int_equal(counts_read(st, "q", kept, &f), MUSTER_OK);
+  assert_int_equal(kept[TASK_QUEUED], 1);
+  assert_int_equal(kept[TASK_LEASED], 1);
+  assert_int_equal(kept[TASK_DONE] + kept[TASK_FAILED] + kept[TASK_DEAD], 0);
   json_decref(r);
   assert_int_equal(rows("session_trash", "session", id), 1);
   assert_true(store_sessions_closing(st));
@@ -308,6 +340,149 @@ static void test_queue_delete_closes_within_a_chunk(void **unused) {
   assert_int_equal(rows("tasks", "queue", "a"), 0);
 }
 
+/* What a big close leaves behind is out of the counts, and the writers that
+ * take a queue's tasks in bulk keep it so: a requeue leaves a failed one
+ * failed, a purge deletes queued ones without counting them, a deletion of
+ * the queue goes to the trash, whose chunks take them. */
+static void test_bulk_writers_skip_what_is_left(void **unused) {
+  (void)unused;
+  make_queue("q", "{}");
+  char id[SESSION_ID_LEN + 1];
+  open_session("q", 60000, id);
+  submit_many(id, 2 * QUEUE_CHUNK);
+  int64_t last = query_int(store_db(st), "SELECT max(id) FROM tasks");
+  char sql[96];
+  snprintf(sql, sizeof sql, "UPDATE tasks SET state = 3 WHERE id = %lld", (long long)last);
+  assert_int_equal(sqlite3_exec(store_db(st), sql, NULL, NULL, NULL), SQLITE_OK);
+  fail_t f = {0};
+  assert_int_equal(counts_move(st, "q", TASK_QUEUED, TASK_FAILED, 1, &f), MUSTER_OK);
+  json_t *r = session_close(st, id, "by its client", &f);
+  assert_non_null(r);
+  json_decref(r);
+  put_one("q", 0);
+  assert_counts_exact("q");
+
+  int64_t n = -1;
+  assert_int_equal(queue_requeue(st, "q", &n, &f), MUSTER_OK);
+  assert_int_equal(n, 0);
+  assert_counts_exact("q");
+  assert_int_equal(queue_purge(st, "q", &n, &f), MUSTER_OK);
+  assert_int_equal(n, 1); /* the plain one */
+  assert_counts_exact("q");
+  int64_t tasks = -1, sessions = -1;
+  bool pending = false;
+  assert_int_equal(queue_delete(st, "q", &tasks, &sessions, &pending, &f), MUSTER_OK);
+  assert_int_equal(tasks, 0);
+  assert_true(pending); /* its failed task left behind goes in a chunk */
+}
+
+/* Above QUEUE_READY_SCAN queued tasks the ready count takes those beyond
+ * the tasks it looks at from the kept counts: with a closed session's tasks
+ * among those looked at, it still counts the others exactly. */
+static void test_ready_count_past_what_is_left(void **unused) {
+  (void)unused;
+  make_queue("q", "{}");
+  for (int i = 0; i < 5; i++)
+    put_one("q", 10); /* ahead of the session's in lease order */
+  char id[SESSION_ID_LEN + 1];
+  open_session("q", 60000, id);
+  submit_many(id, QUEUE_CHUNK + QUEUE_READY_SCAN);
+  fail_t f = {0};
+  json_t *r = session_close(st, id, "by its client", &f);
+  assert_non_null(r);
+  json_decref(r);
+  for (int i = 0; i < 3; i++)
+    put_one("q", 0); /* behind them, beyond what the count looks at */
+  int64_t ready = -1;
+  assert_int_equal(queue_count_ready(st, "q", &ready, &f), MUSTER_OK);
+  assert_int_equal(ready, 8);
+}
+
+#define LIST_MAX 8
+
+/* The tasks of `queue` in `state` (-1: all) that pages of 10 list, into
+ * ids[LIST_MAX] (*n); returns the number of pages. */
+static int list_all(const char *queue, int state, int64_t *ids, size_t *n) {
+  int pages = 0;
+  *n = 0;
+  for (int64_t after = 0; after >= 0; pages++) {
+    fail_t f = {0};
+    json_t *page = task_list_as(st, queue, state, after, 10, true, &f);
+    assert_non_null(page);
+    const json_t *tasks = json_object_get(page, "tasks");
+    for (size_t i = 0; i < json_array_size(tasks); i++) {
+      assert_true(*n < LIST_MAX);
+      ids[(*n)++] = jint(json_array_get(tasks, i), "id");
+    }
+    const json_t *next = json_object_get(page, "next");
+    after = json_is_integer(next) ? json_integer_value(next) : -1;
+    json_decref(page);
+  }
+  return pages;
+}
+
+/* Listings skip what a closed session left, a bounded number of them per
+ * page (10000, task.c): a page past that many ends early with a `next`. */
+static void test_listings_skip_what_is_left(void **unused) {
+  (void)unused;
+  make_queue("q", "{}");
+  int64_t before = put_one("q", 0);
+  char id[SESSION_ID_LEN + 1];
+  open_session("q", 60000, id);
+  submit_many(id, QUEUE_CHUNK + 10000 + 5);
+  fail_t f = {0};
+  json_t *r = session_close(st, id, "by its client", &f);
+  assert_non_null(r);
+  json_decref(r);
+  int64_t after = put_one("q", 0), ids[LIST_MAX];
+  size_t n = 0;
+  assert_int_equal(list_all("q", -1, ids, &n), 2);
+  assert_int_equal(n, 2);
+  assert_int_equal(ids[0], before);
+  assert_int_equal(ids[1], after);
+  assert_int_equal(list_all("q", TASK_QUEUED, ids, &n), 2);
+  assert_int_equal(n, 2);
+  assert_int_equal(ids[1], after);
+}
+
+/* A store whose sessions were closed before a close took its leftovers out
+ * of the counts (schema version 18): the migration takes them out, those up
+ * to each session's horizon only. */
+static void test_migration_takes_left_tasks_out(void **unused) {
+  (void)unused;
+  char dir[] = "/tmp/muster-test-session-close.XXXXXX", path[80];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/muster.db", dir);
+  fail_t f = {0};
+  st = store_open(&(store_opts_t){.path = path, .schema_version = 18}, &f);
+  assert_non_null(st);
+  sqlite3 *db = store_db(st);
+  /* Session s: ids 1 to 3 queued, 4 and 5 done, all left behind (horizon 5);
+   * 6 plain, 7 of s but put after its close; all of them in the counts. */
+  exec_sql(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 7)"
+               " INSERT INTO tasks(id, queue, state, priority, run_at_ms, payload, created_ms,"
+               " updated_ms, session, idx) SELECT i, 'q', CASE WHEN i IN (4, 5) THEN 2 ELSE 0"
+               " END, 0, 0, 'null', 0, 0, CASE WHEN i = 6 THEN NULL ELSE 's' END, i FROM n");
+  exec_sql(db, "INSERT INTO queue_counts(queue, state, n) VALUES('q', 0, 5), ('q', 2, 2),"
+               " ('other', 0, 4)");
+  exec_sql(db, "INSERT INTO session_trash(session, horizon, closed_ms) VALUES('s', 5, 0)");
+  store_close(st);
+
+  st = store_open(&(store_opts_t){.path = path}, &f);
+  assert_non_null(st);
+  db = store_db(st);
+  assert_int_equal(query_int(db, "SELECT n FROM queue_counts WHERE queue = 'q' AND state = 0"), 2);
+  assert_int_equal(query_int(db, "SELECT n FROM queue_counts WHERE queue = 'q' AND state = 2"), 0);
+  assert_int_equal(query_int(db, "SELECT n FROM queue_counts WHERE queue = 'other'"), 4);
+  assert_int_equal(store_request_begin(st, &f), MUSTER_OK); /* as fixture_close expects */
+  fixture_close();
+  unlink(path);
+  char wal[96];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  unlink(wal);
+  rmdir(dir);
+}
+
 int main(void) {
   log_set_level(LOG_ERROR);
   const struct CMUnitTest tests[] = {
@@ -318,6 +493,13 @@ int main(void) {
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_queue_delete_closes_within_a_chunk, fixture_setup,
                                       fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_bulk_writers_skip_what_is_left, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_ready_count_past_what_is_left, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_listings_skip_what_is_left, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test(test_migration_takes_left_tasks_out),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
