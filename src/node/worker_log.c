@@ -27,9 +27,15 @@
 #include <unistd.h>
 
 #define WLOG_LINE_MAX 4096 /* bytes of a line written at once; a longer one is split */
-/* Reads per wake-up: a worker that writes without a pause cannot keep the
- * loop from everything else. */
-#define WLOG_READS_PER_TURN 16
+/* Bytes read per wake-up: a worker that writes without a pause cannot keep
+ * the loop from everything else. */
+#define WLOG_BYTES_PER_TURN (64 << 10)
+/* Bytes read at once from the pipe of a worker that ended, so that its last
+ * lines come before the line about its end: all a pipe can hold when its
+ * writer is unprivileged (fs.pipe-max-size, 1 MiB by default; the default
+ * pipe holds 64 KiB), so a dead worker's is read to its end; the bound is for
+ * a process the worker left behind that keeps writing into it. */
+#define WLOG_BYTES_AT_END (1 << 20)
 
 struct wlog {
   node_agent_t *agent;
@@ -81,13 +87,14 @@ static void wlog_free(wlog_t *l) {
   free(l);
 }
 
-/* Reads what the pipe holds now (WLOG_READS_PER_TURN reads at most: the
- * event comes again for the rest); at its end (or an error) writes the last
- * line and frees `l`.  Returns 0 while the pipe is open, -1 once freed. */
-static int wlog_read(wlog_t *l) {
-  for (int reads = 0; reads < WLOG_READS_PER_TURN; reads++) {
+/* Reads what the pipe holds now, at most `most` bytes (the event comes again
+ * for the rest); at its end (or an error) writes the last line and frees
+ * `l`.  Returns 0 while the pipe is open, -1 once freed. */
+static int wlog_read(wlog_t *l, size_t most) {
+  for (size_t got = 0; got < most;) {
     ssize_t n = read(l->fd, l->buf + l->len, sizeof l->buf - l->len);
     if (n > 0) {
+      got += (size_t)n;
       l->len += (size_t)n;
       wlog_lines(l, 0);
       continue;
@@ -106,7 +113,7 @@ static int wlog_read(wlog_t *l) {
 static void wlog_on_read(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
-  wlog_read(arg);
+  wlog_read(arg, WLOG_BYTES_PER_TURN);
 }
 
 int wlog_open(node_worker_t *w, int *write_fd) {
@@ -149,7 +156,7 @@ void wlog_started(node_worker_t *w) {
 
 void wlog_ended(node_worker_t *w) {
   wlog_t *l = w->log;
-  if (l == NULL || wlog_read(l) != 0)
+  if (l == NULL || wlog_read(l, WLOG_BYTES_AT_END) != 0)
     return;         /* freed at its end of file: nothing else held it */
   l->worker = NULL; /* read on until whatever still holds it lets go */
   w->log = NULL;
@@ -158,7 +165,8 @@ void wlog_ended(node_worker_t *w) {
 void wlog_free_all(node_agent_t *a) {
   while (a->wlogs != NULL) {
     wlog_t *l = a->wlogs;
-    if (wlog_read(l) == 0) { /* still held open: what came is written, the rest is lost */
+    if (wlog_read(l, WLOG_BYTES_AT_END) ==
+        0) { /* still held open: what came is written, the rest is lost */
       wlog_lines(l, 1);
       wlog_free(l);
     }

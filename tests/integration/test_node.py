@@ -521,6 +521,54 @@ class GpuDetectionTest(NodeTestCase):
 
 
 class AgentLifeTest(NodeTestCase):
+    def test_a_dead_workers_last_lines_come_before_its_death(self):
+        # The agent read at most 64 KiB of a dead worker's pipe before logging its end,
+        # so whatever it had written beyond came after the line saying it died.  Here the
+        # worker's pipe holds 512 KiB when it dies: the command writes them into its
+        # worker's stderr (the pipe, made 1 MiB) while the agent is stopped, the worker
+        # is killed, and the agent is let go.
+        self.make_queue("lastwords", max_attempts=1)
+        gate, done = os.path.join(self.dir, "lw-gate"), os.path.join(self.dir, "lw-done")
+        os.mkfifo(gate)
+        os.mkfifo(done)
+        writer = textwrap.dedent("""\
+            import fcntl, os
+            with open("/proc/%s/fd/2" % os.environ["MUSTER_WORKER_PID"], "w") as f:
+                fcntl.fcntl(f, fcntl.F_SETPIPE_SZ, 1 << 20)
+                for i in range(8192):
+                    f.write("line %05d %s\\n" % (i, "x" * 52))
+                f.write("THE LAST LINE\\n")""")
+        a = self.agent("lastwords", args=["--queue", "lastwords", "--workers", "1"],
+                       cmd=["sh", "-c", 'read x; read g < "%s"; %s -c \'%s\'; echo d > "%s"'
+                            % (gate, sys.executable, writer, done)])
+        a.start()
+        [worker] = self.wait_workers(a, 1)
+        self.put("lastwords", ["x"])
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            with open(gate, "w") as f:  # the command runs on
+                f.write("go\n")
+            with open(done) as f:  # it has written everything
+                f.read()
+            os.kill(worker, signal.SIGKILL)
+            harness.wait_until(lambda: node_harness._stat(worker) is None, timeout=10,
+                           what="the worker dead")  # a zombie: None as gone
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
+
+        def logged():
+            with open(a.log_path) as f:
+                text = f.read()
+            return text if "killed by signal 9" in text and "THE LAST LINE" in text else None
+        lines = harness.wait_until(logged, timeout=10, what="the worker's end logged:\n" +
+                                   a.log()).splitlines()
+        death = next(i for i, line in enumerate(lines) if "killed by signal 9" in line)
+        last = [i for i, line in enumerate(lines) if line.endswith(": THE LAST LINE")]
+        self.assertEqual(len(last), 1, "\n".join(lines[-20:]))
+        self.assertLess(last[0], death, "\n".join(lines[death - 3:death + 3]))
+        written = re.compile(r"worker 1 \(pid %d\): line \d{5} x{52}" % worker)
+        self.assertEqual(sum(1 for line in lines if written.fullmatch(line)), 8192)
+
     def test_second_agent_refused(self):
         first = self.agent("one").start()
         second = Agent(self.head, self.dir, "one")  # same lock file
