@@ -16,9 +16,9 @@ import os
 import signal
 import shutil
 import subprocess
-import time
 
 import harness
+import node_harness  # no_gpu_env: CPU workers on a GPU machine too
 
 HEAD_PORT = 7370  # the head's port inside its namespace (nothing else listens there)
 
@@ -36,16 +36,17 @@ def run(*cmd, check=True):
 
 
 def wait_for(what, predicate, timeout=30.0):
-    """Polls `predicate` until it returns a true value (which it returns) or the deadline
-    passes (AssertionError naming `what`)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.05)
+    """harness.wait_until with the description first: returns `predicate`'s first true
+    value, or raises AssertionError naming `what` after `timeout` s."""
+    return harness.wait_until(predicate, timeout=timeout, interval=0.05, what=what)
+
+
+def skip_unless_netns(test, tag):
+    """Exits 0 with a clear message when network namespaces cannot be made here."""
+    why = netns_unavailable(tag)
+    if why:
+        log("SKIP: %s needs network namespaces: %s" % (test, why))
+        raise SystemExit(0)
 
 
 def netns_unavailable(tag):
@@ -125,6 +126,33 @@ class Cluster:
                 self.machines.wrap(key, cmd), stdout=logf, stderr=subprocess.STDOUT, env=env,
                 start_new_session=True)
         return self.procs[name]
+
+    def start_head(self, muster_bin, token):
+        """`muster head` on the head's machine, data in TMP/head-data (kept across
+        restarts: a second call starts a new head on the first one's data)."""
+        data = os.path.join(self.tmp, "head-data")
+        os.makedirs(data, exist_ok=True)
+        url_file = os.path.join(data, "url")
+        if os.path.exists(url_file):
+            os.unlink(url_file)  # a killed head leaves its own: wait for the new one's
+        self.start("head", "h", [muster_bin, "head", "--server-only", "--listen",
+                                 self.machines.head_addr, "--data-dir", data, "--token", token,
+                                 "--node-timeout-ms", "3000"])
+        wait_for("the head's url file", lambda: os.path.exists(url_file))
+
+    def start_node(self, key, muster_bin, token, queue, work, **env):
+        """The agent of node `key` ("1", "2"), named TAG-nKEY, with 2 CPU workers
+        running `sh -c WORK` on `queue`; its lock file in TMP/nodeKEY (kept across
+        restarts).  NODE_TAG and `env` go into its environment.  Returns its name."""
+        tag = "%s-n%s" % (self.machines.tag, key)
+        node_dir = os.path.join(self.tmp, "node" + key)
+        os.makedirs(node_dir, exist_ok=True)
+        env = node_harness.no_gpu_env(dict(os.environ, NODE_TAG=tag, **env))
+        self.start("node" + key, key, [
+            muster_bin, "node", "--join", self.machines.head_url, "--token", token, "--name",
+            tag, "--listen", "none", "--lock-file", os.path.join(node_dir, "lock"),
+            "--workers", "2", "--queue", queue, "--", "sh", "-c", work], env=env)
+        return tag
 
     def kill(self, name):
         """kill -9 of process `name` (on a namespace, `ip netns exec` has exec'd it: the

@@ -33,7 +33,6 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import machines  # noqa: E402
-import node_harness  # noqa: E402  (no_gpu_env: CPU workers on a GPU machine too)
 from machines import describe_pids, log, run, tagged_pids, wait_for  # noqa: E402
 
 MUSTER_BIN = os.path.abspath(os.environ.get("MUSTER_BIN") or os.path.join(
@@ -50,42 +49,17 @@ WORK = ('read x; i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done; '
         'echo "$x $((x*x)) $NODE_TAG"')
 
 
-def skip_unless_netns():
-    """Exits 0 with a clear message when network namespaces cannot be made here."""
-    why = machines.netns_unavailable(TAG)
-    if why:
-        log("SKIP: test_chaos needs network namespaces: " + why)
-        sys.exit(0)
-
-
 def cli(*args):
     """Runs a muster CLI command in the head's namespace against the head."""
     return run(*NET.wrap("h", [MUSTER_BIN] + list(args) + ["--url", HEAD_URL, "--token", TOKEN]))
 
 
-class Cluster(machines.Cluster):
-    """The head and the node agents of this test, each restartable under its name."""
+def start_head(cluster):
+    cluster.start_head(MUSTER_BIN, TOKEN)
 
-    def start_head(self):
-        data = os.path.join(self.tmp, "head-data")
-        os.makedirs(data, exist_ok=True)
-        url_file = os.path.join(data, "url")
-        if os.path.exists(url_file):
-            os.unlink(url_file)  # a killed head leaves its own: wait for the new one's
-        self.start("head", "h", [MUSTER_BIN, "head", "--server-only", "--listen", NET.head_addr,
-                                 "--data-dir", data, "--token", TOKEN, "--node-timeout-ms", "3000"])
-        wait_for("the head's url file", lambda: os.path.exists(url_file))
 
-    def start_node(self, key):
-        tag = "%s-n%s" % (TAG, key)
-        node_dir = os.path.join(self.tmp, "node" + key)
-        os.makedirs(node_dir, exist_ok=True)
-        env = node_harness.no_gpu_env(dict(os.environ, NODE_TAG=tag))
-        self.start("node" + key, key, [
-            MUSTER_BIN, "node", "--join", HEAD_URL, "--token", TOKEN, "--name", tag,
-            "--listen", "none", "--lock-file", os.path.join(node_dir, "lock"), "--workers", "2",
-            "--queue", QUEUE, "--", "sh", "-c", WORK], env=env)
-        return tag
+def start_node(cluster, key):
+    return cluster.start_node(key, MUSTER_BIN, TOKEN, QUEUE, WORK)
 
 
 def workers_of(node, state="active"):
@@ -148,11 +122,11 @@ class Chaos:
         log("%d results in: kill -9 of the head (pid %d), then a new one on its data" %
             (count, self.cluster.procs["head"].pid))
         self.cluster.kill("head")
-        self.cluster.start_head()
+        start_head(self.cluster)
 
     def restart_node1(self, count):
         log("%d results in: node 1's agent started again" % count)
-        self.cluster.start_node("1")
+        start_node(self.cluster, "1")
 
 
 def run_map(cluster, chaos):
@@ -198,19 +172,19 @@ def check_queue():
 
 
 def main():
-    skip_unless_netns()
+    machines.skip_unless_netns("test_chaos", TAG)
     if not os.path.exists(MUSTER_BIN):
         raise SystemExit("no muster binary at " + MUSTER_BIN)
     seed = int(os.environ.get("MUSTER_CHAOS_SEED") or random.SystemRandom().randrange(1 << 30))
     log("MUSTER_CHAOS_SEED=%d" % seed)
     tmp = tempfile.mkdtemp(prefix="muster-chaos-")
     os.chmod(tmp, 0o755)
-    cluster = Cluster(tmp, NET)
+    cluster = machines.Cluster(tmp, NET)
     try:
         NET.make()
-        cluster.start_head()
+        start_head(cluster)
         cli("queue", "create", QUEUE, "--lease-ms", "10000", "--backoff-ms", "0")
-        tag1, tag2 = cluster.start_node("1"), cluster.start_node("2")
+        tag1, tag2 = start_node(cluster, "1"), start_node(cluster, "2")
         for tag in (tag1, tag2):
             wait_for("2 workers on " + tag, lambda: len(workers_of(tag)) == 2)
         log("head at %s, nodes %s and %s with 2 workers each" % (HEAD_URL, tag1, tag2))

@@ -23,7 +23,6 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import machines  # noqa: E402
-import node_harness  # noqa: E402  (no_gpu_env: CPU workers on a GPU machine too)
 from machines import describe_pids, log, run, tagged_pids, wait_for  # noqa: E402
 
 MUSTER_BIN = os.path.abspath(os.environ.get("MUSTER_BIN") or os.path.join(
@@ -45,39 +44,9 @@ WORK = ('read x; touch "$NODE_DIR/started-$x"; '
         'echo "$x $((x*x)) $NODE_TAG"')
 
 
-def skip_unless_netns():
-    """Exits 0 with a clear message when network namespaces cannot be made here."""
-    why = machines.netns_unavailable(TAG)
-    if why:
-        log("SKIP: test_netns_map needs network namespaces: " + why)
-        sys.exit(0)
-
-
 def cli(*args):
     """Runs a muster CLI command in the head's namespace against the head."""
     return run(*NET.wrap("h", [MUSTER_BIN] + list(args) + ["--url", HEAD_URL, "--token", TOKEN]))
-
-
-class Cluster(machines.Cluster):
-    """The head and the node agents of this test."""
-
-    def start_head(self):
-        data = os.path.join(self.tmp, "head-data")
-        os.mkdir(data)
-        self.start("head", "h", [MUSTER_BIN, "head", "--server-only", "--listen", NET.head_addr,
-                                 "--data-dir", data, "--token", TOKEN, "--node-timeout-ms", "3000"])
-        wait_for("the head's url file", lambda: os.path.exists(os.path.join(data, "url")))
-
-    def start_node(self, key):
-        tag = "%s-n%s" % (TAG, key)
-        node_dir = os.path.join(self.tmp, "node" + key)
-        os.mkdir(node_dir)
-        env = node_harness.no_gpu_env(dict(os.environ, NODE_TAG=tag, NODE_DIR=node_dir))
-        self.start("node" + key, key, [
-            MUSTER_BIN, "node", "--join", HEAD_URL, "--token", TOKEN, "--name", tag,
-            "--listen", "none", "--lock-file", os.path.join(node_dir, "lock"), "--workers", "2",
-            "--queue", QUEUE, "--", "sh", "-c", WORK], env=env)
-        return tag, node_dir
 
 
 def active_workers(node):
@@ -142,18 +111,19 @@ def check_results(rc, lines, tmp):
 
 
 def main():
-    skip_unless_netns()
+    machines.skip_unless_netns("test_netns_map", TAG)
     if not os.path.exists(MUSTER_BIN):
         raise SystemExit("no muster binary at " + MUSTER_BIN)
     tmp = tempfile.mkdtemp(prefix="muster-netns-")
     os.chmod(tmp, 0o755)
-    cluster = Cluster(tmp, NET)
+    cluster = machines.Cluster(tmp, NET)
     try:
         NET.make()
-        cluster.start_head()
+        cluster.start_head(MUSTER_BIN, TOKEN)
         cli("queue", "create", QUEUE, "--lease-ms", "10000", "--backoff-ms", "0")
-        tag1, dir1 = cluster.start_node("1")
-        tag2, dir2 = cluster.start_node("2")
+        dir1, dir2 = (os.path.join(tmp, "node" + key) for key in ("1", "2"))
+        tag1 = cluster.start_node("1", MUSTER_BIN, TOKEN, QUEUE, WORK, NODE_DIR=dir1)
+        tag2 = cluster.start_node("2", MUSTER_BIN, TOKEN, QUEUE, WORK, NODE_DIR=dir2)
         for tag in (tag1, tag2):
             wait_for("2 workers on " + tag, lambda: len(active_workers(tag)) == 2)
         log("head at %s, nodes %s and %s with 2 workers each" % (HEAD_URL, tag1, tag2))
