@@ -238,3 +238,13 @@ def describe_pids(pids):
         state = (_stat(pid) or ["?"])[0]
         lines.append("%d %s %s: %s" % (pid, state, wchan or "-", cmd[:200]))
     return "\n".join(lines)
+
+
+def kill_all(pids):
+    """kill -9 of each of `pids`; one that ended since it was listed is no error (the
+    failure a test is reporting stays the one it reports)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

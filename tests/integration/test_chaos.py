@@ -205,8 +205,7 @@ def main():
     finally:
         cluster.stop_all()
         leftover = tagged_pids(TAG + "-n1") + tagged_pids(TAG + "-n2")
-        for pid in leftover:
-            os.kill(pid, signal.SIGKILL)
+        machines.kill_all(leftover)
         NET.remove()
         shutil.rmtree(tmp, ignore_errors=True)
     assert not leftover, "processes left after the agents stopped: %s" % leftover
