@@ -12,10 +12,12 @@ logging to TMP/NAME.log) so that the test's finally can end exactly those.  The 
 helpers find what a killed process left behind: processes by an environment tag, a
 process's children, a session's members.
 """
+import contextlib
 import os
 import signal
 import shutil
 import subprocess
+import tempfile
 
 import harness
 import node_harness  # no_gpu_env: CPU workers on a GPU machine too
@@ -248,3 +250,28 @@ def kill_all(pids):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@contextlib.contextmanager
+def cluster_on(net, prefix):
+    """A Cluster on `net`'s machines, made for the with-block and taken down after it:
+    on a failure the head's and nodes' log tails are printed first; then every process
+    is stopped, anything of the nodes still alive killed, the namespaces and the
+    temporary directory removed; a clean block that left node processes behind fails."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(tmp, 0o755)
+    cluster = Cluster(tmp, net)
+    try:
+        net.make()
+        yield cluster
+    except Exception:
+        for name in ("head", "node1", "node2"):
+            log("---- %s log (tail) ----\n%s" % (name, cluster.log(name)))
+        raise
+    finally:
+        cluster.stop_all()
+        leftover = tagged_pids(net.tag + "-n1") + tagged_pids(net.tag + "-n2")
+        kill_all(leftover)
+        net.remove()
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert not leftover, "processes left after the agents stopped: %s" % leftover

@@ -25,11 +25,9 @@ commands dies (printed).
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import machines  # noqa: E402
@@ -177,11 +175,8 @@ def main():
         raise SystemExit("no muster binary at " + MUSTER_BIN)
     seed = int(os.environ.get("MUSTER_CHAOS_SEED") or random.SystemRandom().randrange(1 << 30))
     log("MUSTER_CHAOS_SEED=%d" % seed)
-    tmp = tempfile.mkdtemp(prefix="muster-chaos-")
-    os.chmod(tmp, 0o755)
-    cluster = machines.Cluster(tmp, NET)
-    try:
-        NET.make()
+    with machines.cluster_on(NET, "muster-chaos-") as cluster:
+        tmp = cluster.tmp
         start_head(cluster)
         cli("queue", "create", QUEUE, "--lease-ms", "10000", "--backoff-ms", "0")
         tag1, tag2 = start_node(cluster, "1"), start_node(cluster, "2")
@@ -198,17 +193,6 @@ def main():
         for tag in (tag1, tag2):
             wait_for(tag + " active", lambda: node_state(tag) == "active", timeout=20)
         log("every result once and in order; the queue is empty; both nodes active")
-    except Exception:
-        for name in ("head", "node1", "node2"):
-            log("---- %s log (tail) ----\n%s" % (name, cluster.log(name)))
-        raise
-    finally:
-        cluster.stop_all()
-        leftover = tagged_pids(TAG + "-n1") + tagged_pids(TAG + "-n2")
-        machines.kill_all(leftover)
-        NET.remove()
-        shutil.rmtree(tmp, ignore_errors=True)
-    assert not leftover, "processes left after the agents stopped: %s" % leftover
     log("ok")
 
 

@@ -15,11 +15,9 @@ MUSTER_BIN names the binary (ctest sets it).
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import machines  # noqa: E402
@@ -114,11 +112,8 @@ def main():
     machines.skip_unless_netns("test_netns_map", TAG)
     if not os.path.exists(MUSTER_BIN):
         raise SystemExit("no muster binary at " + MUSTER_BIN)
-    tmp = tempfile.mkdtemp(prefix="muster-netns-")
-    os.chmod(tmp, 0o755)
-    cluster = machines.Cluster(tmp, NET)
-    try:
-        NET.make()
+    with machines.cluster_on(NET, "muster-netns-") as cluster:
+        tmp = cluster.tmp
         cluster.start_head(MUSTER_BIN, TOKEN)
         cli("queue", "create", QUEUE, "--lease-ms", "10000", "--backoff-ms", "0")
         dir1, dir2 = (os.path.join(tmp, "node" + key) for key in ("1", "2"))
@@ -150,17 +145,6 @@ def main():
         wait_for("node 1 gone at the head", lambda: node_state(tag1) == "gone", timeout=20)
         assert node_state(tag2) == "active"
         log("node 1: no orphan processes, gone at the head; node 2 active")
-    except Exception:
-        for name in ("head", "node1", "node2"):
-            log("---- %s log (tail) ----\n%s" % (name, cluster.log(name)))
-        raise
-    finally:
-        cluster.stop_all()
-        leftover = tagged_pids(TAG + "-n1") + tagged_pids(TAG + "-n2")
-        machines.kill_all(leftover)
-        NET.remove()
-        shutil.rmtree(tmp, ignore_errors=True)
-    assert not leftover, "processes left after the agents stopped: %s" % leftover
     log("ok")
 
 
