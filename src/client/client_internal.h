@@ -17,6 +17,7 @@
 #include "muster.h"
 
 #include "client/jtext.h"
+#include "client/shared_cancel.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -100,6 +101,12 @@ muster_err_t http1_send(muster_client_t *client, const char *method, const char 
  * failure keeps libcurl's words.
  */
 void client_curl_reword(muster_client_t *client, CURL *curl, CURLcode rc, const char *url);
+
+/* shared_cancel.c: `curl`'s transfer opens and closes its sockets through
+ * `cancel`, which can then shut them down from another thread. */
+void shared_cancel_setopt(CURL *curl, shared_cancel_t *cancel);
+/* Whether `cancel` was fired (shared_cancel_fire). */
+bool shared_cancel_fired(shared_cancel_t *cancel);
 
 /* Grows the allocation *data of *cap bytes to at least `need` bytes, doubling
  * from 4 KiB; false when memory ran out, both unchanged.  The growth of every

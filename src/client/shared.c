@@ -43,6 +43,7 @@ typedef struct {
   char etag[32], level[32], expires[32];
   muster_progress_fn progress;
   void *user;
+  shared_cancel_t *cancel; /* ends the transfer from another thread (NULL: none) */
 } xfer_t;
 
 /* The end of muster_shared_opts_t's first version, the fields it was first
@@ -144,6 +145,8 @@ static size_t shared_write(char *data, size_t size, size_t nmemb, void *arg) {
   return len;
 }
 
+/* libcurl's progress callback: the caller's, and the cancel's check (non-zero
+ * ends the transfer). */
 static int shared_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                            curl_off_t ulnow) {
   xfer_t *x = arg;
@@ -153,7 +156,7 @@ static int shared_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl
     else
       x->progress(x->user, (int64_t)dlnow, dltotal > 0 ? (int64_t)dltotal : -1);
   }
-  return 0;
+  return x->cancel && shared_cancel_fired(x->cancel);
 }
 
 /* Turns the error reply in the handle's buffer into a code and message. */
@@ -201,7 +204,9 @@ static void shared_setopt(CURL *curl, muster_client_t *client, const char *metho
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
                    client->timeout_ms > 0 ? (client->timeout_ms + 999) / 1000 : 0L);
-  if (x->progress) {
+  if (x->cancel)
+    shared_cancel_setopt(curl, x->cancel);
+  if (x->progress || x->cancel) {
     curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, shared_progress);
     curl_easy_setopt(curl, CURLOPT_XFERINFODATA, x);
     curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
@@ -219,6 +224,9 @@ static void shared_setopt(CURL *curl, muster_client_t *client, const char *metho
 /* What a finished transfer (`rc`, client->status) comes to. */
 static muster_err_t shared_outcome(muster_client_t *client, CURLcode rc, const xfer_t *x,
                                    const char *method, const char *path) {
+  if (rc != CURLE_OK && x->cancel && shared_cancel_fired(x->cancel))
+    return client_fail(client, MUSTER_NETWORK, "%s %s%s: cancelled", method, client->base_url,
+                       path);
   if (rc == CURLE_WRITE_ERROR && x->write_errno)
     return client_fail(client, MUSTER_INVALID, "cannot write the blob: %s",
                        strerror(x->write_errno));
@@ -442,8 +450,14 @@ muster_err_t muster_shared_get(muster_client_t *client, const char *scope, const
 }
 
 muster_err_t muster_shared_get_fd(muster_client_t *client, const char *scope, const char *name,
-                                  int fd, const muster_shared_opts_t *caller,
+                                  int fd, const muster_shared_opts_t *opts,
                                   muster_shared_info_t *info) {
+  return shared_get_fd_cancellable(client, scope, name, fd, opts, info, NULL);
+}
+
+muster_err_t shared_get_fd_cancellable(muster_client_t *client, const char *scope, const char *name,
+                                       int fd, const muster_shared_opts_t *caller,
+                                       muster_shared_info_t *info, shared_cancel_t *cancel) {
   if (client == NULL)
     return MUSTER_INVALID;
   muster_shared_opts_t opts;
@@ -451,8 +465,12 @@ muster_err_t muster_shared_get_fd(muster_client_t *client, const char *scope, co
     return MUSTER_INVALID;
   if (fd < 0)
     return client_fail(client, MUSTER_INVALID, "fd: not a file descriptor");
-  xfer_t x = {
-      .client = client, .in_fd = -1, .out_fd = fd, .progress = opts.progress, .user = opts.user};
+  xfer_t x = {.client = client,
+              .in_fd = -1,
+              .out_fd = fd,
+              .progress = opts.progress,
+              .user = opts.user,
+              .cancel = cancel};
   return shared_fetch(client, scope, name, opts.level, &x, info);
 }
 

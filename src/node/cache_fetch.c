@@ -11,7 +11,13 @@
  * notify pipe: more bytes are in the file, or (its last message) it ended;
  * the loop joins it, stores or drops the level (cache.c) and answers the
  * waiters.
+ *
+ * Stop: every fetch still running is told to end (no message from it any
+ * more, its writes made to fail, its download cancelled: shared_cancel.h),
+ * then joined, all within CFETCH_STOP_JOIN_MS; a thread that outlives that
+ * is left to free its own state when it ends, which is all it touches.
  */
+#include "client/shared_cancel.h"
 #include "node/cache_http_internal.h"
 
 #include <errno.h>
@@ -28,35 +34,45 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CACHE_FETCH_STALL_MS 60000  /* a fetch that moves no byte this long gives up */
 #define CACHE_STREAM_STEP (1 << 20) /* a fetch tells the loop of new bytes every this many */
+#define CFETCH_STOP_JOIN_MS 1000    /* the stop waits this long for the fetches it ended */
 
-/* One fetch from the head in progress (cache_entry_t.fetch).  The thread
- * owns the fields below `state` until it sets `state` to done; the loop owns
- * the rest. */
+/* One fetch from the head in progress (cache_entry_t.fetch), the loop's but
+ * for the fields its thread reads and writes (marked).  The thread never
+ * looks at the agent or the cache: what it needs is copied here, so a thread
+ * the stop could not join in time touches nothing that is freed. */
 typedef struct {
   node_agent_t *a;
   cache_entry_t *entry;
   creq_t *waiters; /* clients answered when it ends */
   pthread_t thread;
-  /* the thread's, read-only for it: what to fetch */
+  /* the thread's, read-only for it: what to fetch, from where, to where */
   char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
   int64_t level;
-  int fd;      /* the entry's temporary file */
-  char *token; /* the first waiter's bearer token (NULL: none) */
+  char *head_url;
+  char *token;             /* the first waiter's bearer token (NULL: none) */
+  int fd;                  /* its own descriptor of the entry's temporary file (the stop
+                            * turns it into /dev/null's, read-only, so a write fails) */
+  int notify_fd;           /* the cache's notify pipe: written under `lock`, never once
+                            * `cancelled` */
+  shared_cancel_t *cancel; /* ends its download from the loop */
   /* set by the thread */
   _Atomic int64_t written;  /* bytes in the file so far */
   atomic_bool wake_pending; /* a progress message is in the pipe (cleared by the loop) */
   int64_t notified;         /* the thread's own: `written` when it last told the loop */
-  _Atomic int state; /* CFETCH_RUNNING, then CFETCH_DONE (thread) or CFETCH_ABANDONED (loop) */
   muster_err_t err;
   muster_shared_info_t info;
-  char why[300];
+  char why[600];
+  /* shared, under `lock` */
+  pthread_mutex_t lock;
+  bool ended;     /* the thread is done (its last message sent unless `cancelled`) */
+  bool cancelled; /* the stop: the thread sends no message any more */
+  bool abandoned; /* the stop gave up waiting: the thread frees the fetch when it ends */
 } cfetch_t;
-
-enum { CFETCH_RUNNING, CFETCH_DONE, CFETCH_ABANDONED };
 
 /* ---- streaming a level while it arrives ------------------------------------------- */
 
@@ -164,7 +180,13 @@ static void creq_fetch_failed(creq_t *r, const char *why) {
 
 /* ---- fetching a level from the head -------------------------------------------- */
 
+/* Frees fetch `f` (its thread joined, or ending: cfetch_main). */
 static void cfetch_free(cfetch_t *f) {
+  if (f->fd >= 0)
+    close(f->fd);
+  shared_cancel_free(f->cancel);
+  pthread_mutex_destroy(&f->lock);
+  free(f->head_url);
   free(f->token);
   free(f);
 }
@@ -176,9 +198,13 @@ typedef struct {
   int done;
 } cfetch_msg_t;
 
+/* Sends the loop a message about `f` (f->lock held), unless the stop
+ * cancelled it: the pipe may be closed then, its number reused. */
 static void cfetch_tell(cfetch_t *f, int done) {
   cfetch_msg_t m = {.fetch = f, .done = done};
-  if (write(f->a->cache->notify_wr, &m, sizeof m) != (ssize_t)sizeof m)
+  if (f->cancelled)
+    return;
+  if (write(f->notify_fd, &m, sizeof m) != (ssize_t)sizeof m)
     abort(); /* a pipe write this small is atomic; failing means the agent is broken */
 }
 
@@ -198,13 +224,15 @@ static void cfetch_progress(void *user, int64_t done, int64_t total) {
       atomic_exchange(&f->wake_pending, true))
     return;
   f->notified = at;
+  pthread_mutex_lock(&f->lock);
   cfetch_tell(f, 0);
+  pthread_mutex_unlock(&f->lock);
 }
 
-static void *cfetch_main(void *arg) {
-  cfetch_t *f = arg;
+/* The download itself, on the fetch thread: f->err, f->info and f->why. */
+static void cfetch_download(cfetch_t *f) {
   muster_client_t *client = NULL;
-  f->err = muster_client_new(f->a->cfg->head_url, f->token, &client);
+  f->err = muster_client_new(f->head_url, f->token, &client);
   if (f->err == MUSTER_OK) {
     muster_client_set_timeout(client, CACHE_FETCH_STALL_MS); /* a stalled transfer ends */
     muster_shared_opts_t opts;
@@ -212,7 +240,8 @@ static void *cfetch_main(void *arg) {
     opts.level = f->level;
     opts.progress = cfetch_progress;
     opts.user = f;
-    f->err = muster_shared_get_fd(client, f->scope, f->name, f->fd, &opts, &f->info);
+    f->err =
+        shared_get_fd_cancellable(client, f->scope, f->name, f->fd, &opts, &f->info, f->cancel);
     if (f->err != MUSTER_OK)
       snprintf(f->why, sizeof f->why, "%s: %s", muster_err_name(f->err),
                muster_client_message(client));
@@ -220,56 +249,82 @@ static void *cfetch_main(void *arg) {
     snprintf(f->why, sizeof f->why, "%s", muster_err_name(f->err));
   }
   muster_client_free(client);
-  int running = CFETCH_RUNNING;
-  if (!atomic_compare_exchange_strong(&f->state, &running, CFETCH_DONE)) {
-    cfetch_free(f); /* the agent stopped and left it to us */
-    return NULL;
-  }
+}
+
+static void *cfetch_main(void *arg) {
+  cfetch_t *f = arg;
+  cfetch_download(f);
+  pthread_mutex_lock(&f->lock);
+  f->ended = true;
   cfetch_tell(f, 1);
+  bool abandoned = f->abandoned;
+  pthread_mutex_unlock(&f->lock);
+  if (abandoned)
+    cfetch_free(f); /* the stop gave up waiting for us and left it ours */
   return NULL;
 }
 
-/* The fetch `f` ended: store the level or drop it, answer the waiters. */
-static void cfetch_finish(cfetch_t *f) {
+/* Starts fetch `f`'s thread; 0 or an errno value. */
+static int cfetch_spawn(cfetch_t *f) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old); /* signals are the loop's */
+  int rc = pthread_create(&f->thread, NULL, cfetch_main, f);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc;
+}
+
+/* The waiters of fetch `f`, ended (`stored`: in READY entry f->entry; else
+ * failed, f->why says why, its entry gone), are answered; `f` is freed. */
+static void cfetch_answer(cfetch_t *f, bool stored) {
   node_agent_t *a = f->a;
   cache_t *c = a->cache;
-  cache_entry_t *e = f->entry;
-  pthread_join(f->thread, NULL);
-  e->fetch = NULL;
-  int failed = 1;
-  if (f->err != MUSTER_OK) {
-    cache_fetch_abort(c, e);
-  } else if (f->info.level != e->level) {
-    snprintf(f->why, sizeof f->why, "the head sent level %lld", (long long)f->info.level);
-    cache_fetch_abort(c, e);
-  } else {
-    uint64_t got = strtoull(f->info.checksum, NULL, 16);
-    failed = cache_fetch_commit(c, e, f->info.size, got, f->why, sizeof f->why) != 0;
-  }
-  if (failed) {
+  cache_entry_t *e = stored ? f->entry : NULL;
+  char why[800] = "";
+  if (!stored) {
     CACHE_COUNT(c, fetch_failures, 1);
     agent_log(a, "cache: fetching %s/%s level %lld: %s", f->scope, f->name, (long long)f->level,
               f->why);
+    snprintf(why, sizeof why, "fetching shared data '%s' level %lld from the head failed: %s",
+             f->name, (long long)f->level, f->why);
   } else {
     cache_reader_begin(c, e); /* keeps the entry while the waiters are answered */
     cache_recheck_older(c, e);
   }
-  char why[700] = "";
-  if (failed)
-    snprintf(why, sizeof why, "fetching shared data '%s' level %lld from the head failed: %s",
-             f->name, (long long)f->level, f->why);
   for (creq_t *r = f->waiters, *next; r; r = next) {
     next = r->next_waiter;
-    if (failed)
+    if (!stored)
       creq_fetch_failed(r, why);
     else if (r->stream_fd >= 0)
       creq_stream_end(r, e);
     else if (creq_answer(r, e, "miss") != 0)
       creq_serve(r); /* the file went away already: start over */
   }
-  if (!failed)
+  if (stored)
     cache_reader_end(c, e);
   cfetch_free(f);
+}
+
+/* Stores the level fetch `f` got (its thread joined) in its entry: true
+ * when it did; false when the fetch failed (f->why), its entry dropped. */
+static bool cfetch_store(cfetch_t *f) {
+  cache_t *c = f->a->cache;
+  cache_entry_t *e = f->entry;
+  e->fetch = NULL;
+  if (f->err == MUSTER_OK && f->info.level != e->level) {
+    snprintf(f->why, sizeof f->why, "the head sent level %lld", (long long)f->info.level);
+  } else if (f->err == MUSTER_OK) {
+    uint64_t got = strtoull(f->info.checksum, NULL, 16);
+    return cache_fetch_commit(c, e, f->info.size, got, f->why, sizeof f->why) == 0;
+  }
+  cache_fetch_abort(c, e);
+  return false;
+}
+
+/* The fetch `f` ended: store the level or drop it, answer the waiters. */
+static void cfetch_finish(cfetch_t *f) {
+  pthread_join(f->thread, NULL);
+  cfetch_answer(f, cfetch_store(f));
 }
 
 /* More of fetch `f` is in its file: its streaming waiters get it, less the
@@ -295,21 +350,38 @@ void cfetch_on_notify(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* A fetch of the level `r` asks for into the cache entry `e`, with `r` as
- * its first waiter and its token as the fetch's. */
+ * its first waiter and its token as the fetch's, its thread not started;
+ * NULL when no descriptor was left for it (errno). */
 static cfetch_t *cfetch_new(creq_t *r, cache_entry_t *e) {
   cfetch_t *f = calloc(1, sizeof *f);
-  if (f == NULL) {
+  shared_cancel_t *cancel = f ? shared_cancel_new() : NULL;
+  char *head_url = cancel ? strdup(r->a->cfg->head_url) : NULL;
+  if (head_url == NULL) {
     fprintf(stderr, "muster node: out of memory\n");
     abort(); /* the daemon's one allocation policy (STYLE.md 6) */
   }
-  *f = (cfetch_t){.a = r->a, .entry = e, .waiters = r, .level = r->level, .fd = e->tmp_fd};
+  *f = (cfetch_t){.a = r->a,
+                  .entry = e,
+                  .waiters = r,
+                  .level = r->level,
+                  .head_url = head_url,
+                  .fd = fcntl(e->tmp_fd, F_DUPFD_CLOEXEC, 0),
+                  .notify_fd = r->a->cache->notify_wr,
+                  .cancel = cancel};
   snprintf(f->scope, sizeof f->scope, "%s", r->scope);
   snprintf(f->name, sizeof f->name, "%s", r->name);
   if (r->auth && strncasecmp(r->auth, "Bearer ", 7) == 0)
     f->token = strdup(r->auth + 7);
-  atomic_init(&f->state, CFETCH_RUNNING);
+  atomic_init(&f->written, 0);
+  atomic_init(&f->wake_pending, false);
+  pthread_mutex_init(&f->lock, NULL);
   r->next_waiter = NULL;
-  return f;
+  if (f->fd >= 0)
+    return f;
+  int failure = errno;
+  cfetch_free(f);
+  errno = failure;
+  return NULL;
 }
 
 /* The cache cannot keep the level `r` asks for (no room, no file: `err`). A
@@ -357,21 +429,17 @@ void cfetch_start(creq_t *r) {
     c->cannot_said[0] = '\0';
   }
   cfetch_t *f = cfetch_new(r, e);
-  e->fetch = f;
-  CACHE_COUNT(c, upstream_fetches, 1);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old); /* signals are the loop's */
-  int rc = pthread_create(&f->thread, NULL, cfetch_main, f);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int rc = f ? cfetch_spawn(f) : errno;
   if (rc != 0) {
-    e->fetch = NULL;
-    f->waiters = NULL;
-    cfetch_free(f);
+    if (f)
+      cfetch_free(f);
     cache_fetch_abort(c, e);
     creq_error(r, 503, "unavailable", "node agent %s: cannot start a fetch: %s", a->name,
                strerror(rc));
+    return;
   }
+  e->fetch = f;
+  CACHE_COUNT(c, upstream_fetches, 1);
 }
 
 /* ---- joining and stopping --------------------------------------------------------- */
@@ -384,24 +452,112 @@ void cfetch_join(cache_entry_t *e, creq_t *r) {
     creq_stream(r, e, atomic_load_explicit(&f->written, memory_order_acquire) - 1);
 }
 
-void cfetch_stop(node_agent_t *a, cache_entry_t *e) {
-  cfetch_t *f = e->fetch;
-  int running = CFETCH_RUNNING;
-  if (!atomic_compare_exchange_strong(&f->state, &running, CFETCH_ABANDONED)) {
-    cfetch_finish(f); /* it ended just now; its message waits in the pipe, unread */
-    return;
+/* Tells the thread of fetch `f` to end (the stop): it sends no message any
+ * more, its next write to the file fails (its descriptor turned into
+ * /dev/null's, read-only: `devnull`), and its download is cancelled, a
+ * stalled one too.  False, with nothing done, when it ended already (its
+ * last message waits in the pipe, unread). */
+static bool cfetch_cancel(cfetch_t *f, int devnull) {
+  pthread_mutex_lock(&f->lock);
+  bool running = !f->ended;
+  if (running) {
+    f->cancelled = true;
+    if (devnull >= 0)
+      dup3(devnull, f->fd, O_CLOEXEC);
   }
-  /* Still running: the thread frees `f` when it ends; its file descriptor
-   * stays open for it (the process is about to exit) and the file goes. */
-  for (creq_t *r = f->waiters, *rn; r; r = rn) {
-    rn = r->next_waiter;
+  pthread_mutex_unlock(&f->lock);
+  if (running)
+    shared_cancel_fire(f->cancel);
+  return running;
+}
+
+/* Leaves the thread of cancelled fetch `f`, not joined in time, to free `f`
+ * when it ends; false when it ended meanwhile (it may be joined now). */
+static bool cfetch_abandon(cfetch_t *f) {
+  pthread_t thread = f->thread;
+  pthread_mutex_lock(&f->lock);
+  bool abandoned = !f->ended;
+  f->abandoned = abandoned;
+  pthread_mutex_unlock(&f->lock); /* from here `f` may be freed by its thread */
+  if (abandoned)
+    pthread_detach(thread);
+  return abandoned;
+}
+
+/* The stop answers the waiters of cancelled fetch `f` and drops its entry. */
+static void cfetch_drop_waiters(node_agent_t *a, cfetch_t *f) {
+  for (creq_t *r = f->waiters, *next; r; r = next) {
+    next = r->next_waiter;
     if (r->stream_fd >= 0)
       creq_stream_end(r, NULL);
     else
       creq_stopping(r);
   }
-  pthread_detach(f->thread);
-  e->fetch = NULL;
-  e->tmp_fd = -1;
-  cache_fetch_abort(a->cache, e);
+  f->waiters = NULL;
+  f->entry->fetch = NULL;
+  cache_fetch_abort(a->cache, f->entry);
+}
+
+/* Ends fetch `f` at the stop (cfetch_cancel done): joins its thread by
+ * `deadline` (CLOCK_REALTIME), answers its waiters, frees it; a thread
+ * still running then is left to free it (cfetch_abandon), which is said. */
+static void cfetch_stop(node_agent_t *a, cfetch_t *f, const struct timespec *deadline) {
+  if (!f->cancelled) {
+    cfetch_finish(f); /* it ended before the stop: stored or dropped as usual */
+    return;
+  }
+  bool joined = pthread_timedjoin_np(f->thread, NULL, deadline) == 0;
+  cfetch_drop_waiters(a, f);
+  char what[400];
+  snprintf(what, sizeof what, "%s/%s level %lld", f->scope, f->name, (long long)f->level);
+  if (!joined && cfetch_abandon(f)) {
+    agent_log(a,
+              "cache: the fetch of %s did not end within %d ms of the stop; leaving its thread "
+              "to end alone (it touches only its own state, which it frees)",
+              what, CFETCH_STOP_JOIN_MS);
+    return;
+  }
+  if (!joined)
+    pthread_join(f->thread, NULL);
+  cfetch_free(f);
+}
+
+/* The fetches in progress in cache `c` (malloc'd, *n of them). */
+static cfetch_t **cfetch_all(cache_t *c, size_t *n) {
+  size_t count = 0, at = 0;
+  for (size_t b = 0; b < c->nbuckets; b++)
+    for (cache_entry_t *e = c->buckets[b]; e; e = e->hash_next)
+      count += e->state == CACHE_FETCHING && e->fetch != NULL;
+  cfetch_t **all = malloc((count ? count : 1) * sizeof *all);
+  if (all == NULL) {
+    fprintf(stderr, "muster node: out of memory\n");
+    abort(); /* the daemon's one allocation policy (STYLE.md 6) */
+  }
+  for (size_t b = 0; b < c->nbuckets; b++)
+    for (cache_entry_t *e = c->buckets[b]; e; e = e->hash_next)
+      if (e->state == CACHE_FETCHING && e->fetch != NULL)
+        all[at++] = e->fetch;
+  *n = count;
+  return all;
+}
+
+void cfetch_stop_all(node_agent_t *a) {
+  size_t n;
+  cfetch_t **all = cfetch_all(a->cache, &n);
+  int devnull = n ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+  for (size_t i = 0; i < n; i++)
+    cfetch_cancel(all[i], devnull);
+  if (devnull >= 0)
+    close(devnull);
+  struct timespec deadline; /* one for all: the stop waits CFETCH_STOP_JOIN_MS at most */
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += CFETCH_STOP_JOIN_MS / 1000;
+  deadline.tv_nsec += (CFETCH_STOP_JOIN_MS % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec++;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  for (size_t i = 0; i < n; i++)
+    cfetch_stop(a, all[i], &deadline);
+  free(all);
 }

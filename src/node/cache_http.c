@@ -581,12 +581,7 @@ void cache_http_stop(node_agent_t *a) {
     return;
   c->stopping = 1;
   cexpire_stop(a);
-  for (size_t b = 0; b < c->nbuckets; b++)
-    for (cache_entry_t *e = c->buckets[b], *next; e; e = next) {
-      next = e->hash_next;
-      if (e->state == CACHE_FETCHING && e->fetch != NULL)
-        cfetch_stop(a, e);
-    }
+  cfetch_stop_all(a);
   if (c->notify_ev)
     event_free(c->notify_ev);
   c->notify_ev = NULL;

@@ -85,9 +85,10 @@ void cfetch_start(creq_t *r);
 void cfetch_join(cache_entry_t *e, creq_t *r);
 /* The cache's notify pipe is readable (an event callback; `arg`: the agent). */
 void cfetch_on_notify(evutil_socket_t fd, short what, void *arg);
-/* The agent stops: answers the waiters of the fetch of FETCHING entry `e`
- * and leaves its thread to end alone. */
-void cfetch_stop(node_agent_t *a, cache_entry_t *e);
+/* The agent stops: every fetch still running is told to end and joined
+ * (CFETCH_STOP_JOIN_MS at most, for all), its waiters answered and its
+ * entry dropped; one that ended before is stored as usual. */
+void cfetch_stop_all(node_agent_t *a);
 
 /* ---- cache_expire.c ---- */
 

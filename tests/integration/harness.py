@@ -262,10 +262,12 @@ class RequestProxy:
     the head's reply body as an iterator of pieces and yields what to send instead, as
     it comes (the head's status and Content-Length go first; a body that ends short
     closes the connection); or {"headers": {NAME: VALUE}} to forward it and set those
-    headers in the head's reply.  `count` counts them."""
+    headers in the head's reply.  `count` counts them; `requests` lists them as (method,
+    path, client address), the n-th at n - 1 (there when `decide(n)` is asked)."""
 
     def __init__(self, head, match, decide):
         self.head, self.match, self.decide, self.count = head, match, decide, 0
+        self.requests = []
         self.lock = threading.Lock()
         proxy = self
 
@@ -281,6 +283,8 @@ class RequestProxy:
                 if proxy.match(self.command, self.path.split("?")[0]):
                     with proxy.lock:
                         proxy.count += 1
+                        proxy.requests.append(
+                            (self.command, self.path.split("?")[0], self.client_address))
                         what = proxy.decide(proxy.count)
                 overrides = {}
                 if isinstance(what, dict):

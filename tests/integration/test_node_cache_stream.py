@@ -4,11 +4,12 @@ between the agent and the head), and so does a second reader that joins the fetc
 last byte waits for the whole level to match its checksum, so bytes that do not match
 reach a reader as a body cut short, never as a complete one, and nothing is cached; a
 fetch cut half way ends the readers' bodies short too, and the next read fetches again;
-so does an agent that stops while it streams; and a level still streaming to a reader is
-not evicted."""
+so does an agent that stops while it streams, which ends and joins the fetch first; and
+a level still streaming to a reader is not evicted."""
 import http.client
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -49,6 +50,23 @@ def cut_half_way(pieces):
         sent += len(piece)
 
 
+def agent_threads(agent):
+    """The ids of the agent process's threads."""
+    return os.listdir("/proc/%d/task" % agent.proc.pid)
+
+
+def tcp_state(local_port, remote_port):
+    """The state of the loopback TCP connection from `local_port` to `remote_port` as
+    /proc/net/tcp gives it ("01": established), or None when there is none."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, remote, state = line.split()[1:4]
+            if (int(local.split(":")[1], 16), int(remote.split(":")[1], 16)) == (
+                    local_port, remote_port):
+                return state
+    return None
+
+
 class NodeCacheStreamTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="muster-cache-stream-")
@@ -63,9 +81,12 @@ class NodeCacheStreamTest(unittest.TestCase):
     def agent_behind(self, body, method="GET"):
         """An agent whose head is a proxy that passes the first `method` request of the
         level through `body` (a RequestProxy decision) and forwards everything else."""
-        proxy = harness.RequestProxy(
+        return self.agent_through(harness.RequestProxy(
             self.head, lambda m, path: m == method and path == "/v1/shared/models/w",
-            lambda n: body if n == 1 else "forward")
+            lambda n: body if n == 1 else "forward"))
+
+    def agent_through(self, proxy):
+        """An agent whose head is `proxy` (a harness.RequestProxy in front of the head)."""
         self.addCleanup(proxy.close)
         head = types.SimpleNamespace(url=proxy.url, token=self.head.token)
         a = Agent(head, self.dir, "s1", args=["--cache-dir", os.path.join(self.dir, "cache")])
@@ -131,13 +152,41 @@ class NodeCacheStreamTest(unittest.TestCase):
         self.assertEqual((again.status, again.raw == self.data), (200, True))
         self.assertEqual(self.stats(a)["upstream_fetches"], 2)
 
-    def test_an_agent_that_stops_mid_level_cuts_its_readers_short(self):
-        gate = threading.Event()
+    def test_an_agent_that_stops_mid_level_ends_its_fetch_before_it_leaves(self):
+        # The fetch is stalled half way (the proxy sends nothing more) when the agent is
+        # told to stop.  The stop ends the transfer and joins the fetch's thread before
+        # the agent says goodbye to the head (DELETE /v1/nodes/NAME, held here by the
+        # proxy): while the goodbye waits, the agent has no thread and no connection of
+        # the fetch left.  Then it exits with 0 (under the ASan build: nothing reported),
+        # and the reader's body was cut short.
+        gate, goodbye_held, goodbye_go = (threading.Event() for _ in range(3))
         self.addCleanup(gate.set)
-        a = self.agent_behind(held_half_way(gate))
+        self.addCleanup(goodbye_go.set)
+
+        def held_goodbye(pieces):
+            goodbye_held.set()
+            assert goodbye_go.wait(60), "the test never let the goodbye go"
+            yield from pieces
+
+        def decide(n):
+            return held_half_way(gate) if proxy.requests[n - 1][0] == "GET" else held_goodbye
+
+        proxy = harness.RequestProxy(self.head, lambda m, path: (m, path) in {
+            ("GET", "/v1/shared/models/w"), ("DELETE", "/v1/nodes/s1")}, decide)
+        a = self.agent_through(proxy)
+        harness.wait_until(lambda: self.head.request("GET", "/v1/nodes/s1").status == 200,
+                           what="the agent registered")
+        threads = len(agent_threads(a))
         r = self.open_read(a)
         self.assertEqual(r.read(MIB), self.data[:MIB])
-        self.assertEqual(a.stop(), 0, a.log())  # the fetch thread is left to end alone
+        fetch = (proxy.requests[0][2][1], proxy.server.server_address[1])
+        self.assertEqual((len(agent_threads(a)), tcp_state(*fetch)), (threads + 1, "01"))
+        a.proc.send_signal(signal.SIGTERM)
+        self.assertTrue(goodbye_held.wait(30), a.log())
+        self.assertEqual(len(agent_threads(a)), threads, "a thread outlived the cache's stop")
+        self.assertNotEqual(tcp_state(*fetch), "01", "the fetch's connection is still open")
+        goodbye_go.set()
+        self.assertEqual(a.proc.wait(30), 0, a.log())
         with self.assertRaises(http.client.IncompleteRead) as cut:
             r.read()
         self.assertEqual(cut.exception.partial, self.data[MIB:MIB + len(cut.exception.partial)])
