@@ -405,6 +405,32 @@ static int cache_reserve(cache_t *c, int fd, int64_t size) {
   }
 }
 
+/* Opens a new temporary file for entry `e` in DIR/tmp (e->tmp_fd and
+ * e->tmp_path); 0, or -1 with `err` filled. */
+static int cache_tmp_create(cache_t *c, cache_entry_t *e, char *err, size_t err_size) {
+  snprintf(e->tmp_path, sizeof e->tmp_path, "%s/tmp/fetch-XXXXXX", c->dir);
+  e->tmp_fd = mkostemp(e->tmp_path, O_CLOEXEC);
+  if (e->tmp_fd >= 0)
+    return 0;
+  snprintf(err, err_size, "cannot create a file in %s/tmp: %s", c->dir, strerror(errno));
+  e->tmp_path[0] = '\0';
+  return -1;
+}
+
+/* Reserves the room of entry `e`'s level in its new temporary file
+ * (cache_reserve); 0, or -1 with `err` filled and the file gone. */
+static int cache_tmp_reserve(cache_t *c, cache_entry_t *e, char *err, size_t err_size) {
+  if (cache_reserve(c, e->tmp_fd, e->size) == 0)
+    return 0;
+  snprintf(err, err_size, "no room for %lld bytes in %s: %s", (long long)e->size, c->dir,
+           strerror(errno));
+  close(e->tmp_fd);
+  e->tmp_fd = -1;
+  unlink(e->tmp_path);
+  e->tmp_path[0] = '\0';
+  return -1;
+}
+
 cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
                                  uint64_t checksum, int64_t size, char *err, size_t err_size) {
   const char *sub = cache_mkdir(c, "tmp") != 0 ? "tmp" : cache_mkdir(c, scope) != 0 ? scope : NULL;
@@ -414,19 +440,12 @@ cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name
     return NULL;
   }
   cache_entry_t *e = cache_entry_new(scope, name, level, checksum, size);
-  snprintf(e->tmp_path, sizeof e->tmp_path, "%s/tmp/fetch-XXXXXX", c->dir);
-  e->tmp_fd = mkostemp(e->tmp_path, O_CLOEXEC);
-  if (e->tmp_fd < 0) {
-    snprintf(err, err_size, "cannot create a file in %s/tmp: %s", c->dir, strerror(errno));
+  if (cache_tmp_create(c, e, err, err_size) != 0) {
     cache_entry_free(e);
     return NULL;
   }
   cache_make_room(c, size);
-  if (cache_reserve(c, e->tmp_fd, size) != 0) {
-    snprintf(err, err_size, "no room for %lld bytes in %s: %s", (long long)size, c->dir,
-             strerror(errno));
-    close(e->tmp_fd);
-    unlink(e->tmp_path);
+  if (cache_tmp_reserve(c, e, err, err_size) != 0) {
     cache_entry_free(e);
     return NULL;
   }
@@ -434,6 +453,21 @@ cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name
   c->bytes_fetching += size;
   cache_index_add(c, e);
   return e;
+}
+
+int cache_fetch_renew(cache_t *c, cache_entry_t *e, char *err, size_t err_size) {
+  if (e->tmp_fd >= 0)
+    close(e->tmp_fd); /* its file is gone (CACHE_COMMIT_VANISHED): nothing to unlink */
+  e->tmp_fd = -1;
+  e->tmp_path[0] = '\0';
+  if (cache_mkdir(c, "tmp") != 0) {
+    snprintf(err, err_size, "cannot create the cache directory %s/tmp: %s", c->dir,
+             strerror(errno));
+    return -1;
+  }
+  if (cache_tmp_create(c, e, err, err_size) != 0 || cache_tmp_reserve(c, e, err, err_size) != 0)
+    return -1;
+  return 0;
 }
 
 /* Takes a FETCHING entry out of the fetch accounting and its temp file away. */
@@ -453,32 +487,57 @@ void cache_fetch_abort(cache_t *c, cache_entry_t *e) {
   cache_entry_free(e);
 }
 
-int cache_fetch_commit(cache_t *c, cache_entry_t *e, int64_t got_size, uint64_t got_checksum,
-                       char *err, size_t err_size) {
-  uint64_t got = got_checksum;
-  char path[1024];
-  cache_path_of(c, e, path, sizeof path);
-  struct stat st;
+/* Whether a fetch got what the head announced for entry `e`; 0, or -1 with
+ * `err` filled. */
+static int cache_fetch_check(const cache_entry_t *e, int64_t got_size, uint64_t got_checksum,
+                             char *err, size_t err_size) {
   if (got_size != e->size) {
     snprintf(err, err_size, "got %lld bytes, the head announced %lld", (long long)got_size,
              (long long)e->size);
-  } else if (got != e->checksum)
-    snprintf(err, err_size, "checksum %016llx, expected %016llx", (unsigned long long)got,
+    return -1;
+  }
+  if (got_checksum != e->checksum) {
+    snprintf(err, err_size, "checksum %016llx, expected %016llx", (unsigned long long)got_checksum,
              (unsigned long long)e->checksum);
-  else if (fchmod(e->tmp_fd, 0444) != 0 || cache_mkdir(c, e->scope) != 0 || /* see cache_drop */
-           rename(e->tmp_path, path) != 0 || fstat(e->tmp_fd, &st) != 0)
-    snprintf(err, err_size, "storing %s: %s", path, strerror(errno));
-  else {
-    cache_fetch_end(c, e, 0);
-    e->state = CACHE_READY;
-    e->verified = 1;
-    e->ino = st.st_ino;
-    e->mtime_ns = cache_mtime_ns(&st);
-    c->bytes_cached += e->size;
-    c->entries++;
-    cache_lru_push_front(c, e);
+    return -1;
+  }
+  return 0;
+}
+
+/* The verified file of FETCHING entry `e` (`st`) is in place: `e` is READY. */
+static void cache_fetch_stored(cache_t *c, cache_entry_t *e, const struct stat *st) {
+  cache_fetch_end(c, e, 0);
+  e->state = CACHE_READY;
+  e->verified = 1;
+  e->ino = st->st_ino;
+  e->mtime_ns = cache_mtime_ns(st);
+  c->bytes_cached += e->size;
+  c->entries++;
+  cache_lru_push_front(c, e);
+}
+
+int cache_fetch_commit(cache_t *c, cache_entry_t *e, int64_t got_size, uint64_t got_checksum,
+                       char *err, size_t err_size) {
+  if (cache_fetch_check(e, got_size, got_checksum, err, err_size) != 0) {
+    cache_fetch_abort(c, e);
+    return -1;
+  }
+  char path[1024];
+  cache_path_of(c, e, path, sizeof path);
+  struct stat st;
+  if (fchmod(e->tmp_fd, 0444) == 0 && cache_mkdir(c, e->scope) == 0 && /* see cache_drop */
+      rename(e->tmp_path, path) == 0 && fstat(e->tmp_fd, &st) == 0) {
+    cache_fetch_stored(c, e, &st);
     return 0;
   }
+  int failure = errno;
+  if (fstat(e->tmp_fd, &st) == 0 && st.st_nlink == 0) { /* no name left to rename */
+    snprintf(err, err_size,
+             "its temporary file %s was removed before it could be stored (was %s/tmp deleted?)",
+             e->tmp_path, c->dir);
+    return CACHE_COMMIT_VANISHED;
+  }
+  snprintf(err, err_size, "storing %s: %s", path, strerror(failure));
   cache_fetch_abort(c, e);
   return -1;
 }

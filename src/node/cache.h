@@ -123,15 +123,29 @@ cache_entry_t *cache_find(cache_t *c, const char *scope, const char *name, int64
  */
 cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
                                  uint64_t checksum, int64_t size, char *err, size_t err_size);
+/* cache_fetch_commit's answer when the temporary file was removed before it
+ * could be stored (DIR/tmp deleted under the fetch, by a cleaner of temporary
+ * files or a person): the bytes are in no file anyone can rename. */
+#define CACHE_COMMIT_VANISHED 1
+
 /*
  * Completes a fetch whose bytes were written to e->tmp_fd and found to be
  * `got_size` bytes with xxHash64 `got_checksum`: checks them against what the
  * head announced, renames the file into place and makes the entry READY (most
- * recently used).  Returns 0, or -1 with `err` filled, in which case the entry
- * is dropped (cache_fetch_abort was done).
+ * recently used).  Returns 0; or -1 with `err` filled, in which case the entry
+ * is dropped (cache_fetch_abort was done); or CACHE_COMMIT_VANISHED with `err`
+ * filled, the entry left FETCHING as it was, for the caller to fetch again
+ * (cache_fetch_renew) or give up (cache_fetch_abort).
  */
 int cache_fetch_commit(cache_t *c, cache_entry_t *e, int64_t got_size, uint64_t got_checksum,
                        char *err, size_t err_size);
+/*
+ * Gives FETCHING entry `e` a new, empty temporary file (e->tmp_fd and
+ * e->tmp_path), DIR/tmp made again when it is gone, for its fetch to start
+ * over; the old file's descriptor is closed.  Returns 0, or -1 with `err`
+ * filled (the entry is left without a file: cache_fetch_abort it).
+ */
+int cache_fetch_renew(cache_t *c, cache_entry_t *e, char *err, size_t err_size);
 /* Gives a fetch up: removes the temporary file and drops the entry. */
 void cache_fetch_abort(cache_t *c, cache_entry_t *e);
 

@@ -10,7 +10,9 @@
  * only its cfetch_t and its file and tells the loop through the cache's
  * notify pipe: more bytes are in the file, or (its last message) it ended;
  * the loop joins it, stores or drops the level (cache.c) and answers the
- * waiters.
+ * waiters.  A fetch whose temporary file was removed before it could be
+ * stored (DIR/tmp deleted under it) starts again once, into a new file, for
+ * the same waiters.
  *
  * Stop: every fetch still running is told to end (no message from it any
  * more, its writes made to fail, its download cancelled: shared_cancel.h),
@@ -50,6 +52,7 @@ typedef struct {
   cache_entry_t *entry;
   creq_t *waiters; /* clients answered when it ends */
   pthread_t thread;
+  int restarted; /* it started again once (its temporary file vanished) */
   /* the thread's, read-only for it: what to fetch, from where, to where */
   char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
   int64_t level;
@@ -305,17 +308,77 @@ static void cfetch_answer(cfetch_t *f, bool stored) {
   cfetch_free(f);
 }
 
+/* The streaming waiters of fetch `f` go on from its new temporary file: the
+ * bytes they were sent are the same there (the level's, checked against
+ * the same checksum before the last byte goes). */
+static void cfetch_restream(cfetch_t *f) {
+  for (creq_t *r = f->waiters; r; r = r->next_waiter) {
+    if (r->stream_fd < 0)
+      continue;
+    int fd = open(f->entry->tmp_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      r->stream_broken = 1; /* its reply is cut at the end */
+      continue;
+    }
+    close(r->stream_fd);
+    r->stream_fd = fd;
+  }
+}
+
+/* Starts fetch `f` again (its thread joined) into a new temporary file,
+ * because the first one was removed before it could be stored (f->why);
+ * 0, or -1 with f->why saying why not (the entry is still the caller's). */
+static int cfetch_restart(cfetch_t *f) {
+  node_agent_t *a = f->a;
+  cache_entry_t *e = f->entry;
+  agent_log(a, "cache: fetching %s/%s level %lld: %s; fetching it again", f->scope, f->name,
+            (long long)f->level, f->why);
+  if (cache_fetch_renew(a->cache, e, f->why, sizeof f->why) != 0)
+    return -1;
+  int fd = fcntl(e->tmp_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(f->why, sizeof f->why, "cannot fetch it again: %s", strerror(errno));
+    return -1;
+  }
+  close(f->fd);
+  f->fd = fd;
+  f->restarted = 1;
+  f->err = MUSTER_OK;
+  memset(&f->info, 0, sizeof f->info);
+  atomic_store(&f->written, 0);
+  atomic_store(&f->wake_pending, false);
+  f->notified = 0;
+  f->ended = false; /* the thread is joined: nobody else looks */
+  cfetch_restream(f);
+  int rc = cfetch_spawn(f);
+  if (rc != 0) {
+    snprintf(f->why, sizeof f->why, "cannot start a fetch: %s", strerror(rc));
+    return -1;
+  }
+  e->fetch = f;
+  CACHE_COUNT(a->cache, upstream_fetches, 1);
+  return 0;
+}
+
 /* Stores the level fetch `f` got (its thread joined) in its entry: true
- * when it did; false when the fetch failed (f->why), its entry dropped. */
-static bool cfetch_store(cfetch_t *f) {
+ * when it did; false when the fetch failed (f->why), its entry dropped.
+ * *again: it started over instead (cfetch_restart), still waited for. */
+static bool cfetch_store(cfetch_t *f, bool *again) {
   cache_t *c = f->a->cache;
   cache_entry_t *e = f->entry;
+  *again = false;
   e->fetch = NULL;
   if (f->err == MUSTER_OK && f->info.level != e->level) {
     snprintf(f->why, sizeof f->why, "the head sent level %lld", (long long)f->info.level);
   } else if (f->err == MUSTER_OK) {
     uint64_t got = strtoull(f->info.checksum, NULL, 16);
-    return cache_fetch_commit(c, e, f->info.size, got, f->why, sizeof f->why) == 0;
+    int rc = cache_fetch_commit(c, e, f->info.size, got, f->why, sizeof f->why);
+    if (rc != CACHE_COMMIT_VANISHED)
+      return rc == 0; /* a failed commit dropped the entry */
+    if (!f->restarted && !c->stopping && cfetch_restart(f) == 0) {
+      *again = true;
+      return false;
+    }
   }
   cache_fetch_abort(c, e);
   return false;
@@ -324,7 +387,10 @@ static bool cfetch_store(cfetch_t *f) {
 /* The fetch `f` ended: store the level or drop it, answer the waiters. */
 static void cfetch_finish(cfetch_t *f) {
   pthread_join(f->thread, NULL);
-  cfetch_answer(f, cfetch_store(f));
+  bool again;
+  bool stored = cfetch_store(f, &again);
+  if (!again)
+    cfetch_answer(f, stored);
 }
 
 /* More of fetch `f` is in its file: its streaming waiters get it, less the

@@ -4,8 +4,9 @@ between the agent and the head), and so does a second reader that joins the fetc
 last byte waits for the whole level to match its checksum, so bytes that do not match
 reach a reader as a body cut short, never as a complete one, and nothing is cached; a
 fetch cut half way ends the readers' bodies short too, and the next read fetches again;
-so does an agent that stops while it streams, which ends and joins the fetch first; and
-a level still streaming to a reader is not evicted."""
+so does an agent that stops while it streams, which ends and joins the fetch first; a
+fetch whose temporary file is removed starts again once for its readers; and a level
+still streaming to a reader is not evicted."""
 import http.client
 import os
 import shutil
@@ -191,6 +192,58 @@ class NodeCacheStreamTest(unittest.TestCase):
             r.read()
         self.assertEqual(cut.exception.partial, self.data[MIB:MIB + len(cut.exception.partial)])
         self.assertLess(MIB + len(cut.exception.partial), SIZE)
+
+    def test_a_fetch_whose_temporary_file_is_removed_starts_again_for_its_reader(self):
+        # The cache's tmp directory is deleted (a cleaner of temporary files, say) while
+        # a level's fetch is held half way, its reader streaming: the finished file
+        # cannot be renamed into place, so the fetch starts once more, into a new file in
+        # a tmp made anew, for the same reader, whose body goes on and is whole.
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        a = self.agent_behind(held_half_way(gate))
+        r = self.open_read(a)
+        self.assertEqual(r.read(MIB), self.data[:MIB])
+        tmp = os.path.join(self.dir, "cache", "tmp")
+        shutil.rmtree(tmp)
+        gate.set()
+        self.assertEqual(r.read(), self.data[MIB:])
+        s = self.stats(a)
+        self.assertEqual((s["upstream_fetches"], s["fetch_failures"], s["entries"],
+                          s["fetching_bytes"]), (2, 0, 1, 0), s)
+        self.assertTrue(os.path.isdir(tmp))
+        self.assertEqual(os.listdir(tmp), [])
+        hit = a.request("GET", "/v1/shared/models/w")
+        self.assertEqual((hit.status, hit.headers["X-Muster-Cache"], hit.raw == self.data),
+                         (200, "hit", True))
+
+    def test_a_fetch_whose_file_is_removed_twice_fails_and_is_fetched_again(self):
+        # Fetched once more, not forever: the tmp directory deleted under the fetch's
+        # second try too cuts the reader short; the next read fetches the level anew.
+        gates = [threading.Event(), threading.Event()]
+        for gate in gates:
+            self.addCleanup(gate.set)
+        proxy = harness.RequestProxy(
+            self.head, lambda m, path: m == "GET" and path == "/v1/shared/models/w",
+            lambda n: held_half_way(gates[n - 1]) if n <= 2 else "forward")
+        a = self.agent_through(proxy)
+        r = self.open_read(a)
+        self.assertEqual(r.read(MIB), self.data[:MIB])
+        tmp = os.path.join(self.dir, "cache", "tmp")
+        shutil.rmtree(tmp)
+        gates[0].set()
+        harness.wait_until(lambda: proxy.count == 2 and os.listdir(tmp), 30,
+                           what="the second fetch")
+        shutil.rmtree(tmp)
+        gates[1].set()
+        with self.assertRaises(http.client.IncompleteRead) as cut:
+            r.read()
+        self.assertEqual(cut.exception.partial, self.data[MIB:MIB + len(cut.exception.partial)])
+        s = self.stats(a)
+        self.assertEqual((s["upstream_fetches"], s["fetch_failures"], s["entries"]), (2, 1, 0), s)
+        self.assertIn("was removed", a.log())
+        again = a.request("GET", "/v1/shared/models/w")
+        self.assertEqual((again.status, again.raw == self.data), (200, True))
+        self.assertEqual(self.stats(a)["upstream_fetches"], 3)
 
     def test_a_malformed_expiry_from_the_head_is_not_passed_on(self):
         # The head's HEAD before the fetch names an expiry that is not a number: the
