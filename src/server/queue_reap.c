@@ -7,7 +7,9 @@
  * turn wait for one chunk (a few milliseconds), never for the whole job: a
  * queue of a million tasks took 1.8 s to delete in one transaction, during
  * which the head answered nobody.  Every chunk moves the counts of what it
- * deleted (counts.h), so queue_counts stays exact between chunks.
+ * deleted (counts.h), so queue_counts stays exact between chunks; tasks that
+ * a closed session left to the background deletion, out of the counts since
+ * that close (session_close.c), are deleted without being counted again.
  *
  * No index serves the retention: it walks a queue's tasks in id order
  * through tasks_by_queue, which every task has anyway, and stops at the
@@ -85,11 +87,24 @@ static muster_err_t queue_trash_done(store_t *st, const char *name, fail_t *f) {
   return queue_trash_exec(st, "DELETE FROM queue_trash WHERE name = ?1", name, 0, f);
 }
 
+/* The statement of queue_trash_step: a chunk of the trashed queue's tasks
+ * deleted, each returned with its state and whether a closed session left
+ * it to the background deletion (SESSION_CLOSING_SQL: one seek into
+ * session_trash for a task of a session).  Those are out of the counts since
+ * that close (session_close.c), so the chunk must not take them out again. */
+static sqlite3_stmt *queue_trash_stmt(store_t *st) {
+  return store_sessions_closing(st)
+             ? store_stmt(st, "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks"
+                              " INDEXED BY tasks_by_queue WHERE queue = ?1 ORDER BY id"
+                              " LIMIT ?2) RETURNING state, " SESSION_CLOSING_TASKS_SQL)
+             : store_stmt(st, "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks"
+                              " INDEXED BY tasks_by_queue WHERE queue = ?1 ORDER BY id"
+                              " LIMIT ?2) RETURNING state, 0");
+}
+
 muster_err_t queue_trash_step(store_t *st, const char *name, int64_t max, int64_t *deleted,
                               bool *finished, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks"
-                                   " INDEXED BY tasks_by_queue WHERE queue = ?1 ORDER BY id"
-                                   " LIMIT ?2) RETURNING state");
+  sqlite3_stmt *s = queue_trash_stmt(st);
   if (s == NULL)
     return store_fail(st, f, "queue delete");
   store_bind_text(s, 1, name);
@@ -100,7 +115,7 @@ muster_err_t queue_trash_step(store_t *st, const char *name, int64_t max, int64_
   *deleted = 0;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     int state = sqlite3_column_int(s, 0);
-    if (state >= 0 && state < TASK_STATE_COUNT)
+    if (state >= 0 && state < TASK_STATE_COUNT && !sqlite3_column_int(s, 1))
       by_state[state]++;
     (*deleted)++;
   }

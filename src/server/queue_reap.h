@@ -24,7 +24,9 @@
  * until queue_trash_step has deleted the last task.  For queue_delete. */
 muster_err_t queue_trash_put(store_t *st, const char *name, int64_t tasks, int64_t *sessions,
                              fail_t *f);
-/* Deletes up to `max` tasks of the trashed queue `name` (*deleted of them);
+/* Deletes up to `max` tasks of the trashed queue `name` (*deleted of them),
+ * moving the counts of those that are in them (not those a closed session
+ * left to the background deletion: out of the counts since that close);
  * once none is left (*finished), its counts and its trash row go too. */
 muster_err_t queue_trash_step(store_t *st, const char *name, int64_t max, int64_t *deleted,
                               bool *finished, fail_t *f);

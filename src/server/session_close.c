@@ -19,8 +19,8 @@
  * counts again, then the session's results.  Until their chunk, the tasks
  * left behind are skipped by leases, ready counts, task listings and reads
  * by id (SESSION_CLOSING_SQL), and the writers that take a queue's tasks in
- * bulk (a purge, a requeue) leave them be or out of their counts: for
- * clients they are gone at the reply.
+ * bulk (a purge, a requeue, the chunks of a deleted queue's trash) leave them
+ * be or out of their counts: for clients they are gone at the reply.
  *
  * Chunks go in the order of tasks_by_session, by queue and then index, which
  * for a pool is its queue's lease order: the tasks ahead of other clients'

@@ -116,7 +116,10 @@ static void assert_counts_exact(const char *queue) {
              " (SELECT 1 FROM session_trash AS c WHERE c.session = t.session"
              " AND t.id <= c.horizon)",
              queue, state);
-    assert_int_equal(kept[state], query_int(store_db(st), sql));
+    int64_t there = query_int(store_db(st), sql);
+    if (kept[state] != there)
+      fail_msg("queue %s, state %s: counted %lld, there are %lld", queue, task_state_name(state),
+               (long long)kept[state], (long long)there);
   }
 }
 
@@ -376,6 +379,93 @@ static void test_bulk_writers_skip_what_is_left(void **unused) {
   assert_true(pending); /* its failed task left behind goes in a chunk */
 }
 
+/* Puts `n` tasks carrying session `id` into `queue` with a plain put (which
+ * may name any session), 1000 a request. */
+static void put_in_session(const char *queue, const char *id, int64_t n) {
+  for (int64_t first = 0; first < n; first += TASK_MAX_BATCH) {
+    json_t *tasks = json_array();
+    for (int64_t i = first; i < n && i < first + TASK_MAX_BATCH; i++)
+      json_array_append_new(tasks,
+                            json_pack("{s:I, s:s}", "payload", (json_int_t)i, "session", id));
+    json_t *body = json_pack("{s:o}", "tasks", tasks);
+    fail_t f = {0};
+    json_t *out = task_put(st, queue, body, 1 << 20, &f);
+    if (out == NULL)
+      fail_msg("put: %s", f.message);
+    json_decref(out);
+    json_decref(body);
+  }
+}
+
+/* The tasks a closed session left in a queue that then goes to the trash
+ * (or that was there already when the session closed) are out of its counts
+ * already: the trash's chunks delete them without counting them again, and
+ * the counts stay exact between chunks until the last drops them.  Session
+ * `a` streams from q and is closed before the deletion, `c` from q too and
+ * closed by it; `b` streams from o and has tasks in q put by a plain put,
+ * and closes while q is in the trash. */
+static void test_trash_chunks_skip_what_is_left(void **unused) {
+  (void)unused;
+  make_queue("q", "{}");
+  make_queue("o", "{}");
+  char a[SESSION_ID_LEN + 1], b[SESSION_ID_LEN + 1], c[SESSION_ID_LEN + 1];
+  open_session("q", 60000, a);
+  open_session("o", 60000, b);
+  open_session("q", 60000, c);
+  for (int i = 0; i < 5; i++)
+    put_one("q", 10); /* ahead of the sessions' in lease order */
+  submit_many(a, 2 * QUEUE_CHUNK);
+  put_in_session("q", b, 2 * QUEUE_CHUNK);
+  submit_many(c, QUEUE_CHUNK + QUEUE_CHUNK / 2);
+  json_t *leases = fixture_lease("q", 8); /* the five plain ones and three of a's */
+  json_t *done = json_array();
+  for (size_t i = 3; i < 8; i++)
+    json_array_append(done, json_array_get(leases, i));
+  complete_all(done); /* two plain ones and a's three */
+  json_decref(done);
+  json_decref(leases);
+  fail_t f = {0};
+  json_t *r = session_close(st, a, "by its client", &f);
+  assert_non_null(r);
+  json_decref(r);
+  assert_counts_exact("q");
+
+  int64_t tasks = 0, sessions = 0;
+  bool pending = false;
+  assert_int_equal(queue_delete(st, "q", &tasks, &sessions, &pending, &f), MUSTER_OK);
+  assert_true(pending);
+  assert_int_equal(sessions, 1); /* c */
+  assert_counts_exact("q");
+  r = session_close(st, b, "by its client", &f); /* its tasks in the trash are left too */
+  assert_non_null(r);
+  assert_int_equal(jint(r, "deleted"), 2 * QUEUE_CHUNK);
+  json_decref(r);
+  assert_counts_exact("q");
+
+  int chunks = 0;
+  for (bool finished = false; !finished; chunks++) {
+    int64_t deleted = 0;
+    assert_true(chunks < 10);
+    assert_int_equal(queue_trash_step(st, "q", QUEUE_CHUNK, &deleted, &finished, &f), MUSTER_OK);
+    if (!finished)
+      assert_counts_exact("q");
+  }
+  assert_true(chunks >= 3);
+  assert_int_equal(rows("tasks", "queue", "q"), 0);
+  assert_int_equal(rows("queue_counts", "queue", "q"), 0);
+  /* A queue of that name starts from nothing; the sessions' deletions
+   * find their tasks in q gone and move no counts. */
+  make_queue("q", "{}");
+  reaper_turns(a);
+  reaper_turns(b);
+  reaper_turns(c);
+  assert_counts_exact("q");
+  int64_t kept[TASK_STATE_COUNT];
+  assert_int_equal(counts_read(st, "q", kept, &f), MUSTER_OK);
+  for (int state = 0; state < TASK_STATE_COUNT; state++)
+    assert_int_equal(kept[state], 0);
+}
+
 /* Above QUEUE_READY_SCAN queued tasks the ready count takes those beyond
  * the tasks it looks at from the kept counts: with a closed session's tasks
  * among those looked at, it still counts the others exactly. */
@@ -494,6 +584,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_queue_delete_closes_within_a_chunk, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_bulk_writers_skip_what_is_left, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_trash_chunks_skip_what_is_left, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_ready_count_past_what_is_left, fixture_setup,
                                       fixture_teardown),
