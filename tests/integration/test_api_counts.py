@@ -5,23 +5,25 @@ The head keeps the counts apart from the tasks (src/server/counts.c), so a path 
 changes tasks without counting would show here as a difference; and since listing by
 state no longer has an index of its own (queued, leased, done and failed-like states
 each read through another), the listing of each state is checked against the listing
-of all tasks too.
+of all tasks too.  A session closed with more tasks than one chunk leaves them to the
+head's background deletion, out of the counts from the close on: the counts and the
+ready count are checked at every step of that deletion, across restarts too.
 """
 import os
 import re
+import sqlite3
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_api_common import ApiTestCase, STATES  # noqa: E402
+from test_api_common import ApiTestCase, OwnHeadTestCase, STATES  # noqa: E402
 
 SAMPLE = re.compile(r'^muster_tasks\{queue="([^"]*)",state="([a-z]+)"\} (\d+)$', re.M)
 
 
-class CountsTest(ApiTestCase):
-
-    # ---- the check -------------------------------------------------------------
+class CountChecks:
+    """The checks of the test classes below (mixed into an ApiTestCase)."""
 
     def check(self, step, *names):
         """The counts of each queue equal the states of its listed tasks, /metrics says
@@ -56,6 +58,9 @@ class CountsTest(ApiTestCase):
     @staticmethod
     def item(lease, **extra):
         return dict(extra, task=lease["task"], token=lease["token"])
+
+
+class CountsTest(CountChecks, ApiTestCase):
 
     # ---- transitions -----------------------------------------------------------
 
@@ -196,6 +201,125 @@ class CountsTest(ApiTestCase):
         self.check("the queue made again")
         self.assert_counts()
 
+
+class LeftoverCountsTest(CountChecks, OwnHeadTestCase):
+    """A session of more tasks than one chunk (1000, QUEUE_CHUNK) closed in a queue it
+    shares with another session's tasks and plain ones: its close deletes a chunk and
+    leaves the rest, queued, done and failed, to the head's background deletion (a chunk
+    per loop turn), out of the queue's counts from the reply on.  The counts and
+    `ready` (GET /v1/queues/{queue}?ready=true), and the queue's entry in GET /v1/queues,
+    are exact at every step of that deletion, and after a stop or a kill -9 in the middle
+    of it (docs/api.md, DELETE /v1/sessions/{id})."""
+
+    BIG = 20000  # 20 chunks: 19 left to the background deletion
+
+    def fill(self):
+        """Queue q: a big session B (its last ten tasks ahead of its others in lease
+        order: two done, one failed, three leased at its close, four queued; the rest
+        queued), an open session O (three queued, one leased, one done) ahead of B's,
+        plain tasks ahead of both (three ready, one delayed) and behind them (two).
+        Returns B's id and the counts q has once B is closed: O's and the plain ones."""
+        self.create_queue()
+        big = self.expect("POST", "/v1/sessions", {"queue": self.q}, status=201)["id"]
+        other = self.expect("POST", "/v1/sessions", {"queue": self.q}, status=201)["id"]
+        for first in range(0, self.BIG, 1000):
+            self.expect("POST", "/v1/sessions/%s/tasks" % big,
+                        {"tasks": [{"payload": i, "priority": 1 if i >= self.BIG - 10 else 0}
+                                   for i in range(first, first + 1000)]}, status=201)
+        of_big = self.leased(6)
+        self.assertEqual({x["index"] for x in of_big}, set(range(self.BIG - 10, self.BIG - 4)))
+        self.ack("complete", [self.item(x, result="r") for x in of_big[:2]])
+        self.ack("fail", [self.item(of_big[2], permanent=True)])
+        self.expect("POST", "/v1/sessions/%s/tasks" % other,
+                    {"tasks": [{"payload": i, "priority": 5} for i in range(5)]}, status=201)
+        ls = self.leased(2)
+        self.assertEqual({x["session"] for x in ls}, {other})
+        self.ack("complete", [self.item(ls[0], result="r")])
+        self.put("ahead", "ahead", "ahead", priority=10)
+        self.put("delayed", priority=10, delay_ms=600000)
+        self.put("behind", "behind")
+        self.assert_counts(queued=self.BIG - 6 + 3 + 4 + 2, leased=4, done=3, failed=1)
+        r = self.expect("DELETE", "/v1/sessions/" + big)
+        self.assertEqual(r, {"id": big, "cancelled": self.BIG - 3, "deleted": self.BIG})
+        # Its leases went with it: their holder's completion finds nothing to count.
+        self.expect_error("POST", "/v1/leases/complete", {"leases": [self.item(of_big[3])]},
+                          404, "task_not_found")
+        return big, dict(queued=3 + 4 + 2, leased=1, done=1)
+
+    def assert_exact(self, want, step):
+        """The counts of q are `want` in its object and in the list of queues, and its
+        ready count leaves out only the delayed task."""
+        want = dict({s: 0 for s in STATES}, **want)
+        q = self.expect("GET", "/v1/queues/%s?ready=true" % self.q)
+        self.assertEqual(q["counts"], dict(want, ready=want["queued"] - 1), step)
+        listed = [x for x in self.expect("GET", "/v1/queues")["queues"] if x["name"] == self.q]
+        self.assertEqual([x["counts"] for x in listed], [want], step)
+
+    def deleted(self, sid):
+        """Whether the head logged that the last of session `sid`'s tasks went."""
+        with open(self.head.log_path, errors="replace") as f:
+            return "session %s: the last of its" % sid in f.read()
+
+    def exact_until_deleted(self, sid, want, step):
+        """Checks the counts at every poll until the background deletion has ended."""
+        def poll():
+            done = self.deleted(sid)
+            self.assert_exact(want, step)
+            return done
+        harness.wait_until(poll, timeout=60, what="the closed session's tasks to be deleted")
+
+    def ends_with_exact_leases(self, want):
+        """After the deletion: the listings and /metrics agree with the counts, and a
+        lease takes as many tasks as `ready` said, in lease order past where B's were."""
+        self.assertEqual(self.check("the background deletion"), dict(
+            {s: 0 for s in STATES}, **want))
+        leases = self.lease(max=100)
+        self.assertEqual([x["payload"] for x in leases],
+                         ["ahead"] * 3 + [2, 3, 4] + ["behind"] * 2)
+        self.assert_counts(queued=1, leased=9, done=1)
+
+    def store_counts(self):
+        """The store's counts of q and a recount of its tasks but those a closed session
+        left to the background deletion, and whether such a session is left: read from
+        the store of a head that must not run."""
+        db = sqlite3.connect(os.path.join(self.head.data_dir, "muster.db"))
+        try:
+            kept = {STATES[s]: n for s, n in db.execute(
+                "SELECT state, n FROM queue_counts WHERE queue = ? AND n != 0", (self.q,))}
+            there = {STATES[s]: n for s, n in db.execute(
+                "SELECT state, count(*) FROM tasks AS t WHERE queue = ? AND NOT EXISTS"
+                " (SELECT 1 FROM session_trash AS c WHERE c.session = t.session"
+                " AND t.id <= c.horizon) GROUP BY state", (self.q,))}
+            closing = db.execute("SELECT count(*) FROM session_trash").fetchone()[0]
+            return kept, there, closing
+        finally:
+            db.close()
+
+    def test_exact_while_deleted_in_the_background(self):
+        big, want = self.fill()
+        self.exact_until_deleted(big, want, "the close")
+        self.ends_with_exact_leases(want)
+
+    def restart_during_the_deletion(self, end):
+        """Closes B, ends the head by `end` (stop or kill) before the background
+        deletion has ended, checks the store, starts it again and follows the rest."""
+        big, want = self.fill()
+        if end == "stop":
+            self.assertEqual(self.head.stop(), 0)
+        else:
+            self.head.kill()
+        kept, there, closing = self.store_counts()
+        self.assertEqual(closing, 1, "the deletion ended before the " + end)
+        self.assertEqual((kept, there), (want, want), "the store after the " + end)
+        self.head.start()
+        self.exact_until_deleted(big, want, "a restart after a " + end)
+        self.ends_with_exact_leases(want)
+
+    def test_exact_after_a_stop_during_the_deletion(self):
+        self.restart_during_the_deletion("stop")
+
+    def test_exact_after_a_kill9_during_the_deletion(self):
+        self.restart_during_the_deletion("kill")
 
 if __name__ == "__main__":
     unittest.main()

@@ -486,6 +486,28 @@ static void test_ready_count_past_what_is_left(void **unused) {
   int64_t ready = -1;
   assert_int_equal(queue_count_ready(st, "q", &ready, &f), MUSTER_OK);
   assert_int_equal(ready, 8);
+
+  /* With none ahead, the count reads the session's tasks alone: 0, as a
+   * lease then finds nothing either, until the chunks go past them. */
+  make_queue("behind", "{}");
+  open_session("behind", 60000, id);
+  submit_many(id, QUEUE_CHUNK + QUEUE_READY_SCAN + 10);
+  r = session_close(st, id, "by its client", &f);
+  assert_non_null(r);
+  json_decref(r);
+  for (int i = 0; i < 3; i++)
+    put_one("behind", 0);
+  assert_int_equal(queue_count_ready(st, "behind", &ready, &f), MUSTER_OK);
+  assert_int_equal(ready, 0);
+  json_t *leases = fixture_lease("behind", 3);
+  assert_int_equal(json_array_size(leases), 0);
+  json_decref(leases);
+  reaper_turns(id);
+  assert_int_equal(queue_count_ready(st, "behind", &ready, &f), MUSTER_OK);
+  assert_int_equal(ready, 3);
+  leases = fixture_lease("behind", 3);
+  assert_int_equal(json_array_size(leases), 3);
+  json_decref(leases);
 }
 
 #define LIST_MAX 8
