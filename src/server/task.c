@@ -471,15 +471,30 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
  *               queue that lives long, so the page fills at once;
  *   leased      tasks_leased, all leases of all queues, sorted: few (one
  *               per worker and batch), and the dashboard asks every refresh;
- *   queued      tasks_by_queue when most of the queue is queued, else the
- *               queue's part of tasks_ready, sorted (at most the other half);
+ *   queued      tasks_by_queue when most of the queue is queued, else
+ *               tasks_ready a priority at a time (task_list_by_priority);
+ *               past TASK_LIST_PRIORITIES distinct priorities, the queue's
+ *               part of tasks_ready sorted (at most the other half), or
+ *               tasks_by_queue while it holds a closed session's tasks;
  *   failed, dead, cancelled   tasks_failed (written only on those states).
  * INDEXED BY says which: without statistics the planner takes tasks_by_queue
  * for any `queue = ?`, which for a rare state scans the whole queue. */
+/* The distinct priorities of the queued tasks of queue ?1, highest first,
+ * as table p(v) (a last row NULL), `limit` a LIMIT clause or "": one seek
+ * into tasks_ready each (max() of a range of the index). */
+#define TASK_PRIORITIES_SQL(limit)                                                                 \
+  "WITH RECURSIVE p(v) AS (SELECT max(priority) FROM tasks INDEXED BY tasks_ready"                 \
+  " WHERE queue = ?1 AND state = 0 UNION ALL SELECT (SELECT max(priority) FROM tasks"              \
+  " INDEXED BY tasks_ready WHERE queue = ?1 AND state = 0 AND priority < p.v) FROM p"              \
+  " WHERE p.v IS NOT NULL" limit ")"
 /* The listing statements: all, leased, failed or later, queued through
- * tasks_ready, queued or done through tasks_by_queue; each with a last
+ * tasks_ready sorted, queued or done through tasks_by_queue, queued through
+ * tasks_ready a priority at a time (task_list_by_priority); each with a last
  * column that says whether a closed session left the row to the background
- * deletion (0 while store_sessions_closing is false: none can be). */
+ * deletion (0 while store_sessions_closing is false: none can be).  The last
+ * one sorts the ids alone, in a subquery that the join reads in order as a
+ * co-routine (as lease.c's window: an ORDER BY outside would sort the page's
+ * rows, payloads and all, again). */
 #define TASK_LIST_SQL(closing)                                                                     \
   {                                                                                                \
     "SELECT " TASK_COLUMNS ", " closing " FROM tasks INDEXED BY tasks_by_queue"                    \
@@ -491,14 +506,43 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
         "SELECT " TASK_COLUMNS ", " closing " FROM tasks INDEXED BY tasks_ready"                   \
         " WHERE queue = ?1 AND state = 0 AND id > ?2 ORDER BY id LIMIT ?3",                        \
         "SELECT " TASK_COLUMNS ", " closing " FROM tasks INDEXED BY tasks_by_queue"                \
-        " WHERE queue = ?1 AND id > ?2 AND state = ?4 ORDER BY id LIMIT ?3"                        \
+        " WHERE queue = ?1 AND id > ?2 AND state = ?4 ORDER BY id LIMIT ?3",                       \
+        TASK_PRIORITIES_SQL("") " SELECT " TASK_COLUMNS ", " closing " FROM (SELECT t.id AS wid"   \
+                                " FROM p CROSS JOIN tasks AS t INDEXED BY tasks_ready"             \
+                                " WHERE t.queue = ?1 AND t.state = 0 AND t.priority = p.v"         \
+                                " AND t.id > ?2 ORDER BY t.id LIMIT ?3) AS w"                      \
+                                " CROSS JOIN tasks ON tasks.id = w.wid"                            \
   }
-static const char *const task_list_sql[2][5] = {TASK_LIST_SQL("0"),
+static const char *const task_list_sql[2][6] = {TASK_LIST_SQL("0"),
                                                 TASK_LIST_SQL(SESSION_CLOSING_TASKS_SQL)};
 #define TASK_LIST_CLOSING_COLUMN 19
 /* The most tasks left by closed sessions that a page reads past (each an
  * index seek into session_trash): a few milliseconds. */
 #define TASK_LIST_SKIP 10000
+/* The most distinct priorities among a queue's queued tasks that a listing
+ * of them reads one by one. */
+#define TASK_LIST_PRIORITIES 16
+
+/* Whether the queued tasks of `queue` have at most TASK_LIST_PRIORITIES
+ * distinct priorities (false when that could not be read).  Then a page of
+ * them in id order reads tasks_ready a priority at a time, each priority's
+ * part by id from `after`, and SQLite stops reading a part once the page's
+ * sorter is full and the ids it meets are beyond it: a page reads about
+ * (page + tasks skipped) index entries a priority and the page's rows,
+ * whatever the queue holds.  tasks_ready sorted whole reads every queued
+ * task, a closed session's left to the background deletion too (a million,
+ * maybe), and tasks_by_queue every task of the queue before the first
+ * queued one: done tasks, the bulk of a long-lived queue. */
+static bool task_list_by_priority(store_t *st, const char *queue) {
+  sqlite3_stmt *s = store_stmt(st, TASK_PRIORITIES_SQL(" LIMIT ?2") " SELECT count(v) FROM p");
+  if (s == NULL)
+    return false;
+  store_bind_text(s, 1, queue);
+  sqlite3_bind_int(s, 2, TASK_LIST_PRIORITIES + 1);
+  bool few = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_int(s, 0) <= TASK_LIST_PRIORITIES;
+  store_reset(s);
+  return few;
+}
 
 static sqlite3_stmt *task_list_stmt(store_t *st, const char *queue, int state) {
   const char *const *sql = task_list_sql[store_sessions_closing(st)];
@@ -508,19 +552,28 @@ static sqlite3_stmt *task_list_stmt(store_t *st, const char *queue, int state) {
     return store_stmt(st, sql[1]);
   if (state >= TASK_FAILED)
     return store_stmt(st, sql[2]);
-  /* Queued tasks that a closed session left are out of the counts but in
-   * tasks_ready, which would then sort them all: when the queue holds some,
-   * tasks_by_queue reads past a bounded number of them instead. */
+  if (state != TASK_QUEUED)
+    return store_stmt(st, sql[4]);
+  /* When most of the queue is queued, tasks_by_queue fills a page at once.
+   * Queued tasks that a closed session left are out of the counts but in
+   * tasks_ready: when the queue holds some, the counts cannot say that.
+   * Past TASK_LIST_PRIORITIES, tasks_ready sorted whole reads at most the
+   * other half of the queue when none was left, else tasks_by_queue reads
+   * past at most TASK_LIST_SKIP of those a page. */
   int64_t by_state[TASK_STATE_COUNT], total = 0;
   fail_t ignored = {0};
-  bool sparse = false, left = false;
-  if (state == TASK_QUEUED && session_left_in_queue(st, queue, &left, &ignored) == MUSTER_OK &&
-      !left && counts_read(st, queue, by_state, &ignored) == MUSTER_OK) {
+  bool dense = false, left = false;
+  if (session_left_in_queue(st, queue, &left, &ignored) == MUSTER_OK && !left &&
+      counts_read(st, queue, by_state, &ignored) == MUSTER_OK) {
     for (int i = 0; i < TASK_STATE_COUNT; i++)
       total += by_state[i];
-    sparse = by_state[TASK_QUEUED] * 2 <= total;
+    dense = by_state[TASK_QUEUED] * 2 > total;
   }
-  return store_stmt(st, sparse ? sql[3] : sql[4]);
+  if (dense)
+    return store_stmt(st, sql[4]);
+  if (task_list_by_priority(st, queue))
+    return store_stmt(st, sql[5]);
+  return store_stmt(st, left ? sql[4] : sql[3]);
 }
 
 json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
@@ -535,7 +588,9 @@ json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, i
    * there, short or empty, with a `next` past them. */
   store_bind_text(s, 1, queue);
   sqlite3_bind_int64(s, 2, after);
-  sqlite3_bind_int64(s, 3, limit + 1 + TASK_LIST_SKIP); /* one more: is there a next page? */
+  /* One more: is there a next page?  No task can be skipped (nor its
+   * closing column be set) while no session is closing. */
+  sqlite3_bind_int64(s, 3, limit + 1 + (store_sessions_closing(st) ? TASK_LIST_SKIP : 0));
   if (sqlite3_bind_parameter_count(s) >= 4)
     sqlite3_bind_int(s, 4, state);
   json_t *tasks = json_array();

@@ -67,6 +67,16 @@ static inline int stmt_runs(const char *needle) {
   return runs;
 }
 
+/* The virtual machine steps that the store's cached statements ran so far:
+ * how much a call read, for tests that bound the work of a path. */
+static inline int64_t stmt_steps(void) {
+  int64_t steps = 0;
+  for (sqlite3_stmt *s = sqlite3_next_stmt(store_db(st), NULL); s;
+       s = sqlite3_next_stmt(store_db(st), s))
+    steps += sqlite3_stmt_status(s, SQLITE_STMTSTATUS_VM_STEP, 0);
+  return steps;
+}
+
 /* Reply `v` as a client reads it (new reference): jw_dump's text parsed
  * again, so that raw nodes (jw.h: the arrays of put, lease and completion
  * replies) read as the JSON they hold. */

@@ -557,6 +557,84 @@ static void test_listings_skip_what_is_left(void **unused) {
   assert_int_equal(ids[1], after);
 }
 
+/* Fills queue `name` with `done` done tasks, then a session of QUEUE_CHUNK +
+ * `left` tasks, closed (`left` of them left to the background deletion),
+ * then queued tasks of the priorities in prio[0..n), whose ids go to ids[]. */
+static void fill_behind_done(const char *name, int64_t done, int64_t left, const int64_t *prio,
+                             size_t n, int64_t *ids) {
+  make_queue(name, "{}");
+  int64_t first = put_one(name, 0);
+  for (int64_t i = 1; i < done; i++)
+    put_one(name, 0);
+  char sql[160];
+  snprintf(sql, sizeof sql, "UPDATE tasks SET state = 2 WHERE queue = '%s' AND id >= %lld", name,
+           (long long)first);
+  exec_sql(store_db(st), sql);
+  fail_t f = {0};
+  assert_int_equal(counts_move(st, name, TASK_QUEUED, TASK_DONE, done, &f), MUSTER_OK);
+  char id[SESSION_ID_LEN + 1];
+  open_session(name, 60000, id);
+  submit_many(id, QUEUE_CHUNK + left);
+  json_t *r = session_close(st, id, "by its client", &f);
+  assert_non_null(r);
+  json_decref(r);
+  for (size_t i = 0; i < n; i++)
+    ids[i] = put_one(name, prio[i]);
+}
+
+#define QUEUED_MAX 24
+/* The listing statement that reads tasks_ready a priority at a time (task.c). */
+#define BY_PRIORITY_SQL "t.priority = p.v"
+
+/* The work of listing the queued tasks of `queue` in pages of 2 (and that
+ * they are want[0..n), in id order; n up to QUEUED_MAX). */
+static int64_t list_queued_work(const char *queue, const int64_t *want, size_t n) {
+  int64_t ids[QUEUED_MAX], before = stmt_steps();
+  size_t got = 0;
+  for (int64_t after = 0; after >= 0;) {
+    fail_t f = {0};
+    json_t *page = task_list_as(st, queue, TASK_QUEUED, after, 2, true, &f);
+    assert_non_null(page);
+    const json_t *tasks = json_object_get(page, "tasks");
+    for (size_t i = 0; i < json_array_size(tasks); i++) {
+      assert_true(got < QUEUED_MAX);
+      ids[got++] = jint(json_array_get(tasks, i), "id");
+    }
+    const json_t *next = json_object_get(page, "next");
+    after = json_is_integer(next) ? json_integer_value(next) : -1;
+    json_decref(page);
+  }
+  assert_int_equal(got, n);
+  for (size_t i = 0; i < n; i++)
+    assert_int_equal(ids[i], want[i]);
+  return stmt_steps() - before;
+}
+
+/* A queued listing of a queue holding what a closed session left reads
+ * tasks_ready a priority at a time, in id order: its work does not grow
+ * with the queue's done tasks, which come first in id order.  With more
+ * distinct priorities than it seeks one by one it still lists them all. */
+static void test_queued_listing_past_done_tasks(void **unused) {
+  (void)unused;
+  const int64_t prio[] = {0, 7, 3, 7, 0};
+  int64_t few[5], many[5];
+  fill_behind_done("few", 10, 20, prio, 5, few);
+  fill_behind_done("many", 20000, 20, prio, 5, many);
+  int runs = stmt_runs(BY_PRIORITY_SQL);
+  int64_t work_few = list_queued_work("few", few, 5), work_many = list_queued_work("many", many, 5);
+  if (work_many > 2 * work_few)
+    fail_msg("listing 5 queued tasks behind 20000 done ones took %lld steps, behind 10 %lld",
+             (long long)work_many, (long long)work_few);
+  assert_true(stmt_runs(BY_PRIORITY_SQL) > runs);
+  int64_t spread[QUEUED_MAX], ids[QUEUED_MAX];
+  for (size_t i = 0; i < QUEUED_MAX; i++)
+    spread[i] = (int64_t)(i * 7 % QUEUED_MAX) - 10; /* distinct, negative ones too */
+  fill_behind_done("spread", 10, 20, spread, QUEUED_MAX, ids);
+  runs = stmt_runs(BY_PRIORITY_SQL);
+  list_queued_work("spread", ids, QUEUED_MAX);
+  assert_int_equal(stmt_runs(BY_PRIORITY_SQL), runs);
+}
+
 /* A store whose sessions were closed before a close took its leftovers out
  * of the counts (schema version 18): the migration takes them out, those up
  * to each session's horizon only. */
@@ -612,6 +690,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_ready_count_past_what_is_left, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_listings_skip_what_is_left, fixture_setup,
+                                      fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_queued_listing_past_done_tasks, fixture_setup,
                                       fixture_teardown),
       cmocka_unit_test(test_migration_takes_left_tasks_out),
   };
