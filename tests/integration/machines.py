@@ -182,6 +182,28 @@ class Cluster:
                 proc.wait()
 
 
+def check_map_results(rc, lines, tmp, inputs, ordered=True):
+    """Checks the output of a `muster map` of the inputs 0 .. `inputs`-1 whose command
+    answers "INPUT SQUARE NODE ..." (the map's stderr in TMP/map.err): exit status 0, one
+    line per input, each input once (and in input order when `ordered`), each square
+    right.  Returns {node: set of its inputs}."""
+    with open(os.path.join(tmp, "map.err"), errors="replace") as f:
+        err = f.read()
+    assert rc == 0, "map exited %d: %s" % (rc, err[-2000:])
+    assert len(lines) == inputs, "%d result lines for %d inputs" % (len(lines), inputs)
+    by_node, seen = {}, set()
+    for i, line in enumerate(lines):
+        parts = line.split()
+        assert len(parts) >= 3, "line %d: %r" % (i, line)
+        x = int(parts[0])
+        assert not ordered or x == i, "line %d holds input %d: out of order" % (i, x)
+        assert x not in seen and 0 <= x < inputs, "line %d: input %d again or unknown" % (i, x)
+        assert int(parts[1]) == x * x, "line %d: wrong result %r" % (i, line)
+        seen.add(x)
+        by_node.setdefault(parts[2], set()).add(x)
+    return by_node
+
+
 def _stat(pid):
     """The fields of /proc/PID/stat after the command name (state first), or None."""
     try:

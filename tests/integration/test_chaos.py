@@ -146,21 +146,6 @@ def run_map(cluster, chaos):
     return proc.wait(timeout=120), lines
 
 
-def check_results(rc, lines, tmp):
-    with open(os.path.join(tmp, "map.err"), errors="replace") as f:
-        err = f.read()
-    assert rc == 0, "map exited %d: %s" % (rc, err[-2000:])
-    assert len(lines) == INPUTS, "%d result lines for %d inputs" % (len(lines), INPUTS)
-    by_node = {}
-    for i, line in enumerate(lines):
-        parts = line.split()
-        assert len(parts) == 3, "line %d: %r" % (i, line)
-        assert int(parts[0]) == i, "line %d holds input %s: out of order" % (i, parts[0])
-        assert int(parts[1]) == i * i, "line %d: wrong result %r" % (i, line)
-        by_node[parts[2]] = by_node.get(parts[2], 0) + 1
-    return by_node
-
-
 def check_queue():
     """Nothing of the map left queued, leased or dead in its queue."""
     q = json.loads(cli("queue", "show", QUEUE))
@@ -186,8 +171,8 @@ def main():
 
         chaos = Chaos(cluster, tag1, tag2, random.Random(seed))
         rc, lines = run_map(cluster, chaos)
-        by_node = check_results(rc, lines, tmp)
-        log("results by node: %s" % by_node)
+        by_node = machines.check_map_results(rc, lines, tmp, INPUTS)
+        log("results by node: %s" % {k: len(v) for k, v in by_node.items()})
         assert not chaos.plan, "the map ended before every kill: %s" % chaos.plan
         check_queue()
         for tag in (tag1, tag2):

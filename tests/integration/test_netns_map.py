@@ -93,21 +93,6 @@ def run_map(cluster, dir1, kill_at):
     return rc, lines
 
 
-def check_results(rc, lines, tmp):
-    with open(os.path.join(tmp, "map.err"), errors="replace") as f:
-        err = f.read()
-    assert rc == 0, "map exited %d: %s" % (rc, err[-2000:])
-    assert len(lines) == INPUTS, "%d result lines for %d inputs" % (len(lines), INPUTS)
-    by_node = {}
-    for i, line in enumerate(lines):
-        parts = line.split()
-        assert len(parts) == 3, "line %d: %r" % (i, line)
-        assert int(parts[0]) == i, "line %d holds input %s: out of order" % (i, parts[0])
-        assert int(parts[1]) == i * i, "line %d: wrong result %r" % (i, line)
-        by_node.setdefault(parts[2], set()).add(i)
-    return by_node
-
-
 def main():
     machines.skip_unless_netns("test_netns_map", TAG)
     if not os.path.exists(MUSTER_BIN):
@@ -124,7 +109,7 @@ def main():
         log("head at %s, nodes %s and %s with 2 workers each" % (HEAD_URL, tag1, tag2))
 
         rc, lines = run_map(cluster, dir1, INPUTS // 2)
-        by_node = check_results(rc, lines, tmp)
+        by_node = machines.check_map_results(rc, lines, tmp, INPUTS)
         log("results: %s" % {k: len(v) for k, v in by_node.items()})
         assert by_node.get(tag1) and by_node.get(tag2), "both nodes should have run inputs"
 
