@@ -163,10 +163,11 @@ class Cluster:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
 
-    def log(self, name):
+    def log(self, name, tail=3000):
+        """The last `tail` characters of process `name`'s log (None: all of it)."""
         try:
             with open(os.path.join(self.tmp, name + ".log"), errors="replace") as f:
-                return f.read()[-3000:]
+                return f.read()[-tail:] if tail else f.read()
         except OSError:
             return ""
 
@@ -224,6 +225,30 @@ def _live_pids(keep):
     return pids
 
 
+def alive(pid):
+    """Whether process `pid` lives (a zombie does not)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def stopped(pid):
+    """Whether process `pid` is stopped (SIGSTOP); one that is gone counts as stopped.
+    So does one blocked in vfork for a child that is stopped: it cannot run before the
+    child execs (dash starts commands with vfork, and a SIGSTOP sent to the parent in
+    that wait takes effect only after it)."""
+    fields = _stat(pid)
+    if fields is None or fields[0] in ("T", "t", "Z"):
+        return True
+    return fields[0] == "D" and any(_stat(c) and _stat(c)[0] in ("T", "t")
+                                    for c in children(pid))
+
+
+def parent(pid):
+    """The parent of process `pid`, or None when it is gone."""
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
 def children(pid):
     """Live child processes of `pid`."""
     return _live_pids(lambda _, fields: int(fields[1]) == pid)
@@ -279,7 +304,8 @@ def cluster_on(net, prefix):
     """A Cluster on `net`'s machines, made for the with-block and taken down after it:
     on a failure the head's and nodes' log tails are printed first; then every process
     is stopped, anything of the nodes still alive killed, the namespaces and the
-    temporary directory removed; a clean block that left node processes behind fails."""
+    temporary directory removed; a clean block that left node processes behind, or a
+    sanitizer report in a log (an ASan build's), fails."""
     tmp = tempfile.mkdtemp(prefix=prefix)
     os.chmod(tmp, 0o755)
     cluster = Cluster(tmp, net)
@@ -294,6 +320,23 @@ def cluster_on(net, prefix):
         cluster.stop_all()
         leftover = tagged_pids(net.tag + "-n1") + tagged_pids(net.tag + "-n2")
         kill_all(leftover)
+        reports = sanitizer_reports(tmp)
         net.remove()
         shutil.rmtree(tmp, ignore_errors=True)
     assert not leftover, "processes left after the agents stopped: %s" % leftover
+    assert not reports, "sanitizer reports (an ASan build's) in %s" % reports
+
+
+def sanitizer_reports(tmp):
+    """The logs in `tmp` (the processes' and the map's stderr) that hold a sanitizer's
+    report, each printed."""
+    found = []
+    for name in sorted(os.listdir(tmp)):
+        if name.endswith((".log", ".err")):
+            with open(os.path.join(tmp, name), errors="replace") as f:
+                text = f.read()
+            at = text.find("Sanitizer")
+            if at >= 0:
+                log("---- %s: sanitizer report ----\n%s" % (name, text[max(0, at - 200):][:6000]))
+                found.append(name)
+    return found
