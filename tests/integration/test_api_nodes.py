@@ -313,6 +313,33 @@ class NodeTimeoutTest(NodeCase):
         # The timed-out node registers again and is active.
         self.assertEqual(self.register_node(status=200, name=dying)["state"], "active")
 
+    def test_its_agent_back_after_the_timeout_keeps_its_workers(self):
+        """An agent the head timed out (it was paused, or cut off) registers again with
+        its own instance.  Its workers registered again meanwhile (the head had forgotten
+        them too) and lease: they are that agent's live workers, so they stay, and their
+        leases with them.  Ending them, as for a restarted agent, released a lease whose
+        command was running, and its task ran twice."""
+        self.create_queue(lease_ms=60000, backoff_ms=0, backoff_max_ms=0)
+        name = self.node_name()
+        self.register_node(name=name, timeout_ms=300, instance="agent-a")
+        old = self.worker_on(name)
+        [tid] = self.put("a")
+        self.assertEqual(self.lease_one(worker=old["id"])["task"], tid)
+        harness.wait_until(lambda: self.get_node(name)["state"] == "gone", timeout=10,
+                           what="the node to time out")
+        self.assertEqual(self.worker_state(old["id"]), "gone")
+        # The agent's worker is back before its agent: it registers again and leases.
+        new = self.worker_on(name)
+        lease = self.wait_lease(worker=new["id"])[0]
+        self.assertEqual((lease["task"], lease["attempt"]), (tid, 2))
+        again = self.register_node(status=200, name=name, timeout_ms=60000, instance="agent-a")
+        self.assertEqual((again["state"], again["workers"]), ("active", 1))
+        self.assertEqual(self.worker_state(new["id"]), "active")
+        t = self.get_task(tid)
+        self.assertEqual((t["state"], t["lease"]["worker"]), ("leased", new["id"]), t)
+        self.ack("complete", [{"task": tid, "token": lease["token"], "result": "ok"}])
+        self.assert_counts(done=1)
+
     def test_node_killing_task_goes_dead(self):
         """Each node that runs the task dies: the attempts count, the task goes dead."""
         self.create_queue(max_attempts=2, lease_ms=60000, backoff_ms=0, backoff_max_ms=0)

@@ -7,8 +7,9 @@ the input's gate file (GATES/INPUT) before it answers "INPUT SQUARE NODE PID".  
 opens the gates of inputs 0 .. MARK-1 and waits until the map has settled: every input
 below MARK has its result, and each live worker holds one input at a closed gate.  A
 kill comes only then, so the inputs in flight are exactly the held ones and the
-acknowledged results exactly those below MARK.  The held runs a kill ends are counted
-lost.  At the end (`muster map` exits 0 with every input's result once and right):
+acknowledged results exactly those below MARK.  The held runs a kill ends, or whose
+lease a freeze takes away, are counted lost.  At the end (`muster map` exits 0 with
+every input's result once and right):
 
 - every input ran exactly once more than it was lost: work that was acknowledged never
   ran again, and nothing ran again without a kill that ended it;
@@ -29,7 +30,11 @@ namespaces (machines.py):
   its data (the held inputs run once: their leases outlive it);
 - a power cut of node 1 (SIGSTOP of its agent, workers and commands, then SIGKILL): its
   held inputs come back when the head times the node out ("node timed out") and node 2
-  runs them; 15 to 25 results later the head is killed and restarted on its data.
+  runs them; 15 to 25 results later the head is killed and restarted on its data;
+- node 1 frozen (the same SIGSTOP) past its timeout while it holds inputs, which node 2
+  then runs and acknowledges, and thawed (SIGCONT): its stale runs finish through their
+  open gates and their answers are refused (fencing tokens), its agent and workers
+  register again, keep their new leases, and take work.
 
 The marks and victims come from a seed, printed; MUSTER_CHAOS_SEED=N repeats a run.
 Needs root (CAP_NET_ADMIN) for `ip netns`; without it the tests skip, saying why.
@@ -466,6 +471,52 @@ class GatedChaosTest(unittest.TestCase):
             pids = tagged_pids(g.tags[key])
             log("not stopped:\n" + describe_pids([p for p in pids if not machines.stopped(p)]))
             raise
+
+    @staticmethod
+    def thaw(pids):
+        """SIGCONT of `pids`, again until none is stopped (a vfork parent, continued
+        before its child, stops on the SIGSTOP it got while it waited)."""
+        def thawed():
+            halted = [p for p in pids if machines.alive(p) and machines.stopped(p)]
+            for pid in halted:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            return not halted
+        wait_for("every stopped process continued", thawed, timeout=10)
+
+    def test_frozen_node_thaws(self):
+        with self.cluster(4) as cluster, GatedMap(cluster) as g:
+            g.start()
+            tag1, tag2 = g.tags["1"], g.tags["2"]
+            g.open_gates(self.next_mark(g))
+            held = g.settle(2 * WORKERS)
+            g.keep_results()
+            stale = [r for r in held if r.node == tag1]
+            pids = self.freeze(g, "1")
+            log("node 1 frozen (%d processes stopped) holding inputs %s" %
+                (len(pids), [r.input for r in stale]))
+            g.lose(stale)  # their leases go: their results must not count
+            wait_for("node 1 gone at the head", lambda: g.node_state(tag1) == "gone", timeout=20)
+            g.wait_requeued(stale)
+            g.open_gates(self.next_mark(g))  # node 2 runs node 1's held inputs
+            g.settle(WORKERS)
+            g.keep_results()
+
+            log("node 1 thaws: its runs of inputs %s pass their open gates" %
+                [r.input for r in stale])
+            self.thaw(pids)
+            wait_for("node 1's stale runs ended",
+                     lambda: not any(machines.alive(r.pid) for r in stale))
+            wait_for("node 1 active again", lambda: g.node_state(tag1) == "active", timeout=20)
+            wait_for("%d workers active on node 1" % WORKERS,
+                     lambda: len(g.active_workers(tag1)) == WORKERS)
+            g.open_gates(self.next_mark(g))
+            held = g.settle(2 * WORKERS)
+            self.assertTrue(any(r.node == tag1 for r in held), "node 1 took no work: %s" % held)
+            g.keep_results()  # the stale runs' answers changed no acknowledged result
+            g.finish()
 
 
 if __name__ == "__main__":
