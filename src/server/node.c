@@ -288,6 +288,24 @@ static muster_err_t node_check_holder(store_t *st, const node_spec_t *spec, char
                   (long long)h.timeout_ms);
 }
 
+/* Whether `spec` comes from the agent process that the node's record names:
+ * one the head had timed out (it was paused, or cut off) and that is back.
+ * Its workers are its own, running: those of before the timeout ended with
+ * the node, and those that registered since serve, maybe under a lease that
+ * must not be released (its task would run twice). */
+static bool node_same_agent(store_t *st, const node_spec_t *spec) {
+  if (spec->instance == NULL)
+    return false;
+  sqlite3_stmt *s = store_stmt(st, "SELECT 1 FROM nodes WHERE name = ?1 AND instance = ?2");
+  if (s == NULL)
+    return false;
+  store_bind_text(s, 1, spec->name);
+  store_bind_text(s, 2, spec->instance);
+  bool same = sqlite3_step(s) == SQLITE_ROW;
+  store_reset(s);
+  return same;
+}
+
 /* Writes the record of a new or re-registering node; created_ms stays. */
 static muster_err_t node_write(store_t *st, const node_spec_t *spec, fail_t *f) {
   sqlite3_stmt *s = store_stmt(
@@ -317,14 +335,19 @@ json_t *node_register(store_t *st, const json_t *body, int64_t default_timeout_m
   json_t *out = NULL;
   if (node_spec_parse(body, default_timeout_ms, &spec, f) == MUSTER_OK) {
     *created = node_state(st, spec.name) < 0;
-    /* A restarted agent's old workers died with it: free their tasks at once. */
+    /* A restarted agent's old workers died with it: free their tasks at once.
+     * The same agent back after a timeout keeps the workers it runs. */
+    bool keep = *created || node_same_agent(st, &spec);
     int64_t workers = 0, released = 0;
     char took_over[NAME_MAX_LEN + 1] = "";
     if (node_check_holder(st, &spec, took_over, f) == MUSTER_OK &&
-        (*created || node_end_workers(st, spec.name, NULL, &workers, &released, f) == MUSTER_OK) &&
+        (keep || node_end_workers(st, spec.name, NULL, &workers, &released, f) == MUSTER_OK) &&
         node_write(st, &spec, f) == MUSTER_OK)
       out = node_get(st, spec.name, f);
-    if (out && took_over[0])
+    if (out && !*created && keep)
+      log_msg(LOG_INFO, "node %s registered again by its agent (instance %s); its workers stay",
+              spec.name, spec.instance);
+    else if (out && took_over[0])
       log_msg(LOG_INFO,
               "node %s: a restarted agent took over from instance %s (its lock proved %s "
               "gone); %lld workers ended, %lld leases released",
