@@ -18,7 +18,6 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +36,7 @@ typedef struct {
   pthread_cond_t cv;
   int then_calls; /* under mu */
   bool gate_open; /* under mu: on_gated_then returns */
+  bool gate_held; /* under mu: on_gated_then was entered (the flush before it succeeded) */
 } env_t;
 
 static void on_done(void *arg, int err) {
@@ -57,6 +57,8 @@ static void on_then(void *arg) {
 static void on_gated_then(void *arg) {
   env_t *e = arg;
   pthread_mutex_lock(&e->mu);
+  e->gate_held = true;
+  pthread_cond_broadcast(&e->cv);
   while (!e->gate_open)
     pthread_cond_wait(&e->cv, &e->mu);
   e->then_calls++;
@@ -68,6 +70,14 @@ static void open_gate(env_t *e) {
   pthread_mutex_lock(&e->mu);
   e->gate_open = true;
   pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* Waits until the flush thread is held in on_gated_then: its flush is done. */
+static void wait_gate_held(env_t *e) {
+  pthread_mutex_lock(&e->mu);
+  while (!e->gate_held)
+    pthread_cond_wait(&e->cv, &e->mu);
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -190,14 +200,14 @@ static void test_a_second_flush_starts_without_the_loop(void **state) {
   syncer_t *s = syncer_start(e->base, e->file_fd, on_done, e);
   assert_non_null(s);
   syncer_request(s, on_gated_then, e);
-  /* The thread took the first request (it is held in its `then`, or about
-   * to be): the second waits behind it, untaken. */
-  while (syncer_waiting(s))
-    sched_yield();
+  /* The thread flushed the first request and is held in its `then`: the
+   * second waits behind it, untaken.  (Waiting only until the first was
+   * taken left its flush racing the count below.) */
+  wait_gate_held(e);
   syncer_request(s, on_then, e);
   assert_int_equal(syncer_outstanding(s), 2);
   assert_true(syncer_waiting(s));
-  assert_int_equal(syncer_flushed(s), 0);
+  assert_int_equal(syncer_flushed(s), 1);  /* the first, which the loop has not heard of */
   assert_int_equal(syncer_taken_us(s), 0); /* the last request is untaken */
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -224,8 +234,7 @@ static void test_stop_waits_for_both_flushes(void **state) {
   env_t *e = *state;
   syncer_t *s = syncer_start(e->base, e->file_fd, on_done, e);
   syncer_request(s, on_gated_then, e);
-  while (syncer_waiting(s))
-    sched_yield();
+  wait_gate_held(e);
   syncer_request(s, on_then, e);
   open_gate(e);
   int results[2];
@@ -244,11 +253,8 @@ static void test_stop_tells_each_flush_its_result(void **state) {
   int fd = dup(e->file_fd);
   syncer_t *s = syncer_start(e->base, fd, on_done, e);
   syncer_request(s, on_gated_then, e);
-  while (syncer_waiting(s))
-    sched_yield();
+  wait_gate_held(e); /* the first flush is done: the thread waits in its `then` */
   syncer_request(s, on_then, e);
-  while (syncer_flushed(s) < 1) /* the first flush is done: the thread waits in its `then` */
-    sched_yield();
   assert_int_equal(dup2(e->pipe_fds[0], fd), fd);
   open_gate(e);
   int results[2];
