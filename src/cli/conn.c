@@ -30,6 +30,7 @@ static char cli_url_buf[1024];
 static char cli_token_buf[1024];
 static int cli_token_from_nowhere;  /* no token was found anywhere */
 static char cli_token_looked[4400]; /* then: the file looked at, and why it gave none */
+static char cli_url_origin[4200];   /* where cli_url's URL came from, for advice */
 
 /* The data dir and, in *from (may be NULL), the option that named it. */
 static const char *cli_data_dir_from(const cli_args_t *args, const char **from) {
@@ -82,7 +83,7 @@ static const char *cli_url_from(const cli_args_t *args, char *from, size_t size)
     if (cli_read_data_file(args, "url", cli_url_buf, sizeof cli_url_buf, NULL) == 0) {
       url = cli_url_buf;
       if (from)
-        snprintf(from, size, "%s/url", cli_data_dir(args));
+        cli_data_path(args, "url", from, size);
       return url;
     }
     url = CLI_DEFAULT_URL, source = "the default URL";
@@ -93,7 +94,7 @@ static const char *cli_url_from(const cli_args_t *args, char *from, size_t size)
 }
 
 const char *cli_url(const cli_args_t *args) {
-  return cli_url_from(args, NULL, 0);
+  return cli_url_from(args, cli_url_origin, sizeof cli_url_origin);
 }
 
 /* Non-zero when `name` is set to a non-empty value by option or environment. */
@@ -229,6 +230,28 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
   return cli_error_message(err, message);
 }
 
+/*
+ * The advice after a request that could not connect, by where its URL came
+ * from: a URL the user gave is theirs to check, and a url file of a data dir
+ * outlives a head that was killed (a head removes it only when it stops).
+ */
+static void cli_say_no_head(void) {
+  size_t len = strlen(cli_url_origin);
+  if (strcmp(cli_url_origin, "--url") == 0 || strcmp(cli_url_origin, "MUSTER_URL") == 0)
+    fprintf(stderr,
+            "muster: is a head running there? The URL is the one %s gives: start the head, "
+            "or give the URL of a running one\n",
+            cli_url_origin);
+  else if (len > 4 && strcmp(cli_url_origin + len - 4, "/url") == 0)
+    fprintf(stderr,
+            "muster: is a head running there? The URL was read from %s, which a head writes "
+            "when it listens and leaves behind when it is killed: start that head again, or "
+            "pass --url (or set MUSTER_URL)\n",
+            cli_url_origin);
+  else
+    fprintf(stderr, "muster: is a head running there? Pass --url or set MUSTER_URL\n");
+}
+
 int cli_error_message(muster_err_t err, const char *message) {
   if (message == NULL || message[0] == '\0')
     message = muster_strerror(err);
@@ -248,7 +271,7 @@ int cli_error_message(muster_err_t err, const char *message) {
     fprintf(stderr, "muster: the server answered TLS with plain data: a muster head serves plain "
                     "HTTP unless a TLS proxy is in front of it; use an http:// URL\n");
   else if (err == MUSTER_NETWORK && cli_message_unsent(message))
-    fprintf(stderr, "muster: is a head running there? Pass --url or set MUSTER_URL\n");
+    cli_say_no_head();
   else if (err == MUSTER_NETWORK)
     fprintf(stderr, "muster: the request was sent, but no reply came back: the head may have "
                     "stopped or restarted; check what it did before repeating it\n");

@@ -370,7 +370,8 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         proxy.listener.shutdown(socket.SHUT_RDWR)
         proxy.listener.close()
         err = self.fails(1, "put", "--queue", "msg-refused", "a", "b", url=proxy.url)
-        self.assertIn("muster: is a head running there? Pass --url or set MUSTER_URL", err)
+        self.assertIn("muster: is a head running there? The URL is the one MUSTER_URL gives",
+                      err)
         self.assertTrue(err.endswith("\nmuster: payloads 1 to 2 (of 2) were not sent; nothing "
                                      "was stored\n"), err)
         # One payload: "payloads 1 to 1 (of 1) were not sent, and the 0 before them are
@@ -426,8 +427,28 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertRegex(r.stderr, r"\Amuster: network: [A-Z]+ %s://127\.0\.0\.1:%d/v1/\S+: "
                          r"could not connect to 127\.0\.0\.1 port %d: Connection refused\n"
-                         r"muster: is a head running there\? Pass --url or set MUSTER_URL\n\Z"
+                         r"muster: is a head running there\? The URL is the one MUSTER_URL "
+                         r"gives: start the head, or give the URL of a running one\n\Z"
                          % (scheme, port, port))
+
+    def test_head_down_advice_says_where_the_url_came_from(self):
+        # It said "Pass --url or set MUSTER_URL" to a user who had passed --url, and to
+        # one whose URL came from the url file that a head killed with -9 leaves behind.
+        url = "http://127.0.0.1:%d" % harness.free_port()
+        err = self.fails(1, "queue", "ls", "--url", url, url=False)
+        self.assertTrue(err.endswith("\nmuster: is a head running there? The URL is the one "
+                                     "--url gives: start the head, or give the URL of a "
+                                     "running one\n"), err)
+        killed = os.path.join(self.cwd, "killed-head")  # what a head killed with -9 leaves
+        os.makedirs(killed, exist_ok=True)
+        with open(os.path.join(killed, "url"), "w") as f:
+            f.write(url + "\n")
+        err = self.fails(1, "status", "--data-dir", killed, url=False)
+        self.assertTrue(err.endswith("\nmuster: is a head running there? The URL was read from "
+                                     "%s/url, which a head writes when it listens and leaves "
+                                     "behind when it is killed: start that head again, or pass "
+                                     "--url (or set MUSTER_URL)\n" % killed), err)
+        self.assertNotIn("Pass --url or set MUSTER_URL", err)
 
     # ---- shared data ---------------------------------------------------------------
 
