@@ -136,11 +136,22 @@ static int parse_list(const cli_args_t *args, const char *opt, int pairs, uint64
   return *out ? CLI_OK : CLI_FAIL;
 }
 
-/* Reads one label per line of FILE. */
+/* CLI_OK, or CLI_USAGE after saying that --strategy stratified lacks --labels
+ * (the library's words name its struct field, not the option to give). */
+static int check_labels_given(const cli_args_t *args) {
+  const char *strategy = cli_opt(args, "strategy");
+  if (strategy == NULL || strcmp(strategy, "stratified") != 0 || cli_opt(args, "labels"))
+    return CLI_OK;
+  return cli_usage_error(args->cmd, "--strategy stratified needs --labels FILE: a class label "
+                                    "per sample, one per line");
+}
+
+/* Reads one label per line of the --labels FILE; without one, checks that
+ * the strategy needs none. */
 static int read_labels(const cli_args_t *args, iter_cfg_t *c, uint64_t n) {
   const char *path = cli_opt(args, "labels");
   if (path == NULL)
-    return CLI_OK;
+    return check_labels_given(args);
   FILE *fp = fopen(path, "r");
   if (fp == NULL)
     return cli_usage_error(args->cmd, "--labels: cannot open '%s'", path);
@@ -554,6 +565,20 @@ int cmd_iter_rm(cli_args_t *args) {
   return rc;
 }
 
+/* Reads --epoch into *epoch: CLI_OK, or CLI_USAGE after saying that it names
+ * an epoch the plan does not have (the loader's "every epoch is done" did not
+ * say which option was wrong). */
+static int read_stream_epoch(const cli_args_t *args, uint64_t epochs, int64_t *epoch) {
+  int rc = cli_opt_int(args, "epoch", 0, 0, epoch);
+  if (rc != CLI_OK || epochs == 0 || (uint64_t)*epoch < epochs)
+    return rc;
+  return cli_usage_error(args->cmd,
+                         "--epoch %lld is past the last epoch, %llu (--epochs %llu counts epochs "
+                         "from 0); give --epochs %lld or more, or --epochs 0 for no end",
+                         (long long)*epoch, (unsigned long long)(epochs - 1),
+                         (unsigned long long)epochs, (long long)*epoch + 1);
+}
+
 int cmd_iter_stream(cli_args_t *args) {
   iter_cfg_t c;
   int64_t rank, epoch;
@@ -561,7 +586,7 @@ int cmd_iter_stream(cli_args_t *args) {
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "rank", 0, 0, &rank);
   if (rc == CLI_OK)
-    rc = cli_opt_int(args, "epoch", 0, 0, &epoch);
+    rc = read_stream_epoch(args, c.cfg.epochs, &epoch);
   muster_loader_t *loader = NULL;
   if (rc == CLI_OK) {
     muster_loader_opts_t opts;

@@ -450,6 +450,36 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                                      "--url (or set MUSTER_URL)\n" % killed), err)
         self.assertNotIn("Pass --url or set MUSTER_URL", err)
 
+    # ---- iterations ----------------------------------------------------------------
+
+    def test_iter_options_name_what_is_missing(self):
+        # `iter stream --epoch 1` of a one-epoch plan said "invalid_argument: every epoch
+        # is done (epochs = 1)", exit 1; stratified without labels named the library's
+        # struct field (muster_iter_config_t.labels) or the head's (dataset.labels).
+        err = self.fails(2, "iter", "stream", "--num-samples", "10", "--epoch", "1")
+        self.assertTrue(err.startswith("muster: --epoch 1 is past the last epoch, 0 (--epochs 1 "
+                                       "counts epochs from 0); give --epochs 2 or more, or "
+                                       "--epochs 0 for no end\n"), err)
+        err = self.fails(2, "iter", "stream", "--num-samples", "10", "--epochs", "3",
+                         "--epoch", "3")
+        self.assertTrue(err.startswith("muster: --epoch 3 is past the last epoch, 2 "), err)
+        self.assertEqual(self.ok("iter", "stream", "--num-samples", "2", "--epochs", "2",
+                                 "--epoch", "1"), "0\n1\n")
+        self.assertEqual(self.ok("iter", "stream", "--num-samples", "2", "--epochs", "0",
+                                 "--epoch", "5"), "0\n1\n")
+        for cmd in (["stream"], ["create", "msg-strat"]):
+            err = self.fails(2, "iter", *cmd, "--num-samples", "10", "--strategy", "stratified")
+            self.assertTrue(err.startswith("muster: --strategy stratified needs --labels FILE: a "
+                                           "class label per sample, one per line\n"), err)
+        self.assertEqual(self.head.request("GET", "/v1/iterations/msg-strat").status, 404)
+        labels = os.path.join(self.cwd, "labels.txt")
+        with open(labels, "w") as f:
+            f.write("0\n1\n0\n1\n")
+        # Classes 0 (samples 0, 2) and 1 (samples 1, 3) dealt to 2 ranks: one of each.
+        self.assertEqual(self.ok("iter", "stream", "--num-samples", "4", "--strategy",
+                                 "stratified", "--labels", labels, "--world-size", "2"),
+                         "0\n1\n")
+
     # ---- shared data ---------------------------------------------------------------
 
     def test_shared_put_existing_names_the_option(self):
