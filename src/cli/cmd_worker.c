@@ -607,7 +607,8 @@ int cmd_worker(cli_args_t *args) {
   worker_init_sync(&w);
   w.main_client = client;
   w.slots = calloc((size_t)w.concurrency, sizeof *w.slots);
-  if (w.slots == NULL || (w.plugin_path && worker_plugin_load(&w) != 0) ||
+  int plugin_refused = 0; /* as a command that cannot run: exit 2, before joining */
+  if (w.slots == NULL || (w.plugin_path && (plugin_refused = worker_plugin_load(&w) != 0)) ||
       worker_updates_open(&w) != 0 || (rc = worker_join(&w, client)) != CLI_OK ||
       worker_make_clients(&w)) {
     if (rc == CLI_OK && w.slots == NULL)
@@ -617,7 +618,7 @@ int cmd_worker(cli_args_t *args) {
     worker_destroy(&w);
     muster_client_free(client);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return rc == WORKER_STOPPED ? CLI_OK : CLI_FAIL;
+    return rc == WORKER_STOPPED ? CLI_OK : plugin_refused ? CLI_USAGE : CLI_FAIL;
   }
   worker_run(&w, &signals);
   worker_leave(&w, client);

@@ -52,7 +52,7 @@ int worker_plugin_load(worker_t *w) {
   char why[1200];
   w->plugin_lib = worker_plugin_open(w->plugin_path, &w->plugin, why, sizeof why);
   if (w->plugin_lib == NULL) {
-    fprintf(stderr, "muster worker: %s\n", why);
+    fprintf(stderr, "muster worker: %s; nothing was leased\n", why);
     return -1;
   }
   return 0;

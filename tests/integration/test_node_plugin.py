@@ -141,6 +141,23 @@ class PluginRefusedTest(AgentsCase):
             self.assertNotIn("restarting", log)
             self.assertEqual(self.head.request("GET", "/v1/nodes/" + a.name).status, 404, log)
 
+    def test_worker_refuses_a_plugin_it_cannot_load(self):
+        # `muster worker --plugin` exited 1 where a command that cannot run exits 2, and
+        # without saying that nothing was leased.
+        r = self.head.request("PUT", "/v1/queues/pool", {})
+        self.assertIn(r.status, (200, 201), r)
+        self.head.request("POST", "/v1/queues/pool/tasks", {"tasks": [{"payload": "x"}]})
+        for path, why in self.unloadable_plugins():
+            r = subprocess.run([harness.MUSTER_BIN, "worker", "--url", self.head.url, "--token",
+                                self.head.token, "--queue", "pool", "--plugin", path],
+                               capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertTrue(r.stderr.startswith("muster worker: "), r.stderr)
+            self.assertIn(why, r.stderr)
+            self.assertTrue(r.stderr.endswith("; nothing was leased\n"), r.stderr)
+        self.assertEqual(self.head.request("GET", "/v1/workers").json["workers"], [])
+        self.assertEqual(self.head.request("GET", "/v1/queues/pool").json["counts"]["queued"], 1)
+
     def test_node_loads_a_good_plugin(self):
         a = Agent(self.head, self.dir, "goodplugin",
                   args=["--queue", "pool", "--workers", "1", "--plugin", PLUGIN])
