@@ -171,6 +171,19 @@ static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli
   return CLI_OK;
 }
 
+/* A word with one dash that is no number: options are long, and an argument
+ * that starts with a dash (a payload, the worker's command) goes after "--"
+ * when the command takes arguments at all.  Returns CLI_USAGE. */
+static int cli_unknown_short(const cli_cmd_t *cmd, const char *word) {
+  if (cmd->max_pos == 0)
+    return cli_usage_error(cmd, "unknown option '%s' for '%s' (options start with --)", word,
+                           cmd->name);
+  return cli_usage_error(cmd,
+                         "unknown option '%s' for '%s' (options start with --); an argument "
+                         "that starts with a dash goes after --, which ends the options",
+                         word, cmd->name);
+}
+
 /* Checks the number of positional arguments against the command's bounds. */
 static int cli_check_pos(const cli_cmd_t *cmd, const cli_args_t *args) {
   if (args->npos < cmd->min_pos)
@@ -204,7 +217,7 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, char **pos, cli_args_
       if (rc != CLI_OK)
         return rc;
     } else if (word[0] == '-' && word[1] != '\0' && !cli_is_negative_number(word)) {
-      return cli_usage_error(cmd, "unknown option '%s' for '%s'", word, cmd->name);
+      return cli_unknown_short(cmd, word);
     } else {
       pos[args->npos++] = argv[i];
     }

@@ -233,6 +233,21 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.ok("put", "--queue", "msg-dash", "--key=--", "x")
         self.assertIn('"key":"--"', self.ok("tasks", "ls", "--queue", "msg-dash", "--json"))
 
+    def test_a_word_with_one_dash_says_where_dashed_arguments_go(self):
+        # "unknown option '-x' for 'put'" left a user with a payload "-x" guessing.
+        err = self.fails(2, "put", "--queue", "msg-one-dash", "-x")
+        self.assertTrue(err.startswith("muster: unknown option '-x' for 'put' (options start "
+                                       "with --); an argument that starts with a dash goes "
+                                       "after --, which ends the options\n"), err)
+        self.ok("queue", "create", "msg-one-dash")
+        self.ok("put", "--queue", "msg-one-dash", "--", "-x")
+        self.assertIn('"payload":"-x"', self.ok("tasks", "ls", "--queue", "msg-one-dash",
+                                                 "--json"))
+        # A command that takes no arguments is not told to give one.
+        err = self.fails(2, "status", "-v")
+        self.assertTrue(err.startswith("muster: unknown option '-v' for 'status' (options start "
+                                       "with --)\n"), err)
+
     def test_tasks_ls_unknown_state_is_a_usage_error(self):
         # It went to the head, which refused it: exit 1, as if the request had failed.
         err = self.fails(2, "tasks", "ls", "--queue", "msg-state", "--state", "bogus")
