@@ -605,17 +605,25 @@ static int agent_run(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
 }
 
 /* Takes the machine's lock (one agent per machine) and reads from it the
- * instance of the agent that held it before, if any; -1 after saying that
- * another agent holds it. */
+ * instance of the agent that held it before, if any; -1 after saying why not
+ * (another agent holds it, or the file cannot be used). */
 static int agent_take_lock(node_agent_t *a) {
   const char *lock_path = a->cfg->lock_path ? a->cfg->lock_path : getenv("MUSTER_NODE_LOCK");
   char err[1024];
   a->lock_path = lock_path && lock_path[0] ? lock_path : NODE_DEFAULT_LOCK;
   a->lock_fd = node_lock_take(a->lock_path, err, sizeof err);
-  if (a->lock_fd < 0) {
+  if (a->lock_fd == NODE_LOCK_BUSY && a->cfg->lock_busy_ok) /* the head goes on */
+    agent_log(a,
+              "%s; the head runs on without a local node agent, so no worker of its own: to run "
+              "one beside that agent, start the head with a --lock-file PATH and a --name NAME of "
+              "its own; --server-only runs the head alone",
+              err);
+  else if (a->lock_fd == NODE_LOCK_BUSY)
+    agent_log(a, "%s; stop it first: one agent per machine", err);
+  else if (a->lock_fd < 0)
     agent_log(a, "%s", err);
+  if (a->lock_fd < 0)
     return -1;
-  }
   node_lock_previous(a->lock_fd, a->previous, sizeof a->previous);
   agent_describe_lock(a, 0);
   return 0;

@@ -67,12 +67,10 @@ int node_lock_take(const char *path, char *err, size_t err_size) {
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     char holder[600];
     lock_read_holder(fd, holder, sizeof holder);
-    snprintf(err, err_size,
-             "another node agent is already running on this machine (%s; lock %s); "
-             "stop it first: one agent per machine",
+    snprintf(err, err_size, "another node agent is already running on this machine (%s; lock %s)",
              holder, path);
     close(fd);
-    return -1;
+    return NODE_LOCK_BUSY;
   }
   if ((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY) {
     snprintf(err, err_size, "cannot write the agent lock %s (owned by another user)", path);

@@ -77,11 +77,13 @@ int gpu_filter(node_gpus_t *gpus, const char *only, int64_t min_memory_mb, char 
 
 /*
  * Takes the machine's agent lock at `path` (flock, held for the process's
- * life through the returned descriptor, close-on-exec).  Returns the fd, or -1
- * with `err` naming the running agent (its pid, head and address, read from
- * the file) or the I/O error.  The file keeps the last holder's text: read it
+ * life through the returned descriptor, close-on-exec).  Returns the fd;
+ * NODE_LOCK_BUSY with `err` naming the running agent (its pid, head and
+ * address, read from the file; what to do about it is the caller's to say);
+ * or -1 with `err` saying the I/O error.  The file keeps the last holder's text: read it
  * with node_lock_previous() before node_lock_describe() replaces it.
  */
+#define NODE_LOCK_BUSY (-2)
 int node_lock_take(const char *path, char *err, size_t err_size);
 
 /*

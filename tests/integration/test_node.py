@@ -578,6 +578,7 @@ class AgentLifeTest(NodeTestCase):
         log = second.log()
         self.assertIn("another node agent is already running on this machine", log)
         self.assertIn("pid %d" % first.proc.pid, log)
+        self.assertIn("); stop it first: one agent per machine\n", log)
         self.assertIsNone(first.proc.poll())
         # Once the first one is gone, an agent may start again.
         self.assertEqual(first.stop(), 0)
@@ -588,6 +589,37 @@ class AgentLifeTest(NodeTestCase):
         harness.wait_until(lambda: (self.node("one") or {}).get("state") == "active",
                            what="node registered again")
         self.assertEqual(again.stop(), 0)
+
+    def test_head_beside_a_running_agent_runs_on_and_says_so(self):
+        # The head's local agent that found the machine's lock taken logged the advice
+        # of `muster node`, "stop it first", though the head runs on without it.
+        first = self.agent("held").start()
+        data = os.path.join(self.dir, "head-data")
+        log_path = os.path.join(self.dir, "head-beside.log")
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen([harness.MUSTER_BIN, "head", "--listen", "127.0.0.1:0",
+                                     "--data-dir", data, "--token", self.head.token],
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    env=node_harness.no_gpu_env(
+                                        dict(os.environ, MUSTER_NODE_LOCK=first.lock)))
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+
+        def said():
+            with open(log_path) as f:
+                text = f.read()
+            return text if "another node agent is already running" in text else None
+        text = harness.wait_until(said, timeout=20, what="the local agent's refusal")
+        self.assertIn("muster head (local node): another node agent is already running on "
+                      "this machine (pid %d, name held" % first.proc.pid, text)
+        self.assertIn("lock %s); the head runs on without a local node agent, so no worker of "
+                      "its own: to run one beside that agent, start the head with a --lock-file "
+                      "PATH and a --name NAME of its own; --server-only runs the head alone\n"
+                      % first.lock, text)
+        self.assertNotIn("stop it first", text)
+        self.assertIsNone(proc.poll(), text)  # the head runs on
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(20), 0, text)
+        self.assertIsNone(first.proc.poll())
 
     def test_two_agents_one_name(self):
         """A second agent under the node name a running agent holds (each with its own lock
