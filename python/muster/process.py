@@ -158,10 +158,10 @@ def start_head(data_dir=DEFAULT_DATA_DIR, listen="127.0.0.1:7370", token=None, a
 
 def start_server(data_dir=DEFAULT_DATA_DIR, listen="127.0.0.1:7370", token=None, args=(), binary=None,
                  timeout=30.0):
-    """A head without local workers (``muster head --server-only``).
+    """A head without its local node agent (``muster head --server-only``).
 
-    Until the head runs a local node agent, every head is server-only; the flag is
-    passed once the binary knows it."""
+    The flag is passed when the binary knows it; an older binary, whose head ran no
+    local agent, is started without it."""
     binary = find_binary(binary)
     return start_head(data_dir, listen, token, args, binary,
                       server_only=_help_mentions(binary, ["head"], "--server-only"), timeout=timeout)
