@@ -135,6 +135,10 @@ int cli_connect(const cli_args_t *args, muster_client_t **out);
 /* The URL and token cli_connect would use (static or environment storage;
  * the token may be NULL). */
 const char *cli_url(const cli_args_t *args);
+/* For a line saying the head at cli_url's URL cannot be reached: a short
+ * phrase on where that URL came from and what to check ("is --url right?"),
+ * written into `buf`, which it returns. */
+const char *cli_url_hint(char *buf, size_t size);
 /* Checks that the URL cli_url gives names a head (http:// or https://, a
  * host, an optional port, no path but '/' or a proxy's prefix not ending in
  * /v1, no query).  CLI_OK, or CLI_USAGE after saying what is wrong and where

@@ -366,13 +366,15 @@ static muster_err_t worker_await(worker_t *w, muster_client_t *client, worker_st
   sigaddset(&stop, SIGHUP);
   bool said_head = false, said_queue = false;
   muster_err_t err;
+  char hint[4400];
   while (worker_head_away(err = step(w, client)) ||
          (err == MUSTER_QUEUE_NOT_FOUND && w->agent_fd >= 0)) {
     if (worker_head_away(err) && !said_head)
       fprintf(stderr,
               "muster worker: waiting for the head at %s (%s: %.300s); trying every second "
-              "(is --url / MUSTER_URL right?)\n",
-              w->url, muster_err_name(err), muster_client_message(client));
+              "(%s)\n",
+              w->url, muster_err_name(err), muster_client_message(client),
+              cli_url_hint(hint, sizeof hint));
     else if (err == MUSTER_QUEUE_NOT_FOUND && !said_queue)
       fprintf(stderr, "muster worker: waiting for queue %s to be created\n", w->queue);
     said_head = said_head || worker_head_away(err);

@@ -230,19 +230,35 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
   return cli_error_message(err, message);
 }
 
+/* True when cli_url's URL was read from a data dir's url file. */
+static bool cli_url_from_file(void) {
+  size_t len = strlen(cli_url_origin);
+  return len > 4 && strcmp(cli_url_origin + len - 4, "/url") == 0;
+}
+
+const char *cli_url_hint(char *buf, size_t size) {
+  if (strcmp(cli_url_origin, "--url") == 0 || strcmp(cli_url_origin, "MUSTER_URL") == 0)
+    snprintf(buf, size, "is %s right?", cli_url_origin);
+  else if (cli_url_from_file())
+    snprintf(buf, size, "the URL is from %s, which a head killed with -9 leaves behind",
+             cli_url_origin);
+  else
+    snprintf(buf, size, "no URL was given: pass --url or set MUSTER_URL for another head");
+  return buf;
+}
+
 /*
  * The advice after a request that could not connect, by where its URL came
  * from: a URL the user gave is theirs to check, and a url file of a data dir
  * outlives a head that was killed (a head removes it only when it stops).
  */
 static void cli_say_no_head(void) {
-  size_t len = strlen(cli_url_origin);
   if (strcmp(cli_url_origin, "--url") == 0 || strcmp(cli_url_origin, "MUSTER_URL") == 0)
     fprintf(stderr,
             "muster: is a head running there? The URL is the one %s gives: start the head, "
             "or give the URL of a running one\n",
             cli_url_origin);
-  else if (len > 4 && strcmp(cli_url_origin + len - 4, "/url") == 0)
+  else if (cli_url_from_file())
     fprintf(stderr,
             "muster: is a head running there? The URL was read from %s, which a head writes "
             "when it listens and leaves behind when it is killed: start that head again, or "

@@ -146,6 +146,8 @@ class WorkerHeadRestartTest(unittest.TestCase):
         log = self.log_of(w)
         self.assertEqual(w.returncode, 0, log)
         self.assertEqual(log.count("waiting for the head"), 1, log)
+        # Where the URL came from (it said "is --url / MUSTER_URL right?" whatever the case).
+        self.assertIn("trying every second (is MUSTER_URL right?)\n", log)
         self.assertIn("the head at %s answers" % self.url, log)
         (task,) = self.tasks("wq")
         self.assertEqual((task["state"], task["result"]), ("done", "HELLO"))
@@ -176,6 +178,25 @@ class WorkerHeadRestartTest(unittest.TestCase):
         self.assertEqual(text.count("waiting for the head"), 1, text)
         (task,) = self.tasks("dq")
         self.assertEqual((task["state"], task["result"]), ("done", "HELLO"))
+
+    def test_waiting_for_a_killed_head_names_its_url_file(self):
+        # A head killed with -9 leaves DATA_DIR/url behind: the worker that read the URL
+        # there says so, rather than asking whether --url or MUSTER_URL is right.
+        self.head.kill()
+        self.assertTrue(os.path.exists(os.path.join(self.head.data_dir, "url")))
+        log = open(os.path.join(self.tmp, "worker-killed.log"), "w+")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+        w = subprocess.Popen([MUSTER, "worker", "--queue", "kq", "--", "cat"],
+                             env=dict(env, MUSTER_DATA_DIR=self.head.data_dir),
+                             stdout=subprocess.DEVNULL, stderr=log)
+        w.log = log
+        self.procs.append(w)
+        said = ("trying every second (the URL is from %s/url, which a head killed with -9 "
+                "leaves behind)\n" % self.head.data_dir)
+        harness.wait_until(lambda: said in self.log_of(w), timeout=30,
+                           what="the worker to wait:\n" + self.log_of(w))
+        w.send_signal(signal.SIGINT)
+        self.assertEqual(w.wait(timeout=10), 0, self.log_of(w))
 
     def test_stop_signal_while_waiting_for_the_head(self):
         self.head.kill()
