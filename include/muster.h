@@ -276,6 +276,23 @@ muster_err_t muster_extend(muster_client_t *client, const muster_ack_t *acks, si
 muster_err_t muster_release(muster_client_t *client, const muster_ack_t *acks, size_t count);
 muster_err_t muster_flag(muster_client_t *client, const muster_ack_t *acks, size_t count);
 
+/* What the head made of one completion (muster_complete_repeats). */
+#define MUSTER_ACK_REPEATED 1       /* already completed under this token: nothing changed */
+#define MUSTER_ACK_RESULT_IGNORED 2 /* with REPEATED: the stored result differs and is kept */
+
+/*
+ * muster_complete, telling which acks were repeats.  A completion sent again
+ * under the token that completed the task (a retry after a lost reply) is a
+ * success that changes nothing (docs/api.md, "Retrying a completion"): on
+ * MUSTER_OK, repeated[i] is 0 when acks[i] completed its task now, and
+ * MUSTER_ACK_REPEATED when it had been completed under that token before,
+ * with MUSTER_ACK_RESULT_IGNORED added when acks[i].result differs from the
+ * stored result, which stays.  `repeated` holds `count` ints and is written
+ * only on MUSTER_OK; NULL makes this muster_complete.
+ */
+muster_err_t muster_complete_repeats(muster_client_t *client, const muster_ack_t *acks,
+                                     size_t count, int *repeated);
+
 /*
  * Completes `count` acks (1 to 1000, as muster_complete) and, in the same
  * request and transaction, leases up to `max` (1 to 1000) tasks of `queue`

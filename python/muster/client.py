@@ -602,14 +602,18 @@ class Client:
         return out
 
     def complete(self, task, token, result=None):
-        """Completes one lease; returns {"task", "next_task"}."""
+        """Completes one lease; returns {"task", "next_task"}.  A completion sent again
+        under the token that completed the task (a retry after a lost reply) succeeds and
+        changes nothing: the dict then has ``"repeated": True``, and ``"result_ignored":
+        True`` when ``result`` differs from the stored one, which stays."""
         item = {"task": task, "token": token}
         if result is not None:
             item["result"] = result
         return self._leases("complete", [item])["completed"][0]
 
     def complete_many(self, items):
-        """Batch: items are {"task", "token", "result"?}; returns the "completed" list."""
+        """Batch: items are {"task", "token", "result"?}; returns the "completed" list
+        (each element as ``complete`` returns it, repeats marked)."""
         return self._leases("complete", items)["completed"]
 
     def fail(self, task, token, error=None, permanent=False):

@@ -91,6 +91,34 @@ static int ack_send(const cli_args_t *args, const muster_ack_t *ack, ack_call_fn
   return rc;
 }
 
+/* Sends the completion `ack` and, when the head answers it as a repeat (the
+ * task was completed under this token before: a success that changes
+ * nothing), says so on stderr, since the RESULT given now was not stored
+ * unless it was the first one (docs/cli.md). */
+static int complete_send(const cli_args_t *args, const muster_ack_t *ack) {
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc != CLI_OK)
+    return rc;
+  int repeated = 0;
+  muster_err_t err = muster_complete_repeats(client, ack, 1, &repeated);
+  long long task = (long long)ack->task, token = (long long)ack->token;
+  if (err != MUSTER_OK)
+    rc = cli_error_of_one(client, err, "leases[0]");
+  else if (repeated & MUSTER_ACK_RESULT_IGNORED)
+    fprintf(stderr,
+            "muster: task %lld was already completed under token %lld: its first result is kept,"
+            " and this one, which differs, was not stored\n",
+            task, token);
+  else if (repeated & MUSTER_ACK_REPEATED)
+    fprintf(stderr,
+            "muster: task %lld was already completed under token %lld, with this same result;"
+            " nothing changed\n",
+            task, token);
+  muster_client_free(client);
+  return rc;
+}
+
 int cmd_complete(cli_args_t *args) {
   muster_ack_t ack;
   int rc = ack_read(args, &ack);
@@ -114,7 +142,7 @@ int cmd_complete(cli_args_t *args) {
     json_decref(value);
   }
   ack.result = result;
-  rc = ack_send(args, &ack, muster_complete);
+  rc = complete_send(args, &ack);
   free(result);
   return rc;
 }

@@ -469,8 +469,8 @@ muster_err_t lease_ack_body(muster_client_t *client, const char *verb, const mus
 }
 
 /* Sends one acknowledgement batch to POST /v1/leases/`verb`; the reply is
- * only checked, not read. */
-static muster_err_t ack_send(muster_client_t *client, const char *verb, const muster_ack_t *acks,
+ * left in client->reply, unchecked. */
+static muster_err_t ack_post(muster_client_t *client, const char *verb, const muster_ack_t *acks,
                              size_t count) {
   if (client == NULL)
     return MUSTER_INVALID;
@@ -481,13 +481,56 @@ static muster_err_t ack_send(muster_client_t *client, const char *verb, const mu
   muster_err_t err = lease_ack_body(client, verb, acks, count, &client->body);
   if (err == MUSTER_OK)
     err = client_call_text(client, "POST", path, client->body.data, 0);
-  if (err == MUSTER_OK)
-    err = client_reply_check(client, "POST", path);
   return err;
+}
+
+/* ack_post, the reply only checked, not read. */
+static muster_err_t ack_send(muster_client_t *client, const char *verb, const muster_ack_t *acks,
+                             size_t count) {
+  char path[64];
+  snprintf(path, sizeof path, "/v1/leases/%s", verb);
+  muster_err_t err = ack_post(client, verb, acks, count);
+  return err == MUSTER_OK ? client_reply_check(client, "POST", path) : err;
 }
 
 muster_err_t muster_complete(muster_client_t *client, const muster_ack_t *acks, size_t count) {
   return ack_send(client, "complete", acks, count);
+}
+
+/* Reads the "repeated" and "result_ignored" marks of the `count` elements of
+ * the completion reply just received into repeated[0..count) (docs/api.md,
+ * "Retrying a completion"); MUSTER_PROTOCOL for a reply of another shape. */
+static muster_err_t ack_read_repeats(muster_client_t *client, size_t count, int *repeated) {
+  static const char path[] = "/v1/leases/complete";
+  json_t *reply = NULL;
+  muster_err_t err = client_reply_tree(client, "POST", path, &reply);
+  if (err != MUSTER_OK)
+    return err;
+  json_t *completed = json_object_get(reply, "completed");
+  if (!json_is_array(completed) || json_array_size(completed) != count) {
+    json_decref(reply);
+    return client_fail(client, MUSTER_PROTOCOL,
+                       "POST %s: the reply has no \"completed\" list of %zu", path, count);
+  }
+  for (size_t i = 0; i < count; i++) {
+    const json_t *element = json_array_get(completed, i);
+    repeated[i] = 0;
+    if (json_is_true(json_object_get(element, "repeated")))
+      repeated[i] |= MUSTER_ACK_REPEATED;
+    if (json_is_true(json_object_get(element, "result_ignored")))
+      repeated[i] |= MUSTER_ACK_RESULT_IGNORED;
+  }
+  json_decref(reply);
+  client_ok(client);
+  return MUSTER_OK;
+}
+
+muster_err_t muster_complete_repeats(muster_client_t *client, const muster_ack_t *acks,
+                                     size_t count, int *repeated) {
+  if (repeated == NULL)
+    return muster_complete(client, acks, count);
+  muster_err_t err = ack_post(client, "complete", acks, count);
+  return err == MUSTER_OK ? ack_read_repeats(client, count, repeated) : err;
 }
 
 muster_err_t muster_fail(muster_client_t *client, const muster_ack_t *acks, size_t count) {

@@ -344,8 +344,17 @@ static void test_leases(muster_client_t *c) {
   ack.lease_ms = 45000;
   CHECK_OK(c, muster_extend(c, &ack, 1));
   ack.result = "{\"out\":\"done\"}";
-  CHECK_OK(c, muster_complete(c, &ack, 1));
+  int repeated = -1;
+  CHECK_OK(c, muster_complete_repeats(c, &ack, 1, &repeated));
+  CHECK(repeated == 0);                     /* completed now */
   CHECK_OK(c, muster_complete(c, &ack, 1)); /* a repeat (a retry after a lost reply) */
+  CHECK_OK(c, muster_complete_repeats(c, &ack, 1, &repeated));
+  CHECK(repeated == MUSTER_ACK_REPEATED); /* the same result: nothing changed */
+  ack.result = "{\"out\":\"other\"}";
+  CHECK_OK(c, muster_complete_repeats(c, &ack, 1, &repeated));
+  CHECK(repeated == (MUSTER_ACK_REPEATED | MUSTER_ACK_RESULT_IGNORED)); /* the first one stays */
+  CHECK_OK(c, muster_complete_repeats(c, &ack, 1, NULL));               /* muster_complete */
+  CHECK(strcmp(muster_client_message(c), "") == 0);
   CHECK_ERR(c, muster_extend(c, &ack, 1), MUSTER_LEASE_LOST); /* completed: the lease is over */
   CHECK(muster_client_status(c) == 409);
   char *json = NULL;

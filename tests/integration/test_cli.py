@@ -505,11 +505,22 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(self.api("GET", "/v1/tasks/%d" % a["task"])["result"], "the result")
         # Again under the same token (a retry after a lost reply): a repeat, answered; the
         # first result stays. Any other call under that token: the lease is over.
-        self.ok("complete", str(a["task"]), str(a["token"]), "another result")
+        # It exits 0 (a success by design), and says on stderr that the result given now
+        # was not stored.
+        r = self.muster("complete", str(a["task"]), str(a["token"]), "another result")
+        self.assertEqual((r.returncode, r.stdout), (0, ""), r.stderr)
+        self.assertEqual(r.stderr, "muster: task %d was already completed under token %d: its "
+                         "first result is kept, and this one, which differs, was not stored\n"
+                         % (a["task"], a["token"]))
         self.assertEqual(self.api("GET", "/v1/tasks/%d" % a["task"])["result"], "the result")
+        r = self.muster("complete", str(a["task"]), str(a["token"]), "the result")
+        self.assertEqual((r.returncode, r.stderr), (0, "muster: task %d was already completed "
+                         "under token %d, with this same result; nothing changed\n"
+                         % (a["task"], a["token"])))
         err = self.fails(1, "release", str(a["task"]), str(a["token"]))
         self.assertTrue(err.startswith("muster: lease_lost: "), err)
-        self.ok("complete", str(b["task"]), str(b["token"]), "--json", '{"n": [1]}')
+        r = self.muster("complete", str(b["task"]), str(b["token"]), "--json", '{"n": [1]}')
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "", ""))  # a first: quiet
         self.assertEqual(self.api("GET", "/v1/tasks/%d" % b["task"])["result"], {"n": [1]})
         self.ok("fail", str(c["task"]), str(c["token"]), "--error", "flaky")
         task = self.api("GET", "/v1/tasks/%d" % c["task"])

@@ -136,6 +136,21 @@ class TestLeases(HeadTestCase):
         self.assertEqual((nxt["payload"], nxt["parent"]), ({"y": 2}, lease.task))
         self.assertEqual(self.c.task(lease.task)["result"], {"y": 2})
 
+    def test_a_repeated_completion_says_so(self):
+        """A completion sent again under its token returns the head's marks: "repeated", and
+        "result_ignored" when its result differs from the stored one, which stays."""
+        q = self.qname()
+        self.c.put_queue(q)
+        self.c.put(q, 1)
+        lease = self.c.lease_one(q)
+        self.assertEqual(lease.complete("first"), {"task": lease.task, "next_task": None})
+        self.assertEqual(lease.complete("first"),
+                         {"task": lease.task, "next_task": None, "repeated": True})
+        self.assertEqual(self.c.complete(lease.task, lease.token, "second"),
+                         {"task": lease.task, "next_task": None, "repeated": True,
+                          "result_ignored": True})
+        self.assertEqual(self.c.task(lease.task)["result"], "first")
+
     def test_batch_lease_and_batch_calls(self):
         q = self.qname()
         self.c.put_queue(q)
