@@ -403,6 +403,37 @@ static muster_err_t final_mark(store_t *st, int64_t id, int64_t epoch, const jso
   return MUSTER_OK;
 }
 
+/*
+ * Refuses element `ctx` of an acknowledgement by `rank` of `block` under
+ * `token`, the block now leased (row `now`) under another token.  Tokens
+ * come from the store's one counter, so a newer one means the block was
+ * leased again after `token` was handed out: the lease `token` names ended
+ * (iter_expire_due ends a lease when it expires or its rank fails), and the
+ * block's indices are read under the new lease.  An older one means `token`
+ * was never this block's lease in the epoch.
+ */
+static muster_err_t ack_leased_again(const iter_row_t *row, const block_row_t *now, int64_t rank,
+                                     int64_t block, int64_t token, const char *ctx, fail_t *f) {
+  char holder[64];
+  if (now->rank == rank)
+    snprintf(holder, sizeof holder, "rank %lld (the rank of this ack)", (long long)rank);
+  else
+    snprintf(holder, sizeof holder, "rank %lld (not %lld, the rank of this ack)",
+             (long long)now->rank, (long long)rank);
+  if (now->token > token)
+    return fail_set(f, MUSTER_LEASE_LOST,
+                    "%s: block %lld of epoch %lld is leased again, to %s under a token newer "
+                    "than %lld: the lease this ack names ended (it expired or its rank failed), "
+                    "and the block's indices are read under the new lease; drop this ack",
+                    ctx, (long long)block, (long long)row->epoch, holder, (long long)token);
+  return fail_set(f, MUSTER_LEASE_LOST,
+                  "%s: block %lld of epoch %lld is leased to %s under a token older than %lld, "
+                  "so token %lld was never this block's lease in this epoch: acknowledge a block "
+                  "with the token its lease came with",
+                  ctx, (long long)block, (long long)row->epoch, holder, (long long)token,
+                  (long long)token);
+}
+
 /* The acknowledgement of `block` under `token` found it not leased under
  * that token in the current epoch.  The same acknowledgement again, of this
  * epoch or of the last completed one (a client that let the epoch default
@@ -433,13 +464,11 @@ static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t ran
     what = "has not been leased in this epoch";
   } else if (now.state == ITER_BLOCK_PENDING) {
     what = "is waiting to be leased again (its lease expired or its rank failed)";
+  } else if (now.state == ITER_BLOCK_LEASED && now.token != token) {
+    return ack_leased_again(row, &now, rank, block, token, ctx, f);
   } else if (now.state == ITER_BLOCK_LEASED) {
-    if (now.token == token)
-      snprintf(text, sizeof text, "is leased under that token to rank %lld, not %lld",
-               (long long)now.rank, (long long)rank);
-    else
-      snprintf(text, sizeof text, "is leased to rank %lld under another token",
-               (long long)now.rank);
+    snprintf(text, sizeof text, "is leased under that token to rank %lld, not %lld",
+             (long long)now.rank, (long long)rank);
     what = text;
   } else {
     what = "was acknowledged under another token (by the rank that took it over)";

@@ -211,6 +211,35 @@ class IterTest(unittest.TestCase):
         self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
         self.assertIn("is waiting to be leased again", r.json["error"]["message"])
         self.assertEqual(status(h, "again")["blocks"]["done"], 3)
+        # Leased again, to another rank and then (that lease expired too) to this one: the
+        # message says the lease the ack names ended and the ack is to be dropped.
+        ended = ("block %d of epoch 0 is leased again, to %s under a token newer than %d: the "
+                 "lease this ack names ended (it expired or its rank failed), and the block's "
+                 "indices are read under the new lease; drop this ack")
+        [other] = lease(h, "again", 1, 0, 1)["blocks"]
+        self.assertEqual(other["block"], late["block"])
+        r = ack(h, "again", 0, [late])
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        self.assertEqual(r.json["error"]["message"], "blocks[0]: " + ended % (
+            late["block"], "rank 1 (not 0, the rank of this ack)", late["token"]))
+        harness.wait_until(lambda: status(h, "again")["ranks"][1]["expired"] == 1,
+                           what="rank 1's lease to expire")
+        [mine] = lease(h, "again", 0, 0, 1)["blocks"]
+        self.assertEqual(mine["block"], late["block"])
+        for stale in (late, other):
+            r = ack(h, "again", 0, [stale])
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            self.assertEqual(r.json["error"]["message"], "blocks[0]: " + ended % (
+                late["block"], "rank 0 (the rank of this ack)", stale["token"]))
+        # A token newer than the block's lease was never its lease.
+        r = ack(h, "again", 0, [dict(mine, token=mine["token"] + 1000)])
+        self.assertEqual(r.json["error"]["message"],
+                         "blocks[0]: block %d of epoch 0 is leased to rank 0 (the rank of this "
+                         "ack) under a token older than %d, so token %d was never this block's "
+                         "lease in this epoch: acknowledge a block with the token its lease came "
+                         "with" % (late["block"], mine["token"] + 1000, mine["token"] + 1000))
+        r = ack(h, "again", 0, [mine])
+        self.assertEqual((r.status, r.json["epoch_complete"]), (200, True), r)  # 4 blocks of 4
 
     def test_repeated_ack_that_completed_the_epoch(self):
         """The ack that completed an epoch, sent again (its reply was lost), answers what it
@@ -271,7 +300,8 @@ class IterTest(unittest.TestCase):
         self.assertEqual((r.status, r.json), (200, not_final), r)
         r = ack(h, "fin", 0, [dict(early[0], token=early[0]["token"] + 1000)])
         self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
-        self.assertIn("is leased to rank 0 under another token", r.json["error"]["message"])
+        self.assertIn("is leased to rank 0 (the rank of this ack) under a token older than",
+                      r.json["error"]["message"])
         # The last epoch's final ack finishes the iteration; it repeats as well, and the
         # acks of epoch 0, no longer the last epoch completed, are refused.
         self.assertEqual(ack(h, "fin", 0, again_leased[:3], 1).json["epoch_complete"], False)
@@ -568,8 +598,9 @@ class CliTest(unittest.TestCase):
             pairs = next_pairs(2)
             self.assertEqual([x.split(":")[0] for x in pairs], ["0", "1"])
             for args, want in (
-                    ([pairs[0], "1:999999"], "muster: lease_lost: block 1 of epoch 0 is not "
-                     "leased under token 999999: it is leased to rank 0 under another token"),
+                    ([pairs[0], "1:999999"], "muster: lease_lost: block 1 of epoch 0 is "
+                     "leased to rank 0 (the rank of this ack) under a token older than 999999, "
+                     "so token 999999 was never this block's lease in this epoch"),
                     (["2:999999"], "muster: lease_lost: block 2 of epoch 0 is not leased under "
                      "token 999999: it has not been leased in this epoch")):
                 p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", *args)
