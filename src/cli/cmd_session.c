@@ -67,7 +67,8 @@ const char cmd_session_results_details[] =
     "a result.  In submission order, a gap (indexes without a task, left by tasks\n"
     "put with explicit indexes) stops the stream; once every task of the session\n"
     "has its result nothing can come past it, and the command exits 1 (index_gap)\n"
-    "saying which indexes have no task, instead of waiting for ever.\n"
+    "saying which indexes have no task and which options read on, instead of\n"
+    "waiting for ever.\n"
     "With --follow, a head that stops answering (it was killed or restarts) is\n"
     "waited for: one line says so, reads are tried again every 2 s at most, and\n"
     "one line says when it answers again; the stream goes on from the cursor,\n"
@@ -300,6 +301,7 @@ typedef struct {
   int follow, values;
   int read_any;     /* a page came: the session exists, and --follow may wait for the head */
   int64_t retry_ms; /* the next pause while the head does not answer; 0: it answers */
+  int64_t gap_last; /* after index_gap: the last index of the gap the stream stopped at */
 } session_read_t;
 
 /*
@@ -519,6 +521,7 @@ static muster_err_t session_read_all(const cli_args_t *args, muster_client_t *cl
         muster_session_results(client, args->pos[0], rd->order, rd->cursor, max, wait, &page);
     session_waits(rd, 0);
     if (err != MUSTER_OK) {
+      rd->gap_last = page.gap_last;
       muster_results_free(&page);
       if (session_retry(args, client, rd, err))
         continue;
@@ -554,7 +557,14 @@ static int session_results(cli_args_t *args, muster_client_t *client) {
    * connection leaves a stream to resume. */
   if (rd.read_any || err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE || err == MUSTER_INDEX_GAP)
     fprintf(stderr, "cursor: %lld\n", (long long)rd.cursor);
-  return err != MUSTER_OK ? cli_error(client, err) : CLI_OK;
+  if (err != MUSTER_OK)
+    rc = cli_error(client, err);
+  /* The library's words for a gap suit any caller ("from cursor N", "in
+   * completion order"); here they are options. */
+  if (err == MUSTER_INDEX_GAP)
+    fprintf(stderr, "muster: to read on, pass --cursor %lld (past the gap) or --order completion\n",
+            (long long)rd.gap_last + 1);
+  return rc;
 }
 
 int cmd_session_results(cli_args_t *args) {

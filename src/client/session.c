@@ -365,8 +365,9 @@ static muster_err_t session_check_gap(muster_client_t *client, const char *id,
       client, MUSTER_INDEX_GAP,
       "session %s: index %lld has no task (%s never submitted, or purged) and every task"
       " submitted (%lld) has its result, so the results in submission order"
-      " cannot go past it; submit %s or read with order=completion",
-      id, first, never, (long long)out->total, submit);
+      " cannot go past it; submit %s, or read on past it (from cursor %lld) or in"
+      " completion order",
+      id, first, never, (long long)out->total, submit, last + 1);
 }
 
 muster_err_t muster_session_results(muster_client_t *client, const char *id, muster_order_t order,

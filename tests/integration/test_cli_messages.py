@@ -4,6 +4,7 @@ CLI's words (options as typed, paths as looked at), with the advice that fits th
 The tests share one head (a short --sweep-ms, for shared data that expires); each uses
 its own names.  Nothing waits on a timer: tests poll observable state.
 """
+import json
 import os
 import shutil
 import socket
@@ -166,6 +167,32 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.ok("queue", "create", "msg-cursor")
         sid = self.ok("session", "create", "--queue", "msg-cursor").strip()
         self.assertEqual(self.muster("session", "results", sid).stderr, "cursor: 0\n")
+
+    def test_a_gap_in_the_results_names_the_options_that_read_on(self):
+        # The library's advice was "read with order=completion", a query string of the
+        # HTTP API; the command line's words are --order completion, and --cursor.
+        self.ok("queue", "create", "msg-gap")
+        sid = self.ok("session", "create", "--queue", "msg-gap").strip()
+        tasks = [{"payload": "a", "index": 0}, {"payload": "b", "index": 3}]
+        r = self.head.request("POST", "/v1/sessions/%s/tasks" % sid, {"tasks": tasks})
+        self.assertEqual(r.status, 201, r)
+        leased = self.ok("lease", "--queue", "msg-gap", "--max", "2").splitlines()
+        self.assertEqual(len(leased), 2, leased)
+        for lease in map(json.loads, leased):
+            self.ok("complete", str(lease["task"]), str(lease["token"]), "done")
+        err = self.fails(1, "session", "results", sid, "--cursor", "1")
+        self.assertEqual(err, "cursor: 1\n"
+                         "muster: index_gap: session %s: index 1 has no task (indexes 1-2 were "
+                         "never submitted, or purged) and every task submitted (2) has its "
+                         "result, so the results in submission order cannot go past it; submit "
+                         "tasks at indexes 1-2, or read on past it (from cursor 3) or in "
+                         "completion order\n"
+                         "muster: to read on, pass --cursor 3 (past the gap) or --order "
+                         "completion\n" % sid)
+        self.assertNotIn("order=", err)
+        self.assertEqual(len(self.ok("session", "results", sid, "--cursor", "3").splitlines()), 1)
+        self.assertEqual(len(self.ok("session", "results", sid, "--order", "completion")
+                             .splitlines()), 2)
 
     def test_ack_commands_say_which_argument_is_wrong(self):
         for cmd in ("complete", "fail", "extend", "release", "flag"):
