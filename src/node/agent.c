@@ -109,13 +109,22 @@ static void agent_describe_lock(const node_agent_t *a, int full) {
   node_lock_describe(a->lock_fd, info);
 }
 
+/* Writes a lock file that names no instance of this agent, only the one it
+ * inherited (`inherited`, "" for none: lock.c reads it back as the agent to
+ * take over from), and why this one stops. */
+static void agent_unclaim_lock(const node_agent_t *a, const char *inherited, const char *why) {
+  char info[320], previous[160] = "";
+  if (inherited[0])
+    snprintf(previous, sizeof previous, "previous_instance %s\n", inherited);
+  snprintf(info, sizeof info, "pid %d\n%sstopping: %s\n", (int)getpid(), previous, why);
+  node_lock_describe(a->lock_fd, info);
+}
+
 /* After a goodbye the head accepted, the lock file names no instance: the
  * next agent has nothing to take over (the node left, its workers with it)
  * and starts without saying it took over from this one. */
 static void agent_forget_instance(const node_agent_t *a) {
-  char info[64];
-  snprintf(info, sizeof info, "pid %d\nstopping: its node left the head\n", (int)getpid());
-  node_lock_describe(a->lock_fd, info);
+  agent_unclaim_lock(a, "", "its node left the head");
 }
 
 /* ---- the background thread: registration, heartbeats, crash reports ---- */
@@ -646,23 +655,26 @@ static void agent_sync_init(node_agent_t *a) {
  * up is left for agent_release, also when a step fails. */
 static int agent_serve(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
   const node_config_t *cfg = a->cfg;
-  int status = 1, rc = 0;
+  int rc = 0;
   a->base = event_base_new();
-  if (a->base && (rc = plan_workers(a)) == -2)
-    status = 2;
-  else if (a->base && rc == 0 && agent_listen(a) == 0 &&
-           pipe2(notify, O_CLOEXEC | O_NONBLOCK) == 0 &&
-           muster_client_new(cfg->head_url, cfg->token, &bg->client) == MUSTER_OK) {
+  if (a->base && (rc = plan_workers(a)) == 0 && agent_listen(a) == 0 &&
+      pipe2(notify, O_CLOEXEC | O_NONBLOCK) == 0 &&
+      muster_client_new(cfg->head_url, cfg->token, &bg->client) == MUSTER_OK) {
     bg->notify_fd = notify[1];
     muster_client_set_timeout(bg->client, AGENT_BG_REQUEST_MS);
     agent_announce(a);
-    status = agent_run(a, bg, notify);
+    int status = agent_run(a, bg, notify);
     if (a->refused)
       status = 1;
     if (status == 0)
       agent_log(a, "node %s stopped", a->name);
+    return status;
   }
-  return status;
+  /* Nothing was sent to the head: the file names what this agent found
+   * there, and the next agent takes over from that one, if any, and never
+   * from this one, which the head never knew. */
+  agent_unclaim_lock(a, a->previous, "it failed to start, before registering");
+  return rc == -2 ? 2 : 1;
 }
 
 /* Stops and frees everything agent_serve may have set up (each stop and free

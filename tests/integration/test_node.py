@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -512,6 +513,32 @@ class GpuDetectionTest(NodeTestCase):
         self.assertIn("--gpus: '0,GPU-' is not a list of GPU indexes or UUIDs such as 0,2 or "
                       "GPU-8f1c (a MIG instance: 0:1 or MIG-5a2e): 'GPU-' is neither",
                       self.refusal("gpu6", ["--gpus", "0,GPU-"]))
+
+    def test_an_agent_that_failed_to_start_leaves_nothing_to_take_over(self):
+        # An agent that failed before registering (a bad --gpus; a port taken) left its
+        # instance in the lock file, so the next agent said it took over from it, an
+        # agent the head never knew.
+        port = socket.socket()
+        port.bind(("127.0.0.1", 0))
+        port.listen(1)
+        self.addCleanup(port.close)
+        for args, status in ((["--gpus", "zero"], 2),
+                             (["--listen", "127.0.0.1:%d" % port.getsockname()[1]], 1)):
+            failed = self.agent("failstart", args=args, env=self.fake_smi_env())
+            failed.start(wait_listen=False)
+            self.assertEqual(failed.proc.wait(20), status, failed.log())
+            info = failed.lock_info()
+            self.assertEqual(info.get("stopping:"), "it failed to start, before registering",
+                             info)
+            self.assertNotIn("instance", info, info)
+            self.assertNotIn("previous_instance", info, info)
+            self.assertIsNone(self.node("failstart"))
+        second = self.agent("failstart").start()
+        harness.wait_until(lambda: (self.node("failstart") or {}).get("state") == "active",
+                           what="the next agent registered:\n" + second.log())
+        self.assertNotIn("taking over", second.log())
+        self.assertNotIn("took over", self.head.log())
+        self.assertEqual(second.stop(), 0, second.log())
 
     def test_bad_name(self):
         a = self.agent("bad name")
