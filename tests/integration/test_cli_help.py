@@ -140,6 +140,19 @@ class CliHelpTest(unittest.TestCase):
         self.assertIn("worker", checked)
         self.assertIn("node", checked)
 
+    def test_usage_names_both_things_a_worker_runs(self):
+        # `worker --help`'s usage showed `-- CMD [ARGS...]` alone, though --plugin PATH
+        # runs a plugin instead; `node --help`'s likewise.
+        for words, usage in ((["worker"], "muster worker --queue Q [options] "
+                              "(-- CMD [ARGS...] | --plugin PATH)"),
+                             (["node"], "muster node [--join URL] [options] "
+                              "[-- CMD [ARGS...] | --plugin PATH]")):
+            lines = run(*(words + ["--help"])).stdout.splitlines()
+            self.assertEqual(lines[0], "usage: " + usage)
+            self.assertLessEqual(len(lines[0]), COLUMNS)
+        self.assertEqual(run("worker", "--help").stdout.splitlines()[2],
+                         "Run CMD or a plugin for each task of a queue.")
+
     def test_help_of_an_unknown_name_says_what_running_it_says(self):
         # `help queue nosuch` said "unknown command 'queue nosuch'" and `queue nosuch`
         # "unknown subcommand": the same mistake is told the same way.
