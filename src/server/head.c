@@ -265,9 +265,11 @@ static void head_banner(const head_t *h, int port, bool generated) {
   printf("muster head %s listening on %s\n"
          "  data dir:  %s (SQLite, sync=%s)\n"
          "  token:     %s%s\n"
+         "  dashboard: %s/   (sign in with %s)\n"
          "  try:       curl -H ",
          MUSTER_VERSION, url, h->cfg.data_dir, h->cfg.sync_full ? "full" : "normal", h->cfg.token,
-         generated ? " (new; saved in the data dir's 'token' file)" : "");
+         generated ? " (new; saved in the data dir's 'token' file)" : "", url,
+         h->cfg.read_token[0] ? "the --dashboard-token, or the token above" : "the token above");
   char header[sizeof h->cfg.token + 32];
   snprintf(header, sizeof header, "Authorization: Bearer %s", h->cfg.token);
   head_print_shell_word(header); /* a token may hold a quote */

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -453,6 +454,20 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         words = shlex.split(curl)
         self.assertEqual(words[:3], ["curl", "-H", "Authorization: Bearer " + token], curl)
         self.assertTrue(words[3].endswith("/v1/queues"), curl)
+
+    def test_head_banner_gives_the_dashboard_url(self):
+        # The banner named the API's URL and a curl line, but not where the dashboard is.
+        for extra, who in (([], "the token above"),
+                           (["--dashboard-token", "read-only-token"],
+                            "the --dashboard-token, or the token above")):
+            with self.subTest(extra=extra):
+                lines, _ = self.banner_of_head("--listen", "127.0.0.1:0", "--data-dir",
+                                               "dash%d" % len(extra), *extra)
+                url = lines[0].rsplit(" ", 1)[1]
+                self.assertIn("  dashboard: %s/   (sign in with %s)" % (url, who), lines)
+                with urllib.request.urlopen(url + "/", timeout=30) as page:
+                    self.assertEqual(page.status, 200)
+                    self.assertIn("text/html", page.headers["Content-Type"])
 
     def test_head_on_a_port_in_use_makes_no_data_dir(self):
         # The head listens before it makes its data dir, token and store: a port in
