@@ -83,8 +83,8 @@ muster_err_t lease_held_load(store_t *st, int64_t id, lease_held_t *h, queue_t *
   if (rc == SQLITE_ROW)
     lease_held_row(s, 0, id, h, queue);
   store_reset(s);
-  if (rc == SQLITE_DONE)
-    return fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
+  if (rc == SQLITE_DONE) /* says whether it existed: the worker held a lease of it */
+    return task_not_found(st, id, f);
   if (rc != SQLITE_ROW)
     return store_fail(st, f, "lease lookup");
   return lease_held_queue(st, queue, h, cache, f);

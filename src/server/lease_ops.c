@@ -137,12 +137,16 @@ muster_err_t lease_check_held(store_t *st, const lease_held_t *h, int64_t token,
   return lease_refuse(h, &e, token, ctx, f);
 }
 
-/* Loads task `id` into *h. */
+/* Loads task `id` into *h; a task not found is refused naming the element
+ * (`ctx`) before what lease_held_load says of it. */
 static muster_err_t lease_load(store_t *st, int64_t id, const char *ctx, lease_held_t *h,
                                queue_t *cache, fail_t *f) {
   muster_err_t err = lease_held_load(st, id, h, cache, f);
-  if (err == MUSTER_TASK_NOT_FOUND)
-    fail_set(f, MUSTER_TASK_NOT_FOUND, "%s: task %lld does not exist", ctx, (long long)id);
+  if (err == MUSTER_TASK_NOT_FOUND) {
+    char why[sizeof f->message];
+    snprintf(why, sizeof why, "%s", fail_message(f));
+    fail_set(f, MUSTER_TASK_NOT_FOUND, "%s: %s", ctx, why);
+  }
   return err;
 }
 

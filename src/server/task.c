@@ -405,25 +405,26 @@ static json_t *task_from_row(sqlite3_stmt *s, bool brief) {
 
 #define TASK_NOT_FOUND_CLOSING_SQL                                                                 \
   "SELECT CASE WHEN " SESSION_CLOSING_TASKS_SQL " THEN NULL ELSE queue END, 1"                     \
-  " FROM tasks WHERE id = ?1 UNION ALL"                                                            \
-  " SELECT NULL, ?1 <= (SELECT max(id) FROM tasks) LIMIT 1"
+  " FROM tasks WHERE id = ?1 UNION ALL SELECT NULL, ?1 <= ?2 LIMIT 1"
 
 /* Fills *f with why task `id` is not found: it waits in the trash of a
  * deleted queue (queue_reap.h), or its id was handed out (ids are given
- * in turn, so every id up to the highest was) and the task removed since,
- * or it never existed. */
-static void task_not_found(store_t *st, int64_t id, fail_t *f) {
+ * in turn, so every id up to the highest handed out was) and the task
+ * removed since, or it never existed.  The highest handed out is the
+ * store's (store_last_task), not the highest id still in the table: when
+ * the newest tasks are the ones removed (a purge, a session close), the
+ * table's highest is below theirs. */
+muster_err_t task_not_found(store_t *st, int64_t id, fail_t *f) {
   /* A task a closed session left to the background deletion is removed
    * already for clients (session_close.c): no queue to name. */
   sqlite3_stmt *s = store_sessions_closing(st)
                         ? store_stmt(st, TASK_NOT_FOUND_CLOSING_SQL)
                         : store_stmt(st, "SELECT queue, 1 FROM tasks WHERE id = ?1 UNION ALL"
-                                         " SELECT NULL, ?1 <= (SELECT max(id) FROM tasks) LIMIT 1");
-  if (s == NULL) {
-    store_fail(st, f, "task lookup");
-    return;
-  }
+                                         " SELECT NULL, ?1 <= ?2 LIMIT 1");
+  if (s == NULL)
+    return store_fail(st, f, "task lookup");
   sqlite3_bind_int64(s, 1, id);
+  sqlite3_bind_int64(s, 2, store_last_task(st));
   int rc = sqlite3_step(s);
   const unsigned char *queue = rc == SQLITE_ROW ? sqlite3_column_text(s, 0) : NULL;
   bool removed = rc == SQLITE_ROW && sqlite3_column_int(s, 1);
@@ -438,6 +439,7 @@ static void task_not_found(store_t *st, int64_t id, fail_t *f) {
   else
     fail_set(f, MUSTER_TASK_NOT_FOUND, "task %lld does not exist", (long long)id);
   store_reset(s);
+  return f->code;
 }
 
 json_t *task_get(store_t *st, int64_t id, fail_t *f) {

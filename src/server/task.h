@@ -46,6 +46,10 @@ extern const jscan_shape_t task_put_shape;
 json_t *task_put_scanned(store_t *st, const char *queue, const jscan_body_t *body, fail_t *f);
 /* The task object (new reference), or NULL with MUSTER_TASK_NOT_FOUND. */
 json_t *task_get(store_t *st, int64_t id, fail_t *f);
+/* Records MUSTER_TASK_NOT_FOUND for task `id`, which is not there, with why
+ * when the head can tell: its queue was deleted, or it existed and was
+ * removed (docs/api.md, GET /v1/tasks/{id}).  Returns the code. */
+muster_err_t task_not_found(store_t *st, int64_t id, fail_t *f);
 /* {"tasks": [...], "next": id|null}: tasks of `queue` with id > after, in
  * `state` unless it is -1, at most `limit`. */
 json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int64_t limit,

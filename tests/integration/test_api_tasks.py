@@ -77,6 +77,39 @@ class TaskTest(ApiTestCase):
             with self.subTest(id=bad):
                 self.expect_error("GET", "/v1/tasks/" + bad, None, 400, "bad_request")
 
+    def test_removed_newest_tasks_are_told_apart_from_unknown_ids(self):
+        # The tasks removed here are the head's newest, so no task left has an id as
+        # high: the head must tell them from ids it never handed out by the highest id
+        # it handed out, not by the highest still stored (it said "does not exist").
+        self.create_queue()
+        kept, purged, also_purged = self.put("kept", "purged", "also purged")
+        self.assertEqual(self.lease_one()["task"], kept)
+        self.assertEqual(self.expect("POST", "/v1/queues/%s/purge" % self.q), {"purged": 2})
+        removed = "does not exist any more: it was removed by"
+        for tid in (purged, also_purged):
+            with self.subTest(task=tid):
+                r = self.expect_error("GET", "/v1/tasks/%d" % tid, None, 404, "task_not_found")
+                self.assertIn("task %d %s" % (tid, removed), r.json["error"]["message"])
+        never = also_purged + 1000000
+        r = self.expect_error("GET", "/v1/tasks/%d" % never, None, 404, "task_not_found")
+        self.assertEqual(r.json["error"]["message"], "task %d does not exist" % never)
+
+    def test_lease_call_on_a_removed_task_says_it_was_removed(self):
+        # A worker whose task went with its session (the newest task of the head)
+        # is told it was removed, not that it never existed.
+        self.create_queue()
+        sid = self.expect("POST", "/v1/sessions", {"queue": self.q}, status=201)["id"]
+        self.expect("POST", "/v1/sessions/%s/tasks" % sid, {"tasks": [{"payload": 1}]},
+                    status=201)
+        lease = self.lease_one()
+        self.expect("DELETE", "/v1/sessions/" + sid)
+        for kind in ("complete", "fail"):
+            with self.subTest(kind=kind):
+                r = self.expect_error("POST", "/v1/leases/" + kind, {"leases": [
+                    {"task": lease["task"], "token": lease["token"]}]}, 404, "task_not_found")
+                self.assertIn("leases[0]: task %d does not exist any more" % lease["task"],
+                              r.json["error"]["message"])
+
     def test_list_state_filter(self):
         self.create_queue(max_attempts=1, backoff_ms=0)
         ids = self.put(*range(6))
