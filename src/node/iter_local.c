@@ -485,6 +485,26 @@ static void il_create(iter_local_t *L, struct evhttp_request *in) {
   il_ask(L, in, body, "/v1/nodes", il_on_nodes); /* omitted: Lavender's default */
 }
 
+/* What operation `op` reads of the request: its body, its query for
+ * IL_HELD, NULL for one that reads neither.  NULL with *f set when the
+ * request is refused: a bad body, or a field in a DELETE's, which takes none
+ * (docs/api.md, "Unknown fields are refused"), as the head refuses it. */
+static json_t *il_request_body(il_op_t op, struct evhttp_request *in, fail_t *f) {
+  if (op == IL_HELD)
+    return il_query(in, f);
+  if (op != IL_NEXT && op != IL_ACK && op != IL_HEARTBEAT && op != IL_DELETE)
+    return NULL;
+  json_t *body = il_body(in, f);
+  const char *key = body && op == IL_DELETE ? json_object_iter_key(json_object_iter(body)) : NULL;
+  if (key) {
+    fail_set(f, MUSTER_INVALID,
+             "%.100s: unknown field; this endpoint takes no body (send none, or {})", key);
+    json_decref(body);
+    return NULL;
+  }
+  return body;
+}
+
 int iter_local_handle(node_agent_t *a, struct evhttp_request *in) {
   iter_local_t *L = a->iters;
   char name[NAME_MAX_LEN + 1];
@@ -509,13 +529,10 @@ int iter_local_handle(node_agent_t *a, struct evhttp_request *in) {
     il_fail(a, in, &f);
     return 1;
   }
-  json_t *body = NULL;
-  if (op == IL_NEXT || op == IL_ACK || op == IL_HEARTBEAT || op == IL_HELD) {
-    body = op == IL_HELD ? il_query(in, &f) : il_body(in, &f);
-    if (body == NULL) {
-      il_fail(a, in, &f);
-      return 1;
-    }
+  json_t *body = il_request_body(op, in, &f);
+  if (f.code) {
+    il_fail(a, in, &f);
+    return 1;
   }
   il_run(L, in, op, name, body);
   json_decref(body);

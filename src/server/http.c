@@ -381,6 +381,17 @@ const json_t *http_body(http_req_t *r) {
   return json_is_object(r->body) ? r->body : NULL;
 }
 
+/* On an HTTP_NO_FIELDS route: true when the body has no field, else false
+ * with the refusal set, naming the first. */
+static bool http_no_fields(http_req_t *r) {
+  const char *key = json_object_iter_key(json_object_iter(r->body));
+  if (key == NULL)
+    return true;
+  http_fail(r, MUSTER_INVALID,
+            "%.100s: unknown field; this endpoint takes no body (send none, or {})", key);
+  return false;
+}
+
 /* Checks size and content type of the body and parses it, or on an
  * HTTP_BODY_TEXT route keeps its text; false with a reply set. */
 static bool http_parse_body(http_req_t *r, const http_route_t *rt, size_t limit) {
@@ -410,7 +421,7 @@ static bool http_parse_body(http_req_t *r, const http_route_t *rt, size_t limit)
     r->body_len = len;
     return true;
   }
-  return http_parse_json(r, text, len);
+  return http_parse_json(r, text, len) && (!(rt->flags & HTTP_NO_FIELDS) || http_no_fields(r));
 }
 
 /* Runs the route's handler inside its own savepoint. */

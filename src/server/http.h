@@ -74,6 +74,12 @@ enum {
    * refused with name_invalid before the body is read or the queue looked
    * up, as a bad shared scope is, so no route answers it queue_not_found. */
   HTTP_QUEUE_NAME = 2,
+  /* The route takes no fields in its body (a purge, a requeue, a DELETE): a
+   * body object with any is refused with invalid_argument naming the first,
+   * as every other route refuses a field it does not know, so that a field
+   * sent in the belief that it narrows the call (a requeue's "state") never
+   * passes silently.  No body, or {}, is taken. */
+  HTTP_NO_FIELDS = 4,
 };
 
 typedef struct {
@@ -82,7 +88,7 @@ typedef struct {
   http_handler_fn handler;
   http_role_t role;  /* who may call it; `true` in older rows means HTTP_TOKEN */
   size_t body_limit; /* 0: the head's --max-body */
-  unsigned flags;    /* HTTP_BODY_TEXT, HTTP_QUEUE_NAME or 0 */
+  unsigned flags;    /* HTTP_BODY_TEXT, HTTP_QUEUE_NAME, HTTP_NO_FIELDS or 0 */
 } http_route_t;
 
 /* The route table (routes.c); ends with a NULL method. */

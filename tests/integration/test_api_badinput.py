@@ -126,6 +126,39 @@ class BadInputTest(BadInputCase):
                      400, "invalid_argument", ["resutl"])
         self.refused("POST", "/v1/workers", {"nick": "x"}, 400, "invalid_argument", ["nick"])
 
+    def test_endpoints_without_fields_refuse_any(self):
+        # Purges, requeues and deletions take no fields: one sent in the belief that it
+        # narrows the call ("state": "dead" to a requeue) is refused, not ignored.
+        self.ack("fail", [self.good_lease_item(permanent=True)])
+        self.before = self.state()
+        for method, path, field in (
+                ("POST", "/v1/queues/%s/requeue" % self.q, "state"),
+                ("POST", "/v1/tasks/%d/requeue" % self.leased["task"], "attempts"),
+                ("POST", "/v1/queues/%s/purge" % self.q, "state"),
+                ("DELETE", "/v1/queues/" + self.q, "force"),
+                ("DELETE", "/v1/workers/%d" % self.worker["id"], "crashed")):
+            self.refused(method, path, {field: "x"}, 400, "invalid_argument",
+                         ["%s: unknown field" % field])
+        sid = self.expect("POST", "/v1/sessions", {"queue": self.q}, status=201)["id"]
+        self.expect("POST", "/v1/nodes", {"name": self.q}, status=201)
+        self.expect("POST", "/v1/iterations", {"name": self.q, "dataset": {"num_samples": 4}},
+                    status=201)
+        self.expect("PUT", "/v1/shared/%s/blob" % self.q, raw=b"bytes", status=201,
+                    content_type="application/octet-stream")
+        # What each deletion would change, read back after its refusal.
+        for path, still_there in (
+                ("/v1/sessions/" + sid, lambda r: r.status == 200),
+                ("/v1/nodes/" + self.q, lambda r: r.json["state"] == "active"),
+                ("/v1/iterations/" + self.q, lambda r: r.status == 200),
+                ("/v1/shared/%s/blob" % self.q, lambda r: r.raw == b"bytes")):
+            with self.subTest(path=path):
+                r = self.expect_error("DELETE", path, {"all": True}, 400, "invalid_argument")
+                self.assertIn("all: unknown field", r.json["error"]["message"])
+                r = self.call("GET", path)
+                self.assertTrue(still_there(r), "a refused DELETE changed %s: %r" % (path, r))
+                self.expect("DELETE", path, {})  # no field: taken
+        self.expect_error("GET", "/v1/sessions/" + sid, None, 404, "session_not_found")
+
     def test_queue_settings_out_of_range(self):
         new = self.qname("new")
         bad = [{"lease_ms": 0}, {"lease_ms": -1}, {"lease_ms": 7 * 86400000 + 1},

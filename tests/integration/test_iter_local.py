@@ -130,6 +130,12 @@ class IterLocalTest(unittest.TestCase):
                    shuffle="global", seed=3)
         self.assertEqual(r.error_code, "invalid_state", r)
         self.assertIn("cluster_sync", r.json["error"]["message"])
+        # A DELETE takes no fields, on the agent as on the head: one is refused, and
+        # the iteration stays.
+        r = self.a.request("DELETE", "/v1/iterations/perno", {"force": True})
+        self.assertEqual(r.error_code, "invalid_argument", r)
+        self.assertIn("force: unknown field", r.json["error"]["message"])
+        self.assertEqual(self.a.request("GET", "/v1/iterations/perno").status, 200)
         # Delete on one node; the other keeps its own.
         r = self.a.request("DELETE", "/v1/iterations/perno")
         self.assertEqual(r.status, 200, r)
