@@ -260,6 +260,10 @@ class ConventionTest(ApiTestCase):
             self.assertEqual(r.json["status"], "ok", r)
             self.assertEqual(r.json["version"], "0.1.0", r)
             self.assertTrue(is_int(r.json["uptime_ms"]) and r.json["uptime_ms"] >= 0, r)
+            # The default --max-wait-ms: what a client that waits for as long as it
+            # takes asks for per request (MaxWaitTest checks another value).
+            self.assertEqual(r.json["max_wait_ms"], 30000, r)
+            self.assertEqual(set(r.json), {"status", "version", "uptime_ms", "max_wait_ms"}, r)
         # Uptime grows with time.
         first = self.call("GET", "/v1/health", token=None).json["uptime_ms"]
         later = harness.wait_until(

@@ -218,7 +218,12 @@ class LeaseCallTest(ApiTestCase):
         [tid] = self.put("x")
         r = self.ack("fail", [item(self.lease_one())])
         self.assertEqual(r["failed"][0]["state"], "queued")
-        self.assertEqual(self.get_task(tid)["state"], "queued")
+        # The task still says why it is retried, in the head's words.
+        self.assertEqual((self.get_task(tid)["state"], self.get_task(tid)["error"]),
+                         ("queued", "failed"))
+        self.ack("fail", [item(self.wait_lease()[0], permanent=True)])
+        self.assertEqual((self.get_task(tid)["state"], self.get_task(tid)["error"]),
+                         ("failed", "failed permanently"))
 
     def test_max_attempts_dead_on_fail(self):
         self.create_queue(max_attempts=2, backoff_ms=0)

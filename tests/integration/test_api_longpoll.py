@@ -170,6 +170,10 @@ class MaxWaitTest(ApiTestCase):
         self.assertGreaterEqual(p.elapsed(), 0.4)
         self.assertLess(p.elapsed(), 3.0, "took %.2fs with --max-wait-ms 500" % p.elapsed())
 
+    def test_health_says_the_cap(self):
+        # `muster session results --follow` asks for this much per request.
+        self.assertEqual(self.expect("GET", "/v1/health", token=None)["max_wait_ms"], 500)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -23,7 +23,7 @@ class PipelineTest(ApiTestCase):
 
     def test_three_stages(self):
         a, b, c = self.three_stages()
-        [t1] = self.put({"n": 1}, name=a, session="s1", index=4)
+        [t1] = self.put({"n": 1}, name=a, session="s1", index=4, priority=7)
         [other] = self.put({"n": 100}, name=a)   # no session: carries nulls
         # Stage a.
         la, lo = self.lease(a, max=2)
@@ -37,11 +37,12 @@ class PipelineTest(ApiTestCase):
         self.assertNotEqual(t2, co["next_task"])
         task2 = self.get_task(t2)
         self.assertEqual((task2["queue"], task2["state"], task2["payload"], task2["parent"],
-                          task2["session"], task2["index"], task2["attempts"], task2["result"]),
-                         (b, "queued", {"n": 2}, t1, "s1", 4, 0, None))
+                          task2["session"], task2["index"], task2["attempts"], task2["result"],
+                          task2["priority"]),
+                         (b, "queued", {"n": 2}, t1, "s1", 4, 0, None, 7))
         o2 = self.get_task(co["next_task"])
-        self.assertEqual((o2["queue"], o2["payload"], o2["parent"], o2["session"], o2["index"]),
-                         (b, "plain", other, None, None))
+        self.assertEqual((o2["queue"], o2["payload"], o2["parent"], o2["session"], o2["index"],
+                          o2["priority"]), (b, "plain", other, None, None, 0))
         self.assertEqual(self.get_task(t1)["result"], {"n": 2})
         # Stage b: the lease carries parent, session and index.
         lb = [x for x in self.lease(b, max=2) if x["task"] == t2][0]

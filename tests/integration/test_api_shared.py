@@ -5,6 +5,7 @@ import hashlib
 import os
 import socket
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -67,14 +68,21 @@ class SharedLevelsTest(unittest.TestCase):
         self.assertEqual(r.json["error"]["message"], "update level mismatch: expected 2, got 3")
         r = put(h, "models", "absent", b"x", "?level=2")
         self.assertEqual(r.json["error"]["message"], "update level mismatch: expected 1, got 2")
+        t0 = int(time.time() * 1000)
         r = put(h, "models", "weights", b"level two", "?level=2")
+        t1 = int(time.time() * 1000)
         self.assertEqual((r.status, r.json["level"]), (201, 2), r)
         etag2 = r.headers["ETag"]
+        # The update refreshed the ttl: it expires ttl_ms after it, as every read says
+        # (a node agent drops its cached copy by X-Muster-Expires-Ms).
+        level2 = r.json
+        self.assertTrue(t0 + 600000 <= level2["expires_ms"] <= t1 + 600000, level2)
         # Latest and by level.
         r = h.request("GET", "/v1/shared/models/weights")
         self.assertEqual((r.status, r.raw, r.headers["X-Muster-Level"]), (200, b"level two", "2"))
         self.assertEqual(r.headers["Content-Type"], OCTET)
         self.assertEqual(r.headers["ETag"], etag2)
+        self.assertEqual(r.headers["X-Muster-Expires-Ms"], str(level2["expires_ms"]))
         r = h.request("GET", "/v1/shared/models/weights?level=1")
         self.assertEqual((r.status, r.raw, r.headers["X-Muster-Level"]), (200, b"level one", "1"))
         r = h.request("GET", "/v1/shared/models/weights?level=7")
@@ -83,6 +91,9 @@ class SharedLevelsTest(unittest.TestCase):
         # ETag, 304, HEAD.
         r = h.request("GET", "/v1/shared/models/weights", headers={"If-None-Match": etag2})
         self.assertEqual((r.status, r.raw), (304, b""))
+        self.assertEqual((r.headers["ETag"], r.headers["X-Muster-Level"],
+                          r.headers["X-Muster-Expires-Ms"]),
+                         (etag2, "2", str(level2["expires_ms"])))
         r = h.request("GET", "/v1/shared/models/weights", headers={"If-None-Match": '"0000"'})
         self.assertEqual(r.status, 200)
         r = h.request("HEAD", "/v1/shared/models/weights")
@@ -97,6 +108,8 @@ class SharedLevelsTest(unittest.TestCase):
         [blob] = r.json["blobs"]
         self.assertEqual((blob["name"], blob["level"], blob["levels"], blob["size"]),
                          ("weights", 2, [1, 2], 9))
+        self.assertEqual((blob["checksum"], blob["ttl_ms"], blob["expires_ms"]),
+                         (level2["checksum"], 600000, level2["expires_ms"]))
         # Delete.
         r = h.request("DELETE", "/v1/shared/models/weights")
         self.assertEqual((r.status, r.json), (200, {"scope": "models", "name": "weights",

@@ -41,11 +41,14 @@ class WorkerTest(ApiTestCase):
                           {"gpu": "a100", "n": 2}, "active", 45000, 0, 0, 0, 0))
         self.assert_between(w["created_ms"], t0, t1, "created_ms")
         self.assert_between(w["last_seen_ms"], t0, t1, "last_seen_ms")
-        # Defaults: the head's --worker-timeout-ms.
+        # Defaults: the head's --worker-timeout-ms, the leaderboard's "anonymous", and
+        # null for what was not given.
         r2 = self.register()
-        self.assertEqual(r2["timeout_ms"], 60000)
+        self.assertEqual((r2["timeout_ms"], r2["nickname"]), (60000, "anonymous"))
         self.assertNotEqual(r2["id"], r["id"])
-        self.assertEqual(self.get_worker(r2["id"])["state"], "active")
+        w2 = self.get_worker(r2["id"])
+        self.assertEqual((w2["state"], w2["nickname"], w2["node"], w2["queues"], w2["labels"],
+                          w2["progress"]), ("active", "anonymous", None, None, None, None))
 
     def test_list(self):
         ids = [self.register(nickname="lister-%d" % i)["id"] for i in range(3)]
