@@ -293,6 +293,28 @@ muster_err_t muster_flag(muster_client_t *client, const muster_ack_t *acks, size
 muster_err_t muster_complete_repeats(muster_client_t *client, const muster_ack_t *acks,
                                      size_t count, int *repeated);
 
+/* How muster_end_leases ends the leases its acks name. */
+typedef enum {
+  MUSTER_END_FAIL = 1, /* as muster_fail */
+  MUSTER_END_RELEASE,  /* as muster_release */
+  MUSTER_END_FLAG,     /* as muster_flag */
+} muster_end_t;
+
+/*
+ * muster_fail, muster_release or muster_flag (`how`), telling how many acks
+ * were repeats.  One of these sent again under the token whose lease the
+ * same call ended (a retry after a lost reply) is a success that changes
+ * nothing (docs/api.md, "Retrying a fail, release or flag"): the first
+ * call's error, permanent flag or reason stand.  On MUSTER_OK, *repeats is
+ * how many of the `count` acks the head answered so (0: every one ended its
+ * lease now).  A count, not a mark per ack, because the head counts a
+ * release's repeats without naming them.  *repeats is written only on
+ * MUSTER_OK; NULL makes this the plain call; a `how` not listed above is
+ * MUSTER_INVALID, nothing sent.
+ */
+muster_err_t muster_end_leases(muster_client_t *client, muster_end_t how, const muster_ack_t *acks,
+                               size_t count, size_t *repeats);
+
 /*
  * Completes `count` acks (1 to 1000, as muster_complete) and, in the same
  * request and transaction, leases up to `max` (1 to 1000) tasks of `queue`

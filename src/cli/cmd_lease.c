@@ -119,6 +119,38 @@ static int complete_send(const cli_args_t *args, const muster_ack_t *ack) {
   return rc;
 }
 
+/* What `fail`, `release` and `flag` say of an ack the head answered as a
+ * repeat: the state it was already in, and what stands (docs/cli.md). */
+static const struct {
+  const char *state, *outcome;
+} end_repeat_texts[] = {
+    [MUSTER_END_FAIL] = {"failed", ": the first fail stands (its error, and whether it was "
+                                   "permanent), and this one changed nothing"},
+    [MUSTER_END_RELEASE] = {"released", "; nothing changed"},
+    [MUSTER_END_FLAG] = {"flagged", ": the first flag counts, with its reason, and this one "
+                                    "changed nothing"},
+};
+
+/* Ends the lease `ack` names as `how` says and, when the head answers it as
+ * a repeat (the same call under the same token ended that lease before: a
+ * success that changes nothing), says so on stderr, since what this call
+ * gave (an error, --permanent, a reason) was not applied. */
+static int end_send(const cli_args_t *args, const muster_ack_t *ack, muster_end_t how) {
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc != CLI_OK)
+    return rc;
+  size_t repeats = 0;
+  muster_err_t err = muster_end_leases(client, how, ack, 1, &repeats);
+  if (err != MUSTER_OK)
+    rc = cli_error_of_one(client, err, "leases[0]");
+  else if (repeats > 0)
+    fprintf(stderr, "muster: task %lld was already %s under token %lld%s\n", (long long)ack->task,
+            end_repeat_texts[how].state, (long long)ack->token, end_repeat_texts[how].outcome);
+  muster_client_free(client);
+  return rc;
+}
+
 int cmd_complete(cli_args_t *args) {
   muster_ack_t ack;
   int rc = ack_read(args, &ack);
@@ -154,7 +186,7 @@ int cmd_fail(cli_args_t *args) {
     return rc;
   ack.error = cli_opt(args, "error");
   ack.permanent = cli_flag(args, "permanent");
-  return ack_send(args, &ack, muster_fail);
+  return end_send(args, &ack, MUSTER_END_FAIL);
 }
 
 int cmd_extend(cli_args_t *args) {
@@ -168,7 +200,7 @@ int cmd_extend(cli_args_t *args) {
 int cmd_release(cli_args_t *args) {
   muster_ack_t ack;
   int rc = ack_read(args, &ack);
-  return rc == CLI_OK ? ack_send(args, &ack, muster_release) : rc;
+  return rc == CLI_OK ? end_send(args, &ack, MUSTER_END_RELEASE) : rc;
 }
 
 int cmd_flag(cli_args_t *args) {
@@ -177,5 +209,5 @@ int cmd_flag(cli_args_t *args) {
   if (rc != CLI_OK)
     return rc;
   ack.error = cli_opt(args, "reason"); /* libmuster sends a flag's reason from `error` */
-  return ack_send(args, &ack, muster_flag);
+  return end_send(args, &ack, MUSTER_END_FLAG);
 }

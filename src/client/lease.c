@@ -533,6 +533,80 @@ muster_err_t muster_complete_repeats(muster_client_t *client, const muster_ack_t
   return err == MUSTER_OK ? ack_read_repeats(client, count, repeated) : err;
 }
 
+/* The verb of each way muster_end_leases ends leases, and the key of its
+ * reply's elements (none for a release, whose reply is a count). */
+static const struct {
+  const char *verb, *key;
+} end_verbs[] = {
+    [MUSTER_END_FAIL] = {"fail", "failed"},
+    [MUSTER_END_RELEASE] = {"release", NULL},
+    [MUSTER_END_FLAG] = {"flag", "flagged"},
+};
+
+/* The repeats a fail's or flag's reply `reply` marks: its `count` elements
+ * under `key` with "repeated": true; false for a reply of another shape. */
+static bool end_marked(const json_t *reply, const char *key, size_t count, size_t *repeats) {
+  const json_t *list = json_object_get(reply, key);
+  if (!json_is_array(list) || json_array_size(list) != count)
+    return false;
+  *repeats = 0;
+  for (size_t i = 0; i < count; i++)
+    *repeats += json_is_true(json_object_get(json_array_get(list, i), "repeated"));
+  return true;
+}
+
+/* The repeats a release's reply `reply` counts: its "repeated" (present only
+ * when above 0), at most `count`; false for a reply of another shape. */
+static bool end_counted(const json_t *reply, size_t count, size_t *repeats) {
+  const json_t *n = json_object_get(reply, "repeated");
+  if (n != NULL &&
+      (!json_is_integer(n) || json_integer_value(n) < 0 || (size_t)json_integer_value(n) > count))
+    return false;
+  *repeats = n ? (size_t)json_integer_value(n) : 0;
+  return true;
+}
+
+/* Reads into *repeats how many of the `count` acks the reply to the fail,
+ * release or flag just received answered as repeats (docs/api.md,
+ * "Retrying a fail, release or flag"); MUSTER_PROTOCOL for a reply of
+ * another shape. */
+static muster_err_t end_read_repeats(muster_client_t *client, muster_end_t how, size_t count,
+                                     size_t *repeats) {
+  char path[64];
+  snprintf(path, sizeof path, "/v1/leases/%s", end_verbs[how].verb);
+  json_t *reply = NULL;
+  muster_err_t err = client_reply_tree(client, "POST", path, &reply);
+  if (err != MUSTER_OK)
+    return err;
+  const char *key = end_verbs[how].key;
+  bool read = key ? end_marked(reply, key, count, repeats) : end_counted(reply, count, repeats);
+  json_decref(reply);
+  if (!read)
+    return key ? client_fail(client, MUSTER_PROTOCOL,
+                             "POST %s: the reply has no \"%s\" list of %zu", path, key, count)
+               : client_fail(client, MUSTER_PROTOCOL,
+                             "POST %s: the reply's \"repeated\" is no count from 0 to %zu", path,
+                             count);
+  client_ok(client);
+  return MUSTER_OK;
+}
+
+muster_err_t muster_end_leases(muster_client_t *client, muster_end_t how, const muster_ack_t *acks,
+                               size_t count, size_t *repeats) {
+  if (client == NULL)
+    return MUSTER_INVALID;
+  if (how < MUSTER_END_FAIL || how > MUSTER_END_FLAG)
+    return client_fail(client, MUSTER_INVALID,
+                       "how: %d is no way to end a lease (MUSTER_END_FAIL, MUSTER_END_RELEASE or"
+                       " MUSTER_END_FLAG)",
+                       (int)how);
+  const char *verb = end_verbs[how].verb;
+  if (repeats == NULL)
+    return ack_send(client, verb, acks, count);
+  muster_err_t err = ack_post(client, verb, acks, count);
+  return err == MUSTER_OK ? end_read_repeats(client, how, count, repeats) : err;
+}
+
 muster_err_t muster_fail(muster_client_t *client, const muster_ack_t *acks, size_t count) {
   return ack_send(client, "fail", acks, count);
 }

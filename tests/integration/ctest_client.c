@@ -435,6 +435,56 @@ static void test_fail_permanent_and_requeue(muster_client_t *c) {
   muster_free(json);
 }
 
+/* A fail, release or flag sent again under the token whose lease it ended
+ * is a repeat: muster_end_leases counts it, in a batch among fresh ones too,
+ * and the first call's error stands. */
+static void test_repeated_ends(muster_client_t *c) {
+  CHECK_OK(c, muster_queue_put(c, "ct-ends", NULL, NULL));
+  muster_task_spec_t specs[4];
+  for (size_t i = 0; i < 4; i++) {
+    muster_task_spec_init(&specs[i]);
+    specs[i].payload = "\"end me\"";
+  }
+  CHECK_OK(c, muster_put(c, "ct-ends", specs, 4, NULL));
+  muster_lease_t *l = NULL;
+  size_t n = 0, repeats = 9;
+  CHECK_OK(c, muster_lease(c, "ct-ends", 0, 4, 0, &l, &n));
+  CHECK(n == 4);
+  if (n != 4) {
+    muster_leases_free(l, n);
+    return;
+  }
+  muster_ack_t acks[4];
+  for (size_t i = 0; i < 4; i++)
+    muster_ack_init(&acks[i], l[i].task, l[i].token);
+  acks[0].error = "first";
+  CHECK_OK(c, muster_end_leases(c, MUSTER_END_FAIL, acks, 1, &repeats));
+  CHECK(repeats == 0);
+  acks[0].error = "second";
+  CHECK_OK(c, muster_end_leases(c, MUSTER_END_FAIL, acks, 2, &repeats));
+  CHECK(repeats == 1); /* acks[0] again, acks[1] fresh */
+  char *json = NULL;
+  CHECK_OK(c, muster_task_get(c, l[0].task, &json));
+  CHECK(contains(json, "\"error\":\"first\"")); /* the first fail stands */
+  muster_free(json);
+  CHECK_OK(c, muster_end_leases(c, MUSTER_END_RELEASE, &acks[2], 1, &repeats));
+  CHECK(repeats == 0);
+  CHECK_OK(c, muster_end_leases(c, MUSTER_END_RELEASE, &acks[2], 1, &repeats));
+  CHECK(repeats == 1);
+  CHECK_OK(c, muster_end_leases(c, MUSTER_END_FLAG, &acks[3], 1, &repeats));
+  CHECK(repeats == 0);
+  CHECK_OK(c, muster_end_leases(c, MUSTER_END_FLAG, &acks[3], 1, &repeats));
+  CHECK(repeats == 1);
+  CHECK_OK(c, muster_end_leases(c, MUSTER_END_FLAG, &acks[3], 1, NULL)); /* muster_flag */
+  repeats = 9;
+  /* Ended otherwise: no repeat, and *repeats untouched. */
+  CHECK_ERR(c, muster_end_leases(c, MUSTER_END_FLAG, &acks[2], 1, &repeats), MUSTER_LEASE_LOST);
+  CHECK(repeats == 9);
+  CHECK_ERR(c, muster_end_leases(c, (muster_end_t)0, acks, 1, &repeats), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "how: 0 is no way to end a lease"));
+  muster_leases_free(l, n);
+}
+
 static void test_workers(muster_client_t *c) {
   const char *queues[] = {"ct-wq", NULL};
   muster_worker_opts_t opts;
@@ -703,6 +753,7 @@ int main(int argc, char **argv) {
   test_leases(client);
   test_pipeline_and_flags(client);
   test_fail_permanent_and_requeue(client);
+  test_repeated_ends(client);
   test_workers(client);
   test_negative_arguments(client);
   test_long_poll(client);

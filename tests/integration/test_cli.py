@@ -537,7 +537,17 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         r = self.muster("complete", str(b["task"]), str(b["token"]), "--json", '{"n": [1]}')
         self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "", ""))  # a first: quiet
         self.assertEqual(self.api("GET", "/v1/tasks/%d" % b["task"])["result"], {"n": [1]})
-        self.ok("fail", str(c["task"]), str(c["token"]), "--error", "flaky")
+        r = self.muster("fail", str(c["task"]), str(c["token"]), "--error", "flaky")
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "", ""))  # a first: quiet
+        task = self.api("GET", "/v1/tasks/%d" % c["task"])
+        self.assertEqual((task["state"], task["error"]), ("queued", "flaky"))
+        # A fail sent again under its token is a repeat too: exit 0, said on stderr, and
+        # the error and --permanent given now are not applied.
+        r = self.muster("fail", str(c["task"]), str(c["token"]), "--error", "other", "--permanent")
+        self.assertEqual((r.returncode, r.stdout), (0, ""), r.stderr)
+        self.assertEqual(r.stderr, "muster: task %d was already failed under token %d: the first "
+                         "fail stands (its error, and whether it was permanent), and this one "
+                         "changed nothing\n" % (c["task"], c["token"]))
         task = self.api("GET", "/v1/tasks/%d" % c["task"])
         self.assertEqual((task["state"], task["error"]), ("queued", "flaky"))
         again = self.lease(q, "--max", "2")
@@ -602,11 +612,25 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.ok("extend", task, token, "--lease-ms", "120000")
         deadline = self.api("GET", "/v1/tasks/" + task)["lease"]["deadline_ms"]
         self.assertGreater(deadline, l["deadline_ms"])
-        self.ok("release", task, token)
+        r = self.muster("release", task, token)
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "", ""))  # a first: quiet
         self.assertEqual(self.api("GET", "/v1/tasks/" + task)["state"], "queued")
+        # Sent again under its token (a retry after a lost reply), each is a repeat the
+        # head answers: exit 0, and stderr says that nothing changed.
+        r = self.muster("release", task, token)
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "", "muster: task %s was "
+                         "already released under token %s; nothing changed\n" % (task, token)))
         (l,) = self.lease(q)
-        self.ok("flag", str(l["task"]), str(l["token"]), "--reason", "corrupt")
+        flag = [str(l["task"]), str(l["token"])]
+        r = self.muster("flag", *flag, "--reason", "corrupt")
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "", ""))
         self.assertEqual(self.api("GET", "/v1/tasks/" + task)["flags"], 1)
+        r = self.muster("flag", *flag, "--reason", "another")
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "", "muster: task %s was "
+                         "already flagged under token %s: the first flag counts, with its "
+                         "reason, and this one changed nothing\n" % tuple(flag)))
+        self.assertEqual(self.api("GET", "/v1/tasks/" + task)["flags"], 1)
+        # The lease the release ended is not the task's last to end now: no repeat.
         self.assertIn("lease_lost", self.fails(1, "release", task, token))
 
     # ---- tasks ----------------------------------------------------------------------------------------
