@@ -434,6 +434,54 @@ static muster_err_t ack_leased_again(const iter_row_t *row, const block_row_t *n
                   (long long)token);
 }
 
+/* What an acknowledgement by `rank` under `token` of a block whose rows of
+ * the current and the last completed epoch are `now` and `last` (neither
+ * acknowledged under `token` by `rank`) is told: what became of the block
+ * and what to do, written into buf (`size` bytes) when it names numbers.
+ * NULL when the block is leased again under another token
+ * (ack_leased_again says that). */
+static const char *ack_not_held_why(const block_row_t *now, const block_row_t *last, int64_t rank,
+                                    int64_t token, char *buf, size_t size) {
+  static const char check_rank[] = "drop this ack, and check the rank it is sent as (a token is no "
+                                   "credential another rank may use)";
+  if (acked_by_other(now, token, rank) || acked_by_other(last, token, rank)) {
+    const block_row_t *by = acked_by_other(now, token, rank) ? now : last;
+    snprintf(buf, size,
+             "it was acknowledged under that token%s by rank %lld, not %lld (the rank of this "
+             "ack): rank %lld held that lease and acknowledged it; %s",
+             by == last ? " in the last completed epoch" : "", (long long)by->rank, (long long)rank,
+             (long long)by->rank, check_rank);
+  } else if (now->state < 0) {
+    return "it has not been leased in this epoch, so there is no lease to acknowledge: "
+           "acknowledge only the blocks a next gave this rank, each with the token it came with "
+           "(check the block and the epoch)";
+  } else if (now->state == ITER_BLOCK_PENDING) {
+    return "it is waiting to be leased again (its lease expired or its rank failed), and its "
+           "indices will be read under that new lease; drop this ack (a rank keeps its leases "
+           "by calling the head within lease_ms)";
+  } else if (now->state == ITER_BLOCK_LEASED && now->token != token) {
+    return NULL;
+  } else if (now->state == ITER_BLOCK_LEASED) {
+    snprintf(buf, size,
+             "it is leased under that token to rank %lld, not %lld (the rank of this ack): only "
+             "the rank that holds a lease acknowledges it, once it has read the block; %s",
+             (long long)now->rank, (long long)rank, check_rank);
+  } else if (now->token > token) {
+    snprintf(buf, size,
+             "it was acknowledged under another token, newer than %lld: the block was "
+             "leased again after the lease this ack names ended (it expired or its rank "
+             "failed), and its indices were read under that lease; drop this ack",
+             (long long)token);
+  } else {
+    snprintf(buf, size,
+             "it was acknowledged under another token, older than %lld, so token %lld "
+             "was never this block's lease in this epoch: acknowledge a block with the "
+             "token its lease came with",
+             (long long)token, (long long)token);
+  }
+  return buf;
+}
+
 /* The acknowledgement of `block` under `token` found it not leased under
  * that token in the current epoch.  The same acknowledgement again, of this
  * epoch or of the last completed one (a client that let the epoch default
@@ -452,31 +500,13 @@ static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t ran
     n->final += acked_under(&last, token, rank) && last.state == ITER_BLOCK_FINAL;
     return MUSTER_OK;
   }
-  const char *what;
-  char text[128];
-  if (acked_by_other(&now, token, rank) || acked_by_other(&last, token, rank)) {
-    const block_row_t *by = acked_by_other(&now, token, rank) ? &now : &last;
-    snprintf(text, sizeof text, "was acknowledged under that token%s by rank %lld, not %lld",
-             by == &last ? " in the last completed epoch" : "", (long long)by->rank,
-             (long long)rank);
-    what = text;
-  } else if (now.state < 0) {
-    what = "has not been leased in this epoch";
-  } else if (now.state == ITER_BLOCK_PENDING) {
-    what = "is waiting to be leased again (its lease expired or its rank failed)";
-  } else if (now.state == ITER_BLOCK_LEASED && now.token != token) {
+  char text[384];
+  const char *why = ack_not_held_why(&now, &last, rank, token, text, sizeof text);
+  if (why == NULL)
     return ack_leased_again(row, &now, rank, block, token, ctx, f);
-  } else if (now.state == ITER_BLOCK_LEASED) {
-    snprintf(text, sizeof text, "is leased under that token to rank %lld, not %lld",
-             (long long)now.rank, (long long)rank);
-    what = text;
-  } else {
-    what = "was acknowledged under another token (by the rank that took it over)";
-  }
   return fail_set(f, MUSTER_LEASE_LOST,
-                  "%s: block %lld of epoch %lld is not leased under token %lld: it %s; that "
-                  "lease ended, and the block is not yours to acknowledge",
-                  ctx, (long long)block, (long long)row->epoch, (long long)token, what);
+                  "%s: block %lld of epoch %lld is not leased under token %lld: %s", ctx,
+                  (long long)block, (long long)row->epoch, (long long)token, why);
 }
 
 /* Marks one acknowledged block done after checking its token, keeping the

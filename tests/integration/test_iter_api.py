@@ -180,7 +180,7 @@ class IterTest(unittest.TestCase):
         lost) succeeds with "repeated" and counts nothing twice; another token is still
         lease_lost, and its message says what became of the block."""
         h = self.head
-        create(h, "again", dataset={"num_samples": 20}, block_size=5, strategy="dynamic",
+        create(h, "again", dataset={"num_samples": 25}, block_size=5, strategy="dynamic",
                world_size=2, lease_ms=200, rank_timeout_ms=60000)
         blocks = lease(h, "again", 0, 0, 2)["blocks"]
         r = ack(h, "again", 0, blocks)
@@ -199,17 +199,28 @@ class IterTest(unittest.TestCase):
         r = ack(h, "again", 0, [blocks[0], third])
         self.assertEqual((r.status, r.json.get("repeated")), (200, 1), r)
         self.assertEqual(status(h, "again")["blocks"]["done"], 3)
-        # Another token: refused, and the message says what became of the block.
-        r = ack(h, "again", 0, [dict(blocks[0], token=blocks[0]["token"] + 1000)])
+        # Another token: refused, and the message says what became of the block and what
+        # to do; a token newer than the one that acknowledged it was never its lease.
+        wrong = blocks[0]["token"] + 1000
+        r = ack(h, "again", 0, [dict(blocks[0], token=wrong)])
         self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
-        self.assertIn("was acknowledged under another token", r.json["error"]["message"])
+        self.assertEqual(r.json["error"]["message"],
+                         "blocks[0]: block %d of epoch 0 is not leased under token %d: it was "
+                         "acknowledged under another token, older than %d, so token %d was never "
+                         "this block's lease in this epoch: acknowledge a block with the token "
+                         "its lease came with" % (blocks[0]["block"], wrong, wrong, wrong))
         # A lease that expired: its block waits to be leased again.
         [late] = lease(h, "again", 0, 0, 1)["blocks"]
         harness.wait_until(lambda: status(h, "again")["ranks"][0]["expired"] == 1,
                            what="the lease to expire")
         r = ack(h, "again", 0, [late])
         self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
-        self.assertIn("is waiting to be leased again", r.json["error"]["message"])
+        self.assertEqual(r.json["error"]["message"],
+                         "blocks[0]: block %d of epoch 0 is not leased under token %d: it is "
+                         "waiting to be leased again (its lease expired or its rank failed), and "
+                         "its indices will be read under that new lease; drop this ack (a rank "
+                         "keeps its leases by calling the head within lease_ms)"
+                         % (late["block"], late["token"]))
         self.assertEqual(status(h, "again")["blocks"]["done"], 3)
         # Leased again, to another rank and then (that lease expired too) to this one: the
         # message says the lease the ack names ended and the ack is to be dropped.
@@ -239,7 +250,21 @@ class IterTest(unittest.TestCase):
                          "lease in this epoch: acknowledge a block with the token its lease came "
                          "with" % (late["block"], mine["token"] + 1000, mine["token"] + 1000))
         r = ack(h, "again", 0, [mine])
-        self.assertEqual((r.status, r.json["epoch_complete"]), (200, True), r)  # 4 blocks of 4
+        self.assertEqual((r.status, r.json["epoch_complete"]), (200, False), r)  # 4 blocks of 5
+        # Acknowledged under the newer lease: the leases the stale tokens name ended, and
+        # their block was read under another.
+        for stale in (late, other):
+            r = ack(h, "again", 0, [stale])
+            self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+            self.assertEqual(r.json["error"]["message"],
+                             "blocks[0]: block %d of epoch 0 is not leased under token %d: it "
+                             "was acknowledged under another token, newer than %d: the block was "
+                             "leased again after the lease this ack names ended (it expired or "
+                             "its rank failed), and its indices were read under that lease; drop "
+                             "this ack" % (late["block"], stale["token"], stale["token"]))
+        [fifth] = lease(h, "again", 0, 0, 1)["blocks"]
+        r = ack(h, "again", 0, [fifth])
+        self.assertEqual((r.status, r.json["epoch_complete"]), (200, True), r)  # 5 blocks of 5
 
     def test_repeated_ack_that_completed_the_epoch(self):
         """The ack that completed an epoch, sent again (its reply was lost), answers what it
@@ -602,7 +627,9 @@ class CliTest(unittest.TestCase):
                      "leased to rank 0 (the rank of this ack) under a token older than 999999, "
                      "so token 999999 was never this block's lease in this epoch"),
                     (["2:999999"], "muster: lease_lost: block 2 of epoch 0 is not leased under "
-                     "token 999999: it has not been leased in this epoch")):
+                     "token 999999: it has not been leased in this epoch, so there is no lease "
+                     "to acknowledge: acknowledge only the blocks a next gave this rank, each "
+                     "with the token it came with (check the block and the epoch)\n")):
                 p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", *args)
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertTrue(p.stderr.startswith(want), p.stderr)

@@ -112,8 +112,11 @@ class IterRetryTest(HeadCase):
         # The epoch left to default names the current one: said of epoch 1.
         r = ack(h, "wrong", 0, [early[0], wrong])
         self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
-        self.assertIn("blocks[1]: block 0 of epoch 1 is not leased under token %d: it has not "
-                      "been leased in this epoch" % wrong["token"], r.json["error"]["message"])
+        self.assertEqual(r.json["error"]["message"],
+                         "blocks[1]: block 0 of epoch 1 is not leased under token %d: it has not "
+                         "been leased in this epoch, so there is no lease to acknowledge: "
+                         "acknowledge only the blocks a next gave this rank, each with the token "
+                         "it came with (check the block and the epoch)" % wrong["token"])
         self.assertEqual(counted(h, "wrong"), AFTER_EPOCH_0)
 
     def test_repeat_from_another_rank_refused(self):
@@ -128,18 +131,25 @@ class IterRetryTest(HeadCase):
         self.assertEqual(r.status, 201, r)
         mine = lease(h, "ranked", 0, 0, 2)["blocks"]
 
+        check_rank = ("drop this ack, and check the rank it is sent as (a token is no "
+                      "credential another rank may use)")
+
         def refused_from_rank_1(why):
             before = counted(h, "ranked")
             r = ack(h, "ranked", 1, mine)
             self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
-            self.assertIn("blocks[0]: block %d of epoch 0 is not leased under token %d: %s"
-                          % (mine[0]["block"], mine[0]["token"], why), r.json["error"]["message"])
+            self.assertEqual(r.json["error"]["message"],
+                             "blocks[0]: block %d of epoch 0 is not leased under token %d: %s; %s"
+                             % (mine[0]["block"], mine[0]["token"], why, check_rank))
             self.assertEqual(counted(h, "ranked"), before)
 
         # A first ack of them from another rank is no ack either: rank 0 holds them.
-        refused_from_rank_1("it is leased under that token to rank 0, not 1")
+        refused_from_rank_1("it is leased under that token to rank 0, not 1 (the rank of this "
+                            "ack): only the rank that holds a lease acknowledges it, once it has "
+                            "read the block")
         self.assertEqual(ack(h, "ranked", 0, mine).status, 200)
-        refused_from_rank_1("it was acknowledged under that token by rank 0, not 1")
+        refused_from_rank_1("it was acknowledged under that token by rank 0, not 1 (the rank of "
+                            "this ack): rank 0 held that lease and acknowledged it")
         r = ack(h, "ranked", 0, mine)
         self.assertEqual((r.status, r.json.get("repeated")), (200, 2), r)
 
@@ -153,10 +163,12 @@ class IterRetryTest(HeadCase):
                           r.json["error"]["message"])
             r = ack(h, "ranked-past", rank, body)  # the epoch left to default: epoch 1
             self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
-            self.assertIn("blocks[0]: block %d of epoch 1 is not leased under token %d: it was "
-                          "acknowledged under that token in the last completed epoch by rank "
-                          "%d, not %d" % (body[0]["block"], body[0]["token"], 1 - rank, rank),
-                          r.json["error"]["message"])
+            self.assertEqual(r.json["error"]["message"],
+                             "blocks[0]: block %d of epoch 1 is not leased under token %d: it was "
+                             "acknowledged under that token in the last completed epoch by rank "
+                             "%d, not %d (the rank of this ack): rank %d held that lease and "
+                             "acknowledged it; %s" % (body[0]["block"], body[0]["token"],
+                                                      1 - rank, rank, 1 - rank, check_rank))
         self.assertEqual(counted(h, "ranked-past"), AFTER_EPOCH_0)
         self.assertEqual((ack(h, "ranked-past", 0, early, 0).status,
                           ack(h, "ranked-past", 1, final).status), (200, 200))
