@@ -185,8 +185,9 @@ class IndexGap(MusterError):
             never, submit = "it was", "a task at index %d" % first
         return cls("session %s: index %d has no task (%s never submitted, or purged) and every task "
                    "submitted (%d) has its result, so the results in submission order cannot go "
-                   "past it; submit %s or read with order=completion"
-                   % (session, first, never, total, submit),
+                   "past it; submit %s, or read on past it (cursor=%d) or in completion order "
+                   "(order=\"completion\")"
+                   % (session, first, never, total, submit, last + 1),
                    session=session, first=first, last=last, total=total)
 
 

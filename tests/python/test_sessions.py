@@ -61,11 +61,16 @@ class IterResultsTest(HeadTestCase):
         self.assertEqual((gap.code, gap.session, gap.first, gap.last, gap.cursor, gap.total),
                          ("index_gap", self.sid, 1, 2, 1, 2))
         self.assertIn("index 1 has no task (indexes 1-2 were never submitted, or purged)", str(gap))
-        self.assertIn("order=completion", str(gap))
+        # What to do, in Python's words: the keywords as they are written, and the cursor
+        # past the gap.
+        self.assertTrue(str(gap).endswith("; submit tasks at indexes 1-2, or read on past it "
+                                          "(cursor=3) or in completion order "
+                                          "(order=\"completion\")"), str(gap))
         self.assertLess(took, 5.0)  # not one 20 s long-poll
         got, gap, took = self.read(cursor=2, wait_ms=20000)
         self.assertEqual((got, gap.first, gap.last), ([], 2, 2))
         self.assertIn("index 2 has no task (it was never submitted, or purged)", str(gap))
+        self.assertIn("submit a task at index 2, or read on past it (cursor=3)", str(gap))
         self.assertLess(took, 5.0)
         got, gap, _ = self.read(cursor=3)
         self.assertEqual((got, gap), ([3], None))
