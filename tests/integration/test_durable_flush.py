@@ -15,7 +15,8 @@ The helper thread writes the replies of the groups it flushes when they are larg
 
 A lease of tasks already on disk is answered at its commit without a flush of its
 own (a power loss could forget only the lease), also while another group's flush is
-in flight; one that hands out a task whose put is not on disk yet waits for that flush;
+in flight; one that hands out a task whose put is not on disk yet waits for that flush,
+and so does one that brings a broadcast update whose post is in flight;
 --sync-leases flushes every lease.
 
 A write that arrives while a flush is in flight (with a few clients; every time
@@ -608,6 +609,52 @@ class DurableFlushTest(unittest.TestCase):
                                 "a put that came during a flush was answered by it")
         counts = h.request("GET", "/v1/queues/" + q).json["counts"]
         self.assertEqual((counts["queued"], counts["leased"]), (3, 2))
+        self.stop_head()
+
+    def test_a_lease_that_brings_an_update_waits_for_its_flush(self):
+        # A lease of tasks on disk that also brings a broadcast update (updates_after)
+        # hands out data: if it left at its commit while the update's flush is in
+        # flight, a power loss would forget an update a worker has applied, and the
+        # head would number the next one the same (the worker, past that number,
+        # would never get it).  So it waits for the flush, as the post's reply does.
+        number = FDATASYNC.get(os.uname().machine)
+        if number is None:
+            self.skipTest("fdatasync's system call number on %s is not known here" %
+                          os.uname().machine)
+        h = self.head
+        h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        self.start_traced("-e", "trace=fdatasync",
+                          "-e", "inject=fdatasync:delay_exit=%d" % int(HOLD_S * 1e6))
+        q = "told"
+        self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
+        put(h, q, ["a", "b"])
+        self.assertEqual(len(lease(h, q, {"max": 1})), 1)  # raises the token floor
+        head_pid = self.traced_heads()[0]
+        done = {}
+
+        def post():
+            conn = h.connection()
+            try:
+                done["sent"] = time.monotonic()
+                done["post"] = h.request("POST", "/v1/queues/%s/updates" % q,
+                                         {"data": {"level": 2}}, conn=conn)
+            finally:
+                conn.close()
+
+        poster = threading.Thread(target=post)
+        poster.start()
+        harness.wait_until(lambda: in_syscall(head_pid, number), timeout=20,
+                           what="the update's flush to be in flight")
+        r = h.request("POST", "/v1/queues/%s/lease" % q, {"max": 1, "updates_after": 0})
+        answered = time.monotonic()
+        poster.join(60)
+        self.assertEqual(done["post"].status, 201, done["post"])
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual([l["payload"] for l in r.json["leases"]], ["b"])
+        self.assertEqual([u["seq"] for u in r.json["updates"]], [1])
+        # The flush in flight began after the post was sent and lasts HOLD_S.
+        self.assertGreaterEqual(answered - done["sent"], HOLD_S,
+                                "a lease brought update 1 before its post was on disk")
         self.stop_head()
 
     def test_a_write_during_a_flush_is_flushed_right_behind_it(self):
