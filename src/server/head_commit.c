@@ -60,12 +60,12 @@ void head_on_session(void *arg, const char *session) {
  *
  * One kind of reply needs its commit but no flush of its own: a lease of tasks
  * that are already on disk, with a token below a floor that is on disk too
- * (head_lease_on_disk).  A power loss can then forget only the lease, which
- * returns its task to the queue as an expiry would; nothing a client was told
- * is lost.  Such replies go out at their commit (as beanstalkd's reserve is
- * not logged), and a group of nothing else is not flushed at all: its writes
- * reach the disk with the next flush, which every later reply that could see
- * them waits for (flushed_changes stays behind).  --sync-leases turns this off.
+ * (head_lease_on_disk), bringing no broadcast updates (those are data).  A power loss can then
+ * forget only the lease, which returns its task to the queue as an expiry would; nothing a client
+ * was told is lost.  Such replies go out at their commit (as beanstalkd's reserve is not logged),
+ * and a group of nothing else is not flushed at all: its writes reach the disk with the next flush,
+ * which every later reply that could see them waits for (flushed_changes stays behind).
+ * --sync-leases turns this off.
  */
 
 /* The smallest group whose flush goes to the helper thread, unless the

@@ -262,8 +262,9 @@ static void h_lease(http_req_t *r) {
     waiter_park(r, q.name, a.worker, a.max, a.updates_after, a.wait_ms < cap ? a.wait_ms : cap);
     return;
   }
-  /* Leases of tasks already on disk need their commit, not a flush of their own. */
-  r->no_flush = reply && leased > 0 && head_lease_on_disk(r->head, max_task);
+  /* Leases of tasks already on disk need their commit, not a flush of their own;
+   * updates are data, which may not be on disk yet (head_lease_on_disk). */
+  r->no_flush = reply && leased > 0 && updates == 0 && head_lease_on_disk(r->head, max_task);
   reply_or_fail(r, 200, reply, &f);
 }
 

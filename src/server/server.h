@@ -108,7 +108,11 @@ void head_wake_commit(head_t *h);
  * on disk, so a power loss can only forget the lease itself (its task is then
  * leased again and the holder's token refused, as after an expiry).  False
  * with --sync normal (nothing waits for a flush) and with --sync-leases.
- * See head.c, "durable replies". */
+ * A lease reply that also brings broadcast updates must not use it: an
+ * update is data, and one posted in a group whose flush has not ended would
+ * be applied by a worker and then forgotten by a power loss, its number given
+ * to the next update (which that worker would never get).
+ * See head_commit.c, "durable replies". */
 bool head_lease_on_disk(const head_t *h, int64_t max_task);
 
 #endif

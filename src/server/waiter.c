@@ -156,8 +156,9 @@ static bool waiter_try(head_t *h, waiter_t *w) {
     return false;
   }
   /* Leases of tasks on disk need no flush of their own; a waiter woken by a
-   * put of this turn gets tasks that are not, and waits like the put. */
-  if (leased > 0 && head_lease_on_disk(h, max_task))
+   * put of this turn gets tasks that are not, and waits like the put, as does
+   * one that brings updates (head_lease_on_disk). */
+  if (leased > 0 && updates == 0 && head_lease_on_disk(h, max_task))
     http_enqueue_unflushed(h, w->req, 200, reply);
   else
     http_enqueue(h, w->req, 200, reply);
