@@ -6,14 +6,28 @@
 #include "iter.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #define ST(r) ((r)->head->st)
 
-static void reply(http_req_t *r, int status, json_t *value, const fail_t *f) {
-  if (value)
+/* Appended to the head's "iteration not found": an iteration created with
+ * cluster_sync false lives on the node agent it was created through, and the
+ * head never hears of it.  Its client may ask the head or another node's agent
+ * (which forwards here), for instance while that agent is down, and would
+ * otherwise read that the iteration does not exist at all. */
+#define ITER_NOT_ON_HEAD                                                                           \
+  " (not on the head; one created with cluster_sync false is answered only by the node agent "     \
+  "that holds it: send its requests to that agent)"
+
+static void reply(http_req_t *r, int status, json_t *value, fail_t *f) {
+  if (value) {
     http_reply_json(r, status, value);
-  else
-    http_reply_fail(r, f);
+    return;
+  }
+  size_t len = strlen(f->message);
+  if (f->code == MUSTER_ITERATION_NOT_FOUND && len > 0)
+    snprintf(f->message + len, sizeof f->message - len, "%s", ITER_NOT_ON_HEAD);
+  http_reply_fail(r, f);
 }
 
 void iter_h_create(http_req_t *r) {

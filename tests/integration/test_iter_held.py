@@ -196,7 +196,9 @@ class IterHeldCliTest(unittest.TestCase):
                     (["c", "--rank", "2"], 1, "muster: invalid_argument: query rank: 2 is not "
                      "below world_size (2)\n"),
                     (["nosuch", "--rank", "0"], 1, "muster: iteration_not_found: iteration "
-                     "'nosuch' does not exist\n")):
+                     "'nosuch' does not exist (not on the head; one created with cluster_sync "
+                     "false is answered only by the node agent that holds it: send its "
+                     "requests to that agent)\n")):
                 p = self.run_cli(h, "iter", "held", *args)
                 self.assertEqual((p.returncode, p.stdout), (code, ""), (args, p.stderr))
                 self.assertTrue(p.stderr.startswith(want), (args, p.stderr))
