@@ -215,6 +215,20 @@ class DurableFlushTest(unittest.TestCase):
         self.head.prefix = [self.strace, "-f", "-qq", "-y", "-o", self.trace] + list(strace_args)
         self.head.start()
 
+    def start_holding_flushes(self, **env):
+        """Starts the head with every flush on the helper thread, each fdatasync held
+        HOLD_S; `env` is more of the head's environment.  fdatasync's system call
+        number (to see a flush in flight), or the test is skipped."""
+        number = FDATASYNC.get(os.uname().machine)
+        if number is None:
+            self.skipTest("fdatasync's system call number on %s is not known here" %
+                          os.uname().machine)
+        self.head.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
+        self.head.env.update(env)
+        self.start_traced("-e", "trace=fdatasync",
+                          "-e", "inject=fdatasync:delay_exit=%d" % int(HOLD_S * 1e6))
+        return number
+
     def test_replies_wait_for_the_flush(self):
         h = self.head
         # The helper thread writes the replies of every group it flushes, however small.
@@ -553,17 +567,8 @@ class DurableFlushTest(unittest.TestCase):
         # answered then, not when the flush ends; a put that arrives meanwhile is
         # committed too (with the lease or at the flush's end) but waits for a
         # flush of its own.
-        number = FDATASYNC.get(os.uname().machine)
-        if number is None:
-            self.skipTest("fdatasync's system call number on %s is not known here" %
-                          os.uname().machine)
         h = self.head
-        os.environ["MUSTER_FLUSH_THREAD_MIN"] = "1"
-        try:
-            self.start_traced("-e", "trace=fdatasync",
-                              "-e", "inject=fdatasync:delay_exit=%d" % int(HOLD_S * 1e6))
-        finally:
-            del os.environ["MUSTER_FLUSH_THREAD_MIN"]
+        number = self.start_holding_flushes()
         q = "midflush"
         self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
         put(h, q, ["a", "b", "c"])
@@ -617,14 +622,8 @@ class DurableFlushTest(unittest.TestCase):
         # flight, a power loss would forget an update a worker has applied, and the
         # head would number the next one the same (the worker, past that number,
         # would never get it).  So it waits for the flush, as the post's reply does.
-        number = FDATASYNC.get(os.uname().machine)
-        if number is None:
-            self.skipTest("fdatasync's system call number on %s is not known here" %
-                          os.uname().machine)
         h = self.head
-        h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
-        self.start_traced("-e", "trace=fdatasync",
-                          "-e", "inject=fdatasync:delay_exit=%d" % int(HOLD_S * 1e6))
+        number = self.start_holding_flushes()
         q = "told"
         self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
         put(h, q, ["a", "b"])
@@ -665,15 +664,8 @@ class DurableFlushTest(unittest.TestCase):
         # its own flush, and so does a lease of its task, asked for once the put is
         # committed (the flush in flight covers no new task: only the queued one
         # holds the put back).  After a restart everything is there.
-        number = FDATASYNC.get(os.uname().machine)
-        if number is None:
-            self.skipTest("fdatasync's system call number on %s is not known here" %
-                          os.uname().machine)
         h = self.head
-        h.env["MUSTER_FLUSH_QUEUE"] = "2"
-        h.env["MUSTER_FLUSH_THREAD_MIN"] = "1"
-        self.start_traced("-e", "trace=fdatasync",
-                          "-e", "inject=fdatasync:delay_exit=%d" % int(HOLD_S * 1e6))
+        number = self.start_holding_flushes(MUSTER_FLUSH_QUEUE="2")
         q = "behind"
         self.assertEqual(h.request("PUT", "/v1/queues/" + q, {}).status, 201)
         put(h, q, ["floor", "done"])
