@@ -617,7 +617,9 @@ class Client:
         return self._leases("complete", items)["completed"]
 
     def fail(self, task, token, error=None, permanent=False):
-        """Fails one lease; returns {"task", "state", "run_at_ms"}."""
+        """Fails one lease; returns {"task", "state", "run_at_ms"} (a fail sent again after
+        its reply was lost gets the first answer, with ``"repeated": True``: one attempt
+        counted, and this call's ``error`` and ``permanent`` ignored)."""
         item = _drop_none({"task": task, "token": token, "error": error})
         if permanent:
             item["permanent"] = True
