@@ -480,13 +480,24 @@ static void body_frame_bad(h1_conn_t *c, h1_req_t *q) {
   c->state = ST_IGNORE;
 }
 
+/* Refuses a request head (request line and headers) over the limit, naming it. */
+static void head_too_big(h1_conn_t *c) {
+  char msg[160];
+  snprintf(msg, sizeof msg, "the request line and headers are over %zu bytes, the head's limit",
+           c->srv->cfg.max_head);
+  h1_conn_fail(c, 431, MUSTER_BAD_REQUEST, msg);
+}
+
 /* Hands DLEN bytes of body to the request: kept (BODY) or given to its sink
  * (STREAM); false when the connection failed. */
 static bool body_frame_data(h1_conn_t *c, h1_req_t *q, const char *data, size_t dlen) {
   if (c->state == ST_BODY) {
     if (!body_append(c, q, data, dlen)) {
       queue_drop_last(c);
-      h1_conn_fail(c, 413, MUSTER_BODY_TOO_LARGE, "the chunked body is over the head's limit");
+      char msg[160];
+      snprintf(msg, sizeof msg, "the chunked body is over %zu bytes, the most the head takes",
+               c->srv->cfg.max_body);
+      h1_conn_fail(c, 413, MUSTER_BODY_TOO_LARGE, msg);
       return false;
     }
   } else if (q && q->on_data && !q->on_data(q->sink, data, dlen)) {
@@ -601,7 +612,7 @@ static void head_incomplete(h1_conn_t *c) {
   else if (head_start_bad(c))
     h1_conn_fail(c, 400, MUSTER_BAD_REQUEST, "the request line must be 'METHOD /path HTTP/1.1'");
   else if (c->in_len - c->in_off > c->srv->cfg.max_head)
-    h1_conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
+    head_too_big(c);
 }
 
 /* Reads the next request's head (state HEAD); false when it needs more bytes
@@ -623,7 +634,7 @@ static bool head_next(h1_conn_t *c) {
     return false;
   }
   if (len > c->srv->cfg.max_head) {
-    h1_conn_fail(c, 431, MUSTER_BAD_REQUEST, "the request head is over the head's limit");
+    head_too_big(c);
     return false;
   }
   h1_req_t *q = parse_head(c, len);

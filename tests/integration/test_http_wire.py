@@ -863,6 +863,7 @@ class BodyTest(WireCase):
         r = self.refused(head + b"%x\r\n%s\r\n" % (HTTP_LAYER_LIMIT + 1,
                                                    b" " * (HTTP_LAYER_LIMIT + 1)), (413,))
         self.assertTrue(r.closes(), r)
+        self.assertIn("over %d bytes" % HTTP_LAYER_LIMIT, r.json["error"]["message"], r)
         self.assert_no_tasks()
 
     def test_wrong_content_type_and_bad_json(self):
@@ -923,10 +924,15 @@ class MalformedTest(WireCase):
 
     def test_header_section_over_64k(self):
         # One long line, and many short ones (431 is right, 400 is evhttp's).
-        self.refused(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000 +
-                     b"\r\n\r\n", (400, 431))
+        long_line = self.refused(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                                 b"a" * 70000 + b"\r\n\r\n", (400, 431))
         lines = b"".join(b"X-H%d: %s\r\n" % (i, b"b" * 100) for i in range(700))
-        self.refused(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n" + lines + b"\r\n", (400, 431))
+        many = self.refused(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n" + lines + b"\r\n",
+                            (400, 431))
+        for r in (long_line, many):  # the limit is named, not only "over the limit"
+            self.assertEqual(r.json["error"]["message"],
+                             "the request line and headers are over 65536 bytes, the "
+                             "head's limit", r)
         # Just under the limit is served.
         r = self.call("GET", "/v1/health", headers=["X-Big: " + "a" * 60000])
         self.assertEqual(r.status, 200, r)
