@@ -230,6 +230,11 @@ int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char
   return cli_error_message(err, message);
 }
 
+/* True when the user gave cli_url's URL (--url or MUSTER_URL). */
+static bool cli_url_given(void) {
+  return strcmp(cli_url_origin, "--url") == 0 || strcmp(cli_url_origin, "MUSTER_URL") == 0;
+}
+
 /* True when cli_url's URL was read from a data dir's url file. */
 static bool cli_url_from_file(void) {
   size_t len = strlen(cli_url_origin);
@@ -237,7 +242,7 @@ static bool cli_url_from_file(void) {
 }
 
 const char *cli_url_hint(char *buf, size_t size) {
-  if (strcmp(cli_url_origin, "--url") == 0 || strcmp(cli_url_origin, "MUSTER_URL") == 0)
+  if (cli_url_given())
     snprintf(buf, size, "is %s right?", cli_url_origin);
   else if (cli_url_from_file())
     snprintf(buf, size, "the URL is from %s, which a head killed with -9 leaves behind",
@@ -253,7 +258,7 @@ const char *cli_url_hint(char *buf, size_t size) {
  * outlives a head that was killed (a head removes it only when it stops).
  */
 static void cli_say_no_head(void) {
-  if (strcmp(cli_url_origin, "--url") == 0 || strcmp(cli_url_origin, "MUSTER_URL") == 0)
+  if (cli_url_given())
     fprintf(stderr,
             "muster: is a head running there? The URL is the one %s gives: start the head, "
             "or give the URL of a running one\n",
