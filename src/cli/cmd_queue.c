@@ -158,7 +158,8 @@ int cmd_queue_purge(cli_args_t *args) {
   int64_t purged = 0;
   muster_err_t err = muster_queue_purge(client, args->pos[0], &purged);
   if (err == MUSTER_OK)
-    printf("purged %lld queued tasks from %s\n", (long long)purged, args->pos[0]);
+    printf("purged %lld queued task%s from %s\n", (long long)purged, purged == 1 ? "" : "s",
+           args->pos[0]);
   else
     rc = cli_error(client, err);
   muster_client_free(client);
@@ -200,7 +201,7 @@ int cli_requeue_queue(muster_client_t *client, const char *name) {
   muster_err_t err = queue_requeue_all(client, name, &count);
   if (err != MUSTER_OK)
     return cli_error(client, err);
-  printf("requeued %lld tasks of %s\n", (long long)count, name);
+  printf("requeued %lld task%s of %s\n", (long long)count, count == 1 ? "" : "s", name);
   return CLI_OK;
 }
 

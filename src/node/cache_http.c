@@ -30,6 +30,7 @@
  */
 #include "node/cache_http_internal.h"
 #include "client/jdump.h"
+#include "core/auth.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -312,7 +313,7 @@ static int creq_read_head(creq_t *r, struct evhttp_request *out) {
  * of our own: what is said when the head's own words cannot be had. */
 static void creq_path_refused(creq_t *r, int status) {
   if (status == 401)
-    creq_error(r, 401, "unauthorized", "missing or wrong token");
+    creq_error(r, 401, "unauthorized", "%s", auth_refusal(r->auth));
   else if (status == 403)
     creq_error(r, 403, "forbidden", "this token may not read shared data");
   else if (status == 404 && r->level > 0)
@@ -427,7 +428,7 @@ static void creq_on_head(struct evhttp_request *out, void *arg) {
                a->head_host, a->head_port);
   } else if (r->kind == CREQ_STATS) {
     if (status == 401)
-      creq_error(r, 401, "unauthorized", "missing or wrong token");
+      creq_error(r, 401, "unauthorized", "%s", auth_refusal(r->auth));
     else
       creq_send_stats(r);
   } else if (status != 200 || creq_read_head(r, out) != 0) {

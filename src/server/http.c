@@ -9,6 +9,7 @@
  * run the handler, keep or roll back the savepoint, and queue the reply.  The
  * commit event (head.c) commits the turn and calls http_flush.
  */
+#include "core/auth.h"
 #include "http.h"
 #include "http_internal.h"
 #include "jw.h"
@@ -314,26 +315,6 @@ http_role_t http_token_role(const http_req_t *r) {
   return HTTP_PUBLIC;
 }
 
-/* Answers 401 saying what is wrong with the request's token: none sent, a
- * header not of the form "Bearer TOKEN", or a token this head does not know
- * (another head's, a mistyped one). */
-static void http_fail_unauthorized(http_req_t *r) {
-  const char *auth = h1_header(r->req, "Authorization");
-  if (auth == NULL)
-    http_fail(r, MUSTER_UNAUTHORIZED,
-              "no token sent: send 'Authorization: Bearer TOKEN'; the admin token is in the "
-              "head's data dir (file 'token')");
-  else if (strncasecmp(auth, "Bearer ", 7) != 0)
-    http_fail(r, MUSTER_UNAUTHORIZED,
-              "the Authorization header is not of the form 'Bearer TOKEN'; the admin token is "
-              "in the head's data dir (file 'token')");
-  else
-    http_fail(r, MUSTER_UNAUTHORIZED,
-              "the token sent is not valid for this head (neither its admin nor its read-only "
-              "token): use the one in this head's data dir (file 'token'); a head with another "
-              "data dir has another token");
-}
-
 /* Checks the token against the route's role; false with a 401 or 403 reply set.
  * HTTP_TOKEN routes are read routes for GET and HEAD, admin routes otherwise. */
 static bool http_allowed(http_req_t *r, const http_route_t *rt) {
@@ -349,7 +330,7 @@ static bool http_allowed(http_req_t *r, const http_route_t *rt) {
     http_fail(r, MUSTER_FORBIDDEN,
               "the read-only (dashboard) token may only read; this needs the admin token");
   else
-    http_fail_unauthorized(r);
+    http_fail(r, MUSTER_UNAUTHORIZED, "%s", auth_refusal(h1_header(r->req, "Authorization")));
   return false;
 }
 

@@ -584,7 +584,11 @@ json_t *iter_create(store_t *st, const json_t *body, bool *created, fail_t *f) {
       jv_int(body, "rank", "", -1, 0, PART_MAX_WORLD_SIZE - 1, &rank, f))
     return NULL;
   if (name == NULL || !name_is_valid(name)) {
-    fail_set(f, MUSTER_NAME_INVALID, "name: %s", name ? "not a valid iteration name" : "missing");
+    if (name == NULL)
+      fail_set(f, MUSTER_NAME_INVALID, "name: missing (every iteration needs a name)");
+    else
+      fail_set(f, MUSTER_NAME_INVALID, "name: iteration name '%.140s' is invalid: " NAME_RULE_TEXT,
+               name);
     return NULL;
   }
   if (new_parse(body, &n, f))

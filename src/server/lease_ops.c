@@ -445,7 +445,10 @@ static json_t *op_flag(store_t *st, const json_t *elem, const lease_held_t *h, c
   int64_t flags = h->flags + 1, reopened = 0;
   int state = TASK_QUEUED;
   char why[LEASE_MAX_ERROR + 128];
-  snprintf(why, sizeof why, "flagged invalid %lld times%s%s", (long long)flags, reason ? ": " : "",
+  char count[32] = "once";
+  if (flags != 1)
+    snprintf(count, sizeof count, "%lld times", (long long)flags);
+  snprintf(why, sizeof why, "flagged invalid %s%s%s", count, reason ? ": " : "",
            reason ? reason : "");
   if (flags < h->queue.max_flags) {
     if (lease_give_back(st, h, LEASE_END_FLAGGED, f))

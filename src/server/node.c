@@ -78,10 +78,8 @@ static muster_err_t node_spec_parse(const json_t *body, int64_t default_timeout_
   if (spec->name == NULL)
     return fail_set(f, MUSTER_INVALID, "name: missing (every node needs a name)");
   if (!name_is_valid(spec->name))
-    return fail_set(f, MUSTER_NAME_INVALID,
-                    "node name '%.140s' is invalid: use 1 to %d characters of letters, digits, "
-                    "'.', '_' and '-'",
-                    spec->name, NAME_MAX_LEN);
+    return fail_set(f, MUSTER_NAME_INVALID, "node name '%.140s' is invalid: " NAME_RULE_TEXT,
+                    spec->name);
   const json_t *gpus = json_object_get(body, "gpus"), *labels = json_object_get(body, "labels");
   if (gpus && !json_is_null(gpus)) {
     if (node_check_gpus(gpus, f))
@@ -277,14 +275,16 @@ static muster_err_t node_check_holder(store_t *st, const node_spec_t *spec, char
   }
   if (h.instance[0] == '\0' || h.silent_ms >= h.timeout_ms)
     return MUSTER_OK;
+  char host[NODE_MAX_TEXT + 16] = "which gave no hostname";
+  if (h.hostname[0] != '\0')
+    snprintf(host, sizeof host, "on host '%s'", h.hostname);
   return fail_set(f, MUSTER_INVALID_STATE,
-                  "node '%.140s' is held by another running agent (on host '%.200s', heard from "
+                  "node '%.140s' is held by another running agent (%.220s, heard from "
                   "%lld ms ago); two agents cannot share a node name: give this one its own "
                   "(muster node --name NAME; it defaults to the hostname). If that agent has "
-                  "stopped, "
-                  "this registration is accepted once it has been silent for the node's "
-                  "timeout (%lld ms)",
-                  spec->name, h.hostname, (long long)(h.silent_ms > 0 ? h.silent_ms : 0),
+                  "stopped, this registration is accepted once it has been silent for the "
+                  "node's timeout (%lld ms)",
+                  spec->name, host, (long long)(h.silent_ms > 0 ? h.silent_ms : 0),
                   (long long)h.timeout_ms);
 }
 

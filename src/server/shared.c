@@ -41,9 +41,7 @@ muster_err_t shared_check_names(const char *scope, const char *name, fail_t *f) 
                     "digits, '.', '_' and '-'",
                     scope);
   if (name && !name_is_valid(name))
-    return fail_set(f, MUSTER_NAME_INVALID,
-                    "name '%.140s': 1 to 128 characters of letters, digits, '.', '_' and '-'",
-                    name);
+    return fail_set(f, MUSTER_NAME_INVALID, "name '%.140s' is invalid: " NAME_RULE_TEXT, name);
   return MUSTER_OK;
 }
 

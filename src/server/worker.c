@@ -38,9 +38,14 @@ static muster_err_t worker_extras(const json_t *body, char **queues, char **labe
   if (q && !json_is_null(q)) {
     if (!json_is_array(q))
       return fail_set(f, MUSTER_INVALID, "queues: expected an array of queue names");
-    for (size_t i = 0; i < json_array_size(q); i++)
-      if (!name_is_valid(json_string_value(json_array_get(q, i))))
-        return fail_set(f, MUSTER_INVALID, "queues[%zu]: expected a queue name", i);
+    for (size_t i = 0; i < json_array_size(q); i++) {
+      const char *name = json_string_value(json_array_get(q, i));
+      if (name == NULL)
+        return fail_set(f, MUSTER_INVALID, "queues[%zu]: expected a queue name (a string)", i);
+      if (!name_is_valid(name))
+        return fail_set(f, MUSTER_INVALID, "queues[%zu]: '%.140s' is invalid: " NAME_RULE_TEXT, i,
+                        name);
+    }
     *queues = jv_encode(q);
   }
   if (l && !json_is_null(l)) {

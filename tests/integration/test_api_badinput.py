@@ -359,6 +359,8 @@ class BadInputTest(BadInputCase):
                             ({"timeout_ms": 0}, "timeout_ms"), ({"timeout_ms": -1}, "timeout_ms"),
                             ({"timeout_ms": "x"}, "timeout_ms")):
             self.refused("POST", "/v1/workers", body, 400, "invalid_argument", [field])
+        self.refused("POST", "/v1/workers", {"queues": ["ok", "a b"]}, 400, "invalid_argument",
+                         ["queues[1]: 'a b' is invalid: use 1 to 128 characters"])
         self.refused("POST", "/v1/workers/%d/heartbeat" % self.worker["id"], {"progress": 5},
                      400, "invalid_argument", ["progress"])
 

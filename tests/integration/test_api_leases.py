@@ -324,8 +324,16 @@ class LeaseCallTest(ApiTestCase):
         r = self.ack("flag", [item(lease)])
         self.assertEqual(r, {"flagged": [{"task": tid, "state": "dead", "reopened": None}]})
         t = self.get_task(tid)
-        self.assertEqual((t["state"], t["flags"]), ("dead", 3))
+        self.assertEqual((t["state"], t["flags"], t["error"]), ("dead", 3, "flagged invalid 3 times"))
         self.assert_counts(dead=1)
+
+    def test_flag_once_says_once(self):
+        self.create_queue(max_flags=1)
+        [tid] = self.put("x")
+        [lease] = self.wait_lease()
+        self.ack("flag", [item(lease, reason="bad header")])
+        t = self.get_task(tid)
+        self.assertEqual((t["state"], t["error"]), ("dead", "flagged invalid once: bad header"))
 
 
 class FencingTest(ApiTestCase):

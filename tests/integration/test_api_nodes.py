@@ -190,6 +190,12 @@ class NodeTest(NodeCase):
         # An instance that is not a name.
         self.expect_error("POST", "/v1/nodes", {"name": name, "instance": "a b"}, 400,
                           "invalid_argument")
+        # A holder that gave no hostname is not called "host ''".
+        bare = self.node_name("bare")
+        self.register_node(name=bare, instance="cccc3333")
+        msg = self.expect_error("POST", "/v1/nodes", {"name": bare, "instance": "dddd4444"},
+                                409, "invalid_state").json["error"]["message"]
+        self.assertIn("another running agent (which gave no hostname, heard from", msg)
 
     def test_new_instance_accepted_once_the_old_one_is_silent(self):
         """A restarted agent (a new instance) after a crash: accepted once the old one has

@@ -182,6 +182,8 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.assertIn(q, [x["name"] for x in listed])
         self.assertEqual(self.ok("queue", "purge", q).strip(), "purged 3 queued tasks from " + q)
         self.assertEqual(self.counts(q)["queued"], 0)
+        self.ok("put", "--queue", q, "d")
+        self.assertEqual(self.ok("queue", "purge", q).strip(), "purged 1 queued task from " + q)
         self.assertIn("queue_in_use", self.fails(1, "queue", "rm", nxt))
         created = json.loads(self.ok("queue", "create", q, "--next", ""))
         self.assertIsNone(created["next"])
@@ -673,7 +675,7 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(self.ok("tasks", "requeue", ids[0]).strip(), "requeued task " + ids[0])
         self.assertIn("invalid_state", self.fails(1, "tasks", "requeue", ids[0]))
         self.assertEqual(self.ok("tasks", "requeue", "--queue", q).strip(),
-                         "requeued 1 tasks of " + q)
+                         "requeued 1 task of " + q)
         self.assertEqual(self.ok("tasks", "dead", "--queue", q, "--json"), "")
         self.assertEqual(self.counts(q)["queued"], 3)
         self.assertEqual(self.ok("queue", "requeue", q).strip(), "requeued 0 tasks of " + q)

@@ -104,7 +104,9 @@ class IterTest(unittest.TestCase):
         cases = [
             ({"name": "b", "dataset": ds, "colour": 1}, 400, "colour"),
             ({"name": "b"}, 400, "dataset"),
-            ({"name": "b/c", "dataset": ds}, 400, "name"),
+            ({"name": "b/c", "dataset": ds}, 400,
+             "iteration name 'b/c' is invalid: use 1 to 128 characters of letters, digits"),
+            ({"dataset": ds}, 400, "name: missing"),
             ({"name": "b", "dataset": ds, "strategy": "spiral"}, 400, "strategy"),
             ({"name": "b", "dataset": ds, "world_size": 0}, 400, "world_size"),
             ({"name": "b", "dataset": ds, "strategy": "range", "world_size": 2,

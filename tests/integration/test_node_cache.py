@@ -131,6 +131,7 @@ class NodeCacheTest(unittest.TestCase):
         # The head stays the authority: tokens, missing levels, deleted blobs.
         r = a.request("GET", "/v1/shared/tables/t", token=None)
         self.assertEqual((r.status, r.error_code), (401, "unauthorized"), r)
+        self.assertTrue(r.json["error"]["message"].startswith("no token sent: send "), r)
         r = self.get(a, "tables", "t", level=7)
         self.assertEqual((r.status, r.error_code), (404, "shared_not_found"), r)
         r = self.get(a, "tables", "nope")
@@ -145,6 +146,9 @@ class NodeCacheTest(unittest.TestCase):
         self.assertEqual(os.stat(r.json["path"]).st_mode & 0o777, 0o444)
         r = a.request("GET", "/v1/node/cache", token=None)
         self.assertEqual((r.status, r.error_code), (401, "unauthorized"), r)
+        self.assertTrue(r.json["error"]["message"].startswith("no token sent: send "), r)
+        r = a.request("GET", "/v1/node/cache", token="wrong-token")
+        self.assertIn("the token sent is not valid for this head", r.json["error"]["message"])
         self.assertEqual(self.head.request("DELETE", "/v1/shared/tables/t").status, 200)
         r = self.get(a, "tables", "t", level=1)
         self.assertEqual((r.status, r.error_code), (404, "shared_not_found"), r)

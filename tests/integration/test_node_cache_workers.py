@@ -256,6 +256,7 @@ class SharedWorkersTest(AgentsCase):
         r = a.request("GET", "/v1/node/cache/models/w", token="wrong-token")
         self.assertEqual(r.status, 401, r)
         self.assertEqual(r.json["error"]["code"], "unauthorized")
+        self.assertIn("the token sent is not valid for this head", r.json["error"]["message"])
         self.assertEqual(a.request("GET", "/v1/node/cache/models/w").json["level"], 3)
 
     def test_worker_without_a_node_cache_downloads(self):
