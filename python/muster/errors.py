@@ -175,19 +175,25 @@ class IndexGap(MusterError):
         self.total = total
 
     @classmethod
-    def from_reply(cls, session, reply):
-        """The error for a stalled results reply (see :func:`results_stalled`)."""
+    def from_reply(cls, session, reply, reader="iter_results"):
+        """The error for a stalled results reply (see :func:`results_stalled`); ``reader``
+        names what raised it, for the advice: ``"iter_results"`` (read on with its own
+        keywords) or ``"imap"`` (a pool's, which has none: read on with a client)."""
         first, last, total = reply["gap"]["first"], reply["gap"]["last"], reply["total"]
         if last > first:
             never = "indexes %d-%d were" % (first, last)
             submit = "tasks at indexes %d-%d" % (first, last)
         else:
             never, submit = "it was", "a task at index %d" % first
+        if reader == "imap":
+            read_on = ("read the rest with Client.iter_results(%r, cursor=%d) or with "
+                       "order=\"completion\"" % (session, last + 1))
+        else:
+            read_on = ("read on past it (cursor=%d) or in completion order "
+                       "(order=\"completion\")" % (last + 1))
         return cls("session %s: index %d has no task (%s never submitted, or purged) and every task "
                    "submitted (%d) has its result, so the results in submission order cannot go "
-                   "past it; submit %s, or read on past it (cursor=%d) or in completion order "
-                   "(order=\"completion\")"
-                   % (session, first, never, total, submit, last + 1),
+                   "past it; submit %s, or %s" % (session, first, never, total, submit, read_on),
                    session=session, first=first, last=last, total=total)
 
 

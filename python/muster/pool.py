@@ -595,7 +595,7 @@ class Pool:
             # task of the session has its result: say so rather than wait for ever.
             quick = errors.results_stalled(reply)
             if quick and not reply["results"]:
-                raise errors.IndexGap.from_reply(self.session, reply)
+                raise errors.IndexGap.from_reply(self.session, reply, "imap")
 
     def imap_unordered(self, data, timeout=None):
         """Results in completion order (each exactly once); ``timeout`` as for imap."""

@@ -195,6 +195,10 @@ class PoolGapTest(HeadTestCase):
             self.assertEqual(got, [100])
             self.assertEqual((cm.exception.first, cm.exception.last, cm.exception.session),
                              (1, 2, pool.session))
+            # imap takes no cursor: the advice names the client's reader, which does.
+            self.assertTrue(str(cm.exception).endswith(
+                "submit tasks at indexes 1-2, or read the rest with Client.iter_results(%r, "
+                "cursor=3) or with order=\"completion\"" % pool.session), str(cm.exception))
         finally:
             pool.close()
 
