@@ -5,9 +5,10 @@
  * the workers (one per GPU, else --workers CPU workers), open the API port,
  * then run the event loop.  A background thread registers the node (retrying
  * until the head answers), heart-beats at a third of the node's timeout,
- * registers again when the head forgot the node, and sends crash reports; it
- * tells the loop through a pipe once the node is registered, and only then are
- * the workers started (they register with `"node": NAME`).
+ * registers again when the head forgot the node, and sends crash reports
+ * (kept until the head answers them: crash_report.c); it tells the loop
+ * through a pipe once the node is registered, and only then are the workers
+ * started (they register with `"node": NAME`).
  *
  * Stop: SIGINT/SIGTERM stop the workers gracefully (SIGTERM: they finish their
  * running tasks; a second signal passes a second SIGTERM on, which makes them
@@ -56,6 +57,7 @@
  * answering (a SIGSTOP, a hung machine) held the agent's exit for up to a
  * minute; a beat later than this is no better than the next one. */
 #define AGENT_BG_REQUEST_MS 5000
+#define AGENT_BG_STOP_REQUEST_MS 3000 /* the same for the stop's last crash reports and goodbye */
 
 int64_t agent_now_ms(void) {
   struct timespec ts;
@@ -70,23 +72,6 @@ void agent_log(const node_agent_t *a, const char *fmt, ...) {
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
   fprintf(stderr, "%s: %s\n", a->cfg->log_prefix ? a->cfg->log_prefix : "muster node", line);
-}
-
-void agent_report_crash(node_agent_t *a, int64_t id) {
-  pthread_mutex_lock(&a->lock);
-  if (a->ncrashed == a->crashed_cap) {
-    size_t cap = a->crashed_cap ? 2 * a->crashed_cap : 16;
-    int64_t *grown = realloc(a->crashed, cap * sizeof *grown);
-    if (grown == NULL) {
-      pthread_mutex_unlock(&a->lock);
-      return; /* the head's worker timeout lapses its leases instead */
-    }
-    a->crashed = grown;
-    a->crashed_cap = cap;
-  }
-  a->crashed[a->ncrashed++] = id;
-  pthread_cond_signal(&a->wake);
-  pthread_mutex_unlock(&a->lock);
 }
 
 /*
@@ -340,44 +325,30 @@ static void agent_bg_tick(agent_bg_t *bg) {
   bg->next_ms = agent_now_ms() + (wait > 0 ? wait : AGENT_RETRY_MS);
 }
 
-/* Sends the queued crash reports (lock held on entry and exit). */
-static void agent_bg_crashes(agent_bg_t *bg) {
-  node_agent_t *a = bg->a;
-  while (a->ncrashed > 0) {
-    int64_t id = a->crashed[--a->ncrashed];
-    pthread_mutex_unlock(&a->lock);
-    char path[96];
-    snprintf(path, sizeof path, "/v1/workers/%lld?crashed=true", (long long)id);
-    muster_err_t err = muster_request(bg->client, "DELETE", path, NULL, NULL);
-    if (err != MUSTER_OK && err != MUSTER_WORKER_NOT_FOUND)
-      agent_log(a, "reporting the crash of worker %lld: %s: %s", (long long)id,
-                muster_err_name(err), muster_client_message(bg->client));
-    pthread_mutex_lock(&a->lock);
-  }
-}
-
 static void *agent_bg_main(void *arg) {
   agent_bg_t *bg = arg;
   node_agent_t *a = bg->a;
   pthread_mutex_lock(&a->lock);
   while (!a->bg_stop) {
-    agent_bg_crashes(bg);
+    crash_send(a, bg->client);
     if (agent_now_ms() >= bg->next_ms) {
       pthread_mutex_unlock(&a->lock);
       agent_bg_tick(bg);
       pthread_mutex_lock(&a->lock);
+      crash_retry(a); /* a report the head did not answer goes again after each call */
       continue;
     }
     struct timespec until = deadline_in_ms(bg->next_ms - agent_now_ms());
-    if (a->ncrashed == 0 && !a->bg_stop)
+    if (!crash_pending(a) && !a->bg_stop)
       pthread_cond_timedwait(&a->wake, &a->lock, &until);
   }
-  agent_bg_crashes(bg);
+  /* The stop's calls wait less: a head that stopped answering holds the exit. */
+  muster_client_set_timeout(bg->client, AGENT_BG_STOP_REQUEST_MS);
+  crash_send_last(a, bg->client);
   pthread_mutex_unlock(&a->lock);
   if (bg->registered == 1) { /* goodbye: the node and its workers leave at once */
     char path[200];
     agent_node_path(a, "", path, sizeof path);
-    muster_client_set_timeout(bg->client, 3000);
     muster_err_t err = muster_request(bg->client, "DELETE", path, NULL, NULL);
     /* The agent of `muster head` stops before its head (which passes the
      * stop signal on and waits), unless the head died (SIGHUP) or was told a
@@ -691,7 +662,6 @@ static void agent_release(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
       close(notify[i]);
   if (a->base)
     event_base_free(a->base);
-  free(a->crashed);
   pthread_cond_destroy(&a->wake);
   pthread_mutex_destroy(&a->lock);
   close(a->lock_fd);

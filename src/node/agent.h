@@ -14,6 +14,7 @@
 
 #include <event2/event.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct node_agent node_agent_t;
@@ -23,6 +24,27 @@ struct evkeyvalq;
 
 /* A worker process's output pipe, read and tagged by the agent (worker_log.c). */
 typedef struct wlog wlog_t;
+
+/* A worker's crash, waiting for the head to hear of it (crash_report.c). */
+typedef struct {
+  int64_t worker_id;
+  int64_t died_ms; /* monotonic time the agent saw it die */
+  int tries;       /* times it was sent */
+} crash_report_t;
+
+#define CRASH_QUEUE_MAX 256 /* crash reports kept for the head, at most */
+
+/* The crash reports not yet answered by the head, in the order the workers
+ * died: a ring under the agent's lock. */
+typedef struct {
+  crash_report_t items[CRASH_QUEUE_MAX];
+  size_t first, count; /* the oldest's place, and how many */
+  /* The background thread's, under the lock too: */
+  bool held;    /* the head did not answer the front one: wait for the thread's
+                 * next call to the head (crash_retry) */
+  bool failing; /* a report failed since the queue was last empty: each
+                 * delivery is logged */
+} crash_queue_t;
 
 /* One supervised worker process (a `muster worker` run by the agent). */
 typedef struct node_worker {
@@ -93,16 +115,30 @@ struct node_agent {
   pthread_cond_t wake;
   int bg_stop;
   int refused;      /* the head refused our token (401/403): stop and exit 1 (under lock) */
-  int64_t *crashed; /* worker ids to report as crashed (under lock) */
-  size_t ncrashed, crashed_cap;
+  crash_queue_t crashes; /* the crash reports for the head (under lock) */
 };
 
 /* Milliseconds of a monotonic clock. */
 int64_t agent_now_ms(void);
-/* Queues a crash report for worker `id` (any thread). */
-void agent_report_crash(node_agent_t *a, int64_t id);
 /* Prints "PREFIX: message" on stderr. */
 void agent_log(const node_agent_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- crash_report.c: the crash reports waiting for the head ---- */
+
+/* Queues a crash report for worker `id` (any thread; lock not held). */
+void crash_report_queue(node_agent_t *a, int64_t id);
+/* Whether a crash report is to be sent now (lock held). */
+bool crash_pending(const node_agent_t *a);
+/* Sends the queued reports in order until one gets no answer from the head,
+ * which holds the queue until crash_retry (background thread, lock held; it
+ * is let go during each request). */
+void crash_send(node_agent_t *a, muster_client_t *client);
+/* The background thread called the head again: a held queue may be sent
+ * (lock held). */
+void crash_retry(node_agent_t *a);
+/* The agent stops: one last try of every queued report; those the head does
+ * not answer are dropped with a line (background thread, lock held). */
+void crash_send_last(node_agent_t *a, muster_client_t *client);
 
 /* ---- plan.c ---- */
 

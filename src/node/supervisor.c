@@ -326,7 +326,7 @@ static void sup_ended(node_worker_t *w, int status) {
   sup_describe(status, how, sizeof how);
   int crashed = WIFSIGNALED(status) && !w->signalled;
   if (crashed && w->worker_id > 0)
-    agent_report_crash(a, w->worker_id);
+    crash_report_queue(a, w->worker_id);
   char id[48] = ""; /* none when it ended before registering */
   if (w->worker_id > 0)
     snprintf(id, sizeof id, ", worker id %lld", (long long)w->worker_id);

@@ -957,6 +957,117 @@ class WorkerHeadAwayTest(NodeTestCase):
         self.assertEqual(a.workers(), [pid])
 
 
+class CrashWhileHeadAwayTest(NodeTestCase):
+    """A worker killed while the head is away: its agent keeps the crash report until the
+    head answers it, so the head ends the worker and lapses its lease ("worker crashed")
+    once it is back, not a worker timeout (here 300 s) later."""
+    head_args = ["--node-timeout-ms", "1500", "--worker-timeout-ms", "300000"]
+    setUp = HeadAwayTest.setUp
+
+    def test_crash_reports_wait_for_the_head(self):
+        # The report that got no answer was logged and dropped: the head, back, kept the
+        # dead workers active and the tasks leased to them until the worker timeout.
+        self.head.start()
+        self.make_queue("away", lease_ms=300000, backoff_ms=0)
+        a = self.agent("away", args=["--queue", "away", "--workers", "2"],
+                       cmd=["sleep", "300"]).start()
+        pids = self.wait_workers(a, 2)
+        tids = self.put("away", ["a", "b"])
+        harness.wait_until(lambda: all(self.task(t)["state"] == "leased" for t in tids),
+                           timeout=20, what="both tasks leased:\n" + a.log())
+        self.head.kill()
+        dead = [self.kill_worker(a, pid) for pid in pids]  # worker ids, in the order they died
+        first = "reporting the crash of worker %d: network: " % dead[0]
+        harness.wait_until(lambda: first in a.log(),
+                           what="the crash report refused a connection:\n" + a.log())
+        # Then the head answers 503 (it is starting) for three heartbeats: no answer of the
+        # head's either.  The report goes again after each heartbeat, not in a loop.
+        busy, paths = self.busy_head()
+        try:
+            harness.wait_until(lambda: [m for m, _ in paths].count("POST") >= 3,
+                               what="three heartbeats answered 503:\n" + a.log())
+        finally:
+            busy.shutdown()
+            busy.server_close()
+        deletes = [p for method, p in paths if method == "DELETE"]
+        self.assertEqual(set(deletes), {"/v1/workers/%d?crashed=true" % dead[0]})
+        self.assertLessEqual(len(deletes), len(paths) - len(deletes) + 1,
+                             "crash reports sent while the head answered 503, against %d "
+                             "heartbeats" % (len(paths) - len(deletes)))
+        self.head.start()
+        for tid in tids:
+            task = harness.wait_until(
+                lambda: (lambda t: t if t["error"] == "worker crashed" else None)(self.task(tid)),
+                timeout=20, what="the task's lease lapsed as its worker crashed:\n" + a.log())
+            self.assertNotIn((task.get("lease") or {}).get("worker"), dead, task)
+        for worker_id in dead:
+            self.assertEqual(
+                self.head.request("GET", "/v1/workers/%d" % worker_id).json["state"], "gone")
+        said = harness.wait_until(lambda: (lambda found: found if len(found) == 2 else None)(
+            re.findall(r"reported the crash of worker (\d+) after (\d+) tr(?:y|ies), "
+                       r"\d+\.\d s after it died: the head ended it \(1 lease lapsed\)\n",
+                       a.log())), what="the agent to say the reports got through:\n" + a.log())
+        self.assertEqual([int(worker) for worker, _ in said], dead)  # in order
+        self.assertGreaterEqual(int(said[0][1]), 3)  # refused, 503, answered
+        self.assertEqual(int(said[1][1]), 1)  # it waited behind the first, unsent
+        log = a.log()
+        self.assertEqual(log.count("reporting the crash of worker"), 1, log)  # the first failure
+
+    def kill_worker(self, agent, pid):
+        """kill -9 of worker process `pid`; its worker id, once its agent said it crashed."""
+        os.kill(pid, signal.SIGKILL)
+        line = harness.wait_until(
+            lambda: re.search(r"\(pid %d, worker id (\d+)\) crashed" % pid, agent.log()),
+            what="the agent to see worker pid %d crash:\n%s" % (pid, agent.log()))
+        return int(line.group(1))
+
+    def test_a_stop_drops_the_report_the_head_did_not_answer(self):
+        # The stop tries once more, then says what becomes of the worker on the head.
+        self.head.start()
+        self.make_queue("away")
+        a = self.agent("gone", args=["--queue", "away", "--workers", "1"],
+                       cmd=["sleep", "300"]).start()
+        [pid] = self.wait_workers(a, 1)
+        [worker_id] = [w["id"] for w in self.head.request("GET", "/v1/workers").json["workers"]
+                       if w["node"] == "gone" and w["state"] == "active"]
+        self.head.kill()
+        os.kill(pid, signal.SIGKILL)
+        harness.wait_until(lambda: "reporting the crash of worker %d: network: " % worker_id
+                           in a.log(), what="the crash report to fail:\n" + a.log())
+        a.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(a.proc.wait(30), 0, a.log())
+        log = a.log()
+        self.assertRegex(log, r"muster node: stopping with the crash report of worker %d not "
+                         r"sent: the head did not answer \(DELETE .*\); its worker timeout "
+                         r"\(--worker-timeout-ms, 60 s by default\) ends the worker and returns "
+                         r"its leases\n" % worker_id)
+        self.assertEqual(log.count("reporting the crash of worker"), 1, log)
+
+    def busy_head(self):
+        """An HTTP server on the head's port that answers every request 503, as a head
+        that is starting; returns it and the (method, path) of the requests it got."""
+        paths = []
+
+        class Busy(http.server.BaseHTTPRequestHandler):
+            def answer(self):
+                paths.append((self.command, self.path))
+                body = b'{"error": {"code": "unavailable", "message": "the head is starting"}}'
+                self.send_response(503)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_DELETE = answer
+
+            def log_message(self, *args):
+                pass
+
+        busy = http.server.HTTPServer(("127.0.0.1", self.head.port), Busy)
+        threading.Thread(target=busy.serve_forever, daemon=True).start()
+        return busy, paths
+
+
 class KillNineTest(NodeTestCase):
     def test_kill_9_leaves_no_orphans(self):
         self.make_queue("slow", max_attempts=5, backoff_ms=0)

@@ -1,0 +1,197 @@
+/*
+ * crash_report.c — the crash reports of the agent's workers, kept until the
+ * head has answered them.
+ *
+ * When a worker dies by a signal the agent did not send, the supervisor
+ * queues its worker id (any thread: crash_report_queue) and the background
+ * thread sends `DELETE /v1/workers/{id}?crashed=true`, which ends the worker
+ * and lapses its leases at once ("worker crashed").  A report is done once
+ * the head answered it, whatever it said (200, or worker_not_found: it had
+ * ended the worker already, by a timeout).  One that got no answer from the
+ * head (the network, a timeout, a 5xx: the head is down, restarting or cut
+ * off) stays at the front of the queue: without it the head would count the
+ * dead worker active, its tasks waiting under its leases, for a whole worker
+ * timeout.  The queue is then held until the background thread's next
+ * registration or heartbeat call (crash_retry), so a head that is away costs
+ * one failed report per tick, never a busy loop; the reports go in the order
+ * the workers died.  At the stop the queue gets one last try and what the
+ * head does not answer is dropped with a line: the head's worker timeout
+ * ends those workers.
+ *
+ * Why not tell the head, when the agent registers again, which workers are
+ * alive, so that it ends the others?  The agent learns a worker's id only
+ * after the head answered the worker's registration, so such a list can miss
+ * a live worker, whose lease the head would then take away and run again;
+ * and every worker that died under the agent is in this queue until the
+ * head has heard of it.
+ *
+ * The queue is a ring of CRASH_QUEUE_MAX reports under the agent's lock; a
+ * report that finds it full pushes the oldest out (a report that old is the
+ * likeliest to be moot: the head's worker timeout may have ended its worker).
+ */
+#include "node/agent.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+/* The report `i` places after the oldest in the ring. */
+static crash_report_t *crash_at(crash_queue_t *q, size_t i) {
+  return &q->items[(q->first + i) % CRASH_QUEUE_MAX];
+}
+
+/* Logs that the report of worker `dropped`, the oldest, left a full queue. */
+static void crash_log_overflow(const node_agent_t *a, int64_t dropped) {
+  agent_log(a,
+            "crash reports: %d wait for the head, the most kept; dropping the oldest, of worker "
+            "%lld: the head's worker timeout (--worker-timeout-ms) ends that worker instead",
+            CRASH_QUEUE_MAX, (long long)dropped);
+}
+
+void crash_report_queue(node_agent_t *a, int64_t id) {
+  crash_report_t report = {.worker_id = id, .died_ms = agent_now_ms()};
+  int64_t dropped = 0;
+  pthread_mutex_lock(&a->lock);
+  crash_queue_t *q = &a->crashes;
+  if (q->count == CRASH_QUEUE_MAX) {
+    dropped = crash_at(q, 0)->worker_id;
+    q->first = (q->first + 1) % CRASH_QUEUE_MAX;
+    q->count--;
+  }
+  *crash_at(q, q->count++) = report;
+  pthread_cond_signal(&a->wake);
+  pthread_mutex_unlock(&a->lock);
+  if (dropped)
+    crash_log_overflow(a, dropped);
+}
+
+bool crash_pending(const node_agent_t *a) {
+  return a->crashes.count > 0 && !a->crashes.held;
+}
+
+/* Whether `err` is no answer of the head's: it was not reached, did not
+ * answer in time, or failed on its side (5xx: stopping, starting, its store). */
+static bool crash_unanswered(muster_err_t err) {
+  int status = muster_err_http_status(err);
+  return status == 0 || status >= 500;
+}
+
+/* The leases the head's reply to a crash report says lapsed, -1 unknown. */
+static long long crash_released(const char *reply) {
+  json_t *root = reply ? json_loads(reply, 0, NULL) : NULL;
+  json_t *released = json_object_get(root, "released");
+  long long n = json_is_integer(released) ? (long long)json_integer_value(released) : -1;
+  json_decref(root);
+  return n;
+}
+
+/* Says how the head took report `r` (just answered with `err`), when there
+ * is something to say: every refusal, and every answer to a report that had
+ * to wait (`q->failing`: a report failed since the queue was last empty). */
+static void crash_log_answer(node_agent_t *a, const crash_report_t *r, muster_err_t err,
+                             const char *reply, muster_client_t *client) {
+  long long id = (long long)r->worker_id;
+  if (err != MUSTER_OK && err != MUSTER_WORKER_NOT_FOUND) {
+    agent_log(a, "reporting the crash of worker %lld: %s: %s (not sent again: the head refused it)",
+              id, muster_err_name(err), muster_client_message(client));
+    return;
+  }
+  if (!a->crashes.failing)
+    return;
+  char when[96];
+  snprintf(when, sizeof when, "after %d tr%s, %.1f s after it died", r->tries,
+           r->tries == 1 ? "y" : "ies", (double)(agent_now_ms() - r->died_ms) / 1000);
+  long long released = crash_released(reply);
+  if (err == MUSTER_WORKER_NOT_FOUND)
+    agent_log(a, "reported the crash of worker %lld %s: the head had ended it already (a timeout)",
+              id, when);
+  else if (released >= 0)
+    agent_log(a, "reported the crash of worker %lld %s: the head ended it (%lld lease%s lapsed)",
+              id, when, released, released == 1 ? "" : "s");
+  else
+    agent_log(a, "reported the crash of worker %lld %s: the head ended it", id, when);
+}
+
+/* Sends report `r` (lock not held); true when the head answered it, false
+ * with the error in *err and its message in the client. */
+static bool crash_send_one(node_agent_t *a, muster_client_t *client, crash_report_t *r,
+                           muster_err_t *err) {
+  char path[96], *reply = NULL;
+  snprintf(path, sizeof path, "/v1/workers/%lld?crashed=true", (long long)r->worker_id);
+  r->tries++;
+  *err = muster_request(client, "DELETE", path, NULL, &reply);
+  bool answered = !crash_unanswered(*err);
+  if (answered)
+    crash_log_answer(a, r, *err, reply, client);
+  muster_free(reply);
+  return answered;
+}
+
+/* Puts `r` back in front, where it was; false when the queue filled up
+ * meanwhile (then `r`, the oldest, is the one to drop). */
+static bool crash_requeue(crash_queue_t *q, const crash_report_t *r) {
+  if (q->count == CRASH_QUEUE_MAX)
+    return false;
+  q->first = (q->first + CRASH_QUEUE_MAX - 1) % CRASH_QUEUE_MAX;
+  q->count++;
+  *crash_at(q, 0) = *r;
+  return true;
+}
+
+/* Sends the reports in order until the queue is empty or one gets no answer
+ * (lock held on entry and exit; it is let go during each request).  `last`:
+ * the stop's try, which also sends a held queue and leaves the failure to
+ * its caller to say.  True when all were sent. */
+static bool crash_send_all(node_agent_t *a, muster_client_t *client, bool last) {
+  crash_queue_t *q = &a->crashes;
+  while (q->count > 0 && (last || (!q->held && !a->bg_stop))) {
+    crash_report_t r = *crash_at(q, 0); /* taken out: a full queue cannot push it out */
+    q->first = (q->first + 1) % CRASH_QUEUE_MAX;
+    q->count--;
+    pthread_mutex_unlock(&a->lock);
+    muster_err_t err;
+    bool answered = crash_send_one(a, client, &r, &err);
+    pthread_mutex_lock(&a->lock);
+    if (answered)
+      continue;
+    if (!crash_requeue(q, &r))
+      crash_log_overflow(a, r.worker_id);
+    if (!q->failing && !last) /* the first failure, once */
+      agent_log(a,
+                "reporting the crash of worker %lld: %s: %s; the report is kept and sent again "
+                "at each heartbeat (or registration try) until the head answers it (until then "
+                "the head counts the worker active and holds its leases)",
+                (long long)r.worker_id, muster_err_name(err), muster_client_message(client));
+    q->failing = true;
+    q->held = true;
+    return false;
+  }
+  if (q->count == 0)
+    q->failing = false;
+  return q->count == 0;
+}
+
+void crash_send(node_agent_t *a, muster_client_t *client) {
+  crash_send_all(a, client, false);
+}
+
+void crash_retry(node_agent_t *a) {
+  a->crashes.held = false;
+}
+
+void crash_send_last(node_agent_t *a, muster_client_t *client) {
+  crash_queue_t *q = &a->crashes;
+  if (q->count == 0 || crash_send_all(a, client, true))
+    return;
+  size_t more = q->count - 1;
+  char others[64] = "";
+  if (more > 0)
+    snprintf(others, sizeof others, " (and %zu more)", more);
+  agent_log(a,
+            "stopping with the crash report of worker %lld%s not sent: the head did not answer "
+            "(%s); its worker timeout (--worker-timeout-ms, 60 s by default) ends %s and returns "
+            "%s leases",
+            (long long)crash_at(q, 0)->worker_id, others, muster_client_message(client),
+            more > 0 ? "those workers" : "the worker", more > 0 ? "their" : "its");
+  q->count = 0;
+}
