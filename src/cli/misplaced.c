@@ -7,8 +7,11 @@
  * tasks), and their options are easily taken for one another's:
  * `muster head --join URL` is someone who wants a node.  "unknown option"
  * would leave them to guess, so such an option is refused with the command
- * that takes it and what to run instead.  The table is only read when an
- * option is not the command's own, so it never shadows one.
+ * that takes it and what to run instead.  The same goes for the options of the
+ * GPU worker pool muster replaces (docs/coming-from.md), whose users type
+ * `--password` where muster takes a token, and `muster node --head` for its
+ * `start_node --head`.  The table is only read when an option is not the
+ * command's own, so it never shadows one.
  */
 #include "cli/cli.h"
 
@@ -35,6 +38,11 @@ static const char worker_node_text[] =
     "-- CMD` starts one worker per GPU (or --workers N) and supervises them, while one "
     "`muster worker` runs where it is started and finds its head with --url";
 
+static const char password_text[] =
+    "is not an option of muster: the head's token takes the place of a pool's password "
+    "(`muster head --token SECRET`, 8 to 255 characters), and a node joins with "
+    "`muster node --join http://HEAD:7370 --token SECRET`";
+
 static const cli_misplaced_t cli_misplaced[] = {
     {"head", "join",
      "is an option of `muster node`, not of `muster head`: a head is what nodes join; on "
@@ -43,6 +51,12 @@ static const cli_misplaced_t cli_misplaced[] = {
     {"head", "url",
      "names the head to the commands that talk to one, not to `muster head`: a head listens "
      "with --listen ADDR:PORT, and a node agent joins it with `muster node --join URL`"},
+    {"head", "password", password_text},
+    {"node", "password", password_text},
+    {"node", "head",
+     "is not an option of `muster node`: a head is a command of its own, `muster head "
+     "--listen 0.0.0.0:7370 --token SECRET`, which runs a node agent for its machine too; "
+     "other machines join it with `muster node --join http://HEAD:7370 --token SECRET`"},
     {"node", "server-only",
      "is an option of `muster head` (a head without its local node agent); `muster node` runs "
      "no head, only an agent that joins one: leave it out"},

@@ -702,7 +702,17 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                  "head's URL: give it as --join %s" % (self.head.url, self.head.url)),
                 ("worker", ("--queue", "q", "--gpus", "0", "--", "cat"), "--gpus is an option "
                  "of `muster node`, not of `muster worker`: `muster node --join URL --queue Q "
-                 "-- CMD` starts one worker per GPU")):
+                 "-- CMD` starts one worker per GPU"),
+                # The GPU worker pool's words (docs/coming-from.md): its password is
+                # muster's token, and its `start_node --head` is `muster head`.
+                ("head", ("--password=12345678",), "--password is not an option of muster: "
+                 "the head's token takes the place of a pool's password (`muster head --token "
+                 "SECRET`, 8 to 255 characters), and a node joins with `muster node --join "
+                 "http://HEAD:7370 --token SECRET`"),
+                ("node", ("--password", "12345678", "--join", self.head.url), "--password is "
+                 "not an option of muster: the head's token takes the place"),
+                ("node", ("--head",), "--head is not an option of `muster node`: a head is a "
+                 "command of its own, `muster head --listen 0.0.0.0:7370 --token SECRET`")):
             args = [MUSTER, cmd] + list(opts)
             if cmd == "head":
                 args += ["--listen", "127.0.0.1:0", "--data-dir", data]
