@@ -384,7 +384,9 @@ class Plan:
     def epoch(self, epoch):
         """The order of epoch ``epoch`` (an :class:`Epoch`)."""
         if self.epochs and epoch >= self.epochs:
-            raise ValueError("epoch %d: the plan has %d epochs" % (epoch, self.epochs))
+            which = ("1 epoch (epoch 0)" if self.epochs == 1
+                     else "%d epochs (0 to %d)" % (self.epochs, self.epochs - 1))
+            raise ValueError("epoch %d: the plan has %s" % (epoch, which))
         return Epoch(self, epoch)
 
 

@@ -175,6 +175,8 @@ static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli
  * that starts with a dash (a payload, the worker's command) goes after "--"
  * when the command takes arguments at all.  Returns CLI_USAGE. */
 static int cli_unknown_short(const cli_cmd_t *cmd, const char *word) {
+  if (cli_misplaced_short(cmd, word) != CLI_OK)
+    return CLI_USAGE;
   if (cmd->max_pos == 0)
     return cli_usage_error(cmd, "unknown option '%s' for '%s' (options start with --)", word,
                            cmd->name);

@@ -109,6 +109,9 @@ int cli_usage_error(const cli_cmd_t *cmd, const char *fmt, ...)
  * --join`), prints which command takes it and what to run instead, and
  * returns CLI_USAGE; CLI_OK without a word otherwise. */
 int cli_misplaced_option(const cli_cmd_t *cmd, const char *name, size_t len);
+/* The same for a one-dash word (`-p`) that another tool's users type where
+ * muster takes a long option. */
+int cli_misplaced_short(const cli_cmd_t *cmd, const char *word);
 
 /* ---- json_text.c ---- */
 

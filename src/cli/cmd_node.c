@@ -313,6 +313,8 @@ static int head_split(int argc, char **argv, char **head_argv, int *head_argc, c
     if (strncmp(argv[i], "--", 2) == 0 &&
         cli_misplaced_option(&head_agent_row, argv[i] + 2, strcspn(argv[i] + 2, "=")) != CLI_OK)
       return CLI_USAGE; /* `--join`: a node's option, said as such */
+    if (argv[i][0] == '-' && argv[i][1] != '-' && cli_misplaced_short(&head_agent_row, argv[i]))
+      return CLI_USAGE; /* `-p 8899`: a pool's port */
     if (head_match(argv[i], head_agent_flags) >= 0) {
       agent_argv[(*agent_argc)++] = argv[i];
     } else if (head_match(argv[i], head_agent_valued) >= 0) {

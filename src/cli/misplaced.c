@@ -89,6 +89,27 @@ static const cli_misplaced_t cli_misplaced[] = {
     {"worker", "cache-dir", worker_node_text},
     {"worker", "cache-bytes", worker_node_text},
     {"worker", "state-dir", worker_node_text},
+    /* The pool's short options (`start_node -p PORT -a ADDRESS -r PASSWORD`):
+     * muster's are long, so a one-dash row never matches a long option. */
+    {"node", "-p",
+     "(a pool's port) is not an option of muster: a node agent joins its head with --join "
+     "http://HEAD:7370 (the head's port in the URL) and serves its own API on --listen "
+     "ADDR:PORT (127.0.0.1:7371 by default)"},
+    {"node", "-a",
+     "(a pool's address) is not an option of muster: the head's address goes in the URL of "
+     "--join http://ADDRESS:7370"},
+    {"node", "-r",
+     "(a pool's password) is not an option of muster: a node joins with the "
+     "head's token, --join http://HEAD:7370 --token SECRET"},
+    {"head", "-p",
+     "(a pool's port) is not an option of muster: a head listens with --listen ADDR:PORT "
+     "(0.0.0.0:7370 for other machines)"},
+    {"head", "-a",
+     "(a pool's address) is not an option of muster: a head listens with --listen "
+     "ADDR:PORT"},
+    {"head", "-r",
+     "(a pool's password) is not an option of muster: the head's token takes its "
+     "place (--token SECRET, 8 to 255 characters)"},
     {NULL, NULL, NULL},
 };
 
@@ -97,5 +118,12 @@ int cli_misplaced_option(const cli_cmd_t *cmd, const char *name, size_t len) {
     if (strcmp(m->given_to, cmd->name) == 0 && strlen(m->option) == len &&
         strncmp(m->option, name, len) == 0)
       return cli_usage_error(cmd, "--%s %s", m->option, m->why);
+  return CLI_OK;
+}
+
+int cli_misplaced_short(const cli_cmd_t *cmd, const char *word) {
+  for (const cli_misplaced_t *m = cli_misplaced; m->given_to; m++)
+    if (m->option[0] == '-' && strcmp(m->given_to, cmd->name) == 0 && strcmp(m->option, word) == 0)
+      return cli_usage_error(cmd, "%s %s", m->option, m->why);
   return CLI_OK;
 }

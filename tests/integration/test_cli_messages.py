@@ -712,7 +712,19 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                 ("node", ("--password", "12345678", "--join", self.head.url), "--password is "
                  "not an option of muster: the head's token takes the place"),
                 ("node", ("--head",), "--head is not an option of `muster node`: a head is a "
-                 "command of its own, `muster head --listen 0.0.0.0:7370 --token SECRET`")):
+                 "command of its own, `muster head --listen 0.0.0.0:7370 --token SECRET`"),
+                # ... and its short options (`start_node -p PORT -a ADDRESS -r PASSWORD`).
+                ("node", ("-p", "8899", "-a", "10.0.0.1", "-r", "123456"), "-p (a pool's port) "
+                 "is not an option of muster: a node agent joins its head with --join "
+                 "http://HEAD:7370"),
+                ("node", ("-a", "10.0.0.1"), "-a (a pool's address) is not an option of muster: "
+                 "the head's address goes in the URL of --join http://ADDRESS:7370"),
+                ("node", ("-r", "123456"), "-r (a pool's password) is not an option of muster: "
+                 "a node joins with the head's token"),
+                ("head", ("-p", "8899"), "-p (a pool's port) is not an option of muster: a head "
+                 "listens with --listen ADDR:PORT"),
+                ("head", ("-r", "123456"), "-r (a pool's password) is not an option of muster: "
+                 "the head's token takes its place")):
             args = [MUSTER, cmd] + list(opts)
             if cmd == "head":
                 args += ["--listen", "127.0.0.1:0", "--data-dir", data]

@@ -107,8 +107,12 @@ class TestGolden(unittest.TestCase):
         self.assertEqual(list(s0), [5, 8, 7, 6, 9, 10, 11, 3, 0, 2])
         s1.set_epoch(1)
         self.assertEqual(list(s1), [0, 4, 16, 17, 15, 18, 19, 14, 12, 13])
-        with self.assertRaises(ValueError):
+        with self.assertRaises(ValueError) as cm:
             s1.set_epoch(2)
+        self.assertEqual(str(cm.exception), "epoch 2: the plan has 2 epochs (0 to 1)")
+        with self.assertRaises(ValueError) as cm:
+            Plan(10).epoch(1)
+        self.assertEqual(str(cm.exception), "epoch 1: the plan has 1 epoch (epoch 0)")
 
     def test_positions_resume_exactly(self):
         ds = Dataset(shards=[30, 0, 17, 53], labels=[i % 7 for i in range(100)])
