@@ -29,7 +29,7 @@ bool shared_scope_is_session(const char *scope) {
 
 void shared_not_found_message(const char *scope, const char *name, char *out, size_t size) {
   if (shared_scope_is_session(scope))
-    snprintf(out, size, "shared data not found for session %s", scope);
+    snprintf(out, size, "shared data not found for session %s: '%s'", scope, name);
   else
     snprintf(out, size, "shared data not found: '%s' in scope '%s'", name, scope);
 }

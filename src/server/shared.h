@@ -100,7 +100,9 @@ bool shared_any_due(store_t *st, int64_t now);
 int64_t shared_expire_due(store_t *st, int64_t now);
 
 /* The message of a not-found blob in `scope`: "shared data not found for
- * session s-..." or "shared data not found: 'NAME' in scope 'SCOPE'". */
+ * session s-...: 'NAME'" (the words of the tool whose users know them, and
+ * the name: a session holds several) or "shared data not found: 'NAME' in
+ * scope 'SCOPE'". */
 void shared_not_found_message(const char *scope, const char *name, char *out, size_t size);
 
 /* ---- files ---- */

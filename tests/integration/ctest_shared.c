@@ -159,7 +159,7 @@ static void test_list_delete_and_session(muster_client_t *c) {
   size_t len;
   CHECK_ERR(c, muster_shared_get(c, id, "params", 0, &data, &len, NULL), MUSTER_SHARED_NOT_FOUND);
   char want[128];
-  snprintf(want, sizeof want, "shared data not found for session %s", id);
+  snprintf(want, sizeof want, "shared data not found for session %s: 'params'", id);
   CHECK(strcmp(muster_client_message(c), want) == 0);
   muster_free(id);
 }

@@ -335,7 +335,8 @@ class SharedSettingsTest(unittest.TestCase):
             self.assertEqual(h.request("DELETE", "/v1/sessions/%s" % s).status, 200)
             r = h.request("GET", "/v1/shared/%s/params" % s)
             self.assertEqual((r.status, r.error_code), (404, "shared_not_found"))
-            self.assertEqual(r.json["error"]["message"], "shared data not found for session " + s)
+            self.assertEqual(r.json["error"]["message"],
+                             "shared data not found for session %s: 'params'" % s)
             self.assertEqual(put(h, s, "params", b"p2").error_code, "session_not_found")
             # A client that disappears: cleanup_on_exit with a short timeout.
             s2 = h.request("POST", "/v1/sessions", {"queue": "q", "timeout_ms": 300}).json["id"]
