@@ -7,7 +7,8 @@
     lease = c.lease_one("resize", wait_ms=5000)
     lease.complete({"ok": True})
 
-See docs/python.md.  ``muster.torch`` (PyTorch sampler) is imported on demand.
+See docs/python.md.  ``muster.CoordinatedStream`` is one rank of a coordinated iteration
+without PyTorch; ``muster.torch`` (PyTorch sampler) is imported on demand.
 """
 from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidden, IndexGap,
                      InvalidArgument, InvalidState, IterationNotFound, LeaseLost, MethodNotAllowed,
@@ -22,6 +23,7 @@ from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidde
 # a node agent runs once per task, does not pay for http.client and friends.
 _LAZY = {
     "client": ("Client", "Lease", "LeaseList", "Shared", "resolve_token", "resolve_url"),
+    "coordinated": ("CoordinatedStream",),
     "distcompute": ("WorkerClient", "init"),
     "pool": ("IndexCollision", "Pool", "TaskError", "WorkerInterface"),
     "process": ("Process", "find_binary", "is_head_running", "is_node_running", "start_head",
@@ -48,6 +50,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Shared", "Lease", "LeaseList", "Pool", "WorkerInterface", "TaskError", "IndexCollision", "WorkerClient", "init", "resolve_url", "resolve_token",
+    "CoordinatedStream",
     "Process", "start_head", "start_server", "start_node", "is_head_running", "is_node_running",
     "find_binary",
     "MusterError", "BadRequest", "InvalidArgument", "NameInvalid", "Unauthorized", "Forbidden",

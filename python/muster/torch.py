@@ -135,16 +135,10 @@ _COORD_SETTINGS = ("lease_ms", "rank_timeout_ms", "replication", "slow_ratio", "
 
 def _coordinated(shape, world, rank, shuffle, seed, drop_last, client, name, wait, options):
     from .client import Client
-    from .coordinated import HEAD_WAIT_S, CoordinatedRankSampler
+    from .coordinated import HEAD_WAIT_S, CoordinatedRankSampler, _dataset_object
     if not name:
         raise ValueError("a coordinated sampler needs name= (the iteration's name on the head)")
-    if isinstance(shape, Dataset):
-        dataset = ({"num_samples": shape.num_samples} if shape.implicit
-                   else {"shards": [{"count": int(c)} for c in shape.shard_counts]})
-        if shape.labels is not None:
-            dataset["labels"] = list(shape.labels)
-    else:
-        dataset = {"num_samples": int(shape)}
+    dataset = _dataset_object(shape)
     options = dict(options)
     head_wait_s = options.pop("head_wait_s", HEAD_WAIT_S)
     strategy = options.pop("strategy", "dynamic")
