@@ -18,8 +18,10 @@
 #include <stdint.h>
 
 typedef struct node_agent node_agent_t;
+struct evbuffer;
 struct evhttp_request;
 struct evhttp_connection;
+struct evconnlistener;
 struct evkeyvalq;
 
 /* A worker process's output pipe, read and tagged by the agent (worker_log.c). */
@@ -102,6 +104,10 @@ struct node_agent {
                                * 2 done: the loop was told to end */
   int fwd_stop_replies;       /* 503s of the stop whose connections have not closed yet */
   struct event *fwd_drain_ev; /* the bound on the drain (FWD_DRAIN_MS) */
+  struct evconnlistener *fwd_listener; /* the API port's (evhttp's), paused when out of fds */
+  struct event *fwd_accept_ev;         /* resumes accepting after such a pause */
+  int64_t fwd_accept_said_ms;          /* when a pause was last logged (agent_now_ms), 0: never */
+  int fwd_accept_pauses;               /* pauses since */
 
   /* node cache (cache.c, cache_http.c); NULL without an API port */
   struct cache *cache;
@@ -199,6 +205,21 @@ void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c);
 /* Forwards the client's request `in` to the head and streams the reply back
  * (while the agent stops: answers it as fwd_reply_stopping does). */
 void fwd_forward(node_agent_t *a, struct evhttp_request *in);
+/* The agent's answers to its clients, in place of evhttp_send_reply,
+ * evhttp_send_reply_start and evhttp_send_reply_chunk (evhttp_send_reply_end
+ * ends a reply as before).  While evhttp writes a reply it watches the
+ * client's connection for input, and takes the end of that input for the
+ * client gone: a client that sent its request and shut its side of the
+ * connection (a half-close, as `nc -N` or a script's shutdown(SHUT_WR) does)
+ * had its connection dropped with the reply unwritten, or cut after the
+ * headers.  These stop reading the connection until the reply is written
+ * (evhttp reads again for the next request then), so such a client gets the
+ * whole reply, as from the head; a client that did go away shows as a
+ * failed write. */
+void fwd_send_reply(struct evhttp_request *in, int status, const char *reason,
+                    struct evbuffer *body);
+void fwd_send_reply_start(struct evhttp_request *in, int status, const char *reason);
+void fwd_send_reply_chunk(struct evhttp_request *in, struct evbuffer *body);
 /* Answers `in` 503 `unavailable` ("node agent NAME is stopping") with
  * `Retry-After` and `Connection: close`: what every client whose request is
  * in flight, or comes, while the agent stops gets (docs/node.md).  While the

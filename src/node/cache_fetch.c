@@ -121,7 +121,7 @@ static int creq_stream_piece(creq_t *r, int64_t from, int64_t to, cache_entry_t 
   evbuffer_set_flags(body, EVBUFFER_FLAG_DRAINS_TO_FD); /* sendfile, as creq_send_file */
   evbuffer_add_file_segment(body, seg, 0, to - from);
   evbuffer_file_segment_free(seg);
-  evhttp_send_reply_chunk(r->in, body); /* a client gone meanwhile takes nothing */
+  fwd_send_reply_chunk(r->in, body); /* a client gone meanwhile takes nothing */
   evbuffer_free(body);
   return 0;
 }
@@ -144,7 +144,7 @@ static void creq_stream(creq_t *r, cache_entry_t *e, int64_t upto) {
     snprintf(length, sizeof length, "%" PRId64, r->size);
     evhttp_add_header(h, "Content-Type", "application/octet-stream");
     evhttp_add_header(h, "Content-Length", length);
-    evhttp_send_reply_start(r->in, 200, "OK");
+    fwd_send_reply_start(r->in, 200, "OK");
   }
   if (upto > r->sent && !r->stream_broken) {
     if (creq_stream_piece(r, r->sent, upto, NULL) == 0)

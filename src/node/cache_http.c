@@ -60,7 +60,7 @@ static void creq_send_json(struct evhttp_request *in, int status, json_t *body) 
   if (buf && text)
     evbuffer_add(buf, text, strlen(text));
   evhttp_add_header(evhttp_request_get_output_headers(in), "Content-Type", "application/json");
-  evhttp_send_reply(in, status, NULL, buf);
+  fwd_send_reply(in, status, NULL, buf);
   if (buf)
     evbuffer_free(buf);
   free(text);
@@ -142,7 +142,7 @@ static void creq_send_file(creq_t *r, cache_entry_t *e, int fd, const char *how)
   creq_add_headers(r, how);
   evhttp_add_header(evhttp_request_get_output_headers(r->in), "Content-Type",
                     "application/octet-stream");
-  evhttp_send_reply(r->in, 200, "OK", body);
+  fwd_send_reply(r->in, 200, "OK", body);
   evbuffer_free(body);
   creq_free(r);
 }
@@ -211,7 +211,7 @@ static bool creq_serve_without(creq_t *r) {
   cache_t *c = r->a->cache;
   if (creq_not_modified(r)) {
     creq_add_headers(r, "hit");
-    evhttp_send_reply(r->in, 304, "Not Modified", NULL);
+    fwd_send_reply(r->in, 304, "Not Modified", NULL);
     creq_free(r);
     return true;
   }
@@ -348,7 +348,7 @@ static void creq_on_refusal(struct evhttp_request *out, void *arg) {
     evhttp_add_header(h, "Content-Type", "application/json");
     if (status == 401)
       evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"muster\"");
-    evhttp_send_reply(r->in, status, NULL, body);
+    fwd_send_reply(r->in, status, NULL, body);
     fwd_conn_put(r->a, r->conn);
     r->conn = NULL;
     creq_free(r);

@@ -32,9 +32,13 @@
 #include "node/agent.h"
 #include "node/iter_local.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/http.h>
+#include <event2/http_struct.h> /* the request's version: libevent 2.1 has no getter */
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +53,16 @@
 /* The longest a stopping agent waits for its 503s to be written: a 503 fits
  * in the socket's buffer, so only a client that reads nothing holds it. */
 #define FWD_DRAIN_MS 2000
+/* The most bytes of a client's request line and headers the agent reads:
+ * evhttp's default is no limit, and it held in memory whatever a client sent
+ * before the end of its headers.  Sixteen times the head's own limit (64 KiB,
+ * answered 431 in the envelope), so that the head refuses in its words what
+ * it would refuse; past this evhttp answers 400 with its own page. */
+#define FWD_MAX_HEADERS (1L << 20)
+/* Out of descriptors, the agent stops accepting for this long at a time. */
+#define FWD_ACCEPT_PAUSE_MS 100
+/* ... and says so at most this often. */
+#define FWD_ACCEPT_SAY_MS 60000
 
 /* A connection is idle in the agent's pool (`next` alone) or busy (on the
  * doubly linked busy list): its request in flight, or discarded and about to
@@ -131,6 +145,10 @@ fwd_conn_t *fwd_conn_get(node_agent_t *a) {
       return NULL;
     }
     evhttp_connection_set_timeout(c->evcon, FWD_TIMEOUT_S);
+    /* The head may answer before it read the whole request (a 413 for a body
+     * over its limit, a 431) and close: read that answer rather than fail
+     * on the write it cut short, so the client gets the head's refusal. */
+    evhttp_connection_set_flags(c->evcon, EVHTTP_CON_READ_ON_WRITE_ERROR);
     c->agent = a;
   } else {
     return NULL;
@@ -177,6 +195,35 @@ void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c) {
 
 /* ---- replies ---- */
 
+/* Once a reply is queued on `client` (NULL: the client left), evhttp is not
+ * to read its connection until the reply is written (evhttp_send_done reads
+ * again, for the next request).  See fwd_send_reply in agent.h. */
+static void fwd_hold_input(struct evhttp_connection *client) {
+  if (client)
+    bufferevent_disable(evhttp_connection_get_bufferevent(client), EV_READ);
+}
+
+/* evhttp_send_reply and the two below queue their bytes and write them from
+ * the loop, so `client` is still there when they return. */
+void fwd_send_reply(struct evhttp_request *in, int status, const char *reason,
+                    struct evbuffer *body) {
+  struct evhttp_connection *client = evhttp_request_get_connection(in);
+  evhttp_send_reply(in, status, reason, body);
+  fwd_hold_input(client);
+}
+
+void fwd_send_reply_start(struct evhttp_request *in, int status, const char *reason) {
+  struct evhttp_connection *client = evhttp_request_get_connection(in);
+  evhttp_send_reply_start(in, status, reason);
+  fwd_hold_input(client);
+}
+
+void fwd_send_reply_chunk(struct evhttp_request *in, struct evbuffer *body) {
+  struct evhttp_connection *client = evhttp_request_get_connection(in);
+  evhttp_send_reply_chunk(in, body);
+  fwd_hold_input(client);
+}
+
 /* Answers the client with an error envelope (used before anything was sent). */
 static void fwd_send_error(struct evhttp_request *in, int status, const char *code,
                            const char *message) {
@@ -186,7 +233,7 @@ static void fwd_send_error(struct evhttp_request *in, int status, const char *co
   if (body)
     evbuffer_add_printf(body, "{\"error\": {\"code\": \"%s\", \"message\": \"%s\"}}", code,
                         message);
-  evhttp_send_reply(in, status, status == 503 ? "Service Unavailable" : "Bad Gateway", body);
+  fwd_send_reply(in, status, NULL, body); /* NULL: the status's own reason */
   if (body)
     evbuffer_free(body);
 }
@@ -227,7 +274,7 @@ static int fwd_on_headers(struct evhttp_request *out, void *arg) {
   snprintf(via, sizeof via, "1.1 %s (muster node)", f->agent->name);
   evhttp_add_header(to, "Via", via);
   const char *reason = evhttp_request_get_response_code_line(out);
-  evhttp_send_reply_start(f->in, evhttp_request_get_response_code(out), reason ? reason : "");
+  fwd_send_reply_start(f->in, evhttp_request_get_response_code(out), reason ? reason : "");
   f->started = 1;
   return 0;
 }
@@ -235,7 +282,7 @@ static int fwd_on_headers(struct evhttp_request *out, void *arg) {
 /* A piece of the head's body: pass it on. */
 static void fwd_on_chunk(struct evhttp_request *out, void *arg) {
   fwd_req_t *f = arg;
-  evhttp_send_reply_chunk(f->in, evhttp_request_get_input_buffer(out));
+  fwd_send_reply_chunk(f->in, evhttp_request_get_input_buffer(out));
 }
 
 static void fwd_on_error(enum evhttp_request_error error, void *arg) {
@@ -301,7 +348,7 @@ static void fwd_on_done(struct evhttp_request *out, void *arg) {
   if (ok) {
     struct evbuffer *rest = evhttp_request_get_input_buffer(out);
     if (evbuffer_get_length(rest) > 0)
-      evhttp_send_reply_chunk(f->in, rest);
+      fwd_send_reply_chunk(f->in, rest);
     evhttp_send_reply_end(f->in);
   } else {
     fwd_fail_client(f, fwd_error_text(f->error));
@@ -331,8 +378,31 @@ static void fwd_add_forwarded(struct evhttp_request *in, struct evkeyvalq *to) {
   evhttp_add_header(to, "X-Forwarded-For", value);
 }
 
+/* True for the HTTP versions the head speaks, 1.1 and 1.0: evhttp takes
+ * others it can parse (HTTP/0.9, HTTP/1.2) and would answer them in their
+ * own version, a status line no HTTP/1.x client reads. */
+static bool fwd_version_ok(const struct evhttp_request *in) {
+  return in->major == 1 && (in->minor == 0 || in->minor == 1);
+}
+
+/* Answers a request of another version 505 in the envelope, as the head
+ * does, on an HTTP/1.1 status line, and closes the connection. */
+static void fwd_refuse_version(struct evhttp_request *in) {
+  char message[160];
+  snprintf(message, sizeof message, "HTTP/%d.%d: this server speaks HTTP/1.1 and HTTP/1.0",
+           in->major, in->minor);
+  in->major = 1;
+  in->minor = 1;
+  evhttp_add_header(evhttp_request_get_output_headers(in), "Connection", "close");
+  fwd_send_error(in, 505, "bad_request", message);
+}
+
 static void fwd_on_request(struct evhttp_request *in, void *arg) {
   node_agent_t *a = arg;
+  if (!fwd_version_ok(in)) {
+    fwd_refuse_version(in);
+    return;
+  }
   if (a->fwd_draining) { /* the cache and the iterations stopped too */
     fwd_reply_stopping(a, in);
     return;
@@ -436,6 +506,69 @@ static int fwd_split_listen(const char *listen, char *host, size_t size, int *po
   return 0;
 }
 
+/* The API port cannot accept a connection, mostly for want of descriptors
+ * (clients holding many connections open, or a low `ulimit -n`).  libevent's
+ * own handling logs a line and tries again at once for as long as that
+ * lasts: the loop spins and the log grows by megabytes a second.  The port
+ * pauses instead, FWD_ACCEPT_PAUSE_MS at a time (clients wait in the listen
+ * backlog meanwhile), and says so once a minute at most. */
+static node_agent_t *fwd_accepting; /* the agent whose port fwd_on_accept_error serves */
+
+static void fwd_on_accept_error(struct evconnlistener *listener, void *arg) {
+  /* `arg` is the listener's own, which evhttp made its struct evhttp; a
+   * process runs one agent with one port, so that agent is the one. */
+  node_agent_t *a = fwd_accepting;
+  (void)arg;
+  int err = EVUTIL_SOCKET_ERROR();
+  struct timeval pause = {0, FWD_ACCEPT_PAUSE_MS * 1000};
+  evconnlistener_disable(listener);
+  evtimer_add(a->fwd_accept_ev, &pause);
+  a->fwd_accept_pauses++;
+  int64_t now = agent_now_ms();
+  if (a->fwd_accept_said_ms != 0 && now - a->fwd_accept_said_ms < FWD_ACCEPT_SAY_MS)
+    return;
+  bool fds = err == EMFILE || err == ENFILE;
+  char since[80] = "said once a minute at most";
+  if (a->fwd_accept_said_ms != 0)
+    snprintf(since, sizeof since, "%d pauses since this was last said", a->fwd_accept_pauses);
+  agent_log(a, "API port: cannot accept connections: %s%s; trying again every %d ms (%s)",
+            evutil_socket_error_to_string(err),
+            fds ? " (every descriptor is in use: clients hold connections open, or the "
+                  "limit, ulimit -n, is low)"
+                : "",
+            FWD_ACCEPT_PAUSE_MS, since);
+  a->fwd_accept_said_ms = now;
+  a->fwd_accept_pauses = 0;
+}
+
+static void fwd_on_accept_again(evutil_socket_t fd, short what, void *arg) {
+  node_agent_t *a = arg;
+  (void)fd;
+  (void)what;
+  if (a->fwd_listener)
+    evconnlistener_enable(a->fwd_listener);
+}
+
+/* Binds the API port on `host` and `port` (0: any free one) and sets
+ * a->listen_port; 0 or -1. */
+static int fwd_listen(node_agent_t *a, const char *host, int port) {
+  struct evhttp_bound_socket *sock =
+      evhttp_bind_socket_with_handle(a->http, host, (ev_uint16_t)port);
+  a->fwd_accept_ev = evtimer_new(a->base, fwd_on_accept_again, a);
+  if (sock == NULL || a->fwd_accept_ev == NULL)
+    return -1;
+  a->fwd_listener = evhttp_bound_socket_get_listener(sock);
+  fwd_accepting = a;
+  evconnlistener_set_error_cb(a->fwd_listener, fwd_on_accept_error);
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &len) == 0)
+    port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                          : ((struct sockaddr_in *)&ss)->sin_port);
+  a->listen_port = port;
+  return 0;
+}
+
 int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size) {
   char host[256];
   int port = 0;
@@ -450,26 +583,22 @@ int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size) {
     snprintf(err, err_size, "out of memory");
     return -1;
   }
+  evhttp_set_max_headers_size(a->http, FWD_MAX_HEADERS);
   evhttp_set_max_body_size(a->http, FWD_MAX_BODY);
   evhttp_set_timeout(a->http, FWD_TIMEOUT_S);
+  /* Every method evhttp knows but CONNECT (whose target is no path) goes
+   * on to the head, which answers those it does not take 405 in the
+   * envelope; evhttp's own refusal is an HTML page. */
   evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
                                           EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD | EVHTTP_REQ_PATCH |
-                                          EVHTTP_REQ_OPTIONS);
+                                          EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE);
   evhttp_set_gencb(a->http, fwd_on_request, a);
-  struct evhttp_bound_socket *sock =
-      evhttp_bind_socket_with_handle(a->http, host, (ev_uint16_t)port);
-  if (sock == NULL) {
+  if (fwd_listen(a, host, port) != 0) {
     snprintf(err, err_size, "cannot listen on %s (in use, or not an address of this machine)",
              listen);
     return -1;
   }
-  struct sockaddr_storage ss;
-  socklen_t len = sizeof ss;
-  if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &len) == 0)
-    port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                          : ((struct sockaddr_in *)&ss)->sin_port);
-  a->listen_port = port;
-  return port;
+  return a->listen_port;
 }
 
 /* Frees a list of connections linked by `next` (closing each, and freeing
@@ -542,8 +671,13 @@ void fwd_stop(node_agent_t *a) {
   fwd_cancel_owned(a);
   a->fwd_draining = 2; /* a closed connection's callback ends no loop any more */
   if (a->http)
-    evhttp_free(a->http);
+    evhttp_free(a->http); /* with its listener */
   a->http = NULL;
+  a->fwd_listener = NULL;
+  fwd_accepting = NULL;
+  if (a->fwd_accept_ev)
+    event_free(a->fwd_accept_ev);
+  a->fwd_accept_ev = NULL;
   if (a->fwd_drain_ev)
     event_free(a->fwd_drain_ev);
   a->fwd_drain_ev = NULL;

@@ -94,7 +94,7 @@ static void il_send(node_agent_t *a, struct evhttp_request *in, int status, json
   char via[160];
   snprintf(via, sizeof via, "1.1 %s (muster node iterations)", a->name);
   evhttp_add_header(h, "Via", via);
-  evhttp_send_reply(in, status, NULL, buf);
+  fwd_send_reply(in, status, NULL, buf);
   if (buf)
     evbuffer_free(buf);
   free(text);
