@@ -34,6 +34,7 @@
 #include "node/iter_local.h"
 
 #include "core/names.h"
+#include "core/utf8.h"
 #include "server/iter.h"
 #include "server/jw.h"
 #include "server/log.h"
@@ -185,7 +186,9 @@ static json_t *il_body(struct evhttp_request *in, fail_t *f) {
 
 /* The request's query as an object of decoded strings ({} without one), or
  * NULL with *f filled.  A key given twice keeps its first value, as the
- * head's http_query finds it. */
+ * head's http_query finds it.  A byte that decodes to no UTF-8 (%FF) reads
+ * '?', as in the head's messages: a JSON string cannot hold it, and a value
+ * dropped for it would be refused as missing rather than as what it is. */
 static json_t *il_query(struct evhttp_request *in, fail_t *f) {
   const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(in));
   struct evkeyvalq params = {0}; /* empty; evhttp_parse_query_str initializes it too */
@@ -196,8 +199,8 @@ static json_t *il_query(struct evhttp_request *in, fail_t *f) {
   }
   json_t *obj = json_object();
   for (struct evkeyval *kv = params.tqh_first; obj && kv; kv = kv->next.tqe_next)
-    if (json_object_get(obj, kv->key) == NULL)
-      json_object_set_new(obj, kv->key, json_string(kv->value));
+    if (json_object_get(obj, utf8_scrub(kv->key)) == NULL)
+      json_object_set_new(obj, kv->key, json_string(utf8_scrub(kv->value)));
   evhttp_clear_headers(&params);
   if (obj == NULL)
     fail_set(f, MUSTER_NOMEM, "out of memory");

@@ -10,6 +10,7 @@
  * commit event (head.c) commits the turn and calls http_flush.
  */
 #include "core/auth.h"
+#include "core/utf8.h"
 #include "http.h"
 #include "http_internal.h"
 #include "jw.h"
@@ -287,6 +288,7 @@ void http_fail(http_req_t *r, muster_err_t code, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(f.message, sizeof f.message, fmt, ap);
   va_end(ap);
+  utf8_scrub(f.message); /* a path or a field name quoted may not be UTF-8 */
   http_reply_fail(r, &f);
 }
 

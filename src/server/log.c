@@ -3,6 +3,7 @@
  * formatting helper every server module uses.
  */
 #include "log.h"
+#include "core/utf8.h"
 #include "fail.h"
 
 #include <errno.h>
@@ -57,6 +58,7 @@ muster_err_t fail_set(fail_t *f, muster_err_t code, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(f->message, sizeof f->message, fmt, ap);
   va_end(ap);
+  utf8_scrub(f->message); /* it may quote a client's bytes; the envelope is JSON */
   return code;
 }
 

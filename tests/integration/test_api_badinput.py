@@ -336,6 +336,19 @@ class BadInputTest(BadInputCase):
         self.create_queue("Q" * 128)
         self.create_queue("AZaz09._-" + self.q[:100])
 
+    def test_bytes_that_are_not_utf8_are_quoted(self):
+        # A message that quotes a client's bytes which are no UTF-8 (a %FF in a name,
+        # a field name cut inside a character by the message's "%.100s") could not be
+        # made a JSON string: the reply was the bare body {}.  They read '?'.
+        r = self.expect_error("GET", "/v1/queues/%FF", None, 400, "name_invalid")
+        self.assertIn("queue name '?' is invalid", r.json["error"]["message"])
+        r = self.expect_error("GET", "/v1/shared/%FFs/blob", None, 400, "name_invalid")
+        self.assertIn("scope '?s'", r.json["error"]["message"])
+        field = "a" + "\u00e9" * 60  # "%.100s" ends inside its 51st character
+        self.refused("POST", "/v1/queues/%s/purge" % self.q, {field: 1}, 400, "invalid_argument",
+                     [field[:50] + "?: unknown field"])
+        self.refused("POST", "/v1/queues/%s/lease" % self.q, {field: 1}, 400, "invalid_argument")
+
     def test_wrong_content_type(self):
         body = json.dumps({"tasks": [{"payload": 1}]}).encode()
         for ctype in ("text/plain", "application/x-www-form-urlencoded",

@@ -19,6 +19,10 @@ agent's port over raw sockets, and each test fails without its fix.
 - Out of descriptors, the port pauses accepting and says so once; libevent retried
   accept() at once, spinning, and logged a line each time (megabytes a second), and the
   port accepts again once descriptors are free.
+- A query byte that is no UTF-8 (held?rank=%FF) reads '?' in the message, as on the
+  head, instead of the parameter being reported missing; a field name cut inside a
+  character by a message's length limit still gets the error envelope (see also
+  test_api_badinput test_bytes_that_are_not_utf8_are_quoted).
 """
 import os
 import resource
@@ -164,6 +168,32 @@ class RefusalsTest(AgentWireCase):
                 return  # refused and closed; what counts is that it stopped reading
             self.assertEqual(r.status, 400, r)
             self.assertTrue(r.closes(), r)
+
+
+class QueryTest(AgentWireCase):
+    def test_bytes_that_are_not_utf8(self):
+        r = self.agent.request("POST", "/v1/iterations",
+                               {"name": "u8", "dataset": {"num_samples": 40}, "world_size": 2,
+                                "cluster_sync": False})
+        self.assertEqual(r.status, 201, r)
+        r = self.agent.request("GET", "/v1/iterations/u8/held?rank=%FF")
+        self.assert_envelope(r, 400, "invalid_argument")
+        self.assertIn("query rank: '?' is not an integer", r.json["error"]["message"])
+        # "%.100s: unknown field" cuts this name inside its 51st character.
+        field = "a" + "\u00e9" * 60
+        r = self.agent.request("DELETE", "/v1/iterations/u8", {field: 1})
+        self.assert_envelope(r, 400, "invalid_argument")
+        self.assertIn(field[:50] + "?: unknown field", r.json["error"]["message"])
+        self.assertEqual(self.agent.request("GET", "/v1/iterations/u8").status, 200)
+
+    def test_a_path_that_is_not_utf8_is_quoted(self):
+        # Forwarded: the head's 404 quoted the raw byte, and answered the bare body {}.
+        with Wire(self.agent.port) as w:
+            w.send(b"GET /v1/no/\xd8such HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                   + self.token.encode() + b"\r\n\r\n")
+            r = w.read_reply()
+        self.assert_envelope(r, 404, "not_found")
+        self.assertIn("no endpoint at /v1/no/?such", r.json["error"]["message"])
 
 
 class DescriptorsTest(unittest.TestCase):
