@@ -204,10 +204,18 @@ static void fwd_hold_input(struct evhttp_connection *client) {
 }
 
 /* evhttp_send_reply and the two below queue their bytes and write them from
- * the loop, so `client` is still there when they return. */
+ * the loop, so `client` is still there when they return.  A reply to a HEAD
+ * goes without its body, which evhttp would write after headers that say no
+ * length: the client would read it as the start of the next reply. */
 void fwd_send_reply(struct evhttp_request *in, int status, const char *reason,
                     struct evbuffer *body) {
   struct evhttp_connection *client = evhttp_request_get_connection(in);
+  if (body && evhttp_request_get_command(in) == EVHTTP_REQ_HEAD) {
+    char length[24];
+    snprintf(length, sizeof length, "%zu", evbuffer_get_length(body));
+    evhttp_add_header(evhttp_request_get_output_headers(in), "Content-Length", length);
+    body = NULL;
+  }
   evhttp_send_reply(in, status, reason, body);
   fwd_hold_input(client);
 }
@@ -302,6 +310,8 @@ static const char *fwd_error_text(int error) {
     return "connection error";
   case EVREQ_HTTP_DATA_TOO_LONG:
     return "reply too large";
+  case -1: /* evhttp reports no error when the connection could not be made */
+    return "could not connect to it";
   default:
     return "request failed";
   }

@@ -16,6 +16,9 @@ agent's port over raw sockets, and each test fails without its fix.
   when its write of the rest failed.
 - A header section that never ends is cut off after 1 MiB (400): evhttp read it into
   memory for as long as the client sent.
+- The agent's own answer to a HEAD (503: the head cannot be reached) has no body; evhttp
+  wrote it after headers without a length, and the next reply on the connection could
+  not be read.  The message says the agent could not connect ("request failed" before).
 - Out of descriptors, the port pauses accepting and says so once; libevent retried
   accept() at once, spinning, and logged a line each time (megabytes a second), and the
   port accepts again once descriptors are free.
@@ -194,6 +197,24 @@ class QueryTest(AgentWireCase):
             r = w.read_reply()
         self.assert_envelope(r, 404, "not_found")
         self.assertIn("no endpoint at /v1/no/?such", r.json["error"]["message"])
+
+
+class HeadDownTest(AgentWireCase):
+    def test_the_agents_answer_to_a_head_request_has_no_body(self):
+        # The agent's own answers (here: the head cannot be reached) wrote their JSON
+        # body after a HEAD's headers, which say no length: the client read it as the
+        # start of the next reply on the connection.
+        port = self.head.port
+        self.head.stop()
+        with self.wire() as w:
+            w.send(request("HEAD", "/v1/queues", self.token) +
+                   request("GET", "/v1/queues", self.token))
+            r = w.read_reply("HEAD")
+            self.assertEqual((r.status, r.body), (503, b""), r)
+            r = w.read_reply()
+        self.assert_envelope(r, 503, "unavailable")
+        self.assertIn("cannot reach the head at 127.0.0.1:%d: could not connect to it" % port,
+                      r.json["error"]["message"])
 
 
 class DescriptorsTest(unittest.TestCase):
