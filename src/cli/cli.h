@@ -217,6 +217,11 @@ int cmd_flag(cli_args_t *args);
 
 int cmd_worker(cli_args_t *args);
 
+/* `muster backup` (cmd_backup.c). */
+extern const cli_opt_t cmd_backup_opts[];
+extern const char cmd_backup_details[];
+int cmd_backup(cli_args_t *args);
+
 /* ---- the node agent (cmd_node.c) ---- */
 
 extern const cli_opt_t cli_node_opts[];

@@ -3,10 +3,12 @@
  * commit is head_commit.c), the sweep timer and clean shutdown.
  *
  * The data dir holds muster.db (the store), token (the admin token, 0600),
- * url (where the head listens, written once it does) and head.lock (held
- * with flock for the head's life, so two heads never share one store).
+ * url (where the head listens, written once it does), head.lock (held
+ * with flock for the head's life, so two heads never share one store),
+ * shared/ (shared.h) and backups/ (backup.h).
  */
 #include "head.h"
+#include "backup.h"
 #include "head_commit.h"
 #include "compat.h"
 #include "http.h"
@@ -121,7 +123,8 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   fail_t f = {0};
   int64_t now = now_ms();
   waiter_mark_all(h);
-  shared_files_sweep(h->st, h->cfg.data_dir);
+  if (!backup_holds_files(h)) /* a backup links the files its copy names */
+    shared_files_sweep(h->st, h->cfg.data_dir);
   /* Most sweeps find nothing due: check with two indexed reads before
    * opening a transaction. */
   if (!lease_any_due(h->st, now) && !worker_any_due(h->st, now) && !iter_any_due(h->st, now) &&
@@ -150,6 +153,7 @@ static void head_stop(head_t *h) {
   results_waiters_release_all(h);
   reaper_release_all(h);
   shared_upload_abort_all(h);
+  backup_stop(h);
   if (store_in_tx(h->st))
     head_commit(-1, 0, h);
   head_drain_syncs(h);
@@ -309,6 +313,7 @@ static int head_run(head_t *h, bool generated, int port, const head_agent_t *age
     event_base_dispatch(h->base);
     status = 0;
   }
+  backup_stop(h); /* after a failed flush, which ends the loop without head_stop */
   if (store_in_tx(h->st))
     head_commit(-1, 0, h);
   head_drain_syncs(h);

@@ -5,6 +5,7 @@
  * each flush releases, and the leases that need none.
  */
 #include "head_commit.h"
+#include "backup.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
@@ -453,8 +454,7 @@ static void head_flush_group(head_t *h, reply_list_t *group) {
  * runs: head_commit_in_flush).  A worker that completes a task and leases the
  * next in two requests gets its lease during a flush, and its next request
  * can join the group that flush's end commits instead of the one after. */
-void head_commit(evutil_socket_t fd, short what, void *arg) {
-  head_t *h = arg;
+static void head_commit_turn(head_t *h) {
   waiter_serve(h);
   results_waiters_serve(h);
   fail_t f = {0};
@@ -485,6 +485,14 @@ void head_commit(evutil_socket_t fd, short what, void *arg) {
     return; /* nothing waits: the next flush carries these writes */
   h->flushed_changes = changes;
   head_flush_group(h, &group);
+}
+
+void head_commit(evutil_socket_t fd, short what, void *arg) {
+  head_t *h = arg;
+  head_commit_turn(h);
+  /* Between two transactions: the next pages of a backup under way (with
+   * the group's flush, when it went to the helper thread). */
+  backup_pump(h);
 }
 
 /* Stops the flush thread (shutdown): commits what is open, flushes on the

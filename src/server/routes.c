@@ -5,6 +5,7 @@
  * query, body fields), calls one domain function, and formats the reply.
  * Domain code (queue.c, task.c, lease.c, worker.c) never sees HTTP.
  */
+#include "backup.h"
 #include "compat.h"
 #include "compat_jobs.h"
 #include "dashboard.h"
@@ -530,5 +531,6 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/shared/{}/{}", shared_h_get, true, 0, 0},
     {"DELETE", "/v1/shared/{}/{}", shared_h_delete, true, 0, HTTP_NO_FIELDS},
     {"GET", "/v1/shared/{}", shared_h_list, true, 0, 0},
+    {"POST", "/v1/backup", backup_h_create, HTTP_ADMIN, 0, 0},
     {NULL, NULL, NULL, false, 0, 0},
 };

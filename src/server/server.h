@@ -25,6 +25,7 @@ typedef struct results_waiter results_waiter_t;
 typedef struct shared_upload shared_upload_t;
 typedef struct syncer syncer_t;
 typedef struct reaper reaper_t;
+typedef struct backup backup_t;
 
 /* A list of replies: pending a commit, or committed and pending a WAL flush. */
 typedef struct {
@@ -86,6 +87,7 @@ typedef struct head {
   results_waiter_t *results_waiters; /* parked long-poll reads of session results */
   shared_upload_t *uploads;          /* streamed uploads in progress (shared_upload.c) */
   reaper_t *reaper;                  /* tasks removed in the background (reaper.c) */
+  backup_t *backup;                  /* the backup under way (backup.c), or NULL */
   char (*dirty)[NAME_MAX_LEN + 1];   /* queues that may serve waiters */
   size_t ndirty, dirty_cap;
   int64_t started_ms;

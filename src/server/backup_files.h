@@ -1,0 +1,56 @@
+/*
+ * backup_files.h — the files of a backup besides its database: the blob
+ * files of shared data, linked (or copied) beside it, the token, and the
+ * fsyncs that make the whole directory durable (backup_files.c).
+ *
+ * backup.c copies the database on the loop; the rest, which may wait on the
+ * disk for long (a copy of gigabytes of blobs onto another disk, an fsync of
+ * the new database file), runs on a helper thread through backup_seal, which
+ * touches nothing of the head's but the files named here.
+ */
+#ifndef MUSTER_SERVER_BACKUP_FILES_H
+#define MUSTER_SERVER_BACKUP_FILES_H
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fail.h"
+#include "shared.h"
+
+/* A blob file's name in DATA_DIR/shared ("<16 hex digits>.blob"). */
+typedef char backup_file_name_t[SHARED_FILE_LEN + 1];
+
+/* What the seal of one backup works on, and what it found. */
+typedef struct {
+  /* In: */
+  char data_dir[PATH_MAX];   /* the head's data dir: its shared/ holds the blob files */
+  char dir[PATH_MAX];        /* the backup: DATA_DIR/backups/NAME, muster.db in it already */
+  backup_file_name_t *files; /* the blob files the copy's levels name; owned (free) */
+  size_t nfiles;
+  char token[256];    /* the admin token, for DIR/token */
+  atomic_bool cancel; /* set by the loop: the head stops; the seal gives up soon */
+  /* Out: */
+  int64_t database_bytes; /* DIR/muster.db */
+  int64_t shared_bytes;   /* the blob files, linked or copied */
+  size_t linked, copied;  /* blob files hard-linked, and copied (another file system) */
+  fail_t fail;            /* what failed, when backup_seal did not return MUSTER_OK */
+} backup_seal_t;
+
+/* Makes the backup in s->dir whole and durable: hard-links each blob file
+ * into DIR/shared (copying it when no link can be made there: the backup is
+ * on another file system), writes DIR/token (0600), and fsyncs the database,
+ * every file and the directories from DIR/shared up to the data dir.
+ * MUSTER_OK, or MUSTER_STORE with s->fail saying which file and why (or
+ * MUSTER_UNAVAILABLE once s->cancel is set); the caller then removes the
+ * backup.  Safe on a helper thread: it logs nothing
+ * and uses no state of the head's. */
+muster_err_t backup_seal(backup_seal_t *s);
+
+/* Removes directory `dir` and everything in it, without following links
+ * (a blob file's link goes, its name in the data dir stays).  0, or the
+ * errno of the first removal that failed (the others are still tried). */
+int backup_remove(const char *dir);
+
+#endif
