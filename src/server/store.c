@@ -292,6 +292,26 @@ static bool store_define_functions(store_t *st, fail_t *f) {
   return true;
 }
 
+/*
+ * The lowest fencing token a store opened at `opened_ms` hands out.  A head
+ * started on a copy of its data (a backup, DATA_DIR/backups/NAME; a file
+ * system or VM snapshot) knows only the tokens the copy does: the original
+ * may have handed out higher ones after the copy was taken, to workers that
+ * still hold them.  Were a token handed out again, such a worker's complete
+ * or fail could be taken for the new lease of a task with the same id.
+ * Starting above the clock's milliseconds times STORE_TOKEN_CLOCK_SCALE puts
+ * every token of a later start above those of any earlier one, as long as
+ * no head hands out more than that many tokens a millisecond (a million a
+ * second; the heaviest batched load measured is well under a fifth of it)
+ * and the clock does not go back; the store's own floor still holds if it
+ * does.  The tokens stay below 2^53 (until the year 2248), so that a
+ * JavaScript client keeps them exact.
+ */
+#define STORE_TOKEN_CLOCK_SCALE 1024
+static int64_t store_token_clock(int64_t opened_ms) {
+  return opened_ms > 0 ? opened_ms * STORE_TOKEN_CLOCK_SCALE : 0;
+}
+
 store_t *store_open(const store_opts_t *opts, fail_t *f) {
   static pthread_once_t configured = PTHREAD_ONCE_INIT;
   pthread_once(&configured, store_configure_sqlite);
@@ -317,6 +337,8 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     return NULL;
   }
   st->last_token = st->token_floor = store_load_highest(st, "token", "last_token");
+  if (st->last_token < store_token_clock(st->opened_ms))
+    st->last_token = store_token_clock(st->opened_ms);
   st->last_task = st->task_floor = store_load_highest(st, "id", "last_task");
   st->new_tasks = INT64_MAX;
   st->sessions_closing = store_any_row(st, "SELECT 1 FROM session_trash LIMIT 1");

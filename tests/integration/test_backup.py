@@ -269,6 +269,44 @@ class RestoreTest(BackupCase):
         self.assertIn('"holds"', p.stdout)
 
 
+class TokensAfterRestoreTest(BackupCase):
+    def lease_all(self, h, queue, count):
+        r = h.request("POST", "/v1/queues/%s/lease" % queue, {"max": count})
+        self.assertEqual(r.status, 200, r)
+        return [(x["task"], x["token"]) for x in r.json["leases"]]
+
+    def test_a_restored_head_never_hands_out_a_token_again(self):
+        """The original head goes on leasing after the backup (more than the 4096 tokens
+        its floor reserves at a time), then dies; a head started on the backup gives the
+        same task ids again, and its tokens must all be above the original's, or a worker
+        of the original holding (task, token) could complete the new lease of another
+        task with that id."""
+        h = self.start()
+        self.assertEqual(h.request("PUT", "/v1/queues/q", {"lease_ms": 600000}).status, 201)
+        self.assertEqual(self.backup(h, "early").status, 201)
+        ids = put(h, "q", ["p%d" % i for i in range(1000)])
+        for _ in range(5):  # 5000 tokens, each lease given back
+            held = self.lease_all(h, "q", 1000)
+            r = h.request("POST", "/v1/leases/release",
+                          {"leases": [{"task": t, "token": k} for t, k in held]})
+            self.assertEqual(r.status, 200, r)
+        stale = self.lease_all(h, "q", 1000)  # held by the original's workers at its death
+        highest = max(k for _, k in stale)
+        h.kill()
+
+        b = self.start(data_dir=os.path.join(h.data_dir, "backups", "early"), token=None)
+        b.token = h.token
+        again = put(b, "q", ["other%d" % i for i in range(1000)])
+        self.assertEqual(again, ids, "the restored head gives the same ids again")
+        fresh = self.lease_all(b, "q", 1000)
+        self.assertGreater(min(k for _, k in fresh), highest,
+                           "a token the original handed out is handed out again")
+        r = b.request("POST", "/v1/leases/complete",
+                      {"leases": [{"task": t, "token": k} for t, k in stale[:50]]})
+        self.assertEqual(r.error_code, "lease_lost", r)
+        self.assertEqual(b.request("GET", "/v1/queues/q").json["counts"]["leased"], 1000)
+
+
 class BadInputTest(BackupCase):
     def test_refusals(self):
         h = self.start("--dashboard-token", READ_TOKEN)
