@@ -625,11 +625,11 @@ class CliTest(unittest.TestCase):
             pairs = next_pairs(2)
             self.assertEqual([x.split(":")[0] for x in pairs], ["0", "1"])
             for args, want in (
-                    ([pairs[0], "1:999999"], "muster: lease_lost: block 1 of epoch 0 is "
-                     "leased to rank 0 (the rank of this ack) under a token older than 999999, "
-                     "so token 999999 was never this block's lease in this epoch"),
-                    (["2:999999"], "muster: lease_lost: block 2 of epoch 0 is not leased under "
-                     "token 999999: it has not been leased in this epoch, so there is no lease "
+                    ([pairs[0], "1:8999999999999999"], "muster: lease_lost: block 1 of epoch 0 is "
+                     "leased to rank 0 (the rank of this ack) under a token older than 8999999999999999, "
+                     "so token 8999999999999999 was never this block's lease in this epoch"),
+                    (["2:8999999999999999"], "muster: lease_lost: block 2 of epoch 0 is not leased under "
+                     "token 8999999999999999: it has not been leased in this epoch, so there is no lease "
                      "to acknowledge: acknowledge only the blocks a next gave this rank, each "
                      "with the token it came with (check the block and the epoch)\n")):
                 p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", *args)
@@ -648,10 +648,10 @@ class CliTest(unittest.TestCase):
                 p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", pairs[0], *epoch)
                 self.assertEqual((p.returncode, p.stderr), (0, ""), epoch)
             self.assertIn("blocks 0/3 done", self.run_cli(h, "iter", "status", "a").stdout)
-            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", "--epoch", "0", "0:999999")
+            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", "--epoch", "0", "0:8999999999999999")
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertTrue(p.stderr.startswith(
-                "muster: lease_lost: block 0 of epoch 0 under token 999999: epoch 0 is complete "
+                "muster: lease_lost: block 0 of epoch 0 under token 8999999999999999: epoch 0 is complete "
                 "and the block was acknowledged in it under another token"), p.stderr)
 
     def test_cli_names_the_bad_choice(self):
