@@ -59,6 +59,31 @@ FAKE_SMI_NO_UUID = textwrap.dedent("""\
     """)
 
 
+def busy_head(port):
+    """An HTTP server on `port` (the head's) that answers every request 503, as a head
+    that is starting; returns it and the (method, path) of the requests it got."""
+    paths = []
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def answer(self):
+            paths.append((self.command, self.path))
+            body = b'{"error": {"code": "unavailable", "message": "the head is starting"}}'
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_DELETE = answer
+
+        def log_message(self, *args):
+            pass
+
+    busy = http.server.HTTPServer(("127.0.0.1", port), Busy)
+    threading.Thread(target=busy.serve_forever, daemon=True).start()
+    return busy, paths
+
+
 class NodeTestCase(AgentsCase):
     head_args = ["--node-timeout-ms", "1500", "--worker-timeout-ms", "60000"]
 
@@ -864,25 +889,9 @@ class HeadAwayTest(NodeTestCase):
         self.head.kill()
         harness.wait_until(lambda: "heartbeat: network" in a.log(),
                            what="the agent to miss the head:\n" + a.log())
-        beats = []
-
-        class Busy(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                beats.append(self.path)
-                body = b'{"error": {"code": "unavailable", "message": "the head is starting"}}'
-                self.send_response(503)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        busy = http.server.HTTPServer(("127.0.0.1", self.head.port), Busy)
-        threading.Thread(target=busy.serve_forever, daemon=True).start()
+        busy, paths = busy_head(self.head.port)
         try:
-            harness.wait_until(lambda: len(beats) >= 4, what="heartbeats answered 503")
+            harness.wait_until(lambda: len(paths) >= 4, what="heartbeats answered 503")
         finally:
             busy.shutdown()
             busy.server_close()
@@ -982,7 +991,7 @@ class CrashWhileHeadAwayTest(NodeTestCase):
                            what="the crash report refused a connection:\n" + a.log())
         # Then the head answers 503 (it is starting) for three heartbeats: no answer of the
         # head's either.  The report goes again after each heartbeat, not in a loop.
-        busy, paths = self.busy_head()
+        busy, paths = busy_head(self.head.port)
         try:
             harness.wait_until(lambda: [m for m, _ in paths].count("POST") >= 3,
                                what="three heartbeats answered 503:\n" + a.log())
@@ -1042,30 +1051,6 @@ class CrashWhileHeadAwayTest(NodeTestCase):
                          r"\(--worker-timeout-ms, 60 s by default\) ends the worker and returns "
                          r"its leases\n" % worker_id)
         self.assertEqual(log.count("reporting the crash of worker"), 1, log)
-
-    def busy_head(self):
-        """An HTTP server on the head's port that answers every request 503, as a head
-        that is starting; returns it and the (method, path) of the requests it got."""
-        paths = []
-
-        class Busy(http.server.BaseHTTPRequestHandler):
-            def answer(self):
-                paths.append((self.command, self.path))
-                body = b'{"error": {"code": "unavailable", "message": "the head is starting"}}'
-                self.send_response(503)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_DELETE = answer
-
-            def log_message(self, *args):
-                pass
-
-        busy = http.server.HTTPServer(("127.0.0.1", self.head.port), Busy)
-        threading.Thread(target=busy.serve_forever, daemon=True).start()
-        return busy, paths
 
 
 class KillNineTest(NodeTestCase):
