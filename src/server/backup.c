@@ -271,23 +271,13 @@ static void backup_fail(backup_t *b, const fail_t *f) {
   backup_end(b);
 }
 
-/* "2025-01-31T23:59:59.123Z" for `ms` since the epoch, into out[32]. */
-static void backup_format_time(int64_t ms, char out[32]) {
-  time_t secs = (time_t)(ms / 1000);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  char day[24];
-  strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(out, 32, "%s.%03dZ", day, (int)(ms % 1000));
-}
-
 /* The seal ended well: logs and answers 201 with what the backup holds. */
 static void backup_succeed(backup_t *b) {
   const backup_seal_t *s = &b->seal;
   char path[PATH_MAX], time_text[32];
   if (realpath(s->dir, path) == NULL)
     snprintf(path, sizeof path, "%s", s->dir);
-  backup_format_time(b->taken_ms, time_text);
+  log_format_time(b->taken_ms, time_text);
   int64_t bytes = s->database_bytes + s->shared_bytes;
   int64_t took_ms = (metrics_now_us() - b->started_us) / 1000;
   log_msg(LOG_INFO,

@@ -35,21 +35,26 @@ int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void log_format_time(int64_t ms, char out[32]) {
+  time_t secs = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char day[24];
+  strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(out, 32, "%s.%03dZ", day, (int)(ms % 1000));
+}
+
 void log_msg(log_level_t level, const char *fmt, ...) {
   if (level < log_threshold)
     return;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  struct tm tm;
-  gmtime_r(&ts.tv_sec, &tm);
   char stamp[32];
-  strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+  log_format_time(now_ms(), stamp);
   char line[2048];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line, sizeof line, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "%s.%03ldZ %-5s %s\n", stamp, ts.tv_nsec / 1000000, log_names[level], line);
+  fprintf(stderr, "%s %-5s %s\n", stamp, log_names[level], line);
 }
 
 muster_err_t fail_set(fail_t *f, muster_err_t code, const char *fmt, ...) {

@@ -16,5 +16,8 @@ void log_msg(log_level_t level, const char *fmt, ...) __attribute__((format(prin
 
 /* Milliseconds since the Unix epoch (wall clock, for timestamps and deadlines). */
 int64_t now_ms(void);
+/* "2025-01-31T23:59:59.123Z" for `ms` since the epoch (UTC), as log lines
+ * begin, into out[32]. */
+void log_format_time(int64_t ms, char out[32]);
 
 #endif
