@@ -396,12 +396,14 @@ def cli_env(head, url=True, token=True):
 
 
 def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
-    """Polls `predicate` until it returns a truthy value; fails after `timeout` seconds."""
+    """Polls `predicate` until it returns a truthy value; fails after `timeout` seconds.
+    `what` names the condition in the failure; a callable is called then, so that a log
+    it quotes is the log at the deadline, not at the start of the wait."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
+            raise AssertionError("timed out waiting for " + (what() if callable(what) else what))
         time.sleep(interval)

@@ -489,7 +489,7 @@ class GatedChaosTest(unittest.TestCase):
     def test_frozen_node_thaws(self):
         with self.cluster(4) as cluster, GatedMap(cluster) as g:
             g.start()
-            tag1, tag2 = g.tags["1"], g.tags["2"]
+            tag1 = g.tags["1"]
             g.open_gates(self.next_mark(g))
             held = g.settle(2 * WORKERS)
             g.keep_results()

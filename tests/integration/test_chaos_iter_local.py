@@ -18,7 +18,6 @@ Checks:
 """
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time

@@ -191,7 +191,7 @@ class ChaosUpdatesTest(unittest.TestCase):
         # Every worker waits in a long-poll lease (after a restart they come back
         # within a second): each post is then sent to all of them at once.
         harness.wait_until(lambda: self.lease_waiters() == WORKERS, timeout=30,
-                           what="every worker to wait for work:\n" + self.worker_logs())
+                           what=lambda: "every worker to wait for work:\n" + self.worker_logs())
         target = max(self.head_updates() or [0]) + posts
         self.delivery.arm(target)
         client = Client(h, session, level)
@@ -264,7 +264,8 @@ class ChaosUpdatesTest(unittest.TestCase):
         expected = sorted(stored.items()) + [(last, {"level": final})]
         for n in range(WORKERS):
             harness.wait_until(lambda: self.updates_of(n)[-1][0] == last, timeout=30,
-                               what="worker %d to get update %d:\n%s" % (n, last, self.worker_logs()))
+                               what=lambda: "worker %d to get update %d:\n%s" % (
+                                   n, last, self.worker_logs()))
             got = self.updates_of(n)
             self.assertEqual(got, expected, "worker %d's updates" % n)
             levels = [data["level"] for _, data in got]
@@ -279,7 +280,8 @@ class ChaosUpdatesTest(unittest.TestCase):
         def results():
             r = h.request("GET", "/v1/sessions/%s/results?max=100" % session)
             return r.json["done"] == 6 and r.json["results"]
-        got = harness.wait_until(results, timeout=30, what="the tasks' results:\n" + self.worker_logs())
+        got = harness.wait_until(results, timeout=30,
+                                 what=lambda: "the tasks' results:\n" + self.worker_logs())
         for res in got:
             self.assertEqual((res["state"], res["result"]),
                              ("done", "%d %s" % (last, params(final).decode())), res)

@@ -872,7 +872,7 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         w = self.worker(q, "sh", "-c", ORPHAN_CANDIDATE, "sh", self.tmp)
         pids_file = os.path.join(self.tmp, "pids")
         harness.wait_until(lambda: os.path.exists(pids_file), timeout=20,
-                           what="the command to start:\n" + self.log_of(w))
+                           what=lambda: "the command to start:\n" + self.log_of(w))
         with open(pids_file) as f:
             pids = [int(p) for p in f.read().split()]
         self.assertEqual(len(pids), 2)

@@ -426,7 +426,7 @@ class DashboardBrowserTest(DashboardCase):
             r = self.head.request("GET", "/v1/nodes/gpu-box-1")
             return r.status == 200 and r.json["workers"] == 2
         harness.wait_until(registered, timeout=30,
-                           what="the agent's two workers:\n" + self.agent.log())
+                           what=lambda: "the agent's two workers:\n" + self.agent.log())
 
         # Two sessions on a queue without workers: one with 2 done and 1 failed of 5.
         self.api("PUT", "/v1/queues/pool", {}, status=201)

@@ -19,6 +19,11 @@ import harness  # noqa: E402
 import node_harness  # noqa: E402
 from node_harness import Agent, AgentsCase  # noqa: E402
 
+# How long an agent or worker may take to reach a head started again after a kill: its
+# next retry, then a call that the restarted head answers once its store is open; longer
+# than harness.wait_until's default for a loaded machine running the sanitizer build.
+AFTER_RESTART_S = 30
+
 UUID0 = "GPU-a1599801-2c3d-4e5f-8a9b-0c1d2e3f4a5b"
 UUID1 = "GPU-a1b2c3d4-5e6f-4a1b-9c2d-3e4f5a6b7c8d"
 FAKE_SMI = textwrap.dedent("""\
@@ -136,7 +141,7 @@ class NodeTestCase(AgentsCase):
             if len(pids) == count and node and node["workers"] == count:
                 return pids
             return None
-        return harness.wait_until(ready, timeout=20, what=what + ":\n" + agent.log())
+        return harness.wait_until(ready, timeout=20, what=lambda: what + ":\n" + agent.log())
 
 
 class HeadLocalNodeTest(unittest.TestCase):
@@ -196,12 +201,12 @@ class HeadLocalNodeTest(unittest.TestCase):
                 return f.read().strip()
         head.url = harness.wait_until(listening, timeout=20, what="the head's URL")
         harness.wait_until(lambda: head.request("GET", "/v1/nodes").json["nodes"],
-                           timeout=20, what="the local node:\n" + head.log())
+                           timeout=20, what=lambda: "the local node:\n" + head.log())
         self.assertEqual(head.request("PUT", "/v1/queues/q", {}).status, 201)
         # A worker polls for its queue twice a second: all have joined before a stop.
         harness.wait_until(lambda: (lambda n: n and n[0]["workers"] == workers)(
             head.request("GET", "/v1/nodes").json["nodes"]),
-            timeout=20, what="the workers joined:\n" + head.log())
+            timeout=20, what=lambda: "the workers joined:\n" + head.log())
         return head, proc
 
     def exit_status(self, proc, head):
@@ -220,7 +225,7 @@ class HeadLocalNodeTest(unittest.TestCase):
         self.assertEqual(r.status, 201, r)
         harness.wait_until(
             lambda: head.request("GET", "/v1/queues/q").json["counts"]["done"] == 2,
-            timeout=20, what="the workers' tasks:\n" + head.log())
+            timeout=20, what=lambda: "the workers' tasks:\n" + head.log())
         os.killpg(proc.pid, signal.SIGINT)
         self.assertEqual(self.exit_status(proc, head), 0, head.log())
         log = head.log()
@@ -243,7 +248,7 @@ class HeadLocalNodeTest(unittest.TestCase):
         self.assertEqual(r.status, 201, r)
         harness.wait_until(
             lambda: head.request("GET", "/v1/queues/q").json["counts"]["leased"] == 1,
-            timeout=20, what="the task running:\n" + head.log())
+            timeout=20, what=lambda: "the task running:\n" + head.log())
         return head, proc, fifo
 
     def test_ctrl_c_lets_the_local_workers_finish_and_stores_their_results(self):
@@ -252,7 +257,7 @@ class HeadLocalNodeTest(unittest.TestCase):
         head, proc, fifo = self.running_task_on_fifo()
         os.killpg(proc.pid, signal.SIGINT)
         harness.wait_until(lambda: "finishing running tasks" in head.log(), timeout=20,
-                           what="the worker told to stop:\n" + head.log())
+                           what=lambda: "the worker told to stop:\n" + head.log())
         # The head still answers while its node's worker finishes.
         self.assertEqual(head.request("GET", "/v1/queues/q").json["counts"]["leased"], 1)
         with open(fifo, "w") as f:
@@ -269,7 +274,7 @@ class HeadLocalNodeTest(unittest.TestCase):
         head, proc, fifo = self.running_task_on_fifo()
         os.killpg(proc.pid, signal.SIGINT)
         harness.wait_until(lambda: "finishing running tasks" in head.log(), timeout=20,
-                           what="the worker told to stop:\n" + head.log())
+                           what=lambda: "the worker told to stop:\n" + head.log())
         os.killpg(proc.pid, signal.SIGINT)
         # The worker terminates its command (nothing writes to the FIFO) and gives the
         # task back; the head, still up, takes it, then stops.
@@ -293,11 +298,11 @@ class HeadLocalNodeTest(unittest.TestCase):
         pid_file = fifo + ".pid"
         pid = harness.wait_until(
             lambda: os.path.exists(pid_file) and open(pid_file).read().strip(),
-            timeout=20, what="the command's pid:\n" + head.log())
+            timeout=20, what=lambda: "the command's pid:\n" + head.log())
         for stage in ("finishing running tasks", "terminating running commands"):
             os.killpg(proc.pid, signal.SIGINT)
             harness.wait_until(lambda: stage in head.log(), timeout=20,
-                               what=stage + ":\n" + head.log())
+                               what=lambda: stage + ":\n" + head.log())
         self.assertIsNone(proc.poll(), head.log())
         os.killpg(proc.pid, signal.SIGINT)
         self.assertEqual(self.exit_status(proc, head), 0, head.log())
@@ -309,7 +314,7 @@ class HeadLocalNodeTest(unittest.TestCase):
             except ProcessLookupError:
                 return True
             return False
-        harness.wait_until(command_gone, timeout=20, what="the command killed:\n" + head.log())
+        harness.wait_until(command_gone, timeout=20, what=lambda: "the command killed:\n" + head.log())
 
 
 class GpuDetectionTest(NodeTestCase):
@@ -341,7 +346,7 @@ class GpuDetectionTest(NodeTestCase):
         results = harness.wait_until(
             lambda: [t["result"] for t in map(self.task, ids) if t["state"] == "done"]
             if all(self.task(i)["state"] == "done" for i in ids) else None,
-            timeout=30, what="tasks done:\n" + a.log())
+            timeout=30, what=lambda: "tasks done:\n" + a.log())
         self.assertTrue(set(results) <= {"0/PCI_BUS_ID", "1/PCI_BUS_ID"}, results)
         self.assertIn("nvidia-smi", a.log())
 
@@ -356,7 +361,7 @@ class GpuDetectionTest(NodeTestCase):
         pids = self.wait_workers(a, 2)
         ids = self.put("tagged", ["x"] * 6)
         harness.wait_until(lambda: all(self.task(i)["state"] == "dead" for i in ids),
-                           timeout=30, what="the tasks failed:\n" + a.log())
+                           timeout=30, what=lambda: "the tasks failed:\n" + a.log())
         self.assertEqual(a.stop(), 0, a.log())
         log = a.log()
         tagged = re.compile(r"worker ([12]) \(gpu ([01]), pid (\d+)\): muster worker: (.*)")
@@ -498,10 +503,10 @@ class GpuDetectionTest(NodeTestCase):
             a = self.agent(name, args=["--queue", "gpu"] + args, env=env, cmd=["true"])
             a.start()
             harness.wait_until(lambda: "none of the 2 GPUs found " + why in a.log(),
-                               timeout=20, what="the refusal:\n" + a.log())
+                               timeout=20, what=lambda: "the refusal:\n" + a.log())
             self.assertIn("--gpus none for CPU workers", a.log())
             node = harness.wait_until(lambda: self.node(name), timeout=20,
-                                      what="the node registered:\n" + a.log())
+                                      what=lambda: "the node registered:\n" + a.log())
             self.assertEqual((node["workers"], node["gpus"], a.workers()), (0, [], []))
             a.stop()
 
@@ -516,9 +521,9 @@ class GpuDetectionTest(NodeTestCase):
         a.start()
         harness.wait_until(lambda: "--gpus 0 names GPUs, but detection (none) found none on "
                            "this machine: starting no workers (use --gpus none for CPU "
-                           "workers)" in a.log(), timeout=20, what="the refusal:\n" + a.log())
+                           "workers)" in a.log(), timeout=20, what=lambda: "the refusal:\n" + a.log())
         node = harness.wait_until(lambda: self.node("nogpu3"), timeout=20,
-                                  what="the node registered:\n" + a.log())
+                                  what=lambda: "the node registered:\n" + a.log())
         self.assertEqual(node["workers"], 0)
         self.assertEqual(a.workers(), [])
         a.stop()
@@ -560,7 +565,7 @@ class GpuDetectionTest(NodeTestCase):
             self.assertIsNone(self.node("failstart"))
         second = self.agent("failstart").start()
         harness.wait_until(lambda: (self.node("failstart") or {}).get("state") == "active",
-                           what="the next agent registered:\n" + second.log())
+                           what=lambda: "the next agent registered:\n" + second.log())
         self.assertNotIn("taking over", second.log())
         self.assertNotIn("took over", self.head.log())
         self.assertEqual(second.stop(), 0, second.log())
@@ -612,7 +617,7 @@ class AgentLifeTest(NodeTestCase):
             with open(a.log_path) as f:
                 text = f.read()
             return text if "killed by signal 9" in text and "THE LAST LINE" in text else None
-        lines = harness.wait_until(logged, timeout=10, what="the worker's end logged:\n" +
+        lines = harness.wait_until(logged, timeout=10, what=lambda: "the worker's end logged:\n" +
                                    a.log()).splitlines()
         death = next(i for i, line in enumerate(lines) if "killed by signal 9" in line)
         last = [i for i, line in enumerate(lines) if line.endswith(": THE LAST LINE")]
@@ -713,7 +718,7 @@ class AgentLifeTest(NodeTestCase):
             timeout=20, what="the second agent took the name over")
         first.proc.send_signal(signal.SIGCONT)
         harness.wait_until(lambda: "is held by another running agent" in first.log(),
-                           timeout=20, what="the first agent refused:\n" + first.log())
+                           timeout=20, what=lambda: "the first agent refused:\n" + first.log())
         self.assertIn("registered by another agent since", first.log())
         self.assertEqual(self.node("paused")["address"], second.url[len("http://"):])
         self.assertEqual(second.stop(), 0)
@@ -792,7 +797,7 @@ class AgentLifeTest(NodeTestCase):
         node = harness.wait_until(
             lambda: (lambda n: n if n and n["last_seen_ms"] > seen and
                      n["state"] == "active" else None)(self.node("n-quiet")),
-            what="the node registered again:\n" + b.log())
+            what=lambda: "the node registered again:\n" + b.log())
         self.assertIsNone(node["address"], node)
         self.assertIsNone(b.proc.poll(), b.log())
         env = dict(os.environ, MUSTER_URL=self.head.url, MUSTER_TOKEN=self.head.token)
@@ -811,13 +816,13 @@ class AgentLifeTest(NodeTestCase):
         a.start()
         [crash] = self.put("crashy", ["crash"])
         t = harness.wait_until(lambda: (lambda t: t if t["state"] == "dead" else None)(
-            self.task(crash)), timeout=60, what="the crashing task dead:\n" + a.log())
+            self.task(crash)), timeout=60, what=lambda: "the crashing task dead:\n" + a.log())
         self.assertEqual(t["attempts"], 3)
         self.assertIn("crashed", a.log())
         # The worker was restarted and still works.
         [ok] = self.put("crashy", ["fine"])
         done = harness.wait_until(lambda: (lambda t: t if t["state"] == "done" else None)(
-            self.task(ok)), timeout=30, what="a task after the crashes:\n" + a.log())
+            self.task(ok)), timeout=30, what=lambda: "a task after the crashes:\n" + a.log())
         self.assertEqual(done["result"]["payload"], "fine")
 
 
@@ -826,11 +831,11 @@ class QueueLaterTest(NodeTestCase):
         a = self.agent("early", args=["--queue", "later", "--workers", "1"], cmd=["rev"])
         a.start()
         harness.wait_until(lambda: "waiting for queue later" in a.log(), timeout=20,
-                           what="the worker to wait:\n" + a.log())
+                           what=lambda: "the worker to wait:\n" + a.log())
         self.make_queue("later")
         [tid] = self.put("later", ["abc"])
         t = harness.wait_until(lambda: (lambda t: t if t["state"] == "done" else None)(
-            self.task(tid)), timeout=20, what="the task done:\n" + a.log())
+            self.task(tid)), timeout=20, what=lambda: "the task done:\n" + a.log())
         self.assertEqual(t["result"], "cba")
         self.assertNotIn("restarting", a.log())
 
@@ -838,7 +843,7 @@ class QueueLaterTest(NodeTestCase):
         a = self.agent("idle", args=["--queue", "never", "--workers", "2"], cmd=["rev"])
         a.start()
         harness.wait_until(lambda: a.log().count("waiting for queue never") == 2, timeout=20,
-                           what="both workers to wait:\n" + a.log())
+                           what=lambda: "both workers to wait:\n" + a.log())
         self.assertEqual(a.stop(), 0, a.log())
         log = a.log()
         self.assertEqual(log.count("stopped while waiting for queue never; nothing was leased"),
@@ -862,16 +867,17 @@ class HeadAwayTest(NodeTestCase):
     def test_heartbeat_says_once_per_outage_that_the_head_is_back(self):
         self.head.start()
         a = self.agent("away").start()
-        harness.wait_until(lambda: self.node("away"), what="node registered:\n" + a.log())
+        harness.wait_until(lambda: self.node("away"), what=lambda: "node registered:\n" + a.log())
         for outage in (1, 2):
             self.head.kill()
             harness.wait_until(lambda: a.log().count("heartbeat: network") == outage,
-                               what="the agent to miss the head:\n" + a.log())
+                               what=lambda: "the agent to miss the head:\n" + a.log())
             time.sleep(2.5)  # the outage: five heartbeat intervals (the node's 1.5 s / 3)
             self.head.start()
             harness.wait_until(
                 lambda: a.log().count("heartbeat: reached the head again after") == outage,
-                what="the agent to say the head is back:\n" + a.log())
+                timeout=AFTER_RESTART_S, what=lambda: "the agent to say the head is back:\n" +
+                a.log() + "\nthe head:\n" + self.head.log())
         log = a.log()
         self.assertEqual(log.count("(retrying)"), 2, log)
         away = re.findall(r"heartbeat: reached the head again after (\d+\.\d) s\n", log)
@@ -885,10 +891,10 @@ class HeadAwayTest(NodeTestCase):
         # reason is said once; its repeats are not.
         self.head.start()
         a = self.agent("reasons").start()
-        harness.wait_until(lambda: self.node("reasons"), what="node registered:\n" + a.log())
+        harness.wait_until(lambda: self.node("reasons"), what=lambda: "node registered:\n" + a.log())
         self.head.kill()
         harness.wait_until(lambda: "heartbeat: network" in a.log(),
-                           what="the agent to miss the head:\n" + a.log())
+                           what=lambda: "the agent to miss the head:\n" + a.log())
         busy, paths = busy_head(self.head.port)
         try:
             harness.wait_until(lambda: len(paths) >= 4, what="heartbeats answered 503")
@@ -897,7 +903,7 @@ class HeadAwayTest(NodeTestCase):
             busy.server_close()
         self.head.start()
         harness.wait_until(lambda: "heartbeat: reached the head again after" in a.log(),
-                           what="the agent to say the head is back:\n" + a.log())
+                           what=lambda: "the agent to say the head is back:\n" + a.log())
         log = a.log()
         said = [line for line in log.splitlines() if line.endswith("(retrying)")]
         self.assertEqual(len(said), len(set(said)), log)  # no reason twice
@@ -908,10 +914,10 @@ class HeadAwayTest(NodeTestCase):
     def test_an_agent_started_before_its_head_says_when_it_reached_it(self):
         a = self.agent("early").start()
         harness.wait_until(lambda: "register: network" in a.log(),
-                           what="the agent to miss the head:\n" + a.log())
+                           what=lambda: "the agent to miss the head:\n" + a.log())
         self.head.start()
         harness.wait_until(lambda: "registered with the head" in a.log(),
-                           what="the agent to register:\n" + a.log())
+                           what=lambda: "the agent to register:\n" + a.log())
         log = a.log()
         self.assertRegex(log, r"register: reached the head after \d+\.\d s\n")
         self.assertNotIn("again", log)
@@ -942,19 +948,20 @@ class WorkerHeadAwayTest(NodeTestCase):
         for outage in (1, 2):
             self.head.kill()
             harness.wait_until(lambda: a.log().count(said + "network: ") == outage,
-                               what="the worker's heartbeat to fail:\n" + a.log())
+                               what=lambda: "the worker's heartbeat to fail:\n" + a.log())
             harness.wait_until(lambda: a.log().count(slot + "lease from hb: network") == outage,
-                               what="the slot's lease to fail:\n" + a.log())
+                               what=lambda: "the slot's lease to fail:\n" + a.log())
             time.sleep(2)  # the outage: four of the worker's heartbeat intervals (1.5 s / 3)
             self.head.start()
             harness.wait_until(
                 lambda: a.log().count(said + "reached the head again after") == outage,
-                what="the worker to say its heartbeats work again:\n" + a.log())
+                timeout=AFTER_RESTART_S, what=lambda: "the worker to say its heartbeats work "
+                "again:\n" + a.log() + "\nthe head:\n" + self.head.log())
             # A long-poll parked again: the next kill cuts it, a new failure.
-            harness.wait_until(lambda: self.lease_waiters() > 0,
-                               what="the slot's lease parked at the head:\n" + a.log())
+            harness.wait_until(lambda: self.lease_waiters() > 0, timeout=AFTER_RESTART_S,
+                               what=lambda: "the slot's lease parked at the head:\n" + a.log())
         harness.wait_until(lambda: a.log().count(slot + "leasing again\n") == 2,
-                           what="the slot to say it leases again:\n" + a.log())
+                           what=lambda: "the slot to say it leases again:\n" + a.log())
         log = a.log()
         self.assertEqual(log.count(said + "network: "), 2, log)  # once per outage
         self.assertEqual(len(re.findall(re.escape(said) + r"network: .*\(retrying\)\n", log)),
@@ -983,18 +990,18 @@ class CrashWhileHeadAwayTest(NodeTestCase):
         pids = self.wait_workers(a, 2)
         tids = self.put("away", ["a", "b"])
         harness.wait_until(lambda: all(self.task(t)["state"] == "leased" for t in tids),
-                           timeout=20, what="both tasks leased:\n" + a.log())
+                           timeout=20, what=lambda: "both tasks leased:\n" + a.log())
         self.head.kill()
         dead = [self.kill_worker(a, pid) for pid in pids]  # worker ids, in the order they died
         first = "reporting the crash of worker %d: network: " % dead[0]
         harness.wait_until(lambda: first in a.log(),
-                           what="the crash report refused a connection:\n" + a.log())
+                           what=lambda: "the crash report refused a connection:\n" + a.log())
         # Then the head answers 503 (it is starting) for three heartbeats: no answer of the
         # head's either.  The report goes again after each heartbeat, not in a loop.
         busy, paths = busy_head(self.head.port)
         try:
             harness.wait_until(lambda: [m for m, _ in paths].count("POST") >= 3,
-                               what="three heartbeats answered 503:\n" + a.log())
+                               what=lambda: "three heartbeats answered 503:\n" + a.log())
         finally:
             busy.shutdown()
             busy.server_close()
@@ -1007,7 +1014,7 @@ class CrashWhileHeadAwayTest(NodeTestCase):
         for tid in tids:
             task = harness.wait_until(
                 lambda: (lambda t: t if t["error"] == "worker crashed" else None)(self.task(tid)),
-                timeout=20, what="the task's lease lapsed as its worker crashed:\n" + a.log())
+                timeout=20, what=lambda: "the task's lease lapsed as its worker crashed:\n" + a.log())
             self.assertNotIn((task.get("lease") or {}).get("worker"), dead, task)
         for worker_id in dead:
             self.assertEqual(
@@ -1015,7 +1022,7 @@ class CrashWhileHeadAwayTest(NodeTestCase):
         said = harness.wait_until(lambda: (lambda found: found if len(found) == 2 else None)(
             re.findall(r"reported the crash of worker (\d+) after (\d+) tr(?:y|ies), "
                        r"\d+\.\d s after it died: the head ended it \(1 lease lapsed\)\n",
-                       a.log())), what="the agent to say the reports got through:\n" + a.log())
+                       a.log())), what=lambda: "the agent to say the reports got through:\n" + a.log())
         self.assertEqual([int(worker) for worker, _ in said], dead)  # in order
         self.assertGreaterEqual(int(said[0][1]), 3)  # refused, 503, answered
         self.assertEqual(int(said[1][1]), 1)  # it waited behind the first, unsent
@@ -1027,7 +1034,7 @@ class CrashWhileHeadAwayTest(NodeTestCase):
         os.kill(pid, signal.SIGKILL)
         line = harness.wait_until(
             lambda: re.search(r"\(pid %d, worker id (\d+)\) crashed" % pid, agent.log()),
-            what="the agent to see worker pid %d crash:\n%s" % (pid, agent.log()))
+            what=lambda: "the agent to see worker pid %d crash:\n%s" % (pid, agent.log()))
         return int(line.group(1))
 
     def test_a_stop_drops_the_report_the_head_did_not_answer(self):
@@ -1042,7 +1049,7 @@ class CrashWhileHeadAwayTest(NodeTestCase):
         self.head.kill()
         os.kill(pid, signal.SIGKILL)
         harness.wait_until(lambda: "reporting the crash of worker %d: network: " % worker_id
-                           in a.log(), what="the crash report to fail:\n" + a.log())
+                           in a.log(), what=lambda: "the crash report to fail:\n" + a.log())
         a.proc.send_signal(signal.SIGTERM)
         self.assertEqual(a.proc.wait(30), 0, a.log())
         log = a.log()
@@ -1062,7 +1069,7 @@ class KillNineTest(NodeTestCase):
         self.wait_workers(a, 2)
         ids = self.put("slow", ["a", "b"])
         harness.wait_until(lambda: all(self.task(i)["state"] == "leased" for i in ids),
-                           timeout=20, what="both tasks leased:\n" + a.log())
+                           timeout=20, what=lambda: "both tasks leased:\n" + a.log())
         # The commands (and their own children) are running under the workers.
         below = harness.wait_until(
             lambda: (lambda d: d if len(d) >= 2 + 2 * 3 else None)(
@@ -1089,7 +1096,7 @@ class KillNineTest(NodeTestCase):
         [worker] = self.wait_workers(a, 1)
         [tid] = self.put("slow1", ["a"])
         harness.wait_until(lambda: self.task(tid)["state"] == "leased", timeout=20,
-                           what="the task leased:\n" + a.log())
+                           what=lambda: "the task leased:\n" + a.log())
 
         def running():
             """The guard, sh, sleep and python, once python has its own group."""
@@ -1103,11 +1110,11 @@ class KillNineTest(NodeTestCase):
                                [p for p in below if node_harness.alive(p)], a.log()))
         # The agent logs the kill of the python just after it (so wait for the line).
         harness.wait_until(lambda: "died with commands still running" in a.log(), timeout=10,
-                           what="the agent's account of the kill:\n" + a.log())
+                           what=lambda: "the agent's account of the kill:\n" + a.log())
         # The crash report let the lease lapse; the restarted worker runs the task again.
         harness.wait_until(
             lambda: (lambda t: t if t["state"] == "leased" and t["attempts"] == 2 else None)(
-                self.task(tid)), timeout=30, what="the task leased again:\n" + a.log())
+                self.task(tid)), timeout=30, what=lambda: "the task leased again:\n" + a.log())
         self.assertIsNone(a.proc.poll(), "the agent survives its worker")
         self.assertNotIn(worker, a.workers())
 

@@ -295,7 +295,7 @@ class NodeCacheTest(unittest.TestCase):
         scope_dir = os.path.join(self.dir, "cache-ttl", "ttl")
         self.assertEqual(len(os.listdir(scope_dir)), 2)
         harness.wait_until(lambda: len(os.listdir(scope_dir)) == 1, timeout=15,
-                           what="the expired level's file removed:\n" + a.log())
+                           what=lambda: "the expired level's file removed:\n" + a.log())
         self.assertEqual(os.listdir(scope_dir)[0].split("@")[0], "long")
         s = self.stats(a)
         self.assertEqual((s["entries"], s["bytes_cached"], s["expired"]), (1, 700, 1), s)
@@ -318,7 +318,7 @@ class NodeCacheTest(unittest.TestCase):
         r = self.get(a, "kept", "w")
         self.assertEqual((r.status, r.raw), (200, b"3" * 300), r)
         harness.wait_until(lambda: self.stats(a)["expired"] == 1,
-                           what="level 1 removed:\n" + a.log())
+                           what=lambda: "level 1 removed:\n" + a.log())
         self.assertEqual(sorted(f.split("@")[1][:1] for f in os.listdir(scope_dir)),
                          ["2", "3"])
         s = self.stats(a)

@@ -49,7 +49,7 @@ class SharedWorkersTest(AgentsCase):
             r = self.head.request("GET", "/v1/sessions/%s/results?max=1000" % sid)
             self.assertEqual(r.status, 200, r)
             return r.json["results"] if len(r.json["results"]) >= count else None
-        return harness.wait_until(read, timeout=60, what="%d results:\n%s" % (count, agent.log()))
+        return harness.wait_until(read, timeout=60, what=lambda: "%d results:\n%s" % (count, agent.log()))
 
     def submit(self, sid, level, count):
         req = [{"scope": sid, "name": "params", "level": level}]
@@ -142,7 +142,7 @@ class SharedWorkersTest(AgentsCase):
         self.assertEqual(held, ["%s@params@1" % sid], held)  # kept between tasks
         harness.wait_until(
             lambda: not any(os.listdir(os.path.join(links, d)) for d in os.listdir(links)),
-            timeout=15, what="the worker's link of the expired level removed:\n" + a.log())
+            timeout=15, what=lambda: "the worker's link of the expired level removed:\n" + a.log())
         s = a.request("GET", "/v1/node/cache").json
         self.assertEqual((s["entries"], s["bytes_cached"], s["expired"]), (0, 0, 1), s)
 
@@ -161,7 +161,7 @@ class SharedWorkersTest(AgentsCase):
             def done():
                 tasks = [self.head.request("GET", "/v1/tasks/%d" % i).json for i in ids]
                 return tasks if all(t["state"] == "done" for t in tasks) else None
-            return [t["result"] for t in harness.wait_until(done, timeout=60, what=a.log())]
+            return [t["result"] for t in harness.wait_until(done, timeout=60, what=a.log)]
         for x in run(1, 4):
             self.assertEqual((x["level"], x["data"], x["loads"]), (1, "weights-one", 1), x)
         self.put("models", "w", b"weights-two", 2)
@@ -176,7 +176,7 @@ class SharedWorkersTest(AgentsCase):
                                                                            "requires": req}]})
         tid = r.json["tasks"][0]["id"]
         t = harness.wait_until(lambda: (lambda t: t if t["state"] == "dead" else None)(
-            self.head.request("GET", "/v1/tasks/%d" % tid).json), timeout=30, what=b.log())
+            self.head.request("GET", "/v1/tasks/%d" % tid).json), timeout=30, what=b.log)
         self.assertIn("shared_not_found", t["error"])
         self.assertIn("models/w level 2", t["error"])
 
@@ -193,7 +193,7 @@ class SharedWorkersTest(AgentsCase):
             failed = [t for t in tasks if t["attempts"] > 1 or t["error"]]
             self.assertEqual(failed, [], agent.log())
             return tasks if all(t["state"] == "done" for t in tasks) else None
-        return [t["result"] for t in harness.wait_until(done, timeout=60, what=agent.log())]
+        return [t["result"] for t in harness.wait_until(done, timeout=60, what=agent.log)]
 
     def test_level_larger_than_the_cache_runs(self):
         # A level larger than --cache-bytes is dropped once its readers are done, so

@@ -150,9 +150,9 @@ class MigTest(NodeTestCase):
             a = self.start(name, args)
             harness.wait_until(
                 lambda: "none of the 3 GPUs found passes %s: starting no workers" % why
-                in a.log(), timeout=20, what="the refusal:\n" + a.log())
+                in a.log(), timeout=20, what=lambda: "the refusal:\n" + a.log())
             node = harness.wait_until(lambda: self.node(name), timeout=20,
-                                      what="the node registered:\n" + a.log())
+                                      what=lambda: "the node registered:\n" + a.log())
             self.assertEqual((node["gpus"], node["workers"]), ([], 0))
             self.assertEqual(a.workers(), [])
             a.stop()
@@ -164,11 +164,11 @@ class MigTest(NodeTestCase):
         env = {"MUSTER_NVML_LIBRARY": "/nonexistent/libnvidia-ml.so.1"}
         a = self.start("idle1", ["--workers", "2"], env=env, script=FAKE_SMI_IDLE)
         harness.wait_until(lambda: "starting no workers (use --gpus none for CPU workers)"
-                           in a.log(), timeout=20, what="the refusal:\n" + a.log())
+                           in a.log(), timeout=20, what=lambda: "the refusal:\n" + a.log())
         self.assertIn("GPU detection (nvidia-smi): 0 found, 0 used\n", a.log())
         self.assertIn("GPU 0 is in MIG mode and has no MIG instance", a.log())
         node = harness.wait_until(lambda: self.node("idle1"), timeout=20,
-                                  what="the node registered:\n" + a.log())
+                                  what=lambda: "the node registered:\n" + a.log())
         self.assertEqual(node["workers"], 0)
         self.assertEqual(a.workers(), [])
         a.stop()

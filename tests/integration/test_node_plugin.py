@@ -50,7 +50,7 @@ class PluginTest(AgentsCase):
             tasks = [self.head.request("GET", "/v1/tasks/%d" % i).json for i in ids]
             return tasks if all(t["state"] == "done" for t in tasks) else None
         return [t["result"] for t in harness.wait_until(done, timeout=30,
-                                                         what="tasks done:\n" + agent.log())]
+                                                         what=lambda: "tasks done:\n" + agent.log())]
 
     def plugin_log(self):
         with open(self.log_path) as f:
@@ -72,7 +72,7 @@ class PluginTest(AgentsCase):
         self.update({"v": 4})
         harness.wait_until(
             lambda: {int(f[1]) for f in self.plugin_log() if f[0] == "update" and f[2] == "4"}
-            >= pids, what="update 4 at both idle workers:\n" + a.log())
+            >= pids, what=lambda: "update 4 at both idle workers:\n" + a.log())
         entries = self.plugin_log()
         inits = collections.Counter(int(f[1]) for f in entries if f[0] == "init")
         self.assertEqual(dict(inits), {p: 1 for p in pids})
@@ -104,7 +104,7 @@ class PluginTest(AgentsCase):
         t = harness.wait_until(
             lambda: (lambda t: t if t["error"] == "asked to fail" else None)(
                 self.head.request("GET", "/v1/tasks/%d" % tid).json),
-            timeout=20, what="the failure recorded:\n" + a.log())
+            timeout=20, what=lambda: "the failure recorded:\n" + a.log())
         self.assertIn(t["state"], ("queued", "leased", "dead"))
 
 
@@ -163,7 +163,7 @@ class PluginRefusedTest(AgentsCase):
                   args=["--queue", "pool", "--workers", "1", "--plugin", PLUGIN])
         self.agents.append(a)
         a.start()
-        harness.wait_until(lambda: len(a.workers()) == 1, what="a worker:\n" + a.log())
+        harness.wait_until(lambda: len(a.workers()) == 1, what=lambda: "a worker:\n" + a.log())
         self.assertEqual(a.stop(), 0, a.log())
 
     def test_head_refuses_a_plugin_its_local_agent_cannot_load(self):

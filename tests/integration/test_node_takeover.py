@@ -100,11 +100,11 @@ class RestartTakeoverTest(TakeoverCase):
         self.start(first)
         dead = first.lock_info()["instance"]
         harness.wait_until(lambda: (self.node("crash") or {}).get("workers") == 1,
-                           timeout=20, what="the first agent's worker:\n" + first.log())
+                           timeout=20, what=lambda: "the first agent's worker:\n" + first.log())
         blocked = self.put("blocked", "x")
         old_worker = harness.wait_until(
             lambda: (self.task(blocked)["lease"] or {}).get("worker"), timeout=20,
-            what="the blocked task leased:\n" + first.log())
+            what=lambda: "the blocked task leased:\n" + first.log())
         held = self.held_lease("crash", "held")
         below = node_harness.descendants(first.proc.pid)
         first.kill()
@@ -125,12 +125,12 @@ class RestartTakeoverTest(TakeoverCase):
         line = ("node crash: a restarted agent took over from instance %s (its lock proved %s "
                 "gone); 1 workers ended, 1 leases released" % (dead, dead))
         harness.wait_until(lambda: line in self.head.log(), timeout=5,
-                           what="the head's account:\n" + self.head.log())
+                           what=lambda: "the head's account:\n" + self.head.log())
         self.assertEqual(self.task(held)["state"], "queued")
         harness.wait_until(
             lambda: (lambda t: t if t["state"] == "leased" and
                      t["lease"]["worker"] != old_worker else None)(self.task(blocked)),
-            timeout=AT_ONCE_S, what="the blocked task on the new worker:\n" + second.log())
+            timeout=AT_ONCE_S, what=lambda: "the blocked task on the new worker:\n" + second.log())
         # The new node's lock file names the new agent alone, once the agent rewrote it
         # after its registration (on its own thread, after the head already had it).
         info = self.lock_when(second, lambda i: "instance" in i and "previous_instance" not in i,
@@ -141,7 +141,7 @@ class RestartTakeoverTest(TakeoverCase):
         os.write(fd, b"done\n")
         os.close(fd)
         harness.wait_until(lambda: self.task(blocked)["state"] == "done", timeout=20,
-                           what="the task done:\n" + second.log())
+                           what=lambda: "the task done:\n" + second.log())
         self.assertEqual(second.stop(), 0, second.log())
 
     def test_an_agent_that_failed_before_registering_passes_the_instance_on(self):
@@ -158,7 +158,7 @@ class RestartTakeoverTest(TakeoverCase):
         third = self.start(self.agent("chain", "third"))
         self.assertIn("taking over from instance %s" % dead, third.log())
         harness.wait_until(lambda: self.node_at("chain", third), timeout=AT_ONCE_S,
-                           what="the third agent registered at once:\n" + third.log())
+                           what=lambda: "the third agent registered at once:\n" + third.log())
         self.assertIn("took over from instance %s" % dead, self.head.log())
         self.assertEqual(third.stop(), 0, third.log())
 
@@ -194,7 +194,7 @@ class NoTakeoverTest(TakeoverCase):
                         f.write(copy)
                 second = self.start(self.agent("twin", lock, lock=lock))
                 harness.wait_until(lambda: "is held by another running agent" in second.log(),
-                                   timeout=20, what="the refusal:\n" + second.log())
+                                   timeout=20, what=lambda: "the refusal:\n" + second.log())
                 self.assertTrue(self.node_at("twin", first))
                 self.assertNotIn("taking over", second.log())
                 self.assertNotIn("took over", self.head.log())
@@ -292,11 +292,11 @@ class OlderHeadTest(unittest.TestCase):
             agents.append(second)
             start_agent(second)
             harness.wait_until(lambda: len(bodies) == 3, timeout=AT_ONCE_S,
-                               what="the registration without it:\n" + second.log())
+                               what=lambda: "the registration without it:\n" + second.log())
             self.assertEqual(bodies[1].get("previous_instance"), dead)
             self.assertNotIn("previous_instance", bodies[2])
             harness.wait_until(lambda: "registering without it" in second.log(),
-                               what="the agent's account:\n" + second.log())
+                               what=lambda: "the agent's account:\n" + second.log())
             self.assertEqual(second.stop(), 0, second.log())
         finally:
             for a in agents:
@@ -318,7 +318,7 @@ def start_agent(a):
         if a.proc.poll() is not None:
             raise AssertionError("agent exited with %s:\n%s" % (a.proc.returncode, a.log()))
         return info if mine else None
-    a.url = harness.wait_until(ready, timeout=20, what="the agent started:\n" + a.log())["listen"]
+    a.url = harness.wait_until(ready, timeout=20, what=lambda: "the agent started:\n" + a.log())["listen"]
     return a
 
 

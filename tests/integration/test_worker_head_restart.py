@@ -107,7 +107,7 @@ class WorkerHeadRestartTest(unittest.TestCase):
             (task,) = self.tasks("rq")
             return task["state"] == "done" and task
         task = harness.wait_until(done, timeout=15,
-                                  what="the result to be stored:\n" + self.log_of(w))
+                                  what=lambda: "the result to be stored:\n" + self.log_of(w))
         self.assertLess(time.monotonic() - killed, 20)  # far below the 60 s lease
         self.assertEqual(task["result"], "one")
         self.assertEqual(task["attempts"], 1, task)
@@ -139,7 +139,7 @@ class WorkerHeadRestartTest(unittest.TestCase):
         self.head.kill()
         w = self.worker("wq", "tr", "a-z", "A-Z", opts=["--max-tasks", "1"])
         harness.wait_until(lambda: "waiting for the head at " + self.url in self.log_of(w),
-                           timeout=30, what="the worker to wait:\n" + self.log_of(w))
+                           timeout=30, what=lambda: "the worker to wait:\n" + self.log_of(w))
         self.head.start()
         self.ok("put", "--queue", "wq", "hello")
         w.wait(timeout=60)
@@ -168,7 +168,7 @@ class WorkerHeadRestartTest(unittest.TestCase):
         self.procs.append(w)
         waiting = "muster worker: waiting for the head of data dir %s to start" % self.head.data_dir
         harness.wait_until(lambda: waiting in self.log_of(w), timeout=30,
-                           what="the worker to wait:\n" + self.log_of(w))
+                           what=lambda: "the worker to wait:\n" + self.log_of(w))
         self.assertIsNone(w.poll(), self.log_of(w))
         self.head.start()
         self.ok("put", "--queue", "dq", "hello")
@@ -194,7 +194,7 @@ class WorkerHeadRestartTest(unittest.TestCase):
         said = ("trying every second (the URL is from %s/url, which a head killed with -9 "
                 "leaves behind)\n" % self.head.data_dir)
         harness.wait_until(lambda: said in self.log_of(w), timeout=30,
-                           what="the worker to wait:\n" + self.log_of(w))
+                           what=lambda: "the worker to wait:\n" + self.log_of(w))
         w.send_signal(signal.SIGINT)
         self.assertEqual(w.wait(timeout=10), 0, self.log_of(w))
 
