@@ -22,10 +22,11 @@ from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidde
 # The rest is imported on first use (PEP 562), so that `python3 -m muster.worker`, which
 # a node agent runs once per task, does not pay for http.client and friends.
 _LAZY = {
-    "client": ("Client", "Lease", "LeaseList", "Shared", "resolve_token", "resolve_url"),
+    "client": ("Client", "Lease", "LeaseList", "resolve_token", "resolve_url"),
     "coordinated": ("CoordinatedStream",),
     "distcompute": ("WorkerClient", "init"),
     "pool": ("IndexCollision", "Pool", "TaskError", "WorkerInterface"),
+    "shared": ("Shared",),
     "process": ("Process", "find_binary", "is_head_running", "is_node_running", "start_head",
                 "start_node", "start_server"),
 }

@@ -17,6 +17,7 @@ import time
 import urllib.parse
 
 from . import errors
+from .shared import Shared  # noqa: F401 (client.shared; muster.client.Shared as before)
 
 DEFAULT_URL = "http://127.0.0.1:7370"
 DEFAULT_DATA_DIR = "muster-data"
@@ -149,6 +150,15 @@ def _id(what, value):
 
 def _drop_none(d):
     return {k: v for k, v in d.items() if v is not None}
+
+
+def _with_query(path, query):
+    """``path`` with ``query`` (a dict; None values left out, booleans as true/false)."""
+    query = _drop_none(query or {})
+    if not query:
+        return path
+    return path + "?" + urllib.parse.urlencode(
+        {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()})
 
 
 class Lease(dict):
@@ -326,11 +336,7 @@ class Client:
         are left out); ``body`` any JSON value, or bytes sent as they are with
         ``content_type``.  Used by every other method.
         """
-        if query:
-            query = _drop_none(query)
-            if query:
-                path += "?" + urllib.parse.urlencode(
-                    {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()})
+        path = _with_query(path, query)
         headers = {}
         tok = self.token if token is _UNSET else token
         if tok:
@@ -360,25 +366,35 @@ class Client:
                     content_type="application/octet-stream", token=_UNSET):
         """Like :meth:`request` for raw bytes: sends ``body`` (bytes) as it is and returns
         ``(status, headers, body_bytes)`` of a 2xx/3xx reply; errors raise MusterError."""
-        if query:
-            query = _drop_none(query)
-            if query:
-                path += "?" + urllib.parse.urlencode(
-                    {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in query.items()})
+        resp, raw = self._send_raw(method, path, body, query, headers, content_type, token)
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, raw
+
+    def _send_raw(self, method, path, body=None, query=None, headers=None,
+                  content_type="application/octet-stream", token=_UNSET, stream=False):
+        """request_raw's exchange: ``(response, body bytes)`` of a 2xx/3xx reply; errors
+        raise MusterError.  ``body``: bytes or str, or a callable that gives each attempt's
+        body as an iterable of bytes (a streamed upload: its Content-Length in
+        ``headers``, else it is sent chunked).  With ``stream`` a 2xx reply's body is left
+        unread (None): the caller reads it from the response to its end and calls
+        :meth:`_reply_read`, or :meth:`_drop_connection` when it cannot."""
         hdrs = dict(headers or {})
         tok = self.token if token is _UNSET else token
         if tok:
             hdrs["Authorization"] = "Bearer " + tok
         data = None
         if body is not None:
-            data = body.encode() if isinstance(body, str) else bytes(body)
+            if callable(body):
+                data = body
+            else:
+                data = body.encode() if isinstance(body, str) else bytes(body)
             if content_type:
                 hdrs["Content-Type"] = content_type
         elif method in ("POST", "PUT"):
             data = b""
-        resp, raw = self._exchange(method, path, data, hdrs, 0)
+        path = _with_query(path, query)
+        resp, raw = self._exchange(method, path, data, hdrs, 0, stream)
         if resp.status < 400:
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, raw
+            return resp, raw
         try:
             reply = json.loads(raw) if raw else None
         except ValueError:
@@ -401,21 +417,24 @@ class Client:
         if closed:
             self._drop_connection(lost=True)
 
-    def _exchange(self, method, path, data, headers, wait_ms):
+    def _exchange(self, method, path, data, headers, wait_ms, stream=False):
         """One HTTP exchange on this thread's connection: (response, raw body).  A POST
         is sent once: when its connection closes without a reply the server may have
         done it (and died before replying), so it is not sent again; other methods are
-        sent again once on a new connection when a reused one turns out closed."""
+        sent again once on a new connection when a reused one turns out closed.
+        ``data`` may be a callable giving each attempt's body; with ``stream`` a 2xx
+        reply's body is left unread (``_send_raw`` says what the caller then owes)."""
         timeout = self.timeout + (wait_ms or 0) / 1000.0
         self._forget_inherited()
         self._drop_if_closed()
         for attempt in (1, 2):
             conn = self._connection(timeout)
             reused = self._local.used
+            body = data() if callable(data) else data
             try:
-                conn.request(method, self._prefix + path, body=data, headers=headers)
+                conn.request(method, self._prefix + path, body=body, headers=headers)
                 resp = conn.getresponse()
-                raw = resp.read()
+                raw = None if stream and 200 <= resp.status < 300 else resp.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
                     http.client.CannotSendRequest, http.client.BadStatusLine) as e:
                 self._drop_connection(lost=True)
@@ -430,17 +449,24 @@ class Client:
                 self._drop_connection(lost=True)
                 raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url, e)) from e
             except BaseException:
-                # Interrupted mid-exchange (Ctrl-C, an exception from a signal handler):
-                # this connection still owes the reply, or the rest of it, which the next
-                # call would read as its own.  It cannot be used again.
+                # Interrupted mid-exchange (Ctrl-C, an exception from a signal handler, a
+                # streamed body's source that failed): this connection still owes the
+                # reply, or the rest of it, or the server the rest of the body, which the
+                # next call would read as its own.  It cannot be used again.
                 self._drop_connection()
                 raise
-            self._local.used = True
-            self._local.idle_since = time.monotonic()
-            if resp.getheader("Connection", "").lower() == "close":
-                self._drop_connection()
+            if raw is not None:
+                self._reply_read(resp)
             return resp, raw
         raise AssertionError("unreachable")
+
+    def _reply_read(self, resp):
+        """The reply ``resp`` was read to its end: its connection may carry the next
+        request, unless the server said it closes it."""
+        self._local.used = True
+        self._local.idle_since = time.monotonic()
+        if resp.getheader("Connection", "").lower() == "close":
+            self._drop_connection()
 
     # ---- health ----------------------------------------------------------------------
 
@@ -833,63 +859,3 @@ class Client:
 
     def iteration_heartbeat(self, name, body):
         return self.request("POST", "/v1/iterations/%s/heartbeat" % _q(name), body)
-
-
-class Shared:
-    """Shared data (docs/api.md, "Shared data"): versioned blobs ``(scope, name, level)``.
-
-    ``client.shared.set(scope, name, data)`` creates level 1, ``update(scope, name, data,
-    level)`` creates ``level`` (exactly the current level + 1, else ``VersionMismatch``),
-    ``get(scope, name, level=None)`` returns the bytes (``SharedNotFound`` when missing or
-    expired), ``delete`` removes every level, ``list(scope)`` the blobs of a scope.
-    ``scope`` is an open session's id (the blob goes with the session) or a global name.
-    """
-
-    def __init__(self, client):
-        self._c = client
-
-    def _path(self, scope, name=None):
-        return "/v1/shared/" + _q(scope) + ("" if name is None else "/" + _q(name))
-
-    def set(self, scope, name, data, ttl_ms=None, level=None):
-        """Creates the blob at level 1 (or ``level``); returns the reply object.  ``data``
-        is bytes (or a bytes-like object, or str sent as UTF-8)."""
-        if isinstance(data, str):
-            data = data.encode()
-        elif not isinstance(data, (bytes, bytearray, memoryview)):
-            # bytes(5) would be five zero bytes, bytes({...}) a puzzling TypeError
-            raise TypeError("shared data %r in scope %r: expected bytes (or str), got %s; "
-                            "serialise it first (pickle.dumps, json.dumps(...).encode())"
-                            % (name, scope, type(data).__name__))
-        _, _, raw = self._c.request_raw("PUT", self._path(scope, name), data,
-                                        query={"level": level, "ttl_ms": ttl_ms})
-        return json.loads(raw) if raw else None
-
-    def update(self, scope, name, data, level, ttl_ms=None):
-        """Creates level ``level`` (the current level + 1)."""
-        return self.set(scope, name, data, ttl_ms=ttl_ms, level=level)
-
-    def get(self, scope, name, level=None, with_info=False):
-        """The bytes of the newest level (or of ``level``); with ``with_info`` also
-        ``{"level", "etag", "expires_ms"}``."""
-        _, headers, raw = self._c.request_raw("GET", self._path(scope, name), query={"level": level})
-        if not with_info:
-            return raw
-        info = {"level": int(headers.get("x-muster-level", "0") or 0),
-                "etag": headers.get("etag", "").strip('"') or None,
-                "expires_ms": int(headers.get("x-muster-expires-ms", "0") or 0) or None}
-        return raw, info
-
-    def list(self, scope):
-        return self._c.request("GET", self._path(scope))["blobs"]
-
-    def delete(self, scope, name):
-        return self._c.request("DELETE", self._path(scope, name))
-
-    def available(self):
-        """False while the head has no shared-data API (it answers a bare ``not_found``)."""
-        try:
-            self._c.request("GET", self._path("muster-probe"))
-        except errors.MusterError as e:
-            return e.code not in ("not_found", "method_not_allowed")
-        return True

@@ -487,10 +487,12 @@ class TestUrlChecks(unittest.TestCase):
 
 class ScriptedServer:
     """A loopback server that answers each connection's requests from `replies` (None:
-    read the request, then close without answering) and counts its connections."""
+    read the request, then close without answering) and counts its connections;
+    `requests` has their request lines, `bodies` their bodies (of a Content-Length)."""
 
     def __init__(self, *per_connection):
         self.per_connection, self.accepts, self.requests = list(per_connection), 0, []
+        self.bodies = []
         self.closed = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
@@ -510,6 +512,7 @@ class ScriptedServer:
                 length = int(line.split(b":")[1])
         while len(rest) < length:
             rest += conn.recv(65536)
+        self.bodies.append(rest[:length])
         return head.split(b"\r\n")[0], rest[length:]
 
     def _run(self):

@@ -34,8 +34,8 @@ class SharedTest(HeadTestCase):
         for value in (5, {"lr": 0.1}, [1, 2], None):
             with self.assertRaises(TypeError) as cm:
                 sh.set("pytest", "typed", value)
-            self.assertIn("expected bytes (or str), got %s" % type(value).__name__,
-                          str(cm.exception))
+            self.assertIn("expected bytes (or str), a path (os.PathLike) or a file open in "
+                          "binary mode, got %s" % type(value).__name__, str(cm.exception))
         with self.assertRaises(muster.SharedNotFound):
             sh.get("pytest", "typed")
         sh.set("pytest", "typed", "text")
