@@ -509,6 +509,16 @@ class Client:
             wait = min(wait, max(1, int(left * 1000)))
         return max(0, wait)
 
+    # ---- backups ---------------------------------------------------------------------
+
+    def backup(self, name=None):
+        """Has the head write a consistent copy of its state, while it serves, into
+        DATA_DIR/backups/NAME on its own machine (``POST /v1/backup``, admin token):
+        ``name`` (1 to 128 characters of [A-Za-z0-9._-]), else the UTC time.  Returns the
+        reply: {"name", "path", "bytes", "time", "time_ms", "duration_ms", "holds", ...}.
+        A name in use, or a backup already running, raises InvalidState."""
+        return self.request("POST", "/v1/backup", _drop_none({"name": name}))
+
     # ---- queues ----------------------------------------------------------------------
 
     def queues(self):

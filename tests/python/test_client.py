@@ -302,6 +302,26 @@ class TestWorkers(HeadTestCase):
         self.assertEqual(self.c.task(tid)["attempts"], 1)
 
 
+class TestBackup(HeadTestCase):
+    def test_backup_named_and_by_time(self):
+        """The head writes the backup under its data dir and says where; a name in use
+        is refused (409 invalid_state) and the first backup stays."""
+        self.c.put_queue(self.qname())
+        r = self.c.backup("pytest-nightly")
+        where = os.path.join(os.path.realpath(self.head.data_dir), "backups", "pytest-nightly")
+        self.assertEqual((r["name"], os.path.realpath(r["path"])), ("pytest-nightly", where))
+        self.assertTrue(os.path.isfile(os.path.join(r["path"], "muster.db")))
+        self.assertGreaterEqual(r["holds"]["queues"], 1)
+        with self.assertRaises(muster.InvalidState) as cm:
+            self.c.backup("pytest-nightly")
+        self.assertEqual((cm.exception.code, cm.exception.status), ("invalid_state", 409))
+        self.assertIn("backup 'pytest-nightly' exists already", cm.exception.message)
+        self.assertTrue(os.path.isfile(os.path.join(r["path"], "muster.db")))
+        self.assertRegex(self.c.backup()["name"], r"^[0-9]{8}T[0-9]{6}Z$")
+        with self.assertRaises(muster.NameInvalid):
+            self.c.backup("../elsewhere")
+
+
 class TestConnection(HeadTestCase):
     def test_keep_alive_reuses_one_connection(self):
         c = muster.Client(self.head.url, self.head.token)
