@@ -9,7 +9,6 @@ import http.client
 import json
 import operator
 import os
-import re
 import select
 import socket
 import threading
@@ -17,10 +16,11 @@ import time
 import urllib.parse
 
 from . import errors
+from .resolve import (  # noqa: F401 (muster.client's names as before)
+    DEFAULT_DATA_DIR, DEFAULT_URL, _resolve_url_from, data_dir_default, resolve_token,
+    resolve_url, url_problem)
 from .shared import Shared  # noqa: F401 (client.shared; muster.client.Shared as before)
 
-DEFAULT_URL = "http://127.0.0.1:7370"
-DEFAULT_DATA_DIR = "muster-data"
 # A connection idle this long is looked at before reuse: no server closes one sooner
 # (the head waits two minutes), and under load connections are reused at once.
 IDLE_CHECK_S = 0.1
@@ -34,84 +34,6 @@ MIN_POLL_S = 1.0
 _UNSET = object()
 
 
-def _read_data_file_why(data_dir, name):
-    """The first line of DATA_DIR/name, stripped, and None; or None and why it gave none."""
-    try:
-        with open(os.path.join(data_dir, name)) as f:
-            line = f.readline().strip()
-    except OSError as e:
-        return None, e.strerror or str(e)
-    return (line, None) if line else (None, "it is empty")
-
-
-def _read_data_file(data_dir, name):
-    return _read_data_file_why(data_dir, name)[0]
-
-
-def data_dir_default(data_dir=None):
-    """The head's data dir as the CLI finds it: the argument, $MUSTER_DATA_DIR, ./muster-data."""
-    return data_dir or os.environ.get("MUSTER_DATA_DIR") or DEFAULT_DATA_DIR
-
-
-def _resolve_url_from(url=None, data_dir=None):
-    """The URL as the CLI finds it, and what gave it ("url", "MUSTER_URL", a file's path,
-    "the default URL").  A data dir that was named (``data_dir``, $MUSTER_DATA_DIR) but
-    has no url file raises ValueError, as the CLI refuses it: the default URL instead
-    might be another head's."""
-    if url:
-        return url, "url"
-    if os.environ.get("MUSTER_URL"):
-        return os.environ["MUSTER_URL"], "MUSTER_URL"
-    named = "data_dir" if data_dir else "MUSTER_DATA_DIR" if os.environ.get("MUSTER_DATA_DIR") else None
-    found, why = _read_data_file_why(data_dir_default(data_dir), "url")
-    path = os.path.join(data_dir_default(data_dir), "url")
-    if found:
-        return found, path
-    if named:
-        raise ValueError("%s '%s' has no url file (%s: %s), which a head writes while it runs: "
-                         "start the head with this data dir, name the data dir of a running "
-                         "head, or pass url= (or set MUSTER_URL)"
-                         % (named, data_dir_default(data_dir), path, why))
-    return DEFAULT_URL, "the default URL"
-
-
-def resolve_url(url=None, data_dir=None):
-    """url, else $MUSTER_URL, else DATA_DIR/url, else http://127.0.0.1:7370 when no data dir
-    was named (like the CLI; a named one without a url file raises ValueError)."""
-    return _resolve_url_from(url, data_dir)[0]
-
-
-def url_problem(url):
-    """What keeps ``url`` from naming a head, in the CLI's words (src/core/url.c), or None:
-    http:// or https://, a host, an optional port from 1 to 65535, no query or fragment,
-    and no path ending in /v1 (the client adds /v1/... itself)."""
-    scheme = url.split("://", 1)[0].lower() if "://" in url else None
-    if scheme not in ("http", "https"):
-        return "it must start with http:// or https://"
-    rest = url.split("://", 1)[1]
-    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
-    path = rest[len(authority):]
-    host = authority.split("@", 1)[1] if "@" in authority else authority
-    if host.startswith("["):  # an IPv6 literal
-        close = host.find("]")
-        if close <= 1:
-            return "it names no host"
-        port = host[close + 1:]
-    else:
-        port = host[len(re.split(r"[:/?#]", host, maxsplit=1)[0]):]
-        if port == host:
-            return "it names no host"
-    if port and not port.startswith(":"):
-        return "it names no host"
-    if port and not (re.fullmatch(r"[0-9]{1,5}", port[1:]) and 1 <= int(port[1:]) <= 65535):
-        return "its port must be a number from 1 to 65535"
-    if "?" in path or "#" in path:
-        return "it may not have a query or a fragment"
-    if path.rstrip("/").endswith("/v1"):
-        return "it must not end in /v1: give the head's address alone (the client adds /v1/...)"
-    return None
-
-
 def poll_pause_s(asked, wait_ms=None, left=None):
     """How long to pause after a long-poll begun at ``asked`` (a time.monotonic()) came
     back empty: until MIN_POLL_S after it began, or the ``wait_ms`` asked for when shorter
@@ -123,12 +45,6 @@ def poll_pause_s(asked, wait_ms=None, left=None):
     if left is not None:
         span = min(span, left)
     return asked + span - time.monotonic()
-
-
-def resolve_token(token=None, data_dir=None):
-    """token, else $MUSTER_TOKEN, else DATA_DIR/token, else None (like the CLI)."""
-    return token or os.environ.get("MUSTER_TOKEN") or _read_data_file(data_dir_default(data_dir), "token")
-
 
 def _q(part):
     return urllib.parse.quote(str(part), safe="")
