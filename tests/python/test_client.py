@@ -531,7 +531,10 @@ class ScriptedServer:
             if line.lower().startswith(b"content-length:"):
                 length = int(line.split(b":")[1])
         while len(rest) < length:
-            rest += conn.recv(65536)
+            piece = conn.recv(65536)
+            if not piece:  # the client went away mid-body: keep what came
+                break
+            rest += piece
         self.bodies.append(rest[:length])
         return head.split(b"\r\n")[0], rest[length:]
 
