@@ -167,10 +167,10 @@ muster_err_t muster_health(muster_client_t *client);
  * a refusal that names the fix is wrong for no one.  A NULL options pointer,
  * where a call accepts one, still means all defaults.
  *
- * The arrays a call takes (muster_task_spec_t, muster_ack_t) and the structs
- * the library fills (muster_lease_t, muster_result_t, muster_loader_stats_t,
- * muster_shared_info_t, ...) have no size: a change to them is a change of
- * SOVERSION.
+ * The arrays a call takes (muster_task_spec_t, muster_ack_t,
+ * muster_shared_level_t) and the structs the library fills (muster_lease_t,
+ * muster_result_t, muster_loader_stats_t, muster_shared_info_t, ...) have no
+ * size: a change to them is a change of SOVERSION.
  */
 
 /* ---- queues ----------------------------------------------------------- */
@@ -227,6 +227,35 @@ void muster_task_spec_init(muster_task_spec_t *spec);
  */
 muster_err_t muster_put(muster_client_t *client, const char *queue, const muster_task_spec_t *specs,
                         size_t count, int64_t *ids);
+
+/* The most levels of shared data one task may require (docs/api.md, "Tasks
+ * that require shared data"). */
+#define MUSTER_MAX_REQUIRES 16
+
+/* One level of shared data that tasks require: the worker that runs such a
+ * task has the level as a local file first (docs/shared-data.md, "Workers").
+ * An array element like muster_task_spec_t, so it has no size ("option
+ * structs" above). */
+typedef struct {
+  const char *scope; /* a session id or a global name */
+  const char *name;  /* the blob's name in its scope */
+  int64_t level;     /* the level, 1 or more (muster_shared_stat gives the newest) */
+} muster_shared_level_t;
+
+/*
+ * muster_put, where every one of the `count` tasks requires the `nlevels`
+ * levels of `levels` (0 to MUSTER_MAX_REQUIRES; 0: none, as muster_put).
+ * Refused before anything is sent: more than MUSTER_MAX_REQUIRES levels, a
+ * NULL scope or name, or a level below 1 (MUSTER_INVALID), and a scope or
+ * name that breaks the name rule (MUSTER_NAME_INVALID); the message names
+ * the element ("requires[1].level: 0, expected 1 or more").  The head does
+ * not check that the levels exist: a worker that leases a task before its
+ * level is uploaded fails it (docs/shared-data.md).
+ */
+muster_err_t muster_put_requiring(muster_client_t *client, const char *queue,
+                                  const muster_task_spec_t *specs, size_t count,
+                                  const muster_shared_level_t *levels, size_t nlevels,
+                                  int64_t *ids);
 /* The task object as JSON (muster_free). */
 muster_err_t muster_task_get(muster_client_t *client, int64_t id, char **json);
 /* Lists tasks of `queue`, optionally in `state` (NULL: all), with id > `after`,
@@ -625,6 +654,12 @@ muster_err_t muster_session_heartbeat(muster_client_t *client, const char *id);
 muster_err_t muster_session_put(muster_client_t *client, const char *id,
                                 const muster_task_spec_t *specs, size_t count, int64_t *ids,
                                 int64_t *indexes);
+/* muster_session_put, where every task requires the `nlevels` levels of
+ * `levels`, checked as muster_put_requiring checks them. */
+muster_err_t muster_session_put_requiring(muster_client_t *client, const char *id,
+                                          const muster_task_spec_t *specs, size_t count,
+                                          const muster_shared_level_t *levels, size_t nlevels,
+                                          int64_t *ids, int64_t *indexes);
 
 typedef enum {
   MUSTER_ORDER_SUBMISSION, /* by index: cursor is the first index wanted */
@@ -729,6 +764,11 @@ typedef struct {
    * negative: muster_pool_open refuses it (MUSTER_INVALID), as it does
    * timeout_ms and heartbeat_ms below -1. */
   int64_t request_timeout_ms;
+  /* Added later too: the shared data every task of the pool requires (as
+   * muster_session_put_requiring; copied at open, which refuses what that
+   * call would); NULL and 0: none. */
+  const muster_shared_level_t *required;
+  size_t required_count;
 } muster_pool_opts_t;
 
 void muster_pool_opts_init_sized(muster_pool_opts_t *opts, size_t size);
@@ -966,6 +1006,13 @@ muster_err_t muster_shared_get(muster_client_t *client, const char *scope, const
 muster_err_t muster_shared_get_fd(muster_client_t *client, const char *scope, const char *name,
                                   int fd, const muster_shared_opts_t *opts,
                                   muster_shared_info_t *info);
+/* What the head holds of level `level` (0: the newest) without its bytes (a
+ * HEAD request): info->level, size, checksum and expires_ms (the ttl fields
+ * are 0).  MUSTER_SHARED_NOT_FOUND when that level is not stored now (never
+ * made, expired, deleted, or a session scope that is not open); a HEAD reply
+ * has no body, so the message is the library's. */
+muster_err_t muster_shared_stat(muster_client_t *client, const char *scope, const char *name,
+                                int64_t level, muster_shared_info_t *info);
 /* Deletes every level; *levels (may be NULL) gets how many there were. */
 muster_err_t muster_shared_delete(muster_client_t *client, const char *scope, const char *name,
                                   int64_t *levels);

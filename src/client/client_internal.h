@@ -233,6 +233,28 @@ muster_err_t lease_next_body(muster_client_t *client, const muster_ack_t *acks, 
                              const char *queue, int64_t worker, size_t max, int64_t updates_after,
                              jtext_buf_t *b);
 
+/* ---- the shared data tasks require (requires.c) ---- */
+
+/* MUSTER_OK when the `n` levels of `levels` may be sent as a task's
+ * "requires"; else MUSTER_INVALID or MUSTER_NAME_INVALID, with the element
+ * named in `why` ("requires[1].level: 0, expected 1 or more"). */
+muster_err_t requires_problem(const muster_shared_level_t *levels, size_t n, char *why,
+                              size_t size);
+/* requires_problem for a call on a handle: the reason is its message. */
+muster_err_t requires_check(muster_client_t *client, const muster_shared_level_t *levels, size_t n);
+/* The checked `levels` as the JSON array of "requires" (new reference);
+ * NULL when memory ran out. */
+json_t *requires_tree(const muster_shared_level_t *levels, size_t n);
+/* A copy of the checked `levels`, strings included, for requires_free; NULL
+ * when memory ran out. */
+muster_shared_level_t *requires_copy(const muster_shared_level_t *levels, size_t n);
+void requires_free(muster_shared_level_t *levels, size_t n);
+
+/* Writes the body of a put whose every task requires `required` (a JSON
+ * array of requires_tree; NULL: none), as task_put_body does. */
+muster_err_t task_put_body_requiring(muster_client_t *client, const muster_task_spec_t *specs,
+                                     size_t count, const json_t *required, jtext_buf_t *b);
+
 /* Reads integer field `key` of `obj`; *out = `fallback` when absent or null.
  * Returns 0, or -1 when the field has another type. */
 int client_get_int(const json_t *obj, const char *key, int64_t fallback, int64_t *out);

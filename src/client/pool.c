@@ -54,6 +54,8 @@ struct muster_pool {
   int hb_stop;
   int64_t hb_period_ms;
   int64_t request_timeout_ms; /* each request's (long-polls add their wait); 0: the client's */
+  muster_shared_level_t *required; /* what every task requires (the caller's, copied) */
+  size_t required_count;
   pthread_mutex_t mu;
   pthread_cond_t cond;
 };
@@ -278,6 +280,9 @@ static const char *pool_opts_problem(muster_pool_opts_t *opts, const muster_pool
   if (problem == NULL)
     problem = client_min_problem(why, size, "request_timeout_ms", opts->request_timeout_ms, 0,
                                  "a time in milliseconds, or 0 for the default (60000)");
+  if (problem == NULL &&
+      requires_problem(opts->required, opts->required_count, why, size) != MUSTER_OK)
+    problem = why;
   return problem;
 }
 
@@ -318,7 +323,10 @@ muster_err_t muster_pool_open(const muster_pool_opts_t *caller, muster_pool_t **
   pthread_mutex_init(&pool->mu, NULL);
   pool->keep_session = opts.keep_session;
   pool->request_timeout_ms = opts.request_timeout_ms;
-  muster_err_t err = pool_start(pool, &opts);
+  pool->required_count = opts.required_count;
+  pool->required = requires_copy(opts.required, opts.required_count);
+  muster_err_t err = pool->required == NULL ? pool_fail(pool, MUSTER_NOMEM, "out of memory")
+                                            : pool_start(pool, &opts);
   if (err != MUSTER_OK)
     return pool_open_failed(pool, err, message);
   *out = pool;
@@ -336,6 +344,7 @@ void muster_pool_close(muster_pool_t *pool) {
   pthread_mutex_destroy(&pool->mu);
   free(pool->queue);
   free(pool->session);
+  requires_free(pool->required, pool->required_count);
   free(pool);
 }
 
@@ -361,7 +370,8 @@ static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *in
   muster_err_t err;
   int64_t give_up = pool_now_ms() + (pool->timeout_ms > 0 ? pool->timeout_ms : 0);
   for (int attempt = 0;; attempt++) {
-    err = muster_session_put(pool->client, pool->session, specs, count, NULL, NULL);
+    err = muster_session_put_requiring(pool->client, pool->session, specs, count, pool->required,
+                                       pool->required_count, NULL, NULL);
     if (err != MUSTER_NETWORK && err != MUSTER_UNAVAILABLE)
       break;
     if (attempt > 0 && pool_now_ms() >= give_up)

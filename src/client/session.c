@@ -174,9 +174,10 @@ muster_err_t muster_session_close(muster_client_t *client, const char *id, int64
 
 /* ---- submitting -------------------------------------------------------------- */
 
-/* The wire element of session task `spec` (element `i`) into *out. */
+/* The wire element of session task `spec` (element `i`) into *out, with
+ * `required` (NULL: none) as its "requires". */
 static muster_err_t session_task_json(muster_client_t *client, const muster_task_spec_t *spec,
-                                      size_t i, json_t **out) {
+                                      size_t i, json_t *required, json_t **out) {
   if (spec->key != NULL || spec->session != NULL || spec->delay_ms != 0)
     return client_fail(client, MUSTER_INVALID,
                        "tasks[%zu]: a session task takes no key, session or delay", i);
@@ -193,6 +194,8 @@ static muster_err_t session_task_json(muster_client_t *client, const muster_task
     rc = json_object_set_new(elem, "priority", json_integer((json_int_t)spec->priority));
   if (rc == 0 && spec->index >= 0)
     rc = json_object_set_new(elem, "index", json_integer((json_int_t)spec->index));
+  if (rc == 0 && required != NULL)
+    rc = json_object_set(elem, "requires", required);
   if (rc != 0) {
     json_decref(elem);
     return client_fail(client, MUSTER_NOMEM, "out of memory");
@@ -201,9 +204,10 @@ static muster_err_t session_task_json(muster_client_t *client, const muster_task
   return MUSTER_OK;
 }
 
-/* Builds {"tasks": [...]} from `specs` into *out (new reference). */
+/* Builds {"tasks": [...]} from `specs`, each requiring `required` (NULL:
+ * nothing), into *out (new reference). */
 static muster_err_t session_put_body(muster_client_t *client, const muster_task_spec_t *specs,
-                                     size_t count, json_t **out) {
+                                     size_t count, json_t *required, json_t **out) {
   json_t *list = json_array();
   json_t *body = json_object();
   muster_err_t err = MUSTER_OK;
@@ -211,7 +215,7 @@ static muster_err_t session_put_body(muster_client_t *client, const muster_task_
     err = client_fail(client, MUSTER_NOMEM, "out of memory");
   for (size_t i = 0; err == MUSTER_OK && i < count; i++) {
     json_t *elem = NULL;
-    err = session_task_json(client, &specs[i], i, &elem);
+    err = session_task_json(client, &specs[i], i, required, &elem);
     if (err == MUSTER_OK && json_array_append_new(list, elem) != 0)
       err = client_fail(client, MUSTER_NOMEM, "out of memory");
   }
@@ -246,6 +250,13 @@ static muster_err_t session_put_reply(muster_client_t *client, json_t *reply, si
 muster_err_t muster_session_put(muster_client_t *client, const char *id,
                                 const muster_task_spec_t *specs, size_t count, int64_t *ids,
                                 int64_t *indexes) {
+  return muster_session_put_requiring(client, id, specs, count, NULL, 0, ids, indexes);
+}
+
+muster_err_t muster_session_put_requiring(muster_client_t *client, const char *id,
+                                          const muster_task_spec_t *specs, size_t count,
+                                          const muster_shared_level_t *levels, size_t nlevels,
+                                          int64_t *ids, int64_t *indexes) {
   if (client == NULL)
     return MUSTER_INVALID;
   if (specs == NULL && count > 0)
@@ -255,13 +266,18 @@ muster_err_t muster_session_put(muster_client_t *client, const char *id,
                        TASK_MAX_BATCH);
   char path[SESSION_PATH_MAX];
   muster_err_t err = session_path(client, path, sizeof path, id, "/tasks");
-  json_t *body = NULL, *reply = NULL;
   if (err == MUSTER_OK)
-    err = session_put_body(client, specs, count, &body);
+    err = requires_check(client, levels, nlevels);
+  json_t *required = NULL, *body = NULL, *reply = NULL;
+  if (err == MUSTER_OK && nlevels > 0 && (required = requires_tree(levels, nlevels)) == NULL)
+    err = client_fail(client, MUSTER_NOMEM, "out of memory");
+  if (err == MUSTER_OK)
+    err = session_put_body(client, specs, count, required, &body);
   if (err == MUSTER_OK)
     err = client_call(client, "POST", path, body, 0, &reply);
   if (err == MUSTER_OK)
     err = session_put_reply(client, reply, count, ids, indexes);
+  json_decref(required);
   json_decref(body);
   json_decref(reply);
   return err;

@@ -40,7 +40,7 @@ typedef struct {
   XXH64_state_t *hash; /* of the downloaded bytes */
   int64_t received;
   int write_errno;
-  char etag[32], level[32], expires[32];
+  char etag[32], level[32], expires[32], length[32];
   muster_progress_fn progress;
   void *user;
   shared_cancel_t *cancel; /* ends the transfer from another thread (NULL: none) */
@@ -112,8 +112,9 @@ static size_t shared_header(char *line, size_t size, size_t nmemb, void *arg) {
   size_t len = size * nmemb;
   if (len > 5 && strncmp(line, "HTTP/", 5) == 0) {
     x->status = strtol(strchr(line, ' ') ? strchr(line, ' ') + 1 : "0", NULL, 10);
-    x->etag[0] = x->level[0] = x->expires[0] = '\0';
+    x->etag[0] = x->level[0] = x->expires[0] = x->length[0] = '\0';
   }
+  shared_header_value(line, len, "Content-Length", x->length, sizeof x->length);
   shared_header_value(line, len, "ETag", x->etag, sizeof x->etag);
   shared_header_value(line, len, "X-Muster-Level", x->level, sizeof x->level);
   shared_header_value(line, len, "X-Muster-Expires-Ms", x->expires, sizeof x->expires);
@@ -216,6 +217,8 @@ static void shared_setopt(CURL *curl, muster_client_t *client, const char *metho
     curl_easy_setopt(curl, CURLOPT_READFUNCTION, shared_read);
     curl_easy_setopt(curl, CURLOPT_READDATA, x);
     curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, (curl_off_t)upload_len);
+  } else if (strcmp(method, "HEAD") == 0) {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L); /* the headers alone: no body follows */
   } else if (strcmp(method, "GET") != 0) {
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
   }
@@ -472,6 +475,58 @@ muster_err_t shared_get_fd_cancellable(muster_client_t *client, const char *scop
               .user = opts.user,
               .cancel = cancel};
   return shared_fetch(client, scope, name, opts.level, &x, info);
+}
+
+/* The failure of a HEAD whose reply came without a body (a HEAD's never has
+ * one): the code its status stands for, said in the library's words. */
+static muster_err_t shared_stat_error(muster_client_t *client, const char *scope, const char *name,
+                                      int64_t level) {
+  int status = client->status;
+  if (status == 404 && level > 0)
+    return client_fail(client, MUSTER_SHARED_NOT_FOUND,
+                       "shared data not found: level %lld of '%s' in scope '%s'", (long long)level,
+                       name, scope);
+  if (status == 404)
+    return client_fail(client, MUSTER_SHARED_NOT_FOUND,
+                       "shared data not found: '%s' in scope '%s' has no level now", name, scope);
+  muster_err_t err = MUSTER_PROTOCOL;
+  for (int code = 1; code < MUSTER_ERR_COUNT && err == MUSTER_PROTOCOL; code++)
+    if (muster_err_http_status((muster_err_t)code) == status)
+      err = (muster_err_t)code; /* the first code of that status: the most general one */
+  return client_fail(client, err, "%s (HEAD /v1/shared/%s/%s answered HTTP %d)",
+                     muster_strerror(err), scope, name, status);
+}
+
+muster_err_t muster_shared_stat(muster_client_t *client, const char *scope, const char *name,
+                                int64_t level, muster_shared_info_t *info) {
+  if (client == NULL)
+    return MUSTER_INVALID;
+  char path[SHARED_PATH_MAX];
+  muster_err_t err = client_check_min(client, "level", level, 0, "1 or more, or 0 for the newest");
+  if (err == MUSTER_OK)
+    err = shared_path(client, path, scope, name, level, -1);
+  if (err != MUSTER_OK)
+    return err;
+  xfer_t x = {.client = client, .in_fd = -1, .out_fd = -1};
+  err = shared_perform(client, "HEAD", path, &x, 0, 0);
+  if (err != MUSTER_OK && client->status >= 400 && client->reply.len == 0)
+    err = shared_stat_error(client, scope, name, level);
+  if (err != MUSTER_OK)
+    return err;
+  if (strtoll(x.level, NULL, 10) < 1)
+    return client_fail(client, MUSTER_PROTOCOL,
+                       "the reply to HEAD %s/%s names no level (no X-Muster-Level): is the URL a "
+                       "muster head's?",
+                       scope, name);
+  if (info) {
+    memset(info, 0, sizeof *info);
+    info->level = strtoll(x.level, NULL, 10);
+    info->size = strtoll(x.length, NULL, 10);
+    info->expires_ms = strtoll(x.expires, NULL, 10);
+    snprintf(info->checksum, sizeof info->checksum, "%.16s", x.etag);
+  }
+  client_ok(client);
+  return MUSTER_OK;
 }
 
 muster_err_t muster_shared_delete(muster_client_t *client, const char *scope, const char *name,

@@ -66,11 +66,12 @@ static bool task_utf8(const char *text) {
 }
 
 /* Appends the wire element for `spec` (tasks[`i`]): its fields in the order
- * the old tree had them, so the bytes are the same.  Fails with
- * MUSTER_INVALID naming tasks[`i`] when the payload is missing or not JSON,
- * or a key or session is not UTF-8, checked in the old order. */
+ * the old tree had them, so the bytes are the same, and then "requires" when
+ * `required` (its JSON text) is not NULL.  Fails with MUSTER_INVALID naming
+ * tasks[`i`] when the payload is missing or not JSON, or a key or session is
+ * not UTF-8, checked in the old order. */
 static muster_err_t task_add_spec(muster_client_t *client, const muster_task_spec_t *spec, size_t i,
-                                  jtext_buf_t *b) {
+                                  const char *required, jtext_buf_t *b) {
   if (spec->payload == NULL)
     return client_fail(client, MUSTER_INVALID, "tasks[%zu].payload: required", i);
   if (!task_utf8(spec->key))
@@ -87,21 +88,35 @@ static muster_err_t task_add_spec(muster_client_t *client, const muster_task_spe
   if ((err = task_add_text(client, b, "key", spec->key, i)) != MUSTER_OK ||
       (err = task_add_text(client, b, "session", spec->session, i)) != MUSTER_OK)
     return err;
+  if (required != NULL) {
+    JTEXT_ADD_LITERAL(b, ",\"requires\":");
+    jtext_add(b, required, strlen(required));
+  }
   JTEXT_ADD_LITERAL(b, "}");
   return MUSTER_OK;
 }
 
 muster_err_t task_put_body(muster_client_t *client, const muster_task_spec_t *specs, size_t count,
                            jtext_buf_t *b) {
+  return task_put_body_requiring(client, specs, count, NULL, b);
+}
+
+muster_err_t task_put_body_requiring(muster_client_t *client, const muster_task_spec_t *specs,
+                                     size_t count, const json_t *required, jtext_buf_t *b) {
+  char *text = required != NULL ? client_dump_value(required) : NULL;
+  if (required != NULL && text == NULL)
+    return client_fail(client, MUSTER_NOMEM, "out of memory");
   jtext_reset(b);
   JTEXT_ADD_LITERAL(b, "{\"tasks\":[");
-  for (size_t i = 0; i < count; i++) {
+  muster_err_t err = MUSTER_OK;
+  for (size_t i = 0; err == MUSTER_OK && i < count; i++) {
     if (i > 0)
       JTEXT_ADD_LITERAL(b, ",");
-    muster_err_t err = task_add_spec(client, &specs[i], i, b);
-    if (err != MUSTER_OK)
-      return err;
+    err = task_add_spec(client, &specs[i], i, text, b);
   }
+  free(text);
+  if (err != MUSTER_OK)
+    return err;
   JTEXT_ADD_LITERAL(b, "]}");
   return b->failed ? client_fail(client, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
@@ -162,17 +177,30 @@ static muster_err_t task_reply_ids(muster_client_t *client, const char *path, si
 
 muster_err_t muster_put(muster_client_t *client, const char *queue, const muster_task_spec_t *specs,
                         size_t count, int64_t *ids) {
+  return muster_put_requiring(client, queue, specs, count, NULL, 0, ids);
+}
+
+muster_err_t muster_put_requiring(muster_client_t *client, const char *queue,
+                                  const muster_task_spec_t *specs, size_t count,
+                                  const muster_shared_level_t *levels, size_t nlevels,
+                                  int64_t *ids) {
   if (client == NULL)
     return MUSTER_INVALID;
   if (queue == NULL || (specs == NULL && count > 0))
     return client_fail(client, MUSTER_INVALID, "a queue and the task specs are required");
   char path[TASK_PATH_MAX];
   muster_err_t err = client_path(client, path, sizeof path, "/v1/queues/%s/tasks", queue);
+  if (err == MUSTER_OK)
+    err = requires_check(client, levels, nlevels);
   if (err != MUSTER_OK)
     return err;
-  if ((err = task_put_body(client, specs, count, &client->body)) != MUSTER_OK)
-    return err;
-  err = client_call_text(client, "POST", path, client->body.data, 0);
+  json_t *required = nlevels > 0 ? requires_tree(levels, nlevels) : NULL;
+  if (nlevels > 0 && required == NULL)
+    return client_fail(client, MUSTER_NOMEM, "out of memory");
+  err = task_put_body_requiring(client, specs, count, required, &client->body);
+  json_decref(required);
+  if (err == MUSTER_OK)
+    err = client_call_text(client, "POST", path, client->body.data, 0);
   if (err == MUSTER_OK)
     err = task_reply_ids(client, path, count, ids);
   return err;

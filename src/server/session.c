@@ -407,20 +407,30 @@ static json_t *submit_reply(const int64_t *ids, const int64_t *idx, size_t n, fa
   return reply;
 }
 
+/* True when a task's stored "requires" (column text, NULL: none) is `sent`,
+ * a submitted task's: both were written by jv_encode from the same JSON, so
+ * a batch sent again gives the same text. */
+static bool submit_same_requires(const unsigned char *stored, const char *sent) {
+  if (stored == NULL || sent == NULL)
+    return stored == NULL && sent == NULL;
+  return strcmp((const char *)stored, sent) == 0;
+}
+
 /*
  * A batch sent again after its reply was lost (the head committed it, then
  * the connection or the head went down): every index explicit and in use by
- * a task of the session with the same payload and priority, none requiring
- * shared data.  ids[i] gets those tasks' ids.  Checked only once the batch
- * failed on its first task's index, so nothing of it was inserted.
+ * a task of the session with the same payload, priority and requires (the
+ * shared data it requires, or none).  ids[i] gets those tasks' ids.  Checked
+ * only once the batch failed on its first task's index, so nothing of it was
+ * inserted.
  */
 static bool submit_is_repeat(store_t *st, const session_t *ss, const submit_spec_t *specs, size_t n,
                              int64_t *ids) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT id, payload, priority FROM tasks WHERE session = ?1"
-                                   " AND queue = ?2 AND idx = ?3");
+  sqlite3_stmt *s = store_stmt(st, "SELECT id, payload, priority, requires FROM tasks"
+                                   " WHERE session = ?1 AND queue = ?2 AND idx = ?3");
   bool same = s != NULL;
   for (size_t i = 0; same && i < n; i++) {
-    same = specs[i].index >= 0 && specs[i].requires == NULL;
+    same = specs[i].index >= 0;
     if (!same)
       break;
     store_bind_text(s, 1, ss->id);
@@ -428,7 +438,8 @@ static bool submit_is_repeat(store_t *st, const session_t *ss, const submit_spec
     sqlite3_bind_int64(s, 3, specs[i].index);
     same = sqlite3_step(s) == SQLITE_ROW &&
            strcmp((const char *)sqlite3_column_text(s, 1), specs[i].payload) == 0 &&
-           sqlite3_column_int64(s, 2) == specs[i].priority;
+           sqlite3_column_int64(s, 2) == specs[i].priority &&
+           submit_same_requires(sqlite3_column_text(s, 3), specs[i].requires);
     ids[i] = same ? sqlite3_column_int64(s, 0) : 0;
     store_reset(s);
   }

@@ -773,6 +773,42 @@ static void test_pool_refusals(muster_client_t *c) {
   muster_pool_close(pool);
 }
 
+/* A pool whose tasks require shared data: every task it puts carries the
+ * levels, which it copied at open (the caller's strings may change after);
+ * bad levels are refused at open, before a queue or session is made. */
+static void test_pool_required(muster_client_t *c) {
+  muster_shared_level_t bad[] = {{"ctest", "w", 1}, {"ctest", "v", 0}};
+  muster_pool_opts_t opts;
+  ctest_pool_opts(&opts, head_url, "cp-required");
+  opts.required = bad;
+  opts.required_count = 2;
+  check_open_said(&opts, "requires[1].level: 0, expected 1 or more", __LINE__);
+  opts.required_count = MUSTER_MAX_REQUIRES + 1;
+  check_open_said(&opts, "requires: 17 levels, at most 16 allowed", __LINE__);
+  CHECK_ERR(c, muster_queue_get(c, "cp-required", NULL), MUSTER_QUEUE_NOT_FOUND);
+
+  char scope[16] = "cp-scope";
+  muster_shared_level_t levels[] = {{scope, "weights", 3}};
+  opts.required = levels;
+  opts.required_count = 1;
+  muster_pool_t *pool = NULL;
+  CHECK_OK(c, muster_pool_open(&opts, &pool, NULL));
+  if (pool == NULL)
+    return;
+  snprintf(scope, sizeof scope, "changed");
+  const char *inputs[] = {"1", "2"};
+  muster_pool_iter_t *it = NULL;
+  CHECK_POOL(pool, muster_pool_imap(pool, inputs, 2, 1, &it));
+  muster_pool_iter_free(it);
+  char *reply = NULL;
+  CHECK_OK(c, muster_request(c, "POST", "/v1/queues/cp-required/lease", "{\"max\":10}", &reply));
+  const char *want = "\"requires\":[{\"scope\":\"cp-scope\",\"name\":\"weights\",\"level\":3}]";
+  const char *first = reply ? strstr(reply, want) : NULL;
+  CHECK(first != NULL && strstr(first + 1, want) != NULL); /* both tasks */
+  muster_free(reply);
+  muster_pool_close(pool);
+}
+
 int main(int argc, char **argv) {
   if (!ctest_use_test_url(TOKEN)) {
     const char *bin = muster_bin(argv[0]);
@@ -795,6 +831,7 @@ int main(int argc, char **argv) {
       {"exactly once", test_exactly_once},
       {"close and expiry", test_close_and_expiry},
       {"pool refusals", test_pool_refusals},
+      {"pool required", test_pool_required},
   };
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
     int64_t start = now_ms();

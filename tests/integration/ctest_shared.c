@@ -2,7 +2,8 @@
  * ctest_shared.c — libmuster's shared-data calls against a real head:
  * set, update, refused levels, get to a buffer and to a file descriptor,
  * uploads from a file descriptor (sized and chunked), progress, list, delete,
- * negative numbers refused, and the connect timeout of a transfer.
+ * negative numbers refused, a level's facts without its bytes (stat), tasks
+ * put requiring levels, and the connect timeout of a transfer.
  *
  * Starts `$MUSTER_BIN head --listen 127.0.0.1:0 --server-only
  * --shared-keep-levels 2` with a temporary data dir, like ctest_client.c
@@ -204,6 +205,109 @@ static void test_refused_negatives(muster_client_t *c) {
   CHECK(levels == 1);
 }
 
+/* muster_shared_stat: a level's number, size and checksum without its bytes
+ * (a HEAD), and a missing level said in the library's words, since a HEAD
+ * reply has no body to carry the head's. */
+static void test_stat(muster_client_t *c) {
+  muster_shared_info_t set, got;
+  CHECK_OK(c, muster_shared_set(c, "ctest", "stat", "one", 3, -1, NULL));
+  CHECK_OK(c, muster_shared_update(c, "ctest", "stat", 2, "two!", 4, -1, &set));
+  CHECK_OK(c, muster_shared_stat(c, "ctest", "stat", 0, &got));
+  CHECK(got.level == 2 && got.size == 4 && strcmp(got.checksum, set.checksum) == 0);
+  CHECK(got.expires_ms == set.expires_ms && got.ttl_ms == 0);
+  CHECK_OK(c, muster_shared_stat(c, "ctest", "stat", 1, &got));
+  CHECK(got.level == 1 && got.size == 3);
+  CHECK_ERR(c, muster_shared_stat(c, "ctest", "stat", 7, &got), MUSTER_SHARED_NOT_FOUND);
+  CHECK(strcmp(muster_client_message(c),
+               "shared data not found: level 7 of 'stat' in scope 'ctest'") == 0);
+  CHECK_ERR(c, muster_shared_stat(c, "ctest", "nothing", 0, NULL), MUSTER_SHARED_NOT_FOUND);
+  CHECK(strcmp(muster_client_message(c),
+               "shared data not found: 'nothing' in scope 'ctest' has no level now") == 0);
+  CHECK_ERR(c, muster_shared_stat(c, "ctest", "stat", -1, NULL), MUSTER_INVALID);
+  muster_client_t *stranger = NULL;
+  CHECK_OK(stranger, muster_client_new(head_url, "not-the-token", &stranger));
+  CHECK_ERR(stranger, muster_shared_stat(stranger, "ctest", "stat", 0, NULL), MUSTER_UNAUTHORIZED);
+  CHECK(contains(muster_client_message(stranger), "answered HTTP 401"));
+  muster_client_free(stranger);
+}
+
+/* Non-zero when task `id` (muster_task_get) holds `want` in its JSON. */
+static int requires_is(muster_client_t *c, int64_t id, const char *want) {
+  char *json = NULL;
+  int same = muster_task_get(c, id, &json) == MUSTER_OK && contains(json, want);
+  muster_free(json);
+  return same;
+}
+
+/* muster_put_requiring and (below) muster_session_put_requiring: every task
+ * of the call carries the levels; bad levels are refused before anything is
+ * sent. */
+static void test_put_requiring(muster_client_t *c) {
+  CHECK_OK(c, muster_queue_put(c, "ctest-rq", NULL, NULL));
+  muster_task_spec_t specs[2];
+  muster_task_spec_init(&specs[0]);
+  muster_task_spec_init(&specs[1]);
+  specs[0].payload = "1";
+  specs[1].payload = "2";
+  muster_shared_level_t levels[MUSTER_MAX_REQUIRES + 1] = {{"ctest", "stat", 2},
+                                                           {"s-0123456789abcdef", "table", 1}};
+  int64_t ids[2];
+  const char *want = "\"requires\":[{\"scope\":\"ctest\",\"name\":\"stat\",\"level\":2},"
+                     "{\"scope\":\"s-0123456789abcdef\",\"name\":\"table\",\"level\":1}]";
+  CHECK_OK(c, muster_put_requiring(c, "ctest-rq", specs, 2, levels, 2, ids));
+  CHECK(requires_is(c, ids[0], want) && requires_is(c, ids[1], want));
+  CHECK_OK(c, muster_put_requiring(c, "ctest-rq", specs, 1, NULL, 0, ids));
+  CHECK(!requires_is(c, ids[0], "requires"));
+
+  levels[1].level = 0;
+  CHECK_ERR(c, muster_put_requiring(c, "ctest-rq", specs, 2, levels, 2, NULL), MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c), "requires[1].level: 0, expected 1 or more") == 0);
+  levels[1].level = 1;
+  levels[1].name = NULL;
+  CHECK_ERR(c, muster_put_requiring(c, "ctest-rq", specs, 2, levels, 2, NULL), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "requires[1]: scope, name and level are all required"));
+  levels[1].name = "a b";
+  CHECK_ERR(c, muster_put_requiring(c, "ctest-rq", specs, 2, levels, 2, NULL), MUSTER_NAME_INVALID);
+  CHECK(contains(muster_client_message(c), "requires[1].name 'a b': use 1 to 128 characters"));
+  for (size_t i = 0; i <= MUSTER_MAX_REQUIRES; i++)
+    levels[i] = (muster_shared_level_t){"ctest", "stat", 1};
+  CHECK_ERR(c, muster_put_requiring(c, "ctest-rq", specs, 2, levels, MUSTER_MAX_REQUIRES + 1, NULL),
+            MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c), "requires: 17 levels, at most 16 allowed") == 0);
+  CHECK_ERR(c, muster_put_requiring(c, "ctest-rq", specs, 2, NULL, 1, NULL), MUSTER_INVALID);
+  char *json = NULL;
+  CHECK_OK(c, muster_queue_get(c, "ctest-rq", &json));
+  CHECK(json && contains(json, "\"queued\":3")); /* the refused puts stored nothing */
+  muster_free(json);
+}
+
+static void test_session_put_requiring(muster_client_t *c) {
+  muster_session_opts_t sopts;
+  muster_session_opts_init(&sopts);
+  sopts.queue = "ctest-rq";
+  char *sid = NULL;
+  CHECK_OK(c, muster_session_create(c, &sopts, &sid, NULL));
+  muster_task_spec_t specs[2];
+  muster_task_spec_init(&specs[0]);
+  muster_task_spec_init(&specs[1]);
+  specs[0].payload = "1";
+  specs[1].payload = "2";
+  muster_shared_level_t levels[] = {{sid, "table", 3}};
+  int64_t ids[2], indexes[2];
+  CHECK_OK(c, muster_session_put_requiring(c, sid, specs, 2, levels, 1, ids, indexes));
+  char session_want[128];
+  snprintf(session_want, sizeof session_want,
+           "\"requires\":[{\"scope\":\"%s\",\"name\":\"table\",\"level\":3}]", sid);
+  CHECK(indexes[0] == 0 && indexes[1] == 1);
+  CHECK(requires_is(c, ids[0], session_want) && requires_is(c, ids[1], session_want));
+  levels[0].level = -4;
+  CHECK_ERR(c, muster_session_put_requiring(c, sid, specs, 2, levels, 1, ids, indexes),
+            MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c), "requires[0].level: -4, expected 1 or more") == 0);
+  CHECK_OK(c, muster_session_close(c, sid, NULL));
+  muster_free(sid);
+}
+
 /* A transfer to a host that never completes the connection fails within the
  * handle's timeout, in the words of the JSON calls (libcurl's own connect
  * timeout, 300 s, used to hold it).  The bound is loose: only a wait far
@@ -248,6 +352,9 @@ int main(int argc, char **argv) {
   test_fd_transfers(c);
   test_list_delete_and_session(c);
   test_refused_negatives(c);
+  test_stat(c);
+  test_put_requiring(c);
+  test_session_put_requiring(c);
   test_connect_timeout();
   muster_client_free(c);
   ctest_head_stop();
