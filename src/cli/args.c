@@ -168,6 +168,10 @@ static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli
     args->values[idx] = argv[++*i];
   else
     return cli_usage_error(cmd, "option '--%s' needs a value (%s)", opt->name, opt->metavar);
+  if (args->ngiven == CLI_MAX_VALUES)
+    return cli_usage_error(cmd, "too many options: at most %d values may be given", CLI_MAX_VALUES);
+  args->given[args->ngiven] = args->values[idx];
+  args->given_opt[args->ngiven++] = idx;
   return CLI_OK;
 }
 
@@ -232,6 +236,18 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, char **pos, cli_args_
 const char *cli_opt(const cli_args_t *args, const char *name) {
   int idx = cli_find_opt(args->cmd, name, strlen(name));
   return idx < 0 ? NULL : args->values[idx];
+}
+
+int cli_opt_values(const cli_args_t *args, const char *name, const char **out, int max) {
+  int idx = cli_find_opt(args->cmd, name, strlen(name)), count = 0;
+  for (int i = 0; idx >= 0 && i < args->ngiven; i++) {
+    if (args->given_opt[i] != idx)
+      continue;
+    if (count < max)
+      out[count] = args->given[i];
+    count++;
+  }
+  return count;
 }
 
 int cli_flag(const cli_args_t *args, const char *name) {

@@ -26,6 +26,9 @@
 #define CLI_HELP_MIN_WIDTH 22
 
 #define CLI_MAX_OPTS 24 /* options per command, global ones included */
+/* Values of options one command line may give, every occurrence counted (an
+ * option that may be repeated, such as --requires, is read from them). */
+#define CLI_MAX_VALUES 64
 /* The largest --concurrency of a command worker; `muster node` checks it too,
  * so that an agent never starts workers that refuse their own arguments. */
 #define CLI_MAX_CONCURRENCY 1024
@@ -59,6 +62,11 @@ typedef struct cli_args {
   int npos;
   int dashdash;             /* non-zero when "--" separated the positional arguments */
   int npos_before_dashdash; /* of them, those before "--" (npos when there was none) */
+  /* Every value given, in order, with its option's index: what cli_opt_values
+   * reads for an option that may be repeated (values[] keeps the last). */
+  const char *given[CLI_MAX_VALUES];
+  int given_opt[CLI_MAX_VALUES];
+  int ngiven;
 } cli_args_t;
 
 /* ---- args.c ---- */
@@ -84,6 +92,10 @@ void cli_usage(const cli_cmd_t *cmd, FILE *out);
 void cli_print_item(FILE *out, const char *left, const char *help, int width);
 /* The value of option `name` ("" for a set flag), or NULL when not given. */
 const char *cli_opt(const cli_args_t *args, const char *name);
+/* For an option that may be repeated (`--requires A --requires B`): its
+ * values in the order given, up to `max` of them into `out`.  Returns how
+ * many were given (0 when none), which may be more than `max`. */
+int cli_opt_values(const cli_args_t *args, const char *name, const char **out, int max);
 /* Non-zero when flag `name` was given. */
 int cli_flag(const cli_args_t *args, const char *name);
 /*
@@ -185,6 +197,29 @@ void cli_say_batch_unanswered(const char *noun, const char *printed, const char 
 void cli_print_pretty(const char *text);
 /* Percent-encodes `name` for a path into `out` (size bytes); -1 if too long. */
 int cli_escape(const char *name, char *out, size_t size);
+
+/* ---- requires.c: --requires of the commands that put tasks ---- */
+
+/* The levels of shared data every task of a command requires
+ * (--requires SCOPE/NAME@N, repeated up to MUSTER_MAX_REQUIRES times). */
+typedef struct {
+  muster_shared_level_t levels[MUSTER_MAX_REQUIRES]; /* scope and name point into store */
+  char store[MUSTER_MAX_REQUIRES][2 * 128 + 32];     /* each value, split in place */
+  size_t count;
+} cli_requires_t;
+
+/* The help of --requires SCOPE/NAME@N, the same for every command that takes it. */
+#define CLI_REQUIRES_HELP                                                                          \
+  "every task requires level N of shared data SCOPE/NAME (no @N: the newest level now); "          \
+  "repeatable, up to 16 times"
+/* Reads every --requires of `args` into *req, asking the head nothing; a
+ * value without @N gets level 0 (cli_requires_resolve).  CLI_OK, or
+ * CLI_USAGE after saying which value breaks which rule. */
+int cli_requires_parse(const cli_args_t *args, cli_requires_t *req);
+/* Replaces each level 0 of *req with the newest level the head holds now
+ * (a HEAD request each).  CLI_OK, or CLI_FAIL after saying which could not
+ * be had and that nothing was put. */
+int cli_requires_resolve(muster_client_t *client, cli_requires_t *req);
 
 /* ---- commands (cmd_*.c) ---- */
 

@@ -42,6 +42,7 @@ const cli_opt_t cmd_map_opts[] = {
     {"init-data", "JSON", "the session's init_data, handed to the workers"},
     {"timeout-ms", "MS", "session heartbeat timeout (default: the head's)"},
     {"quiet", NULL, "no progress bar, even on a terminal"},
+    {"requires", "SCOPE/NAME@N", CLI_REQUIRES_HELP},
     {NULL, NULL, NULL},
 };
 
@@ -348,38 +349,66 @@ static int map_say_none(const cli_args_t *args) {
   return CLI_FAIL;
 }
 
-int cmd_map(cli_args_t *args) {
-  if (cli_opt(args, "queue") == NULL)
-    return cli_usage_error(args->cmd, "'map' needs --queue Q");
-  muster_pool_opts_t opts;
-  int rc = map_pool_opts(args, &opts);
-  cli_inputs_t in;
-  if (rc != CLI_OK || (rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in)) != CLI_OK)
-    return rc;
-  if (in.count == 0)
-    return map_say_none(args);
+/* The newest levels that --requires left open, asked of the head before the
+ * pool opens (it opens a session and may make the queue). */
+static int map_resolve(const cli_args_t *args, cli_requires_t *req) {
+  int left_open = 0;
+  for (size_t i = 0; i < req->count; i++)
+    left_open |= req->levels[i].level == 0;
+  if (!left_open)
+    return CLI_OK;
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc == CLI_OK)
+    rc = cli_requires_resolve(client, req);
+  muster_client_free(client);
+  return rc;
+}
+
+/* Opens the pool of `opts`, submits the inputs and prints their results. */
+static int map_run(const cli_args_t *args, const muster_pool_opts_t *opts, const cli_inputs_t *in) {
   muster_pool_t *pool = NULL;
   char *message = NULL;
-  muster_err_t err = muster_pool_open(&opts, &pool, &message);
+  muster_err_t err = muster_pool_open(opts, &pool, &message);
   if (err != MUSTER_OK) {
     cli_error_message(err, message);
     muster_free(message);
-    cli_inputs_free(&in);
     return CLI_FAIL;
   }
   struct sigaction sa = {.sa_handler = map_on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   muster_pool_iter_t *it = NULL;
-  err = muster_pool_imap(pool, (const char *const *)in.texts, in.count, cli_flag(args, "ordered"),
+  int rc;
+  err = muster_pool_imap(pool, (const char *const *)in->texts, in->count, cli_flag(args, "ordered"),
                          &it);
-  if (err != MUSTER_OK) {
+  if (err != MUSTER_OK)
     rc = cli_error_message(err, muster_pool_message(pool));
-  } else {
+  else
     rc = map_drain(args, pool, it);
-  }
   muster_pool_iter_free(it);
   muster_pool_close(pool);
+  return rc;
+}
+
+int cmd_map(cli_args_t *args) {
+  if (cli_opt(args, "queue") == NULL)
+    return cli_usage_error(args->cmd, "'map' needs --queue Q");
+  muster_pool_opts_t opts;
+  cli_requires_t req;
+  int rc = map_pool_opts(args, &opts);
+  if (rc == CLI_OK)
+    rc = cli_requires_parse(args, &req);
+  cli_inputs_t in;
+  if (rc != CLI_OK || (rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in)) != CLI_OK)
+    return rc;
+  if (in.count == 0)
+    return map_say_none(args);
+  rc = map_resolve(args, &req);
+  opts.required = req.levels;
+  opts.required_count = req.count;
+  if (rc == CLI_OK)
+    rc = map_run(args, &opts, &in);
   cli_inputs_free(&in);
   return rc;
 }

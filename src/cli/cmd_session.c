@@ -47,6 +47,7 @@ const cli_opt_t cmd_session_create_opts[] = {
 
 const cli_opt_t cmd_session_put_opts[] = {
     {"json", NULL, "parse each input line as JSON instead of sending it as a string"},
+    {"requires", "SCOPE/NAME@N", CLI_REQUIRES_HELP},
     {NULL, NULL, NULL},
 };
 
@@ -225,9 +226,10 @@ static void session_say_lost_batch(const muster_client_t *client, const char *id
   cli_say_batch_unanswered("input", "indexes", check, at, n, total);
 }
 
-/* Sends the inputs in batches at the session's next indexes; prints "INDEX\tTASK". */
-static int session_put_all(const cli_args_t *args, muster_client_t *client,
-                           const cli_inputs_t *in) {
+/* Sends the inputs in batches at the session's next indexes, each task
+ * requiring `req`; prints "INDEX\tTASK". */
+static int session_put_all(const cli_args_t *args, muster_client_t *client, const cli_inputs_t *in,
+                           const cli_requires_t *req) {
   muster_task_spec_t *specs = calloc(SESSION_PUT_BATCH, sizeof *specs);
   int64_t *ids = calloc(SESSION_PUT_BATCH, sizeof *ids);
   int64_t *indexes = calloc(SESSION_PUT_BATCH, sizeof *indexes);
@@ -238,7 +240,8 @@ static int session_put_all(const cli_args_t *args, muster_client_t *client,
       muster_task_spec_init(&specs[i]);
       specs[i].payload = in->texts[at + i];
     }
-    muster_err_t err = muster_session_put(client, args->pos[0], specs, n, ids, indexes);
+    muster_err_t err = muster_session_put_requiring(client, args->pos[0], specs, n, req->levels,
+                                                    req->count, ids, indexes);
     if (err != MUSTER_OK) {
       rc = cli_error(client, err);
       if (err == MUSTER_NETWORK)
@@ -275,19 +278,26 @@ static int session_put_none(const cli_args_t *args, muster_client_t *client) {
   return CLI_FAIL;
 }
 
-static int session_put(cli_args_t *args, muster_client_t *client) {
+static int session_put(cli_args_t *args, muster_client_t *client, cli_requires_t *req) {
   cli_inputs_t in;
   int rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in);
   if (rc == CLI_OK && in.count == 0)
     rc = session_put_none(args, client);
-  if (rc == CLI_OK)
-    rc = session_put_all(args, client, &in);
+  else if (rc == CLI_OK && (rc = cli_requires_resolve(client, req)) == CLI_OK)
+    rc = session_put_all(args, client, &in, req);
   cli_inputs_free(&in);
   return rc;
 }
 
+/* --requires is checked before anything is read or sent. */
 int cmd_session_put(cli_args_t *args) {
-  return session_with_client(args, session_put);
+  cli_requires_t req;
+  muster_client_t *client = NULL;
+  int rc = cli_requires_parse(args, &req);
+  if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK)
+    rc = session_put(args, client, &req);
+  muster_client_free(client);
+  return rc;
 }
 
 /* ---- results ------------------------------------------------------------------------------ */

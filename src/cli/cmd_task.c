@@ -241,9 +241,9 @@ static void put_say_lost_batch(const cli_args_t *args, const muster_client_t *cl
   cli_say_batch_unanswered("payload", "ids", check, at, n, total);
 }
 
-/* Sends the payloads in batches and prints the ids. */
+/* Sends the payloads in batches, each task requiring `req`, and prints the ids. */
 static int put_send(const cli_args_t *args, muster_client_t *client, const put_list_t *list,
-                    const muster_task_spec_t *base) {
+                    const muster_task_spec_t *base, const cli_requires_t *req) {
   muster_task_spec_t *specs = calloc(PUT_BATCH, sizeof *specs);
   int64_t *ids = calloc(PUT_BATCH, sizeof *ids);
   int rc = specs && ids ? CLI_OK : CLI_FAIL;
@@ -253,7 +253,8 @@ static int put_send(const cli_args_t *args, muster_client_t *client, const put_l
       specs[i] = *base;
       specs[i].payload = list->texts[at + i];
     }
-    muster_err_t err = muster_put(client, cli_opt(args, "queue"), specs, n, ids);
+    muster_err_t err = muster_put_requiring(client, cli_opt(args, "queue"), specs, n, req->levels,
+                                            req->count, ids);
     if (err != MUSTER_OK) {
       rc = cli_error(client, err);
       if (err == MUSTER_NETWORK)
@@ -293,14 +294,31 @@ static int put_say_none(const cli_args_t *args, muster_client_t *client, const c
   return CLI_FAIL;
 }
 
+/* The part of put that talks to the head, once every payload was read: the
+ * newest levels that --requires left open, then the batches. */
+static int put_connected(const cli_args_t *args, const put_list_t *list,
+                         const muster_task_spec_t *base, cli_requires_t *req, const char *file) {
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc == CLI_OK && list->count == 0)
+    rc = put_say_none(args, client, file);
+  else if (rc == CLI_OK && (rc = cli_requires_resolve(client, req)) == CLI_OK)
+    rc = put_send(args, client, list, base, req);
+  muster_client_free(client);
+  return rc;
+}
+
 int cmd_put(cli_args_t *args) {
   if (cli_opt(args, "queue") == NULL)
     return cli_usage_error(args->cmd, "'put' needs --queue Q");
   muster_task_spec_t base;
   muster_task_spec_init(&base);
+  cli_requires_t req;
   int rc = cli_opt_int_range(args, "priority", 0, INT32_MIN, INT32_MAX, &base.priority);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "delay-ms", 0, 0, &base.delay_ms);
+  if (rc == CLI_OK)
+    rc = cli_requires_parse(args, &req);
   if (rc != CLI_OK)
     return rc;
   base.key = cli_opt(args, "key");
@@ -326,10 +344,8 @@ int cmd_put(cli_args_t *args) {
   if (rc == CLI_OK && base.key != NULL && list.count > 1)
     rc =
         cli_usage_error(args->cmd, "--key names one task, but %zu payloads were given", list.count);
-  muster_client_t *client = NULL;
-  if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK)
-    rc = list.count == 0 ? put_say_none(args, client, file) : put_send(args, client, &list, &base);
-  muster_client_free(client);
+  if (rc == CLI_OK)
+    rc = put_connected(args, &list, &base, &req, file);
   put_list_free(&list);
   return rc;
 }

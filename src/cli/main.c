@@ -39,6 +39,7 @@ static const cli_opt_t put_opts[] = {
     {"key", "K", "idempotency key (one payload only): a repeated key stores nothing"},
     {"json", NULL, "parse each payload as JSON instead of sending it as a string"},
     {"file", "FILE", "read the payloads from FILE ('-': stdin) instead of arguments"},
+    {"requires", "SCOPE/NAME@N", CLI_REQUIRES_HELP},
     {NULL, NULL, NULL},
 };
 
@@ -119,12 +120,17 @@ static const char put_details[] =
     "--json a JSON array (one task per element) or JSON lines.  `--json FILE`,\n"
     "where FILE is not itself JSON, reads FILE the same way (the DistCompute\n"
     "tracker's `--json jobs.json`).\n\n"
+    "With --requires SCOPE/NAME@N every task requires level N of that shared\n"
+    "data: the worker that runs it has the level as a local file first\n"
+    "(MUSTER_SHARED_<NAME>).  Without @N the head is asked for the newest level\n"
+    "before anything is put, and every task requires that one.\n\n"
     "examples:\n"
     "  muster put --queue resize a.jpg b.jpg\n"
     "  ls *.jpg | muster put --queue resize\n"
     "  muster put --queue resize --json '{\"url\": \"a.jpg\", \"width\": 640}'\n"
     "  muster put --queue scrape --file jobs.txt\n"
-    "  muster put --queue scrape --json jobs.json\n";
+    "  muster put --queue scrape --json jobs.json\n"
+    "  muster put --queue score --requires models/weights@2 a.jpg b.jpg\n";
 
 static const char lease_details[] =
     "Prints one JSON object per lease and line: {\"task\", \"token\", \"payload\",\n"

@@ -1,0 +1,125 @@
+/*
+ * requires.c — `--requires SCOPE/NAME@N`, the shared data every task
+ * of `muster put`, `muster session put` and `muster map` requires
+ * (docs/shared-data.md, "Tasks that require shared data").
+ *
+ * The form cannot be read two ways: scopes and names are letters, digits,
+ * '.', '_' and '-' only (core/names.h), so the first '/' ends the scope and
+ * an '@' starts the level.  Every value is checked before anything is read
+ * from stdin or sent, so a bad one stops the command with nothing put.
+ *
+ * A value without @N means the newest level the head holds when the
+ * command runs: one HEAD request per such value (muster_shared_stat), made
+ * before the first task is sent, so the tasks carry that number and a later
+ * update does not change what they read.  A blob without a level then
+ * stops the command with nothing put; a number cannot be made up for it.
+ */
+#include "cli/cli.h"
+#include "core/names.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Splits `text` into scope, name and level (0: none given) in `entry`'s
+ * storage.  CLI_OK, or CLI_USAGE after saying which rule it breaks. */
+static int requires_split(const cli_args_t *args, const char *text, char *store, size_t size,
+                          muster_shared_level_t *entry) {
+  const char *slash = strchr(text, '/');
+  if (slash == NULL)
+    return cli_usage_error(args->cmd,
+                           "--requires '%s': expected SCOPE/NAME@N (models/weights@2), or "
+                           "SCOPE/NAME for the newest level",
+                           text);
+  if (strlen(text) >= size) /* a scope or name longer than the rule allows */
+    return cli_usage_error(
+        args->cmd, "--requires '%.60s...': too long: scope and name each " NAME_RULE_TEXT, text);
+  snprintf(store, size, "%s", text);
+  char *scope = store, *name = store + (slash - text) + 1;
+  name[-1] = '\0';
+  char *at = strchr(name, '@');
+  if (at != NULL)
+    *at++ = '\0';
+  if (!name_is_valid(scope))
+    return cli_usage_error(args->cmd, "--requires '%s': scope '%s': " NAME_RULE_TEXT, text, scope);
+  if (!name_is_valid(name))
+    return cli_usage_error(args->cmd, "--requires '%s': name '%s': " NAME_RULE_TEXT, text, name);
+  entry->scope = scope;
+  entry->name = name;
+  entry->level = 0;
+  if (at == NULL)
+    return CLI_OK;
+  char *end = NULL;
+  errno = 0;
+  long long level = strtoll(at, &end, 10);
+  if (at[0] < '0' || at[0] > '9' || *end != '\0' || errno == ERANGE)
+    return cli_usage_error(args->cmd,
+                           "--requires '%s': level '%s': expected a whole number, 1 or more "
+                           "(or no @N for the newest)",
+                           text, at);
+  if (level < 1)
+    return cli_usage_error(args->cmd, "--requires '%s': level %lld: levels count from 1", text,
+                           level);
+  entry->level = (int64_t)level;
+  return CLI_OK;
+}
+
+/* CLI_USAGE after saying so when entry `i` names the blob of an earlier one:
+ * a task requires one level of each blob. */
+static int requires_check_twice(const cli_args_t *args, const cli_requires_t *req, size_t i,
+                                const char *const *texts) {
+  for (size_t j = 0; j < i; j++)
+    if (strcmp(req->levels[j].scope, req->levels[i].scope) == 0 &&
+        strcmp(req->levels[j].name, req->levels[i].name) == 0)
+      return cli_usage_error(args->cmd,
+                             "--requires '%s': %s/%s is required already ('%s'): a task "
+                             "requires one level of each blob",
+                             texts[i], req->levels[i].scope, req->levels[i].name, texts[j]);
+  return CLI_OK;
+}
+
+int cli_requires_parse(const cli_args_t *args, cli_requires_t *req) {
+  memset(req, 0, sizeof *req);
+  const char *texts[MUSTER_MAX_REQUIRES];
+  int given = cli_opt_values(args, "requires", texts, MUSTER_MAX_REQUIRES);
+  if (given > MUSTER_MAX_REQUIRES)
+    return cli_usage_error(args->cmd,
+                           "--requires: given %d times; a task requires at most %d levels of "
+                           "shared data",
+                           given, MUSTER_MAX_REQUIRES);
+  for (int i = 0; i < given; i++) {
+    int rc = requires_split(args, texts[i], req->store[i], sizeof req->store[i], &req->levels[i]);
+    if (rc == CLI_OK)
+      rc = requires_check_twice(args, req, (size_t)i, texts);
+    if (rc != CLI_OK)
+      return rc;
+    req->count++;
+  }
+  return CLI_OK;
+}
+
+int cli_requires_resolve(muster_client_t *client, cli_requires_t *req) {
+  for (size_t i = 0; i < req->count; i++) {
+    muster_shared_level_t *entry = &req->levels[i];
+    if (entry->level > 0)
+      continue;
+    muster_shared_info_t info;
+    muster_err_t err = muster_shared_stat(client, entry->scope, entry->name, 0, &info);
+    if (err == MUSTER_OK) {
+      entry->level = info.level;
+      continue;
+    }
+    fprintf(stderr, "muster: %s: --requires %s/%s: %s\n", muster_err_name(err), entry->scope,
+            entry->name, muster_client_message(client));
+    if (err == MUSTER_SHARED_NOT_FOUND)
+      fprintf(stderr,
+              "muster: nothing was put: without @N the newest level is required, and there "
+              "is none; upload one first ('muster shared put %s %s FILE')\n",
+              entry->scope, entry->name);
+    else
+      fprintf(stderr, "muster: nothing was put: the newest level of %s/%s could not be asked\n",
+              entry->scope, entry->name);
+    return CLI_FAIL;
+  }
+  return CLI_OK;
+}
