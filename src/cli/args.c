@@ -14,6 +14,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,18 @@ const cli_opt_t cli_client_opts[] = {
      "default ./muster-data)"},
     {NULL, NULL, NULL},
 };
+
+/* Options that may be given more than once, each value kept (cli_opt_values
+ * reads them).  A second, different value of any other option is refused:
+ * `--queue a --queue b` would serve b alone. */
+static const char *const cli_repeating[] = {"requires", NULL};
+
+static bool cli_opt_repeats(const cli_opt_t *opt) {
+  for (int i = 0; cli_repeating[i] != NULL; i++)
+    if (strcmp(opt->name, cli_repeating[i]) == 0)
+      return true;
+  return false;
+}
 
 static int cli_count_opts(const cli_opt_t *opts) {
   int n = 0;
@@ -162,12 +175,18 @@ static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli
   }
   /* A following "--" is the end of the options, not a value: `--gpus -- cat`
    * forgot the list (a value that is "--" is given as `--error=--`). */
+  const char *before = args->values[idx], *value;
   if (eq)
-    args->values[idx] = eq + 1;
+    value = eq + 1;
   else if (*i + 1 < argc && strcmp(argv[*i + 1], "--") != 0)
-    args->values[idx] = argv[++*i];
+    value = argv[++*i];
   else
     return cli_usage_error(cmd, "option '--%s' needs a value (%s)", opt->name, opt->metavar);
+  if (before != NULL && strcmp(before, value) != 0 && !cli_opt_repeats(opt))
+    return cli_usage_error(cmd,
+                           "option '--%s' was given twice, '%s' and then '%s': it takes one value",
+                           opt->name, before, value);
+  args->values[idx] = value;
   if (args->ngiven == CLI_MAX_VALUES)
     return cli_usage_error(cmd, "too many options: at most %d values may be given", CLI_MAX_VALUES);
   args->given[args->ngiven] = args->values[idx];
