@@ -408,8 +408,9 @@ static json_t *submit_reply(const int64_t *ids, const int64_t *idx, size_t n, fa
 }
 
 /* True when a task's stored "requires" (column text, NULL: none) is `sent`,
- * a submitted task's: both were written by jv_encode from the same JSON, so
- * a batch sent again gives the same text. */
+ * a submitted task's: shared_requires_parse wrote both with the keys of each
+ * entry in one order, so the same levels give the same text however a client
+ * ordered the keys (the order of the entries counts). */
 static bool submit_same_requires(const unsigned char *stored, const char *sent) {
   if (stored == NULL || sent == NULL)
     return stored == NULL && sent == NULL;

@@ -509,7 +509,11 @@ void shared_files_sweep(store_t *st, const char *data_dir) {
 
 /* ---- tasks that require shared data ---- */
 
-static muster_err_t requires_one(const json_t *req, const char *ctx, size_t i, fail_t *f) {
+/* Checks entry `i` and appends it to `out` with its keys in one order (scope,
+ * name, level), so that equal lists have equal text whatever order a client
+ * wrote: a session put sent again compares the text (submit_is_repeat). */
+static muster_err_t requires_one(const json_t *req, const char *ctx, size_t i, json_t *out,
+                                 fail_t *f) {
   static const char *const allowed[] = {"scope", "name", "level", NULL};
   char at[64];
   const char *scope, *name;
@@ -528,6 +532,11 @@ static muster_err_t requires_one(const json_t *req, const char *ctx, size_t i, f
     snprintf(why, sizeof why, "%s", f->message);
     return fail_set(f, MUSTER_NAME_INVALID, "%s: %s", at, why);
   }
+  json_t *entry = json_object();
+  if (entry == NULL || json_object_set_new(entry, "scope", json_string(scope)) ||
+      json_object_set_new(entry, "name", json_string(name)) ||
+      json_object_set_new(entry, "level", json_integer(level)) || json_array_append_new(out, entry))
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
   return MUSTER_OK;
 }
 
@@ -541,15 +550,21 @@ muster_err_t shared_requires_parse(const json_t *elem, const char *ctx, char **t
   if (json_array_size(reqs) > SHARED_MAX_REQUIRES)
     return fail_set(f, MUSTER_INVALID, "%s.requires: %zu entries, at most %d allowed", ctx,
                     json_array_size(reqs), SHARED_MAX_REQUIRES);
+  if (json_array_size(reqs) == 0)
+    return MUSTER_OK;
+  json_t *canonical = json_array();
+  if (canonical == NULL)
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
   size_t i;
   const json_t *req;
   json_array_foreach(reqs, i, req) {
-    if (requires_one(req, ctx, i, f))
+    if (requires_one(req, ctx, i, canonical, f)) {
+      json_decref(canonical);
       return f->code;
+    }
   }
-  if (json_array_size(reqs) == 0)
-    return MUSTER_OK;
-  *text = jv_encode(reqs);
+  *text = jv_encode(canonical);
+  json_decref(canonical);
   return *text ? MUSTER_OK : fail_set(f, MUSTER_NOMEM, "out of memory");
 }
 

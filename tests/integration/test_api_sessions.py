@@ -251,6 +251,33 @@ class SessionTest(SessionCase):
         self.assertEqual(self.list_tasks(), before[1])
         self.assertEqual(self.submit(sid, [{"payload": "a"}])[0]["index"], 2)
 
+    def test_submit_with_requires_sent_again_is_a_repeat(self):
+        # A pool's jobs that require shared data are sent again as they are when the reply
+        # was lost: the same required levels (keys in any order) make it a repeat, another
+        # level or list does not.
+        self.create_queue()
+        sid = self.open_session()["id"]
+        need = [{"scope": "models", "name": "weights", "level": 2},
+                {"scope": sid, "name": "table", "level": 1}]
+        batch = [{"payload": "a", "index": 0, "requires": need}, {"payload": "b", "index": 1}]
+        first = self.submit(sid, batch)
+        before = self.list_tasks()
+        path = "/v1/sessions/%s/tasks" % sid
+        reordered = [{"level": 2, "name": "weights", "scope": "models"}, need[1]]
+        for tasks in (batch, [dict(batch[0], requires=reordered), batch[1]]):
+            r = self.head.request("POST", path, {"tasks": tasks})
+            self.assertEqual((r.status, r.json), (200, {"tasks": first, "repeated": True}), tasks)
+        for tasks in ([dict(batch[0], requires=[dict(need[0], level=3), need[1]])],
+                      [dict(batch[0], requires=need[::-1])],
+                      [dict(batch[0], requires=need[:1])],
+                      [{"payload": "a", "index": 0}],
+                      [batch[0], dict(batch[1], requires=need)]):
+            with self.subTest(tasks=tasks):
+                r = self.expect_error("POST", path, {"tasks": tasks}, 409, "invalid_state")
+                self.assertIn("index: 0 is already in use in session " + sid,
+                              r.json["error"]["message"])
+        self.assertEqual(self.list_tasks(), before)
+
     def test_submit_errors(self):
         self.create_queue()
         sid = self.open_session()["id"]
