@@ -29,9 +29,10 @@ import time
 
 from . import errors
 from .client import DEFAULT_URL, Client, url_problem
-from .worker import MARK, WORKER_CLASS_BLOB, decode_result, dumps, unpack_call
+from .worker import MARK, NO_SHARED_FILES, WORKER_CLASS_BLOB, decode_result, dumps, unpack_call
 
 SUBMIT_BATCH = 1000
+MAX_REQUIRES = 16   # levels of shared data one task may require (the head's limit)
 RETRY_PAUSE_S = 1.0  # between tries while the head does not answer (as the C pool's)
 # A head that is down or restarting: no reply came, or it answered 503 while stopping.
 _HEAD_DOWN = (errors.NetworkError, errors.Unavailable)
@@ -48,7 +49,13 @@ class WorkerInterface:
     goes here); ``run(*args, **kwargs)`` once per job, its return value is the job's
     result; ``handle_update(*args, **kwargs)`` for each ``Pool.update_workers``, between
     jobs, in the order they were sent (its return value is ignored).
+    ``shared_files``, set before each ``run``: the shared data the job requires
+    (``requires=`` of the Pool or of the call) as local read-only files by blob name,
+    ``self.shared_files["weights"].path`` (a muster.worker.SharedFiles; empty when the
+    job requires nothing).
     """
+
+    shared_files = NO_SHARED_FILES
 
     def __init__(self, init_data=None):
         self.init_data = init_data
@@ -217,6 +224,72 @@ def _pool_order(url, token, queue):
             "not given" if token is None else "no address"))
 
 
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_REQUIRES_FORMS = ("{\"scope\": S, \"name\": N, \"level\": L}, (scope, name, level), or "
+                   "(name, level) for a blob of the pool's own session")
+
+
+def _requires_entry(entry, at):
+    """(scope, name, level) of one entry of a ``requires`` argument (``at`` names it in
+    errors), scope None for the pool's session.  Raises TypeError or ValueError."""
+    if isinstance(entry, dict):
+        unknown = sorted(set(entry) - {"scope", "name", "level"}, key=str)
+        if unknown:
+            raise ValueError("%s: unknown key %r; an entry is %s" % (at, unknown[0],
+                                                                     _REQUIRES_FORMS))
+        if "name" not in entry or "level" not in entry:
+            raise ValueError("%s: %r lacks %s; an entry is %s" % (
+                at, entry, "a name" if "name" not in entry else "a level", _REQUIRES_FORMS))
+        scope, name, level = entry.get("scope"), entry["name"], entry["level"]
+    elif isinstance(entry, (tuple, list)) and len(entry) in (2, 3):
+        scope, name, level = entry if len(entry) == 3 else (None,) + tuple(entry)
+    else:
+        raise TypeError("%s: expected %s; got %r" % (at, _REQUIRES_FORMS, entry))
+    if scope is not None and not (isinstance(scope, str) and _NAME_RE.fullmatch(scope)):
+        raise (ValueError if isinstance(scope, str) else TypeError)(
+            "%s: scope %r is not a scope: a session id (s-...) or a global name, 1 to 128 "
+            "characters of [A-Za-z0-9._-]" % (at, scope))
+    if not (isinstance(name, str) and _NAME_RE.fullmatch(name)):
+        raise (ValueError if isinstance(name, str) else TypeError)(
+            "%s: name %r is not a blob's name: 1 to 128 characters of [A-Za-z0-9._-]"
+            % (at, name))
+    if not isinstance(level, int) or isinstance(level, bool):
+        raise TypeError("%s: level %r of %r is not an int" % (at, level, name))
+    if level < 1:
+        raise ValueError("%s: level %d of %r: levels count from 1" % (at, level, name))
+    return scope, name, level
+
+
+def _requires(value, where):
+    """The shared-data levels of a ``requires`` argument (``where``: whose, in errors), as
+    a list of (scope, name, level), scope None for the pool's session: checked before
+    anything is sent.  None is none.  Raises TypeError or ValueError naming the argument
+    and the entry: not a list, a malformed entry, a blob named twice, more than
+    MAX_REQUIRES levels."""
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise TypeError("%s: requires must be a list of shared-data levels, each %s; got %s"
+                        % (where, _REQUIRES_FORMS, type(value).__name__))
+    if len(value) in (2, 3) and all(isinstance(x, (str, int)) for x in value):
+        raise TypeError("%s: requires is a list of levels, and %r is one level: write "
+                        "requires=[%r]" % (where, value, value))
+    if len(value) > MAX_REQUIRES:
+        raise ValueError("%s: requires names %d levels; a task may require at most %d"
+                         % (where, len(value), MAX_REQUIRES))
+    out, levels = [], {}
+    for i, entry in enumerate(value):
+        scope, name, level = _requires_entry(entry, "%s: requires[%d]" % (where, i))
+        if (scope, name) in levels:
+            raise ValueError("%s: requires[%d]: %r%s is required twice (levels %d and %d); a "
+                             "task requires one level of a blob" % (
+                                 where, i, name, "" if scope is None else " of scope %r" % scope,
+                                 levels[(scope, name)], level))
+        levels[(scope, name)] = level
+        out.append((scope, name, level))
+    return out
+
+
 class Pool:
     """A pool of workers of ``queue`` running ``worker_class``.
 
@@ -229,11 +302,15 @@ class Pool:
     ``timeout_ms`` is the session's heartbeat timeout (a thread heart-beats every third);
     a head that is down or restarting is waited for as long (see :meth:`_retrying`).
     ``use_shared``: ship the pickled class as shared data (default: when the head has
-    the shared-data API), else inside the session's init data.
+    the shared-data API), else inside the session's init data.  ``requires``: the levels
+    of shared data every job requires (see :func:`_requires`; a call's ``requires`` adds
+    to them), made local files on the worker before the job runs (the instance's
+    ``shared_files``).
     """
 
     def __init__(self, worker_class, init_data=None, url=None, token=None, queue="pool",
-                 client=None, timeout_ms=60000, queue_settings=None, use_shared=None, data_dir=None):
+                 client=None, timeout_ms=60000, queue_settings=None, use_shared=None, data_dir=None,
+                 requires=None):
         self._own_client = client is None   # its connections close with the pool
         if client is None:
             url, token, queue = _pool_order(url, token, queue)
@@ -247,6 +324,7 @@ class Pool:
         self._keep_session = False  # set when the pool gave up on a head that did not answer
         self.timeout_ms = timeout_ms
         main = _main_script(worker_class)
+        self._requires = _requires(requires, "muster.Pool")
         try:
             self.client.queue(queue)
         except errors.QueueNotFound:
@@ -369,12 +447,27 @@ class Pool:
 
     # ---- jobs ------------------------------------------------------------------------
 
-    def _submit(self, data, deadline=None, timeout=None):
-        """Submits ``data`` as the pool's next jobs: (first session index, count).  With
-        ``deadline`` (``timeout`` seconds after the call began) a head that is down is
-        waited for until then at most (TimeoutError)."""
+    def _task_requires(self, requires, where):
+        """The ``requires`` of the call's tasks (the wire's form, None for none): the
+        pool's levels, a blob the call names taking the call's level, and the call's."""
+        levels = {}
+        for scope, name, level in self._requires + _requires(requires, where):
+            levels[(scope or self.session, name)] = level
+        if len(levels) > MAX_REQUIRES:
+            raise ValueError("%s: requires: with the pool's, its tasks would require %d "
+                             "levels; a task may require at most %d"
+                             % (where, len(levels), MAX_REQUIRES))
+        return [{"scope": scope, "name": name, "level": level}
+                for (scope, name), level in levels.items()] or None
+
+    def _submit(self, data, deadline=None, timeout=None, requires=None, where="muster.Pool"):
+        """Submits ``data`` as the pool's next jobs, each requiring ``requires`` besides
+        the pool's levels: (first session index, count).  With ``deadline`` (``timeout``
+        seconds after the call began) a head that is down is waited for until then at
+        most (TimeoutError)."""
         if self._closed:
             raise ValueError("the pool is closed")
+        need = self._task_requires(requires, where)
         payloads = [{MARK: 1, "session": self.session, "call": dumps(unpack_call(item))} for item in data]
         with self._lock:
             first = self._next_index
@@ -382,6 +475,9 @@ class Pool:
         for at in range(0, len(payloads), SUBMIT_BATCH):
             chunk = payloads[at:at + SUBMIT_BATCH]
             tasks = [{"payload": p, "index": first + at + i} for i, p in enumerate(chunk)]
+            if need:
+                for task in tasks:
+                    task["requires"] = need
             what = "submitting jobs at session indexes %d-%d" % (tasks[0]["index"],
                                                                  tasks[-1]["index"])
             try:
@@ -560,13 +656,18 @@ class Pool:
         lets none wait)."""
         return self.client._poll_results(self.session, order, cursor, max, quick, None, left)
 
-    def imap(self, data, timeout=None):
+    def imap(self, data, timeout=None, requires=None):
         """Results in input order, each as soon as it and those before it are ready.
         The inputs are submitted at once.  A job that failed for good raises TaskError.
         ``timeout`` (seconds) bounds the whole call, from now to its last result (not each
-        result, as multiprocessing's ``next(timeout)``): TimeoutError once it has passed."""
+        result, as multiprocessing's ``next(timeout)``): TimeoutError once it has passed.
+        ``requires``: levels of shared data this call's jobs require besides the pool's
+        (a blob the pool names too takes the call's level), as for ``Pool(requires=)``."""
+        return self._imap(data, timeout, requires, "muster.Pool.imap")
+
+    def _imap(self, data, timeout, requires, where):
         deadline = None if timeout is None else time.monotonic() + timeout
-        first, n = self._submit(list(data), deadline, timeout)
+        first, n = self._submit(list(data), deadline, timeout, requires, where)
         return self._ordered(first, n, deadline, timeout)
 
     def _ordered(self, first, n, deadline, timeout):
@@ -597,10 +698,12 @@ class Pool:
             if quick and not reply["results"]:
                 raise errors.IndexGap.from_reply(self.session, reply, "imap")
 
-    def imap_unordered(self, data, timeout=None):
-        """Results in completion order (each exactly once); ``timeout`` as for imap."""
+    def imap_unordered(self, data, timeout=None, requires=None):
+        """Results in completion order (each exactly once); ``timeout`` and ``requires``
+        as for imap."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        first, n = self._submit(list(data), deadline, timeout)
+        first, n = self._submit(list(data), deadline, timeout, requires,
+                                "muster.Pool.imap_unordered")
         with self._lock:
             cursor = self._completion_cursor
         return self._unordered(first, n, cursor, deadline, timeout)
@@ -629,13 +732,13 @@ class Pool:
                 raise self._timed_out_reading(timeout, None, "completion", cursor, first, n,
                                               len(seen))
 
-    def map(self, data, timeout=None):
+    def map(self, data, timeout=None, requires=None):
         """All results, in input order (like multiprocessing.Pool.map).  Each item is the
         one argument of ``run``, or ``{"args": [...], "kwargs": {...}}``.  ``timeout``
         (seconds) bounds the whole call, the jobs' submission included: TimeoutError once
         it has passed, its message naming the session, saying whether the head was
-        unreachable and how to read the rest."""
-        return list(self.imap(data, timeout=timeout))
+        unreachable and how to read the rest.  ``requires`` as for imap."""
+        return list(self._imap(data, timeout, requires, "muster.Pool.map"))
 
     # ---- updates and counts -----------------------------------------------------------
 

@@ -16,17 +16,24 @@ Two ways to run it:
   the running task dies (the agent hard-stopped it or the lease was lost), and the next
   task starts a fresh one.
 
-- **Standalone**: ``python3 -m muster.worker --queue pool [--url URL] [--token T]``
-  registers a worker, leases the queue's tasks itself (with ``updates_after``), applies
-  updates in order before each task, runs it, and completes it with the pickled result
-  or fails it with the traceback.  A completion leases the next task (and brings the
+- **Standalone**: ``python3 -m muster.worker --queue pool [--url URL] [--token T]
+  [--cache-url URL]`` registers a worker, leases the queue's tasks itself (with
+  ``updates_after``), applies updates in order before each task, runs it, and completes
+  it with the pickled result or fails it with the traceback.  A completion leases the next task (and brings the
   updates) in the same request, so a busy worker makes one round trip per task.
+
+Shared data a task requires is a local file before it runs: under an agent ``muster
+worker`` makes it (``MUSTER_REQUIRES``), a standalone worker through its node cache
+(``--cache-url``, ``MUSTER_CACHE_URL``) or from the head (worker_shared.py); the instance
+finds the files in its ``shared_files`` (:class:`SharedFiles`).  The pool's class is read
+through the node cache too when there is one.
 
 Task payloads, session init data and updates are those :class:`muster.pool.Pool` makes
 (``"muster.pool": 1``); anything else is failed permanently.
 """
 import base64
 import collections
+import collections.abc
 import fcntl
 import io
 import json
@@ -119,14 +126,70 @@ class PermanentError(Exception):
     """A task no worker can run (not a Pool task, or its session is gone)."""
 
 
+# ---- the shared data a job requires ----------------------------------------------------
+
+class SharedFile(collections.namedtuple("SharedFile", "scope name level path size checksum")):
+    """One level of shared data a job requires, as a local read-only file: ``scope``,
+    ``name``, ``level``, ``path``, ``size`` and ``checksum`` (docs/shared-data.md,
+    "Workers").  It is a path (``open(f, "rb")``, ``os.fspath(f)``)."""
+
+    __slots__ = ()
+
+    def __fspath__(self):
+        return self.path
+
+
+class SharedFiles(collections.abc.Mapping):
+    """The levels the running job requires, by blob name: ``files["weights"]`` is a
+    :class:`SharedFile`.  ``files["SCOPE/NAME"]`` names one whatever its scope; a name
+    that required blobs of two scopes share is reachable only so (the plain name raises
+    KeyError saying why), and iterating yields it as ``SCOPE/NAME``.  Empty when the job
+    requires nothing."""
+
+    def __init__(self, entries=()):
+        self._files = tuple(SharedFile(e["scope"], e["name"], int(e["level"]), e["path"],
+                                       e.get("size"), e.get("checksum")) for e in entries)
+        names = collections.Counter(f.name for f in self._files)
+        self._shared_names = {n for n, count in names.items() if count > 1}
+        self._keys = {(f.name if names[f.name] == 1 else f.scope + "/" + f.name): f
+                      for f in self._files}
+
+    def __getitem__(self, key):
+        found = self._keys.get(key)
+        if found is not None:
+            return found
+        for f in self._files:
+            if key == f.scope + "/" + f.name:
+                return f
+        if key in self._shared_names:
+            raise KeyError("%r: the job requires blobs of that name in several scopes (%s); "
+                           "name one as 'SCOPE/NAME'" % (key, ", ".join(
+                               f.scope for f in self._files if f.name == key)))
+        raise KeyError(key)
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __repr__(self):
+        return "SharedFiles(%r)" % (list(self._files),)
+
+
+NO_SHARED_FILES = SharedFiles()
+
+
 # ---- the runner: instances per session, updates in order -----------------------------
 
 class Runner:
     """Keeps one worker-class instance per session and applies updates in sequence order."""
 
-    def __init__(self, client, log=None):
+    def __init__(self, client, log=None, cache_url=None):
         self.client = client
         self.log = log or (lambda text: sys.stderr.write(text + "\n"))
+        self.cache_url = cache_url   # the node cache the class is read through, if any
+        self._cache_client = None
         self.instances = collections.OrderedDict()   # session -> (instance, spec)
         self.backlog = []                             # pool updates of sessions not instantiated yet
         self.seq = 0                                  # last update seen
@@ -183,7 +246,7 @@ class Runner:
         spec["main"] = main
         wc = spec["worker_class"]
         if "shared" in wc:
-            blob = self.client.shared.get(session, wc["shared"])
+            blob = self._shared_reader().shared.get(session, wc["shared"])
             cls = _Unpickler(blob, main).load()
         else:
             cls = loads(wc["pickle"], main)
@@ -198,11 +261,24 @@ class Runner:
             self._handle_update(session, data)
         return instance, spec
 
+    def _shared_reader(self):
+        """The client that reads the pool's shared data (its class): one of the node
+        cache when the worker has one (MUSTER_CACHE_URL: one fetch from the head for all
+        the node's workers), else the head's."""
+        if not self.cache_url:
+            return self.client
+        if self._cache_client is None:
+            from .client import Client
+            self._cache_client = Client(self.cache_url, self.client.token)
+        return self._cache_client
+
     # tasks ------------------------------------------------------------------------------
 
-    def run_payload(self, payload, session=None):
-        """Runs one Pool task; returns the result's JSON text.  Raises PermanentError for a
-        task that is not the Pool's, and whatever the worker's ``run`` raises."""
+    def run_payload(self, payload, session=None, requires=None):
+        """Runs one Pool task; returns the result's JSON text.  ``requires``: the local
+        files of the shared data the task requires (MUSTER_REQUIRES's list), the
+        instance's ``shared_files`` while it runs.  Raises PermanentError for a task that
+        is not the Pool's, and whatever the worker's ``run`` raises."""
         if isinstance(payload, str):
             try:
                 payload = json.loads(payload)
@@ -214,6 +290,7 @@ class Runner:
         instance, spec = self.instance(session)
         args, kwargs = loads(payload["call"], spec.get("main"))
         self.tasks += 1
+        instance.shared_files = SharedFiles(requires) if requires else NO_SHARED_FILES
         return encode_result(instance.run(*args, **kwargs))
 
 
@@ -291,8 +368,25 @@ def _lease_trouble(err, queue):
     return "muster.worker: lease: %s; trying again every second" % err
 
 
+def _run_lease(runner, files, lease):
+    """Runs one leased task, the levels of shared data it requires made local files first
+    (``files``, a worker_shared.LevelFiles): its outcome, ("complete", result) or ("fail",
+    error, permanent).  A level that cannot be had fails it, to be retried."""
+    from .worker_shared import LevelUnavailable
+    try:
+        requires = files.acquire(lease["requires"]) if lease.get("requires") else None
+        return ("complete", runner.run_payload(lease.payload, lease.get("session"), requires),
+                False)
+    except LevelUnavailable as e:
+        return ("fail", str(e), False)
+    except PermanentError as e:
+        return ("fail", str(e), True)
+    finally:
+        files.release()
+
+
 def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=None, busy=None,
-                log=None):
+                log=None, cache_url=None):
     """Registers a worker and runs the queue's Pool tasks until ``stop`` is set (SIGTERM /
     SIGINT when run as a program) or ``max_tasks`` are done.  In the steady state a
     completion leases the next task in the same request (``Client.complete_and_lease``);
@@ -300,12 +394,16 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
     ``wait_ms``, by default as long as the head lets one wait (its max_wait_ms), and an
     empty one that came back sooner is paced (``poll_pause_s``).
     ``log(text)`` is where it reports (stderr by default): a lease that fails is said once,
-    not at each try, until it succeeds or fails otherwise."""
+    not at each try, until it succeeds or fails otherwise.  ``cache_url``: the node cache
+    that the shared data of the tasks (and the pool's class) is read through; its files
+    are removed when it returns (worker_shared.py)."""
     from .client import poll_pause_s
     from .errors import MusterError, WorkerNotFound
+    from .worker_shared import LevelFiles
     stop = stop or threading.Event()
     busy = busy if busy is not None else {}
-    runner = Runner(client, log)
+    runner = Runner(client, log, cache_url)
+    files = LevelFiles(client, cache_url)
     said = None   # the trouble with leasing last reported, while it lasts
     me = {"id": None, "timeout_ms": 60000}
 
@@ -320,6 +418,7 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
 
     def keepalive():
         while not stop.wait(max(0.05, me["timeout_ms"] / 3000.0)):
+            files.prune()   # the levels whose node cache file went
             try:
                 client.heartbeat(me["id"], progress="running" if current["lease"] else "idle")
                 with lock:
@@ -384,15 +483,11 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
                 with lock:
                     current["lease"] = lease
                 try:
-                    result = runner.run_payload(lease.payload, lease.get("session"))
-                except PermanentError as e:
-                    outcome = ("fail", str(e), True)
+                    outcome = _run_lease(runner, files, lease)
                 except BaseException as e:   # noqa: B902 - the task's failure, whatever it is
                     if isinstance(e, (KeyboardInterrupt, SystemExit)) and stop.is_set():
                         raise
                     outcome = ("fail", _error_text(), False)
-                else:
-                    outcome = ("complete", result, False)
                 with lock:
                     current["lease"] = None
                 done += 1
@@ -411,6 +506,7 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
             client.bye(me["id"])
         except MusterError:
             pass
+        files.cleanup()
     return done
 
 
@@ -541,6 +637,9 @@ def serve_resident(listen_fd, parent_pid, parent_start):
         os._exit(0)
 
     threading.Thread(target=watch_parent, daemon=True).start()
+    # The first task's process started us: its required files are no other task's.
+    for name in [n for n in os.environ if n == "MUSTER_REQUIRES" or n.startswith("MUSTER_SHARED_")]:
+        del os.environ[name]
     runner = None
     updates = _UpdatesFile()
     while True:
@@ -565,9 +664,10 @@ def serve_resident(listen_fd, parent_pid, parent_start):
         threading.Thread(target=watch_caller, daemon=True).start()
         try:
             if runner is None:
-                runner = Runner(Client(msg.get("url")))
+                runner = Runner(Client(msg.get("url")), cache_url=os.environ.get("MUSTER_CACHE_URL"))
             runner.apply_updates(updates.read(msg.get("updates_file"), int(msg.get("update_seq") or 0)))
-            reply = {"ok": True, "result": runner.run_payload(msg["payload"])}
+            requires = json.loads(msg["requires"]) if msg.get("requires") else None
+            reply = {"ok": True, "result": runner.run_payload(msg["payload"], requires=requires)}
         except PermanentError as e:
             reply = {"ok": False, "error": "muster.worker: %s" % e, "permanent": True}
         except BaseException:   # noqa: B902 - a task's failure, whatever it is
@@ -649,9 +749,11 @@ def run_one_task():
     """One task under ``muster worker``: stdin is the payload, stdout the result."""
     payload = sys.stdin.buffer.read().decode("utf-8")
     s = _connect_resident()
+    # MUSTER_REQUIRES: the files `muster worker` made of the shared data the task requires.
     _send(s, {"payload": payload, "url": _parent_url(), "updates_file": os.environ.get("MUSTER_UPDATES_FILE"),
               "update_seq": os.environ.get("MUSTER_UPDATE_SEQ") or 0,
-              "task": os.environ.get("MUSTER_TASK_ID")})
+              "task": os.environ.get("MUSTER_TASK_ID"),
+              "requires": os.environ.get("MUSTER_REQUIRES")})
     try:
         reply = _recv(s)
     except (EOFError, OSError):
@@ -678,6 +780,8 @@ def main(argv=None):
     ap.add_argument("--token")
     ap.add_argument("--nickname")
     ap.add_argument("--max-tasks", type=int, default=0)
+    ap.add_argument("--cache-url", default=os.environ.get("MUSTER_CACHE_URL") or None,
+                    help="read shared data through this node cache (default: MUSTER_CACHE_URL)")
     ap.add_argument("--resident", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--parent", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -687,7 +791,7 @@ def main(argv=None):
         return 0
     if args.queue is None and os.environ.get("MUSTER_TASK_ID"):
         return run_one_task()
-    from .client import Client
+    from .client import Client, url_problem
     from .errors import MusterError
     queue = args.queue or os.environ.get("MUSTER_QUEUE")
     if not queue:
@@ -696,6 +800,9 @@ def main(argv=None):
         client = Client(args.url, args.token)
     except ValueError as e:   # a URL that names no head, a data dir without one
         ap.error(str(e))
+    if args.cache_url and url_problem(args.cache_url):
+        ap.error("--cache-url (or MUSTER_CACHE_URL) '%s' is not a node agent's URL "
+                 "(http://HOST:PORT): %s" % (args.cache_url, url_problem(args.cache_url)))
     stop = threading.Event()
     busy = {"task": False}
 
@@ -707,7 +814,8 @@ def main(argv=None):
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     try:
-        serve_queue(client, queue, args.nickname, args.max_tasks, stop=stop, busy=busy)
+        serve_queue(client, queue, args.nickname, args.max_tasks, stop=stop, busy=busy,
+                    cache_url=args.cache_url)
     except _Stopped:
         pass
     except MusterError as e:   # the registration: no head there, a wrong token

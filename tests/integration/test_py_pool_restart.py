@@ -9,7 +9,8 @@ held back) when the head is killed, whatever the machine's speed.
 Checks: `map` returns every result exactly once and in order across a kill -9 and a
 restart, and `imap_unordered` yields each index once; submitting is tried again while
 the head is down, and a batch whose reply was lost (stored, then the connection dropped)
-is sent again and answered as a repeat, nothing stored twice; and when the head does not
+is sent again and answered as a repeat, nothing stored twice (also when its jobs require
+shared data); and when the head does not
 come back within the session's timeout the pool raises NetworkError naming the session,
 how long the head was silent and how to read the rest, and leaves the session open:
 read as the message says once the head is back, the rest comes, each result once.
@@ -255,6 +256,19 @@ class PoolHeadRestartTest(unittest.TestCase):
         pool = self.pool(timeout_ms=60000, url=proxy.url)
         self.assertEqual(pool.map(range(40)), [i * i for i in range(40)])
         self.assertEqual(proxy.submissions, 2)  # stored, reply lost; sent again: a repeat
+        self.assertEqual(self.client.session(pool.session)["counts"]["total"], 40)
+
+    def test_a_submission_requiring_shared_data_whose_reply_was_lost_is_sent_again(self):
+        # The same, for jobs that require shared data: the batch sent again names the same
+        # levels, which the head answers as a repeat too (not as another producer's tasks).
+        open(self.gate, "w").close()
+        self.client.shared.set("pyq-data", "table", b"a table")
+        proxy = harness.SubmissionProxy(self.head, lambda n: "drop" if n == 1 else "forward")
+        self.addCleanup(proxy.close)
+        pool = self.pool(timeout_ms=60000, url=proxy.url)
+        self.assertEqual(pool.map(range(40), requires=[("pyq-data", "table", 1)]),
+                         [i * i for i in range(40)])
+        self.assertEqual(proxy.submissions, 2)
         self.assertEqual(self.client.session(pool.session)["counts"]["total"], 40)
 
     def logged(self, logs, level):
