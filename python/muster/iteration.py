@@ -571,8 +571,13 @@ class Stream:
                          0 if self.plan.positional else self.cursor)
 
     def set_pos(self, pos):
+        """Resumes at ``pos``: a StreamPos, its 40 bytes, or a loader's checkpoint (a dict,
+        see muster.loader)."""
         if isinstance(pos, (bytes, bytearray)):
             pos = StreamPos.decode(pos)
+        elif isinstance(pos, dict):
+            from .loader import checkpoint_position
+            pos = checkpoint_position(pos, self.plan, self.rank)
         if (pos.fingerprint != self.plan.fingerprint or pos.rank != self.rank or pos.emitted > self.len
                 or pos.cursor > self.plan.n):
             raise ValueError("the position belongs to another configuration, rank or epoch length")
@@ -581,3 +586,10 @@ class Stream:
         self._switch_epoch(pos.epoch)
         self.emitted = pos.emitted
         self.cursor = 0 if self.plan.positional else pos.cursor
+
+    def loader(self, load=None, **options):
+        """A :class:`muster.loader.Loader` of this stream from its position on: ``load(index)``
+        of each index, with ``prefetch``, ``threads``, statistics and automatic checkpoints
+        (``checkpoint_every``, ``on_checkpoint``, ``checkpoint_path``)."""
+        from .loader import Loader
+        return Loader(self, load, **options)
