@@ -30,8 +30,9 @@ const cli_opt_t cli_client_opts[] = {
 };
 
 /* Options that may be given more than once, each value kept (cli_opt_values
- * reads them).  A second, different value of any other option is refused:
- * `--queue a --queue b` would serve b alone. */
+ * reads them).  Any other option keeps its last value, as wrappers that add
+ * their own to defaults (`muster node --listen ... "$@"`) expect, and a second,
+ * different value is said on stderr: `--queue a --queue b` serves b alone. */
 static const char *const cli_repeating[] = {"requires", NULL};
 
 static bool cli_opt_repeats(const cli_opt_t *opt) {
@@ -183,9 +184,10 @@ static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli
   else
     return cli_usage_error(cmd, "option '--%s' needs a value (%s)", opt->name, opt->metavar);
   if (before != NULL && strcmp(before, value) != 0 && !cli_opt_repeats(opt))
-    return cli_usage_error(cmd,
-                           "option '--%s' was given twice, '%s' and then '%s': it takes one value",
-                           opt->name, before, value);
+    fprintf(stderr,
+            "muster: option '--%s' was given twice, '%s' and then '%s': using '%s' (it "
+            "takes one value)\n",
+            opt->name, before, value, value);
   args->values[idx] = value;
   if (args->ngiven == CLI_MAX_VALUES)
     return cli_usage_error(cmd, "too many options: at most %d values may be given", CLI_MAX_VALUES);
