@@ -12,7 +12,10 @@ epoch trains on every sample exactly once: none repeated, none skipped.
 With --url (and --token) the sampler is a coordinated one on the head (an iteration
 named --name); without, the standalone sampler (no server).  The checkpoint also
 records the samples trained on per epoch (``seen``), which is how the test checks the
-promise.  --step-delay slows each step down (a stand-in for real work).  --device picks
+promise.  --workers gives the DataLoader worker processes, which take indices ahead of
+the step (two batches each): the sampler's state is saved with ``consumed=`` the samples
+trained on, so what they had taken beyond it is trained on after a resume.
+--step-delay slows each step down (a stand-in for real work).  --device picks
 where the model trains (default: cuda when PyTorch sees a GPU, else cpu); a checkpoint
 saved on one device resumes on another.
 """
@@ -64,6 +67,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--step-delay", type=float, default=0.0)
+    ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--url")
     ap.add_argument("--token")
     ap.add_argument("--name", default="train-example")
@@ -80,7 +84,8 @@ def main():
         options = dict(coordinated=True, client=muster.Client(args.url, args.token), name=args.name,
                        block_size=4)
     sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=args.seed, **options)
-    loader = torch.utils.data.DataLoader(data, batch_size=args.batch, sampler=sampler)
+    loader = torch.utils.data.DataLoader(data, batch_size=args.batch, sampler=sampler,
+                                         num_workers=args.workers)
     device = torch.device(args.device)
     model = torch.nn.Linear(data.x.shape[1], 1).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -95,6 +100,7 @@ def main():
 
     for epoch in range(sampler.epoch, args.epochs):
         sampler.set_epoch(epoch)
+        trained = 0   # samples trained on since the loader began this epoch (or the resume)
         for idx, x, y in loader:
             x, y = x.to(device), y.to(device)
             loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
@@ -102,9 +108,11 @@ def main():
             loss.backward()
             opt.step()
             step += 1
+            trained += len(idx)
             seen.setdefault(epoch, []).extend(int(i) for i in idx)
             save_atomic({"model": model.state_dict(), "optim": opt.state_dict(),
-                         "sampler": sampler.state_dict(), "step": step, "seen": seen}, ckpt_path)
+                         "sampler": sampler.state_dict(consumed=trained), "step": step,
+                         "seen": seen}, ckpt_path)
             save_atomic({"step": step, "epoch": epoch, "in_epoch": len(seen[epoch]), "loss": loss.item()},
                         os.path.join(args.dir, "progress.json"), json_text=True)
             if args.step_delay:

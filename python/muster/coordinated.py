@@ -17,6 +17,15 @@ states, gathered with ``torch.distributed.all_gather_object`` or any other all-g
 makes this rank join a *new* iteration created from that checkpoint with the current
 world size: the head deals the blocks not acknowledged to the new ranks (its elastic
 rules), and the rank skips the items of partly read blocks that the states name.
+
+``state_dict(consumed=N)`` is for a caller that reads ahead of what it has used (a
+DataLoader whose workers prefetch): only the first N items the rank handed out in the
+epoch (since the last load) count as read.  The rank keeps a log of the blocks it handed
+out (block, the items handed out, whether its ack was taken), and the state names the
+blocks acknowledged to the head whose items were not all used (``reopened``, their used
+items in ``partial``): they leave the checkpoint's ``done``, so a resume serves their
+unused items again.  The head's accounting is left as it is: acks still go when a block
+is read to its end (docs/design-notes.md, "Prefetching and the coordinated sampler").
 """
 import hashlib
 import json
@@ -115,7 +124,40 @@ def _states_to_load(state, kind):
         if s.get("version") != STATE_VERSION or not isinstance(s.get("checkpoint"), dict):
             raise ValueError("coordinated %s state: version %r is not known, or it has no "
                              "checkpoint" % (kind, s.get("version")))
+        reopened = s.get("reopened", [])
+        if not isinstance(reopened, list) or not all(
+                isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in reopened):
+            raise ValueError("coordinated %s state: reopened is %.100r, expected a list of "
+                             "block numbers" % (kind, reopened))
     return states
+
+
+def _merged_position(states):
+    """(checkpoint, partial) that the states of every rank (or one rank's) resume from:
+    the latest epoch they name, its done blocks (the union of theirs: the head's only
+    grow), less every block a rank ``reopened``, and the items of each block not done
+    that some rank read.  A rank that reopened blocks saved them in its own epoch; the
+    states of a later one (ranks that used all they were handed) say that epoch is
+    complete on the head."""
+    reopening = [s for s in states if s.get("reopened")]
+    if reopening:
+        epoch = min(s["checkpoint"]["epoch"] for s in reopening)
+    else:
+        epoch = max(s["checkpoint"]["epoch"] for s in states)
+    same = [s for s in states if s["checkpoint"]["epoch"] == epoch]
+    base = max((s["checkpoint"] for s in same), key=_done_count)
+    if any(s["checkpoint"]["epoch"] > epoch for s in states):
+        done = [[0, int(base["blocks"])]]
+    else:
+        done = _ranges_union(s["checkpoint"].get("done") or () for s in same)
+    done = _ranges_minus(done, [int(b) for s in same for b in s.get("reopened") or ()])
+    partial = {}
+    for s in same:
+        for block, pos in (s.get("partial") or {}).items():
+            block = int(block)
+            if not _in_ranges(block, done):
+                partial[block] = max(partial.get(block, 0), int(pos))
+    return dict(base, done=done), partial
 
 
 def _keep_alive(ref, stop, period):
@@ -135,6 +177,60 @@ def _keep_alive(ref, stop, period):
 
 def _done_count(checkpoint):
     return sum(e - b for b, e in checkpoint.get("done") or ())
+
+
+def _finished(checkpoint):
+    """Whether a checkpoint is of a finished iteration (every epoch complete: it names no
+    blocks)."""
+    return checkpoint.get("blocks") == 0
+
+
+def _ranges_union(range_lists):
+    """The union of lists of [begin, end) ranges, as sorted ranges apart from each other
+    (the head refuses touching ones)."""
+    out = []
+    for b, e in sorted((int(b), int(e)) for ranges in range_lists for b, e in ranges):
+        if out and b <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([b, e])
+    return out
+
+
+def _ranges_minus(ranges, blocks):
+    """Sorted, apart ``ranges`` without the block numbers ``blocks``."""
+    blocks = sorted(set(blocks))
+    out, i = [], 0
+    for b, e in ranges:
+        at = b
+        while i < len(blocks) and blocks[i] < e:
+            block = blocks[i]
+            i += 1
+            if block < at:
+                continue
+            if block > at:
+                out.append([at, block])
+            at = block + 1
+        if at < e:
+            out.append([at, e])
+    return out
+
+
+def _in_ranges(block, ranges):
+    return any(b <= block < e for b, e in ranges)
+
+
+_SHAPE_KEYS = ("version", "name", "config", "world_size", "fingerprint", "blocks")
+
+
+class _Handed:
+    """One block as this rank handed its items out in the epoch: items [first, end) of its
+    ``size`` (first > 0 for a block a resume had partly read), and whether the head took
+    this rank's ack of it."""
+    __slots__ = ("block", "first", "end", "size", "acked")
+
+    def __init__(self, block, first, size):
+        self.block, self.first, self.end, self.size, self.acked = block, first, first, size, False
 
 
 class CoordinatedRankSampler:
@@ -164,8 +260,14 @@ class CoordinatedRankSampler:
         self._checkpoint = None            # the checkpoint to start from (after load_state_dict)
         self._skip = {}                    # block -> items already consumed (resumed epoch)
         self._skip_epoch = None
-        self._held = None                  # the block being read: dict + "pos"
+        self._held = None                  # the block being read: dict + "pos" (+ "handed")
         self._unacked = []                 # blocks fully read, not acknowledged yet
+        self._handed = []                  # _Handed of the epoch since the last load, in order
+        self._handed_before = 0            # items handed out before _handed[0] (declared used)
+        self._shape = None                 # the plan's checkpoint keys (_SHAPE_KEYS), once seen
+        # Held while the rank's state changes: a loader's feeder thread may read while the
+        # training loop saves (muster.torch.StreamDataset with loader workers).
+        self._lock = threading.RLock()
         self._last_call = 0.0
         self._lease_ms = int(self.config.get("lease_ms") or 30000)
         # A heartbeat this often keeps both the leases and the rank alive.
@@ -176,11 +278,17 @@ class CoordinatedRankSampler:
         """A copy for another process (a DataLoader worker started with spawn): the same
         rank of the same iteration, at the same place, whose client connects on its own
         and which starts its own heartbeat thread when it reads (the thread is this
-        process's).  The copy reads as this rank, as a forked copy does: let one of them
-        read (DataLoader's num_workers=1, not 2 or more)."""
+        process's).  The copy reads as this rank, as a forked copy does: let only one of
+        them read (muster.torch.StreamDataset reads in the process that made it and feeds
+        its loader workers, muster.feed)."""
         state = dict(self.__dict__)
         state["_keeper"] = None
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     # ---- the iteration ---------------------------------------------------------------
 
@@ -212,9 +320,18 @@ class CoordinatedRankSampler:
         return self.status
 
     def set_epoch(self, epoch):
-        if epoch != self.epoch:
-            self.epoch = epoch
-            self.emitted = 0
+        with self._lock:
+            if epoch != self.epoch:
+                self.epoch = epoch
+                self.emitted = 0
+                self._forget_handed()
+
+    def _forget_handed(self):
+        """Starts the log of handed out blocks afresh (a new epoch, or a load)."""
+        self._handed = []
+        self._handed_before = 0
+        if self._held is not None:
+            self._held.pop("handed", None)
 
     def _retrying(self, what, call):
         """``call(retry)``'s value, ``retry`` False on the first try.  While the head does
@@ -260,6 +377,10 @@ class CoordinatedRankSampler:
             if len(blocks) > 1:
                 for b in blocks:
                     self._ack([b], epoch)
+        else:
+            for b in blocks:
+                if "handed" in b:
+                    b["handed"].acked = True
         self._last_call = time.monotonic()
 
     def _flush(self):
@@ -289,6 +410,33 @@ class CoordinatedRankSampler:
                          daemon=True).start()
 
     def __iter__(self):
+        """The epoch's indices: each taken under the rank's lock, which a wait for other
+        ranks lets go of (_pause), so another thread's state_dict is never held up long."""
+        indices = self._indices()
+        while True:
+            with self._lock:
+                index = next(indices, None)
+            if index is None:
+                return
+            yield index
+
+    def _pause(self, seconds):
+        """Sleeps with the rank's lock let go (the caller, _indices, holds it once)."""
+        self._lock.release()
+        try:
+            time.sleep(seconds)
+        finally:
+            self._lock.acquire()
+
+    def _hand_out(self, b, first):
+        """Starts handing out block ``b`` at item ``first``: it becomes the held block,
+        logged in _handed."""
+        handed = _Handed(b["block"], first, len(b["indices"]))
+        self._handed.append(handed)
+        b["handed"] = handed
+        self._held = b
+
+    def _indices(self):
         self.ensure()
         self._start_keeper()
         epoch = self.epoch
@@ -296,8 +444,11 @@ class CoordinatedRankSampler:
         held = self._held
         if held is not None and held["epoch"] == epoch:
             # an iteration that stopped mid-block: that block first
+            if "handed" not in held:
+                self._hand_out(held, held.get("pos", 0))
+            handed = held["handed"]
             for k in range(held.get("pos", 0), len(held["indices"])):
-                held["pos"] = k + 1
+                held["pos"] = handed.end = k + 1
                 self.emitted += 1
                 yield held["indices"][k]
             self._unacked.append(held)
@@ -312,13 +463,15 @@ class CoordinatedRankSampler:
             self._last_call = time.monotonic()
             state = reply["state"]
             if state == "blocks":
+                self._see_shape(epoch)
                 for b in reply["blocks"]:
                     b["epoch"] = epoch
                     indices = b["indices"]
                     start = self._skip.pop(b["block"], 0) if epoch == self._skip_epoch else 0
-                    self._held = b
+                    self._hand_out(b, start)
+                    handed = b["handed"]
                     for k in range(start, len(indices)):
-                        b["pos"] = k + 1
+                        b["pos"] = handed.end = k + 1
                         self.emitted += 1
                         self._keepalive()
                         yield indices[k]
@@ -327,7 +480,7 @@ class CoordinatedRankSampler:
             elif state == "wait":
                 if not self.wait:
                     return
-                time.sleep(max(1, reply.get("retry_ms") or 50) / 1000.0)   # the head's pacing
+                self._pause(max(1, reply.get("retry_ms") or 50) / 1000.0)   # the head's pacing
             else:   # epoch_end, finished
                 return
 
@@ -345,34 +498,143 @@ class CoordinatedRankSampler:
 
     # ---- the position ---------------------------------------------------------------------
 
-    def state_dict(self):
+    def state_dict(self, consumed=None):
         """Acknowledges the blocks read to their end and returns the head's checkpoint with
-        this rank's partly read block (plain JSON types)."""
-        self.ensure()
-        held = self._held
-        if held is not None and held.get("pos", 0) >= len(held["indices"]):
-            self._unacked.append(held)
-            self._held = held = None
-        self._flush()
-        # Waited for as next and ack are: a loop that checkpoints every step meets a head
-        # that restarts here as often as anywhere.
-        ck = self._retrying("reading the checkpoint",
-                            lambda retry: self.client.iteration_checkpoint(self.name))
-        partial = {}
-        if self._skip_epoch == ck["epoch"]:
-            partial.update({str(k): v for k, v in self._skip.items()})
-        if held is not None and held["epoch"] == ck["epoch"] and held.get("pos", 0) > 0:
-            partial[str(held["block"])] = held["pos"]
-        return {"version": STATE_VERSION, "mode": "coordinated", "name": self.base_name,
-                "rank": self.rank, "world_size": self.world_size, "epoch": ck["epoch"],
-                "emitted": self.emitted, "checkpoint": ck, "partial": partial}
+        this rank's partly read blocks (plain JSON types).  ``consumed``: how many of the
+        items handed out in this epoch (since the last load) were used; None: all.  Blocks
+        acknowledged past that point are ``reopened``: out of the checkpoint's done
+        blocks, their used items in ``partial``, and the state is of the rank's epoch even
+        when the head has completed it meanwhile."""
+        with self._lock:
+            used = self._used_count(consumed)
+            self.ensure()
+            held = self._held
+            if held is not None and held.get("pos", 0) >= len(held["indices"]):
+                self._unacked.append(held)
+                self._held = held = None
+            self._flush()
+            # Waited for as next and ack are: a loop that checkpoints every step meets a head
+            # that restarts here as often as anywhere.
+            ck = self._retrying("reading the checkpoint",
+                                lambda retry: self.client.iteration_checkpoint(self.name))
+            self._note_shape(ck)
+            read = self._blocks_read(used)
+            reopened = sorted(block for block, (count, size, acked) in read.items()
+                              if acked and count < size)
+            if reopened and ck["epoch"] > self.epoch:
+                ck = self._epoch_complete(ck)
+            partial = {}
+            if self._skip_epoch == ck["epoch"]:
+                partial.update({str(k): v for k, v in self._skip.items()})
+            if (held is not None and "handed" not in held and held["epoch"] == ck["epoch"]
+                    and held.get("pos", 0) > 0):
+                partial[str(held["block"])] = held["pos"]
+            if ck["epoch"] == self.epoch:
+                for block, (count, size, acked) in read.items():
+                    if count > 0 and (count < size or not acked):
+                        partial[str(block)] = count
+            self._drop_used(used)
+            state = {"version": STATE_VERSION, "mode": "coordinated", "name": self.base_name,
+                     "rank": self.rank, "world_size": self.world_size, "epoch": ck["epoch"],
+                     "emitted": self.emitted, "checkpoint": ck, "partial": partial}
+            if reopened:
+                state["checkpoint"] = dict(ck, done=_ranges_minus(ck.get("done") or (), reopened))
+                state["reopened"] = reopened
+            return state
+
+    def _handed_count(self):
+        return self._handed_before + sum(h.end - h.first for h in self._handed)
+
+    def _used_count(self, consumed):
+        """``consumed`` checked against what this rank handed out in the epoch (all of it
+        when None), or ValueError naming it."""
+        handed = self._handed_count()
+        if consumed is None:
+            return handed
+        try:
+            count = None if isinstance(consumed, bool) else operator.index(consumed)
+        except TypeError:
+            count = None
+        if count is None or not self._handed_before <= count <= handed:
+            low = ("%d (what an earlier state_dict of this epoch counted as used)"
+                   % self._handed_before if self._handed_before else "0")
+            raise ValueError(
+                "consumed=%r: expected the items trained on since this epoch's iteration "
+                "began (after a restore: since the restore), an integer from %s to %d (the "
+                "items this rank handed out since then)" % (consumed, low, handed))
+        return count
+
+    def _blocks_read(self, used):
+        """block -> [items used, size, acknowledged by this rank] of the blocks handed out
+        in the epoch, the first ``used`` items counting as used."""
+        left = used - self._handed_before
+        out = {}
+        for h in self._handed:
+            take = min(h.end - h.first, left)
+            left -= take
+            seen = out.get(h.block)
+            if seen is None:
+                out[h.block] = [h.first + take, h.size, h.acked]
+            else:   # leased again after its lease was lost: the most read, any ack
+                seen[0] = max(seen[0], h.first + take)
+                seen[2] = seen[2] or h.acked
+        return out
+
+    def _drop_used(self, used):
+        """Forgets the leading blocks used to their end and acknowledged: no later state
+        can count them otherwise (a later ``consumed`` may not be lower)."""
+        left = used - self._handed_before
+        keep = 0
+        for h in self._handed:
+            n = h.end - h.first
+            if not (h.acked and h.end == h.size and n <= left):
+                break
+            left -= n
+            self._handed_before += n
+            keep += 1
+        del self._handed[:keep]
+
+    def _resumed_epoch(self, epoch):
+        return self._checkpoint is not None and epoch == self._checkpoint["epoch"]
+
+    def _note_shape(self, ck):
+        """Keeps the plan's keys of a checkpoint of an epoch on the plan (not a resumed
+        epoch on the checkpoint's plan, not a finished iteration's)."""
+        if not _finished(ck) and not self._resumed_epoch(ck["epoch"]):
+            self._shape = {k: ck[k] for k in _SHAPE_KEYS if k in ck}
+
+    def _see_shape(self, epoch):
+        """In the last epoch of a bounded iteration, reads the plan's keys once while this
+        rank holds a block (the epoch cannot end meanwhile): once it is finished the head's
+        checkpoint names no blocks, and a state of that epoch (_epoch_complete) needs them."""
+        epochs = int(self.config.get("epochs") or 0)
+        if self._shape is None and epochs and epoch == epochs - 1 \
+                and not self._resumed_epoch(epoch):
+            self._note_shape(self._retrying("reading the checkpoint", lambda retry:
+                                            self.client.iteration_checkpoint(self.name)))
+
+    def _epoch_complete(self, ck):
+        """The checkpoint of this rank's epoch, complete on the head (``ck`` is of a later
+        one): every block done."""
+        if self._resumed_epoch(self.epoch):
+            shape = {k: self._checkpoint[k] for k in _SHAPE_KEYS if k in self._checkpoint}
+        elif not _finished(ck):
+            shape = {k: ck[k] for k in _SHAPE_KEYS if k in ck}
+        else:
+            shape = self._shape
+        if shape is None:
+            raise RuntimeError("iteration %s, rank %d: epoch %d is complete on the head, whose "
+                               "checkpoint no longer names its blocks; the blocks this rank "
+                               "handed out but did not use cannot be saved"
+                               % (self.name, self.rank, self.epoch))
+        return dict(shape, epoch=self.epoch, done=[[0, shape["blocks"]]])
 
     def load_state_dict(self, state):
         """Resume from ``state`` (one rank's state, or a list of every rank's: then each
         rank's partly read block is skipped exactly).  Every rank must load the same
         state(s): the new iteration's name is derived from them."""
         states = _states_to_load(state, self.kind)
-        ck = max((s["checkpoint"] for s in states), key=lambda c: (c["epoch"], _done_count(c)))
+        ck, partial = _merged_position(states)
         # The head resumes the checkpoint's configuration whatever this sampler's: a state
         # of another dataset or seed would silently read that one's indices.
         mismatch = _config_mismatch(self.config, ck.get("config") or {})
@@ -382,25 +644,17 @@ class CoordinatedRankSampler:
         if mismatch:
             raise ValueError("the %s state belongs to another dataset or configuration "
                              "(%s)" % (self.kind, mismatch))
-        done = [tuple(r) for r in ck.get("done") or ()]
-        partial = {}
-        for s in states:
-            if s["checkpoint"]["epoch"] != ck["epoch"]:
-                continue
-            for block, pos in (s.get("partial") or {}).items():
-                block = int(block)
-                if any(b <= block < e for b, e in done):
-                    continue
-                partial[block] = max(partial.get(block, 0), int(pos))
-        self._checkpoint = ck
-        self._skip = partial
-        self._skip_epoch = ck["epoch"]
-        self.name = _resumed_name(self.base_name, ck, sorted(partial.items()))
-        self._created = False
-        self._held = None
-        self._unacked = []
-        self.epoch = ck["epoch"]
-        self.emitted = 0
+        with self._lock:
+            self._checkpoint = ck
+            self._skip = partial
+            self._skip_epoch = ck["epoch"]
+            self.name = _resumed_name(self.base_name, ck, sorted(partial.items()))
+            self._created = False
+            self._held = None
+            self._unacked = []
+            self.epoch = ck["epoch"]
+            self.emitted = 0
+            self._forget_handed()
 
     def close(self):
         """Acknowledges what was read to its end (the iteration stays on the head) and
@@ -409,7 +663,8 @@ class CoordinatedRankSampler:
             self._keeper[1].set()
             self._keeper = None
         if self._created:
-            self._flush()
+            with self._lock:
+                self._flush()
 
 
 # ---- the public rank: muster.CoordinatedStream --------------------------------------------
@@ -638,12 +893,18 @@ class CoordinatedStream:
         nothing until ``set_epoch``."""
         return iter(self._open("iterating"))
 
-    def state_dict(self):
+    def state_dict(self, consumed=None):
         """The position, plain JSON types (``json.dumps`` takes it): acknowledges the blocks
         read to their end, and returns the head's checkpoint plus this rank's partly read
         block.  Gather every rank's (your framework's all-gather, a shared file) for an
-        exact resume mid-block."""
-        return self._open("state_dict").state_dict()
+        exact resume mid-block.  ``consumed``: when the caller reads ahead of what it uses
+        (a prefetching pipeline), how many of the indices the stream yielded in this epoch
+        (after a load: since the load) were used; the others are read again after a
+        resume.  None: every index yielded counts as used."""
+        rank = self._open("state_dict")
+        if consumed is not None:
+            _integer("consumed", consumed, 0)
+        return rank.state_dict(consumed)
 
     def load_state_dict(self, state):
         """Resumes the saved epoch from ``state``: one rank's ``state_dict()`` (exact at

@@ -112,12 +112,9 @@ class DistributedSampler(torch.utils.data.Sampler):
         whose workers prefetch, pass ``consumed`` = samples this rank trained on since the
         loader began this epoch (after a restore: since the restore; ``step * batch_size``
         of the loop over the loader).
-        Coordinated: the head's checkpoint plus this rank's partly read block (prefetching
-        DataLoader workers are not supported there)."""
-        if self.coordinated:
-            if consumed is not None:
-                raise ValueError("consumed= is for the standalone sampler")
-            return self._sampler.state_dict()
+        Coordinated: the head's checkpoint plus this rank's partly read blocks; with
+        ``consumed``, also the blocks acknowledged whose items were handed out but not
+        trained on (``reopened``), which a resume serves again."""
         return self._sampler.state_dict(consumed)
 
     def load_state_dict(self, state):
@@ -158,7 +155,12 @@ class StreamDataset(torch.utils.data.IterableDataset):
     here the batches come in the sampler's order, and any number of batches trained is a
     prefix of it: ``state_dict(consumed=...)`` is then exact at every batch (with runs of
     one item and K workers, only at every K-th batch).  ``sampler`` is the
-    DistributedSampler that orders it (set_epoch, state_dict and load_state_dict go there)."""
+    DistributedSampler that orders it (set_epoch, state_dict and load_state_dict go there).
+
+    A standalone sampler is iterated by every worker's copy (each computes the same order).
+    A coordinated one is iterated only in the process that made the dataset: the workers
+    take their runs from it by position (muster.feed), so the rank leases as one and its
+    state there counts what the loader delivered."""
 
     def __init__(self, dataset, sampler=None, batch_size=1, **sampler_options):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -166,7 +168,21 @@ class StreamDataset(torch.utils.data.IterableDataset):
                              "(1 when the DataLoader does not batch)" % (batch_size,))
         self.dataset = dataset
         self.batch_size = batch_size
-        self.sampler = sampler or DistributedSampler(dataset, **sampler_options)
+        self.sampler = sampler if sampler is not None else DistributedSampler(dataset,
+                                                                              **sampler_options)
+        self._feed = None
+        self._feed_at = None      # (address, key) of the feed, for loader workers
+        self._passes = 0          # iterations of this copy (a persistent worker's: one a pass)
+        if getattr(self.sampler, "coordinated", False):
+            from .feed import IndexFeed
+            self._feed = IndexFeed(self.sampler, self)
+            self._feed_at = (self._feed.address, self._feed.key)
+
+    def __getstate__(self):
+        """A loader worker's copy (spawn): the feed's address and key, not the feed."""
+        state = dict(self.__dict__)
+        state["_feed"] = None
+        return state
 
     def set_epoch(self, epoch):
         self.sampler.set_epoch(epoch)
@@ -182,10 +198,21 @@ class StreamDataset(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
-        workers, me = (info.num_workers, info.id) if info is not None else (1, 0)
-        if workers > 1 and getattr(self.sampler, "coordinated", False):
-            raise ValueError("StreamDataset over a coordinated sampler takes num_workers=0 or 1 "
-                             "(each loader worker would lease blocks of its own)")
+        if info is not None and self._feed_at is not None:
+            return self._fed(info)
+        return self._split(*((info.num_workers, info.id) if info is not None else (1, 0)))
+
+    def _split(self, workers, me):
         for i, index in enumerate(self.sampler):
             if (i // self.batch_size) % workers == me:
+                yield self.dataset[index]
+
+    def _fed(self, info):
+        """A loader worker's items of a coordinated sampler, from the feed."""
+        from .feed import take
+        self._passes += 1
+        pass_key = (info.seed - info.id, self._passes)   # the same in every worker of a pass
+        size = self.batch_size
+        for run in take(*self._feed_at, pass_key, info.id * size, info.num_workers * size, size):
+            for index in run:
                 yield self.dataset[index]

@@ -2,6 +2,7 @@
 thread each) on a coordinated iteration of a real head."""
 import collections
 import gc
+import json
 import threading
 import time
 import unittest
@@ -43,6 +44,41 @@ def run_ranks(samplers, epoch, stop_after=None, batch_size=5):
     if errors:
         raise errors[0]
     return out
+
+
+def train_in_lock_step(samplers, epoch, steps=None, workers=2, batch_size=5):
+    """Data-parallel training simulated in this thread: every rank has a DataLoader whose
+    `workers` prefetch (2 batches each ahead of the step), and each step takes one batch
+    from every rank's loader (a rank whose loader ended sits out).  After `steps` steps
+    (None: to the epoch's end) every rank's state is taken with consumed= the samples it
+    trained on, and the loaders are dropped with what they had prefetched, as a killed job
+    drops them.  A rank is a sampler of a map-style dataset or a StreamDataset.  Returns
+    (each rank's trained indices, the states or None)."""
+    loaders = []
+    for s in samplers:
+        s.set_epoch(epoch)
+        if isinstance(s, mt.StreamDataset):
+            loader = torch.utils.data.DataLoader(s, batch_size=batch_size, num_workers=workers)
+        else:
+            loader = torch.utils.data.DataLoader(list(range(N)), batch_size=batch_size,
+                                                 sampler=s, num_workers=workers)
+        loaders.append(iter(loader))
+    trained = [[] for _ in samplers]
+    live = set(range(len(samplers)))
+    step = 0
+    while live and (steps is None or step < steps):
+        for r in sorted(live):
+            batch = next(loaders[r], None)
+            if batch is None:
+                live.discard(r)
+            else:
+                trained[r].extend(int(i) for i in batch)
+        step += 1
+    states = None
+    if steps is not None:
+        states = [s.state_dict(consumed=len(t)) for s, t in zip(samplers, trained)]
+    del loaders   # the workers stop; what they had prefetched is never trained on
+    return trained, states
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
@@ -141,6 +177,147 @@ class CoordinatedSamplerTest(HeadTestCase):
         self.assertIsNot(copy._sampler.client, s._sampler.client)
         rest = list(copy)
         self.assertEqual(sorted(read + rest), list(range(N)))
+
+    def check_prefetching_loaders_resume(self, name, world, new_world, steps, **options):
+        """`world` ranks train `steps` steps with loader workers that prefetch, so blocks
+        beyond what they trained on are handed out and acknowledged; every rank's state
+        with consumed= is saved, the job dropped, and `new_world` ranks resume from the
+        list: with what was trained before, every index of the epoch once."""
+        old = self.samplers(world, name, wait=False, **options)
+        before, states = train_in_lock_step(old, 0, steps)
+        live = self.c.iteration_checkpoint(name)
+        acked = sum(e - b for b, e in live["done"]) * 8 if live["epoch"] == 0 else N
+        self.assertGreater(acked, sum(map(len, before)), "no block was acknowledged ahead")
+        self.assertTrue(any(s.get("reopened") for s in states), states)
+        states = json.loads(json.dumps(states))
+        new = self.samplers(new_world, name, wait=False, **options)
+        for s in new:
+            s.load_state_dict(states)
+        after, _ = train_in_lock_step(new, 0)
+        counts = collections.Counter(sum(before + after, []))
+        self.assertEqual([i for i, n in counts.items() if n > 1], [], "trained twice")
+        self.assertEqual(sorted(counts), list(range(N)), "an index was never trained on")
+        return states
+
+    def test_prefetching_loader_workers_resume_in_the_same_world(self):
+        """consumed= was refused for the coordinated sampler: a DataLoader with workers takes
+        indices ahead of the step, the blocks they fill are acknowledged when read to
+        their end, and a checkpoint counted them as read (here 20 samples ahead)."""
+        states = self.check_prefetching_loaders_resume("prefetch1", 1, 1, steps=9)
+        self.assertEqual(states[0]["epoch"], 0)
+
+    def test_prefetching_loader_workers_resume_into_other_world_sizes(self):
+        self.check_prefetching_loaders_resume("prefetch3to2", 3, 2, steps=4)
+        self.check_prefetching_loaders_resume("prefetch2to4", 2, 4, steps=7)
+
+    def test_prefetching_loader_workers_resume_a_static_strategy(self):
+        self.check_prefetching_loaders_resume("prefetch-static", 2, 3, steps=6,
+                                              strategy="round_robin", tail="keep")
+
+    def check_epoch_end_while_prefetched(self, name, **options):
+        """The loader has handed out the whole epoch (the head completed it, or finished a
+        bounded iteration) while the last batches are still to be trained on."""
+        s = self.samplers(1, name, wait=False, **options)[0]
+        before, states = train_in_lock_step([s], 0, steps=37)
+        live = self.c.iteration_checkpoint(name)
+        self.assertEqual((live["epoch"], live["done"]), (1, []))   # the head is past epoch 0
+        self.assertEqual(len(before[0]), 185)
+        self.assertEqual(states[0]["epoch"], 0)
+        r = self.samplers(1, name, wait=False, **options)[0]
+        r.load_state_dict(states)
+        self.assertEqual(r.epoch, 0)
+        after, _ = train_in_lock_step([r], 0)
+        self.assertEqual(sorted(before[0] + after[0]), list(range(N)))
+        return r
+
+    def test_prefetched_end_of_an_epoch_resumes_that_epoch(self):
+        r = self.check_epoch_end_while_prefetched("prefetch-end")
+        again, _ = train_in_lock_step([r], 1)   # then the next epoch, whole
+        self.assertEqual(sorted(again[0]), list(range(N)))
+
+    def test_prefetched_end_of_a_finished_iteration_resumes_its_last_epoch(self):
+        self.check_epoch_end_while_prefetched("prefetch-finished", epochs=1)
+
+    def test_consumed_is_a_count_of_what_was_handed_out(self):
+        s = self.samplers(1, "consumed-bad")[0]
+        with self.assertRaisesRegex(ValueError, r"^consumed=1: .* from 0 to 0 "):
+            s.state_dict(consumed=1)   # nothing handed out yet (and nothing sent)
+        it = iter(s)
+        seen = [next(it) for _ in range(20)]   # blocks 0 and 1 acknowledged, 2 held
+        for bad in (21, -1, 2.5, "3", True, [3]):
+            with self.subTest(consumed=bad):
+                with self.assertRaises(ValueError) as cm:
+                    s.state_dict(consumed=bad)
+                self.assertIn("consumed=%r: expected the items trained on since this epoch's "
+                              "iteration began (after a restore: since the restore), an integer "
+                              "from 0 to 20" % (bad,), str(cm.exception))
+        state = s.state_dict(consumed=13)
+        # block 1 acknowledged with 5 of its items used, block 2 held with none used
+        self.assertEqual((state["reopened"], state["partial"]), ([1], {"1": 5}))
+        self.assertEqual(state["checkpoint"]["done"], [[0, 1]])
+        # Blocks used to their end are forgotten: a later count may not go below them.
+        with self.assertRaisesRegex(ValueError, r"^consumed=7: .* an integer from 8 \(what an "
+                                                r"earlier state_dict of this epoch counted as "
+                                                r"used\) to 20 "):
+            s.state_dict(consumed=7)
+        self.assertEqual(s.state_dict(consumed=20)["partial"], {"2": 4})
+        r = self.samplers(1, "consumed-bad")[0]
+        r.load_state_dict(state)
+        self.assertEqual(sorted(seen[:13] + list(r)), list(range(N)))
+
+    def datasets(self, world, name, **kw):
+        return [mt.StreamDataset(list(range(N)), batch_size=5, num_replicas=world, rank=r,
+                                 seed=11, coordinated=True, client=self.c, name=name,
+                                 block_size=8, **kw)
+                for r in range(world)]
+
+    def test_stream_dataset_split_among_loader_workers(self):
+        """Each loader worker iterated its copy of the coordinated sampler, leasing as the
+        rank, so StreamDataset refused num_workers above 1.  The workers now take runs by
+        position from the sampler of the training process: every index once per epoch,
+        with workers started for each epoch or persistent ones."""
+        ds = self.datasets(1, "stream-split")[0]
+        for epoch, persistent in ((0, False), (1, True), (2, True)):
+            if epoch != 2:
+                loader = torch.utils.data.DataLoader(ds, batch_size=5, num_workers=2,
+                                                     persistent_workers=persistent)
+            ds.set_epoch(epoch)
+            got = [int(i) for batch in loader for i in batch]
+            self.assertEqual(sorted(got), list(range(N)), epoch)
+        self.assertEqual(self.c.iteration("stream-split")["epoch"], 3)
+
+    def test_stream_dataset_feed_failures_and_end(self):
+        """A sampler that fails in the training process fails the loader with its reason;
+        the feed's thread ends with the dataset."""
+        def feeds():
+            return [t for t in threading.enumerate() if t.name == "muster loader feed"]
+        before = len(feeds())
+        ds = mt.StreamDataset(list(range(N)), num_replicas=1, rank=0, coordinated=True,
+                              client=muster.Client("http://127.0.0.1:9", self.head.token),
+                              name="unreachable", head_wait_s=0)
+        self.assertEqual(len(feeds()), before + 1)
+        loader = torch.utils.data.DataLoader(ds, num_workers=2)
+        with self.assertLogs("muster.iteration", "WARNING"):
+            with self.assertRaisesRegex(RuntimeError, r"the coordinated sampler failed in the "
+                                                      r"training process \(NetworkError: "):
+                next(iter(loader))
+        del ds, loader
+        gc.collect()
+        harness.wait_until(lambda: len(feeds()) == before, timeout=10, what="the feed's end")
+
+    def test_stream_dataset_with_prefetching_workers_resumes_exactly(self):
+        """Two ranks' StreamDatasets with two loader workers each stop mid-block with blocks
+        acknowledged ahead of the step; three ranks resume from every rank's state."""
+        old = self.datasets(2, "stream-prefetch", wait=False)
+        before, states = train_in_lock_step(old, 0, 6)
+        self.assertTrue(any(s.get("reopened") for s in states), states)
+        new = self.datasets(3, "stream-prefetch", wait=False)
+        for ds in new:
+            ds.load_state_dict(states)
+        after, _ = train_in_lock_step(new, 0)
+        counts = collections.Counter(sum(before + after, []))
+        self.assertEqual([i for i, n in counts.items() if n > 1], [], "trained twice")
+        self.assertEqual(sorted(counts), list(range(N)), "an index was never trained on")
 
     def test_checkpoint_waits_for_a_head_that_does_not_answer(self):
         """state_dict()'s read of the checkpoint was sent once: a head restarting just then

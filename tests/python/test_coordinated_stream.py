@@ -129,6 +129,48 @@ class CoordinatedStreamTest(HeadTestCase):
     def test_elastic_resume_of_a_static_strategy(self):
         self.check_elastic_resume("static-resume", 4, strategy="contiguous")
 
+    def check_read_ahead_resume(self, name, new_world, used, ahead):
+        """Three ranks read `ahead` indices past the `used` ones they use (a prefetching
+        pipeline: the blocks read to their end are acknowledged), save their states with
+        consumed= (through JSON) and stop; `new_world` ranks load every state: each index
+        not used before once, none used before."""
+        old = self.streams(3, name)
+        taken = read_some(old, [u + a for u, a in zip(used, ahead)])
+        before = [t[:u] for t, u in zip(taken, used)]
+        states = json.loads(json.dumps([s.state_dict(consumed=u) for s, u in zip(old, used)]))
+        self.assertTrue(any(s.get("reopened") for s in states), states)
+        for s in old:
+            s.close()
+        new = self.streams(new_world, name)
+        for s in new:
+            s.load_state_dict(states)
+        once_each(self, read_epoch(new), set(range(N)) - set(sum(before, [])))
+        for s in new:
+            s.close()
+
+    def test_consumed_resumes_what_was_read_ahead_and_not_used(self):
+        """consumed= was the torch standalone sampler's only: the indices a prefetching
+        pipeline had taken but not used were lost with the blocks acknowledged under it."""
+        self.check_read_ahead_resume("ahead-fewer", 2, used=[5, 13, 3], ahead=[12, 9, 20])
+        self.check_read_ahead_resume("ahead-more", 5, used=[0, 16, 9], ahead=[17, 3, 8])
+
+    def test_bad_consumed_is_refused(self):
+        s = self.streams(1, "consumed")[0]
+        it = iter(s)
+        for _ in range(10):
+            next(it)
+        for bad, error, message in (
+                (-1, ValueError, r"^consumed: an integer >= 0, not -1"),
+                ("3", TypeError, r"^consumed: an integer >= 0, not '3'"),
+                (1.0, TypeError, r"^consumed: an integer >= 0, not 1.0"),
+                (11, ValueError, r"^consumed=11: expected the items trained on since this "
+                                 r"epoch's iteration began .* from 0 to 10 ")):
+            with self.subTest(consumed=bad):
+                with self.assertRaisesRegex(error, message):
+                    s.state_dict(consumed=bad)
+        self.assertEqual(s.state_dict(consumed=10)["partial"], {"1": 2})
+        s.close()
+
     def test_bad_arguments_say_what_the_argument_takes(self):
         good = {"name": "bad", "dataset": 10, "rank": 0, "world_size": 2, "client": self.c}
         cases = [

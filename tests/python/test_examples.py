@@ -90,6 +90,14 @@ class ExamplesTest(HeadTestCase):
     def test_training_coordinated_killed_mid_epoch_resumes_exactly(self):
         self.kill_and_resume(["--url", self.head.url, "--token", self.head.token, "--name", "train-kill"])
 
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_training_coordinated_with_loader_workers_killed_resumes_exactly(self):
+        """DataLoader workers take indices ahead of the step, and the blocks they fill are
+        acknowledged before the model trains on them: the sampler's state without
+        consumed= lost those samples at a kill."""
+        self.kill_and_resume(["--url", self.head.url, "--token", self.head.token, "--name",
+                              "train-workers", "--workers", "2"])
+
     def kill_and_resume(self, extra):
         n, epochs = 128, 2
         d = os.path.join(self.work, "run")
