@@ -23,7 +23,7 @@ from .errors import (BadRequest, BatchTooLarge, BodyTooLarge, Conflict, Forbidde
 # a node agent runs once per task, does not pay for http.client and friends.
 _LAZY = {
     "client": ("Client", "Lease", "LeaseList", "resolve_token", "resolve_url"),
-    "coordinated": ("CoordinatedStream",),
+    "coordinated_stream": ("CoordinatedStream",),
     "distcompute": ("WorkerClient", "init"),
     "pool": ("IndexCollision", "Pool", "TaskError", "WorkerInterface"),
     "shared": ("Shared",),
