@@ -578,6 +578,10 @@ class Stream:
         elif isinstance(pos, dict):
             from .loader import checkpoint_position
             pos = checkpoint_position(pos, self.plan, self.rank)
+        elif not isinstance(pos, StreamPos):
+            raise TypeError("pos: expected a StreamPos, its 40 bytes or a loader checkpoint (a "
+                            "dict), got %s: set_epoch(E) starts an epoch, seek(I) goes to an "
+                            "item" % type(pos).__name__)
         if (pos.fingerprint != self.plan.fingerprint or pos.rank != self.rank or pos.emitted > self.len
                 or pos.cursor > self.plan.n):
             raise ValueError("the position belongs to another configuration, rank or epoch length")

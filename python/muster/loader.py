@@ -391,16 +391,17 @@ class Loader:
         return StreamPos(self.plan.fingerprint, self.rank, self._epoch, self._emitted,
                          0 if self.plan.positional else self._cursor)
 
-    def _move(self, pos):
-        """Moves the producer to ``pos`` (validated by Stream.set_pos, which leaves it where
-        it was when refused) and drops what was loaded ahead."""
+    def _move(self, pos=None, epoch=None):
+        """Moves the producer to ``pos``, or to the start of ``epoch`` (validated by
+        Stream.set_pos and set_epoch, which leave it where it was when refused), and drops
+        what was loaded ahead."""
         shared = self._shared
         with shared.cv:
             if self._closed:
                 raise ValueError("the loader is closed")
             stream = shared.stream
-            if isinstance(pos, int):
-                stream.set_epoch(pos)
+            if epoch is not None:
+                stream.set_epoch(epoch)
             else:
                 stream.set_pos(pos)
             self._epoch, self._emitted, self._cursor = stream.epoch, stream.emitted, stream.cursor
@@ -415,7 +416,7 @@ class Loader:
 
     def set_epoch(self, epoch):
         """Starts epoch ``epoch`` (ValueError past the plan's last)."""
-        self._move(int(epoch))
+        self._move(epoch=int(epoch))
 
     def next_epoch(self):
         self.set_epoch(self._epoch + 1)

@@ -198,6 +198,24 @@ class TestFailures(LoaderTestCase):
             self.assertEqual(str(cm.exception), "epoch 3: the plan has 3 epochs (0 to 2)")
             self.assertEqual(loader.take(100), stream_order(plan, 0, 0, skip=2))
 
+    def test_a_number_is_no_position(self):
+        # loader.set_pos(2) started epoch 2 from its first sample without a word (the
+        # loader's set_epoch went through the same code), where the caller likely meant
+        # the sample at 2; a stream's set_pos raised an AttributeError about 'fingerprint'.
+        plan = plan_of("hash")
+        with Stream(plan, 0).loader(prefetch=2) as loader:
+            loader.take(3)
+            for thing in (2, True, 2.0, "0" * 80, None):
+                for target in (loader, Stream(plan, 0)):
+                    with self.assertRaises(TypeError) as cm:
+                        target.set_pos(thing)
+                    self.assertIn("pos: expected a StreamPos, its 40 bytes or a loader "
+                                  "checkpoint (a dict), got %s" % type(thing).__name__,
+                                  str(cm.exception))
+                    self.assertIn("set_epoch", str(cm.exception))
+            self.assertEqual((loader.epoch, loader.get_pos().emitted), (0, 3))
+            self.assertEqual(loader.take(100), stream_order(plan, 0, 0, skip=3))
+
 
 class TestStatistics(LoaderTestCase):
     def test_a_slow_consumer_hits_every_time(self):
