@@ -98,6 +98,31 @@ int cli_requires_parse(const cli_args_t *args, cli_requires_t *req) {
   return CLI_OK;
 }
 
+/* Says why the newest level of `entry` could not be had (`err`, the
+ * client's message) and that nothing was put.  The reason goes through
+ * cli_error_message, as every other request's failure does, for its advice
+ * on a token that was not given and on a head that is not there; a HEAD
+ * that got no reply changed nothing, so it is spared the advice to check
+ * what a request did before sending it again. */
+static void requires_say_unresolved(const muster_client_t *client, muster_err_t err,
+                                    const muster_shared_level_t *entry) {
+  char message[1024];
+  snprintf(message, sizeof message, "--requires %s/%s: %s", entry->scope, entry->name,
+           muster_client_message(client));
+  if (err == MUSTER_NETWORK && !cli_message_unsent(message))
+    fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), message);
+  else
+    cli_error_message(err, message);
+  if (err == MUSTER_SHARED_NOT_FOUND)
+    fprintf(stderr,
+            "muster: nothing was put: without @N the newest level is required, and there "
+            "is none; upload one first ('muster shared put %s %s FILE')\n",
+            entry->scope, entry->name);
+  else
+    fprintf(stderr, "muster: nothing was put: the newest level of %s/%s could not be asked\n",
+            entry->scope, entry->name);
+}
+
 int cli_requires_resolve(muster_client_t *client, cli_requires_t *req) {
   for (size_t i = 0; i < req->count; i++) {
     muster_shared_level_t *entry = &req->levels[i];
@@ -105,21 +130,11 @@ int cli_requires_resolve(muster_client_t *client, cli_requires_t *req) {
       continue;
     muster_shared_info_t info;
     muster_err_t err = muster_shared_stat(client, entry->scope, entry->name, 0, &info);
-    if (err == MUSTER_OK) {
-      entry->level = info.level;
-      continue;
+    if (err != MUSTER_OK) {
+      requires_say_unresolved(client, err, entry);
+      return CLI_FAIL;
     }
-    fprintf(stderr, "muster: %s: --requires %s/%s: %s\n", muster_err_name(err), entry->scope,
-            entry->name, muster_client_message(client));
-    if (err == MUSTER_SHARED_NOT_FOUND)
-      fprintf(stderr,
-              "muster: nothing was put: without @N the newest level is required, and there "
-              "is none; upload one first ('muster shared put %s %s FILE')\n",
-              entry->scope, entry->name);
-    else
-      fprintf(stderr, "muster: nothing was put: the newest level of %s/%s could not be asked\n",
-              entry->scope, entry->name);
-    return CLI_FAIL;
+    entry->level = info.level;
   }
   return CLI_OK;
 }

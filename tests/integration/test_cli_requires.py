@@ -11,8 +11,10 @@ it too.  A session put sent again with the same `requires` (a pool retrying a ba
 whose reply was lost) is answered as a repeat, not refused.
 """
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -200,6 +202,39 @@ class RequiresCliTest(harness.CliChecks, unittest.TestCase):
         self.assertIn("muster: unauthorized: --requires models/weights: a valid bearer token is "
                       "required (HEAD /v1/shared/models/weights answered HTTP 401)", r.stderr)
         self.assertEqual(self.queued("rq-token"), 0)
+
+    def test_the_head_request_fails_with_the_clis_usual_advice(self):
+        # The HEAD's failure was printed apart from every other request's, without the
+        # advice they get: where the token was looked for when none was given, and
+        # whether a head runs at the URL when nothing answered there.
+        self.queue("rq-advice")
+        nowhere = tempfile.mkdtemp(prefix="muster-rq-")  # no ./muster-data with a token
+        self.addCleanup(shutil.rmtree, nowhere, True)
+        r = subprocess.run([MUSTER, "put", "--queue", "rq-advice", "--requires", "models/weights",
+                            "a"], capture_output=True, text=True, timeout=60, cwd=nowhere,
+                           env=harness.cli_env(self.head, token=False))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("muster: unauthorized: the head needs a token, and no token was given",
+                      r.stderr)
+        self.assertTrue(r.stderr.endswith("\nmuster: nothing was put: the newest level of "
+                                          "models/weights could not be asked\n"), r.stderr)
+        port = harness.free_port()
+        for command, stdin in ((["put", "--queue", "q", "a"], None),
+                               (["session", "put", "s-0123456789abcdef"], "a\n"),
+                               (["map", "--queue", "q", "--quiet"], "a\n")):
+            env = dict(harness.cli_env(self.head), MUSTER_URL="http://127.0.0.1:%d" % port)
+            r = subprocess.run([MUSTER] + command + ["--requires", "models/weights"], input=stdin,
+                               capture_output=True, text=True, timeout=60, env=env)
+            with self.subTest(command=command[0]):
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertRegex(r.stderr, r"\Amuster: network: --requires models/weights: HEAD "
+                                 r"http://127\.0\.0\.1:%d/v1/shared/models/weights: could not "
+                                 r"connect to 127\.0\.0\.1 port %d: Connection refused\n"
+                                 r"muster: is a head running there\? The URL is the one "
+                                 r"MUSTER_URL gives: start the head, or give the URL of a "
+                                 r"running one\n"
+                                 r"muster: nothing was put: the newest level of models/weights "
+                                 r"could not be asked\n\Z" % (port, port))
 
     # ---- a session put sent again ----------------------------------------------------
 
