@@ -8,6 +8,7 @@ function in pure Python: a port of the scalar code of xxhash.h, about 40 MiB/s w
 libxxhash hashes gigabytes a second.
 """
 import struct
+import threading
 
 from ._xxh3 import M64, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME64_5
 
@@ -17,6 +18,7 @@ STRIPE_LEN = 32
 BLOCK_LEN = 64 * 1024
 _LIBRARY_NAMES = ("libxxhash.so.0", "libxxhash.0.dylib", "libxxhash.dylib", "libxxhash.so")
 _library = None  # libxxhash once looked for: the CDLL, or False when there is none
+_library_lock = threading.Lock()  # held while it is looked for
 
 
 def _round(acc, lane):
@@ -108,28 +110,35 @@ class XXH64:
         pass
 
 
+def _find_library():
+    """libxxhash with the prototypes of XXH64's streaming calls, or False."""
+    try:
+        import ctypes
+    except ImportError:  # an interpreter built without it
+        return False
+    for name in _LIBRARY_NAMES:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        lib.XXH64_createState.restype = ctypes.c_void_p
+        lib.XXH64_freeState.argtypes = [ctypes.c_void_p]
+        lib.XXH64_reset.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        lib.XXH64_update.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+        lib.XXH64_digest.argtypes = [ctypes.c_void_p]
+        lib.XXH64_digest.restype = ctypes.c_uint64
+        return lib
+    return False
+
+
 def _load_library():
-    """libxxhash with the prototypes of XXH64's streaming calls, or None."""
+    """libxxhash (looked for once), or None.  A thread that asks while another looks
+    waits for its answer: it would otherwise hash in pure Python."""
     global _library
     if _library is None:
-        _library = False
-        try:
-            import ctypes
-        except ImportError:  # an interpreter built without it
-            return None
-        for name in _LIBRARY_NAMES:
-            try:
-                lib = ctypes.CDLL(name)
-            except OSError:
-                continue
-            lib.XXH64_createState.restype = ctypes.c_void_p
-            lib.XXH64_freeState.argtypes = [ctypes.c_void_p]
-            lib.XXH64_reset.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
-            lib.XXH64_update.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-            lib.XXH64_digest.argtypes = [ctypes.c_void_p]
-            lib.XXH64_digest.restype = ctypes.c_uint64
-            _library = lib
-            break
+        with _library_lock:
+            if _library is None:
+                _library = _find_library()
     return _library or None
 
 
