@@ -153,7 +153,8 @@ class _LibXXH64:
         lib.XXH64_reset(self._state, seed)
 
     def update(self, data):
-        self._lib.XXH64_update(self._state, bytes(data), len(data))
+        data = bytes(data)  # its len() counts bytes; a memoryview's may count items
+        self._lib.XXH64_update(self._state, data, len(data))
 
     def intdigest(self):
         return self._lib.XXH64_digest(self._state)

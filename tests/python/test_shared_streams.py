@@ -73,6 +73,19 @@ class Checksum(unittest.TestCase):
             self.assertEqual(pure.hexdigest(), fast.hexdigest(), "%d bytes" % size)
             fast.close()
 
+    def test_any_bytes_like_object_is_hashed_whole(self):
+        # libxxhash's update was given len() of the object, which for a memoryview of
+        # 4-byte items counts items: it hashed the first quarter of the bytes.
+        import array
+        words = array.array("I", range(1000))
+        want = _xxh64.XXH64()
+        want.update(words.tobytes())
+        for hasher in (_xxh64.hasher(), _xxh64.XXH64()):
+            hasher.update(memoryview(words))
+            self.assertEqual((type(hasher).__name__, hasher.hexdigest()),
+                             (type(hasher).__name__, want.hexdigest()))
+            hasher.close()
+
     def test_threads_that_hash_first_at_once_all_get_libxxhash(self):
         # A thread that asked for a hasher while another was still loading libxxhash got
         # the pure-Python XXH64 (the module said "none" during the search): its download
