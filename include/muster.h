@@ -246,9 +246,10 @@ typedef struct {
  * muster_put, where every one of the `count` tasks requires the `nlevels`
  * levels of `levels` (0 to MUSTER_MAX_REQUIRES; 0: none, as muster_put).
  * Refused before anything is sent: more than MUSTER_MAX_REQUIRES levels, a
- * NULL scope or name, or a level below 1 (MUSTER_INVALID), and a scope or
- * name that breaks the name rule (MUSTER_NAME_INVALID); the message names
- * the element ("requires[1].level: 0, expected 1 or more").  The head does
+ * NULL scope or name, a level below 1, or two levels of one blob (a task
+ * requires one level of each) (MUSTER_INVALID), and a scope or name that
+ * breaks the name rule (MUSTER_NAME_INVALID); the message names the element
+ * ("requires[1].level: 0, expected 1 or more").  The head does
  * not check that the levels exist: a worker that leases a task before its
  * level is uploaded fails it (docs/shared-data.md).
  */

@@ -14,6 +14,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* requires_problem for element `i` alone, and against the elements before
+ * it: a task requires one level of each blob (a worker names the file of
+ * blob NAME MUSTER_SHARED_NAME, which two levels could not share). */
+static muster_err_t requires_element_problem(const muster_shared_level_t *levels, size_t i,
+                                             char *why, size_t size) {
+  const muster_shared_level_t *l = &levels[i];
+  if (l->scope == NULL || l->name == NULL) {
+    snprintf(why, size, "requires[%zu]: scope, name and level are all required", i);
+    return MUSTER_INVALID;
+  }
+  if (l->level < 1) {
+    snprintf(why, size, "requires[%zu].level: %lld, expected 1 or more", i, (long long)l->level);
+    return MUSTER_INVALID;
+  }
+  const char *bad = !name_is_valid(l->scope) ? "scope" : !name_is_valid(l->name) ? "name" : NULL;
+  if (bad != NULL) {
+    snprintf(why, size, "requires[%zu].%s '%.140s': " NAME_RULE_TEXT, i, bad,
+             bad[0] == 's' ? l->scope : l->name);
+    return MUSTER_NAME_INVALID;
+  }
+  for (size_t j = 0; j < i; j++)
+    if (strcmp(levels[j].scope, l->scope) == 0 && strcmp(levels[j].name, l->name) == 0) {
+      snprintf(why, size,
+               "requires[%zu]: %s/%s is required already (requires[%zu]): a task requires one "
+               "level of each blob",
+               i, l->scope, l->name, j);
+      return MUSTER_INVALID;
+    }
+  return MUSTER_OK;
+}
+
 muster_err_t requires_problem(const muster_shared_level_t *levels, size_t n, char *why,
                               size_t size) {
   if (n > MUSTER_MAX_REQUIRES) {
@@ -24,24 +55,10 @@ muster_err_t requires_problem(const muster_shared_level_t *levels, size_t n, cha
     snprintf(why, size, "requires: %zu levels, but the array is NULL", n);
     return MUSTER_INVALID;
   }
-  for (size_t i = 0; i < n; i++) {
-    const muster_shared_level_t *l = &levels[i];
-    if (l->scope == NULL || l->name == NULL) {
-      snprintf(why, size, "requires[%zu]: scope, name and level are all required", i);
-      return MUSTER_INVALID;
-    }
-    if (l->level < 1) {
-      snprintf(why, size, "requires[%zu].level: %lld, expected 1 or more", i, (long long)l->level);
-      return MUSTER_INVALID;
-    }
-    const char *bad = !name_is_valid(l->scope) ? "scope" : !name_is_valid(l->name) ? "name" : NULL;
-    if (bad != NULL) {
-      snprintf(why, size, "requires[%zu].%s '%.140s': " NAME_RULE_TEXT, i, bad,
-               bad[0] == 's' ? l->scope : l->name);
-      return MUSTER_NAME_INVALID;
-    }
-  }
-  return MUSTER_OK;
+  muster_err_t err = MUSTER_OK;
+  for (size_t i = 0; err == MUSTER_OK && i < n; i++)
+    err = requires_element_problem(levels, i, why, size);
+  return err;
 }
 
 muster_err_t requires_check(muster_client_t *client, const muster_shared_level_t *levels,

@@ -269,15 +269,27 @@ static void test_put_requiring(muster_client_t *c) {
   levels[1].name = "a b";
   CHECK_ERR(c, muster_put_requiring(c, "ctest-rq", specs, 2, levels, 2, NULL), MUSTER_NAME_INVALID);
   CHECK(contains(muster_client_message(c), "requires[1].name 'a b': use 1 to 128 characters"));
-  for (size_t i = 0; i <= MUSTER_MAX_REQUIRES; i++)
-    levels[i] = (muster_shared_level_t){"ctest", "stat", 1};
+  /* Two levels of one blob went to the head, which stored them: a worker then
+   * had two files for MUSTER_SHARED_STAT.  The CLI and Python refuse it too. */
+  levels[1] = (muster_shared_level_t){"ctest", "stat", 1};
+  CHECK_ERR(c, muster_put_requiring(c, "ctest-rq", specs, 2, levels, 2, NULL), MUSTER_INVALID);
+  CHECK(strcmp(muster_client_message(c), "requires[1]: ctest/stat is required already "
+                                         "(requires[0]): a task requires one level of each "
+                                         "blob") == 0);
+  levels[1].scope = "s-0123456789abcdef"; /* the same name in another scope is another blob */
+  CHECK_OK(c, muster_put_requiring(c, "ctest-rq", specs, 1, levels, 2, ids));
+  static char names[MUSTER_MAX_REQUIRES + 1][8];
+  for (size_t i = 0; i <= MUSTER_MAX_REQUIRES; i++) {
+    snprintf(names[i], sizeof names[i], "w%zu", i);
+    levels[i] = (muster_shared_level_t){"ctest", names[i], 1};
+  }
   CHECK_ERR(c, muster_put_requiring(c, "ctest-rq", specs, 2, levels, MUSTER_MAX_REQUIRES + 1, NULL),
             MUSTER_INVALID);
   CHECK(strcmp(muster_client_message(c), "requires: 17 levels, at most 16 allowed") == 0);
   CHECK_ERR(c, muster_put_requiring(c, "ctest-rq", specs, 2, NULL, 1, NULL), MUSTER_INVALID);
   char *json = NULL;
   CHECK_OK(c, muster_queue_get(c, "ctest-rq", &json));
-  CHECK(json && contains(json, "\"queued\":3")); /* the refused puts stored nothing */
+  CHECK(json && contains(json, "\"queued\":4")); /* the refused puts stored nothing */
   muster_free(json);
 }
 
