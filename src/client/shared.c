@@ -392,13 +392,20 @@ muster_err_t muster_shared_put_fd(muster_client_t *client, const char *scope, co
   return shared_put(client, scope, name, &x, len, &opts, info);
 }
 
+/* The path of level `level` of (scope, name) into `out`
+ * (SHARED_PATH_MAX bytes), 0 meaning the newest; a negative level is
+ * refused (MUSTER_INVALID) before the path is made. */
+static muster_err_t shared_level_path(muster_client_t *client, char *out, const char *scope,
+                                      const char *name, int64_t level) {
+  muster_err_t err = client_check_min(client, "level", level, 0, "1 or more, or 0 for the newest");
+  return err == MUSTER_OK ? shared_path(client, out, scope, name, level, -1) : err;
+}
+
 /* Runs a GET into x's sink; checks the bytes against the ETag; fills *info. */
 static muster_err_t shared_fetch(muster_client_t *client, const char *scope, const char *name,
                                  int64_t level, xfer_t *x, muster_shared_info_t *info) {
   char path[SHARED_PATH_MAX];
-  muster_err_t err = client_check_min(client, "level", level, 0, "1 or more, or 0 for the newest");
-  if (err == MUSTER_OK)
-    err = shared_path(client, path, scope, name, level, -1);
+  muster_err_t err = shared_level_path(client, path, scope, name, level);
   if (err != MUSTER_OK)
     return err;
   x->hash = XXH64_createState();
@@ -502,9 +509,7 @@ muster_err_t muster_shared_stat(muster_client_t *client, const char *scope, cons
   if (client == NULL)
     return MUSTER_INVALID;
   char path[SHARED_PATH_MAX];
-  muster_err_t err = client_check_min(client, "level", level, 0, "1 or more, or 0 for the newest");
-  if (err == MUSTER_OK)
-    err = shared_path(client, path, scope, name, level, -1);
+  muster_err_t err = shared_level_path(client, path, scope, name, level);
   if (err != MUSTER_OK)
     return err;
   xfer_t x = {.client = client, .in_fd = -1, .out_fd = -1};
