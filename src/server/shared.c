@@ -532,10 +532,9 @@ static muster_err_t requires_one(const json_t *req, const char *ctx, size_t i, j
     snprintf(why, sizeof why, "%s", f->message);
     return fail_set(f, MUSTER_NAME_INVALID, "%s: %s", at, why);
   }
-  json_t *entry = json_object();
-  if (entry == NULL || json_object_set_new(entry, "scope", json_string(scope)) ||
-      json_object_set_new(entry, "name", json_string(name)) ||
-      json_object_set_new(entry, "level", json_integer(level)) || json_array_append_new(out, entry))
+  json_t *entry = json_pack("{s:s, s:s, s:I}", "scope", scope, "name", name, "level",
+                            (json_int_t)level); /* NULL, with nothing left over, on failure */
+  if (entry == NULL || json_array_append_new(out, entry))
     return fail_set(f, MUSTER_NOMEM, "out of memory");
   return MUSTER_OK;
 }
