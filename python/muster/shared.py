@@ -3,9 +3,10 @@
 Blob bytes travel raw.  Small ones may be given and read as bytes (``set``, ``get``);
 large ones go from a file and to a file in pieces, so that memory does not grow with
 the blob.  An upload from a file reads it as it is sent, with the Content-Length taken
-from the file's size (sent chunked when the size cannot be known: a pipe), and holds
-its last piece back until the file is seen to end there, so a file that changes size
-while it is sent never completes the body and the head stores nothing.  A download
+from the file's size (sent chunked when the size cannot be known: a pipe, gzip.open's
+file), and holds its last piece back until the file is seen to end there, so a file
+that changes size while it is sent never completes the body and the head stores
+nothing.  A download
 (``get_to``) writes the body as it arrives, hashed on the way (XXH64, the level's
 ETag), into a temporary file beside the destination, which replaces the destination
 only once the body is complete and matches its checksum.
@@ -66,14 +67,19 @@ def _position(file):
 
 def _size_left(file, start):
     """The bytes from ``start`` to the file's end, or None when that cannot be known in
-    advance (a pipe, a socket: such a file is sent chunked)."""
-    try:
-        st = os.fstat(file.fileno())
-        if stat.S_ISREG(st.st_mode) and start is not None:
-            return max(0, st.st_size - start)
-    except (AttributeError, OSError, ValueError):  # no descriptor: io.BytesIO, say
-        pass
+    advance: a pipe or a socket, and a file object that is not open()'s nor a BytesIO
+    (gzip.open's gives the bytes it decompresses, while its fileno() is the compressed
+    file's).  Such a file is sent chunked."""
     if start is None:
+        return None
+    if isinstance(getattr(file, "raw", file), io.FileIO):  # open()'s: its bytes are its fd's
+        try:
+            st = os.fstat(file.fileno())
+            if stat.S_ISREG(st.st_mode):
+                return max(0, st.st_size - start)
+        except (OSError, ValueError):
+            pass
+    elif not isinstance(file, io.BytesIO):
         return None
     end = file.seek(0, io.SEEK_END)
     file.seek(start)
