@@ -33,9 +33,11 @@ class SharedWorkersTest(AgentsCase):
         self.assertEqual(r.status, 201, r)
 
     def agent(self, name, args, cmd=None):
+        """An agent of queue sq, unless `args` name another (an option given twice with
+        two values is refused)."""
+        queue = [] if "--queue" in args else ["--queue", "sq"]
         a = Agent(self.head, self.dir, name, cmd=cmd,
-                  args=["--queue", "sq", "--cache-dir", os.path.join(self.dir, "cache-" + name)]
-                  + args)
+                  args=queue + ["--cache-dir", os.path.join(self.dir, "cache-" + name)] + args)
         self.agents.append(a)
         return a.start()
 
