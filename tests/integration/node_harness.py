@@ -76,9 +76,12 @@ class Agent:
         self.url = None
 
     def argv(self):
+        # A free port unless the test names its own --listen: an option given twice with
+        # two values is refused.
+        listens = any(a == "--listen" or a.startswith("--listen=") for a in self.args)
         argv = [harness.MUSTER_BIN, "node", "--join", self.head.url, "--token", self.token,
-                "--name", self.name, "--lock-file", self.lock, "--listen", "127.0.0.1:0"]
-        argv += self.args
+                "--name", self.name, "--lock-file", self.lock]
+        argv += ([] if listens else ["--listen", "127.0.0.1:0"]) + self.args
         if self.cmd:
             argv += ["--"] + list(self.cmd)
         return argv
