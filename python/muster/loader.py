@@ -20,8 +20,9 @@ the one after the items the caller took, never counting those loaded ahead.
 Moving (``set_epoch``, ``set_pos``, and a failed ``load``) bumps a generation number and
 drops what was loaded ahead; a thread still loading an item of the old generation throws
 it away when it finishes, so a move never waits for a slow load.  The threads see only
-the shared state (:class:`_Shared`), not the loader, so a loader nobody holds is
-collected and its threads are told to stop.
+the shared state (:class:`_Shared`), not the loader, and ``load`` through a weak
+reference (a bound method may hold the loader), so a loader nobody holds is collected
+and its threads are told to stop.
 
 A checkpoint is the position (the stream's 40 bytes, :class:`~muster.iteration.StreamPos`)
 with the fields of the C loader's standalone checkpoint (``mode``, ``fingerprint``,
@@ -137,13 +138,24 @@ def write_atomically(path, text):
     _fsync_directory(directory)
 
 
+class _LoadBox:
+    """``load``, which its loader alone holds: the threads reach it through a weak
+    reference, so that a load that holds its loader (a bound method of an object that
+    keeps the loader) does not keep the loader alive from the threads."""
+
+    __slots__ = ("load", "__weakref__")
+
+    def __init__(self, load):
+        self.load = load
+
+
 class _Shared:
     """What the loading threads and the caller share, under ``cv``'s lock."""
 
-    def __init__(self, stream, load, prefetch):
+    def __init__(self, stream, box, prefetch):
         self.cv = threading.Condition()
         self.stream = stream        # the producer's stream: ahead of the caller by the buffer
-        self.load = load
+        self.box = None if box is None else weakref.ref(box)   # None: no load, the indices
         self.prefetch = prefetch
         self.generation = 0         # bumped by every move; older items are thrown away
         self.assigned = 0           # items of this generation handed to a thread
@@ -173,13 +185,17 @@ class _Shared:
         """The entry of an item: ("item", index, sample, emitted, cursor) or ("error",
         index, exception); loads outside the lock and counts under it.  ``started``:
         when computing its index began (time.perf_counter)."""
-        if self.load is None:
+        box = None if self.box is None else self.box()
+        if self.box is None:
             entry = ("item", index, index, emitted, cursor)
+            load_s = None
+        elif box is None:   # the loader was collected: nobody takes this item
+            entry = ("error", index, ReferenceError("the loader is gone"))
             load_s = None
         else:
             began = time.perf_counter()
             try:
-                entry = ("item", index, self.load(index), emitted, cursor)
+                entry = ("item", index, box.load(index), emitted, cursor)
             except BaseException as exc:  # the caller gets it, at its item
                 entry = ("error", index, exc)
             load_s = time.perf_counter() - began
@@ -291,7 +307,8 @@ class Loader:
         self._closed = False
         self._next_auto = self._every
         self._opened = time.monotonic()
-        self._shared = _Shared(own, load, prefetch)
+        self._load_box = None if load is None else _LoadBox(load)
+        self._shared = _Shared(own, self._load_box, prefetch)
         self._workers = [threading.Thread(target=_load_ahead, args=(self._shared,), daemon=True,
                                           name="muster loader rank %d (%d)" % (self.rank, i))
                          for i in range(self.threads)]

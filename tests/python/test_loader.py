@@ -11,6 +11,7 @@ import tempfile
 import threading
 import time
 import unittest
+import weakref
 from unittest import mock
 
 from common import harness, muster  # noqa: F401  (puts python/ on sys.path)
@@ -155,6 +156,35 @@ class TestFailures(LoaderTestCase):
         Stream(plan_of("round_robin"), 0).loader(prefetch=4, threads=2).take(1)
         gc.collect()
         harness.wait_until(lambda: not loader_threads(), what="the threads of a lost loader")
+
+    def test_the_threads_of_a_loader_whose_load_holds_it_stop_when_it_is_lost(self):
+        # The threads held `load`: a bound method of an object that holds its loader
+        # (self.loader = stream.loader(self.read)) kept the object, and so the loader,
+        # alive from the threads, which then never stopped.
+        class Trainer:
+            def __init__(self, plan):
+                self.loader = Stream(plan, 0).loader(self.read, prefetch=4, threads=2)
+
+            def read(self, index):
+                return ("read", index)
+
+        trainer = Trainer(plan_of("round_robin"))
+        self.assertEqual(trainer.loader.take(2), [("read", i) for i in
+                                                  stream_order(plan_of("round_robin"), 0, 0)[:2]])
+        self.assertEqual(len(loader_threads()), 2)
+        gone = threading.Event()
+        weakref.finalize(trainer, gone.set)
+        del trainer
+        gc.collect()
+        harness.wait_until(lambda: gone.is_set() and not loader_threads(),
+                           what="the trainer collected and its loader's threads gone")
+        # A load nobody else holds (a bound method of a temporary) lives as long as its
+        # loader does.
+        with Stream(plan_of("round_robin"), 0).loader(Trainer.__new__(Trainer).read,
+                                                     prefetch=2, threads=2) as loader:
+            gc.collect()
+            self.assertEqual(loader.take(100), [("read", i) for i in
+                                                stream_order(plan_of("round_robin"), 0, 0)])
 
     def test_bad_arguments_name_the_argument(self):
         stream = Stream(plan_of("round_robin"), 0)
