@@ -509,6 +509,25 @@ void shared_files_sweep(store_t *st, const char *data_dir) {
 
 /* ---- tasks that require shared data ---- */
 
+/* MUSTER_INVALID when `out`, the entries checked so far, already requires
+ * blob scope/name: a task requires one level of each blob (a worker gives a
+ * blob one file, MUSTER_SHARED_<NAME>, so a second level would be ambiguous). */
+static muster_err_t requires_twice(const json_t *out, const char *at, const char *scope,
+                                   const char *name, fail_t *f) {
+  size_t j;
+  const json_t *e;
+  json_array_foreach(out, j, e) {
+    if (strcmp(json_string_value(json_object_get(e, "scope")), scope) == 0 &&
+        strcmp(json_string_value(json_object_get(e, "name")), name) == 0)
+      return fail_set(f, MUSTER_INVALID,
+                      "%s: %s/%s is required already (requires[%zu], level %lld): a task "
+                      "requires one level of each blob",
+                      at, scope, name, j,
+                      (long long)json_integer_value(json_object_get(e, "level")));
+  }
+  return MUSTER_OK;
+}
+
 /* Checks entry `i` and appends it to `out` with its keys in one order (scope,
  * name, level), so that equal lists have equal text whatever order a client
  * wrote: a session put sent again compares the text (submit_is_repeat). */
@@ -532,6 +551,8 @@ static muster_err_t requires_one(const json_t *req, const char *ctx, size_t i, j
     snprintf(why, sizeof why, "%s", f->message);
     return fail_set(f, MUSTER_NAME_INVALID, "%s: %s", at, why);
   }
+  if (requires_twice(out, at, scope, name, f))
+    return f->code;
   json_t *entry = json_pack("{s:s, s:s, s:I}", "scope", scope, "name", name, "level",
                             (json_int_t)level); /* NULL, with nothing left over, on failure */
   if (entry == NULL || json_array_append_new(out, entry))

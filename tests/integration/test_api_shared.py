@@ -241,6 +241,29 @@ class SharedLevelsTest(unittest.TestCase):
         task = h.request("GET", "/v1/tasks/%d" % r.json["tasks"][0]["id"]).json
         self.assertEqual(task["requires"], [{"scope": s, "name": "p", "level": 1}])
 
+    def test_a_task_requires_one_level_of_each_blob(self):
+        # A worker gives a blob one file (MUSTER_SHARED_<NAME>): two levels of it made that
+        # ambiguous, and the head stored them (libmuster, the CLI and Python refuse them).
+        h = self.head
+        self.assertEqual(h.request("PUT", "/v1/queues/q").status, 201)
+        s = h.request("POST", "/v1/sessions", {"queue": "q"}).json["id"]
+        weights = {"scope": "models", "name": "weights", "level": 2}
+        other = {"scope": "models", "name": "tokenizer", "level": 1}
+        for twice in ([weights, other, dict(weights, level=3)], [weights, dict(weights)]):
+            for path in ("/v1/queues/q/tasks", "/v1/sessions/%s/tasks" % s):
+                r = h.request("POST", path, {"tasks": [{"payload": 1},
+                                                       {"payload": 2, "requires": twice}]})
+                self.assertEqual((r.status, r.error_code), (400, "invalid_argument"), r)
+                self.assertEqual(r.json["error"]["message"],
+                                 "tasks[1].requires[%d]: models/weights is required already "
+                                 "(requires[0], level 2): a task requires one level of each "
+                                 "blob" % (len(twice) - 1))
+        self.assertEqual(h.request("GET", "/v1/queues/q").json["counts"]["queued"], 0)
+        # The same name in another scope is another blob.
+        r = h.request("POST", "/v1/queues/q/tasks", {"tasks": [{"payload": 3, "requires": [
+            weights, dict(weights, scope="backup")]}]})
+        self.assertEqual(r.status, 201, r)
+
 
 class SharedSettingsTest(unittest.TestCase):
     def test_ttl_expiry_and_clamp(self):
