@@ -451,8 +451,15 @@ class Pool:
         """The ``requires`` of the call's tasks (the wire's form, None for none): the
         pool's levels, a blob the call names taking the call's level, and the call's."""
         levels = {}
-        for scope, name, level in self._requires + _requires(requires, where):
-            levels[(scope or self.session, name)] = level
+        for whose, given in (("muster.Pool", self._requires), (where, _requires(requires, where))):
+            seen = {}
+            for scope, name, level in given:  # (name, level) and (SESSION, name, level) meet here
+                blob = (scope or self.session, name)
+                if blob in seen:
+                    raise ValueError("%s: requires: %r of the pool's session is required twice "
+                                     "(levels %d and %d); a task requires one level of a blob"
+                                     % (whose, name, seen[blob], level))
+                seen[blob] = levels[blob] = level
         if len(levels) > MAX_REQUIRES:
             raise ValueError("%s: requires: with the pool's, its tasks would require %d "
                              "levels; a task may require at most %d"

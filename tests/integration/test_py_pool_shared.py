@@ -374,6 +374,11 @@ class PoolSharedDataTest(unittest.TestCase):
                     call([1], requires=[("m", "x%d" % i, 1) for i in range(7)])
                 self.assertIn("with the pool's, its tasks would require 17 levels",
                               str(caught.exception))
+                # A blob of the pool's session named both ways is one blob twice.
+                with self.assertRaises(ValueError) as caught:
+                    call([1], requires=[("w", 1), (pool.session, "w", 2)])
+                self.assertIn("muster.Pool.%s: requires: 'w' of the pool's session is required "
+                              "twice (levels 1 and 2)" % call.__name__, str(caught.exception))
         self.assertEqual(self.client.session(pool.session)["counts"]["total"], 0)
 
 
