@@ -395,6 +395,20 @@ def cli_env(head, url=True, token=True):
     return env
 
 
+def stop_process(proc, timeout=20):
+    """SIGTERM to ``proc`` (a Popen) unless it has exited, then wait up to ``timeout`` s
+    and SIGKILL it past that: for a helper process a test started, whose clean stop is not
+    what the test checks (Head.stop and Agent.stop raise when SIGTERM is ignored)."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
     """Polls `predicate` until it returns a truthy value; fails after `timeout` seconds.
     `what` names the condition in the failure; a callable is called then, so that a log

@@ -34,7 +34,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -343,13 +342,7 @@ class GuideExamples(unittest.TestCase):
 
     def tearDown(self):
         for proc, _ in self.agents:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            harness.stop_process(proc)
 
     def agent_logs(self):
         out = []

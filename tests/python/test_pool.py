@@ -201,12 +201,7 @@ class StandaloneWorkerTest(HeadTestCase):
                                 stdout=subprocess.DEVNULL, stderr=log)
 
         def stop():
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            harness.stop_process(proc)
         self.addCleanup(stop)
         return work, proc, stop
 
