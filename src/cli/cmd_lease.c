@@ -8,30 +8,55 @@
 #include "cli/cli.h"
 #include "client/jdump.h"
 #include "core/limits.h"
+#include "core/names.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Prints one lease as a single JSON line. */
-static void lease_print(const muster_lease_t *lease) {
+/* The library's request timeout (muster_client_set_timeout's default), to
+ * which a long-poll adds its wait. */
+#define LEASE_REPLY_MS 60000L
+/* Room for a queue name percent-encoded. */
+#define LEASE_PATH_MAX 1024
+
+/* The body of POST /v1/queues/Q/lease: {"max":N[,"worker":W][,"wait_ms":MS]}. */
+static char *lease_body(int64_t max, int64_t worker, int64_t wait_ms) {
   json_t *obj = json_object();
-  json_object_set_new(obj, "task", json_integer((json_int_t)lease->task));
-  json_object_set_new(obj, "token", json_integer((json_int_t)lease->token));
-  json_t *payload = json_loads(lease->payload, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
-  json_object_set_new(obj, "payload", payload ? payload : json_null());
-  json_object_set_new(obj, "attempt", json_integer((json_int_t)lease->attempt));
-  json_object_set_new(obj, "deadline_ms", json_integer((json_int_t)lease->deadline_ms));
-  json_object_set_new(obj, "parent",
-                      lease->parent > 0 ? json_integer((json_int_t)lease->parent) : json_null());
-  json_object_set_new(obj, "session", lease->session ? json_string(lease->session) : json_null());
-  json_object_set_new(obj, "index",
-                      lease->index >= 0 ? json_integer((json_int_t)lease->index) : json_null());
-  char *line = jdump(obj, JSON_COMPACT);
-  if (line)
-    puts(line);
-  free(line);
+  json_object_set_new(obj, "max", json_integer((json_int_t)max));
+  if (worker > 0)
+    json_object_set_new(obj, "worker", json_integer((json_int_t)worker));
+  if (wait_ms > 0)
+    json_object_set_new(obj, "wait_ms", json_integer((json_int_t)wait_ms));
+  char *body = jdump(obj, JSON_COMPACT);
   json_decref(obj);
+  return body;
+}
+
+/* Prints each lease of the head's reply as a single JSON line, as the head
+ * wrote it (its keys in the head's order, "requires" included when the task
+ * requires shared data: muster_lease_t has no place for it). */
+static int lease_print_reply(const char *queue, const char *reply) {
+  json_t *obj = json_loads(reply, JSON_ALLOW_NUL, NULL);
+  json_t *leases = json_object_get(obj, "leases");
+  if (!json_is_array(leases)) {
+    json_decref(obj);
+    fprintf(stderr,
+            "muster: protocol_error: the reply to the lease of queue '%s' holds no "
+            "\"leases\" list\n",
+            queue);
+    return CLI_FAIL;
+  }
+  size_t i;
+  json_t *lease;
+  json_array_foreach(leases, i, lease) {
+    char *line = jdump(lease, JSON_COMPACT);
+    if (line)
+      puts(line);
+    free(line);
+  }
+  json_decref(obj);
+  return CLI_OK;
 }
 
 int cmd_lease(cli_args_t *args) {
@@ -44,18 +69,19 @@ int cmd_lease(cli_args_t *args) {
     rc = cli_opt_int(args, "wait-ms", 0, 0, &wait_ms);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "worker", 0, 1, &worker);
+  char escaped[LEASE_PATH_MAX], path[LEASE_PATH_MAX + 32];
+  if (rc == CLI_OK && cli_escape(queue, escaped, sizeof escaped) != 0)
+    rc = cli_usage_error(args->cmd, "--queue: a queue name is at most %d bytes", NAME_MAX_LEN);
   muster_client_t *client = NULL;
   if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
     return rc;
-  muster_lease_t *leases = NULL;
-  size_t count = 0;
-  muster_err_t err = muster_lease(client, queue, worker, (size_t)max, wait_ms, &leases, &count);
-  if (err == MUSTER_OK)
-    for (size_t i = 0; i < count; i++)
-      lease_print(&leases[i]);
-  else
-    rc = cli_error(client, err);
-  muster_leases_free(leases, count);
+  snprintf(path, sizeof path, "/v1/queues/%s/lease", escaped);
+  char *body = lease_body(max, worker, wait_ms), *reply = NULL;
+  muster_client_set_timeout(client, LEASE_REPLY_MS + (long)wait_ms);
+  muster_err_t err = body ? muster_request(client, "POST", path, body, &reply) : MUSTER_NOMEM;
+  rc = err == MUSTER_OK ? lease_print_reply(queue, reply) : cli_error(client, err);
+  muster_free(reply);
+  free(body);
   muster_client_free(client);
   return rc;
 }

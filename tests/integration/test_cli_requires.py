@@ -10,6 +10,7 @@ sessions are counted), naming the option and the rule; a blob without a level st
 it too.  A session put sent again with the same `requires` (a pool retrying a batch
 whose reply was lost) is answered as a repeat, not refused.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -90,6 +91,22 @@ class RequiresCliTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(leases["a"]["requires"], want)
         self.assertEqual(leases["b"]["requires"], want)
         self.assertNotIn("requires", leases["plain"])
+
+    def test_muster_lease_prints_what_a_task_requires(self):
+        # A shell worker reads the levels to fetch from `muster lease`'s line; a task
+        # that requires nothing has no "requires" key, as in the head's reply.
+        self.queue("rq-lease")
+        self.ok("put", "--queue", "rq-lease", "--requires", "models/weights@2",
+                "--requires", "models/cfg@1", "needs")
+        self.ok("put", "--queue", "rq-lease", "plain")
+        lines = self.ok("lease", "--queue", "rq-lease", "--max", "2").splitlines()
+        leases = [json.loads(line) for line in lines]
+        self.assertEqual([x["payload"] for x in leases], ["needs", "plain"])
+        self.assertEqual(leases[0]["requires"],
+                         [level("models", "weights", 2), level("models", "cfg", 1)])
+        self.assertNotIn("requires", leases[1])
+        self.assertEqual(list(leases[1]), ["task", "token", "payload", "attempt",
+                                           "deadline_ms", "parent", "session", "index"])
 
     def test_no_level_is_the_newest_when_the_command_runs(self):
         self.queue("rq-newest")
