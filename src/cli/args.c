@@ -10,6 +10,7 @@
  * commands only read checked values.
  */
 #include "cli/cli.h"
+#include "core/option_twice.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -157,6 +158,16 @@ static int cli_is_negative_number(const char *word) {
   return word[0] == '-' && (isdigit((unsigned char)word[1]) || word[1] == '.');
 }
 
+/* Says on stderr that option `opt`, given `before` already, now takes
+ * `value` instead, when the two differ (option_twice.h); a token's values
+ * are left out. */
+static void cli_say_twice(const cli_opt_t *opt, const char *before, const char *value) {
+  char *said = option_twice_text(opt->name, before, value, strcmp(opt->name, "token") == 0);
+  if (said)
+    fprintf(stderr, "muster: %s\n", said);
+  free(said);
+}
+
 /* Handles the option word argv[*i]; may consume the next word as its value. */
 static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli_args_t *args) {
   const char *word = argv[*i] + 2;
@@ -183,11 +194,8 @@ static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli
     value = argv[++*i];
   else
     return cli_usage_error(cmd, "option '--%s' needs a value (%s)", opt->name, opt->metavar);
-  if (before != NULL && strcmp(before, value) != 0 && !cli_opt_repeats(opt))
-    fprintf(stderr,
-            "muster: option '--%s' was given twice, '%s' and then '%s': using '%s' (it "
-            "takes one value)\n",
-            opt->name, before, value, value);
+  if (!cli_opt_repeats(opt))
+    cli_say_twice(opt, before, value);
   args->values[idx] = value;
   if (args->ngiven == CLI_MAX_VALUES)
     return cli_usage_error(cmd, "too many options: at most %d values may be given", CLI_MAX_VALUES);

@@ -417,19 +417,20 @@ static int head_check_gpus(const node_config_t *cfg) {
   return cli_usage_error(&head_agent_row, "--gpus: %s", err);
 }
 
-/* Checks the local agent's options before the head starts: a mistake there
- * (`--workers abc`, `--queue Q` without a command, `--gpus 9x`) would
- * otherwise be said by the agent alone, between the head's log lines, while
- * the head ran on with no workers.  CLI_OK, or CLI_USAGE after printing why. */
-static int head_check_agent_opts(int agent_argc, char **agent_argv) {
-  char **pos = calloc((size_t)agent_argc + 2, sizeof *pos);
-  node_config_t cfg;
-  int rc = pos ? head_agent_opts(agent_argc, agent_argv, pos, &cfg) : CLI_FAIL;
+/* Parses and checks the local agent's options into *cfg (`pos` as for
+ * head_agent_opts) before the head starts: a mistake there (`--workers abc`,
+ * `--queue Q` without a command, `--gpus 9x`) would otherwise be said by the
+ * agent alone, between the head's log lines, while the head ran on with no
+ * workers.  Parsed here once, for the agent too (a fork of this process), so
+ * that what the parse says (an option given twice) is said once.  CLI_OK, or
+ * CLI_USAGE after printing why. */
+static int head_check_agent_opts(int agent_argc, char **agent_argv, char **pos,
+                                 node_config_t *cfg) {
+  int rc = head_agent_opts(agent_argc, agent_argv, pos, cfg);
   if (rc == CLI_OK) /* here alone: the local agent does not load the plugin again */
-    rc = node_check_worker(&head_agent_row, &cfg);
+    rc = node_check_worker(&head_agent_row, cfg);
   if (rc == CLI_OK)
-    rc = head_check_gpus(&cfg);
-  free(pos);
+    rc = head_check_gpus(cfg);
   return rc;
 }
 
@@ -462,25 +463,19 @@ static int head_check_server_only(int agent_argc, char **agent_argv) {
                          names);
 }
 
-/* The local agent: parses its options as `muster node` would, then runs. */
-static int head_local_agent(pid_t head_pid, int agent_argc, char **agent_argv, const char *dir,
-                            ino_t stale) {
-  char **pos = calloc((size_t)agent_argc + 2, sizeof *pos);
-  node_config_t cfg;
-  int rc = pos ? head_agent_opts(agent_argc, agent_argv, pos, &cfg) : CLI_FAIL;
+/* The local agent: waits for the head, then runs with the options the head's
+ * process parsed (head_check_agent_opts). */
+static int head_local_agent(pid_t head_pid, node_config_t *cfg, const char *dir, ino_t stale) {
   char url[1024], token[1024];
-  if (rc == CLI_OK &&
-      head_wait_ready(head_pid, dir, stale, url, sizeof url, token, sizeof token) == 0) {
-    cfg.head_url = url;
-    cfg.token = token[0] ? token : NULL;
-    cfg.listen = "none";
-    cfg.log_prefix = "muster head (local node)";
-    cfg.beside_head = 1;
-    cfg.lock_busy_ok = 1;
-    rc = node_agent_main(&cfg);
-  }
-  free(pos);
-  return rc;
+  if (head_wait_ready(head_pid, dir, stale, url, sizeof url, token, sizeof token) != 0)
+    return CLI_FAIL;
+  cfg->head_url = url;
+  cfg->token = token[0] ? token : NULL;
+  cfg->listen = "none";
+  cfg->log_prefix = "muster head (local node)";
+  cfg->beside_head = 1;
+  cfg->lock_busy_ok = 1;
+  return node_agent_main(cfg);
 }
 
 /* Forks the local agent, then runs the head.  The agent gets a process group
@@ -488,7 +483,8 @@ static int head_local_agent(pid_t head_pid, int agent_argc, char **agent_argv, c
  * on (head.c) and serves the agent's workers until the agent has gone; the
  * agent holds the write end of a pipe (close-on-exec: its workers do not) whose
  * end of file tells the head so. */
-static int head_with_agent(int head_argc, char **head_argv, int agent_argc, char **agent_argv) {
+static int head_with_agent(int head_argc, char **head_argv, char **agent_argv, char **agent_pos,
+                           node_config_t *agent_cfg) {
   const char *dir = head_data_dir(head_argc, head_argv);
   char url_path[4200];
   struct stat st;
@@ -504,10 +500,10 @@ static int head_with_agent(int head_argc, char **head_argv, int agent_argc, char
     prctl(PR_SET_PDEATHSIG, SIGHUP);
     setpgid(0, 0);
     close(exit_pipe[0]);
-    int rc = getppid() == head_pid ? head_local_agent(head_pid, agent_argc, agent_argv, dir, stale)
-                                   : CLI_FAIL;
+    int rc = getppid() == head_pid ? head_local_agent(head_pid, agent_cfg, dir, stale) : CLI_FAIL;
     free(head_argv);
     free(agent_argv);
+    free(agent_pos);
     exit(rc);
   }
   if (exit_pipe[1] >= 0)
@@ -520,6 +516,18 @@ static int head_with_agent(int head_argc, char **head_argv, int agent_argc, char
   int rc = head_main(head_argc, head_argv, child > 0 ? &agent : NULL);
   if (exit_pipe[0] >= 0)
     close(exit_pipe[0]);
+  return rc;
+}
+
+/* Checks the local agent's options, then runs the head and forks the agent
+ * with them. */
+static int head_run_with_agent(int head_argc, char **head_argv, int agent_argc, char **agent_argv) {
+  char **pos = calloc((size_t)agent_argc + 2, sizeof *pos);
+  node_config_t cfg;
+  int rc = pos ? head_check_agent_opts(agent_argc, agent_argv, pos, &cfg) : CLI_FAIL;
+  if (rc == CLI_OK)
+    rc = head_with_agent(head_argc, head_argv, agent_argv, pos, &cfg);
+  free(pos);
   return rc;
 }
 
@@ -545,8 +553,8 @@ int cmd_head_main(int argc, char **argv) {
   } else if (server_only) {
     if ((rc = head_check_server_only(agent_argc, agent_argv)) == CLI_OK)
       rc = head_main(head_argc, head_argv, NULL);
-  } else if ((rc = head_check_agent_opts(agent_argc, agent_argv)) == CLI_OK) {
-    rc = head_with_agent(head_argc, head_argv, agent_argc, agent_argv);
+  } else {
+    rc = head_run_with_agent(head_argc, head_argv, agent_argc, agent_argv);
   }
   free(head_argv);
   free(agent_argv);

@@ -423,9 +423,27 @@ static json_t *backup_read_holds(store_t *st, fail_t *f) {
                    "shared_levels", (json_int_t)levels);
 }
 
+/* Marks the copy as a backup's, taken at b->taken_ms: a head that opens it
+ * knows it is a restore, and that the head it was taken from may have
+ * handed out ids after that moment (store_restore.c).  The live store never
+ * gets the row: it is written into the copy, once the copy is complete. */
+static bool backup_mark(backup_t *b) {
+  sqlite3_stmt *s = NULL;
+  bool ok = sqlite3_prepare_v2(b->dest,
+                               "INSERT INTO meta(k, v) VALUES('" STORE_BACKUP_MARK "', ?1)"
+                               " ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                               -1, &s, NULL) == SQLITE_OK;
+  if (ok) {
+    sqlite3_bind_int64(s, 1, b->taken_ms);
+    ok = sqlite3_step(s) == SQLITE_DONE;
+  }
+  sqlite3_finalize(s);
+  return ok;
+}
+
 /* The copy completed (the last step answered SQLITE_DONE): the state it
  * holds is the store's now, until the next request.  Reads what that state
- * names and holds, closes the copy and starts the seal. */
+ * names and holds, marks and closes the copy and starts the seal. */
 static void backup_copied(backup_t *b) {
   fail_t f = {0};
   b->taken_ms = now_ms();
@@ -434,6 +452,9 @@ static void backup_copied(backup_t *b) {
   b->copy = NULL;
   if (rc != SQLITE_OK)
     fail_set(&f, MUSTER_STORE, "writing %s/muster.db: %s", b->seal.dir, sqlite3_errmsg(b->dest));
+  else if (!backup_mark(b))
+    fail_set(&f, MUSTER_STORE, "marking %s/muster.db as a backup: %s", b->seal.dir,
+             sqlite3_errmsg(b->dest));
   else if (sqlite3_close(b->dest) != SQLITE_OK)
     fail_set(&f, MUSTER_STORE, "closing %s/muster.db: %s", b->seal.dir, sqlite3_errmsg(b->dest));
   else

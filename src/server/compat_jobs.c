@@ -139,9 +139,11 @@ static muster_err_t jobs_inherited(store_t *st, const char *first, int64_t task,
   return MUSTER_OK;
 }
 
-/* *number: the pipeline's next number. */
+/* *number: the pipeline's next number; its first is 1, or above the floor
+ * of a restore (store_restore.c), as for update numbers. */
 static muster_err_t jobs_next_number(store_t *st, const char *first, int64_t *number, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "INSERT INTO compat_counters(pipeline, last) VALUES(?1, 1)"
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO compat_counters(pipeline, last)"
+                                   " VALUES(?1, " STORE_ID_FLOOR_SQL " + 1)"
                                    " ON CONFLICT(pipeline) DO UPDATE SET last = last + 1"
                                    " RETURNING last");
   if (s == NULL)

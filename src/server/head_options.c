@@ -4,6 +4,7 @@
  */
 #include "head.h"
 #include "compat.h"
+#include "core/option_twice.h"
 #include "log.h"
 #include "server.h"
 
@@ -249,9 +250,29 @@ static int head_parse_invalid(int c, const char *name, const char *why) {
   return 2;
 }
 
+#define HEAD_OPTION_COUNT (sizeof head_options / sizeof head_options[0])
+
+/* Says on stderr, as the other commands do (args.c), that option `which`,
+ * given before with value given[which], now takes optarg instead, when the
+ * two differ; remembers optarg.  The last value is the one used, so that a
+ * wrapper may put its own defaults before the user's options.  Flags and
+ * --distcompute (each value adds a pipeline) have nothing to say; a token's
+ * values are left out. */
+static void head_note_value(int c, int which, const char *given[HEAD_OPTION_COUNT]) {
+  if (optarg == NULL || c == 'C')
+    return;
+  const char *name = head_options[which].name;
+  char *said = option_twice_text(name, given[which], optarg, c == 't' || c == 'D');
+  if (said)
+    fprintf(stderr, "muster head: %s\n", said);
+  free(said);
+  given[which] = optarg;
+}
+
 int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg) {
   int c, which = 0;
   char why[160];
+  const char *given[HEAD_OPTION_COUNT] = {0};
   optind = 1;
   opterr = 0; /* getopt's own two-line message is replaced by one line below */
   while ((c = getopt_long(argc, argv, ":h", head_options, &which)) != -1) {
@@ -263,6 +284,7 @@ int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg
       return head_parse_refuse(c, argv[optind - 1]);
     if (!head_set_option(c, cfg, token_arg, why, sizeof why))
       return head_parse_invalid(c, head_options[which].name, why);
+    head_note_value(c, which, given);
   }
   if (optind < argc && strstr(argv[optind], "://") != NULL) {
     fprintf(stderr,

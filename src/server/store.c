@@ -14,6 +14,7 @@
 #include "counts.h"
 #include "log.h"
 #include "metrics.h"
+#include "store_restore.h"
 #include "store_schema.h"
 #include "walvfs.h"
 
@@ -305,7 +306,10 @@ static bool store_define_functions(store_t *st, fail_t *f) {
  * second; the heaviest batched load measured is well under a fifth of it)
  * and the clock does not go back; the store's own floor still holds if it
  * does.  The tokens stay below 2^53 (until the year 2248), so that a
- * JavaScript client keeps them exact.
+ * JavaScript client keeps them exact.  A store that is a backup's copy
+ * raises its other id counters to the same floor as it opens, once
+ * (store_restore.c): unlike tokens, users read those, so a plain start
+ * leaves them consecutive.
  */
 #define STORE_TOKEN_CLOCK_SCALE 1024
 static int64_t store_token_clock(int64_t opened_ms) {
@@ -332,7 +336,8 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     store_close(st);
     return NULL;
   }
-  if (store_pragmas(st, opts->sync_full, f) || store_migrate(st, opts->schema_version, f)) {
+  if (store_pragmas(st, opts->sync_full, f) || store_migrate(st, opts->schema_version, f) ||
+      store_restore_ids(st->db, store_token_clock(st->opened_ms), f)) {
     store_close(st);
     return NULL;
   }

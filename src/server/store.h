@@ -88,6 +88,18 @@ int64_t store_last_token(const store_t *st);
  * after a restart, once the commit that wrote it is on disk. */
 int64_t store_token_floor(const store_t *st);
 
+/* The row of meta that marks a backup's copy of the store: backup.c writes
+ * it into the copy once the copy is complete, never into a live store; its
+ * value is when the copy was taken.  A store that opens with it is a
+ * restore, whose id counters jump (store_restore.c); the mark goes then. */
+#define STORE_BACKUP_MARK "backup_taken_ms"
+/* The row of meta holding the floor of the last restore (0 before any):
+ * counters that begin after it (a worker's id, a queue's first update
+ * number, a pipeline's first job number) begin above it, as the lost head
+ * may have begun them already.  STORE_ID_FLOOR_SQL reads it in SQL. */
+#define STORE_ID_FLOOR_KEY "id_floor"
+#define STORE_ID_FLOOR_SQL "coalesce((SELECT v FROM meta WHERE k = '" STORE_ID_FLOOR_KEY "'), 0)"
+
 /* When this process opened the store.  Workers, nodes and sessions cannot
  * be heard from while no head runs, so their silence is counted from here
  * at the earliest: a head down longer than their timeout does not declare
@@ -97,8 +109,9 @@ int64_t store_opened_ms(const store_t *st);
 /* Hands out `n` consecutive task ids for inserts in the open transaction
  * and returns the first (task.c).  Ids grow by one and are never handed out
  * twice, not even after the tasks that had the highest ones were deleted
- * (see store_note_tasks_deleted) or a transaction was rolled back (its ids
- * are skipped). */
+ * (see store_note_tasks_deleted), a transaction was rolled back (its ids
+ * are skipped) or the store is a backup's copy (they jump at its first
+ * opening: store_restore.c). */
 int64_t store_task_ids(store_t *st, int64_t n);
 /* The highest task id handed out, 0 before the first. */
 int64_t store_last_task(const store_t *st);

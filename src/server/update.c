@@ -28,9 +28,13 @@ int64_t update_last(store_t *st, const char *queue) {
   return last;
 }
 
-/* Hands out the next sequence number of `queue`; 0 on store failure. */
+/* Hands out the next sequence number of `queue`; 0 on store failure.  A
+ * queue's first number is 1, or above the floor of a restore: the head the
+ * backup was taken from may have numbered updates of a queue the backup
+ * did not have (store_restore.c). */
 static int64_t update_next_seq(store_t *st, const char *queue, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "INSERT INTO update_seqs(queue, last) VALUES(?1, 1)"
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO update_seqs(queue, last)"
+                                   " VALUES(?1, " STORE_ID_FLOOR_SQL " + 1)"
                                    " ON CONFLICT(queue) DO UPDATE SET last = last + 1"
                                    " RETURNING last");
   if (s == NULL) {

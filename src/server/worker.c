@@ -85,11 +85,16 @@ typedef struct {
   int64_t timeout_ms;
 } worker_spec_t;
 
-/* Stores a new worker and names it after its id; returns the reply. */
+/* Stores a new worker and names it after its id; returns the reply.  The
+ * id is the highest so far plus one, as SQLite would choose it, or above
+ * the floor of a restore (store_restore.c): the head the backup was taken
+ * from may have registered workers that still use their ids.  Workers are
+ * never deleted, so the highest is never given twice. */
 static json_t *worker_insert(store_t *st, const worker_spec_t *w, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "INSERT INTO workers(name, nickname, node, queues, labels,"
+  sqlite3_stmt *s = store_stmt(st, "INSERT INTO workers(id, name, nickname, node, queues, labels,"
                                    " state, last_seen_ms, created_ms, timeout_ms, instance)"
-                                   " VALUES('', ?1, ?2, ?3, ?4, 0, ?5, ?5, ?6, ?7)");
+                                   " VALUES((SELECT max(coalesce(max(id), 0), " STORE_ID_FLOOR_SQL
+                                   ") + 1 FROM workers), '', ?1, ?2, ?3, ?4, 0, ?5, ?5, ?6, ?7)");
   if (s == NULL) {
     store_fail(st, f, "worker register");
     return NULL;

@@ -371,6 +371,57 @@ class CliTest(harness.CliChecks, unittest.TestCase):
                 self.assertEqual(err, line + "\n")
                 self.assertFalse(os.path.exists(os.path.join(self.tmp, "muster-data")))
 
+    def head_until(self, args, says, env=None):
+        """Starts `muster head ARGS` in self.tmp, its stdout and stderr into one file,
+        until that output holds `says`; stops it and returns the output."""
+        out = tempfile.TemporaryFile("w+")
+        self.addCleanup(out.close)
+        proc = subprocess.Popen([MUSTER, "head"] + list(args), stdout=out, stderr=out,
+                                text=True, cwd=self.tmp,
+                                env=env or self.env(url=False, token=False))
+        self.addCleanup(harness.stop_process, proc)
+
+        def output():
+            out.seek(0)
+            return out.read()
+        harness.wait_until(lambda: says in output(), timeout=30, what=says)
+        harness.stop_process(proc)
+        return output()
+
+    def test_head_option_given_twice_keeps_the_last_and_says_so(self):
+        # A wrapper's defaults before the user's options: the last value wins, as for
+        # every other command, which said so while the head's own parser said nothing.
+        d1, d2 = os.path.join(self.tmp, "twice-1"), os.path.join(self.tmp, "twice-2")
+        out = self.head_until(["--server-only", "--listen", "127.0.0.1:0", "--data-dir", d1,
+                               "--sweep-ms", "100", "--data-dir=" + d2, "--sweep-ms=300",
+                               "--token", "first-secret", "--token", "second-secret",
+                               "--sync", "full", "--sync", "full"], "listening on")
+        said = [line for line in out.splitlines() if "given twice" in line]
+        self.assertEqual(said, [
+            "muster head: option '--data-dir' was given twice, '%s' and then '%s': using '%s' "
+            "(it takes one value)" % (d1, d2, d2),
+            "muster head: option '--sweep-ms' was given twice, '100' and then '300': using "
+            "'300' (it takes one value)",
+            "muster head: option '--token' was given twice, with two different values: using "
+            "the last (it takes one value)"], out)
+        self.assertNotIn("first-secret", out)  # a token never reaches the log
+        self.assertFalse(os.path.exists(d1))
+        with open(os.path.join(d2, "token")) as f:
+            self.assertEqual(f.read(), "second-secret\n")
+
+    def test_head_local_agent_option_given_twice_is_said_once(self):
+        # The local agent's options are parsed by the head's process and were parsed
+        # again by the agent: the line came twice.
+        out = self.head_until(["--listen", "127.0.0.1:0", "--data-dir",
+                               os.path.join(self.tmp, "agent-twice"), "--lock-file",
+                               os.path.join(self.tmp, "agent-twice.lock"), "--queue", "a",
+                               "--queue", "b", "--workers", "1", "--", "true"],
+                              "started 1 worker on queue b",
+                              env=node_harness.no_gpu_env(self.env(url=False, token=False)))
+        said = [line for line in out.splitlines() if "given twice" in line]
+        self.assertEqual(said, ["muster: option '--queue' was given twice, 'a' and then 'b': "
+                                "using 'b' (it takes one value)"], out)
+
     def banner_of_head(self, *args):
         """Starts `muster head --server-only ARGS` in self.tmp; its banner lines, until its
         CLI hint ("or:" line) and the next one, and the process (to stop)."""

@@ -275,6 +275,12 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         # The same value twice is no contradiction: nothing said.
         r = self.muster("put", "--queue", "msg-twice-a", "--queue", "msg-twice-a", "y")
         self.assertEqual((r.returncode, r.stderr), (0, ""))
+        # A token's values are not written out (stderr goes to logs).
+        r = self.muster("queue", "ls", "--token", "wrong-secret", "--token", self.head.token,
+                        token=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "muster: option '--token' was given twice, with two "
+                                   "different values: using the last (it takes one value)\n")
 
     def test_a_word_with_one_dash_says_where_dashed_arguments_go(self):
         # "unknown option '-x' for 'put'" left a user with a payload "-x" guessing.
