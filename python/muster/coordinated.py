@@ -121,6 +121,13 @@ def _states_to_load(state, kind):
         if s.get("version") != STATE_VERSION or not isinstance(s.get("checkpoint"), dict):
             raise ValueError("coordinated %s state: version %r is not known, or it has no "
                              "checkpoint" % (kind, s.get("version")))
+        acked = s.get("acked", [])
+        if not isinstance(acked, list) or not all(
+                isinstance(r, list) and len(r) == 2 and all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in r)
+                and r[0] < r[1] for r in acked):
+            raise ValueError("coordinated %s state: acked is %.100r, expected a list of "
+                             "[begin, end) block ranges" % (kind, acked))
         reopened = s.get("reopened", [])
         if not isinstance(reopened, list) or not all(
                 isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in reopened):
@@ -131,11 +138,18 @@ def _states_to_load(state, kind):
 
 def _merged_position(states):
     """(checkpoint, partial) that the states of every rank (or one rank's) resume from:
-    the latest epoch they name, its done blocks (the union of theirs: the head's only
-    grow), less every block a rank ``reopened``, and the items of each block not done
-    that some rank read.  A rank that reopened blocks saved them in its own epoch; the
-    states of a later one (ranks that used all they were handed) say that epoch is
-    complete on the head."""
+    the latest epoch they name, its done blocks, less every block a rank ``reopened``,
+    and the items of each block not done that some rank read.  A rank that reopened
+    blocks saved them in its own epoch; the states of a later one (ranks that used all
+    they were handed) say that epoch is complete on the head.
+
+    The done blocks are those every state's checkpoint names (done before the first
+    state was taken: each rank's own state accounts for what it had acknowledged by then)
+    and those a rank's state names as its own (``acked``).  A block done in a later
+    state's checkpoint only is one that another rank acknowledged after its own state
+    was taken — its loader workers read on meanwhile, their items not trained on — and is
+    read again.  States without ``acked`` (an older muster's) take the union of the
+    checkpoints, as before."""
     reopening = [s for s in states if s.get("reopened")]
     if reopening:
         epoch = min(s["checkpoint"]["epoch"] for s in reopening)
@@ -145,6 +159,9 @@ def _merged_position(states):
     base = max((s["checkpoint"] for s in same), key=_done_count)
     if any(s["checkpoint"]["epoch"] > epoch for s in states):
         done = [[0, int(base["blocks"])]]
+    elif all("acked" in s for s in same):
+        done = _ranges_union([_ranges_common([s["checkpoint"].get("done") or () for s in same])]
+                             + [s["acked"] for s in same])
     else:
         done = _ranges_union(s["checkpoint"].get("done") or () for s in same)
     done = _ranges_minus(done, [int(b) for s in same for b in s.get("reopened") or ()])
@@ -191,6 +208,38 @@ def _ranges_union(range_lists):
             out[-1][1] = max(out[-1][1], e)
         else:
             out.append([b, e])
+    return out
+
+
+def _ranges_common(range_lists):
+    """The blocks in every one of the lists of sorted, apart [begin, end) ranges."""
+    common = None
+    for ranges in range_lists:
+        ranges = [[int(b), int(e)] for b, e in ranges]
+        if common is None:
+            common = ranges
+            continue
+        out, i, j = [], 0, 0
+        while i < len(common) and j < len(ranges):
+            b, e = max(common[i][0], ranges[j][0]), min(common[i][1], ranges[j][1])
+            if b < e:
+                out.append([b, e])
+            if common[i][1] < ranges[j][1]:
+                i += 1
+            else:
+                j += 1
+        common = out
+    return common or []
+
+
+def _ranges_of(blocks):
+    """Block numbers as sorted, apart [begin, end) ranges."""
+    out = []
+    for block in sorted(blocks):
+        if out and block == out[-1][1]:
+            out[-1][1] += 1
+        else:
+            out.append([block, block + 1])
     return out
 
 
@@ -261,6 +310,7 @@ class CoordinatedRankSampler:
         self._unacked = []                 # blocks fully read, not acknowledged yet
         self._handed = []                  # _Handed of the epoch since the last load, in order
         self._handed_before = 0            # items handed out before _handed[0] (declared used)
+        self._acked = {}                   # epoch -> blocks this rank acknowledged (since a load)
         self._shape = None                 # the plan's checkpoint keys (_SHAPE_KEYS), once seen
         # Held while the rank's state changes: a loader's feeder thread may read while the
         # training loop saves (muster.torch.StreamDataset with loader workers).
@@ -375,9 +425,13 @@ class CoordinatedRankSampler:
                 for b in blocks:
                     self._ack([b], epoch)
         else:
+            mine = self._acked.setdefault(epoch, set())
             for b in blocks:
+                mine.add(b["block"])
                 if "handed" in b:
                     b["handed"].acked = True
+            for old in [e for e in self._acked if e < epoch - 1]:
+                del self._acked[old]
         self._last_call = time.monotonic()
 
     def _flush(self):
@@ -533,7 +587,8 @@ class CoordinatedRankSampler:
             self._drop_used(used)
             state = {"version": STATE_VERSION, "mode": "coordinated", "name": self.base_name,
                      "rank": self.rank, "world_size": self.world_size, "epoch": ck["epoch"],
-                     "emitted": self.emitted, "checkpoint": ck, "partial": partial}
+                     "emitted": self.emitted, "checkpoint": ck, "partial": partial,
+                     "acked": _ranges_of(self._acked.get(ck["epoch"], ()))}
             if reopened:
                 state["checkpoint"] = dict(ck, done=_ranges_minus(ck.get("done") or (), reopened))
                 state["reopened"] = reopened
@@ -651,6 +706,7 @@ class CoordinatedRankSampler:
             self._unacked = []
             self.epoch = ck["epoch"]
             self.emitted = 0
+            self._acked = {}
             self._forget_handed()
 
     def close(self):
