@@ -245,9 +245,10 @@ class StreamTest(unittest.TestCase):
 
 
 class FakeHead:
-    """A stand-in head on a free port that answers GET /cut/length, /cut/chunked and
-    /slow as the test needs (a reply that breaks off, one sent in two parts) and 503 to
-    anything else (the agent's registration, which it retries)."""
+    """A stand-in head on a free port that answers GET /cut/length, /cut/chunked, /slow
+    and /echo as the test needs (a reply that breaks off, one sent in two parts, one
+    with hop-by-hop headers; `heads` keeps the request heads it got) and 503 to anything
+    else (the agent's registration, which it retries)."""
 
     def __init__(self):
         self.listener = socket.socket()
@@ -257,6 +258,7 @@ class FakeHead:
         self.url = "http://127.0.0.1:%d" % self.port
         self.token = "fake-head-token"
         self.go_on = threading.Event()
+        self.heads = []
         self.stopped = False
         threading.Thread(target=self.serve, daemon=True).start()
 
@@ -276,8 +278,12 @@ class FakeHead:
                 if not piece:
                     return
                 data += piece
+            self.heads.append(data.split(b"\r\n\r\n")[0])
             path = data.split(b" ")[1]
-            if path == b"/cut/length":
+            if path == b"/echo":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Reply: yes\r\n"
+                             b"Keep-Alive: timeout=5\r\nContent-Length: 4\r\n\r\necho")
+            elif path == b"/cut/length":
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
                              b"Content-Length: 100000\r\n\r\n" + b"c" * 50000)
             elif path == b"/cut/chunked":
@@ -328,6 +334,25 @@ class FakeHeadTest(unittest.TestCase):
                 # What the head sent, and no end of the body: a client sees it cut.
                 self.assertEqual(body.count(b"c"), got, body[-40:])
                 self.assertFalse(body.endswith(b"0\r\n\r\n"), body[-40:])
+
+    def test_headers_both_ways(self):
+        with Wire(self.agent.port) as w:
+            w.send(request("GET", "/echo", headers=[
+                "X-Forwarded-For: 10.0.0.9", "X-Custom: kept", "Proxy-Connection: x",
+                "TE: trailers", "Keep-Alive: 300"]))
+            r = w.read_reply()
+        self.assertEqual((r.status, r.body, r.header("X-Reply")), (200, b"echo", "yes"), r)
+        self.assertIn("1.1 fake (muster node)", r.header("Via"))
+        self.assertIsNone(r.header("Keep-Alive"), r)
+        self.assertEqual(len(r.header_all("Date")), 1, r)
+        got = [h for h in self.head.heads if h.startswith(b"GET /echo ")][0].decode()
+        lines = got.split("\r\n")
+        self.assertIn("X-Forwarded-For: 10.0.0.9, 127.0.0.1", lines)
+        self.assertIn("X-Custom: kept", lines)
+        self.assertIn("Host: 127.0.0.1:%d" % self.head.port, lines)
+        for hop in ("Proxy-Connection", "TE", "Keep-Alive"):
+            self.assertFalse([l for l in lines if l.lower().startswith(hop.lower() + ":")],
+                             got)
 
     def test_a_reply_streams_as_the_head_sends_it(self):
         with Wire(self.agent.port) as w:
