@@ -13,7 +13,7 @@
  * Stop: SIGINT/SIGTERM stop the workers gracefully (SIGTERM: they finish their
  * running tasks; a second signal passes a second SIGTERM on, which makes them
  * terminate their commands); once they are gone the API port answers 503 to
- * what still waits or comes until those answers are written (fwd_drain), then
+ * what still waits or comes until those answers are written (port_drain), then
  * the loop ends and the node says goodbye (DELETE /v1/nodes/NAME).
  * SIGHUP (which the agent receives when `muster head`, its parent, dies) is a
  * hard stop: SIGHUP to the workers, which kill their commands and leave at once.
@@ -375,13 +375,13 @@ typedef struct {
 /* Once the workers are gone the agent stops serving, while the loop still
  * runs so that its answers reach the clients: the node cache answers its
  * waiters, then the forwarder answers every request 503 and ends the loop
- * when those answers are written (fwd_drain). */
+ * when those answers are written (port_drain). */
 static void agent_finish_if_done(agent_loop_t *l) {
   node_agent_t *a = l->a;
-  if (a->stopping && sup_running(a) == 0 && !a->fwd_draining) {
-    a->fwd_draining = 1; /* the cache's answers below are waited for too */
+  if (a->stopping && sup_running(a) == 0 && !a->port_draining) {
+    a->port_draining = 1; /* the cache's answers below are waited for too */
     cache_http_stop(a);
-    fwd_drain(a);
+    port_drain(a);
   }
 }
 
@@ -520,7 +520,7 @@ static int agent_listen(node_agent_t *a) {
     return 0;
   }
   char err[512];
-  int port = fwd_start(a, listen, err, sizeof err);
+  int port = port_start(a, listen, err, sizeof err);
   if (port < 0) {
     agent_log(a, "%s", err);
     return -1;
@@ -652,7 +652,7 @@ static int agent_serve(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
  * takes what was never started), then gives the lock back. */
 static void agent_release(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
   cache_http_stop(a);
-  fwd_stop(a);
+  port_stop(a);
   iter_local_stop(a);
   cache_http_free(a);
   sup_free(a);

@@ -11,6 +11,7 @@
 
 #include "muster.h"
 #include "node/node.h"
+#include "server/h1.h"
 
 #include <event2/event.h>
 #include <pthread.h>
@@ -19,10 +20,9 @@
 
 typedef struct node_agent node_agent_t;
 struct evbuffer;
-struct evhttp_request;
 struct evhttp_connection;
-struct evconnlistener;
 struct evkeyvalq;
+struct json_t;
 
 /* A worker process's output pipe, read and tagged by the agent (worker_log.c). */
 typedef struct wlog wlog_t;
@@ -92,22 +92,22 @@ struct node_agent {
   size_t worker_env_base; /* entries before the per-worker ones */
   wlog_t *wlogs;          /* every worker output pipe still open (worker_log.c) */
 
+  /* the API port (port.c) */
+  h1_server_t *port;           /* NULL without one (--listen none) */
+  int listen_port;             /* the port bound, 0 when none */
+  int port_draining;           /* 0 serving; 1 the agent stops: every request is answered 503 while
+                                * the loop runs on until those answers are written (port_drain);
+                                * 2 done: the loop was told to end */
+  int port_stop_replies;       /* 503s of the stop not written yet */
+  struct event *port_drain_ev; /* the bound on the drain (PORT_DRAIN_MS) */
+  int64_t port_accept_said_ms; /* when a pause in accepting was last logged, 0: never */
+  int port_accept_pauses;      /* pauses since */
+
   /* forwarder (forward.c) */
-  struct evhttp *http;
   char head_host[256];
   int head_port;
-  void *fwd_pool;  /* idle connections to the head */
-  void *fwd_busy;  /* connections with a request in flight, or discarded (freed soon) */
-  int listen_port; /* the port bound, 0 when none */
-  int fwd_draining;           /* 0 serving; 1 the agent stops: every request is answered 503 while
-                               * the loop runs on until those answers are written (fwd_drain);
-                               * 2 done: the loop was told to end */
-  int fwd_stop_replies;       /* 503s of the stop whose connections have not closed yet */
-  struct event *fwd_drain_ev; /* the bound on the drain (FWD_DRAIN_MS) */
-  struct evconnlistener *fwd_listener; /* the API port's (evhttp's), paused when out of fds */
-  struct event *fwd_accept_ev;         /* resumes accepting after such a pause */
-  int64_t fwd_accept_said_ms;          /* when a pause was last logged (agent_now_ms), 0: never */
-  int fwd_accept_pauses;               /* pauses since */
+  void *fwd_pool; /* idle connections to the head */
+  void *fwd_busy; /* connections with a request in flight, or discarded (freed soon) */
 
   /* node cache (cache.c, cache_http.c); NULL without an API port */
   struct cache *cache;
@@ -179,16 +179,55 @@ void wlog_ended(node_worker_t *w);
 /* The agent stops: writes what the pipes hold and frees them. */
 void wlog_free_all(node_agent_t *a);
 
-/* ---- forward.c ---- */
+/* ---- port.c: the API port (src/server/h1.h's server) ---- */
+
+/* Binds `listen` ("HOST:PORT") and serves the API there: the node cache, the
+ * node-local iterations, and the head's by forwarding.  Returns the bound
+ * port, or -1 with `err` filled. */
+int port_start(node_agent_t *a, const char *listen, char *err, size_t err_size);
+/* The body of client request `q`, read whole before it was routed (NULL:
+ * none); the port's, freed with `q` (the forwarder moves its bytes out). */
+struct evbuffer *port_body(h1_req_t *q);
+/* `fn(arg)` once when `q` is freed (its reply written, or its client gone):
+ * for what must last as long as a reply (a cached file's reader).  One per
+ * request. */
+void port_on_free(h1_req_t *q, void (*fn)(void *arg), void *arg);
+/* Answers `q` with `body` (taken; NULL: none) as JSON, written as the head
+ * writes its replies (server/jw.h); a 401 gets WWW-Authenticate. */
+void port_reply_json(h1_req_t *q, int status, struct json_t *body);
+/* Answers `q` with the error envelope {"error": {"code", "message"}}. */
+void port_reply_error(h1_req_t *q, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Answers `q` 503 `unavailable` ("node agent NAME is stopping") with
+ * `Retry-After` and `Connection: close`: what every client whose request is
+ * in flight, or comes, while the agent stops gets (docs/node.md).  While the
+ * agent drains, the loop runs on until the answer is written. */
+void port_reply_stopping(node_agent_t *a, h1_req_t *q);
+/* The agent stops and its workers are gone: from now on every request is
+ * answered with port_reply_stopping, those in flight to the head are
+ * cancelled (their owners told: they answer their clients so), and the loop
+ * is ended once those answers are written, or after PORT_DRAIN_MS at most.
+ * Without an API port it ends the loop at once.  A second call does
+ * nothing. */
+void port_drain(node_agent_t *a);
+/* Closes the port and frees the forwarder, after the loop ended: the
+ * requests still in flight to the head (none after port_drain) are
+ * cancelled (their owners told first), their clients answered 503 or
+ * closed. */
+void port_stop(node_agent_t *a);
+
+/* ---- forward.c: requests to the head ---- */
 
 /* A keep-alive connection to the head from the forwarder's pool. */
 typedef struct fwd_conn fwd_conn_t;
+/* Reads the head's host and port from the configuration; 0, or -1 with `err`. */
+int fwd_start(node_agent_t *a, char *err, size_t err_size);
 /* Borrows an idle connection or makes one; NULL when out of memory. */
 fwd_conn_t *fwd_conn_get(node_agent_t *a);
-/* Called by fwd_drain or fwd_stop for a request still in flight when the
- * agent stops: answers its client (fwd_reply_stopping) or closes it, and
- * frees `owner`, leaving the connection (and the request on it, whose
- * callbacks are never called) to the forwarder, which frees it at once. */
+/* Called by fwd_cancel_all for a request still in flight when the agent
+ * stops: answers its client (port_reply_stopping) or closes it, and frees
+ * `owner`, leaving the connection (and the request on it, whose callbacks
+ * are never called) to the forwarder, which frees it at once. */
 typedef void (*fwd_cancel_fn)(void *owner);
 /* Names who to tell, should the agent stop before `c`'s request ends. */
 void fwd_conn_set_owner(fwd_conn_t *c, fwd_cancel_fn cancel, void *owner);
@@ -202,44 +241,23 @@ struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c);
 /* Closes a connection whose byte stream is not to be trusted any more (soon,
  * outside its callbacks) instead of returning it to the pool. */
 void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c);
-/* Forwards the client's request `in` to the head and streams the reply back
- * (while the agent stops: answers it as fwd_reply_stopping does). */
-void fwd_forward(node_agent_t *a, struct evhttp_request *in);
-/* The agent's answers to its clients, in place of evhttp_send_reply,
- * evhttp_send_reply_start and evhttp_send_reply_chunk (evhttp_send_reply_end
- * ends a reply as before).  While evhttp writes a reply it watches the
- * client's connection for input, and takes the end of that input for the
- * client gone: a client that sent its request and shut its side of the
- * connection (a half-close, as `nc -N` or a script's shutdown(SHUT_WR) does)
- * had its connection dropped with the reply unwritten, or cut after the
- * headers.  These stop reading the connection until the reply is written
- * (evhttp reads again for the next request then), so such a client gets the
- * whole reply, as from the head; a client that did go away shows as a
- * failed write. */
-void fwd_send_reply(struct evhttp_request *in, int status, const char *reason,
-                    struct evbuffer *body);
-void fwd_send_reply_start(struct evhttp_request *in, int status, const char *reason);
-void fwd_send_reply_chunk(struct evhttp_request *in, struct evbuffer *body);
-/* Answers `in` 503 `unavailable` ("node agent NAME is stopping") with
- * `Retry-After` and `Connection: close`: what every client whose request is
- * in flight, or comes, while the agent stops gets (docs/node.md).  While the
- * agent drains, the loop runs on until the answer is written. */
-void fwd_reply_stopping(node_agent_t *a, struct evhttp_request *in);
-/* The agent stops and its workers are gone: from now on every request is
- * answered with fwd_reply_stopping, those in flight to the head are cancelled
- * (their owners told: they answer their clients so), and the loop is ended
- * once those answers are written, or after FWD_DRAIN_MS at most.  Without an
- * API port it ends the loop at once.  Call it from the loop, outside any
- * evhttp callback; a second call does nothing. */
-void fwd_drain(node_agent_t *a);
-
-/* Binds `listen` ("HOST:PORT") and forwards every request to the head.
- * Returns the bound port, or -1 with `err` filled. */
-int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size);
-/* Stops listening and frees the forwarder, after the loop ended: the
- * requests still in flight to the head (none after fwd_drain) are cancelled
- * (their owners told first), their clients answered 503 or closed. */
-void fwd_stop(node_agent_t *a);
+/* True, with `q` answered 501, when its method is one the forwarder cannot
+ * send (evhttp's client sends the nine of RFC 9110 and PATCH). */
+bool fwd_method_refused(node_agent_t *a, h1_req_t *q);
+/* The request target of `q` as the client sent it, path and query
+ * (malloc'ed; NULL when out of memory). */
+char *fwd_target(h1_req_t *q);
+/* Forwards client request `q` (complete, its body in port_body) to the head
+ * and streams the reply back (while the agent stops: answers it as
+ * port_reply_stopping does). */
+void fwd_forward(node_agent_t *a, h1_req_t *q);
+/* Tells the owner of every request in flight to the head that the agent
+ * stops (they answer their clients) and frees its connection with the
+ * request, whose callbacks are thus never called.  Discarded connections,
+ * whose deferred free is pending, are left to it (or to fwd_free). */
+void fwd_cancel_all(node_agent_t *a);
+/* Frees the connections to the head, after the loop ended. */
+void fwd_free(node_agent_t *a);
 
 /* ---- cache_http.c: the node cache (docs/api.md "Node cache") ---- */
 
@@ -247,13 +265,13 @@ void fwd_stop(node_agent_t *a);
 int cache_http_start(node_agent_t *a);
 /* Serves `in` when it is the cache's (GET /v1/shared/..., /v1/node/cache...):
  * returns 1 when it took the request, 0 when it is to be forwarded. */
-int cache_http_handle(node_agent_t *a, struct evhttp_request *in);
+int cache_http_handle(node_agent_t *a, h1_req_t *in);
 /* The agent stops: answers the waiting clients, cancels the fetches and
- * stops the expiry timer.  Called before fwd_drain, while the loop runs (so
- * that the answers are written), and again at the end, before fwd_stop (the
- * clients' requests must still exist), where it does nothing more. */
+ * stops the expiry timer.  Called before port_drain, while the loop runs (so
+ * that the answers are written), and again at the end, before port_stop
+ * (the clients' requests must still exist), where it does nothing more. */
 void cache_http_stop(node_agent_t *a);
-/* After fwd_stop: frees the cache. */
+/* After port_stop: frees the cache. */
 void cache_http_free(node_agent_t *a);
 
 #endif /* MUSTER_NODE_AGENT_H */

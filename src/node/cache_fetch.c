@@ -23,9 +23,7 @@
 #include "node/cache_http_internal.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/keyvalq_struct.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -94,60 +92,31 @@ typedef struct {
  */
 
 /* Queues bytes [from, to) of the streaming waiter's file; -1 when it could
- * not (out of descriptors or memory).  With `reader` (the verified entry,
- * for the last piece), the entry counts a reader until the piece is sent,
- * so that the level is not evicted under a reply still sending it. */
-static int creq_stream_piece(creq_t *r, int64_t from, int64_t to, cache_entry_t *reader) {
+ * not (out of descriptors or memory, or the client went away). */
+static int creq_stream_piece(creq_t *r, int64_t from, int64_t to) {
   int fd = fcntl(r->stream_fd, F_DUPFD_CLOEXEC, 0); /* each piece owns a descriptor */
-  struct evbuffer *body = fd >= 0 ? evbuffer_new() : NULL;
-  creader_t *rd = reader ? calloc(1, sizeof *rd) : NULL;
-  struct evbuffer_file_segment *seg =
-      body && (rd || !reader)
-          ? evbuffer_file_segment_new(fd, from, to - from, EVBUF_FS_CLOSE_ON_FREE)
-          : NULL;
-  if (seg == NULL) {
-    if (fd >= 0)
-      close(fd);
-    if (body)
-      evbuffer_free(body);
-    free(rd);
+  if (fd < 0)
     return -1;
-  }
-  if (rd) {
-    *rd = (creader_t){.cache = r->a->cache, .entry = reader};
-    cache_reader_begin(rd->cache, reader);
-    evbuffer_file_segment_add_cleanup_cb(seg, creader_done, rd);
-  }
-  evbuffer_set_flags(body, EVBUFFER_FLAG_DRAINS_TO_FD); /* sendfile, as creq_send_file */
-  evbuffer_add_file_segment(body, seg, 0, to - from);
-  evbuffer_file_segment_free(seg);
-  fwd_send_reply_chunk(r->in, body); /* a client gone meanwhile takes nothing */
-  evbuffer_free(body);
-  return 0;
+  return h1_respond_data_file(r->in, fd, from, to - from) ? 0 : -1; /* sendfile, as a hit */
 }
 
 /* Sends streaming waiter `r` its level's bytes below `upto` (at most its
  * size), starting its reply first when it has not started and there is a
  * byte to send.  A client that went away while it waited is left to the
- * fetch's end (evhttp keeps its request until a reply frees it). */
+ * fetch's end (its request is held until answered). */
 static void creq_stream(creq_t *r, cache_entry_t *e, int64_t upto) {
   if (upto > r->size)
     upto = r->size;
   if (r->stream_fd < 0) {
-    if (upto <= 0 || evhttp_request_get_connection(r->in) == NULL)
+    if (upto <= 0 || h1_gone(r->in))
       return;
     if ((r->stream_fd = open(e->tmp_path, O_RDONLY | O_CLOEXEC)) < 0)
       return; /* answered from the finished file instead */
     creq_add_headers(r, "miss");
-    struct evkeyvalq *h = evhttp_request_get_output_headers(r->in);
-    char length[24];
-    snprintf(length, sizeof length, "%" PRId64, r->size);
-    evhttp_add_header(h, "Content-Type", "application/octet-stream");
-    evhttp_add_header(h, "Content-Length", length);
-    fwd_send_reply_start(r->in, 200, "OK");
+    h1_respond_start(r->in, 200, "application/octet-stream", r->size);
   }
   if (upto > r->sent && !r->stream_broken) {
-    if (creq_stream_piece(r, r->sent, upto, NULL) == 0)
+    if (creq_stream_piece(r, r->sent, upto) == 0)
       r->sent = upto;
     else
       r->stream_broken = 1;
@@ -155,20 +124,23 @@ static void creq_stream(creq_t *r, cache_entry_t *e, int64_t upto) {
 }
 
 /* Ends streaming waiter `r` and frees it: with the rest of its bytes when
- * the fetch was verified (`e`, READY), else (NULL) short, closing the
- * connection. */
+ * the fetch was verified (`e`, READY: counted as read until the reply is
+ * done, so that the level is not evicted under it), else (NULL) short,
+ * closing the connection. */
 static void creq_stream_end(creq_t *r, cache_entry_t *e) {
   cache_t *c = r->a->cache;
   int ok = e != NULL;
   if (ok && !r->stream_broken) {
-    if (r->sent < r->size && creq_stream_piece(r, r->sent, r->size, e) != 0)
+    creader_add(r, e);
+    if (r->sent < r->size && creq_stream_piece(r, r->sent, r->size) != 0)
       ok = 0;
     else
       CACHE_COUNT(c, bytes_served, r->size);
   }
   if (!ok || r->stream_broken)
-    evhttp_add_header(evhttp_request_get_output_headers(r->in), "Connection", "close");
-  evhttp_send_reply_end(r->in);
+    h1_respond_abort(r->in);
+  else
+    h1_respond_end(r->in);
   close(r->stream_fd);
   creq_free(r);
 }
@@ -469,7 +441,7 @@ static void cfetch_cannot(creq_t *r, const char *err) {
     return;
   }
   CACHE_COUNT(c, uncached, 1);
-  struct evhttp_request *in = r->in;
+  h1_req_t *in = r->in;
   creq_free(r);
   fwd_forward(a, in);
 }

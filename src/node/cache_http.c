@@ -6,7 +6,7 @@
  * the authority: it checks the token, resolves "newest" to a level, says
  * whether the level still exists (not expired, not deleted) and gives its size
  * and checksum (ETag).  Then the bytes come from the cache: a hit is sent from
- * its file (evbuffer file segments: sendfile, never the whole level in memory);
+ * its file (h1_respond_file: sendfile, never the whole level in memory);
  * a miss joins the level's fetch, or starts it, so however many clients ask at
  * once the head sends the level once.  The fetch (cache_fetch.c) runs on a
  * thread of its own into a temporary file, is checked against size and
@@ -29,7 +29,6 @@
  * Everything but the fetch threads runs on the agent's event-loop thread.
  */
 #include "node/cache_http_internal.h"
-#include "client/jdump.h"
 #include "core/auth.h"
 
 #include <errno.h>
@@ -53,19 +52,6 @@ void creq_free(creq_t *r) {
   free(r);
 }
 
-static void creq_send_json(struct evhttp_request *in, int status, json_t *body) {
-  char *text = body ? jdump(body, JSON_COMPACT) : NULL;
-  json_decref(body);
-  struct evbuffer *buf = evbuffer_new();
-  if (buf && text)
-    evbuffer_add(buf, text, strlen(text));
-  evhttp_add_header(evhttp_request_get_output_headers(in), "Content-Type", "application/json");
-  fwd_send_reply(in, status, NULL, buf);
-  if (buf)
-    evbuffer_free(buf);
-  free(text);
-}
-
 /* Answers with the error envelope and frees the request. */
 void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...) {
   char message[600];
@@ -73,77 +59,55 @@ void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
-  if (status == 401)
-    evhttp_add_header(evhttp_request_get_output_headers(r->in), "WWW-Authenticate",
-                      "Bearer realm=\"muster\"");
-  creq_send_json(r->in, status,
-                 json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message));
+  port_reply_error(r->in, status, code, "%s", message);
   creq_free(r);
 }
 
 void creq_stopping(creq_t *r) {
-  fwd_reply_stopping(r->a, r->in);
+  port_reply_stopping(r->a, r->in);
   creq_free(r);
 }
 
-void creader_done(struct evbuffer_file_segment const *seg, int flags, void *arg) {
+/* The reader `arg` (a creader_t) ends: its reply was freed. */
+static void creader_done(void *arg) {
   creader_t *rd = arg;
   cache_reader_end(rd->cache, rd->entry);
   free(rd);
 }
 
-/* The headers every shared-data answer carries. */
-void creq_add_headers(creq_t *r, const char *how) {
-  struct evkeyvalq *h = evhttp_request_get_output_headers(r->in);
-  char value[64];
-  snprintf(value, sizeof value, "\"%016" PRIx64 "\"", r->checksum);
-  evhttp_add_header(h, "ETag", value);
-  snprintf(value, sizeof value, "%" PRId64, r->level);
-  evhttp_add_header(h, "X-Muster-Level", value);
-  if (r->expires[0])
-    evhttp_add_header(h, "X-Muster-Expires-Ms", r->expires);
-  evhttp_add_header(h, "X-Muster-Cache", how);
-  char via[160];
-  snprintf(via, sizeof via, "1.1 %s (muster node cache)", r->a->name);
-  evhttp_add_header(h, "Via", via);
+void creader_add(creq_t *r, cache_entry_t *e) {
+  creader_t *rd = calloc(1, sizeof *rd);
+  if (rd == NULL) {
+    fprintf(stderr, "muster node: out of memory\n");
+    abort(); /* the daemon's one allocation policy (STYLE.md 6) */
+  }
+  *rd = (creader_t){.cache = r->a->cache, .entry = e};
+  cache_reader_begin(rd->cache, e);
+  port_on_free(r->in, creader_done, rd);
 }
 
-/* Sends the level's bytes from `fd` (taken) and frees the request. */
+/* The headers every shared-data answer carries. */
+void creq_add_headers(creq_t *r, const char *how) {
+  char value[64];
+  snprintf(value, sizeof value, "\"%016" PRIx64 "\"", r->checksum);
+  h1_add_header(r->in, "ETag", value);
+  snprintf(value, sizeof value, "%" PRId64, r->level);
+  h1_add_header(r->in, "X-Muster-Level", value);
+  if (r->expires[0])
+    h1_add_header(r->in, "X-Muster-Expires-Ms", r->expires);
+  h1_add_header(r->in, "X-Muster-Cache", how);
+  char via[160];
+  snprintf(via, sizeof via, "1.1 %s (muster node cache)", r->a->name);
+  h1_add_header(r->in, "Via", via);
+}
+
+/* Sends the level's bytes from `fd` (taken) with sendfile, its entry
+ * counted as read until the reply is done, and frees the request. */
 static void creq_send_file(creq_t *r, cache_entry_t *e, int fd, const char *how) {
-  cache_t *c = r->a->cache;
-  struct evbuffer *body = evbuffer_new();
-  creader_t *rd = calloc(1, sizeof *rd);
-  struct evbuffer_file_segment *seg =
-      e->size > 0 && body && rd ? evbuffer_file_segment_new(fd, 0, e->size, EVBUF_FS_CLOSE_ON_FREE)
-                                : NULL;
-  if (e->size > 0 && seg == NULL) {
-    close(fd);
-    free(rd);
-    if (body)
-      evbuffer_free(body);
-    creq_error(r, 503, "unavailable", "node agent %s: out of memory", r->a->name);
-    return;
-  }
-  if (seg) {
-    /* Marked as going to a socket, the body keeps the segment as a sendfile
-     * chain; without the flag libevent would mmap the file (resident pages). */
-    evbuffer_set_flags(body, EVBUFFER_FLAG_DRAINS_TO_FD);
-    rd->cache = c;
-    rd->entry = e;
-    cache_reader_begin(c, e);
-    evbuffer_file_segment_add_cleanup_cb(seg, creader_done, rd);
-    evbuffer_add_file_segment(body, seg, 0, e->size);
-    evbuffer_file_segment_free(seg); /* the body holds it now */
-  } else {
-    close(fd);
-    free(rd);
-  }
-  CACHE_COUNT(c, bytes_served, e->size);
+  CACHE_COUNT(r->a->cache, bytes_served, e->size);
   creq_add_headers(r, how);
-  evhttp_add_header(evhttp_request_get_output_headers(r->in), "Content-Type",
-                    "application/octet-stream");
-  fwd_send_reply(r->in, 200, "OK", body);
-  evbuffer_free(body);
+  creader_add(r, e);
+  h1_respond_file(r->in, 200, "application/octet-stream", fd, e->size);
   creq_free(r);
 }
 
@@ -161,7 +125,7 @@ static void creq_send_path(creq_t *r, cache_entry_t *e, const char *how) {
   if (body && r->expires[0])
     json_object_set_new(body, "expires_ms", json_integer(strtoll(r->expires, NULL, 10)));
   creq_add_headers(r, how);
-  creq_send_json(r->in, 200, body);
+  port_reply_json(r->in, 200, body);
   creq_free(r);
 }
 
@@ -175,7 +139,7 @@ void creq_send_uncached(creq_t *r, const char *reason) {
   if (body && r->expires[0])
     json_object_set_new(body, "expires_ms", json_integer(strtoll(r->expires, NULL, 10)));
   creq_add_headers(r, "uncached");
-  creq_send_json(r->in, 200, body);
+  port_reply_json(r->in, 200, body);
   creq_free(r);
 }
 
@@ -198,7 +162,7 @@ int creq_answer(creq_t *r, cache_entry_t *e, const char *how) {
 
 /* Non-zero when the client's If-None-Match names the level's ETag. */
 static int creq_not_modified(creq_t *r) {
-  const char *inm = evhttp_find_header(evhttp_request_get_input_headers(r->in), "If-None-Match");
+  const char *inm = h1_header(r->in, "If-None-Match");
   char etag[24];
   snprintf(etag, sizeof etag, "\"%016" PRIx64 "\"", r->checksum);
   return r->kind == CREQ_BYTES && inm && (strstr(inm, etag) != NULL || strcmp(inm, "*") == 0);
@@ -211,7 +175,7 @@ static bool creq_serve_without(creq_t *r) {
   cache_t *c = r->a->cache;
   if (creq_not_modified(r)) {
     creq_add_headers(r, "hit");
-    fwd_send_reply(r->in, 304, "Not Modified", NULL);
+    h1_respond(r->in, 304, NULL, NULL, 0, false);
     creq_free(r);
     return true;
   }
@@ -343,12 +307,14 @@ static void creq_on_refusal(struct evhttp_request *out, void *arg) {
   struct evbuffer *body = out ? evhttp_request_get_input_buffer(out) : NULL;
   const char *type =
       out ? evhttp_find_header(evhttp_request_get_input_headers(out), "Content-Type") : NULL;
-  if (status >= 400 && body && type && strncmp(type, "application/json", 16) == 0) {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(r->in);
-    evhttp_add_header(h, "Content-Type", "application/json");
+  size_t len = body ? evbuffer_get_length(body) : 0;
+  char *text =
+      status >= 400 && type && strncmp(type, "application/json", 16) == 0 ? malloc(len + 1) : NULL;
+  if (text) {
+    evbuffer_remove(body, text, len);
     if (status == 401)
-      evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"muster\"");
-    fwd_send_reply(r->in, status, NULL, body);
+      h1_add_header(r->in, "WWW-Authenticate", "Bearer realm=\"muster\"");
+    h1_respond(r->in, status, "application/json", text, len, false); /* its newline is in */
     fwd_conn_put(r->a, r->conn);
     r->conn = NULL;
     creq_free(r);
@@ -401,7 +367,7 @@ static void creq_send_stats(creq_t *r) {
   cache_t *c = r->a->cache;
   cache_forget_missing(c);
   const cache_stats_t *s = &c->stats;
-  creq_send_json(
+  port_reply_json(
       r->in, 200,
       json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
                 " s:s}",
@@ -437,7 +403,7 @@ static void creq_on_head(struct evhttp_request *out, void *arg) {
     if (r->kind == CREQ_PATH) {
       creq_ask_why(r, status);
     } else {
-      struct evhttp_request *in = r->in; /* the head's own answer says it best */
+      h1_req_t *in = r->in; /* the head's own answer says it best */
       creq_free(r);
       fwd_forward(a, in);
     }
@@ -506,10 +472,9 @@ static int creq_read_query(creq_t *r, const char *query) {
   return 0;
 }
 
-int cache_http_handle(node_agent_t *a, struct evhttp_request *in) {
-  const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(in);
-  const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-  if (a->cache == NULL || path == NULL || evhttp_request_get_command(in) != EVHTTP_REQ_GET)
+int cache_http_handle(node_agent_t *a, h1_req_t *in) {
+  const char *path = h1_path(in);
+  if (a->cache == NULL || strcmp(h1_method(in), "GET") != 0)
     return 0;
   creq_kind_t kind;
   const char *rest = NULL;
@@ -531,10 +496,10 @@ int cache_http_handle(node_agent_t *a, struct evhttp_request *in) {
   r->in = in;
   r->kind = kind;
   r->stream_fd = -1;
-  const char *auth = evhttp_find_header(evhttp_request_get_input_headers(in), "Authorization");
+  const char *auth = h1_header(in, "Authorization");
   r->auth = auth ? strdup(auth) : NULL;
   if (kind != CREQ_STATS &&
-      (creq_read_names(r, rest) != 0 || creq_read_query(r, evhttp_uri_get_query(uri)) != 0)) {
+      (creq_read_names(r, rest) != 0 || creq_read_query(r, h1_query(in)) != 0)) {
     if (kind == CREQ_BYTES) { /* not the cache's to judge: the head answers */
       creq_free(r);
       return 0;

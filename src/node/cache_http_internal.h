@@ -11,8 +11,6 @@
 #include "node/agent.h"
 #include "node/cache.h"
 
-#include <event2/buffer.h>
-#include <event2/http.h>
 #include <stdint.h>
 
 typedef enum { CREQ_BYTES, CREQ_PATH, CREQ_STATS } creq_kind_t;
@@ -20,7 +18,7 @@ typedef enum { CREQ_BYTES, CREQ_PATH, CREQ_STATS } creq_kind_t;
 /* One client request the cache handles. */
 typedef struct creq {
   node_agent_t *a;
-  struct evhttp_request *in;
+  h1_req_t *in; /* the client's request, held until it is answered */
   creq_kind_t kind;
   char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
   int64_t level; /* asked for, 0: the newest; after the HEAD: the level served */
@@ -34,12 +32,12 @@ typedef struct creq {
   /* CREQ_BYTES waiting for a fetch: its reply started before the fetch ended
    * (cache_http.c "Streaming") */
   int stream_fd;     /* the fetch's temporary file, read-only; -1: not streaming */
-  int64_t sent;      /* bytes of it handed to the connection */
+  int64_t sent;      /* bytes of it handed to the reply */
   int stream_broken; /* a piece could not be queued: the reply is cut at the end */
 } creq_t;
 
 /* A reply sending a cached file: its entry counts it as a reader (never
- * evicted meanwhile) until the file segment it sends last is freed. */
+ * evicted meanwhile) until the reply is freed (port_on_free). */
 typedef struct {
   cache_t *cache;
   cache_entry_t *entry;
@@ -47,15 +45,15 @@ typedef struct {
 
 /* ---- cache_http.c ---- */
 
-/* A file segment's cleanup callback: the reader `arg` (a creader_t) ends. */
-void creader_done(struct evbuffer_file_segment const *seg, int flags, void *arg);
+/* Counts a reader of entry `e` until `r`'s reply is freed. */
+void creader_add(creq_t *r, cache_entry_t *e);
 
 /* Frees `r` (its reply must have been sent). */
 void creq_free(creq_t *r);
 /* Answers `r` with the error envelope and frees it. */
 void creq_error(creq_t *r, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* Answers `r` as the stopping agent answers everyone (fwd_reply_stopping)
+/* Answers `r` as the stopping agent answers everyone (port_reply_stopping)
  * and frees it. */
 void creq_stopping(creq_t *r);
 /* Adds the headers every shared-data answer carries (X-Muster-Cache: `how`). */
@@ -106,7 +104,7 @@ int cexpire_start(node_agent_t *a);
 /* The agent stops: frees the timer, so that no further question is asked.
  * The question in flight, registered with the forwarder (fwd_conn_set_owner),
  * ends with its reply or is cancelled by the forwarder's stop, so this and
- * fwd_drain / fwd_stop may come in either order. */
+ * port_drain / port_stop may come in either order. */
 void cexpire_stop(node_agent_t *a);
 
 #endif /* MUSTER_NODE_CACHE_HTTP_INTERNAL_H */

@@ -1,72 +1,48 @@
 /*
- * forward.c — any-node access: the agent's HTTP port forwards to the head.
+ * forward.c — any-node access: the agent forwards to the head what it does
+ * not serve itself.
  *
- * Every request the agent does not serve itself (all but the node cache's,
- * cache_http.c: GET of shared data and /v1/node/cache, and the node-local
- * iterations', iter_local.c) is sent
- * to the head as it came: same method, path and query, the end-to-end headers
- * (Authorization included: the head alone checks tokens, so auth behaves
- * exactly as on the head) and the body.  The head's reply streams back as it
- * arrives: its status, reason, end-to-end headers, then the body chunk by chunk
- * (evhttp's header and chunk callbacks), so a long-poll's reply or a large
- * result is not held back.  Request bodies are read whole by evhttp before
- * forwarding (evhttp cannot stream them); the head enforces its own limits.
+ * Every request the port does not hand to the node cache (cache_http.c: GET
+ * of shared data and /v1/node/cache) or to the node-local iterations
+ * (iter_local.c) is sent to the head as it came: same method, path and
+ * query, the end-to-end headers (Authorization included: the head alone
+ * checks tokens, so auth behaves exactly as on the head) and the body, read
+ * whole by the port (port.c).  The head's reply streams back as it arrives:
+ * its status, end-to-end headers, then the body chunk by chunk (evhttp's
+ * header and chunk callbacks, h1's streamed reply), so a long-poll's reply or
+ * a large result is not held back.  While the client reads more slowly than
+ * the head sends, reading from the head pauses (h1_respond_full), so the
+ * agent holds at most about H1_STREAM_HIGH bytes of a reply.
  *
  * Hop-by-hop headers (RFC 9110 section 7.6.1) are dropped both ways and
  * `X-Forwarded-For` / `Via` are added.  When the head cannot be reached, the
  * client gets `503 unavailable` in the usual error envelope; when the head's
  * reply breaks off mid-body, the client's connection is closed rather than the
- * reply ended, so a truncated body never looks complete.
+ * reply ended (h1_respond_abort), so a truncated body never looks complete.
  *
- * Stop (fwd_drain): once the agent's workers are gone, the loop runs on a
- * little while every request in flight to the head is cancelled and every
- * client, waiting or new, is answered `503 unavailable` with `Retry-After` and
- * `Connection: close`; the loop ends when those answers are written (their
- * connections closed), or after FWD_DRAIN_MS.  A client thus gets an answer
- * it knows to retry (libmuster and the Python client treat 503 as transient)
- * rather than a connection closed under its request.
- *
- * Connections to the head are kept in a pool and reused (keep-alive); a
- * long-poll occupies its connection, so there are as many as requests in flight.
+ * Connections to the head are evhttp's client connections, kept in a pool and
+ * reused (keep-alive); a long-poll occupies its connection, so there are as
+ * many as requests in flight.  A request's owner is told when the agent
+ * stops with it in flight (fwd_cancel_all), and answers its client.
  */
 #include "node/agent.h"
-#include "node/iter_local.h"
 
-#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
-#include <event2/http_struct.h> /* the request's version: libevent 2.1 has no getter */
 #include <event2/keyvalq_struct.h>
-#include <event2/listener.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#define FWD_TIMEOUT_S 3600         /* a request may wait this long (long-polls are shorter) */
-#define FWD_MAX_BODY (1024L << 20) /* the head's own limit is far lower */
-/* Retry-After of the stopping agent's 503 (seconds): an agent restarted by a
- * supervisor is usually listening again within one; sooner is pointless. */
-#define FWD_RETRY_AFTER_S "1"
-/* The longest a stopping agent waits for its 503s to be written: a 503 fits
- * in the socket's buffer, so only a client that reads nothing holds it. */
-#define FWD_DRAIN_MS 2000
-/* The most bytes of a client's request line and headers the agent reads:
- * evhttp's default is no limit, and it held in memory whatever a client sent
- * before the end of its headers.  Sixteen times the head's own limit (64 KiB,
- * answered 431 in the envelope), so that the head refuses in its words what
- * it would refuse; past this evhttp answers 400 with its own page. */
-#define FWD_MAX_HEADERS (1L << 20)
-/* Out of descriptors, the agent stops accepting for this long at a time. */
-#define FWD_ACCEPT_PAUSE_MS 100
-/* ... and says so at most this often. */
-#define FWD_ACCEPT_SAY_MS 60000
+#define FWD_TIMEOUT_S 3600 /* a request may wait this long (long-polls are shorter) */
 
 /* A connection is idle in the agent's pool (`next` alone) or busy (on the
  * doubly linked busy list): its request in flight, or discarded and about to
- * be freed.  The busy list is what lets fwd_stop free them all. */
+ * be freed.  The busy list is what lets fwd_cancel_all and fwd_free reach
+ * them all. */
 struct fwd_conn {
   node_agent_t *agent;
   struct evhttp_connection *evcon;
@@ -78,12 +54,16 @@ struct fwd_conn {
 /* One request in flight. */
 typedef struct {
   node_agent_t *agent;
-  struct evhttp_request *in; /* the client's request */
+  h1_req_t *q; /* the client's request, held until its reply ends */
   fwd_conn_t *conn;
-  int started; /* the reply to the client has started */
-  int error;   /* the evhttp error, when the head's reply failed */
+  bool started; /* the reply to the client has started */
+  bool paused;  /* reading the head's reply waits for the client to read */
+  int error;    /* the evhttp error, when the head's reply failed */
 } fwd_req_t;
 
+/* Headers that do not cross the agent either way (RFC 9110, 7.6.1), and
+ * those it writes itself: the framing (Content-Length, the reply's Date)
+ * and, towards the head, an Expect the agent met already. */
 static const char *const fwd_hop_headers[] = {"Connection",
                                               "Keep-Alive",
                                               "Proxy-Connection",
@@ -97,21 +77,41 @@ static const char *const fwd_hop_headers[] = {"Connection",
                                               "Content-Length",
                                               NULL};
 
-/* Non-zero for a header that must not cross the agent (`keep_length`: a
- * reply's Content-Length stays, so the client gets the body unchunked). */
-static int fwd_is_hop(const char *key, int keep_length) {
-  if (keep_length && strcasecmp(key, "Content-Length") == 0)
-    return 0;
+static bool fwd_is_hop(const char *key) {
   for (int i = 0; fwd_hop_headers[i]; i++)
     if (strcasecmp(key, fwd_hop_headers[i]) == 0)
-      return 1;
-  return 0;
+      return true;
+  return false;
 }
 
-static void fwd_copy_headers(struct evkeyvalq *from, struct evkeyvalq *to, int keep_length) {
-  for (struct evkeyval *h = from->tqh_first; h; h = h->next.tqe_next)
-    if (!fwd_is_hop(h->key, keep_length))
-      evhttp_add_header(to, h->key, h->value);
+/* The methods evhttp's client sends, which the agent thus passes on. */
+static const struct {
+  const char *name;
+  enum evhttp_cmd_type cmd;
+} fwd_methods[] = {
+    {"GET", EVHTTP_REQ_GET},     {"POST", EVHTTP_REQ_POST},       {"HEAD", EVHTTP_REQ_HEAD},
+    {"PUT", EVHTTP_REQ_PUT},     {"DELETE", EVHTTP_REQ_DELETE},   {"OPTIONS", EVHTTP_REQ_OPTIONS},
+    {"TRACE", EVHTTP_REQ_TRACE}, {"CONNECT", EVHTTP_REQ_CONNECT}, {"PATCH", EVHTTP_REQ_PATCH}};
+
+/* The evhttp command of `method`; false for one evhttp cannot send. */
+static bool fwd_method(const char *method, enum evhttp_cmd_type *cmd) {
+  for (size_t i = 0; i < sizeof fwd_methods / sizeof fwd_methods[0]; i++)
+    if (strcmp(method, fwd_methods[i].name) == 0) {
+      *cmd = fwd_methods[i].cmd;
+      return true;
+    }
+  return false;
+}
+
+bool fwd_method_refused(node_agent_t *a, h1_req_t *q) {
+  enum evhttp_cmd_type cmd;
+  if (fwd_method(h1_method(q), &cmd))
+    return false;
+  port_reply_error(q, 501, "bad_request",
+                   "%.20s: node agent %s passes on GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, "
+                   "TRACE and CONNECT; no endpoint takes another method",
+                   h1_method(q), a->name);
+  return true;
 }
 
 /* ---- the connection pool ---- */
@@ -175,7 +175,7 @@ struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c) {
 }
 
 /* The deferred free of a discarded connection, which stays on the busy list
- * until then: should the loop end first, fwd_stop frees it (event_base_free
+ * until then: should the loop end first, fwd_free frees it (event_base_free
  * drops the pending call without making it). */
 static void fwd_conn_free_cb(evutil_socket_t fd, short what, void *arg) {
   fwd_conn_t *c = arg;
@@ -193,104 +193,76 @@ void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c) {
     fwd_conn_put(a, c); /* out of memory: keep it rather than leak it */
 }
 
-/* ---- replies ---- */
-
-/* Once a reply is queued on `client` (NULL: the client left), evhttp is not
- * to read its connection until the reply is written (evhttp_send_done reads
- * again, for the next request).  See fwd_send_reply in agent.h. */
-static void fwd_hold_input(struct evhttp_connection *client) {
-  if (client)
-    bufferevent_disable(evhttp_connection_get_bufferevent(client), EV_READ);
+void fwd_add_host(const node_agent_t *a, struct evkeyvalq *to) {
+  char host[sizeof a->head_host + 16];
+  bool v6 = strchr(a->head_host, ':') != NULL;
+  snprintf(host, sizeof host, "%s%s%s:%d", v6 ? "[" : "", a->head_host, v6 ? "]" : "",
+           a->head_port);
+  evhttp_add_header(to, "Host", host);
 }
 
-/* evhttp_send_reply and the two below queue their bytes and write them from
- * the loop, so `client` is still there when they return.  A reply to a HEAD
- * goes without its body, which evhttp would write after headers that say no
- * length: the client would read it as the start of the next reply. */
-void fwd_send_reply(struct evhttp_request *in, int status, const char *reason,
-                    struct evbuffer *body) {
-  struct evhttp_connection *client = evhttp_request_get_connection(in);
-  if (body && evhttp_request_get_command(in) == EVHTTP_REQ_HEAD) {
-    char length[24];
-    snprintf(length, sizeof length, "%zu", evbuffer_get_length(body));
-    evhttp_add_header(evhttp_request_get_output_headers(in), "Content-Length", length);
-    body = NULL;
-  }
-  evhttp_send_reply(in, status, reason, body);
-  fwd_hold_input(client);
+/* ---- the head's reply, passed on ---- */
+
+/* Reading the head's reply on `f`'s connection pauses or goes on. */
+static void fwd_read_head(fwd_req_t *f, bool on) {
+  struct bufferevent *bev = evhttp_connection_get_bufferevent(f->conn->evcon);
+  f->paused = !on;
+  if (on)
+    bufferevent_enable(bev, EV_READ);
+  else
+    bufferevent_disable(bev, EV_READ);
 }
 
-void fwd_send_reply_start(struct evhttp_request *in, int status, const char *reason) {
-  struct evhttp_connection *client = evhttp_request_get_connection(in);
-  evhttp_send_reply_start(in, status, reason);
-  fwd_hold_input(client);
-}
-
-void fwd_send_reply_chunk(struct evhttp_request *in, struct evbuffer *body) {
-  struct evhttp_connection *client = evhttp_request_get_connection(in);
-  evhttp_send_reply_chunk(in, body);
-  fwd_hold_input(client);
-}
-
-/* Answers the client with an error envelope (used before anything was sent). */
-static void fwd_send_error(struct evhttp_request *in, int status, const char *code,
-                           const char *message) {
-  struct evbuffer *body = evbuffer_new();
-  struct evkeyvalq *out = evhttp_request_get_output_headers(in);
-  evhttp_add_header(out, "Content-Type", "application/json");
-  if (body)
-    evbuffer_add_printf(body, "{\"error\": {\"code\": \"%s\", \"message\": \"%s\"}}", code,
-                        message);
-  fwd_send_reply(in, status, NULL, body); /* NULL: the status's own reason */
-  if (body)
-    evbuffer_free(body);
-}
-
-static void fwd_drain_check(node_agent_t *a);
-
-/* A client connection that got a stop reply closed: evhttp closes it once
- * the reply is written (Connection: close), or when the client went away. */
-static void fwd_on_stop_reply_closed(struct evhttp_connection *client, void *arg) {
-  node_agent_t *a = arg;
-  (void)client;
-  a->fwd_stop_replies--;
-  fwd_drain_check(a);
-}
-
-void fwd_reply_stopping(node_agent_t *a, struct evhttp_request *in) {
-  struct evhttp_connection *client = evhttp_request_get_connection(in);
-  struct evkeyvalq *h = evhttp_request_get_output_headers(in);
-  evhttp_add_header(h, "Retry-After", FWD_RETRY_AFTER_S);
-  /* One answer per connection: a closed one also tells the drain it was written. */
-  evhttp_add_header(h, "Connection", "close");
-  if (client && a->fwd_draining == 1) {
-    evhttp_connection_set_closecb(client, fwd_on_stop_reply_closed, a);
-    a->fwd_stop_replies++;
-  }
-  char message[300];
-  snprintf(message, sizeof message,
-           "node agent %s is stopping; retry (its restarted agent, or another node)", a->name);
-  fwd_send_error(in, 503, "unavailable", message);
+/* The client read most of what waited (or went away): read on from the head. */
+static void fwd_on_client_ready(void *arg) {
+  fwd_read_head(arg, true);
 }
 
 /* The head's status line and headers arrived: start the client's reply. */
 static int fwd_on_headers(struct evhttp_request *out, void *arg) {
   fwd_req_t *f = arg;
-  struct evkeyvalq *to = evhttp_request_get_output_headers(f->in);
-  fwd_copy_headers(evhttp_request_get_input_headers(out), to, 1);
+  struct evkeyvalq *from = evhttp_request_get_input_headers(out);
+  for (struct evkeyval *h = from->tqh_first; h; h = h->next.tqe_next)
+    if (!fwd_is_hop(h->key) && strcasecmp(h->key, "Date") != 0)
+      h1_add_header(f->q, h->key, h->value);
   char via[160];
   snprintf(via, sizeof via, "1.1 %s (muster node)", f->agent->name);
-  evhttp_add_header(to, "Via", via);
-  const char *reason = evhttp_request_get_response_code_line(out);
-  fwd_send_reply_start(f->in, evhttp_request_get_response_code(out), reason ? reason : "");
-  f->started = 1;
+  h1_add_header(f->q, "Via", via);
+  const char *length = evhttp_find_header(from, "Content-Length");
+  char *end = NULL;
+  long long n = length ? strtoll(length, &end, 10) : -1;
+  if (length && (*end != '\0' || n < 0))
+    n = -1; /* the head writes no such length; chunked then */
+  h1_respond_start(f->q, evhttp_request_get_response_code(out), NULL, n);
+  f->started = true;
   return 0;
 }
 
-/* A piece of the head's body: pass it on. */
+/* Passes the head's body bytes in `buf` on to the client (dropped when it
+ * went away) and takes them out of `buf`. */
+static void fwd_pass_on(fwd_req_t *f, struct evbuffer *buf) {
+  struct evbuffer_iovec v[8];
+  for (;;) {
+    int n = evbuffer_peek(buf, -1, NULL, v, 8);
+    if (n <= 0)
+      return;
+    size_t took = 0;
+    for (int i = 0; i < n && i < 8; i++) {
+      h1_respond_data(f->q, v[i].iov_base, v[i].iov_len);
+      took += v[i].iov_len;
+    }
+    evbuffer_drain(buf, took);
+  }
+}
+
+/* A piece of the head's body: pass it on; pause when the client is behind. */
 static void fwd_on_chunk(struct evhttp_request *out, void *arg) {
   fwd_req_t *f = arg;
-  fwd_send_reply_chunk(f->in, evhttp_request_get_input_buffer(out));
+  fwd_pass_on(f, evhttp_request_get_input_buffer(out));
+  if (h1_respond_full(f->q)) {
+    fwd_read_head(f, false);
+    h1_respond_wait(f->q, fwd_on_client_ready, f);
+  }
 }
 
 static void fwd_on_error(enum evhttp_request_error error, void *arg) {
@@ -323,17 +295,11 @@ static const char *fwd_error_text(int error) {
 static void fwd_fail_client(fwd_req_t *f, const char *why) {
   node_agent_t *a = f->agent;
   if (f->started) {
-    struct evhttp_connection *client = evhttp_request_get_connection(f->in);
-    if (client)
-      evhttp_connection_free(client);
-    else
-      evhttp_send_reply_end(f->in); /* the client left already: this frees the request */
+    h1_respond_abort(f->q);
     return;
   }
-  char message[512];
-  snprintf(message, sizeof message, "node agent %s cannot reach the head at %s:%d: %s", a->name,
-           a->head_host, a->head_port, why);
-  fwd_send_error(f->in, 503, "unavailable", message);
+  port_reply_error(f->q, 503, "unavailable", "node agent %s cannot reach the head at %s:%d: %s",
+                   a->name, a->head_host, a->head_port, why);
 }
 
 /* The stop's word for a request still in flight (fwd_cancel_fn): a client
@@ -344,7 +310,7 @@ static void fwd_on_stop(void *owner) {
   if (f->started)
     fwd_fail_client(f, "the node agent is stopping");
   else
-    fwd_reply_stopping(f->agent, f->in);
+    port_reply_stopping(f->agent, f->q);
   free(f);
 }
 
@@ -352,129 +318,106 @@ static void fwd_on_stop(void *owner) {
 static void fwd_on_done(struct evhttp_request *out, void *arg) {
   fwd_req_t *f = arg;
   node_agent_t *a = f->agent;
-  int ok = out != NULL && evhttp_request_get_response_code(out) != 0 && !f->error;
-  if (ok && !f->started)
+  int status = out != NULL && !f->error ? evhttp_request_get_response_code(out) : 0;
+  bool head = strcmp(h1_method(f->q), "HEAD") == 0; /* answered, f->q may be freed */
+  if (status != 0 && !f->started)
     fwd_on_headers(out, f);
-  if (ok) {
-    struct evbuffer *rest = evhttp_request_get_input_buffer(out);
-    if (evbuffer_get_length(rest) > 0)
-      fwd_send_reply_chunk(f->in, rest);
-    evhttp_send_reply_end(f->in);
+  if (status != 0) {
+    fwd_pass_on(f, evhttp_request_get_input_buffer(out));
+    h1_respond_end(f->q);
   } else {
     fwd_fail_client(f, fwd_error_text(f->error));
   }
   /* A HEAD answered with an error may carry a body it should not (the head's
    * JSON error), which would be read as the next reply on this connection. */
-  if (evhttp_request_get_command(f->in) == EVHTTP_REQ_HEAD &&
-      (!ok || evhttp_request_get_response_code(out) != 200))
+  if (head && status != 200)
     fwd_conn_discard(a, f->conn);
   else
     fwd_conn_put(a, f->conn);
   free(f);
 }
 
-/* Adds X-Forwarded-For with the client's address. */
-static void fwd_add_forwarded(struct evhttp_request *in, struct evkeyvalq *to) {
-  struct evhttp_connection *client = evhttp_request_get_connection(in);
-  char *peer = NULL;
-  ev_uint16_t port = 0;
-  if (client)
-    evhttp_connection_get_peer(client, &peer, &port);
-  const char *before = evhttp_find_header(evhttp_request_get_input_headers(in), "X-Forwarded-For");
-  char value[512];
-  snprintf(value, sizeof value, "%s%s%s", before ? before : "", before ? ", " : "",
-           peer ? peer : "unknown");
-  evhttp_remove_header(to, "X-Forwarded-For");
-  evhttp_add_header(to, "X-Forwarded-For", value);
+/* ---- the client's request, passed on ---- */
+
+/* Copies the end-to-end headers of `q` and adds X-Forwarded-For (the
+ * client's address after the ones it named) and the head's Host. */
+static void fwd_request_headers(node_agent_t *a, h1_req_t *q, struct evkeyvalq *to) {
+  const char *name, *value;
+  for (size_t i = 0; h1_header_at(q, i, &name, &value); i++)
+    if (!fwd_is_hop(name) && strcasecmp(name, "Expect") != 0 &&
+        strcasecmp(name, "X-Forwarded-For") != 0)
+      evhttp_add_header(to, name, value);
+  char peer[64];
+  const char *before = h1_header(q, "X-Forwarded-For");
+  char forwarded[512];
+  snprintf(forwarded, sizeof forwarded, "%s%s%s", before ? before : "", before ? ", " : "",
+           h1_peer(q, peer, sizeof peer) ? peer : "unknown");
+  evhttp_add_header(to, "X-Forwarded-For", forwarded);
+  fwd_add_host(a, to);
 }
 
-/* True for the HTTP versions the head speaks, 1.1 and 1.0: evhttp takes
- * others it can parse (HTTP/0.9, HTTP/1.2) and would answer them in their
- * own version, a status line no HTTP/1.x client reads. */
-static bool fwd_version_ok(const struct evhttp_request *in) {
-  return in->major == 1 && (in->minor == 0 || in->minor == 1);
+/* Moves the body of `q` (read whole by the port) into `out`'s, with its
+ * length: evhttp adds one to POST and PUT only, and a body of any other
+ * method, or an explicit empty one, needs it said. */
+static void fwd_request_body(h1_req_t *q, struct evhttp_request *out) {
+  struct evbuffer *body = port_body(q);
+  size_t len = body ? evbuffer_get_length(body) : 0;
+  if (len > 0 || h1_length(q) < 0 || h1_header(q, "Content-Length") != NULL) {
+    char length[32];
+    snprintf(length, sizeof length, "%zu", len);
+    evhttp_add_header(evhttp_request_get_output_headers(out), "Content-Length", length);
+  }
+  if (body)
+    evbuffer_add_buffer(evhttp_request_get_output_buffer(out), body);
 }
 
-/* Answers a request of another version 505 in the envelope, as the head
- * does, on an HTTP/1.1 status line, and closes the connection. */
-static void fwd_refuse_version(struct evhttp_request *in) {
-  char message[160];
-  snprintf(message, sizeof message, "HTTP/%d.%d: this server speaks HTTP/1.1 and HTTP/1.0",
-           in->major, in->minor);
-  in->major = 1;
-  in->minor = 1;
-  evhttp_add_header(evhttp_request_get_output_headers(in), "Connection", "close");
-  fwd_send_error(in, 505, "bad_request", message);
+char *fwd_target(h1_req_t *q) {
+  const char *path = h1_path(q), *query = h1_query(q);
+  size_t len = strlen(path) + (query ? strlen(query) + 1 : 0) + 1;
+  char *target = malloc(len);
+  if (target)
+    snprintf(target, len, "%s%s%s", path, query ? "?" : "", query ? query : "");
+  return target;
 }
 
-static void fwd_on_request(struct evhttp_request *in, void *arg) {
-  node_agent_t *a = arg;
-  if (!fwd_version_ok(in)) {
-    fwd_refuse_version(in);
+void fwd_forward(node_agent_t *a, h1_req_t *q) {
+  enum evhttp_cmd_type cmd;
+  if (a->port_draining) {
+    port_reply_stopping(a, q);
     return;
   }
-  if (a->fwd_draining) { /* the cache and the iterations stopped too */
-    fwd_reply_stopping(a, in);
-    return;
-  }
-  /* shared data and /v1/node/cache: the node cache's; cluster_sync false
-   * iterations: the agent's own (iter_local.c) */
-  if (!cache_http_handle(a, in) && !iter_local_handle(a, in))
-    fwd_forward(a, in);
-}
-
-void fwd_add_host(const node_agent_t *a, struct evkeyvalq *to) {
-  char host[sizeof a->head_host + 16];
-  bool v6 = strchr(a->head_host, ':') != NULL;
-  snprintf(host, sizeof host, "%s%s%s:%d", v6 ? "[" : "", a->head_host, v6 ? "]" : "",
-           a->head_port);
-  evhttp_add_header(to, "Host", host);
-}
-
-void fwd_forward(node_agent_t *a, struct evhttp_request *in) {
-  if (a->fwd_draining) {
-    fwd_reply_stopping(a, in);
+  if (!fwd_method(h1_method(q), &cmd)) {
+    fwd_method_refused(a, q);
     return;
   }
   fwd_req_t *f = calloc(1, sizeof *f);
-  fwd_conn_t *conn = f ? fwd_conn_get(a) : NULL;
+  char *target = f ? fwd_target(q) : NULL;
+  fwd_conn_t *conn = target ? fwd_conn_get(a) : NULL;
   struct evhttp_request *out = conn ? evhttp_request_new(fwd_on_done, f) : NULL;
   if (out == NULL) {
     if (conn)
       fwd_conn_put(a, conn);
+    free(target);
     free(f);
-    fwd_send_error(in, 503, "unavailable", "the node agent is out of memory");
+    port_reply_error(q, 503, "unavailable", "node agent %s is out of memory", a->name);
     return;
   }
-  f->agent = a;
-  f->in = in;
-  f->conn = conn;
+  *f = (fwd_req_t){.agent = a, .q = q, .conn = conn};
   fwd_conn_set_owner(conn, fwd_on_stop, f);
   evhttp_request_set_header_cb(out, fwd_on_headers);
   evhttp_request_set_chunked_cb(out, fwd_on_chunk);
   evhttp_request_set_error_cb(out, fwd_on_error);
-  struct evkeyvalq *to = evhttp_request_get_output_headers(out);
-  fwd_copy_headers(evhttp_request_get_input_headers(in), to, 0);
-  fwd_add_forwarded(in, to);
-  fwd_add_host(a, to);
-  struct evbuffer *body = evhttp_request_get_input_buffer(in);
-  size_t body_len = evbuffer_get_length(body);
-  /* evhttp adds a Content-Length to POST and PUT only; a body of any other
-   * method, or an explicit empty one, needs it said. */
-  if (body_len > 0 ||
-      evhttp_find_header(evhttp_request_get_input_headers(in), "Content-Length") != NULL) {
-    char length[32];
-    snprintf(length, sizeof length, "%zu", body_len);
-    evhttp_add_header(to, "Content-Length", length);
-  }
-  evbuffer_add_buffer(evhttp_request_get_output_buffer(out), body);
+  fwd_request_headers(a, q, evhttp_request_get_output_headers(out));
+  fwd_request_body(q, out);
   /* On failure evhttp_make_request has already called fwd_on_done (with NULL),
    * which answered the client and freed `f`. */
-  evhttp_make_request(conn->evcon, out, evhttp_request_get_command(in), evhttp_request_get_uri(in));
+  evhttp_make_request(conn->evcon, out, cmd, target);
+  free(target);
 }
 
-/* Parses the head URL into host and port; 0 or -1. */
-static int fwd_parse_head(node_agent_t *a, char *err, size_t err_size) {
+/* ---- life ---- */
+
+int fwd_start(node_agent_t *a, char *err, size_t err_size) {
   struct evhttp_uri *uri = evhttp_uri_parse(a->cfg->head_url);
   const char *scheme = uri ? evhttp_uri_get_scheme(uri) : NULL;
   const char *host = uri ? evhttp_uri_get_host(uri) : NULL;
@@ -493,124 +436,6 @@ static int fwd_parse_head(node_agent_t *a, char *err, size_t err_size) {
   return rc;
 }
 
-/* Splits "HOST:PORT" / "[V6]:PORT"; 0 or -1. */
-static int fwd_split_listen(const char *listen, char *host, size_t size, int *port) {
-  const char *colon = strrchr(listen, ':');
-  if (colon == NULL)
-    return -1;
-  char *end;
-  long p = strtol(colon + 1, &end, 10);
-  if (colon[1] == '\0' || *end != '\0' || p < 0 || p > 65535)
-    return -1;
-  const char *start = listen;
-  size_t len = (size_t)(colon - listen);
-  if (len >= 2 && start[0] == '[' && start[len - 1] == ']') {
-    start++;
-    len -= 2;
-  }
-  if (len == 0 || len >= size)
-    return -1;
-  memcpy(host, start, len);
-  host[len] = '\0';
-  *port = (int)p;
-  return 0;
-}
-
-/* The API port cannot accept a connection, mostly for want of descriptors
- * (clients holding many connections open, or a low `ulimit -n`).  libevent's
- * own handling logs a line and tries again at once for as long as that
- * lasts: the loop spins and the log grows by megabytes a second.  The port
- * pauses instead, FWD_ACCEPT_PAUSE_MS at a time (clients wait in the listen
- * backlog meanwhile), and says so once a minute at most. */
-static node_agent_t *fwd_accepting; /* the agent whose port fwd_on_accept_error serves */
-
-static void fwd_on_accept_error(struct evconnlistener *listener, void *arg) {
-  /* `arg` is the listener's own, which evhttp made its struct evhttp; a
-   * process runs one agent with one port, so that agent is the one. */
-  node_agent_t *a = fwd_accepting;
-  (void)arg;
-  int err = EVUTIL_SOCKET_ERROR();
-  struct timeval pause = {0, FWD_ACCEPT_PAUSE_MS * 1000};
-  evconnlistener_disable(listener);
-  evtimer_add(a->fwd_accept_ev, &pause);
-  a->fwd_accept_pauses++;
-  int64_t now = agent_now_ms();
-  if (a->fwd_accept_said_ms != 0 && now - a->fwd_accept_said_ms < FWD_ACCEPT_SAY_MS)
-    return;
-  bool fds = err == EMFILE || err == ENFILE;
-  char since[80] = "said once a minute at most";
-  if (a->fwd_accept_said_ms != 0)
-    snprintf(since, sizeof since, "%d pauses since this was last said", a->fwd_accept_pauses);
-  agent_log(a, "API port: cannot accept connections: %s%s; trying again every %d ms (%s)",
-            evutil_socket_error_to_string(err),
-            fds ? " (every descriptor is in use: clients hold connections open, or the "
-                  "limit, ulimit -n, is low)"
-                : "",
-            FWD_ACCEPT_PAUSE_MS, since);
-  a->fwd_accept_said_ms = now;
-  a->fwd_accept_pauses = 0;
-}
-
-static void fwd_on_accept_again(evutil_socket_t fd, short what, void *arg) {
-  node_agent_t *a = arg;
-  (void)fd;
-  (void)what;
-  if (a->fwd_listener)
-    evconnlistener_enable(a->fwd_listener);
-}
-
-/* Binds the API port on `host` and `port` (0: any free one) and sets
- * a->listen_port; 0 or -1. */
-static int fwd_listen(node_agent_t *a, const char *host, int port) {
-  struct evhttp_bound_socket *sock =
-      evhttp_bind_socket_with_handle(a->http, host, (ev_uint16_t)port);
-  a->fwd_accept_ev = evtimer_new(a->base, fwd_on_accept_again, a);
-  if (sock == NULL || a->fwd_accept_ev == NULL)
-    return -1;
-  a->fwd_listener = evhttp_bound_socket_get_listener(sock);
-  fwd_accepting = a;
-  evconnlistener_set_error_cb(a->fwd_listener, fwd_on_accept_error);
-  struct sockaddr_storage ss;
-  socklen_t len = sizeof ss;
-  if (getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&ss, &len) == 0)
-    port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                          : ((struct sockaddr_in *)&ss)->sin_port);
-  a->listen_port = port;
-  return 0;
-}
-
-int fwd_start(node_agent_t *a, const char *listen, char *err, size_t err_size) {
-  char host[256];
-  int port = 0;
-  if (fwd_split_listen(listen, host, sizeof host, &port) != 0) {
-    snprintf(err, err_size, "--listen '%s': expected HOST:PORT", listen);
-    return -1;
-  }
-  if (fwd_parse_head(a, err, err_size) != 0)
-    return -1;
-  a->http = evhttp_new(a->base);
-  if (a->http == NULL) {
-    snprintf(err, err_size, "out of memory");
-    return -1;
-  }
-  evhttp_set_max_headers_size(a->http, FWD_MAX_HEADERS);
-  evhttp_set_max_body_size(a->http, FWD_MAX_BODY);
-  evhttp_set_timeout(a->http, FWD_TIMEOUT_S);
-  /* Every method evhttp knows but CONNECT (whose target is no path) goes
-   * on to the head, which answers those it does not take 405 in the
-   * envelope; evhttp's own refusal is an HTML page. */
-  evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-                                          EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD | EVHTTP_REQ_PATCH |
-                                          EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE);
-  evhttp_set_gencb(a->http, fwd_on_request, a);
-  if (fwd_listen(a, host, port) != 0) {
-    snprintf(err, err_size, "cannot listen on %s (in use, or not an address of this machine)",
-             listen);
-    return -1;
-  }
-  return a->listen_port;
-}
-
 /* Frees a list of connections linked by `next` (closing each, and freeing
  * the request in flight on it without calling its callbacks). */
 static void fwd_conns_free(fwd_conn_t *c) {
@@ -621,11 +446,7 @@ static void fwd_conns_free(fwd_conn_t *c) {
   }
 }
 
-/* Tells the owner of every request in flight to the head that the agent
- * stops (they answer their clients) and frees its connection with the
- * request, whose callbacks are thus never called.  Discarded connections,
- * whose deferred free is pending, are left to it (or to fwd_stop). */
-static void fwd_cancel_owned(node_agent_t *a) {
+void fwd_cancel_all(node_agent_t *a) {
   for (fwd_conn_t *c = a->fwd_busy, *next; c; c = next) {
     next = c->next; /* an owner's answer touches no other connection */
     if (c->cancel == NULL)
@@ -639,58 +460,7 @@ static void fwd_cancel_owned(node_agent_t *a) {
   }
 }
 
-/* Ends the loop once the drain's answers are all written. */
-static void fwd_drain_check(node_agent_t *a) {
-  if (a->fwd_draining == 1 && a->fwd_stop_replies <= 0) {
-    a->fwd_draining = 2;
-    event_base_loopexit(a->base, NULL);
-  }
-}
-
-static void fwd_on_drain_timeout(evutil_socket_t fd, short what, void *arg) {
-  node_agent_t *a = arg;
-  (void)fd;
-  (void)what;
-  if (a->fwd_draining == 1) {
-    agent_log(a, "%d client%s did not take the stop's answer within %d ms; closing",
-              a->fwd_stop_replies, a->fwd_stop_replies == 1 ? "" : "s", FWD_DRAIN_MS);
-    a->fwd_stop_replies = 0;
-    fwd_drain_check(a);
-  }
-}
-
-void fwd_drain(node_agent_t *a) {
-  if (a->http == NULL) {
-    event_base_loopexit(a->base, NULL);
-    return;
-  }
-  if (a->fwd_drain_ev != NULL || a->fwd_draining == 2)
-    return;
-  a->fwd_draining = 1;
-  fwd_cancel_owned(a);
-  struct timeval bound = {FWD_DRAIN_MS / 1000, (FWD_DRAIN_MS % 1000) * 1000};
-  a->fwd_drain_ev = evtimer_new(a->base, fwd_on_drain_timeout, a);
-  if (a->fwd_drain_ev == NULL || evtimer_add(a->fwd_drain_ev, &bound) != 0)
-    a->fwd_stop_replies = 0; /* out of memory: no wait, no bound needed */
-  fwd_drain_check(a);
-}
-
-void fwd_stop(node_agent_t *a) {
-  /* The owners first, while their clients' requests exist: evhttp_free
-   * frees those (except a client's that left, which a reply frees). */
-  fwd_cancel_owned(a);
-  a->fwd_draining = 2; /* a closed connection's callback ends no loop any more */
-  if (a->http)
-    evhttp_free(a->http); /* with its listener */
-  a->http = NULL;
-  a->fwd_listener = NULL;
-  fwd_accepting = NULL;
-  if (a->fwd_accept_ev)
-    event_free(a->fwd_accept_ev);
-  a->fwd_accept_ev = NULL;
-  if (a->fwd_drain_ev)
-    event_free(a->fwd_drain_ev);
-  a->fwd_drain_ev = NULL;
+void fwd_free(node_agent_t *a) {
   fwd_conns_free(a->fwd_busy);
   a->fwd_busy = NULL;
   fwd_conns_free(a->fwd_pool);

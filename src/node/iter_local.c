@@ -44,7 +44,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
-#include <event2/keyvalq_struct.h>
+#include <event2/keyvalq_struct.h> /* evhttp_parse_query_str's pairs */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,34 +79,19 @@ typedef enum {
 
 /* ---- replies ------------------------------------------------------------------ */
 
-/* Sends `body` (taken; NULL: no body) with `status`.  Written by jw_dump,
- * as the head writes its replies: the domain code's replies may carry raw
- * nodes (a `next` reply's blocks and indices, server/jw.h), which
- * json_dumps would write as the arrays that hold them. */
-static void il_send(node_agent_t *a, struct evhttp_request *in, int status, json_t *body) {
-  size_t len = 0;
-  char *text = jw_dump(body, &len);
-  json_decref(body);
-  struct evbuffer *buf = evbuffer_new();
-  if (buf && text)
-    evbuffer_add(buf, text, len);
-  struct evkeyvalq *h = evhttp_request_get_output_headers(in);
-  evhttp_add_header(h, "Content-Type", "application/json");
+/* Sends `body` (taken) with `status`, written as the head writes its
+ * replies (port_reply_json: the domain code's replies may carry raw nodes, a
+ * `next` reply's blocks and indices, server/jw.h). */
+static void il_send(node_agent_t *a, h1_req_t *in, int status, json_t *body) {
   char via[160];
   snprintf(via, sizeof via, "1.1 %s (muster node iterations)", a->name);
-  evhttp_add_header(h, "Via", via);
-  fwd_send_reply(in, status, NULL, buf);
-  if (buf)
-    evbuffer_free(buf);
-  free(text);
+  h1_add_header(in, "Via", via);
+  port_reply_json(in, status, body);
 }
 
-static void il_fail(node_agent_t *a, struct evhttp_request *in, const fail_t *f) {
+static void il_fail(node_agent_t *a, h1_req_t *in, const fail_t *f) {
   muster_err_t code = f->code ? f->code : MUSTER_INTERNAL;
   int status = muster_err_http_status(code);
-  if (status == 401)
-    evhttp_add_header(evhttp_request_get_output_headers(in), "WWW-Authenticate",
-                      "Bearer realm=\"muster\"");
   il_send(a, in, status ? status : 500,
           json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(code), "message",
                     fail_message(f)));
@@ -114,26 +99,20 @@ static void il_fail(node_agent_t *a, struct evhttp_request *in, const fail_t *f)
 
 /* ---- requests ----------------------------------------------------------------- */
 
-/* True when `rest` is `suffix` followed by the end of the path. */
-static int il_is(const char *rest, const char *suffix) {
-  size_t n = strlen(suffix);
-  return strncmp(rest, suffix, n) == 0 && (rest[n] == '\0' || rest[n] == '?');
-}
-
 /* Which iteration request `in` is; `name` gets the {name} segment. */
-static il_op_t il_route(struct evhttp_request *in, char name[NAME_MAX_LEN + 1]) {
-  const char *uri = evhttp_request_get_uri(in);
-  enum evhttp_cmd_type cmd = evhttp_request_get_command(in);
+static il_op_t il_route(h1_req_t *in, char name[NAME_MAX_LEN + 1]) {
+  const char *path = h1_path(in), *method = h1_method(in);
+  int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
   static const char prefix[] = "/v1/iterations";
   name[0] = '\0';
-  if (uri == NULL || strncmp(uri, prefix, sizeof prefix - 1) != 0)
+  if (strncmp(path, prefix, sizeof prefix - 1) != 0)
     return IL_NONE;
-  const char *p = uri + sizeof prefix - 1;
-  if (*p == '\0' || *p == '?')
-    return cmd == EVHTTP_REQ_POST ? IL_CREATE : cmd == EVHTTP_REQ_GET ? IL_LIST : IL_NONE;
+  const char *p = path + sizeof prefix - 1;
+  if (*p == '\0')
+    return post ? IL_CREATE : get ? IL_LIST : IL_NONE;
   if (*p++ != '/')
     return IL_NONE;
-  size_t len = strcspn(p, "/?");
+  size_t len = strcspn(p, "/");
   if (len == 0 || len > NAME_MAX_LEN)
     return IL_NONE;
   memcpy(name, p, len);
@@ -141,28 +120,28 @@ static il_op_t il_route(struct evhttp_request *in, char name[NAME_MAX_LEN + 1]) 
   if (!name_is_valid(name)) /* an escaped name is never one of ours */
     return IL_NONE;
   const char *rest = p + len;
-  if (*rest == '\0' || *rest == '?')
-    return cmd == EVHTTP_REQ_GET ? IL_GET : cmd == EVHTTP_REQ_DELETE ? IL_DELETE : IL_NONE;
-  if (cmd == EVHTTP_REQ_POST && il_is(rest, "/next"))
+  if (*rest == '\0')
+    return get ? IL_GET : strcmp(method, "DELETE") == 0 ? IL_DELETE : IL_NONE;
+  if (post && strcmp(rest, "/next") == 0)
     return IL_NEXT;
-  if (cmd == EVHTTP_REQ_POST && il_is(rest, "/ack"))
+  if (post && strcmp(rest, "/ack") == 0)
     return IL_ACK;
-  if (cmd == EVHTTP_REQ_POST && il_is(rest, "/heartbeat"))
+  if (post && strcmp(rest, "/heartbeat") == 0)
     return IL_HEARTBEAT;
-  if (cmd == EVHTTP_REQ_GET && il_is(rest, "/checkpoint"))
+  if (get && strcmp(rest, "/checkpoint") == 0)
     return IL_CHECKPOINT;
-  if (cmd == EVHTTP_REQ_GET && il_is(rest, "/held"))
+  if (get && strcmp(rest, "/held") == 0)
     return IL_HELD;
   return IL_NONE;
 }
 
 /* The request's JSON object body ({} when empty), or NULL with *f filled. */
-static json_t *il_body(struct evhttp_request *in, fail_t *f) {
-  struct evbuffer *buf = evhttp_request_get_input_buffer(in);
-  size_t len = evbuffer_get_length(buf);
+static json_t *il_body(h1_req_t *in, fail_t *f) {
+  struct evbuffer *buf = port_body(in);
+  size_t len = buf ? evbuffer_get_length(buf) : 0;
   if (len == 0)
     return json_object();
-  const char *type = evhttp_find_header(evhttp_request_get_input_headers(in), "Content-Type");
+  const char *type = h1_header(in, "Content-Type");
   if (type && strncasecmp(type, "application/json", 16) != 0) {
     fail_set(f, MUSTER_UNSUPPORTED_MEDIA,
              "Content-Type is '%.100s'; send the body as application/json", type);
@@ -189,8 +168,8 @@ static json_t *il_body(struct evhttp_request *in, fail_t *f) {
  * head's http_query finds it.  A byte that decodes to no UTF-8 (%FF) reads
  * '?', as in the head's messages: a JSON string cannot hold it, and a value
  * dropped for it would be refused as missing rather than as what it is. */
-static json_t *il_query(struct evhttp_request *in, fail_t *f) {
-  const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(in));
+static json_t *il_query(h1_req_t *in, fail_t *f) {
+  const char *query = h1_query(in);
   struct evkeyvalq params = {0}; /* empty; evhttp_parse_query_str initializes it too */
   if (query && evhttp_parse_query_str(query, &params) != 0) {
     evhttp_clear_headers(&params);
@@ -221,11 +200,11 @@ static json_t *il_held(store_t *st, const char *name, const json_t *query, fail_
 }
 
 /* The client's bearer token against the agent's own (none: anyone). */
-static int il_authorized(const iter_local_t *L, struct evhttp_request *in) {
+static int il_authorized(const iter_local_t *L, h1_req_t *in) {
   const char *token = L->a->cfg->token;
   if (token == NULL || token[0] == '\0')
     return 1;
-  const char *h = evhttp_find_header(evhttp_request_get_input_headers(in), "Authorization");
+  const char *h = h1_header(in, "Authorization");
   return h && strncasecmp(h, "Bearer ", 7) == 0 && strcmp(h + 7, token) == 0;
 }
 
@@ -276,7 +255,7 @@ static int il_holds(iter_local_t *L, const char *name) {
 
 /* Runs one domain call in its own transaction and answers.  `body` is the
  * request's body, or its query for IL_HELD. */
-static void il_run(iter_local_t *L, struct evhttp_request *in, il_op_t op, const char *name,
+static void il_run(iter_local_t *L, h1_req_t *in, il_op_t op, const char *name,
                    const json_t *body) {
   fail_t f = {0};
   json_t *out = NULL;
@@ -334,7 +313,7 @@ typedef void (*il_ask_fn)(il_ask_t *q, int status, json_t *reply);
 
 struct il_ask {
   iter_local_t *L;
-  struct evhttp_request *in; /* the client's request */
+  h1_req_t *in;              /* the client's request */
   json_t *body;              /* its parsed body (create), or NULL */
   fwd_conn_t *conn;
   il_ask_fn done;
@@ -362,15 +341,15 @@ static void il_ask_on_done(struct evhttp_request *out, void *arg) {
  * (fwd_cancel_fn): the client gets the stop's 503. */
 static void il_ask_on_stop(void *owner) {
   il_ask_t *q = owner;
-  fwd_reply_stopping(q->L->a, q->in);
+  port_reply_stopping(q->L->a, q->in);
   json_decref(q->body);
   free(q);
 }
 
-/* GETs `path` from the head with the client's Authorization; `done` follows.
- * Takes `body`.  On failure to start, forwards the client's request. */
-static void il_ask(iter_local_t *L, struct evhttp_request *in, json_t *body, const char *path,
-                   il_ask_fn done) {
+/* GETs `path` (NULL: the client's own path and query) from the head with the
+ * client's Authorization; `done` follows.  Takes `body`.  On failure to
+ * start, forwards the client's request. */
+static void il_ask(iter_local_t *L, h1_req_t *in, json_t *body, const char *path, il_ask_fn done) {
   node_agent_t *a = L->a;
   il_ask_t *q = calloc(1, sizeof *q);
   fwd_conn_t *conn = q ? fwd_conn_get(a) : NULL;
@@ -386,12 +365,14 @@ static void il_ask(iter_local_t *L, struct evhttp_request *in, json_t *body, con
   *q = (il_ask_t){.L = L, .in = in, .body = body, .conn = conn, .done = done};
   fwd_conn_set_owner(conn, il_ask_on_stop, q);
   struct evkeyvalq *h = evhttp_request_get_output_headers(out);
-  const char *auth = evhttp_find_header(evhttp_request_get_input_headers(in), "Authorization");
+  const char *auth = h1_header(in, "Authorization");
   if (auth)
     evhttp_add_header(h, "Authorization", auth);
   fwd_add_host(a, h);
+  char *target = path ? NULL : fwd_target(in);
   /* On failure evhttp_make_request has already called il_ask_on_done (NULL). */
-  evhttp_make_request(fwd_conn_evcon(conn), out, EVHTTP_REQ_GET, path);
+  evhttp_make_request(fwd_conn_evcon(conn), out, EVHTTP_REQ_GET, path ? path : target);
+  free(target);
 }
 
 /* GET /v1/nodes answered: resolve an omitted cluster_sync and create. */
@@ -456,7 +437,7 @@ static void il_on_list(il_ask_t *q, int status, json_t *reply) {
 
 /* ---- the entry points ------------------------------------------------------------- */
 
-static void il_create(iter_local_t *L, struct evhttp_request *in) {
+static void il_create(iter_local_t *L, h1_req_t *in) {
   fail_t f = {0};
   json_t *body = il_body(in, &f);
   if (body == NULL) {
@@ -492,7 +473,7 @@ static void il_create(iter_local_t *L, struct evhttp_request *in) {
  * IL_HELD, NULL for one that reads neither.  NULL with *f set when the
  * request is refused: a bad body, or a field in a DELETE's, which takes none
  * (docs/api.md, "Unknown fields are refused"), as the head refuses it. */
-static json_t *il_request_body(il_op_t op, struct evhttp_request *in, fail_t *f) {
+static json_t *il_request_body(il_op_t op, h1_req_t *in, fail_t *f) {
   if (op == IL_HELD)
     return il_query(in, f);
   if (op != IL_NEXT && op != IL_ACK && op != IL_HEARTBEAT && op != IL_DELETE)
@@ -508,7 +489,7 @@ static json_t *il_request_body(il_op_t op, struct evhttp_request *in, fail_t *f)
   return body;
 }
 
-int iter_local_handle(node_agent_t *a, struct evhttp_request *in) {
+int iter_local_handle(node_agent_t *a, h1_req_t *in) {
   iter_local_t *L = a->iters;
   char name[NAME_MAX_LEN + 1];
   il_op_t op = L ? il_route(in, name) : IL_NONE;
@@ -521,7 +502,7 @@ int iter_local_handle(node_agent_t *a, struct evhttp_request *in) {
   if (op == IL_LIST) {
     if (L->st == NULL)
       return 0;
-    il_ask(L, in, NULL, evhttp_request_get_uri(in), il_on_list);
+    il_ask(L, in, NULL, NULL, il_on_list); /* the client's path and query */
     return 1;
   }
   if (!il_holds(L, name))

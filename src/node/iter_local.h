@@ -8,15 +8,13 @@
 
 #include "node/agent.h"
 
-struct evhttp_request;
-
 /* Sets up local iterations (a->iters): the state dir, the store when it
  * already exists there, the sweep timer.  0, or -1 after logging. */
 int iter_local_start(node_agent_t *a);
 /* Serves `in` when it is a local iteration's (or a create that resolves to
  * `cluster_sync: false`): returns 1 when it took the request, 0 when it is
  * to be forwarded to the head. */
-int iter_local_handle(node_agent_t *a, struct evhttp_request *in);
+int iter_local_handle(node_agent_t *a, h1_req_t *in);
 /* Stops the sweep and closes the store; accepts an agent without them. */
 void iter_local_stop(node_agent_t *a);
 

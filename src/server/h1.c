@@ -24,6 +24,7 @@
  */
 #include "h1_internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <stdio.h>
@@ -102,6 +103,10 @@ void h1_req_free(h1_req_t *q) {
   free(q->rbody);
   if (q->file_fd >= 0)
     close(q->file_fd);
+  if (q->stream)
+    h1_stream_free(q);
+  if (q->on_free)
+    q->on_free(q->free_arg);
   free(q);
 }
 
@@ -132,6 +137,27 @@ const char *h1_header(const h1_req_t *q, const char *name) {
     if (strcasecmp(q->hdrs[i].name, name) == 0)
       return q->hdrs[i].value;
   return NULL;
+}
+
+bool h1_header_at(const h1_req_t *q, size_t i, const char **name, const char **value) {
+  if (i >= q->nhdrs)
+    return false;
+  *name = q->hdrs[i].name;
+  *value = q->hdrs[i].value;
+  return true;
+}
+
+bool h1_peer(const h1_req_t *q, char *buf, size_t len) {
+  struct sockaddr_storage ss;
+  socklen_t sslen = sizeof ss;
+  if (q->conn == NULL || q->conn->dead ||
+      getpeername(q->conn->fd, (struct sockaddr *)&ss, &sslen) != 0)
+    return false;
+  const void *addr = ss.ss_family == AF_INET6
+                         ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                         : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+  return (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) &&
+         inet_ntop(ss.ss_family, addr, buf, (socklen_t)len) != NULL;
 }
 
 const char *h1_body(const h1_req_t *q, size_t *len) {
@@ -168,20 +194,37 @@ void h1_conn_dirty(h1_conn_t *c) {
   }
 }
 
-/* Frees an orphan that was answered or dropped: nobody reads its reply. */
-static void orphan_done(h1_req_t *q) {
+void h1_orphan_done(h1_req_t *q) {
   orphan_remove(q->srv, q);
   h1_req_free(q);
 }
 
-/* Builds the status line and headers of the reply into q->seg[0..2]. */
-static void req_head(h1_req_t *q, int status, const char *type, int64_t len) {
+/* The Connection header of q's reply, when it needs one. */
+static const char *req_connection(const h1_req_t *q) {
+  return q->close ? "Connection: close\r\n" : q->http10 ? "Connection: keep-alive\r\n" : "";
+}
+
+/* The status line and headers of a reply with no Content-Type or no
+ * Content-Length (a streamed one's, h1_req_head) into q->line; its length. */
+static int req_head_framed(h1_req_t *q, int status, const char *type, int64_t len, bool no_body) {
+  char ctype[128] = "", framing[64] = "";
+  if (type && !no_body)
+    snprintf(ctype, sizeof ctype, "Content-Type: %.100s\r\n", type);
+  if (!no_body && len >= 0)
+    snprintf(framing, sizeof framing, "Content-Length: %lld\r\n", (long long)len);
+  else if (!no_body && !q->is_head && !q->http10)
+    snprintf(framing, sizeof framing, "Transfer-Encoding: chunked\r\n");
+  return snprintf(q->line, sizeof q->line, "HTTP/1.1 %d %s\r\n%s%sDate: %s\r\n%s", status,
+                  h1_reason(status), ctype, framing, h1_date(q->srv), req_connection(q));
+}
+
+void h1_req_head(h1_req_t *q, int status, const char *type, int64_t len) {
   bool no_body = status == 204 || status == 304 || status < 200;
-  const char *conn = q->close    ? "Connection: close\r\n"
-                     : q->http10 ? "Connection: keep-alive\r\n"
-                                 : "";
+  const char *conn = req_connection(q);
   int n;
-  if (no_body)
+  if (type == NULL || len < 0)
+    n = req_head_framed(q, status, type, len, no_body);
+  else if (no_body)
     n = snprintf(q->line, sizeof q->line, "HTTP/1.1 %d %s\r\nDate: %s\r\n%s", status,
                  h1_reason(status), h1_date(q->srv), conn);
   else
@@ -200,8 +243,7 @@ static void req_head(h1_req_t *q, int status, const char *type, int64_t len) {
   q->segi = 0;
 }
 
-/* The request is answered: a connection it held up may go on. */
-static void req_release(h1_req_t *q) {
+void h1_req_release(h1_req_t *q) {
   q->held = false;
   h1_conn_t *c = q->conn;
   if (c == NULL || c->holding != q)
@@ -224,14 +266,14 @@ const void *h1_note(const h1_req_t *q) {
 }
 
 void h1_respond(h1_req_t *q, int status, const char *type, char *body, size_t len, bool newline) {
-  req_release(q);
+  h1_req_release(q);
   if (q->conn == NULL) {
     free(body);
-    orphan_done(q);
+    h1_orphan_done(q);
     return;
   }
   bool no_body = status == 204 || status == 304 || status < 200;
-  req_head(q, status, type ? type : "application/json", (int64_t)len + newline);
+  h1_req_head(q, status, type ? type : "application/json", (int64_t)len + newline);
   if (q->is_head || no_body || body == NULL) {
     free(body);
   } else {
@@ -246,13 +288,13 @@ void h1_respond(h1_req_t *q, int status, const char *type, char *body, size_t le
 }
 
 void h1_respond_file(h1_req_t *q, int status, const char *type, int fd, int64_t len) {
-  req_release(q);
+  h1_req_release(q);
   if (q->conn == NULL) {
     close(fd);
-    orphan_done(q);
+    h1_orphan_done(q);
     return;
   }
-  req_head(q, status, type, len);
+  h1_req_head(q, status, type, len);
   if (q->is_head || len <= 0) {
     close(fd);
   } else {
@@ -264,56 +306,21 @@ void h1_respond_file(h1_req_t *q, int status, const char *type, int fd, int64_t 
   h1_conn_dirty(q->conn);
 }
 
+void h1_close_after(h1_req_t *q) {
+  q->close = true;
+}
+
+void h1_on_free(h1_req_t *q, void (*fn)(void *arg), void *arg) {
+  q->on_free = fn;
+  q->free_arg = arg;
+}
+
 void h1_drop(h1_req_t *q) {
-  req_release(q);
+  h1_req_release(q);
   if (q->conn == NULL)
-    orphan_done(q);
+    h1_orphan_done(q);
   else
     h1_conn_kill(q->conn); /* the reap frees the request with its connection */
-}
-
-/* ---- streamed bodies ---- */
-
-bool h1_body_pending(const h1_req_t *q, int64_t *length) {
-  h1_conn_t *c = q->conn;
-  if (c == NULL || !q->streamed || q->on_data != NULL || c->last != q || c->state != ST_DISCARD)
-    return false;
-  *length = c->frame.chunked ? -1 : c->frame.left;
-  return true;
-}
-
-void h1_body_stream(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void *arg) {
-  h1_conn_t *c = q->conn;
-  int64_t length;
-  if (!h1_body_pending(q, &length))
-    return;
-  if (h1_frame_empty(&c->frame)) {
-    end(arg, H1_BODY_DONE);
-    return;
-  }
-  q->on_data = data;
-  q->on_end = end;
-  q->sink = arg;
-  c->state = ST_STREAM;
-  if (q->expect_continue) {
-    q->continue_pending = true;
-    h1_conn_dirty(c);
-  }
-}
-
-void h1_body_detach(h1_req_t *q) {
-  q->on_data = NULL;
-  q->on_end = NULL;
-  q->sink = NULL;
-}
-
-void h1_body_end(h1_req_t *q, h1_body_end_t how) {
-  if (q && q->on_end) {
-    h1_body_end_fn end = q->on_end;
-    void *sink = q->sink;
-    h1_body_detach(q);
-    end(sink, how);
-  }
 }
 
 /* ---- writing ---- */
@@ -335,6 +342,10 @@ int h1_conn_gather(h1_conn_t *c, struct iovec *iov) {
     for (int i = q->segi; i < q->nseg; i++) {
       if (q->seg[i].iov_len > 0)
         iov[n++] = q->seg[i];
+    }
+    if (q->stream) {
+      n += h1_stream_gather(q, iov + n, H1_MAX_IOV - n);
+      break; /* what follows waits for its end */
     }
     if (q->file_fd >= 0 || q->close)
       break;
@@ -373,6 +384,8 @@ bool h1_conn_advance(h1_conn_t *c, size_t n) {
     }
     if (q->file_fd >= 0 && q->file_off < q->file_len)
       return true; /* sendfile's turn */
+    if (q->stream && !h1_stream_advance(q, &n))
+      return true; /* more of its body is to come, or to be sent */
     c->first = q->next;
     if (c->first == NULL)
       c->last = NULL;
@@ -408,23 +421,31 @@ static bool conn_sendfile(h1_conn_t *c, bool *blocked) {
   return true;
 }
 
-/* Writes what is ready; arms the write event when the socket is full. */
+/* The front reply's next part when it is no writev (its headers are out):
+ * a whole reply's file, a streamed reply's file piece, or the end of a
+ * streamed body all written (nothing to write: the queue moves on).  1 when
+ * that part was done (or the socket is full: *blocked), 0 when a writev is
+ * next, -1 on a socket error. */
+static int conn_write_part(h1_conn_t *c, bool *blocked) {
+  h1_req_t *q = c->first;
+  if (q == NULL || !q->done || q->segi < q->nseg)
+    return 0;
+  if (q->file_fd >= 0)
+    return conn_sendfile(c, blocked) ? 1 : -1;
+  if (q->stream && h1_stream_file_next(q))
+    return h1_stream_sendfile(c, blocked) ? 1 : -1;
+  return q->stream && h1_stream_over(q) ? 1 : 0;
+}
+
 /* Writes what is ready at the front of the queue until the socket would
  * block (*blocked) or nothing is ready; false when the connection was killed
  * or lingers. */
 static bool conn_write_out(h1_conn_t *c, bool *blocked) {
   struct iovec iov[H1_MAX_IOV];
   while (!c->dead && !*blocked) {
-    h1_req_t *q = c->first;
     size_t wrote = 0;
-    if (q && q->done && q->segi == q->nseg && q->file_fd >= 0) {
-      if (!conn_sendfile(c, blocked)) {
-        h1_conn_kill(c);
-        return false;
-      }
-      if (*blocked)
-        continue;
-    } else {
+    int part = conn_write_part(c, blocked);
+    if (part == 0) {
       int n = h1_conn_gather(c, iov);
       if (n == 0)
         break;
@@ -435,13 +456,16 @@ static bool conn_write_out(h1_conn_t *c, bool *blocked) {
         *blocked = true;
         break;
       }
-      if (w < 0) {
-        h1_conn_kill(c);
-        return false;
-      }
+      part = w < 0 ? -1 : 1;
       c->last_ms = h1_now_ms();
-      wrote = (size_t)w;
+      wrote = w < 0 ? 0 : (size_t)w;
     }
+    if (part < 0) {
+      h1_conn_kill(c);
+      return false;
+    }
+    if (*blocked)
+      continue;
     if (!h1_conn_advance(c, wrote)) {
       h1_conn_linger(c);
       return false;
@@ -525,7 +549,7 @@ void h1_conn_kill(h1_conn_t *c) {
 void h1_conn_linger(h1_conn_t *c) {
   if (c->dead || c->lingering)
     return;
-  if (c->read_eof || c->paused || shutdown(c->fd, SHUT_WR) != 0) {
+  if (c->reset || c->read_eof || c->paused || shutdown(c->fd, SHUT_WR) != 0) {
     h1_conn_kill(c);
     return;
   }
@@ -542,7 +566,9 @@ void h1_req_orphan(h1_req_t *q) {
   q->conn = NULL;
   q->next = s->orphans;
   s->orphans = q;
-  h1_body_end(q, H1_BODY_GONE);
+  if (q->stream)
+    h1_stream_orphaned(q);
+  h1_body_end(q, H1_BODY_GONE); /* last: its sink may answer the orphan, which frees it */
 }
 
 /* Frees a dead connection: held requests become orphans (a streamed one's
@@ -570,6 +596,10 @@ static void conn_free(h1_conn_t *c) {
   event_free(c->wev);
   if (c->deadline_ev)
     event_free(c->deadline_ev);
+  if (c->reset) { /* a reset, not an end of stream the client could take for the body's */
+    struct linger now = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &now, sizeof now);
+  }
   close(c->fd);
   free(c->in);
   free(c);
@@ -718,10 +748,11 @@ void h1_resume(evutil_socket_t fd, short what, void *arg) {
 }
 
 /* True when a handler holds one of the connection's requests: it is waiting
- * for the server, not idle. */
+ * for the server, not idle (but for a streamed reply that waits for its
+ * client to read). */
 static bool conn_busy(const h1_conn_t *c) {
   for (const h1_req_t *q = c->first; q; q = q->next)
-    if (q->held)
+    if (q->held && !h1_stream_waits_for_client(q))
       return true;
   return false;
 }

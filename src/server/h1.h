@@ -25,6 +25,11 @@
  * A request must be read in time: its head whole within head_ms of its first
  * byte, its body without a gap of body_ms; otherwise 408 (h1_timeout.c).
  *
+ * A reply is given whole (h1_respond, h1_respond_file) or streamed
+ * (h1_respond_start, then its body piece by piece): a proxy's reply passed on
+ * as it arrives (the node agent's, src/node/forward.c).  h1_stream.c has
+ * streamed bodies both ways.
+ *
  * Everything runs on the event-loop thread.
  */
 #ifndef MUSTER_SERVER_H1_H
@@ -60,6 +65,10 @@ typedef struct {
    * server owes the connection an answer. */
   int64_t head_ms;
   int64_t body_ms;
+  /* accept() failed with `err` (out of descriptors, mostly): the server
+   * stops accepting for 100 ms, clients waiting in the listen backlog, and
+   * tells this (NULL: nobody) each time. */
+  void (*accept_failed)(int err, void *arg);
 } h1_config_t;
 
 #define H1_HEAD_MS_DEFAULT (30 * 1000)
@@ -119,6 +128,12 @@ int64_t h1_length(const h1_req_t *q);     /* the announced Content-Length; -1: c
 /* The value of header `name` (any case), trimmed; the first one when it is
  * repeated; NULL when absent. */
 const char *h1_header(const h1_req_t *q, const char *name);
+/* The `i`th header line (0 first) in *name and *value, as h1_header gives
+ * them; false past the last. */
+bool h1_header_at(const h1_req_t *q, size_t i, const char **name, const char **value);
+/* The client's address (numeric) in `buf`; false when it is not known (the
+ * client went away). */
+bool h1_peer(const h1_req_t *q, char *buf, size_t len);
 /* The body read whole, `*len` bytes, valid during the dispatch only (it may
  * lie in the connection's input buffer: not NUL-terminated); NULL with 0
  * when there is none. */
@@ -138,6 +153,13 @@ void h1_respond(h1_req_t *q, int status, const char *type, char *body, size_t le
 void h1_respond_file(h1_req_t *q, int status, const char *type, int fd, int64_t len);
 /* Lets the request go unanswered: its connection is closed. */
 void h1_drop(h1_req_t *q);
+/* The connection closes after the reply to `q` (it says `Connection:
+ * close`); call it before answering. */
+void h1_close_after(h1_req_t *q);
+/* `fn(arg)` runs once when the server frees `q`: its reply was written, or
+ * nobody will read it (the connection went away) and it was answered or the
+ * server freed.  `fn` must not call the server.  One per request. */
+void h1_on_free(h1_req_t *q, void (*fn)(void *arg), void *arg);
 /* Called from the dispatch of a request that is answered only after other
  * events (a long-poll, an upload): the connection's next request is not
  * handled until this one is answered, as HTTP/1.1 wants pipelined requests
@@ -172,5 +194,49 @@ bool h1_body_pending(const h1_req_t *q, int64_t *length);
 void h1_body_stream(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void *arg);
 /* The sink goes away: the rest of the body is read and dropped. */
 void h1_body_detach(h1_req_t *q);
+
+/* ---- streamed replies (h1_stream.c) ----
+ *
+ * h1_respond_start answers with the status line and headers at once; the
+ * body follows in pieces (h1_respond_data, h1_respond_data_file), each
+ * written as soon as the replies before it on the connection are, and
+ * h1_respond_end completes it.  The request stays held until then (the
+ * connection's next request waits, h1_hold).  A body that cannot be
+ * completed (its source broke off) ends with h1_respond_abort: what was
+ * queued is written and the connection closes without ending the body (no
+ * last chunk, fewer bytes than the length, a reset for a body that ends with
+ * the connection), so no client takes a cut body for a whole one.
+ *
+ * Backpressure: the server holds what the client has not read.  A producer
+ * stops while h1_respond_full says so and goes on when h1_respond_wait's
+ * callback comes. */
+
+/* Starts the reply: `length` bytes of body follow (-1: unknown, sent
+ * chunked, or to the connection's close for an HTTP/1.0 client).  `type`
+ * NULL: no Content-Type (one added with h1_add_header).  A HEAD request, a
+ * 1xx, 204 or 304 gets the headers only (Content-Length `length` on a HEAD)
+ * and the body pieces are dropped. */
+void h1_respond_start(h1_req_t *q, int status, const char *type, int64_t length);
+/* Queues `len` bytes (copied) of the body; false when nobody will read them
+ * (the client went away), when they pass the length announced or when memory
+ * ran out: the body is broken then, and ends as h1_respond_abort. */
+bool h1_respond_data(h1_req_t *q, const void *data, size_t len);
+/* Queues bytes [off, off + len) of open file `fd` (owned from now on, also on
+ * failure), sent with sendfile; as h1_respond_data otherwise. */
+bool h1_respond_data_file(h1_req_t *q, int fd, int64_t off, int64_t len);
+/* True while more of the body waits for the client than a producer should
+ * add to (H1_STREAM_HIGH bytes). */
+bool h1_respond_full(const h1_req_t *q);
+/* `ready(arg)` runs once, from an event of its own, when the body's bytes
+ * waiting for the client fall below a quarter of H1_STREAM_HIGH, or when the
+ * client went away (at once when either is already so).  Replaces an
+ * earlier one; NULL cancels it; the end of the reply cancels it too. */
+void h1_respond_wait(h1_req_t *q, void (*ready)(void *arg), void *arg);
+/* The body is complete (a body shorter than its length is cut instead). */
+void h1_respond_end(h1_req_t *q);
+/* The body cannot be completed: its connection closes after what was queued. */
+void h1_respond_abort(h1_req_t *q);
+
+#define H1_STREAM_HIGH (256 * 1024)
 
 #endif

@@ -2,8 +2,9 @@
  * h1_internal.h — what the parts of the head's HTTP/1.1 server share: h1.c
  * (requests, replies, connections, reading and writing), h1_parse.c (request
  * heads, body framing, the parse loop), h1_timeout.c (read deadlines),
- * h1_lend.c (replies held back for a flush) and h1_server.c (accepting,
- * listening, the server's life).  Not for use outside them.
+ * h1_lend.c (replies held back for a flush), h1_stream.c (streamed bodies
+ * and replies) and h1_server.c (accepting, listening, the server's life).
+ * Not for use outside them.
  */
 #ifndef MUSTER_SERVER_H1_INTERNAL_H
 #define MUSTER_SERVER_H1_INTERNAL_H
@@ -43,6 +44,31 @@ typedef struct {
   const char *name, *value;
 } h1_hdr_t;
 
+/* A piece of a streamed reply's body (h1_stream.c): bytes [off, end) of
+ * `bytes` (fd -1), or of file `fd` (owned), sent with sendfile. */
+typedef struct h1_piece h1_piece_t;
+struct h1_piece {
+  h1_piece_t *next;
+  int fd;
+  int64_t off, end;
+  char bytes[];
+};
+
+/* A streamed reply's body (h1_respond_start). */
+typedef struct {
+  h1_piece_t *first, *last; /* queued, in order; the first perhaps partly written */
+  size_t queued;            /* bytes of the pieces not written yet */
+  int64_t left;             /* bytes of the announced length still to come; -1: none */
+  bool chunked;             /* each piece goes as a chunk, the end as the last one */
+  bool no_body;             /* a HEAD's, or a status without one: pieces are dropped */
+  bool ended;               /* h1_respond_end or _abort: no piece comes any more */
+  bool cut;                 /* the body broke: the connection closes after it */
+  void (*ready)(void *arg); /* h1_respond_wait's callback, NULL: none */
+  void *ready_arg;
+  bool ready_listed; /* on the server's ready list, its event pending */
+  h1_req_t *ready_next;
+} h1_stream_t;
+
 struct h1_req {
   h1_req_t *next; /* the connection's queue, or the server's orphans */
   h1_server_t *srv;
@@ -64,8 +90,11 @@ struct h1_req {
   h1_body_data_fn on_data; /* the sink of a streamed body, while attached */
   h1_body_end_fn on_end;
   void *sink;
-  const void *note; /* the dispatcher's (h1_set_note) */
+  const void *note;           /* the dispatcher's (h1_set_note) */
+  void (*on_free)(void *arg); /* h1_on_free's */
+  void *free_arg;
   /* the reply */
+  h1_stream_t *stream; /* a streamed reply's body (h1_stream.c), NULL: a whole reply */
   char *extra; /* handler headers, "Name: value\r\n"..., malloc'ed */
   size_t extra_len;
   char *rbody;
@@ -105,6 +134,8 @@ struct h1_conn {
   int64_t seen_window; /* the last activity window it sent a request in */
   int64_t linger_ms;   /* lingering: closed when the client has not by then */
   bool read_eof, dead, dirty, writing, paused, lingering, resuming;
+  bool reset; /* closed with a reset, not a lingering close: a body that ends
+               * with the connection was cut (h1_respond_abort) */
   /* Lending (h1_lend.c).  in_lend: on the lend's list, not freed until
    * h1_lend_return (reap_lent: it died meanwhile and the reap passed it
    * over); lent: the loop writes nothing to it, until the return or until
@@ -136,9 +167,10 @@ struct h1_server {
   h1_config_t cfg;
   struct event_base *base;
   struct evconnlistener *listener;
-  struct event *reap_ev, *idle_ev, *resume_ev, *accept_ev;
+  struct event *reap_ev, *idle_ev, *resume_ev, *accept_ev, *ready_ev;
   h1_conn_t *conns, *dirty, *dead, *resume;
   h1_req_t *orphans;
+  h1_req_t *ready; /* streamed replies whose h1_respond_wait callback is due */
   size_t nconns;
   uint64_t wire_errors; /* requests refused by the server itself */
   /* Connections that sent a request in the current and the previous window
@@ -165,6 +197,14 @@ void h1_server_note_active(h1_server_t *s, h1_conn_t *c);
 
 /* Frees a request that nobody holds. */
 void h1_req_free(h1_req_t *q);
+/* Builds the status line and headers of the reply into q->seg[0..2]:
+ * Content-Type `type` (NULL: none), Content-Length `len` (-1: chunked, or
+ * none when the body ends with the connection or there is none). */
+void h1_req_head(h1_req_t *q, int status, const char *type, int64_t len);
+/* The request is answered: a connection it held up may go on. */
+void h1_req_release(h1_req_t *q);
+/* Frees an orphan that was answered or dropped: nobody reads its reply. */
+void h1_orphan_done(h1_req_t *q);
 /* Makes `q`, held and already off its connection's queue, an orphan: its
  * answer only frees it; a streamed body's sink hears H1_BODY_GONE. */
 void h1_req_orphan(h1_req_t *q);
@@ -204,6 +244,31 @@ void h1_lend_forget(h1_server_t *s);
 /* Takes a lent connection back early, when the writer is done with it: true
  * when the loop may write it now (what the writer wrote is accounted). */
 bool h1_lend_reclaim(h1_conn_t *c);
+/* ---- streamed replies (h1_stream.c) ---- */
+
+/* Collects the iovecs of the body pieces in memory at the front of q's
+ * stream, at most `room`; returns how many. */
+int h1_stream_gather(h1_req_t *q, struct iovec *iov, int room);
+/* Accounts up to *n written bytes against q's pieces in memory (*n less
+ * what it took); true when the reply is complete: ended and all written. */
+bool h1_stream_advance(h1_req_t *q, size_t *n);
+/* True when q's streamed body ended and all of it was written. */
+bool h1_stream_over(const h1_req_t *q);
+/* True when the front piece of q's stream is a file's, for sendfile. */
+bool h1_stream_file_next(const h1_req_t *q);
+/* Sends the front file piece of the first request of `c`; false on a socket
+ * error (*blocked when the socket is full). */
+bool h1_stream_sendfile(h1_conn_t *c, bool *blocked);
+/* True when the streamed reply waits on its client (bytes queued, the socket
+ * full), not on its producer: the idle timeout applies. */
+bool h1_stream_waits_for_client(const h1_req_t *q);
+/* The client of streamed request `q` went away: its producer is told. */
+void h1_stream_orphaned(h1_req_t *q);
+/* Frees q's stream (its pieces, its place on the ready list). */
+void h1_stream_free(h1_req_t *q);
+/* The server's event: runs the due h1_respond_wait callbacks. */
+void h1_stream_on_ready(evutil_socket_t fd, short what, void *arg);
+
 /* Stops reading the connection until conn_resume (h1.c) lets it go on. */
 void h1_conn_pause(h1_conn_t *c);
 /* Parses and dispatches what the input holds, until it needs more bytes

@@ -56,9 +56,12 @@ static void h1_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
  * moment rather than spin on a listening socket that stays readable. */
 static void h1_accept_error(struct evconnlistener *l, void *arg) {
   h1_server_t *s = arg;
+  int err = EVUTIL_SOCKET_ERROR();
   evconnlistener_disable(l);
   struct timeval tv = {0, 100 * 1000};
   event_add(s->accept_ev, &tv);
+  if (s->cfg.accept_failed)
+    s->cfg.accept_failed(err, s->cfg.arg);
 }
 
 static void h1_accept_again(evutil_socket_t fd, short what, void *arg) {
@@ -84,10 +87,11 @@ h1_server_t *h1_server_new(struct event_base *base, const h1_config_t *cfg) {
   s->resume_ev = event_new(base, -1, 0, h1_resume, s);
   s->accept_ev = event_new(base, -1, 0, h1_accept_again, s);
   s->idle_ev = event_new(base, -1, EV_PERSIST, h1_idle, s);
+  s->ready_ev = event_new(base, -1, 0, h1_stream_on_ready, s);
   int64_t every = cfg->idle_ms / 4 < 1000 ? cfg->idle_ms / 4 : 1000;
   struct timeval tv = {.tv_sec = every / 1000, .tv_usec = (every % 1000) * 1000 + 1000};
   if (s->reap_ev == NULL || s->resume_ev == NULL || s->accept_ev == NULL || s->idle_ev == NULL ||
-      event_add(s->idle_ev, &tv) != 0) {
+      s->ready_ev == NULL || event_add(s->idle_ev, &tv) != 0) {
     h1_server_free(s);
     return NULL;
   }
@@ -193,5 +197,7 @@ void h1_server_free(h1_server_t *s) {
     event_free(s->accept_ev);
   if (s->idle_ev)
     event_free(s->idle_ev);
+  if (s->ready_ev)
+    event_free(s->ready_ev);
   free(s);
 }

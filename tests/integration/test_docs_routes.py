@@ -94,7 +94,8 @@ def cache_literals():
     """The paths the node cache's dispatcher (src/node/cache_http.c, cache_http_handle)
     compares the request's with."""
     body = function_body(read(os.path.join(SRC, "node", "cache_http.c")), "cache_http_handle")
-    assert "!= EVHTTP_REQ_GET" in body, "cache_http_handle no longer takes GET alone"
+    assert 'strcmp(h1_method(in), "GET") != 0' in body, \
+        "cache_http_handle no longer takes GET alone"
     literals = set(re.findall(r'strn?cmp\(path, "(/[^"]*)"', body))
     assert literals, "cache_http_handle compares no path"
     return literals
@@ -108,7 +109,8 @@ def cache_routes():
 
 
 # The node-local iterations' operations (src/node/iter_local.c, il_route) that are
-# chosen by method alone, and their paths; the others are read from il_is() calls.
+# chosen by method alone, and their paths; the others are read from the comparisons of
+# the rest of the path.
 IL_OPS_BY_METHOD = {"IL_CREATE": "/v1/iterations", "IL_LIST": "/v1/iterations",
                     "IL_GET": "/v1/iterations/{}", "IL_DELETE": "/v1/iterations/{}"}
 
@@ -118,13 +120,16 @@ def iter_local_routes():
     body = function_body(read(os.path.join(SRC, "node", "iter_local.c")), "il_route")
     assert 'prefix[] = "/v1/iterations"' in body, "il_route's prefix changed"
     routes, ops = set(), set(re.findall(r"\bIL_[A-Z]+\b", body))
+    assert 'get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0' in body, \
+        "il_route's method flags changed"
     for method, suffix, op in re.findall(
-            r'cmd == EVHTTP_REQ_(\w+) && il_is\(rest, "(/[^"]*)"\)\)\s*return (IL_\w+);', body):
-        routes.add((method, "/v1/iterations/{}" + suffix))
+            r'\b(get|post) && strcmp\(rest, "(/[^"]*)"\) == 0\)\s*return (IL_\w+);', body):
+        routes.add((method.upper(), "/v1/iterations/{}" + suffix))
         ops.discard(op)
-    for method, op in re.findall(r"EVHTTP_REQ_(\w+) \? (IL_\w+)", body):
+    for method, op in (re.findall(r"\b(get|post) \? (IL_\w+)", body) +
+                       re.findall(r'strcmp\(method, "(\w+)"\) == 0 \? (IL_\w+)', body)):
         assert op in IL_OPS_BY_METHOD, "il_route: %s has no path in this test" % op
-        routes.add((method, IL_OPS_BY_METHOD[op]))
+        routes.add((method.upper(), IL_OPS_BY_METHOD[op]))
         ops.discard(op)
     ops.discard("IL_NONE")
     assert not ops, "il_route: operations this test does not read: %s" % sorted(ops)
@@ -133,14 +138,19 @@ def iter_local_routes():
 
 def path_compares():
     """(file under src, literal) of every comparison of a string with a path literal in
-    the code that serves requests (the head's and the agent's)."""
+    the code that serves requests (the head's and the agent's), less the node cache's
+    and the node-local iterations' (read by cache_routes and iter_local_routes)."""
     found = set()
     for path in sorted(glob.glob(os.path.join(SRC, "server", "*.c")) +
                        glob.glob(os.path.join(SRC, "node", "*.c"))):
         rel = os.path.relpath(path, SRC)
         for literal in PATH_COMPARE.findall(read(path)):
             found.add((rel, literal))
-    return found - {("node/cache_http.c", literal) for literal in cache_literals()}
+    il_prefix = "/v1/iterations/{}"
+    il_suffixes = {("node/iter_local.c", path[len(il_prefix):])
+                   for _, path in iter_local_routes() if path.startswith(il_prefix + "/")}
+    return (found - {("node/cache_http.c", literal) for literal in cache_literals()}
+            - il_suffixes)
 
 
 def api_sections(text):

@@ -1,20 +1,36 @@
 """Any-node access: the agent's port forwards the API to the head, preserving status
 codes, error bodies, headers that matter and auth; long-polls and large bodies pass;
-a head that cannot be reached is a 503 `unavailable`."""
+a head that cannot be reached is a 503 `unavailable`.
+
+On the wire (StreamTest, FakeHeadTest; the port is the head's own server, h1, since
+evhttp served it): requests pipelined on one connection are answered in order and take
+effect in order; a HEAD gets the GET's length and no body; bodies of 24 MiB (by
+length) and 8 MiB (chunked) reach the head intact, and a 24 MiB reply the client; a
+client waiting for `100 Continue` gets it; a client that reads slowly holds little of
+the agent's memory (reading from the head pauses: evhttp buffered the whole reply); the
+head's reply goes on to the client as the head sends it, and one that breaks off
+mid-body (by length or chunked) closes the client's connection without a whole body.
+"""
+import hashlib
 import http.client
+import json
 import os
 import re
+import select
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
+import time
 import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from node_harness import Agent  # noqa: E402
+from test_http_wire import Closed, Wire, chunked, request  # noqa: E402
 
 
 class ForwardTest(unittest.TestCase):
@@ -103,6 +119,251 @@ class ForwardTest(unittest.TestCase):
         for i in range(50):
             r = self.agent.request("GET", "/v1/health")
             self.assertEqual(r.status, 200)
+
+
+def vm_rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
+class StreamTest(unittest.TestCase):
+    """Requests and replies on the agent's port, over raw sockets."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="muster-fwd-test-")
+        cls.head = harness.Head().start()
+        cls.agent = Agent(cls.head, cls.dir, "stream",
+                          args=["--cache-dir", os.path.join(cls.dir, "cache")]).start()
+        cls.token = cls.head.token
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            status = cls.agent.stop()
+            log = cls.agent.log()
+        finally:
+            cls.agent.kill()
+            cls.head.cleanup()
+            shutil.rmtree(cls.dir, ignore_errors=True)
+        if status != 0 or "Sanitizer" in log:
+            raise AssertionError("the agent exited with %s:\n%s" % (status, log))
+
+    def wire(self, **kw):
+        return Wire(self.agent.port, **kw)
+
+    def test_pipelined_requests_are_answered_in_order(self):
+        put = {"tasks": [{"payload": "first"}, {"payload": "second"}]}
+        with self.wire() as w:
+            w.send(request("PUT", "/v1/queues/pipe", self.token, {}) +
+                   request("POST", "/v1/queues/pipe/tasks", self.token, put) +
+                   request("POST", "/v1/queues/pipe/lease", self.token, {"max": 1}) +
+                   request("GET", "/v1/queues/pipe", self.token) +
+                   request("POST", "/v1/queues/pipe/lease", self.token,
+                           {"wait_ms": 300, "max": 5}) +
+                   request("GET", "/v1/health"))
+            replies = [w.read_reply() for _ in range(6)]
+        self.assertEqual([r.status for r in replies], [201, 201, 200, 200, 200, 200], replies)
+        self.assertEqual([l["payload"] for l in replies[2].json["leases"]], ["first"])
+        self.assertEqual(replies[3].json["counts"]["leased"], 1, replies[3])
+        self.assertEqual([l["payload"] for l in replies[4].json["leases"]], ["second"])
+        self.assertEqual(replies[5].json["status"], "ok")
+
+    def test_a_head_request_gets_the_length_and_no_body(self):
+        with self.wire() as w:
+            w.send(request("HEAD", "/v1/health") + request("GET", "/v1/health"))
+            head = w.read_reply("HEAD")
+            get = w.read_reply()
+        self.assertEqual((head.status, head.body), (200, b""), head)
+        self.assertEqual(head.header("Content-Length"), str(len(get.body)), (head, get))
+        self.assertEqual(get.json["status"], "ok", get)
+
+    def put_blob(self, name, data, framing):
+        path = "/v1/shared/fwd/%s" % name
+        if framing == "chunked":
+            raw = request("PUT", path, self.token, chunked(data, 65536),
+                          headers=["Transfer-Encoding: chunked"],
+                          ctype="application/octet-stream")
+        else:
+            raw = request("PUT", path, self.token, data, ctype="application/octet-stream")
+        with self.wire(timeout=120) as w:
+            w.send(raw)
+            return w.read_reply()
+
+    def test_big_bodies_are_forwarded_intact(self):
+        for name, size, framing in (("by-length", 24 << 20, "length"),
+                                    ("chunked", 8 << 20, "chunked")):
+            with self.subTest(framing):
+                data = os.urandom(size)
+                r = self.put_blob(name, data, framing)
+                self.assertEqual(r.status, 201, r)
+                back = self.head.request("GET", "/v1/shared/fwd/" + name)
+                self.assertEqual(back.status, 200, back.headers)
+                self.assertEqual(hashlib.sha256(back.raw).hexdigest(),
+                                 hashlib.sha256(data).hexdigest())
+        # The reply's way: ?level=01 is not the node cache's, so the head answers it.
+        with self.wire(timeout=120) as w:
+            w.send(request("GET", "/v1/shared/fwd/by-length?level=01", self.token))
+            r = w.read_reply()
+        self.assertEqual((r.status, len(r.body)), (200, 24 << 20), r.headers)
+        self.assertIn("(muster node)", r.header("Via"))
+
+    def test_a_client_waiting_for_100_continue(self):
+        body = json.dumps({"tasks": [{"payload": "continued"}]}).encode()
+        self.assertIn(self.head.request("PUT", "/v1/queues/cont", {}).status, (200, 201))
+        with self.wire() as w:
+            data = request("POST", "/v1/queues/cont/tasks", self.token, body,
+                           headers=["Expect: 100-continue"])
+            w.send(data[:-len(body)])
+            r = w.read_reply(interim=True)
+            self.assertEqual(r.status, 100, r)
+            w.send(body)
+            r = w.read_reply()
+            self.assertEqual(r.status, 201, r)
+
+    def test_a_slow_reader_holds_little_of_the_agent(self):
+        size = 64 << 20
+        r = self.head.request("PUT", "/v1/shared/fwd/slow", raw=os.urandom(size),
+                              content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+        pid = self.agent.proc.pid
+        before = vm_rss_kib(pid)
+        with self.wire(timeout=120, rcvbuf=65536) as w:
+            w.send(request("GET", "/v1/shared/fwd/slow?level=01", self.token))
+            harness.wait_until(lambda: select.select([w.sock], [], [], 0)[0],
+                               what="the reply starting")
+            most = before
+            until = time.monotonic() + 1.5  # a window to watch the agent in, not a wait
+            while time.monotonic() < until:
+                most = max(most, vm_rss_kib(pid))
+                time.sleep(0.05)
+            r = w.read_reply()
+        self.assertEqual((r.status, len(r.body)), (200, size), r.headers)
+        self.assertLess(most - before, 24 << 10,
+                        "the agent grew by %d KiB while its client read nothing"
+                        % (most - before))
+
+
+class FakeHead:
+    """A stand-in head on a free port that answers GET /cut/length, /cut/chunked, /slow
+    and /echo as the test needs (a reply that breaks off, one sent in two parts, one
+    with hop-by-hop headers; `heads` keeps the request heads it got) and 503 to anything
+    else (the agent's registration, which it retries)."""
+
+    def __init__(self):
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.token = "fake-head-token"
+        self.go_on = threading.Event()
+        self.heads = []
+        self.stopped = False
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while not self.stopped:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.answer, args=(conn,), daemon=True).start()
+
+    def answer(self, conn):
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                piece = conn.recv(65536)
+                if not piece:
+                    return
+                data += piece
+            self.heads.append(data.split(b"\r\n\r\n")[0])
+            path = data.split(b" ")[1]
+            if path == b"/echo":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Reply: yes\r\n"
+                             b"Keep-Alive: timeout=5\r\nContent-Length: 4\r\n\r\necho")
+            elif path == b"/cut/length":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                             b"Content-Length: 100000\r\n\r\n" + b"c" * 50000)
+            elif path == b"/cut/chunked":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             b"1000\r\n" + b"c" * 4096 + b"\r\n")
+            elif path == b"/slow":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: 10\r\n\r\nfirst")
+                self.go_on.wait(30)
+                conn.sendall(b"later")
+            else:
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
+                             b"application/json\r\nContent-Length: 2\r\nConnection: close"
+                             b"\r\n\r\n{}")
+            conn.shutdown(socket.SHUT_WR)
+            conn.recv(1)  # until the agent closes its side
+
+    def stop(self):
+        self.stopped = True
+        self.go_on.set()
+        self.listener.close()
+
+
+class FakeHeadTest(unittest.TestCase):
+    """The head's reply as the client sees it through the agent, from a head that
+    breaks off or pauses mid-body."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-fwd-test-")
+        self.head = FakeHead()
+        self.agent = Agent(self.head, self.dir, "fake",
+                           args=["--cache-dir", os.path.join(self.dir, "cache")]).start()
+
+    def tearDown(self):
+        self.agent.kill()
+        self.head.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_a_reply_broken_mid_body_closes_the_connection(self):
+        for path, got, framing in (("/cut/length", 50000, b"Content-Length: 100000\r\n"),
+                                   ("/cut/chunked", 4096, b"Transfer-Encoding: chunked\r\n")):
+            with self.subTest(path), Wire(self.agent.port) as w:
+                w.send(request("GET", path))
+                sent = w._until_eof()  # the connection ends
+                head, _, body = sent.partition(b"\r\n\r\n")
+                self.assertTrue(head.startswith(b"HTTP/1.1 200 OK\r\n"), head)
+                self.assertIn(framing, head + b"\r\n")
+                # What the head sent, and no end of the body: a client sees it cut.
+                self.assertEqual(body.count(b"c"), got, body[-40:])
+                self.assertFalse(body.endswith(b"0\r\n\r\n"), body[-40:])
+
+    def test_headers_both_ways(self):
+        with Wire(self.agent.port) as w:
+            w.send(request("GET", "/echo", headers=[
+                "X-Forwarded-For: 10.0.0.9", "X-Custom: kept", "Proxy-Connection: x",
+                "TE: trailers", "Keep-Alive: 300"]))
+            r = w.read_reply()
+        self.assertEqual((r.status, r.body, r.header("X-Reply")), (200, b"echo", "yes"), r)
+        self.assertIn("1.1 fake (muster node)", r.header("Via"))
+        self.assertIsNone(r.header("Keep-Alive"), r)
+        self.assertEqual(len(r.header_all("Date")), 1, r)
+        got = [h for h in self.head.heads if h.startswith(b"GET /echo ")][0].decode()
+        lines = got.split("\r\n")
+        self.assertIn("X-Forwarded-For: 10.0.0.9, 127.0.0.1", lines)
+        self.assertIn("X-Custom: kept", lines)
+        self.assertIn("Host: 127.0.0.1:%d" % self.head.port, lines)
+        for hop in ("Proxy-Connection", "TE", "Keep-Alive"):
+            self.assertFalse([l for l in lines if l.lower().startswith(hop.lower() + ":")],
+                             got)
+
+    def test_a_reply_streams_as_the_head_sends_it(self):
+        with Wire(self.agent.port) as w:
+            w.send(request("GET", "/slow"))
+            head = w.read_head()
+            self.assertEqual((head.status, head.header("Content-Length")), (200, "10"), head)
+            self.assertEqual(w._exact(5), b"first")  # before the head sends the rest
+            self.head.go_on.set()
+            self.assertEqual(w._exact(5), b"later")
+            w.send(request("GET", "/v1/health"))  # the connection goes on
+            self.assertEqual(w.read_reply().status, 503)
 
 
 class StopWithHeartbeatUnansweredTest(unittest.TestCase):

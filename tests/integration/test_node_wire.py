@@ -1,6 +1,21 @@
-"""The node agent's port under malformed and hostile input (src/node/forward.c; evhttp is
-its HTTP server, where the head has its own): each case below was found by fuzzing the
-agent's port over raw sockets, and each test fails without its fix.
+"""The node agent's port under malformed and hostile input (src/node/port.c, on the head's
+own HTTP/1.1 server, src/server/h1.c, since evhttp served it): each case below was found
+by fuzzing the agent's port over raw sockets, or is what evhttp did differently from the
+head, and each test fails without its fix.
+
+- What evhttp refused itself was answered with an HTML page (400, 413, 417, 501) or
+  nothing (CONNECT): a malformed request line or header line, no version, a bad or
+  doubled length, a broken chunk, an unknown method or Transfer-Encoding, HTTP/2.0.
+  Each is answered in the JSON envelope now, as on the head, and the connection closes
+  (an unknown method, which the agent cannot send on, is its own 501).
+- A request line and headers over 64 KiB (the head's limit) get 431 in the envelope
+  at once (evhttp read up to 1 MiB and answered 400 with HTML).
+- Read deadlines, as on the head (TimeoutTest, an agent with 300 ms limits from
+  MUSTER_HTTP_HEAD_TIMEOUT_MS / MUSTER_HTTP_BODY_TIMEOUT_MS and a 1 s idle time from
+  MUSTER_HTTP_IDLE_TIMEOUT_MS): a head trickled past its limit and a body that stalls
+  get 408 in the envelope, an idle connection is closed after the idle time (evhttp:
+  an hour for all three); a forwarded long-poll longer than the idle time is not cut,
+  nor a body sent slowly but steadily; a bad setting is refused with a warning.
 
 - A client that half-closes its connection after its request (`nc -N`, a script's
   shutdown(SHUT_WR)) gets the whole reply: a level read from the node cache (the miss
@@ -9,13 +24,14 @@ agent's port over raw sockets, and each test fails without its fix.
   connection after the reply's headers.
 - A request in another HTTP version than 1.1 or 1.0 (HTTP/0.9, HTTP/1.2) is refused 505
   in the envelope on an HTTP/1.1 status line, and the connection closes, as the head
-  does; it was forwarded and applied, and answered "HTTP/0.9 201 Created".
+  does; it was forwarded and applied, and answered "HTTP/0.9 201 Created".  HTTP/1.0 is
+  served, on an HTTP/1.1 status line as the head answers it.
 - TRACE goes to the head, which answers 405 in the envelope (evhttp: 501 and HTML).
 - A refusal the head sends before it read the whole request (413 for a body over its
   HTTP layer's limit) reaches the client; the agent answered 503 "cannot reach the head"
   when its write of the rest failed.
-- A header section that never ends is cut off after 1 MiB (400): evhttp read it into
-  memory for as long as the client sent.
+- A header section that never ends is refused once past 64 KiB (431 in the envelope):
+  evhttp read it into memory for as long as the client sent.
 - The agent's own answer to a HEAD (503: the head cannot be reached) has no body; evhttp
   wrote it after headers without a length, and the next reply on the connection could
   not be read.  The message says the agent could not connect ("request failed" before).
@@ -27,8 +43,10 @@ agent's port over raw sockets, and each test fails without its fix.
   character by a message's length limit still gets the error envelope (see also
   test_api_badinput test_bytes_that_are_not_utf8_are_quoted).
 """
+import json
 import os
 import resource
+import select
 import shutil
 import socket
 import sys
@@ -124,7 +142,7 @@ class RefusalsTest(AgentWireCase):
                 r = w.read_reply()
                 self.assertEqual(r.version, "HTTP/1.1", r)
                 self.assert_envelope(r, 505, "bad_request")
-                self.assertIn(version + ": this server speaks HTTP/1.1 and HTTP/1.0",
+                self.assertIn("this server speaks HTTP/1.1 and HTTP/1.0",
                               r.json["error"]["message"])
                 self.assertTrue(r.closes(), r)
                 self.assertTrue(w.closed_after())
@@ -134,7 +152,8 @@ class RefusalsTest(AgentWireCase):
             w.send(request("POST", "/v1/queues/vq/tasks", self.token,
                            {"tasks": [{"payload": "1.0"}]}, version="HTTP/1.0"))
             r = w.read_reply()
-            self.assertEqual((r.version, r.status), ("HTTP/1.0", 201), r)
+            self.assertEqual(r.status, 201, r)
+            self.assertTrue(r.closes(), r)
 
     def test_trace_is_answered_by_the_head(self):
         with self.wire() as w:
@@ -155,21 +174,81 @@ class RefusalsTest(AgentWireCase):
         self.assertIn("the head takes at most", r.json["error"]["message"])
 
     def test_an_endless_header_section_is_cut_off(self):
+        # Refused once past the head's limit (64 KiB), answered while the client still
+        # sends: the reply is readable before 1 MiB went.
         sent = 0
         with self.wire() as w:
-            try:
-                w.sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Endless: ")
-                while sent < 64 << 20:
-                    w.sock.sendall(b"x" * 65536)
-                    sent += 65536
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-            self.assertLess(sent, 64 << 20, "the agent read 64 MiB of one header section")
-            try:
-                r = w.read_reply()
-            except ConnectionResetError:
-                return  # refused and closed; what counts is that it stopped reading
-            self.assertEqual(r.status, 400, r)
+            w.sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+            while sent < 1 << 20 and not select.select([w.sock], [], [], 0.05)[0]:
+                w.send(b"x" * 16384)
+                sent += 16384
+            self.assertLess(sent, 1 << 20, "no answer to a header section of 1 MiB")
+            r = w.read_reply()
+            self.assert_envelope(r, 431, "bad_request")
+            self.assertIn("over 65536 bytes", r.json["error"]["message"])
+            self.assertTrue(r.closes(), r)
+
+
+class EnvelopeTest(AgentWireCase):
+    """What evhttp refused with an HTML page (or not at all) is answered in the JSON
+    envelope, as on the head, and nothing is forwarded."""
+
+    def refused(self, data, status, code, closes=True):
+        with self.wire() as w:
+            w.send(data)
+            r = w.read_reply()
+            self.assert_envelope(r, status, code)
+            if closes:
+                self.assertTrue(r.closes(), r)
+                self.assertTrue(w.closed_after())
+        return r
+
+    def test_malformed_requests(self):
+        self.assertIn(self.head.request("PUT", "/v1/queues/mq", {}).status, (200, 201))
+        put = request("POST", "/v1/queues/mq/tasks", self.token, {"tasks": [{"payload": 1}]})
+        head, body = put.split(b"\r\n\r\n", 1)
+        cases = [
+            ("garbage line", b"garbage\r\n\r\n", 400),
+            ("no version", b"GET /v1/health\r\n\r\n", 400),
+            ("no colon", b"GET /v1/health HTTP/1.1\r\nHost: x\r\nNoColon\r\n\r\n", 400),
+            ("space in a name", b"GET /v1/health HTTP/1.1\r\nHost: x\r\nBad Name: 1\r\n\r\n",
+             400),
+            ("no Host", b"GET /v1/health HTTP/1.1\r\n\r\n", 400),
+            ("negative length", head.replace(b"Content-Length: ", b"Content-Length: -")
+             + b"\r\n\r\n" + body, 400),
+            ("two lengths", head + b"\r\nContent-Length: 3\r\n\r\n" + body, 400),
+            ("length and chunked", head + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + body,
+             400),
+            ("gzip", head.replace(b"Content-Length: %d" % len(body),
+                                  b"Transfer-Encoding: gzip") + b"\r\n\r\n" + body, 501),
+            ("HTTP/2.0", b"GET /v1/health HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+            ("CONNECT", b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+            ("TLS", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400),
+        ]
+        for name, data, status in cases:
+            with self.subTest(name):
+                self.refused(data, status, "bad_request")
+        chunked = head.replace(b"Content-Length: %d" % len(body), b"Transfer-Encoding: chunked")
+        with self.subTest("bad chunk size"):
+            r = self.refused(chunked + b"\r\n\r\nzz\r\n" + body + b"\r\n0\r\n\r\n", 400,
+                             "bad_request")
+            self.assertIn("chunked body is malformed", r.json["error"]["message"])
+        tasks = self.head.request("GET", "/v1/queues/mq/tasks").json["tasks"]
+        self.assertEqual(tasks, [], "a refused request was forwarded")
+
+    def test_a_method_the_agent_cannot_send_on(self):
+        # evhttp's client sends the methods it knows: the agent answers another itself.
+        r = self.refused(request("FROBNICATE", "/v1/queues", self.token), 501, "bad_request",
+                         closes=False)
+        self.assertIn("FROBNICATE: node agent wire passes on GET", r.json["error"]["message"])
+
+    def test_a_body_over_the_agents_limit_is_refused_before_it_is_sent(self):
+        # Expect: 100-continue and a length over 1 GiB: refused at once, without the 100.
+        with self.wire() as w:
+            w.send(b"PUT /v1/shared/big/blob HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                   b"Expect: 100-continue\r\n\r\n" % ((1 << 30) + 1))
+            r = w.read_reply(interim=True)
+            self.assert_envelope(r, 413, "body_too_large")
             self.assertTrue(r.closes(), r)
 
 
@@ -215,6 +294,140 @@ class HeadDownTest(AgentWireCase):
         self.assert_envelope(r, 503, "unavailable")
         self.assertIn("cannot reach the head at 127.0.0.1:%d: could not connect to it" % port,
                       r.json["error"]["message"])
+
+
+HEAD_MS = 300  # the agent's MUSTER_HTTP_HEAD_TIMEOUT_MS in TimeoutTest
+BODY_MS = 300  # its MUSTER_HTTP_BODY_TIMEOUT_MS
+IDLE_MS = 1000  # its MUSTER_HTTP_IDLE_TIMEOUT_MS
+LATE_S = 2.0  # how late a timeout may come after its limit (a loaded machine, sanitizers)
+PACE_S = 0.05  # a trickle's pace: well below every limit
+
+
+class TimeoutTest(unittest.TestCase):
+    """The agent's port times requests out as the head's does (docs/design-notes.md,
+    "Read deadlines"), with limits short enough to test.  Sleeps here pace what the
+    client sends (the thing tested); the test waits for replies and closes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="muster-node-wire-test-")
+        cls.head = harness.Head().start()
+        cls.agent = Agent(cls.head, cls.dir, "slow",
+                          args=["--cache-dir", os.path.join(cls.dir, "cache"),
+                                "--state-dir", os.path.join(cls.dir, "state")],
+                          env={"MUSTER_HTTP_HEAD_TIMEOUT_MS": str(HEAD_MS),
+                               "MUSTER_HTTP_BODY_TIMEOUT_MS": str(BODY_MS),
+                               "MUSTER_HTTP_IDLE_TIMEOUT_MS": str(IDLE_MS)}).start()
+        cls.token = cls.head.token
+
+    @classmethod
+    def tearDownClass(cls):
+        AgentWireCase.tearDownClass.__func__(cls)
+
+    def wire(self):
+        w = Wire(self.agent.port)
+        w.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return w
+
+    def trickle(self, w, data):
+        """Sends `data` a byte every PACE_S until the agent answers or all of it went;
+        returns the bytes sent."""
+        for i in range(len(data)):
+            w.send(data[i:i + 1])
+            if select.select([w.sock], [], [], PACE_S)[0]:
+                return i + 1
+        return len(data)
+
+    def assert_timed_out(self, w, since, limit_ms, what):
+        r = w.read_reply()
+        elapsed = time.monotonic() - since
+        self.assertEqual((r.status, r.error_code), (408, "bad_request"), r)
+        self.assertEqual(r.header("Content-Type"), "application/json", r)
+        self.assertIn(what, r.json["error"]["message"], r)
+        self.assertTrue(r.closes(), r)
+        self.assertTrue(w.closed_after())
+        self.assertGreaterEqual(elapsed, limit_ms / 1000 - 0.05, r)
+        self.assertLess(elapsed, limit_ms / 1000 + LATE_S, r)
+
+    def assert_usable(self, w):
+        w.send(request("GET", "/v1/health"))
+        r = w.read_reply()
+        self.assertEqual((r.status, r.json["status"]), (200, "ok"), r)
+
+    def test_a_head_trickled_past_its_limit(self):
+        data = request("GET", "/v1/health", headers=["X-Pad: " + "p" * 80])
+        self.assertGreater(len(data) * PACE_S, 10 * HEAD_MS / 1000)  # each byte in time
+        with self.wire() as w:
+            since = time.monotonic()
+            self.assertLess(self.trickle(w, data), len(data) // 2, "the head was not cut")
+            self.assert_timed_out(w, since, HEAD_MS, "request head")
+
+    def test_a_body_that_stalls(self):
+        self.assertIn(self.head.request("PUT", "/v1/queues/stall", {}).status, (200, 201))
+        body = b'{"tasks": [{"payload": "stalled"}]}'
+        whole = request("POST", "/v1/queues/stall/tasks", self.token, body)
+        for name, data in (("length", whole[:-5]),
+                           ("chunked", request("POST", "/v1/queues/stall/tasks", self.token,
+                                               b"%x\r\n%s\r\n" % (len(body), body),
+                                               headers=["Transfer-Encoding: chunked"]))):
+            with self.subTest(body=name), self.wire() as w:
+                since = time.monotonic()
+                w.send(data)
+                self.assert_timed_out(w, since, BODY_MS, "request body")
+        tasks = self.head.request("GET", "/v1/queues/stall/tasks").json["tasks"]
+        self.assertEqual(tasks, [], "a body that stalled was forwarded")
+
+    def test_a_body_slow_but_steady(self):
+        self.assertIn(self.head.request("PUT", "/v1/queues/steady", {}).status, (200, 201))
+        body = json.dumps({"tasks": [{"payload": "p%d" % i} for i in range(40)]}).encode()
+        data = request("POST", "/v1/queues/steady/tasks", self.token, body)
+        start = data.index(b"\r\n\r\n") + 4
+        step = (len(data) - start) // 8 + 1
+        with self.wire() as w:
+            began = time.monotonic()
+            w.send(data[:start])
+            for i in range(start, len(data), step):
+                time.sleep(BODY_MS / 1000 / 3)
+                w.send(data[i:i + step])
+            r = w.read_reply()
+            self.assertEqual(r.status, 201, r)
+            self.assertGreater(time.monotonic() - began, 2 * BODY_MS / 1000)
+            self.assert_usable(w)
+
+    def test_an_idle_connection_is_closed(self):
+        with self.wire() as w:
+            self.assert_usable(w)
+            since = time.monotonic()
+            self.assertTrue(w.closed_after(), "the agent wrote on an idle connection")
+            elapsed = time.monotonic() - since
+        self.assertGreaterEqual(elapsed, IDLE_MS / 1000 - 0.3)
+        self.assertLess(elapsed, IDLE_MS / 1000 + LATE_S)
+
+    def test_a_forwarded_long_poll_is_not_cut(self):
+        self.assertIn(self.head.request("PUT", "/v1/queues/lp", {}).status, (200, 201))
+        wait_ms = 3 * IDLE_MS
+        with self.wire() as w:
+            start = time.monotonic()
+            w.send(request("POST", "/v1/queues/lp/lease", self.token, {"wait_ms": wait_ms}))
+            w.sock.settimeout(wait_ms / 1000 + 10)
+            r = w.read_reply()
+            self.assertEqual((r.status, r.json), (200, {"leases": []}), r)
+            self.assertGreaterEqual(time.monotonic() - start, wait_ms / 1000 - 0.05)
+            self.assert_usable(w)
+            # ... and the idle time is live on this connection.
+            self.assertTrue(w.closed_after())
+
+    def test_bad_setting_is_refused(self):
+        d = tempfile.mkdtemp(prefix="muster-node-wire-test-")
+        agent = Agent(self.head, d, "badenv", env={"MUSTER_HTTP_IDLE_TIMEOUT_MS": "soon"})
+        try:
+            agent.start()
+            self.assertEqual(agent.request("GET", "/v1/health").status, 200)
+            self.assertIn("MUSTER_HTTP_IDLE_TIMEOUT_MS=soon is not 1 to 3600000 ms",
+                          agent.log())
+        finally:
+            agent.kill()
+            shutil.rmtree(d, ignore_errors=True)
 
 
 class DescriptorsTest(unittest.TestCase):
