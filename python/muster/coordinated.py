@@ -572,8 +572,15 @@ class CoordinatedRankSampler:
             read = self._blocks_read(used)
             reopened = sorted(block for block, (count, size, acked) in read.items()
                               if acked and count < size)
-            if reopened and ck["epoch"] > self.epoch:
-                ck = self._epoch_complete(ck)
+            if ck["epoch"] > self.epoch:
+                # The head completed this rank's epoch: the state stays of that epoch (every
+                # block done, less the reopened ones), so that a merge with the states of
+                # ranks that saved theirs before it ended reads what they read on after.
+                try:
+                    ck = self._epoch_complete(ck)
+                except RuntimeError:
+                    if reopened:
+                        raise
             partial = {}
             if self._skip_epoch == ck["epoch"]:
                 partial.update({str(k): v for k, v in self._skip.items()})

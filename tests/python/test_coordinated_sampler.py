@@ -417,6 +417,33 @@ class CrossRankStateTest(HeadTestCase):
             set(range(64)) - set(counts)))
         self.assertTrue(set(prefetched[:6]) <= set(resumed), (prefetched, resumed))
 
+    def test_a_block_acknowledged_after_the_ranks_state_ends_the_epoch(self):
+        """The same at the epoch's end: rank 0's prefetch, after its state, reads the last
+        block, and rank 1's state acknowledges its own last one, so the head completes the
+        epoch before rank 1 reads its checkpoint.  Rank 1's state was of the next epoch,
+        which the merge took as every block of this one read."""
+        for epochs in (2, 1):
+            name = "epoch-end-%d" % epochs
+            cfg = dict(self.CFG, epochs=epochs)
+            from muster.coordinated import CoordinatedRankSampler
+            r0, r1 = (CoordinatedRankSampler(self.c, name, cfg, r, wait=False) for r in range(2))
+            it0, it1 = iter(r0), iter(r1)
+            trained1 = [next(it1) for _ in range(24)]   # three blocks, the last one held
+            trained0 = [next(it0) for _ in range(32)]   # four blocks
+            s0 = r0.state_dict(consumed=32)
+            prefetched = [next(it0) for _ in range(8)]  # the epoch's last block
+            self.assertIsNone(next(it0, None))          # its ack: every block but one done
+            s1 = r1.state_dict(consumed=24)             # acks the last: the epoch is over
+            self.assertEqual((s0["epoch"], s1["epoch"]), (0, 0), (s0, s1))
+            new = [CoordinatedRankSampler(self.c, name + "-resumed", dict(cfg), r)
+                   for r in range(2)]
+            for r in new:
+                r.load_state_dict([s0, s1])
+            resumed = list(new[0]) + list(new[1])
+            self.assertEqual(sorted(resumed), sorted(prefetched), name)
+            counts = collections.Counter(trained0 + trained1 + resumed)
+            self.assertEqual(sorted(counts), list(range(64)), name)
+
     def test_a_state_names_the_blocks_its_rank_acknowledged(self):
         r0, r1 = self.ranks("acked-list", 2)
         it0 = iter(r0)
