@@ -19,6 +19,7 @@
 #include "reaper.h"
 #include "routes_pool.h"
 #include "server.h"
+#include "leftover.h"
 #include "session.h"
 #include "shared.h"
 #include "shared_upload.h"
@@ -367,6 +368,11 @@ static int head_serve(head_t *h, bool generated, int port, const head_agent_t *a
   } else if (shared_files_init(h->st, h->cfg.data_dir, &f) != MUSTER_OK) {
     log_msg(LOG_ERROR, "shared data: %s", fail_message(&f));
   } else {
+    /* What sessions closed before left to the background deletion: the
+     * leases step over it from the first (leftover.h).  A failure only
+     * leaves it to the first lease. */
+    if (leftover_load(h->st, &f) != MUSTER_OK)
+      log_msg(LOG_WARN, "closed sessions' tasks: %s", fail_message(&f));
     signal(SIGPIPE, SIG_IGN);
     store_set_hooks(h->st, head_on_tx, head_on_ready, h);
     store_set_session_hook(h->st, head_on_session);

@@ -15,6 +15,7 @@
 #include "jv.h"
 #include "jw.h"
 #include "lease_internal.h"
+#include "leftover.h"
 #include "log.h"
 #include "session.h"
 #include "metrics.h"
@@ -215,15 +216,14 @@ static void lease_piece_session(jw_buf_t *pieces, const unsigned char *name, lea
   piece->len = pieces->len - piece->at;
 }
 
-/* The statement of lease_candidates, bound.  While closed sessions' tasks
- * wait for their deletion (session_close.c) it skips those, and reads at
- * most QUEUE_READY_SCAN of them besides the `max` it wants: a closed
- * session's million queued tasks ahead of other clients' would otherwise be
- * read through at every lease until their last chunk went.  Behind more of
- * them a lease finds nothing for now and may wait: every chunk deleted
- * wakes the queue's parked leases.  The window keeps the ready index's
- * order, its subquery read in order as a co-routine by the join (an ORDER
- * BY outside would sort the window, payloads and all; test_session_close.c
+/* The statement of lease_candidates, bound, for a queue the walk of
+ * leftover.h does not take: while closed sessions' tasks wait for their
+ * deletion (session_close.c) it skips those, and reads at most
+ * QUEUE_READY_SCAN of them besides the `max` it wants.  That bound is
+ * never reached: a queue holding such tasks holds their runs, and the walk
+ * takes it (lease_candidates).  The window keeps the ready index's order,
+ * its subquery read in order as a co-routine by the join (an ORDER BY
+ * outside would sort the window, payloads and all; test_session_close.c
  * checks the order). */
 static sqlite3_stmt *lease_candidates_stmt(store_t *st, const char *queue, int64_t max) {
   bool closing = store_sessions_closing(st);
@@ -249,40 +249,91 @@ static sqlite3_stmt *lease_candidates_stmt(store_t *st, const char *queue, int64
   return s;
 }
 
+/* Reads the candidate of the row of `s` (the columns of
+ * lease_candidates_stmt) into *c, its stored texts appended to `pieces`. */
+static void lease_candidate_row(sqlite3_stmt *s, candidate_t *c, jw_buf_t *pieces) {
+  *c = (candidate_t){
+      .id = sqlite3_column_int64(s, 0),
+      .attempts = sqlite3_column_int64(s, 1),
+      .parent = sqlite3_column_int64(s, 3),
+      .index = sqlite3_column_int64(s, 5),
+  };
+  /* The text before its length: sqlite3_column_bytes after _text. */
+  const unsigned char *payload = sqlite3_column_text(s, 2);
+  c->unreadable = !lease_piece_stored(pieces, payload, sqlite3_column_bytes(s, 2), &c->payload);
+  lease_piece_session(pieces, sqlite3_column_text(s, 4), &c->session);
+  if (sqlite3_column_type(s, 6) != SQLITE_NULL) {
+    const unsigned char *requires = sqlite3_column_text(s, 6);
+    if (!lease_piece_stored(pieces, requires, sqlite3_column_bytes(s, 6), &c->requires))
+      c->unreadable = true;
+  }
+}
+
+/* The candidates of a walk past what closed sessions left (leftover.h). */
+typedef struct {
+  store_t *st;
+  const char *queue;
+  int64_t max, n, now;
+  candidate_t *out;
+  jw_buf_t *pieces;
+} lease_walk_t;
+
+/* A visit of the walk: the ready tasks of `priority` with ids first..last,
+ * in id order, up to those still wanted.  Those tasks lie between runs, so
+ * none is a closed session's but by a fault of the runs, which the filter
+ * still keeps from being leased (at the cost of reading past them). */
+static muster_err_t lease_visit(void *arg, int64_t priority, int64_t first, int64_t last,
+                                leftover_then_t *then, fail_t *f) {
+  lease_walk_t *w = arg;
+  sqlite3_stmt *s = store_stmt(
+      w->st, "SELECT id, attempts, payload, coalesce(parent, 0), session, coalesce(idx, -1),"
+             " requires FROM tasks INDEXED BY tasks_ready WHERE queue = ?1 AND state = 0"
+             " AND priority = ?2 AND id BETWEEN ?3 AND ?4 AND run_at_ms <= ?5"
+             " AND NOT " SESSION_CLOSING_TASKS_SQL " ORDER BY id LIMIT ?6");
+  if (s == NULL)
+    return store_fail(w->st, f, "lease candidates");
+  store_bind_text(s, 1, w->queue);
+  sqlite3_bind_int64(s, 2, priority);
+  sqlite3_bind_int64(s, 3, first);
+  sqlite3_bind_int64(s, 4, last);
+  sqlite3_bind_int64(s, 5, w->now);
+  sqlite3_bind_int64(s, 6, w->max - w->n);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+    lease_candidate_row(s, &w->out[w->n++], w->pieces);
+  store_reset(s);
+  *then = w->n == w->max ? LEFTOVER_DONE : LEFTOVER_ON;
+  return rc == SQLITE_DONE ? MUSTER_OK : store_fail(w->st, f, "lease candidates");
+}
+
 /* Collects up to `max` ready tasks of the queue in lease order, with the
  * columns of their lease objects (stored texts appended to `pieces`): one
  * pass over the ready index, so that leasing them is a plain UPDATE by id
  * (lease_batch).  (An UPDATE … RETURNING runs as a trigger with a statement
  * journal and an ephemeral table: the most expensive statement on the hot
- * path when it did this.)  Returns the count, or -1. */
+ * path when it did this.)  A queue holding tasks that closed sessions left
+ * is walked past their runs instead (leftover.h), whatever their number.
+ * Returns the count, or -1. */
 static int64_t lease_candidates(store_t *st, const char *queue, int64_t max, candidate_t *out,
                                 jw_buf_t *pieces, fail_t *f) {
-  sqlite3_stmt *s = lease_candidates_stmt(st, queue, max);
-  if (s == NULL) {
+  int64_t n = 0;
+  bool walked = false;
+  if (store_sessions_closing(st)) {
+    lease_walk_t w = {st, queue, max, 0, now_ms(), out, pieces};
+    if (leftover_walk(st, queue, 0, lease_visit, &w, &walked, f))
+      return -1;
+    n = w.n;
+  }
+  sqlite3_stmt *s = walked ? NULL : lease_candidates_stmt(st, queue, max);
+  if (!walked && s == NULL) {
     store_fail(st, f, "lease candidates");
     return -1;
   }
-  int64_t n = 0;
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    candidate_t *c = &out[n++];
-    *c = (candidate_t){
-        .id = sqlite3_column_int64(s, 0),
-        .attempts = sqlite3_column_int64(s, 1),
-        .parent = sqlite3_column_int64(s, 3),
-        .index = sqlite3_column_int64(s, 5),
-    };
-    /* The text before its length: sqlite3_column_bytes after _text. */
-    const unsigned char *payload = sqlite3_column_text(s, 2);
-    c->unreadable = !lease_piece_stored(pieces, payload, sqlite3_column_bytes(s, 2), &c->payload);
-    lease_piece_session(pieces, sqlite3_column_text(s, 4), &c->session);
-    if (sqlite3_column_type(s, 6) != SQLITE_NULL) {
-      const unsigned char *requires = sqlite3_column_text(s, 6);
-      if (!lease_piece_stored(pieces, requires, sqlite3_column_bytes(s, 6), &c->requires))
-        c->unreadable = true;
-    }
-  }
-  store_reset(s);
+  int rc = SQLITE_DONE;
+  while (s && (rc = sqlite3_step(s)) == SQLITE_ROW)
+    lease_candidate_row(s, &out[n++], pieces);
+  if (s)
+    store_reset(s);
   if (rc != SQLITE_DONE) {
     store_fail(st, f, "lease candidates");
     return -1;

@@ -9,6 +9,7 @@
 #include "counts.h"
 #include "queue_reap.h"
 #include "jv.h"
+#include "leftover.h"
 #include "log.h"
 #include "session.h"
 #include "task.h"
@@ -207,13 +208,80 @@ json_t *queue_to_json(store_t *st, const queue_t *q) {
 }
 
 /* The kept counts leave out a closed session's tasks waiting for their
- * deletion (session_close.c), so those looked at are not "seen" either. */
+ * deletion (session_close.c), so those looked at are not "seen" either.
+ * For a queue without runs of them (leftover.h), where none is met. */
 #define QUEUE_READY_CLOSING_SQL                                                                    \
   "SELECT coalesce(sum(NOT w.closing), 0), coalesce(sum(w.run_at_ms <= ?2 AND NOT w.closing), 0)"  \
   " FROM (SELECT run_at_ms, " SESSION_CLOSING_SQL(                                                 \
       "tasks") " AS closing"                                                                       \
                " FROM tasks INDEXED BY tasks_ready"                                                \
                " WHERE queue = ?1 AND state = 0 ORDER BY priority DESC, id LIMIT ?3) AS w"
+
+/* What the ready count has seen so far of a walk past what closed sessions
+ * left (leftover.h). */
+typedef struct {
+  store_t *st;
+  const char *queue;
+  int64_t now, seen, seen_ready;
+} queue_ready_walk_t;
+
+/* A visit of that walk: the queued tasks of `priority` with ids
+ * first..last, up to QUEUE_READY_SCAN seen in all. */
+static muster_err_t queue_ready_visit(void *arg, int64_t priority, int64_t first, int64_t last,
+                                      leftover_then_t *then, fail_t *f) {
+  queue_ready_walk_t *w = arg;
+  sqlite3_stmt *s = store_stmt(
+      w->st, "SELECT count(*), coalesce(sum(run_at_ms <= ?5), 0) FROM (SELECT run_at_ms"
+             " FROM tasks INDEXED BY tasks_ready WHERE queue = ?1 AND state = 0"
+             " AND priority = ?2 AND id BETWEEN ?3 AND ?4 AND NOT " SESSION_CLOSING_TASKS_SQL
+             " ORDER BY id LIMIT ?6)");
+  if (s == NULL)
+    return store_fail(w->st, f, "ready count");
+  store_bind_text(s, 1, w->queue);
+  sqlite3_bind_int64(s, 2, priority);
+  sqlite3_bind_int64(s, 3, first);
+  sqlite3_bind_int64(s, 4, last);
+  sqlite3_bind_int64(s, 5, w->now);
+  sqlite3_bind_int64(s, 6, QUEUE_READY_SCAN - w->seen);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    w->seen += sqlite3_column_int64(s, 0);
+    w->seen_ready += sqlite3_column_int64(s, 1);
+  }
+  store_reset(s);
+  *then = w->seen >= QUEUE_READY_SCAN ? LEFTOVER_DONE : LEFTOVER_ON;
+  return rc == SQLITE_ROW ? MUSTER_OK : store_fail(w->st, f, "ready count");
+}
+
+/* The first QUEUE_READY_SCAN queued tasks of `name` in lease order: how
+ * many there are (*seen) and how many of them are ready now (*ready). */
+static muster_err_t queue_ready_seen(store_t *st, const char *name, int64_t *seen, int64_t *ready,
+                                     fail_t *f) {
+  queue_ready_walk_t w = {st, name, now_ms(), 0, 0};
+  bool walked = false;
+  if (leftover_walk(st, name, 0, queue_ready_visit, &w, &walked, f))
+    return f->code;
+  *seen = w.seen;
+  *ready = w.seen_ready;
+  if (walked)
+    return MUSTER_OK;
+  sqlite3_stmt *s = store_sessions_closing(st)
+                        ? store_stmt(st, QUEUE_READY_CLOSING_SQL)
+                        : store_stmt(st, "SELECT count(*), coalesce(sum(run_at_ms <= ?2), 0) FROM"
+                                         " (SELECT run_at_ms FROM tasks INDEXED BY tasks_ready"
+                                         " WHERE queue = ?1 AND state = 0"
+                                         " ORDER BY priority DESC, id LIMIT ?3)");
+  if (s == NULL)
+    return store_fail(st, f, "ready count");
+  store_bind_text(s, 1, name);
+  sqlite3_bind_int64(s, 2, w.now);
+  sqlite3_bind_int64(s, 3, QUEUE_READY_SCAN);
+  int rc = sqlite3_step(s);
+  *seen = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+  *ready = rc == SQLITE_ROW ? sqlite3_column_int64(s, 1) : 0;
+  store_reset(s);
+  return rc == SQLITE_ROW ? MUSTER_OK : store_fail(st, f, "ready count");
+}
 
 /* The count of tasks leasable now is not kept with the others: time alone
  * makes a delayed task leasable, with no write to count it at, and an index
@@ -226,30 +294,13 @@ json_t *queue_to_json(store_t *st, const queue_t *q) {
  * among those looked at first), and when none of them is ready the count
  * is 0, whatever waits behind them: a worker polling the count (the
  * DistCompute loop) then waits, where a count of tasks it cannot take
- * would have made its next lease come back empty (docs/api.md). */
+ * would have made its next lease come back empty (docs/api.md).  What
+ * closed sessions left is neither counted nor looked at: the count steps
+ * over it as a lease does (leftover.h). */
 muster_err_t queue_count_ready(store_t *st, const char *name, int64_t *ready, fail_t *f) {
-  int64_t by_state[TASK_STATE_COUNT];
-  if (counts_read(st, name, by_state, f))
+  int64_t by_state[TASK_STATE_COUNT], seen = 0, seen_ready = 0;
+  if (counts_read(st, name, by_state, f) || queue_ready_seen(st, name, &seen, &seen_ready, f))
     return f->code;
-  /* A closed session's tasks waiting for their deletion are not ready:
-   * leases skip them (session_close.c). */
-  sqlite3_stmt *s = store_sessions_closing(st)
-                        ? store_stmt(st, QUEUE_READY_CLOSING_SQL)
-                        : store_stmt(st, "SELECT count(*), coalesce(sum(run_at_ms <= ?2), 0) FROM"
-                                         " (SELECT run_at_ms FROM tasks INDEXED BY tasks_ready"
-                                         " WHERE queue = ?1 AND state = 0"
-                                         " ORDER BY priority DESC, id LIMIT ?3)");
-  if (s == NULL)
-    return store_fail(st, f, "ready count");
-  store_bind_text(s, 1, name);
-  sqlite3_bind_int64(s, 2, now_ms());
-  sqlite3_bind_int64(s, 3, QUEUE_READY_SCAN);
-  int rc = sqlite3_step(s);
-  int64_t seen = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
-  int64_t seen_ready = rc == SQLITE_ROW ? sqlite3_column_int64(s, 1) : 0;
-  store_reset(s);
-  if (rc != SQLITE_ROW)
-    return store_fail(st, f, "ready count");
   int64_t beyond = by_state[TASK_QUEUED] - seen;
   *ready = seen_ready + (seen_ready > 0 && beyond > 0 ? beyond : 0);
   return MUSTER_OK;

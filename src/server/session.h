@@ -97,7 +97,8 @@ json_t *session_results(store_t *st, const char *id, session_order_t order, int6
  * At most QUEUE_CHUNK (queue.h) tasks are deleted here: a session with more
  * goes to session_trash (below), its leased tasks deleted now and the
  * others left to session_trash_step, taken out of their queues' counts now
- * (the reply counts them too). */
+ * (the reply counts them too) and made into the runs that leases step over
+ * (leftover.h). */
 json_t *session_close(store_t *st, const char *id, const char *why, fail_t *f);
 
 /* Closes every open session streaming from queue `queue` (session_close), as
@@ -132,9 +133,9 @@ muster_err_t session_trash_first(store_t *st, char id[SESSION_ID_LEN + 1], fail_
 /* One chunk of the deletion of what closed session `id` left: up to `max`
  * of its tasks (*deleted of them; out of the counts since the close), or once none is left
  * up to the rest of `max` of its results; once neither is left (*finished)
- * its session_trash row goes too.  Queues whose queued tasks went are
- * notified (store_notify_ready): leases parked behind them may reach ready
- * tasks now.  *finished at once when `id` is not in the trash. */
+ * its session_trash row goes too, and its runs (leftover.h).  No lease is
+ * woken: leases step over those tasks from the close on, so their deletion
+ * makes none reachable.  *finished at once when `id` is not in the trash. */
 muster_err_t session_trash_step(store_t *st, const char *id, int64_t max, int64_t *deleted,
                                 bool *finished, fail_t *f);
 

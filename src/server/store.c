@@ -12,6 +12,7 @@
  */
 #include "store.h"
 #include "counts.h"
+#include "leftover.h"
 #include "log.h"
 #include "metrics.h"
 #include "store_restore.h"
@@ -54,6 +55,7 @@ struct store {
   void *hook_arg;
   store_map_t map;           /* what muster_map() reads (store_map_set) */
   struct counts_log *counts; /* count changes of the open transaction (counts.c) */
+  struct leftover_set *leftovers; /* runs of what closed sessions left (leftover.c) */
   size_t nstmts;
   stmt_slot_t stmts[STORE_STMT_CACHE];
   uint64_t full_seen;     /* walvfs's count of writes the disk had no room for, last looked at */
@@ -354,10 +356,15 @@ struct counts_log **store_counts_log(store_t *st) {
   return &st->counts;
 }
 
+struct leftover_set **store_leftovers(store_t *st) {
+  return &st->leftovers;
+}
+
 void store_close(store_t *st) {
   if (st == NULL)
     return;
   counts_log_free(st);
+  leftover_free(st);
   if (st->in_tx && st->db)
     sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
   for (size_t i = 0; i < st->nstmts; i++)

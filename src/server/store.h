@@ -58,6 +58,8 @@ muster_err_t store_commit(store_t *st, fail_t *f);
 bool store_in_tx(const store_t *st);
 /* Where counts.c keeps the open transaction's count changes (counts.h). */
 struct counts_log **store_counts_log(store_t *st);
+/* Where leftover.c keeps the runs of what closed sessions left (leftover.h). */
+struct leftover_set **store_leftovers(store_t *st);
 
 /* A cached prepared statement for `sql`, which must be a string literal (the
  * cache is keyed by its address).  Reset it with store_reset after use.

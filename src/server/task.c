@@ -10,6 +10,7 @@
 #include "counts.h"
 #include "jv.h"
 #include "jw.h"
+#include "leftover.h"
 #include "log.h"
 #include "session.h"
 #include "shared.h"
@@ -476,8 +477,9 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
  *   queued      tasks_by_queue when most of the queue is queued, else
  *               tasks_ready a priority at a time (task_list_by_priority);
  *               past TASK_LIST_PRIORITIES distinct priorities, the queue's
- *               part of tasks_ready sorted (at most the other half), or
- *               tasks_by_queue while it holds a closed session's tasks;
+ *               part of tasks_ready sorted (at most the other half); while
+ *               the queue holds a closed session's tasks, a walk of
+ *               tasks_ready past them (task_list_walked);
  *   failed, dead, cancelled   tasks_failed (written only on those states).
  * INDEXED BY says which: without statistics the planner takes tasks_by_queue
  * for any `queue = ?`, which for a rare state scans the whole queue. */
@@ -518,8 +520,9 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
 static const char *const task_list_sql[2][6] = {TASK_LIST_SQL("0"),
                                                 TASK_LIST_SQL(SESSION_CLOSING_TASKS_SQL)};
 #define TASK_LIST_CLOSING_COLUMN 19
-/* The most tasks left by closed sessions that a page reads past (each an
- * index seek into session_trash): a few milliseconds. */
+/* The most tasks left by closed sessions that a page of all tasks (or of
+ * another state than queued) reads past (each an index seek into
+ * session_trash): a few milliseconds. */
 #define TASK_LIST_SKIP 10000
 /* The most distinct priorities among a queue's queued tasks that a listing
  * of them reads one by one. */
@@ -532,9 +535,8 @@ static const char *const task_list_sql[2][6] = {TASK_LIST_SQL("0"),
  * sorter is full and the ids it meets are beyond it: a page reads about
  * (page + tasks skipped) index entries a priority and the page's rows,
  * whatever the queue holds.  tasks_ready sorted whole reads every queued
- * task, a closed session's left to the background deletion too (a million,
- * maybe), and tasks_by_queue every task of the queue before the first
- * queued one: done tasks, the bulk of a long-lived queue. */
+ * task, and tasks_by_queue every task of the queue before the first queued
+ * one: done tasks, the bulk of a long-lived queue. */
 static bool task_list_by_priority(store_t *st, const char *queue) {
   sqlite3_stmt *s = store_stmt(st, TASK_PRIORITIES_SQL(" LIMIT ?2") " SELECT count(v) FROM p");
   if (s == NULL)
@@ -557,29 +559,146 @@ static sqlite3_stmt *task_list_stmt(store_t *st, const char *queue, int state) {
   if (state != TASK_QUEUED)
     return store_stmt(st, sql[4]);
   /* When most of the queue is queued, tasks_by_queue fills a page at once.
-   * Queued tasks that a closed session left are out of the counts but in
-   * tasks_ready: when the queue holds some, the counts cannot say that.
    * Past TASK_LIST_PRIORITIES, tasks_ready sorted whole reads at most the
-   * other half of the queue when none was left, else tasks_by_queue reads
-   * past at most TASK_LIST_SKIP of those a page. */
+   * other half of the queue.  (A queue holding what closed sessions left is
+   * listed by task_list_walked: the counts leave that out, and both indexes
+   * hold it.) */
   int64_t by_state[TASK_STATE_COUNT], total = 0;
   fail_t ignored = {0};
-  bool dense = false, left = false;
-  if (session_left_in_queue(st, queue, &left, &ignored) == MUSTER_OK && !left &&
-      counts_read(st, queue, by_state, &ignored) == MUSTER_OK) {
+  bool dense = false;
+  if (counts_read(st, queue, by_state, &ignored) == MUSTER_OK) {
     for (int i = 0; i < TASK_STATE_COUNT; i++)
       total += by_state[i];
     dense = by_state[TASK_QUEUED] * 2 > total;
   }
   if (dense)
     return store_stmt(st, sql[4]);
-  if (task_list_by_priority(st, queue))
-    return store_stmt(st, sql[5]);
-  return store_stmt(st, left ? sql[4] : sql[3]);
+  return store_stmt(st, task_list_by_priority(st, queue) ? sql[5] : sql[3]);
+}
+
+/* A page of the queued tasks of a queue walked past what closed sessions
+ * left (leftover.h): the `cap` lowest ids above `after` met so far, as a
+ * max-heap (ids[0] the highest of them). */
+typedef struct {
+  store_t *st;
+  const char *queue;
+  int64_t *ids;
+  size_t n, cap;
+} task_page_t;
+
+/* Keeps `id` among the page's lowest ids: in while there is room, else in
+ * place of the highest when below it. */
+static void task_page_offer(task_page_t *p, int64_t id) {
+  size_t at;
+  if (p->n < p->cap) {
+    for (at = p->n++; at > 0 && p->ids[(at - 1) / 2] < id; at = (at - 1) / 2)
+      p->ids[at] = p->ids[(at - 1) / 2];
+    p->ids[at] = id;
+    return;
+  }
+  if (id >= p->ids[0])
+    return;
+  for (at = 0;;) { /* the new id sifts down from the top */
+    size_t child = 2 * at + 1;
+    if (child >= p->n)
+      break;
+    if (child + 1 < p->n && p->ids[child + 1] > p->ids[child])
+      child++;
+    if (p->ids[child] <= id)
+      break;
+    p->ids[at] = p->ids[child];
+    at = child;
+  }
+  p->ids[at] = id;
+}
+
+/* A visit of the walk: the queued ids of `priority` from first to last
+ * (index entries, and each row's session: none a closed session left),
+ * those below the page's highest once it is full; the rest of the priority
+ * is not wanted once they pass it. */
+static muster_err_t task_page_visit(void *arg, int64_t priority, int64_t first, int64_t last,
+                                    leftover_then_t *then, fail_t *f) {
+  task_page_t *p = arg;
+  int64_t below = p->n == p->cap ? p->ids[0] : INT64_MAX; /* ids from here on stay out */
+  *then = LEFTOVER_NEXT_PRIORITY;
+  if (first >= below)
+    return MUSTER_OK;
+  sqlite3_stmt *s = store_stmt(p->st, "SELECT id FROM tasks INDEXED BY tasks_ready"
+                                      " WHERE queue = ?1 AND state = 0 AND priority = ?2"
+                                      " AND id BETWEEN ?3 AND ?4 AND NOT " SESSION_CLOSING_TASKS_SQL
+                                      " ORDER BY id LIMIT ?5");
+  if (s == NULL)
+    return store_fail(p->st, f, "task list");
+  store_bind_text(s, 1, p->queue);
+  sqlite3_bind_int64(s, 2, priority);
+  sqlite3_bind_int64(s, 3, first);
+  sqlite3_bind_int64(s, 4, last < below ? last : below - 1);
+  sqlite3_bind_int64(s, 5, (int64_t)p->cap);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+    task_page_offer(p, sqlite3_column_int64(s, 0));
+  store_reset(s);
+  if (last < below && (p->n < p->cap || last < p->ids[0]))
+    *then = LEFTOVER_ON; /* ids beyond the next run may still enter */
+  return rc == SQLITE_DONE ? MUSTER_OK : store_fail(p->st, f, "task list");
+}
+
+static int task_id_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The page of p->ids sorted, read row by row: {"tasks", "next"}. */
+static json_t *task_page_rows(task_page_t *p, int64_t limit, bool brief, fail_t *f) {
+  qsort(p->ids, p->n, sizeof *p->ids, task_id_cmp);
+  sqlite3_stmt *s = store_stmt(p->st, "SELECT " TASK_COLUMNS " FROM tasks WHERE id = ?1");
+  if (s == NULL) {
+    store_fail(p->st, f, "task list");
+    return NULL;
+  }
+  json_t *tasks = json_array();
+  size_t n = p->n < (size_t)limit ? p->n : (size_t)limit;
+  for (size_t i = 0; i < n; i++) {
+    sqlite3_bind_int64(s, 1, p->ids[i]);
+    if (sqlite3_step(s) == SQLITE_ROW)
+      json_array_append_new(tasks, task_from_row(s, brief));
+    store_reset(s);
+  }
+  bool more = p->n > (size_t)limit;
+  return json_pack("{s:o, s:o}", "tasks", tasks, "next",
+                   more ? json_integer(p->ids[limit - 1]) : json_null());
+}
+
+/* The page of queued tasks of `queue` above `after` when the queue holds
+ * runs of what closed sessions left: a walk past them (leftover.h), an
+ * index seek per run and per priority, plus up to a page of ids per
+ * stretch between them (fewer once the page is full), then the page's
+ * rows.  Every page is full, whatever was left before it, at any number
+ * of priorities.  NULL with *walked false when the queue holds none. */
+static json_t *task_list_walked(store_t *st, const char *queue, int64_t after, int64_t limit,
+                                bool brief, bool *walked, fail_t *f) {
+  task_page_t p = {st, queue, calloc((size_t)limit + 1, sizeof(int64_t)), 0, (size_t)limit + 1};
+  if (p.ids == NULL) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+    return NULL;
+  }
+  json_t *page = NULL;
+  if (leftover_walk(st, queue, after, task_page_visit, &p, walked, f) == MUSTER_OK && *walked)
+    page = task_page_rows(&p, limit, brief, f);
+  free(p.ids);
+  return page;
 }
 
 json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
                      bool brief, fail_t *f) {
+  if (state == TASK_QUEUED && store_sessions_closing(st)) {
+    bool walked = false;
+    json_t *page = task_list_walked(st, queue, after, limit, brief, &walked, f);
+    if (page || walked)
+      return page;
+    if (f->code)
+      return NULL;
+  }
   sqlite3_stmt *s = task_list_stmt(st, queue, state);
   if (s == NULL) {
     store_fail(st, f, "task list");

@@ -78,6 +78,19 @@ class SessionCase(ApiTestCase):
             self.assertEqual(set(e), {"id", "index"}, e)
         return r["tasks"]
 
+    def store_count(self, sql, *args):
+        """A count read from the store of the head, which must not run."""
+        db = sqlite3.connect(os.path.join(self.head.data_dir, "muster.db"))
+        try:
+            return db.execute(sql, args).fetchone()[0]
+        finally:
+            db.close()
+
+    def deleted(self, sid):
+        """Whether the head logged that the last of session `sid`'s tasks went."""
+        with open(self.head.log_path, errors="replace") as f:
+            return "session %s: the last of its" % sid in f.read()
+
     def results(self, sid, **query):
         path = "/v1/sessions/%s/results" % sid
         if query:
@@ -764,14 +777,6 @@ class SessionBigCloseTest(SessionCase):
 
     BIG = 20000
 
-    def store_count(self, sql, *args):
-        """A count read from the store of the head, which must not run."""
-        db = sqlite3.connect(os.path.join(self.head.data_dir, "muster.db"))
-        try:
-            return db.execute(sql, args).fetchone()[0]
-        finally:
-            db.close()
-
     def test_close_drops_init_data(self):
         """A closed session's init_data (which may be megabytes) leaves the store with
         it; another session's stays."""
@@ -816,14 +821,14 @@ class SessionBigCloseTest(SessionCase):
             listed += [t["id"] for t in page["tasks"]]
             cursor = page["next"]
         self.assertEqual(listed, [after])
-        # Closed for good, and none of its tasks is leased: the lease waits for the
-        # background deletion to reach the task behind them.
+        # Closed for good, and none of its tasks is leased: the lease steps over them
+        # to the task behind them, whatever the background deletion has reached.
         r = self.expect_error("GET", "/v1/sessions/" + sid, None, 404, "session_not_found")
         self.assertIn("closed", r.json["error"]["message"])
-        leases = self.lease(max=100, wait_ms=20000)
+        leases = self.lease(max=100)
         self.assertEqual([(x["task"], x["session"]) for x in leases], [(after, None)])
         self.expect_error("GET", "/v1/tasks/%d" % ids[-1], None, 404, "task_not_found")
-        harness.wait_until(lambda: sum(self.counts().values()) == 1, timeout=20,
+        harness.wait_until(lambda: self.deleted(sid), timeout=20,
                            what="the closed session's tasks to be deleted")
         self.assert_counts(leased=1)
         self.assertEqual([t["id"] for t in self.list_tasks()], [after])
@@ -831,6 +836,195 @@ class SessionBigCloseTest(SessionCase):
         self.assertEqual(self.store_count("SELECT count(*) FROM session_trash"), 0)
         self.assertEqual(self.store_count("SELECT count(*) FROM session_results"), 0)
         self.head.start()
+
+
+class Leaser(threading.Thread):
+    """One long-poll lease on its own connection."""
+
+    def __init__(self, head, queue, body):
+        super().__init__(daemon=True)
+        self.head, self.queue, self.body = head, queue, body
+        self.reply = self.error = None
+
+    def run(self):
+        conn = self.head.connection(timeout=60)
+        try:
+            self.reply = self.head.request("POST", "/v1/queues/%s/lease" % self.queue,
+                                           self.body, conn=conn)
+        except Exception as e:  # reported by the test
+            self.error = e
+        finally:
+            conn.close()
+
+
+class SessionLeftoverTest(SessionCase):
+    """What a big closed session leaves to the background deletion is stepped over: the
+    tasks behind it in lease order, other clients' in a queue they share with it, are
+    leased and counted ready at once, however many it left, also by a long-poll lease
+    that waited from before the close, and after a stop or a kill -9 in the middle of
+    the deletion (docs/api.md, DELETE /v1/sessions/{id}).  The head runs with
+    MUSTER_TEST_HOLD_LEFTOVERS=1, which holds that deletion for as long as it runs: the
+    tasks left stay in the store throughout, as they would behind millions."""
+
+    BIG = 3000  # a chunk deleted at the close, 2000 left
+    HOLD = {"MUSTER_TEST_HOLD_LEFTOVERS": "1"}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.head = harness.Head(list(cls.head_args), env=cls.HOLD).start()
+
+    def waiters(self):
+        r = self.call("GET", "/metrics")
+        for line in r.raw.decode().splitlines():
+            if line.startswith("muster_lease_waiters "):
+                return int(line.split()[1])
+        self.fail("no muster_lease_waiters in /metrics")
+
+    def fill(self):
+        """Queue q shared by session B (closed with BIG tasks, put in batches between
+        which the others put theirs), an open session O and plain puts; two of O's
+        tasks done.  Returns B's id and the tasks a lease may take, in lease order."""
+        self.create_queue()
+        big = self.open_session()["id"]
+        other = self.open_session()["id"]
+        for first in range(0, self.BIG, 1000):
+            self.submit(big, [{"payload": i} for i in range(first, first + 1000)])
+            self.submit(other, [{"payload": "o%d" % first, "priority": p} for p in (0, 0, 1)])
+            self.put("plain%d" % first)
+        done = self.lease(max=2)  # O's of priority 1, ahead of the others
+        self.assertEqual({x["session"] for x in done}, {other})
+        self.ack("complete", [{"task": x["task"], "token": x["token"], "result": 1}
+                              for x in done])
+        r = self.expect("DELETE", "/v1/sessions/" + big)
+        self.assertEqual(r, {"id": big, "cancelled": self.BIG, "deleted": self.BIG})
+        [behind] = self.put("behind")
+        tasks = [t for t in self.list_tasks(state="queued")]
+        self.assertTrue(all(t["session"] != big for t in tasks), tasks)
+        want = [t["id"] for t in sorted(tasks, key=lambda t: (-t["priority"], t["id"]))]
+        self.assertEqual(len(want), 3 * 3 - 2 + 3 + 1)
+        self.assertEqual(want[-1], behind)
+        return big, want
+
+    def assert_leased_at_once(self, want, step, combined=False):
+        """`ready` counts the tasks of `want`, and a lease takes them, in that order: one
+        batch lease, or (`combined`) one task, then the rest by the lease of the call
+        that completes it."""
+        self.assertEqual(self.get_queue()["counts"]["queued"], len(want), step)
+        self.assertEqual(self.expect("GET", "/v1/queues/%s?ready=true" % self.q)
+                         ["counts"]["ready"], len(want), step)
+        if combined:
+            [first] = self.lease(max=1)
+            r = self.expect("POST", "/v1/leases/complete", {
+                "leases": [{"task": first["task"], "token": first["token"], "result": 1}],
+                "lease": {"queue": self.q, "max": 100}})
+            leases = [first] + r["leases"]
+        else:
+            leases = self.lease(max=100)
+        self.assertEqual([x["task"] for x in leases], want, step)
+        self.assertEqual(self.expect("GET", "/v1/queues/%s?ready=true" % self.q)
+                         ["counts"]["ready"], 0, step)
+
+    def assert_held(self, big):
+        """The store (of a head that must not run) still holds B's tasks left."""
+        self.assertEqual(self.store_count(
+            "SELECT count(*) FROM session_trash WHERE session = ?", big), 1)
+        self.assertEqual(self.store_count(
+            "SELECT count(*) FROM tasks WHERE session = ?", big), self.BIG - 1000)
+
+    def test_leased_past_what_is_left(self):
+        big, want = self.fill()
+        self.assert_leased_at_once(want, "the close", combined=True)
+        # A long-poll lease parked behind them is answered by the put of a task behind.
+        poller = Leaser(self.head, self.q, {"wait_ms": 20000})
+        poller.start()
+        harness.wait_until(lambda: self.waiters() == 1, what="the lease to wait")
+        [later] = self.put("later")
+        poller.join(20)
+        self.assertIsNone(poller.error, poller.error)
+        self.assertEqual([x["task"] for x in poller.reply.json["leases"]], [later])
+        self.head.kill()
+        self.assert_held(big)
+        self.head.start()
+
+    def restart_during_the_deletion(self, end):
+        """Closes B, ends the head by `end` (stop or kill) with B's tasks still left,
+        starts it again (still holding them): what is behind them is leased at once;
+        then without the hold the deletion ends and the counts stay exact."""
+        big, want = self.fill()
+        if end == "stop":
+            self.assertEqual(self.head.stop(), 0)
+        else:
+            self.head.kill()
+        self.assert_held(big)
+        self.head.start()
+        self.assert_leased_at_once(want, "a restart after a " + end)
+        [later] = self.put("later")
+        self.assert_leased_at_once([later], "a put after the restart")
+        self.assertEqual(self.head.stop(), 0)
+        self.assert_held(big)
+        self.head.env = {}
+        try:
+            self.head.start()
+            harness.wait_until(lambda: self.deleted(big), timeout=30,
+                               what="the closed session's tasks to be deleted")
+            self.assert_counts(leased=len(want) + 1, done=2)
+            self.assertEqual(self.head.stop(), 0)
+            self.assertEqual(self.store_count(
+                "SELECT count(*) FROM tasks WHERE session = ?", big), 0)
+        finally:
+            self.head.env = dict(self.HOLD)
+            self.head.start()
+
+    def test_after_a_stop_during_the_deletion(self):
+        self.restart_during_the_deletion("stop")
+
+    def test_after_a_kill9_during_the_deletion(self):
+        self.restart_during_the_deletion("kill")
+
+    def test_long_poll_waiting_from_before_the_close(self):
+        """A lease that waits on the queue before the close, while B's tasks wait out a
+        delay, is answered with the task behind them once it is ready, B's having become
+        ready before it (2000 of them left: more than a lease once looked past)."""
+        self.create_queue()
+        big = self.open_session()["id"]
+        start = time.monotonic()
+        for first in range(0, self.BIG, 1000):  # a plain put may name any session
+            self.put_tasks([{"payload": i, "session": big, "delay_ms": 5000}
+                            for i in range(first, first + 1000)])
+        [behind] = self.put("behind", delay_ms=5500)
+        poller = Leaser(self.head, self.q, {"wait_ms": 25000})
+        poller.start()
+        harness.wait_until(lambda: self.waiters() == 1, what="the lease to wait")
+        self.expect("DELETE", "/v1/sessions/" + big)
+        self.assertLess(time.monotonic() - start, 4.5,
+                        "the close came after B's tasks were ready: the machine was too slow")
+        poller.join(25)
+        self.assertIsNone(poller.error, poller.error)
+        self.assertEqual([x["task"] for x in poller.reply.json["leases"]], [behind])
+        self.assertGreaterEqual(time.monotonic() - start, 5.5)
+        self.head.kill()
+        self.assert_held(big)
+        self.head.start()
+
+
+class SessionLeftoverHoldValueTest(SessionCase):
+    """MUSTER_TEST_HOLD_LEFTOVERS holds the deletion only when it is 1: another value is
+    said in the log and ignored (the deletion goes on)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.head = harness.Head(list(cls.head_args),
+                                env={"MUSTER_TEST_HOLD_LEFTOVERS": "yes"}).start()
+
+    def test_other_values_are_ignored(self):
+        self.create_queue()
+        sid = self.open_session()["id"]
+        for first in range(0, 2000, 1000):
+            self.submit(sid, [{"payload": i} for i in range(first, first + 1000)])
+        self.expect("DELETE", "/v1/sessions/" + sid)
+        harness.wait_until(lambda: self.deleted(sid), timeout=20,
+                           what="the closed session's tasks to be deleted")
+        self.assertIn("MUSTER_TEST_HOLD_LEFTOVERS=yes is not 1 or 0", self.head.log())
 
 
 class SessionShutdownTest(SessionCase):
