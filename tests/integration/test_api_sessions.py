@@ -989,19 +989,19 @@ class SessionLeftoverTest(SessionCase):
         big = self.open_session()["id"]
         start = time.monotonic()
         for first in range(0, self.BIG, 1000):  # a plain put may name any session
-            self.put_tasks([{"payload": i, "session": big, "delay_ms": 5000}
+            self.put_tasks([{"payload": i, "session": big, "delay_ms": 8000}
                             for i in range(first, first + 1000)])
-        [behind] = self.put("behind", delay_ms=5500)
-        poller = Leaser(self.head, self.q, {"wait_ms": 25000})
+        [behind] = self.put("behind", delay_ms=8500)
+        poller = Leaser(self.head, self.q, {"wait_ms": 30000})
         poller.start()
         harness.wait_until(lambda: self.waiters() == 1, what="the lease to wait")
         self.expect("DELETE", "/v1/sessions/" + big)
-        self.assertLess(time.monotonic() - start, 4.5,
+        self.assertLess(time.monotonic() - start, 7.5,
                         "the close came after B's tasks were ready: the machine was too slow")
-        poller.join(25)
+        poller.join(30)
         self.assertIsNone(poller.error, poller.error)
         self.assertEqual([x["task"] for x in poller.reply.json["leases"]], [behind])
-        self.assertGreaterEqual(time.monotonic() - start, 5.5)
+        self.assertGreaterEqual(time.monotonic() - start, 8.5)
         self.head.kill()
         self.assert_held(big)
         self.head.start()
