@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.parse
 
-from . import errors
+from . import _continue, errors
 from .resolve import (  # noqa: F401 (muster.client's names as before)
     DEFAULT_DATA_DIR, DEFAULT_URL, _resolve_url_from, data_dir_default, resolve_token,
     resolve_url, url_problem)
@@ -348,8 +348,7 @@ class Client:
             reused = self._local.used
             body = data() if callable(data) else data
             try:
-                conn.request(method, self._prefix + path, body=body, headers=headers)
-                resp = conn.getresponse()
+                resp = self._send(conn, method, self._prefix + path, body, headers)
                 raw = None if stream and 200 <= resp.status < 300 else resp.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
                     http.client.CannotSendRequest, http.client.BadStatusLine) as e:
@@ -376,12 +375,23 @@ class Client:
             return resp, raw
         raise AssertionError("unreachable")
 
+    @staticmethod
+    def _send(conn, method, url, body, headers):
+        """Sends one request on ``conn``: its response, the body unread.  An upload whose
+        ``headers`` ask for ``100 Continue`` sends its body only once the server agreed to
+        take it (muster._continue): one the head refuses is not sent at all."""
+        if body is not None and _continue.expects_continue(headers):
+            return _continue.request(conn, method, url, body, headers)
+        conn.request(method, url, body=body, headers=headers)
+        return conn.getresponse()
+
     def _reply_read(self, resp):
         """The reply ``resp`` was read to its end: its connection may carry the next
-        request, unless the server said it closes it."""
+        request, unless the server said it closes it, or the reply ends it (a refusal
+        that came before the body was sent: muster._continue)."""
         self._local.used = True
         self._local.idle_since = time.monotonic()
-        if resp.getheader("Connection", "").lower() == "close":
+        if resp.will_close or resp.getheader("Connection", "").lower() == "close":
             self._drop_connection()
 
     # ---- health ----------------------------------------------------------------------

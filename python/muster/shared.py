@@ -6,10 +6,11 @@ the blob.  An upload from a file reads it as it is sent, with the Content-Length
 from the file's size (sent chunked when the size cannot be known: a pipe, gzip.open's
 file), and holds its last piece back until the file is seen to end there, so a file
 that changes size while it is sent never completes the body and the head stores
-nothing.  A download
-(``get_to``) writes the body as it arrives, hashed on the way (XXH64, the level's
-ETag), into a temporary file beside the destination, which replaces the destination
-only once the body is complete and matches its checksum.
+nothing.  An upload over 64 KiB asks for ``100 Continue`` first (muster._continue), so
+one the head refuses is refused before its bytes are sent.  A download (``get_to``)
+writes the body as it arrives, hashed on the way (XXH64, the level's ETag), into a
+temporary file beside the destination, which replaces the destination only once the
+body is complete and matches its checksum.
 """
 import errno
 import http.client
@@ -19,7 +20,7 @@ import os
 import stat
 import urllib.parse
 
-from . import errors
+from . import _continue, errors
 from ._xxh64 import hasher
 
 PIECE_BYTES = 1 << 20  # read from a file, or from the connection, at a time
@@ -98,7 +99,10 @@ class _Upload:
         self.read_any = False
 
     def headers(self):
-        return {} if self.size is None else {"Content-Length": str(self.size)}
+        headers = _continue.expect_headers(self.size)
+        if self.size is not None:
+            headers["Content-Length"] = str(self.size)
+        return headers
 
     def __call__(self):
         if self.start is not None:
@@ -305,9 +309,9 @@ class Shared:
     def _body(self, data, label):
         """(body, headers, file to close afterwards) of ``set``'s ``data``."""
         if isinstance(data, str):
-            return data.encode(), {}, None
+            data = data.encode()
         if isinstance(data, (bytes, bytearray, memoryview)):
-            return data, {}, None
+            return data, _continue.expect_headers(memoryview(data).nbytes), None
         if isinstance(data, os.PathLike):
             file = _open_source(data, label)
             label = "%s (from %s)" % (label, os.fspath(data))

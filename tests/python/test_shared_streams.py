@@ -15,7 +15,7 @@ import unittest
 from unittest import mock
 
 from common import ROOT, HeadTestCase, harness, muster
-from muster import _xxh64
+from muster import _continue, _xxh64
 from test_client import ScriptedServer
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
@@ -320,23 +320,42 @@ class FilesTest(HeadTestCase):
 
     def test_an_upload_sent_again_on_a_new_connection_starts_from_the_file_start(self):
         """A PUT whose reused connection closed without a reply goes again, from the
-        file's first byte; a pipe, which cannot go back, says so instead."""
+        file's first byte; a pipe, which cannot go back, says so instead once it was
+        sent, by a server that ignores Expect or one that answers 100 Continue.  A pipe's
+        upload (of a size not known in advance) waits for the 100 before its body: when
+        the connection closes before that, nothing was read and it goes again whole."""
         reply = json.dumps({"level": 1}).encode()
         srv = ScriptedServer([b'{"blobs": []}', None], [reply])
         c = muster.Client(srv.url, "token-123456", timeout=10)
         c.shared.list(SCOPE)
         self.assertEqual(c.shared.set(SCOPE, "again", io.BytesIO(b"0123456789")), {"level": 1})
         self.assertEqual(srv.bodies[1:], [b"0123456789", b"0123456789"])
-        srv = ScriptedServer([b'{"blobs": []}', None], [reply])
+        for answer_continue in (False, True):
+            srv = ScriptedServer([b'{"blobs": []}', None], [reply],
+                                 answer_continue=answer_continue)
+            c = muster.Client(srv.url, "token-123456", timeout=10)
+            c.shared.list(SCOPE)
+            with self.pipe(b"0123456789") as pipe, self.assertRaises(muster.NetworkError) as cm, \
+                    mock.patch.object(_continue, "CONTINUE_WAIT_S", 0.1):
+                c.shared.set(SCOPE, "again", pipe)
+            self.assertIn("a file that cannot seek cannot be sent again", str(cm.exception))
+            self.assertEqual(srv.bodies[1:], [b"0123456789"])
+            srv.listener.close()
+        srv = ScriptedServer([b'{"blobs": []}', ScriptedServer.BEFORE_BODY], [reply],
+                             answer_continue=True)
         c = muster.Client(srv.url, "token-123456", timeout=10)
         c.shared.list(SCOPE)
+        with self.pipe(b"0123456789") as pipe:
+            self.assertEqual(c.shared.set(SCOPE, "again", pipe), {"level": 1})
+        self.assertEqual((srv.accepts, len(srv.heads), srv.bodies[1:]), (2, 3, [b"0123456789"]))
+
+    @staticmethod
+    def pipe(data):
+        """A pipe's read end (a binary file) that gives ``data``, then its end."""
         read_end, write_end = os.pipe()
-        os.write(write_end, b"0123456789")
+        os.write(write_end, data)
         os.close(write_end)
-        with open(read_end, "rb") as pipe, self.assertRaises(muster.NetworkError) as cm:
-            c.shared.set(SCOPE, "again", pipe)
-        self.assertIn("a file that cannot seek cannot be sent again", str(cm.exception))
-        srv.listener.close()
+        return open(read_end, "rb")
 
     def test_get_to_through_a_node_agents_cache(self):
         data = random.Random(9).randbytes(MIB + 3)
