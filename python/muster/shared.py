@@ -20,7 +20,7 @@ import os
 import stat
 import urllib.parse
 
-from . import _continue, errors
+from . import _continue, _replace, errors
 from ._xxh64 import hasher
 
 PIECE_BYTES = 1 << 20  # read from a file, or from the connection, at a time
@@ -230,12 +230,13 @@ def _write_all(write):
 
 class _Destination:
     """Where ``get_to`` writes: a binary file object, written as the bytes come; or a
-    path, written through a temporary file beside it (the same directory, so the same
-    file system) that replaces the path once the bytes are complete and verified, and
-    is removed otherwise."""
+    path, written through a temporary file beside the file it names (the same directory,
+    so the same file system; a symbolic link followed) that replaces that file once the
+    bytes are complete and verified, with its permission bits (muster._replace), and is
+    removed otherwise."""
 
     def __init__(self, dest, label):
-        self.path = self.tmp = None
+        self.path = self.target = self.tmp = None
         if isinstance(dest, (str, bytes, os.PathLike)):
             self.path = os.fsdecode(dest)
             self.file = self._open_beside(label)
@@ -248,28 +249,25 @@ class _Destination:
         self.write = _write_all(self.file.write)
 
     def _open_beside(self, label):
+        """The temporary file beside the file that ``path`` names (a symbolic link
+        followed, as open() would: muster._replace), opened for writing."""
         if os.path.isdir(self.path):
             raise IsADirectoryError(errno.EISDIR, "dest: a directory; name the file to write "
                                     "%s to" % label, self.path)
-        directory, base = os.path.split(os.path.abspath(self.path))
-        while True:
-            self.tmp = os.path.join(directory, ".%s.%s.part" % (base, os.urandom(4).hex()))
-            try:
-                fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            except FileExistsError:
-                continue
-            except OSError as e:
-                self.tmp = None
-                raise OSError(e.errno, "dest: cannot create a file beside it to download %s "
-                              "into (%s)" % (label, e.strerror), self.path) from None
-            return open(fd, "wb")
+        try:
+            self.target = _replace.destination(self.path)
+            fd, self.tmp = _replace.create_beside(self.target, ".part")
+        except OSError as e:
+            raise OSError(e.errno, "dest: cannot create a file beside it to download %s "
+                          "into (%s)" % (label, e.strerror), self.path) from None
+        return open(fd, "wb")
 
     def commit(self):
         if self.path is None:
             self.file.flush()
             return
         self.file.close()
-        os.replace(self.tmp, self.path)
+        os.replace(self.tmp, self.target)
         self.tmp = None
 
     def discard(self):

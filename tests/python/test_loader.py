@@ -367,6 +367,33 @@ class TestAutomaticCheckpoints(LoaderTestCase):
             self.assertEqual(read_checkpoint(self.path)["consumed"], 30)
         self.assertEqual(got, stream_order(plan, 0, 0))
 
+    def test_the_file_is_the_one_open_would_write_with_its_mode(self):
+        """A checkpoint file gets the mode open() gives: 0666 less the umask when new, its
+        own permission bits when replaced; a symbolic link is written through."""
+        plan = plan_of("round_robin")
+        old_umask = os.umask(0o022)
+        try:
+            with Stream(plan, 0).loader(checkpoint_every=1, checkpoint_path=self.path) as loader:
+                loader.take(2)
+                loader.take(2)   # the first checkpoint, at 2
+                self.assertEqual(oct(os.stat(self.path).st_mode & 0o7777), oct(0o644))
+                os.chmod(self.path, 0o660)
+                loader.take(2)
+                self.assertEqual(oct(os.stat(self.path).st_mode & 0o7777), oct(0o660))
+        finally:
+            os.umask(old_umask)
+        os.mkdir(os.path.join(self.dir.name, "real"))
+        link = os.path.join(self.dir.name, "link.json")
+        os.symlink(os.path.join("real", "pos.json"), link)   # dangling: created
+        with Stream(plan, 0).loader(checkpoint_every=1, checkpoint_path=link) as loader:
+            loader.take(3)
+            loader.take(1)
+        self.assertTrue(os.path.islink(link))
+        self.assertEqual(read_checkpoint(os.path.join(self.dir.name, "real", "pos.json"))
+                         ["consumed"], 3)
+        self.assertEqual(sorted(os.listdir(self.dir.name)), ["link.json", "real", "stream.json"])
+        self.assertEqual(os.listdir(os.path.join(self.dir.name, "real")), ["pos.json"])
+
     def test_a_reader_never_finds_a_partial_file(self):
         plan = plan_of("round_robin", epochs=0)
         reads, bad, stop = [0], [], threading.Event()

@@ -257,6 +257,53 @@ class FilesTest(HeadTestCase):
             c.shared.get_to(SCOPE, "a", 3)
         self.assertEqual(sorted(os.listdir(self.dir)), ["src", "t"])
 
+    def test_get_to_writes_through_a_symbolic_link(self):
+        """A link to a file: the file gets the bytes (its temporary file beside it, in its
+        own directory), the link stays; a dangling link's target is created; a loop of
+        links is refused as open() refuses it."""
+        self.c.shared.set(SCOPE, "linked", b"the new bytes")
+        os.mkdir(self.path("real"))
+        with open(self.path("real/file"), "wb") as f:
+            f.write(b"old")
+        os.symlink("real/file", self.path("link"))
+        os.symlink("link", self.path("link-to-link"))
+        for link in ("link", "link-to-link"):
+            info = self.c.shared.get_to(SCOPE, "linked", pathlib.Path(self.path(link)))
+            self.assertEqual(info["size"], 13)
+            self.assertTrue(os.path.islink(self.path(link)))
+            with open(self.path("real/file"), "rb") as f:
+                self.assertEqual(f.read(), b"the new bytes")
+        os.symlink("real/made", self.path("dangling"))
+        self.c.shared.get_to(SCOPE, "linked", self.path("dangling"))
+        self.assertEqual(os.readlink(self.path("dangling")), "real/made")
+        with open(self.path("real/made"), "rb") as f:
+            self.assertEqual(f.read(), b"the new bytes")
+        os.symlink("loop-b", self.path("loop-a"))
+        os.symlink("loop-a", self.path("loop-b"))
+        with self.assertRaises(OSError) as cm:
+            self.c.shared.get_to(SCOPE, "linked", self.path("loop-a"))
+        self.assertIn("dest: cannot create a file beside it", str(cm.exception))
+        self.assertEqual(sorted(os.listdir(self.dir)), ["dangling", "link", "link-to-link",
+                                                        "loop-a", "loop-b", "real"])
+        self.assertEqual(sorted(os.listdir(self.path("real"))), ["file", "made"])
+
+    def test_get_to_gives_a_file_the_mode_open_would(self):
+        """A new file gets 0666 less the umask; one that is replaced keeps its
+        permission bits (as cp and a shell's > do), even some the umask would not give."""
+        self.c.shared.set(SCOPE, "mode", b"bytes")
+        old_umask = os.umask(0o027)
+        try:
+            self.c.shared.get_to(SCOPE, "mode", self.path("new"))
+            for mode in (0o600, 0o755):
+                with open(self.path("old"), "wb"):
+                    pass
+                os.chmod(self.path("old"), mode)
+                self.c.shared.get_to(SCOPE, "mode", self.path("old"))
+                self.assertEqual(oct(os.stat(self.path("old")).st_mode & 0o7777), oct(mode))
+        finally:
+            os.umask(old_umask)
+        self.assertEqual(oct(os.stat(self.path("new")).st_mode & 0o7777), oct(0o640))
+
     def test_a_file_that_changes_size_while_sent_stores_nothing(self):
         src = self.path("changing")
         write_random(src, 3 * MIB)
