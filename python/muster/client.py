@@ -527,7 +527,12 @@ class Client:
         LeaseList of Lease (empty when none came); with ``updates_after`` it also
         carries ``.updates`` and ``.updates_last``.  A ``wait_ms`` longer than the head's
         ``max_wait_ms`` is cut to it (:meth:`long_poll_ms`)."""
-        wait_ms = self.long_poll_ms(wait_ms) if wait_ms else 0
+        return self._lease(queue, worker, max, self.long_poll_ms(wait_ms) if wait_ms else 0,
+                           updates_after)
+
+    def _lease(self, queue, worker, max, wait_ms, updates_after):
+        """``lease`` with ``wait_ms`` cut already (:meth:`long_poll_ms`, which a caller
+        that chose the wait itself does not pay for twice: it peeks at the connection)."""
         body = _drop_none({"worker": worker, "max": max, "wait_ms": wait_ms or None,
                            "updates_after": updates_after})
         reply = self.request("POST", "/v1/queues/%s/lease" % _q(queue), body, wait_ms=wait_ms)
@@ -696,7 +701,11 @@ class Client:
     def results(self, session_id, order=None, cursor=None, max=None, wait_ms=0):
         """One read of the session's result stream: {"results", "cursor", "total", "done",
         "gap"}.  A ``wait_ms`` longer than the head's ``max_wait_ms`` is cut to it."""
-        wait_ms = self.long_poll_ms(wait_ms) if wait_ms else 0
+        return self._results(session_id, order, cursor, max,
+                             self.long_poll_ms(wait_ms) if wait_ms else 0)
+
+    def _results(self, session_id, order, cursor, max, wait_ms):
+        """``results`` with ``wait_ms`` cut already (:meth:`long_poll_ms`)."""
         return self.request("GET", "/v1/sessions/%s/results" % _q(session_id),
                             query={"order": order, "cursor": cursor, "max": max,
                                    "wait_ms": wait_ms or None}, wait_ms=wait_ms)
@@ -708,10 +717,9 @@ class Client:
         :func:`poll_pause_s` while results are still to come: a head that lets no read
         wait is not asked again and again."""
         if quick:
-            return self.results(session_id, order=order, cursor=cursor, max=max)
+            return self._results(session_id, order, cursor, max, 0)
         asked = time.monotonic()
-        reply = self.results(session_id, order=order, cursor=cursor, max=max,
-                             wait_ms=self.long_poll_ms(wait_ms, left))
+        reply = self._results(session_id, order, cursor, max, self.long_poll_ms(wait_ms, left))
         if not reply["results"] and reply["done"] < reply["total"]:
             pause = poll_pause_s(asked, wait_ms, left)
             if pause > 0:
