@@ -5,7 +5,9 @@ that a reader or a crash finds the old file or the new one, never a part of one.
 What ends up there is what ``open(path, "w")`` would have written, as ``cp`` does: a
 symbolic link is written through, to the file it points to (a dangling link's target is
 created, the link kept), and the file keeps the permission bits of the one it replaces,
-or, new, gets 0666 less the umask.  Being a new file, it is owned by the writer.
+or, new, gets 0666 less the umask.  Being a new file, it is owned by the writer.  A
+device or a FIFO (``/dev/null``, a named pipe) cannot be replaced by a file: it is
+written into, as open() writes into it (``written_into``).
 """
 import errno
 import os
@@ -20,6 +22,17 @@ def destination(path):
     if os.path.islink(real):  # realpath leaves a loop where it found it
         raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path))
     return real
+
+
+def written_into(dest):
+    """Whether ``dest`` (as ``destination`` gives) is a device or a FIFO, to be opened
+    and written into rather than replaced (replacing /dev/null with a file, as root,
+    would break every program that writes to it)."""
+    try:
+        mode = os.stat(dest).st_mode
+    except FileNotFoundError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode)
 
 
 def create_beside(dest, suffix):

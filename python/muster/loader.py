@@ -123,8 +123,12 @@ def write_atomically(path, text):
     failure the temporary file is removed and ``path`` is left as it was.  The file is
     the one open(path, "w") would write, with the mode it would have (muster._replace):
     a symbolic link is written through, the permission bits of the file replaced are
-    kept, and a new file gets 0666 less the umask."""
+    kept, a new file gets 0666 less the umask, and a device or a FIFO is written into."""
     target = _replace.destination(path)
+    if _replace.written_into(target):   # /dev/null, a FIFO: it cannot be replaced
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
     directory = os.path.dirname(target)
     fd, temporary = _replace.create_beside(target, ".tmp")
     try:

@@ -233,7 +233,7 @@ class _Destination:
     path, written through a temporary file beside the file it names (the same directory,
     so the same file system; a symbolic link followed) that replaces that file once the
     bytes are complete and verified, with its permission bits (muster._replace), and is
-    removed otherwise."""
+    removed otherwise; a path to a device or a FIFO is written into as the bytes come."""
 
     def __init__(self, dest, label):
         self.path = self.target = self.tmp = None
@@ -250,21 +250,31 @@ class _Destination:
 
     def _open_beside(self, label):
         """The temporary file beside the file that ``path`` names (a symbolic link
-        followed, as open() would: muster._replace), opened for writing."""
+        followed, as open() would: muster._replace), opened for writing; or that file
+        itself when it is a device or a FIFO (``/dev/null``), which is written into."""
         if os.path.isdir(self.path):
             raise IsADirectoryError(errno.EISDIR, "dest: a directory; name the file to write "
                                     "%s to" % label, self.path)
         try:
             self.target = _replace.destination(self.path)
-            fd, self.tmp = _replace.create_beside(self.target, ".part")
+            if not _replace.written_into(self.target):
+                fd, self.tmp = _replace.create_beside(self.target, ".part")
+                return open(fd, "wb")
         except OSError as e:
             raise OSError(e.errno, "dest: cannot create a file beside it to download %s "
                           "into (%s)" % (label, e.strerror), self.path) from None
-        return open(fd, "wb")
+        try:
+            return open(self.target, "wb")
+        except OSError as e:
+            raise OSError(e.errno, "dest: cannot open it to write %s into (%s)"
+                          % (label, e.strerror), self.path) from None
 
     def commit(self):
-        if self.path is None:
-            self.file.flush()
+        if self.tmp is None:   # a file object; or a device or a FIFO, written into
+            if self.path is None:
+                self.file.flush()
+            else:
+                self.file.close()
             return
         self.file.close()
         os.replace(self.tmp, self.target)
@@ -272,6 +282,11 @@ class _Destination:
 
     def discard(self):
         if self.tmp is None:
+            if self.path is not None:   # a device or a FIFO: what came stays written
+                try:
+                    self.file.close()
+                except OSError:
+                    pass
             return
         try:
             self.file.close()
@@ -354,16 +369,13 @@ class Shared:
 
     def get(self, scope, name, level=None, with_info=False):
         """The bytes of the newest level (or of ``level``), checked against its checksum;
-        with ``with_info`` also ``{"level", "etag", "expires_ms", "size"}``."""
-        _, headers, raw = self._c.request_raw("GET", self._path(scope, name),
-                                              query={"level": level})
-        info = _level_info(headers, len(raw))
-        digest = hasher()
-        try:
-            digest.update(raw)
-            _verify(info, digest.hexdigest(), "shared data %r in scope %r" % (name, scope))
-        finally:
-            digest.close()
+        with ``with_info`` also ``{"level", "etag", "expires_ms", "size"}``.  Read as
+        ``get_to`` reads them, so a body cut short or a reply that is not the bytes
+        raises as it does."""
+        body = io.BytesIO()
+        info = self._fetch(scope, name, level, body.write,
+                           "shared data %r in scope %r" % (name, scope))
+        raw = body.getvalue()
         return (raw, info) if with_info else raw
 
     def get_to(self, scope, name, dest, level=None):

@@ -7,6 +7,7 @@ import faulthandler
 import gc
 import json
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -393,6 +394,20 @@ class TestAutomaticCheckpoints(LoaderTestCase):
                          ["consumed"], 3)
         self.assertEqual(sorted(os.listdir(self.dir.name)), ["link.json", "real", "stream.json"])
         self.assertEqual(os.listdir(os.path.join(self.dir.name, "real")), ["pos.json"])
+
+    def test_a_fifo_is_written_into(self):
+        """A device or a FIFO as checkpoint_path is written into, not replaced by a file."""
+        fifo = os.path.join(self.dir.name, "fifo")
+        os.mkfifo(fifo)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)   # the writer's open need not wait
+        self.addCleanup(os.close, reader)
+        with Stream(plan_of("round_robin"), 0).loader(checkpoint_every=1,
+                                                      checkpoint_path=fifo) as loader:
+            loader.take(1)
+            loader.take(1)   # the checkpoint at 1
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+        first = os.read(reader, 65536).split(b"\n")[0]
+        self.assertEqual(json.loads(first)["consumed"], 1)
 
     def test_a_reader_never_finds_a_partial_file(self):
         plan = plan_of("round_robin", epochs=0)

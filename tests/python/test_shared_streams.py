@@ -7,6 +7,7 @@ import os
 import pathlib
 import random
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -287,6 +288,19 @@ class FilesTest(HeadTestCase):
                                                         "loop-a", "loop-b", "real"])
         self.assertEqual(sorted(os.listdir(self.path("real"))), ["file", "made"])
 
+    def test_get_to_writes_into_a_fifo(self):
+        """A device or a FIFO is written into, as open() writes into it, not replaced by a
+        file.  (/dev/null is not tried: replaced, as root, it would break the machine.)"""
+        self.c.shared.set(SCOPE, "fifo", b"through the pipe")
+        fifo = self.path("fifo")
+        os.mkfifo(fifo)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)   # the writer's open need not wait
+        self.addCleanup(os.close, reader)
+        self.assertEqual(self.c.shared.get_to(SCOPE, "fifo", fifo)["size"], 16)
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+        self.assertEqual(os.read(reader, 65536), b"through the pipe")
+        self.assertEqual(os.listdir(self.dir), ["fifo"])
+
     def test_get_to_gives_a_file_the_mode_open_would(self):
         """A new file gets 0666 less the umask; one that is replaced keeps its
         permission bits (as cp and a shell's > do), even some the umask would not give."""
@@ -340,7 +354,7 @@ class FilesTest(HeadTestCase):
             for i, piece in enumerate(pieces):
                 yield bytes([piece[0] ^ 1]) + piece[1:] if i == 0 else piece
 
-        plan = {1: cut, 2: flip, 3: flip, 4: "forward"}
+        plan = {1: cut, 2: flip, 3: flip, 4: "forward", 5: cut}
         proxy = harness.RequestProxy(self.head, lambda m, p: p.endswith("/checked"), plan.get)
         self.addCleanup(proxy.close)
         c = muster.Client(proxy.url, self.head.token)
@@ -363,7 +377,11 @@ class FilesTest(HeadTestCase):
         self.assertEqual(c.shared.get_to(SCOPE, "checked", dest)["size"], len(data))
         with open(dest, "rb") as f:
             self.assertEqual(f.read(), data)
-        self.assertEqual(proxy.count, 4)
+        with self.assertRaises(muster.NetworkError) as cm:   # get says it in the same words
+            c.shared.get(SCOPE, "checked")
+        self.assertIn("shared data 'checked' in scope %r: the body ended after %d of its %d "
+                      "bytes" % (SCOPE, half, len(data)), str(cm.exception))
+        self.assertEqual(proxy.count, 5)
 
     def test_an_upload_sent_again_on_a_new_connection_starts_from_the_file_start(self):
         """A PUT whose reused connection closed without a reply goes again, from the
