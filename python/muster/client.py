@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.parse
 
-from . import errors
+from . import _continue, errors
 from .resolve import (  # noqa: F401 (muster.client's names as before)
     DEFAULT_DATA_DIR, DEFAULT_URL, _resolve_url_from, data_dir_default, resolve_token,
     resolve_url, url_problem)
@@ -348,8 +348,7 @@ class Client:
             reused = self._local.used
             body = data() if callable(data) else data
             try:
-                conn.request(method, self._prefix + path, body=body, headers=headers)
-                resp = conn.getresponse()
+                resp = self._send(conn, method, self._prefix + path, body, headers)
                 raw = None if stream and 200 <= resp.status < 300 else resp.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
                     http.client.CannotSendRequest, http.client.BadStatusLine) as e:
@@ -376,12 +375,23 @@ class Client:
             return resp, raw
         raise AssertionError("unreachable")
 
+    @staticmethod
+    def _send(conn, method, url, body, headers):
+        """Sends one request on ``conn``: its response, the body unread.  An upload whose
+        ``headers`` ask for ``100 Continue`` sends its body only once the server agreed to
+        take it (muster._continue): one the head refuses is not sent at all."""
+        if body is not None and _continue.expects_continue(headers):
+            return _continue.request(conn, method, url, body, headers)
+        conn.request(method, url, body=body, headers=headers)
+        return conn.getresponse()
+
     def _reply_read(self, resp):
         """The reply ``resp`` was read to its end: its connection may carry the next
-        request, unless the server said it closes it."""
+        request, unless the server said it closes it, or the reply ends it (a refusal
+        that came before the body was sent: muster._continue)."""
         self._local.used = True
         self._local.idle_since = time.monotonic()
-        if resp.getheader("Connection", "").lower() == "close":
+        if resp.will_close or resp.getheader("Connection", "").lower() == "close":
             self._drop_connection()
 
     # ---- health ----------------------------------------------------------------------
@@ -517,7 +527,12 @@ class Client:
         LeaseList of Lease (empty when none came); with ``updates_after`` it also
         carries ``.updates`` and ``.updates_last``.  A ``wait_ms`` longer than the head's
         ``max_wait_ms`` is cut to it (:meth:`long_poll_ms`)."""
-        wait_ms = self.long_poll_ms(wait_ms) if wait_ms else 0
+        return self._lease(queue, worker, max, self.long_poll_ms(wait_ms) if wait_ms else 0,
+                           updates_after)
+
+    def _lease(self, queue, worker, max, wait_ms, updates_after):
+        """``lease`` with ``wait_ms`` cut already (:meth:`long_poll_ms`, which a caller
+        that chose the wait itself does not pay for twice: it peeks at the connection)."""
         body = _drop_none({"worker": worker, "max": max, "wait_ms": wait_ms or None,
                            "updates_after": updates_after})
         reply = self.request("POST", "/v1/queues/%s/lease" % _q(queue), body, wait_ms=wait_ms)
@@ -686,7 +701,11 @@ class Client:
     def results(self, session_id, order=None, cursor=None, max=None, wait_ms=0):
         """One read of the session's result stream: {"results", "cursor", "total", "done",
         "gap"}.  A ``wait_ms`` longer than the head's ``max_wait_ms`` is cut to it."""
-        wait_ms = self.long_poll_ms(wait_ms) if wait_ms else 0
+        return self._results(session_id, order, cursor, max,
+                             self.long_poll_ms(wait_ms) if wait_ms else 0)
+
+    def _results(self, session_id, order, cursor, max, wait_ms):
+        """``results`` with ``wait_ms`` cut already (:meth:`long_poll_ms`)."""
         return self.request("GET", "/v1/sessions/%s/results" % _q(session_id),
                             query={"order": order, "cursor": cursor, "max": max,
                                    "wait_ms": wait_ms or None}, wait_ms=wait_ms)
@@ -698,10 +717,9 @@ class Client:
         :func:`poll_pause_s` while results are still to come: a head that lets no read
         wait is not asked again and again."""
         if quick:
-            return self.results(session_id, order=order, cursor=cursor, max=max)
+            return self._results(session_id, order, cursor, max, 0)
         asked = time.monotonic()
-        reply = self.results(session_id, order=order, cursor=cursor, max=max,
-                             wait_ms=self.long_poll_ms(wait_ms, left))
+        reply = self._results(session_id, order, cursor, max, self.long_poll_ms(wait_ms, left))
         if not reply["results"] and reply["done"] < reply["total"]:
             pause = poll_pause_s(asked, wait_ms, left)
             if pause > 0:

@@ -29,16 +29,17 @@ with the fields of the C loader's standalone checkpoint (``mode``, ``fingerprint
 ``rank``, ``epoch``, ``consumed``), a wall-clock time stamp and the count of checkpoints;
 written to a path, it replaces the file atomically (a temporary file in the same
 directory, fsync, rename, fsync of the directory), so a reader or a crash finds the
-previous checkpoint or the new one, never a part of one.
+previous checkpoint or the new one, never a part of one; the file is the one, and has
+the mode, that open() would give (a symbolic link written through; muster._replace).
 """
 import json
 import operator
 import os
-import tempfile
 import threading
 import time
 import weakref
 
+from . import _replace
 from .iteration import STREAM_POS_BYTES, Stream, StreamPos
 
 # The C loader's LOADER_CHECKPOINT_VERSION: a checkpoint here holds its fields and more.
@@ -119,16 +120,23 @@ def _fsync_directory(directory):
 def write_atomically(path, text):
     """Replaces ``path`` with ``text``: a temporary file beside it, written and fsynced,
     renamed over it, and the directory fsynced (so that the rename survives a crash).  On
-    failure the temporary file is removed and ``path`` is left as it was."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                     dir=directory)
+    failure the temporary file is removed and ``path`` is left as it was.  The file is
+    the one open(path, "w") would write, with the mode it would have (muster._replace):
+    a symbolic link is written through, the permission bits of the file replaced are
+    kept, a new file gets 0666 less the umask, and a device or a FIFO is written into."""
+    target = _replace.destination(path)
+    if _replace.written_into(target):   # /dev/null, a FIFO: it cannot be replaced
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    directory = os.path.dirname(target)
+    fd, temporary = _replace.create_beside(target, ".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except BaseException:
         try:
             os.unlink(temporary)

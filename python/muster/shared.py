@@ -6,10 +6,11 @@ the blob.  An upload from a file reads it as it is sent, with the Content-Length
 from the file's size (sent chunked when the size cannot be known: a pipe, gzip.open's
 file), and holds its last piece back until the file is seen to end there, so a file
 that changes size while it is sent never completes the body and the head stores
-nothing.  A download
-(``get_to``) writes the body as it arrives, hashed on the way (XXH64, the level's
-ETag), into a temporary file beside the destination, which replaces the destination
-only once the body is complete and matches its checksum.
+nothing.  An upload over 64 KiB asks for ``100 Continue`` first (muster._continue), so
+one the head refuses is refused before its bytes are sent.  A download (``get_to``)
+writes the body as it arrives, hashed on the way (XXH64, the level's ETag), into a
+temporary file beside the destination, which replaces the destination only once the
+body is complete and matches its checksum.
 """
 import errno
 import http.client
@@ -19,7 +20,7 @@ import os
 import stat
 import urllib.parse
 
-from . import errors
+from . import _continue, _replace, errors
 from ._xxh64 import hasher
 
 PIECE_BYTES = 1 << 20  # read from a file, or from the connection, at a time
@@ -98,7 +99,10 @@ class _Upload:
         self.read_any = False
 
     def headers(self):
-        return {} if self.size is None else {"Content-Length": str(self.size)}
+        headers = _continue.expect_headers(self.size)
+        if self.size is not None:
+            headers["Content-Length"] = str(self.size)
+        return headers
 
     def __call__(self):
         if self.start is not None:
@@ -226,12 +230,13 @@ def _write_all(write):
 
 class _Destination:
     """Where ``get_to`` writes: a binary file object, written as the bytes come; or a
-    path, written through a temporary file beside it (the same directory, so the same
-    file system) that replaces the path once the bytes are complete and verified, and
-    is removed otherwise."""
+    path, written through a temporary file beside the file it names (the same directory,
+    so the same file system; a symbolic link followed) that replaces that file once the
+    bytes are complete and verified, with its permission bits (muster._replace), and is
+    removed otherwise; a path to a device or a FIFO is written into as the bytes come."""
 
     def __init__(self, dest, label):
-        self.path = self.tmp = None
+        self.path = self.target = self.tmp = None
         if isinstance(dest, (str, bytes, os.PathLike)):
             self.path = os.fsdecode(dest)
             self.file = self._open_beside(label)
@@ -244,32 +249,44 @@ class _Destination:
         self.write = _write_all(self.file.write)
 
     def _open_beside(self, label):
+        """The temporary file beside the file that ``path`` names (a symbolic link
+        followed, as open() would: muster._replace), opened for writing; or that file
+        itself when it is a device or a FIFO (``/dev/null``), which is written into."""
         if os.path.isdir(self.path):
             raise IsADirectoryError(errno.EISDIR, "dest: a directory; name the file to write "
                                     "%s to" % label, self.path)
-        directory, base = os.path.split(os.path.abspath(self.path))
-        while True:
-            self.tmp = os.path.join(directory, ".%s.%s.part" % (base, os.urandom(4).hex()))
-            try:
-                fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            except FileExistsError:
-                continue
-            except OSError as e:
-                self.tmp = None
-                raise OSError(e.errno, "dest: cannot create a file beside it to download %s "
-                              "into (%s)" % (label, e.strerror), self.path) from None
-            return open(fd, "wb")
+        try:
+            self.target = _replace.destination(self.path)
+            if not _replace.written_into(self.target):
+                fd, self.tmp = _replace.create_beside(self.target, ".part")
+                return open(fd, "wb")
+        except OSError as e:
+            raise OSError(e.errno, "dest: cannot create a file beside it to download %s "
+                          "into (%s)" % (label, e.strerror), self.path) from None
+        try:
+            return open(self.target, "wb")
+        except OSError as e:
+            raise OSError(e.errno, "dest: cannot open it to write %s into (%s)"
+                          % (label, e.strerror), self.path) from None
 
     def commit(self):
-        if self.path is None:
-            self.file.flush()
+        if self.tmp is None:   # a file object; or a device or a FIFO, written into
+            if self.path is None:
+                self.file.flush()
+            else:
+                self.file.close()
             return
         self.file.close()
-        os.replace(self.tmp, self.path)
+        os.replace(self.tmp, self.target)
         self.tmp = None
 
     def discard(self):
         if self.tmp is None:
+            if self.path is not None:   # a device or a FIFO: what came stays written
+                try:
+                    self.file.close()
+                except OSError:
+                    pass
             return
         try:
             self.file.close()
@@ -305,9 +322,9 @@ class Shared:
     def _body(self, data, label):
         """(body, headers, file to close afterwards) of ``set``'s ``data``."""
         if isinstance(data, str):
-            return data.encode(), {}, None
+            data = data.encode()
         if isinstance(data, (bytes, bytearray, memoryview)):
-            return data, {}, None
+            return data, _continue.expect_headers(memoryview(data).nbytes), None
         if isinstance(data, os.PathLike):
             file = _open_source(data, label)
             label = "%s (from %s)" % (label, os.fspath(data))
@@ -352,16 +369,13 @@ class Shared:
 
     def get(self, scope, name, level=None, with_info=False):
         """The bytes of the newest level (or of ``level``), checked against its checksum;
-        with ``with_info`` also ``{"level", "etag", "expires_ms", "size"}``."""
-        _, headers, raw = self._c.request_raw("GET", self._path(scope, name),
-                                              query={"level": level})
-        info = _level_info(headers, len(raw))
-        digest = hasher()
-        try:
-            digest.update(raw)
-            _verify(info, digest.hexdigest(), "shared data %r in scope %r" % (name, scope))
-        finally:
-            digest.close()
+        with ``with_info`` also ``{"level", "etag", "expires_ms", "size"}``.  Read as
+        ``get_to`` reads them, so a body cut short or a reply that is not the bytes
+        raises as it does."""
+        body = io.BytesIO()
+        info = self._fetch(scope, name, level, body.write,
+                           "shared data %r in scope %r" % (name, scope))
+        raw = body.getvalue()
         return (raw, info) if with_info else raw
 
     def get_to(self, scope, name, dest, level=None):

@@ -394,9 +394,9 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
             else:
                 try:
                     asked = time.monotonic()
-                    leases = client.lease(queue, worker=me["id"], max=1,
-                                          wait_ms=client.long_poll_ms(wait_ms),
-                                          updates_after=last)
+                    # The wait cut once (long_poll_ms): lease() would cut it again.
+                    leases = client._lease(queue, me["id"], 1, client.long_poll_ms(wait_ms),
+                                           last)
                 except WorkerNotFound:
                     try:
                         register()

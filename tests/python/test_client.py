@@ -507,28 +507,44 @@ class TestUrlChecks(unittest.TestCase):
 
 class ScriptedServer:
     """A loopback server that answers each connection's requests from `replies` (None:
-    read the request, then close without answering) and counts its connections;
-    `requests` has their request lines, `bodies` their bodies (of a Content-Length)."""
+    read the request, then close without answering; BEFORE_BODY: read its head only,
+    then close) and counts its connections;
+    `requests` has their request lines, `heads` their heads, `bodies` their bodies (of a
+    Content-Length, or chunked).  A request that asks for "100 Continue" gets it with
+    `answer_continue`, else it is ignored, as many servers do."""
 
-    def __init__(self, *per_connection):
+    BEFORE_BODY = "before-body"
+
+    def __init__(self, *per_connection, answer_continue=False):
         self.per_connection, self.accepts, self.requests = list(per_connection), 0, []
-        self.bodies = []
+        self.heads, self.bodies = [], []
+        self.answer_continue = answer_continue
         self.closed = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
-    def _read_request(self, conn, buf):
+    def _read_request(self, conn, buf, body=True):
         while b"\r\n\r\n" not in buf:
             data = conn.recv(65536)
             if not data:
                 return None, b""
             buf += data
         head, _, rest = buf.partition(b"\r\n\r\n")
+        self.heads.append(head)
+        if not body:
+            return head.split(b"\r\n")[0], b""
+        lines = [line.lower() for line in head.split(b"\r\n")]
+        if self.answer_continue and b"expect: 100-continue" in lines:
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if b"transfer-encoding: chunked" in lines:
+            body, rest = self._read_chunked(conn, rest)
+            self.bodies.append(body)
+            return head.split(b"\r\n")[0], rest
         length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
+        for line in lines:
+            if line.startswith(b"content-length:"):
                 length = int(line.split(b":")[1])
         while len(rest) < length:
             piece = conn.recv(65536)
@@ -537,6 +553,28 @@ class ScriptedServer:
             rest += piece
         self.bodies.append(rest[:length])
         return head.split(b"\r\n")[0], rest[length:]
+
+    @staticmethod
+    def _read_chunked(conn, buf):
+        """A chunked body (without trailers) that begins ``buf``: (its bytes, what came
+        after it).  A client that went away mid-body leaves what came."""
+        body = b""
+        while True:
+            while b"\r\n" not in buf:
+                piece = conn.recv(65536)
+                if not piece:
+                    return body, b""
+                buf += piece
+            line, _, buf = buf.partition(b"\r\n")
+            size = int(line.split(b";")[0], 16)
+            while len(buf) < size + 2:
+                piece = conn.recv(65536)
+                if not piece:
+                    return body + buf[:size], b""
+                buf += piece
+            body, buf = body + buf[:size], buf[size + 2:]
+            if size == 0:
+                return body, buf
 
     def _run(self):
         for replies in self.per_connection:
@@ -547,11 +585,11 @@ class ScriptedServer:
             self.accepts += 1
             buf = b""
             for reply in replies:
-                line, buf = self._read_request(conn, buf)
+                line, buf = self._read_request(conn, buf, reply is not self.BEFORE_BODY)
                 if line is None:
                     break
                 self.requests.append(line)
-                if reply is None:
+                if reply is None or reply is self.BEFORE_BODY:
                     break
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                              b"Content-Length: %d\r\n\r\n%s" % (len(reply), reply))

@@ -7,6 +7,7 @@ import faulthandler
 import gc
 import json
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -366,6 +367,47 @@ class TestAutomaticCheckpoints(LoaderTestCase):
             got += list(loader)                                         # written now
             self.assertEqual(read_checkpoint(self.path)["consumed"], 30)
         self.assertEqual(got, stream_order(plan, 0, 0))
+
+    def test_the_file_is_the_one_open_would_write_with_its_mode(self):
+        """A checkpoint file gets the mode open() gives: 0666 less the umask when new, its
+        own permission bits when replaced; a symbolic link is written through."""
+        plan = plan_of("round_robin")
+        old_umask = os.umask(0o022)
+        try:
+            with Stream(plan, 0).loader(checkpoint_every=1, checkpoint_path=self.path) as loader:
+                loader.take(2)
+                loader.take(2)   # the first checkpoint, at 2
+                self.assertEqual(oct(os.stat(self.path).st_mode & 0o7777), oct(0o644))
+                os.chmod(self.path, 0o660)
+                loader.take(2)
+                self.assertEqual(oct(os.stat(self.path).st_mode & 0o7777), oct(0o660))
+        finally:
+            os.umask(old_umask)
+        os.mkdir(os.path.join(self.dir.name, "real"))
+        link = os.path.join(self.dir.name, "link.json")
+        os.symlink(os.path.join("real", "pos.json"), link)   # dangling: created
+        with Stream(plan, 0).loader(checkpoint_every=1, checkpoint_path=link) as loader:
+            loader.take(3)
+            loader.take(1)
+        self.assertTrue(os.path.islink(link))
+        self.assertEqual(read_checkpoint(os.path.join(self.dir.name, "real", "pos.json"))
+                         ["consumed"], 3)
+        self.assertEqual(sorted(os.listdir(self.dir.name)), ["link.json", "real", "stream.json"])
+        self.assertEqual(os.listdir(os.path.join(self.dir.name, "real")), ["pos.json"])
+
+    def test_a_fifo_is_written_into(self):
+        """A device or a FIFO as checkpoint_path is written into, not replaced by a file."""
+        fifo = os.path.join(self.dir.name, "fifo")
+        os.mkfifo(fifo)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)   # the writer's open need not wait
+        self.addCleanup(os.close, reader)
+        with Stream(plan_of("round_robin"), 0).loader(checkpoint_every=1,
+                                                      checkpoint_path=fifo) as loader:
+            loader.take(1)
+            loader.take(1)   # the checkpoint at 1
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+        first = os.read(reader, 65536).split(b"\n")[0]
+        self.assertEqual(json.loads(first)["consumed"], 1)
 
     def test_a_reader_never_finds_a_partial_file(self):
         plan = plan_of("round_robin", epochs=0)

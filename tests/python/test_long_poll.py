@@ -18,12 +18,13 @@ import pool_workers
 class SpyClient(muster.Client):
     """A Client that notes what each long-poll asked for: ``reads`` and ``leases`` are
     lists of (time.monotonic(), wait_ms sent or None), ``health_asks`` counts GET
-    /v1/health, ``waiting`` is set when a request that waits is sent, and ``enough`` once
-    ``want`` results reads (or ``want`` leases) were sent."""
+    /v1/health, ``cuts`` the waits chosen (long_poll_ms), ``waiting`` is set when a
+    request that waits is sent, and ``enough`` once ``want`` results reads (or ``want``
+    leases) were sent."""
 
     def __init__(self, *args, want=3, **kwargs):
         super().__init__(*args, **kwargs)
-        self.reads, self.leases, self.health_asks = [], [], 0
+        self.reads, self.leases, self.health_asks, self.cuts = [], [], 0, 0
         self.waiting, self.enough, self.want = threading.Event(), threading.Event(), want
 
     def request(self, method, path, body=None, query=None, wait_ms=0, **kwargs):
@@ -40,6 +41,10 @@ class SpyClient(muster.Client):
         if wait_ms:
             self.waiting.set()
         return super().request(method, path, body, query, wait_ms, **kwargs)
+
+    def long_poll_ms(self, wait_ms=None, left=None):
+        self.cuts += 1
+        return super().long_poll_ms(wait_ms, left)
 
 
 class LongPollCase(HeadTestCase):
@@ -142,6 +147,28 @@ class ShorterMaxWaitTest(LongPollCase):
         self.complete_the_task()
         self.assertEqual(len(join()), 1)
         self.assertEqual({w for _, w in self.spy.reads if w}, {300})
+
+    def test_each_long_poll_chooses_its_wait_once(self):
+        """The worker's leases and the reads of iter_results (a Pool's too): one
+        long_poll_ms per long-poll (it peeks at the connection; lease() and results()
+        chose the wait a second time)."""
+        stop = threading.Event()
+        join = self.in_thread(lambda: muster.worker.serve_queue(
+            self.spy, self.q, stop=stop, log=lambda text: None))
+        self.assertTrue(self.spy.enough.wait(30))
+        stop.set()
+        self.assertEqual(join(), 0)
+        self.assertEqual(self.spy.cuts, len(self.spy.leases))
+        self.spy.cuts, self.spy.reads = 0, []
+        self.spy.enough.clear()
+        sid = self.session_with_one_task()
+        join = self.in_thread(lambda: list(self.spy.iter_results(sid)))
+        self.assertTrue(self.spy.enough.wait(30))
+        self.complete_the_task()
+        self.assertEqual(len(join()), 1)
+        waits = [w for _, w in self.spy.reads if w]
+        self.assertTrue(waits)
+        self.assertEqual(self.spy.cuts, len(waits))
 
 
 class NoWaitHeadTest(LongPollCase):

@@ -279,7 +279,7 @@ class StandaloneWorkerTest(HeadTestCase):
         c = muster.Client(self.head.url, self.head.token)
         self.addCleanup(c.close)
         tries, third, lines, stop = [], threading.Event(), [], threading.Event()
-        real_lease = c.lease
+        real_lease = c._lease   # serve_queue's lease, its wait chosen already
 
         def lease(*args, **kw):
             tries.append(1)
@@ -287,7 +287,7 @@ class StandaloneWorkerTest(HeadTestCase):
                 third.set()
             return real_lease(*args, **kw)
 
-        c.lease = lease
+        c._lease = lease
         t = threading.Thread(target=mw.serve_queue, args=(c, q),
                              kwargs={"wait_ms": 100, "stop": stop, "log": lines.append})
         t.start()

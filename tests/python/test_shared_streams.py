@@ -7,6 +7,7 @@ import os
 import pathlib
 import random
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -15,7 +16,7 @@ import unittest
 from unittest import mock
 
 from common import ROOT, HeadTestCase, harness, muster
-from muster import _xxh64
+from muster import _continue, _xxh64
 from test_client import ScriptedServer
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
@@ -257,6 +258,66 @@ class FilesTest(HeadTestCase):
             c.shared.get_to(SCOPE, "a", 3)
         self.assertEqual(sorted(os.listdir(self.dir)), ["src", "t"])
 
+    def test_get_to_writes_through_a_symbolic_link(self):
+        """A link to a file: the file gets the bytes (its temporary file beside it, in its
+        own directory), the link stays; a dangling link's target is created; a loop of
+        links is refused as open() refuses it."""
+        self.c.shared.set(SCOPE, "linked", b"the new bytes")
+        os.mkdir(self.path("real"))
+        with open(self.path("real/file"), "wb") as f:
+            f.write(b"old")
+        os.symlink("real/file", self.path("link"))
+        os.symlink("link", self.path("link-to-link"))
+        for link in ("link", "link-to-link"):
+            info = self.c.shared.get_to(SCOPE, "linked", pathlib.Path(self.path(link)))
+            self.assertEqual(info["size"], 13)
+            self.assertTrue(os.path.islink(self.path(link)))
+            with open(self.path("real/file"), "rb") as f:
+                self.assertEqual(f.read(), b"the new bytes")
+        os.symlink("real/made", self.path("dangling"))
+        self.c.shared.get_to(SCOPE, "linked", self.path("dangling"))
+        self.assertEqual(os.readlink(self.path("dangling")), "real/made")
+        with open(self.path("real/made"), "rb") as f:
+            self.assertEqual(f.read(), b"the new bytes")
+        os.symlink("loop-b", self.path("loop-a"))
+        os.symlink("loop-a", self.path("loop-b"))
+        with self.assertRaises(OSError) as cm:
+            self.c.shared.get_to(SCOPE, "linked", self.path("loop-a"))
+        self.assertIn("dest: cannot create a file beside it", str(cm.exception))
+        self.assertEqual(sorted(os.listdir(self.dir)), ["dangling", "link", "link-to-link",
+                                                        "loop-a", "loop-b", "real"])
+        self.assertEqual(sorted(os.listdir(self.path("real"))), ["file", "made"])
+
+    def test_get_to_writes_into_a_fifo(self):
+        """A device or a FIFO is written into, as open() writes into it, not replaced by a
+        file.  (/dev/null is not tried: replaced, as root, it would break the machine.)"""
+        self.c.shared.set(SCOPE, "fifo", b"through the pipe")
+        fifo = self.path("fifo")
+        os.mkfifo(fifo)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)   # the writer's open need not wait
+        self.addCleanup(os.close, reader)
+        self.assertEqual(self.c.shared.get_to(SCOPE, "fifo", fifo)["size"], 16)
+        self.assertTrue(stat.S_ISFIFO(os.stat(fifo).st_mode))
+        self.assertEqual(os.read(reader, 65536), b"through the pipe")
+        self.assertEqual(os.listdir(self.dir), ["fifo"])
+
+    def test_get_to_gives_a_file_the_mode_open_would(self):
+        """A new file gets 0666 less the umask; one that is replaced keeps its
+        permission bits (as cp and a shell's > do), even some the umask would not give."""
+        self.c.shared.set(SCOPE, "mode", b"bytes")
+        old_umask = os.umask(0o027)
+        try:
+            self.c.shared.get_to(SCOPE, "mode", self.path("new"))
+            for mode in (0o600, 0o755):
+                with open(self.path("old"), "wb"):
+                    pass
+                os.chmod(self.path("old"), mode)
+                self.c.shared.get_to(SCOPE, "mode", self.path("old"))
+                self.assertEqual(oct(os.stat(self.path("old")).st_mode & 0o7777), oct(mode))
+        finally:
+            os.umask(old_umask)
+        self.assertEqual(oct(os.stat(self.path("new")).st_mode & 0o7777), oct(0o640))
+
     def test_a_file_that_changes_size_while_sent_stores_nothing(self):
         src = self.path("changing")
         write_random(src, 3 * MIB)
@@ -293,7 +354,7 @@ class FilesTest(HeadTestCase):
             for i, piece in enumerate(pieces):
                 yield bytes([piece[0] ^ 1]) + piece[1:] if i == 0 else piece
 
-        plan = {1: cut, 2: flip, 3: flip, 4: "forward"}
+        plan = {1: cut, 2: flip, 3: flip, 4: "forward", 5: cut}
         proxy = harness.RequestProxy(self.head, lambda m, p: p.endswith("/checked"), plan.get)
         self.addCleanup(proxy.close)
         c = muster.Client(proxy.url, self.head.token)
@@ -316,27 +377,50 @@ class FilesTest(HeadTestCase):
         self.assertEqual(c.shared.get_to(SCOPE, "checked", dest)["size"], len(data))
         with open(dest, "rb") as f:
             self.assertEqual(f.read(), data)
-        self.assertEqual(proxy.count, 4)
+        with self.assertRaises(muster.NetworkError) as cm:   # get says it in the same words
+            c.shared.get(SCOPE, "checked")
+        self.assertIn("shared data 'checked' in scope %r: the body ended after %d of its %d "
+                      "bytes" % (SCOPE, half, len(data)), str(cm.exception))
+        self.assertEqual(proxy.count, 5)
 
     def test_an_upload_sent_again_on_a_new_connection_starts_from_the_file_start(self):
         """A PUT whose reused connection closed without a reply goes again, from the
-        file's first byte; a pipe, which cannot go back, says so instead."""
+        file's first byte; a pipe, which cannot go back, says so instead once it was
+        sent, by a server that ignores Expect or one that answers 100 Continue.  A pipe's
+        upload (of a size not known in advance) waits for the 100 before its body: when
+        the connection closes before that, nothing was read and it goes again whole."""
         reply = json.dumps({"level": 1}).encode()
         srv = ScriptedServer([b'{"blobs": []}', None], [reply])
         c = muster.Client(srv.url, "token-123456", timeout=10)
         c.shared.list(SCOPE)
         self.assertEqual(c.shared.set(SCOPE, "again", io.BytesIO(b"0123456789")), {"level": 1})
         self.assertEqual(srv.bodies[1:], [b"0123456789", b"0123456789"])
-        srv = ScriptedServer([b'{"blobs": []}', None], [reply])
+        for answer_continue in (False, True):
+            srv = ScriptedServer([b'{"blobs": []}', None], [reply],
+                                 answer_continue=answer_continue)
+            c = muster.Client(srv.url, "token-123456", timeout=10)
+            c.shared.list(SCOPE)
+            with self.pipe(b"0123456789") as pipe, self.assertRaises(muster.NetworkError) as cm, \
+                    mock.patch.object(_continue, "CONTINUE_WAIT_S", 0.1):
+                c.shared.set(SCOPE, "again", pipe)
+            self.assertIn("a file that cannot seek cannot be sent again", str(cm.exception))
+            self.assertEqual(srv.bodies[1:], [b"0123456789"])
+            srv.listener.close()
+        srv = ScriptedServer([b'{"blobs": []}', ScriptedServer.BEFORE_BODY], [reply],
+                             answer_continue=True)
         c = muster.Client(srv.url, "token-123456", timeout=10)
         c.shared.list(SCOPE)
+        with self.pipe(b"0123456789") as pipe:
+            self.assertEqual(c.shared.set(SCOPE, "again", pipe), {"level": 1})
+        self.assertEqual((srv.accepts, len(srv.heads), srv.bodies[1:]), (2, 3, [b"0123456789"]))
+
+    @staticmethod
+    def pipe(data):
+        """A pipe's read end (a binary file) that gives ``data``, then its end."""
         read_end, write_end = os.pipe()
-        os.write(write_end, b"0123456789")
+        os.write(write_end, data)
         os.close(write_end)
-        with open(read_end, "rb") as pipe, self.assertRaises(muster.NetworkError) as cm:
-            c.shared.set(SCOPE, "again", pipe)
-        self.assertIn("a file that cannot seek cannot be sent again", str(cm.exception))
-        srv.listener.close()
+        return open(read_end, "rb")
 
     def test_get_to_through_a_node_agents_cache(self):
         data = random.Random(9).randbytes(MIB + 3)
