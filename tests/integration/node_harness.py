@@ -165,6 +165,17 @@ class Agent:
             self.proc.kill()
             self.proc.wait()
 
+    def stop_checked(self, timeout=20):
+        """Stops the agent (killed if need be) and raises AssertionError when it did not
+        exit 0 or its log holds a sanitizer's report."""
+        try:
+            status = self.stop(timeout)
+            log = self.log()
+        finally:
+            self.kill()
+        if status != 0 or "Sanitizer" in log:
+            raise AssertionError("the agent exited with %s:\n%s" % (status, log))
+
 
 def _stat(pid):
     """(ppid, pgid) of a live process, or None."""

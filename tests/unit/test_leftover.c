@@ -26,6 +26,7 @@
 #include "server/task.h"
 #include "sql_helpers.h"
 #include "store_fixture.h"
+#include "session_fixture.h"
 
 static void open_session(const char *queue, char *id) {
   json_t *body = json_pack("{s:s, s:I}", "queue", queue, "timeout_ms", (json_int_t)60000);
@@ -58,44 +59,12 @@ static void submit_many(const char *id, int64_t n) {
     submit(id, n < TASK_MAX_BATCH ? n : TASK_MAX_BATCH, 0);
 }
 
-/* Puts one plain task of `priority` into `queue`; returns its id. */
-static int64_t put_one(const char *queue, int64_t priority) {
-  json_t *body =
-      json_pack("{s:[{s:s, s:I}]}", "tasks", "payload", "plain", "priority", (json_int_t)priority);
-  fail_t f = {0};
-  json_t *out = task_put(st, queue, body, 1 << 20, &f);
-  assert_non_null(out);
-  json_t *tree = reply_tree(out);
-  int64_t id = jint(json_array_get(json_object_get(tree, "tasks"), 0), "id");
-  json_decref(tree);
-  json_decref(out);
-  json_decref(body);
-  return id;
-}
-
 static void close_session(const char *id) {
   fail_t f = {0};
   json_t *r = session_close(st, id, "by its client", &f);
   if (r == NULL)
     fail_msg("close: %s", f.message);
   json_decref(r);
-}
-
-/* Completes the leases of `leases`. */
-static void complete_all(const json_t *leases) {
-  json_t *items = json_array();
-  for (size_t i = 0; i < json_array_size(leases); i++) {
-    const json_t *l = json_array_get(leases, i);
-    json_array_append_new(items, json_pack("{s:I, s:I, s:s}", "task", (json_int_t)jint(l, "task"),
-                                           "token", (json_int_t)jint(l, "token"), "result", "r"));
-  }
-  json_t *body = json_pack("{s:o}", "leases", items);
-  fail_t f = {0};
-  json_t *out = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
-  if (out == NULL)
-    fail_msg("complete: %s", f.message);
-  json_decref(out);
-  json_decref(body);
 }
 
 #define IDS_MAX 4096

@@ -27,6 +27,7 @@
 #include "server/task.h"
 #include "sql_helpers.h"
 #include "store_fixture.h"
+#include "session_fixture.h"
 
 /* The statement that deletes a chunk of a session's tasks (session_close.c). */
 #define CHUNK_SQL "INDEXED BY tasks_by_session WHERE session = ?1 AND id <= ?2 LIMIT ?3"
@@ -68,38 +69,6 @@ static void submit_many(const char *id, int64_t n) {
     json_decref(body);
     n -= batch;
   }
-}
-
-/* Puts one task of `priority` into `queue`; returns its id. */
-static int64_t put_one(const char *queue, int64_t priority) {
-  json_t *body =
-      json_pack("{s:[{s:s, s:I}]}", "tasks", "payload", "plain", "priority", (json_int_t)priority);
-  fail_t f = {0};
-  json_t *out = task_put(st, queue, body, 1 << 20, &f);
-  assert_non_null(out);
-  json_t *tree = reply_tree(out);
-  int64_t id = jint(json_array_get(json_object_get(tree, "tasks"), 0), "id");
-  json_decref(tree);
-  json_decref(out);
-  json_decref(body);
-  return id;
-}
-
-/* Completes every lease of `leases`. */
-static void complete_all(const json_t *leases) {
-  json_t *items = json_array();
-  for (size_t i = 0; i < json_array_size(leases); i++) {
-    const json_t *l = json_array_get(leases, i);
-    json_array_append_new(items, json_pack("{s:I, s:I, s:s}", "task", (json_int_t)jint(l, "task"),
-                                           "token", (json_int_t)jint(l, "token"), "result", "r"));
-  }
-  json_t *body = json_pack("{s:o}", "leases", items);
-  fail_t f = {0};
-  json_t *out = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
-  if (out == NULL)
-    fail_msg("complete: %s", f.message);
-  json_decref(out);
-  json_decref(body);
 }
 
 /* The kept counts of `queue` equal a count of its tasks, state by state,
