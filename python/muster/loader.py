@@ -146,6 +146,27 @@ def write_atomically(path, text):
     _fsync_directory(directory)
 
 
+def _check_checkpoint_path(path):
+    """ValueError naming ``path`` and why, when write_atomically could not write there:
+    checked when the loader is made rather than at the first checkpoint, deep in a run.
+    The file written is the one muster._replace.destination gives (symbolic links
+    followed to the end, a dangling link's target created), so that file must not be a
+    directory and its directory must be one.  Permissions are left to the write."""
+    try:
+        target = _replace.destination(path)
+    except OSError as e:   # a loop of links
+        raise ValueError("checkpoint_path=%r: %s" % (path, e.strerror)) from None
+    link = "a symbolic link to %s, " % target if os.path.islink(path) else ""
+    if os.path.isdir(target):
+        raise ValueError("checkpoint_path=%r: %sa directory, not a file" % (path, link))
+    directory = os.path.dirname(target)
+    if os.path.isdir(directory):
+        return   # a device or a FIFO there is written into (_replace.written_into)
+    why = "is not a directory" if os.path.exists(directory) else "does not exist"
+    raise ValueError("checkpoint_path=%r: %s%s directory %s %s"
+                     % (path, link, "whose" if link else "its", directory, why))
+
+
 class _LoadBox:
     """``load``, which its loader alone holds: the threads reach it through a weak
     reference, so that a load that holds its loader (a bound method of an object that
@@ -298,10 +319,7 @@ class Loader:
                              "(a dict)" % (on_checkpoint,))
         if checkpoint_path is not None:
             checkpoint_path = os.fspath(checkpoint_path)
-            directory = os.path.dirname(os.path.abspath(checkpoint_path))
-            if not os.path.isdir(directory):
-                raise ValueError("checkpoint_path=%r: the directory %s does not exist"
-                                 % (checkpoint_path, directory))
+            _check_checkpoint_path(checkpoint_path)
         self.plan = stream.plan
         self.rank = stream.rank
         self.prefetch = prefetch

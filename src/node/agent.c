@@ -679,6 +679,7 @@ int node_agent_main(const node_config_t *cfg) {
     return cfg->lock_busy_ok ? 0 : 1;
   signal(SIGPIPE, SIG_IGN);
   agent_sync_init(&a);
+  crash_queue_init(&a);
   int notify[2] = {-1, -1};
   agent_bg_t bg = {.a = &a};
   int status = agent_serve(&a, &bg, notify);

@@ -40,7 +40,13 @@ typedef struct {
  * died: a ring under the agent's lock. */
 typedef struct {
   crash_report_t items[CRASH_QUEUE_MAX];
+  size_t capacity;     /* reports kept at most: CRASH_QUEUE_MAX (less for a test) */
   size_t first, count; /* the oldest's place, and how many */
+  /* The reports pushed out of a full queue since it was last empty, said
+   * once it empties or at the stop: how many, and the first and last of
+   * their workers. */
+  size_t dropped;
+  int64_t first_dropped, last_dropped;
   /* The background thread's, under the lock too: */
   bool held;    /* the head did not answer the front one: wait for the thread's
                  * next call to the head (crash_retry) */
@@ -131,6 +137,9 @@ void agent_log(const node_agent_t *a, const char *fmt, ...) __attribute__((forma
 
 /* ---- crash_report.c: the crash reports waiting for the head ---- */
 
+/* Sets the queue's capacity, before any worker runs: CRASH_QUEUE_MAX, or
+ * for tests only a smaller MUSTER_TEST_CRASH_QUEUE_MAX. */
+void crash_queue_init(node_agent_t *a);
 /* Queues a crash report for worker `id` (any thread; lock not held). */
 void crash_report_queue(node_agent_t *a, int64_t id);
 /* Whether a crash report is to be sent now (lock held). */

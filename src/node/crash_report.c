@@ -28,41 +28,107 @@
  * The queue is a ring of CRASH_QUEUE_MAX reports under the agent's lock; a
  * report that finds it full pushes the oldest out (a report that old is the
  * likeliest to be moot: the head's worker timeout may have ended its worker).
+ * No report is lost unsaid, nor said once per report (a node whose hundreds
+ * of workers died at once would flood its log): the first one dropped is
+ * said at once, and how many were, once the queue empties or at the stop.
+ * The head's worker timeout ends their workers (a node's heartbeat does not
+ * keep its workers alive on the head).
  */
 #include "node/agent.h"
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* The report `i` places after the oldest in the ring. */
 static crash_report_t *crash_at(crash_queue_t *q, size_t i) {
-  return &q->items[(q->first + i) % CRASH_QUEUE_MAX];
+  return &q->items[(q->first + i) % q->capacity];
 }
 
-/* Logs that the report of worker `dropped`, the oldest, left a full queue. */
-static void crash_log_overflow(const node_agent_t *a, int64_t dropped) {
+/* The capacity MUSTER_TEST_CRASH_QUEUE_MAX asks for: for tests only, so that
+ * a test overflows the queue with a few workers (test_node.py,
+ * CrashQueueOverflowTest).  A value that is not 1 to CRASH_QUEUE_MAX is said
+ * and ignored. */
+static size_t crash_test_capacity(const node_agent_t *a) {
+  const char *text = getenv("MUSTER_TEST_CRASH_QUEUE_MAX");
+  if (text == NULL || text[0] == '\0')
+    return CRASH_QUEUE_MAX;
+  char *end;
+  long n = strtol(text, &end, 10);
+  if (*end != '\0' || n < 1 || n > CRASH_QUEUE_MAX) {
+    agent_log(a,
+              "MUSTER_TEST_CRASH_QUEUE_MAX=%.20s is not 1 to %d; the crash-report queue keeps %d",
+              text, CRASH_QUEUE_MAX, CRASH_QUEUE_MAX);
+    return CRASH_QUEUE_MAX;
+  }
+  agent_log(a, "MUSTER_TEST_CRASH_QUEUE_MAX=%ld: the crash-report queue keeps %ld (for tests only)",
+            n, n);
+  return (size_t)n;
+}
+
+void crash_queue_init(node_agent_t *a) {
+  a->crashes.capacity = crash_test_capacity(a);
+}
+
+/* Counts the report of worker `id` as dropped (lock held); true for the
+ * first since the queue was last empty, which is said at once. */
+static bool crash_count_drop(crash_queue_t *q, int64_t id) {
+  if (q->dropped++ == 0)
+    q->first_dropped = id;
+  q->last_dropped = id;
+  return q->dropped == 1;
+}
+
+/* Logs that the report of worker `dropped`, the oldest, left a full queue:
+ * the first of an outage (crash_count_drop). */
+static void crash_log_overflow(const node_agent_t *a, size_t capacity, int64_t dropped) {
   agent_log(a,
-            "crash reports: %d wait for the head, the most kept; dropping the oldest, of worker "
-            "%lld: the head's worker timeout (--worker-timeout-ms) ends that worker instead",
-            CRASH_QUEUE_MAX, (long long)dropped);
+            "crash reports: %zu wait for the head, the most kept; dropping the oldest, of worker "
+            "%lld, and the oldest again for each one more (how many is said once the head has "
+            "the rest): the head's worker timeout (--worker-timeout-ms) ends their workers "
+            "instead",
+            capacity, (long long)dropped);
+}
+
+/* Says how many reports were dropped since the queue was last empty, if any,
+ * and starts the count again (lock held). */
+static void crash_log_dropped(node_agent_t *a) {
+  crash_queue_t *q = &a->crashes;
+  if (q->dropped == 0)
+    return;
+  char which[96];
+  if (q->dropped == 1)
+    snprintf(which, sizeof which, "of worker %lld", (long long)q->first_dropped);
+  else
+    snprintf(which, sizeof which, "the first of worker %lld, the last of worker %lld",
+             (long long)q->first_dropped, (long long)q->last_dropped);
+  agent_log(a,
+            "crash reports: %zu dropped unsent while the head did not answer (%s; %zu are kept "
+            "at most): the head's worker timeout (--worker-timeout-ms) ends th%s worker%s",
+            q->dropped, which, q->capacity, q->dropped == 1 ? "at" : "ose",
+            q->dropped == 1 ? "" : "s");
+  q->dropped = 0;
 }
 
 void crash_report_queue(node_agent_t *a, int64_t id) {
   crash_report_t report = {.worker_id = id, .died_ms = agent_now_ms()};
   int64_t dropped = 0;
+  bool say = false;
   pthread_mutex_lock(&a->lock);
   crash_queue_t *q = &a->crashes;
-  if (q->count == CRASH_QUEUE_MAX) {
+  if (q->count == q->capacity) {
     dropped = crash_at(q, 0)->worker_id;
-    q->first = (q->first + 1) % CRASH_QUEUE_MAX;
+    say = crash_count_drop(q, dropped);
+    q->first = (q->first + 1) % q->capacity;
     q->count--;
   }
   *crash_at(q, q->count++) = report;
+  size_t capacity = q->capacity;
   pthread_cond_signal(&a->wake);
   pthread_mutex_unlock(&a->lock);
-  if (dropped)
-    crash_log_overflow(a, dropped);
+  if (say)
+    crash_log_overflow(a, capacity, dropped);
 }
 
 bool crash_pending(const node_agent_t *a) {
@@ -130,9 +196,9 @@ static bool crash_send_one(node_agent_t *a, muster_client_t *client, crash_repor
 /* Puts `r` back in front, where it was; false when the queue filled up
  * meanwhile (then `r`, the oldest, is the one to drop). */
 static bool crash_requeue(crash_queue_t *q, const crash_report_t *r) {
-  if (q->count == CRASH_QUEUE_MAX)
+  if (q->count == q->capacity)
     return false;
-  q->first = (q->first + CRASH_QUEUE_MAX - 1) % CRASH_QUEUE_MAX;
+  q->first = (q->first + q->capacity - 1) % q->capacity;
   q->count++;
   *crash_at(q, 0) = *r;
   return true;
@@ -146,7 +212,7 @@ static bool crash_send_all(node_agent_t *a, muster_client_t *client, bool last) 
   crash_queue_t *q = &a->crashes;
   while (q->count > 0 && (last || (!q->held && !a->bg_stop))) {
     crash_report_t r = *crash_at(q, 0); /* taken out: a full queue cannot push it out */
-    q->first = (q->first + 1) % CRASH_QUEUE_MAX;
+    q->first = (q->first + 1) % q->capacity;
     q->count--;
     pthread_mutex_unlock(&a->lock);
     muster_err_t err;
@@ -154,8 +220,8 @@ static bool crash_send_all(node_agent_t *a, muster_client_t *client, bool last) 
     pthread_mutex_lock(&a->lock);
     if (answered)
       continue;
-    if (!crash_requeue(q, &r))
-      crash_log_overflow(a, r.worker_id);
+    if (!crash_requeue(q, &r) && crash_count_drop(q, r.worker_id))
+      crash_log_overflow(a, q->capacity, r.worker_id);
     if (!q->failing && !last) /* the first failure, once */
       agent_log(a,
                 "reporting the crash of worker %lld: %s: %s; the report is kept and sent again "
@@ -166,8 +232,10 @@ static bool crash_send_all(node_agent_t *a, muster_client_t *client, bool last) 
     q->held = true;
     return false;
   }
-  if (q->count == 0)
+  if (q->count == 0) {
     q->failing = false;
+    crash_log_dropped(a);
+  }
   return q->count == 0;
 }
 
@@ -183,6 +251,7 @@ void crash_send_last(node_agent_t *a, muster_client_t *client) {
   crash_queue_t *q = &a->crashes;
   if (q->count == 0 || crash_send_all(a, client, true))
     return;
+  crash_log_dropped(a);
   size_t more = q->count - 1;
   char others[64] = "";
   if (more > 0)

@@ -14,7 +14,8 @@
  * the head sends, reading from the head pauses (h1_respond_full), so the
  * agent holds at most about H1_STREAM_HIGH bytes of a reply.
  *
- * Hop-by-hop headers (RFC 9110 section 7.6.1) are dropped both ways and
+ * Hop-by-hop headers (RFC 9110 section 7.6.1), the fixed ones and those a
+ * message names in its own Connection header, are dropped both ways and
  * `X-Forwarded-For` / `Via` are added.  When the head cannot be reached, the
  * client gets `503 unavailable` in the usual error envelope; when the head's
  * reply breaks off mid-body, the client's connection is closed rather than the
@@ -80,6 +81,42 @@ static const char *const fwd_hop_headers[] = {"Connection",
 static bool fwd_is_hop(const char *key) {
   for (int i = 0; fwd_hop_headers[i]; i++)
     if (strcasecmp(key, fwd_hop_headers[i]) == 0)
+      return true;
+  return false;
+}
+
+/* True when `list`, a Connection header's value, names `key`: its names are
+ * separated by commas, with optional spaces or tabs around each, and compared
+ * without regard to case.  A header a message names there is hop-by-hop for
+ * that message alone (RFC 9110, 7.6.1), so the agent drops it too. */
+static bool fwd_connection_names(const char *list, const char *key) {
+  size_t key_len = strlen(key);
+  for (const char *p = list; *p != '\0';) {
+    p += strspn(p, " \t,");
+    size_t len = strcspn(p, ",");
+    size_t name_len = len;
+    while (name_len > 0 && (p[name_len - 1] == ' ' || p[name_len - 1] == '\t'))
+      name_len--;
+    if (name_len == key_len && strncasecmp(p, key, key_len) == 0)
+      return true;
+    p += len;
+  }
+  return false;
+}
+
+/* True when one of the client's Connection headers in `q` names `key`. */
+static bool fwd_request_names_hop(const h1_req_t *q, const char *key) {
+  const char *name, *value;
+  for (size_t i = 0; h1_header_at(q, i, &name, &value); i++)
+    if (strcasecmp(name, "Connection") == 0 && fwd_connection_names(value, key))
+      return true;
+  return false;
+}
+
+/* True when one of the head's Connection headers in `from` names `key`. */
+static bool fwd_reply_names_hop(const struct evkeyvalq *from, const char *key) {
+  for (const struct evkeyval *h = from->tqh_first; h; h = h->next.tqe_next)
+    if (strcasecmp(h->key, "Connection") == 0 && fwd_connection_names(h->value, key))
       return true;
   return false;
 }
@@ -223,7 +260,8 @@ static int fwd_on_headers(struct evhttp_request *out, void *arg) {
   fwd_req_t *f = arg;
   struct evkeyvalq *from = evhttp_request_get_input_headers(out);
   for (struct evkeyval *h = from->tqh_first; h; h = h->next.tqe_next)
-    if (!fwd_is_hop(h->key) && strcasecmp(h->key, "Date") != 0)
+    if (!fwd_is_hop(h->key) && !fwd_reply_names_hop(from, h->key) &&
+        strcasecmp(h->key, "Date") != 0)
       h1_add_header(f->q, h->key, h->value);
   char via[160];
   snprintf(via, sizeof via, "1.1 %s (muster node)", f->agent->name);
@@ -344,7 +382,7 @@ static void fwd_on_done(struct evhttp_request *out, void *arg) {
 static void fwd_request_headers(node_agent_t *a, h1_req_t *q, struct evkeyvalq *to) {
   const char *name, *value;
   for (size_t i = 0; h1_header_at(q, i, &name, &value); i++)
-    if (!fwd_is_hop(name) && strcasecmp(name, "Expect") != 0 &&
+    if (!fwd_is_hop(name) && !fwd_request_names_hop(q, name) && strcasecmp(name, "Expect") != 0 &&
         strcasecmp(name, "X-Forwarded-For") != 0)
       evhttp_add_header(to, name, value);
   char peer[64];

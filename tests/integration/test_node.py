@@ -1060,6 +1060,73 @@ class CrashWhileHeadAwayTest(NodeTestCase):
         self.assertEqual(log.count("reporting the crash of worker"), 1, log)
 
 
+class CrashQueueOverflowTest(NodeTestCase):
+    """More workers die while the head is away than the crash-report queue keeps (made 2
+    by the test-only MUSTER_TEST_CRASH_QUEUE_MAX, for 4 workers): the oldest reports are
+    dropped, the first drop is said at once and how many were once the head has the
+    rest, and the head still ends the dropped reports' workers, by its worker timeout."""
+    head_args = ["--node-timeout-ms", "1500", "--worker-timeout-ms", "3000"]
+    setUp = HeadAwayTest.setUp
+    kill_worker = CrashWhileHeadAwayTest.kill_worker
+
+    def test_the_oldest_reports_are_dropped_and_counted(self):
+        # 257 reports in one outage were never tried; the queue dropped the oldest with a
+        # line per report, and no line said how many were lost.
+        self.head.start()
+        self.make_queue("over")
+        a = self.agent("over", args=["--queue", "over", "--workers", "4"], cmd=["sleep", "300"],
+                       env={"MUSTER_TEST_CRASH_QUEUE_MAX": "2"}).start()
+        pids = self.wait_workers(a, 4)
+        self.head.kill()
+        dead = [self.kill_worker(a, pid) for pid in pids]  # worker ids, in the order they died
+        # Each report drops the oldest then: the two that died first, whichever is said
+        # first (the agent may be sending the oldest when the next comes).
+        first = harness.wait_until(
+            lambda: re.search(r"muster node: crash reports: 2 wait for the head, the most kept; "
+                              r"dropping the oldest, of worker (\d+), ", a.log()),
+            what=lambda: "the agent to say it drops a report:\n" + a.log())
+        self.assertIn(int(first.group(1)), dead[:2], a.log())
+        self.head.start()
+        said = harness.wait_until(
+            lambda: re.search(r"muster node: crash reports: 2 dropped unsent while the head did "
+                              r"not answer \(the first of worker (\d+), the last of worker "
+                              r"(\d+); 2 are kept at most\): the head's worker timeout "
+                              r"\(--worker-timeout-ms\) ends those workers\n", a.log()),
+            timeout=AFTER_RESTART_S, what=lambda: "the agent to say how many it dropped:\n" +
+            a.log())
+        self.assertEqual(sorted(int(w) for w in said.groups()), sorted(dead[:2]), a.log())
+        reported = re.findall(r"reported the crash of worker (\d+) after \d+ tr(?:y|ies), "
+                              r"\d+\.\d s after it died: the head ended it", a.log())
+        self.assertEqual([int(w) for w in reported], dead[2:], a.log())  # said before the count
+        # The head ends every dead worker: the kept reports at once, the dropped ones by
+        # its worker timeout.
+        for worker_id in dead:
+            harness.wait_until(
+                lambda: self.head.request("GET", "/v1/workers/%d" % worker_id).json["state"]
+                == "gone", timeout=20, what=lambda: "worker %d ended:\n%s" % (worker_id,
+                                                                             self.head.log()))
+        for worker_id in dead[:2]:
+            self.assertIn("worker %d timed out" % worker_id, self.head.log())
+        for worker_id in dead[2:]:
+            self.assertNotIn("worker %d timed out" % worker_id, self.head.log())
+        log = a.log()
+        self.assertEqual(log.count("crash reports: 2 wait for the head"), 1, log)
+        self.assertEqual(log.count("dropped unsent"), 1, log)
+        self.assertIn("MUSTER_TEST_CRASH_QUEUE_MAX=2: the crash-report queue keeps 2 (for tests "
+                      "only)", log)
+
+    def test_a_bad_test_capacity_is_said_and_ignored(self):
+        self.head.start()
+        for value in ("0", "257", "2x", "-1"):
+            with self.subTest(value=value):
+                a = self.agent("knob" + str(len(self.agents)),
+                               env={"MUSTER_TEST_CRASH_QUEUE_MAX": value}).start()
+                harness.wait_until(lambda: "crash-report queue keeps" in a.log(),
+                                   what=lambda: "the agent to say its queue:\n" + a.log())
+                self.assertIn("muster node: MUSTER_TEST_CRASH_QUEUE_MAX=%s is not 1 to 256; the "
+                              "crash-report queue keeps 256\n" % value, a.log())
+
+
 class KillNineTest(NodeTestCase):
     def test_kill_9_leaves_no_orphans(self):
         self.make_queue("slow", max_attempts=5, backoff_ms=0)

@@ -9,7 +9,8 @@ length) and 8 MiB (chunked) reach the head intact, and a 24 MiB reply the client
 client waiting for `100 Continue` gets it; a client that reads slowly holds little of
 the agent's memory (reading from the head pauses: evhttp buffered the whole reply); the
 head's reply goes on to the client as the head sends it, and one that breaks off
-mid-body (by length or chunked) closes the client's connection without a whole body.
+mid-body (by length or chunked) closes the client's connection without a whole body;
+headers a request or a reply names in its Connection are not passed on.
 """
 import hashlib
 import http.client
@@ -241,10 +242,11 @@ class StreamTest(unittest.TestCase):
 
 
 class FakeHead:
-    """A stand-in head on a free port that answers GET /cut/length, /cut/chunked, /slow
-    and /echo as the test needs (a reply that breaks off, one sent in two parts, one
-    with hop-by-hop headers; `heads` keeps the request heads it got) and 503 to anything
-    else (the agent's registration, which it retries)."""
+    """A stand-in head on a free port that answers GET /cut/length, /cut/chunked, /slow,
+    /echo and /hop as the test needs (a reply that breaks off, one sent in two parts, one
+    with hop-by-hop headers, one that names a hop-by-hop header in its Connection;
+    `heads` keeps the request heads it got) and 503 to anything else (the agent's
+    registration, which it retries)."""
 
     def __init__(self):
         self.listener = socket.socket()
@@ -279,6 +281,9 @@ class FakeHead:
             if path == b"/echo":
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Reply: yes\r\n"
                              b"Keep-Alive: timeout=5\r\nContent-Length: 4\r\n\r\necho")
+            elif path == b"/hop":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: keep-alive ,x-HOP\t\r\n"
+                             b"X-Hop: 1\r\nX-Keep: 1\r\nContent-Length: 3\r\n\r\nhop")
             elif path == b"/cut/length":
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
                              b"Content-Length: 100000\r\n\r\n" + b"c" * 50000)
@@ -349,6 +354,22 @@ class FakeHeadTest(unittest.TestCase):
         for hop in ("Proxy-Connection", "TE", "Keep-Alive"):
             self.assertFalse([l for l in lines if l.lower().startswith(hop.lower() + ":")],
                              got)
+
+    def test_headers_named_in_connection_are_dropped_both_ways(self):
+        with Wire(self.agent.port) as w:
+            w.send(request("GET", "/hop", headers=[
+                "Connection: X-Hop", "X-Hop: 1", "X-Keep: 1",
+                "Connection:  x-other ,\tX-ALSO", "X-Other: 1", "X-Also: 1"]))
+            r = w.read_reply()
+        self.assertEqual((r.status, r.body), (200, b"hop"), r)
+        # The reply named X-Hop in its Connection (in another case, after a space).
+        self.assertEqual(r.header("X-Keep"), "1", r)
+        self.assertIsNone(r.header("X-Hop"), r)
+        got = [h for h in self.head.heads if h.startswith(b"GET /hop ")][0].decode()
+        names = [l.split(":")[0].lower() for l in got.split("\r\n")[1:]]
+        self.assertIn("x-keep", names, got)
+        for hop in ("x-hop", "x-other", "x-also", "connection"):
+            self.assertNotIn(hop, names, got)
 
     def test_a_reply_streams_as_the_head_sends_it(self):
         with Wire(self.agent.port) as w:

@@ -3,6 +3,7 @@ and automatic checkpoints (docs/python.md, "Iterations computed locally").  No h
 everything is computed here; where libmuster.so can be loaded, its loader restores the
 checkpoints written here and the other way round."""
 import ctypes
+import errno
 import faulthandler
 import gc
 import json
@@ -202,7 +203,8 @@ class TestFailures(LoaderTestCase):
                  ({"load": 5}, "load=5: "),
                  ({"on_checkpoint": "x"}, "on_checkpoint='x': "),
                  ({"checkpoint_path": "/nonexistent-dir/pos.json"},
-                  "checkpoint_path='/nonexistent-dir/pos.json': the directory /nonexistent-dir")]
+                  "checkpoint_path='/nonexistent-dir/pos.json': its directory /nonexistent-dir "
+                  "does not exist")]
         for kwargs, start in cases:
             with self.subTest(kwargs=kwargs):
                 with self.assertRaises(ValueError) as cm:
@@ -394,6 +396,49 @@ class TestAutomaticCheckpoints(LoaderTestCase):
                          ["consumed"], 3)
         self.assertEqual(sorted(os.listdir(self.dir.name)), ["link.json", "real", "stream.json"])
         self.assertEqual(os.listdir(os.path.join(self.dir.name, "real")), ["pos.json"])
+
+    def test_a_path_that_cannot_be_written_is_refused_when_the_loader_is_made(self):
+        """checkpoint_path is checked as the write will see it (links followed): a
+        ValueError at once, not an OSError at the first checkpoint, and nothing read."""
+        d = self.dir.name
+        open(os.path.join(d, "plain"), "w").close()
+        os.mkdir(os.path.join(d, "real"))
+        links = {"into-missing": os.path.join("missing", "pos.json"),
+                 "into-file": os.path.join("plain", "pos.json"),
+                 "to-dir": "real", "loop": "loop"}
+        for name, to in links.items():
+            os.symlink(to, os.path.join(d, name))
+        cases = [
+            ("missing/pos.json", "its directory %s/missing does not exist" % d),
+            ("missing/deeper/pos.json", "its directory %s/missing/deeper does not exist" % d),
+            ("plain/pos.json", "its directory %s/plain is not a directory" % d),
+            ("real", "a directory, not a file"),
+            ("real/", "a directory, not a file"),
+            ("into-missing", "a symbolic link to %s/missing/pos.json, whose directory "
+                             "%s/missing does not exist" % (d, d)),
+            ("into-file", "a symbolic link to %s/plain/pos.json, whose directory %s/plain "
+                          "is not a directory" % (d, d)),
+            ("to-dir", "a symbolic link to %s/real, a directory, not a file" % d),
+            ("loop", os.strerror(errno.ELOOP))]
+        loaded = []
+        for name, why in cases:
+            path = os.path.join(d, name)
+            with self.subTest(path=name):
+                with self.assertRaises(ValueError) as cm:
+                    Stream(plan_of("round_robin"), 0).loader(
+                        loaded.append, prefetch=4, threads=2, checkpoint_every=1,
+                        checkpoint_path=path)
+                self.assertEqual(str(cm.exception), "checkpoint_path=%r: %s" % (path, why))
+        self.assertEqual((loaded, loader_threads()), ([], []))
+        self.assertEqual(sorted(os.listdir(d)), sorted(["plain", "real"] + list(links)))
+        self.assertEqual(os.listdir(os.path.join(d, "real")), [])
+        # A new file in a directory that exists, through a link or not, is fine.
+        for path in (os.path.join(d, "real", "pos.json"), os.path.join(d, "to-dir", "p.json")):
+            with Stream(plan_of("round_robin"), 0).loader(checkpoint_every=1,
+                                                          checkpoint_path=path) as loader:
+                loader.take(2)
+                loader.take(1)
+            self.assertEqual(read_checkpoint(path)["consumed"], 2)
 
     def test_a_fifo_is_written_into(self):
         """A device or a FIFO as checkpoint_path is written into, not replaced by a file."""
