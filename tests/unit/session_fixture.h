@@ -7,7 +7,41 @@
 #define MUSTER_TESTS_SESSION_FIXTURE_H
 
 #include "server/lease.h"
+#include "server/session.h"
 #include "server/task.h"
+
+/* Opens a session on `queue` with heartbeat timeout `timeout_ms`; its id
+ * into `id` (SESSION_ID_LEN + 1 bytes). */
+static inline void open_session(const char *queue, int64_t timeout_ms, char *id) {
+  json_t *body = json_pack("{s:s, s:I}", "queue", queue, "timeout_ms", (json_int_t)timeout_ms);
+  fail_t f = {0};
+  json_t *s = session_create(st, body, 1 << 20, &f);
+  assert_non_null(s);
+  snprintf(id, SESSION_ID_LEN + 1, "%s", json_string_value(json_object_get(s, "id")));
+  json_decref(s);
+  json_decref(body);
+}
+
+/* Submits `n` tasks of `priority` to session `id` in one request. */
+static inline void submit(const char *id, int64_t n, int64_t priority) {
+  json_t *tasks = json_array();
+  for (int64_t i = 0; i < n; i++)
+    json_array_append_new(
+        tasks, json_pack("{s:I, s:I}", "payload", (json_int_t)i, "priority", (json_int_t)priority));
+  json_t *body = json_pack("{s:o}", "tasks", tasks);
+  fail_t f = {0};
+  json_t *out = session_submit(st, id, body, 1 << 20, &f);
+  if (out == NULL)
+    fail_msg("submit: %s", f.message);
+  json_decref(out);
+  json_decref(body);
+}
+
+/* Submits `n` tasks to session `id`, TASK_MAX_BATCH a request. */
+static inline void submit_many(const char *id, int64_t n) {
+  for (; n > 0; n -= TASK_MAX_BATCH)
+    submit(id, n < TASK_MAX_BATCH ? n : TASK_MAX_BATCH, 0);
+}
 
 /* Puts one plain task of `priority` into `queue`; returns its id. */
 static inline int64_t put_one(const char *queue, int64_t priority) {

@@ -28,37 +28,6 @@
 #include "store_fixture.h"
 #include "session_fixture.h"
 
-static void open_session(const char *queue, char *id) {
-  json_t *body = json_pack("{s:s, s:I}", "queue", queue, "timeout_ms", (json_int_t)60000);
-  fail_t f = {0};
-  json_t *s = session_create(st, body, 1 << 20, &f);
-  assert_non_null(s);
-  snprintf(id, SESSION_ID_LEN + 1, "%s", json_string_value(json_object_get(s, "id")));
-  json_decref(s);
-  json_decref(body);
-}
-
-/* Submits `n` tasks of `priority` to session `id` in one request. */
-static void submit(const char *id, int64_t n, int64_t priority) {
-  json_t *tasks = json_array();
-  for (int64_t i = 0; i < n; i++)
-    json_array_append_new(
-        tasks, json_pack("{s:I, s:I}", "payload", (json_int_t)i, "priority", (json_int_t)priority));
-  json_t *body = json_pack("{s:o}", "tasks", tasks);
-  fail_t f = {0};
-  json_t *out = session_submit(st, id, body, 1 << 20, &f);
-  if (out == NULL)
-    fail_msg("submit: %s", f.message);
-  json_decref(out);
-  json_decref(body);
-}
-
-/* Submits `n` tasks to session `id`, TASK_MAX_BATCH a request. */
-static void submit_many(const char *id, int64_t n) {
-  for (; n > 0; n -= TASK_MAX_BATCH)
-    submit(id, n < TASK_MAX_BATCH ? n : TASK_MAX_BATCH, 0);
-}
-
 static void close_session(const char *id) {
   fail_t f = {0};
   json_t *r = session_close(st, id, "by its client", &f);
@@ -117,8 +86,8 @@ static void test_lease_steps_over_a_shared_queue(void **unused) {
   (void)unused;
   make_queue("q", "{}");
   char a[SESSION_ID_LEN + 1], b[SESSION_ID_LEN + 1];
-  open_session("q", a);
-  open_session("q", b);
+  open_session("q", 60000, a);
+  open_session("q", 60000, b);
   for (int round = 0; round < 30; round++) {
     submit(a, 100, round % 3 == 0 ? 3 : 0);
     submit(b, 7, round % 2 == 0 ? 3 : 0);
@@ -145,7 +114,7 @@ static void test_lease_steps_over_a_shared_queue(void **unused) {
 static int64_t lease_behind_work(const char *name, int64_t left) {
   make_queue(name, "{}");
   char id[SESSION_ID_LEN + 1];
-  open_session(name, id);
+  open_session(name, 60000, id);
   for (int64_t done = 0; done < QUEUE_CHUNK + left; done += TASK_MAX_BATCH) {
     submit(id, TASK_MAX_BATCH, 0);
     put_one("other", 0);
@@ -177,7 +146,7 @@ static void test_close_rolled_back(void **unused) {
   (void)unused;
   make_queue("q", "{}");
   char a[SESSION_ID_LEN + 1];
-  open_session("q", a);
+  open_session("q", 60000, a);
   submit_many(a, 3 * QUEUE_CHUNK);
   put_one("q", 0);
   fail_t f = {0};
@@ -206,7 +175,7 @@ static void test_closed_again_after_a_roll_back(void **unused) {
   (void)unused;
   make_queue("q", "{}");
   char a[SESSION_ID_LEN + 1];
-  open_session("q", a);
+  open_session("q", 60000, a);
   submit_many(a, 3 * QUEUE_CHUNK);
   int64_t behind = put_one("q", 0);
   fail_t f = {0};
@@ -240,7 +209,7 @@ static void test_runs_built_after_a_restart(void **unused) {
   make_queue("q", "{}");
   make_queue("other", "{}");
   char a[SESSION_ID_LEN + 1];
-  open_session("q", a);
+  open_session("q", 60000, a);
   for (int i = 0; i < 4; i++) {
     submit(a, TASK_MAX_BATCH, 0);
     put_one("other", 0);
@@ -277,7 +246,7 @@ static void test_runs_go_with_the_last_chunk(void **unused) {
   (void)unused;
   make_queue("q", "{}");
   char a[SESSION_ID_LEN + 1];
-  open_session("q", a);
+  open_session("q", 60000, a);
   submit_many(a, 2 * QUEUE_CHUNK);
   close_session(a);
   int64_t purged = 0, behind = put_one("q", 0);

@@ -43,34 +43,6 @@ static int64_t session_tasks(const char *id) {
   return rows("tasks", "session", id);
 }
 
-static void open_session(const char *queue, int64_t timeout_ms, char *id) {
-  json_t *body = json_pack("{s:s, s:I}", "queue", queue, "timeout_ms", (json_int_t)timeout_ms);
-  fail_t f = {0};
-  json_t *s = session_create(st, body, 1 << 20, &f);
-  assert_non_null(s);
-  snprintf(id, SESSION_ID_LEN + 1, "%s", json_string_value(json_object_get(s, "id")));
-  json_decref(s);
-  json_decref(body);
-}
-
-/* Submits `n` tasks to session `id`, in batches. */
-static void submit_many(const char *id, int64_t n) {
-  while (n > 0) {
-    int64_t batch = n < TASK_MAX_BATCH ? n : TASK_MAX_BATCH;
-    json_t *tasks = json_array();
-    for (int64_t i = 0; i < batch; i++)
-      json_array_append_new(tasks, json_pack("{s:I}", "payload", (json_int_t)i));
-    json_t *body = json_pack("{s:o}", "tasks", tasks);
-    fail_t f = {0};
-    json_t *out = session_submit(st, id, body, 1 << 20, &f);
-    if (out == NULL)
-      fail_msg("submit: %s", f.message);
-    json_decref(out);
-    json_decref(body);
-    n -= batch;
-  }
-}
-
 /* The kept counts of `queue` equal a count of its tasks, state by state,
  * but those that a closed session left to the background deletion: they
  * are out of the counts from the close's reply on. */
