@@ -382,8 +382,13 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.addCleanup(harness.stop_process, proc)
 
         def output():
-            out.seek(0)
-            return out.read()
+            # Read at an offset, never seek: the head writes through the same open file,
+            # and a seek to 0 would make its next line overwrite the start of the output.
+            got, chunk = b"", b"-"
+            while chunk:
+                chunk = os.pread(out.fileno(), 65536, len(got))
+                got += chunk
+            return got.decode(errors="replace")
         harness.wait_until(lambda: says in output(), timeout=30, what=says)
         harness.stop_process(proc)
         return output()
