@@ -109,11 +109,13 @@ struct node_agent {
   int64_t port_accept_said_ms; /* when a pause in accepting was last logged, 0: never */
   int port_accept_pauses;      /* pauses since */
 
-  /* forwarder (forward.c) */
+  /* forwarder (forward.c, upstream.c, forward_pool.c) */
   char head_host[256];
   int head_port;
-  void *fwd_pool; /* idle connections to the head */
-  void *fwd_busy; /* connections with a request in flight, or discarded (freed soon) */
+  void *up_pool;  /* the forwarder's idle connections to the head (upstream.c) */
+  void *up_busy;  /* the forwarder's connections with a request in flight */
+  void *fwd_pool; /* idle evhttp connections of the agent's own questions (forward_pool.c) */
+  void *fwd_busy; /* those with a question in flight, or discarded (freed soon) */
 
   /* node cache (cache.c, cache_http.c); NULL without an API port */
   struct cache *cache;
@@ -195,7 +197,8 @@ void wlog_free_all(node_agent_t *a);
  * port, or -1 with `err` filled. */
 int port_start(node_agent_t *a, const char *listen, char *err, size_t err_size);
 /* The body of client request `q`, read whole before it was routed (NULL:
- * none); the port's, freed with `q` (the forwarder moves its bytes out). */
+ * none, or streamed to the head as it came); the port's, freed with `q` (the
+ * forwarder moves its bytes out). */
 struct evbuffer *port_body(h1_req_t *q);
 /* `fn(arg)` once when `q` is freed (its reply written, or its client gone):
  * for what must last as long as a reply (a cached file's reader).  One per
@@ -227,32 +230,8 @@ void port_stop(node_agent_t *a);
 
 /* ---- forward.c: requests to the head ---- */
 
-/* A keep-alive connection to the head from the forwarder's pool. */
-typedef struct fwd_conn fwd_conn_t;
 /* Reads the head's host and port from the configuration; 0, or -1 with `err`. */
 int fwd_start(node_agent_t *a, char *err, size_t err_size);
-/* Borrows an idle connection or makes one; NULL when out of memory. */
-fwd_conn_t *fwd_conn_get(node_agent_t *a);
-/* Called by fwd_cancel_all for a request still in flight when the agent
- * stops: answers its client (port_reply_stopping) or closes it, and frees
- * `owner`, leaving the connection (and the request on it, whose callbacks
- * are never called) to the forwarder, which frees it at once. */
-typedef void (*fwd_cancel_fn)(void *owner);
-/* Names who to tell, should the agent stop before `c`'s request ends. */
-void fwd_conn_set_owner(fwd_conn_t *c, fwd_cancel_fn cancel, void *owner);
-/* Adds the head's own Host ("host:port", IPv6 in brackets) to a request to
- * it: HTTP/1.1 requires one (the head refuses a request without it), and a
- * client's Host named the agent. */
-void fwd_add_host(const node_agent_t *a, struct evkeyvalq *to);
-/* Returns a connection to the pool once its request is done. */
-void fwd_conn_put(node_agent_t *a, fwd_conn_t *c);
-struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c);
-/* Closes a connection whose byte stream is not to be trusted any more (soon,
- * outside its callbacks) instead of returning it to the pool. */
-void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c);
-/* True, with `q` answered 501, when its method is one the forwarder cannot
- * send (evhttp's client sends the nine of RFC 9110 and PATCH). */
-bool fwd_method_refused(node_agent_t *a, h1_req_t *q);
 /* The request target of `q` as the client sent it, path and query
  * (malloc'ed; NULL when out of memory). */
 char *fwd_target(h1_req_t *q);
@@ -260,13 +239,47 @@ char *fwd_target(h1_req_t *q);
  * and streams the reply back (while the agent stops: answers it as
  * port_reply_stopping does). */
 void fwd_forward(node_agent_t *a, h1_req_t *q);
+/* Forwards client request `q`, dispatched before its body (`length` bytes,
+ * -1: chunked), to the head: its head at once, its body as it arrives, with
+ * backpressure both ways; a client waiting for "100 Continue" gets the
+ * head's answer to it.  Holds `q` until the reply ends. */
+void fwd_forward_stream(node_agent_t *a, h1_req_t *q, int64_t length);
 /* Tells the owner of every request in flight to the head that the agent
- * stops (they answer their clients) and frees its connection with the
- * request, whose callbacks are thus never called.  Discarded connections,
- * whose deferred free is pending, are left to it (or to fwd_free). */
+ * stops (they answer their clients) and closes its connection.  The agent's
+ * own questions (forward_pool.c) are cancelled too. */
 void fwd_cancel_all(node_agent_t *a);
 /* Frees the connections to the head, after the loop ended. */
 void fwd_free(node_agent_t *a);
+
+/* ---- forward_pool.c: evhttp connections for the agent's own questions ---- */
+
+/* A keep-alive connection to the head from the pool. */
+typedef struct fwd_conn fwd_conn_t;
+/* Borrows an idle connection or makes one; NULL when out of memory. */
+fwd_conn_t *fwd_conn_get(node_agent_t *a);
+/* Called by fwd_pool_cancel_all for a question still in flight when the
+ * agent stops: answers its client (port_reply_stopping) or closes it, and
+ * frees `owner`, leaving the connection (and the request on it, whose
+ * callbacks are never called) to the pool, which frees it at once. */
+typedef void (*fwd_cancel_fn)(void *owner);
+/* Names who to tell, should the agent stop before `c`'s request ends. */
+void fwd_conn_set_owner(fwd_conn_t *c, fwd_cancel_fn cancel, void *owner);
+/* Adds the head's own Host ("host:port", IPv6 in brackets) to a request to
+ * it: HTTP/1.1 requires one (the head refuses a request without it), and a
+ * client's Host named the agent. */
+void fwd_add_host(const node_agent_t *a, struct evkeyvalq *to);
+/* The same "host:port" in `buf`. */
+void fwd_host(const node_agent_t *a, char *buf, size_t size);
+/* Returns a connection to the pool once its request is done. */
+void fwd_conn_put(node_agent_t *a, fwd_conn_t *c);
+struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c);
+/* Closes a connection whose byte stream is not to be trusted any more (soon,
+ * outside its callbacks) instead of returning it to the pool. */
+void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c);
+/* The stop: every question in flight is cancelled (its owner told). */
+void fwd_pool_cancel_all(node_agent_t *a);
+/* Frees the pool's connections, after the loop ended. */
+void fwd_pool_free(node_agent_t *a);
 
 /* ---- cache_http.c: the node cache (docs/api.md "Node cache") ---- */
 
@@ -275,6 +288,9 @@ int cache_http_start(node_agent_t *a);
 /* Serves `in` when it is the cache's (GET /v1/shared/..., /v1/node/cache...):
  * returns 1 when it took the request, 0 when it is to be forwarded. */
 int cache_http_handle(node_agent_t *a, h1_req_t *in);
+/* True when `in`, by its method and path, may be the cache's (the port reads
+ * such a body whole before cache_http_handle; any other streams on). */
+bool cache_http_serves(const node_agent_t *a, const h1_req_t *in);
 /* The agent stops: answers the waiting clients, cancels the fetches and
  * stops the expiry timer.  Called before port_drain, while the loop runs (so
  * that the answers are written), and again at the end, before port_stop

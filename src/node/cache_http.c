@@ -472,6 +472,13 @@ static int creq_read_query(creq_t *r, const char *query) {
   return 0;
 }
 
+bool cache_http_serves(const node_agent_t *a, const h1_req_t *in) {
+  const char *path = h1_path(in);
+  return a->cache != NULL && strcmp(h1_method(in), "GET") == 0 &&
+         (strncmp(path, "/v1/shared/", 11) == 0 || strncmp(path, "/v1/node/cache/", 15) == 0 ||
+          strcmp(path, "/v1/node/cache") == 0);
+}
+
 int cache_http_handle(node_agent_t *a, h1_req_t *in) {
   const char *path = h1_path(in);
   if (a->cache == NULL || strcmp(h1_method(in), "GET") != 0)

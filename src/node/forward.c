@@ -4,15 +4,33 @@
  *
  * Every request the port does not hand to the node cache (cache_http.c: GET
  * of shared data and /v1/node/cache) or to the node-local iterations
- * (iter_local.c) is sent to the head as it came: same method, path and
- * query, the end-to-end headers (Authorization included: the head alone
- * checks tokens, so auth behaves exactly as on the head) and the body, read
- * whole by the port (port.c).  The head's reply streams back as it arrives:
- * its status, end-to-end headers, then the body chunk by chunk (evhttp's
- * header and chunk callbacks, h1's streamed reply), so a long-poll's reply or
- * a large result is not held back.  While the client reads more slowly than
- * the head sends, reading from the head pauses (h1_respond_full), so the
- * agent holds at most about H1_STREAM_HIGH bytes of a reply.
+ * (iter_local.c) is sent to the head as it came: same method (any: the head
+ * answers one it does not know 405), path and query, the end-to-end headers
+ * (Authorization included: the head alone checks tokens, so auth behaves
+ * exactly as on the head) and the body.  The agent's own client carries it
+ * (upstream.c; docs/design-notes.md, "The node agent's client to the head").
+ *
+ * A body goes as it arrives (fwd_forward_stream): the port routes a request
+ * by its line and headers, the request's head goes to the head at once and
+ * each piece of the body follows as h1 reads it, with the client's framing
+ * kept (Content-Length, or chunked), so a body cut short shows on the head as
+ * cut.  While the head's socket is backed up (FWD_BODY_HIGH bytes wait),
+ * reading the client pauses (h1_body_pause), so an upload holds a few hundred
+ * KiB of the agent's memory whatever its size.  `Expect: 100-continue` is
+ * relayed: the head's 100 becomes the agent's 100 to the client, and a final
+ * answer before it (a refusal: a bad token, a level conflict, a body over the
+ * head's limit) goes to the client at once, the body unread, the connection
+ * closed after it (h1_body_refuse).  The same holds for a head that answers
+ * early while the body flows.  A client that goes away mid-body cuts the
+ * request to the head (its connection closes).  Requests the agent serves
+ * itself, or routes only once their body is read (an iteration's creation),
+ * come whole (fwd_forward).
+ *
+ * The head's reply streams back as it arrives: its status, end-to-end
+ * headers, then the body piece by piece (h1's streamed reply).  While the
+ * client reads more slowly than the head sends, reading from the head pauses
+ * (h1_respond_full), so the agent holds at most about H1_STREAM_HIGH bytes of
+ * a reply.
  *
  * Hop-by-hop headers (RFC 9110 section 7.6.1), the fixed ones and those a
  * message names in its own Connection header, are dropped both ways and
@@ -20,51 +38,38 @@
  * client gets `503 unavailable` in the usual error envelope; when the head's
  * reply breaks off mid-body, the client's connection is closed rather than the
  * reply ended (h1_respond_abort), so a truncated body never looks complete.
- *
- * Connections to the head are evhttp's client connections, kept in a pool and
- * reused (keep-alive); a long-poll occupies its connection, so there are as
- * many as requests in flight.  A request's owner is told when the agent
- * stops with it in flight (fwd_cancel_all), and answers its client.
+ * A request in flight when the agent stops (fwd_cancel_all) is answered the
+ * stop's 503, or its connection closed when its reply had started.
  */
 #include "node/agent.h"
+#include "node/upstream.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#define FWD_TIMEOUT_S 3600 /* a request may wait this long (long-polls are shorter) */
-
-/* A connection is idle in the agent's pool (`next` alone) or busy (on the
- * doubly linked busy list): its request in flight, or discarded and about to
- * be freed.  The busy list is what lets fwd_cancel_all and fwd_free reach
- * them all. */
-struct fwd_conn {
-  node_agent_t *agent;
-  struct evhttp_connection *evcon;
-  struct fwd_conn *next, *prev;
-  fwd_cancel_fn cancel; /* its request's owner, told when the agent stops (NULL: none) */
-  void *owner;
-};
+/* The request bytes waiting for the head's socket past which reading the
+ * client's body pauses, and below which it goes on. */
+#define FWD_BODY_HIGH (256 * 1024)
+#define FWD_BODY_LOW (64 * 1024)
 
 /* One request in flight. */
 typedef struct {
   node_agent_t *agent;
-  h1_req_t *q; /* the client's request, held until its reply ends */
-  fwd_conn_t *conn;
-  bool started; /* the reply to the client has started */
-  bool paused;  /* reading the head's reply waits for the client to read */
-  int error;    /* the evhttp error, when the head's reply failed */
+  h1_req_t *q;       /* the client's request, held until its reply ends */
+  up_conn_t *conn;   /* NULL once the request to the head ended */
+  bool chunked;      /* the body goes on chunked, as the client sent it */
+  bool body_streams; /* the client's body is still being passed on (h1's sink) */
+  bool started;      /* the reply to the client has started */
 } fwd_req_t;
 
 /* Headers that do not cross the agent either way (RFC 9110, 7.6.1), and
  * those it writes itself: the framing (Content-Length, the reply's Date)
- * and, towards the head, an Expect the agent met already. */
+ * and, towards the head, Expect (the agent sends its own when it relays). */
 static const char *const fwd_hop_headers[] = {"Connection",
                                               "Keep-Alive",
                                               "Proxy-Connection",
@@ -113,217 +118,61 @@ static bool fwd_request_names_hop(const h1_req_t *q, const char *key) {
   return false;
 }
 
-/* True when one of the head's Connection headers in `from` names `key`. */
-static bool fwd_reply_names_hop(const struct evkeyvalq *from, const char *key) {
-  for (const struct evkeyval *h = from->tqh_first; h; h = h->next.tqe_next)
-    if (strcasecmp(h->key, "Connection") == 0 && fwd_connection_names(h->value, key))
+/* True when one of the head's Connection headers in `r` names `key`. */
+static bool fwd_reply_names_hop(const up_reply_t *r, const char *key) {
+  for (size_t i = 0; i < r->nheaders; i++)
+    if (strcasecmp(r->headers[i].name, "Connection") == 0 &&
+        fwd_connection_names(r->headers[i].value, key))
       return true;
   return false;
-}
-
-/* The methods evhttp's client sends, which the agent thus passes on. */
-static const struct {
-  const char *name;
-  enum evhttp_cmd_type cmd;
-} fwd_methods[] = {
-    {"GET", EVHTTP_REQ_GET},     {"POST", EVHTTP_REQ_POST},       {"HEAD", EVHTTP_REQ_HEAD},
-    {"PUT", EVHTTP_REQ_PUT},     {"DELETE", EVHTTP_REQ_DELETE},   {"OPTIONS", EVHTTP_REQ_OPTIONS},
-    {"TRACE", EVHTTP_REQ_TRACE}, {"CONNECT", EVHTTP_REQ_CONNECT}, {"PATCH", EVHTTP_REQ_PATCH}};
-
-/* The evhttp command of `method`; false for one evhttp cannot send. */
-static bool fwd_method(const char *method, enum evhttp_cmd_type *cmd) {
-  for (size_t i = 0; i < sizeof fwd_methods / sizeof fwd_methods[0]; i++)
-    if (strcmp(method, fwd_methods[i].name) == 0) {
-      *cmd = fwd_methods[i].cmd;
-      return true;
-    }
-  return false;
-}
-
-bool fwd_method_refused(node_agent_t *a, h1_req_t *q) {
-  enum evhttp_cmd_type cmd;
-  if (fwd_method(h1_method(q), &cmd))
-    return false;
-  port_reply_error(q, 501, "bad_request",
-                   "%.20s: node agent %s passes on GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, "
-                   "TRACE and CONNECT; no endpoint takes another method",
-                   h1_method(q), a->name);
-  return true;
-}
-
-/* ---- the connection pool ---- */
-
-static void fwd_busy_add(node_agent_t *a, fwd_conn_t *c) {
-  c->prev = NULL;
-  c->next = a->fwd_busy;
-  if (c->next)
-    c->next->prev = c;
-  a->fwd_busy = c;
-}
-
-static void fwd_busy_remove(node_agent_t *a, fwd_conn_t *c) {
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    a->fwd_busy = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
-  c->next = c->prev = NULL;
-}
-
-fwd_conn_t *fwd_conn_get(node_agent_t *a) {
-  fwd_conn_t *c = a->fwd_pool;
-  if (c != NULL) {
-    a->fwd_pool = c->next;
-  } else if ((c = calloc(1, sizeof *c)) != NULL) {
-    c->evcon = evhttp_connection_base_new(a->base, NULL, a->head_host, (ev_uint16_t)a->head_port);
-    if (c->evcon == NULL) {
-      free(c);
-      return NULL;
-    }
-    evhttp_connection_set_timeout(c->evcon, FWD_TIMEOUT_S);
-    /* The head may answer before it read the whole request (a 413 for a body
-     * over its limit, a 431) and close: read that answer rather than fail
-     * on the write it cut short, so the client gets the head's refusal. */
-    evhttp_connection_set_flags(c->evcon, EVHTTP_CON_READ_ON_WRITE_ERROR);
-    c->agent = a;
-  } else {
-    return NULL;
-  }
-  c->cancel = NULL;
-  c->owner = NULL;
-  fwd_busy_add(a, c);
-  return c;
-}
-
-void fwd_conn_set_owner(fwd_conn_t *c, fwd_cancel_fn cancel, void *owner) {
-  c->cancel = cancel;
-  c->owner = owner;
-}
-
-void fwd_conn_put(node_agent_t *a, fwd_conn_t *c) {
-  fwd_busy_remove(a, c);
-  c->next = a->fwd_pool;
-  a->fwd_pool = c;
-}
-
-struct evhttp_connection *fwd_conn_evcon(fwd_conn_t *c) {
-  return c->evcon;
-}
-
-/* The deferred free of a discarded connection, which stays on the busy list
- * until then: should the loop end first, fwd_free frees it (event_base_free
- * drops the pending call without making it). */
-static void fwd_conn_free_cb(evutil_socket_t fd, short what, void *arg) {
-  fwd_conn_t *c = arg;
-  (void)fd;
-  (void)what;
-  fwd_busy_remove(c->agent, c);
-  evhttp_connection_free(c->evcon);
-  free(c);
-}
-
-void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c) {
-  const struct timeval now = {0, 0};
-  c->cancel = NULL; /* its request has ended */
-  if (event_base_once(a->base, -1, EV_TIMEOUT, fwd_conn_free_cb, c, &now) != 0)
-    fwd_conn_put(a, c); /* out of memory: keep it rather than leak it */
-}
-
-void fwd_add_host(const node_agent_t *a, struct evkeyvalq *to) {
-  char host[sizeof a->head_host + 16];
-  bool v6 = strchr(a->head_host, ':') != NULL;
-  snprintf(host, sizeof host, "%s%s%s:%d", v6 ? "[" : "", a->head_host, v6 ? "]" : "",
-           a->head_port);
-  evhttp_add_header(to, "Host", host);
 }
 
 /* ---- the head's reply, passed on ---- */
 
-/* Reading the head's reply on `f`'s connection pauses or goes on. */
-static void fwd_read_head(fwd_req_t *f, bool on) {
-  struct bufferevent *bev = evhttp_connection_get_bufferevent(f->conn->evcon);
-  f->paused = !on;
-  if (on)
-    bufferevent_enable(bev, EV_READ);
-  else
-    bufferevent_disable(bev, EV_READ);
-}
-
 /* The client read most of what waited (or went away): read on from the head. */
 static void fwd_on_client_ready(void *arg) {
-  fwd_read_head(arg, true);
+  fwd_req_t *f = arg;
+  if (f->conn)
+    up_read(f->conn, true);
+}
+
+/* The client's body is not read on: the head answered before its end. */
+static void fwd_refuse_body(fwd_req_t *f) {
+  if (!f->body_streams)
+    return;
+  f->body_streams = false;
+  h1_body_refuse(f->q);
+}
+
+/* The head said "100 Continue": so does the agent to its client. */
+static void fwd_on_continue(void *arg) {
+  fwd_req_t *f = arg;
+  h1_body_continue(f->q);
 }
 
 /* The head's status line and headers arrived: start the client's reply. */
-static int fwd_on_headers(struct evhttp_request *out, void *arg) {
+static void fwd_on_reply(void *arg, const up_reply_t *r) {
   fwd_req_t *f = arg;
-  struct evkeyvalq *from = evhttp_request_get_input_headers(out);
-  for (struct evkeyval *h = from->tqh_first; h; h = h->next.tqe_next)
-    if (!fwd_is_hop(h->key) && !fwd_reply_names_hop(from, h->key) &&
-        strcasecmp(h->key, "Date") != 0)
-      h1_add_header(f->q, h->key, h->value);
+  fwd_refuse_body(f);
+  for (size_t i = 0; i < r->nheaders; i++) {
+    const char *name = r->headers[i].name;
+    if (!fwd_is_hop(name) && !fwd_reply_names_hop(r, name) && strcasecmp(name, "Date") != 0)
+      h1_add_header(f->q, name, r->headers[i].value);
+  }
   char via[160];
   snprintf(via, sizeof via, "1.1 %s (muster node)", f->agent->name);
   h1_add_header(f->q, "Via", via);
-  const char *length = evhttp_find_header(from, "Content-Length");
-  char *end = NULL;
-  long long n = length ? strtoll(length, &end, 10) : -1;
-  if (length && (*end != '\0' || n < 0))
-    n = -1; /* the head writes no such length; chunked then */
-  h1_respond_start(f->q, evhttp_request_get_response_code(out), NULL, n);
+  h1_respond_start(f->q, r->status, NULL, r->length);
   f->started = true;
-  return 0;
-}
-
-/* Passes the head's body bytes in `buf` on to the client (dropped when it
- * went away) and takes them out of `buf`. */
-static void fwd_pass_on(fwd_req_t *f, struct evbuffer *buf) {
-  struct evbuffer_iovec v[8];
-  for (;;) {
-    int n = evbuffer_peek(buf, -1, NULL, v, 8);
-    if (n <= 0)
-      return;
-    size_t took = 0;
-    for (int i = 0; i < n && i < 8; i++) {
-      h1_respond_data(f->q, v[i].iov_base, v[i].iov_len);
-      took += v[i].iov_len;
-    }
-    evbuffer_drain(buf, took);
-  }
 }
 
 /* A piece of the head's body: pass it on; pause when the client is behind. */
-static void fwd_on_chunk(struct evhttp_request *out, void *arg) {
+static void fwd_on_body(void *arg, const char *data, size_t len) {
   fwd_req_t *f = arg;
-  fwd_pass_on(f, evhttp_request_get_input_buffer(out));
+  h1_respond_data(f->q, data, len); /* dropped when the client went away */
   if (h1_respond_full(f->q)) {
-    fwd_read_head(f, false);
+    up_read(f->conn, false);
     h1_respond_wait(f->q, fwd_on_client_ready, f);
-  }
-}
-
-static void fwd_on_error(enum evhttp_request_error error, void *arg) {
-  fwd_req_t *f = arg;
-  f->error = (int)error + 1;
-}
-
-static const char *fwd_error_text(int error) {
-  switch (error - 1) {
-  case EVREQ_HTTP_TIMEOUT:
-    return "timed out";
-  case EVREQ_HTTP_EOF:
-    return "connection refused or closed";
-  case EVREQ_HTTP_INVALID_HEADER:
-    return "invalid reply headers";
-  case EVREQ_HTTP_BUFFER_ERROR:
-    return "connection error";
-  case EVREQ_HTTP_DATA_TOO_LONG:
-    return "reply too large";
-  case -1: /* evhttp reports no error when the connection could not be made */
-    return "could not connect to it";
-  default:
-    return "request failed";
   }
 }
 
@@ -340,11 +189,31 @@ static void fwd_fail_client(fwd_req_t *f, const char *why) {
                    a->name, a->head_host, a->head_port, why);
 }
 
-/* The stop's word for a request still in flight (fwd_cancel_fn): a client
- * whose reply started has its connection closed (fwd_fail_client), one
- * whose reply did not gets the stop's 503. */
-static void fwd_on_stop(void *owner) {
-  fwd_req_t *f = owner;
+/* The request to the head ended: complete (`error` NULL) or failed. */
+static void fwd_on_end(void *arg, const char *error) {
+  fwd_req_t *f = arg;
+  f->conn = NULL;
+  fwd_refuse_body(f);
+  if (error == NULL)
+    h1_respond_end(f->q);
+  else
+    fwd_fail_client(f, error);
+  free(f);
+}
+
+/* Less of the body waits for the head's socket: read the client on. */
+static void fwd_on_drained(void *arg) {
+  fwd_req_t *f = arg;
+  h1_body_resume(f->q);
+}
+
+/* The stop's word for a request still in flight: a client whose reply
+ * started has its connection closed (fwd_fail_client), one whose reply did
+ * not gets the stop's 503. */
+static void fwd_on_stop(void *arg) {
+  fwd_req_t *f = arg;
+  f->conn = NULL;
+  fwd_refuse_body(f);
   if (f->started)
     fwd_fail_client(f, "the node agent is stopping");
   else
@@ -352,61 +221,74 @@ static void fwd_on_stop(void *owner) {
   free(f);
 }
 
-/* The head's reply is complete (out != NULL) or failed (out == NULL). */
-static void fwd_on_done(struct evhttp_request *out, void *arg) {
+static const up_handlers_t fwd_handlers = {.on_continue = fwd_on_continue,
+                                           .on_reply = fwd_on_reply,
+                                           .on_body = fwd_on_body,
+                                           .on_end = fwd_on_end,
+                                           .on_drained = fwd_on_drained,
+                                           .on_stop = fwd_on_stop};
+
+/* ---- the client's body, passed on as it arrives ---- */
+
+/* A piece of the client's body (an h1_body_data_fn): to the head, in a
+ * chunk of its own when the body is chunked; reading the client pauses
+ * while too much waits for the head's socket. */
+static bool fwd_on_body_data(void *arg, const char *data, size_t len) {
   fwd_req_t *f = arg;
-  node_agent_t *a = f->agent;
-  int status = out != NULL && !f->error ? evhttp_request_get_response_code(out) : 0;
-  bool head = strcmp(h1_method(f->q), "HEAD") == 0; /* answered, f->q may be freed */
-  if (status != 0 && !f->started)
-    fwd_on_headers(out, f);
-  if (status != 0) {
-    fwd_pass_on(f, evhttp_request_get_input_buffer(out));
-    h1_respond_end(f->q);
+  if (f->chunked) {
+    char size[24];
+    int n = snprintf(size, sizeof size, "%zx\r\n", len);
+    up_send(f->conn, size, (size_t)n);
+    up_send(f->conn, data, len);
+    up_send(f->conn, "\r\n", 2);
   } else {
-    fwd_fail_client(f, fwd_error_text(f->error));
+    up_send(f->conn, data, len);
   }
-  /* A HEAD answered with an error may carry a body it should not (the head's
-   * JSON error), which would be read as the next reply on this connection. */
-  if (head && status != 200)
-    fwd_conn_discard(a, f->conn);
+  if (up_unsent(f->conn) >= FWD_BODY_HIGH) {
+    h1_body_pause(f->q);
+    up_notify_drained(f->conn, FWD_BODY_LOW);
+  }
+  return true;
+}
+
+/* The client's body ended (an h1_body_end_fn): whole, the request to the
+ * head is too; broken or cut (the client went away), the request to the
+ * head is cut (its connection closes) and the client answered 400 or let
+ * go. */
+static void fwd_on_body_end(void *arg, h1_body_end_t how) {
+  fwd_req_t *f = arg;
+  f->body_streams = false;
+  if (how == H1_BODY_DONE) {
+    if (f->chunked)
+      up_send(f->conn, "0\r\n\r\n", 5);
+    up_sent(f->conn);
+    return;
+  }
+  up_abort(f->conn);
+  if (how == H1_BODY_BAD)
+    port_reply_error(f->q, 400, "bad_request", "the chunked body is malformed");
   else
-    fwd_conn_put(a, f->conn);
+    h1_drop(f->q);
   free(f);
 }
 
 /* ---- the client's request, passed on ---- */
 
-/* Copies the end-to-end headers of `q` and adds X-Forwarded-For (the
+/* Appends the end-to-end headers of `q` to `out`, then X-Forwarded-For (the
  * client's address after the ones it named) and the head's Host. */
-static void fwd_request_headers(node_agent_t *a, h1_req_t *q, struct evkeyvalq *to) {
+static void fwd_request_headers(node_agent_t *a, h1_req_t *q, struct evbuffer *out) {
   const char *name, *value;
   for (size_t i = 0; h1_header_at(q, i, &name, &value); i++)
     if (!fwd_is_hop(name) && !fwd_request_names_hop(q, name) && strcasecmp(name, "Expect") != 0 &&
         strcasecmp(name, "X-Forwarded-For") != 0)
-      evhttp_add_header(to, name, value);
+      evbuffer_add_printf(out, "%s: %s\r\n", name, value);
   char peer[64];
   const char *before = h1_header(q, "X-Forwarded-For");
-  char forwarded[512];
-  snprintf(forwarded, sizeof forwarded, "%s%s%s", before ? before : "", before ? ", " : "",
-           h1_peer(q, peer, sizeof peer) ? peer : "unknown");
-  evhttp_add_header(to, "X-Forwarded-For", forwarded);
-  fwd_add_host(a, to);
-}
-
-/* Moves the body of `q` (read whole by the port) into `out`'s, with its
- * length: evhttp adds one to POST and PUT only, and a body of any other
- * method, or an explicit empty one, needs it said. */
-static void fwd_request_body(h1_req_t *q, struct evhttp_request *out) {
-  struct evbuffer *body = port_body(q);
-  size_t len = body ? evbuffer_get_length(body) : 0;
-  if (len > 0 || h1_length(q) < 0 || h1_header(q, "Content-Length") != NULL) {
-    char length[32];
-    snprintf(length, sizeof length, "%zu", len);
-    evhttp_add_header(evhttp_request_get_output_headers(out), "Content-Length", length);
-  }
-  if (body)
-    evbuffer_add_buffer(evhttp_request_get_output_buffer(out), body);
+  evbuffer_add_printf(out, "X-Forwarded-For: %s%s%s\r\n", before ? before : "", before ? ", " : "",
+                      h1_peer(q, peer, sizeof peer) ? peer : "unknown");
+  char host[sizeof a->head_host + 16];
+  fwd_host(a, host, sizeof host);
+  evbuffer_add_printf(out, "Host: %s\r\n", host);
 }
 
 char *fwd_target(h1_req_t *q) {
@@ -418,39 +300,65 @@ char *fwd_target(h1_req_t *q) {
   return target;
 }
 
-void fwd_forward(node_agent_t *a, h1_req_t *q) {
-  enum evhttp_cmd_type cmd;
+/* Starts the request to the head for `q`: a connection, and the request's
+ * head with `framing` (the body's header line, or "") sent; NULL, with `q`
+ * answered, when the agent stops or is out of memory. */
+static fwd_req_t *fwd_begin(node_agent_t *a, h1_req_t *q, const char *framing) {
   if (a->port_draining) {
     port_reply_stopping(a, q);
-    return;
-  }
-  if (!fwd_method(h1_method(q), &cmd)) {
-    fwd_method_refused(a, q);
-    return;
+    return NULL;
   }
   fwd_req_t *f = calloc(1, sizeof *f);
-  char *target = f ? fwd_target(q) : NULL;
-  fwd_conn_t *conn = target ? fwd_conn_get(a) : NULL;
-  struct evhttp_request *out = conn ? evhttp_request_new(fwd_on_done, f) : NULL;
-  if (out == NULL) {
-    if (conn)
-      fwd_conn_put(a, conn);
-    free(target);
+  struct evbuffer *head = f ? evbuffer_new() : NULL;
+  up_conn_t *conn = head ? up_open(a, &fwd_handlers, f, strcmp(h1_method(q), "HEAD") == 0) : NULL;
+  if (conn == NULL) {
+    if (head)
+      evbuffer_free(head);
     free(f);
     port_reply_error(q, 503, "unavailable", "node agent %s is out of memory", a->name);
-    return;
+    return NULL;
   }
   *f = (fwd_req_t){.agent = a, .q = q, .conn = conn};
-  fwd_conn_set_owner(conn, fwd_on_stop, f);
-  evhttp_request_set_header_cb(out, fwd_on_headers);
-  evhttp_request_set_chunked_cb(out, fwd_on_chunk);
-  evhttp_request_set_error_cb(out, fwd_on_error);
-  fwd_request_headers(a, q, evhttp_request_get_output_headers(out));
-  fwd_request_body(q, out);
-  /* On failure evhttp_make_request has already called fwd_on_done (with NULL),
-   * which answered the client and freed `f`. */
-  evhttp_make_request(conn->evcon, out, cmd, target);
-  free(target);
+  const char *query = h1_query(q);
+  evbuffer_add_printf(head, "%s %s%s%s HTTP/1.1\r\n", h1_method(q), h1_path(q), query ? "?" : "",
+                      query ? query : "");
+  fwd_request_headers(a, q, head);
+  evbuffer_add_printf(head, "%s\r\n", framing);
+  up_send_buffer(conn, head);
+  evbuffer_free(head);
+  return f;
+}
+
+void fwd_forward(node_agent_t *a, h1_req_t *q) {
+  struct evbuffer *body = port_body(q);
+  size_t len = body ? evbuffer_get_length(body) : 0;
+  char framing[48] = "";
+  if (len > 0 || h1_length(q) < 0 || h1_header(q, "Content-Length") != NULL)
+    snprintf(framing, sizeof framing, "Content-Length: %zu\r\n", len);
+  fwd_req_t *f = fwd_begin(a, q, framing);
+  if (f == NULL)
+    return;
+  if (body)
+    up_send_buffer(f->conn, body);
+  up_sent(f->conn);
+}
+
+void fwd_forward_stream(node_agent_t *a, h1_req_t *q, int64_t length) {
+  const char *expect = h1_header(q, "Expect");
+  bool relay = expect != NULL && strcasecmp(expect, "100-continue") == 0;
+  char framing[96];
+  int n = length < 0
+              ? snprintf(framing, sizeof framing, "Transfer-Encoding: chunked\r\n")
+              : snprintf(framing, sizeof framing, "Content-Length: %lld\r\n", (long long)length);
+  if (relay) /* the head's answer to it is the client's (fwd_on_continue, fwd_on_reply) */
+    snprintf(framing + n, sizeof framing - (size_t)n, "Expect: 100-continue\r\n");
+  fwd_req_t *f = fwd_begin(a, q, framing);
+  h1_hold(q);
+  if (f == NULL)
+    return;
+  f->chunked = length < 0;
+  f->body_streams = true;
+  h1_body_relay(q, fwd_on_body_data, fwd_on_body_end, f);
 }
 
 /* ---- life ---- */
@@ -474,33 +382,12 @@ int fwd_start(node_agent_t *a, char *err, size_t err_size) {
   return rc;
 }
 
-/* Frees a list of connections linked by `next` (closing each, and freeing
- * the request in flight on it without calling its callbacks). */
-static void fwd_conns_free(fwd_conn_t *c) {
-  for (fwd_conn_t *next; c; c = next) {
-    next = c->next;
-    evhttp_connection_free(c->evcon);
-    free(c);
-  }
-}
-
 void fwd_cancel_all(node_agent_t *a) {
-  for (fwd_conn_t *c = a->fwd_busy, *next; c; c = next) {
-    next = c->next; /* an owner's answer touches no other connection */
-    if (c->cancel == NULL)
-      continue;
-    fwd_cancel_fn cancel = c->cancel;
-    c->cancel = NULL;
-    cancel(c->owner);
-    fwd_busy_remove(a, c);
-    evhttp_connection_free(c->evcon);
-    free(c);
-  }
+  up_cancel_all(a);
+  fwd_pool_cancel_all(a);
 }
 
 void fwd_free(node_agent_t *a) {
-  fwd_conns_free(a->fwd_busy);
-  a->fwd_busy = NULL;
-  fwd_conns_free(a->fwd_pool);
-  a->fwd_pool = NULL;
+  up_free_all(a);
+  fwd_pool_free(a);
 }

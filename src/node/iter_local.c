@@ -489,6 +489,11 @@ static json_t *il_request_body(il_op_t op, h1_req_t *in, fail_t *f) {
   return body;
 }
 
+bool iter_local_serves(const node_agent_t *a, h1_req_t *in) {
+  char name[NAME_MAX_LEN + 1];
+  return a->iters != NULL && il_route(in, name) != IL_NONE;
+}
+
 int iter_local_handle(node_agent_t *a, h1_req_t *in) {
   iter_local_t *L = a->iters;
   char name[NAME_MAX_LEN + 1];

@@ -15,6 +15,9 @@ int iter_local_start(node_agent_t *a);
  * `cluster_sync: false`): returns 1 when it took the request, 0 when it is
  * to be forwarded to the head. */
 int iter_local_handle(node_agent_t *a, h1_req_t *in);
+/* True when `in`, by its method and path, may be a local iteration's (the
+ * port reads such a body whole before iter_local_handle). */
+bool iter_local_serves(const node_agent_t *a, h1_req_t *in);
 /* Stops the sweep and closes the store; accepts an agent without them. */
 void iter_local_stop(node_agent_t *a);
 

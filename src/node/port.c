@@ -10,13 +10,18 @@
  * pause for 60 s (408); an idle connection is closed after the head's idle
  * time (docs/design-notes.md, "The node agent serves with h1").
  *
- * A request's body is read whole into an evbuffer as it arrives (streamed by
- * h1, so that no second copy is made: the forwarder sends that buffer on),
- * up to PORT_MAX_BODY; then the request is routed: the node cache's
- * (cache_http.c), a node-local iteration's (iter_local.c), or the head's
- * (forward.c).  A request answered later (all but the node-local ones) holds
- * its connection (h1_hold): requests pipelined behind it take effect in
- * order, as on the head.
+ * A request is routed by its line and headers, before its body: the node
+ * cache's (cache_http.c) and the node-local iterations' (iter_local.c) have
+ * their small bodies read whole into an evbuffer as they arrive (streamed
+ * by h1, so that no second copy is made), up to PORT_MAX_BODY, and are
+ * served by the agent or, when they turn out not to be its own (an
+ * iteration the head keeps), forwarded whole.  Every other request goes to
+ * the head (forward.c) at once, its body passed on as it arrives, so that
+ * an upload costs the agent a few hundred KiB whatever its size, and the
+ * head's answer to `Expect: 100-continue` is the client's.  A request
+ * answered later (all but the node-local ones) holds its connection
+ * (h1_hold): requests pipelined behind it take effect in order, as on the
+ * head.
  *
  * Stop (port_drain): once the agent's workers are gone, every request in
  * flight to the head is cancelled (its client answered), every new one is
@@ -36,8 +41,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The most bytes of a request body the agent reads (the head's own limit is
- * far lower, and the head refuses in its words what it refuses). */
+/* The most bytes of a request body the agent reads whole: the bodies of the
+ * requests it serves itself (a forwarded body streams, unbounded by the
+ * agent: the head refuses in its words what it refuses). */
 #define PORT_MAX_BODY (1024L << 20)
 /* The request line and headers, as on the head (431 past it). */
 #define PORT_MAX_HEAD (64 * 1024)
@@ -209,23 +215,27 @@ static void port_read_body(node_agent_t *a, h1_req_t *q, int64_t length) {
   h1_hold(q);
 }
 
+/* True when the agent may serve `q` itself (judged by its line and
+ * headers): its body is read whole before it is routed. */
+static bool port_serves(node_agent_t *a, h1_req_t *q) {
+  return cache_http_serves(a, q) || iter_local_serves(a, q);
+}
+
 /* h1's dispatch: a request whose head (and, without a body, all) is here. */
 static void port_dispatch(h1_req_t *q, void *arg) {
   node_agent_t *a = arg;
   int64_t length;
-  if (a->port_draining) {
+  if (a->port_draining)
     port_reply_stopping(a, q);
-    return;
-  }
-  if (fwd_method_refused(a, q)) /* before its body is read */
-    return;
-  if (h1_body_pending(q, &length))
+  else if (!h1_body_pending(q, &length))
+    port_route(a, q);
+  else if (port_serves(a, q))
     port_read_body(a, q, length);
   else
-    port_route(a, q);
+    fwd_forward_stream(a, q, length);
 }
 
-/* Every request with a body streams it (port_read_body). */
+/* Every request with a body streams it (port_read_body, fwd_forward_stream). */
 static bool port_streams(const h1_req_t *q, void *arg) {
   (void)arg;
   return h1_length(q) != 0;
@@ -305,8 +315,7 @@ int port_start(node_agent_t *a, const char *listen, char *err, size_t err_size) 
                      .streams = port_streams,
                      .arg = a,
                      .max_head = PORT_MAX_HEAD,
-                     .max_body =
-                         PORT_MAX_BODY, /* bodies stream (port_read_body), which checks it */
+                     .max_body = PORT_MAX_BODY, /* bodies stream: port_read_body checks it */
                      .idle_ms = port_timeout_env(a, "MUSTER_HTTP_IDLE_TIMEOUT_MS", PORT_IDLE_MS),
                      .head_ms = port_timeout_env(a, "MUSTER_HTTP_HEAD_TIMEOUT_MS", 0),
                      .body_ms = port_timeout_env(a, "MUSTER_HTTP_BODY_TIMEOUT_MS", 0),

@@ -736,7 +736,7 @@ void h1_resume(evutil_socket_t fd, short what, void *arg) {
     c->resuming = false;
     if (c->dead || c->holding)
       continue;
-    if (c->paused && c->nq < H1_MAX_INFLIGHT / 2) {
+    if (c->paused && !c->body_paused && c->nq < H1_MAX_INFLIGHT / 2) {
       c->paused = false;
       event_add(c->rev, NULL);
     }

@@ -194,6 +194,23 @@ bool h1_body_pending(const h1_req_t *q, int64_t *length);
 void h1_body_stream(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void *arg);
 /* The sink goes away: the rest of the body is read and dropped. */
 void h1_body_detach(h1_req_t *q);
+/* As h1_body_stream, but a client waiting for "100 Continue" gets it only
+ * from h1_body_continue (a proxy passes on its upstream's answer: its 100, or
+ * a refusal and h1_body_refuse).  Until then no body deadline runs. */
+void h1_body_relay(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void *arg);
+/* Sends the "100 Continue" h1_body_relay held back (nothing when none is). */
+void h1_body_continue(h1_req_t *q);
+/* Backpressure of a streamed body: stops reading the connection, until
+ * h1_body_resume, after the bytes already read (which the sink still gets).
+ * No body deadline runs meanwhile.  Only while the sink is attached. */
+void h1_body_pause(h1_req_t *q);
+void h1_body_resume(h1_req_t *q);
+/* The rest of the body is not wanted (it is answered before its end: a
+ * refusal): the sink is detached, a held-back "100 Continue" never goes, the
+ * connection closes after the reply and what the client still sends is
+ * dropped meanwhile (RFC 9110, 10.1.1: the client may stop at the final
+ * status, or it sends on into the lingering close). */
+void h1_body_refuse(h1_req_t *q);
 
 /* ---- streamed replies (h1_stream.c) ----
  *

@@ -85,6 +85,8 @@ struct h1_req {
   bool done;               /* the reply is built */
   bool close;              /* the connection closes after this reply */
   bool continue_pending;   /* "100 Continue" goes out when this request comes first */
+  bool continue_deferred;  /* the client waits for "100 Continue", which the sink gives
+                            * later (h1_body_relay, h1_body_continue) */
   bool streamed;           /* dispatched before its body */
   bool lent;               /* answered while lending (h1_lend_begin), not returned yet */
   h1_body_data_fn on_data; /* the sink of a streamed body, while attached */
@@ -134,6 +136,8 @@ struct h1_conn {
   int64_t seen_window; /* the last activity window it sent a request in */
   int64_t linger_ms;   /* lingering: closed when the client has not by then */
   bool read_eof, dead, dirty, writing, paused, lingering, resuming;
+  bool body_paused; /* paused by a streamed body's sink (h1_body_pause): only
+                     * h1_body_resume (or h1_body_refuse) reads on */
   bool reset; /* closed with a reset, not a lingering close: a body that ends
                * with the connection was cut (h1_respond_abort) */
   /* Lending (h1_lend.c).  in_lend: on the lend's list, not freed until

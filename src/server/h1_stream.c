@@ -32,6 +32,8 @@
 
 /* ---- streamed request bodies ---- */
 
+static void body_unpause(h1_conn_t *c);
+
 bool h1_body_pending(const h1_req_t *q, int64_t *length) {
   h1_conn_t *c = q->conn;
   if (c == NULL || !q->streamed || q->on_data != NULL || c->last != q || c->state != ST_DISCARD)
@@ -40,7 +42,10 @@ bool h1_body_pending(const h1_req_t *q, int64_t *length) {
   return true;
 }
 
-void h1_body_stream(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void *arg) {
+/* Gives the body of `q` to the sink; a client waiting for "100 Continue" gets
+ * it now (`continue_now`) or at h1_body_continue. */
+static void body_attach(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void *arg,
+                        bool continue_now) {
   h1_conn_t *c = q->conn;
   int64_t length;
   if (!h1_body_pending(q, &length))
@@ -53,10 +58,70 @@ void h1_body_stream(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void 
   q->on_end = end;
   q->sink = arg;
   c->state = ST_STREAM;
-  if (q->expect_continue) {
+  if (q->expect_continue && !continue_now) {
+    q->continue_deferred = true;
+  } else if (q->expect_continue) {
     q->continue_pending = true;
     h1_conn_dirty(c);
   }
+}
+
+void h1_body_stream(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void *arg) {
+  body_attach(q, data, end, arg, true);
+}
+
+void h1_body_relay(h1_req_t *q, h1_body_data_fn data, h1_body_end_fn end, void *arg) {
+  body_attach(q, data, end, arg, false);
+}
+
+void h1_body_continue(h1_req_t *q) {
+  if (!q->continue_deferred)
+    return;
+  q->continue_deferred = false;
+  if (q->conn == NULL)
+    return;
+  q->continue_pending = true;
+  h1_conn_dirty(q->conn);
+}
+
+/* Reads the connection of a sink's paused body again. */
+static void body_unpause(h1_conn_t *c) {
+  if (!c->body_paused)
+    return;
+  c->body_paused = false;
+  c->paused = false;
+  if (!c->dead && !c->read_eof && !c->lingering)
+    event_add(c->rev, NULL);
+}
+
+void h1_body_pause(h1_req_t *q) {
+  h1_conn_t *c = q->conn;
+  if (c == NULL || c->dead || q->on_data == NULL || c->last != q)
+    return;
+  c->body_paused = true;
+  h1_conn_pause(c);
+}
+
+void h1_body_resume(h1_req_t *q) {
+  h1_conn_t *c = q->conn;
+  if (c == NULL || !c->body_paused)
+    return;
+  body_unpause(c);
+  h1_conn_watch(c);
+}
+
+void h1_body_refuse(h1_req_t *q) {
+  h1_conn_t *c = q->conn;
+  h1_body_detach(q);
+  q->continue_deferred = false;
+  if (c == NULL)
+    return;
+  q->close = true;
+  if (q->continue_pending && c->first == q && c->cont_off == 0)
+    q->continue_pending = false; /* not begun: it never goes */
+  if (c->last == q && (c->state == ST_STREAM || c->state == ST_DISCARD))
+    c->state = ST_IGNORE; /* what still comes is dropped until the close */
+  body_unpause(c);
 }
 
 void h1_body_detach(h1_req_t *q) {
@@ -66,6 +131,8 @@ void h1_body_detach(h1_req_t *q) {
 }
 
 void h1_body_end(h1_req_t *q, h1_body_end_t how) {
+  if (q && q->conn && how == H1_BODY_DONE)
+    body_unpause(q->conn); /* the body is over: nothing is left to hold back */
   if (q && q->on_end) {
     h1_body_end_fn end = q->on_end;
     void *sink = q->sink;

@@ -60,12 +60,12 @@ static h1_wait_t conn_waiting(const h1_conn_t *c) {
 /* True when the client may be waiting for the server, not the other way
  * round: reading is paused, a request of the connection is held (for a head:
  * what follows it waits, HTTP/1.1 answers in order), or the client was not
- * told to send its body yet ("100 Continue"). */
+ * told to send its body yet ("100 Continue", or one a relay gives later). */
 static bool conn_owes(const h1_conn_t *c, h1_wait_t w) {
   if (c->paused)
     return true;
   if (w == WAIT_BODY)
-    return c->last != NULL && c->last->continue_pending;
+    return c->last != NULL && (c->last->continue_pending || c->last->continue_deferred);
   for (const h1_req_t *q = c->first; q; q = q->next)
     if (q->held)
       return true;

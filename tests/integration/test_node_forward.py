@@ -241,6 +241,20 @@ class StreamTest(unittest.TestCase):
                         % (most - before))
 
 
+def chunks_so_far(body):
+    """The data of a chunked body that may be cut anywhere (the agent passes a reply
+    on in pieces of its own sizes, whose hex may hold a 'c')."""
+    data = b""
+    while b"\r\n" in body:
+        line, _, body = body.partition(b"\r\n")
+        size = int(line.split(b";")[0], 16)
+        if size == 0:
+            break
+        data += body[:size]
+        body = body[size + 2:]
+    return data
+
+
 class FakeHead:
     """A stand-in head on a free port that answers GET /cut/length, /cut/chunked, /slow,
     /echo and /hop as the test needs (a reply that breaks off, one sent in two parts, one
@@ -333,7 +347,8 @@ class FakeHeadTest(unittest.TestCase):
                 self.assertTrue(head.startswith(b"HTTP/1.1 200 OK\r\n"), head)
                 self.assertIn(framing, head + b"\r\n")
                 # What the head sent, and no end of the body: a client sees it cut.
-                self.assertEqual(body.count(b"c"), got, body[-40:])
+                data = chunks_so_far(body) if b"chunked" in framing else body
+                self.assertEqual(data.count(b"c"), got, body[-40:])
                 self.assertFalse(body.endswith(b"0\r\n\r\n"), body[-40:])
 
     def test_headers_both_ways(self):

@@ -6,8 +6,10 @@ head, and each test fails without its fix.
 - What evhttp refused itself was answered with an HTML page (400, 413, 417, 501) or
   nothing (CONNECT): a malformed request line or header line, no version, a bad or
   doubled length, a broken chunk, an unknown method or Transfer-Encoding, HTTP/2.0.
-  Each is answered in the JSON envelope now, as on the head, and the connection closes
-  (an unknown method, which the agent cannot send on, is its own 501).
+  Each is answered in the JSON envelope now, as on the head, and the connection closes.
+  An unknown method is forwarded, and the head answers 405 in the envelope (the agent
+  answered 501 itself while evhttp's client, which sends only the methods it knows,
+  carried its requests).
 - A request line and headers over 64 KiB (the head's limit) get 431 in the envelope
   at once (evhttp read up to 1 MiB and answered 400 with HTML).
 - Read deadlines, as on the head (TimeoutTest, an agent with 300 ms limits from
@@ -232,17 +234,21 @@ class EnvelopeTest(AgentWireCase):
         tasks = self.head.request("GET", "/v1/queues/mq/tasks").json["tasks"]
         self.assertEqual(tasks, [], "a refused request was forwarded")
 
-    def test_a_method_the_agent_cannot_send_on(self):
-        # evhttp's client sends the methods it knows: the agent answers another itself.
-        r = self.refused(request("FROBNICATE", "/v1/queues", self.token), 501, "bad_request",
-                         closes=False)
-        self.assertIn("FROBNICATE: node agent wire passes on GET", r.json["error"]["message"])
+    def test_an_unknown_method_is_the_heads_to_answer(self):
+        # evhttp's client sent only the methods it knew: the agent answered another 501
+        # itself.  Its own client sends any: the head answers 405, as to a client of its own.
+        r = self.refused(request("FROBNICATE", "/v1/queues", self.token), 405,
+                         "method_not_allowed", closes=False)
+        self.assertIn("FROBNICATE is not allowed on this endpoint", r.json["error"]["message"])
+        self.assertIn("muster node", r.header("Via"))
 
-    def test_a_body_over_the_agents_limit_is_refused_before_it_is_sent(self):
-        # Expect: 100-continue and a length over 1 GiB: refused at once, without the 100.
+    def test_a_body_over_the_heads_limit_is_refused_before_it_is_sent(self):
+        # Expect: 100-continue and a length over the head's --max-blob-bytes (4 GiB): the
+        # head's 413, relayed at once, without a 100.
         with self.wire() as w:
             w.send(b"PUT /v1/shared/big/blob HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
-                   b"Expect: 100-continue\r\n\r\n" % ((1 << 30) + 1))
+                   b"Authorization: Bearer %s\r\nExpect: 100-continue\r\n\r\n"
+                   % ((5 << 30), self.token.encode()))
             r = w.read_reply(interim=True)
             self.assert_envelope(r, 413, "body_too_large")
             self.assertTrue(r.closes(), r)
