@@ -42,9 +42,11 @@
 #include <string.h>
 
 /* The most bytes of a request body the agent reads whole: the bodies of the
- * requests it serves itself (a forwarded body streams, unbounded by the
- * agent: the head refuses in its words what it refuses). */
-#define PORT_MAX_BODY (1024L << 20)
+ * requests it serves itself, small JSON (a forwarded body streams, unbounded
+ * by the agent: the head refuses in its words what it refuses).  The head's
+ * default --max-body, so that a client the agent refuses holds no more of
+ * its memory than the head's clients hold of the head's. */
+#define PORT_MAX_BODY (8L << 20)
 /* The request line and headers, as on the head (431 past it). */
 #define PORT_MAX_HEAD (64 * 1024)
 /* A connection with nothing in flight is closed after this long: the head's
@@ -169,7 +171,8 @@ static bool port_on_body_data(void *arg, const char *data, size_t len) {
   if (evbuffer_get_length(r->body) + len > (size_t)PORT_MAX_BODY) {
     h1_close_after(r->q);
     port_reply_error(r->q, 413, "body_too_large",
-                     "the chunked body is over %ld bytes, the most node agent %s takes",
+                     "the chunked body is over %ld bytes, the most node agent %s reads of a "
+                     "request for its cache or an iteration (send a bigger one to the head)",
                      PORT_MAX_BODY, r->a->name);
     return false;
   }
@@ -199,8 +202,9 @@ static void port_read_body(node_agent_t *a, h1_req_t *q, int64_t length) {
   if (length > PORT_MAX_BODY) {
     h1_close_after(q);
     port_reply_error(q, 413, "body_too_large",
-                     "the body is %lld bytes; node agent %s takes at most %ld", (long long)length,
-                     a->name, PORT_MAX_BODY);
+                     "the body is %lld bytes; node agent %s reads at most %ld of a request for "
+                     "its cache or an iteration (send a bigger one to the head)",
+                     (long long)length, a->name, PORT_MAX_BODY);
     return;
   }
   port_req_t *r = port_req(q);

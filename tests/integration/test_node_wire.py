@@ -242,6 +242,37 @@ class EnvelopeTest(AgentWireCase):
         self.assertIn("FROBNICATE is not allowed on this endpoint", r.json["error"]["message"])
         self.assertIn("muster node", r.header("Via"))
 
+    def test_a_body_the_agent_reads_whole_has_the_heads_default_limit(self):
+        # The requests the agent serves itself (its cache, iterations) are read whole
+        # before they are routed: up to 8 MiB, the head's default --max-body (it read up
+        # to 1 GiB, which any client could make it hold, token or not).  The refusal
+        # comes before the body, by its length, and as a chunked body passes the limit.
+        big = (8 << 20) + 1
+        r = self.refused(request("POST", "/v1/iterations", self.token,
+                                 headers=["Content-Length: %d" % big]), 413, "body_too_large")
+        self.assertIn("the body is %d bytes; node agent" % big, r.json["error"]["message"])
+        self.assertIn("reads at most 8388608 of a request for its cache or an iteration "
+                      "(send a bigger one to the head)", r.json["error"]["message"])
+        chunk = b"x" * (1 << 20)
+        with self.wire(timeout=60) as w:
+            w.send(request("POST", "/v1/iterations", self.token,
+                           headers=["Transfer-Encoding: chunked"]))
+            try:
+                for _ in range(9):
+                    w.send(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+            except OSError:
+                pass  # refused and closed while the client still sent: read the reply
+            r = w.read_reply()
+        self.assert_envelope(r, 413, "body_too_large")
+        self.assertIn("the chunked body is over 8388608 bytes", r.json["error"]["message"])
+        # Under the limit, a request is read whole and served: its JSON is parsed (an
+        # unknown field, 4 MiB long, is named).
+        r = self.agent.request("POST", "/v1/iterations",
+                               {"name": "whole", "dataset": {"num_samples": 8},
+                                "cluster_sync": False, "pad": "x" * (4 << 20)})
+        self.assert_envelope(r, 400, "invalid_argument")
+        self.assertIn("pad", r.json["error"]["message"])
+
     def test_a_body_over_the_heads_limit_is_refused_before_it_is_sent(self):
         # Expect: 100-continue and a length over the head's --max-blob-bytes (4 GiB): the
         # head's 413, relayed at once, without a 100.
