@@ -804,6 +804,13 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.assertLessEqual(len(long_["error"]), 2048)
         self.assertGreaterEqual(len(long_["error"]), 2000)
         self.assertEqual(quiet["error"], "killed by signal 9")
+        # Each failure is said in one line: a multi-line error by its last line, which
+        # says the most (a traceback's exception), and where the rest is; a one-line
+        # error as it is.
+        self.assertIn("muster worker: task %s failed: it broke (the last line of its error; "
+                      "'muster tasks show %s' has all of it)\n" % (ids[0], ids[0]), err)
+        self.assertIn("muster worker: task %s failed: killed by signal 9\n" % ids[2], err)
+        self.assertNotIn("failed: first", err)
 
     def test_worker_refuses_missing_command(self):
         q = self.queue("", "--max-attempts", "3", "--backoff-ms", "10", "--backoff-max-ms", "20")
