@@ -49,6 +49,7 @@ import time
 import traceback
 import types
 
+from . import _main_load
 from .shared_files import SharedFile, SharedFiles  # noqa: F401 (muster.worker.SharedFile)
 
 MARK = "muster.pool"
@@ -77,7 +78,14 @@ def _main_module(path):
         sys.modules.setdefault("__mp_main__", mod)
         with open(path, "rb") as f:
             code = compile(f.read(), path, "exec")
-        exec(code, mod.__dict__)
+        # A muster.Pool opened while the script runs is the script's own, run again
+        # because it is not under `if __name__ == "__main__":`: Pool refuses it, saying so
+        # (pool._refuse_in_worker_load).
+        _main_load.script = path
+        try:
+            exec(code, mod.__dict__)
+        finally:
+            _main_load.script = None
         _main_modules[path] = mod
     return mod
 
