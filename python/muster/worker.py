@@ -759,6 +759,8 @@ def main(argv=None):
         client = Client(args.url, args.token)
     except ValueError as e:   # a URL that names no head, a data dir without one
         ap.error(str(e))
+    if args.url:
+        client._url_source = "--url"   # its advice names the option, not Client's url=
     if args.cache_url and url_problem(args.cache_url):
         ap.error("--cache-url (or MUSTER_CACHE_URL) '%s' is not a node agent's URL "
                  "(http://HOST:PORT): %s" % (args.cache_url, url_problem(args.cache_url)))
