@@ -162,6 +162,16 @@ static const char worker_details[] =
     "  muster worker --queue resize --concurrency 4 -- convert - -resize 50% -\n"
     "  muster worker --queue upper --max-tasks 10 -- tr a-z A-Z\n";
 
+/* The acknowledgements' help: where TASK and TOKEN come from, which the
+ * synopsis alone does not say. */
+static const char ack_details[] =
+    "TASK and TOKEN are the \"task\" and \"token\" of a lease, as `muster lease`\n"
+    "prints them; a stale token (the lease expired or went to another worker)\n"
+    "fails with lease_lost.\n\n"
+    "example:\n"
+    "  muster lease --queue resize    # {\"task\":7,\"token\":1042,...}\n"
+    "  muster complete 7 1042 a-small.jpg\n";
+
 static const char tasks_requeue_details[] =
     "Give either ID (one dead or failed task) or --queue Q (all of them), not both.\n";
 
@@ -227,15 +237,16 @@ static const cli_cmd_t commands[] = {
      0, -1, cmd_put},
     {"lease", "--queue Q [options]", "Lease tasks (for scripts).", lease_details, lease_opts, 1, 0,
      0, cmd_lease},
-    {"complete", "TASK TOKEN [RESULT]", "Complete a leased task with an optional result.", NULL,
-     complete_opts, 1, 1, 3, cmd_complete},
-    {"fail", "TASK TOKEN [options]", "Fail a leased task (retried unless --permanent).", NULL,
-     fail_opts, 1, 1, 2, cmd_fail},
-    {"extend", "TASK TOKEN [options]", "Extend a lease.", NULL, extend_opts, 1, 1, 2, cmd_extend},
-    {"release", "TASK TOKEN", "Give a leased task back at once; the attempt does not count.", NULL,
-     NULL, 1, 1, 2, cmd_release},
-    {"flag", "TASK TOKEN [options]", "Flag a leased task's input as invalid.", NULL, flag_opts, 1,
-     1, 2, cmd_flag},
+    {"complete", "TASK TOKEN [RESULT]", "Complete a leased task with an optional result.",
+     ack_details, complete_opts, 1, 1, 3, cmd_complete},
+    {"fail", "TASK TOKEN [options]", "Fail a leased task (retried unless --permanent).",
+     ack_details, fail_opts, 1, 1, 2, cmd_fail},
+    {"extend", "TASK TOKEN [options]", "Extend a lease.", ack_details, extend_opts, 1, 1, 2,
+     cmd_extend},
+    {"release", "TASK TOKEN", "Give a leased task back at once; the attempt does not count.",
+     ack_details, NULL, 1, 1, 2, cmd_release},
+    {"flag", "TASK TOKEN [options]", "Flag a leased task's input as invalid.", ack_details,
+     flag_opts, 1, 1, 2, cmd_flag},
     {"tasks ls", "--queue Q [options]", "List a queue's tasks.", NULL, tasks_ls_opts, 1, 0, 0,
      cmd_tasks_ls},
     {"tasks show", "ID", "Show one task as JSON.", NULL, NULL, 1, 1, 1, cmd_tasks_show},
