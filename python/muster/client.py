@@ -17,8 +17,8 @@ import urllib.parse
 
 from . import _continue, errors
 from .resolve import (  # noqa: F401 (muster.client's names as before)
-    DEFAULT_DATA_DIR, DEFAULT_URL, _resolve_url_from, data_dir_default, resolve_token,
-    resolve_url, url_problem)
+    DEFAULT_DATA_DIR, DEFAULT_URL, _resolve_url_from, data_dir_default, no_head_advice,
+    resolve_token, resolve_url, token_looked, url_problem)
 from .shared import Shared  # noqa: F401 (client.shared; muster.client.Shared as before)
 
 # A connection idle this long is looked at before reuse: no server closes one sooner
@@ -148,6 +148,10 @@ class Client:
                              % (source, url, problem))
         self.url = url.rstrip("/")
         self.token = resolve_token(token, data_dir)
+        # Where the URL came from, and where no token was found: the advice of a
+        # NetworkError that reached no head, and of a 401 to a client without a token.
+        self._url_source = source
+        self._token_looked = None if self.token else token_looked(data_dir)
         self.timeout = timeout
         parsed = urllib.parse.urlsplit(self.url)
         self._scheme = parsed.scheme.lower()
@@ -276,7 +280,7 @@ class Client:
                                            status=resp.status)
         if 200 <= resp.status < 300:
             return reply
-        raise errors.from_reply(resp.status, reply, (self.url, method, path))
+        raise self._refusal(resp.status, reply, method, path, tok)
 
     def request_raw(self, method, path, body=None, query=None, headers=None,
                     content_type="application/octet-stream", token=_UNSET):
@@ -315,7 +319,19 @@ class Client:
             reply = json.loads(raw) if raw else None
         except ValueError:
             reply = None
-        raise errors.from_reply(resp.status, reply, (self.url, method, path))
+        raise self._refusal(resp.status, reply, method, path, tok)
+
+    def _refusal(self, status, reply, method, path, token_sent):
+        """The error for a refusal.  A 401 to a request sent without a token says where this
+        client looked for one (the head's own message speaks of HTTP headers)."""
+        err = errors.from_reply(status, reply, (self.url, method, path))
+        looked = getattr(self, "_token_looked", None)
+        if isinstance(err, errors.Unauthorized) and not token_sent and looked:
+            err = errors.Unauthorized(
+                "the head needs a token, and no token was given: %s; pass token=, set "
+                "MUSTER_TOKEN, or point data_dir= (or MUSTER_DATA_DIR) at the head's data dir, "
+                "which holds the file 'token'" % looked, code=err.code, status=err.status)
+        return err
 
     def _drop_if_closed(self):
         """Drops this thread's connection when it has been idle for IDLE_CHECK_S or more
@@ -361,8 +377,12 @@ class Client:
                 raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url,
                                                               e or type(e).__name__)) from e
             except (OSError, socket.timeout, http.client.HTTPException) as e:
+                unsent = conn.sock is None   # no connection was made: nothing reached a head
                 self._drop_connection(lost=True)
-                raise errors.NetworkError("%s %s (%s): %s" % (method, path, self.url, e)) from e
+                advice = ("; " + no_head_advice(getattr(self, "_url_source", "url"))
+                          if unsent else "")
+                raise errors.NetworkError("%s %s (%s): %s%s" % (method, path, self.url, e,
+                                                                advice)) from e
             except BaseException:
                 # Interrupted mid-exchange (Ctrl-C, an exception from a signal handler, a
                 # streamed body's source that failed): this connection still owes the

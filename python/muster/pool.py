@@ -152,6 +152,22 @@ def _main_script(cls):
                      % cls.__qualname__)
 
 
+def _refuse_in_worker_load():
+    """Raises RuntimeError when this Pool is being opened by a worker that loads the Pool
+    owner's script to find a worker class defined there (muster.worker._main_module, run
+    as ``python3 -m muster.worker``; muster._main_load holds the script's path): the
+    script runs again in every worker, and its code that opens the pool is not under
+    ``if __name__ == "__main__":``.  Without this the nested pool talked to the head, then
+    failed to pickle the class, and every job died with that unreadable PicklingError."""
+    from . import _main_load
+    if _main_load.script:
+        raise RuntimeError("muster.Pool: a worker loads %s to find the worker class defined "
+                           "there, and that runs the script's code that opens the pool again: "
+                           "put that code under `if __name__ == \"__main__\":`, as "
+                           "multiprocessing needs too (docs/python.md, \"Making the class "
+                           "importable\")" % _main_load.script)
+
+
 def _class_paths(cls):
     """Directories a worker may need on sys.path to import ``cls`` (when they exist there)."""
     paths = []
@@ -311,6 +327,7 @@ class Pool:
     def __init__(self, worker_class, init_data=None, url=None, token=None, queue="pool",
                  client=None, timeout_ms=60000, queue_settings=None, use_shared=None, data_dir=None,
                  requires=None):
+        _refuse_in_worker_load()
         self._own_client = client is None   # its connections close with the pool
         if client is None:
             url, token, queue = _pool_order(url, token, queue)

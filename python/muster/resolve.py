@@ -89,3 +89,31 @@ def url_problem(url):
 def resolve_token(token=None, data_dir=None):
     """token, else $MUSTER_TOKEN, else DATA_DIR/token, else None (like the CLI)."""
     return token or os.environ.get("MUSTER_TOKEN") or _read_data_file(data_dir_default(data_dir), "token")
+
+
+def token_looked(data_dir=None):
+    """Where a client looked for a token and found none, in the CLI's words: "not by
+    token=, not by MUSTER_TOKEN, and not in muster-data/token (No such file or directory,
+    from the default data dir)"."""
+    named = ("data_dir=" if data_dir else "MUSTER_DATA_DIR" if os.environ.get("MUSTER_DATA_DIR")
+             else "the default data dir")
+    path = os.path.join(data_dir_default(data_dir), "token")
+    why = _read_data_file_why(data_dir_default(data_dir), "token")[1] or "it gave none"
+    return "not by token=, not by MUSTER_TOKEN, and not in %s (%s, from %s)" % (path, why, named)
+
+
+def no_head_advice(source):
+    """What to do when no connection could be made to a URL that ``source`` gave (the
+    second value of _resolve_url_from, or "--url" for a command's option), as the CLI says
+    it: a URL given is the user's to check; a data dir's url file outlives a head killed
+    with -9; the default URL was a guess."""
+    if source in ("url", "--url", "MUSTER_URL"):
+        return ("is a head running there? The URL is the one %s gives: start the head, or "
+                "give the URL of a running one" % ("url=" if source == "url" else source))
+    if source == "the default URL":
+        return ("is a head running there? No URL was given and no data dir holds one: pass "
+                "url= (or set MUSTER_URL), or data_dir= (or MUSTER_DATA_DIR) for a head's data "
+                "dir")
+    return ("is a head running there? The URL was read from %s, which a head writes when it "
+            "listens and leaves behind when it is killed: start that head again, or pass url= "
+            "(or set MUSTER_URL)" % source)

@@ -49,6 +49,7 @@ import time
 import traceback
 import types
 
+from . import _main_load
 from .shared_files import SharedFile, SharedFiles  # noqa: F401 (muster.worker.SharedFile)
 
 MARK = "muster.pool"
@@ -77,7 +78,14 @@ def _main_module(path):
         sys.modules.setdefault("__mp_main__", mod)
         with open(path, "rb") as f:
             code = compile(f.read(), path, "exec")
-        exec(code, mod.__dict__)
+        # A muster.Pool opened while the script runs is the script's own, run again
+        # because it is not under `if __name__ == "__main__":`: Pool refuses it, saying so
+        # (pool._refuse_in_worker_load).
+        _main_load.script = path
+        try:
+            exec(code, mod.__dict__)
+        finally:
+            _main_load.script = None
         _main_modules[path] = mod
     return mod
 
@@ -751,6 +759,8 @@ def main(argv=None):
         client = Client(args.url, args.token)
     except ValueError as e:   # a URL that names no head, a data dir without one
         ap.error(str(e))
+    if args.url:
+        client._url_source = "--url"   # its advice names the option, not Client's url=
     if args.cache_url and url_problem(args.cache_url):
         ap.error("--cache-url (or MUSTER_CACHE_URL) '%s' is not a node agent's URL "
                  "(http://HOST:PORT): %s" % (args.cache_url, url_problem(args.cache_url)))

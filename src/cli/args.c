@@ -11,6 +11,7 @@
  */
 #include "cli/cli.h"
 #include "core/option_twice.h"
+#include "core/suggest.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -168,6 +169,24 @@ static void cli_say_twice(const cli_opt_t *opt, const char *before, const char *
   free(said);
 }
 
+/* Says that option --`word` (`len` bytes) is not one of `cmd`'s, and which
+ * of its options (or --help) it likely meant: `--nxt` for `--next`.
+ * Returns CLI_USAGE. */
+static int cli_unknown_long(const cli_cmd_t *cmd, const char *word, size_t len) {
+  suggest_t likely;
+  suggest_init(&likely, word, len);
+  const cli_opt_t *opt;
+  for (int i = 0; (opt = cli_opt_at(cmd, i)) != NULL; i++)
+    suggest_offer(&likely, opt->name, strlen(opt->name));
+  suggest_offer(&likely, "help", 4);
+  size_t meant_len;
+  const char *meant = suggest_best(&likely, &meant_len);
+  if (meant)
+    return cli_usage_error(cmd, "unknown option '--%.*s' for '%s' (did you mean '--%.*s'?)",
+                           (int)len, word, cmd->name, (int)meant_len, meant);
+  return cli_usage_error(cmd, "unknown option '--%.*s' for '%s'", (int)len, word, cmd->name);
+}
+
 /* Handles the option word argv[*i]; may consume the next word as its value. */
 static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli_args_t *args) {
   const char *word = argv[*i] + 2;
@@ -177,7 +196,7 @@ static int cli_take_opt(const cli_cmd_t *cmd, int argc, char **argv, int *i, cli
   if (idx < 0 && cli_misplaced_option(cmd, word, len) != CLI_OK)
     return CLI_USAGE; /* another command's option, said as such */
   if (idx < 0)
-    return cli_usage_error(cmd, "unknown option '--%.*s' for '%s'", (int)len, word, cmd->name);
+    return cli_unknown_long(cmd, word, len);
   const cli_opt_t *opt = cli_opt_at(cmd, idx);
   if (opt->metavar == NULL) {
     if (eq)

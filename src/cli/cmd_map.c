@@ -40,7 +40,9 @@ const cli_opt_t cmd_map_opts[] = {
     {"with-index", NULL, "prefix each result with its input's number (0-based) and a tab"},
     {"json-output", NULL, "print every result as one line of JSON (a string result quoted)"},
     {"init-data", "JSON", "the session's init_data, handed to the workers"},
-    {"timeout-ms", "MS", "session heartbeat timeout (default: the head's)"},
+    {"timeout-ms", "MS",
+     "close the session (cancelling what is left) when map is silent this long; map also waits "
+     "this long for a head that stops answering (default 60000)"},
     {"quiet", NULL, "no progress bar, even on a terminal"},
     {"requires", "SCOPE/NAME@N", CLI_REQUIRES_HELP},
     {NULL, NULL, NULL},

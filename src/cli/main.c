@@ -8,6 +8,7 @@
  * head` is the exception: the head daemon parses its own options (head.c).
  */
 #include "cli/cli.h"
+#include "core/suggest.h"
 #include "server/head.h"
 
 #include <stdlib.h>
@@ -161,6 +162,16 @@ static const char worker_details[] =
     "  muster worker --queue resize --concurrency 4 -- convert - -resize 50% -\n"
     "  muster worker --queue upper --max-tasks 10 -- tr a-z A-Z\n";
 
+/* The acknowledgements' help: where TASK and TOKEN come from, which the
+ * synopsis alone does not say. */
+static const char ack_details[] =
+    "TASK and TOKEN are the \"task\" and \"token\" of a lease, as `muster lease`\n"
+    "prints them; a stale token (the lease expired or went to another worker)\n"
+    "fails with lease_lost.\n\n"
+    "example:\n"
+    "  muster lease --queue resize    # {\"task\":7,\"token\":1042,...}\n"
+    "  muster complete 7 1042 a-small.jpg\n";
+
 static const char tasks_requeue_details[] =
     "Give either ID (one dead or failed task) or --queue Q (all of them), not both.\n";
 
@@ -226,15 +237,16 @@ static const cli_cmd_t commands[] = {
      0, -1, cmd_put},
     {"lease", "--queue Q [options]", "Lease tasks (for scripts).", lease_details, lease_opts, 1, 0,
      0, cmd_lease},
-    {"complete", "TASK TOKEN [RESULT]", "Complete a leased task with an optional result.", NULL,
-     complete_opts, 1, 1, 3, cmd_complete},
-    {"fail", "TASK TOKEN [options]", "Fail a leased task (retried unless --permanent).", NULL,
-     fail_opts, 1, 1, 2, cmd_fail},
-    {"extend", "TASK TOKEN [options]", "Extend a lease.", NULL, extend_opts, 1, 1, 2, cmd_extend},
-    {"release", "TASK TOKEN", "Give a leased task back at once; the attempt does not count.", NULL,
-     NULL, 1, 1, 2, cmd_release},
-    {"flag", "TASK TOKEN [options]", "Flag a leased task's input as invalid.", NULL, flag_opts, 1,
-     1, 2, cmd_flag},
+    {"complete", "TASK TOKEN [RESULT]", "Complete a leased task with an optional result.",
+     ack_details, complete_opts, 1, 1, 3, cmd_complete},
+    {"fail", "TASK TOKEN [options]", "Fail a leased task (retried unless --permanent).",
+     ack_details, fail_opts, 1, 1, 2, cmd_fail},
+    {"extend", "TASK TOKEN [options]", "Extend a lease.", ack_details, extend_opts, 1, 1, 2,
+     cmd_extend},
+    {"release", "TASK TOKEN", "Give a leased task back at once; the attempt does not count.",
+     ack_details, NULL, 1, 1, 2, cmd_release},
+    {"flag", "TASK TOKEN [options]", "Flag a leased task's input as invalid.", ack_details,
+     flag_opts, 1, 1, 2, cmd_flag},
     {"tasks ls", "--queue Q [options]", "List a queue's tasks.", NULL, tasks_ls_opts, 1, 0, 0,
      cmd_tasks_ls},
     {"tasks show", "ID", "Show one task as JSON.", NULL, NULL, 1, 1, 1, cmd_tasks_show},
@@ -346,18 +358,64 @@ static void usage_group(const char *group, FILE *out) {
   fprintf(out, "\nRun 'muster %s SUBCOMMAND --help' for its options.\n", group);
 }
 
+/* The command `word` likely meant ("queues": "queue", "statuss": "status"),
+ * or NULL; its length in *len.  A group is offered by its first word. */
+static const char *likely_command(const char *word, size_t *len) {
+  suggest_t likely;
+  suggest_init(&likely, word, strlen(word));
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    suggest_offer(&likely, commands[i].name, strcspn(commands[i].name, " "));
+  return suggest_best(&likely, len);
+}
+
+/* Words other tools use for a subcommand that muster names otherwise. */
+static const char *const subcommand_synonyms[][2] = {
+    {"list", "ls"},   {"delete", "rm"},     {"remove", "rm"},  {"del", "rm"},
+    {"info", "show"}, {"describe", "show"}, {"new", "create"}, {"add", "create"},
+};
+
+/* The subcommand of `group` that `sub` likely meant ("list": "ls", "purg":
+ * "purge"), or NULL; its length in *len. */
+static const char *likely_subcommand(const char *group, const char *sub, size_t *len) {
+  for (size_t i = 0; i < sizeof subcommand_synonyms / sizeof subcommand_synonyms[0]; i++)
+    if (strcmp(sub, subcommand_synonyms[i][0]) == 0 &&
+        find_command(group, subcommand_synonyms[i][1]) != NULL) {
+      *len = strlen(subcommand_synonyms[i][1]);
+      return subcommand_synonyms[i][1];
+    }
+  size_t group_len = strlen(group);
+  suggest_t likely;
+  suggest_init(&likely, sub, strlen(sub));
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (strncmp(commands[i].name, group, group_len) == 0 && commands[i].name[group_len] == ' ')
+      suggest_offer(&likely, commands[i].name + group_len + 1,
+                    strlen(commands[i].name + group_len + 1));
+  return suggest_best(&likely, len);
+}
+
 /* What `muster WORD` and `muster help WORD` say of a word that names no
- * command; returns CLI_USAGE. */
+ * command, with the command it likely meant; returns CLI_USAGE. */
 static int unknown_command(const char *word) {
-  fprintf(stderr, "muster: unknown command '%s'\n", word);
+  size_t len;
+  const char *meant = likely_command(word, &len);
+  if (meant)
+    fprintf(stderr, "muster: unknown command '%s' (did you mean '%.*s'?)\n", word, (int)len, meant);
+  else
+    fprintf(stderr, "muster: unknown command '%s'\n", word);
   fprintf(stderr, "Try 'muster --help' for the list of commands.\n");
   return CLI_USAGE;
 }
 
 /* What `muster GROUP SUB` and `muster help GROUP SUB` say of a subcommand that
- * `group` lacks; returns CLI_USAGE. */
+ * `group` lacks, with the one it likely meant; returns CLI_USAGE. */
 static int unknown_subcommand(const char *group, const char *sub) {
-  fprintf(stderr, "muster: unknown subcommand '%s %s'\n", group, sub);
+  size_t len;
+  const char *meant = likely_subcommand(group, sub, &len);
+  if (meant)
+    fprintf(stderr, "muster: unknown subcommand '%s %s' (did you mean '%s %.*s'?)\n", group, sub,
+            group, (int)len, meant);
+  else
+    fprintf(stderr, "muster: unknown subcommand '%s %s'\n", group, sub);
   fprintf(stderr, "Try 'muster %s --help' for the list of subcommands.\n", group);
   return CLI_USAGE;
 }

@@ -20,6 +20,7 @@
 #include "cli/worker.h"
 #include "client/jdump.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -194,13 +195,48 @@ static void slot_say_unacked(worker_slot_t *slot, int64_t task, const char *what
           gave_up ? "; the head re-queues the task when its lease expires)" : "");
 }
 
+/* The line of a task's error that says the most, [*line, *line + return):
+ * the last one that is not blank.  A command's stderr ends with what went
+ * wrong (a Python traceback's exception, a tool's last complaint), and its
+ * first lines are often the least telling ("Traceback (most recent call
+ * last):").  *more is set when other lines come before it. */
+static int slot_error_last_line(const char *error, const char **line, bool *more) {
+  size_t end = strlen(error);
+  while (end > 0 && isspace((unsigned char)error[end - 1]))
+    end--;
+  size_t start = end;
+  while (start > 0 && error[start - 1] != '\n')
+    start--;
+  *line = error + start;
+  *more = false;
+  for (size_t i = 0; i < start; i++)
+    *more |= !isspace((unsigned char)error[i]);
+  return (int)(end - start);
+}
+
+/* Says that task `task` failed with `error`, in one line: a multi-line
+ * error by its last line, and where the whole of it is. */
+static void slot_say_failed(int64_t task, const char *error) {
+  const char *line;
+  bool more;
+  int len = slot_error_last_line(error, &line, &more);
+  if (!more) {
+    fprintf(stderr, "muster worker: task %lld failed: %.200s\n", (long long)task, error);
+    return;
+  }
+  fprintf(stderr,
+          "muster worker: task %lld failed: %.*s (the last line of its error; 'muster tasks "
+          "show %lld' has all of it)\n",
+          (long long)task, len < 200 ? len : 200, line, (long long)task);
+}
+
 void worker_slot_fail(worker_slot_t *slot, const muster_lease_t *lease, const char *error,
                       int permanent) {
   muster_ack_t ack;
   muster_ack_init(&ack, lease->task, lease->token);
   ack.error = error;
   ack.permanent = permanent;
-  fprintf(stderr, "muster worker: task %lld failed: %.200s\n", (long long)lease->task, error);
+  slot_say_failed(lease->task, error);
   const char *gave_up;
   muster_err_t err = slot_ack(slot, &ack, "report its failure", muster_fail, &gave_up);
   atomic_fetch_add(&slot->worker->failed, 1);

@@ -5,9 +5,11 @@
 #include "head.h"
 #include "compat.h"
 #include "core/option_twice.h"
+#include "core/suggest.h"
 #include "log.h"
 #include "server.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,28 +114,12 @@ static bool head_parse_listen(const char *arg, head_config_t *cfg) {
 
 static bool parse_size(const char *arg, int64_t min, int64_t *out) {
   char *end;
+  errno = 0;
   long long v = strtoll(arg, &end, 10);
-  if (*arg == '\0' || *end != '\0' || v < min)
-    return false;
+  if (*arg == '\0' || *end != '\0' || errno == ERANGE || v < min)
+    return false; /* ERANGE: too large for any option, not clamped to the largest */
   *out = v;
   return true;
-}
-
-/* Reports the option word getopt_long refused (`c` is its ':' for a missing
- * value, '?' otherwise) in one line; returns the exit status 2. */
-static int head_parse_refuse(int c, const char *word) {
-  char shown[64];
-  if (optopt > 0 && optopt < 128 && word[0] == '-' && word[1] != '-')
-    snprintf(shown, sizeof shown, "-%c", optopt); /* a short option, maybe in a cluster */
-  else
-    snprintf(shown, sizeof shown, "%.*s", (int)strcspn(word, "="), word);
-  bool long_known = c == '?' && optopt != 0 && word[1] == '-'; /* --help=3 */
-  fprintf(stderr, "muster head: %s '%s'%s; see 'muster head --help'\n",
-          c == ':'     ? "missing value for option"
-          : long_known ? "option"
-                       : "unrecognized option",
-          shown, long_known ? " takes no value" : "");
-  return 2;
 }
 
 /* The options of `muster head`; head_set_option switches on their `val`. */
@@ -159,6 +145,43 @@ static const struct option head_options[] = {
     {"sync-leases", no_argument, 0, 'Y'},
     {0, 0, 0, 0},
 };
+
+/* " (did you mean '--listen'?)" into buf when the unknown long option `word`
+ * ("--lisen", maybe with "=VALUE") is likely one of the head's; else "". */
+static const char *head_likely_option(const char *word, char *buf, size_t size) {
+  buf[0] = '\0';
+  if (strncmp(word, "--", 2) != 0)
+    return buf;
+  suggest_t likely;
+  suggest_init(&likely, word + 2, strcspn(word + 2, "="));
+  for (int i = 0; head_options[i].name; i++)
+    suggest_offer(&likely, head_options[i].name, strlen(head_options[i].name));
+  size_t len;
+  const char *meant = suggest_best(&likely, &len);
+  if (meant)
+    snprintf(buf, size, " (did you mean '--%.*s'?)", (int)len, meant);
+  return buf;
+}
+
+/* Reports the option word getopt_long refused (`c` is its ':' for a missing
+ * value, '?' otherwise) in one line; returns the exit status 2. */
+static int head_parse_refuse(int c, const char *word) {
+  char shown[64];
+  if (optopt > 0 && optopt < 128 && word[0] == '-' && word[1] != '-')
+    snprintf(shown, sizeof shown, "-%c", optopt); /* a short option, maybe in a cluster */
+  else
+    snprintf(shown, sizeof shown, "%.*s", (int)strcspn(word, "="), word);
+  bool long_known = c == '?' && optopt != 0 && word[1] == '-'; /* --help=3 */
+  char likely[96] = "";
+  if (c == '?' && !long_known)
+    head_likely_option(word, likely, sizeof likely);
+  fprintf(stderr, "muster head: %s '%s'%s%s; see 'muster head --help'\n",
+          c == ':'     ? "missing value for option"
+          : long_known ? "option"
+                       : "unrecognized option",
+          shown, long_known ? " takes no value" : "", likely);
+  return 2;
+}
 
 /* Stores the value of the numeric option `c` (a size, a count or a duration)
  * in the config; false when it is no integer or below the option's minimum. */
@@ -238,15 +261,44 @@ static bool head_set_option(int c, head_config_t *cfg, const char **token_arg, c
   }
 }
 
+/* What option `c` takes, said after a value it refused, so that the line
+ * alone tells what to write: the numbers' smallest values are in no help. */
+static const struct {
+  int c;
+  const char *expected;
+} head_expected[] = {
+    {'l', "ADDR:PORT, such as 127.0.0.1:7370 (0.0.0.0:7370: every interface; port 0 picks a "
+          "free one)"},
+    {'d', "a path shorter than 4064 bytes"},
+    {'s', "full or normal"},
+    {'L', "debug, info, warn or error"},
+    {'w', "a whole number of milliseconds, from 100 to 9223372036854775807"},
+    {'W', "a whole number of milliseconds, from 0 to 9223372036854775807"},
+    {'S', "a whole number of milliseconds, from 10 to 9223372036854775807"},
+    {'N', "a whole number of milliseconds, from 100 to 9223372036854775807"},
+    {'T', "a whole number of milliseconds, from 1 to 9223372036854775807"},
+    {'b', "a whole number of bytes, from 1024 to 9223372036854775807"},
+    {'p', "a whole number of bytes, from 64 to 9223372036854775807"},
+    {'B', "a whole number of bytes, from 1 to 9223372036854775807"},
+    {'K', "a whole number of levels, from 1 to 9223372036854775807"},
+};
+
 /* Reports the refused value of option `c` (--`name`) in one line; returns the
- * exit status 2. */
+ * exit status 2.  --distcompute has said why already (compat_add_pipeline). */
 static int head_parse_invalid(int c, const char *name, const char *why) {
   if (c == 't' || c == 'D') { /* a secret: give the rule, not the value */
     fprintf(stderr, "muster head: --%s %s; see 'muster head --help'\n", name, why);
     return 2;
   }
-  fprintf(stderr, "muster head: invalid value '%s' for --%s; see 'muster head --help'\n", optarg,
-          name);
+  if (c == 'C')
+    return 2;
+  const char *expected = "another value";
+  for (size_t i = 0; i < sizeof head_expected / sizeof head_expected[0]; i++)
+    if (head_expected[i].c == c)
+      expected = head_expected[i].expected;
+  fprintf(stderr,
+          "muster head: invalid value '%s' for --%s: expected %s; see 'muster head --help'\n",
+          optarg, name, expected);
   return 2;
 }
 

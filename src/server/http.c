@@ -579,6 +579,18 @@ static int64_t http_timeout_env(const char *name) {
   return 0;
 }
 
+/* What to do about the listen error `err` (h1_server_listen's words): the
+ * two a user meets, a port taken and an address not this machine's. */
+static const char *http_listen_advice(const char *err) {
+  if (strstr(err, "Address already in use"))
+    return ": another process (another head?) listens there; stop it, or give another port "
+           "with --listen (port 0 picks a free one)";
+  if (strstr(err, "Cannot assign requested address"))
+    return ": it is not an address of this machine; give one of its addresses, 127.0.0.1, or "
+           "0.0.0.0 for every interface";
+  return "";
+}
+
 int http_start(head_t *h) {
   /* Bodies above the route's limit are refused by the route layer with its
    * own message; the server's limit only bounds what is buffered at all. */
@@ -597,7 +609,8 @@ int http_start(head_t *h) {
   char err[256];
   int port = h1_server_listen(h->http, h->cfg.listen_host, h->cfg.listen_port, err, sizeof err);
   if (port < 0)
-    log_msg(LOG_ERROR, "cannot listen on %s:%d: %s", h->cfg.listen_host, h->cfg.listen_port, err);
+    log_msg(LOG_ERROR, "cannot listen on %s:%d: %s%s", h->cfg.listen_host, h->cfg.listen_port, err,
+            http_listen_advice(err));
   return port;
 }
 

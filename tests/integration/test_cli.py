@@ -371,6 +371,41 @@ class CliTest(harness.CliChecks, unittest.TestCase):
                 self.assertEqual(err, line + "\n")
                 self.assertFalse(os.path.exists(os.path.join(self.tmp, "muster-data")))
 
+    def test_head_refuses_a_bad_value_saying_what_it_takes(self):
+        # A value the head refuses is told with what the option takes (the smallest
+        # numbers are in no help), a mistyped option with the one it likely is, and a
+        # number too large for 64 bits is refused, not clamped to the largest.
+        for args, says in (
+                (["--listen", "7370"], "invalid value '7370' for --listen: expected ADDR:PORT, "
+                                       "such as 127.0.0.1:7370 (0.0.0.0:7370: every "
+                                       "interface; port 0 picks a free one)"),
+                (["--sync", "fast"], "invalid value 'fast' for --sync: expected full or normal"),
+                (["--log-level", "verbose"], "expected debug, info, warn or error"),
+                (["--worker-timeout-ms", "5"], "invalid value '5' for --worker-timeout-ms: "
+                                               "expected a whole number of milliseconds, "
+                                               "from 100 to 9223372036854775807"),
+                (["--max-body", "99999999999999999999"],
+                 "expected a whole number of bytes, from 1024 to 9223372036854775807"),
+                (["--lisen", "127.0.0.1:0"], "unrecognized option '--lisen' (did you mean "
+                                             "'--listen'?)")):
+            with self.subTest(args=args):
+                err = self.fails(2, "head", *args, cwd=self.tmp)
+                self.assertEqual(err.count("\n"), 1, err)
+                self.assertIn(says, err)
+                self.assertTrue(err.endswith("; see 'muster head --help'\n"), err)
+                self.assertFalse(os.path.exists(os.path.join(self.tmp, "muster-data")))
+        # --distcompute says its own rule, once: no second, vaguer line after it.
+        err = self.fails(2, "head", "--distcompute", "bad", cwd=self.tmp)
+        self.assertEqual(err, "muster head: --distcompute takes NAME=QUEUE_A,QUEUE_B,...\n")
+
+    def test_head_on_a_port_in_use_says_what_to_do(self):
+        port = self.head.url.rsplit(":", 1)[1]
+        err = self.fails(1, "head", "--server-only", "--listen", "127.0.0.1:" + port,
+                         "--data-dir", os.path.join(self.tmp, "second"), cwd=self.tmp)
+        self.assertIn("cannot listen on 127.0.0.1:%s: Address already in use: another process "
+                      "(another head?) listens there; stop it, or give another port with "
+                      "--listen (port 0 picks a free one)" % port, err)
+
     def head_until(self, args, says, env=None):
         """Starts `muster head ARGS` in self.tmp, its stdout and stderr into one file,
         until that output holds `says`; stops it and returns the output."""
@@ -774,6 +809,13 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.assertLessEqual(len(long_["error"]), 2048)
         self.assertGreaterEqual(len(long_["error"]), 2000)
         self.assertEqual(quiet["error"], "killed by signal 9")
+        # Each failure is said in one line: a multi-line error by its last line, which
+        # says the most (a traceback's exception), and where the rest is; a one-line
+        # error as it is.
+        self.assertIn("muster worker: task %s failed: it broke (the last line of its error; "
+                      "'muster tasks show %s' has all of it)\n" % (ids[0], ids[0]), err)
+        self.assertIn("muster worker: task %s failed: killed by signal 9\n" % ids[2], err)
+        self.assertNotIn("failed: first", err)
 
     def test_worker_refuses_missing_command(self):
         q = self.queue("", "--max-attempts", "3", "--backoff-ms", "10", "--backoff-max-ms", "20")

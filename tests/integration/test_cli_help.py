@@ -153,6 +153,15 @@ class CliHelpTest(unittest.TestCase):
         self.assertEqual(run("worker", "--help").stdout.splitlines()[2],
                          "Run CMD or a plugin for each task of a queue.")
 
+    def test_acknowledgements_say_where_task_and_token_come_from(self):
+        # "usage: muster complete TASK TOKEN [RESULT]" alone left a new user to guess
+        # which token (the admin token is also a "token") and where the two come from.
+        for command in ("complete", "fail", "extend", "release", "flag"):
+            with self.subTest(command=command):
+                out = run(command, "--help").stdout
+                self.assertIn('TASK and TOKEN are the "task" and "token" of a lease, as '
+                              '`muster lease`\nprints them', out)
+
     def test_help_of_an_unknown_name_says_what_running_it_says(self):
         # `help queue nosuch` said "unknown command 'queue nosuch'" and `queue nosuch`
         # "unknown subcommand": the same mistake is told the same way.

@@ -297,6 +297,41 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertTrue(err.startswith("muster: unknown option '-v' for 'status' (options start "
                                        "with --)\n"), err)
 
+    def test_a_mistyped_command_or_option_says_what_was_meant(self):
+        # A slip of the fingers, an abbreviation or another tool's word for a subcommand
+        # is told with the name it likely meant; a word near no name gets no guess.
+        for args, line in (
+                (["queues", "ls"], "unknown command 'queues' (did you mean 'queue'?)"),
+                (["task", "ls"], "unknown command 'task' (did you mean 'tasks'?)"),
+                (["statuss"], "unknown command 'statuss' (did you mean 'status'?)"),
+                (["ses", "ls"], "unknown command 'ses' (did you mean 'session'?)"),
+                (["queue", "list"], "unknown subcommand 'queue list' (did you mean "
+                                    "'queue ls'?)"),
+                (["queue", "delete", "q"], "unknown subcommand 'queue delete' (did you mean "
+                                           "'queue rm'?)"),
+                (["queue", "purg", "q"], "unknown subcommand 'queue purg' (did you mean "
+                                         "'queue purge'?)"),
+                (["help", "queue", "lst"], "unknown subcommand 'queue lst' (did you mean "
+                                           "'queue ls'?)"),
+                (["queue", "create", "q", "--nxt", "r"], "unknown option '--nxt' for 'queue "
+                                                         "create' (did you mean '--next'?)"),
+                (["put", "--queue", "q", "--prio", "3", "x"], "unknown option '--prio' for "
+                                                              "'put' (did you mean "
+                                                              "'--priority'?)"),
+                (["nodes", "--al"], "unknown option '--al' for 'nodes' (did you mean "
+                                    "'--all'?)"),
+                (["status", "--tokn", "x"], "unknown option '--tokn' for 'status' (did you "
+                                            "mean '--token'?)"),
+                (["foo"], "unknown command 'foo'"),
+                (["worke", "--queue", "q"], "unknown command 'worke' (did you mean "
+                                            "'worker'?)"),  # the closer of the two
+                (["wor", "--queue", "q"], "unknown command 'wor'"),  # worker or workers?
+                (["iter", "create", "t", "--num", "5"], "unknown option '--num' for 'iter "
+                                                        "create'")):
+            with self.subTest(args=args):
+                err = self.fails(2, *args)
+                self.assertEqual(err.splitlines()[0], "muster: " + line)
+
     def test_tasks_ls_unknown_state_is_a_usage_error(self):
         # It went to the head, which refused it: exit 1, as if the request had failed.
         err = self.fails(2, "tasks", "ls", "--queue", "msg-state", "--state", "bogus")

@@ -122,6 +122,14 @@ class CliPoolTest(unittest.TestCase):
                              "muster: no worker serves queue 'cp-idle' yet: the inputs wait for "
                              "one; start one with `muster worker --queue cp-idle -- CMD`, or a "
                              "node agent with --queue cp-idle\n")
+            # Its session's heartbeat timeout is the default `map --help` states for
+            # --timeout-ms (it said "the head's", which no head option sets).
+            text = " ".join(self.ok("map", "--help").stdout.split())
+            stated = re.search(r"--timeout-ms MS [^-]*\(default (\d+)\)", text)
+            self.assertIsNotNone(stated, text)
+            sessions = json.loads(self.ok("session", "ls", "--json").stdout)["sessions"]
+            self.assertEqual([s["timeout_ms"] for s in sessions if s["queue"] == "cp-idle"],
+                             [int(stated.group(1))])
             # The inputs did wait: a worker that comes now runs them, and map ends well.
             self.ok("worker", "--queue", "cp-idle", "--max-tasks", "1", "--", "sh", "-c", SQUARE)
             self.assertEqual(proc.stdout.read(), "9\n")

@@ -2,6 +2,7 @@
 keep-alive reuse, and the error mapping of every code the head sends."""
 import os
 import select
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -702,6 +703,83 @@ class TestErrors(HeadTestCase):
             muster.Client("http://127.0.0.1:%d" % port, "t").queues()
         self.assertEqual((cm.exception.code, cm.exception.status), ("network", 0))
         self.assertIsInstance(cm.exception, ConnectionError)
+
+    def test_no_head_there_says_what_to_do_by_where_the_url_came_from(self):
+        """A refused connection said only "[Errno 111] Connection refused": the CLI's
+        advice, which follows where the URL came from, is now said by the client too."""
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        url = "http://127.0.0.1:%d" % s.getsockname()[1]
+        s.close()
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "url"), "w") as f:
+            f.write(url + "\n")   # left behind by a head killed with -9
+        saved = {k: os.environ.pop(k, None) for k in ("MUSTER_URL", "MUSTER_TOKEN", "MUSTER_DATA_DIR")}
+        cwd = os.getcwd()
+        try:
+            for client, advice in (
+                    (lambda: muster.Client(url, "t"),
+                     "is a head running there? The URL is the one url= gives: start the head, "
+                     "or give the URL of a running one"),
+                    (lambda: muster.Client(data_dir=d),
+                     "is a head running there? The URL was read from %s/url, which a head "
+                     "writes when it listens and leaves behind when it is killed: start that "
+                     "head again, or pass url= (or set MUSTER_URL)" % d)):
+                with self.assertRaises(muster.NetworkError) as cm:
+                    client().queues()
+                self.assertEqual(str(cm.exception), "network: GET /v1/queues (%s): [Errno 111] "
+                                 "Connection refused; %s" % (url, advice))
+            os.environ["MUSTER_URL"] = url
+            with self.assertRaises(muster.NetworkError) as cm:
+                muster.Client().health()
+            self.assertIn("; is a head running there? The URL is the one MUSTER_URL gives",
+                          str(cm.exception))
+            del os.environ["MUSTER_URL"]
+            os.chdir(d)   # no muster-data here: the default URL, a guess
+            c = muster.Client(token="t")
+            self.assertEqual(c.url, client_module.DEFAULT_URL)
+            c._port = int(url.rsplit(":", 1)[1])   # where nothing listens, whatever runs on 7370
+            with self.assertRaises(muster.NetworkError) as cm:
+                c.queues()
+            self.assertTrue(str(cm.exception).endswith(
+                "; is a head running there? No URL was given and no data dir holds one: pass "
+                "url= (or set MUSTER_URL), or data_dir= (or MUSTER_DATA_DIR) for a head's data "
+                "dir"), str(cm.exception))
+        finally:
+            os.chdir(cwd)
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+
+    def test_no_token_says_where_the_client_looked(self):
+        """A client without a token got the head's advice, which speaks of HTTP headers;
+        it now says where it looked and how to give one, as the CLI does."""
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d, True)
+        saved = {k: os.environ.pop(k, None) for k in ("MUSTER_URL", "MUSTER_TOKEN", "MUSTER_DATA_DIR")}
+        try:
+            c = muster.Client(self.head.url, data_dir=d)
+            self.assertIsNone(c.token)
+            with self.assertRaises(muster.Unauthorized) as cm:
+                c.queues()
+            self.assertEqual(cm.exception.message,
+                             "the head needs a token, and no token was given: not by token=, "
+                             "not by MUSTER_TOKEN, and not in %s/token (No such file or "
+                             "directory, from data_dir=); pass token=, set MUSTER_TOKEN, or "
+                             "point data_dir= (or MUSTER_DATA_DIR) at the head's data dir, "
+                             "which holds the file 'token'" % d)
+            self.assertEqual((cm.exception.code, cm.exception.status), ("unauthorized", 401))
+            with self.assertRaises(muster.Unauthorized) as cm:   # a wrong token: the head's words
+                muster.Client(self.head.url, "wrong-token").queues()
+            self.assertIn("the token sent is not valid for this head", cm.exception.message)
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
 
     def test_a_server_that_is_not_a_head_is_named(self):
         # A reply without muster's error envelope names the server and the request, and

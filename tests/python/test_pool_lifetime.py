@@ -4,8 +4,10 @@ pool whose worker class no worker could load is refused when it is made.  No wor
 runs: a pool's lifetime needs none."""
 import gc
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 from common import ROOT, HeadTestCase, muster
@@ -83,6 +85,44 @@ class PoolLifetimeTest(HeadTestCase):
         self.assertIn("the worker class W is defined in __main__ of a program that has no "
                       "script file", text)
         with self.assertRaises(muster.QueueNotFound):
+            self.c.queue(q)
+
+    def test_a_script_that_opens_its_pool_unguarded_is_told_so(self):
+        """A worker loads the script that defines the worker class (as __mp_main__); a
+        script without `if __name__ == "__main__":` opened its pool again in there, which
+        talked to the head and then failed to pickle the class: every job died with
+        "Can't pickle <class '__mp_main__.W'>: it's not the same object".  The pool opened
+        during that load now raises at once, naming the script and the fix."""
+        q = self.qname("unguarded")
+        tmp = tempfile.mkdtemp(prefix="muster-unguarded-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        script = os.path.join(tmp, "unguarded.py")
+        with open(script, "w") as f:
+            f.write("import muster\n"
+                    "class W(muster.WorkerInterface):\n"
+                    "    def run(self, x): return x\n"
+                    "with muster.Pool(W, url=%r, token=%r, queue=%r) as p:\n"
+                    "    p.map([1], timeout=5)\n" % (self.head.url, self.head.token, q))
+        # As a node agent's worker runs it: `python3 -m muster.worker`, a module of its
+        # own beside the muster.worker that muster.pool imports.
+        program = ("import runpy, sys\n"
+                   "worker = runpy.run_module('muster.worker', run_name='as_with_dash_m')\n"
+                   "try:\n"
+                   "    worker['_main_module'](sys.argv[1])\n"
+                   "    print('loaded')\n"
+                   "except RuntimeError as e:\n"
+                   "    print(e)\n"
+                   "from muster import _main_load\n"
+                   "print('loading after:', _main_load.script)\n")
+        out = subprocess.run([sys.executable, "-c", program, script], timeout=60,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+        text = out.stdout.decode()
+        self.assertIn("muster.Pool: a worker loads %s to find the worker class defined there"
+                      % script, text)
+        self.assertIn('put that code under `if __name__ == "__main__":`', text)
+        self.assertIn("loading after: None", text)
+        with self.assertRaises(muster.QueueNotFound):   # nothing was made on the head
             self.c.queue(q)
 
 
