@@ -321,13 +321,29 @@ static void head_note_value(int c, int which, const char *given[HEAD_OPTION_COUN
   given[which] = optarg;
 }
 
+/* True when argv word `word` names option `which` in part only ("--listen"
+ * whole is fine, "--lis" or "--lis=..." is not): getopt_long takes a
+ * prefix that starts one name alone, the other commands take names whole,
+ * and a prefix in a script would change meaning once an option is added. */
+static bool head_abbreviated(const char *word, int which) {
+  if (word == NULL || strncmp(word, "--", 2) != 0)
+    return false;
+  return strcspn(word + 2, "=") != strlen(head_options[which].name);
+}
+
 int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg) {
   int c, which = 0;
   char why[160];
   const char *given[HEAD_OPTION_COUNT] = {0};
   optind = 1;
   opterr = 0; /* getopt's own two-line message is replaced by one line below */
-  while ((c = getopt_long(argc, argv, ":h", head_options, &which)) != -1) {
+  /* "+": no permuting, so that argv[at] is the word just parsed. */
+  for (int at = optind; (c = getopt_long(argc, argv, "+:h", head_options, &which)) != -1;
+       at = optind) {
+    if (c != '?' && c != ':' && head_abbreviated(argv[at], which)) {
+      optopt = 0; /* an unknown name, not a known one given a value */
+      return head_parse_refuse('?', argv[at]);
+    }
     if (c == 'h') {
       head_usage();
       return 0;

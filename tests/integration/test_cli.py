@@ -387,7 +387,13 @@ class CliTest(harness.CliChecks, unittest.TestCase):
                 (["--max-body", "99999999999999999999"],
                  "expected a whole number of bytes, from 1024 to 9223372036854775807"),
                 (["--lisen", "127.0.0.1:0"], "unrecognized option '--lisen' (did you mean "
-                                             "'--listen'?)")):
+                                             "'--listen'?)"),
+                # A name given in part, which getopt_long took (the other commands take
+                # names whole): refused, its whole name suggested, by either spelling.
+                (["--worker-timeout", "5000"], "unrecognized option '--worker-timeout' "
+                                               "(did you mean '--worker-timeout-ms'?)"),
+                (["--server-only", "--lis=127.0.0.1:0"], "unrecognized option '--lis' (did "
+                                                         "you mean '--listen'?)")):
             with self.subTest(args=args):
                 err = self.fails(2, "head", *args, cwd=self.tmp)
                 self.assertEqual(err.count("\n"), 1, err)
