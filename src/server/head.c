@@ -119,10 +119,40 @@ static bool head_token(head_config_t *cfg, bool *generated) {
   return false;
 }
 
+/* How much later than its period a sweep may run before the head counts
+ * the gap as a stall: far more than a busy loop turn takes. */
+#define HEAD_STALL_MS 1000
+
+/*
+ * A sweep far later than its period means the process did not run (it was
+ * stopped, starved, the machine paused, a disk stalled the loop) or the wall
+ * clock jumped ahead.  The heartbeats of that time wait unread in the
+ * sockets, and this sweep runs before they are read: counting the gap as
+ * their silence would end every worker, node and session at once, with the
+ * tasks they were running, though none had stopped.  So their timeouts count
+ * from now, as after a restart (store_note_stall); leases keep their
+ * deadlines, as across a restart.
+ */
+static void head_note_stall(head_t *h, int64_t now) {
+  int64_t last = h->last_sweep_ms;
+  h->last_sweep_ms = now;
+  int64_t late = now - last - h->cfg.sweep_ms;
+  if (late < HEAD_STALL_MS + h->cfg.sweep_ms)
+    return;
+  store_note_stall(h->st, now);
+  log_msg(LOG_WARN,
+          "the head did not run for %.1f s (its process was stopped or starved, the "
+          "machine paused, or the clock jumped ahead): nobody could reach it meanwhile, so "
+          "workers, nodes and sessions get their whole timeout from now before they count "
+          "as gone, as after a restart",
+          (double)(now - last) / 1000.0);
+}
+
 static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   head_t *h = arg;
   fail_t f = {0};
   int64_t now = now_ms();
+  head_note_stall(h, now);
   waiter_mark_all(h);
   if (!backup_holds_files(h)) /* a backup links the files its copy names */
     shared_files_sweep(h->st, h->cfg.data_dir);
@@ -311,6 +341,7 @@ static int head_run(head_t *h, bool generated, int port, const head_agent_t *age
       event_add(h->sweep_ev, &sweep) == 0) {
     head_banner(h, port, generated);
     log_msg(LOG_INFO, "listening on port %d", port);
+    h->last_sweep_ms = now_ms(); /* the sweep's period starts here */
     event_base_dispatch(h->base);
     status = 0;
   }

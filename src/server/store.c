@@ -43,7 +43,8 @@ struct store {
   bool in_tx;            /* the turn's transaction is open */
   int64_t last_token;    /* highest fencing token handed out */
   int64_t token_floor;   /* committed in meta: no token up to it is ever reused */
-  int64_t opened_ms;     /* when this process opened the file (store_opened_ms) */
+  int64_t opened_ms;     /* when this process opened the file (the token clock) */
+  int64_t heard_since_ms; /* opened_ms, or the end of the last stall (store_heard_since_ms) */
   int64_t new_tasks;     /* lowest task id inserted since store_take_new_tasks */
   int64_t last_task;     /* highest task id handed out (store_task_ids) */
   int64_t task_floor;    /* committed in meta: no task id up to it is ever reused */
@@ -327,6 +328,7 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     return NULL;
   }
   st->opened_ms = now_ms();
+  st->heard_since_ms = st->opened_ms;
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   if (sqlite3_open_v2(opts->path, &st->db, flags, store_vfs()) != SQLITE_OK) {
     store_fail(st, f, opts->path);
@@ -530,7 +532,7 @@ bool store_due(store_t *st, const char *sql, int64_t now) {
     return true;
   sqlite3_bind_int64(s, 1, now);
   if (sqlite3_bind_parameter_count(s) >= 2)
-    sqlite3_bind_int64(s, 2, st->opened_ms);
+    sqlite3_bind_int64(s, 2, st->heard_since_ms);
   bool due = sqlite3_step(s) == SQLITE_ROW;
   store_reset(s);
   return due;
@@ -548,8 +550,13 @@ int64_t store_token_floor(const store_t *st) {
   return st->token_floor;
 }
 
-int64_t store_opened_ms(const store_t *st) {
-  return st->opened_ms;
+int64_t store_heard_since_ms(const store_t *st) {
+  return st->heard_since_ms;
+}
+
+void store_note_stall(store_t *st, int64_t now) {
+  if (now > st->heard_since_ms)
+    st->heard_since_ms = now;
 }
 
 int64_t store_task_ids(store_t *st, int64_t n) {
