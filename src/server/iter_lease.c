@@ -456,9 +456,13 @@ static const char *ack_not_held_why(const block_row_t *now, const block_row_t *l
            "acknowledge only the blocks a next gave this rank, each with the token it came with "
            "(check the block and the epoch)";
   } else if (now->state == ITER_BLOCK_PENDING) {
-    return "it is waiting to be leased again (its lease expired or its rank failed), and its "
-           "indices will be read under that new lease; drop this ack (a rank keeps its leases "
-           "by calling the head within lease_ms)";
+#define ACK_PENDING_WHY(owner)                                                                     \
+  "it is waiting to be leased again (its lease expired or its rank failed), and its "              \
+  "indices will be read under that new lease; drop this ack (a rank keeps its leases "             \
+  "by calling " owner " within lease_ms)"
+    /* A node-local iteration's ranks call the agent that holds it, not the head. */
+    return iter_node_name()[0] ? ACK_PENDING_WHY("its node agent") : ACK_PENDING_WHY("the head");
+#undef ACK_PENDING_WHY
   } else if (now->state == ITER_BLOCK_LEASED && now->token != token) {
     return NULL;
   } else if (now->state == ITER_BLOCK_LEASED) {

@@ -62,6 +62,7 @@ struct store {
   uint64_t full_seen;     /* walvfs's count of writes the disk had no room for, last looked at */
   int64_t full_logged_ms; /* when a full disk was last logged; 0: never */
   uint64_t full_unlogged; /* failures for a full disk since, not logged */
+  char owner[96];         /* store_opts_t.owner: "the head" unless told */
 };
 
 #define MIGRATION_COUNT store_migration_count
@@ -98,8 +99,8 @@ static muster_err_t store_fail_full(store_t *st, fail_t *f, const char *what) {
   }
   return fail_set(f, MUSTER_STORE,
                   "store: %s: the disk holding %s is full: nothing of this "
-                  "request was applied; free space there and retry (the head goes on by itself)",
-                  what, file ? file : "the head's store");
+                  "request was applied; free space there and retry (%s goes on by itself)",
+                  what, file ? file : "the store", st->owner);
 }
 
 muster_err_t store_fail(store_t *st, fail_t *f, const char *what) {
@@ -329,6 +330,7 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
   }
   st->opened_ms = now_ms();
   st->heard_since_ms = st->opened_ms;
+  snprintf(st->owner, sizeof st->owner, "%s", opts->owner ? opts->owner : "the head");
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   if (sqlite3_open_v2(opts->path, &st->db, flags, store_vfs()) != SQLITE_OK) {
     store_fail(st, f, opts->path);

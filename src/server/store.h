@@ -29,6 +29,7 @@ typedef struct {
   const char *path;   /* database file */
   bool sync_full;     /* fsync at every commit (synchronous=FULL) or not (NORMAL) */
   int schema_version; /* migrate only this far (tests of migrations); 0: the newest */
+  const char *owner;  /* who serves from it, as errors name it ("node agent n1"); NULL: the head */
 } store_opts_t;
 
 /* Opens (creating if needed) and migrates the database.  On failure returns NULL

@@ -1,0 +1,61 @@
+"""What a node-local iteration (cluster_sync false) says to a rank whose block lease
+expired: the agent runs the head's iteration code, whose refusal told the rank to keep
+its leases "by calling the head", which a node-local iteration never hears from.  It
+now names the node agent there, and the head still for its own iterations."""
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from node_harness import Agent  # noqa: E402
+
+
+class LapsedAckTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-test-fw-iter-")
+        self.head = harness.Head().start()
+        self.agent = Agent(self.head, self.dir, "fw-iter",
+                           args=["--state-dir", os.path.join(self.dir, "state")]).start()
+
+    def tearDown(self):
+        self.agent.kill()
+        self.head.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def lapsed_ack(self, via, cluster_sync):
+        name = "lapse-%s" % str(cluster_sync).lower()
+        r = via.request("POST", "/v1/iterations", {
+            "name": name, "dataset": {"num_samples": 40}, "block_size": 4, "world_size": 2,
+            "strategy": "dynamic", "lease_ms": 200, "rank_timeout_ms": 60000,
+            "cluster_sync": cluster_sync})
+        self.assertEqual(r.status, 201, r)
+        r = via.request("POST", "/v1/iterations/%s/next" % name, {"rank": 0, "max": 1})
+        self.assertEqual(r.status, 200, r)
+        [block] = r.json["blocks"]
+
+        def expired():
+            ranks = via.request("GET", "/v1/iterations/" + name).json["ranks"]
+            return [rk for rk in ranks if rk["rank"] == 0][0]["expired"] == 1
+        harness.wait_until(expired, what="the block's lease to expire")
+        r = via.request("POST", "/v1/iterations/%s/ack" % name, {
+            "rank": 0, "blocks": [{"block": block["block"], "token": block["token"]}]})
+        self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
+        return r.json["error"]["message"]
+
+    def test_a_node_local_iteration_names_its_agent(self):
+        message = self.lapsed_ack(self.agent, False)
+        self.assertIn("drop this ack (a rank keeps its leases by calling its node agent "
+                      "within lease_ms)", message)
+        self.assertNotIn("the head", message)
+
+    def test_a_head_iteration_names_the_head(self):
+        message = self.lapsed_ack(self.agent, True)  # forwarded to the head
+        self.assertIn("drop this ack (a rank keeps its leases by calling the head within "
+                      "lease_ms)", message)
+
+
+if __name__ == "__main__":
+    unittest.main()
