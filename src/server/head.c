@@ -69,19 +69,30 @@ static int head_lock(const head_config_t *cfg) {
   return fd;
 }
 
-/* Writes `text` to DATA_DIR/name atomically (temp file + rename). */
-static bool head_write_file(const head_config_t *cfg, const char *name, const char *text,
-                            mode_t mode) {
+/* Writes `text` to DATA_DIR/name atomically (temp file + rename): 0, or the
+ * errno of what failed, the temp file removed (a full disk keeps the file
+ * as it was). */
+static int head_write_file(const head_config_t *cfg, const char *name, const char *text,
+                           mode_t mode) {
   char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
   snprintf(path, sizeof path, "%s/%s", cfg->data_dir, name);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0)
-    return false;
+    return errno;
   size_t len = strlen(text);
-  bool ok = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0;
+  errno = 0;
+  int err = 0;
+  if (write(fd, text, len) != (ssize_t)len)
+    err = errno ? errno : ENOSPC; /* a short write: the disk filled up */
+  else if (fsync(fd) != 0)
+    err = errno;
   close(fd);
-  return ok && rename(tmp, path) == 0;
+  if (err == 0 && rename(tmp, path) != 0)
+    err = errno;
+  if (err != 0)
+    unlink(tmp);
+  return err;
 }
 
 /* Loads DATA_DIR/token, or generates and saves a new random one. */
@@ -113,9 +124,10 @@ static bool head_token(head_config_t *cfg, bool *generated) {
   *generated = true;
   char line[sizeof cfg->token + 1];
   snprintf(line, sizeof line, "%s\n", cfg->token);
-  if (head_write_file(cfg, "token", line, 0600))
+  int err = head_write_file(cfg, "token", line, 0600);
+  if (err == 0)
     return true;
-  log_msg(LOG_ERROR, "cannot create %s: %s", path, strerror(errno));
+  log_msg(LOG_ERROR, "cannot create %s: %s", path, strerror(err));
   return false;
 }
 
@@ -288,15 +300,41 @@ static void head_print_cli_hint(const char *dir) {
   printf("   (%sit reads the URL and token there)\n", dir[0] == '/' ? "" : "run here: ");
 }
 
+/*
+ * Writes DATA_DIR/url, where the CLI finds the head.  When it cannot (a full
+ * disk), a url file that a killed head left is removed unless it names this
+ * very URL: the CLI would send its requests to an address no head of this
+ * data dir answers, or another program's.  Either way the log says how to
+ * reach this head.
+ */
+static void head_write_url(const head_config_t *cfg, const char *url) {
+  char line[320], old[320] = "", path[PATH_MAX + 16];
+  snprintf(line, sizeof line, "%s\n", url);
+  int err = head_write_file(cfg, "url", line, 0644);
+  if (err == 0)
+    return;
+  snprintf(path, sizeof path, "%s/url", cfg->data_dir);
+  FILE *fp = fopen(path, "r");
+  if (fp != NULL) {
+    if (fgets(old, sizeof old, fp) == NULL)
+      old[0] = '\0';
+    fclose(fp);
+  }
+  if (strcmp(old, line) == 0)
+    return; /* the file a head before left says the same: the CLI finds this one */
+  unlink(path);
+  log_msg(LOG_WARN,
+          "cannot write %s: %s; the CLI does not find this head through its data dir, so "
+          "give it --url %s (or MUSTER_URL)",
+          path, strerror(err), url);
+}
+
 static void head_banner(const head_t *h, int port, bool generated) {
   const char *host = h->cfg.listen_host;
   bool v6 = strchr(host, ':') != NULL;
   char url[300];
   snprintf(url, sizeof url, "http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
-  char line[320];
-  snprintf(line, sizeof line, "%s\n", url);
-  if (!head_write_file(&h->cfg, "url", line, 0644))
-    log_msg(LOG_WARN, "cannot write %s/url", h->cfg.data_dir);
+  head_write_url(&h->cfg, url);
   printf("muster head %s listening on %s\n"
          "  data dir:  %s (SQLite, sync=%s)\n"
          "  token:     %s%s\n"
@@ -375,8 +413,12 @@ static int head_take_dir(head_config_t *cfg, const char *token_arg, bool *genera
     snprintf(cfg->token, sizeof cfg->token, "%s", token_arg);
     char line[sizeof cfg->token + 1];
     snprintf(line, sizeof line, "%s\n", token_arg);
-    if (!head_write_file(cfg, "token", line, 0600))
-      log_msg(LOG_WARN, "cannot write %s/token", cfg->data_dir);
+    int err = head_write_file(cfg, "token", line, 0600);
+    if (err != 0)
+      log_msg(LOG_WARN,
+              "cannot write %s/token: %s; the CLI reads the token there when it is given none, "
+              "so give it --token (or MUSTER_TOKEN) for this head",
+              cfg->data_dir, strerror(err));
   } else if (!head_token(cfg, generated)) { /* a bad token file said why */
     close(lock);
     return -1;
