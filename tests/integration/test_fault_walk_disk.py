@@ -4,6 +4,9 @@
 - A node agent whose --state-dir is full refuses a node-local iteration's write saying
   the disk is full and that the agent (not the head, which has nothing to do with it)
   goes on by itself; it does once there is room.
+- A shared data upload that fills the head's disk is refused saying so, as the store
+  says it, to the client and in the head's log (it said only "cannot write the upload to
+  PATH: No space left on device", and the log nothing).
 - A head started again on a full disk after a kill -9 cannot write DATA_DIR/url: the
   file the killed head left named its old port, and the CLI sent its requests there.
   The head now removes a url file it cannot replace (unless it names the same URL) and
@@ -88,6 +91,44 @@ class NodeStateDiskFullTest(TinyDiskCase):
         os.unlink(os.path.join(self.mnt, "filler"))
         again = self.create("it-%d" % i)
         self.assertEqual(again.status, 201, again)
+
+
+class SharedUploadDiskFullTest(TinyDiskCase):
+    size = "2m"
+
+    def setUp(self):
+        super().setUp()
+        self.head = Head(data_dir=os.path.join(self.mnt, "data"))
+        os.mkdir(self.head.data_dir)
+        self.head.log_path = os.path.join(self.dir, "head.log")  # off the full disk
+        self.head.start()
+
+    def tearDown(self):
+        self.head.stop()
+        super().tearDown()
+
+    def put(self, data):
+        return self.head.request("PUT", "/v1/shared/sc/weights", raw=data,
+                                 content_type="application/octet-stream")
+
+    def test_an_upload_the_disk_cannot_hold_says_so_to_client_and_log(self):
+        data = os.urandom(3 << 20)  # more than the whole disk
+        r = self.put(data)
+        self.assertEqual((r.status, r.error_code), (500, "store_error"), r)
+        message = r.json["error"]["message"]
+        self.assertRegex(message, r"^shared data 'weights' in scope 'sc': cannot write "
+                         r"\S+/shared/tmp/\w+\.part: the disk holding it is full: nothing of "
+                         r"this upload was stored; free space there and retry \(the head goes "
+                         r"on by itself\)$")
+        self.assertIn("ERROR " + message, self.head.log())
+        self.assertEqual(os.listdir(os.path.join(self.head.data_dir, "shared", "tmp")), [])
+        self.assertEqual(self.head.request("GET", "/v1/shared/sc/weights").status, 404)
+
+        # Room again: the same upload is stored, without a restart.
+        subprocess.run(["mount", "-o", "remount,size=16m", self.mnt], check=True)
+        r = self.put(data)
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(self.head.request("GET", "/v1/shared/sc/weights").raw, data)
 
 
 class HeadUrlOnFullDiskTest(TinyDiskCase):
