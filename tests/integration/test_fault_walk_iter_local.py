@@ -1,7 +1,13 @@
-"""What a node-local iteration (cluster_sync false) says to a rank whose block lease
-expired: the agent runs the head's iteration code, whose refusal told the rank to keep
-its leases "by calling the head", which a node-local iteration never hears from.  It
-now names the node agent there, and the head still for its own iterations."""
+"""Node-local iterations (cluster_sync false) as an operator meets them.
+
+- A rank whose block lease expired: the agent runs the head's iteration code, whose
+  refusal told the rank to keep its leases "by calling the head", which a node-local
+  iteration never hears from.  It now names the node agent there, and the head still
+  for its own iterations.
+- Two agents given one --state-dir (two agents on one machine, the option copied): both
+  ran the same store's iterations as their own, and the second's writes failed with
+  SQLite's "database is locked".  The first to open the store holds the dir; the
+  other is refused, naming it, and does not start on a dir whose store is held."""
 import os
 import shutil
 import sys
@@ -55,6 +61,54 @@ class LapsedAckTest(unittest.TestCase):
         message = self.lapsed_ack(self.agent, True)  # forwarded to the head
         self.assertIn("drop this ack (a rank keeps its leases by calling the head within "
                       "lease_ms)", message)
+
+
+class SharedStateDirTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-test-fw-state-")
+        self.state = os.path.join(self.dir, "state")
+        self.head = harness.Head().start()
+        self.agents = []
+
+    def tearDown(self):
+        for agent in self.agents:
+            agent.kill()
+        self.head.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def agent(self, name, **start):
+        agent = Agent(self.head, self.dir, name, args=["--state-dir", self.state])
+        self.agents.append(agent)
+        return agent.start(**start)
+
+    def create(self, via, name):
+        return via.request("POST", "/v1/iterations", {
+            "name": name, "dataset": {"num_samples": 40}, "cluster_sync": False})
+
+    def test_a_state_dir_serves_one_agent(self):
+        first, second = self.agent("fw-first"), self.agent("fw-second")
+        self.assertEqual(self.create(first, "one").status, 201)
+        r = self.create(second, "two")
+        self.assertEqual((r.status, r.error_code), (500, "store_error"), r)
+        self.assertEqual(r.json["error"]["message"],
+                         "node agent fw-second: its state dir %s is in use by another node agent "
+                         "(pid %d, node fw-first): two agents cannot share one; give each its "
+                         "own --state-dir (the default, /var/tmp/muster-node-NAME/state, is one "
+                         "per node name)" % (self.state, first.proc.pid))
+        self.assertEqual(second.request("GET", "/v1/iterations/one").error_code,
+                         "iteration_not_found")
+
+        # An agent started on the held dir, whose store exists, does not start.
+        third = self.agent("fw-third", wait_listen=False)
+        self.assertEqual(third.proc.wait(timeout=20), 1, third.log())
+        self.assertIn("node agent fw-third: its state dir %s is in use by another node agent "
+                      "(pid %d, node fw-first)" % (self.state, first.proc.pid), third.log())
+
+        # Once the first has stopped, another agent takes the dir and its iterations on.
+        first.stop_checked()
+        after = self.agent("fw-after")
+        r = after.request("GET", "/v1/iterations/one")
+        self.assertEqual((r.status, r.json["node"]), (200, "fw-after"), r)
 
 
 if __name__ == "__main__":
