@@ -446,6 +446,7 @@ static int head_serve(head_t *h, bool generated, int port, const head_agent_t *a
      * leaves it to the first lease. */
     if (leftover_load(h->st, &f) != MUSTER_OK)
       log_msg(LOG_WARN, "closed sessions' tasks: %s", fail_message(&f));
+    backup_remove_unfinished(h->cfg.data_dir);
     signal(SIGPIPE, SIG_IGN);
     store_set_hooks(h->st, head_on_tx, head_on_ready, h);
     store_set_session_hook(h->st, head_on_session);
