@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from test_api_common import ApiTestCase  # noqa: E402
 
-TIMEOUT_MS = 1500  # the heartbeat timeout of the worker, node and session below
-STALL_S = 3.0      # how long the head is stopped: twice their timeout
+TIMEOUT_MS = 3000  # the heartbeat timeout of the worker, node and session below
+STALL_S = 4.5      # how long the head is stopped: half as long again as their timeout
 
 
 class HeadStallTest(ApiTestCase):
