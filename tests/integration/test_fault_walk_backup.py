@@ -19,11 +19,10 @@ class KilledDuringBackupTest(unittest.TestCase):
         # One page per step: the copy of a few thousand pages takes long enough to be
         # caught in the middle.
         self.head = harness.Head(["--listen", "127.0.0.1:%d" % harness.free_port()],
-                                 env={"MUSTER_BACKUP_STEP_PAGES": "1"}).start()
+                                 env={"MUSTER_BACKUP_STEP_PAGES": "1"})
+        self.addCleanup(self.head.cleanup)
+        self.head.start()
         self.backups = os.path.join(self.head.data_dir, "backups")
-
-    def tearDown(self):
-        self.head.cleanup()
 
     def fill(self):
         r = self.head.request("PUT", "/v1/queues/q", {})

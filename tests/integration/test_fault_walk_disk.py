@@ -43,28 +43,26 @@ class TinyDiskCase(unittest.TestCase):
     size = "1m"
 
     def setUp(self):
+        # Cleaned up however far a setUp gets (addCleanup runs then too), the mount last.
         self.dir = tempfile.mkdtemp(prefix="muster-test-fw-disk-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
         self.mnt = os.path.join(self.dir, "mnt")
         os.mkdir(self.mnt)
         proc = try_mount(self.mnt, self.size)
         self.assertEqual(proc.returncode, 0, proc.stderr)
-
-    def tearDown(self):
-        subprocess.run(["umount", self.mnt], check=False)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.addCleanup(subprocess.run, ["umount", self.mnt], check=False)
 
 
 class NodeStateDiskFullTest(TinyDiskCase):
     def setUp(self):
         super().setUp()
-        self.head = Head().start()
+        self.head = Head()
+        self.addCleanup(self.head.cleanup)
+        self.head.start()
         self.agent = Agent(self.head, self.dir, "fw-full",
-                           args=["--state-dir", os.path.join(self.mnt, "state")]).start()
-
-    def tearDown(self):
-        self.agent.kill()
-        self.head.cleanup()
-        super().tearDown()
+                           args=["--state-dir", os.path.join(self.mnt, "state")])
+        self.addCleanup(self.agent.kill)
+        self.agent.start()
 
     def create(self, name):
         return self.agent.request("POST", "/v1/iterations", {
@@ -101,11 +99,8 @@ class SharedUploadDiskFullTest(TinyDiskCase):
         self.head = Head(data_dir=os.path.join(self.mnt, "data"))
         os.mkdir(self.head.data_dir)
         self.head.log_path = os.path.join(self.dir, "head.log")  # off the full disk
+        self.addCleanup(self.head.kill)
         self.head.start()
-
-    def tearDown(self):
-        self.head.stop()
-        super().tearDown()
 
     def put(self, data):
         return self.head.request("PUT", "/v1/shared/sc/weights", raw=data,
@@ -137,11 +132,7 @@ class HeadUrlOnFullDiskTest(TinyDiskCase):
         self.data = os.path.join(self.mnt, "data")
         os.mkdir(self.data)
         self.proc = None
-
-    def tearDown(self):
-        if self.proc is not None:
-            harness.stop_process(self.proc)
-        super().tearDown()
+        self.addCleanup(lambda: self.proc is not None and harness.stop_process(self.proc))
 
     def start(self):
         """A head on the tiny disk, its log beside it; waits for its start line and

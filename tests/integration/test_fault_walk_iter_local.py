@@ -21,15 +21,16 @@ from node_harness import Agent  # noqa: E402
 
 class LapsedAckTest(unittest.TestCase):
     def setUp(self):
+        # Each process is cleaned up however far setUp gets (addCleanup runs then too).
         self.dir = tempfile.mkdtemp(prefix="muster-test-fw-iter-")
-        self.head = harness.Head().start()
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        self.head = harness.Head()
+        self.addCleanup(self.head.cleanup)
+        self.head.start()
         self.agent = Agent(self.head, self.dir, "fw-iter",
-                           args=["--state-dir", os.path.join(self.dir, "state")]).start()
-
-    def tearDown(self):
-        self.agent.kill()
-        self.head.cleanup()
-        shutil.rmtree(self.dir, ignore_errors=True)
+                           args=["--state-dir", os.path.join(self.dir, "state")])
+        self.addCleanup(self.agent.kill)
+        self.agent.start()
 
     def lapsed_ack(self, via, cluster_sync):
         name = "lapse-%s" % str(cluster_sync).lower()
@@ -66,19 +67,15 @@ class LapsedAckTest(unittest.TestCase):
 class SharedStateDirTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="muster-test-fw-state-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
         self.state = os.path.join(self.dir, "state")
-        self.head = harness.Head().start()
-        self.agents = []
-
-    def tearDown(self):
-        for agent in self.agents:
-            agent.kill()
-        self.head.cleanup()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.head = harness.Head()
+        self.addCleanup(self.head.cleanup)
+        self.head.start()
 
     def agent(self, name, **start):
         agent = Agent(self.head, self.dir, name, args=["--state-dir", self.state])
-        self.agents.append(agent)
+        self.addCleanup(agent.kill)
         return agent.start(**start)
 
     def create(self, via, name):

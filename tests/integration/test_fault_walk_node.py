@@ -26,19 +26,22 @@ TIMED_OUT = "the head forgot this node (it timed out); registering again"
 
 class ForgottenNodeTest(unittest.TestCase):
     def setUp(self):
+        # Each process is cleaned up however far setUp gets (addCleanup runs then too).
         self.dir = tempfile.mkdtemp(prefix="muster-test-fw-node-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
         self.listen = ["--listen", "127.0.0.1:%d" % harness.free_port(),
                        "--node-timeout-ms", "1000"]
-        self.heads = [harness.Head(self.listen).start()]
-        self.agent = Agent(self.heads[0], self.dir, "fw-node").start()
+        self.heads = [self.head()]
+        self.agent = Agent(self.heads[0], self.dir, "fw-node")
+        self.addCleanup(self.agent.kill)
+        self.agent.start()
         harness.wait_until(lambda: self.node_state(self.heads[0]) == "active", timeout=20,
                            what="the agent to register")
 
-    def tearDown(self):
-        self.agent.kill()
-        for head in self.heads:
-            head.cleanup()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def head(self):
+        head = harness.Head(self.listen)
+        self.addCleanup(head.cleanup)
+        return head.start()
 
     def wait_log(self, text, count=1):
         harness.wait_until(lambda: self.agent.log().count(text) >= count, timeout=20,
@@ -50,8 +53,7 @@ class ForgottenNodeTest(unittest.TestCase):
 
     def test_another_head_at_the_url(self):
         self.heads[0].kill()
-        other = harness.Head(self.listen).start()  # a fresh data dir, the same URL and token
-        self.heads.append(other)
+        other = self.head()  # a fresh data dir, the same URL and token
         self.wait_log(NEW_HEAD)
         self.wait_log("registered with the head again")
         self.assertEqual(self.node_state(other), "active")
