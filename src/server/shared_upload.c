@@ -99,11 +99,18 @@ static bool upload_write(shared_upload_t *up, const char *data, size_t len) {
 
 /* Removes the temp file, takes the upload off the head's list and frees it
  * (not its request). */
-static void upload_free(shared_upload_t *up) {
+/* Closes and removes the upload's temp file, if it has one. */
+static void upload_discard(shared_upload_t *up) {
   if (up->fd >= 0)
     close(up->fd);
+  up->fd = -1;
   if (up->tmp_path[0])
     unlink(up->tmp_path);
+  up->tmp_path[0] = '\0';
+}
+
+static void upload_free(shared_upload_t *up) {
+  upload_discard(up);
   if (up->prev)
     up->prev->next = up->next;
   else if (up->head->uploads == up)
@@ -278,6 +285,9 @@ static void upload_finish(evutil_socket_t fd, short what, void *arg) {
             (long long)lv.level, (long long)lv.size);
     http_enqueue(up->head, up->req, 201, reply);
   } else {
+    /* Its file goes before the client hears: a retry after a full disk
+     * finds the room the failed upload took. */
+    upload_discard(up);
     http_enqueue_fail(up->head, up->req, &f);
   }
   up->req = NULL;

@@ -116,6 +116,7 @@ class SharedUploadDiskFullTest(TinyDiskCase):
                          r"this upload was stored; free space there and retry \(the head goes "
                          r"on by itself\)$")
         self.assertIn("ERROR " + message, self.head.log())
+        # Its temp file went before the answer: a retry finds the room it took.
         self.assertEqual(os.listdir(os.path.join(self.head.data_dir, "shared", "tmp")), [])
         self.assertEqual(self.head.request("GET", "/v1/shared/sc/weights").status, 404)
 
