@@ -289,6 +289,22 @@ static void agent_bg_failed(agent_bg_t *bg, muster_err_t err) {
               say == STREAK_LAST ? "; further reasons of this failure streak are not logged" : "");
 }
 
+/*
+ * Why the head refused the node's heartbeat, in the log's words.  A node it
+ * holds as gone timed out there (the head says "is gone"); one it does not
+ * know at all was never in its store: it lost its data, was restored from a
+ * backup older than the node, or is another head at this URL.
+ */
+static const char *agent_forgotten_why(agent_bg_t *bg, muster_err_t err) {
+  const char *said = muster_client_message(bg->client);
+  if (err != MUSTER_NODE_NOT_FOUND)
+    return said;
+  if (strstr(said, " is gone (") != NULL)
+    return "the head forgot this node (it timed out)";
+  return "the head does not know this node (it lost its data, was restored from a backup, or is "
+         "another head at this URL)";
+}
+
 /* Registers (when not yet) or heart-beats; decides when to call again. */
 static void agent_bg_tick(agent_bg_t *bg) {
   node_agent_t *a = bg->a;
@@ -302,9 +318,7 @@ static void agent_bg_tick(agent_bg_t *bg) {
     err = muster_request(bg->client, "POST", path, body, NULL);
     agent_bg_reached(bg, "heartbeat", err);
     if (err == MUSTER_NODE_NOT_FOUND || err == MUSTER_INVALID_STATE) {
-      agent_log(a, "%s; registering again",
-                err == MUSTER_NODE_NOT_FOUND ? "the head forgot this node (it timed out)"
-                                             : muster_client_message(bg->client));
+      agent_log(a, "%s; registering again", agent_forgotten_why(bg, err));
       bg->registered = 0;
       bg->next_ms = agent_now_ms();
       return;

@@ -45,22 +45,26 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h> /* evhttp_parse_query_str's pairs */
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define IL_SWEEP_MS 100
 #define IL_DB_NAME "iterations.db"
+#define IL_LOCK_NAME "agent.lock"
 
 typedef struct iter_local {
   node_agent_t *a;
   char dir[400];
   char path[420];
   store_t *st; /* NULL until the first local iteration (or an existing file) */
+  int lock_fd; /* STATE_DIR/agent.lock, held (flock) once the store is open; -1 before */
   struct event *sweep;
 } iter_local_t;
 
@@ -224,6 +228,42 @@ static int il_mkdirs(const char *dir) {
   return mkdir(path, 0700) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/*
+ * Takes STATE_DIR/agent.lock (flock) for the agent's life and writes who
+ * holds it.  Two agents on one state dir would each run the other's
+ * iterations as their own, and SQLite refuses one's writes at random
+ * ("database is locked"), so the second is refused, naming the first.
+ * 0, or -1 with *f filled.
+ */
+static int il_lock(iter_local_t *L, fail_t *f) {
+  char path[sizeof L->dir + sizeof IL_LOCK_NAME + 1], holder[160] = "";
+  snprintf(path, sizeof path, "%s/" IL_LOCK_NAME, L->dir);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fail_set(f, MUSTER_STORE, "node agent %s: cannot open %s: %s", L->a->name, path,
+             strerror(errno));
+    return -1;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+    holder[n > 0 ? n : 0] = '\0';
+    holder[strcspn(holder, "\n")] = '\0';
+    close(fd);
+    fail_set(f, MUSTER_STORE,
+             "node agent %s: its state dir %s is in use by another node agent (%s): two agents "
+             "cannot share one; give each its own --state-dir (the default, "
+             "/var/tmp/muster-node-NAME/state, is one per node name)",
+             L->a->name, L->dir, holder[0] ? holder : "unknown");
+    return -1;
+  }
+  char line[160];
+  int len = snprintf(line, sizeof line, "pid %d, node %s\n", (int)getpid(), L->a->name);
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len)
+    agent_log(L->a, "cannot write who holds %s (it is held all the same)", path);
+  L->lock_fd = fd;
+  return 0;
+}
+
 /* The store, opened (and created) on first use; NULL with *f filled. */
 static store_t *il_store(iter_local_t *L, fail_t *f) {
   if (L->st)
@@ -233,7 +273,11 @@ static store_t *il_store(iter_local_t *L, fail_t *f) {
              L->dir, strerror(errno));
     return NULL;
   }
-  store_opts_t opts = {.path = L->path, .sync_full = false};
+  if (L->lock_fd < 0 && il_lock(L, f) != 0)
+    return NULL;
+  char owner[NAME_MAX_LEN + 16];
+  snprintf(owner, sizeof owner, "node agent %s", L->a->name);
+  store_opts_t opts = {.path = L->path, .sync_full = false, .owner = owner};
   L->st = store_open(&opts, f);
   if (L->st)
     agent_log(L->a, "node-local iterations in %s", L->path);
@@ -549,6 +593,7 @@ int iter_local_start(node_agent_t *a) {
   if (L == NULL)
     return -1;
   L->a = a;
+  L->lock_fd = -1;
   char cwd[300];
   if (cfg->state_dir && cfg->state_dir[0] != '/' && getcwd(cwd, sizeof cwd) != NULL)
     snprintf(L->dir, sizeof L->dir, "%s/%s", cwd, cfg->state_dir);
@@ -586,6 +631,8 @@ void iter_local_stop(node_agent_t *a) {
     store_commit(L->st, &f);
     store_close(L->st);
   }
+  if (L->lock_fd >= 0)
+    close(L->lock_fd); /* after the store: the next agent finds it closed */
   free(L);
   a->iters = NULL;
 }

@@ -32,6 +32,7 @@
 #include "store.h"
 #include "task.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -125,22 +126,55 @@ static muster_err_t backup_check_idle(const head_t *h, fail_t *f) {
                   b->name, (long long)ago_ms, left, b->pages);
 }
 
-/* Creates the backup's directory (and DATA_DIR/backups, the first time). */
+/* Creates the directory the backup is made in, DATA_DIR/backups/.NAME.partial
+ * (and DATA_DIR/backups, the first time), once no backup has the name: a
+ * head killed while it makes one leaves no directory under the name
+ * (backup_remove_unfinished removes the rest as the next head starts). */
 static muster_err_t backup_make_dir(backup_t *b, fail_t *f) {
   char parent[PATH_MAX + 16];
+  struct stat st;
   snprintf(parent, sizeof parent, "%s/backups", b->seal.data_dir);
   if (mkdir(parent, 0755) != 0 && errno != EEXIST)
     return fail_set(f, MUSTER_STORE, "cannot create %s: %s", parent, strerror(errno));
-  if (snprintf(b->seal.dir, sizeof b->seal.dir, "%s/%s", parent, b->name) >=
-      (int)sizeof b->seal.dir)
+  if (snprintf(b->seal.final_dir, sizeof b->seal.final_dir, "%s/%s", parent, b->name) >=
+          (int)sizeof b->seal.final_dir ||
+      snprintf(b->seal.dir, sizeof b->seal.dir, "%s/.%s" BACKUP_PARTIAL_SUFFIX, parent, b->name) >=
+          (int)sizeof b->seal.dir)
     return fail_set(f, MUSTER_STORE, "the path %s/%s is too long", parent, b->name);
-  if (mkdir(b->seal.dir, 0755) == 0)
-    return MUSTER_OK;
-  if (errno == EEXIST)
+  if (lstat(b->seal.final_dir, &st) == 0)
     return fail_set(f, MUSTER_INVALID_STATE,
                     "backup '%s' exists already (%s): choose another name, or remove it first",
-                    b->name, b->seal.dir);
+                    b->name, b->seal.final_dir);
+  backup_remove(b->seal.dir); /* one a killed head left, had the next not removed it */
+  if (mkdir(b->seal.dir, 0755) == 0)
+    return MUSTER_OK;
   return fail_set(f, MUSTER_STORE, "cannot create %s: %s", b->seal.dir, strerror(errno));
+}
+
+void backup_remove_unfinished(const char *data_dir) {
+  char parent[PATH_MAX + 16], path[PATH_MAX + NAME_MAX + 32], name[NAME_MAX_LEN + 1];
+  snprintf(parent, sizeof parent, "%s/backups", data_dir);
+  DIR *dir = opendir(parent);
+  if (dir == NULL)
+    return; /* no backup was ever made */
+  struct dirent *e;
+  while ((e = readdir(dir)) != NULL) {
+    if (backup_partial_name(e->d_name, name, sizeof name) == NULL)
+      continue;
+    snprintf(path, sizeof path, "%s/%s", parent, e->d_name);
+    int err = backup_remove(path);
+    if (err != 0)
+      log_msg(LOG_WARN,
+              "backup '%s' was left unfinished in %s by a head that stopped while "
+              "making it; removing it failed (%s): remove it",
+              name, path, strerror(err));
+    else
+      log_msg(LOG_INFO,
+              "backup '%s' was left unfinished in %s by a head that stopped while "
+              "making it (no backup has its name): removed it; run the backup again",
+              name, path);
+  }
+  closedir(dir);
 }
 
 static void backup_on_timer(evutil_socket_t fd, short what, void *arg);

@@ -34,6 +34,11 @@ void backup_pump(head_t *h);
  * any (shared_files_sweep), so that each file the copy names is there. */
 bool backup_holds_files(const head_t *h);
 
+/* Removes the backups a head stopped while making (kill -9, a power loss)
+ * left in DATA_DIR/backups, as .NAME.partial directories, and says so: a
+ * backup under its own name is always whole.  At the head's start. */
+void backup_remove_unfinished(const char *data_dir);
+
 /* The head stops: a backup still copying its database is given up and
  * removed (its request answered 503); one whose files are being synced is
  * waited for and answered.  Accepts a head with no backup under way. */

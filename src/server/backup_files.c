@@ -175,6 +175,23 @@ static muster_err_t backup_token(backup_seal_t *s) {
   return ok ? MUSTER_OK : backup_io_fail(s, "write", path, err);
 }
 
+/* Gives the whole backup its name: renames s->dir, where it was made, to
+ * s->final_dir, which then is s->dir.  A name that appeared meanwhile (made
+ * by hand: the head makes one backup at a time) is not replaced. */
+static muster_err_t backup_publish(backup_seal_t *s) {
+  if (rename(s->dir, s->final_dir) != 0) {
+    if (errno == EEXIST || errno == ENOTEMPTY)
+      return fail_set(&s->fail, MUSTER_INVALID_STATE,
+                      "%s was made meanwhile, by something else than this head: the backup is "
+                      "not put in its place",
+                      s->final_dir);
+    return fail_set(&s->fail, MUSTER_STORE, "cannot rename %s to %s: %s", s->dir, s->final_dir,
+                    strerror(errno));
+  }
+  snprintf(s->dir, sizeof s->dir, "%s", s->final_dir);
+  return MUSTER_OK;
+}
+
 muster_err_t backup_seal(backup_seal_t *s) {
   char db[PATH_MAX + 16], shared[PATH_MAX + 16], backups[PATH_MAX + 16];
   s->fail = (fail_t){0};
@@ -186,10 +203,18 @@ muster_err_t backup_seal(backup_seal_t *s) {
    * the names made in it, and the data dir the name "backups" when this
    * was the first backup. */
   if (backup_sync(s, db, &s->database_bytes) || backup_shared_files(s, shared) || backup_token(s) ||
-      backup_sync(s, shared, NULL) || backup_sync(s, s->dir, NULL) ||
+      backup_sync(s, shared, NULL) || backup_sync(s, s->dir, NULL) || backup_publish(s) ||
       backup_sync(s, backups, NULL) || backup_sync(s, s->data_dir, NULL))
     return s->fail.code;
   return MUSTER_OK;
+}
+
+const char *backup_partial_name(const char *entry, char *name, size_t size) {
+  size_t len = strlen(entry), tail = strlen(BACKUP_PARTIAL_SUFFIX);
+  if (entry[0] != '.' || len <= tail + 1 || strcmp(entry + len - tail, BACKUP_PARTIAL_SUFFIX) != 0)
+    return NULL;
+  snprintf(name, size, "%.*s", (int)(len - tail - 1), entry + 1);
+  return name;
 }
 
 static int backup_remove_first_err; /* nftw's callback has no argument of its own */

@@ -26,7 +26,10 @@ typedef char backup_file_name_t[SHARED_FILE_LEN + 1];
 typedef struct {
   /* In: */
   char data_dir[PATH_MAX];   /* the head's data dir: its shared/ holds the blob files */
-  char dir[PATH_MAX];        /* the backup: DATA_DIR/backups/NAME, muster.db in it already */
+  char dir[PATH_MAX];        /* the backup's directory, muster.db in it already: made as
+                                DATA_DIR/backups/.NAME.partial, renamed to final_dir (and
+                                dir set to it) once whole */
+  char final_dir[PATH_MAX];  /* DATA_DIR/backups/NAME */
   backup_file_name_t *files; /* the blob files the copy's levels name; owned (free) */
   size_t nfiles;
   char token[256];    /* the admin token, for DIR/token */
@@ -40,13 +43,21 @@ typedef struct {
 
 /* Makes the backup in s->dir whole and durable: hard-links each blob file
  * into DIR/shared (copying it when no link can be made there: the backup is
- * on another file system), writes DIR/token (0600), and fsyncs the database,
- * every file and the directories from DIR/shared up to the data dir.
+ * on another file system), writes DIR/token (0600), fsyncs the database,
+ * every file and DIR, renames DIR to s->final_dir (s->dir then names it: a
+ * backup under its own name is always whole) and fsyncs the directories
+ * above, up to the data dir.
  * MUSTER_OK, or MUSTER_STORE with s->fail saying which file and why (or
  * MUSTER_UNAVAILABLE once s->cancel is set); the caller then removes the
  * backup.  Safe on a helper thread: it logs nothing
  * and uses no state of the head's. */
 muster_err_t backup_seal(backup_seal_t *s);
+
+/* The name of a backup's directory while it is made, .NAME.partial, into
+ * out[NAME_MAX_LEN + 16]; NULL when `entry` (a name in DATA_DIR/backups) is
+ * not one, else the backup's name into `name` (NAME_MAX_LEN + 1). */
+#define BACKUP_PARTIAL_SUFFIX ".partial"
+const char *backup_partial_name(const char *entry, char *name, size_t size);
 
 /* Removes directory `dir` and everything in it, without following links
  * (a blob file's link goes, its name in the data dir stays).  0, or the

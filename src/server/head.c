@@ -69,19 +69,30 @@ static int head_lock(const head_config_t *cfg) {
   return fd;
 }
 
-/* Writes `text` to DATA_DIR/name atomically (temp file + rename). */
-static bool head_write_file(const head_config_t *cfg, const char *name, const char *text,
-                            mode_t mode) {
+/* Writes `text` to DATA_DIR/name atomically (temp file + rename): 0, or the
+ * errno of what failed, the temp file removed (a full disk keeps the file
+ * as it was). */
+static int head_write_file(const head_config_t *cfg, const char *name, const char *text,
+                           mode_t mode) {
   char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
   snprintf(path, sizeof path, "%s/%s", cfg->data_dir, name);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0)
-    return false;
+    return errno;
   size_t len = strlen(text);
-  bool ok = write(fd, text, len) == (ssize_t)len && fsync(fd) == 0;
+  errno = 0;
+  int err = 0;
+  if (write(fd, text, len) != (ssize_t)len)
+    err = errno ? errno : ENOSPC; /* a short write: the disk filled up */
+  else if (fsync(fd) != 0)
+    err = errno;
   close(fd);
-  return ok && rename(tmp, path) == 0;
+  if (err == 0 && rename(tmp, path) != 0)
+    err = errno;
+  if (err != 0)
+    unlink(tmp);
+  return err;
 }
 
 /* Loads DATA_DIR/token, or generates and saves a new random one. */
@@ -113,16 +124,47 @@ static bool head_token(head_config_t *cfg, bool *generated) {
   *generated = true;
   char line[sizeof cfg->token + 1];
   snprintf(line, sizeof line, "%s\n", cfg->token);
-  if (head_write_file(cfg, "token", line, 0600))
+  int err = head_write_file(cfg, "token", line, 0600);
+  if (err == 0)
     return true;
-  log_msg(LOG_ERROR, "cannot create %s: %s", path, strerror(errno));
+  log_msg(LOG_ERROR, "cannot create %s: %s", path, strerror(err));
   return false;
+}
+
+/* How much later than its period a sweep may run before the head counts
+ * the gap as a stall: far more than a busy loop turn takes. */
+#define HEAD_STALL_MS 1000
+
+/*
+ * A sweep far later than its period means the process did not run (it was
+ * stopped, starved, the machine paused, a disk stalled the loop) or the wall
+ * clock jumped ahead.  The heartbeats of that time wait unread in the
+ * sockets, and this sweep runs before they are read: counting the gap as
+ * their silence would end every worker, node and session at once, with the
+ * tasks they were running, though none had stopped.  So their timeouts count
+ * from now, as after a restart (store_note_stall); leases keep their
+ * deadlines, as across a restart.
+ */
+static void head_note_stall(head_t *h, int64_t now) {
+  int64_t last = h->last_sweep_ms;
+  h->last_sweep_ms = now;
+  int64_t late = now - last - h->cfg.sweep_ms;
+  if (late < HEAD_STALL_MS + h->cfg.sweep_ms)
+    return;
+  store_note_stall(h->st, now);
+  log_msg(LOG_WARN,
+          "the head did not run for %.1f s (its process was stopped or starved, the "
+          "machine paused, or the clock jumped ahead): nobody could reach it meanwhile, so "
+          "workers, nodes and sessions get their whole timeout from now before they count "
+          "as gone, as after a restart",
+          (double)(now - last) / 1000.0);
 }
 
 static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   head_t *h = arg;
   fail_t f = {0};
   int64_t now = now_ms();
+  head_note_stall(h, now);
   waiter_mark_all(h);
   if (!backup_holds_files(h)) /* a backup links the files its copy names */
     shared_files_sweep(h->st, h->cfg.data_dir);
@@ -258,15 +300,41 @@ static void head_print_cli_hint(const char *dir) {
   printf("   (%sit reads the URL and token there)\n", dir[0] == '/' ? "" : "run here: ");
 }
 
+/*
+ * Writes DATA_DIR/url, where the CLI finds the head.  When it cannot (a full
+ * disk), a url file that a killed head left is removed unless it names this
+ * very URL: the CLI would send its requests to an address no head of this
+ * data dir answers, or another program's.  Either way the log says how to
+ * reach this head.
+ */
+static void head_write_url(const head_config_t *cfg, const char *url) {
+  char line[320], old[320] = "", path[PATH_MAX + 16];
+  snprintf(line, sizeof line, "%s\n", url);
+  int err = head_write_file(cfg, "url", line, 0644);
+  if (err == 0)
+    return;
+  snprintf(path, sizeof path, "%s/url", cfg->data_dir);
+  FILE *fp = fopen(path, "r");
+  if (fp != NULL) {
+    if (fgets(old, sizeof old, fp) == NULL)
+      old[0] = '\0';
+    fclose(fp);
+  }
+  if (strcmp(old, line) == 0)
+    return; /* the file a head before left says the same: the CLI finds this one */
+  unlink(path);
+  log_msg(LOG_WARN,
+          "cannot write %s: %s; the CLI does not find this head through its data dir, so "
+          "give it --url %s (or MUSTER_URL)",
+          path, strerror(err), url);
+}
+
 static void head_banner(const head_t *h, int port, bool generated) {
   const char *host = h->cfg.listen_host;
   bool v6 = strchr(host, ':') != NULL;
   char url[300];
   snprintf(url, sizeof url, "http://%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
-  char line[320];
-  snprintf(line, sizeof line, "%s\n", url);
-  if (!head_write_file(&h->cfg, "url", line, 0644))
-    log_msg(LOG_WARN, "cannot write %s/url", h->cfg.data_dir);
+  head_write_url(&h->cfg, url);
   printf("muster head %s listening on %s\n"
          "  data dir:  %s (SQLite, sync=%s)\n"
          "  token:     %s%s\n"
@@ -311,6 +379,7 @@ static int head_run(head_t *h, bool generated, int port, const head_agent_t *age
       event_add(h->sweep_ev, &sweep) == 0) {
     head_banner(h, port, generated);
     log_msg(LOG_INFO, "listening on port %d", port);
+    h->last_sweep_ms = now_ms(); /* the sweep's period starts here */
     event_base_dispatch(h->base);
     status = 0;
   }
@@ -344,8 +413,12 @@ static int head_take_dir(head_config_t *cfg, const char *token_arg, bool *genera
     snprintf(cfg->token, sizeof cfg->token, "%s", token_arg);
     char line[sizeof cfg->token + 1];
     snprintf(line, sizeof line, "%s\n", token_arg);
-    if (!head_write_file(cfg, "token", line, 0600))
-      log_msg(LOG_WARN, "cannot write %s/token", cfg->data_dir);
+    int err = head_write_file(cfg, "token", line, 0600);
+    if (err != 0)
+      log_msg(LOG_WARN,
+              "cannot write %s/token: %s; the CLI reads the token there when it is given none, "
+              "so give it --token (or MUSTER_TOKEN) for this head",
+              cfg->data_dir, strerror(err));
   } else if (!head_token(cfg, generated)) { /* a bad token file said why */
     close(lock);
     return -1;
@@ -373,6 +446,7 @@ static int head_serve(head_t *h, bool generated, int port, const head_agent_t *a
      * leaves it to the first lease. */
     if (leftover_load(h->st, &f) != MUSTER_OK)
       log_msg(LOG_WARN, "closed sessions' tasks: %s", fail_message(&f));
+    backup_remove_unfinished(h->cfg.data_dir);
     signal(SIGPIPE, SIG_IGN);
     store_set_hooks(h->st, head_on_tx, head_on_ready, h);
     store_set_session_hook(h->st, head_on_session);

@@ -434,6 +434,13 @@ static muster_err_t ack_leased_again(const iter_row_t *row, const block_row_t *n
                   (long long)token);
 }
 
+/* Why an ack of a block waiting to be leased again is refused; `owner` is
+ * whom its ranks call. */
+#define ACK_PENDING_WHY(owner)                                                                     \
+  "it is waiting to be leased again (its lease expired or its rank failed), and its indices "     \
+  "will be read under that new lease; drop this ack (a rank keeps its leases by calling " owner  \
+  " within lease_ms)"
+
 /* What an acknowledgement by `rank` under `token` of a block whose rows of
  * the current and the last completed epoch are `now` and `last` (neither
  * acknowledged under `token` by `rank`) is told: what became of the block
@@ -456,9 +463,8 @@ static const char *ack_not_held_why(const block_row_t *now, const block_row_t *l
            "acknowledge only the blocks a next gave this rank, each with the token it came with "
            "(check the block and the epoch)";
   } else if (now->state == ITER_BLOCK_PENDING) {
-    return "it is waiting to be leased again (its lease expired or its rank failed), and its "
-           "indices will be read under that new lease; drop this ack (a rank keeps its leases "
-           "by calling the head within lease_ms)";
+    /* A node-local iteration's ranks call the agent that holds it, not the head. */
+    return iter_node_name()[0] ? ACK_PENDING_WHY("its node agent") : ACK_PENDING_WHY("the head");
   } else if (now->state == ITER_BLOCK_LEASED && now->token != token) {
     return NULL;
   } else if (now->state == ITER_BLOCK_LEASED) {

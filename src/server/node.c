@@ -456,7 +456,7 @@ int64_t node_expire_due(store_t *st, int64_t now) {
   char names[64][NAME_MAX_LEN + 1];
   size_t n = 0;
   sqlite3_bind_int64(s, 1, now);
-  sqlite3_bind_int64(s, 2, store_opened_ms(st));
+  sqlite3_bind_int64(s, 2, store_heard_since_ms(st));
   while (n < 64 && sqlite3_step(s) == SQLITE_ROW)
     snprintf(names[n++], NAME_MAX_LEN + 1, "%s", (const char *)sqlite3_column_text(s, 0));
   store_reset(s);

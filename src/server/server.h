@@ -91,6 +91,7 @@ typedef struct head {
   char (*dirty)[NAME_MAX_LEN + 1];   /* queues that may serve waiters */
   size_t ndirty, dirty_cap;
   int64_t started_ms;
+  int64_t last_sweep_ms; /* when the sweep last ran, or the loop began (head_note_stall) */
   bool stopping;
   pid_t agent_pid;        /* the local node agent (head_agent_t), 0 when none or gone */
   struct event *agent_ev; /* reads its exit pipe */

@@ -357,7 +357,7 @@ int64_t session_expire_due(store_t *st, int64_t now, session_busy_fn busy, void 
   int64_t timeouts[64], budget = QUEUE_CHUNK, closed = 0;
   size_t n = 0;
   sqlite3_bind_int64(s, 1, now);
-  sqlite3_bind_int64(s, 2, store_opened_ms(st));
+  sqlite3_bind_int64(s, 2, store_heard_since_ms(st));
   while (n < 64 && sqlite3_step(s) == SQLITE_ROW) {
     snprintf(ids[n], sizeof ids[n], "%s", (const char *)sqlite3_column_text(s, 0));
     timeouts[n++] = sqlite3_column_int64(s, 1);

@@ -49,15 +49,35 @@ bool shared_upload_streams(const h1_req_t *req) {
 
 /* ---- the upload's file ---- */
 
+/*
+ * The upload's file could not be made (`what`: "create", "write", "sync",
+ * "rename") for errno `err`: *f says why and what to do, and so does the
+ * head's log, as this is the head's trouble, not the client's.  A full disk
+ * is said as the store says it (store.c), in words the operator acts on.
+ */
+static muster_err_t upload_failed(const shared_upload_t *up, fail_t *f, const char *what,
+                                  const char *path, int err) {
+  if (err == ENOSPC || err == EDQUOT)
+    fail_set(f, MUSTER_STORE,
+             "shared data '%s' in scope '%s': cannot %s %s: the disk holding it is %s: nothing "
+             "of this upload was stored; free space there and retry (the head goes on by itself)",
+             up->put.name, up->put.scope, what, path, err == ENOSPC ? "full" : "over its quota");
+  else
+    fail_set(f, MUSTER_STORE, "shared data '%s' in scope '%s': cannot %s %s: %s", up->put.name,
+             up->put.scope, what, path, strerror(err));
+  log_msg(LOG_ERROR, "%s", fail_message(f));
+  return MUSTER_STORE;
+}
+
 static bool upload_write(shared_upload_t *up, const char *data, size_t len) {
   XXH64_update(up->hash, data, len);
   while (len > 0) {
+    errno = 0;
     ssize_t n = write(up->fd, data, len);
     if (n < 0 && errno == EINTR)
       continue;
-    if (n <= 0) {
-      fail_set(&up->fail, MUSTER_STORE, "cannot write the upload to %s: %s", up->tmp_path,
-               n < 0 ? strerror(errno) : "short write");
+    if (n <= 0) { /* a write of nothing: the disk filled up */
+      upload_failed(up, &up->fail, "write", up->tmp_path, n < 0 && errno ? errno : ENOSPC);
       return false;
     }
     data += n;
@@ -79,11 +99,18 @@ static bool upload_write(shared_upload_t *up, const char *data, size_t len) {
 
 /* Removes the temp file, takes the upload off the head's list and frees it
  * (not its request). */
-static void upload_free(shared_upload_t *up) {
+/* Closes and removes the upload's temp file, if it has one. */
+static void upload_discard(shared_upload_t *up) {
   if (up->fd >= 0)
     close(up->fd);
+  up->fd = -1;
   if (up->tmp_path[0])
     unlink(up->tmp_path);
+  up->tmp_path[0] = '\0';
+}
+
+static void upload_free(shared_upload_t *up) {
+  upload_discard(up);
   if (up->prev)
     up->prev->next = up->next;
   else if (up->head->uploads == up)
@@ -144,7 +171,7 @@ static muster_err_t upload_open(shared_upload_t *up, const char *data_dir, fail_
   snprintf(up->tmp_path, sizeof up->tmp_path, "%s/shared/tmp/%016" PRIx64 ".part", data_dir, id);
   up->fd = open(up->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (up->fd < 0) {
-    fail_set(f, MUSTER_STORE, "cannot create %s: %s", up->tmp_path, strerror(errno));
+    upload_failed(up, f, "create", up->tmp_path, errno);
     up->tmp_path[0] = '\0';
     return MUSTER_STORE;
   }
@@ -197,19 +224,20 @@ static muster_err_t upload_persist(shared_upload_t *up, fail_t *f) {
   snprintf(dir, sizeof dir, "%s/shared", up->head->cfg.data_dir);
   if (fsync(up->fd) != 0 || close(up->fd) != 0) {
     up->fd = -1;
-    return fail_set(f, MUSTER_STORE, "cannot write %s: %s", up->tmp_path, strerror(errno));
+    return upload_failed(up, f, "write", up->tmp_path, errno);
   }
   up->fd = -1;
   if (rename(up->tmp_path, final) != 0)
-    return fail_set(f, MUSTER_STORE, "cannot rename %s: %s", up->tmp_path, strerror(errno));
+    return upload_failed(up, f, "rename", up->tmp_path, errno);
   up->tmp_path[0] = '\0';
   int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   bool synced = dfd >= 0 && fsync(dfd) == 0;
   if (dfd >= 0)
     close(dfd);
   if (!synced) {
+    int err = errno;
     unlink(final);
-    return fail_set(f, MUSTER_STORE, "cannot sync %s: %s", dir, strerror(errno));
+    return upload_failed(up, f, "sync", dir, err);
   }
   return MUSTER_OK;
 }
@@ -257,6 +285,9 @@ static void upload_finish(evutil_socket_t fd, short what, void *arg) {
             (long long)lv.level, (long long)lv.size);
     http_enqueue(up->head, up->req, 201, reply);
   } else {
+    /* Its file goes before the client hears: a retry after a full disk
+     * finds the room the failed upload took. */
+    upload_discard(up);
     http_enqueue_fail(up->head, up->req, &f);
   }
   up->req = NULL;

@@ -43,7 +43,8 @@ struct store {
   bool in_tx;            /* the turn's transaction is open */
   int64_t last_token;    /* highest fencing token handed out */
   int64_t token_floor;   /* committed in meta: no token up to it is ever reused */
-  int64_t opened_ms;     /* when this process opened the file (store_opened_ms) */
+  int64_t opened_ms;     /* when this process opened the file (the token clock) */
+  int64_t heard_since_ms; /* opened_ms, or the end of the last stall (store_heard_since_ms) */
   int64_t new_tasks;     /* lowest task id inserted since store_take_new_tasks */
   int64_t last_task;     /* highest task id handed out (store_task_ids) */
   int64_t task_floor;    /* committed in meta: no task id up to it is ever reused */
@@ -61,6 +62,7 @@ struct store {
   uint64_t full_seen;     /* walvfs's count of writes the disk had no room for, last looked at */
   int64_t full_logged_ms; /* when a full disk was last logged; 0: never */
   uint64_t full_unlogged; /* failures for a full disk since, not logged */
+  char owner[96];         /* store_opts_t.owner: "the head" unless told */
 };
 
 #define MIGRATION_COUNT store_migration_count
@@ -97,8 +99,8 @@ static muster_err_t store_fail_full(store_t *st, fail_t *f, const char *what) {
   }
   return fail_set(f, MUSTER_STORE,
                   "store: %s: the disk holding %s is full: nothing of this "
-                  "request was applied; free space there and retry (the head goes on by itself)",
-                  what, file ? file : "the head's store");
+                  "request was applied; free space there and retry (%s goes on by itself)",
+                  what, file ? file : "the store", st->owner);
 }
 
 muster_err_t store_fail(store_t *st, fail_t *f, const char *what) {
@@ -327,6 +329,8 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
     return NULL;
   }
   st->opened_ms = now_ms();
+  st->heard_since_ms = st->opened_ms;
+  snprintf(st->owner, sizeof st->owner, "%s", opts->owner ? opts->owner : "the head");
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   if (sqlite3_open_v2(opts->path, &st->db, flags, store_vfs()) != SQLITE_OK) {
     store_fail(st, f, opts->path);
@@ -530,7 +534,7 @@ bool store_due(store_t *st, const char *sql, int64_t now) {
     return true;
   sqlite3_bind_int64(s, 1, now);
   if (sqlite3_bind_parameter_count(s) >= 2)
-    sqlite3_bind_int64(s, 2, st->opened_ms);
+    sqlite3_bind_int64(s, 2, st->heard_since_ms);
   bool due = sqlite3_step(s) == SQLITE_ROW;
   store_reset(s);
   return due;
@@ -548,8 +552,13 @@ int64_t store_token_floor(const store_t *st) {
   return st->token_floor;
 }
 
-int64_t store_opened_ms(const store_t *st) {
-  return st->opened_ms;
+int64_t store_heard_since_ms(const store_t *st) {
+  return st->heard_since_ms;
+}
+
+void store_note_stall(store_t *st, int64_t now) {
+  if (now > st->heard_since_ms)
+    st->heard_since_ms = now;
 }
 
 int64_t store_task_ids(store_t *st, int64_t n) {

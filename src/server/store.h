@@ -29,6 +29,7 @@ typedef struct {
   const char *path;   /* database file */
   bool sync_full;     /* fsync at every commit (synchronous=FULL) or not (NORMAL) */
   int schema_version; /* migrate only this far (tests of migrations); 0: the newest */
+  const char *owner;  /* who serves from it, as errors name it ("node agent n1"); NULL: the head */
 } store_opts_t;
 
 /* Opens (creating if needed) and migrates the database.  On failure returns NULL
@@ -70,12 +71,12 @@ void store_reset(sqlite3_stmt *stmt);
 muster_err_t store_step_done(store_t *st, sqlite3_stmt *stmt, fail_t *f);
 /* For the sweep's checks before it opens a transaction: true when query
  * `sql`, with ?1 bound to `now` and ?2 (when it has one) to
- * store_opened_ms, returns a row; true also when it cannot be prepared, so
+ * store_heard_since_ms, returns a row; true also when it cannot be prepared, so
  * that the sweep runs and says what failed. */
 bool store_due(store_t *st, const char *sql, int64_t now);
 /* SQL: the row (a worker, node or session) has been silent for its
- * timeout_ms at ?1 (now), the head's downtime not counted: its timeout runs
- * from ?2 (store_opened_ms) at the earliest.  For a sweep's store_due check
+ * timeout_ms at ?1 (now), the head's downtime and stalls not counted: its
+ * timeout runs from ?2 (store_heard_since_ms) at the earliest.  For a sweep's store_due check
  * and its expiry query alike, so that the two agree. */
 #define STORE_SILENT_SQL " last_seen_ms + timeout_ms <= ?1 AND ?2 + timeout_ms <= ?1"
 /* Reports a SQLite failure as MUSTER_STORE with the engine's message. */
@@ -102,11 +103,18 @@ int64_t store_token_floor(const store_t *st);
 #define STORE_ID_FLOOR_KEY "id_floor"
 #define STORE_ID_FLOOR_SQL "coalesce((SELECT v FROM meta WHERE k = '" STORE_ID_FLOOR_KEY "'), 0)"
 
-/* When this process opened the store.  Workers, nodes and sessions cannot
- * be heard from while no head runs, so their silence is counted from here
- * at the earliest: a head down longer than their timeout does not declare
- * them gone as it starts (the sweeps' "?2 + timeout_ms <= ?1"). */
-int64_t store_opened_ms(const store_t *st);
+/* Since when this process has been able to hear from workers, nodes and
+ * sessions: when it opened the store, or the end of its last stall
+ * (store_note_stall).  They cannot be heard from while no head runs, nor
+ * while the head's process does not run, so their silence is counted from
+ * here at the earliest: a head down, or stopped, longer than their timeout
+ * does not declare them gone as it starts or resumes (the sweeps' "?2 +
+ * timeout_ms <= ?1"). */
+int64_t store_heard_since_ms(const store_t *st);
+/* The process did not run until `now` (it was stopped, starved, the machine
+ * paused, or the wall clock jumped ahead): the heartbeats sent meanwhile
+ * wait unread, so silence is counted from `now` on, as after a restart. */
+void store_note_stall(store_t *st, int64_t now);
 
 /* Hands out `n` consecutive task ids for inserts in the open transaction
  * and returns the first (task.c).  Ids grow by one and are never handed out

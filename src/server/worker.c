@@ -318,7 +318,7 @@ int64_t worker_expire_due(store_t *st, int64_t now) {
   int64_t ids[256];
   size_t n = 0;
   sqlite3_bind_int64(s, 1, now);
-  sqlite3_bind_int64(s, 2, store_opened_ms(st));
+  sqlite3_bind_int64(s, 2, store_heard_since_ms(st));
   while (n < 256 && sqlite3_step(s) == SQLITE_ROW)
     ids[n++] = sqlite3_column_int64(s, 0);
   store_reset(s);

@@ -339,7 +339,7 @@ class BadInputTest(BackupCase):
             f.write("in the way\n")
         r = self.backup(h, "x")
         self.assertEqual((r.status, r.error_code), (500, "store_error"), r)
-        self.assertIn("cannot create %s/backups/x: Not a directory" % h.data_dir,
+        self.assertIn("cannot create %s/backups/.x.partial: Not a directory" % h.data_dir,
                       r.json["error"]["message"])
         self.assertEqual(h.request("PUT", "/v1/queues/still", {}).status, 201)
         self.assertEqual(h.stop(), 0, h.log())
@@ -453,9 +453,13 @@ class HeldFsyncTest(BackupCase):
         path = reply.json["path"]
         with open(trace, errors="replace") as f:
             synced = f.read()
+        # Made (and synced) under .held.partial, then given its name, and the name synced.
+        made = os.path.join(os.path.dirname(path), ".held.partial")
         for name in ("muster.db", "token", "shared", "shared/" + blob_file, ""):
             self.assertRegex(synced, r"fsync\(\d+<%s>\)" % re.escape(
-                os.path.join(path, name).rstrip("/")), "no fsync of " + (name or "the backup dir"))
+                os.path.join(made, name).rstrip("/")), "no fsync of " + (name or "the backup dir"))
+        self.assertRegex(synced, r"fsync\(\d+<%s>\)" % re.escape(os.path.dirname(path)),
+                         "no fsync of the backups dir")
         with open(os.path.join(path, "shared", blob_file), "rb") as f:
             self.assertEqual(f.read(), blob)
         harness.wait_until(lambda: not os.path.exists(
@@ -510,7 +514,7 @@ class OtherFileSystemTest(BackupCase):
         r = self.backup(h, "big")
         self.assertEqual((r.status, r.error_code), (500, "store_error"), r)
         self.assertIn("backup 'big' failed and was removed: copying the database into "
-                      "%s/big/muster.db: the disk holding it is full" % mnt,
+                      "%s/.big.partial/muster.db: the disk holding it is full" % mnt,
                       r.json["error"]["message"])
         self.assertEqual(os.listdir(mnt), [])
         self.assertEqual(h.request("GET", "/v1/queues/q").json["counts"]["queued"], 2000)
