@@ -150,9 +150,13 @@ class IterLocalTest(unittest.TestCase):
         held = lease(self.a, "expire", 0, max_blocks=1)
         self.assertEqual(held["state"], "blocks")
         lost = held["blocks"][0]
-        time.sleep(0.8)  # the agent's sweep expires the lease
-        st = self.a.request("GET", "/v1/iterations/expire").json
-        rank0 = [rk for rk in st["ranks"] if rk["rank"] == 0][0]
+        # The agent's sweep (every 100 ms) expires the lease once its 300 ms are up.
+        def rank0_expired():
+            st = self.a.request("GET", "/v1/iterations/expire").json
+            rank0 = [rk for rk in st["ranks"] if rk["rank"] == 0][0]
+            return rank0["expired"] > 0 and (st, rank0)
+        st, rank0 = harness.wait_until(rank0_expired, timeout=30,
+                                       what="the agent's sweep to expire rank 0's lease")
         self.assertEqual((rank0["health"], rank0["expired"]), ("failed", 1), st)
         got = drain("expire", [(1, self.a)])
         self.assertEqual(everything(got), list(range(N)))
