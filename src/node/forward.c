@@ -90,30 +90,13 @@ static bool fwd_is_hop(const char *key) {
   return false;
 }
 
-/* True when `list`, a Connection header's value, names `key`: its names are
- * separated by commas, with optional spaces or tabs around each, and compared
- * without regard to case.  A header a message names there is hop-by-hop for
- * that message alone (RFC 9110, 7.6.1), so the agent drops it too. */
-static bool fwd_connection_names(const char *list, const char *key) {
-  size_t key_len = strlen(key);
-  for (const char *p = list; *p != '\0';) {
-    p += strspn(p, " \t,");
-    size_t len = strcspn(p, ",");
-    size_t name_len = len;
-    while (name_len > 0 && (p[name_len - 1] == ' ' || p[name_len - 1] == '\t'))
-      name_len--;
-    if (name_len == key_len && strncasecmp(p, key, key_len) == 0)
-      return true;
-    p += len;
-  }
-  return false;
-}
-
-/* True when one of the client's Connection headers in `q` names `key`. */
+/* True when one of the client's Connection headers in `q` names `key`: a
+ * header a message names there is hop-by-hop for that message alone (RFC
+ * 9110, 7.6.1), so the agent drops it too. */
 static bool fwd_request_names_hop(const h1_req_t *q, const char *key) {
   const char *name, *value;
   for (size_t i = 0; h1_header_at(q, i, &name, &value); i++)
-    if (strcasecmp(name, "Connection") == 0 && fwd_connection_names(value, key))
+    if (strcasecmp(name, "Connection") == 0 && h1_list_has(value, key))
       return true;
   return false;
 }
@@ -121,8 +104,7 @@ static bool fwd_request_names_hop(const h1_req_t *q, const char *key) {
 /* True when one of the head's Connection headers in `r` names `key`. */
 static bool fwd_reply_names_hop(const up_reply_t *r, const char *key) {
   for (size_t i = 0; i < r->nheaders; i++)
-    if (strcasecmp(r->headers[i].name, "Connection") == 0 &&
-        fwd_connection_names(r->headers[i].value, key))
+    if (strcasecmp(r->headers[i].name, "Connection") == 0 && h1_list_has(r->headers[i].value, key))
       return true;
   return false;
 }

@@ -183,28 +183,12 @@ static const char *up_header(const up_conn_t *c, const char *name) {
   return NULL;
 }
 
-/* True when comma-separated `list` names `token` (any case). */
-static bool up_list_has(const char *list, const char *token) {
-  size_t len = strlen(token);
-  for (const char *p = list; *p != '\0';) {
-    p += strspn(p, " \t,");
-    size_t n = strcspn(p, ",");
-    size_t m = n;
-    while (m > 0 && (p[m - 1] == ' ' || p[m - 1] == '\t'))
-      m--;
-    if (m == len && strncasecmp(p, token, len) == 0)
-      return true;
-    p += n;
-  }
-  return false;
-}
-
 /* The reply's framing from its headers into `r`; false when it is bad. */
 static bool up_framing(up_conn_t *c, up_reply_t *r) {
   const char *te = up_header(c, "Transfer-Encoding");
   const char *length = up_header(c, "Content-Length");
   const char *connection = up_header(c, "Connection");
-  if (connection && up_list_has(connection, "close"))
+  if (connection && h1_list_has(connection, "close"))
     c->keep_alive = false;
   r->length = -1;
   if (length != NULL) {
@@ -218,7 +202,7 @@ static bool up_framing(up_conn_t *c, up_reply_t *r) {
   r->no_body = c->head || c->status == 204 || c->status == 304;
   if (r->no_body) {
     c->state = UP_STATUS;
-  } else if (te != NULL && up_list_has(te, "chunked")) {
+  } else if (te != NULL && h1_list_has(te, "chunked")) {
     c->state = UP_CHUNK_SIZE;
     r->length = -1;
   } else if (te == NULL && length != NULL) {

@@ -131,6 +131,10 @@ const char *h1_header(const h1_req_t *q, const char *name);
 /* The `i`th header line (0 first) in *name and *value, as h1_header gives
  * them; false past the last. */
 bool h1_header_at(const h1_req_t *q, size_t i, const char **name, const char **value);
+/* True when `list`, a header value of comma-separated names (Connection,
+ * Transfer-Encoding), names `token`: spaces and tabs around each name are
+ * ignored, case too.  For any message's headers, requests' and replies'. */
+bool h1_list_has(const char *list, const char *token);
 /* The client's address (numeric) in `buf`; false when it is not known (the
  * client went away). */
 bool h1_peer(const h1_req_t *q, char *buf, size_t len);

@@ -134,8 +134,7 @@ static char *trim(char *s) {
   return s;
 }
 
-/* True when comma-separated list `value` holds `token` (any case). */
-static bool list_has(const char *value, const char *token) {
+bool h1_list_has(const char *value, const char *token) {
   size_t tlen = strlen(token);
   for (const char *p = value; *p;) {
     while (*p == ' ' || *p == '\t' || *p == ',')
@@ -285,9 +284,9 @@ static bool parse_framing(h1_conn_t *c, h1_req_t *q) {
     } else if (strcasecmp(name, "Transfer-Encoding") == 0) {
       te = value;
     } else if (strcasecmp(name, "Connection") == 0) {
-      if (list_has(value, "close"))
+      if (h1_list_has(value, "close"))
         q->keep_alive = false;
-      else if (list_has(value, "keep-alive"))
+      else if (h1_list_has(value, "keep-alive"))
         q->keep_alive = true;
     } else if (strcasecmp(name, "Expect") == 0) {
       q->expect_continue = strcasecmp(value, "100-continue") == 0;
