@@ -172,10 +172,14 @@ int cmd_queue_rm(cli_args_t *args) {
   if (rc != CLI_OK)
     return rc;
   muster_err_t err = muster_queue_delete(client, args->pos[0]);
-  if (err == MUSTER_OK)
+  if (err == MUSTER_OK) {
     printf("deleted queue %s\n", args->pos[0]);
-  else
+  } else if (err == MUSTER_QUEUE_NOT_FOUND) { /* said without the advice to create it */
+    fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), muster_client_message(client));
+    rc = CLI_FAIL;
+  } else {
     rc = cli_error(client, err);
+  }
   muster_client_free(client);
   return rc;
 }

@@ -273,6 +273,22 @@ static void cli_say_no_head(void) {
     fprintf(stderr, "muster: is a head running there? Pass --url or set MUSTER_URL\n");
 }
 
+/* After "queue 'NAME' does not exist": how to make it, as `muster worker`
+ * says it.  A message that names no queue gets nothing. */
+static void cli_say_create_queue(const char *message) {
+  const char *name = strstr(message, "queue '");
+  if (name == NULL)
+    return;
+  name += strlen("queue '");
+  int len = (int)strcspn(name, "'");
+  if (len == 0 || name[len] != '\'')
+    return;
+  fprintf(stderr,
+          "muster: create it with `muster queue create %.*s` (or see `muster queue ls` for the "
+          "queues there are)\n",
+          len, name);
+}
+
 int cli_error_message(muster_err_t err, const char *message) {
   if (message == NULL || message[0] == '\0')
     message = muster_strerror(err);
@@ -296,6 +312,8 @@ int cli_error_message(muster_err_t err, const char *message) {
   else if (err == MUSTER_NETWORK)
     fprintf(stderr, "muster: the request was sent, but no reply came back: the head may have "
                     "stopped or restarted; check what it did before repeating it\n");
+  else if (err == MUSTER_QUEUE_NOT_FOUND)
+    cli_say_create_queue(message);
   return CLI_FAIL;
 }
 

@@ -248,11 +248,19 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(self.tasks(q), [])
 
     def test_unknown_queue(self):
-        err = self.fails(1, "put", "--queue", "no-such-queue", "x")
-        self.assertTrue(err.startswith("muster: queue_not_found: "), err)
-        self.assertIn("no-such-queue", err)
-        self.assertIn("queue_not_found", self.fails(1, "lease", "--queue", "no-such-queue"))
-        self.assertIn("queue_not_found", self.fails(1, "tasks", "ls", "--queue", "no-such-queue"))
+        # Said with how to make it, as `muster worker` says it; but not to `queue rm`.
+        advice = ("muster: create it with `muster queue create no-such-queue` (or see `muster "
+                  "queue ls` for the queues there are)\n")
+        for args in (("put", "--queue", "no-such-queue", "x"), ("lease", "--queue", "no-such-queue"),
+                     ("tasks", "ls", "--queue", "no-such-queue"),
+                     ("session", "create", "--queue", "no-such-queue"),
+                     ("queue", "show", "no-such-queue")):
+            with self.subTest(args=args):
+                err = self.fails(1, *args)
+                self.assertEqual(err, "muster: queue_not_found: queue 'no-such-queue' does not "
+                                 "exist\n" + advice)
+        self.assertEqual(self.fails(1, "queue", "rm", "no-such-queue"),
+                         "muster: queue_not_found: queue 'no-such-queue' does not exist\n")
         self.assertIn("queue_not_found", self.fails(1, "worker", "--queue", "no-such-queue",
                                                     "--", "cat"))
 

@@ -362,8 +362,9 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         # Into a queue or session that does not exist, nothing read still said only that:
         # the missing queue or session is said first, as a put of payloads says it.
         for args, says, what in (
-                (("put", "--queue", "nope"), "queue_not_found: queue 'nope' does not exist",
-                 "payloads"),
+                (("put", "--queue", "nope"), "queue_not_found: queue 'nope' does not exist\n"
+                 "muster: create it with `muster queue create nope` (or see `muster queue ls` "
+                 "for the queues there are)", "payloads"),
                 (("session", "put", "s-0123456789abcdef"), "session_not_found: session "
                  "'s-0123456789abcdef' does not exist", "inputs")):
             r = self.muster(*args, stdin="")
