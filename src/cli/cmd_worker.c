@@ -29,7 +29,10 @@
 #include <unistd.h>
 
 #define WORKER_PROGRESS_TICK_MS 1000L
-#define WORKER_DEFAULT_TIMEOUT_MS 60000L
+/* The beat interval while the head's timeout is not known (its read failed,
+ * or a registration anew may have got another): short enough for any
+ * timeout a head is likely to be given, and the read is tried at each beat. */
+#define WORKER_UNREAD_BEAT_MS 250L
 
 int64_t worker_now_ms(void) {
   struct timespec ts;
@@ -92,12 +95,50 @@ muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old
       muster_free(w->name);
       w->name = name;
       w->id = id;
+      /* A head that restarted may time workers out sooner than before. */
+      w->timeout_unread = 1;
+      w->heartbeat_ms = WORKER_UNREAD_BEAT_MS;
       pthread_mutex_unlock(&w->lock);
       worker_tell_agent(w, id);
     }
   }
   pthread_mutex_unlock(&w->reg_lock);
   return err;
+}
+
+/*
+ * Sets the beat interval to a third of the worker's timeout as the head sees
+ * it, once that is not known (w->timeout_unread): after the registration and
+ * after each registration anew.  When the read fails (the head away or
+ * restarting right then), the interval stays WORKER_UNREAD_BEAT_MS and the
+ * next beat reads again: falling back to the default minute's third, as it
+ * did, left a head with a shorter timeout timing the worker out again and
+ * again, each time returning its leases.
+ */
+static void worker_read_timeout(worker_t *w, muster_client_t *client) {
+  pthread_mutex_lock(&w->lock);
+  int unread = w->timeout_unread;
+  int64_t id = w->id;
+  pthread_mutex_unlock(&w->lock);
+  if (!unread)
+    return;
+  char path[64], *reply = NULL;
+  snprintf(path, sizeof path, "/v1/workers/%lld", (long long)id);
+  json_int_t timeout = 0;
+  if (muster_request(client, "GET", path, NULL, &reply) == MUSTER_OK) {
+    json_t *obj = json_loads(reply, JSON_ALLOW_NUL, NULL);
+    timeout = json_integer_value(json_object_get(obj, "timeout_ms"));
+    json_decref(obj);
+  }
+  muster_free(reply);
+  if (timeout <= 0)
+    return;
+  pthread_mutex_lock(&w->lock);
+  if (w->id == id) { /* not registered anew meanwhile */
+    w->heartbeat_ms = timeout / 3 > 50 ? (long)(timeout / 3) : 50;
+    w->timeout_unread = 0;
+  }
+  pthread_mutex_unlock(&w->lock);
 }
 
 /* ---- heartbeat -------------------------------------------------------------- */
@@ -165,13 +206,18 @@ static void worker_beat(worker_t *w, const char *progress) {
   w->hb_said = err;
 }
 
+/* How long the heartbeat thread waits between two looks (w->lock held). */
+static long worker_tick_ms(const worker_t *w) {
+  return w->heartbeat_ms < WORKER_PROGRESS_TICK_MS ? w->heartbeat_ms : WORKER_PROGRESS_TICK_MS;
+}
+
 static void *worker_heartbeat_main(void *arg) {
   worker_t *w = arg;
   char last[256] = "", progress[256];
   int64_t last_sent = worker_now_ms();
-  long tick = w->heartbeat_ms < WORKER_PROGRESS_TICK_MS ? w->heartbeat_ms : WORKER_PROGRESS_TICK_MS;
   pthread_mutex_lock(&w->lock);
   while (!w->hb_stop) {
+    long tick = worker_tick_ms(w);
     if (w->plugin) { /* a plugin's lease is extended from here, at half the lease time */
       long quarter = (long)(atomic_load(&w->lease_ms) / 4);
       tick = quarter > 10 && quarter < tick ? quarter : tick;
@@ -199,6 +245,7 @@ static void *worker_heartbeat_main(void *arg) {
     worker_beat(w, progress);
     if (due)
       worker_refresh_lease_ms(w, w->hb_client);
+    worker_read_timeout(w, w->hb_client);
     pthread_mutex_lock(&w->lock);
     snprintf(last, sizeof last, "%s", progress);
     last_sent = now;
@@ -318,22 +365,6 @@ static int worker_configure(cli_args_t *args, worker_t *w) {
   return rc;
 }
 
-/* The worker's heartbeat timeout as the head sees it, for the beat interval. */
-static long worker_timeout_ms(worker_t *w, muster_client_t *client) {
-  char path[64], *reply = NULL;
-  snprintf(path, sizeof path, "/v1/workers/%lld", (long long)w->id);
-  long timeout = w->timeout_ms > 0 ? (long)w->timeout_ms : WORKER_DEFAULT_TIMEOUT_MS;
-  if (muster_request(client, "GET", path, NULL, &reply) == MUSTER_OK) {
-    json_t *obj = json_loads(reply, JSON_ALLOW_NUL, NULL);
-    json_int_t got = json_integer_value(json_object_get(obj, "timeout_ms"));
-    if (got > 0)
-      timeout = (long)got;
-    json_decref(obj);
-  }
-  muster_free(reply);
-  return timeout;
-}
-
 /* A step of joining: the queue check or the registration. */
 typedef muster_err_t (*worker_step_t)(worker_t *w, muster_client_t *client);
 
@@ -436,8 +467,9 @@ static int worker_join(worker_t *w, muster_client_t *client) {
   if (err != MUSTER_OK)
     return worker_join_error(w, client, err);
   worker_tell_agent(w, w->id);
-  long timeout = worker_timeout_ms(w, client);
-  w->heartbeat_ms = timeout / 3 > 50 ? timeout / 3 : 50;
+  w->timeout_unread = 1;
+  w->heartbeat_ms = WORKER_UNREAD_BEAT_MS;
+  worker_read_timeout(w, client);
   fprintf(stderr, "muster worker: %s (id %lld) on queue %s, %d slot%s, running %s%s\n", w->name,
           (long long)w->id, w->queue, w->concurrency, w->concurrency > 1 ? "s" : "",
           w->plugin_path ? "plugin " : "", w->plugin_path ? w->plugin_path : w->cmd[0]);

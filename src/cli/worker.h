@@ -54,7 +54,8 @@ struct worker {
   int json_result;              /* parse stdout as JSON */
   int64_t max_tasks;            /* 0: no limit */
   int64_t timeout_ms;           /* heartbeat timeout asked for at registration; -1: the head's */
-  long heartbeat_ms;            /* interval of the periodic heartbeat */
+  long heartbeat_ms;            /* interval of the periodic heartbeat (w->lock) */
+  int timeout_unread;           /* the head's timeout for this id is not read yet (w->lock) */
   muster_client_t *hb_client;   /* the heartbeat thread's handle */
   int64_t hb_failing_since;     /* heartbeat thread's: monotonic ms of the first failed beat of
                                  * the streak now, 0 when the last beat worked */

@@ -97,8 +97,11 @@ class Agent:
                 if self.proc.poll() is not None:
                     raise RuntimeError("agent exited with %s:\n%s" % (self.proc.returncode,
                                                                        self.log()))
+                # This process's own text: a killed predecessor's (same lock file) names
+                # its port until this one writes.
                 info = self.lock_info()
-                if info.get("listen", "").startswith("http://"):
+                if info.get("pid") == str(self.proc.pid) and \
+                        info.get("listen", "").startswith("http://"):
                     self.url = info["listen"]
                     return self
                 time.sleep(0.02)

@@ -9,9 +9,12 @@ data dir answers at the same URL.  Checks:
   runs tasks; a stop signal while it waits exits 0;
 - an unknown queue stops the worker with `muster worker:` and how to create it;
 - a hard stop (SIGHUP, as when the node agent dies) kills the running command without
-  failing its task or logging a refused failure report.
+  failing its task or logging a refused failure report;
+- a worker that could not read its heartbeat timeout after registering (the head went
+  away in between) reads it again and beats often enough for it meanwhile.
 """
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -231,6 +234,55 @@ class WorkerHeadRestartTest(unittest.TestCase):
         for task in self.tasks("hq"):
             self.assertEqual(task["state"], "queued", task)
             self.assertIsNone(task.get("error"), task)
+
+
+class UnreadTimeoutTest(unittest.TestCase):
+    """The worker reads its heartbeat timeout from the head after registering, and beats
+    every third of it.  When that read failed (the head killed or restarting right after
+    the registration), it beat every 20 s, a third of the default minute, for good: a
+    head with a shorter timeout (here 1.5 s) timed it out again and again, its leases
+    returned each time, and it registered anew at every lease."""
+
+    def setUp(self):
+        self.head = harness.Head(["--worker-timeout-ms", "1500"]).start()
+        self.addCleanup(self.head.cleanup)
+        self.proxy = harness.RequestProxy(
+            self.head, lambda method, path: method == "GET" and
+            re.fullmatch(r"/v1/workers/\d+", path) is not None,
+            lambda n: harness.UNAVAILABLE if n == 1 else "forward")
+        self.addCleanup(self.proxy.close)
+
+    def test_a_timeout_not_read_is_read_again(self):
+        h = self.head
+        self.assertEqual(h.request("PUT", "/v1/queues/tq", {}).status, 201)
+        with tempfile.TemporaryFile("w+") as log:
+            proc = subprocess.Popen([MUSTER, "worker", "--queue", "tq", "--url", self.proxy.url,
+                                     "--token", h.token, "--", "cat"],
+                                    stdout=subprocess.DEVNULL, stderr=log)
+            try:
+                harness.wait_until(lambda: self.proxy.count >= 1, timeout=30,
+                                   what="the worker to read its timeout")
+                # Its beats reach the head at its timeout's pace: the worker's last_seen_ms
+                # moves on several times within a few of its 1.5 s.
+                seen = set()
+
+                def beats():
+                    r = h.request("GET", "/v1/workers/1")
+                    self.assertEqual(r.status, 200, r)
+                    seen.add(r.json["last_seen_ms"])
+                    return len(seen) >= 5
+                harness.wait_until(beats, timeout=15, what=lambda: "heartbeats of worker 1, "
+                                   "%d seen:\n%s" % (len(seen), h.log()))
+                self.assertEqual(h.request("GET", "/v1/workers/1").json["state"], "active")
+                self.assertGreaterEqual(self.proxy.count, 2, "the timeout was not read again")
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+            log.seek(0)  # the worker has exited: nothing writes to the file any more
+            text = log.read()
+        self.assertEqual(proc.returncode, 0, text)
+        self.assertNotIn("the head forgot worker", text)
+        self.assertNotIn("timed out", h.log())
 
 
 if __name__ == "__main__":
