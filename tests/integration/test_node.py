@@ -239,16 +239,20 @@ class HeadLocalNodeTest(unittest.TestCase):
 
     def running_task_on_fifo(self, script='read go < "$0"; cat'):
         """A head with one local worker whose task runs `script` (sh; $0 is a FIFO):
-        (head, proc, fifo path) once that task is leased."""
+        (head, proc, fifo path) once that task's command runs.  Leased is not enough:
+        a worker told to stop between its lease and the command's start gives the
+        task back at once."""
         fifo = os.path.join(tempfile.mkdtemp(prefix="muster-fifo-"), "go")
         self.addCleanup(shutil.rmtree, os.path.dirname(fifo), True)
         os.mkfifo(fifo)
-        head, proc = self.start_head_with_node(1, ["sh", "-c", script, fifo])
+        started = fifo + ".started"
+        head, proc = self.start_head_with_node(
+            1, ["sh", "-c", ': > "$0.started"; ' + script, fifo])
         r = head.request("POST", "/v1/queues/q/tasks", {"tasks": [{"payload": "slow"}]})
         self.assertEqual(r.status, 201, r)
-        harness.wait_until(
-            lambda: head.request("GET", "/v1/queues/q").json["counts"]["leased"] == 1,
-            timeout=20, what=lambda: "the task running:\n" + head.log())
+        harness.wait_until(lambda: os.path.exists(started), timeout=20,
+                           what=lambda: "the task's command running:\n" + head.log())
+        self.assertEqual(head.request("GET", "/v1/queues/q").json["counts"]["leased"], 1)
         return head, proc, fifo
 
     def test_ctrl_c_lets_the_local_workers_finish_and_stores_their_results(self):
