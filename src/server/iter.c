@@ -404,18 +404,18 @@ static muster_err_t new_parse(const json_t *body, iter_new_t *n, fail_t *f) {
 /* The create body's allowed keys: configuration plus these. */
 static muster_err_t check_keys(const json_t *body, fail_t *f) {
   static const char *const extra[] = {
-      "name",        "rank",       "checkpoint",  "lease_ms", "rank_timeout_ms",
-      "replication", "slow_ratio", "cluster_sync"};
+      "name",        "rank",       "checkpoint",   "lease_ms", "rank_timeout_ms",
+      "replication", "slow_ratio", "cluster_sync", NULL};
   const char *key;
   const json_t *value;
   json_object_foreach((json_t *)body, key, value) {
     bool known = false;
     for (const char *const *k = iter_config_keys; *k && !known; k++)
       known = strcmp(*k, key) == 0;
-    for (size_t i = 0; i < sizeof extra / sizeof extra[0] && !known; i++)
-      known = strcmp(extra[i], key) == 0;
+    for (const char *const *k = extra; *k && !known; k++)
+      known = strcmp(*k, key) == 0;
     if (!known)
-      return fail_set(f, MUSTER_INVALID, "%s: unknown field", key);
+      return jv_fail_unknown(f, "", key, extra, iter_config_keys);
   }
   return MUSTER_OK;
 }

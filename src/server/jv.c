@@ -4,7 +4,9 @@
 #include "jv.h"
 #include "jw.h"
 #include "core/names.h"
+#include "core/suggest.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const char *dot(const char *ctx) {
@@ -69,6 +71,44 @@ muster_err_t jv_bool(const json_t *obj, const char *key, const char *ctx, bool d
   return MUSTER_OK;
 }
 
+/* Appends the names of a NULL-terminated list to buf (at `*used`), comma
+ * separated, while they fit whole; the rest become ", ...". */
+static void list_names(char *buf, size_t size, size_t *used, const char *const *names) {
+  for (const char *const *n = names; n && *n; n++) {
+    const char *sep = *used ? ", " : "";
+    size_t need = strlen(sep) + strlen(*n);
+    if (*used + need + sizeof ", ..." > size) {
+      snprintf(buf + *used, size - *used, "%s", ", ...");
+      *used += strlen(buf + *used);
+      return;
+    }
+    *used += (size_t)snprintf(buf + *used, size - *used, "%s%s", sep, *n);
+  }
+}
+
+static void offer_names(suggest_t *s, const char *const *names) {
+  for (const char *const *n = names; n && *n; n++)
+    suggest_offer(s, *n, strlen(*n));
+}
+
+muster_err_t jv_fail_unknown(fail_t *f, const char *ctx, const char *key,
+                             const char *const *allowed, const char *const *more) {
+  suggest_t s;
+  suggest_init(&s, key, strlen(key));
+  offer_names(&s, allowed);
+  offer_names(&s, more);
+  size_t best_len;
+  const char *best = suggest_best(&s, &best_len);
+  char guess[96] = "", names[320] = "";
+  if (best)
+    snprintf(guess, sizeof guess, " (did you mean '%.*s'?)", (int)best_len, best);
+  size_t used = 0;
+  list_names(names, sizeof names, &used, allowed);
+  list_names(names, sizeof names, &used, more);
+  return fail_set(f, MUSTER_INVALID, "%s%s%.100s: unknown field%s; known fields: %s", ctx, dot(ctx),
+                  key, guess, names);
+}
+
 muster_err_t jv_only(const json_t *obj, const char *ctx, const char *const *allowed, fail_t *f) {
   const char *key;
   const json_t *value;
@@ -77,7 +117,7 @@ muster_err_t jv_only(const json_t *obj, const char *ctx, const char *const *allo
     for (const char *const *a = allowed; *a && !known; a++)
       known = strcmp(*a, key) == 0;
     if (!known)
-      return fail_set(f, MUSTER_INVALID, "%s%s%s: unknown field", ctx, dot(ctx), key);
+      return jv_fail_unknown(f, ctx, key, allowed, NULL);
   }
   return MUSTER_OK;
 }

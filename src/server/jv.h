@@ -30,8 +30,13 @@ muster_err_t jv_bool(const json_t *obj, const char *key, const char *ctx, bool d
  * [A-Za-z0-9._-]), such as a process's instance id; *out NULL when absent. */
 muster_err_t jv_name(const json_t *obj, const char *key, const char *ctx, const char **out,
                      fail_t *f);
-/* Refuses keys not in the NULL-terminated `allowed` list. */
+/* Refuses keys not in the NULL-terminated `allowed` list (jv_fail_unknown). */
 muster_err_t jv_only(const json_t *obj, const char *ctx, const char *const *allowed, fail_t *f);
+/* Fails for `key`, a field the body may not have: the message names it, the
+ * accepted field it likely meant (core/suggest.h), and the accepted fields
+ * (`allowed`, then `more`: NULL-terminated lists; `more` may be NULL). */
+muster_err_t jv_fail_unknown(fail_t *f, const char *ctx, const char *key,
+                             const char *const *allowed, const char *const *more);
 /* The array at `key` with 1..max elements; MUSTER_BATCH_TOO_LARGE above max. */
 muster_err_t jv_batch(const json_t *obj, const char *key, size_t max, json_t **out, fail_t *f);
 

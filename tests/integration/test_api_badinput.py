@@ -126,6 +126,34 @@ class BadInputTest(BadInputCase):
                      400, "invalid_argument", ["resutl"])
         self.refused("POST", "/v1/workers", {"nick": "x"}, 400, "invalid_argument", ["nick"])
 
+    def test_unknown_field_says_what_was_meant_and_what_is_known(self):
+        # A slip of the fingers is told the field it likely meant; every refusal lists
+        # the fields the object takes, so no one opens the docs (or the source) to learn
+        # them.  Nested objects and the iteration's two key lists alike.
+        for method, path, body, message in (
+                ("POST", "/v1/queues/%s/tasks" % self.q,
+                 {"tasks": [{"payload": 1, "priorty": 5}]},
+                 "tasks[0].priorty: unknown field (did you mean 'priority'?); known fields: "
+                 "payload, priority, delay_ms, key, session, index, requires"),
+                ("POST", "/v1/workers", {"nick": "x"},
+                 "nick: unknown field (did you mean 'nickname'?); known fields: nickname, "
+                 "queues, node, labels, timeout_ms, instance"),
+                ("POST", "/v1/queues/%s/lease" % self.q, {"zzzz": 2},
+                 "zzzz: unknown field; known fields: worker, max, wait_ms, updates_after")):
+            with self.subTest(path=path):
+                r = self.expect_error(method, path, body, 400, "invalid_argument")
+                self.assertEqual(r.json["error"]["message"], message)
+        self.assert_unchanged()
+        r = self.expect_error("POST", "/v1/iterations",
+                              {"name": self.q, "dataset": {"num_samples": 4}, "seeed": 1},
+                              400, "invalid_argument")
+        message = r.json["error"]["message"]
+        self.assertTrue(message.startswith("seeed: unknown field (did you mean 'seed'?); "
+                                           "known fields: name, "), message)
+        for key in ("rank_timeout_ms", "shuffle", "world_size", "block_size"):
+            self.assertIn(key, message)
+        self.expect_error("GET", "/v1/iterations/" + self.q, None, 404, "iteration_not_found")
+
     def test_endpoints_without_fields_refuse_any(self):
         # Purges, requeues and deletions take no fields: one sent in the belief that it
         # narrows the call ("state": "dead" to a requeue) is refused, not ignored.
