@@ -19,6 +19,7 @@
 #include "cli/run.h"
 #include "cli/worker.h"
 #include "core/names.h"
+#include "core/suggest.h"
 #include "core/url.h"
 #include "node/node.h"
 #include "server/head.h"
@@ -531,12 +532,54 @@ static int head_run_with_agent(int head_argc, char **head_argv, int agent_argc, 
   return rc;
 }
 
+/* Offers the names of a NULL-terminated list to the search *s. */
+static void head_offer(suggest_t *s, const char *const *names) {
+  for (int i = 0; names[i]; i++)
+    suggest_offer(s, names[i], strlen(names[i]));
+}
+
+/*
+ * Refuses a long option in the head's share of argv (head_split) that the
+ * head does not have, with the name it likely meant among the head's options
+ * and its local agent's (`--quue`: '--queue'): the head's own parser knows
+ * only its own.  CLI_OK, or CLI_USAGE after one line.
+ */
+static int head_refuse_unknown(int head_argc, char **head_argv) {
+  for (int i = 1; i < head_argc; i++) {
+    const char *word = head_argv[i];
+    if (strncmp(word, "--", 2) != 0 || word[2] == '\0')
+      continue;
+    size_t len = strcspn(word + 2, "=");
+    int arity = head_option_arity(word + 2, len);
+    if (arity == 1 && word[2 + len] == '\0')
+      i++; /* its value, which may start with "--" */
+    if (arity >= 0)
+      continue;
+    suggest_t likely;
+    suggest_init(&likely, word + 2, len);
+    for (int k = 0; head_option_name(k); k++)
+      suggest_offer(&likely, head_option_name(k), strlen(head_option_name(k)));
+    head_offer(&likely, head_agent_valued);
+    head_offer(&likely, head_agent_flags);
+    size_t meant_len;
+    const char *meant = suggest_best(&likely, &meant_len);
+    char guess[96] = "";
+    if (meant)
+      snprintf(guess, sizeof guess, " (did you mean '--%.*s'?)", (int)meant_len, meant);
+    fprintf(stderr, "muster head: unrecognized option '%.*s'%s; see 'muster head --help'\n",
+            (int)len + 2, word, guess);
+    return CLI_USAGE;
+  }
+  return CLI_OK;
+}
+
 int cmd_head_main(int argc, char **argv) {
   char **head_argv = calloc((size_t)argc + 1, sizeof *head_argv);
   char **agent_argv = calloc((size_t)argc + 1, sizeof *agent_argv);
   int head_argc = 0, agent_argc = 0, rc = CLI_FAIL;
   if (head_argv == NULL || agent_argv == NULL ||
-      (rc = head_split(argc, argv, head_argv, &head_argc, agent_argv, &agent_argc)) != CLI_OK) {
+      (rc = head_split(argc, argv, head_argv, &head_argc, agent_argv, &agent_argc)) != CLI_OK ||
+      (rc = head_refuse_unknown(head_argc, head_argv)) != CLI_OK) {
     free(head_argv);
     free(agent_argv);
     return rc;

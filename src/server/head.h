@@ -27,6 +27,14 @@ void head_usage(void);
  * with one line on stderr for a refused option). */
 int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg);
 
+/* Of the head's long option name[0, len): 1 when it takes a value, 0 when it
+ * takes none, -1 when the head has no such option (a prefix is none). */
+int head_option_arity(const char *name, size_t len);
+
+/* The name of the head's i-th long option (from 0), NULL past the last: for
+ * `muster head`'s suggestions, which offer its local agent's options too. */
+const char *head_option_name(int i);
+
 /* True when `token` cannot be a bearer token (8 to `max` visible ASCII
  * characters); `why` then says which rule it breaks, without the token. */
 bool head_token_problem(const char *token, size_t max, char *why, size_t size);

@@ -146,6 +146,18 @@ static const struct option head_options[] = {
     {0, 0, 0, 0},
 };
 
+int head_option_arity(const char *name, size_t len) {
+  for (int i = 0; head_options[i].name; i++)
+    if (strlen(head_options[i].name) == len && strncmp(head_options[i].name, name, len) == 0)
+      return head_options[i].has_arg == required_argument;
+  return -1;
+}
+
+const char *head_option_name(int i) {
+  int last = (int)(sizeof head_options / sizeof head_options[0]) - 1; /* the {0} row */
+  return i >= 0 && i < last ? head_options[i].name : NULL;
+}
+
 /* " (did you mean '--listen'?)" into buf when the unknown long option `word`
  * ("--lisen", maybe with "=VALUE") is likely one of the head's; else "". */
 static const char *head_likely_option(const char *word, char *buf, size_t size) {

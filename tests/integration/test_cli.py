@@ -401,7 +401,17 @@ class CliTest(harness.CliChecks, unittest.TestCase):
                 (["--worker-timeout", "5000"], "unrecognized option '--worker-timeout' "
                                                "(did you mean '--worker-timeout-ms'?)"),
                 (["--server-only", "--lis=127.0.0.1:0"], "unrecognized option '--lis' (did "
-                                                         "you mean '--listen'?)")):
+                                                         "you mean '--listen'?)"),
+                # The local agent's options are offered too, not only the head's own;
+                # a head option's value that starts with "--" is no option.
+                (["--quue", "q"], "unrecognized option '--quue' (did you mean '--queue'?)"),
+                (["--workerz=2"], "unrecognized option '--workerz' (did you mean "
+                                  "'--workers'?)"),
+                (["--server-only", "--gpu", "0"], "unrecognized option '--gpu' (did you mean "
+                                                  "'--gpus'?)"),
+                (["--token", "--gpus-x--", "--sync-lease"], "unrecognized option "
+                                                            "'--sync-lease' (did you mean "
+                                                            "'--sync-leases'?)")):
             with self.subTest(args=args):
                 err = self.fails(2, "head", *args, cwd=self.tmp)
                 self.assertEqual(err.count("\n"), 1, err)
