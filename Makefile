@@ -4,6 +4,9 @@ ASAN_BUILD ?= build-asan
 REL_BUILD  ?= build-release
 JOBS       ?= $(shell nproc)
 DATA_DIR   ?= ./muster-data
+# More `muster head` options for `make run`, e.g. a second user on one machine:
+# make run ARGS="--listen 127.0.0.1:7380 --name mine --lock-file /tmp/mine.lock"
+ARGS       ?=
 
 .PHONY: all build run test test-asan build-release bench format clean
 
@@ -17,7 +20,7 @@ build: $(BUILD)/Makefile
 
 # The main job: a head on loopback with its embedded SQLite store.
 run: build
-	$(BUILD)/muster head --data-dir $(DATA_DIR)
+	$(BUILD)/muster head --data-dir $(DATA_DIR) $(ARGS)
 
 # Every test: unit, integration, a warning-free optimised build (-O3 finds warnings
 # the default build does not), then the same suite under the sanitizers.
