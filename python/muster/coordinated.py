@@ -25,17 +25,23 @@ blocks acknowledged to the head whose items were not all used (``reopened``, the
 items in ``partial``): they leave the checkpoint's ``done``, so a resume serves their
 unused items again.  The head's accounting is left as it is: acks still go when a block
 is read to its end (docs/design-notes.md, "Prefetching and the coordinated sampler").
+
+``give_back(consumed=N)`` is for such a caller that leaves its loop mid-epoch and starts
+another: the items handed out after the first N go out again first in the next
+iteration, from the log (coordinated_log.py), which keeps each block's indices for it;
+the head is not told (docs/design-notes.md, "A loop left and started again").  A newer
+iteration, a give_back, a set_epoch or a load ends the iterations begun before.
 """
 import hashlib
 import json
 import logging
-import operator
 import os
 import threading
 import time
 import weakref
 
 from . import errors
+from .coordinated_log import HandedLog
 from .iteration import Dataset
 
 STATE_VERSION = 1
@@ -269,16 +275,6 @@ def _in_ranges(block, ranges):
 _SHAPE_KEYS = ("version", "name", "config", "world_size", "fingerprint", "blocks")
 
 
-class _Handed:
-    """One block as this rank handed its items out in the epoch: items [first, end) of its
-    ``size`` (first > 0 for a block a resume had partly read), and whether the head took
-    this rank's ack of it."""
-    __slots__ = ("block", "first", "end", "size", "acked")
-
-    def __init__(self, block, first, size):
-        self.block, self.first, self.end, self.size, self.acked = block, first, first, size, False
-
-
 class CoordinatedRankSampler:
     """Rank ``rank`` of the iteration ``name`` (created or joined with ``config``: the body
     of ``POST /v1/iterations`` without name and rank).  ``wait``: when the rank has nothing
@@ -308,8 +304,8 @@ class CoordinatedRankSampler:
         self._skip_epoch = None
         self._held = None                  # the block being read: dict + "pos" (+ "handed")
         self._unacked = []                 # blocks fully read, not acknowledged yet
-        self._handed = []                  # _Handed of the epoch since the last load, in order
-        self._handed_before = 0            # items handed out before _handed[0] (declared used)
+        self._log = HandedLog()            # what the rank handed out in the epoch, since a load
+        self._iteration = 0                # the latest iteration's number: older ones end
         self._acked = {}                   # epoch -> blocks this rank acknowledged (since a load)
         self._shape = None                 # the plan's checkpoint keys (_SHAPE_KEYS), once seen
         # Held while the rank's state changes: a loader's feeder thread may read while the
@@ -374,9 +370,10 @@ class CoordinatedRankSampler:
                 self._forget_handed()
 
     def _forget_handed(self):
-        """Starts the log of handed out blocks afresh (a new epoch, or a load)."""
-        self._handed = []
-        self._handed_before = 0
+        """Starts the log of handed out blocks afresh (a new epoch, or a load), and ends
+        the iterations begun before."""
+        self._log = HandedLog()
+        self._iteration += 1
         if self._held is not None:
             self._held.pop("handed", None)
 
@@ -420,10 +417,13 @@ class CoordinatedRankSampler:
                            lambda retry: self.client.iteration_ack(self.name, body))
         except errors.LeaseLost:
             # A lease expired (this rank stalled past lease_ms): ack the others one by one;
-            # the lost ones were handed to another rank, which reads them again.
+            # the lost ones were handed to another rank, which reads them again (and what
+            # of them this rank gives back, give_back, is not handed out here again).
             if len(blocks) > 1:
                 for b in blocks:
                     self._ack([b], epoch)
+            elif "handed" in blocks[0]:
+                blocks[0]["handed"].lost = True
         else:
             mine = self._acked.setdefault(epoch, set())
             for b in blocks:
@@ -462,11 +462,18 @@ class CoordinatedRankSampler:
 
     def __iter__(self):
         """The epoch's indices: each taken under the rank's lock, which a wait for other
-        ranks lets go of (_pause), so another thread's state_dict is never held up long."""
-        indices = self._indices()
+        ranks lets go of (_pause), so another thread's state_dict is never held up long.
+        An iteration begun later (or a give_back, set_epoch, load) ends this one: it
+        yields nothing more, so that a loop left behind cannot take what the new one
+        reads."""
+        indices = iteration = None
         while True:
             with self._lock:
-                index = next(indices, None)
+                if iteration is None:
+                    self._iteration += 1
+                    iteration = self._iteration
+                    indices = self._indices(iteration)
+                index = next(indices, None) if iteration == self._iteration else None
             if index is None:
                 return
             yield index
@@ -481,17 +488,20 @@ class CoordinatedRankSampler:
 
     def _hand_out(self, b, first):
         """Starts handing out block ``b`` at item ``first``: it becomes the held block,
-        logged in _handed."""
-        handed = _Handed(b["block"], first, len(b["indices"]))
-        self._handed.append(handed)
-        b["handed"] = handed
+        logged."""
+        b["handed"] = self._log.add(b["block"], first, b["indices"])
         self._held = b
 
-    def _indices(self):
+    def _indices(self, iteration):
         self.ensure()
         self._start_keeper()
         epoch = self.epoch
         self.emitted = 0
+        # What a loop left behind had handed out and not used (give_back) goes out first.
+        for index in self._log.given_back():
+            self.emitted += 1
+            self._keepalive()
+            yield index
         held = self._held
         if held is not None and held["epoch"] == epoch:
             # an iteration that stopped mid-block: that block first
@@ -499,7 +509,7 @@ class CoordinatedRankSampler:
                 self._hand_out(held, held.get("pos", 0))
             handed = held["handed"]
             for k in range(held.get("pos", 0), len(held["indices"])):
-                held["pos"] = handed.end = k + 1
+                held["pos"] = handed.end = handed.upto = k + 1
                 self.emitted += 1
                 yield held["indices"][k]
             self._unacked.append(held)
@@ -522,7 +532,7 @@ class CoordinatedRankSampler:
                     self._hand_out(b, start)
                     handed = b["handed"]
                     for k in range(start, len(indices)):
-                        b["pos"] = handed.end = k + 1
+                        b["pos"] = handed.end = handed.upto = k + 1
                         self.emitted += 1
                         self._keepalive()
                         yield indices[k]
@@ -532,6 +542,8 @@ class CoordinatedRankSampler:
                 if not self.wait:
                     return
                 self._pause(max(1, reply.get("retry_ms") or 50) / 1000.0)   # the head's pacing
+                if iteration != self._iteration:
+                    return   # a newer iteration began, or a give_back, while this one waited
             else:   # epoch_end, finished
                 return
 
@@ -557,7 +569,7 @@ class CoordinatedRankSampler:
         blocks, their used items in ``partial``, and the state is of the rank's epoch even
         when the head has completed it meanwhile."""
         with self._lock:
-            used = self._used_count(consumed)
+            used = self._log.used_count(consumed)
             self.ensure()
             held = self._held
             if held is not None and held.get("pos", 0) >= len(held["indices"]):
@@ -569,7 +581,7 @@ class CoordinatedRankSampler:
             ck = self._retrying("reading the checkpoint",
                                 lambda retry: self.client.iteration_checkpoint(self.name))
             self._note_shape(ck)
-            read = self._blocks_read(used)
+            read = self._log.blocks_read(used)
             reopened = sorted(block for block, (count, size, acked) in read.items()
                               if acked and count < size)
             if ck["epoch"] > self.epoch:
@@ -591,7 +603,7 @@ class CoordinatedRankSampler:
                 for block, (count, size, acked) in read.items():
                     if count > 0 and (count < size or not acked):
                         partial[str(block)] = count
-            self._drop_used(used)
+            self._log.drop_used(used)
             state = {"version": STATE_VERSION, "mode": "coordinated", "name": self.base_name,
                      "rank": self.rank, "world_size": self.world_size, "epoch": ck["epoch"],
                      "emitted": self.emitted, "checkpoint": ck, "partial": partial,
@@ -601,57 +613,23 @@ class CoordinatedRankSampler:
                 state["reopened"] = reopened
             return state
 
-    def _handed_count(self):
-        return self._handed_before + sum(h.end - h.first for h in self._handed)
-
-    def _used_count(self, consumed):
-        """``consumed`` checked against what this rank handed out in the epoch (all of it
-        when None), or ValueError naming it."""
-        handed = self._handed_count()
-        if consumed is None:
-            return handed
-        try:
-            count = None if isinstance(consumed, bool) else operator.index(consumed)
-        except TypeError:
-            count = None
-        if count is None or not self._handed_before <= count <= handed:
-            low = ("%d (what an earlier state_dict of this epoch counted as used)"
-                   % self._handed_before if self._handed_before else "0")
-            raise ValueError(
-                "consumed=%r: expected the items trained on since this epoch's iteration "
-                "began (after a restore: since the restore), an integer from %s to %d (the "
-                "items this rank handed out since then)" % (consumed, low, handed))
-        return count
-
-    def _blocks_read(self, used):
-        """block -> [items used, size, acknowledged by this rank] of the blocks handed out
-        in the epoch, the first ``used`` items counting as used."""
-        left = used - self._handed_before
-        out = {}
-        for h in self._handed:
-            take = min(h.end - h.first, left)
-            left -= take
-            seen = out.get(h.block)
-            if seen is None:
-                out[h.block] = [h.first + take, h.size, h.acked]
-            else:   # leased again after its lease was lost: the most read, any ack
-                seen[0] = max(seen[0], h.first + take)
-                seen[2] = seen[2] or h.acked
-        return out
-
-    def _drop_used(self, used):
-        """Forgets the leading blocks used to their end and acknowledged: no later state
-        can count them otherwise (a later ``consumed`` may not be lower)."""
-        left = used - self._handed_before
-        keep = 0
-        for h in self._handed:
-            n = h.end - h.first
-            if not (h.acked and h.end == h.size and n <= left):
-                break
-            left -= n
-            self._handed_before += n
-            keep += 1
-        del self._handed[:keep]
+    def give_back(self, consumed):
+        """Takes back what this rank handed out in the epoch beyond its first ``consumed``
+        items (counted as state_dict counts them: since the epoch's first iteration or
+        the last load, over every loop): the next iteration of the epoch hands those out
+        again first, in their order, then reads on.  For a loop left behind (a break, an
+        exception) whose caller had read ahead of what it used: a DataLoader's
+        prefetched batches.  The loop's iterator ends (it yields nothing more).  The
+        head is not told: the blocks acknowledged stay done, and a checkpoint counts the
+        items given back as not used until they are handed out again and counted."""
+        with self._lock:
+            used = self._log.used_count(consumed, required=True)
+            held = self._held
+            entry = held.get("handed") if held is not None else None
+            self._log.give_back(used, entry)
+            if entry is not None:
+                held["pos"] = entry.end
+            self._iteration += 1
 
     def _resumed_epoch(self, epoch):
         return self._checkpoint is not None and epoch == self._checkpoint["epoch"]

@@ -230,8 +230,9 @@ class CoordinatedStream:
     def __iter__(self):
         """This rank's indices of the current epoch, one block leased at a time; a block
         is acknowledged when the index after its last one is asked for.  Iterating again
-        after a ``break`` goes on where it stopped; after the epoch's end it yields
-        nothing until ``set_epoch``."""
+        after a ``break`` goes on after the last index yielded (after ``give_back``, with
+        the indices given back); after the epoch's end it yields nothing until
+        ``set_epoch``.  A new iteration ends the one before."""
         return iter(self._open("iterating"))
 
     def state_dict(self, consumed=None):
@@ -246,6 +247,16 @@ class CoordinatedStream:
         if consumed is not None:
             _integer("consumed", consumed, 0)
         return rank.state_dict(consumed)
+
+    def give_back(self, consumed):
+        """After leaving a loop over the stream (a ``break``, an exception) whose caller had
+        read ahead of what it used: of the indices the stream yielded in this epoch (after
+        a load: since the load; every loop of the epoch counts, as for ``state_dict``),
+        the first ``consumed`` were used, and the others come first, in their order, in
+        the next loop of the epoch.  The left loop's iterator yields nothing more."""
+        rank = self._open("give_back")
+        _integer("consumed", consumed, 0)
+        rank.give_back(consumed)
 
     def load_state_dict(self, state):
         """Resumes the saved epoch from ``state``: one rank's ``state_dict()`` (exact at

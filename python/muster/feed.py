@@ -17,8 +17,14 @@ order in which the loader delivers them, and ``state_dict(consumed=N)`` is exact
 A *pass* is one ``iter(loader)``: its workers name it by the loader's base seed (drawn
 per iterator) and how many times their copy was iterated (a persistent worker's copy
 is iterated once per epoch).  A new pass starts a new iteration of the sampler, which
-goes on where the last one stopped; requests of an older pass get nothing.
+goes on where the last one stopped; requests of an older pass get nothing.  A pass left
+mid-epoch (a ``break`` in the training loop) had its workers take runs ahead of the
+batches the loop trained on: :meth:`IndexFeed.end_pass` ends it after the sampler took
+them back (``StreamDataset.give_back``); a new pass of the same epoch that finds the last
+one neither ended nor given back logs a warning, since what its workers had taken is
+lost for the epoch.
 """
+import logging
 import os
 import socket
 import threading
@@ -26,6 +32,7 @@ import weakref
 from multiprocessing.connection import Client, Listener
 
 _RETIRED_KEEP = 64   # older passes remembered, so that their late requests get nothing
+log = logging.getLogger("muster.iteration")
 
 
 class FeedError(RuntimeError):
@@ -44,6 +51,7 @@ class IndexFeed:
         self._sampler = sampler
         self._lock = threading.Lock()     # the pass and its items; held while reading
         self._pass = None
+        self._pass_epoch = None           # the sampler's epoch when the pass began
         self._retired = []
         self._indices = None              # the pass's iterator of the sampler
         self._read = 0                    # items read in this pass
@@ -102,13 +110,37 @@ class IndexFeed:
                     if p in self._kept]
 
     def _start(self, pass_key):
+        epoch = getattr(self._sampler, "epoch", None)
+        if self._pass is not None and self._read and not self._ended and epoch == self._pass_epoch:
+            log.warning("muster: iteration %s, rank %s: a new loop over the loader began in "
+                        "epoch %s while the last one had not read the epoch to its end: "
+                        "what the last loop's workers had taken beyond the batches the "
+                        "training loop got is lost for the epoch; call give_back(consumed=the "
+                        "samples trained on in the epoch) on the StreamDataset between the "
+                        "two loops to have it read again first",
+                        getattr(self._sampler, "name", "?"), getattr(self._sampler, "rank", "?"),
+                        epoch)
+        self._retire()
+        self._pass = pass_key
+        self._pass_epoch = epoch
+        self._indices = iter(self._sampler)
+
+    def _retire(self):
+        """Ends the current pass: its later requests get nothing."""
         if self._pass is not None:
             self._retired = (self._retired + [self._pass])[-_RETIRED_KEEP:]
-        self._pass = pass_key
-        self._indices = iter(self._sampler)
+        self._pass = None
+        self._indices = None
         self._read = 0
         self._kept = {}
         self._ended = False
+
+    def end_pass(self):
+        """Ends the current pass, whose loop was left and whose unused items the sampler
+        took back (give_back): the next pass starts a new iteration, which hands them out
+        first, and the left pass's late requests get nothing."""
+        with self._lock:
+            self._retire()
 
     def close(self):
         """Stops accepting workers: the accept thread, woken by a connection that sends

@@ -117,6 +117,19 @@ class DistributedSampler(torch.utils.data.Sampler):
         trained on (``reopened``), which a resume serves again."""
         return self._sampler.state_dict(consumed)
 
+    def give_back(self, consumed):
+        """Coordinated: after leaving a loop over a DataLoader of this sampler (a ``break``,
+        an exception) whose workers had taken indices ahead of the step: ``consumed`` =
+        the samples this rank trained on in the epoch (after a restore: since the
+        restore), every loop counted, as for ``state_dict``.  The indices handed out
+        after those come first, in their order, in the next loop of the epoch."""
+        if not self.coordinated:
+            raise ValueError("give_back: a standalone sampler (coordinated=False) takes "
+                             "nothing back: a new loop over it begins the epoch again; to go "
+                             "on from a loop left after N samples, call "
+                             "load_state_dict(state_dict(consumed=N)) before the new loop")
+        self._sampler.give_back(consumed)
+
     def load_state_dict(self, state):
         """Restores a position saved by any rank, with this or another world size; the next
         iteration continues the saved epoch where it stopped.  Coordinated: ``state`` may
@@ -190,8 +203,18 @@ class StreamDataset(torch.utils.data.IterableDataset):
     def state_dict(self, consumed=None):
         return self.sampler.state_dict(consumed)
 
+    def give_back(self, consumed):
+        """The sampler's give_back, after leaving a loop over a DataLoader of this
+        dataset: ``consumed`` = the samples this rank trained on in the epoch (every loop
+        counted).  The loader workers' runs of the left loop get nothing more."""
+        self.sampler.give_back(consumed)
+        if self._feed is not None:
+            self._feed.end_pass()
+
     def load_state_dict(self, state):
         self.sampler.load_state_dict(state)
+        if self._feed is not None:
+            self._feed.end_pass()   # a loop of the position loaded over is over
 
     def __len__(self):
         return len(self.sampler)

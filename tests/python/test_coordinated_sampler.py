@@ -81,6 +81,59 @@ def train_in_lock_step(samplers, epoch, steps=None, workers=2, batch_size=5):
     return trained, states
 
 
+def once_each(test, lists, expected):
+    """Asserts that `lists` together hold each index of `expected` exactly once."""
+    counts = collections.Counter(i for part in lists for i in part)
+    test.assertEqual([i for i, n in counts.items() if n > 1], [], "trained twice")
+    test.assertEqual(sorted(counts), sorted(expected), "never trained on: %s"
+                     % sorted(set(expected) - set(counts)))
+
+
+def loader_of(s, workers=2, batch_size=5, **options):
+    """A DataLoader over rank `s` (a sampler of a map-style dataset or a StreamDataset)
+    whose `workers` prefetch."""
+    if isinstance(s, mt.StreamDataset):
+        return torch.utils.data.DataLoader(s, batch_size=batch_size, num_workers=workers,
+                                           **options)
+    return torch.utils.data.DataLoader(list(range(N)), batch_size=batch_size, sampler=s,
+                                       num_workers=workers, **options)
+
+
+def train_with_breaks(samplers, epoch, breaks, steps=None, workers=2, give_back=True,
+                      **options):
+    """Lock-step training (as train_in_lock_step), where rank r leaves its loop after each
+    step in breaks[r], gives back what it did not train on (unless not `give_back`) and
+    starts a new ``for batch in loader`` at once (an evaluation, a time budget): its
+    loader's prefetched batches are dropped with the old iterator.  After `steps` steps
+    (None: to the epoch's end) every rank's state is taken with consumed= the samples it
+    trained on.  Returns (each rank's trained indices, the states or None)."""
+    loaders = [loader_of(s, workers, **options) for s in samplers]
+    for s in samplers:
+        s.set_epoch(epoch)
+    its = [iter(loader) for loader in loaders]
+    trained = [[] for _ in samplers]
+    live = set(range(len(samplers)))
+    step = 0
+    while live and (steps is None or step < steps):
+        step += 1
+        for r in sorted(live):
+            batch = next(its[r], None)
+            if batch is None:
+                live.discard(r)
+                continue
+            trained[r].extend(int(i) for i in batch)
+            if step in breaks[r]:
+                its[r] = None   # the loop is left: its workers stop
+                if give_back:
+                    samplers[r].give_back(consumed=len(trained[r]))
+                its[r] = iter(loaders[r])
+    states = None
+    if steps is not None:
+        states = [s.state_dict(consumed=len(t)) for s, t in zip(samplers, trained)]
+    del its   # the workers stop; what they had prefetched is never trained on
+    return trained, states
+
+
 @unittest.skipIf(torch is None, "torch is not installed")
 class CoordinatedSamplerTest(HeadTestCase):
     def samplers(self, world, name, **kw):
@@ -238,6 +291,30 @@ class CoordinatedSamplerTest(HeadTestCase):
     def test_prefetched_end_of_a_finished_iteration_resumes_its_last_epoch(self):
         self.check_epoch_end_while_prefetched("prefetch-finished", epochs=1)
 
+    def test_a_loop_broken_off_and_started_again_loses_nothing(self):
+        """A loop over a DataLoader whose workers prefetch, left mid-epoch and started again
+        without set_epoch: the batches the workers had taken were handed out (their blocks
+        acknowledged) and never trained on, neither by this rank nor by another."""
+        for options in ({}, {"persistent_workers": True}):
+            with self.subTest(**options):
+                name = "broken-off" + ("-persistent" if options else "")
+                ss = self.samplers(2, name, wait=False)
+                trained, _ = train_with_breaks(ss, 0, [{3, 9}, {5}], **options)
+                once_each(self, trained, range(N))
+
+    def test_give_back_refuses_what_it_cannot_take_back(self):
+        s = self.samplers(1, "give-back-bad")[0]
+        it = iter(s)
+        [next(it) for _ in range(10)]
+        with self.assertRaisesRegex(ValueError, r"^consumed=11: expected the items trained on "
+                                                r"since this epoch's iteration began .* from 0 "
+                                                r"to 10 "):
+            s.give_back(11)
+        standalone = mt.DistributedSampler(range(N), num_replicas=1, rank=0)
+        with self.assertRaisesRegex(ValueError, r"^give_back: a standalone sampler "
+                                                r"\(coordinated=False\) takes nothing back"):
+            standalone.give_back(0)
+
     def test_consumed_is_a_count_of_what_was_handed_out(self):
         s = self.samplers(1, "consumed-bad")[0]
         with self.assertRaisesRegex(ValueError, r"^consumed=1: .* from 0 to 0 "):
@@ -257,8 +334,8 @@ class CoordinatedSamplerTest(HeadTestCase):
         self.assertEqual(state["checkpoint"]["done"], [[0, 1]])
         # Blocks used to their end are forgotten: a later count may not go below them.
         with self.assertRaisesRegex(ValueError, r"^consumed=7: .* an integer from 8 \(what an "
-                                                r"earlier state_dict of this epoch counted as "
-                                                r"used\) to 20 "):
+                                                r"earlier state_dict or give_back of this epoch "
+                                                r"counted as used\) to 20 "):
             s.state_dict(consumed=7)
         self.assertEqual(s.state_dict(consumed=20)["partial"], {"2": 4})
         r = self.samplers(1, "consumed-bad")[0]
@@ -319,6 +396,57 @@ class CoordinatedSamplerTest(HeadTestCase):
         self.assertEqual([i for i, n in counts.items() if n > 1], [], "trained twice")
         self.assertEqual(sorted(counts), list(range(N)), "an index was never trained on")
 
+    def test_a_stream_dataset_loop_broken_off_and_started_again_loses_nothing(self):
+        """The same over StreamDataset, whose loader workers take their runs from the
+        training process's feed."""
+        for options in ({}, {"persistent_workers": True}):
+            with self.subTest(**options):
+                name = "stream-broken-off" + ("-persistent" if options else "")
+                dss = self.datasets(2, name, wait=False)
+                with self.assertNoLogs("muster.iteration", "WARNING"):   # given back
+                    trained, _ = train_with_breaks(dss, 0, [{2, 7}, {4}], **options)
+                once_each(self, trained, range(N))
+
+    def check_left_loops_resume(self, make, name, breaks, steps, new_world):
+        """Ranks made by `make` leave their loops at `breaks` and train `steps` steps in
+        all (the last loops stop among the samples given back, or past them); every rank's
+        state with consumed=, through JSON, resumes in `new_world` ranks: with what was
+        trained before, every index of the epoch once."""
+        old = make(len(breaks), name, wait=False)
+        before, states = train_with_breaks(old, 0, breaks, steps=steps)
+        self.assertTrue(any(s.get("reopened") for s in states), states)
+        states = json.loads(json.dumps(states))
+        new = make(new_world, name, wait=False)
+        for s in new:
+            s.load_state_dict(states)
+        after, _ = train_in_lock_step(new, 0)
+        once_each(self, before + after, range(N))
+
+    def test_loops_left_then_a_checkpoint_resume_exactly(self):
+        """Rank 0 leaves its loop twice, the last time two steps before the checkpoint (4
+        batches were prefetched: it stops among them); rank 1 once, five steps before;
+        rank 2 never."""
+        self.check_left_loops_resume(self.samplers, "left-sampler", [{2, 6}, {3}, set()],
+                                     steps=8, new_world=2)
+        self.check_left_loops_resume(self.datasets, "left-stream", [{3, 6}, {2}, set()],
+                                     steps=8, new_world=4)
+
+    def test_a_stream_dataset_loop_started_again_without_give_back_warns(self):
+        """Without give_back what the left loop's workers had taken is lost for the epoch;
+        the feed sees the new loop of the same epoch begin and says so."""
+        ds = self.datasets(1, "no-give-back", wait=False)[0]
+        ds.set_epoch(0)
+        loader = loader_of(ds)
+        it = iter(loader)
+        next(it)
+        del it
+        with self.assertLogs("muster.iteration", "WARNING") as logs:
+            next(iter(loader))
+        self.assertIn("iteration no-give-back, rank 0: a new loop over the loader began in "
+                      "epoch 0 while the last one had not read the epoch to its end",
+                      logs.output[0])
+        self.assertIn("call give_back(consumed=", logs.output[0])
+
     def test_checkpoint_waits_for_a_head_that_does_not_answer(self):
         """state_dict()'s read of the checkpoint was sent once: a head restarting just then
         (here: a proxy answering 503 unavailable, as a node agent does for a head it cannot
@@ -376,6 +504,75 @@ class SlowRankTest(HeadTestCase):
         keeper[0].join(5)
         self.assertFalse(keeper[0].is_alive())
 
+
+
+class GiveBackTest(HeadTestCase):
+    """give_back on the sampler's engine, without torch: what a state says while the items
+    given back go out again, and the left loop's end."""
+
+    CFG = {"dataset": {"num_samples": 64}, "seed": 5, "shuffle": "global",
+           "strategy": "dynamic", "world_size": 1, "block_size": 8, "epochs": 1,
+           "tail": "keep"}
+
+    def rank(self, name):
+        from muster.coordinated import CoordinatedRankSampler
+        return CoordinatedRankSampler(self.c, name, dict(self.CFG), 0)
+
+    def test_states_while_the_items_given_back_go_out_again(self):
+        r = self.rank("give-back-states")
+        left = iter(r)
+        taken = [next(left) for _ in range(21)]   # blocks 0 and 1 acknowledged, 2 held (5)
+        r.give_back(consumed=6)
+        self.assertIsNone(next(left, None), "the left loop yields nothing more")
+        s = r.state_dict(consumed=6)
+        self.assertEqual((s["reopened"], s["partial"], s["checkpoint"]["done"]),
+                         ([0, 1], {"0": 6}, []))
+        again = iter(r)
+        self.assertEqual([next(again) for _ in range(5)], taken[6:11])
+        s = r.state_dict(consumed=11)   # among the items given back: block 1 used in part
+        self.assertEqual((s["reopened"], s["partial"], s["checkpoint"]["done"]),
+                         ([1], {"1": 3}, [[0, 1]]))
+        rest = list(again)
+        self.assertEqual(rest[:10], taken[11:21])   # then block 2 from its 5th item on
+        self.assertEqual(sorted(taken[:11] + rest), list(range(64)))
+        resumed = self.rank("give-back-states-resumed")
+        resumed.load_state_dict(s)
+        self.assertEqual(sorted(taken[:11] + list(resumed)), list(range(64)))
+
+    def test_a_block_whose_lease_was_lost_is_not_handed_out_again(self):
+        """Rank 0's heartbeats never reach the head (a proxy answers them) while it holds a
+        block read to its end; its lease expires and rank 1 takes the block over.  Rank
+        0's ack is refused, and what of that block it gives back is rank 1's to read:
+        handed out again, it would be read twice."""
+        from muster.coordinated import CoordinatedRankSampler
+        proxy = harness.RequestProxy(
+            self.head, lambda method, path: path.endswith("/heartbeat"),
+            lambda n: (200, {"rank": 0, "leases": 0, "epoch": 0}))
+        self.addCleanup(proxy.close)
+        cfg = dict(self.CFG, world_size=2, lease_ms=300, rank_timeout_ms=60000)
+        far = muster.Client(proxy.url, self.head.token)
+        self.addCleanup(far.close)
+        r0 = CoordinatedRankSampler(far, "give-back-lost", cfg, 0)
+        r1 = CoordinatedRankSampler(self.c, "give-back-lost", cfg, 1)
+        it0 = iter(r0)
+        taken0 = [next(it0) for _ in range(8)]   # its first block, to its end
+        harness.wait_until(lambda: self.c.iteration("give-back-lost")["ranks"][0]["expired"],
+                           timeout=30, what="rank 0's lease expiring")
+        it1 = iter(r1)
+        self.assertEqual(sorted(next(it1) for _ in range(8)), sorted(taken0), "no takeover")
+        taken0.append(next(it0))   # the ack refused (lease_lost), a new block leased
+        r0.give_back(consumed=4)
+        self.assertEqual(next(iter(r0)), taken0[8])
+
+    def test_a_new_iteration_ends_the_one_before(self):
+        """The left loop's iterator, if used again, would take what the new loop reads."""
+        r = self.rank("give-back-new-loop")
+        first = iter(r)
+        taken = [next(first) for _ in range(3)]
+        second = iter(r)
+        taken.append(next(second))
+        self.assertIsNone(next(first, None))
+        self.assertEqual(sorted(taken + list(second)), list(range(64)))
 
 
 class CrossRankStateTest(HeadTestCase):

@@ -58,6 +58,35 @@ def once_each(test, lists, expected):
     test.assertEqual(sorted(counts), sorted(expected))
 
 
+class ReadAhead:
+    """A rank's loop that keeps `ahead` indices read ahead of the one it uses (a prefetching
+    pipeline): `use(n)` uses n more (fewer at the epoch's end), starting a loop over the
+    stream when none runs; `leave()` leaves the loop, its queue dropped, and gives back
+    what it read ahead."""
+
+    def __init__(self, stream, ahead):
+        self.stream, self.ahead = stream, ahead
+        self.used, self.queue, self.it = [], collections.deque(), None
+
+    def use(self, count):
+        for _ in range(count):
+            if self.it is None:
+                self.it = iter(self.stream)
+            while len(self.queue) <= self.ahead:
+                index = next(self.it, None)
+                if index is None:
+                    break
+                self.queue.append(index)
+            if not self.queue:
+                return
+            self.used.append(self.queue.popleft())
+
+    def leave(self):
+        self.it = None
+        self.queue.clear()
+        self.stream.give_back(consumed=len(self.used))
+
+
 class CoordinatedStreamTest(HeadTestCase):
     def streams(self, world, name, **options):
         options.setdefault("shuffle", "global")
@@ -153,6 +182,78 @@ class CoordinatedStreamTest(HeadTestCase):
         pipeline had taken but not used were lost with the blocks acknowledged under it."""
         self.check_read_ahead_resume("ahead-fewer", 2, used=[5, 13, 3], ahead=[12, 9, 20])
         self.check_read_ahead_resume("ahead-more", 5, used=[0, 16, 9], ahead=[17, 3, 8])
+
+    def test_a_loop_broken_off_and_started_again_loses_nothing(self):
+        """Rank 0 reads ahead of what it uses (a queue of 6 indices), leaves its loop after
+        14 and starts a new one in the same epoch.  The 6 it had read ahead were handed
+        out (their blocks acknowledged) and never used: lost for the epoch, as nothing
+        could say they were not used.  give_back says it: the new loop yields them first."""
+        a, b = self.streams(2, "broken-off")
+        with a, b:
+            reader = ReadAhead(a, 6)
+            reader.use(14)
+            ahead = list(reader.queue)
+            reader.leave()
+            rest = read_epoch([a, b])
+            once_each(self, [reader.used + rest[0], rest[1]], range(N))
+            self.assertEqual(rest[0][:6], ahead)   # first in the new loop, in their order
+
+    def check_left_loops_resume(self, name, new_world):
+        """Three ranks read ahead (6, 3 and 10 indices): rank 0 leaves its loop and starts
+        again, stopping among the indices it gave back; rank 1 does it twice, the second
+        time past them; rank 2 reads on.  Every rank's state with consumed= (through
+        JSON), loaded by `new_world` ranks: each index not used before once."""
+        old = self.streams(3, name)
+        readers = [ReadAhead(s, ahead) for s, ahead in zip(old, (6, 3, 10))]
+        readers[0].use(9)
+        readers[0].leave()
+        readers[0].use(4)
+        readers[1].use(5)
+        readers[1].leave()
+        readers[1].use(7)
+        readers[1].leave()
+        readers[1].use(12)
+        readers[2].use(11)
+        states = json.loads(json.dumps([s.state_dict(consumed=len(r.used))
+                                        for s, r in zip(old, readers)]))
+        self.assertTrue(any(s.get("reopened") for s in states), states)
+        for s in old:
+            s.close()
+        new = self.streams(new_world, name)
+        for s in new:
+            s.load_state_dict(states)
+        once_each(self, [r.used for r in readers] + read_epoch(new), range(N))
+        for s in new:
+            s.close()
+
+    def test_loops_left_then_a_checkpoint_resume_exactly(self):
+        self.check_left_loops_resume("left-fewer", 2)
+        self.check_left_loops_resume("left-more", 4)
+
+    def test_bad_give_back_is_refused(self):
+        s = self.streams(1, "give-back-bad")[0]
+        reader = ReadAhead(s, 3)
+        reader.use(9)   # 12 handed out
+        for bad, error, message in (
+                (-1, ValueError, r"^consumed: an integer >= 0, not -1"),
+                (None, TypeError, r"^consumed: an integer >= 0, not None"),
+                ("3", TypeError, r"^consumed: an integer >= 0, not '3'"),
+                (13, ValueError, r"^consumed=13: expected the items trained on since this "
+                                 r"epoch's iteration began .* from 0 to 12 ")):
+            with self.subTest(consumed=bad):
+                with self.assertRaisesRegex(error, message):
+                    s.give_back(bad)
+        s.state_dict(consumed=9)   # block 0 used to its end: forgotten
+        with self.assertRaisesRegex(ValueError, r"^consumed=5: .* an integer from 8 \(what an "
+                                                r"earlier state_dict or give_back of this epoch "
+                                                r"counted as used\) to 12 "):
+            s.give_back(5)
+        # What was refused changed nothing: the loop goes on after its 12th index.
+        reader.use(N)
+        once_each(self, [reader.used], range(N))
+        s.close()
+        with self.assertRaisesRegex(ValueError, r"^give_back: the stream .* is closed"):
+            s.give_back(0)
 
     def test_bad_consumed_is_refused(self):
         s = self.streams(1, "consumed")[0]
