@@ -590,6 +590,15 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                          "update it with --level 3\n")
         self.ok("shared", "rm", "msg-exists", "w")
 
+    def test_shared_update_of_a_blob_never_set(self):
+        # ALPCRUN's UpdateSharedData before any SetSharedData (or after a delete): it said
+        # only "expected 1, got 2", not that the blob has no level nor how to start one.
+        err = self.fails(1, "shared", "put", "msg-never", "w", "--level", "2", stdin="a")
+        self.assertEqual(err, "muster: version_mismatch: update level mismatch: expected 1, got 2 "
+                         "('w' has no level in scope 'msg-never': it was never set, or was "
+                         "deleted; a new blob starts at level 1)\n"
+                         "muster: put it again without --level to start it at level 1\n")
+
     def test_shared_expired_after_the_sweep(self):
         self.ok("shared", "put", "msg-ttl", "gone", "--ttl-ms", "200", stdin="a")
         # The head logs each blob its sweep deletes.
