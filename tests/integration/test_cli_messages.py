@@ -791,7 +791,17 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                 ("head", ("-p", "8899"), "-p (a pool's port) is not an option of muster: a head "
                  "listens with --listen ADDR:PORT"),
                 ("head", ("-r", "123456"), "-r (a pool's password) is not an option of muster: "
-                 "the head's token takes its place")):
+                 "the head's token takes its place"),
+                # ... and their long forms, beside --password (they said "unknown option").
+                ("node", ("--port", "8899"), "--port (a pool's port) is not an option of "
+                 "muster: a node agent joins its head with --join http://HEAD:7370"),
+                ("node", ("--address=10.0.0.1",), "--address (a pool's address) is not an "
+                 "option of muster: the head's address goes in the URL of --join "
+                 "http://ADDRESS:7370"),
+                ("head", ("--port", "8899"), "--port (a pool's port) is not an option of "
+                 "muster: a head listens with --listen ADDR:PORT (0.0.0.0:7370"),
+                ("head", ("--address", "0.0.0.0"), "--address (a pool's address) is not an "
+                 "option of muster: a head listens with --listen ADDR:PORT")):
             args = [MUSTER, cmd] + list(opts)
             if cmd == "head":
                 args += ["--listen", "127.0.0.1:0", "--data-dir", data]
