@@ -580,6 +580,24 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                                  "stratified", "--labels", labels, "--world-size", "2"),
                          "0\n1\n")
 
+    def test_iter_seed_without_shuffle_is_noted(self):
+        # tenflowers' with_shuffle_seed(42) shuffles; muster's --seed alone does not, and
+        # the CLI printed the unshuffled order without a word.
+        note = ("muster: note: --seed 42 changes nothing while --shuffle is none (the "
+                "default): the order is not shuffled; give --shuffle global (or shard) for a "
+                "seeded order\n")
+        for shuffle in ((), ("--shuffle", "none")):
+            r = self.muster("iter", "stream", "--num-samples", "4", "--world-size", "2",
+                                "--seed", "42", *shuffle)
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "0\n2\n", note))
+        r = self.muster("iter", "create", "msg-seed", "--num-samples", "4", "--seed", "42")
+        self.assertEqual((r.returncode, r.stderr), (0, note))
+        self.assertEqual(json.loads(r.stdout)["config"]["shuffle"], "none")
+        r = self.muster("iter", "stream", "--num-samples", "4", "--world-size", "2",
+                            "--seed", "42", "--shuffle", "global")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertEqual(self.ok("iter", "stream", "--num-samples", "4"), "0\n1\n2\n3\n")
+
     # ---- shared data ---------------------------------------------------------------
 
     def test_shared_put_existing_names_the_option(self):
