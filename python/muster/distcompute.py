@@ -8,7 +8,8 @@ by its first queue: stage ``a`` is that queue, stage ``b`` its ``next``, stage
     client = muster.init("http://head:7370", stage="b", pipeline="scrape",
                          nickname="Cluster 2 on AWS")
 
-``pipeline`` defaults to $MUSTER_PIPELINE.  A ``stage`` that is not a single
+``pipeline`` defaults to $MUSTER_PIPELINE; the name a head exposes a pipeline
+under to DistCompute clients (``--distcompute NAME=...``) names it too.  A ``stage`` that is not a single
 letter names the queue directly (``stage="download"``).  A completed job's data
 becomes a task of the next stage; ``flag_invalid_data`` counts towards the
 queue's ``max_flags``, after which the previous stage's job is re-opened.
@@ -30,6 +31,70 @@ from .client import Client
 STAGES = "abcde"
 
 
+COMPAT_PREFIX = "/compat/distcompute/"
+
+
+def _exposed(client):
+    """The pipelines the head exposes to DistCompute clients (``GET /v1/distcompute``):
+    none from a head that has none, or is too old to say, or cannot be asked."""
+    try:
+        return client.request("GET", "/v1/distcompute").get("pipelines") or []
+    except errors.MusterError:
+        return []
+
+
+def _pipelines_hint(client):
+    """This head's pipelines, for a message: the first queues of its chains of queues
+    and the names it exposes to DistCompute clients; "" when it has none or cannot say."""
+    try:
+        queues = client.queues()
+    except errors.MusterError:
+        queues = []
+    later = {q.get("next") for q in queues}
+    firsts = [q["name"] for q in queues if q.get("next") and q["name"] not in later]
+    exposed = ["%s (its first queue %s)" % (p["name"], p["stages"][0]["queue"])
+               for p in _exposed(client) if p.get("stages")]
+    parts = []
+    if firsts:
+        parts.append("this head's pipelines: " + ", ".join(firsts[:10]))
+    if exposed:
+        parts.append("exposed to DistCompute clients as " + ", ".join(exposed[:10]))
+    return " (%s)" % "; ".join(parts) if parts else ""
+
+
+def resolve_pipeline(client, pipeline):
+    """``(first queue, project)`` of ``pipeline``: a queue's name (the pipeline it starts;
+    project None), or the name the head exposes it under to DistCompute clients
+    (``muster head --distcompute NAME=Q1,...``: its first queue, and its project), so
+    that ``muster.init`` and unchanged DistCompute workers name a pipeline alike.
+    Raises QueueNotFound, saying which pipelines the head has, for neither."""
+    try:
+        client.queue(pipeline)
+        return pipeline, None
+    except errors.QueueNotFound as e:
+        missing = e
+    for exposed in _exposed(client):
+        if exposed.get("name") == pipeline and exposed.get("stages"):
+            return exposed["stages"][0]["queue"], exposed.get("project") or pipeline
+    raise errors.QueueNotFound(
+        "pipeline %r: no queue has that name, and the head exposes no DistCompute pipeline "
+        "by it; a pipeline is named by its first queue%s" % (pipeline, _pipelines_hint(client)),
+        code=missing.code, status=missing.status)
+
+
+def _compat_url_refusal(url):
+    """Why ``muster.init`` cannot talk to ``url``, a head's DistCompute compatibility
+    address (which the unchanged distcompute_client takes), or None for another URL."""
+    at = url.find(COMPAT_PREFIX)
+    if at < 0:
+        return None
+    name = url[at + len(COMPAT_PREFIX):].strip("/").split("/")[0]
+    return ("url %r is the DistCompute compatibility address of pipeline %r, which the "
+            "unchanged distcompute_client talks to; muster.init talks to the head's own API "
+            "with its token: muster.init(%r, stage=..., pipeline=%r)" % (
+                url, name, url[:at], name))
+
+
 def resolve_stage(client, stage, pipeline=None):
     """The queue name of ``stage`` ("a".."e" along ``pipeline``'s next links, or a queue name)."""
     stage = str(stage)
@@ -37,7 +102,8 @@ def resolve_stage(client, stage, pipeline=None):
     if len(stage) == 1 and stage.lower() in STAGES:
         if not pipeline:
             raise errors.InvalidArgument(
-                "stage %r: name the pipeline (its first queue) with pipeline= or $MUSTER_PIPELINE" % stage)
+                "stage %r: name the pipeline (its first queue) with pipeline= or $MUSTER_PIPELINE%s"
+                % (stage, _pipelines_hint(client)))
         queue = pipeline
         for step in range(STAGES.index(stage.lower())):
             nxt = client.queue(queue).get("next")
@@ -75,14 +141,19 @@ class WorkerClient:
     def __init__(self, url=None, stage="a", nickname="anonymous", verbose=True, pipeline=None,
                  token=None, project=None, keepalive=True, client=None):
         self.client = client or Client(url, token)
+        refusal = _compat_url_refusal(self.client.url)
+        if refusal:
+            raise ValueError(refusal)
         self.verbose = verbose
         self.nickname = nickname
         self.stage = stage
-        self.stage_name = resolve_stage(self.client, stage, pipeline)
+        pipeline = pipeline or os.environ.get("MUSTER_PIPELINE")
+        first, exposed_project = resolve_pipeline(self.client, pipeline) if pipeline else (None, None)
+        self.stage_name = resolve_stage(self.client, stage, first)
         # The pipeline whose jobs are numbered (_job_number), named by its first
         # queue; without one, the stage's queue counts its own jobs.
-        self._pipeline = pipeline or os.environ.get("MUSTER_PIPELINE") or self.stage_name
-        self.project = project or pipeline or os.environ.get("MUSTER_PIPELINE") or self.stage_name
+        self._pipeline = first or self.stage_name
+        self.project = project or exposed_project or pipeline or self.stage_name
         reg = self.client.register_worker(nickname=nickname, queues=[self.stage_name],
                                           labels={"stage": str(stage), "project": self.project})
         self.worker_id = reg["id"]

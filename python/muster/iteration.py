@@ -36,6 +36,12 @@ DEFAULT_SHUFFLE_BLOCK_SIZE = 1024
 SHUFFLES = ("none", "global", "shard")
 STRATEGIES = ("round_robin", "contiguous", "hash", "range", "stratified", "dynamic")
 TAILS = ("keep", "pad", "drop")
+# The partition strategies of tenflowers (docs/coming-from.md), by the name a
+# refusal of theirs suggests: their names are not muster's, and Adaptive's
+# counterpart has another name altogether.
+TENFLOWERS_STRATEGIES = {"roundrobin": "round_robin", "contiguous": "contiguous",
+                         "hashbased": "hash", "rangebased": "range", "stratified": "stratified",
+                         "adaptive": "dynamic"}
 POSITIONAL = ("round_robin", "contiguous", "dynamic")
 
 SALT_SHARD_ORDER = 0x6f2d647261687301
@@ -198,6 +204,30 @@ def _fp_chain(fp, values):
     return fp
 
 
+def _shuffle_refusal(shuffle):
+    """Why Plan refuses ``shuffle``: a bool (PyTorch's and tenflowers' habit) is told
+    which mode it likely meant."""
+    text = "shuffle: one of %s, not %.60r" % (", ".join(SHUFFLES), shuffle)
+    if isinstance(shuffle, bool):
+        text += " (write shuffle=%r: a seed alone does not shuffle)" % ("global" if shuffle else "none")
+    return text
+
+
+def _strategy_refusal(strategy):
+    """Why Plan refuses ``strategy``, naming muster's counterpart of a tenflowers name
+    (RoundRobin, HashBased, Adaptive, ...) when it is one."""
+    text = "strategy: one of %s, not %.60r" % (", ".join(STRATEGIES), strategy)
+    key = "".join(c for c in str(strategy).lower() if c.isalnum())
+    meant = TENFLOWERS_STRATEGIES.get(key)
+    if meant == "dynamic":
+        text += (" (tenflowers' Adaptive is strategy='dynamic' of a coordinated iteration, "
+                 "muster.CoordinatedStream: any rank leases the next block; a standalone "
+                 "stream deals dynamic's blocks round robin)")
+    elif meant:
+        text += " (did you mean %r?)" % meant
+    return text
+
+
 class Plan:
     """A validated configuration for one dataset (part_plan_t)."""
 
@@ -211,9 +241,9 @@ class Plan:
         if version != PART_ALGORITHM_VERSION:
             raise ValueError("version: only %d is known" % PART_ALGORITHM_VERSION)
         if shuffle not in SHUFFLES:
-            raise ValueError("shuffle: one of %s" % ", ".join(SHUFFLES))
+            raise ValueError(_shuffle_refusal(shuffle))
         if strategy not in STRATEGIES:
-            raise ValueError("strategy: one of %s" % ", ".join(STRATEGIES))
+            raise ValueError(_strategy_refusal(strategy))
         if tail not in TAILS:
             raise ValueError("tail: one of %s" % ", ".join(TAILS))
         if not 1 <= world_size <= MAX_WORLD_SIZE:
@@ -227,7 +257,9 @@ class Plan:
         if strategy == "range" and ranges is None:
             raise ValueError("ranges: the range strategy needs world_size pairs [begin, end)")
         if strategy == "stratified" and dataset.labels is None:
-            raise ValueError("stratified needs labels")
+            raise ValueError("strategy: stratified needs a class label per sample, and the dataset "
+                             "has none: Dataset(N, labels=[...]), one label per sample (the "
+                             "number of classes follows from them)")
         self.dataset = dataset
         self.n = dataset.num_samples
         self.seed = _seed("seed", seed)
@@ -386,7 +418,8 @@ class Plan:
         if self.epochs and epoch >= self.epochs:
             which = ("1 epoch (epoch 0)" if self.epochs == 1
                      else "%d epochs (0 to %d)" % (self.epochs, self.epochs - 1))
-            raise ValueError("epoch %d: the plan has %s" % (epoch, which))
+            raise ValueError("epoch %d: the plan has %s; give Plan(..., epochs=N) for more, or "
+                             "epochs=0 for no last epoch" % (epoch, which))
         return Epoch(self, epoch)
 
 

@@ -17,6 +17,7 @@ import time
 
 from . import errors
 from .client import Client, DEFAULT_DATA_DIR
+from .resolve import url_problem
 
 HEAD_LOCK = "head.lock"
 NODE_LOCK = "/tmp/muster-node.lock"
@@ -110,6 +111,31 @@ def _spawn(cmd, data_dir, log_name, kind):
     return Process(proc, data_dir, log_path, kind)
 
 
+def _check_listen(listen):
+    """Refuses a ``listen`` that is no ``ADDR:PORT`` text before anything is made: a
+    port alone is how distributed_computing's ``start_server(password, port)`` is
+    called, whose password would become the data dir."""
+    if not isinstance(listen, str):
+        raise TypeError(
+            "listen: 'ADDR:PORT' text such as '0.0.0.0:7370', not %.60r; distributed_computing's "
+            "start_server(password, port) is muster.start_server(data_dir, "
+            "listen='0.0.0.0:PORT', token=PASSWORD), and its start_head_node is "
+            "muster.start_head with the same arguments" % (listen,))
+
+
+def _check_join(join):
+    """Refuses a ``join`` that names no head (in the words of the CLI's --join check)
+    before the agent is started: distributed_computing's ``start_node(password,
+    address)`` called positionally gives the password here.  The value is not repeated:
+    it may be that password."""
+    problem = url_problem(join) if isinstance(join, str) else "it is not text"
+    if problem:
+        raise ValueError(
+            "join: the head's URL (http://HOST:7370), and the one given is not: %s; "
+            "distributed_computing's start_node(password, address, port) is "
+            "muster.start_node(join='http://ADDRESS:7370', token=PASSWORD)" % problem)
+
+
 def start_head(data_dir=DEFAULT_DATA_DIR, listen="127.0.0.1:7370", token=None, args=(), binary=None,
                server_only=False, timeout=30.0):
     """Starts ``muster head`` and waits until it listens (its URL file appears).
@@ -117,6 +143,7 @@ def start_head(data_dir=DEFAULT_DATA_DIR, listen="127.0.0.1:7370", token=None, a
     Returns a :class:`Process` with ``url`` and ``token`` set.  ``listen`` may use port 0
     (a free port).  ``args`` are more ``muster head`` options (``["--sync", "normal"]``).
     """
+    _check_listen(listen)
     binary = find_binary(binary)
     url_file = os.path.join(data_dir, "url")
     os.makedirs(data_dir, exist_ok=True)
@@ -162,6 +189,7 @@ def start_server(data_dir=DEFAULT_DATA_DIR, listen="127.0.0.1:7370", token=None,
 
     The flag is passed when the binary knows it; an older binary, whose head ran no
     local agent, is started without it."""
+    _check_listen(listen)
     binary = find_binary(binary)
     return start_head(data_dir, listen, token, args, binary,
                       server_only=_help_mentions(binary, ["head"], "--server-only"), timeout=timeout)
@@ -176,7 +204,10 @@ def start_node(join=None, token=None, queue=None, workers=None, name=None, liste
     runs per task, ``listen`` its API address ("none": no port), ``lock_file`` the
     one-agent-per-machine lock (default $MUSTER_NODE_LOCK, /tmp/muster-node.lock).
     Output goes to ``log_path`` (default: a file in a new temporary directory).
-    Raises NotImplementedError when the binary has no ``muster node``."""
+    Raises NotImplementedError when the binary has no ``muster node``, and ValueError
+    for a ``join`` that is no head's URL (nothing is started then)."""
+    if join is not None:
+        _check_join(join)
     binary = find_binary(binary)
     if not _help_mentions(binary, ["node"], "--join"):
         raise NotImplementedError("this muster binary has no `muster node` command yet")

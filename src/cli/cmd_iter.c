@@ -168,8 +168,20 @@ static int read_labels(const cli_args_t *args, iter_cfg_t *c, uint64_t n) {
   return CLI_OK;
 }
 
-/* Fills the configuration from the options. */
-static int read_config(const cli_args_t *args, iter_cfg_t *c) {
+/* A seed given without a shuffle changes nothing: the order is unshuffled.  A
+ * user coming from tenflowers, whose with_shuffle_seed(seed) shuffles, is told
+ * on stderr (the output is what they asked for, so it stands). */
+static void note_seed_without_shuffle(const cli_args_t *args, const muster_iter_config_t *cfg) {
+  const char *seed = cli_opt(args, "seed");
+  if (seed && (cfg->shuffle == NULL || strcmp(cfg->shuffle, "none") == 0))
+    fprintf(stderr,
+            "muster: note: --seed %s changes nothing while --shuffle is none (the default): "
+            "the order is not shuffled; give --shuffle global (or shard) for a seeded order\n",
+            seed);
+}
+
+/* Fills the configuration from the options (read_config). */
+static int read_config_fields(const cli_args_t *args, iter_cfg_t *c) {
   memset(c, 0, sizeof *c);
   muster_iter_config_init(&c->cfg);
   muster_iter_config_t *cfg = &c->cfg;
@@ -210,6 +222,15 @@ static int read_config(const cli_args_t *args, iter_cfg_t *c) {
   cfg->hash_seed = (uint64_t)hseed;
   cfg->ranges = c->ranges;
   return read_labels(args, c, total);
+}
+
+/* Fills the configuration from the options, with a note on a seed that
+ * shuffles nothing. */
+static int read_config(const cli_args_t *args, iter_cfg_t *c) {
+  int rc = read_config_fields(args, c);
+  if (rc == CLI_OK)
+    note_seed_without_shuffle(args, &c->cfg);
+  return rc;
 }
 
 /* Reads the coordinated settings of `iter create`. */

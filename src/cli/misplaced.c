@@ -43,6 +43,23 @@ static const char password_text[] =
     "(`muster head --token SECRET`, 8 to 255 characters), and a node joins with "
     "`muster node --join http://HEAD:7370 --token SECRET`";
 
+/* The pool's port and address, given short (-p, -a) or long (--port, --address). */
+static const char node_pool_port_text[] =
+    "(a pool's port) is not an option of muster: a node agent joins its head with --join "
+    "http://HEAD:7370 (the head's port in the URL) and serves its own API on --listen "
+    "ADDR:PORT (127.0.0.1:7371 by default)";
+
+static const char node_pool_address_text[] =
+    "(a pool's address) is not an option of muster: the head's address goes in the URL of "
+    "--join http://ADDRESS:7370";
+
+static const char head_pool_port_text[] =
+    "(a pool's port) is not an option of muster: a head listens with --listen ADDR:PORT "
+    "(0.0.0.0:7370 for other machines)";
+
+static const char head_pool_address_text[] =
+    "(a pool's address) is not an option of muster: a head listens with --listen ADDR:PORT";
+
 static const cli_misplaced_t cli_misplaced[] = {
     {"head", "join",
      "is an option of `muster node`, not of `muster head`: a head is what nodes join; on "
@@ -89,24 +106,19 @@ static const cli_misplaced_t cli_misplaced[] = {
     {"worker", "cache-dir", worker_node_text},
     {"worker", "cache-bytes", worker_node_text},
     {"worker", "state-dir", worker_node_text},
-    /* The pool's short options (`start_node -p PORT -a ADDRESS -r PASSWORD`):
-     * muster's are long, so a one-dash row never matches a long option. */
-    {"node", "-p",
-     "(a pool's port) is not an option of muster: a node agent joins its head with --join "
-     "http://HEAD:7370 (the head's port in the URL) and serves its own API on --listen "
-     "ADDR:PORT (127.0.0.1:7371 by default)"},
-    {"node", "-a",
-     "(a pool's address) is not an option of muster: the head's address goes in the URL of "
-     "--join http://ADDRESS:7370"},
+    /* The pool's options (`start_node -p PORT -a ADDRESS -r PASSWORD`), short and
+     * long: muster's are long, so a one-dash row never matches a long option. */
+    {"node", "-p", node_pool_port_text},
+    {"node", "port", node_pool_port_text},
+    {"node", "-a", node_pool_address_text},
+    {"node", "address", node_pool_address_text},
     {"node", "-r",
      "(a pool's password) is not an option of muster: a node joins with the "
      "head's token, --join http://HEAD:7370 --token SECRET"},
-    {"head", "-p",
-     "(a pool's port) is not an option of muster: a head listens with --listen ADDR:PORT "
-     "(0.0.0.0:7370 for other machines)"},
-    {"head", "-a",
-     "(a pool's address) is not an option of muster: a head listens with --listen "
-     "ADDR:PORT"},
+    {"head", "-p", head_pool_port_text},
+    {"head", "port", head_pool_port_text},
+    {"head", "-a", head_pool_address_text},
+    {"head", "address", head_pool_address_text},
     {"head", "-r",
      "(a pool's password) is not an option of muster: the head's token takes its "
      "place (--token SECRET, 8 to 255 characters)"},

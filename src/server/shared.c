@@ -164,6 +164,13 @@ muster_err_t shared_check_level(store_t *st, const char *scope, const char *name
                     "update level mismatch: expected 1, got %lld ('%s' expired: it was not "
                     "updated within its ttl_ms of %lld; a new blob starts at level 1)",
                     (long long)level, name, (long long)ttl_ms);
+  /* No level at all: an update of a blob never set (or deleted) says so, and
+   * that a set starts it, rather than only which level it expected. */
+  if (level > 1 && current == 0)
+    return fail_set(f, MUSTER_VERSION_MISMATCH,
+                    "update level mismatch: expected 1, got %lld ('%s' has no level in scope "
+                    "'%s': it was never set, or was deleted; a new blob starts at level 1)",
+                    (long long)level, name, scope);
   if (level > 1 && level != current + 1)
     return fail_set(f, MUSTER_VERSION_MISMATCH, "update level mismatch: expected %lld, got %lld",
                     (long long)current + 1, (long long)level);

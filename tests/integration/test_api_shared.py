@@ -66,8 +66,12 @@ class SharedLevelsTest(unittest.TestCase):
         r = put(h, "models", "weights", b"three", "?level=3")
         self.assertEqual((r.status, r.error_code), (409, "version_mismatch"))
         self.assertEqual(r.json["error"]["message"], "update level mismatch: expected 2, got 3")
+        # A blob with no level (never set): the message says so and what starts one.
         r = put(h, "models", "absent", b"x", "?level=2")
-        self.assertEqual(r.json["error"]["message"], "update level mismatch: expected 1, got 2")
+        self.assertEqual(r.json["error"]["message"],
+                         "update level mismatch: expected 1, got 2 ('absent' has no level in "
+                         "scope 'models': it was never set, or was deleted; a new blob starts "
+                         "at level 1)")
         t0 = int(time.time() * 1000)
         r = put(h, "models", "weights", b"level two", "?level=2")
         t1 = int(time.time() * 1000)
@@ -334,7 +338,15 @@ class SharedSettingsTest(unittest.TestCase):
             self.assertEqual(r.json["error"]["message"],
                              "shared data not found: 'typo' in scope 'models'")
             r = put(h, "models", "typo", b"t", "?level=2")
-            self.assertEqual(r.json["error"]["message"], "update level mismatch: expected 1, got 2")
+            self.assertEqual(r.json["error"]["message"],
+                             "update level mismatch: expected 1, got 2 ('typo' has no level in "
+                             "scope 'models': it was never set, or was deleted; a new blob "
+                             "starts at level 1)")
+            r = h.request("DELETE", "/v1/shared/models/gone")   # deleted above: no level now
+            self.assertEqual(put(h, "models", "gone", b"w", "?level=2").json["error"]["message"],
+                             "update level mismatch: expected 1, got 2 ('gone' has no level in "
+                             "scope 'models': it was never set, or was deleted; a new blob "
+                             "starts at level 1)")
 
     def test_keep_levels(self):
         with Head(["--shared-keep-levels", "2", "--sweep-ms", "50"]) as h:

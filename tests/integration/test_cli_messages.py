@@ -580,6 +580,24 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                                  "stratified", "--labels", labels, "--world-size", "2"),
                          "0\n1\n")
 
+    def test_iter_seed_without_shuffle_is_noted(self):
+        # tenflowers' with_shuffle_seed(42) shuffles; muster's --seed alone does not, and
+        # the CLI printed the unshuffled order without a word.
+        note = ("muster: note: --seed 42 changes nothing while --shuffle is none (the "
+                "default): the order is not shuffled; give --shuffle global (or shard) for a "
+                "seeded order\n")
+        for shuffle in ((), ("--shuffle", "none")):
+            r = self.muster("iter", "stream", "--num-samples", "4", "--world-size", "2",
+                                "--seed", "42", *shuffle)
+            self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "0\n2\n", note))
+        r = self.muster("iter", "create", "msg-seed", "--num-samples", "4", "--seed", "42")
+        self.assertEqual((r.returncode, r.stderr), (0, note))
+        self.assertEqual(json.loads(r.stdout)["config"]["shuffle"], "none")
+        r = self.muster("iter", "stream", "--num-samples", "4", "--world-size", "2",
+                            "--seed", "42", "--shuffle", "global")
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertEqual(self.ok("iter", "stream", "--num-samples", "4"), "0\n1\n2\n3\n")
+
     # ---- shared data ---------------------------------------------------------------
 
     def test_shared_put_existing_names_the_option(self):
@@ -589,6 +607,15 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(err, "muster: version_mismatch: shared data 'w' exists at level 2; "
                          "update it with --level 3\n")
         self.ok("shared", "rm", "msg-exists", "w")
+
+    def test_shared_update_of_a_blob_never_set(self):
+        # ALPCRUN's UpdateSharedData before any SetSharedData (or after a delete): it said
+        # only "expected 1, got 2", not that the blob has no level nor how to start one.
+        err = self.fails(1, "shared", "put", "msg-never", "w", "--level", "2", stdin="a")
+        self.assertEqual(err, "muster: version_mismatch: update level mismatch: expected 1, got 2 "
+                         "('w' has no level in scope 'msg-never': it was never set, or was "
+                         "deleted; a new blob starts at level 1)\n"
+                         "muster: put it again without --level to start it at level 1\n")
 
     def test_shared_expired_after_the_sweep(self):
         self.ok("shared", "put", "msg-ttl", "gone", "--ttl-ms", "200", stdin="a")
@@ -782,7 +809,17 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                 ("head", ("-p", "8899"), "-p (a pool's port) is not an option of muster: a head "
                  "listens with --listen ADDR:PORT"),
                 ("head", ("-r", "123456"), "-r (a pool's password) is not an option of muster: "
-                 "the head's token takes its place")):
+                 "the head's token takes its place"),
+                # ... and their long forms, beside --password (they said "unknown option").
+                ("node", ("--port", "8899"), "--port (a pool's port) is not an option of "
+                 "muster: a node agent joins its head with --join http://HEAD:7370"),
+                ("node", ("--address=10.0.0.1",), "--address (a pool's address) is not an "
+                 "option of muster: the head's address goes in the URL of --join "
+                 "http://ADDRESS:7370"),
+                ("head", ("--port", "8899"), "--port (a pool's port) is not an option of "
+                 "muster: a head listens with --listen ADDR:PORT (0.0.0.0:7370"),
+                ("head", ("--address", "0.0.0.0"), "--address (a pool's address) is not an "
+                 "option of muster: a head listens with --listen ADDR:PORT")):
             args = [MUSTER, cmd] + list(opts)
             if cmd == "head":
                 args += ["--listen", "127.0.0.1:0", "--data-dir", data]

@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 import unittest
+from unittest import mock
 
 from common import HeadTestCase, harness, muster
 from muster import client as client_module
@@ -866,6 +867,40 @@ class TestProcesses(unittest.TestCase):
                 node.stop()
             self.assertFalse(muster.is_node_running(lock))
             c.close()
+
+    def test_distributed_computing_s_positional_calls_are_refused(self):
+        """distributed_computing's start_node(password, address) and
+        start_server(password, port), called so on muster: the node was started with
+        the password as its head's URL (it exited at once, while start_node returned a
+        Process as if it ran), and start_server made a data dir named after the
+        password before failing on the port ('expected str, bytes or os.PathLike
+        object, not int')."""
+        d = tempfile.mkdtemp(prefix="muster-py-")
+        self.addCleanup(shutil.rmtree, d, True)
+        cwd = os.getcwd()
+        os.chdir(d)
+        try:
+            with mock.patch("subprocess.Popen") as popen:
+                with self.assertRaises(ValueError) as cm:
+                    muster.start_node("12345678", "194.173.121.37")
+                self.assertEqual(str(cm.exception), "join: the head's URL (http://HOST:7370), "
+                                 "and the one given is not: it must start with http:// or "
+                                 "https://; distributed_computing's start_node(password, "
+                                 "address, port) is muster.start_node("
+                                 "join='http://ADDRESS:7370', token=PASSWORD)")
+                self.assertNotIn("12345678", str(cm.exception))   # it may be a password
+                for start in (muster.start_server, muster.start_head):
+                    with self.assertRaises(TypeError) as cm:
+                        start("12345678", 8899)
+                    self.assertTrue(str(cm.exception).startswith(
+                        "listen: 'ADDR:PORT' text such as '0.0.0.0:7370', not 8899; "
+                        "distributed_computing's start_server(password, port) is "
+                        "muster.start_server(data_dir, listen='0.0.0.0:PORT', token=PASSWORD)"),
+                        str(cm.exception))
+                popen.assert_not_called()
+            self.assertEqual(os.listdir(d), [])   # no data dir named after the password
+        finally:
+            os.chdir(cwd)
 
 if __name__ == "__main__":
     unittest.main()

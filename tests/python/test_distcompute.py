@@ -209,5 +209,62 @@ class TestDistCompute(HeadTestCase):
             w.new_job()
 
 
+class TestPipelineExposedToDistCompute(HeadTestCase):
+    """A user coming from DistCompute (docs/coming-from.md) knows the pipeline by the
+    name the head exposes it under to unchanged workers (--distcompute NAME=...), and
+    may keep the tracker's address.  muster.init(pipeline=NAME) raised QueueNotFound
+    ("queue 'laion' does not exist"), the compatibility address failed at its first
+    request (no endpoint at /compat/distcompute/laion/v1/queues/...), and a stage
+    without a pipeline did not say which pipelines the head has."""
+
+    head_args = ("--sweep-ms", "50", "--distcompute", "laion=dc-scrape,dc-download,dc-filter")
+
+    def init(self, url=None, **kw):
+        return muster.init(url or self.head.url, verbose=False, token=self.head.token, **kw)
+
+    def test_the_exposed_name_names_the_pipeline(self):
+        self.c.put_payloads("dc-scrape", ["https://example.com/a"])
+        a = self.init(stage="a", pipeline="laion")
+        self.assertEqual((a.stage_name, a.project), ("dc-scrape", "laion"))
+        a.new_job()
+        self.assertEqual((a.job, a.job_id), ("https://example.com/a", 1))
+        a.complete_job({"page": 1})
+        a.bye()
+        b = self.init(stage="b", pipeline="laion")
+        self.assertEqual(b.stage_name, "dc-download")
+        b.new_job()
+        self.assertEqual((b.job, b.job_id), ({"page": 1}, 1))   # the job's number, kept
+        b.bye()
+        by_queue = self.init(stage="c", pipeline="dc-scrape")
+        self.assertEqual((by_queue.stage_name, by_queue.project), ("dc-filter", "dc-scrape"))
+        by_queue.bye()
+
+    def test_what_the_head_has_is_named(self):
+        hint = ("this head's pipelines: dc-scrape; exposed to DistCompute clients as laion "
+                "(its first queue dc-scrape)")
+        with self.assertRaises(muster.InvalidArgument) as cm:
+            self.init(stage="a")
+        self.assertIn("name the pipeline (its first queue) with pipeline= or $MUSTER_PIPELINE "
+                      "(%s)" % hint, cm.exception.message)
+        with self.assertRaises(muster.QueueNotFound) as cm:
+            self.init(stage="a", pipeline="laion-5b")
+        self.assertEqual(cm.exception.message,
+                         "pipeline 'laion-5b': no queue has that name, and the head exposes no "
+                         "DistCompute pipeline by it; a pipeline is named by its first queue "
+                         "(%s)" % hint)
+
+    def test_the_compatibility_address_is_refused_with_the_head_s(self):
+        workers = len(self.c.workers())
+        with self.assertRaises(ValueError) as cm:
+            self.init(url=self.head.url + "/compat/distcompute/laion/", stage="a")
+        self.assertEqual(str(cm.exception),
+                         "url '%s/compat/distcompute/laion' is the DistCompute compatibility "
+                         "address of pipeline 'laion', which the unchanged distcompute_client "
+                         "talks to; muster.init talks to the head's own API with its token: "
+                         "muster.init('%s', stage=..., pipeline='laion')"
+                         % (self.head.url, self.head.url))
+        self.assertEqual(len(self.c.workers()), workers)   # nothing registered
+
+
 if __name__ == "__main__":
     unittest.main()

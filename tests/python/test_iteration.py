@@ -109,10 +109,11 @@ class TestGolden(unittest.TestCase):
         self.assertEqual(list(s1), [0, 4, 16, 17, 15, 18, 19, 14, 12, 13])
         with self.assertRaises(ValueError) as cm:
             s1.set_epoch(2)
-        self.assertEqual(str(cm.exception), "epoch 2: the plan has 2 epochs (0 to 1)")
+        self.assertEqual(str(cm.exception), "epoch 2: the plan has 2 epochs (0 to 1); give "
+                         "Plan(..., epochs=N) for more, or epochs=0 for no last epoch")
         with self.assertRaises(ValueError) as cm:
             Plan(10).epoch(1)
-        self.assertEqual(str(cm.exception), "epoch 1: the plan has 1 epoch (epoch 0)")
+        self.assertTrue(str(cm.exception).startswith("epoch 1: the plan has 1 epoch (epoch 0); "))
 
     def test_positions_resume_exactly(self):
         ds = Dataset(shards=[30, 0, 17, 53], labels=[i % 7 for i in range(100)])
@@ -143,6 +144,46 @@ class TestGolden(unittest.TestCase):
                    {"block_size": 0}, {"version": 2}):
             with self.assertRaises(ValueError, msg=kw):
                 Plan(10, **kw)
+
+    def test_a_tenflowers_users_settings_are_told_muster_s(self):
+        """A user coming from tenflowers (docs/coming-from.md) writes its names: the
+        refusal names muster's counterpart.  Before, 'RoundRobin' and 'Adaptive' got
+        the bare list of strategies, shuffle=True the list of modes, a stratified plan
+        without labels 'stratified needs labels', and next_epoch after the last epoch
+        (tenflowers' reset() has no last) did not say that epochs=0 has none."""
+        def refusal(**kw):
+            with self.assertRaises(ValueError, msg=kw) as cm:
+                Plan(10, world_size=2, **kw)
+            return str(cm.exception)
+        for given, meant in (("RoundRobin", "round_robin"), ("round-robin", "round_robin"),
+                             ("HashBased", "hash"), ("RangeBased", "range"),
+                             ("Contiguous", "contiguous"), ("Stratified", "stratified")):
+            self.assertEqual(refusal(strategy=given),
+                             "strategy: one of round_robin, contiguous, hash, range, stratified, "
+                             "dynamic, not %r (did you mean %r?)" % (given, meant))
+        self.assertRegex(refusal(strategy="Adaptive"),
+                         r"not 'Adaptive' \(tenflowers' Adaptive is strategy='dynamic' of a "
+                         r"coordinated iteration, muster.CoordinatedStream")
+        self.assertEqual(refusal(strategy="fastest"), "strategy: one of round_robin, contiguous, "
+                         "hash, range, stratified, dynamic, not 'fastest'")
+        self.assertEqual(refusal(shuffle=True), "shuffle: one of none, global, shard, not True "
+                         "(write shuffle='global': a seed alone does not shuffle)")
+        self.assertEqual(refusal(shuffle=False), "shuffle: one of none, global, shard, not False "
+                         "(write shuffle='none': a seed alone does not shuffle)")
+        self.assertEqual(refusal(shuffle="random"), "shuffle: one of none, global, shard, not "
+                         "'random'")
+        self.assertRegex(refusal(strategy="stratified"),
+                         r"^strategy: stratified needs a class label per sample, and the dataset "
+                         r"has none: Dataset\(N, labels=\[\.\.\.\]\)")
+        stream = Stream(Plan(10, world_size=2), 0)
+        with self.assertRaises(ValueError) as cm:
+            stream.next_epoch()
+        self.assertEqual(str(cm.exception), "epoch 1: the plan has 1 epoch (epoch 0); give "
+                         "Plan(..., epochs=N) for more, or epochs=0 for no last epoch")
+        unbounded = Stream(Plan(10, world_size=2, epochs=0), 0)
+        for epoch in range(1, 4):
+            unbounded.next_epoch()
+            self.assertEqual(unbounded.epoch, epoch)
 
     def test_seeds_outside_the_heads_range_are_refused(self):
         """Seeds were taken modulo 2^64: seed 2^64 gave seed 0's order, -1 that of 2^64-1,

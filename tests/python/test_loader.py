@@ -228,7 +228,7 @@ class TestFailures(LoaderTestCase):
                 self.assertRegex(str(cm.exception), "another configuration(,| or) rank")
             with self.assertRaises(ValueError) as cm:
                 loader.set_epoch(3)
-            self.assertEqual(str(cm.exception), "epoch 3: the plan has 3 epochs (0 to 2)")
+            self.assertTrue(str(cm.exception).startswith("epoch 3: the plan has 3 epochs (0 to 2); "))
             self.assertEqual(loader.take(100), stream_order(plan, 0, 0, skip=2))
 
     def test_a_number_is_no_position(self):
