@@ -7,11 +7,17 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* Says in msg that `value` of field `key` is none of `names`, as the head says it. */
+/* Says in msg that `value` of field `key` is none of `names`, as the head says
+ * it: with the strategy it likely meant (part_strategy_meant) for a strategy. */
 static muster_err_t part_bad_name(const char *key, const char *value, const char *names, char *msg,
                                   size_t n) {
-  snprintf(msg, n, "%s: '%s' is not one of %s", key, value, names);
+  const char *meant = strcmp(key, "strategy") == 0 ? part_strategy_meant(value) : NULL;
+  char guess[48] = "";
+  if (meant)
+    snprintf(guess, sizeof guess, " (did you mean '%s'?)", meant);
+  snprintf(msg, n, "%s: '%s' is not one of %s%s", key, value, names, guess);
   return MUSTER_INVALID;
 }
 

@@ -12,10 +12,12 @@
 #include "core/partition.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/perm.h"
+#include "core/suggest.h"
 
 /* Domain separation for keys derived from the one seed: short tags, read as
  * little-endian ASCII ("\1shard-o", "\2\1window", "\3frprint"). */
@@ -100,6 +102,35 @@ muster_err_t part_strategy_parse(const char *name, part_strategy_t *out) {
   if (err == MUSTER_OK)
     *out = (part_strategy_t)value;
   return err;
+}
+
+/* Other tools' names of a strategy, written lower case without separators:
+ * tenflowers' RoundRobin, HashBased, RangeBased and Adaptive (any rank takes
+ * the next block: a coordinated iteration's dynamic). */
+static const struct {
+  const char *theirs, *ours;
+} strategy_aliases[] = {{"roundrobin", "round_robin"},
+                        {"hashbased", "hash"},
+                        {"rangebased", "range"},
+                        {"adaptive", "dynamic"}};
+
+const char *part_strategy_meant(const char *name) {
+  char key[32];
+  size_t n = 0;
+  for (const char *c = name; *c && n + 1 < sizeof key; c++)
+    if (isalnum((unsigned char)*c))
+      key[n++] = (char)tolower((unsigned char)*c);
+  key[n] = '\0';
+  for (size_t i = 0; i < sizeof strategy_aliases / sizeof strategy_aliases[0]; i++)
+    if (strcmp(key, strategy_aliases[i].theirs) == 0)
+      return strategy_aliases[i].ours;
+  suggest_t likely;
+  suggest_init(&likely, name, strlen(name));
+  for (unsigned i = 0; i < PART_STRATEGY_COUNT; i++)
+    suggest_offer(&likely, strategy_names[i], strlen(strategy_names[i]));
+  size_t len;
+  const char *meant = suggest_best(&likely, &len);
+  return meant && len == strlen(meant) ? meant : NULL; /* a table name: whole, NUL-ended */
 }
 
 muster_err_t part_tail_parse(const char *name, part_tail_t *out) {

@@ -115,6 +115,10 @@ muster_err_t part_shuffle_parse(const char *name, part_shuffle_t *out);
 #define PART_TAIL_NAMES "keep, pad, drop"
 muster_err_t part_strategy_parse(const char *name, part_strategy_t *out);
 muster_err_t part_tail_parse(const char *name, part_tail_t *out);
+/* The strategy a refused name likely meant, for the refusal to say: another
+ * tool's name of it (tenflowers' RoundRobin, HashBased, RangeBased, Adaptive)
+ * or a muster name a slip of the fingers away ("dynamc"); NULL when none. */
+const char *part_strategy_meant(const char *name);
 
 /* True for the strategies whose ranks own epoch positions (round_robin,
  * contiguous, dynamic), false for those owning samples (hash, range, stratified). */

@@ -133,19 +133,6 @@ static muster_err_t parse_dataset(const json_t *obj, iter_spec_t *spec, fail_t *
   return MUSTER_OK;
 }
 
-/* An enum field by name: `names` is the error's list of valid values. */
-static muster_err_t parse_enum(const json_t *obj, const char *key, const char *dflt,
-                               muster_err_t (*parse)(const char *, unsigned *), unsigned *out,
-                               const char *names, json_t *canon, fail_t *f) {
-  const char *text;
-  if (jv_str(obj, key, "", dflt, 64, &text, f))
-    return f->code;
-  if (parse(text, out) != MUSTER_OK)
-    return fail_set(f, MUSTER_INVALID, "%s: '%s' is not one of %s", key, text, names);
-  json_object_set_new(canon, key, json_string(text));
-  return MUSTER_OK;
-}
-
 static muster_err_t parse_shuffle(const char *name, unsigned *out) {
   part_shuffle_t v;
   muster_err_t err = part_shuffle_parse(name, &v);
@@ -165,6 +152,37 @@ static muster_err_t parse_tail(const char *name, unsigned *out) {
   muster_err_t err = part_tail_parse(name, &v);
   *out = (unsigned)v;
   return err;
+}
+
+/* An enum field given true or false ("shuffle": true, as other loaders write
+ * it): refused with the value to write. */
+static muster_err_t refuse_boolean(const char *key, bool value, const char *names, fail_t *f) {
+  const char *hint = "";
+  if (strcmp(key, "shuffle") == 0)
+    hint = value ? " (write \"global\": a seed alone does not shuffle)" : " (write \"none\")";
+  return fail_set(f, MUSTER_INVALID, "%s: expected one of %s, not %s%s", key, names,
+                  value ? "true" : "false", hint);
+}
+
+/* An enum field by name: `names` is the error's list of valid values. */
+static muster_err_t parse_enum(const json_t *obj, const char *key, const char *dflt,
+                               muster_err_t (*parse)(const char *, unsigned *), unsigned *out,
+                               const char *names, json_t *canon, fail_t *f) {
+  const char *text;
+  const json_t *given = json_object_get(obj, key);
+  if (json_is_boolean(given))
+    return refuse_boolean(key, json_is_true(given), names, f);
+  if (jv_str(obj, key, "", dflt, 64, &text, f))
+    return f->code;
+  if (parse(text, out) == MUSTER_OK) {
+    json_object_set_new(canon, key, json_string(text));
+    return MUSTER_OK;
+  }
+  const char *meant = parse == parse_strategy ? part_strategy_meant(text) : NULL;
+  char guess[48] = "";
+  if (meant)
+    snprintf(guess, sizeof guess, " (did you mean '%s'?)", meant);
+  return fail_set(f, MUSTER_INVALID, "%s: '%s' is not one of %s%s", key, text, names, guess);
 }
 
 /* ranges: world_size pairs [begin, end) that tile [0, N). */

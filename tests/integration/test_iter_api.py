@@ -663,13 +663,27 @@ class CliTest(unittest.TestCase):
                     ("--shuffle", "y", "none, global, shard"),
                     ("--strategy", "x", "round_robin, contiguous, hash, range, stratified, "
                      "dynamic"),
-                    ("--tail", "nope", "keep, pad, drop")):
+                    ("--tail", "nope", "keep, pad, drop"),
+                    # tenflowers' names and a slip of the fingers: the one meant is said.
+                    ("--strategy", "Adaptive", "round_robin, contiguous, hash, range, "
+                     "stratified, dynamic (did you mean 'dynamic'?)"),
+                    ("--strategy", "HashBased", "round_robin, contiguous, hash, range, "
+                     "stratified, dynamic (did you mean 'hash'?)"),
+                    ("--strategy", "dynamc", "round_robin, contiguous, hash, range, "
+                     "stratified, dynamic (did you mean 'dynamic'?)")):
                 want = "muster: invalid_argument: %s: '%s' is not one of %s\n" % (
                     option[2:], value, names)
                 for cmd in (["stream"], ["create", "bad"]):
                     p = self.run_cli(h, "iter", *cmd, "--num-samples", "10", option, value)
                     self.assertEqual((p.returncode, p.stdout), (1, ""), (cmd, p.stderr))
                     self.assertTrue(p.stderr.startswith(want), (cmd, p.stderr))
+            self.assertEqual(h.request("GET", "/v1/iterations/bad").status, 404)
+            # "shuffle": true, as other loaders write it, is told what to write.
+            r = h.request("POST", "/v1/iterations", {"name": "bad", "shuffle": True,
+                                                     "dataset": {"num_samples": 4}})
+            self.assertEqual((r.status, r.json["error"]["message"]),
+                             (400, "shuffle: expected one of none, global, shard, not true "
+                                   "(write \"global\": a seed alone does not shuffle)"))
             self.assertEqual(h.request("GET", "/v1/iterations/bad").status, 404)
 
 
