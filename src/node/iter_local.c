@@ -45,13 +45,11 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h> /* evhttp_parse_query_str's pairs */
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -236,29 +234,23 @@ static int il_mkdirs(const char *dir) {
  * 0, or -1 with *f filled.
  */
 static int il_lock(iter_local_t *L, fail_t *f) {
-  char path[sizeof L->dir + sizeof IL_LOCK_NAME + 1], holder[160] = "";
+  char path[sizeof L->dir + sizeof IL_LOCK_NAME + 1], holder[160];
   snprintf(path, sizeof path, "%s/" IL_LOCK_NAME, L->dir);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = node_dir_lock_take(path, holder, sizeof holder);
+  if (fd == NODE_LOCK_BUSY) {
+    fail_set(f, MUSTER_STORE,
+             "node agent %s: its state dir %s is in use by another node agent (%s): two agents "
+             "cannot share one; give each its own --state-dir (the default, "
+             "/var/tmp/muster-node-NAME/state, is one per node name)",
+             L->a->name, L->dir, holder);
+    return -1;
+  }
   if (fd < 0) {
     fail_set(f, MUSTER_STORE, "node agent %s: cannot open %s: %s", L->a->name, path,
              strerror(errno));
     return -1;
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-    holder[n > 0 ? n : 0] = '\0';
-    holder[strcspn(holder, "\n")] = '\0';
-    close(fd);
-    fail_set(f, MUSTER_STORE,
-             "node agent %s: its state dir %s is in use by another node agent (%s): two agents "
-             "cannot share one; give each its own --state-dir (the default, "
-             "/var/tmp/muster-node-NAME/state, is one per node name)",
-             L->a->name, L->dir, holder[0] ? holder : "unknown");
-    return -1;
-  }
-  char line[160];
-  int len = snprintf(line, sizeof line, "pid %d, node %s\n", (int)getpid(), L->a->name);
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len)
+  if (!node_dir_lock_note(fd, L->a->name))
     agent_log(L->a, "cannot write who holds %s (it is held all the same)", path);
   L->lock_fd = fd;
   return 0;
