@@ -5,11 +5,16 @@
   empties DIR/tmp).  The first to use the dir holds it (DIR/@agent.lock); the other is
   refused, naming it: it does not start on a dir that is held, and one that was given
   the dir before the first made it serves its reads from the head, uncached.
+- An agent whose name another running agent holds is refused by the head (it retries,
+  in case that agent is dead and its node times out); stopped, it said "node NAME
+  stopped", exit 0, as if it had run.  It now says it did not start and why, and exits
+  1, as for a refused token.
 """
 import os
 import shutil
 import sys
 import tempfile
+import types
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -81,6 +86,51 @@ class SharedCacheDirTest(unittest.TestCase):
         second = self.agent("fw-second", wait_listen=False)
         self.assertEqual(second.proc.wait(timeout=20), 1, second.log())
         self.assertIn(self.refusal(first), second.log())
+
+
+class RefusedNameTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-test-fw-name-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        self.head = harness.Head()
+        self.addCleanup(self.head.cleanup)
+        self.head.start()
+
+    def agent(self, workdir, name="fw-dup", head=None):
+        """An agent with a lock file and log of its own (in `workdir`)."""
+        os.makedirs(workdir, exist_ok=True)
+        agent = Agent(head or self.head, workdir, name)
+        self.addCleanup(agent.kill)
+        return agent.start()
+
+    def test_an_agent_refused_its_name_did_not_start(self):
+        first = self.agent(self.dir)
+        harness.wait_until(
+            lambda: self.head.request("GET", "/v1/nodes/fw-dup").status == 200,
+            what="the first agent to register")
+        second = self.agent(os.path.join(self.dir, "other-machine"))
+        harness.wait_until(lambda: "register: invalid_state: node 'fw-dup' is held by another "
+                           "running agent" in second.log(),
+                           what=lambda: "the head's refusal:\n" + second.log())
+        self.assertEqual(second.stop(), 1, second.log())
+        log = second.log()
+        self.assertRegex(log, r"muster node: node fw-dup did not start: the head refused its "
+                         r"registration \(invalid_state: node 'fw-dup' is held by another "
+                         r"running agent [^\n]*\); no worker was started\n")
+        self.assertNotIn("node fw-dup stopped", log)
+        self.assertEqual(first.stop(), 0, first.log())
+        self.assertIn("muster node: node fw-dup stopped\n", first.log())
+
+    def test_an_agent_stopped_while_the_head_was_away_says_so(self):
+        away = types.SimpleNamespace(url="http://127.0.0.1:%d" % harness.free_port(),
+                                     token=self.head.token)  # no head answers there
+        agent = self.agent(self.dir, "fw-away", head=away)
+        harness.wait_until(lambda: "register: network: " in agent.log(),
+                           what=lambda: "the failed registration:\n" + agent.log())
+        self.assertEqual(agent.stop(), 0, agent.log())  # nothing to fix but the head
+        self.assertRegex(agent.log(), r"muster node: node fw-away did not start: the head did "
+                         r"not take its registration \(network: [^\n]*\); no worker was "
+                         r"started\n")
 
 
 if __name__ == "__main__":
