@@ -9,9 +9,17 @@
   in case that agent is dead and its node times out); stopped, it said "node NAME
   stopped", exit 0, as if it had run.  It now says it did not start and why, and exits
   1, as for a refused token.
+- A worker killed with kill -9 was sometimes logged "died with commands still running;
+  killed 1 process" though each of its commands' guards kills the command's group as the
+  worker dies: the agent looked at the worker's session before a guard had run.  Only
+  what escaped the guards (a process that left its command's group) is said now.  The
+  test stops the guard (SIGSTOP) before the worker's kill, so that the agent always
+  looks first.
 """
 import os
+import re
 import shutil
+import signal
 import sys
 import tempfile
 import types
@@ -19,6 +27,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import node_harness  # noqa: E402
 from node_harness import Agent  # noqa: E402
 
 
@@ -131,6 +140,59 @@ class RefusedNameTest(unittest.TestCase):
         self.assertRegex(agent.log(), r"muster node: node fw-away did not start: the head did "
                          r"not take its registration \(network: [^\n]*\); no worker was "
                          r"started\n")
+
+
+class DeadWorkerLeftoversTest(unittest.TestCase):
+    # The command: a sleep in its group (its guard's to end), and a python that leaves the
+    # group but not the worker's session (the agent's to find and say) and forks a child
+    # back into the command's group.  That child keeps the group from being orphaned when
+    # the worker dies: the kernel sends an orphaned group with a stopped process SIGHUP
+    # and SIGCONT, which would wake the guard the test stops.
+    LEAVER = ("import os, time; g = os.getpgid(0); os.setpgid(0, 0); "
+              "(os.setpgid(0, g), time.sleep(300)) if os.fork() == 0 else time.sleep(300)")
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-test-fw-left-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        self.head = harness.Head()
+        self.addCleanup(self.head.cleanup)
+        self.head.start()
+        r = self.head.request("PUT", "/v1/queues/slow", {"max_attempts": 5, "backoff_ms": 0})
+        self.assertIn(r.status, (200, 201), r)
+
+    def test_only_what_escaped_the_guard_is_said(self):
+        agent = Agent(self.head, self.dir, "fw-leaver", args=["--queue", "slow", "--workers", "1"],
+                      cmd=["sh", "-c", "sleep 300 & %s -c '%s' & wait" % (sys.executable,
+                                                                          self.LEAVER)])
+        self.addCleanup(agent.kill)
+        agent.start()
+        [worker] = harness.wait_until(lambda: agent.workers() or None,
+                                      what=lambda: "the worker:\n" + agent.log())
+        r = self.head.request("POST", "/v1/queues/slow/tasks", {"tasks": [{"payload": "a"}]})
+        self.assertEqual(r.status, 201, r)
+
+        def running():
+            """The guard, sh, sleep and the child in the guard's group, python in its own."""
+            below = node_harness.descendants(worker)
+            groups = {p: (node_harness._stat(p) or (0, 0))[1] for p in below}
+            guards = node_harness.children(worker)  # the command's guard (run_guard.c)
+            in_group = [p for p in below if guards and groups[p] == guards[0]]
+            leaders = [p for p in below if groups[p] == p and p not in guards]
+            return (guards[0], below) if len(in_group) >= 4 and len(leaders) == 1 else None
+        guard, below = harness.wait_until(running,
+                                          what=lambda: "the command running:\n" + agent.log())
+        # The guard cannot kill its group before the agent looks (as when the agent's scan
+        # runs before the guard is scheduled), so the agent finds all of it still there.
+        os.kill(guard, signal.SIGSTOP)
+        os.kill(worker, signal.SIGKILL)
+        harness.wait_until(lambda: re.search(r"\(pid %d, worker id \d+\) crashed: killed by "
+                                             r"signal 9" % worker, agent.log()),
+                           what=lambda: "the agent to see the worker crash:\n" + agent.log())
+        harness.wait_until(lambda: not any(node_harness.alive(p) for p in below),
+                           what=lambda: "the dead worker's processes gone: %r\n%s" % (
+                               [p for p in below if node_harness.alive(p)], agent.log()))
+        self.assertIn("muster node: worker 1 (pid %d) died with commands still running; killed "
+                      "1 process\n" % worker, agent.log())  # python alone
 
 
 if __name__ == "__main__":
