@@ -344,10 +344,14 @@ static bool il_note_disk(iter_local_t *L, bool committed, int64_t changes_before
     return true;
   }
   if (L->full && committed && store_changes(L->st) != changes_before) {
+    char refused[64] = "";
+    if (L->full_refused > 0)
+      snprintf(refused, sizeof refused, " (%lld refused while it was full)",
+               (long long)L->full_refused);
     agent_log(L->a,
               "iterations: the disk holding %s has room again: requests that write are taken "
-              "again (%lld refused while it was full)",
-              L->path, (long long)L->full_refused);
+              "again%s",
+              L->path, refused);
     L->full = false;
     L->full_refused = 0;
   }

@@ -149,6 +149,29 @@ class NodeDiskRoomAgainTest(TinyDiskCase):
         self.assertEqual(log.count("muster node: cache: storing levels in %s again\n"
                                    % self.cache), 1, log)
 
+    def test_a_refused_sweep_adds_no_line_of_its_own(self):
+        r = self.agent.request("POST", "/v1/iterations", {
+            "name": "lapse", "dataset": {"num_samples": 400}, "block_size": 4,
+            "world_size": 1, "strategy": "dynamic", "lease_ms": 200,
+            "rank_timeout_ms": 600000, "cluster_sync": False})
+        self.assertEqual(r.status, 201, r)
+        r = self.agent.request("POST", "/v1/iterations/lapse/next", {"rank": 0, "max": 1})
+        self.assertEqual(r.status, 200, r)
+        fill(self.mnt)
+        # No request comes now: the first write to find the disk full is the sweep's,
+        # which expires the block's lease (every 100 ms, refused each time).
+        full = "the disk holding %s/iterations.db is full" % self.state
+        harness.wait_until(lambda: full in self.agent.log(),
+                           what=lambda: "the sweep's write refused:\n" + self.agent.log())
+        os.unlink(os.path.join(self.mnt, "filler"))
+        said = ("muster node: iterations: the disk holding %s/iterations.db has room again: "
+                "requests that write are taken again\n" % self.state)  # none was refused
+        harness.wait_until(lambda: said in self.agent.log(),
+                           what=lambda: "the sweep's write taken:\n" + self.agent.log())
+        self.assertNotIn("iterations: sweep:", self.agent.log())  # the store's line says it
+        ranks = self.agent.request("GET", "/v1/iterations/lapse").json["ranks"]
+        self.assertEqual(ranks[0]["expired"], 1, ranks)
+
 
 class SharedUploadDiskFullTest(TinyDiskCase):
     size = "2m"
