@@ -670,7 +670,7 @@ cache_t *cache_open(const char *dir, int64_t limit_bytes, const char *owner, cha
     c->dir[--len] = '\0';
   c->limit_bytes = limit_bytes > 0 ? limit_bytes : CACHE_DEFAULT_BYTES;
   struct stat st; /* a directory there already is claimed before it is scanned */
-  if (stat(c->dir, &st) == 0 && cache_claim(c, err, err_size) != 0) {
+  if (stat(c->dir, &st) == 0 && cache_claim(c, err, err_size) == CACHE_CLAIM_BUSY) {
     cache_release(c);
     return NULL;
   }

@@ -109,7 +109,8 @@ void cache_stats_snapshot(const cache_t *c, cache_stats_t *out);
 /*
  * Opens the cache at `dir` with `limit_bytes` for node `owner`.  The
  * directory is created on first use, not here; one that is there already is
- * claimed (cache_claim: another running agent's is refused), then the levels
+ * claimed (cache_claim: another running agent's is refused; one where no lock
+ * can be made is opened all the same, to serve uncached), then the levels
  * a previous agent left in it are taken over (verified by checksum on first
  * use) and stale temporary files removed.  Returns the cache (cache_free), or
  * NULL with `err` filled.
@@ -118,10 +119,12 @@ cache_t *cache_open(const char *dir, int64_t limit_bytes, const char *owner, cha
                     size_t err_size);
 /*
  * Makes sure this agent holds the directory's lock (cache_lock.c), creating
- * the directory (and taking the lock) when it is not there.  0, or -1 with
- * `err` filled: another running agent holds it (named, with what to do), or
- * the directory or its lock file cannot be made.
+ * the directory (and taking the lock) when it is not there.  0; or, with
+ * `err` filled, CACHE_CLAIM_BUSY (another running agent holds it: named, with
+ * what to do) or -1 (the directory or its lock file cannot be made: a
+ * read-only or full disk, whose reads are then served uncached).
  */
+#define CACHE_CLAIM_BUSY (-2)
 int cache_claim(cache_t *c, char *err, size_t err_size);
 /* Lets the directory's lock go (the cache is being freed). */
 void cache_unclaim(cache_t *c);

@@ -52,7 +52,7 @@ int cache_claim(cache_t *c, char *err, size_t err_size) {
              "other's fetches in progress as it starts); give each its own --cache-dir (the "
              "default, /var/tmp/muster-node-NAME/cache, is one per node name)",
              c->dir, holder);
-    return -1;
+    return CACHE_CLAIM_BUSY;
   }
   if (fd < 0) {
     snprintf(err, err_size, "cannot open the cache dir's lock %s: %s", path, strerror(errno));

@@ -87,6 +87,16 @@ class SharedCacheDirTest(unittest.TestCase):
         after = self.agent("fw-after")
         self.assertEqual(self.read(after), "hit")
 
+    def test_a_dir_where_no_lock_can_be_made_is_served_uncached(self):
+        # As a dir where nothing can be written (read-only, full): the agent starts and
+        # serves its reads from the head, saying why once.
+        os.makedirs(os.path.join(self.cache, "@agent.lock"))
+        agent = self.agent("fw-nolock")
+        self.assertEqual(self.read(agent), None)
+        self.assertEqual(self.read(agent), None)
+        said = "cannot open the cache dir's lock %s/@agent.lock: Is a directory" % self.cache
+        self.assertEqual(agent.log().count(said), 1, agent.log())
+
     def test_the_lock_removed_with_the_dir_is_taken_again(self):
         first = self.agent("fw-first")
         self.assertEqual(self.read(first), "miss")
