@@ -126,6 +126,10 @@ typedef struct {
   int registrations; /* registrations the head accepted (more than one: re-registered) */
   int64_t beat_ms;   /* heartbeat interval */
   int64_t next_ms;   /* when the next registration or heartbeat is due */
+  /* The last registration that failed (MUSTER_OK: none did): said at the
+   * stop of an agent the head never took (agent_say_stopped). */
+  muster_err_t register_err;
+  char register_why[700];
 } agent_bg_t;
 
 /* The node's registration body (json). */
@@ -256,8 +260,12 @@ static muster_err_t agent_bg_register(agent_bg_t *bg) {
     err = agent_register(bg);
   }
   agent_bg_reached(bg, "register", err);
-  if (err != MUSTER_OK && err != MUSTER_NOT_FOUND)
+  if (err != MUSTER_OK && err != MUSTER_NOT_FOUND) {
+    bg->register_err = err;
+    snprintf(bg->register_why, sizeof bg->register_why, "%s: %s", muster_err_name(err),
+             muster_client_message(bg->client));
     return err;
+  }
   if (err == MUSTER_NOT_FOUND)
     agent_log(a, "the head at %s has no node API (%s); running without registering the node",
               a->cfg->head_url, muster_client_message(bg->client));
@@ -635,6 +643,31 @@ static void agent_sync_init(node_agent_t *a) {
   pthread_condattr_destroy(&attr);
 }
 
+/*
+ * The stop's last line, once the loop and the background thread ended: the
+ * node stopped; or, when the head never took its registration, that it did
+ * not start, and why.  Returns the exit status: 1 when the head refused the
+ * registration (another running agent holds the node's name, say: a mistake
+ * to fix, as a refused token is), 0 otherwise (stopped while the head did not
+ * answer, or before the first try).
+ */
+static int agent_say_stopped(const node_agent_t *a, const agent_bg_t *bg) {
+  if (bg->registrations > 0 || bg->registered != 0) {
+    agent_log(a, "node %s stopped", a->name);
+    return 0;
+  }
+  if (bg->register_err == MUSTER_OK) {
+    agent_log(a, "node %s stopped before it registered with the head; no worker was started",
+              a->name);
+    return 0;
+  }
+  int status = muster_err_http_status(bg->register_err);
+  bool refused = status >= 400 && status < 500;
+  agent_log(a, "node %s did not start: the head %s its registration (%s); no worker was started",
+            a->name, refused ? "refused" : "did not take", bg->register_why);
+  return refused ? 1 : 0;
+}
+
 /* Plans the workers, opens the API port and the client, then runs the agent
  * until it stops; returns the exit status (2: a bad GPU list).  What it set
  * up is left for agent_release, also when a step fails. */
@@ -652,7 +685,7 @@ static int agent_serve(node_agent_t *a, agent_bg_t *bg, int notify[2]) {
     if (a->refused)
       status = 1;
     if (status == 0)
-      agent_log(a, "node %s stopped", a->name);
+      status = agent_say_stopped(a, bg);
     return status;
   }
   /* Nothing was sent to the head: the file names what this agent found

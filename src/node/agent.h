@@ -177,6 +177,16 @@ int sup_running(const node_agent_t *a);
 /* Frees the supervisor's state (the processes must be gone). */
 void sup_free(node_agent_t *a);
 
+/* ---- worker_leftovers.c ---- */
+
+/*
+ * Kills every process left in the session of dead, unreaped worker process
+ * `worker_pid` (SIGKILL to each process group).  Returns how many of them
+ * outlived it: not counting the processes its commands' guards end
+ * themselves (a live guard's group, the guards) nor those dying already.
+ */
+int wleft_kill(const node_agent_t *a, pid_t worker_pid);
+
 /* ---- worker_log.c: each line a worker writes, tagged with the worker ---- */
 
 /* Makes the output pipe of worker `w`'s next process: 0 with the write end

@@ -140,8 +140,7 @@ const char *cache_file_path(const cache_t *c, const cache_entry_t *e) {
   return path;
 }
 
-/* mkdir -p of DIR/`sub` (sub may be NULL); 0 or -1 with errno. */
-static int cache_mkdir(const cache_t *c, const char *sub) {
+int cache_make_dir(const cache_t *c, const char *sub) {
   char path[1024];
   snprintf(path, sizeof path, "%s", c->dir);
   for (char *p = path + 1; *p; p++) {
@@ -161,7 +160,7 @@ static int cache_mkdir(const cache_t *c, const char *sub) {
 }
 
 int cache_links_dir(cache_t *c, char *buf, size_t size) {
-  if (cache_mkdir(c, "links") != 0)
+  if (cache_make_dir(c, "links") != 0)
     return -1;
   snprintf(buf, size, "%s/links", c->dir);
   return 0;
@@ -243,6 +242,7 @@ void cache_reader_begin(cache_t *c, cache_entry_t *e) {
 }
 
 static void cache_release(cache_t *c) {
+  cache_unclaim(c);
   if (c->notify_rd >= 0)
     close(c->notify_rd);
   if (c->notify_wr >= 0)
@@ -433,7 +433,11 @@ static int cache_tmp_reserve(cache_t *c, cache_entry_t *e, char *err, size_t err
 
 cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
                                  uint64_t checksum, int64_t size, char *err, size_t err_size) {
-  const char *sub = cache_mkdir(c, "tmp") != 0 ? "tmp" : cache_mkdir(c, scope) != 0 ? scope : NULL;
+  if (cache_claim(c, err, err_size) != 0)
+    return NULL;
+  const char *sub = cache_make_dir(c, "tmp") != 0   ? "tmp"
+                    : cache_make_dir(c, scope) != 0 ? scope
+                                                    : NULL;
   if (sub) { /* name the directory that failed: the cache dir may well exist */
     snprintf(err, err_size, "cannot create the cache directory %s or %s/%s: %s", c->dir, c->dir,
              sub, strerror(errno));
@@ -460,7 +464,7 @@ int cache_fetch_renew(cache_t *c, cache_entry_t *e, char *err, size_t err_size) 
     close(e->tmp_fd); /* its file is gone (CACHE_COMMIT_VANISHED): nothing to unlink */
   e->tmp_fd = -1;
   e->tmp_path[0] = '\0';
-  if (cache_mkdir(c, "tmp") != 0) {
+  if (cache_make_dir(c, "tmp") != 0) {
     snprintf(err, err_size, "cannot create the cache directory %s/tmp: %s", c->dir,
              strerror(errno));
     return -1;
@@ -525,7 +529,7 @@ int cache_fetch_commit(cache_t *c, cache_entry_t *e, int64_t got_size, uint64_t 
   char path[1024];
   cache_path_of(c, e, path, sizeof path);
   struct stat st;
-  if (fchmod(e->tmp_fd, 0444) == 0 && cache_mkdir(c, e->scope) == 0 && /* see cache_drop */
+  if (fchmod(e->tmp_fd, 0444) == 0 && cache_make_dir(c, e->scope) == 0 && /* see cache_drop */
       rename(e->tmp_path, path) == 0 && fstat(e->tmp_fd, &st) == 0) {
     cache_fetch_stored(c, e, &st);
     return 0;
@@ -642,7 +646,8 @@ static void cache_scan(cache_t *c) {
     closedir(top);
 }
 
-cache_t *cache_open(const char *dir, int64_t limit_bytes, char *err, size_t err_size) {
+cache_t *cache_open(const char *dir, int64_t limit_bytes, const char *owner, char *err,
+                    size_t err_size) {
   if (dir == NULL || dir[0] != '/' || strlen(dir) >= sizeof((cache_t *)0)->dir - 1) {
     snprintf(err, err_size, "--cache-dir '%s': need an absolute path of at most 398 characters",
              dir ? dir : "");
@@ -657,12 +662,18 @@ cache_t *cache_open(const char *dir, int64_t limit_bytes, char *err, size_t err_
     return NULL;
   }
   c->nbuckets = CACHE_BUCKETS;
-  c->notify_rd = c->notify_wr = -1;
+  c->notify_rd = c->notify_wr = c->lock_fd = -1;
   snprintf(c->dir, sizeof c->dir, "%s", dir);
+  snprintf(c->owner, sizeof c->owner, "%s", owner);
   size_t len = strlen(c->dir);
   while (len > 1 && c->dir[len - 1] == '/')
     c->dir[--len] = '\0';
   c->limit_bytes = limit_bytes > 0 ? limit_bytes : CACHE_DEFAULT_BYTES;
+  struct stat st; /* a directory there already is claimed before it is scanned */
+  if (stat(c->dir, &st) == 0 && cache_claim(c, err, err_size) == CACHE_CLAIM_BUSY) {
+    cache_release(c);
+    return NULL;
+  }
   cache_scan(c);
   cache_make_room(c, 0);
   return c;

@@ -15,12 +15,15 @@
  * Files: DIR/SCOPE/NAME@LEVEL@CHECKSUM (the checksum as 16 hex digits), written
  * as DIR/tmp/fetch-XXXXXX and renamed into place once complete and verified,
  * mode 0444.  DIR/links/ holds directories the agent's workers hard-link the
- * levels they use into (same file system, no copy).  Names and scopes are
- * [A-Za-z0-9._-]{1,128}, so they need no escaping and '@' never occurs in them.
+ * levels they use into (same file system, no copy).  DIR/@agent.lock is
+ * held by the one agent using the directory (cache_lock.c).  Names and scopes
+ * are [A-Za-z0-9._-]{1,128}, so they need no escaping and '@' never occurs in
+ * them.
  */
 #ifndef MUSTER_NODE_CACHE_H
 #define MUSTER_NODE_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -76,6 +79,8 @@ typedef struct {
 
 typedef struct cache {
   char dir[400];
+  char owner[130]; /* the node's name, written into the lock (cache_lock.c) */
+  int lock_fd;     /* DIR/@agent.lock, held once the directory is used; -1 before */
   int64_t limit_bytes;
   int64_t bytes_cached;     /* sizes of the READY entries in the index */
   int64_t bytes_fetching;   /* sizes of the fetches in progress (room is made for them) */
@@ -102,12 +107,29 @@ typedef struct cache {
 void cache_stats_snapshot(const cache_t *c, cache_stats_t *out);
 
 /*
- * Opens the cache at `dir` with `limit_bytes`.  The directory is created on
- * first use, not here; levels a previous agent left in it are taken over
- * (verified by checksum on first use) and stale temporary files removed.
- * Returns the cache (cache_free), or NULL with `err` filled.
+ * Opens the cache at `dir` with `limit_bytes` for node `owner`.  The
+ * directory is created on first use, not here; one that is there already is
+ * claimed (cache_claim: another running agent's is refused; one where no lock
+ * can be made is opened all the same, to serve uncached), then the levels
+ * a previous agent left in it are taken over (verified by checksum on first
+ * use) and stale temporary files removed.  Returns the cache (cache_free), or
+ * NULL with `err` filled.
  */
-cache_t *cache_open(const char *dir, int64_t limit_bytes, char *err, size_t err_size);
+cache_t *cache_open(const char *dir, int64_t limit_bytes, const char *owner, char *err,
+                    size_t err_size);
+/*
+ * Makes sure this agent holds the directory's lock (cache_lock.c), creating
+ * the directory (and taking the lock) when it is not there.  0; or, with
+ * `err` filled, CACHE_CLAIM_BUSY (another running agent holds it: named, with
+ * what to do) or -1 (the directory or its lock file cannot be made: a
+ * read-only or full disk, whose reads are then served uncached).
+ */
+#define CACHE_CLAIM_BUSY (-2)
+int cache_claim(cache_t *c, char *err, size_t err_size);
+/* Lets the directory's lock go (the cache is being freed). */
+void cache_unclaim(cache_t *c);
+/* mkdir -p of DIR/`sub` (`sub` NULL: DIR itself); 0, or -1 with errno. */
+int cache_make_dir(const cache_t *c, const char *sub);
 /* Frees the cache and its entries (files stay on disk); accepts NULL.  While
  * replies still hold files (readers), what they use is freed by the last
  * cache_reader_end instead. */

@@ -530,7 +530,7 @@ int cache_http_start(node_agent_t *a) {
     snprintf(dir, sizeof dir, "%s", cfg->cache_dir);
   else
     snprintf(dir, sizeof dir, "/var/tmp/muster-node-%s/cache", a->name);
-  a->cache = cache_open(dir, cfg->cache_bytes, err, sizeof err);
+  a->cache = cache_open(dir, cfg->cache_bytes, a->name, err, sizeof err);
   if (a->cache == NULL) {
     agent_log(a, "%s", err);
     return -1;

@@ -20,8 +20,11 @@
  * relayed: the head's 100 becomes the agent's 100 to the client, and a final
  * answer before it (a refusal: a bad token, a level conflict, a body over the
  * head's limit) goes to the client at once, the body unread, the connection
- * closed after it (h1_body_refuse).  The same holds for a head that answers
- * early while the body flows.  A client that goes away mid-body cuts the
+ * closed after it (h1_body_refuse).  A head that answers early while the body
+ * flows (sent without Expect, or after the 100) has its answer passed on at
+ * once too, and the rest of the body is read and dropped, up to FWD_DROP_MAX,
+ * keeping the connection, as the head does (h1_body_drop).  A client that
+ * goes away mid-body cuts the
  * request to the head (its connection closes).  Requests the agent serves
  * itself, or routes only once their body is read (an iteration's creation),
  * come whole (fwd_forward).
@@ -56,6 +59,13 @@
  * client's body pauses, and below which it goes on. */
 #define FWD_BODY_HIGH (256 * 1024)
 #define FWD_BODY_LOW (64 * 1024)
+/* The most of a body the head refused before its end that the agent reads
+ * and drops to keep the client's connection (h1_body_drop): what the head's
+ * HTTP layer reads of a body with its default --max-body (4 x 8 MiB + 64 KiB,
+ * src/server/http.c); a longer body it refuses by its length and closes.  (An
+ * upload it refused while it streams, the head reads to the end; the agent
+ * does not spend more of its machine's network than this on one.) */
+#define FWD_DROP_MAX (4 * (8L << 20) + 64 * 1024)
 
 /* One request in flight. */
 typedef struct {
@@ -118,12 +128,25 @@ static void fwd_on_client_ready(void *arg) {
     up_read(f->conn, true);
 }
 
-/* The client's body is not read on: the head answered before its end. */
+/* The client's body is not read on: the head failed or the agent stops
+ * before its end, and the connection closes after the answer. */
 static void fwd_refuse_body(fwd_req_t *f) {
   if (!f->body_streams)
     return;
   f->body_streams = false;
   h1_body_refuse(f->q);
+}
+
+/* The head answered before the client's body ended (a refusal: a bad token,
+ * a level that conflicts, a body over its limit): the rest of the body is
+ * read and dropped, up to FWD_DROP_MAX, and the connection kept, as the head
+ * keeps its own; a client still waiting for the head's "100 Continue" is
+ * answered without its body, and a longer body cut, the connection closed. */
+static void fwd_drop_body(fwd_req_t *f) {
+  if (!f->body_streams)
+    return;
+  f->body_streams = false;
+  h1_body_drop(f->q, FWD_DROP_MAX);
 }
 
 /* The head said "100 Continue": so does the agent to its client. */
@@ -135,7 +158,7 @@ static void fwd_on_continue(void *arg) {
 /* The head's status line and headers arrived: start the client's reply. */
 static void fwd_on_reply(void *arg, const up_reply_t *r) {
   fwd_req_t *f = arg;
-  fwd_refuse_body(f);
+  fwd_drop_body(f);
   for (size_t i = 0; i < r->nheaders; i++) {
     const char *name = r->headers[i].name;
     if (!fwd_is_hop(name) && !fwd_reply_names_hop(r, name) && strcasecmp(name, "Date") != 0)

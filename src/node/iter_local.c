@@ -39,19 +39,18 @@
 #include "server/jw.h"
 #include "server/log.h"
 #include "server/store.h"
+#include "server/walvfs.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h> /* evhttp_parse_query_str's pairs */
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -66,6 +65,12 @@ typedef struct iter_local {
   store_t *st; /* NULL until the first local iteration (or an existing file) */
   int lock_fd; /* STATE_DIR/agent.lock, held (flock) once the store is open; -1 before */
   struct event *sweep;
+  /* A full disk (il_note_disk): walvfs's count of writes that found no room,
+   * as last seen; whether the disk is known to be full, and how many requests
+   * were refused since it was found so. */
+  uint64_t full_seen;
+  bool full;
+  int64_t full_refused;
 } iter_local_t;
 
 typedef enum {
@@ -236,29 +241,23 @@ static int il_mkdirs(const char *dir) {
  * 0, or -1 with *f filled.
  */
 static int il_lock(iter_local_t *L, fail_t *f) {
-  char path[sizeof L->dir + sizeof IL_LOCK_NAME + 1], holder[160] = "";
+  char path[sizeof L->dir + sizeof IL_LOCK_NAME + 1], holder[160];
   snprintf(path, sizeof path, "%s/" IL_LOCK_NAME, L->dir);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = node_dir_lock_take(path, holder, sizeof holder);
+  if (fd == NODE_LOCK_BUSY) {
+    fail_set(f, MUSTER_STORE,
+             "node agent %s: its state dir %s is in use by another node agent (%s): two agents "
+             "cannot share one; give each its own --state-dir (the default, "
+             "/var/tmp/muster-node-NAME/state, is one per node name)",
+             L->a->name, L->dir, holder);
+    return -1;
+  }
   if (fd < 0) {
     fail_set(f, MUSTER_STORE, "node agent %s: cannot open %s: %s", L->a->name, path,
              strerror(errno));
     return -1;
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
-    holder[n > 0 ? n : 0] = '\0';
-    holder[strcspn(holder, "\n")] = '\0';
-    close(fd);
-    fail_set(f, MUSTER_STORE,
-             "node agent %s: its state dir %s is in use by another node agent (%s): two agents "
-             "cannot share one; give each its own --state-dir (the default, "
-             "/var/tmp/muster-node-NAME/state, is one per node name)",
-             L->a->name, L->dir, holder[0] ? holder : "unknown");
-    return -1;
-  }
-  char line[160];
-  int len = snprintf(line, sizeof line, "pid %d, node %s\n", (int)getpid(), L->a->name);
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len)
+  if (!node_dir_lock_note(fd, L->a->name))
     agent_log(L->a, "cannot write who holds %s (it is held all the same)", path);
   L->lock_fd = fd;
   return 0;
@@ -297,6 +296,68 @@ static int il_holds(iter_local_t *L, const char *name) {
   return found;
 }
 
+/* The domain call of `op` (in the open transaction): its reply, or NULL with
+ * *f filled; *created for a new iteration. */
+static json_t *il_call(store_t *st, il_op_t op, const char *name, const json_t *body, bool *created,
+                       fail_t *f) {
+  switch (op) {
+  case IL_CREATE:
+    return iter_create(st, body, created, f);
+  case IL_GET:
+    return iter_get(st, name, f);
+  case IL_DELETE:
+    return iter_delete(st, name, f);
+  case IL_NEXT:
+    return iter_next(st, name, body, f);
+  case IL_ACK:
+    return iter_ack(st, name, body, f);
+  case IL_HEARTBEAT:
+    return iter_heartbeat(st, name, body, f);
+  case IL_CHECKPOINT:
+    return iter_checkpoint(st, name, f);
+  case IL_HELD:
+    return il_held(st, name, body, f);
+  default:
+    fail_set(f, MUSTER_INTERNAL, "no such iteration request");
+    return NULL;
+  }
+}
+
+/*
+ * Notes what a request (or the sweep) that just ended says of the state
+ * dir's disk, and returns true when it found the disk full (the caller
+ * counts the requests so refused).  A write that
+ * found no room (walvfs counts them; the store's message says so where its
+ * own VFS is not in use) marks the disk full: the store logs that, at most
+ * every 10 s.  The first request after that whose writes were committed
+ * (`committed`, with rows changed since `changes_before`) says, once, that
+ * there is room again, with how many were refused meanwhile.
+ */
+static bool il_note_disk(iter_local_t *L, bool committed, int64_t changes_before, const fail_t *f) {
+  walvfs_stats_t w;
+  walvfs_stats(&w);
+  bool full = w.full != L->full_seen ||
+              (!committed && f->code == MUSTER_STORE && strstr(fail_message(f), " is full: "));
+  L->full_seen = w.full;
+  if (full) {
+    L->full = true;
+    return true;
+  }
+  if (L->full && committed && store_changes(L->st) != changes_before) {
+    char refused[64] = "";
+    if (L->full_refused > 0)
+      snprintf(refused, sizeof refused, " (%lld refused while it was full)",
+               (long long)L->full_refused);
+    agent_log(L->a,
+              "iterations: the disk holding %s has room again: requests that write are taken "
+              "again%s",
+              L->path, refused);
+    L->full = false;
+    L->full_refused = 0;
+  }
+  return false;
+}
+
 /* Runs one domain call in its own transaction and answers.  `body` is the
  * request's body, or its query for IL_HELD. */
 static void il_run(iter_local_t *L, h1_req_t *in, il_op_t op, const char *name,
@@ -306,35 +367,8 @@ static void il_run(iter_local_t *L, h1_req_t *in, il_op_t op, const char *name,
   bool created = false;
   store_t *st = il_store(L, &f);
   if (st && store_request_begin(st, &f) == MUSTER_OK) {
-    switch (op) {
-    case IL_CREATE:
-      out = iter_create(st, body, &created, &f);
-      break;
-    case IL_GET:
-      out = iter_get(st, name, &f);
-      break;
-    case IL_DELETE:
-      out = iter_delete(st, name, &f);
-      break;
-    case IL_NEXT:
-      out = iter_next(st, name, body, &f);
-      break;
-    case IL_ACK:
-      out = iter_ack(st, name, body, &f);
-      break;
-    case IL_HEARTBEAT:
-      out = iter_heartbeat(st, name, body, &f);
-      break;
-    case IL_CHECKPOINT:
-      out = iter_checkpoint(st, name, &f);
-      break;
-    case IL_HELD:
-      out = il_held(st, name, body, &f);
-      break;
-    default:
-      fail_set(&f, MUSTER_INTERNAL, "no such iteration request");
-      break;
-    }
+    int64_t changes = store_changes(st);
+    out = il_call(st, op, name, body, &created, &f);
     store_request_end(st, out != NULL);
     fail_t cf = {0};
     if (store_commit(st, &cf) != MUSTER_OK && out) {
@@ -342,6 +376,7 @@ static void il_run(iter_local_t *L, h1_req_t *in, il_op_t op, const char *name,
       out = NULL;
       f = cf;
     }
+    L->full_refused += il_note_disk(L, out != NULL, changes, &f);
   }
   if (out)
     il_send(L->a, in, created ? 201 : 200, out);
@@ -581,9 +616,12 @@ static void il_on_sweep(evutil_socket_t fd, short what, void *arg) {
   int64_t now = now_ms();
   if (L->st == NULL || !iter_any_due(L->st, now) || store_request_begin(L->st, &f))
     return;
+  int64_t changes = store_changes(L->st);
   bool ok = iter_expire_due(L->st, now) >= 0;
   store_request_end(L->st, ok);
-  if (store_commit(L->st, &f) != MUSTER_OK)
+  bool committed = store_commit(L->st, &f) == MUSTER_OK;
+  /* A full disk is the store's to say (once in 10 s), not every 100 ms here. */
+  if (!il_note_disk(L, ok && committed, changes, &f) && !committed)
     agent_log(L->a, "iterations: sweep: %s", fail_message(&f));
 }
 

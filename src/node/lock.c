@@ -143,3 +143,31 @@ void node_lock_describe(int fd, const char *info) {
   if (pwrite(fd, text, len, 0) != (ssize_t)len || ftruncate(fd, (off_t)len) != 0)
     fprintf(stderr, "muster node: cannot write the agent lock file: %s\n", strerror(errno));
 }
+
+/* ---- a directory's lock (the cache dir's, the state dir's) ---------------- */
+
+int node_dir_lock_take(const char *path, char *held_by, size_t size) {
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+    return fd;
+  int failure = errno;
+  ssize_t n = pread(fd, held_by, size - 1, 0);
+  held_by[n > 0 ? n : 0] = '\0';
+  held_by[strcspn(held_by, "\n")] = '\0';
+  if (held_by[0] == '\0')
+    snprintf(held_by, size, "unknown");
+  close(fd);
+  if (failure != EWOULDBLOCK) {
+    errno = failure;
+    return -1;
+  }
+  return NODE_LOCK_BUSY;
+}
+
+bool node_dir_lock_note(int fd, const char *node) {
+  char line[200];
+  int len = snprintf(line, sizeof line, "pid %d, node %s\n", (int)getpid(), node);
+  return ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)len, 0) == len;
+}

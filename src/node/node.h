@@ -13,6 +13,7 @@
 #ifndef MUSTER_NODE_H
 #define MUSTER_NODE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -99,6 +100,19 @@ void node_lock_previous(int fd, char *instance, size_t size);
 /* Replaces the lock file's text with `info` (lines "key value") followed by
  * "boot ID" and "inode DEV:INO", where it was written. */
 void node_lock_describe(int fd, const char *info);
+
+/*
+ * A directory one agent at a time may use (the node cache's --cache-dir, the
+ * node-local iterations' --state-dir): takes flock on the file `path` in it
+ * (created, close-on-exec), held through the returned descriptor for the
+ * caller's life; the kernel drops it with the process, however it ends.
+ * Returns the fd; NODE_LOCK_BUSY with the holder's line ("pid 12, node n1",
+ * or "unknown") in `held_by`; or -1 with errno.
+ */
+int node_dir_lock_take(const char *path, char *held_by, size_t size);
+/* Writes "pid P, node NODE" into the held lock `fd`, for the next agent's
+ * refusal to name; false when it could not (the lock is held all the same). */
+bool node_dir_lock_note(int fd, const char *node);
 
 /* ---- the agent ------------------------------------------------------------ */
 

@@ -20,8 +20,9 @@
  * command that has exited) still stays in the worker's session, which nothing
  * else can join, so before the dead worker is reaped (its pid, and so the
  * session id, cannot be reused while it is a zombie) every process of that
- * session is killed.  A command's result would be refused anyway: the crash
- * report makes its lease lapse.
+ * session is killed (worker_leftovers.c), and those that escaped the guards
+ * are logged.  A command's result would be refused anyway: the crash report
+ * makes its lease lapse.
  *
  * A worker tells the agent its worker id through the report pipe (fd 3,
  * MUSTER_AGENT_FD) each time it registers.  When a worker dies by a signal we
@@ -35,12 +36,9 @@
 #include "node/agent.h"
 #include "node/cache.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <signal.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,60 +337,6 @@ static void sup_ended(node_worker_t *w, int status) {
     sup_schedule(w);
 }
 
-/* The process group and session of process `pid` from /proc/PID/stat; false
- * when it is gone or a zombie.  The fields follow the command name, which is
- * in parentheses and may itself hold spaces and parentheses. */
-static bool sup_proc_ids(const char *pid, pid_t *pgrp, pid_t *session) {
-  char path[sizeof "/proc//stat" + NAME_MAX], text[512];
-  snprintf(path, sizeof path, "/proc/%s/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return false;
-  ssize_t n = read(fd, text, sizeof text - 1);
-  close(fd);
-  if (n <= 0)
-    return false;
-  text[n] = '\0';
-  const char *rest = strrchr(text, ')');
-  char state;
-  int ppid, group, sid;
-  if (rest == NULL || sscanf(rest + 1, " %c %d %d %d", &state, &ppid, &group, &sid) != 4 ||
-      state == 'Z')
-    return false;
-  *pgrp = group;
-  *session = sid;
-  return true;
-}
-
-/* Kills every process left in the session of dead worker `w` (see the top of
- * this file); returns how many processes were found (each one's group is
- * killed, so a group of several is killed more than once, harmlessly).  A process could
- * fork between the scan and the kill, so scans repeat until one finds
- * nothing (a few at most: each kill takes a whole group). */
-static int sup_kill_leftovers(const node_worker_t *w) {
-  int killed = 0;
-  for (int pass = 0; pass < 5; pass++) {
-    DIR *proc = opendir("/proc");
-    if (proc == NULL)
-      return killed;
-    int found = 0;
-    struct dirent *e;
-    while ((e = readdir(proc)) != NULL) {
-      pid_t pgrp, session;
-      if (e->d_name[0] < '1' || e->d_name[0] > '9' || !sup_proc_ids(e->d_name, &pgrp, &session) ||
-          session != w->pid || pgrp <= 1)
-        continue;
-      killpg(pgrp, SIGKILL);
-      found++;
-    }
-    closedir(proc);
-    if (found == 0)
-      break;
-    killed += found;
-  }
-  return killed;
-}
-
 void sup_reap(node_agent_t *a) {
   for (;;) {
     /* Look first, reap after: the zombie keeps the session id unused while
@@ -405,7 +349,7 @@ void sup_reap(node_agent_t *a) {
     for (int i = 0; i < a->nworkers && w == NULL; i++)
       if (a->workers[i].pid == pid)
         w = &a->workers[i];
-    int left = w ? sup_kill_leftovers(w) : 0;
+    int left = w ? wleft_kill(a, pid) : 0;
     int status;
     if (waitpid(pid, &status, 0) != pid)
       return;

@@ -215,6 +215,14 @@ void h1_body_resume(h1_req_t *q);
  * dropped meanwhile (RFC 9110, 10.1.1: the client may stop at the final
  * status, or it sends on into the lingering close). */
 void h1_body_refuse(h1_req_t *q);
+/* The rest of the body is not wanted, but the connection is (a refusal
+ * answered while the body flows, as the head answers one itself): the sink
+ * is detached, and what the client still sends of the body is read and
+ * dropped, up to `most` bytes, after which the next request is read as
+ * usual.  A body with more than `most` bytes left, by its length, or a
+ * chunked one that passes them, closes the connection after the reply, as
+ * does a client still waiting for a "100 Continue" (h1_body_refuse). */
+void h1_body_drop(h1_req_t *q, int64_t most);
 
 /* ---- streamed replies (h1_stream.c) ----
  *

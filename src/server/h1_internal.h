@@ -38,6 +38,8 @@ typedef struct {
   bool chunked;
   int64_t left; /* bytes left of the body (length) or of the chunk (chunked) */
   h1_chunk_state_t cs;
+  int64_t drop_left; /* h1_body_drop: body bytes still to drop before the connection
+                      * closes instead; -1: no bound */
 } h1_frame_t;
 
 typedef struct {

@@ -348,7 +348,8 @@ static h1_req_t *parse_head(h1_conn_t *c, size_t len) {
 typedef enum { FR_MORE, FR_OK, FR_END, FR_BAD } frame_rc_t;
 
 static void frame_init(h1_frame_t *fr, int64_t length) {
-  *fr = (h1_frame_t){.chunked = length < 0, .left = length < 0 ? 0 : length, .cs = CH_SIZE};
+  *fr = (h1_frame_t){
+      .chunked = length < 0, .left = length < 0 ? 0 : length, .cs = CH_SIZE, .drop_left = -1};
 }
 
 /* A chunk-size line's value (extensions after ';' ignored); -1 when bad. */
@@ -479,6 +480,16 @@ static void body_frame_bad(h1_conn_t *c, h1_req_t *q) {
   c->state = ST_IGNORE;
 }
 
+/* A dropped body (h1_body_drop) passed its bound: the connection closes
+ * after the reply, which was answered already, and what still comes of the
+ * body is ignored. */
+static void body_drop_over(h1_conn_t *c, h1_req_t *q) {
+  if (q != NULL)
+    q->close = true;
+  c->state = ST_IGNORE;
+  h1_conn_dirty(c); /* lingers once what is queued is written */
+}
+
 /* Refuses a request head (request line and headers) over the limit, naming it. */
 static void head_too_big(h1_conn_t *c) {
   char msg[160];
@@ -501,6 +512,9 @@ static bool body_frame_data(h1_conn_t *c, h1_req_t *q, const char *data, size_t 
     }
   } else if (q && q->on_data && !q->on_data(q->sink, data, dlen)) {
     h1_body_detach(q); /* the rest is dropped; the sink answers */
+  } else if (c->frame.drop_left >= 0 && (c->frame.drop_left -= (int64_t)dlen) < 0) {
+    body_drop_over(c, q);
+    return false;
   }
   return true;
 }

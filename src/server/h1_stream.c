@@ -124,6 +124,22 @@ void h1_body_refuse(h1_req_t *q) {
   body_unpause(c);
 }
 
+void h1_body_drop(h1_req_t *q, int64_t most) {
+  h1_conn_t *c = q->conn;
+  bool asked = q->continue_deferred ||
+               (q->continue_pending && (c == NULL || c->first != q || c->cont_off == 0));
+  if (c == NULL || asked || (!c->frame.chunked && c->frame.left > most)) {
+    h1_body_refuse(q); /* not sent (a 100 that never went), or too much to drop */
+    return;
+  }
+  h1_body_detach(q);
+  if (c->last == q && c->state == ST_STREAM) {
+    c->state = ST_DISCARD;
+    c->frame.drop_left = most;
+  }
+  body_unpause(c);
+}
+
 void h1_body_detach(h1_req_t *q) {
   q->on_data = NULL;
   q->on_end = NULL;

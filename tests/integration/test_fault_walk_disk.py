@@ -4,6 +4,10 @@
 - A node agent whose --state-dir is full refuses a node-local iteration's write saying
   the disk is full and that the agent (not the head, which has nothing to do with it)
   goes on by itself; it does once there is room.
+- Room again after a full disk was not said: the agent logged the full disk of its
+  --state-dir (the store's line) and of its --cache-dir (a level served uncached), but
+  nothing when writes succeeded again.  It now says so once for the state dir, with how
+  many requests were refused meanwhile, and the cache says it stores levels again, once.
 - A shared data upload that fills the head's disk is refused saying so, as the store
   says it, to the client and in the head's log (it said only "cannot write the upload to
   PATH: No space left on device", and the log nothing).
@@ -89,6 +93,84 @@ class NodeStateDiskFullTest(TinyDiskCase):
         os.unlink(os.path.join(self.mnt, "filler"))
         again = self.create("it-%d" % i)
         self.assertEqual(again.status, 201, again)
+
+
+class NodeDiskRoomAgainTest(TinyDiskCase):
+    def setUp(self):
+        super().setUp()
+        self.head = Head()
+        self.addCleanup(self.head.cleanup)
+        self.head.start()
+        self.state = os.path.join(self.mnt, "state")
+        self.cache = os.path.join(self.mnt, "cache")
+        self.agent = Agent(self.head, self.dir, "fw-room",
+                           args=["--state-dir", self.state, "--cache-dir", self.cache])
+        self.addCleanup(self.agent.kill)
+        self.agent.start()
+
+    def create(self, name):
+        return self.agent.request("POST", "/v1/iterations", {
+            "name": name, "dataset": {"num_samples": 100000}, "world_size": 8,
+            "cluster_sync": False})
+
+    def read(self, name, data):
+        r = self.head.request("PUT", "/v1/shared/sc/" + name, raw=data,
+                              content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+        r = self.agent.request("GET", "/v1/shared/sc/" + name)
+        self.assertEqual((r.status, r.raw == data), (200, True), r)
+        return r.headers.get("X-Muster-Cache")
+
+    def test_room_again_is_said_once(self):
+        self.assertEqual(self.create("first").status, 201)  # the store exists
+        fill(self.mnt)
+        refused = 0
+        for i in range(200):  # the store's pages still free take a few
+            if self.create("full-%d" % i).status != 201:
+                refused += 1
+                if refused == 3:
+                    break
+        self.assertEqual(refused, 3, "no create was refused on a full disk")
+        self.assertIsNone(self.read("one", os.urandom(300000)))  # served uncached
+        log = self.agent.log()
+        self.assertIn("the disk holding %s/iterations.db is full" % self.state, log)
+        self.assertIn("cache: no room for 300000 bytes in %s" % self.cache, log)
+        self.assertNotIn("room again", log)
+
+        os.unlink(os.path.join(self.mnt, "filler"))
+        for i in range(3):
+            self.assertEqual(self.create("again-%d" % i).status, 201)
+            self.assertEqual(self.read("two-%d" % i, os.urandom(1000)), "miss")
+        log = self.agent.log()
+        said = ("muster node: iterations: the disk holding %s/iterations.db has room again: "
+                "requests that write are taken again (3 refused while it was full)\n"
+                % self.state)
+        self.assertEqual(log.count(said), 1, log)
+        self.assertEqual(log.count("muster node: cache: storing levels in %s again\n"
+                                   % self.cache), 1, log)
+
+    def test_a_refused_sweep_adds_no_line_of_its_own(self):
+        r = self.agent.request("POST", "/v1/iterations", {
+            "name": "lapse", "dataset": {"num_samples": 400}, "block_size": 4,
+            "world_size": 1, "strategy": "dynamic", "lease_ms": 200,
+            "rank_timeout_ms": 600000, "cluster_sync": False})
+        self.assertEqual(r.status, 201, r)
+        r = self.agent.request("POST", "/v1/iterations/lapse/next", {"rank": 0, "max": 1})
+        self.assertEqual(r.status, 200, r)
+        fill(self.mnt)
+        # No request comes now: the first write to find the disk full is the sweep's,
+        # which expires the block's lease (every 100 ms, refused each time).
+        full = "the disk holding %s/iterations.db is full" % self.state
+        harness.wait_until(lambda: full in self.agent.log(),
+                           what=lambda: "the sweep's write refused:\n" + self.agent.log())
+        os.unlink(os.path.join(self.mnt, "filler"))
+        said = ("muster node: iterations: the disk holding %s/iterations.db has room again: "
+                "requests that write are taken again\n" % self.state)  # none was refused
+        harness.wait_until(lambda: said in self.agent.log(),
+                           what=lambda: "the sweep's write taken:\n" + self.agent.log())
+        self.assertNotIn("iterations: sweep:", self.agent.log())  # the store's line says it
+        ranks = self.agent.request("GET", "/v1/iterations/lapse").json["ranks"]
+        self.assertEqual(ranks[0]["expired"], 1, ranks)
 
 
 class SharedUploadDiskFullTest(TinyDiskCase):

@@ -198,7 +198,10 @@ class NoTakeoverTest(TakeoverCase):
                 self.assertTrue(self.node_at("twin", first))
                 self.assertNotIn("taking over", second.log())
                 self.assertNotIn("took over", self.head.log())
-                self.assertEqual(second.stop(), 0, second.log())
+                # Refused its name to the end: it did not start (exit 1, node.md).
+                self.assertEqual(second.stop(), 1, second.log())
+                self.assertIn("node twin did not start: the head refused its registration",
+                              second.log())
         self.assertEqual(first.stop(), 0, first.log())
 
     def test_registration_previous_instance(self):

@@ -14,6 +14,10 @@ forwarded body whole (up to 1 GiB) before it sent anything to the head, and answ
 - A client waiting for `100 Continue` gets the head's answer: the 100 when the head
   takes the upload, and the head's refusal (a wrong token, a level that conflicts)
   before it sent any of the body, the connection closed after it.
+- A refused upload sent without `Expect` keeps its connection, as on the head: the agent
+  reads and drops the rest of the body (it closed the connection after the refusal),
+  up to 32 MiB and 64 KiB, past which (by the length, or as a chunked body passes it)
+  the connection closes after the refusal.
 """
 import hashlib
 import os
@@ -30,10 +34,11 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from node_harness import Agent  # noqa: E402
-from test_http_wire import Wire  # noqa: E402
+from test_http_wire import Wire, request  # noqa: E402
 
 MIB = 1 << 20
 PIECE = 1 << 20  # bytes the test client sends at a time
+DROP_MAX = 32 * MIB + 64 * 1024  # the most of a refused body the agent reads and drops
 
 
 def proc_kib(pid, field):
@@ -227,6 +232,48 @@ class UploadTest(unittest.TestCase):
             r = w.read_reply()
             self.assertEqual(r.status, 201, r)
         self.assertEqual(self.head.request("GET", "/v1/shared/up/welcome").raw, b"yes")
+
+    def refused_first(self, path, token, length):
+        """Sends an upload's head without Expect and reads the head's refusal, which it
+        sends at once: the body the test sends next flows after the refusal, as it does
+        when a client sends on while the answer is on its way.  Returns the reply with
+        the Wire (open)."""
+        w = Wire(self.agent.port, timeout=60)
+        w.send(put_head(path, token, length))
+        return w.read_reply(), w
+
+    def test_a_refused_upload_without_expect_keeps_its_connection(self):
+        self.assertEqual(self.head.request("PUT", "/v1/shared/up/had", raw=b"one",
+                                           content_type="application/octet-stream").status, 201)
+        for name, path, token, status, chunked in (
+                ("wrong token", "/v1/shared/up/nope", "wrong-token-123", 401, False),
+                ("level conflict, chunked", "/v1/shared/up/had?level=1", self.token, 409, True)):
+            with self.subTest(name):
+                r, w = self.refused_first(path, token, None if chunked else 8 * PIECE)
+                with w:
+                    self.assertEqual(r.status, status, r)
+                    self.assertFalse(r.closes(), r)
+                    sender = Sender(w.sock, 8, chunked=chunked)
+                    sender.run()
+                    self.assertIsNone(sender.error)
+                    w.send(request("GET", "/v1/health"))  # the same connection, read on
+                    self.assertEqual(w.read_reply().status, 200)
+        self.assertEqual(self.stored("nope"), 404)
+
+    def test_a_refused_body_past_the_bound_closes_the_connection(self):
+        # By its length: refused and closed at once.
+        r, w = self.refused_first("/v1/shared/up/far", "wrong-token-123", DROP_MAX + 1)
+        with w:
+            self.assertEqual(r.status, 401, r)
+            self.assertTrue(r.closes(), r)
+            self.assertTrue(w.closed_after())
+        # Chunked: dropped up to the bound, then the connection closes.
+        r, w = self.refused_first("/v1/shared/up/far", "wrong-token-123", None)
+        with w:
+            self.assertEqual(r.status, 401, r)
+            sender = Sender(w.sock, DROP_MAX // PIECE + 8, chunked=True)
+            sender.run()  # a reset once the agent closed is the test's point, not an error
+            self.assertTrue(w.closed_after())
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
  * server and a loopback client: a relayed body's "100 Continue" goes only
  * when the sink says (h1_body_relay, h1_body_continue); a refused one never
  * goes, the refusal closes the connection (h1_body_refuse); a paused body
- * is not read until resumed (h1_body_pause, h1_body_resume), then whole.
+ * is not read until resumed (h1_body_pause, h1_body_resume), then whole; a
+ * body refused while it flows is dropped up to a bound and the connection
+ * kept (h1_body_drop), closed past the bound.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -184,11 +186,65 @@ static void test_a_paused_body_waits_for_its_resume(void **state) {
   assert_non_null(strstr(e->in, "HTTP/1.1 201"));
 }
 
+static void test_a_dropped_body_keeps_the_connection(void **state) {
+  env_t *e = *state;
+  send_text(e, "PUT /u HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nfirst");
+  pump(e);
+  h1_req_t *q = e->q;
+  assert_int_equal(e->body_len, 5);
+  h1_body_drop(q, 100);
+  h1_respond(q, 401, NULL, NULL, 0, false);
+  send_text(e, "later"); /* the rest of the body: dropped */
+  send_text(e, "GET /next HTTP/1.1\r\nHost: t\r\n\r\n");
+  pump(e);
+  assert_ptr_not_equal(e->q, q); /* the next request was read */
+  h1_respond(e->q, 200, NULL, NULL, 0, false);
+  pump(e);
+  assert_int_equal(strncmp(e->in, "HTTP/1.1 401", 12), 0);
+  assert_null(strstr(e->in, "Connection: close"));
+  assert_non_null(strstr(e->in, "HTTP/1.1 200"));
+  assert_false(e->eof);
+  assert_int_equal(e->body_len, 5);
+  assert_int_equal(e->ends, 0); /* the sink was detached */
+}
+
+static void test_a_body_longer_than_the_drop_closes(void **state) {
+  env_t *e = *state;
+  send_text(e, "PUT /u HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\nfirst");
+  pump(e);
+  h1_body_drop(e->q, 100); /* 995 bytes left */
+  h1_respond(e->q, 401, NULL, NULL, 0, false);
+  pump(e);
+  assert_non_null(strstr(e->in, "Connection: close\r\n"));
+  assert_true(e->eof);
+}
+
+static void test_a_chunked_body_past_the_drop_closes(void **state) {
+  env_t *e = *state;
+  send_text(e, "PUT /u HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
+  pump(e);
+  h1_body_drop(e->q, 8);
+  h1_respond(e->q, 401, NULL, NULL, 0, false);
+  pump(e);
+  assert_false(e->eof); /* 8 bytes may come */
+  send_text(e, "5\r\nabcde\r\n");
+  pump(e);
+  assert_false(e->eof);
+  send_text(e, "5\r\nfghij\r\n"); /* 10 dropped: past the bound */
+  pump(e);
+  assert_int_equal(strncmp(e->in, "HTTP/1.1 401", 12), 0);
+  assert_true(e->eof);
+  assert_int_equal(e->body_len, 5);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_a_relayed_continue_waits_for_the_sink, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_refused_body_is_never_asked_for, setup, teardown),
       cmocka_unit_test_setup_teardown(test_a_paused_body_waits_for_its_resume, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_dropped_body_keeps_the_connection, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_body_longer_than_the_drop_closes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_chunked_body_past_the_drop_closes, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
