@@ -62,6 +62,8 @@ struct store {
   uint64_t full_seen;     /* walvfs's count of writes the disk had no room for, last looked at */
   int64_t full_logged_ms; /* when a full disk was last logged; 0: never */
   uint64_t full_unlogged; /* failures for a full disk since, not logged */
+  uint64_t full_refused;  /* requests refused for a full disk since it last took a write */
+  int64_t full_changes;   /* sqlite3_total_changes64 at the last such refusal */
   char owner[96];         /* store_opts_t.owner: "the head" unless told */
 };
 
@@ -97,10 +99,26 @@ static muster_err_t store_fail_full(store_t *st, fail_t *f, const char *what) {
   } else {
     st->full_unlogged++;
   }
+  st->full_refused++;
+  st->full_changes = sqlite3_total_changes64(st->db);
   return fail_set(f, MUSTER_STORE,
                   "store: %s: the disk holding %s is full: nothing of this "
                   "request was applied; free space there and retry (%s goes on by itself)",
                   what, file ? file : "the store", st->owner);
+}
+
+/* After a commit: when writes were refused for a full disk and this commit
+ * wrote rows, the disk took them: said once, with the count refused. */
+static void store_note_room(store_t *st) {
+  if (st->full_refused == 0 || sqlite3_total_changes64(st->db) == st->full_changes)
+    return;
+  const char *file = sqlite3_db_filename(st->db, "main");
+  log_msg(LOG_INFO,
+          "store: the disk holding %s has room again: requests that write are taken again "
+          "(%llu refused while it was full)",
+          file ? file : "the store", (unsigned long long)st->full_refused);
+  st->full_refused = st->full_unlogged = 0;
+  st->full_logged_ms = 0;
 }
 
 muster_err_t store_fail(store_t *st, fail_t *f, const char *what) {
@@ -493,6 +511,7 @@ muster_err_t store_commit(store_t *st, fail_t *f) {
     return MUSTER_STORE;
   }
   metrics_commit(true, metrics_now_us() - start_us);
+  store_note_room(st);
   st->token_floor = token_floor;
   if (deleted)
     st->task_floor = st->last_task;

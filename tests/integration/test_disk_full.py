@@ -8,6 +8,7 @@ The data dir or cache dir is on a small tmpfs the test mounts (and unmounts): ne
 root (CAP_SYS_ADMIN) for mount; without it the test says so and skips.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -103,12 +104,21 @@ class DiskFullTest(unittest.TestCase):
         # Reads go on, and the refused batch left nothing behind.
         self.assertEqual(self.queued(), acknowledged)
 
-        # Room again: the same head takes writes without a restart.
+        # Reads alone do not count as room again.
+        self.assertNotIn("has room again", self.head.log())
+
+        # Room again: the same head takes writes without a restart, and says so once.
         subprocess.run(["mount", "-o", "remount,size=64m", self.mnt], check=True)
         r = self.put()
         self.assertEqual(r.status, 201, r)
         acknowledged += BATCH
         self.assertEqual(self.queued(), acknowledged)
+        self.assertRegex(self.head.log(), r"INFO  store: the disk holding %s has room again: "
+                         r"requests that write are taken again \(\d+ refused while it was "
+                         r"full\)" % re.escape(os.path.join(self.head.data_dir, "muster.db")))
+        self.assertEqual(self.put().status, 201)
+        acknowledged += BATCH
+        self.assertEqual(self.head.log().count("has room again"), 1)
 
         # Everything acknowledged survives a kill -9.
         self.head.kill()
