@@ -276,7 +276,8 @@ static store_t *il_store(iter_local_t *L, fail_t *f) {
     return NULL;
   char owner[NAME_MAX_LEN + 16];
   snprintf(owner, sizeof owner, "node agent %s", L->a->name);
-  store_opts_t opts = {.path = L->path, .sync_full = false, .owner = owner};
+  store_opts_t opts = {
+      .path = L->path, .sync_full = false, .owner = owner, .owner_says_room = true};
   L->st = store_open(&opts, f);
   if (L->st)
     agent_log(L->a, "node-local iterations in %s", L->path);

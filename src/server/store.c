@@ -65,6 +65,7 @@ struct store {
   uint64_t full_refused;  /* requests refused for a full disk since it last took a write */
   int64_t full_changes;   /* sqlite3_total_changes64 at the last such refusal */
   char owner[96];         /* store_opts_t.owner: "the head" unless told */
+  bool owner_says_room;   /* store_opts_t.owner_says_room */
 };
 
 #define MIGRATION_COUNT store_migration_count
@@ -110,7 +111,8 @@ static muster_err_t store_fail_full(store_t *st, fail_t *f, const char *what) {
 /* After a commit: when writes were refused for a full disk and this commit
  * wrote rows, the disk took them: said once, with the count refused. */
 static void store_note_room(store_t *st) {
-  if (st->full_refused == 0 || sqlite3_total_changes64(st->db) == st->full_changes)
+  if (st->full_refused == 0 || st->owner_says_room ||
+      sqlite3_total_changes64(st->db) == st->full_changes)
     return;
   const char *file = sqlite3_db_filename(st->db, "main");
   log_msg(LOG_INFO,
@@ -349,6 +351,7 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
   st->opened_ms = now_ms();
   st->heard_since_ms = st->opened_ms;
   snprintf(st->owner, sizeof st->owner, "%s", opts->owner ? opts->owner : "the head");
+  st->owner_says_room = opts->owner_says_room;
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   if (sqlite3_open_v2(opts->path, &st->db, flags, store_vfs()) != SQLITE_OK) {
     store_fail(st, f, opts->path);

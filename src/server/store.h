@@ -30,6 +30,8 @@ typedef struct {
   bool sync_full;     /* fsync at every commit (synchronous=FULL) or not (NORMAL) */
   int schema_version; /* migrate only this far (tests of migrations); 0: the newest */
   const char *owner;  /* who serves from it, as errors name it ("node agent n1"); NULL: the head */
+  bool owner_says_room; /* the owner logs a full disk's end in its own words (iter_local.c);
+                         * else the store does, at the commit that writes again */
 } store_opts_t;
 
 /* Opens (creating if needed) and migrates the database.  On failure returns NULL
