@@ -111,6 +111,22 @@ void muster_client_free(muster_client_t *client);
 const char *muster_client_message(const muster_client_t *client);
 /* HTTP status of the last reply on this handle (0 when none arrived). */
 int muster_client_status(const muster_client_t *client);
+
+/*
+ * What answers at a handle's URL, as its replies say (their Server header, or
+ * a Via naming a muster node on a reply a node agent passed on): a head, or a
+ * node agent (which answers for the head: its own replies, and the head's it
+ * forwards).  A program may expect values it does not know.
+ */
+typedef enum {
+  MUSTER_SERVER_UNKNOWN = 0, /* no reply yet, or one that did not say (an older muster, a
+                              * proxy answering itself, another server) */
+  MUSTER_SERVER_HEAD = 1,    /* a muster head */
+  MUSTER_SERVER_NODE = 2     /* a muster node agent */
+} muster_server_t;
+/* What sent the handle's last reply; a request that got none (refused, timed
+ * out) leaves what the reply before it said. */
+muster_server_t muster_client_server(const muster_client_t *client);
 /* Sets the per-request timeout in milliseconds (default 60000; long-polls add their
  * wait); 0 or less: no timeout, a head that stops answering is waited for ever.  A
  * request that runs out fails with MUSTER_NETWORK ("timed out waiting for the reply").
@@ -787,6 +803,9 @@ int64_t muster_pool_timeout_ms(const muster_pool_t *pool);
 void muster_pool_keep_session(muster_pool_t *pool);
 /* Explanation of the last failure on the pool ("" when none). */
 const char *muster_pool_message(const muster_pool_t *pool);
+/* What sent the last reply to the pool's calls, as muster_client_server says
+ * it (the pool's URL may be a node agent's). */
+muster_server_t muster_pool_server(const muster_pool_t *pool);
 
 /*
  * Submits `count` inputs (JSON texts; copied) and returns an iterator over

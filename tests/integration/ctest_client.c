@@ -231,6 +231,64 @@ static void test_protocol_errors(void) {
   CHECK(strcmp(message, "going down") == 0);
 }
 
+/* What muster_client_server says after one reply of a fake server, whose
+ * head's lines are `headers`, reached at its URL (with `user_info`, "u@",
+ * libcurl carries the call, not http1.c); the next call, refused (the fake
+ * is gone), must leave it. */
+static muster_server_t server_of(const char *user_info, const char *headers) {
+  char reply[512], url[96];
+  snprintf(reply, sizeof reply,
+           "HTTP/1.1 200 OK\r\n%sContent-Length: 2\r\nConnection: close\r\n\r\n{}", headers);
+  fake_t fake;
+  pthread_t thread;
+  if (fake_start(&fake, &thread, reply, url, sizeof url) != 0)
+    return (muster_server_t)-1;
+  char formed[128];
+  snprintf(formed, sizeof formed, "http://%s%s", user_info, url + strlen("http://"));
+  muster_client_t *client = NULL;
+  muster_client_new(formed, "x", &client);
+  muster_server_t before = muster_client_server(client);
+  char *body = NULL;
+  muster_err_t err = muster_request(client, "GET", "/v1/health", NULL, &body);
+  muster_free(body);
+  pthread_join(thread, NULL);
+  close(fake.fd);
+  muster_server_t said = muster_client_server(client);
+  CHECK(before == MUSTER_SERVER_UNKNOWN && err == MUSTER_OK);
+  CHECK_ERR(client, muster_request(client, "GET", "/v1/health", NULL, NULL), MUSTER_NETWORK);
+  CHECK(muster_client_server(client) == said);
+  muster_client_free(client);
+  return said;
+}
+
+/* A reply says what answers at the URL: its Server header, or a Via naming a
+ * muster node (an older agent passes the head's Server on), through either
+ * transport; a request that gets no reply leaves what the last one said. */
+static void test_server_kind(void) {
+  static const char *const forms[] = {"", "u@"};
+  for (size_t i = 0; i < 2; i++) {
+    const char *f = forms[i];
+    CHECK(server_of(f, "Server: muster-head\r\n") == MUSTER_SERVER_HEAD);
+    CHECK(server_of(f, "Server: muster-node\r\n") == MUSTER_SERVER_NODE);
+    CHECK(server_of(f, "server:  muster-node/2.0 (linux)\r\n") == MUSTER_SERVER_NODE);
+    CHECK(server_of(f, "Server: muster-head\r\nVia: 1.1 n1 (muster node)\r\n") ==
+          MUSTER_SERVER_NODE);
+    CHECK(server_of(f, "Via: 1.1 n1 (muster node)\r\nServer: muster-head\r\n") ==
+          MUSTER_SERVER_NODE);
+    CHECK(server_of(f, "Server: muster-headless\r\n") == MUSTER_SERVER_UNKNOWN);
+    CHECK(server_of(f, "Server: nginx\r\nVia: 1.1 proxy\r\n") == MUSTER_SERVER_UNKNOWN);
+    CHECK(server_of(f, "") == MUSTER_SERVER_UNKNOWN);
+  }
+  CHECK(muster_client_server(NULL) == MUSTER_SERVER_UNKNOWN);
+  CHECK(muster_pool_server(NULL) == MUSTER_SERVER_UNKNOWN);
+  muster_client_t *client = connect_head(head_token);
+  char *json = NULL;
+  CHECK_OK(client, muster_queue_list(client, &json));
+  CHECK(muster_client_server(client) == MUSTER_SERVER_HEAD);
+  muster_free(json);
+  muster_client_free(client);
+}
+
 static void test_queues(muster_client_t *c) {
   muster_queue_opts_t opts;
   muster_queue_opts_init(&opts);
@@ -747,6 +805,7 @@ int main(int argc, char **argv) {
   test_auth_and_network();
   test_pool_request_timeout();
   test_protocol_errors();
+  test_server_kind();
   muster_client_t *client = connect_head(head_token);
   test_queues(client);
   test_put_and_get(client);
