@@ -186,7 +186,10 @@ muster_err_t muster_health(muster_client_t *client);
  * The arrays a call takes (muster_task_spec_t, muster_ack_t,
  * muster_shared_level_t) and the structs the library fills (muster_lease_t,
  * muster_result_t, muster_loader_stats_t, muster_shared_info_t, ...) have no
- * size: a change to them is a change of SOVERSION.
+ * size: a change to them is a change of SOVERSION.  A struct the library
+ * fills that has a `size` (muster_worker_reg_t) grows as the option structs
+ * do: its init sets the size, the call refuses one not set up, as above, and
+ * writes only the fields within the caller's size.
  */
 
 /* ---- queues ----------------------------------------------------------- */
@@ -405,9 +408,38 @@ typedef struct {
 void muster_worker_opts_init_sized(muster_worker_opts_t *opts, size_t size);
 #define muster_worker_opts_init(opts) muster_worker_opts_init_sized((opts), sizeof *(opts))
 /* Registers a worker; *id gets its id and, if `name` is not NULL, *name its
- * generated display name (muster_free). */
+ * generated display name (muster_free).  muster_worker_register_full also
+ * gives the heartbeat timeout the head holds the worker to. */
 muster_err_t muster_worker_register(muster_client_t *client, const muster_worker_opts_t *opts,
                                     int64_t *id, char **name);
+
+/*
+ * What a registration got (muster_worker_register_full).  The library fills
+ * it, and it grows as the option structs do: `size`, set by
+ * muster_worker_reg_init, says how many bytes of it the caller's program has,
+ * and the library writes no field past them ("option structs" above).
+ */
+typedef struct {
+  size_t size;        /* set by muster_worker_reg_init */
+  int64_t id;         /* the worker's id */
+  char *name;         /* its generated display name (muster_worker_reg_clear frees it) */
+  int64_t timeout_ms; /* the heartbeat timeout the head holds the worker to (beat every
+                       * third of it); 0 when the reply did not say (an older head):
+                       * GET /v1/workers/ID has it */
+  int repeated;       /* 1: the head gave back the worker an earlier registration with the
+                       * same `instance` made (that reply was lost), not a new one */
+} muster_worker_reg_t;
+
+void muster_worker_reg_init_sized(muster_worker_reg_t *reg, size_t size);
+#define muster_worker_reg_init(reg) muster_worker_reg_init_sized((reg), sizeof *(reg))
+/* Registers a worker as muster_worker_register does and fills *reg (set up by
+ * muster_worker_reg_init; its name is the caller's).  On failure reg's id is 0
+ * and its name NULL.  A `reg` not set up (size 0, or less than its first
+ * version's) is refused with MUSTER_INVALID before anything is sent. */
+muster_err_t muster_worker_register_full(muster_client_t *client, const muster_worker_opts_t *opts,
+                                         muster_worker_reg_t *reg);
+/* Frees reg's name and sets it to NULL; accepts NULL. */
+void muster_worker_reg_clear(muster_worker_reg_t *reg);
 /* Heart-beats, with an optional progress string (NULL keeps the last one). */
 muster_err_t muster_worker_heartbeat(muster_client_t *client, int64_t id, const char *progress);
 /* Says goodbye: the worker's leases are released at once. */

@@ -55,9 +55,9 @@ int64_t worker_id(worker_t *w) {
   return id;
 }
 
-/* Registers with the worker's settings; *id and *name (muster_free) on success. */
-static muster_err_t worker_register(worker_t *w, muster_client_t *client, int64_t *id,
-                                    char **name) {
+/* Registers with the worker's settings into *reg (set up by the caller). */
+static muster_err_t worker_register(worker_t *w, muster_client_t *client,
+                                    muster_worker_reg_t *reg) {
   const char *queues[] = {w->queue, NULL};
   muster_worker_opts_t opts;
   muster_worker_opts_init(&opts);
@@ -66,7 +66,25 @@ static muster_err_t worker_register(worker_t *w, muster_client_t *client, int64_
   opts.queues = queues;
   opts.timeout_ms = w->timeout_ms;
   opts.instance = w->instance;
-  return muster_worker_register(client, &opts, id, name);
+  return muster_worker_register_full(client, &opts, reg);
+}
+
+/*
+ * Takes the registration `reg` as the worker's (w->lock held; its name is
+ * taken): the beat interval becomes a third of the timeout it answered.  A
+ * head that did not answer one (an older head) has it read with GET
+ * /v1/workers/ID (worker_read_timeout), beating every WORKER_UNREAD_BEAT_MS
+ * until then.
+ */
+static void worker_take_registration(worker_t *w, muster_worker_reg_t *reg) {
+  muster_free(w->name);
+  w->name = reg->name;
+  reg->name = NULL;
+  w->id = reg->id;
+  w->timeout_unread = reg->timeout_ms <= 0;
+  w->heartbeat_ms = reg->timeout_ms <= 0       ? WORKER_UNREAD_BEAT_MS
+                    : reg->timeout_ms / 3 > 50 ? (long)(reg->timeout_ms / 3)
+                                               : 50;
 }
 
 /* Tells the node agent that started us (if any) our worker id, so it can
@@ -84,20 +102,16 @@ muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old
   muster_err_t err = MUSTER_OK;
   pthread_mutex_lock(&w->reg_lock);
   if (worker_id(w) == old_id) {
-    int64_t id = 0;
-    char *name = NULL;
-    err = worker_register(w, client, &id, &name);
+    muster_worker_reg_t reg;
+    muster_worker_reg_init(&reg);
+    err = worker_register(w, client, &reg);
     if (err == MUSTER_OK) {
       fprintf(stderr,
               "muster worker: the head forgot worker %lld; registered again as %s (id %lld)\n",
-              (long long)old_id, name, (long long)id);
+              (long long)old_id, reg.name, (long long)reg.id);
+      int64_t id = reg.id;
       pthread_mutex_lock(&w->lock);
-      muster_free(w->name);
-      w->name = name;
-      w->id = id;
-      /* A head that restarted may time workers out sooner than before. */
-      w->timeout_unread = 1;
-      w->heartbeat_ms = WORKER_UNREAD_BEAT_MS;
+      worker_take_registration(w, &reg);
       pthread_mutex_unlock(&w->lock);
       worker_tell_agent(w, id);
     }
@@ -107,13 +121,13 @@ muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old
 }
 
 /*
- * Sets the beat interval to a third of the worker's timeout as the head sees
- * it, once that is not known (w->timeout_unread): after the registration and
- * after each registration anew.  When the read fails (the head away or
+ * For a head that did not answer the worker's timeout at registration (an
+ * older head; w->timeout_unread): reads it with GET /v1/workers/ID and sets
+ * the beat interval to a third of it.  When the read fails (the head away or
  * restarting right then), the interval stays WORKER_UNREAD_BEAT_MS and the
  * next beat reads again: falling back to the default minute's third, as it
- * did, left a head with a shorter timeout timing the worker out again and
- * again, each time returning its leases.
+ * once did, left a head with a shorter timeout timing the worker out again
+ * and again, each time returning its leases.
  */
 static void worker_read_timeout(worker_t *w, muster_client_t *client) {
   pthread_mutex_lock(&w->lock);
@@ -373,7 +387,12 @@ static muster_err_t worker_check_queue(worker_t *w, muster_client_t *client) {
 }
 
 static muster_err_t worker_register_first(worker_t *w, muster_client_t *client) {
-  return worker_register(w, client, &w->id, &w->name);
+  muster_worker_reg_t reg;
+  muster_worker_reg_init(&reg);
+  muster_err_t err = worker_register(w, client, &reg);
+  if (err == MUSTER_OK)
+    worker_take_registration(w, &reg); /* no other thread runs yet */
+  return err;
 }
 
 /* The head is not there yet, or is starting or stopping: wait for it. */
@@ -467,9 +486,7 @@ static int worker_join(worker_t *w, muster_client_t *client) {
   if (err != MUSTER_OK)
     return worker_join_error(w, client, err);
   worker_tell_agent(w, w->id);
-  w->timeout_unread = 1;
-  w->heartbeat_ms = WORKER_UNREAD_BEAT_MS;
-  worker_read_timeout(w, client);
+  worker_read_timeout(w, client); /* an older head's: the registration did not say it */
   fprintf(stderr, "muster worker: %s (id %lld) on queue %s, %d slot%s, running %s%s\n", w->name,
           (long long)w->id, w->queue, w->concurrency, w->concurrency > 1 ? "s" : "",
           w->plugin_path ? "plugin " : "", w->plugin_path ? w->plugin_path : w->cmd[0]);
