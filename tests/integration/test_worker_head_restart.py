@@ -346,5 +346,88 @@ class RegistrationTimeoutTest(unittest.TestCase):
         self.assertTrue(all(gap >= 1.0 for gap in gaps), gaps)
 
 
+class ForgottenWorkerTest(unittest.TestCase):
+    """A worker the head answers worker_not_found says why, and registers again: it timed
+    out (no beat got through for its timeout), it was removed (its last beat got there
+    within the timeout: a goodbye sent for it), or the head never knew it (another head,
+    on an empty data dir, at the URL).  It once said "the head forgot worker N" for all
+    three, which sent whoever read it after a timeout that never happened."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="muster-worker-forgotten-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.head = harness.Head(["--worker-timeout-ms", "1500"]).start()
+        self.addCleanup(self.head.cleanup)
+        self.assertEqual(self.head.request("PUT", "/v1/queues/fq", {}).status, 201)
+
+    def worker(self, url, *cmd):
+        log = open(os.path.join(self.tmp, "worker.log"), "w+")
+        proc = subprocess.Popen([MUSTER, "worker", "--queue", "fq", "--url", url, "--token",
+                                 self.head.token, "--"] + list(cmd),
+                                stdout=subprocess.DEVNULL, stderr=log)
+        self.addCleanup(log.close)
+        self.addCleanup(harness.stop_process, proc)
+        self.log_path = log.name
+        harness.wait_until(lambda: "(id 1) on queue fq" in self.log(), timeout=30,
+                           what=lambda: "the worker to register:\n" + self.log())
+        return proc
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def said(self, start):
+        line = harness.wait_until(
+            lambda: [x for x in self.log().splitlines() if x.startswith(start)], timeout=30,
+            what=lambda: "the worker to say %r:\n%s" % (start, self.log()))[0]
+        return line
+
+    def test_removed(self):
+        self.worker(self.head.url, "cat")
+        self.assertEqual(self.head.request("DELETE", "/v1/workers/1").status, 200)
+        line = self.said("muster worker: worker 1 was removed on the head")
+        self.assertRegex(line, r"^muster worker: worker 1 was removed on the head, not timed out "
+                         r"\(its last heartbeat got there \d+\.\d s ago, within its 1\.5 s "
+                         r"timeout\): a goodbye was sent for it, or its node left or timed out; "
+                         r"registered again as \S+ \(id 2\)$")
+
+    def test_timed_out_with_a_task_running(self):
+        self.head.request("POST", "/v1/queues/fq/tasks", {"tasks": [{"payload": "x"}]})
+        w = self.worker(self.head.url, "sh", "-c",
+                        'touch "$1/ran"; while [ ! -e "$1/gate" ]; do sleep 0.02; done',
+                        "sh", self.tmp)
+        self.addCleanup(lambda: open(os.path.join(self.tmp, "gate"), "w").close())
+        harness.wait_until(lambda: os.path.exists(os.path.join(self.tmp, "ran")), timeout=30,
+                           what="the task to run")
+        w.send_signal(signal.SIGSTOP)  # silent: the head times it out
+        try:
+            harness.wait_until(
+                lambda: self.head.request("GET", "/v1/workers/1").json["state"] == "gone",
+                timeout=30, what="the head to time worker 1 out")
+        finally:
+            w.send_signal(signal.SIGCONT)
+        line = self.said("muster worker: the head timed out worker 1")
+        self.assertRegex(line, r"^muster worker: the head timed out worker 1 \(no heartbeat got "
+                         r"there for \d+\.\d s, past its 1\.5 s timeout\); registered again as "
+                         r"\S+ \(id 2\); the task it was running lost its lease \(its result "
+                         r"will not be stored\)$")
+
+    def test_never_known(self):
+        # The worker talks to the head through a proxy, which then forwards to another
+        # head (another data dir, the same token) that has no worker at all.
+        proxy = harness.RequestProxy(self.head, lambda method, path: False, None)
+        self.addCleanup(proxy.close)
+        other = harness.Head(["--worker-timeout-ms", "1500"]).start()
+        self.addCleanup(other.cleanup)
+        self.assertEqual(other.request("PUT", "/v1/queues/fq", {}).status, 201)
+        self.worker(proxy.url, "cat")
+        proxy.head = other
+        line = self.said("muster worker: the head does not know worker 1")
+        self.assertEqual(line, "muster worker: the head does not know worker 1 (it lost its data, "
+                         "was restored from an older backup, or is another head at this URL); "
+                         "registered again as %s (id 1)"
+                         % other.request("GET", "/v1/workers/1").json["name"])
+
+
 if __name__ == "__main__":
     unittest.main()
