@@ -111,6 +111,22 @@ void muster_client_free(muster_client_t *client);
 const char *muster_client_message(const muster_client_t *client);
 /* HTTP status of the last reply on this handle (0 when none arrived). */
 int muster_client_status(const muster_client_t *client);
+
+/*
+ * What answers at a handle's URL, as its replies say (their Server header, or
+ * a Via naming a muster node on a reply a node agent passed on): a head, or a
+ * node agent (which answers for the head: its own replies, and the head's it
+ * forwards).  A program may expect values it does not know.
+ */
+typedef enum {
+  MUSTER_SERVER_UNKNOWN = 0, /* no reply yet, or one that did not say (an older muster, a
+                              * proxy answering itself, another server) */
+  MUSTER_SERVER_HEAD = 1,    /* a muster head */
+  MUSTER_SERVER_NODE = 2     /* a muster node agent */
+} muster_server_t;
+/* What sent the handle's last reply; a request that got none (refused, timed
+ * out) leaves what the reply before it said. */
+muster_server_t muster_client_server(const muster_client_t *client);
 /* Sets the per-request timeout in milliseconds (default 60000; long-polls add their
  * wait); 0 or less: no timeout, a head that stops answering is waited for ever.  A
  * request that runs out fails with MUSTER_NETWORK ("timed out waiting for the reply").
@@ -170,7 +186,10 @@ muster_err_t muster_health(muster_client_t *client);
  * The arrays a call takes (muster_task_spec_t, muster_ack_t,
  * muster_shared_level_t) and the structs the library fills (muster_lease_t,
  * muster_result_t, muster_loader_stats_t, muster_shared_info_t, ...) have no
- * size: a change to them is a change of SOVERSION.
+ * size: a change to them is a change of SOVERSION.  A struct the library
+ * fills that has a `size` (muster_worker_reg_t) grows as the option structs
+ * do: its init sets the size, the call refuses one not set up, as above, and
+ * writes only the fields within the caller's size.
  */
 
 /* ---- queues ----------------------------------------------------------- */
@@ -389,9 +408,38 @@ typedef struct {
 void muster_worker_opts_init_sized(muster_worker_opts_t *opts, size_t size);
 #define muster_worker_opts_init(opts) muster_worker_opts_init_sized((opts), sizeof *(opts))
 /* Registers a worker; *id gets its id and, if `name` is not NULL, *name its
- * generated display name (muster_free). */
+ * generated display name (muster_free).  muster_worker_register_full also
+ * gives the heartbeat timeout the head holds the worker to. */
 muster_err_t muster_worker_register(muster_client_t *client, const muster_worker_opts_t *opts,
                                     int64_t *id, char **name);
+
+/*
+ * What a registration got (muster_worker_register_full).  The library fills
+ * it, and it grows as the option structs do: `size`, set by
+ * muster_worker_reg_init, says how many bytes of it the caller's program has,
+ * and the library writes no field past them ("option structs" above).
+ */
+typedef struct {
+  size_t size;        /* set by muster_worker_reg_init */
+  int64_t id;         /* the worker's id */
+  char *name;         /* its generated display name (muster_worker_reg_clear frees it) */
+  int64_t timeout_ms; /* the heartbeat timeout the head holds the worker to (beat every
+                       * third of it); 0 when the reply did not say (an older head):
+                       * GET /v1/workers/ID has it */
+  int repeated;       /* 1: the head gave back the worker an earlier registration with the
+                       * same `instance` made (that reply was lost), not a new one */
+} muster_worker_reg_t;
+
+void muster_worker_reg_init_sized(muster_worker_reg_t *reg, size_t size);
+#define muster_worker_reg_init(reg) muster_worker_reg_init_sized((reg), sizeof *(reg))
+/* Registers a worker as muster_worker_register does and fills *reg (set up by
+ * muster_worker_reg_init; its name is the caller's).  On failure reg's id is 0
+ * and its name NULL.  A `reg` not set up (size 0, or less than its first
+ * version's) is refused with MUSTER_INVALID before anything is sent. */
+muster_err_t muster_worker_register_full(muster_client_t *client, const muster_worker_opts_t *opts,
+                                         muster_worker_reg_t *reg);
+/* Frees reg's name and sets it to NULL; accepts NULL. */
+void muster_worker_reg_clear(muster_worker_reg_t *reg);
 /* Heart-beats, with an optional progress string (NULL keeps the last one). */
 muster_err_t muster_worker_heartbeat(muster_client_t *client, int64_t id, const char *progress);
 /* Says goodbye: the worker's leases are released at once. */
@@ -787,6 +835,9 @@ int64_t muster_pool_timeout_ms(const muster_pool_t *pool);
 void muster_pool_keep_session(muster_pool_t *pool);
 /* Explanation of the last failure on the pool ("" when none). */
 const char *muster_pool_message(const muster_pool_t *pool);
+/* What sent the last reply to the pool's calls, as muster_client_server says
+ * it (the pool's URL may be a node agent's). */
+muster_server_t muster_pool_server(const muster_pool_t *pool);
 
 /*
  * Submits `count` inputs (JSON texts; copied) and returns an iterator over

@@ -166,6 +166,19 @@ int cli_check_url(const cli_args_t *args);
  * that a stop signal (INT, TERM, HUP) ended the wait. */
 int cli_await_head_start(const cli_args_t *args, const char *prog);
 const char *cli_token(const cli_args_t *args);
+/* Records what a reply said answers at cli_url's URL (muster_client_server,
+ * muster_pool_server), for the words of later failures there; UNKNOWN
+ * changes nothing.  cli_error does it for its handle. */
+void cli_note_server(muster_server_t server);
+/* "the head at URL", "the node agent at URL", or, for `server` UNKNOWN when
+ * nothing was noted and the URL is not from a head's url file, "the muster
+ * head or node agent at URL" (cli_url's URL), written into `buf`. */
+const char *cli_server_at(muster_server_t server, char *buf, size_t size);
+/* What does not answer, after a call that last heard from `server` failed
+ * with `err` (MUSTER_NETWORK, MUSTER_UNAVAILABLE): "the head behind the node
+ * agent at URL" when a node agent answered 503 (it cannot reach the head, or
+ * passed on the head's), else as cli_server_at; written into `buf`. */
+const char *cli_server_away(muster_server_t server, muster_err_t err, char *buf, size_t size);
 /* Prints "muster: CODE: MESSAGE" for a failed call and returns CLI_FAIL. */
 int cli_error(const muster_client_t *client, muster_err_t err);
 /* The same for a call that sent one element of a batch: a message that

@@ -220,19 +220,21 @@ static void map_nap(int64_t ms) {
  * (not closed, which would cancel them), and the stream is read from where
  * the iterator stopped, in map's order, as bare values when map printed those. */
 static void map_give_up(const cli_args_t *args, muster_pool_t *pool, muster_pool_iter_t *it,
-                        int64_t waited_ms) {
+                        muster_err_t err, int64_t waited_ms) {
   size_t done = 0, total = 0;
   muster_pool_iter_progress(it, &done, &total);
   muster_pool_keep_session(pool);
   const char *sid = muster_pool_session(pool);
   int plain = !cli_flag(args, "with-index") && !cli_flag(args, "json-output");
+  char away[1200];
+  cli_server_away(muster_pool_server(pool), err, away, sizeof away);
   fprintf(stderr,
-          "muster: gave up after %lld s without an answer from the head: %s\n"
+          "muster: gave up after %lld s without an answer from %s: %s\n"
           "muster: %zu of %zu results were printed. Session %s is left open: its tasks run on\n"
           "  and the head keeps their results until the session goes %lld ms without a client.\n"
           "  Once the head is back, fetch the rest with:\n"
           "  muster session results %s --url %s%s --cursor %lld --follow%s\n",
-          (long long)(waited_ms / 1000), muster_pool_message(pool), done, total, sid,
+          (long long)(waited_ms / 1000), away, muster_pool_message(pool), done, total, sid,
           (long long)muster_pool_timeout_ms(pool), sid, cli_url(args),
           cli_flag(args, "ordered") ? "" : " --order completion",
           (long long)muster_pool_iter_cursor(it), plain ? " --values" : "");
@@ -260,7 +262,7 @@ static int map_retry(const cli_args_t *args, map_bar_t *bar, muster_pool_t *pool
             muster_err_name(err), muster_pool_message(pool), (long long)(limit_ms / 1000),
             muster_pool_session(pool));
   } else if (now - *failing_since_ms >= limit_ms) {
-    map_give_up(args, pool, it, now - *failing_since_ms);
+    map_give_up(args, pool, it, err, now - *failing_since_ms);
     return 0;
   }
   map_nap(MAP_RETRY_MS);
@@ -304,8 +306,10 @@ static int map_drain(const cli_args_t *args, muster_pool_t *pool, muster_pool_it
       break;
     }
     if (failing_since_ms != 0) {
+      char at[1200];
       map_bar_clear(&bar);
-      fprintf(stderr, "muster: the head answers again; carrying on\n");
+      fprintf(stderr, "muster: %s answers again; carrying on\n",
+              cli_server_at(muster_pool_server(pool), at, sizeof at));
       failing_since_ms = 0;
     }
     if (has) {

@@ -451,13 +451,15 @@ static int session_retry(const cli_args_t *args, const muster_client_t *client, 
     return 0;
   if (rd->retry_ms == 0) {
     const char *message = muster_client_message(client);
+    char away[1200];
     fprintf(stderr, "muster: %s: %s\n", muster_err_name(err),
             message && message[0] ? message : muster_strerror(err));
     fprintf(stderr,
-            "muster: the head at %s is unreachable or restarting; still following session %s from "
+            "muster: %s is unreachable or restarting; still following session %s from "
             "cursor %lld, trying again every %d s at most (Ctrl-C stops, printing the cursor "
             "to resume from)\n",
-            cli_url(args), args->pos[0], (long long)rd->cursor, SESSION_RETRY_MAX_MS / 1000);
+            cli_server_away(muster_client_server(client), err, away, sizeof away), args->pos[0],
+            (long long)rd->cursor, SESSION_RETRY_MAX_MS / 1000);
     rd->retry_ms = SESSION_RETRY_FIRST_MS;
   }
   session_pause(rd, rd->retry_ms);
@@ -537,9 +539,11 @@ static muster_err_t session_read_all(const cli_args_t *args, muster_client_t *cl
         continue;
       return err;
     }
-    if (rd->retry_ms != 0)
-      fprintf(stderr, "muster: the head at %s answers again; following on from cursor %lld\n",
-              cli_url(args), (long long)rd->cursor);
+    if (rd->retry_ms != 0) {
+      char at[1200];
+      fprintf(stderr, "muster: %s answers again; following on from cursor %lld\n",
+              cli_server_at(muster_client_server(client), at, sizeof at), (long long)rd->cursor);
+    }
     rd->retry_ms = 0;
     rd->read_any = 1;
     int stop = session_take_page(rd, &page, max, &quick);

@@ -55,9 +55,9 @@ int64_t worker_id(worker_t *w) {
   return id;
 }
 
-/* Registers with the worker's settings; *id and *name (muster_free) on success. */
-static muster_err_t worker_register(worker_t *w, muster_client_t *client, int64_t *id,
-                                    char **name) {
+/* Registers with the worker's settings into *reg (set up by the caller). */
+static muster_err_t worker_register(worker_t *w, muster_client_t *client,
+                                    muster_worker_reg_t *reg) {
   const char *queues[] = {w->queue, NULL};
   muster_worker_opts_t opts;
   muster_worker_opts_init(&opts);
@@ -66,7 +66,27 @@ static muster_err_t worker_register(worker_t *w, muster_client_t *client, int64_
   opts.queues = queues;
   opts.timeout_ms = w->timeout_ms;
   opts.instance = w->instance;
-  return muster_worker_register(client, &opts, id, name);
+  return muster_worker_register_full(client, &opts, reg);
+}
+
+/*
+ * Takes the registration `reg`, sent at `sent_ms`, as the worker's (w->lock
+ * held; its name is taken): the beat interval becomes a third of the timeout
+ * it answered.  A head that did not answer one (an older head) has it read
+ * with GET /v1/workers/ID (worker_read_timeout), beating every
+ * WORKER_UNREAD_BEAT_MS until then.
+ */
+static void worker_take_registration(worker_t *w, muster_worker_reg_t *reg, int64_t sent_ms) {
+  muster_free(w->name);
+  w->name = reg->name;
+  reg->name = NULL;
+  w->id = reg->id;
+  w->heard_sent_ms = sent_ms;
+  w->head_timeout_ms = reg->timeout_ms;
+  w->timeout_unread = reg->timeout_ms <= 0;
+  w->heartbeat_ms = reg->timeout_ms <= 0       ? WORKER_UNREAD_BEAT_MS
+                    : reg->timeout_ms / 3 > 50 ? (long)(reg->timeout_ms / 3)
+                                               : 50;
 }
 
 /* Tells the node agent that started us (if any) our worker id, so it can
@@ -80,24 +100,76 @@ static void worker_tell_agent(worker_t *w, int64_t id) {
     fprintf(stderr, "muster worker: cannot tell the node agent our id: %s\n", strerror(errno));
 }
 
+/*
+ * Why the head has no worker `old_id`, from its worker_not_found message
+ * `said`, into `buf`.  A worker it holds as gone ("is gone (": it said bye or
+ * timed out) timed out when no beat reached the head for its timeout; one
+ * whose last beat got there within it cannot have, so it was removed: a
+ * goodbye sent for it, or its node left or timed out.  One the head does not
+ * know at all ("does not exist") was never in its store.
+ */
+static void worker_forgotten_why(worker_t *w, int64_t old_id, const char *said, char *buf,
+                                 size_t size) {
+  pthread_mutex_lock(&w->lock);
+  double timeout_s = (double)w->head_timeout_ms / 1000;
+  double silent_s = (double)(worker_now_ms() - w->heard_sent_ms) / 1000;
+  pthread_mutex_unlock(&w->lock);
+  long long id = (long long)old_id;
+  if (strstr(said, " is gone (") == NULL && strstr(said, " does not exist") != NULL)
+    snprintf(buf, size,
+             "the head does not know worker %lld (it lost its data, was restored from an older "
+             "backup, or is another head at this URL)",
+             id);
+  else if (strstr(said, " is gone (") == NULL)
+    snprintf(buf, size, "the head no longer has worker %lld (%.200s)", id, said);
+  else if (timeout_s <= 0)
+    snprintf(buf, size, "the head holds worker %lld as gone (timed out or removed)", id);
+  else if (silent_s < timeout_s)
+    snprintf(buf, size,
+             "worker %lld was removed on the head, not timed out (its last heartbeat got there "
+             "%.1f s ago, within its %.1f s timeout): a goodbye was sent for it, or its node "
+             "left or timed out",
+             id, silent_s, timeout_s);
+  else
+    snprintf(buf, size,
+             "the head timed out worker %lld (no heartbeat got there for %.1f s, past its %.1f s "
+             "timeout)",
+             id, silent_s, timeout_s);
+}
+
+/* The tasks the worker runs now (they hold leases of its old id). */
+static int worker_running(worker_t *w) {
+  int running = 0;
+  for (int i = 0; i < w->concurrency; i++)
+    running += atomic_load(&w->slots[i].task) != 0;
+  return running;
+}
+
 muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old_id) {
   muster_err_t err = MUSTER_OK;
   pthread_mutex_lock(&w->reg_lock);
   if (worker_id(w) == old_id) {
-    int64_t id = 0;
-    char *name = NULL;
-    err = worker_register(w, client, &id, &name);
+    char why[600];
+    worker_forgotten_why(w, old_id, muster_client_message(client), why, sizeof why);
+    muster_worker_reg_t reg;
+    muster_worker_reg_init(&reg);
+    int64_t sent = worker_now_ms();
+    err = worker_register(w, client, &reg);
     if (err == MUSTER_OK) {
-      fprintf(stderr,
-              "muster worker: the head forgot worker %lld; registered again as %s (id %lld)\n",
-              (long long)old_id, name, (long long)id);
+      int running = worker_running(w);
+      fprintf(stderr, "muster worker: %s; registered again as %s (id %lld)", why, reg.name,
+              (long long)reg.id);
+      if (running == 1)
+        fprintf(stderr, "; the task it was running lost its lease (its result will not be stored)");
+      else if (running > 1)
+        fprintf(stderr,
+                "; the %d tasks it was running lost their leases (their results will not be "
+                "stored)",
+                running);
+      fputc('\n', stderr);
+      int64_t id = reg.id;
       pthread_mutex_lock(&w->lock);
-      muster_free(w->name);
-      w->name = name;
-      w->id = id;
-      /* A head that restarted may time workers out sooner than before. */
-      w->timeout_unread = 1;
-      w->heartbeat_ms = WORKER_UNREAD_BEAT_MS;
+      worker_take_registration(w, &reg, sent);
       pthread_mutex_unlock(&w->lock);
       worker_tell_agent(w, id);
     }
@@ -107,13 +179,13 @@ muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old
 }
 
 /*
- * Sets the beat interval to a third of the worker's timeout as the head sees
- * it, once that is not known (w->timeout_unread): after the registration and
- * after each registration anew.  When the read fails (the head away or
+ * For a head that did not answer the worker's timeout at registration (an
+ * older head; w->timeout_unread): reads it with GET /v1/workers/ID and sets
+ * the beat interval to a third of it.  When the read fails (the head away or
  * restarting right then), the interval stays WORKER_UNREAD_BEAT_MS and the
  * next beat reads again: falling back to the default minute's third, as it
- * did, left a head with a shorter timeout timing the worker out again and
- * again, each time returning its leases.
+ * once did, left a head with a shorter timeout timing the worker out again
+ * and again, each time returning its leases.
  */
 static void worker_read_timeout(worker_t *w, muster_client_t *client) {
   pthread_mutex_lock(&w->lock);
@@ -136,6 +208,7 @@ static void worker_read_timeout(worker_t *w, muster_client_t *client) {
   pthread_mutex_lock(&w->lock);
   if (w->id == id) { /* not registered anew meanwhile */
     w->heartbeat_ms = timeout / 3 > 50 ? (long)(timeout / 3) : 50;
+    w->head_timeout_ms = (int64_t)timeout;
     w->timeout_unread = 0;
   }
   pthread_mutex_unlock(&w->lock);
@@ -185,12 +258,19 @@ static void worker_refresh_lease_ms(worker_t *w, muster_client_t *client) {
  */
 static void worker_beat(worker_t *w, const char *progress) {
   muster_client_t *client = w->hb_client;
-  int64_t id = worker_id(w);
+  int64_t id = worker_id(w), sent = worker_now_ms();
   muster_err_t err = muster_worker_heartbeat(client, id, progress);
-  if (err == MUSTER_WORKER_NOT_FOUND && (err = worker_reregister(w, client, id)) == MUSTER_OK)
-    err = muster_worker_heartbeat(client, worker_id(w), progress);
+  if (err == MUSTER_WORKER_NOT_FOUND && (err = worker_reregister(w, client, id)) == MUSTER_OK) {
+    id = worker_id(w);
+    sent = worker_now_ms();
+    err = muster_worker_heartbeat(client, id, progress);
+  }
   int64_t now = worker_now_ms();
   if (err == MUSTER_OK) {
+    pthread_mutex_lock(&w->lock);
+    if (w->id == id) /* not registered anew meanwhile */
+      w->heard_sent_ms = sent;
+    pthread_mutex_unlock(&w->lock);
     if (w->hb_failing_since > 0)
       fprintf(stderr, "muster worker: heartbeat: reached the head again after %.1f s\n",
               (double)(now - w->hb_failing_since) / 1000);
@@ -373,7 +453,13 @@ static muster_err_t worker_check_queue(worker_t *w, muster_client_t *client) {
 }
 
 static muster_err_t worker_register_first(worker_t *w, muster_client_t *client) {
-  return worker_register(w, client, &w->id, &w->name);
+  muster_worker_reg_t reg;
+  muster_worker_reg_init(&reg);
+  int64_t sent = worker_now_ms();
+  muster_err_t err = worker_register(w, client, &reg);
+  if (err == MUSTER_OK)
+    worker_take_registration(w, &reg, sent); /* no other thread runs yet */
+  return err;
 }
 
 /* The head is not there yet, or is starting or stopping: wait for it. */
@@ -467,9 +553,7 @@ static int worker_join(worker_t *w, muster_client_t *client) {
   if (err != MUSTER_OK)
     return worker_join_error(w, client, err);
   worker_tell_agent(w, w->id);
-  w->timeout_unread = 1;
-  w->heartbeat_ms = WORKER_UNREAD_BEAT_MS;
-  worker_read_timeout(w, client);
+  worker_read_timeout(w, client); /* an older head's: the registration did not say it */
   fprintf(stderr, "muster worker: %s (id %lld) on queue %s, %d slot%s, running %s%s\n", w->name,
           (long long)w->id, w->queue, w->concurrency, w->concurrency > 1 ? "s" : "",
           w->plugin_path ? "plugin " : "", w->plugin_path ? w->plugin_path : w->cmd[0]);

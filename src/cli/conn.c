@@ -31,6 +31,8 @@ static char cli_token_buf[1024];
 static int cli_token_from_nowhere;  /* no token was found anywhere */
 static char cli_token_looked[4400]; /* then: the file looked at, and why it gave none */
 static char cli_url_origin[4200];   /* where cli_url's URL came from, for advice */
+static const char *cli_url_used = CLI_DEFAULT_URL; /* the URL cli_url gave */
+static muster_server_t cli_server_seen;            /* what answered there (cli_note_server) */
 
 /* The data dir and, in *from (may be NULL), the option that named it. */
 static const char *cli_data_dir_from(const cli_args_t *args, const char **from) {
@@ -94,7 +96,7 @@ static const char *cli_url_from(const cli_args_t *args, char *from, size_t size)
 }
 
 const char *cli_url(const cli_args_t *args) {
-  return cli_url_from(args, cli_url_origin, sizeof cli_url_origin);
+  return cli_url_used = cli_url_from(args, cli_url_origin, sizeof cli_url_origin);
 }
 
 /* Non-zero when `name` is set to a non-empty value by option or environment. */
@@ -220,6 +222,7 @@ int cli_error(const muster_client_t *client, muster_err_t err) {
 }
 
 int cli_error_of_one(const muster_client_t *client, muster_err_t err, const char *element) {
+  cli_note_server(muster_client_server(client));
   const char *message = muster_client_message(client);
   size_t len = element ? strlen(element) : 0;
   if (message && len && strncmp(message, element, len) == 0 && message[len] == '.')
@@ -252,25 +255,76 @@ const char *cli_url_hint(char *buf, size_t size) {
   return buf;
 }
 
+void cli_note_server(muster_server_t server) {
+  if (server != MUSTER_SERVER_UNKNOWN)
+    cli_server_seen = server;
+}
+
+/* What answers at cli_url's URL, as far as the command knows: what a reply
+ * said (cli_note_server), else a head when the URL is from a data dir's url
+ * file (a head writes it), else unknown. */
+static muster_server_t cli_server_known(void) {
+  if (cli_server_seen != MUSTER_SERVER_UNKNOWN)
+    return cli_server_seen;
+  return cli_url_from_file() ? MUSTER_SERVER_HEAD : MUSTER_SERVER_UNKNOWN;
+}
+
+const char *cli_server_at(muster_server_t server, char *buf, size_t size) {
+  if (server == MUSTER_SERVER_UNKNOWN)
+    server = cli_server_known();
+  snprintf(buf, size, "%s at %s",
+           server == MUSTER_SERVER_HEAD   ? "the head"
+           : server == MUSTER_SERVER_NODE ? "the node agent"
+                                          : "the muster head or node agent",
+           cli_url_used);
+  return buf;
+}
+
+const char *cli_server_away(muster_server_t server, muster_err_t err, char *buf, size_t size) {
+  if (server == MUSTER_SERVER_UNKNOWN)
+    server = cli_server_known();
+  if (server == MUSTER_SERVER_NODE && err == MUSTER_UNAVAILABLE)
+    snprintf(buf, size, "the head behind the node agent at %s", cli_url_used);
+  else
+    cli_server_at(server, buf, size);
+  return buf;
+}
+
 /*
  * The advice after a request that could not connect, by where its URL came
  * from: a URL the user gave is theirs to check, and a url file of a data dir
  * outlives a head that was killed (a head removes it only when it stops).
+ * No reply says what was to answer there, so unless an earlier one did (or
+ * the URL is from a head's url file), the question names both.
  */
 static void cli_say_no_head(void) {
+  muster_server_t server = cli_server_known();
+  const char *who = server == MUSTER_SERVER_HEAD   ? "the head"
+                    : server == MUSTER_SERVER_NODE ? "the node agent"
+                                                   : "a muster head or node agent";
   if (cli_url_given())
     fprintf(stderr,
-            "muster: is a head running there? The URL is the one %s gives: start the head, "
-            "or give the URL of a running one\n",
-            cli_url_origin);
+            "muster: is %s running there? The URL is the one %s gives: start %s, or give the "
+            "URL of a running one\n",
+            who, cli_url_origin, server == MUSTER_SERVER_HEAD ? "the head" : "it");
   else if (cli_url_from_file())
     fprintf(stderr,
-            "muster: is a head running there? The URL was read from %s, which a head writes "
+            "muster: is %s running there? The URL was read from %s, which a head writes "
             "when it listens and leaves behind when it is killed: start that head again, or "
             "pass --url (or set MUSTER_URL)\n",
-            cli_url_origin);
+            who, cli_url_origin);
   else
-    fprintf(stderr, "muster: is a head running there? Pass --url or set MUSTER_URL\n");
+    fprintf(stderr, "muster: is %s running there? Pass --url or set MUSTER_URL\n", who);
+}
+
+/* After a request that was sent and got no reply: what may have stopped. */
+static void cli_say_no_reply(void) {
+  char at[1200];
+  cli_server_at(MUSTER_SERVER_UNKNOWN, at, sizeof at);
+  fprintf(stderr,
+          "muster: the request was sent, but no reply came back: %s%s may have stopped or "
+          "restarted; check what the head did before repeating it\n",
+          at, cli_server_known() == MUSTER_SERVER_NODE ? ", or the head behind it," : "");
 }
 
 /* After "queue 'NAME' does not exist": how to make it, as `muster worker`
@@ -310,8 +364,7 @@ int cli_error_message(muster_err_t err, const char *message) {
   else if (err == MUSTER_NETWORK && cli_message_unsent(message))
     cli_say_no_head();
   else if (err == MUSTER_NETWORK)
-    fprintf(stderr, "muster: the request was sent, but no reply came back: the head may have "
-                    "stopped or restarted; check what it did before repeating it\n");
+    cli_say_no_reply();
   else if (err == MUSTER_QUEUE_NOT_FOUND)
     cli_say_create_queue(message);
   return CLI_FAIL;

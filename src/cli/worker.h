@@ -56,6 +56,10 @@ struct worker {
   int64_t timeout_ms;           /* heartbeat timeout asked for at registration; -1: the head's */
   long heartbeat_ms;            /* interval of the periodic heartbeat (w->lock) */
   int timeout_unread;           /* the head's timeout for this id is not read yet (w->lock) */
+  int64_t head_timeout_ms;      /* the head's timeout for this id, 0 while unread (w->lock) */
+  int64_t heard_sent_ms;        /* monotonic ms at which the last request the head took as
+                                 * this id's sign of life (its registration, a heartbeat that
+                                 * worked) was sent (w->lock) */
   muster_client_t *hb_client;   /* the heartbeat thread's handle */
   int64_t hb_failing_since;     /* heartbeat thread's: monotonic ms of the first failed beat of
                                  * the streak now, 0 when the last beat worked */
@@ -115,9 +119,11 @@ void *worker_slot_main(void *arg);
 int64_t worker_id(worker_t *w);
 
 /*
- * Registers the worker again after the head forgot `old_id` (it timed out),
- * using `client`.  Only the first caller for a given old id registers; the
- * others find the new id.  Returns MUSTER_OK or the registration's error.
+ * Registers the worker again after the head answered worker_not_found for
+ * `old_id` on `client` (whose message is that answer), saying why the head
+ * had no such worker: it timed out, was removed, or was never known there.
+ * Only the first caller for a given old id registers; the others find the
+ * new id.  Returns MUSTER_OK or the registration's error.
  */
 muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old_id);
 

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define CLIENT_DEFAULT_TIMEOUT_MS 60000L
 
@@ -100,6 +101,59 @@ static size_t client_on_body(char *data, size_t size, size_t nmemb, void *userda
   return client_buf_append(userdata, data, n) ? n : 0;
 }
 
+/* ---- what answers ------------------------------------------------------- */
+
+/* True when the `len` bytes at `line` start with header name `name` and its colon. */
+static bool client_header_is(const char *line, size_t len, const char *name, size_t name_len) {
+  return len > name_len && line[name_len] == ':' && strncasecmp(line, name, name_len) == 0;
+}
+
+/* True when `value` (`len` bytes, blanks before it) starts with the product
+ * token `product`, alone or with a version or more ("muster-head",
+ * "muster-head/1 (linux)"), before the line end if there is one. */
+static bool client_product_is(const char *value, size_t len, const char *product) {
+  size_t n = strlen(product);
+  while (len > 0 && (*value == ' ' || *value == '\t'))
+    value++, len--;
+  return len >= n && memcmp(value, product, n) == 0 &&
+         (len == n || (value[n] != '\0' && strchr("/ \t\r\n", value[n]) != NULL));
+}
+
+unsigned client_header_said(const char *line, size_t len) {
+  static const char via_node[] = "(muster node"; /* the agent's Via: "1.1 NAME (muster node)" */
+  if (client_header_is(line, len, "Server", 6)) {
+    if (client_product_is(line + 7, len - 7, "muster-head"))
+      return CLIENT_SAID_HEAD;
+    return client_product_is(line + 7, len - 7, "muster-node") ? CLIENT_SAID_NODE : 0;
+  }
+  if (client_header_is(line, len, "Via", 3) &&
+      memmem(line + 4, len - 4, via_node, sizeof via_node - 1) != NULL)
+    return CLIENT_SAID_VIA_NODE;
+  return 0;
+}
+
+muster_server_t client_server_of(unsigned said) {
+  if (said & (CLIENT_SAID_NODE | CLIENT_SAID_VIA_NODE))
+    return MUSTER_SERVER_NODE;
+  return said & CLIENT_SAID_HEAD ? MUSTER_SERVER_HEAD : MUSTER_SERVER_UNKNOWN;
+}
+
+muster_server_t muster_client_server(const muster_client_t *client) {
+  return client ? client->server : MUSTER_SERVER_UNKNOWN;
+}
+
+/* libcurl's header callback: notes what the reply's lines say of its sender;
+ * a status line starts a reply afresh (an interim 100 has its own). */
+static size_t client_on_header(char *data, size_t size, size_t nmemb, void *userdata) {
+  muster_client_t *client = userdata;
+  size_t n = size * nmemb;
+  if (n >= 5 && memcmp(data, "HTTP/", 5) == 0)
+    client->curl_said = 0;
+  else
+    client->curl_said |= client_header_said(data, n);
+  return n;
+}
+
 /* ---- handle --------------------------------------------------------------- */
 
 /* The header lines of libcurl transfers (this handle's and shared.c's). */
@@ -139,6 +193,8 @@ static void client_setup_curl(muster_client_t *client) {
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, client->curl_error);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, client_on_body);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &client->reply);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, client_on_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, client);
   curl_easy_setopt(curl, CURLOPT_USERAGENT, "libmuster/" MUSTER_VERSION);
 #if LIBCURL_VERSION_NUM >= 0x075500
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -325,6 +381,7 @@ static muster_err_t client_send(muster_client_t *client, const char *method, con
   long status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
   client->status = (int)status;
+  client->server = client_server_of(client->curl_said);
   return MUSTER_OK;
 }
 

@@ -44,6 +44,8 @@ struct muster_client {
   char *base_url;                   /* "http://host:port" without a trailing slash */
   long timeout_ms;                  /* per request; long-polls add their wait */
   int status;                       /* HTTP status of the last reply, 0 when none */
+  muster_server_t server;           /* what sent the last reply that came (client_server_of) */
+  unsigned curl_said;               /* CLIENT_SAID_* of the libcurl reply being read */
   client_buf_t reply;               /* body of the last reply */
   jtext_buf_t body;                 /* the request body of a hot call, reused */
   char message[CLIENT_MESSAGE_MAX]; /* explanation of the last failure, "" after success */
@@ -117,6 +119,19 @@ bool client_grow(char **data, size_t *cap, size_t need);
 bool client_buf_reserve(client_buf_t *b, size_t more);
 /* Appends `n` bytes and keeps `b` NUL-terminated; false when memory ran out. */
 bool client_buf_append(client_buf_t *b, const char *data, size_t n);
+
+/* What a reply's headers say sent it (client_header_said), as bits. */
+#define CLIENT_SAID_HEAD 1u     /* "Server: muster-head" */
+#define CLIENT_SAID_NODE 2u     /* "Server: muster-node" */
+#define CLIENT_SAID_VIA_NODE 4u /* a Via naming a muster node: an agent passed it on */
+
+/* The CLIENT_SAID_* bit of one header line of a reply (`len` bytes, its line
+ * end there or not), 0 for a line that says nothing of the sender. */
+unsigned client_header_said(const char *line, size_t len);
+/* What sent a reply whose header lines said `said` (their bits or'ed): a
+ * node agent when one says so, or passed it on (an older agent passes the
+ * head's Server on as it came); else a head when it says so. */
+muster_server_t client_server_of(unsigned said);
 
 /* Records `err` with a printf-style explanation on the handle and returns `err`. */
 muster_err_t client_fail(muster_client_t *client, muster_err_t err, const char *fmt, ...)

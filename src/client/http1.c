@@ -255,6 +255,7 @@ typedef struct {
   int64_t length;  /* BODY_LENGTH */
   bool keep_alive; /* the connection may carry the next request */
   size_t head_len; /* bytes of status line and headers, blank line included */
+  unsigned said;   /* what its headers say of its sender (CLIENT_SAID_*) */
 } reply_head_t;
 
 /* The value of header line `line` (length `n`) when its name is `name`. */
@@ -319,6 +320,8 @@ static bool http1_parse_head(const http1_t *h, size_t head_len, bool head_reques
         r->keep_alive = false;
       else if (http1_has_token(v, vlen, "keep-alive"))
         r->keep_alive = true;
+    } else {
+      r->said |= client_header_said(line, n);
     }
     line = eol + 2;
   }
@@ -559,6 +562,7 @@ static exchange_t http1_read_reply(muster_client_t *client, bool head_request, i
     }
   }
   client->status = r.status;
+  client->server = client_server_of(r.said);
   /* Bytes past the reply would be a reply to nothing: start afresh then. */
   if (!r.keep_alive || r.head_len + used != h->in.len)
     http1_disconnect(h);

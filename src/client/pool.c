@@ -100,6 +100,10 @@ const char *muster_pool_message(const muster_pool_t *pool) {
   return pool ? pool->message : "";
 }
 
+muster_server_t muster_pool_server(const muster_pool_t *pool) {
+  return pool ? muster_client_server(pool->client) : MUSTER_SERVER_UNKNOWN;
+}
+
 const char *muster_pool_session(const muster_pool_t *pool) {
   return pool ? pool->session : NULL;
 }

@@ -78,6 +78,85 @@ fail:
   return MUSTER_INVALID;
 }
 
+/* The end of muster_worker_reg_t's first version: all it was published with. */
+#define WORKER_REG_FIRST_END OPTS_END(muster_worker_reg_t, repeated)
+
+void muster_worker_reg_init_sized(muster_worker_reg_t *reg, size_t size) {
+  const muster_worker_reg_t defaults = {.size = sizeof defaults};
+  opts_init_sized(reg, size, &defaults, sizeof defaults);
+}
+
+void muster_worker_reg_clear(muster_worker_reg_t *reg) {
+  if (reg == NULL)
+    return;
+  muster_free(reg->name);
+  reg->name = NULL;
+}
+
+/* Builds the registration body from the caller's `opts` (NULL: all
+ * defaults), taken over this library's defaults, into *body. */
+static muster_err_t worker_request(muster_client_t *client, const muster_worker_opts_t *opts,
+                                   json_t **body) {
+  muster_worker_opts_t taken;
+  muster_worker_opts_init(&taken);
+  muster_err_t err = MUSTER_OK;
+  if (opts != NULL)
+    err = client_opts_take(client, &taken, sizeof taken, opts, WORKER_OPTS_FIRST_END, "opts",
+                           "muster_worker_opts_init");
+  return err == MUSTER_OK ? worker_body(client, &taken, body) : err;
+}
+
+/*
+ * Reads the registration's reply into *got (this library's whole struct):
+ * the id (required), the name (copied: the caller's), the timeout (0 when the
+ * reply has none, as an older head's) and whether it was a repeat.
+ */
+static muster_err_t worker_read_reply(muster_client_t *client, json_t *reply,
+                                      muster_worker_reg_t *got) {
+  int64_t id = 0, timeout_ms = 0;
+  if (client_get_int(reply, "id", 0, &id) != 0 || id <= 0)
+    return client_fail(client, MUSTER_PROTOCOL, "register reply has no worker id");
+  if (client_get_int(reply, "timeout_ms", 0, &timeout_ms) != 0 || timeout_ms < 0)
+    timeout_ms = 0; /* not a timeout: as if the head had not said */
+  const char *display = json_string_value(json_object_get(reply, "name"));
+  if ((got->name = strdup(display ? display : "")) == NULL)
+    return client_fail(client, MUSTER_NOMEM, "out of memory");
+  got->id = id;
+  got->timeout_ms = timeout_ms;
+  got->repeated = json_is_true(json_object_get(reply, "repeated"));
+  return MUSTER_OK;
+}
+
+muster_err_t muster_worker_register_full(muster_client_t *client, const muster_worker_opts_t *opts,
+                                         muster_worker_reg_t *reg) {
+  if (client == NULL)
+    return MUSTER_INVALID;
+  if (reg == NULL)
+    return client_fail(client, MUSTER_INVALID, "reg: a place for the registration is required");
+  size_t size;
+  memcpy(&size, reg, sizeof size);
+  /* What the library writes, in a whole struct of its own with the caller's
+   * size kept; opts_take refuses a `reg` not set up, as it does options. */
+  muster_worker_reg_t got;
+  if (client_opts_take(client, &got, sizeof got, reg, WORKER_REG_FIRST_END, "reg",
+                       "muster_worker_reg_init") != MUSTER_OK)
+    return MUSTER_INVALID;
+  got = (muster_worker_reg_t){.size = size};
+  json_t *body = NULL, *reply = NULL;
+  muster_err_t err = worker_request(client, opts, &body);
+  if (err == MUSTER_OK) {
+    err = client_call(client, "POST", "/v1/workers", body, 0, &reply);
+    json_decref(body);
+  }
+  if (err == MUSTER_OK)
+    err = worker_read_reply(client, reply, &got);
+  json_decref(reply);
+  if (err != MUSTER_OK)
+    got = (muster_worker_reg_t){.size = size};
+  memcpy(reg, &got, size < sizeof got ? size : sizeof got);
+  return err;
+}
+
 muster_err_t muster_worker_register(muster_client_t *client, const muster_worker_opts_t *opts,
                                     int64_t *id, char **name) {
   if (name)
@@ -85,29 +164,17 @@ muster_err_t muster_worker_register(muster_client_t *client, const muster_worker
   if (client == NULL || id == NULL)
     return client ? client_fail(client, MUSTER_INVALID, "a place for the id is required")
                   : MUSTER_INVALID;
-  json_t *body = NULL, *reply = NULL;
-  muster_worker_opts_t taken; /* the caller's options over this library's defaults */
-  muster_worker_opts_init(&taken);
-  muster_err_t err = MUSTER_OK;
-  if (opts != NULL)
-    err = client_opts_take(client, &taken, sizeof taken, opts, WORKER_OPTS_FIRST_END, "opts",
-                           "muster_worker_opts_init");
-  if (err == MUSTER_OK)
-    err = worker_body(client, &taken, &body);
+  muster_worker_reg_t reg;
+  muster_worker_reg_init(&reg);
+  muster_err_t err = muster_worker_register_full(client, opts, &reg);
   if (err != MUSTER_OK)
     return err;
-  err = client_call(client, "POST", "/v1/workers", body, 0, &reply);
-  json_decref(body);
-  int64_t got = 0;
-  if (err == MUSTER_OK && (client_get_int(reply, "id", 0, &got) != 0 || got <= 0))
-    err = client_fail(client, MUSTER_PROTOCOL, "register reply has no worker id");
-  const char *display = json_string_value(json_object_get(reply, "name"));
-  if (err == MUSTER_OK && name != NULL && (*name = strdup(display ? display : "")) == NULL)
-    err = client_fail(client, MUSTER_NOMEM, "out of memory");
-  if (err == MUSTER_OK)
-    *id = got;
-  json_decref(reply);
-  return err;
+  *id = reg.id;
+  if (name != NULL)
+    *name = reg.name;
+  else
+    muster_worker_reg_clear(&reg);
+  return MUSTER_OK;
 }
 
 muster_err_t muster_worker_heartbeat(muster_client_t *client, int64_t id, const char *progress) {

@@ -155,13 +155,16 @@ static void fwd_on_continue(void *arg) {
   h1_body_continue(f->q);
 }
 
-/* The head's status line and headers arrived: start the client's reply. */
+/* The head's status line and headers arrived: start the client's reply.
+ * Its Date and Server are the agent's own (h1 writes them): the client is to
+ * see that a node agent answers at its URL (muster_client_server). */
 static void fwd_on_reply(void *arg, const up_reply_t *r) {
   fwd_req_t *f = arg;
   fwd_drop_body(f);
   for (size_t i = 0; i < r->nheaders; i++) {
     const char *name = r->headers[i].name;
-    if (!fwd_is_hop(name) && !fwd_reply_names_hop(r, name) && strcasecmp(name, "Date") != 0)
+    if (!fwd_is_hop(name) && !fwd_reply_names_hop(r, name) && strcasecmp(name, "Date") != 0 &&
+        strcasecmp(name, "Server") != 0)
       h1_add_header(f->q, name, r->headers[i].value);
   }
   char via[160];

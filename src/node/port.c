@@ -323,7 +323,8 @@ int port_start(node_agent_t *a, const char *listen, char *err, size_t err_size) 
                      .idle_ms = port_timeout_env(a, "MUSTER_HTTP_IDLE_TIMEOUT_MS", PORT_IDLE_MS),
                      .head_ms = port_timeout_env(a, "MUSTER_HTTP_HEAD_TIMEOUT_MS", 0),
                      .body_ms = port_timeout_env(a, "MUSTER_HTTP_BODY_TIMEOUT_MS", 0),
-                     .accept_failed = port_on_accept_failed};
+                     .accept_failed = port_on_accept_failed,
+                     .server = "muster-node"};
   a->port = h1_server_new(a->base, &cfg);
   if (a->port == NULL) {
     snprintf(err, err_size, "out of memory");

@@ -80,16 +80,21 @@ static const char *h1_reason(int status) {
   return status >= 500 ? "Internal Server Error" : status >= 400 ? "Bad Request" : "OK";
 }
 
-/* The Date header's value, formatted once a second. */
-static const char *h1_date(h1_server_t *s) {
+/* The header lines every reply carries, formatted once a second: Date, and
+ * the Server of the config (what answers at this URL), one copy per reply. */
+static const char *h1_fixed(h1_server_t *s) {
   time_t now = time(NULL);
   if (now != s->date_sec) {
     struct tm tm;
+    char date[40];
     gmtime_r(&now, &tm);
-    strftime(s->date, sizeof s->date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    snprintf(s->fixed, sizeof s->fixed, "Date: %s\r\n%s%.40s%s", date,
+             s->cfg.server ? "Server: " : "", s->cfg.server ? s->cfg.server : "",
+             s->cfg.server ? "\r\n" : "");
     s->date_sec = now;
   }
-  return s->date;
+  return s->fixed;
 }
 
 /* ---- requests ---- */
@@ -214,8 +219,8 @@ static int req_head_framed(h1_req_t *q, int status, const char *type, int64_t le
     snprintf(framing, sizeof framing, "Content-Length: %lld\r\n", (long long)len);
   else if (!no_body && !q->is_head && !q->http10)
     snprintf(framing, sizeof framing, "Transfer-Encoding: chunked\r\n");
-  return snprintf(q->line, sizeof q->line, "HTTP/1.1 %d %s\r\n%s%sDate: %s\r\n%s", status,
-                  h1_reason(status), ctype, framing, h1_date(q->srv), req_connection(q));
+  return snprintf(q->line, sizeof q->line, "HTTP/1.1 %d %s\r\n%s%s%s%s", status, h1_reason(status),
+                  ctype, framing, h1_fixed(q->srv), req_connection(q));
 }
 
 void h1_req_head(h1_req_t *q, int status, const char *type, int64_t len) {
@@ -225,13 +230,12 @@ void h1_req_head(h1_req_t *q, int status, const char *type, int64_t len) {
   if (type == NULL || len < 0)
     n = req_head_framed(q, status, type, len, no_body);
   else if (no_body)
-    n = snprintf(q->line, sizeof q->line, "HTTP/1.1 %d %s\r\nDate: %s\r\n%s", status,
-                 h1_reason(status), h1_date(q->srv), conn);
+    n = snprintf(q->line, sizeof q->line, "HTTP/1.1 %d %s\r\n%s%s", status, h1_reason(status),
+                 h1_fixed(q->srv), conn);
   else
     n = snprintf(q->line, sizeof q->line,
-                 "HTTP/1.1 %d %s\r\nContent-Type: %.100s\r\nContent-Length: %lld\r\n"
-                 "Date: %s\r\n%s",
-                 status, h1_reason(status), type, (long long)len, h1_date(q->srv), conn);
+                 "HTTP/1.1 %d %s\r\nContent-Type: %.100s\r\nContent-Length: %lld\r\n%s%s", status,
+                 h1_reason(status), type, (long long)len, h1_fixed(q->srv), conn);
   if (n < 0 || (size_t)n >= sizeof q->line)
     n = snprintf(q->line, sizeof q->line,
                  "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n"

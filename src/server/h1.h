@@ -69,6 +69,10 @@ typedef struct {
    * stops accepting for 100 ms, clients waiting in the listen backlog, and
    * tells this (NULL: nobody) each time. */
   void (*accept_failed)(int err, void *arg);
+  /* The Server header of every reply, which tells a client what answers at
+   * its URL ("muster-head", "muster-node": muster_client_server); NULL: none.
+   * A proxy's reply passed on carries the proxy's, not its origin's. */
+  const char *server;
 } h1_config_t;
 
 #define H1_HEAD_MS_DEFAULT (30 * 1000)

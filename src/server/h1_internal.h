@@ -186,7 +186,7 @@ struct h1_server {
   int corked;
   h1_lend_t lend; /* replies held back for a flush (h1_lend.c) */
   time_t date_sec;
-  char date[40];
+  char fixed[128]; /* the headers every reply carries: Date, and Server when named */
 };
 
 #define H1_ACTIVE_WINDOW_MS 10

@@ -602,7 +602,8 @@ int http_start(head_t *h) {
                      .max_body = h->cfg.max_body * 4 + 65536,
                      .idle_ms = h->cfg.max_wait_ms + 120 * 1000,
                      .head_ms = http_timeout_env("MUSTER_HTTP_HEAD_TIMEOUT_MS"),
-                     .body_ms = http_timeout_env("MUSTER_HTTP_BODY_TIMEOUT_MS")};
+                     .body_ms = http_timeout_env("MUSTER_HTTP_BODY_TIMEOUT_MS"),
+                     .server = "muster-head"};
   h->http = h1_server_new(h->base, &cfg);
   if (h->http == NULL)
     return -1;

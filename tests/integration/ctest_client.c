@@ -231,6 +231,93 @@ static void test_protocol_errors(void) {
   CHECK(strcmp(message, "going down") == 0);
 }
 
+/* What muster_client_server says after one reply of a fake server, whose
+ * head's lines are `headers`, reached at its URL (with `user_info`, "u@",
+ * libcurl carries the call, not http1.c); the next call, refused (the fake
+ * is gone), must leave it. */
+static muster_server_t server_of(const char *user_info, const char *headers) {
+  char reply[512], url[96];
+  snprintf(reply, sizeof reply,
+           "HTTP/1.1 200 OK\r\n%sContent-Length: 2\r\nConnection: close\r\n\r\n{}", headers);
+  fake_t fake;
+  pthread_t thread;
+  if (fake_start(&fake, &thread, reply, url, sizeof url) != 0)
+    return (muster_server_t)-1;
+  char formed[128];
+  snprintf(formed, sizeof formed, "http://%s%s", user_info, url + strlen("http://"));
+  muster_client_t *client = NULL;
+  muster_client_new(formed, "x", &client);
+  muster_server_t before = muster_client_server(client);
+  char *body = NULL;
+  muster_err_t err = muster_request(client, "GET", "/v1/health", NULL, &body);
+  muster_free(body);
+  pthread_join(thread, NULL);
+  close(fake.fd);
+  muster_server_t said = muster_client_server(client);
+  CHECK(before == MUSTER_SERVER_UNKNOWN && err == MUSTER_OK);
+  CHECK_ERR(client, muster_request(client, "GET", "/v1/health", NULL, NULL), MUSTER_NETWORK);
+  CHECK(muster_client_server(client) == said);
+  muster_client_free(client);
+  return said;
+}
+
+/* A reply says what answers at the URL: its Server header, or a Via naming a
+ * muster node (an older agent passes the head's Server on), through either
+ * transport; a request that gets no reply leaves what the last one said. */
+static void test_server_kind(void) {
+  static const char *const forms[] = {"", "u@"};
+  for (size_t i = 0; i < 2; i++) {
+    const char *f = forms[i];
+    CHECK(server_of(f, "Server: muster-head\r\n") == MUSTER_SERVER_HEAD);
+    CHECK(server_of(f, "Server: muster-node\r\n") == MUSTER_SERVER_NODE);
+    CHECK(server_of(f, "server:  muster-node/2.0 (linux)\r\n") == MUSTER_SERVER_NODE);
+    CHECK(server_of(f, "Server: muster-head\r\nVia: 1.1 n1 (muster node)\r\n") ==
+          MUSTER_SERVER_NODE);
+    CHECK(server_of(f, "Via: 1.1 n1 (muster node)\r\nServer: muster-head\r\n") ==
+          MUSTER_SERVER_NODE);
+    CHECK(server_of(f, "Server: muster-headless\r\n") == MUSTER_SERVER_UNKNOWN);
+    CHECK(server_of(f, "Server: nginx\r\nVia: 1.1 proxy\r\n") == MUSTER_SERVER_UNKNOWN);
+    CHECK(server_of(f, "") == MUSTER_SERVER_UNKNOWN);
+  }
+  CHECK(muster_client_server(NULL) == MUSTER_SERVER_UNKNOWN);
+  CHECK(muster_pool_server(NULL) == MUSTER_SERVER_UNKNOWN);
+  muster_client_t *client = connect_head(head_token);
+  char *json = NULL;
+  CHECK_OK(client, muster_queue_list(client, &json));
+  CHECK(muster_client_server(client) == MUSTER_SERVER_HEAD);
+  muster_free(json);
+  muster_client_free(client);
+}
+
+/* A registration whose reply has no timeout_ms (an older head's) gives 0. */
+static void test_register_without_timeout(void) {
+  const char *body = "{\"id\":5,\"name\":\"old-5\",\"nickname\":\"anonymous\"}";
+  char reply[256], url[64];
+  snprintf(reply, sizeof reply,
+           "HTTP/1.1 201 Created\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+           strlen(body), body);
+  fake_t fake;
+  pthread_t thread;
+  if (fake_start(&fake, &thread, reply, url, sizeof url) != 0) {
+    CHECK(!"fake server");
+    return;
+  }
+  muster_client_t *client = NULL;
+  muster_client_new(url, "x", &client);
+  muster_worker_reg_t reg;
+  muster_worker_reg_init(&reg);
+  reg.timeout_ms = 77;
+  CHECK_OK(client, muster_worker_register_full(client, NULL, &reg));
+  CHECK(reg.id == 5 && reg.timeout_ms == 0 && reg.repeated == 0);
+  CHECK(reg.name != NULL && strcmp(reg.name, "old-5") == 0);
+  muster_worker_reg_clear(&reg);
+  CHECK(reg.name == NULL);
+  muster_worker_reg_clear(NULL);
+  muster_client_free(client);
+  pthread_join(thread, NULL);
+  close(fake.fd);
+}
+
 static void test_queues(muster_client_t *c) {
   muster_queue_opts_t opts;
   muster_queue_opts_init(&opts);
@@ -500,6 +587,33 @@ static void test_workers(muster_client_t *c) {
   CHECK_OK(c, muster_worker_register(c, &opts, &id, &name));
   CHECK(id > 0 && name != NULL && name[0] != '\0');
   muster_free(name);
+  /* The full registration gives the timeout the head holds the worker to,
+   * and says when an instance's registration sent again got its worker back. */
+  muster_worker_reg_t reg, again;
+  muster_worker_reg_init(&reg);
+  muster_worker_reg_init(&again);
+  CHECK(reg.size == sizeof reg && reg.id == 0 && reg.name == NULL && reg.timeout_ms == 0);
+  opts.instance = "ct-instance-1";
+  CHECK_OK(c, muster_worker_register_full(c, &opts, &reg));
+  CHECK_OK(c, muster_worker_register_full(c, &opts, &again));
+  CHECK(reg.id > id && reg.timeout_ms == 30000 && reg.repeated == 0 && reg.name != NULL);
+  CHECK(again.id == reg.id && again.timeout_ms == 30000 && again.repeated == 1);
+  CHECK(reg.name && again.name && strcmp(reg.name, again.name) == 0);
+  muster_worker_reg_clear(&reg);
+  muster_worker_reg_clear(&again);
+  opts.instance = NULL;
+  opts.timeout_ms = -1; /* the head's default */
+  CHECK_OK(c, muster_worker_register_full(c, &opts, &reg));
+  CHECK(reg.timeout_ms == 60000);
+  muster_worker_reg_clear(&reg);
+  opts.timeout_ms = 30000;
+  opts.labels = "[1]"; /* refused before sending: nothing is filled */
+  reg.id = 9;
+  CHECK_ERR(c, muster_worker_register_full(c, &opts, &reg), MUSTER_INVALID);
+  CHECK(reg.id == 0 && reg.name == NULL && reg.size == sizeof reg);
+  CHECK_ERR(c, muster_worker_register_full(c, &opts, NULL), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "reg: a place for the registration is required"));
+  opts.labels = "{\"gpu\":\"a100\"}";
   opts.labels = "[1]";
   CHECK_ERR(c, muster_worker_register(c, &opts, &id, NULL), MUSTER_INVALID);
   CHECK_OK(c, muster_worker_heartbeat(c, id, "42% of shard 7"));
@@ -747,6 +861,8 @@ int main(int argc, char **argv) {
   test_auth_and_network();
   test_pool_request_timeout();
   test_protocol_errors();
+  test_server_kind();
+  test_register_without_timeout();
   muster_client_t *client = connect_head(head_token);
   test_queues(client);
   test_put_and_get(client);

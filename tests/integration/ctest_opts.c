@@ -199,6 +199,22 @@ static void test_newer_caller(void) {
   muster_pool_close(pool);
 }
 
+/* The struct a registration fills, in a program built against a newer
+ * header: the library writes its own fields and nothing past them. */
+static void test_newer_registration(muster_client_t *c) {
+  struct {
+    muster_worker_reg_t reg;
+    unsigned char canary[8];
+  } s;
+  memset(&s, CANARY_BYTE, sizeof s);
+  muster_worker_reg_init_sized(&s.reg, sizeof s);
+  CHECK(s.reg.size == sizeof s && s.reg.name == NULL && canary_intact(s.canary, sizeof s.canary));
+  CHECK_OK(c, muster_worker_register_full(c, NULL, &s.reg));
+  CHECK(s.reg.id > 0 && s.reg.timeout_ms > 0 && s.reg.name != NULL && s.reg.size == sizeof s);
+  CHECK(canary_intact(s.canary, sizeof s.canary));
+  muster_worker_reg_clear(&s.reg);
+}
+
 /* MUSTER_INVALID with `message` naming `init`. */
 static void check_refused(muster_err_t err, const char *message, const char *init, int line) {
   char what[600];
@@ -224,6 +240,13 @@ static void test_zero_size_client_calls(muster_client_t *c) {
   muster_worker_opts_t wo = {0};
   int64_t id = 0;
   CHECK_REFUSED(c, muster_worker_register(c, &wo, &id, NULL), "muster_worker_opts_init");
+  /* The struct a registration fills is refused alike when not set up: the
+   * library could not know how much of it the caller has. */
+  muster_worker_reg_t reg = {0};
+  CHECK_REFUSED(c, muster_worker_register_full(c, NULL, &reg), "muster_worker_reg_init");
+  CHECK(reg.id == 0 && reg.name == NULL);
+  reg.size = sizeof reg.size + 1;
+  CHECK_REFUSED(c, muster_worker_register_full(c, NULL, &reg), "muster_worker_reg_init");
   CHECK(id == 0);
   muster_session_opts_t so = {0};
   so.queue = "co-normal-q";
@@ -292,6 +315,7 @@ int main(int argc, char **argv) {
   test_old_pool(client);
   test_old_queue(client);
   test_newer_caller();
+  test_newer_registration(client);
   test_zero_size_client_calls(client);
   test_zero_size_opens(client);
   muster_client_free(client);

@@ -8,7 +8,9 @@ Checks: map exits 0 and prints every result exactly once and in input order, say
 it retried; and when the head does not come back within the session's timeout, map
 exits 1 naming the session and the `muster session results` command that reads the
 rest from where it stopped.  A proxy that answers map's first submissions 503 (a head
-stopping) checks that submitting is tried again too.
+stopping) checks that submitting is tried again too.  The same runs through a node
+agent (map given the agent's URL), whose words name the agent: it answers again, and
+the head behind it is what map gave up on.
 """
 import os
 import shutil
@@ -20,6 +22,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import node_harness  # noqa: E402
 
 MUSTER = harness.MUSTER_BIN
 QUEUE = "sq"
@@ -44,6 +47,8 @@ class MapHeadRestartTest(unittest.TestCase):
             [MUSTER, "worker", "--queue", QUEUE, "--concurrency", "2", "--", "sh", "-c", square],
             env=self.env, stdout=self.worker_log, stderr=subprocess.STDOUT)
         self.lines = []
+        self.back = "muster: the head at %s answers again; carrying on\n" % self.head.url
+        self.away = "without an answer from the head at %s: " % self.head.url
 
     def tearDown(self):
         open(self.gate, "w").close()  # lets the worker's held commands end
@@ -91,20 +96,42 @@ class MapHeadRestartTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, stderr)
         self.assertEqual(self.lines, [str(i * i) for i in range(1, INPUTS + 1)], stderr)
         self.assertIn("retrying every second", stderr)
-        self.assertIn("carrying on", stderr)
+        self.assertIn(self.back, stderr)
 
     def test_map_gives_up_naming_the_session(self):
         proc = self.start_map("--timeout-ms", "2000")
-        url = self.head.url
+        url = self.env["MUSTER_URL"]
         self.head.kill()
         stderr = self.finish_map(proc)
         self.assertEqual(proc.returncode, 1, stderr)
         self.assertEqual(len(self.lines), GATED)
         self.assertIn("retrying every second for up to 2 s; session s-", stderr)
         session = stderr.split("session s-", 1)[1].split(")", 1)[0]
+        self.assertIn(self.away, stderr)
         self.assertIn("%d of %d results were printed" % (GATED, INPUTS), stderr)
         self.assertIn("muster session results s-%s --url %s --cursor %d --follow --values"
                       % (session, url, GATED), stderr)
+
+
+class MapThroughAgentTest(MapHeadRestartTest):
+    """The tests above with map talking to a node agent, which forwards to the head: the
+    worker still talks to the head.  Map said "the head answers again" when the agent
+    did, and gave up "without an answer from the head" when the agent answered all
+    along (unavailable: it cannot reach the head)."""
+
+    def setUp(self):
+        super().setUp()
+        self.agent = node_harness.Agent(self.head, self.tmp, "map", args=[
+            "--cache-dir", os.path.join(self.tmp, "cache"),
+            "--state-dir", os.path.join(self.tmp, "state")]).start()
+        self.env = dict(self.env, MUSTER_URL=self.agent.url)
+        self.back = "muster: the node agent at %s answers again; carrying on\n" % self.agent.url
+        self.away = ("without an answer from the head behind the node agent at %s: node agent "
+                     "map cannot reach the head" % self.agent.url)
+
+    def tearDown(self):
+        self.agent.kill()
+        super().tearDown()
 
 
 class MapSubmitRetryTest(unittest.TestCase):

@@ -75,6 +75,32 @@ class CutProxy:
             client.sendall(data)
 
 
+class OneReply:
+    """A server that answers one request, `GET /v1/health` as a head or agent would
+    (its Server header `server`), and then refuses connections, as one that stopped."""
+
+    def __init__(self, server):
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(1)
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        body = b'{"status":"ok"}'
+        self.reply = (b"HTTP/1.1 200 OK\r\nServer: %s\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                      % (server.encode(), len(body), body))
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        conn, _ = self.listener.accept()
+        self.listener.close()  # refused from now on
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        conn.sendall(self.reply)
+        conn.close()
+
+
 class CliMessagesTest(harness.CliChecks, unittest.TestCase):
     head = None
 
@@ -459,8 +485,12 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         # The cut batch did land: the message must not say it was not sent.
         counts = self.head.request("GET", "/v1/queues/msg-cut").json["counts"]
         self.assertEqual(counts["queued"], 2000)
-        self.assertNotIn("is a head running there?", r.stderr)
+        self.assertNotIn("running there?", r.stderr)
         self.assertIn("the server closed the connection without replying", r.stderr)
+        # The batches before had the head's replies, which say it is a head.
+        self.assertIn("muster: the request was sent, but no reply came back: the head at %s "
+                      "may have stopped or restarted; check what the head did before repeating "
+                      "it\n" % proxy.url, r.stderr)
         self.assertIn("muster: payloads 1001 to 2000 (of 2500) may or may not be stored (they "
                       "were sent, but no reply came); the 1000 before them are stored", r.stderr)
         self.assertIn("if it is, resume from payload 2001, else from payload 1001", r.stderr)
@@ -470,8 +500,8 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         proxy.listener.shutdown(socket.SHUT_RDWR)
         proxy.listener.close()
         err = self.fails(1, "put", "--queue", "msg-refused", "a", "b", url=proxy.url)
-        self.assertIn("muster: is a head running there? The URL is the one MUSTER_URL gives",
-                      err)
+        self.assertIn("muster: is a muster head or node agent running there? The URL is the "
+                      "one MUSTER_URL gives", err)
         self.assertTrue(err.endswith("\nmuster: payloads 1 to 2 (of 2) were not sent; nothing "
                                      "was stored\n"), err)
         # One payload: "payloads 1 to 1 (of 1) were not sent, and the 0 before them are
@@ -501,8 +531,11 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         err = self.fails(1, "session", "put", sid, stdin="a\n\nb\nc\n", url=proxy.url)
         self.assertEqual(self.head.request("GET", "/v1/sessions/" + sid).json["counts"]["total"],
                          3)
-        self.assertNotIn("is a head running there?", err)
-        self.assertIn("muster: the request was sent, but no reply came back", err)
+        self.assertNotIn("running there?", err)
+        # No reply came at all, so nothing says what answers there.
+        self.assertIn("muster: the request was sent, but no reply came back: the muster head or "
+                      "node agent at %s may have stopped or restarted; check what the head did "
+                      "before repeating it\n" % proxy.url, err)
         self.assertIn("muster: inputs 1 to 3 (of 3) may or may not be stored (they were sent, "
                       "but no reply came)\n", err)
         self.assertIn("see whether the batch is counted in the session's total ('muster session "
@@ -527,24 +560,39 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertRegex(r.stderr, r"\Amuster: network: [A-Z]+ %s://127\.0\.0\.1:%d/v1/\S+: "
                          r"could not connect to 127\.0\.0\.1 port %d: Connection refused\n"
-                         r"muster: is a head running there\? The URL is the one MUSTER_URL "
-                         r"gives: start the head, or give the URL of a running one\n\Z"
+                         r"muster: is a muster head or node agent running there\? The URL is "
+                         r"the one MUSTER_URL gives: start it, or give the URL of a running "
+                         r"one\n\Z"
                          % (scheme, port, port))
+
+    def test_head_down_names_what_answered_before(self):
+        # `status` asks the health first, then the workers: refused by then, the question
+        # names what the health's reply said answers at the URL, a head or a node agent.
+        for server, who, start in (("muster-node", "the node agent", "it"),
+                                   ("muster-head", "the head", "the head")):
+            with self.subTest(server=server):
+                fake = OneReply(server)
+                err = self.fails(1, "status", url=fake.url)
+                fake.thread.join(10)
+                self.assertTrue(err.endswith(
+                    "\nmuster: is %s running there? The URL is the one MUSTER_URL gives: start "
+                    "%s, or give the URL of a running one\n" % (who, start)), err)
 
     def test_head_down_advice_says_where_the_url_came_from(self):
         # It said "Pass --url or set MUSTER_URL" to a user who had passed --url, and to
         # one whose URL came from the url file that a head killed with -9 leaves behind.
         url = "http://127.0.0.1:%d" % harness.free_port()
         err = self.fails(1, "queue", "ls", "--url", url, url=False)
-        self.assertTrue(err.endswith("\nmuster: is a head running there? The URL is the one "
-                                     "--url gives: start the head, or give the URL of a "
-                                     "running one\n"), err)
+        # Nothing answered there, so nothing says whether a head or a node agent was to.
+        self.assertTrue(err.endswith("\nmuster: is a muster head or node agent running there? "
+                                     "The URL is the one --url gives: start it, or give the URL "
+                                     "of a running one\n"), err)
         killed = os.path.join(self.cwd, "killed-head")  # what a head killed with -9 leaves
         os.makedirs(killed, exist_ok=True)
         with open(os.path.join(killed, "url"), "w") as f:
             f.write(url + "\n")
         err = self.fails(1, "status", "--data-dir", killed, url=False)
-        self.assertTrue(err.endswith("\nmuster: is a head running there? The URL was read from "
+        self.assertTrue(err.endswith("\nmuster: is the head running there? The URL was read from "
                                      "%s/url, which a head writes when it listens and leaves "
                                      "behind when it is killed: start that head again, or pass "
                                      "--url (or set MUSTER_URL)\n" % killed), err)

@@ -247,9 +247,9 @@ class RequiresCliTest(harness.CliChecks, unittest.TestCase):
                 self.assertRegex(r.stderr, r"\Amuster: network: --requires models/weights: HEAD "
                                  r"http://127\.0\.0\.1:%d/v1/shared/models/weights: could not "
                                  r"connect to 127\.0\.0\.1 port %d: Connection refused\n"
-                                 r"muster: is a head running there\? The URL is the one "
-                                 r"MUSTER_URL gives: start the head, or give the URL of a "
-                                 r"running one\n"
+                                 r"muster: is a muster head or node agent running there\? The "
+                                 r"URL is the one MUSTER_URL gives: start it, or give the URL "
+                                 r"of a running one\n"
                                  r"muster: nothing was put: the newest level of models/weights "
                                  r"could not be asked\n\Z" % (port, port))
 

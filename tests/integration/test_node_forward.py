@@ -53,6 +53,26 @@ class ForwardTest(unittest.TestCase):
         self.assertEqual(r.json["status"], "ok")
         self.assertIn("muster node", r.headers.get("Via", ""))
 
+    def test_every_reply_says_what_sent_it(self):
+        # The head's replies say "muster-head"; the agent passes them on with its own
+        # Server in the head's place (one header, not two), so a client (the CLI's words:
+        # "the node agent at URL") can tell an agent's URL from a head's.
+        def servers(port, path):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
+                conn.request("GET", path, headers={"Authorization": "Bearer " + self.head.token})
+                r = conn.getresponse()
+                r.read()
+                return r.msg.get_all("Server"), r.msg.get_all("Via"), r.status
+            finally:
+                conn.close()
+        self.assertEqual(servers(self.head.port, "/v1/queues"), (["muster-head"], None, 200))
+        self.assertEqual(servers(self.head.port, "/v1/nope")[0], ["muster-head"])
+        for path, status in (("/v1/queues", 200), ("/v1/nope", 404)):
+            got, via, code = servers(self.agent.port, path)
+            self.assertEqual((got, code), (["muster-node"], status), path)
+            self.assertIn("(muster node)", via[0])
+
     def test_auth_is_the_heads(self):
         r = self.agent.request("GET", "/v1/queues", token=None)
         self.assertEqual(r.status, 401, r)
@@ -540,6 +560,7 @@ class UnreachableHeadTest(unittest.TestCase):
             r = agent.request("GET", "/v1/queues")
             self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
             self.assertIn("cannot reach the head", r.json["error"]["message"])
+            self.assertEqual(r.headers.get("Server"), "muster-node")  # the agent's own reply
         finally:
             agent.kill()
             head.cleanup()

@@ -10,16 +10,23 @@ The head listens on a fixed port (picked free at the start), so a restart on the
 data dir is reachable at the same URL.  The test is the session's worker: it leases and
 completes the tasks itself, so it decides which results exist before, during and after
 the restart.  The follower's stderr is read line by line to wait for what it says.
+
+Through a node agent (the follower given the agent's URL) the words name the agent:
+the head behind it is away while the agent answers unavailable, the agent itself when
+it is killed, and the agent answers again either way.
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import node_harness  # noqa: E402
 
 MUSTER = harness.MUSTER_BIN
 QUEUE = "follow"
@@ -70,7 +77,8 @@ class Follower:
         return self.proc.returncode
 
 
-class FollowHeadRestartTest(unittest.TestCase):
+class FollowCase(unittest.TestCase):
+    """A head on a fixed port, a session of INPUTS tasks, and the test as its worker."""
 
     def setUp(self):
         self.head = harness.Head(["--listen", "127.0.0.1:%d" % harness.free_port()]).start()
@@ -120,6 +128,10 @@ class FollowHeadRestartTest(unittest.TestCase):
         self.assertEqual(sum(BACK in line for line in follower.err), 1, follower.stderr())
         self.assertIn("cursor: ", follower.err[-1])
 
+
+
+class FollowHeadRestartTest(FollowCase):
+
     def test_submission_order_through_a_stop_and_start(self):
         self.complete(2)
         follower = Follower(self.env, self.session)
@@ -130,6 +142,7 @@ class FollowHeadRestartTest(unittest.TestCase):
         self.complete(2)
         self.check_ends_with_every_result(follower, ["r%d" % i for i in range(INPUTS)])
         self.assertEqual(follower.err[-1], "cursor: %d" % INPUTS)
+        self.assertIn("muster: the head at %s %s 2" % (self.head.url, BACK), follower.err)
 
     def test_completion_order_through_a_kill_and_start(self):
         self.complete(3, reverse=True)
@@ -173,6 +186,45 @@ class FollowHeadRestartTest(unittest.TestCase):
         self.assertEqual(follower.out, ["r0"])
         self.assertEqual(follower.err, ["cursor: 1",
                                         "muster: stopped by a signal; read on with --cursor 1"])
+
+
+class FollowThroughAgentTest(FollowCase):
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.mkdtemp(prefix="muster-follow-agent-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.agent = node_harness.Agent(self.head, self.tmp, "follow", args=[
+            "--listen", "127.0.0.1:%d" % harness.free_port(),
+            "--cache-dir", os.path.join(self.tmp, "cache"),
+            "--state-dir", os.path.join(self.tmp, "state")]).start()
+        self.addCleanup(self.agent.kill)
+        self.env = dict(self.env, MUSTER_URL=self.agent.url)
+
+    def test_the_head_away_behind_the_agent(self):
+        self.complete(2)
+        follower = Follower(self.env, self.session)
+        self.restart_while_following(follower, self.head.kill)
+        self.complete(4)
+        self.check_ends_with_every_result(follower, ["r%d" % i for i in range(INPUTS)])
+        self.assertIn("muster: the head behind the node agent at %s %s %s from cursor 2, trying "
+                      "again every 2 s at most (Ctrl-C stops, printing the cursor to resume "
+                      "from)" % (self.agent.url, AWAY, self.session), follower.err)
+        self.assertIn("muster: the node agent at %s %s 2" % (self.agent.url, BACK), follower.err)
+
+    def test_the_agent_away(self):
+        self.complete(2)
+        follower = Follower(self.env, self.session)
+        follower.wait_for(lambda: len(follower.out) >= 2, "the results before the agent goes")
+        self.agent.kill()
+        follower.wait_for(lambda: follower.said(AWAY), "the follower says the agent is away")
+        self.agent.start()  # on the same port: its --listen names it
+        self.complete(4)
+        self.check_ends_with_every_result(follower, ["r%d" % i for i in range(INPUTS)])
+        self.assertIn("muster: the node agent at %s %s %s from cursor 2, trying again every "
+                      "2 s at most (Ctrl-C stops, printing the cursor to resume from)"
+                      % (self.agent.url, AWAY, self.session), follower.err)
+        self.assertIn("muster: the node agent at %s %s 2" % (self.agent.url, BACK), follower.err)
 
 
 if __name__ == "__main__":

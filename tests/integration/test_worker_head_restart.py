@@ -236,20 +236,34 @@ class WorkerHeadRestartTest(unittest.TestCase):
             self.assertIsNone(task.get("error"), task)
 
 
+def hide_timeout(pieces):
+    """A registration's reply as an older head gave it, without "timeout_ms" (renamed in
+    place: the length the proxy sent first stays right)."""
+    yield b"".join(pieces).replace(b'"timeout_ms"', b'"timeout_xx"')
+
+
 class UnreadTimeoutTest(unittest.TestCase):
-    """The worker reads its heartbeat timeout from the head after registering, and beats
-    every third of it.  When that read failed (the head killed or restarting right after
-    the registration), it beat every 20 s, a third of the default minute, for good: a
-    head with a shorter timeout (here 1.5 s) timed it out again and again, its leases
-    returned each time, and it registered anew at every lease."""
+    """A head that does not answer the timeout at registration (an older head) has it read
+    with GET /v1/workers/ID, and the worker beats every third of it.  When that read
+    failed (the head killed or restarting right after the registration), it beat every
+    20 s, a third of the default minute, for good: a head with a shorter timeout (here
+    1.5 s) timed it out again and again, its leases returned each time, and it registered
+    anew at every lease."""
 
     def setUp(self):
         self.head = harness.Head(["--worker-timeout-ms", "1500"]).start()
         self.addCleanup(self.head.cleanup)
+        self.reads = 0
+
+        def decide(n):
+            method, path, _ = self.proxy.requests[n - 1]
+            if method == "POST":
+                return hide_timeout
+            self.reads += 1
+            return harness.UNAVAILABLE if self.reads == 1 else "forward"
         self.proxy = harness.RequestProxy(
-            self.head, lambda method, path: method == "GET" and
-            re.fullmatch(r"/v1/workers/\d+", path) is not None,
-            lambda n: harness.UNAVAILABLE if n == 1 else "forward")
+            self.head, lambda method, path: (method, path) == ("POST", "/v1/workers") or
+            method == "GET" and re.fullmatch(r"/v1/workers/\d+", path) is not None, decide)
         self.addCleanup(self.proxy.close)
 
     def test_a_timeout_not_read_is_read_again(self):
@@ -260,7 +274,7 @@ class UnreadTimeoutTest(unittest.TestCase):
                                      "--token", h.token, "--", "cat"],
                                     stdout=subprocess.DEVNULL, stderr=log)
             try:
-                harness.wait_until(lambda: self.proxy.count >= 1, timeout=30,
+                harness.wait_until(lambda: self.reads >= 1, timeout=30,
                                    what="the worker to read its timeout")
                 # Its beats reach the head at its timeout's pace: the worker's last_seen_ms
                 # moves on several times within a few of its 1.5 s.
@@ -274,7 +288,7 @@ class UnreadTimeoutTest(unittest.TestCase):
                 harness.wait_until(beats, timeout=15, what=lambda: "heartbeats of worker 1, "
                                    "%d seen:\n%s" % (len(seen), h.log()))
                 self.assertEqual(h.request("GET", "/v1/workers/1").json["state"], "active")
-                self.assertGreaterEqual(self.proxy.count, 2, "the timeout was not read again")
+                self.assertGreaterEqual(self.reads, 2, "the timeout was not read again")
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
@@ -283,6 +297,136 @@ class UnreadTimeoutTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, text)
         self.assertNotIn("the head forgot worker", text)
         self.assertNotIn("timed out", h.log())
+
+
+class RegistrationTimeoutTest(unittest.TestCase):
+    """The worker takes its heartbeat timeout from the registration's reply: it needs no
+    GET /v1/workers/ID (refused here, always) and beats every third of the head's 4.5 s
+    from the start.  It once read the timeout with that second request, and beat every
+    quarter second until the read worked."""
+
+    def setUp(self):
+        self.head = harness.Head(["--worker-timeout-ms", "4500"]).start()
+        self.addCleanup(self.head.cleanup)
+        self.reads, self.beats = 0, []
+
+        def decide(n):
+            method, path, _ = self.proxy.requests[n - 1]
+            if method == "GET":
+                self.reads += 1
+                return harness.UNAVAILABLE
+            self.beats.append(time.monotonic())
+            return "forward"
+        self.proxy = harness.RequestProxy(
+            self.head, lambda method, path: re.fullmatch(r"/v1/workers/\d+(/heartbeat)?", path)
+            is not None, decide)
+        self.addCleanup(self.proxy.close)
+
+    def test_the_timeout_comes_with_the_registration(self):
+        h = self.head
+        self.assertEqual(h.request("PUT", "/v1/queues/rq", {}).status, 201)
+        with tempfile.TemporaryFile("w+") as log:
+            proc = subprocess.Popen([MUSTER, "worker", "--queue", "rq", "--url", self.proxy.url,
+                                     "--token", h.token, "--", "cat"],
+                                    stdout=subprocess.DEVNULL, stderr=log)
+            try:
+                harness.wait_until(lambda: len(self.beats) >= 4, timeout=30,
+                                   what=lambda: "four heartbeats, %d came" % len(self.beats))
+                self.assertEqual(h.request("GET", "/v1/workers/1").json["state"], "active")
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+            log.seek(0)
+            text = log.read()
+        self.assertEqual(proc.returncode, 0, text)
+        self.assertEqual(self.reads, 0, "the worker read its timeout with a second request")
+        # The first beat goes out at once (its progress is new); the others come every
+        # 1.5 s (a third of 4.5 s), never at the quarter second of an unknown timeout.
+        gaps = [b - a for a, b in zip(self.beats[1:], self.beats[2:])]
+        self.assertTrue(all(gap >= 1.0 for gap in gaps), gaps)
+
+
+class ForgottenWorkerTest(unittest.TestCase):
+    """A worker the head answers worker_not_found says why, and registers again: it timed
+    out (no beat got through for its timeout), it was removed (its last beat got there
+    within the timeout: a goodbye sent for it), or the head never knew it (another head,
+    on an empty data dir, at the URL).  It once said "the head forgot worker N" for all
+    three, which sent whoever read it after a timeout that never happened."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="muster-worker-forgotten-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.head = harness.Head(["--worker-timeout-ms", "1500"]).start()
+        self.addCleanup(self.head.cleanup)
+        self.assertEqual(self.head.request("PUT", "/v1/queues/fq", {}).status, 201)
+
+    def worker(self, url, *cmd):
+        log = open(os.path.join(self.tmp, "worker.log"), "w+")
+        proc = subprocess.Popen([MUSTER, "worker", "--queue", "fq", "--url", url, "--token",
+                                 self.head.token, "--"] + list(cmd),
+                                stdout=subprocess.DEVNULL, stderr=log)
+        self.addCleanup(log.close)
+        self.addCleanup(harness.stop_process, proc)
+        self.log_path = log.name
+        harness.wait_until(lambda: "(id 1) on queue fq" in self.log(), timeout=30,
+                           what=lambda: "the worker to register:\n" + self.log())
+        return proc
+
+    def log(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def said(self, start):
+        line = harness.wait_until(
+            lambda: [x for x in self.log().splitlines() if x.startswith(start)], timeout=30,
+            what=lambda: "the worker to say %r:\n%s" % (start, self.log()))[0]
+        return line
+
+    def test_removed(self):
+        self.worker(self.head.url, "cat")
+        self.assertEqual(self.head.request("DELETE", "/v1/workers/1").status, 200)
+        line = self.said("muster worker: worker 1 was removed on the head")
+        self.assertRegex(line, r"^muster worker: worker 1 was removed on the head, not timed out "
+                         r"\(its last heartbeat got there \d+\.\d s ago, within its 1\.5 s "
+                         r"timeout\): a goodbye was sent for it, or its node left or timed out; "
+                         r"registered again as \S+ \(id 2\)$")
+
+    def test_timed_out_with_a_task_running(self):
+        self.head.request("POST", "/v1/queues/fq/tasks", {"tasks": [{"payload": "x"}]})
+        w = self.worker(self.head.url, "sh", "-c",
+                        'touch "$1/ran"; while [ ! -e "$1/gate" ]; do sleep 0.02; done',
+                        "sh", self.tmp)
+        self.addCleanup(lambda: open(os.path.join(self.tmp, "gate"), "w").close())
+        harness.wait_until(lambda: os.path.exists(os.path.join(self.tmp, "ran")), timeout=30,
+                           what="the task to run")
+        w.send_signal(signal.SIGSTOP)  # silent: the head times it out
+        try:
+            harness.wait_until(
+                lambda: self.head.request("GET", "/v1/workers/1").json["state"] == "gone",
+                timeout=30, what="the head to time worker 1 out")
+        finally:
+            w.send_signal(signal.SIGCONT)
+        line = self.said("muster worker: the head timed out worker 1")
+        self.assertRegex(line, r"^muster worker: the head timed out worker 1 \(no heartbeat got "
+                         r"there for \d+\.\d s, past its 1\.5 s timeout\); registered again as "
+                         r"\S+ \(id 2\); the task it was running lost its lease \(its result "
+                         r"will not be stored\)$")
+
+    def test_never_known(self):
+        # The worker talks to the head through a proxy, which then forwards to another
+        # head (another data dir, the same token) that has no worker at all.
+        proxy = harness.RequestProxy(self.head, lambda method, path: False, None)
+        self.addCleanup(proxy.close)
+        other = harness.Head(["--worker-timeout-ms", "1500"]).start()
+        self.addCleanup(other.cleanup)
+        self.assertEqual(other.request("PUT", "/v1/queues/fq", {}).status, 201)
+        self.worker(proxy.url, "cat")
+        proxy.head = other
+        line = self.said("muster worker: the head does not know worker 1")
+        self.assertEqual(line, "muster worker: the head does not know worker 1 (it lost its data, "
+                         "was restored from an older backup, or is another head at this URL); "
+                         "registered again as %s (id 1)"
+                         % other.request("GET", "/v1/workers/1").json["name"])
 
 
 if __name__ == "__main__":
