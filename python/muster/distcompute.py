@@ -113,7 +113,17 @@ def resolve_stage(client, stage, pipeline=None):
             queue = nxt
         client.queue(queue)  # raises QueueNotFound for a pipeline that does not exist
         return queue
-    client.queue(stage)
+    try:
+        client.queue(stage)
+    except errors.QueueNotFound as e:
+        if len(stage) != 1:
+            raise
+        # "f": a stage letter past DistCompute's five, more likely than a queue named so.
+        raise errors.QueueNotFound(
+            "stage %r: the stages are %s (along the pipeline's next links), or a queue's "
+            "name, and no queue is named %r" % (stage, STAGES[0] + " to " + STAGES[-1],
+                                                stage),
+            code=e.code, status=e.status) from None
     if pipeline:
         _check_stage_of(client, stage, pipeline)
     return stage

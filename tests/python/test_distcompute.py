@@ -191,6 +191,11 @@ class TestDistCompute(HeadTestCase):
             self.worker("d", a)   # only three stages
         with self.assertRaises(muster.QueueNotFound):
             self.worker("a", "no-such-pipeline")
+        # A letter past e is told the stages, not only that no queue has that name.
+        with self.assertRaises(muster.QueueNotFound) as caught:
+            self.worker("f", a)
+        self.assertIn("stage 'f': the stages are a to e (along the pipeline's next links), "
+                      "or a queue's name, and no queue is named 'f'", str(caught.exception))
         with self.assertRaises(muster.InvalidArgument):
             muster.init(self.head.url, stage="a", token=self.head.token, verbose=False)
         w = muster.init(self.head.url, stage=c, token=self.head.token, verbose=False)  # a queue name
