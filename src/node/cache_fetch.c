@@ -11,7 +11,7 @@
  * notify pipe: more bytes are in the file, or (its last message) it ended;
  * the loop joins it, stores or drops the level (cache.c) and answers the
  * waiters.  A fetch whose temporary file was removed before it could be
- * stored (DIR/tmp deleted under it) starts again once, into a new file, for
+ * stored (DIR/@tmp deleted under it) starts again once, into a new file, for
  * the same waiters.
  *
  * Stop: every fetch still running is told to end (no message from it any

@@ -161,8 +161,8 @@ class NodeCacheDiskFullTest(unittest.TestCase):
 
     def cached(self):
         names = []
-        for scope in os.listdir(self.mnt):  # and @agent.lock, the agent's hold on the dir
-            if scope not in ("tmp", "links", "@agent.lock"):
+        for scope in os.listdir(self.mnt):  # and the cache's own: @tmp, @links, @agent.lock
+            if not scope.startswith("@"):
                 names += os.listdir(os.path.join(self.mnt, scope))
         return sorted(n.split("@")[0] for n in names)
 
@@ -172,7 +172,7 @@ class NodeCacheDiskFullTest(unittest.TestCase):
         self.assertEqual(self.read("big"), big)
         self.assertEqual(self.stats()["uncached"], 1)
         self.assertEqual(self.cached(), [])
-        self.assertEqual(os.listdir(os.path.join(self.mnt, "tmp")), [])  # nothing left behind
+        self.assertEqual(os.listdir(os.path.join(self.mnt, "@tmp")), [])  # nothing left behind
         with open(self.agent.log_path, errors="replace") as f:
             self.assertIn("cache: no room for 4194304 bytes in %s: No space left on device; "
                           "sc/big level 1 served from the head, uncached" % self.mnt, f.read())
