@@ -105,6 +105,13 @@ typedef struct cache {
    * written), logged once: a broken cache dir would otherwise add a line per
    * read.  Emptied, with a line saying so, when a fetch starts again. */
   char cannot_said[512];
+  /* Fetches that ran out of room part way since a level was last stored (a
+   * file system that cannot reserve a level's room up front: cache_reserve);
+   * non-zero, the cache's disk is full as far as it knows.  Logged at most
+   * every CACHE_FULL_LOG_MS (full_logged_ms: agent_now_ms of the last line),
+   * with the count of those not logged (full_unlogged); the next level
+   * stored is said, once, and empties the three (cache_fetch.c). */
+  int64_t full_fetches, full_logged_ms, full_unlogged;
 } cache_t;
 
 /* A copy of the counters, safe from any thread while the cache lives. */
