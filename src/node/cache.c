@@ -8,7 +8,7 @@
  * it (cache_http.c asks it before every hit).  Everything runs on the agent's
  * event-loop thread.
  *
- * Integrity: a file is written to DIR/tmp, checked against the size and the
+ * Integrity: a file is written to DIR/@tmp, checked against the size and the
  * xxHash64 the head announced, and only then renamed into place, so a reader
  * never sees a partial or unverified level, and a crash leaves only a stray
  * temporary file (removed at the next start).  Afterwards the file's inode,
@@ -24,10 +24,8 @@
  */
 #include "node/cache.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,32 +136,6 @@ const char *cache_file_path(const cache_t *c, const cache_entry_t *e) {
   static char path[1024];
   cache_path_of(c, e, path, sizeof path);
   return path;
-}
-
-int cache_make_dir(const cache_t *c, const char *sub) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s", c->dir);
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/')
-      continue;
-    *p = '\0';
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-      return -1;
-    *p = '/';
-  }
-  if (mkdir(path, 0755) != 0 && errno != EEXIST)
-    return -1;
-  if (sub == NULL)
-    return 0;
-  snprintf(path, sizeof path, "%s/%s", c->dir, sub);
-  return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-int cache_links_dir(cache_t *c, char *buf, size_t size) {
-  if (cache_make_dir(c, "links") != 0)
-    return -1;
-  snprintf(buf, size, "%s/links", c->dir);
-  return 0;
 }
 
 /* ---- verification --------------------------------------------------------- */
@@ -405,14 +377,15 @@ static int cache_reserve(cache_t *c, int fd, int64_t size) {
   }
 }
 
-/* Opens a new temporary file for entry `e` in DIR/tmp (e->tmp_fd and
+/* Opens a new temporary file for entry `e` in DIR/@tmp (e->tmp_fd and
  * e->tmp_path); 0, or -1 with `err` filled. */
 static int cache_tmp_create(cache_t *c, cache_entry_t *e, char *err, size_t err_size) {
-  snprintf(e->tmp_path, sizeof e->tmp_path, "%s/tmp/fetch-XXXXXX", c->dir);
+  snprintf(e->tmp_path, sizeof e->tmp_path, "%s/" CACHE_TMP_DIR "/fetch-XXXXXX", c->dir);
   e->tmp_fd = mkostemp(e->tmp_path, O_CLOEXEC);
   if (e->tmp_fd >= 0)
     return 0;
-  snprintf(err, err_size, "cannot create a file in %s/tmp: %s", c->dir, strerror(errno));
+  snprintf(err, err_size, "cannot create a file in %s/" CACHE_TMP_DIR ": %s", c->dir,
+           strerror(errno));
   e->tmp_path[0] = '\0';
   return -1;
 }
@@ -435,9 +408,9 @@ cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name
                                  uint64_t checksum, int64_t size, char *err, size_t err_size) {
   if (cache_claim(c, err, err_size) != 0)
     return NULL;
-  const char *sub = cache_make_dir(c, "tmp") != 0   ? "tmp"
-                    : cache_make_dir(c, scope) != 0 ? scope
-                                                    : NULL;
+  const char *sub = cache_make_dir(c, CACHE_TMP_DIR) != 0 ? CACHE_TMP_DIR
+                    : cache_make_dir(c, scope) != 0       ? scope
+                                                          : NULL;
   if (sub) { /* name the directory that failed: the cache dir may well exist */
     snprintf(err, err_size, "cannot create the cache directory %s or %s/%s: %s", c->dir, c->dir,
              sub, strerror(errno));
@@ -464,8 +437,8 @@ int cache_fetch_renew(cache_t *c, cache_entry_t *e, char *err, size_t err_size) 
     close(e->tmp_fd); /* its file is gone (CACHE_COMMIT_VANISHED): nothing to unlink */
   e->tmp_fd = -1;
   e->tmp_path[0] = '\0';
-  if (cache_make_dir(c, "tmp") != 0) {
-    snprintf(err, err_size, "cannot create the cache directory %s/tmp: %s", c->dir,
+  if (cache_make_dir(c, CACHE_TMP_DIR) != 0) {
+    snprintf(err, err_size, "cannot create the cache directory %s/" CACHE_TMP_DIR ": %s", c->dir,
              strerror(errno));
     return -1;
   }
@@ -537,7 +510,8 @@ int cache_fetch_commit(cache_t *c, cache_entry_t *e, int64_t got_size, uint64_t 
   int failure = errno;
   if (fstat(e->tmp_fd, &st) == 0 && st.st_nlink == 0) { /* no name left to rename */
     snprintf(err, err_size,
-             "its temporary file %s was removed before it could be stored (was %s/tmp deleted?)",
+             "its temporary file %s was removed before it could be stored (was %s/" CACHE_TMP_DIR
+             " deleted?)",
              e->tmp_path, c->dir);
     return CACHE_COMMIT_VANISHED;
   }
@@ -548,8 +522,7 @@ int cache_fetch_commit(cache_t *c, cache_entry_t *e, int64_t got_size, uint64_t 
 
 /* ---- opening: take over what a previous agent left ----------------------- */
 
-/* Adds DIR/scope/file as an unverified READY entry when its name parses. */
-static void cache_adopt(cache_t *c, const char *scope, const char *file, int64_t size) {
+void cache_adopt(cache_t *c, const char *scope, const char *file, int64_t size) {
   char name[CACHE_NAME_MAX + 1];
   long long level = 0;
   unsigned long long checksum = 0;
@@ -571,79 +544,6 @@ static void cache_adopt(cache_t *c, const char *scope, const char *file, int64_t
   cache_lru_push_front(c, e);
   c->bytes_cached += size;
   c->entries++;
-}
-
-/* Empties directory `dir` of files (`dirs_of_dead_pids`: of the link directories of workers that
- * are gone). */
-static void cache_clean_dir(const char *dir, int dirs_of_dead_pids) {
-  DIR *d = opendir(dir);
-  struct dirent *de;
-  while (d && (de = readdir(d)) != NULL) {
-    if (de->d_name[0] == '.')
-      continue;
-    char path[1024];
-    int len = snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    if (len < 0 || (size_t)len >= sizeof path)
-      continue; /* not one of ours: the cache's names are short */
-    if (!dirs_of_dead_pids) {
-      unlink(path);
-      continue;
-    }
-    long pid = strtol(de->d_name, NULL, 10); /* "PID-XXXXXX": a worker's link directory */
-    if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
-      continue;
-    cache_clean_dir(path, 0);
-    rmdir(path);
-  }
-  if (d)
-    closedir(d);
-}
-
-void cache_forget_worker(cache_t *c, pid_t pid) {
-  char links[1024], prefix[32];
-  snprintf(links, sizeof links, "%s/links", c->dir);
-  int len = snprintf(prefix, sizeof prefix, "%d-", (int)pid);
-  DIR *d = opendir(links);
-  struct dirent *de;
-  while (d && (de = readdir(d)) != NULL) {
-    if (strncmp(de->d_name, prefix, (size_t)len) != 0)
-      continue;
-    char path[1400];
-    snprintf(path, sizeof path, "%s/%s", links, de->d_name);
-    cache_clean_dir(path, 0);
-    rmdir(path);
-  }
-  if (d)
-    closedir(d);
-}
-
-static void cache_scan(cache_t *c) {
-  char sub[1024];
-  snprintf(sub, sizeof sub, "%s/tmp", c->dir);
-  cache_clean_dir(sub, 0);
-  snprintf(sub, sizeof sub, "%s/links", c->dir);
-  cache_clean_dir(sub, 1);
-  DIR *top = opendir(c->dir);
-  struct dirent *de;
-  while (top && (de = readdir(top)) != NULL) {
-    if (!cache_valid_name(de->d_name, strlen(de->d_name)) || strcmp(de->d_name, "tmp") == 0 ||
-        strcmp(de->d_name, "links") == 0)
-      continue;
-    snprintf(sub, sizeof sub, "%s/%s", c->dir, de->d_name);
-    DIR *d = opendir(sub);
-    struct dirent *fe;
-    while (d && (fe = readdir(d)) != NULL) {
-      char path[1400];
-      struct stat st;
-      snprintf(path, sizeof path, "%s/%s", sub, fe->d_name);
-      if (fe->d_name[0] != '.' && stat(path, &st) == 0 && S_ISREG(st.st_mode))
-        cache_adopt(c, de->d_name, fe->d_name, (int64_t)st.st_size);
-    }
-    if (d)
-      closedir(d);
-  }
-  if (top)
-    closedir(top);
 }
 
 cache_t *cache_open(const char *dir, int64_t limit_bytes, const char *owner, char *err,
@@ -674,7 +574,7 @@ cache_t *cache_open(const char *dir, int64_t limit_bytes, const char *owner, cha
     cache_release(c);
     return NULL;
   }
-  cache_scan(c);
+  cache_take_over(c);
   cache_make_room(c, 0);
   return c;
 }

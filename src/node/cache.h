@@ -13,12 +13,14 @@
  * here), so nothing here takes a lock.
  *
  * Files: DIR/SCOPE/NAME@LEVEL@CHECKSUM (the checksum as 16 hex digits), written
- * as DIR/tmp/fetch-XXXXXX and renamed into place once complete and verified,
- * mode 0444.  DIR/links/ holds directories the agent's workers hard-link the
+ * as DIR/@tmp/fetch-XXXXXX and renamed into place once complete and verified,
+ * mode 0444.  DIR/@links/ holds directories the agent's workers hard-link the
  * levels they use into (same file system, no copy).  DIR/@agent.lock is
  * held by the one agent using the directory (cache_lock.c).  Names and scopes
  * are [A-Za-z0-9._-]{1,128}, so they need no escaping and '@' never occurs in
- * them.
+ * them: the cache's own names start with one, so that no scope shares them
+ * (cache_dirs.c, which also says what becomes of an older agent's DIR/tmp and
+ * DIR/links).
  */
 #ifndef MUSTER_NODE_CACHE_H
 #define MUSTER_NODE_CACHE_H
@@ -29,6 +31,8 @@
 #include <sys/types.h>
 
 #define CACHE_NAME_MAX 128                              /* scope and name length limit */
+#define CACHE_TMP_DIR "@tmp"     /* DIR/@tmp: fetches in progress, emptied at the start */
+#define CACHE_LINKS_DIR "@links" /* DIR/@links: the workers' link directories, PID-XXXXXX */
 #define CACHE_DEFAULT_BYTES (10LL * 1024 * 1024 * 1024) /* --cache-bytes default: 10 GiB */
 
 typedef enum { CACHE_FETCHING, CACHE_READY } cache_state_t;
@@ -101,6 +105,13 @@ typedef struct cache {
    * written), logged once: a broken cache dir would otherwise add a line per
    * read.  Emptied, with a line saying so, when a fetch starts again. */
   char cannot_said[512];
+  /* Fetches that ran out of room part way since a level was last stored (a
+   * file system that cannot reserve a level's room up front: cache_reserve);
+   * non-zero, the cache's disk is full as far as it knows.  Logged at most
+   * every CACHE_FULL_LOG_MS (full_logged_ms: agent_now_ms of the last line),
+   * with the count of those not logged (full_unlogged); the next level
+   * stored is said, once, and empties the three (cache_fetch.c). */
+  int64_t full_fetches, full_logged_ms, full_unlogged;
 } cache_t;
 
 /* A copy of the counters, safe from any thread while the cache lives. */
@@ -146,7 +157,7 @@ cache_entry_t *cache_find(cache_t *c, const char *scope, const char *name, int64
 cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
                                  uint64_t checksum, int64_t size, char *err, size_t err_size);
 /* cache_fetch_commit's answer when the temporary file was removed before it
- * could be stored (DIR/tmp deleted under the fetch, by a cleaner of temporary
+ * could be stored (DIR/@tmp deleted under the fetch, by a cleaner of temporary
  * files or a person): the bytes are in no file anyone can rename. */
 #define CACHE_COMMIT_VANISHED 1
 
@@ -163,7 +174,7 @@ int cache_fetch_commit(cache_t *c, cache_entry_t *e, int64_t got_size, uint64_t 
                        char *err, size_t err_size);
 /*
  * Gives FETCHING entry `e` a new, empty temporary file (e->tmp_fd and
- * e->tmp_path), DIR/tmp made again when it is gone, for its fetch to start
+ * e->tmp_path), DIR/@tmp made again when it is gone, for its fetch to start
  * over; the old file's descriptor is closed.  Returns 0, or -1 with `err`
  * filled (the entry is left without a file: cache_fetch_abort it).
  */
@@ -228,11 +239,26 @@ int64_t cache_recheck_older(cache_t *c, const cache_entry_t *e);
  * recently used first), or NULL. */
 cache_entry_t *cache_next_due(cache_t *c, int64_t now_ms);
 
-/* Removes what worker process `pid` linked into DIR/links (it has ended). */
+/* ---- cache_dirs.c ---- */
+
+/* Removes what worker process `pid` linked into DIR/@links (it has ended). */
 void cache_forget_worker(cache_t *c, pid_t pid);
 
-/* The directory workers link cached files into: DIR/links (created). */
+/* The directory workers link cached files into: DIR/@links (created). */
 int cache_links_dir(cache_t *c, char *buf, size_t size);
+
+/*
+ * At the start: removes what a previous agent left in the cache's own
+ * directories (DIR/@tmp emptied, the DIR/@links directories of workers no
+ * longer running), and in an older agent's DIR/tmp and DIR/links (its fetch
+ * files, its workers' directories), then takes over the cached levels of
+ * every scope's directory (cache_adopt).  Follows no symbolic link in DIR.
+ */
+void cache_take_over(cache_t *c);
+
+/* Adds DIR/`scope`/`file` (`size` bytes) as a READY level, verified on first
+ * use, when `file` is a level's name (NAME@LEVEL@CHECKSUM); else nothing. */
+void cache_adopt(cache_t *c, const char *scope, const char *file, int64_t size);
 
 /* Non-zero when `s` is a valid scope or name: 1 to 128 of [A-Za-z0-9._-]. */
 int cache_valid_name(const char *s, size_t len);

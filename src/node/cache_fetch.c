@@ -11,7 +11,7 @@
  * notify pipe: more bytes are in the file, or (its last message) it ended;
  * the loop joins it, stores or drops the level (cache.c) and answers the
  * waiters.  A fetch whose temporary file was removed before it could be
- * stored (DIR/tmp deleted under it) starts again once, into a new file, for
+ * stored (DIR/@tmp deleted under it) starts again once, into a new file, for
  * the same waiters.
  *
  * Stop: every fetch still running is told to end (no message from it any
@@ -40,6 +40,7 @@
 #define CACHE_FETCH_STALL_MS 60000  /* a fetch that moves no byte this long gives up */
 #define CACHE_STREAM_STEP (1 << 20) /* a fetch tells the loop of new bytes every this many */
 #define CFETCH_STOP_JOIN_MS 1000    /* the stop waits this long for the fetches it ended */
+#define CACHE_FULL_LOG_MS 10000     /* a full disk's line is repeated at most this often */
 
 /* One fetch from the head in progress (cache_entry_t.fetch), the loop's but
  * for the fields its thread reads and writes (marked).  The thread never
@@ -54,6 +55,7 @@ typedef struct {
   /* the thread's, read-only for it: what to fetch, from where, to where */
   char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
   int64_t level;
+  int64_t size; /* the level's, as the head announced it */
   char *head_url;
   char *token;             /* the first waiter's bearer token (NULL: none) */
   int fd;                  /* its own descriptor of the entry's temporary file (the stop
@@ -249,6 +251,68 @@ static int cfetch_spawn(cfetch_t *f) {
   return rc;
 }
 
+/* ---- a full disk ----------------------------------------------------------------- */
+
+/* The system's reason when fetch `f` failed for want of room on the cache's
+ * disk (ENOSPC, EDQUOT), else 0: its download could not write the file
+ * (libmuster's MUSTER_INVALID, "cannot write the blob: REASON"; every other
+ * failure of a download is the head's or the network's).  Only a file system
+ * that cannot reserve a level's room before its fetch (cache_reserve) gets
+ * here: elsewhere a level that does not fit is found before its fetch starts. */
+static int cfetch_no_room(const cfetch_t *f) {
+  if (f->err != MUSTER_INVALID)
+    return 0;
+  return strstr(f->why, strerror(ENOSPC)) ? ENOSPC : strstr(f->why, strerror(EDQUOT)) ? EDQUOT : 0;
+}
+
+/* Fetch `f` ran out of room (`reason`, an errno value) part way: said
+ * once, then at most every CACHE_FULL_LOG_MS while it goes on, with the count
+ * of those not said, as the agent says its other full disks. */
+static void cfetch_log_full(node_agent_t *a, const cfetch_t *f, int reason) {
+  cache_t *c = a->cache;
+  int64_t now = agent_now_ms();
+  c->full_fetches++;
+  if (c->full_logged_ms != 0 && now - c->full_logged_ms < CACHE_FULL_LOG_MS) {
+    c->full_unlogged++;
+    return;
+  }
+  char more[160] = "; fetches that run out of room are logged at most every 10 s while this "
+                   "lasts, and the cache says when it stores levels again";
+  if (c->full_unlogged > 0)
+    snprintf(more, sizeof more, "; %lld more fetch%s ran out of room since the last such line",
+             (long long)c->full_unlogged, c->full_unlogged == 1 ? "" : "es");
+  agent_log(a,
+            "cache: no room for %s/%s level %lld (%lld bytes) in %s: %s; the disk filled up part "
+            "way through its fetch (this file system cannot reserve a level's room before one), "
+            "and its readers got an error%s",
+            f->scope, f->name, (long long)f->level, (long long)f->size, c->dir, strerror(reason),
+            more);
+  c->full_logged_ms = now;
+  c->full_unlogged = 0;
+}
+
+/* A fetch starts after one could not (c->cannot_said), or a level was stored
+ * after fetches ran out of room (c->full_fetches): said once, and both
+ * forgotten, so that the next trouble is said at once. */
+static void cfetch_storing_again(node_agent_t *a) {
+  cache_t *c = a->cache;
+  agent_log(a, "cache: storing levels in %s again", c->dir);
+  c->cannot_said[0] = '\0';
+  c->full_fetches = c->full_logged_ms = c->full_unlogged = 0;
+}
+
+/* ---- answering a fetch's waiters ------------------------------------------------ */
+
+/* Logs why fetch `f` failed, a full disk as cfetch_log_full says it. */
+static void cfetch_log_failure(node_agent_t *a, const cfetch_t *f) {
+  int reason = cfetch_no_room(f);
+  if (reason != 0)
+    cfetch_log_full(a, f, reason);
+  else
+    agent_log(a, "cache: fetching %s/%s level %lld: %s", f->scope, f->name, (long long)f->level,
+              f->why);
+}
+
 /* The waiters of fetch `f`, ended (`stored`: in READY entry f->entry; else
  * failed, f->why says why, its entry gone), are answered; `f` is freed. */
 static void cfetch_answer(cfetch_t *f, bool stored) {
@@ -258,11 +322,12 @@ static void cfetch_answer(cfetch_t *f, bool stored) {
   char why[800] = "";
   if (!stored) {
     CACHE_COUNT(c, fetch_failures, 1);
-    agent_log(a, "cache: fetching %s/%s level %lld: %s", f->scope, f->name, (long long)f->level,
-              f->why);
+    cfetch_log_failure(a, f);
     snprintf(why, sizeof why, "fetching shared data '%s' level %lld from the head failed: %s",
              f->name, (long long)f->level, f->why);
   } else {
+    if (c->full_fetches > 0 || c->cannot_said[0])
+      cfetch_storing_again(a);
     cache_reader_begin(c, e); /* keeps the entry while the waiters are answered */
     cache_recheck_older(c, e);
   }
@@ -402,6 +467,7 @@ static cfetch_t *cfetch_new(creq_t *r, cache_entry_t *e) {
                   .entry = e,
                   .waiters = r,
                   .level = r->level,
+                  .size = r->size,
                   .head_url = head_url,
                   .fd = fcntl(e->tmp_fd, F_DUPFD_CLOEXEC, 0),
                   .notify_fd = r->a->cache->notify_wr,
@@ -462,10 +528,8 @@ void cfetch_start(creq_t *r) {
     return;
   }
   creq_note_expiry(r, e);
-  if (c->cannot_said[0]) {
-    agent_log(a, "cache: storing levels in %s again", c->dir);
-    c->cannot_said[0] = '\0';
-  }
+  if (c->cannot_said[0]) /* its room is reserved: it is stored unless the head fails */
+    cfetch_storing_again(a);
   cfetch_t *f = cfetch_new(r, e);
   int rc = f ? cfetch_spawn(f) : errno;
   if (rc != 0) {

@@ -4,7 +4,7 @@
  * The cache is not made to be shared: an agent counts only the levels in its
  * own index against its --cache-bytes (a second agent's files would push the
  * directory past the limit unseen), evicts by its own reads, and at its start
- * removes every temporary file in DIR/tmp, which are another running agent's
+ * removes every temporary file in DIR/@tmp, which are another running agent's
  * fetches in progress.  So an agent holds flock on DIR/@agent.lock (a name no
  * scope can have: '@' is not allowed in one) from the moment it uses the
  * directory: at its start when the directory is there already, else when it

@@ -7,6 +7,7 @@ A node agent whose cache dir has no room for a level: the reader still gets its 
 The data dir or cache dir is on a small tmpfs the test mounts (and unmounts): needs
 root (CAP_SYS_ADMIN) for mount; without it the test says so and skips.
 """
+import http.client
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import unittest
 
+import harness
 from harness import Head
 from node_harness import Agent
 
@@ -161,8 +163,8 @@ class NodeCacheDiskFullTest(unittest.TestCase):
 
     def cached(self):
         names = []
-        for scope in os.listdir(self.mnt):  # and @agent.lock, the agent's hold on the dir
-            if scope not in ("tmp", "links", "@agent.lock"):
+        for scope in os.listdir(self.mnt):  # and the cache's own: @tmp, @links, @agent.lock
+            if not scope.startswith("@"):
                 names += os.listdir(os.path.join(self.mnt, scope))
         return sorted(n.split("@")[0] for n in names)
 
@@ -172,7 +174,7 @@ class NodeCacheDiskFullTest(unittest.TestCase):
         self.assertEqual(self.read("big"), big)
         self.assertEqual(self.stats()["uncached"], 1)
         self.assertEqual(self.cached(), [])
-        self.assertEqual(os.listdir(os.path.join(self.mnt, "tmp")), [])  # nothing left behind
+        self.assertEqual(os.listdir(os.path.join(self.mnt, "@tmp")), [])  # nothing left behind
         with open(self.agent.log_path, errors="replace") as f:
             self.assertIn("cache: no room for 4194304 bytes in %s: No space left on device; "
                           "sc/big level 1 served from the head, uncached" % self.mnt, f.read())
@@ -190,6 +192,101 @@ class NodeCacheDiskFullTest(unittest.TestCase):
         self.assertEqual((stats["evictions"], stats["uncached"]), (1, 0))
         self.assertEqual(self.read("two"), two)
         self.assertEqual(self.stats()["hits"], 1)
+
+
+class NodeCacheNoReserveTest(unittest.TestCase):
+    """A cache dir on a file system that cannot reserve a level's room before its fetch
+    (ext2: fallocate is not supported), so that a level too large for the disk runs out
+    of room part way through its fetch.  Each such fetch was logged, one line per read,
+    and nothing said when levels were stored again.  Now the full disk is said once, then
+    at most every 10 s with a count, and its end once, in the words of the reserve path."""
+
+    def setUp(self):
+        if shutil.which("mkfs.ext2") is None:
+            self.skipTest("mkfs.ext2 (e2fsprogs) is not installed")
+        self.dir = tempfile.mkdtemp(prefix="muster-test-cache-noreserve-")
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+        image, self.mnt = os.path.join(self.dir, "ext2.img"), os.path.join(self.dir, "cache")
+        os.mkdir(self.mnt)
+        with open(image, "wb") as f:
+            f.truncate(2 << 20)
+        subprocess.run(["mkfs.ext2", "-q", "-F", "-m", "0", image], check=True)
+        proc = subprocess.run(["mount", "-o", "loop", image, self.mnt], stderr=subprocess.PIPE,
+                              text=True)
+        if proc.returncode != 0:
+            self.skipTest("cannot mount an ext2 image here: " + proc.stderr.strip())
+        self.addCleanup(subprocess.run, ["umount", self.mnt], check=False)
+        self.head = Head()
+        self.addCleanup(self.head.cleanup)
+        self.head.start()
+        self.agent = Agent(self.head, self.dir, "noreserve", args=["--cache-dir", self.mnt])
+        self.addCleanup(self.agent.kill)
+        self.agent.start()
+
+    def put(self, name, data):
+        r = self.head.request("PUT", "/v1/shared/sc/%s" % name, raw=data, content_type=OCTET)
+        self.assertEqual(r.status, 201, r)
+
+    def read(self, name):
+        """The body of a read, or None when it failed (503, or a body cut short)."""
+        try:
+            r = self.agent.request("GET", "/v1/shared/sc/" + name)
+        except (http.client.IncompleteRead, ConnectionError):
+            return None
+        self.assertIn(r.status, (200, 503), r)
+        return r.raw if r.status == 200 else None
+
+    def test_a_fetch_out_of_room_part_way_is_said_once_and_its_end_too(self):
+        big, small = os.urandom(4 << 20), os.urandom(100_000)  # big: twice the disk
+        self.put("big", big)
+        for name in ("one", "two", "three"):
+            self.put(name, small)
+        full = ("muster node: cache: no room for sc/big level 1 (4194304 bytes) in %s: No space "
+                "left on device; the disk filled up part way through its fetch (this file "
+                "system cannot reserve a level's room before one), and its readers got an "
+                "error" % self.mnt)
+        first = full + ("; fetches that run out of room are logged at most every 10 s while "
+                        "this lasts, and the cache says when it stores levels again\n")
+        again = "muster node: cache: storing levels in %s again\n" % self.mnt
+        for _ in range(3):
+            self.assertIsNone(self.read("big"))
+        log = self.log()
+        self.assertEqual((log.count(first), log.count(full)), (1, 1), log)
+        self.assertEqual(self.stats()["fetch_failures"], 3)
+        self.assertEqual(os.listdir(os.path.join(self.mnt, "@tmp")), [])  # its room given back
+
+        # A level stored ends it, said once.
+        self.assertEqual(self.read("one"), small)
+        self.assertEqual(self.read("two"), small)
+        log = self.log()
+        self.assertEqual(log.count(again), 1, log)
+        self.assertLess(log.index(first), log.index(again))
+
+        # Full again: said at once; while it lasts, again after 10 s with the count.
+        self.assertIsNone(self.read("big"))
+        self.assertEqual(self.log().count(first), 2, self.log())
+        counted = re.compile(re.escape(full) + r"; (\d+) more fetch(es)? ran out of room since "
+                             r"the last such line\n")
+
+        def repeated():
+            self.assertIsNone(self.read("big"))
+            return counted.search(self.log())
+        line = harness.wait_until(repeated, timeout=30, interval=0.5,
+                                  what=lambda: "the full disk said again:\n" + self.log())
+        self.assertGreaterEqual(int(line.group(1)), 1)
+        log = self.log()
+        self.assertEqual(log.count(full), 3, log)  # each failed read was one fetch, not a line
+        self.assertEqual(self.read("three"), small)
+        self.assertEqual(self.log().count(again), 2, self.log())
+
+    def log(self):
+        with open(self.agent.log_path, errors="replace") as f:
+            return f.read()  # all of it: Agent.log() has the end alone
+
+    def stats(self):
+        r = self.agent.request("GET", "/v1/node/cache")
+        self.assertEqual(r.status, 200, r)
+        return r.json
 
 
 if __name__ == "__main__":

@@ -194,16 +194,16 @@ class NodeCacheStreamTest(unittest.TestCase):
         self.assertLess(MIB + len(cut.exception.partial), SIZE)
 
     def test_a_fetch_whose_temporary_file_is_removed_starts_again_for_its_reader(self):
-        # The cache's tmp directory is deleted (a cleaner of temporary files, say) while
+        # The cache's @tmp directory is deleted (a cleaner of temporary files, say) while
         # a level's fetch is held half way, its reader streaming: the finished file
         # cannot be renamed into place, so the fetch starts once more, into a new file in
-        # a tmp made anew, for the same reader, whose body goes on and is whole.
+        # an @tmp made anew, for the same reader, whose body goes on and is whole.
         gate = threading.Event()
         self.addCleanup(gate.set)
         a = self.agent_behind(held_half_way(gate))
         r = self.open_read(a)
         self.assertEqual(r.read(MIB), self.data[:MIB])
-        tmp = os.path.join(self.dir, "cache", "tmp")
+        tmp = os.path.join(self.dir, "cache", "@tmp")
         shutil.rmtree(tmp)
         gate.set()
         self.assertEqual(r.read(), self.data[MIB:])
@@ -217,7 +217,7 @@ class NodeCacheStreamTest(unittest.TestCase):
                          (200, "hit", True))
 
     def test_a_fetch_whose_file_is_removed_twice_fails_and_is_fetched_again(self):
-        # Fetched once more, not forever: the tmp directory deleted under the fetch's
+        # Fetched once more, not forever: the @tmp directory deleted under the fetch's
         # second try too cuts the reader short; the next read fetches the level anew.
         gates = [threading.Event(), threading.Event()]
         for gate in gates:
@@ -228,7 +228,7 @@ class NodeCacheStreamTest(unittest.TestCase):
         a = self.agent_through(proxy)
         r = self.open_read(a)
         self.assertEqual(r.read(MIB), self.data[:MIB])
-        tmp = os.path.join(self.dir, "cache", "tmp")
+        tmp = os.path.join(self.dir, "cache", "@tmp")
         shutil.rmtree(tmp)
         gates[0].set()
         harness.wait_until(lambda: proxy.count == 2 and os.listdir(tmp), 30,

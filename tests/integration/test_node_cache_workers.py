@@ -91,7 +91,7 @@ class SharedWorkersTest(AgentsCase):
         # at most 2 workers x 2 levels distinct paths for 20 tasks.
         self.assertLessEqual(len(paths), 4, paths)
         # Level 1 went from the workers' directories once level 2 replaced it.
-        links = os.path.join(self.dir, "cache-cmd", "links")
+        links = os.path.join(self.dir, "cache-cmd", "@links")
         held = [f for d in os.listdir(links) for f in os.listdir(os.path.join(links, d))]
         self.assertTrue(held and all(f.endswith("@params@2") for f in held), held)
         # A worker killed outright cannot clean up: the agent removes its links.
@@ -139,7 +139,7 @@ class SharedWorkersTest(AgentsCase):
         self.submit(sid, 1, 1)
         [x] = self.results(sid, 1, a)
         self.assertEqual((x["state"], x["result"].split("|")[0]), ("done", "short-lived"), x)
-        links = os.path.join(self.dir, "cache-expiring", "links")
+        links = os.path.join(self.dir, "cache-expiring", "@links")
         held = [f for d in os.listdir(links) for f in os.listdir(os.path.join(links, d))]
         self.assertEqual(held, ["%s@params@1" % sid], held)  # kept between tasks
         harness.wait_until(
@@ -221,7 +221,7 @@ class SharedWorkersTest(AgentsCase):
         # the bytes were served from the head.  Workers now read the bytes too.
         cache = os.path.join(self.dir, "cache-broken")
         os.makedirs(cache)
-        open(os.path.join(cache, "tmp"), "w").close()  # no fetch file can be made
+        open(os.path.join(cache, "@tmp"), "w").close()  # no fetch file can be made
         self.put("models", "params", b"bytes-from-the-head", 1)
         a = Agent(self.head, self.dir, "broken", cmd=COMMAND,
                   args=["--queue", "sq", "--workers", "2", "--cache-dir", cache])
@@ -231,7 +231,7 @@ class SharedWorkersTest(AgentsCase):
         self.assertTrue(all(x.startswith("bytes-from-the-head|") for x in results), results)
         r = a.request("GET", "/v1/node/cache/models/params?level=1")
         self.assertEqual((r.status, r.json["path"], r.json["cache"]), (200, None, "uncached"), r)
-        self.assertIn("tmp", r.json["reason"])
+        self.assertIn("@tmp", r.json["reason"])
         # The reason is logged once, not once per read.
         self.assertEqual(a.log().count("cannot create a file in"), 1, a.log())
 

@@ -148,7 +148,7 @@ class PoolSharedDataTest(unittest.TestCase):
     def worker_files(self, pattern):
         """The shared-data files of every worker (the agent's workers' and the standalone
         ones' links in the cache, the downloads under TMPDIR) whose name matches."""
-        return (glob.glob(os.path.join(self.cache_dir, "links", "*", pattern)) +
+        return (glob.glob(os.path.join(self.cache_dir, "@links", "*", pattern)) +
                 glob.glob(os.path.join(self.tmp, "[0-9]*-*", pattern)))
 
     def upload(self, scope, name, level):
@@ -258,7 +258,7 @@ class PoolSharedDataTest(unittest.TestCase):
                                what="2 workers\n" + self.logs())
             out = pool.map([{"args": [i]} for i in range(6)], timeout=120)
             self.assertEqual({r["files"]["exits"][3] for r in out}, {data})
-            dirs = {w.pid: glob.glob(os.path.join(self.cache_dir, "links", "%d-*" % w.pid)) +
+            dirs = {w.pid: glob.glob(os.path.join(self.cache_dir, "@links", "%d-*" % w.pid)) +
                     glob.glob(os.path.join(self.tmp, "%d-*" % w.pid)) for w in workers}
             for w in workers:
                 self.assertEqual(len(dirs[w.pid]), 1, dirs)
