@@ -722,10 +722,10 @@ class TestErrors(HeadTestCase):
         try:
             for client, advice in (
                     (lambda: muster.Client(url, "t"),
-                     "is a head running there? The URL is the one url= gives: start the head, "
-                     "or give the URL of a running one"),
+                     "is a muster head or node agent running there? The URL is the one url= "
+                     "gives: start it, or give the URL of a running one"),
                     (lambda: muster.Client(data_dir=d),
-                     "is a head running there? The URL was read from %s/url, which a head "
+                     "is the head running there? The URL was read from %s/url, which a head "
                      "writes when it listens and leaves behind when it is killed: start that "
                      "head again, or pass url= (or set MUSTER_URL)" % d)):
                 with self.assertRaises(muster.NetworkError) as cm:
@@ -735,7 +735,8 @@ class TestErrors(HeadTestCase):
             os.environ["MUSTER_URL"] = url
             with self.assertRaises(muster.NetworkError) as cm:
                 muster.Client().health()
-            self.assertIn("; is a head running there? The URL is the one MUSTER_URL gives",
+            self.assertIn("; is a muster head or node agent running there? The URL is the one "
+                          "MUSTER_URL gives",
                           str(cm.exception))
             del os.environ["MUSTER_URL"]
             os.chdir(d)   # no muster-data here: the default URL, a guess
@@ -745,9 +746,9 @@ class TestErrors(HeadTestCase):
             with self.assertRaises(muster.NetworkError) as cm:
                 c.queues()
             self.assertTrue(str(cm.exception).endswith(
-                "; is a head running there? No URL was given and no data dir holds one: pass "
-                "url= (or set MUSTER_URL), or data_dir= (or MUSTER_DATA_DIR) for a head's data "
-                "dir"), str(cm.exception))
+                "; is a muster head or node agent running there? No URL was given and no data "
+                "dir holds one: pass url= (or set MUSTER_URL), or data_dir= (or "
+                "MUSTER_DATA_DIR) for a head's data dir"), str(cm.exception))
         finally:
             os.chdir(cwd)
             for k, v in saved.items():
