@@ -46,6 +46,23 @@ def poll_pause_s(asked, wait_ms=None, left=None):
         span = min(span, left)
     return asked + span - time.monotonic()
 
+def _product_is(value, product):
+    """True when header ``value`` starts with the product token ``product``, alone or with a
+    version or a comment after it ("muster-head", "muster-head/1 (linux)")."""
+    value = (value or "").lstrip(" \t")
+    return value.startswith(product) and value[len(product):len(product) + 1] in ("", "/", " ",
+                                                                                 "\t")
+
+
+def server_of(server, via):
+    """What sent a reply with the headers ``server`` and ``via`` (None when absent):
+    ``"node"`` for a node agent (its own ``Server: muster-node``, or its ``Via`` on a reply
+    it passed on), ``"head"`` for ``Server: muster-head``, else None."""
+    if _product_is(server, "muster-node") or "(muster node" in (via or ""):
+        return "node"
+    return "head" if _product_is(server, "muster-head") else None
+
+
 def _q(part):
     return urllib.parse.quote(str(part), safe="")
 
@@ -163,6 +180,7 @@ class Client:
         # The head's max_wait_ms, asked on the first long-poll and again after a connection
         # to the head was lost (it may have restarted with another --max-wait-ms).
         self._max_wait_ms = None
+        self._server = None   # what answers at the URL, as a reply said (the server property)
 
     def __repr__(self):
         return "muster.Client(%r)" % self.url
@@ -379,8 +397,8 @@ class Client:
             except (OSError, socket.timeout, http.client.HTTPException) as e:
                 unsent = conn.sock is None   # no connection was made: nothing reached a head
                 self._drop_connection(lost=True)
-                advice = ("; " + no_head_advice(getattr(self, "_url_source", "url"))
-                          if unsent else "")
+                advice = ("; " + no_head_advice(getattr(self, "_url_source", "url"),
+                                                self.server) if unsent else "")
                 raise errors.NetworkError("%s %s (%s): %s%s" % (method, path, self.url, e,
                                                                 advice)) from e
             except BaseException:
@@ -390,6 +408,7 @@ class Client:
                 # next call would read as its own.  It cannot be used again.
                 self._drop_connection()
                 raise
+            self._note_server(resp)
             if raw is not None:
                 self._reply_read(resp)
             return resp, raw
@@ -404,6 +423,21 @@ class Client:
             return _continue.request(conn, method, url, body, headers)
         conn.request(method, url, body=body, headers=headers)
         return conn.getresponse()
+
+    @property
+    def server(self):
+        """What answers at this client's URL, as its replies said (their ``Server`` header,
+        or a ``Via`` naming a muster node on a reply an agent passed on): ``"head"``, ``"node"``
+        (a node agent, which answers for the head), or None while no reply said (none yet,
+        or from an older muster).  A reply that does not say leaves what an earlier one
+        said."""
+        return getattr(self, "_server", None)
+
+    def _note_server(self, resp):
+        """Notes what sent ``resp``, as libmuster's muster_client_server reads it."""
+        said = server_of(resp.getheader("Server"), resp.getheader("Via"))
+        if said is not None:
+            self._server = said
 
     def _reply_read(self, resp):
         """The reply ``resp`` was read to its end: its connection may carry the next

@@ -196,16 +196,22 @@ def start_server(data_dir=DEFAULT_DATA_DIR, listen="127.0.0.1:7370", token=None,
 
 
 def start_node(join=None, token=None, queue=None, workers=None, name=None, listen=None, lock_file=None,
-               args=(), command=None, binary=None, log_path=None):
-    """Starts a node agent: ``muster node --join URL [options] [-- COMMAND...]``.
+               args=(), command=None, binary=None, log_path=None, timeout=30.0):
+    """Starts a node agent: ``muster node --join URL [options] [-- COMMAND...]``, and waits
+    until it has joined the head (the head took its registration; its workers start then).
 
     ``queue`` is the queue its workers serve (no workers without it), ``workers`` the
     number of CPU workers where there is no GPU, ``command`` (a list) what each worker
     runs per task, ``listen`` its API address ("none": no port), ``lock_file`` the
     one-agent-per-machine lock (default $MUSTER_NODE_LOCK, /tmp/muster-node.lock).
     Output goes to ``log_path`` (default: a file in a new temporary directory).
-    Raises NotImplementedError when the binary has no ``muster node``, and ValueError
-    for a ``join`` that is no head's URL (nothing is started then)."""
+    ``timeout``: seconds to wait for the agent to join; None returns at once.  An agent
+    that exits first (a wrong token, another agent holding the machine's lock) raises
+    RuntimeError with its last line; one that has not joined within ``timeout`` (the head
+    not answering, or refusing its name while another agent holds it) is stopped, and
+    RuntimeError says so with its last line.  Raises NotImplementedError when the binary
+    has no ``muster node``, and ValueError for a ``join`` that is no head's URL (nothing
+    is started then)."""
     if join is not None:
         _check_join(join)
     binary = find_binary(binary)
@@ -224,7 +230,58 @@ def start_node(join=None, token=None, queue=None, workers=None, name=None, liste
     p = _spawn(cmd, os.path.dirname(os.path.abspath(log_path)), os.path.basename(log_path), "node")
     p.url = join
     p.token = token
+    if timeout is not None:
+        _await_join(p, _lock_path(lock_file, args), timeout)
     return p
+
+
+def _lock_path(lock_file, args):
+    """The lock file the agent takes: ``lock_file``, a --lock-file among ``args``,
+    $MUSTER_NODE_LOCK, or the default (as `muster node` finds it)."""
+    args = list(args)
+    for i, arg in enumerate(args):
+        if arg == "--lock-file" and i + 1 < len(args):
+            lock_file = lock_file or args[i + 1]
+        elif arg.startswith("--lock-file="):
+            lock_file = lock_file or arg.split("=", 1)[1]
+    return lock_file or os.environ.get("MUSTER_NODE_LOCK") or NODE_LOCK
+
+
+def _lock_text(path):
+    """The lines of a node agent's lock file as a dict ("pid": "4711", ...); {} when it
+    cannot be read."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    return dict(line.split(" ", 1) for line in lines if " " in line)
+
+
+def _last_line(p):
+    """The agent's last line that is not blank, or a note that it wrote none."""
+    lines = [line for line in p.log().splitlines() if line.strip()]
+    return lines[-1] if lines else "(it wrote nothing)"
+
+
+def _await_join(p, lock_path, timeout):
+    """Waits until agent ``p`` says in its lock file (its own text: the pid is its) that
+    the head took its registration; see start_node for what is raised when it does not."""
+    head = "the head at %s" % p.url if p.url else "its head"
+    deadline = time.monotonic() + timeout
+    while True:
+        if p.proc.poll() is not None:
+            raise RuntimeError("muster node exited with status %s before it joined %s: %s "
+                               "(log: %s)" % (p.proc.returncode, head, _last_line(p), p.log_path))
+        info = _lock_text(lock_path)
+        if info.get("pid") == str(p.pid) and "registered" in info:
+            return
+        if time.monotonic() > deadline:
+            last = _last_line(p)   # why it did not join; its stop adds lines of its own
+            p.stop()
+            raise RuntimeError("muster node did not join %s within %g s, and was stopped; its "
+                               "last line: %s (log: %s)" % (head, timeout, last, p.log_path))
+        time.sleep(0.02)  # the agent writes `registered` into its lock file: poll for it
 
 
 def _lock_held(path):

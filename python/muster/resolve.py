@@ -102,18 +102,25 @@ def token_looked(data_dir=None):
     return "not by token=, not by MUSTER_TOKEN, and not in %s (%s, from %s)" % (path, why, named)
 
 
-def no_head_advice(source):
+def no_head_advice(source, server=None):
     """What to do when no connection could be made to a URL that ``source`` gave (the
     second value of _resolve_url_from, or "--url" for a command's option), as the CLI says
     it: a URL given is the user's to check; a data dir's url file outlives a head killed
-    with -9; the default URL was a guess."""
+    with -9; the default URL was a guess.  ``server`` is what earlier replies of the same
+    client said answers there ("head", "node": a node agent; Client.server); unknown, the
+    question names both, unless the URL came from a head's url file."""
+    from_file = source not in ("url", "--url", "MUSTER_URL", "the default URL")
+    if server is None and from_file:
+        server = "head"   # a head writes that file
+    who = {"head": "the head", "node": "the node agent"}.get(server, "a muster head or node agent")
     if source in ("url", "--url", "MUSTER_URL"):
-        return ("is a head running there? The URL is the one %s gives: start the head, or "
-                "give the URL of a running one" % ("url=" if source == "url" else source))
+        return ("is %s running there? The URL is the one %s gives: start %s, or give the URL "
+                "of a running one" % (who, "url=" if source == "url" else source,
+                                      "the head" if server == "head" else "it"))
     if source == "the default URL":
-        return ("is a head running there? No URL was given and no data dir holds one: pass "
-                "url= (or set MUSTER_URL), or data_dir= (or MUSTER_DATA_DIR) for a head's data "
-                "dir")
-    return ("is a head running there? The URL was read from %s, which a head writes when it "
+        return ("is %s running there? No URL was given and no data dir holds one: pass url= "
+                "(or set MUSTER_URL), or data_dir= (or MUSTER_DATA_DIR) for a head's data dir"
+                % who)
+    return ("is %s running there? The URL was read from %s, which a head writes when it "
             "listens and leaves behind when it is killed: start that head again, or pass url= "
-            "(or set MUSTER_URL)" % source)
+            "(or set MUSTER_URL)" % (who, source))

@@ -51,6 +51,7 @@ import types
 
 from . import _main_load
 from .shared_files import SharedFile, SharedFiles  # noqa: F401 (muster.worker.SharedFile)
+from .worker_reg import DEFAULT_TIMEOUT_MS, Registration
 
 MARK = "muster.pool"
 WORKER_CLASS_BLOB = "worker_class"
@@ -364,31 +365,21 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
     runner = Runner(client, log, cache_url)
     files = LevelFiles(client, cache_url)
     said = None   # the trouble with leasing last reported, while it lasts
-    me = {"id": None, "timeout_ms": 60000}
-
-    def register():
-        w = client.register_worker(nickname=nickname or "python", queues=[queue],
-                                   node=os.environ.get("MUSTER_NODE"))
-        me["id"], me["timeout_ms"] = w["id"], w.get("timeout_ms") or 60000
-
-    register()
+    me = Registration(client, queue, nickname, runner.log)
+    me.register()
     current = {"lease": None}
     lock = threading.Lock()
 
     def keepalive():
-        while not stop.wait(max(0.05, me["timeout_ms"] / 3000.0)):
+        while not stop.wait(me.beat_s):
             files.prune()   # the levels whose node cache file went
             try:
-                client.heartbeat(me["id"], progress="running" if current["lease"] else "idle")
                 with lock:
                     lease = current["lease"]
-                if lease is not None and lease["deadline_ms"] - time.time() * 1000 < me["timeout_ms"] / 2:
+                me.beat("running" if lease is not None else "idle", lease is not None)
+                timeout_ms = me.timeout_ms or DEFAULT_TIMEOUT_MS
+                if lease is not None and lease["deadline_ms"] - time.time() * 1000 < timeout_ms / 2:
                     lease.extend()
-            except WorkerNotFound:
-                try:
-                    register()
-                except MusterError:
-                    pass
             except MusterError:
                 pass
 
@@ -401,13 +392,13 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
                 leases, pending = pending, None
             else:
                 try:
-                    asked = time.monotonic()
+                    asked, asked_id = time.monotonic(), me.id
                     # The wait cut once (long_poll_ms): lease() would cut it again.
-                    leases = client._lease(queue, me["id"], 1, client.long_poll_ms(wait_ms),
+                    leases = client._lease(queue, asked_id, 1, client.long_poll_ms(wait_ms),
                                            last)
-                except WorkerNotFound:
+                except WorkerNotFound as e:
                     try:
-                        register()
+                        me.again(asked_id, e)
                     except MusterError as e:   # the head went away meanwhile
                         text = _lease_trouble(e, queue)
                         if text != said:
@@ -451,7 +442,7 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
                     current["lease"] = None
                 done += 1
                 go_on = not stop.is_set() and not (max_tasks and done >= max_tasks)
-                pending = _report(lease, outcome, queue, me["id"], last, go_on, runner.log)
+                pending = _report(lease, outcome, queue, me.id, last, go_on, runner.log)
             busy["task"] = False
     finally:
         busy["task"] = True
@@ -462,7 +453,7 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
             except MusterError:
                 pass
         try:
-            client.bye(me["id"])
+            client.bye(me.id)
         except MusterError:
             pass
         files.cleanup()

@@ -29,10 +29,6 @@
 #include <unistd.h>
 
 #define WORKER_PROGRESS_TICK_MS 1000L
-/* The beat interval while the head's timeout is not known (its read failed,
- * or a registration anew may have got another): short enough for any
- * timeout a head is likely to be given, and the read is tried at each beat. */
-#define WORKER_UNREAD_BEAT_MS 250L
 
 int64_t worker_now_ms(void) {
   struct timespec ts;
@@ -55,168 +51,10 @@ int64_t worker_id(worker_t *w) {
   return id;
 }
 
-/* Registers with the worker's settings into *reg (set up by the caller). */
-static muster_err_t worker_register(worker_t *w, muster_client_t *client,
-                                    muster_worker_reg_t *reg) {
-  const char *queues[] = {w->queue, NULL};
-  muster_worker_opts_t opts;
-  muster_worker_opts_init(&opts);
-  opts.nickname = w->nickname;
-  opts.node = w->node;
-  opts.queues = queues;
-  opts.timeout_ms = w->timeout_ms;
-  opts.instance = w->instance;
-  return muster_worker_register_full(client, &opts, reg);
-}
-
-/*
- * Takes the registration `reg`, sent at `sent_ms`, as the worker's (w->lock
- * held; its name is taken): the beat interval becomes a third of the timeout
- * it answered.  A head that did not answer one (an older head) has it read
- * with GET /v1/workers/ID (worker_read_timeout), beating every
- * WORKER_UNREAD_BEAT_MS until then.
- */
-static void worker_take_registration(worker_t *w, muster_worker_reg_t *reg, int64_t sent_ms) {
-  muster_free(w->name);
-  w->name = reg->name;
-  reg->name = NULL;
-  w->id = reg->id;
-  w->heard_sent_ms = sent_ms;
-  w->head_timeout_ms = reg->timeout_ms;
-  w->timeout_unread = reg->timeout_ms <= 0;
-  w->heartbeat_ms = reg->timeout_ms <= 0       ? WORKER_UNREAD_BEAT_MS
-                    : reg->timeout_ms / 3 > 50 ? (long)(reg->timeout_ms / 3)
-                                               : 50;
-}
-
-/* Tells the node agent that started us (if any) our worker id, so it can
- * report our crash: one line "worker ID" on its pipe. */
-static void worker_tell_agent(worker_t *w, int64_t id) {
-  if (w->agent_fd < 0)
-    return;
-  char line[48];
-  int len = snprintf(line, sizeof line, "worker %lld\n", (long long)id);
-  if (write(w->agent_fd, line, (size_t)len) != len)
-    fprintf(stderr, "muster worker: cannot tell the node agent our id: %s\n", strerror(errno));
-}
-
-/*
- * Why the head has no worker `old_id`, from its worker_not_found message
- * `said`, into `buf`.  A worker it holds as gone ("is gone (": it said bye or
- * timed out) timed out when no beat reached the head for its timeout; one
- * whose last beat got there within it cannot have, so it was removed: a
- * goodbye sent for it, or its node left or timed out.  One the head does not
- * know at all ("does not exist") was never in its store.
- */
-static void worker_forgotten_why(worker_t *w, int64_t old_id, const char *said, char *buf,
-                                 size_t size) {
-  pthread_mutex_lock(&w->lock);
-  double timeout_s = (double)w->head_timeout_ms / 1000;
-  double silent_s = (double)(worker_now_ms() - w->heard_sent_ms) / 1000;
-  pthread_mutex_unlock(&w->lock);
-  long long id = (long long)old_id;
-  if (strstr(said, " is gone (") == NULL && strstr(said, " does not exist") != NULL)
-    snprintf(buf, size,
-             "the head does not know worker %lld (it lost its data, was restored from an older "
-             "backup, or is another head at this URL)",
-             id);
-  else if (strstr(said, " is gone (") == NULL)
-    snprintf(buf, size, "the head no longer has worker %lld (%.200s)", id, said);
-  else if (timeout_s <= 0)
-    snprintf(buf, size, "the head holds worker %lld as gone (timed out or removed)", id);
-  else if (silent_s < timeout_s)
-    snprintf(buf, size,
-             "worker %lld was removed on the head, not timed out (its last heartbeat got there "
-             "%.1f s ago, within its %.1f s timeout): a goodbye was sent for it, or its node "
-             "left or timed out",
-             id, silent_s, timeout_s);
-  else
-    snprintf(buf, size,
-             "the head timed out worker %lld (no heartbeat got there for %.1f s, past its %.1f s "
-             "timeout)",
-             id, silent_s, timeout_s);
-}
-
-/* The tasks the worker runs now (they hold leases of its old id). */
-static int worker_running(worker_t *w) {
-  int running = 0;
-  for (int i = 0; i < w->concurrency; i++)
-    running += atomic_load(&w->slots[i].task) != 0;
-  return running;
-}
-
-muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old_id) {
-  muster_err_t err = MUSTER_OK;
-  pthread_mutex_lock(&w->reg_lock);
-  if (worker_id(w) == old_id) {
-    char why[600];
-    worker_forgotten_why(w, old_id, muster_client_message(client), why, sizeof why);
-    muster_worker_reg_t reg;
-    muster_worker_reg_init(&reg);
-    int64_t sent = worker_now_ms();
-    err = worker_register(w, client, &reg);
-    if (err == MUSTER_OK) {
-      int running = worker_running(w);
-      fprintf(stderr, "muster worker: %s; registered again as %s (id %lld)", why, reg.name,
-              (long long)reg.id);
-      if (running == 1)
-        fprintf(stderr, "; the task it was running lost its lease (its result will not be stored)");
-      else if (running > 1)
-        fprintf(stderr,
-                "; the %d tasks it was running lost their leases (their results will not be "
-                "stored)",
-                running);
-      fputc('\n', stderr);
-      int64_t id = reg.id;
-      pthread_mutex_lock(&w->lock);
-      worker_take_registration(w, &reg, sent);
-      pthread_mutex_unlock(&w->lock);
-      worker_tell_agent(w, id);
-    }
-  }
-  pthread_mutex_unlock(&w->reg_lock);
-  return err;
-}
-
-/*
- * For a head that did not answer the worker's timeout at registration (an
- * older head; w->timeout_unread): reads it with GET /v1/workers/ID and sets
- * the beat interval to a third of it.  When the read fails (the head away or
- * restarting right then), the interval stays WORKER_UNREAD_BEAT_MS and the
- * next beat reads again: falling back to the default minute's third, as it
- * once did, left a head with a shorter timeout timing the worker out again
- * and again, each time returning its leases.
- */
-static void worker_read_timeout(worker_t *w, muster_client_t *client) {
-  pthread_mutex_lock(&w->lock);
-  int unread = w->timeout_unread;
-  int64_t id = w->id;
-  pthread_mutex_unlock(&w->lock);
-  if (!unread)
-    return;
-  char path[64], *reply = NULL;
-  snprintf(path, sizeof path, "/v1/workers/%lld", (long long)id);
-  json_int_t timeout = 0;
-  if (muster_request(client, "GET", path, NULL, &reply) == MUSTER_OK) {
-    json_t *obj = json_loads(reply, JSON_ALLOW_NUL, NULL);
-    timeout = json_integer_value(json_object_get(obj, "timeout_ms"));
-    json_decref(obj);
-  }
-  muster_free(reply);
-  if (timeout <= 0)
-    return;
-  pthread_mutex_lock(&w->lock);
-  if (w->id == id) { /* not registered anew meanwhile */
-    w->heartbeat_ms = timeout / 3 > 50 ? (long)(timeout / 3) : 50;
-    w->head_timeout_ms = (int64_t)timeout;
-    w->timeout_unread = 0;
-  }
-  pthread_mutex_unlock(&w->lock);
-}
-
 /* ---- heartbeat -------------------------------------------------------------- */
 
-/* "idle", "running task 12" or "running tasks 12, 15" (w->lock held). */
+/* "idle", "running task 12", "running tasks 12, 15", or "waiting for queue Q to
+ * be created" while the worker waits for it (w->lock held). */
 static void worker_progress(worker_t *w, char *buf, size_t size) {
   char tasks[200];
   size_t at = 0;
@@ -230,14 +68,15 @@ static void worker_progress(worker_t *w, char *buf, size_t size) {
                            (long long)task);
     running++;
   }
-  if (running == 0)
+  if (running == 0 && atomic_load(&w->awaiting_queue))
+    snprintf(buf, size, "waiting for queue %s to be created", w->queue);
+  else if (running == 0)
     snprintf(buf, size, "idle");
   else
     snprintf(buf, size, "running task%s %s", running > 1 ? "s" : "", tasks);
 }
 
-/* Re-reads the queue's lease length (it may have been reconfigured). */
-static void worker_refresh_lease_ms(worker_t *w, muster_client_t *client) {
+void worker_refresh_lease_ms(worker_t *w, muster_client_t *client) {
   char *json = NULL;
   if (muster_queue_get(client, w->queue, &json) != MUSTER_OK)
     return;
@@ -332,6 +171,22 @@ static void *worker_heartbeat_main(void *arg) {
   }
   pthread_mutex_unlock(&w->lock);
   return NULL;
+}
+
+int worker_heartbeat_start(worker_t *w) {
+  w->hb_started = pthread_create(&w->hb_thread, NULL, worker_heartbeat_main, w) == 0;
+  return w->hb_started ? 0 : -1;
+}
+
+void worker_heartbeat_stop(worker_t *w) {
+  if (!w->hb_started)
+    return;
+  pthread_mutex_lock(&w->lock);
+  w->hb_stop = 1;
+  pthread_cond_signal(&w->wake);
+  pthread_mutex_unlock(&w->lock);
+  pthread_join(w->hb_thread, NULL);
+  w->hb_started = 0;
 }
 
 /* ---- setup ---------------------------------------------------------------------- */
@@ -445,134 +300,6 @@ static int worker_configure(cli_args_t *args, worker_t *w) {
   return rc;
 }
 
-/* A step of joining: the queue check or the registration. */
-typedef muster_err_t (*worker_step_t)(worker_t *w, muster_client_t *client);
-
-static muster_err_t worker_check_queue(worker_t *w, muster_client_t *client) {
-  return muster_queue_get(client, w->queue, NULL);
-}
-
-static muster_err_t worker_register_first(worker_t *w, muster_client_t *client) {
-  muster_worker_reg_t reg;
-  muster_worker_reg_init(&reg);
-  int64_t sent = worker_now_ms();
-  muster_err_t err = worker_register(w, client, &reg);
-  if (err == MUSTER_OK)
-    worker_take_registration(w, &reg, sent); /* no other thread runs yet */
-  return err;
-}
-
-/* The head is not there yet, or is starting or stopping: wait for it. */
-static bool worker_head_away(muster_err_t err) {
-  return err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE;
-}
-
-/*
- * Runs `step` until the head gives an answer to act on.  A head that cannot be
- * reached (not started yet, restarting) is waited for, and so, under a node
- * agent, is a queue that does not exist yet (nodes often start before the pool
- * creates its queue); each wait prints one line, not one per try.  A stop
- * signal ends the wait and sets *stopped.
- */
-static muster_err_t worker_await(worker_t *w, muster_client_t *client, worker_step_t step,
-                                 bool *stopped) {
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  sigaddset(&stop, SIGHUP);
-  bool said_head = false, said_queue = false;
-  muster_err_t err;
-  char hint[4400];
-  while (worker_head_away(err = step(w, client)) ||
-         (err == MUSTER_QUEUE_NOT_FOUND && w->agent_fd >= 0)) {
-    if (worker_head_away(err) && !said_head)
-      fprintf(stderr,
-              "muster worker: waiting for the head at %s (%s: %.300s); trying every second "
-              "(%s)\n",
-              w->url, muster_err_name(err), muster_client_message(client),
-              cli_url_hint(hint, sizeof hint));
-    else if (err == MUSTER_QUEUE_NOT_FOUND && !said_queue)
-      fprintf(stderr, "muster worker: waiting for queue %s to be created\n", w->queue);
-    said_head = said_head || worker_head_away(err);
-    said_queue = said_queue || err == MUSTER_QUEUE_NOT_FOUND;
-    struct timespec pause = {1, 0};
-    if (sigtimedwait(&stop, NULL, &pause) > 0) {
-      *stopped = true;
-      return err;
-    }
-  }
-  if (said_head && err == MUSTER_OK)
-    fprintf(stderr, "muster worker: the head at %s answers\n", w->url);
-  return err;
-}
-
-/* Says why joining failed, as `muster worker` (cli_error would say `muster`),
- * with what to do about it. */
-static int worker_join_error(worker_t *w, muster_client_t *client, muster_err_t err) {
-  const char *message = muster_client_message(client);
-  fprintf(stderr, "muster worker: %s: %s\n", muster_err_name(err),
-          message && message[0] ? message : muster_strerror(err));
-  if (err == MUSTER_QUEUE_NOT_FOUND)
-    fprintf(stderr,
-            "muster worker: create it with `muster queue create %s` (or see `muster "
-            "queue ls` for the queues there are)\n",
-            w->queue);
-  else if (err == MUSTER_UNAUTHORIZED)
-    fprintf(stderr, "muster worker: pass the head's token with --token or MUSTER_TOKEN (the "
-                    "head keeps it in its data dir's token file)\n");
-  return CLI_FAIL;
-}
-
-/* A worker told to stop before it joined: nothing to do, no error
- * (worker_join). */
-#define WORKER_STOPPED (-1)
-
-/* Checks the queue, registers, and picks the heartbeat interval; CLI_OK,
- * WORKER_STOPPED, or CLI_FAIL after saying why. */
-static int worker_join(worker_t *w, muster_client_t *client) {
-  bool stopped = false;
-  muster_err_t err = worker_await(w, client, worker_check_queue, &stopped);
-  if (err == MUSTER_OK) {
-    worker_refresh_lease_ms(w, client);
-    if (atomic_load(&w->lease_ms) <= 0)
-      atomic_store(&w->lease_ms, 60000);
-    err = worker_await(w, client, worker_register_first, &stopped);
-  }
-  if (stopped) {
-    if (err == MUSTER_QUEUE_NOT_FOUND)
-      fprintf(stderr, "muster worker: stopped while waiting for queue %s; nothing was leased\n",
-              w->queue);
-    else
-      fprintf(stderr,
-              "muster worker: stopped while waiting for the head at %s; nothing was "
-              "leased\n",
-              w->url);
-    return WORKER_STOPPED;
-  }
-  if (err != MUSTER_OK)
-    return worker_join_error(w, client, err);
-  worker_tell_agent(w, w->id);
-  worker_read_timeout(w, client); /* an older head's: the registration did not say it */
-  fprintf(stderr, "muster worker: %s (id %lld) on queue %s, %d slot%s, running %s%s\n", w->name,
-          (long long)w->id, w->queue, w->concurrency, w->concurrency > 1 ? "s" : "",
-          w->plugin_path ? "plugin " : "", w->plugin_path ? w->plugin_path : w->cmd[0]);
-  return CLI_OK;
-}
-
-/* Creates one handle per slot and one for the heartbeat. */
-static int worker_make_clients(worker_t *w) {
-  if (muster_client_new(w->url, w->token, &w->hb_client) != MUSTER_OK)
-    return -1;
-  for (int i = 0; i < w->concurrency; i++) {
-    w->slots[i].worker = w;
-    w->slots[i].index = i;
-    if (muster_client_new(w->url, w->token, &w->slots[i].client) != MUSTER_OK)
-      return -1;
-  }
-  return 0;
-}
-
 /* ---- running ---------------------------------------------------------------------- */
 
 /*
@@ -634,10 +361,8 @@ static void worker_wait(worker_t *w, const sigset_t *signals) {
   }
 }
 
-/* Starts the threads, waits for the slots, stops the heartbeat. */
+/* Starts the slots and waits for them (the heartbeat runs since the join). */
 static void worker_run(worker_t *w, const sigset_t *signals) {
-  pthread_t heartbeat;
-  int hb_started = pthread_create(&heartbeat, NULL, worker_heartbeat_main, w) == 0;
   int started = 0;
   atomic_store(&w->live_slots, w->concurrency);
   for (; started < w->concurrency; started++)
@@ -652,12 +377,6 @@ static void worker_run(worker_t *w, const sigset_t *signals) {
   worker_wait(w, signals);
   for (int i = 0; i < started; i++)
     pthread_join(w->slots[i].thread, NULL);
-  pthread_mutex_lock(&w->lock);
-  w->hb_stop = 1;
-  pthread_cond_signal(&w->wake);
-  pthread_mutex_unlock(&w->lock);
-  if (hb_started)
-    pthread_join(heartbeat, NULL);
 }
 
 static void worker_init_sync(worker_t *w) {
@@ -727,10 +446,10 @@ int cmd_worker(cli_args_t *args) {
   w.slots = calloc((size_t)w.concurrency, sizeof *w.slots);
   int plugin_refused = 0; /* as a command that cannot run: exit 2, before joining */
   if (w.slots == NULL || (w.plugin_path && (plugin_refused = worker_plugin_load(&w) != 0)) ||
-      worker_updates_open(&w) != 0 || (rc = worker_join(&w, client)) != CLI_OK ||
-      worker_make_clients(&w)) {
+      worker_updates_open(&w) != 0 || (rc = worker_join(&w, client)) != CLI_OK) {
     if (rc == CLI_OK && w.slots == NULL)
       fprintf(stderr, "muster worker: out of memory\n");
+    worker_heartbeat_stop(&w); /* a worker stopped while it waited for its queue */
     if (w.id > 0)
       muster_worker_bye(client, w.id);
     worker_destroy(&w);
@@ -739,6 +458,7 @@ int cmd_worker(cli_args_t *args) {
     return rc == WORKER_STOPPED ? CLI_OK : plugin_refused ? CLI_USAGE : CLI_FAIL;
   }
   worker_run(&w, &signals);
+  worker_heartbeat_stop(&w);
   worker_leave(&w, client);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   rc = atomic_load(&w.fatal) ? CLI_FAIL : CLI_OK;

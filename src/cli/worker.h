@@ -61,6 +61,9 @@ struct worker {
                                  * this id's sign of life (its registration, a heartbeat that
                                  * worked) was sent (w->lock) */
   muster_client_t *hb_client;   /* the heartbeat thread's handle */
+  pthread_t hb_thread;          /* the heartbeat thread, running when hb_started */
+  int hb_started;               /* main thread's: hb_thread runs (worker_heartbeat_start) */
+  atomic_int awaiting_queue;    /* registered, waiting for the queue to be created */
   int64_t hb_failing_since;     /* heartbeat thread's: monotonic ms of the first failed beat of
                                  * the streak now, 0 when the last beat worked */
   muster_err_t hb_said;         /* heartbeat thread's: the streak's last error said (or OK) */
@@ -126,6 +129,30 @@ int64_t worker_id(worker_t *w);
  * new id.  Returns MUSTER_OK or the registration's error.
  */
 muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old_id);
+
+/* A worker told to stop before it joined: nothing to do, no error (worker_join). */
+#define WORKER_STOPPED (-1)
+
+/*
+ * Joins: registers the worker (waiting for a head that is not up yet), makes
+ * its handles, starts the heartbeat and, under a node agent, waits for its
+ * queue to be created (worker_join.c).  CLI_OK; WORKER_STOPPED when a stop
+ * signal came while it waited; CLI_FAIL after saying why.  The heartbeat may
+ * run on any return (worker_heartbeat_stop), and w->id is the registration's
+ * when it is above 0 (the caller says goodbye).
+ */
+int worker_join(worker_t *w, muster_client_t *client);
+
+/* Starts the heartbeat thread (cmd_worker.c); 0, or -1 when it could not be. */
+int worker_heartbeat_start(worker_t *w);
+/* Stops the heartbeat thread and waits for it; nothing when it does not run. */
+void worker_heartbeat_stop(worker_t *w);
+/* Re-reads the queue's lease length into w->lease_ms (it may have been
+ * reconfigured); a failed read leaves it. */
+void worker_refresh_lease_ms(worker_t *w, muster_client_t *client);
+/* For a head that did not answer the timeout at registration (an older one):
+ * reads it and sets the beat interval (worker_join.c). */
+void worker_read_timeout(worker_t *w, muster_client_t *client);
 
 /* Milliseconds of a monotonic clock. */
 int64_t worker_now_ms(void);

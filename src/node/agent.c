@@ -79,18 +79,23 @@ void agent_log(const node_agent_t *a, const char *fmt, ...) {
  * (the next agent reads the instance back: lock.c), the predecessor's
  * instance while this agent is not registered (an agent started after a crash
  * of this one before that must still name the agent the head knows), and,
- * once the API port is open (`full`), name, head and address for people.
+ * once the API port is open (`full`), name, head and address for people,
+ * and, once the head took the registration, `registered` ("yes", or "no
+ * (...)" where the head has no node API and the agent runs unregistered),
+ * for whoever waits for the agent to join (muster.start_node); NULL before.
  */
-static void agent_describe_lock(const node_agent_t *a, int full) {
-  char info[1600], previous[160] = "";
+static void agent_describe_lock(const node_agent_t *a, int full, const char *registered) {
+  char info[1600], previous[160] = "", joined[80] = "";
   if (a->previous[0])
     snprintf(previous, sizeof previous, "previous_instance %s\n", a->previous);
+  if (registered)
+    snprintf(joined, sizeof joined, "registered %s\n", registered);
   if (!full)
     snprintf(info, sizeof info, "pid %d\ninstance %s\n%s", (int)getpid(), a->instance, previous);
   else
-    snprintf(info, sizeof info, "pid %d\ninstance %s\n%sname %s\nhead %s\nlisten %s%s\n",
+    snprintf(info, sizeof info, "pid %d\ninstance %s\n%sname %s\nhead %s\nlisten %s%s\n%s",
              (int)getpid(), a->instance, previous, a->name, a->cfg->head_url,
-             a->listen_port > 0 ? "http://" : "none", a->listen_port > 0 ? a->address : "");
+             a->listen_port > 0 ? "http://" : "none", a->listen_port > 0 ? a->address : "", joined);
   node_lock_describe(a->lock_fd, info);
 }
 
@@ -275,7 +280,7 @@ static muster_err_t agent_bg_register(agent_bg_t *bg) {
   bg->registrations += err == MUSTER_OK;
   bg->failing = 0;
   a->previous[0] = '\0';
-  agent_describe_lock(a, 1);
+  agent_describe_lock(a, 1, err == MUSTER_OK ? "yes" : "no (the head has no node API)");
   char one = 1;
   if (write(bg->notify_fd, &one, 1) < 0)
     agent_log(a, "cannot wake the event loop: %s", strerror(errno));
@@ -569,7 +574,7 @@ static void agent_announce(node_agent_t *a) {
   agent_log(a, "node %s (pid %d) joining %s; %s%s; %d worker%s%s", a->name, (int)getpid(),
             a->cfg->head_url, a->listen_port > 0 ? "API on http://" : "no API port",
             a->listen_port > 0 ? a->address : "", a->nworkers, a->nworkers == 1 ? "" : "s", took);
-  agent_describe_lock(a, 1);
+  agent_describe_lock(a, 1, NULL);
 }
 
 /* Runs the loop with the background thread beside it. */
@@ -627,7 +632,7 @@ static int agent_take_lock(node_agent_t *a) {
   if (a->lock_fd < 0)
     return -1;
   node_lock_previous(a->lock_fd, a->previous, sizeof a->previous);
-  agent_describe_lock(a, 0);
+  agent_describe_lock(a, 0, NULL);
   return 0;
 }
 

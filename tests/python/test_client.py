@@ -1,6 +1,7 @@
 """muster.Client against a real head: every queue, task, lease and worker call,
 keep-alive reuse, and the error mapping of every code the head sends."""
 import os
+import re
 import select
 import shutil
 import socket
@@ -722,10 +723,10 @@ class TestErrors(HeadTestCase):
         try:
             for client, advice in (
                     (lambda: muster.Client(url, "t"),
-                     "is a head running there? The URL is the one url= gives: start the head, "
-                     "or give the URL of a running one"),
+                     "is a muster head or node agent running there? The URL is the one url= "
+                     "gives: start it, or give the URL of a running one"),
                     (lambda: muster.Client(data_dir=d),
-                     "is a head running there? The URL was read from %s/url, which a head "
+                     "is the head running there? The URL was read from %s/url, which a head "
                      "writes when it listens and leaves behind when it is killed: start that "
                      "head again, or pass url= (or set MUSTER_URL)" % d)):
                 with self.assertRaises(muster.NetworkError) as cm:
@@ -735,7 +736,8 @@ class TestErrors(HeadTestCase):
             os.environ["MUSTER_URL"] = url
             with self.assertRaises(muster.NetworkError) as cm:
                 muster.Client().health()
-            self.assertIn("; is a head running there? The URL is the one MUSTER_URL gives",
+            self.assertIn("; is a muster head or node agent running there? The URL is the one "
+                          "MUSTER_URL gives",
                           str(cm.exception))
             del os.environ["MUSTER_URL"]
             os.chdir(d)   # no muster-data here: the default URL, a guess
@@ -745,9 +747,9 @@ class TestErrors(HeadTestCase):
             with self.assertRaises(muster.NetworkError) as cm:
                 c.queues()
             self.assertTrue(str(cm.exception).endswith(
-                "; is a head running there? No URL was given and no data dir holds one: pass "
-                "url= (or set MUSTER_URL), or data_dir= (or MUSTER_DATA_DIR) for a head's data "
-                "dir"), str(cm.exception))
+                "; is a muster head or node agent running there? No URL was given and no data "
+                "dir holds one: pass url= (or set MUSTER_URL), or data_dir= (or "
+                "MUSTER_DATA_DIR) for a head's data dir"), str(cm.exception))
         finally:
             os.chdir(cwd)
             for k, v in saved.items():
@@ -859,14 +861,57 @@ class TestProcesses(unittest.TestCase):
                 self.skipTest("no `muster node` in this binary yet")
             try:
                 c = head.client()
-                harness.wait_until(lambda: [n for n in c.nodes() if n["name"] == "py-node"],
-                                   what="the node to register")
-                self.assertTrue(muster.is_node_running(lock))
+                # start_node returns once the agent joined: the head has the node (it
+                # returned at once, before the agent had even asked).
                 self.assertEqual(c.node("py-node")["state"], "active")
+                self.assertTrue(muster.is_node_running(lock))
             finally:
                 node.stop()
             self.assertFalse(muster.is_node_running(lock))
             c.close()
+
+    def start_node_error(self, **kwargs):
+        """The text of the RuntimeError start_node(**kwargs) raises; a node it returns
+        instead is stopped, and the test fails."""
+        try:
+            node = muster.start_node(**kwargs)
+        except RuntimeError as e:
+            return str(e)
+        node.kill()
+        self.fail("start_node returned %r" % node)
+
+    def test_start_node_with_a_wrong_token_raises_the_agent_s_reason(self):
+        d = tempfile.mkdtemp(prefix="muster-py-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with muster.start_server(data_dir=d, listen="127.0.0.1:0") as head:
+            started = time.monotonic()
+            text = self.start_node_error(join=head.url, token="not-the-token", name="py-bad",
+                                         listen="none", lock_file=os.path.join(d, "node.lock"),
+                                         log_path=os.path.join(d, "node.log"))
+            self.assertLess(time.monotonic() - started, 20)   # not its 30 s timeout
+            self.assertTrue(text.startswith(
+                "muster node exited with status 1 before it joined the head at %s: muster "
+                "node: register: unauthorized: the token sent is not valid for this head"
+                % head.url), text)
+            self.assertIn("; stopping (check the token: --token, MUSTER_TOKEN, or the 'token' "
+                          "file in the head's data dir) (log: %s/node.log)" % d, text)
+            self.assertFalse(muster.is_node_running(os.path.join(d, "node.lock")))
+
+    def test_start_node_that_cannot_join_in_time_is_stopped(self):
+        d = tempfile.mkdtemp(prefix="muster-py-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            url = "http://127.0.0.1:%d" % s.getsockname()[1]   # no head there
+        lock = os.path.join(d, "node.lock")
+        text = self.start_node_error(join=url, token="tok-0123456789abcdef", name="py-away",
+                                     listen="none", args=["--lock-file", lock],
+                                     log_path=os.path.join(d, "node.log"), timeout=1.5)
+        self.assertRegex(text, r"^muster node did not join the head at %s within "
+                         r"1\.5 s, and was stopped; its last line: muster node: register: "
+                         r"network: .*\(retrying\) \(log: %s/node\.log\)$"
+                         % (re.escape(url), re.escape(d)))
+        self.assertFalse(muster.is_node_running(lock))
 
     def test_distributed_computing_s_positional_calls_are_refused(self):
         """distributed_computing's start_node(password, address) and

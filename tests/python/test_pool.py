@@ -314,9 +314,9 @@ class StandaloneWorkerTest(HeadTestCase):
         self.assertNotIn("Traceback", err)
         self.assertEqual(err, "python3 -m muster.worker: could not register a worker with the "
                               "head at %s: network: POST /v1/workers (%s): [Errno 111] "
-                              "Connection refused; is a head running there? The URL is the "
-                              "one --url gives: start the head, or give the URL of a running "
-                              "one\n" % (url, url))
+                              "Connection refused; is a muster head or node agent running "
+                              "there? The URL is the one --url gives: start it, or give the "
+                              "URL of a running one\n" % (url, url))
 
     def test_a_head_restarting_while_a_task_runs(self):
         """The head is down when the worker completes its task: the worker sends the
