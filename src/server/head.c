@@ -142,8 +142,9 @@ static bool head_token(head_config_t *cfg, bool *generated) {
  * sockets, and this sweep runs before they are read: counting the gap as
  * their silence would end every worker, node and session at once, with the
  * tasks they were running, though none had stopped.  So their timeouts count
- * from now, as after a restart (store_note_stall); leases keep their
- * deadlines, as across a restart.
+ * from now, as after a restart (store_note_stall); task leases keep their
+ * deadlines, as across a restart (an iteration's, kept alive by its ranks'
+ * calls, follow the ranks: iter_any_due).
  */
 static void head_note_stall(head_t *h, int64_t now) {
   int64_t last = h->last_sweep_ms;

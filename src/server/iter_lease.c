@@ -712,10 +712,32 @@ done:
 
 /* ---- lapses ------------------------------------------------------------------- */
 
+/*
+ * A lease or a rank is due when its deadline passed and the head has heard
+ * from the ranks for a whole lease_ms or rank_timeout_ms (store_heard_since_ms:
+ * since its start, or since it ran again after a stall).  A rank's calls
+ * extend its leases, so both are liveness deadlines, like a worker's: a
+ * head that was down or stopped could not be reached meanwhile, and ending
+ * the leases at its first sweep would hand every block in flight to another
+ * rank, to be read twice.
+ */
+#define ITER_DUE_BLOCKS                                                                            \
+  "SELECT b.iter, b.block, coalesce(b.rank, -1), b.epoch FROM iter_blocks b"                       \
+  " JOIN iterations i ON i.id = b.iter WHERE b.state = 1 AND b.deadline_ms <= ?1"                  \
+  " AND ?3 + i.lease_ms <= ?1 LIMIT ?2"
+#define ITER_DUE_RANKS                                                                             \
+  "SELECT r.iter, r.rank, 0, 0 FROM iter_ranks r JOIN iterations i ON i.id = r.iter"               \
+  " WHERE r.state != 2 AND r.deadline_ms <= ?1 AND ?3 + i.rank_timeout_ms <= ?1 LIMIT ?2"
+
 bool iter_any_due(store_t *st, int64_t now) {
-  return store_due(st, "SELECT 1 FROM iter_blocks WHERE state = 1 AND deadline_ms <= ?1 LIMIT 1",
+  return store_due(st,
+                   "SELECT 1 FROM iter_blocks b JOIN iterations i ON i.id = b.iter"
+                   " WHERE b.state = 1 AND b.deadline_ms <= ?1 AND ?2 + i.lease_ms <= ?1 LIMIT 1",
                    now) ||
-         store_due(st, "SELECT 1 FROM iter_ranks WHERE state != 2 AND deadline_ms <= ?1 LIMIT 1",
+         store_due(st,
+                   "SELECT 1 FROM iter_ranks r JOIN iterations i ON i.id = r.iter"
+                   " WHERE r.state != 2 AND r.deadline_ms <= ?1"
+                   " AND ?2 + i.rank_timeout_ms <= ?1 LIMIT 1",
                    now);
 }
 
@@ -733,6 +755,7 @@ static size_t collect_due(store_t *st, const char *sql, int64_t now, due_t *out)
     return 0;
   sqlite3_bind_int64(s, 1, now);
   sqlite3_bind_int64(s, 2, ITER_EXPIRE_LIMIT);
+  sqlite3_bind_int64(s, 3, store_heard_since_ms(st));
   while (n < ITER_EXPIRE_LIMIT && sqlite3_step(s) == SQLITE_ROW)
     out[n++] = (due_t){sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
                        sqlite3_column_int64(s, 2), sqlite3_column_int64(s, 3)};
@@ -760,10 +783,7 @@ int64_t iter_expire_due(store_t *st, int64_t now) {
   int64_t lapsed = 0;
   bool ok = true;
   /* A lease that expired: the block goes back to its lane, its rank is failed. */
-  size_t n = collect_due(st,
-                         "SELECT iter, block, coalesce(rank, -1), epoch FROM iter_blocks"
-                         " WHERE state = 1 AND deadline_ms <= ?1 LIMIT ?2",
-                         now, due);
+  size_t n = collect_due(st, ITER_DUE_BLOCKS, now, due);
   for (size_t i = 0; ok && i < n; i++, lapsed++)
     ok = exec3(st,
                "UPDATE iter_blocks SET state = 0, rank = NULL, token = NULL,"
@@ -774,11 +794,7 @@ int64_t iter_expire_due(store_t *st, int64_t now) {
                " WHERE iter = ?1 AND rank = ?2",
                due[i].iter, due[i].b, 0);
   /* A rank silent past its timeout: failed, and its leases go back. */
-  n = ok ? collect_due(st,
-                       "SELECT iter, rank, 0, 0 FROM iter_ranks WHERE state != 2 AND"
-                       " deadline_ms <= ?1 LIMIT ?2",
-                       now, due)
-         : 0;
+  n = ok ? collect_due(st, ITER_DUE_RANKS, now, due) : 0;
   for (size_t i = 0; ok && i < n; i++, lapsed++)
     ok = exec3(st, "UPDATE iter_ranks SET state = 2 WHERE iter = ?1 AND rank = ?2", due[i].iter,
                due[i].a, 0) &&

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -516,6 +517,39 @@ class RestartTest(unittest.TestCase):
             r = ack(h, "rf", 0, blocks, 0)
             self.assertEqual((r.status, r.json), (200, dict(first, repeated=2)), r)
             self.assertEqual(status(h, "rf")["ranks"][0]["blocks"], 2)
+
+
+class OutageGraceTest(unittest.TestCase):
+    def test_leases_and_ranks_get_their_whole_timeout_after_a_restart(self):
+        """A head down longer than lease_ms: the ranks could not reach it meanwhile, so
+        their leases and heartbeats count from its start, as workers' do.  Its first
+        sweeps ended every lease in flight, to be read twice by whichever rank took
+        the block next."""
+        with harness.Head(args=["--sweep-ms", "50"]) as h:
+            self.assertEqual(create(h, "og", dataset={"num_samples": 100}, world_size=2,
+                                    block_size=10, strategy="dynamic", lease_ms=5000,
+                                    rank_timeout_ms=5000).status, 201)
+            held = lease(h, "og", 0, 0, 2)
+            silent = lease(h, "og", 1, 0, 1)  # rank 1 is not heard from again
+            h.kill()
+            deadline = max(b["deadline_ms"] for b in held["blocks"] + silent["blocks"])
+            while time.time() * 1000 < deadline + 200:  # the outage outlasts the leases
+                time.sleep(0.1)
+            h.start()
+            # A sweep after the start: a lease of 100 ms taken now ends at one.
+            self.assertEqual(create(h, "probe", dataset={"num_samples": 10}, block_size=10,
+                                    strategy="dynamic", lease_ms=100).status, 201)
+            lease(h, "probe", 0, 0, 1)
+            harness.wait_until(lambda: status(h, "probe")["blocks"]["leased"] == 0,
+                               timeout=20, what=lambda: "the probe's lease to lapse")
+            st = status(h, "og")
+            self.assertEqual(st["blocks"]["leased"], 3, st)
+            self.assertNotIn("failed", [r["health"] for r in st["ranks"]], st["ranks"])
+            self.assertEqual(ack(h, "og", 0, held["blocks"], 0).status, 200)
+            # The grace ends: rank 1, still silent, loses its block and fails.
+            harness.wait_until(lambda: status(h, "og")["blocks"]["leased"] == 0, timeout=30,
+                               what=lambda: "rank 1's lease to lapse after the grace")
+            self.assertEqual(status(h, "og")["ranks"][1]["health"], "failed")
 
 
 class CliTest(unittest.TestCase):
