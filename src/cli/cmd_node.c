@@ -19,7 +19,6 @@
 #include "cli/run.h"
 #include "cli/worker.h"
 #include "core/names.h"
-#include "core/suggest.h"
 #include "core/url.h"
 #include "node/node.h"
 #include "server/head.h"
@@ -532,12 +531,6 @@ static int head_run_with_agent(int head_argc, char **head_argv, int agent_argc, 
   return rc;
 }
 
-/* Offers the names of a NULL-terminated list to the search *s. */
-static void head_offer(suggest_t *s, const char *const *names) {
-  for (int i = 0; names[i]; i++)
-    suggest_offer(s, names[i], strlen(names[i]));
-}
-
 /*
  * Refuses a long option in the head's share of argv (head_split) that the
  * head does not have, with the name it likely meant among the head's options
@@ -555,19 +548,16 @@ static int head_refuse_unknown(int head_argc, char **head_argv) {
       i++; /* its value, which may start with "--" */
     if (arity >= 0)
       continue;
-    suggest_t likely;
-    suggest_init(&likely, word + 2, len);
-    for (int k = 0; head_option_name(k); k++)
-      suggest_offer(&likely, head_option_name(k), strlen(head_option_name(k)));
-    head_offer(&likely, head_agent_valued);
-    head_offer(&likely, head_agent_flags);
-    size_t meant_len;
-    const char *meant = suggest_best(&likely, &meant_len);
-    char guess[96] = "";
-    if (meant)
-      snprintf(guess, sizeof guess, " (did you mean '--%.*s'?)", (int)meant_len, meant);
+    const char *agent[32]; /* the local agent's options, valued and flags */
+    size_t n = 0;
+    for (int k = 0; head_agent_valued[k] && n + 1 < sizeof agent / sizeof agent[0]; k++)
+      agent[n++] = head_agent_valued[k];
+    for (int k = 0; head_agent_flags[k] && n + 1 < sizeof agent / sizeof agent[0]; k++)
+      agent[n++] = head_agent_flags[k];
+    agent[n] = NULL;
+    char guess[96];
     fprintf(stderr, "muster head: unrecognized option '%.*s'%s; see 'muster head --help'\n",
-            (int)len + 2, word, guess);
+            (int)len + 2, word, head_likely_option(word, agent, guess, sizeof guess));
     return CLI_USAGE;
   }
   return CLI_OK;

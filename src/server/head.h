@@ -31,9 +31,11 @@ int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg
  * takes none, -1 when the head has no such option (a prefix is none). */
 int head_option_arity(const char *name, size_t len);
 
-/* The name of the head's i-th long option (from 0), NULL past the last: for
- * `muster head`'s suggestions, which offer its local agent's options too. */
-const char *head_option_name(int i);
+/* " (did you mean '--listen'?)" into buf (and returned) when the unknown long
+ * option `word` ("--lisen", maybe with "=VALUE") is likely one of the head's
+ * or of `also` (NULL-terminated, or NULL: `muster head`'s local agent's
+ * options); else "". */
+const char *head_likely_option(const char *word, const char *const *also, char *buf, size_t size);
 
 /* True when `token` cannot be a bearer token (8 to `max` visible ASCII
  * characters); `why` then says which rule it breaks, without the token. */

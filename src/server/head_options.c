@@ -153,14 +153,7 @@ int head_option_arity(const char *name, size_t len) {
   return -1;
 }
 
-const char *head_option_name(int i) {
-  int last = (int)(sizeof head_options / sizeof head_options[0]) - 1; /* the {0} row */
-  return i >= 0 && i < last ? head_options[i].name : NULL;
-}
-
-/* " (did you mean '--listen'?)" into buf when the unknown long option `word`
- * ("--lisen", maybe with "=VALUE") is likely one of the head's; else "". */
-static const char *head_likely_option(const char *word, char *buf, size_t size) {
+const char *head_likely_option(const char *word, const char *const *also, char *buf, size_t size) {
   buf[0] = '\0';
   if (strncmp(word, "--", 2) != 0)
     return buf;
@@ -168,6 +161,8 @@ static const char *head_likely_option(const char *word, char *buf, size_t size) 
   suggest_init(&likely, word + 2, strcspn(word + 2, "="));
   for (int i = 0; head_options[i].name; i++)
     suggest_offer(&likely, head_options[i].name, strlen(head_options[i].name));
+  for (int i = 0; also && also[i]; i++)
+    suggest_offer(&likely, also[i], strlen(also[i]));
   size_t len;
   const char *meant = suggest_best(&likely, &len);
   if (meant)
@@ -186,7 +181,7 @@ static int head_parse_refuse(int c, const char *word) {
   bool long_known = c == '?' && optopt != 0 && word[1] == '-'; /* --help=3 */
   char likely[96] = "";
   if (c == '?' && !long_known)
-    head_likely_option(word, likely, sizeof likely);
+    head_likely_option(word, NULL, likely, sizeof likely);
   fprintf(stderr, "muster head: %s '%s'%s%s; see 'muster head --help'\n",
           c == ':'     ? "missing value for option"
           : long_known ? "option"
