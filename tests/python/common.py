@@ -1,9 +1,26 @@
 """Shared setup of the Python client tests: the package from the source tree and a
 real head started by tests/integration/harness.py (MUSTER_BIN names the binary)."""
+import faulthandler
 import importlib.util
 import os
 import sys
+import time
 import unittest
+
+# A test that waits forever holds its ctest until the kill, and the kill prints nothing
+# of where it waited: past the module's deadline the process prints every thread's
+# traceback and exits instead.
+WATCHDOG_S = float(os.environ.get("MUSTER_TEST_WATCHDOG_S", "540"))
+_deadline = time.monotonic() + WATCHDOG_S
+
+
+def arm_watchdog(seconds=None):
+    """Print the tracebacks and exit ``seconds`` from now; None: at the module's deadline."""
+    left = _deadline - time.monotonic() if seconds is None else seconds
+    faulthandler.dump_traceback_later(max(left, 1.0), exit=True)
+
+
+arm_watchdog()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))

@@ -4,7 +4,6 @@ everything is computed here; where libmuster.so can be loaded, its loader restor
 checkpoints written here and the other way round."""
 import ctypes
 import errno
-import faulthandler
 import gc
 import json
 import os
@@ -16,6 +15,7 @@ import unittest
 import weakref
 from unittest import mock
 
+import common
 from common import harness, muster  # noqa: F401  (puts python/ on sys.path)
 from muster import loader as loader_module
 from muster.iteration import STRATEGIES, Dataset, Plan, Stream
@@ -49,8 +49,8 @@ class LoaderTestCase(unittest.TestCase):
     thread's traceback."""
 
     def setUp(self):
-        faulthandler.dump_traceback_later(60, exit=True)
-        self.addCleanup(faulthandler.cancel_dump_traceback_later)
+        common.arm_watchdog(60)
+        self.addCleanup(common.arm_watchdog)
 
 
 def loader_threads():
