@@ -281,17 +281,39 @@ static bool http1_has_token(const char *v, size_t n, const char *token) {
   return false;
 }
 
+/* The status code of status line "HTTP/1.x NNN reason" or "HTTP/1.x NNN" at `p` (a head
+ * of `head_len` bytes); -1 when it is not one. */
+static int http1_status(const char *p, size_t head_len) {
+  if (head_len < 14 || strncmp(p, "HTTP/1.", 7) != 0 || p[7] < '0' || p[7] > '9' || p[8] != ' ' ||
+      p[9] < '1' || p[9] > '9' || p[10] < '0' || p[10] > '9' || p[11] < '0' || p[11] > '9' ||
+      (p[12] != ' ' && p[12] != '\r'))
+    return -1;
+  return (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+}
+
+/* Takes a Content-Length value into r->length; false when it is not a number, is over
+ * HTTP1_BODY_MAX, or differs from one seen before (two lengths would smuggle a reply). */
+static bool http1_content_length(const char *v, size_t vlen, reply_head_t *r) {
+  int64_t len = 0;
+  for (size_t i = 0; i < vlen; i++) {
+    if (v[i] < '0' || v[i] > '9' || len > HTTP1_BODY_MAX)
+      return false;
+    len = len * 10 + (v[i] - '0');
+  }
+  if (vlen == 0 || (r->length >= 0 && r->length != len))
+    return false;
+  r->length = len;
+  return true;
+}
+
 /* Parses the status line and headers in h->in (complete, `head_len` bytes);
  * false when they are not HTTP/1.x. */
 static bool http1_parse_head(const http1_t *h, size_t head_len, bool head_request,
                              reply_head_t *r) {
   const char *p = h->in.data, *end = p + head_len;
-  /* "HTTP/1.x NNN reason" or "HTTP/1.x NNN" */
-  if (head_len < 14 || strncmp(p, "HTTP/1.", 7) != 0 || p[7] < '0' || p[7] > '9' || p[8] != ' ' ||
-      p[9] < '1' || p[9] > '9' || p[10] < '0' || p[10] > '9' || p[11] < '0' || p[11] > '9' ||
-      (p[12] != ' ' && p[12] != '\r'))
+  int status = http1_status(p, head_len);
+  if (status < 0)
     return false;
-  int status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
   *r = (reply_head_t){.status = status,
                       .framing = BODY_CLOSE,
                       .length = -1,
@@ -304,15 +326,8 @@ static bool http1_parse_head(const http1_t *h, size_t head_len, bool head_reques
     size_t n = (size_t)(eol - line), vlen;
     const char *v;
     if ((v = http1_header(line, n, "Content-Length", &vlen)) != NULL) {
-      int64_t len = 0;
-      for (size_t i = 0; i < vlen; i++)
-        if (v[i] < '0' || v[i] > '9' || len > HTTP1_BODY_MAX)
-          return false;
-        else
-          len = len * 10 + (v[i] - '0');
-      if (vlen == 0 || (r->length >= 0 && r->length != len))
-        return false; /* two different lengths would smuggle a reply */
-      r->length = len;
+      if (!http1_content_length(v, vlen, r))
+        return false;
     } else if ((v = http1_header(line, n, "Transfer-Encoding", &vlen)) != NULL) {
       chunked = http1_has_token(v, vlen, "chunked");
     } else if ((v = http1_header(line, n, "Connection", &vlen)) != NULL) {
