@@ -203,10 +203,14 @@ class HeadLocalNodeTest(unittest.TestCase):
         harness.wait_until(lambda: head.request("GET", "/v1/nodes").json["nodes"],
                            timeout=20, what=lambda: "the local node:\n" + head.log())
         self.assertEqual(head.request("PUT", "/v1/queues/q", {}).status, 201)
-        # A worker polls for its queue twice a second: all have joined before a stop.
+        # A worker registers before its queue exists, then polls for it twice a second:
+        # each says "on queue q" once it found it, and a stop before that ends it as
+        # "stopped while waiting for queue q" (not what these tests stop).
         harness.wait_until(lambda: (lambda n: n and n[0]["workers"] == workers)(
             head.request("GET", "/v1/nodes").json["nodes"]),
             timeout=20, what=lambda: "the workers joined:\n" + head.log())
+        harness.wait_until(lambda: head.log().count(" on queue q, ") == workers,
+                           timeout=20, what=lambda: "the workers found q:\n" + head.log())
         return head, proc
 
     def exit_status(self, proc, head):
