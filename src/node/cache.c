@@ -246,6 +246,7 @@ void cache_drop(cache_t *c, cache_entry_t *e) {
     cache_lru_unlink(c, e);
     c->bytes_cached -= e->size;
     c->entries--;
+    c->room_freed++;
   }
   cache_index_remove(c, e);
   e->doomed = 1;
@@ -346,37 +347,6 @@ cache_entry_t *cache_next_due(cache_t *c, int64_t now_ms) {
 
 /* ---- fetching --------------------------------------------------------------- */
 
-/*
- * Reserves the disk blocks of a level of `size` bytes in `fd` before its
- * fetch starts (the file's size is unchanged), so that a disk too small for
- * it is found now, when the reader can still be served from the head, and not
- * in the middle of a reply already under way.  While the disk has no room,
- * cached levels nobody reads go, oldest first.  0, or -1 with errno (ENOSPC
- * when even that left too little).  A file system that cannot reserve
- * reserves nothing, as before.
- */
-static int cache_reserve(cache_t *c, int fd, int64_t size) {
-  cache_entry_t *e = c->lru_tail;
-  for (;;) {
-    if (size == 0 || fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)size) == 0)
-      return 0;
-    if (errno == EOPNOTSUPP || errno == ENOSYS)
-      return 0;
-    if (errno != ENOSPC && errno != EINTR)
-      return -1;
-    while (e && e->readers > 0)
-      e = e->lru_prev;
-    if (e == NULL) {
-      errno = ENOSPC;
-      return -1;
-    }
-    cache_entry_t *older = e->lru_prev;
-    CACHE_COUNT(c, evictions, 1);
-    cache_drop(c, e);
-    e = older;
-  }
-}
-
 /* Opens a new temporary file for entry `e` in DIR/@tmp (e->tmp_fd and
  * e->tmp_path); 0, or -1 with `err` filled. */
 static int cache_tmp_create(cache_t *c, cache_entry_t *e, char *err, size_t err_size) {
@@ -390,22 +360,24 @@ static int cache_tmp_create(cache_t *c, cache_entry_t *e, char *err, size_t err_
   return -1;
 }
 
-/* Reserves the room of entry `e`'s level in its new temporary file
- * (cache_reserve); 0, or -1 with `err` filled and the file gone. */
+/* Makes the room of entry `e`'s level for its new temporary file
+ * (cache_room_make); 0, or CACHE_NO_ROOM or -1 with `err` filled and the
+ * file gone. */
 static int cache_tmp_reserve(cache_t *c, cache_entry_t *e, char *err, size_t err_size) {
-  if (cache_reserve(c, e->tmp_fd, e->size) == 0)
+  int rc = cache_room_make(c, e->tmp_fd, e->size, err, err_size);
+  if (rc == 0)
     return 0;
-  snprintf(err, err_size, "no room for %lld bytes in %s: %s", (long long)e->size, c->dir,
-           strerror(errno));
   close(e->tmp_fd);
   e->tmp_fd = -1;
   unlink(e->tmp_path);
   e->tmp_path[0] = '\0';
-  return -1;
+  return rc;
 }
 
 cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
-                                 uint64_t checksum, int64_t size, char *err, size_t err_size) {
+                                 uint64_t checksum, int64_t size, bool *no_room, char *err,
+                                 size_t err_size) {
+  *no_room = false;
   if (cache_claim(c, err, err_size) != 0)
     return NULL;
   const char *sub = cache_make_dir(c, CACHE_TMP_DIR) != 0 ? CACHE_TMP_DIR
@@ -422,7 +394,9 @@ cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name
     return NULL;
   }
   cache_make_room(c, size);
-  if (cache_tmp_reserve(c, e, err, err_size) != 0) {
+  int rc = cache_tmp_reserve(c, e, err, err_size);
+  if (rc != 0) {
+    *no_room = rc == CACHE_NO_ROOM;
     cache_entry_free(e);
     return NULL;
   }
@@ -459,6 +433,7 @@ static void cache_fetch_end(cache_t *c, cache_entry_t *e, int remove_tmp) {
 }
 
 void cache_fetch_abort(cache_t *c, cache_entry_t *e) {
+  c->room_freed++; /* its file's blocks, on a file system that reserved them */
   cache_fetch_end(c, e, 1);
   cache_index_remove(c, e);
   cache_entry_free(e);

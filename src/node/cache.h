@@ -81,6 +81,18 @@ typedef struct {
  * loop thread and read by its heartbeat thread, hence relaxed atomics. */
 #define CACHE_COUNT(c, field, n) __atomic_fetch_add(&(c)->stats.field, (n), __ATOMIC_RELAXED)
 
+/* A level the disk of the cache dir had no room for (cache_room.c). */
+typedef struct {
+  char scope[CACHE_NAME_MAX + 1];
+  char name[CACHE_NAME_MAX + 1];
+  int64_t level;      /* 0: a free slot */
+  int64_t noted_ms;   /* when it was last refused (monotonic) */
+  int64_t room_freed; /* cache_t.room_freed then */
+  bool part_way;      /* it ran out of room during its fetch, not before */
+} cache_no_room_t;
+
+#define CACHE_NO_ROOM_MAX 32 /* levels remembered as too big for the disk */
+
 typedef struct cache {
   char dir[400];
   char owner[130]; /* the node's name, written into the lock (cache_lock.c) */
@@ -101,17 +113,20 @@ typedef struct cache {
   size_t nbuckets;
   cache_entry_t *lru_head, *lru_tail;
   cache_stats_t stats;
-  /* Why the last fetch could not start (no room, a directory that cannot be
-   * written), logged once: a broken cache dir would otherwise add a line per
-   * read.  Emptied, with a line saying so, when a fetch starts again. */
+  /* Why the last fetch could not start (a directory that cannot be written,
+   * another agent's lock; a disk without room is cache_room.c's), logged
+   * once: a broken cache dir would otherwise add a line per read.  Emptied,
+   * with a line saying so, when a fetch starts again. */
   char cannot_said[512];
-  /* Fetches that ran out of room part way since a level was last stored (a
-   * file system that cannot reserve a level's room up front: cache_reserve);
-   * non-zero, the cache's disk is full as far as it knows.  Logged at most
-   * every CACHE_FULL_LOG_MS (full_logged_ms: agent_now_ms of the last line),
-   * with the count of those not logged (full_unlogged); the next level
-   * stored is said, once, and empties the three (cache_fetch.c). */
-  int64_t full_fetches, full_logged_ms, full_unlogged;
+  /* Levels the disk of the cache dir had no room for (cache_room.c), whose
+   * reads go to the head uncached until room may have come back. */
+  cache_no_room_t no_room[CACHE_NO_ROOM_MAX];
+  /* Levels that left the cache and fetches given up (cache_drop,
+   * cache_fetch_abort): each may have given room back on the disk. */
+  int64_t room_freed;
+  /* A level was refused for want of room since one was last stored: the
+   * next level stored is said ("storing levels in DIR again"). */
+  int room_short;
 } cache_t;
 
 /* A copy of the counters, safe from any thread while the cache lives. */
@@ -151,11 +166,15 @@ cache_entry_t *cache_find(cache_t *c, const char *scope, const char *name, int64
 
 /*
  * Adds a FETCHING entry and opens its temporary file, first evicting
- * least-recently-used levels (none being read) to make room for `size`.
- * Returns the entry, or NULL with `err` filled (directory not writable).
+ * least-recently-used levels (none being read) to make room for `size`
+ * under the limit and on the disk (cache_room_make).  Returns the entry, or
+ * NULL with `err` filled: *no_room true when the disk has no room for the
+ * level (`err` says the sizes), false for any other reason (a directory that
+ * cannot be written, another agent's lock).
  */
 cache_entry_t *cache_fetch_begin(cache_t *c, const char *scope, const char *name, int64_t level,
-                                 uint64_t checksum, int64_t size, char *err, size_t err_size);
+                                 uint64_t checksum, int64_t size, bool *no_room, char *err,
+                                 size_t err_size);
 /* cache_fetch_commit's answer when the temporary file was removed before it
  * could be stored (DIR/@tmp deleted under the fetch, by a cleaner of temporary
  * files or a person): the bytes are in no file anyone can rename. */
@@ -238,6 +257,39 @@ int64_t cache_recheck_older(cache_t *c, const cache_entry_t *e);
 /* A READY level whose expires_ms is due at wall-clock `now_ms` (the least
  * recently used first), or NULL. */
 cache_entry_t *cache_next_due(cache_t *c, int64_t now_ms);
+
+/* ---- cache_room.c ---- */
+
+#define CACHE_NO_ROOM 1              /* cache_room_make's answer: the disk has no room */
+#define CACHE_NO_ROOM_RETRY_MS 60000 /* a level refused for want of room is tried again */
+
+/*
+ * Makes room on the cache dir's disk for a level of `size` bytes whose
+ * temporary file is `fd`, before its fetch: reserves its blocks (fallocate,
+ * the file's size unchanged) or, on a file system that cannot, checks that
+ * the disk has them free (its size, the file system's own blocks, and what
+ * the fetches in progress have still to write).  While the disk is short,
+ * cached levels nobody reads go, least recently used first, but only when
+ * their bytes would make enough room: a level that cannot fit evicts
+ * nothing.  Returns 0; CACHE_NO_ROOM with `err` saying the sizes ("no room
+ * for N bytes in DIR (...)"); or -1 with `err` filled (another failure).
+ */
+int cache_room_make(cache_t *c, int fd, int64_t size, char *err, size_t err_size);
+
+/* True when the level is remembered as too big for the disk and not due to
+ * be tried again (a level left the cache since, or CACHE_NO_ROOM_RETRY_MS
+ * passed): its reads go to the head uncached.  *part_way (may be NULL): it
+ * ran out of room during a fetch; set whether or not it is due. */
+bool cache_room_refused(cache_t *c, const char *scope, const char *name, int64_t level,
+                        bool *part_way);
+/* Remembers that the level did not fit (`part_way`: during its fetch); true
+ * when it was not remembered already, for the caller to say it once.  The
+ * oldest remembered level makes way when all CACHE_NO_ROOM_MAX are taken. */
+bool cache_room_note(cache_t *c, const char *scope, const char *name, int64_t level, bool part_way);
+/* Forgets the level (it was stored); true when it was remembered. */
+bool cache_room_forget(cache_t *c, const char *scope, const char *name, int64_t level);
+/* The bytes free on the cache dir's disk, or -1 when it cannot be told. */
+int64_t cache_room_free_now(const cache_t *c);
 
 /* ---- cache_dirs.c ---- */
 

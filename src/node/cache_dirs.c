@@ -20,7 +20,11 @@
  * `tmp` and `links` are taken over, checked on first use).  Neither rule can
  * take a level: a level's file name has two '@', and is a file, not a
  * directory.  It does so at every start, so a dir an older agent used again
- * later is cleaned the same way.
+ * later is cleaned the same way.  The other way round cannot be helped: an
+ * older agent reads no marker, and empties DIR/tmp (the scope `tmp`'s cached
+ * levels, copies fetched again) as it starts; no layout of ours keeps that
+ * name from a scope without a special case in every path, for copies only
+ * (docs/node.md, "Going back to an earlier agent").
  *
  * A cache is a cache: nothing in it is the only copy, so what an agent left
  * behind can go.  Nothing outside DIR is touched: each directory in it is

@@ -40,7 +40,6 @@
 #define CACHE_FETCH_STALL_MS 60000  /* a fetch that moves no byte this long gives up */
 #define CACHE_STREAM_STEP (1 << 20) /* a fetch tells the loop of new bytes every this many */
 #define CFETCH_STOP_JOIN_MS 1000    /* the stop waits this long for the fetches it ended */
-#define CACHE_FULL_LOG_MS 10000     /* a full disk's line is repeated at most this often */
 
 /* One fetch from the head in progress (cache_entry_t.fetch), the loop's but
  * for the fields its thread reads and writes (marked).  The thread never
@@ -52,6 +51,9 @@ typedef struct {
   creq_t *waiters; /* clients answered when it ends */
   pthread_t thread;
   int restarted; /* it started again once (its temporary file vanished) */
+  bool hold_back; /* its readers get the level once verified, not as it arrives: it ran
+                   * out of room part way before (cache_room.c), and a reply not
+                   * started can still be served from the head if it does again */
   /* the thread's, read-only for it: what to fetch, from where, to where */
   char scope[CACHE_NAME_MAX + 1], name[CACHE_NAME_MAX + 1];
   int64_t level;
@@ -257,91 +259,126 @@ static int cfetch_spawn(cfetch_t *f) {
  * disk (ENOSPC, EDQUOT), else 0: its download could not write the file
  * (libmuster's MUSTER_INVALID, "cannot write the blob: REASON"; every other
  * failure of a download is the head's or the network's).  Only a file system
- * that cannot reserve a level's room before its fetch (cache_reserve) gets
- * here: elsewhere a level that does not fit is found before its fetch starts. */
+ * that cannot reserve a level's room before its fetch gets here, when the
+ * disk filled up during it (cache_room.c): elsewhere a level that does not
+ * fit is found before its fetch starts. */
 static int cfetch_no_room(const cfetch_t *f) {
   if (f->err != MUSTER_INVALID)
     return 0;
   return strstr(f->why, strerror(ENOSPC)) ? ENOSPC : strstr(f->why, strerror(EDQUOT)) ? EDQUOT : 0;
 }
 
-/* Fetch `f` ran out of room (`reason`, an errno value) part way: said
- * once, then at most every CACHE_FULL_LOG_MS while it goes on, with the count
- * of those not said, as the agent says its other full disks. */
-static void cfetch_log_full(node_agent_t *a, const cfetch_t *f, int reason) {
-  cache_t *c = a->cache;
-  int64_t now = agent_now_ms();
-  c->full_fetches++;
-  if (c->full_logged_ms != 0 && now - c->full_logged_ms < CACHE_FULL_LOG_MS) {
-    c->full_unlogged++;
-    return;
-  }
-  char more[160] = "; fetches that run out of room are logged at most every 10 s while this "
-                   "lasts, and the cache says when it stores levels again";
-  if (c->full_unlogged > 0)
-    snprintf(more, sizeof more, "; %lld more fetch%s ran out of room since the last such line",
-             (long long)c->full_unlogged, c->full_unlogged == 1 ? "" : "es");
-  agent_log(a,
-            "cache: no room for %s/%s level %lld (%lld bytes) in %s: %s; the disk filled up part "
-            "way through its fetch (this file system cannot reserve a level's room before one), "
-            "and its readers got an error%s",
-            f->scope, f->name, (long long)f->level, (long long)f->size, c->dir, strerror(reason),
-            more);
-  c->full_logged_ms = now;
-  c->full_unlogged = 0;
-}
-
-/* A fetch starts after one could not (c->cannot_said), or a level was stored
- * after fetches ran out of room (c->full_fetches): said once, and both
- * forgotten, so that the next trouble is said at once. */
+/* A level was stored after one could not start (c->cannot_said) or did not
+ * fit (c->room_short): said once, and both forgotten, so that the next
+ * trouble is said at once. */
 static void cfetch_storing_again(node_agent_t *a) {
   cache_t *c = a->cache;
   agent_log(a, "cache: storing levels in %s again", c->dir);
   c->cannot_said[0] = '\0';
-  c->full_fetches = c->full_logged_ms = c->full_unlogged = 0;
+  c->room_short = 0;
+}
+
+/* Reader `r` gets its level from the head, uncached (forwarded, counted);
+ * a worker asking for the cached file's path is told to read the bytes
+ * instead (`reason`).  Frees `r`. */
+static void creq_uncached(creq_t *r, const char *reason) {
+  if (r->kind != CREQ_BYTES) {
+    creq_send_uncached(r, reason);
+    return;
+  }
+  node_agent_t *a = r->a;
+  CACHE_COUNT(a->cache, uncached, 1);
+  h1_req_t *in = r->in;
+  creq_free(r);
+  fwd_forward(a, in);
+}
+
+/* The disk filled up part way through fetch `f` (`reason`, an errno value):
+ * the level is remembered as not fitting (said once), its waiters whose
+ * reply had not started get it from the head, the others are cut short. */
+static void cfetch_out_of_room(cfetch_t *f, int reason) {
+  node_agent_t *a = f->a;
+  cache_t *c = a->cache;
+  if (cache_room_note(c, f->scope, f->name, f->level, true))
+    agent_log(a,
+              "cache: no room for %s/%s level %lld (%lld bytes) in %s: %s; the disk filled up "
+              "part way through its fetch (this file system cannot reserve a level's room "
+              "before one; %lld bytes are free now): its readers whose reply had started got "
+              "it cut short, the others get it from the head, uncached, as do its further "
+              "reads, not logged, until a level leaves the cache or %d s have passed; then it "
+              "is fetched again, its readers waiting for the whole level",
+              f->scope, f->name, (long long)f->level, (long long)f->size, c->dir, strerror(reason),
+              (long long)cache_room_free_now(c), CACHE_NO_ROOM_RETRY_MS / 1000);
+  char why[600];
+  snprintf(why, sizeof why, "no room for %lld bytes in %s: %s", (long long)f->size, c->dir,
+           strerror(reason));
+  for (creq_t *r = f->waiters, *next; r; r = next) {
+    next = r->next_waiter;
+    if (r->stream_fd >= 0)
+      creq_stream_end(r, NULL);
+    else
+      creq_uncached(r, why);
+  }
+  f->waiters = NULL;
 }
 
 /* ---- answering a fetch's waiters ------------------------------------------------ */
 
-/* Logs why fetch `f` failed, a full disk as cfetch_log_full says it. */
-static void cfetch_log_failure(node_agent_t *a, const cfetch_t *f) {
+/* Fetch `f` failed (f->why), its entry gone: its waiters are answered, from
+ * the head when the disk had no room for the level. */
+static void cfetch_failed(cfetch_t *f) {
+  node_agent_t *a = f->a;
+  CACHE_COUNT(a->cache, fetch_failures, 1);
   int reason = cfetch_no_room(f);
-  if (reason != 0)
-    cfetch_log_full(a, f, reason);
-  else
-    agent_log(a, "cache: fetching %s/%s level %lld: %s", f->scope, f->name, (long long)f->level,
-              f->why);
+  if (reason != 0) {
+    cfetch_out_of_room(f, reason);
+    return;
+  }
+  agent_log(a, "cache: fetching %s/%s level %lld: %s", f->scope, f->name, (long long)f->level,
+            f->why);
+  char why[800];
+  snprintf(why, sizeof why, "fetching shared data '%s' level %lld from the head failed: %s",
+           f->name, (long long)f->level, f->why);
+  for (creq_t *r = f->waiters, *next; r; r = next) {
+    next = r->next_waiter;
+    creq_fetch_failed(r, why);
+  }
+  f->waiters = NULL;
+}
+
+/* Fetch `f` stored its level in READY entry `e`: said when the level had not
+ * fit before, or when levels were not stored for a while. */
+static void cfetch_stored(cfetch_t *f, cache_entry_t *e) {
+  node_agent_t *a = f->a;
+  cache_t *c = a->cache;
+  if (cache_room_forget(c, f->scope, f->name, f->level))
+    agent_log(a, "cache: %s/%s level %lld is cached now: the disk of %s had room for it", f->scope,
+              f->name, (long long)f->level, c->dir);
+  if (c->room_short || c->cannot_said[0])
+    cfetch_storing_again(a);
+  cache_recheck_older(c, e);
 }
 
 /* The waiters of fetch `f`, ended (`stored`: in READY entry f->entry; else
  * failed, f->why says why, its entry gone), are answered; `f` is freed. */
 static void cfetch_answer(cfetch_t *f, bool stored) {
-  node_agent_t *a = f->a;
-  cache_t *c = a->cache;
+  cache_t *c = f->a->cache;
   cache_entry_t *e = stored ? f->entry : NULL;
-  char why[800] = "";
   if (!stored) {
-    CACHE_COUNT(c, fetch_failures, 1);
-    cfetch_log_failure(a, f);
-    snprintf(why, sizeof why, "fetching shared data '%s' level %lld from the head failed: %s",
-             f->name, (long long)f->level, f->why);
-  } else {
-    if (c->full_fetches > 0 || c->cannot_said[0])
-      cfetch_storing_again(a);
-    cache_reader_begin(c, e); /* keeps the entry while the waiters are answered */
-    cache_recheck_older(c, e);
+    cfetch_failed(f);
+    cfetch_free(f);
+    return;
   }
+  cfetch_stored(f, e);
+  cache_reader_begin(c, e); /* keeps the entry while the waiters are answered */
   for (creq_t *r = f->waiters, *next; r; r = next) {
     next = r->next_waiter;
-    if (!stored)
-      creq_fetch_failed(r, why);
-    else if (r->stream_fd >= 0)
+    if (r->stream_fd >= 0)
       creq_stream_end(r, e);
     else if (creq_answer(r, e, "miss") != 0)
       creq_serve(r); /* the file went away already: start over */
   }
-  if (stored)
-    cache_reader_end(c, e);
+  cache_reader_end(c, e);
   cfetch_free(f);
 }
 
@@ -435,7 +472,7 @@ static void cfetch_finish(cfetch_t *f) {
 static void cfetch_progressed(cfetch_t *f) {
   atomic_store(&f->wake_pending, false); /* before reading `written`: no report is lost */
   int64_t written = atomic_load_explicit(&f->written, memory_order_acquire);
-  for (creq_t *r = f->waiters; r; r = r->next_waiter)
+  for (creq_t *r = f->waiters; r && !f->hold_back; r = r->next_waiter)
     if (r->kind == CREQ_BYTES)
       creq_stream(r, f->entry, written - 1);
 }
@@ -488,10 +525,11 @@ static cfetch_t *cfetch_new(creq_t *r, cache_entry_t *e) {
   return NULL;
 }
 
-/* The cache cannot keep the level `r` asks for (no room, no file: `err`). A
- * reader of its bytes still gets them, from the head, uncached; a worker
- * asking for a cached file's path is told to read the bytes instead.  The
- * reason is logged when it changes, not once per read. */
+/* The cache cannot keep the level `r` asks for (a directory it cannot
+ * write, another agent's lock: `err`).  A reader of its bytes still gets
+ * them, from the head, uncached; a worker asking for a cached file's path is
+ * told to read the bytes instead.  The reason is logged when it changes,
+ * not once per read. */
 static void cfetch_cannot(creq_t *r, const char *err) {
   node_agent_t *a = r->a;
   cache_t *c = a->cache;
@@ -502,35 +540,68 @@ static void cfetch_cannot(creq_t *r, const char *err) {
               "levels while this lasts: counted in GET /v1/node/cache \"uncached\", not logged)",
               err, r->scope, r->name, (long long)r->level);
   }
-  if (r->kind != CREQ_BYTES) {
-    creq_send_uncached(r, err);
-    return;
-  }
-  CACHE_COUNT(c, uncached, 1);
-  h1_req_t *in = r->in;
-  creq_free(r);
-  fwd_forward(a, in);
+  creq_uncached(r, err);
 }
 
-/* Starts fetching the level `r` asks for, with `r` as its first waiter. */
+/* The disk of the cache dir has no room for the level `r` asks for (`err`,
+ * from cache_room_make): it is remembered, said once, and `r` served from
+ * the head, uncached, as its further reads are until room may have come
+ * back (cache_room.c). */
+static void cfetch_no_room_before(creq_t *r, const char *err) {
+  node_agent_t *a = r->a;
+  if (cache_room_note(a->cache, r->scope, r->name, r->level, false))
+    agent_log(a,
+              "cache: %s: %s/%s level %lld is served from the head, uncached; so are its "
+              "further reads, not logged, until a level leaves the cache or %d s have passed, "
+              "when the cache tries it again",
+              err, r->scope, r->name, (long long)r->level, CACHE_NO_ROOM_RETRY_MS / 1000);
+  creq_uncached(r, err);
+}
+
+/* True when the disk had no room for the level `r` asks for lately
+ * (cache_room_refused): `r` is served from the head, uncached.  *part_way:
+ * it ran out of room during a fetch before. */
+static bool cfetch_refused(creq_t *r, bool *part_way) {
+  cache_t *c = r->a->cache;
+  if (!cache_room_refused(c, r->scope, r->name, r->level, part_way))
+    return false;
+  char why[600];
+  snprintf(why, sizeof why, "no room in %s for its %lld bytes (said in the agent's log)", c->dir,
+           (long long)r->size);
+  creq_uncached(r, why);
+  return true;
+}
+
+/* Starts fetching the level `r` asks for, with `r` as its first waiter; a
+ * level the disk had no room for lately is served from the head instead. */
 void cfetch_start(creq_t *r) {
   node_agent_t *a = r->a;
   cache_t *c = a->cache;
   char err[512];
+  bool part_way, no_room;
   if (c->stopping) {
     creq_stopping(r);
     return;
   }
-  cache_entry_t *e =
-      cache_fetch_begin(c, r->scope, r->name, r->level, r->checksum, r->size, err, sizeof err);
+  if (cfetch_refused(r, &part_way))
+    return;
+  cache_entry_t *e = cache_fetch_begin(c, r->scope, r->name, r->level, r->checksum, r->size,
+                                       &no_room, err, sizeof err);
   if (e == NULL) {
-    cfetch_cannot(r, err);
+    if (no_room)
+      cfetch_no_room_before(r, err);
+    else
+      cfetch_cannot(r, err);
     return;
   }
   creq_note_expiry(r, e);
-  if (c->cannot_said[0]) /* its room is reserved: it is stored unless the head fails */
+  /* Its room is made: it is stored unless the head fails (after a level
+   * that did not fit, said once one is stored: the disk may yet fill up). */
+  if (c->cannot_said[0] && !c->room_short)
     cfetch_storing_again(a);
   cfetch_t *f = cfetch_new(r, e);
+  if (f)
+    f->hold_back = part_way;
   int rc = f ? cfetch_spawn(f) : errno;
   if (rc != 0) {
     if (f)
@@ -550,7 +621,7 @@ void cfetch_join(cache_entry_t *e, creq_t *r) {
   cfetch_t *f = e->fetch;
   r->next_waiter = f->waiters;
   f->waiters = r;
-  if (r->kind == CREQ_BYTES)
+  if (r->kind == CREQ_BYTES && !f->hold_back)
     creq_stream(r, e, atomic_load_explicit(&f->written, memory_order_acquire) - 1);
 }
 
