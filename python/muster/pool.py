@@ -784,8 +784,10 @@ class Pool:
         return len(self._workers())
 
     def get_nodes_count(self):
-        """Machines (node agents) with an active worker of the pool's queue; a worker
-        without a node counts as its own machine."""
+        """Machines that run an active worker of the pool's queue: the distinct nodes
+        (agents) of those workers, a worker without a node counting as a machine of its
+        own; a node whose workers all serve other queues does not count (the same as C's
+        muster_pool_nodes_count)."""
         nodes = set()
         for w in self._workers():
             nodes.add(("node", w["node"]) if w.get("node") else ("worker", w["id"]))
