@@ -888,7 +888,10 @@ void muster_pool_results_free(muster_result_t *results, size_t count);
 muster_err_t muster_pool_update_workers(muster_pool_t *pool, const char *data, int64_t *seq);
 /* Active workers serving the pool's queue (worker processes, not machines). */
 muster_err_t muster_pool_workers_count(muster_pool_t *pool, size_t *count);
-/* Active nodes (machines running a node agent). */
+/* Machines running an active worker of the pool's queue: the distinct nodes
+ * (agents) of the workers muster_pool_workers_count counts, a worker with no
+ * node counting as a machine of its own; nodes whose workers all serve other
+ * queues do not count.  The same as Python's Pool.get_nodes_count(). */
 muster_err_t muster_pool_nodes_count(muster_pool_t *pool, size_t *count);
 /* Stops the heartbeat thread, closes the session (unless keep_session) and
  * frees the pool; accepts NULL.  Unfinished tasks are cancelled. */

@@ -40,6 +40,10 @@ _HEAD_DOWN = (errors.NetworkError, errors.Unavailable)
 # it answers again; nothing per try.  Unconfigured, logging's lastResort handler prints
 # the warning on stderr (docs/python.md says how to silence it).
 log = logging.getLogger("muster.pool")
+# What answers at a pool's URL (its client's ``server``), in the words of the CLI's lines
+# (src/cli/conn.c, cli_server_at): None while no reply said.
+_SERVER_NAMES = {"head": "the head", "node": "the node agent",
+                 None: "the muster head or node agent"}
 
 
 class WorkerInterface:
@@ -425,13 +429,14 @@ class Pool:
                 self.client.close()
 
     def _gave_up_closing(self, err, waited):
-        text = ("session %s: the head at %s did not answer for %.0f s (tried again every "
+        away, name = self._server_away(err)
+        text = ("session %s: %s did not answer for %.0f s (tried again every "
                 "second for up to the session's timeout_ms, %d ms; last error: %s), so the "
                 "pool could not close its session: it is left open and its jobs run on. "
-                "Call close() again once the head is back (or run `muster session close %s "
+                "Call close() again once %s is back (or run `muster session close %s "
                 "--url %s`); else the head closes the session, cancelling its unfinished "
                 "jobs, once it goes %d ms without a client"
-                % (self.session, self.client.url, waited, self.timeout_ms, err, self.session,
+                % (self.session, away, waited, self.timeout_ms, err, name, self.session,
                    self.client.url, self.timeout_ms))
         out = type(err)(text, code=err.code, status=err.status)
         out.session, out.order, out.cursor = self.session, None, None
@@ -510,8 +515,8 @@ class Pool:
                 self._retrying(what, lambda left: self.client.session_put(self.session, tasks),
                                lambda e, waited: self._gave_up_submitting(
                                    e, waited, first, at, len(chunk)),
-                               deadline, lambda unreachable: self._timed_out_submitting(
-                                   timeout, unreachable, first, at, len(chunk)))
+                               deadline, lambda *outage: self._timed_out_submitting(
+                                   timeout, outage, first, at, len(chunk)))
             except errors.InvalidState as e:
                 # An index in use is another producer's task, never this batch stored by
                 # an earlier try (that is a repeat): say so (the head stored none of the
@@ -532,20 +537,22 @@ class Pool:
         its session (close() leaves it open, so its results can be read) and raises
         ``give_up(last error, seconds waited)``.  ``deadline`` (a time.monotonic()) is
         never slept past, and once it has passed a failed try is not made again: the call
-        raises ``timed_out(seconds the head has been unreachable)``.  Any other
-        error raises at once.  The pool logs one WARNING (``what`` failed) when it starts
-        trying again and one INFO when the head answers again, nothing per try."""
-        failing_since = None
+        raises ``timed_out(seconds the head has been unreachable, the last error)``.  Any
+        other error raises at once.  The pool logs one WARNING (``what`` failed) when it
+        starts trying again and one INFO when the head answers again, nothing per try.
+        Both name what answers at the URL, as the CLI does: the head, the node agent, or
+        the head behind the node agent when the agent answered that it cannot reach it."""
+        failing_since = last_err = None
         while True:
             now = time.monotonic()
             # The first try is made even past the deadline: what is ready is returned
             # (the caller raises when nothing was, _past_deadline).
             if deadline is not None and now >= deadline and failing_since is not None:
-                raise timed_out(now - failing_since)
+                raise timed_out(now - failing_since, last_err)
             try:
                 value = call(None if deadline is None else deadline - now)
             except _HEAD_DOWN as e:
-                now = time.monotonic()
+                now, last_err = time.monotonic(), e
                 if failing_since is None:
                     failing_since = now
                     self._log_unreachable(what, e, deadline)
@@ -559,19 +566,34 @@ class Pool:
                 time.sleep(max(0.0, min(RETRY_PAUSE_S, left)))
                 continue
             if failing_since is not None:
-                log.info("muster.Pool: session %s: the head at %s answers again after %.1f s; "
-                         "carrying on (%s)", self.session, self.client.url,
+                log.info("muster.Pool: session %s: %s answers again after %.1f s; "
+                         "carrying on (%s)", self.session, self._server_at(),
                          time.monotonic() - failing_since, what)
             return value
+
+    def _server_at(self):
+        """What answers at the pool's URL, in the CLI's words: "the head at URL", "the node
+        agent at URL", or "the muster head or node agent at URL" while no reply said."""
+        return "%s at %s" % (_SERVER_NAMES[self.client.server], self.client.url)
+
+    def _server_away(self, err):
+        """What did not answer when a call failed with ``err``, in the CLI's words, and its
+        short name ("once NAME is back"): the head behind a node agent that answered
+        Unavailable (it cannot reach the head), else as :meth:`_server_at`."""
+        if self.client.server == "node" and isinstance(err, errors.Unavailable):
+            return "the head behind the node agent at %s" % self.client.url, "the head"
+        name = _SERVER_NAMES[self.client.server] if self.client.server else "the server"
+        return self._server_at(), name
 
     def _log_unreachable(self, what, err, deadline):
         """The one WARNING of an outage: what failed, and for how long it is tried again."""
         limit, why = self.timeout_ms / 1000.0, "the session's timeout_ms"
         if deadline is not None and deadline - time.monotonic() < limit:
             limit, why = max(0.0, deadline - time.monotonic()), "the call's timeout"
-        log.warning("muster.Pool: session %s: %s failed (%s): the head at %s is unreachable or "
+        log.warning("muster.Pool: session %s: %s failed (%s): %s is unreachable or "
                     "restarting; trying again every %g s for up to %.1f s (%s)",
-                    self.session, what, err, self.client.url, RETRY_PAUSE_S, limit, why)
+                    self.session, what, err, self._server_away(err)[0], RETRY_PAUSE_S, limit,
+                    why)
 
     def _read_rest(self, via, order, cursor, first, last):
         """How to read results ``first``..``last`` from ``cursor`` with the client ``via``."""
@@ -587,40 +609,44 @@ class Pool:
         read its results at session indexes ``first``..``last``, which it did not, from
         ``cursor`` once the head is back.  ``session``, ``order`` and ``cursor`` are set on
         it (the last two None without ``rest``)."""
-        text = ("session %s: the head at %s did not answer for %.0f s (tried again every "
+        away, name = self._server_away(err)
+        text = ("session %s: %s did not answer for %.0f s (tried again every "
                 "second for up to the session's timeout_ms, %d ms; last error: %s), so the "
                 "pool gave up: %s. The session is left open (closing the pool does not close "
                 "it): its jobs run on, and the head keeps their results until the session "
-                "goes %d ms without a client" % (self.session, self.client.url, waited,
+                "goes %d ms without a client" % (self.session, away, waited,
                                                  self.timeout_ms, err, happened, self.timeout_ms))
         order = cursor = None
         if rest is not None:
             order, cursor = rest[0], rest[1]
-            text += "; once the head is back, " + self._read_rest(
+            text += "; once %s is back, " % name + self._read_rest(
                 "muster.Client(%r, TOKEN)" % self.client.url, *rest)
         out = type(err)(text, code=err.code, status=err.status)
         out.session, out.order, out.cursor = self.session, order, cursor
         return out
 
-    def _timed_out(self, timeout, unreachable, summary, happened, rest=None):
+    def _timed_out(self, timeout, outage, summary, happened, rest=None):
         """The TimeoutError of a call whose ``timeout`` (seconds) passed: it names the
-        session, gives the ``summary``, says whether the head had been unreachable (for the
-        last ``unreachable`` seconds; None when it answered), what ``happened`` to the call
-        and, with ``rest`` as for :meth:`_gave_up`, how to read what it did not.  The pool
-        and its session stay usable; ``session``, ``order`` and ``cursor`` are set on it."""
+        session, gives the ``summary``, says whether the server had been unreachable
+        (``outage``: (for how many seconds, the last error); None when it answered), what
+        ``happened`` to the call and, with ``rest`` as for :meth:`_gave_up`, how to read
+        what it did not.  The pool and its session stay usable; ``session``, ``order`` and
+        ``cursor`` are set on it."""
         text = "session %s: %s after %.1f s (the call's timeout)" % (self.session, summary,
                                                                      timeout)
-        if unreachable is not None:
-            text += ("; the head at %s has been unreachable for the last %.1f s (without "
+        back = ""
+        if outage is not None:
+            away, name = self._server_away(outage[1])
+            text += ("; %s has been unreachable for the last %.1f s (without "
                      "a timeout the call waits for it up to the session's timeout_ms, %d ms)"
-                     % (self.client.url, unreachable, self.timeout_ms))
+                     % (away, outage[0], self.timeout_ms))
+            back = "once %s is back, " % name
         text += ": %s. The session is still open and its jobs run on" % happened
         order = cursor = None
         if rest is not None:
             order, cursor = rest[0], rest[1]
             text += (": %s%s, before the pool is closed (closing deletes them)"
-                     % ("once the head is back, " if unreachable is not None else "",
-                        self._read_rest("pool.client", *rest)))
+                     % (back, self._read_rest("pool.client", *rest)))
         out = TimeoutError(text)
         out.session, out.order, out.cursor = self.session, order, cursor
         return out
@@ -640,10 +666,10 @@ class Pool:
     def _gave_up_submitting(self, err, waited, first, at, count):
         return self._gave_up(err, waited, *self._submitted(first, at, count, "failed"))
 
-    def _timed_out_submitting(self, timeout, unreachable, first, at, count):
+    def _timed_out_submitting(self, timeout, outage, first, at, count):
         happened, rest = self._submitted(first, at, count, "did not succeed in time (a try "
                                          "whose reply was lost may have stored them)")
-        return self._timed_out(timeout, unreachable, "this call's jobs were not all submitted",
+        return self._timed_out(timeout, outage, "this call's jobs were not all submitted",
                                happened, rest)
 
     def _unread(self, order, cursor, first, n, read):
@@ -656,9 +682,9 @@ class Pool:
     def _gave_up_reading(self, err, waited, order, cursor, first, n, read):
         return self._gave_up(err, waited, *self._unread(order, cursor, first, n, read))
 
-    def _timed_out_reading(self, timeout, unreachable, order, cursor, first, n, read):
+    def _timed_out_reading(self, timeout, outage, order, cursor, first, n, read):
         happened, rest = self._unread(order, cursor, first, n, read)
-        return self._timed_out(timeout, unreachable, "this call's results were not all in",
+        return self._timed_out(timeout, outage, "this call's results were not all in",
                                happened, rest)
 
     @staticmethod
@@ -705,8 +731,8 @@ class Pool:
                 lambda left: self._read("submission", cursor, min(1000, end - cursor), quick, left),
                 lambda e, waited: self._gave_up_reading(e, waited, "submission", cursor, first,
                                                         n, cursor - first),
-                deadline, lambda unreachable: self._timed_out_reading(
-                    timeout, unreachable, "submission", cursor, first, n, cursor - first))
+                deadline, lambda *outage: self._timed_out_reading(
+                    timeout, outage, "submission", cursor, first, n, cursor - first))
             before = cursor
             for r in reply["results"]:
                 if r["index"] != cursor or cursor >= end:
@@ -741,8 +767,8 @@ class Pool:
                 lambda left: self._read("completion", cursor, 1000, False, left),
                 lambda e, waited: self._gave_up_reading(e, waited, "completion", cursor, first,
                                                         n, len(seen)),
-                deadline, lambda unreachable: self._timed_out_reading(
-                    timeout, unreachable, "completion", cursor, first, n, len(seen)))
+                deadline, lambda *outage: self._timed_out_reading(
+                    timeout, outage, "completion", cursor, first, n, len(seen)))
             cursor = reply["cursor"]
             with self._lock:
                 self._completion_cursor = max(self._completion_cursor, cursor)
@@ -784,8 +810,10 @@ class Pool:
         return len(self._workers())
 
     def get_nodes_count(self):
-        """Machines (node agents) with an active worker of the pool's queue; a worker
-        without a node counts as its own machine."""
+        """Machines that run an active worker of the pool's queue: the distinct nodes
+        (agents) of those workers, a worker without a node counting as a machine of its
+        own; a node whose workers all serve other queues does not count (the same as C's
+        muster_pool_nodes_count)."""
         nodes = set()
         for w in self._workers():
             nodes.add(("node", w["node"]) if w.get("node") else ("worker", w["id"]))

@@ -225,10 +225,16 @@ typedef struct {
 #define CLI_REQUIRES_HELP                                                                          \
   "every task requires level N of shared data SCOPE/NAME (no @N: the newest level now); "          \
   "repeatable, up to 16 times"
+/* The help of `muster session put --requires [SCOPE/]NAME@N`. */
+#define CLI_REQUIRES_SESSION_HELP                                                                  \
+  "every task requires level N of shared data SCOPE/NAME, or NAME of this session when "           \
+  "SCOPE/ is left out (no @N: the newest level now); repeatable, up to 16 times"
 /* Reads every --requires of `args` into *req, asking the head nothing; a
- * value without @N gets level 0 (cli_requires_resolve).  CLI_OK, or
- * CLI_USAGE after saying which value breaks which rule. */
-int cli_requires_parse(const cli_args_t *args, cli_requires_t *req);
+ * value without @N gets level 0 (cli_requires_resolve).  A value without
+ * SCOPE/ names a blob of `session` (`muster session put`'s; scope points to
+ * it); where `session` is NULL it is refused.  CLI_OK, or CLI_USAGE after
+ * saying which value breaks which rule. */
+int cli_requires_parse(const cli_args_t *args, const char *session, cli_requires_t *req);
 /* Replaces each level 0 of *req with the newest level the head holds now
  * (a HEAD request each).  CLI_OK, or CLI_FAIL after saying which could not
  * be had and that nothing was put. */
@@ -298,7 +304,8 @@ void cli_print_result_value(const char *json, FILE *out);
 
 extern const cli_opt_t cmd_map_opts[], cmd_nodes_opts[], cmd_workers_opts[], cmd_update_opts[],
     cmd_session_create_opts[], cmd_session_results_opts[], cmd_session_put_opts[];
-extern const char cmd_map_details[], cmd_session_results_details[], cmd_update_details[];
+extern const char cmd_map_details[], cmd_session_put_details[], cmd_session_results_details[],
+    cmd_update_details[];
 int cmd_map(cli_args_t *args);
 int cmd_nodes(cli_args_t *args);
 int cmd_workers(cli_args_t *args);

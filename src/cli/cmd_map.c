@@ -404,7 +404,7 @@ int cmd_map(cli_args_t *args) {
   cli_requires_t req;
   int rc = map_pool_opts(args, &opts);
   if (rc == CLI_OK)
-    rc = cli_requires_parse(args, &req);
+    rc = cli_requires_parse(args, NULL, &req);
   cli_inputs_t in;
   if (rc != CLI_OK || (rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in)) != CLI_OK)
     return rc;

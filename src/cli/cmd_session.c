@@ -47,9 +47,22 @@ const cli_opt_t cmd_session_create_opts[] = {
 
 const cli_opt_t cmd_session_put_opts[] = {
     {"json", NULL, "parse each input line as JSON instead of sending it as a string"},
-    {"requires", "SCOPE/NAME@N", CLI_REQUIRES_HELP},
+    {"requires", "[SCOPE/]NAME@N", CLI_REQUIRES_SESSION_HELP},
     {NULL, NULL, NULL},
 };
+
+const char cmd_session_put_details[] =
+    "Each input line is one task's payload (a JSON string, or with --json the\n"
+    "line's JSON value), at the session's next index.  Prints each task's index\n"
+    "and id, separated by a tab.\n\n"
+    "With --requires every task requires that level of shared data; NAME@N\n"
+    "without SCOPE/ is a blob of this session (ID/NAME@N), as a Python Pool's\n"
+    "requires=[(name, level)] is one of its session.  Without @N the head is\n"
+    "asked for the newest level before anything is put.\n\n"
+    "examples:\n"
+    "  muster shared put s-5f2c9a1e7b3d4c60 table table.bin\n"
+    "  seq 10 | muster session put s-5f2c9a1e7b3d4c60 --requires table@1\n"
+    "  seq 10 | muster session put s-5f2c9a1e7b3d4c60 --requires models/weights@2\n";
 
 const cli_opt_t cmd_session_results_opts[] = {
     {"order", "ORDER", "submission (by index, the default) or completion (as they finished)"},
@@ -293,7 +306,7 @@ static int session_put(cli_args_t *args, muster_client_t *client, cli_requires_t
 int cmd_session_put(cli_args_t *args) {
   cli_requires_t req;
   muster_client_t *client = NULL;
-  int rc = cli_requires_parse(args, &req);
+  int rc = cli_requires_parse(args, args->pos[0], &req);
   if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK)
     rc = session_put(args, client, &req);
   muster_client_free(client);

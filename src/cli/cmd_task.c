@@ -318,7 +318,7 @@ int cmd_put(cli_args_t *args) {
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "delay-ms", 0, 0, &base.delay_ms);
   if (rc == CLI_OK)
-    rc = cli_requires_parse(args, &req);
+    rc = cli_requires_parse(args, NULL, &req);
   if (rc != CLI_OK)
     return rc;
   base.key = cli_opt(args, "key");

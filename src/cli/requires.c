@@ -3,6 +3,12 @@
  * of `muster put`, `muster session put` and `muster map` requires
  * (docs/shared-data.md, "Tasks that require shared data").
  *
+ * `muster session put` also takes NAME@N (or NAME) alone, for a blob of the
+ * session it puts into, as the Python Pool's requires=[(name, level)] means
+ * one of the pool's session.  `muster put` has no session, and `muster map`
+ * makes its own only once it runs (nothing could be uploaded to it before),
+ * so both refuse a value without SCOPE/, saying how to write it.
+ *
  * The form cannot be read two ways: scopes and names are letters, digits,
  * '.', '_' and '-' only (core/names.h), so the first '/' ends the scope and
  * an '@' starts the level.  Every value is checked before anything is read
@@ -21,34 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Splits `text` into scope, name and level (0: none given) in `entry`'s
- * storage.  CLI_OK, or CLI_USAGE after saying which rule it breaks. */
-static int requires_split(const cli_args_t *args, const char *text, char *store, size_t size,
+/* Reads the level after '@' of `text` (`at`) into entry->level.  CLI_OK, or
+ * CLI_USAGE after saying which rule it breaks. */
+static int requires_level(const cli_args_t *args, const char *text, const char *at,
                           muster_shared_level_t *entry) {
-  const char *slash = strchr(text, '/');
-  if (slash == NULL)
-    return cli_usage_error(args->cmd,
-                           "--requires '%s': expected SCOPE/NAME@N (models/weights@2), or "
-                           "SCOPE/NAME for the newest level",
-                           text);
-  if (strlen(text) >= size) /* a scope or name longer than the rule allows */
-    return cli_usage_error(
-        args->cmd, "--requires '%.60s...': too long: scope and name each " NAME_RULE_TEXT, text);
-  snprintf(store, size, "%s", text);
-  char *scope = store, *name = store + (slash - text) + 1;
-  name[-1] = '\0';
-  char *at = strchr(name, '@');
-  if (at != NULL)
-    *at++ = '\0';
-  if (!name_is_valid(scope))
-    return cli_usage_error(args->cmd, "--requires '%s': scope '%s': " NAME_RULE_TEXT, text, scope);
-  if (!name_is_valid(name))
-    return cli_usage_error(args->cmd, "--requires '%s': name '%s': " NAME_RULE_TEXT, text, name);
-  entry->scope = scope;
-  entry->name = name;
-  entry->level = 0;
-  if (at == NULL)
-    return CLI_OK;
   char *end = NULL;
   errno = 0;
   long long level = strtoll(at, &end, 10);
@@ -62,6 +44,51 @@ static int requires_split(const cli_args_t *args, const char *text, char *store,
                            level);
   entry->level = (int64_t)level;
   return CLI_OK;
+}
+
+/* Says that `text` names no scope where one is required: how to write it,
+ * and which command takes a name alone.  Returns CLI_USAGE. */
+static int requires_no_scope(const cli_args_t *args, const char *text) {
+  return cli_usage_error(args->cmd,
+                         "--requires '%s': expected SCOPE/NAME@N (models/weights@2), or "
+                         "SCOPE/NAME for the newest level; only `muster session put` takes "
+                         "NAME@N or NAME without SCOPE/, for a blob of the session it puts into",
+                         text);
+}
+
+/* Splits `text` into scope, name and level (0: none given) in `entry`'s
+ * storage; a text without SCOPE/ takes `session` as its scope (NULL: it
+ * needs one).  CLI_OK, or CLI_USAGE after saying which rule it breaks. */
+static int requires_split(const cli_args_t *args, const char *text, const char *session,
+                          char *store, size_t size, muster_shared_level_t *entry) {
+  const char *slash = strchr(text, '/');
+  if (slash == NULL && session == NULL)
+    return requires_no_scope(args, text);
+  if (slash == NULL && !name_is_valid(session))
+    return cli_usage_error(args->cmd,
+                           "--requires '%s': without SCOPE/ the scope is the session, and '%s' "
+                           "is not a session id: " NAME_RULE_TEXT,
+                           text, session);
+  if (strlen(text) >= size) /* a scope or name longer than the rule allows */
+    return cli_usage_error(
+        args->cmd, "--requires '%.60s...': too long: scope and name each " NAME_RULE_TEXT, text);
+  snprintf(store, size, "%s", text);
+  char *scope = store, *name = store; /* a name alone: the whole value */
+  if (slash != NULL) {
+    name = store + (slash - text) + 1;
+    name[-1] = '\0';
+  }
+  char *at = strchr(name, '@');
+  if (at != NULL)
+    *at++ = '\0';
+  if (slash != NULL && !name_is_valid(scope))
+    return cli_usage_error(args->cmd, "--requires '%s': scope '%s': " NAME_RULE_TEXT, text, scope);
+  if (!name_is_valid(name))
+    return cli_usage_error(args->cmd, "--requires '%s': name '%s': " NAME_RULE_TEXT, text, name);
+  entry->scope = slash != NULL ? scope : session;
+  entry->name = name;
+  entry->level = 0;
+  return at == NULL ? CLI_OK : requires_level(args, text, at, entry);
 }
 
 /* CLI_USAGE after saying so when entry `i` names the blob of an earlier one:
@@ -78,7 +105,7 @@ static int requires_check_twice(const cli_args_t *args, const cli_requires_t *re
   return CLI_OK;
 }
 
-int cli_requires_parse(const cli_args_t *args, cli_requires_t *req) {
+int cli_requires_parse(const cli_args_t *args, const char *session, cli_requires_t *req) {
   memset(req, 0, sizeof *req);
   const char *texts[MUSTER_MAX_REQUIRES];
   int given = cli_opt_values(args, "requires", texts, MUSTER_MAX_REQUIRES);
@@ -88,7 +115,8 @@ int cli_requires_parse(const cli_args_t *args, cli_requires_t *req) {
                            "shared data",
                            given, MUSTER_MAX_REQUIRES);
   for (int i = 0; i < given; i++) {
-    int rc = requires_split(args, texts[i], req->store[i], sizeof req->store[i], &req->levels[i]);
+    int rc = requires_split(args, texts[i], session, req->store[i], sizeof req->store[i],
+                            &req->levels[i]);
     if (rc == CLI_OK)
       rc = requires_check_twice(args, req, (size_t)i, texts);
     if (rc != CLI_OK)

@@ -669,10 +669,35 @@ muster_err_t muster_pool_workers_count(muster_pool_t *pool, size_t *count) {
   return err;
 }
 
-/* Non-zero when node object `n` is active. */
-static int pool_node_active(const json_t *n, const char *queue) {
-  const char *state = json_string_value(json_object_get(n, "state"));
-  return state != NULL && strcmp(state, "active") == 0;
+/* Counts the machines among the workers of reply text `json` that serve the
+ * pool's queue: the distinct nodes they name, plus one for each worker that
+ * names no node (a worker started without an agent is a machine of its own).
+ * Nodes without such a worker, e.g. whose workers serve other queues, do not
+ * count; the same rule as Python's Pool.get_nodes_count(). */
+static muster_err_t pool_count_machines(muster_pool_t *pool, const char *json, size_t *count) {
+  json_t *root = json_loads(json, JSON_ALLOW_NUL, NULL);
+  json_t *list = json_object_get(root, "workers");
+  json_t *nodes_seen = json_object();
+  muster_err_t err = MUSTER_OK;
+  *count = 0;
+  if (!json_is_array(list)) {
+    err = pool_fail(pool, MUSTER_PROTOCOL, "the reply has no 'workers' list");
+  } else {
+    size_t i;
+    json_t *w;
+    json_array_foreach(list, i, w) {
+      if (!pool_worker_serves(w, pool->queue))
+        continue;
+      const char *node = json_string_value(json_object_get(w, "node"));
+      if (node == NULL || node[0] == '\0')
+        (*count)++;
+      else if (json_object_get(nodes_seen, node) == NULL)
+        *count += json_object_set_new(nodes_seen, node, json_true()) == 0;
+    }
+  }
+  json_decref(nodes_seen);
+  json_decref(root);
+  return err;
 }
 
 muster_err_t muster_pool_nodes_count(muster_pool_t *pool, size_t *count) {
@@ -681,9 +706,9 @@ muster_err_t muster_pool_nodes_count(muster_pool_t *pool, size_t *count) {
   if (count == NULL)
     return pool_fail(pool, MUSTER_INVALID, "count: a place for the number of nodes is required");
   char *json = NULL;
-  muster_err_t err = pool_from_client(pool, muster_node_list(pool->client, &json));
+  muster_err_t err = pool_from_client(pool, muster_worker_list(pool->client, &json));
   if (err == MUSTER_OK)
-    err = pool_count(pool, json, "nodes", pool_node_active, count);
+    err = pool_count_machines(pool, json, count);
   muster_free(json);
   return err;
 }

@@ -7,7 +7,9 @@ with a HEAD), not a later one.  A node agent's `muster worker` runs such a task 
 MUSTER_SHARED_<NAME> naming the level's file (map, through a pool).  Every bad value
 fails the command before anything is put (the queue, the session and the list of
 sessions are counted), naming the option and the rule; a blob without a level stops
-it too.  A session put sent again with the same `requires` (a pool retrying a batch
+it too.  `muster session put` alone takes NAME@N (or NAME) without SCOPE/, for a blob of
+its session; `muster put` and `muster map` refuse it, saying how to write it.  A session
+put sent again with the same `requires` (a pool retrying a batch
 whose reply was lost) is answered as a repeat, not refused.
 """
 import json
@@ -119,6 +121,53 @@ class RequiresCliTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(leases, {"first": [level("rq", "table", 1)],
                                   "second": [level("rq", "table", 2)]})
 
+    def test_session_put_takes_a_name_alone_as_a_blob_of_its_session(self):
+        # As a Python Pool's requires=[(name, level)]: the scope is the session.
+        self.queue("rq-own")
+        sid = self.session("rq-own")
+        for number in (1, 2):
+            self.upload(sid, "table", number, b"t%d" % number)
+        self.ok("session", "put", sid, "--requires", "table@1", "--requires", "models/weights",
+                stdin="one\n")
+        self.ok("session", "put", sid, "--requires", "table", stdin="newest\n")
+        leases = {x["payload"]: x["requires"] for x in self.lease_all("rq-own", 2)}
+        self.assertEqual(leases, {"one": [level(sid, "table", 1), level("models", "weights", 2)],
+                                  "newest": [level(sid, "table", 2)]})
+        # The same blob named both ways is one blob, named twice.
+        r = self.muster("session", "put", sid, "--requires", "table@1", "--requires",
+                        sid + "/table@2", stdin="x\n")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--requires '%s/table@2': %s/table is required already ('table@1')"
+                      % (sid, sid), r.stderr)
+        # A name alone without a level asks for the session's blob, and says which.
+        r = self.muster("session", "put", sid, "--requires", "nothing", stdin="x\n")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("--requires %s/nothing: shared data not found" % sid, r.stderr)
+        self.assertIn("upload one first ('muster shared put %s nothing FILE')" % sid, r.stderr)
+        # The session argument must be able to be a scope.
+        r = self.muster("session", "put", "no such", "--requires", "table@1", stdin="x\n")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("muster: --requires 'table@1': without SCOPE/ the scope is the session, "
+                      "and 'no such' is not a session id: use 1 to 128 characters", r.stderr)
+        self.assertEqual(self.queued("rq-own"), 2)
+
+    def test_put_and_map_refuse_a_name_alone_saying_how_to_write_it(self):
+        self.queue("rq-noscope")
+        for command, stdin in ((["put", "--queue", "rq-noscope", "a"], None),
+                               (["map", "--queue", "rq-noscope", "--quiet"], "a\n")):
+            for value in ("weights@2", "weights"):
+                r = self.muster(*(command + ["--requires", value]), stdin=stdin)
+                with self.subTest(command=command[0], value=value):
+                    self.assertEqual(r.returncode, 2, r.stderr)
+                    self.assertIn("muster: --requires '%s': expected SCOPE/NAME@N "
+                                  "(models/weights@2), or SCOPE/NAME for the newest level; only "
+                                  "`muster session put` takes NAME@N or NAME without SCOPE/, for "
+                                  "a blob of the session it puts into" % value, r.stderr)
+                    self.assertEqual(r.stdout, "")
+        self.assertEqual(self.queued("rq-noscope"), 0)
+        sessions = self.head.request("GET", "/v1/sessions").json["sessions"]
+        self.assertEqual([x for x in sessions if x["queue"] == "rq-noscope"], [])
+
     def test_session_put_tasks_carry_the_levels(self):
         self.queue("rq-session")
         sid = self.session("rq-session")
@@ -133,8 +182,6 @@ class RequiresCliTest(harness.CliChecks, unittest.TestCase):
     # ---- bad input: nothing is put -------------------------------------------------------
 
     BAD = [
-        (["models"], "--requires 'models': expected SCOPE/NAME@N (models/weights@2), or "
-                     "SCOPE/NAME for the newest level"),
         (["models/weights@0"], "--requires 'models/weights@0': level 0: levels count from 1"),
         (["models/weights@-2"], "--requires 'models/weights@-2': level '-2': expected a whole "
                                 "number, 1 or more"),
@@ -152,12 +199,18 @@ class RequiresCliTest(harness.CliChecks, unittest.TestCase):
         (["models/w%d@1" % i for i in range(17)],
          "--requires: given 17 times; a task requires at most 16 levels of shared data"),
     ]
+    # A name alone, which only `session put` takes, follows the same rules there.
+    SESSION_BAD = [
+        (["we ights@1"], "--requires 'we ights@1': name 'we ights': use 1 to 128 characters"),
+        (["weights@0"], "--requires 'weights@0': level 0: levels count from 1"),
+        (["weights@x"], "--requires 'weights@x': level 'x': expected a whole number"),
+    ]
 
-    def check_refused(self, command, stdin, counted):
+    def check_refused(self, command, stdin, counted, bad=BAD):
         """Runs `command` with each bad --requires list; each fails with status 2 and its
         message, and `counted()` (what a put would have changed) stays as it was."""
         before = counted()
-        for values, message in self.BAD:
+        for values, message in bad:
             args = [word for value in values for word in ("--requires", value)]
             r = self.muster(*(command + args), stdin=stdin)
             with self.subTest(command=command[0], values=values[-1][:40]):
@@ -184,7 +237,8 @@ class RequiresCliTest(harness.CliChecks, unittest.TestCase):
             r = self.head.request("GET", "/v1/sessions/" + sid)
             self.assertEqual(r.status, 200, r)
             return (r.json["counts"]["total"], self.queued("rq-bad-session"))
-        self.check_refused(["session", "put", sid], "a\nb\n", total)
+        self.check_refused(["session", "put", sid], "a\nb\n", total,
+                           self.BAD + self.SESSION_BAD)
 
     def test_map_refuses_bad_values_before_any_session(self):
         def made():
