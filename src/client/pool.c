@@ -618,15 +618,13 @@ muster_err_t muster_pool_update_workers(muster_pool_t *pool, const char *data, i
                           muster_update_post(pool->client, pool->queue, data, pool->session, seq));
 }
 
-/* Non-zero when worker object `w` is active and serves `queue` (a worker that
- * names no queues may lease from any). */
+/* Non-zero when worker object `w` is active and its `queues` name `queue`, as
+ * Python's Pool and `muster workers --queue` count (docs/pools.md). */
 static int pool_worker_serves(const json_t *w, const char *queue) {
   const char *state = json_string_value(json_object_get(w, "state"));
   if (state == NULL || strcmp(state, "active") != 0)
     return 0;
   json_t *queues = json_object_get(w, "queues");
-  if (!json_is_array(queues) || json_array_size(queues) == 0)
-    return 1;
   size_t i;
   json_t *q;
   json_array_foreach(queues, i, q) {

@@ -78,10 +78,19 @@ class Agent:
     def argv(self):
         # A free port unless the test names its own --listen: an option given twice with
         # two values is refused.
-        listens = any(a == "--listen" or a.startswith("--listen=") for a in self.args)
+        def given(option):
+            return any(a == option or a.startswith(option + "=") for a in self.args)
         argv = [harness.MUSTER_BIN, "node", "--join", self.head.url, "--token", self.token,
                 "--name", self.name, "--lock-file", self.lock]
-        argv += ([] if listens else ["--listen", "127.0.0.1:0"]) + self.args
+        argv += [] if given("--listen") else ["--listen", "127.0.0.1:0"]
+        # The cache and state dirs in the test's dir unless it names its own: the
+        # defaults (/var/tmp/muster-node-NAME/...) are one per node name on the
+        # machine, and an agent of the same name in a test running beside this one
+        # would be refused them (DIR/@agent.lock).
+        for option, kind in (("--cache-dir", "cache"), ("--state-dir", "state")):
+            if not given(option):
+                argv += [option, os.path.join(self.workdir, "%s-%s" % (kind, self.name))]
+        argv += self.args
         if self.cmd:
             argv += ["--"] + list(self.cmd)
         return argv

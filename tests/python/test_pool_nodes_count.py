@@ -89,6 +89,12 @@ class NodesCountTest(HeadTestCase):
             self.assertEqual((pool.get_workers_count(), pool.get_nodes_count()), (3, 2))
             self.assertEqual(self.c_counts(pool), (3, 2))
 
+            # A worker that names no queue serves none in either count (C counted it as
+            # one that may lease from any queue).
+            self.c.request("POST", "/v1/workers", {"nickname": "queueless"})
+            self.assertEqual((pool.get_workers_count(), pool.get_nodes_count()), (3, 2))
+            self.assertEqual(self.c_counts(pool), (3, 2))
+
 
 if __name__ == "__main__":
     unittest.main()
