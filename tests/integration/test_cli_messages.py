@@ -230,6 +230,13 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                                        "lease's token) is missing\n"), err)
         err = self.fails(2, "complete")
         self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]\n"), err)
+        # The lease's token given as --token, which is the head's bearer token: it said
+        # only that TOKEN was missing, beside the token the user had just typed.
+        err = self.fails(2, "complete", "5", "--token", "1838606449445908")
+        self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]: TOKEN (the "
+                                       "lease's token) is missing (--token is the head's bearer "
+                                       "token, not the lease's: give the lease's after TASK)\n"),
+                        err)
 
     def test_numbers_beyond_the_heads_limits_are_usage_errors(self):
         # The head refused them, naming its JSON field ("tasks[0].priority") and exit 1,
