@@ -88,13 +88,18 @@ int cmd_lease(cli_args_t *args) {
 
 /* Reads TASK and TOKEN (the first two positional arguments) into *ack.  The
  * table asks for one argument only, so that `complete abc` says first that
- * 'abc' is no task id, and then that TOKEN is missing. */
+ * 'abc' is no task id, and then that TOKEN is missing.  `complete 7 --token
+ * 42` reads 42 as the head's bearer token (the client option), so a missing
+ * TOKEN beside a --token says which token is which. */
 static int ack_read(const cli_args_t *args, muster_ack_t *ack) {
   int64_t task, token;
   int rc = cli_parse_int(args->cmd, args->pos[0], "TASK", 1, &task);
   if (rc == CLI_OK && args->npos < 2)
-    return cli_usage_error(args->cmd, "'%s' needs %s: TOKEN (the lease's token) is missing",
-                           args->cmd->name, args->cmd->synopsis);
+    return cli_usage_error(args->cmd, "'%s' needs %s: TOKEN (the lease's token) is missing%s",
+                           args->cmd->name, args->cmd->synopsis,
+                           cli_opt(args, "token") ? " (--token is the head's bearer token, not "
+                                                    "the lease's: give the lease's after TASK)"
+                                                  : "");
   if (rc == CLI_OK)
     rc = cli_parse_int(args->cmd, args->pos[1], "TOKEN", 1, &token);
   if (rc == CLI_OK)

@@ -60,7 +60,8 @@ const char cmd_map_details[] =
     "and its tasks ran again elsewhere.  When stderr is a terminal a progress\n"
     "bar shows done/total, the rate and the time left.  Interrupting map closes\n"
     "the session, which cancels the inputs not yet run.  With no result after\n"
-    "3 s and no worker serving Q, one line on stderr says so; map waits on.\n"
+    "3 s and no worker serving Q, one line on stderr says so (and a second\n"
+    "one when map created Q: a mistyped name makes a new queue); map waits on.\n"
     "When the head stops answering (it was killed or restarts), map retries\n"
     "every second for up to the session's timeout and carries on where it was;\n"
     "if it gives up it exits 1 and prints the session id and the `muster\n"
@@ -70,6 +71,7 @@ const char cmd_map_details[] =
     "  muster map --queue resize --with-index < urls.txt\n";
 
 static volatile sig_atomic_t map_stop;
+static int map_queue_is_new; /* --queue did not exist: the pool created it */
 
 static void map_on_signal(int sig) {
   map_stop = sig;
@@ -287,6 +289,22 @@ static void map_hint_idle(const cli_args_t *args, const map_bar_t *bar, muster_p
           "muster: no worker serves queue '%s' yet: the inputs wait for one; start one with "
           "`muster worker --queue %s -- CMD`, or a node agent with --queue %s\n",
           queue, queue, queue);
+  if (map_queue_is_new)
+    fprintf(stderr,
+            "muster: queue '%s' did not exist before this map, which created it: if the name "
+            "is mistyped, stop map (Ctrl-C) and see `muster queue ls`\n",
+            queue);
+}
+
+/* Notes in map_queue_is_new whether --queue is missing on the head, which the
+ * pool then creates: a mistyped name that no worker will ever serve is told
+ * apart from a queue whose workers are late.  A failed look says nothing (the
+ * pool's open reports the head's errors). */
+static void map_look_at_queue(const muster_pool_opts_t *opts) {
+  muster_client_t *client = NULL;
+  if (muster_client_new(opts->url, opts->token, &client) == MUSTER_OK)
+    map_queue_is_new = muster_queue_get(client, opts->queue, NULL) == MUSTER_QUEUE_NOT_FOUND;
+  muster_client_free(client);
 }
 
 /* Prints every result of `it` as it comes; returns CLI_OK, or CLI_FAIL. */
@@ -413,8 +431,10 @@ int cmd_map(cli_args_t *args) {
   rc = map_resolve(args, &req);
   opts.required = req.levels;
   opts.required_count = req.count;
-  if (rc == CLI_OK)
+  if (rc == CLI_OK) {
+    map_look_at_queue(&opts);
     rc = map_run(args, &opts, &in);
+  }
   cli_inputs_free(&in);
   return rc;
 }

@@ -295,7 +295,9 @@ const char *cli_server_away(muster_server_t server, muster_err_t err, char *buf,
  * from: a URL the user gave is theirs to check, and a url file of a data dir
  * outlives a head that was killed (a head removes it only when it stops).
  * No reply says what was to answer there, so unless an earlier one did (or
- * the URL is from a head's url file), the question names both.
+ * the URL is from a head's url file), the question names both.  The default
+ * URL is tried only when ./muster-data holds no url file: a head not started
+ * yet, or a command run away from the head's dir.
  */
 static void cli_say_no_head(void) {
   muster_server_t server = cli_server_known();
@@ -314,7 +316,12 @@ static void cli_say_no_head(void) {
             "pass --url (or set MUSTER_URL)\n",
             who, cli_url_origin);
   else
-    fprintf(stderr, "muster: is %s running there? Pass --url or set MUSTER_URL\n", who);
+    fprintf(stderr,
+            "muster: is %s running there? No URL was given and ./muster-data has no url file, "
+            "so the default URL was tried: start a head (muster head), pass --url (or set "
+            "MUSTER_URL), or name a running head's data dir with --data-dir (or "
+            "MUSTER_DATA_DIR)\n",
+            who);
 }
 
 /* After a request that was sent and got no reply: what may have stopped. */

@@ -626,7 +626,10 @@ static int agent_take_lock(node_agent_t *a) {
               "its own; --server-only runs the head alone",
               err);
   else if (a->lock_fd == NODE_LOCK_BUSY)
-    agent_log(a, "%s; stop it first: one agent per machine", err);
+    agent_log(a,
+              "%s; stop it first: one agent per machine (to try several on one machine, give "
+              "each its own --lock-file PATH, --name NAME and --listen ADDR:PORT)",
+              err);
   else if (a->lock_fd < 0)
     agent_log(a, "%s", err);
   if (a->lock_fd < 0)

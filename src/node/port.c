@@ -283,6 +283,19 @@ static int64_t port_timeout_env(node_agent_t *a, const char *name, int64_t fallb
   return fallback;
 }
 
+/* What to do about the listen error `why` (h1_server_listen's words): the
+ * two a user meets, a port another process holds (a second agent on one
+ * machine left at the default port) and an address not this machine's. */
+static const char *port_listen_advice(const char *why) {
+  if (strstr(why, "Address already in use"))
+    return ": another process (another node agent, a head?) listens there; give this agent "
+           "a port of its own with --listen ADDR:PORT, or --listen none for no API port";
+  if (strstr(why, "Cannot assign requested address"))
+    return ": it is not an address of this machine; give one of its addresses, 127.0.0.1, or "
+           "0.0.0.0 for every interface";
+  return "";
+}
+
 /* Splits "HOST:PORT" / "[V6]:PORT"; 0 or -1. */
 static int port_split_listen(const char *listen, char *host, size_t size, int *port) {
   const char *colon = strrchr(listen, ':');
@@ -333,8 +346,7 @@ int port_start(node_agent_t *a, const char *listen, char *err, size_t err_size) 
   char why[200];
   a->listen_port = h1_server_listen(a->port, host, port, why, sizeof why);
   if (a->listen_port < 0) {
-    snprintf(err, err_size, "cannot listen on %s: %s (in use, or not an address of this machine)",
-             listen, why);
+    snprintf(err, err_size, "cannot listen on %s: %s%s", listen, why, port_listen_advice(why));
     return -1;
   }
   return a->listen_port;

@@ -230,6 +230,13 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                                        "lease's token) is missing\n"), err)
         err = self.fails(2, "complete")
         self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]\n"), err)
+        # The lease's token given as --token, which is the head's bearer token: it said
+        # only that TOKEN was missing, beside the token the user had just typed.
+        err = self.fails(2, "complete", "5", "--token", "1838606449445908")
+        self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]: TOKEN (the "
+                                       "lease's token) is missing (--token is the head's bearer "
+                                       "token, not the lease's: give the lease's after TASK)\n"),
+                        err)
 
     def test_numbers_beyond_the_heads_limits_are_usage_errors(self):
         # The head refused them, naming its JSON field ("tasks[0].priority") and exit 1,
@@ -597,6 +604,35 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                                      "behind when it is killed: start that head again, or pass "
                                      "--url (or set MUSTER_URL)\n" % killed), err)
         self.assertNotIn("Pass --url or set MUSTER_URL", err)
+
+    def test_default_url_advice_says_to_start_a_head(self):
+        # A new user who ran `muster status` before `muster head`, or away from the head's
+        # dir, read "Pass --url or set MUSTER_URL": nothing said that no head was found
+        # here, that one may be started, or that --data-dir names a head's dir.
+        # The default URL is a fixed port, 7370, which another head on this machine may
+        # hold; in a network namespace of its own nothing listens there.
+        cmd = [MUSTER, "status"]
+        probe = subprocess.run(["unshare", "-n", "sh", "-c", "ip link set lo up && true"],
+                               capture_output=True)
+        if probe.returncode == 0:
+            cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"] + cmd
+        else:
+            try:
+                socket.create_connection(("127.0.0.1", 7370), timeout=2).close()
+                self.skipTest("a server listens on 127.0.0.1:7370 and no netns can be made")
+            except OSError:
+                pass
+        empty = tempfile.mkdtemp(prefix="no-head-", dir=self.cwd)  # no ./muster-data here
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=empty, timeout=60,
+                           env=self.env(url=False, token=False))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr,
+                         "muster: network: GET http://127.0.0.1:7370/v1/health: could not connect "
+                         "to 127.0.0.1 port 7370: Connection refused\n"
+                         "muster: is a muster head or node agent running there? No URL was given "
+                         "and ./muster-data has no url file, so the default URL was tried: start "
+                         "a head (muster head), pass --url (or set MUSTER_URL), or name a running "
+                         "head's data dir with --data-dir (or MUSTER_DATA_DIR)\n")
 
     # ---- iterations ----------------------------------------------------------------
 

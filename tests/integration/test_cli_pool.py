@@ -134,7 +134,36 @@ class CliPoolTest(unittest.TestCase):
             self.ok("worker", "--queue", "cp-idle", "--max-tasks", "1", "--", "sh", "-c", SQUARE)
             self.assertEqual(proc.stdout.read(), "9\n")
             self.assertEqual(proc.wait(timeout=60), 0)
-            self.assertEqual(proc.stderr.read(), "")  # said once
+            # map made the queue (a typo makes a new one): the hint says so, which a queue
+            # that existed before it does not hear (test_map_idle_hint_on_an_existing_queue);
+            # and it is said once.
+            self.assertEqual(proc.stderr.read(),
+                             "muster: queue 'cp-idle' did not exist before this map, which "
+                             "created it: if the name is mistyped, stop map (Ctrl-C) and see "
+                             "`muster queue ls`\n")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def test_map_idle_hint_on_an_existing_queue(self):
+        # A queue made before map, whose workers are late, is not called new.
+        self.ok("queue", "create", "cp-idle-old")
+        proc = subprocess.Popen([MUSTER, "map", "--queue", "cp-idle-old"], env=self.env,
+                                text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        proc.stdin.write("5\n")
+        proc.stdin.close()
+        try:
+            ready, _, _ = select.select([proc.stderr], [], [], 30)
+            self.assertTrue(ready, "map said nothing about the queue without workers")
+            self.assertTrue(proc.stderr.readline().startswith(
+                "muster: no worker serves queue 'cp-idle-old' yet: "))
+            self.ok("worker", "--queue", "cp-idle-old", "--max-tasks", "1", "--", "sh", "-c",
+                    SQUARE)
+            self.assertEqual(proc.stdout.read(), "25\n")
+            self.assertEqual(proc.wait(timeout=60), 0)
+            self.assertEqual(proc.stderr.read(), "")
         finally:
             if proc.poll() is None:
                 proc.kill()

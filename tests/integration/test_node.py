@@ -643,7 +643,11 @@ class AgentLifeTest(NodeTestCase):
         log = second.log()
         self.assertIn("another node agent is already running on this machine", log)
         self.assertIn("pid %d" % first.proc.pid, log)
-        self.assertIn("); stop it first: one agent per machine\n", log)
+        # The way to try several agents on one machine is said too: a new user who
+        # started the README's second node beside the first read only "stop it first".
+        self.assertIn("); stop it first: one agent per machine (to try several on one "
+                      "machine, give each its own --lock-file PATH, --name NAME and --listen "
+                      "ADDR:PORT)\n", log)
         self.assertIsNone(first.proc.poll())
         # Once the first one is gone, an agent may start again.
         self.assertEqual(first.stop(), 0)
@@ -654,6 +658,21 @@ class AgentLifeTest(NodeTestCase):
         harness.wait_until(lambda: (self.node("one") or {}).get("state") == "active",
                            what="node registered again")
         self.assertEqual(again.stop(), 0)
+
+    def test_second_agent_on_a_taken_port_says_to_give_another(self):
+        # A second agent with its own name and lock but the first one's port (both left
+        # at the default 127.0.0.1:7371 on one machine) said "(in use, or not an address of
+        # this machine)" and not which option to change.
+        first = self.agent("port-one").start()
+        taken = first.url[len("http://"):]
+        second = self.agent("port-two", args=["--listen", taken])
+        second.start(wait_listen=False)
+        self.assertEqual(second.proc.wait(20), 1, second.log())
+        self.assertIn("muster node: cannot listen on %s: Address already in use: another "
+                      "process (another node agent, a head?) listens there; give this agent a "
+                      "port of its own with --listen ADDR:PORT, or --listen none for no API "
+                      "port\n" % taken, second.log())
+        self.assertIsNone(first.proc.poll())
 
     def test_head_beside_a_running_agent_runs_on_and_says_so(self):
         # The head's local agent that found the machine's lock taken logged the advice
