@@ -49,6 +49,9 @@
 #include <unistd.h>
 
 #define AGENT_RETRY_MS 1000
+/* An agent the head never took that cannot reach it says, once, after this
+ * long, what to check: its first line said only why the first try failed. */
+#define AGENT_UNREACHED_SAY_MS 10000
 #define AGENT_HARD_STOP_MS 5000 /* SIGKILL workers that ignore a hard stop this long */
 #define AGENT_DEFAULT_TIMEOUT_MS 15000
 /* Each request of the background thread (registration, heartbeat, crash
@@ -128,6 +131,7 @@ typedef struct {
   streak_t reasons;  /* the reasons of the failure streak logged (each one once) */
   int64_t away_ms;   /* when the head stopped answering (network, 503): a monotonic time,
                       * 0 while it answers */
+  int said_unreached; /* the agent_bg_unreached line was logged */
   int registrations; /* registrations the head accepted (more than one: re-registered) */
   int64_t beat_ms;   /* heartbeat interval */
   int64_t next_ms;   /* when the next registration or heartbeat is due */
@@ -213,11 +217,14 @@ static void agent_heartbeat_body(const node_agent_t *a, char *buf, size_t size) 
  */
 static void agent_bg_refused(agent_bg_t *bg, muster_err_t err) {
   node_agent_t *a = bg->a;
-  agent_log(a,
-            "%s: %s: %s; stopping (check the token: --token, MUSTER_TOKEN, or the 'token' file "
-            "in the head's data dir)",
-            bg->registered == 0 ? "register" : "heartbeat", muster_err_name(err),
-            muster_client_message(bg->client));
+  /* The head's 401 says where the right token is (src/core/auth.c); its 403
+   * that the read-only token was sent. */
+  agent_log(a, "%s: %s: %s; stopping (%s)", bg->registered == 0 ? "register" : "heartbeat",
+            muster_err_name(err), muster_client_message(bg->client),
+            err == MUSTER_UNAUTHORIZED
+                ? "the agent's token comes from --token or MUSTER_TOKEN"
+                : "check the token: --token, MUSTER_TOKEN, or the 'token' file in the "
+                  "head's data dir");
   bg->registered = -1;
   bg->next_ms = INT64_MAX;
   pthread_mutex_lock(&a->lock);
@@ -226,6 +233,19 @@ static void agent_bg_refused(agent_bg_t *bg, muster_err_t err) {
   char one = 1;
   if (write(bg->notify_fd, &one, 1) < 0)
     agent_log(a, "cannot wake the event loop: %s", strerror(errno));
+}
+
+/* An agent that never reached its head, `AGENT_UNREACHED_SAY_MS` into its
+ * retries: the likely causes, once (the retries stay quiet otherwise). */
+static void agent_bg_unreached(agent_bg_t *bg, int64_t now) {
+  if (bg->said_unreached || now - bg->away_ms < AGENT_UNREACHED_SAY_MS)
+    return;
+  bg->said_unreached = 1;
+  agent_log(bg->a,
+            "register: the head at %s has not been reached in %.0f s: is `muster head` "
+            "running there, and is --join right (the URL the head printed as it started)? "
+            "Still retrying every %d s",
+            bg->a->cfg->head_url, (double)(now - bg->away_ms) / 1000, AGENT_RETRY_MS / 1000);
 }
 
 /*
@@ -246,6 +266,8 @@ static void agent_bg_reached(agent_bg_t *bg, const char *what, muster_err_t err)
     bg->away_ms = 0;
   } else if (bg->away_ms == 0 && unanswered) {
     bg->away_ms = now > 0 ? now : 1; /* 0 would mean no outage */
+  } else if (err == MUSTER_NETWORK && bg->registrations == 0) {
+    agent_bg_unreached(bg, now);
   }
 }
 

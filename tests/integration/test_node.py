@@ -779,7 +779,10 @@ class AgentLifeTest(NodeTestCase):
         self.assertEqual(a.proc.wait(30), 1, a.log())
         log = a.log()
         self.assertIn("register: unauthorized", log)
-        self.assertIn("stopping (check the token", log)
+        # The head's refusal says where its token is; the agent adds where its own came
+        # from, not the data dir a second time.
+        self.assertIn("stopping (the agent's token comes from --token or MUSTER_TOKEN)", log)
+        self.assertEqual(log.count("data dir"), 2, log)  # the head's "this head's" and "another"
         self.assertNotIn("retrying", log)
         self.assertNotIn("started 1 worker", log)
         self.assertIsNone(self.node("badtok"))
@@ -948,6 +951,24 @@ class HeadAwayTest(NodeTestCase):
         log = a.log()
         self.assertRegex(log, r"register: reached the head after \d+\.\d s\n")
         self.assertNotIn("again", log)
+        self.assertEqual(log.count("(retrying)"), 1, log)
+
+    def test_an_agent_that_never_reaches_its_head_says_what_to_check(self):
+        # It said "register: network: ... Connection refused (retrying)" once and then
+        # nothing more, however long it waited: a wrong --join looked like a slow start.
+        a = self.agent("nowhere").start()
+        line = harness.wait_until(
+            lambda: re.search(r"register: the head at (\S+) has not been reached in (\d+) s: "
+                              r"is `muster head` running there, and is --join right .*"
+                              r"Still retrying every 1 s\n", a.log()),
+            timeout=30, what=lambda: "the agent to say what to check:\n" + a.log())
+        self.assertEqual(line.group(1), self.head.url)
+        self.assertGreaterEqual(int(line.group(2)), 10)
+        self.head.start()
+        harness.wait_until(lambda: "registered with the head" in a.log(),
+                           what=lambda: "the agent to register:\n" + a.log())
+        log = a.log()
+        self.assertEqual(log.count("has not been reached"), 1, log)  # said once
         self.assertEqual(log.count("(retrying)"), 1, log)
 
 

@@ -893,8 +893,8 @@ class TestProcesses(unittest.TestCase):
                 "muster node exited with status 1 before it joined the head at %s: muster "
                 "node: register: unauthorized: the token sent is not valid for this head"
                 % head.url), text)
-            self.assertIn("; stopping (check the token: --token, MUSTER_TOKEN, or the 'token' "
-                          "file in the head's data dir) (log: %s/node.log)" % d, text)
+            self.assertIn("; stopping (the agent's token comes from --token or MUSTER_TOKEN) "
+                          "(log: %s/node.log)" % d, text)
             self.assertFalse(muster.is_node_running(os.path.join(d, "node.lock")))
 
     def test_start_node_that_cannot_join_in_time_is_stopped(self):
