@@ -118,9 +118,10 @@ def no_head_advice(source, server=None):
                 "of a running one" % (who, "url=" if source == "url" else source,
                                       "the head" if server == "head" else "it"))
     if source == "the default URL":
-        return ("is %s running there? No URL was given and no data dir holds one: pass url= "
-                "(or set MUSTER_URL), or data_dir= (or MUSTER_DATA_DIR) for a head's data dir"
-                % who)
+        return ("is %s running there? No URL was given and %s has no url file, so the "
+                "default URL was tried: start a head (muster head, or muster.start_head()), "
+                "pass url= (or set MUSTER_URL), or name a running head's data dir with "
+                "data_dir= (or MUSTER_DATA_DIR)" % (who, os.path.join(".", DEFAULT_DATA_DIR)))
     return ("is %s running there? The URL was read from %s, which a head writes when it "
             "listens and leaves behind when it is killed: start that head again, or pass url= "
             "(or set MUSTER_URL)" % (who, source))

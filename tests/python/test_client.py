@@ -747,9 +747,11 @@ class TestErrors(HeadTestCase):
             with self.assertRaises(muster.NetworkError) as cm:
                 c.queues()
             self.assertTrue(str(cm.exception).endswith(
-                "; is a muster head or node agent running there? No URL was given and no data "
-                "dir holds one: pass url= (or set MUSTER_URL), or data_dir= (or "
-                "MUSTER_DATA_DIR) for a head's data dir"), str(cm.exception))
+                "; is a muster head or node agent running there? No URL was given and "
+                "./muster-data has no url file, so the default URL was tried: start a head "
+                "(muster head, or muster.start_head()), pass url= (or set MUSTER_URL), or name "
+                "a running head's data dir with data_dir= (or MUSTER_DATA_DIR)"),
+                str(cm.exception))
         finally:
             os.chdir(cwd)
             for k, v in saved.items():
