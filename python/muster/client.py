@@ -114,14 +114,15 @@ class Lease(dict):
     def complete(self, result=None):
         return self._client.complete(self["task"], self["token"], result)
 
-    def complete_and_lease(self, queue, result=None, worker=None, max=1, updates_after=None):
+    def complete_and_lease(self, queue, result=None, worker=None, max=1, updates_after=None,
+                           request=None):
         """Completes this lease and leases the next tasks of ``queue`` in one request
         (``Client.complete_and_lease``); returns their LeaseList."""
         item = {"task": self["task"], "token": self["token"]}
         if result is not None:
             item["result"] = result
         return self._client.complete_and_lease([item], queue, worker=worker, max=max,
-                                               updates_after=updates_after)
+                                               updates_after=updates_after, request=request)
 
     def fail(self, error=None, permanent=False):
         return self._client.fail(self["task"], self["token"], error, permanent)
@@ -576,19 +577,23 @@ class Client:
 
     # ---- leases ----------------------------------------------------------------------
 
-    def lease(self, queue, worker=None, max=1, wait_ms=0, updates_after=None):
+    def lease(self, queue, worker=None, max=1, wait_ms=0, updates_after=None, request=None):
         """Leases up to ``max`` tasks, waiting up to ``wait_ms`` for one.  Returns a
         LeaseList of Lease (empty when none came); with ``updates_after`` it also
         carries ``.updates`` and ``.updates_last``.  A ``wait_ms`` longer than the head's
-        ``max_wait_ms`` is cut to it (:meth:`long_poll_ms`)."""
+        ``max_wait_ms`` is cut to it (:meth:`long_poll_ms`).  ``request``: a key of the
+        caller's (1 to 128 characters of [A-Za-z0-9._-]; needs ``worker``), sent again
+        unchanged when the call is sent again after an error: the head then answers with
+        the leases the first call made, if its reply was lost, instead of new ones
+        (docs/api.md, "Retrying a lease"); a new request takes a new key."""
         return self._lease(queue, worker, max, self.long_poll_ms(wait_ms) if wait_ms else 0,
-                           updates_after)
+                           updates_after, request)
 
-    def _lease(self, queue, worker, max, wait_ms, updates_after):
+    def _lease(self, queue, worker, max, wait_ms, updates_after, request=None):
         """``lease`` with ``wait_ms`` cut already (:meth:`long_poll_ms`, which a caller
         that chose the wait itself does not pay for twice: it peeks at the connection)."""
         body = _drop_none({"worker": worker, "max": max, "wait_ms": wait_ms or None,
-                           "updates_after": updates_after})
+                           "updates_after": updates_after, "request": request})
         reply = self.request("POST", "/v1/queues/%s/lease" % _q(queue), body, wait_ms=wait_ms)
         return self._lease_list(reply)
 
@@ -607,16 +612,18 @@ class Client:
     def _leases(self, action, items):
         return self.request("POST", "/v1/leases/" + action, {"leases": list(items)})
 
-    def complete_and_lease(self, items, queue, worker=None, max=1, updates_after=None):
+    def complete_and_lease(self, items, queue, worker=None, max=1, updates_after=None,
+                           request=None):
         """Completes a batch (items as for ``complete_many``) and, in the same request and
         transaction, leases up to ``max`` tasks of ``queue``: a worker's steady state in one
         round trip instead of two.  It never waits.  Returns a LeaseList (empty when no
         task was ready) whose ``completed`` is the "completed" list and which, with
         ``updates_after``, carries ``.updates`` and ``.updates_last`` as ``lease`` does.
         All or nothing: when a completion or the lease is refused, nothing is completed or
-        leased and the error is raised."""
+        leased and the error is raised.  ``request``: the lease's key, as for ``lease``
+        (the same key may go with the plain ``lease`` that follows a call that failed)."""
         lease = _drop_none({"queue": queue, "max": max, "worker": worker,
-                            "updates_after": updates_after})
+                            "updates_after": updates_after, "request": request})
         reply = self.request("POST", "/v1/leases/complete", {"leases": list(items), "lease": lease})
         out = self._lease_list(reply)
         out.completed = reply["completed"]

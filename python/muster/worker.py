@@ -51,7 +51,7 @@ import types
 
 from . import _main_load
 from .shared_files import SharedFile, SharedFiles  # noqa: F401 (muster.worker.SharedFile)
-from .worker_reg import DEFAULT_TIMEOUT_MS, Registration
+from .worker_reg import DEFAULT_TIMEOUT_MS, LeaseKeys, Registration
 
 MARK = "muster.pool"
 WORKER_CLASS_BLOB = "worker_class"
@@ -264,24 +264,31 @@ def _error_text():
 REPORT_SLACK_MS = 10000   # past a lease's deadline, an outcome is still sent this long
 
 
-def _report(lease, outcome, queue, worker, last, go_on, log=None):
+def _report(lease, outcome, queue, worker, last, go_on, log=None, keys=None):
     """Reports a task's outcome.  A completion, when the worker goes on, also leases the
     next task in the same request (one round trip per task); its LeaseList is returned
     (None when nothing was leased with it).  The combined call is all or nothing, so when
     it fails the completion is sent alone (a lost lease excepted: that one is final), and
-    sent again while the head does not answer (_send_outcome).  Never raises a
-    MusterError: an outcome that cannot be reported is the head's to run again."""
+    sent again while the head does not answer (_send_outcome); the lease request that
+    follows sends the combined call's key (``keys``, a LeaseKeys) again, so a task the
+    call leased before its reply was lost comes back.  Never raises a MusterError: an
+    outcome that cannot be reported is the head's to run again."""
     from .errors import LeaseLost, MusterError, NotFound
     log = log or (lambda text: sys.stderr.write(text + "\n"))
+    keys = keys or LeaseKeys()
     try:
         if outcome[0] == "complete" and go_on:
             try:
-                return lease.complete_and_lease(queue, json.loads(outcome[1]), worker=worker,
-                                                updates_after=last)
+                got = lease.complete_and_lease(queue, json.loads(outcome[1]), worker=worker,
+                                               updates_after=last, request=keys.current())
+                keys.done()
+                return got
             except LeaseLost:
                 raise
-            except MusterError:
-                pass   # e.g. the head forgot the worker: complete alone, re-register on lease
+            except MusterError as e:
+                if keys.refused(e):   # a head older than the keys: once more without
+                    return _report(lease, outcome, queue, worker, last, go_on, log, keys)
+                # e.g. the head forgot the worker: complete alone, re-register on lease
         _send_outcome(lease, outcome, log)
     except (LeaseLost, NotFound):
         pass   # taken elsewhere, or its session closed: the result is not wanted
@@ -365,6 +372,7 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
     runner = Runner(client, log, cache_url)
     files = LevelFiles(client, cache_url)
     said = None   # the trouble with leasing last reported, while it lasts
+    keys = LeaseKeys()
     me = Registration(client, queue, nickname, runner.log)
     me.register()
     current = {"lease": None}
@@ -395,7 +403,8 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
                     asked, asked_id = time.monotonic(), me.id
                     # The wait cut once (long_poll_ms): lease() would cut it again.
                     leases = client._lease(queue, asked_id, 1, client.long_poll_ms(wait_ms),
-                                           last)
+                                           last, keys.current())
+                    keys.done()
                 except WorkerNotFound as e:
                     try:
                         me.again(asked_id, e)
@@ -407,6 +416,8 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
                         stop.wait(1.0)
                     continue
                 except MusterError as e:
+                    if keys.refused(e):
+                        continue   # a head older than the keys: lease without
                     text = _lease_trouble(e, queue)
                     if text != said:
                         runner.log(text)
@@ -442,7 +453,7 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
                     current["lease"] = None
                 done += 1
                 go_on = not stop.is_set() and not (max_tasks and done >= max_tasks)
-                pending = _report(lease, outcome, queue, me.id, last, go_on, runner.log)
+                pending = _report(lease, outcome, queue, me.id, last, go_on, runner.log, keys)
             busy["task"] = False
     finally:
         busy["task"] = True

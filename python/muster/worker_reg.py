@@ -97,3 +97,36 @@ class Registration:
             if running:
                 text += "; the task it was running lost its lease (its result will not be stored)"
             self.log(text)
+
+
+class LeaseKeys:
+    """The key of a standalone worker's next lease request (docs/api.md, "Retrying a
+    lease"): the same until the head answers one of its lease requests, plain or combined
+    with a completion, so a request sent again after an error (the head restarted between
+    its commit and its reply, a connection broke) gets the task the lost reply carried,
+    with its token, instead of leaving it leased to nobody who knows until its deadline.
+    A head older than the keys refuses them: the worker leases without from then on."""
+
+    def __init__(self):
+        self.prefix = os.urandom(8).hex()
+        self.answered = 0
+        self.unsupported = False
+
+    def current(self):
+        """The key to send (None once the head refused keys)."""
+        return None if self.unsupported else "%s-%d" % (self.prefix, self.answered)
+
+    def done(self):
+        """A lease request was answered: the next one is a new request."""
+        self.answered += 1
+
+    def refused(self, err):
+        """True (and no key sent from then on) when ``err`` is the refusal of the key by a
+        head that does not know it: "request: unknown field ..." (or "lease.request")."""
+        from .errors import InvalidArgument
+        said = getattr(err, "message", "") or ""
+        if (self.unsupported or not isinstance(err, InvalidArgument) or
+                said.split(":", 1)[0] not in ("request", "lease.request")):
+            return False
+        self.unsupported = True
+        return True

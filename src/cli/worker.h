@@ -36,6 +36,10 @@ typedef struct {
    * while the head cannot be reached; the heartbeat thread moves it for plugins. */
   _Atomic int64_t lease_until;
   muster_lease_t *next;        /* leased with the last completion, not yet run (its ticket taken) */
+  /* Lease requests (plain or combined) the head answered so far: the key of the
+   * next one is INSTANCE-sSLOT-N (worker_update.c), sent unchanged until one is
+   * answered, so a retry after a lost reply gets what the lost reply carried. */
+  int64_t lease_answered;
   struct json_t *requires;     /* the leased task's "requires" list, or NULL (owned) */
   struct worker_shared **held; /* the levels it holds while its task runs (worker_shared.c) */
   size_t nheld;
@@ -84,6 +88,7 @@ struct worker {
   pthread_mutex_t upd_lock;
   int64_t updates_seq;             /* the highest update applied */
   int updates_unsupported;         /* the head refused updates_after: lease without it */
+  int requests_unsupported;        /* the head refused a lease request's key: send none */
   atomic_int combined_unsupported; /* the head refused complete-and-lease: complete alone */
   char updates_path[256];          /* command workers: the JSON-lines file, "" when none */
   int updates_fd;                  /* open for appending, or -1 */

@@ -297,9 +297,10 @@ static void slot_complete(worker_slot_t *slot, const muster_lease_t *lease, run_
  * same request into slot->next (with a ticket of --max-tasks taken for it).
  * When the combined call fails, the completion is sent alone, with the plain
  * call's retries: the combined call is all or nothing, so it completed nothing
- * (unless its reply was lost: then the plain call finds the lease gone, and a
- * task it leased stays ours until its lease expires).  A head that refuses
- * the combined call but accepts the plain one is not asked again.
+ * (unless its reply was lost: then the plain completion is answered as a
+ * repeat, and the slot's next lease request, which sends the combined call's
+ * key again, gets the task that call leased: worker_update.c).  A head that
+ * refuses the combined call but accepts the plain one is not asked again.
  */
 static muster_err_t slot_complete_next(worker_slot_t *slot, const muster_ack_t *ack,
                                        const char **gave_up) {

@@ -23,6 +23,16 @@
  *
  * A head that refuses `updates_after` (one older than the update API) gets
  * leases without it, after one warning.
+ *
+ * Every lease request also carries a key, `request` (docs/api.md, "Retrying
+ * a lease"): the slot's, the same until the head answers one of its lease
+ * requests.  A request sent again after a network error (the head restarted
+ * between its commit and its reply, say) then gets the task its lost reply
+ * carried, with the same token, rather than leaving it leased to nobody who
+ * knows until its deadline.  The plain lease that follows a failed combined
+ * call sends that call's key, so a completion whose reply was lost does not
+ * strand the task it leased either.  A head older than the key refuses it:
+ * leases go without it then, after one warning.
  */
 #include "cli/cli.h"
 #include "cli/worker.h"
@@ -149,10 +159,11 @@ static int update_read_lease(json_t *obj, muster_lease_t *out) {
   return out->payload == NULL || (json_is_string(session) && out->session == NULL) ? -1 : 0;
 }
 
-/* Adds "worker" and "updates_after" (unless the head refused it) to the
- * lease request `body`: a plain lease's body or the combined call's "lease"
- * object.  0, or -1 when out of memory. */
-static int update_lease_fields(worker_t *w, json_t *body) {
+/* Adds "worker", "updates_after" and "request" (unless the head refused
+ * them) to the lease request `body` of `slot`: a plain lease's body or the
+ * combined call's "lease" object.  0, or -1 when out of memory. */
+static int update_lease_fields(worker_slot_t *slot, json_t *body) {
+  worker_t *w = slot->worker;
   int64_t id = worker_id(w);
   int rc = 0;
   if (id > 0)
@@ -160,16 +171,39 @@ static int update_lease_fields(worker_t *w, json_t *body) {
   pthread_mutex_lock(&w->upd_lock);
   if (rc == 0 && !w->updates_unsupported)
     rc = json_object_set_new(body, "updates_after", json_integer((json_int_t)w->updates_seq));
+  int keyed = id > 0 && !w->requests_unsupported;
   pthread_mutex_unlock(&w->upd_lock);
+  char key[64];
+  snprintf(key, sizeof key, "%s-s%d-%lld", w->instance, slot->index + 1,
+           (long long)slot->lease_answered);
+  if (rc == 0 && keyed)
+    rc = json_object_set_new(body, "request", json_string(key));
   return rc;
 }
 
 /* The lease request's body. */
-static char *update_lease_body(worker_t *w, int64_t wait_ms) {
+static char *update_lease_body(worker_slot_t *slot, int64_t wait_ms) {
   json_t *body = json_pack("{s:i, s:I}", "max", 1, "wait_ms", (json_int_t)wait_ms);
-  char *text = body && update_lease_fields(w, body) == 0 ? jdump(body, JSON_COMPACT) : NULL;
+  char *text = body && update_lease_fields(slot, body) == 0 ? jdump(body, JSON_COMPACT) : NULL;
   json_decref(body);
   return text;
+}
+
+/* True when the head refused lease request field `field` as unknown (the
+ * message `client` holds starts with it: "request: unknown field ..."), a
+ * head older than it: the worker stops sending it, after one warning. */
+static bool update_refused(worker_t *w, muster_client_t *client, const char *field,
+                           int *unsupported, const char *what) {
+  const char *message = muster_client_message(client);
+  size_t len = strlen(field);
+  if (strncmp(message, field, len) != 0 || message[len] != ':')
+    return false;
+  pthread_mutex_lock(&w->upd_lock);
+  if (!*unsupported)
+    fprintf(stderr, "muster worker: the head %s (%s); leasing without\n", what, message);
+  *unsupported = 1;
+  pthread_mutex_unlock(&w->upd_lock);
+  return true;
 }
 
 /* Reads the reply's leases into a new array (muster_leases_free). */
@@ -219,6 +253,8 @@ static muster_err_t update_take_reply(worker_slot_t *slot, char *reply, muster_l
   json_t *requires = json_object_get(json_array_get(json_object_get(obj, "leases"), 0), "requires");
   slot->requires = err == MUSTER_OK && json_array_size(requires) > 0 ? json_incref(requires) : NULL;
   json_decref(obj);
+  if (err == MUSTER_OK)
+    slot->lease_answered++; /* the next lease request is a new one: a new key */
   return err;
 }
 
@@ -231,20 +267,19 @@ muster_err_t worker_lease(worker_slot_t *slot, int64_t wait_ms, muster_lease_t *
   if (cli_escape(w->queue, queue, sizeof queue) != 0)
     return MUSTER_INVALID;
   snprintf(path, sizeof path, "/v1/queues/%s/lease", queue);
-  char *body = update_lease_body(w, wait_ms), *reply = NULL;
+  char *body = update_lease_body(slot, wait_ms), *reply = NULL;
   if (body == NULL)
     return MUSTER_NOMEM;
   muster_err_t err = muster_request(slot->client, "POST", path, body, &reply);
   free(body);
-  if (err == MUSTER_INVALID && strstr(muster_client_message(slot->client), "updates_after")) {
-    pthread_mutex_lock(&w->upd_lock);
-    if (!w->updates_unsupported)
-      fprintf(stderr, "muster worker: the head does not deliver updates (%s); leasing without\n",
-              muster_client_message(slot->client));
-    w->updates_unsupported = 1;
-    pthread_mutex_unlock(&w->upd_lock);
-    return MUSTER_OK; /* nothing leased; the next call goes without updates_after */
-  }
+  /* Nothing leased when refused: the next call goes without the field.  The
+   * key first: an older head's refusal of it lists updates_after as known. */
+  if (err == MUSTER_INVALID &&
+      (update_refused(w, slot->client, "request", &w->requests_unsupported,
+                      "does not take lease request keys") ||
+       update_refused(w, slot->client, "updates_after", &w->updates_unsupported,
+                      "does not deliver updates")))
+    return MUSTER_OK;
   if (err != MUSTER_OK)
     return err;
   return update_take_reply(slot, reply, leases, count);
@@ -253,14 +288,14 @@ muster_err_t worker_lease(worker_slot_t *slot, int64_t wait_ms, muster_lease_t *
 /* The combined call's body: {"leases": [ack], "lease": {"queue", "max": 1,
  * "worker", "updates_after"}}, with `result` (borrowed) as the ack's result.
  * NULL when out of memory. */
-static char *update_complete_body(worker_t *w, const muster_ack_t *ack, json_t *result) {
-  json_t *next = json_pack("{s:s, s:i}", "queue", w->queue, "max", 1);
+static char *update_complete_body(worker_slot_t *slot, const muster_ack_t *ack, json_t *result) {
+  json_t *next = json_pack("{s:s, s:i}", "queue", slot->worker->queue, "max", 1);
   json_t *body =
       next ? json_pack("{s:[{s:I, s:I, s:O}], s:O}", "leases", "task", (json_int_t)ack->task,
                        "token", (json_int_t)ack->token, "result", result, "lease", next)
            : NULL;
   json_t *lease = json_object_get(body, "lease");
-  char *text = lease && update_lease_fields(w, lease) == 0 ? jdump(body, JSON_COMPACT) : NULL;
+  char *text = lease && update_lease_fields(slot, lease) == 0 ? jdump(body, JSON_COMPACT) : NULL;
   json_decref(next);
   json_decref(body);
   return text;
@@ -274,12 +309,22 @@ muster_err_t worker_complete_lease(worker_slot_t *slot, const muster_ack_t *ack,
       ack->result ? json_loads(ack->result, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : json_null();
   if (result == NULL)
     return MUSTER_INVALID; /* the plain completion explains it */
-  char *body = update_complete_body(slot->worker, ack, result), *reply = NULL;
-  json_decref(result);
-  if (body == NULL)
+  char *body = update_complete_body(slot, ack, result), *reply = NULL;
+  if (body == NULL) {
+    json_decref(result);
     return MUSTER_NOMEM;
+  }
   muster_err_t err = muster_request(slot->client, "POST", "/v1/leases/complete", body, &reply);
   free(body);
+  /* All or nothing: refused for the key, it completed nothing; once more without. */
+  if (err == MUSTER_INVALID &&
+      update_refused(slot->worker, slot->client, "lease.request",
+                     &slot->worker->requests_unsupported, "does not take lease request keys") &&
+      (body = update_complete_body(slot, ack, result)) != NULL) {
+    err = muster_request(slot->client, "POST", "/v1/leases/complete", body, &reply);
+    free(body);
+  }
+  json_decref(result);
   if (err != MUSTER_OK)
     return err;
   return update_take_reply(slot, reply, leases, count);

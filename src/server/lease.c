@@ -169,18 +169,6 @@ muster_err_t lease_give_back(store_t *st, const lease_held_t *h, lease_end_t end
  * `out` the array of lease objects that becomes one raw node (jw.h).
  */
 
-/* Where an encoded piece of a lease object lies in the batch's pieces. */
-typedef struct {
-  size_t at, len; /* len 0: absent (no encoded JSON value is empty) */
-} lease_piece_t;
-
-/* A ready task found for a lease, with what its lease object needs. */
-typedef struct {
-  int64_t id, attempts, parent, index;
-  lease_piece_t payload, session, requires;
-  bool unreadable; /* the stored payload or requires is neither JSON nor UTF-8 */
-} candidate_t;
-
 /* Appends stored JSON text `text` (`bytes` long; NULL reads as null, as
  * jv_decode reads it) to `pieces` as it goes out in a reply.  Returns false
  * when the text is not JSON and not UTF-8 either, which the tree form
@@ -249,9 +237,8 @@ static sqlite3_stmt *lease_candidates_stmt(store_t *st, const char *queue, int64
   return s;
 }
 
-/* Reads the candidate of the row of `s` (the columns of
- * lease_candidates_stmt) into *c, its stored texts appended to `pieces`. */
-static void lease_candidate_row(sqlite3_stmt *s, candidate_t *c, jw_buf_t *pieces) {
+/* The contract is in lease_internal.h. */
+void lease_candidate_row(sqlite3_stmt *s, candidate_t *c, jw_buf_t *pieces) {
   *c = (candidate_t){
       .id = sqlite3_column_int64(s, 0),
       .attempts = sqlite3_column_int64(s, 1),
@@ -352,9 +339,9 @@ static void lease_add_piece(jw_buf_t *out, const char *pieces, lease_piece_t pie
     JW_ADD_LITERAL(out, "null");
 }
 
-/* Appends the lease object of candidate `c` to `out`. */
-static void lease_write(jw_buf_t *out, const candidate_t *c, const char *pieces, int64_t token,
-                        int64_t deadline) {
+/* The contract is in lease_internal.h. */
+void lease_write(jw_buf_t *out, const candidate_t *c, const char *pieces, int64_t token,
+                 int64_t deadline) {
   JW_ADD_LITERAL(out, "{\"task\":");
   jw_add_int(out, c->id);
   JW_ADD_LITERAL(out, ",\"token\":");

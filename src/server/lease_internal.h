@@ -105,6 +105,37 @@ int lease_lapse(store_t *st, const lease_held_t *h, const char *error, lease_end
 muster_err_t lease_give_back(store_t *st, const lease_held_t *h, lease_end_t end, fail_t *f);
 
 /*
+ * What lease.c's grants share with lease_retry.c's answers to a lease request
+ * sent again: a task as its lease object is written.
+ */
+
+/* Where an encoded piece of a lease object lies in a batch's pieces. */
+typedef struct {
+  size_t at, len; /* len 0: absent (no encoded JSON value is empty) */
+} lease_piece_t;
+
+/* A task found for a lease, with what its lease object needs. */
+typedef struct {
+  int64_t id, attempts, parent, index; /* attempts: before this lease */
+  lease_piece_t payload, session, requires;
+  bool unreadable; /* the stored payload or requires is neither JSON nor UTF-8 */
+} candidate_t;
+
+/* The columns lease_candidate_row reads, in order, from the tasks table. */
+#define LEASE_CANDIDATE_COLUMNS                                                                    \
+  "id, attempts, payload, coalesce(parent, 0), session, coalesce(idx, -1), requires"
+
+/* Reads the candidate of the row of `s` (LEASE_CANDIDATE_COLUMNS first) into
+ * *c, its stored texts appended to `pieces` (they are copied: a column's text
+ * lives only until the next step). */
+void lease_candidate_row(sqlite3_stmt *s, candidate_t *c, jw_buf_t *pieces);
+
+/* Appends the lease object of candidate `c` (its pieces in `pieces`) under
+ * `token` and `deadline` to `out`: "attempt" is c->attempts + 1. */
+void lease_write(jw_buf_t *out, const candidate_t *c, const char *pieces, int64_t token,
+                 int64_t deadline);
+
+/*
  * What lease_ops.c (the operations on held leases, element by element) and
  * lease_complete_batch.c (a batch of completions with two statements) share.
  */

@@ -13,6 +13,7 @@
 #include "iter.h"
 #include "jv.h"
 #include "lease.h"
+#include "lease_retry.h"
 #include "log.h"
 #include "queue.h"
 #include "queue_reap.h"
@@ -212,12 +213,14 @@ static void h_task_requeue(http_req_t *r) {
 /* A lease request's body, read and checked. */
 typedef struct {
   int64_t worker, max, wait_ms, updates_after;
+  lease_retry_t retry; /* its key ("request") and what the head recorded under it */
 } lease_args_t;
 
 /* Reads a lease request's body and loads its queue; false with the reply
  * sent.  max is 1 to LEASE_MAX_BATCH; above, it is a batch too large (413). */
 static bool lease_args(http_req_t *r, lease_args_t *a, queue_t *q) {
-  static const char *const allowed[] = {"worker", "max", "wait_ms", "updates_after", NULL};
+  static const char *const allowed[] = {"worker",        "max",     "wait_ms",
+                                        "updates_after", "request", NULL};
   fail_t f = {0};
   char range[64];
   if (jv_only(r->body, "", allowed, &f) ||
@@ -228,8 +231,9 @@ static bool lease_args(http_req_t *r, lease_args_t *a, queue_t *q) {
                 fail_range(range, sizeof range, a->max, 1, LEASE_MAX_BATCH))) ||
       jv_int(r->body, "wait_ms", "", 0, 0, INT64_MAX, &a->wait_ms, &f) ||
       jv_int(r->body, "updates_after", "", -1, 0, INT64_MAX, &a->updates_after, &f) ||
+      lease_retry_parse(r->body, "", a->worker, &a->retry, &f) ||
       queue_load(ST(r), r->params[0], q, &f) ||
-      (a->worker && worker_check_active(ST(r), a->worker, &f))) {
+      (a->worker && lease_retry_check(ST(r), a->worker, &a->retry, &f))) {
     http_reply_fail(r, &f);
     return false;
   }
@@ -250,7 +254,8 @@ static void h_lease(http_req_t *r) {
   fail_t f = {0};
   size_t leased = 0, updates = 0;
   int64_t max_task = 0;
-  json_t *leases = lease_acquire_raw(ST(r), &q, a.worker, a.max, &leased, &max_task, &f);
+  json_t *leases =
+      lease_acquire_retry(ST(r), &q, a.worker, a.max, &a.retry, &leased, &max_task, &f);
   json_t *reply = leases ? json_pack("{s:o}", "leases", leases) : NULL;
   if (reply && a.updates_after >= 0 &&
       update_attach(ST(r), q.name, a.updates_after, reply, &updates, &f)) {
@@ -260,7 +265,8 @@ static void h_lease(http_req_t *r) {
   if (reply && leased == 0 && updates == 0 && a.wait_ms > 0 && !r->head->stopping) {
     json_decref(reply);
     int64_t cap = r->head->cfg.max_wait_ms;
-    waiter_park(r, q.name, a.worker, a.max, a.updates_after, a.wait_ms < cap ? a.wait_ms : cap);
+    waiter_park(r, q.name, a.worker, a.max, a.updates_after, a.retry.request,
+                a.wait_ms < cap ? a.wait_ms : cap);
     return;
   }
   /* Leases of tasks already on disk need their commit, not a flush of their own;
@@ -281,6 +287,7 @@ typedef struct {
   int64_t worker;        /* 0: anonymous */
   int64_t max;           /* 1 to LEASE_MAX_BATCH */
   int64_t updates_after; /* -1: no updates wanted */
+  lease_retry_t retry;   /* its key ("request") and what the head recorded under it */
 } next_lease_t;
 
 /* Validates the "lease" object `next` into *out: the fields of a plain lease
@@ -288,7 +295,7 @@ typedef struct {
  * Returns MUSTER_OK or the error with *f filled (nothing changed). */
 static muster_err_t next_lease_parse(http_req_t *r, const json_t *next, next_lease_t *out,
                                      fail_t *f) {
-  static const char *const allowed[] = {"queue", "max", "worker", "updates_after", NULL};
+  static const char *const allowed[] = {"queue", "max", "worker", "updates_after", "request", NULL};
   const char *name = NULL;
   if (!json_is_object(next))
     return fail_set(
@@ -304,12 +311,13 @@ static muster_err_t next_lease_parse(http_req_t *r, const json_t *next, next_lea
       jv_str(next, "queue", "lease", NULL, NAME_MAX_LEN, &name, f) ||
       jv_int(next, "max", "lease", 1, 1, LEASE_MAX_BATCH, &out->max, f) ||
       jv_int(next, "worker", "lease", 0, 1, JV_ID_MAX, &out->worker, f) ||
-      jv_int(next, "updates_after", "lease", -1, 0, INT64_MAX, &out->updates_after, f))
+      jv_int(next, "updates_after", "lease", -1, 0, INT64_MAX, &out->updates_after, f) ||
+      lease_retry_parse(next, "lease", out->worker, &out->retry, f))
     return f->code;
   if (name == NULL)
     return fail_set(f, MUSTER_INVALID, "lease.queue: missing");
   if (queue_load(ST(r), name, &out->q, f) ||
-      (out->worker && worker_check_active(ST(r), out->worker, f)))
+      (out->worker && lease_retry_check(ST(r), out->worker, &out->retry, f)))
     return f->code;
   return MUSTER_OK;
 }
@@ -320,7 +328,8 @@ static muster_err_t next_lease_parse(http_req_t *r, const json_t *next, next_lea
 static muster_err_t next_lease_apply(http_req_t *r, const next_lease_t *next, json_t *reply,
                                      fail_t *f) {
   size_t leased;
-  json_t *leases = lease_acquire_raw(ST(r), &next->q, next->worker, next->max, &leased, NULL, f);
+  json_t *leases =
+      lease_acquire_retry(ST(r), &next->q, next->worker, next->max, &next->retry, &leased, NULL, f);
   if (leases == NULL)
     return f->code;
   json_object_set_new(reply, "leases", leases);

@@ -256,6 +256,14 @@ const char *const store_migrations[] = {
     "  JOIN tasks AS t INDEXED BY tasks_by_session ON t.session = c.session"
     "  AND t.queue = queue_counts.queue WHERE t.id <= c.horizon AND t.state = queue_counts.state)"
     "  WHERE EXISTS (SELECT 1 FROM session_trash);",
+    /* The key of a worker's last lease request that leased something, when
+     * the request carried one, and the first and last fencing tokens that
+     * request drew (lease_retry.c): the same request sent again after its
+     * reply was lost is answered with those of its leases the worker still
+     * holds, instead of new ones.  NULL for workers that sent no key. */
+    "ALTER TABLE workers ADD COLUMN lease_request TEXT;"
+    "ALTER TABLE workers ADD COLUMN lease_first_token INTEGER;"
+    "ALTER TABLE workers ADD COLUMN lease_last_token INTEGER;",
 };
 
 const int store_migration_count = (int)(sizeof store_migrations / sizeof store_migrations[0]);

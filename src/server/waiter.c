@@ -9,6 +9,7 @@
  */
 #include "waiter.h"
 #include "lease.h"
+#include "lease_retry.h"
 #include "log.h"
 #include "queue.h"
 #include "update.h"
@@ -29,6 +30,7 @@ struct waiter {
   char queue[NAME_MAX_LEN + 1];
   int64_t worker, max;
   int64_t updates_after; /* -1: the lease wants no updates */
+  char request[NAME_MAX_LEN + 1]; /* the request's key (lease_retry.h); "" for none */
 };
 
 static void waiter_unlink(head_t *h, waiter_t *w) {
@@ -63,7 +65,7 @@ static void waiter_timeout(evutil_socket_t fd, short what, void *arg) {
 }
 
 void waiter_park(http_req_t *r, const char *queue, int64_t worker, int64_t max,
-                 int64_t updates_after, int64_t wait_ms) {
+                 int64_t updates_after, const char *request, int64_t wait_ms) {
   head_t *h = r->head;
   waiter_t *w = calloc(1, sizeof *w);
   if (w == NULL) {
@@ -73,6 +75,7 @@ void waiter_park(http_req_t *r, const char *queue, int64_t worker, int64_t max,
   *w = (waiter_t){
       .head = h, .req = r->req, .worker = worker, .max = max, .updates_after = updates_after};
   snprintf(w->queue, sizeof w->queue, "%s", queue);
+  snprintf(w->request, sizeof w->request, "%s", request ? request : "");
   w->timer = evtimer_new(h->base, waiter_timeout, w);
   struct timeval tv = {.tv_sec = wait_ms / 1000, .tv_usec = (wait_ms % 1000) * 1000};
   evtimer_add(w->timer, &tv);
@@ -137,9 +140,10 @@ static bool waiter_try(head_t *h, waiter_t *w) {
   json_t *leases = NULL, *reply = NULL;
   size_t leased = 0, updates = 0;
   int64_t max_task = 0;
+  lease_retry_t retry = {.request = w->request[0] ? w->request : NULL};
   if (!queue_load(h->st, w->queue, &q, &f) &&
-      (w->worker == 0 || !worker_check_active(h->st, w->worker, &f)))
-    leases = lease_acquire_raw(h->st, &q, w->worker, w->max, &leased, &max_task, &f);
+      (w->worker == 0 || !lease_retry_check(h->st, w->worker, &retry, &f)))
+    leases = lease_acquire_retry(h->st, &q, w->worker, w->max, &retry, &leased, &max_task, &f);
   if (leases) {
     reply = json_pack("{s:o}", "leases", leases);
     if (w->updates_after >= 0)

@@ -10,9 +10,10 @@
 #include "server.h"
 
 /* Parks request `r` (which found nothing to lease, and no update after
- * `updates_after` when that is >= 0) for up to `wait_ms`. */
+ * `updates_after` when that is >= 0) for up to `wait_ms`; `request` is its
+ * key (lease_retry.h; NULL: none), copied, recorded with what it leases. */
 void waiter_park(http_req_t *r, const char *queue, int64_t worker, int64_t max,
-                 int64_t updates_after, int64_t wait_ms);
+                 int64_t updates_after, const char *request, int64_t wait_ms);
 /* Store hook: tasks may be ready in `queue`.  Cheap when nobody waits there. */
 void waiter_mark_ready(head_t *h, const char *queue);
 /* Marks every queue with waiters, so delayed tasks that came due are found. */

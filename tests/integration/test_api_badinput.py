@@ -139,7 +139,7 @@ class BadInputTest(BadInputCase):
                  "nick: unknown field (did you mean 'nickname'?); known fields: nickname, "
                  "queues, node, labels, timeout_ms, instance"),
                 ("POST", "/v1/queues/%s/lease" % self.q, {"zzzz": 2},
-                 "zzzz: unknown field; known fields: worker, max, wait_ms, updates_after")):
+                 "zzzz: unknown field; known fields: worker, max, wait_ms, updates_after, request")):
             with self.subTest(path=path):
                 r = self.expect_error(method, path, body, 400, "invalid_argument")
                 self.assertEqual(r.json["error"]["message"], message)

@@ -33,8 +33,10 @@ from test_disk_full import skip_unless_mount, try_mount
 
 
 def fill(directory):
-    """Writes a file into `directory` until its disk is full."""
-    with open(os.path.join(directory, "filler"), "wb") as f:
+    """Writes a file into `directory` until its disk is full.  Unbuffered: a buffered
+    file's close writes out what the last write left in its buffer, and failed with
+    ENOSPC whenever the room left was not a whole number of writes."""
+    with open(os.path.join(directory, "filler"), "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)

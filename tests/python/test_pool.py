@@ -368,14 +368,17 @@ class StandaloneWorkerTest(HeadTestCase):
         """The combined call is all or nothing: when its lease part is refused (the head
         forgot the worker, the queue is gone) the result is still completed, alone."""
         from muster import worker as mw
-        calls = []
+        from muster import worker_reg
+        calls, keys = [], []
 
         class FakeLease:
             def __init__(self, error):
                 self.error = error
 
-            def complete_and_lease(self, queue, result, worker=None, updates_after=None):
+            def complete_and_lease(self, queue, result, worker=None, updates_after=None,
+                                   request=None):
                 calls.append(("combined", queue, result, worker, updates_after))
+                keys.append(request)
                 raise self.error
 
             def complete(self, result):
@@ -398,3 +401,12 @@ class StandaloneWorkerTest(HeadTestCase):
         mw._report(FakeLease(None), ("complete", "1", False), "q", 7, 3, False)
         mw._report(FakeLease(None), ("fail", "boom", True), "q", 7, 3, True)
         self.assertEqual(calls, [("complete", 1), ("fail", "boom", True)])
+        # A head older than lease request keys refuses the key: the combined call goes
+        # once more without it, and no key is sent from then on.
+        del calls[:], keys[:]
+        lk = worker_reg.LeaseKeys()
+        refusal = muster.InvalidArgument("lease.request: unknown field; known fields: queue")
+        mw._report(FakeLease(refusal), ("complete", "1", False), "q", 7, 3, True, keys=lk)
+        self.assertEqual([c[0] for c in calls], ["combined", "combined", "complete"])
+        self.assertEqual((keys[0] is not None, keys[1]), (True, None))
+        self.assertIsNone(lk.current())

@@ -1,0 +1,166 @@
+"""A lease request sent again under its key after its reply was lost gets the leases the
+first one made, with the same tokens, instead of new ones (docs/api.md, "Retrying a
+lease"): for the plain lease, the long-poll, the combined complete-and-lease call, and
+across a restart of the head.  A new key, or none, leases anew; a key is checked.
+The workers that send keys (`muster worker`, the Python worker) are tested in
+test_lease_retry_workers.py."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from test_api_common import ApiTestCase, OwnHeadTestCase, now_ms  # noqa: E402
+
+LONG_LEASE_MS = 600000   # a lease the tests never see expire: a leak would show as "leased"
+
+
+def held(leases):
+    return [(x["task"], x["token"]) for x in leases]
+
+
+class LeaseRetryTest(ApiTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.create_queue(lease_ms=LONG_LEASE_MS)
+        self.w = self.register()["id"]
+
+    def keyed(self, request, max=1, **body):
+        return self.lease(worker=self.w, max=max, request=request, **body)
+
+    def test_repeat_gets_the_same_leases(self):
+        ids = self.put("a", "b", "c")
+        first = self.keyed("k-1", max=2)
+        self.assertEqual([x["task"] for x in first], ids[:2])
+        again = self.keyed("k-1", max=2)
+        self.assertEqual(held(again), held(first))
+        for a, b in zip(first, again):
+            self.assertEqual((b["payload"], b["attempt"]), (a["payload"], a["attempt"]))
+            self.assertGreaterEqual(b["deadline_ms"], a["deadline_ms"])
+            self.assert_lease_shape(b)
+        # Nothing was leased twice: one attempt each, two leased, one queued.
+        self.assertEqual([self.get_task(t)["attempts"] for t in ids[:2]], [1, 1])
+        self.assert_counts(leased=2, queued=1)
+        # Its max does not matter: it is the same request.
+        self.assertEqual(held(self.keyed("k-1", max=5)), held(first))
+        # A new key leases anew, and so does a request without one.
+        self.assertEqual([x["task"] for x in self.keyed("k-2", max=2)], ids[2:])
+        self.assertEqual(self.lease(worker=self.w), [])
+
+    def test_only_the_last_key_and_the_leases_still_held(self):
+        ids = self.put("a", "b", "c", "d")
+        first = self.keyed("k-1", max=2)
+        # One of them completed (a client that knew its token): only the other comes back.
+        self.ack("complete", [{"task": first[0]["task"], "token": first[0]["token"]}])
+        self.assertEqual(held(self.keyed("k-1")), held(first[1:]))
+        # Once that one is gone too, the key leases anew, and is recorded again.
+        self.ack("release", [{"task": first[1]["task"], "token": first[1]["token"]}])
+        second = self.keyed("k-1")
+        self.assertEqual([x["task"] for x in second], [ids[1]])
+        self.assertNotEqual(second[0]["token"], first[1]["token"])
+        self.assertEqual(held(self.keyed("k-1")), held(second))
+        # A later key replaces it: the earlier one leases anew.
+        third = self.keyed("k-2")
+        self.assertEqual([x["task"] for x in third], [ids[2]])
+        self.assertEqual([x["task"] for x in self.keyed("k-1")], [ids[3]])
+
+    def test_a_request_that_leased_nothing_leases_anew(self):
+        self.assertEqual(self.keyed("k-1"), [])
+        [tid] = self.put("a")
+        self.assertEqual([x["task"] for x in self.keyed("k-1")], [tid])
+
+    def test_other_workers_and_queues_are_apart(self):
+        ids = self.put("a", "b")
+        first = self.keyed("k-1")
+        other = self.register()["id"]
+        # The same key from another worker is its own request.
+        self.assertEqual([x["task"] for x in self.lease(worker=other, request="k-1")], ids[1:])
+        self.assertEqual(held(self.keyed("k-1")), held(first))
+        # The same key on another queue does not answer this queue's leases.
+        q2 = self.qname("other")
+        self.create_queue(q2, lease_ms=LONG_LEASE_MS)
+        self.assertEqual(self.lease(q2, worker=self.w, request="k-1"), [])
+
+    def test_long_poll_served_later_repeats(self):
+        """A keyed long-poll that waited, then was served, records its key too."""
+        import threading
+        got = {}
+
+        def poll():
+            conn = self.head.connection()
+            try:
+                got["leases"] = self.head.request(
+                    "POST", "/v1/queues/%s/lease" % self.q,
+                    {"worker": self.w, "request": "k-wait", "wait_ms": 10000},
+                    conn=conn).json["leases"]
+            finally:
+                conn.close()
+        t = threading.Thread(target=poll)
+        t.start()
+        harness.wait_until(lambda: "\nmuster_lease_waiters 1\n" in self.head.request(
+            "GET", "/metrics").raw.decode(), timeout=10, what="the long-poll to park")
+        [tid] = self.put("a")
+        t.join(15)
+        self.assertEqual([x["task"] for x in got["leases"]], [tid])
+        self.assertEqual(held(self.keyed("k-wait", wait_ms=1000)), held(got["leases"]))
+
+    def test_combined_call_repeats(self):
+        ids = self.put("a", "b", "c")
+        [lease] = self.keyed("k-0")
+        body = {"leases": [{"task": lease["task"], "token": lease["token"], "result": 1}],
+                "lease": {"queue": self.q, "worker": self.w, "max": 1, "request": "k-1"}}
+        first = self.expect("POST", "/v1/leases/complete", body)
+        self.assertEqual([x["task"] for x in first["leases"]], [ids[1]])
+        again = self.expect("POST", "/v1/leases/complete", body)
+        self.assertEqual(again["completed"], [dict(first["completed"][0], repeated=True)])
+        self.assertEqual(held(again["leases"]), held(first["leases"]))
+        # The worker may send the same key with a plain lease (it completed alone).
+        self.assertEqual(held(self.keyed("k-1")), held(first["leases"]))
+        self.assert_counts(done=1, leased=1, queued=1)
+
+    def test_bad_keys(self):
+        path = "/v1/queues/%s/lease" % self.q
+        for key, words in (("", "is invalid"), ("a b", "is invalid"), ("x" * 129, "is invalid"),
+                           (7, "expected a string")):
+            r = self.expect_error("POST", path, {"worker": self.w, "request": key}, 400,
+                                  "invalid_argument")
+            self.assertIn("request", r.json["error"]["message"])
+            self.assertIn(words, r.json["error"]["message"])
+        # A key names a worker's request: without a worker it is refused.
+        r = self.expect_error("POST", path, {"request": "k-1"}, 400, "invalid_argument")
+        self.assertIn('request: needs "worker"', r.json["error"]["message"])
+        r = self.expect_error("POST", path, {"worker": 99999, "request": "k-1"}, 404,
+                              "worker_not_found")
+        [tid] = self.put("a")
+        [lease] = self.lease(worker=self.w)
+        body = {"leases": [{"task": lease["task"], "token": lease["token"]}],
+                "lease": {"queue": self.q, "request": "k-1"}}
+        r = self.expect_error("POST", "/v1/leases/complete", body, 400, "invalid_argument")
+        self.assertIn('lease.request: needs "worker"', r.json["error"]["message"])
+        body["lease"] = {"queue": self.q, "worker": self.w, "request": "a/b"}
+        r = self.expect_error("POST", "/v1/leases/complete", body, 400, "invalid_argument")
+        self.assertIn("lease.request: 'a/b' is invalid", r.json["error"]["message"])
+        self.assertEqual(self.get_task(tid)["state"], "leased", "a refused call changed it")
+
+
+class LeaseRetryRestartTest(OwnHeadTestCase):
+
+    def test_repeat_after_the_head_was_killed(self):
+        """The record is durable with the leases: a head killed after the lease's commit
+        answers the retry with them when it is back."""
+        self.create_queue(lease_ms=LONG_LEASE_MS)
+        w = self.register()["id"]
+        ids = self.put("a", "b")
+        first = self.lease(worker=w, request="k-1")
+        self.put("c")   # its reply waits for a flush, which covers the lease's commit
+        self.head.kill()
+        self.head.start()
+        again = self.lease(worker=w, request="k-1")
+        self.assertEqual(held(again), held(first))
+        self.assertGreaterEqual(again[0]["deadline_ms"], now_ms() + LONG_LEASE_MS - 60000)
+        self.assertEqual([x["task"] for x in self.lease(worker=w, request="k-2")], [ids[1]])
+
+
+if __name__ == "__main__":
+    unittest.main()
