@@ -1,7 +1,8 @@
 """Node-agent helpers for test_node*.py: start `muster node` next to a harness head.
 
-Each agent gets its own lock file (so tests never collide with a real agent on
-this machine, nor with each other), --listen 127.0.0.1:0 and a log file.  The
+Each agent gets its own lock file, cache dir and state dir (so tests never collide
+with a real agent on this machine, nor with each other, nor with another run of
+themselves), --listen 127.0.0.1:0 and a log file.  The
 agent writes its pid, name and API address into its lock file once it runs.
 """
 import atexit
@@ -75,21 +76,29 @@ class Agent:
         self.proc = None
         self.url = None
 
+    def given(self, option):
+        """Whether the test's args name `option` ("--listen"), as "--listen X" or "--listen=X"."""
+        return any(a == option or a.startswith(option + "=") for a in self.args)
+
     def argv(self):
         # A free port unless the test names its own --listen: an option given twice with
         # two values is refused.
-        def given(option):
-            return any(a == option or a.startswith(option + "=") for a in self.args)
         argv = [harness.MUSTER_BIN, "node", "--join", self.head.url, "--token", self.token,
                 "--name", self.name, "--lock-file", self.lock]
-        argv += [] if given("--listen") else ["--listen", "127.0.0.1:0"]
-        # The cache and state dirs in the test's dir unless it names its own: the
-        # defaults (/var/tmp/muster-node-NAME/...) are one per node name on the
-        # machine, and an agent of the same name in a test running beside this one
-        # would be refused them (DIR/@agent.lock).
-        for option, kind in (("--cache-dir", "cache"), ("--state-dir", "state")):
-            if not given(option):
-                argv += [option, os.path.join(self.workdir, "%s-%s" % (kind, self.name))]
+        if not self.given("--listen"):
+            argv += ["--listen", "127.0.0.1:0"]
+        # The cache and state dirs in the workdir unless the test names its own: the
+        # defaults, /var/tmp/muster-node-NAME/..., are one per node name on the machine, so
+        # two runs of a test at once (two suites on one machine) shared them (the second
+        # agent to cache a level exited: "the cache dir ... is in use by another node
+        # agent"), and a run found what an earlier run left there.  An agent without a
+        # port (--listen none) keeps neither.
+        listen = [v for a, v in zip(self.args, self.args[1:]) if a == "--listen"] + \
+            [a.split("=", 1)[1] for a in self.args if a.startswith("--listen=")]
+        if "none" not in listen:
+            for option, kind in (("--cache-dir", "cache"), ("--state-dir", "state")):
+                if not self.given(option):
+                    argv += [option, os.path.join(self.workdir, "%s-%s" % (kind, self.name))]
         argv += self.args
         if self.cmd:
             argv += ["--"] + list(self.cmd)

@@ -134,13 +134,24 @@ class NodeTestCase(AgentsCase):
         return r.json if r.status == 200 else None
 
     def wait_workers(self, agent, count, what="workers"):
-        """Waits until the agent has `count` worker processes registered as workers."""
+        """Waits until the agent has `count` worker processes registered as workers, each
+        of which told the agent its worker id.  The head counts a worker as it registers,
+        before the worker reads the reply and writes its id down the agent's pipe: one
+        killed in between ends as "(pid P) crashed" with no worker id and no crash report.
+        A worker's first line naming its id ("registered as NAME (id N); waiting for
+        queue Q" or "NAME (id N) on queue Q") comes after it told the agent, and after its
+        heartbeat started."""
+        def told_agent(pid, log):
+            line = r"^worker \d+ \((?:gpu [^()]*, )?pid %d\): muster worker: .*\(id \d+\)" % pid
+            return re.search(line, log, re.M)
+
         def ready():
             pids = agent.workers()
             node = self.node(agent.name)
-            if len(pids) == count and node and node["workers"] == count:
-                return pids
-            return None
+            if len(pids) != count or not node or node["workers"] != count:
+                return None
+            log = agent.log()
+            return pids if all(told_agent(pid, log) for pid in pids) else None
         return harness.wait_until(ready, timeout=20, what=lambda: what + ":\n" + agent.log())
 
 
