@@ -124,6 +124,26 @@ static void waiter_fail(head_t *h, waiter_t *w, const fail_t *f) {
   waiter_unlink(h, w);
 }
 
+/* Leases for waiter `w` in the open request transaction: the reply (NULL
+ * when nothing was leased, or on failure: *f set), with the leases counted
+ * in *leased, the updates it carries in *updates, the highest task in
+ * *max_task. */
+static json_t *waiter_lease(head_t *h, const waiter_t *w, size_t *leased, size_t *updates,
+                            int64_t *max_task, fail_t *f) {
+  queue_t q;
+  json_t *leases = NULL, *reply = NULL;
+  lease_retry_t retry = {.request = w->request[0] ? w->request : NULL};
+  if (!queue_load(h->st, w->queue, &q, f) &&
+      (w->worker == 0 || !lease_retry_check(h->st, w->worker, &retry, f)))
+    leases = lease_acquire_retry(h->st, &q, w->worker, w->max, &retry, leased, max_task, f);
+  if (leases) {
+    reply = json_pack("{s:o}", "leases", leases);
+    if (w->updates_after >= 0)
+      update_attach(h->st, w->queue, w->updates_after, reply, updates, f);
+  }
+  return reply;
+}
+
 /* Tries to lease for one waiter; returns false when the queue has no ready
  * task (and no update the waiter wants). */
 static bool waiter_try(head_t *h, waiter_t *w) {
@@ -136,19 +156,9 @@ static bool waiter_try(head_t *h, waiter_t *w) {
   fail_t f = {0};
   if (store_request_begin(h->st, &f))
     return false;
-  queue_t q;
-  json_t *leases = NULL, *reply = NULL;
   size_t leased = 0, updates = 0;
   int64_t max_task = 0;
-  lease_retry_t retry = {.request = w->request[0] ? w->request : NULL};
-  if (!queue_load(h->st, w->queue, &q, &f) &&
-      (w->worker == 0 || !lease_retry_check(h->st, w->worker, &retry, &f)))
-    leases = lease_acquire_retry(h->st, &q, w->worker, w->max, &retry, &leased, &max_task, &f);
-  if (leases) {
-    reply = json_pack("{s:o}", "leases", leases);
-    if (w->updates_after >= 0)
-      update_attach(h->st, w->queue, w->updates_after, reply, &updates, &f);
-  }
+  json_t *reply = waiter_lease(h, w, &leased, &updates, &max_task, &f);
   store_request_end(h->st, f.code == MUSTER_OK);
   if (f.code) {
     json_decref(reply);
