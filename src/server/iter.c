@@ -573,6 +573,33 @@ static json_t *join(store_t *st, iter_row_t *row, const iter_new_t *n, int64_t r
   return NULL;
 }
 
+/* The request's iteration name, checked against the name rule. */
+static bool create_name(const json_t *body, const char **name, fail_t *f) {
+  if (jv_str(body, "name", "", NULL, NAME_MAX_LEN + 1, name, f))
+    return false;
+  if (*name == NULL)
+    fail_set(f, MUSTER_NAME_INVALID, "name: missing (every iteration needs a name)");
+  else if (!name_is_valid(*name))
+    fail_set(f, MUSTER_NAME_INVALID, "name: iteration name '%.140s' is invalid: " NAME_RULE_TEXT,
+             *name);
+  else
+    return true;
+  return false;
+}
+
+/* Inserts iteration `name` with its ranks and loads it into *row; `rank` >= 0
+ * is touched as joined. */
+static muster_err_t create_row(store_t *st, const char *name, const iter_new_t *n, int64_t rank,
+                               iter_row_t *row, fail_t *f) {
+  int64_t id = 0;
+  if (insert_row(st, name, n, &id, f) ||
+      insert_ranks(st, id, n->spec.cfg.world_size, n->set.rank_timeout_ms, f) ||
+      iter_row_load(st, name, row, f) || iter_settle(st, row, f) ||
+      (rank >= 0 && iter_rank_touch(st, row, rank, f)))
+    return f->code != MUSTER_OK ? f->code : MUSTER_INTERNAL;
+  return MUSTER_OK;
+}
+
 json_t *iter_create(store_t *st, const json_t *body, bool *created, fail_t *f) {
   const char *name;
   int64_t rank;
@@ -580,17 +607,9 @@ json_t *iter_create(store_t *st, const json_t *body, bool *created, fail_t *f) {
   iter_row_t row = {0};
   json_t *out = NULL;
   *created = false;
-  if (check_keys(body, f) || jv_str(body, "name", "", NULL, NAME_MAX_LEN + 1, &name, f) ||
+  if (check_keys(body, f) || !create_name(body, &name, f) ||
       jv_int(body, "rank", "", -1, 0, PART_MAX_WORLD_SIZE - 1, &rank, f))
     return NULL;
-  if (name == NULL || !name_is_valid(name)) {
-    if (name == NULL)
-      fail_set(f, MUSTER_NAME_INVALID, "name: missing (every iteration needs a name)");
-    else
-      fail_set(f, MUSTER_NAME_INVALID, "name: iteration name '%.140s' is invalid: " NAME_RULE_TEXT,
-               name);
-    return NULL;
-  }
   if (new_parse(body, &n, f))
     goto done;
   if (rank >= (int64_t)n.spec.cfg.world_size) {
@@ -605,14 +624,10 @@ json_t *iter_create(store_t *st, const json_t *body, bool *created, fail_t *f) {
   if (f->code != MUSTER_ITERATION_NOT_FOUND)
     goto done;
   *f = (fail_t){0};
-  int64_t id = 0;
-  if (insert_row(st, name, &n, &id, f) ||
-      insert_ranks(st, id, n.spec.cfg.world_size, n.set.rank_timeout_ms, f) ||
-      iter_row_load(st, name, &row, f) || iter_settle(st, &row, f) ||
-      (rank >= 0 && iter_rank_touch(st, &row, rank, f)))
-    goto done;
-  *created = true;
-  out = iter_to_json(st, &row, true, f);
+  if (create_row(st, name, &n, rank, &row, f) == MUSTER_OK) {
+    *created = true;
+    out = iter_to_json(st, &row, true, f);
+  }
 done:
   iter_row_free(&row);
   new_free(&n);

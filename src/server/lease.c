@@ -452,6 +452,15 @@ static store_pair_t *lease_batch_tokens(store_t *st, const candidate_t *cands,
   return tokens;
 }
 
+/* Binds what every task of a leased batch gets: its worker (unbound: NULL,
+ * an anonymous lease), deadline and update time. */
+static void lease_batch_bind_rest(sqlite3_stmt *s, int64_t worker, int64_t deadline, int64_t now) {
+  if (worker > 0)
+    sqlite3_bind_int64(s, 3, worker);
+  sqlite3_bind_int64(s, 4, deadline);
+  sqlite3_bind_int64(s, 5, now);
+}
+
 /* Leases the `n` candidates at `leasable` (indexes into `cands`, all found
  * queued in this transaction, none unreadable) with one UPDATE, and appends
  * their lease objects to `out`.  One statement for the batch instead of one
@@ -490,10 +499,7 @@ static muster_err_t lease_batch(store_t *st, const queue_t *q, const candidate_t
   } else {
     sqlite3_bind_text(s, 1, ids.buf, (int)ids.len, SQLITE_STATIC);
   }
-  if (worker > 0)
-    sqlite3_bind_int64(s, 3, worker);
-  sqlite3_bind_int64(s, 4, deadline);
-  sqlite3_bind_int64(s, 5, now);
+  lease_batch_bind_rest(s, worker, deadline, now);
   muster_err_t err = store_step_done(st, s, f);
   store_map_set(st, NULL, 0);
   jw_buf_free(&ids);

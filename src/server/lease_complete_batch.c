@@ -180,6 +180,19 @@ static sqlite3_stmt *lease_complete_stmt(store_t *st, bool range, bool any_resul
                               " WHERE id IN (SELECT value FROM json_each(?1))");
 }
 
+/* The results of the first `n` elements of `body` by task id, sorted for
+ * muster_map_text, or NULL when out of memory. */
+static store_pair_t *lease_body_results(const jscan_body_t *body, size_t n) {
+  store_pair_t *results = malloc(n * sizeof *results);
+  for (size_t i = 0; results && i < n; i++) {
+    const jscan_elem_t *e = &body->elems[i];
+    results[i] = (store_pair_t){.key = e->ints[0], .text = e->text, .text_len = e->text_len};
+  }
+  if (results)
+    store_pairs_sort(results, n);
+  return results;
+}
+
 /* Completes the rows of the first `n` elements of `body`, all found leased
  * under their tokens, with one UPDATE. */
 static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, size_t n,
@@ -195,21 +208,15 @@ static muster_err_t lease_complete_rows(store_t *st, const jscan_body_t *body, s
   if (s == NULL)
     return store_fail(st, f, "complete");
   jw_buf_t ids = {0};
-  store_pair_t *results = any_result ? malloc(n * sizeof *results) : NULL;
+  store_pair_t *results = any_result ? lease_body_results(body, n) : NULL;
   if (!range)
     lease_body_ids(body, n, &ids);
-  for (size_t i = 0; results && i < n; i++) {
-    const jscan_elem_t *e = &body->elems[i];
-    results[i] = (store_pair_t){.key = e->ints[0], .text = e->text, .text_len = e->text_len};
-  }
   muster_err_t err = MUSTER_OK;
   if (ids.failed || (any_result && results == NULL)) {
     err = fail_set(f, MUSTER_NOMEM, "out of memory");
   } else {
-    if (results) {
-      store_pairs_sort(results, n);
+    if (results)
       store_map_set(st, results, n);
-    }
     if (range) {
       sqlite3_bind_int64(s, 1, lo);
       sqlite3_bind_int64(s, 3, hi);

@@ -188,23 +188,54 @@ json_t *session_results(store_t *st, const char *id, session_order_t order, int6
 
 /* ---- recording ---- */
 
-/* Adds the results of the `n` finished tasks of session `session` (queue
- * `queue`) to its stream, in order, when it is open and of that queue. */
-static muster_err_t record_run(store_t *st, const char *session, const char *queue,
-                               const session_finished_t *finished, size_t n, fail_t *f) {
+/* The last result number of session `session` when it is open and of
+ * `queue` (*open false otherwise). */
+static muster_err_t record_last_seq(store_t *st, const char *session, const char *queue, bool *open,
+                                    int64_t *seq, fail_t *f) {
   sqlite3_stmt *s = store_stmt(st, "SELECT last_seq FROM sessions"
                                    " WHERE id = ?1 AND queue = ?2 AND state = 0");
   if (s == NULL)
     return store_fail(st, f, "session result");
   store_bind_text(s, 1, session);
   store_bind_text(s, 2, queue);
-  bool open = sqlite3_step(s) == SQLITE_ROW;
-  int64_t seq = open ? sqlite3_column_int64(s, 0) : 0, first = seq, done = 0;
+  *open = sqlite3_step(s) == SQLITE_ROW;
+  *seq = *open ? sqlite3_column_int64(s, 0) : 0;
   store_reset(s);
+  return MUSTER_OK;
+}
+
+/* Moves the session's last result number to `seq`, counting `done` more
+ * done and `failed` more failed, and wakes its readers. */
+static muster_err_t record_counts(store_t *st, const char *session, int64_t seq, int64_t done,
+                                  int64_t failed, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE sessions SET last_seq = ?2, done = done + ?3,"
+                                   " failed = failed + ?4 WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "session result");
+  store_bind_text(s, 1, session);
+  sqlite3_bind_int64(s, 2, seq);
+  sqlite3_bind_int64(s, 3, done);
+  sqlite3_bind_int64(s, 4, failed);
+  if (store_step_done(st, s, f))
+    return f->code;
+  store_notify_session(st, session);
+  return MUSTER_OK;
+}
+
+/* Adds the results of the `n` finished tasks of session `session` (queue
+ * `queue`) to its stream, in order, when it is open and of that queue. */
+static muster_err_t record_run(store_t *st, const char *session, const char *queue,
+                               const session_finished_t *finished, size_t n, fail_t *f) {
+  bool open;
+  int64_t seq, first, done = 0;
+  if (record_last_seq(st, session, queue, &open, &seq, f))
+    return f->code;
   if (!open)
     return MUSTER_OK;
+  first = seq;
   for (size_t i = 0; i < n; i++) {
-    s = store_stmt(st, "INSERT OR IGNORE INTO session_results(session, seq, idx, task, state)"
+    sqlite3_stmt *s =
+        store_stmt(st, "INSERT OR IGNORE INTO session_results(session, seq, idx, task, state)"
                        " VALUES(?1, ?2, ?3, ?4, ?5)");
     if (s == NULL)
       return store_fail(st, f, "session result");
@@ -222,18 +253,7 @@ static muster_err_t record_run(store_t *st, const char *session, const char *que
   }
   if (seq == first)
     return MUSTER_OK;
-  s = store_stmt(st, "UPDATE sessions SET last_seq = ?2, done = done + ?3, failed = failed + ?4"
-                     " WHERE id = ?1");
-  if (s == NULL)
-    return store_fail(st, f, "session result");
-  store_bind_text(s, 1, session);
-  sqlite3_bind_int64(s, 2, seq);
-  sqlite3_bind_int64(s, 3, done);
-  sqlite3_bind_int64(s, 4, seq - first - done);
-  if (store_step_done(st, s, f))
-    return f->code;
-  store_notify_session(st, session);
-  return MUSTER_OK;
+  return record_counts(st, session, seq, done, seq - first - done, f);
 }
 
 muster_err_t session_record_finished(store_t *st, const session_finished_t *finished, size_t n,
