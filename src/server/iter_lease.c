@@ -407,10 +407,12 @@ static muster_err_t final_mark(store_t *st, int64_t id, int64_t epoch, const jso
  * Refuses element `ctx` of an acknowledgement by `rank` of `block` under
  * `token`, the block now leased (row `now`) under another token.  Tokens
  * come from the store's one counter, so a newer one means the block was
- * leased again after `token` was handed out: the lease `token` names ended
- * (iter_expire_due ends a lease when it expires or its rank fails), and the
- * block's indices are read under the new lease.  An older one means `token`
- * was never this block's lease in the epoch.
+ * leased again after `token` was handed out: if `token` was this block's,
+ * its lease ended (iter_expire_due ends a lease when it expires or its rank
+ * fails), and the block's indices are read under the new lease; it may also
+ * be another block's token (the head keeps no history to tell, and a search
+ * of the epoch's blocks on a refusal is not worth it).  An older one means
+ * `token` was never this block's lease in the epoch.
  */
 static muster_err_t ack_leased_again(const iter_row_t *row, const block_row_t *now, int64_t rank,
                                      int64_t block, int64_t token, const char *ctx, fail_t *f) {
@@ -423,9 +425,11 @@ static muster_err_t ack_leased_again(const iter_row_t *row, const block_row_t *n
   if (now->token > token)
     return fail_set(f, MUSTER_LEASE_LOST,
                     "%s: block %lld of epoch %lld is leased again, to %s under a token newer "
-                    "than %lld: the lease this ack names ended (it expired or its rank failed), "
-                    "and the block's indices are read under the new lease; drop this ack",
-                    ctx, (long long)block, (long long)row->epoch, holder, (long long)token);
+                    "than %lld: if token %lld was this block's lease, that lease ended (it "
+                    "expired or its rank failed) and the block's indices are read under the "
+                    "new lease; either way, drop this ack",
+                    ctx, (long long)block, (long long)row->epoch, holder, (long long)token,
+                    (long long)token);
   return fail_set(f, MUSTER_LEASE_LOST,
                   "%s: block %lld of epoch %lld is leased to %s under a token older than %lld, "
                   "so token %lld was never this block's lease in this epoch: acknowledge a block "
@@ -474,10 +478,11 @@ static const char *ack_not_held_why(const block_row_t *now, const block_row_t *l
              (long long)now->rank, (long long)rank, check_rank);
   } else if (now->token > token) {
     snprintf(buf, size,
-             "it was acknowledged under another token, newer than %lld: the block was "
-             "leased again after the lease this ack names ended (it expired or its rank "
-             "failed), and its indices were read under that lease; drop this ack",
-             (long long)token);
+             "it was acknowledged under another token, newer than %lld: if token %lld was "
+             "this block's lease, the block was leased again after that lease ended (it "
+             "expired or its rank failed) and its indices were read under the new lease; "
+             "either way, drop this ack",
+             (long long)token, (long long)token);
   } else {
     snprintf(buf, size,
              "it was acknowledged under another token, older than %lld, so token %lld "

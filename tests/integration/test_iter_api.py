@@ -226,16 +226,18 @@ class IterTest(unittest.TestCase):
                          % (late["block"], late["token"]))
         self.assertEqual(status(h, "again")["blocks"]["done"], 3)
         # Leased again, to another rank and then (that lease expired too) to this one: the
-        # message says the lease the ack names ended and the ack is to be dropped.
-        ended = ("block %d of epoch 0 is leased again, to %s under a token newer than %d: the "
-                 "lease this ack names ended (it expired or its rank failed), and the block's "
-                 "indices are read under the new lease; drop this ack")
+        # message says the lease the ack names ended if it was the block's (the head keeps no
+        # history of a block's tokens) and the ack is to be dropped.
+        ended = ("block %d of epoch 0 is leased again, to %s under a token newer than %d: if "
+                 "token %d was this block's lease, that lease ended (it expired or its rank "
+                 "failed) and the block's indices are read under the new lease; either way, "
+                 "drop this ack")
         [other] = lease(h, "again", 1, 0, 1)["blocks"]
         self.assertEqual(other["block"], late["block"])
         r = ack(h, "again", 0, [late])
         self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
         self.assertEqual(r.json["error"]["message"], "blocks[0]: " + ended % (
-            late["block"], "rank 1 (not 0, the rank of this ack)", late["token"]))
+            late["block"], "rank 1 (not 0, the rank of this ack)", late["token"], late["token"]))
         harness.wait_until(lambda: status(h, "again")["ranks"][1]["expired"] == 1,
                            what="rank 1's lease to expire")
         [mine] = lease(h, "again", 0, 0, 1)["blocks"]
@@ -244,7 +246,7 @@ class IterTest(unittest.TestCase):
             r = ack(h, "again", 0, [stale])
             self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
             self.assertEqual(r.json["error"]["message"], "blocks[0]: " + ended % (
-                late["block"], "rank 0 (the rank of this ack)", stale["token"]))
+                late["block"], "rank 0 (the rank of this ack)", stale["token"], stale["token"]))
         # A token newer than the block's lease was never its lease.
         r = ack(h, "again", 0, [dict(mine, token=mine["token"] + 1000)])
         self.assertEqual(r.json["error"]["message"],
@@ -261,10 +263,11 @@ class IterTest(unittest.TestCase):
             self.assertEqual((r.status, r.error_code), (409, "lease_lost"), r)
             self.assertEqual(r.json["error"]["message"],
                              "blocks[0]: block %d of epoch 0 is not leased under token %d: it "
-                             "was acknowledged under another token, newer than %d: the block was "
-                             "leased again after the lease this ack names ended (it expired or "
-                             "its rank failed), and its indices were read under that lease; drop "
-                             "this ack" % (late["block"], stale["token"], stale["token"]))
+                             "was acknowledged under another token, newer than %d: if token %d "
+                             "was this block's lease, the block was leased again after that "
+                             "lease ended (it expired or its rank failed) and its indices were "
+                             "read under the new lease; either way, drop this ack"
+                             % (late["block"], stale["token"], stale["token"], stale["token"]))
         [fifth] = lease(h, "again", 0, 0, 1)["blocks"]
         r = ack(h, "again", 0, [fifth])
         self.assertEqual((r.status, r.json["epoch_complete"]), (200, True), r)  # 5 blocks of 5
