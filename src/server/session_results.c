@@ -226,8 +226,8 @@ static muster_err_t record_counts(store_t *st, const char *session, int64_t seq,
  * `queue`) to its stream, in order, when it is open and of that queue. */
 static muster_err_t record_run(store_t *st, const char *session, const char *queue,
                                const session_finished_t *finished, size_t n, fail_t *f) {
-  bool open;
-  int64_t seq, first, done = 0;
+  bool open = false;
+  int64_t seq = 0, first, done = 0;
   if (record_last_seq(st, session, queue, &open, &seq, f))
     return f->code;
   if (!open)
