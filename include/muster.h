@@ -154,9 +154,9 @@ muster_err_t muster_health(muster_client_t *client);
 
 /*
  * The option structs (muster_queue_opts_t, muster_worker_opts_t,
- * muster_session_opts_t, muster_pool_opts_t, muster_loader_opts_t,
- * muster_iter_config_t, muster_shared_opts_t) grow: a later libmuster adds
- * fields, always at the end.  So that a program built against an older
+ * muster_lease_opts_t, muster_session_opts_t, muster_pool_opts_t,
+ * muster_loader_opts_t, muster_iter_config_t, muster_shared_opts_t) grow: a
+ * later libmuster adds fields, always at the end.  So that a program built against an older
  * muster.h keeps working with a newer library of the same SOVERSION, each
  * struct starts with `size`, the struct's size in the caller's program:
  *
@@ -302,11 +302,75 @@ typedef struct {
  * Leases up to `max` tasks of `queue` for `worker` (0: anonymous), waiting up
  * to `wait_ms` (0: not at all) for one to arrive.  On MUSTER_OK *leases is an
  * array of *count leases (possibly 0) to free with muster_leases_free.  A
- * negative worker or wait_ms is refused with MUSTER_INVALID.
+ * negative worker or wait_ms is refused with MUSTER_INVALID.  It sends no
+ * request key: muster_lease_with with opts.request NULL.
  */
 muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t worker, size_t max,
                           int64_t wait_ms, muster_lease_t **leases, size_t *count);
 void muster_leases_free(muster_lease_t *leases, size_t count);
+
+/* The longest lease request key, in characters (muster_lease_opts_t.request). */
+#define MUSTER_LEASE_KEY_MAX 128
+
+/*
+ * A lease request, for muster_lease_with and muster_complete_lease_with: an
+ * option struct ("option structs" above).  With `request` set, the request
+ * sent again after an error gets back the leases its first try made, not new
+ * ones (docs/api.md, "Retrying a lease"; docs/client.md, "Retrying a lease"):
+ * keep the key while a call fails, take a new one once a call returns
+ * MUSTER_OK.  The head records one key per worker, that of its last keyed
+ * request that leased something, so where several threads lease for one
+ * worker only the last one's retry is covered: give each its own worker.
+ */
+typedef struct {
+  size_t size;         /* set by muster_lease_opts_init ("option structs" above) */
+  const char *queue;   /* the queue to lease from: required */
+  int64_t worker;      /* a registered worker's id, or 0 (anonymous); below 0: refused */
+  size_t max;          /* lease up to this many tasks (the head takes 1 to 1000); default 1 */
+  int64_t wait_ms;     /* muster_lease_with: wait up to this long for a task; default 0
+                        * (not at all); below 0: refused.  muster_complete_lease_with never
+                        * waits and does not read it, so one struct serves both calls */
+  const char *request; /* NULL (default: no key), or this request's key: 1 to
+                        * MUSTER_LEASE_KEY_MAX characters of [A-Za-z0-9._-], with a
+                        * worker; the same on every try of one request (muster_lease_key) */
+} muster_lease_opts_t;
+
+void muster_lease_opts_init_sized(muster_lease_opts_t *opts, size_t size);
+#define muster_lease_opts_init(opts) muster_lease_opts_init_sized((opts), sizeof *(opts))
+
+/*
+ * muster_lease with its arguments in `opts` (set up by muster_lease_opts_init)
+ * and the request key when opts->request is set.  On MUSTER_OK *leases is an
+ * array of *count leases (possibly 0) to free with muster_leases_free; sent
+ * again with the same key by the same worker on the same queue, it gives the
+ * leases of that key's first try the worker still holds, the same tasks and
+ * tokens with a full lease from now, whatever `max` says.  MUSTER_INVALID,
+ * nothing sent and the message saying why, for: `opts` NULL or not set up, no
+ * queue, a negative worker or wait_ms, a key that is empty, longer than
+ * MUSTER_LEASE_KEY_MAX or has a character other than letters, digits, '.',
+ * '_' and '-', a key without a worker.  A head older than keys refuses one
+ * with MUSTER_INVALID and a message starting "request: unknown field": lease
+ * without a key from then on.
+ */
+muster_err_t muster_lease_with(muster_client_t *client, const muster_lease_opts_t *opts,
+                               muster_lease_t **leases, size_t *count);
+
+/*
+ * Writes the lease request key "INSTANCE-N" into `key` (`size` bytes; at
+ * least MUSTER_LEASE_KEY_MAX + 1 is always enough): a key of process
+ * `instance`'s request number `n`, as `muster worker` makes its keys
+ * ("INSTANCE-sSLOT-N", one counter per slot).  `instance` names this process,
+ * unique among the processes that may lease as the same worker, so that no
+ * two of them send the same key: the random id it registers with serves
+ * (muster_worker_opts_t.instance; `muster worker` takes 32 hex digits from
+ * the system's random source; up to 107 characters leave room for any `n`).
+ * `n` counts the requests the head answered: the same while a call fails,
+ * one more after a MUSTER_OK.  MUSTER_INVALID, `key` set to "" when `size`
+ * allows, for a NULL `key`, an `instance` that is NULL, empty or has a
+ * character other than letters, digits, '.', '_' and '-', or a key that
+ * would be longer than MUSTER_LEASE_KEY_MAX or not fit `size`.
+ */
+muster_err_t muster_lease_key(char *key, size_t size, const char *instance, uint64_t n);
 
 typedef struct {
   int64_t task, token;
@@ -370,7 +434,8 @@ muster_err_t muster_end_leases(muster_client_t *client, muster_end_t how, const 
  * for `worker` (0: anonymous): a worker's steady state in one round trip
  * instead of two.  It never waits: *nleases is 0 when no task was ready
  * (then long-poll with muster_lease).  On MUSTER_OK *leases is an array of
- * *nleases leases to free with muster_leases_free.
+ * *nleases leases to free with muster_leases_free.  It sends no request key:
+ * muster_complete_lease_with with opts.request NULL.
  *
  * With `updates_after` >= 0 the reply also brings the queue's broadcast
  * updates numbered above it, and *updates (then required) gets them as JSON
@@ -390,6 +455,23 @@ muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *
                                    const char *queue, int64_t worker, size_t max,
                                    int64_t updates_after, muster_lease_t **leases, size_t *nleases,
                                    char **updates);
+
+/*
+ * muster_complete_lease with the lease in `opts` (set up by
+ * muster_lease_opts_init; its wait_ms is not read) and its key when
+ * opts->request is set.  The call sent again after an error, with the same
+ * acks and key, answers its completions as repeats and its lease with the
+ * leases the first try made; a program may also complete alone
+ * (muster_complete_repeats) and then send the key with muster_lease_with,
+ * which gets those leases the same way.  MUSTER_INVALID, nothing sent, for
+ * what muster_complete_lease refuses, `opts` NULL or not set up, and a key
+ * muster_lease_with refuses.  A head older than keys refuses one with a
+ * message starting "lease.request: unknown field".
+ */
+muster_err_t muster_complete_lease_with(muster_client_t *client, const muster_ack_t *acks,
+                                        size_t count, const muster_lease_opts_t *opts,
+                                        int64_t updates_after, muster_lease_t **leases,
+                                        size_t *nleases, char **updates);
 
 /* ---- workers ---------------------------------------------------------- */
 

@@ -8,7 +8,10 @@
  * verb's own fields.  A lease's wait is added to the request timeout, so a
  * long-poll is never cut short by the client's own clock.  The combined call
  * (muster_complete_lease) is a completion body with a "lease" object added,
- * whose reply is read like a lease's.
+ * whose reply is read like a lease's.  lease_send and lease_next_send send
+ * the two from a muster_lease_opts_t, which the calls with a request key
+ * (lease_key.c) take from the caller and the calls without fill from their
+ * arguments (lease_internal.h).
  *
  * Bodies are written as text (jtext.h), a result spliced as it stands when
  * it is canonical.  A lease reply is read from the text the head writes
@@ -16,7 +19,7 @@
  * payload copied as it stands; any other form of reply is parsed into a tree
  * and read as before, so both readers give the same leases.
  */
-#include "client/client_internal.h"
+#include "client/lease_internal.h"
 #include "core/limits.h"
 
 #include <stdio.h>
@@ -313,6 +316,55 @@ static muster_err_t lease_read_reply(muster_client_t *client, const char *path,
   return err;
 }
 
+/* Appends ",\"request\":KEY" when `key` is not NULL (checked: plain ASCII). */
+static void lease_add_key(jtext_buf_t *b, const char *key) {
+  if (key == NULL)
+    return;
+  JTEXT_ADD_LITERAL(b, ",\"request\":");
+  jtext_add_string(b, key);
+}
+
+/* Writes the body of the plain lease request `o` into `b`, emptied first:
+ * {"max", "worker"?, "wait_ms"?, "request"?}. */
+static void lease_body(jtext_buf_t *b, const muster_lease_opts_t *o) {
+  jtext_reset(b);
+  JTEXT_ADD_LITERAL(b, "{\"max\":");
+  jtext_add_int(b, (int64_t)o->max);
+  if (o->worker > 0) {
+    JTEXT_ADD_LITERAL(b, ",\"worker\":");
+    jtext_add_int(b, o->worker);
+  }
+  if (o->wait_ms > 0) {
+    JTEXT_ADD_LITERAL(b, ",\"wait_ms\":");
+    jtext_add_int(b, o->wait_ms);
+  }
+  lease_add_key(b, o->request);
+  JTEXT_ADD_LITERAL(b, "}");
+}
+
+muster_err_t lease_send(muster_client_t *client, const muster_lease_opts_t *o,
+                        muster_lease_t **leases, size_t *count) {
+  char path[LEASE_PATH_MAX];
+  muster_err_t err = client_check_min(client, "worker", o->worker, 0, LEASE_WORKER_RANGE);
+  if (err == MUSTER_OK)
+    err = client_check_min(client, "wait_ms", o->wait_ms, 0,
+                           "0 or more milliseconds (0: do not wait)");
+  if (err == MUSTER_OK)
+    err = lease_key_check(client, o->request, o->worker);
+  if (err == MUSTER_OK)
+    err = client_path(client, path, sizeof path, "/v1/queues/%s/lease", o->queue);
+  if (err != MUSTER_OK)
+    return err;
+  lease_body(&client->body, o);
+  if (client->body.failed)
+    return client_fail(client, MUSTER_NOMEM, "out of memory");
+  err = client_call_text(client, "POST", path, client->body.data,
+                         (long)(o->wait_ms > 0 ? o->wait_ms : 0));
+  if (err == MUSTER_OK)
+    err = lease_read_reply(client, path, leases, count, NULL);
+  return err;
+}
+
 muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t worker, size_t max,
                           int64_t wait_ms, muster_lease_t **leases, size_t *count) {
   if (leases)
@@ -323,34 +375,13 @@ muster_err_t muster_lease(muster_client_t *client, const char *queue, int64_t wo
     return MUSTER_INVALID;
   if (queue == NULL || leases == NULL || count == NULL)
     return client_fail(client, MUSTER_INVALID, "a queue and places for the leases are required");
-  char path[LEASE_PATH_MAX];
-  muster_err_t err = client_check_min(client, "worker", worker, 0, LEASE_WORKER_RANGE);
-  if (err == MUSTER_OK)
-    err =
-        client_check_min(client, "wait_ms", wait_ms, 0, "0 or more milliseconds (0: do not wait)");
-  if (err == MUSTER_OK)
-    err = client_path(client, path, sizeof path, "/v1/queues/%s/lease", queue);
-  if (err != MUSTER_OK)
-    return err;
-  jtext_buf_t *b = &client->body;
-  jtext_reset(b);
-  JTEXT_ADD_LITERAL(b, "{\"max\":");
-  jtext_add_int(b, (int64_t)max);
-  if (worker > 0) {
-    JTEXT_ADD_LITERAL(b, ",\"worker\":");
-    jtext_add_int(b, worker);
-  }
-  if (wait_ms > 0) {
-    JTEXT_ADD_LITERAL(b, ",\"wait_ms\":");
-    jtext_add_int(b, wait_ms);
-  }
-  JTEXT_ADD_LITERAL(b, "}");
-  if (b->failed)
-    return client_fail(client, MUSTER_NOMEM, "out of memory");
-  err = client_call_text(client, "POST", path, b->data, (long)(wait_ms > 0 ? wait_ms : 0));
-  if (err == MUSTER_OK)
-    err = lease_read_reply(client, path, leases, count, NULL);
-  return err;
+  muster_lease_opts_t o;
+  muster_lease_opts_init(&o);
+  o.queue = queue;
+  o.worker = worker;
+  o.max = max;
+  o.wait_ms = wait_ms;
+  return lease_send(client, &o, leases, count);
 }
 
 /* ---- acknowledgements ---------------------------------------------------- */
@@ -625,56 +656,89 @@ muster_err_t muster_flag(muster_client_t *client, const muster_ack_t *acks, size
 
 /* ---- complete and lease the next tasks ------------------------------------ */
 
-/* Checks muster_complete_lease's arguments; MUSTER_OK or MUSTER_INVALID with
- * the message set. */
+/* Checks muster_complete_lease's arguments (the lease's in `o`); MUSTER_OK
+ * or MUSTER_INVALID with the message set. */
 static muster_err_t next_check(muster_client_t *client, const muster_ack_t *acks, size_t count,
-                               const char *queue, int64_t worker, size_t max, int64_t updates_after,
+                               const muster_lease_opts_t *o, int64_t updates_after,
                                muster_lease_t **leases, size_t *nleases, char **updates) {
   if (acks == NULL || count == 0)
     return client_fail(client, MUSTER_INVALID,
                        "acks are required (with nothing to complete, lease with muster_lease)");
-  if (queue == NULL)
+  if (o->queue == NULL)
     return client_fail(client, MUSTER_INVALID, "a queue to lease from is required");
   if (leases == NULL || nleases == NULL)
     return client_fail(client, MUSTER_INVALID, "places for the leases are required");
-  if (max == 0 || max > TASK_MAX_BATCH)
-    return client_fail(client, MUSTER_INVALID, "max: %zu, expected 1 to %d", max, TASK_MAX_BATCH);
-  if (worker < 0)
-    return client_check_min(client, "worker", worker, 0, LEASE_WORKER_RANGE);
+  if (o->max == 0 || o->max > TASK_MAX_BATCH)
+    return client_fail(client, MUSTER_INVALID, "max: %zu, expected 1 to %d", o->max,
+                       TASK_MAX_BATCH);
+  if (o->worker < 0)
+    return client_check_min(client, "worker", o->worker, 0, LEASE_WORKER_RANGE);
   if (updates_after >= 0 && updates == NULL)
     return client_fail(client, MUSTER_INVALID,
                        "updates_after %lld asks for updates: a place for them is required",
                        (long long)updates_after);
-  return MUSTER_OK;
+  return lease_key_check(client, o->request, o->worker);
 }
 
-/* Appends the "lease" object {"queue", "max", "worker"?, "updates_after"?}
- * and closes the body. */
-static muster_err_t next_add_lease(muster_client_t *client, jtext_buf_t *b, const char *queue,
-                                   int64_t worker, size_t max, int64_t updates_after) {
+/* Appends the "lease" object {"queue", "max", "worker"?, "updates_after"?,
+ * "request"?} and closes the body. */
+static muster_err_t next_add_lease(muster_client_t *client, jtext_buf_t *b,
+                                   const muster_lease_opts_t *o, int64_t updates_after) {
   JTEXT_ADD_LITERAL(b, ",\"lease\":{\"queue\":");
-  if (!jtext_add_string(b, queue))
+  if (!jtext_add_string(b, o->queue))
     return client_fail(client, MUSTER_INVALID, "queue: not valid UTF-8");
   JTEXT_ADD_LITERAL(b, ",\"max\":");
-  jtext_add_int(b, (int64_t)max);
-  if (worker > 0) {
+  jtext_add_int(b, (int64_t)o->max);
+  if (o->worker > 0) {
     JTEXT_ADD_LITERAL(b, ",\"worker\":");
-    jtext_add_int(b, worker);
+    jtext_add_int(b, o->worker);
   }
   if (updates_after >= 0) {
     JTEXT_ADD_LITERAL(b, ",\"updates_after\":");
     jtext_add_int(b, updates_after);
   }
+  lease_add_key(b, o->request);
   JTEXT_ADD_LITERAL(b, "}}");
   return b->failed ? client_fail(client, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+}
+
+/* Writes the combined call's body for `acks` and the lease `o` into `b`. */
+static muster_err_t next_body(muster_client_t *client, const muster_ack_t *acks, size_t count,
+                              const muster_lease_opts_t *o, int64_t updates_after, jtext_buf_t *b) {
+  muster_err_t err = ack_body(client, acks, count, ack_complete_fields, b);
+  if (err == MUSTER_OK)
+    err = next_add_lease(client, b, o, updates_after);
+  return err;
+}
+
+/* muster_complete_lease's arguments as the lease options they are. */
+static muster_lease_opts_t next_opts(const char *queue, int64_t worker, size_t max) {
+  muster_lease_opts_t o;
+  muster_lease_opts_init(&o);
+  o.queue = queue;
+  o.worker = worker;
+  o.max = max;
+  return o;
 }
 
 muster_err_t lease_next_body(muster_client_t *client, const muster_ack_t *acks, size_t count,
                              const char *queue, int64_t worker, size_t max, int64_t updates_after,
                              jtext_buf_t *b) {
-  muster_err_t err = ack_body(client, acks, count, ack_complete_fields, b);
+  muster_lease_opts_t o = next_opts(queue, worker, max);
+  return next_body(client, acks, count, &o, updates_after, b);
+}
+
+muster_err_t lease_next_send(muster_client_t *client, const muster_ack_t *acks, size_t count,
+                             const muster_lease_opts_t *o, int64_t updates_after,
+                             muster_lease_t **leases, size_t *nleases, char **updates) {
+  static const char path[] = "/v1/leases/complete";
+  muster_err_t err = next_check(client, acks, count, o, updates_after, leases, nleases, updates);
   if (err == MUSTER_OK)
-    err = next_add_lease(client, b, queue, worker, max, updates_after);
+    err = next_body(client, acks, count, o, updates_after, &client->body);
+  if (err == MUSTER_OK)
+    err = client_call_text(client, "POST", path, client->body.data, 0);
+  if (err == MUSTER_OK)
+    err = lease_read_reply(client, path, leases, nleases, updates_after >= 0 ? updates : NULL);
   return err;
 }
 
@@ -690,14 +754,6 @@ muster_err_t muster_complete_lease(muster_client_t *client, const muster_ack_t *
     *updates = NULL;
   if (client == NULL)
     return MUSTER_INVALID;
-  static const char path[] = "/v1/leases/complete";
-  muster_err_t err =
-      next_check(client, acks, count, queue, worker, max, updates_after, leases, nleases, updates);
-  if (err == MUSTER_OK)
-    err = lease_next_body(client, acks, count, queue, worker, max, updates_after, &client->body);
-  if (err == MUSTER_OK)
-    err = client_call_text(client, "POST", path, client->body.data, 0);
-  if (err == MUSTER_OK)
-    err = lease_read_reply(client, path, leases, nleases, updates_after >= 0 ? updates : NULL);
-  return err;
+  muster_lease_opts_t o = next_opts(queue, worker, max);
+  return lease_next_send(client, acks, count, &o, updates_after, leases, nleases, updates);
 }
