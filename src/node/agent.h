@@ -40,6 +40,8 @@ typedef struct {
    * report names the instance it registers with. */
   int64_t worker_id;
   char instance[NODE_WORKER_INSTANCE_MAX];
+  int64_t gone_id; /* the worker id the head had ended already, after which the report
+                    * went on by instance (a worker registered anew), or 0 */
   int slot, pid;   /* which of the agent's workers it was, for the log */
   int64_t died_ms; /* monotonic time the agent saw it die */
   int tries;       /* times it was sent */

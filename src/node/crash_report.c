@@ -11,6 +11,8 @@
  * all) is named by the instance the agent gave it to register with:
  * `DELETE /v1/workers?instance=I&crashed=true` ends the worker that
  * instance registered, if one did ("id": null when none: nothing to end).
+ * So does a report by id that finds the id gone on the head (crash_send_one:
+ * the worker may have registered anew, and died before it told that id).
  * A report is done once the head answered it, whatever it said (200, or
  * worker_not_found: it had ended the worker already, by a timeout).  One
  * that got no answer from the head (the network, a timeout, a 5xx: the head
@@ -78,10 +80,14 @@ void crash_queue_init(node_agent_t *a) {
 
 /* Names the worker of report `r` for the log: "worker 7" (its worker id),
  * or for one that died before it told its id, the agent's worker and the
- * instance that names it on the head. */
+ * instance that names it on the head (after the id it had before, when the
+ * head had ended that one: crash_send_one). */
 static void crash_label(const crash_report_t *r, char *buf, size_t size) {
   if (r->worker_id > 0)
     snprintf(buf, size, "worker %lld", (long long)r->worker_id);
+  else if (r->gone_id > 0)
+    snprintf(buf, size, "worker %lld, or the worker its instance %s registered since (pid %d)",
+             (long long)r->gone_id, r->instance, r->pid);
   else
     snprintf(buf, size, "worker %d (pid %d, instance %s, which died before it told its worker id)",
              r->slot + 1, r->pid, r->instance);
@@ -181,29 +187,34 @@ static void crash_lapsed(long long released, char *buf, size_t size) {
     snprintf(buf, size, " (%lld lease%s lapsed)", released, released == 1 ? "" : "s");
 }
 
-/* Says how the head took the report of worker `r` by its id (`err`: OK or
- * worker_not_found), which had to wait: `when` says how long. */
-static void crash_log_by_id(const node_agent_t *a, const crash_report_t *r, muster_err_t err,
-                            const char *when, long long released) {
-  long long id = (long long)r->worker_id;
+/* Says how the head took the report of worker `id` by its id, which had to
+ * wait (`when` says how long): it ended it, or had already (`gone`). */
+static void crash_log_by_id(const node_agent_t *a, long long id, bool gone, const char *when,
+                            long long released) {
   char lapsed[48];
   crash_lapsed(released, lapsed, sizeof lapsed);
-  if (err == MUSTER_WORKER_NOT_FOUND)
+  if (gone)
     agent_log(a, "reported the crash of worker %lld%s: the head had ended it already (a timeout)",
               id, when);
   else
     agent_log(a, "reported the crash of worker %lld%s: the head ended it%s", id, when, lapsed);
 }
 
-/* Says how the head took the report of worker `r`, which died before it told
- * its id, by its instance (said always: no other line says what became of
- * it on the head): it ended worker `id`, or none was active (0).  `when`
- * says how long the report waited, "" when it did not. */
+/* Says how the head took the report of worker `r` by its instance, which
+ * ended worker `id` (0: none was active); said always, as no other line
+ * says what became of that worker on the head.  `when` says how long the
+ * report waited, "" when it did not. */
 static void crash_log_by_instance(const node_agent_t *a, const crash_report_t *r, const char *when,
                                   long long id, long long released) {
   char lapsed[48];
   crash_lapsed(released, lapsed, sizeof lapsed);
-  if (id > 0)
+  if (r->gone_id > 0) /* it ended one: crash_log_answer */
+    agent_log(a,
+              "reported the crash of worker %lld%s: the head had ended that id already, but the "
+              "worker had registered again, as worker %lld, and died before it told that id; "
+              "the head ended worker %lld by its instance %s%s",
+              (long long)r->gone_id, when, id, id, r->instance, lapsed);
+  else if (id > 0)
     agent_log(a,
               "reported the crash of worker %d (pid %d), which died before it told its worker "
               "id, by its instance %s%s: the head ended worker %lld, which it had registered%s",
@@ -218,9 +229,9 @@ static void crash_log_by_instance(const node_agent_t *a, const crash_report_t *r
 }
 
 /* Says how the head took report `r` (just answered with `err`), when there
- * is something to say: every refusal, every answer to a report by instance,
- * and every answer to a report that had to wait (`q->failing`: a report
- * failed since the queue was last empty). */
+ * is something to say: every refusal, every report by instance that ended a
+ * worker or was one from the start, and every answer to a report that had
+ * to wait (`q->failing`: a report failed since the queue was last empty). */
 static void crash_log_answer(node_agent_t *a, const crash_report_t *r, muster_err_t err,
                              const char *reply, muster_client_t *client) {
   if (err != MUSTER_OK && err != MUSTER_WORKER_NOT_FOUND) {
@@ -236,23 +247,49 @@ static void crash_log_answer(node_agent_t *a, const crash_report_t *r, muster_er
              r->tries == 1 ? "y" : "ies", (double)(agent_now_ms() - r->died_ms) / 1000);
   long long id, released;
   crash_read_reply(reply, &id, &released);
-  if (r->worker_id == 0)
+  bool gone_only = r->gone_id > 0 && id == 0; /* by id, then by instance: nothing more */
+  if (r->worker_id == 0 && !gone_only)
     crash_log_by_instance(a, r, when, id, released);
   else if (a->crashes.failing)
-    crash_log_by_id(a, r, err, when, released);
+    crash_log_by_id(a, gone_only ? (long long)r->gone_id : (long long)r->worker_id,
+                    gone_only || err == MUSTER_WORKER_NOT_FOUND, when, released);
 }
 
-/* Sends report `r` (lock not held); true when the head answered it, false
- * with the error in *err and its message in the client. */
-static bool crash_send_one(node_agent_t *a, muster_client_t *client, crash_report_t *r,
-                           muster_err_t *err) {
-  char path[160], *reply = NULL;
+/* Sends report `r` once (lock not held): by id, or by instance when there is
+ * none; the head's reply in *reply (muster_free). */
+static muster_err_t crash_request(muster_client_t *client, const crash_report_t *r, char **reply) {
+  char path[160];
   if (r->worker_id > 0)
     snprintf(path, sizeof path, "/v1/workers/%lld?crashed=true", (long long)r->worker_id);
   else /* an instance is letters, digits, '.', '_' and '-': nothing to escape */
     snprintf(path, sizeof path, "/v1/workers?instance=%s&crashed=true", r->instance);
+  *reply = NULL;
+  return muster_request(client, "DELETE", path, NULL, reply);
+}
+
+/*
+ * Sends report `r` (lock not held); true when the head answered it, false
+ * with the error in *err and its message in the client.  A head that had
+ * ended the worker of that id already (its timeout, or its node's) may have
+ * heard from it since: a worker the head forgot registers anew, under
+ * another id, and may have died before it told the agent that one.  So the
+ * report goes on by the worker's instance, which names the new one if there
+ * is one (and names it at once should the report be sent again); a head that
+ * refuses that (one older than the call) leaves the answer as it was.
+ */
+static bool crash_send_one(node_agent_t *a, muster_client_t *client, crash_report_t *r,
+                           muster_err_t *err) {
+  char *reply = NULL;
   r->tries++;
-  *err = muster_request(client, "DELETE", path, NULL, &reply);
+  *err = crash_request(client, r, &reply);
+  if (*err == MUSTER_WORKER_NOT_FOUND && r->worker_id > 0 && r->instance[0] != '\0') {
+    r->gone_id = r->worker_id;
+    r->worker_id = 0;
+    muster_free(reply);
+    *err = crash_request(client, r, &reply);
+    if (!crash_unanswered(*err) && *err != MUSTER_OK)
+      *err = MUSTER_WORKER_NOT_FOUND; /* refused: as the head answered the id */
+  }
   bool answered = !crash_unanswered(*err);
   if (answered)
     crash_log_answer(a, r, *err, reply, client);

@@ -100,6 +100,41 @@ class WorkerKilledBeforeItToldItsIdTest(HeldWorkerCase):
         self.assertEqual(self.worker(worker_id2)["state"], "gone")
 
 
+class WorkerKilledBeforeItToldItsNewIdTest(HeldWorkerCase):
+    """The head forgot a worker (here a goodbye sent for it; a timeout does the same), which
+    registered anew under another id and died before it told the agent that one: the report
+    by its old id finds it gone, and goes on by its instance, which names the new one."""
+
+    def test_the_head_ends_the_worker_it_registered_anew(self):
+        r = self.head.request("PUT", "/v1/queues/q", {})
+        self.assertEqual(r.status, 201, r)
+        a = self.start_agent()
+        pid, first_id, instance = self.holding(a)
+        open(self.gate, "w").close()  # let it go on: it tells the agent, and leases
+        harness.wait_until(lambda: re.search(r"^worker 1 \(pid %d\): muster worker: \S+ \(id %d\) "
+                                             r"on queue q" % (pid, first_id), a.log(), re.M),
+                           what=lambda: "the worker running:\n" + a.log())
+        os.unlink(self.gate)
+        r = self.head.request("DELETE", "/v1/workers/%d" % first_id)
+        self.assertEqual(r.status, 200, r)
+        # Its next lease request finds it gone: it registers again, and holds.
+        held_pid, second_id, held_instance = self.holding(a, 2)
+        self.assertEqual((held_pid, held_instance), (pid, instance))
+        self.assertNotEqual(second_id, first_id)
+        self.assertEqual(self.worker(second_id)["state"], "active")
+        os.kill(pid, signal.SIGKILL)
+        self.wait_gone(second_id)
+        said = ("muster node: reported the crash of worker %d: the head had ended that id "
+                "already, but the worker had registered again, as worker %d, and died before it "
+                "told that id; the head ended worker %d by its instance %s (0 leases lapsed)\n"
+                % (first_id, second_id, second_id, instance))
+        harness.wait_until(lambda: said in a.log(), what=lambda: "the agent's line:\n" + a.log())
+        self.assertIn("muster node: worker 1 (pid %d, worker id %d) crashed" % (pid, first_id),
+                      a.log())
+        self.assertNotIn("timed out", self.head.log())
+        a.stop_checked()
+
+
 class WorkerKilledBeforeItToldItsIdWhileHeadAwayTest(HeldWorkerCase):
     """The report by instance waits for the head like a report by id: kept, sent again,
     and answered once the head is back; one of a worker that never registered finds
