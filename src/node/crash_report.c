@@ -9,7 +9,7 @@
  * before it told the agent its id (between the head's answer to its
  * registration and its line on the report pipe, or before it registered at
  * all) is named by the instance the agent gave it to register with:
- * `DELETE /v1/workers?instance=I&crashed=true` ends the worker that
+ * `DELETE /v1/workers/instance/I?crashed=true` ends the worker that
  * instance registered, if one did ("id": null when none: nothing to end).
  * So does a report by id that finds the id gone on the head (crash_send_one:
  * the worker may have registered anew, and died before it told that id).
@@ -262,7 +262,7 @@ static muster_err_t crash_request(muster_client_t *client, const crash_report_t 
   if (r->worker_id > 0)
     snprintf(path, sizeof path, "/v1/workers/%lld?crashed=true", (long long)r->worker_id);
   else /* an instance is letters, digits, '.', '_' and '-': nothing to escape */
-    snprintf(path, sizeof path, "/v1/workers?instance=%s&crashed=true", r->instance);
+    snprintf(path, sizeof path, "/v1/workers/instance/%s?crashed=true", r->instance);
   *reply = NULL;
   return muster_request(client, "DELETE", path, NULL, reply);
 }

@@ -34,9 +34,10 @@
  * agent therefore chooses the instance each worker process registers with
  * (MUSTER_WORKER_INSTANCE: the agent's instance, the slot and the slot's
  * start count, never the same twice), and reports such a crash by that
- * instance (`DELETE /v1/workers?instance=I&crashed=true`, crash_report.c).  Restarts back off from
- * NODE_BACKOFF_MIN_MS, doubling per quick death, up to NODE_BACKOFF_MAX_MS; a worker that lived
- * NODE_STABLE_MS counts as healthy again.
+ * instance (`DELETE /v1/workers/instance/I?crashed=true`, crash_report.c).
+ * Restarts back off from NODE_BACKOFF_MIN_MS, doubling per quick death, up
+ * to NODE_BACKOFF_MAX_MS; a worker that lived NODE_STABLE_MS counts as
+ * healthy again.
  */
 #include "node/agent.h"
 #include "node/cache.h"

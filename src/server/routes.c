@@ -471,20 +471,18 @@ static void h_worker_bye(http_req_t *r) {
     reply_or_fail(r, 200, worker_leave(ST(r), id, crashed, &f), &f);
 }
 
-/* DELETE /v1/workers?instance=I: the goodbye, or with crashed=true the crash
- * report, of the worker that a registration with instance I made, for a node
- * agent whose worker process died before it told the agent its id.  None
- * active is no error (the process may have died before it registered). */
+/* DELETE /v1/workers/instance/{instance}: the goodbye, or with crashed=true
+ * the crash report, of the worker that a registration with that instance
+ * made, for a node agent whose worker process died before it told the agent
+ * its id.  None active is no error (the process may have died before it
+ * registered). */
 static void h_worker_bye_instance(http_req_t *r) {
   fail_t f = {0};
   bool crashed;
-  const char *instance = http_query(r, "instance");
-  if (instance == NULL)
-    fail_set(&f, MUSTER_INVALID,
-             "query instance: missing; this call ends the worker registered with that instance "
-             "(DELETE /v1/workers/{id} ends one by its id)");
-  else if (!name_is_valid(instance))
-    fail_set(&f, MUSTER_INVALID, "query instance: '%.140s' is invalid: " NAME_RULE_TEXT, instance);
+  const char *instance = r->params[0];
+  if (!name_is_valid(instance))
+    fail_set(&f, MUSTER_INVALID, "instance '%.140s' is invalid: " NAME_RULE_TEXT,
+             instance ? instance : "");
   if (f.code || query_crashed(r, &crashed, &f)) {
     http_reply_fail(r, &f);
     return;
@@ -519,8 +517,8 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/workers", h_worker_list, true, 0, 0},
     {"GET", "/v1/workers/{}", h_worker_get, true, 0, 0},
     {"POST", "/v1/workers/{}/heartbeat", h_worker_heartbeat, true, 0, 0},
-    {"DELETE", "/v1/workers", h_worker_bye_instance, true, 0, HTTP_NO_FIELDS},
     {"DELETE", "/v1/workers/{}", h_worker_bye, true, 0, HTTP_NO_FIELDS},
+    {"DELETE", "/v1/workers/instance/{}", h_worker_bye_instance, true, 0, HTTP_NO_FIELDS},
     {"GET", "/v1/leaderboard", h_leaderboard, true, 0, 0},
     {"POST", "/v1/iterations", iter_h_create, true, 0, 0},
     {"GET", "/v1/iterations", iter_h_list, true, 0, 0},

@@ -1,6 +1,6 @@
 """A worker process that dies between its registration and telling its node agent its
 worker id (docs/node.md, "Workers under supervision"; docs/api.md, `DELETE
-/v1/workers?instance=I`).
+/v1/workers/instance/{instance}`).
 
 The agent gives each worker process the instance it registers with
 (MUSTER_WORKER_INSTANCE: the agent's instance, the slot, the slot's start count), so a
@@ -190,7 +190,7 @@ READ_TOKEN = "read-only-token-wi"
 
 
 class EndByInstanceTest(ApiTestCase):
-    """DELETE /v1/workers?instance=I (docs/api.md)."""
+    """DELETE /v1/workers/instance/{instance} (docs/api.md)."""
     head_args = ("--sweep-ms", "50", "--worker-timeout-ms", "300000",
                  "--dashboard-token", READ_TOKEN)
 
@@ -206,56 +206,53 @@ class EndByInstanceTest(ApiTestCase):
         other = self.register(instance="inst-other")["id"]
         w = self.register(instance="inst-a.1-1")["id"]
         task = self.lease_one(w)
-        r = self.expect("DELETE", "/v1/workers?instance=inst-a.1-1&crashed=true")
+        r = self.expect("DELETE", "/v1/workers/instance/inst-a.1-1?crashed=true")
         self.assertEqual(r, {"id": w, "released": 1, "instance": "inst-a.1-1"})
         self.assertEqual(self.expect("GET", "/v1/workers/%d" % w)["state"], "gone")
         self.assertEqual(self.expect("GET", "/v1/workers/%d" % other)["state"], "active")
         t = self.expect("GET", "/v1/tasks/%d" % task)
         self.assertEqual((t["state"], t["error"], t["attempts"]), ("queued", "worker crashed", 1))
         # Sent again (its answer lost), or for a worker gone already: nothing to end.
-        r = self.expect("DELETE", "/v1/workers?instance=inst-a.1-1&crashed=true")
+        r = self.expect("DELETE", "/v1/workers/instance/inst-a.1-1?crashed=true")
         self.assertEqual(r, {"id": None, "released": 0, "instance": "inst-a.1-1"})
         # The instance registers anew: the call ends that worker, the active one.
         again = self.register(instance="inst-a.1-1")["id"]
         self.assertNotEqual(again, w)
-        r = self.expect("DELETE", "/v1/workers?instance=inst-a.1-1&crashed=true")
+        r = self.expect("DELETE", "/v1/workers/instance/inst-a.1-1?crashed=true")
         self.assertEqual(r["id"], again)
 
     def test_no_worker_registered_with_it(self):
-        r = self.expect("DELETE", "/v1/workers?crashed=true&instance=never-registered")
+        r = self.expect("DELETE", "/v1/workers/instance/never-registered?crashed=true")
         self.assertEqual(r, {"id": None, "released": 0, "instance": "never-registered"})
 
     def test_without_crashed_it_is_a_goodbye(self):
         self.create_queue(max_attempts=5, backoff_ms=0)
         w = self.register(instance="inst-bye")["id"]
         task = self.lease_one(w)
-        r = self.expect("DELETE", "/v1/workers?instance=inst-bye")
+        r = self.expect("DELETE", "/v1/workers/instance/inst-bye")
         self.assertEqual(r, {"id": w, "released": 1, "instance": "inst-bye"})
         t = self.expect("GET", "/v1/tasks/%d" % task)
         self.assertEqual((t["state"], t["attempts"]), ("queued", 0))
 
     def test_bad_input(self):
         w = self.register(instance="inst-kept")["id"]
-        for query, words in (
-                ("", "query instance: missing; this call ends the worker registered with "
-                     "that instance (DELETE /v1/workers/{id} ends one by its id)"),
-                ("?crashed=true", "query instance: missing"),
-                ("?instance=", "query instance: '' is invalid: use 1 to 128 characters"),
-                ("?instance=a%2Fb", "query instance: 'a/b' is invalid: use 1 to 128"),
-                ("?instance=a%20b&crashed=true", "query instance: 'a b' is invalid"),
-                ("?instance=" + "x" * 129, "query instance: '%s' is invalid" % ("x" * 129)),
-                ("?instance=inst-kept&crashed=yes",
+        for path, words in (
+                ("/v1/workers/instance/", "instance '' is invalid: use 1 to 128 characters of "
+                                          "letters, digits, '.', '_' and '-'"),
+                ("/v1/workers/instance/a%2Fb", "instance 'a/b' is invalid: use 1 to 128"),
+                ("/v1/workers/instance/a%20b?crashed=true", "instance 'a b' is invalid"),
+                ("/v1/workers/instance/" + "x" * 129, "instance '%s' is invalid" % ("x" * 129)),
+                ("/v1/workers/instance/inst-kept?crashed=yes",
                  "query crashed: 'yes' is not true or false")):
-            with self.subTest(query=query):
-                r = self.expect_error("DELETE", "/v1/workers" + query, None, 400,
-                                      "invalid_argument")
+            with self.subTest(path=path):
+                r = self.expect_error("DELETE", path, None, 400, "invalid_argument")
                 self.assertIn(words, r.json["error"]["message"])
-        r = self.expect_error("DELETE", "/v1/workers?instance=inst-kept", {"id": w}, 400,
+        r = self.expect_error("DELETE", "/v1/workers/instance/inst-kept", {"id": w}, 400,
                               "invalid_argument")
         # The admin token only, as for the goodbye by id.
-        self.expect_error("DELETE", "/v1/workers?instance=inst-kept", None, 401, "unauthorized",
+        self.expect_error("DELETE", "/v1/workers/instance/inst-kept", None, 401, "unauthorized",
                           token=None)
-        self.expect_error("DELETE", "/v1/workers?instance=inst-kept", None, 403, "forbidden",
+        self.expect_error("DELETE", "/v1/workers/instance/inst-kept", None, 403, "forbidden",
                           token=READ_TOKEN)
         self.assertEqual(self.expect("GET", "/v1/workers/%d" % w)["state"], "active")
 
@@ -298,7 +295,7 @@ class HandStartedWorkerTest(unittest.TestCase):
         self.worker(["sh", "-c", 'printf "%s" "${MUSTER_WORKER_INSTANCE-unset}"'], "by-hand.7")
         [w] = harness.wait_until(self.active, timeout=20, what="the worker registered")
         self.assertEqual(self.run_task(), "unset")  # not passed on to its commands
-        r = self.head.request("DELETE", "/v1/workers?instance=by-hand.7&crashed=true")
+        r = self.head.request("DELETE", "/v1/workers/instance/by-hand.7?crashed=true")
         self.assertEqual((r.status, r.json["id"]), (200, w["id"]), r)
 
     def test_a_random_instance_without_it(self):
