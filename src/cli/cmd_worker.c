@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "cli/worker.h"
 #include "core/deadline.h"
+#include "core/names.h"
 #include "core/url.h"
 
 #include <errno.h>
@@ -222,6 +223,31 @@ static void worker_make_instance(worker_t *w) {
     snprintf(w->instance + 2 * i, 3, "%02x", rnd[i]);
 }
 
+/*
+ * The id this process registers with: the one its node agent chose
+ * (MUSTER_WORKER_INSTANCE), so that the agent can name the worker to the
+ * head should it die before it told the agent its worker id (docs/node.md),
+ * else a random one (a worker started by hand).  The variable is taken out
+ * of the commands' environment, as the report pipe is.  CLI_OK, or the usage
+ * error of a value that cannot be an instance.
+ */
+static int worker_take_instance(cli_args_t *args, worker_t *w) {
+  const char *given = getenv("MUSTER_WORKER_INSTANCE");
+  if (given == NULL || given[0] == '\0') {
+    worker_make_instance(w);
+  } else if (strlen(given) < sizeof w->instance && name_is_valid(given)) {
+    snprintf(w->instance, sizeof w->instance, "%s", given);
+  } else {
+    return cli_usage_error(args->cmd,
+                           "MUSTER_WORKER_INSTANCE '%.140s': use 1 to %zu characters of letters, "
+                           "digits, '.', '_' and '-' (a node agent sets it for the workers it "
+                           "starts; unset, a worker makes a random one)",
+                           given, sizeof w->instance - 1);
+  }
+  unsetenv("MUSTER_WORKER_INSTANCE");
+  return CLI_OK;
+}
+
 /* Reads --concurrency, --max-tasks and --timeout-ms; CLI_OK, or the usage
  * error of the first that is refused. */
 static int worker_read_limits(cli_args_t *args, worker_t *w) {
@@ -283,11 +309,12 @@ static int worker_check_runner(cli_args_t *args, worker_t *w) {
 
 /* Reads the options into the worker's settings. */
 static int worker_configure(cli_args_t *args, worker_t *w) {
-  worker_make_instance(w);
   w->queue = cli_opt(args, "queue");
   if (w->queue == NULL)
     return cli_usage_error(args->cmd, "'worker' needs --queue Q");
-  int rc = worker_read_limits(args, w);
+  int rc = worker_take_instance(args, w);
+  if (rc == CLI_OK)
+    rc = worker_read_limits(args, w);
   worker_read_options(args, w);
   const char *problem = w->cache_url ? url_head_problem(w->cache_url) : NULL;
   if (rc == CLI_OK && problem != NULL)

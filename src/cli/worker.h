@@ -52,7 +52,10 @@ struct worker {
   const char *token;
   const char *nickname;
   const char *node;
-  char instance[33]; /* random id of this process: a registration sent again finds its worker */
+  /* This process's id for its registrations (a registration sent again finds
+   * its worker): its node agent's choice (MUSTER_WORKER_INSTANCE), else
+   * random; 32 characters at most (NODE_WORKER_INSTANCE_MAX, src/node). */
+  char instance[33];
   char **cmd;        /* NULL-terminated argv of the command */
   int concurrency;
   int json_result;              /* parse stdout as JSON */

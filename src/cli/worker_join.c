@@ -74,6 +74,38 @@ static void worker_tell_agent(worker_t *w, int64_t id) {
     fprintf(stderr, "muster worker: cannot tell the node agent our id: %s\n", strerror(errno));
 }
 
+/* Whether SIGINT, SIGTERM or SIGHUP waits (blocked: worker_wait takes it). */
+static bool worker_stop_pending(void) {
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1 ||
+         sigismember(&pending, SIGHUP) == 1;
+}
+
+/*
+ * For tests only (test_worker_instance.py): with MUSTER_TEST_HOLD_REGISTERED
+ * set to a path, a worker that has registered as worker `id` (the first time,
+ * or anew) says so and then waits, before it tells its node agent the id,
+ * until that path exists or a stop signal comes (left pending for
+ * worker_wait: the SIGHUP of its agent's death ends the worker as ever).  A
+ * test kills it there: the one moment where only the instance its agent gave
+ * it names it on the head.
+ */
+static void worker_test_hold(const worker_t *w, int64_t id) {
+  const char *path = getenv("MUSTER_TEST_HOLD_REGISTERED");
+  if (path == NULL || path[0] == '\0')
+    return;
+  fprintf(stderr,
+          "muster worker: MUSTER_TEST_HOLD_REGISTERED: registered as worker %lld (instance %s); "
+          "waiting for %s to exist before telling the node agent (for tests only)\n",
+          (long long)id, w->instance, path);
+  while (access(path, F_OK) != 0 && !worker_stop_pending()) {
+    struct timespec step = {0, 20 * 1000000L};
+    nanosleep(&step, NULL);
+  }
+}
+
 /*
  * Why the head has no worker `old_id`, from its worker_not_found message
  * `said`, into `buf`.  A worker it holds as gone ("is gone (": it said bye or
@@ -145,6 +177,7 @@ muster_err_t worker_reregister(worker_t *w, muster_client_t *client, int64_t old
       pthread_mutex_lock(&w->lock);
       worker_take_registration(w, &reg, sent);
       pthread_mutex_unlock(&w->lock);
+      worker_test_hold(w, id);
       worker_tell_agent(w, id);
     }
   }
@@ -307,6 +340,7 @@ static int worker_make_clients(worker_t *w) {
 /* Registered: tells the agent, reads an older head's timeout, makes the
  * handles and starts the heartbeat; 0, or -1 after saying why not. */
 static int worker_start_beating(worker_t *w, muster_client_t *client) {
+  worker_test_hold(w, w->id);
   worker_tell_agent(w, w->id);
   worker_read_timeout(w, client);    /* an older head's: the registration did not say it */
   atomic_store(&w->lease_ms, 60000); /* until the queue is read (it may not exist yet) */

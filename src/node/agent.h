@@ -27,9 +27,22 @@ struct json_t;
 /* A worker process's output pipe, read and tagged by the agent (worker_log.c). */
 typedef struct wlog wlog_t;
 
+/* The instance the agent gives each worker process it starts, which the
+ * worker registers with (MUSTER_WORKER_INSTANCE): "AGENT-SLOT-START", the
+ * agent's own instance (16 hex digits), the worker's slot from 1 (at most
+ * NODE_MAX_WORKERS) and the slot's start count, 32 characters at most, as
+ * `muster worker` takes (src/cli/worker.h). */
+#define NODE_WORKER_INSTANCE_MAX 33
+
 /* A worker's crash, waiting for the head to hear of it (crash_report.c). */
 typedef struct {
+  /* The worker's id, 0 when it died before it told the agent: then the
+   * report names the instance it registers with. */
   int64_t worker_id;
+  char instance[NODE_WORKER_INSTANCE_MAX];
+  int64_t gone_id; /* the worker id the head had ended already, after which the report
+                    * went on by instance (a worker registered anew), or 0 */
+  int slot, pid;   /* which of the agent's workers it was, for the log */
   int64_t died_ms; /* monotonic time the agent saw it die */
   int tries;       /* times it was sent */
 } crash_report_t;
@@ -43,10 +56,9 @@ typedef struct {
   size_t capacity;     /* reports kept at most: CRASH_QUEUE_MAX (less for a test) */
   size_t first, count; /* the oldest's place, and how many */
   /* The reports pushed out of a full queue since it was last empty, said
-   * once it empties or at the stop: how many, and the first and last of
-   * their workers. */
+   * once it empties or at the stop: how many, and the first and last. */
   size_t dropped;
-  int64_t first_dropped, last_dropped;
+  crash_report_t first_dropped, last_dropped;
   /* The background thread's, under the lock too: */
   bool held;    /* the head did not answer the front one: wait for the thread's
                  * next call to the head (crash_retry) */
@@ -66,6 +78,8 @@ typedef struct node_worker {
   char report[64]; /* a partial "worker ID" line */
   size_t report_len;
   int64_t worker_id;  /* the id it registered with, 0 before it said */
+  char instance[NODE_WORKER_INSTANCE_MAX]; /* the current process's instance */
+  unsigned starts;                         /* processes started in this slot so far */
   int64_t started_ms; /* monotonic start time of the current process */
   int quick_deaths;   /* deaths in a row within NODE_STABLE_MS of the start */
   int signalled;      /* we sent it a stop signal: its death is no crash */
@@ -142,8 +156,10 @@ void agent_log(const node_agent_t *a, const char *fmt, ...) __attribute__((forma
 /* Sets the queue's capacity, before any worker runs: CRASH_QUEUE_MAX, or
  * for tests only a smaller MUSTER_TEST_CRASH_QUEUE_MAX. */
 void crash_queue_init(node_agent_t *a);
-/* Queues a crash report for worker `id` (any thread; lock not held). */
-void crash_report_queue(node_agent_t *a, int64_t id);
+/* Queues the crash report of worker process `w`, which just died: by its
+ * worker id, or by its instance when it died before it told its id (any
+ * thread; lock not held). */
+void crash_report_queue(node_agent_t *a, const node_worker_t *w);
 /* Whether a crash report is to be sent now (lock held). */
 bool crash_pending(const node_agent_t *a);
 /* Sends the queued reports in order until one gets no answer from the head,

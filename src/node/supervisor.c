@@ -29,9 +29,15 @@
  * did not send, the agent reports the crash (`DELETE /v1/workers/{id}?crashed=
  * true`), so its leases lapse at once and the attempt counts: a task that
  * kills every worker it runs on goes dead after max_attempts instead of
- * looping.  Restarts back off from NODE_BACKOFF_MIN_MS, doubling per quick
- * death, up to NODE_BACKOFF_MAX_MS; a worker that lived NODE_STABLE_MS counts
- * as healthy again.
+ * looping.  The head answers a registration before the worker can write its
+ * id down the pipe, so a worker may die registered with no id told; the
+ * agent therefore chooses the instance each worker process registers with
+ * (MUSTER_WORKER_INSTANCE: the agent's instance, the slot and the slot's
+ * start count, never the same twice), and reports such a crash by that
+ * instance (`DELETE /v1/workers/instance/I?crashed=true`, crash_report.c).
+ * Restarts back off from NODE_BACKOFF_MIN_MS, doubling per quick death, up
+ * to NODE_BACKOFF_MAX_MS; a worker that lived NODE_STABLE_MS counts as
+ * healthy again.
  */
 #include "node/agent.h"
 #include "node/cache.h"
@@ -53,15 +59,21 @@ extern char **environ;
 #define NODE_STABLE_MS 10000
 #define NODE_REPORT_FD 3
 #define NODE_FD_SPARE 10  /* the child's pipes wait above this while it sets 1, 2 and 3 */
-#define SUP_WORKER_VARS 5 /* per-worker environment entries */
+#define SUP_WORKER_VARS 6 /* per-worker environment entries */
 #define SUP_VAR_MAX 128   /* one of them: CUDA_VISIBLE_DEVICES=MIG-<uuid> is the longest */
 
 /* Variables the agent sets for its workers; inherited values are dropped. */
-static const char *const sup_own_vars[] = {"MUSTER_TOKEN=",         "MUSTER_AGENT_FD=",
-                                           "MUSTER_NODE=",          "MUSTER_GPU=",
-                                           "MUSTER_URL=",           "MUSTER_WORKER_SLOT=",
-                                           "CUDA_VISIBLE_DEVICES=", "CUDA_DEVICE_ORDER=",
-                                           "MUSTER_CACHE_URL=",     NULL};
+static const char *const sup_own_vars[] = {"MUSTER_TOKEN=",
+                                           "MUSTER_AGENT_FD=",
+                                           "MUSTER_NODE=",
+                                           "MUSTER_GPU=",
+                                           "MUSTER_URL=",
+                                           "MUSTER_WORKER_SLOT=",
+                                           "CUDA_VISIBLE_DEVICES=",
+                                           "CUDA_DEVICE_ORDER=",
+                                           "MUSTER_CACHE_URL=",
+                                           "MUSTER_WORKER_INSTANCE=",
+                                           NULL};
 
 static int sup_is_own_var(const char *entry) {
   for (int i = 0; sup_own_vars[i]; i++)
@@ -144,10 +156,19 @@ static void sup_build_env(node_agent_t *a) {
   a->worker_env_base = at;
 }
 
+/* Names the process about to start in slot `w` for its registrations: unique
+ * per process this agent starts, and the agent's instance tells it from
+ * every other agent's (NODE_WORKER_INSTANCE_MAX). */
+static void sup_new_instance(node_worker_t *w) {
+  w->starts++;
+  snprintf(w->instance, sizeof w->instance, "%s-%d-%u", w->agent->instance, w->slot + 1, w->starts);
+}
+
 /* Fills the per-worker environment entries into `vars` and the template. */
 static void sup_worker_env(node_agent_t *a, const node_worker_t *w, char vars[][SUP_VAR_MAX]) {
   size_t at = a->worker_env_base, k = 0;
   snprintf(vars[k++], SUP_VAR_MAX, "MUSTER_WORKER_SLOT=%d", w->slot);
+  snprintf(vars[k++], SUP_VAR_MAX, "MUSTER_WORKER_INSTANCE=%s", w->instance);
   if (w->gpu != NULL) { /* an instance has no index: CUDA knows it by its UUID alone */
     char label[24];
     gpu_label(w->gpu, label);
@@ -252,6 +273,7 @@ static int sup_spawn(node_worker_t *w) {
     return -1;
   }
   char vars[SUP_WORKER_VARS][SUP_VAR_MAX];
+  sup_new_instance(w);
   sup_worker_env(a, w, vars);
   sigset_t all, old;
   sigfillset(&all);
@@ -323,8 +345,8 @@ static void sup_ended(node_worker_t *w, int status) {
   char how[128];
   sup_describe(status, how, sizeof how);
   int crashed = WIFSIGNALED(status) && !w->signalled;
-  if (crashed && w->worker_id > 0)
-    crash_report_queue(a, w->worker_id);
+  if (crashed) /* by its id, or by its instance when it died before it told the id */
+    crash_report_queue(a, w);
   char id[48] = ""; /* none when it ended before registering */
   if (w->worker_id > 0)
     snprintf(id, sizeof id, ", worker id %lld", (long long)w->worker_id);

@@ -8,6 +8,7 @@
 #include "backup.h"
 #include "compat.h"
 #include "compat_jobs.h"
+#include "core/names.h"
 #include "dashboard.h"
 #include "http.h"
 #include "iter.h"
@@ -449,17 +450,44 @@ static void h_worker_heartbeat(http_req_t *r) {
     reply_or_fail(r, 200, worker_heartbeat(ST(r), id, r->body, &f), &f);
 }
 
+/* Reads the query's `crashed` (true, false, absent: false) into *crashed. */
+static muster_err_t query_crashed(http_req_t *r, bool *crashed, fail_t *f) {
+  const char *text = http_query(r, "crashed");
+  *crashed = text && strcmp(text, "true") == 0;
+  if (text && !*crashed && strcmp(text, "false") != 0)
+    return fail_set(f, MUSTER_INVALID, "query crashed: '%.40s' is not true or false", text);
+  return MUSTER_OK;
+}
+
 static void h_worker_bye(http_req_t *r) {
   fail_t f = {0};
-  const char *crashed = http_query(r, "crashed");
-  if (crashed && strcmp(crashed, "true") != 0 && strcmp(crashed, "false") != 0) {
-    fail_set(&f, MUSTER_INVALID, "query crashed: '%.40s' is not true or false", crashed);
+  bool crashed;
+  if (query_crashed(r, &crashed, &f)) {
     http_reply_fail(r, &f);
     return;
   }
   int64_t id = path_id(r, "worker");
   if (id)
-    reply_or_fail(r, 200, worker_leave(ST(r), id, crashed && strcmp(crashed, "true") == 0, &f), &f);
+    reply_or_fail(r, 200, worker_leave(ST(r), id, crashed, &f), &f);
+}
+
+/* DELETE /v1/workers/instance/{instance}: the goodbye, or with crashed=true
+ * the crash report, of the worker that a registration with that instance
+ * made, for a node agent whose worker process died before it told the agent
+ * its id.  None active is no error (the process may have died before it
+ * registered). */
+static void h_worker_bye_instance(http_req_t *r) {
+  fail_t f = {0};
+  bool crashed;
+  const char *instance = r->params[0];
+  if (!name_is_valid(instance))
+    fail_set(&f, MUSTER_INVALID, "instance '%.140s' is invalid: " NAME_RULE_TEXT,
+             instance ? instance : "");
+  if (f.code || query_crashed(r, &crashed, &f)) {
+    http_reply_fail(r, &f);
+    return;
+  }
+  reply_or_fail(r, 200, worker_leave_instance(ST(r), instance, crashed, &f), &f);
 }
 
 static void h_leaderboard(http_req_t *r) {
@@ -490,6 +518,7 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/workers/{}", h_worker_get, true, 0, 0},
     {"POST", "/v1/workers/{}/heartbeat", h_worker_heartbeat, true, 0, 0},
     {"DELETE", "/v1/workers/{}", h_worker_bye, true, 0, HTTP_NO_FIELDS},
+    {"DELETE", "/v1/workers/instance/{}", h_worker_bye_instance, true, 0, HTTP_NO_FIELDS},
     {"GET", "/v1/leaderboard", h_leaderboard, true, 0, 0},
     {"POST", "/v1/iterations", iter_h_create, true, 0, 0},
     {"GET", "/v1/iterations", iter_h_list, true, 0, 0},

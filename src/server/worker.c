@@ -212,6 +212,32 @@ json_t *worker_leave(store_t *st, int64_t id, bool crashed, fail_t *f) {
   return json_pack("{s:I, s:I}", "id", (json_int_t)id, "released", (json_int_t)released);
 }
 
+/* The active worker that `instance` registered: its id, 0 when none (at
+ * most one is active: a registration sent again finds it), -1 after a store
+ * failure in *f.  The partial index workers_by_instance serves it. */
+static int64_t worker_of_instance(store_t *st, const char *instance, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT id FROM workers WHERE instance = ?1 AND state = 0");
+  if (s == NULL) {
+    store_fail(st, f, "worker lookup");
+    return -1;
+  }
+  store_bind_text(s, 1, instance);
+  int64_t id = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+  store_reset(s);
+  return id;
+}
+
+json_t *worker_leave_instance(store_t *st, const char *instance, bool crashed, fail_t *f) {
+  int64_t id = worker_of_instance(st, instance, f);
+  if (id < 0)
+    return NULL;
+  json_t *out = id > 0 ? worker_leave(st, id, crashed, f)
+                       : json_pack("{s:n, s:I}", "id", "released", (json_int_t)0);
+  if (out != NULL)
+    json_object_set_new(out, "instance", json_string(instance));
+  return out;
+}
+
 muster_err_t worker_count(store_t *st, int64_t id, worker_counter_t which, int64_t n, fail_t *f) {
   static const char *const sql[] = {
       [WORKER_COMPLETED] = "UPDATE workers SET completed = completed + ?2 WHERE id = ?1",

@@ -18,7 +18,8 @@ typedef enum { WORKER_ACTIVE = 0, WORKER_GONE = 1 } worker_state_t;
 typedef enum { WORKER_COMPLETED, WORKER_FAILED, WORKER_FLAGGED } worker_counter_t;
 
 /* Registers a worker from body {"nickname", "queues", "node", "labels",
- * "timeout_ms"}; returns {"id", "name", "nickname", "timeout_ms"}. */
+ * "timeout_ms", "instance"}; returns {"id", "name", "nickname", "timeout_ms"}
+ * (and "repeated": true when `instance` found its active worker). */
 json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout_ms, fail_t *f);
 /* Records a heartbeat (and progress); MUSTER_WORKER_NOT_FOUND when unknown or gone. */
 json_t *worker_heartbeat(store_t *st, int64_t id, const json_t *body, fail_t *f);
@@ -27,6 +28,14 @@ json_t *worker_bye(store_t *st, int64_t id, fail_t *f);
 /* Like worker_bye; when `crashed` (the worker process died), its leases lapse
  * as on a timeout instead: the attempt counts.  Returns {"id", "released"}. */
 json_t *worker_leave(store_t *st, int64_t id, bool crashed, fail_t *f);
+/*
+ * worker_leave for the active worker that a registration with `instance`
+ * made (a node agent whose worker process died before it told the agent its
+ * id names it so).  Returns {"id", "released", "instance"}; "id" is null and
+ * "released" 0 when no active worker has that instance: it never registered
+ * (it died first), or it is gone already.  NULL only on a store failure.
+ */
+json_t *worker_leave_instance(store_t *st, const char *instance, bool crashed, fail_t *f);
 json_t *worker_get(store_t *st, int64_t id, fail_t *f);
 json_t *worker_list(store_t *st, fail_t *f);
 json_t *worker_leaderboard(store_t *st, fail_t *f);

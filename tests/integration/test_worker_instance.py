@@ -1,0 +1,320 @@
+"""A worker process that dies between its registration and telling its node agent its
+worker id (docs/node.md, "Workers under supervision"; docs/api.md, `DELETE
+/v1/workers/instance/{instance}`).
+
+The agent gives each worker process the instance it registers with
+(MUSTER_WORKER_INSTANCE: the agent's instance, the slot, the slot's start count), so a
+crash report can name the worker when its id never came.  The window is made
+deterministic with the test-only MUSTER_TEST_HOLD_REGISTERED=PATH: a worker that has
+registered waits there, before it tells its agent its id, until PATH exists.  The head's
+worker timeout is 300 s, so only the crash report can end the worker within the test.
+
+Also: the endpoint itself (the worker an instance registered, none, bad input), and
+`muster worker` started by hand (its own random instance, or MUSTER_WORKER_INSTANCE).
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import node_harness  # noqa: E402
+from node_harness import Agent, AgentsCase  # noqa: E402
+from test_api_common import ApiTestCase  # noqa: E402
+
+WORKER_TIMEOUT = ["--worker-timeout-ms", "300000"]
+# Well below the worker timeout: what ends the worker in time is the crash report.
+PROMPT_S = 20
+# An agent or worker reaching a head started again after a kill (test_node.py's).
+AFTER_RESTART_S = 30
+# The worker's line as it holds: its worker id and the instance it registered with.
+HOLDING = (r"^worker 1 \(pid (\d+)\): muster worker: MUSTER_TEST_HOLD_REGISTERED: registered "
+           r"as worker (\d+) \(instance ([A-Za-z0-9._-]+)\); waiting for ")
+REPORTED = ("muster node: reported the crash of worker 1 (pid %d), which died before it told "
+            "its worker id, by its instance %s")
+
+
+class HeldWorkerCase(AgentsCase):
+    """An agent whose one worker holds after its registration (MUSTER_TEST_HOLD_REGISTERED)."""
+    head_args = WORKER_TIMEOUT
+
+    def start_agent(self):
+        self.gate = os.path.join(self.dir, "gate")  # never made: the worker holds until killed
+        a = Agent(self.head, self.dir, "held", args=["--queue", "q", "--workers", "1"],
+                  cmd=["sleep", "300"], env={"MUSTER_TEST_HOLD_REGISTERED": self.gate})
+        self.agents.append(a)
+        return a.start()
+
+    def holding(self, agent, count=1):
+        """(pid, worker id, instance) of the worker holding for the `count`th time."""
+        def found():
+            held = re.findall(HOLDING, agent.log(), re.M)
+            return held[count - 1] if len(held) >= count else None
+        pid, worker_id, instance = harness.wait_until(
+            found, timeout=AFTER_RESTART_S,
+            what=lambda: "worker hold #%d:\n%s" % (count, agent.log()))
+        return int(pid), int(worker_id), instance
+
+    def worker(self, worker_id):
+        return self.head.request("GET", "/v1/workers/%d" % worker_id).json
+
+    def wait_gone(self, worker_id, timeout=PROMPT_S):
+        harness.wait_until(lambda: self.worker(worker_id)["state"] == "gone", timeout=timeout,
+                           what=lambda: "worker %d ended on the head:\n%s\nthe head:\n%s" % (
+                               worker_id, self.agents[-1].log(), self.head.log()))
+
+
+class WorkerKilledBeforeItToldItsIdTest(HeldWorkerCase):
+
+    def test_the_head_ends_it_at_once(self):
+        # The agent knew no worker id and sent nothing: the head showed the worker active,
+        # and would have for the whole worker timeout.
+        a = self.start_agent()
+        pid, worker_id, instance = self.holding(a)
+        self.assertEqual(self.worker(worker_id)["state"], "active")
+        # The instance is the agent's, for this slot and start, given in the environment.
+        self.assertEqual(instance, "%s-1-1" % a.lock_info()["instance"])
+        self.assertEqual(node_harness.environ_of(pid).get("MUSTER_WORKER_INSTANCE"), instance)
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        self.wait_gone(worker_id)
+        self.assertLess(time.monotonic() - killed, PROMPT_S)
+        said = REPORTED % (pid, instance) + (": the head ended worker %d, which it had "
+                                              "registered (0 leases lapsed)\n" % worker_id)
+        harness.wait_until(lambda: said in a.log(), what=lambda: "the agent's line:\n" + a.log())
+        self.assertIn("muster node: worker 1 (pid %d) crashed: killed by signal 9" % pid, a.log())
+        self.assertNotIn("worker %d timed out" % worker_id, self.head.log())
+        # Its successor in the slot gets an instance of its own, and registers anew.
+        pid2, worker_id2, instance2 = self.holding(a, 2)
+        self.assertEqual(instance2, "%s-1-2" % a.lock_info()["instance"])
+        self.assertNotEqual(worker_id2, worker_id)
+        self.assertEqual(self.worker(worker_id2)["state"], "active")
+        # A stop signal ends the hold: the agent stops its held worker as any other.
+        a.stop_checked()
+        self.assertEqual(self.worker(worker_id2)["state"], "gone")
+
+
+class WorkerKilledBeforeItToldItsNewIdTest(HeldWorkerCase):
+    """The head forgot a worker (here a goodbye sent for it; a timeout does the same), which
+    registered anew under another id and died before it told the agent that one: the report
+    by its old id finds it gone, and goes on by its instance, which names the new one."""
+
+    def test_the_head_ends_the_worker_it_registered_anew(self):
+        r = self.head.request("PUT", "/v1/queues/q", {})
+        self.assertEqual(r.status, 201, r)
+        a = self.start_agent()
+        pid, first_id, instance = self.holding(a)
+        open(self.gate, "w").close()  # let it go on: it tells the agent, and leases
+        harness.wait_until(lambda: re.search(r"^worker 1 \(pid %d\): muster worker: \S+ \(id %d\) "
+                                             r"on queue q" % (pid, first_id), a.log(), re.M),
+                           what=lambda: "the worker running:\n" + a.log())
+        os.unlink(self.gate)
+        r = self.head.request("DELETE", "/v1/workers/%d" % first_id)
+        self.assertEqual(r.status, 200, r)
+        # Its next lease request finds it gone: it registers again, and holds.
+        held_pid, second_id, held_instance = self.holding(a, 2)
+        self.assertEqual((held_pid, held_instance), (pid, instance))
+        self.assertNotEqual(second_id, first_id)
+        self.assertEqual(self.worker(second_id)["state"], "active")
+        os.kill(pid, signal.SIGKILL)
+        self.wait_gone(second_id)
+        said = ("muster node: reported the crash of worker %d: the head had ended that id "
+                "already, but the worker had registered again, as worker %d, and died before it "
+                "told that id; the head ended worker %d by its instance %s (0 leases lapsed)\n"
+                % (first_id, second_id, second_id, instance))
+        harness.wait_until(lambda: said in a.log(), what=lambda: "the agent's line:\n" + a.log())
+        self.assertIn("muster node: worker 1 (pid %d, worker id %d) crashed" % (pid, first_id),
+                      a.log())
+        self.assertNotIn("timed out", self.head.log())
+        a.stop_checked()
+
+
+class WorkerKilledBeforeItToldItsIdWhileHeadAwayTest(HeldWorkerCase):
+    """The report by instance waits for the head like a report by id: kept, sent again,
+    and answered once the head is back; one of a worker that never registered finds
+    nothing to end."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix=self.dir_prefix)
+        port = harness.free_port()
+        self.head = harness.Head(["--listen", "127.0.0.1:%d" % port] + self.head_args)
+        self.head.url = "http://127.0.0.1:%d" % port
+        self.head.start()
+        self.agents = []
+
+    def test_the_report_waits_for_the_head(self):
+        a = self.start_agent()
+        pid, worker_id, instance = self.holding(a)
+        self.head.kill()
+        os.kill(pid, signal.SIGKILL)
+        kept = ("muster node: reporting the crash of worker 1 (pid %d, instance %s, which died "
+                "before it told its worker id): network: " % (pid, instance))
+        harness.wait_until(lambda: kept in a.log(),
+                           what=lambda: "the report to fail and be kept:\n" + a.log())
+        # The slot's next worker waits for the head, unregistered: killed there, its
+        # report finds nothing to end.
+        waiting = r"^worker 1 \(pid (\d+)\): muster worker: waiting for the head at "
+        pid2 = int(harness.wait_until(lambda: re.search(waiting, a.log(), re.M),
+                                      what=lambda: "the next worker waiting:\n" + a.log())
+                   .group(1))
+        self.assertNotEqual(pid2, pid)
+        instance2 = node_harness.environ_of(pid2).get("MUSTER_WORKER_INSTANCE")
+        self.assertEqual(instance2, "%s-1-2" % a.lock_info()["instance"])
+        os.kill(pid2, signal.SIGKILL)
+        harness.wait_until(lambda: "(pid %d) crashed" % pid2 in a.log(),
+                           what=lambda: "the agent to see it die:\n" + a.log())
+        self.head.start()
+        self.wait_gone(worker_id, timeout=AFTER_RESTART_S)
+        ended = re.escape(REPORTED % (pid, instance)) + (
+            r" after \d+ tries, \d+\.\d s after it died: the head ended worker %d, which it "
+            r"had registered \(0 leases lapsed\)\n" % worker_id)
+        nothing = re.escape(REPORTED % (pid2, instance2)) + (
+            r" after 1 try, \d+\.\d s after it died: the head has no active worker of that "
+            r"instance, so nothing to end \(it died before its registration reached the head, "
+            r"or the head had ended it already\)\n")
+        harness.wait_until(lambda: re.search(ended + nothing, a.log()),
+                           what=lambda: "the agent to say both reports got through, in "
+                           "order:\n" + a.log())
+        self.assertNotIn("worker %d timed out" % worker_id, self.head.log())
+        self.assertEqual(a.log().count("muster node: reporting the crash of"), 1, a.log())
+        a.stop_checked()
+
+
+READ_TOKEN = "read-only-token-wi"
+
+
+class EndByInstanceTest(ApiTestCase):
+    """DELETE /v1/workers/instance/{instance} (docs/api.md)."""
+    head_args = ("--sweep-ms", "50", "--worker-timeout-ms", "300000",
+                 "--dashboard-token", READ_TOKEN)
+
+    def lease_one(self, worker_id):
+        self.expect("POST", "/v1/queues/%s/tasks" % self.q, {"tasks": [{"payload": 1}]},
+                    status=201)
+        [lease] = self.expect("POST", "/v1/queues/%s/lease" % self.q,
+                              {"max": 1, "worker": worker_id})["leases"]
+        return lease["task"]
+
+    def test_crashed_ends_the_worker_the_instance_registered(self):
+        self.create_queue(max_attempts=5, backoff_ms=0)
+        other = self.register(instance="inst-other")["id"]
+        w = self.register(instance="inst-a.1-1")["id"]
+        task = self.lease_one(w)
+        r = self.expect("DELETE", "/v1/workers/instance/inst-a.1-1?crashed=true")
+        self.assertEqual(r, {"id": w, "released": 1, "instance": "inst-a.1-1"})
+        self.assertEqual(self.expect("GET", "/v1/workers/%d" % w)["state"], "gone")
+        self.assertEqual(self.expect("GET", "/v1/workers/%d" % other)["state"], "active")
+        t = self.expect("GET", "/v1/tasks/%d" % task)
+        self.assertEqual((t["state"], t["error"], t["attempts"]), ("queued", "worker crashed", 1))
+        # Sent again (its answer lost), or for a worker gone already: nothing to end.
+        r = self.expect("DELETE", "/v1/workers/instance/inst-a.1-1?crashed=true")
+        self.assertEqual(r, {"id": None, "released": 0, "instance": "inst-a.1-1"})
+        # The instance registers anew: the call ends that worker, the active one.
+        again = self.register(instance="inst-a.1-1")["id"]
+        self.assertNotEqual(again, w)
+        r = self.expect("DELETE", "/v1/workers/instance/inst-a.1-1?crashed=true")
+        self.assertEqual(r["id"], again)
+
+    def test_no_worker_registered_with_it(self):
+        r = self.expect("DELETE", "/v1/workers/instance/never-registered?crashed=true")
+        self.assertEqual(r, {"id": None, "released": 0, "instance": "never-registered"})
+
+    def test_without_crashed_it_is_a_goodbye(self):
+        self.create_queue(max_attempts=5, backoff_ms=0)
+        w = self.register(instance="inst-bye")["id"]
+        task = self.lease_one(w)
+        r = self.expect("DELETE", "/v1/workers/instance/inst-bye")
+        self.assertEqual(r, {"id": w, "released": 1, "instance": "inst-bye"})
+        t = self.expect("GET", "/v1/tasks/%d" % task)
+        self.assertEqual((t["state"], t["attempts"]), ("queued", 0))
+
+    def test_bad_input(self):
+        w = self.register(instance="inst-kept")["id"]
+        for path, words in (
+                ("/v1/workers/instance/", "instance '' is invalid: use 1 to 128 characters of "
+                                          "letters, digits, '.', '_' and '-'"),
+                ("/v1/workers/instance/a%2Fb", "instance 'a/b' is invalid: use 1 to 128"),
+                ("/v1/workers/instance/a%20b?crashed=true", "instance 'a b' is invalid"),
+                ("/v1/workers/instance/" + "x" * 129, "instance '%s' is invalid" % ("x" * 129)),
+                ("/v1/workers/instance/inst-kept?crashed=yes",
+                 "query crashed: 'yes' is not true or false")):
+            with self.subTest(path=path):
+                r = self.expect_error("DELETE", path, None, 400, "invalid_argument")
+                self.assertIn(words, r.json["error"]["message"])
+        r = self.expect_error("DELETE", "/v1/workers/instance/inst-kept", {"id": w}, 400,
+                              "invalid_argument")
+        # The admin token only, as for the goodbye by id.
+        self.expect_error("DELETE", "/v1/workers/instance/inst-kept", None, 401, "unauthorized",
+                          token=None)
+        self.expect_error("DELETE", "/v1/workers/instance/inst-kept", None, 403, "forbidden",
+                          token=READ_TOKEN)
+        self.assertEqual(self.expect("GET", "/v1/workers/%d" % w)["state"], "active")
+
+
+class HandStartedWorkerTest(unittest.TestCase):
+    """`muster worker` without an agent: a random instance as before, or the one
+    MUSTER_WORKER_INSTANCE gives, which its commands do not inherit."""
+
+    def setUp(self):
+        self.head = harness.Head(WORKER_TIMEOUT).start()
+        self.addCleanup(self.head.cleanup)
+        r = self.head.request("PUT", "/v1/queues/hand", {})
+        self.assertEqual(r.status, 201, r)
+
+    def worker(self, cmd, instance=None, stderr=subprocess.DEVNULL):
+        """`muster worker` on queue hand running `cmd`, given MUSTER_WORKER_INSTANCE when
+        `instance` is not None (never the test's own)."""
+        env = {k: v for k, v in os.environ.items() if k != "MUSTER_WORKER_INSTANCE"}
+        env.update(MUSTER_URL=self.head.url, MUSTER_TOKEN=self.head.token)
+        if instance is not None:
+            env["MUSTER_WORKER_INSTANCE"] = instance
+        proc = subprocess.Popen([harness.MUSTER_BIN, "worker", "--queue", "hand", "--"] + cmd,
+                                stdout=subprocess.DEVNULL, stderr=stderr, env=env, text=True)
+        self.addCleanup(harness.stop_process, proc)
+        return proc
+
+    def active(self):
+        return [w for w in self.head.request("GET", "/v1/workers").json["workers"]
+                if w["state"] == "active"]
+
+    def run_task(self):
+        r = self.head.request("POST", "/v1/queues/hand/tasks", {"tasks": [{"payload": 1}]})
+        tid = r.json["tasks"][0]["id"]
+        return harness.wait_until(
+            lambda: (lambda t: t if t["state"] == "done" else None)(
+                self.head.request("GET", "/v1/tasks/%d" % tid).json),
+            timeout=20, what="the task done")["result"]
+
+    def test_the_instance_from_the_environment(self):
+        self.worker(["sh", "-c", 'printf "%s" "${MUSTER_WORKER_INSTANCE-unset}"'], "by-hand.7")
+        [w] = harness.wait_until(self.active, timeout=20, what="the worker registered")
+        self.assertEqual(self.run_task(), "unset")  # not passed on to its commands
+        r = self.head.request("DELETE", "/v1/workers/instance/by-hand.7?crashed=true")
+        self.assertEqual((r.status, r.json["id"]), (200, w["id"]), r)
+
+    def test_a_random_instance_without_it(self):
+        proc = self.worker(["cat"])
+        harness.wait_until(self.active, timeout=20, what="the worker registered")
+        self.assertEqual(self.run_task(), "1")
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(20), 0)
+
+    def test_a_bad_instance_is_refused(self):
+        for bad in ("a/b", "x" * 33):
+            with self.subTest(instance=bad):
+                proc = self.worker(["cat"], bad, stderr=subprocess.PIPE)
+                err = proc.communicate(timeout=20)[1]
+                self.assertEqual(proc.returncode, 2, err)
+                self.assertIn("muster: MUSTER_WORKER_INSTANCE '%s': use 1 to 32 characters of "
+                              "letters, digits, '.', '_' and '-' (a node agent sets it for the "
+                              "workers it starts; unset, a worker makes a random one)" % bad, err)
+                self.assertEqual(self.active(), [])
+
+if __name__ == "__main__":
+    unittest.main()
