@@ -1056,19 +1056,30 @@ class CrashWhileHeadAwayTest(NodeTestCase):
         harness.wait_until(lambda: first in a.log(),
                            what=lambda: "the crash report refused a connection:\n" + a.log())
         # Then the head answers 503 (it is starting) for three heartbeats: no answer of the
-        # head's either.  The report goes again after each heartbeat, not in a loop.
+        # head's either.  The report goes again after each heartbeat, not in a loop.  The
+        # node's heartbeats are told by their path: the workers the agent started again
+        # post their registrations to the same head.
         busy, paths = busy_head(self.head.port)
+
+        def beats_and_reports():
+            beats = [p for m, p in paths if m == "POST" and re.fullmatch(
+                r"/v1/nodes/[^/]+/heartbeat", p)]
+            return beats, [p for m, p in paths if m == "DELETE"]
+
         try:
-            harness.wait_until(lambda: [m for m, _ in paths].count("POST") >= 3,
-                               what=lambda: "three heartbeats answered 503:\n" + a.log())
+            # The report follows each heartbeat: wait for the one after the third.
+            harness.wait_until(
+                lambda: (lambda b, d: len(b) >= 3 and len(d) >= len(b))(*beats_and_reports()),
+                what=lambda: "three heartbeats answered 503, each followed by the crash "
+                "report:\n%s\n%s" % (paths, a.log()))
         finally:
             busy.shutdown()
             busy.server_close()
-        deletes = [p for method, p in paths if method == "DELETE"]
+        beats, deletes = beats_and_reports()
         self.assertEqual(set(deletes), {"/v1/workers/%d?crashed=true" % dead[0]})
-        self.assertLessEqual(len(deletes), len(paths) - len(deletes) + 1,
+        self.assertLessEqual(len(deletes), len(beats) + 1,
                              "crash reports sent while the head answered 503, against %d "
-                             "heartbeats" % (len(paths) - len(deletes)))
+                             "heartbeats: %s" % (len(beats), paths))
         self.head.start()
         for tid in tids:
             task = harness.wait_until(
