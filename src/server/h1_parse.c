@@ -583,6 +583,36 @@ static void head_done_streamed(h1_conn_t *c, h1_req_t *q, bool body) {
   }
 }
 
+/* Asks for the admission of `q`, read whole before its dispatch, whose body
+ * is not all here yet (`expect`: its client waits for "100 Continue"), so
+ * that a request refused anyway (a wrong token, no such endpoint, a body
+ * over the route's limit) is refused before its body is kept: a client
+ * waiting for "100 Continue" never sends it, and the connection closes after
+ * the reply; any other has what it sends of its body read and dropped, up to
+ * max_body, and the connection goes on.  Without this, anyone could make the
+ * head hold max_body bytes per connection without a token.  True when the
+ * request goes on. */
+static bool head_admit(h1_conn_t *c, h1_req_t *q, bool expect) {
+  h1_server_t *s = c->srv;
+  if (s->cfg.admit == NULL)
+    return true;
+  q->close = expect || q->close;
+  q->held = true;
+  if (s->cfg.admit(q, s->cfg.arg)) {
+    q->held = false;
+    q->close = !q->keep_alive;
+    return true;
+  }
+  /* Answered (or being answered). */
+  if (expect) {
+    c->state = ST_IGNORE; /* closes after the reply */
+  } else {
+    c->state = ST_DISCARD;
+    c->frame.drop_left = (int64_t)s->cfg.max_body;
+  }
+  return false;
+}
+
 /* A head is complete: decides how its body is read, and dispatches when it
  * is read whole already or streams. */
 static void head_done(h1_conn_t *c, h1_req_t *q) {
@@ -597,23 +627,15 @@ static void head_done(h1_conn_t *c, h1_req_t *q) {
   }
   frame_init(&c->frame, q->length);
   c->state = ST_BODY;
-  if (!q->expect_continue || (int64_t)(c->in_len - c->in_off) >= (q->length < 0 ? 1 : q->length))
-    return;
-  /* The client waits for "100 Continue": a request that will be refused is
-   * refused now, and its body never comes. */
-  h1_server_t *s = c->srv;
-  if (s->cfg.admit) {
-    q->close = true;
-    q->held = true;
-    if (!s->cfg.admit(q, s->cfg.arg)) {
-      c->state = ST_IGNORE; /* answered (or being answered): closes after the reply */
-      return;
-    }
-    q->held = false;
-    q->close = !q->keep_alive;
+  int64_t have = (int64_t)(c->in_len - c->in_off);
+  if (q->length > 0 && have >= q->length)
+    return; /* all here: dispatched as it is */
+  /* A client that sent body bytes already does not wait for the 100. */
+  bool expect = q->expect_continue && have < (q->length < 0 ? 1 : q->length);
+  if (head_admit(c, q, expect) && expect) {
+    q->continue_pending = true;
+    h1_conn_dirty(c);
   }
-  q->continue_pending = true;
-  h1_conn_dirty(c);
 }
 
 /* No whole head is in the input yet: fails the connection when what is

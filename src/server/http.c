@@ -514,9 +514,10 @@ static void http_req_clear(http_req_t *r) {
   free(r->query_text);
 }
 
-/* h1's admission of a request whose client waits for "100 Continue": the
- * checks of the preflight and the announced length against the route's
- * limit, so that a refused request is refused before its body is sent. */
+/* h1's admission of a request whose body is not all in yet (its client may
+ * wait for "100 Continue"): the checks of the preflight and the announced
+ * length against the route's limit, so that a refused request is refused
+ * before its body is sent or kept. */
 static bool http_admit(h1_req_t *req, void *arg) {
   head_t *h = arg;
   http_req_t r = {.head = h, .req = req};
