@@ -298,6 +298,20 @@ static bool parse_framing(h1_conn_t *c, h1_req_t *q) {
   return true;
 }
 
+/* True when the `len` bytes of a head hold no NUL and no CR but before a
+ * line's LF.  RFC 9110 (5.5) has a server refuse either in a header value or
+ * blank it: kept, a NUL would cut the value short here unseen (a token sent
+ * as "TOKEN\0junk" read as TOKEN), where a proxy in front of the head may
+ * read the line whole. */
+static bool head_bytes_clean(const char *p, size_t len) {
+  if (memchr(p, '\0', len) != NULL)
+    return false;
+  for (const char *cr = p; (cr = memchr(cr, '\r', (size_t)(p + len - cr))) != NULL; cr++)
+    if (cr + 1 == p + len || cr[1] != '\n')
+      return false;
+  return true;
+}
+
 /* Parses the complete head of `len` bytes at the input's front into a new
  * request at the end of the queue; NULL with an error reply queued instead.
  * One allocation holds the request, its header table and its head. */
@@ -670,6 +684,11 @@ static bool head_next(h1_conn_t *c) {
   }
   if (len > c->srv->cfg.max_head) {
     head_too_big(c);
+    return false;
+  }
+  if (!head_bytes_clean(c->in + c->in_off, len)) {
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST,
+                 "the request line or a header holds a NUL byte or a CR not followed by LF");
     return false;
   }
   h1_req_t *q = parse_head(c, len);

@@ -343,11 +343,16 @@ static bool http_parse_json(http_req_t *r, const char *text, size_t len) {
   r->body = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
   if (r->body == NULL) {
     fail_t f;
-    /* jansson's words for a number past int64 say nothing of the range. */
+    /* jansson's words for a number past int64 or a double say nothing of
+     * the range; its overflow is of an integer ("too big integer") or of a
+     * real ("real number overflow"). */
     bool overflow = json_error_code(&err) == json_error_numeric_overflow;
+    const char *range = !overflow                     ? ""
+                        : strstr(err.text, "integer") ? "; integers are at most 2^63-1 "
+                                                        "(9223372036854775807) here"
+                                                      : "; reals are at most about 1.8e308 here";
     fail_set(&f, MUSTER_BAD_JSON, "the body is not valid JSON: %s (line %d, column %d)%s", err.text,
-             err.line, err.column,
-             overflow ? "; integers are at most 2^63-1 (9223372036854775807) here" : "");
+             err.line, err.column, range);
     http_reply_fail(r, &f);
     return false;
   }

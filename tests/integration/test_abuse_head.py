@@ -9,6 +9,11 @@ test fails without its fix.
   64 KiB (32 MiB by default) in memory per connection, for anyone who could reach its
   port, token or not (100 such connections took 1.8 GB).  The connection goes on after
   a body with a length; a chunked one that passes that size closes it.
+- A NUL byte or a CR not followed by LF in the request line or a header is refused 400
+  (RFC 9110, 5.5): a NUL cut the header's value short unseen, so that
+  `Authorization: Bearer TOKEN<NUL>junk` was taken as TOKEN.
+- A real past a double's range (1e999) is refused bad_json saying that range; the
+  message said "integers are at most 2^63-1", which is true and no help.
 """
 import os
 import resource
@@ -150,6 +155,40 @@ class RefusedBodyTest(HeadCase):
                 closed = True
             if not closed:
                 self.assertTrue(w.closed_after())
+
+
+class HeaderBytesTest(HeadCase):
+    def refused(self, data):
+        with self.wire() as w:
+            w.send(data)
+            r = w.read_reply()
+            self.assertEqual((r.status, r.error_code), (400, "bad_request"), r)
+            self.assertIn("NUL byte or a CR", r.json["error"]["message"], r)
+            self.assertTrue(w.closed_after())
+
+    def test_nul_and_bare_cr_are_refused(self):
+        auth = ("Authorization: Bearer %s" % self.token).encode()
+        base = b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n"
+        self.refused(base + auth + b"\x00junk\r\n\r\n")  # read as the token before
+        self.refused(base + auth + b"\r\nX-A: a\x00b\r\n\r\n")
+        self.refused(base + auth + b"\r\nX-A: a\rb\r\n\r\n")
+        self.refused(b"GET /v1/queues HTTP/1.1\rHost: x\r\n" + auth + b"\r\n\r\n")
+        with self.wire() as w:  # a clean head, bare LF lines included, goes through
+            w.send(base.replace(b"\r\n", b"\n") + auth + b"\n\n")
+            self.assertEqual(w.read_reply().status, 200)
+
+
+class NumbersTest(HeadCase):
+    def test_a_real_past_a_double_says_its_range(self):
+        for raw, says, not_says in ((b'{"tasks": [{"payload": 1e999}]}', "1.8e308", "2^63-1"),
+                                    (b'{"tasks": [{"payload": -1E+400}]}', "1.8e308", "2^63-1"),
+                                    (b'{"tasks": [{"priority": 9223372036854775808}]}',
+                                     "2^63-1", "1.8e308")):
+            r = self.head.request("POST", "/v1/queues/abuse/tasks", raw=raw)
+            self.assertEqual((r.status, r.error_code), (400, "bad_json"), r)
+            message = r.json["error"]["message"]
+            self.assertIn(says, message, r)
+            self.assertNotIn(not_says, message, r)
 
 
 if __name__ == "__main__":
