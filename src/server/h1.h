@@ -74,6 +74,9 @@ typedef struct {
    * stops accepting for 100 ms, clients waiting in the listen backlog, and
    * tells this (NULL: nobody) each time. */
   void (*accept_failed)(int err, void *arg);
+  /* A connection was accepted after accept_failed was told: accepting works
+   * again (NULL: nobody is told). */
+  void (*accept_resumed)(void *arg);
   /* The Server header of every reply, which tells a client what answers at
    * its URL ("muster-head", "muster-node": muster_client_server); NULL: none.
    * A proxy's reply passed on carries the proxy's, not its origin's. */

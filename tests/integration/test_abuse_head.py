@@ -14,6 +14,11 @@ test fails without its fix.
   `Authorization: Bearer TOKEN<NUL>junk` was taken as TOKEN.
 - A real past a double's range (1e999) is refused bad_json saying that range; the
   message said "integers are at most 2^63-1", which is true and no help.
+- Out of descriptors, the head says so in its log once (it said nothing: clients hung
+  in the listen backlog with no word anywhere), serves the connections it has, and says
+  when it accepts again; a shared-data read or upload that cannot open its file then
+  answers 503 unavailable, to be retried (the read answered 500 "level 1 of 'a' is
+  missing from DIR/shared (Too many open files); set it again", the upload 500).
 """
 import os
 import resource
@@ -189,6 +194,73 @@ class NumbersTest(HeadCase):
             message = r.json["error"]["message"]
             self.assertIn(says, message, r)
             self.assertNotIn(not_says, message, r)
+
+
+class DescriptorsTest(unittest.TestCase):
+    """A head whose descriptors run out: its limit (RLIMIT_NOFILE) lowered while it
+    runs, then every one taken by connections that stay open."""
+
+    def setUp(self):
+        self.head = harness.Head().start()
+        self.held = []
+
+    def tearDown(self):
+        for s in self.held:
+            s.close()
+        stop_checked(self.head)
+
+    def accept_lines(self):
+        return [l for l in self.head.log().splitlines() if "accept" in l]
+
+    def test_out_of_descriptors(self):
+        h = self.head
+        self.assertEqual(h.request("PUT", "/v1/queues/q", body={}).status, 201)
+        r = h.request("PUT", "/v1/shared/s/a?level=1", raw=b"abc",
+                      content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+        old = h.connection(timeout=10)
+        old.connect()
+        pid = h.proc.pid
+        open_now = len(os.listdir("/proc/%d/fd" % pid))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (open_now + 5, open_now + 5))
+        for _ in range(30):  # the kernel takes them into the listen backlog
+            self.held.append(socket.create_connection(("127.0.0.1", h.port), timeout=5))
+        harness.wait_until(lambda: self.accept_lines(), what="the head out of descriptors")
+        first = self.accept_lines()
+        self.assertIn("cannot accept connections: Too many open files", first[0])
+        self.assertIn("ulimit -n", first[0])
+        # The connection it has is served; what needs a descriptor says to retry.
+        r = h.request("POST", "/v1/queues/q/tasks", body={"tasks": [{"payload": 1}]}, conn=old)
+        self.assertEqual(r.status, 201, r)
+        r = h.request("GET", "/v1/shared/s/a", conn=old)
+        self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+        self.assertIn("out of file descriptors", r.json["error"]["message"], r)
+        r = h.request("PUT", "/v1/shared/s/b?level=1", raw=b"abc", conn=old,
+                      content_type="application/octet-stream")
+        self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+        time.sleep(1)  # a window to count the lines in, not a wait for an event
+        lines = self.accept_lines()
+        self.assertEqual(len(lines), 1, "accept errors logged %d times: %s" % (len(lines), lines))
+        for s in self.held:
+            s.close()
+        self.held = []
+        harness.wait_until(self.serves, what="the head accepting again")
+        harness.wait_until(lambda: "accepting connections again" in self.head.log(),
+                           what="the head saying it accepts again")
+        r = h.request("GET", "/v1/shared/s/a", conn=old)
+        self.assertEqual((r.status, r.raw), (200, b"abc"), r)
+        old.close()
+
+    def serves(self):
+        try:
+            c = self.head.connection(timeout=5)
+            try:
+                c.request("GET", "/v1/health")
+                return c.getresponse().status == 200
+            finally:
+                c.close()
+        except OSError:
+            return False
 
 
 if __name__ == "__main__":
