@@ -19,6 +19,9 @@ test fails without its fix.
   when it accepts again; a shared-data read or upload that cannot open its file then
   answers 503 unavailable, to be retried (the read answered 500 "level 1 of 'a' is
   missing from DIR/shared (Too many open files); set it again", the upload 500).
+- Shared data scopes and names "." and ".." are refused (name_invalid): every node
+  agent refuses them for its cache, whose files are SCOPE/NAME@..., so such a blob was
+  stored by the head and could never be read through a node.
 """
 import os
 import resource
@@ -261,6 +264,30 @@ class DescriptorsTest(unittest.TestCase):
                 c.close()
         except OSError:
             return False
+
+
+class SharedNamesTest(HeadCase):
+    def test_dot_names_are_refused(self):
+        for scope, name in (("s", ".."), ("s", "."), ("..", "x"), (".", "x"),
+                            ("s", "%2e%2e"), ("%2E", "x")):
+            path = "/v1/shared/%s/%s" % (scope, name)
+            with self.subTest(path=path):
+                for method, raw in (("PUT", b"bytes"), ("GET", None), ("DELETE", None)):
+                    r = self.head.request(method, path + ("?level=1" if raw else ""), raw=raw,
+                                          content_type="application/octet-stream" if raw
+                                          else None)
+                    self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
+                    self.assertIn("'.' and '..' are no scope or name", r.json["error"]["message"], r)
+        r = self.head.request("GET", "/v1/shared/..")
+        self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
+        r = self.head.request("POST", "/v1/queues/abuse/tasks", body={"tasks": [
+            {"payload": 1, "requires": [{"scope": "models", "name": "..", "level": 1}]}]})
+        self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
+        self.assertIn("tasks[0].requires[0]", r.json["error"]["message"], r)
+        # Dots inside a name are names like any other.
+        r = self.head.request("PUT", "/v1/shared/s.1/w..x?level=1", raw=b"ok",
+                              content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
 
 
 if __name__ == "__main__":
