@@ -15,7 +15,9 @@
  * their small bodies read whole into an evbuffer as they arrive (streamed
  * by h1, so that no second copy is made), up to PORT_MAX_BODY, and are
  * served by the agent or, when they turn out not to be its own (an
- * iteration the head keeps), forwarded whole.  Every other request goes to
+ * iteration the head keeps), forwarded whole; those whose token is not the
+ * agent's are passed on as they come, and the head refuses them before
+ * their body (port_dispatch).  Every other request goes to
  * the head (forward.c) at once, its body passed on as it arrives, so that
  * an upload costs the agent a few hundred KiB whatever its size, and the
  * head's answer to `Expect: 100-continue` is the client's.  A request
@@ -40,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* The most bytes of a request body the agent reads whole: the bodies of the
  * requests it serves itself, small JSON (a forwarded body streams, unbounded
@@ -225,7 +228,29 @@ static bool port_serves(node_agent_t *a, h1_req_t *q) {
   return cache_http_serves(a, q) || iter_local_serves(a, q);
 }
 
-/* h1's dispatch: a request whose head (and, without a body, all) is here. */
+/* True when `q` carries the agent's own token, the head's, as the agent
+ * checks it for what it serves itself (iter_local.c), or the agent has none.
+ * Compared in constant time, as the head does, so that timing tells nothing
+ * of it. */
+static bool port_token_is_agents(const node_agent_t *a, const h1_req_t *q) {
+  const char *want = a->cfg->token, *auth = h1_header(q, "Authorization");
+  if (want == NULL || want[0] == '\0')
+    return true;
+  if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
+    return false;
+  const char *given = auth + 7;
+  size_t glen = strlen(given), wlen = strlen(want);
+  unsigned char diff = glen != wlen;
+  for (size_t i = 0; i < wlen; i++)
+    diff |= (unsigned char)(want[i] ^ (i < glen ? given[i] : 0));
+  return diff == 0;
+}
+
+/* h1's dispatch: a request whose head (and, without a body, all) is here.
+ * A body the agent would read whole to serve it goes to the head instead,
+ * as it comes, when its token is not the agent's: the head refuses it (401,
+ * 403) in its own words before its body, where the agent would have held up
+ * to PORT_MAX_BODY of it for anyone, token or not, before refusing. */
 static void port_dispatch(h1_req_t *q, void *arg) {
   node_agent_t *a = arg;
   int64_t length;
@@ -233,7 +258,7 @@ static void port_dispatch(h1_req_t *q, void *arg) {
     port_reply_stopping(a, q);
   else if (!h1_body_pending(q, &length))
     port_route(a, q);
-  else if (port_serves(a, q))
+  else if (port_serves(a, q) && port_token_is_agents(a, q))
     port_read_body(a, q, length);
   else
     fwd_forward_stream(a, q, length);

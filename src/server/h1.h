@@ -20,7 +20,9 @@
  * Bodies are read whole (Content-Length or chunked, up to max_body) before
  * dispatch, except for requests the `streams` callback picks: those are
  * dispatched after their head, and the handler may take the body as it
- * arrives (h1_body_stream); a body nobody takes is read and dropped.
+ * arrives (h1_body_stream); a body nobody takes is read and dropped.  A
+ * body that does not come with its head is kept only once the `admit`
+ * callback let its request go on.
  *
  * A request must be read in time: its head whole within head_ms of its first
  * byte, its body without a gap of body_ms; otherwise 408 (h1_timeout.c).
@@ -50,9 +52,12 @@ typedef struct {
   /* True when the body of `q` is to be streamed (h1_body_stream) rather than
    * read whole before dispatch; NULL: never. */
   bool (*streams)(const h1_req_t *q, void *arg);
-  /* A request whose client waits for "100 Continue" before its body: true
-   * to go on; false when the callee answered it (or will: it holds it), and
-   * its body is never read.  NULL: every such request goes on. */
+  /* A request read whole before dispatch whose body is not all in yet (its
+   * client may wait for "100 Continue"): true to go on; false when the
+   * callee answered it (or will: it holds it), and its body is never kept
+   * (dropped as it comes; not sent at all by a client waiting for "100
+   * Continue", whose connection closes after the reply).  NULL: every
+   * request goes on. */
   bool (*admit)(h1_req_t *q, void *arg);
   void *arg;
   size_t max_head; /* bytes of request line and headers; more: 431 */
@@ -69,6 +74,9 @@ typedef struct {
    * stops accepting for 100 ms, clients waiting in the listen backlog, and
    * tells this (NULL: nobody) each time. */
   void (*accept_failed)(int err, void *arg);
+  /* A connection was accepted after accept_failed was told: accepting works
+   * again (NULL: nobody is told). */
+  void (*accept_resumed)(void *arg);
   /* The Server header of every reply, which tells a client what answers at
    * its URL ("muster-head", "muster-node": muster_client_server); NULL: none.
    * A proxy's reply passed on carries the proxy's, not its origin's. */

@@ -178,6 +178,7 @@ struct h1_server {
   h1_req_t *orphans;
   h1_req_t *ready; /* streamed replies whose h1_respond_wait callback is due */
   size_t nconns;
+  bool accept_failing;  /* accept() failed, and none succeeded since */
   uint64_t wire_errors; /* requests refused by the server itself */
   /* Connections that sent a request in the current and the previous window
    * of H1_ACTIVE_WINDOW_MS (h1_server_active). */

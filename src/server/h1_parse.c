@@ -298,6 +298,20 @@ static bool parse_framing(h1_conn_t *c, h1_req_t *q) {
   return true;
 }
 
+/* True when the `len` bytes of a head hold no NUL and no CR but before a
+ * line's LF.  RFC 9110 (5.5) has a server refuse either in a header value or
+ * blank it: kept, a NUL would cut the value short here unseen (a token sent
+ * as "TOKEN\0junk" read as TOKEN), where a proxy in front of the head may
+ * read the line whole. */
+static bool head_bytes_clean(const char *p, size_t len) {
+  if (memchr(p, '\0', len) != NULL)
+    return false;
+  for (const char *cr = p; (cr = memchr(cr, '\r', (size_t)(p + len - cr))) != NULL; cr++)
+    if (cr + 1 == p + len || cr[1] != '\n')
+      return false;
+  return true;
+}
+
 /* Parses the complete head of `len` bytes at the input's front into a new
  * request at the end of the queue; NULL with an error reply queued instead.
  * One allocation holds the request, its header table and its head. */
@@ -583,6 +597,36 @@ static void head_done_streamed(h1_conn_t *c, h1_req_t *q, bool body) {
   }
 }
 
+/* Asks for the admission of `q`, read whole before its dispatch, whose body
+ * is not all here yet (`expect`: its client waits for "100 Continue"), so
+ * that a request refused anyway (a wrong token, no such endpoint, a body
+ * over the route's limit) is refused before its body is kept: a client
+ * waiting for "100 Continue" never sends it, and the connection closes after
+ * the reply; any other has what it sends of its body read and dropped, up to
+ * max_body, and the connection goes on.  Without this, anyone could make the
+ * head hold max_body bytes per connection without a token.  True when the
+ * request goes on. */
+static bool head_admit(h1_conn_t *c, h1_req_t *q, bool expect) {
+  h1_server_t *s = c->srv;
+  if (s->cfg.admit == NULL)
+    return true;
+  q->close = expect || q->close;
+  q->held = true;
+  if (s->cfg.admit(q, s->cfg.arg)) {
+    q->held = false;
+    q->close = !q->keep_alive;
+    return true;
+  }
+  /* Answered (or being answered). */
+  if (expect) {
+    c->state = ST_IGNORE; /* closes after the reply */
+  } else {
+    c->state = ST_DISCARD;
+    c->frame.drop_left = (int64_t)s->cfg.max_body;
+  }
+  return false;
+}
+
 /* A head is complete: decides how its body is read, and dispatches when it
  * is read whole already or streams. */
 static void head_done(h1_conn_t *c, h1_req_t *q) {
@@ -597,23 +641,15 @@ static void head_done(h1_conn_t *c, h1_req_t *q) {
   }
   frame_init(&c->frame, q->length);
   c->state = ST_BODY;
-  if (!q->expect_continue || (int64_t)(c->in_len - c->in_off) >= (q->length < 0 ? 1 : q->length))
-    return;
-  /* The client waits for "100 Continue": a request that will be refused is
-   * refused now, and its body never comes. */
-  h1_server_t *s = c->srv;
-  if (s->cfg.admit) {
-    q->close = true;
-    q->held = true;
-    if (!s->cfg.admit(q, s->cfg.arg)) {
-      c->state = ST_IGNORE; /* answered (or being answered): closes after the reply */
-      return;
-    }
-    q->held = false;
-    q->close = !q->keep_alive;
+  int64_t have = (int64_t)(c->in_len - c->in_off);
+  if (q->length > 0 && have >= q->length)
+    return; /* all here: dispatched as it is */
+  /* A client that sent body bytes already does not wait for the 100. */
+  bool expect = q->expect_continue && have < (q->length < 0 ? 1 : q->length);
+  if (head_admit(c, q, expect) && expect) {
+    q->continue_pending = true;
+    h1_conn_dirty(c);
   }
-  q->continue_pending = true;
-  h1_conn_dirty(c);
 }
 
 /* No whole head is in the input yet: fails the connection when what is
@@ -648,6 +684,11 @@ static bool head_next(h1_conn_t *c) {
   }
   if (len > c->srv->cfg.max_head) {
     head_too_big(c);
+    return false;
+  }
+  if (!head_bytes_clean(c->in + c->in_off, len)) {
+    h1_conn_fail(c, 400, MUSTER_BAD_REQUEST,
+                 "the request line or a header holds a NUL byte or a CR not followed by LF");
     return false;
   }
   h1_req_t *q = parse_head(c, len);

@@ -50,6 +50,11 @@ static void h1_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     c->next->prev = c;
   s->conns = c;
   s->nconns++;
+  if (s->accept_failing) {
+    s->accept_failing = false;
+    if (s->cfg.accept_resumed)
+      s->cfg.accept_resumed(s->cfg.arg);
+  }
 }
 
 /* Out of descriptors (or another accept error): pause accepting for a
@@ -58,6 +63,7 @@ static void h1_accept_error(struct evconnlistener *l, void *arg) {
   h1_server_t *s = arg;
   int err = EVUTIL_SOCKET_ERROR();
   evconnlistener_disable(l);
+  s->accept_failing = true;
   struct timeval tv = {0, 100 * 1000};
   event_add(s->accept_ev, &tv);
   if (s->cfg.accept_failed)

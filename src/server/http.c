@@ -20,6 +20,7 @@
 #include "shared_upload.h"
 #include "store.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,11 +344,16 @@ static bool http_parse_json(http_req_t *r, const char *text, size_t len) {
   r->body = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
   if (r->body == NULL) {
     fail_t f;
-    /* jansson's words for a number past int64 say nothing of the range. */
+    /* jansson's words for a number past int64 or a double say nothing of
+     * the range; its overflow is of an integer ("too big integer") or of a
+     * real ("real number overflow"). */
     bool overflow = json_error_code(&err) == json_error_numeric_overflow;
+    const char *range = !overflow                     ? ""
+                        : strstr(err.text, "integer") ? "; integers are at most 2^63-1 "
+                                                        "(9223372036854775807) here"
+                                                      : "; reals are at most about 1.8e308 here";
     fail_set(&f, MUSTER_BAD_JSON, "the body is not valid JSON: %s (line %d, column %d)%s", err.text,
-             err.line, err.column,
-             overflow ? "; integers are at most 2^63-1 (9223372036854775807) here" : "");
+             err.line, err.column, range);
     http_reply_fail(r, &f);
     return false;
   }
@@ -514,9 +520,10 @@ static void http_req_clear(http_req_t *r) {
   free(r->query_text);
 }
 
-/* h1's admission of a request whose client waits for "100 Continue": the
- * checks of the preflight and the announced length against the route's
- * limit, so that a refused request is refused before its body is sent. */
+/* h1's admission of a request whose body is not all in yet (its client may
+ * wait for "100 Continue"): the checks of the preflight and the announced
+ * length against the route's limit, so that a refused request is refused
+ * before its body is sent or kept. */
 static bool http_admit(h1_req_t *req, void *arg) {
   head_t *h = arg;
   http_req_t r = {.head = h, .req = req};
@@ -591,12 +598,63 @@ static const char *http_listen_advice(const char *err) {
   return "";
 }
 
+/* Out of descriptors, h1 stops accepting for 100 ms at a time (clients wait
+ * in the listen backlog; those connected are served on) and the head says so
+ * at most this often. */
+#define HTTP_ACCEPT_SAY_MS 60000
+
+/* What the head last said of failed accepts: one head per process, so one
+ * record (the callback's argument is the head, which has no field for it). */
+static struct {
+  int64_t said_ms; /* when a failure was last said (now_ms); 0: never */
+  unsigned pauses; /* pauses since */
+  bool said;       /* a failure was said, and no recovery since */
+} http_accept_log;
+
+/* accept() failed (h1 pauses accepting 100 ms): says so once a minute at
+ * most, with how often it paused since. */
+static void http_accept_failed(int err, void *arg) {
+  (void)arg;
+  http_accept_log.pauses++;
+  int64_t now = now_ms();
+  if (http_accept_log.said_ms != 0 && now - http_accept_log.said_ms < HTTP_ACCEPT_SAY_MS)
+    return;
+  char since[80] = "said once a minute at most";
+  if (http_accept_log.said_ms != 0)
+    snprintf(since, sizeof since, "%u pauses since this was last said", http_accept_log.pauses);
+  bool fds = err == EMFILE || err == ENFILE;
+  log_msg(LOG_ERROR,
+          "cannot accept connections: %s%s; the connections open are served, new ones wait; "
+          "trying again every 100 ms (%s)",
+          strerror(err),
+          fds ? " (every descriptor is in use: clients hold connections open, or the limit, "
+                "ulimit -n, is low)"
+              : "",
+          since);
+  http_accept_log.said_ms = now;
+  http_accept_log.pauses = 0;
+  http_accept_log.said = true;
+}
+
+/* A connection was accepted after failures: said once after each failure
+ * said, so that the log shows how long it lasted. */
+static void http_accept_resumed(void *arg) {
+  (void)arg;
+  if (!http_accept_log.said)
+    return;
+  log_msg(LOG_INFO, "accepting connections again (%u pauses of 100 ms since the last failure said)",
+          http_accept_log.pauses);
+  http_accept_log.said = false;
+}
+
 int http_start(head_t *h) {
   /* Bodies above the route's limit are refused by the route layer with its
    * own message; the server's limit only bounds what is buffered at all. */
   h1_config_t cfg = {.dispatch = http_dispatch,
                      .streams = http_streams,
                      .admit = http_admit,
+                     .accept_failed = http_accept_failed,
+                     .accept_resumed = http_accept_resumed,
                      .arg = h,
                      .max_head = 64 * 1024,
                      .max_body = h->cfg.max_body * 4 + 65536,

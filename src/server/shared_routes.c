@@ -85,6 +85,26 @@ static bool etag_matches(const char *header, const char *etag) {
   return false;
 }
 
+/* The file of level `lv` could not be opened (errno `err`, -1: it has the
+ * wrong size): *f says why.  Out of descriptors is the head's passing
+ * trouble, retried (503); a file that is gone is the store's, said in the
+ * log too. */
+static void shared_open_failed(const http_req_t *r, const shared_level_t *lv, int err, fail_t *f) {
+  if (err == EMFILE || err == ENFILE) {
+    fail_set(f, MUSTER_UNAVAILABLE,
+             "level %lld of '%s' in scope '%s' cannot be opened now: the head is out of file "
+             "descriptors (clients hold connections open, or its limit, ulimit -n, is low); "
+             "retry",
+             (long long)lv->level, lv->name, lv->scope);
+    return;
+  }
+  fail_set(f, MUSTER_INTERNAL,
+           "level %lld of '%s' in scope '%s' is missing from %s/shared (%s); set it again",
+           (long long)lv->level, lv->name, lv->scope, r->head->cfg.data_dir,
+           err >= 0 ? strerror(err) : "wrong size");
+  log_msg(LOG_ERROR, "%s", f->message);
+}
+
 void shared_h_get(http_req_t *r) {
   fail_t f = {0};
   int64_t level;
@@ -100,12 +120,7 @@ void shared_h_get(http_req_t *r) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat sb;
   if (fd < 0 || fstat(fd, &sb) != 0 || sb.st_size != lv.size) {
-    fail_set(&f, MUSTER_INTERNAL,
-             "level %lld of '%s' in scope '%s' is missing from %s/shared "
-             "(%s); set it again",
-             (long long)lv.level, lv.name, lv.scope, r->head->cfg.data_dir,
-             fd < 0 ? strerror(errno) : "wrong size");
-    log_msg(LOG_ERROR, "%s", f.message);
+    shared_open_failed(r, &lv, fd < 0 ? errno : -1, &f);
     if (fd >= 0)
       close(fd);
     http_reply_fail(r, &f);

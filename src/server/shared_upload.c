@@ -57,7 +57,13 @@ bool shared_upload_streams(const h1_req_t *req) {
  */
 static muster_err_t upload_failed(const shared_upload_t *up, fail_t *f, const char *what,
                                   const char *path, int err) {
-  if (err == ENOSPC || err == EDQUOT)
+  if (err == EMFILE || err == ENFILE)
+    fail_set(f, MUSTER_UNAVAILABLE,
+             "shared data '%s' in scope '%s': cannot %s %s: the head is out of file descriptors "
+             "(clients hold connections open, or its limit, ulimit -n, is low): nothing of this "
+             "upload was stored; retry",
+             up->put.name, up->put.scope, what, path);
+  else if (err == ENOSPC || err == EDQUOT)
     fail_set(f, MUSTER_STORE,
              "shared data '%s' in scope '%s': cannot %s %s: the disk holding it is %s: nothing "
              "of this upload was stored; free space there and retry (the head goes on by itself)",
@@ -66,7 +72,7 @@ static muster_err_t upload_failed(const shared_upload_t *up, fail_t *f, const ch
     fail_set(f, MUSTER_STORE, "shared data '%s' in scope '%s': cannot %s %s: %s", up->put.name,
              up->put.scope, what, path, strerror(err));
   log_msg(LOG_ERROR, "%s", fail_message(f));
-  return MUSTER_STORE;
+  return f->code;
 }
 
 static bool upload_write(shared_upload_t *up, const char *data, size_t len) {
@@ -173,7 +179,7 @@ static muster_err_t upload_open(shared_upload_t *up, const char *data_dir, fail_
   if (up->fd < 0) {
     upload_failed(up, f, "create", up->tmp_path, errno);
     up->tmp_path[0] = '\0';
-    return MUSTER_STORE;
+    return f->code;
   }
   return MUSTER_OK;
 }

@@ -1,0 +1,294 @@
+"""The head under a hostile or careless client: what a walk of its network surface found
+that test_http_wire.py, test_api_badinput.py and test_api_auth.py did not cover.  Each
+test fails without its fix.
+
+- A request refused whatever its body holds (no token, a wrong one, the read-only token
+  on a write, no such endpoint, a body over the route's limit) is answered as soon as
+  its line and headers are in, and its body is read and dropped as it comes, not kept:
+  the head waited for the whole body first, holding up to four times --max-body plus
+  64 KiB (32 MiB by default) in memory per connection, for anyone who could reach its
+  port, token or not (100 such connections took 1.8 GB).  The connection goes on after
+  a body with a length; a chunked one that passes that size closes it.
+- A NUL byte or a CR not followed by LF in the request line or a header is refused 400
+  (RFC 9110, 5.5): a NUL cut the header's value short unseen, so that
+  `Authorization: Bearer TOKEN<NUL>junk` was taken as TOKEN.
+- A real past a double's range (1e999) is refused bad_json saying that range; the
+  message said "integers are at most 2^63-1", which is true and no help.
+- Out of descriptors, the head says so in its log once (it said nothing: clients hung
+  in the listen backlog with no word anywhere), serves the connections it has, and says
+  when it accepts again; a shared-data read or upload that cannot open its file then
+  answers 503 unavailable, to be retried (the read answered 500 "level 1 of 'a' is
+  missing from DIR/shared (Too many open files); set it again", the upload 500).
+- Shared data scopes and names "." and ".." are refused (name_invalid): every node
+  agent refuses them for its cache, whose files are SCOPE/NAME@..., so such a blob was
+  stored by the head and could never be read through a node.
+"""
+import os
+import resource
+import select
+import socket
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from test_http_wire import Wire, request  # noqa: E402
+
+READ_TOKEN = "read-only-token-0123"
+MAX_BODY = 8 << 20  # the head's default --max-body
+LAYER_LIMIT = 4 * MAX_BODY + 65536  # what its HTTP layer reads of a body at most
+REPLY_WAIT_S = 5  # a reply that is due comes within this
+
+
+def stop_checked(head):
+    """Stops `head` cleanly (under the sanitizers its exit reports what the abuse leaked
+    or broke) and fails on a bad exit."""
+    try:
+        status = head.stop()
+        log = head.log()
+    finally:
+        head.cleanup()
+    if status != 0 or "Sanitizer" in log:
+        raise AssertionError("the head exited with %s:\n%s" % (status, log))
+
+
+def rss_bytes(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS for %d" % pid)
+
+
+class HeadCase(unittest.TestCase):
+    head_args = []
+
+    @classmethod
+    def setUpClass(cls):
+        cls.head = harness.Head(["--dashboard-token", READ_TOKEN] + cls.head_args).start()
+        cls.token = cls.head.token
+        r = cls.head.request("PUT", "/v1/queues/abuse", body={})
+        assert r.status in (200, 201), r
+
+    @classmethod
+    def tearDownClass(cls):
+        stop_checked(cls.head)
+
+    def wire(self):
+        return Wire(self.head.port)
+
+    def reply_within(self, w, seconds=REPLY_WAIT_S):
+        """The next reply, which must start arriving within `seconds`."""
+        if not w.buf:
+            ready, _, _ = select.select([w.sock], [], [], seconds)
+            self.assertTrue(ready, "no reply within %d s" % seconds)
+        return w.read_reply()
+
+    def assert_usable(self, w):
+        w.send(request("GET", "/v1/health"))
+        r = w.read_reply()
+        self.assertEqual(r.status, 200, r)
+
+
+class RefusedBodyTest(HeadCase):
+    def post_head(self, path, length, token=None, chunked=False):
+        framing = "Transfer-Encoding: chunked" if chunked else "Content-Length: %d" % length
+        return request("POST", path, token, None,
+                       headers=["Content-Type: application/json", framing])
+
+    def test_refused_before_the_body_and_the_connection_goes_on(self):
+        length = 4 << 20
+        tasks = "/v1/queues/abuse/tasks"
+        cases = [(None, tasks, 401, "unauthorized"),
+                 ("wrong-token-0123456789", tasks, 401, "unauthorized"),
+                 (READ_TOKEN, tasks, 403, "forbidden"),
+                 (self.token, "/v1/nothing/here", 404, "not_found"),
+                 (self.token, "/v1/queues/a%2Fb/tasks", 400, "name_invalid"),
+                 (self.token, tasks, 413, "body_too_large")]  # over --max-body
+        for token, path, status, code in cases:
+            with self.subTest(path=path, token=token), self.wire() as w:
+                size = MAX_BODY + 4096 if status == 413 else length
+                w.send(self.post_head(path, size, token) + b" " * 1000)
+                # Answered while most of the body is still to come: the head did not
+                # wait for it (it waited, to hold it all, then answered).
+                r = self.reply_within(w)
+                self.assertEqual((r.status, r.error_code), (status, code), r)
+                self.assertFalse(r.closes(), r)
+                w.send(b" " * (size - 1000))
+                self.assert_usable(w)
+
+    def test_a_right_token_still_waits_for_its_body(self):
+        body = b'{"tasks": [{"payload": "late"}]}'
+        with self.wire() as w:
+            w.send(self.post_head("/v1/queues/abuse/tasks", len(body), self.token) + body[:5])
+            ready, _, _ = select.select([w.sock], [], [], 0.3)
+            if ready:
+                self.fail("answered before its body: %r" % w.sock.recv(300))
+            w.send(body[5:])
+            r = w.read_reply()
+            self.assertEqual(r.status, 201, r)
+
+    def test_refused_bodies_are_not_kept(self):
+        pid = self.head.proc.pid
+        before = rss_bytes(pid)
+        conns, sent = [], 24 << 20
+        try:
+            for _ in range(8):
+                w = self.wire()
+                conns.append(w)
+                w.send(self.post_head("/v1/queues/abuse/tasks", LAYER_LIMIT - 65536))
+                w.send(b" " * sent)
+            for w in conns:  # each was refused, all of its bytes read
+                r = self.reply_within(w)
+                self.assertEqual(r.status, 401, r)
+            grown = rss_bytes(pid) - before
+            # Kept, the 8 bodies would be 192 MiB.
+            self.assertLess(grown, 48 << 20, "the head grew %d MiB" % (grown >> 20))
+        finally:
+            for w in conns:
+                w.close()
+
+    def test_a_chunked_body_past_the_limit_closes(self):
+        with self.wire() as w:
+            w.send(self.post_head("/v1/queues/abuse/tasks", 0, chunked=True))
+            r = self.reply_within(w)
+            self.assertEqual(r.status, 401, r)
+            piece = b"%x\r\n%s\r\n" % (1 << 20, b" " * (1 << 20))
+            closed = False
+            try:
+                for _ in range(LAYER_LIMIT // (1 << 20) + 2):
+                    w.sock.sendall(piece)
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+            if not closed:
+                self.assertTrue(w.closed_after())
+
+
+class HeaderBytesTest(HeadCase):
+    def refused(self, data):
+        with self.wire() as w:
+            w.send(data)
+            r = w.read_reply()
+            self.assertEqual((r.status, r.error_code), (400, "bad_request"), r)
+            self.assertIn("NUL byte or a CR", r.json["error"]["message"], r)
+            self.assertTrue(w.closed_after())
+
+    def test_nul_and_bare_cr_are_refused(self):
+        auth = ("Authorization: Bearer %s" % self.token).encode()
+        base = b"GET /v1/queues HTTP/1.1\r\nHost: x\r\n"
+        self.refused(base + auth + b"\x00junk\r\n\r\n")  # read as the token before
+        self.refused(base + auth + b"\r\nX-A: a\x00b\r\n\r\n")
+        self.refused(base + auth + b"\r\nX-A: a\rb\r\n\r\n")
+        self.refused(b"GET /v1/queues HTTP/1.1\rHost: x\r\n" + auth + b"\r\n\r\n")
+        with self.wire() as w:  # a clean head, bare LF lines included, goes through
+            w.send(base.replace(b"\r\n", b"\n") + auth + b"\n\n")
+            self.assertEqual(w.read_reply().status, 200)
+
+
+class NumbersTest(HeadCase):
+    def test_a_real_past_a_double_says_its_range(self):
+        for raw, says, not_says in ((b'{"tasks": [{"payload": 1e999}]}', "1.8e308", "2^63-1"),
+                                    (b'{"tasks": [{"payload": -1E+400}]}', "1.8e308", "2^63-1"),
+                                    (b'{"tasks": [{"priority": 9223372036854775808}]}',
+                                     "2^63-1", "1.8e308")):
+            r = self.head.request("POST", "/v1/queues/abuse/tasks", raw=raw)
+            self.assertEqual((r.status, r.error_code), (400, "bad_json"), r)
+            message = r.json["error"]["message"]
+            self.assertIn(says, message, r)
+            self.assertNotIn(not_says, message, r)
+
+
+class DescriptorsTest(unittest.TestCase):
+    """A head whose descriptors run out: its limit (RLIMIT_NOFILE) lowered while it
+    runs, then every one taken by connections that stay open."""
+
+    def setUp(self):
+        self.head = harness.Head().start()
+        self.held = []
+
+    def tearDown(self):
+        for s in self.held:
+            s.close()
+        stop_checked(self.head)
+
+    def accept_lines(self):
+        return [l for l in self.head.log().splitlines() if "accept" in l]
+
+    def test_out_of_descriptors(self):
+        h = self.head
+        self.assertEqual(h.request("PUT", "/v1/queues/q", body={}).status, 201)
+        r = h.request("PUT", "/v1/shared/s/a?level=1", raw=b"abc",
+                      content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+        old = h.connection(timeout=10)
+        old.connect()
+        pid = h.proc.pid
+        open_now = len(os.listdir("/proc/%d/fd" % pid))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (open_now + 5, open_now + 5))
+        for _ in range(30):  # the kernel takes them into the listen backlog
+            self.held.append(socket.create_connection(("127.0.0.1", h.port), timeout=5))
+        harness.wait_until(lambda: self.accept_lines(), what="the head out of descriptors")
+        first = self.accept_lines()
+        self.assertIn("cannot accept connections: Too many open files", first[0])
+        self.assertIn("ulimit -n", first[0])
+        # The connection it has is served; what needs a descriptor says to retry.
+        r = h.request("POST", "/v1/queues/q/tasks", body={"tasks": [{"payload": 1}]}, conn=old)
+        self.assertEqual(r.status, 201, r)
+        r = h.request("GET", "/v1/shared/s/a", conn=old)
+        self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+        self.assertIn("out of file descriptors", r.json["error"]["message"], r)
+        r = h.request("PUT", "/v1/shared/s/b?level=1", raw=b"abc", conn=old,
+                      content_type="application/octet-stream")
+        self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+        time.sleep(1)  # a window to count the lines in, not a wait for an event
+        lines = self.accept_lines()
+        self.assertEqual(len(lines), 1, "accept errors logged %d times: %s" % (len(lines), lines))
+        for s in self.held:
+            s.close()
+        self.held = []
+        harness.wait_until(self.serves, what="the head accepting again")
+        harness.wait_until(lambda: "accepting connections again" in self.head.log(),
+                           what="the head saying it accepts again")
+        r = h.request("GET", "/v1/shared/s/a", conn=old)
+        self.assertEqual((r.status, r.raw), (200, b"abc"), r)
+        old.close()
+
+    def serves(self):
+        try:
+            c = self.head.connection(timeout=5)
+            try:
+                c.request("GET", "/v1/health")
+                return c.getresponse().status == 200
+            finally:
+                c.close()
+        except OSError:
+            return False
+
+
+class SharedNamesTest(HeadCase):
+    def test_dot_names_are_refused(self):
+        for scope, name in (("s", ".."), ("s", "."), ("..", "x"), (".", "x"),
+                            ("s", "%2e%2e"), ("%2E", "x")):
+            path = "/v1/shared/%s/%s" % (scope, name)
+            with self.subTest(path=path):
+                for method, raw in (("PUT", b"bytes"), ("GET", None), ("DELETE", None)):
+                    r = self.head.request(method, path + ("?level=1" if raw else ""), raw=raw,
+                                          content_type="application/octet-stream" if raw
+                                          else None)
+                    self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
+                    self.assertIn("'.' and '..' are no scope or name", r.json["error"]["message"], r)
+        r = self.head.request("GET", "/v1/shared/..")
+        self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
+        r = self.head.request("POST", "/v1/queues/abuse/tasks", body={"tasks": [
+            {"payload": 1, "requires": [{"scope": "models", "name": "..", "level": 1}]}]})
+        self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
+        self.assertIn("tasks[0].requires[0]", r.json["error"]["message"], r)
+        # Dots inside a name are names like any other.
+        r = self.head.request("PUT", "/v1/shared/s.1/w..x?level=1", raw=b"ok",
+                              content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+
+
+if __name__ == "__main__":
+    unittest.main()
