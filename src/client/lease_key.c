@@ -101,16 +101,24 @@ static muster_err_t lease_opts_take(muster_client_t *client, const muster_lease_
                           "muster_lease_opts_init");
 }
 
-muster_err_t muster_lease_with(muster_client_t *client, const muster_lease_opts_t *opts,
-                               muster_lease_t **leases, size_t *count) {
+/* The start of both calls: clears the caller's places for the leases (either
+ * may be NULL) and takes `opts` into *taken. */
+static muster_err_t lease_call_start(muster_client_t *client, const muster_lease_opts_t *opts,
+                                     muster_lease_opts_t *taken, muster_lease_t **leases,
+                                     size_t *count) {
   if (leases)
     *leases = NULL;
   if (count)
     *count = 0;
   if (client == NULL)
     return MUSTER_INVALID;
+  return lease_opts_take(client, opts, taken);
+}
+
+muster_err_t muster_lease_with(muster_client_t *client, const muster_lease_opts_t *opts,
+                               muster_lease_t **leases, size_t *count) {
   muster_lease_opts_t taken;
-  muster_err_t err = lease_opts_take(client, opts, &taken);
+  muster_err_t err = lease_call_start(client, opts, &taken, leases, count);
   if (err != MUSTER_OK)
     return err;
   if (taken.queue == NULL)
@@ -124,16 +132,10 @@ muster_err_t muster_complete_lease_with(muster_client_t *client, const muster_ac
                                         size_t count, const muster_lease_opts_t *opts,
                                         int64_t updates_after, muster_lease_t **leases,
                                         size_t *nleases, char **updates) {
-  if (leases)
-    *leases = NULL;
-  if (nleases)
-    *nleases = 0;
   if (updates)
     *updates = NULL;
-  if (client == NULL)
-    return MUSTER_INVALID;
   muster_lease_opts_t taken;
-  muster_err_t err = lease_opts_take(client, opts, &taken);
+  muster_err_t err = lease_call_start(client, opts, &taken, leases, nleases);
   if (err != MUSTER_OK)
     return err;
   return lease_next_send(client, acks, count, &taken, updates_after, leases, nleases, updates);
