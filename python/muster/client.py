@@ -11,6 +11,7 @@ import operator
 import os
 import select
 import socket
+import sys
 import threading
 import time
 import urllib.parse
@@ -83,6 +84,35 @@ def _id(what, value):
 
 def _drop_none(d):
     return {k: v for k, v in d.items() if v is not None}
+
+
+_DEPTH_ADVICE = ("Python's json module reads and writes as deep as the recursion limit allows "
+                 "(sys.getrecursionlimit() is %d here; the head takes JSON nested up to 2048 "
+                 "levels): raise it with sys.setrecursionlimit, e.g. to 5000")
+
+
+def _json_encode(body, method, path):
+    """``body`` as compact JSON bytes; a body nested too deep for Python's json module is
+    a ValueError that says so (not a bare RecursionError from inside the encoder)."""
+    try:
+        return json.dumps(body, separators=(",", ":")).encode()
+    except RecursionError:
+        raise ValueError("%s %s: the body nests too deep to send: %s"
+                         % (method, path, _DEPTH_ADVICE % sys.getrecursionlimit())) from None
+
+
+def _json_decode(raw, method, path, status):
+    """The reply ``raw`` read as JSON (None when empty); ValueError when it is not JSON, and
+    a ProtocolError when it nests deeper than Python's json module can read: the head took
+    it (a task's payload, a result), and raising the recursion limit reads it."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise errors.ProtocolError("%s %s: the reply nests too deep to read: %s"
+                                   % (method, path, _DEPTH_ADVICE % sys.getrecursionlimit()),
+                                   status=status) from None
 
 
 def _with_query(path, query):
@@ -284,14 +314,14 @@ class Client:
         if isinstance(body, (bytes, bytearray)):
             data = bytes(body)
         elif body is not None:
-            data = json.dumps(body, separators=(",", ":")).encode()
+            data = _json_encode(body, method, path)
         elif method in ("POST", "PUT"):
             data = b""
         if data is not None and content_type:
             headers["Content-Type"] = content_type
         resp, raw = self._exchange(method, path, data, headers, wait_ms)
         try:
-            reply = json.loads(raw) if raw else None
+            reply = _json_decode(raw, method, path, resp.status)
         except ValueError:
             reply = None
             if 200 <= resp.status < 300 and raw:
@@ -335,7 +365,7 @@ class Client:
         if resp.status < 400:
             return resp, raw
         try:
-            reply = json.loads(raw) if raw else None
+            reply = _json_decode(raw, method, path, resp.status)
         except ValueError:
             reply = None
         raise self._refusal(resp.status, reply, method, path, tok)

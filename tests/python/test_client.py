@@ -1,5 +1,6 @@
 """muster.Client against a real head: every queue, task, lease and worker call,
 keep-alive reuse, and the error mapping of every code the head sends."""
+import json
 import os
 import re
 import select
@@ -123,6 +124,45 @@ class TestTasks(HeadTestCase):
         payloads = ["text", "nul\u0000inside", 3, 2.5, None, True, [1, [2]], {"a": {"b": "é"}}]
         ids = self.c.put_payloads(q, payloads)
         self.assertEqual([self.c.task(i)["payload"] for i in ids], payloads)
+
+    def test_a_payload_nested_deeper_than_python_reads_says_how_to_read_it(self):
+        # The head takes JSON nested up to 2048 levels; Python's json module stops at its
+        # recursion limit (about 1000): a bare RecursionError came out of the client, on
+        # the way out and on the way back.
+        import sys
+        q = self.qname()
+        self.c.put_queue(q)
+        deep = 1500
+        nested = []
+        for _ in range(deep - 1):
+            nested = [nested]
+        limit = sys.getrecursionlimit()
+        self.assertLess(limit, 2 * deep)
+        with self.assertRaises(ValueError) as cm:
+            self.c.put(q, nested)
+        self.assertIn("the body nests too deep to send", str(cm.exception))
+        self.assertIn("sys.setrecursionlimit", str(cm.exception))
+        self.assertEqual(self.c.queue(q)["counts"]["queued"], 0)  # nothing sent
+        # Sent as text, the head keeps it; reading it back says what to do.
+        text = "[" * deep + "]" * deep
+        raw = self.c.request_raw("POST", "/v1/queues/%s/tasks" % q,
+                                 body='{"tasks": [{"payload": %s}]}' % text,
+                                 content_type="application/json")
+        tid = json.loads(raw[2])["tasks"][0]["id"]
+        with self.assertRaises(errors.ProtocolError) as cm:
+            self.c.task(tid)
+        self.assertIn("the reply nests too deep to read", str(cm.exception))
+        self.assertIn("sys.setrecursionlimit", str(cm.exception))
+        sys.setrecursionlimit(2 * deep + 1000)
+        try:
+            got = self.c.task(tid)["payload"]
+        finally:
+            sys.setrecursionlimit(limit)
+        depth = 0
+        while got is not None and isinstance(got, list):
+            depth += 1
+            got = got[0] if got else None
+        self.assertEqual(depth, deep)
 
 
 class TestLeases(HeadTestCase):
