@@ -318,9 +318,11 @@ void muster_leases_free(muster_lease_t *leases, size_t count);
  * sent again after an error gets back the leases its first try made, not new
  * ones (docs/api.md, "Retrying a lease"; docs/client.md, "Retrying a lease"):
  * keep the key while a call fails, take a new one once a call returns
- * MUSTER_OK.  The head records one key per worker, that of its last keyed
- * request that leased something, so where several threads lease for one
- * worker only the last one's retry is covered: give each its own worker.
+ * MUSTER_OK.  The head records, per worker, the last keyed request that
+ * leased something of each stream of keys (a key's stream: what comes before
+ * its trailing "-N"), so where several threads lease for one worker each
+ * numbers its keys under a prefix of its own (muster_lease_key with an
+ * instance per thread) and each one's retry is covered.
  */
 typedef struct {
   size_t size;         /* set by muster_lease_opts_init ("option structs" above) */
@@ -360,7 +362,8 @@ muster_err_t muster_lease_with(muster_client_t *client, const muster_lease_opts_
  * least MUSTER_LEASE_KEY_MAX + 1 is always enough): a key of process
  * `instance`'s request number `n`, as `muster worker` makes its keys
  * ("INSTANCE-sSLOT-N", one counter per slot).  `instance` names this process,
- * unique among the processes that may lease as the same worker, so that no
+ * or one of its threads ("INSTANCE-t3": the head keeps the last key of each
+ * prefix), unique among those that may lease as the same worker, so that no
  * two of them send the same key: the random id it registers with serves
  * (muster_worker_opts_t.instance; `muster worker` takes 32 hex digits from
  * the system's random source; up to 107 characters leave room for any `n`).

@@ -615,7 +615,8 @@ class Client:
         caller's (1 to 128 characters of [A-Za-z0-9._-]; needs ``worker``), sent again
         unchanged when the call is sent again after an error: the head then answers with
         the leases the first call made, if its reply was lost, instead of new ones
-        (docs/api.md, "Retrying a lease"); a new request takes a new key."""
+        (docs/api.md, "Retrying a lease"); a new request takes a new key.  Number them
+        ``PREFIX-N``, a prefix per thread: the head keeps the last key of each prefix."""
         return self._lease(queue, worker, max, self.long_poll_ms(wait_ms) if wait_ms else 0,
                            updates_after, request)
 

@@ -15,6 +15,7 @@
 #include "jv.h"
 #include "jw.h"
 #include "lease_internal.h"
+#include "lease_retry.h"
 #include "leftover.h"
 #include "log.h"
 #include "session.h"
@@ -671,7 +672,8 @@ int64_t lease_expire_due(store_t *st, int64_t now, int64_t limit) {
  * counts) or, when `reason` is NULL, released.  The worker's leases are found
  * by a scan of tasks_leased, all leases of all workers (store_schema.c, migration 8:
  * no index by worker is written in every task's cycle for this rare call);
- * the index carries the worker, so the scan reads no row. */
+ * the index carries the worker, so the scan reads no row.  Every path that
+ * ends a worker comes here, so its lease request records go here too. */
 static int64_t lease_end_worker_why(store_t *st, int64_t worker, const char *reason) {
   size_t n;
   int64_t *ids = lease_collect(st,
@@ -692,7 +694,8 @@ static int64_t lease_end_worker_why(store_t *st, int64_t worker, const char *rea
     done++;
   }
   free(ids);
-  return done;
+  fail_t f = {0};
+  return done < 0 || lease_retry_forget(st, worker, &f) ? -1 : done;
 }
 
 int64_t lease_end_worker(store_t *st, int64_t worker, bool counted) {

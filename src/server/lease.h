@@ -56,13 +56,15 @@ json_t *lease_complete_scanned(store_t *st, const jscan_body_t *body, size_t max
 int64_t lease_expire_due(store_t *st, int64_t now, int64_t limit);
 
 /* Ends every lease of `worker`: released (attempt not counted) when `counted`
- * is false (a goodbye), lapsed like an expiry when true (a timeout).  Returns
- * how many, -1 on store failure. */
+ * is false (a goodbye), lapsed like an expiry when true (a timeout), and
+ * deletes its lease request records (lease_retry_forget): the worker ended.
+ * Returns how many leases, -1 on store failure. */
 int64_t lease_end_worker(store_t *st, int64_t worker, bool counted);
 
 /* Ends every lease of `worker` like an expiry (the attempt counts, backoff
  * applies, dead when the attempts are used up) with `reason` as the tasks'
- * error ("worker crashed", "node timed out").  Returns how many, -1 on store
+ * error ("worker crashed", "node timed out"), and deletes its lease request
+ * records, as lease_end_worker.  Returns how many leases, -1 on store
  * failure. */
 int64_t lease_lapse_worker(store_t *st, int64_t worker, const char *reason);
 

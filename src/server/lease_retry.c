@@ -2,16 +2,30 @@
  * lease_retry.c — answering a lease request sent again after its reply was
  * lost (lease_retry.h).
  *
- * The record is three columns of the worker's row (store_schema.c): the key
- * of its last keyed lease request that leased something and the first and
- * last fencing tokens that request drew.  Tokens come from one counter and a
- * request draws its own without another request between, so the worker's
+ * The records are rows of lease_requests (store_schema.c), one per worker and
+ * stream: the stream's last key whose request leased something and the first
+ * and last fencing tokens that request drew.  Tokens come from one counter and
+ * a request draws its own without another request between, so the worker's
  * leases with a token in that range are exactly that request's; no column is
  * added to the task's row and no index is written on the task's path.  A
- * keyed request costs the worker's row one write when it leases; its check is
- * the read of that row that the worker's check makes anyway.  A request that
- * leases nothing records nothing: sent again, it leases anew, which is what
- * it would have done.
+ * keyed request reads its stream's row in the query that reads the worker's
+ * row for its check anyway (one more primary-key lookup), and writes it once
+ * when it leases; a request without a key reads and writes no record.  A
+ * request that leases nothing records nothing: sent again, it leases anew,
+ * which is what it would have done.
+ *
+ * Why streams, not one row per key: a slot retries only its latest key, so
+ * its stream's row is all its retry needs, the table holds one row per slot
+ * whatever the number of requests, and a new key of a stream replaces its
+ * row in place (one write, nothing to look for or delete).  Keys that are
+ * not numbered share the worker's unnamed stream, one row as before: a
+ * client whose keys are unique strings (random ids) would otherwise add a
+ * row per request, fill the bound and make each lease count and evict.  Only
+ * a new stream, once per slot, counts the worker's rows against
+ * LEASE_RETRY_MAX_STREAMS.  (The records were three columns of the worker's
+ * row before schema version 21: one record per worker, so that of the slots
+ * leasing under one worker id only the last one to lease had its retry
+ * answered.)
  */
 #include "lease_retry.h"
 #include "jv.h"
@@ -37,40 +51,84 @@ muster_err_t lease_retry_parse(const json_t *obj, const char *ctx, int64_t worke
   return MUSTER_OK;
 }
 
+size_t lease_retry_stream_len(const char *key) {
+  size_t len = strlen(key), at = len;
+  while (at > 0 && key[at - 1] >= '0' && key[at - 1] <= '9')
+    at--;
+  /* at: where the trailing digits start, if any; the stream ends at the '-'
+   * before them. */
+  return at < len && at > 0 && key[at - 1] == '-' ? at - 1 : 0;
+}
+
 muster_err_t lease_retry_check(store_t *st, int64_t worker, lease_retry_t *r, fail_t *f) {
   if (r == NULL || r->request == NULL)
     return worker_check_active(st, worker, f);
-  sqlite3_stmt *s = store_stmt(st, "SELECT state, lease_request = ?2, lease_first_token,"
-                                   " lease_last_token FROM workers WHERE id = ?1");
+  sqlite3_stmt *s = store_stmt(
+      st, "SELECT w.state, r.worker IS NOT NULL, r.request = ?3, r.first_token, r.last_token"
+          " FROM workers AS w LEFT JOIN lease_requests AS r ON r.worker = w.id AND r.stream = ?2"
+          " WHERE w.id = ?1");
   if (s == NULL)
     return store_fail(st, f, "worker lookup");
+  r->stream_len = lease_retry_stream_len(r->request);
   sqlite3_bind_int64(s, 1, worker);
-  store_bind_text(s, 2, r->request);
+  sqlite3_bind_text(s, 2, r->request, (int)r->stream_len, SQLITE_TRANSIENT);
+  store_bind_text(s, 3, r->request);
   bool active = false;
   if (sqlite3_step(s) == SQLITE_ROW) {
     active = sqlite3_column_int(s, 0) == WORKER_ACTIVE;
-    r->repeat = sqlite3_column_int(s, 1) == 1; /* NULL (no key recorded) reads as 0 */
-    r->first_token = sqlite3_column_int64(s, 2);
-    r->last_token = sqlite3_column_int64(s, 3);
+    r->recorded = sqlite3_column_int(s, 1) == 1;
+    r->repeat = sqlite3_column_int(s, 2) == 1; /* NULL (no record) reads as 0 */
+    r->first_token = sqlite3_column_int64(s, 3);
+    r->last_token = sqlite3_column_int64(s, 4);
   }
   store_reset(s);
   /* Not active: the plain check says why (gone, or unknown) in its words. */
   return active ? MUSTER_OK : worker_check_active(st, worker, f);
 }
 
-/* Records `r`'s key for `worker` with the tokens after `before` up to the
- * last one drawn: the leases the request just made. */
+/* Deletes the records of `worker` beyond the newest LEASE_RETRY_MAX_STREAMS,
+ * the oldest by their last token (the order they were written in).  Run when
+ * a stream is added: the count reads the worker's rows in the primary key,
+ * the eviction sorts them, which only a worker past the bound pays. */
+static muster_err_t lease_retry_bound(store_t *st, int64_t worker, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT count(*) FROM lease_requests WHERE worker = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "lease request records");
+  sqlite3_bind_int64(s, 1, worker);
+  int64_t rows = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+  store_reset(s);
+  if (rows < 0)
+    return store_fail(st, f, "lease request records");
+  if (rows <= LEASE_RETRY_MAX_STREAMS)
+    return MUSTER_OK;
+  s = store_stmt(st, "DELETE FROM lease_requests WHERE worker = ?1 AND stream IN"
+                     " (SELECT stream FROM lease_requests WHERE worker = ?1"
+                     " ORDER BY last_token LIMIT ?2)");
+  if (s == NULL)
+    return store_fail(st, f, "lease request records");
+  sqlite3_bind_int64(s, 1, worker);
+  sqlite3_bind_int64(s, 2, rows - LEASE_RETRY_MAX_STREAMS);
+  log_msg(LOG_DEBUG, "lease: worker %lld has keys of more than %d streams: the oldest goes",
+          (long long)worker, LEASE_RETRY_MAX_STREAMS);
+  return store_step_done(st, s, f);
+}
+
+/* Records `r`'s key as its stream's for `worker`, with the tokens after
+ * `before` up to the last one drawn: the leases the request just made. */
 static muster_err_t lease_retry_record(store_t *st, int64_t worker, const lease_retry_t *r,
                                        int64_t before, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "UPDATE workers SET lease_request = ?2,"
-                                   " lease_first_token = ?3, lease_last_token = ?4 WHERE id = ?1");
+  sqlite3_stmt *s = store_stmt(st, "INSERT OR REPLACE INTO lease_requests(worker, stream,"
+                                   " request, first_token, last_token) VALUES(?1, ?2, ?3, ?4, ?5)");
   if (s == NULL)
     return store_fail(st, f, "lease request record");
   sqlite3_bind_int64(s, 1, worker);
-  store_bind_text(s, 2, r->request);
-  sqlite3_bind_int64(s, 3, before + 1);
-  sqlite3_bind_int64(s, 4, store_last_token(st));
-  return store_step_done(st, s, f);
+  sqlite3_bind_text(s, 2, r->request, (int)r->stream_len, SQLITE_TRANSIENT);
+  store_bind_text(s, 3, r->request);
+  sqlite3_bind_int64(s, 4, before + 1);
+  sqlite3_bind_int64(s, 5, store_last_token(st));
+  if (store_step_done(st, s, f))
+    return f->code;
+  return r->recorded ? MUSTER_OK : lease_retry_bound(st, worker, f);
 }
 
 /* Gives the leases of the recorded request that `worker` still holds in
@@ -176,4 +234,12 @@ json_t *lease_acquire_retry(store_t *st, const queue_t *q, int64_t worker, int64
     return NULL;
   }
   return leases;
+}
+
+muster_err_t lease_retry_forget(store_t *st, int64_t worker, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "DELETE FROM lease_requests WHERE worker = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "lease request records");
+  sqlite3_bind_int64(s, 1, worker);
+  return store_step_done(st, s, f);
 }

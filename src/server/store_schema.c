@@ -264,6 +264,30 @@ const char *const store_migrations[] = {
     "ALTER TABLE workers ADD COLUMN lease_request TEXT;"
     "ALTER TABLE workers ADD COLUMN lease_first_token INTEGER;"
     "ALTER TABLE workers ADD COLUMN lease_last_token INTEGER;",
+    /* Those records in a table of their own, one per worker and stream of
+     * its keys, instead of one per worker (lease_retry.c): `muster worker
+     * --concurrency N` leases under one worker id from N slots, each
+     * numbering its keys in a stream of its own (the key without its
+     * trailing "-DIGITS", '' for a key that does not end so:
+     * lease_retry_stream_len, computed here in SQL), and each slot's keyed
+     * lease replaced the record of the slot before, so only the slot that
+     * leased last had its retry answered.  The records of active workers
+     * move; those of gone workers answer nothing (a gone worker's requests
+     * are refused) and go with the columns. */
+    "CREATE TABLE lease_requests ("
+    "  worker INTEGER NOT NULL, stream TEXT NOT NULL, request TEXT NOT NULL,"
+    "  first_token INTEGER NOT NULL, last_token INTEGER NOT NULL,"
+    "  PRIMARY KEY (worker, stream)) WITHOUT ROWID;"
+    "INSERT INTO lease_requests(worker, stream, request, first_token, last_token)"
+    "  SELECT id, CASE WHEN length(head) < length(lease_request) AND substr(head, -1) = '-'"
+    "    THEN substr(head, 1, length(head) - 1) ELSE '' END,"
+    "    lease_request, lease_first_token, lease_last_token"
+    "  FROM (SELECT id, lease_request, lease_first_token, lease_last_token,"
+    "    rtrim(lease_request, '0123456789') AS head FROM workers"
+    "    WHERE state = 0 AND lease_request IS NOT NULL);"
+    "ALTER TABLE workers DROP COLUMN lease_request;"
+    "ALTER TABLE workers DROP COLUMN lease_first_token;"
+    "ALTER TABLE workers DROP COLUMN lease_last_token;",
 };
 
 const int store_migration_count = (int)(sizeof store_migrations / sizeof store_migrations[0]);

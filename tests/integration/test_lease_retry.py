@@ -1,10 +1,14 @@
 """A lease request sent again under its key after its reply was lost gets the leases the
 first one made, with the same tokens, instead of new ones (docs/api.md, "Retrying a
 lease"): for the plain lease, the long-poll, the combined complete-and-lease call, and
-across a restart of the head.  A new key, or none, leases anew; a key is checked.
-The workers that send keys (`muster worker`, the Python worker) are tested in
-test_lease_retry_workers.py."""
+across a restart of the head.  A new key, or none, leases anew; a key is checked.  The
+head keeps a record per stream of a worker's keys (the key without its trailing "-N"),
+so slots leasing under one worker id each have their retry answered; the records go
+with the worker.  The workers that send keys (`muster worker`, the Python worker) are
+tested in test_lease_retry_workers.py; the bound on a worker's records in
+tests/unit/test_lease_retry.c (test_bound)."""
 import os
+import sqlite3
 import sys
 import unittest
 
@@ -119,6 +123,25 @@ class LeaseRetryTest(ApiTestCase):
         self.assertEqual(held(self.keyed("k-1")), held(first["leases"]))
         self.assert_counts(done=1, leased=1, queued=1)
 
+    def test_slots_of_one_worker_each_retry(self):
+        """Two slots of one worker lease with keys of their own streams, A then B; A's
+        request sent again gets A's leases, B's gets B's: nothing is leased twice."""
+        ids = self.put("a", "b", "c", "d")
+        a = self.keyed("inst-s1-0")
+        b = self.keyed("inst-s2-0", max=2)
+        self.assertEqual([x["task"] for x in a + b], ids[:3])
+        # A bad key between them is refused and changes no record.
+        self.expect_error("POST", "/v1/queues/%s/lease" % self.q,
+                          {"worker": self.w, "request": "inst s1-0"}, 400, "invalid_argument")
+        self.assertEqual(held(self.keyed("inst-s1-0")), held(a))
+        self.assertEqual(held(self.keyed("inst-s2-0", max=2)), held(b))
+        self.assertEqual([self.get_task(t)["attempts"] for t in ids], [1, 1, 1, 0])
+        self.assert_counts(leased=3, queued=1)
+        # A slot's next key replaces its own record only.
+        self.assertEqual([x["task"] for x in self.keyed("inst-s1-1")], ids[3:])
+        self.assertEqual(held(self.keyed("inst-s2-0", max=2)), held(b))
+        self.assertEqual(self.keyed("inst-s1-0"), [])   # no longer slot 1's key: anew
+
     def test_bad_keys(self):
         path = "/v1/queues/%s/lease" % self.q
         for key, words in (("", "is invalid"), ("a b", "is invalid"), ("x" * 129, "is invalid"),
@@ -160,6 +183,42 @@ class LeaseRetryRestartTest(OwnHeadTestCase):
         self.assertEqual(held(again), held(first))
         self.assertGreaterEqual(again[0]["deadline_ms"], now_ms() + LONG_LEASE_MS - 60000)
         self.assertEqual([x["task"] for x in self.lease(worker=w, request="k-2")], [ids[1]])
+
+    def test_every_slots_record_survives_a_restart(self):
+        self.create_queue(lease_ms=LONG_LEASE_MS)
+        w = self.register()["id"]
+        self.put("a", "b", "c")
+        a = self.lease(worker=w, request="inst-s1-4")
+        b = self.lease(worker=w, request="inst-s2-9")
+        self.put("d")   # its reply waits for a flush, which covers the leases' commits
+        self.head.kill()
+        self.head.start()
+        self.assertEqual(held(self.lease(worker=w, request="inst-s1-4")), held(a))
+        self.assertEqual(held(self.lease(worker=w, request="inst-s2-9")), held(b))
+        self.assert_counts(leased=2, queued=2)
+
+    def test_records_go_with_the_worker(self):
+        """A worker's records go when it ends (here by its goodbye and by its timeout),
+        those of a worker still active stay: read from the store once the head stopped
+        (it holds the file exclusively while it runs)."""
+        self.create_queue(lease_ms=LONG_LEASE_MS)
+        bye, silent, stays = (self.register()["id"], self.register(timeout_ms=1000)["id"],
+                              self.register()["id"])
+        self.put(*"abcdef")
+        for w in (bye, silent, stays):
+            self.lease(worker=w, request="s1-0")
+            self.lease(worker=w, request="s2-0")
+        self.expect("DELETE", "/v1/workers/%d" % bye)
+        harness.wait_until(lambda: self.expect("GET", "/v1/workers/%d" % silent)["state"]
+                           == "gone", timeout=10, what="the silent worker to time out")
+        self.assertEqual(self.head.stop(), 0, self.head.log())
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(self.head.data_dir, "muster.db"),
+                             uri=True)
+        try:
+            self.assertEqual(sorted(db.execute("SELECT worker, stream FROM lease_requests")),
+                             [(stays, "s1"), (stays, "s2")])
+        finally:
+            db.close()
 
 
 if __name__ == "__main__":

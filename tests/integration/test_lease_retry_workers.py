@@ -7,7 +7,9 @@ ten minutes: a task stranded so would still be leased when the test gives up.
 
 A proxy in front of the head forwards the worker's first lease request (plain, or the
 combined complete-and-lease call), reads the head's reply (committed) and closes the
-connection before any of its body reaches the worker."""
+connection before any of its body reaches the worker.  With --concurrency 2 the other
+slot leases, under the same worker id, before the first slot sends its request again:
+the head keeps a record per slot's stream of keys, so that retry is answered too."""
 import json
 import os
 import subprocess
@@ -46,13 +48,13 @@ class WorkerLeaseRetryTest(unittest.TestCase):
         self.addCleanup(proxy.close)
         return proxy
 
-    def run_worker(self, proxy, queue, count):
-        """Runs `muster worker` (cat) through `proxy` until the queue's `count` tasks are
-        done; returns the tasks and the worker's log."""
+    def run_worker(self, proxy, queue, count, *options):
+        """Runs `muster worker` (cat) with `options` through `proxy` until the queue's
+        `count` tasks are done; returns the tasks and the worker's log."""
         with tempfile.TemporaryFile("w+") as log:
             proc = subprocess.Popen(
                 [harness.MUSTER_BIN, "worker", "--queue", queue, "--url", proxy.url,
-                 "--token", self.head.token, "--", "cat"],
+                 "--token", self.head.token, *options, "--", "cat"],
                 stdout=subprocess.DEVNULL, stderr=log)
             try:
                 def tasks():
@@ -101,6 +103,38 @@ class WorkerLeaseRetryTest(unittest.TestCase):
         self.assertEqual(len(reply["completed"]), 1, reply)
         [lost] = reply["leases"]
         self.check(tasks, lost)
+
+    def test_a_slots_lease_lost_while_another_slot_leases(self):
+        """The lost reply is held back (the connection open, its slot waiting) until the
+        other slot has done two tasks: it held at most one when the lost lease committed,
+        so it leased the second after it, with a key of its own, under the same worker
+        id.  With one record per worker that lease replaced the first slot's, whose retry
+        then leased anew and left the lost task leased to nobody for ten minutes."""
+        self.setup_queue("sq", 6)
+
+        def others_done(lost):
+            got = self.request("GET", "/v1/queues/sq/tasks?limit=100")["tasks"]
+            return len([t for t in got if t["state"] == "done" and t["id"] != lost]) >= 2
+
+        def swallow_until_the_other_slot_leased(pieces):
+            reply = json.loads(b"".join(pieces))
+            self.lost.append(reply)
+            [lost] = reply["leases"]
+            harness.wait_until(lambda: others_done(lost["task"]), timeout=20,
+                               what="the other slot to do two tasks")
+            return
+            yield   # a generator that yields nothing: the connection closes short
+
+        proxy = harness.RequestProxy(
+            self.head, lambda method, path: (method, path) == ("POST", "/v1/queues/sq/lease"),
+            lambda n: swallow_until_the_other_slot_leased if n == 1 else "forward")
+        self.addCleanup(proxy.close)
+        tasks, log = self.run_worker(proxy, "sq", 6, "--concurrency", "2")
+        [reply] = self.lost
+        [lost] = reply["leases"]
+        self.check(tasks, lost)
+        self.assertRegex(log, r"slot [12]: lease from sq")   # it saw the error, and retried
+        self.assertEqual(len(self.request("GET", "/v1/workers")["workers"]), 1, "one worker id")
 
 
 if __name__ == "__main__":
