@@ -126,7 +126,7 @@ static il_op_t il_route(h1_req_t *in, char name[NAME_MAX_LEN + 1]) {
     return IL_NONE;
   memcpy(name, p, len);
   name[len] = '\0';
-  if (!name_is_valid(name)) /* an escaped name is never one of ours */
+  if (!name_was_valid(name)) /* an escaped name is never one of ours */
     return IL_NONE;
   const char *rest = p + len;
   if (*rest == '\0')
@@ -527,7 +527,7 @@ static void il_create(iter_local_t *L, h1_req_t *in) {
   const char *name = json_string_value(json_object_get(body, "name"));
   const json_t *sync = json_object_get(body, "cluster_sync");
   int omitted = sync == NULL || json_is_null(sync);
-  int held = name && name_is_valid(name) && il_holds(L, name);
+  int held = name && name_was_valid(name) && il_holds(L, name);
   if (!held && !json_is_false(sync) && !omitted) {
     json_decref(body);
     fwd_forward(L->a, in); /* cluster_sync true (or not a boolean): the head's */

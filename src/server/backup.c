@@ -96,9 +96,10 @@ static muster_err_t backup_name(const char *given, char out[NAME_MAX_LEN + 1], f
     return MUSTER_OK;
   }
   if (!name_is_valid(given) || given[0] == '.')
-    return fail_set(
-        f, MUSTER_NAME_INVALID,
-        "name: backup name '%.140s' is invalid: " NAME_RULE_TEXT ", not starting with '.'", given);
+    return fail_set(f, MUSTER_NAME_INVALID,
+                    "name: backup name '%.140s' is invalid: use 1 to 128 characters of letters, "
+                    "digits, '.', '_' and '-', not starting with '.'",
+                    given);
   snprintf(out, NAME_MAX_LEN + 1, "%s", given);
   return MUSTER_OK;
 }
