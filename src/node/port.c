@@ -30,6 +30,7 @@
  * answered 503 with `Retry-After` and `Connection: close`, and the loop ends
  * once those answers are written, or after PORT_DRAIN_MS.
  */
+#include "core/auth.h"
 #include "node/agent.h"
 #include "node/iter_local.h"
 #include "server/jw.h"
@@ -228,22 +229,9 @@ static bool port_serves(node_agent_t *a, h1_req_t *q) {
   return cache_http_serves(a, q) || iter_local_serves(a, q);
 }
 
-/* True when `q` carries the agent's own token, the head's, as the agent
- * checks it for what it serves itself (iter_local.c), or the agent has none.
- * Compared in constant time, as the head does, so that timing tells nothing
- * of it. */
-static bool port_token_is_agents(const node_agent_t *a, const h1_req_t *q) {
-  const char *want = a->cfg->token, *auth = h1_header(q, "Authorization");
-  if (want == NULL || want[0] == '\0')
-    return true;
-  if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
-    return false;
-  const char *given = auth + 7;
-  size_t glen = strlen(given), wlen = strlen(want);
-  unsigned char diff = glen != wlen;
-  for (size_t i = 0; i < wlen; i++)
-    diff |= (unsigned char)(want[i] ^ (i < glen ? given[i] : 0));
-  return diff == 0;
+bool port_token_is_agents(const node_agent_t *a, const h1_req_t *q) {
+  const char *want = a->cfg->token;
+  return want == NULL || want[0] == '\0' || auth_bearer_is(h1_header(q, "Authorization"), want);
 }
 
 /* h1's dispatch: a request whose head (and, without a body, all) is here.

@@ -293,15 +293,6 @@ void http_fail(http_req_t *r, muster_err_t code, const char *fmt, ...) {
   http_reply_fail(r, &f);
 }
 
-/* Constant-time comparison of a bearer token, so timing reveals nothing. */
-static bool http_token_equal(const char *given, const char *want) {
-  size_t glen = strlen(given), wlen = strlen(want);
-  unsigned char diff = glen != wlen;
-  for (size_t i = 0; i < wlen; i++)
-    diff |= (unsigned char)(want[i] ^ (i < glen ? given[i] : 0));
-  return diff == 0;
-}
-
 bool http_token_sent(const http_req_t *r) {
   return h1_header(r->req, "Authorization") != NULL;
 }
@@ -311,9 +302,9 @@ http_role_t http_token_role(const http_req_t *r) {
   if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
     return HTTP_PUBLIC;
   const head_config_t *cfg = &r->head->cfg;
-  if (http_token_equal(auth + 7, cfg->token))
+  if (auth_token_equal(auth + 7, cfg->token))
     return HTTP_ADMIN;
-  if (cfg->read_token[0] && http_token_equal(auth + 7, cfg->read_token))
+  if (cfg->read_token[0] && auth_token_equal(auth + 7, cfg->read_token))
     return HTTP_READ;
   return HTTP_PUBLIC;
 }
