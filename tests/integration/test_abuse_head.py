@@ -18,7 +18,9 @@ test fails without its fix.
   in the listen backlog with no word anywhere), serves the connections it has, and says
   when it accepts again; a shared-data read or upload that cannot open its file then
   answers 503 unavailable, to be retried (the read answered 500 "level 1 of 'a' is
-  missing from DIR/shared (Too many open files); set it again", the upload 500).
+  missing from DIR/shared (Too many open files); set it again", the upload 500), and so
+  does a backup (it answered 500 store_error "cannot create .../muster.db: unable to
+  open database file").
 - Shared data scopes and names "." and ".." are refused (name_invalid): every node
   agent refuses them for its cache, whose files are SCOPE/NAME@..., so such a blob was
   stored by the head and could never be read through a node.
@@ -247,6 +249,11 @@ class DescriptorsTest(unittest.TestCase):
         r = h.request("PUT", "/v1/shared/s/b?level=1", raw=b"abc", conn=old,
                       content_type="application/octet-stream")
         self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+        r = h.request("POST", "/v1/backup", body={"name": "nightly"}, conn=old)
+        self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+        self.assertIn("out of file descriptors", r.json["error"]["message"], r)
+        self.assertIn("send the backup again", r.json["error"]["message"], r)
+        self.assertEqual(os.listdir(os.path.join(h.data_dir, "backups")), [])
         time.sleep(1)  # a window to count the lines in, not a wait for an event
         lines = self.accept_lines()
         self.assertEqual(len(lines), 1, "accept errors logged %d times: %s" % (len(lines), lines))
@@ -258,6 +265,8 @@ class DescriptorsTest(unittest.TestCase):
                            what="the head saying it accepts again")
         r = h.request("GET", "/v1/shared/s/a", conn=old)
         self.assertEqual((r.status, r.raw), (200, b"abc"), r)
+        r = h.request("POST", "/v1/backup", body={"name": "nightly"}, conn=old)
+        self.assertEqual(r.status, 201, r)
         old.close()
 
     def serves(self):
