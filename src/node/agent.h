@@ -11,6 +11,7 @@
 
 #include "muster.h"
 #include "node/node.h"
+#include "server/accept_log.h"
 #include "server/h1.h"
 
 #include <event2/event.h>
@@ -120,8 +121,7 @@ struct node_agent {
                                 * 2 done: the loop was told to end */
   int port_stop_replies;       /* 503s of the stop not written yet */
   struct event *port_drain_ev; /* the bound on the drain (PORT_DRAIN_MS) */
-  int64_t port_accept_said_ms; /* when a pause in accepting was last logged, 0: never */
-  int port_accept_pauses;      /* pauses since */
+  accept_log_t port_accept_log; /* what the port said of failed accepts */
 
   /* forwarder (forward.c, upstream.c, forward_pool.c) */
   char head_host[256];
