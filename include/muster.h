@@ -41,7 +41,7 @@ extern "C" {
   XX(BAD_JSON, "bad_json", 400, "the body is not valid JSON")                                      \
   XX(INVALID, "invalid_argument", 400, "a field is missing or has a wrong type or value")          \
   XX(NAME_INVALID, "name_invalid", 400,                                                            \
-     "names are 1 to 128 characters of letters, digits, '.', '_' and '-'")                         \
+     "names are 1 to 128 characters of letters, digits, '.', '_' and '-', not '.' or '..'")        \
   XX(UNAUTHORIZED, "unauthorized", 401, "a valid bearer token is required")                        \
   XX(FORBIDDEN, "forbidden", 403, "this token may not do that")                                    \
   XX(NOT_FOUND, "not_found", 404, "no such endpoint")                                              \
@@ -333,8 +333,9 @@ typedef struct {
                         * (not at all); below 0: refused.  muster_complete_lease_with never
                         * waits and does not read it, so one struct serves both calls */
   const char *request; /* NULL (default: no key), or this request's key: 1 to
-                        * MUSTER_LEASE_KEY_MAX characters of [A-Za-z0-9._-], with a
-                        * worker; the same on every try of one request (muster_lease_key) */
+                        * MUSTER_LEASE_KEY_MAX characters of [A-Za-z0-9._-], not "."
+                        * or "..", with a worker; the same on every try of one request
+                        * (muster_lease_key) */
 } muster_lease_opts_t;
 
 void muster_lease_opts_init_sized(muster_lease_opts_t *opts, size_t size);
@@ -485,9 +486,10 @@ typedef struct {
   const char *node;          /* node id or NULL */
   const char *labels;        /* JSON object text or NULL */
   int64_t timeout_ms;        /* heartbeat timeout; -1: server default (60000); below -1: refused */
-  const char *instance;      /* NULL, or this process's id (1 to 128 of [A-Za-z0-9._-]): a
-                              * registration sent again with it after its reply was lost
-                              * gets the worker the first one made, not a second one */
+  const char *instance;      /* NULL, or this process's id (1 to 128 of [A-Za-z0-9._-], not
+                              * "." or ".."): a registration sent again with it after its
+                              * reply was lost gets the worker the first one made, not a
+                              * second one */
 } muster_worker_opts_t;
 
 void muster_worker_opts_init_sized(muster_worker_opts_t *opts, size_t size);

@@ -612,11 +612,12 @@ class Client:
         LeaseList of Lease (empty when none came); with ``updates_after`` it also
         carries ``.updates`` and ``.updates_last``.  A ``wait_ms`` longer than the head's
         ``max_wait_ms`` is cut to it (:meth:`long_poll_ms`).  ``request``: a key of the
-        caller's (1 to 128 characters of [A-Za-z0-9._-]; needs ``worker``), sent again
-        unchanged when the call is sent again after an error: the head then answers with
-        the leases the first call made, if its reply was lost, instead of new ones
-        (docs/api.md, "Retrying a lease"); a new request takes a new key.  Number them
-        ``PREFIX-N``, a prefix per thread: the head keeps the last key of each prefix."""
+        caller's (1 to 128 characters of [A-Za-z0-9._-], not ``.`` or ``..``; needs
+        ``worker``), sent again unchanged when the call is sent again after an error: the
+        head then answers with the leases the first call made, if its reply was lost,
+        instead of new ones (docs/api.md, "Retrying a lease"); a new request takes a new
+        key.  Number them ``PREFIX-N``, a prefix per thread: the head keeps the last key of
+        each prefix."""
         return self._lease(queue, worker, max, self.long_poll_ms(wait_ms) if wait_ms else 0,
                            updates_after, request)
 

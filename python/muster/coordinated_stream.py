@@ -10,7 +10,7 @@ from .coordinated import HEAD_WAIT_S, NAME_MAX, CoordinatedRankSampler, _dataset
 from .iteration import (DEFAULT_BLOCK_SIZE, DEFAULT_SHUFFLE_BLOCK_SIZE, MAX_SAMPLES,
                         MAX_WORLD_SIZE, NO_SAMPLES, SHUFFLES, STRATEGIES, TAILS, Dataset, _seed)
 
-_NAME = re.compile(r"[A-Za-z0-9._-]{1,%d}" % NAME_MAX)
+_NAME = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]{1,%d}" % NAME_MAX)  # not "." or ".."
 _WEEK_MS = 7 * 24 * 3600 * 1000
 
 
@@ -154,8 +154,10 @@ class CoordinatedStream:
                  head_wait_s=HEAD_WAIT_S):
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             error = ValueError if isinstance(name, str) else TypeError
-            raise error("name: the iteration's name, 1 to %d characters of A-Z a-z 0-9 . _ -, "
-                        "not %.60r" % (NAME_MAX, name))
+            why = (" ('.' and '..' are no names: URLs collapse them)"
+                   if name in (".", "..") else "")
+            raise error("name: the iteration's name, 1 to %d characters of A-Z a-z 0-9 . _ - "
+                        "other than '.' and '..', not %.60r%s" % (NAME_MAX, name, why))
         config = _coordinated_config(
             dataset, world_size, shuffle, seed, strategy, block_size, epochs, tail,
             shuffle_block_size, num_partitions, hash_seed, ranges,

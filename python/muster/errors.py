@@ -35,7 +35,8 @@ class InvalidArgument(BadRequest):
 
 
 class NameInvalid(InvalidArgument):
-    """400 ``name_invalid``: names are 1 to 128 characters of [A-Za-z0-9._-]."""
+    """400 ``name_invalid``: names are 1 to 128 characters of [A-Za-z0-9._-], other than
+    ``.`` and ``..`` (URLs collapse them)."""
     default_code = "name_invalid"
 
 

@@ -244,7 +244,8 @@ def _pool_order(url, token, queue):
             "not given" if token is None else "no address"))
 
 
-_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_NAME_RE = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]{1,128}")  # not "." or ".."
+_DOTS_WHY = " ('.' and '..' are no names: URLs collapse them)"
 _REQUIRES_FORMS = ("{\"scope\": S, \"name\": N, \"level\": L}, (scope, name, level), or "
                    "(name, level) for a blob of the pool's own session")
 
@@ -268,11 +269,12 @@ def _requires_entry(entry, at):
     if scope is not None and not (isinstance(scope, str) and _NAME_RE.fullmatch(scope)):
         raise (ValueError if isinstance(scope, str) else TypeError)(
             "%s: scope %r is not a scope: a session id (s-...) or a global name, 1 to 128 "
-            "characters of [A-Za-z0-9._-]" % (at, scope))
+            "characters of [A-Za-z0-9._-] other than '.' and '..'%s"
+            % (at, scope, _DOTS_WHY if scope in (".", "..") else ""))
     if not (isinstance(name, str) and _NAME_RE.fullmatch(name)):
         raise (ValueError if isinstance(name, str) else TypeError)(
-            "%s: name %r is not a blob's name: 1 to 128 characters of [A-Za-z0-9._-]"
-            % (at, name))
+            "%s: name %r is not a blob's name: 1 to 128 characters of [A-Za-z0-9._-] other "
+            "than '.' and '..'%s" % (at, name, _DOTS_WHY if name in (".", "..") else ""))
     if not isinstance(level, int) or isinstance(level, bool):
         raise TypeError("%s: level %r of %r is not an int" % (at, level, name))
     if level < 1:

@@ -179,7 +179,8 @@ static int node_read_opts(cli_args_t *args, node_config_t *cfg) {
   cfg->lock_path = cli_opt(args, "lock-file");
   cfg->name = cli_opt(args, "name");
   if (cfg->name && !name_is_valid(cfg->name)) /* the agent's rule and words (agent_identity) */
-    return cli_usage_error(args->cmd, "node name '%s': " NAME_RULE_TEXT " (--name)", cfg->name);
+    return cli_usage_error(args->cmd, "node name '%s': %s (--name)", cfg->name,
+                           name_rule_text(cfg->name));
   cfg->cmd = args->npos > 0 ? args->pos : NULL;
   return CLI_OK;
 }

@@ -240,8 +240,8 @@ static int worker_take_instance(cli_args_t *args, worker_t *w) {
   } else {
     return cli_usage_error(args->cmd,
                            "MUSTER_WORKER_INSTANCE '%.140s': use 1 to %zu characters of letters, "
-                           "digits, '.', '_' and '-' (a node agent sets it for the workers it "
-                           "starts; unset, a worker makes a random one)",
+                           "digits, '.', '_' and '-', other than '.' and '..' (a node agent sets "
+                           "it for the workers it starts; unset, a worker makes a random one)",
                            given, sizeof w->instance - 1);
   }
   unsetenv("MUSTER_WORKER_INSTANCE");

@@ -67,8 +67,8 @@ static int requires_split(const cli_args_t *args, const char *text, const char *
   if (slash == NULL && !name_is_valid(session))
     return cli_usage_error(args->cmd,
                            "--requires '%s': without SCOPE/ the scope is the session, and '%s' "
-                           "is not a session id: " NAME_RULE_TEXT,
-                           text, session);
+                           "is not a session id: %s",
+                           text, session, name_rule_text(session));
   if (strlen(text) >= size) /* a scope or name longer than the rule allows */
     return cli_usage_error(
         args->cmd, "--requires '%.60s...': too long: scope and name each " NAME_RULE_TEXT, text);
@@ -82,9 +82,11 @@ static int requires_split(const cli_args_t *args, const char *text, const char *
   if (at != NULL)
     *at++ = '\0';
   if (slash != NULL && !name_is_valid(scope))
-    return cli_usage_error(args->cmd, "--requires '%s': scope '%s': " NAME_RULE_TEXT, text, scope);
+    return cli_usage_error(args->cmd, "--requires '%s': scope '%s': %s", text, scope,
+                           name_rule_text(scope));
   if (!name_is_valid(name))
-    return cli_usage_error(args->cmd, "--requires '%s': name '%s': " NAME_RULE_TEXT, text, name);
+    return cli_usage_error(args->cmd, "--requires '%s': name '%s': %s", text, name,
+                           name_rule_text(name));
   entry->scope = slash != NULL ? scope : session;
   entry->name = name;
   entry->level = 0;

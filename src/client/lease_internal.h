@@ -17,7 +17,8 @@
 
 /* MUSTER_OK when `key` may be sent as the key of a lease request by
  * `worker`: NULL (no key), or 1 to MUSTER_LEASE_KEY_MAX characters of
- * [A-Za-z0-9._-] with a worker above 0, as the head checks it.  Otherwise
+ * [A-Za-z0-9._-], not "." or "..", with a worker above 0, as the head
+ * checks it.  Otherwise
  * MUSTER_INVALID, the message saying which rule the key breaks. */
 muster_err_t lease_key_check(muster_client_t *client, const char *key, int64_t worker);
 

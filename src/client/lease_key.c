@@ -19,7 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The characters of a key, as of a name (name_is_valid). */
+/* The characters of a key, as of a name (name_is_valid, which also refuses
+ * "." and ".."). */
 #define KEY_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
 
 _Static_assert(MUSTER_LEASE_KEY_MAX == NAME_MAX_LEN, "a key is as long as a name may be");
@@ -65,6 +66,8 @@ muster_err_t lease_key_check(muster_client_t *client, const char *key, int64_t w
                        "opts.request: the key is %zu characters long: " NAME_RULE_TEXT, len);
   if (good < len)
     return key_bad_char(client, key, good);
+  if (name_is_dots(key))
+    return client_fail(client, MUSTER_INVALID, "opts.request: '%s': " NAME_DOTS_TEXT, key);
   if (worker <= 0)
     return client_fail(client, MUSTER_INVALID,
                        "opts.request: a key needs opts.worker, a registered worker's id: the "

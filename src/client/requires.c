@@ -30,8 +30,8 @@ static muster_err_t requires_element_problem(const muster_shared_level_t *levels
   }
   const char *bad = !name_is_valid(l->scope) ? "scope" : !name_is_valid(l->name) ? "name" : NULL;
   if (bad != NULL) {
-    snprintf(why, size, "requires[%zu].%s '%.140s': " NAME_RULE_TEXT, i, bad,
-             bad[0] == 's' ? l->scope : l->name);
+    const char *given = bad[0] == 's' ? l->scope : l->name;
+    snprintf(why, size, "requires[%zu].%s '%.140s': %s", i, bad, given, name_rule_text(given));
     return MUSTER_NAME_INVALID;
   }
   for (size_t j = 0; j < i; j++)

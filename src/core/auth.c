@@ -1,10 +1,24 @@
 /*
- * auth.c — what a refused token is told (auth.h).
+ * auth.c — bearer tokens compared, and what a refused token is told (auth.h).
  */
 #include "core/auth.h"
 
 #include <stddef.h>
+#include <string.h>
 #include <strings.h>
+
+bool auth_token_equal(const char *given, const char *want) {
+  size_t glen = strlen(given), wlen = strlen(want);
+  unsigned char diff = glen != wlen;
+  for (size_t i = 0; i < wlen; i++)
+    diff |= (unsigned char)(want[i] ^ (i < glen ? given[i] : 0));
+  return diff == 0;
+}
+
+bool auth_bearer_is(const char *authorization, const char *want) {
+  return authorization != NULL && strncasecmp(authorization, "Bearer ", 7) == 0 &&
+         auth_token_equal(authorization + 7, want);
+}
 
 const char *auth_refusal(const char *authorization) {
   if (authorization == NULL)

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-bool name_is_valid(const char *name) {
+bool name_was_valid(const char *name) {
   if (name == NULL)
     return false;
   size_t len = strlen(name);
@@ -19,4 +19,16 @@ bool name_is_valid(const char *name) {
       return false;
   }
   return true;
+}
+
+bool name_is_dots(const char *name) {
+  return name != NULL && (strcmp(name, ".") == 0 || strcmp(name, "..") == 0);
+}
+
+bool name_is_valid(const char *name) {
+  return name_was_valid(name) && !name_is_dots(name);
+}
+
+const char *name_rule_text(const char *name) {
+  return name_is_dots(name) ? NAME_DOTS_TEXT : NAME_RULE_TEXT;
 }

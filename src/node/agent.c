@@ -509,7 +509,7 @@ static int agent_identity(node_agent_t *a) {
   const char *name = a->cfg->name ? a->cfg->name : a->hostname;
   size_t len = strlen(name);
   if (!name_is_valid(name)) {
-    agent_log(a, "node name '%s': " NAME_RULE_TEXT " (--name)", name);
+    agent_log(a, "node name '%s': %s (--name)", name, name_rule_text(name));
     return -2;
   }
   memcpy(a->name, name, len + 1); /* len <= 128 < sizeof a->name */

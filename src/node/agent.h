@@ -11,6 +11,7 @@
 
 #include "muster.h"
 #include "node/node.h"
+#include "server/accept_log.h"
 #include "server/h1.h"
 
 #include <event2/event.h>
@@ -120,8 +121,7 @@ struct node_agent {
                                 * 2 done: the loop was told to end */
   int port_stop_replies;       /* 503s of the stop not written yet */
   struct event *port_drain_ev; /* the bound on the drain (PORT_DRAIN_MS) */
-  int64_t port_accept_said_ms; /* when a pause in accepting was last logged, 0: never */
-  int port_accept_pauses;      /* pauses since */
+  accept_log_t port_accept_log; /* what the port said of failed accepts */
 
   /* forwarder (forward.c, upstream.c, forward_pool.c) */
   char head_host[256];
@@ -230,6 +230,11 @@ struct evbuffer *port_body(h1_req_t *q);
  * for what must last as long as a reply (a cached file's reader).  One per
  * request. */
 void port_on_free(h1_req_t *q, void (*fn)(void *arg), void *arg);
+/* True when `q` carries the agent's own token (the head's admin token) or
+ * the agent has none: what the agent serves itself (its cache's statistics
+ * aside) takes that token alone, anything else is the head's to judge.
+ * Compared in constant time (core/auth.h). */
+bool port_token_is_agents(const node_agent_t *a, const h1_req_t *q);
 /* Answers `q` with `body` (taken; NULL: none) as JSON, written as the head
  * writes its replies (server/jw.h); a 401 gets WWW-Authenticate. */
 void port_reply_json(h1_req_t *q, int status, struct json_t *body);

@@ -21,8 +21,12 @@
  *    name held here is answered here.
  *  - GET /v1/iterations: the head's list with this agent's iterations merged in.
  *
- * Tokens: the head checks tokens; for what it answers itself the agent
- * compares the client's bearer token with its own (--token), when it has one.
+ * Tokens: the agent serves a request that carries its own token (--token,
+ * the head's admin token), compared in constant time, or any when it has
+ * none.  With another token a read (GET) is served when the head accepts
+ * that token for a GET of this node (its read-only token); a write, and a
+ * read the head refuses, go to the head, which answers 401 or 403 in its
+ * own words, as it does for iterations it holds itself.
  *
  * Writes commit per request (synchronous=NORMAL: the state survives the
  * agent's crash; a machine crash may lose the last few acknowledgements, whose
@@ -126,7 +130,7 @@ static il_op_t il_route(h1_req_t *in, char name[NAME_MAX_LEN + 1]) {
     return IL_NONE;
   memcpy(name, p, len);
   name[len] = '\0';
-  if (!name_is_valid(name)) /* an escaped name is never one of ours */
+  if (!name_was_valid(name)) /* an escaped name is never one of ours */
     return IL_NONE;
   const char *rest = p + len;
   if (*rest == '\0')
@@ -206,15 +210,6 @@ static json_t *il_held(store_t *st, const char *name, const json_t *query, fail_
   if (iter_held_query(il_query_get, (void *)query, &q, f))
     return NULL;
   return iter_held(st, name, &q, f);
-}
-
-/* The client's bearer token against the agent's own (none: anyone). */
-static int il_authorized(const iter_local_t *L, h1_req_t *in) {
-  const char *token = L->a->cfg->token;
-  if (token == NULL || token[0] == '\0')
-    return 1;
-  const char *h = h1_header(in, "Authorization");
-  return h && strncasecmp(h, "Bearer ", 7) == 0 && strcmp(h + 7, token) == 0;
 }
 
 /* ---- the store ---------------------------------------------------------------- */
@@ -527,16 +522,15 @@ static void il_create(iter_local_t *L, h1_req_t *in) {
   const char *name = json_string_value(json_object_get(body, "name"));
   const json_t *sync = json_object_get(body, "cluster_sync");
   int omitted = sync == NULL || json_is_null(sync);
-  int held = name && name_is_valid(name) && il_holds(L, name);
+  int held = name && name_was_valid(name) && il_holds(L, name);
   if (!held && !json_is_false(sync) && !omitted) {
     json_decref(body);
     fwd_forward(L->a, in); /* cluster_sync true (or not a boolean): the head's */
     return;
   }
-  if (!il_authorized(L, in)) {
+  if (!port_token_is_agents(L->a, in)) {
     json_decref(body);
-    fail_set(&f, MUSTER_UNAUTHORIZED, "send 'Authorization: Bearer TOKEN' (the head's token)");
-    il_fail(L->a, in, &f);
+    fwd_forward(L->a, in); /* the head refuses it in its own words (401, 403) */
     return;
   }
   if (held || json_is_false(sync)) {
@@ -569,6 +563,34 @@ static json_t *il_request_body(il_op_t op, h1_req_t *in, fail_t *f) {
   return body;
 }
 
+/* Serves `op` on iteration `name`, held here, to a client whose token may. */
+static void il_serve(iter_local_t *L, h1_req_t *in, il_op_t op, const char *name) {
+  fail_t f = {0};
+  json_t *body = il_request_body(op, in, &f);
+  if (f.code) {
+    il_fail(L->a, in, &f);
+    return;
+  }
+  il_run(L, in, op, name, body);
+  json_decref(body);
+}
+
+/* The head's answer to GET /v1/nodes/NAME with the client's token, asked for
+ * a read with a token other than the agent's: any answer past the head's
+ * token check (200; 404 before this node registered) means the token may
+ * read (the head's read-only one), and the read is served here.  A refusal
+ * (401), or no answer, sends the request itself to the head, whose answer
+ * says what is wrong in its own words. */
+static void il_on_token(il_ask_t *q, int status, json_t *reply) {
+  (void)reply;
+  char name[NAME_MAX_LEN + 1];
+  il_op_t op = il_route(q->in, name);
+  if ((status == 200 || status == 404) && il_holds(q->L, name))
+    il_serve(q->L, q->in, op, name);
+  else
+    fwd_forward(q->L->a, q->in);
+}
+
 bool iter_local_serves(const node_agent_t *a, h1_req_t *in) {
   char name[NAME_MAX_LEN + 1];
   return a->iters != NULL && il_route(in, name) != IL_NONE;
@@ -592,19 +614,15 @@ int iter_local_handle(node_agent_t *a, h1_req_t *in) {
   }
   if (!il_holds(L, name))
     return 0;
-  fail_t f = {0};
-  if (!il_authorized(L, in)) {
-    fail_set(&f, MUSTER_UNAUTHORIZED, "send 'Authorization: Bearer TOKEN' (the head's token)");
-    il_fail(a, in, &f);
-    return 1;
+  if (port_token_is_agents(a, in)) {
+    il_serve(L, in, op, name);
+  } else if (op == IL_GET || op == IL_CHECKPOINT || op == IL_HELD) {
+    char path[200]; /* the head judges the token, as it does for the cache's statistics */
+    snprintf(path, sizeof path, "/v1/nodes/%s", a->name);
+    il_ask(L, in, NULL, path, il_on_token);
+  } else {
+    fwd_forward(a, in); /* a write: the head refuses it, 403 for its read-only token */
   }
-  json_t *body = il_request_body(op, in, &f);
-  if (f.code) {
-    il_fail(a, in, &f);
-    return 1;
-  }
-  il_run(L, in, op, name, body);
-  json_decref(body);
   return 1;
 }
 

@@ -30,11 +30,11 @@
  * answered 503 with `Retry-After` and `Connection: close`, and the loop ends
  * once those answers are written, or after PORT_DRAIN_MS.
  */
+#include "core/auth.h"
 #include "node/agent.h"
 #include "node/iter_local.h"
 #include "server/jw.h"
 
-#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <jansson.h>
@@ -61,9 +61,6 @@
 /* The longest a stopping agent waits for its 503s to be written: a 503 fits
  * in the socket's buffer, so only a client that reads nothing holds it. */
 #define PORT_DRAIN_MS 2000
-/* Out of descriptors, the port stops accepting for 100 ms at a time (h1),
- * and the agent says so at most this often. */
-#define PORT_ACCEPT_SAY_MS 60000
 
 /* What the port keeps of a client request (its h1 note), freed with it. */
 typedef struct {
@@ -228,22 +225,9 @@ static bool port_serves(node_agent_t *a, h1_req_t *q) {
   return cache_http_serves(a, q) || iter_local_serves(a, q);
 }
 
-/* True when `q` carries the agent's own token, the head's, as the agent
- * checks it for what it serves itself (iter_local.c), or the agent has none.
- * Compared in constant time, as the head does, so that timing tells nothing
- * of it. */
-static bool port_token_is_agents(const node_agent_t *a, const h1_req_t *q) {
-  const char *want = a->cfg->token, *auth = h1_header(q, "Authorization");
-  if (want == NULL || want[0] == '\0')
-    return true;
-  if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
-    return false;
-  const char *given = auth + 7;
-  size_t glen = strlen(given), wlen = strlen(want);
-  unsigned char diff = glen != wlen;
-  for (size_t i = 0; i < wlen; i++)
-    diff |= (unsigned char)(want[i] ^ (i < glen ? given[i] : 0));
-  return diff == 0;
+bool port_token_is_agents(const node_agent_t *a, const h1_req_t *q) {
+  const char *want = a->cfg->token;
+  return want == NULL || want[0] == '\0' || auth_bearer_is(h1_header(q, "Authorization"), want);
 }
 
 /* h1's dispatch: a request whose head (and, without a body, all) is here.
@@ -272,25 +256,21 @@ static bool port_streams(const h1_req_t *q, void *arg) {
 
 /* ---- the port's life ---- */
 
-/* accept() failed (h1 pauses accepting 100 ms): says so once a minute at most. */
+/* accept() failed (h1 pauses accepting 100 ms): said once a minute at most,
+ * in the head's words (accept_log.h). */
 static void port_on_accept_failed(int err, void *arg) {
   node_agent_t *a = arg;
-  a->port_accept_pauses++;
-  int64_t now = agent_now_ms();
-  if (a->port_accept_said_ms != 0 && now - a->port_accept_said_ms < PORT_ACCEPT_SAY_MS)
-    return;
-  bool fds = err == EMFILE || err == ENFILE;
-  char since[80] = "said once a minute at most";
-  if (a->port_accept_said_ms != 0)
-    snprintf(since, sizeof since, "%d pauses since this was last said", a->port_accept_pauses);
-  agent_log(a, "API port: cannot accept connections: %s%s; trying again every 100 ms (%s)",
-            strerror(err),
-            fds ? " (every descriptor is in use: clients hold connections open, or the "
-                  "limit, ulimit -n, is low)"
-                : "",
-            since);
-  a->port_accept_said_ms = now;
-  a->port_accept_pauses = 0;
+  char line[400];
+  if (accept_log_failed(&a->port_accept_log, err, agent_now_ms(), line, sizeof line))
+    agent_log(a, "API port: %s", line);
+}
+
+/* A connection was accepted after failures: said once after each failure said. */
+static void port_on_accept_resumed(void *arg) {
+  node_agent_t *a = arg;
+  char line[200];
+  if (accept_log_resumed(&a->port_accept_log, line, sizeof line))
+    agent_log(a, "API port: %s", line);
 }
 
 /* A time limit of the port from the environment (for tests, as the head's):
@@ -362,6 +342,7 @@ int port_start(node_agent_t *a, const char *listen, char *err, size_t err_size) 
                      .head_ms = port_timeout_env(a, "MUSTER_HTTP_HEAD_TIMEOUT_MS", 0),
                      .body_ms = port_timeout_env(a, "MUSTER_HTTP_BODY_TIMEOUT_MS", 0),
                      .accept_failed = port_on_accept_failed,
+                     .accept_resumed = port_on_accept_resumed,
                      .server = "muster-node"};
   a->port = h1_server_new(a->base, &cfg);
   if (a->port == NULL) {

@@ -96,9 +96,10 @@ static muster_err_t backup_name(const char *given, char out[NAME_MAX_LEN + 1], f
     return MUSTER_OK;
   }
   if (!name_is_valid(given) || given[0] == '.')
-    return fail_set(
-        f, MUSTER_NAME_INVALID,
-        "name: backup name '%.140s' is invalid: " NAME_RULE_TEXT ", not starting with '.'", given);
+    return fail_set(f, MUSTER_NAME_INVALID,
+                    "name: backup name '%.140s' is invalid: use 1 to 128 characters of letters, "
+                    "digits, '.', '_' and '-', not starting with '.'",
+                    given);
   snprintf(out, NAME_MAX_LEN + 1, "%s", given);
   return MUSTER_OK;
 }
@@ -186,12 +187,15 @@ static muster_err_t backup_open_dest(backup_t *b, fail_t *f) {
   char path[PATH_MAX + 16];
   snprintf(path, sizeof path, "%s/muster.db", b->seal.dir);
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-  if (sqlite3_open_v2(path, &b->dest, flags, NULL) != SQLITE_OK ||
-      sqlite3_exec(b->dest, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;", NULL, NULL, NULL) !=
+  if (sqlite3_open_v2(path, &b->dest, flags, NULL) == SQLITE_OK &&
+      sqlite3_exec(b->dest, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;", NULL, NULL, NULL) ==
           SQLITE_OK)
-    return fail_set(f, MUSTER_STORE, "cannot create %s: %s", path,
-                    b->dest ? sqlite3_errmsg(b->dest) : "out of memory");
-  return MUSTER_OK;
+    return MUSTER_OK;
+  int err = b->dest ? sqlite3_system_errno(b->dest) : 0;
+  if (fail_errno_is_fds(err))
+    return backup_errno_fail(f, "create", path, err);
+  return fail_set(f, MUSTER_STORE, "cannot create %s: %s", path,
+                  b->dest ? sqlite3_errmsg(b->dest) : "out of memory");
 }
 
 static void backup_free(backup_t *b) {
@@ -362,7 +366,7 @@ static void backup_on_sealed(evutil_socket_t fd, short what, void *arg) {
 /* Starts the thread that seals the backup (backup_seal). */
 static muster_err_t backup_start_seal(backup_t *b, fail_t *f) {
   if (pipe2(b->pipe_fds, O_CLOEXEC) != 0)
-    return fail_set(f, MUSTER_STORE, "no pipe for the backup's thread: %s", strerror(errno));
+    return backup_errno_fail(f, "make", "a pipe for the backup's thread", errno);
   b->sealed_ev = event_new(b->head->base, b->pipe_fds[0], EV_READ, backup_on_sealed, b);
   if (b->sealed_ev == NULL || event_add(b->sealed_ev, NULL) != 0)
     return fail_set(f, MUSTER_NOMEM, "out of memory");

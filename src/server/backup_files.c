@@ -34,9 +34,16 @@ static bool backup_path(backup_seal_t *s, char *out, size_t size, const char *di
   return false;
 }
 
-/* Records that `what` `path` failed with errno `err`; MUSTER_STORE. */
+muster_err_t backup_errno_fail(fail_t *f, const char *what, const char *path, int err) {
+  if (fail_errno_is_fds(err))
+    return fail_set(f, MUSTER_UNAVAILABLE,
+                    "cannot %s %s now: " FAIL_FDS_TEXT "; send the backup again", what, path);
+  return fail_set(f, MUSTER_STORE, "cannot %s %s: %s", what, path, strerror(err));
+}
+
+/* Records that `what` `path` failed with errno `err` (backup_errno_fail). */
 static muster_err_t backup_io_fail(backup_seal_t *s, const char *what, const char *path, int err) {
-  return fail_set(&s->fail, MUSTER_STORE, "cannot %s %s: %s", what, path, strerror(err));
+  return backup_errno_fail(&s->fail, what, path, err);
 }
 
 /* fsyncs file or directory `path`; *bytes (may be NULL) gets its size. */
@@ -229,6 +236,8 @@ static int backup_remove_one(const char *path, const struct stat *st, int type, 
 }
 
 int backup_remove(const char *dir) {
+  if (rmdir(dir) == 0) /* empty: gone without the descriptors nftw needs (none may be left) */
+    return 0;
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   pthread_mutex_lock(&lock); /* for backup_remove_first_err */
   backup_remove_first_err = 0;

@@ -41,6 +41,12 @@ typedef struct {
   fail_t fail;            /* what failed, when backup_seal did not return MUSTER_OK */
 } backup_seal_t;
 
+/* Records in *f that `what` ("open", "create", ...) `path` failed with
+ * errno `err`: MUSTER_STORE with the system's reason, or, out of file
+ * descriptors (fail_errno_is_fds), MUSTER_UNAVAILABLE saying to send the
+ * backup again.  Returns the code. */
+muster_err_t backup_errno_fail(fail_t *f, const char *what, const char *path, int err);
+
 /* Makes the backup in s->dir whole and durable: hard-links each blob file
  * into DIR/shared (copying it when no link can be made there: the backup is
  * on another file system), writes DIR/token (0600), fsyncs the database,
@@ -48,8 +54,8 @@ typedef struct {
  * backup under its own name is always whole) and fsyncs the directories
  * above, up to the data dir.
  * MUSTER_OK, or MUSTER_STORE with s->fail saying which file and why (or
- * MUSTER_UNAVAILABLE once s->cancel is set); the caller then removes the
- * backup.  Safe on a helper thread: it logs nothing
+ * MUSTER_UNAVAILABLE once s->cancel is set, or out of file descriptors:
+ * backup_errno_fail); the caller then removes the backup.  Safe on a helper thread: it logs nothing
  * and uses no state of the head's. */
 muster_err_t backup_seal(backup_seal_t *s);
 
@@ -60,7 +66,9 @@ muster_err_t backup_seal(backup_seal_t *s);
 const char *backup_partial_name(const char *entry, char *name, size_t size);
 
 /* Removes directory `dir` and everything in it, without following links
- * (a blob file's link goes, its name in the data dir stays).  0, or the
+ * (a blob file's link goes, its name in the data dir stays); an empty one
+ * without taking a file descriptor (a backup that failed for want of them
+ * leaves its directory empty when its database could not be created).  0, or the
  * errno of the first removal that failed (the others are still tried). */
 int backup_remove(const char *dir);
 

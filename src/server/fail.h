@@ -7,6 +7,9 @@
 
 #include "muster.h"
 
+#include <errno.h>
+#include <stdbool.h>
+
 typedef struct {
   muster_err_t code; /* MUSTER_OK while nothing failed */
   char message[512]; /* specific explanation; "" means the table's default */
@@ -19,6 +22,17 @@ muster_err_t fail_set(fail_t *f, muster_err_t code, const char *fmt, ...)
 
 /* The message to show: the specific one when set, else the table's. */
 const char *fail_message(const fail_t *f);
+
+/* True when errno value `err` says the head is out of file descriptors
+ * (EMFILE, ENFILE).  That is the head's passing trouble, not its store's
+ * nor the client's: what fails for it answers 503 unavailable, saying
+ * FAIL_FDS_TEXT, to be sent again. */
+static inline bool fail_errno_is_fds(int err) {
+  return err == EMFILE || err == ENFILE;
+}
+#define FAIL_FDS_TEXT                                                                              \
+  "the head is out of file descriptors (clients hold connections open, or its limit, ulimit -n, "  \
+  "is low)"
 
 /* Bounds at or above this are no limit a user meets (ids are below 2^53): a
  * range up to one is described as "at least MIN". */

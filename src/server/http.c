@@ -9,6 +9,7 @@
  * run the handler, keep or roll back the savepoint, and queue the reply.  The
  * commit event (head.c) commits the turn and calls http_flush.
  */
+#include "accept_log.h"
 #include "core/auth.h"
 #include "core/utf8.h"
 #include "http.h"
@@ -20,7 +21,6 @@
 #include "shared_upload.h"
 #include "store.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,15 +293,6 @@ void http_fail(http_req_t *r, muster_err_t code, const char *fmt, ...) {
   http_reply_fail(r, &f);
 }
 
-/* Constant-time comparison of a bearer token, so timing reveals nothing. */
-static bool http_token_equal(const char *given, const char *want) {
-  size_t glen = strlen(given), wlen = strlen(want);
-  unsigned char diff = glen != wlen;
-  for (size_t i = 0; i < wlen; i++)
-    diff |= (unsigned char)(want[i] ^ (i < glen ? given[i] : 0));
-  return diff == 0;
-}
-
 bool http_token_sent(const http_req_t *r) {
   return h1_header(r->req, "Authorization") != NULL;
 }
@@ -311,9 +302,9 @@ http_role_t http_token_role(const http_req_t *r) {
   if (auth == NULL || strncasecmp(auth, "Bearer ", 7) != 0)
     return HTTP_PUBLIC;
   const head_config_t *cfg = &r->head->cfg;
-  if (http_token_equal(auth + 7, cfg->token))
+  if (auth_token_equal(auth + 7, cfg->token))
     return HTTP_ADMIN;
-  if (cfg->read_token[0] && http_token_equal(auth + 7, cfg->read_token))
+  if (cfg->read_token[0] && auth_token_equal(auth + 7, cfg->read_token))
     return HTTP_READ;
   return HTTP_PUBLIC;
 }
@@ -598,53 +589,25 @@ static const char *http_listen_advice(const char *err) {
   return "";
 }
 
-/* Out of descriptors, h1 stops accepting for 100 ms at a time (clients wait
- * in the listen backlog; those connected are served on) and the head says so
- * at most this often. */
-#define HTTP_ACCEPT_SAY_MS 60000
+/* What the head said of failed accepts (accept_log.h): one head per
+ * process, so one record (the callbacks' argument is the head, which has no
+ * field for it). */
+static accept_log_t http_accept_log;
 
-/* What the head last said of failed accepts: one head per process, so one
- * record (the callback's argument is the head, which has no field for it). */
-static struct {
-  int64_t said_ms; /* when a failure was last said (now_ms); 0: never */
-  unsigned pauses; /* pauses since */
-  bool said;       /* a failure was said, and no recovery since */
-} http_accept_log;
-
-/* accept() failed (h1 pauses accepting 100 ms): says so once a minute at
- * most, with how often it paused since. */
+/* accept() failed (h1 pauses accepting 100 ms): said once a minute at most. */
 static void http_accept_failed(int err, void *arg) {
   (void)arg;
-  http_accept_log.pauses++;
-  int64_t now = now_ms();
-  if (http_accept_log.said_ms != 0 && now - http_accept_log.said_ms < HTTP_ACCEPT_SAY_MS)
-    return;
-  char since[80] = "said once a minute at most";
-  if (http_accept_log.said_ms != 0)
-    snprintf(since, sizeof since, "%u pauses since this was last said", http_accept_log.pauses);
-  bool fds = err == EMFILE || err == ENFILE;
-  log_msg(LOG_ERROR,
-          "cannot accept connections: %s%s; the connections open are served, new ones wait; "
-          "trying again every 100 ms (%s)",
-          strerror(err),
-          fds ? " (every descriptor is in use: clients hold connections open, or the limit, "
-                "ulimit -n, is low)"
-              : "",
-          since);
-  http_accept_log.said_ms = now;
-  http_accept_log.pauses = 0;
-  http_accept_log.said = true;
+  char line[400];
+  if (accept_log_failed(&http_accept_log, err, now_ms(), line, sizeof line))
+    log_msg(LOG_ERROR, "%s", line);
 }
 
-/* A connection was accepted after failures: said once after each failure
- * said, so that the log shows how long it lasted. */
+/* A connection was accepted after failures: said once after each failure said. */
 static void http_accept_resumed(void *arg) {
   (void)arg;
-  if (!http_accept_log.said)
-    return;
-  log_msg(LOG_INFO, "accepting connections again (%u pauses of 100 ms since the last failure said)",
-          http_accept_log.pauses);
-  http_accept_log.said = false;
+  char line[200];
+  if (accept_log_resumed(&http_accept_log, line, sizeof line))
+    log_msg(LOG_INFO, "%s", line);
 }
 
 int http_start(head_t *h) {

@@ -573,15 +573,17 @@ static json_t *join(store_t *st, iter_row_t *row, const iter_new_t *n, int64_t r
   return NULL;
 }
 
-/* The request's iteration name, checked against the name rule. */
+/* The request's iteration name, checked against the name rule; "." and ".."
+ * pass, for a join of an iteration an older head made (refused before a
+ * create, iter_create). */
 static bool create_name(const json_t *body, const char **name, fail_t *f) {
   if (jv_str(body, "name", "", NULL, NAME_MAX_LEN + 1, name, f))
     return false;
   if (*name == NULL)
     fail_set(f, MUSTER_NAME_INVALID, "name: missing (every iteration needs a name)");
-  else if (!name_is_valid(*name))
-    fail_set(f, MUSTER_NAME_INVALID, "name: iteration name '%.140s' is invalid: " NAME_RULE_TEXT,
-             *name);
+  else if (!name_was_valid(*name))
+    fail_set(f, MUSTER_NAME_INVALID, "name: iteration name '%.140s' is invalid: %s", *name,
+             name_rule_text(*name));
   else
     return true;
   return false;
@@ -624,7 +626,9 @@ json_t *iter_create(store_t *st, const json_t *body, bool *created, fail_t *f) {
   if (f->code != MUSTER_ITERATION_NOT_FOUND)
     goto done;
   *f = (fail_t){0};
-  if (create_row(st, name, &n, rank, &row, f) == MUSTER_OK) {
+  if (name_is_dots(name))
+    fail_set(f, MUSTER_NAME_INVALID, "name: iteration name '%s' is invalid: " NAME_DOTS_TEXT, name);
+  else if (create_row(st, name, &n, rank, &row, f) == MUSTER_OK) {
     *created = true;
     out = iter_to_json(st, &row, true, f);
   }

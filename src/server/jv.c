@@ -54,8 +54,8 @@ muster_err_t jv_name(const json_t *obj, const char *key, const char *ctx, const 
                      fail_t *f) {
   if (jv_str(obj, key, ctx, NULL, NAME_MAX_LEN * 4, out, f) || *out == NULL || name_is_valid(*out))
     return f->code;
-  return fail_set(f, MUSTER_INVALID, "%s%s%s: '%.140s' is invalid: " NAME_RULE_TEXT, ctx, dot(ctx),
-                  key, *out);
+  return fail_set(f, MUSTER_INVALID, "%s%s%s: '%.140s' is invalid: %s", ctx, dot(ctx), key, *out,
+                  name_rule_text(*out));
 }
 
 muster_err_t jv_bool(const json_t *obj, const char *key, const char *ctx, bool dflt, bool *out,

@@ -27,7 +27,8 @@ muster_err_t jv_str(const json_t *obj, const char *key, const char *ctx, const c
 muster_err_t jv_bool(const json_t *obj, const char *key, const char *ctx, bool dflt, bool *out,
                      fail_t *f);
 /* An optional string that must be a name (core/names.h: 1 to NAME_MAX_LEN of
- * [A-Za-z0-9._-]), such as a process's instance id; *out NULL when absent. */
+ * [A-Za-z0-9._-], not "." or ".."), such as a process's instance id; *out
+ * NULL when absent. */
 muster_err_t jv_name(const json_t *obj, const char *key, const char *ctx, const char **out,
                      fail_t *f);
 /* Refuses keys not in the NULL-terminated `allowed` list (jv_fail_unknown). */

@@ -53,7 +53,7 @@ size_t lease_retry_stream_len(const char *key);
 /* Reads the optional key "request" of the lease request object `obj` (`ctx`
  * names it in messages: "" for a plain lease's body, "lease" for the combined
  * call's object) into r->request (borrowed from `obj`; NULL when absent).  A
- * key is a name (1 to 128 characters of [A-Za-z0-9._-]) and needs `worker`
+ * key is a name (1 to 128 characters of [A-Za-z0-9._-], not "." or "..") and needs `worker`
  * (above 0): the head keeps it with the worker.  MUSTER_INVALID otherwise. */
 muster_err_t lease_retry_parse(const json_t *obj, const char *ctx, int64_t worker, lease_retry_t *r,
                                fail_t *f);

@@ -78,8 +78,8 @@ static muster_err_t node_spec_parse(const json_t *body, int64_t default_timeout_
   if (spec->name == NULL)
     return fail_set(f, MUSTER_INVALID, "name: missing (every node needs a name)");
   if (!name_is_valid(spec->name))
-    return fail_set(f, MUSTER_NAME_INVALID, "node name '%.140s' is invalid: " NAME_RULE_TEXT,
-                    spec->name);
+    return fail_set(f, MUSTER_NAME_INVALID, "node name '%.140s' is invalid: %s", spec->name,
+                    name_rule_text(spec->name));
   const json_t *gpus = json_object_get(body, "gpus"), *labels = json_object_get(body, "labels");
   if (gpus && !json_is_null(gpus)) {
     if (node_check_gpus(gpus, f))

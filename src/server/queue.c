@@ -43,9 +43,10 @@ static void queue_from_row(sqlite3_stmt *s, queue_t *q) {
   " keep_done_ms, reaped"
 
 muster_err_t queue_check_name(const char *name, fail_t *f) {
-  if (name_is_valid(name))
+  if (name_was_valid(name))
     return MUSTER_OK;
-  return fail_set(f, MUSTER_NAME_INVALID, "queue name '%.140s' is invalid: " NAME_RULE_TEXT, name);
+  return fail_set(f, MUSTER_NAME_INVALID, "queue name '%.140s' is invalid: %s", name,
+                  name_rule_text(name));
 }
 
 muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f) {
@@ -63,6 +64,8 @@ muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f) {
     return MUSTER_OK;
   if (rc != SQLITE_DONE)
     return store_fail(st, f, "queue lookup");
+  if (name_is_dots(name)) /* no queue of it, and none may be made */
+    return fail_set(f, MUSTER_NAME_INVALID, "queue name '%s' is invalid: %s", name, NAME_DOTS_TEXT);
   return fail_set(f, MUSTER_QUEUE_NOT_FOUND, "queue '%s' does not exist", name);
 }
 
@@ -97,16 +100,19 @@ static muster_err_t queue_apply_next(store_t *st, queue_t *q, const json_t *next
   if (!json_is_string(next))
     return fail_set(f, MUSTER_INVALID, "next: expected a queue name or null");
   const char *name = json_string_value(next);
-  if (!name_is_valid(name))
+  if (!name_was_valid(name)) /* "." and "..": an older head's queue is found */
     return fail_set(f, MUSTER_NAME_INVALID, "next: '%.140s' is not a valid queue name", name);
   if (strcmp(name, q->name) == 0)
     return fail_set(f, MUSTER_INVALID, "next: a queue cannot be its own next stage");
   queue_t other;
-  if (queue_load(st, name, &other, f))
-    return f->code == MUSTER_QUEUE_NOT_FOUND
-               ? fail_set(f, MUSTER_QUEUE_NOT_FOUND,
-                          "next: queue '%s' does not exist; create it first", name)
-               : f->code;
+  if (queue_load(st, name, &other, f) == MUSTER_QUEUE_NOT_FOUND)
+    return fail_set(f, MUSTER_QUEUE_NOT_FOUND, "next: queue '%s' does not exist; create it first",
+                    name);
+  if (f->code == MUSTER_NAME_INVALID) /* "." or "..", no queue of it */
+    return fail_set(f, MUSTER_NAME_INVALID, "next: '%s' is not a valid queue name: %s", name,
+                    NAME_DOTS_TEXT);
+  if (f->code)
+    return f->code;
   snprintf(q->next, sizeof q->next, "%s", name);
   return MUSTER_OK;
 }

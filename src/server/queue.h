@@ -47,12 +47,16 @@ typedef struct {
  * queues table). */
 void queue_from_columns(sqlite3_stmt *s, int first, queue_t *q);
 
-/* MUSTER_OK when `name` is a name a queue may have; MUSTER_NAME_INVALID with
- * *f saying the rule otherwise.  Every use of a queue name checks it first,
- * so a name that could never be created is refused as such, not as absent. */
+/* MUSTER_OK when `name` is a name a queue may have: one of the rule, or "."
+ * or "..", which an older head let a queue have (name_was_valid: such a
+ * queue is still found under its name; none is made any more, queue_load);
+ * MUSTER_NAME_INVALID with *f saying the rule otherwise.  Every use of a
+ * queue name checks it first, so a name that could never be created is
+ * refused as such, not as absent. */
 muster_err_t queue_check_name(const char *name, fail_t *f);
 /* Loads queue `name` into *q.  MUSTER_NAME_INVALID when no queue could have
- * that name (queue_check_name), MUSTER_QUEUE_NOT_FOUND when absent. */
+ * that name (queue_check_name) or it is "." or ".." and no older head made
+ * one of it; MUSTER_QUEUE_NOT_FOUND when absent. */
 muster_err_t queue_load(store_t *st, const char *name, queue_t *q, fail_t *f);
 /* Creates the queue or changes the settings present in `body`; *created says
  * which.  Validation failures change nothing. */

@@ -481,8 +481,8 @@ static void h_worker_bye_instance(http_req_t *r) {
   bool crashed;
   const char *instance = r->params[0];
   if (!name_is_valid(instance))
-    fail_set(&f, MUSTER_INVALID, "instance '%.140s' is invalid: " NAME_RULE_TEXT,
-             instance ? instance : "");
+    fail_set(&f, MUSTER_INVALID, "instance '%.140s' is invalid: %s", instance ? instance : "",
+             name_rule_text(instance));
   if (f.code || query_crashed(r, &crashed, &f)) {
     http_reply_fail(r, &f);
     return;

@@ -34,15 +34,18 @@ void shared_not_found_message(const char *scope, const char *name, char *out, si
     snprintf(out, size, "shared data not found: '%s' in scope '%s'", name, scope);
 }
 
-/* True when `name` is "." or "..": valid names by the rule, but every node
- * agent keeps a blob in its cache as the file SCOPE/NAME@LEVEL@SUM, where
- * these would be the cache or its parent, and refuses them (cache.c), so a
- * blob of such a name could never be read through a node. */
-static bool shared_name_is_dots(const char *name) {
-  return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
-}
-
+/* "." and ".." are no names (core/names.h): they are also refused because
+ * every node agent keeps a blob in its cache as the file SCOPE/NAME@LEVEL@SUM,
+ * where these would be the cache or its parent, and refuses them (cache.c),
+ * so a blob of such a name could never be read through a node.  Checked
+ * first, so that the message says both. */
 muster_err_t shared_check_names(const char *scope, const char *name, fail_t *f) {
+  const char *dots = name_is_dots(scope) ? scope : name_is_dots(name) ? name : NULL;
+  if (dots)
+    return fail_set(f, MUSTER_NAME_INVALID,
+                    "%s '%s' is invalid: " NAME_DOTS_TEXT " (and a node's cache could not keep "
+                    "such a blob)",
+                    dots == scope ? "scope" : "name", dots);
   if (!name_is_valid(scope))
     return fail_set(f, MUSTER_NAME_INVALID,
                     "scope '%.140s': a session id (s-...) or 1 to 128 characters of letters, "
@@ -50,14 +53,6 @@ muster_err_t shared_check_names(const char *scope, const char *name, fail_t *f) 
                     scope);
   if (name && !name_is_valid(name))
     return fail_set(f, MUSTER_NAME_INVALID, "name '%.140s' is invalid: " NAME_RULE_TEXT, name);
-  const char *dots = shared_name_is_dots(scope)          ? scope
-                     : name && shared_name_is_dots(name) ? name
-                                                         : NULL;
-  if (dots)
-    return fail_set(f, MUSTER_NAME_INVALID,
-                    "%s '%s' is invalid: '.' and '..' are no scope or name of shared data (a "
-                    "node's cache could not keep such a blob)",
-                    dots == scope ? "scope" : "name", dots);
   return MUSTER_OK;
 }
 

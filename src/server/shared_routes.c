@@ -90,11 +90,9 @@ static bool etag_matches(const char *header, const char *etag) {
  * trouble, retried (503); a file that is gone is the store's, said in the
  * log too. */
 static void shared_open_failed(const http_req_t *r, const shared_level_t *lv, int err, fail_t *f) {
-  if (err == EMFILE || err == ENFILE) {
+  if (fail_errno_is_fds(err)) {
     fail_set(f, MUSTER_UNAVAILABLE,
-             "level %lld of '%s' in scope '%s' cannot be opened now: the head is out of file "
-             "descriptors (clients hold connections open, or its limit, ulimit -n, is low); "
-             "retry",
+             "level %lld of '%s' in scope '%s' cannot be opened now: " FAIL_FDS_TEXT "; retry",
              (long long)lv->level, lv->name, lv->scope);
     return;
   }

@@ -57,11 +57,10 @@ bool shared_upload_streams(const h1_req_t *req) {
  */
 static muster_err_t upload_failed(const shared_upload_t *up, fail_t *f, const char *what,
                                   const char *path, int err) {
-  if (err == EMFILE || err == ENFILE)
+  if (fail_errno_is_fds(err))
     fail_set(f, MUSTER_UNAVAILABLE,
-             "shared data '%s' in scope '%s': cannot %s %s: the head is out of file descriptors "
-             "(clients hold connections open, or its limit, ulimit -n, is low): nothing of this "
-             "upload was stored; retry",
+             "shared data '%s' in scope '%s': cannot %s %s: " FAIL_FDS_TEXT
+             ": nothing of this upload was stored; retry",
              up->put.name, up->put.scope, what, path);
   else if (err == ENOSPC || err == EDQUOT)
     fail_set(f, MUSTER_STORE,

@@ -43,8 +43,8 @@ static muster_err_t worker_extras(const json_t *body, char **queues, char **labe
       if (name == NULL)
         return fail_set(f, MUSTER_INVALID, "queues[%zu]: expected a queue name (a string)", i);
       if (!name_is_valid(name))
-        return fail_set(f, MUSTER_INVALID, "queues[%zu]: '%.140s' is invalid: " NAME_RULE_TEXT, i,
-                        name);
+        return fail_set(f, MUSTER_INVALID, "queues[%zu]: '%.140s' is invalid: %s", i, name,
+                        name_rule_text(name));
     }
     *queues = jv_encode(q);
   }

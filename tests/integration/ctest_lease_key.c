@@ -82,6 +82,13 @@ static void test_bad_keys(muster_client_t *c) {
     lease_refused(c, &o, "use 1 to 128 characters of letters, digits, '.', '_' and '-'", __LINE__);
     next_refused(c, &o, bad[i].words, __LINE__);
   }
+  /* "." and ".." have a name's characters and are no names. */
+  static const char *const dots[] = {".", ".."};
+  for (size_t i = 0; i < sizeof dots / sizeof dots[0]; i++) {
+    o.request = dots[i];
+    lease_refused(c, &o, "'.' and '..' are no names: URLs collapse them", __LINE__);
+    next_refused(c, &o, "'.' and '..' are no names", __LINE__);
+  }
   /* The longest key is good (it reaches the network), and one without a worker is not. */
   too_long[MUSTER_LEASE_KEY_MAX] = '\0';
   o.request = too_long;

@@ -18,18 +18,26 @@ test fails without its fix.
   in the listen backlog with no word anywhere), serves the connections it has, and says
   when it accepts again; a shared-data read or upload that cannot open its file then
   answers 503 unavailable, to be retried (the read answered 500 "level 1 of 'a' is
-  missing from DIR/shared (Too many open files); set it again", the upload 500).
+  missing from DIR/shared (Too many open files); set it again", the upload 500), and so
+  does a backup (it answered 500 store_error "cannot create .../muster.db: unable to
+  open database file").
 - Shared data scopes and names "." and ".." are refused (name_invalid): every node
   agent refuses them for its cache, whose files are SCOPE/NAME@..., so such a blob was
   stored by the head and could never be read through a node.
+- "." and ".." are no names anywhere (queues, iterations, nodes, instances, a worker's
+  queues, lease keys): curl and browsers collapse /v1/queues/.. to /v1/, so a queue made
+  by a client that sends its path as it is could never be reached by the others.  A
+  queue or iteration an older head made under such a name is still found under it.
 """
 import os
 import resource
 import select
 import socket
+import sqlite3
 import sys
 import time
 import unittest
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -241,6 +249,11 @@ class DescriptorsTest(unittest.TestCase):
         r = h.request("PUT", "/v1/shared/s/b?level=1", raw=b"abc", conn=old,
                       content_type="application/octet-stream")
         self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+        r = h.request("POST", "/v1/backup", body={"name": "nightly"}, conn=old)
+        self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+        self.assertIn("out of file descriptors", r.json["error"]["message"], r)
+        self.assertIn("send the backup again", r.json["error"]["message"], r)
+        self.assertEqual(os.listdir(os.path.join(h.data_dir, "backups")), [])
         time.sleep(1)  # a window to count the lines in, not a wait for an event
         lines = self.accept_lines()
         self.assertEqual(len(lines), 1, "accept errors logged %d times: %s" % (len(lines), lines))
@@ -252,6 +265,8 @@ class DescriptorsTest(unittest.TestCase):
                            what="the head saying it accepts again")
         r = h.request("GET", "/v1/shared/s/a", conn=old)
         self.assertEqual((r.status, r.raw), (200, b"abc"), r)
+        r = h.request("POST", "/v1/backup", body={"name": "nightly"}, conn=old)
+        self.assertEqual(r.status, 201, r)
         old.close()
 
     def serves(self):
@@ -277,7 +292,9 @@ class SharedNamesTest(HeadCase):
                                           content_type="application/octet-stream" if raw
                                           else None)
                     self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
-                    self.assertIn("'.' and '..' are no scope or name", r.json["error"]["message"], r)
+                    message = r.json["error"]["message"]
+                    self.assertIn("is invalid: '.' and '..' are no names: URLs collapse them (and "
+                                  "a node's cache could not keep such a blob)", message, r)
         r = self.head.request("GET", "/v1/shared/..")
         self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
         r = self.head.request("POST", "/v1/queues/abuse/tasks", body={"tasks": [
@@ -288,6 +305,103 @@ class SharedNamesTest(HeadCase):
         r = self.head.request("PUT", "/v1/shared/s.1/w..x?level=1", raw=b"ok",
                               content_type="application/octet-stream")
         self.assertEqual(r.status, 201, r)
+
+
+DOTS_WHY = "'.' and '..' are no names: URLs collapse them"
+
+
+class DotNamesTest(HeadCase):
+    def refused(self, method, path, body=None, code="name_invalid", says=DOTS_WHY):
+        r = self.head.request(method, path, body=body)
+        self.assertEqual((r.status, r.error_code), (400, code), r)
+        self.assertIn(says, r.json["error"]["message"], r)
+        return r
+
+    def test_dots_name_nothing_new(self):
+        for dots in (".", "..", "%2e", "%2E%2e"):
+            with self.subTest(name=dots):
+                q = "/v1/queues/" + dots
+                self.refused("PUT", q, {})
+                for method, path, body in (("GET", q, None), ("DELETE", q, None),
+                                           ("POST", q + "/tasks", {"tasks": [{"payload": 1}]}),
+                                           ("POST", q + "/lease", {})):
+                    self.refused(method, path, body, says="queue name '%s' is invalid: %s" % (
+                        urllib.parse.unquote(dots), DOTS_WHY))
+                self.refused("DELETE", "/v1/workers/instance/" + dots, code="invalid_argument")
+        for dots in (".", ".."):
+            with self.subTest(name=dots):
+                self.refused("PUT", "/v1/queues/abuse", {"next": dots}, says="next: ")
+                self.refused("POST", "/v1/iterations",
+                             {"name": dots, "dataset": {"num_samples": 10}},
+                             says="iteration name '%s' is invalid: %s" % (dots, DOTS_WHY))
+                self.refused("POST", "/v1/nodes", {"name": dots})
+                self.refused("POST", "/v1/workers", {"instance": dots}, code="invalid_argument")
+                self.refused("POST", "/v1/workers", {"queues": ["abuse", dots]},
+                             code="invalid_argument", says="queues[1]: ")
+        r = self.head.request("POST", "/v1/workers", body={"queues": ["abuse"]})
+        self.assertEqual(r.status, 201, r)
+        self.refused("POST", "/v1/queues/abuse/lease", {"worker": r.json["id"], "request": ".."},
+                     code="invalid_argument", says="request: '..' is invalid: " + DOTS_WHY)
+        # Nothing was made; dots within a name, or three, are names like any other.
+        names = [q["name"] for q in self.head.request("GET", "/v1/queues").json["queues"]]
+        self.assertNotIn("..", names)
+        self.assertNotIn(".", names)
+        for name in ("...", "a..b", ".hidden", "x."):
+            self.assertEqual(self.head.request("PUT", "/v1/queues/" + name, body={}).status, 201)
+            self.assertEqual(self.head.request("DELETE", "/v1/queues/" + name).status, 200)
+
+
+class StoredDotNamesTest(unittest.TestCase):
+    """A queue and an iteration that a head before the rule was made under "." or ".."
+    (made here by renaming stored ones while the head is down)."""
+
+    def setUp(self):
+        self.head = harness.Head().start()
+
+    def tearDown(self):
+        stop_checked(self.head)
+
+    def test_an_older_heads_dots_names_still_work(self):
+        h = self.head
+        for name in ("old-a", "old-b"):
+            self.assertEqual(h.request("PUT", "/v1/queues/" + name, body={}).status, 201)
+        it = {"name": "old-it", "dataset": {"num_samples": 10}, "world_size": 2, "rank": 0}
+        self.assertEqual(h.request("POST", "/v1/iterations", body=it).status, 201)
+        self.assertEqual(h.stop(), 0)
+        db = sqlite3.connect(os.path.join(h.data_dir, "muster.db"))
+        with db:
+            db.execute("UPDATE queues SET name = '..' WHERE name = 'old-a'")
+            db.execute("UPDATE queues SET name = '.' WHERE name = 'old-b'")
+            db.execute("UPDATE iterations SET name = '..' WHERE name = 'old-it'")
+        db.close()
+        h.start()
+        names = [q["name"] for q in h.request("GET", "/v1/queues").json["queues"]]
+        self.assertEqual(sorted(names), [".", ".."])
+        # Sent as it is or percent-encoded, the name finds its queue and does all a name does.
+        r = h.request("POST", "/v1/queues/../tasks", body={"tasks": [{"payload": 7}]})
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(h.request("PUT", "/v1/queues/%2E%2E", body={"max_attempts": 2}).status,
+                         200)
+        r = h.request("POST", "/v1/queues/../lease", body={})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual([l["payload"] for l in r.json["leases"]], [7])
+        self.assertEqual(h.request("PUT", "/v1/queues/.", body={"next": ".."}).status, 200)
+        self.assertEqual(h.request("GET", "/v1/queues/.").json["next"], "..")
+        it["rank"] = 1  # the other rank joins the iteration
+        r = h.request("POST", "/v1/iterations", body=it | {"name": ".."})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(h.request("GET", "/v1/iterations/..").status, 200)
+        self.assertEqual(h.request("DELETE", "/v1/iterations/..").status, 200)
+        # Deleted, it is gone for good: no new one of that name is made.
+        self.assertEqual(h.request("PUT", "/v1/queues/.", body={"next": None}).status, 200)
+        for name in (".", ".."):
+            self.assertEqual(h.request("DELETE", "/v1/queues/" + name).status, 200)
+            r = h.request("PUT", "/v1/queues/" + name, body={})
+            self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
+            self.assertIn(DOTS_WHY, r.json["error"]["message"], r)
+        r = h.request("POST", "/v1/iterations", body=it | {"name": ".."})
+        self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
+        self.assertEqual(h.request("GET", "/v1/queues").json["queues"], [])
 
 
 if __name__ == "__main__":

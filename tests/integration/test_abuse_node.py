@@ -8,6 +8,15 @@ without its fix.
   agent hold 8 MiB per connection.  One whose token is not the agent's now goes to the
   head as it comes, which refuses it (401, 403) before its body, and the agent keeps
   none of it; the connection goes on.
+- A request for a node-local iteration without a body, with a token other than the
+  agent's, was answered 401 by the agent itself: the head's read-only token, which the
+  head takes for every GET, could not read a node-local iteration, and a write with it
+  was told to send a token rather than that the token may only read.  A read with
+  another token is now served when the head takes that token for a read (the agent
+  asks it); a write, and a token the head refuses, get the head's own answer (403 for
+  the read-only token, 401 saying what is wrong).  The agent's own token is compared in
+  constant time, as the head compares its tokens (one helper, core/auth.c).
+- "." and ".." are no names for a node-local iteration either.
 """
 import os
 import select
@@ -67,6 +76,45 @@ class AgentBodyTest(unittest.TestCase):
         r = self.agent.request("POST", "/v1/iterations/local/next", body={"rank": 0})
         self.assertEqual(r.status, 200, r)
         self.assertTrue(r.json.get("blocks"), r)
+
+    def test_tokens_without_a_body_as_the_head_takes_them(self):
+        r = self.agent.request("POST", "/v1/iterations", body={
+            "name": "reads", "dataset": {"num_samples": 10}, "cluster_sync": False})
+        self.assertEqual(r.status, 201, r)
+        own = self.agent.request("GET", "/v1/iterations/reads").json
+        # The head's read-only token reads what the agent holds, as it reads the head's.
+        for path in ("/v1/iterations/reads", "/v1/iterations/reads/checkpoint",
+                     "/v1/iterations/reads/held?rank=0"):
+            with self.subTest(path=path):
+                r = self.agent.request("GET", path, token=READ_TOKEN)
+                self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.agent.request("GET", "/v1/iterations/reads",
+                                            token=READ_TOKEN).json, own)
+        # It may not write; a wrong token or none is refused: in the head's words.
+        forbidden = "the read-only (dashboard) token may only read; this needs the admin token"
+        for method, path, token, status, says in (
+                ("DELETE", "/v1/iterations/reads", READ_TOKEN, 403, forbidden),
+                ("POST", "/v1/iterations/reads/next", READ_TOKEN, 403, forbidden),
+                ("POST", "/v1/iterations/reads/heartbeat", READ_TOKEN, 403, forbidden),
+                ("GET", "/v1/iterations/reads", "wrong-token-0123456789", 401,
+                 "the token sent is not valid for this head"),
+                ("GET", "/v1/iterations/reads/held", None, 401, "no token sent"),
+                ("DELETE", "/v1/iterations/reads", "wrong-token-0123456789", 401,
+                 "the token sent is not valid for this head")):
+            with self.subTest(method=method, path=path, token=token):
+                r = self.agent.request(method, path, token=token)
+                self.assertEqual(r.status, status, r)
+                self.assertIn(says, r.json["error"]["message"], r)
+        self.assertEqual(self.agent.request("GET", "/v1/iterations/reads").json, own)
+        self.assertEqual(self.agent.request("DELETE", "/v1/iterations/reads").status, 200)
+
+    def test_dots_name_no_local_iteration(self):
+        for name in (".", ".."):
+            r = self.agent.request("POST", "/v1/iterations", body={
+                "name": name, "dataset": {"num_samples": 10}, "cluster_sync": False})
+            self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
+            self.assertIn("'.' and '..' are no names: URLs collapse them",
+                          r.json["error"]["message"], r)
 
 
 if __name__ == "__main__":

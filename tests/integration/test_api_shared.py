@@ -135,7 +135,8 @@ class SharedLevelsTest(unittest.TestCase):
         r = put(h, "models", "bad%20name", b"x")
         self.assertEqual(r.error_code, "name_invalid", r)
         self.assertEqual(r.json["error"]["message"], "name 'bad name' is invalid: use 1 to 128 "
-                         "characters of letters, digits, '.', '_' and '-'")
+                         "characters of letters, digits, '.', '_' and '-', other than '.' and "
+                         "'..'")
         r = put(h, "s-0000000000000000", "w", b"x")
         self.assertEqual((r.status, r.error_code), (404, "session_not_found"))
         self.assertEqual(h.request("GET", "/v1/shared/models/w", token=None).status, 401)

@@ -756,7 +756,10 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                             "or UUIDs such as 0,2 or GPU-8f1c (a MIG instance: 0:1 or MIG-5a2e): "
                             "'0:x' is neither"),
                            (("--name", "a b"), "node name 'a b': use 1 to 128 characters of "
-                            "letters, digits, '.', '_' and '-' (--name)")):
+                            "letters, digits, '.', '_' and '-', other than '.' and '..' "
+                            "(--name)"),
+                           (("--name", ".."), "node name '..': '.' and '..' are no names: URLs "
+                            "collapse them (--name)")):
             r = self.agent("head", *opts)
             self.assertEqual(r.returncode, 2, (opts, r.stderr))
             self.assertTrue(r.stderr.startswith("muster: %s\n" % says), r.stderr)
@@ -945,7 +948,8 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
             err = self.fails(1, *args)
             # A name no queue could have is name_invalid, as `queue create ''` says.
             self.assertEqual(err, "muster: name_invalid: queue name '' is invalid: use 1 to 128 "
-                             "characters of letters, digits, '.', '_' and '-'\n", args)
+                             "characters of letters, digits, '.', '_' and '-', other than '.' "
+                             "and '..'\n", args)
 
 
 if __name__ == "__main__":

@@ -137,8 +137,9 @@ class NodeTestCase(AgentsCase):
         """Waits until the agent has `count` worker processes registered as workers, each
         of which told the agent its worker id.  The head counts a worker as it registers,
         before the worker reads the reply and writes its id down the agent's pipe: one
-        killed in between ends as "(pid P) crashed" with no worker id and no crash report.
-        A worker's first line naming its id ("registered as NAME (id N); waiting for
+        killed in between has its crash reported by its instance, not by its id ("which
+        died before it told its worker id, by its instance ..."), which a test counting
+        reports by id would miss.  A worker's first line naming its id ("registered as NAME (id N); waiting for
         queue Q" or "NAME (id N) on queue Q") comes after it told the agent, and after its
         heartbeat started."""
         def told_agent(pid, log):

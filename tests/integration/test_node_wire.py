@@ -497,12 +497,17 @@ class DescriptorsTest(unittest.TestCase):
         lines = self.accept_lines()
         self.assertLessEqual(len(lines), 2, "accept errors logged %d times in 1 s: %s"
                              % (len(lines), lines[:3]))
-        self.assertIn("cannot accept connections: Too many open files", first[0])
+        self.assertIn("API port: cannot accept connections: Too many open files", first[0])
         self.assertIn("ulimit -n", first[0])
         for s in self.held:
             s.close()
         self.held = []
         harness.wait_until(self.serves, what="the agent accepting again")
+        # It says so, once: the log shows how long the trouble lasted.
+        again = lambda: [l for l in self.accept_lines() if "accepting connections again" in l]
+        harness.wait_until(again, what="the agent saying it accepts again")
+        self.assertIn("API port: accepting connections again (", again()[0])
+        self.assertEqual(len(again()), 1, again())
 
     def serves(self):
         try:

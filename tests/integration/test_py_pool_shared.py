@@ -348,6 +348,10 @@ class PoolSharedDataTest(unittest.TestCase):
                 ([("m", "w", "1")], TypeError, "requires[0]: level '1' of 'w' is not an int"),
                 ([("m", "w x", 1)], ValueError, "requires[0]: name 'w x' is not a blob's name"),
                 ([("m/x", "w", 1)], ValueError, "requires[0]: scope 'm/x' is not a scope"),
+                ([("m", "..", 1)], ValueError, "requires[0]: name '..' is not a blob's name: "
+                 "1 to 128 characters of [A-Za-z0-9._-] other than '.' and '..' ('.' and '..' "
+                 "are no names: URLs collapse them)"),
+                ([(".", "w", 1)], ValueError, "requires[0]: scope '.' is not a scope"),
                 ([("m", "w", 1), ("m", "w", 2)], ValueError,
                  "requires[1]: 'w' of scope 'm' is required twice (levels 1 and 2)"),
                 ([{"name": "w", "lvl": 1}], ValueError, "requires[0]: unknown key 'lvl'"),

@@ -306,14 +306,15 @@ class HandStartedWorkerTest(unittest.TestCase):
         self.assertEqual(proc.wait(20), 0)
 
     def test_a_bad_instance_is_refused(self):
-        for bad in ("a/b", "x" * 33):
+        for bad in ("a/b", "x" * 33, ".."):
             with self.subTest(instance=bad):
                 proc = self.worker(["cat"], bad, stderr=subprocess.PIPE)
                 err = proc.communicate(timeout=20)[1]
                 self.assertEqual(proc.returncode, 2, err)
                 self.assertIn("muster: MUSTER_WORKER_INSTANCE '%s': use 1 to 32 characters of "
-                              "letters, digits, '.', '_' and '-' (a node agent sets it for the "
-                              "workers it starts; unset, a worker makes a random one)" % bad, err)
+                              "letters, digits, '.', '_' and '-', other than '.' and '..' (a "
+                              "node agent sets it for the workers it starts; unset, a worker "
+                              "makes a random one)" % bad, err)
                 self.assertEqual(self.active(), [])
 
 if __name__ == "__main__":

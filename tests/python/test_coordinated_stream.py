@@ -277,6 +277,8 @@ class CoordinatedStreamTest(HeadTestCase):
         cases = [
             ({"name": ""}, ValueError, r"^name: the iteration's name, 1 to 128 characters"),
             ({"name": "a/b"}, ValueError, r"^name: .* not 'a/b'"),
+            ({"name": ".."}, ValueError,
+             r"^name: .* not '\.\.' \('\.' and '\.\.' are no names: URLs collapse them\)$"),
             ({"name": 7}, TypeError, r"^name: "),
             ({"dataset": "10"}, TypeError,
              r"^dataset: a number of samples \(an integer\) or a muster.iteration.Dataset"),
