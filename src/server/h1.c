@@ -25,6 +25,7 @@
 #include "h1_internal.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <stdio.h>
@@ -247,6 +248,31 @@ void h1_req_head(h1_req_t *q, int status, const char *type, int64_t len) {
   q->segi = 0;
 }
 
+void h1_req_count_out(h1_req_t *q, size_t bytes) {
+  h1_conn_t *c = q->conn;
+  if (c == NULL)
+    return;
+  c->out_bytes = c->out_bytes - q->out_left + bytes;
+  q->out_left = bytes;
+}
+
+/* Counts the reply built in q->seg (status line, headers, a body in memory). */
+static void req_count_segs(h1_req_t *q) {
+  size_t bytes = 0;
+  for (int i = q->segi; i < q->nseg; i++)
+    bytes += q->seg[i].iov_len;
+  h1_req_count_out(q, bytes);
+}
+
+void h1_expect_reply(h1_req_t *q, size_t bytes) {
+  if (!q->done)
+    h1_req_count_out(q, bytes);
+}
+
+bool h1_conn_may_read(const h1_conn_t *c) {
+  return c->nq < H1_MAX_INFLIGHT / 2 && c->out_bytes < H1_OUT_HIGH / 2;
+}
+
 void h1_req_release(h1_req_t *q) {
   q->held = false;
   h1_conn_t *c = q->conn;
@@ -286,6 +312,7 @@ void h1_respond(h1_req_t *q, int status, const char *type, char *body, size_t le
     if (newline)
       q->seg[q->nseg++] = (struct iovec){(void *)"\n", 1};
   }
+  req_count_segs(q);
   q->done = true;
   h1_lend_add(q);
   h1_conn_dirty(q->conn);
@@ -305,6 +332,7 @@ void h1_respond_file(h1_req_t *q, int status, const char *type, int fd, int64_t 
     q->file_fd = fd;
     q->file_len = len;
   }
+  req_count_segs(q);
   q->done = true;
   h1_lend_add(q);
   h1_conn_dirty(q->conn);
@@ -357,6 +385,26 @@ int h1_conn_gather(h1_conn_t *c, struct iovec *iov) {
   return n;
 }
 
+/* Accounts up to *n written bytes (*n less what it took) against the status
+ * line, headers and body in memory of c's front reply `q`; true when those
+ * are all written. */
+static bool req_advance_segs(h1_conn_t *c, h1_req_t *q, size_t *n) {
+  while (q->segi < q->nseg) {
+    struct iovec *v = &q->seg[q->segi];
+    size_t take = *n < v->iov_len ? *n : v->iov_len;
+    v->iov_base = (char *)v->iov_base + take;
+    v->iov_len -= take;
+    *n -= take;
+    size_t counted = take < q->out_left ? take : q->out_left; /* a stream's head is not */
+    q->out_left -= counted;
+    c->out_bytes -= counted;
+    if (v->iov_len > 0)
+      return false;
+    q->segi++;
+  }
+  return true;
+}
+
 /* Accounts `n` written bytes against the front of the queue, freeing the
  * replies written whole; returns false when the connection is to close. */
 bool h1_conn_advance(h1_conn_t *c, size_t n) {
@@ -374,18 +422,8 @@ bool h1_conn_advance(h1_conn_t *c, size_t n) {
       c->read_ms = h1_now_ms(); /* the body's wait starts now (h1_timeout.c) */
       return true;
     }
-    if (!q->done)
+    if (!q->done || !req_advance_segs(c, q, &n))
       return true;
-    while (q->segi < q->nseg) {
-      struct iovec *v = &q->seg[q->segi];
-      size_t take = n < v->iov_len ? n : v->iov_len;
-      v->iov_base = (char *)v->iov_base + take;
-      v->iov_len -= take;
-      n -= take;
-      if (v->iov_len > 0)
-        return true;
-      q->segi++;
-    }
     if (q->file_fd >= 0 && q->file_off < q->file_len)
       return true; /* sendfile's turn */
     if (q->stream && !h1_stream_advance(q, &n))
@@ -394,6 +432,7 @@ bool h1_conn_advance(h1_conn_t *c, size_t n) {
     if (c->first == NULL)
       c->last = NULL;
     c->nq--;
+    assert(q->out_left == 0); /* every byte counted was written */
     bool close_after = q->close;
     h1_req_free(q);
     if (close_after)
@@ -499,7 +538,7 @@ static void conn_write(h1_conn_t *c) {
     h1_conn_linger(c);
     return;
   }
-  if (c->paused && c->nq < H1_MAX_INFLIGHT / 2 && c->holding == NULL)
+  if (c->paused && c->holding == NULL && h1_conn_may_read(c))
     conn_resume(c);
 }
 
@@ -567,6 +606,7 @@ void h1_conn_linger(h1_conn_t *c) {
 
 void h1_req_orphan(h1_req_t *q) {
   h1_server_t *s = q->srv;
+  h1_req_count_out(q, 0); /* its connection may live on (h1_timeout.c) */
   q->conn = NULL;
   q->next = s->orphans;
   s->orphans = q;
@@ -740,7 +780,7 @@ void h1_resume(evutil_socket_t fd, short what, void *arg) {
     c->resuming = false;
     if (c->dead || c->holding)
       continue;
-    if (c->paused && !c->body_paused && c->nq < H1_MAX_INFLIGHT / 2) {
+    if (c->paused && !c->body_paused && h1_conn_may_read(c)) {
       c->paused = false;
       event_add(c->rev, NULL);
     }
@@ -749,27 +789,4 @@ void h1_resume(evutil_socket_t fd, short what, void *arg) {
     h1_conn_watch(c);
   }
   h1_uncork(s);
-}
-
-/* True when a handler holds one of the connection's requests: it is waiting
- * for the server, not idle (but for a streamed reply that waits for its
- * client to read). */
-static bool conn_busy(const h1_conn_t *c) {
-  for (const h1_req_t *q = c->first; q; q = q->next)
-    if (q->held && !h1_stream_waits_for_client(q))
-      return true;
-  return false;
-}
-
-/* Closes connections that made no progress for idle_ms while the server owed
- * them nothing. */
-void h1_idle(evutil_socket_t fd, short what, void *arg) {
-  h1_server_t *s = arg;
-  (void)fd;
-  (void)what;
-  int64_t now = h1_now_ms();
-  for (h1_conn_t *c = s->conns; c; c = c->next)
-    if (!c->dead && ((c->lingering && now > c->linger_ms) ||
-                     (now - c->last_ms > s->cfg.idle_ms && !conn_busy(c))))
-      h1_conn_kill(c);
 }

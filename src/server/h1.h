@@ -32,6 +32,13 @@
  * as it arrives (the node agent's, src/node/forward.c).  h1_stream.c has
  * streamed bodies both ways.
  *
+ * Replies wait in memory for their client to read them, and a client that
+ * pipelines requests and reads nothing would make the server hold every
+ * reply: once a connection's unread replies pass 4 MiB (H1_OUT_HIGH), its
+ * further requests are not read until they are below half of that.  The
+ * connection stays open: a slow reader gets its replies slower.  A file's
+ * bytes (sendfile) do not count, and a streamed body has its own bound.
+ *
  * Everything runs on the event-loop thread.
  */
 #ifndef MUSTER_SERVER_H1_H
@@ -167,6 +174,13 @@ void h1_respond(h1_req_t *q, int status, const char *type, char *body, size_t le
 /* Answers with the first `len` bytes of open file `fd` (owned from now on),
  * sent with sendfile. */
 void h1_respond_file(h1_req_t *q, int status, const char *type, int fd, int64_t len);
+/* The reply to `q`, `bytes` long, is built but given later (after its
+ * transaction commits): counted from now on against the bytes of replies
+ * its client has not read, past which (4 MiB) the requests it pipelined
+ * behind wait until it reads; h1_respond counts the reply itself in its
+ * place.  Without this, the requests of one read would all be handled, and
+ * their replies held, before any of them was given. */
+void h1_expect_reply(h1_req_t *q, size_t bytes);
 /* Lets the request go unanswered: its connection is closed. */
 void h1_drop(h1_req_t *q);
 /* The connection closes after the reply to `q` (it says `Connection:

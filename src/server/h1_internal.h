@@ -1,9 +1,10 @@
 /*
  * h1_internal.h — what the parts of the head's HTTP/1.1 server share: h1.c
  * (requests, replies, connections, reading and writing), h1_parse.c (request
- * heads, body framing, the parse loop), h1_timeout.c (read deadlines),
- * h1_lend.c (replies held back for a flush), h1_stream.c (streamed bodies
- * and replies) and h1_server.c (accepting, listening, the server's life).
+ * heads, body framing, the parse loop), h1_timeout.c (read deadlines, the
+ * idle close), h1_lend.c (replies held back for a flush), h1_stream.c
+ * (streamed bodies and replies) and h1_server.c (accepting, listening, the
+ * server's life).
  * Not for use outside them.
  */
 #ifndef MUSTER_SERVER_H1_INTERNAL_H
@@ -24,6 +25,13 @@
 #define H1_READ_SIZE (64 * 1024)    /* bytes asked of one read */
 #define H1_STREAM_READ (256 * 1024) /* the same while a body streams */
 #define H1_MAX_INFLIGHT 64          /* requests queued before reading pauses */
+/* Bytes of replies in memory that a connection's client has not read yet
+ * (h1_conn_t.out_bytes) at which reading its next requests pauses, until
+ * they are below half of it.  Linux grows a socket's send buffer up to 4 MiB
+ * (net.ipv4.tcp_wmem): a client that reads as it goes keeps the head's queue
+ * near empty and never meets this; one that pipelines and does not read makes
+ * the head hold this much, plus one reply, instead of 64 replies. */
+#define H1_OUT_HIGH (4u << 20)
 #define H1_MAX_LINE 1024            /* a chunk-size or trailer line */
 #define H1_MAX_IOV 64               /* iovecs per writev */
 #define H1_SEGS 5                   /* status+headers, extra headers, CRLF, body, newline */
@@ -91,6 +99,9 @@ struct h1_req {
                             * later (h1_body_relay, h1_body_continue) */
   bool streamed;           /* dispatched before its body */
   bool lent;               /* answered while lending (h1_lend_begin), not returned yet */
+  size_t out_left;         /* bytes of its reply in memory not written yet (h1_expect_reply,
+                            * then its status line, headers and body; not a file's, not a
+                            * streamed body's): counted in its connection's out_bytes */
   h1_body_data_fn on_data; /* the sink of a streamed body, while attached */
   h1_body_end_fn on_end;
   void *sink;
@@ -126,6 +137,8 @@ struct h1_conn {
   h1_req_t *first, *last; /* the queue, in request order */
   h1_req_t *holding;      /* a parked request (h1_hold): the next waits for its answer */
   size_t nq;
+  size_t out_bytes; /* the out_left of its requests: from H1_OUT_HIGH on, no further
+                     * request is read (h1_parse.c) */
   size_t cont_off; /* bytes of "100 Continue" written for the first request */
   int64_t last_ms; /* the last read or write progress */
   /* Read deadlines (h1_timeout.c).  read_ms: the last read that brought
@@ -224,6 +237,12 @@ h1_req_t *h1_queue_pop_last(h1_conn_t *c);
  * saw the request), counted as a wire error; the input is ignored from now
  * on and the connection closes once the reply is written (h1_parse.c). */
 void h1_conn_fail(h1_conn_t *c, int status, muster_err_t code, const char *message);
+/* Counts `bytes` of q's reply in memory against its connection's out_bytes,
+ * in place of what was counted for it before. */
+void h1_req_count_out(h1_req_t *q, size_t bytes);
+/* True when the connection's queue and its unsent replies are small enough
+ * again for reading to go on (after a pause of h1_parse.c). */
+bool h1_conn_may_read(const h1_conn_t *c);
 /* Marks the connection dead; the reap event frees it later in the turn. */
 void h1_conn_kill(h1_conn_t *c);
 /* Marks the connection to be written: now, or at the uncork. */
@@ -238,9 +257,9 @@ bool h1_conn_advance(h1_conn_t *c, size_t n);
 void h1_conn_linger(h1_conn_t *c);
 /* Marks the request lent when the server is lending (h1_lend.c). */
 void h1_lend_add(h1_req_t *q);
-/* The server's event callbacks (h1.c), which h1_server.c registers: a
- * connection readable or writable; the reap of dead connections, the resume
- * of paused ones, the idle check. */
+/* The server's event callbacks (h1.c; the idle check in h1_timeout.c),
+ * which h1_server.c registers: a connection readable or writable; the reap
+ * of dead connections, the resume of paused ones, the idle check. */
 void h1_conn_on_read(evutil_socket_t fd, short what, void *arg);
 void h1_conn_on_write(evutil_socket_t fd, short what, void *arg);
 void h1_reap(evutil_socket_t fd, short what, void *arg);

@@ -673,8 +673,8 @@ static bool head_next(h1_conn_t *c) {
   }
   if (c->in_off == c->in_len || c->holding)
     return false;
-  if (c->nq >= H1_MAX_INFLIGHT) {
-    h1_conn_pause(c); /* resumed when replies went out */
+  if (c->nq >= H1_MAX_INFLIGHT || c->out_bytes >= H1_OUT_HIGH) {
+    h1_conn_pause(c); /* resumed when replies went out (h1_conn_may_read) */
     return false;
   }
   size_t len = head_end(c);

@@ -238,6 +238,7 @@ void h1_respond_start(h1_req_t *q, int status, const char *type, int64_t length)
     q->close = true; /* the body ends with the connection */
   q->stream = st;
   h1_req_head(q, status, type, length);
+  h1_req_count_out(q, 0); /* its body has a bound of its own (H1_STREAM_HIGH) */
   q->done = true;
   h1_conn_dirty(q->conn);
 }

@@ -1,6 +1,7 @@
 /*
  * h1_timeout.c — the read deadlines of the head's HTTP/1.1 server (see
- * docs/design-notes.md, "The head's own HTTP/1.1 server").
+ * docs/design-notes.md, "The head's own HTTP/1.1 server"), and its idle
+ * close (h1_idle).
  *
  * The idle timeout alone lets a client hold a connection and its buffers for
  * as long as it trickles bytes (slowloris).  Two deadlines bound reading a
@@ -181,4 +182,29 @@ static void conn_on_deadline(evutil_socket_t fd, short what, void *arg) {
   h1_cork(s);
   conn_timeout(c, w);
   h1_uncork(s);
+}
+
+/* ---- the idle close ---- */
+
+/* True when a handler holds one of the connection's requests: it is waiting
+ * for the server, not idle (but for a streamed reply that waits for its
+ * client to read). */
+static bool conn_busy(const h1_conn_t *c) {
+  for (const h1_req_t *q = c->first; q; q = q->next)
+    if (q->held && !h1_stream_waits_for_client(q))
+      return true;
+  return false;
+}
+
+/* Closes connections that made no progress for idle_ms while the server owed
+ * them nothing. */
+void h1_idle(evutil_socket_t fd, short what, void *arg) {
+  h1_server_t *s = arg;
+  (void)fd;
+  (void)what;
+  int64_t now = h1_now_ms();
+  for (h1_conn_t *c = s->conns; c; c = c->next)
+    if (!c->dead && ((c->lingering && now > c->linger_ms) ||
+                     (now - c->last_ms > s->cfg.idle_ms && !conn_busy(c))))
+      h1_conn_kill(c);
 }

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "node.h"
 #include "reaper.h"
+#include "reply_budget.h"
 #include "routes_pool.h"
 #include "server.h"
 #include "leftover.h"
@@ -372,6 +373,7 @@ static int head_run(head_t *h, bool generated, int port, const head_agent_t *age
   h->commit_ev = event_new(h->base, -1, 0, head_commit, h);
   h->sweep_ev = event_new(h->base, -1, EV_PERSIST, head_sweep, h);
   h->reaper = reaper_new(h);
+  reply_budget_init();
   struct timeval sweep = {.tv_sec = h->cfg.sweep_ms / 1000,
                           .tv_usec = (h->cfg.sweep_ms % 1000) * 1000};
   int status = 1;

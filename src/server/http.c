@@ -89,6 +89,9 @@ static void http_enqueue_reply(head_t *h, reply_t *r) {
     http_send_reply(r);
     return;
   }
+  /* Held until the commit: counted against its client's unread replies now,
+   * so that the requests it pipelined behind wait once they pile up. */
+  h1_expect_reply(r->req, r->has_file ? 0 : r->len);
   if (h->pending_tail)
     h->pending_tail->next = r;
   else

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "session.h"
 #include "metrics.h"
+#include "reply_budget.h"
 #include "task.h"
 
 #include <stdio.h>
@@ -257,13 +258,43 @@ void lease_candidate_row(sqlite3_stmt *s, candidate_t *c, jw_buf_t *pieces) {
   }
 }
 
+/* What a lease request's reply holds so far, against its budget of payload
+ * bytes (reply_budget.h): the leasable candidates found, and the bytes of
+ * their stored payloads and `requires`. */
+typedef struct {
+  int64_t items;
+  size_t bytes;
+} lease_use_t;
+
+/* Reads the candidate of the row of `s` into *c, unless the reply has no
+ * room for its payload: false then (the batch ends before it).  A candidate
+ * out of attempts (`max_attempts`) goes dead, not into the reply
+ * (lease_rounds): nothing of its texts is kept or counted. */
+static bool lease_take_row(sqlite3_stmt *s, int64_t max_attempts, lease_use_t *use, candidate_t *c,
+                           jw_buf_t *pieces) {
+  int64_t attempts = sqlite3_column_int64(s, 1);
+  if (attempts >= max_attempts) {
+    *c = (candidate_t){.id = sqlite3_column_int64(s, 0), .attempts = attempts};
+    return true;
+  }
+  size_t bytes = (size_t)sqlite3_column_bytes(s, 2) + (size_t)sqlite3_column_bytes(s, 6);
+  if (!reply_budget_fits((size_t)use->items, use->bytes, bytes))
+    return false;
+  lease_candidate_row(s, c, pieces);
+  use->items++;
+  use->bytes += bytes;
+  return true;
+}
+
 /* The candidates of a walk past what closed sessions left (leftover.h). */
 typedef struct {
   store_t *st;
-  const char *queue;
+  const queue_t *q;
   int64_t max, n, now;
   candidate_t *out;
   jw_buf_t *pieces;
+  lease_use_t *use;
+  bool full; /* the reply's budget is spent */
 } lease_walk_t;
 
 /* A visit of the walk: the ready tasks of `priority` with ids first..last,
@@ -280,46 +311,56 @@ static muster_err_t lease_visit(void *arg, int64_t priority, int64_t first, int6
              " AND NOT " SESSION_CLOSING_TASKS_SQL " ORDER BY id LIMIT ?6");
   if (s == NULL)
     return store_fail(w->st, f, "lease candidates");
-  store_bind_text(s, 1, w->queue);
+  store_bind_text(s, 1, w->q->name);
   sqlite3_bind_int64(s, 2, priority);
   sqlite3_bind_int64(s, 3, first);
   sqlite3_bind_int64(s, 4, last);
   sqlite3_bind_int64(s, 5, w->now);
   sqlite3_bind_int64(s, 6, w->max - w->n);
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW)
-    lease_candidate_row(s, &w->out[w->n++], w->pieces);
+  int rc = SQLITE_DONE;
+  while (!w->full && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (lease_take_row(s, w->q->max_attempts, w->use, &w->out[w->n], w->pieces))
+      w->n++;
+    else
+      w->full = true;
+  }
   store_reset(s);
-  *then = w->n == w->max ? LEFTOVER_DONE : LEFTOVER_ON;
-  return rc == SQLITE_DONE ? MUSTER_OK : store_fail(w->st, f, "lease candidates");
+  *then = w->n == w->max || w->full ? LEFTOVER_DONE : LEFTOVER_ON;
+  return rc == SQLITE_DONE || w->full ? MUSTER_OK : store_fail(w->st, f, "lease candidates");
 }
 
-/* Collects up to `max` ready tasks of the queue in lease order, with the
+/* Collects up to `max` ready tasks of queue `q` in lease order, with the
  * columns of their lease objects (stored texts appended to `pieces`): one
  * pass over the ready index, so that leasing them is a plain UPDATE by id
  * (lease_batch).  (An UPDATE … RETURNING runs as a trigger with a statement
  * journal and an ephemeral table: the most expensive statement on the hot
  * path when it did this.)  A queue holding tasks that closed sessions left
  * is walked past their runs instead (leftover.h), whatever their number.
- * Returns the count, or -1. */
-static int64_t lease_candidates(store_t *st, const char *queue, int64_t max, candidate_t *out,
-                                jw_buf_t *pieces, fail_t *f) {
+ * Fewer when the reply's budget (`use`) is spent before.  Returns the count,
+ * or -1. */
+static int64_t lease_candidates(store_t *st, const queue_t *q, int64_t max, candidate_t *out,
+                                jw_buf_t *pieces, lease_use_t *use, fail_t *f) {
   int64_t n = 0;
   bool walked = false;
   if (store_sessions_closing(st)) {
-    lease_walk_t w = {st, queue, max, 0, now_ms(), out, pieces};
-    if (leftover_walk(st, queue, 0, lease_visit, &w, &walked, f))
+    lease_walk_t w = {st, q, max, 0, now_ms(), out, pieces, use, false};
+    if (leftover_walk(st, q->name, 0, lease_visit, &w, &walked, f))
       return -1;
     n = w.n;
   }
-  sqlite3_stmt *s = walked ? NULL : lease_candidates_stmt(st, queue, max);
+  sqlite3_stmt *s = walked ? NULL : lease_candidates_stmt(st, q->name, max);
   if (!walked && s == NULL) {
     store_fail(st, f, "lease candidates");
     return -1;
   }
   int rc = SQLITE_DONE;
-  while (s && (rc = sqlite3_step(s)) == SQLITE_ROW)
-    lease_candidate_row(s, &out[n++], pieces);
+  while (s && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (!lease_take_row(s, q->max_attempts, use, &out[n], pieces)) {
+      rc = SQLITE_DONE; /* the reply is full: the rest stays queued */
+      break;
+    }
+    n++;
+  }
   if (s)
     store_reset(s);
   if (rc != SQLITE_DONE) {
@@ -543,6 +584,7 @@ static bool lease_round(store_t *st, const queue_t *q, int64_t worker, const can
 }
 
 /* Leases up to `max` - *granted candidates in rounds (see lease_acquire_raw),
+ * fewer when their payloads pass the reply's budget (reply_budget.h),
  * appending lease objects to `out`; *granted counts them, also on failure.
  * `leasable` has room for `max` indexes; *max_task gets the highest id of a
  * task it leased (or tried to: the request fails then). */
@@ -550,10 +592,11 @@ static bool lease_rounds(store_t *st, const queue_t *q, int64_t worker, int64_t 
                          candidate_t *cands, int64_t *leasable, jw_buf_t *out, int64_t *granted,
                          int64_t *max_task, fail_t *f) {
   jw_buf_t pieces = {0};
+  lease_use_t use = {0};
   bool ok = true;
   for (bool more = true; ok && more && *granted < max;) {
     pieces.len = 0; /* the previous round's are written out */
-    int64_t n = lease_candidates(st, q->name, max - *granted, cands, &pieces, f), nleasable = 0;
+    int64_t n = lease_candidates(st, q, max - *granted, cands, &pieces, &use, f), nleasable = 0;
     ok = n >= 0;
     more = false;
     if (ok && *granted == 0)

@@ -19,7 +19,10 @@
 #define LEASE_MAX_BATCH TASK_MAX_BATCH /* leases per request (core/limits.h) */
 #define LEASE_MAX_ERROR 65536
 
-/* Leases up to `max` ready tasks of queue `q` to `worker` (0: anonymous).
+/* Leases up to `max` ready tasks of queue `q` to `worker` (0: anonymous):
+ * fewer when their payloads would pass the budget of one reply
+ * (reply_budget.h), the others left queued, but at least one when any is
+ * ready.
  * Returns the JSON array of lease objects (possibly empty) as one raw node
  * of its compact text (jw.h; new reference), with the number of leases in
  * *count and the highest task id leased in *max_task (when not NULL; 0 for

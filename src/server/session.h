@@ -77,9 +77,13 @@ typedef struct {
   size_t count; /* results in the reply */
   bool stalled; /* the reply stops at a gap and every task of the session has its
                  * result: nothing comes at the cursor until a task is submitted there */
+  bool cut;     /* it stopped before a result that would have passed the budget of
+                 * one reply (reply_budget.h): that one is next at the cursor */
 } session_read_t;
 
-/* Reads results after `cursor` in `order`, at most `max`.  Returns
+/* Reads results after `cursor` in `order`, at most `max`, fewer when their
+ * results and errors would pass the budget of one reply (one always goes).
+ * Returns
  * {"results": [...], "cursor", "total", "done", "gap"} (new reference;
  * "results" is a raw node, jw.h) and *rd, or NULL with *f filled.  Counts as
  * a heartbeat.  "gap" is {"first", "last"} when a read in submission order

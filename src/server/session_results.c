@@ -20,6 +20,7 @@
 #include "session.h"
 #include "jv.h"
 #include "jw.h"
+#include "reply_budget.h"
 #include "session_internal.h"
 #include "task.h"
 
@@ -81,9 +82,11 @@ static void result_write(jw_buf_t *out, sqlite3_stmt *s, bool first) {
 #define RESULT_COLUMNS "r.idx, r.task, r.state, t.result, t.error, r.seq"
 
 /* Appends the results from `cursor` on to `list` (the elements of a JSON
- * array), *count of them; returns the next cursor, -1 on store failure. */
+ * array), rd->count of them, up to the budget of one reply (reply_budget.h;
+ * rd->cut when it stopped there); returns the next cursor, -1 on store
+ * failure. */
 static int64_t results_read(store_t *st, const session_t *ss, session_order_t order, int64_t cursor,
-                            int64_t max, jw_buf_t *list, size_t *count) {
+                            int64_t max, jw_buf_t *list, session_read_t *rd) {
   sqlite3_stmt *s =
       order == SESSION_BY_SUBMISSION
           ? store_stmt(st, "SELECT " RESULT_COLUMNS " FROM session_results r"
@@ -98,16 +101,19 @@ static int64_t results_read(store_t *st, const session_t *ss, session_order_t or
   sqlite3_bind_int64(s, 2, cursor);
   sqlite3_bind_int64(s, 3, max);
   int rc;
+  size_t bytes = 0;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    if (order == SESSION_BY_SUBMISSION) {
-      /* The stream stops at the first index without a result. */
-      if (sqlite3_column_int64(s, 0) != cursor)
-        break;
-      cursor++;
-    } else {
-      cursor = sqlite3_column_int64(s, 5);
+    /* The stream stops at the first index without a result. */
+    if (order == SESSION_BY_SUBMISSION && sqlite3_column_int64(s, 0) != cursor)
+      break;
+    size_t size = (size_t)sqlite3_column_bytes(s, 3) + (size_t)sqlite3_column_bytes(s, 4);
+    if (!reply_budget_fits(rd->count, bytes, size)) {
+      rd->cut = true;
+      break;
     }
-    result_write(list, s, (*count)++ == 0);
+    bytes += size;
+    cursor = order == SESSION_BY_SUBMISSION ? cursor + 1 : sqlite3_column_int64(s, 5);
+    result_write(list, s, rd->count++ == 0);
   }
   store_reset(s);
   return rc == SQLITE_ROW || rc == SQLITE_DONE ? cursor : -1;
@@ -135,7 +141,8 @@ static bool results_gap(store_t *st, const session_t *ss, int64_t cursor, int64_
 
 /* Why a read of `rd->count` results that ends at `next` stopped: *gap_last
  * (-1: none) and rd->stalled.  Only a submission read with fewer than `max`
- * results below next_index stopped at an index that may have no task; an
+ * results below next_index, and not cut by the budget (it stopped at a
+ * result then), stopped at an index that may have no task; an
  * empty one whose caller waits (`empty_waits`) is looked at only when every
  * task has its result, as only then can it be stalled.  False on store
  * failure. */
@@ -143,8 +150,8 @@ static bool results_stop(store_t *st, const session_t *ss, session_order_t order
                          int64_t max, bool empty_waits, session_read_t *rd, int64_t *gap_last) {
   bool complete = ss->done + ss->failed >= ss->total;
   *gap_last = -1;
-  if (order != SESSION_BY_SUBMISSION || (int64_t)rd->count >= max || next >= ss->next_index ||
-      (rd->count == 0 && empty_waits && !complete))
+  if (order != SESSION_BY_SUBMISSION || (int64_t)rd->count >= max || rd->cut ||
+      next >= ss->next_index || (rd->count == 0 && empty_waits && !complete))
     return true;
   if (!results_gap(st, ss, next, gap_last))
     return false;
@@ -160,7 +167,7 @@ json_t *session_results(store_t *st, const char *id, session_order_t order, int6
     return NULL;
   jw_buf_t list = {0};
   JW_ADD_LITERAL(&list, "[");
-  int64_t next = results_read(st, &ss, order, cursor, max, &list, &rd->count), gap_last = -1;
+  int64_t next = results_read(st, &ss, order, cursor, max, &list, rd), gap_last = -1;
   JW_ADD_LITERAL(&list, "]");
   if (next < 0 || !results_stop(st, &ss, order, next, max, empty_waits, rd, &gap_last)) {
     jw_buf_free(&list);

@@ -12,6 +12,7 @@
 #include "jw.h"
 #include "leftover.h"
 #include "log.h"
+#include "reply_budget.h"
 #include "session.h"
 #include "shared.h"
 #include "core/names.h"
@@ -404,6 +405,14 @@ static json_t *task_from_row(sqlite3_stmt *s, bool brief) {
   return task;
 }
 
+/* The bytes of the stored payload and result of a row of TASK_COLUMNS, what
+ * its task object carries of them (reply_budget.h); none for a `brief` one. */
+static size_t task_row_bytes(sqlite3_stmt *s, bool brief) {
+  if (brief)
+    return 0;
+  return (size_t)sqlite3_column_bytes(s, 5) + (size_t)sqlite3_column_bytes(s, 6);
+}
+
 #define TASK_NOT_FOUND_CLOSING_SQL                                                                 \
   "SELECT CASE WHEN " SESSION_CLOSING_TASKS_SQL " THEN NULL ELSE queue END, 1"                     \
   " FROM tasks WHERE id = ?1 UNION ALL SELECT NULL, ?1 <= ?2 LIMIT 1"
@@ -648,7 +657,8 @@ static int task_id_cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The page of p->ids sorted, read row by row: {"tasks", "next"}. */
+/* The page of p->ids sorted, read row by row, up to the reply's budget of
+ * payload bytes (reply_budget.h): {"tasks", "next"}. */
 static json_t *task_page_rows(task_page_t *p, int64_t limit, bool brief, fail_t *f) {
   qsort(p->ids, p->n, sizeof *p->ids, task_id_cmp);
   sqlite3_stmt *s = store_stmt(p->st, "SELECT " TASK_COLUMNS " FROM tasks WHERE id = ?1");
@@ -657,16 +667,24 @@ static json_t *task_page_rows(task_page_t *p, int64_t limit, bool brief, fail_t 
     return NULL;
   }
   json_t *tasks = json_array();
-  size_t n = p->n < (size_t)limit ? p->n : (size_t)limit;
-  for (size_t i = 0; i < n; i++) {
+  size_t n = p->n < (size_t)limit ? p->n : (size_t)limit, i, bytes = 0;
+  for (i = 0; i < n; i++) {
     sqlite3_bind_int64(s, 1, p->ids[i]);
-    if (sqlite3_step(s) == SQLITE_ROW)
+    bool row = sqlite3_step(s) == SQLITE_ROW, fits = true;
+    if (row) {
+      size_t size = task_row_bytes(s, brief);
+      fits = reply_budget_fits(json_array_size(tasks), bytes, size);
+      bytes += size;
+    }
+    if (row && fits)
       json_array_append_new(tasks, task_from_row(s, brief));
     store_reset(s);
+    if (!fits)
+      break; /* i > 0: the first task always fits */
   }
-  bool more = p->n > (size_t)limit;
+  bool more = i < n || p->n > (size_t)limit;
   return json_pack("{s:o, s:o}", "tasks", tasks, "next",
-                   more ? json_integer(p->ids[limit - 1]) : json_null());
+                   more ? json_integer(p->ids[i - 1]) : json_null());
 }
 
 /* The page of queued tasks of `queue` above `after` when the queue holds
@@ -687,6 +705,36 @@ static json_t *task_list_walked(store_t *st, const char *queue, int64_t after, i
     page = task_page_rows(&p, limit, brief, f);
   free(p.ids);
   return page;
+}
+
+/* The page the bound listing statement `s` reads (reset after): {"tasks",
+ * "next"}.  It ends after `limit` tasks, after TASK_LIST_SKIP rows that a
+ * closed session left, or before a task whose payload and result would take
+ * the page's past the budget of one reply (reply_budget.h), with a `next`
+ * after the last row read before. */
+static json_t *task_page_read(sqlite3_stmt *s, int64_t limit, bool brief) {
+  json_t *tasks = json_array();
+  int64_t last = 0, skipped = 0;
+  size_t bytes = 0;
+  bool more = false;
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    bool left = sqlite3_column_int(s, TASK_LIST_CLOSING_COLUMN);
+    size_t size = left ? 0 : task_row_bytes(s, brief), count = json_array_size(tasks);
+    if ((int64_t)count == limit || skipped == TASK_LIST_SKIP ||
+        !reply_budget_fits(count, bytes, size)) {
+      more = true;
+      break;
+    }
+    last = sqlite3_column_int64(s, 0);
+    if (left) {
+      skipped++;
+    } else {
+      json_array_append_new(tasks, task_from_row(s, brief));
+      bytes += size;
+    }
+  }
+  store_reset(s);
+  return json_pack("{s:o, s:o}", "tasks", tasks, "next", more ? json_integer(last) : json_null());
 }
 
 json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
@@ -714,22 +762,7 @@ json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, i
   sqlite3_bind_int64(s, 3, limit + 1 + (store_sessions_closing(st) ? TASK_LIST_SKIP : 0));
   if (sqlite3_bind_parameter_count(s) >= 4)
     sqlite3_bind_int(s, 4, state);
-  json_t *tasks = json_array();
-  int64_t last = 0, skipped = 0;
-  bool more = false;
-  while (sqlite3_step(s) == SQLITE_ROW) {
-    if ((int64_t)json_array_size(tasks) == limit || skipped == TASK_LIST_SKIP) {
-      more = true;
-      break;
-    }
-    last = sqlite3_column_int64(s, 0);
-    if (sqlite3_column_int(s, TASK_LIST_CLOSING_COLUMN))
-      skipped++;
-    else
-      json_array_append_new(tasks, task_from_row(s, brief));
-  }
-  store_reset(s);
-  return json_pack("{s:o, s:o}", "tasks", tasks, "next", more ? json_integer(last) : json_null());
+  return task_page_read(s, limit, brief);
 }
 
 json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int64_t limit,

@@ -11,6 +11,7 @@
 #include "jv.h"
 #include "log.h"
 #include "queue.h"
+#include "reply_budget.h"
 #include "session.h"
 #include "task.h"
 
@@ -106,10 +107,12 @@ json_t *update_post(store_t *st, const char *queue, const json_t *body, size_t m
   return out;
 }
 
-/* Appends updates of `queue` with seq > after to `list`, at most `max`;
- * returns the last seq appended (after when none), -1 on store failure. */
+/* Appends updates of `queue` with seq > after to `list`, at most `max`, and
+ * fewer when their data would pass the budget of one reply (reply_budget.h:
+ * *cut set then); returns the last seq appended (after when none), -1 on
+ * store failure. */
 static int64_t update_collect(store_t *st, const char *queue, int64_t after, int64_t max,
-                              json_t *list) {
+                              json_t *list, bool *cut) {
   sqlite3_stmt *s = store_stmt(st, "SELECT seq, data, session, created_ms FROM updates"
                                    " WHERE queue = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3");
   if (s == NULL)
@@ -118,8 +121,17 @@ static int64_t update_collect(store_t *st, const char *queue, int64_t after, int
   sqlite3_bind_int64(s, 2, after);
   sqlite3_bind_int64(s, 3, max);
   int64_t last = after;
+  size_t bytes = 0;
   int rc;
+  *cut = false;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    size_t size = (size_t)sqlite3_column_bytes(s, 1);
+    if (!reply_budget_fits(json_array_size(list), bytes, size)) {
+      *cut = true;
+      rc = SQLITE_DONE;
+      break;
+    }
+    bytes += size;
     const unsigned char *session = sqlite3_column_text(s, 2);
     last = sqlite3_column_int64(s, 0);
     json_array_append_new(list,
@@ -137,7 +149,8 @@ json_t *update_list(store_t *st, const char *queue, int64_t after, int64_t max, 
   if (queue_load(st, queue, &q, f))
     return NULL;
   json_t *list = json_array();
-  if (update_collect(st, queue, after, max, list) < 0) {
+  bool cut;
+  if (update_collect(st, queue, after, max, list, &cut) < 0) {
     json_decref(list);
     store_fail(st, f, "update list");
     return NULL;
@@ -148,16 +161,18 @@ json_t *update_list(store_t *st, const char *queue, int64_t after, int64_t max, 
 muster_err_t update_attach(store_t *st, const char *queue, int64_t after, json_t *reply,
                            size_t *count, fail_t *f) {
   json_t *list = json_array();
-  int64_t last = update_collect(st, queue, after, UPDATE_MAX_BATCH, list);
+  bool cut;
+  int64_t last = update_collect(st, queue, after, UPDATE_MAX_BATCH, list, &cut);
   if (last < 0) {
     json_decref(list);
     return store_fail(st, f, "updates for a lease");
   }
   *count = json_array_size(list);
-  /* A full page may leave more behind: the worker continues from the last one
-   * it got.  Otherwise it has seen everything up to the queue's highest
-   * number, including numbers whose updates were deleted. */
-  if (*count < UPDATE_MAX_BATCH) {
+  /* A full page, or one cut by the budget, may leave more behind: the worker
+   * continues from the last one it got.  Otherwise it has seen everything up
+   * to the queue's highest number, including numbers whose updates were
+   * deleted. */
+  if (*count < UPDATE_MAX_BATCH && !cut) {
     int64_t highest = update_last(st, queue);
     last = highest > after ? highest : after;
   }

@@ -24,13 +24,15 @@
 json_t *update_post(store_t *st, const char *queue, const json_t *body, size_t max_payload,
                     fail_t *f);
 /* {"updates": [...], "last"}: updates of `queue` with seq > after, ascending,
- * at most `max` (new reference), or NULL with *f filled. */
+ * at most `max`, fewer when their data would pass the budget of one reply
+ * (reply_budget.h; one always goes) (new reference), or NULL with *f filled. */
 json_t *update_list(store_t *st, const char *queue, int64_t after, int64_t max, fail_t *f);
 /* The highest sequence number handed out in `queue`; 0 when none. */
 int64_t update_last(store_t *st, const char *queue);
-/* Adds "updates" (seq > after, ascending, at most UPDATE_MAX_BATCH) and
- * "updates_last" to the lease reply `reply`.  updates_last is the queue's
- * highest number, or the last one included when more remain.  *count gets the
+/* Adds "updates" (seq > after, ascending, at most UPDATE_MAX_BATCH, and
+ * within the budget of one reply as update_list) and "updates_last" to the
+ * lease reply `reply`.  updates_last is the queue's highest number, or the
+ * last one included when more remain.  *count gets the
  * number of updates added. */
 muster_err_t update_attach(store_t *st, const char *queue, int64_t after, json_t *reply,
                            size_t *count, fail_t *f);
