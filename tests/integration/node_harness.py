@@ -61,6 +61,44 @@ class AgentsCase(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class SharedAgentCase(unittest.TestCase):
+    """One head (started with `head_args`) and one agent (`agent_name`, started with
+    `agent_args` and the environment of `agent_env()`; its cache and state dirs in a
+    temporary dir named from `dir_prefix`) for the whole class.  The agent is stopped
+    cleanly at the end (stop_checked), so that the sanitizer build's exit report
+    (leaks) fails the class."""
+    head_args = []
+    agent_args = []
+    dir_prefix = "muster-node-test-"
+    agent_name = "n1"
+
+    @classmethod
+    def agent_env(cls):
+        """The agent's environment beside the test's own, or None."""
+        return None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix=cls.dir_prefix)
+        cls.head = harness.Head(cls.head_args).start()
+        try:
+            cls.agent = Agent(cls.head, cls.dir, cls.agent_name, args=cls.agent_args,
+                              env=cls.agent_env()).start()
+        except BaseException:
+            cls.head.cleanup()
+            shutil.rmtree(cls.dir, ignore_errors=True)
+            raise
+        cls.token = cls.head.token
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.agent.stop_checked()
+        finally:
+            cls.head.cleanup()
+            shutil.rmtree(cls.dir, ignore_errors=True)
+
+
 class Agent:
     def __init__(self, head, workdir, name="n1", args=(), cmd=None, env=None, token=None):
         self.head = head

@@ -20,36 +20,21 @@ without its fix.
 """
 import os
 import select
-import shutil
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # noqa: E402
-from node_harness import Agent  # noqa: E402
+from node_harness import SharedAgentCase  # noqa: E402
 from test_http_wire import Wire, request  # noqa: E402
 
 READ_TOKEN = "read-only-token-0123"
 REPLY_WAIT_S = 5  # a reply that is due comes within this
 
 
-class AgentBodyTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="muster-abuse-node-")
-        cls.head = harness.Head(["--dashboard-token", READ_TOKEN]).start()
-        cls.agent = Agent(cls.head, cls.dir, "abuse",
-                          args=["--cache-dir", os.path.join(cls.dir, "cache"),
-                                "--state-dir", os.path.join(cls.dir, "state")]).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.agent.stop_checked()
-        finally:
-            cls.head.cleanup()
-            shutil.rmtree(cls.dir, ignore_errors=True)
+class AgentBodyTest(SharedAgentCase):
+    head_args = ["--dashboard-token", READ_TOKEN]
+    dir_prefix = "muster-abuse-node-"
+    agent_name = "abuse"
 
     def test_a_body_with_another_token_is_not_read_first(self):
         r = self.agent.request("POST", "/v1/iterations", body={

@@ -30,22 +30,13 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from node_harness import Agent  # noqa: E402
+from node_harness import Agent, SharedAgentCase  # noqa: E402
 from test_http_wire import Wire, chunked, request  # noqa: E402
 
 
-class ForwardTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="muster-fwd-test-")
-        cls.head = harness.Head().start()
-        cls.agent = Agent(cls.head, cls.dir, "fwd").start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.agent.kill()
-        cls.head.cleanup()
-        shutil.rmtree(cls.dir, ignore_errors=True)
+class ForwardTest(SharedAgentCase):
+    dir_prefix = "muster-fwd-test-"
+    agent_name = "fwd"
 
     def test_health_without_token(self):
         r = self.agent.request("GET", "/v1/health", token=None)
@@ -147,24 +138,10 @@ def vm_rss_kib(pid):
         return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
 
 
-class StreamTest(unittest.TestCase):
+class StreamTest(SharedAgentCase):
     """Requests and replies on the agent's port, over raw sockets."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="muster-fwd-test-")
-        cls.head = harness.Head().start()
-        cls.agent = Agent(cls.head, cls.dir, "stream",
-                          args=["--cache-dir", os.path.join(cls.dir, "cache")]).start()
-        cls.token = cls.head.token
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.agent.stop_checked()
-        finally:
-            cls.head.cleanup()
-            shutil.rmtree(cls.dir, ignore_errors=True)
+    dir_prefix = "muster-fwd-test-"
+    agent_name = "stream"
 
     def wire(self, **kw):
         return Wire(self.agent.port, **kw)

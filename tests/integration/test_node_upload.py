@@ -22,18 +22,15 @@ forwarded body whole (up to 1 GiB) before it sent anything to the head, and answ
 import hashlib
 import os
 import re
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from node_harness import Agent  # noqa: E402
+from node_harness import SharedAgentCase  # noqa: E402
 from test_http_wire import Wire, request  # noqa: E402
 
 MIB = 1 << 20
@@ -89,27 +86,21 @@ class Sender(threading.Thread):
             self.error = e
 
 
-class UploadTest(unittest.TestCase):
+class UploadTest(SharedAgentCase):
+    dir_prefix = "muster-node-upload-test-"
+    agent_name = "up"
+
     @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="muster-node-upload-test-")
-        cls.head = harness.Head().start()
+    def agent_env(cls):
         # A sanitizer build keeps freed memory aside (its quarantine, 256 MiB), where
         # the pieces of a body passed on would count as held: a small one here.
         asan = os.environ.get("ASAN_OPTIONS", "")
-        asan = (asan + ":" if asan else "") + "quarantine_size_mb=4"
-        cls.agent = Agent(cls.head, cls.dir, "up", env={"ASAN_OPTIONS": asan},
-                          args=["--cache-dir", os.path.join(cls.dir, "cache")]).start()
-        cls.token = cls.head.token
-        cls.tmp = os.path.join(cls.head.data_dir, "shared", "tmp")
+        return {"ASAN_OPTIONS": (asan + ":" if asan else "") + "quarantine_size_mb=4"}
 
     @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.agent.stop_checked()
-        finally:
-            cls.head.cleanup()
-            shutil.rmtree(cls.dir, ignore_errors=True)
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.tmp = os.path.join(cls.head.data_dir, "shared", "tmp")
 
     def parts(self):
         """The head's uploads in progress: the sizes of its temp files."""

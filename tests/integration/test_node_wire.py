@@ -58,33 +58,16 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from node_harness import Agent  # noqa: E402
+from node_harness import Agent, SharedAgentCase  # noqa: E402
 from test_http_wire import Closed, Wire, request  # noqa: E402
 
 HEAD_MAX_BODY = 65536  # the head's HTTP layer then refuses bodies over 4 x 64 KiB + 64 KiB
 
 
-class AgentWireCase(unittest.TestCase):
-    """One head and one agent for the class; the agent is stopped cleanly at the end,
-    so that the sanitizer build's exit report (leaks) fails the class."""
-    head_args = []
-
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="muster-node-wire-test-")
-        cls.head = harness.Head(cls.head_args).start()
-        cls.agent = Agent(cls.head, cls.dir, "wire",
-                          args=["--cache-dir", os.path.join(cls.dir, "cache"),
-                                "--state-dir", os.path.join(cls.dir, "state")]).start()
-        cls.token = cls.head.token
-
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            cls.agent.stop_checked()
-        finally:
-            cls.head.cleanup()
-            shutil.rmtree(cls.dir, ignore_errors=True)
+class AgentWireCase(SharedAgentCase):
+    """One head and one agent for the class (SharedAgentCase)."""
+    dir_prefix = "muster-node-wire-test-"
+    agent_name = "wire"
 
     def wire(self, **kw):
         return Wire(self.agent.port, **kw)
@@ -336,26 +319,19 @@ LATE_S = 2.0  # how late a timeout may come after its limit (a loaded machine, s
 PACE_S = 0.05  # a trickle's pace: well below every limit
 
 
-class TimeoutTest(unittest.TestCase):
+class TimeoutTest(SharedAgentCase):
     """The agent's port times requests out as the head's does (docs/design-notes.md,
     "Read deadlines"), with limits short enough to test.  Sleeps here pace what the
     client sends (the thing tested); the test waits for replies and closes."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="muster-node-wire-test-")
-        cls.head = harness.Head().start()
-        cls.agent = Agent(cls.head, cls.dir, "slow",
-                          args=["--cache-dir", os.path.join(cls.dir, "cache"),
-                                "--state-dir", os.path.join(cls.dir, "state")],
-                          env={"MUSTER_HTTP_HEAD_TIMEOUT_MS": str(HEAD_MS),
-                               "MUSTER_HTTP_BODY_TIMEOUT_MS": str(BODY_MS),
-                               "MUSTER_HTTP_IDLE_TIMEOUT_MS": str(IDLE_MS)}).start()
-        cls.token = cls.head.token
+    dir_prefix = "muster-node-wire-test-"
+    agent_name = "slow"
 
     @classmethod
-    def tearDownClass(cls):
-        AgentWireCase.tearDownClass.__func__(cls)
+    def agent_env(cls):
+        return {"MUSTER_HTTP_HEAD_TIMEOUT_MS": str(HEAD_MS),
+                "MUSTER_HTTP_BODY_TIMEOUT_MS": str(BODY_MS),
+                "MUSTER_HTTP_IDLE_TIMEOUT_MS": str(IDLE_MS)}
 
     def wire(self):
         w = Wire(self.agent.port)
