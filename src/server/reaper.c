@@ -25,6 +25,11 @@
  * Each chunk is a request of the turn's transaction (its savepoint), so it
  * commits with the turn's other requests and a failed one is rolled back
  * alone.
+ *
+ * Beside the tasks, once every REAPER_ENDED_MS, it forgets the worker
+ * instances reported ended longer than WORKER_ENDED_KEEP_MS ago
+ * (worker_ended.c): a bounded table, so one statement, and none at all when
+ * an indexed read finds nothing that old.
  */
 #include "reaper.h"
 #include "h1.h"
@@ -32,6 +37,7 @@
 #include "queue.h"
 #include "queue_reap.h"
 #include "session.h"
+#include "worker_ended.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -43,6 +49,7 @@
 #define REAPER_LIST_MS 1000 /* the queues with a retention are read this often */
 #define REAPER_PASS_MIN_MS 1000
 #define REAPER_PASS_MAX_MS 60000
+#define REAPER_ENDED_MS 60000 /* ended instances are looked at this often */
 
 /* A parked request: a deletion waiting for its trash, or a purge under way. */
 typedef struct reaper_job {
@@ -72,6 +79,8 @@ struct reaper {
   int64_t last_reaped; /* tasks the last retention chunk removed */
   unsigned turn;       /* which of reaper_chunks goes first this turn */
   bool hold_sessions;  /* MUSTER_TEST_HOLD_LEFTOVERS: closed sessions' tasks are left in place */
+  /* When the ended worker instances are looked at next (0: at the first tick). */
+  int64_t ended_next_ms;
 };
 
 static void reaper_schedule(reaper_t *rp, int64_t delay_ms) {
@@ -307,6 +316,32 @@ static int64_t reaper_retain(reaper_t *rp) {
   return rp->last_reaped >= QUEUE_CHUNK ? REAPER_BEHIND_MS : REAPER_BUSY_MS;
 }
 
+/* ---- ended worker instances ---- */
+
+/* Forgets the worker instances reported ended too long ago to matter, when
+ * REAPER_ENDED_MS passed since the last look.  Between the chunks it is one
+ * comparison of times; a failure is said and tried again at the next look. */
+static void reaper_forget_ended(reaper_t *rp, int64_t now) {
+  store_t *st = rp->head->st;
+  if (now < rp->ended_next_ms)
+    return;
+  rp->ended_next_ms = now + REAPER_ENDED_MS;
+  if (!worker_ended_any_due(st, now))
+    return;
+  fail_t f = {0};
+  int64_t forgotten = 0;
+  if (store_request_begin(st, &f) == MUSTER_OK) {
+    bool ok = worker_ended_prune(st, now, &forgotten, &f) == MUSTER_OK;
+    store_request_end(st, ok);
+  }
+  if (f.code)
+    log_msg(LOG_WARN, "forgetting ended worker instances: %s (tried again later)",
+            fail_message(&f));
+  else
+    log_msg(LOG_DEBUG, "forgot %lld worker instances reported ended over %lld s ago",
+            (long long)forgotten, (long long)(WORKER_ENDED_KEEP_MS / 1000));
+}
+
 /* ---- the timer ---- */
 
 /* The chunked work that goes before the retention, in turns: each true
@@ -318,6 +353,7 @@ static void reaper_tick(evutil_socket_t fd, short what, void *arg) {
   reaper_t *rp = arg;
   if (rp->head->stopping)
     return;
+  reaper_forget_ended(rp, now_ms());
   rp->turn = (rp->turn + 1) % REAPER_CHUNK_KINDS;
   for (size_t i = 0; i < REAPER_CHUNK_KINDS; i++)
     if (reaper_chunks[(rp->turn + i) % REAPER_CHUNK_KINDS](rp)) {

@@ -2,7 +2,8 @@
  * reaper.h — the head's background removal of tasks, a chunk at a time
  * between the requests (reaper.c): the tasks of deleted queues, big purges,
  * the tasks of big closed sessions, and done tasks past their queue's
- * retention (queue_reap.h and session.h do the SQL).
+ * retention (queue_reap.h and session.h do the SQL); and, once a minute,
+ * the worker instances reported ended too long ago (worker_ended.h).
  */
 #ifndef MUSTER_SERVER_REAPER_H
 #define MUSTER_SERVER_REAPER_H

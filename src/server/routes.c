@@ -475,7 +475,8 @@ static void h_worker_bye(http_req_t *r) {
  * the crash report, of the worker that a registration with that instance
  * made, for a node agent whose worker process died before it told the agent
  * its id.  None active is no error (the process may have died before it
- * registered). */
+ * registered).  Either way the instance is remembered, and its registration
+ * coming later is refused (worker_ended.c). */
 static void h_worker_bye_instance(http_req_t *r) {
   fail_t f = {0};
   bool crashed;

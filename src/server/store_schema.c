@@ -288,6 +288,16 @@ const char *const store_migrations[] = {
     "ALTER TABLE workers DROP COLUMN lease_request;"
     "ALTER TABLE workers DROP COLUMN lease_first_token;"
     "ALTER TABLE workers DROP COLUMN lease_last_token;",
+    /* The worker instances reported ended by DELETE
+     * /v1/workers/instance/{instance} (worker_ended.c), crashed or by a
+     * goodbye: a registration with one of them that reaches the head after
+     * the report (it was on its way when its process died) makes no worker.
+     * Rows go WORKER_ENDED_KEEP_MS after the report (the reaper) and beyond
+     * the newest WORKER_ENDED_MAX. */
+    "CREATE TABLE ended_instances ("
+    "  instance TEXT PRIMARY KEY, ended_ms INTEGER NOT NULL, crashed INTEGER NOT NULL)"
+    "  WITHOUT ROWID;"
+    "CREATE INDEX ended_instances_by_time ON ended_instances(ended_ms);",
 };
 
 const int store_migration_count = (int)(sizeof store_migrations / sizeof store_migrations[0]);

@@ -10,6 +10,7 @@
 #include "lease.h"
 #include "log.h"
 #include "metrics.h"
+#include "worker_ended.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,7 +133,8 @@ json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout
       jv_name(body, "instance", "", &w.instance, f))
     return NULL;
   json_t *out = worker_registered(st, w.instance, f);
-  if (out != NULL || f->code || worker_extras(body, &w.queues, &w.labels, f))
+  if (out != NULL || f->code || worker_ended_check(st, w.instance, now_ms(), f) ||
+      worker_extras(body, &w.queues, &w.labels, f))
     return out;
   if (w.nickname[0] == '\0')
     w.nickname = "anonymous";
@@ -229,7 +231,7 @@ static int64_t worker_of_instance(store_t *st, const char *instance, fail_t *f) 
 
 json_t *worker_leave_instance(store_t *st, const char *instance, bool crashed, fail_t *f) {
   int64_t id = worker_of_instance(st, instance, f);
-  if (id < 0)
+  if (id < 0 || worker_ended_record(st, instance, crashed, now_ms(), f))
     return NULL;
   json_t *out = id > 0 ? worker_leave(st, id, crashed, f)
                        : json_pack("{s:n, s:I}", "id", "released", (json_int_t)0);

@@ -19,7 +19,9 @@ typedef enum { WORKER_COMPLETED, WORKER_FAILED, WORKER_FLAGGED } worker_counter_
 
 /* Registers a worker from body {"nickname", "queues", "node", "labels",
  * "timeout_ms", "instance"}; returns {"id", "name", "nickname", "timeout_ms"}
- * (and "repeated": true when `instance` found its active worker). */
+ * (and "repeated": true when `instance` found its active worker).  An
+ * `instance` reported ended by worker_leave_instance not long ago is refused,
+ * MUSTER_INVALID_STATE (worker_ended.h): it makes no worker. */
 json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout_ms, fail_t *f);
 /* Records a heartbeat (and progress); MUSTER_WORKER_NOT_FOUND when unknown or gone. */
 json_t *worker_heartbeat(store_t *st, int64_t id, const json_t *body, fail_t *f);
@@ -33,7 +35,10 @@ json_t *worker_leave(store_t *st, int64_t id, bool crashed, fail_t *f);
  * made (a node agent whose worker process died before it told the agent its
  * id names it so).  Returns {"id", "released", "instance"}; "id" is null and
  * "released" 0 when no active worker has that instance: it never registered
- * (it died first), or it is gone already.  NULL only on a store failure.
+ * (it died first, or its registration is still on its way), or it is gone
+ * already.  Either way the instance is remembered (worker_ended_record), so
+ * that a registration with it coming later makes no worker.  NULL only on a
+ * store failure.
  */
 json_t *worker_leave_instance(store_t *st, const char *instance, bool crashed, fail_t *f);
 json_t *worker_get(store_t *st, int64_t id, fail_t *f);

@@ -9,8 +9,10 @@ deterministic with the test-only MUSTER_TEST_HOLD_REGISTERED=PATH: a worker that
 registered waits there, before it tells its agent its id, until PATH exists.  The head's
 worker timeout is 300 s, so only the crash report can end the worker within the test.
 
-Also: the endpoint itself (the worker an instance registered, none, bad input), and
-`muster worker` started by hand (its own random instance, or MUSTER_WORKER_INSTANCE).
+Also: the endpoint itself (the worker an instance registered, none, bad input), a
+registration that comes after the report of its instance (refused: no worker), and
+`muster worker` started by hand (its own random instance, or MUSTER_WORKER_INSTANCE, and
+one reported ended, which stops).
 """
 import json
 import os
@@ -215,11 +217,45 @@ class EndByInstanceTest(ApiTestCase):
         # Sent again (its answer lost), or for a worker gone already: nothing to end.
         r = self.expect("DELETE", "/v1/workers/instance/inst-a.1-1?crashed=true")
         self.assertEqual(r, {"id": None, "released": 0, "instance": "inst-a.1-1"})
-        # The instance registers anew: the call ends that worker, the active one.
-        again = self.register(instance="inst-a.1-1")["id"]
-        self.assertNotEqual(again, w)
-        r = self.expect("DELETE", "/v1/workers/instance/inst-a.1-1?crashed=true")
+        # A copy of its registration sent again, coming after the report: no worker.
+        self.assert_refused("inst-a.1-1", "crashed")
+        # A worker that registers anew once its first is gone by other means (a goodbye
+        # by id, a timeout) is ended by the call: the active one.
+        first = self.register(instance="inst-b.1-1")["id"]
+        self.expect("DELETE", "/v1/workers/%d" % first)
+        again = self.register(instance="inst-b.1-1")["id"]
+        self.assertNotEqual(again, first)
+        r = self.expect("DELETE", "/v1/workers/instance/inst-b.1-1?crashed=true")
         self.assertEqual(r["id"], again)
+
+    def assert_refused(self, instance, how):
+        """A registration with `instance`, reported `how` ("crashed" or "gone"), is refused
+        with the head's words and makes no worker."""
+        before = [(w["id"], w["state"]) for w in self.expect("GET", "/v1/workers")["workers"]]
+        r = self.expect_error("POST", "/v1/workers", {"instance": instance, "queues": [self.q]},
+                              409, "invalid_state")
+        said = re.escape("instance '%s' was reported %s " % (instance, how)) + r"\d+\.\d" + \
+            re.escape(" s ago (DELETE /v1/workers/instance/%s%s): no worker is registered under "
+                      "an instance reported ended; a live process registers with an instance "
+                      "of its own" % (instance, "?crashed=true" if how == "crashed" else ""))
+        self.assertRegex(r.json["error"]["message"], "^" + said + "$")
+        after = [(w["id"], w["state"]) for w in self.expect("GET", "/v1/workers")["workers"]]
+        self.assertEqual(after, before)
+
+    def test_a_registration_after_the_crash_report_makes_no_worker(self):
+        # The worker process died with its registration on its way (forwarded by its
+        # agent on another connection), and the agent's crash report got there first.
+        r = self.expect("DELETE", "/v1/workers/instance/inst-late.1-1?crashed=true")
+        self.assertEqual(r, {"id": None, "released": 0, "instance": "inst-late.1-1"})
+        self.assert_refused("inst-late.1-1", "crashed")
+        self.assertFalse([w for w in self.expect("GET", "/v1/workers")["workers"]
+                          if w["queues"] == [self.q]])
+        # Sent again, the same; the head says it in its log.
+        self.assert_refused("inst-late.1-1", "crashed")
+        self.assertRegex(self.head.log(), r"INFO  worker registration with instance "
+                         r"inst-late\.1-1 refused: it was reported crashed \d+\.\d s before")
+        # Other instances register as ever.
+        self.register(instance="inst-late.1-2", queues=[self.q])
 
     def test_no_worker_registered_with_it(self):
         r = self.expect("DELETE", "/v1/workers/instance/never-registered?crashed=true")
@@ -233,6 +269,8 @@ class EndByInstanceTest(ApiTestCase):
         self.assertEqual(r, {"id": w, "released": 1, "instance": "inst-bye"})
         t = self.expect("GET", "/v1/tasks/%d" % task)
         self.assertEqual((t["state"], t["attempts"]), ("queued", 0))
+        # Remembered as a crash report is.
+        self.assert_refused("inst-bye", "gone")
 
     def test_bad_input(self):
         w = self.register(instance="inst-kept")["id"]
@@ -297,6 +335,21 @@ class HandStartedWorkerTest(unittest.TestCase):
         self.assertEqual(self.run_task(), "unset")  # not passed on to its commands
         r = self.head.request("DELETE", "/v1/workers/instance/by-hand.7?crashed=true")
         self.assertEqual((r.status, r.json["id"]), (200, w["id"]), r)
+
+    def test_an_instance_reported_ended_stops_it(self):
+        """A live process given an instance reported ended (against its agent's word, or
+        by hand) is told so and stops, rather than working on unseen."""
+        r = self.head.request("DELETE", "/v1/workers/instance/by-hand.8?crashed=true")
+        self.assertEqual((r.status, r.json["id"]), (200, None), r)
+        proc = self.worker(["cat"], "by-hand.8", stderr=subprocess.PIPE)
+        err = proc.communicate(timeout=20)[1]
+        self.assertEqual(proc.returncode, 1, err)
+        self.assertRegex(err, r"muster worker: invalid_state: instance 'by-hand\.8' was reported "
+                              r"crashed \d+\.\d s ago \(DELETE /v1/workers/instance/by-hand\.8"
+                              r"\?crashed=true\): no worker is registered under an instance "
+                              r"reported ended; a live process registers with an instance of "
+                              r"its own\n")
+        self.assertEqual(self.head.request("GET", "/v1/workers").json["workers"], [])
 
     def test_a_random_instance_without_it(self):
         proc = self.worker(["cat"])
