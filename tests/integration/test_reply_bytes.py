@@ -5,7 +5,8 @@ fails without its fix.
   every reply of the 64 requests a connection may have in flight, until the idle
   timeout: 64 MB per connection for replies of 1 MB.  Now a connection whose unread
   replies pass 4 MiB is not read on until its client reads them; it stays open, and
-  every reply comes, whole and in order, once the client reads.
+  every reply comes, whole and in order, once the client reads.  The same holds on a
+  node agent's port, for the agent and for the head behind it.
 - A page of tasks, of results or of updates, and a batch of leases, put every payload
   of up to 1000 items in one reply: 2 GiB for 1000 payloads of 2 MiB.  Now a reply stops
   adding items once their payloads would pass its budget (16 MiB; one item always
@@ -15,14 +16,27 @@ fails without its fix.
 """
 import json
 import os
+import shutil
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from node_harness import Agent  # noqa: E402
 from test_abuse_head import rss_bytes, stop_checked  # noqa: E402
 from test_api_shared import sanitized  # noqa: E402
 from test_http_wire import Wire, request  # noqa: E402
+
+
+def asan_small_quarantine():
+    """The environment for a process whose memory is measured: ASan keeps freed memory in
+    quarantine (256 MiB by default), which would count as memory held; a small one keeps
+    the figure the process's own."""
+    if not sanitized():
+        return {}
+    options = os.environ.get("ASAN_OPTIONS")
+    return {"ASAN_OPTIONS": (options + ":" if options else "") + "quarantine_size_mb=4"}
 
 
 class UnreadRepliesTest(unittest.TestCase):
@@ -35,13 +49,7 @@ class UnreadRepliesTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        env = {}
-        if sanitized():
-            # ASan keeps freed memory in quarantine (256 MiB by default), which would
-            # count here as memory held: a small one keeps the figure the head's.
-            options = os.environ.get("ASAN_OPTIONS")
-            env["ASAN_OPTIONS"] = (options + ":" if options else "") + "quarantine_size_mb=4"
-        cls.head = harness.Head(env=env).start()
+        cls.head = harness.Head(env=asan_small_quarantine()).start()
         r = cls.head.request("PUT", "/v1/queues/big", body={})
         assert r.status == 201, r
         payloads = [{"n": i, "pad": chr(ord("a") + i) * cls.PAD} for i in range(cls.TASKS)]
@@ -58,10 +66,18 @@ class UnreadRepliesTest(unittest.TestCase):
     def get(self, task):
         return request("GET", "/v1/tasks/%d" % task, self.head.token)
 
+    def port(self):
+        """The port the clients send to."""
+        return self.head.port
+
+    def pids(self):
+        """The processes whose memory is measured."""
+        return [self.head.proc.pid]
+
     def probe(self):
-        """A request answered on a fresh connection: the head went through its loop after
-        what was sent before (and handled what it was going to of it)."""
-        with Wire(self.head.port) as w:
+        """A request answered on a fresh connection: the server went through its loop
+        after what was sent before (and handled what it was going to of it)."""
+        with Wire(self.port()) as w:
             w.send(self.get(self.ids[0]))
             self.assertEqual(w.read_reply().status, 200)
 
@@ -74,19 +90,19 @@ class UnreadRepliesTest(unittest.TestCase):
         self.assertEqual(task["payload"], {"n": n, "pad": chr(ord("a") + n) * self.PAD})
 
     def test_a_client_that_does_not_read_holds_up_its_own_requests(self):
-        pid = self.head.proc.pid
         self.probe()  # the allocator has seen a reply of this size
-        before = rss_bytes(pid)
-        conns = [Wire(self.head.port) for _ in range(self.CONNS)]
+        before = [rss_bytes(pid) for pid in self.pids()]
+        conns = [Wire(self.port()) for _ in range(self.CONNS)]
         try:
             for w in conns:
                 w.send(b"".join(self.get(self.ids[i % self.TASKS]) for i in range(self.REQUESTS)))
             self.probe()
             self.probe()
-            grown = max(rss_bytes(pid) for _ in range(20)) - before
-            # Unbounded, each connection made the head hold 64 replies: 256 MB.  Now
-            # each holds about 4 MiB and a reply (and what its socket took).
-            self.assertLess(grown, 64 << 20, "the head grew %d MiB" % (grown >> 20))
+            for pid, was in zip(self.pids(), before):
+                grown = max(rss_bytes(pid) for _ in range(20)) - was
+                # Unbounded, each connection made the server hold 64 replies: 256 MB.
+                # Now each holds about 4 MiB and a reply (and what its socket took).
+                self.assertLess(grown, 64 << 20, "process %d grew %d MiB" % (pid, grown >> 20))
             for w in conns:  # everything comes, whole and in order, once it is read
                 for i in range(self.REQUESTS):
                     self.check_reply(w, i)
@@ -94,6 +110,35 @@ class UnreadRepliesTest(unittest.TestCase):
         finally:
             for w in conns:
                 w.close()
+
+
+class AgentUnreadRepliesTest(UnreadRepliesTest):
+    """The same through a node agent's port, which passes the head's replies on: neither
+    the agent nor the head holds what the client does not read."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.dir = tempfile.mkdtemp(prefix="muster-reply-bytes-")
+        try:
+            cls.agent = Agent(cls.head, cls.dir, "unread", env=asan_small_quarantine()).start()
+        except BaseException:
+            super().tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.agent.stop_checked()
+        finally:
+            super().tearDownClass()
+            shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def port(self):
+        return self.agent.port
+
+    def pids(self):
+        return [self.agent.proc.pid, self.head.proc.pid]
 
 
 BUDGET = 100000  # MUSTER_TEST_REPLY_BUDGET of these heads
