@@ -437,6 +437,23 @@ void http_reply_raw(http_req_t *r, int status, const char *type, const void *dat
   r->status = status;
 }
 
+void http_reply_text(http_req_t *r, int status, jw_buf_t *text) {
+  if (text->failed || text->buf == NULL) {
+    jw_buf_free(text);
+    http_fail(r, MUSTER_NOMEM, "out of memory");
+    return;
+  }
+  free(r->raw);
+  http_drop_file(r);
+  json_decref(r->reply);
+  r->reply = NULL;
+  r->raw = text->buf; /* sent as JSON: raw_type NULL */
+  r->raw_len = text->len;
+  r->raw_type = NULL;
+  r->status = status;
+  *text = (jw_buf_t){0};
+}
+
 void http_reply_file(http_req_t *r, int status, const char *type, int fd, int64_t len) {
   free(r->raw);
   r->raw = NULL;

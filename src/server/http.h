@@ -18,6 +18,7 @@
 
 #include "fail.h"
 #include "h1.h"
+#include "jw.h"
 #include "server.h"
 
 #define HTTP_MAX_PARAMS 2
@@ -38,8 +39,9 @@ typedef struct {
   int status;           /* set by a reply; 0 while none */
   json_t *reply;        /* reply body, owned */
   bool parked;          /* a waiter owns req now */
-  const char *raw_type; /* set by http_reply_raw: Content-Type of `raw` */
-  char *raw;            /* non-JSON reply body, owned; sent instead of `reply` */
+  const char *raw_type; /* set by http_reply_raw: Content-Type of `raw`; NULL: JSON */
+  char *raw;            /* reply body as text, owned; sent instead of `reply`: not JSON,
+                           or JSON written whole (http_reply_text) */
   size_t raw_len;
   bool raw_file; /* set by http_reply_file: the body is file `raw_fd` */
   int raw_fd;    /* owned while raw_file */
@@ -106,6 +108,11 @@ const json_t *http_body(http_req_t *r);
 
 /* Answers with `status` and `body` (stolen). */
 void http_reply_json(http_req_t *r, int status, json_t *body);
+/* Answers with `status` and the JSON text `text` holds, whose buffer it
+ * takes (*text is zeroed): a reply written as text whole (a page of tasks
+ * or of updates) goes out as it is, not copied into a tree's raw node and
+ * out again.  500 out of memory when writing the text failed. */
+void http_reply_text(http_req_t *r, int status, jw_buf_t *text);
 /* Answers with `len` bytes of `data` (copied) as `type` ("text/plain;
  * charset=utf-8"), not JSON; like every reply it waits for the commit. */
 void http_reply_raw(http_req_t *r, int status, const char *type, const void *data, size_t len);

@@ -1,5 +1,6 @@
 /*
- * jv.c — JSON field validation for request bodies.
+ * jv.c — JSON field validation for request bodies, and the stored JSON
+ * texts (payloads, results, update data) as replies carry them.
  */
 #include "jv.h"
 #include "jw.h"
@@ -150,4 +151,32 @@ json_t *jv_decode(const char *text) {
     return json_null();
   json_t *v = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
   return v ? v : json_string(text);
+}
+
+bool jv_add_stored(jw_buf_t *out, const char *text, size_t len) {
+  if (text == NULL) {
+    JW_ADD_LITERAL(out, "null");
+    return true;
+  }
+  if (jw_valid(text, len)) {
+    jw_add_text(out, text, len);
+    return true;
+  }
+  /* jw_valid takes all jansson reads; should they ever differ on some
+   * text, jv_decode reads it as the tree path did. */
+  json_t *decoded = jv_decode(text); /* else a JSON string of the text; NULL: not UTF-8 */
+  if (decoded)
+    jw_add_value(out, decoded);
+  else
+    JW_ADD_LITERAL(out, "null");
+  json_decref(decoded);
+  return decoded != NULL;
+}
+
+json_t *jv_stored(const char *text, size_t len) {
+  jw_buf_t b = {0};
+  jv_add_stored(&b, text, len);
+  json_t *raw = b.failed ? NULL : jw_raw(b.buf, b.len);
+  jw_buf_free(&b);
+  return raw;
 }

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "fail.h"
+#include "jw.h"
 
 /* Ids (tasks, tokens, workers) are positive integers below 2^53, so that
  * every JSON implementation holds them exactly. */
@@ -45,5 +46,19 @@ muster_err_t jv_batch(const json_t *obj, const char *key, size_t max, json_t **o
 char *jv_encode(const json_t *value);
 /* Decodes text stored by jv_encode; never NULL: bad text becomes a JSON string. */
 json_t *jv_decode(const char *text);
+
+/* Appends stored JSON text `text` (`len` bytes; NULL reads as null) to `out`
+ * as a reply carries it, without decoding it: verbatim when it is one JSON
+ * value (jw_valid), as every text the head stores is (jw_dump wrote it, or
+ * jscan proved it is what jw_dump writes, so the bytes are those jw_dump of
+ * jv_decode's tree gives); otherwise as jv_decode reads it, a JSON string of
+ * the text.  Returns false, having written null, when the text is not UTF-8
+ * either, which a tree could not hold (only a row changed behind the head's
+ * back is either). */
+bool jv_add_stored(jw_buf_t *out, const char *text, size_t len);
+/* The value of stored JSON text `text` (`len` bytes; NULL: null) for a reply
+ * tree: a raw node (jw.h) of what jv_add_stored writes (new reference), NULL
+ * when memory ran out. */
+json_t *jv_stored(const char *text, size_t len);
 
 #endif

@@ -178,19 +178,9 @@ muster_err_t lease_give_back(store_t *st, const lease_held_t *h, lease_end_t end
 static bool lease_piece_stored(jw_buf_t *pieces, const unsigned char *text, int bytes,
                                lease_piece_t *piece) {
   piece->at = pieces->len;
-  if (text == NULL) {
-    JW_ADD_LITERAL(pieces, "null");
-  } else if (jw_valid((const char *)text, (size_t)bytes)) {
-    jw_add_text(pieces, (const char *)text, (size_t)bytes);
-  } else {
-    json_t *decoded = jv_decode((const char *)text); /* a string of the text, or NULL */
-    if (decoded == NULL)
-      return false;
-    jw_add_value(pieces, decoded);
-    json_decref(decoded);
-  }
+  bool readable = jv_add_stored(pieces, (const char *)text, (size_t)bytes);
   piece->len = pieces->len - piece->at;
-  return true;
+  return readable;
 }
 
 /* Appends session name `name` (NULL: none) to `pieces` as a JSON string.  A

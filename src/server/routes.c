@@ -41,6 +41,18 @@ static void reply_or_fail(http_req_t *r, int status, json_t *value, const fail_t
     http_reply_fail(r, f);
 }
 
+/* Replies with the JSON text `text` holds (taken) and `status` when `err`
+ * is MUSTER_OK, else with *f's error (the text freed). */
+static void reply_text_or_fail(http_req_t *r, int status, muster_err_t err, jw_buf_t *text,
+                               const fail_t *f) {
+  if (err == MUSTER_OK) {
+    http_reply_text(r, status, text);
+    return;
+  }
+  jw_buf_free(text);
+  http_reply_fail(r, f);
+}
+
 static void h_health(http_req_t *r) {
   http_reply_json(r, 200,
                   json_pack("{s:s, s:s, s:I, s:I}", "status", "ok", "version", MUSTER_VERSION,
@@ -177,7 +189,10 @@ static void h_tasks_list(http_req_t *r) {
            query_int(r, "limit", 100, 1, TASK_MAX_BATCH, &limit, &f) &&
            !queue_load(ST(r), r->params[0], &q, &f)) {
     bool leave_out = brief && strcmp(brief, "true") == 0;
-    reply_or_fail(r, 200, task_list_as(ST(r), q.name, state, after, limit, leave_out, &f), &f);
+    jw_buf_t page = {0};
+    reply_text_or_fail(r, 200,
+                       task_list_text(ST(r), q.name, state, after, limit, leave_out, &page, &f),
+                       &page, &f);
     return;
   }
   http_reply_fail(r, &f);

@@ -171,11 +171,15 @@ void route_update_post(http_req_t *r) {
 void route_update_list(http_req_t *r) {
   fail_t f = {0};
   int64_t after, max;
+  jw_buf_t page = {0};
   if (query_int(r, "after", 0, 0, INT64_MAX, &after, &f) ||
       query_int(r, "max", 100, 1, UPDATE_MAX_BATCH, &max, &f))
     http_reply_fail(r, &f);
+  else if (update_list_text(ST(r), r->params[0], after, max, &page, &f) == MUSTER_OK)
+    http_reply_text(r, 200, &page);
   else
-    reply_or_fail(r, 200, update_list(ST(r), r->params[0], after, max, &f), &f);
+    http_reply_fail(r, &f);
+  jw_buf_free(&page); /* taken by the reply, or what a failure left */
 }
 
 /* ---- parked results reads ---- */

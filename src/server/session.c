@@ -59,6 +59,13 @@ static json_t *session_to_json(store_t *st, const session_t *ss, json_t *init_da
       "next_index", (json_int_t)ss->next_index, "updates", (json_int_t)update_last(st, ss->queue));
 }
 
+/* The init_data of a row of SESSION_COLUMNS for a reply: a raw node of its
+ * stored text (jv_stored), which is never decoded; NULL when memory ran out. */
+static json_t *session_init_data(sqlite3_stmt *s) {
+  const char *text = (const char *)sqlite3_column_text(s, 13); /* before its length */
+  return jv_stored(text, text ? (size_t)sqlite3_column_bytes(s, 13) : 0);
+}
+
 /* The contract is in session_internal.h. */
 muster_err_t session_load(store_t *st, const char *id, session_t *ss, json_t **init_data,
                           fail_t *f) {
@@ -70,7 +77,7 @@ muster_err_t session_load(store_t *st, const char *id, session_t *ss, json_t **i
   if (rc == SQLITE_ROW) {
     session_from_row(s, ss);
     if (init_data)
-      *init_data = jv_decode((const char *)sqlite3_column_text(s, 13));
+      *init_data = session_init_data(s);
   }
   store_reset(s);
   if (rc == SQLITE_ROW)
@@ -137,7 +144,7 @@ json_t *session_list(store_t *st, fail_t *f) {
   while (sqlite3_step(s) == SQLITE_ROW) {
     session_t ss;
     session_from_row(s, &ss);
-    json_t *init_data = jv_decode((const char *)sqlite3_column_text(s, 13));
+    json_t *init_data = session_init_data(s);
     json_array_append_new(list, session_to_json(st, &ss, init_data));
   }
   store_reset(s);

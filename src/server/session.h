@@ -31,7 +31,8 @@ typedef enum { SESSION_BY_SUBMISSION, SESSION_BY_COMPLETION } session_order_t;
  * (MUSTER_QUEUE_NOT_FOUND, MUSTER_INVALID, MUSTER_PAYLOAD_TOO_LARGE). */
 json_t *session_create(store_t *st, const json_t *body, size_t max_payload, fail_t *f);
 /* The Session object of an open session (not counted as a heartbeat: anyone
- * may look); NULL with MUSTER_SESSION_NOT_FOUND when unknown or closed. */
+ * may look); NULL with MUSTER_SESSION_NOT_FOUND when unknown or closed.  Its
+ * "init_data" is a raw node (jw.h) of the stored text, as in session_list. */
 json_t *session_get(store_t *st, const char *id, fail_t *f);
 /* {"sessions": [...]}: the open sessions by creation (new reference). */
 json_t *session_list(store_t *st, fail_t *f);

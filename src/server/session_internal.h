@@ -27,13 +27,14 @@ typedef struct {
 } session_t;
 
 /* Loads session `id` (open or closed) into *ss; *init_data (may be NULL)
- * receives its init data.  MUSTER_SESSION_NOT_FOUND when unknown. */
+ * receives its init data, a raw node of its stored text (jw.h; new
+ * reference).  MUSTER_SESSION_NOT_FOUND when unknown. */
 muster_err_t session_load(store_t *st, const char *id, session_t *ss, json_t **init_data,
                           fail_t *f);
 /* Loads open session `id` into *ss; *init_data (may be NULL) receives its
- * init data (new reference).  When `touch`, records the call as the
- * client's heartbeat.  MUSTER_SESSION_NOT_FOUND when unknown or closed (the
- * message says why it was closed). */
+ * init data (a raw node, new reference).  When `touch`, records the call as
+ * the client's heartbeat.  MUSTER_SESSION_NOT_FOUND when unknown or closed
+ * (the message says why it was closed). */
 muster_err_t session_load_open(store_t *st, const char *id, session_t *ss, json_t **init_data,
                                bool touch, fail_t *f);
 

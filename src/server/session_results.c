@@ -29,24 +29,6 @@
 
 /* ---- reading ---- */
 
-/* Appends the stored JSON text of column `col` of `s` (NULL: null): as it
- * stands when it is valid JSON (the head stored it encoded), else as its
- * decoding writes it, null when it has none. */
-static void result_add_stored(jw_buf_t *out, sqlite3_stmt *s, int col) {
-  const char *text = (const char *)sqlite3_column_text(s, col);
-  size_t len = (size_t)sqlite3_column_bytes(s, col);
-  if (text != NULL && jw_valid(text, len)) {
-    jw_add_text(out, text, len);
-    return;
-  }
-  json_t *decoded = text ? jv_decode(text) : NULL;
-  if (decoded)
-    jw_add_value(out, decoded);
-  else
-    JW_ADD_LITERAL(out, "null");
-  json_decref(decoded);
-}
-
 /* Appends the result object of row `s` (RESULT_COLUMNS) to `out`, after a
  * comma unless it is the first: {"index", "task", "state", "result",
  * "error", "seq"}, the bytes jw_dump writes for that object built as a tree
@@ -64,8 +46,9 @@ static void result_write(jw_buf_t *out, sqlite3_stmt *s, bool first) {
   const char *name = task_state_name(state);
   jw_add_string(out, name, strlen(name));
   JW_ADD_LITERAL(out, ",\"result\":");
-  if (done && sqlite3_column_type(s, 3) != SQLITE_NULL)
-    result_add_stored(out, s, 3);
+  const char *result = done ? (const char *)sqlite3_column_text(s, 3) : NULL;
+  if (result) /* the text before its length: sqlite3_column_bytes after _text */
+    jv_add_stored(out, result, (size_t)sqlite3_column_bytes(s, 3));
   else
     JW_ADD_LITERAL(out, "null");
   JW_ADD_LITERAL(out, ",\"error\":");

@@ -1,12 +1,14 @@
 /*
  * task.c — storing and reading tasks.
  *
- * Payloads and results are stored as compact JSON text and handed back as
- * JSON values.  A put is validated whole before the first insert, so a bad
- * element refuses the batch without touching the store; the route layer's
- * savepoint covers store failures in the middle.
+ * Payloads and results are stored as compact JSON text, and go back out as
+ * that text, spliced into the replies (task_text.c).  A put is validated
+ * whole before the first insert, so a bad element refuses the batch without
+ * touching the store; the route layer's savepoint covers store failures in
+ * the middle.
  */
 #include "task.h"
+#include "task_internal.h"
 #include "counts.h"
 #include "jv.h"
 #include "jw.h"
@@ -356,63 +358,6 @@ json_t *task_put_scanned(store_t *st, const char *queue, const jscan_body_t *bod
   return out;
 }
 
-#define TASK_COLUMNS                                                                               \
-  "id, queue, state, priority, run_at_ms, payload, result, error, attempts, flags, key,"           \
-  " session, idx, parent, created_ms, updated_ms, worker, deadline_ms, requires"
-
-static json_t *int_or_null(sqlite3_stmt *s, int col) {
-  return sqlite3_column_type(s, col) == SQLITE_NULL ? json_null()
-                                                    : json_integer(sqlite3_column_int64(s, col));
-}
-
-static json_t *text_or_null(sqlite3_stmt *s, int col) {
-  const unsigned char *t = sqlite3_column_text(s, col);
-  return t ? json_string((const char *)t) : json_null();
-}
-
-/* The task object of a row of TASK_COLUMNS.  `brief` leaves out the payload and
- * the result, without decoding them: a listing that only wants to know which
- * tasks are leased to whom (the dashboard, every refresh) then costs the head
- * nothing per byte of payload, which may be a megabyte per task. */
-static json_t *task_from_row(sqlite3_stmt *s, bool brief) {
-  int state = sqlite3_column_int(s, 2);
-  json_t *lease = json_null();
-  if (state == TASK_LEASED)
-    lease = json_pack("{s:o, s:I}", "worker", int_or_null(s, 16), "deadline_ms",
-                      (json_int_t)sqlite3_column_int64(s, 17));
-  json_t *result = brief || sqlite3_column_type(s, 6) == SQLITE_NULL
-                       ? json_null()
-                       : jv_decode((const char *)sqlite3_column_text(s, 6));
-  json_t *payload = brief ? json_null() : jv_decode((const char *)sqlite3_column_text(s, 5));
-  json_t *task = json_pack(
-      "{s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I, "
-      "s:I, s:o}",
-      "id", (json_int_t)sqlite3_column_int64(s, 0), "queue",
-      (const char *)sqlite3_column_text(s, 1), "state", task_state_name(state), "priority",
-      (json_int_t)sqlite3_column_int64(s, 3), "payload", payload, "result", result, "error",
-      text_or_null(s, 7), "attempts", (json_int_t)sqlite3_column_int64(s, 8), "flags",
-      (json_int_t)sqlite3_column_int64(s, 9), "key", text_or_null(s, 10), "session",
-      text_or_null(s, 11), "index", int_or_null(s, 12), "parent", int_or_null(s, 13), "run_at_ms",
-      (json_int_t)sqlite3_column_int64(s, 4), "created_ms", (json_int_t)sqlite3_column_int64(s, 14),
-      "updated_ms", (json_int_t)sqlite3_column_int64(s, 15), "lease", lease);
-  if (task && brief) {
-    json_object_del(task, "payload");
-    json_object_del(task, "result");
-  }
-  /* Shared data the task requires (docs/api.md "Shared data"); only when set. */
-  if (task && sqlite3_column_type(s, 18) != SQLITE_NULL)
-    json_object_set_new(task, "requires", jv_decode((const char *)sqlite3_column_text(s, 18)));
-  return task;
-}
-
-/* The bytes of the stored payload and result of a row of TASK_COLUMNS, what
- * its task object carries of them (reply_budget.h); none for a `brief` one. */
-static size_t task_row_bytes(sqlite3_stmt *s, bool brief) {
-  if (brief)
-    return 0;
-  return (size_t)sqlite3_column_bytes(s, 5) + (size_t)sqlite3_column_bytes(s, 6);
-}
-
 #define TASK_NOT_FOUND_CLOSING_SQL                                                                 \
   "SELECT CASE WHEN " SESSION_CLOSING_TASKS_SQL " THEN NULL ELSE queue END, 1"                     \
   " FROM tasks WHERE id = ?1 UNION ALL SELECT NULL, ?1 <= ?2 LIMIT 1"
@@ -452,7 +397,10 @@ muster_err_t task_not_found(store_t *st, int64_t id, fail_t *f) {
   return f->code;
 }
 
-json_t *task_get(store_t *st, int64_t id, fail_t *f) {
+/* The row of task `id` as clients see it (TASK_COLUMNS), the statement
+ * stepped onto it (the caller resets it), or NULL with *f filled: not found
+ * (task_not_found), or the store failed. */
+static sqlite3_stmt *task_row(store_t *st, int64_t id, fail_t *f) {
   /* A task of a deleted queue may wait in the trash, one of a closed session
    * in session_trash: gone for clients. */
   sqlite3_stmt *s =
@@ -467,10 +415,28 @@ json_t *task_get(store_t *st, int64_t id, fail_t *f) {
     return NULL;
   }
   sqlite3_bind_int64(s, 1, id);
-  json_t *task = sqlite3_step(s) == SQLITE_ROW ? task_from_row(s, false) : NULL;
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW)
+    return s;
   store_reset(s);
-  if (task == NULL)
+  if (rc == SQLITE_DONE)
     task_not_found(st, id, f);
+  else
+    store_fail(st, f, "task lookup");
+  return NULL;
+}
+
+json_t *task_get(store_t *st, int64_t id, fail_t *f) {
+  sqlite3_stmt *s = task_row(st, id, f);
+  if (s == NULL)
+    return NULL;
+  jw_buf_t text = {0};
+  task_write(&text, s, false);
+  store_reset(s);
+  json_t *task = text.failed ? NULL : jw_raw(text.buf, text.len);
+  jw_buf_free(&text);
+  if (task == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
   return task;
 }
 
@@ -657,101 +623,81 @@ static int task_id_cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The page of p->ids sorted, read row by row, up to the reply's budget of
- * payload bytes (reply_budget.h): {"tasks", "next"}. */
-static json_t *task_page_rows(task_page_t *p, int64_t limit, bool brief, fail_t *f) {
+/* Writes the page of p->ids sorted into `out`, read row by row, up to the
+ * reply's budget of payload bytes (reply_budget.h): {"tasks", "next"}. */
+static muster_err_t task_page_rows(task_page_t *p, int64_t limit, bool brief, jw_buf_t *out,
+                                   fail_t *f) {
   qsort(p->ids, p->n, sizeof *p->ids, task_id_cmp);
   sqlite3_stmt *s = store_stmt(p->st, "SELECT " TASK_COLUMNS " FROM tasks WHERE id = ?1");
-  if (s == NULL) {
-    store_fail(p->st, f, "task list");
-    return NULL;
-  }
-  json_t *tasks = json_array();
-  size_t n = p->n < (size_t)limit ? p->n : (size_t)limit, i, bytes = 0;
+  if (s == NULL)
+    return store_fail(p->st, f, "task list");
+  task_page_text_t page;
+  task_page_start(&page, out);
+  size_t n = p->n < (size_t)limit ? p->n : (size_t)limit, i;
   for (i = 0; i < n; i++) {
     sqlite3_bind_int64(s, 1, p->ids[i]);
-    bool row = sqlite3_step(s) == SQLITE_ROW, fits = true;
-    if (row) {
-      size_t size = task_row_bytes(s, brief);
-      fits = reply_budget_fits(json_array_size(tasks), bytes, size);
-      bytes += size;
-    }
-    if (row && fits)
-      json_array_append_new(tasks, task_from_row(s, brief));
+    bool fits = sqlite3_step(s) != SQLITE_ROW || task_page_add(&page, s, brief, false);
     store_reset(s);
     if (!fits)
       break; /* i > 0: the first task always fits */
   }
   bool more = i < n || p->n > (size_t)limit;
-  return json_pack("{s:o, s:o}", "tasks", tasks, "next",
-                   more ? json_integer(p->ids[i - 1]) : json_null());
+  return task_page_end(&page, more, more ? p->ids[i - 1] : 0, f);
 }
 
-/* The page of queued tasks of `queue` above `after` when the queue holds
- * runs of what closed sessions left: a walk past them (leftover.h), an
- * index seek per run and per priority, plus up to a page of ids per
- * stretch between them (fewer once the page is full), then the page's
- * rows.  Every page is full, whatever was left before it, at any number
- * of priorities.  NULL with *walked false when the queue holds none. */
-static json_t *task_list_walked(store_t *st, const char *queue, int64_t after, int64_t limit,
-                                bool brief, bool *walked, fail_t *f) {
+/* Writes the page of queued tasks of `queue` above `after` into `out` when
+ * the queue holds runs of what closed sessions left: a walk past them
+ * (leftover.h), an index seek per run and per priority, plus up to a page
+ * of ids per stretch between them (fewer once the page is full), then the
+ * page's rows.  Every page is full, whatever was left before it, at any
+ * number of priorities.  Writes nothing, *walked false, when the queue
+ * holds none. */
+static muster_err_t task_list_walked(store_t *st, const char *queue, int64_t after, int64_t limit,
+                                     bool brief, jw_buf_t *out, bool *walked, fail_t *f) {
   task_page_t p = {st, queue, calloc((size_t)limit + 1, sizeof(int64_t)), 0, (size_t)limit + 1};
-  if (p.ids == NULL) {
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-    return NULL;
-  }
-  json_t *page = NULL;
+  if (p.ids == NULL)
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
   if (leftover_walk(st, queue, after, task_page_visit, &p, walked, f) == MUSTER_OK && *walked)
-    page = task_page_rows(&p, limit, brief, f);
+    task_page_rows(&p, limit, brief, out, f);
   free(p.ids);
-  return page;
+  return f->code;
 }
 
-/* The page the bound listing statement `s` reads (reset after): {"tasks",
- * "next"}.  It ends after `limit` tasks, after TASK_LIST_SKIP rows that a
- * closed session left, or before a task whose payload and result would take
- * the page's past the budget of one reply (reply_budget.h), with a `next`
- * after the last row read before. */
-static json_t *task_page_read(sqlite3_stmt *s, int64_t limit, bool brief) {
-  json_t *tasks = json_array();
+/* Writes the page the bound listing statement `s` reads (reset after) into
+ * `out`: {"tasks", "next"}.  It ends after `limit` tasks, after
+ * TASK_LIST_SKIP rows that a closed session left, or before a task whose
+ * payload and result would take the page's past the budget of one reply
+ * (reply_budget.h), with a `next` after the last row read before. */
+static muster_err_t task_page_read(sqlite3_stmt *s, int64_t limit, bool brief, jw_buf_t *out,
+                                   fail_t *f) {
+  task_page_text_t page;
+  task_page_start(&page, out);
   int64_t last = 0, skipped = 0;
-  size_t bytes = 0;
   bool more = false;
   while (sqlite3_step(s) == SQLITE_ROW) {
     bool left = sqlite3_column_int(s, TASK_LIST_CLOSING_COLUMN);
-    size_t size = left ? 0 : task_row_bytes(s, brief), count = json_array_size(tasks);
-    if ((int64_t)count == limit || skipped == TASK_LIST_SKIP ||
-        !reply_budget_fits(count, bytes, size)) {
+    if ((int64_t)page.count == limit || skipped == TASK_LIST_SKIP ||
+        !task_page_add(&page, s, brief, left)) {
       more = true;
       break;
     }
     last = sqlite3_column_int64(s, 0);
-    if (left) {
-      skipped++;
-    } else {
-      json_array_append_new(tasks, task_from_row(s, brief));
-      bytes += size;
-    }
+    skipped += left;
   }
   store_reset(s);
-  return json_pack("{s:o, s:o}", "tasks", tasks, "next", more ? json_integer(last) : json_null());
+  return task_page_end(&page, more, last, f);
 }
 
-json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
-                     bool brief, fail_t *f) {
+muster_err_t task_list_text(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
+                            bool brief, jw_buf_t *out, fail_t *f) {
   if (state == TASK_QUEUED && store_sessions_closing(st)) {
     bool walked = false;
-    json_t *page = task_list_walked(st, queue, after, limit, brief, &walked, f);
-    if (page || walked)
-      return page;
-    if (f->code)
-      return NULL;
+    if (task_list_walked(st, queue, after, limit, brief, out, &walked, f) || walked)
+      return f->code;
   }
   sqlite3_stmt *s = task_list_stmt(st, queue, state);
-  if (s == NULL) {
-    store_fail(st, f, "task list");
-    return NULL;
-  }
+  if (s == NULL)
+    return store_fail(st, f, "task list");
   /* A closed session's tasks waiting for their deletion are skipped, at
    * most TASK_LIST_SKIP of them a page: a page that skipped that many ends
    * there, short or empty, with a `next` past them. */
@@ -762,7 +708,18 @@ json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, i
   sqlite3_bind_int64(s, 3, limit + 1 + (store_sessions_closing(st) ? TASK_LIST_SKIP : 0));
   if (sqlite3_bind_parameter_count(s) >= 4)
     sqlite3_bind_int(s, 4, state);
-  return task_page_read(s, limit, brief);
+  return task_page_read(s, limit, brief, out, f);
+}
+
+json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
+                     bool brief, fail_t *f) {
+  jw_buf_t text = {0};
+  json_t *page = NULL;
+  if (task_list_text(st, queue, state, after, limit, brief, &text, f) == MUSTER_OK &&
+      (page = jw_raw(text.buf, text.len)) == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  jw_buf_free(&text);
+  return page;
 }
 
 json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
@@ -771,22 +728,20 @@ json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int6
 }
 
 json_t *task_requeue(store_t *st, int64_t id, fail_t *f) {
-  json_t *task = task_get(st, id, f);
-  if (task == NULL)
+  sqlite3_stmt *s = task_row(st, id, f);
+  if (s == NULL)
     return NULL;
-  const char *state = json_string_value(json_object_get(task, "state"));
-  if (strcmp(state, "dead") != 0 && strcmp(state, "failed") != 0) {
+  int from = sqlite3_column_int(s, 2);
+  char queue[NAME_MAX_LEN + 1];
+  snprintf(queue, sizeof queue, "%s", (const char *)sqlite3_column_text(s, 1));
+  store_reset(s);
+  if (from != TASK_DEAD && from != TASK_FAILED) {
     fail_set(f, MUSTER_INVALID_STATE, "task %lld is %s; only dead or failed tasks can be requeued",
-             (long long)id, state);
-    json_decref(task);
+             (long long)id, task_state_name(from));
     return NULL;
   }
-  int from = task_state_parse(state);
-  char queue[NAME_MAX_LEN + 1];
-  snprintf(queue, sizeof queue, "%s", json_string_value(json_object_get(task, "queue")));
-  json_decref(task);
-  sqlite3_stmt *s = store_stmt(st, "UPDATE tasks SET state = 0, attempts = 0, flags = 0,"
-                                   " error = NULL, run_at_ms = ?2, updated_ms = ?2 WHERE id = ?1");
+  s = store_stmt(st, "UPDATE tasks SET state = 0, attempts = 0, flags = 0,"
+                     " error = NULL, run_at_ms = ?2, updated_ms = ?2 WHERE id = ?1");
   if (s == NULL) {
     store_fail(st, f, "requeue");
     return NULL;

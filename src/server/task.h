@@ -10,6 +10,7 @@
 
 #include "core/limits.h"
 #include "jscan.h"
+#include "jw.h"
 #include "store.h"
 
 typedef struct counts_run counts_run_t; /* counts.h */
@@ -44,20 +45,31 @@ extern const jscan_shape_t task_put_shape;
 /* task_put for a body jscan_body read with task_put_shape and the same
  * `max_payload`: the same reply, the same rows. */
 json_t *task_put_scanned(store_t *st, const char *queue, const jscan_body_t *body, fail_t *f);
-/* The task object (new reference), or NULL with MUSTER_TASK_NOT_FOUND. */
+/* The task object (new reference) as one raw node (jw.h): its text, written
+ * around the stored payload and result, goes out through jw_dump.  NULL with
+ * MUSTER_TASK_NOT_FOUND (or a store or memory failure). */
 json_t *task_get(store_t *st, int64_t id, fail_t *f);
 /* Records MUSTER_TASK_NOT_FOUND for task `id`, which is not there, with why
  * when the head can tell: its queue was deleted, or it existed and was
  * removed (docs/api.md, GET /v1/tasks/{id}).  Returns the code. */
 muster_err_t task_not_found(store_t *st, int64_t id, fail_t *f);
 /* {"tasks": [...], "next": id|null}: tasks of `queue` with id > after, in
- * `state` unless it is -1, at most `limit`. */
+ * `state` unless it is -1, at most `limit`, as one raw node (jw.h), as
+ * task_get's object. */
 json_t *task_list(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
                   fail_t *f);
-/* task_list(), where `brief` leaves out each task's payload and result. */
+/* task_list(), where `brief` leaves out each task's payload and result.
+ * The page is one raw node (jw.h): task_list_text's text. */
 json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
                      bool brief, fail_t *f);
-/* Puts a dead or failed task back to queued; returns the task object. */
+/* Writes the page task_list_as returns into `out` (empty; the caller frees
+ * it, also on failure) as the text of the reply, each task's stored payload
+ * and result spliced as they stand: a listing route sends it as it is
+ * (http_reply_text).  MUSTER_OK, or the failure with *f filled. */
+muster_err_t task_list_text(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
+                            bool brief, jw_buf_t *out, fail_t *f);
+/* Puts a dead or failed task back to queued; returns the task object, as
+ * task_get does. */
 json_t *task_requeue(store_t *st, int64_t id, fail_t *f);
 
 /* A new task of a session's batch (task_insert_rows): its payload as

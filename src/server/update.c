@@ -9,6 +9,7 @@
  */
 #include "update.h"
 #include "jv.h"
+#include "jw.h"
 #include "log.h"
 #include "queue.h"
 #include "reply_budget.h"
@@ -107,72 +108,123 @@ json_t *update_post(store_t *st, const char *queue, const json_t *body, size_t m
   return out;
 }
 
-/* Appends updates of `queue` with seq > after to `list`, at most `max`, and
- * fewer when their data would pass the budget of one reply (reply_budget.h:
- * *cut set then); returns the last seq appended (after when none), -1 on
- * store failure. */
-static int64_t update_collect(store_t *st, const char *queue, int64_t after, int64_t max,
-                              json_t *list, bool *cut) {
+/* Appends the update of row `s` (seq, data, session, created_ms) to `out`,
+ * after a comma unless it is the first: {"seq", "data", "session",
+ * "created_ms"}, the bytes jw_dump wrote for that object built as a tree,
+ * written as text around the stored data (jv_add_stored). */
+static void update_write(jw_buf_t *out, sqlite3_stmt *s, bool first) {
+  if (!first)
+    JW_ADD_LITERAL(out, ",");
+  JW_ADD_LITERAL(out, "{\"seq\":");
+  jw_add_int(out, sqlite3_column_int64(s, 0));
+  JW_ADD_LITERAL(out, ",\"data\":");
+  const char *data = (const char *)sqlite3_column_text(s, 1); /* before its length */
+  jv_add_stored(out, data, data ? (size_t)sqlite3_column_bytes(s, 1) : 0);
+  JW_ADD_LITERAL(out, ",\"session\":");
+  const char *session = (const char *)sqlite3_column_text(s, 2); /* an id the head made */
+  if (session)
+    jw_add_string(out, session, strlen(session));
+  else
+    JW_ADD_LITERAL(out, "null");
+  JW_ADD_LITERAL(out, ",\"created_ms\":");
+  jw_add_int(out, sqlite3_column_int64(s, 3));
+  JW_ADD_LITERAL(out, "}");
+}
+
+/* What update_collect read: how many updates, whether the budget of one
+ * reply cut them short, and the last seq (`after` when none). */
+typedef struct {
+  size_t count;
+  bool cut;
+  int64_t last;
+} update_read_t;
+
+/* Appends the updates of `queue` with seq > after to `list` (the elements of
+ * a JSON array), at most `max`, fewer when their data would pass the budget
+ * of one reply (reply_budget.h: rd->cut set then).  False on store failure. */
+static bool update_collect(store_t *st, const char *queue, int64_t after, int64_t max,
+                           jw_buf_t *list, update_read_t *rd) {
   sqlite3_stmt *s = store_stmt(st, "SELECT seq, data, session, created_ms FROM updates"
                                    " WHERE queue = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3");
   if (s == NULL)
-    return -1;
+    return false;
   store_bind_text(s, 1, queue);
   sqlite3_bind_int64(s, 2, after);
   sqlite3_bind_int64(s, 3, max);
-  int64_t last = after;
+  *rd = (update_read_t){.last = after};
   size_t bytes = 0;
   int rc;
-  *cut = false;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     size_t size = (size_t)sqlite3_column_bytes(s, 1);
-    if (!reply_budget_fits(json_array_size(list), bytes, size)) {
-      *cut = true;
+    if (!reply_budget_fits(rd->count, bytes, size)) {
+      rd->cut = true;
       rc = SQLITE_DONE;
       break;
     }
     bytes += size;
-    const unsigned char *session = sqlite3_column_text(s, 2);
-    last = sqlite3_column_int64(s, 0);
-    json_array_append_new(list,
-                          json_pack("{s:I, s:o, s:o, s:I}", "seq", (json_int_t)last, "data",
-                                    jv_decode((const char *)sqlite3_column_text(s, 1)), "session",
-                                    session ? json_string((const char *)session) : json_null(),
-                                    "created_ms", (json_int_t)sqlite3_column_int64(s, 3)));
+    rd->last = sqlite3_column_int64(s, 0);
+    update_write(list, s, rd->count++ == 0);
   }
   store_reset(s);
-  return rc == SQLITE_DONE ? last : -1;
+  return rc == SQLITE_DONE;
+}
+
+/* The array of update_collect's updates for a lease reply, as one raw node
+ * (jw.h; new reference), or NULL with *f filled: a store failure, or memory
+ * ran out. */
+static json_t *update_for_lease(store_t *st, const char *queue, int64_t after, int64_t max,
+                                update_read_t *rd, fail_t *f) {
+  jw_buf_t list = {0};
+  JW_ADD_LITERAL(&list, "[");
+  bool read = update_collect(st, queue, after, max, &list, rd);
+  JW_ADD_LITERAL(&list, "]");
+  json_t *raw = read && !list.failed ? jw_raw(list.buf, list.len) : NULL;
+  jw_buf_free(&list);
+  if (!read)
+    store_fail(st, f, "updates for a lease");
+  else if (raw == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  return raw;
+}
+
+muster_err_t update_list_text(store_t *st, const char *queue, int64_t after, int64_t max,
+                              jw_buf_t *out, fail_t *f) {
+  queue_t q;
+  update_read_t rd;
+  if (queue_load(st, queue, &q, f))
+    return f->code;
+  JW_ADD_LITERAL(out, "{\"updates\":[");
+  if (!update_collect(st, queue, after, max, out, &rd))
+    return store_fail(st, f, "update list");
+  JW_ADD_LITERAL(out, "],\"last\":");
+  jw_add_int(out, update_last(st, queue));
+  JW_ADD_LITERAL(out, "}");
+  return out->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
 json_t *update_list(store_t *st, const char *queue, int64_t after, int64_t max, fail_t *f) {
-  queue_t q;
-  if (queue_load(st, queue, &q, f))
-    return NULL;
-  json_t *list = json_array();
-  bool cut;
-  if (update_collect(st, queue, after, max, list, &cut) < 0) {
-    json_decref(list);
-    store_fail(st, f, "update list");
-    return NULL;
-  }
-  return json_pack("{s:o, s:I}", "updates", list, "last", (json_int_t)update_last(st, queue));
+  jw_buf_t text = {0};
+  json_t *list = NULL;
+  if (update_list_text(st, queue, after, max, &text, f) == MUSTER_OK &&
+      (list = jw_raw(text.buf, text.len)) == NULL)
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  jw_buf_free(&text);
+  return list;
 }
 
 muster_err_t update_attach(store_t *st, const char *queue, int64_t after, json_t *reply,
                            size_t *count, fail_t *f) {
-  json_t *list = json_array();
-  bool cut;
-  int64_t last = update_collect(st, queue, after, UPDATE_MAX_BATCH, list, &cut);
-  if (last < 0) {
-    json_decref(list);
-    return store_fail(st, f, "updates for a lease");
-  }
-  *count = json_array_size(list);
+  update_read_t rd;
+  json_t *list = update_for_lease(st, queue, after, UPDATE_MAX_BATCH, &rd, f);
+  if (list == NULL)
+    return f->code;
+  *count = rd.count;
+  int64_t last = rd.last;
   /* A full page, or one cut by the budget, may leave more behind: the worker
    * continues from the last one it got.  Otherwise it has seen everything up
    * to the queue's highest number, including numbers whose updates were
    * deleted. */
-  if (*count < UPDATE_MAX_BATCH && !cut) {
+  if (rd.count < UPDATE_MAX_BATCH && !rd.cut) {
     int64_t highest = update_last(st, queue);
     last = highest > after ? highest : after;
   }

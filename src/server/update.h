@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jw.h"
 #include "store.h"
 
 #define UPDATE_MAX_BATCH 1000
@@ -23,9 +24,16 @@
  * {"queue", "seq"} or NULL with *f filled. */
 json_t *update_post(store_t *st, const char *queue, const json_t *body, size_t max_payload,
                     fail_t *f);
-/* {"updates": [...], "last"}: updates of `queue` with seq > after, ascending,
- * at most `max`, fewer when their data would pass the budget of one reply
- * (reply_budget.h; one always goes) (new reference), or NULL with *f filled. */
+/* Writes {"updates": [...], "last"} into `out` (empty; the caller frees it,
+ * also on failure): updates of `queue` with seq > after, ascending, at most
+ * `max`, fewer when their data would pass the budget of one reply
+ * (reply_budget.h; one always goes), as the reply's text, written around
+ * each update's stored data, which is never decoded.  MUSTER_OK, or the
+ * failure with *f filled. */
+muster_err_t update_list_text(store_t *st, const char *queue, int64_t after, int64_t max,
+                              jw_buf_t *out, fail_t *f);
+/* update_list_text's reply as one raw node (jw.h; new reference), or NULL
+ * with *f filled. */
 json_t *update_list(store_t *st, const char *queue, int64_t after, int64_t max, fail_t *f);
 /* The highest sequence number handed out in `queue`; 0 when none. */
 int64_t update_last(store_t *st, const char *queue);
@@ -33,7 +41,7 @@ int64_t update_last(store_t *st, const char *queue);
  * within the budget of one reply as update_list) and "updates_last" to the
  * lease reply `reply`.  updates_last is the queue's highest number, or the
  * last one included when more remain.  *count gets the
- * number of updates added. */
+ * number of updates added.  "updates" is a raw node, as in update_list. */
 muster_err_t update_attach(store_t *st, const char *queue, int64_t after, json_t *reply,
                            size_t *count, fail_t *f);
 /* Deletes the updates of `session` (it closed). */

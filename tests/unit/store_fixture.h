@@ -92,6 +92,15 @@ static inline json_t *reply_tree(const json_t *v) {
   return tree;
 }
 
+/* reply_tree of reply `v`, which it consumes; NULL for NULL (a call that
+ * failed).  The task and update readers (task_get, task_list, task_requeue,
+ * update_list) write their payloads as raw nodes. */
+static inline json_t *tree_of(json_t *v) {
+  json_t *tree = v ? reply_tree(v) : NULL;
+  json_decref(v);
+  return tree;
+}
+
 static inline int64_t jint(const json_t *obj, const char *key) {
   return json_integer_value(json_object_get(obj, key));
 }

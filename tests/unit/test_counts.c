@@ -249,13 +249,13 @@ static void test_requeue_purge_delete(void **unused) {
   expect("setup", "q", "2 1 0 1 2 0");
 
   fail_t f = {0};
-  json_t *t = task_requeue(st, jint(json_array_get(l, 0), "task"), &f);
+  json_t *t = tree_of(task_requeue(st, jint(json_array_get(l, 0), "task"), &f));
   assert_non_null(t);
   json_decref(t);
   expect("requeue a dead task", "q", "3 1 0 1 1 0");
-  assert_null(task_requeue(st, first + 5, &f));
+  assert_null(tree_of(task_requeue(st, first + 5, &f)));
   expect("requeue of a queued task refused", "q", "3 1 0 1 1 0");
-  t = task_requeue(st, jint(json_array_get(l, 2), "task"), &f);
+  t = tree_of(task_requeue(st, jint(json_array_get(l, 2), "task"), &f));
   assert_non_null(t);
   json_decref(t);
   expect("requeue a failed task", "q", "4 1 0 0 1 0");
@@ -642,7 +642,7 @@ static void list_ids(const char *queue, int state, int64_t page, char *out, size
   int64_t after = 0;
   for (;;) {
     fail_t f = {0};
-    json_t *r = task_list(st, queue, state, after, page, &f);
+    json_t *r = tree_of(task_list(st, queue, state, after, page, &f));
     assert_non_null(r);
     const json_t *tasks = json_object_get(r, "tasks");
     for (size_t i = 0; i < json_array_size(tasks); i++) {
@@ -664,7 +664,7 @@ static void list_ids(const char *queue, int state, int64_t page, char *out, size
 static void filter_ids(const char *queue, int state, char *out, size_t size) {
   out[0] = '\0';
   fail_t f = {0};
-  json_t *r = task_list(st, queue, -1, 0, 1000, &f);
+  json_t *r = tree_of(task_list(st, queue, -1, 0, 1000, &f));
   assert_non_null(r);
   const json_t *tasks = json_object_get(r, "tasks");
   for (size_t i = 0; i < json_array_size(tasks); i++) {

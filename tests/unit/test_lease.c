@@ -51,7 +51,7 @@ static muster_err_t apply(lease_op_t op, int64_t task, int64_t token, const char
 
 static const char *state_of(int64_t id) {
   fail_t f = {0};
-  json_t *task = task_get(st, id, &f);
+  json_t *task = tree_of(task_get(st, id, &f));
   assert_non_null(task);
   static char state[32];
   snprintf(state, sizeof state, "%s", json_string_value(json_object_get(task, "state")));
@@ -270,10 +270,10 @@ static void test_batch_rows_range_and_list(void **unused) {
   json_decref(l);
   assert_int_equal(complete_many(past, past_tokens, 2), MUSTER_TASK_NOT_FOUND);
   fail_t f = {0};
-  json_t *task = task_get(st, ids[2], &f);
+  json_t *task = tree_of(task_get(st, ids[2], &f));
   assert_int_equal(json_integer_value(json_object_get(task, "result")), 1);
   json_decref(task);
-  task = task_get(st, mixed[2], &f);
+  task = tree_of(task_get(st, mixed[2], &f));
   assert_int_equal(json_integer_value(json_object_get(task, "result")), 1);
   json_decref(task);
 }
@@ -366,7 +366,7 @@ static void test_fail_retry_dead(void **unused) {
   }
   assert_string_equal(state_of(id), "dead");
   fail_t f = {0};
-  json_t *t = task_requeue(st, id, &f);
+  json_t *t = tree_of(task_requeue(st, id, &f));
   assert_non_null(t);
   assert_string_equal(json_string_value(json_object_get(t, "state")), "queued");
   assert_int_equal(jint(t, "attempts"), 0);
@@ -521,7 +521,7 @@ static int64_t lease_token(const char *queue) {
 
 static int64_t attempts_of(int64_t id) {
   fail_t f = {0};
-  json_t *task = task_get(st, id, &f);
+  json_t *task = tree_of(task_get(st, id, &f));
   assert_non_null(task);
   int64_t attempts = jint(task, "attempts");
   json_decref(task);
@@ -696,7 +696,7 @@ static void test_lease_text_child(void **unused) {
   json_t *in = parse("{\"payload\": {\"out\": [\"\\u00e9\", 2.0, {\"k\": null}]},"
                      " \"session\": \"s-1\", \"index\": 7}");
   fail_t f = {0};
-  json_t *listed = task_list(st, "c", -1, 0, 10, &f);
+  json_t *listed = tree_of(task_list(st, "c", -1, 0, 10, &f));
   int64_t child = listed ? jint(json_array_get(json_object_get(listed, "tasks"), 0), "id") : 0;
   json_decref(listed);
   assert_true(child > 0);
@@ -762,7 +762,7 @@ static void test_complete_text(void **unused) {
   fail_t f = {0};
   json_t *out = lease_apply(st, LEASE_COMPLETE, body, 1 << 20, &f);
   assert_non_null(out);
-  json_t *next = task_list(st, "b", -1, 0, 10, &f);
+  json_t *next = tree_of(task_list(st, "b", -1, 0, 10, &f));
   json_t *next_tasks = json_object_get(next, "tasks");
   assert_int_equal(json_array_size(next_tasks), 2);
   char want[512];
@@ -937,7 +937,7 @@ static void test_complete_batched(void **unused) {
   assert_int_equal(batch_lookups(), lookups + 1);
   if (reply == NULL)
     fail_msg("complete: %s", f.message);
-  json_t *next = task_list(st, "b", -1, 0, 10, &f);
+  json_t *next = tree_of(task_list(st, "b", -1, 0, 10, &f));
   json_t *next_tasks = json_object_get(next, "tasks");
   char want[1024];
   len = (size_t)snprintf(want, sizeof want, "{\"completed\":[");
@@ -1061,7 +1061,7 @@ static void test_complete_batched_tree(void **unused) {
   assert_string_equal(result_of(ids[1], got, sizeof got), "null");
   for (int i = 0; i < 3; i++)
     assert_string_equal(state_of(ids[i]), "done");
-  json_t *next = task_list(st, "b", -1, 0, 10, &f);
+  json_t *next = tree_of(task_list(st, "b", -1, 0, 10, &f));
   json_t *next_tasks = json_object_get(next, "tasks");
   assert_int_equal(json_array_size(next_tasks), 3);
   assert_int_equal(jint(json_array_get(next_tasks, 0), "parent"), ids[2]);

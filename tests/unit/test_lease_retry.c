@@ -269,7 +269,7 @@ static void test_upgrade(void **unused) {
   assert_int_equal(json_array_size(leases), 2);
   char *first = held(leases);
   assert_same(held(keyed_lease("q", w, "k1", 5)), strdup(first));
-  json_t *task = task_get(st, jint(json_array_get(before, 0), "task"), &f);
+  json_t *task = tree_of(task_get(st, jint(json_array_get(before, 0), "task"), &f));
   assert_string_equal(json_string_value(json_object_get(task, "state")), "leased");
   json_decref(task);
   json_decref(before);

@@ -214,7 +214,7 @@ static void test_submit_batches(void **unused) {
   }
   json_decref(r);
   fail_t f = {0};
-  json_t *t = task_get(st, first + 57, &f);
+  json_t *t = tree_of(task_get(st, first + 57, &f));
   assert_non_null(t);
   assert_string_equal(json_string_value(json_object_get(t, "payload")), "p57");
   assert_string_equal(json_string_value(json_object_get(t, "session")), id);
@@ -515,7 +515,7 @@ static void test_results_text(void **unused) {
   static const int64_t by_seq[] = {1, 0, 2}; /* the indexes in the order they finished */
   for (int64_t seq = 1; seq <= 3; seq++) {
     int64_t index = by_seq[seq - 1];
-    json_t *task = task_get(st, jint(at_index(leases, index), "task"), &f);
+    json_t *task = tree_of(task_get(st, jint(at_index(leases, index), "task"), &f));
     assert_non_null(task);
     const char *state = json_string_value(json_object_get(task, "state"));
     bool done = strcmp(state, "done") == 0;
@@ -635,11 +635,11 @@ static void test_close_and_expiry(void **unused) {
   assert_null(session_get(st, id, &f));
   assert_int_equal(f.code, MUSTER_SESSION_NOT_FOUND);
   assert_non_null(strstr(f.message, "did not call"));
-  json_t *list = update_list(st, "q", 0, 100, &f);
+  json_t *list = tree_of(update_list(st, "q", 0, 100, &f));
   assert_int_equal(json_array_size(json_object_get(list, "updates")), 0);
   assert_int_equal(jint(list, "last"), 1);
   json_decref(list);
-  json_t *tasks = task_list(st, "q", -1, 0, 100, &f);
+  json_t *tasks = tree_of(task_list(st, "q", -1, 0, 100, &f));
   assert_int_equal(json_array_size(json_object_get(tasks, "tasks")), 0);
   json_decref(tasks);
   /* Closing twice: not found. */
@@ -733,7 +733,7 @@ static void test_nodes(void **unused) {
   assert_false(created);
   assert_int_equal(jint(n, "workers"), 0);
   json_decref(n);
-  json_t *t = task_get(st, task, &f);
+  json_t *t = tree_of(task_get(st, task, &f));
   assert_string_equal(json_string_value(json_object_get(t, "state")), "queued");
   assert_int_equal(jint(t, "attempts"), 0);
   json_decref(t);
@@ -747,7 +747,7 @@ static void test_nodes(void **unused) {
   int64_t later = now_ms() + 5000;
   assert_true(node_any_due(st, later));
   assert_int_equal(node_expire_due(st, later), 1);
-  t = task_get(st, task, &f);
+  t = tree_of(task_get(st, task, &f));
   assert_string_equal(json_string_value(json_object_get(t, "state")), "queued");
   assert_int_equal(jint(t, "attempts"), 1);
   assert_string_equal(json_string_value(json_object_get(t, "error")), "node timed out");
@@ -786,7 +786,7 @@ static void test_crashed_worker(void **unused) {
     assert_int_equal(jint(r, "released"), 1);
     json_decref(r);
   }
-  json_t *t = task_get(st, task, &f);
+  json_t *t = tree_of(task_get(st, task, &f));
   assert_string_equal(json_string_value(json_object_get(t, "state")), "dead");
   assert_string_equal(json_string_value(json_object_get(t, "error")), "worker crashed");
   json_decref(t);

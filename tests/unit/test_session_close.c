@@ -110,7 +110,7 @@ static void test_big_close_goes_in_chunks(void **unused) {
   json_decref(first);
   fail_for_good(json_array_get(leases, 4));
   fail_t f = {0};
-  json_t *requeued = task_requeue(st, jint(json_array_get(leases, 4), "task"), &f);
+  json_t *requeued = tree_of(task_requeue(st, jint(json_array_get(leases, 4), "task"), &f));
   assert_non_null(requeued);
   json_decref(requeued);
   int64_t leased = jint(json_array_get(leases, 3), "task");
@@ -157,12 +157,12 @@ static void test_big_close_goes_in_chunks(void **unused) {
   /* A task left behind reads as removed. */
   int64_t left = query_int(store_db(st), "SELECT max(id) FROM tasks WHERE session IS NOT NULL");
   f = (fail_t){0};
-  assert_null(task_get(st, left, &f));
+  assert_null(tree_of(task_get(st, left, &f)));
   assert_int_equal(f.code, MUSTER_TASK_NOT_FOUND);
   assert_non_null(strstr(f.message, "does not exist any more"));
   /* The leased task went with the close (it was in the first chunk, and
    * the leased ones go in any case). */
-  assert_null(task_get(st, leased, &f));
+  assert_null(tree_of(task_get(st, leased, &f)));
   assert_counts_exact("q");
 
   /* The reaper's turns delete the rest, a chunk each, then the results. */
@@ -461,7 +461,7 @@ static int list_all(const char *queue, int state, int64_t *ids, size_t *n) {
   *n = 0;
   for (int64_t after = 0; after >= 0; pages++) {
     fail_t f = {0};
-    json_t *page = task_list_as(st, queue, state, after, 10, true, &f);
+    json_t *page = tree_of(task_list_as(st, queue, state, after, 10, true, &f));
     assert_non_null(page);
     const json_t *tasks = json_object_get(page, "tasks");
     for (size_t i = 0; i < json_array_size(tasks); i++) {
@@ -543,7 +543,7 @@ static int64_t list_queued_work(const char *queue, const int64_t *want, size_t n
   size_t got = 0;
   for (int64_t after = 0; after >= 0;) {
     fail_t f = {0};
-    json_t *page = task_list_as(st, queue, TASK_QUEUED, after, 2, true, &f);
+    json_t *page = tree_of(task_list_as(st, queue, TASK_QUEUED, after, 2, true, &f));
     assert_non_null(page);
     const json_t *tasks = json_object_get(page, "tasks");
     for (size_t i = 0; i < json_array_size(tasks); i++) {
