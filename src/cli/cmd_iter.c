@@ -425,6 +425,13 @@ int cmd_iter_ack(cli_args_t *args) {
   return rc;
 }
 
+/* The shuffle mode as the summary line says it: "global" (a "global
+ * shuffle"), and "no" for "none", which reads as "no shuffle". */
+static const char *shuffle_word(const json_t *config) {
+  const char *shuffle = json_string_value(json_object_get(config, "shuffle"));
+  return shuffle == NULL || strcmp(shuffle, "none") == 0 ? "no" : shuffle;
+}
+
 /* Prints the iteration's summary and a row per rank. */
 static void print_status(const char *json) {
   json_t *obj = json_loads(json, 0, NULL);
@@ -432,8 +439,7 @@ static void print_status(const char *json) {
   json_t *config = json_object_get(obj, "config");
   printf("%s: %s, %s shuffle, world %lld, epoch %lld%s, blocks %lld/%lld done, %lld leased\n",
          json_string_value(json_object_get(obj, "name")),
-         json_string_value(json_object_get(config, "strategy")),
-         json_string_value(json_object_get(config, "shuffle")),
+         json_string_value(json_object_get(config, "strategy")), shuffle_word(config),
          (long long)json_integer_value(json_object_get(config, "world_size")),
          (long long)json_integer_value(json_object_get(obj, "epoch")),
          json_is_true(json_object_get(obj, "finished")) ? " (finished)" : "",
