@@ -11,7 +11,9 @@
  */
 #include "cli/cli.h"
 #include "client/jdump.h"
+#include "core/dataset.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -146,26 +148,47 @@ static int check_labels_given(const cli_args_t *args) {
                                     "per sample, one per line");
 }
 
+/* A class label: a whole number below DATASET_MAX_CLASSES, as the head takes
+ * one (fscanf's %lu wrapped -1 and 2^32 round into labels of other classes). */
+static int label_parse(const char *word, uint32_t *label) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(word, &end, 10);
+  if (!isdigit((unsigned char)word[0]) || *end != '\0' || errno || v >= DATASET_MAX_CLASSES)
+    return 0;
+  *label = (uint32_t)v;
+  return 1;
+}
+
 /* Reads one label per line of the --labels FILE; without one, checks that
- * the strategy needs none. */
+ * the strategy needs none.  A word that is no label, or a file with another
+ * number of labels than the dataset's samples, is told (exit 2). */
 static int read_labels(const cli_args_t *args, iter_cfg_t *c, uint64_t n) {
   const char *path = cli_opt(args, "labels");
   if (path == NULL)
     return check_labels_given(args);
   FILE *fp = fopen(path, "r");
   if (fp == NULL)
-    return cli_usage_error(args->cmd, "--labels: cannot open '%s'", path);
+    return cli_usage_error(args->cmd, "--labels: cannot open '%s': %s", path, strerror(errno));
   c->labels = calloc(n ? n : 1, sizeof *c->labels);
-  uint64_t i = 0;
-  unsigned long v;
-  while (c->labels && i < n && fscanf(fp, "%lu", &v) == 1)
-    c->labels[i++] = (uint32_t)v;
+  uint64_t count = 0;
+  uint32_t label = 0;
+  char word[32];
+  int bad = 0;
+  while (c->labels && !bad && fscanf(fp, "%31s", word) == 1)
+    if (!(bad = !label_parse(word, &label)) && count++ < n)
+      c->labels[count - 1] = label;
   fclose(fp);
-  if (i != n)
+  if (bad)
+    return cli_usage_error(args->cmd,
+                           "--labels: %s: label %llu, '%s', is not a class label (a whole "
+                           "number from 0 to %u, one per line)",
+                           path, (unsigned long long)count + 1, word, DATASET_MAX_CLASSES - 1);
+  if (c->labels && count != n)
     return cli_usage_error(args->cmd, "--labels: %s has %llu labels, the dataset %llu samples",
-                           path, (unsigned long long)i, (unsigned long long)n);
+                           path, (unsigned long long)count, (unsigned long long)n);
   c->cfg.labels = c->labels;
-  return CLI_OK;
+  return c->labels ? CLI_OK : CLI_FAIL;
 }
 
 /* A seed given without a shuffle changes nothing: the order is unshuffled.  A
