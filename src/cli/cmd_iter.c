@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "client/jdump.h"
 #include "core/dataset.h"
+#include "core/partition.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -111,6 +112,13 @@ static void cfg_free(iter_cfg_t *c) {
   free(c->labels);
 }
 
+/* --rank R into *rank (`fallback` when not given): a rank of the largest world
+ * size at most, so that no rank is cut to its low 32 bits (--rank 4294967296
+ * leased rank 0's blocks). */
+static int read_rank(const cli_args_t *args, int64_t fallback, int64_t *rank) {
+  return cli_opt_int_range(args, "rank", fallback, 0, PART_MAX_WORLD_SIZE - 1, rank);
+}
+
 /* Parses "a,b,c" (or "a:b,c:d" with `pairs`) into a fresh array. */
 static int parse_list(const cli_args_t *args, const char *opt, int pairs, uint64_t **out,
                       size_t *n) {
@@ -203,6 +211,23 @@ static void note_seed_without_shuffle(const cli_args_t *args, const muster_iter_
             seed);
 }
 
+/* The plan's numbers (--seed, --shuffle-block-size, --world-size,
+ * --block-size, --epochs, --num-partitions, --hash-seed) into *values[0..7),
+ * each its default when not given.  The fields of 32 bits take no more (a
+ * larger one was cut to its low bits: --world-size 4294967297 streamed world
+ * size 1); the others' ranges are the plan's to say, in the head's words. */
+static int read_plan_numbers(const cli_args_t *args, int64_t *values[7]) {
+  const char *names[] = {"seed",   "shuffle-block-size", "world-size", "block-size",
+                         "epochs", "num-partitions",     "hash-seed"};
+  int64_t dflt[] = {0, 1024, 1, 256, 1, 0, 0}, mins[] = {0, 1, 1, 1, 0, 0, 0};
+  int64_t maxes[] = {INT64_MAX,  INT64_MAX, PART_MAX_WORLD_SIZE, INT64_MAX, INT64_MAX,
+                     UINT32_MAX, INT64_MAX};
+  int rc = CLI_OK;
+  for (int i = 0; i < 7 && rc == CLI_OK; i++)
+    rc = cli_opt_int_range(args, names[i], dflt[i], mins[i], maxes[i], values[i]);
+  return rc;
+}
+
 /* Fills the configuration from the options (read_config). */
 static int read_config_fields(const cli_args_t *args, iter_cfg_t *c) {
   memset(c, 0, sizeof *c);
@@ -215,12 +240,9 @@ static int read_config_fields(const cli_args_t *args, iter_cfg_t *c) {
     rc = parse_list(args, "shards", 0, &c->shards, &nshards);
   if (rc == CLI_OK && (n < 0) == (c->shards == NULL))
     return cli_usage_error(args->cmd, "give exactly one of --num-samples and --shards");
-  const char *names[] = {"seed",   "shuffle-block-size", "world-size", "block-size",
-                         "epochs", "num-partitions",     "hash-seed"};
   int64_t *values[] = {&seed, &sbs, &world, &block, &epochs, &parts, &hseed};
-  int64_t dflt[] = {0, 1024, 1, 256, 1, 0, 0}, mins[] = {0, 1, 1, 1, 0, 0, 0};
-  for (int i = 0; i < 7 && rc == CLI_OK; i++)
-    rc = cli_opt_int(args, names[i], dflt[i], mins[i], values[i]);
+  if (rc == CLI_OK)
+    rc = read_plan_numbers(args, values);
   if (rc == CLI_OK)
     rc = parse_list(args, "ranges", 1, &c->ranges, &nranges);
   if (rc != CLI_OK)
@@ -293,7 +315,7 @@ int cmd_iter_create(cli_args_t *args) {
   if (rc == CLI_OK)
     rc = read_settings(args, &c.cfg);
   if (rc == CLI_OK)
-    rc = cli_opt_int(args, "rank", -1, 0, &rank);
+    rc = read_rank(args, -1, &rank);
   muster_client_t *client = NULL;
   if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK) {
     char *json = NULL;
@@ -325,7 +347,7 @@ static void print_block(uint64_t epoch, const muster_iter_block_t *b) {
 
 int cmd_iter_next(cli_args_t *args) {
   int64_t rank, epoch, max;
-  int rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  int rc = read_rank(args, -1, &rank);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "epoch", -1, 0, &epoch);
   if (rc == CLI_OK)
@@ -363,11 +385,9 @@ int cmd_iter_next(cli_args_t *args) {
 
 int cmd_iter_held(cli_args_t *args) {
   int64_t rank;
-  int rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  int rc = read_rank(args, -1, &rank);
   if (rc == CLI_OK && rank < 0)
     return cli_usage_error(args->cmd, "'iter held' needs --rank R");
-  if (rc == CLI_OK && rank > UINT32_MAX)
-    return cli_usage_error(args->cmd, "--rank: %lld is not a rank", (long long)rank);
   muster_client_t *client = NULL;
   if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
     return rc;
@@ -415,7 +435,7 @@ static muster_err_t ack_current_epoch(muster_client_t *client, const char *name,
 
 int cmd_iter_ack(cli_args_t *args) {
   int64_t rank, epoch = -1;
-  int rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  int rc = read_rank(args, -1, &rank);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "epoch", -1, 0, &epoch);
   if (rc == CLI_OK && rank < 0)
@@ -574,11 +594,11 @@ static json_t *read_checkpoint(const char *path) {
 
 int cmd_iter_restore(cli_args_t *args) {
   int64_t world, epochs, rank;
-  int rc = cli_opt_int(args, "world-size", 0, 1, &world);
+  int rc = cli_opt_int_range(args, "world-size", 0, 1, PART_MAX_WORLD_SIZE, &world);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "epochs", -1, 0, &epochs);
   if (rc == CLI_OK)
-    rc = cli_opt_int(args, "rank", -1, 0, &rank);
+    rc = read_rank(args, -1, &rank);
   if (rc != CLI_OK)
     return rc;
   json_t *ck = read_checkpoint(args->pos[1]);
@@ -634,7 +654,7 @@ int cmd_iter_stream(cli_args_t *args) {
   int64_t rank, epoch;
   int rc = read_config(args, &c);
   if (rc == CLI_OK)
-    rc = cli_opt_int(args, "rank", 0, 0, &rank);
+    rc = read_rank(args, 0, &rank);
   if (rc == CLI_OK)
     rc = read_stream_epoch(args, c.cfg.epochs, &epoch);
   muster_loader_t *loader = NULL;
