@@ -333,9 +333,9 @@ class Shared:
             file = None
         else:
             # bytes(5) would be five zero bytes, bytes({...}) a puzzling TypeError
-            raise TypeError("%s: expected bytes (or str), a path (os.PathLike) or a file open "
-                            "in binary mode, got %s; serialise it first (pickle.dumps, "
-                            "json.dumps(...).encode())" % (label, type(data).__name__))
+            raise TypeError("data: expected bytes (or str), a path (os.PathLike) or a file open "
+                            "in binary mode, got %s (for %s); serialise it first (pickle.dumps, "
+                            "json.dumps(...).encode())" % (type(data).__name__, label))
         try:
             upload = _Upload(file or data, label)
         except BaseException:

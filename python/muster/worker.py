@@ -730,19 +730,29 @@ def run_one_task():
     return 1
 
 
+# What `python3 -m muster.worker --help` says first: the module's docstring is
+# reStructuredText for the reader of the source, which a terminal shows as markup.
+HELP = ("Runs the worker classes of muster.Pool: under a node agent (muster node --queue Q -- "
+        "/usr/bin/python3 -m muster.worker) once per task, or standalone with --queue, "
+        "leasing the queue's tasks itself (docs/python.md, \"Pools\").")
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv and os.environ.get("MUSTER_TASK_ID"):
         return run_one_task()   # the common case under an agent: no argparse needed
     import argparse
-    ap = argparse.ArgumentParser(prog="python3 -m muster.worker", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--queue", help="standalone: lease this queue's tasks")
-    ap.add_argument("--url")
-    ap.add_argument("--token")
-    ap.add_argument("--nickname")
-    ap.add_argument("--max-tasks", type=int, default=0)
-    ap.add_argument("--cache-url", default=os.environ.get("MUSTER_CACHE_URL") or None,
-                    help="read shared data through this node cache (default: MUSTER_CACHE_URL)")
+    ap = argparse.ArgumentParser(prog="python3 -m muster.worker", description=HELP)
+    ap.add_argument("--queue", metavar="Q", help="standalone: lease queue Q's tasks")
+    ap.add_argument("--url", help="the head's URL (default: MUSTER_URL, else the url file "
+                    "of MUSTER_DATA_DIR or ./muster-data)")
+    ap.add_argument("--token", help="the head's token (default: MUSTER_TOKEN, else the data "
+                    "dir's token file)")
+    ap.add_argument("--nickname", metavar="NAME", help="the worker's name on the leaderboard")
+    ap.add_argument("--max-tasks", metavar="N", type=int, default=0,
+                    help="exit after N tasks (default 0: run until SIGINT or SIGTERM)")
+    ap.add_argument("--cache-url", metavar="URL",
+                    default=os.environ.get("MUSTER_CACHE_URL") or None, help="read shared data through this node cache (default: MUSTER_CACHE_URL)")
     ap.add_argument("--resident", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--parent", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

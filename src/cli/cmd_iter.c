@@ -11,7 +11,10 @@
  */
 #include "cli/cli.h"
 #include "client/jdump.h"
+#include "core/dataset.h"
+#include "core/partition.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -109,6 +112,13 @@ static void cfg_free(iter_cfg_t *c) {
   free(c->labels);
 }
 
+/* --rank R into *rank (`fallback` when not given): a rank of the largest world
+ * size at most, so that no rank is cut to its low 32 bits (--rank 4294967296
+ * leased rank 0's blocks). */
+static int read_rank(const cli_args_t *args, int64_t fallback, int64_t *rank) {
+  return cli_opt_int_range(args, "rank", fallback, 0, PART_MAX_WORLD_SIZE - 1, rank);
+}
+
 /* Parses "a,b,c" (or "a:b,c:d" with `pairs`) into a fresh array. */
 static int parse_list(const cli_args_t *args, const char *opt, int pairs, uint64_t **out,
                       size_t *n) {
@@ -146,26 +156,47 @@ static int check_labels_given(const cli_args_t *args) {
                                     "per sample, one per line");
 }
 
+/* A class label: a whole number below DATASET_MAX_CLASSES, as the head takes
+ * one (fscanf's %lu wrapped -1 and 2^32 round into labels of other classes). */
+static int label_parse(const char *word, uint32_t *label) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(word, &end, 10);
+  if (!isdigit((unsigned char)word[0]) || *end != '\0' || errno || v >= DATASET_MAX_CLASSES)
+    return 0;
+  *label = (uint32_t)v;
+  return 1;
+}
+
 /* Reads one label per line of the --labels FILE; without one, checks that
- * the strategy needs none. */
+ * the strategy needs none.  A word that is no label, or a file with another
+ * number of labels than the dataset's samples, is told (exit 2). */
 static int read_labels(const cli_args_t *args, iter_cfg_t *c, uint64_t n) {
   const char *path = cli_opt(args, "labels");
   if (path == NULL)
     return check_labels_given(args);
   FILE *fp = fopen(path, "r");
   if (fp == NULL)
-    return cli_usage_error(args->cmd, "--labels: cannot open '%s'", path);
+    return cli_usage_error(args->cmd, "--labels: cannot open '%s': %s", path, strerror(errno));
   c->labels = calloc(n ? n : 1, sizeof *c->labels);
-  uint64_t i = 0;
-  unsigned long v;
-  while (c->labels && i < n && fscanf(fp, "%lu", &v) == 1)
-    c->labels[i++] = (uint32_t)v;
+  uint64_t count = 0;
+  uint32_t label = 0;
+  char word[32];
+  int bad = 0;
+  while (c->labels && !bad && fscanf(fp, "%31s", word) == 1)
+    if (!(bad = !label_parse(word, &label)) && count++ < n)
+      c->labels[count - 1] = label;
   fclose(fp);
-  if (i != n)
+  if (bad)
+    return cli_usage_error(args->cmd,
+                           "--labels: %s: label %llu, '%s', is not a class label (a whole "
+                           "number from 0 to %u, one per line)",
+                           path, (unsigned long long)count + 1, word, DATASET_MAX_CLASSES - 1);
+  if (c->labels && count != n)
     return cli_usage_error(args->cmd, "--labels: %s has %llu labels, the dataset %llu samples",
-                           path, (unsigned long long)i, (unsigned long long)n);
+                           path, (unsigned long long)count, (unsigned long long)n);
   c->cfg.labels = c->labels;
-  return CLI_OK;
+  return c->labels ? CLI_OK : CLI_FAIL;
 }
 
 /* A seed given without a shuffle changes nothing: the order is unshuffled.  A
@@ -180,6 +211,23 @@ static void note_seed_without_shuffle(const cli_args_t *args, const muster_iter_
             seed);
 }
 
+/* The plan's numbers (--seed, --shuffle-block-size, --world-size,
+ * --block-size, --epochs, --num-partitions, --hash-seed) into *values[0..7),
+ * each its default when not given.  The fields of 32 bits take no more (a
+ * larger one was cut to its low bits: --world-size 4294967297 streamed world
+ * size 1); the others' ranges are the plan's to say, in the head's words. */
+static int read_plan_numbers(const cli_args_t *args, int64_t *values[7]) {
+  const char *names[] = {"seed",   "shuffle-block-size", "world-size", "block-size",
+                         "epochs", "num-partitions",     "hash-seed"};
+  int64_t dflt[] = {0, 1024, 1, 256, 1, 0, 0}, mins[] = {0, 1, 1, 1, 0, 0, 0};
+  int64_t maxes[] = {INT64_MAX,  INT64_MAX, PART_MAX_WORLD_SIZE, INT64_MAX, INT64_MAX,
+                     UINT32_MAX, INT64_MAX};
+  int rc = CLI_OK;
+  for (int i = 0; i < 7 && rc == CLI_OK; i++)
+    rc = cli_opt_int_range(args, names[i], dflt[i], mins[i], maxes[i], values[i]);
+  return rc;
+}
+
 /* Fills the configuration from the options (read_config). */
 static int read_config_fields(const cli_args_t *args, iter_cfg_t *c) {
   memset(c, 0, sizeof *c);
@@ -192,12 +240,9 @@ static int read_config_fields(const cli_args_t *args, iter_cfg_t *c) {
     rc = parse_list(args, "shards", 0, &c->shards, &nshards);
   if (rc == CLI_OK && (n < 0) == (c->shards == NULL))
     return cli_usage_error(args->cmd, "give exactly one of --num-samples and --shards");
-  const char *names[] = {"seed",   "shuffle-block-size", "world-size", "block-size",
-                         "epochs", "num-partitions",     "hash-seed"};
   int64_t *values[] = {&seed, &sbs, &world, &block, &epochs, &parts, &hseed};
-  int64_t dflt[] = {0, 1024, 1, 256, 1, 0, 0}, mins[] = {0, 1, 1, 1, 0, 0, 0};
-  for (int i = 0; i < 7 && rc == CLI_OK; i++)
-    rc = cli_opt_int(args, names[i], dflt[i], mins[i], values[i]);
+  if (rc == CLI_OK)
+    rc = read_plan_numbers(args, values);
   if (rc == CLI_OK)
     rc = parse_list(args, "ranges", 1, &c->ranges, &nranges);
   if (rc != CLI_OK)
@@ -270,7 +315,7 @@ int cmd_iter_create(cli_args_t *args) {
   if (rc == CLI_OK)
     rc = read_settings(args, &c.cfg);
   if (rc == CLI_OK)
-    rc = cli_opt_int(args, "rank", -1, 0, &rank);
+    rc = read_rank(args, -1, &rank);
   muster_client_t *client = NULL;
   if (rc == CLI_OK && (rc = cli_connect(args, &client)) == CLI_OK) {
     char *json = NULL;
@@ -302,7 +347,7 @@ static void print_block(uint64_t epoch, const muster_iter_block_t *b) {
 
 int cmd_iter_next(cli_args_t *args) {
   int64_t rank, epoch, max;
-  int rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  int rc = read_rank(args, -1, &rank);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "epoch", -1, 0, &epoch);
   if (rc == CLI_OK)
@@ -340,11 +385,9 @@ int cmd_iter_next(cli_args_t *args) {
 
 int cmd_iter_held(cli_args_t *args) {
   int64_t rank;
-  int rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  int rc = read_rank(args, -1, &rank);
   if (rc == CLI_OK && rank < 0)
     return cli_usage_error(args->cmd, "'iter held' needs --rank R");
-  if (rc == CLI_OK && rank > UINT32_MAX)
-    return cli_usage_error(args->cmd, "--rank: %lld is not a rank", (long long)rank);
   muster_client_t *client = NULL;
   if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
     return rc;
@@ -392,7 +435,7 @@ static muster_err_t ack_current_epoch(muster_client_t *client, const char *name,
 
 int cmd_iter_ack(cli_args_t *args) {
   int64_t rank, epoch = -1;
-  int rc = cli_opt_int(args, "rank", -1, 0, &rank);
+  int rc = read_rank(args, -1, &rank);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "epoch", -1, 0, &epoch);
   if (rc == CLI_OK && rank < 0)
@@ -425,6 +468,13 @@ int cmd_iter_ack(cli_args_t *args) {
   return rc;
 }
 
+/* The shuffle mode as the summary line says it: "global" (a "global
+ * shuffle"), and "no" for "none", which reads as "no shuffle". */
+static const char *shuffle_word(const json_t *config) {
+  const char *shuffle = json_string_value(json_object_get(config, "shuffle"));
+  return shuffle == NULL || strcmp(shuffle, "none") == 0 ? "no" : shuffle;
+}
+
 /* Prints the iteration's summary and a row per rank. */
 static void print_status(const char *json) {
   json_t *obj = json_loads(json, 0, NULL);
@@ -432,8 +482,7 @@ static void print_status(const char *json) {
   json_t *config = json_object_get(obj, "config");
   printf("%s: %s, %s shuffle, world %lld, epoch %lld%s, blocks %lld/%lld done, %lld leased\n",
          json_string_value(json_object_get(obj, "name")),
-         json_string_value(json_object_get(config, "strategy")),
-         json_string_value(json_object_get(config, "shuffle")),
+         json_string_value(json_object_get(config, "strategy")), shuffle_word(config),
          (long long)json_integer_value(json_object_get(config, "world_size")),
          (long long)json_integer_value(json_object_get(obj, "epoch")),
          json_is_true(json_object_get(obj, "finished")) ? " (finished)" : "",
@@ -545,11 +594,11 @@ static json_t *read_checkpoint(const char *path) {
 
 int cmd_iter_restore(cli_args_t *args) {
   int64_t world, epochs, rank;
-  int rc = cli_opt_int(args, "world-size", 0, 1, &world);
+  int rc = cli_opt_int_range(args, "world-size", 0, 1, PART_MAX_WORLD_SIZE, &world);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "epochs", -1, 0, &epochs);
   if (rc == CLI_OK)
-    rc = cli_opt_int(args, "rank", -1, 0, &rank);
+    rc = read_rank(args, -1, &rank);
   if (rc != CLI_OK)
     return rc;
   json_t *ck = read_checkpoint(args->pos[1]);
@@ -605,7 +654,7 @@ int cmd_iter_stream(cli_args_t *args) {
   int64_t rank, epoch;
   int rc = read_config(args, &c);
   if (rc == CLI_OK)
-    rc = cli_opt_int(args, "rank", 0, 0, &rank);
+    rc = read_rank(args, 0, &rank);
   if (rc == CLI_OK)
     rc = read_stream_epoch(args, c.cfg.epochs, &epoch);
   muster_loader_t *loader = NULL;

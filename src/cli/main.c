@@ -163,14 +163,19 @@ static const char worker_details[] =
     "  muster worker --queue upper --max-tasks 10 -- tr a-z A-Z\n";
 
 /* The acknowledgements' help: where TASK and TOKEN come from, which the
- * synopsis alone does not say. */
-static const char ack_details[] =
-    "TASK and TOKEN are the \"task\" and \"token\" of a lease, as `muster lease`\n"
-    "prints them; a stale token (the lease expired or went to another worker)\n"
-    "fails with lease_lost.\n\n"
-    "example:\n"
-    "  muster lease --queue resize    # {\"task\":7,\"token\":1042,...}\n"
-    "  muster complete 7 1042 a-small.jpg\n";
+ * synopsis alone does not say, and an example of the command itself. */
+#define ACK_DETAILS                                                                                \
+  "TASK and TOKEN are the \"task\" and \"token\" of a lease, as `muster lease`\n"                  \
+  "prints them; a stale token (the lease expired or went to another worker)\n"                     \
+  "fails with lease_lost.\n\n"                                                                     \
+  "example:\n"                                                                                     \
+  "  muster lease --queue resize    # {\"task\":7,\"token\":1042,...}\n"
+static const char complete_details[] = ACK_DETAILS "  muster complete 7 1042 a-small.jpg\n";
+static const char fail_details[] =
+    ACK_DETAILS "  muster fail 7 1042 --error 'cannot decode a.jpg'\n";
+static const char extend_details[] = ACK_DETAILS "  muster extend 7 1042 --lease-ms 300000\n";
+static const char release_details[] = ACK_DETAILS "  muster release 7 1042\n";
+static const char flag_details[] = ACK_DETAILS "  muster flag 7 1042 --reason 'truncated image'\n";
 
 static const char tasks_requeue_details[] =
     "Give either ID (one dead or failed task) or --queue Q (all of them), not both.\n";
@@ -238,14 +243,14 @@ static const cli_cmd_t commands[] = {
     {"lease", "--queue Q [options]", "Lease tasks (for scripts).", lease_details, lease_opts, 1, 0,
      0, cmd_lease},
     {"complete", "TASK TOKEN [RESULT]", "Complete a leased task with an optional result.",
-     ack_details, complete_opts, 1, 1, 3, cmd_complete},
+     complete_details, complete_opts, 1, 1, 3, cmd_complete},
     {"fail", "TASK TOKEN [options]", "Fail a leased task (retried unless --permanent).",
-     ack_details, fail_opts, 1, 1, 2, cmd_fail},
-    {"extend", "TASK TOKEN [options]", "Extend a lease.", ack_details, extend_opts, 1, 1, 2,
+     fail_details, fail_opts, 1, 1, 2, cmd_fail},
+    {"extend", "TASK TOKEN [options]", "Extend a lease.", extend_details, extend_opts, 1, 1, 2,
      cmd_extend},
     {"release", "TASK TOKEN", "Give a leased task back at once; the attempt does not count.",
-     ack_details, NULL, 1, 1, 2, cmd_release},
-    {"flag", "TASK TOKEN [options]", "Flag a leased task's input as invalid.", ack_details,
+     release_details, NULL, 1, 1, 2, cmd_release},
+    {"flag", "TASK TOKEN [options]", "Flag a leased task's input as invalid.", flag_details,
      flag_opts, 1, 1, 2, cmd_flag},
     {"tasks ls", "--queue Q [options]", "List a queue's tasks.", NULL, tasks_ls_opts, 1, 0, 0,
      cmd_tasks_ls},

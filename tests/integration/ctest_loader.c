@@ -10,8 +10,9 @@
  * callback's failure is reported by next until the caller restores a
  * checkpoint, and reset refuses to pass over it; the checkpoint taken after
  * the failure resumes at the sample that failed.  A strategy without what it
- * needs (range: ranges, stratified: labels) is refused saying so, and so is
- * a missing argument or a coordinated loader's URL that is not http(s)://.
+ * needs (range: ranges, stratified: labels) is refused saying so, as are a
+ * size, shard count, label or ranges out of range, a missing argument, and a
+ * coordinated loader's URL that is not http(s)://.
  *
  * Ends with "N passed, M failed"; exits 1 when M > 0.
  */
@@ -179,6 +180,50 @@ static void test_strategy_inputs(void) {
   muster_loader_close(l);
 }
 
+/* Sizes, shards, labels and ranges the core refuses are refused with the
+ * head's words for the same field (test_iter_api and test_api_badinput have
+ * the head's), not "dataset: invalid shape or labels" or "the configuration
+ * is invalid". */
+static void test_out_of_range(void) {
+  muster_iter_config_t cfg;
+  config(&cfg, 1);
+  cfg.num_samples = (UINT64_C(1) << 48) + 1;
+  check_refused(&cfg,
+                "dataset.num_samples: 281474976710657 is out of range; it must be from "
+                "0 to 281474976710656",
+                __LINE__);
+  config(&cfg, 1);
+  const uint64_t counts[2] = {UINT64_C(1) << 48, 1};
+  cfg.num_shards = 2;
+  cfg.shard_counts = counts;
+  check_refused(&cfg, "dataset.shards: more than 2^48 samples in all", __LINE__);
+  cfg.shard_counts = NULL;
+  check_refused(&cfg, "dataset.shards: num_shards is 2, and shard_counts is NULL", __LINE__);
+  config(&cfg, 1);
+  uint32_t labels[SAMPLES] = {0};
+  labels[7] = 1u << 20;
+  cfg.labels = labels;
+  cfg.strategy = "stratified";
+  check_refused(&cfg, "dataset.labels[7]: expected an integer in [0, 1048576)", __LINE__);
+  config(&cfg, 1);
+  cfg.world_size = 65537;
+  check_refused(&cfg, "world_size: 65537 is out of range; it must be from 1 to 65536", __LINE__);
+  config(&cfg, 1);
+  cfg.block_size = (UINT64_C(1) << 48) + 1;
+  check_refused(&cfg, "block_size: 281474976710657 is out of range", __LINE__);
+  config(&cfg, 1);
+  cfg.shuffle_block_size = 0;
+  check_refused(&cfg, "shuffle_block_size: 0 is out of range; it must be from 1 to", __LINE__);
+  config(&cfg, 1);
+  cfg.strategy = "range";
+  const uint64_t gap[2 * RANKS] = {0, 10, 11, 20, 20, SAMPLES};
+  cfg.ranges = gap;
+  check_refused(&cfg, "ranges: the non-empty ranges must tile [0, N) exactly", __LINE__);
+  const uint64_t backwards[2 * RANKS] = {0, 10, 20, 10, 20, SAMPLES};
+  cfg.ranges = backwards;
+  check_refused(&cfg, "ranges[1]: expected [begin, end) with 0 <= begin <= end", __LINE__);
+}
+
 /* MUSTER_INVALID from a loader call, with muster_loader_message containing
  * `want` (it used to be left empty for a missing argument). */
 static void check_said(muster_loader_t *l, muster_err_t err, const char *want, int line) {
@@ -235,6 +280,7 @@ int main(void) {
     test_load_failure_stays(prefetch);
   }
   test_strategy_inputs();
+  test_out_of_range();
   test_missing_places();
   return ctest_report();
 }

@@ -161,6 +161,11 @@ class CliHelpTest(unittest.TestCase):
                 out = run(command, "--help").stdout
                 self.assertIn('TASK and TOKEN are the "task" and "token" of a lease, as '
                               '`muster lease`\nprints them', out)
+                # Each shows itself after the lease: `muster fail --help` showed only
+                # `muster complete 7 1042 a-small.jpg`.
+                example = out[out.index("\nexample:\n"):].splitlines()
+                self.assertTrue(example[2].startswith("  muster lease --queue"), example)
+                self.assertTrue(example[3].startswith("  muster %s 7 1042" % command), example)
 
     def test_help_of_an_unknown_name_says_what_running_it_says(self):
         # `help queue nosuch` said "unknown command 'queue nosuch'" and `queue nosuch`

@@ -664,6 +664,66 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                                  "stratified", "--labels", labels, "--world-size", "2"),
                          "0\n1\n")
 
+    def test_iter_numbers_of_32_bits_are_not_cut_to_their_low_bits(self):
+        # A rank, world size or number of partitions was cut to 32 bits: --rank 4294967296
+        # leased rank 0's blocks, --world-size 4294967297 streamed as world size 1.
+        self.assertEqual(self.ok("iter", "create", "msg-rank", "--num-samples", "8",
+                                 "--world-size", "2", "--block-size", "4")[:1], "{")
+        for args, said in (
+                (["next", "msg-rank", "--rank", "4294967296"],
+                 "--rank: must be at most 65535, got 4294967296"),
+                (["held", "msg-rank", "--rank", "4294967296"],
+                 "--rank: must be at most 65535, got 4294967296"),
+                (["ack", "msg-rank", "--rank", "4294967296", "0:1"],
+                 "--rank: must be at most 65535, got 4294967296"),
+                (["create", "msg-rank", "--num-samples", "8", "--world-size", "2",
+                  "--block-size", "4", "--rank", "65536"],
+                 "--rank: must be at most 65535, got 65536"),
+                (["stream", "--num-samples", "4", "--world-size", "2", "--rank", "4294967297"],
+                 "--rank: must be at most 65535, got 4294967297"),
+                (["stream", "--num-samples", "4", "--world-size", "4294967297"],
+                 "--world-size: must be at most 65536, got 4294967297"),
+                (["stream", "--num-samples", "4", "--strategy", "hash", "--num-partitions",
+                  "4294967297"], "--num-partitions: must be at most 4294967295, got 4294967297")):
+            err = self.fails(2, "iter", *args)
+            self.assertTrue(err.startswith("muster: %s\n" % said), (args, err))
+        ck = os.path.join(self.cwd, "msg-rank.json")
+        with open(ck, "w") as f:
+            f.write(self.ok("iter", "checkpoint", "msg-rank"))
+        err = self.fails(2, "iter", "restore", "msg-rank2", ck, "--world-size", "4294967298")
+        self.assertTrue(err.startswith("muster: --world-size: must be at most 65536, got "
+                                       "4294967298\n"), err)
+        self.assertEqual(self.head.request("GET", "/v1/iterations/msg-rank2").status, 404)
+        held = self.head.request("GET", "/v1/iterations/msg-rank/held?rank=0").json
+        self.assertEqual(held["blocks"], [], held)
+
+    def test_iter_labels_file_is_read_as_the_head_reads_labels(self):
+        # fscanf's %lu read 4294967297 as class 1 and -1 as 4294967295, stopped at a word
+        # such as "x" saying only that the file had fewer labels, took a file with more
+        # labels than samples without a word, and a file it could not open said no why.
+        path = os.path.join(self.cwd, "bad-labels.txt")
+        stratified = ("iter", "stream", "--num-samples", "3", "--strategy", "stratified",
+                      "--world-size", "2", "--labels", path)
+        for text, said in (
+                ("0\n4294967297\n0\n", "label 2, '4294967297', is not a class label"),
+                ("0\n-1\n0\n", "label 2, '-1', is not a class label"),
+                ("0\n1\nx\n", "label 3, 'x', is not a class label"),
+                ("0\n1048576\n0\n", "label 2, '1048576', is not a class label")):
+            with open(path, "w") as f:
+                f.write(text)
+            err = self.fails(2, *stratified)
+            self.assertTrue(err.startswith("muster: --labels: %s: %s (a whole number from 0 to "
+                                           "1048575, one per line)\n" % (path, said)), err)
+        with open(path, "w") as f:
+            f.write("0\n1\n0\n1\n")
+        err = self.fails(2, *stratified)
+        self.assertTrue(err.startswith("muster: --labels: %s has 4 labels, the dataset 3 "
+                                       "samples\n" % path), err)
+        os.unlink(path)
+        err = self.fails(2, *stratified)
+        self.assertTrue(err.startswith("muster: --labels: cannot open '%s': No such file or "
+                                       "directory\n" % path), err)
+
     def test_iter_seed_without_shuffle_is_noted(self):
         # tenflowers' with_shuffle_seed(42) shuffles; muster's --seed alone does not, and
         # the CLI printed the unshuffled order without a word.

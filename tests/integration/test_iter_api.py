@@ -723,6 +723,21 @@ class CliTest(unittest.TestCase):
                                    "(write \"global\": a seed alone does not shuffle)"))
             self.assertEqual(h.request("GET", "/v1/iterations/bad").status, 404)
 
+    def test_cli_status_line_says_the_shuffle_in_words(self):
+        # The summary said "none shuffle" of an unshuffled iteration, a reader's guess.
+        with harness.Head() as h:
+            for shuffle, words in (("none", "no shuffle"), ("global", "global shuffle"),
+                                   ("shard", "shard shuffle")):
+                name = "shuffle-" + shuffle
+                p = self.run_cli(h, "iter", "create", name, "--num-samples", "8",
+                                 "--shuffle", shuffle, "--strategy", "dynamic",
+                                 "--world-size", "2", "--block-size", "4")
+                self.assertEqual(p.returncode, 0, p.stderr)
+                p = self.run_cli(h, "iter", "status", name)
+                self.assertEqual((p.returncode, p.stdout.splitlines()[0]),
+                                 (0, "%s: dynamic, %s, world 2, epoch 0, blocks 0/2 done, "
+                                     "0 leased" % (name, words)), p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

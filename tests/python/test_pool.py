@@ -300,6 +300,24 @@ class StandaloneWorkerTest(HeadTestCase):
                                  "muster.Pool on it creates it)" % q,
                                  "muster.worker: leasing from queue %s again" % q])
 
+    def test_help_says_what_it_is_and_what_each_option_does(self):
+        # It printed the module's docstring, ``markup`` and :class: roles included, and
+        # --url, --token, --nickname and --max-tasks with no word on them.
+        import subprocess
+        out = subprocess.run(["/usr/bin/python3", "-m", "muster.worker", "--help"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60,
+                             env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
+        text = out.stdout.decode()
+        self.assertEqual((out.returncode, out.stderr), (0, b""))
+        self.assertNotIn("``", text)
+        self.assertNotIn(":class:", text)
+        self.assertIn("Runs the worker classes of muster.Pool", text)
+        options = text[text.index("\noptions:\n"):]
+        for option in ("--queue Q", "--url URL", "--token TOKEN", "--nickname NAME",
+                       "--max-tasks N", "--cache-url URL"):
+            line = next(x for x in options.splitlines() if x.strip().startswith(option))
+            self.assertNotEqual(line.strip(), option, "%s has no help" % option)
+
     def test_a_head_that_is_not_there_is_one_line(self):
         import subprocess
         with socket.socket() as s:

@@ -34,8 +34,11 @@ class SharedTest(HeadTestCase):
         for value in (5, {"lr": 0.1}, [1, 2], None):
             with self.assertRaises(TypeError) as cm:
                 sh.set("pytest", "typed", value)
-            self.assertIn("expected bytes (or str), a path (os.PathLike) or a file open in "
-                          "binary mode, got %s" % type(value).__name__, str(cm.exception))
+            # It names the argument, as every refusal of `data` does (docs/python.md).
+            self.assertTrue(str(cm.exception).startswith(
+                "data: expected bytes (or str), a path (os.PathLike) or a file open in "
+                "binary mode, got %s (for shared data 'typed' in scope 'pytest')"
+                % type(value).__name__), str(cm.exception))
         with self.assertRaises(muster.SharedNotFound):
             sh.get("pytest", "typed")
         sh.set("pytest", "typed", "text")
