@@ -272,11 +272,14 @@ void store_map_set(store_t *st, const store_pair_t *pairs, size_t n) {
 /* The VFS the store opens its file with: "muster-wal", which writes a
  * commit's WAL frames with one call (walvfs.c), unless the environment sets
  * MUSTER_WAL_COALESCE=0 (a way back to SQLite's own VFS, to compare or to
- * rule it out); NULL, SQLite's default, also when it cannot be registered. */
+ * rule it out); NULL, SQLite's default, also when it cannot be registered.
+ * Another value than 0 or 1 is said and taken for 1, the default. */
 static const char *store_vfs(void) {
   const char *coalesce = getenv("MUSTER_WAL_COALESCE");
   if (coalesce && strcmp(coalesce, "0") == 0)
     return NULL;
+  if (coalesce && strcmp(coalesce, "1") != 0)
+    log_msg(LOG_WARN, "MUSTER_WAL_COALESCE=%.40s is not 0 to 1; the default 1 is kept", coalesce);
   return walvfs_register();
 }
 

@@ -778,13 +778,15 @@ class DurableFlushTest(unittest.TestCase):
         self.assertEqual((counts["queued"], counts["leased"], counts["done"]), (0, 2, 1))
 
     def test_a_bad_flush_knob_is_said_at_start(self):
-        # The flush policy's environment knobs are read when the head starts: a bad
-        # value is said in the log then, and the default kept.
+        # The flush policy's environment knobs (and the WAL writes') are read when the
+        # head starts: a bad value is said in the log then, and the default kept.
         h = self.head
         h.env["MUSTER_FLUSH_QUEUE"] = "7"
         h.env["MUSTER_LEND_FEW_BELOW"] = "few"
+        h.env["MUSTER_WAL_COALESCE"] = "off"
         h.start()
         log = h.log()
+        self.assertIn("MUSTER_WAL_COALESCE=off is not 0 to 1; the default 1 is kept", log)
         self.assertIn("MUSTER_FLUSH_QUEUE=7 is not 0 to 2; the default 1 is kept", log)
         self.assertIn("MUSTER_LEND_FEW_BELOW=few is not 0 to 1000000; the default 5 is kept",
                       log)
