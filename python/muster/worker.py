@@ -491,17 +491,21 @@ def _worker_pid():
         return os.getppid()
 
 
-def _runtime_dir():
+def _runtime_dir(create=True):
+    """$TMPDIR/muster-py-UID, made when ``create`` and missing.  Removing files makes
+    nothing: a resident outliving its worker by a moment must not make the directory
+    again after whoever made its TMPDIR removed it."""
     base = os.environ.get("TMPDIR") or "/tmp"
     path = os.path.join(base, "muster-py-%d" % os.getuid())
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    if create:
+        os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 
 
-def _resident_base(pid, start):
+def _resident_base(pid, start, create=True):
     """The path, without its suffix, of the files of ``muster worker`` ``pid`` (started at
     ``start``): its resident's socket (.sock), start lock (.lock) and stderr (.log)."""
-    return os.path.join(_runtime_dir(), "w%d-%s" % (pid, start))
+    return os.path.join(_runtime_dir(create), "w%d-%s" % (pid, start))
 
 
 def _remove_resident_files(base, keep_log=False):
@@ -521,7 +525,7 @@ def _sweep_stale_files():
     has no process, or one started at another time): a worker killed with its agent
     (SIGKILL) left its resident no chance to remove them."""
     try:
-        names = os.listdir(_runtime_dir())
+        names = os.listdir(_runtime_dir(create=False))
     except OSError:
         return
     for name in names:
@@ -531,7 +535,7 @@ def _sweep_stale_files():
                 or not dash or not pid.isdigit()):
             continue
         if _proc_start_time(int(pid)) != start:
-            _remove_resident_files(os.path.join(_runtime_dir(), stem))
+            _remove_resident_files(os.path.join(_runtime_dir(create=False), stem))
 
 
 def _send(sock, obj):
@@ -594,7 +598,8 @@ def serve_resident(listen_fd, parent_pid, parent_start):
             time.sleep(0.5)
         # Its worker is gone, so no task will come: leave nothing behind (an empty log
         # too; a log with output goes at the next start's sweep).
-        _remove_resident_files(_resident_base(parent_pid, parent_start), keep_log=True)
+        _remove_resident_files(_resident_base(parent_pid, parent_start, create=False),
+                               keep_log=True)
         os._exit(0)
 
     threading.Thread(target=watch_parent, daemon=True).start()

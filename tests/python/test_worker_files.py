@@ -48,8 +48,10 @@ class ResidentFilesTest(unittest.TestCase):
             f.write(log)
         return os.path.basename(base)
 
-    def test_resident_removes_its_files_when_its_worker_is_killed(self):
-        parent = subprocess.Popen(["sleep", "600"])   # stands in for `muster worker`
+    def start_resident(self):
+        """A resident for a stand-in ``muster worker`` (`sleep`), with its three files;
+        returns (stand-in, resident)."""
+        parent = subprocess.Popen(["sleep", "600"])
         start = worker._proc_start_time(parent.pid)
         base = worker._resident_base(parent.pid, start)
         lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -62,11 +64,26 @@ class ResidentFilesTest(unittest.TestCase):
                  "--parent", "%d:%s" % (parent.pid, start)], pass_fds=(lsock.fileno(),),
                 stderr=log, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python")))
         lsock.close()
+        return parent, resident
+
+    def test_resident_removes_its_files_when_its_worker_is_killed(self):
+        parent, resident = self.start_resident()
         self.assertEqual(len(self.files()), 3)
         parent.kill()
         parent.wait()
         self.assertEqual(resident.wait(20), 0)
         self.assertEqual(self.files(), [])
+
+    def test_a_resident_does_not_make_its_removed_directory_again(self):
+        # A test (or a user) that removes its TMPDIR once its agent stopped: the
+        # resident, noticing its worker gone a moment later, made muster-py-UID again
+        # to remove its files from it, and left it behind.
+        parent, resident = self.start_resident()
+        shutil.rmtree(self.dir)
+        parent.kill()
+        parent.wait()
+        self.assertEqual(resident.wait(20), 0)
+        self.assertFalse(os.path.exists(self.dir))
 
     def test_a_new_resident_sweeps_the_files_of_dead_workers(self):
         gone = subprocess.Popen(["true"])
