@@ -7,8 +7,10 @@
 #ifndef MUSTER_TESTS_STORE_FIXTURE_H
 #define MUSTER_TESTS_STORE_FIXTURE_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/jw.h"
 #include "server/lease.h"
@@ -35,6 +37,19 @@ static inline int fixture_close(void) {
   store_close(st);
   st = NULL;
   return 0;
+}
+
+/* Removes a store file `path` of a test that opened one on disk (an upgrade
+ * from an older schema, say), its -wal and -shm, and then its directory
+ * `dir`. */
+static inline void fixture_remove_store_files(const char *dir, const char *path) {
+  char side[4096];
+  unlink(path);
+  snprintf(side, sizeof side, "%s-wal", path);
+  unlink(side);
+  snprintf(side, sizeof side, "%s-shm", path);
+  unlink(side);
+  rmdir(dir);
 }
 
 /* The same as cmocka group setup and teardown functions. */

@@ -276,11 +276,7 @@ static void test_numbers_before_schema_17(void **unused) {
   assert_int_equal(number_of(put1("a")), 8);
   assert_int_equal(compat_jobs_adopt(st, "laion", "a", &f), MUSTER_OK); /* done already */
   assert_int_equal(fixture_close(), 0);
-  unlink(path);
-  char wal[80];
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
 }
 
 int main(void) {

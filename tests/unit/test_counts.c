@@ -756,11 +756,7 @@ static void test_migration(void **unused) {
   put("a", "[{\"payload\": 1}]");
   expect("a put after the migration", "a", "1 10 10 0 10 10");
   fixture_close();
-  unlink(path);
-  char wal[80];
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
 }
 
 int main(void) {

@@ -190,7 +190,7 @@ static void write_version_14(sqlite3 *db, const char *config) {
  * the done block of epoch 1 are still what they were, and iter_final_acks is
  * gone; when epoch 1 completes, epoch 0's rows go. */
 static void test_upgrade_from_final_acks(void **unused) {
-  char dir[] = "/tmp/muster-test-iter.XXXXXX", path[64], wal[80];
+  char dir[] = "/tmp/muster-test-iter.XXXXXX", path[64];
   assert_non_null(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/muster.db", dir);
   char *config = config_text();
@@ -230,10 +230,7 @@ static void test_upgrade_from_final_acks(void **unused) {
   assert_int_equal(rows("u", 0, -1), 0);
   assert_int_equal(rows("u", 1, -1), 4);
   fixture_close();
-  unlink(path);
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
 }
 
 int main(void) {

@@ -500,11 +500,7 @@ static void test_worker_leases_after_upgrade(void **unused) {
   for (int i = 0; i < 6; i++)
     assert_string_equal(state_of(ids[i]), "queued");
   assert_int_equal(fixture_close(), 0);
-  unlink(path);
-  char wal[80];
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
 }
 
 /* The schema version before tasks.ended_token and ended_as (store_schema.c). */
@@ -561,11 +557,7 @@ static void test_fail_repeat_after_upgrade(void **unused) {
   assert_string_equal(state_of(across), "queued");
   assert_int_equal(attempts_of(across), 1);
   assert_int_equal(fixture_close(), 0);
-  unlink(path);
-  char wal[80];
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
 }
 
 static void test_batch_too_large(void **unused) {

@@ -238,7 +238,7 @@ static void test_forgotten_with_the_worker(void **unused) {
 /* A store of the schema before the record opens, upgraded: a lease held
  * across the upgrade stays as it was, and keyed requests work after it. */
 static void test_upgrade(void **unused) {
-  char dir[] = "/tmp/muster-test-lease-retry.XXXXXX", path[80], wal[96];
+  char dir[] = "/tmp/muster-test-lease-retry.XXXXXX", path[80];
   assert_non_null(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/muster.db", dir);
   fail_t f = {0};
@@ -275,10 +275,7 @@ static void test_upgrade(void **unused) {
   json_decref(before);
   free(first);
   assert_int_equal(fixture_close(), 0);
-  unlink(path);
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
 }
 
 /* Runs `sql` with `worker` as ?1 and `text` as ?2 on the open store. */
@@ -345,7 +342,7 @@ static void make_old_records(const char *path, old_records_t *old) {
  * lease_retry_stream_len does in C) and answers its retry, a gone worker's
  * goes, and so do the columns. */
 static void test_upgrade_moves_records(void **unused) {
-  char dir[] = "/tmp/muster-test-lease-retry.XXXXXX", path[80], wal[96];
+  char dir[] = "/tmp/muster-test-lease-retry.XXXXXX", path[80];
   assert_non_null(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/muster.db", dir);
   old_records_t old;
@@ -370,10 +367,7 @@ static void test_upgrade_moves_records(void **unused) {
   free(stream);
   assert_same(held(keyed_lease("q", old.leasing, "host-1-s2-7", 5)), old.before);
   assert_int_equal(fixture_close(), 0);
-  unlink(path);
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
 }
 
 int main(void) {

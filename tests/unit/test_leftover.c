@@ -231,13 +231,7 @@ static void test_runs_built_after_a_restart(void **unused) {
   }
   assert_leases("q", 5, &behind, 1);
   fixture_close();
-  char wal[96];
-  unlink(path);
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  snprintf(wal, sizeof wal, "%s-shm", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
 }
 
 /* Runs go with the session's last chunk; a purge that deletes what was left

@@ -599,13 +599,7 @@ static void test_init_data_apart(void **unused) {
   assert_int_equal(json_array_size(json_object_get(list, "sessions")), 2);
   json_decref(list);
   assert_int_equal(fixture_close(), 0);
-  unlink(path);
-  char wal[80];
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  snprintf(wal, sizeof wal, "%s-shm", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
   assert_int_equal(fixture_open(), 0); /* for the teardown */
 }
 

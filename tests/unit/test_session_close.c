@@ -628,11 +628,7 @@ static void test_migration_takes_left_tasks_out(void **unused) {
   assert_int_equal(query_int(db, "SELECT n FROM queue_counts WHERE queue = 'other'"), 4);
   assert_int_equal(store_request_begin(st, &f), MUSTER_OK); /* as fixture_close expects */
   fixture_close();
-  unlink(path);
-  char wal[96];
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
 }
 
 int main(void) {

@@ -180,7 +180,7 @@ static void test_bound(void **unused) {
 /* A store of the schema before the table opens, upgraded: a worker active
  * across the upgrade is ended by its instance, which is remembered then. */
 static void test_upgrade(void **unused) {
-  char dir[] = "/tmp/muster-test-worker-ended.XXXXXX", path[80], wal[96];
+  char dir[] = "/tmp/muster-test-worker-ended.XXXXXX", path[80];
   assert_non_null(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/muster.db", dir);
   fail_t f = {0};
@@ -202,10 +202,7 @@ static void test_upgrade(void **unused) {
   assert_refused("before-1", "was reported crashed");
   assert_int_equal(workers_active(), 0);
   assert_int_equal(fixture_close(), 0);
-  unlink(path);
-  snprintf(wal, sizeof wal, "%s-wal", path);
-  unlink(wal);
-  rmdir(dir);
+  fixture_remove_store_files(dir, path);
 }
 
 int main(void) {
