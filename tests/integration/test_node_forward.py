@@ -10,7 +10,9 @@ client waiting for `100 Continue` gets it; a client that reads slowly holds litt
 the agent's memory (reading from the head pauses: evhttp buffered the whole reply); the
 head's reply goes on to the client as the head sends it, and one that breaks off
 mid-body (by length or chunked) closes the client's connection without a whole body;
-headers a request or a reply names in its Connection are not passed on.
+headers a request or a reply names in its Connection are not passed on; a client that
+reads nothing of a 64 MiB reply stops the head's writes after a few MiB, the agent
+holding 256 KiB of it, and then reads every byte in order.
 """
 import hashlib
 import http.client
@@ -32,6 +34,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from node_harness import Agent, SharedAgentCase  # noqa: E402
 from test_http_wire import Wire, chunked, request  # noqa: E402
+from test_reply_bytes import asan_small_quarantine  # noqa: E402
+
+MIB = 1 << 20
+LONG_MIB = 64  # the fake head's long reply (GET /long), in MiB
 
 
 class ForwardTest(SharedAgentCase):
@@ -252,12 +258,86 @@ def chunks_so_far(body):
     return data
 
 
+def long_piece(i):
+    """MiB `i` of the long reply: a pattern of its own, so that a byte lost, repeated or
+    moved shows in the MiB it lands in."""
+    return hashlib.sha256(b"%d" % i).digest() * (MIB // 32)
+
+
+class LongReply:
+    """The fake head's long reply (GET /long): LONG_MIB MiB by length, written on a
+    non-blocking socket with a small send buffer, so that the head's own kernel buffer
+    holds little of it.  `sent` counts the bytes the socket took; `blocked_since` is
+    when the head last found its socket full with bytes left to send (None while it
+    sends); `ports` are the connection's, the head's and the agent's, once the request
+    came."""
+
+    def __init__(self):
+        self.sent = 0
+        self.blocked_since = None
+        self.ports = None
+        self.error = None
+        self.done = threading.Event()
+        self.head = (b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                     b"Content-Length: %d\r\n\r\n" % (LONG_MIB * MIB))
+        self.total = len(self.head) + LONG_MIB * MIB
+
+    def send(self, conn):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+        conn.setblocking(False)
+        self.ports = (conn.getsockname()[1], conn.getpeername()[1])
+        pending, i = memoryview(self.head), 0
+        try:
+            while pending or i < LONG_MIB:
+                if not pending:
+                    pending, i = memoryview(long_piece(i)), i + 1
+                try:
+                    n = conn.send(pending)
+                except BlockingIOError:
+                    if self.blocked_since is None:
+                        self.blocked_since = time.monotonic()
+                    select.select([], [conn], [], 1.0)
+                    continue
+                self.blocked_since = None
+                self.sent += n
+                pending = pending[n:]
+        except OSError as e:  # the agent went away
+            self.error = e
+        finally:
+            conn.setblocking(True)
+            self.done.set()
+
+    def blocked_for(self):
+        """Seconds the head has found its socket full, with bytes left to send."""
+        since = self.blocked_since
+        return 0.0 if since is None else time.monotonic() - since
+
+
+def tcp_queues():
+    """{(local, remote): (tx_queue, rx_queue)} of the machine's established IPv4 TCP
+    sockets, as /proc/net/tcp writes their addresses ("0100007F:1F90"): the bytes a
+    socket sent that its peer has not acknowledged (taken into its receive queue), and
+    the bytes it received that its process has not read."""
+    queues = {}
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01":
+                tx, rx = fields[4].split(":")
+                queues[(fields[1], fields[2])] = (int(tx, 16), int(rx, 16))
+    return queues
+
+
+def loopback(port):
+    return "0100007F:%04X" % port
+
+
 class FakeHead:
     """A stand-in head on a free port that answers GET /cut/length, /cut/chunked, /slow,
-    /echo and /hop as the test needs (a reply that breaks off, one sent in two parts, one
-    with hop-by-hop headers, one that names a hop-by-hop header in its Connection;
-    `heads` keeps the request heads it got) and 503 to anything else (the agent's
-    registration, which it retries)."""
+    /echo, /hop and /long as the test needs (a reply that breaks off, one sent in two
+    parts, one with hop-by-hop headers, one that names a hop-by-hop header in its
+    Connection, a long one: LongReply; `heads` keeps the request heads it got) and 503
+    to anything else (the agent's registration, which it retries)."""
 
     def __init__(self):
         self.listener = socket.socket()
@@ -268,6 +348,7 @@ class FakeHead:
         self.token = "fake-head-token"
         self.go_on = threading.Event()
         self.heads = []
+        self.long = LongReply()
         self.stopped = False
         threading.Thread(target=self.serve, daemon=True).start()
 
@@ -306,12 +387,17 @@ class FakeHead:
                              b"Content-Length: 10\r\n\r\nfirst")
                 self.go_on.wait(30)
                 conn.sendall(b"later")
+            elif path == b"/long":
+                self.long.send(conn)
             else:
                 conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
                              b"application/json\r\nContent-Length: 2\r\nConnection: close"
                              b"\r\n\r\n{}")
-            conn.shutdown(socket.SHUT_WR)
-            conn.recv(1)  # until the agent closes its side
+            try:
+                conn.shutdown(socket.SHUT_WR)
+                conn.recv(1)  # until the agent closes its side
+            except OSError:  # the agent went away first (killed at a test's end)
+                pass
 
     def stop(self):
         self.stopped = True
@@ -327,7 +413,8 @@ class FakeHeadTest(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="muster-fwd-test-")
         self.head = FakeHead()
         self.agent = Agent(self.head, self.dir, "fake",
-                           args=["--cache-dir", os.path.join(self.dir, "cache")]).start()
+                           args=["--cache-dir", os.path.join(self.dir, "cache")],
+                           env=asan_small_quarantine()).start()
 
     def tearDown(self):
         self.agent.kill()
@@ -393,6 +480,58 @@ class FakeHeadTest(unittest.TestCase):
             self.assertEqual(w._exact(5), b"later")
             w.send(request("GET", "/v1/health"))  # the connection goes on
             self.assertEqual(w.read_reply().status, 503)
+
+    def agent_holds(self, w):
+        """Bytes of the long reply in the agent's own memory: what the head sent, less
+        what the kernel holds on the two connections (the head's to the agent, the
+        agent's to the client), which the client has not read.  Exact while nothing
+        moves, give or take the difference between the two replies' heads."""
+        queues = tcp_queues()
+        (head, agent), client = self.head.long.ports, w.sock.getsockname()[1]
+        pairs = ((head, agent), (agent, head), (self.agent.port, client),
+                 (client, self.agent.port))
+        kernel = sum(sum(queues.get((loopback(local), loopback(remote)), (0, 0)))
+                     for local, remote in pairs)  # a connection closed holds nothing
+        return self.head.long.sent - kernel
+
+    def test_a_long_reply_goes_as_fast_as_the_client_reads(self):
+        # The agent passes the head's reply on only as fast as its client reads it:
+        # while the client reads nothing, the agent stops reading the head, so the
+        # head's writes block and the agent holds a few hundred KiB of the reply
+        # (forward.c, fwd_on_body: h1_respond_full, up_read).  Without the pause the
+        # agent reads all 64 MiB into its memory and the head's writes never block.
+        pid = self.agent.proc.pid
+        before = vm_rss_kib(pid)
+        with Wire(self.agent.port, timeout=120, rcvbuf=65536) as w:
+            w.send(request("GET", "/long"))
+            reply = self.head.long
+            # A deadline for something that must not happen: the head, once blocked,
+            # writing again while the client reads nothing.  With the pause it never
+            # does (nothing reads the agent's socket to the head until the client
+            # reads); without it the agent reads on at once and the head sends all of
+            # the reply, so the wait ends at `done`.  2 s is room for a loaded
+            # machine's scheduling: a broken agent that slept through it would pass,
+            # a working one never fails for it.
+            harness.wait_until(lambda: reply.blocked_for() >= 2.0 or reply.done.is_set(),
+                               timeout=120, what="the head's writes blocking")
+            self.assertFalse(reply.done.is_set(),
+                             "the head sent all %d MiB (%s) while the client read nothing"
+                             % (LONG_MIB, reply.error or "no error"))
+            held = self.agent_holds(w)
+            grew = vm_rss_kib(pid) - before
+            # The agent's part: up to H1_STREAM_HIGH (256 KiB) waiting for the client,
+            # a last piece and the last read of the head (256 KiB at most).
+            self.assertLess(held, 2 * MIB, "the agent holds %d KiB of the reply (%d KiB "
+                            "sent by the head)" % (held >> 10, reply.sent >> 10))
+            self.assertLess(grew, 16 << 10, "the agent grew by %d KiB" % grew)
+            r = w.read_head()
+            self.assertEqual((r.status, r.header("Content-Length")),
+                             (200, str(LONG_MIB * MIB)), r)
+            for i in range(LONG_MIB):
+                if w._exact(MIB) != long_piece(i):
+                    self.fail("MiB %d of the reply is not the head's" % i)
+            self.assertTrue(reply.done.wait(60), "the head's reply did not end")
+        self.assertEqual((reply.sent, reply.error), (reply.total, None))
 
 
 class StopWithHeartbeatUnansweredTest(unittest.TestCase):
