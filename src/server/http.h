@@ -136,6 +136,10 @@ void http_enqueue(head_t *h, h1_req_t *req, int status, json_t *body);
 /* http_enqueue for a reply that needs its commit but no WAL flush of its own
  * (a lease of tasks already on disk: head_lease_on_disk). */
 void http_enqueue_unflushed(head_t *h, h1_req_t *req, int status, json_t *body);
+/* http_enqueue of JSON text written whole (as http_reply_text takes it):
+ * takes the buffer of `text` (*text is zeroed); 500 out of memory when
+ * writing the text failed. */
+void http_enqueue_text(head_t *h, h1_req_t *req, int status, jw_buf_t *text);
 /* http_enqueue with the error envelope of *f. */
 void http_enqueue_fail(head_t *h, h1_req_t *req, const fail_t *f);
 /* Sends the pending replies; when `commit_failed`, answers each with 500. */
