@@ -132,14 +132,14 @@ static int http_late_route(h1_req_t *req) {
 
 /* Queues JSON `body` (stolen) as the late reply of a parked request, counted
  * with this status when it is sent. */
-static void http_enqueue_json(head_t *h, h1_req_t *req, int status, json_t *body, bool no_flush) {
+static void http_enqueue_json(head_t *h, h1_req_t *req, int status, json_t *body) {
   size_t len = 0;
   char *text = jw_dump(body, &len);
   json_decref(body);
-  http_enqueue_body(h, req, status, NULL, text, len, http_late_route(req), -1, no_flush);
+  http_enqueue_body(h, req, status, NULL, text, len, http_late_route(req), -1, false);
 }
 
-void http_enqueue_text(head_t *h, h1_req_t *req, int status, jw_buf_t *text) {
+void http_enqueue_text(head_t *h, h1_req_t *req, int status, jw_buf_t *text, bool no_flush) {
   if (text->failed || text->buf == NULL) {
     jw_buf_free(text);
     fail_t f;
@@ -147,16 +147,12 @@ void http_enqueue_text(head_t *h, h1_req_t *req, int status, jw_buf_t *text) {
     http_enqueue_fail(h, req, &f);
     return;
   }
-  http_enqueue_body(h, req, status, NULL, text->buf, text->len, http_late_route(req), -1, false);
+  http_enqueue_body(h, req, status, NULL, text->buf, text->len, http_late_route(req), -1, no_flush);
   *text = (jw_buf_t){0};
 }
 
 void http_enqueue(head_t *h, h1_req_t *req, int status, json_t *body) {
-  http_enqueue_json(h, req, status, body, false);
-}
-
-void http_enqueue_unflushed(head_t *h, h1_req_t *req, int status, json_t *body) {
-  http_enqueue_json(h, req, status, body, true);
+  http_enqueue_json(h, req, status, body);
 }
 
 void http_enqueue_fail(head_t *h, h1_req_t *req, const fail_t *f) {

@@ -219,7 +219,7 @@ static bool results_waiter_try(head_t *h, results_waiter_t *w, bool always) {
     return false;
   }
   if (err == MUSTER_OK)
-    http_enqueue_text(h, w->req, 200, &page);
+    http_enqueue_text(h, w->req, 200, &page, false);
   else
     http_enqueue_fail(h, w->req, &f);
   jw_buf_free(&page); /* taken by the reply, or what a failure left */

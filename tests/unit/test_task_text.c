@@ -24,6 +24,7 @@
 #include "server/jv.h"
 #include "server/jw.h"
 #include "server/lease.h"
+#include "server/lease_retry.h"
 #include "server/log.h"
 #include "server/reply_budget.h"
 #include "server/session.h"
@@ -270,11 +271,12 @@ static void test_tasks_as_tree(void **unused) {
   free(deep);
 }
 
-/* The updates of "q" as update.c built them as trees before. */
-static json_t *old_updates(void) {
+/* The updates of "q" after `after` as update.c built them as trees before. */
+static json_t *old_updates_after(int64_t after) {
   sqlite3_stmt *s = store_stmt(st, "SELECT seq, data, session, created_ms FROM updates"
-                                   " WHERE queue = 'q' ORDER BY seq");
+                                   " WHERE queue = 'q' AND seq > ?1 ORDER BY seq");
   assert_non_null(s);
+  sqlite3_bind_int64(s, 1, after);
   json_t *list = json_array();
   while (sqlite3_step(s) == SQLITE_ROW) {
     const unsigned char *session = sqlite3_column_text(s, 2);
@@ -286,6 +288,10 @@ static json_t *old_updates(void) {
   }
   store_reset(s);
   return list;
+}
+
+static json_t *old_updates(void) {
+  return old_updates_after(0);
 }
 
 /* Posts update `data` (text) to "q", of session `session` unless NULL. */
@@ -418,6 +424,19 @@ static json_t *old_results(const char *id, const results_case_t *c, int64_t tota
   return reply;
 }
 
+/* The text in `got` (freed) is jw_dump of `want` (not consumed). */
+static void same_bytes(jw_buf_t *got, const json_t *want) {
+  size_t want_len;
+  char *want_text = jw_dump(want, &want_len);
+  assert_non_null(want_text);
+  assert_false(got->failed);
+  if (got->len != want_len || memcmp(got->buf, want_text, want_len) != 0)
+    fail_msg("written as text:\n%.*s\nas the tree:\n%.600s", (int)(got->len < 600 ? got->len : 600),
+             got->buf, want_text);
+  jw_buf_free(got);
+  free(want_text);
+}
+
 /* Read `c` of session `id`, written as text, is byte for byte the tree
  * path's reply; and so is the tree session_results returns. */
 static void results_as_tree(const char *id, const results_case_t *c, int64_t total, int64_t done) {
@@ -425,18 +444,11 @@ static void results_as_tree(const char *id, const results_case_t *c, int64_t tot
   session_read_t rd;
   jw_buf_t got = {0};
   json_t *want = old_results(id, c, total, done);
-  size_t want_len;
-  char *want_text = jw_dump(want, &want_len);
-  assert_non_null(want_text);
   assert_int_equal(session_results_text(st, id, c->order, c->cursor, c->max, false, &rd, &got, &f),
                    MUSTER_OK);
   assert_int_equal(rd.count, (size_t)c->n);
-  if (got.len != want_len || memcmp(got.buf, want_text, want_len) != 0)
-    fail_msg("cursor %lld: written as text:\n%.*s\nas the tree:\n%.600s", (long long)c->cursor,
-             (int)(got.len < 600 ? got.len : 600), got.buf, want_text);
+  same_bytes(&got, want);
   same_text(session_results(st, id, c->order, c->cursor, c->max, false, &rd, &f), want);
-  jw_buf_free(&got);
-  free(want_text);
 }
 
 /* Submits the payloads 0, 1, ... at indexes 0 to 7, 11 and 12 of session
@@ -547,6 +559,77 @@ static void test_results_as_tree(void **unused) {
   free(deep);
 }
 
+/* ---- lease replies ---- */
+
+/* The leases of "q" (state leased), in the order they were granted, as
+ * lease objects built as trees from their rows. */
+static json_t *old_leases(void) {
+  sqlite3_stmt *s = store_stmt(st, "SELECT id, token, payload, attempts, deadline_ms, parent,"
+                                   " session, idx, requires FROM tasks"
+                                   " WHERE queue = 'q' AND state = 1 ORDER BY token");
+  assert_non_null(s);
+  json_t *list = json_array();
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    json_t *lease = json_pack(
+        "{s:I, s:I, s:o, s:I, s:I, s:o, s:o, s:o}", "task", (json_int_t)sqlite3_column_int64(s, 0),
+        "token", (json_int_t)sqlite3_column_int64(s, 1), "payload",
+        jv_decode((const char *)sqlite3_column_text(s, 2)), "attempt",
+        (json_int_t)sqlite3_column_int64(s, 3), "deadline_ms",
+        (json_int_t)sqlite3_column_int64(s, 4), "parent", old_int_or_null(s, 5), "session",
+        old_text_or_null(s, 6), "index", old_int_or_null(s, 7));
+    assert_non_null(lease);
+    if (sqlite3_column_type(s, 8) != SQLITE_NULL)
+      json_object_set_new(lease, "requires", jv_decode((const char *)sqlite3_column_text(s, 8)));
+    json_array_append_new(list, lease);
+  }
+  store_reset(s);
+  return list;
+}
+
+/* lease_reply_text of "q" from `updates_after` (-1: none wanted) as a whole
+ * reply, "{...}"; `leased` and `updates` what it must count. */
+static jw_buf_t lease_reply(int64_t updates_after, size_t leased, size_t updates) {
+  queue_t q;
+  load_queue("q", &q);
+  jw_buf_t text = {0};
+  lease_reply_counts_t n;
+  fail_t f = {0};
+  JW_ADD_LITERAL(&text, "{");
+  if (lease_reply_text(st, &q, 0, 1000, NULL, updates_after, &text, &n, &f))
+    fail_msg("lease: %s", f.message);
+  JW_ADD_LITERAL(&text, "}");
+  assert_int_equal(n.leased, leased);
+  assert_int_equal(n.updates, updates);
+  return text;
+}
+
+/* A lease reply written as text is the tree the lease path built before,
+ * byte for byte: {"leases"} alone, and with "updates" and "updates_last"
+ * after it, for tricky payloads (with every optional field) and updates. */
+static void test_lease_reply_as_tree(void **unused) {
+  make_queue("q", "{}");
+  char *deep = deep_text(DEEPEST);
+  size_t n = put_tricky(deep);
+  for (size_t i = 0; i < TRICKY_N; i++)
+    post_update(tricky[i], NULL);
+  jw_buf_t got = lease_reply(0, n, TRICKY_N);
+  json_t *want = json_pack("{s:o, s:o, s:I}", "leases", old_leases(), "updates", old_updates(),
+                           "updates_last", (json_int_t)TRICKY_N);
+  same_bytes(&got, want);
+  json_decref(want);
+  /* Nothing left to lease: no leases, the updates after 2, or none wanted. */
+  got = lease_reply(2, 0, TRICKY_N - 2);
+  want = json_pack("{s:[], s:o, s:I}", "leases", "updates", old_updates_after(2), "updates_last",
+                   (json_int_t)TRICKY_N);
+  same_bytes(&got, want);
+  json_decref(want);
+  got = lease_reply(-1, 0, 0);
+  want = json_pack("{s:[]}", "leases");
+  same_bytes(&got, want);
+  json_decref(want);
+  free(deep);
+}
+
 /* Sets column `col` of task `id` behind the head's back. */
 static void corrupt(int64_t id, const char *col, const char *text) {
   char sql[96];
@@ -597,6 +680,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_updates_as_tree, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_init_data_as_tree, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_results_as_tree, fixture_setup, fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_lease_reply_as_tree, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_corrupt_rows, fixture_setup, fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
