@@ -122,25 +122,37 @@ static void http_enqueue_body(head_t *h, h1_req_t *req, int status, const char *
   http_enqueue_reply(h, r);
 }
 
-/* Queues JSON `body` (stolen) as the late reply of a parked request.  It is
- * counted under the route http_dispatch noted on the request, with this
- * status, when it is sent; its wait was the caller's choice (a long-poll's
+/* The route a late reply to `req` is counted under: the one http_dispatch
+ * noted on the request.  Its wait was the caller's choice (a long-poll's
  * wait_ms, an upload's pace), so it stays out of the latency histogram. */
-static void http_enqueue_json(head_t *h, h1_req_t *req, int status, json_t *body, bool no_flush) {
+static int http_late_route(h1_req_t *req) {
   const http_route_t *rt = h1_note(req);
-  int route = rt ? (int)(rt - http_routes) : METRICS_ROUTE_SKIP;
+  return rt ? (int)(rt - http_routes) : METRICS_ROUTE_SKIP;
+}
+
+/* Queues JSON `body` (stolen) as the late reply of a parked request, counted
+ * with this status when it is sent. */
+static void http_enqueue_json(head_t *h, h1_req_t *req, int status, json_t *body) {
   size_t len = 0;
   char *text = jw_dump(body, &len);
   json_decref(body);
-  http_enqueue_body(h, req, status, NULL, text, len, route, -1, no_flush);
+  http_enqueue_body(h, req, status, NULL, text, len, http_late_route(req), -1, false);
+}
+
+void http_enqueue_text(head_t *h, h1_req_t *req, int status, jw_buf_t *text, bool no_flush) {
+  if (text->failed || text->buf == NULL) {
+    jw_buf_free(text);
+    fail_t f;
+    fail_set(&f, MUSTER_NOMEM, "out of memory");
+    http_enqueue_fail(h, req, &f);
+    return;
+  }
+  http_enqueue_body(h, req, status, NULL, text->buf, text->len, http_late_route(req), -1, no_flush);
+  *text = (jw_buf_t){0};
 }
 
 void http_enqueue(head_t *h, h1_req_t *req, int status, json_t *body) {
-  http_enqueue_json(h, req, status, body, false);
-}
-
-void http_enqueue_unflushed(head_t *h, h1_req_t *req, int status, json_t *body) {
-  http_enqueue_json(h, req, status, body, true);
+  http_enqueue_json(h, req, status, body);
 }
 
 void http_enqueue_fail(head_t *h, h1_req_t *req, const fail_t *f) {
@@ -488,8 +500,9 @@ static void http_enqueue_req(http_req_t *r, const http_route_t *rt, int64_t star
     }
     r->raw_file = false;
   } else if (r->raw) {
+    /* JSON written whole (http_reply_text) waits as a tree's text would. */
     http_enqueue_body(r->head, r->req, r->status, r->raw_type, r->raw, r->raw_len, route, start_us,
-                      false);
+                      r->no_flush && r->status < 400);
     r->raw = NULL;
   } else {
     size_t len = 0;

@@ -133,9 +133,12 @@ void http_reply_fail(http_req_t *r, const fail_t *f);
 /* Queues a reply to go out after the next commit, or sends it at once when no
  * transaction is open.  Takes ownership of `body`. */
 void http_enqueue(head_t *h, h1_req_t *req, int status, json_t *body);
-/* http_enqueue for a reply that needs its commit but no WAL flush of its own
- * (a lease of tasks already on disk: head_lease_on_disk). */
-void http_enqueue_unflushed(head_t *h, h1_req_t *req, int status, json_t *body);
+/* http_enqueue of JSON text written whole (as http_reply_text takes it):
+ * takes the buffer of `text` (*text is zeroed); 500 out of memory when
+ * writing the text failed.  `no_flush`: the reply needs its commit but no
+ * WAL flush of its own (a lease of tasks already on disk:
+ * head_lease_on_disk). */
+void http_enqueue_text(head_t *h, h1_req_t *req, int status, jw_buf_t *text, bool no_flush);
 /* http_enqueue with the error envelope of *f. */
 void http_enqueue_fail(head_t *h, h1_req_t *req, const fail_t *f);
 /* Sends the pending replies; when `commit_failed`, answers each with 500. */
@@ -149,8 +152,8 @@ bool http_pending_unflushed(const head_t *h);
  * counted). */
 size_t http_list_length(const reply_list_t *list);
 size_t http_list_bytes(const reply_list_t *list);
-/* Moves the replies of `list` that need no flush (http_enqueue_unflushed, a
- * request's no_flush) out of it, in order, and returns them. */
+/* Moves the replies of `list` that need no flush (http_enqueue_text's
+ * no_flush, a request's) out of it, in order, and returns them. */
 reply_list_t http_list_take_unflushed(reply_list_t *list);
 /* Moves every reply of `more` to the end of `into`. */
 void http_list_concat(reply_list_t *into, reply_list_t *more);

@@ -168,7 +168,8 @@ muster_err_t lease_give_back(store_t *st, const lease_held_t *h, lease_end_t end
  * A batch costs two growing buffers, not allocations per task: `pieces`
  * holds each candidate's stored texts, encoded, between the candidate scan
  * and the UPDATEs (a column's text lives only until the next step), and
- * `out` the array of lease objects that becomes one raw node (jw.h).
+ * `out` the array of lease objects, written into the reply's own text
+ * (lease_acquire_text; lease_reply_text in lease_retry.c writes the rest).
  */
 
 /* Appends stored JSON text `text` (`bytes` long; NULL reads as null, as
@@ -573,7 +574,7 @@ static bool lease_round(store_t *st, const queue_t *q, int64_t worker, const can
   return ok;
 }
 
-/* Leases up to `max` - *granted candidates in rounds (see lease_acquire_raw),
+/* Leases up to `max` - *granted candidates in rounds (see lease_acquire_text),
  * fewer when their payloads pass the reply's budget (reply_budget.h),
  * appending lease objects to `out`; *granted counts them, also on failure.
  * `leasable` has room for `max` indexes; *max_task gets the highest id of a
@@ -610,8 +611,8 @@ static bool lease_rounds(store_t *st, const queue_t *q, int64_t worker, int64_t 
   return ok;
 }
 
-json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max, size_t *count,
-                          int64_t *max_task, fail_t *f) {
+muster_err_t lease_acquire_text(store_t *st, const queue_t *q, int64_t worker, int64_t max,
+                                jw_buf_t *out, size_t *count, int64_t *max_task, fail_t *f) {
   *count = 0;
   int64_t highest = 0;
   candidate_t *cands = calloc((size_t)max, sizeof *cands);
@@ -619,17 +620,15 @@ json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t
   if (cands == NULL || leasable == NULL) {
     free(cands);
     free(leasable);
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-    return NULL;
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
   }
   /* Tasks out of attempts (possible after max_attempts was lowered) go dead
    * and the search repeats, so a caller still gets up to `max` leases.  The
    * candidates were read in this transaction, so they are still queued. */
-  jw_buf_t out = {0};
   int64_t granted = 0;
-  JW_ADD_LITERAL(&out, "[");
-  bool ok = lease_rounds(st, q, worker, max, cands, leasable, &out, &granted, &highest, f);
-  JW_ADD_LITERAL(&out, "]");
+  JW_ADD_LITERAL(out, "[");
+  bool ok = lease_rounds(st, q, worker, max, cands, leasable, out, &granted, &highest, f);
+  JW_ADD_LITERAL(out, "]");
   free(cands);
   free(leasable);
   /* One count for the batch: lease_one moves queued tasks only.  After a
@@ -641,14 +640,26 @@ json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t
     fail_t ignored = {0};
     counts_move(st, q->name, TASK_QUEUED, TASK_LEASED, granted, &ignored);
   }
-  json_t *leases = ok && !out.failed ? jw_raw(out.buf, out.len) : NULL;
-  if (ok && leases == NULL)
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-  jw_buf_free(&out);
-  if (leases)
-    *count = (size_t)granted;
   if (max_task)
     *max_task = highest;
+  if (!ok)
+    return f->code;
+  if (out->failed)
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
+  *count = (size_t)granted;
+  return MUSTER_OK;
+}
+
+json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max, size_t *count,
+                          int64_t *max_task, fail_t *f) {
+  jw_buf_t out = {0};
+  json_t *leases = NULL;
+  if (lease_acquire_text(st, q, worker, max, &out, count, max_task, f) == MUSTER_OK &&
+      (leases = jw_raw(out.buf, out.len)) == NULL) {
+    *count = 0;
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  }
+  jw_buf_free(&out);
   return leases;
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/limits.h"
 #include "jscan.h"
+#include "jw.h"
 #include "queue.h"
 #include "store.h"
 
@@ -23,12 +24,16 @@
  * fewer when their payloads would pass the budget of one reply
  * (reply_budget.h), the others left queued, but at least one when any is
  * ready.
- * Returns the JSON array of lease objects (possibly empty) as one raw node
- * of its compact text (jw.h; new reference), with the number of leases in
- * *count and the highest task id leased in *max_task (when not NULL; 0 for
- * none), or NULL with *f filled.  Tasks found out of attempts are moved to
- * dead.  This is the form for replies: the node must go out through jw_dump,
- * and nothing may read it as a tree. */
+ * Appends the JSON array of lease objects (possibly empty) to `out`, the
+ * text of the reply, with the number of leases in *count and the highest
+ * task id leased in *max_task (when not NULL; 0 for none).  MUSTER_OK, or
+ * the failure with *f filled and `out` holding part of the text.  Tasks
+ * found out of attempts are moved to dead. */
+muster_err_t lease_acquire_text(store_t *st, const queue_t *q, int64_t worker, int64_t max,
+                                jw_buf_t *out, size_t *count, int64_t *max_task, fail_t *f);
+/* lease_acquire_text's array as one raw node (jw.h; new reference), or NULL
+ * with *f filled: the node must go out through jw_dump, and nothing may
+ * read it as a tree. */
 json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max, size_t *count,
                           int64_t *max_task, fail_t *f);
 

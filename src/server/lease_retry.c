@@ -26,6 +26,10 @@
  * row before schema version 21: one record per worker, so that of the slots
  * leasing under one worker id only the last one to lease had its retry
  * answered.)
+ *
+ * A lease's reply is written here too (lease_reply_text): its leases, new or
+ * answered again, and the updates it carries, as text into the reply's own
+ * buffer, shared by a lease, a parked lease and the combined call.
  */
 #include "lease_retry.h"
 #include "jv.h"
@@ -33,6 +37,7 @@
 #include "lease.h"
 #include "lease_internal.h"
 #include "log.h"
+#include "update.h"
 #include "worker.h"
 
 #include <stdlib.h>
@@ -188,52 +193,81 @@ static muster_err_t lease_retry_write(store_t *st, const queue_t *q, int64_t wor
   return nomem ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
-/* The answer to a repeat: the leases of its first request still held, as a
- * raw node, or NULL with *count 0 when none is (or on failure: *f set). */
-static json_t *lease_retry_answer(store_t *st, const queue_t *q, int64_t worker,
-                                  const lease_retry_t *r, size_t *count, int64_t *max_task,
-                                  fail_t *f) {
-  jw_buf_t out = {0};
-  JW_ADD_LITERAL(&out, "[");
-  json_t *leases = NULL;
+/* Appends the answer to a repeat to `out`: the array of the leases of its
+ * first request still held, *count of them; nothing, and *count 0, when
+ * none is.  MUSTER_OK, or the failure with *f filled (*count 0). */
+static muster_err_t lease_retry_answer(store_t *st, const queue_t *q, int64_t worker,
+                                       const lease_retry_t *r, jw_buf_t *out, size_t *count,
+                                       int64_t *max_task, fail_t *f) {
+  size_t at = out->len;
   *count = 0;
-  if (lease_retry_extend(st, q, worker, r, f) == MUSTER_OK &&
-      lease_retry_write(st, q, worker, r, &out, count, max_task, f) == MUSTER_OK && *count > 0) {
-    JW_ADD_LITERAL(&out, "]");
-    leases = out.failed ? NULL : jw_raw(out.buf, out.len);
-    if (leases == NULL)
-      fail_set(f, MUSTER_NOMEM, "out of memory");
-  }
-  jw_buf_free(&out);
-  if (leases)
-    log_msg(LOG_INFO,
-            "lease: worker %lld sent lease request %s again: answered with the %zu "
-            "lease(s) it made",
-            (long long)worker, r->request, *count);
-  else
+  JW_ADD_LITERAL(out, "[");
+  if (lease_retry_extend(st, q, worker, r, f) ||
+      lease_retry_write(st, q, worker, r, out, count, max_task, f)) {
     *count = 0;
-  return leases;
+    return f->code;
+  }
+  if (*count == 0) {
+    out->len = at; /* a lease anew follows */
+    return MUSTER_OK;
+  }
+  JW_ADD_LITERAL(out, "]");
+  if (out->failed) {
+    *count = 0;
+    return fail_set(f, MUSTER_NOMEM, "out of memory");
+  }
+  log_msg(LOG_INFO,
+          "lease: worker %lld sent lease request %s again: answered with the %zu lease(s) it "
+          "made",
+          (long long)worker, r->request, *count);
+  return MUSTER_OK;
+}
+
+muster_err_t lease_acquire_retry_text(store_t *st, const queue_t *q, int64_t worker, int64_t max,
+                                      const lease_retry_t *r, jw_buf_t *out, size_t *count,
+                                      int64_t *max_task, fail_t *f) {
+  bool keyed = r && r->request && worker > 0;
+  if (keyed && r->repeat) {
+    int64_t highest = 0;
+    muster_err_t err = lease_retry_answer(st, q, worker, r, out, count, &highest, f);
+    if (max_task)
+      *max_task = highest;
+    if (err || *count > 0)
+      return err;
+  }
+  int64_t before = store_last_token(st);
+  if (lease_acquire_text(st, q, worker, max, out, count, max_task, f))
+    return f->code;
+  if (keyed && *count > 0 && lease_retry_record(st, worker, r, before, f)) {
+    *count = 0;
+    return f->code;
+  }
+  return MUSTER_OK;
 }
 
 json_t *lease_acquire_retry(store_t *st, const queue_t *q, int64_t worker, int64_t max,
                             const lease_retry_t *r, size_t *count, int64_t *max_task, fail_t *f) {
-  bool keyed = r && r->request && worker > 0;
-  if (keyed && r->repeat) {
-    int64_t highest = 0;
-    json_t *again = lease_retry_answer(st, q, worker, r, count, &highest, f);
-    if (max_task)
-      *max_task = highest;
-    if (again || f->code)
-      return again;
-  }
-  int64_t before = store_last_token(st);
-  json_t *leases = lease_acquire_raw(st, q, worker, max, count, max_task, f);
-  if (leases && keyed && *count > 0 && lease_retry_record(st, worker, r, before, f)) {
-    json_decref(leases);
+  jw_buf_t out = {0};
+  json_t *leases = NULL;
+  if (lease_acquire_retry_text(st, q, worker, max, r, &out, count, max_task, f) == MUSTER_OK &&
+      (leases = jw_raw(out.buf, out.len)) == NULL) {
     *count = 0;
-    return NULL;
+    fail_set(f, MUSTER_NOMEM, "out of memory");
   }
+  jw_buf_free(&out);
   return leases;
+}
+
+muster_err_t lease_reply_text(store_t *st, const queue_t *q, int64_t worker, int64_t max,
+                              const lease_retry_t *r, int64_t updates_after, jw_buf_t *out,
+                              lease_reply_counts_t *n, fail_t *f) {
+  *n = (lease_reply_counts_t){0};
+  JW_ADD_LITERAL(out, "\"leases\":");
+  if (lease_acquire_retry_text(st, q, worker, max, r, out, &n->leased, &n->max_task, f))
+    return f->code;
+  if (updates_after >= 0)
+    return update_attach_text(st, q->name, updates_after, out, &n->updates, f);
+  return MUSTER_OK;
 }
 
 muster_err_t lease_retry_forget(store_t *st, int64_t worker, fail_t *f) {

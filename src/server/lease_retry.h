@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "jw.h"
 #include "queue.h"
 #include "store.h"
 
@@ -65,18 +66,43 @@ muster_err_t lease_retry_parse(const json_t *obj, const char *ctx, int64_t worke
  * plain check alone (the records are not read).  The check's errors. */
 muster_err_t lease_retry_check(store_t *st, int64_t worker, lease_retry_t *r, fail_t *f);
 
-/* lease_acquire_raw for a request checked by lease_retry_check (`r`; NULL or
- * without a key: a plain lease).  A repeat is answered with the leases its
+/* lease_acquire_text for a request checked by lease_retry_check (`r`; NULL
+ * or without a key: a plain lease).  A repeat is answered with the leases its
  * first request made that `worker` still holds in queue `q`, in the order
  * they were granted, under the same tokens, their deadlines moved to a full
  * lease from now (*count of them; none counted as granted again); when it
  * holds none of them any more, and for a request with a new key, it leases as
- * lease_acquire_raw does and records the key with the tokens drawn, when it
+ * lease_acquire_text does and records the key with the tokens drawn, when it
  * leased something, in place of its stream's record (a new stream beyond
- * LEASE_RETRY_MAX_STREAMS evicts the oldest).  The reply's form, *count,
- * *max_task and failures are lease_acquire_raw's. */
+ * LEASE_RETRY_MAX_STREAMS evicts the oldest).  The array appended to `out`,
+ * *count, *max_task and failures are lease_acquire_text's. */
+muster_err_t lease_acquire_retry_text(store_t *st, const queue_t *q, int64_t worker, int64_t max,
+                                      const lease_retry_t *r, jw_buf_t *out, size_t *count,
+                                      int64_t *max_task, fail_t *f);
+/* lease_acquire_retry_text's array as one raw node (jw.h; new reference), or
+ * NULL with *f filled, as lease_acquire_raw. */
 json_t *lease_acquire_retry(store_t *st, const queue_t *q, int64_t worker, int64_t max,
                             const lease_retry_t *r, size_t *count, int64_t *max_task, fail_t *f);
+
+/* What a lease reply holds. */
+typedef struct {
+  size_t leased;    /* leases */
+  size_t updates;   /* updates */
+  int64_t max_task; /* the highest task id leased; 0: none */
+} lease_reply_counts_t;
+
+/* Appends the fields a lease gives a reply to `out`, after its "{" or
+ * another field's comma: `"leases":[...]` (lease_acquire_retry_text), and
+ * with `updates_after` 0 or more `,"updates":[...],"updates_last":N`
+ * (update_attach_text), the bytes jw_dump wrote for the reply built as a
+ * tree with those keys in that order.  A lease, a parked lease and the
+ * combined complete-and-lease write their replies with it, whole, for the
+ * reply to take as it is (http_reply_text): the payloads are copied once.
+ * MUSTER_OK, or the failure with *f filled and `out` holding part of the
+ * text; *n counts what was written. */
+muster_err_t lease_reply_text(store_t *st, const queue_t *q, int64_t worker, int64_t max,
+                              const lease_retry_t *r, int64_t updates_after, jw_buf_t *out,
+                              lease_reply_counts_t *n, fail_t *f);
 
 /* Deletes the records of `worker`, which has ended (lease_end_worker): no
  * request of it is answered any more.  MUSTER_OK or the store's error. */

@@ -268,18 +268,15 @@ static void h_lease(http_req_t *r) {
   if (!lease_args(r, &a, &q))
     return;
   fail_t f = {0};
-  size_t leased = 0, updates = 0;
-  int64_t max_task = 0;
-  json_t *leases =
-      lease_acquire_retry(ST(r), &q, a.worker, a.max, &a.retry, &leased, &max_task, &f);
-  json_t *reply = leases ? json_pack("{s:o}", "leases", leases) : NULL;
-  if (reply && a.updates_after >= 0 &&
-      update_attach(ST(r), q.name, a.updates_after, reply, &updates, &f)) {
-    json_decref(reply);
-    reply = NULL;
-  }
-  if (reply && leased == 0 && updates == 0 && a.wait_ms > 0 && !r->head->stopping) {
-    json_decref(reply);
+  lease_reply_counts_t n;
+  jw_buf_t text = {0};
+  JW_ADD_LITERAL(&text, "{");
+  muster_err_t err =
+      lease_reply_text(ST(r), &q, a.worker, a.max, &a.retry, a.updates_after, &text, &n, &f);
+  JW_ADD_LITERAL(&text, "}");
+  bool ok = err == MUSTER_OK;
+  if (ok && n.leased == 0 && n.updates == 0 && a.wait_ms > 0 && !r->head->stopping) {
+    jw_buf_free(&text);
     int64_t cap = r->head->cfg.max_wait_ms;
     waiter_park(r, q.name, a.worker, a.max, a.updates_after, a.retry.request,
                 a.wait_ms < cap ? a.wait_ms : cap);
@@ -287,8 +284,8 @@ static void h_lease(http_req_t *r) {
   }
   /* Leases of tasks already on disk need their commit, not a flush of their own;
    * updates are data, which may not be on disk yet (head_lease_on_disk). */
-  r->no_flush = reply && leased > 0 && updates == 0 && head_lease_on_disk(r->head, max_task);
-  reply_or_fail(r, 200, reply, &f);
+  r->no_flush = ok && n.leased > 0 && n.updates == 0 && head_lease_on_disk(r->head, n.max_task);
+  reply_text_or_fail(r, 200, err, &text, &f);
 }
 
 static void h_lease_op(http_req_t *r, lease_op_t op) {
@@ -338,21 +335,24 @@ static muster_err_t next_lease_parse(http_req_t *r, const json_t *next, next_lea
   return MUSTER_OK;
 }
 
-/* Leases per `next` and adds "leases" (and, when asked for, "updates" and
- * "updates_last") to the completion reply `reply`, as a plain lease would.
- * Returns MUSTER_OK or the error with *f filled. */
-static muster_err_t next_lease_apply(http_req_t *r, const next_lease_t *next, json_t *reply,
-                                     fail_t *f) {
-  size_t leased;
-  json_t *leases =
-      lease_acquire_retry(ST(r), &next->q, next->worker, next->max, &next->retry, &leased, NULL, f);
-  if (leases == NULL)
-    return f->code;
-  json_object_set_new(reply, "leases", leases);
-  size_t updates = 0;
-  if (next->updates_after >= 0)
-    return update_attach(ST(r), next->q.name, next->updates_after, reply, &updates, f);
-  return MUSTER_OK;
+/* Replies to a combined call with `done`, the completions' reply (lease_apply's
+ * {"completed": [...]}, consumed; NULL: they failed, *f set), and the leases
+ * (and, when asked for, "updates" and "updates_last") of `next` after it, as
+ * a plain lease would give them: all written as the reply's text. */
+static void complete_and_lease(http_req_t *r, json_t *done, const next_lease_t *next, fail_t *f) {
+  jw_buf_t text = {0};
+  muster_err_t err = f->code;
+  if (done) {
+    lease_reply_counts_t n;
+    JW_ADD_LITERAL(&text, "{\"completed\":");
+    jw_add_value(&text, json_object_get(done, "completed"));
+    JW_ADD_LITERAL(&text, ",");
+    err = lease_reply_text(ST(r), &next->q, next->worker, next->max, &next->retry,
+                           next->updates_after, &text, &n, f);
+    JW_ADD_LITERAL(&text, "}");
+    json_decref(done);
+  }
+  reply_text_or_fail(r, 200, err, &text, f);
 }
 
 /*
@@ -378,16 +378,13 @@ static void h_complete_tree(http_req_t *r) {
     return;
   }
   /* lease_apply accepts only "leases": hand it the body without "lease". */
-  json_t *body = json_copy(r->body), *reply = NULL;
-  if (body == NULL || json_object_del(body, "lease") != 0) {
+  json_t *body = json_copy(r->body), *done = NULL;
+  if (body == NULL || json_object_del(body, "lease") != 0)
     fail_set(&f, MUSTER_NOMEM, "out of memory");
-  } else if ((reply = lease_apply(ST(r), LEASE_COMPLETE, body, r->head->cfg.max_payload, &f)) &&
-             next_lease_apply(r, &lease, reply, &f)) {
-    json_decref(reply);
-    reply = NULL;
-  }
+  else
+    done = lease_apply(ST(r), LEASE_COMPLETE, body, r->head->cfg.max_payload, &f);
   json_decref(body);
-  reply_or_fail(r, 200, reply, &f);
+  complete_and_lease(r, done, &lease, &f);
 }
 
 /* h_complete_tree for a body the scanner read: the "lease" object, kept as
@@ -395,21 +392,20 @@ static void h_complete_tree(http_req_t *r) {
 static void h_complete_scanned(http_req_t *r, const jscan_body_t *scanned) {
   fail_t f = {0};
   next_lease_t lease = {0};
-  json_t *next = NULL, *reply = NULL;
+  json_t *next = NULL, *done = NULL;
   if (scanned->extra) {
     next = json_loadb(scanned->extra, scanned->extra_len,
                       JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
     if (next == NULL)
       fail_set(&f, MUSTER_NOMEM, "out of memory"); /* the text is valid JSON */
   }
-  if (f.code == MUSTER_OK && (next == NULL || !next_lease_parse(r, next, &lease, &f)) &&
-      (reply = lease_complete_scanned(ST(r), scanned, r->head->cfg.max_payload, &f)) && next &&
-      next_lease_apply(r, &lease, reply, &f)) {
-    json_decref(reply);
-    reply = NULL;
-  }
+  if (f.code == MUSTER_OK && (next == NULL || !next_lease_parse(r, next, &lease, &f)))
+    done = lease_complete_scanned(ST(r), scanned, r->head->cfg.max_payload, &f);
+  if (next && f.code == MUSTER_OK)
+    complete_and_lease(r, done, &lease, &f);
+  else
+    reply_or_fail(r, 200, done, &f);
   json_decref(next);
-  reply_or_fail(r, 200, reply, &f);
 }
 
 /* The body is read from its text when it has the common shape (jscan.h),

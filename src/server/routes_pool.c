@@ -150,14 +150,18 @@ void route_session_results(http_req_t *r) {
    * parked read is answered when the stream stalls (results_waiter_try). */
   bool may_wait = wait_ms > 0 && !r->head->stopping;
   session_read_t rd;
-  json_t *out = session_results(ST(r), r->params[0], order, cursor, max, may_wait, &rd, &f);
-  if (out && rd.count == 0 && may_wait) {
-    json_decref(out);
+  jw_buf_t page = {0};
+  muster_err_t err =
+      session_results_text(ST(r), r->params[0], order, cursor, max, may_wait, &rd, &page, &f);
+  if (err == MUSTER_OK && rd.count == 0 && may_wait) {
     int64_t cap = r->head->cfg.max_wait_ms;
     results_waiter_park(r, order, cursor, max, wait_ms < cap ? wait_ms : cap);
-    return;
+  } else if (err == MUSTER_OK) {
+    http_reply_text(r, 200, &page);
+  } else {
+    http_reply_fail(r, &f);
   }
-  reply_or_fail(r, 200, out, &f);
+  jw_buf_free(&page); /* taken by the reply, or what an empty read or a failure left */
 }
 
 /* ---- updates ---- */
@@ -203,23 +207,22 @@ static void results_waiter_unlink(head_t *h, results_waiter_t *w) {
 static bool results_waiter_try(head_t *h, results_waiter_t *w, bool always) {
   fail_t f = {0};
   session_read_t rd = {0};
-  json_t *out = NULL;
-  if (store_request_begin(h->st, &f) == MUSTER_OK) {
-    out = session_results(h->st, w->session, w->order, w->cursor, w->max, !always, &rd, &f);
-    store_request_end(h->st, out != NULL);
+  jw_buf_t page = {0};
+  muster_err_t err = store_request_begin(h->st, &f);
+  if (err == MUSTER_OK) {
+    err = session_results_text(h->st, w->session, w->order, w->cursor, w->max, !always, &rd, &page,
+                               &f);
+    store_request_end(h->st, err == MUSTER_OK);
   }
-  if (out && rd.count == 0 && !rd.stalled && !always) {
-    json_decref(out);
+  if (err == MUSTER_OK && rd.count == 0 && !rd.stalled && !always) {
+    jw_buf_free(&page);
     return false;
   }
-  if (out) {
-    http_enqueue(h, w->req, 200, out);
-  } else {
-    int status = muster_err_http_status(f.code);
-    http_enqueue(h, w->req, status ? status : 500,
-                 json_pack("{s:{s:s, s:s}}", "error", "code", muster_err_name(f.code), "message",
-                           fail_message(&f)));
-  }
+  if (err == MUSTER_OK)
+    http_enqueue_text(h, w->req, 200, &page, false);
+  else
+    http_enqueue_fail(h, w->req, &f);
+  jw_buf_free(&page); /* taken by the reply, or what a failure left */
   results_waiter_unlink(h, w);
   return true;
 }

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "jscan.h"
+#include "jw.h"
 #include "store.h"
 
 #define SESSION_DEFAULT_TIMEOUT_MS 60000
@@ -83,16 +84,24 @@ typedef struct {
 } session_read_t;
 
 /* Reads results after `cursor` in `order`, at most `max`, fewer when their
- * results and errors would pass the budget of one reply (one always goes).
- * Returns
- * {"results": [...], "cursor", "total", "done", "gap"} (new reference;
- * "results" is a raw node, jw.h) and *rd, or NULL with *f filled.  Counts as
- * a heartbeat.  "gap" is {"first", "last"} when a read in submission order
- * stops at indexes below next_index that no task has (a gap), else null.
- * `empty_waits`: the caller does not send an empty reply unless it is
- * stalled (it waits for results instead), so an empty read looks for a gap
- * only when every task has its result; the "gap" of an empty reply that is
- * not stalled is then null whatever the indexes hold. */
+ * results and errors would pass the budget of one reply (one always goes),
+ * and writes the reply {"results": [...], "cursor", "total", "done", "gap"}
+ * as JSON text into `out` (empty; the caller frees it, also on failure),
+ * whole, for the reply to take as it is (http_reply_text): the stored
+ * results are copied once, into `out`.  Returns MUSTER_OK and *rd, or the
+ * failure with *f filled.  Counts as a heartbeat.  "gap" is {"first",
+ * "last"} when a read in submission order stops at indexes below next_index
+ * that no task has (a gap), else null.  `empty_waits`: the caller does not
+ * send an empty reply unless it is stalled (it waits for results instead),
+ * so an empty read looks for a gap only when every task has its result; the
+ * "gap" of an empty reply that is not stalled is then null whatever the
+ * indexes hold. */
+muster_err_t session_results_text(store_t *st, const char *id, session_order_t order,
+                                  int64_t cursor, int64_t max, bool empty_waits, session_read_t *rd,
+                                  jw_buf_t *out, fail_t *f);
+/* session_results_text's reply as a tree (new reference; "results" is a raw
+ * node, jw.h), for tests that read its fields: jw_dump of it is the text,
+ * byte for byte.  NULL with *f filled on failure. */
 json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
                         int64_t max, bool empty_waits, session_read_t *rd, fail_t *f);
 

@@ -16,6 +16,12 @@
  * from an unfinished task takes one lookup in the tasks' session index, made
  * only when a read stops below next_index and its reply is sent: never per
  * result.
+ *
+ * A read's reply is written whole as JSON text (session_results_text), the
+ * stored results spliced in as they stand, and the reply takes that buffer
+ * as it is: a page of 1000 results of 10 kB is copied once on its way out,
+ * not into a raw node and out of it again (docs/design-notes.md, "Stored
+ * JSON text spliced into replies").
  */
 #include "session.h"
 #include "jv.h"
@@ -142,37 +148,91 @@ static bool results_stop(store_t *st, const session_t *ss, session_order_t order
   return true;
 }
 
-json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
-                        int64_t max, bool empty_waits, session_read_t *rd, fail_t *f) {
+/* What a read found besides its results: the reply's other fields. */
+typedef struct {
+  int64_t cursor;   /* where the next read starts */
+  int64_t gap_last; /* the last index of the gap at `cursor`; -1: no gap */
+  int64_t total, done;
+} results_page_t;
+
+/* Reads the results of open session `id` (session_results' arguments) into
+ * `list` as a JSON array, and *page.  MUSTER_OK, or the failure with *f
+ * filled and `list` holding whatever was written (the caller frees it). */
+static muster_err_t results_page(store_t *st, const char *id, session_order_t order, int64_t cursor,
+                                 int64_t max, bool empty_waits, session_read_t *rd, jw_buf_t *list,
+                                 results_page_t *page, fail_t *f) {
   session_t ss;
   *rd = (session_read_t){0};
   if (session_load_open(st, id, &ss, NULL, true, f))
-    return NULL;
-  jw_buf_t list = {0};
-  JW_ADD_LITERAL(&list, "[");
-  int64_t next = results_read(st, &ss, order, cursor, max, &list, rd), gap_last = -1;
-  JW_ADD_LITERAL(&list, "]");
-  if (next < 0 || !results_stop(st, &ss, order, next, max, empty_waits, rd, &gap_last)) {
-    jw_buf_free(&list);
-    store_fail(st, f, "session results");
-    return NULL;
+    return f->code;
+  JW_ADD_LITERAL(list, "[");
+  int64_t next = results_read(st, &ss, order, cursor, max, list, rd), gap_last = -1;
+  JW_ADD_LITERAL(list, "]");
+  if (next < 0 || !results_stop(st, &ss, order, next, max, empty_waits, rd, &gap_last))
+    return store_fail(st, f, "session results");
+  *page = (results_page_t){
+      .cursor = next, .gap_last = gap_last, .total = ss.total, .done = ss.done + ss.failed};
+  return list->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+}
+
+/* The reply's fields after "results", written after its array: "cursor",
+ * "total", "done" and "gap" (an object or null), and the closing brace. */
+static void results_write_tail(jw_buf_t *out, const results_page_t *page) {
+  JW_ADD_LITERAL(out, ",\"cursor\":");
+  jw_add_int(out, page->cursor);
+  JW_ADD_LITERAL(out, ",\"total\":");
+  jw_add_int(out, page->total);
+  JW_ADD_LITERAL(out, ",\"done\":");
+  jw_add_int(out, page->done);
+  if (page->gap_last < 0) {
+    JW_ADD_LITERAL(out, ",\"gap\":null}");
+    return;
   }
-  json_t *results = list.failed ? NULL : jw_raw(list.buf, list.len);
-  jw_buf_free(&list);
-  json_t *gap = gap_last < 0 ? NULL
-                             : json_pack("{s:I, s:I}", "first", (json_int_t)next, "last",
-                                         (json_int_t)gap_last);
-  json_t *out = NULL;
-  if (results && (gap_last < 0 || gap)) { /* json_pack takes both references */
-    out = json_pack("{s:o, s:I, s:I, s:I, s:o?}", "results", results, "cursor", (json_int_t)next,
-                    "total", (json_int_t)ss.total, "done", (json_int_t)(ss.done + ss.failed), "gap",
-                    gap);
-  } else {
+  JW_ADD_LITERAL(out, ",\"gap\":{\"first\":");
+  jw_add_int(out, page->cursor);
+  JW_ADD_LITERAL(out, ",\"last\":");
+  jw_add_int(out, page->gap_last);
+  JW_ADD_LITERAL(out, "}}");
+}
+
+muster_err_t session_results_text(store_t *st, const char *id, session_order_t order,
+                                  int64_t cursor, int64_t max, bool empty_waits, session_read_t *rd,
+                                  jw_buf_t *out, fail_t *f) {
+  results_page_t page;
+  JW_ADD_LITERAL(out, "{\"results\":");
+  if (results_page(st, id, order, cursor, max, empty_waits, rd, out, &page, f))
+    return f->code;
+  results_write_tail(out, &page);
+  return out->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+}
+
+/* The reply as a tree: "results" a raw node of `list`, the rest packed
+ * (new reference; NULL when memory ran out). */
+static json_t *results_tree(const jw_buf_t *list, const results_page_t *page) {
+  json_t *results = jw_raw(list->buf, list->len);
+  json_t *gap = page->gap_last < 0 ? NULL
+                                   : json_pack("{s:I, s:I}", "first", (json_int_t)page->cursor,
+                                               "last", (json_int_t)page->gap_last);
+  if (results == NULL || (page->gap_last >= 0 && gap == NULL)) {
     json_decref(results);
     json_decref(gap);
+    return NULL;
   }
-  if (out == NULL)
+  /* json_pack takes both references */
+  return json_pack("{s:o, s:I, s:I, s:I, s:o?}", "results", results, "cursor",
+                   (json_int_t)page->cursor, "total", (json_int_t)page->total, "done",
+                   (json_int_t)page->done, "gap", gap);
+}
+
+json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
+                        int64_t max, bool empty_waits, session_read_t *rd, fail_t *f) {
+  jw_buf_t list = {0};
+  results_page_t page;
+  json_t *out = NULL;
+  if (results_page(st, id, order, cursor, max, empty_waits, rd, &list, &page, f) == MUSTER_OK &&
+      (out = results_tree(&list, &page)) == NULL)
     fail_set(f, MUSTER_NOMEM, "out of memory");
+  jw_buf_free(&list);
   return out;
 }
 

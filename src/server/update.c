@@ -212,6 +212,31 @@ json_t *update_list(store_t *st, const char *queue, int64_t after, int64_t max, 
   return list;
 }
 
+/* The "updates_last" of a lease that read `rd` from `after` on: a full
+ * page, or one cut by the budget, may leave more behind, so the worker
+ * continues from the last one it got.  Otherwise it has seen everything up
+ * to the queue's highest number, including numbers whose updates were
+ * deleted. */
+static int64_t update_lease_last(store_t *st, const char *queue, int64_t after,
+                                 const update_read_t *rd) {
+  if (rd->count >= UPDATE_MAX_BATCH || rd->cut)
+    return rd->last;
+  int64_t highest = update_last(st, queue);
+  return highest > after ? highest : after;
+}
+
+muster_err_t update_attach_text(store_t *st, const char *queue, int64_t after, jw_buf_t *out,
+                                size_t *count, fail_t *f) {
+  update_read_t rd;
+  JW_ADD_LITERAL(out, ",\"updates\":[");
+  if (!update_collect(st, queue, after, UPDATE_MAX_BATCH, out, &rd))
+    return store_fail(st, f, "updates for a lease");
+  JW_ADD_LITERAL(out, "],\"updates_last\":");
+  jw_add_int(out, update_lease_last(st, queue, after, &rd));
+  *count = rd.count;
+  return out->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
+}
+
 muster_err_t update_attach(store_t *st, const char *queue, int64_t after, json_t *reply,
                            size_t *count, fail_t *f) {
   update_read_t rd;
@@ -219,17 +244,9 @@ muster_err_t update_attach(store_t *st, const char *queue, int64_t after, json_t
   if (list == NULL)
     return f->code;
   *count = rd.count;
-  int64_t last = rd.last;
-  /* A full page, or one cut by the budget, may leave more behind: the worker
-   * continues from the last one it got.  Otherwise it has seen everything up
-   * to the queue's highest number, including numbers whose updates were
-   * deleted. */
-  if (rd.count < UPDATE_MAX_BATCH && !rd.cut) {
-    int64_t highest = update_last(st, queue);
-    last = highest > after ? highest : after;
-  }
   json_object_set_new(reply, "updates", list);
-  json_object_set_new(reply, "updates_last", json_integer(last));
+  json_object_set_new(reply, "updates_last",
+                      json_integer(update_lease_last(st, queue, after, &rd)));
   return MUSTER_OK;
 }
 

@@ -37,11 +37,16 @@ muster_err_t update_list_text(store_t *st, const char *queue, int64_t after, int
 json_t *update_list(store_t *st, const char *queue, int64_t after, int64_t max, fail_t *f);
 /* The highest sequence number handed out in `queue`; 0 when none. */
 int64_t update_last(store_t *st, const char *queue);
-/* Adds "updates" (seq > after, ascending, at most UPDATE_MAX_BATCH, and
- * within the budget of one reply as update_list) and "updates_last" to the
- * lease reply `reply`.  updates_last is the queue's highest number, or the
- * last one included when more remain.  *count gets the
- * number of updates added.  "updates" is a raw node, as in update_list. */
+/* Appends `,"updates":[...],"updates_last":N` to `out`, the text of a lease
+ * reply after its leases: the updates with seq > after, ascending, at most
+ * UPDATE_MAX_BATCH, and within the budget of one reply as update_list;
+ * updates_last is the queue's highest number, or the last one included when
+ * more remain.  *count gets the number of updates written.  MUSTER_OK, or
+ * the failure with *f filled and `out` holding part of the text. */
+muster_err_t update_attach_text(store_t *st, const char *queue, int64_t after, jw_buf_t *out,
+                                size_t *count, fail_t *f);
+/* update_attach_text's two fields added to the lease reply tree `reply`,
+ * "updates" a raw node as in update_list, for tests that read them. */
 muster_err_t update_attach(store_t *st, const char *queue, int64_t after, json_t *reply,
                            size_t *count, fail_t *f);
 /* Deletes the updates of `session` (it closed). */

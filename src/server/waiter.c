@@ -47,15 +47,19 @@ static void waiter_unlink(head_t *h, waiter_t *w) {
 /* Answers a waiter with no lease (time is up, or the head stops) and frees it;
  * one that asked for updates gets those that are there. */
 static void waiter_answer_empty(head_t *h, waiter_t *w) {
-  json_t *reply = json_pack("{s:[]}", "leases");
-  size_t count = 0;
+  jw_buf_t text = {0};
+  size_t count = 0, at;
   fail_t f = {0};
+  JW_ADD_LITERAL(&text, "{\"leases\":[]");
+  at = text.len;
   if (w->updates_after >= 0 &&
-      update_attach(h->st, w->queue, w->updates_after, reply, &count, &f)) {
-    json_object_set_new(reply, "updates", json_array());
-    json_object_set_new(reply, "updates_last", json_integer(w->updates_after));
+      update_attach_text(h->st, w->queue, w->updates_after, &text, &count, &f)) {
+    text.len = at; /* none, from where it asked */
+    JW_ADD_LITERAL(&text, ",\"updates\":[],\"updates_last\":");
+    jw_add_int(&text, w->updates_after);
   }
-  http_enqueue(h, w->req, 200, reply);
+  JW_ADD_LITERAL(&text, "}");
+  http_enqueue_text(h, w->req, 200, &text, false);
   waiter_unlink(h, w);
 }
 
@@ -124,24 +128,22 @@ static void waiter_fail(head_t *h, waiter_t *w, const fail_t *f) {
   waiter_unlink(h, w);
 }
 
-/* Leases for waiter `w` in the open request transaction: the reply (NULL
- * when nothing was leased, or on failure: *f set), with the leases counted
- * in *leased, the updates it carries in *updates, the highest task in
- * *max_task. */
-static json_t *waiter_lease(head_t *h, const waiter_t *w, size_t *leased, size_t *updates,
-                            int64_t *max_task, fail_t *f) {
+/* Leases for waiter `w` in the open request transaction, writing the reply
+ * into `text` (lease_reply_text): MUSTER_OK with *n counting what it holds,
+ * or the failure with *f set. */
+static muster_err_t waiter_lease(head_t *h, const waiter_t *w, jw_buf_t *text,
+                                 lease_reply_counts_t *n, fail_t *f) {
   queue_t q;
-  json_t *leases = NULL, *reply = NULL;
   lease_retry_t retry = {.request = w->request[0] ? w->request : NULL};
-  if (!queue_load(h->st, w->queue, &q, f) &&
-      (w->worker == 0 || !lease_retry_check(h->st, w->worker, &retry, f)))
-    leases = lease_acquire_retry(h->st, &q, w->worker, w->max, &retry, leased, max_task, f);
-  if (leases) {
-    reply = json_pack("{s:o}", "leases", leases);
-    if (w->updates_after >= 0)
-      update_attach(h->st, w->queue, w->updates_after, reply, updates, f);
-  }
-  return reply;
+  *n = (lease_reply_counts_t){0};
+  if (queue_load(h->st, w->queue, &q, f) ||
+      (w->worker != 0 && lease_retry_check(h->st, w->worker, &retry, f)))
+    return f->code;
+  JW_ADD_LITERAL(text, "{");
+  if (lease_reply_text(h->st, &q, w->worker, w->max, &retry, w->updates_after, text, n, f))
+    return f->code;
+  JW_ADD_LITERAL(text, "}");
+  return MUSTER_OK;
 }
 
 /* Tries to lease for one waiter; returns false when the queue has no ready
@@ -156,26 +158,22 @@ static bool waiter_try(head_t *h, waiter_t *w) {
   fail_t f = {0};
   if (store_request_begin(h->st, &f))
     return false;
-  size_t leased = 0, updates = 0;
-  int64_t max_task = 0;
-  json_t *reply = waiter_lease(h, w, &leased, &updates, &max_task, &f);
-  store_request_end(h->st, f.code == MUSTER_OK);
-  if (f.code) {
-    json_decref(reply);
+  lease_reply_counts_t n;
+  jw_buf_t text = {0};
+  muster_err_t err = waiter_lease(h, w, &text, &n, &f);
+  store_request_end(h->st, err == MUSTER_OK);
+  if (err || (n.leased == 0 && n.updates == 0)) {
+    jw_buf_free(&text);
+    if (err == MUSTER_OK)
+      return false;
     waiter_fail(h, w, &f);
     return true;
-  }
-  if (leased == 0 && updates == 0) {
-    json_decref(reply);
-    return false;
   }
   /* Leases of tasks on disk need no flush of their own; a waiter woken by a
    * put of this turn gets tasks that are not, and waits like the put, as does
    * one that brings updates (head_lease_on_disk). */
-  if (leased > 0 && updates == 0 && head_lease_on_disk(h, max_task))
-    http_enqueue_unflushed(h, w->req, 200, reply);
-  else
-    http_enqueue(h, w->req, 200, reply);
+  http_enqueue_text(h, w->req, 200, &text,
+                    n.leased > 0 && n.updates == 0 && head_lease_on_disk(h, n.max_task));
   waiter_unlink(h, w);
   return true;
 }

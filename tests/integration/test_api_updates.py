@@ -1,6 +1,7 @@
 """Broadcast updates: per-queue numbering, reading, delivery with leases in order
 (also to a worker that starts late), long-poll leases woken by an update, and
 session-scoped updates deleted with their session (docs/api.md, "Updates")."""
+import json
 import os
 import sys
 import threading
@@ -242,6 +243,53 @@ class UpdateLongPollTest(UpdateCase):
         self.post("a")
         r = self.lease_reply(wait_ms=200, updates_after=1)
         self.assertEqual(r, {"leases": [], "updates": [], "updates_last": 1})
+
+    def assert_text(self, reply, keys):
+        """`reply` is compact JSON, its fields `keys` in this order."""
+        self.assertEqual(reply.status, 200, reply)
+        text = reply.raw.rstrip(b"\n")
+        self.assertEqual([k for k, _ in json.loads(text, object_pairs_hook=lambda p: p)], keys,
+                         text[:300])
+        compact = json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
+        self.assertEqual(text, compact.encode())
+
+    def complete_and_lease(self, lease, result, next_lease):
+        """The combined call as compact text; `result` is JSON text."""
+        body = '{"leases":[{"task":%d,"token":%d,"result":%s}],"lease":%s}' % (
+            lease["task"], lease["token"], result, json.dumps(next_lease))
+        return self.call("POST", "/v1/leases/complete", raw=body.encode())
+
+    def test_lease_replies_as_text(self):
+        """Every lease reply is written whole as text (docs/design-notes.md, "Stored JSON
+        text spliced into replies"): compact, its fields in the order they always had,
+        answered at once, after completions (the scanner's body and the tree's), woken
+        by an update or a task, or at its timeout."""
+        self.create_queue()
+        self.post({"lr": 0.5, "s": "\u00e9\n"})
+        self.put("a", "b", "c")
+        r = self.call("POST", "/v1/queues/%s/lease" % self.q, {"max": 1, "updates_after": 0})
+        self.assert_text(r, ["leases", "updates", "updates_last"])
+        wants = {"queue": self.q, "max": 1, "updates_after": 0}
+        r = self.complete_and_lease(r.json["leases"][0], '"ok"', wants)
+        self.assert_text(r, ["completed", "leases", "updates", "updates_last"])
+        self.assertEqual(len(r.json["leases"]), 1, r)
+        # 1E2 is not canonical: the body takes the tree path.
+        r = self.complete_and_lease(r.json["leases"][0], "1E2", {"queue": self.q, "max": 5})
+        self.assert_text(r, ["completed", "leases"])
+        self.assertEqual(len(r.json["leases"]), 1, r)
+        p = self.poller({"wait_ms": 20000, "updates_after": 1})
+        hold(0.3)
+        self.post("news")
+        self.finished(p)
+        self.assert_text(p.reply, ["leases", "updates", "updates_last"])
+        p = self.poller({"wait_ms": 20000})
+        hold(0.3)
+        self.put("d")
+        self.finished(p)
+        self.assert_text(p.reply, ["leases"])
+        r = self.call("POST", "/v1/queues/%s/lease" % self.q, {"wait_ms": 200, "updates_after": 2})
+        self.assert_text(r, ["leases", "updates", "updates_last"])
+        self.assertEqual(r.json, {"leases": [], "updates": [], "updates_last": 2})
 
 
 if __name__ == "__main__":
