@@ -197,6 +197,18 @@ class Head:
         self._close_conn()
         return self.proc.returncode if self.proc else None
 
+    def stop_checked(self):
+        """Stops the head cleanly and removes it (cleanup), failing on an exit status other
+        than 0 or a sanitizer report in its log: under the sanitizers its exit reports
+        what a test leaked or broke."""
+        try:
+            status = self.stop()
+            log = self.log()
+        finally:
+            self.cleanup()
+        if status != 0 or "Sanitizer" in log:
+            raise AssertionError("the head exited with %s:\n%s" % (status, log))
+
     def cleanup(self):
         self.kill()
         if self.own_dir:

@@ -49,18 +49,6 @@ LAYER_LIMIT = 4 * MAX_BODY + 65536  # what its HTTP layer reads of a body at mos
 REPLY_WAIT_S = 5  # a reply that is due comes within this
 
 
-def stop_checked(head):
-    """Stops `head` cleanly (under the sanitizers its exit reports what the abuse leaked
-    or broke) and fails on a bad exit."""
-    try:
-        status = head.stop()
-        log = head.log()
-    finally:
-        head.cleanup()
-    if status != 0 or "Sanitizer" in log:
-        raise AssertionError("the head exited with %s:\n%s" % (status, log))
-
-
 def rss_bytes(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -81,7 +69,7 @@ class HeadCase(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        stop_checked(cls.head)
+        cls.head.stop_checked()
 
     def wire(self):
         return Wire(self.head.port)
@@ -218,7 +206,7 @@ class DescriptorsTest(unittest.TestCase):
     def tearDown(self):
         for s in self.held:
             s.close()
-        stop_checked(self.head)
+        self.head.stop_checked()
 
     def accept_lines(self):
         return [l for l in self.head.log().splitlines() if "accept" in l]
@@ -359,7 +347,7 @@ class StoredDotNamesTest(unittest.TestCase):
         self.head = harness.Head().start()
 
     def tearDown(self):
-        stop_checked(self.head)
+        self.head.stop_checked()
 
     def test_an_older_heads_dots_names_still_work(self):
         h = self.head

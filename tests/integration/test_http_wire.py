@@ -376,15 +376,8 @@ def setUpModule():
 def tearDownModule():
     # A clean stop, not kill -9: under the sanitizers the head's exit then reports what
     # the connections above leaked or broke, and a non-zero status fails the run.
-    if HEAD is None:
-        return
-    try:
-        status = HEAD.stop()
-        log = HEAD.log()
-    finally:
-        HEAD.cleanup()
-    if status != 0 or "Sanitizer" in log:
-        raise AssertionError("the head exited with %s:\n%s" % (status, log))
+    if HEAD is not None:
+        HEAD.stop_checked()
 
 
 class WireCase(unittest.TestCase):
@@ -1719,13 +1712,7 @@ class ReadTimeoutTest(WireCase):
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            status = cls.slow.stop()
-            log = cls.slow.log()
-        finally:
-            cls.slow.cleanup()
-        if status != 0 or "Sanitizer" in log:
-            raise AssertionError("the head exited with %s:\n%s" % (status, log))
+        cls.slow.stop_checked()
 
     def setUp(self):
         super().setUp()

@@ -24,7 +24,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from node_harness import Agent  # noqa: E402
-from test_abuse_head import rss_bytes, stop_checked  # noqa: E402
+from test_abuse_head import rss_bytes  # noqa: E402
 from test_api_shared import sanitized  # noqa: E402
 from test_http_wire import Wire, request  # noqa: E402
 
@@ -61,7 +61,7 @@ class UnreadRepliesTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        stop_checked(cls.head)
+        cls.head.stop_checked()
 
     def get(self, task):
         return request("GET", "/v1/tasks/%d" % task, self.head.token)
@@ -164,7 +164,7 @@ class BudgetCase(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        stop_checked(cls.head)
+        cls.head.stop_checked()
 
     def call(self, method, path, body=None, status=200):
         r = self.head.request(method, path, body=body)

@@ -22,19 +22,23 @@ static inline void open_session(const char *queue, int64_t timeout_ms, char *id)
   json_decref(body);
 }
 
-/* Submits `n` tasks of `priority` to session `id` in one request. */
-static inline void submit(const char *id, int64_t n, int64_t priority) {
-  json_t *tasks = json_array();
-  for (int64_t i = 0; i < n; i++)
-    json_array_append_new(
-        tasks, json_pack("{s:I, s:I}", "payload", (json_int_t)i, "priority", (json_int_t)priority));
-  json_t *body = json_pack("{s:o}", "tasks", tasks);
+/* Submits request `body` (which it consumes) to session `id`. */
+static inline void submit_body(const char *id, json_t *body) {
   fail_t f = {0};
   json_t *out = session_submit(st, id, body, 1 << 20, &f);
   if (out == NULL)
     fail_msg("submit: %s", f.message);
   json_decref(out);
   json_decref(body);
+}
+
+/* Submits `n` tasks of `priority` to session `id` in one request. */
+static inline void submit(const char *id, int64_t n, int64_t priority) {
+  json_t *tasks = json_array();
+  for (int64_t i = 0; i < n; i++)
+    json_array_append_new(
+        tasks, json_pack("{s:I, s:I}", "payload", (json_int_t)i, "priority", (json_int_t)priority));
+  submit_body(id, json_pack("{s:o}", "tasks", tasks));
 }
 
 /* Submits `n` tasks to session `id`, TASK_MAX_BATCH a request. */

@@ -32,6 +32,7 @@
 #include "server/task_internal.h"
 #include "server/update.h"
 #include "store_fixture.h"
+#include "session_fixture.h"
 
 /* Nesting of the deepest payload: a put body holds it in three containers,
  * and jansson reads 2048 levels, the innermost scalar counted. */
@@ -455,15 +456,10 @@ static void results_as_tree(const char *id, const results_case_t *c, int64_t tot
  * `id` (8 to 10 a gap); returns the leases of the tasks at 0 to 11 by index
  * (the caller frees), 12 left queued. */
 static json_t *results_setup(const char *id) {
-  json_t *body = parse("{\"tasks\": [{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2},"
-                       " {\"payload\": 3}, {\"payload\": 4}, {\"payload\": 5}, {\"payload\": 6},"
-                       " {\"payload\": 7}, {\"payload\": 11, \"index\": 11}, {\"payload\": 12}]}");
-  fail_t f = {0};
-  json_t *out = session_submit(st, id, body, 1 << 20, &f);
-  if (out == NULL)
-    fail_msg("submit: %s", f.message);
-  json_decref(out);
-  json_decref(body);
+  submit_body(id,
+              parse("{\"tasks\": [{\"payload\": 0}, {\"payload\": 1}, {\"payload\": 2},"
+                    " {\"payload\": 3}, {\"payload\": 4}, {\"payload\": 5}, {\"payload\": 6},"
+                    " {\"payload\": 7}, {\"payload\": 11, \"index\": 11}, {\"payload\": 12}]}"));
   json_t *leases = lease_some(9), *by_index = json_array();
   for (int64_t index = 0; index < 12; index++)
     for (size_t i = 0; i < json_array_size(leases); i++)
