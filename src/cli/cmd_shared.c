@@ -159,6 +159,20 @@ static int put_error(muster_client_t *client, muster_err_t err) {
   return CLI_FAIL;
 }
 
+/* Prints the head's reply to a put, as the other --json outputs print theirs
+ * (indented by cli_print_pretty). */
+static void put_print_json(const char *scope, const char *name, const muster_shared_info_t *info) {
+  json_t *reply =
+      json_pack("{s:s, s:s, s:I, s:I, s:s, s:I, s:b, s:I}", "scope", scope, "name", name, "level",
+                (json_int_t)info->level, "size", (json_int_t)info->size, "checksum", info->checksum,
+                "ttl_ms", (json_int_t)info->ttl_ms, "ttl_clamped", info->ttl_clamped, "expires_ms",
+                (json_int_t)info->expires_ms);
+  char *text = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+  cli_print_pretty(text ? text : "{}");
+  free(text);
+  json_decref(reply);
+}
+
 static int shared_put(cli_args_t *args, muster_client_t *client) {
   muster_shared_opts_t opts;
   muster_shared_opts_init(&opts);
@@ -181,10 +195,7 @@ static int shared_put(cli_args_t *args, muster_client_t *client) {
   if (err != MUSTER_OK)
     return put_error(client, err);
   if (cli_flag(args, "json")) {
-    printf("{\"scope\": \"%s\", \"name\": \"%s\", \"level\": %lld, \"size\": %lld, \"checksum\": "
-           "\"%s\", \"ttl_ms\": %lld, \"ttl_clamped\": %s, \"expires_ms\": %lld}\n",
-           args->pos[0], args->pos[1], (long long)info.level, (long long)info.size, info.checksum,
-           (long long)info.ttl_ms, info.ttl_clamped ? "true" : "false", (long long)info.expires_ms);
+    put_print_json(args->pos[0], args->pos[1], &info);
   } else {
     printf("%s/%s level %lld: %lld bytes, checksum %s, ttl %lld ms%s\n", args->pos[0], args->pos[1],
            (long long)info.level, (long long)info.size, info.checksum, (long long)info.ttl_ms,

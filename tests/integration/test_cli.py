@@ -349,6 +349,19 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(self.ok("shared", "rm", "cli-rm", "two").strip(),
                          "deleted cli-rm/two (2 levels)")
 
+    def test_shared_put_json_is_the_heads_reply(self):
+        # --json prints the put's reply as the other --json outputs print theirs
+        # (indented), every field of the level as the head holds it.
+        out = self.ok("shared", "put", "cli-json", "blob", "--json", "--ttl-ms", "60000",
+                      stdin="abc")
+        self.assertTrue(out.startswith("{\n  \"scope\": \"cli-json\",\n"), out)
+        put = json.loads(out)
+        (listed,) = json.loads(self.ok("shared", "ls", "cli-json", "--json"))["blobs"]
+        self.assertEqual((put["scope"], put["name"], put["level"], put["size"], put["ttl_ms"],
+                          put["ttl_clamped"]), ("cli-json", "blob", 1, 3, 60000, False))
+        self.assertEqual((put["checksum"], put["expires_ms"]),
+                         (listed["checksum"], listed["expires_ms"]))
+
     def test_https_to_the_plain_head(self):
         # An https:// URL to the head (which serves plain HTTP) fails at once with the
         # fix named: the head refuses the TLS handshake without waiting for a line end
