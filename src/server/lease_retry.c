@@ -245,19 +245,6 @@ muster_err_t lease_acquire_retry_text(store_t *st, const queue_t *q, int64_t wor
   return MUSTER_OK;
 }
 
-json_t *lease_acquire_retry(store_t *st, const queue_t *q, int64_t worker, int64_t max,
-                            const lease_retry_t *r, size_t *count, int64_t *max_task, fail_t *f) {
-  jw_buf_t out = {0};
-  json_t *leases = NULL;
-  if (lease_acquire_retry_text(st, q, worker, max, r, &out, count, max_task, f) == MUSTER_OK &&
-      (leases = jw_raw(out.buf, out.len)) == NULL) {
-    *count = 0;
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-  }
-  jw_buf_free(&out);
-  return leases;
-}
-
 muster_err_t lease_reply_text(store_t *st, const queue_t *q, int64_t worker, int64_t max,
                               const lease_retry_t *r, int64_t updates_after, jw_buf_t *out,
                               lease_reply_counts_t *n, fail_t *f) {

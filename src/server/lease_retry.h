@@ -79,11 +79,6 @@ muster_err_t lease_retry_check(store_t *st, int64_t worker, lease_retry_t *r, fa
 muster_err_t lease_acquire_retry_text(store_t *st, const queue_t *q, int64_t worker, int64_t max,
                                       const lease_retry_t *r, jw_buf_t *out, size_t *count,
                                       int64_t *max_task, fail_t *f);
-/* lease_acquire_retry_text's array as one raw node (jw.h; new reference), or
- * NULL with *f filled, as lease_acquire_raw. */
-json_t *lease_acquire_retry(store_t *st, const queue_t *q, int64_t worker, int64_t max,
-                            const lease_retry_t *r, size_t *count, int64_t *max_task, fail_t *f);
-
 /* What a lease reply holds. */
 typedef struct {
   size_t leased;    /* leases */

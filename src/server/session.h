@@ -99,12 +99,6 @@ typedef struct {
 muster_err_t session_results_text(store_t *st, const char *id, session_order_t order,
                                   int64_t cursor, int64_t max, bool empty_waits, session_read_t *rd,
                                   jw_buf_t *out, fail_t *f);
-/* session_results_text's reply as a tree (new reference; "results" is a raw
- * node, jw.h), for tests that read its fields: jw_dump of it is the text,
- * byte for byte.  NULL with *f filled on failure. */
-json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
-                        int64_t max, bool empty_waits, session_read_t *rd, fail_t *f);
-
 /* Closes the session: unfinished tasks are cancelled, then its tasks, results
  * and updates deleted.  `why` says who closed it (kept for error messages).
  * Returns {"id", "cancelled", "deleted"} or NULL with *f filled.

@@ -206,36 +206,6 @@ muster_err_t session_results_text(store_t *st, const char *id, session_order_t o
   return out->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
-/* The reply as a tree: "results" a raw node of `list`, the rest packed
- * (new reference; NULL when memory ran out). */
-static json_t *results_tree(const jw_buf_t *list, const results_page_t *page) {
-  json_t *results = jw_raw(list->buf, list->len);
-  json_t *gap = page->gap_last < 0 ? NULL
-                                   : json_pack("{s:I, s:I}", "first", (json_int_t)page->cursor,
-                                               "last", (json_int_t)page->gap_last);
-  if (results == NULL || (page->gap_last >= 0 && gap == NULL)) {
-    json_decref(results);
-    json_decref(gap);
-    return NULL;
-  }
-  /* json_pack takes both references */
-  return json_pack("{s:o, s:I, s:I, s:I, s:o?}", "results", results, "cursor",
-                   (json_int_t)page->cursor, "total", (json_int_t)page->total, "done",
-                   (json_int_t)page->done, "gap", gap);
-}
-
-json_t *session_results(store_t *st, const char *id, session_order_t order, int64_t cursor,
-                        int64_t max, bool empty_waits, session_read_t *rd, fail_t *f) {
-  jw_buf_t list = {0};
-  results_page_t page;
-  json_t *out = NULL;
-  if (results_page(st, id, order, cursor, max, empty_waits, rd, &list, &page, f) == MUSTER_OK &&
-      (out = results_tree(&list, &page)) == NULL)
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-  jw_buf_free(&list);
-  return out;
-}
-
 /* ---- recording ---- */
 
 /* The last result number of session `session` when it is open and of

@@ -169,24 +169,6 @@ static bool update_collect(store_t *st, const char *queue, int64_t after, int64_
   return rc == SQLITE_DONE;
 }
 
-/* The array of update_collect's updates for a lease reply, as one raw node
- * (jw.h; new reference), or NULL with *f filled: a store failure, or memory
- * ran out. */
-static json_t *update_for_lease(store_t *st, const char *queue, int64_t after, int64_t max,
-                                update_read_t *rd, fail_t *f) {
-  jw_buf_t list = {0};
-  JW_ADD_LITERAL(&list, "[");
-  bool read = update_collect(st, queue, after, max, &list, rd);
-  JW_ADD_LITERAL(&list, "]");
-  json_t *raw = read && !list.failed ? jw_raw(list.buf, list.len) : NULL;
-  jw_buf_free(&list);
-  if (!read)
-    store_fail(st, f, "updates for a lease");
-  else if (raw == NULL)
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-  return raw;
-}
-
 muster_err_t update_list_text(store_t *st, const char *queue, int64_t after, int64_t max,
                               jw_buf_t *out, fail_t *f) {
   queue_t q;
@@ -200,16 +182,6 @@ muster_err_t update_list_text(store_t *st, const char *queue, int64_t after, int
   jw_add_int(out, update_last(st, queue));
   JW_ADD_LITERAL(out, "}");
   return out->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
-}
-
-json_t *update_list(store_t *st, const char *queue, int64_t after, int64_t max, fail_t *f) {
-  jw_buf_t text = {0};
-  json_t *list = NULL;
-  if (update_list_text(st, queue, after, max, &text, f) == MUSTER_OK &&
-      (list = jw_raw(text.buf, text.len)) == NULL)
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-  jw_buf_free(&text);
-  return list;
 }
 
 /* The "updates_last" of a lease that read `rd` from `after` on: a full
@@ -235,19 +207,6 @@ muster_err_t update_attach_text(store_t *st, const char *queue, int64_t after, j
   jw_add_int(out, update_lease_last(st, queue, after, &rd));
   *count = rd.count;
   return out->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
-}
-
-muster_err_t update_attach(store_t *st, const char *queue, int64_t after, json_t *reply,
-                           size_t *count, fail_t *f) {
-  update_read_t rd;
-  json_t *list = update_for_lease(st, queue, after, UPDATE_MAX_BATCH, &rd, f);
-  if (list == NULL)
-    return f->code;
-  *count = rd.count;
-  json_object_set_new(reply, "updates", list);
-  json_object_set_new(reply, "updates_last",
-                      json_integer(update_lease_last(st, queue, after, &rd)));
-  return MUSTER_OK;
 }
 
 static muster_err_t update_delete(store_t *st, sqlite3_stmt *s, const char *key, fail_t *f) {

@@ -32,23 +32,16 @@ json_t *update_post(store_t *st, const char *queue, const json_t *body, size_t m
  * failure with *f filled. */
 muster_err_t update_list_text(store_t *st, const char *queue, int64_t after, int64_t max,
                               jw_buf_t *out, fail_t *f);
-/* update_list_text's reply as one raw node (jw.h; new reference), or NULL
- * with *f filled. */
-json_t *update_list(store_t *st, const char *queue, int64_t after, int64_t max, fail_t *f);
 /* The highest sequence number handed out in `queue`; 0 when none. */
 int64_t update_last(store_t *st, const char *queue);
 /* Appends `,"updates":[...],"updates_last":N` to `out`, the text of a lease
  * reply after its leases: the updates with seq > after, ascending, at most
- * UPDATE_MAX_BATCH, and within the budget of one reply as update_list;
+ * UPDATE_MAX_BATCH, and within the budget of one reply as update_list_text;
  * updates_last is the queue's highest number, or the last one included when
  * more remain.  *count gets the number of updates written.  MUSTER_OK, or
  * the failure with *f filled and `out` holding part of the text. */
 muster_err_t update_attach_text(store_t *st, const char *queue, int64_t after, jw_buf_t *out,
                                 size_t *count, fail_t *f);
-/* update_attach_text's two fields added to the lease reply tree `reply`,
- * "updates" a raw node as in update_list, for tests that read them. */
-muster_err_t update_attach(store_t *st, const char *queue, int64_t after, json_t *reply,
-                           size_t *count, fail_t *f);
 /* Deletes the updates of `session` (it closed). */
 muster_err_t update_delete_session(store_t *st, const char *session, fail_t *f);
 /* Deletes the updates of `queue` (it is being deleted); its numbering goes on. */

@@ -16,6 +16,7 @@
 #include "server/lease.h"
 #include "server/queue.h"
 #include "server/store.h"
+#include "server/update.h"
 
 static store_t *st;
 
@@ -37,6 +38,30 @@ static inline int fixture_close(void) {
   store_close(st);
   st = NULL;
   return 0;
+}
+
+/* The JSON text a reply writer put in `out`, parsed (new reference); `out`
+ * is freed.  Fails the test when the text is not JSON. */
+static inline json_t *text_tree(jw_buf_t *out) {
+  assert_false(out->failed);
+  json_error_t error;
+  json_t *tree = json_loadb(out->buf, out->len, JSON_ALLOW_NUL, &error);
+  if (tree == NULL)
+    fail_msg("not JSON (%s): %.300s", error.text, out->buf);
+  jw_buf_free(out);
+  return tree;
+}
+
+/* The updates a lease of `queue` after `after` carries, as the reply's
+ * text (`{"leases":[]` and update_attach_text's fields) parsed (new
+ * reference); how many into *count. */
+static inline json_t *updates_attached(const char *queue, int64_t after, size_t *count) {
+  jw_buf_t text = {0};
+  fail_t f = {0};
+  JW_ADD_LITERAL(&text, "{\"leases\":[]");
+  assert_int_equal(update_attach_text(st, queue, after, &text, count, &f), MUSTER_OK);
+  JW_ADD_LITERAL(&text, "}");
+  return text_tree(&text);
 }
 
 /* Removes a store file `path` of a test that opened one on disk (an upgrade

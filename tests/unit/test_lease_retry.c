@@ -62,10 +62,10 @@ static json_t *keyed_lease(const char *queue, int64_t worker, const char *reques
   assert_int_equal(lease_retry_check(st, worker, &r, &f), MUSTER_OK);
   size_t count;
   int64_t max_task = 0;
-  json_t *raw = lease_acquire_retry(st, &q, worker, max, &r, &count, &max_task, &f);
-  assert_non_null(raw);
-  json_t *leases = reply_tree(raw);
-  json_decref(raw);
+  jw_buf_t text = {0};
+  assert_int_equal(lease_acquire_retry_text(st, &q, worker, max, &r, &text, &count, &max_task, &f),
+                   MUSTER_OK);
+  json_t *leases = text_tree(&text);
   assert_int_equal(json_array_size(leases), count);
   return leases;
 }

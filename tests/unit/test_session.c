@@ -129,15 +129,29 @@ static const json_t *at_index(const json_t *leases, int64_t index) {
   return NULL;
 }
 
+/* A page of session `id`'s results as the route writes it, its text into
+ * `text` (the caller frees it). */
+static void results_text(const char *id, session_order_t order, int64_t cursor, int64_t max,
+                         bool empty_waits, session_read_t *rd, jw_buf_t *text) {
+  fail_t f = {0};
+  *text = (jw_buf_t){0};
+  assert_int_equal(session_results_text(st, id, order, cursor, max, empty_waits, rd, text, &f),
+                   MUSTER_OK);
+}
+
+/* results_text's page parsed (new reference). */
+static json_t *results_of(const char *id, session_order_t order, int64_t cursor, int64_t max,
+                          bool empty_waits, session_read_t *rd) {
+  jw_buf_t text;
+  results_text(id, order, cursor, max, empty_waits, rd, &text);
+  return text_tree(&text);
+}
+
 /* Reads results; returns the indexes in order as "0,1,2" in `buf`, and the cursor. */
 static int64_t read_results(const char *id, session_order_t order, int64_t cursor, int64_t max,
                             char *buf, size_t size) {
-  fail_t f = {0};
   session_read_t rd;
-  json_t *raw = session_results(st, id, order, cursor, max, false, &rd, &f);
-  assert_non_null(raw);
-  json_t *r = reply_tree(raw); /* "results" is a raw node */
-  json_decref(raw);
+  json_t *r = results_of(id, order, cursor, max, false, &rd);
   json_t *list = json_object_get(r, "results");
   assert_int_equal(rd.count, json_array_size(list));
   buf[0] = '\0';
@@ -400,12 +414,8 @@ static void test_batch_results(void **unused) {
  * stalled". */
 static const char *read_summary(const char *id, int64_t cursor, int64_t max, bool empty_waits,
                                 char *buf, size_t size) {
-  fail_t f = {0};
   session_read_t rd;
-  json_t *raw = session_results(st, id, SESSION_BY_SUBMISSION, cursor, max, empty_waits, &rd, &f);
-  assert_non_null(raw);
-  json_t *r = reply_tree(raw);
-  json_decref(raw);
+  json_t *r = results_of(id, SESSION_BY_SUBMISSION, cursor, max, empty_waits, &rd);
   json_t *list = json_object_get(r, "results"), *gap = json_object_get(r, "gap");
   assert_non_null(gap); /* always there, null when there is none */
   size_t len = 0;
@@ -457,9 +467,8 @@ static void test_gaps(void **unused) {
   assert_string_equal(read_summary(id, 2, 100, false, buf, sizeof buf), "2 c3 gap3-4 stalled");
   assert_int_equal(read_results(id, SESSION_BY_COMPLETION, 0, 100, buf, sizeof buf), 3);
   assert_string_equal(buf, "0,5,2");
-  fail_t f = {0};
   session_read_t rd;
-  json_t *out = session_results(st, id, SESSION_BY_COMPLETION, 0, 100, false, &rd, &f);
+  json_t *out = results_of(id, SESSION_BY_COMPLETION, 0, 100, false, &rd);
   assert_true(json_is_null(json_object_get(out, "gap")));
   assert_false(rd.stalled);
   json_decref(out);
@@ -504,12 +513,12 @@ static void test_results_text(void **unused) {
   assert_int_equal(apply(LEASE_FAIL, at_index(leases, 2), ", \"error\": \"boom\""), MUSTER_OK);
   fail_t f = {0};
   session_read_t rd;
-  json_t *out = session_results(st, id, SESSION_BY_COMPLETION, 0, 100, false, &rd, &f);
-  assert_non_null(out);
+  jw_buf_t out;
+  results_text(id, SESSION_BY_COMPLETION, 0, 100, false, &rd, &out);
   assert_int_equal(rd.count, 3);
-  size_t len = 0;
-  const char *text = jw_raw_text(json_object_get(out, "results"), &len);
-  assert_non_null(text);
+  static const char results_key[] = "{\"results\":";
+  assert_memory_equal(out.buf, results_key, sizeof results_key - 1);
+  const char *text = out.buf + sizeof results_key - 1; /* the array, then ",\"cursor\"" */
   /* The tree each element was built as, from what the tasks hold. */
   json_t *expected = json_array();
   static const int64_t by_seq[] = {1, 0, 2}; /* the indexes in the order they finished */
@@ -530,13 +539,14 @@ static void test_results_text(void **unused) {
   size_t want_len = 0;
   char *want = jw_dump(expected, &want_len);
   assert_non_null(want);
-  assert_int_equal(len, want_len);
-  assert_memory_equal(text, want, len);
+  assert_true(out.len > sizeof results_key - 1 + want_len);
+  assert_memory_equal(text, want, want_len);
+  assert_memory_equal(text + want_len, ",\"cursor\":", 10);
   assert_non_null(strstr(want, "\"state\":\"dead\""));
   assert_non_null(strstr(want, "\"state\":\"failed\""));
   free(want);
   json_decref(expected);
-  json_decref(out);
+  jw_buf_free(&out);
   json_decref(leases);
 }
 
@@ -629,7 +639,9 @@ static void test_close_and_expiry(void **unused) {
   assert_null(session_get(st, id, &f));
   assert_int_equal(f.code, MUSTER_SESSION_NOT_FOUND);
   assert_non_null(strstr(f.message, "did not call"));
-  json_t *list = tree_of(update_list(st, "q", 0, 100, &f));
+  jw_buf_t listed = {0};
+  assert_int_equal(update_list_text(st, "q", 0, 100, &listed, &f), MUSTER_OK);
+  json_t *list = text_tree(&listed);
   assert_int_equal(json_array_size(json_object_get(list, "updates")), 0);
   assert_int_equal(jint(list, "last"), 1);
   json_decref(list);
@@ -658,12 +670,12 @@ static void test_updates(void **unused) {
   assert_int_equal(update_last(st, "q"), UPDATE_MAX_BATCH + 5);
   assert_int_equal(update_last(st, "other"), 0);
   /* A long backlog is cut at 1000: the worker continues from the last one. */
-  json_t *reply = json_object();
   size_t count = 0;
-  assert_int_equal(update_attach(st, "q", 0, reply, &count, &f), MUSTER_OK);
+  json_t *reply = updates_attached("q", 0, &count);
   assert_int_equal(count, UPDATE_MAX_BATCH);
   assert_int_equal(jint(reply, "updates_last"), UPDATE_MAX_BATCH);
-  assert_int_equal(update_attach(st, "q", UPDATE_MAX_BATCH, reply, &count, &f), MUSTER_OK);
+  json_decref(reply);
+  reply = updates_attached("q", UPDATE_MAX_BATCH, &count);
   assert_int_equal(count, 5);
   assert_int_equal(jint(reply, "updates_last"), UPDATE_MAX_BATCH + 5);
   json_decref(reply);

@@ -152,6 +152,19 @@ static json_t *old_tasks(bool brief) {
   return tasks;
 }
 
+/* The text in `got` (freed) is jw_dump of `want` (not consumed). */
+static void same_bytes(jw_buf_t *got, const json_t *want) {
+  size_t want_len;
+  char *want_text = jw_dump(want, &want_len);
+  assert_non_null(want_text);
+  assert_false(got->failed);
+  if (got->len != want_len || memcmp(got->buf, want_text, want_len) != 0)
+    fail_msg("written as text:\n%.*s\nas the tree:\n%.600s", (int)(got->len < 600 ? got->len : 600),
+             got->buf, want_text);
+  jw_buf_free(got);
+  free(want_text);
+}
+
 /* jw_dump of `got` (a reply, consumed) is jw_dump of `want` (consumed). */
 static void same_text(json_t *got, json_t *want) {
   assert_non_null(got);
@@ -326,15 +339,22 @@ static void test_updates_as_tree(void **unused) {
     post_update(tricky[i], i % 2 ? json_string_value(json_object_get(made, "id")) : NULL);
   post_update(deep, NULL);
   fail_t f = {0};
-  same_text(update_list(st, "q", 0, 100, &f),
-            json_pack("{s:o, s:I}", "updates", old_updates(), "last", (json_int_t)TRICKY_N + 1));
-  json_t *reply = json_object(), *want = json_object();
+  jw_buf_t listed = {0}, reply = {0};
+  json_t *want =
+      json_pack("{s:o, s:I}", "updates", old_updates(), "last", (json_int_t)TRICKY_N + 1);
+  assert_int_equal(update_list_text(st, "q", 0, 100, &listed, &f), MUSTER_OK);
+  same_bytes(&listed, want);
+  json_decref(want);
+  want = json_pack("{s:[]}", "leases");
   size_t count = 0;
-  assert_int_equal(update_attach(st, "q", 0, reply, &count, &f), MUSTER_OK);
+  JW_ADD_LITERAL(&reply, "{\"leases\":[]");
+  assert_int_equal(update_attach_text(st, "q", 0, &reply, &count, &f), MUSTER_OK);
+  JW_ADD_LITERAL(&reply, "}");
   assert_int_equal(count, TRICKY_N + 1);
   json_object_set_new(want, "updates", old_updates());
   json_object_set_new(want, "updates_last", json_integer((json_int_t)TRICKY_N + 1));
-  same_text(reply, want);
+  same_bytes(&reply, want);
+  json_decref(want);
   json_decref(made);
   free(deep);
 }
@@ -425,21 +445,8 @@ static json_t *old_results(const char *id, const results_case_t *c, int64_t tota
   return reply;
 }
 
-/* The text in `got` (freed) is jw_dump of `want` (not consumed). */
-static void same_bytes(jw_buf_t *got, const json_t *want) {
-  size_t want_len;
-  char *want_text = jw_dump(want, &want_len);
-  assert_non_null(want_text);
-  assert_false(got->failed);
-  if (got->len != want_len || memcmp(got->buf, want_text, want_len) != 0)
-    fail_msg("written as text:\n%.*s\nas the tree:\n%.600s", (int)(got->len < 600 ? got->len : 600),
-             got->buf, want_text);
-  jw_buf_free(got);
-  free(want_text);
-}
-
 /* Read `c` of session `id`, written as text, is byte for byte the tree
- * path's reply; and so is the tree session_results returns. */
+ * path's reply. */
 static void results_as_tree(const char *id, const results_case_t *c, int64_t total, int64_t done) {
   fail_t f = {0};
   session_read_t rd;
@@ -449,7 +456,7 @@ static void results_as_tree(const char *id, const results_case_t *c, int64_t tot
                    MUSTER_OK);
   assert_int_equal(rd.count, (size_t)c->n);
   same_bytes(&got, want);
-  same_text(session_results(st, id, c->order, c->cursor, c->max, false, &rd, &f), want);
+  json_decref(want);
 }
 
 /* Submits the payloads 0, 1, ... at indexes 0 to 7, 11 and 12 of session
