@@ -12,7 +12,8 @@ worker timeout is 300 s, so only the crash report can end the worker within the 
 Also: the endpoint itself (the worker an instance registered, none, bad input), a
 registration that comes after the report of its instance (refused: no worker), and
 `muster worker` started by hand (its own random instance, or MUSTER_WORKER_INSTANCE, and
-one reported ended, which stops).
+one reported ended, which stops); and a head older than the route, which answers the
+report by instance 404 (OlderHeadTest): an answer, so the report is not sent again.
 """
 import json
 import os
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -185,6 +187,128 @@ class WorkerKilledBeforeItToldItsIdWhileHeadAwayTest(HeldWorkerCase):
                            "order:\n" + a.log())
         self.assertNotIn("worker %d timed out" % worker_id, self.head.log())
         self.assertEqual(a.log().count("muster node: reporting the crash of"), 1, a.log())
+        a.stop_checked()
+
+
+def old_head_refusal(path):
+    """What a head older than DELETE /v1/workers/instance/{instance} answers it: the
+    route layer's 404 for a path no route matches (src/server/http_route.c), as
+    (status, body) for a harness.RequestProxy decision.  `path` is without its query.
+    OlderHeadTest checks it against the real head's answer to an unknown path."""
+    return 404, {"error": {"code": "not_found",
+                           "message": "no endpoint at %s; see docs/api.md" % path}}
+
+
+def is_report_or_beat(method, path):
+    """A crash report (by id or by instance) or a node heartbeat: what OlderHeadTest's
+    proxy records, in order."""
+    return (method == "DELETE" and path.startswith("/v1/workers/")) or (
+        method == "POST" and re.fullmatch(r"/v1/nodes/[^/]+/heartbeat", path) is not None)
+
+
+class OlderHeadTest(HeldWorkerCase):
+    """The agent's crash report by instance sent to a head older than the route, which
+    answers it 404 not_found (a RequestProxy answers that in the real head's place): an
+    answer of the head's, so the report is done, not kept and sent again at every
+    heartbeat; the worker is left to the head's worker timeout.  Heartbeats every 0.5 s
+    (the node timeout's third), so that "not sent again" is seen in a second or two."""
+    head_args = WORKER_TIMEOUT + ["--node-timeout-ms", "1500"]
+
+    def setUp(self):
+        super().setUp()
+
+        def decide(n):
+            method, path, _ = self.proxy.requests[n - 1]
+            if path.startswith("/v1/workers/instance/"):
+                return old_head_refusal(path)
+            return "forward"
+        self.proxy = harness.RequestProxy(self.head, is_report_or_beat, decide)
+        self.addCleanup(self.proxy.close)
+
+    def start_agent(self):
+        """The held agent, joined to the head through the proxy."""
+        behind = self.head
+        self.head = types.SimpleNamespace(url=self.proxy.url, token=behind.token)
+        try:
+            return super().start_agent()
+        finally:
+            self.head = behind
+
+    def seen(self):
+        """The proxy's record: [(method, path)] in the order they came."""
+        return [(m, p) for m, p, _ in list(self.proxy.requests)]
+
+    def after(self, method, path, beats=2):
+        """Waits for `beats` heartbeats after the first (method, path) the proxy saw (the
+        background thread sends reports and heartbeats in turn, so by then the report's
+        answer was taken), and returns what came from that request on."""
+        def later():
+            seen = self.seen()
+            if (method, path) not in seen:
+                return None
+            since = seen[seen.index((method, path)):]
+            return since if sum(p.endswith("/heartbeat") for _, p in since) >= beats else None
+        return harness.wait_until(later, timeout=PROMPT_S,
+                                  what=lambda: "%s %s and %d heartbeats after it: %r\n%s" % (
+                                      method, path, beats, self.seen(),
+                                      self.agents[-1].log()))
+
+    def test_the_refusal_is_the_real_heads_own(self):
+        # The fake answer is the one the head gives a path that no route matches.
+        path = "/v1/workers/instance/x/y"
+        r = self.head.request("DELETE", path + "?crashed=true")
+        self.assertEqual((r.status, r.json), old_head_refusal(path), r)
+
+    def test_a_report_by_instance_is_refused_once(self):
+        a = self.start_agent()
+        pid, worker_id, instance = self.holding(a)
+        os.kill(pid, signal.SIGKILL)
+        route = "/v1/workers/instance/" + instance
+        since = self.after("DELETE", route)
+        # Sent once: the refusal is an answer.  The agent says it, with the head's words.
+        self.assertEqual([r for r in self.seen() if r[0] == "DELETE"], [("DELETE", route)])
+        self.assertEqual(since[1:], [("POST", "/v1/nodes/held/heartbeat")] * (len(since) - 1))
+        said = ("muster node: reporting the crash of worker 1 (pid %d, instance %s, which died "
+                "before it told its worker id): not_found: no endpoint at %s; see docs/api.md "
+                "(not sent again: the head refused it)\n" % (pid, instance, route))
+        self.assertIn(said, a.log())
+        self.assertNotIn("the report is kept", a.log())
+        # Nothing ended the worker on the head: its worker timeout will.
+        self.assertEqual(self.worker(worker_id)["state"], "active")
+        # The agent goes on: the slot's next worker registers (and holds).
+        _, worker_id2, instance2 = self.holding(a, 2)
+        self.assertEqual(instance2, "%s-1-2" % a.lock_info()["instance"])
+        self.assertEqual(self.worker(worker_id2)["state"], "active")
+        a.stop_checked()
+
+    def test_a_report_by_id_found_gone_ends_as_the_id_was_answered(self):
+        """The report by id finds the id gone and goes on by instance, which the old head
+        refuses: the answer stays the id's (worker_not_found: the head had ended it), said
+        nowhere, as a report answered at once by id is not; no refusal is said."""
+        r = self.head.request("PUT", "/v1/queues/q", {})
+        self.assertEqual(r.status, 201, r)
+        a = self.start_agent()
+        pid, first_id, instance = self.holding(a)
+        open(self.gate, "w").close()  # it tells the agent its id, and leases
+        harness.wait_until(lambda: re.search(r"^worker 1 \(pid %d\): muster worker: \S+ "
+                                             r"\(id %d\) on queue q" % (pid, first_id),
+                                             a.log(), re.M),
+                           what=lambda: "the worker running:\n" + a.log())
+        os.unlink(self.gate)
+        r = self.head.request("DELETE", "/v1/workers/%d" % first_id)  # not through the proxy
+        self.assertEqual(r.status, 200, r)
+        _, second_id, _ = self.holding(a, 2)
+        os.kill(pid, signal.SIGKILL)
+        route = "/v1/workers/instance/" + instance
+        self.after("DELETE", route)
+        self.assertEqual([r for r in self.seen() if r[0] == "DELETE"],
+                         [("DELETE", "/v1/workers/%d" % first_id), ("DELETE", route)])
+        self.assertIn("muster node: worker 1 (pid %d, worker id %d) crashed" % (pid, first_id),
+                      a.log())
+        self.assertNotIn("reporting the crash of", a.log())
+        self.assertNotIn("reported the crash of", a.log())
+        # The worker it registered anew is left to the head's worker timeout.
+        self.assertEqual(self.worker(second_id)["state"], "active")
         a.stop_checked()
 
 
