@@ -12,13 +12,16 @@ worker timeout is 300 s, so only the crash report can end the worker within the 
 Also: the endpoint itself (the worker an instance registered, none, bad input), a
 registration that comes after the report of its instance (refused: no worker), and
 `muster worker` started by hand (its own random instance, or MUSTER_WORKER_INSTANCE, and
-one reported ended, which stops); and a head older than the route, which answers the
-report by instance 404 (OlderHeadTest): an answer, so the report is not sent again.
+one reported ended, which stops); a head older than the route, which answers the
+report by instance 404 (OlderHeadTest): an answer, so the report is not sent again; and
+an instance reported ended forgotten after the time it is kept, shortened with the
+test-only MUSTER_TEST_ENDED_KEEP_MS (EndedInstanceForgottenTest).
 """
 import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -417,6 +420,67 @@ class EndByInstanceTest(ApiTestCase):
         self.expect_error("DELETE", "/v1/workers/instance/inst-kept", None, 403, "forbidden",
                           token=READ_TOKEN)
         self.assertEqual(self.expect("GET", "/v1/workers/%d" % w)["state"], "active")
+
+
+# How long EndedInstanceForgottenTest's head remembers an instance reported ended
+# (MUSTER_TEST_ENDED_KEEP_MS; 10 minutes without it): long enough that the refusal right
+# after the report is never late, short enough for a test.
+KEEP_MS = 3000
+
+
+class EndedInstanceForgottenTest(unittest.TestCase):
+    """An instance reported ended is remembered for a while, then forgotten (docs/api.md,
+    `DELETE /v1/workers/instance/{instance}`; docs/design-notes.md): the reaper's timer,
+    which looks a tenth of that time apart, deletes its row, and a registration with it
+    makes a worker again.  The head's debug line says when the reaper deleted it."""
+
+    def setUp(self):
+        self.head = harness.Head(WORKER_TIMEOUT + ["--log-level", "debug"],
+                                 env={"MUSTER_TEST_ENDED_KEEP_MS": str(KEEP_MS)}).start()
+        self.addCleanup(self.head.cleanup)
+
+    def register(self, instance):
+        return self.head.request("POST", "/v1/workers", {"instance": instance})
+
+    def ended_rows(self):
+        """The rows of ended_instances, read once the head stopped (it holds the store)."""
+        self.assertEqual(self.head.stop(), 0, self.head.log())
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(self.head.data_dir, "muster.db"),
+                             uri=True)
+        try:
+            return db.execute("SELECT instance FROM ended_instances").fetchall()
+        finally:
+            db.close()
+
+    def test_an_instance_is_forgotten_after_the_time_it_is_kept(self):
+        self.assertIn("MUSTER_TEST_ENDED_KEEP_MS=%d: instances reported ended are remembered "
+                      "%d ms (for tests only)" % (KEEP_MS, KEEP_MS), self.head.log())
+        r = self.register("tomb-1-1")
+        self.assertEqual(r.status, 201, r)
+        first = r.json["id"]
+        r = self.head.request("DELETE", "/v1/workers/instance/tomb-1-1?crashed=true")
+        reported = time.monotonic()
+        self.assertEqual((r.status, r.json["id"]), (200, first), r)
+        r = self.register("tomb-1-1")
+        self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+        self.assertLess(time.monotonic() - reported, KEEP_MS / 1000, "too slow to tell")
+        forgot = "forgot 1 worker instances reported ended over %.1f s ago" % (KEEP_MS / 1000)
+        harness.wait_until(lambda: forgot in self.head.log(), timeout=KEEP_MS / 1000 + 10,
+                           what=lambda: "the reaper to forget it:\n" + self.head.log())
+        self.assertGreaterEqual(time.monotonic() - reported, KEEP_MS / 1000)
+        r = self.register("tomb-1-1")
+        self.assertEqual(r.status, 201, r)
+        self.assertNotEqual(r.json["id"], first)
+        again = self.head.request("GET", "/v1/workers/%d" % r.json["id"]).json
+        self.assertEqual(again["state"], "active")
+        self.assertEqual(self.ended_rows(), [])
+
+    def test_a_bad_value_is_said_and_ignored(self):
+        self.head.stop()
+        self.head.env["MUSTER_TEST_ENDED_KEEP_MS"] = "600001"
+        self.head.start()
+        self.assertIn("MUSTER_TEST_ENDED_KEEP_MS=600001 is not 1 to 600000; instances reported "
+                      "ended are remembered 600000 ms", self.head.log())
 
 
 class HandStartedWorkerTest(unittest.TestCase):
