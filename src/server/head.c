@@ -27,6 +27,7 @@
 #include "store.h"
 #include "waiter.h"
 #include "worker.h"
+#include "worker_ended.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -374,6 +375,7 @@ static int head_run(head_t *h, bool generated, int port, const head_agent_t *age
   h->sweep_ev = event_new(h->base, -1, EV_PERSIST, head_sweep, h);
   h->reaper = reaper_new(h);
   reply_budget_init();
+  worker_ended_init();
   struct timeval sweep = {.tv_sec = h->cfg.sweep_ms / 1000,
                           .tv_usec = (h->cfg.sweep_ms % 1000) * 1000};
   int status = 1;

@@ -26,10 +26,10 @@
  * commits with the turn's other requests and a failed one is rolled back
  * alone.
  *
- * Beside the tasks, once every REAPER_ENDED_MS, it forgets the worker
- * instances reported ended longer than WORKER_ENDED_KEEP_MS ago
- * (worker_ended.c): a bounded table, so one statement, and none at all when
- * an indexed read finds nothing that old.
+ * Beside the tasks, once every tenth of the time they are kept (a minute),
+ * it forgets the worker instances reported ended longer than
+ * worker_ended_keep_ms() ago (worker_ended.c): a bounded table, so one
+ * statement, and none at all when an indexed read finds nothing that old.
  */
 #include "reaper.h"
 #include "h1.h"
@@ -49,7 +49,6 @@
 #define REAPER_LIST_MS 1000 /* the queues with a retention are read this often */
 #define REAPER_PASS_MIN_MS 1000
 #define REAPER_PASS_MAX_MS 60000
-#define REAPER_ENDED_MS 60000 /* ended instances are looked at this often */
 
 /* A parked request: a deletion waiting for its trash, or a purge under way. */
 typedef struct reaper_job {
@@ -319,13 +318,17 @@ static int64_t reaper_retain(reaper_t *rp) {
 /* ---- ended worker instances ---- */
 
 /* Forgets the worker instances reported ended too long ago to matter, when
- * REAPER_ENDED_MS passed since the last look.  Between the chunks it is one
- * comparison of times; a failure is said and tried again at the next look. */
+ * a tenth of the time they are kept passed since the last look: a minute,
+ * unless MUSTER_TEST_ENDED_KEEP_MS made it shorter (the timer of an idle
+ * head ticks at least once a second).  So a row outlives the time it is read
+ * by a tenth of it, plus a tick.  Between the chunks it is one comparison of times; a
+ * failure is said and tried again at the next look. */
 static void reaper_forget_ended(reaper_t *rp, int64_t now) {
   store_t *st = rp->head->st;
   if (now < rp->ended_next_ms)
     return;
-  rp->ended_next_ms = now + REAPER_ENDED_MS;
+  int64_t keep_ms = worker_ended_keep_ms();
+  rp->ended_next_ms = now + keep_ms / 10;
   if (!worker_ended_any_due(st, now))
     return;
   fail_t f = {0};
@@ -338,8 +341,8 @@ static void reaper_forget_ended(reaper_t *rp, int64_t now) {
     log_msg(LOG_WARN, "forgetting ended worker instances: %s (tried again later)",
             fail_message(&f));
   else
-    log_msg(LOG_DEBUG, "forgot %lld worker instances reported ended over %lld s ago",
-            (long long)forgotten, (long long)(WORKER_ENDED_KEEP_MS / 1000));
+    log_msg(LOG_DEBUG, "forgot %lld worker instances reported ended over %.1f s ago",
+            (long long)forgotten, (double)keep_ms / 1000);
 }
 
 /* ---- the timer ---- */

@@ -21,7 +21,8 @@
  * (muster worker stops, saying the head's words) instead of working
  * unsupervised.
  *
- * Rows are kept WORKER_ENDED_KEEP_MS, ten minutes: a registration is on its
+ * Rows are kept WORKER_ENDED_KEEP_MS, ten minutes (for tests,
+ * MUSTER_TEST_ENDED_KEEP_MS: worker_ended_init): a registration is on its
  * way for the time of a forward (milliseconds; seconds under load), and a
  * head whose loop stalls reads the report and the registration behind it
  * after the stall alike.  An older row is not read (the check asks for
@@ -36,6 +37,34 @@
 #include "log.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+
+/* Set once, before the head serves (worker_ended_init), read after. */
+static int64_t worker_ended_keep = WORKER_ENDED_KEEP_MS;
+
+int64_t worker_ended_keep_ms(void) {
+  return worker_ended_keep;
+}
+
+void worker_ended_init(void) {
+  const char *text = getenv("MUSTER_TEST_ENDED_KEEP_MS");
+  if (text == NULL || text[0] == '\0')
+    return;
+  char *end;
+  long long ms = strtoll(text, &end, 10);
+  if (text[0] < '0' || text[0] > '9' || *end != '\0' || ms < 1 || ms > WORKER_ENDED_KEEP_MS) {
+    log_msg(LOG_WARN,
+            "MUSTER_TEST_ENDED_KEEP_MS=%.20s is not 1 to %lld; instances reported ended are "
+            "remembered %lld ms",
+            text, WORKER_ENDED_KEEP_MS, WORKER_ENDED_KEEP_MS);
+    return;
+  }
+  worker_ended_keep = ms;
+  log_msg(LOG_WARN,
+          "MUSTER_TEST_ENDED_KEEP_MS=%lld: instances reported ended are remembered %lld ms "
+          "(for tests only)",
+          ms, ms);
+}
 
 /* Forgets the rows beyond the newest WORKER_ENDED_MAX, the oldest first.
  * Counts them at every report (the index ended_instances_by_time, at most
@@ -97,7 +126,7 @@ muster_err_t worker_ended_check(store_t *st, const char *instance, int64_t now, 
   if (s == NULL)
     return store_fail(st, f, "worker register");
   store_bind_text(s, 1, instance);
-  sqlite3_bind_int64(s, 2, now - WORKER_ENDED_KEEP_MS);
+  sqlite3_bind_int64(s, 2, now - worker_ended_keep);
   int rc = sqlite3_step(s);
   int64_t ended_ms = rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
   bool crashed = rc == SQLITE_ROW && sqlite3_column_int(s, 1) != 0;
@@ -109,7 +138,7 @@ muster_err_t worker_ended_check(store_t *st, const char *instance, int64_t now, 
 
 bool worker_ended_any_due(store_t *st, int64_t now) {
   return store_due(st, "SELECT 1 FROM ended_instances WHERE ended_ms <= ?1 LIMIT 1",
-                   now - WORKER_ENDED_KEEP_MS);
+                   now - worker_ended_keep);
 }
 
 muster_err_t worker_ended_prune(store_t *st, int64_t now, int64_t *forgotten, fail_t *f) {
@@ -117,7 +146,7 @@ muster_err_t worker_ended_prune(store_t *st, int64_t now, int64_t *forgotten, fa
   sqlite3_stmt *s = store_stmt(st, "DELETE FROM ended_instances WHERE ended_ms <= ?1");
   if (s == NULL)
     return store_fail(st, f, "ended worker instances");
-  sqlite3_bind_int64(s, 1, now - WORKER_ENDED_KEEP_MS);
+  sqlite3_bind_int64(s, 1, now - worker_ended_keep);
   if (store_step_done(st, s, f))
     return f->code;
   *forgotten = sqlite3_changes64(store_db(st));

@@ -5,8 +5,10 @@ across a restart of the head.  A new key, or none, leases anew; a key is checked
 head keeps a record per stream of a worker's keys (the key without its trailing "-N"),
 so slots leasing under one worker id each have their retry answered; the records go
 with the worker.  The workers that send keys (`muster worker`, the Python worker) are
-tested in test_lease_retry_workers.py; the bound on a worker's records in
-tests/unit/test_lease_retry.c (test_bound)."""
+tested in test_lease_retry_workers.py.  A worker keeps the records of 4096 streams, a
+new one beyond them dropping the oldest: over HTTP with the real bound here
+(LeaseRetryBoundTest), and in tests/unit/test_lease_retry.c (test_bound)."""
+import json
 import os
 import sqlite3
 import sys
@@ -15,8 +17,16 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from test_api_common import ApiTestCase, OwnHeadTestCase, now_ms  # noqa: E402
+from test_http_wire import Wire, request  # noqa: E402
 
 LONG_LEASE_MS = 600000   # a lease the tests never see expire: a leak would show as "leased"
+# The most streams a worker has a record for: LEASE_RETRY_MAX_STREAMS
+# (src/server/lease_retry.h), "at most 4096 records" in docs/api.md.
+MAX_STREAMS = 4096
+# Requests written at once on LeaseRetryBoundTest's connection before their replies are
+# read: enough that a round trip is rare, few enough that neither side's socket buffer
+# fills while the other is still writing.
+PIPELINED = 256
 
 
 def held(leases):
@@ -165,6 +175,70 @@ class LeaseRetryTest(ApiTestCase):
         r = self.expect_error("POST", "/v1/leases/complete", body, 400, "invalid_argument")
         self.assertIn("lease.request: 'a/b' is invalid", r.json["error"]["message"])
         self.assertEqual(self.get_task(tid)["state"], "leased", "a refused call changed it")
+
+
+class LeaseRetryBoundTest(ApiTestCase):
+    """A worker keeps the records of MAX_STREAMS streams (docs/api.md, "Retrying a
+    lease"): a request that records a new stream beyond them drops the record written
+    longest ago, whose retry then leases anew; the other records, and other workers',
+    stay.  A dropped record loses no lease: its tasks stay leased under their tokens.
+    Thousands of requests, pipelined on one keep-alive connection (a few seconds)."""
+
+    def keyed_leases(self, worker, keys):
+        """Sends one keyed lease of max 1 per key of `keys`, for `worker`, pipelined on one
+        connection; returns each request's leases as held() pairs, in order."""
+        path = "/v1/queues/%s/lease" % self.q
+        out = []
+        with Wire(self.head.port) as w:
+            for at in range(0, len(keys), PIPELINED):
+                batch = keys[at:at + PIPELINED]
+                w.send(b"".join(request("POST", path, self.head.token,
+                                        {"worker": worker, "max": 1, "request": key})
+                                for key in batch))
+                for key in batch:
+                    r = w.read_reply("POST")
+                    self.assertEqual(r.status, 200, "lease with key %s: %r" % (key, r))
+                    out.append(held(json.loads(r.body)["leases"]))
+        return out
+
+    def complete_all(self, pairs):
+        for at in range(0, len(pairs), 1000):
+            done = self.ack("complete", [{"task": t, "token": k} for t, k in pairs[at:at + 1000]])
+            self.assertEqual(len(done["completed"]), len(pairs[at:at + 1000]), done)
+
+    def test_the_oldest_stream_beyond_the_bound_goes(self):
+        self.create_queue(lease_ms=LONG_LEASE_MS)
+        for at in range(0, MAX_STREAMS + 3, 1000):
+            self.put(*range(at, min(at + 1000, MAX_STREAMS + 3)))
+        w, other = self.register()["id"], self.register()["id"]
+        # Another worker's record, older than all of w's: w's bound is w's alone.
+        theirs = held(self.lease(worker=other, request="other-1"))
+        keys = ["s%d-1" % i for i in range(MAX_STREAMS)]
+        first = self.keyed_leases(w, keys)
+        self.assertEqual([len(x) for x in first], [1] * MAX_STREAMS)
+        self.assertEqual(len({x[0][0] for x in first} | {theirs[0][0]}), MAX_STREAMS + 1)
+        self.assert_counts(leased=MAX_STREAMS + 1, queued=2)
+        # At the bound, no record went: the oldest's retry (s0's, the first a lower bound
+        # would drop) and the newest's are answered with their leases.
+        self.assertEqual(self.keyed_leases(w, keys[:2] + keys[-1:]), first[:2] + first[-1:])
+        self.assert_counts(leased=MAX_STREAMS + 1, queued=2)
+        # One more stream leases, and drops the oldest record of w's: s0's alone.
+        [newest] = self.keyed_leases(w, ["s%d-1" % MAX_STREAMS])
+        self.assertEqual(len(newest), 1, newest)
+        self.assertEqual(held(self.lease(worker=other, request="other-1")), theirs)
+        self.assertEqual(self.keyed_leases(w, keys[1:3] + keys[-1:] + ["s%d-1" % MAX_STREAMS]),
+                         first[1:3] + first[-1:] + [newest])
+        self.assert_counts(leased=MAX_STREAMS + 2, queued=1)
+        # s0's retry finds no record: it leases anew, the last queued task.
+        [again] = self.keyed_leases(w, keys[:1])
+        self.assertEqual(len(again), 1, again)
+        self.assertNotIn(again[0][0], {x[0][0] for x in first + [newest, theirs]})
+        # Nothing was lost with the record: s0's first task is leased under its token
+        # still, and every lease completes.
+        t = self.get_task(first[0][0][0])
+        self.assertEqual((t["state"], t["attempts"]), ("leased", 1))
+        self.complete_all([x[0] for x in first + [newest, again, theirs]])
+        self.assert_counts(done=MAX_STREAMS + 3)
 
 
 class LeaseRetryRestartTest(OwnHeadTestCase):

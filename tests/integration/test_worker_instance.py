@@ -12,16 +12,21 @@ worker timeout is 300 s, so only the crash report can end the worker within the 
 Also: the endpoint itself (the worker an instance registered, none, bad input), a
 registration that comes after the report of its instance (refused: no worker), and
 `muster worker` started by hand (its own random instance, or MUSTER_WORKER_INSTANCE, and
-one reported ended, which stops).
+one reported ended, which stops); a head older than the route, which answers the
+report by instance 404 (OlderHeadTest): an answer, so the report is not sent again; and
+an instance reported ended forgotten after the time it is kept, shortened with the
+test-only MUSTER_TEST_ENDED_KEEP_MS (EndedInstanceForgottenTest).
 """
 import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+import types
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -188,6 +193,128 @@ class WorkerKilledBeforeItToldItsIdWhileHeadAwayTest(HeldWorkerCase):
         a.stop_checked()
 
 
+def old_head_refusal(path):
+    """What a head older than DELETE /v1/workers/instance/{instance} answers it: the
+    route layer's 404 for a path no route matches (src/server/http_route.c), as
+    (status, body) for a harness.RequestProxy decision.  `path` is without its query.
+    OlderHeadTest checks it against the real head's answer to an unknown path."""
+    return 404, {"error": {"code": "not_found",
+                           "message": "no endpoint at %s; see docs/api.md" % path}}
+
+
+def is_report_or_beat(method, path):
+    """A crash report (by id or by instance) or a node heartbeat: what OlderHeadTest's
+    proxy records, in order."""
+    return (method == "DELETE" and path.startswith("/v1/workers/")) or (
+        method == "POST" and re.fullmatch(r"/v1/nodes/[^/]+/heartbeat", path) is not None)
+
+
+class OlderHeadTest(HeldWorkerCase):
+    """The agent's crash report by instance sent to a head older than the route, which
+    answers it 404 not_found (a RequestProxy answers that in the real head's place): an
+    answer of the head's, so the report is done, not kept and sent again at every
+    heartbeat; the worker is left to the head's worker timeout.  Heartbeats every 0.5 s
+    (the node timeout's third), so that "not sent again" is seen in a second or two."""
+    head_args = WORKER_TIMEOUT + ["--node-timeout-ms", "1500"]
+
+    def setUp(self):
+        super().setUp()
+
+        def decide(n):
+            method, path, _ = self.proxy.requests[n - 1]
+            if path.startswith("/v1/workers/instance/"):
+                return old_head_refusal(path)
+            return "forward"
+        self.proxy = harness.RequestProxy(self.head, is_report_or_beat, decide)
+        self.addCleanup(self.proxy.close)
+
+    def start_agent(self):
+        """The held agent, joined to the head through the proxy."""
+        behind = self.head
+        self.head = types.SimpleNamespace(url=self.proxy.url, token=behind.token)
+        try:
+            return super().start_agent()
+        finally:
+            self.head = behind
+
+    def seen(self):
+        """The proxy's record: [(method, path)] in the order they came."""
+        return [(m, p) for m, p, _ in list(self.proxy.requests)]
+
+    def after(self, method, path, beats=2):
+        """Waits for `beats` heartbeats after the first (method, path) the proxy saw (the
+        background thread sends reports and heartbeats in turn, so by then the report's
+        answer was taken), and returns what came from that request on."""
+        def later():
+            seen = self.seen()
+            if (method, path) not in seen:
+                return None
+            since = seen[seen.index((method, path)):]
+            return since if sum(p.endswith("/heartbeat") for _, p in since) >= beats else None
+        return harness.wait_until(later, timeout=PROMPT_S,
+                                  what=lambda: "%s %s and %d heartbeats after it: %r\n%s" % (
+                                      method, path, beats, self.seen(),
+                                      self.agents[-1].log()))
+
+    def test_the_refusal_is_the_real_heads_own(self):
+        # The fake answer is the one the head gives a path that no route matches.
+        path = "/v1/workers/instance/x/y"
+        r = self.head.request("DELETE", path + "?crashed=true")
+        self.assertEqual((r.status, r.json), old_head_refusal(path), r)
+
+    def test_a_report_by_instance_is_refused_once(self):
+        a = self.start_agent()
+        pid, worker_id, instance = self.holding(a)
+        os.kill(pid, signal.SIGKILL)
+        route = "/v1/workers/instance/" + instance
+        since = self.after("DELETE", route)
+        # Sent once: the refusal is an answer.  The agent says it, with the head's words.
+        self.assertEqual([r for r in self.seen() if r[0] == "DELETE"], [("DELETE", route)])
+        self.assertEqual(since[1:], [("POST", "/v1/nodes/held/heartbeat")] * (len(since) - 1))
+        said = ("muster node: reporting the crash of worker 1 (pid %d, instance %s, which died "
+                "before it told its worker id): not_found: no endpoint at %s; see docs/api.md "
+                "(not sent again: the head refused it)\n" % (pid, instance, route))
+        self.assertIn(said, a.log())
+        self.assertNotIn("the report is kept", a.log())
+        # Nothing ended the worker on the head: its worker timeout will.
+        self.assertEqual(self.worker(worker_id)["state"], "active")
+        # The agent goes on: the slot's next worker registers (and holds).
+        _, worker_id2, instance2 = self.holding(a, 2)
+        self.assertEqual(instance2, "%s-1-2" % a.lock_info()["instance"])
+        self.assertEqual(self.worker(worker_id2)["state"], "active")
+        a.stop_checked()
+
+    def test_a_report_by_id_found_gone_ends_as_the_id_was_answered(self):
+        """The report by id finds the id gone and goes on by instance, which the old head
+        refuses: the answer stays the id's (worker_not_found: the head had ended it), said
+        nowhere, as a report answered at once by id is not; no refusal is said."""
+        r = self.head.request("PUT", "/v1/queues/q", {})
+        self.assertEqual(r.status, 201, r)
+        a = self.start_agent()
+        pid, first_id, instance = self.holding(a)
+        open(self.gate, "w").close()  # it tells the agent its id, and leases
+        harness.wait_until(lambda: re.search(r"^worker 1 \(pid %d\): muster worker: \S+ "
+                                             r"\(id %d\) on queue q" % (pid, first_id),
+                                             a.log(), re.M),
+                           what=lambda: "the worker running:\n" + a.log())
+        os.unlink(self.gate)
+        r = self.head.request("DELETE", "/v1/workers/%d" % first_id)  # not through the proxy
+        self.assertEqual(r.status, 200, r)
+        _, second_id, _ = self.holding(a, 2)
+        os.kill(pid, signal.SIGKILL)
+        route = "/v1/workers/instance/" + instance
+        self.after("DELETE", route)
+        self.assertEqual([r for r in self.seen() if r[0] == "DELETE"],
+                         [("DELETE", "/v1/workers/%d" % first_id), ("DELETE", route)])
+        self.assertIn("muster node: worker 1 (pid %d, worker id %d) crashed" % (pid, first_id),
+                      a.log())
+        self.assertNotIn("reporting the crash of", a.log())
+        self.assertNotIn("reported the crash of", a.log())
+        # The worker it registered anew is left to the head's worker timeout.
+        self.assertEqual(self.worker(second_id)["state"], "active")
+        a.stop_checked()
+
+
 READ_TOKEN = "read-only-token-wi"
 
 
@@ -293,6 +420,67 @@ class EndByInstanceTest(ApiTestCase):
         self.expect_error("DELETE", "/v1/workers/instance/inst-kept", None, 403, "forbidden",
                           token=READ_TOKEN)
         self.assertEqual(self.expect("GET", "/v1/workers/%d" % w)["state"], "active")
+
+
+# How long EndedInstanceForgottenTest's head remembers an instance reported ended
+# (MUSTER_TEST_ENDED_KEEP_MS; 10 minutes without it): long enough that the refusal right
+# after the report is never late, short enough for a test.
+KEEP_MS = 3000
+
+
+class EndedInstanceForgottenTest(unittest.TestCase):
+    """An instance reported ended is remembered for a while, then forgotten (docs/api.md,
+    `DELETE /v1/workers/instance/{instance}`; docs/design-notes.md): the reaper's timer,
+    which looks a tenth of that time apart, deletes its row, and a registration with it
+    makes a worker again.  The head's debug line says when the reaper deleted it."""
+
+    def setUp(self):
+        self.head = harness.Head(WORKER_TIMEOUT + ["--log-level", "debug"],
+                                 env={"MUSTER_TEST_ENDED_KEEP_MS": str(KEEP_MS)}).start()
+        self.addCleanup(self.head.cleanup)
+
+    def register(self, instance):
+        return self.head.request("POST", "/v1/workers", {"instance": instance})
+
+    def ended_rows(self):
+        """The rows of ended_instances, read once the head stopped (it holds the store)."""
+        self.assertEqual(self.head.stop(), 0, self.head.log())
+        db = sqlite3.connect("file:%s?mode=ro" % os.path.join(self.head.data_dir, "muster.db"),
+                             uri=True)
+        try:
+            return db.execute("SELECT instance FROM ended_instances").fetchall()
+        finally:
+            db.close()
+
+    def test_an_instance_is_forgotten_after_the_time_it_is_kept(self):
+        self.assertIn("MUSTER_TEST_ENDED_KEEP_MS=%d: instances reported ended are remembered "
+                      "%d ms (for tests only)" % (KEEP_MS, KEEP_MS), self.head.log())
+        r = self.register("tomb-1-1")
+        self.assertEqual(r.status, 201, r)
+        first = r.json["id"]
+        r = self.head.request("DELETE", "/v1/workers/instance/tomb-1-1?crashed=true")
+        reported = time.monotonic()
+        self.assertEqual((r.status, r.json["id"]), (200, first), r)
+        r = self.register("tomb-1-1")
+        self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
+        self.assertLess(time.monotonic() - reported, KEEP_MS / 1000, "too slow to tell")
+        forgot = "forgot 1 worker instances reported ended over %.1f s ago" % (KEEP_MS / 1000)
+        harness.wait_until(lambda: forgot in self.head.log(), timeout=KEEP_MS / 1000 + 10,
+                           what=lambda: "the reaper to forget it:\n" + self.head.log())
+        self.assertGreaterEqual(time.monotonic() - reported, KEEP_MS / 1000)
+        r = self.register("tomb-1-1")
+        self.assertEqual(r.status, 201, r)
+        self.assertNotEqual(r.json["id"], first)
+        again = self.head.request("GET", "/v1/workers/%d" % r.json["id"]).json
+        self.assertEqual(again["state"], "active")
+        self.assertEqual(self.ended_rows(), [])
+
+    def test_a_bad_value_is_said_and_ignored(self):
+        self.head.stop()
+        self.head.env["MUSTER_TEST_ENDED_KEEP_MS"] = "600001"
+        self.head.start()
+        self.assertIn("MUSTER_TEST_ENDED_KEEP_MS=600001 is not 1 to 600000; instances reported "
+                      "ended are remembered 600000 ms", self.head.log())
 
 
 class HandStartedWorkerTest(unittest.TestCase):

@@ -2,8 +2,9 @@
  * test_worker_ended.c — worker instances reported ended
  * (server/worker_ended.c) against an in-memory store: a registration with
  * one makes no worker, for WORKER_ENDED_KEEP_MS and no longer; the bound of
- * WORKER_ENDED_MAX rows, the oldest evicted; the reaper's prune by age; and a
- * store of the schema before the table, upgraded.
+ * WORKER_ENDED_MAX rows, the oldest evicted; the reaper's prune by age; the
+ * shorter time MUSTER_TEST_ENDED_KEEP_MS sets; and a store of the schema
+ * before the table, upgraded.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -147,6 +149,38 @@ static void test_kept_for_a_while_then_pruned(void **unused) {
                    MUSTER_OK);
 }
 
+/* MUSTER_TEST_ENDED_KEEP_MS makes the time shorter, for the check and the
+ * prune alike; a value out of 1 to WORKER_ENDED_KEEP_MS changes nothing. */
+static void test_keep_time_for_tests(void **unused) {
+  assert_int_equal(worker_ended_keep_ms(), WORKER_ENDED_KEEP_MS);
+  setenv("MUSTER_TEST_ENDED_KEEP_MS", "2000", 1);
+  worker_ended_init();
+  assert_int_equal(worker_ended_keep_ms(), 2000);
+  report("short", true);
+  report("shorter", true);
+  report_aged("short", 1000);
+  report_aged("shorter", 2001);
+  assert_refused("short", "was reported crashed");
+  fail_t f = {0};
+  json_t *out = register_as("shorter", &f); /* the check's time, before any prune */
+  assert_non_null(out);
+  json_decref(out);
+  int64_t forgotten = -1;
+  assert_int_equal(worker_ended_prune(st, now_ms(), &forgotten, &f), MUSTER_OK);
+  assert_int_equal(forgotten, 1);
+  assert_refused("short", "was reported crashed");
+  const char *bad[] = {"0", "-5", "600001", "12x", " 7"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("MUSTER_TEST_ENDED_KEEP_MS", bad[i], 1);
+    worker_ended_init();
+    assert_int_equal(worker_ended_keep_ms(), 2000);
+  }
+  setenv("MUSTER_TEST_ENDED_KEEP_MS", "600000", 1); /* the largest: the default */
+  worker_ended_init();
+  unsetenv("MUSTER_TEST_ENDED_KEEP_MS");
+  assert_int_equal(worker_ended_keep_ms(), WORKER_ENDED_KEEP_MS);
+}
+
 /* At most WORKER_ENDED_MAX rows: a report beyond evicts the oldest; one
  * sent again for an instance remembered already evicts nothing. */
 static void test_bound(void **unused) {
@@ -214,6 +248,7 @@ int main(void) {
                                       fixture_teardown),
       cmocka_unit_test_setup_teardown(test_kept_for_a_while_then_pruned, fixture_setup,
                                       fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_keep_time_for_tests, fixture_setup, fixture_teardown),
       cmocka_unit_test_setup_teardown(test_bound, fixture_setup, fixture_teardown),
       cmocka_unit_test(test_upgrade),
   };
