@@ -9,6 +9,7 @@ import atexit
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -294,3 +295,112 @@ def environ_of(pid):
 
 def build_dir():
     return os.environ.get("MUSTER_BUILD_DIR") or os.path.dirname(harness.MUSTER_BIN)
+
+
+def tcp_queues():
+    """{(local, remote): (tx_queue, rx_queue)} of the machine's established IPv4 TCP
+    sockets, as /proc/net/tcp writes their addresses ("0100007F:1F90"): the bytes a
+    socket sent that its peer has not acknowledged (taken into its receive queue), and
+    the bytes it received that its process has not read."""
+    return {(s.local, s.remote): (s.tx_queue, s.rx_queue) for s in tcp_sockets()}
+
+
+def loopback(port):
+    """`port` on 127.0.0.1 as /proc/net/tcp writes it."""
+    return "0100007F:%04X" % port
+
+
+class TcpSocket:
+    """An established IPv4 TCP socket from /proc/net/tcp: its addresses as written
+    there, their ports, its queues (tcp_queues) and its inode."""
+
+    def __init__(self, fields):
+        self.local, self.remote = fields[1], fields[2]
+        self.local_port = int(self.local.split(":")[1], 16)
+        self.remote_port = int(self.remote.split(":")[1], 16)
+        tx, rx = fields[4].split(":")
+        self.tx_queue, self.rx_queue = int(tx, 16), int(rx, 16)
+        self.inode = int(fields[9])
+
+
+def tcp_sockets():
+    """The machine's established IPv4 TCP sockets (state 01), as TcpSocket."""
+    with open("/proc/net/tcp") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return [TcpSocket(fields) for fields in rows if fields[3] == "01"]
+
+
+EPOLLIN = 0x001
+
+
+def socket_inodes(pid):
+    """The inodes of the sockets process `pid` holds open (its fds "socket:[N]")."""
+    found = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:  # closed meanwhile
+            continue
+        if link.startswith("socket:["):
+            found.add(int(link[len("socket:["):-1]))
+    return found
+
+
+def epoll_watched_for_input(pid):
+    """The inodes of the files that an epoll set of process `pid` watches for input
+    (EPOLLIN), from the fdinfo of each of its epoll fds.  Raises AssertionError when
+    `pid` has no epoll fd: a loop on poll or select, which this cannot see into, would
+    make every socket look unwatched."""
+    watched, sets = set(), 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (pid, fd)) != "anon_inode:[eventpoll]":
+                continue
+            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
+                info = f.read()
+        except OSError:  # closed meanwhile
+            continue
+        sets += 1
+        for events, ino in re.findall(r"^tfd:\s*\d+\s+events:\s*([0-9a-f]+)\s.*?\bino:([0-9a-f]+)",
+                                      info, re.M):
+            if int(events, 16) & EPOLLIN:
+                watched.add(int(ino, 16))
+    if sets == 0:
+        raise AssertionError("process %d has no epoll set to look into" % pid)
+    return watched
+
+
+def unread_unwatched(pid, local_port=None, remote_port=None):
+    """The most bytes waiting unread on one of `pid`'s established TCP sockets from
+    `local_port` to `remote_port` (None: any) that no epoll set of `pid` watches for
+    input, 0 when there is none.
+
+    An event loop (the agent's: libevent on epoll) that reads a socket as bytes come
+    keeps it in an epoll set for input: it is woken while bytes wait, and it takes them.
+    A socket with bytes waiting and out of every set is one the process stopped
+    reading (its backpressure), not one it is slow to read, whatever the machine's
+    load: a test that waits for this waits for an event, not for time to pass."""
+    mine = socket_inodes(pid)
+    watched = epoll_watched_for_input(pid)
+    most = 0
+    for s in tcp_sockets():
+        if s.inode not in mine or s.inode in watched or s.rx_queue == 0:
+            continue
+        if local_port not in (None, s.local_port) or remote_port not in (None, s.remote_port):
+            continue
+        most = max(most, s.rx_queue)
+    return most
+
+
+# The bytes that must wait unread in a socket out of every epoll set before a test
+# takes it for a process that stopped reading (stopped_reading): a loopback
+# connection's whole receive window fills then, tens of KiB at least; a short reply
+# (a heartbeat's, which the agent's background thread reads with libcurl, polling
+# outside any epoll set) waits there a moment and is far smaller.
+STOPPED_MIN = 32 * 1024
+
+
+def stopped_reading(pid, local_port=None, remote_port=None):
+    """Whether process `pid` stopped reading one of its TCP sockets from `local_port` to
+    `remote_port` (None: any) with bytes waiting in it (unread_unwatched)."""
+    return unread_unwatched(pid, local_port, remote_port) >= STOPPED_MIN

@@ -32,7 +32,8 @@ import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from node_harness import Agent, SharedAgentCase  # noqa: E402
+from node_harness import (Agent, SharedAgentCase, loopback, stopped_reading,  # noqa: E402
+                          tcp_queues)
 from test_http_wire import Wire, chunked, request  # noqa: E402
 from test_reply_bytes import asan_small_quarantine  # noqa: E402
 
@@ -222,21 +223,36 @@ class StreamTest(SharedAgentCase):
             self.assertEqual(r.status, 201, r)
 
     def test_a_slow_reader_holds_little_of_the_agent(self):
+        # While its client reads nothing, the agent stops reading the head once
+        # H1_STREAM_HIGH (256 KiB) of the reply waits for the client (forward.c,
+        # fwd_on_body: h1_respond_full, up_read): its socket to the head leaves its epoll
+        # set with the head's bytes waiting in it (stopped_reading), and only then is its
+        # memory looked at.  Without the pause that never happens, however loaded the
+        # machine: the agent reads the whole 64 MiB, and the wait ends when its memory
+        # grew past the bound instead.
         size = 64 << 20
         r = self.head.request("PUT", "/v1/shared/fwd/slow", raw=os.urandom(size),
                               content_type="application/octet-stream")
         self.assertEqual(r.status, 201, r)
         pid = self.agent.proc.pid
         before = vm_rss_kib(pid)
+        rss, seen = [before], []
+
+        def stopped_or_grown():
+            # A pause seen once is the proof: the agent may read on a moment later, as
+            # the kernel's buffers on the way to the client take a little more.
+            seen.append(stopped_reading(pid, remote_port=self.head.port))
+            rss.append(vm_rss_kib(pid))
+            return seen[-1] or rss[-1] - before >= 24 << 10
+
         with self.wire(timeout=120, rcvbuf=65536) as w:
             w.send(request("GET", "/v1/shared/fwd/slow?level=01", self.token))
-            harness.wait_until(lambda: select.select([w.sock], [], [], 0)[0],
-                               what="the reply starting")
-            most = before
-            until = time.monotonic() + 1.5  # a window to watch the agent in, not a wait
-            while time.monotonic() < until:
-                most = max(most, vm_rss_kib(pid))
-                time.sleep(0.05)
+            harness.wait_until(stopped_or_grown, timeout=120,
+                               what="the agent to stop reading the head (or to grow)")
+            self.assertTrue(seen[-1],
+                            "the agent read the head on while its client read nothing "
+                            "(it grew by %d KiB)" % (max(rss) - before))
+            most = max(rss + [vm_rss_kib(pid)])
             r = w.read_reply()
         self.assertEqual((r.status, len(r.body)), (200, size), r.headers)
         self.assertLess(most - before, 24 << 10,
@@ -311,25 +327,6 @@ class LongReply:
         """Seconds the head has found its socket full, with bytes left to send."""
         since = self.blocked_since
         return 0.0 if since is None else time.monotonic() - since
-
-
-def tcp_queues():
-    """{(local, remote): (tx_queue, rx_queue)} of the machine's established IPv4 TCP
-    sockets, as /proc/net/tcp writes their addresses ("0100007F:1F90"): the bytes a
-    socket sent that its peer has not acknowledged (taken into its receive queue), and
-    the bytes it received that its process has not read."""
-    queues = {}
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            fields = line.split()
-            if fields[3] == "01":
-                tx, rx = fields[4].split(":")
-                queues[(fields[1], fields[2])] = (int(tx, 16), int(rx, 16))
-    return queues
-
-
-def loopback(port):
-    return "0100007F:%04X" % port
 
 
 class FakeHead:
