@@ -14,6 +14,7 @@
  * daemon (a driver's helper) that keeps the pipe open long after the load.
  */
 #include "cli/worker.h"
+#include "core/knob.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -39,10 +40,8 @@ static int64_t plugin_check_limit_ms(const char *prog) {
   const char *text = getenv("MUSTER_PLUGIN_CHECK_TIMEOUT_MS");
   if (text == NULL)
     return PLUGIN_CHECK_DEFAULT_MS;
-  char *end;
-  errno = 0;
-  long long ms = strtoll(text, &end, 10);
-  if (end != text && *end == '\0' && errno == 0 && ms >= 1 && ms <= PLUGIN_CHECK_MAX_MS)
+  long long ms;
+  if (knob_int(text, 1, PLUGIN_CHECK_MAX_MS, &ms))
     return ms;
   fprintf(stderr,
           "%s: MUSTER_PLUGIN_CHECK_TIMEOUT_MS='%.40s' is not a number of milliseconds from 1 "

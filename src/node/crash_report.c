@@ -42,6 +42,7 @@
  * keep its workers alive on the head).
  */
 #include "node/agent.h"
+#include "core/knob.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -61,15 +62,15 @@ static size_t crash_test_capacity(const node_agent_t *a) {
   const char *text = getenv("MUSTER_TEST_CRASH_QUEUE_MAX");
   if (text == NULL || text[0] == '\0')
     return CRASH_QUEUE_MAX;
-  char *end;
-  long n = strtol(text, &end, 10);
-  if (*end != '\0' || n < 1 || n > CRASH_QUEUE_MAX) {
+  long long n;
+  if (!knob_int(text, 1, CRASH_QUEUE_MAX, &n)) {
     agent_log(a,
               "MUSTER_TEST_CRASH_QUEUE_MAX=%.20s is not 1 to %d; the crash-report queue keeps %d",
               text, CRASH_QUEUE_MAX, CRASH_QUEUE_MAX);
     return CRASH_QUEUE_MAX;
   }
-  agent_log(a, "MUSTER_TEST_CRASH_QUEUE_MAX=%ld: the crash-report queue keeps %ld (for tests only)",
+  agent_log(a,
+            "MUSTER_TEST_CRASH_QUEUE_MAX=%lld: the crash-report queue keeps %lld (for tests only)",
             n, n);
   return (size_t)n;
 }

@@ -31,6 +31,7 @@
  * once those answers are written, or after PORT_DRAIN_MS.
  */
 #include "core/auth.h"
+#include "core/knob.h"
 #include "node/agent.h"
 #include "node/iter_local.h"
 #include "server/jw.h"
@@ -280,9 +281,8 @@ static int64_t port_timeout_env(node_agent_t *a, const char *name, int64_t fallb
   const char *text = getenv(name);
   if (text == NULL)
     return fallback;
-  char *end = NULL;
-  long long v = strtoll(text, &end, 10);
-  if (*text && *end == '\0' && v >= 1 && v <= 3600000)
+  long long v;
+  if (knob_int(text, 1, 3600000, &v))
     return v;
   agent_log(a, "%s=%s is not 1 to 3600000 ms; the default is kept", name, text);
   return fallback;

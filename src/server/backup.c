@@ -25,6 +25,7 @@
  * directory is removed with whatever it held.
  */
 #include "backup.h"
+#include "core/knob.h"
 #include "backup_files.h"
 #include "jv.h"
 #include "log.h"
@@ -76,9 +77,8 @@ static int backup_step_pages(void) {
   const char *text = getenv("MUSTER_BACKUP_STEP_PAGES");
   if (text == NULL)
     return BACKUP_STEP_PAGES;
-  char *end = NULL;
-  long v = strtol(text, &end, 10);
-  if (*text && *end == '\0' && v >= 1 && v <= 1000000)
+  long long v;
+  if (knob_int(text, 1, 1000000, &v))
     return (int)v;
   log_msg(LOG_WARN, "MUSTER_BACKUP_STEP_PAGES=%s is not 1 to 1000000; the default %d is kept", text,
           BACKUP_STEP_PAGES);

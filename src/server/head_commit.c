@@ -5,6 +5,7 @@
  * each flush releases, and the leases that need none.
  */
 #include "head_commit.h"
+#include "core/knob.h"
 #include "backup.h"
 #include "http.h"
 #include "log.h"
@@ -90,9 +91,8 @@ static long long head_env_knob(long long *cache, const char *name, long long lo,
   if (*cache >= 0)
     return *cache;
   const char *text = getenv(name);
-  char *end = NULL;
-  long long v = text ? strtoll(text, &end, 10) : 0;
-  bool valid = text && *text && *end == '\0' && v >= lo && v <= hi;
+  long long v = 0;
+  bool valid = knob_int(text, lo, hi, &v);
   if (text && !valid)
     log_msg(LOG_WARN, "%s=%s is not %lld to %lld; the default %lld is kept", name, text, lo, hi,
             fallback);

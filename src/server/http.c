@@ -10,6 +10,7 @@
  * commit event (head.c) commits the turn and calls http_flush.
  */
 #include "accept_log.h"
+#include "core/knob.h"
 #include "core/auth.h"
 #include "core/utf8.h"
 #include "http.h"
@@ -602,9 +603,8 @@ static int64_t http_timeout_env(const char *name) {
   const char *text = getenv(name);
   if (text == NULL)
     return 0;
-  char *end = NULL;
-  long long v = strtoll(text, &end, 10);
-  if (*text && *end == '\0' && v >= 1 && v <= 3600000)
+  long long v;
+  if (knob_int(text, 1, 3600000, &v))
     return v;
   log_msg(LOG_WARN, "%s=%s is not 1 to 3600000 ms; the default is kept", name, text);
   return 0;

@@ -4,6 +4,7 @@
  * serves and only read after.
  */
 #include "reply_budget.h"
+#include "core/knob.h"
 #include "log.h"
 
 #include <stdlib.h>
@@ -18,9 +19,8 @@ void reply_budget_init(void) {
   const char *text = getenv("MUSTER_TEST_REPLY_BUDGET");
   if (text == NULL || text[0] == '\0')
     return;
-  char *end;
-  unsigned long long n = strtoull(text, &end, 10);
-  if (*end != '\0' || text[0] == '-' || n < 1 || n > REPLY_BUDGET_DEFAULT) {
+  long long n;
+  if (!knob_int(text, 1, (long long)REPLY_BUDGET_DEFAULT, &n)) {
     log_msg(LOG_WARN,
             "MUSTER_TEST_REPLY_BUDGET=%.20s is not 1 to %zu; a reply carries up to %zu bytes of "
             "payloads",

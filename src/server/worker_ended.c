@@ -34,6 +34,7 @@
  * by id never touch the table.
  */
 #include "worker_ended.h"
+#include "core/knob.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -50,9 +51,8 @@ void worker_ended_init(void) {
   const char *text = getenv("MUSTER_TEST_ENDED_KEEP_MS");
   if (text == NULL || text[0] == '\0')
     return;
-  char *end;
-  long long ms = strtoll(text, &end, 10);
-  if (text[0] < '0' || text[0] > '9' || *end != '\0' || ms < 1 || ms > WORKER_ENDED_KEEP_MS) {
+  long long ms;
+  if (!knob_int(text, 1, WORKER_ENDED_KEEP_MS, &ms)) {
     log_msg(LOG_WARN,
             "MUSTER_TEST_ENDED_KEEP_MS=%.20s is not 1 to %lld; instances reported ended are "
             "remembered %lld ms",

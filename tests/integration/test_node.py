@@ -1188,7 +1188,7 @@ class CrashQueueOverflowTest(NodeTestCase):
 
     def test_a_bad_test_capacity_is_said_and_ignored(self):
         self.head.start()
-        for value in ("0", "257", "2x", "-1"):
+        for value in ("0", "257", "2x", "-1", "+2", " 2"):
             with self.subTest(value=value):
                 a = self.agent("knob" + str(len(self.agents)),
                                env={"MUSTER_TEST_CRASH_QUEUE_MAX": value}).start()
