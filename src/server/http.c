@@ -131,9 +131,7 @@ static int http_late_route(h1_req_t *req) {
   return rt ? (int)(rt - http_routes) : METRICS_ROUTE_SKIP;
 }
 
-/* Queues JSON `body` (stolen) as the late reply of a parked request, counted
- * with this status when it is sent. */
-static void http_enqueue_json(head_t *h, h1_req_t *req, int status, json_t *body) {
+void http_enqueue(head_t *h, h1_req_t *req, int status, json_t *body) {
   size_t len = 0;
   char *text = jw_dump(body, &len);
   json_decref(body);
@@ -150,10 +148,6 @@ void http_enqueue_text(head_t *h, h1_req_t *req, int status, jw_buf_t *text, boo
   }
   http_enqueue_body(h, req, status, NULL, text->buf, text->len, http_late_route(req), -1, no_flush);
   *text = (jw_buf_t){0};
-}
-
-void http_enqueue(head_t *h, h1_req_t *req, int status, json_t *body) {
-  http_enqueue_json(h, req, status, body);
 }
 
 void http_enqueue_fail(head_t *h, h1_req_t *req, const fail_t *f) {
@@ -583,7 +577,7 @@ static void http_dispatch(h1_req_t *req, void *arg) {
     http_enqueue_req(&r, rt, start_us);
   } else {
     /* Answered after other events: the connection's next request waits.
-     * It is counted when that answer is sent (http_enqueue_json), with its
+     * It is counted when that answer is sent (http_enqueue), with its
      * status: a parked lease may end in an error, an upload in 201. */
     h1_hold(req);
     h1_set_note(req, rt);

@@ -650,30 +650,15 @@ muster_err_t lease_acquire_text(store_t *st, const queue_t *q, int64_t worker, i
   return MUSTER_OK;
 }
 
-json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max, size_t *count,
-                          int64_t *max_task, fail_t *f) {
-  jw_buf_t out = {0};
-  json_t *leases = NULL;
-  if (lease_acquire_text(st, q, worker, max, &out, count, max_task, f) == MUSTER_OK &&
-      (leases = jw_raw(out.buf, out.len)) == NULL) {
-    *count = 0;
-    fail_set(f, MUSTER_NOMEM, "out of memory");
-  }
-  jw_buf_free(&out);
-  return leases;
-}
-
 json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max, fail_t *f) {
-  size_t count, len;
-  json_t *raw = lease_acquire_raw(st, q, worker, max, &count, NULL, f);
-  if (raw == NULL)
-    return NULL;
-  const char *text = jw_raw_text(raw, &len);
+  size_t count;
+  jw_buf_t text = {0};
+  json_t *leases = NULL;
   json_error_t error;
-  json_t *leases = json_loadb(text, len, JSON_ALLOW_NUL, &error);
-  json_decref(raw);
-  if (leases == NULL)
+  if (lease_acquire_text(st, q, worker, max, &text, &count, NULL, f) == MUSTER_OK &&
+      (leases = json_loadb(text.buf, text.len, JSON_ALLOW_NUL, &error)) == NULL)
     fail_set(f, MUSTER_STORE, "lease: the leases could not be read back: %s", error.text);
+  jw_buf_free(&text);
   return leases;
 }
 

@@ -31,15 +31,9 @@
  * found out of attempts are moved to dead. */
 muster_err_t lease_acquire_text(store_t *st, const queue_t *q, int64_t worker, int64_t max,
                                 jw_buf_t *out, size_t *count, int64_t *max_task, fail_t *f);
-/* lease_acquire_text's array as one raw node (jw.h; new reference), or NULL
- * with *f filled: the node must go out through jw_dump, and nothing may
- * read it as a tree. */
-json_t *lease_acquire_raw(store_t *st, const queue_t *q, int64_t worker, int64_t max, size_t *count,
-                          int64_t *max_task, fail_t *f);
-
 /* The same, as a tree: a JSON array of lease objects {"task", "token",
- * "payload", ...} (new reference) for callers that read the leases (the
- * compatibility API, tests); it is the raw text read back. */
+ * "payload", ...} (new reference), or NULL with *f filled, for callers that
+ * read the leases (the compatibility API, tests); it is the text read back. */
 json_t *lease_acquire(store_t *st, const queue_t *q, int64_t worker, int64_t max, fail_t *f);
 
 typedef enum { LEASE_COMPLETE, LEASE_FAIL, LEASE_EXTEND, LEASE_RELEASE, LEASE_FLAG } lease_op_t;
