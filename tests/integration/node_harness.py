@@ -173,6 +173,12 @@ class Agent:
             return {}
         return dict(line.split(" ", 1) for line in lines if " " in line)
 
+    def registered(self):
+        """Whether this agent has the head's answer to its registration (its lock file
+        says `registered yes`): the head listing the node is not enough, as a head
+        killed between its commit and its reply leaves the agent registering still."""
+        return self.lock_info().get("registered") == "yes"
+
     def log(self):
         try:
             with open(self.log_path, errors="replace") as f:

@@ -909,7 +909,8 @@ class HeadAwayTest(NodeTestCase):
     def test_heartbeat_says_once_per_outage_that_the_head_is_back(self):
         self.head.start()
         a = self.agent("away").start()
-        harness.wait_until(lambda: self.node("away"), what=lambda: "node registered:\n" + a.log())
+        harness.wait_until(lambda: self.node("away") and a.registered(),
+                           what=lambda: "node registered:\n" + a.log())
         for outage in (1, 2):
             self.head.kill()
             harness.wait_until(lambda: a.log().count("heartbeat: network") == outage,
@@ -933,7 +934,8 @@ class HeadAwayTest(NodeTestCase):
         # reason is said once; its repeats are not.
         self.head.start()
         a = self.agent("reasons").start()
-        harness.wait_until(lambda: self.node("reasons"), what=lambda: "node registered:\n" + a.log())
+        harness.wait_until(lambda: self.node("reasons") and a.registered(),
+                           what=lambda: "node registered:\n" + a.log())
         self.head.kill()
         harness.wait_until(lambda: "heartbeat: network" in a.log(),
                            what=lambda: "the agent to miss the head:\n" + a.log())
