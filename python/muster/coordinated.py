@@ -54,8 +54,14 @@ _HEAD_DOWN = (errors.NetworkError, errors.Unavailable)
 log = logging.getLogger("muster.iteration")
 
 
-def _resumed_name(base, checkpoint, partial):
-    digest = hashlib.sha1(json.dumps([checkpoint, partial], sort_keys=True,
+def _resumed_name(base, checkpoint, partial, world_size):
+    """The name of the iteration a resume of ``checkpoint`` (and its partly read blocks)
+    into ``world_size`` ranks creates: the same on every rank of the new world.  The
+    world size is part of it, so that the same states resumed again into another world
+    size (a resumed run that failed, started on other GPUs) make an iteration of their
+    own rather than meeting the first resume's, which the head would refuse as another
+    configuration under a name the caller never chose."""
+    digest = hashlib.sha1(json.dumps([checkpoint, partial, world_size], sort_keys=True,
                                      separators=(",", ":")).encode()).hexdigest()[:12]
     return "%s.r%s" % (base[:NAME_MAX - 14], digest)
 
@@ -358,9 +364,25 @@ class CoordinatedRankSampler:
             # this head takes only world_size and epochs besides a checkpoint
             body = {k: body[k] for k in ("name", "checkpoint", "world_size", "rank") if k in body}
             self.status = create(body)
+        if self._checkpoint is not None:
+            self._warn_resumed_again()
         self._created = True
         self._last_call = time.monotonic()
         return self.status
+
+    def _warn_resumed_again(self):
+        """Logs a WARNING when this rank joins a resume of its states in which it has read
+        already: the same states were loaded before (a resumed run that stopped and is
+        started again from them), and the iteration goes on where that run's ranks left
+        it, not from the states: what they read then is not read again."""
+        ranks = (self.status or {}).get("ranks") or ()
+        done = [r.get("samples", 0) for r in ranks if r.get("rank") == self.rank]
+        if done and done[0]:
+            log.warning("iteration %s, rank %d: these states were resumed before and this rank "
+                        "read %d samples since; the resume goes on from there, not from the "
+                        "states, so those samples are not read again (to read from the states "
+                        "again, remove it first: muster iter rm %s)", self.name, self.rank,
+                        done[0], self.name)
 
     def set_epoch(self, epoch):
         with self._lock:
@@ -685,7 +707,8 @@ class CoordinatedRankSampler:
             self._checkpoint = ck
             self._skip = partial
             self._skip_epoch = ck["epoch"]
-            self.name = _resumed_name(self.base_name, ck, sorted(partial.items()))
+            self.name = _resumed_name(self.base_name, ck, sorted(partial.items()),
+                                      self.world_size)
             self._created = False
             self._held = None
             self._unacked = []

@@ -479,6 +479,16 @@ class Epoch:
         return self.plan.sample_owner(self[position])
 
 
+# Why a standalone position is refused by another configuration, and where to go for
+# another world size (a position is one rank's place in one plan's list).
+ANOTHER_CONFIGURATION = (
+    "another dataset, seed, shuffle, strategy, world size or block size. A standalone "
+    "position resumes only the plan and rank that saved it; to resume on another number "
+    "of ranks, save muster.torch.DistributedSampler's state_dict() (standalone, elastic) or "
+    "read through a coordinated iteration (muster.CoordinatedStream), whose states load "
+    "into any world size")
+
+
 class StreamPos:
     """A stream's position: (fingerprint, rank, epoch, emitted, cursor)."""
 
@@ -615,9 +625,18 @@ class Stream:
             raise TypeError("pos: expected a StreamPos, its 40 bytes or a loader checkpoint (a "
                             "dict), got %s: set_epoch(E) starts an epoch, seek(I) goes to an "
                             "item" % type(pos).__name__)
-        if (pos.fingerprint != self.plan.fingerprint or pos.rank != self.rank or pos.emitted > self.len
-                or pos.cursor > self.plan.n):
-            raise ValueError("the position belongs to another configuration, rank or epoch length")
+        if pos.fingerprint != self.plan.fingerprint:
+            raise ValueError("the position belongs to another configuration or rank: "
+                             "fingerprint %016x there, %016x here: %s"
+                             % (pos.fingerprint, self.plan.fingerprint, ANOTHER_CONFIGURATION))
+        if pos.rank != self.rank:
+            raise ValueError("the position belongs to another configuration or rank: rank %d's "
+                             "position, and this stream is rank %d (a position resumes the "
+                             "rank that saved it)" % (pos.rank, self.rank))
+        if pos.emitted > self.len or pos.cursor > self.plan.n:
+            raise ValueError("the position belongs to another configuration, rank or epoch "
+                             "length: item %d, cursor %d, outside this rank's epoch (%d items "
+                             "of %d samples)" % (pos.emitted, pos.cursor, self.len, self.plan.n))
         if not self.plan.positional and pos.emitted < self.owned and pos.cursor == self.plan.n:
             raise ValueError("the position has owned samples left but nothing left to scan")
         self._switch_epoch(pos.epoch)

@@ -40,7 +40,7 @@ import time
 import weakref
 
 from . import _replace
-from .iteration import STREAM_POS_BYTES, Stream, StreamPos
+from .iteration import ANOTHER_CONFIGURATION, STREAM_POS_BYTES, Stream, StreamPos
 
 # The C loader's LOADER_CHECKPOINT_VERSION: a checkpoint here holds its fields and more.
 CHECKPOINT_VERSION = 1
@@ -81,8 +81,13 @@ def checkpoint_position(record, plan, rank):
     if record.get("version") != CHECKPOINT_VERSION:
         raise ValueError("loader checkpoint version %r is not known (this one reads %d)"
                          % (record.get("version"), CHECKPOINT_VERSION))
-    if record.get("fingerprint") != "%016x" % plan.fingerprint or record.get("rank") != rank:
-        raise ValueError("the checkpoint is of another configuration or rank")
+    if record.get("fingerprint") != "%016x" % plan.fingerprint:
+        raise ValueError("the checkpoint is of another configuration or rank: fingerprint %.20r "
+                         "there, %016x here: %s" % (record.get("fingerprint"), plan.fingerprint,
+                                                      ANOTHER_CONFIGURATION))
+    if record.get("rank") != rank:
+        raise ValueError("the checkpoint is of another configuration or rank: rank %.20r's "
+                         "checkpoint, and this is rank %d" % (record.get("rank"), rank))
     encoded = record.get("position")
     if encoded is not None:
         try:

@@ -565,6 +565,31 @@ muster_err_t muster_loader_get_checkpoint(muster_loader_t *l, char **text) {
   return loader_coord_checkpoint(l, text);
 }
 
+/* MUSTER_OK when a standalone checkpoint's fingerprint `fp` and `rank` are this
+ * loader's; else MUSTER_INVALID with a message saying which differs.  The fingerprint
+ * covers the world size, so a checkpoint taken on another number of ranks lands here:
+ * the message says where a resume on another number of ranks lives, since a standalone
+ * position is one rank's place in one plan's list and cannot be dealt anew. */
+static muster_err_t checkpoint_mismatch(muster_loader_t *l, const char *fp, int64_t rank) {
+  char want[17];
+  snprintf(want, sizeof want, "%016" PRIx64, part_plan_fingerprint(l->plan));
+  if (strcmp(fp, want) != 0)
+    return loader_fail(l, MUSTER_INVALID,
+                       "the checkpoint is of another configuration (fingerprint %.16s there, %s "
+                       "here): another dataset, seed, shuffle, strategy, world size or block "
+                       "size. A standalone checkpoint resumes only the configuration and rank "
+                       "that saved it; on another number of ranks, read through a coordinated "
+                       "iteration and open with opts.checkpoint set to its checkpoint "
+                       "(docs/iterations.md, \"Elastic resume\")",
+                       fp, want);
+  if (rank != (int64_t)l->rank)
+    return loader_fail(l, MUSTER_INVALID,
+                       "the checkpoint is rank %" PRId64 "'s, and this loader is rank %" PRIu32
+                       ": a checkpoint resumes the rank that saved it",
+                       rank, l->rank);
+  return MUSTER_OK;
+}
+
 muster_err_t muster_loader_restore(muster_loader_t *l, const char *text) {
   if (l == NULL)
     return MUSTER_INVALID;
@@ -578,17 +603,15 @@ muster_err_t muster_loader_restore(muster_loader_t *l, const char *text) {
   const char *mode = json_string_value(json_object_get(obj, "mode"));
   const char *fp = json_string_value(json_object_get(obj, "fingerprint"));
   int64_t rank = -1, epoch = -1, consumed = -1;
-  char want[17];
-  snprintf(want, sizeof want, "%016" PRIx64, part_plan_fingerprint(l->plan));
   bool ok = obj && mode && strcmp(mode, "standalone") == 0 && fp &&
             !client_get_int(obj, "rank", -1, &rank) && !client_get_int(obj, "epoch", -1, &epoch) &&
             !client_get_int(obj, "consumed", -1, &consumed) && epoch >= 0 && consumed >= 0;
-  bool same = ok && strcmp(fp, want) == 0 && rank == l->rank;
+  muster_err_t mismatch = ok ? checkpoint_mismatch(l, fp, rank) : MUSTER_OK;
   json_decref(obj); /* fp pointed into it */
   if (!ok)
     return loader_fail(l, MUSTER_INVALID, "not a standalone loader checkpoint");
-  if (!same)
-    return loader_fail(l, MUSTER_INVALID, "the checkpoint is of another configuration or rank");
+  if (mismatch != MUSTER_OK)
+    return mismatch;
   thread_stop(l);
   muster_err_t err = stream_set_epoch(l->stream, (uint64_t)epoch);
   if (err == MUSTER_OK)
