@@ -1,5 +1,5 @@
 /*
- * ctest_walk_loader.c — a standalone libmuster loader (no head) given the
+ * ctest_loader_refused.c — a standalone libmuster loader (no head) given the
  * checkpoint of another world size or rank, as a user moving a job to another
  * number of GPUs does.  A standalone checkpoint is one rank's place in one
  * plan's list, so it is refused; the message says which of the two differs
