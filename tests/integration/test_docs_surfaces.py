@@ -498,7 +498,8 @@ PY_CODES_NOT_RAISED = {
 # The classes of the Reference table of docs/python.md, and the module of each; the
 # exported classes are added from __all__.
 PY_MORE_CLASSES = {"Dataset": "iteration", "Plan": "iteration", "Stream": "iteration",
-                   "Loader": "loader", "DistributedSampler": "torch", "StreamDataset": "torch"}
+                   "Loader": "loader", "RankSampler": "sampling",
+                   "DistributedSampler": "torch", "StreamDataset": "torch"}
 
 
 def py_package():
