@@ -8,7 +8,10 @@ with the head in MUSTER_URL and MUSTER_TOKEN:
 
     for r in 0 1 2 3; do RANK=$r WORLD_SIZE=4 python3 elastic_resume.py --dir run & done
     # ... kill them (kill -9 included) part-way through the epoch, then on 3 GPUs:
-    for r in 0 1 2; do RANK=$r WORLD_SIZE=3 python3 elastic_resume.py --dir run & done
+    for r in 0 1 2; do RANK=$r WORLD_SIZE=3 python3 elastic_resume.py --dir run --run 2 & done
+
+(--run names a start, the same on every rank of it: a start that fails before it saves
+states of its own and is started again from the same states reads from them again.)
 
 Each rank appends the indices it trained on to DIR/trained-STEPS.RANK (STEPS: the step of
 the states it resumed from, 0 for a fresh start): the first `step` lines of each file of
@@ -57,6 +60,9 @@ def main():
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--save-every", type=int, default=10, help="steps between saved states")
     ap.add_argument("--step-delay", type=float, default=0.0, help="seconds per step")
+    ap.add_argument("--run", help="this start's name, the same on every rank (a job id): a "
+                    "later start that loads the same states reads from them again rather "
+                    "than going on where this one's ranks left off")
     args = ap.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     os.makedirs(args.dir, exist_ok=True)
@@ -65,7 +71,7 @@ def main():
     with stream:
         start, states = last_complete_states(args.dir)
         if states is not None:
-            stream.load_state_dict(states)        # any world size
+            stream.load_state_dict(states, run=args.run)   # any world size
         trained = open(os.path.join(args.dir, "trained-%d.%d" % (start, rank)), "w")
         step = start
         for index in stream:

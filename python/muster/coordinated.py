@@ -54,14 +54,25 @@ _HEAD_DOWN = (errors.NetworkError, errors.Unavailable)
 log = logging.getLogger("muster.iteration")
 
 
-def _resumed_name(base, checkpoint, partial, world_size):
+def _check_run(run):
+    """ValueError unless ``run`` is None or a string of 1 to 200 characters."""
+    if run is not None and (not isinstance(run, str) or not 0 < len(run) <= 200):
+        raise ValueError("run=%.60r: expected a string of 1 to 200 characters that every rank "
+                         "of this run gives and another run does not (a job id, such as "
+                         "SLURM_JOB_ID), or None" % (run,))
+
+
+def _resumed_name(base, checkpoint, partial, world_size, run=None):
     """The name of the iteration a resume of ``checkpoint`` (and its partly read blocks)
     into ``world_size`` ranks creates: the same on every rank of the new world.  The
     world size is part of it, so that the same states resumed again into another world
     size (a resumed run that failed, started on other GPUs) make an iteration of their
     own rather than meeting the first resume's, which the head would refuse as another
-    configuration under a name the caller never chose."""
-    digest = hashlib.sha1(json.dumps([checkpoint, partial, world_size], sort_keys=True,
+    configuration under a name the caller never chose.  So is ``run`` when given (the
+    ranks' shared identity of this run): the same states resumed by another run read
+    from the states again rather than from where an earlier resume's ranks left off."""
+    key = [checkpoint, partial, world_size] + ([run] if run is not None else [])
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True,
                                      separators=(",", ":")).encode()).hexdigest()[:12]
     return "%s.r%s" % (base[:NAME_MAX - 14], digest)
 
@@ -381,7 +392,8 @@ class CoordinatedRankSampler:
             log.warning("iteration %s, rank %d: these states were resumed before and this rank "
                         "read %d samples since; the resume goes on from there, not from the "
                         "states, so those samples are not read again (to read from the states "
-                        "again, remove it first: muster iter rm %s)", self.name, self.rank,
+                        "again, give each run its own load_state_dict(states, run=JOB_ID), or "
+                        "remove this one first: muster iter rm %s)", self.name, self.rank,
                         done[0], self.name)
 
     def set_epoch(self, epoch):
@@ -688,10 +700,12 @@ class CoordinatedRankSampler:
                                % (self.name, self.rank, self.epoch))
         return dict(shape, epoch=self.epoch, done=[[0, shape["blocks"]]])
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state, run=None):
         """Resume from ``state`` (one rank's state, or a list of every rank's: then each
         rank's partly read block is skipped exactly).  Every rank must load the same
-        state(s): the new iteration's name is derived from them."""
+        state(s), and the same ``run`` (None, or a string naming this run: a job id): the
+        new iteration's name is derived from them."""
+        _check_run(run)
         states = _states_to_load(state, self.kind)
         ck, partial = _merged_position(states)
         # The head resumes the checkpoint's configuration whatever this sampler's: a state
@@ -708,7 +722,7 @@ class CoordinatedRankSampler:
             self._skip = partial
             self._skip_epoch = ck["epoch"]
             self.name = _resumed_name(self.base_name, ck, sorted(partial.items()),
-                                      self.world_size)
+                                      self.world_size, run)
             self._created = False
             self._held = None
             self._unacked = []

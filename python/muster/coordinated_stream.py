@@ -260,14 +260,16 @@ class CoordinatedStream:
         _integer("consumed", consumed, 0)
         rank.give_back(consumed)
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state, run=None):
         """Resumes the saved epoch from ``state``: one rank's ``state_dict()`` (exact at
         block boundaries) or the list of every rank's (exact mid-block too), in this or
         another world size.  Every rank of the new world loads the same: they join a new
-        iteration on the head (``name`` says which).  ValueError for anything else, or a
-        state of another dataset or configuration (``world_size``, ``epochs`` and the
-        lease settings aside)."""
-        self._open("load_state_dict").load_state_dict(state)
+        iteration on the head (``name`` says which).  ``run``, a string every rank of
+        this run gives (a job id), makes that iteration this run's own: the same states
+        loaded by another run read from the states again.  ValueError for anything else,
+        or a state of another dataset or configuration (``world_size``, ``epochs`` and
+        the lease settings aside)."""
+        self._open("load_state_dict").load_state_dict(state, run)
 
     def close(self):
         """Acknowledges the blocks read to their end and stops the heartbeat thread; the

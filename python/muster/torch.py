@@ -130,11 +130,20 @@ class DistributedSampler(torch.utils.data.Sampler):
                              "load_state_dict(state_dict(consumed=N)) before the new loop")
         self._sampler.give_back(consumed)
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state, run=None):
         """Restores a position saved by any rank, with this or another world size; the next
         iteration continues the saved epoch where it stopped.  Coordinated: ``state`` may
-        be the list of every rank's states (exact mid-block); every rank loads the same."""
-        self._sampler.load_state_dict(state)
+        be the list of every rank's states (exact mid-block); every rank loads the same,
+        with the same ``run`` (a job id: another run's resume of the same states reads
+        from them again).  Standalone, ``run`` must be None: nothing is kept on a head."""
+        if self.coordinated:
+            self._sampler.load_state_dict(state, run)
+        elif run is not None:
+            raise ValueError("run=%.60r: a standalone sampler (coordinated=False) resumes "
+                             "from the state alone, every time; run= names a coordinated "
+                             "resume on the head" % (run,))
+        else:
+            self._sampler.load_state_dict(state)
         self.epoch = self._sampler.epoch
 
 
@@ -211,8 +220,12 @@ class StreamDataset(torch.utils.data.IterableDataset):
         if self._feed is not None:
             self._feed.end_pass()
 
-    def load_state_dict(self, state):
-        self.sampler.load_state_dict(state)
+    def load_state_dict(self, state, run=None):
+        """The sampler's load_state_dict (``run``: a coordinated sampler's, above)."""
+        if run is None:
+            self.sampler.load_state_dict(state)
+        else:
+            self.sampler.load_state_dict(state, run=run)
         if self._feed is not None:
             self._feed.end_pass()   # a loop of the position loaded over is over
 

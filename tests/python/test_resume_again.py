@@ -68,10 +68,10 @@ class CoordinatedResumeAgainTest(HeadTestCase):
             s.close()
         return states, before
 
-    def resume(self, name, world, states):
+    def resume(self, name, world, states, run=None):
         new = self.streams(name, world)
         for s in new:
-            s.load_state_dict(states)
+            s.load_state_dict(states, run=run)
         return new
 
     def assert_once(self, lists, expected):
@@ -117,6 +117,35 @@ class CoordinatedResumeAgainTest(HeadTestCase):
         self.assertIn("muster iter rm " + second[0].name, logs.output[0])
         for s in second:
             s.close()
+
+
+    def test_another_run_reads_from_the_states_again(self):
+        """A run named with run= reads from the states whatever an earlier run that loaded
+        them read; the ranks of one run meet in one iteration."""
+        name = self.qname()
+        states, before = self.saved_states(name)
+        first = self.resume(name, 2, states, run="job-1")
+        read_some(first, 30)                         # that run fails part-way
+        for s in first:
+            s.close()
+        second = self.resume(name, 2, states, run="job-2")
+        self.assertEqual(len({s.name for s in second}), 1, "the ranks of one run part")
+        self.assertNotEqual(second[0].name, first[0].name)
+        with self.assertNoLogs("muster.iteration", logging.WARNING):
+            rest = read_all(second)
+        self.assert_once(rest, set(range(N)) - set(before))
+        for s in second:
+            s.close()
+
+    def test_a_bad_run_is_refused_and_nothing_changes(self):
+        name = self.qname()
+        states, _ = self.saved_states(name)
+        stream = self.streams(name, 1)[0]
+        for run in ("", 7, "x" * 201, b"job"):
+            with self.assertRaisesRegex(ValueError, r"run=.*expected a string of 1 to 200"):
+                stream.load_state_dict(states, run=run)
+        self.assertEqual(stream.name, name, "a refused load changed the stream")
+        stream.close()
 
 
 class StandaloneResumeTest(unittest.TestCase):

@@ -203,6 +203,18 @@ class TestTorchSampler(unittest.TestCase):
                 self.assertEqual((len(ours), ours.num_samples, ours.total_size),
                                  (len(theirs), theirs.num_samples, theirs.total_size))
 
+    def test_a_standalone_sampler_takes_no_run(self):
+        sampler = mt.DistributedSampler(list(range(20)), num_replicas=2, rank=0, seed=3)
+        it = iter(sampler)
+        first = [next(it) for _ in range(4)]
+        state = sampler.state_dict()
+        with self.assertRaisesRegex(ValueError, "standalone sampler.*run= names a coordinated"):
+            sampler.load_state_dict(state, run="job-2")
+        sampler.load_state_dict(state, run=None)
+        again = mt.DistributedSampler(list(range(20)), num_replicas=2, rank=0, seed=3)
+        self.assertEqual(list(sampler), list(again)[4:], "after the refusal the state loads")
+        self.assertEqual(len(first), 4)
+
     def test_dataloader_4_ranks_every_index_once(self):
         data = torch.arange(200)
         seen = {0: [], 1: []}
