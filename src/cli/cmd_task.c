@@ -218,6 +218,20 @@ static int put_names_file(const char *word) {
   return is_file;
 }
 
+/* After `put --json WORD` found WORD to be no JSON: when WORD does not look
+ * like JSON either, it likely names a file (`--json jobs.json`, mistyped or
+ * elsewhere), so says that no such file is here rather than leave "not valid
+ * JSON" alone to puzzle over. */
+static void put_say_no_file(const char *word) {
+  struct stat st;
+  if (strchr("{[\"", word[0]) != NULL || stat(word, &st) == 0)
+    return;
+  fprintf(stderr,
+          "muster: if '%s' names a file of payloads: there is none (%s); --json FILE reads "
+          "FILE when it exists\n",
+          word, strerror(errno));
+}
+
 /*
  * After a network error on the batch of payloads [at, at + n) of `total`:
  * says what became of it and where to resume.  A batch that was sent may
@@ -338,6 +352,8 @@ int cmd_put(cli_args_t *args) {
     char where[48];
     snprintf(where, sizeof where, "argument %d", i + 1);
     rc = put_add(&list, args->pos[i], strlen(args->pos[i]), as_json, where);
+    if (rc != CLI_OK && as_json && npos == 1)
+      put_say_no_file(args->pos[i]);
   }
   if (rc == CLI_OK && npos == 0 && file == NULL)
     rc = put_read_stdin(&list, as_json);

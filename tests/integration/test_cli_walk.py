@@ -1,6 +1,7 @@
 """What a first-time user meets walking the README and docs/cli.md: a listing that
---limit cut short, an option typed before the command, the shell worker cli.md shows,
-and the --max-payload limit as cli.md states it.
+--limit cut short, `put --json FILE` of a file that is not there, an option typed
+before the command, the shell worker cli.md shows, and the --max-payload limit as
+cli.md states it.
 
 The tests share one head; each uses its own queue.  Nothing waits on a timer: the
 shell worker's progress is polled through the queue's counts.
@@ -76,6 +77,26 @@ class CliWalkTest(harness.CliChecks, unittest.TestCase):
                       r.stderr)
         r = self.muster("tasks", "ls", "--queue", "walk-pages", "--limit", "0", "--json")
         self.assertEqual((len(r.stdout.splitlines()), r.stderr), (1003, ""))
+
+    # ---- put --json FILE with no such file -----------------------------------------
+
+    def test_put_json_of_a_missing_file_says_there_is_none(self):
+        self.ok("queue", "create", "walk-json")
+        err = self.fails(1, "put", "--queue", "walk-json", "--json", "jobs.jsn")
+        self.assertEqual(err.splitlines(), [
+            "muster: invalid_argument: argument 1: not valid JSON: invalid token near 'jobs' "
+            "(at column 4)",
+            "muster: if 'jobs.jsn' names a file of payloads: there is none (No such file or "
+            "directory); --json FILE reads FILE when it exists"])
+        # JSON that is only broken is told as such, with no word of files.
+        err = self.fails(1, "put", "--queue", "walk-json", "--json", "{bad")
+        self.assertEqual(len(err.splitlines()), 1, err)
+        # The file, once there, is read, as the hint says.
+        with open(os.path.join(self.cwd, "jobs.jsn"), "w") as f:
+            f.write('[1, "two"]\n')
+        self.assertEqual(len(self.ok("put", "--queue", "walk-json", "--json", "jobs.jsn")
+                             .split()), 2)
+        self.assertEqual(self.counts("walk-json")["queued"], 2)
 
     # ---- an option before the command ----------------------------------------------
 
