@@ -218,6 +218,20 @@ static int put_names_file(const char *word) {
   return is_file;
 }
 
+/* After `put --json WORD` found WORD to be no JSON: when WORD does not look
+ * like JSON either, it likely names a file (`--json jobs.json`, mistyped or
+ * elsewhere), so says that no such file is here rather than leave "not valid
+ * JSON" alone to puzzle over. */
+static void put_say_no_file(const char *word) {
+  struct stat st;
+  if (strchr("{[\"", word[0]) != NULL || stat(word, &st) == 0)
+    return;
+  fprintf(stderr,
+          "muster: if '%s' names a file of payloads: there is none (%s); --json FILE reads "
+          "FILE when it exists\n",
+          word, strerror(errno));
+}
+
 /*
  * After a network error on the batch of payloads [at, at + n) of `total`:
  * says what became of it and where to resume.  A batch that was sent may
@@ -338,6 +352,8 @@ int cmd_put(cli_args_t *args) {
     char where[48];
     snprintf(where, sizeof where, "argument %d", i + 1);
     rc = put_add(&list, args->pos[i], strlen(args->pos[i]), as_json, where);
+    if (rc != CLI_OK && as_json && npos == 1)
+      put_say_no_file(args->pos[i]);
   }
   if (rc == CLI_OK && npos == 0 && file == NULL)
     rc = put_read_stdin(&list, as_json);
@@ -420,16 +436,21 @@ static void task_print(json_t *tasks, int as_json) {
 
 /*
  * Appends up to `limit` (0: all) tasks of `queue` in `state` (NULL: any) with
- * ids above `after` to the array `out`, page by page.
+ * ids above `after` to the array `out`, page by page.  *left is set to the
+ * head's `next` cursor when `limit` stopped the listing before the end (the
+ * head answers `next: null` at the end, so then more tasks follow), else 0.
  */
 static muster_err_t task_collect(muster_client_t *client, const char *queue, const char *state,
-                                 int64_t after, int64_t limit, json_t *out) {
+                                 int64_t after, int64_t limit, json_t *out, int64_t *left) {
+  *left = 0;
   for (;;) {
     int64_t want = LIST_PAGE;
     if (limit > 0 && limit - (int64_t)json_array_size(out) < want)
       want = limit - (int64_t)json_array_size(out);
-    if (want <= 0)
+    if (want <= 0) { /* only after a page whose `next` said more follow */
+      *left = after;
       return MUSTER_OK;
+    }
     char *json = NULL;
     muster_err_t err = muster_task_list(client, queue, state, after, want, &json);
     if (err != MUSTER_OK)
@@ -478,10 +499,17 @@ int cmd_tasks_ls(cli_args_t *args) {
   if (rc != CLI_OK || (rc = cli_connect(args, &client)) != CLI_OK)
     return rc;
   json_t *tasks = json_array();
-  muster_err_t err = task_collect(client, queue, cli_opt(args, "state"), after, limit, tasks);
+  int64_t left = 0;
+  muster_err_t err =
+      task_collect(client, queue, cli_opt(args, "state"), after, limit, tasks, &left);
   if (err == MUSTER_OK)
     task_print(tasks, cli_flag(args, "json"));
-  else
+  if (err == MUSTER_OK && left > 0) /* a listing cut short must not look complete */
+    fprintf(stderr,
+            "muster: listed the first %lld tasks; more follow: --after %lld lists the next "
+            "ones, --limit 0 lists them all\n",
+            (long long)limit, (long long)left);
+  if (err != MUSTER_OK)
     rc = cli_error(client, err);
   json_decref(tasks);
   muster_client_free(client);
@@ -518,9 +546,10 @@ int cmd_tasks_dead(cli_args_t *args) {
   if (rc != CLI_OK)
     return rc;
   json_t *tasks = json_array();
-  muster_err_t err = task_collect(client, queue, "dead", 0, 0, tasks);
+  int64_t left; /* limit 0: the listings run to the end */
+  muster_err_t err = task_collect(client, queue, "dead", 0, 0, tasks, &left);
   if (err == MUSTER_OK)
-    err = task_collect(client, queue, "failed", 0, 0, tasks);
+    err = task_collect(client, queue, "failed", 0, 0, tasks, &left);
   if (err == MUSTER_OK) {
     task_sort(tasks);
     task_print(tasks, cli_flag(args, "json"));

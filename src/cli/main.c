@@ -522,11 +522,27 @@ static int hoist_client_opts(int argc, char **argv, char **out) {
   return n;
 }
 
+/* What `muster --queue q put` says: an option before the command that is no
+ * client option.  It is not an unknown command; it is misplaced (or unknown),
+ * and the user needs to hear where options go.  Returns CLI_USAGE. */
+static int option_before_command(const char *word) {
+  fprintf(stderr,
+          "muster: option '%s' comes before the command: only --url, --token and --data-dir "
+          "may (`muster --token T queue ls`), and --help or --version alone; give the others "
+          "after the command\n"
+          "Try 'muster --help' for the list of commands, and 'muster COMMAND --help' for "
+          "their options.\n",
+          word);
+  return CLI_USAGE;
+}
+
 /* The row of the command that argv[1] (and argv[2] for a group) names, and in
  * *skip how many words argv[0] and the command take; CLI_OK, -1 after a
  * group's help was printed, or CLI_USAGE after saying what is unknown. */
 static int resolve_command(int argc, char **argv, const cli_cmd_t **cmd, int *skip) {
   const char *word = argv[1];
+  if (word[0] == '-' && word[1] != '\0')
+    return option_before_command(word);
   if (is_group(word))
     return run_group(argc, argv, cmd, skip);
   if ((*cmd = find_command(word, NULL)) == NULL)
