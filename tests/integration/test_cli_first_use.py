@@ -23,7 +23,7 @@ MUSTER = harness.MUSTER_BIN
 CLI_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "cli.md")
 
 
-class CliWalkTest(harness.CliChecks, unittest.TestCase):
+class CliFirstUseTest(harness.CliChecks, unittest.TestCase):
     head = None
 
     @classmethod
