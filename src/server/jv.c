@@ -146,6 +146,17 @@ char *jv_encode(const json_t *value) {
   return jw_dump(value, NULL);
 }
 
+muster_err_t jv_payload_fits(const char *text, size_t max, const char *ctx, const char *key,
+                             fail_t *f) {
+  size_t len = text ? strlen(text) : 0;
+  if (len <= max)
+    return MUSTER_OK;
+  return fail_set(f, MUSTER_PAYLOAD_TOO_LARGE,
+                  "%s%s%s: %zu bytes as JSON text, at most %zu allowed (a string counts with "
+                  "its quotes and escapes; the head's --max-payload sets the limit)",
+                  ctx, ctx[0] ? "." : "", key, len, max);
+}
+
 json_t *jv_decode(const char *text) {
   if (text == NULL)
     return json_null();

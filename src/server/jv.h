@@ -44,6 +44,14 @@ muster_err_t jv_batch(const json_t *obj, const char *key, size_t max, json_t **o
 
 /* Encodes any JSON value compactly (strings too); caller frees.  NULL on OOM. */
 char *jv_encode(const json_t *value);
+/* MUSTER_OK when `text`, a value as jv_encode wrote it, is at most `max`
+ * bytes (the head's --max-payload); else MUSTER_PAYLOAD_TOO_LARGE, the message
+ * naming `ctx`.`key` (`key` alone when ctx is "") and saying that the bytes
+ * are the JSON text's, which a string exceeds by its quotes and escapes: a
+ * payload of exactly `max` characters is refused, and its sender must hear
+ * why the figure is not the one it counted. */
+muster_err_t jv_payload_fits(const char *text, size_t max, const char *ctx, const char *key,
+                             fail_t *f);
 /* Decodes text stored by jv_encode; never NULL: bad text becomes a JSON string. */
 json_t *jv_decode(const char *text);
 

@@ -182,10 +182,7 @@ static muster_err_t apply_tally_worker(store_t *st, lease_apply_out_t *out, int6
 
 /* The contract is in lease_internal.h. */
 muster_err_t lease_complete_size(const char *text, const char *ctx, size_t max_payload, fail_t *f) {
-  if (text && strlen(text) > max_payload)
-    return fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.result: %zu bytes, at most %zu allowed", ctx,
-                    strlen(text), max_payload);
-  return MUSTER_OK;
+  return jv_payload_fits(text, max_payload, ctx, "result", f);
 }
 
 /* Opens the element {"task": id, "next_task": ID or null of a completion in

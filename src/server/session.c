@@ -228,10 +228,8 @@ json_t *session_create(store_t *st, const json_t *body, size_t max_payload, fail
   char *init_text = init && !json_is_null(init) ? jv_encode(init) : NULL;
   char id[SESSION_ID_LEN + 1];
   json_t *out = NULL;
-  if (init_text && strlen(init_text) > max_payload)
-    fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "init_data: %zu bytes, at most %zu allowed",
-             strlen(init_text), max_payload);
-  else if (session_insert(st, q.name, cleanup, timeout_ms, init_text, id, f) == MUSTER_OK)
+  if (jv_payload_fits(init_text, max_payload, "", "init_data", f) == MUSTER_OK &&
+      session_insert(st, q.name, cleanup, timeout_ms, init_text, id, f) == MUSTER_OK)
     out = session_get(st, id, f);
   free(init_text);
   return out;
@@ -262,10 +260,7 @@ static muster_err_t submit_parse(const json_t *elem, size_t i, size_t max_payloa
   spec->payload = spec->encoded = jv_encode(payload);
   if (spec->payload == NULL)
     return fail_set(f, MUSTER_NOMEM, "%s.payload: out of memory", ctx);
-  if (strlen(spec->payload) > max_payload)
-    return fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.payload: %zu bytes, at most %zu allowed", ctx,
-                    strlen(spec->payload), max_payload);
-  return MUSTER_OK;
+  return jv_payload_fits(spec->payload, max_payload, ctx, "payload", f);
 }
 
 /* True when `index` is taken by a task of the session in its queue. */

@@ -110,11 +110,7 @@ static muster_err_t task_spec_parse(const json_t *elem, size_t i, size_t max_pay
   spec->payload = spec->encoded = jv_encode(payload);
   if (spec->payload == NULL)
     return fail_set(f, MUSTER_NOMEM, "%s.payload: out of memory", ctx);
-  size_t len = strlen(spec->payload);
-  if (len > max_payload)
-    return fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "%s.payload: %zu bytes, at most %zu allowed", ctx,
-                    len, max_payload);
-  return MUSTER_OK;
+  return jv_payload_fits(spec->payload, max_payload, ctx, "payload", f);
 }
 
 /* Appends the reply element of one put task, {"id":N,"created":B}, as jw_dump

@@ -84,10 +84,8 @@ json_t *update_post(store_t *st, const char *queue, const json_t *body, size_t m
   int64_t seq;
   if (text == NULL) {
     fail_set(f, MUSTER_NOMEM, "out of memory");
-  } else if (strlen(text) > max_payload) {
-    fail_set(f, MUSTER_PAYLOAD_TOO_LARGE, "data: %zu bytes, at most %zu allowed", strlen(text),
-             max_payload);
-  } else if ((seq = update_next_seq(st, queue, f)) > 0) {
+  } else if (jv_payload_fits(text, max_payload, "", "data", f) == MUSTER_OK &&
+             (seq = update_next_seq(st, queue, f)) > 0) {
     sqlite3_stmt *s = store_stmt(st, "INSERT INTO updates(queue, seq, data, session, created_ms)"
                                      " VALUES(?1, ?2, ?3, ?4, ?5)");
     if (s == NULL) {
