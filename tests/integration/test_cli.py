@@ -849,9 +849,11 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         # Each failure is said in one line: a multi-line error by its last line, which
         # says the most (a traceback's exception), and where the rest is; a one-line
         # error as it is.
-        self.assertIn("muster worker: task %s failed: it broke (the last line of its error; "
-                      "'muster tasks show %s' has all of it)\n" % (ids[0], ids[0]), err)
-        self.assertIn("muster worker: task %s failed: killed by signal 9\n" % ids[2], err)
+        dead = "; it is dead after 1 attempt: 'muster tasks dead --queue %s' lists it\n" % q
+        self.assertIn("muster worker: task %s failed (exit status 3): it broke (the last line of "
+                      "its error; 'muster tasks show %s' has all of it)%s" % (ids[0], ids[0], dead),
+                      err)
+        self.assertIn("muster worker: task %s failed: killed by signal 9%s" % (ids[2], dead), err)
         self.assertNotIn("failed: first", err)
 
     def test_worker_refuses_missing_command(self):

@@ -1,5 +1,6 @@
 """Rough edges a user walk of the CLI found: `session results --follow` started before
-`session put`, the worker's line for a failed task (what becomes of the task), a usage
+`session put`, the worker's line for a failed task (how its command ended, and what
+becomes of the task), a usage
 error that names the missing argument, and `queue rm` of an unknown queue (and the
 session commands) saying where the existing ones are listed.
 
@@ -84,6 +85,51 @@ class CliPolishTest(harness.CliChecks, unittest.TestCase):
         self.ok("session", "close", sid)
         self.assertEqual(proc.wait(timeout=30), 1, self.read(err))
         self.assertIn("cursor: 0\nmuster: session_not_found: ", self.read(err))
+
+    # ---- the worker's line for a failed task -------------------------------------------
+
+    def worker_err(self, queue, *cmd, tasks=1):
+        r = self.muster("worker", "--queue", queue, "--max-tasks", str(tasks), *cmd)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return [line for line in r.stderr.splitlines() if " failed" in line and "task" in line]
+
+    def test_a_failed_task_is_said_with_its_exit_status_and_what_comes_next(self):
+        # It said `task N failed: oops` alone: not how the command ended when its stderr
+        # said something, nor whether the task would run again.
+        q = "polish-retry"
+        self.ok("queue", "create", q, "--max-attempts", "3", "--backoff-ms", "1",
+                "--backoff-max-ms", "1")
+        task = self.ok("put", "--queue", q, "x").strip()
+        lines = self.worker_err(q, "--", "sh", "-c", "echo oops >&2; exit 3", tasks=3)
+        said = "muster worker: task %s failed (exit status 3): oops; " % task
+        self.assertEqual(lines, [
+            said + "it will be retried (attempt 2 of 3)",
+            said + "it will be retried (attempt 3 of 3)",
+            said + "it is dead after 3 attempts: 'muster tasks dead --queue %s' lists it" % q,
+        ])
+        self.assertEqual(self.head.request("GET", "/v1/tasks/" + task).json["state"], "dead")
+
+    def test_a_failed_task_without_stderr_is_said_once_by_its_status(self):
+        q = "polish-quiet"
+        self.ok("queue", "create", q, "--max-attempts", "1")
+        task = self.ok("put", "--queue", q, "x").strip()
+        lines = self.worker_err(q, "--", "sh", "-c", "exit 4")
+        self.assertEqual(lines, ["muster worker: task %s failed: exit status 4; it is dead after "
+                                 "1 attempt: 'muster tasks dead --queue %s' lists it" % (task, q)])
+
+    def test_a_task_failed_for_good_is_said_not_to_be_retried(self):
+        # The suite's shared-data plugin fails a task that requires no shared data
+        # permanently: the head makes it `failed`, not retried whatever its attempts.
+        q = "polish-permanent"
+        self.ok("queue", "create", q, "--max-attempts", "5")
+        task = self.ok("put", "--queue", q, "x").strip()
+        plugin = os.path.join(os.environ.get("MUSTER_BUILD_DIR") or os.path.dirname(MUSTER),
+                              "libplugin_shared.so")
+        lines = self.worker_err(q, "--plugin", plugin)
+        self.assertEqual(lines, ["muster worker: task %s failed: no shared data; it failed "
+                                 "permanently and will not be retried: 'muster tasks dead --queue "
+                                 "%s' lists it" % (task, q)])
+        self.assertEqual(self.head.request("GET", "/v1/tasks/" + task).json["state"], "failed")
 
     # ---- a usage error names what is missing ------------------------------------------
 
