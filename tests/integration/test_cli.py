@@ -248,7 +248,8 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(self.tasks(q), [])
 
     def test_unknown_queue(self):
-        # Said with how to make it, as `muster worker` says it; but not to `queue rm`.
+        # Said with how to make it, as `muster worker` says it; but not to `queue rm`,
+        # which says only where the queues are listed.
         advice = ("muster: create it with `muster queue create no-such-queue` (or see `muster "
                   "queue ls` for the queues there are)\n")
         for args in (("put", "--queue", "no-such-queue", "x"), ("lease", "--queue", "no-such-queue"),
@@ -260,7 +261,8 @@ class CliTest(harness.CliChecks, unittest.TestCase):
                 self.assertEqual(err, "muster: queue_not_found: queue 'no-such-queue' does not "
                                  "exist\n" + advice)
         self.assertEqual(self.fails(1, "queue", "rm", "no-such-queue"),
-                         "muster: queue_not_found: queue 'no-such-queue' does not exist\n")
+                         "muster: queue_not_found: queue 'no-such-queue' does not exist\n"
+                         "muster: see `muster queue ls` for the queues there are\n")
         self.assertIn("queue_not_found", self.fails(1, "worker", "--queue", "no-such-queue",
                                                     "--", "cat"))
 
