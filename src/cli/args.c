@@ -238,8 +238,66 @@ static int cli_unknown_short(const cli_cmd_t *cmd, const char *word) {
                          word, cmd->name);
 }
 
-/* Checks the number of positional arguments against the command's bounds. */
+/*
+ * The next required positional argument the synopsis `*at` names ("DATA" of
+ * "--queue Q [options] DATA"), as [return, return + *len), moving *at past
+ * it; NULL when none is left.  Optional parts ([...], (...)), an option with
+ * its value (--queue Q), and what comes from stdin (< INPUTS) name none; a
+ * repeated one ("BLOCK:TOKEN...") loses its dots.
+ */
+static const char *cli_synopsis_pos(const char **at, int *len) {
+  int depth = 0, after_option = 0, after_stdin = 0;
+  for (const char *word = *at; *word;) {
+    word += strspn(word, " ");
+    int n = (int)strcspn(word, " ");
+    int plain =
+        depth == 0 && !after_option && !after_stdin && n > 0 && isupper((unsigned char)*word);
+    after_option = depth == 0 && strncmp(word, "--", 2) == 0;
+    after_stdin = depth == 0 && n == 1 && *word == '<';
+    for (int i = 0; i < n; i++)
+      depth += (word[i] == '[' || word[i] == '(') - (word[i] == ']' || word[i] == ')');
+    *at = word + n;
+    if (plain) {
+      *len = n;
+      while (*len > 0 && word[*len - 1] == '.')
+        --*len;
+      return word;
+    }
+    word += n;
+  }
+  return NULL;
+}
+
+/* Says which required positional arguments of `cmd` are missing when `given`
+ * came: "DATA is missing", "TASK and TOKEN are missing", into `buf`; "" when
+ * the synopsis names none past `given`. */
+static const char *cli_missing_pos(const cli_cmd_t *cmd, int given, char *buf, size_t size) {
+  const char *names[8], *at = cmd->synopsis;
+  int lens[8], count = 0, len;
+  for (const char *name; count < 8 && (name = cli_synopsis_pos(&at, &len)) != NULL; given--)
+    if (given <= 0) {
+      names[count] = name;
+      lens[count++] = len;
+    }
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < count && used < size; i++)
+    used += (size_t)snprintf(buf + used, size - used, "%s%.*s",
+                             i == 0           ? ""
+                             : i + 1 == count ? " and "
+                                              : ", ",
+                             lens[i], names[i]);
+  if (count > 0 && used < size)
+    snprintf(buf + used, size - used, count == 1 ? " is missing" : " are missing");
+  return buf;
+}
+
+/* Checks the number of positional arguments against the command's bounds.
+ * Too few are said with the usage line and which ones are missing. */
 static int cli_check_pos(const cli_cmd_t *cmd, const cli_args_t *args) {
+  char missing[256];
+  if (args->npos < cmd->min_pos && cli_missing_pos(cmd, args->npos, missing, sizeof missing)[0])
+    return cli_usage_error(cmd, "'%s' needs %s: %s", cmd->name, cmd->synopsis, missing);
   if (args->npos < cmd->min_pos)
     return cli_usage_error(cmd, "'%s' needs %s", cmd->name,
                            cmd->synopsis[0] ? cmd->synopsis : "more arguments");

@@ -174,8 +174,12 @@ int cmd_queue_rm(cli_args_t *args) {
   muster_err_t err = muster_queue_delete(client, args->pos[0]);
   if (err == MUSTER_OK) {
     printf("deleted queue %s\n", args->pos[0]);
-  } else if (err == MUSTER_QUEUE_NOT_FOUND) { /* said without the advice to create it */
+  } else if (err == MUSTER_QUEUE_NOT_FOUND) {
+    /* Not the advice to create it (cli_error's), only where the queues are
+     * listed, as `queue show` and `queue purge` say beside it: a mistyped
+     * name is the likely cause. */
     fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), muster_client_message(client));
+    fprintf(stderr, "muster: see `muster queue ls` for the queues there are\n");
     rc = CLI_FAIL;
   } else {
     rc = cli_error(client, err);

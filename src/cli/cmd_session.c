@@ -83,6 +83,9 @@ const char cmd_session_results_details[] =
     "has its result nothing can come past it, and the command exits 1 (index_gap)\n"
     "saying which indexes have no task and which options read on, instead of\n"
     "waiting for ever.\n"
+    "With --follow, a session with no task yet is waited on until tasks are put\n"
+    "and have their results (it may be started before `session put`); it ends\n"
+    "once every task submitted so far has its result.\n"
     "With --follow, a head that stops answering (it was killed or restarts) is\n"
     "waited for: one line says so, reads are tried again every 2 s at most, and\n"
     "one line says when it answers again; the stream goes on from the cursor,\n"
@@ -100,6 +103,15 @@ static int session_with_client(cli_args_t *args, int (*body)(cli_args_t *, muste
   if (rc == CLI_OK)
     rc = body(args, client);
   muster_client_free(client);
+  return rc;
+}
+
+/* cli_error for a call on session ID; an unknown or closed session is
+ * followed, as an unknown queue is, by where the open ones are listed. */
+static int session_error(const muster_client_t *client, muster_err_t err) {
+  int rc = cli_error(client, err);
+  if (err == MUSTER_SESSION_NOT_FOUND)
+    fprintf(stderr, "muster: see `muster session ls` for the open sessions\n");
   return rc;
 }
 
@@ -138,7 +150,7 @@ static int session_show(cli_args_t *args, muster_client_t *client) {
   char *json = NULL;
   muster_err_t err = muster_session_get(client, args->pos[0], &json);
   if (err != MUSTER_OK)
-    return cli_error(client, err);
+    return session_error(client, err);
   cli_print_pretty(json);
   muster_free(json);
   return CLI_OK;
@@ -152,7 +164,7 @@ static int session_close(cli_args_t *args, muster_client_t *client) {
   int64_t cancelled = 0;
   muster_err_t err = muster_session_close(client, args->pos[0], &cancelled);
   if (err != MUSTER_OK)
-    return cli_error(client, err);
+    return session_error(client, err);
   printf("closed session %s; %lld unfinished tasks cancelled\n", args->pos[0],
          (long long)cancelled);
   return CLI_OK;
@@ -256,7 +268,7 @@ static int session_put_all(const cli_args_t *args, muster_client_t *client, cons
     muster_err_t err = muster_session_put_requiring(client, args->pos[0], specs, n, req->levels,
                                                     req->count, ids, indexes);
     if (err != MUSTER_OK) {
-      rc = cli_error(client, err);
+      rc = session_error(client, err);
       if (err == MUSTER_NETWORK)
         session_say_lost_batch(client, args->pos[0], at, n, in->count);
       break;
@@ -280,7 +292,7 @@ static int session_put_none(const cli_args_t *args, muster_client_t *client) {
   muster_err_t err = muster_session_get(client, args->pos[0], &json);
   muster_free(json);
   if (err != MUSTER_OK) {
-    cli_error(client, err);
+    session_error(client, err);
     fprintf(stderr, "muster: no inputs were read from standard input either; nothing was put\n");
     return CLI_FAIL;
   }
@@ -323,6 +335,8 @@ typedef struct {
   int64_t follow_wait_ms; /* how long a --follow read waits; 0: not asked of the head yet */
   int follow, values;
   int read_any;     /* a page came: the session exists, and --follow may wait for the head */
+  int said_empty;   /* --follow said that the session has no task yet */
+  const char *id;   /* the session's id (argv) */
   int64_t retry_ms; /* the next pause while the head does not answer; 0: it answers */
   int64_t gap_last; /* after index_gap: the last index of the gap the stream stopped at */
 } session_read_t;
@@ -507,9 +521,20 @@ static int64_t session_follow_wait(muster_client_t *client, session_read_t *rd) 
 }
 
 /* Prints a page's results and moves the cursor past them; returns 1 when
- * the stream is read to its end (or to the --max limit) and reading stops. */
+ * the stream is read to its end (or to the --max limit) and reading stops.
+ * A session without tasks is not finished: the head cannot tell whether
+ * more will be put (a session takes tasks until it is closed), and one just
+ * created gets its tasks after it (`session put`), so --follow waits for
+ * them, saying so once, rather than end before the first. */
 static int session_take_page(session_read_t *rd, const muster_results_t *page, size_t max,
                              int *quick) {
+  if (rd->follow && page->total == 0 && !rd->said_empty) {
+    fprintf(stderr,
+            "muster: session %s has no tasks yet; waiting for tasks to be put and for their "
+            "results (Ctrl-C stops)\n",
+            rd->id);
+    rd->said_empty = 1;
+  }
   for (size_t i = 0; i < page->count; i++)
     session_print_result(rd, &page->results[i]);
   fflush(stdout);
@@ -517,7 +542,7 @@ static int session_take_page(session_read_t *rd, const muster_results_t *page, s
     rd->cursor = page->cursor;
   if (rd->left > 0)
     rd->left -= (int64_t)page->count;
-  int finished = page->done >= page->total, at_gap = page->gap_first >= 0;
+  int finished = page->total > 0 && page->done >= page->total, at_gap = page->gap_first >= 0;
   int at_end = finished && !at_gap && page->count < max, empty = page->count == 0;
   *quick = finished;
   return !(finished && at_gap) && (at_end || (!rd->follow && empty));
@@ -572,7 +597,7 @@ static muster_err_t session_read_all(const cli_args_t *args, muster_client_t *cl
 }
 
 static int session_results(cli_args_t *args, muster_client_t *client) {
-  session_read_t rd = {0};
+  session_read_t rd = {.id = args->pos[0]};
   int rc = session_read_opts(args, &rd);
   if (rc != CLI_OK)
     return rc;
@@ -585,7 +610,7 @@ static int session_results(cli_args_t *args, muster_client_t *client) {
   if (rd.read_any || err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE || err == MUSTER_INDEX_GAP)
     fprintf(stderr, "cursor: %lld\n", (long long)rd.cursor);
   if (err != MUSTER_OK)
-    rc = cli_error(client, err);
+    rc = session_error(client, err);
   /* The library's words for a gap suit any caller ("from cursor N", "in
    * completion order"); here they are options. */
   if (err == MUSTER_INDEX_GAP)

@@ -83,8 +83,11 @@ void worker_refresh_lease_ms(worker_t *w, muster_client_t *client) {
     return;
   json_t *queue = json_loads(json, JSON_ALLOW_NUL, NULL);
   json_int_t lease_ms = json_integer_value(json_object_get(queue, "lease_ms"));
+  json_int_t max_attempts = json_integer_value(json_object_get(queue, "max_attempts"));
   if (lease_ms > 0)
     atomic_store(&w->lease_ms, (int64_t)lease_ms);
+  if (max_attempts > 0)
+    atomic_store(&w->max_attempts, (int64_t)max_attempts);
   json_decref(queue);
   muster_free(json);
 }

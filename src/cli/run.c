@@ -306,10 +306,13 @@ void run_error_text(const run_proc_t *proc, char *buf, size_t size) {
   size_t len = proc->tail_len - start;
   while (len > 0 && (proc->tail[start + len - 1] == '\n' || proc->tail[start + len - 1] == '\r'))
     len--;
-  if (len > 0) {
+  if (len > 0)
     run_copy_utf8(proc->tail + start, len, buf, size);
-    return;
-  }
+  else
+    run_status_text(proc, buf, size);
+}
+
+void run_status_text(const run_proc_t *proc, char *buf, size_t size) {
   if (WIFSIGNALED(proc->status))
     snprintf(buf, size, "killed by signal %d", WTERMSIG(proc->status));
   else

@@ -68,6 +68,8 @@ void run_signal(run_proc_t *proc, int sig);
 
 /* The error text of a failed run: the stderr tail, or how the child ended. */
 void run_error_text(const run_proc_t *proc, char *buf, size_t size);
+/* How the child ended, into `buf`: "exit status 3" or "killed by signal 9". */
+void run_status_text(const run_proc_t *proc, char *buf, size_t size);
 
 /* Closes what is left and frees the buffers (the struct itself stays the caller's). */
 void run_finish(run_proc_t *proc);

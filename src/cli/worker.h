@@ -43,6 +43,7 @@ typedef struct {
   struct json_t *requires;     /* the leased task's "requires" list, or NULL (owned) */
   struct worker_shared **held; /* the levels it holds while its task runs (worker_shared.c) */
   size_t nheld;
+  int failed_as; /* what the head made of the task the slot failed last (SLOT_FAILED_*) */
 } worker_slot_t;
 
 struct worker {
@@ -117,6 +118,7 @@ struct worker {
   atomic_int abandon;       /* second signal: running commands were terminated */
   atomic_int fatal;         /* a slot hit an error retrying cannot fix */
   _Atomic int64_t lease_ms; /* the queue's lease length, refreshed by the heartbeat */
+  _Atomic int64_t max_attempts; /* the queue's max_attempts, read with lease_ms; 0: unread */
   _Atomic int64_t tickets;  /* tasks claimed so far, for --max-tasks */
   atomic_long completed, failed;
   atomic_int live_slots;
@@ -155,8 +157,9 @@ int worker_join(worker_t *w, muster_client_t *client);
 int worker_heartbeat_start(worker_t *w);
 /* Stops the heartbeat thread and waits for it; nothing when it does not run. */
 void worker_heartbeat_stop(worker_t *w);
-/* Re-reads the queue's lease length into w->lease_ms (it may have been
- * reconfigured); a failed read leaves it. */
+/* Re-reads the queue's lease length into w->lease_ms, and its max_attempts
+ * into w->max_attempts (either may have been reconfigured); a failed read
+ * leaves them. */
 void worker_refresh_lease_ms(worker_t *w, muster_client_t *client);
 /* For a head that did not answer the timeout at registration (an older one):
  * reads it and sets the beat interval (worker_join.c). */

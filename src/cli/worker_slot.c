@@ -142,6 +142,70 @@ static void slot_say_waiting(worker_slot_t *slot, const muster_ack_t *ack, const
           (long long)(left_s > 0 ? left_s : 0));
 }
 
+/* What the head made of a task the slot failed (slot->failed_as), as the
+ * fail's reply says it. */
+enum {
+  SLOT_FAILED_UNKNOWN = 0, /* not read: the fail failed, or the reply did not say */
+  SLOT_FAILED_RETRIED,     /* "queued": it runs again after its backoff */
+  SLOT_FAILED_DEAD,        /* "dead": its attempts are used up */
+  SLOT_FAILED_FOR_GOOD,    /* "failed": failed permanently, on the worker's word */
+};
+
+/* Sends one acknowledgement of the slot's lease, as slot_ack retries it. */
+typedef muster_err_t (*slot_send_fn)(worker_slot_t *slot, const muster_ack_t *ack);
+
+static muster_err_t slot_send_complete(worker_slot_t *slot, const muster_ack_t *ack) {
+  return muster_complete(slot->client, ack, 1);
+}
+
+static muster_err_t slot_send_release(worker_slot_t *slot, const muster_ack_t *ack) {
+  return muster_release(slot->client, ack, 1);
+}
+
+/* Reads what the fail's reply `reply` says became of its one task. */
+static int slot_failed_as(const char *reply) {
+  json_t *root = json_loads(reply ? reply : "", JSON_ALLOW_NUL, NULL);
+  const char *state = json_string_value(
+      json_object_get(json_array_get(json_object_get(root, "failed"), 0), "state"));
+  int as = !state                         ? SLOT_FAILED_UNKNOWN
+           : strcmp(state, "queued") == 0 ? SLOT_FAILED_RETRIED
+           : strcmp(state, "dead") == 0   ? SLOT_FAILED_DEAD
+           : strcmp(state, "failed") == 0 ? SLOT_FAILED_FOR_GOOD
+                                          : SLOT_FAILED_UNKNOWN;
+  json_decref(root);
+  return as;
+}
+
+/*
+ * Fails the task as muster_fail does (POST /v1/leases/fail, the same body),
+ * reading from the reply what became of it into slot->failed_as: muster_fail
+ * keeps the reply to itself, and the worker's line says whether the task runs
+ * again.  An error jansson cannot send (not UTF-8; run_error_text makes none)
+ * goes through muster_fail, which says why, the outcome left unknown.
+ */
+static muster_err_t slot_send_fail(worker_slot_t *slot, const muster_ack_t *ack) {
+  slot->failed_as = SLOT_FAILED_UNKNOWN;
+  json_t *lease = json_pack("{s:I, s:I, s:b}", "task", (json_int_t)ack->task, "token",
+                            (json_int_t)ack->token, "permanent", ack->permanent);
+  if (lease && ack->error && json_object_set_new(lease, "error", json_string(ack->error)) != 0) {
+    json_decref(lease); /* json_string refused the text: not UTF-8 */
+    lease = NULL;
+  }
+  json_t *body = lease ? json_pack("{s:[O]}", "leases", lease) : NULL;
+  char *text = body ? jdump(body, JSON_COMPACT) : NULL;
+  json_decref(body);
+  json_decref(lease);
+  if (text == NULL)
+    return muster_fail(slot->client, ack, 1);
+  char *reply = NULL;
+  muster_err_t err = muster_request(slot->client, "POST", "/v1/leases/fail", text, &reply);
+  free(text);
+  if (err == MUSTER_OK)
+    slot->failed_as = slot_failed_as(reply);
+  muster_free(reply);
+  return err;
+}
+
 /*
  * Sends one acknowledgement of the slot's lease (`what` names it for the log:
  * "store its result").  A transient failure (the head restarting, the network)
@@ -154,15 +218,14 @@ static void slot_say_waiting(worker_slot_t *slot, const muster_ack_t *ack, const
  * *gave_up says why a transient one was given up (NULL otherwise).
  */
 static muster_err_t slot_ack(worker_slot_t *slot, const muster_ack_t *ack, const char *what,
-                             muster_err_t (*call)(muster_client_t *, const muster_ack_t *, size_t),
-                             const char **gave_up) {
+                             slot_send_fn call, const char **gave_up) {
   worker_t *w = slot->worker;
   int seen = atomic_load(&w->signals);
   int64_t started = worker_now_ms(), until = atomic_load(&slot->lease_until);
   long pause = SLOT_PAUSE_FIRST_MS;
   *gave_up = NULL;
   for (int tries = 1;; tries++) {
-    muster_err_t err = call(slot->client, ack, 1);
+    muster_err_t err = call(slot, ack);
     if (atomic_load(&w->stopping) && until > started + SLOT_STOPPING_RETRY_MS)
       until = started + SLOT_STOPPING_RETRY_MS; /* a stopping worker is not held up long */
     if (tries > 1 && (err == MUSTER_OK || !slot_transient(err)))
@@ -214,34 +277,77 @@ static int slot_error_last_line(const char *error, const char **line, bool *more
   return (int)(end - start);
 }
 
-/* Says that task `task` failed with `error`, in one line: a multi-line
- * error by its last line, and where the whole of it is. */
-static void slot_say_failed(int64_t task, const char *error) {
+/* What became of the task the slot just failed and what comes next, from
+ * the fail's reply, into `buf`: "; it will be retried (attempt 2 of 3)"; ""
+ * when the reply was not read.  The attempt count is the lease's, the limit
+ * the queue's as last read (left out when unread or passed: it was raised). */
+static const char *slot_fail_outcome(const worker_slot_t *slot, const muster_lease_t *lease,
+                                     char *buf, size_t size) {
+  const worker_t *w = slot->worker;
+  long long next = (long long)lease->attempt + 1, max = (long long)atomic_load(&w->max_attempts);
+  buf[0] = '\0';
+  if (slot->failed_as == SLOT_FAILED_RETRIED && max >= next)
+    snprintf(buf, size, "; it will be retried (attempt %lld of %lld)", next, max);
+  else if (slot->failed_as == SLOT_FAILED_RETRIED)
+    snprintf(buf, size, "; it will be retried (attempt %lld)", next);
+  else if (slot->failed_as == SLOT_FAILED_DEAD)
+    snprintf(buf, size,
+             "; it is dead after %lld attempt%s: 'muster tasks dead --queue %.200s' lists it",
+             next - 1, next == 2 ? "" : "s", w->queue);
+  else if (slot->failed_as == SLOT_FAILED_FOR_GOOD)
+    snprintf(buf, size,
+             "; it failed permanently and will not be retried: 'muster tasks dead --queue %.200s' "
+             "lists it",
+             w->queue);
+  return buf;
+}
+
+/* Says that the slot's task failed with `error`, in one line: `how` the
+ * command ended ("exit status 3"; NULL when the error says it, or no command
+ * ran), a multi-line error by its last line and where the whole of it is,
+ * and what the head made of the task (slot_fail_outcome). */
+static void slot_say_failed(const worker_slot_t *slot, const muster_lease_t *lease,
+                            const char *error, const char *how) {
   const char *line;
   bool more;
+  char outcome[400], ended[80] = "";
+  long long task = (long long)lease->task;
   int len = slot_error_last_line(error, &line, &more);
+  slot_fail_outcome(slot, lease, outcome, sizeof outcome);
+  if (how)
+    snprintf(ended, sizeof ended, " (%s)", how);
   if (!more) {
-    fprintf(stderr, "muster worker: task %lld failed: %.200s\n", (long long)task, error);
+    fprintf(stderr, "muster worker: task %lld failed%s: %.200s%s\n", task, ended, error, outcome);
     return;
   }
   fprintf(stderr,
-          "muster worker: task %lld failed: %.*s (the last line of its error; 'muster tasks "
-          "show %lld' has all of it)\n",
-          (long long)task, len < 200 ? len : 200, line, (long long)task);
+          "muster worker: task %lld failed%s: %.*s (the last line of its error; 'muster tasks "
+          "show %lld' has all of it)%s\n",
+          task, ended, len < 200 ? len : 200, line, task, outcome);
 }
 
-void worker_slot_fail(worker_slot_t *slot, const muster_lease_t *lease, const char *error,
-                      int permanent) {
+/* Fails the task with `error` (for good when `permanent`), counted, and says
+ * so (slot_say_failed, with `how` the command ended) once the head said what
+ * became of it. */
+static void slot_fail_as(worker_slot_t *slot, const muster_lease_t *lease, const char *error,
+                         int permanent, const char *how) {
   muster_ack_t ack;
   muster_ack_init(&ack, lease->task, lease->token);
   ack.error = error;
   ack.permanent = permanent;
-  slot_say_failed(lease->task, error);
   const char *gave_up;
-  muster_err_t err = slot_ack(slot, &ack, "report its failure", muster_fail, &gave_up);
+  muster_err_t err = slot_ack(slot, &ack, "report its failure", slot_send_fail, &gave_up);
   atomic_fetch_add(&slot->worker->failed, 1);
   if (err != MUSTER_OK)
+    slot->failed_as = SLOT_FAILED_UNKNOWN;
+  slot_say_failed(slot, lease, error, how);
+  if (err != MUSTER_OK)
     slot_say_unacked(slot, lease->task, "could not report the failure", err, gave_up);
+}
+
+void worker_slot_fail(worker_slot_t *slot, const muster_lease_t *lease, const char *error,
+                      int permanent) {
+  slot_fail_as(slot, lease, error, permanent, NULL);
 }
 
 /* Fails the task with `error` (retried per the queue's settings). */
@@ -307,7 +413,7 @@ static muster_err_t slot_complete_next(worker_slot_t *slot, const muster_ack_t *
   worker_t *w = slot->worker;
   *gave_up = NULL;
   if (atomic_load(&w->stopping) || atomic_load(&w->combined_unsupported) || !slot_take_ticket(w))
-    return slot_ack(slot, ack, "store its result", muster_complete, gave_up);
+    return slot_ack(slot, ack, "store its result", slot_send_complete, gave_up);
   size_t count = 0;
   muster_lease_t *next = NULL;
   int64_t sent = worker_now_ms();
@@ -321,7 +427,7 @@ static muster_err_t slot_complete_next(worker_slot_t *slot, const muster_ack_t *
   slot_return_ticket(w);
   if (err == MUSTER_OK)
     return MUSTER_OK; /* completed; nothing was ready: the next lease long-polls */
-  muster_err_t plain = slot_ack(slot, ack, "store its result", muster_complete, gave_up);
+  muster_err_t plain = slot_ack(slot, ack, "store its result", slot_send_complete, gave_up);
   if (plain == MUSTER_OK && err == MUSTER_INVALID && !atomic_exchange(&w->combined_unsupported, 1))
     fprintf(stderr, "muster worker: the head refused complete-and-lease (%s); completing alone\n",
             muster_err_name(err));
@@ -350,7 +456,7 @@ static void slot_release(worker_slot_t *slot, const muster_lease_t *lease) {
   muster_ack_t ack;
   muster_ack_init(&ack, lease->task, lease->token);
   const char *gave_up;
-  slot_ack(slot, &ack, "release it", muster_release, &gave_up);
+  slot_ack(slot, &ack, "release it", slot_send_release, &gave_up);
 }
 
 /*
@@ -480,9 +586,10 @@ static void slot_report(worker_slot_t *slot, const muster_lease_t *lease, run_pr
   } else if (atomic_load(&slot->worker->abandon)) {
     slot_release(slot, lease); /* we interrupted it: not the task's fault */
   } else {
-    char error[SLOT_ERROR_MAX];
+    char error[SLOT_ERROR_MAX], how[64];
     run_error_text(proc, error, sizeof error);
-    slot_fail(slot, lease, error);
+    run_status_text(proc, how, sizeof how);
+    slot_fail_as(slot, lease, error, 0, strcmp(error, how) != 0 ? how : NULL);
   }
 }
 

@@ -248,7 +248,8 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         self.assertEqual(self.tasks(q), [])
 
     def test_unknown_queue(self):
-        # Said with how to make it, as `muster worker` says it; but not to `queue rm`.
+        # Said with how to make it, as `muster worker` says it; but not to `queue rm`,
+        # which says only where the queues are listed.
         advice = ("muster: create it with `muster queue create no-such-queue` (or see `muster "
                   "queue ls` for the queues there are)\n")
         for args in (("put", "--queue", "no-such-queue", "x"), ("lease", "--queue", "no-such-queue"),
@@ -260,7 +261,8 @@ class CliTest(harness.CliChecks, unittest.TestCase):
                 self.assertEqual(err, "muster: queue_not_found: queue 'no-such-queue' does not "
                                  "exist\n" + advice)
         self.assertEqual(self.fails(1, "queue", "rm", "no-such-queue"),
-                         "muster: queue_not_found: queue 'no-such-queue' does not exist\n")
+                         "muster: queue_not_found: queue 'no-such-queue' does not exist\n"
+                         "muster: see `muster queue ls` for the queues there are\n")
         self.assertIn("queue_not_found", self.fails(1, "worker", "--queue", "no-such-queue",
                                                     "--", "cat"))
 
@@ -849,9 +851,11 @@ class CliTest(harness.CliChecks, unittest.TestCase):
         # Each failure is said in one line: a multi-line error by its last line, which
         # says the most (a traceback's exception), and where the rest is; a one-line
         # error as it is.
-        self.assertIn("muster worker: task %s failed: it broke (the last line of its error; "
-                      "'muster tasks show %s' has all of it)\n" % (ids[0], ids[0]), err)
-        self.assertIn("muster worker: task %s failed: killed by signal 9\n" % ids[2], err)
+        dead = "; it is dead after 1 attempt: 'muster tasks dead --queue %s' lists it\n" % q
+        self.assertIn("muster worker: task %s failed (exit status 3): it broke (the last line of "
+                      "its error; 'muster tasks show %s' has all of it)%s" % (ids[0], ids[0], dead),
+                      err)
+        self.assertIn("muster worker: task %s failed: killed by signal 9%s" % (ids[2], dead), err)
         self.assertNotIn("failed: first", err)
 
     def test_worker_refuses_missing_command(self):

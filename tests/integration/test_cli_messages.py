@@ -229,7 +229,8 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
         self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]: TOKEN (the "
                                        "lease's token) is missing\n"), err)
         err = self.fails(2, "complete")
-        self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]\n"), err)
+        self.assertTrue(err.startswith("muster: 'complete' needs TASK TOKEN [RESULT]: TASK and "
+                                       "TOKEN are missing\n"), err)
         # The lease's token given as --token, which is the head's bearer token: it said
         # only that TOKEN was missing, beside the token the user had just typed.
         err = self.fails(2, "complete", "5", "--token", "1838606449445908")
@@ -399,7 +400,8 @@ class CliMessagesTest(harness.CliChecks, unittest.TestCase):
                  "muster: create it with `muster queue create nope` (or see `muster queue ls` "
                  "for the queues there are)", "payloads"),
                 (("session", "put", "s-0123456789abcdef"), "session_not_found: session "
-                 "'s-0123456789abcdef' does not exist", "inputs")):
+                 "'s-0123456789abcdef' does not exist\n"
+                 "muster: see `muster session ls` for the open sessions", "inputs")):
             r = self.muster(*args, stdin="")
             self.assertEqual((r.returncode, r.stdout), (1, ""), (args, r.stderr))
             self.assertEqual(r.stderr, "muster: %s\nmuster: no %s were read from standard "

@@ -385,6 +385,7 @@ class GpuDetectionTest(NodeTestCase):
         self.assertEqual(a.stop(), 0, a.log())
         log = a.log()
         tagged = re.compile(r"worker ([12]) \(gpu ([01]), pid (\d+)\): muster worker: (.*)")
+        failed = re.compile(r"task \d+ failed \(exit status 3\): ")
         lines = [line for line in log.splitlines() if "muster worker:" in line]
         seen = {}
         for line in lines:
@@ -393,13 +394,13 @@ class GpuDetectionTest(NodeTestCase):
             slot, gpu, pid, text = int(m[1]), m[2], int(m[3]), m[4]
             self.assertEqual((gpu, pid in pids), (str(slot - 1), True), line)
             seen.setdefault(pid, []).append(text)
-            if "failed: " in text:  # the command's stderr says which GPU it ran on
+            if failed.match(text):  # the command's stderr says which GPU it ran on
                 self.assertIn("bad on %s" % gpu, text, line)
         self.assertEqual(sorted(seen), sorted(pids), log)
         for pid, texts in seen.items():  # each worker's start and stop, under its own tag
             self.assertRegex(texts[0], r"^\S+ \(id \d+\) on queue tagged", log)
             self.assertRegex(texts[-1], r"^\S+ stopped: 0 completed, \d+ failed$", log)
-        self.assertEqual(sum(len([t for t in texts if " failed: " in t and t.startswith("task")])
+        self.assertEqual(sum(len([t for t in texts if failed.match(t)])
                              for texts in seen.values()), 6, log)
         self.assertNotRegex(log, r"(?m)^muster worker:")
 
