@@ -74,6 +74,15 @@ class CoordinatedResumeAgainTest(HeadTestCase):
             s.load_state_dict(states, run=run)
         return new
 
+    def failed_resume(self, name, world, states, run=None):
+        """A resume of `states` into `world` ranks that reads 30 indices on each rank and
+        stops (a run that fails before it saves states of its own); returns its name."""
+        first = self.resume(name, world, states, run=run)
+        read_some(first, 30)
+        for s in first:
+            s.close()
+        return first[0].name
+
     def assert_once(self, lists, expected):
         counts = collections.Counter(i for part in lists for i in part)
         self.assertEqual([i for i, n in counts.items() if n > 1], [], "indices read twice")
@@ -82,12 +91,9 @@ class CoordinatedResumeAgainTest(HeadTestCase):
     def test_the_same_states_resumed_again_into_another_world_size(self):
         name = self.qname()
         states, before = self.saved_states(name)
-        first = self.resume(name, 2, states)
-        read_some(first, 30)                         # that run fails part-way
-        for s in first:
-            s.close()
+        first = self.failed_resume(name, 2, states)
         second = self.resume(name, 3, states)        # started again on 3 GPUs
-        self.assertNotEqual(second[0].name, first[0].name)
+        self.assertNotEqual(second[0].name, first)
         self.assert_once(read_all(second), set(range(N)) - set(before))
         for s in second:
             s.close()
@@ -105,12 +111,9 @@ class CoordinatedResumeAgainTest(HeadTestCase):
     def test_resumed_again_into_the_same_world_size_warns(self):
         name = self.qname()
         states, _ = self.saved_states(name)
-        first = self.resume(name, 2, states)
-        read_some(first, 30)
-        for s in first:
-            s.close()
+        first = self.failed_resume(name, 2, states)
         second = self.resume(name, 2, states)
-        self.assertEqual(second[0].name, first[0].name)
+        self.assertEqual(second[0].name, first)
         with self.assertLogs("muster.iteration", logging.WARNING) as logs:
             iter(second[0]).__next__()
         self.assertIn("resumed before and this rank read", logs.output[0])
@@ -118,19 +121,15 @@ class CoordinatedResumeAgainTest(HeadTestCase):
         for s in second:
             s.close()
 
-
     def test_another_run_reads_from_the_states_again(self):
         """A run named with run= reads from the states whatever an earlier run that loaded
         them read; the ranks of one run meet in one iteration."""
         name = self.qname()
         states, before = self.saved_states(name)
-        first = self.resume(name, 2, states, run="job-1")
-        read_some(first, 30)                         # that run fails part-way
-        for s in first:
-            s.close()
+        first = self.failed_resume(name, 2, states, run="job-1")
         second = self.resume(name, 2, states, run="job-2")
         self.assertEqual(len({s.name for s in second}), 1, "the ranks of one run part")
-        self.assertNotEqual(second[0].name, first[0].name)
+        self.assertNotEqual(second[0].name, first)
         with self.assertNoLogs("muster.iteration", logging.WARNING):
             rest = read_all(second)
         self.assert_once(rest, set(range(N)) - set(before))
