@@ -745,8 +745,13 @@ class AgentLifeTest(NodeTestCase):
         name over: when it resumes, its heartbeat is refused, it tries to register again and
         is refused while the second runs; the node stays the second's."""
         first = self.agent("paused").start()
-        harness.wait_until(lambda: (self.node("paused") or {}).get("state") == "active",
-                           what="the first agent registered")
+        # Registered by the agent's word too (Agent.registered): one paused before the
+        # head's answer reached it (a registration that outlasted its request timeout,
+        # retried) registers again on resuming, is refused, and never sends the heartbeat
+        # whose refusal this test reads.
+        harness.wait_until(lambda: (self.node("paused") or {}).get("state") == "active" and
+                           first.registered(),
+                           what=lambda: "the first agent registered:\n" + first.log())
         first.proc.send_signal(signal.SIGSTOP)
         second = self.agent("paused")
         second.lock = os.path.join(self.dir, "agent-paused-2.lock")
