@@ -256,7 +256,24 @@ class PoolSharedDataTest(unittest.TestCase):
             pool = self.pool("exits", requires=[("models", "exits", 1)])
             harness.wait_until(lambda: pool.get_workers_count() == 2, timeout=30,
                                what="2 workers\n" + self.logs())
-            out = pool.map([{"args": [i]} for i in range(6)], timeout=120)
+            # One job held at a gate on each worker (a worker runs one at a time), so that
+            # both fetch the level: with free jobs, a worker registered but slow to lease
+            # (a loaded machine) could see the other run them all and hold no files.
+            gates = [os.path.join(self.tmp, "gate-exits-%d" % i) for i in range(2)]
+            got = {}
+            run = threading.Thread(target=lambda: got.update(out=pool.map(
+                [{"args": [i], "kwargs": {"gate": g}} for i, g in enumerate(gates)],
+                timeout=120)))
+            run.start()
+            try:
+                harness.wait_until(lambda: all(os.path.exists(g + ".started") for g in gates),
+                                   timeout=60, what=lambda: "a job held on each worker\n" +
+                                   self.logs())
+            finally:
+                for g in gates:
+                    open(g, "w").close()
+            run.join(timeout=120)
+            out = got["out"]
             self.assertEqual({r["files"]["exits"][3] for r in out}, {data})
             dirs = {w.pid: glob.glob(os.path.join(self.cache_dir, "@links", "%d-*" % w.pid)) +
                     glob.glob(os.path.join(self.tmp, "%d-*" % w.pid)) for w in workers}
