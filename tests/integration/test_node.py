@@ -952,6 +952,7 @@ class HeadAwayTest(NodeTestCase):
             busy.server_close()
         self.head.start()
         harness.wait_until(lambda: "heartbeat: reached the head again after" in a.log(),
+                           timeout=AFTER_RESTART_S,
                            what=lambda: "the agent to say the head is back:\n" + a.log())
         log = a.log()
         said = [line for line in log.splitlines() if line.endswith("(retrying)")]
@@ -966,6 +967,7 @@ class HeadAwayTest(NodeTestCase):
                            what=lambda: "the agent to miss the head:\n" + a.log())
         self.head.start()
         harness.wait_until(lambda: "registered with the head" in a.log(),
+                           timeout=AFTER_RESTART_S,
                            what=lambda: "the agent to register:\n" + a.log())
         log = a.log()
         self.assertRegex(log, r"register: reached the head after \d+\.\d s\n")
@@ -985,6 +987,7 @@ class HeadAwayTest(NodeTestCase):
         self.assertGreaterEqual(int(line.group(2)), 10)
         self.head.start()
         harness.wait_until(lambda: "registered with the head" in a.log(),
+                           timeout=AFTER_RESTART_S,
                            what=lambda: "the agent to register:\n" + a.log())
         log = a.log()
         self.assertEqual(log.count("has not been reached"), 1, log)  # said once
