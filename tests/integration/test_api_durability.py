@@ -1,6 +1,7 @@
 """Durability: acknowledged state survives a clean restart (SIGTERM/SIGINT, exit code 0)
 and `kill -9` (docs/api.md: "Acknowledged means on disk")."""
 import os
+import re
 import signal
 import sys
 import threading
@@ -181,8 +182,10 @@ class DurabilityTest(OwnHeadTestCase):
                 conn.close()
         th = threading.Thread(target=poll, daemon=True)
         th.start()
-        end = time.monotonic() + 0.3
-        harness.wait_until(lambda: time.monotonic() > end)
+        # Parked at the head (its gauge), not merely sent 0.3 s ago: a lease the head
+        # had not taken yet when the stop came would not test the stop's wait for it.
+        harness.wait_until(lambda: re.search(rb"^muster_lease_waiters 1$", self.head.request(
+            "GET", "/metrics").raw, re.M), what="the long-poll parked at the head")
         t0 = time.monotonic()
         self.assertEqual(self.head.stop(), 0)
         self.assertLess(time.monotonic() - t0, 5.0, "shutdown waited for the long-poll")

@@ -12,6 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import node_harness  # noqa: E402
 from test_api_common import ApiTestCase, is_int, now_ms  # noqa: E402
 
 SESSION_KEYS = {"id", "queue", "state", "cleanup_on_exit", "timeout_ms", "init_data",
@@ -38,9 +39,29 @@ class Reader(threading.Thread):
         self.head, self.path = head, path
         self.reply = self.error = None
         self.finished_at = None
+        self.sent, self.port = threading.Event(), None
+
+    def taken(self):
+        """Whether the head has read the whole request off its socket: sent, acknowledged
+        by the head's kernel, none of it left unread there.  The head reads, parses and
+        routes a request in one callback of its one loop, so a read taken is a read
+        parked (or answered): a signal the head handles later finds it there."""
+        if not self.sent.is_set():
+            return False
+        sockets = node_harness.tcp_sockets()
+        ours = [s for s in sockets if (s.local_port, s.remote_port) == (self.port, self.head.port)]
+        heads = [s for s in sockets if (s.local_port, s.remote_port) == (self.head.port, self.port)]
+        return len(ours) == len(heads) == 1 and ours[0].tx_queue == 0 and heads[0].rx_queue == 0
 
     def run(self):
         conn = self.head.connection(timeout=60)
+        getresponse = conn.getresponse
+
+        def sent_then_wait(*args, **kw):
+            self.port = conn.sock.getsockname()[1]
+            self.sent.set()  # the whole request is in the socket
+            return getresponse(*args, **kw)
+        conn.getresponse = sent_then_wait
         try:
             self.reply = self.head.request("GET", self.path, conn=conn)
         except Exception as e:  # reported by the test
@@ -1036,8 +1057,10 @@ class SessionShutdownTest(SessionCase):
         self.submit(sid, [{"payload": 0}])
         t = Reader(self.head, "/v1/sessions/%s/results?wait_ms=20000" % sid)
         t.start()
-        hold(0.3)
-        self.assertTrue(t.is_alive())
+        # Parked before the stop, not merely started: a read the head takes after its
+        # SIGTERM is answered 503 (the head is shutting down), not with the results.
+        harness.wait_until(t.taken, what="the read to reach the head")
+        self.assertTrue(t.is_alive(), t.reply)
         self.assertEqual(self.head.stop(), 0)
         t.join(10)
         self.assertFalse(t.is_alive())

@@ -124,9 +124,12 @@ class RefusedNameTest(unittest.TestCase):
 
     def test_an_agent_refused_its_name_did_not_start(self):
         first = self.agent(self.dir)
+        # Registered by the agent's word too (Agent.registered): one stopped while it
+        # registered again (its first try outlasted its 5 s request timeout on a loaded
+        # machine, though the head took it) says it did not start, not that it stopped.
         harness.wait_until(
-            lambda: self.head.request("GET", "/v1/nodes/fw-dup").status == 200,
-            what="the first agent to register")
+            lambda: self.head.request("GET", "/v1/nodes/fw-dup").status == 200 and
+            first.registered(), what=lambda: "the first agent to register:\n" + first.log())
         second = self.agent(os.path.join(self.dir, "other-machine"))
         harness.wait_until(lambda: "register: invalid_state: node 'fw-dup' is held by another "
                            "running agent" in second.log(),

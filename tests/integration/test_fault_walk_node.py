@@ -35,8 +35,13 @@ class ForgottenNodeTest(unittest.TestCase):
         self.agent = Agent(self.heads[0], self.dir, "fw-node")
         self.addCleanup(self.agent.kill)
         self.agent.start()
-        harness.wait_until(lambda: self.node_state(self.heads[0]) == "active", timeout=20,
-                           what="the agent to register")
+        # The agent's own word that it has the head's answer (its lock file's `registered
+        # yes`), not only the head's node: a head killed between its commit and that
+        # answer leaves the agent registering still, and no heartbeat of it ever meets
+        # the other head's node_not_found.
+        harness.wait_until(lambda: self.node_state(self.heads[0]) == "active" and
+                           self.agent.registered(), timeout=20,
+                           what=lambda: "the agent to register:\n" + self.agent.log())
 
     def head(self):
         head = harness.Head(self.listen)

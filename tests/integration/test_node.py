@@ -746,8 +746,13 @@ class AgentLifeTest(NodeTestCase):
         name over: when it resumes, its heartbeat is refused, it tries to register again and
         is refused while the second runs; the node stays the second's."""
         first = self.agent("paused").start()
-        harness.wait_until(lambda: (self.node("paused") or {}).get("state") == "active",
-                           what="the first agent registered")
+        # Registered by the agent's word too (Agent.registered): one paused before the
+        # head's answer reached it (a registration that outlasted its request timeout,
+        # retried) registers again on resuming, is refused, and never sends the heartbeat
+        # whose refusal this test reads.
+        harness.wait_until(lambda: (self.node("paused") or {}).get("state") == "active" and
+                           first.registered(),
+                           what=lambda: "the first agent registered:\n" + first.log())
         first.proc.send_signal(signal.SIGSTOP)
         second = self.agent("paused")
         second.lock = os.path.join(self.dir, "agent-paused-2.lock")
@@ -948,6 +953,7 @@ class HeadAwayTest(NodeTestCase):
             busy.server_close()
         self.head.start()
         harness.wait_until(lambda: "heartbeat: reached the head again after" in a.log(),
+                           timeout=AFTER_RESTART_S,
                            what=lambda: "the agent to say the head is back:\n" + a.log())
         log = a.log()
         said = [line for line in log.splitlines() if line.endswith("(retrying)")]
@@ -962,6 +968,7 @@ class HeadAwayTest(NodeTestCase):
                            what=lambda: "the agent to miss the head:\n" + a.log())
         self.head.start()
         harness.wait_until(lambda: "registered with the head" in a.log(),
+                           timeout=AFTER_RESTART_S,
                            what=lambda: "the agent to register:\n" + a.log())
         log = a.log()
         self.assertRegex(log, r"register: reached the head after \d+\.\d s\n")
@@ -981,6 +988,7 @@ class HeadAwayTest(NodeTestCase):
         self.assertGreaterEqual(int(line.group(2)), 10)
         self.head.start()
         harness.wait_until(lambda: "registered with the head" in a.log(),
+                           timeout=AFTER_RESTART_S,
                            what=lambda: "the agent to register:\n" + a.log())
         log = a.log()
         self.assertEqual(log.count("has not been reached"), 1, log)  # said once

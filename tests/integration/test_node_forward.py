@@ -559,9 +559,15 @@ class StopWithHeartbeatUnansweredTest(unittest.TestCase):
         # The stop joins the thread that sends heartbeats.  With libmuster's default
         # request timeout (60 s) a heartbeat to a head that stopped answering held the
         # agent's exit for a minute; the agent's own 5 s bound (and its goodbye's 3 s)
-        # end it well within the 15 s given here.
+        # end it well within the 15 s given here.  Registered first (Agent.registered):
+        # before that, what waits unread at the head is the registration, not a heartbeat.
+        harness.wait_until(self.agent.registered,
+                           what=lambda: "the agent registered:\n" + self.agent.log())
         os.kill(self.head.proc.pid, signal.SIGSTOP)
-        harness.wait_until(lambda: self.unread_by_head() > 0, what="a heartbeat sent")
+        # A call the head read just before it stopped holds the next one back for the
+        # agent's 5 s request timeout: wait past that.
+        harness.wait_until(lambda: self.unread_by_head() > 0, timeout=20,
+                           what="a heartbeat sent")
         self.assertEqual(self.agent.stop(timeout=15), 0, self.agent.log())
 
 
