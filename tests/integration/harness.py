@@ -388,6 +388,34 @@ class CliChecks:
         return r.stderr
 
 
+class CliHead(CliChecks):
+    """A mixin for a unittest.TestCase whose tests run the CLI against one head of the
+    class (started with HEAD_ARGS) from a working directory of the class's own (`cwd`,
+    removed with the head): muster(*args, stdin=None, url=True, token=True) runs it with
+    the head's URL and token in the environment (url: False leaves it out, a string
+    gives another; token: False leaves it out)."""
+    HEAD_ARGS = ()
+    head = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.head = Head(list(cls.HEAD_ARGS))
+        cls.head.start()
+        cls.cwd = tempfile.mkdtemp(prefix="muster-cli-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.head.cleanup()
+        shutil.rmtree(cls.cwd, ignore_errors=True)
+
+    def muster(self, *args, stdin=None, url=True, token=True):
+        env = cli_env(self.head, bool(url), token)
+        if isinstance(url, str):
+            env["MUSTER_URL"] = url
+        return subprocess.run([MUSTER_BIN] + list(args), input=stdin, capture_output=True,
+                              text=True, env=env, cwd=self.cwd, timeout=60)
+
+
 def free_port():
     """A TCP port of 127.0.0.1 free now: for a head that must come back on the same URL
     after a restart (the port is not held; another process could take it meanwhile)."""

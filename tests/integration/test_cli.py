@@ -43,20 +43,7 @@ ORPHAN_CANDIDATE = ('if [ "$MUSTER_ATTEMPT" != 1 ]; then exec cat; fi; '
                     'sleep 600 & echo "$$ $!" > "$1/pids.tmp"; mv "$1/pids.tmp" "$1/pids"; wait')
 
 
-class CliTest(harness.CliChecks, unittest.TestCase):
-    head = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.head = harness.Head()
-        cls.head.start()
-        cls.cwd = tempfile.mkdtemp(prefix="muster-cli-cwd-")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.head.cleanup()
-        shutil.rmtree(cls.cwd, ignore_errors=True)
-
+class CliTest(harness.CliHead, unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="muster-cli-")
         self.procs = []

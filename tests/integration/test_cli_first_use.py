@@ -9,11 +9,9 @@ shell worker's progress is polled through the queue's counts.
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -23,24 +21,7 @@ MUSTER = harness.MUSTER_BIN
 CLI_MD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "cli.md")
 
 
-class CliFirstUseTest(harness.CliChecks, unittest.TestCase):
-    head = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.head = harness.Head()
-        cls.head.start()
-        cls.cwd = tempfile.mkdtemp(prefix="muster-cli-walk-")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.head.cleanup()
-        shutil.rmtree(cls.cwd, ignore_errors=True)
-
-    def muster(self, *args, stdin=None):
-        return subprocess.run([MUSTER] + list(args), input=stdin, capture_output=True, text=True,
-                              env=harness.cli_env(self.head), cwd=self.cwd, timeout=60)
-
+class CliFirstUseTest(harness.CliHead, unittest.TestCase):
     def counts(self, queue):
         return json.loads(self.ok("queue", "show", queue))["counts"]
 

@@ -6,7 +6,6 @@ its own names.  Nothing waits on a timer: tests poll observable state.
 """
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -101,29 +100,11 @@ class OneReply:
         conn.close()
 
 
-class CliMessagesTest(harness.CliChecks, unittest.TestCase):
-    head = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.head = harness.Head(["--sweep-ms", "50"])
-        cls.head.start()
-        cls.cwd = tempfile.mkdtemp(prefix="muster-cli-msg-")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.head.cleanup()
-        shutil.rmtree(cls.cwd, ignore_errors=True)
+class CliMessagesTest(harness.CliHead, unittest.TestCase):
+    HEAD_ARGS = ("--sweep-ms", "50")
 
     def env(self, url=True, token=True):
         return harness.cli_env(self.head, url, token)
-
-    def muster(self, *args, stdin=None, url=True, token=True):
-        env = self.env(url, token)
-        if isinstance(url, str):
-            env["MUSTER_URL"] = url
-        return subprocess.run([MUSTER] + list(args), input=stdin, capture_output=True, text=True,
-                              env=env, cwd=self.cwd, timeout=60)
 
     # ---- url and token -------------------------------------------------------------
 

@@ -8,10 +8,8 @@ The tests share one head; each uses its own queue.  Nothing waits on a timer: a
 follower's progress is read from its stderr file, polled with harness.wait_until.
 """
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -20,31 +18,14 @@ import harness  # noqa: E402
 MUSTER = harness.MUSTER_BIN
 
 
-class CliPolishTest(harness.CliChecks, unittest.TestCase):
-    head = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.head = harness.Head()
-        cls.head.start()
-        cls.tmp = tempfile.mkdtemp(prefix="muster-cli-polish-")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.head.cleanup()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def muster(self, *args, stdin=None):
-        return subprocess.run([MUSTER] + list(args), input=stdin, capture_output=True, text=True,
-                              env=harness.cli_env(self.head), cwd=self.tmp, timeout=60)
-
+class CliPolishTest(harness.CliHead, unittest.TestCase):
     def start(self, name, *args):
         """Starts `muster ARGS` in the background, its stdout and stderr to files of
         `name`; returns (process, stdout path, stderr path)."""
-        out, err = (os.path.join(self.tmp, name + ext) for ext in (".out", ".err"))
+        out, err = (os.path.join(self.cwd, name + ext) for ext in (".out", ".err"))
         with open(out, "w") as o, open(err, "w") as e:
             proc = subprocess.Popen([MUSTER] + list(args), stdout=o, stderr=e,
-                                    env=harness.cli_env(self.head), cwd=self.tmp)
+                                    env=harness.cli_env(self.head), cwd=self.cwd)
         self.addCleanup(harness.stop_process, proc)
         return proc, out, err
 
