@@ -133,10 +133,6 @@ static bool head_token(head_config_t *cfg, bool *generated) {
   return false;
 }
 
-/* How much later than its period a sweep may run before the head counts
- * the gap as a stall: far more than a busy loop turn takes. */
-#define HEAD_STALL_MS 1000
-
 /*
  * A sweep far later than its period means the process did not run (it was
  * stopped, starved, the machine paused, a disk stalled the loop) or the wall
@@ -146,7 +142,8 @@ static bool head_token(head_config_t *cfg, bool *generated) {
  * tasks they were running, though none had stopped.  So their timeouts count
  * from now, as after a restart (store_note_stall); task leases keep their
  * deadlines, as across a restart (an iteration's, kept alive by its ranks'
- * calls, follow the ranks: iter_any_due).
+ * calls, follow the ranks: iter_any_due).  A disk that holds a flush of the
+ * WAL on the helper thread does not stall the loop: head_flush_stalled.
  */
 static void head_note_stall(head_t *h, int64_t now) {
   int64_t last = h->last_sweep_ms;
@@ -168,6 +165,12 @@ static void head_sweep(evutil_socket_t fd, short what, void *arg) {
   fail_t f = {0};
   int64_t now = now_ms();
   head_note_stall(h, now);
+  /* While the disk holds a flush, its replies and those gathered behind it
+   * cannot leave: a node that registered meanwhile cannot know it and beat.
+   * Their silence counts from now, so the due-checks below find none silent
+   * (their "?2 + timeout_ms <= ?1"), with no check on the requests' path. */
+  if (head_flush_stalled(h))
+    store_note_stall(h->st, now);
   waiter_mark_all(h);
   if (!backup_holds_files(h)) /* a backup links the files its copy names */
     shared_files_sweep(h->st, h->cfg.data_dir);

@@ -299,10 +299,37 @@ static void head_flush_next(head_t *h) {
   h->flush_started_us = taken > 0 ? taken : metrics_now_us();
 }
 
+bool head_flush_stalled(const head_t *h) {
+  return h->syncer != NULL && syncer_busy(h->syncer) &&
+         metrics_now_us() - h->flush_started_us > (int64_t)HEAD_STALL_MS * 1000;
+}
+
+/*
+ * A flush that the disk held for more than HEAD_STALL_MS ended (a network
+ * disk's hiccup).  The loop read and executed requests meanwhile, but none
+ * waiting for a flush was answered: a node or worker that registered then
+ * has its registration committed and does not know it, and cannot beat.  As
+ * after a stall of the loop (head.c, head_note_stall), the sweep ended
+ * nobody for silence while it lasted (head_flush_stalled), and every
+ * timeout counts from its end; task leases keep their deadlines.
+ */
+static void head_note_flush_stall(head_t *h, int64_t held_us) {
+  store_note_stall(h->st, now_ms());
+  log_msg(LOG_WARN,
+          "the disk held a flush of the write-ahead log for %.1f s (a slow or stalled disk, or "
+          "the network under it): no reply could leave meanwhile, so workers, nodes and "
+          "sessions get their whole timeout from now before they count as gone, as after a "
+          "restart",
+          (double)held_us / 1e6);
+}
+
 /* The helper thread's flush ended (on the loop thread). */
 static void head_synced(void *arg, int err) {
   head_t *h = arg;
-  metrics_flush(true, err == 0, metrics_now_us() - h->flush_started_us);
+  int64_t took_us = metrics_now_us() - h->flush_started_us;
+  metrics_flush(true, err == 0, took_us);
+  if (err == 0 && took_us > (int64_t)HEAD_STALL_MS * 1000)
+    head_note_flush_stall(h, took_us);
   bool lent;
   reply_list_t group = head_take_syncing(h, &lent);
   head_flushed(h, &group, lent, err);
@@ -533,6 +560,29 @@ void head_drain_syncs(head_t *h) {
   store_set_sync_full(h->st, true); /* outside a transaction */
 }
 
+/* For tests only: MUSTER_TEST_FLUSH_HOLD_FILE=PATH (absolute) holds each flush
+ * of the helper thread, before its fdatasync, while PATH exists, as a disk
+ * that stalls would (syncer_hold_while): a test holds exactly the flush that
+ * covers a registration, for as long as it chooses (design-notes, "A flush
+ * the disk holds is a stall").  Flushes on the loop are not held (those stall
+ * the loop: head_note_stall); MUSTER_FLUSH_THREAD_MIN=1 sends every group to
+ * the thread.  Read once, here; unset, it costs a test of one pointer per flush. */
+static void head_flush_hold_knob(head_t *h) {
+  const char *path = getenv("MUSTER_TEST_FLUSH_HOLD_FILE");
+  if (path == NULL || path[0] == '\0')
+    return;
+  if (path[0] != '/') {
+    log_msg(LOG_WARN,
+            "MUSTER_TEST_FLUSH_HOLD_FILE=%.200s is not an absolute path; no flush is held", path);
+    return;
+  }
+  syncer_hold_while(h->syncer, path);
+  log_msg(LOG_WARN,
+          "MUSTER_TEST_FLUSH_HOLD_FILE=%s: each flush of the write-ahead log on the helper thread "
+          "waits while that file exists (for tests only)",
+          path);
+}
+
 /* With --sync full, the store commits without flushing and a helper thread
  * flushes the WAL (syncer.h); falls back to SQLite's own synchronous=FULL
  * when the WAL file or the thread cannot be had. */
@@ -556,6 +606,7 @@ void head_start_syncer(head_t *h, const char *db_path) {
     head_lend_few_below();
     head_thread_flush_min();
     head_flush_queue_mode();
+    head_flush_hold_knob(h);
   }
   /* What opening the store wrote (migrations, setup) and the directory
    * entries of its files must be durable before the first reply. */

@@ -10,7 +10,8 @@
  * while a flush runs waits in `requested` and is taken the moment that flush
  * ends, without the loop (syncer.h, "a second flush").  After a failure
  * every later request is answered with the same error, unflushed: what it
- * covers was written after pages the kernel may have dropped.
+ * covers was written after pages the kernel may have dropped.  For tests, a
+ * flush can be held while a file exists (syncer_hold_while).
  */
 #include "syncer.h"
 #include "log.h"
@@ -41,6 +42,7 @@ struct syncer {
   syncer_then_fn then;  /* under mu: runs after the requested flush, if it succeeded */
   void *then_arg;
   atomic_ulong succeeded; /* flushes that succeeded (before the loop hears of them) */
+  char *hold_path;        /* tests only: flushes wait while it exists (syncer_hold_while) */
 };
 
 /* CLOCK_MONOTONIC in microseconds, the clock of metrics_now_us. */
@@ -48,6 +50,24 @@ static int64_t syncer_now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* For tests only: holds the flush about to begin while s->hold_path exists,
+ * as a disk that stalls would (checked every 10 ms), or until the syncer
+ * stops: a head stopped during a hold is not kept waiting for the file. */
+static void syncer_hold(syncer_t *s) {
+  for (bool said = false;; said = true) {
+    pthread_mutex_lock(&s->mu);
+    bool quit = s->quit;
+    pthread_mutex_unlock(&s->mu);
+    if (quit || access(s->hold_path, F_OK) != 0)
+      return;
+    if (!said)
+      log_msg(LOG_WARN, "a flush of the write-ahead log waits while %s exists (for tests only)",
+              s->hold_path);
+    struct timespec step = {0, 10 * 1000000L};
+    nanosleep(&step, NULL);
+  }
 }
 
 static void *syncer_main(void *arg) {
@@ -64,6 +84,8 @@ static void *syncer_main(void *arg) {
     syncer_then_fn then = s->then;
     void *then_arg = s->then_arg;
     pthread_mutex_unlock(&s->mu);
+    if (s->hold_path != NULL)
+      syncer_hold(s);
     if (err == 0)
       err = fdatasync(s->fd) == 0 ? 0 : errno;
     if (err == 0)
@@ -149,6 +171,16 @@ int64_t syncer_taken_us(syncer_t *s) {
   return taken;
 }
 
+void syncer_hold_while(syncer_t *s, const char *path) {
+  char *copy = strdup(path);
+  if (copy == NULL)
+    return; /* nothing is held: the test's hold never shows */
+  pthread_mutex_lock(&s->mu);
+  free(s->hold_path);
+  s->hold_path = copy;
+  pthread_mutex_unlock(&s->mu);
+}
+
 unsigned syncer_flushed(syncer_t *s) {
   unsigned long done = atomic_load_explicit(&s->succeeded, memory_order_acquire) - s->heard;
   /* After a failure the results heard outnumber the successes. */
@@ -174,6 +206,7 @@ unsigned syncer_stop(syncer_t *s, int results[2]) {
   close(s->pipe_fds[1]);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
+  free(s->hold_path);
   free(s);
   return count;
 }

@@ -55,5 +55,11 @@ unsigned syncer_flushed(syncer_t *s);
  * their number returned (0, 1 or 2).  Each flush is answered by its own: the
  * first may have made its writes durable though the second failed. */
 unsigned syncer_stop(syncer_t *s, int results[2]);
+/* For tests only (MUSTER_TEST_FLUSH_HOLD_FILE: head_commit.c): each flush
+ * waits, before its fdatasync, for as long as the file `path` exists (or
+ * until syncer_stop), as a disk that stalls would hold it, and the log says
+ * so once per flush held.  Call before the first request; `path` is copied.
+ * Without it the thread tests one pointer per flush. */
+void syncer_hold_while(syncer_t *s, const char *path);
 
 #endif
