@@ -219,7 +219,7 @@ json_t *node_list(store_t *st, fail_t *f) {
 typedef struct {
   char instance[NAME_MAX_LEN + 1]; /* "" when no other instance holds it */
   char hostname[NODE_MAX_TEXT + 1];
-  int64_t silent_ms;  /* since its last heartbeat or registration */
+  int64_t silent_ms;  /* since its last heartbeat or registration, or the last stall */
   int64_t timeout_ms; /* the node's */
 } node_holder_t;
 
@@ -236,7 +236,11 @@ static muster_err_t node_read_holder(store_t *st, const node_spec_t *spec, node_
   if (rc == SQLITE_ROW) {
     snprintf(h->instance, sizeof h->instance, "%s", (const char *)sqlite3_column_text(s, 0));
     snprintf(h->hostname, sizeof h->hostname, "%s", (const char *)sqlite3_column_text(s, 1));
-    h->silent_ms = now_ms() - sqlite3_column_int64(s, 2);
+    /* Silence during a stall (a restart, a loop that did not run, a flush the
+     * disk held) is not the agent's: counted from the stall's end, as the
+     * sweep counts a node's timeout (store_heard_since_ms). */
+    int64_t seen = sqlite3_column_int64(s, 2), since = store_heard_since_ms(st);
+    h->silent_ms = now_ms() - (seen > since ? seen : since);
     h->timeout_ms = sqlite3_column_int64(s, 3);
   }
   store_reset(s);

@@ -162,6 +162,32 @@ class FlushStallTest(FlushStallCase):
         self.assertNotIn("the disk held a flush", self.log())
 
 
+    def test_a_name_held_through_a_long_held_flush_is_not_taken_over(self):
+        """The first agent's silence while the disk held the flush of its heartbeat is not
+        its own: a second agent naming its node as the hold ends is refused, as it would
+        be without the stall, and takes nothing over (node.c counts a holder's silence
+        from the stall's end, as the sweep does)."""
+        first = Agent(self.head, self.dir, "twin")
+        self.agents.append(first)
+        first.start()
+        harness.wait_until(first.registered, what=lambda: "the first registered:\n" +
+                           first.log())
+        self.hold_flushes()
+        harness.wait_until(lambda: self.holds() == 1, what="the flush of a heartbeat held")
+        time.sleep(LONG_HOLD_S)  # the stall: the first agent waits for that heartbeat's reply
+        second = Agent(self.head, self.dir, "twin")
+        second.lock = os.path.join(self.dir, "agent-twin-2.lock")
+        second.log_path = os.path.join(self.dir, "agent-twin-2.log")
+        self.agents.append(second)
+        second.start(wait_listen=False)  # its registration comes before the first's next beat
+        self.release()
+        harness.wait_until(lambda: "is held by another running agent" in second.log(),
+                           what=lambda: "the second agent refused:\n" + second.log())
+        self.assertEqual(self.client.request("GET", "/v1/nodes/twin")["address"],
+                         first.url[len("http://"):])
+        self.assertNotIn("registered again", self.log())
+
+
 class HoldFileRefusedTest(FlushStallCase):
     hold_env = "hold"  # relative: refused, though the head runs in self.dir
 
