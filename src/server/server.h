@@ -67,7 +67,7 @@ typedef struct head {
   h1_lend_t *lend;          /* the flush thread writes them (h1.h); NULL: no client left */
   reply_list_t committed;   /* committed during that flush, waiting for the next one */
   int64_t flushed_changes;  /* store_changes() covered by the last flush begun */
-  int64_t flush_started_us; /* when the thread's flush in flight began (metrics) */
+  int64_t flush_started_us; /* the thread's flush in flight began (metrics, stalls) */
   size_t answered_in_flush; /* leases answered at their commit during that flush */
   int64_t tx_started_us;    /* when the turn's transaction opened (head_commit's flush policy) */
   /* What is not on disk yet (head_lease_on_disk): the lowest task id
