@@ -115,9 +115,14 @@ class WorkerHeadRestartTest(unittest.TestCase):
         self.assertEqual(task["result"], "one")
         self.assertEqual(task["attempts"], 1, task)
         self.assertEqual(self.runs(), [str(task["id"])])  # it ran once
+        # The worker says so once the head's answer reached it, which may come after the
+        # head stored the result and the test saw it (a run of the suite four tests at a
+        # time, beside two builds, read the log in between).
+        harness.wait_until(lambda: "reached the head again" in self.log_of(w),
+                           what=lambda: "the worker to say the head is back:\n" +
+                           self.log_of(w))
         log = self.log_of(w)
         self.assertEqual(log.count("cannot store its result yet"), 1, log)
-        self.assertIn("reached the head again", log)
         self.assertNotIn("result not stored", log)
 
     def test_stop_signal_gives_up_waiting_for_a_result(self):
