@@ -24,11 +24,18 @@ task of the stage at hand.
 import os
 import sys
 import threading
+import time
 
 from . import errors
 from .client import Client
 
 STAGES = "abcde"
+
+# A call the head does not answer (it is down or restarting) is sent again, as
+# distcompute_client sends its requests again; the pause doubles from the first to
+# the last, the tracker client's 15 s.
+RETRY_FIRST_S = 0.25
+RETRY_MAX_S = 15.0
 
 
 COMPAT_PREFIX = "/compat/distcompute/"
@@ -95,34 +102,63 @@ def _compat_url_refusal(url):
                 url, name, url[:at], name))
 
 
-def resolve_stage(client, stage, pipeline=None):
-    """The queue name of ``stage`` ("a".."e" along ``pipeline``'s next links, or a queue name)."""
+def _stage_list(client, first):
+    """"a: Q1, b: Q2, ..." of the pipeline whose first queue is ``first``."""
+    stages = [first]
+    while len(stages) < len(STAGES):
+        nxt = client.queue(stages[-1]).get("next")
+        if not nxt:
+            break
+        stages.append(nxt)
+    return ", ".join("%s: %s" % (STAGES[i], q) for i, q in enumerate(stages))
+
+
+def _no_pipeline(client, stage):
+    """The InvalidArgument of a stage letter given without a pipeline; a head that cannot
+    be asked (not a muster head, a wrong token) raises that instead, the cause."""
+    client.queues()
+    return errors.InvalidArgument(
+        "stage %r: name the pipeline (its first queue) with pipeline= or $MUSTER_PIPELINE%s"
+        % (stage, _pipelines_hint(client)))
+
+
+def resolve_stage(client, stage, pipeline=None, named=None):
+    """The queue name of ``stage`` ("a".."e" along ``pipeline``'s next links, or a queue name).
+    ``named`` is the pipeline as the caller named it (for messages; ``pipeline`` by default)."""
     stage = str(stage)
     pipeline = pipeline or os.environ.get("MUSTER_PIPELINE")
+    named = named or pipeline
+    if not stage:
+        raise errors.InvalidArgument("stage '': give a stage letter, %s to %s, or a queue's name"
+                                     % (STAGES[0], STAGES[-1]))
     if len(stage) == 1 and stage.lower() in STAGES:
         if not pipeline:
-            raise errors.InvalidArgument(
-                "stage %r: name the pipeline (its first queue) with pipeline= or $MUSTER_PIPELINE%s"
-                % (stage, _pipelines_hint(client)))
+            raise _no_pipeline(client, stage)
         queue = pipeline
         for step in range(STAGES.index(stage.lower())):
             nxt = client.queue(queue).get("next")
             if not nxt:
                 raise errors.InvalidArgument(
-                    "stage %r: pipeline %r has only %d stage(s)" % (stage, pipeline, step + 1))
+                    "stage %r: pipeline %r has only %d stage(s) (%s)"
+                    % (stage, named, step + 1, _stage_list(client, pipeline)))
             queue = nxt
         client.queue(queue)  # raises QueueNotFound for a pipeline that does not exist
         return queue
     try:
         client.queue(stage)
     except errors.QueueNotFound as e:
-        if len(stage) != 1:
+        if len(stage) == 1:
+            # "f": a stage letter past DistCompute's five, more likely than a queue named so.
+            raise errors.QueueNotFound(
+                "stage %r: the stages are %s (along the pipeline's next links), or a queue's "
+                "name, and no queue is named %r" % (stage, STAGES[0] + " to " + STAGES[-1],
+                                                    stage),
+                code=e.code, status=e.status) from None
+        if not pipeline:
             raise
-        # "f": a stage letter past DistCompute's five, more likely than a queue named so.
         raise errors.QueueNotFound(
-            "stage %r: the stages are %s (along the pipeline's next links), or a queue's "
-            "name, and no queue is named %r" % (stage, STAGES[0] + " to " + STAGES[-1],
-                                                stage),
+            "stage %r: no queue has that name; pipeline %r has the stages %s (give a letter, "
+            "or a queue's name as it is written)" % (stage, named, _stage_list(client, pipeline)),
             code=e.code, status=e.status) from None
     if pipeline:
         _check_stage_of(client, stage, pipeline)
@@ -149,7 +185,7 @@ class WorkerClient:
     """A worker at one stage; see :func:`init`."""
 
     def __init__(self, url=None, stage="a", nickname="anonymous", verbose=True, pipeline=None,
-                 token=None, project=None, keepalive=True, client=None):
+                 token=None, project=None, keepalive=True, client=None, retry=True):
         self.client = client or Client(url, token)
         refusal = _compat_url_refusal(self.client.url)
         if refusal:
@@ -159,7 +195,7 @@ class WorkerClient:
         self.stage = stage
         pipeline = pipeline or os.environ.get("MUSTER_PIPELINE")
         first, exposed_project = resolve_pipeline(self.client, pipeline) if pipeline else (None, None)
-        self.stage_name = resolve_stage(self.client, stage, first)
+        self.stage_name = resolve_stage(self.client, stage, first, pipeline)
         # The pipeline whose jobs are numbered (_job_number), named by its first
         # queue; without one, the stage's queue counts its own jobs.
         self._pipeline = first or self.stage_name
@@ -172,7 +208,10 @@ class WorkerClient:
         self.job = None
         self.job_id = None
         self.task_id = None
+        self.retry = retry
         self._lease = None
+        self._ended = None      # (what, job_id) of the job that ended last, for messages
+        self._requests = 0      # lease request keys: dc-1, dc-2, ...
         self._lock = threading.Lock()
         self._alive = True
         self._stop = threading.Event()
@@ -180,8 +219,9 @@ class WorkerClient:
         if keepalive:
             self._thread = threading.Thread(target=self._keepalive, name="muster-keepalive", daemon=True)
             self._thread.start()
-        self._say("connected as %s (worker %d) at stage %s, queue %r" % (
-            self.display_name, self.worker_id, stage, self.stage_name))
+        self._say("connected as %s (worker %d) at stage %s, queue %r; watch it at %s/#/worker/%d"
+                  % (self.display_name, self.worker_id, stage, self.stage_name, self.client.url,
+                     self.worker_id))
 
     # The project name under DistCompute's other spelling.
     @property
@@ -192,6 +232,22 @@ class WorkerClient:
         if self.verbose:
             print("[muster %s] %s" % (self.display_name if hasattr(self, "display_name") else "-", text),
                   file=sys.stderr, flush=True)
+
+    def _call(self, what, fn, *args, **kw):
+        """``fn(*args, **kw)``, sent again while the head does not answer (NetworkError,
+        Unavailable: it is down or restarting), as distcompute_client sends its requests
+        again, unless ``retry`` is off.  Every call sent here may be sent twice: the head
+        answers a repeated completion, fail, flag, release or keyed lease as the first."""
+        pause = RETRY_FIRST_S
+        while True:
+            try:
+                return fn(*args, **kw)
+            except (errors.NetworkError, errors.Unavailable) as e:
+                if not self.retry:
+                    raise
+                self._say("%s: %s; trying again in %.2g s" % (what, e, pause))
+                time.sleep(pause)
+                pause = min(pause * 2, RETRY_MAX_S)
 
     def _keepalive(self):
         # Heart-beats the worker and extends the current lease, a third of the
@@ -221,7 +277,7 @@ class WorkerClient:
         job now, unless other workers take the jobs first (ZeroJobError, as with the
         tracker).
         """
-        counts = self.client.queue(self.stage_name, ready=True)["counts"]
+        counts = self._call("job_count", self.client.queue, self.stage_name, ready=True)["counts"]
         if "ready" not in counts:
             raise errors.ProtocolError(
                 "job_count: the head at %s does not count ready tasks (counts.ready); "
@@ -231,8 +287,8 @@ class WorkerClient:
     def _job_number(self, lease):
         """The job's number in the pipeline, from the head: one request, whatever the stage
         (the head finds the number up the job's chain of tasks and keeps it)."""
-        return self.client.request("POST", "/v1/distcompute/jobs",
-                                   {"pipeline": self._pipeline, "task": lease["task"]})["number"]
+        return self._call("new_job", self.client.request, "POST", "/v1/distcompute/jobs",
+                          {"pipeline": self._pipeline, "task": lease["task"]})["number"]
 
     def new_job(self, wait_ms=0):
         """Leases the next job into ``job`` / ``job_id`` / ``task_id``; raises ZeroJobError
@@ -243,15 +299,19 @@ class WorkerClient:
             previous, self._lease = self._lease, None
         if previous is not None:
             try:
-                previous.release()
+                self._call("new_job", previous.release)
             except errors.LeaseLost:
                 pass
+        self._requests += 1
         try:
-            lease = self.client.lease_one(self.stage_name, worker=self.worker_id, wait_ms=wait_ms)
+            # Keyed, so that a lease whose reply was lost is given again when sent again.
+            got = self._call("new_job", self.client.lease, self.stage_name, worker=self.worker_id,
+                             max=1, wait_ms=wait_ms, request="dc-%d" % self._requests)
         except errors.WorkerNotFound:
             self._alive = False
             raise
-        self.job = self.job_id = self.task_id = None
+        self.job = self.job_id = self.task_id = self._ended = None
+        lease = got[0] if got else None
         if lease is None:
             raise errors.ZeroJobError("no open job at stage %s (queue %r)" % (self.stage, self.stage_name))
         with self._lock:
@@ -265,13 +325,21 @@ class WorkerClient:
         with self._lock:
             lease = self._lease
         if lease is None:
-            raise errors.InvalidState("%s: no current job (call new_job first)" % what,
+            raise errors.InvalidState("%s: %s" % (what, self._why_no_job()),
                                       code="invalid_state", status=0)
         return lease
 
-    def _finish(self):
+    def _why_no_job(self):
+        """Why this worker holds no job now, for a call that needs one."""
+        if self._ended is None:
+            return "no current job (call new_job first)"
+        return "no current job: job %s %s (call new_job for the next)" % self._ended[::-1]
+
+    def _finish(self, ended=None):
+        """Forgets the current job; ``ended`` says how it ended ("was completed", ...)."""
         with self._lock:
             self._lease = None
+        self._ended = (ended, self.job_id) if ended and self.job_id is not None else None
         self.job = None
         self.job_id = None
         self.task_id = None
@@ -280,9 +348,9 @@ class WorkerClient:
         """Marks the job done; ``data`` becomes the next stage's job."""
         lease, job_id = self._current("complete_job"), self.job_id
         try:
-            reply = lease.complete(data)
+            reply = self._call("complete_job", lease.complete, data)
         finally:
-            self._finish()
+            self._finish("was completed")
         self._say("job %d done (task %d)%s" % (job_id, reply["task"], " -> task %d of the next stage"
                                                % reply["next_task"] if reply.get("next_task") else ""))
         return reply
@@ -291,9 +359,9 @@ class WorkerClient:
         """Reports the job's input as invalid and drops the job."""
         lease, job_id = self._current("flag_invalid_data"), self.job_id
         try:
-            reply = lease.flag(reason)
+            reply = self._call("flag_invalid_data", lease.flag, reason)
         finally:
-            self._finish()
+            self._finish("was flagged invalid")
         self._say("job %d flagged invalid (task %d)" % (job_id, reply["task"]))
         return reply
 
@@ -301,28 +369,29 @@ class WorkerClient:
         """Fails the job (retried after a backoff unless ``permanent``)."""
         lease = self._current("fail_job")
         try:
-            return lease.fail(error, permanent)
+            return self._call("fail_job", lease.fail, error, permanent)
         finally:
-            self._finish()
+            self._finish("failed")
 
     def log(self, progress):
         """Sends a progress string (shown on the dashboard) and extends the job's lease."""
         try:
-            self.client.heartbeat(self.worker_id, str(progress))
+            self._call("log", self.client.heartbeat, self.worker_id, str(progress))
         except errors.WorkerNotFound:
             self._alive = False
             raise
         with self._lock:
             lease = self._lease
         if lease is not None:
-            lease.extend()
+            self._call("log", lease.extend)
 
     def is_alive(self):
         """True while the worker is registered and has not timed out."""
         if not self._alive:
             return False
         try:
-            self._alive = self.client.worker(self.worker_id)["state"] == "active"
+            self._alive = self._call("is_alive", self.client.worker,
+                                     self.worker_id)["state"] == "active"
         except errors.WorkerNotFound:
             self._alive = False
         return self._alive
@@ -333,7 +402,7 @@ class WorkerClient:
         if self._thread is not None:
             self._thread.join()
         try:
-            self.client.bye(self.worker_id)
+            self._call("bye", self.client.bye, self.worker_id)
         except errors.WorkerNotFound:
             pass
         self._alive = False
@@ -350,6 +419,12 @@ class WorkerClient:
 
 
 def init(url=None, stage="a", nickname="anonymous", verbose=True, pipeline=None, token=None, **kw):
-    """DistCompute's ``init``: a :class:`WorkerClient` at ``stage`` of ``pipeline``."""
+    """DistCompute's ``init``: a :class:`WorkerClient` at ``stage`` of ``pipeline``.
+
+    Other keywords: ``project``, ``keepalive`` (True: a thread heart-beats the worker and
+    extends its job) and ``retry`` (True: once registered, a call the head does not answer,
+    as while it restarts, is sent again until it does, as distcompute_client does; False
+    raises NetworkError or Unavailable at once).  ``init`` itself raises at once when no
+    head answers, so that a wrong URL is told and not waited on."""
     return WorkerClient(url, stage=stage, nickname=nickname, verbose=verbose, pipeline=pipeline,
                         token=token, **kw)

@@ -48,6 +48,8 @@
 #define COMPAT_TEXT "text/plain; charset=utf-8"
 #define COMPAT_TOKEN_BYTES 16
 
+/* The tracker's words for a token without a live worker come first (clients
+ * and people grep for them); what follows says which case it is. */
 static const char msg_worker_gone[] =
     "The server could not find this worker. Did the worker time out?";
 
@@ -67,6 +69,7 @@ typedef struct {
   int64_t worker;     /* muster worker id */
   int64_t timeout_ms; /* its heartbeat timeout */
   bool active;
+  char name[NAME_MAX_LEN + 1]; /* its display name */
 } dc_worker_t;
 
 /* ---- configuration ---- */
@@ -212,12 +215,29 @@ static void compat_fail(http_req_t *r, const fail_t *f) {
   compat_text(r, status ? status : 500, fail_message(f));
 }
 
-/* The pipeline of the path, or NULL after a 404. */
+/* The pipeline of the path, or NULL after a 404 that names the one asked for
+ * (when it is a name) and says how many there are, but not their names: the
+ * routes are public, and an operator may count on a name not being guessed. */
 static const pipeline_t *compat_pipeline(http_req_t *r) {
   const pipeline_t *pipe = compat_find(r->params[0]);
-  if (pipe == NULL)
-    compat_text(r, 404, "No DistCompute pipeline of that name is exposed by this head.");
-  return pipe;
+  if (pipe != NULL)
+    return pipe;
+  char asked[NAME_MAX_LEN + 3] = "of that name", msg[512];
+  if (name_is_valid(r->params[0]))
+    snprintf(asked, sizeof asked, "'%s'", r->params[0]);
+  if (npipelines == 0)
+    snprintf(msg, sizeof msg,
+             "No DistCompute pipeline %s is exposed by this head: it exposes none (start it "
+             "with `muster head --distcompute NAME=QUEUE_A,QUEUE_B,...`).",
+             asked);
+  else
+    snprintf(msg, sizeof msg,
+             "No DistCompute pipeline %s is exposed by this head (it exposes %d: the names "
+             "given to `muster head --distcompute NAME=...`, which GET /v1/distcompute lists "
+             "with the head's token). A client's URL is http://HEAD:PORT" COMPAT_PREFIX "NAME.",
+             asked, npipelines);
+  compat_text(r, 404, msg);
+  return NULL;
 }
 
 /* The stage index of query parameter "stage" (a..e), or -1 after a 400. */
@@ -256,7 +276,7 @@ static const char *compat_field(http_req_t *r, const char *key) {
  * token is unknown; w->active is false when the worker is gone. */
 static muster_err_t compat_worker_load(store_t *st, const pipeline_t *pipe, const char *token,
                                        dc_worker_t *w, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT c.stage, c.worker, w.timeout_ms, w.state"
+  sqlite3_stmt *s = store_stmt(st, "SELECT c.stage, c.worker, w.timeout_ms, w.state, w.name"
                                    " FROM compat_workers c JOIN workers w ON w.id = c.worker"
                                    " WHERE c.token = ?1 AND c.pipeline = ?2");
   if (s == NULL)
@@ -270,11 +290,22 @@ static muster_err_t compat_worker_load(store_t *st, const pipeline_t *pipe, cons
                        .worker = sqlite3_column_int64(s, 1),
                        .timeout_ms = sqlite3_column_int64(s, 2),
                        .active = sqlite3_column_int(s, 3) == WORKER_ACTIVE};
+  if (rc == SQLITE_ROW)
+    snprintf(w->name, sizeof w->name, "%s", (const char *)sqlite3_column_text(s, 4));
   store_reset(s);
   if (rc == SQLITE_ROW && w->stage >= 0 && w->stage < pipe->nstages)
     return MUSTER_OK;
-  if (rc == SQLITE_ROW || rc == SQLITE_DONE)
-    return fail_set(f, MUSTER_WORKER_NOT_FOUND, "%s", msg_worker_gone);
+  if (rc == SQLITE_ROW)
+    return fail_set(f, MUSTER_WORKER_NOT_FOUND,
+                    "%s (Worker '%s' serves stage '%c', which pipeline '%s' no longer has: "
+                    "register again with api/new.)",
+                    msg_worker_gone, w->name, 'a' + w->stage, pipe->name);
+  if (rc == SQLITE_DONE)
+    return fail_set(f, MUSTER_WORKER_NOT_FOUND,
+                    "%s (No worker of pipeline '%s' has this token: it is not one this head "
+                    "gave out, but another pipeline's or head's, or from before the head's data "
+                    "was replaced. Register with api/new.)",
+                    msg_worker_gone, pipe->name);
   return store_fail(st, f, "distcompute worker");
 }
 
@@ -289,7 +320,12 @@ static bool compat_worker(http_req_t *r, const pipeline_t *pipe, dc_worker_t *w)
     return false;
   }
   if (!w->active) {
-    compat_text(r, 404, msg_worker_gone);
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "%s (Worker '%s' is gone: it said bye, or was silent longer than its timeout of "
+             "%lld ms. Register again with api/new.)",
+             msg_worker_gone, w->name, (long long)w->timeout_ms);
+    compat_text(r, 404, msg);
     return false;
   }
   return true;
