@@ -36,6 +36,9 @@ STAGES = "abcde"
 # the last, the tracker client's 15 s.
 RETRY_FIRST_S = 0.25
 RETRY_MAX_S = 15.0
+# How long bye() waits for a head that does not answer: a worker that leaves must not
+# hang its program's exit; the head times it out and requeues its job without the bye.
+BYE_WAIT_S = 30.0
 
 
 COMPAT_PREFIX = "/compat/distcompute/"
@@ -233,17 +236,18 @@ class WorkerClient:
             print("[muster %s] %s" % (self.display_name if hasattr(self, "display_name") else "-", text),
                   file=sys.stderr, flush=True)
 
-    def _call(self, what, fn, *args, **kw):
+    def _call(self, what, fn, *args, until=None, **kw):
         """``fn(*args, **kw)``, sent again while the head does not answer (NetworkError,
         Unavailable: it is down or restarting), as distcompute_client sends its requests
-        again, unless ``retry`` is off.  Every call sent here may be sent twice: the head
+        again, unless ``retry`` is off, or until ``until`` (a time.monotonic() deadline:
+        then the last error is raised).  Every call sent here may be sent twice: the head
         answers a repeated completion, fail, flag, release or keyed lease as the first."""
         pause = RETRY_FIRST_S
         while True:
             try:
                 return fn(*args, **kw)
             except (errors.NetworkError, errors.Unavailable) as e:
-                if not self.retry:
+                if not self.retry or (until is not None and time.monotonic() + pause > until):
                     raise
                 self._say("%s: %s; trying again in %.2g s" % (what, e, pause))
                 time.sleep(pause)
@@ -402,9 +406,13 @@ class WorkerClient:
         if self._thread is not None:
             self._thread.join()
         try:
-            self._call("bye", self.client.bye, self.worker_id)
+            self._call("bye", self.client.bye, self.worker_id,
+                       until=time.monotonic() + BYE_WAIT_S)
         except errors.WorkerNotFound:
             pass
+        except (errors.NetworkError, errors.Unavailable) as e:
+            self._say("bye: the head did not answer (%s); it times this worker out and gives "
+                      "its job to another" % e)
         self._alive = False
         self._finish()
         self._say("bye")

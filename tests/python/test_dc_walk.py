@@ -127,6 +127,21 @@ class TestDistComputeWalkRestart(harness.RestartableHeadCase):
         w.complete_job("after")
         w.bye()
 
+    def test_bye_to_a_head_that_stays_down_gives_up(self):
+        """A worker's program can exit when the head is gone for good: bye waits
+        BYE_WAIT_S, says so and returns, where the other calls wait for the head."""
+        self.addCleanup(setattr, dc, "BYE_WAIT_S", dc.BYE_WAIT_S)
+        dc.BYE_WAIT_S = 0.5
+        w, said = self.worker(keepalive=False)
+        self.head.kill()
+        t = threading.Thread(target=w.bye, daemon=True)
+        t.start()
+        t.join(20)
+        self.assertFalse(t.is_alive(), "bye waited for a head that stays down")
+        self.assertTrue([m for m in said if m.startswith("bye: network")], said)
+        self.assertTrue([m for m in said if m.startswith("bye: the head did not answer")], said)
+        self.assertFalse(w.is_alive())
+
 
 if __name__ == "__main__":
     unittest.main()
