@@ -37,13 +37,25 @@
     "ranges", "B:E,...", "range: [B, E) per rank"                                                  \
   }
 
+/* The coordinated settings `create` and `restore` take: a checkpoint holds
+ * the configuration only, so a restore gives them again (a node-local
+ * iteration's cluster_sync false above all, or the restore lands on the
+ * head when the cluster has more than one node). */
+#define ITER_SETTING_OPTS                                                                          \
+  {"lease-ms", "MS", "block lease length (default 30000)"},                                        \
+      {"rank-timeout-ms", "MS", "a rank silent this long is failed (default 30000)"}, {            \
+    "replication", "R", "static strategies: ranks that may take over a rank's blocks (default 1)"  \
+  }
+#define ITER_SYNC_OPT                                                                              \
+  {                                                                                                \
+    "cluster-sync", "BOOL",                                                                        \
+        "true: state on the head; false: on the node agent the command is sent to "                \
+        "(omitted: true on the head; through an agent, true when the head knows more than one "    \
+        "active node, else false)"                                                                 \
+  }
+
 const cli_opt_t iter_create_opts[] = {
-    ITER_CONFIG_OPTS,
-    {"lease-ms", "MS", "block lease length (default 30000)"},
-    {"rank-timeout-ms", "MS", "a rank silent this long is failed (default 30000)"},
-    {"replication", "R", "static strategies: ranks that may take over a rank's blocks (default 1)"},
-    {"cluster-sync", "BOOL", "true (default): state on the head; false needs a node agent"},
-    {"rank", "R", "also join as rank R"},
+    ITER_CONFIG_OPTS,   ITER_SETTING_OPTS, ITER_SYNC_OPT, {"rank", "R", "also join as rank R"},
     {NULL, NULL, NULL},
 };
 
@@ -89,6 +101,8 @@ const cli_opt_t iter_ack_opts[] = {
 const cli_opt_t iter_restore_opts[] = {
     {"world-size", "W", "resume with W ranks (elastic; default: the checkpoint's)"},
     {"epochs", "E", "change the number of epochs"},
+    ITER_SETTING_OPTS,
+    ITER_SYNC_OPT,
     {"rank", "R", "also join as rank R"},
     {NULL, NULL, NULL},
 };
@@ -480,8 +494,11 @@ static void print_status(const char *json) {
   json_t *obj = json_loads(json, 0, NULL);
   json_t *blocks = json_object_get(obj, "blocks");
   json_t *config = json_object_get(obj, "config");
-  printf("%s: %s, %s shuffle, world %lld, epoch %lld%s, blocks %lld/%lld done, %lld leased\n",
+  /* A node-local iteration says where it lives: only that agent answers for it. */
+  const char *node = json_string_value(json_object_get(obj, "node"));
+  printf("%s%s%s%s: %s, %s shuffle, world %lld, epoch %lld%s, blocks %lld/%lld done, %lld leased\n",
          json_string_value(json_object_get(obj, "name")),
+         node ? " (node-local, on node agent " : "", node ? node : "", node ? ")" : "",
          json_string_value(json_object_get(config, "strategy")), shuffle_word(config),
          (long long)json_integer_value(json_object_get(config, "world_size")),
          (long long)json_integer_value(json_object_get(obj, "epoch")),
@@ -594,7 +611,11 @@ static json_t *read_checkpoint(const char *path) {
 
 int cmd_iter_restore(cli_args_t *args) {
   int64_t world, epochs, rank;
-  int rc = cli_opt_int_range(args, "world-size", 0, 1, PART_MAX_WORLD_SIZE, &world);
+  muster_iter_config_t cfg;
+  muster_iter_config_init(&cfg);
+  int rc = read_settings(args, &cfg);
+  if (rc == CLI_OK)
+    rc = cli_opt_int_range(args, "world-size", 0, 1, PART_MAX_WORLD_SIZE, &world);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "epochs", -1, 0, &epochs);
   if (rc == CLI_OK)
@@ -607,8 +628,6 @@ int cmd_iter_restore(cli_args_t *args) {
   json_t *config = json_object_get(ck, "config");
   if (epochs >= 0 && config)
     json_object_set_new(config, "epochs", json_integer(epochs)); /* not in the fingerprint */
-  muster_iter_config_t cfg;
-  muster_iter_config_init(&cfg);
   json_t *cw = json_object_get(config, "world_size");
   cfg.world_size = (uint32_t)(world > 0 ? world : json_integer_value(cw));
   char *ck_text = jdump(ck, JSON_COMPACT);

@@ -14,11 +14,13 @@
  *    `cluster_sync` omitted the agent resolves Lavender's default: `true` when
  *    the head knows more than one active node (GET /v1/nodes, with the client's
  *    token), else `false`.  `true` goes to the head.  A name this agent already
- *    holds is always answered here (a join; `true` is then refused as a
- *    different setting), so one name never lives in both places for a client
- *    of this agent.
+ *    holds is always answered here (a join; `true` is then refused, naming
+ *    this agent), so one name never lives in both places for a client of this
+ *    agent; for the same reason a new local iteration is refused when the
+ *    head holds its name (asked with GET /v1/iterations/NAME; a head that does
+ *    not answer does not stop it).
  *  - /v1/iterations/{name}[/next|/ack|/heartbeat|/checkpoint|/held] for a
- *    name held here is answered here.
+ *    name held here is answered here (HEAD as GET).
  *  - GET /v1/iterations: the head's list with this agent's iterations merged in.
  *
  * Tokens: the agent serves a request that carries its own token (--token,
@@ -115,7 +117,10 @@ static void il_fail(node_agent_t *a, h1_req_t *in, const fail_t *f) {
 /* Which iteration request `in` is; `name` gets the {name} segment. */
 static il_op_t il_route(h1_req_t *in, char name[NAME_MAX_LEN + 1]) {
   const char *path = h1_path(in), *method = h1_method(in);
-  int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+  /* HEAD is a GET whose body h1 leaves out, as the head's routes take it:
+   * sent on to the head, a node-local name would read 404 there. */
+  int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+  int post = strcmp(method, "POST") == 0;
   static const char prefix[] = "/v1/iterations";
   name[0] = '\0';
   if (strncmp(path, prefix, sizeof prefix - 1) != 0)
@@ -450,9 +455,57 @@ static void il_ask(iter_local_t *L, h1_req_t *in, json_t *body, const char *path
   free(target);
 }
 
+/* GET /v1/iterations/NAME answered, before this agent makes a node-local
+ * iteration NAME: one the head holds (200) would be hidden from this agent's
+ * clients by it, its ranks here reading the node-local one from their next
+ * call on, so the create is refused.  Any other answer, no answer included
+ * (node-local iterations go on while the head is away), creates it. */
+static void il_on_head_name(il_ask_t *q, int status, json_t *reply) {
+  (void)reply;
+  iter_local_t *L = q->L;
+  const char *name = json_string_value(json_object_get(q->body, "name"));
+  if (status != 200) {
+    il_run(L, q->in, IL_CREATE, NULL, q->body);
+    return;
+  }
+  fail_t f = {0};
+  fail_set(&f, MUSTER_INVALID_STATE,
+           "iteration '%s' exists on the head (cluster_sync true); a node-local one of that name "
+           "on node agent %s would hide it from this agent's clients (their next, ack and status "
+           "would reach the node-local one): pick another name, or join the head's with "
+           "cluster_sync true",
+           name, L->a->name);
+  il_fail(L->a, q->in, &f);
+}
+
+/* Creates (or joins) the node-local iteration of `body` (taken, its
+ * cluster_sync false): a name held here is joined at once; a new one is
+ * first looked up on the head (il_on_head_name). */
+static void il_create_local(iter_local_t *L, h1_req_t *in, json_t *body) {
+  const char *name = json_string_value(json_object_get(body, "name"));
+  if (name == NULL || !name_is_valid(name) || il_holds(L, name)) {
+    il_run(L, in, IL_CREATE, NULL, body); /* a join, or a name iter_create refuses */
+    json_decref(body);
+    return;
+  }
+  char path[sizeof "/v1/iterations/" + NAME_MAX_LEN];
+  snprintf(path, sizeof path, "/v1/iterations/%s", name);
+  il_ask(L, in, body, path, il_on_head_name);
+}
+
 /* GET /v1/nodes answered: resolve an omitted cluster_sync and create. */
 static void il_on_nodes(il_ask_t *q, int status, json_t *reply) {
   iter_local_t *L = q->L;
+  if (status == 0) { /* the default is the head's to decide: say how to do without it */
+    fail_t f = {0};
+    fail_set(&f, MUSTER_UNAVAILABLE,
+             "node agent %s cannot reach the head, which decides an omitted cluster_sync (true "
+             "when it knows more than one active node): send cluster_sync false to create the "
+             "iteration on this node now, or retry once the head is back",
+             L->a->name);
+    il_fail(L->a, q->in, &f);
+    return;
+  }
   if (status != 200) { /* the head's own answer to the create says it best */
     fwd_forward(L->a, q->in);
     return;
@@ -468,7 +521,7 @@ static void il_on_nodes(il_ask_t *q, int status, json_t *reply) {
     return;
   }
   json_object_set_new(q->body, "cluster_sync", json_false());
-  il_run(L, q->in, IL_CREATE, NULL, q->body);
+  il_create_local(L, q->in, json_incref(q->body));
 }
 
 static int il_by_name(const void *x, const void *y) {
@@ -512,6 +565,21 @@ static void il_on_list(il_ask_t *q, int status, json_t *reply) {
 
 /* ---- the entry points ------------------------------------------------------------- */
 
+/* A create with cluster_sync true of a name held here: this agent answers
+ * every request for the name itself, so the head's iteration could not be
+ * reached through it.  The domain code would only say "another cluster_sync"
+ * (or first a configuration that differs), not where the name lives. */
+static void il_refuse_sync_true(iter_local_t *L, h1_req_t *in, const char *name) {
+  fail_t f = {0};
+  fail_set(&f, MUSTER_INVALID_STATE,
+           "iteration '%s' lives on this node agent, %s (cluster_sync false), which answers every "
+           "request for that name itself, so a cluster_sync true one of that name cannot be "
+           "reached through it: give the cluster-wide iteration another name, or remove the "
+           "node-local one first (DELETE /v1/iterations/%s through this agent)",
+           name, L->a->name, name);
+  il_fail(L->a, in, &f);
+}
+
 static void il_create(iter_local_t *L, h1_req_t *in) {
   fail_t f = {0};
   json_t *body = il_body(in, &f);
@@ -533,11 +601,15 @@ static void il_create(iter_local_t *L, h1_req_t *in) {
     fwd_forward(L->a, in); /* the head refuses it in its own words (401, 403) */
     return;
   }
+  if (held && json_is_true(sync)) {
+    il_refuse_sync_true(L, in, name);
+    json_decref(body);
+    return;
+  }
   if (held || json_is_false(sync)) {
     if (omitted)
       json_object_set_new(body, "cluster_sync", json_false());
-    il_run(L, in, IL_CREATE, NULL, body);
-    json_decref(body);
+    il_create_local(L, in, body);
     return;
   }
   il_ask(L, in, body, "/v1/nodes", il_on_nodes); /* omitted: Lavender's default */
