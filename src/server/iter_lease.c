@@ -498,13 +498,21 @@ static const char *ack_not_held_why(const block_row_t *now, const block_row_t *l
  * epoch or of the last completed one (a client that let the epoch default
  * names the current one), is a success that counts nothing (counted in *n).
  * Anything else is refused with what the block's row tells of it. */
-static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, int64_t rank, int64_t block,
-                                 int64_t token, const char *ctx, ack_counts_t *n, fail_t *f) {
+static muster_err_t ack_not_held(store_t *st, const iter_row_t *row, uint64_t units, int64_t rank,
+                                 int64_t block, int64_t token, const char *ctx, ack_counts_t *n,
+                                 fail_t *f) {
   block_row_t now, last = {-1, 0, -1};
   if (block_row(st, row->id, row->epoch, block, &now, f) ||
       (!acked_under(&now, token, rank) && row->epoch > 0 &&
        block_row(st, row->id, row->epoch - 1, block, &last, f)))
     return f->code;
+  /* No row in either epoch and past the end: no such block, not one unleased. */
+  if (now.state < 0 && last.state < 0 && (uint64_t)block >= units)
+    return fail_set(f, MUSTER_INVALID,
+                    "%s.block: %lld, and epoch %lld has %llu blocks (0 to %llu): acknowledge "
+                    "only the blocks a next gave this rank, each with the token it came with",
+                    ctx, (long long)block, (long long)row->epoch, (unsigned long long)units,
+                    (unsigned long long)(units ? units - 1 : 0));
   if (acked_under(&now, token, rank) || acked_under(&last, token, rank)) {
     n->repeated++;
     n->last_epoch += acked_under(&last, token, rank);
@@ -544,7 +552,7 @@ static muster_err_t ack_one(store_t *st, iter_row_t *row, const iter_layout_t *l
   if (store_step_done(st, s, f))
     return f->code;
   if (sqlite3_changes(store_db(st)) != 1)
-    return ack_not_held(st, row, rank, block, token, ctx, n, f);
+    return ack_not_held(st, row, lay->units, rank, block, token, ctx, n, f);
   int64_t plan_rank;
   uint64_t begin, end;
   iter_unit_desc(lay, (uint64_t)block, &plan_rank, &begin, &end);

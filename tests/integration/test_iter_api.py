@@ -673,6 +673,12 @@ class CliTest(unittest.TestCase):
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertTrue(p.stderr.startswith(want), p.stderr)
                 self.assertNotIn("blocks[", p.stderr)
+            # A block past the epoch's end is no block at all, not one left unleased.
+            p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", "9:1")
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertTrue(p.stderr.startswith(
+                "muster: invalid_argument: block: 9, and epoch 0 has 3 blocks (0 to 2): "
+                "acknowledge only the blocks a next gave this rank"), p.stderr)
             p = self.run_cli(h, "iter", "ack", "a", "--rank", "0", *pairs)
             self.assertEqual(p.returncode, 0, p.stderr)
             [last] = next_pairs(1)
