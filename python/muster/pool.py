@@ -141,49 +141,64 @@ class _Results:
     lost to the caller).  Any other error (TimeoutError, a head that never came back) ends
     it."""
 
-    def __init__(self, gen):
+    def __init__(self, gen, hint):
         self._gen = gen
+        self._hint = hint   # the call's _IdleHint, stopped once the call is over
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        item = next(self._gen)
+        try:
+            item = next(self._gen)
+        except BaseException:
+            self._hint.stop()
+            raise
         if isinstance(item, TaskError):
             raise item
         return item
 
     def close(self):
+        self._hint.stop()
         self._gen.close()
+
+    def __del__(self):
+        self._hint.stop()
 
 
 class _IdleHint:
     """Says once per call, as `muster map` does, what a call that gets no result is waiting
-    for: IDLE_HINT_S after its first read, with no result yet, a WARNING on muster.pool when
-    no worker serves the pool's queue (and that the pool created the queue, when it did: a
-    mistyped name makes a new, empty queue, and a call on it would wait in silence)."""
+    for: IDLE_HINT_S after the call (its jobs submitted), with no result yet, a WARNING on muster.pool
+    when no worker serves the pool's queue (and that the pool created the queue, when it
+    did: a mistyped name makes a new, empty queue, and a call on it would wait in silence).
+    A timer thread says it, so that the call's reads still wait as long as the head lets
+    them (the Client gives each thread its own connection)."""
 
     def __init__(self, pool):
         self.pool = pool
-        self.due = time.monotonic() + IDLE_HINT_S   # None once said, or once a result came
+        self.got = False
+        self.timer = threading.Timer(IDLE_HINT_S, self._fire)
+        self.timer.daemon = True
+        self.timer.start()
 
-    def cap(self, left):
-        """A read's wait ``left`` (seconds, None: the head's longest), cut to end when the
-        hint is due, so that it is said on time however long a read may wait."""
-        if self.due is None:
-            return left
-        until = max(0.0, self.due - time.monotonic())
-        return until if left is None else min(left, until)
+    def _fire(self):
+        if self.got or self.pool._closed:
+            return
+        note = self.pool._no_worker_note()
+        if note and not self.got:
+            log.warning("muster.Pool: session %s: no result %.0f s after the call began%s",
+                        self.pool.session, IDLE_HINT_S, note)
 
     def check(self, got):
         """After a read: ``got`` whether it brought a result of the call."""
-        if self.due is None or (not got and time.monotonic() < self.due):
-            return
-        self.due = None
-        note = "" if got else self.pool._no_worker_note()
-        if note:
-            log.warning("muster.Pool: session %s: no result %.0f s after the call began%s",
-                        self.pool.session, IDLE_HINT_S, note)
+        if got and not self.got:
+            self.got = True
+            self.timer.cancel()
+
+    def stop(self):
+        """The call is over (or abandoned): nothing more to say."""
+        self.got = True
+        self.timer.cancel()
 
 
 def _heartbeat(client, session, stop, period):
@@ -625,19 +640,18 @@ class Pool:
     def _imap(self, data, timeout, requires, where):
         deadline = None if timeout is None else time.monotonic() + timeout
         first, n = self._submit(list(data), deadline, timeout, requires, where)
-        return _Results(self._ordered(first, n, deadline, timeout))
+        hint = _IdleHint(self)
+        return _Results(self._ordered(first, n, deadline, timeout, hint), hint)
 
-    def _ordered(self, first, n, deadline, timeout):
+    def _ordered(self, first, n, deadline, timeout, hint):
         cursor, end = first, first + n
         quick = True  # the first read, and one after a stalled reply, does not wait
-        hint = _IdleHint(self)
         while cursor < end:
             # A read the head did not answer is sent again from the same cursor: every
             # result before it was yielded, none after it was.
             reply = self._retrying(
                 "reading results",
-                lambda left: self._read("submission", cursor, min(1000, end - cursor), quick,
-                                        hint.cap(left)),
+                lambda left: self._read("submission", cursor, min(1000, end - cursor), quick, left),
                 lambda e, waited: self._gave_up_reading(e, waited, "submission", cursor, first,
                                                         n, cursor - first),
                 deadline, lambda *outage: self._timed_out_reading(
@@ -666,16 +680,16 @@ class Pool:
                                 "muster.Pool.imap_unordered")
         with self._lock:
             cursor = self._completion_cursor
-        return _Results(self._unordered(first, n, cursor, deadline, timeout))
-
-    def _unordered(self, first, n, cursor, deadline, timeout):
-        seen = set()
         hint = _IdleHint(self)
+        return _Results(self._unordered(first, n, cursor, deadline, timeout, hint), hint)
+
+    def _unordered(self, first, n, cursor, deadline, timeout, hint):
+        seen = set()
         while len(seen) < n:
             # Read again from the same cursor while the head does not answer (as _ordered).
             reply = self._retrying(
                 "reading results",
-                lambda left: self._read("completion", cursor, 1000, False, hint.cap(left)),
+                lambda left: self._read("completion", cursor, 1000, False, left),
                 lambda e, waited: self._gave_up_reading(e, waited, "completion", cursor, first,
                                                         n, len(seen)),
                 deadline, lambda *outage: self._timed_out_reading(
