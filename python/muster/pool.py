@@ -21,19 +21,21 @@ agents (``muster node --queue pool -- /usr/bin/python3 -m muster.worker``).  See
 docs/python.md, "Pools".
 """
 import logging
-import os
 import re
 import sys
 import threading
 import time
 
 from . import errors
-from .client import DEFAULT_URL, Client, url_problem
-from .worker import MARK, NO_SHARED_FILES, WORKER_CLASS_BLOB, decode_result, dumps, unpack_call
+from .client import Client
+from .pool_args import (MAX_REQUIRES, _class_paths, _class_pickle, _main_script, _pickled,
+                        _pool_order, _refuse_in_worker_load, _requires, _too_large,
+                        _warn_settings_kept)
+from .worker import MARK, NO_SHARED_FILES, WORKER_CLASS_BLOB, decode_result, unpack_call
 
 SUBMIT_BATCH = 1000
-MAX_REQUIRES = 16   # levels of shared data one task may require (the head's limit)
 RETRY_PAUSE_S = 1.0  # between tries while the head does not answer (as the C pool's)
+IDLE_HINT_S = 3.0    # a call without a result this long says so when no worker serves its queue
 # A head that is down or restarting: no reply came, or it answered 503 while stopping.
 _HEAD_DOWN = (errors.NetworkError, errors.Unavailable)
 # One WARNING when the pool starts waiting for a head that does not answer, one INFO when
@@ -77,10 +79,17 @@ class TaskError(errors.MusterError):
     reason, ``state`` ``failed`` or ``dead``."""
 
     def __init__(self, index, state, error):
-        super().__init__("job %d %s: %s" % (index, state, error), code="task_failed", status=0)
+        super().__init__("job %d %s: %s" % (index, _FAILED_HOW.get(state, state), error),
+                         code="task_failed", status=0)
         self.index = index
         self.state = state
         self.error = error
+
+
+# What a job's final state means, in TaskError's message (docs/api.md, "States").
+_FAILED_HOW = {"dead": "is dead (it failed on every attempt the queue's max_attempts allows, "
+                       "or its worker was lost that often); its last error",
+               "failed": "failed permanently (its worker said no attempt could succeed)"}
 
 
 class IndexCollision(errors.InvalidState):
@@ -125,6 +134,73 @@ class IndexCollision(errors.InvalidState):
         return cls(text, session, first, last, index, stored=stored, status=err.status)
 
 
+class _Results:
+    """The iterator of imap and imap_unordered.  As multiprocessing's, a job that failed for
+    good raises its TaskError from ``next()``, and calling ``next()`` again goes on with the
+    results after it (a generator that raised would be over: the rest of the call's results
+    lost to the caller).  Any other error (TimeoutError, a head that never came back) ends
+    it."""
+
+    def __init__(self, gen, hint):
+        self._gen = gen
+        self._hint = hint   # the call's _IdleHint, stopped once the call is over
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            item = next(self._gen)
+        except BaseException:
+            self._hint.stop()
+            raise
+        if isinstance(item, TaskError):
+            raise item
+        return item
+
+    def close(self):
+        self._hint.stop()
+        self._gen.close()
+
+    def __del__(self):
+        self._hint.stop()
+
+
+class _IdleHint:
+    """Says once per call, as `muster map` does, what a call that gets no result is waiting
+    for: IDLE_HINT_S after the call (its jobs submitted), with no result yet, a WARNING on muster.pool
+    when no worker serves the pool's queue (and that the pool created the queue, when it
+    did: a mistyped name makes a new, empty queue, and a call on it would wait in silence).
+    A timer thread says it, so that the call's reads still wait as long as the head lets
+    them (the Client gives each thread its own connection)."""
+
+    def __init__(self, pool):
+        self.pool = pool
+        self.got = False
+        self.timer = threading.Timer(IDLE_HINT_S, self._fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _fire(self):
+        if self.got or self.pool._closed:
+            return
+        note = self.pool._no_worker_note()
+        if note and not self.got:
+            log.warning("muster.Pool: session %s: no result %.0f s after the call began%s",
+                        self.pool.session, IDLE_HINT_S, note)
+
+    def check(self, got):
+        """After a read: ``got`` whether it brought a result of the call."""
+        if got and not self.got:
+            self.got = True
+            self.timer.cancel()
+
+    def stop(self):
+        """The call is over (or abandoned): nothing more to say."""
+        self.got = True
+        self.timer.cancel()
+
+
 def _heartbeat(client, session, stop, period):
     """The pool's heartbeat thread: keeps ``session`` open until ``stop`` is set.  It holds
     no reference to the pool, so that a pool nobody holds any more is collected (and its
@@ -136,180 +212,6 @@ def _heartbeat(client, session, stop, period):
             return
         except errors.MusterError:
             pass
-
-
-def _main_script(cls):
-    """The path of the script that defines ``cls`` when it is defined in ``__main__`` (the
-    workers load it as ``__mp_main__``), else None.  A ``__main__`` without a script file
-    (python3 -c, standard input, an interactive session, a notebook) raises ValueError:
-    no worker could load the class, and every job would fail after all its attempts."""
-    if cls.__module__ != "__main__":
-        return None
-    main = getattr(sys.modules["__main__"], "__file__", None)
-    if main and os.path.isfile(main):
-        return os.path.abspath(main)
-    raise ValueError("muster.Pool: the worker class %s is defined in __main__ of a program "
-                     "that has no script file (python3 -c, standard input, an interactive "
-                     "session or a notebook), which workers cannot load: define it in a module "
-                     "they can import (installed, or on their PYTHONPATH), or in a script run "
-                     "as python3 SCRIPT.py (docs/python.md, \"Making the class importable\")"
-                     % cls.__qualname__)
-
-
-def _refuse_in_worker_load():
-    """Raises RuntimeError when this Pool is being opened by a worker that loads the Pool
-    owner's script to find a worker class defined there (muster.worker._main_module, run
-    as ``python3 -m muster.worker``; muster._main_load holds the script's path): the
-    script runs again in every worker, and its code that opens the pool is not under
-    ``if __name__ == "__main__":``.  Without this the nested pool talked to the head, then
-    failed to pickle the class, and every job died with that unreadable PicklingError."""
-    from . import _main_load
-    if _main_load.script:
-        raise RuntimeError("muster.Pool: a worker loads %s to find the worker class defined "
-                           "there, and that runs the script's code that opens the pool again: "
-                           "put that code under `if __name__ == \"__main__\":`, as "
-                           "multiprocessing needs too (docs/python.md, \"Making the class "
-                           "importable\")" % _main_load.script)
-
-
-def _class_paths(cls):
-    """Directories a worker may need on sys.path to import ``cls`` (when they exist there)."""
-    paths = []
-    mod = sys.modules.get(cls.__module__)
-    f = getattr(mod, "__file__", None)
-    if f:
-        d = os.path.dirname(os.path.abspath(f))
-        for _ in range(cls.__module__.count(".")):
-            d = os.path.dirname(d)
-        paths.append(d)
-    paths.append(os.getcwd())
-    return paths
-
-
-# A head's address as distributed_computing's server_address names its server: a host
-# (localhost, an IPv4 address, an [IPv6] address or a dotted name), with or without a port.
-_ADDRESS_RE = re.compile(r"(?:localhost|[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9A-Fa-f:.]+\]"
-                         r"|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]{1,5})?")
-_DEFAULT_PORT = int(DEFAULT_URL.rsplit(":", 1)[1])
-
-
-def _is_address(text):
-    """Whether ``text`` names a head: a URL that muster takes, or a bare address."""
-    if not isinstance(text, str):
-        return False
-    if "://" in text:
-        return url_problem(text) is None
-    return _ADDRESS_RE.fullmatch(text) is not None
-
-
-def _dc_url(address, port):
-    """The URL of distributed_computing's ``server_address`` (and ``server_port``, None
-    when not given): a bare address gets http:// and the port, muster's 7370 by default."""
-    if "://" in address:
-        if port is not None:
-            raise ValueError("muster.Pool: the head's address %r is a URL, and a port (%r) "
-                             "was given as well: put the port in the URL alone" % (address, port))
-        return address
-    if re.search(r":[0-9]+$", address):
-        if port is not None:
-            raise ValueError("muster.Pool: the head's address %r has a port, and a port (%r) "
-                             "was given as well: give one of them" % (address, port))
-        return "http://" + address
-    return "http://%s:%d" % (address, _DEFAULT_PORT if port is None else port)
-
-
-def _pool_order(url, token, queue):
-    """(url, token, queue) of Pool's arguments, read in distributed_computing's order when
-    they are in it: ``Pool(worker_class, init_data, password, server_address[, port])``
-    puts the password where muster's Pool takes the URL.  That order is read when the third
-    argument is no URL nor address and the fourth is an address (a muster token never
-    is), its int fifth then being the port.  A third argument that is neither, without
-    such a fourth, raises ValueError saying muster's order (not echoing it: it may be a
-    password).  Anything else is muster's order, as given (the Client checks the URL)."""
-    if not isinstance(url, str) or "://" in url:
-        return url, token, queue
-    if _is_address(token) and not _is_address(url):
-        port = queue if isinstance(queue, int) and not isinstance(queue, bool) else None
-        return _dc_url(token, port), url, "pool" if port is not None else queue
-    if _is_address(url) or re.fullmatch(r"[A-Za-z0-9.-]+:[0-9]*", url):
-        return url, token, queue   # an address without http://: the Client says so
-    raise ValueError(
-        "muster.Pool(worker_class, init_data, url, token, queue, ...): the third argument is "
-        "the head's URL (http://HOST:PORT), and the one given is no URL nor address. "
-        "distributed_computing's order, Pool(worker_class, init_data, password, "
-        "server_address), is taken when the fourth argument is the head's address (HOST or "
-        "HOST:PORT, HOST being localhost, an IP address or a dotted name; or a URL), and "
-        "here it is %s. Name them to be sure: muster.Pool(worker_class, init_data, "
-        "url=\"http://HOST:7370\", token=PASSWORD)" % (
-            "not given" if token is None else "no address"))
-
-
-_NAME_RE = re.compile(r"(?!\.\.?$)[A-Za-z0-9._-]{1,128}")  # not "." or ".."
-_DOTS_WHY = " ('.' and '..' are no names: URLs collapse them)"
-_REQUIRES_FORMS = ("{\"scope\": S, \"name\": N, \"level\": L}, (scope, name, level), or "
-                   "(name, level) for a blob of the pool's own session")
-
-
-def _requires_entry(entry, at):
-    """(scope, name, level) of one entry of a ``requires`` argument (``at`` names it in
-    errors), scope None for the pool's session.  Raises TypeError or ValueError."""
-    if isinstance(entry, dict):
-        unknown = sorted(set(entry) - {"scope", "name", "level"}, key=str)
-        if unknown:
-            raise ValueError("%s: unknown key %r; an entry is %s" % (at, unknown[0],
-                                                                     _REQUIRES_FORMS))
-        if "name" not in entry or "level" not in entry:
-            raise ValueError("%s: %r lacks %s; an entry is %s" % (
-                at, entry, "a name" if "name" not in entry else "a level", _REQUIRES_FORMS))
-        scope, name, level = entry.get("scope"), entry["name"], entry["level"]
-    elif isinstance(entry, (tuple, list)) and len(entry) in (2, 3):
-        scope, name, level = entry if len(entry) == 3 else (None,) + tuple(entry)
-    else:
-        raise TypeError("%s: expected %s; got %r" % (at, _REQUIRES_FORMS, entry))
-    if scope is not None and not (isinstance(scope, str) and _NAME_RE.fullmatch(scope)):
-        raise (ValueError if isinstance(scope, str) else TypeError)(
-            "%s: scope %r is not a scope: a session id (s-...) or a global name, 1 to 128 "
-            "characters of [A-Za-z0-9._-] other than '.' and '..'%s"
-            % (at, scope, _DOTS_WHY if scope in (".", "..") else ""))
-    if not (isinstance(name, str) and _NAME_RE.fullmatch(name)):
-        raise (ValueError if isinstance(name, str) else TypeError)(
-            "%s: name %r is not a blob's name: 1 to 128 characters of [A-Za-z0-9._-] other "
-            "than '.' and '..'%s" % (at, name, _DOTS_WHY if name in (".", "..") else ""))
-    if not isinstance(level, int) or isinstance(level, bool):
-        raise TypeError("%s: level %r of %r is not an int" % (at, level, name))
-    if level < 1:
-        raise ValueError("%s: level %d of %r: levels count from 1" % (at, level, name))
-    return scope, name, level
-
-
-def _requires(value, where):
-    """The shared-data levels of a ``requires`` argument (``where``: whose, in errors), as
-    a list of (scope, name, level), scope None for the pool's session: checked before
-    anything is sent.  None is none.  Raises TypeError or ValueError naming the argument
-    and the entry: not a list, a malformed entry, a blob named twice, more than
-    MAX_REQUIRES levels."""
-    if value is None:
-        return []
-    if not isinstance(value, (list, tuple)):
-        raise TypeError("%s: requires must be a list of shared-data levels, each %s; got %s"
-                        % (where, _REQUIRES_FORMS, type(value).__name__))
-    if len(value) in (2, 3) and all(isinstance(x, (str, int)) for x in value):
-        raise TypeError("%s: requires is a list of levels, and %r is one level: write "
-                        "requires=[%r]" % (where, value, value))
-    if len(value) > MAX_REQUIRES:
-        raise ValueError("%s: requires names %d levels; a task may require at most %d"
-                         % (where, len(value), MAX_REQUIRES))
-    out, levels = [], {}
-    for i, entry in enumerate(value):
-        scope, name, level = _requires_entry(entry, "%s: requires[%d]" % (where, i))
-        if (scope, name) in levels:
-            raise ValueError("%s: requires[%d]: %r%s is required twice (levels %d and %d); a "
-                             "task requires one level of a blob" % (
-                                 where, i, name, "" if scope is None else " of scope %r" % scope,
-                                 levels[(scope, name)], level))
-        levels[(scope, name)] = level
-        out.append((scope, name, level))
-    return out
 
 
 class Pool:
@@ -346,18 +248,20 @@ class Pool:
         self._closed = False
         self._keep_session = False  # set when the pool gave up on a head that did not answer
         self.timeout_ms = timeout_ms
+        class_pickle = _class_pickle(worker_class)
         main = _main_script(worker_class)
         self._requires = _requires(requires, "muster.Pool")
+        init = _pickled(unpack_call(init_data), "muster.Pool: init_data")
+        self._created_queue = False   # a mistyped name makes a new queue: the idle hint says so
         try:
-            self.client.queue(queue)
+            _warn_settings_kept(queue, self.client.queue(queue), queue_settings)
         except errors.QueueNotFound:
             self.client.put_queue(queue, **(queue_settings or {}))
+            self._created_queue = True
         if use_shared is None:
             use_shared = self.client.shared.available()
         self.use_shared = bool(use_shared)
-        import pickle
-        class_pickle = pickle.dumps(worker_class, protocol=4)
-        spec = {MARK: 1, "init": dumps(unpack_call(init_data)), "main": main,
+        spec = {MARK: 1, "init": init, "main": main,
                 "paths": _class_paths(worker_class), "python": sys.version.split()[0]}
         if self.use_shared:
             spec["worker_class"] = {"shared": WORKER_CLASS_BLOB}
@@ -496,10 +400,11 @@ class Pool:
         the pool's levels: (first session index, count).  With ``deadline`` (``timeout``
         seconds after the call began) a head that is down is waited for until then at
         most (TimeoutError)."""
-        if self._closed:
-            raise ValueError("the pool is closed")
+        self._check_open(where)
         need = self._task_requires(requires, where)
-        payloads = [{MARK: 1, "session": self.session, "call": dumps(unpack_call(item))} for item in data]
+        payloads = [{MARK: 1, "session": self.session,
+                     "call": _pickled(unpack_call(item), "%s: input %d" % (where, i))}
+                    for i, item in enumerate(data)]
         with self._lock:
             first = self._next_index
             self._next_index += len(payloads)
@@ -519,6 +424,8 @@ class Pool:
                                    e, waited, first, at, len(chunk)),
                                deadline, lambda *outage: self._timed_out_submitting(
                                    timeout, outage, first, at, len(chunk)))
+            except errors.PayloadTooLarge as e:
+                raise _too_large(e, where, at) from None
             except errors.InvalidState as e:
                 # An index in use is another producer's task, never this batch stored by
                 # an earlier try (that is a repeat): say so (the head stored none of the
@@ -529,6 +436,14 @@ class Pool:
                     raise
                 raise collision from None
         return first, len(payloads)
+
+    def _check_open(self, where):
+        """Raises ValueError, as multiprocessing's Pool does, when the pool was closed: a
+        closed pool's session is gone (or, when it gave up on the head, no longer its)."""
+        if self._closed:
+            raise ValueError("%s: the pool is closed (by close(), terminate() or the end of its "
+                             "with block; session %s): make a new muster.Pool"
+                             % (where, self.session))
 
     def _retrying(self, what, call, give_up, deadline=None, timed_out=None):
         """``call(left)``'s value, ``left`` being the seconds to ``deadline`` (None without
@@ -637,7 +552,9 @@ class Pool:
         text = "session %s: %s after %.1f s (the call's timeout)" % (self.session, summary,
                                                                      timeout)
         back = ""
-        if outage is not None:
+        if outage is None:
+            text += self._no_worker_note()
+        else:
             away, name = self._server_away(outage[1])
             text += ("; %s has been unreachable for the last %.1f s (without "
                      "a timeout the call waits for it up to the session's timeout_ms, %d ms)"
@@ -691,8 +608,10 @@ class Pool:
 
     @staticmethod
     def _value(r, first):
+        """A result's value, or the TaskError of a job that failed for good (_Results raises
+        it: the generator that yields it goes on)."""
         if r["state"] != "done":
-            raise TaskError(r["index"] - first, r["state"], r.get("error"))
+            return TaskError(r["index"] - first, r["state"], r.get("error"))
         return decode_result(r["result"])
 
     @staticmethod
@@ -710,7 +629,8 @@ class Pool:
 
     def imap(self, data, timeout=None, requires=None):
         """Results in input order, each as soon as it and those before it are ready.
-        The inputs are submitted at once.  A job that failed for good raises TaskError.
+        The inputs are submitted at once.  A job that failed for good raises TaskError from
+        ``next()``, and the next ``next()`` goes on after it (as multiprocessing's).
         ``timeout`` (seconds) bounds the whole call, from now to its last result (not each
         result, as multiprocessing's ``next(timeout)``): TimeoutError once it has passed.
         ``requires``: levels of shared data this call's jobs require besides the pool's
@@ -720,9 +640,10 @@ class Pool:
     def _imap(self, data, timeout, requires, where):
         deadline = None if timeout is None else time.monotonic() + timeout
         first, n = self._submit(list(data), deadline, timeout, requires, where)
-        return self._ordered(first, n, deadline, timeout)
+        hint = _IdleHint(self)
+        return _Results(self._ordered(first, n, deadline, timeout, hint), hint)
 
-    def _ordered(self, first, n, deadline, timeout):
+    def _ordered(self, first, n, deadline, timeout, hint):
         cursor, end = first, first + n
         quick = True  # the first read, and one after a stalled reply, does not wait
         while cursor < end:
@@ -741,6 +662,7 @@ class Pool:
                     break
                 cursor += 1
                 yield self._value(r, first)
+            hint.check(cursor > before)
             if cursor == before and self._past_deadline(deadline):
                 raise self._timed_out_reading(timeout, None, "submission", cursor, first, n,
                                               cursor - first)
@@ -758,9 +680,10 @@ class Pool:
                                 "muster.Pool.imap_unordered")
         with self._lock:
             cursor = self._completion_cursor
-        return self._unordered(first, n, cursor, deadline, timeout)
+        hint = _IdleHint(self)
+        return _Results(self._unordered(first, n, cursor, deadline, timeout, hint), hint)
 
-    def _unordered(self, first, n, cursor, deadline, timeout):
+    def _unordered(self, first, n, cursor, deadline, timeout, hint):
         seen = set()
         while len(seen) < n:
             # Read again from the same cursor while the head does not answer (as _ordered).
@@ -780,6 +703,7 @@ class Pool:
                 if 0 <= i < n and i not in seen:
                     seen.add(i)
                     yield self._value(r, first)
+            hint.check(len(seen) > before)
             if len(seen) == before and len(seen) < n and self._past_deadline(deadline):
                 raise self._timed_out_reading(timeout, None, "completion", cursor, first, n,
                                               len(seen))
@@ -799,9 +723,26 @@ class Pool:
         once it finishes its current job (or before its next one), in the order sent, and
         every job submitted afterwards runs after it.  ``{"args", "kwargs"}`` is unpacked.
         Returns the update's sequence number."""
-        reply = self.client.post_update(self.queue, {MARK: 1, "call": dumps(unpack_call(data))},
-                                        session=self.session)
+        self._check_open("muster.Pool.update_workers")
+        call = _pickled(unpack_call(data), "muster.Pool.update_workers: data")
+        reply = self.client.post_update(self.queue, {MARK: 1, "call": call}, session=self.session)
         return reply["seq"]
+
+    def _no_worker_note(self):
+        """"; no worker serves queue 'Q'..." when none does (what a call that waits for its
+        results most likely waits for), else "" (also when the count cannot be had)."""
+        try:
+            if self._workers():
+                return ""
+        except errors.MusterError:
+            return ""
+        text = ("; no worker serves queue %r: the jobs wait in it for one (start workers with "
+                "`muster node --queue %s -- /usr/bin/python3 -m muster.worker`, or `python3 -m "
+                "muster.worker --queue %s`)" % (self.queue, self.queue, self.queue))
+        if self._created_queue:
+            text += ("; queue %r did not exist before this pool, which created it: if the name "
+                     "is mistyped, close the pool and see `muster queue ls`" % self.queue)
+        return text
 
     def _workers(self):
         return [w for w in self.client.workers()

@@ -81,7 +81,7 @@ def _main_module(path):
             code = compile(f.read(), path, "exec")
         # A muster.Pool opened while the script runs is the script's own, run again
         # because it is not under `if __name__ == "__main__":`: Pool refuses it, saying so
-        # (pool._refuse_in_worker_load).
+        # (pool_args._refuse_in_worker_load).
         _main_load.script = path
         try:
             exec(code, mod.__dict__)
