@@ -120,8 +120,9 @@ def iter_local_routes():
     body = function_body(read(os.path.join(SRC, "node", "iter_local.c")), "il_route")
     assert 'prefix[] = "/v1/iterations"' in body, "il_route's prefix changed"
     routes, ops = set(), set(re.findall(r"\bIL_[A-Z]+\b", body))
-    assert 'get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0' in body, \
-        "il_route's method flags changed"
+    # get: GET, and HEAD (a GET without its body, as the head's routes take it)
+    assert 'get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;' in body and \
+        'post = strcmp(method, "POST") == 0;' in body, "il_route's method flags changed"
     for method, suffix, op in re.findall(
             r'\b(get|post) && strcmp\(rest, "(/[^"]*)"\) == 0\)\s*return (IL_\w+);', body):
         routes.add((method.upper(), "/v1/iterations/{}" + suffix))
