@@ -8,6 +8,8 @@
   read-only disk) is said in the head's log, and its answer names the backup: before, the
   head logged nothing and the answer did not say which backup failed.  A name that
   exists is the caller's mistake: answered as before, not logged as an error.
+- A blob file that does not fit on the backups disk is said as the database that does
+  not fit is ("the disk holding it is full"), not in the system's words alone.
 - `muster backup --help` tells how to restore (stop, mv or cp -a, start) rather than to
   start a head on the backup in place, inside the live data dir.
 - The nightly timer's `find` in the document, run as written on a backups dir that is a
@@ -95,6 +97,33 @@ class BackupCannotStartTest(OpsWalkCase):
         # The head logs before it answers (stderr, unbuffered): a line would be there.
         self.assertNotIn("exists already", self.head.log())
         self.assertNotIn("could not start", self.head.log())
+
+
+class FullBackupsDiskTest(OpsWalkCase):
+    """DATA_DIR/backups on a tmpfs (another disk) too small for a blob file: the copy of
+    the blob fails with the words the database's copy uses, and nothing is left."""
+
+    def test_a_blob_file_that_does_not_fit(self):
+        mnt = os.path.join(self.head.data_dir, "backups")
+        os.mkdir(mnt)
+        if os.geteuid() != 0 or subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt],
+                capture_output=True).returncode != 0:
+            self.skipTest("cannot mount a tmpfs here (needs root)")
+        # After tearDown (the head gone), last in first out: unmount, then remove the
+        # data dir, whose backups dir tearDown could not remove while mounted.
+        self.addCleanup(shutil.rmtree, self.head.data_dir, True)
+        self.addCleanup(subprocess.run, ["umount", mnt], check=False)
+        r = self.head.request("PUT", "/v1/shared/global/big", raw=os.urandom(3 << 20),
+                              content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+        r = self.head.request("POST", "/v1/backup", {"name": "b"})
+        self.assertEqual((r.status, r.error_code), (500, "store_error"), r)
+        self.assertRegex(r.json["error"]["message"],
+                         r"^backup 'b' failed and was removed: cannot write %s/\.b\.partial/"
+                         r"shared/[0-9a-f]{16}\.blob: the disk holding it is full \(No space "
+                         r"left on device\)$" % re.escape(mnt))
+        self.assertEqual(os.listdir(mnt), [])
 
 
 class TimerFindTest(unittest.TestCase):
