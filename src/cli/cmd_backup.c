@@ -29,9 +29,10 @@ const char cmd_backup_details[] =
     "copies when DATA_DIR/backups is another file system) and the token, all\n"
     "synced to disk before the answer.  Prints the backup's path.  One backup\n"
     "runs at a time; a name that exists is refused.\n\n"
-    "Restore by starting a head on the backup (or on a copy of it elsewhere):\n"
-    "  muster head --data-dir DATA_DIR/backups/NAME\n"
-    "(docs/operations.md, \"Backup and restore\").\n\n"
+    "Restore: stop the head, move the backup into its data dir's place (mv,\n"
+    "or cp -a to keep the backup as it was) and start the head on it\n"
+    "(docs/operations.md, \"Restoring\"); a head started on the backup's\n"
+    "directory in place writes to it.\n\n"
     "examples:\n"
     "  muster backup\n"
     "  muster backup --name before-upgrade\n";
@@ -44,10 +45,12 @@ static char *backup_body(const char *name) {
   return text;
 }
 
-/* Prints the path of the backup `reply` describes (or, `as_json`, all of it). */
+/* Prints the path of the backup `reply` describes (or, `as_json`, all of it,
+ * indented as every other command's --json: the reply's own line end is not
+ * doubled into a blank line). */
 static int backup_print(const char *reply, int as_json) {
   if (as_json) {
-    printf("%s\n", reply);
+    cli_print_pretty(reply);
     return CLI_OK;
   }
   json_t *root = json_loads(reply, 0, NULL);

@@ -258,6 +258,20 @@ static void backup_schedule(backup_t *b) {
   backup_schedule_in(b, 0);
 }
 
+/* A backup that could not start on the head's side (its directory or its
+ * database file cannot be made: a read-only or full disk, no descriptors
+ * left) is said in the head's log too, as one that failed later is, and its
+ * answer names it: the log of a head whose nightly backup fails otherwise
+ * shows nothing.  A name that exists is the caller's to fix: only answered. */
+static void backup_start_failed(const char *name, fail_t *f) {
+  if (f->code == MUSTER_INVALID_STATE)
+    return;
+  fail_t said;
+  fail_set(&said, f->code, "backup '%s' could not start: %s", name, fail_message(f));
+  log_msg(f->code == MUSTER_UNAVAILABLE ? LOG_WARN : LOG_ERROR, "%s", said.message);
+  *f = said;
+}
+
 void backup_h_create(http_req_t *r) {
   static const char *const allowed[] = {"name", NULL};
   head_t *h = r->head;
@@ -267,13 +281,17 @@ void backup_h_create(http_req_t *r) {
   backup_t *b = NULL;
   if (jv_only(r->body, "", allowed, &f) ||
       jv_str(r->body, "name", "", NULL, 4 * NAME_MAX_LEN, &given, &f) ||
-      backup_name(given, name, &f) || backup_check_idle(h, &f) ||
-      (b = backup_new(h, name, &f)) == NULL) {
+      backup_name(given, name, &f) || backup_check_idle(h, &f)) {
     http_reply_fail(r, &f);
     return;
   }
-  log_msg(LOG_INFO, "backup '%s': copying the store into %s, %d pages per step", b->name,
-          b->seal.dir, b->step_pages);
+  if ((b = backup_new(h, name, &f)) == NULL) {
+    backup_start_failed(name, &f);
+    http_reply_fail(r, &f);
+    return;
+  }
+  log_msg(LOG_INFO, "backup '%s': copying the store into %s, %d page%s per step", b->name,
+          b->seal.dir, b->step_pages, b->step_pages == 1 ? "" : "s");
   b->req = r->req;
   r->parked = true;
   h->backup = b;
@@ -320,11 +338,11 @@ static void backup_succeed(backup_t *b) {
   int64_t took_ms = (metrics_now_us() - b->started_us) / 1000;
   log_msg(LOG_INFO,
           "backup '%s': made in %s: %lld bytes (the database %lld; blob files: %zu linked, %zu "
-          "copied); the state of %s; %lld ms, the database in %lld steps of %d pages (the "
+          "copied); the state of %s; %lld ms, the database in %lld step%s of %d page%s (the "
           "longest %.1f ms)",
           b->name, path, (long long)bytes, (long long)s->database_bytes, s->linked, s->copied,
-          time_text, (long long)took_ms, (long long)b->steps, b->step_pages,
-          b->longest_step_us / 1000.0);
+          time_text, (long long)took_ms, (long long)b->steps, b->steps == 1 ? "" : "s",
+          b->step_pages, b->step_pages == 1 ? "" : "s", b->longest_step_us / 1000.0);
   json_t *reply = json_pack(
       "{s:s, s:s, s:I, s:I, s:I, s:s, s:I, s:I, s:O, s:{s:I, s:I}}", "name", b->name, "path", path,
       "bytes", (json_int_t)bytes, "database_bytes", (json_int_t)s->database_bytes, "shared_bytes",

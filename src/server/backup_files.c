@@ -38,6 +38,11 @@ muster_err_t backup_errno_fail(fail_t *f, const char *what, const char *path, in
   if (fail_errno_is_fds(err))
     return fail_set(f, MUSTER_UNAVAILABLE,
                     "cannot %s %s now: " FAIL_FDS_TEXT "; send the backup again", what, path);
+  /* Said as the database's copy says it (backup.c), so that one phrase finds
+   * every backup a full backups disk failed, in the log and in the docs. */
+  if (err == ENOSPC || err == EDQUOT)
+    return fail_set(f, MUSTER_STORE, "cannot %s %s: the disk holding it is full (%s)", what, path,
+                    strerror(err));
   return fail_set(f, MUSTER_STORE, "cannot %s %s: %s", what, path, strerror(err));
 }
 

@@ -42,7 +42,8 @@ typedef struct {
 } backup_seal_t;
 
 /* Records in *f that `what` ("open", "create", ...) `path` failed with
- * errno `err`: MUSTER_STORE with the system's reason, or, out of file
+ * errno `err`: MUSTER_STORE with the system's reason ("the disk holding it is
+ * full" first for ENOSPC and EDQUOT), or, out of file
  * descriptors (fail_errno_is_fds), MUSTER_UNAVAILABLE saying to send the
  * backup again.  Returns the code. */
 muster_err_t backup_errno_fail(fail_t *f, const char *what, const char *path, int err);
