@@ -32,6 +32,9 @@ DEFAULT_MAX_WAIT_MS = 30000
 # one that is stopping) is followed by a pause to this long, as `muster session results
 # --follow` paces itself: a loop that reads again at once would be a busy one.
 MIN_POLL_S = 1.0
+# How long backup() waits beyond the client's timeout: a day, "however long the copy
+# takes" (a store of a million tasks takes a quarter of a second).
+BACKUP_WAIT_MS = 24 * 3600 * 1000
 _UNSET = object()
 
 
@@ -527,8 +530,11 @@ class Client:
         DATA_DIR/backups/NAME on its own machine (``POST /v1/backup``, admin token):
         ``name`` (1 to 128 characters of [A-Za-z0-9._-]), else the UTC time.  Returns the
         reply: {"name", "path", "bytes", "time", "time_ms", "duration_ms", "holds", ...}.
-        A name in use, or a backup already running, raises InvalidState."""
-        return self.request("POST", "/v1/backup", _drop_none({"name": name}))
+        A name in use, or a backup already running, raises InvalidState.  It waits however
+        long the copy takes, as `muster backup` does, not the client's ``timeout``: a head
+        that has started a backup finishes it whether or not its caller still listens."""
+        return self.request("POST", "/v1/backup", _drop_none({"name": name}),
+                            wait_ms=BACKUP_WAIT_MS)
 
     # ---- queues ----------------------------------------------------------------------
 

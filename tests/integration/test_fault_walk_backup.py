@@ -63,6 +63,20 @@ class KilledDuringBackupTest(unittest.TestCase):
         self.assertEqual((r.status, r.error_code), (409, "invalid_state"), r)
         self.assertEqual(sorted(os.listdir(self.backups)), ["nightly"])
 
+    def test_a_python_client_waits_for_a_backup_longer_than_its_timeout(self):
+        """Client.backup waits however long the copy takes, as `muster backup` does, not the
+        client's timeout: with it, a backup the head went on to finish raised NetworkError."""
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))), "python"))
+        import muster
+        self.fill()
+        client = muster.Client(self.head.url, self.head.token, timeout=0.01)
+        self.addCleanup(client.close)
+        reply = client.backup("py")
+        self.assertGreater(reply["duration_ms"], 10, "the copy did not outlast the timeout")
+        self.assertEqual(reply["path"], os.path.realpath(os.path.join(self.backups, "py")))
+        self.assertEqual(reply["holds"]["tasks"]["queued"], 4000, reply)
+
 
 if __name__ == "__main__":
     unittest.main()
