@@ -23,9 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #define STORE_STMT_CACHE 256
 #define STORE_TOKEN_BLOCK 4096 /* tokens reserved per write of their floor */
+#define STORE_ROOM_MIN_BYTES (1 << 20) /* free on the disk for "room again" (store_note_room) */
 
 typedef struct {
   const char *sql; /* the literal's address is the key */
@@ -89,8 +92,8 @@ static muster_err_t store_fail_full(store_t *st, fail_t *f, const char *what) {
   if (st->full_logged_ms == 0 || now - st->full_logged_ms >= 10000) {
     char since[80] = "";
     if (st->full_unlogged > 0)
-      snprintf(since, sizeof since, " (and %llu more times since the last such line)",
-               (unsigned long long)st->full_unlogged);
+      snprintf(since, sizeof since, " (and %llu more time%s since the last such line)",
+               (unsigned long long)st->full_unlogged, st->full_unlogged == 1 ? "" : "s");
     log_msg(LOG_ERROR,
             "store: %s: the disk holding %s is full%s; requests that write are "
             "refused until there is room",
@@ -108,13 +111,30 @@ static muster_err_t store_fail_full(store_t *st, fail_t *f, const char *what) {
                   what, file ? file : "the store", st->owner);
 }
 
+/* Free bytes this process may write on the disk holding `file` (root may use
+ * the blocks kept for it), or -1 when the disk cannot be asked. */
+static int64_t store_free_bytes(const char *file) {
+  struct statvfs vfs;
+  if (file == NULL || statvfs(file, &vfs) != 0)
+    return -1;
+  uint64_t blocks = geteuid() == 0 ? vfs.f_bfree : vfs.f_bavail;
+  return (int64_t)(blocks * vfs.f_frsize);
+}
+
 /* After a commit: when writes were refused for a full disk and this commit
- * wrote rows, the disk took them: said once, with the count refused. */
+ * wrote rows, and the disk has STORE_ROOM_MIN_BYTES free, it has room again:
+ * said once, with the count refused.  A small write can go through on a disk
+ * still full, into the space the write-ahead log already has; counted as room,
+ * the next batch's refusal followed it by milliseconds, said at once (the
+ * line's 10 s limit starts again with room). */
 static void store_note_room(store_t *st) {
   if (st->full_refused == 0 || st->owner_says_room ||
       sqlite3_total_changes64(st->db) == st->full_changes)
     return;
   const char *file = sqlite3_db_filename(st->db, "main");
+  int64_t free_bytes = store_free_bytes(file);
+  if (free_bytes >= 0 && free_bytes < STORE_ROOM_MIN_BYTES)
+    return;
   log_msg(LOG_INFO,
           "store: the disk holding %s has room again: requests that write are taken again "
           "(%llu refused while it was full)",

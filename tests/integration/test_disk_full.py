@@ -111,6 +111,14 @@ class DiskFullTest(unittest.TestCase):
 
         # Reads alone do not count as room again.
         self.assertNotIn("has room again", self.head.log())
+        # Nor does a small write that fits into the space the log already has, on a disk
+        # still full: said as room, the next batch's refusal followed it at once.
+        for _ in range(3):
+            r = self.head.request("PUT", "/v1/queues/q", {"lease_ms": 30000})
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(self.put().status, 500)
+        self.assertNotIn("has room again", self.head.log())
+        self.assertEqual(self.head.log().count("is full"), 1, self.head.log())
 
         # Room again: the same head takes writes without a restart, and says so once.
         subprocess.run(["mount", "-o", "remount,size=64m", self.mnt], check=True)
