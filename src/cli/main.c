@@ -199,6 +199,7 @@ int cmd_iter_status(cli_args_t *args);
 int cmd_iter_checkpoint(cli_args_t *args);
 int cmd_iter_restore(cli_args_t *args);
 int cmd_iter_rm(cli_args_t *args);
+int cmd_iter_ls(cli_args_t *args); /* cmd_iter_ls.c */
 int cmd_iter_stream(cli_args_t *args);
 
 static const char iter_details[] =
@@ -301,6 +302,8 @@ static const cli_cmd_t commands[] = {
      1, 1, cmd_iter_checkpoint},
     {"iter restore", "NAME FILE [options]", "Create an iteration from a checkpoint ('-': stdin).",
      NULL, iter_restore_opts, 1, 2, 2, cmd_iter_restore},
+    {"iter ls", "[options]", "List iterations: where each lives, its epoch and blocks done.", NULL,
+     json_opts, 1, 0, 0, cmd_iter_ls},
     {"iter rm", "NAME", "Delete an iteration.", NULL, NULL, 1, 1, 1, cmd_iter_rm},
     {"iter stream", "[options]", "Print a rank's indices, computed here (no head).", iter_details,
      iter_stream_opts, 0, 0, 0, cmd_iter_stream},

@@ -64,6 +64,30 @@ class TwoNodesTest(unittest.TestCase):
         return subprocess.run([harness.MUSTER_BIN] + list(args), capture_output=True, text=True,
                               env=env, timeout=60)
 
+    def test_iter_ls_says_where_each_lives(self):
+        self.assertEqual(create(self.b, "lsloc", cluster_sync=False).status, 201)
+        self.assertEqual(create(self.head, "lshead", world_size=2, rank=0).status, 201)
+
+        def rows(url):
+            p = self.cli(url, "iter", "ls")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            lines = p.stdout.splitlines()
+            self.assertEqual(lines[0].split(), ["NAME", "WHERE", "STRATEGY", "WORLD", "EPOCH",
+                                                "DONE", "LEASED", "STATE"])
+            return {line.split()[0]: line.split()[1:] for line in lines[1:]}
+        through_b = rows(self.b.url)
+        self.assertEqual(through_b["lsloc"][:2], ["node", "wnb"])
+        self.assertEqual(through_b["lshead"][0], "head")
+        self.assertEqual(through_b["lshead"][2], "2")    # WORLD
+        self.assertEqual(through_b["lshead"][-1], "running")
+        at_head = rows(self.head.url)
+        self.assertIn("lshead", at_head)
+        self.assertNotIn("lsloc", at_head)               # the head never hears of it
+        p = self.cli(self.b.url, "iter", "ls", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        names = [it["name"] for it in json.loads(p.stdout)["iterations"]]
+        self.assertIn("lsloc", names)
+
     def test_head_request_of_a_local_iteration(self):
         self.assertEqual(create(self.a, "hl", cluster_sync=False).status, 201)
         for path in ("/v1/iterations/hl", "/v1/iterations/hl/checkpoint"):
