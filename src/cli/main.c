@@ -214,6 +214,7 @@ static const char iter_details[] =
     "  muster iter next train --rank 0 --max 2\n"
     "  muster iter held train --rank 0\n"
     "  muster iter ack train --rank 0 17:4242\n"
+    "  muster iter ls\n"
     "  muster iter checkpoint train > ckpt.json\n"
     "  muster iter restore train2 ckpt.json --world-size 6\n"
     "  muster iter stream --num-samples 10 --shuffle global --seed 42 --world-size 3 --rank 0\n";

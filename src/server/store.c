@@ -155,7 +155,7 @@ static muster_err_t store_exec(store_t *st, const char *sql, fail_t *f) {
   char *err = NULL;
   if (sqlite3_exec(st->db, sql, NULL, NULL, &err) != SQLITE_OK) {
     fail_set(f, MUSTER_STORE, "store: %s", err ? err : "exec failed");
-    log_msg(LOG_ERROR, "%s (in: %.80s)", f->message, sql);
+    log_msg(LOG_ERROR, "%s (in: %.80s%s)", f->message, sql, strlen(sql) > 80 ? "..." : "");
     sqlite3_free(err);
     return MUSTER_STORE;
   }
