@@ -632,3 +632,52 @@ void compat_h_validate_worker(http_req_t *r) {
 void compat_h_pipelines(http_req_t *r) {
   http_reply_json(r, 200, compat_pipelines_json());
 }
+
+/* The tracker's endpoints, as its client calls them under the URL it is given. */
+static const char *const compat_api_names[] = {
+    "new", "newJob",         "jobCount", "updateProgress", "completeJob", "flagInvalidData",
+    "bye", "validateWorker", NULL};
+
+/* Says once a minute at most, in the head's log, that a DistCompute client
+ * calls the head's root: its client shows every failure as a timeout, so the
+ * operator reads the cause here.  Event-loop thread only. */
+static void compat_log_root_call(http_req_t *r) {
+  static int64_t said_ms;
+  int64_t now = now_ms();
+  if (said_ms && now - said_ms < 60 * 1000)
+    return;
+  said_ms = now;
+  char peer[64] = "a client";
+  if (!h1_peer(r->req, peer, sizeof peer))
+    snprintf(peer, sizeof peer, "a client");
+  log_msg(LOG_WARN,
+          "%s called %.200s, a DistCompute endpoint, at the head's root URL: a DistCompute "
+          "client's URL is http://HEAD:PORT" COMPAT_PREFIX "NAME, NAME a pipeline given to "
+          "--distcompute (this head exposes %d; docs/dashboard.md) (said once a minute at most)",
+          peer, h1_path(r->req), npipelines);
+}
+
+/* GET or POST /api/{}: a DistCompute client given the head's root URL, not a
+ * pipeline's.  The reply says which URL it needs, as plain text as the
+ * tracker's replies are; an /api/ path that the tracker lacks gets the
+ * router's usual 404. */
+void compat_h_root_api(http_req_t *r) {
+  bool known = false;
+  for (int i = 0; compat_api_names[i] && !known; i++)
+    known = strcmp(r->params[0], compat_api_names[i]) == 0;
+  if (!known) {
+    fail_t f = {0};
+    fail_set(&f, MUSTER_NOT_FOUND, "no endpoint at %.200s; see docs/api.md", h1_path(r->req));
+    http_reply_fail(r, &f);
+    return;
+  }
+  compat_log_root_call(r);
+  char msg[512];
+  snprintf(msg, sizeof msg,
+           "This is a muster head's root URL, not a DistCompute pipeline's. A DistCompute "
+           "client's URL is http://HEAD:PORT" COMPAT_PREFIX "NAME, where NAME is a pipeline "
+           "given to `muster head --distcompute NAME=QUEUE_A,QUEUE_B,...` (this head exposes "
+           "%d).",
+           npipelines);
+  compat_text(r, 404, msg);
+}

@@ -51,5 +51,8 @@ void compat_h_flag_invalid(http_req_t *r);
 void compat_h_bye(http_req_t *r);
 void compat_h_validate_worker(http_req_t *r);
 void compat_h_pipelines(http_req_t *r);
+/* GET or POST /api/{}: the tracker's endpoints asked at the head's root; a
+ * 404 that gives the URL a DistCompute client needs. */
+void compat_h_root_api(http_req_t *r);
 
 #endif

@@ -562,6 +562,8 @@ const http_route_t http_routes[] = {
     {"POST", "/compat/distcompute/{}/api/bye", compat_h_bye, HTTP_PUBLIC, 0, 0},
     {"POST", "/compat/distcompute/{}/api/validateWorker", compat_h_validate_worker, HTTP_PUBLIC, 0,
      0},
+    {"GET", "/api/{}", compat_h_root_api, HTTP_PUBLIC, 0, 0},
+    {"POST", "/api/{}", compat_h_root_api, HTTP_PUBLIC, 0, 0},
     {"POST", "/v1/nodes", route_node_register, true, 0, 0},
     {"GET", "/v1/nodes", route_node_list, true, 0, 0},
     {"GET", "/v1/nodes/{}", route_node_get, true, 0, 0},

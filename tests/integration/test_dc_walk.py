@@ -53,6 +53,28 @@ class DistComputeWalkTest(unittest.TestCase):
         self.assertEqual(status, 404)
         self.assertTrue(text.startswith("No DistCompute pipeline of that name is exposed"), text)
 
+    def test_a_client_given_the_heads_root_url_is_told_the_url(self):
+        """The tracker's client appends /api/new to the URL it is given; given the head's
+        root, it must hear (and the head's log must say) which URL it needs."""
+        status, text = raw(self.head.url + "/api/new?nickname=n&stage=a")
+        self.assertEqual(status, 404)
+        self.assertEqual(text, "This is a muster head's root URL, not a DistCompute "
+                         "pipeline's. A DistCompute client's URL is "
+                         "http://HEAD:PORT/compat/distcompute/NAME, where NAME is a pipeline "
+                         "given to `muster head --distcompute NAME=QUEUE_A,QUEUE_B,...` (this "
+                         "head exposes 1).")
+        status, again = raw(self.head.url + "/api/newJob", {"token": "f" * 32})
+        self.assertEqual((status, again), (404, text))
+        said = [ln for ln in self.head.log().splitlines() if "at the head's root URL" in ln]
+        self.assertEqual(len(said), 1, self.head.log())   # once a minute at most
+        self.assertIn("called /api/new, a DistCompute endpoint", said[0])
+        self.assertIn("/compat/distcompute/NAME", said[0])
+        # A path the tracker does not have is muster's usual 404, in JSON.
+        status, other = raw(self.head.url + "/api/other")
+        self.assertEqual(status, 404)
+        self.assertEqual(json.loads(other)["error"]["code"], "not_found")
+        self.assertIn("no endpoint at /api/other", other)
+
     def test_an_unknown_token_and_a_gone_worker_say_which(self):
         status, text = raw(self.url + "/api/newJob", {"token": "f" * 32})
         self.assertEqual(status, 404)
