@@ -32,7 +32,7 @@
     const body = el('tbody');
     leaderboard(data).forEach((e, i) => {
       const row = el('tr', {dataset: {nickname: e.nickname}},
-        el('td', {class: 'num', text: i + 1}), el('td', {}, el('strong', {text: e.nickname})));
+        el('td', {class: 'num', text: i + 1}), el('td', {class: 'name'}, el('strong', {text: e.nickname})));
       for (const key of ['completed', 'failed', 'flagged', 'workers'])
         row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(e[key])}));
       body.append(row);

@@ -52,10 +52,10 @@
     for (const w of shown) {
       const tasks = heldTasksText(data, w);
       body.append(el('tr', {dataset: {worker: w.name}},
-        el('td', {}, el('a', {href: workerHref(data, w), text: w.name})),
-        el('td', {dataset: {field: 'nickname'}, text: w.nickname}),
-        el('td', {class: 'muted'}, data.pipeline ? w.node || '—' : nodeLink(w.node)),
-        el('td', {text: (w.queues || []).join(', ') || '—'}),
+        el('td', {class: 'name'}, el('a', {href: workerHref(data, w), text: w.name})),
+        el('td', {class: 'name', dataset: {field: 'nickname'}, text: w.nickname}),
+        el('td', {class: 'muted name'}, data.pipeline ? w.node || '—' : nodeLink(w.node)),
+        el('td', {class: 'name', text: (w.queues || []).join(', ') || '—'}),
         el('td', {dataset: {field: 'task'}, text: tasks || '—'}),
         el('td', {class: 'progress', dataset: {field: 'progress'}, text: w.progress || ''}),
         el('td', {text: fmtAgo(w.last_seen_ms)}),
