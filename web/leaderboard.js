@@ -28,7 +28,8 @@
   function renderLeaderboard(card, data) {
     const table = el('table', {id: 'leaderboard-table'},
       el('thead', {}, el('tr', {}, el('th', {class: 'num', text: '#'}), el('th', {text: 'Nickname'}),
-        ...['Completed', 'Failed', 'Flagged', 'Workers'].map(t => el('th', {class: 'num', text: t})))));
+        ...['Completed', 'Failed', 'Flagged'].map(t => el('th', {class: 'num', text: t})),
+        el('th', {class: 'num', text: 'Workers', title: 'workers that had this nickname, gone ones too'}))));
     const body = el('tbody');
     leaderboard(data).forEach((e, i) => {
       const row = el('tr', {dataset: {nickname: e.nickname}},

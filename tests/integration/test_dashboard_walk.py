@@ -8,6 +8,7 @@ watching a pipeline sees it, on what a walk through it found wrong:
   called "done", with a full bar;
 - the queues table had no column for the cancelled tasks (a flag's roll-back, a
   closed session), which `muster status` counts;
+- a gone worker's row, with the last progress it sent, looked as live as the others;
 - a head that stopped answering was reported as "Could not refresh: Failed to fetch"
   under the last figures, which went on saying "just now" as if live.
 """
@@ -92,6 +93,23 @@ class DashboardWalkTest(DashboardCase):
         self.open("/")
         self.assertEqual([self.eta(q) for q in ("walk_a", "walk_b", "walk_c")],
                          ["done", "done", "no tasks"])
+
+    def test_gone_workers_are_greyed(self):
+        # A gone worker's progress is the last it sent: beside the live rows it read as
+        # if the worker were still running that task.
+        gone = self.worker("walk-leaver", ["walk_gone"])
+        self.api("POST", "/v1/workers/%d/heartbeat" % gone["id"], {"progress": "running task 12"})
+        self.api("DELETE", "/v1/workers/%d" % gone["id"])
+        live = self.worker("walk-stayer", ["walk_gone"])
+        self.open("/")
+        self.browser.click("#show-gone")
+        row = '#workers-table tr[data-worker="%s"]'
+        harness.wait_until(lambda: self.browser.text(row % gone["name"]) is not None,
+                           what="the gone worker's row")
+        classes = self.browser.js(
+            "return [...arguments].map(n => document.querySelector(n).className);",
+            row % gone["name"], row % live["name"])
+        self.assertEqual(classes, ["gone", ""])
 
     def test_cancelled_tasks_are_counted(self):
         self.api("PUT", "/v1/queues/walk_flag2", {"max_flags": 1}, status=201)
