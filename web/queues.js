@@ -101,7 +101,8 @@
     const span = rateWindow(data), fed = fedQueues(data.queues);
     for (const q of data.queues) body.append(queueRow(data, q, span, fed.has(q.name)));
     if (!data.queues.length)
-      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 11, text: 'No queues yet.'})));
+      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 11, id: 'queues-empty',
+        text: 'No queues yet: create one with `muster queue create NAME`.'})));
     table.append(body);
     card.append(table);
   }

@@ -133,6 +133,10 @@ class DashboardHeadDownTest(DashboardCase):
 
     def test_head_that_does_not_answer(self):
         b = self.browser
+        # An empty head says how to begin, as its nodes section does.
+        self.open("/")
+        self.assertEqual(b.text("#queues-empty"),
+                         "No queues yet: create one with `muster queue create NAME`.")
         self.api("PUT", "/v1/queues/walk_down", {}, status=201)
         self.open("/?refresh=250")
         self.assertEqual(b.js("return document.getElementById('sections').className;"), "")
