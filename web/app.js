@@ -15,8 +15,8 @@
 'use strict';
 
 (function (muster) {
-  const {TOKEN_KEY, params, CHART_SECONDS, MAX_LEASED_LISTED, state, AuthError, el, $,
-         fmtDuration, parseView, api, pipelineOrder} = muster;
+  const {TOKEN_KEY, params, CHART_SECONDS, MAX_LEASED_LISTED, state, AuthError, NetworkError, el,
+         $, fmtDuration, parseView, api, pipelineOrder} = muster;
   const REFRESH_MS = Math.max(250, parseInt(params.get('refresh') || '2000', 10) || 2000);
 
   // ---- what the head tells us, scoped to a pipeline when the view has one ----
@@ -117,8 +117,22 @@
     const scope = data.pipeline ? 'DistCompute project ' + data.pipeline.project : '';
     $('scope').textContent = scope;
     $('brand').href = data.pipeline ? data.pipeline.prefix + '/' : '/';
+    state.updated = new Date().toLocaleTimeString();
     $('status').textContent = 'v' + data.health.version + ' · up ' +
-      fmtDuration(data.health.uptime_ms / 1000) + ' · updated ' + new Date().toLocaleTimeString();
+      fmtDuration(data.health.uptime_ms / 1000) + ' · updated ' + state.updated;
+  }
+
+  // The line above the sections when a refresh failed. The sections keep what the
+  // last refresh read, greyed (`stale`): their "just now"s would otherwise pass for live.
+  // A head that gave no reply gets its likely causes: the browser's own message
+  // ("Failed to fetch") names none.
+  function refreshError(e) {
+    const old = state.updated ? ' What is shown is from ' + state.updated + '.' : '';
+    if (e instanceof NetworkError)
+      return 'The head did not answer (' + e.message + '): it is down, restarting, or out of ' +
+             'reach of this browser. Trying again every ' +
+             (REFRESH_MS < 1000 ? REFRESH_MS + ' ms' : fmtDuration(REFRESH_MS / 1000)) + '.' + old;
+    return 'Could not refresh: ' + e.message.replace(/\.?$/, '.') + old;
   }
 
   async function refresh() {
@@ -127,6 +141,7 @@
       const data = await load();
       render(data);
       $('error').hidden = true;
+      $('sections').classList.remove('stale');
       state.refreshes++;
       document.body.dataset.refreshes = state.refreshes;
     } catch (e) {
@@ -137,7 +152,8 @@
         return;
       }
       $('error').hidden = false;
-      $('error').textContent = 'Could not refresh: ' + e.message;
+      $('error').textContent = refreshError(e);
+      $('sections').classList.add('stale');
     }
     state.timer = setTimeout(refresh, REFRESH_MS);
   }

@@ -21,11 +21,15 @@ window.muster = (function () {
     token: localStorage.getItem(TOKEN_KEY) || '',
     timer: null,
     refreshes: 0,
+    updated: '', // the time of the last refresh that worked, as shown
     showGone: false,
     view: parseView(),
   };
 
   class AuthError extends Error {}
+  // No reply at all: the head is down, restarting or out of reach. fetch() says so
+  // with a TypeError, which a bug in the page's own code throws too; this tells the two apart.
+  class NetworkError extends Error {}
   // An error reply: `message` names the path, `reason` is the head's message alone.
   class ApiError extends Error {
     constructor(message, status, code, reason) {
@@ -146,8 +150,12 @@ window.muster = (function () {
   }
 
   async function api(path) {
-    const res = await fetch(path, {headers: {Authorization: 'Bearer ' + state.token},
-                                   cache: 'no-store'});
+    let res;
+    try {
+      res = await fetch(path, {headers: {Authorization: 'Bearer ' + state.token}, cache: 'no-store'});
+    } catch (e) {
+      throw new NetworkError(e.message);
+    }
     if (res.status === 401) throw new AuthError('token refused');
     if (!res.ok) {
       let message = res.status + ' ' + res.statusText, code = null;
@@ -188,7 +196,7 @@ window.muster = (function () {
   }
 
   return {
-    TOKEN_KEY, params, CHART_SECONDS, MAX_LEASED_LISTED, state, AuthError, ApiError,
+    TOKEN_KEY, params, CHART_SECONDS, MAX_LEASED_LISTED, state, AuthError, NetworkError, ApiError,
     el, $, compareNames, fmtInt, fmtCount, fmtDuration, fmtAgo, fmtTime, fmtIn, fmtBytes, fmtRate,
     fmtPercent, bar, parseView, api, apiOr404, workerHref, nodeLink,
   };

@@ -28,11 +28,12 @@
   function renderLeaderboard(card, data) {
     const table = el('table', {id: 'leaderboard-table'},
       el('thead', {}, el('tr', {}, el('th', {class: 'num', text: '#'}), el('th', {text: 'Nickname'}),
-        ...['Completed', 'Failed', 'Flagged', 'Workers'].map(t => el('th', {class: 'num', text: t})))));
+        ...['Completed', 'Failed', 'Flagged'].map(t => el('th', {class: 'num', text: t})),
+        el('th', {class: 'num', text: 'Workers', title: 'workers that had this nickname, gone ones too'}))));
     const body = el('tbody');
     leaderboard(data).forEach((e, i) => {
       const row = el('tr', {dataset: {nickname: e.nickname}},
-        el('td', {class: 'num', text: i + 1}), el('td', {}, el('strong', {text: e.nickname})));
+        el('td', {class: 'num', text: i + 1}), el('td', {class: 'name'}, el('strong', {text: e.nickname})));
       for (const key of ['completed', 'failed', 'flagged', 'workers'])
         row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(e[key])}));
       body.append(row);

@@ -43,8 +43,8 @@
         names.append(el('a', {href: workerHref(data, w), text: w.name}));
       }
       body.append(el('tr', {dataset: {node: n.name}, class: n.state === 'gone' ? 'gone' : ''},
-        el('td', {}, el('strong', {}, nodeLink(n.name))),
-        el('td', {class: 'muted', dataset: {field: 'address'}, text: n.address || '—'}),
+        el('td', {class: 'name'}, el('strong', {}, nodeLink(n.name))),
+        el('td', {class: 'muted name', dataset: {field: 'address'}, text: n.address || '—'}),
         el('td', {class: 'state-' + n.state, dataset: {field: 'state'}, text: n.state}),
         el('td', {dataset: {field: 'gpus'}}, ...(n.gpus.length ? n.gpus.map(gpuLine) : ['—'])),
         el('td', {class: 'num', dataset: {field: 'cpus'}, text: fmtInt(n.cpus)}),

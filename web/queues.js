@@ -6,6 +6,9 @@
   const {CHART_SECONDS, el, compareNames, fmtInt, fmtDuration, fmtPercent, bar} = muster;
   const RATE_WINDOW_S = 300; // completion rate and ETA over the last 5 minutes
   const CHART_BIN_S = 10;
+  // Where a queue's cancelled tasks come from (muster status counts them too).
+  const CANCELLED_TITLE = 'tasks flagged max_flags times, whose task of the stage before was ' +
+    'queued again, and the unfinished tasks of closed sessions';
   const COLORS = ['#2f6fde', '#1e8e4e', '#d9822b', '#8e44ad', '#c0392b', '#16a085', '#7f8c8d',
                   '#b7950b'];
 
@@ -52,11 +55,27 @@
   }
 
   // The ETA cell: when the `remaining` tasks (queued and leased) will be done at
-  // `perSecond`. Nothing remaining is "done" only for a queue that had tasks: one
-  // that never had any (or whose tasks were all purged) has "no tasks".
-  function etaText(remaining, everyTask, perSecond) {
-    if (remaining === 0) return everyTask === 0 ? 'no tasks' : 'done';
+  // `perSecond`. Nothing remaining is "waiting" in a stage whose earlier stages still
+  // have tasks to send it (`fed`), else "done" for a queue that had tasks: one that
+  // never had any (or whose tasks were all purged) has "no tasks".
+  function etaText(remaining, everyTask, perSecond, fed) {
+    if (remaining === 0) return fed ? 'waiting' : everyTask === 0 ? 'no tasks' : 'done';
     return perSecond > 0 ? fmtDuration(remaining / perSecond) : '—';
+  }
+
+  // The names of the queues that work still to do will reach: those after a queue
+  // with tasks queued or leased along `next`. A stage that had done all it had while
+  // the one before it was still busy was called "done", with a full bar.
+  function fedQueues(queues) {
+    const byName = new Map(queues.map(q => [q.name, q]));
+    const fed = new Set();
+    for (const q of queues) {
+      if (q.counts.queued + q.counts.leased === 0) continue;
+      // Each queue is added once: a walk stops where an earlier one went on (or at
+      // its own start, in a loop of `next`s).
+      for (let n = byName.get(q.next); n && !fed.has(n.name); n = byName.get(n.next)) fed.add(n.name);
+    }
+    return fed;
   }
 
   // A queue's tasks for its progress bar and ETA. The done tasks its retention
@@ -75,27 +94,30 @@
       el('thead', {}, el('tr', {},
         el('th', {text: data.pipeline ? 'Stage' : 'Queue'}), el('th', {text: 'Next'}),
         ...['Queued', 'Leased', 'Done', 'Failed', 'Dead'].map(t => el('th', {class: 'num', text: t})),
+        el('th', {class: 'num', text: 'Cancelled', title: CANCELLED_TITLE}),
         el('th', {class: 'num', text: 'Done/min'}), el('th', {class: 'num', text: 'ETA'}),
         el('th', {text: 'Progress'}))));
     const body = el('tbody');
-    const span = rateWindow(data);
-    for (const q of data.queues) body.append(queueRow(data, q, span));
+    const span = rateWindow(data), fed = fedQueues(data.queues);
+    for (const q of data.queues) body.append(queueRow(data, q, span, fed.has(q.name)));
     if (!data.queues.length)
-      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 10, text: 'No queues yet.'})));
+      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 11, id: 'queues-empty',
+        text: 'No queues yet: create one with `muster queue create NAME`.'})));
     table.append(body);
     card.append(table);
   }
 
-  // One row of the queues table. The rate counts completions (the head's ring), not
-  // done tasks, so the removals of a queue's retention do not lower it.
-  function queueRow(data, q, span) {
+  // One row of the queues table; `fed`: an earlier stage still has work for it. The
+  // rate counts completions (the head's ring), not done tasks, so the removals of a
+  // queue's retention do not lower it.
+  function queueRow(data, q, span, fed) {
     const c = q.counts, p = queueProgress(q);
     const perSecond = completions(data, q.name, span) / span;
     const letter = stageLetter(data, q.name);
     const row = el('tr', {dataset: {queue: q.name}},
-      el('td', {}, letter ? letter + ' · ' : '', el('strong', {text: q.name})),
-      el('td', {class: 'muted', text: q.next || '—'}));
-    for (const key of ['queued', 'leased', 'done', 'failed', 'dead'])
+      el('td', {class: 'name'}, letter ? letter + ' · ' : '', el('strong', {text: q.name})),
+      el('td', {class: 'muted name', text: q.next || '—'}));
+    for (const key of ['queued', 'leased', 'done', 'failed', 'dead', 'cancelled'])
       row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(c[key])}));
     // Done counts the tasks there are, as the API does; the removed ones are said here.
     if (p.reaped) row.querySelector('[data-field="done"]').title =
@@ -103,7 +125,7 @@
     const title = fmtPercent(p.done, p.total) + ' done';
     row.append(el('td', {class: 'num', dataset: {field: 'rate'}, text: (perSecond * 60).toFixed(1)}),
                el('td', {class: 'num', dataset: {field: 'eta'},
-                         text: etaText(c.queued + c.leased, p.everyTask, perSecond)}),
+                         text: etaText(c.queued + c.leased, p.everyTask, perSecond, fed)}),
                el('td', {},
                   bar([[p.total ? p.done / p.total : 0, ''],
                        [p.total ? (c.failed + c.dead) / p.total : 0, 'failed']], title)));

@@ -21,7 +21,7 @@
       const c = s.counts;
       body.append(el('tr', {dataset: {session: s.id}},
         el('td', {}, el('code', {text: s.id})),
-        el('td', {dataset: {field: 'queue'}, text: s.queue}),
+        el('td', {class: 'name', dataset: {field: 'queue'}, text: s.queue}),
         el('td', {class: 'num', dataset: {field: 'done'}, text: fmtInt(c.done)}),
         el('td', {class: 'num', dataset: {field: 'failed'}, text: fmtInt(c.failed)}),
         el('td', {class: 'num', dataset: {field: 'total'}, text: fmtInt(c.total)}),
@@ -75,7 +75,7 @@
                     : el('span', {dataset: {field: 'epoch'}, text: String(it.epoch)}),
         el('span', {class: 'muted', text: it.finished ? '' : epochs ? ' of ' + epochs : ' (unbounded)'}));
       body.append(el('tr', {dataset: {iteration: it.name}},
-        el('td', {}, el('strong', {text: it.name}), it.cluster_sync ? null : el('span', {class: 'muted', text: ' (on a node)'})),
+        el('td', {class: 'name'}, el('strong', {text: it.name}), it.cluster_sync ? null : el('span', {class: 'muted', text: ' (on a node)'})),
         el('td', {dataset: {field: 'strategy'}, text: it.config.strategy}),
         epoch,
         el('td', {class: 'num'}, el('span', {dataset: {field: 'done'}, text: fmtInt(b.done)}),

@@ -70,8 +70,8 @@
     const body = el('tbody');
     for (const b of sh.blobs) {
       body.append(el('tr', {dataset: {scope: b.scope, blob: b.name}},
-        el('td', {}, el('code', {text: b.scope})),
-        el('td', {}, el('strong', {text: b.name})),
+        el('td', {class: 'name'}, el('code', {text: b.scope})),
+        el('td', {class: 'name'}, el('strong', {text: b.name})),
         el('td', {class: 'num', dataset: {field: 'level'}, text: b.level}),
         el('td', {class: 'muted', dataset: {field: 'levels'}, text: (b.levels || [b.level]).join(', ')}),
         el('td', {class: 'num', dataset: {field: 'size'}, text: fmtBytes(b.size), title: fmtInt(b.size) + ' bytes'}),

@@ -51,13 +51,16 @@
     const body = el('tbody');
     for (const w of shown) {
       const tasks = heldTasksText(data, w);
-      body.append(el('tr', {dataset: {worker: w.name}},
-        el('td', {}, el('a', {href: workerHref(data, w), text: w.name})),
-        el('td', {dataset: {field: 'nickname'}, text: w.nickname}),
-        el('td', {class: 'muted'}, data.pipeline ? w.node || '—' : nodeLink(w.node)),
-        el('td', {text: (w.queues || []).join(', ') || '—'}),
+      // A gone worker's row is greyed: its progress is the last it sent ("running task
+      // 12"), which read as live beside the active workers' rows.
+      body.append(el('tr', {class: w.state === 'gone' ? 'gone' : '', dataset: {worker: w.name}},
+        el('td', {class: 'name'}, el('a', {href: workerHref(data, w), text: w.name})),
+        el('td', {class: 'name', dataset: {field: 'nickname'}, text: w.nickname}),
+        el('td', {class: 'muted name'}, data.pipeline ? w.node || '—' : nodeLink(w.node)),
+        el('td', {class: 'name', text: (w.queues || []).join(', ') || '—'}),
         el('td', {dataset: {field: 'task'}, text: tasks || '—'}),
-        el('td', {class: 'progress', dataset: {field: 'progress'}, text: w.progress || ''}),
+        el('td', {class: 'progress', dataset: {field: 'progress'}, text: w.progress || '',
+                  title: w.state === 'gone' ? 'the last progress it sent' : ''}),
         el('td', {text: fmtAgo(w.last_seen_ms)}),
         el('td', {class: 'state-' + w.state, text: w.state}),
         el('td', {class: 'num', dataset: {field: 'completed'}, text: fmtInt(w.completed)})));
