@@ -659,15 +659,20 @@ static void compat_log_root_call(http_req_t *r) {
 
 /* GET or POST /api/{}: a DistCompute client given the head's root URL, not a
  * pipeline's.  The reply says which URL it needs, as plain text as the
- * tracker's replies are; an /api/ path that the tracker lacks gets the
- * router's usual 404. */
+ * tracker's replies are; an /api/ path that the tracker lacks gets a JSON
+ * 404 that says which names this route answers. */
 void compat_h_root_api(http_req_t *r) {
   bool known = false;
   for (int i = 0; compat_api_names[i] && !known; i++)
     known = strcmp(r->params[0], compat_api_names[i]) == 0;
   if (!known) {
     fail_t f = {0};
-    fail_set(&f, MUSTER_NOT_FOUND, "no endpoint at %.200s; see docs/api.md", h1_path(r->req));
+    fail_set(&f, MUSTER_NOT_FOUND,
+             "/api/%.100s is not a DistCompute tracker endpoint: the head answers /api/NAME "
+             "only for the tracker's (new, newJob, jobCount, updateProgress, completeJob, "
+             "flagInvalidData, bye, validateWorker), to tell a client the URL it needs; "
+             "muster's own API is under /v1/ (docs/api.md)",
+             r->params[0]);
     http_reply_fail(r, &f);
     return;
   }

@@ -69,11 +69,12 @@ class DistComputeWalkTest(unittest.TestCase):
         self.assertEqual(len(said), 1, self.head.log())   # once a minute at most
         self.assertIn("called /api/new, a DistCompute endpoint", said[0])
         self.assertIn("/compat/distcompute/NAME", said[0])
-        # A path the tracker does not have is muster's usual 404, in JSON.
+        # A name the tracker does not have is a JSON 404 that says which it has.
         status, other = raw(self.head.url + "/api/other")
         self.assertEqual(status, 404)
         self.assertEqual(json.loads(other)["error"]["code"], "not_found")
-        self.assertIn("no endpoint at /api/other", other)
+        self.assertIn("/api/other is not a DistCompute tracker endpoint", other)
+        self.assertIn("(new, newJob, jobCount,", other)
 
     def test_an_unknown_token_and_a_gone_worker_say_which(self):
         status, text = raw(self.url + "/api/newJob", {"token": "f" * 32})
