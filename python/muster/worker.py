@@ -66,33 +66,59 @@ def dumps(obj):
     return base64.b64encode(pickle.dumps(obj, protocol=4)).decode("ascii")
 
 
-_main_modules = {}
+_main_modules = {}   # path -> (the file's identity when loaded, module)
+
+
+def _file_identity(path):
+    st = os.stat(path)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _main_module(path):
     """The Pool owner's main script loaded as module ``__mp_main__`` (like multiprocessing's
-    spawn: its ``if __name__ == "__main__":`` block does not run)."""
-    mod = _main_modules.get(path)
-    if mod is None:
-        mod = types.ModuleType("__mp_main__")
-        mod.__file__ = path
-        sys.modules.setdefault("__mp_main__", mod)
-        with open(path, "rb") as f:
-            code = compile(f.read(), path, "exec")
-        # A muster.Pool opened while the script runs is the script's own, run again
-        # because it is not under `if __name__ == "__main__":`: Pool refuses it, saying so
-        # (pool_args._refuse_in_worker_load).
-        _main_load.script = path
-        try:
-            exec(code, mod.__dict__)
-        finally:
-            _main_load.script = None
-        _main_modules[path] = mod
+    spawn: its ``if __name__ == "__main__":`` block does not run).  A worker outlives the
+    pools it serves, so the script is loaded again when it changed since it was loaded (it
+    was edited between two runs): a pool then gets the code its owner ran, not that of an
+    earlier run.  A session keeps the module its class came from (Runner.instance)."""
+    identity = _file_identity(path)
+    got = _main_modules.get(path)
+    if got is not None and got[0] == identity:
+        return got[1]
+    mod = types.ModuleType("__mp_main__")
+    mod.__file__ = path
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec")
+    # A muster.Pool opened while the script runs is the script's own, run again
+    # because it is not under `if __name__ == "__main__":`: Pool refuses it, saying so
+    # (pool_args._refuse_in_worker_load).
+    _main_load.script = path
+    previous = sys.modules.get("__mp_main__")
+    sys.modules["__mp_main__"] = mod   # what the script's own pickles look up meanwhile
+    try:
+        exec(code, mod.__dict__)
+    except BaseException:
+        if previous is not None:
+            sys.modules["__mp_main__"] = previous
+        raise
+    finally:
+        _main_load.script = None
+    _main_modules[path] = (identity, mod)
     return mod
 
 
+def _use_main(mod):
+    """Makes ``mod`` (a session's loaded main script, or None) the ``__mp_main__`` that
+    pickle finds: a result of a class defined in the script is pickled by the name
+    ``__mp_main__.X``, and pickle checks that the name leads to that very class, which it
+    does not when another pool's script (or an earlier version) holds the name."""
+    if mod is not None:
+        sys.modules["__mp_main__"] = mod
+
+
 class _Unpickler(pickle.Unpickler):
-    """Finds ``__main__.X`` in the Pool owner's main script (``main``), when given."""
+    """Finds ``__main__.X`` in the Pool owner's main script (``main``: its path, or the
+    module it was loaded as), when given.  Without one (the Pool owner reading results), a
+    worker's ``__mp_main__.X`` is the owner's ``__main__.X``, as multiprocessing has it."""
 
     def __init__(self, data, main=None):
         super().__init__(io.BytesIO(data))
@@ -100,10 +126,14 @@ class _Unpickler(pickle.Unpickler):
 
     def find_class(self, module, name):
         if module in ("__main__", "__mp_main__") and self._main:
-            obj = _main_module(self._main)
+            obj = self._main
+            if not isinstance(obj, types.ModuleType):
+                obj = _main_module(obj)
             for part in name.split("."):
                 obj = getattr(obj, part)
             return obj
+        if module == "__mp_main__" and "__mp_main__" not in sys.modules:
+            module = "__main__"
         return super().find_class(module, name)
 
 
@@ -172,8 +202,9 @@ class Runner:
 
     def _handle_update(self, session, data):
         instance, spec = self.instances[session]
+        _use_main(spec.get("main_module"))
         try:
-            args, kwargs = loads(data["call"], spec.get("main"))
+            args, kwargs = loads(data["call"], spec.get("main_module"))
             instance.handle_update(*args, **kwargs)
         except Exception:
             self.log("muster.worker: handle_update of session %s raised:\n%s"
@@ -204,6 +235,8 @@ class Runner:
         if main and not os.path.isfile(main):
             main = None
         spec["main"] = main
+        main = spec["main_module"] = _main_module(main) if main else None
+        _use_main(main)
         wc = spec["worker_class"]
         if "shared" in wc:
             blob = self._shared_reader().shared.get(session, wc["shared"])
@@ -248,7 +281,8 @@ class Runner:
             raise PermanentError("the payload is not a muster.Pool task")
         session = payload.get("session") or session
         instance, spec = self.instance(session)
-        args, kwargs = loads(payload["call"], spec.get("main"))
+        _use_main(spec.get("main_module"))
+        args, kwargs = loads(payload["call"], spec.get("main_module"))
         self.tasks += 1
         instance.shared_files = SharedFiles(requires) if requires else NO_SHARED_FILES
         return encode_result(instance.run(*args, **kwargs))

@@ -475,6 +475,7 @@ static int head_local_agent(pid_t head_pid, node_config_t *cfg, const char *dir,
   cfg->listen = "none";
   cfg->log_prefix = "muster head (local node)";
   cfg->beside_head = 1;
+  cfg->head_pid = head_pid;
   cfg->lock_busy_ok = 1;
   return node_agent_main(cfg);
 }

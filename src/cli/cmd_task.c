@@ -236,9 +236,12 @@ static void put_say_no_file(const char *word) {
  * After a network error on the batch of payloads [at, at + n) of `total`:
  * says what became of it and where to resume.  A batch that was sent may
  * have been stored without its reply arriving; one that never left was not.
+ * `last_id` is the last id printed (0: none), after which a stored batch's
+ * tasks are listed: a plain `tasks ls` lists the queue's oldest tasks, which
+ * tell nothing of a batch past the first 100.
  */
 static void put_say_lost_batch(const cli_args_t *args, const muster_client_t *client, size_t at,
-                               size_t n, size_t total) {
+                               size_t n, size_t total, int64_t last_id) {
   const char *queue = cli_opt(args, "queue");
   if (cli_request_unsent(client)) {
     cli_say_batch_unsent("payload", "ids", at, n, total);
@@ -249,9 +252,15 @@ static void put_say_lost_batch(const cli_args_t *args, const muster_client_t *cl
                     "--key, which never stores it twice\n");
     return;
   }
-  char check[600];
-  snprintf(check, sizeof check, "in queue '%.256s' ('muster tasks ls --queue %.256s')", queue,
-           queue);
+  char check[700];
+  if (last_id > 0)
+    snprintf(check, sizeof check,
+             "in queue '%.256s' ('muster tasks ls --queue %.256s --after %lld --limit 1' lists "
+             "payload %zu's task if it is)",
+             queue, queue, (long long)last_id, at + 1);
+  else
+    snprintf(check, sizeof check, "in queue '%.256s' ('muster tasks ls --queue %.256s')", queue,
+             queue);
   cli_say_batch_unanswered("payload", "ids", check, at, n, total);
 }
 
@@ -261,6 +270,7 @@ static int put_send(const cli_args_t *args, muster_client_t *client, const put_l
   muster_task_spec_t *specs = calloc(PUT_BATCH, sizeof *specs);
   int64_t *ids = calloc(PUT_BATCH, sizeof *ids);
   int rc = specs && ids ? CLI_OK : CLI_FAIL;
+  int64_t last_id = 0; /* the last id printed */
   for (size_t at = 0; rc == CLI_OK && at < list->count; at += PUT_BATCH) {
     size_t n = list->count - at < PUT_BATCH ? list->count - at : PUT_BATCH;
     for (size_t i = 0; i < n; i++) {
@@ -272,12 +282,13 @@ static int put_send(const cli_args_t *args, muster_client_t *client, const put_l
     if (err != MUSTER_OK) {
       rc = cli_error(client, err);
       if (err == MUSTER_NETWORK)
-        put_say_lost_batch(args, client, at, n, list->count);
+        put_say_lost_batch(args, client, at, n, list->count, last_id);
       break;
     }
     for (size_t i = 0; i < n; i++)
       printf("%lld\n", (long long)ids[i]);
     fflush(stdout);
+    last_id = ids[n - 1];
   }
   free(specs);
   free(ids);

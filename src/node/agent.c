@@ -451,7 +451,16 @@ static void agent_on_signal(evutil_socket_t sig, short what, void *arg) {
     return;
   }
   if (sig == SIGHUP) {
-    agent_log(a, "got SIGHUP: stopping the workers now");
+    /* The local agent of `muster head` gets SIGHUP when its head dies without
+     * stopping it (PR_SET_PDEATHSIG), e.g. by kill -9: say that, not a bare
+     * signal the user never sent. */
+    if (a->cfg->beside_head && getppid() != a->cfg->head_pid)
+      agent_log(a,
+                "the head (pid %d) exited without stopping its local node: stopping the "
+                "workers now",
+                (int)a->cfg->head_pid);
+    else
+      agent_log(a, "got SIGHUP: stopping the workers now");
     a->stopping = 2;
     sup_signal_all(a, SIGHUP);
     struct timeval tv = {AGENT_HARD_STOP_MS / 1000, 0};

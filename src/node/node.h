@@ -135,6 +135,7 @@ typedef struct {
   char **cmd;             /* NULL-terminated command, or NULL */
   const char *log_prefix; /* "muster node" or "muster head" */
   int beside_head;        /* the agent of `muster head`: its head stops with it */
+  pid_t head_pid;         /* with beside_head: the head's pid (the agent's parent) */
   int lock_busy_ok;       /* another agent holds the lock: say so and return 0 */
   const char *cache_dir;  /* the node cache's directory; NULL: /var/tmp/muster-node-NAME/cache */
   int64_t cache_bytes;    /* its size limit; 0: CACHE_DEFAULT_BYTES (10 GiB) */

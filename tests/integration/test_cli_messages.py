@@ -484,6 +484,15 @@ class CliMessagesTest(harness.CliHead, unittest.TestCase):
         self.assertIn("muster: payloads 1001 to 2000 (of 2500) may or may not be stored (they "
                       "were sent, but no reply came); the 1000 before them are stored", r.stderr)
         self.assertIn("if it is, resume from payload 2001, else from payload 1001", r.stderr)
+        # How to see it: the tasks after the last id printed (a plain `tasks ls` lists the
+        # queue's oldest 100, which tell nothing of payloads 1001 to 2000).  Found by
+        # walk-chaos: the head killed mid-put left a user reading tasks 1 to 100.
+        last = r.stdout.split()[-1]
+        check = "muster tasks ls --queue msg-cut --after %s --limit 1" % last
+        self.assertIn("muster: before sending again, see whether the batch is in queue "
+                      "'msg-cut' ('%s' lists payload 1001's task if it is): " % check, r.stderr)
+        listed = self.ok(*check.split()[1:] + ["--json"])
+        self.assertEqual(json.loads(listed)["payload"], "1000")   # payload 1001: line "1000"
 
     def test_put_refused_says_nothing_was_sent(self):
         proxy = CutProxy(self.head.port, cut_at=1)

@@ -253,6 +253,20 @@ class HeadLocalNodeTest(unittest.TestCase):
         self.assertNotIn("leaving:", log)
         self.assertNotIn("unavailable", log)
 
+    def test_a_head_killed_leaves_a_local_node_that_says_why_it_stops(self):
+        # kill -9 of the head: its local node gets SIGHUP from the kernel (the parent's
+        # death signal) and stops.  It said "got SIGHUP", a signal nobody sent; found
+        # by walk-chaos.
+        head, proc = self.start_head_with_node(1, ["cat"])
+        proc.kill()
+        proc.wait(10)
+        harness.wait_until(lambda: re.search(r"\(local node\): node \S+ stopped", head.log()),
+                           timeout=20, what=lambda: "the local node stopped:\n" + head.log())
+        log = head.log()
+        self.assertIn("muster head (local node): the head (pid %d) exited without stopping "
+                      "its local node: stopping the workers now\n" % proc.pid, log)
+        self.assertNotIn("(local node): got SIGHUP", log)
+
     def running_task_on_fifo(self, script='read go < "$0"; cat'):
         """A head with one local worker whose task runs `script` (sh; $0 is a FIFO):
         (head, proc, fifo path) once that task's command runs.  Leased is not enough:
