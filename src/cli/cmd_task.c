@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #define PUT_BATCH 1000
+#define PUT_KEY_MAX 257 /* the head's keys are at most 256 bytes */
 #define LIST_PAGE 1000
 
 /* ---- put ---------------------------------------------------------------------- */
@@ -252,6 +253,14 @@ static void put_say_lost_batch(const cli_args_t *args, const muster_client_t *cl
                     "--key, which never stores it twice\n");
     return;
   }
+  if (cli_opt(args, "key-prefix")) {
+    fprintf(stderr,
+            "muster: payloads %zu to %zu (of %zu) may or may not be stored (they were sent, but "
+            "no reply came); run the same command again, with the same input and "
+            "--key-prefix: it stores only what is not stored yet, and prints every id\n",
+            at + 1, at + n, total);
+    return;
+  }
   char check[700];
   if (last_id > 0)
     snprintf(check, sizeof check,
@@ -264,19 +273,34 @@ static void put_say_lost_batch(const cli_args_t *args, const muster_client_t *cl
   cli_say_batch_unanswered("payload", "ids", check, at, n, total);
 }
 
+/* The specs of payloads [at, at + n): `base` with each payload and, with
+ * --key-prefix P, the key P followed by the payload's number (from 1), written
+ * into keys[i] (PUT_KEY_MAX bytes each). */
+static void put_specs(const cli_args_t *args, const put_list_t *list,
+                      const muster_task_spec_t *base, size_t at, size_t n,
+                      muster_task_spec_t *specs, char (*keys)[PUT_KEY_MAX]) {
+  const char *prefix = cli_opt(args, "key-prefix");
+  for (size_t i = 0; i < n; i++) {
+    specs[i] = *base;
+    specs[i].payload = list->texts[at + i];
+    if (prefix != NULL) {
+      snprintf(keys[i], PUT_KEY_MAX, "%s%zu", prefix, at + i + 1);
+      specs[i].key = keys[i];
+    }
+  }
+}
+
 /* Sends the payloads in batches, each task requiring `req`, and prints the ids. */
 static int put_send(const cli_args_t *args, muster_client_t *client, const put_list_t *list,
                     const muster_task_spec_t *base, const cli_requires_t *req) {
   muster_task_spec_t *specs = calloc(PUT_BATCH, sizeof *specs);
   int64_t *ids = calloc(PUT_BATCH, sizeof *ids);
-  int rc = specs && ids ? CLI_OK : CLI_FAIL;
+  char(*keys)[PUT_KEY_MAX] = calloc(PUT_BATCH, PUT_KEY_MAX);
+  int rc = specs && ids && keys ? CLI_OK : CLI_FAIL;
   int64_t last_id = 0; /* the last id printed */
   for (size_t at = 0; rc == CLI_OK && at < list->count; at += PUT_BATCH) {
     size_t n = list->count - at < PUT_BATCH ? list->count - at : PUT_BATCH;
-    for (size_t i = 0; i < n; i++) {
-      specs[i] = *base;
-      specs[i].payload = list->texts[at + i];
-    }
+    put_specs(args, list, base, at, n, specs, keys);
     muster_err_t err = muster_put_requiring(client, cli_opt(args, "queue"), specs, n, req->levels,
                                             req->count, ids);
     if (err != MUSTER_OK) {
@@ -292,6 +316,7 @@ static int put_send(const cli_args_t *args, muster_client_t *client, const put_l
   }
   free(specs);
   free(ids);
+  free(keys);
   return rc;
 }
 
@@ -317,6 +342,26 @@ static int put_say_none(const cli_args_t *args, muster_client_t *client, const c
           "'%s'\n",
           from, cli_opt(args, "queue"));
   return CLI_FAIL;
+}
+
+/* --key-prefix P: not with --key, and P short enough that P and a payload's
+ * number (up to 20 digits) fit the head's 256-byte keys. */
+static int put_check_key_prefix(const cli_args_t *args) {
+  const char *prefix = cli_opt(args, "key-prefix");
+  if (prefix == NULL)
+    return CLI_OK;
+  if (cli_opt(args, "key") != NULL)
+    return cli_usage_error(args->cmd, "give --key (one payload) or --key-prefix, not both");
+  if (prefix[0] == '\0')
+    return cli_usage_error(args->cmd, "--key-prefix is empty: give a prefix that names this "
+                                      "input, since another put with the same prefix would "
+                                      "store nothing for its payloads 1, 2, ...");
+  if (strlen(prefix) > PUT_KEY_MAX - 21)
+    return cli_usage_error(args->cmd,
+                           "--key-prefix is %zu bytes; at most %d, so that it and a payload's "
+                           "number fit the head's 256-byte keys",
+                           strlen(prefix), PUT_KEY_MAX - 21);
+  return CLI_OK;
 }
 
 /* The part of put that talks to the head, once every payload was read: the
@@ -368,6 +413,8 @@ int cmd_put(cli_args_t *args) {
   }
   if (rc == CLI_OK && npos == 0 && file == NULL)
     rc = put_read_stdin(&list, as_json);
+  if (rc == CLI_OK)
+    rc = put_check_key_prefix(args);
   if (rc == CLI_OK && base.key != NULL && list.count > 1)
     rc =
         cli_usage_error(args->cmd, "--key names one task, but %zu payloads were given", list.count);

@@ -38,6 +38,9 @@ static const cli_opt_t put_opts[] = {
     {"priority", "P", "integer priority; higher is leased first (default 0)"},
     {"delay-ms", "MS", "do not lease before now + MS (default 0)"},
     {"key", "K", "idempotency key (one payload only): a repeated key stores nothing"},
+    {"key-prefix", "P",
+     "key payload N (the Nth given) as P followed by N, so that the same command run "
+     "again stores none of them twice"},
     {"json", NULL, "parse each payload as JSON instead of sending it as a string"},
     {"file", "FILE", "read the payloads from FILE ('-': stdin) instead of arguments"},
     {"requires", "SCOPE/NAME@N", CLI_REQUIRES_HELP},
@@ -125,12 +128,17 @@ static const char put_details[] =
     "data: the worker that runs it has the level as a local file first\n"
     "(MUSTER_SHARED_<NAME>).  Without @N the head is asked for the newest level\n"
     "before anything is put, and every task requires that one.\n\n"
+    "With --key-prefix P, payload N (1, 2, ... in input order) has the\n"
+    "idempotency key PN: a put cut off by a lost head can be run again, whole,\n"
+    "with the same input and P, and stores only what the first run did not\n"
+    "(the ids of the rest are printed again).\n\n"
     "examples:\n"
     "  muster put --queue resize a.jpg b.jpg\n"
     "  ls *.jpg | muster put --queue resize\n"
     "  muster put --queue resize --json '{\"url\": \"a.jpg\", \"width\": 640}'\n"
     "  muster put --queue scrape --file jobs.txt\n"
     "  muster put --queue scrape --json jobs.json\n"
+    "  muster put --queue scrape --key-prefix crawl-2026-11-25- --file urls.txt\n"
     "  muster put --queue score --requires models/weights@2 a.jpg b.jpg\n";
 
 static const char lease_details[] =

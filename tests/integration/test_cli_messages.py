@@ -494,6 +494,39 @@ class CliMessagesTest(harness.CliHead, unittest.TestCase):
         listed = self.ok(*check.split()[1:] + ["--json"])
         self.assertEqual(json.loads(listed)["payload"], "1000")   # payload 1001: line "1000"
 
+    def test_put_cut_off_with_a_key_prefix_is_run_again_whole(self):
+        self.ok("queue", "create", "msg-cut-k")
+        proxy = CutProxy(self.head.port, cut_at=2)
+        lines = "".join("%d\n" % i for i in range(2500))
+        r = self.muster("put", "--queue", "msg-cut-k", "--key-prefix", "run1-", stdin=lines,
+                        url=proxy.url)
+        self.assertEqual((r.returncode, len(r.stdout.split())), (1, 1000), r.stderr)
+        self.assertIn("muster: payloads 1001 to 2000 (of 2500) may or may not be stored (they "
+                      "were sent, but no reply came); run the same command again, with the "
+                      "same input and --key-prefix: it stores only what is not stored yet, and "
+                      "prints every id\n", r.stderr)
+        # The cut batch did land; the whole command again stores only payloads 2001-2500
+        # and prints the ids of all, the first 2000 as the first run stored them.
+        again = self.ok("put", "--queue", "msg-cut-k", "--key-prefix", "run1-", stdin=lines)
+        ids = [int(x) for x in again.split()]
+        self.assertEqual(len(ids), 2500)
+        self.assertEqual(ids[:1000], [int(x) for x in r.stdout.split()])
+        counts = self.head.request("GET", "/v1/queues/msg-cut-k").json["counts"]
+        self.assertEqual(counts["queued"], 2500)
+        task = self.head.request("GET", "/v1/tasks/%d" % ids[1999]).json
+        self.assertEqual((task["payload"], task["key"]), ("1999", "run1-2000"))
+        # Bad uses are refused before anything is read or sent.
+        for args, says in ((("--key-prefix", ""), "--key-prefix is empty"),
+                           (("--key-prefix", "p", "--key", "k"), "give --key (one payload) or "
+                            "--key-prefix, not both"),
+                           (("--key-prefix", "p" * 237), "--key-prefix is 237 bytes; at most "
+                            "236")):
+            err = self.fails(2, "put", "--queue", "msg-cut-k", *args, "x")
+            self.assertTrue(err.startswith("muster: " + says), err)
+        self.ok("put", "--queue", "msg-cut-k", "--key-prefix", "p" * 236, "x")
+        self.assertEqual(self.head.request("GET", "/v1/queues/msg-cut-k").json["counts"]["queued"],
+                         2501)
+
     def test_put_refused_says_nothing_was_sent(self):
         proxy = CutProxy(self.head.port, cut_at=1)
         proxy.listener.shutdown(socket.SHUT_RDWR)
