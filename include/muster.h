@@ -844,6 +844,19 @@ typedef struct {
 muster_err_t muster_session_results(muster_client_t *client, const char *id, muster_order_t order,
                                     int64_t cursor, size_t max, int64_t wait_ms,
                                     muster_results_t *out);
+/* muster_session_results, and *sealed (may be NULL) says whether the session
+ * was sealed (muster_session_seal) when the page was read: 1, 0, or -1 when
+ * the head did not say (an older head).  A page read from a sealed session
+ * with done >= total, no gap and fewer than `max` results is the end of the
+ * stream: no task can be put any more. */
+muster_err_t muster_session_results_sealed(muster_client_t *client, const char *id,
+                                           muster_order_t order, int64_t cursor, size_t max,
+                                           int64_t wait_ms, muster_results_t *out, int *sealed);
+/* Seals session `id`: it takes no more tasks (a put is refused with
+ * MUSTER_INVALID_STATE), and a reader of its results learns when it has them
+ * all.  Sealing a sealed session is no error: *already (may be NULL) says it
+ * was (1) or not (0). */
+muster_err_t muster_session_seal(muster_client_t *client, const char *id, int *already);
 void muster_results_free(muster_results_t *results);
 /* Frees what one result owns (not the struct); accepts NULL. */
 void muster_result_clear(muster_result_t *result);

@@ -50,6 +50,20 @@ def poll_pause_s(asked, wait_ms=None, left=None):
         span = min(span, left)
     return asked + span - time.monotonic()
 
+def _sealed_if(reply, until_sealed):
+    """Whether a results reply whose tasks all have their results is the end of the
+    stream: always, unless ``until_sealed`` asks for a sealed session too.  A head that
+    does not say (older than this client) cannot tell: ProtocolError rather than wait for
+    ever."""
+    if not until_sealed:
+        return True
+    if "sealed" not in reply:
+        raise errors.ProtocolError("the head's results reply does not say whether the session "
+                                   "is sealed (a head older than this client): "
+                                   "until_sealed cannot be honoured")
+    return bool(reply["sealed"])
+
+
 def _product_is(value, product):
     """True when header ``value`` starts with the product token ``product``, alone or with a
     version or a comment after it ("muster-head", "muster-head/1 (linux)")."""
@@ -791,11 +805,21 @@ class Client:
     def session_heartbeat(self, session_id):
         return self.request("POST", "/v1/sessions/%s/heartbeat" % _q(session_id), {})
 
-    def session_put(self, session_id, tasks):
+    def session_put(self, session_id, tasks, seal=False):
         """Submits tasks ({"payload", "index"?, "priority"?}) under the session:
-        [{"id", "index"}, ...]."""
-        return self.request("POST", "/v1/sessions/%s/tasks" % _q(session_id),
-                            {"tasks": list(tasks)})["tasks"]
+        [{"id", "index"}, ...].  ``seal=True`` seals the session with them, in the same
+        request (:meth:`seal_session`)."""
+        body = {"tasks": list(tasks)}
+        if seal:
+            body["seal"] = True
+        return self.request("POST", "/v1/sessions/%s/tasks" % _q(session_id), body)["tasks"]
+
+    def seal_session(self, session_id):
+        """Seals the session: it takes no more tasks (a put raises ``InvalidState``), and
+        ``iter_results(..., until_sealed=True)`` ends once every task has its result.
+        Sealing again is no error.  Returns the session, with ``"sealed": True`` and
+        ``"already_sealed"`` (whether it was sealed before)."""
+        return self.request("POST", "/v1/sessions/%s/seal" % _q(session_id), {})
 
     def results(self, session_id, order=None, cursor=None, max=None, wait_ms=0):
         """One read of the session's result stream: {"results", "cursor", "total", "done",
@@ -810,42 +834,49 @@ class Client:
                                    "wait_ms": wait_ms or None}, wait_ms=wait_ms)
 
     def _poll_results(self, session_id, order, cursor, max=1000, quick=False, wait_ms=None,
-                      left=None):
+                      left=None, until_sealed=False):
         """A read of the result stream: at once when ``quick``, else one that waits for
         results (:meth:`long_poll_ms` of ``wait_ms`` and ``left``), paced by
-        :func:`poll_pause_s` while results are still to come: a head that lets no read
-        wait is not asked again and again."""
+        :func:`poll_pause_s` while results are still to come (with ``until_sealed``, also
+        while the session is not sealed): a head that lets no read wait is not asked again
+        and again."""
         if quick:
             return self._results(session_id, order, cursor, max, 0)
         asked = time.monotonic()
         reply = self._results(session_id, order, cursor, max, self.long_poll_ms(wait_ms, left))
-        if not reply["results"] and reply["done"] < reply["total"]:
+        more = reply["done"] < reply["total"] or (until_sealed and not reply.get("sealed"))
+        if not reply["results"] and more:
             pause = poll_pause_s(asked, wait_ms, left)
             if pause > 0:
                 time.sleep(pause)
         return reply
 
-    def iter_results(self, session_id, order="submission", cursor=0, wait_ms=None):
+    def iter_results(self, session_id, order="submission", cursor=0, wait_ms=None,
+                     until_sealed=False):
         """Yields the session's results (the dicts of ``results``) from ``cursor`` in
         ``order`` as they come, in long-polls of ``wait_ms`` (by default as long as the head
         lets one wait, its ``max_wait_ms``; never longer), until every task submitted so
-        far has its result and all of them were read.  In submission order a gap (indexes
-        that no task has) while every task has its result raises :class:`muster.IndexGap`
-        instead of waiting for ever; reading again from its ``cursor`` resumes."""
+        far has its result and all of them were read; with ``until_sealed``, only once the
+        session is sealed as well (:meth:`seal_session`), so that a producer may put in
+        several steps.  In submission order a gap (indexes that no task has) while every
+        task has its result raises :class:`muster.IndexGap` instead of waiting for ever;
+        reading again from its ``cursor`` resumes."""
         quick = True  # a stream at its end or stalled at a gap says so at once
         while True:
-            reply = self._poll_results(session_id, order, cursor, 1000, quick, wait_ms)
+            reply = self._poll_results(session_id, order, cursor, 1000, quick, wait_ms,
+                                       until_sealed=until_sealed)
             for r in reply["results"]:
                 yield r
             cursor = reply["cursor"]
-            finished = reply["done"] >= reply["total"]
-            if errors.results_stalled(reply):
+            finished = reply["done"] >= reply["total"] and _sealed_if(reply, until_sealed)
+            stalled = errors.results_stalled(reply)
+            if stalled:
                 if not reply["results"]:
                     raise errors.IndexGap.from_reply(session_id, reply)
             elif finished and len(reply["results"]) < 1000:
                 return
             # Every task has its result: the rest is there (or the gap was filled), no wait.
-            quick = finished
+            quick = finished or stalled
 
     def close_session(self, session_id):
         return self.request("DELETE", "/v1/sessions/" + _q(session_id))

@@ -305,7 +305,7 @@ void cli_print_result_value(const char *json, FILE *out);
 extern const cli_opt_t cmd_map_opts[], cmd_nodes_opts[], cmd_workers_opts[], cmd_update_opts[],
     cmd_session_create_opts[], cmd_session_results_opts[], cmd_session_put_opts[];
 extern const char cmd_map_details[], cmd_session_put_details[], cmd_session_results_details[],
-    cmd_update_details[];
+    cmd_session_seal_details[], cmd_update_details[];
 int cmd_map(cli_args_t *args);
 int cmd_nodes(cli_args_t *args);
 int cmd_workers(cli_args_t *args);
@@ -314,6 +314,7 @@ int cmd_session_create(cli_args_t *args);
 int cmd_session_ls(cli_args_t *args);
 int cmd_session_show(cli_args_t *args);
 int cmd_session_put(cli_args_t *args);
+int cmd_session_seal(cli_args_t *args);
 int cmd_session_results(cli_args_t *args);
 int cmd_session_close(cli_args_t *args);
 

@@ -1,5 +1,5 @@
 /*
- * cmd_session.c — `muster session create|ls|show|put|results|close`
+ * cmd_session.c — `muster session create|ls|show|put|seal|results|close`
  * (docs/pools.md, docs/api.md "Sessions").
  *
  * These expose a session step by step, for scripts and for looking into what
@@ -10,7 +10,10 @@
  * `results --follow` outlasts a head that stops answering (killed,
  * restarting), as map does: results are durable on the head and the cursor
  * only moves past what was printed, so reading again from it once the head
- * answers prints nothing twice and skips nothing.  It waits for as long as it
+ * answers prints nothing twice and skips nothing.  It ends once every task
+ * put so far has its result; with --until-sealed only once the session is
+ * sealed too (`session seal`, `session put --seal`), so a producer that puts
+ * in several steps is followed across the pauses between them.  It waits for as long as it
  * takes, each read as long as the head lets a long-poll wait (its
  * --max-wait-ms, from GET /v1/health), so an idle follow costs one request per
  * such wait; SIGINT or SIGTERM ends it at once with the cursor to resume from.
@@ -48,6 +51,8 @@ const cli_opt_t cmd_session_create_opts[] = {
 const cli_opt_t cmd_session_put_opts[] = {
     {"json", NULL, "parse each input line as JSON instead of sending it as a string"},
     {"requires", "[SCOPE/]NAME@N", CLI_REQUIRES_SESSION_HELP},
+    {"seal", NULL,
+     "seal the session once these tasks are put: it takes no more (an empty stdin only seals)"},
     {NULL, NULL, NULL},
 };
 
@@ -55,6 +60,10 @@ const char cmd_session_put_details[] =
     "Each input line is one task's payload (a JSON string, or with --json the\n"
     "line's JSON value), at the session's next index.  Prints each task's index\n"
     "and id, separated by a tab.\n\n"
+    "With --seal the session is sealed once every input is put (not when a batch\n"
+    "failed): it takes no more tasks, and `muster session results ID --follow\n"
+    "--until-sealed` ends once these have their results.  With --seal an empty\n"
+    "stdin puts nothing and only seals, as `muster session seal ID` does.\n\n"
     "With --requires every task requires that level of shared data; NAME@N\n"
     "without SCOPE/ is a blob of this session (ID/NAME@N), as a Python Pool's\n"
     "requires=[(name, level)] is one of its session.  Without @N the head is\n"
@@ -62,7 +71,20 @@ const char cmd_session_put_details[] =
     "examples:\n"
     "  muster shared put s-5f2c9a1e7b3d4c60 table table.bin\n"
     "  seq 10 | muster session put s-5f2c9a1e7b3d4c60 --requires table@1\n"
-    "  seq 10 | muster session put s-5f2c9a1e7b3d4c60 --requires models/weights@2\n";
+    "  seq 10 | muster session put s-5f2c9a1e7b3d4c60 --requires models/weights@2\n"
+    "  seq 10 | muster session put s-5f2c9a1e7b3d4c60 --seal\n";
+
+const char cmd_session_seal_details[] =
+    "Says that no more tasks will be put into the session: a later put is refused\n"
+    "(invalid_state), and a reader of its results knows when it has them all:\n"
+    "`muster session results ID --follow --until-sealed` ends once the session is\n"
+    "sealed and every task has its result.  Sealing is durable and cannot be\n"
+    "undone; sealing a sealed session again is no error.  `muster session put ID\n"
+    "--seal` seals after its tasks.\n\n"
+    "examples:\n"
+    "  seq 10 | muster session put s-5f2c9a1e7b3d4c60\n"
+    "  seq 11 20 | muster session put s-5f2c9a1e7b3d4c60\n"
+    "  muster session seal s-5f2c9a1e7b3d4c60\n";
 
 const cli_opt_t cmd_session_results_opts[] = {
     {"order", "ORDER", "submission (by index, the default) or completion (as they finished)"},
@@ -70,6 +92,8 @@ const cli_opt_t cmd_session_results_opts[] = {
     {"max", "N", "print at most N results (default: all that are ready)"},
     {"wait-ms", "MS", "wait up to MS for a first result when none is ready (default 0)"},
     {"follow", NULL, "wait until every task has its result (outlasting a head restart)"},
+    {"until-sealed", NULL,
+     "with --follow: end only once the session is sealed and every task has its result"},
     {"values", NULL, "print only the result values, one per line, like map"},
     {NULL, NULL, NULL},
 };
@@ -86,6 +110,11 @@ const char cmd_session_results_details[] =
     "With --follow, a session with no task yet is waited on until tasks are put\n"
     "and have their results (it may be started before `session put`); it ends\n"
     "once every task submitted so far has its result.\n"
+    "With --follow --until-sealed it ends only once the session is sealed as well\n"
+    "(`muster session seal`, `session put --seal`) and every result was printed: a\n"
+    "producer may put tasks in several steps and pause between them.  Caught up\n"
+    "with an unsealed session, it says once on stderr that it waits for more tasks\n"
+    "or the seal.\n"
     "With --follow, a head that stops answering (it was killed or restarts) is\n"
     "waited for: one line says so, reads are tried again every 2 s at most, and\n"
     "one line says when it answers again; the stream goes on from the cursor,\n"
@@ -94,6 +123,7 @@ const char cmd_session_results_details[] =
     "the cursor on stderr and exit status 1.\n\n"
     "examples:\n"
     "  muster session results s-5f2c9a1e7b3d4c60 --follow --values\n"
+    "  muster session results s-5f2c9a1e7b3d4c60 --follow --until-sealed --values\n"
     "  muster session results s-5f2c9a1e7b3d4c60 --order completion --cursor 311\n";
 
 /* Runs `body` with a connected client and frees it. */
@@ -174,6 +204,26 @@ int cmd_session_close(cli_args_t *args) {
   return session_with_client(args, session_close);
 }
 
+/* Seals session `id` and says so on `out`; returns CLI_OK or the error's
+ * status. */
+static int session_seal_id(muster_client_t *client, const char *id, FILE *out) {
+  int already = 0;
+  muster_err_t err = muster_session_seal(client, id, &already);
+  if (err != MUSTER_OK)
+    return session_error(client, err);
+  fprintf(out, "%ssession %s %s; it takes no more tasks\n", out == stderr ? "muster: " : "", id,
+          already ? "was sealed already" : "sealed");
+  return CLI_OK;
+}
+
+static int session_seal(cli_args_t *args, muster_client_t *client) {
+  return session_seal_id(client, args->pos[0], stdout);
+}
+
+int cmd_session_seal(cli_args_t *args) {
+  return session_with_client(args, session_seal);
+}
+
 /* ---- ls ------------------------------------------------------------------------------ */
 
 /* counts.`key` of a session as text. */
@@ -184,11 +234,11 @@ static const char *session_count(json_t *s, const char *key, char *buf, size_t s
 }
 
 static void session_print_table(json_t *sessions) {
-  static const char *const headers[] = {"ID",     "QUEUE",   "TOTAL",   "DONE",
-                                        "FAILED", "PENDING", "UPDATES", "CLEANUP"};
-  static const int right[] = {0, 0, 1, 1, 1, 1, 1, 0};
+  static const char *const headers[] = {"ID",      "QUEUE",   "TOTAL",   "DONE",  "FAILED",
+                                        "PENDING", "UPDATES", "CLEANUP", "SEALED"};
+  static const int right[] = {0, 0, 1, 1, 1, 1, 1, 0, 0};
   cli_table_t table;
-  table_init(&table, 8, headers, right);
+  table_init(&table, 9, headers, right);
   size_t i;
   json_t *s;
   json_array_foreach(sessions, i, s) {
@@ -202,7 +252,8 @@ static void session_print_table(json_t *sessions) {
                          session_count(s, "failed", failed, sizeof failed),
                          session_count(s, "pending", pending, sizeof pending),
                          updates,
-                         json_is_false(json_object_get(s, "cleanup_on_exit")) ? "no" : "yes"};
+                         json_is_false(json_object_get(s, "cleanup_on_exit")) ? "no" : "yes",
+                         json_is_true(json_object_get(s, "sealed")) ? "yes" : "no"};
     table_add(&table, row);
   }
   table_print(&table, stdout);
@@ -303,13 +354,19 @@ static int session_put_none(const cli_args_t *args, muster_client_t *client) {
   return CLI_FAIL;
 }
 
+/* With --seal the session is sealed once every input is in (an empty
+ * stdin only seals), and not after a failed batch: the inputs after it
+ * are still to be put. */
 static int session_put(cli_args_t *args, muster_client_t *client, cli_requires_t *req) {
   cli_inputs_t in;
+  int seal = cli_flag(args, "seal");
   int rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in);
-  if (rc == CLI_OK && in.count == 0)
+  if (rc == CLI_OK && in.count == 0 && !seal)
     rc = session_put_none(args, client);
-  else if (rc == CLI_OK && (rc = cli_requires_resolve(client, req)) == CLI_OK)
+  else if (rc == CLI_OK && in.count > 0 && (rc = cli_requires_resolve(client, req)) == CLI_OK)
     rc = session_put_all(args, client, &in, req);
+  if (rc == CLI_OK && seal)
+    rc = session_seal_id(client, args->pos[0], stderr);
   cli_inputs_free(&in);
   return rc;
 }
@@ -334,8 +391,11 @@ typedef struct {
   int64_t wait_ms;
   int64_t follow_wait_ms; /* how long a --follow read waits; 0: not asked of the head yet */
   int follow, values;
+  int until_sealed; /* --until-sealed: caught up, --follow ends only on a sealed session */
   int read_any;     /* a page came: the session exists, and --follow may wait for the head */
   int said_empty;   /* --follow said that the session has no task yet */
+  int said_waiting; /* --until-sealed said that it waits for more tasks or the seal */
+  int sealed;       /* the last page's "sealed": 1, 0, or -1 when the head did not say */
   const char *id;   /* the session's id (argv) */
   int64_t retry_ms; /* the next pause while the head does not answer; 0: it answers */
   int64_t gap_last; /* after index_gap: the last index of the gap the stream stopped at */
@@ -430,6 +490,10 @@ static int session_read_opts(const cli_args_t *args, session_read_t *rd) {
   rd->order =
       order && strcmp(order, "completion") == 0 ? MUSTER_ORDER_COMPLETION : MUSTER_ORDER_SUBMISSION;
   rd->follow = cli_flag(args, "follow");
+  rd->until_sealed = cli_flag(args, "until-sealed");
+  if (rd->until_sealed && !rd->follow)
+    return cli_usage_error(args->cmd, "--until-sealed goes with --follow (it says when a follow "
+                                      "ends); without --follow the command prints what is ready");
   rd->values = cli_flag(args, "values");
   int rc = cli_opt_int(args, "cursor", 0, 0, &rd->cursor);
   if (rc == CLI_OK)
@@ -520,21 +584,53 @@ static int64_t session_follow_wait(muster_client_t *client, session_read_t *rd) 
   return wait;
 }
 
-/* Prints a page's results and moves the cursor past them; returns 1 when
- * the stream is read to its end (or to the --max limit) and reading stops.
- * A session without tasks is not finished: the head cannot tell whether
- * more will be put (a session takes tasks until it is closed), and one just
- * created gets its tasks after it (`session put`), so --follow waits for
- * them, saying so once, rather than end before the first. */
-static int session_take_page(session_read_t *rd, const muster_results_t *page, size_t max,
-                             int *quick) {
-  if (rd->follow && page->total == 0 && !rd->said_empty) {
+/* With --follow, says once that a session without tasks is waited on, and
+ * with --until-sealed once that one caught up (every task put so far has its
+ * result, all printed: fewer than `max` came, no gap) is waited on until more
+ * are put or it is sealed; not when the stream `ends` here. */
+static void session_say_waiting(session_read_t *rd, const muster_results_t *page, size_t max,
+                                int ends) {
+  int caught_up = page->done >= page->total && page->gap_first < 0 && page->count < max;
+  if (rd->follow && page->total == 0 && !ends && !rd->said_empty) {
     fprintf(stderr,
             "muster: session %s has no tasks yet; waiting for tasks to be put and for their "
             "results (Ctrl-C stops)\n",
             rd->id);
     rd->said_empty = 1;
+  } else if (rd->until_sealed && caught_up && page->total > 0 && rd->sealed == 0 && !ends &&
+             !rd->said_waiting) {
+    fprintf(stderr,
+            "muster: session %s: every task put so far (%lld) has its result; it is not "
+            "sealed, so waiting for more tasks or the seal (`muster session seal %s`; Ctrl-C "
+            "stops)\n",
+            rd->id, (long long)page->total, rd->id);
+    rd->said_waiting = 1;
+  } else if (rd->until_sealed && rd->sealed < 0 && !rd->said_waiting) {
+    fprintf(stderr,
+            "muster: the head does not say whether session %s is sealed (it is older than "
+            "this muster); --until-sealed cannot be honoured, so the follow ends once every "
+            "task put so far has its result\n",
+            rd->id);
+    rd->said_waiting = 1;
   }
+}
+
+/* Prints a page's results and moves the cursor past them; returns 1 when
+ * the stream is read to its end (or to the --max limit) and reading stops.
+ * A session without tasks is not finished: the head cannot tell whether
+ * more will be put (a session takes tasks until it is closed or sealed), and
+ * one just created gets its tasks after it (`session put`), so --follow
+ * waits for them, saying so once, rather than end before the first.  With
+ * --until-sealed the end is a sealed session with every result, tasks or
+ * none: until then each caught-up read waits (the head answers it when a
+ * result comes or the seal does). */
+static int session_take_page(session_read_t *rd, const muster_results_t *page, size_t max,
+                             int *quick) {
+  int caught_up = page->done >= page->total, at_gap = page->gap_first >= 0;
+  int by_seal = rd->until_sealed && rd->sealed >= 0; /* an older head does not say */
+  int finished = caught_up && (by_seal ? rd->sealed == 1 : page->total > 0);
+  int stalled = caught_up && page->total > 0 && at_gap; /* the next read fails: index_gap */
+  int at_end = finished && !at_gap && page->count < max, empty = page->count == 0;
   for (size_t i = 0; i < page->count; i++)
     session_print_result(rd, &page->results[i]);
   fflush(stdout);
@@ -542,10 +638,9 @@ static int session_take_page(session_read_t *rd, const muster_results_t *page, s
     rd->cursor = page->cursor;
   if (rd->left > 0)
     rd->left -= (int64_t)page->count;
-  int finished = page->total > 0 && page->done >= page->total, at_gap = page->gap_first >= 0;
-  int at_end = finished && !at_gap && page->count < max, empty = page->count == 0;
-  *quick = finished;
-  return !(finished && at_gap) && (at_end || (!rd->follow && empty));
+  session_say_waiting(rd, page, max, at_end || stalled);
+  *quick = finished || stalled;
+  return !stalled && (at_end || (!rd->follow && empty));
 }
 
 /*
@@ -567,8 +662,8 @@ static muster_err_t session_read_all(const cli_args_t *args, muster_client_t *cl
     muster_results_t page;
     int64_t asked_ms = session_now_ms();
     session_waits(rd, 1);
-    muster_err_t err =
-        muster_session_results(client, args->pos[0], rd->order, rd->cursor, max, wait, &page);
+    muster_err_t err = muster_session_results_sealed(client, args->pos[0], rd->order, rd->cursor,
+                                                     max, wait, &page, &rd->sealed);
     session_waits(rd, 0);
     if (err != MUSTER_OK) {
       rd->gap_last = page.gap_last;

@@ -291,6 +291,8 @@ static const cli_cmd_t commands[] = {
     {"session show", "ID", "Show a session as JSON.", NULL, NULL, 1, 1, 1, cmd_session_show},
     {"session put", "ID [options] < INPUTS", "Submit one task per input line to a session.",
      cmd_session_put_details, cmd_session_put_opts, 1, 1, 1, cmd_session_put},
+    {"session seal", "ID", "Seal a session: it takes no more tasks, and its readers see the end.",
+     cmd_session_seal_details, NULL, 1, 1, 1, cmd_session_seal},
     {"session results", "ID [options]", "Print a session's results from a cursor.",
      cmd_session_results_details, cmd_session_results_opts, 1, 1, 1, cmd_session_results},
     {"session close", "ID", "Close a session: cancel its unfinished tasks, delete its data.", NULL,

@@ -155,6 +155,22 @@ muster_err_t muster_session_heartbeat(muster_client_t *client, const char *id) {
   return err == MUSTER_OK ? client_call(client, "POST", path, NULL, 0, NULL) : err;
 }
 
+muster_err_t muster_session_seal(muster_client_t *client, const char *id, int *already) {
+  if (already)
+    *already = 0;
+  if (client == NULL)
+    return MUSTER_INVALID;
+  char path[SESSION_PATH_MAX];
+  json_t *reply = NULL;
+  muster_err_t err = session_path(client, path, sizeof path, id, "/seal");
+  if (err == MUSTER_OK)
+    err = client_call(client, "POST", path, NULL, 0, &reply);
+  if (err == MUSTER_OK && already != NULL)
+    *already = json_is_true(json_object_get(reply, "already_sealed"));
+  json_decref(reply);
+  return err;
+}
+
 muster_err_t muster_session_close(muster_client_t *client, const char *id, int64_t *cancelled) {
   if (cancelled)
     *cancelled = 0;
@@ -337,11 +353,15 @@ static int session_read_gap(const json_t *reply, muster_results_t *out) {
   return 0;
 }
 
-/* Turns a results reply into *out. */
+/* Turns a results reply into *out, and its "sealed" into *sealed (may be
+ * NULL): -1 when absent (an older head). */
 static muster_err_t session_read_results(muster_client_t *client, json_t *reply,
-                                         muster_results_t *out) {
-  json_t *list = json_object_get(reply, "results");
-  if (!json_is_array(list) || client_get_int(reply, "cursor", 0, &out->cursor) ||
+                                         muster_results_t *out, int *sealed) {
+  json_t *list = json_object_get(reply, "results"), *seal = json_object_get(reply, "sealed");
+  if (sealed != NULL)
+    *sealed = json_is_boolean(seal) ? json_is_true(seal) : -1;
+  if (!json_is_array(list) || (seal != NULL && !json_is_boolean(seal)) ||
+      client_get_int(reply, "cursor", 0, &out->cursor) ||
       client_get_int(reply, "total", 0, &out->total) ||
       client_get_int(reply, "done", 0, &out->done) || session_read_gap(reply, out))
     return client_fail(client, MUSTER_PROTOCOL, "the results reply is malformed");
@@ -386,22 +406,16 @@ static muster_err_t session_check_gap(muster_client_t *client, const char *id,
       id, first, never, (long long)out->total, submit, last + 1);
 }
 
-muster_err_t muster_session_results(muster_client_t *client, const char *id, muster_order_t order,
-                                    int64_t cursor, size_t max, int64_t wait_ms,
-                                    muster_results_t *out) {
-  if (out) {
-    memset(out, 0, sizeof *out);
-    out->gap_first = out->gap_last = -1;
-  }
-  if (client == NULL)
-    return MUSTER_INVALID;
-  if (out == NULL)
-    return client_fail(client, MUSTER_INVALID, "a place for the results is required");
-  char path[SESSION_PATH_MAX], query[160];
+/* The path of a results read with its query into `path` (SESSION_PATH_MAX
+ * bytes). */
+static muster_err_t session_results_path(muster_client_t *client, const char *id,
+                                         muster_order_t order, int64_t cursor, size_t max,
+                                         int64_t wait_ms, char *path) {
+  char query[160];
   muster_err_t err =
       client_check_min(client, "wait_ms", wait_ms, 0, "0 or more milliseconds (0: do not wait)");
   if (err == MUSTER_OK)
-    err = session_path(client, path, sizeof path, id, "/results");
+    err = session_path(client, path, SESSION_PATH_MAX, id, "/results");
   if (err != MUSTER_OK)
     return err;
   int n =
@@ -411,13 +425,39 @@ muster_err_t muster_session_results(muster_client_t *client, const char *id, mus
     n += snprintf(query + n, sizeof query - (size_t)n, "&max=%zu", max);
   if (wait_ms > 0)
     snprintf(query + n, sizeof query - (size_t)n, "&wait_ms=%lld", (long long)wait_ms);
-  if (strlen(path) + strlen(query) >= sizeof path)
+  if (strlen(path) + strlen(query) >= SESSION_PATH_MAX)
     return client_fail(client, MUSTER_NAME_INVALID, "the session id is too long");
   strcat(path, query);
+  return MUSTER_OK;
+}
+
+muster_err_t muster_session_results(muster_client_t *client, const char *id, muster_order_t order,
+                                    int64_t cursor, size_t max, int64_t wait_ms,
+                                    muster_results_t *out) {
+  return muster_session_results_sealed(client, id, order, cursor, max, wait_ms, out, NULL);
+}
+
+muster_err_t muster_session_results_sealed(muster_client_t *client, const char *id,
+                                           muster_order_t order, int64_t cursor, size_t max,
+                                           int64_t wait_ms, muster_results_t *out, int *sealed) {
+  if (sealed)
+    *sealed = -1;
+  if (out) {
+    memset(out, 0, sizeof *out);
+    out->gap_first = out->gap_last = -1;
+  }
+  if (client == NULL)
+    return MUSTER_INVALID;
+  if (out == NULL)
+    return client_fail(client, MUSTER_INVALID, "a place for the results is required");
+  char path[SESSION_PATH_MAX];
+  muster_err_t err = session_results_path(client, id, order, cursor, max, wait_ms, path);
+  if (err != MUSTER_OK)
+    return err;
   json_t *reply = NULL;
   err = client_call(client, "GET", path, NULL, wait_ms > 0 ? (long)wait_ms : 0, &reply);
   if (err == MUSTER_OK)
-    err = session_read_results(client, reply, out);
+    err = session_read_results(client, reply, out, sealed);
   if (err == MUSTER_OK)
     err = session_check_gap(client, id, out);
   json_decref(reply);

@@ -574,6 +574,7 @@ const http_route_t http_routes[] = {
     {"GET", "/v1/sessions/{}", route_session_get, true, 0, 0},
     {"DELETE", "/v1/sessions/{}", route_session_close, true, 0, HTTP_NO_FIELDS},
     {"POST", "/v1/sessions/{}/heartbeat", route_session_heartbeat, true, 0, 0},
+    {"POST", "/v1/sessions/{}/seal", route_session_seal, true, 0, HTTP_NO_FIELDS},
     {"POST", "/v1/sessions/{}/tasks", route_session_submit, true, 0, HTTP_BODY_TEXT},
     {"GET", "/v1/sessions/{}/results", route_session_results, true, 0, 0},
     {"POST", "/v1/queues/{}/updates", route_update_post, true, 0, HTTP_QUEUE_NAME},

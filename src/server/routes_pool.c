@@ -118,6 +118,11 @@ void route_session_submit(http_req_t *r) {
   jscan_body_free(&scanned);
 }
 
+void route_session_seal(http_req_t *r) {
+  fail_t f = {0};
+  reply_or_fail(r, 200, session_seal(ST(r), r->params[0], r->body, &f), &f);
+}
+
 void route_session_close(http_req_t *r) {
   fail_t f = {0};
   reply_or_fail(r, 200, session_close(ST(r), r->params[0], "by its client", &f), &f);
@@ -147,13 +152,15 @@ void route_session_results(http_req_t *r) {
   /* A read at a gap waits as any other, also when the stream is stalled:
    * another producer may yet fill the gap, and answering at once would turn
    * the loop of a reader that does not look at "gap" into a busy one.  A
-   * parked read is answered when the stream stalls (results_waiter_try). */
+   * parked read is answered when the stream stalls (results_waiter_try).
+   * A sealed session with every result has nothing more to give: its read
+   * is answered at once, as its reader stops on "sealed". */
   bool may_wait = wait_ms > 0 && !r->head->stopping;
   session_read_t rd;
   jw_buf_t page = {0};
   muster_err_t err =
       session_results_text(ST(r), r->params[0], order, cursor, max, may_wait, &rd, &page, &f);
-  if (err == MUSTER_OK && rd.count == 0 && may_wait) {
+  if (err == MUSTER_OK && rd.count == 0 && may_wait && !rd.ended) {
     int64_t cap = r->head->cfg.max_wait_ms;
     results_waiter_park(r, order, cursor, max, wait_ms < cap ? wait_ms : cap);
   } else if (err == MUSTER_OK) {
@@ -202,8 +209,9 @@ static void results_waiter_unlink(head_t *h, results_waiter_t *w) {
 /* Reads for a parked reader in a savepoint of its own.  Answers it (and
  * frees it) when there is something to read, when the stream is stalled at
  * a gap (the last task without a result finished: the reader learns now
- * that none comes at its cursor), when the read failed (the session
- * closed), or when `always`; returns whether it answered. */
+ * that none comes at its cursor), when it ended (sealed, every task with its
+ * result: a seal or the last result came), when the read failed (the
+ * session closed), or when `always`; returns whether it answered. */
 static bool results_waiter_try(head_t *h, results_waiter_t *w, bool always) {
   fail_t f = {0};
   session_read_t rd = {0};
@@ -214,7 +222,7 @@ static bool results_waiter_try(head_t *h, results_waiter_t *w, bool always) {
                                &f);
     store_request_end(h->st, err == MUSTER_OK);
   }
-  if (err == MUSTER_OK && rd.count == 0 && !rd.stalled && !always) {
+  if (err == MUSTER_OK && rd.count == 0 && !rd.stalled && !rd.ended && !always) {
     jw_buf_free(&page);
     return false;
   }

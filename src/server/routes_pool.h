@@ -23,6 +23,7 @@ void route_session_create(http_req_t *r);
 void route_session_list(http_req_t *r);
 void route_session_get(http_req_t *r);
 void route_session_heartbeat(http_req_t *r);
+void route_session_seal(http_req_t *r);
 void route_session_submit(http_req_t *r);
 void route_session_results(http_req_t *r);
 void route_session_close(http_req_t *r);

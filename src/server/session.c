@@ -1,7 +1,11 @@
 /*
- * session.c — sessions and their indexed tasks: create, read, heartbeat and
- * submit.  The results stream is session_results.c's, closing and expiry
- * session_close.c's.
+ * session.c — sessions and their indexed tasks: create, read, heartbeat,
+ * seal and submit.  The results stream is session_results.c's, closing and
+ * expiry session_close.c's.
+ *
+ * A sealed session (its producer said that no task will follow) refuses
+ * puts, so that a reader of its results can tell the end of the stream from
+ * a pause between two puts (session_read_t.ended).
  *
  * The session row keeps its counters (next_index, last_seq, total, done,
  * failed) so that reading a session or a page of results never counts rows.
@@ -30,7 +34,7 @@
 #define SESSION_COLUMNS                                                                            \
   "id, queue, state, cleanup_on_exit, timeout_ms, created_ms, last_seen_ms, next_index,"           \
   " last_seq, total, done, failed, coalesce(closed_why, ''),"                                      \
-  " (SELECT init_data FROM session_data WHERE session = sessions.id)"
+  " (SELECT init_data FROM session_data WHERE session = sessions.id), sealed"
 
 static void session_from_row(sqlite3_stmt *s, session_t *ss) {
   snprintf(ss->id, sizeof ss->id, "%s", (const char *)sqlite3_column_text(s, 0));
@@ -46,17 +50,19 @@ static void session_from_row(sqlite3_stmt *s, session_t *ss) {
   ss->done = sqlite3_column_int64(s, 10);
   ss->failed = sqlite3_column_int64(s, 11);
   snprintf(ss->closed_why, sizeof ss->closed_why, "%s", (const char *)sqlite3_column_text(s, 12));
+  ss->sealed = sqlite3_column_int(s, 14) != 0; /* 13 is init_data: session_init_data */
 }
 
 static json_t *session_to_json(store_t *st, const session_t *ss, json_t *init_data) {
   return json_pack(
-      "{s:s, s:s, s:s, s:b, s:I, s:o, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:I, s:I}", "id", ss->id,
-      "queue", ss->queue, "state", ss->state == SESSION_OPEN ? "open" : "closed", "cleanup_on_exit",
-      ss->cleanup_on_exit, "timeout_ms", (json_int_t)ss->timeout_ms, "init_data", init_data,
-      "created_ms", (json_int_t)ss->created_ms, "last_seen_ms", (json_int_t)ss->last_seen_ms,
-      "counts", "total", (json_int_t)ss->total, "done", (json_int_t)ss->done, "failed",
-      (json_int_t)ss->failed, "pending", (json_int_t)(ss->total - ss->done - ss->failed),
-      "next_index", (json_int_t)ss->next_index, "updates", (json_int_t)update_last(st, ss->queue));
+      "{s:s, s:s, s:s, s:b, s:I, s:o, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:b}", "id",
+      ss->id, "queue", ss->queue, "state", ss->state == SESSION_OPEN ? "open" : "closed",
+      "cleanup_on_exit", ss->cleanup_on_exit, "timeout_ms", (json_int_t)ss->timeout_ms, "init_data",
+      init_data, "created_ms", (json_int_t)ss->created_ms, "last_seen_ms",
+      (json_int_t)ss->last_seen_ms, "counts", "total", (json_int_t)ss->total, "done",
+      (json_int_t)ss->done, "failed", (json_int_t)ss->failed, "pending",
+      (json_int_t)(ss->total - ss->done - ss->failed), "next_index", (json_int_t)ss->next_index,
+      "updates", (json_int_t)update_last(st, ss->queue), "sealed", ss->sealed);
 }
 
 /* The init_data of a row of SESSION_COLUMNS for a reply: a raw node of its
@@ -156,6 +162,36 @@ json_t *session_heartbeat(store_t *st, const char *id, const json_t *body, fail_
   if (jv_only(body, "", allowed, f) || session_touch(st, id, NULL, f))
     return NULL;
   return json_pack("{s:s, s:s}", "id", id, "state", "open");
+}
+
+/* Marks session `id` sealed, in the request's transaction, and wakes its
+ * parked readers: one that has every result is answered now
+ * (session_read_t.ended) instead of at the end of its wait. */
+static muster_err_t session_mark_sealed(store_t *st, const char *id, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE sessions SET sealed = 1 WHERE id = ?1");
+  if (s == NULL)
+    return store_fail(st, f, "session seal");
+  store_bind_text(s, 1, id);
+  if (store_step_done(st, s, f) == MUSTER_OK)
+    store_notify_session(st, id);
+  return f->code;
+}
+
+json_t *session_seal(store_t *st, const char *id, const json_t *body, fail_t *f) {
+  static const char *const allowed[] = {NULL};
+  session_t ss;
+  json_t *init_data = NULL;
+  if (jv_only(body, "", allowed, f) || session_load_open(st, id, &ss, &init_data, true, f) ||
+      (!ss.sealed && session_mark_sealed(st, id, f))) {
+    json_decref(init_data);
+    return NULL;
+  }
+  bool already = ss.sealed;
+  ss.sealed = true;
+  json_t *out = session_to_json(st, &ss, init_data);
+  if (out != NULL)
+    json_object_set_new(out, "already_sealed", json_boolean(already));
+  return out;
 }
 
 /* A fresh session id: "s-" and 16 hex digits from the kernel's random source. */
@@ -491,13 +527,53 @@ static json_t *submit_specs(store_t *st, session_t *ss, const submit_spec_t *spe
   return out;
 }
 
+/* A batch for sealed session *ss: refused, unless it is a repeat of one
+ * stored before the seal (its reply was lost, and it may have been the
+ * batch that sealed), answered as any repeat. */
+static json_t *submit_sealed(store_t *st, const session_t *ss, const submit_spec_t *specs, size_t n,
+                             fail_t *f) {
+  int64_t *idx = malloc(2 * n * sizeof *idx), *ids = idx + n;
+  json_t *out = NULL;
+  if (idx == NULL) {
+    fail_set(f, MUSTER_NOMEM, "out of memory");
+  } else if (submit_is_repeat(st, ss, specs, n, ids)) {
+    for (size_t i = 0; i < n; i++)
+      idx[i] = specs[i].index;
+    if ((out = submit_reply(ids, idx, n, f)) != NULL)
+      json_object_set_new(out, "repeated", json_true());
+  } else {
+    fail_set(f, MUSTER_INVALID_STATE,
+             "session %s was sealed (its producer said that no more tasks would come): it "
+             "takes no more; put these tasks into a new session",
+             ss->id);
+  }
+  free(idx);
+  return out;
+}
+
+/* Stores a parsed batch in session *ss (submit_specs, or submit_sealed when
+ * it is sealed); with `seal`, seals it in the same transaction, and the
+ * reply says "sealed": true. */
+static json_t *submit_batch(store_t *st, session_t *ss, const submit_spec_t *specs, size_t n,
+                            bool seal, fail_t *f) {
+  json_t *out = ss->sealed ? submit_sealed(st, ss, specs, n, f) : submit_specs(st, ss, specs, n, f);
+  if (out != NULL && seal && !ss->sealed && session_mark_sealed(st, ss->id, f)) {
+    json_decref(out);
+    return NULL;
+  }
+  if (out != NULL && seal)
+    json_object_set_new(out, "sealed", json_true());
+  return out;
+}
+
 json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t max_payload,
                        fail_t *f) {
-  static const char *const allowed[] = {"tasks", NULL};
+  static const char *const allowed[] = {"tasks", "seal", NULL};
   json_t *tasks;
   session_t ss;
-  if (jv_only(body, "", allowed, f) || jv_batch(body, "tasks", TASK_MAX_BATCH, &tasks, f) ||
-      submit_open(st, id, &ss, f))
+  bool seal;
+  if (jv_only(body, "", allowed, f) || jv_bool(body, "seal", "", false, &seal, f) ||
+      jv_batch(body, "tasks", TASK_MAX_BATCH, &tasks, f) || submit_open(st, id, &ss, f))
     return NULL;
   size_t n = json_array_size(tasks), i = 0;
   submit_spec_t *specs = calloc(n, sizeof *specs);
@@ -509,7 +585,7 @@ json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t m
   while (i < n && submit_parse(json_array_get(tasks, i), i, max_payload, &specs[i], f) == MUSTER_OK)
     i++;
   if (i == n)
-    out = submit_specs(st, &ss, specs, n, f);
+    out = submit_batch(st, &ss, specs, n, seal, f);
   for (size_t j = 0; j < n; j++) {
     free(specs[j].encoded);
     free(specs[j].requires);
@@ -526,11 +602,26 @@ const jscan_shape_t session_submit_shape = {
     .ints = {{"priority", INT32_MIN, INT32_MAX, 0, false},
              {"index", 0, JV_ID_MAX, -1, false},
              {NULL, 0, 0, 0, false}},
+    .extra = "seal",
 };
+
+/* The "seal" of a scanned body, its extra slice (canonical text): true,
+ * false, or absent or null (false); anything else fails as jv_bool does
+ * in the tree path, with its message. */
+static muster_err_t submit_scanned_seal(const jscan_body_t *body, bool *seal, fail_t *f) {
+  const char *text = body->extra;
+  size_t len = body->extra_len;
+  *seal = text && len == 4 && memcmp(text, "true", 4) == 0;
+  if (text == NULL || *seal || (len == 5 && memcmp(text, "false", 5) == 0) ||
+      (len == 4 && memcmp(text, "null", 4) == 0))
+    return MUSTER_OK;
+  return fail_set(f, MUSTER_INVALID, "seal: expected true or false");
+}
 
 json_t *session_submit_scanned(store_t *st, const char *id, const jscan_body_t *body, fail_t *f) {
   session_t ss;
-  if (submit_open(st, id, &ss, f))
+  bool seal;
+  if (submit_scanned_seal(body, &seal, f) || submit_open(st, id, &ss, f))
     return NULL;
   submit_spec_t *specs = calloc(body->count, sizeof *specs);
   if (specs == NULL) {
@@ -541,7 +632,7 @@ json_t *session_submit_scanned(store_t *st, const char *id, const jscan_body_t *
     const jscan_elem_t *e = &body->elems[i];
     specs[i] = (submit_spec_t){.payload = e->text, .priority = e->ints[0], .index = e->ints[1]};
   }
-  json_t *out = submit_specs(st, &ss, specs, body->count, f);
+  json_t *out = submit_batch(st, &ss, specs, body->count, seal, f);
   free(specs);
   return out;
 }

@@ -43,17 +43,28 @@ json_t *session_heartbeat(store_t *st, const char *id, const json_t *body, fail_
  * `queue` is not NULL it receives the session's queue (NAME_MAX_LEN + 1 bytes). */
 muster_err_t session_touch(store_t *st, const char *id, char *queue, fail_t *f);
 
-/* Submits the tasks of body {"tasks": [{"payload", "index", "priority"}]}:
- * automatic indexes from next_index, explicit ones unique in the session
- * (MUSTER_INVALID_STATE when in use).  Returns {"tasks": [{"id", "index"}]}
- * or NULL with *f filled; the caller rolls back on failure.  A batch whose
- * explicit indexes all hold the same payloads already (a retry after a lost
- * reply) changes nothing and answers with theirs, plus "repeated": true. */
+/* Seals open session `id` (body {}: no fields): it takes no more tasks, and
+ * a results reader that has every result knows that none will follow.
+ * Durable, idempotent; counts as a heartbeat; wakes the session's parked
+ * readers.  Returns the Session object with "already_sealed" (whether it
+ * was sealed before) or NULL with *f filled (MUSTER_SESSION_NOT_FOUND,
+ * MUSTER_INVALID). */
+json_t *session_seal(store_t *st, const char *id, const json_t *body, fail_t *f);
+
+/* Submits the tasks of body {"tasks": [{"payload", "index", "priority"}],
+ * "seal"}: automatic indexes from next_index, explicit ones unique in the
+ * session (MUSTER_INVALID_STATE when in use).  Returns {"tasks": [{"id",
+ * "index"}]} or NULL with *f filled; the caller rolls back on failure.  A
+ * batch whose explicit indexes all hold the same payloads already (a retry
+ * after a lost reply) changes nothing and answers with theirs, plus
+ * "repeated": true.  "seal": true seals the session with the batch (the
+ * reply says "sealed": true); a sealed session refuses every batch but such
+ * a repeat with MUSTER_INVALID_STATE. */
 json_t *session_submit(store_t *st, const char *id, const json_t *body, size_t max_payload,
                        fail_t *f);
 /* The submit body the scanner takes (jscan.h): payload, priority and index,
- * without requires (those bodies take the tree path); and session_submit of
- * such a scanned body. */
+ * without requires (those bodies take the tree path), and "seal" as its
+ * extra slice; and session_submit of such a scanned body. */
 extern const jscan_shape_t session_submit_shape;
 json_t *session_submit_scanned(store_t *st, const char *id, const jscan_body_t *body, fail_t *f);
 
@@ -81,11 +92,14 @@ typedef struct {
                  * result: nothing comes at the cursor until a task is submitted there */
   bool cut;     /* it stopped before a result that would have passed the budget of
                  * one reply (reply_budget.h): that one is next at the cursor */
+  bool ended;   /* the session is sealed and every task has its result: no result
+                 * comes that is not there already, so an empty read need not wait */
 } session_read_t;
 
 /* Reads results after `cursor` in `order`, at most `max`, fewer when their
  * results and errors would pass the budget of one reply (one always goes),
- * and writes the reply {"results": [...], "cursor", "total", "done", "gap"}
+ * and writes the reply {"results": [...], "cursor", "total", "done", "gap",
+ * "sealed"}
  * as JSON text into `out` (empty; the caller frees it, also on failure),
  * whole, for the reply to take as it is (http_reply_text): the stored
  * results are copied once, into `out`.  Returns MUSTER_OK and *rd, or the

@@ -19,6 +19,7 @@ typedef struct {
   char queue[NAME_MAX_LEN + 1];
   int state;
   bool cleanup_on_exit;
+  bool sealed; /* no task will be put any more (session_seal) */
   int64_t timeout_ms, created_ms, last_seen_ms;
   int64_t next_index; /* index of the next task submitted without one */
   int64_t last_seq;   /* results so far; the seq of the latest */

@@ -153,6 +153,7 @@ typedef struct {
   int64_t cursor;   /* where the next read starts */
   int64_t gap_last; /* the last index of the gap at `cursor`; -1: no gap */
   int64_t total, done;
+  bool sealed; /* the session takes no more tasks */
 } results_page_t;
 
 /* Reads the results of open session `id` (session_results' arguments) into
@@ -170,13 +171,18 @@ static muster_err_t results_page(store_t *st, const char *id, session_order_t or
   JW_ADD_LITERAL(list, "]");
   if (next < 0 || !results_stop(st, &ss, order, next, max, empty_waits, rd, &gap_last))
     return store_fail(st, f, "session results");
-  *page = (results_page_t){
-      .cursor = next, .gap_last = gap_last, .total = ss.total, .done = ss.done + ss.failed};
+  *page = (results_page_t){.cursor = next,
+                           .gap_last = gap_last,
+                           .total = ss.total,
+                           .done = ss.done + ss.failed,
+                           .sealed = ss.sealed};
+  rd->ended = ss.sealed && page->done >= ss.total;
   return list->failed ? fail_set(f, MUSTER_NOMEM, "out of memory") : MUSTER_OK;
 }
 
 /* The reply's fields after "results", written after its array: "cursor",
- * "total", "done" and "gap" (an object or null), and the closing brace. */
+ * "total", "done", "gap" (an object or null) and "sealed", and the closing
+ * brace. */
 static void results_write_tail(jw_buf_t *out, const results_page_t *page) {
   JW_ADD_LITERAL(out, ",\"cursor\":");
   jw_add_int(out, page->cursor);
@@ -185,14 +191,18 @@ static void results_write_tail(jw_buf_t *out, const results_page_t *page) {
   JW_ADD_LITERAL(out, ",\"done\":");
   jw_add_int(out, page->done);
   if (page->gap_last < 0) {
-    JW_ADD_LITERAL(out, ",\"gap\":null}");
-    return;
+    JW_ADD_LITERAL(out, ",\"gap\":null");
+  } else {
+    JW_ADD_LITERAL(out, ",\"gap\":{\"first\":");
+    jw_add_int(out, page->cursor);
+    JW_ADD_LITERAL(out, ",\"last\":");
+    jw_add_int(out, page->gap_last);
+    JW_ADD_LITERAL(out, "}");
   }
-  JW_ADD_LITERAL(out, ",\"gap\":{\"first\":");
-  jw_add_int(out, page->cursor);
-  JW_ADD_LITERAL(out, ",\"last\":");
-  jw_add_int(out, page->gap_last);
-  JW_ADD_LITERAL(out, "}}");
+  if (page->sealed)
+    JW_ADD_LITERAL(out, ",\"sealed\":true}");
+  else
+    JW_ADD_LITERAL(out, ",\"sealed\":false}");
 }
 
 muster_err_t session_results_text(store_t *st, const char *id, session_order_t order,

@@ -298,6 +298,12 @@ const char *const store_migrations[] = {
     "  instance TEXT PRIMARY KEY, ended_ms INTEGER NOT NULL, crashed INTEGER NOT NULL)"
     "  WITHOUT ROWID;"
     "CREATE INDEX ended_instances_by_time ON ended_instances(ended_ms);",
+    /* Sealed sessions (session.c): once its producer says no task will
+     * follow (POST /v1/sessions/{id}/seal, or a put with "seal": true) a
+     * session refuses puts, and a reader that has every result knows the
+     * stream ended instead of waiting for tasks that may yet come.  Sessions
+     * open before this migration are not sealed. */
+    "ALTER TABLE sessions ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;",
 };
 
 const int store_migration_count = (int)(sizeof store_migrations / sizeof store_migrations[0]);

@@ -16,7 +16,7 @@ import node_harness  # noqa: E402
 from test_api_common import ApiTestCase, is_int, now_ms  # noqa: E402
 
 SESSION_KEYS = {"id", "queue", "state", "cleanup_on_exit", "timeout_ms", "init_data",
-                "created_ms", "last_seen_ms", "counts", "next_index", "updates"}
+                "created_ms", "last_seen_ms", "counts", "next_index", "updates", "sealed"}
 RESULT_KEYS = {"index", "task", "state", "result", "error", "seq"}
 
 
@@ -117,7 +117,7 @@ class SessionCase(ApiTestCase):
         if query:
             path += "?" + "&".join("%s=%s" % kv for kv in query.items())
         r = self.expect("GET", path)
-        self.assertEqual(set(r), {"results", "cursor", "total", "done", "gap"}, r)
+        self.assertEqual(set(r), {"results", "cursor", "total", "done", "gap", "sealed"}, r)
         for x in r["results"]:
             self.assertEqual(set(x), RESULT_KEYS, x)
         return r
@@ -156,7 +156,7 @@ class SessionTest(SessionCase):
                          {"queue": self.q, "state": "open", "cleanup_on_exit": False,
                           "timeout_ms": 5000, "init_data": {"model": "m", "n": [1, 2]},
                           "counts": {"total": 0, "done": 0, "failed": 0, "pending": 0},
-                          "next_index": 0, "updates": 0})
+                          "next_index": 0, "updates": 0, "sealed": False})
         self.assert_between(s["created_ms"], t0, t1, "created_ms")
         self.assertEqual(len(s["id"]), 18, s)
         got = self.get_session(s["id"])
@@ -597,7 +597,7 @@ class SessionLongPollTest(SessionCase):
         r = self.finished(t)
         self.assertLess(t.finished_at - done_at, 2.0)
         self.assertEqual(r.json, {"results": [], "cursor": 1, "total": 3, "done": 3,
-                                  "gap": {"first": 1, "last": 3}})
+                                  "gap": {"first": 1, "last": 3}, "sealed": False})
 
     def test_purge_takes_tasks_out_of_the_stream(self):
         """A purge deletes a session's queued tasks: they leave its total, and a reader
@@ -617,7 +617,7 @@ class SessionLongPollTest(SessionCase):
         r = self.finished(t)
         self.assertLess(t.finished_at - purged_at, 2.0)
         self.assertEqual(r.json, {"results": [], "cursor": 1, "total": 1, "done": 1,
-                                  "gap": {"first": 1, "last": 2}})
+                                  "gap": {"first": 1, "last": 2}, "sealed": False})
         self.assertEqual(self.get_session(sid)["counts"],
                          {"total": 1, "done": 1, "failed": 0, "pending": 0})
         # A purge of another queue, or of one with no session tasks left, changes nothing.
@@ -638,7 +638,7 @@ class SessionLongPollTest(SessionCase):
         r = self.expect("GET", "/v1/sessions/%s/results?cursor=1&wait_ms=300" % sid)
         self.assertGreaterEqual(time.monotonic() - t0, 0.25)
         self.assertEqual(r, {"results": [], "cursor": 1, "total": 2, "done": 2,
-                             "gap": {"first": 1, "last": 1}})
+                             "gap": {"first": 1, "last": 1}, "sealed": False})
         t = self.reader(sid, "cursor=1&wait_ms=20000")
         hold(0.3)
         self.assertTrue(t.is_alive(), "a read at a stalled gap did not wait")
@@ -655,10 +655,12 @@ class SessionLongPollTest(SessionCase):
         t0 = time.monotonic()
         r = self.expect("GET", "/v1/sessions/%s/results?cursor=0&wait_ms=300" % sid)
         self.assertGreaterEqual(time.monotonic() - t0, 0.25)
-        self.assertEqual(r, {"results": [], "cursor": 0, "total": 1, "done": 0, "gap": None})
+        self.assertEqual(r, {"results": [], "cursor": 0, "total": 1, "done": 0, "gap": None,
+                             "sealed": False})
         r = self.expect("GET", "/v1/sessions/%s/results?order=completion&cursor=7&wait_ms=100"
                         % sid)
-        self.assertEqual(r, {"results": [], "cursor": 7, "total": 1, "done": 0, "gap": None})
+        self.assertEqual(r, {"results": [], "cursor": 7, "total": 1, "done": 0, "gap": None,
+                             "sealed": False})
 
     def test_woken_by_close(self):
         self.create_queue()
@@ -1066,7 +1068,8 @@ class SessionShutdownTest(SessionCase):
         self.assertFalse(t.is_alive())
         self.assertIsNone(t.error, t.error)
         self.assertEqual((t.reply.status, t.reply.json),
-                         (200, {"results": [], "cursor": 0, "total": 1, "done": 0, "gap": None}),
+                         (200, {"results": [], "cursor": 0, "total": 1, "done": 0, "gap": None,
+                                "sealed": False}),
                          t.reply)
         self.head.start()
 

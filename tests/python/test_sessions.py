@@ -1,19 +1,22 @@
 """A session's results read by the Python client: ``Client.iter_results`` to the end of
 the stream, and at a gap of indexes without a task (``muster.IndexGap`` once every task
-has its result, instead of waiting for ever); ``Pool.imap`` at such a gap, and a pool
+has its result, instead of waiting for ever) and of a sealed session (``until_sealed``);
+``Pool.imap`` at such a gap, and a pool
 whose indexes another producer of its session took (``muster.IndexCollision``).  This
 test is its own worker: it leases and completes the tasks itself."""
+import threading
 import time
 import unittest
 
-from common import HeadTestCase, muster
+from common import HeadTestCase, harness, muster
 
 import muster.pool  # noqa: E402 (the Pool's batch size, patched below)
 import muster.worker  # noqa: E402 (encode_result)
 import pool_workers
 
 
-class IterResultsTest(HeadTestCase):
+class SessionCase(HeadTestCase):
+    """A session (no cleanup) on a queue of the test's own; the test is its worker."""
 
     def setUp(self):
         super().setUp()
@@ -41,6 +44,9 @@ class IterResultsTest(HeadTestCase):
         except muster.IndexGap as e:
             gap = e
         return got, gap, time.monotonic() - t0
+
+
+class IterResultsTest(SessionCase):
 
     def test_reads_to_the_end(self):
         self.c.session_put(self.sid, [{"payload": i} for i in range(3)])
@@ -92,6 +98,89 @@ class IterResultsTest(HeadTestCase):
         self.assertTrue(muster.errors.results_stalled(self.c.results(self.sid, cursor=1)))
         with self.assertRaises(muster.InvalidArgument):
             list(self.c.iter_results(self.sid, order="random"))
+
+
+class SealTest(SessionCase):
+    """A sealed session (Client.seal_session, session_put(seal=True)): later puts raise
+    InvalidState, and iter_results(until_sealed=True) follows a producer across the pause
+    between two puts, ending once the session is sealed and every result was read."""
+
+    def follow(self):
+        """iter_results(until_sealed=True) in a thread; (the thread, the indexes read,
+        the error raised or None in a list)."""
+        got, failure = [], []
+
+        def run():
+            try:
+                for r in self.c.iter_results(self.sid, until_sealed=True):
+                    got.append(r["index"])
+            except Exception as e:  # reported by the test
+                failure.append(e)
+        reader = threading.Thread(target=run, daemon=True)
+        reader.start()
+        return reader, got, failure
+
+    def wait_read(self, reader, got, n):
+        """Waits until `n` indexes were read, or the reader ended (which fails)."""
+        harness.wait_until(lambda: len(got) >= n or not reader.is_alive(), timeout=30,
+                           what="%d results read" % n)
+        self.assertTrue(reader.is_alive(), "iter_results ended after %r" % got)
+        self.assertEqual(len(got), n, got)
+
+    def test_until_sealed_follows_across_puts(self):
+        reader, got, failure = self.follow()
+        self.c.session_put(self.sid, [{"payload": 0}, {"payload": 1}])
+        self.run_all(2)
+        self.wait_read(reader, got, 2)
+        self.c.session_put(self.sid, [{"payload": 2}])
+        self.run_all(1)
+        self.wait_read(reader, got, 3)
+        s = self.c.seal_session(self.sid)
+        self.assertEqual((s["sealed"], s["already_sealed"], s["counts"]["total"]), (True, False, 3))
+        reader.join(30)
+        self.assertFalse(reader.is_alive(), "iter_results did not end at the seal")
+        self.assertEqual((got, failure), ([0, 1, 2], []))
+        self.assertTrue(self.c.seal_session(self.sid)["already_sealed"])
+        self.assertTrue(self.c.session(self.sid)["sealed"])
+        # Without until_sealed the stream ends once every task put has its result, as before.
+        self.assertEqual([r["index"] for r in self.c.iter_results(self.sid)], [0, 1, 2])
+
+    def test_put_with_seal_and_after_it(self):
+        reader, got, failure = self.follow()
+        self.c.session_put(self.sid, [{"payload": 0}], seal=True)
+        self.assertTrue(self.c.results(self.sid)["sealed"])
+        self.run_all(1)
+        reader.join(30)
+        self.assertFalse(reader.is_alive(), "iter_results did not end")
+        self.assertEqual((got, failure), ([0], []))
+        with self.assertRaises(muster.InvalidState) as cm:
+            self.c.session_put(self.sid, [{"payload": 1}])
+        self.assertIn("session %s was sealed" % self.sid, str(cm.exception))
+        self.assertIn("put these tasks into a new session", str(cm.exception))
+        self.assertEqual(self.c.session(self.sid)["counts"]["total"], 1)
+
+    def test_seal_unknown_session(self):
+        with self.assertRaises(muster.SessionNotFound):
+            self.c.seal_session("s-0123456789abcdef")
+
+    def test_an_older_head_cannot_say(self):
+        # A reply without "sealed" (a head older than the client): until_sealed cannot
+        # tell the end, and says so rather than wait for ever.
+        self.c.session_put(self.sid, [{"payload": 0}])
+        self.run_all(1)
+        results = self.c._results
+
+        def without_sealed(*args):
+            reply = results(*args)
+            reply.pop("sealed")
+            return reply
+        self.c._results = without_sealed
+        try:
+            with self.assertRaises(muster.ProtocolError) as cm:
+                list(self.c.iter_results(self.sid, until_sealed=True))
+        finally:
+            del self.c._results
+        self.assertIn("until_sealed cannot be honoured", str(cm.exception))
 
 
 class PoolCollisionTest(HeadTestCase):
