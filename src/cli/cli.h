@@ -147,6 +147,9 @@ struct json_t *cli_json_parse(const char *text, size_t len, char *why, size_t wh
  * after printing why.  The caller frees the handle.
  */
 int cli_connect(const cli_args_t *args, muster_client_t **out);
+/* Runs `body` with a client cli_connect made, and frees it; its return, or
+ * cli_connect's failure. */
+int cli_with_client(cli_args_t *args, int (*body)(cli_args_t *, muster_client_t *));
 /* The URL and token cli_connect would use (static or environment storage;
  * the token may be NULL). */
 const char *cli_url(const cli_args_t *args);
@@ -310,6 +313,10 @@ int cmd_map(cli_args_t *args);
 int cmd_nodes(cli_args_t *args);
 int cmd_workers(cli_args_t *args);
 int cmd_update(cli_args_t *args);
+/* cli_error for a call on a session; an unknown or closed session is
+ * followed, as an unknown queue is, by where the open ones are listed
+ * (cmd_session.c). */
+int cli_session_error(const muster_client_t *client, muster_err_t err);
 int cmd_session_create(cli_args_t *args);
 int cmd_session_ls(cli_args_t *args);
 int cmd_session_show(cli_args_t *args);

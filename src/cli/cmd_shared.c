@@ -115,15 +115,6 @@ static void bar_clear(const bar_t *bar) {
 
 /* ---- commands ---- */
 
-static int shared_with_client(cli_args_t *args, int (*body)(cli_args_t *, muster_client_t *)) {
-  muster_client_t *client = NULL;
-  int rc = cli_connect(args, &client);
-  if (rc == CLI_OK)
-    rc = body(args, client);
-  muster_client_free(client);
-  return rc;
-}
-
 /* Opens FILE (positional `at`) for reading or writing; '-' or absent: `dflt`. */
 static int open_arg(const cli_args_t *args, int at, int writing, int dflt, int *fd) {
   const char *path = args->npos > at ? args->pos[at] : "-";
@@ -205,7 +196,7 @@ static int shared_put(cli_args_t *args, muster_client_t *client) {
 }
 
 int cmd_shared_put(cli_args_t *args) {
-  return shared_with_client(args, shared_put);
+  return cli_with_client(args, shared_put);
 }
 
 static int shared_get(cli_args_t *args, muster_client_t *client) {
@@ -235,7 +226,7 @@ static int shared_get(cli_args_t *args, muster_client_t *client) {
 }
 
 int cmd_shared_get(cli_args_t *args) {
-  return shared_with_client(args, shared_get);
+  return cli_with_client(args, shared_get);
 }
 
 static int shared_rm(cli_args_t *args, muster_client_t *client) {
@@ -249,7 +240,7 @@ static int shared_rm(cli_args_t *args, muster_client_t *client) {
 }
 
 int cmd_shared_rm(cli_args_t *args) {
-  return shared_with_client(args, shared_rm);
+  return cli_with_client(args, shared_rm);
 }
 
 /* Adds a blob of GET /v1/shared/{scope} to the table: its name, level, kept
@@ -311,5 +302,5 @@ static int shared_ls(cli_args_t *args, muster_client_t *client) {
 }
 
 int cmd_shared_ls(cli_args_t *args) {
-  return shared_with_client(args, shared_ls);
+  return cli_with_client(args, shared_ls);
 }

@@ -217,6 +217,15 @@ int cli_connect(const cli_args_t *args, muster_client_t **out) {
   return CLI_OK;
 }
 
+int cli_with_client(cli_args_t *args, int (*body)(cli_args_t *, muster_client_t *)) {
+  muster_client_t *client = NULL;
+  int rc = cli_connect(args, &client);
+  if (rc == CLI_OK)
+    rc = body(args, client);
+  muster_client_free(client);
+  return rc;
+}
+
 int cli_error(const muster_client_t *client, muster_err_t err) {
   return cli_error_of_one(client, err, NULL);
 }
