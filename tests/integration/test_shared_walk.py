@@ -6,6 +6,10 @@ The CLI used to open FILE with O_TRUNC before asking the head anything, and to u
 any failure: a refresh of weights.bin whose blob had expired deleted weights.bin, and a
 FILE that was a symbolic link or a device (/dev/null, as root) was removed.  One head for
 the class; nothing waits on a timer.
+
+Two uploads of one level race: the one that finishes first wins, and the other is told
+that another upload was committed while its body was sent, rather than only "expected 3,
+got 2", which reads as its own mistake.
 """
 import os
 import socket
@@ -69,12 +73,12 @@ class CutReply:
         head.close()
 
 
-class SharedGetFileTest(harness.CliHead, unittest.TestCase):
-    def put(self, scope, name, data):
+class SharedWalkTest(harness.CliHead, unittest.TestCase):
+    def put(self, scope, name, data, *args):
         path = os.path.join(self.cwd, "upload.bin")
         with open(path, "wb") as f:
             f.write(data)
-        self.ok("shared", "put", scope, name, path)
+        self.ok("shared", "put", scope, name, path, *args)
 
     def path(self, name):
         return os.path.join(self.cwd, name)
@@ -175,6 +179,33 @@ class SharedGetFileTest(harness.CliHead, unittest.TestCase):
             proxy.close()
         self.ok("shared", "get", "walk-cut", "weights", weights)
         self.assertEqual(self.read("cut.bin"), data)
+
+    def test_the_loser_of_two_uploads_of_one_level_is_told_why(self):
+        self.put("walk-race", "w", b"level 1")
+        body = os.urandom(300_000)
+        slow = socket.create_connection(("127.0.0.1", self.head.port))
+        self.addCleanup(slow.close)
+        slow.sendall(b"PUT /v1/shared/walk-race/w?level=2 HTTP/1.1\r\nHost: x\r\n"
+                     b"Authorization: Bearer %s\r\nContent-Type: application/octet-stream\r\n"
+                     b"Content-Length: %d\r\n\r\n" % (self.head.token.encode(), len(body)))
+        slow.sendall(body[:100_000])
+        tmp = os.path.join(self.head.data_dir, "shared", "tmp")
+        harness.wait_until(lambda: os.listdir(tmp) != [], what="the slow upload's temp file")
+        # Accepted (its level checked), its body under way: another level 2 goes first.
+        self.put("walk-race", "w", b"the winner", "--level", "2")
+        slow.sendall(body[100_000:])
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.endswith(b"}\n"):
+            data = slow.recv(65536)
+            if not data:
+                break
+            reply += data
+        self.assertTrue(reply.startswith(b"HTTP/1.1 409 "), reply)
+        self.assertIn(b'"message":"update level mismatch: expected 3, got 2 (another upload of '
+                      b"'w' was committed while this one's body was sent, and the first to "
+                      b'finish wins: nothing of this upload was stored)"', reply)
+        self.assertEqual(self.head.request("GET", "/v1/shared/walk-race/w").raw, b"the winner")
+        harness.wait_until(lambda: os.listdir(tmp) == [], what="the loser's temp file removed")
 
 
 if __name__ == "__main__":
