@@ -7,6 +7,7 @@
  * ETA); --quiet turns it off.
  */
 #include "cli/cli.h"
+#include "cli/get_dest.h"
 #include "cli/table.h"
 
 #include <errno.h>
@@ -46,7 +47,8 @@ const char cmd_shared_details[] =
     "read by workers through their node's cache.  SCOPE is a session id (the\n"
     "blob goes with the session) or a global name.  `put` without --level\n"
     "creates level 1; each update names the next level (--level 2, 3, ...).\n"
-    "FILE '-' or no FILE: stdin for put, stdout for get.\n\n"
+    "FILE '-' or no FILE: stdin for put, stdout for get.  get replaces FILE\n"
+    "only with a complete, verified download: a failed one leaves it as it was.\n\n"
     "examples:\n"
     "  muster shared put models weights model.onnx --ttl-ms 300000\n"
     "  muster shared put models weights model-v2.onnx --level 2\n"
@@ -59,6 +61,7 @@ const char cmd_shared_details[] =
 typedef struct {
   int enabled, drawn;
   int64_t started_ms, drawn_ms;
+  int64_t done, total; /* the last progress: bytes moved, of total (-1: not known yet) */
 } bar_t;
 
 static int64_t bar_now_ms(void) {
@@ -81,6 +84,8 @@ static void human_bytes(double bytes, char *out, size_t size) {
 static void bar_draw(void *user, int64_t done, int64_t total) {
   bar_t *bar = user;
   int64_t now = bar_now_ms();
+  bar->done = done;
+  bar->total = total;
   if (!bar->enabled || (total >= 0 && total < BAR_MIN_BYTES) ||
       (total < 0 && done < BAR_MIN_BYTES) ||
       (now - bar->drawn_ms < BAR_REDRAW_MS && (total < 0 || done < total)))
@@ -115,15 +120,14 @@ static void bar_clear(const bar_t *bar) {
 
 /* ---- commands ---- */
 
-/* Opens FILE (positional `at`) for reading or writing; '-' or absent: `dflt`. */
-static int open_arg(const cli_args_t *args, int at, int writing, int dflt, int *fd) {
-  const char *path = args->npos > at ? args->pos[at] : "-";
+/* Opens FILE (positional 2) of `put` for reading; '-' or absent: stdin. */
+static int open_input(const cli_args_t *args, int *fd) {
+  const char *path = args->npos > 2 ? args->pos[2] : "-";
   if (strcmp(path, "-") == 0) {
-    *fd = dflt;
+    *fd = 0;
     return CLI_OK;
   }
-  *fd = writing ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
-                : open(path, O_RDONLY | O_CLOEXEC);
+  *fd = open(path, O_RDONLY | O_CLOEXEC);
   if (*fd < 0) {
     fprintf(stderr, "muster: cannot open %s: %s\n", path, strerror(errno));
     return CLI_FAIL;
@@ -170,7 +174,7 @@ static int shared_put(cli_args_t *args, muster_client_t *client) {
   int fd, rc = cli_opt_int(args, "level", 0, 1, &opts.level);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "ttl-ms", -1, 1, &opts.ttl_ms);
-  if (rc != CLI_OK || (rc = open_arg(args, 2, 0, 0, &fd)) != CLI_OK)
+  if (rc != CLI_OK || (rc = open_input(args, &fd)) != CLI_OK)
     return rc;
   struct stat sb;
   int64_t len = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : -1;
@@ -199,30 +203,71 @@ int cmd_shared_put(cli_args_t *args) {
   return cli_with_client(args, shared_put);
 }
 
-static int shared_get(cli_args_t *args, muster_client_t *client) {
-  muster_shared_opts_t opts;
-  muster_shared_opts_init(&opts);
-  int fd, rc = cli_opt_int(args, "level", 0, 1, &opts.level);
-  if (rc != CLI_OK || (rc = open_arg(args, 2, 1, 1, &fd)) != CLI_OK)
-    return rc;
+/* Says why `get` failed.  A download whose connection broke is a read, safe
+ * to repeat: rather than the CLI's advice for a request that got no reply
+ * ("check what the head did before repeating it"), the user learns how far it
+ * came, what became of FILE (left as it was, get_dest) or of stdout (a part
+ * written), and to read it again. */
+static void shared_get_error(muster_client_t *client, muster_err_t err, const bar_t *bar,
+                             const char *path) {
+  const char *message = muster_client_message(client);
+  if (err != MUSTER_NETWORK || message == NULL || cli_message_unsent(message)) {
+    cli_error(client, err);
+    return;
+  }
+  char at[1200], came[80] = "before any of its bytes came";
+  cli_server_at(muster_client_server(client), at, sizeof at);
+  if (bar->total >= 0)
+    snprintf(came, sizeof came, "after %lld of its %lld bytes", (long long)bar->done,
+             (long long)bar->total);
+  fprintf(stderr, "muster: %s: %s\n", muster_err_name(err), message);
+  fprintf(stderr,
+          "muster: the download broke off %s (%s may have stopped or restarted); %s: "
+          "read it again\n",
+          came, at,
+          strcmp(path, "-") == 0 ? "what reached stdout is "
+                                   "incomplete"
+                                 : "the file was left as it was");
+}
+
+/* The download of `get`, to `fd` (stdout, or d's file). */
+static muster_err_t shared_get_to(cli_args_t *args, muster_client_t *client, int fd,
+                                  const muster_shared_opts_t *base) {
+  muster_shared_opts_t opts = *base;
   /* No bar when the bytes themselves go to the terminal. */
   bar_t bar = {.enabled = isatty(2) && !isatty(fd) && !cli_flag(args, "quiet"),
-               .started_ms = bar_now_ms()};
+               .started_ms = bar_now_ms(),
+               .total = -1};
   opts.progress = bar_draw;
   opts.user = &bar;
   muster_shared_info_t info;
   muster_err_t err = muster_shared_get_fd(client, args->pos[0], args->pos[1], fd, &opts, &info);
   bar_clear(&bar);
-  if (fd != 1 && close(fd) != 0 && err == MUSTER_OK) {
-    fprintf(stderr, "muster: cannot write %s: %s\n", args->pos[2], strerror(errno));
+  if (err != MUSTER_OK)
+    shared_get_error(client, err, &bar, args->npos > 2 ? args->pos[2] : "-");
+  return err;
+}
+
+/* FILE is written through get_dest: replaced once the bytes are complete
+ * and verified, left as it was when the download fails. */
+static int shared_get(cli_args_t *args, muster_client_t *client) {
+  muster_shared_opts_t opts;
+  muster_shared_opts_init(&opts);
+  int rc = cli_opt_int(args, "level", 0, 1, &opts.level);
+  if (rc != CLI_OK)
+    return rc;
+  const char *path = args->npos > 2 ? args->pos[2] : "-";
+  if (strcmp(path, "-") == 0)
+    return shared_get_to(args, client, 1, &opts) == MUSTER_OK ? CLI_OK : CLI_FAIL;
+  get_dest_t dest;
+  if ((rc = get_dest_open(&dest, path)) != CLI_OK)
+    return rc;
+  muster_err_t err = shared_get_to(args, client, dest.fd, &opts);
+  if (err != MUSTER_OK) {
+    get_dest_discard(&dest); /* FILE stays as it was */
     return CLI_FAIL;
   }
-  if (err != MUSTER_OK) {
-    if (fd != 1)
-      unlink(args->pos[2]); /* no half-written file is left behind */
-    return cli_error(client, err);
-  }
-  return CLI_OK;
+  return get_dest_commit(&dest);
 }
 
 int cmd_shared_get(cli_args_t *args) {

@@ -102,7 +102,8 @@ struct worker {
   const char *cache_url;         /* --cache-url / MUSTER_CACHE_URL: the node cache; NULL: --url */
   muster_client_t *cache_client; /* a handle for it, made on first use */
   struct worker_shared *shared;  /* the levels held as local files */
-  char shared_dir[700];          /* where they are linked or downloaded, "" before the first */
+  char link_dir[700]; /* where levels are linked: in the node cache's links dir ("": none yet) */
+  char download_dir[700]; /* where levels are downloaded: under TMPDIR ("": none yet) */
 
   pthread_mutex_t lock; /* guards id, name, slots[].proc, hb_stop; wakes the heartbeat */
   pthread_cond_t wake;

@@ -51,39 +51,45 @@ struct worker_shared {
 
 /* ---- the worker's directory -------------------------------------------------- */
 
-/* Creates the worker's directory inside `parent` (once, and again when it
- * was removed behind our back: `rm -rf` of the node's cache dir); 0 or -1
- * with errno. */
-static int shared_make_dir(worker_t *w, const char *parent) {
-  if (w->shared_dir[0] && (access(w->shared_dir, F_OK) == 0 || errno != ENOENT))
+/* Creates the worker's directory `dir` (w->link_dir or w->download_dir)
+ * inside `parent` (once, and again when it was removed behind our back:
+ * `rm -rf` of the node's cache dir); 0 or -1 with errno. */
+static int shared_make_dir(char dir[700], const char *parent) {
+  if (dir[0] && (access(dir, F_OK) == 0 || errno != ENOENT))
     return 0;
-  char dir[sizeof w->shared_dir];
-  int n = snprintf(dir, sizeof dir, "%s/%d-XXXXXX", parent, (int)getpid());
-  if (n < 0 || (size_t)n >= sizeof dir) {
+  char made[700];
+  int n = snprintf(made, sizeof made, "%s/%d-XXXXXX", parent, (int)getpid());
+  if (n < 0 || (size_t)n >= sizeof made) {
     errno = ENAMETOOLONG;
     return -1;
   }
-  if (mkdtemp(dir) == NULL)
+  if (mkdtemp(made) == NULL)
     return -1;
-  memcpy(w->shared_dir, dir, sizeof dir);
+  memcpy(dir, made, sizeof made);
   return 0;
 }
 
-void worker_shared_cleanup(worker_t *w) {
-  if (w->shared_dir[0] == '\0')
+/* Removes the worker's directory `dir` and the files in it. */
+static void shared_remove_dir(char dir[700]) {
+  if (dir[0] == '\0')
     return;
-  DIR *d = opendir(w->shared_dir);
+  DIR *d = opendir(dir);
   struct dirent *de;
   while (d && (de = readdir(d)) != NULL) {
     char path[1400];
-    snprintf(path, sizeof path, "%s/%s", w->shared_dir, de->d_name);
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
     if (de->d_name[0] != '.')
       unlink(path);
   }
   if (d)
     closedir(d);
-  rmdir(w->shared_dir);
-  w->shared_dir[0] = '\0';
+  rmdir(dir);
+  dir[0] = '\0';
+}
+
+void worker_shared_cleanup(worker_t *w) {
+  shared_remove_dir(w->link_dir);
+  shared_remove_dir(w->download_dir);
 }
 
 /* ---- getting one level ---------------------------------------------------------- */
@@ -107,11 +113,12 @@ static muster_err_t shared_link_reply(worker_t *w, struct worker_shared *e, cons
   const char *sum = json_string_value(json_object_get(obj, "checksum"));
   e->size = json_integer_value(json_object_get(obj, "size"));
   snprintf(e->checksum, sizeof e->checksum, "%s", sum ? sum : "");
-  if (from == NULL || links == NULL || links[0] == '\0' || shared_make_dir(w, links) != 0) {
+  if (from == NULL || links == NULL || links[0] == '\0' ||
+      shared_make_dir(w->link_dir, links) != 0) {
     json_decref(obj); /* no such directory here: a node cache on another machine */
     return MUSTER_NOT_FOUND;
   }
-  snprintf(e->path, sizeof e->path, "%s/%s@%s@%lld", w->shared_dir, e->scope, e->name,
+  snprintf(e->path, sizeof e->path, "%s/%s@%s@%lld", w->link_dir, e->scope, e->name,
            (long long)e->level);
   unlink(e->path); /* a leftover of a level we dropped and need again */
   int rc = link(from, e->path), link_errno = errno;
@@ -155,14 +162,18 @@ static muster_err_t shared_link(worker_t *w, struct worker_shared *e, char *why,
   return MUSTER_UNAVAILABLE;
 }
 
-/* Downloads (scope, name, level) from the head (no node cache) into e->path. */
+/* Downloads (scope, name, level) into e->path, in the worker's directory
+ * under TMPDIR: from the head when there is no node cache, or through the
+ * cache's port when it keeps no file for the level.  Never into the cache
+ * dir, even where the worker links its other levels: a level the cache has
+ * no room for would not fit on that disk either. */
 static muster_err_t shared_download(worker_t *w, struct worker_shared *e, char *why, size_t size) {
   const char *tmp = getenv("TMPDIR");
-  if (shared_make_dir(w, tmp && tmp[0] && strlen(tmp) < 400 ? tmp : "/tmp") != 0) {
+  if (shared_make_dir(w->download_dir, tmp && tmp[0] && strlen(tmp) < 400 ? tmp : "/tmp") != 0) {
     snprintf(why, size, "cannot create a directory for shared data: %s", strerror(errno));
     return MUSTER_INTERNAL;
   }
-  snprintf(e->path, sizeof e->path, "%s/%s@%s@%lld", w->shared_dir, e->scope, e->name,
+  snprintf(e->path, sizeof e->path, "%s/%s@%s@%lld", w->download_dir, e->scope, e->name,
            (long long)e->level);
   e->cache_path[0] = '\0';
   int fd = open(e->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);

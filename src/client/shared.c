@@ -41,6 +41,7 @@ typedef struct {
   int64_t received;
   int write_errno;
   char etag[32], level[32], expires[32], length[32];
+  unsigned said; /* what the reply's headers say of its sender (client_header_said) */
   muster_progress_fn progress;
   void *user;
   shared_cancel_t *cancel; /* ends the transfer from another thread (NULL: none) */
@@ -113,6 +114,9 @@ static size_t shared_header(char *line, size_t size, size_t nmemb, void *arg) {
   if (len > 5 && strncmp(line, "HTTP/", 5) == 0) {
     x->status = strtol(strchr(line, ' ') ? strchr(line, ' ') + 1 : "0", NULL, 10);
     x->etag[0] = x->level[0] = x->expires[0] = x->length[0] = '\0';
+    x->said = 0;
+  } else {
+    x->said |= client_header_said(line, len);
   }
   shared_header_value(line, len, "Content-Length", x->length, sizeof x->length);
   shared_header_value(line, len, "ETag", x->etag, sizeof x->etag);
@@ -278,6 +282,8 @@ static muster_err_t shared_perform(muster_client_t *client, const char *method, 
   long status = 0;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
   client->status = (int)status;
+  if (x->status != 0) /* a reply came, if only its head: muster_client_server says who sent it */
+    client->server = client_server_of(x->said);
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);
   free(url);

@@ -290,6 +290,9 @@ static void creq_uncached(creq_t *r, const char *reason) {
   CACHE_COUNT(a->cache, uncached, 1);
   h1_req_t *in = r->in;
   creq_free(r);
+  /* Said as hit and miss are, so that a client can tell that this node's
+   * cache did not keep the level (its statistics count it as "uncached"). */
+  h1_add_header(in, "X-Muster-Cache", "uncached");
   fwd_forward(a, in);
 }
 

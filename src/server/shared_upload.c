@@ -247,6 +247,22 @@ static muster_err_t upload_persist(shared_upload_t *up, fail_t *f) {
   return MUSTER_OK;
 }
 
+/* A level refused at the commit was accepted before the body (shared_h_put
+ * checked it): the blob changed while the body came.  When another upload
+ * made a level meanwhile, the refusal says so, lest the loser of two
+ * uploads of one level read "expected 3, got 2" as its own mistake.  (A blob
+ * that expired or was deleted meanwhile says so itself: "a new blob starts
+ * at level 1".) */
+static void upload_note_race(const shared_upload_t *up, fail_t *f) {
+  if (f->code != MUSTER_VERSION_MISMATCH || strstr(f->message, "a new blob starts") != NULL)
+    return;
+  size_t len = strlen(f->message);
+  snprintf(f->message + len, sizeof f->message - len,
+           " (another upload of '%s' was committed while this one's body was sent, and the "
+           "first to finish wins: nothing of this upload was stored)",
+           up->put.name);
+}
+
 /* Commits the level in the turn's transaction; the reply waits for it. */
 static json_t *upload_commit(shared_upload_t *up, shared_level_t *lv, fail_t *f) {
   store_t *st = up->head->st;
@@ -261,8 +277,10 @@ static json_t *upload_commit(shared_upload_t *up, shared_level_t *lv, fail_t *f)
             shared_commit(st, lv, (int64_t)up->head->cfg.shared_keep_levels,
                           up->head->cfg.max_shared_ttl_ms, now_ms(), f) == MUSTER_OK;
   store_request_end(st, ok);
-  if (!ok)
+  if (!ok) {
+    upload_note_race(up, f);
     return NULL;
+  }
   return json_pack("{s:s, s:s, s:I, s:I, s:s, s:I, s:b, s:I}", "scope", lv->scope, "name", lv->name,
                    "level", (json_int_t)lv->level, "size", (json_int_t)lv->size, "checksum",
                    lv->checksum, "ttl_ms", (json_int_t)lv->ttl_ms, "ttl_clamped",

@@ -162,9 +162,13 @@ class NodeCacheDiskFullTest(unittest.TestCase):
         r = self.head.request("PUT", "/v1/shared/sc/%s" % name, raw=data, content_type=OCTET)
         self.assertEqual(r.status, 201, r)
 
-    def read(self, name):
+    def read(self, name, cache=None):
+        """The bytes of sc/NAME read through the agent; `cache`: the X-Muster-Cache the
+        reply must carry (hit, miss, uncached), when given."""
         r = self.agent.request("GET", "/v1/shared/sc/" + name)
         self.assertEqual(r.status, 200, r)
+        if cache is not None:
+            self.assertEqual(r.headers.get("X-Muster-Cache"), cache, r.headers)
         return r.raw
 
     def stats(self):
@@ -183,9 +187,9 @@ class NodeCacheDiskFullTest(unittest.TestCase):
         small, big = os.urandom(300_000), os.urandom(4 << 20)  # big: four times the disk
         self.put("small", small)
         self.put("big", big)
-        self.assertEqual(self.read("small"), small)
-        for _ in range(3):
-            self.assertEqual(self.read("big"), big)
+        self.assertEqual(self.read("small", cache="miss"), small)
+        for _ in range(3):  # the reply says that the cache did not keep it
+            self.assertEqual(self.read("big", cache="uncached"), big)
         stats = self.stats()
         self.assertEqual((stats["uncached"], stats["upstream_fetches"]), (3, 1), stats)
         # It could never fit: the level nobody reads stays (every read of big evicted it).
@@ -202,7 +206,7 @@ class NodeCacheDiskFullTest(unittest.TestCase):
         said = line.findall(log)
         self.assertEqual(len(said), 1, log)  # once for the level, not once per read
         self.assertLess(int(said[0]), 1 << 20)
-        self.assertEqual(self.read("small"), small)
+        self.assertEqual(self.read("small", cache="hit"), small)
         self.assertEqual(self.stats()["hits"], 1)
 
     def test_unread_levels_make_room_on_a_full_disk(self):
@@ -299,9 +303,13 @@ class NodeCacheNoReserveTest(unittest.TestCase):
         r = self.head.request("PUT", "/v1/shared/sc/%s" % name, raw=data, content_type=OCTET)
         self.assertEqual(r.status, 201, r)
 
-    def read(self, name):
+    def read(self, name, cache=None):
+        """The bytes of sc/NAME read through the agent; `cache`: the X-Muster-Cache the
+        reply must carry (hit, miss, uncached), when given."""
         r = self.agent.request("GET", "/v1/shared/sc/" + name)
         self.assertEqual(r.status, 200, r)
+        if cache is not None:
+            self.assertEqual(r.headers.get("X-Muster-Cache"), cache, r.headers)
         return r.raw
 
     def open_read(self, name):
@@ -347,9 +355,9 @@ class NodeCacheNoReserveTest(unittest.TestCase):
         big, small = os.urandom(4 << 20), os.urandom(100_000)  # big: twice the disk
         self.put("big", big)
         self.put("small", small)
-        self.assertEqual(self.read("small"), small)
-        for _ in range(3):
-            self.assertEqual(self.read("big"), big)  # whole, every time
+        self.assertEqual(self.read("small", cache="miss"), small)
+        for _ in range(3):  # the reply says that the cache did not keep it
+            self.assertEqual(self.read("big", cache="uncached"), big)  # whole, every time
         stats = self.stats()
         self.assertEqual((stats["uncached"], stats["fetch_failures"], stats["upstream_fetches"],
                           stats["evictions"]), (3, 0, 1, 0), stats)

@@ -220,6 +220,35 @@ class SharedWorkersTest(AgentsCase):
                          (None, "uncached", 6000), r.json)
         self.assertIn("larger than the cache", r.json["reason"])
 
+    def test_a_level_the_cache_cannot_keep_is_downloaded_under_tmpdir(self):
+        # A worker that had linked a level made its directory in the cache dir, and
+        # then downloaded every level the cache could not keep into it, onto the disk
+        # the cache had just found full: the task failed with "No space left on
+        # device" where TMPDIR had room (found by walk-shared).  Downloads go under
+        # TMPDIR, as shared-data.md says, links stay in the cache dir.
+        tmp = os.path.join(self.dir, "tmp-mixed")
+        os.mkdir(tmp)
+        self.put("fits", "params", b"small-level", 1)
+        self.put("large", "params", b"L" * 6000, 1)  # larger than --cache-bytes
+        cache = os.path.join(self.dir, "cache-mixed")
+        a = Agent(self.head, self.dir, "mixed", cmd=COMMAND, env={"TMPDIR": tmp},
+                  args=["--queue", "sq", "--workers", "1", "--cache-bytes", "4096",
+                        "--cache-dir", cache])
+        self.agents.append(a)
+        a.start()
+
+        def path(result):
+            return json.loads(result.split("|", 1)[1])[0]["path"]
+        linked = path(self.run_tasks(a, "fits", "params", 1, 1)[0])
+        self.assertTrue(linked.startswith(os.path.join(cache, "@links") + "/"), linked)
+        downloaded = path(self.run_tasks(a, "large", "params", 1, 1)[0])
+        self.assertEqual(os.path.dirname(os.path.dirname(downloaded)), tmp, downloaded)
+        # The worker holds both, each in its own directory; both go when it exits.
+        self.assertTrue(os.path.exists(linked) and os.path.exists(downloaded))
+        a.stop()
+        self.assertEqual(os.listdir(tmp), [])
+        self.assertEqual(os.listdir(os.path.join(cache, "@links")), [])
+
     def test_cache_that_cannot_store_runs(self):
         # A cache dir where no file can be made (read-only, full): workers were
         # answered 503 and every task requiring shared data failed, while readers of

@@ -179,9 +179,11 @@ class ExpectTest(HeadTestCase):
         self.assertGreater(self.proxy.sent_up(), 64 * 1024)
 
     def test_through_a_node_agent(self):
-        """The agent answers the 100 itself and forwards the upload once it has the
-        body whole (src/node/forward.c: evhttp reads request bodies before they are
-        forwarded), so a refusal comes after the body, but as the head's error."""
+        """The agent relays Expect (docs/node.md, "Any-node access"): the head's 100
+        reaches the client before the body goes, and a refusal the head sends first
+        reaches it before any of the body, as the head's error.  (Older agents answered
+        the 100 themselves and read the body whole first; docs/python.md said so after
+        that had changed.)"""
         agent = node_harness.Agent(self.head, self.dir, "pytest-expect", args=[
             "--cache-dir", os.path.join(self.dir, "cache")]).start()
         self.addCleanup(agent.kill)
@@ -193,8 +195,10 @@ class ExpectTest(HeadTestCase):
         with mock.patch.object(_continue, "CONTINUE_WAIT_S", 120.0):
             self.assertEqual(c.shared.set(SCOPE, name, src)["level"], 1)
         self.assertLess(proxy.up_before_continue(), HEAD_BYTES)
+        proxy.reset()
         with self.assertRaises(muster.VersionMismatch):
             c.shared.set(SCOPE, name, src)
+        self.assertLess(proxy.sent_up(), HEAD_BYTES, "the refused body was sent to the agent")
         self.assertEqual(c.shared.update(SCOPE, name, src, level=2)["level"], 2)
 
 
