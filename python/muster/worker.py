@@ -29,7 +29,9 @@ finds the files in its ``shared_files`` (:class:`SharedFiles`).  The pool's clas
 through the node cache too when there is one.
 
 Task payloads, session init data and updates are those :class:`muster.pool.Pool` makes
-(``"muster.pool": 1``); anything else is failed permanently.
+(``"muster.pool": 1``); anything else is failed permanently: standalone through the API,
+under ``muster worker --permanent-exit N`` by exiting N (MUSTER_PERMANENT_EXIT); without
+that option it exits 1, and the task is retried as any failure.
 """
 import base64
 import collections
@@ -745,8 +747,20 @@ def _parent_url():
     return None
 
 
+def _permanent_exit():
+    """The exit status that makes ``muster worker`` fail the task for good: its
+    ``--permanent-exit N``, which it passes as MUSTER_PERMANENT_EXIT (1 to 255).  None
+    without it (or with a value the worker would not have set): a failure then exits 1,
+    and the task is retried as any other, as before the option."""
+    text = os.environ.get("MUSTER_PERMANENT_EXIT", "")
+    ok = text.isascii() and text.isdigit() and 0 < int(text) < 256   # not "²", not " 3"
+    return int(text) if ok else None
+
+
 def run_one_task():
-    """One task under ``muster worker``: stdin is the payload, stdout the result."""
+    """One task under ``muster worker``: stdin is the payload, stdout the result.  Exits
+    0 with the result, MUSTER_PERMANENT_EXIT for a failure known to be permanent (not a
+    Pool task, its session closed or not a Pool's) when the worker set it, else 1."""
     payload = sys.stdin.buffer.read().decode("utf-8")
     s = _connect_resident()
     # MUSTER_REQUIRES: the files `muster worker` made of the shared data the task requires.
@@ -766,7 +780,7 @@ def run_one_task():
         sys.stdout.write(reply["result"])
         return 0
     sys.stderr.write(reply["error"])
-    return 1
+    return (reply.get("permanent") and _permanent_exit()) or 1
 
 
 # What `python3 -m muster.worker --help` says first: the module's docstring is

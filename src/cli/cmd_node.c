@@ -54,6 +54,9 @@ const cli_opt_t cli_node_opts[] = {
     {"concurrency", "N", "tasks each command worker runs at once (default 1)"},
     {"nickname", "NAME", "leaderboard name of the workers"},
     {"json-result", NULL, "parse the command's stdout as JSON instead of storing a string"},
+    {"permanent-exit", "N",
+     "the command exiting N (1 to 255, not 127) fails its task for good, not retried "
+     "(see `muster worker --help`)"},
     {"lock-file", "PATH",
      "the one-agent-per-machine lock (env MUSTER_NODE_LOCK, default " NODE_DEFAULT_LOCK ")"},
     {"cache-dir", "DIR", "the node cache of shared data (default /var/tmp/muster-node-NAME/cache)"},
@@ -140,6 +143,9 @@ static int node_check_worker(const cli_cmd_t *cmd, const node_config_t *cfg) {
   if (cfg->plugin && cfg->concurrency > 1)
     return cli_usage_error(cmd, "--concurrency is for command workers; a plugin worker "
                                 "runs one task at a time");
+  if (cfg->plugin && cfg->permanent_exit > 0)
+    return cli_usage_error(cmd, "--permanent-exit is for a worker command's exit status; a "
+                                "plugin fails a task for good with out->permanent");
   if (node_check_init_data(cmd, cfg->init_data) != CLI_OK)
     return CLI_USAGE;
   char why[1400], prog[32];
@@ -160,6 +166,8 @@ static int node_read_opts(cli_args_t *args, node_config_t *cfg) {
     rc = cli_opt_int(args, "workers", -1, 1, &cfg->cpu_workers);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "concurrency", 1, 1, &cfg->concurrency);
+  if (rc == CLI_OK)
+    rc = worker_read_permanent_exit(args, &cfg->permanent_exit);
   /* Refused here, not by each worker at its start (which the agent would
    * restart for ever) nor cut to the agent's limit without a word. */
   if (rc == CLI_OK && cfg->cpu_workers > NODE_MAX_WORKERS)
@@ -253,8 +261,8 @@ int cmd_node(cli_args_t *args) {
 
 /* The agent options `muster head` takes (value-taking ones, then flags). */
 static const char *const head_agent_valued[] = {
-    "queue",    "plugin",    "init-data", "gpus", "min-gpu-memory", "workers", "concurrency",
-    "nickname", "lock-file", "name",      NULL};
+    "queue",       "plugin",   "init-data", "gpus", "min-gpu-memory", "workers",
+    "concurrency", "nickname", "lock-file", "name", "permanent-exit", NULL};
 static const char *const head_agent_flags[] = {"json-result", "server-only", NULL};
 
 /* `muster node`'s options under the name `head`, for the local agent's. */

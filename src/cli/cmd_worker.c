@@ -251,8 +251,37 @@ static int worker_take_instance(cli_args_t *args, worker_t *w) {
   return CLI_OK;
 }
 
-/* Reads --concurrency, --max-tasks and --timeout-ms; CLI_OK, or the usage
- * error of the first that is refused. */
+int worker_read_permanent_exit(cli_args_t *args, int *status) {
+  int64_t value = 0;
+  int rc = cli_opt_int_range(args, "permanent-exit", 0, 1, 255, &value);
+  if (rc == CLI_OK && value == WORKER_GUARD_EXIT)
+    rc = cli_usage_error(args->cmd,
+                         "--permanent-exit: %d is taken: the worker's guard exits %d when it "
+                         "cannot run or wait for the command, and a shell when it cannot find "
+                         "one; choose another status from 1 to 255",
+                         WORKER_GUARD_EXIT, WORKER_GUARD_EXIT);
+  *status = rc == CLI_OK ? (int)value : 0;
+  return rc;
+}
+
+/*
+ * Tells the commands the permanent-failure status in MUSTER_PERMANENT_EXIT
+ * (call before the threads start, as setenv is not thread-safe), so that a
+ * program such as muster.worker can exit with it; without --permanent-exit
+ * the variable is taken out, since an inherited one (the worker started from
+ * another's command) is not this worker's and its status would be retried.
+ */
+static void worker_export_permanent_exit(const worker_t *w) {
+  char text[16];
+  snprintf(text, sizeof text, "%d", w->permanent_exit);
+  if (w->permanent_exit > 0)
+    setenv("MUSTER_PERMANENT_EXIT", text, 1);
+  else
+    unsetenv("MUSTER_PERMANENT_EXIT");
+}
+
+/* Reads --concurrency, --max-tasks, --timeout-ms and --permanent-exit;
+ * CLI_OK, or the usage error of the first that is refused. */
 static int worker_read_limits(cli_args_t *args, worker_t *w) {
   int64_t concurrency = 1;
   int rc = cli_opt_int(args, "concurrency", 1, 1, &concurrency);
@@ -262,6 +291,8 @@ static int worker_read_limits(cli_args_t *args, worker_t *w) {
     rc = cli_opt_int(args, "max-tasks", 0, 0, &w->max_tasks);
   if (rc == CLI_OK)
     rc = cli_opt_int(args, "timeout-ms", -1, 1, &w->timeout_ms);
+  if (rc == CLI_OK)
+    rc = worker_read_permanent_exit(args, &w->permanent_exit);
   w->concurrency = (int)concurrency;
   return rc;
 }
@@ -293,6 +324,9 @@ static int worker_check_runner(cli_args_t *args, worker_t *w) {
     return cli_usage_error(args->cmd, "give either a command or --plugin, not both");
   if (w->plugin_path != NULL && w->concurrency > 1)
     return cli_usage_error(args->cmd, "a plugin worker runs one task at a time (no --concurrency)");
+  if (w->plugin_path != NULL && w->permanent_exit > 0)
+    return cli_usage_error(args->cmd, "--permanent-exit is for a command's exit status; a plugin "
+                                      "fails a task for good with out->permanent");
   char why[800];
   if (w->plugin_path == NULL && run_resolve(w->cmd[0], why, sizeof why) != 0) {
     /* Checked before joining: a worker that cannot run its command would fail
@@ -326,6 +360,8 @@ static int worker_configure(cli_args_t *args, worker_t *w) {
                          w->cache_url, problem);
   if (rc == CLI_OK)
     rc = worker_check_runner(args, w);
+  if (rc == CLI_OK)
+    worker_export_permanent_exit(w);
   worker_take_agent_fd(w);
   return rc;
 }

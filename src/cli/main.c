@@ -110,6 +110,9 @@ static const cli_opt_t worker_opts[] = {
     {"cache-url", "URL",
      "read shared data tasks require from this node cache (default: MUSTER_CACHE_URL, "
      "set by the node agent; else --url)"},
+    {"permanent-exit", "N",
+     "CMD exiting N (1 to 255, not 127) fails its task for good, not retried; CMD sees "
+     "MUSTER_PERMANENT_EXIT=N (default: none, every failure is retried)"},
     {NULL, NULL, NULL},
 };
 
@@ -155,15 +158,19 @@ static const char worker_details[] =
     "trailing newline removed).  Non-zero exit or death by a signal: the task\n"
     "fails with the last 2 KiB of stderr as its error (retried per the queue's\n"
     "settings); one line on stderr says how CMD ended and whether the task will\n"
-    "be retried or is dead.  The lease is extended while CMD runs, and the worker\n"
-    "heart-beats with its progress.  CMD sees MUSTER_TASK_ID, MUSTER_ATTEMPT,\n"
-    "MUSTER_QUEUE, MUSTER_WORKER_ID and MUSTER_WORKER_PID (the worker process)\n"
-    "in its environment.  A task that requires shared data gets each level as a\n"
-    "local file first: MUSTER_SHARED_<NAME> is its path and MUSTER_REQUIRES lists\n"
-    "them all as JSON (docs/shared-data.md).  CMD is looked up once at start (as\n"
-    "execvp would): one that cannot run is refused with exit status 2 before\n"
-    "anything is leased; one that cannot start later releases its task (no\n"
-    "attempt counted) and stops the worker with exit status 1.\n\n"
+    "be retried or is dead.  With --permanent-exit N, CMD exiting N fails the\n"
+    "task for good at once (state failed, not retried; for a payload CMD knows\n"
+    "it can never take), its error saying so above the stderr tail.  The lease\n"
+    "is extended while CMD runs, and the worker heart-beats with its progress.\n"
+    "CMD sees MUSTER_TASK_ID, MUSTER_ATTEMPT, MUSTER_QUEUE, MUSTER_WORKER_ID,\n"
+    "MUSTER_WORKER_PID (the worker process) and, with --permanent-exit N,\n"
+    "MUSTER_PERMANENT_EXIT=N in its environment.  A task that requires shared\n"
+    "data gets each level as a local file first: MUSTER_SHARED_<NAME> is its\n"
+    "path and MUSTER_REQUIRES lists them all as JSON (docs/shared-data.md).  CMD\n"
+    "is looked up once at start (as execvp would): one that cannot run is\n"
+    "refused with exit status 2 before anything is leased; one that cannot start\n"
+    "later releases its task (no attempt counted) and stops the worker with exit\n"
+    "status 1.\n\n"
     "SIGINT or SIGTERM: take no new tasks, let running ones finish, say goodbye\n"
     "and exit 0.  A second signal terminates the running commands and releases\n"
     "their tasks.\n\n"

@@ -31,7 +31,7 @@ static const char head_state_text[] =
 static const char node_worker_text[] =
     "is an option of `muster worker`, not of `muster node`: the agent starts its workers "
     "itself and gives them their head, node and cache; for them it takes --queue, "
-    "--concurrency, --nickname, --json-result, --plugin and --init-data";
+    "--concurrency, --nickname, --json-result, --permanent-exit, --plugin and --init-data";
 
 static const char worker_node_text[] =
     "is an option of `muster node`, not of `muster worker`: `muster node --join URL --queue Q "

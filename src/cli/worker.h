@@ -10,6 +10,7 @@
 #ifndef MUSTER_CLI_WORKER_H
 #define MUSTER_CLI_WORKER_H
 
+#include "cli/cli.h"
 #include "cli/run.h"
 #include "muster.h"
 
@@ -60,6 +61,8 @@ struct worker {
   char **cmd;        /* NULL-terminated argv of the command */
   int concurrency;
   int json_result;              /* parse stdout as JSON */
+  int permanent_exit;           /* --permanent-exit: the command's exit status that fails its
+                                 * task for good (1..255, not 127); 0: none */
   int64_t max_tasks;            /* 0: no limit */
   int64_t timeout_ms;           /* heartbeat timeout asked for at registration; -1: the head's */
   long heartbeat_ms;            /* interval of the periodic heartbeat (w->lock) */
@@ -125,6 +128,18 @@ struct worker {
   atomic_int live_slots;
   worker_slot_t *slots;
 };
+
+/* The exit status muster's guard (run_guard.c) ends with when it cannot run
+ * or wait for the command, and a shell's for a command it cannot find: not
+ * the task's word, so --permanent-exit may not be it. */
+#define WORKER_GUARD_EXIT 127
+
+/*
+ * Reads --permanent-exit of `muster worker` or `muster node` (which checks it
+ * before it starts any worker) into *status, 0 when it is not given.  CLI_OK,
+ * or the usage error of a value that is not 1 to 255, or is 127.
+ */
+int worker_read_permanent_exit(cli_args_t *args, int *status);
 
 /* The thread function of a slot (`arg` is its worker_slot_t). */
 void *worker_slot_main(void *arg);

@@ -34,6 +34,7 @@
 extern char **environ;
 
 #define SLOT_ERROR_MAX (RUN_TAIL_MAX * 4 + 64) /* room for a tail with '?'-replaced bytes */
+#define SLOT_NOTE_MAX 160                      /* the line --permanent-exit puts above the tail */
 #define SLOT_PAUSE_FIRST_MS 200L      /* the first pause before an acknowledgement is sent again */
 #define SLOT_PAUSE_MAX_MS 1000L       /* pauses double up to this while the head is away */
 #define SLOT_STOPPING_RETRY_MS 10000L /* a stopping worker retries this long (a quick restart) */
@@ -572,6 +573,33 @@ static bool slot_hard_stopping(worker_t *w) {
 }
 
 /*
+ * The error of a command that ended badly, into `error`: its stderr tail, or
+ * how it ended (`how`) when it said nothing.  Returns 1 when it exited with
+ * the worker's --permanent-exit status, the task to fail for good: a line
+ * above the tail says so, since the tail (a program's complaint) need not,
+ * and a user reading the task should not take it for one retried and dead.
+ */
+static int slot_exit_error(const worker_slot_t *slot, const run_proc_t *proc, const char *how,
+                           char *error, size_t size) {
+  char tail[SLOT_ERROR_MAX], note[SLOT_NOTE_MAX];
+  int status = slot->worker->permanent_exit;
+  run_error_text(proc, tail, sizeof tail);
+  if (status == 0 || !WIFEXITED(proc->status) || WEXITSTATUS(proc->status) != status) {
+    snprintf(error, size, "%s", tail);
+    return 0;
+  }
+  snprintf(note, sizeof note,
+           "exit status %d is this worker's permanent-failure status (--permanent-exit %d): "
+           "the task is not retried",
+           status, status);
+  if (strcmp(tail, how) == 0) /* stderr said nothing: the note is the whole error */
+    snprintf(error, size, "%s", note);
+  else
+    snprintf(error, size, "%s\n%s", note, tail);
+  return 1;
+}
+
+/*
  * Decides what the ended command means for the task.  A command that the hard
  * stop killed is not the task's fault and is not reported: failing it would
  * charge an attempt, and the goodbye that follows ends the lease anyway (a
@@ -586,10 +614,12 @@ static void slot_report(worker_slot_t *slot, const muster_lease_t *lease, run_pr
   } else if (atomic_load(&slot->worker->abandon)) {
     slot_release(slot, lease); /* we interrupted it: not the task's fault */
   } else {
-    char error[SLOT_ERROR_MAX], how[64];
-    run_error_text(proc, error, sizeof error);
+    char error[SLOT_ERROR_MAX + SLOT_NOTE_MAX], how[64];
     run_status_text(proc, how, sizeof how);
-    slot_fail_as(slot, lease, error, 0, strcmp(error, how) != 0 ? how : NULL);
+    int permanent = slot_exit_error(slot, proc, how, error, sizeof error);
+    /* How it ended goes in the line, unless the error says it alone (no stderr). */
+    bool said = strcmp(error, how) == 0 || (permanent && strchr(error, '\n') == NULL);
+    slot_fail_as(slot, lease, error, permanent, said ? NULL : how);
   }
 }
 

@@ -132,6 +132,7 @@ typedef struct {
   const char *nickname;
   int64_t concurrency; /* slots per worker process (command workers) */
   int json_result;
+  int permanent_exit;     /* --permanent-exit passed to command workers; 0: none */
   char **cmd;             /* NULL-terminated command, or NULL */
   const char *log_prefix; /* "muster node" or "muster head" */
   int beside_head;        /* the agent of `muster head`: its head stops with it */

@@ -101,8 +101,9 @@ static void sup_build_argv(node_agent_t *a) {
   if (argv == NULL)
     abort();
   size_t n = 0;
-  char concurrency[32];
+  char concurrency[32], permanent_exit[16];
   snprintf(concurrency, sizeof concurrency, "%lld", (long long)cfg->concurrency);
+  snprintf(permanent_exit, sizeof permanent_exit, "%d", cfg->permanent_exit);
   const char *fixed[] = {a->self_exe, "worker",   "--url",  cfg->head_url,
                          "--queue",   cfg->queue, "--node", a->name};
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
@@ -110,7 +111,8 @@ static void sup_build_argv(node_agent_t *a) {
   const char *pairs[][2] = {{"--nickname", cfg->nickname},
                             {"--plugin", cfg->plugin},
                             {"--init-data", cfg->init_data},
-                            {"--concurrency", cfg->concurrency > 1 ? concurrency : NULL}};
+                            {"--concurrency", cfg->concurrency > 1 ? concurrency : NULL},
+                            {"--permanent-exit", cfg->permanent_exit > 0 ? permanent_exit : NULL}};
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
     if (pairs[i][1]) {
       argv[n++] = sup_strdup(pairs[i][0]);
