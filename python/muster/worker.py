@@ -749,11 +749,11 @@ def _parent_url():
 
 def _permanent_exit():
     """The exit status that makes ``muster worker`` fail the task for good: its
-    ``--permanent-exit N``, which it passes as MUSTER_PERMANENT_EXIT (1 to 255).  None
+    ``--permanent-exit N``, which it passes as MUSTER_PERMANENT_EXIT (1 to 125).  None
     without it (or with a value the worker would not have set): a failure then exits 1,
     and the task is retried as any other, as before the option."""
     text = os.environ.get("MUSTER_PERMANENT_EXIT", "")
-    ok = text.isascii() and text.isdigit() and 0 < int(text) < 256   # not "²", not " 3"
+    ok = text.isascii() and text.isdigit() and 0 < int(text) < 126   # not "²", not " 3"
     return int(text) if ok else None
 
 

@@ -55,7 +55,7 @@ const cli_opt_t cli_node_opts[] = {
     {"nickname", "NAME", "leaderboard name of the workers"},
     {"json-result", NULL, "parse the command's stdout as JSON instead of storing a string"},
     {"permanent-exit", "N",
-     "the command exiting N (1 to 255, not 127) fails its task for good, not retried "
+     "the command exiting N (1 to 125) fails its task for good, not retried "
      "(see `muster worker --help`)"},
     {"lock-file", "PATH",
      "the one-agent-per-machine lock (env MUSTER_NODE_LOCK, default " NODE_DEFAULT_LOCK ")"},

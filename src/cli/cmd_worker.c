@@ -254,12 +254,14 @@ static int worker_take_instance(cli_args_t *args, worker_t *w) {
 int worker_read_permanent_exit(cli_args_t *args, int *status) {
   int64_t value = 0;
   int rc = cli_opt_int_range(args, "permanent-exit", 0, 1, 255, &value);
-  if (rc == CLI_OK && value == WORKER_GUARD_EXIT)
+  if (rc == CLI_OK && value >= PERMANENT_EXIT_MAX + 1)
     rc = cli_usage_error(args->cmd,
-                         "--permanent-exit: %d is taken: the worker's guard exits %d when it "
-                         "cannot run or wait for the command, and a shell when it cannot find "
-                         "one; choose another status from 1 to 255",
-                         WORKER_GUARD_EXIT, WORKER_GUARD_EXIT);
+                         "--permanent-exit: %lld is not a status a command chooses: a shell "
+                         "exits 126 or 127 for a command it cannot run or find (the worker's "
+                         "guard exits %d so too), and 128 + n for one killed by signal n (an "
+                         "out-of-memory kill would fail its task for good); choose one from 1 "
+                         "to %d",
+                         (long long)value, WORKER_GUARD_EXIT, PERMANENT_EXIT_MAX);
   *status = rc == CLI_OK ? (int)value : 0;
   return rc;
 }

@@ -111,7 +111,7 @@ static const cli_opt_t worker_opts[] = {
      "read shared data tasks require from this node cache (default: MUSTER_CACHE_URL, "
      "set by the node agent; else --url)"},
     {"permanent-exit", "N",
-     "CMD exiting N (1 to 255, not 127) fails its task for good, not retried; CMD sees "
+     "CMD exiting N (1 to 125) fails its task for good, not retried; CMD sees "
      "MUSTER_PERMANENT_EXIT=N (default: none, every failure is retried)"},
     {NULL, NULL, NULL},
 };

@@ -133,6 +133,9 @@ struct worker {
  * or wait for the command, and a shell's for a command it cannot find: not
  * the task's word, so --permanent-exit may not be it. */
 #define WORKER_GUARD_EXIT 127
+/* --permanent-exit takes 1 to this: 126 and above mean what a shell says of a
+ * command it could not run (126, 127) or that a signal killed (128 + n). */
+#define PERMANENT_EXIT_MAX 125
 
 /*
  * Reads --permanent-exit of `muster worker` or `muster node` (which checks it

@@ -46,7 +46,10 @@ BAD_VALUES = (("0", "--permanent-exit: must be at least 1, got 0"),
               ("256", "--permanent-exit: must be at most 255, got 256"),
               ("abc", "--permanent-exit: expected an integer, got 'abc'"),
               ("3x", "--permanent-exit: expected an integer, got '3x'"),
-              ("127", "--permanent-exit: 127 is taken: the worker's guard exits 127"))
+              ("127", "--permanent-exit: 127 is not a status a command chooses: a shell exits "
+                      "126 or 127"),
+              ("137", "--permanent-exit: 137 is not a status a command chooses"),
+              ("126", "--permanent-exit: 126 is not a status a command chooses"))
 
 
 class WorkerPermanentExitTest(harness.CliHead, unittest.TestCase):
@@ -164,7 +167,7 @@ class WorkerPermanentExitTest(harness.CliHead, unittest.TestCase):
                       err)
 
     def test_python_worker_takes_only_a_status_the_worker_sets(self):
-        for text, status in (("5", 5), ("255", 255), ("", None), ("0", None), ("256", None),
+        for text, status in (("5", 5), ("125", 125), ("126", None), ("", None), ("0", None), ("256", None),
                              (" 5", None), ("\u00b2", None), ("x", None)):
             with mock.patch.dict(os.environ, {"MUSTER_PERMANENT_EXIT": text}):
                 self.assertEqual(muster.worker._permanent_exit(), status, repr(text))
