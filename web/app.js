@@ -66,7 +66,7 @@
   // loaded before this one, through `muster`.
   const SECTIONS = [
     {id: 'queues', title: 'Queues', needs: ['/v1/throughput?seconds=' + CHART_SECONDS],
-     pages: ['main'], render: muster.renderQueues},
+     pages: ['main'], load: muster.loadFailures, render: muster.renderQueues},
     {id: 'throughput', title: 'Throughput', note: 'completions per second, last 10 minutes',
      needs: ['/v1/throughput?seconds=' + CHART_SECONDS], pages: ['main'], render: muster.renderThroughput},
     {id: 'workers', title: 'Workers', needs: [], pages: ['main'], render: muster.renderWorkers},

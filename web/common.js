@@ -23,6 +23,7 @@ window.muster = (function () {
     refreshes: 0,
     updated: '', // the time of the last refresh that worked, as shown
     showGone: false,
+    failuresOpen: new Set(), // the queues whose panel of failed and dead tasks is open
     view: parseView(),
   };
 

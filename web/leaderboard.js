@@ -31,9 +31,14 @@
         ...['Completed', 'Failed', 'Flagged'].map(t => el('th', {class: 'num', text: t})),
         el('th', {class: 'num', text: 'Workers', title: 'workers that had this nickname, gone ones too'}))));
     const body = el('tbody');
-    leaderboard(data).forEach((e, i) => {
+    // Competition ranking: nicknames with as many completed tasks share a rank, and the
+    // next one's counts those before it (1, 2, 2, 4).
+    let rank = 0;
+    leaderboard(data).forEach((e, i, all) => {
+      if (i === 0 || all[i - 1].completed !== e.completed) rank = i + 1;
       const row = el('tr', {dataset: {nickname: e.nickname}},
-        el('td', {class: 'num', text: i + 1}), el('td', {class: 'name'}, el('strong', {text: e.nickname})));
+        el('td', {class: 'num', dataset: {field: 'rank'}, text: rank}),
+        el('td', {class: 'name'}, el('strong', {text: e.nickname})));
       for (const key of ['completed', 'failed', 'flagged', 'workers'])
         row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(e[key])}));
       body.append(row);

@@ -1,9 +1,12 @@
 // The dashboard's queues: their order (pipelines along `next`), the queues table
-// with its rate and ETA, and the throughput chart. Loaded after common.js.
+// with its rate and ETA, each queue's panel of why its tasks failed or died, and the
+// throughput chart. Loaded after common.js.
 'use strict';
 
 (function (muster) {
-  const {CHART_SECONDS, el, compareNames, fmtInt, fmtDuration, fmtPercent, bar} = muster;
+  const {CHART_SECONDS, state, el, compareNames, fmtInt, fmtDuration, fmtAgo, fmtTime,
+         fmtPercent, bar, api} = muster;
+  const MAX_FAILURES_SHOWN = 20; // tasks in a queue's panel of failed and dead tasks
   const RATE_WINDOW_S = 300; // completion rate and ETA over the last 5 minutes
   const CHART_BIN_S = 10;
   // Where a queue's cancelled tasks come from (muster status counts them too).
@@ -99,7 +102,10 @@
         el('th', {text: 'Progress'}))));
     const body = el('tbody');
     const span = rateWindow(data), fed = fedQueues(data.queues);
-    for (const q of data.queues) body.append(queueRow(data, q, span, fed.has(q.name)));
+    for (const q of data.queues) {
+      body.append(queueRow(data, q, span, fed.has(q.name)));
+      if (data.failures && data.failures[q.name]) body.append(failuresRow(q, data.failures[q.name]));
+    }
     if (!data.queues.length)
       body.append(el('tr', {}, el('td', {class: 'empty', colspan: 11, id: 'queues-empty',
         text: 'No queues yet: create one with `muster queue create NAME`.'})));
@@ -118,7 +124,9 @@
       el('td', {class: 'name'}, letter ? letter + ' · ' : '', el('strong', {text: q.name})),
       el('td', {class: 'muted name', text: q.next || '—'}));
     for (const key of ['queued', 'leased', 'done', 'failed', 'dead', 'cancelled'])
-      row.append(el('td', {class: 'num', dataset: {field: key}, text: fmtInt(c[key])}));
+      row.append(el('td', {class: 'num', dataset: {field: key}},
+                    (key === 'failed' || key === 'dead') && c[key] > 0 ? failuresToggle(q, key)
+                                                                       : fmtInt(c[key])));
     // Done counts the tasks there are, as the API does; the removed ones are said here.
     if (p.reaped) row.querySelector('[data-field="done"]').title =
       'done and kept; ' + fmtInt(p.reaped) + ' more done and removed by the queue\'s retention';
@@ -131,6 +139,61 @@
                        [p.total ? (c.failed + c.dead) / p.total : 0, 'failed']], title)));
     return row;
   }
+
+  // ---- why tasks failed or died ----
+
+  // A queue's failed or dead count as a button that opens (or closes) the panel of its
+  // failed and dead tasks under its row; the page remembers which are open.
+  function failuresToggle(q, key) {
+    const open = state.failuresOpen.has(q.name);
+    const button = el('button', {type: 'button', class: 'link', 'aria-expanded': String(open),
+      'aria-controls': 'failures-' + q.name, text: fmtInt(q.counts[key]),
+      title: (open ? 'hide' : 'show') + ' why the tasks of ' + q.name + ' failed or died'});
+    button.addEventListener('click', () => {
+      if (open) state.failuresOpen.delete(q.name); else state.failuresOpen.add(q.name);
+      muster.refresh();
+    });
+    return button;
+  }
+
+  // The newest failed and dead tasks of each queue whose panel is open, with their
+  // errors: per state with tasks, one listing of its newest (order=recent: by when they
+  // failed or died, so a task requeued and dead again is among them) without payloads;
+  // the two merged, newest first. A queue with none left has no panel.
+  async function loadFailures(data) {
+    data.failures = {};
+    const open = data.queues.filter(q => state.failuresOpen.has(q.name) &&
+                                         q.counts.failed + q.counts.dead > 0);
+    await Promise.all(open.map(async q => {
+      const replies = await Promise.all(['failed', 'dead'].filter(s => q.counts[s] > 0).map(s =>
+        api('/v1/queues/' + encodeURIComponent(q.name) + '/tasks?state=' + s +
+            '&order=recent&brief=true&limit=' + MAX_FAILURES_SHOWN)));
+      data.failures[q.name] = [].concat(...replies.map(r => r.tasks))
+        .sort((a, b) => b.updated_ms - a.updated_ms || b.id - a.id).slice(0, MAX_FAILURES_SHOWN);
+    }));
+  }
+
+  // The row under queue q's with its failed and dead tasks `tasks`, newest first. Every
+  // field is set as text: an error is what a worker sent.
+  function failuresRow(q, tasks) {
+    const all = q.counts.failed + q.counts.dead;
+    const table = el('table', {class: 'failures-table'}, el('thead', {}, el('tr', {},
+      ...['Task', 'State', 'Attempts', 'When', 'Error'].map(t => el('th', {text: t})))));
+    const body = el('tbody');
+    for (const t of tasks)
+      body.append(el('tr', {dataset: {task: t.id}},
+        el('td', {class: 'num', text: '#' + t.id}), el('td', {text: t.state}),
+        el('td', {class: 'num', text: fmtInt(t.attempts)}),
+        el('td', {class: 'when', title: fmtTime(t.updated_ms), text: fmtAgo(t.updated_ms)}),
+        el('td', {dataset: {field: 'error'}}, el('div', {class: 'error-text', text: t.error || '—'}))));
+    table.append(body);
+    const what = 'Failed and dead tasks of ' + q.name + ', newest first' +
+      (tasks.length < all ? ' (the ' + tasks.length + ' newest of ' + fmtInt(all) + ')' : '');
+    return el('tr', {class: 'failures', id: 'failures-' + q.name, dataset: {failuresOf: q.name}},
+      el('td', {colspan: 11}, el('p', {class: 'muted', text: what}), table));
+  }
+
+  // ---- throughput ----
 
   function renderThroughput(card, data) {
     const tp = data.replies['/v1/throughput?seconds=' + CHART_SECONDS];
@@ -156,6 +219,11 @@
       swatch.style.background = line.color;
       legend.append(el('span', {}, swatch, line.name));
     }
+    // The chart has a colour for COLORS.length queues; the rest are said, not drawn.
+    const left = names.slice(COLORS.length);
+    if (left.length)
+      legend.append(el('span', {class: 'muted', id: 'chart-more', title: left.join(', '),
+                               text: 'and ' + left.length + ' more'}));
     legend.append(el('span', {class: 'muted', id: 'chart-total',
                              text: 'last minute: ' + fmtInt(completions(data, null, 60)) + ' completed'}));
     card.append(legend);
@@ -211,5 +279,5 @@
     return 10 * p;
   }
 
-  Object.assign(muster, {pipelineOrder, renderQueues, renderThroughput});
+  Object.assign(muster, {pipelineOrder, renderQueues, loadFailures, renderThroughput});
 })(window.muster);

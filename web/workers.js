@@ -8,6 +8,29 @@
   const MAX_TASK_IDS_SHOWN = 3;   // task ids in a worker's row; the rest are counted
   const MAX_PAYLOADS_SHOWN = 20;  // payloads on a worker's page; the rest are counted
   const MAX_WORKERS_SHOWN = 500;  // rows of the workers table (those seen last); the rest are counted
+  // Why a worker went (its gone_reason): the words of its State, and what they mean.
+  const GONE_WHY = {
+    bye: ['said bye', 'it said goodbye'],
+    timeout: ['timed out', 'no heartbeat reached the head within its timeout'],
+    crashed: ['crashed', 'its node agent reported that its process died'],
+    node_left: ['node left', 'its node left, and its workers with it'],
+    node_timeout: ['node timed out', 'its node went silent past the node\'s timeout'],
+    node_restarted: ['node restarted', 'its node was registered again by a new agent, whose ' +
+                     'old workers died with the old one'],
+  };
+
+  // A worker's state, and for a gone one why and when: "gone: timed out 3m 10s ago".
+  // One that went before the head kept why (gone_reason "unknown") is "gone".
+  function stateText(w) {
+    const why = w.state === 'gone' && GONE_WHY[w.gone_reason];
+    if (!why) return w.state;
+    return 'gone: ' + why[0] + (w.gone_at_ms ? ' ' + fmtAgo(w.gone_at_ms) : '');
+  }
+
+  function stateTitle(w) {
+    const why = w.state === 'gone' && GONE_WHY[w.gone_reason];
+    return why ? why[1] + (w.gone_at_ms ? ', at ' + fmtTime(w.gone_at_ms) : '') : '';
+  }
 
   function renderWorkers(card, data) {
     const toggle = el('input', {type: 'checkbox', id: 'show-gone'});
@@ -62,7 +85,8 @@
         el('td', {class: 'progress', dataset: {field: 'progress'}, text: w.progress || '',
                   title: w.state === 'gone' ? 'the last progress it sent' : ''}),
         el('td', {text: fmtAgo(w.last_seen_ms)}),
-        el('td', {class: 'state-' + w.state, text: w.state}),
+        el('td', {class: 'state-' + w.state, dataset: {field: 'state'}, text: stateText(w),
+                  title: stateTitle(w)}),
         el('td', {class: 'num', dataset: {field: 'completed'}, text: fmtInt(w.completed)})));
     }
     if (!shown.length)
@@ -102,7 +126,7 @@
       fields.append(el('dt', {text: label}), el('dd', {dataset: {field: key || label.toLowerCase()}, text: value}));
     add('Id', w.id);
     add('Nickname', w.nickname);
-    add('State', w.state);
+    add('State', stateText(w));
     add('Node', w.node || '—');
     add('Queues', (w.queues || []).join(', ') || '—');
     add('Progress', w.progress || '—');

@@ -21,7 +21,7 @@ const cli_opt_t cmd_nodes_opts[] = {
 };
 
 const cli_opt_t cmd_workers_opts[] = {
-    {"all", NULL, "also list workers that are gone"},
+    {"all", NULL, "also list gone workers, with why and when they went"},
     {"queue", "Q", "only workers serving queue Q"},
     {"json", NULL, "print JSON instead of a table"},
     {NULL, NULL, NULL},
@@ -132,6 +132,34 @@ static const char *workers_queues(json_t *w, char *buf, size_t size) {
   return at ? buf : "-";
 }
 
+/* The STATE cell of worker `w`: "active", or "gone: WHY AGO" ("gone: timed
+ * out 3m ago") from its gone_reason and gone_at_ms; "gone" alone for one
+ * that went before the head kept why (or a head too old to say). */
+static const char *workers_state(json_t *w, char *buf, size_t size) {
+  static const char *const reasons[][2] = {
+      {"bye", "said bye"},
+      {"timeout", "timed out"},
+      {"crashed", "crashed"},
+      {"node_left", "node left"},
+      {"node_timeout", "node timed out"},
+      {"node_restarted", "node restarted"},
+  };
+  const char *state = nodes_str(w, "state");
+  const char *reason = json_string_value(json_object_get(w, "gone_reason"));
+  if (strcmp(state, "gone") != 0 || reason == NULL)
+    return state;
+  for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++) {
+    if (strcmp(reason, reasons[i][0]) != 0)
+      continue;
+    char ago[32];
+    json_t *at = json_object_get(w, "gone_at_ms");
+    snprintf(buf, size, "gone: %s%s%s", reasons[i][1], json_is_integer(at) ? " " : "",
+             json_is_integer(at) ? nodes_ago(at, ago, sizeof ago) : "");
+    return buf;
+  }
+  return state;
+}
+
 static void workers_print(json_t *workers, int all, const char *queue) {
   static const char *const headers[] = {"ID",   "NAME",   "NODE",   "STATE",   "QUEUES",
                                         "DONE", "FAILED", "LEASES", "PROGRESS"};
@@ -143,11 +171,11 @@ static void workers_print(json_t *workers, int all, const char *queue) {
   json_array_foreach(workers, i, w) {
     if (!nodes_shown(w, all) || !workers_serves(w, queue))
       continue;
-    char id[24], done[24], failed[24], leases[24], queues[256];
+    char id[24], done[24], failed[24], leases[24], queues[256], state[64];
     const char *row[] = {nodes_int(w, "id", id, sizeof id),
                          nodes_str(w, "name"),
                          nodes_str(w, "node"),
-                         nodes_str(w, "state"),
+                         workers_state(w, state, sizeof state),
                          workers_queues(w, queues, sizeof queues),
                          nodes_int(w, "completed", done, sizeof done),
                          nodes_int(w, "failed", failed, sizeof failed),

@@ -11,6 +11,7 @@
 #include "jv.h"
 #include "lease.h"
 #include "log.h"
+#include "worker.h"
 #include "core/names.h"
 
 #include <stdio.h>
@@ -115,38 +116,50 @@ static muster_err_t node_check_active(store_t *st, const char *name, fail_t *f) 
   return fail_set(f, MUSTER_NODE_NOT_FOUND, "node '%.140s' does not exist", name);
 }
 
-/* Marks the active workers of node `name` gone and ends their leases: lapsed
- * with `reason` (the attempt counts) or, when `reason` is NULL, released.
- * *workers and *leases (may be NULL) receive the counts. */
-static muster_err_t node_end_workers(store_t *st, const char *name, const char *reason,
-                                     int64_t *workers, int64_t *leases, fail_t *f) {
-  sqlite3_stmt *s =
-      store_stmt(st, "UPDATE workers SET state = 1 WHERE node = ?1 AND state = 0 RETURNING id");
+/* Marks the active workers of node `name` gone for `why`; their ids into
+ * *ids (the caller frees it, also on failure), how many into *n. */
+static muster_err_t node_mark_workers_gone(store_t *st, const char *name, worker_gone_t why,
+                                           int64_t **ids, size_t *n, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE workers SET state = 1, gone_reason = ?2,"
+                                   " gone_at_ms = ?3 WHERE node = ?1 AND state = 0 RETURNING id");
   if (s == NULL)
     return store_fail(st, f, "node workers");
   store_bind_text(s, 1, name);
-  size_t n = 0, cap = 0;
-  int64_t *ids = NULL;
+  store_bind_text(s, 2, worker_gone_name(why));
+  sqlite3_bind_int64(s, 3, now_ms());
+  size_t cap = 0;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    if (n == cap) {
-      int64_t *grown = realloc(ids, (cap = cap ? cap * 2 : 16) * sizeof *ids);
+    if (*n == cap) {
+      int64_t *grown = realloc(*ids, (cap = cap ? cap * 2 : 16) * sizeof **ids);
       if (grown == NULL)
         break;
-      ids = grown;
+      *ids = grown;
     }
-    ids[n++] = sqlite3_column_int64(s, 0);
+    (*ids)[(*n)++] = sqlite3_column_int64(s, 0);
   }
   store_reset(s);
-  if (rc != SQLITE_DONE) {
+  if (rc == SQLITE_DONE)
+    return MUSTER_OK;
+  return rc == SQLITE_ROW ? fail_set(f, MUSTER_NOMEM, "out of memory")
+                          : store_fail(st, f, "node workers");
+}
+
+/* Marks the active workers of node `name` gone for `why` and ends their
+ * leases: lapsed when the node timed out (the attempt counts, as for a
+ * worker's own timeout), else released.  *workers and *leases (may be NULL)
+ * receive the counts. */
+static muster_err_t node_end_workers(store_t *st, const char *name, worker_gone_t why,
+                                     int64_t *workers, int64_t *leases, fail_t *f) {
+  int64_t *ids = NULL, ended = 0;
+  size_t n = 0;
+  if (node_mark_workers_gone(st, name, why, &ids, &n, f)) {
     free(ids);
-    return rc == SQLITE_ROW ? fail_set(f, MUSTER_NOMEM, "out of memory")
-                            : store_fail(st, f, "node workers");
+    return f->code;
   }
-  int64_t ended = 0;
   for (size_t i = 0; i < n; i++) {
-    int64_t k =
-        reason ? lease_lapse_worker(st, ids[i], reason) : lease_end_worker(st, ids[i], false);
+    int64_t k = why == WORKER_GONE_NODE_TIMEOUT ? lease_lapse_worker(st, ids[i], "node timed out")
+                                                : lease_end_worker(st, ids[i], false);
     if (k < 0) {
       free(ids);
       return store_fail(st, f, "ending the leases of a node's workers");
@@ -345,7 +358,8 @@ json_t *node_register(store_t *st, const json_t *body, int64_t default_timeout_m
     int64_t workers = 0, released = 0;
     char took_over[NAME_MAX_LEN + 1] = "";
     if (node_check_holder(st, &spec, took_over, f) == MUSTER_OK &&
-        (keep || node_end_workers(st, spec.name, NULL, &workers, &released, f) == MUSTER_OK) &&
+        (keep || node_end_workers(st, spec.name, WORKER_GONE_NODE_RESTARTED, &workers, &released,
+                                  f) == MUSTER_OK) &&
         node_write(st, &spec, f) == MUSTER_OK)
       out = node_get(st, spec.name, f);
     if (out && !*created && keep)
@@ -442,7 +456,7 @@ static muster_err_t node_mark_gone(store_t *st, const char *name, fail_t *f) {
 json_t *node_leave(store_t *st, const char *name, fail_t *f) {
   int64_t workers = 0, released = 0;
   if (node_check_active(st, name, f) || node_mark_gone(st, name, f) ||
-      node_end_workers(st, name, NULL, &workers, &released, f))
+      node_end_workers(st, name, WORKER_GONE_NODE_LEFT, &workers, &released, f))
     return NULL;
   return json_pack("{s:s, s:I, s:I}", "name", name, "workers", (json_int_t)workers, "released",
                    (json_int_t)released);
@@ -468,7 +482,7 @@ int64_t node_expire_due(store_t *st, int64_t now) {
     fail_t f = {0};
     int64_t workers = 0, lapsed = 0;
     if (node_mark_gone(st, names[i], &f) ||
-        node_end_workers(st, names[i], "node timed out", &workers, &lapsed, &f))
+        node_end_workers(st, names[i], WORKER_GONE_NODE_TIMEOUT, &workers, &lapsed, &f))
       return -1;
     log_msg(LOG_INFO, "node %s timed out; %lld workers gone, %lld leases returned", names[i],
             (long long)workers, (long long)lapsed);

@@ -172,10 +172,31 @@ static bool query_int(http_req_t *r, const char *key, int64_t dflt, int64_t min,
   return query_int_read(http_query(r, key), key, dflt, min, max, out, f) == MUSTER_OK;
 }
 
+/* Reads the query's `order` into *recent: `id` (the default) pages by id,
+ * `recent` gives the newest failed or dead tasks, by when they got there, in
+ * one page (task_list_recent_text), so it takes state failed or dead and no
+ * `after`. */
+static muster_err_t query_order(http_req_t *r, int state, bool *recent, fail_t *f) {
+  const char *order = http_query(r, "order");
+  *recent = order && strcmp(order, "recent") == 0;
+  if (order && !*recent && strcmp(order, "id") != 0)
+    return fail_set(f, MUSTER_INVALID, "query order: '%.40s' is not id or recent", order);
+  if (*recent && state != TASK_FAILED && state != TASK_DEAD)
+    return fail_set(f, MUSTER_INVALID,
+                    "query order: recent lists failed or dead tasks; add state=failed or "
+                    "state=dead");
+  if (*recent && http_query(r, "after"))
+    return fail_set(f, MUSTER_INVALID,
+                    "query after: order=recent gives one page, the newest tasks; after pages "
+                    "by id (order=id)");
+  return MUSTER_OK;
+}
+
 static void h_tasks_list(http_req_t *r) {
   fail_t f = {0};
   queue_t q;
   int64_t after, limit;
+  bool recent;
   const char *state_name = http_query(r, "state");
   const char *brief = http_query(r, "brief");
   int state = state_name ? task_state_parse(state_name) : -1;
@@ -185,14 +206,16 @@ static void h_tasks_list(http_req_t *r) {
              state_name);
   else if (brief && strcmp(brief, "true") != 0 && strcmp(brief, "false") != 0)
     fail_set(&f, MUSTER_INVALID, "query brief: '%.40s' is not true or false", brief);
-  else if (query_int(r, "after", 0, 0, INT64_MAX, &after, &f) &&
+  else if (query_order(r, state, &recent, &f) == MUSTER_OK &&
+           query_int(r, "after", 0, 0, INT64_MAX, &after, &f) &&
            query_int(r, "limit", 100, 1, TASK_MAX_BATCH, &limit, &f) &&
            !queue_load(ST(r), r->params[0], &q, &f)) {
     bool leave_out = brief && strcmp(brief, "true") == 0;
     jw_buf_t page = {0};
-    reply_text_or_fail(r, 200,
-                       task_list_text(ST(r), q.name, state, after, limit, leave_out, &page, &f),
-                       &page, &f);
+    muster_err_t err =
+        recent ? task_list_recent_text(ST(r), q.name, state, limit, leave_out, &page, &f)
+               : task_list_text(ST(r), q.name, state, after, limit, leave_out, &page, &f);
+    reply_text_or_fail(r, 200, err, &page, &f);
     return;
   }
   http_reply_fail(r, &f);

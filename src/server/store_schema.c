@@ -304,6 +304,22 @@ const char *const store_migrations[] = {
      * stream ended instead of waiting for tasks that may yet come.  Sessions
      * open before this migration are not sealed. */
     "ALTER TABLE sessions ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;",
+    /* Why and when a worker went (worker.c, worker_gone_t): the list of
+     * workers said only "gone", and an operator could not tell a goodbye
+     * from a timeout or a crash.  Written once, with the state, so no index
+     * and nothing on the path of a task.  Workers gone before this
+     * migration get 'unknown' and no time: nobody kept either. */
+    "ALTER TABLE workers ADD COLUMN gone_reason TEXT;"
+    "ALTER TABLE workers ADD COLUMN gone_at_ms INTEGER;"
+    "UPDATE workers SET gone_reason = 'unknown' WHERE state = 1;",
+    /* A queue's failed and dead tasks by when they got there (task.c,
+     * task_list_recent_text): the dashboard shows the newest of them with
+     * their errors, and tasks_failed, by id, leaves a task that was
+     * requeued and died again among the oldest.  Written only when a task
+     * enters or leaves failed or dead (updated_ms does not change in
+     * between), as tasks_failed is; cancelled tasks, which a session close
+     * makes by the thousand, stay out. */
+    "CREATE INDEX tasks_ended ON tasks(queue, state, updated_ms) WHERE state IN (3, 4);",
 };
 
 const int store_migration_count = (int)(sizeof store_migrations / sizeof store_migrations[0]);

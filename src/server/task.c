@@ -19,6 +19,7 @@
 #include "shared.h"
 #include "core/names.h"
 
+#include <assert.h>
 #include <stdbool.h>
 
 #include <stdio.h>
@@ -663,9 +664,10 @@ static muster_err_t task_list_walked(store_t *st, const char *queue, int64_t aft
  * `out`: {"tasks", "next"}.  It ends after `limit` tasks, after
  * TASK_LIST_SKIP rows that a closed session left, or before a task whose
  * payload and result would take the page's past the budget of one reply
- * (reply_budget.h), with a `next` after the last row read before. */
-static muster_err_t task_page_read(sqlite3_stmt *s, int64_t limit, bool brief, jw_buf_t *out,
-                                   fail_t *f) {
+ * (reply_budget.h), with a `next` after the last row read before; with
+ * `paged` false (an order that has one page) `next` is null. */
+static muster_err_t task_page_read(sqlite3_stmt *s, int64_t limit, bool brief, bool paged,
+                                   jw_buf_t *out, fail_t *f) {
   task_page_text_t page;
   task_page_start(&page, out);
   int64_t last = 0, skipped = 0;
@@ -681,7 +683,7 @@ static muster_err_t task_page_read(sqlite3_stmt *s, int64_t limit, bool brief, j
     skipped += left;
   }
   store_reset(s);
-  return task_page_end(&page, more, last, f);
+  return task_page_end(&page, paged && more, last, f);
 }
 
 muster_err_t task_list_text(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
@@ -704,7 +706,31 @@ muster_err_t task_list_text(store_t *st, const char *queue, int state, int64_t a
   sqlite3_bind_int64(s, 3, limit + 1 + (store_sessions_closing(st) ? TASK_LIST_SKIP : 0));
   if (sqlite3_bind_parameter_count(s) >= 4)
     sqlite3_bind_int(s, 4, state);
-  return task_page_read(s, limit, brief, out, f);
+  return task_page_read(s, limit, brief, true, out, f);
+}
+
+/* The failed or dead tasks (state ?3) of queue ?1, the one that got there
+ * last first, ?2 rows: the index tasks_ended (schema version 25) read
+ * backwards from its end.  Ties of updated_ms go by id, the index's last
+ * column, so the order is one and no sorter runs. */
+#define TASK_RECENT_SQL(closing)                                                                   \
+  "SELECT " TASK_COLUMNS ", " closing " FROM tasks INDEXED BY tasks_ended"                         \
+  " WHERE queue = ?1 AND state = ?3 AND state IN (3, 4) ORDER BY updated_ms DESC, id DESC LIMIT "  \
+  "?2"
+static const char *const task_recent_sql[2] = {TASK_RECENT_SQL("0"),
+                                               TASK_RECENT_SQL(SESSION_CLOSING_TASKS_SQL)};
+
+muster_err_t task_list_recent_text(store_t *st, const char *queue, int state, int64_t limit,
+                                   bool brief, jw_buf_t *out, fail_t *f) {
+  assert(state == TASK_FAILED || state == TASK_DEAD);
+  bool closing = store_sessions_closing(st);
+  sqlite3_stmt *s = store_stmt(st, task_recent_sql[closing]);
+  if (s == NULL)
+    return store_fail(st, f, "task list");
+  store_bind_text(s, 1, queue);
+  sqlite3_bind_int64(s, 2, limit + 1 + (closing ? TASK_LIST_SKIP : 0));
+  sqlite3_bind_int(s, 3, state);
+  return task_page_read(s, limit, brief, false, out, f);
 }
 
 json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, int64_t limit,

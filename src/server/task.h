@@ -68,6 +68,14 @@ json_t *task_list_as(store_t *st, const char *queue, int state, int64_t after, i
  * (http_reply_text).  MUSTER_OK, or the failure with *f filled. */
 muster_err_t task_list_text(store_t *st, const char *queue, int state, int64_t after, int64_t limit,
                             bool brief, jw_buf_t *out, fail_t *f);
+/* Writes the newest `limit` failed or dead tasks of `queue` (`state` is
+ * TASK_FAILED or TASK_DEAD), the one that got there last first, into `out`
+ * as task_list_text does, with "next" null: the page is all there is of
+ * this order (docs/api.md, order=recent).  It may hold fewer when the reply's
+ * budget of bytes ends it, or past TASK_LIST_SKIP tasks a closed session
+ * left.  MUSTER_OK, or the failure with *f filled. */
+muster_err_t task_list_recent_text(store_t *st, const char *queue, int state, int64_t limit,
+                                   bool brief, jw_buf_t *out, fail_t *f);
 /* Puts a dead or failed task back to queued; returns the task object, as
  * task_get does. */
 json_t *task_requeue(store_t *st, int64_t id, fail_t *f);

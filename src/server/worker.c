@@ -182,17 +182,33 @@ json_t *worker_heartbeat(store_t *st, int64_t id, const json_t *body, fail_t *f)
   return json_pack("{s:I, s:s}", "id", (json_int_t)id, "state", "active");
 }
 
-/* Marks worker `id` gone; `said_bye`: it left cleanly, so its last progress
- * ("running task 83") no longer describes it and is cleared, while a worker
- * that timed out or crashed keeps it (what it was doing when it went silent). */
-static muster_err_t worker_mark_gone(store_t *st, int64_t id, bool said_bye, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "UPDATE workers SET state = 1,"
+const char *worker_gone_name(worker_gone_t why) {
+  static const char *const names[] = {
+      [WORKER_GONE_BYE] = "bye",
+      [WORKER_GONE_TIMEOUT] = "timeout",
+      [WORKER_GONE_CRASHED] = "crashed",
+      [WORKER_GONE_NODE_LEFT] = "node_left",
+      [WORKER_GONE_NODE_TIMEOUT] = "node_timeout",
+      [WORKER_GONE_NODE_RESTARTED] = "node_restarted",
+  };
+  return names[why];
+}
+
+/* Marks worker `id` gone for `why`, now.  A worker that said bye left
+ * cleanly, so its last progress ("running task 83") no longer describes it
+ * and is cleared, while one that timed out or crashed keeps it (what it was
+ * doing when it went silent). */
+static muster_err_t worker_mark_gone(store_t *st, int64_t id, worker_gone_t why, fail_t *f) {
+  sqlite3_stmt *s = store_stmt(st, "UPDATE workers SET state = 1, gone_reason = ?3,"
+                                   " gone_at_ms = ?4,"
                                    " progress = CASE WHEN ?2 THEN NULL ELSE progress END"
                                    " WHERE id = ?1");
   if (s == NULL)
     return store_fail(st, f, "worker update");
   sqlite3_bind_int64(s, 1, id);
-  sqlite3_bind_int(s, 2, said_bye);
+  sqlite3_bind_int(s, 2, why == WORKER_GONE_BYE);
+  store_bind_text(s, 3, worker_gone_name(why));
+  sqlite3_bind_int64(s, 4, now_ms());
   return store_step_done(st, s, f);
 }
 
@@ -201,7 +217,8 @@ json_t *worker_bye(store_t *st, int64_t id, fail_t *f) {
 }
 
 json_t *worker_leave(store_t *st, int64_t id, bool crashed, fail_t *f) {
-  if (worker_check_active(st, id, f) || worker_mark_gone(st, id, !crashed, f))
+  if (worker_check_active(st, id, f) ||
+      worker_mark_gone(st, id, crashed ? WORKER_GONE_CRASHED : WORKER_GONE_BYE, f))
     return NULL;
   /* A crash may be the task's doing: the attempt counts, so a task that
    * kills every worker it runs on goes dead after max_attempts. */
@@ -261,7 +278,7 @@ muster_err_t worker_count(store_t *st, int64_t id, worker_counter_t which, int64
  * such scan, grouped, rather than one scan per worker. */
 #define WORKER_COLUMNS                                                                             \
   "w.id, w.name, w.nickname, w.node, w.queues, w.labels, w.state, w.progress, w.last_seen_ms,"     \
-  " w.created_ms, w.timeout_ms, w.completed, w.failed, w.flagged,"
+  " w.created_ms, w.timeout_ms, w.completed, w.failed, w.flagged, w.gone_reason, w.gone_at_ms,"
 #define WORKER_LEASES_ONE                                                                          \
   " (SELECT count(*) FROM tasks t INDEXED BY tasks_leased WHERE t.state = 1 AND t.worker = w.id)"
 #define WORKER_LEASES_ALL                                                                          \
@@ -275,9 +292,20 @@ static json_t *text_json(sqlite3_stmt *s, int col, bool decode) {
   return decode ? jv_decode((const char *)t) : json_string((const char *)t);
 }
 
+/* A time column as JSON: null when NULL. */
+static json_t *ms_json(sqlite3_stmt *s, int col) {
+  if (sqlite3_column_type(s, col) == SQLITE_NULL)
+    return json_null();
+  return json_integer((json_int_t)sqlite3_column_int64(s, col));
+}
+
+/* The Worker object of a row of WORKER_COLUMNS and its lease count.  An
+ * active worker's gone_reason and gone_at_ms are null; a gone one's
+ * gone_at_ms is null when it went before the head kept it (its reason is
+ * "unknown" then: schema version 24, store_schema.c). */
 static json_t *worker_from_row(sqlite3_stmt *s) {
   return json_pack(
-      "{s:I, s:s, s:s, s:o, s:o, s:o, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "id",
+      "{s:I, s:s, s:s, s:o, s:o, s:o, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:I}", "id",
       (json_int_t)sqlite3_column_int64(s, 0), "name", (const char *)sqlite3_column_text(s, 1),
       "nickname", (const char *)sqlite3_column_text(s, 2), "node", text_json(s, 3, false), "queues",
       text_json(s, 4, true), "labels", text_json(s, 5, true), "state",
@@ -286,7 +314,8 @@ static json_t *worker_from_row(sqlite3_stmt *s) {
       (json_int_t)sqlite3_column_int64(s, 9), "timeout_ms", (json_int_t)sqlite3_column_int64(s, 10),
       "completed", (json_int_t)sqlite3_column_int64(s, 11), "failed",
       (json_int_t)sqlite3_column_int64(s, 12), "flagged", (json_int_t)sqlite3_column_int64(s, 13),
-      "leases", (json_int_t)sqlite3_column_int64(s, 14));
+      "gone_reason", text_json(s, 14, false), "gone_at_ms", ms_json(s, 15), "leases",
+      (json_int_t)sqlite3_column_int64(s, 16));
 }
 
 json_t *worker_get(store_t *st, int64_t id, fail_t *f) {
@@ -352,7 +381,8 @@ int64_t worker_expire_due(store_t *st, int64_t now) {
   store_reset(s);
   for (size_t i = 0; i < n; i++) {
     fail_t f = {0};
-    if (worker_mark_gone(st, ids[i], false, &f) || lease_end_worker(st, ids[i], true) < 0)
+    if (worker_mark_gone(st, ids[i], WORKER_GONE_TIMEOUT, &f) ||
+        lease_end_worker(st, ids[i], true) < 0)
       return -1;
     metrics_worker_timeout();
     log_msg(LOG_INFO, "worker %lld timed out; its leases were returned", (long long)ids[i]);

@@ -15,6 +15,17 @@
 #define WORKER_MAX_PROGRESS 1024
 
 typedef enum { WORKER_ACTIVE = 0, WORKER_GONE = 1 } worker_state_t;
+/* Why a worker is gone: every way one ends, kept with it (column
+ * gone_reason, as worker_gone_name's text) and shown as its "gone_reason"
+ * (docs/api.md, "GET /v1/workers"). */
+typedef enum {
+  WORKER_GONE_BYE,            /* it said goodbye: DELETE by id or instance, DistCompute bye */
+  WORKER_GONE_TIMEOUT,        /* it was silent past its timeout_ms */
+  WORKER_GONE_CRASHED,        /* its process died, reported with ?crashed=true */
+  WORKER_GONE_NODE_LEFT,      /* its node said goodbye (DELETE /v1/nodes/{name}) */
+  WORKER_GONE_NODE_TIMEOUT,   /* its node was silent past the node's timeout */
+  WORKER_GONE_NODE_RESTARTED, /* its node was registered by another agent process */
+} worker_gone_t;
 typedef enum { WORKER_COMPLETED, WORKER_FAILED, WORKER_FLAGGED } worker_counter_t;
 
 /* Registers a worker from body {"nickname", "queues", "node", "labels",
@@ -44,6 +55,9 @@ json_t *worker_leave_instance(store_t *st, const char *instance, bool crashed, f
 json_t *worker_get(store_t *st, int64_t id, fail_t *f);
 json_t *worker_list(store_t *st, fail_t *f);
 json_t *worker_leaderboard(store_t *st, fail_t *f);
+/* The stored and shown name of `why`: "bye", "timeout", "crashed",
+ * "node_left", "node_timeout", "node_restarted". */
+const char *worker_gone_name(worker_gone_t why);
 /* MUSTER_OK when `id` is a registered, active worker. */
 muster_err_t worker_check_active(store_t *st, int64_t id, fail_t *f);
 /* Adds `n` to a counter of worker `id`; a no-op for id 0 (anonymous) or n 0. */

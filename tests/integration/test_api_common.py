@@ -28,7 +28,7 @@ LEASE_KEYS = {"task", "token", "payload", "attempt", "deadline_ms", "parent", "s
               "index"}
 WORKER_KEYS = {"id", "name", "nickname", "node", "queues", "labels", "state", "progress",
                "last_seen_ms", "created_ms", "timeout_ms", "completed", "failed", "flagged",
-               "leases"}
+               "gone_reason", "gone_at_ms", "leases"}
 
 
 def now_ms():

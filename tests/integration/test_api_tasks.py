@@ -133,6 +133,41 @@ class TaskTest(ApiTestCase):
         leased = self.expect("GET", "/v1/queues/%s/tasks?state=leased" % self.q)["tasks"][0]
         self.assertEqual(leased["lease"]["deadline_ms"], l4["deadline_ms"])
 
+    def test_list_recent_failures(self):
+        # order=recent: the newest failed (or dead) tasks by when they got there, so a
+        # task requeued and dead again comes first though its id is the lowest.
+        self.create_queue(max_attempts=1, backoff_ms=0)
+        ids = self.put(*range(5))
+        leases = self.lease(max=5)
+        for i, l in enumerate(leases):
+            self.ack("fail", [{"task": l["task"], "token": l["token"], "error": "e%d" % i,
+                               "permanent": i == 4}])
+        self.expect("POST", "/v1/tasks/%d/requeue" % ids[0])
+        again = self.lease_one()
+        self.ack("fail", [{"task": again["task"], "token": again["token"], "error": "again"}])
+        url = "/v1/queues/%s/tasks?state=%s&order=recent" % (self.q, "%s")
+        page = self.expect("GET", url % "dead")
+        self.assertEqual([(t["id"], t["error"]) for t in page["tasks"]],
+                         [(ids[0], "again"), (ids[3], "e3"), (ids[2], "e2"), (ids[1], "e1")])
+        self.assertIsNone(page["next"])
+        updated = [t["updated_ms"] for t in page["tasks"]]
+        self.assertEqual(updated, sorted(updated, reverse=True))
+        for t in page["tasks"]:
+            self.assertEqual(t, self.get_task(t["id"]))
+        page = self.expect("GET", (url % "dead") + "&limit=2&brief=true")
+        self.assertEqual([t["id"] for t in page["tasks"]], [ids[0], ids[3]])
+        self.assertEqual((page["next"], "payload" in page["tasks"][0]), (None, False))
+        failed = self.expect("GET", url % "failed")["tasks"]
+        self.assertEqual([(t["id"], t["error"]) for t in failed], [(ids[4], "e4")])
+        # order=id is the default order, by ascending id.
+        page = self.expect("GET", "/v1/queues/%s/tasks?state=dead&order=id" % self.q)
+        self.assertEqual([t["id"] for t in page["tasks"]], ids[:4])
+        for query in ("order=recent", "state=queued&order=recent", "state=done&order=recent",
+                      "state=dead&order=recent&after=1", "state=dead&order=newest"):
+            with self.subTest(query=query):
+                self.expect_error("GET", "/v1/queues/%s/tasks?%s" % (self.q, query), None, 400,
+                                  "invalid_argument")
+
     def test_pagination(self):
         self.create_queue()
         ids = self.put(*range(25))
