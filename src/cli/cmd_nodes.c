@@ -73,6 +73,19 @@ static const char *nodes_str(json_t *obj, const char *key) {
   return s && s[0] ? s : "-";
 }
 
+/* A node's ADDRESS: "127.0.0.1:7371 (local)" for an agent that listens on
+ * the loopback only (its default), which answers on its own machine and not
+ * from the one running this command, as the bare address would suggest. */
+static const char *nodes_address(json_t *node, char *buf, size_t size) {
+  const char *address = nodes_str(node, "address");
+  bool loopback = strncmp(address, "127.", 4) == 0 || strncmp(address, "[::1]", 5) == 0 ||
+                  strncmp(address, "localhost:", 10) == 0;
+  if (!loopback)
+    return address;
+  snprintf(buf, size, "%s (local)", address);
+  return buf;
+}
+
 /* Non-zero when `obj` is shown: active, or --all. */
 static int nodes_shown(json_t *obj, int all) {
   const char *state = json_string_value(json_object_get(obj, "state"));
@@ -90,11 +103,11 @@ static void nodes_print(json_t *nodes, int all) {
   json_array_foreach(nodes, i, node) {
     if (!nodes_shown(node, all))
       continue;
-    char cpus[24], gpus[24], workers[24], seen[32];
+    char cpus[24], gpus[24], workers[24], seen[32], address[300];
     snprintf(gpus, sizeof gpus, "%zu", json_array_size(json_object_get(node, "gpus")));
     const char *row[] = {nodes_str(node, "name"),
                          nodes_str(node, "state"),
-                         nodes_str(node, "address"),
+                         nodes_address(node, address, sizeof address),
                          nodes_int(node, "cpus", cpus, sizeof cpus),
                          gpus,
                          nodes_int(node, "workers", workers, sizeof workers),

@@ -211,12 +211,13 @@ class ReadmeThreeCommands(unittest.TestCase):
         self.assertEqual(rows[0][:6], ["NAME", "STATE", "ADDRESS", "CPUS", "GPUS", "WORKERS"])
         active = {row[0]: row for row in rows[1:] if row[1] == "active"}
         self.assertEqual(len(active), 3, r.stdout[-2000:])
-        self.assertEqual((active["b"][2], active["b"][5]), ("127.0.0.1:" + self.ports["7371"],
-                                                            "2"))
-        self.assertEqual((active["c"][2], active["c"][5]), ("127.0.0.1:" + self.ports["7372"],
-                                                            "2"))
+        # A loopback address is marked "(local)": it answers on the node's machine only.
+        self.assertEqual(active["b"][2:4] + active["b"][6:7],
+                         ["127.0.0.1:" + self.ports["7371"], "(local)", "2"])
+        self.assertEqual(active["c"][2:4] + active["c"][6:7],
+                         ["127.0.0.1:" + self.ports["7372"], "(local)", "2"])
         (own,) = [row for name, row in active.items() if name not in ("b", "c")]
-        self.assertEqual((own[2], own[5]), ("127.0.0.1:" + self.ports["7370"], "0"))
+        self.assertEqual(own[2:4] + own[6:7], ["127.0.0.1:" + self.ports["7370"], "(local)", "0"])
 
 if __name__ == "__main__":
     unittest.main()
