@@ -208,7 +208,7 @@ static void results_write_tail(jw_buf_t *out, const results_page_t *page) {
 muster_err_t session_results_text(store_t *st, const char *id, session_order_t order,
                                   int64_t cursor, int64_t max, bool empty_waits, session_read_t *rd,
                                   jw_buf_t *out, fail_t *f) {
-  results_page_t page;
+  results_page_t page = {0}; /* set on success; GCC -O2 cannot tell */
   JW_ADD_LITERAL(out, "{\"results\":");
   if (results_page(st, id, order, cursor, max, empty_waits, rd, out, &page, f))
     return f->code;
