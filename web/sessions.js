@@ -15,6 +15,7 @@
         ...['Done', 'Failed', 'Total'].map(t => el('th', {class: 'num', text: t})),
         el('th', {text: 'Progress'}), el('th', {class: 'num', text: '%'}),
         el('th', {text: 'Age'}), el('th', {text: 'Client last called'}),
+        el('th', {text: 'Sealed', title: 'sealed: its producer said no more tasks will come'}),
         el('th', {text: 'Cleanup on exit'}))));
     const body = el('tbody');
     for (const s of sessions) {
@@ -30,12 +31,14 @@
         el('td', {class: 'num', dataset: {field: 'percent'}, text: fmtPercent(c.done + c.failed, c.total)}),
         el('td', {dataset: {field: 'age'}, text: fmtDuration((Date.now() - s.created_ms) / 1000)}),
         el('td', {text: fmtAgo(s.last_seen_ms)}),
+        el('td', {dataset: {field: 'sealed'}, text: s.sealed ? 'sealed' : '',
+                  title: s.sealed ? 'takes no more tasks: its results end with these' : 'takes tasks until closed'}),
         el('td', {dataset: {field: 'cleanup'}, text: s.cleanup_on_exit ? 'yes' : 'no',
                   title: s.cleanup_on_exit ? 'closed after ' + fmtDuration(s.timeout_ms / 1000) +
                          ' without a call from its client' : 'stays open until closed'})));
     }
     if (!sessions.length)
-      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 10, text: 'No open sessions.'})));
+      body.append(el('tr', {}, el('td', {class: 'empty', colspan: 11, text: 'No open sessions.'})));
     table.append(body);
     card.append(table);
   }

@@ -377,6 +377,7 @@ class DashboardBrowserTest(DashboardCase):
             self.assertEqual(b.text(row + ' td[data-field="queue"]'), "pool")
             self.assertEqual(b.text(row + ' td[data-field="percent"]'), want["percent"])
             self.assertEqual(b.text(row + ' td[data-field="cleanup"]'), want["cleanup"])
+            self.assertEqual(b.text(row + ' td[data-field="sealed"]'), want["sealed"])
 
         # The iteration: epoch, blocks, and each rank's health and throughput.
         it = self.api("GET", "/v1/iterations/train")
@@ -443,11 +444,12 @@ class DashboardBrowserTest(DashboardCase):
         self.api("POST", "/v1/leases/fail", {"leases": [dict(l3, error="bad input",
                                                                  permanent=True)]})
         self.api("DELETE", "/v1/workers/%d" % client)
+        self.api("POST", "/v1/sessions/%s/seal" % kept, {})   # no more tasks will come
         self.sessions = {
             kept: {"counts": {"total": 5, "done": 2, "failed": 1}, "percent": "60%",
-                   "cleanup": "no"},
+                   "cleanup": "no", "sealed": "sealed"},
             idle: {"counts": {"total": 0, "done": 0, "failed": 0}, "percent": "—",
-                   "cleanup": "yes"},
+                   "cleanup": "yes", "sealed": ""},
         }
 
         # An iteration of 100 samples in blocks of 10 over 3 ranks: rank 0 acknowledges
