@@ -895,8 +895,9 @@ typedef struct {
    * default): each request's timeout in ms (the pool's handles, the
    * heartbeat thread's included, as muster_client_set_timeout); a long-poll
    * of muster_pool_iter_next or muster_pool_map adds its wait (map's are up
-   * to 20 s each), so a head that stops answering fails them with
-   * MUSTER_NETWORK after about this plus that wait.  0: the default (60000);
+   * to 20 s each), so a head that stops answering fails iter_next with
+   * MUSTER_NETWORK after about this plus that wait (map sends it again, as
+   * said at muster_pool_map).  0: the default (60000);
    * negative: muster_pool_open refuses it (MUSTER_INVALID), as it does
    * timeout_ms and heartbeat_ms below -1. */
   int64_t request_timeout_ms;
@@ -930,7 +931,9 @@ muster_server_t muster_pool_server(const muster_pool_t *pool);
  * Submits `count` inputs (JSON texts; copied) and returns an iterator over
  * their results, in input order when `ordered`, else as they finish.  The
  * inputs get consecutive session indexes; result i of the iterator (ordered)
- * belongs to inputs[i].  Free it with muster_pool_iter_free.
+ * belongs to inputs[i].  Every input is checked first: one that is NULL or
+ * not JSON is refused with MUSTER_INVALID ("inputs[7]: not valid JSON: ..."),
+ * nothing submitted.  Free the iterator with muster_pool_iter_free.
  */
 muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, size_t count,
                               int ordered, muster_pool_iter_t **out);
@@ -962,9 +965,13 @@ int64_t muster_pool_iter_cursor(const muster_pool_iter_t *it);
 void muster_pool_iter_free(muster_pool_iter_t *it);
 
 /*
- * Runs `count` inputs and waits for all results: on MUSTER_OK *results is an
- * array of `count` results in input order (free with muster_pool_results_free).
- * A failed input is a result with ok = 0, not a failure of the call.
+ * Runs `count` inputs (checked as muster_pool_imap checks them) and waits for
+ * all results: on MUSTER_OK *results is an array of `count` results in input
+ * order (free with muster_pool_results_free).  A failed input is a result
+ * with ok = 0, not a failure of the call.  A read that gets no answer (a head
+ * down or restarting: MUSTER_NETWORK, MUSTER_UNAVAILABLE) is sent again every
+ * second, from where it was, for up to the session's timeout from the first
+ * failure; then the call fails with that error, and the results read are lost.
  */
 muster_err_t muster_pool_map(muster_pool_t *pool, const char *const *inputs, size_t count,
                              muster_result_t **results);
