@@ -15,7 +15,9 @@
  * memory the caller passes in stays the caller's.
  *
  * Field-level detail of every call lives in docs/api.md, which is the contract;
- * docs/client.md says what holds for every call and what the ABI promises.
+ * docs/client.md says what holds for every call and what the ABI promises, and
+ * how to build against the library: installed (`cmake --install build`),
+ * `cc prog.c $(pkg-config --cflags --libs muster)`.
  */
 #ifndef MUSTER_H
 #define MUSTER_H
@@ -109,7 +111,10 @@ muster_err_t muster_client_open(const char *url, const char *token, muster_clien
 void muster_client_free(muster_client_t *client);
 /* Explanation of the last failed call on this handle ("" after success). */
 const char *muster_client_message(const muster_client_t *client);
-/* HTTP status of the last reply on this handle (0 when none arrived). */
+/* HTTP status of the last reply on this handle (0 when its last request got
+ * none).  A call the library refuses before sending anything (a bad argument,
+ * a payload that is not JSON) leaves it: read it only after a call that the
+ * server answered. */
 int muster_client_status(const muster_client_t *client);
 
 /*
