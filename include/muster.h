@@ -747,7 +747,8 @@ muster_err_t muster_loader_get_checkpoint(muster_loader_t *loader, char **text);
  * open (opts.checkpoint). */
 muster_err_t muster_loader_restore(muster_loader_t *loader, const char *text);
 void muster_loader_stats(muster_loader_t *loader, muster_loader_stats_t *stats);
-/* Explanation of the last failure ("" when none). */
+/* Why the loader's last call failed ("" when it succeeded; a failure that
+ * stays, as after a load callback failed, is said again by each next). */
 const char *muster_loader_message(const muster_loader_t *loader);
 /* Stops the thread, acks finished blocks, frees buffered samples; accepts NULL. */
 void muster_loader_close(muster_loader_t *loader);
@@ -926,7 +927,7 @@ int64_t muster_pool_timeout_ms(const muster_pool_t *pool);
 /* Makes muster_pool_close leave the session open (as opts.keep_session does),
  * e.g. when giving up on an unreachable head so the results can be read later. */
 void muster_pool_keep_session(muster_pool_t *pool);
-/* Explanation of the last failure on the pool ("" when none). */
+/* Why the pool's last call failed ("" when it succeeded). */
 const char *muster_pool_message(const muster_pool_t *pool);
 /* What sent the last reply to the pool's calls, as muster_client_server says
  * it (the pool's URL may be a node agent's). */
