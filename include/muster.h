@@ -832,8 +832,9 @@ typedef struct {
 
 /*
  * Reads up to `max` (0: the head's default; at most 1000) results of session
- * `id` from `cursor` in `order`, waiting up to `wait_ms` (0: not at all; a
- * negative one is refused) when none is ready (long-poll).  Free *out with
+ * `id` from `cursor` in `order` (another value is refused: MUSTER_INVALID),
+ * waiting up to `wait_ms` (0: not at all; a negative one is refused) when
+ * none is ready (long-poll).  Free *out with
  * muster_results_free, also after a failure.
  *
  * In submission order a page may stop at a gap: indexes that no task has

@@ -397,6 +397,11 @@ muster_err_t muster_session_results(muster_client_t *client, const char *id, mus
     return MUSTER_INVALID;
   if (out == NULL)
     return client_fail(client, MUSTER_INVALID, "a place for the results is required");
+  if (order != MUSTER_ORDER_SUBMISSION && order != MUSTER_ORDER_COMPLETION)
+    return client_fail(client, MUSTER_INVALID,
+                       "order: %d, expected MUSTER_ORDER_SUBMISSION (0) or "
+                       "MUSTER_ORDER_COMPLETION (1)",
+                       (int)order);
   char path[SESSION_PATH_MAX], query[160];
   muster_err_t err =
       client_check_min(client, "wait_ms", wait_ms, 0, "0 or more milliseconds (0: do not wait)");

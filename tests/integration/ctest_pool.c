@@ -254,6 +254,10 @@ static void test_session_calls(muster_client_t *c) {
       CHECK_OK(c, muster_fail(c, &ack, 1));
     }
   muster_results_t page;
+  /* An order that is neither (a cast int) is refused, not read as submission. */
+  CHECK_ERR(c, muster_session_results(c, sid, (muster_order_t)7, 8, 0, 0, &page), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "order: 7, expected MUSTER_ORDER_SUBMISSION"));
+  muster_results_free(&page);
   CHECK_OK(c, muster_session_results(c, sid, MUSTER_ORDER_SUBMISSION, 8, 0, 0, &page));
   CHECK(page.count == 2 && page.total == 10 && page.done == 10);
   if (page.count == 2)
