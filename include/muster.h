@@ -15,7 +15,9 @@
  * memory the caller passes in stays the caller's.
  *
  * Field-level detail of every call lives in docs/api.md, which is the contract;
- * docs/client.md says what holds for every call and what the ABI promises.
+ * docs/client.md says what holds for every call and what the ABI promises, and
+ * how to build against the library: installed (`cmake --install build`),
+ * `cc prog.c $(pkg-config --cflags --libs muster)`.
  */
 #ifndef MUSTER_H
 #define MUSTER_H
@@ -109,7 +111,10 @@ muster_err_t muster_client_open(const char *url, const char *token, muster_clien
 void muster_client_free(muster_client_t *client);
 /* Explanation of the last failed call on this handle ("" after success). */
 const char *muster_client_message(const muster_client_t *client);
-/* HTTP status of the last reply on this handle (0 when none arrived). */
+/* HTTP status of the last reply on this handle (0 when its last request got
+ * none).  A call the library refuses before sending anything (a bad argument,
+ * a payload that is not JSON) leaves it: read it only after a call that the
+ * server answered. */
 int muster_client_status(const muster_client_t *client);
 
 /*
@@ -742,7 +747,8 @@ muster_err_t muster_loader_get_checkpoint(muster_loader_t *loader, char **text);
  * open (opts.checkpoint). */
 muster_err_t muster_loader_restore(muster_loader_t *loader, const char *text);
 void muster_loader_stats(muster_loader_t *loader, muster_loader_stats_t *stats);
-/* Explanation of the last failure ("" when none). */
+/* Why the loader's last call failed ("" when it succeeded; a failure that
+ * stays, as after a load callback failed, is said again by each next). */
 const char *muster_loader_message(const muster_loader_t *loader);
 /* Stops the thread, acks finished blocks, frees buffered samples; accepts NULL. */
 void muster_loader_close(muster_loader_t *loader);
@@ -826,8 +832,9 @@ typedef struct {
 
 /*
  * Reads up to `max` (0: the head's default; at most 1000) results of session
- * `id` from `cursor` in `order`, waiting up to `wait_ms` (0: not at all; a
- * negative one is refused) when none is ready (long-poll).  Free *out with
+ * `id` from `cursor` in `order` (another value is refused: MUSTER_INVALID),
+ * waiting up to `wait_ms` (0: not at all; a negative one is refused) when
+ * none is ready (long-poll).  Free *out with
  * muster_results_free, also after a failure.
  *
  * In submission order a page may stop at a gap: indexes that no task has
@@ -908,8 +915,9 @@ typedef struct {
    * default): each request's timeout in ms (the pool's handles, the
    * heartbeat thread's included, as muster_client_set_timeout); a long-poll
    * of muster_pool_iter_next or muster_pool_map adds its wait (map's are up
-   * to 20 s each), so a head that stops answering fails them with
-   * MUSTER_NETWORK after about this plus that wait.  0: the default (60000);
+   * to 20 s each), so a head that stops answering fails iter_next with
+   * MUSTER_NETWORK after about this plus that wait (map sends it again, as
+   * said at muster_pool_map).  0: the default (60000);
    * negative: muster_pool_open refuses it (MUSTER_INVALID), as it does
    * timeout_ms and heartbeat_ms below -1. */
   int64_t request_timeout_ms;
@@ -933,7 +941,7 @@ int64_t muster_pool_timeout_ms(const muster_pool_t *pool);
 /* Makes muster_pool_close leave the session open (as opts.keep_session does),
  * e.g. when giving up on an unreachable head so the results can be read later. */
 void muster_pool_keep_session(muster_pool_t *pool);
-/* Explanation of the last failure on the pool ("" when none). */
+/* Why the pool's last call failed ("" when it succeeded). */
 const char *muster_pool_message(const muster_pool_t *pool);
 /* What sent the last reply to the pool's calls, as muster_client_server says
  * it (the pool's URL may be a node agent's). */
@@ -943,7 +951,9 @@ muster_server_t muster_pool_server(const muster_pool_t *pool);
  * Submits `count` inputs (JSON texts; copied) and returns an iterator over
  * their results, in input order when `ordered`, else as they finish.  The
  * inputs get consecutive session indexes; result i of the iterator (ordered)
- * belongs to inputs[i].  Free it with muster_pool_iter_free.
+ * belongs to inputs[i].  Every input is checked first: one that is NULL or
+ * not JSON is refused with MUSTER_INVALID ("inputs[7]: not valid JSON: ..."),
+ * nothing submitted.  Free the iterator with muster_pool_iter_free.
  */
 muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, size_t count,
                               int ordered, muster_pool_iter_t **out);
@@ -975,9 +985,13 @@ int64_t muster_pool_iter_cursor(const muster_pool_iter_t *it);
 void muster_pool_iter_free(muster_pool_iter_t *it);
 
 /*
- * Runs `count` inputs and waits for all results: on MUSTER_OK *results is an
- * array of `count` results in input order (free with muster_pool_results_free).
- * A failed input is a result with ok = 0, not a failure of the call.
+ * Runs `count` inputs (checked as muster_pool_imap checks them) and waits for
+ * all results: on MUSTER_OK *results is an array of `count` results in input
+ * order (free with muster_pool_results_free).  A failed input is a result
+ * with ok = 0, not a failure of the call.  A read that gets no answer (a head
+ * down or restarting: MUSTER_NETWORK, MUSTER_UNAVAILABLE) is sent again every
+ * second, from where it was, for up to the session's timeout from the first
+ * failure; then the call fails with that error, and the results read are lost.
  */
 muster_err_t muster_pool_map(muster_pool_t *pool, const char *const *inputs, size_t count,
                              muster_result_t **results);

@@ -409,6 +409,7 @@ static muster_err_t next_locked(muster_loader_t *l, uint64_t *index, void **samp
 muster_err_t muster_loader_next(muster_loader_t *l, uint64_t *index, void **sample, int *has) {
   if (l == NULL)
     return MUSTER_INVALID;
+  l->message[0] = '\0'; /* "" unless this call fails (a failure that stays is said again) */
   if (index == NULL)
     return loader_fail(l, MUSTER_INVALID, "index: a place for the sample's index is required");
   if (has == NULL)
@@ -426,6 +427,7 @@ muster_err_t muster_loader_next_batch(muster_loader_t *l, uint64_t *indices, voi
                                       size_t max, size_t *got) {
   if (l == NULL)
     return MUSTER_INVALID;
+  l->message[0] = '\0';
   if (got == NULL)
     return loader_fail(l, MUSTER_INVALID, "got: a place for the number of samples is required");
   *got = 0;
@@ -517,6 +519,7 @@ static muster_err_t reset_coordinated(muster_loader_t *l) {
 muster_err_t muster_loader_reset(muster_loader_t *l) {
   if (l == NULL)
     return MUSTER_INVALID;
+  l->message[0] = '\0';
   muster_err_t err = reset_after_failure(l);
   if (err != MUSTER_OK)
     return err;
@@ -552,6 +555,7 @@ static char *standalone_checkpoint(muster_loader_t *l) {
 muster_err_t muster_loader_get_checkpoint(muster_loader_t *l, char **text) {
   if (l == NULL)
     return MUSTER_INVALID;
+  l->message[0] = '\0';
   if (text == NULL)
     return loader_fail(l, MUSTER_INVALID, "text: a place for the checkpoint is required");
   *text = NULL;
@@ -593,6 +597,7 @@ static muster_err_t checkpoint_mismatch(muster_loader_t *l, const char *fp, int6
 muster_err_t muster_loader_restore(muster_loader_t *l, const char *text) {
   if (l == NULL)
     return MUSTER_INVALID;
+  l->message[0] = '\0';
   if (text == NULL)
     return loader_fail(l, MUSTER_INVALID, "text: the checkpoint to restore is required");
   if (l->coordinated)

@@ -22,6 +22,8 @@
  * session outlives a caller who is slow to consume results.
  */
 #include "client/client_internal.h"
+#include "client/jparse.h"
+#include "client/jtext.h"
 #include "core/limits.h"
 
 #include <errno.h>
@@ -387,16 +389,48 @@ static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *in
   return pool_from_client(pool, err);
 }
 
+/* MUSTER_OK when every one of inputs[0..count) is JSON text; else refuses
+ * the first that is not, naming it by its place among the caller's inputs.
+ * Checked before any is submitted: a bad input found in the second batch of
+ * 1000 would otherwise leave the first batch running with no iterator to
+ * read it, and be named by its place in that batch (tasks[200] for inputs[1200]). */
+static muster_err_t pool_check_inputs(muster_pool_t *pool, const char *const *inputs,
+                                      size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    if (inputs[i] == NULL)
+      return pool_fail(pool, MUSTER_INVALID,
+                       "inputs[%zu]: NULL, expected JSON text (a string input is \"\\\"...\\\"\")",
+                       i);
+    const char *p = inputs[i], *end = p + strlen(p);
+    while (p < end && jcanon_is_space((unsigned char)*p))
+      p++;
+    jtext_info_t info;
+    const char *value_end = jtext_scan(p, end, &info);
+    if (value_end != NULL && info.canonical && jtext_only_space(value_end, end))
+      continue; /* the scan's word is enough: no tree built */
+    char why[JPARSE_WHY];
+    json_t *value = jparse(inputs[i], strlen(inputs[i]), why, sizeof why);
+    if (value == NULL)
+      return pool_fail(pool, MUSTER_INVALID, "inputs[%zu]: not valid JSON: %s", i, why);
+    json_decref(value);
+  }
+  return MUSTER_OK;
+}
+
 muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, size_t count,
                               int ordered, muster_pool_iter_t **out) {
   if (out)
     *out = NULL;
   if (pool == NULL)
     return MUSTER_INVALID;
+  pool->message[0] = '\0';
   if (out == NULL)
     return pool_fail(pool, MUSTER_INVALID, "out: a place for the iterator is required");
   if (inputs == NULL && count > 0)
     return pool_fail(pool, MUSTER_INVALID, "inputs: required (%zu of them)", count);
+  muster_err_t checked = pool_check_inputs(pool, inputs, count);
+  if (checked != MUSTER_OK)
+    return checked;
   muster_pool_iter_t *it = calloc(1, sizeof *it);
   if (it == NULL || (it->seen = calloc(count / 8 + 1, 1)) == NULL) {
     free(it);
@@ -538,6 +572,7 @@ muster_err_t muster_pool_iter_next(muster_pool_iter_t *it, int64_t wait_ms, must
     *has = 0;
   if (it == NULL)
     return MUSTER_INVALID;
+  it->pool->message[0] = '\0';
   if (out == NULL)
     return pool_fail(it->pool, MUSTER_INVALID, "out: a place for the result is required");
   if (has == NULL)
@@ -580,12 +615,64 @@ void muster_pool_results_free(muster_result_t *results, size_t count) {
   free(results);
 }
 
+/* True for the failures of a head that is down or restarting, which a call
+ * outlasts: no answer (MUSTER_NETWORK), or a 503 (MUSTER_UNAVAILABLE). */
+static int pool_head_away(muster_err_t err) {
+  return err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE;
+}
+
+/* Fails map with `err` after a head away for `away_ms`, saying so after the
+ * last read's own message. */
+static muster_err_t pool_map_gave_up(muster_pool_t *pool, muster_err_t err, int64_t away_ms) {
+  char last[CLIENT_MESSAGE_MAX];
+  snprintf(last, sizeof last, "%s", pool->message);
+  return pool_fail(pool, err,
+                   "%s (sent again every second for %lld ms, the session's timeout_ms; session "
+                   "%s)",
+                   last, (long long)away_ms, pool->session);
+}
+
+/*
+ * Reads every result of ordered iterator `it` into all[input position].  A
+ * read that meets a head down or restarting is sent again every second, from
+ * the same cursor (nothing lost or read twice), for up to the session's
+ * timeout counted from the first failure, while the heartbeat thread keeps
+ * the session open, as submitting does: the caller of map holds no iterator
+ * to resume with, so giving up at the first failure would lose every result
+ * read so far.  Then it fails with the last error, its message saying so.
+ */
+static muster_err_t pool_map_collect(muster_pool_t *pool, muster_pool_iter_t *it,
+                                     muster_result_t *all) {
+  int64_t away_since = -1;
+  while (!muster_pool_iter_done(it)) {
+    muster_result_t r;
+    int has = 0;
+    muster_err_t err = muster_pool_iter_next(it, -1, &r, &has);
+    if (err == MUSTER_OK) {
+      away_since = -1;
+      if (has)
+        all[r.index] = r;
+      continue;
+    }
+    if (!pool_head_away(err))
+      return err;
+    int64_t now = pool_now_ms();
+    if (away_since < 0)
+      away_since = now;
+    else if (now - away_since >= pool->timeout_ms)
+      return pool_map_gave_up(pool, err, now - away_since);
+    nanosleep(&(struct timespec){.tv_sec = POOL_SUBMIT_PAUSE_S}, NULL);
+  }
+  return MUSTER_OK;
+}
+
 muster_err_t muster_pool_map(muster_pool_t *pool, const char *const *inputs, size_t count,
                              muster_result_t **results) {
   if (results)
     *results = NULL;
   if (pool == NULL)
     return MUSTER_INVALID;
+  pool->message[0] = '\0';
   if (results == NULL)
     return pool_fail(pool, MUSTER_INVALID, "results: a place for the results is required");
   muster_result_t *all = calloc(count ? count : 1, sizeof *all);
@@ -593,13 +680,8 @@ muster_err_t muster_pool_map(muster_pool_t *pool, const char *const *inputs, siz
     return pool_fail(pool, MUSTER_NOMEM, "out of memory");
   muster_pool_iter_t *it = NULL;
   muster_err_t err = muster_pool_imap(pool, inputs, count, 1, &it);
-  while (err == MUSTER_OK && !muster_pool_iter_done(it)) {
-    muster_result_t r;
-    int has = 0;
-    err = muster_pool_iter_next(it, -1, &r, &has);
-    if (err == MUSTER_OK && has)
-      all[r.index] = r;
-  }
+  if (err == MUSTER_OK)
+    err = pool_map_collect(pool, it, all);
   muster_pool_iter_free(it);
   if (err != MUSTER_OK) {
     muster_pool_results_free(all, count);
@@ -612,8 +694,12 @@ muster_err_t muster_pool_map(muster_pool_t *pool, const char *const *inputs, siz
 /* ---- updates and counts -------------------------------------------------------------------- */
 
 muster_err_t muster_pool_update_workers(muster_pool_t *pool, const char *data, int64_t *seq) {
+  if (seq)
+    *seq = 0;
   if (pool == NULL)
     return MUSTER_INVALID;
+  if (data == NULL)
+    return pool_fail(pool, MUSTER_INVALID, "data: NULL, expected the update as JSON text");
   return pool_from_client(pool,
                           muster_update_post(pool->client, pool->queue, data, pool->session, seq));
 }

@@ -411,6 +411,11 @@ static muster_err_t session_check_gap(muster_client_t *client, const char *id,
 static muster_err_t session_results_path(muster_client_t *client, const char *id,
                                          muster_order_t order, int64_t cursor, size_t max,
                                          int64_t wait_ms, char *path) {
+  if (order != MUSTER_ORDER_SUBMISSION && order != MUSTER_ORDER_COMPLETION)
+    return client_fail(client, MUSTER_INVALID,
+                       "order: %d, expected MUSTER_ORDER_SUBMISSION (0) or "
+                       "MUSTER_ORDER_COMPLETION (1)",
+                       (int)order);
   char query[160];
   muster_err_t err =
       client_check_min(client, "wait_ms", wait_ms, 0, "0 or more milliseconds (0: do not wait)");

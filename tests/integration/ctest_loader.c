@@ -140,6 +140,7 @@ static void test_load_failure_stays(size_t prefetch) {
   CHECK_ERR(NULL, muster_loader_get_checkpoint(l, &ck), MUSTER_OK);
   state.failing = 0;
   CHECK_ERR(NULL, muster_loader_restore(l, ck), MUSTER_OK);
+  CHECK(strcmp(muster_loader_message(l), "") == 0); /* the failure is over */
   size_t rest = ctest_loader_drain(l, got, SAMPLES);
   CHECK(rest == n - 3 && memcmp(got, want + 3, rest * sizeof *got) == 0);
   CHECK_ERR(NULL, muster_loader_reset(l), MUSTER_OK); /* the epoch ended: on to the next */
@@ -252,6 +253,7 @@ static void test_missing_places(void) {
   CHECK_SAID(l, muster_loader_restore(l, NULL), "text: the checkpoint to restore");
   CHECK_OK(NULL, muster_loader_next(l, &index, NULL, &has)); /* nothing was taken */
   CHECK(has == 1);
+  CHECK(strcmp(muster_loader_message(l), "") == 0); /* "" after a success, as a client's */
   muster_loader_close(l);
 
   muster_loader_opts_t opts;

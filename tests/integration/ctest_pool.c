@@ -254,6 +254,10 @@ static void test_session_calls(muster_client_t *c) {
       CHECK_OK(c, muster_fail(c, &ack, 1));
     }
   muster_results_t page;
+  /* An order that is neither (a cast int) is refused, not read as submission. */
+  CHECK_ERR(c, muster_session_results(c, sid, (muster_order_t)7, 8, 0, 0, &page), MUSTER_INVALID);
+  CHECK(contains(muster_client_message(c), "order: 7, expected MUSTER_ORDER_SUBMISSION"));
+  muster_results_free(&page);
   CHECK_OK(c, muster_session_results(c, sid, MUSTER_ORDER_SUBMISSION, 8, 0, 0, &page));
   CHECK(page.count == 2 && page.total == 10 && page.done == 10);
   if (page.count == 2)
@@ -774,6 +778,47 @@ static void test_pool_refusals(muster_client_t *c) {
   muster_pool_close(pool);
 }
 
+/* An input that is no JSON text (or NULL) is refused by imap and map before
+ * any input is submitted, named by its place among the caller's inputs: one
+ * in the second batch of 1000 used to leave the first batch running with no
+ * iterator to read it, named tasks[200] for inputs[1200]. */
+static void test_pool_bad_inputs(muster_client_t *c) {
+  muster_pool_t *pool = open_pool("cp-bad-inputs", NULL);
+  if (pool == NULL)
+    return;
+  enum { COUNT = 1500 };
+  static char text[COUNT][8];
+  const char *inputs[COUNT];
+  for (size_t i = 0; i < COUNT; i++) {
+    snprintf(text[i], sizeof text[i], "%zu", i);
+    inputs[i] = text[i];
+  }
+  inputs[1200] = "{oops";
+  muster_pool_iter_t *it = NULL;
+  CHECK_POOL_SAID(pool, muster_pool_imap(pool, inputs, COUNT, 1, &it),
+                  "inputs[1200]: not valid JSON: ");
+  CHECK(it == NULL);
+  inputs[1200] = NULL;
+  muster_result_t *results = NULL;
+  CHECK_POOL_SAID(pool, muster_pool_map(pool, inputs, COUNT, &results),
+                  "inputs[1200]: NULL, expected JSON text");
+  char *json = NULL;
+  CHECK_OK(c, muster_session_get(c, muster_pool_session(pool), &json));
+  CHECK(contains(json, "\"total\":0,") && contains(json, "\"next_index\":0,"));
+  muster_free(json);
+  /* Text the scan does not take as it stands (spaces, escapes) is still JSON. */
+  const char *fine[] = {" [1, 2] ", "\"\\u00e9\"", "1.50"};
+  CHECK_POOL(pool, muster_pool_imap(pool, fine, 3, 1, &it));
+  CHECK(strcmp(muster_pool_message(pool), "") == 0);
+  muster_pool_iter_free(it);
+  /* A later call that succeeds says no failure, a map of nothing too. */
+  CHECK_POOL_SAID(pool, muster_pool_update_workers(pool, NULL, NULL), "data: NULL, expected");
+  CHECK_POOL(pool, muster_pool_map(pool, inputs, 0, &results));
+  CHECK(strcmp(muster_pool_message(pool), "") == 0);
+  muster_pool_results_free(results, 0);
+  muster_pool_close(pool);
+}
+
 /* A pool whose tasks require shared data: every task it puts carries the
  * levels, which it copied at open (the caller's strings may change after);
  * bad levels are refused at open, before a queue or session is made. */
@@ -832,6 +877,7 @@ int main(int argc, char **argv) {
       {"exactly once", test_exactly_once},
       {"close and expiry", test_close_and_expiry},
       {"pool refusals", test_pool_refusals},
+      {"pool bad inputs", test_pool_bad_inputs},
       {"pool required", test_pool_required},
   };
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {

@@ -1,0 +1,91 @@
+"""libmuster's muster_pool_map outlasting its head: kill -9 mid-map, restart, and map
+carries on, as `muster map` and the Python pool do (docs/pools.md, "Exactly once").
+
+The C twin of test_cli_map_restart.py, through driver_pool_map (a C program calling
+muster_pool_map).  The head listens on a fixed port so a restart on the same data dir is
+reachable at the same URL.  One `muster worker` squares numbers; inputs above GATED wait
+for a gate file, so map is mid-run (GATED results in, the rest held back) when the head is
+killed.  Checks: map returns every result once, in input order, across a kill -9 and a
+restart (it used to fail at once with `network`, every result read so far lost with the
+iterator it had freed); and when the head does not come back within the session's
+timeout, map fails with `network`, saying how long it tried and naming the session.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+MUSTER = harness.MUSTER_BIN
+DRIVER = os.path.join(os.path.dirname(MUSTER), "driver_pool_map")
+QUEUE = "cq"
+INPUTS = 300
+GATED = 100  # inputs 1..GATED run at once; the others wait for the gate file
+
+
+class CPoolMapRestartTest(harness.RestartableHeadCase):
+
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.mkdtemp(prefix="muster-cpool-restart-")
+        self.gate = os.path.join(self.tmp, "gate")
+        env = dict(os.environ, MUSTER_URL=self.head.url, MUSTER_TOKEN=self.head.token)
+        subprocess.run([MUSTER, "queue", "create", QUEUE], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        square = ('read x; if [ "$x" -gt %d ]; then while [ ! -e %s ]; do sleep 0.02; done; fi;'
+                  ' echo $((x * x))' % (GATED, self.gate))
+        self.worker_log = open(os.path.join(self.tmp, "worker.log"), "wb")
+        self.worker = subprocess.Popen(
+            [MUSTER, "worker", "--queue", QUEUE, "--concurrency", "2", "--json-result", "--",
+             "sh", "-c", square],
+            env=env, stdout=self.worker_log, stderr=subprocess.STDOUT)
+
+    def tearDown(self):
+        open(self.gate, "w").close()  # lets the worker's held commands end
+        self.worker.terminate()
+        self.worker.wait(timeout=30)
+        self.worker_log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        super().tearDown()
+
+    def start_map(self, timeout_ms):
+        """Starts the driver's map; returns it once GATED results are in the session."""
+        proc = subprocess.Popen([DRIVER, self.head.url, self.head.token, QUEUE, str(INPUTS),
+                                 str(timeout_ms)], stdout=subprocess.PIPE, text=True)
+        first = proc.stdout.readline()
+        if not first.startswith("session s-"):  # the open failed: the driver said why
+            self.fail(first + proc.communicate(timeout=60)[0])
+        session = first.split()[1]
+
+        def gated_done():
+            counts = self.head.request("GET", "/v1/sessions/" + session).json["counts"]
+            return counts["done"] >= GATED
+        harness.wait_until(gated_done, timeout=60, what="the ungated inputs' results")
+        return proc, session
+
+    def test_map_survives_head_kill_and_restart(self):
+        proc, _ = self.start_map(60000)
+        self.head.kill()
+        self.head.start()
+        open(self.gate, "w").close()
+        out = proc.communicate(timeout=120)[0]
+        self.assertEqual(proc.returncode, 0, out[-2000:])
+        self.assertEqual(out.splitlines(),
+                         ["result %d" % (i * i) for i in range(1, INPUTS + 1)], out[-2000:])
+
+    def test_map_gives_up_after_the_session_timeout(self):
+        proc, session = self.start_map(2000)
+        self.head.kill()
+        out = proc.communicate(timeout=60)[0]
+        self.assertEqual(proc.returncode, 1, out)
+        self.assertTrue(out.startswith("error network "), out)
+        self.assertIn("the session's timeout_ms; session %s)" % session, out)
+        self.assertIn("sent again every second for ", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
