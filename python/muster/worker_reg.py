@@ -2,12 +2,13 @@
 id, name and heartbeat timeout, when the head last took a sign of life from it, and
 registering again, saying why, when the head no longer has the worker.
 
-The head answers ``worker_not_found`` in two words: ``worker N is gone (it said bye or
-timed out)`` for a worker it had, and ``worker N does not exist`` for one it never had.
-The worker tells the gone ones apart itself, as ``muster worker`` does
-(src/cli/worker_join.c): one whose last heartbeat reached the head within its timeout
-cannot have timed out, so it was removed (a goodbye sent for it, or its node left or
-timed out)."""
+The head answers ``worker_not_found`` in two words: ``worker N is gone (WHY)`` for a
+worker it had, WHY its reason (``its node timed out``), and ``worker N does not exist``
+for one it never had.  Where WHY is ``it said bye or timed out`` (an older head, or a
+worker gone before the head kept why), the worker tells the two apart itself, as
+``muster worker`` does (src/cli/worker_join.c): one whose last heartbeat reached the
+head within its timeout cannot have timed out, so it was removed (a goodbye sent for
+it, or its node left or timed out)."""
 import os
 import threading
 import time
@@ -23,6 +24,10 @@ def forgotten_why(worker_id, said, silent_s, timeout_s):
     sign of life was sent, the head holding it to a ``timeout_s`` timeout (None: not
     known, an older head's registration did not say)."""
     gone = " is gone (" in said
+    told = said.split(" is gone (", 1)[1].split(")", 1)[0] if gone else ""
+    timed_out = told.startswith("it timed out")   # said with this worker's own figures
+    if told and told != "it said bye or timed out" and not timed_out:   # the head's reason
+        return "the head holds worker %d as gone: %s" % (worker_id, told)
     if not gone and " does not exist" in said:
         return ("the head does not know worker %d (it lost its data, was restored from an "
                 "older backup, or is another head at this URL)" % worker_id)
@@ -30,10 +35,12 @@ def forgotten_why(worker_id, said, silent_s, timeout_s):
         return "the head no longer has worker %d (%s)" % (worker_id, said)
     if timeout_s is None:
         return "the head holds worker %d as gone (timed out or removed)" % worker_id
-    if silent_s < timeout_s:
+    if silent_s < timeout_s and not timed_out:
         return ("worker %d was removed on the head, not timed out (its last heartbeat got "
                 "there %.1f s ago, within its %.1f s timeout): a goodbye was sent for it, or "
                 "its node left or timed out" % (worker_id, silent_s, timeout_s))
+    if silent_s < timeout_s:   # the head says so, though the last beat left since
+        return "the head timed out worker %d (past its %.1f s timeout)" % (worker_id, timeout_s)
     return ("the head timed out worker %d (no heartbeat got there for %.1f s, past its %.1f s "
             "timeout)" % (worker_id, silent_s, timeout_s))
 

@@ -106,13 +106,30 @@ static void worker_test_hold(const worker_t *w, int64_t id) {
   }
 }
 
+/* The head's own words for why worker `id` went, from `said` ("worker 3
+ * is gone (its node timed out); ..."), into `buf`; false when it gave none (an
+ * older head, or a worker gone before the head kept why: "it said bye or
+ * timed out"). */
+static bool worker_gone_said(long long id, const char *said, char *buf, size_t size) {
+  const char *at = strstr(said, " is gone (");
+  if (at == NULL || strncmp(at + 10, "it said bye or timed out)", 25) == 0)
+    return false;
+  at += 10;
+  const char *end = strchr(at, ')');
+  snprintf(buf, size, "the head holds worker %lld as gone: %.*s", id, end ? (int)(end - at) : 200,
+           at);
+  return true;
+}
+
 /*
  * Why the head has no worker `old_id`, from its worker_not_found message
- * `said`, into `buf`.  A worker it holds as gone ("is gone (": it said bye or
- * timed out) timed out when no beat reached the head for its timeout; one
- * whose last beat got there within it cannot have, so it was removed: a
- * goodbye sent for it, or its node left or timed out.  One the head does not
- * know at all ("does not exist") was never in its store.
+ * `said`, into `buf`: the head's own reason when it says one (a time-out
+ * with the worker's own figures).  Else, a
+ * worker it holds as gone ("is gone (": it said bye or timed out) timed out
+ * when no beat reached the head for its timeout; one whose last beat got
+ * there within it cannot have, so it was removed: a goodbye sent for it, or
+ * its node left or timed out.  One the head does not know at all ("does not
+ * exist") was never in its store.
  */
 static void worker_forgotten_why(worker_t *w, int64_t old_id, const char *said, char *buf,
                                  size_t size) {
@@ -121,6 +138,10 @@ static void worker_forgotten_why(worker_t *w, int64_t old_id, const char *said, 
   double silent_s = (double)(worker_now_ms() - w->heard_sent_ms) / 1000;
   pthread_mutex_unlock(&w->lock);
   long long id = (long long)old_id;
+  const char *told = strstr(said, " is gone (");
+  bool timed_out = told != NULL && strncmp(told + 10, "it timed out", 12) == 0;
+  if (!timed_out && worker_gone_said(id, said, buf, size))
+    return;
   if (strstr(said, " is gone (") == NULL && strstr(said, " does not exist") != NULL)
     snprintf(buf, size,
              "the head does not know worker %lld (it lost its data, was restored from an older "
@@ -130,12 +151,14 @@ static void worker_forgotten_why(worker_t *w, int64_t old_id, const char *said, 
     snprintf(buf, size, "the head no longer has worker %lld (%.200s)", id, said);
   else if (timeout_s <= 0)
     snprintf(buf, size, "the head holds worker %lld as gone (timed out or removed)", id);
-  else if (silent_s < timeout_s)
+  else if (silent_s < timeout_s && !timed_out)
     snprintf(buf, size,
              "worker %lld was removed on the head, not timed out (its last heartbeat got there "
              "%.1f s ago, within its %.1f s timeout): a goodbye was sent for it, or its node "
              "left or timed out",
              id, silent_s, timeout_s);
+  else if (silent_s < timeout_s) /* the head says so, though the last beat left since */
+    snprintf(buf, size, "the head timed out worker %lld (past its %.1f s timeout)", id, timeout_s);
   else
     snprintf(buf, size,
              "the head timed out worker %lld (no heartbeat got there for %.1f s, past its %.1f s "

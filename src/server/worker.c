@@ -144,20 +144,39 @@ json_t *worker_register(store_t *st, const json_t *body, int64_t default_timeout
   return out;
 }
 
+/* Why a worker went, for the message of a call it makes after (the words
+ * between "is gone (" and ")", which clients look for): from its gone_reason,
+ * or NULL for one that went before the head kept it. */
+static const char *worker_gone_phrase(const char *reason) {
+  static const char *const phrases[][2] = {
+      {"bye", "a goodbye was sent for it"},
+      {"timeout", "it timed out: no sign of life reached the head for its timeout"},
+      {"crashed", "its node agent reported that its process died"},
+      {"node_left", "its node left"},
+      {"node_timeout", "its node timed out"},
+      {"node_restarted", "its node was registered again by another agent process"},
+  };
+  for (size_t i = 0; reason && i < sizeof phrases / sizeof phrases[0]; i++)
+    if (strcmp(reason, phrases[i][0]) == 0)
+      return phrases[i][1];
+  return "it said bye or timed out";
+}
+
 muster_err_t worker_check_active(store_t *st, int64_t id, fail_t *f) {
-  sqlite3_stmt *s = store_stmt(st, "SELECT state FROM workers WHERE id = ?1");
+  sqlite3_stmt *s = store_stmt(st, "SELECT state, gone_reason FROM workers WHERE id = ?1");
   if (s == NULL)
     return store_fail(st, f, "worker lookup");
   sqlite3_bind_int64(s, 1, id);
   int rc = sqlite3_step(s);
   int state = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+  if (state == WORKER_GONE)
+    fail_set(f, MUSTER_WORKER_NOT_FOUND, "worker %lld is gone (%s); register again", (long long)id,
+             worker_gone_phrase((const char *)sqlite3_column_text(s, 1)));
   store_reset(s);
   if (state == WORKER_ACTIVE)
     return MUSTER_OK;
   if (state == WORKER_GONE)
-    return fail_set(f, MUSTER_WORKER_NOT_FOUND,
-                    "worker %lld is gone (it said bye or timed out); register again",
-                    (long long)id);
+    return f->code;
   return fail_set(f, MUSTER_WORKER_NOT_FOUND, "worker %lld does not exist", (long long)id);
 }
 

@@ -22,6 +22,17 @@ CLI_WORDS = {"bye": "said bye", "timeout": "timed out", "crashed": "crashed",
              "node_restarted": "node restarted"}
 
 
+# What a call of a gone worker is told, by its gone_reason (api.md, heartbeat).
+GONE_SAID = {
+    "bye": "a goodbye was sent for it",
+    "timeout": "it timed out: no sign of life reached the head for its timeout",
+    "crashed": "its node agent reported that its process died",
+    "node_left": "its node left",
+    "node_timeout": "its node timed out",
+    "node_restarted": "its node was registered again by another agent process",
+}
+
+
 def now_ms():
     return int(time.time() * 1000)
 
@@ -105,6 +116,11 @@ class WorkerGoneTest(unittest.TestCase):
                 self.assertEqual((w["state"], w["gone_reason"]), ("gone", reason), w)
                 self.assertTrue(earliest <= w["gone_at_ms"] <= latest,
                                 (earliest, w["gone_at_ms"], latest))
+                # A call the worker makes after says why, in the words clients look for.
+                r = self.head.request("POST", "/v1/workers/%d/heartbeat" % wid, {})
+                self.assertEqual((r.status, r.error_code), (404, "worker_not_found"), r)
+                self.assertEqual(r.json["error"]["message"], "worker %d is gone (%s); register "
+                                 "again" % (wid, GONE_SAID[reason]))
 
     def test_active_worker_has_no_reason(self):
         w = self.worker(self.register(nickname="busy"))

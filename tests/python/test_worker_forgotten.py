@@ -56,11 +56,9 @@ class ForgottenWorkerTest(unittest.TestCase):
         self.serve(muster.Client(self.head.url, self.head.token))
         harness.wait_until(lambda: self.active() == [1], timeout=30, what="worker 1")
         self.c.bye(1)
-        line = self.said("muster.worker: worker 1 was removed on the head")
-        self.assertRegex(line, r"^muster\.worker: worker 1 was removed on the head, not timed "
-                         r"out \(its last heartbeat got there \d+\.\d s ago, within its 1\.5 s "
-                         r"timeout\): a goodbye was sent for it, or its node left or timed "
-                         r"out; registered again as \S+ \(id 2\)$")
+        line = self.said("muster.worker: the head holds worker 1 as gone")
+        self.assertRegex(line, r"^muster\.worker: the head holds worker 1 as gone: a goodbye "
+                         r"was sent for it; registered again as \S+ \(id 2\)$")
         self.assertEqual(self.active(), [2])   # its loop and its heartbeat registered once
         self.assertEqual(len(self.lines), 1, self.lines)
 
@@ -117,6 +115,20 @@ class ForgottenWhyTest(unittest.TestCase):
         # An older head's registration did not say the timeout: gone is all it knows.
         self.assertEqual(why(3, "worker 3 is gone (it said bye or timed out)", 9.0, None),
                          "the head holds worker 3 as gone (timed out or removed)")
+        # An older head (or a worker gone before the head kept why): told apart here.
+        old = "worker 3 is gone (it said bye or timed out)"
+        self.assertTrue(why(3, old, 9.0, 60.0).startswith("worker 3 was removed on the head, "
+                                                          "not timed out"))
+        self.assertTrue(why(3, old, 90.0, 60.0).startswith("the head timed out worker 3 (no "
+                                                           "heartbeat got there for 90.0 s"))
+        # The head's own reason is said as it is; a time-out with the worker's figures.
+        self.assertEqual(why(3, "worker 3 is gone (its node timed out); register again", 9.0,
+                             60.0), "the head holds worker 3 as gone: its node timed out")
+        timed_out = "worker 3 is gone (it timed out: no sign of life ...); register again"
+        self.assertEqual(why(3, timed_out, 90.0, 60.0), "the head timed out worker 3 (no "
+                         "heartbeat got there for 90.0 s, past its 60.0 s timeout)")
+        self.assertEqual(why(3, timed_out, 9.0, 60.0),
+                         "the head timed out worker 3 (past its 60.0 s timeout)")
         # A message of neither form is quoted.
         self.assertEqual(why(3, "no such worker", 1.0, 60.0),
                          "the head no longer has worker 3 (no such worker)")
