@@ -428,7 +428,8 @@ static bool metrics_render_workers(head_t *h, metrics_out_t *out) {
     *(sqlite3_column_int(s, 0) == 0 ? &active : &gone) += sqlite3_column_int64(s, 1);
   store_reset(s);
   metrics_help(out, "muster_workers", "gauge",
-               "Registered workers by state (gone: said bye or timed out), now.");
+               "Registered workers by state (gone: left, timed out or crashed; GET /v1/workers "
+               "says why each went), now.");
   metrics_printf(out,
                  "muster_workers{state=\"active\"} %lld\nmuster_workers{state=\"gone\"} %lld\n",
                  (long long)active, (long long)gone);
