@@ -378,6 +378,31 @@ static int put_connected(const cli_args_t *args, const put_list_t *list,
   return rc;
 }
 
+/* Reads put's payloads into `list`: from --file (or `--json FILE`, which sets
+ * *file), the PAYLOAD arguments, or stdin. */
+static int put_read_payloads(const cli_args_t *args, put_list_t *list, const char **file) {
+  int as_json = cli_flag(args, "json"), npos = args->npos, rc = CLI_OK;
+  *file = cli_opt(args, "file");
+  if (*file == NULL && as_json && npos == 1 && put_names_file(args->pos[0])) {
+    *file = args->pos[0];
+    npos = 0;
+  }
+  if (*file != NULL && npos > 0)
+    return cli_usage_error(args->cmd, "give PAYLOAD arguments or --file, not both");
+  if (*file != NULL)
+    rc = put_read_file(list, *file, as_json);
+  for (int i = 0; rc == CLI_OK && i < npos; i++) {
+    char where[48];
+    snprintf(where, sizeof where, "argument %d", i + 1);
+    rc = put_add(list, args->pos[i], strlen(args->pos[i]), as_json, where);
+    if (rc != CLI_OK && as_json && npos == 1)
+      put_say_no_file(args->pos[i]);
+  }
+  if (rc == CLI_OK && npos == 0 && *file == NULL)
+    rc = put_read_stdin(list, as_json);
+  return rc;
+}
+
 int cmd_put(cli_args_t *args) {
   if (cli_opt(args, "queue") == NULL)
     return cli_usage_error(args->cmd, "'put' needs --queue Q");
@@ -389,32 +414,14 @@ int cmd_put(cli_args_t *args) {
     rc = cli_opt_int(args, "delay-ms", 0, 0, &base.delay_ms);
   if (rc == CLI_OK)
     rc = cli_requires_parse(args, NULL, &req);
+  if (rc == CLI_OK)
+    rc = put_check_key_prefix(args);
   if (rc != CLI_OK)
     return rc;
   base.key = cli_opt(args, "key");
-  int as_json = cli_flag(args, "json");
-  const char *file = cli_opt(args, "file");
-  int npos = args->npos;
-  if (file == NULL && as_json && npos == 1 && put_names_file(args->pos[0])) {
-    file = args->pos[0];
-    npos = 0;
-  }
-  if (file != NULL && npos > 0)
-    return cli_usage_error(args->cmd, "give PAYLOAD arguments or --file, not both");
   put_list_t list = {0};
-  if (file != NULL)
-    rc = put_read_file(&list, file, as_json);
-  for (int i = 0; rc == CLI_OK && i < npos; i++) {
-    char where[48];
-    snprintf(where, sizeof where, "argument %d", i + 1);
-    rc = put_add(&list, args->pos[i], strlen(args->pos[i]), as_json, where);
-    if (rc != CLI_OK && as_json && npos == 1)
-      put_say_no_file(args->pos[i]);
-  }
-  if (rc == CLI_OK && npos == 0 && file == NULL)
-    rc = put_read_stdin(&list, as_json);
-  if (rc == CLI_OK)
-    rc = put_check_key_prefix(args);
+  const char *file;
+  rc = put_read_payloads(args, &list, &file);
   if (rc == CLI_OK && base.key != NULL && list.count > 1)
     rc =
         cli_usage_error(args->cmd, "--key names one task, but %zu payloads were given", list.count);

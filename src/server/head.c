@@ -365,13 +365,18 @@ static void head_banner(const head_t *h, int port, bool generated) {
   fflush(stdout);
 }
 
+/* Watches the head's local node agent, when it has one, for its exit. */
+static void head_watch_agent(head_t *h, const head_agent_t *agent) {
+  if (agent == NULL || agent->pid <= 0 || agent->exit_fd < 0)
+    return;
+  h->agent_ev = event_new(h->base, agent->exit_fd, EV_READ | EV_PERSIST, head_on_agent_exit, h);
+  if (h->agent_ev != NULL && event_add(h->agent_ev, NULL) == 0)
+    h->agent_pid = agent->pid;
+}
+
 /* Runs the head already listening on `port` until a signal stops it. */
 static int head_run(head_t *h, bool generated, int port, const head_agent_t *agent) {
-  if (agent != NULL && agent->pid > 0 && agent->exit_fd >= 0) {
-    h->agent_ev = event_new(h->base, agent->exit_fd, EV_READ | EV_PERSIST, head_on_agent_exit, h);
-    if (h->agent_ev != NULL && event_add(h->agent_ev, NULL) == 0)
-      h->agent_pid = agent->pid;
-  }
+  head_watch_agent(h, agent);
   struct event *sigint = evsignal_new(h->base, SIGINT, head_on_signal, h);
   struct event *sigterm = evsignal_new(h->base, SIGTERM, head_on_signal, h);
   h->commit_ev = event_new(h->base, -1, 0, head_commit, h);
