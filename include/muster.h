@@ -71,7 +71,8 @@ extern "C" {
   XX(PROTOCOL, "protocol", 0, "the server's reply could not be understood")                        \
   XX(NOMEM, "out_of_memory", 0, "out of memory")                                                   \
   XX(INDEX_GAP, "index_gap", 0,                                                                    \
-     "the results in submission order stop at session indexes that have no task")
+     "the results in submission order stop at session indexes that have no task")                  \
+  XX(IO, "io_error", 0, "a local file could not be read or written")
 
 typedef enum {
 #define MUSTER_ERR_ENUM(name, str, status, msg) MUSTER_##name,
@@ -1161,7 +1162,7 @@ muster_err_t muster_shared_update(muster_client_t *client, const char *scope, co
                                   muster_shared_info_t *info);
 /* Uploads from file descriptor `fd` (read from its current position): `len`
  * bytes, or until end of file when `len` is -1 (sent chunked).  `opts` may be
- * NULL (a set with the default ttl). */
+ * NULL (a set with the default ttl).  MUSTER_IO when `fd` cannot be read. */
 muster_err_t muster_shared_put_fd(muster_client_t *client, const char *scope, const char *name,
                                   int fd, int64_t len, const muster_shared_opts_t *opts,
                                   muster_shared_info_t *info);
@@ -1171,15 +1172,19 @@ muster_err_t muster_shared_put_fd(muster_client_t *client, const char *scope, co
 muster_err_t muster_shared_get(muster_client_t *client, const char *scope, const char *name,
                                int64_t level, void **data, size_t *len, muster_shared_info_t *info);
 /* Writes the bytes of opts->level (0: the newest; `opts` may be NULL) to file
- * descriptor `fd` as they arrive; checked like muster_shared_get. */
+ * descriptor `fd` as they arrive; checked like muster_shared_get.  MUSTER_IO
+ * when `fd` cannot be written ("cannot write the blob: No space left on
+ * device"). */
 muster_err_t muster_shared_get_fd(muster_client_t *client, const char *scope, const char *name,
                                   int fd, const muster_shared_opts_t *opts,
                                   muster_shared_info_t *info);
 /* What the head holds of level `level` (0: the newest) without its bytes (a
  * HEAD request): info->level, size, checksum and expires_ms (the ttl fields
  * are 0).  MUSTER_SHARED_NOT_FOUND when that level is not stored now (never
- * made, expired, deleted, or a session scope that is not open); a HEAD reply
- * has no body, so the message is the library's. */
+ * made, expired, deleted, or a session scope that is not open), with the
+ * head's message saying which: a HEAD reply has no body, so it comes in the
+ * reply's X-Muster-Error header (docs/api.md, "Errors"); from an older head
+ * without it, the message is the library's. */
 muster_err_t muster_shared_stat(muster_client_t *client, const char *scope, const char *name,
                                 int64_t level, muster_shared_info_t *info);
 /* Deletes every level; *levels (may be NULL) gets how many there were. */

@@ -603,10 +603,12 @@ class Client:
         """Puts one task per payload; returns their ids."""
         return [t["id"] for t in self.put_many(queue, [{"payload": p} for p in payloads])]
 
-    def tasks(self, queue, state=None, after=None, limit=None):
-        """One page: {"tasks": [...], "next": after-for-the-next-page or None}."""
+    def tasks(self, queue, state=None, after=None, limit=None, brief=False):
+        """One page: {"tasks": [...], "next": after-for-the-next-page or None}.  ``brief``:
+        each task without its payload and result (a page then costs nothing per byte)."""
         return self.request("GET", "/v1/queues/%s/tasks" % _q(queue),
-                            query={"state": state, "after": after, "limit": limit})
+                            query={"state": state, "after": after, "limit": limit,
+                                   "brief": "true" if brief else None})
 
     def iter_tasks(self, queue, state=None, page=1000):
         """Every task of the queue (optionally in one state), page by page."""

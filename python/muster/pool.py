@@ -28,6 +28,7 @@ import time
 
 from . import errors
 from .client import Client
+from .pool_why import failing_jobs_note
 from .pool_args import (MAX_REQUIRES, _class_paths, _class_pickle, _main_script, _pickled,
                         _pool_order, _refuse_in_worker_load, _requires, _too_large,
                         _warn_settings_kept)
@@ -244,6 +245,7 @@ class Pool:
         self.worker_class = worker_class
         self._lock = threading.Lock()
         self._next_index = 0
+        self._first_ids = {}  # a call's first session index -> its first task's id (pool_why)
         self._completion_cursor = 0
         self._closed = False
         self._keep_session = False  # set when the pool gave up on a head that did not answer
@@ -419,11 +421,13 @@ class Pool:
             try:
                 # Sent again while the head does not answer: a try that was stored but
                 # whose reply was lost is answered as a repeat and stores nothing twice.
-                self._retrying(what, lambda left: self.client.session_put(self.session, tasks),
-                               lambda e, waited: self._gave_up_submitting(
-                                   e, waited, first, at, len(chunk)),
-                               deadline, lambda *outage: self._timed_out_submitting(
-                                   timeout, outage, first, at, len(chunk)))
+                stored = self._retrying(
+                    what, lambda left: self.client.session_put(self.session, tasks),
+                    lambda e, waited: self._gave_up_submitting(e, waited, first, at, len(chunk)),
+                    deadline, lambda *outage: self._timed_out_submitting(
+                        timeout, outage, first, at, len(chunk)))
+                if at == 0 and stored:
+                    self._note_first_id(first, stored[0]["id"])
             except errors.PayloadTooLarge as e:
                 raise _too_large(e, where, at) from None
             except errors.InvalidState as e:
@@ -436,6 +440,15 @@ class Pool:
                     raise
                 raise collision from None
         return first, len(payloads)
+
+    def _note_first_id(self, first, task_id):
+        """Remembers the id of the first task of the call at session index ``first``: its
+        timeout looks at its jobs' errors from there (the tasks of one put have consecutive
+        ids).  The newest 64 calls are kept."""
+        with self._lock:
+            self._first_ids[first] = task_id
+            while len(self._first_ids) > 64:
+                del self._first_ids[next(iter(self._first_ids))]
 
     def _check_open(self, where):
         """Raises ValueError, as multiprocessing's Pool does, when the pool was closed: a
@@ -603,6 +616,11 @@ class Pool:
 
     def _timed_out_reading(self, timeout, outage, order, cursor, first, n, read):
         happened, rest = self._unread(order, cursor, first, n, read)
+        if outage is None:  # the head answers: what its jobs keep failing with, if anything
+            with self._lock:
+                first_id = self._first_ids.get(first)
+            happened += failing_jobs_note(self.client, self.queue, self.session, first_id,
+                                          first, n)
         return self._timed_out(timeout, outage, "this call's results were not all in",
                                happened, rest)
 

@@ -10,6 +10,7 @@
  * handle's reply buffer, so muster_client_message() explains them as usual.
  */
 #include "client/client_internal.h"
+#include "core/said.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -41,6 +42,7 @@ typedef struct {
   int64_t received;
   int write_errno;
   char etag[32], level[32], expires[32], length[32];
+  char error_code[64], error_message[1024]; /* core/said.h: a HEAD's refusal */
   unsigned said; /* what the reply's headers say of its sender (client_header_said) */
   muster_progress_fn progress;
   void *user;
@@ -94,18 +96,25 @@ static size_t shared_read(char *out, size_t size, size_t nmemb, void *arg) {
   return n;
 }
 
-/* Copies header `name`'s value into `out` when `line` is that header. */
-static void shared_header_value(const char *line, size_t len, const char *name, char *out,
-                                size_t size) {
+/* Copies header `name`'s value into `out` when `line` is that header; the
+ * quotes around it go too when `quoted` (an ETag), not from a message. */
+static void shared_header_text(const char *line, size_t len, const char *name, bool quoted,
+                               char *out, size_t size) {
   size_t nlen = strlen(name);
   if (len <= nlen || strncasecmp(line, name, nlen) != 0 || line[nlen] != ':')
     return;
   const char *v = line + nlen + 1, *end = line + len;
-  while (v < end && (*v == ' ' || *v == '"'))
+  while (v < end && (*v == ' ' || (quoted && *v == '"')))
     v++;
-  while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '"'))
+  while (end > v &&
+         (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || (quoted && end[-1] == '"')))
     end--;
   snprintf(out, size, "%.*s", (int)(end - v), v);
+}
+
+static void shared_header_value(const char *line, size_t len, const char *name, char *out,
+                                size_t size) {
+  shared_header_text(line, len, name, true, out, size);
 }
 
 static size_t shared_header(char *line, size_t size, size_t nmemb, void *arg) {
@@ -114,6 +123,7 @@ static size_t shared_header(char *line, size_t size, size_t nmemb, void *arg) {
   if (len > 5 && strncmp(line, "HTTP/", 5) == 0) {
     x->status = strtol(strchr(line, ' ') ? strchr(line, ' ') + 1 : "0", NULL, 10);
     x->etag[0] = x->level[0] = x->expires[0] = x->length[0] = '\0';
+    x->error_code[0] = x->error_message[0] = '\0';
     x->said = 0;
   } else {
     x->said |= client_header_said(line, len);
@@ -122,6 +132,9 @@ static size_t shared_header(char *line, size_t size, size_t nmemb, void *arg) {
   shared_header_value(line, len, "ETag", x->etag, sizeof x->etag);
   shared_header_value(line, len, "X-Muster-Level", x->level, sizeof x->level);
   shared_header_value(line, len, "X-Muster-Expires-Ms", x->expires, sizeof x->expires);
+  shared_header_text(line, len, SAID_CODE_HEADER, false, x->error_code, sizeof x->error_code);
+  shared_header_text(line, len, SAID_MESSAGE_HEADER, false, x->error_message,
+                     sizeof x->error_message);
   return len;
 }
 
@@ -234,12 +247,12 @@ static muster_err_t shared_outcome(muster_client_t *client, CURLcode rc, const x
   if (rc != CURLE_OK && x->cancel && shared_cancel_fired(x->cancel))
     return client_fail(client, MUSTER_NETWORK, "%s %s%s: cancelled", method, client->base_url,
                        path);
+  /* The caller's file failed (a full disk, a bad descriptor): MUSTER_IO,
+   * not a bad argument, nor the server's trouble. */
   if (rc == CURLE_WRITE_ERROR && x->write_errno)
-    return client_fail(client, MUSTER_INVALID, "cannot write the blob: %s",
-                       strerror(x->write_errno));
+    return client_fail(client, MUSTER_IO, "cannot write the blob: %s", strerror(x->write_errno));
   if ((rc == CURLE_ABORTED_BY_CALLBACK || rc == CURLE_READ_ERROR) && x->write_errno)
-    return client_fail(client, MUSTER_INVALID, "cannot read the blob: %s",
-                       strerror(x->write_errno));
+    return client_fail(client, MUSTER_IO, "cannot read the blob: %s", strerror(x->write_errno));
   if (rc == CURLE_WRITE_ERROR)
     return client_fail(client, MUSTER_NOMEM, "out of memory while reading the blob");
   if (rc != CURLE_OK)
@@ -491,10 +504,16 @@ muster_err_t shared_get_fd_cancellable(muster_client_t *client, const char *scop
 }
 
 /* The failure of a HEAD whose reply came without a body (a HEAD's never has
- * one): the code its status stands for, said in the library's words. */
-static muster_err_t shared_stat_error(muster_client_t *client, const char *scope, const char *name,
-                                      int64_t level) {
+ * one): the code and message the head or node agent said in its headers
+ * (core/said.h: why a blob is missing, expired or its session closed), or,
+ * from a server that says none (an older head), the code its status stands
+ * for, said in the library's words. */
+static muster_err_t shared_stat_error(muster_client_t *client, const xfer_t *x, const char *scope,
+                                      const char *name, int64_t level) {
   int status = client->status;
+  muster_err_t said = x->error_code[0] ? muster_err_from_name(x->error_code) : MUSTER_PROTOCOL;
+  if (said != MUSTER_OK && said != MUSTER_PROTOCOL && x->error_message[0])
+    return client_fail(client, said, "%s", x->error_message);
   if (status == 404 && level > 0)
     return client_fail(client, MUSTER_SHARED_NOT_FOUND,
                        "shared data not found: level %lld of '%s' in scope '%s'", (long long)level,
@@ -521,7 +540,7 @@ muster_err_t muster_shared_stat(muster_client_t *client, const char *scope, cons
   xfer_t x = {.client = client, .in_fd = -1, .out_fd = -1};
   err = shared_perform(client, "HEAD", path, &x, 0, 0);
   if (err != MUSTER_OK && client->status >= 400 && client->reply.len == 0)
-    err = shared_stat_error(client, scope, name, level);
+    err = shared_stat_error(client, &x, scope, name, level);
   if (err != MUSTER_OK)
     return err;
   if (strtoll(x.level, NULL, 10) < 1)

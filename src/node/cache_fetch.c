@@ -257,13 +257,13 @@ static int cfetch_spawn(cfetch_t *f) {
 
 /* The system's reason when fetch `f` failed for want of room on the cache's
  * disk (ENOSPC, EDQUOT), else 0: its download could not write the file
- * (libmuster's MUSTER_INVALID, "cannot write the blob: REASON"; every other
+ * (libmuster's MUSTER_IO, "cannot write the blob: REASON"; every other
  * failure of a download is the head's or the network's).  Only a file system
  * that cannot reserve a level's room before its fetch gets here, when the
  * disk filled up during it (cache_room.c): elsewhere a level that does not
  * fit is found before its fetch starts. */
 static int cfetch_no_room(const cfetch_t *f) {
-  if (f->err != MUSTER_INVALID)
+  if (f->err != MUSTER_IO)
     return 0;
   return strstr(f->why, strerror(ENOSPC)) ? ENOSPC : strstr(f->why, strerror(EDQUOT)) ? EDQUOT : 0;
 }

@@ -380,6 +380,27 @@ static void creq_send_stats(creq_t *r) {
   creq_free(r);
 }
 
+/* The head did not answer the agent's question about `r`: 503, saying that
+ * even a level in the cache waits for the head (which checks the token and
+ * that the level is still the one asked for), and that the agent does not
+ * ask again by itself, so the read is the client's to retry. */
+static void creq_unreachable(creq_t *r) {
+  node_agent_t *a = r->a;
+  if (r->kind == CREQ_STATS) {
+    creq_error(r, 503, "unavailable",
+               "node agent %s cannot reach the head at %s:%d, which checks the token of every "
+               "request, the cache's statistics included; retry once the head is back",
+               a->name, a->head_host, a->head_port);
+    return;
+  }
+  creq_error(r, 503, "unavailable",
+             "node agent %s cannot reach the head at %s:%d: a read of shared data needs the "
+             "head even when the agent has the level cached (the head checks the token and "
+             "that the level still exists, and names the newest); the agent does not retry "
+             "by itself: retry the read once the head is back",
+             a->name, a->head_host, a->head_port);
+}
+
 static void creq_on_head(struct evhttp_request *out, void *arg) {
   creq_t *r = arg;
   node_agent_t *a = r->a;
@@ -390,8 +411,7 @@ static void creq_on_head(struct evhttp_request *out, void *arg) {
     fwd_conn_discard(a, r->conn);
   r->conn = NULL;
   if (status == 0) {
-    creq_error(r, 503, "unavailable", "node agent %s cannot reach the head at %s:%d", a->name,
-               a->head_host, a->head_port);
+    creq_unreachable(r);
   } else if (r->kind == CREQ_STATS) {
     if (status == 401)
       creq_error(r, 401, "unauthorized", "%s", auth_refusal(r->auth));

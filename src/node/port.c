@@ -32,6 +32,7 @@
  */
 #include "core/auth.h"
 #include "core/knob.h"
+#include "core/said.h"
 #include "node/agent.h"
 #include "node/iter_local.h"
 #include "server/jw.h"
@@ -89,6 +90,15 @@ void port_reply_error(h1_req_t *q, int status, const char *code, const char *fmt
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
+  /* Said in headers too where the head says it so (core/said.h): a HEAD's
+   * reply has no body, and the agent's own refusals (it cannot reach the
+   * head) are to read as the head's do. */
+  if (said_in_headers(h1_method(q), h1_path(q))) {
+    char value[sizeof message];
+    said_header_value(message, value, sizeof value);
+    h1_add_header(q, SAID_CODE_HEADER, code);
+    h1_add_header(q, SAID_MESSAGE_HEADER, value);
+  }
   port_reply_json(q, status,
                   json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", message));
 }

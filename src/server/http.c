@@ -12,6 +12,7 @@
 #include "accept_log.h"
 #include "core/knob.h"
 #include "core/auth.h"
+#include "core/said.h"
 #include "core/utf8.h"
 #include "http.h"
 #include "http_internal.h"
@@ -43,9 +44,32 @@ struct reply {
   bool no_flush;    /* goes out after the commit without waiting for a flush */
 };
 
+/* An error reply to a HEAD (which has no body) or to a read of shared data
+ * also says its code and message in headers (core/said.h), taken from the
+ * envelope in `data` as it goes out, so that they are the body's own even
+ * when a failed commit replaced the handler's reply. */
+static void http_say_in_headers(h1_req_t *req, int status, const char *data, size_t len) {
+  if (status < 400 || !said_in_headers(h1_method(req), h1_path(req)))
+    return;
+  json_t *root = json_loadb(data ? data : "", len, 0, NULL);
+  json_t *error = json_object_get(root, "error");
+  const char *code = json_string_value(json_object_get(error, "code"));
+  const char *message = json_string_value(json_object_get(error, "message"));
+  if (code && message) {
+    char value[1024];
+    said_header_value(code, value, sizeof value);
+    h1_add_header(req, SAID_CODE_HEADER, value);
+    said_header_value(message, value, sizeof value);
+    h1_add_header(req, SAID_MESSAGE_HEADER, value);
+  }
+  json_decref(root);
+}
+
 /* Answers `req` with `len` bytes of `data` (owned) as `type`; JSON (type
  * NULL) gets a final newline. */
 static void http_send_body(h1_req_t *req, int status, const char *type, char *data, size_t len) {
+  if (type == NULL)
+    http_say_in_headers(req, status, data, len);
   if (status == 401)
     h1_add_header(req, "WWW-Authenticate", "Bearer realm=\"muster\"");
   h1_respond(req, status, type ? type : "application/json", data, len, type == NULL);

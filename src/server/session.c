@@ -127,6 +127,17 @@ muster_err_t session_touch(store_t *st, const char *id, char *queue, fail_t *f) 
   return MUSTER_OK;
 }
 
+void session_gone_why(store_t *st, const char *id, char *out, size_t size) {
+  session_t ss;
+  fail_t f = {0};
+  out[0] = '\0';
+  if (session_load(st, id, &ss, NULL, &f) == MUSTER_OK && ss.state != SESSION_OPEN)
+    snprintf(out, size, "session '%s' was closed: %s; its shared data went with it", id,
+             ss.closed_why[0] ? ss.closed_why : "by its client");
+  else if (f.code == MUSTER_SESSION_NOT_FOUND)
+    snprintf(out, size, "%s", f.message);
+}
+
 json_t *session_get(store_t *st, const char *id, fail_t *f) {
   session_t ss;
   json_t *init_data = NULL;

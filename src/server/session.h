@@ -43,6 +43,13 @@ json_t *session_heartbeat(store_t *st, const char *id, const json_t *body, fail_
  * `queue` is not NULL it receives the session's queue (NAME_MAX_LEN + 1 bytes). */
 muster_err_t session_touch(store_t *st, const char *id, char *queue, fail_t *f);
 
+/* Why session `id` holds no shared data, for a read that found a blob of it
+ * missing: "session 's-...' was closed: by its client; its shared data went
+ * with it" (or "its client did not call for N ms; ..."), "session 's-...'
+ * does not exist", or "" while it is open (or when the store could not
+ * tell).  Not a heartbeat. */
+void session_gone_why(store_t *st, const char *id, char *out, size_t size);
+
 /* Seals open session `id` (body {}: no fields): it takes no more tasks, and
  * a results reader that has every result knows that none will follow.
  * Durable, idempotent; counts as a heartbeat; wakes the session's parked

@@ -122,6 +122,27 @@ static void expired_note(const char *name, int64_t ttl_ms, char *out, size_t siz
            (long long)ttl_ms);
 }
 
+/* " (WHY)" into `note`: why (scope, name), found without a row `b` or with
+ * an expired one, cannot be read: it expired (docs/shared-data.md lists the
+ * words), its session was closed (its shared data went with it) or never
+ * was, or it was never set or was deleted (the head keeps no trace of a
+ * deleted blob, so it cannot tell those two apart). */
+static void absent_note(store_t *st, const char *scope, const char *name, const blob_row_t *b,
+                        int64_t now, char *note, size_t size) {
+  int64_t ttl_ms;
+  char session[300] = "";
+  if (blob_expired(st, scope, name, b, now, &ttl_ms)) {
+    expired_note(name, ttl_ms, note, size);
+    return;
+  }
+  if (shared_scope_is_session(scope))
+    session_gone_why(st, scope, session, sizeof session);
+  if (session[0])
+    snprintf(note, size, " (%s)", session);
+  else
+    snprintf(note, size, " ('%s' was never set, or was deleted)", name);
+}
+
 /* Runs `sql` with ?1 scope, ?2 name (may be NULL), ?3 `n`. */
 static muster_err_t shared_exec(store_t *st, const char *sql, const char *scope, const char *name,
                                 int64_t n, fail_t *f) {
@@ -284,13 +305,12 @@ muster_err_t shared_find(store_t *st, const char *scope, const char *name, int64
   blob_row_t b;
   if (blob_load(st, scope, name, &b, f))
     return f->code;
-  char missing[400], note[300] = "";
-  int64_t ttl_ms;
+  char missing[400], note[400] = "";
   shared_not_found_message(scope, name, missing, sizeof missing);
-  if (blob_expired(st, scope, name, &b, now, &ttl_ms))
-    expired_note(name, ttl_ms, note, sizeof note);
-  if (!b.exists || note[0])
+  if (!b.exists || b.expires_ms <= now) {
+    absent_note(st, scope, name, &b, now, note, sizeof note);
     return fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s%s", missing, note);
+  }
   *out = (shared_level_t){.newest = b.level, .ttl_ms = b.ttl_ms, .expires_ms = b.expires_ms};
   snprintf(out->scope, sizeof out->scope, "%s", scope);
   snprintf(out->name, sizeof out->name, "%s", name);
@@ -360,11 +380,9 @@ json_t *shared_delete(store_t *st, const char *scope, const char *name, fail_t *
   if (blob_load(st, scope, name, &b, f))
     return NULL;
   if (!b.exists) {
-    char missing[400], note[300] = "";
-    int64_t ttl_ms;
+    char missing[400], note[400] = "";
     shared_not_found_message(scope, name, missing, sizeof missing);
-    if (blob_expired(st, scope, name, &b, now_ms(), &ttl_ms))
-      expired_note(name, ttl_ms, note, sizeof note);
+    absent_note(st, scope, name, &b, now_ms(), note, sizeof note);
     fail_set(f, MUSTER_SHARED_NOT_FOUND, "%s%s", missing, note);
     return NULL;
   }

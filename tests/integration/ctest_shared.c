@@ -45,7 +45,8 @@ static void test_set_update_get(muster_client_t *c) {
   CHECK_ERR(c, muster_shared_get(c, "ctest", "missing", 0, &data, &len, NULL),
             MUSTER_SHARED_NOT_FOUND);
   CHECK(data == NULL);
-  CHECK(strcmp(muster_client_message(c), "shared data not found: 'missing' in scope 'ctest'") == 0);
+  CHECK(strcmp(muster_client_message(c), "shared data not found: 'missing' in scope 'ctest' "
+                                         "('missing' was never set, or was deleted)") == 0);
   CHECK_ERR(c, muster_shared_get(c, "ctest", "weights", 9, &data, &len, NULL),
             MUSTER_SHARED_NOT_FOUND);
   CHECK_ERR(c, muster_shared_set(c, "bad scope", "w", "x", 1, -1, NULL), MUSTER_NAME_INVALID);
@@ -159,8 +160,14 @@ static void test_list_delete_and_session(muster_client_t *c) {
   void *data = NULL;
   size_t len;
   CHECK_ERR(c, muster_shared_get(c, id, "params", 0, &data, &len, NULL), MUSTER_SHARED_NOT_FOUND);
-  char want[128];
-  snprintf(want, sizeof want, "shared data not found for session %s: 'params'", id);
+  char want[256];
+  snprintf(want, sizeof want,
+           "shared data not found for session %s: 'params' (session '%s' was closed: by its "
+           "client; its shared data went with it)",
+           id, id);
+  CHECK(strcmp(muster_client_message(c), want) == 0);
+  /* A HEAD says it too (core/said.h), though its reply has no body. */
+  CHECK_ERR(c, muster_shared_stat(c, id, "params", 0, NULL), MUSTER_SHARED_NOT_FOUND);
   CHECK(strcmp(muster_client_message(c), want) == 0);
   muster_free(id);
 }
@@ -206,8 +213,8 @@ static void test_refused_negatives(muster_client_t *c) {
 }
 
 /* muster_shared_stat: a level's number, size and checksum without its bytes
- * (a HEAD), and a missing level said in the library's words, since a HEAD
- * reply has no body to carry the head's. */
+ * (a HEAD), and a missing level said in the head's words, which come in the
+ * reply's headers (core/said.h) since a HEAD's reply has no body. */
 static void test_stat(muster_client_t *c) {
   muster_shared_info_t set, got;
   CHECK_OK(c, muster_shared_set(c, "ctest", "stat", "one", 3, -1, NULL));
@@ -219,16 +226,36 @@ static void test_stat(muster_client_t *c) {
   CHECK(got.level == 1 && got.size == 3);
   CHECK_ERR(c, muster_shared_stat(c, "ctest", "stat", 7, &got), MUSTER_SHARED_NOT_FOUND);
   CHECK(strcmp(muster_client_message(c),
-               "shared data not found: level 7 of 'stat' in scope 'ctest'") == 0);
+               "shared data not found: 'stat' in scope 'ctest' (level 7 of 'stat' was never "
+               "made; the newest is 2)") == 0);
   CHECK_ERR(c, muster_shared_stat(c, "ctest", "nothing", 0, NULL), MUSTER_SHARED_NOT_FOUND);
-  CHECK(strcmp(muster_client_message(c),
-               "shared data not found: 'nothing' in scope 'ctest' has no level now") == 0);
+  CHECK(strcmp(muster_client_message(c), "shared data not found: 'nothing' in scope 'ctest' "
+                                         "('nothing' was never set, or was deleted)") == 0);
   CHECK_ERR(c, muster_shared_stat(c, "ctest", "stat", -1, NULL), MUSTER_INVALID);
   muster_client_t *stranger = NULL;
   CHECK_OK(stranger, muster_client_new(head_url, "not-the-token", &stranger));
   CHECK_ERR(stranger, muster_shared_stat(stranger, "ctest", "stat", 0, NULL), MUSTER_UNAUTHORIZED);
-  CHECK(contains(muster_client_message(stranger), "answered HTTP 401"));
+  CHECK(contains(muster_client_message(stranger), "token"));
+  CHECK(!contains(muster_client_message(stranger), "answered HTTP 401"));
   muster_client_free(stranger);
+}
+
+/* A local file that fails (a full disk: /dev/full; a descriptor open for
+ * writing only, read from) is MUSTER_IO, not a bad argument: a worker's task
+ * error then says what went wrong where it went wrong. */
+static void test_local_io(muster_client_t *c) {
+  CHECK_OK(c, muster_shared_set(c, "ctest", "io", "bytes", 5, -1, NULL));
+  int full = open("/dev/full", O_WRONLY | O_CLOEXEC);
+  CHECK(full >= 0);
+  CHECK_ERR(c, muster_shared_get_fd(c, "ctest", "io", full, NULL, NULL), MUSTER_IO);
+  CHECK(strcmp(muster_client_message(c), "cannot write the blob: No space left on device") == 0);
+  CHECK(strcmp(muster_err_name(MUSTER_IO), "io_error") == 0);
+  int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  CHECK(null >= 0);
+  CHECK_ERR(c, muster_shared_put_fd(c, "ctest", "io-up", null, 5, NULL, NULL), MUSTER_IO);
+  CHECK(strcmp(muster_client_message(c), "cannot read the blob: Bad file descriptor") == 0);
+  close(full);
+  close(null);
 }
 
 /* Non-zero when task `id` (muster_task_get) holds `want` in its JSON. */
@@ -365,6 +392,7 @@ int main(int argc, char **argv) {
   test_list_delete_and_session(c);
   test_refused_negatives(c);
   test_stat(c);
+  test_local_io(c);
   test_put_requiring(c);
   test_session_put_requiring(c);
   test_connect_timeout();

@@ -121,7 +121,8 @@ class SharedLevelsTest(unittest.TestCase):
         r = h.request("GET", "/v1/shared/models/weights")
         self.assertEqual((r.status, r.error_code), (404, "shared_not_found"))
         self.assertEqual(r.json["error"]["message"],
-                         "shared data not found: 'weights' in scope 'models'")
+                         "shared data not found: 'weights' in scope 'models' ('weights' was "
+                         "never set, or was deleted)")
         self.assertEqual(h.request("DELETE", "/v1/shared/models/weights").status, 404)
         wait_until(lambda: blob_files(h) == [], what="deleted files removed")
 
@@ -319,7 +320,28 @@ class SharedSettingsTest(unittest.TestCase):
             self.assertEqual((r.status, r.error_code), (404, "shared_not_found"))
             self.assertEqual(r.json["error"]["message"],
                              "shared data not found: 'gone' in scope 'models' " + expired)
-            self.assertEqual(h.request("HEAD", "/v1/shared/models/gone").status, 404)
+            # A HEAD's reply has no body: its headers say why (the same words as the GET's),
+            # and so do the GET's.
+            for method in ("HEAD", "GET"):
+                r = h.request(method, "/v1/shared/models/gone")
+                self.assertEqual((r.status, r.headers.get("X-Muster-Error-Code"),
+                                  r.headers.get("X-Muster-Error")),
+                                 (404, "shared_not_found",
+                                  "shared data not found: 'gone' in scope 'models' " + expired),
+                                 method)
+            self.assertEqual(h.request("HEAD", "/v1/shared/models/gone").raw, b"")
+            # Other replies carry no such header: a read that succeeds, an error of another
+            # method (its body says it).
+            self.assertEqual(put(h, "models", "here", b"h").status, 201)
+            r = h.request("HEAD", "/v1/shared/models/here")
+            self.assertEqual((r.status, r.headers.get("X-Muster-Error")), (200, None))
+            r = h.request("DELETE", "/v1/shared/models/nothing")
+            self.assertEqual((r.status, r.headers.get("X-Muster-Error")), (404, None))
+            # Any refused HEAD says why in them, a bad token's too.
+            r = h.request("HEAD", "/v1/shared/models/here", token="wrong")
+            self.assertEqual((r.status, r.headers.get("X-Muster-Error-Code")),
+                             (401, "unauthorized"))
+            self.assertTrue(r.headers.get("X-Muster-Error"), r.headers)
             r = put(h, "models", "gone", b"y", "?level=2")
             self.assertEqual((r.status, r.error_code), (409, "version_mismatch"))
             self.assertEqual(r.json["error"]["message"],
@@ -333,11 +355,13 @@ class SharedSettingsTest(unittest.TestCase):
             self.assertEqual(h.request("DELETE", "/v1/shared/models/gone").status, 200)
             r = h.request("GET", "/v1/shared/models/gone")
             self.assertEqual(r.json["error"]["message"],
-                             "shared data not found: 'gone' in scope 'models'")
-            # A never-made name is plain "not found"; a kept blob's level 2 names the newest.
+                             "shared data not found: 'gone' in scope 'models' ('gone' was never "
+                             "set, or was deleted)")
+            # A never-made name says so too (the head cannot tell it from a deleted one).
             r = h.request("GET", "/v1/shared/models/typo")
             self.assertEqual(r.json["error"]["message"],
-                             "shared data not found: 'typo' in scope 'models'")
+                             "shared data not found: 'typo' in scope 'models' ('typo' was never "
+                             "set, or was deleted)")
             r = put(h, "models", "typo", b"t", "?level=2")
             self.assertEqual(r.json["error"]["message"],
                              "update level mismatch: expected 1, got 2 ('typo' has no level in "
@@ -371,14 +395,30 @@ class SharedSettingsTest(unittest.TestCase):
             self.assertEqual(h.request("DELETE", "/v1/sessions/%s" % s).status, 200)
             r = h.request("GET", "/v1/shared/%s/params" % s)
             self.assertEqual((r.status, r.error_code), (404, "shared_not_found"))
+            # The read says that the session was closed, as an upload does.
             self.assertEqual(r.json["error"]["message"],
-                             "shared data not found for session %s: 'params'" % s)
+                             "shared data not found for session %s: 'params' (session '%s' was "
+                             "closed: by its client; its shared data went with it)" % (s, s))
             self.assertEqual(put(h, s, "params", b"p2").error_code, "session_not_found")
             # A client that disappears: cleanup_on_exit with a short timeout.
             s2 = h.request("POST", "/v1/sessions", {"queue": "q", "timeout_ms": 300}).json["id"]
             self.assertEqual(put(h, s2, "params", b"p").status, 201)
             wait_until(lambda: h.request("GET", "/v1/shared/%s/params" % s2).status == 404,
                        what="the silent session's data removed")
+            r = h.request("HEAD", "/v1/shared/%s/params" % s2)
+            self.assertEqual(r.headers.get("X-Muster-Error"),
+                             "shared data not found for session %s: 'params' (session '%s' was "
+                             "closed: its client did not call for 300 ms; its shared data went "
+                             "with it)" % (s2, s2))
+            # An open session's blob that was never set, and a session that never was.
+            s3 = h.request("POST", "/v1/sessions", {"queue": "q"}).json["id"]
+            self.assertEqual(h.request("GET", "/v1/shared/%s/nope" % s3).json["error"]["message"],
+                             "shared data not found for session %s: 'nope' ('nope' was never "
+                             "set, or was deleted)" % s3)
+            r = h.request("GET", "/v1/shared/s-0000000000000000/nope")
+            self.assertEqual(r.json["error"]["message"],
+                             "shared data not found for session s-0000000000000000: 'nope' "
+                             "(session 's-0000000000000000' does not exist)")
             wait_until(lambda: blob_files(h) == [], what="session files removed")
 
 

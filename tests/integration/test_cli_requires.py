@@ -258,7 +258,8 @@ class RequiresCliTest(harness.CliChecks, unittest.TestCase):
                                          "--requires", "models/nothing"]), stdin=stdin)
             self.assertEqual(r.returncode, 1, r.stderr)
             self.assertIn("muster: shared_not_found: --requires models/nothing: shared data not "
-                          "found: 'nothing' in scope 'models' has no level now", r.stderr)
+                          "found: 'nothing' in scope 'models' ('nothing' was never set, or was "
+                          "deleted)\n", r.stderr)
             self.assertIn("nothing was put", r.stderr)
         self.assertEqual(self.queued("rq-missing"), 0)
         sessions = self.head.request("GET", "/v1/sessions").json["sessions"]
@@ -270,8 +271,9 @@ class RequiresCliTest(harness.CliChecks, unittest.TestCase):
                             "a"], capture_output=True, text=True, timeout=60,
                            env=dict(harness.cli_env(self.head), MUSTER_TOKEN="wrong-token"))
         self.assertEqual(r.returncode, 1, r.stderr)
-        self.assertIn("muster: unauthorized: --requires models/weights: a valid bearer token is "
-                      "required (HEAD /v1/shared/models/weights answered HTTP 401)", r.stderr)
+        # In the head's words (its reply's headers carry them: a HEAD's has no body).
+        self.assertIn("muster: unauthorized: --requires models/weights: the token sent is not "
+                      "valid for this head", r.stderr)
         self.assertEqual(self.queued("rq-token"), 0)
 
     def test_the_head_request_fails_with_the_clis_usual_advice(self):
@@ -330,6 +332,54 @@ class RequiresCliTest(harness.CliChecks, unittest.TestCase):
         other = self.head.request("POST", "/v1/sessions/%s/tasks" % sid, body)
         self.assertEqual((other.status, other.error_code), (409, "invalid_state"), other)
         self.assertEqual(self.queued("rq-repeat"), 3)
+
+
+class RequiresGoneTest(AgentsCase):
+    """A blob without a level says why, asked of the head or through a node agent: the
+    HEAD that asks for the newest level gets the head's reason in its reply's headers
+    (X-Muster-Error, docs/api.md "Errors"), which the agent passes on."""
+    dir_prefix = "muster-cli-requires-gone-"
+    head_args = ["--sweep-ms", "50"]
+
+    def put_blob(self, scope, name, query=""):
+        r = self.head.request("PUT", "/v1/shared/%s/%s%s" % (scope, name, query), raw=b"x",
+                              content_type=OCTET)
+        self.assertEqual(r.status, 201, r)
+
+    def test_the_reason_reaches_the_cli(self):
+        agent = Agent(self.head, self.dir, "why",
+                      args=["--cache-dir", os.path.join(self.dir, "cache")])
+        self.agents.append(agent)
+        agent.start()
+        self.assertEqual(self.head.request("PUT", "/v1/queues/rq-why", {}).status, 201)
+        self.put_blob("models", "short", "?ttl_ms=200")
+        harness.wait_until(lambda: self.head.request("HEAD", "/v1/shared/models/short").status
+                           == 404, what="models/short expired")
+        self.put_blob("models", "deleted")
+        self.assertEqual(self.head.request("DELETE", "/v1/shared/models/deleted").status, 200)
+        sid = self.head.request("POST", "/v1/sessions", {"queue": "rq-why"}).json["id"]
+        self.put_blob(sid, "table")
+        self.assertEqual(self.head.request("DELETE", "/v1/sessions/" + sid).status, 200)
+        want = {
+            "models/short": "shared data not found: 'short' in scope 'models' ('short' "
+                            "expired: it was not updated within its ttl_ms of 200)",
+            "models/deleted": "shared data not found: 'deleted' in scope 'models' ('deleted' "
+                              "was never set, or was deleted)",
+            sid + "/table": "shared data not found for session %s: 'table' (session '%s' was "
+                            "closed: by its client; its shared data went with it)" % (sid, sid),
+        }
+        for url in (self.head.url, agent.url):
+            for value, why in want.items():
+                with self.subTest(url=url, requires=value):
+                    r = subprocess.run([MUSTER, "put", "--queue", "rq-why", "--requires", value,
+                                        "a"], capture_output=True, text=True, timeout=60,
+                                       env=dict(harness.cli_env(self.head), MUSTER_URL=url))
+                    self.assertEqual(r.returncode, 1, r.stderr)
+                    self.assertTrue(r.stderr.startswith(
+                        "muster: shared_not_found: --requires %s: %s\n" % (value, why)),
+                        r.stderr)
+        r = self.head.request("GET", "/v1/queues/rq-why")
+        self.assertEqual(r.json["counts"]["queued"], 0, r.json)
 
 
 # Prints the payload, then the content of the required "params" level.

@@ -494,6 +494,7 @@ PY_NOT_API = {
 PY_CODES_NOT_RAISED = {
     "ok": "success, not an error",
     "out_of_memory": "libmuster's own; Python raises MemoryError",
+    "io_error": "libmuster's own (a local file failed); Python raises OSError",
 }
 # The classes of the Reference table of docs/python.md, and the module of each; the
 # exported classes are added from __all__.

@@ -685,6 +685,47 @@ class UnreachableHeadTest(unittest.TestCase):
             head.cleanup()
             shutil.rmtree(d, ignore_errors=True)
 
+    def test_a_cached_level_needs_the_head_too_and_says_so(self):
+        # A level in the agent's cache is served only once the head said that the token may
+        # read it and that it still exists, so with the head down the read is refused: the
+        # message says that the cache does not help and that the read is to be retried (the
+        # agent does not retry itself), in the headers too, for a HEAD's sake.
+        d = tempfile.mkdtemp(prefix="muster-fwd-test-")
+        head = harness.Head().start()
+        agent = Agent(head, d, "orphan", args=["--cache-dir", os.path.join(d, "cache")]).start()
+        try:
+            r = head.request("PUT", "/v1/shared/models/w", raw=b"bytes",
+                             content_type="application/octet-stream")
+            self.assertEqual(r.status, 201, r)
+            r = agent.request("GET", "/v1/shared/models/w")
+            self.assertEqual((r.status, r.raw, r.headers.get("X-Muster-Cache")),
+                             (200, b"bytes", "miss"))
+            head.stop()
+            r = agent.request("GET", "/v1/shared/models/w")
+            self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+            message = r.json["error"]["message"]
+            self.assertEqual(message,
+                             "node agent orphan cannot reach the head at 127.0.0.1:%d: a read "
+                             "of shared data needs the head even when the agent has the level "
+                             "cached (the head checks the token and that the level still "
+                             "exists, and names the newest); the agent does not retry by "
+                             "itself: retry the read once the head is back" % head.port)
+            self.assertEqual((r.headers.get("X-Muster-Error-Code"),
+                              r.headers.get("X-Muster-Error")), ("unavailable", message))
+            r = agent.request("GET", "/v1/node/cache")
+            self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+            self.assertIn("which checks the token of every request, the cache's statistics "
+                          "included; retry once the head is back", r.json["error"]["message"])
+            # A HEAD (forwarded to the head) gets the agent's refusal in its headers.
+            r = agent.request("HEAD", "/v1/shared/models/w")
+            self.assertEqual((r.status, r.raw, r.headers.get("X-Muster-Error-Code")),
+                             (503, b"", "unavailable"))
+            self.assertIn("cannot reach the head", r.headers.get("X-Muster-Error"))
+        finally:
+            agent.kill()
+            head.cleanup()
+            shutil.rmtree(d, ignore_errors=True)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -22,6 +22,7 @@ level's checksum; and bad `requires` arguments raise before anything is sent.
 """
 import glob
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -217,9 +218,36 @@ class PoolSharedDataTest(unittest.TestCase):
                 self.assertEqual(err.state, "dead")
                 self.assertEqual(err.error, "required shared data models/%s level 1: "
                                  "shared_not_found: shared data not found: '%s' in scope "
-                                 "'models'" % (name, name), self.logs())
+                                 "'models' ('%s' was never set, or was deleted)"
+                                 % (name, name, name), self.logs())
                 task = self.client.tasks(setup, state="dead")["tasks"][-1]
                 self.assertEqual(task["attempts"], MAX_ATTEMPTS)
+
+    def test_a_timeout_says_what_the_jobs_keep_failing_with(self):
+        # Jobs that fail on every attempt give no result until their attempts are spent: a
+        # call that runs out of time first said only that its results were not all in.
+        self.client.put_queue("standalone", max_attempts=1000, backoff_ms=100,
+                              backoff_max_ms=100)
+        self.addCleanup(self.client.put_queue, "standalone", max_attempts=MAX_ATTEMPTS,
+                        backoff_ms=BACKOFF_MS, backoff_max_ms=BACKOFF_MS)
+        pool = self.pool("standalone")
+        results = pool.imap([1, 2], requires=[("models", "never-there", 1)], timeout=1)
+
+        def failed_twice():
+            tasks = [t for t in self.client.iter_tasks("standalone")
+                     if t["session"] == pool.session]
+            return len(tasks) == 2 and all(t["attempts"] >= 2 for t in tasks)
+        harness.wait_until(failed_twice, timeout=60, what="both jobs failed\n" + self.logs())
+        with self.assertRaises(TimeoutError) as caught:
+            next(results)
+        text = str(caught.exception)
+        error = ("required shared data models/never-there level 1: shared_not_found: shared "
+                 "data not found: 'never-there' in scope 'models' ('never-there' was never "
+                 "set, or was deleted)")
+        self.assertRegex(text, r"0 of this call's 2 results were read; 2 of this call's "
+                         r"unfinished jobs failed at least once and wait to be tried again, "
+                         r"the newest first: job [01] \(attempt \d+\): %s \(and 1 more with "
+                         r"these errors\)\. The session is still open" % re.escape(error))
 
     def test_a_level_uploaded_between_attempts_is_used_by_the_retry(self):
         for setup in SETUPS:

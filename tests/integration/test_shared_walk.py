@@ -97,7 +97,7 @@ class SharedWalkTest(harness.CliHead, unittest.TestCase):
         os.chmod(weights, 0o640)
         err = self.fails(1, "shared", "get", "walk-models", "weights", weights)
         self.assertEqual(err, "muster: shared_not_found: shared data not found: 'weights' in "
-                         "scope 'walk-models'\n")
+                         "scope 'walk-models' ('weights' was never set, or was deleted)\n")
         self.assertEqual(self.read("weights.bin"), b"level 1, kept locally")
         self.assertEqual(stat.S_IMODE(os.stat(weights).st_mode), 0o640)
         # A level the head never made: the file stays too.

@@ -57,6 +57,7 @@ static const expected_row_t expected[] = {
     {MUSTER_PROTOCOL, "protocol", 0},
     {MUSTER_NOMEM, "out_of_memory", 0},
     {MUSTER_INDEX_GAP, "index_gap", 0},
+    {MUSTER_IO, "io_error", 0},
 };
 
 #define N_EXPECTED (sizeof(expected) / sizeof(expected[0]))
