@@ -9,6 +9,8 @@
   const MAX_FAILURES_SHOWN = 20; // tasks in a queue's panel of failed and dead tasks
   const RATE_WINDOW_S = 300; // completion rate and ETA over the last 5 minutes
   const CHART_BIN_S = 10;
+  const NONE_LEASED_TITLE = 'none of its tasks is leased and none was done in the last 5 ' +
+    'minutes: no worker serves this queue, or its tasks wait for their delay_ms';
   // Where a queue's cancelled tasks come from (muster status counts them too).
   const CANCELLED_TITLE = 'tasks flagged max_flags times, whose task of the stage before was ' +
     'queued again, and the unfinished tasks of closed sessions';
@@ -60,10 +62,13 @@
   // The ETA cell: when the `remaining` tasks (queued and leased) will be done at
   // `perSecond`. Nothing remaining is "waiting" in a stage whose earlier stages still
   // have tasks to send it (`fed`), else "done" for a queue that had tasks: one that
-  // never had any (or whose tasks were all purged) has "no tasks".
-  function etaText(remaining, everyTask, perSecond, fed) {
+  // never had any (or whose tasks were all purged) has "no tasks". Tasks left with
+  // none leased and none done lately are "none leased" (NONE_LEASED_TITLE says why):
+  // a bare "—" did not say that nothing is working on them.
+  function etaText(remaining, leased, everyTask, perSecond, fed) {
     if (remaining === 0) return fed ? 'waiting' : everyTask === 0 ? 'no tasks' : 'done';
-    return perSecond > 0 ? fmtDuration(remaining / perSecond) : '—';
+    if (perSecond > 0) return fmtDuration(remaining / perSecond);
+    return leased === 0 ? 'none leased' : '—';
   }
 
   // The names of the queues that work still to do will reach: those after a queue
@@ -133,7 +138,9 @@
     const title = fmtPercent(p.done, p.total) + ' done';
     row.append(el('td', {class: 'num', dataset: {field: 'rate'}, text: (perSecond * 60).toFixed(1)}),
                el('td', {class: 'num', dataset: {field: 'eta'},
-                         text: etaText(c.queued + c.leased, p.everyTask, perSecond, fed)}),
+                         text: etaText(c.queued + c.leased, c.leased, p.everyTask, perSecond, fed),
+                         title: c.queued > 0 && c.leased === 0 && perSecond === 0 ? NONE_LEASED_TITLE
+                                                                                : ''}),
                el('td', {},
                   bar([[p.total ? p.done / p.total : 0, ''],
                        [p.total ? (c.failed + c.dead) / p.total : 0, 'failed']], title)));

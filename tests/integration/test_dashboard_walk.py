@@ -86,6 +86,12 @@ class DashboardWalkTest(DashboardCase):
                  status=201)
         self.open("/")
         self.assertEqual([self.eta(q) for q in ("walk_b", "walk_c")], ["waiting", "waiting"])
+        # walk_a's two tasks: none leased, none done lately; then one leased, no rate yet.
+        self.assertEqual(self.eta("walk_a"), "none leased")
+        first = self.lease("walk_a", w)
+        self.open("/")
+        self.assertEqual(self.eta("walk_a"), "—")
+        self.api("POST", "/v1/leases/release", {"leases": [first]})
         # With walk_a's tasks gone (failed for good), nothing more is on its way.
         for _ in range(2):
             lease = dict(self.lease("walk_a", w), permanent=True)
