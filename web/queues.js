@@ -217,7 +217,13 @@
       }
       return out;
     };
-    const lines = names.slice(0, COLORS.length).map((n, i) => ({name: n, color: COLORS[i], values: binned(n)}));
+    // A colour for COLORS.length queues: the busiest over the chart's span (the current
+    // second too), drawn in the table's order (a tie keeps that order); the rest are
+    // said, not drawn.
+    const done = new Map(names.map(n => [n, tp.queues[n].reduce((sum, x) => sum + x, 0)]));
+    const busiest = new Set([...names].sort((a, b) => done.get(b) - done.get(a)).slice(0, COLORS.length));
+    const lines = names.filter(n => busiest.has(n))
+      .map((n, i) => ({name: n, color: COLORS[i], values: binned(n)}));
     const canvas = el('canvas', {id: 'chart', width: 1200, height: 180});
     card.append(el('div', {class: 'chart-wrap'}, canvas));
     const legend = el('div', {class: 'legend'});
@@ -226,8 +232,7 @@
       swatch.style.background = line.color;
       legend.append(el('span', {}, swatch, line.name));
     }
-    // The chart has a colour for COLORS.length queues; the rest are said, not drawn.
-    const left = names.slice(COLORS.length);
+    const left = names.filter(n => !busiest.has(n));
     if (left.length)
       legend.append(el('span', {class: 'muted', id: 'chart-more', title: left.join(', '),
                                text: 'and ' + left.length + ' more'}));

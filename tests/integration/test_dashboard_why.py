@@ -161,8 +161,9 @@ class DashboardWhyTest(DashboardCase):
         self.assertEqual([shown["why-r-" + n] for n in "abcd"], [first, first + 1, first + 1,
                                                                    first + 3])
 
-    def complete_one(self, queue, worker):
-        self.api("PUT", "/v1/queues/" + queue, {}, status=201)
+    def complete_one(self, queue, worker, again=False):
+        if not again:
+            self.api("PUT", "/v1/queues/" + queue, {}, status=201)
         self.put(queue, 1)
         [lease] = self.lease(queue, worker)
         self.api("POST", "/v1/leases/complete", {"leases": [
@@ -186,6 +187,10 @@ class DashboardWhyTest(DashboardCase):
         self.assertIsNone(b.text("#chart-more"))
         for q in queues[8 - before:]:
             self.complete_one(q, w)
+        # The last queue in the table is the busiest: it is drawn, not left out.
+        busiest = queues[-1]
+        for _ in range(2):
+            self.complete_one(busiest, w, again=True)
         all_charted = self.charted()
         b.js("return muster.refresh();")
         self.assertEqual(b.text("#chart-more"), "and %d more" % (len(all_charted) - 8))
@@ -194,6 +199,7 @@ class DashboardWhyTest(DashboardCase):
         self.assertEqual(len(legend), 8)
         left = b.js("return document.getElementById('chart-more').title;").split(", ")
         self.assertEqual(sorted(legend + left), all_charted)
+        self.assertIn(busiest, legend)
 
 
 if __name__ == "__main__":
