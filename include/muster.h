@@ -863,7 +863,9 @@ muster_err_t muster_session_results_sealed(muster_client_t *client, const char *
 /* Seals session `id`: it takes no more tasks (a put is refused with
  * MUSTER_INVALID_STATE), and a reader of its results learns when it has them
  * all.  Sealing a sealed session is no error: *already (may be NULL) says it
- * was (1) or not (0). */
+ * was (1) or not (0).  MUSTER_SESSION_NOT_FOUND for an unknown or closed
+ * session; MUSTER_NOT_FOUND from a head older than sealing (the message says
+ * so). */
 muster_err_t muster_session_seal(muster_client_t *client, const char *id, int *already);
 void muster_results_free(muster_results_t *results);
 /* Frees what one result owns (not the struct); accepts NULL. */

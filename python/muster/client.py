@@ -820,8 +820,20 @@ class Client:
         """Seals the session: it takes no more tasks (a put raises ``InvalidState``), and
         ``iter_results(..., until_sealed=True)`` ends once every task has its result.
         Sealing again is no error.  Returns the session, with ``"sealed": True`` and
-        ``"already_sealed"`` (whether it was sealed before)."""
-        return self.request("POST", "/v1/sessions/%s/seal" % _q(session_id), {})
+        ``"already_sealed"`` (whether it was sealed before).  A head older than sealing
+        raises :class:`muster.NotFound` saying so (an unknown session is
+        :class:`muster.SessionNotFound`)."""
+        path = "/v1/sessions/%s/seal" % _q(session_id)
+        try:
+            return self.request("POST", path, {})
+        except errors.NotFound as e:
+            if e.code != "not_found":
+                raise
+            # The route is missing: the head's own "no endpoint" does not say why.
+            raise errors.NotFound(
+                "the head at %s has no endpoint POST %s: it is older than this client and "
+                "cannot seal sessions; upgrade the head (docs/operations.md, \"Versions side "
+                "by side\")" % (self.url, path), e.code, e.status) from None
 
     def results(self, session_id, order=None, cursor=None, max=None, wait_ms=0):
         """One read of the session's result stream: {"results", "cursor", "total", "done",

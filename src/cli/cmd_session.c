@@ -282,6 +282,30 @@ static int session_put_none(const cli_args_t *args, muster_client_t *client) {
   return CLI_FAIL;
 }
 
+/* With --seal: CLI_OK when the head can seal session `id`, which its
+ * session object says by having "sealed" at all.  A head older than sealing
+ * would take every input and then refuse the seal, and the user, told that
+ * the command failed, would put them all again; so it is asked first, and
+ * nothing is put. */
+static int session_check_sealable(muster_client_t *client, const char *id) {
+  char *json = NULL;
+  muster_err_t err = muster_session_get(client, id, &json);
+  if (err != MUSTER_OK)
+    return cli_session_error(client, err);
+  json_t *root = json_loads(json, JSON_ALLOW_NUL, NULL);
+  bool sealable = json_object_get(root, "sealed") != NULL;
+  json_decref(root);
+  muster_free(json);
+  if (sealable)
+    return CLI_OK;
+  fprintf(stderr,
+          "muster: the head cannot seal sessions (session %s has no \"sealed\": the head is "
+          "older than this muster): nothing was put. Upgrade the head, or put without --seal "
+          "(docs/operations.md, \"Versions side by side\")\n",
+          id);
+  return CLI_FAIL;
+}
+
 /* With --seal the session is sealed once every input is in (an empty
  * stdin only seals), and not after a failed batch: the inputs after it
  * are still to be put. */
@@ -289,6 +313,8 @@ static int session_put(cli_args_t *args, muster_client_t *client, cli_requires_t
   cli_inputs_t in;
   int seal = cli_flag(args, "seal");
   int rc = cli_read_inputs(stdin, cli_flag(args, "json"), &in);
+  if (rc == CLI_OK && seal && in.count > 0)
+    rc = session_check_sealable(client, args->pos[0]);
   if (rc == CLI_OK && in.count == 0 && !seal)
     rc = session_put_none(args, client);
   else if (rc == CLI_OK && in.count > 0 && (rc = cli_requires_resolve(client, req)) == CLI_OK)

@@ -165,6 +165,14 @@ muster_err_t muster_session_seal(muster_client_t *client, const char *id, int *a
   muster_err_t err = session_path(client, path, sizeof path, id, "/seal");
   if (err == MUSTER_OK)
     err = client_call(client, "POST", path, NULL, 0, &reply);
+  /* A plain not_found (an unknown session is session_not_found) is a head
+   * without the route: its own "no endpoint" does not say why. */
+  if (err == MUSTER_NOT_FOUND)
+    client_fail(client, err,
+                "the head at %s has no endpoint POST %s: it is older than this client and "
+                "cannot seal sessions; upgrade the head (docs/operations.md, \"Versions side "
+                "by side\")",
+                client->base_url, path);
   if (err == MUSTER_OK && already != NULL)
     *already = json_is_true(json_object_get(reply, "already_sealed"));
   json_decref(reply);

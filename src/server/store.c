@@ -173,7 +173,10 @@ static int store_user_version(store_t *st) {
 }
 
 /* Runs the migrations the file has not seen yet, each in its own transaction,
- * up to schema version `upto` (0: all of them). */
+ * up to schema version `upto` (0: all of them).  A file a newer muster
+ * migrated is refused untouched.  Whoever meets that refusal has most often
+ * just gone back to an older binary on purpose (a rollback), so the message
+ * says the two ways out rather than only "upgrade". */
 static muster_err_t store_migrate(store_t *st, int upto, fail_t *f) {
   int target = upto > 0 && upto < MIGRATION_COUNT ? upto : MIGRATION_COUNT;
   int version = store_user_version(st);
@@ -181,8 +184,10 @@ static muster_err_t store_migrate(store_t *st, int upto, fail_t *f) {
     return store_fail(st, f, "reading the schema version");
   if (version > MIGRATION_COUNT)
     return fail_set(f, MUSTER_STORE,
-                    "the data file has schema version %d, newer than this muster (%d); "
-                    "upgrade muster",
+                    "the data file has schema version %d, newer than this muster's (%d): a "
+                    "newer muster migrated it, and this one cannot read it (it was left as it "
+                    "was). Run the newer muster on it, or, to go back to this version, restore "
+                    "the backup taken before the upgrade (docs/operations.md, \"Upgrading\")",
                     version, MIGRATION_COUNT);
   for (int v = version; v < target; v++) {
     char bump[64];

@@ -15,6 +15,7 @@ Python's json.dumps writes them (parsed into a tree) and compact (the scanner's 
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -301,6 +302,59 @@ class SealCliTest(SealCase):
         for cmd in (["session", "seal"], ["session", "put"], ["session", "results"]):
             text = self.cli(*cmd, "--help").stdout
             self.assertIn("seal", text, cmd)
+
+
+class OlderHeadCliTest(SealCase):
+    """The CLI against a head older than sealing (as muster before schema version 23 was:
+    a session object without "sealed", no seal route), played by a proxy in front of this
+    head.  `session put --seal` must put nothing: it used to put every input and then fail
+    on the seal, and a user who ran the failed command again put them all twice."""
+
+    cli = SealCliTest.cli
+
+    def setUp(self):
+        super().setUp()
+        self.proxy = harness.RequestProxy(self.head, self.older_route, self.as_older)
+        self.addCleanup(self.proxy.close)
+        self.env = harness.cli_env(self.head)
+        self.env["MUSTER_URL"] = self.proxy.url
+
+    @staticmethod
+    def older_route(method, path):
+        return re.fullmatch(r"/v1/sessions/[^/]+(/seal)?", path) is not None
+
+    def as_older(self, n):
+        method, path, _ = self.proxy.requests[n - 1]
+        if path.endswith("/seal"):
+            return 404, {"error": {"code": "not_found",
+                                   "message": "no endpoint at %s; see docs/api.md" % path}}
+        if method != "GET":
+            return "forward"
+        session = self.session(path.rsplit("/", 1)[1])
+        del session["sealed"]
+        return 200, session
+
+    def test_put_seal_puts_nothing(self):
+        sid = self.open_session()
+        r = self.cli("session", "put", sid, "--seal", input="0\n1\n2\n", code=1)
+        self.assertEqual(r.stdout, "")
+        self.assertIn("muster: the head cannot seal sessions (session %s has no \"sealed\": the "
+                      "head is older than this muster): nothing was put. Upgrade the head, or put "
+                      "without --seal" % sid, r.stderr)
+        self.assertEqual(self.session(sid)["counts"]["total"], 0)
+        r = self.cli("session", "put", sid, input="0\n1\n")  # without --seal: as before
+        self.assertEqual(len(r.stdout.splitlines()), 2)
+        self.assertEqual(self.session(sid)["counts"]["total"], 2)
+
+    def test_seal_says_the_head_is_older(self):
+        sid = self.open_session()
+        for args, stdin in ((["session", "seal", sid], ""), (["session", "put", sid, "--seal"],
+                                                             "")):
+            r = self.cli(*args, input=stdin, code=1)
+            self.assertIn("muster: not_found: the head at %s has no endpoint POST "
+                          "/v1/sessions/%s/seal: it is older than this client and cannot seal "
+                          "sessions; upgrade the head" % (self.proxy.url, sid), r.stderr)
+        self.assertIs(self.session(sid)["sealed"], False)
 
 
 if __name__ == "__main__":

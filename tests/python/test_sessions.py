@@ -163,6 +163,26 @@ class SealTest(SessionCase):
         with self.assertRaises(muster.SessionNotFound):
             self.c.seal_session("s-0123456789abcdef")
 
+    def test_seal_on_an_older_head(self):
+        # A head older than sealing has no seal route and answers its bare not_found
+        # (played by a proxy): the error says the head is older, not just "no endpoint".
+        path = "/v1/sessions/%s/seal" % self.sid
+        proxy = harness.RequestProxy(
+            self.head, lambda method, p: p == path,
+            lambda n: (404, {"error": {"code": "not_found",
+                                       "message": "no endpoint at %s; see docs/api.md" % path}}))
+        self.addCleanup(proxy.close)
+        client = muster.Client(proxy.url, self.head.token)
+        self.addCleanup(client.close)
+        with self.assertRaises(muster.NotFound) as cm:
+            client.seal_session(self.sid)
+        self.assertNotIsInstance(cm.exception, muster.SessionNotFound)
+        self.assertEqual(str(cm.exception),
+                         "not_found: the head at %s has no endpoint POST %s: it is older than "
+                         "this client and cannot seal sessions; upgrade the head "
+                         "(docs/operations.md, \"Versions side by side\")" % (proxy.url, path))
+        self.assertIs(self.c.session(self.sid)["sealed"], False)
+
     def test_an_older_head_cannot_say(self):
         # A reply without "sealed" (a head older than the client): until_sealed cannot
         # tell the end, and says so rather than wait for ever.
