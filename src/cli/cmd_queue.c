@@ -247,8 +247,13 @@ static void status_print_health(const cli_args_t *args, const char *reply) {
   const char *state = json_string_value(json_object_get(health, "status"));
   const char *version = json_string_value(json_object_get(health, "version"));
   long long uptime_ms = (long long)json_integer_value(json_object_get(health, "uptime_ms"));
-  printf("head:    %s  %s  version %s  up %llds\n", cli_url(args), state ? state : "?",
-         version ? version : "?", uptime_ms / 1000);
+  json_t *schema = json_object_get(health, "schema"); /* an older head says none */
+  char schema_text[32] = "";
+  if (json_is_integer(schema))
+    snprintf(schema_text, sizeof schema_text, " (schema %lld)",
+             (long long)json_integer_value(schema));
+  printf("head:    %s  %s  version %s%s  up %llds\n", cli_url(args), state ? state : "?",
+         version ? version : "?", schema_text, uptime_ms / 1000);
   json_decref(health);
 }
 

@@ -21,6 +21,7 @@
 #include "reaper.h"
 #include "routes_pool.h"
 #include "shared_routes.h"
+#include "store_schema.h"
 #include "task.h"
 #include "update.h"
 #include "waiter.h"
@@ -53,11 +54,14 @@ static void reply_text_or_fail(http_req_t *r, int status, muster_err_t err, jw_b
   http_reply_fail(r, f);
 }
 
+/* The schema is the data dir's (every migration this binary has): with the
+ * version, what an operator checks after an upgrade (operations.md). */
 static void h_health(http_req_t *r) {
   http_reply_json(r, 200,
-                  json_pack("{s:s, s:s, s:I, s:I}", "status", "ok", "version", MUSTER_VERSION,
-                            "uptime_ms", (json_int_t)(now_ms() - r->head->started_ms),
-                            "max_wait_ms", (json_int_t)r->head->cfg.max_wait_ms));
+                  json_pack("{s:s, s:s, s:i, s:I, s:I}", "status", "ok", "version", MUSTER_VERSION,
+                            "schema", store_migration_count, "uptime_ms",
+                            (json_int_t)(now_ms() - r->head->started_ms), "max_wait_ms",
+                            (json_int_t)r->head->cfg.max_wait_ms));
 }
 
 /* ---- queues ---- */

@@ -7,6 +7,7 @@ so tests do not see each other's tasks.
 """
 import json
 import os
+import re
 import sys
 import time
 import unittest
@@ -263,7 +264,11 @@ class ConventionTest(ApiTestCase):
             # The default --max-wait-ms: what a client that waits for as long as it
             # takes asks for per request (MaxWaitTest checks another value).
             self.assertEqual(r.json["max_wait_ms"], 30000, r)
-            self.assertEqual(set(r.json), {"status", "version", "uptime_ms", "max_wait_ms"}, r)
+            self.assertEqual(set(r.json), {"status", "version", "schema", "uptime_ms",
+                                           "max_wait_ms"}, r)
+            # The data dir's schema, as the head's log said when it made the store.
+            made = re.search(r"created a new store at schema version (\d+)", self.head.log())
+            self.assertEqual(r.json["schema"], int(made.group(1)), self.head.log())
         # Uptime grows with time.
         first = self.call("GET", "/v1/health", token=None).json["uptime_ms"]
         later = harness.wait_until(

@@ -186,6 +186,8 @@ class CliTest(harness.CliHead, unittest.TestCase):
         out = self.ok("status")
         self.assertIn("head:    " + self.head.url, out)
         self.assertIn(" ok ", out)
+        schema = self.head.request("GET", "/v1/health").json["schema"]
+        self.assertRegex(out, r"  version \S+ \(schema %d\)  up " % schema)
         self.assertRegex(out, r"workers: \d+ active")
         self.assertIn(q, out)
 
