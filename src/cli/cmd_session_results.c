@@ -300,7 +300,7 @@ static void session_say_waiting(session_read_t *rd, const muster_results_t *page
     fprintf(stderr,
             "muster: the head does not say whether session %s is sealed (it is older than "
             "this muster); --until-sealed cannot be honoured, so the follow ends once every "
-            "task put so far has its result\n",
+            "task put so far has its result, with exit status 1\n",
             rd->id);
     rd->said_waiting = 1;
   }
@@ -402,6 +402,15 @@ static int session_results(cli_args_t *args, muster_client_t *client) {
   if (err == MUSTER_INDEX_GAP)
     fprintf(stderr, "muster: to read on, pass --cursor %lld (past the gap) or --order completion\n",
             (long long)rd.gap_last + 1);
+  /* A script that waits for the seal must not take an older head's end of
+   * the tasks put so far for it: the stream may go on. */
+  if (err == MUSTER_OK && rd.follow && rd.until_sealed && rd.sealed < 0 && rd.read_any) {
+    fprintf(stderr,
+            "muster: ended without knowing whether session %s was sealed "
+            "(--until-sealed needs a newer head)\n",
+            rd.id);
+    rc = CLI_FAIL;
+  }
   return rc;
 }
 

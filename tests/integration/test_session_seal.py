@@ -321,10 +321,18 @@ class OlderHeadCliTest(SealCase):
 
     @staticmethod
     def older_route(method, path):
-        return re.fullmatch(r"/v1/sessions/[^/]+(/seal)?", path) is not None
+        return re.fullmatch(r"/v1/sessions/[^/]+(/seal|/results)?", path) is not None
+
+    @staticmethod
+    def unsealed_results(pieces):
+        """A results reply without its "sealed" (blanked out, so its length holds)."""
+        body = b"".join(pieces)
+        yield body.replace(b',"sealed":false', b" " * len(b',"sealed":false'))
 
     def as_older(self, n):
         method, path, _ = self.proxy.requests[n - 1]
+        if path.endswith("/results"):
+            return self.unsealed_results
         if path.endswith("/seal"):
             return 404, {"error": {"code": "not_found",
                                    "message": "no endpoint at %s; see docs/api.md" % path}}
@@ -345,6 +353,20 @@ class OlderHeadCliTest(SealCase):
         r = self.cli("session", "put", sid, input="0\n1\n")  # without --seal: as before
         self.assertEqual(len(r.stdout.splitlines()), 2)
         self.assertEqual(self.session(sid)["counts"]["total"], 2)
+
+    def test_follow_until_sealed_ends_failing(self):
+        # An older head does not say whether a session is sealed: the follow ends with
+        # the tasks put so far, and exit status 1, so that a script waiting for the seal
+        # does not take it for the end of the stream.
+        sid = self.open_session()
+        self.put(sid, [{"payload": 0}])
+        self.complete_all(1)
+        r = self.cli("session", "results", sid, "--follow", "--until-sealed", "--values", code=1)
+        self.assertEqual(r.stdout, "r0\n")
+        self.assertIn("--until-sealed cannot be honoured, so the follow ends once every task "
+                      "put so far has its result, with exit status 1\n", r.stderr)
+        self.assertIn("muster: ended without knowing whether session %s was sealed "
+                      "(--until-sealed needs a newer head)\n" % sid, r.stderr)
 
     def test_seal_says_the_head_is_older(self):
         sid = self.open_session()
