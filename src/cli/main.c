@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "core/suggest.h"
 #include "server/head.h"
+#include "server/store_schema.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -451,8 +452,10 @@ static int cmd_head(cli_args_t *args) {
   return CLI_USAGE; /* never called: main() hands `head` to head_main directly */
 }
 
+/* The version, and the schema this binary migrates a data dir to: a head of
+ * it says the same in GET /v1/health (operations.md, "Upgrading"). */
 static int cmd_version(cli_args_t *args) {
-  printf("muster %s\n", MUSTER_VERSION);
+  printf("muster %s (data dir schema %d)\n", MUSTER_VERSION, store_migration_count);
   return CLI_OK;
 }
 

@@ -119,7 +119,9 @@ class CliTest(harness.CliHead, unittest.TestCase):
             self.assertIn("usage: muster", r.stdout)
         self.assertIn("--concurrency", self.ok("worker", "--help"))
         self.assertIn("--listen", self.ok("head", "--help"))
-        self.assertEqual(self.ok("version").strip(), "muster 0.1.0")
+        # The schema is the one a head of this binary gives its data dir.
+        schema = self.head.request("GET", "/v1/health").json["schema"]
+        self.assertEqual(self.ok("version").strip(), "muster 0.1.0 (data dir schema %d)" % schema)
 
     def test_usage_errors_exit_2(self):
         cases = [
