@@ -743,8 +743,10 @@ muster_err_t muster_loader_reset(muster_loader_t *loader);
  * position; coordinated: the iteration's (finished blocks are acked first). */
 muster_err_t muster_loader_get_checkpoint(muster_loader_t *loader, char **text);
 /* Standalone: resumes at a checkpoint of the same configuration and rank (a
- * refused one leaves the loader where it was).  Coordinated loaders restore at
- * open (opts.checkpoint). */
+ * refused one leaves the loader where it was; a text that is not JSON is
+ * refused saying where the parser stopped: "text: not valid JSON: invalid
+ * token near 'not' (at column 3)").  Coordinated loaders restore at open
+ * (opts.checkpoint). */
 muster_err_t muster_loader_restore(muster_loader_t *loader, const char *text);
 void muster_loader_stats(muster_loader_t *loader, muster_loader_stats_t *stats);
 /* Why the loader's last call failed ("" when it succeeded; a failure that
