@@ -538,6 +538,38 @@ muster_err_t muster_worker_heartbeat(muster_client_t *client, int64_t id, const 
 /* Says goodbye: the worker's leases are released at once. */
 muster_err_t muster_worker_bye(muster_client_t *client, int64_t id);
 
+/*
+ * A worker's heartbeat sent by a thread of its own (docs/client.md, "Writing
+ * a worker in C").  The head counts a worker alive by its heartbeats only:
+ * leasing, completing and failing do not count, so a worker that does not
+ * beat is declared gone after its timeout (60 s by default), its leases
+ * lapse, and its next lease is refused with MUSTER_WORKER_NOT_FOUND.
+ */
+typedef struct muster_worker_beat muster_worker_beat_t;
+/*
+ * Sends worker `id`'s heartbeat now, on `client`, and then every `period_ms`
+ * from a thread with its own handle on the URL and token of `client` (-1: a
+ * third of the timeout the head holds the worker to, read with GET
+ * /v1/workers/ID; 0 or below -1: refused), so that the caller's thread may
+ * lease and run tasks for as long as they take.  Each beat waits at most a
+ * period for its reply.  MUSTER_WORKER_NOT_FOUND when the worker is gone or
+ * unknown (register again); failures are explained by
+ * muster_client_message(client).  Stop it with muster_worker_beat_stop.
+ */
+muster_err_t muster_worker_beat_start(muster_client_t *client, int64_t id, int64_t period_ms,
+                                      muster_worker_beat_t **out);
+/* The progress string the following beats send (copied; NULL: none, and the
+ * head keeps the last one).  MUSTER_INVALID for text that is not UTF-8. */
+muster_err_t muster_worker_beat_progress(muster_worker_beat_t *beat, const char *progress);
+/* What the last beat got: MUSTER_OK (also before the first), or its error:
+ * MUSTER_NETWORK while the head is away (the beats go on), or
+ * MUSTER_WORKER_NOT_FOUND once the head declared the worker gone.
+ * `message` (may be NULL; `size` bytes) gets that beat's message. */
+muster_err_t muster_worker_beat_last(muster_worker_beat_t *beat, char *message, size_t size);
+/* Stops the thread (waiting for a beat in flight, at most a period) and frees
+ * it; accepts NULL.  It sends no goodbye: call muster_worker_bye after it. */
+void muster_worker_beat_stop(muster_worker_beat_t *beat);
+
 /* ==== iterations and the loader (docs/iterations.md, docs/api.md "Iterations") ==== */
 
 /*
@@ -744,8 +776,10 @@ muster_err_t muster_loader_reset(muster_loader_t *loader);
  * position; coordinated: the iteration's (finished blocks are acked first). */
 muster_err_t muster_loader_get_checkpoint(muster_loader_t *loader, char **text);
 /* Standalone: resumes at a checkpoint of the same configuration and rank (a
- * refused one leaves the loader where it was).  Coordinated loaders restore at
- * open (opts.checkpoint). */
+ * refused one leaves the loader where it was; a text that is not JSON is
+ * refused saying where the parser stopped: "text: not valid JSON: invalid
+ * token near 'not' (at column 3)").  Coordinated loaders restore at open
+ * (opts.checkpoint). */
 muster_err_t muster_loader_restore(muster_loader_t *loader, const char *text);
 void muster_loader_stats(muster_loader_t *loader, muster_loader_stats_t *stats);
 /* Why the loader's last call failed ("" when it succeeded; a failure that
@@ -994,10 +1028,27 @@ void muster_pool_iter_free(muster_pool_iter_t *it);
  * with ok = 0, not a failure of the call.  A read that gets no answer (a head
  * down or restarting: MUSTER_NETWORK, MUSTER_UNAVAILABLE) is sent again every
  * second, from where it was, for up to the session's timeout from the first
- * failure; then the call fails with that error, and the results read are lost.
+ * failure; then the call fails with that error, and the results read are
+ * freed (muster_pool_map_partial keeps them).
  */
 muster_err_t muster_pool_map(muster_pool_t *pool, const char *const *inputs, size_t count,
                              muster_result_t **results);
+/*
+ * muster_pool_map, which on failure still gives the results it read.  On
+ * MUSTER_OK it is muster_pool_map, and *unread (may be NULL) is 0.  On a
+ * failure once the inputs were checked (a head away past the session's
+ * timeout, a submission that failed, the session closed meanwhile) *results
+ * is still an array of `count` in input order, every element's `index` its
+ * input's position: a result read has its `state` set, as map gives it; one
+ * not read is zeroed but for `index` (`state` NULL), and *unread is how
+ * many.  Submit those inputs again (their tasks may have run, or may still
+ * run, in the session) and keep the rest; free the array with
+ * muster_pool_results_free either way.  *results is NULL when nothing was
+ * submitted: the arguments or an input refused (MUSTER_INVALID), or no
+ * memory for the array.
+ */
+muster_err_t muster_pool_map_partial(muster_pool_t *pool, const char *const *inputs, size_t count,
+                                     muster_result_t **results, size_t *unread);
 void muster_pool_results_free(muster_result_t *results, size_t count);
 
 /* Broadcasts `data` (JSON text) to every worker of the pool's queue, between

@@ -240,7 +240,8 @@ static muster_err_t client_make(const char *url, const char *token, muster_clien
     return MUSTER_NOMEM;
   client->timeout_ms = CLIENT_DEFAULT_TIMEOUT_MS;
   client->base_url = strdup(url);
-  if (client->base_url == NULL) {
+  client->token = token ? strdup(token) : NULL;
+  if (client->base_url == NULL || (token != NULL && client->token == NULL)) {
     muster_client_free(client);
     return MUSTER_NOMEM;
   }
@@ -289,6 +290,7 @@ void muster_client_free(muster_client_t *client) {
     curl_easy_cleanup(client->curl);
   curl_slist_free_all(client->headers);
   free(client->base_url);
+  free(client->token);
   free(client->reply.data);
   jtext_buf_free(&client->body);
   free(client);

@@ -42,6 +42,7 @@ struct muster_client {
   CURL *curl;                       /* one easy handle (https://): its connection is kept alive */
   struct curl_slist *headers;       /* Authorization, Content-Type, an empty Expect */
   char *base_url;                   /* "http://host:port" without a trailing slash */
+  char *token;                      /* the bearer token, or NULL: for a handle of another thread */
   long timeout_ms;                  /* per request; long-polls add their wait */
   int status;                       /* HTTP status of the last reply, 0 when none */
   muster_server_t server;           /* what sent the last reply that came (client_server_of) */

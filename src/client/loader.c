@@ -21,6 +21,7 @@
  */
 #include "client/loader_internal.h"
 #include "client/jdump.h"
+#include "client/jparse.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -594,6 +595,34 @@ static muster_err_t checkpoint_mismatch(muster_loader_t *l, const char *fp, int6
   return MUSTER_OK;
 }
 
+/* Reads the standalone checkpoint `text` into *epoch and *consumed, checked
+ * against this loader's configuration and rank; MUSTER_INVALID with the
+ * loader's message saying why not: a text that is not JSON (where the parser
+ * stopped, in the words every JSON refusal of the library uses), JSON that is
+ * not a standalone checkpoint, or the checkpoint of another configuration or
+ * rank (checkpoint_mismatch). */
+static muster_err_t checkpoint_read(muster_loader_t *l, const char *text, int64_t *epoch,
+                                    int64_t *consumed) {
+  char why[JPARSE_WHY];
+  json_t *obj = jparse(text, strlen(text), why, sizeof why);
+  if (obj == NULL)
+    return loader_fail(l, MUSTER_INVALID, "text: not valid JSON: %s", why);
+  const char *mode = json_string_value(json_object_get(obj, "mode"));
+  const char *fp = json_string_value(json_object_get(obj, "fingerprint"));
+  int64_t rank = -1;
+  bool ok = mode && strcmp(mode, "standalone") == 0 && fp &&
+            !client_get_int(obj, "rank", -1, &rank) && !client_get_int(obj, "epoch", -1, epoch) &&
+            !client_get_int(obj, "consumed", -1, consumed) && *epoch >= 0 && *consumed >= 0;
+  muster_err_t err =
+      ok ? checkpoint_mismatch(l, fp, rank)
+         : loader_fail(l, MUSTER_INVALID,
+                       "text: not a standalone loader checkpoint: expected the JSON object "
+                       "muster_loader_get_checkpoint gives, {\"mode\": \"standalone\", "
+                       "\"fingerprint\", \"rank\", \"epoch\", \"consumed\"}");
+  json_decref(obj); /* fp pointed into it */
+  return err;
+}
+
 muster_err_t muster_loader_restore(muster_loader_t *l, const char *text) {
   if (l == NULL)
     return MUSTER_INVALID;
@@ -604,19 +633,10 @@ muster_err_t muster_loader_restore(muster_loader_t *l, const char *text) {
     return loader_fail(l, MUSTER_INVALID,
                        "a coordinated loader restores when it opens: pass "
                        "the checkpoint in opts.checkpoint (and a new name)");
-  json_t *obj = json_loads(text, 0, NULL);
-  const char *mode = json_string_value(json_object_get(obj, "mode"));
-  const char *fp = json_string_value(json_object_get(obj, "fingerprint"));
-  int64_t rank = -1, epoch = -1, consumed = -1;
-  bool ok = obj && mode && strcmp(mode, "standalone") == 0 && fp &&
-            !client_get_int(obj, "rank", -1, &rank) && !client_get_int(obj, "epoch", -1, &epoch) &&
-            !client_get_int(obj, "consumed", -1, &consumed) && epoch >= 0 && consumed >= 0;
-  muster_err_t mismatch = ok ? checkpoint_mismatch(l, fp, rank) : MUSTER_OK;
-  json_decref(obj); /* fp pointed into it */
-  if (!ok)
-    return loader_fail(l, MUSTER_INVALID, "not a standalone loader checkpoint");
-  if (mismatch != MUSTER_OK)
-    return mismatch;
+  int64_t epoch = -1, consumed = -1;
+  muster_err_t read = checkpoint_read(l, text, &epoch, &consumed);
+  if (read != MUSTER_OK)
+    return read;
   thread_stop(l);
   muster_err_t err = stream_set_epoch(l->stream, (uint64_t)epoch);
   if (err == MUSTER_OK)

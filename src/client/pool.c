@@ -1,6 +1,7 @@
 /*
- * pool.c — muster_pool_t: map and imap_unordered over the workers of a queue
- * (docs/pools.md), built on a session (session.c).
+ * pool.c — muster_pool_t: open, close, imap and imap_unordered over the
+ * workers of a queue (docs/pools.md), built on a session (session.c); map is
+ * an ordered imap read to its end (pool_map.c).
  *
  * A pool owns one session.  Each imap gives its inputs consecutive session
  * indexes, chosen by the pool and sent explicitly, so a batch that is retried
@@ -17,71 +18,25 @@
  * buffered page) survives a failed call, so after a network error the caller
  * simply calls muster_pool_iter_next again.
  *
- * The heartbeat thread has its own client handle (handles are not
+ * The heartbeat thread (beat.c) has its own client handle (handles are not
  * thread-safe) and only ever calls POST /v1/sessions/{id}/heartbeat, so the
  * session outlives a caller who is slow to consume results.
  */
-#include "client/client_internal.h"
+#include "client/pool_internal.h"
 #include "client/jparse.h"
 #include "client/jtext.h"
 #include "core/limits.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define POOL_POLL_MS 20000    /* longest single long-poll; the head caps it too */
-#define POOL_MIN_POLL_MS 1000 /* an empty read is repeated no sooner than this */
-#define POOL_SUBMIT_PAUSE_S 1 /* between submit attempts to a head that is down */
-#define POOL_DEFAULT_TIMEOUT_MS 60000
-
-struct muster_pool {
-  muster_client_t *client; /* the caller's thread */
-  char *queue;
-  char *session;
-  int own_session; /* created by this pool: closed at close unless keep_session */
-  int keep_session;
-  int64_t timeout_ms;       /* the session's heartbeat timeout, as the head reported it */
-  int64_t next_index;       /* session index the next input gets */
-  int64_t completion_floor; /* highest completion cursor seen by any iterator */
-  char message[CLIENT_MESSAGE_MAX];
-  /* heartbeat thread; `mu` guards `hb_stop` */
-  muster_client_t *hb_client;
-  pthread_t hb_thread;
-  int hb_running;
-  int hb_stop;
-  int64_t hb_period_ms;
-  int64_t request_timeout_ms; /* each request's (long-polls add their wait); 0: the client's */
-  muster_shared_level_t *required; /* what every task requires (the caller's, copied) */
-  size_t required_count;
-  pthread_mutex_t mu;
-  pthread_cond_t cond;
-};
-
-struct muster_pool_iter {
-  muster_pool_t *pool;
-  int ordered;
-  int64_t first;         /* session index of input 0 */
-  size_t total;          /* inputs */
-  size_t delivered;      /* results handed to the caller */
-  size_t duplicates;     /* repeats dropped */
-  int64_t cursor;        /* ordered: next index wanted; unordered: completion cursor */
-  unsigned char *seen;   /* bitmap over [0, total): delivered positions */
-  muster_results_t page; /* the last page read */
-  size_t page_at;        /* next result of `page` to look at */
-  int stalled;           /* the last page stopped at a gap while every task had its result */
-};
-
 /* ---- messages and small helpers ---------------------------------------------------- */
 
-static muster_err_t pool_fail(muster_pool_t *pool, muster_err_t err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static muster_err_t pool_fail(muster_pool_t *pool, muster_err_t err, const char *fmt, ...) {
+muster_err_t pool_fail(muster_pool_t *pool, muster_err_t err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(pool->message, sizeof pool->message, fmt, ap);
@@ -89,8 +44,7 @@ static muster_err_t pool_fail(muster_pool_t *pool, muster_err_t err, const char 
   return err;
 }
 
-/* Copies the client's message of a failed call onto the pool. */
-static muster_err_t pool_from_client(muster_pool_t *pool, muster_err_t err) {
+muster_err_t pool_from_client(muster_pool_t *pool, muster_err_t err) {
   if (err != MUSTER_OK)
     pool_fail(pool, err, "%s", muster_client_message(pool->client));
   else
@@ -119,7 +73,7 @@ void muster_pool_keep_session(muster_pool_t *pool) {
     pool->keep_session = 1;
 }
 
-static int64_t pool_now_ms(void) {
+int64_t pool_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -140,28 +94,11 @@ void muster_pool_opts_init_sized(muster_pool_opts_t *opts, size_t size) {
 
 /* ---- the heartbeat thread ------------------------------------------------------------- */
 
-/* Heart-beats the session every hb_period_ms until told to stop.  Failures are
- * not fatal here: the caller's own calls fail visibly if the session is gone. */
-static void *pool_heartbeat_main(void *arg) {
+/* One beat of the session.  Failures are not fatal here: the caller's own
+ * calls fail visibly if the session is gone. */
+static void pool_heartbeat(void *arg) {
   muster_pool_t *pool = arg;
-  pthread_mutex_lock(&pool->mu);
-  while (!pool->hb_stop) {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    int64_t ns = (int64_t)until.tv_nsec + (pool->hb_period_ms % 1000) * 1000000;
-    until.tv_sec += (time_t)(pool->hb_period_ms / 1000 + ns / 1000000000);
-    until.tv_nsec = (long)(ns % 1000000000);
-    int timed_out = 0;
-    while (!pool->hb_stop && !timed_out)
-      timed_out = pthread_cond_timedwait(&pool->cond, &pool->mu, &until) != 0;
-    if (pool->hb_stop)
-      break;
-    pthread_mutex_unlock(&pool->mu);
-    muster_session_heartbeat(pool->hb_client, pool->session);
-    pthread_mutex_lock(&pool->mu);
-  }
-  pthread_mutex_unlock(&pool->mu);
-  return NULL;
+  muster_session_heartbeat(pool->hb_client, pool->session);
 }
 
 /* A client of `url` for the pool, with the pool's request timeout. */
@@ -177,34 +114,15 @@ static muster_err_t pool_client_new(muster_pool_t *pool, const char *url, const 
   return err;
 }
 
-/* Starts the heartbeat thread with its own handle on `url`. */
-static muster_err_t pool_heartbeat_start(muster_pool_t *pool, const char *url, const char *token) {
+/* Starts the heartbeat thread, every `period_ms`, with its own handle on `url`. */
+static muster_err_t pool_heartbeat_start(muster_pool_t *pool, const char *url, const char *token,
+                                         int64_t period_ms) {
   muster_err_t err = pool_client_new(pool, url, token, &pool->hb_client);
   if (err != MUSTER_OK)
     return err;
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&pool->cond, &attr);
-  pthread_condattr_destroy(&attr);
-  if (pthread_create(&pool->hb_thread, NULL, pool_heartbeat_main, pool) != 0) {
-    pthread_cond_destroy(&pool->cond);
+  if (beat_start(&pool->hb, period_ms, pool_heartbeat, pool) != MUSTER_OK)
     return pool_fail(pool, MUSTER_NOMEM, "cannot start the heartbeat thread");
-  }
-  pool->hb_running = 1;
   return MUSTER_OK;
-}
-
-static void pool_heartbeat_stop(muster_pool_t *pool) {
-  if (!pool->hb_running)
-    return;
-  pthread_mutex_lock(&pool->mu);
-  pool->hb_stop = 1;
-  pthread_cond_signal(&pool->cond);
-  pthread_mutex_unlock(&pool->mu);
-  pthread_join(pool->hb_thread, NULL);
-  pthread_cond_destroy(&pool->cond);
-  pool->hb_running = 0;
 }
 
 /* ---- open and close ------------------------------------------------------------------------ */
@@ -304,9 +222,9 @@ static muster_err_t pool_start(muster_pool_t *pool, const muster_pool_opts_t *op
       (err = pool_start_session(pool, opts, &timeout_ms)) != MUSTER_OK)
     return err;
   pool->timeout_ms = timeout_ms;
-  pool->hb_period_ms = opts->heartbeat_ms >= 0 ? opts->heartbeat_ms : timeout_ms / 4;
-  if (pool->hb_period_ms > 0)
-    err = pool_heartbeat_start(pool, opts->url, opts->token);
+  int64_t period_ms = opts->heartbeat_ms >= 0 ? opts->heartbeat_ms : timeout_ms / 4;
+  if (period_ms > 0)
+    err = pool_heartbeat_start(pool, opts->url, opts->token, period_ms);
   return err;
 }
 
@@ -326,7 +244,6 @@ muster_err_t muster_pool_open(const muster_pool_opts_t *caller, muster_pool_t **
   muster_pool_t *pool = calloc(1, sizeof *pool);
   if (pool == NULL)
     return MUSTER_NOMEM;
-  pthread_mutex_init(&pool->mu, NULL);
   pool->keep_session = opts.keep_session;
   pool->request_timeout_ms = opts.request_timeout_ms;
   pool->required_count = opts.required_count;
@@ -342,12 +259,11 @@ muster_err_t muster_pool_open(const muster_pool_opts_t *caller, muster_pool_t **
 void muster_pool_close(muster_pool_t *pool) {
   if (pool == NULL)
     return;
-  pool_heartbeat_stop(pool);
+  beat_stop(&pool->hb);
   if (pool->own_session && !pool->keep_session)
     muster_session_close(pool->client, pool->session, NULL);
   muster_client_free(pool->hb_client);
   muster_client_free(pool->client);
-  pthread_mutex_destroy(&pool->mu);
   free(pool->queue);
   free(pool->session);
   requires_free(pool->required, pool->required_count);
@@ -389,13 +305,13 @@ static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *in
   return pool_from_client(pool, err);
 }
 
-/* MUSTER_OK when every one of inputs[0..count) is JSON text; else refuses
- * the first that is not, naming it by its place among the caller's inputs.
- * Checked before any is submitted: a bad input found in the second batch of
- * 1000 would otherwise leave the first batch running with no iterator to
- * read it, and be named by its place in that batch (tasks[200] for inputs[1200]). */
-static muster_err_t pool_check_inputs(muster_pool_t *pool, const char *const *inputs,
-                                      size_t count) {
+/* Checked before any input is submitted: a bad input found in the second
+ * batch of 1000 would otherwise leave the first batch running with no
+ * iterator to read it, and be named by its place in that batch (tasks[200]
+ * for inputs[1200]). */
+muster_err_t pool_check_inputs(muster_pool_t *pool, const char *const *inputs, size_t count) {
+  if (inputs == NULL && count > 0)
+    return pool_fail(pool, MUSTER_INVALID, "inputs: required (%zu of them)", count);
   for (size_t i = 0; i < count; i++) {
     if (inputs[i] == NULL)
       return pool_fail(pool, MUSTER_INVALID,
@@ -417,20 +333,9 @@ static muster_err_t pool_check_inputs(muster_pool_t *pool, const char *const *in
   return MUSTER_OK;
 }
 
-muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, size_t count,
-                              int ordered, muster_pool_iter_t **out) {
-  if (out)
-    *out = NULL;
-  if (pool == NULL)
-    return MUSTER_INVALID;
-  pool->message[0] = '\0';
-  if (out == NULL)
-    return pool_fail(pool, MUSTER_INVALID, "out: a place for the iterator is required");
-  if (inputs == NULL && count > 0)
-    return pool_fail(pool, MUSTER_INVALID, "inputs: required (%zu of them)", count);
-  muster_err_t checked = pool_check_inputs(pool, inputs, count);
-  if (checked != MUSTER_OK)
-    return checked;
+muster_err_t pool_imap_start(muster_pool_t *pool, const char *const *inputs, size_t count,
+                             int ordered, muster_pool_iter_t **out) {
+  *out = NULL;
   muster_pool_iter_t *it = calloc(1, sizeof *it);
   if (it == NULL || (it->seen = calloc(count / 8 + 1, 1)) == NULL) {
     free(it);
@@ -453,6 +358,21 @@ muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, si
   }
   *out = it;
   return MUSTER_OK;
+}
+
+muster_err_t muster_pool_imap(muster_pool_t *pool, const char *const *inputs, size_t count,
+                              int ordered, muster_pool_iter_t **out) {
+  if (out)
+    *out = NULL;
+  if (pool == NULL)
+    return MUSTER_INVALID;
+  pool->message[0] = '\0';
+  if (out == NULL)
+    return pool_fail(pool, MUSTER_INVALID, "out: a place for the iterator is required");
+  muster_err_t checked = pool_check_inputs(pool, inputs, count);
+  if (checked != MUSTER_OK)
+    return checked;
+  return pool_imap_start(pool, inputs, count, ordered, out);
 }
 
 muster_err_t muster_pool_imap_unordered(muster_pool_t *pool, const char *const *inputs,
@@ -602,93 +522,6 @@ muster_err_t muster_pool_iter_next(muster_pool_iter_t *it, int64_t wait_ms, must
     if (it->page.count == 0 && it->cursor == cursor)
       pool_iter_pace(started, asked);
   }
-}
-
-/* ---- map ---------------------------------------------------------------------------------------
- */
-
-void muster_pool_results_free(muster_result_t *results, size_t count) {
-  if (results == NULL)
-    return;
-  for (size_t i = 0; i < count; i++)
-    muster_result_clear(&results[i]);
-  free(results);
-}
-
-/* True for the failures of a head that is down or restarting, which a call
- * outlasts: no answer (MUSTER_NETWORK), or a 503 (MUSTER_UNAVAILABLE). */
-static int pool_head_away(muster_err_t err) {
-  return err == MUSTER_NETWORK || err == MUSTER_UNAVAILABLE;
-}
-
-/* Fails map with `err` after a head away for `away_ms`, saying so after the
- * last read's own message. */
-static muster_err_t pool_map_gave_up(muster_pool_t *pool, muster_err_t err, int64_t away_ms) {
-  char last[CLIENT_MESSAGE_MAX];
-  snprintf(last, sizeof last, "%s", pool->message);
-  return pool_fail(pool, err,
-                   "%s (sent again every second for %lld ms, the session's timeout_ms; session "
-                   "%s)",
-                   last, (long long)away_ms, pool->session);
-}
-
-/*
- * Reads every result of ordered iterator `it` into all[input position].  A
- * read that meets a head down or restarting is sent again every second, from
- * the same cursor (nothing lost or read twice), for up to the session's
- * timeout counted from the first failure, while the heartbeat thread keeps
- * the session open, as submitting does: the caller of map holds no iterator
- * to resume with, so giving up at the first failure would lose every result
- * read so far.  Then it fails with the last error, its message saying so.
- */
-static muster_err_t pool_map_collect(muster_pool_t *pool, muster_pool_iter_t *it,
-                                     muster_result_t *all) {
-  int64_t away_since = -1;
-  while (!muster_pool_iter_done(it)) {
-    muster_result_t r;
-    int has = 0;
-    muster_err_t err = muster_pool_iter_next(it, -1, &r, &has);
-    if (err == MUSTER_OK) {
-      away_since = -1;
-      if (has)
-        all[r.index] = r;
-      continue;
-    }
-    if (!pool_head_away(err))
-      return err;
-    int64_t now = pool_now_ms();
-    if (away_since < 0)
-      away_since = now;
-    else if (now - away_since >= pool->timeout_ms)
-      return pool_map_gave_up(pool, err, now - away_since);
-    nanosleep(&(struct timespec){.tv_sec = POOL_SUBMIT_PAUSE_S}, NULL);
-  }
-  return MUSTER_OK;
-}
-
-muster_err_t muster_pool_map(muster_pool_t *pool, const char *const *inputs, size_t count,
-                             muster_result_t **results) {
-  if (results)
-    *results = NULL;
-  if (pool == NULL)
-    return MUSTER_INVALID;
-  pool->message[0] = '\0';
-  if (results == NULL)
-    return pool_fail(pool, MUSTER_INVALID, "results: a place for the results is required");
-  muster_result_t *all = calloc(count ? count : 1, sizeof *all);
-  if (all == NULL)
-    return pool_fail(pool, MUSTER_NOMEM, "out of memory");
-  muster_pool_iter_t *it = NULL;
-  muster_err_t err = muster_pool_imap(pool, inputs, count, 1, &it);
-  if (err == MUSTER_OK)
-    err = pool_map_collect(pool, it, all);
-  muster_pool_iter_free(it);
-  if (err != MUSTER_OK) {
-    muster_pool_results_free(all, count);
-    return err;
-  }
-  *results = all;
-  return MUSTER_OK;
 }
 
 /* ---- updates and counts -------------------------------------------------------------------- */

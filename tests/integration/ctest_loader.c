@@ -275,6 +275,32 @@ static void test_missing_places(void) {
   muster_free(message);
 }
 
+/* A restore of a text that is not JSON says so, and where the parser stopped,
+ * as every JSON refusal of the library does; JSON that is not a standalone
+ * checkpoint is told apart from it.  Either leaves the loader where it was. */
+static void test_restore_says_what_is_wrong(void) {
+  muster_iter_config_t cfg;
+  config(&cfg, 2);
+  uint64_t want[SAMPLES] = {0}, got[SAMPLES];
+  size_t n = reference(&cfg, want);
+  muster_loader_t *l = open_loader(&cfg, 0, NULL);
+  CHECK(l != NULL && n > 1);
+  if (l == NULL)
+    return;
+  CHECK(ctest_loader_drain(l, got, 1) == 1);
+  CHECK_SAID(l, muster_loader_restore(l, "not json"), "text: not valid JSON: ");
+  CHECK(contains(muster_loader_message(l), "(at column ") &&
+        !contains(muster_loader_message(l), "not a standalone loader checkpoint"));
+  CHECK_SAID(l, muster_loader_restore(l, "{\"mode\": \"stand"), "text: not valid JSON: ");
+  CHECK_SAID(l, muster_loader_restore(l, ""), "text: not valid JSON: ");
+  CHECK_SAID(l, muster_loader_restore(l, "[1, 2]"), "text: not a standalone loader checkpoint");
+  CHECK_SAID(l, muster_loader_restore(l, "{\"mode\": \"coordinated\"}"),
+             "text: not a standalone loader checkpoint");
+  size_t rest = ctest_loader_drain(l, got, SAMPLES);
+  CHECK(rest == n - 1 && memcmp(got, want + 1, rest * sizeof *got) == 0);
+  muster_loader_close(l);
+}
+
 int main(void) {
   for (size_t prefetch = 0; prefetch <= 4; prefetch += 4) {
     test_refused_reset_keeps_the_epoch(prefetch);
@@ -284,5 +310,6 @@ int main(void) {
   test_strategy_inputs();
   test_out_of_range();
   test_missing_places();
+  test_restore_says_what_is_wrong();
   return ctest_report();
 }

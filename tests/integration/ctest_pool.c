@@ -352,6 +352,17 @@ static void test_session_gap(muster_client_t *c) {
   muster_free(sid);
 }
 
+/* map_partial that reads every result is map, and says none is left unread:
+ * inputs[0..5) are 7..11, doubled by the fake worker. */
+static void check_map_partial_whole(muster_pool_t *pool, const char *const *inputs) {
+  muster_result_t *results = NULL;
+  size_t unread = 99;
+  CHECK_POOL(pool, muster_pool_map_partial(pool, inputs, 5, &results, &unread));
+  CHECK(unread == 0 && results != NULL && results[4].index == 4 && results[4].state != NULL &&
+        atoll(results[4].result) == 22);
+  muster_pool_results_free(results, 5);
+}
+
 static void test_pool_map(muster_client_t *c) {
   muster_pool_t *pool = NULL;
   muster_pool_opts_t opts;
@@ -384,6 +395,7 @@ static void test_pool_map(muster_client_t *c) {
   CHECK_POOL(pool, muster_pool_map(pool, (const char *const *)inputs + 7, 5, &results));
   CHECK(results != NULL && results[4].index == 4 && atoll(results[4].result) == 22);
   muster_pool_results_free(results, 5);
+  check_map_partial_whole(pool, (const char *const *)inputs + 7);
   /* imap_unordered with a live worker: every input exactly once. */
   muster_pool_iter_t *it = NULL;
   CHECK_POOL(pool, muster_pool_imap_unordered(pool, (const char *const *)inputs, 300, &it));
@@ -413,7 +425,7 @@ static void test_pool_map(muster_client_t *c) {
   CHECK_POOL(pool, muster_pool_nodes_count(pool, &nodes));
   CHECK(nodes == 1);
   fake_worker_stop(&worker);
-  CHECK(worker.completed == N + 5 + 300);
+  CHECK(worker.completed == N + 5 + 5 + 300);
   muster_pool_close(pool);
   free_inputs(inputs, N);
 }
@@ -778,6 +790,18 @@ static void test_pool_refusals(muster_client_t *c) {
   muster_pool_close(pool);
 }
 
+/* map_partial refused before anything is submitted (inputs[1200] of `count`
+ * is NULL): no results to hand back, none unread. */
+static void check_map_partial_refused(muster_pool_t *pool, const char **inputs, size_t count) {
+  muster_result_t dummy, *results = &dummy;
+  size_t unread = 99;
+  CHECK_POOL_SAID(pool, muster_pool_map_partial(pool, inputs, 1, NULL, NULL),
+                  "results: a place for");
+  CHECK_POOL_SAID(pool, muster_pool_map_partial(pool, inputs, count, &results, &unread),
+                  "inputs[1200]: NULL, expected JSON text");
+  CHECK(results == NULL && unread == 0);
+}
+
 /* An input that is no JSON text (or NULL) is refused by imap and map before
  * any input is submitted, named by its place among the caller's inputs: one
  * in the second batch of 1000 used to leave the first batch running with no
@@ -802,6 +826,7 @@ static void test_pool_bad_inputs(muster_client_t *c) {
   muster_result_t *results = NULL;
   CHECK_POOL_SAID(pool, muster_pool_map(pool, inputs, COUNT, &results),
                   "inputs[1200]: NULL, expected JSON text");
+  check_map_partial_refused(pool, inputs, COUNT);
   char *json = NULL;
   CHECK_OK(c, muster_session_get(c, muster_pool_session(pool), &json));
   CHECK(contains(json, "\"total\":0,") && contains(json, "\"next_index\":0,"));

@@ -275,11 +275,13 @@ class RequestProxy:
     it comes (the head's status and Content-Length go first; a body that ends short
     closes the connection); or {"headers": {NAME: VALUE}} to forward it and set those
     headers in the head's reply.  `count` counts them; `requests` lists them as (method,
-    path, client address), the n-th at n - 1 (there when `decide(n)` is asked)."""
+    path, client address), the n-th at n - 1 (there when `decide(n)` is asked);
+    `targets` lists the target (path and query) of every request, matched or not."""
 
     def __init__(self, head, match, decide):
         self.head, self.match, self.decide, self.count = head, match, decide, 0
         self.requests = []
+        self.targets = []
         self.lock = threading.Lock()
         proxy = self
 
@@ -292,6 +294,8 @@ class RequestProxy:
             def forward(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 what = "forward"
+                with proxy.lock:
+                    proxy.targets.append(self.path)
                 if proxy.match(self.command, self.path.split("?")[0]):
                     with proxy.lock:
                         proxy.count += 1
