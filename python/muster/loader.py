@@ -65,8 +65,9 @@ def read_checkpoint(path):
         text = f.read()
     try:
         record = json.loads(text)
-    except ValueError:
-        record = None
+    except ValueError as e:   # said as the C loader says it: where the parser stopped
+        raise ValueError("%s: not a standalone loader checkpoint: not valid JSON: %s (at line "
+                         "%d, column %d)" % (path, e.msg, e.lineno, e.colno)) from None
     if not isinstance(record, dict) or record.get("mode") != "standalone":
         raise ValueError("%s: not a standalone loader checkpoint (%.80r)" % (path, text))
     return record

@@ -492,6 +492,16 @@ class TestAutomaticCheckpoints(LoaderTestCase):
             with self.assertRaises(ValueError) as cm:
                 read_checkpoint(self.path)
             self.assertIn("not a standalone loader checkpoint", str(cm.exception))
+            # Text that is not JSON says where the parser stopped.
+            self.assertEqual("not valid JSON" in str(cm.exception), text in ("", "{\"mode\": \"stand"),
+                             str(cm.exception))
+        with open(self.path, "w", encoding="utf-8") as f:
+            f.write('{"mode":\n "standalone",\n bad}')
+        with self.assertRaises(ValueError) as cm:
+            read_checkpoint(self.path)
+        self.assertEqual(str(cm.exception), "%s: not a standalone loader checkpoint: not valid "
+                         "JSON: Expecting property name enclosed in double quotes (at line 3, "
+                         "column 2)" % self.path)
         plan = plan_of("round_robin")
         record = Stream(plan, 0).loader().checkpoint()
         for key, value, words in (("version", 2, "version 2 is not known"),
