@@ -14,7 +14,9 @@ Two ways to run it:
   pool's updates (``MUSTER_UPDATES_FILE``) in order between tasks.  The resident process
   exits with its ``muster worker``; it also exits when the per-task process that handed it
   the running task dies (the agent hard-stopped it or the lease was lost), and the next
-  task starts a fresh one.
+  task starts a fresh one.  A new session whose code changed since the resident
+  imported it (a module of the user's edited: worker_code.py) runs in a new resident,
+  while the old one finishes the sessions it has open (_hand_over).
 
 - **Standalone**: ``python3 -m muster.worker --queue pool [--url URL] [--token T]
   [--cache-url URL]`` registers a worker, leases the queue's tasks itself (with
@@ -53,6 +55,7 @@ import types
 
 from . import _main_load
 from .shared_files import SharedFile, SharedFiles  # noqa: F401 (muster.worker.SharedFile)
+from .worker_code import CodeChanged, CodeFiles
 from .worker_reg import DEFAULT_TIMEOUT_MS, LeaseKeys, Registration
 
 MARK = "muster.pool"
@@ -186,6 +189,8 @@ class Runner:
         self.backlog = []                             # pool updates of sessions not instantiated yet
         self.seq = 0                                  # last update seen
         self.tasks = 0
+        self.code = CodeFiles()                       # the user's modules imported, as they were
+        self._asked_at = None                         # when open_sessions last asked the head
 
     # updates ----------------------------------------------------------------------------
 
@@ -199,7 +204,7 @@ class Runner:
                 continue
             if session in self.instances:
                 self._handle_update(session, data)
-            else:
+            elif not self.code.stale:   # a process on changed code takes no new session
                 self.backlog.append((session, data))
 
     def _handle_update(self, session, data):
@@ -225,11 +230,31 @@ class Runner:
         return spec
 
     def instance(self, session):
+        """The session's (instance, spec), made on its first task.  Raises CodeChanged
+        for a new session when a module file this process imported changed since: its
+        class must not run on the old code (worker_code.py)."""
         got = self.instances.get(session)
         if got is not None:
             self.instances.move_to_end(session)
             return got
+        if self.code.changed():
+            raise CodeChanged(self.code.stale, session)
         spec = self._spec(session)
+        try:
+            instance = self._new_instance(session, spec)
+        finally:
+            self.code.note()   # what loading the class imported, even when it failed
+        while len(self.instances) >= MAX_INSTANCES:
+            self.instances.popitem(last=False)
+        self.instances[session] = (instance, spec)
+        pending = [d for s, d in self.backlog if s == session]
+        self.backlog = [(s, d) for s, d in self.backlog if s != session]
+        for data in pending:
+            self._handle_update(session, data)
+        return instance, spec
+
+    def _new_instance(self, session, spec):
+        """Loads the class of ``spec`` (the session's init data) and instantiates it."""
         for path in spec.get("paths") or ():
             if path and os.path.isdir(path) and path not in sys.path:
                 sys.path.append(path)
@@ -246,15 +271,7 @@ class Runner:
         else:
             cls = loads(wc["pickle"], main)
         args, kwargs = loads(spec["init"], main)
-        instance = cls(*args, **kwargs)
-        while len(self.instances) >= MAX_INSTANCES:
-            self.instances.popitem(last=False)
-        self.instances[session] = (instance, spec)
-        pending = [d for s, d in self.backlog if s == session]
-        self.backlog = [(s, d) for s, d in self.backlog if s != session]
-        for data in pending:
-            self._handle_update(session, data)
-        return instance, spec
+        return cls(*args, **kwargs)
 
     def _shared_reader(self):
         """The client that reads the pool's shared data (its class): one of the node
@@ -287,7 +304,29 @@ class Runner:
         args, kwargs = loads(payload["call"], spec.get("main_module"))
         self.tasks += 1
         instance.shared_files = SharedFiles(requires) if requires else NO_SHARED_FILES
-        return encode_result(instance.run(*args, **kwargs))
+        try:
+            return encode_result(instance.run(*args, **kwargs))
+        finally:
+            self.code.note()   # what the job imported (a module imported lazily)
+
+    def open_sessions(self, every_s=1.0):
+        """The sessions this worker has instances of that the head still has; those it
+        no longer has (their pool closed) are dropped.  The head is asked again only
+        ``every_s`` after the last time (a process on changed code asks it as other
+        sessions' tasks pass by); meanwhile the answer is the sessions kept."""
+        from .errors import MusterError, SessionNotFound
+        now = time.monotonic()
+        if self._asked_at is not None and now - self._asked_at < every_s:
+            return list(self.instances)
+        self._asked_at = now
+        for session in list(self.instances):
+            try:
+                self.client.session(session)
+            except SessionNotFound:
+                del self.instances[session]
+            except MusterError:
+                pass   # the head is away: the session may well be open
+        return list(self.instances)
 
 
 def _error_text():
@@ -374,7 +413,10 @@ def _lease_trouble(err, queue):
 def _run_lease(runner, files, lease):
     """Runs one leased task, the levels of shared data it requires made local files first
     (``files``, a worker_shared.LevelFiles): its outcome, ("complete", result) or ("fail",
-    error, permanent).  A level that cannot be had fails it, to be retried."""
+    error, permanent).  A level that cannot be had fails it, to be retried.  CodeChanged
+    (a new session, on code that changed since this process imported it) releases the
+    lease, the attempt not counted, and is raised: the worker starts itself again."""
+    from .errors import MusterError
     from .worker_shared import LevelUnavailable
     try:
         requires = files.acquire(lease["requires"]) if lease.get("requires") else None
@@ -382,6 +424,12 @@ def _run_lease(runner, files, lease):
                 False)
     except LevelUnavailable as e:
         return ("fail", str(e), False)
+    except CodeChanged:
+        try:
+            lease.release()
+        except MusterError:
+            pass   # the lease ends at its deadline instead
+        raise
     except PermanentError as e:
         return ("fail", str(e), True)
     finally:
@@ -482,7 +530,8 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
                 try:
                     outcome = _run_lease(runner, files, lease)
                 except BaseException as e:   # noqa: B902 - the task's failure, whatever it is
-                    if isinstance(e, (KeyboardInterrupt, SystemExit)) and stop.is_set():
+                    if isinstance(e, CodeChanged) or (
+                            isinstance(e, (KeyboardInterrupt, SystemExit)) and stop.is_set()):
                         raise
                     outcome = ("fail", _error_text(), False)
                 with lock:
@@ -544,6 +593,27 @@ def _resident_base(pid, start, create=True):
     return os.path.join(_runtime_dir(create), "w%d-%s" % (pid, start))
 
 
+def _sock_path(base, generation):
+    """The socket of the worker's resident of ``generation``: 0 for the first (BASE.sock),
+    N for the Nth started because the code the one before had imported changed while
+    that one still had an open session to finish on it (BASE-N.sock; _hand_over)."""
+    return base + ".sock" if generation == 0 else "%s-%d.sock" % (base, generation)
+
+
+def _generations(base):
+    """The generations of the residents whose sockets are there, oldest first."""
+    folder, name = os.path.split(base)
+    out = []
+    for entry in os.listdir(folder):
+        if entry == name + ".sock":
+            out.append(0)
+        elif entry.startswith(name + "-") and entry.endswith(".sock"):
+            number = entry[len(name) + 1:-len(".sock")]
+            if number.isdigit():
+                out.append(int(number))
+    return sorted(out)
+
+
 def _remove_resident_files(base, keep_log=False):
     """Removes the .sock and .lock of ``base``, and its .log unless ``keep_log`` and the
     log holds something (a resident's own crash output, kept while its worker runs)."""
@@ -567,8 +637,9 @@ def _sweep_stale_files():
     for name in names:
         stem, dot, suffix = name.rpartition(".")
         pid, dash, start = stem[1:].partition("-")
+        start, _, generation = start.partition("-")   # wPID-START-N.sock: a later resident
         if (not name.startswith("w") or not dot or suffix not in ("sock", "lock", "log")
-                or not dash or not pid.isdigit()):
+                or not dash or not pid.isdigit() or not (generation or "0").isdigit()):
             continue
         if _proc_start_time(int(pid)) != start:
             _remove_resident_files(os.path.join(_runtime_dir(create=False), stem))
@@ -624,25 +695,26 @@ class _UpdatesFile:
         return out
 
 
-def serve_resident(listen_fd, parent_pid, parent_start):
+def serve_resident(listen_fd, parent_pid, parent_start, generation=0):
     """The resident process: one task at a time from the per-task processes."""
-    from .client import Client
     lsock = socket.socket(fileno=listen_fd)
+    base = _resident_base(parent_pid, parent_start, create=False)
+    sock = _sock_path(base, generation)
 
     def watch_parent():
         while _proc_start_time(parent_pid) == parent_start:
             time.sleep(0.5)
         # Its worker is gone, so no task will come: leave nothing behind (an empty log
         # too; a log with output goes at the next start's sweep).
-        _remove_resident_files(_resident_base(parent_pid, parent_start, create=False),
-                               keep_log=True)
+        _unlink(sock)
+        _remove_resident_files(base, keep_log=True)
         os._exit(0)
 
     threading.Thread(target=watch_parent, daemon=True).start()
     # The first task's process started us: its required files are no other task's.
     for name in [n for n in os.environ if n == "MUSTER_REQUIRES" or n.startswith("MUSTER_SHARED_")]:
         del os.environ[name]
-    runner = None
+    runner = [None]
     updates = _UpdatesFile()
     while True:
         conn, _ = lsock.accept()
@@ -651,80 +723,172 @@ def serve_resident(listen_fd, parent_pid, parent_start):
         except (EOFError, OSError, ValueError):
             conn.close()
             continue
-        state = {"running": True}
-        guard = threading.Lock()
+        reply = _serve_one(conn, lambda: _resident_reply(runner, msg, updates, sock))
+        if reply.get("changed") and not reply["kept"]:
+            os._exit(0)   # on changed code with no session of its own left: no use
 
-        def watch_caller(conn=conn, state=state, guard=guard):
-            try:
-                conn.recv(1)
-            except OSError:
-                pass
-            with guard:
-                if state["running"]:
-                    os._exit(3)   # the task was abandoned (its process was killed)
 
-        threading.Thread(target=watch_caller, daemon=True).start()
+def _serve_one(conn, answer):
+    """Sends ``answer()`` (the reply to the task ``conn`` handed over) and returns it.  The
+    process exits when the task's process dies first: the task was abandoned (its
+    process was killed: a hard stop, a lost lease), and its job with it."""
+    state = {"running": True}
+    guard = threading.Lock()
+
+    def watch_caller():
         try:
-            if runner is None:
-                runner = Runner(Client(msg.get("url")), cache_url=os.environ.get("MUSTER_CACHE_URL"))
-            runner.apply_updates(updates.read(msg.get("updates_file"), int(msg.get("update_seq") or 0)))
-            requires = json.loads(msg["requires"]) if msg.get("requires") else None
-            reply = {"ok": True, "result": runner.run_payload(msg["payload"], requires=requires)}
-        except PermanentError as e:
-            reply = {"ok": False, "error": "muster.worker: %s" % e, "permanent": True}
-        except BaseException:   # noqa: B902 - a task's failure, whatever it is
-            reply = {"ok": False, "error": _error_text()}
-        with guard:
-            state["running"] = False
-        try:
-            _send(conn, reply)
+            conn.recv(1)
         except OSError:
             pass
-        conn.close()
+        with guard:
+            if state["running"]:
+                os._exit(3)
+
+    threading.Thread(target=watch_caller, daemon=True).start()
+    reply = answer()
+    with guard:
+        state["running"] = False
+    try:
+        _send(conn, reply)
+    except OSError:
+        pass
+    conn.close()
+    return reply
 
 
-def _connect_resident():
-    """A connection to this worker's resident process, started when there is none."""
-    ppid = _worker_pid()
-    start = _proc_start_time(ppid) or "0"
-    base = _resident_base(ppid, start)
-    path = base + ".sock"
+def _resident_reply(runner, msg, updates, sock):
+    """A resident's reply to one task: its result, its failure, or, for a new session
+    when a module file the process imported changed since (CodeChanged), ``changed``
+    (the file) and ``kept`` (the sessions the process keeps, to finish on the old code;
+    with none left it exits, its socket ``sock`` removed first).  ``runner``: [Runner or
+    None]."""
+    from .client import Client
+    try:
+        if runner[0] is None:
+            runner[0] = Runner(Client(msg.get("url")), cache_url=os.environ.get("MUSTER_CACHE_URL"))
+        runner[0].apply_updates(updates.read(msg.get("updates_file"), int(msg.get("update_seq") or 0)))
+        requires = json.loads(msg["requires"]) if msg.get("requires") else None
+        return {"ok": True, "result": runner[0].run_payload(msg["payload"], requires=requires)}
+    except CodeChanged as e:
+        kept = runner[0].open_sessions()
+        if not kept:
+            _unlink(sock)   # the next task must not ask this process
+        return {"ok": False, "changed": e.path, "session": e.session, "pid": os.getpid(),
+                "kept": kept}
+    except PermanentError as e:
+        return {"ok": False, "error": "muster.worker: %s" % e, "permanent": True}
+    except BaseException:   # noqa: B902 - a task's failure, whatever it is
+        return {"ok": False, "error": _error_text()}
 
-    def connect():
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect(path)
-        except OSError:
-            s.close()
-            return None
-        return s
 
-    s = connect()
-    if s is not None:
-        return s
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _connect(path):
+    """A connection to the resident listening at ``path``; None when none is there (a
+    socket nobody listens on any more is removed: its resident died)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+    except ConnectionRefusedError:
+        s.close()
+        _unlink(path)
+        return None
+    except OSError:
+        s.close()
+        return None
+    return s
+
+
+def _exchange(sock, msg):
+    """Sends a task and returns the reply; EOFError or OSError when the resident died."""
+    try:
+        _send(sock, msg)
+        return _recv(sock)
+    finally:
+        sock.close()
+
+
+def _hand_over(msg):
+    """The reply to a task from the worker's resident that runs its session.
+
+    One resident normally runs every session.  When a new session's class would run on
+    code that changed since the resident imported it (a module file of the user's edited
+    between two runs: worker_code.py), that resident answers ``changed`` and the task
+    goes to a new resident, of the next generation, which imports the code as it is now;
+    the older one keeps the sessions it has open, which finish on the code they started
+    with, and exits once it has none (a pool closed, as it finds the next time a task of
+    another session asks it).  So each task asks the residents oldest first: one that
+    has the session runs it, one on changed code passes it on, and the newest takes a
+    new session.  Each resident is a process of its own: two versions of the code cannot
+    share one, as Python imports a module once per process."""
+    parent = (_worker_pid(), _proc_start_time(_worker_pid()) or "0")
+    base = _resident_base(*parent)
+    generations, changed = _generations(base), None
+    for generation in generations:
+        s = _connect(_sock_path(base, generation))
+        if s is not None:
+            reply = _exchange(s, msg)
+            if "changed" not in reply:
+                return reply
+            changed = reply
+    s, pid = _start_resident(parent, generations[-1] + 1 if generations else 0)
+    if changed is not None and pid is not None:
+        _say_changed(changed, pid)
+    return _exchange(s, msg)
+
+
+def _say_changed(reply, pid):
+    """Says once, on the ``muster worker``'s stderr (a node agent's log), why a session
+    runs in a new resident: a task's own stderr is not shown when it succeeds."""
+    kept = reply["kept"]
+    text = ("muster.worker: %s changed since the worker's Python process (pid %d) imported "
+            "it: session %s runs in a new one (pid %d), on the code as it is now; %s\n"
+            % (reply["changed"], reply["pid"], reply["session"], pid,
+               "the old one finishes session%s %s on the old code" % (
+                   "s" if len(kept) > 1 else "", ", ".join(kept))
+               if kept else "the old one had no open session left and exited"))
+    try:
+        fd = os.open("/proc/%d/fd/2" % _worker_pid(), os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        sys.stderr.write(text)
+        return
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _start_resident(parent, generation):
+    """A connection to the resident of ``generation`` of the worker ``parent`` (its pid and
+    start time) and the resident's pid, None when another task's process started it."""
+    base = _resident_base(*parent)
+    path = _sock_path(base, generation)
     with open(base + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        s = connect()
+        s = _connect(path)
         if s is not None:
-            return s
+            return s, None
         _sweep_stale_files()   # a new resident: the time to forget the ones of dead workers
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        _unlink(path)
         lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         lsock.bind(path)
         lsock.listen(16)
         with open(base + ".log", "ab") as log:
-            subprocess.Popen([sys.executable, "-m", "muster.worker", "--resident", str(lsock.fileno()),
-                              "--parent", "%d:%s" % (ppid, start)],
-                             pass_fds=(lsock.fileno(),), start_new_session=True,
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "muster.worker", "--resident", str(lsock.fileno()),
+                 "--parent", "%d:%s" % parent, "--generation", str(generation)],
+                pass_fds=(lsock.fileno(),), start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
         lsock.close()
-        s = connect()
+        s = _connect(path)
         if s is None:
             raise RuntimeError("muster.worker: the resident process did not start (see %s.log)" % base)
-        return s
+        return s, proc.pid
 
 
 def _parent_url():
@@ -762,20 +926,17 @@ def run_one_task():
     0 with the result, MUSTER_PERMANENT_EXIT for a failure known to be permanent (not a
     Pool task, its session closed or not a Pool's) when the worker set it, else 1."""
     payload = sys.stdin.buffer.read().decode("utf-8")
-    s = _connect_resident()
     # MUSTER_REQUIRES: the files `muster worker` made of the shared data the task requires.
-    _send(s, {"payload": payload, "url": _parent_url(), "updates_file": os.environ.get("MUSTER_UPDATES_FILE"),
-              "update_seq": os.environ.get("MUSTER_UPDATE_SEQ") or 0,
-              "task": os.environ.get("MUSTER_TASK_ID"),
-              "requires": os.environ.get("MUSTER_REQUIRES")})
+    msg = {"payload": payload, "url": _parent_url(), "updates_file": os.environ.get("MUSTER_UPDATES_FILE"),
+           "update_seq": os.environ.get("MUSTER_UPDATE_SEQ") or 0,
+           "task": os.environ.get("MUSTER_TASK_ID"),
+           "requires": os.environ.get("MUSTER_REQUIRES")}
     try:
-        reply = _recv(s)
+        reply = _hand_over(msg)
     except (EOFError, OSError):
         sys.stderr.write("muster.worker: the Python worker process died while running task %s\n"
                          % os.environ.get("MUSTER_TASK_ID"))
         return 1
-    finally:
-        s.close()
     if reply["ok"]:
         sys.stdout.write(reply["result"])
         return 0
@@ -808,10 +969,11 @@ def main(argv=None):
                     default=os.environ.get("MUSTER_CACHE_URL") or None, help="read shared data through this node cache (default: MUSTER_CACHE_URL)")
     ap.add_argument("--resident", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--parent", help=argparse.SUPPRESS)
+    ap.add_argument("--generation", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.resident is not None:
         pid, start = args.parent.split(":", 1)
-        serve_resident(args.resident, int(pid), start)
+        serve_resident(args.resident, int(pid), start, args.generation)
         return 0
     if args.queue is None and os.environ.get("MUSTER_TASK_ID"):
         return run_one_task()
@@ -844,6 +1006,8 @@ def main(argv=None):
                     cache_url=args.cache_url)
     except _Stopped:
         pass
+    except CodeChanged as e:
+        _start_again(e, argv)
     except MusterError as e:   # the registration: no head there, a wrong token
         sys.stderr.write("python3 -m muster.worker: could not register a worker with the head "
                          "at %s: %s\n" % (client.url, e))
@@ -853,6 +1017,20 @@ def main(argv=None):
 
 class _Stopped(BaseException):
     pass
+
+
+def _start_again(changed, argv):
+    """A standalone worker is one process, which cannot hold two versions of a module:
+    when a new session's class would run on code that changed since the worker imported
+    it, the worker (having released that task and said goodbye) runs itself again (exec:
+    the same pid and arguments, a new worker id), so that the session runs the code as it
+    is now.  Sessions still open on the old code go on, instantiated again, on the new
+    code: under a node agent each version has a process of its own (_hand_over)."""
+    sys.stderr.write("muster.worker: %s changed since this worker imported it: it starts "
+                     "again to run session %s on the code as it is now\n"
+                     % (changed.path, changed.session))
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "muster.worker"] + list(argv))
 
 
 if __name__ == "__main__":

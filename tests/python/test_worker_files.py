@@ -1,7 +1,8 @@
 """The files of ``python3 -m muster.worker``'s resident processes ($TMPDIR/muster-py-UID/
-wPID-START.sock, .lock, .log) do not outlive their ``muster worker``: the resident removes
-them when its worker is gone, however it went (SIGKILL with its agent included), and a new
-resident sweeps those of dead workers whose resident could not."""
+wPID-START.sock, .lock, .log, and wPID-START-N.sock of a later generation) do not outlive
+their ``muster worker``: the resident removes them when its worker is gone, however it
+went (SIGKILL with its agent included), and a new resident sweeps those of dead workers
+whose resident could not."""
 import os
 import shutil
 import socket
@@ -90,12 +91,15 @@ class ResidentFilesTest(unittest.TestCase):
         gone.wait()
         me = worker._proc_start_time(os.getpid())
         live = self.make_files(os.getpid(), me)
-        self.make_files(gone.pid, "12345", log=b"a crash\n")   # its worker is gone
+        dead = self.make_files(gone.pid, "12345", log=b"a crash\n")   # its worker is gone
+        # A later generation's socket (a resident started because the code changed).
+        for base in (live, dead):
+            open(os.path.join(self.dir, base + "-2.sock"), "w").close()
         self.make_files(os.getpid(), str(int(me) + 1))   # a pid reused: another process
         open(os.path.join(self.dir, "unrelated.txt"), "w").close()
         worker._sweep_stale_files()
         self.assertEqual(self.files(), sorted([live + ".lock", live + ".log", live + ".sock",
-                                              "unrelated.txt"]))
+                                              live + "-2.sock", "unrelated.txt"]))
 
 
 if __name__ == "__main__":
