@@ -322,6 +322,8 @@ def _say_changed(reply, pid):
         return
     try:
         os.write(fd, text.encode())
+    except OSError:
+        pass   # the agent is gone (a broken pipe): nobody would read it
     finally:
         os.close(fd)
 

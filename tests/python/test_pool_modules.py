@@ -96,11 +96,14 @@ class ModulesCase(HeadTestCase):
 
     def results(self, proc):
         """The lists the script printed, one per map call."""
-        out = proc.communicate(timeout=120)[0].decode()
+        out = self.output(proc)
         try:
             return [ast.literal_eval(line) for line in out.splitlines() if line]
         except (ValueError, SyntaxError):
             self.fail("the pool's script said:\n" + out)
+
+    def output(self, proc):
+        return proc.communicate(timeout=120)[0].decode()
 
     def run_pool(self):
         """Runs a pool of two jobs; returns (module tag, helpers tag, pid, token): each
@@ -148,6 +151,22 @@ class ResidentModulesTest(ModulesCase):
         self.assertEqual(v3[:2], ("v2-edited", "h2-edited"))
         self.assertNotEqual(v3[2], v2[2])
         self.assertIn("helpers.py " + SAID, self.said()[1])
+
+    def test_a_module_that_fails_to_import_then_is_fixed(self):
+        """An edit that breaks the module fails the pool's jobs with the error (in a new
+        process); the fix then runs, though that process saw the module fail."""
+        self.version("v1")
+        v1 = self.run_pool()
+        # Broken where a resident imports it, not in the owner's script.
+        self.write("mymodels.py", 'import sys\nif "muster.worker_resident" in sys.modules:\n'
+                   '    raise ImportError("broken on the worker")\n' + MODULE % "v2")
+        out = self.output(self.start())
+        self.assertIn("TaskError", out)
+        self.assertIn("ImportError: broken on the worker", out)
+        self.version("v3-fixed")
+        v3 = self.run_pool()
+        self.assertEqual(v3[:2], ("v3-fixed", "h1"))
+        self.assertNotEqual(v3[2], v1[2])
 
     def test_an_unchanged_module_keeps_the_process(self):
         self.version("v1")
