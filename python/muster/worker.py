@@ -14,7 +14,9 @@ Two ways to run it:
   pool's updates (``MUSTER_UPDATES_FILE``) in order between tasks.  The resident process
   exits with its ``muster worker``; it also exits when the per-task process that handed it
   the running task dies (the agent hard-stopped it or the lease was lost), and the next
-  task starts a fresh one.
+  task starts a fresh one.  A new session whose code changed since the resident
+  imported it (a module of the user's edited: worker_code.py) runs in a new resident,
+  while the old one finishes the sessions it has open (worker_resident._hand_over).
 
 - **Standalone**: ``python3 -m muster.worker --queue pool [--url URL] [--token T]
   [--cache-url URL]`` registers a worker, leases the queue's tasks itself (with
@@ -36,15 +38,11 @@ that option it exits 1, and the task is retried as any failure.
 import base64
 import collections
 import collections.abc
-import fcntl
 import io
 import json
 import os
 import pickle
 import signal
-import socket
-import struct
-import subprocess
 import sys
 import threading
 import time
@@ -53,6 +51,7 @@ import types
 
 from . import _main_load
 from .shared_files import SharedFile, SharedFiles  # noqa: F401 (muster.worker.SharedFile)
+from .worker_code import CodeChanged, CodeFiles
 from .worker_reg import DEFAULT_TIMEOUT_MS, LeaseKeys, Registration
 
 MARK = "muster.pool"
@@ -186,6 +185,8 @@ class Runner:
         self.backlog = []                             # pool updates of sessions not instantiated yet
         self.seq = 0                                  # last update seen
         self.tasks = 0
+        self.code = CodeFiles()                       # the user's modules imported, as they were
+        self._asked_at = None                         # when open_sessions last asked the head
 
     # updates ----------------------------------------------------------------------------
 
@@ -199,7 +200,7 @@ class Runner:
                 continue
             if session in self.instances:
                 self._handle_update(session, data)
-            else:
+            elif not self.code.stale:   # a process on changed code takes no new session
                 self.backlog.append((session, data))
 
     def _handle_update(self, session, data):
@@ -225,11 +226,31 @@ class Runner:
         return spec
 
     def instance(self, session):
+        """The session's (instance, spec), made on its first task.  Raises CodeChanged
+        for a new session when a module file this process imported changed since: its
+        class must not run on the old code (worker_code.py)."""
         got = self.instances.get(session)
         if got is not None:
             self.instances.move_to_end(session)
             return got
+        if self.code.changed():
+            raise CodeChanged(self.code.stale, session)
         spec = self._spec(session)
+        try:
+            instance = self._new_instance(session, spec)
+        finally:
+            self.code.note()   # what loading the class imported, even when it failed
+        while len(self.instances) >= MAX_INSTANCES:
+            self.instances.popitem(last=False)
+        self.instances[session] = (instance, spec)
+        pending = [d for s, d in self.backlog if s == session]
+        self.backlog = [(s, d) for s, d in self.backlog if s != session]
+        for data in pending:
+            self._handle_update(session, data)
+        return instance, spec
+
+    def _new_instance(self, session, spec):
+        """Loads the class of ``spec`` (the session's init data) and instantiates it."""
         for path in spec.get("paths") or ():
             if path and os.path.isdir(path) and path not in sys.path:
                 sys.path.append(path)
@@ -246,15 +267,7 @@ class Runner:
         else:
             cls = loads(wc["pickle"], main)
         args, kwargs = loads(spec["init"], main)
-        instance = cls(*args, **kwargs)
-        while len(self.instances) >= MAX_INSTANCES:
-            self.instances.popitem(last=False)
-        self.instances[session] = (instance, spec)
-        pending = [d for s, d in self.backlog if s == session]
-        self.backlog = [(s, d) for s, d in self.backlog if s != session]
-        for data in pending:
-            self._handle_update(session, data)
-        return instance, spec
+        return cls(*args, **kwargs)
 
     def _shared_reader(self):
         """The client that reads the pool's shared data (its class): one of the node
@@ -287,7 +300,29 @@ class Runner:
         args, kwargs = loads(payload["call"], spec.get("main_module"))
         self.tasks += 1
         instance.shared_files = SharedFiles(requires) if requires else NO_SHARED_FILES
-        return encode_result(instance.run(*args, **kwargs))
+        try:
+            return encode_result(instance.run(*args, **kwargs))
+        finally:
+            self.code.note()   # what the job imported (a module imported lazily)
+
+    def open_sessions(self, every_s=1.0):
+        """The sessions this worker has instances of that the head still has; those it
+        no longer has (their pool closed) are dropped.  The head is asked again only
+        ``every_s`` after the last time (a process on changed code asks it as other
+        sessions' tasks pass by); meanwhile the answer is the sessions kept."""
+        from .errors import MusterError, SessionNotFound
+        now = time.monotonic()
+        if self._asked_at is not None and now - self._asked_at < every_s:
+            return list(self.instances)
+        self._asked_at = now
+        for session in list(self.instances):
+            try:
+                self.client.session(session)
+            except SessionNotFound:
+                del self.instances[session]
+            except MusterError:
+                pass   # the head is away: the session may well be open
+        return list(self.instances)
 
 
 def _error_text():
@@ -374,7 +409,10 @@ def _lease_trouble(err, queue):
 def _run_lease(runner, files, lease):
     """Runs one leased task, the levels of shared data it requires made local files first
     (``files``, a worker_shared.LevelFiles): its outcome, ("complete", result) or ("fail",
-    error, permanent).  A level that cannot be had fails it, to be retried."""
+    error, permanent).  A level that cannot be had fails it, to be retried.  CodeChanged
+    (a new session, on code that changed since this process imported it) releases the
+    lease, the attempt not counted, and is raised: the worker starts itself again."""
+    from .errors import MusterError
     from .worker_shared import LevelUnavailable
     try:
         requires = files.acquire(lease["requires"]) if lease.get("requires") else None
@@ -382,6 +420,12 @@ def _run_lease(runner, files, lease):
                 False)
     except LevelUnavailable as e:
         return ("fail", str(e), False)
+    except CodeChanged:
+        try:
+            lease.release()
+        except MusterError:
+            pass   # the lease ends at its deadline instead
+        raise
     except PermanentError as e:
         return ("fail", str(e), True)
     finally:
@@ -482,7 +526,8 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
                 try:
                     outcome = _run_lease(runner, files, lease)
                 except BaseException as e:   # noqa: B902 - the task's failure, whatever it is
-                    if isinstance(e, (KeyboardInterrupt, SystemExit)) and stop.is_set():
+                    if isinstance(e, CodeChanged) or (
+                            isinstance(e, (KeyboardInterrupt, SystemExit)) and stop.is_set()):
                         raise
                     outcome = ("fail", _error_text(), False)
                 with lock:
@@ -507,246 +552,6 @@ def serve_queue(client, queue, nickname=None, max_tasks=0, wait_ms=None, stop=No
     return done
 
 
-# ---- under `muster worker`: a resident process per worker ------------------------------
-
-def _proc_start_time(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat[stat.rindex(")") + 2:].split()[19]
-
-
-def _worker_pid():
-    """The ``muster worker`` process that runs us: $MUSTER_WORKER_PID (our parent is a
-    guard process of its own for each task), else our parent (an older muster)."""
-    try:
-        return int(os.environ["MUSTER_WORKER_PID"])
-    except (KeyError, ValueError):
-        return os.getppid()
-
-
-def _runtime_dir(create=True):
-    """$TMPDIR/muster-py-UID, made when ``create`` and missing.  Removing files makes
-    nothing: a resident outliving its worker by a moment must not make the directory
-    again after whoever made its TMPDIR removed it."""
-    base = os.environ.get("TMPDIR") or "/tmp"
-    path = os.path.join(base, "muster-py-%d" % os.getuid())
-    if create:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
-
-
-def _resident_base(pid, start, create=True):
-    """The path, without its suffix, of the files of ``muster worker`` ``pid`` (started at
-    ``start``): its resident's socket (.sock), start lock (.lock) and stderr (.log)."""
-    return os.path.join(_runtime_dir(create), "w%d-%s" % (pid, start))
-
-
-def _remove_resident_files(base, keep_log=False):
-    """Removes the .sock and .lock of ``base``, and its .log unless ``keep_log`` and the
-    log holds something (a resident's own crash output, kept while its worker runs)."""
-    for suffix in (".sock", ".lock", ".log"):
-        try:
-            if suffix == ".log" and keep_log and os.path.getsize(base + suffix) > 0:
-                continue
-            os.unlink(base + suffix)
-        except OSError:
-            pass
-
-
-def _sweep_stale_files():
-    """Removes the files of resident processes whose ``muster worker`` is gone (its pid
-    has no process, or one started at another time): a worker killed with its agent
-    (SIGKILL) left its resident no chance to remove them."""
-    try:
-        names = os.listdir(_runtime_dir(create=False))
-    except OSError:
-        return
-    for name in names:
-        stem, dot, suffix = name.rpartition(".")
-        pid, dash, start = stem[1:].partition("-")
-        if (not name.startswith("w") or not dot or suffix not in ("sock", "lock", "log")
-                or not dash or not pid.isdigit()):
-            continue
-        if _proc_start_time(int(pid)) != start:
-            _remove_resident_files(os.path.join(_runtime_dir(create=False), stem))
-
-
-def _send(sock, obj):
-    data = json.dumps(obj, separators=(",", ":")).encode()
-    sock.sendall(struct.pack("!Q", len(data)) + data)
-
-
-def _recv_exact(sock, n):
-    chunks = []
-    while n:
-        chunk = sock.recv(min(n, 1 << 20))
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def _recv(sock):
-    (n,) = struct.unpack("!Q", _recv_exact(sock, 8))
-    return json.loads(_recv_exact(sock, n))
-
-
-class _UpdatesFile:
-    """Reads the ``muster worker``'s MUSTER_UPDATES_FILE up to a sequence number."""
-
-    def __init__(self):
-        self.path = None
-        self.offset = 0
-
-    def read(self, path, upto):
-        if not path:
-            return []
-        if path != self.path:
-            self.path, self.offset = path, 0
-        out = []
-        try:
-            with open(path, "rb") as f:
-                f.seek(self.offset)
-                for line in f:
-                    if not line.endswith(b"\n"):
-                        break
-                    u = json.loads(line)
-                    if u["seq"] > upto:
-                        break
-                    out.append(u)
-                    self.offset += len(line)
-        except OSError:
-            pass
-        return out
-
-
-def serve_resident(listen_fd, parent_pid, parent_start):
-    """The resident process: one task at a time from the per-task processes."""
-    from .client import Client
-    lsock = socket.socket(fileno=listen_fd)
-
-    def watch_parent():
-        while _proc_start_time(parent_pid) == parent_start:
-            time.sleep(0.5)
-        # Its worker is gone, so no task will come: leave nothing behind (an empty log
-        # too; a log with output goes at the next start's sweep).
-        _remove_resident_files(_resident_base(parent_pid, parent_start, create=False),
-                               keep_log=True)
-        os._exit(0)
-
-    threading.Thread(target=watch_parent, daemon=True).start()
-    # The first task's process started us: its required files are no other task's.
-    for name in [n for n in os.environ if n == "MUSTER_REQUIRES" or n.startswith("MUSTER_SHARED_")]:
-        del os.environ[name]
-    runner = None
-    updates = _UpdatesFile()
-    while True:
-        conn, _ = lsock.accept()
-        try:
-            msg = _recv(conn)
-        except (EOFError, OSError, ValueError):
-            conn.close()
-            continue
-        state = {"running": True}
-        guard = threading.Lock()
-
-        def watch_caller(conn=conn, state=state, guard=guard):
-            try:
-                conn.recv(1)
-            except OSError:
-                pass
-            with guard:
-                if state["running"]:
-                    os._exit(3)   # the task was abandoned (its process was killed)
-
-        threading.Thread(target=watch_caller, daemon=True).start()
-        try:
-            if runner is None:
-                runner = Runner(Client(msg.get("url")), cache_url=os.environ.get("MUSTER_CACHE_URL"))
-            runner.apply_updates(updates.read(msg.get("updates_file"), int(msg.get("update_seq") or 0)))
-            requires = json.loads(msg["requires"]) if msg.get("requires") else None
-            reply = {"ok": True, "result": runner.run_payload(msg["payload"], requires=requires)}
-        except PermanentError as e:
-            reply = {"ok": False, "error": "muster.worker: %s" % e, "permanent": True}
-        except BaseException:   # noqa: B902 - a task's failure, whatever it is
-            reply = {"ok": False, "error": _error_text()}
-        with guard:
-            state["running"] = False
-        try:
-            _send(conn, reply)
-        except OSError:
-            pass
-        conn.close()
-
-
-def _connect_resident():
-    """A connection to this worker's resident process, started when there is none."""
-    ppid = _worker_pid()
-    start = _proc_start_time(ppid) or "0"
-    base = _resident_base(ppid, start)
-    path = base + ".sock"
-
-    def connect():
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.connect(path)
-        except OSError:
-            s.close()
-            return None
-        return s
-
-    s = connect()
-    if s is not None:
-        return s
-    with open(base + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        s = connect()
-        if s is not None:
-            return s
-        _sweep_stale_files()   # a new resident: the time to forget the ones of dead workers
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        lsock.bind(path)
-        lsock.listen(16)
-        with open(base + ".log", "ab") as log:
-            subprocess.Popen([sys.executable, "-m", "muster.worker", "--resident", str(lsock.fileno()),
-                              "--parent", "%d:%s" % (ppid, start)],
-                             pass_fds=(lsock.fileno(),), start_new_session=True,
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-        lsock.close()
-        s = connect()
-        if s is None:
-            raise RuntimeError("muster.worker: the resident process did not start (see %s.log)" % base)
-        return s
-
-
-def _parent_url():
-    """The head URL of the ``muster worker`` that runs us: $MUSTER_URL, else its ``--url``."""
-    url = os.environ.get("MUSTER_URL")
-    if url:
-        return url
-    try:
-        with open("/proc/%d/cmdline" % _worker_pid(), "rb") as f:
-            argv = f.read().decode(errors="replace").split("\0")
-    except OSError:
-        return None
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "--":
-            break
-        if arg == "--url":
-            return argv[i + 1]
-        if arg.startswith("--url="):
-            return arg[6:]
-    return None
-
-
 def _permanent_exit():
     """The exit status that makes ``muster worker`` fail the task for good: its
     ``--permanent-exit N``, which it passes as MUSTER_PERMANENT_EXIT (1 to 125).  None
@@ -755,32 +560,6 @@ def _permanent_exit():
     text = os.environ.get("MUSTER_PERMANENT_EXIT", "")
     ok = text.isascii() and text.isdigit() and 0 < int(text) < 126   # not "²", not " 3"
     return int(text) if ok else None
-
-
-def run_one_task():
-    """One task under ``muster worker``: stdin is the payload, stdout the result.  Exits
-    0 with the result, MUSTER_PERMANENT_EXIT for a failure known to be permanent (not a
-    Pool task, its session closed or not a Pool's) when the worker set it, else 1."""
-    payload = sys.stdin.buffer.read().decode("utf-8")
-    s = _connect_resident()
-    # MUSTER_REQUIRES: the files `muster worker` made of the shared data the task requires.
-    _send(s, {"payload": payload, "url": _parent_url(), "updates_file": os.environ.get("MUSTER_UPDATES_FILE"),
-              "update_seq": os.environ.get("MUSTER_UPDATE_SEQ") or 0,
-              "task": os.environ.get("MUSTER_TASK_ID"),
-              "requires": os.environ.get("MUSTER_REQUIRES")})
-    try:
-        reply = _recv(s)
-    except (EOFError, OSError):
-        sys.stderr.write("muster.worker: the Python worker process died while running task %s\n"
-                         % os.environ.get("MUSTER_TASK_ID"))
-        return 1
-    finally:
-        s.close()
-    if reply["ok"]:
-        sys.stdout.write(reply["result"])
-        return 0
-    sys.stderr.write(reply["error"])
-    return (reply.get("permanent") and _permanent_exit()) or 1
 
 
 # What `python3 -m muster.worker --help` says first: the module's docstring is
@@ -793,6 +572,7 @@ HELP = ("Runs the worker classes of muster.Pool: under a node agent (muster node
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv and os.environ.get("MUSTER_TASK_ID"):
+        from .worker_resident import run_one_task
         return run_one_task()   # the common case under an agent: no argparse needed
     import argparse
     ap = argparse.ArgumentParser(prog="python3 -m muster.worker", description=HELP)
@@ -808,10 +588,12 @@ def main(argv=None):
                     default=os.environ.get("MUSTER_CACHE_URL") or None, help="read shared data through this node cache (default: MUSTER_CACHE_URL)")
     ap.add_argument("--resident", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--parent", help=argparse.SUPPRESS)
+    ap.add_argument("--generation", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    from .worker_resident import run_one_task, serve_resident
     if args.resident is not None:
         pid, start = args.parent.split(":", 1)
-        serve_resident(args.resident, int(pid), start)
+        serve_resident(args.resident, int(pid), start, args.generation)
         return 0
     if args.queue is None and os.environ.get("MUSTER_TASK_ID"):
         return run_one_task()
@@ -844,6 +626,8 @@ def main(argv=None):
                     cache_url=args.cache_url)
     except _Stopped:
         pass
+    except CodeChanged as e:
+        _start_again(e, argv)
     except MusterError as e:   # the registration: no head there, a wrong token
         sys.stderr.write("python3 -m muster.worker: could not register a worker with the head "
                          "at %s: %s\n" % (client.url, e))
@@ -853,6 +637,20 @@ def main(argv=None):
 
 class _Stopped(BaseException):
     pass
+
+
+def _start_again(changed, argv):
+    """A standalone worker is one process, which cannot hold two versions of a module:
+    when a new session's class would run on code that changed since the worker imported
+    it, the worker (having released that task and said goodbye) runs itself again (exec:
+    the same pid and arguments, a new worker id), so that the session runs the code as it
+    is now.  Sessions still open on the old code go on, instantiated again, on the new
+    code: under a node agent each version has a process of its own (_hand_over)."""
+    sys.stderr.write("muster.worker: %s changed since this worker imported it: it starts "
+                     "again to run session %s on the code as it is now\n"
+                     % (changed.path, changed.session))
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "muster.worker"] + list(argv))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The files of ``python3 -m muster.worker``'s resident processes ($TMPDIR/muster-py-UID/
-wPID-START.sock, .lock, .log) do not outlive their ``muster worker``: the resident removes
-them when its worker is gone, however it went (SIGKILL with its agent included), and a new
-resident sweeps those of dead workers whose resident could not."""
+wPID-START.sock, .lock, .log, and wPID-START-N.sock of a later generation) do not outlive
+their ``muster worker``: the resident removes them when its worker is gone, however it
+went (SIGKILL with its agent included), and a new resident sweeps those of dead workers
+whose resident could not."""
 import os
 import shutil
 import socket
@@ -12,7 +13,7 @@ import time
 import unittest
 
 from common import ROOT  # first: it puts python/ on sys.path
-from muster import worker
+from muster import worker_resident
 
 
 def wait_until(predicate, timeout=20.0, what="condition"):
@@ -28,7 +29,7 @@ class ResidentFilesTest(unittest.TestCase):
         self.tmp = tempfile.mkdtemp(prefix="muster-py-files-")
         self.old_tmpdir = os.environ.get("TMPDIR")
         os.environ["TMPDIR"] = self.tmp
-        self.dir = worker._runtime_dir()
+        self.dir = worker_resident._runtime_dir()
 
     def tearDown(self):
         if self.old_tmpdir is None:
@@ -41,7 +42,7 @@ class ResidentFilesTest(unittest.TestCase):
         return sorted(os.listdir(self.dir))
 
     def make_files(self, pid, start, log=b""):
-        base = worker._resident_base(pid, start)
+        base = worker_resident._resident_base(pid, start)
         for suffix in (".sock", ".lock"):
             open(base + suffix, "w").close()
         with open(base + ".log", "wb") as f:
@@ -52,8 +53,8 @@ class ResidentFilesTest(unittest.TestCase):
         """A resident for a stand-in ``muster worker`` (`sleep`), with its three files;
         returns (stand-in, resident)."""
         parent = subprocess.Popen(["sleep", "600"])
-        start = worker._proc_start_time(parent.pid)
-        base = worker._resident_base(parent.pid, start)
+        start = worker_resident._proc_start_time(parent.pid)
+        base = worker_resident._resident_base(parent.pid, start)
         lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         lsock.bind(base + ".sock")
         lsock.listen(1)
@@ -88,14 +89,17 @@ class ResidentFilesTest(unittest.TestCase):
     def test_a_new_resident_sweeps_the_files_of_dead_workers(self):
         gone = subprocess.Popen(["true"])
         gone.wait()
-        me = worker._proc_start_time(os.getpid())
+        me = worker_resident._proc_start_time(os.getpid())
         live = self.make_files(os.getpid(), me)
-        self.make_files(gone.pid, "12345", log=b"a crash\n")   # its worker is gone
+        dead = self.make_files(gone.pid, "12345", log=b"a crash\n")   # its worker is gone
+        # A later generation's socket (a resident started because the code changed).
+        for base in (live, dead):
+            open(os.path.join(self.dir, base + "-2.sock"), "w").close()
         self.make_files(os.getpid(), str(int(me) + 1))   # a pid reused: another process
         open(os.path.join(self.dir, "unrelated.txt"), "w").close()
-        worker._sweep_stale_files()
+        worker_resident._sweep_stale_files()
         self.assertEqual(self.files(), sorted([live + ".lock", live + ".log", live + ".sock",
-                                              "unrelated.txt"]))
+                                              live + "-2.sock", "unrelated.txt"]))
 
 
 if __name__ == "__main__":
