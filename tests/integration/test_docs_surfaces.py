@@ -39,8 +39,10 @@ import glob
 import keyword
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -481,6 +483,35 @@ class CLibrary(unittest.TestCase):
             if fields is None or field not in fields:
                 wrong.append("%s.%s" % (type_name, field))
         self.assertEqual(wrong, [], "docs/client.md names struct fields the header lacks")
+
+
+class CBuild(unittest.TestCase):
+    """docs/client.md's "Building a program", run as a C user runs it: its `cc` line in a
+    directory laid out as the repository (`include/`, `build/` the build under test),
+    then its program against a head (the URL adapted to the test head's port)."""
+
+    def test_the_first_program_builds_and_runs(self):
+        blocks = FENCE.findall("\n".join(section(doc("client.md"), "Building a program")))
+        self.assertEqual([lang for lang, _ in blocks], ["sh", "c"])
+        (_, build), (_, program) = blocks
+        self.assertIn("hello.c", build)
+        work = tempfile.mkdtemp(prefix="muster-docs-cbuild-")
+        self.addCleanup(shutil.rmtree, work, True)
+        os.symlink(INCLUDE, os.path.join(work, "include"))
+        os.symlink(os.path.abspath(os.environ.get("MUSTER_BUILD_DIR")
+                                   or os.path.dirname(MUSTER)), os.path.join(work, "build"))
+        head = harness.Head().start()
+        self.addCleanup(head.cleanup)
+        self.assertIn('"http://127.0.0.1:7370"', program)
+        with open(os.path.join(work, "hello.c"), "w") as f:
+            f.write(program.replace("http://127.0.0.1:7370", head.url))
+        r = subprocess.run(["bash", "-e", "-u", "-c", build], cwd=work, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, "the cc line of client.md:\n" + r.stderr)
+        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        r = subprocess.run([os.path.join(work, "hello")], cwd="/", env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "ok: \n", ""))
 
 
 # ---- Python -------------------------------------------------------------------------------
