@@ -8,8 +8,9 @@ block under a `###` heading (with their indented continuation lines).  The clien
 options (--url, --token, --data-dir) are the table of "Finding the head", and `-h`,
 `--help` the opening paragraph.  The other way, every command the table, a heading or
 a synopsis names exists, and so does every option that a `muster COMMAND ...` of
-cli.md or pools.md gives (synopses, examples, inline code): the command's `--help`
-names it.  Every `--help` exits 0 and starts with its usage line.  `muster head --help`,
+README.md or any docs/*.md gives (synopses, examples, inline code): the command's
+`--help` names it, but for the few that a doc gives on purpose to quote their refusal
+(REFUSED_IN_DOCS).  Every `--help` exits 0 and starts with its usage line.  `muster head --help`,
 text written apart from the options it parses (every other command's is printed from
 the table it is parsed with), lists exactly the options the source takes.
 
@@ -29,7 +30,7 @@ table, and every name there exists; the "Errors" table maps each wire code to th
 class the client raises for it; and every `Client.x`, `Pool.x`, ... the doc writes
 exists.  Classes are read from the source (ast), so muster.torch needs no torch.
 
-MUSTER_DOCS_TEST_DOCS, _INCLUDE, _PYTHON and _SRC point the test at edited copies (to
+MUSTER_DOCS_TEST_DOCS, _README, _INCLUDE, _PYTHON and _SRC point the test at edited copies (to
 see it fail).  Names deliberately left out are listed below (C_NOT_API, PY_NOT_API,
 PY_CODES_NOT_RAISED), each with its reason.
 """
@@ -39,8 +40,10 @@ import glob
 import keyword
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,6 +54,7 @@ DOCS = os.environ.get("MUSTER_DOCS_TEST_DOCS", os.path.join(ROOT, "docs"))
 INCLUDE = os.environ.get("MUSTER_DOCS_TEST_INCLUDE", os.path.join(ROOT, "include"))
 PYTHON = os.environ.get("MUSTER_DOCS_TEST_PYTHON", os.path.join(ROOT, "python"))
 SRC = os.environ.get("MUSTER_DOCS_TEST_SRC", os.path.join(ROOT, "src"))
+README = os.environ.get("MUSTER_DOCS_TEST_README", os.path.join(ROOT, "README.md"))
 MUSTER = harness.MUSTER_BIN
 
 
@@ -60,7 +64,8 @@ def read(path):
 
 
 def doc(name):
-    return read(os.path.join(DOCS, name))
+    """docs/NAME, or the repository's README.md for "README.md"."""
+    return read(README if name == "README.md" else os.path.join(DOCS, name))
 
 
 # ---- Markdown, as our docs write it ----------------------------------------------------
@@ -297,18 +302,36 @@ def invoked(line, commands):
     return (None, " ".join(words))
 
 
+# Options a doc gives a command to say that it refuses them, by doc and command.
+REFUSED_IN_DOCS = {
+    ("coming-from.md", ("node",)): {"--head"},   # "muster node --head ... says what to write"
+}
+
+
+def doc_names():
+    """The docs whose `muster` lines are checked: README.md and every docs/*.md."""
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(DOCS, "*.md")))
+    assert {"cli.md", "pools.md", "node.md"} <= set(names), names
+    return ["README.md"] + names
+
+
 def example_invocations(commands):
-    """(where, command, options given) of every `muster COMMAND ...` of cli.md and
-    pools.md: code blocks (synopses and examples) and inline code.  An example's options
-    end where INVOCATION_END says; a synopsis's are all of its line."""
+    """(where, command, options given) of every `muster COMMAND ...` of README.md and
+    docs/*.md: code blocks (synopses and examples) and inline code.  An example's options
+    end where INVOCATION_END says; a synopsis's are all of its line.  A quoted message
+    (`muster head: ...`: the command followed by a colon) runs nothing."""
     whole = {line.strip() for lines in synopses(commands, raw=True).values() for line in lines}
     found = []
-    for name in ("cli.md", "pools.md"):
+    for name in doc_names():
         text = doc(name)
-        pieces = [line for _, block in FENCE.findall(text) for line in logical_lines(block)]
+        # A shell comment runs nothing ("# ... as muster reads them").
+        pieces = [re.sub(r"(^|\s)#\s.*$", "", line) for _, block in FENCE.findall(text)
+                  for line in logical_lines(block)]
         pieces += [span for span in code_spans(text) if span.startswith("muster ")]
         for piece in pieces:
             command = invoked(piece, commands)
+            if command and command[0] and command[1].lstrip().startswith(":"):
+                continue
             if command:
                 given = command[1] if piece.strip() in whole else \
                     INVOCATION_END.split(command[1] + " ")[0]
@@ -380,10 +403,11 @@ class Cli(unittest.TestCase):
                 wrong.append("%s: no such command" % where)
                 continue
             seen.add(command)
-            unknown = sorted(given - help_of(command).options)
+            unknown = sorted(given - help_of(command).options
+                             - REFUSED_IN_DOCS.get((where.split(":")[0], command), set()))
             if unknown:
                 wrong.append("%s: %s" % (where, ", ".join(unknown)))
-        self.assertEqual(wrong, [], "options docs/cli.md or pools.md gives a command that its "
+        self.assertEqual(wrong, [], "options README.md or docs/*.md give a command that its "
                          "--help does not list")
         self.assertIn(("map",), seen)
 
@@ -481,6 +505,35 @@ class CLibrary(unittest.TestCase):
             if fields is None or field not in fields:
                 wrong.append("%s.%s" % (type_name, field))
         self.assertEqual(wrong, [], "docs/client.md names struct fields the header lacks")
+
+
+class CBuild(unittest.TestCase):
+    """docs/client.md's "Building a program", run as a C user runs it: its `cc` line in a
+    directory laid out as the repository (`include/`, `build/` the build under test),
+    then its program against a head (the URL adapted to the test head's port)."""
+
+    def test_the_first_program_builds_and_runs(self):
+        blocks = FENCE.findall("\n".join(section(doc("client.md"), "Building a program")))
+        self.assertEqual([lang for lang, _ in blocks], ["sh", "sh", "c"])
+        (_, installed), (_, build), (_, program) = blocks   # the install: test_c_build
+        self.assertIn("prog.c", build)
+        work = tempfile.mkdtemp(prefix="muster-docs-cbuild-")
+        self.addCleanup(shutil.rmtree, work, True)
+        os.symlink(INCLUDE, os.path.join(work, "include"))
+        os.symlink(os.path.abspath(os.environ.get("MUSTER_BUILD_DIR")
+                                   or os.path.dirname(MUSTER)), os.path.join(work, "build"))
+        head = harness.Head().start()
+        self.addCleanup(head.cleanup)
+        self.assertIn('"http://127.0.0.1:7370"', program)
+        with open(os.path.join(work, "prog.c"), "w") as f:
+            f.write(program.replace("http://127.0.0.1:7370", head.url))
+        r = subprocess.run(["bash", "-e", "-u", "-c", build], cwd=work, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, "the cc line of client.md:\n" + r.stderr)
+        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        r = subprocess.run([os.path.join(work, "prog")], cwd="/", env=env,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual((r.returncode, r.stdout, r.stderr), (0, "ok: \n", ""))
 
 
 # ---- Python -------------------------------------------------------------------------------
