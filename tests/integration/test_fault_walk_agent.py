@@ -67,8 +67,8 @@ class SharedCacheDirTest(unittest.TestCase):
         first, second = self.agent("fw-first"), self.agent("fw-second")
         self.assertFalse(os.path.exists(self.cache))
         self.assertEqual(self.read(first), "miss")
-        self.assertEqual(self.read(second), None)  # forwarded: from the head, uncached
-        self.assertEqual(self.read(second), None)
+        self.assertEqual(self.read(second), "uncached")  # forwarded from the head
+        self.assertEqual(self.read(second), "uncached")
         harness.wait_until(lambda: self.refusal(first) in second.log(),
                            what=lambda: "the refusal in the second agent's log:\n" +
                            second.log())
@@ -92,8 +92,8 @@ class SharedCacheDirTest(unittest.TestCase):
         # serves its reads from the head, saying why once.
         os.makedirs(os.path.join(self.cache, "@agent.lock"))
         agent = self.agent("fw-nolock")
-        self.assertEqual(self.read(agent), None)
-        self.assertEqual(self.read(agent), None)
+        self.assertEqual(self.read(agent), "uncached")
+        self.assertEqual(self.read(agent), "uncached")
         said = "cannot open the cache dir's lock %s/@agent.lock: Is a directory" % self.cache
         self.assertEqual(agent.log().count(said), 1, agent.log())
 

@@ -133,7 +133,7 @@ class NodeDiskRoomAgainTest(TinyDiskCase):
                 if refused == 3:
                     break
         self.assertEqual(refused, 3, "no create was refused on a full disk")
-        self.assertIsNone(self.read("one", os.urandom(300000)))  # served uncached
+        self.assertEqual(self.read("one", os.urandom(300000)), "uncached")
         log = self.agent.log()
         self.assertIn("the disk holding %s/iterations.db is full" % self.state, log)
         self.assertIn("cache: no room for 300000 bytes in %s" % self.cache, log)

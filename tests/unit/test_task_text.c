@@ -438,9 +438,9 @@ static json_t *old_results(const char *id, const results_case_t *c, int64_t tota
   json_t *gap = c->gap_first < 0 ? NULL
                                  : json_pack("{s:I, s:I}", "first", (json_int_t)c->gap_first,
                                              "last", (json_int_t)c->gap_last);
-  json_t *reply =
-      json_pack("{s:o, s:I, s:I, s:I, s:o?}", "results", results, "cursor", (json_int_t)c->next,
-                "total", (json_int_t)total, "done", (json_int_t)done, "gap", gap);
+  json_t *reply = json_pack("{s:o, s:I, s:I, s:I, s:o?, s:b}", "results", results, "cursor",
+                            (json_int_t)c->next, "total", (json_int_t)total, "done",
+                            (json_int_t)done, "gap", gap, "sealed", 0);
   assert_non_null(reply);
   return reply;
 }
