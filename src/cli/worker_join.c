@@ -295,12 +295,15 @@ static muster_err_t worker_await(worker_t *w, muster_client_t *client, worker_st
   char hint[4400];
   while (worker_head_away(err = step(w, client)) ||
          (err == MUSTER_QUEUE_NOT_FOUND && w->agent_fd >= 0)) {
+    /* A node agent's worker has the URL of the agent's --join, not its own. */
+    if (w->agent_fd >= 0)
+      snprintf(hint, sizeof hint, "the URL is the node agent's --join");
     if (worker_head_away(err) && !said_head)
       fprintf(stderr,
               "muster worker: waiting for the head at %s (%s: %.300s); trying every second "
               "(%s)\n",
               w->url, muster_err_name(err), muster_client_message(client),
-              cli_url_hint(hint, sizeof hint));
+              w->agent_fd >= 0 ? hint : cli_url_hint(hint, sizeof hint));
     else if (err == MUSTER_QUEUE_NOT_FOUND && !said_queue)
       worker_say_awaiting_queue(w);
     said_head = said_head || worker_head_away(err);

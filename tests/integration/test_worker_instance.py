@@ -167,9 +167,11 @@ class WorkerKilledBeforeItToldItsIdWhileHeadAwayTest(HeldWorkerCase):
         # The slot's next worker waits for the head, unregistered: killed there, its
         # report finds nothing to end.
         waiting = r"^worker 1 \(pid (\d+)\): muster worker: waiting for the head at "
-        pid2 = int(harness.wait_until(lambda: re.search(waiting, a.log(), re.M),
-                                      what=lambda: "the next worker waiting:\n" + a.log())
-                   .group(1))
+        found = harness.wait_until(lambda: re.search(waiting + r".*\((.*)\)$", a.log(), re.M),
+                                   what=lambda: "the next worker waiting:\n" + a.log())
+        pid2 = int(found.group(1))
+        # Its URL is the agent's --join, which the user gave the agent, not the worker.
+        self.assertEqual(found.group(2), "the URL is the node agent's --join", found.group(0))
         self.assertNotEqual(pid2, pid)
         instance2 = node_harness.environ_of(pid2).get("MUSTER_WORKER_INSTANCE")
         self.assertEqual(instance2, "%s-1-2" % a.lock_info()["instance"])
