@@ -279,6 +279,14 @@ extern const cli_opt_t cmd_backup_opts[];
 extern const char cmd_backup_details[];
 int cmd_backup(cli_args_t *args);
 
+/* The table of every command main() runs, in the order `muster --help`
+ * lists them; its length in *count (main.c). */
+const cli_cmd_t *cli_commands(size_t *count);
+
+/* `muster completion SHELL` (completion.c). */
+extern const char cli_completion_details[];
+int cmd_completion(cli_args_t *args);
+
 /* ---- the node agent (cmd_node.c) ---- */
 
 extern const cli_opt_t cli_node_opts[];
@@ -288,6 +296,10 @@ int cmd_node(cli_args_t *args);
 int cmd_head_main(int argc, char **argv);
 /* Prints the local agent's options of `muster head --help`. */
 void cli_head_agent_usage(FILE *out);
+/* For `muster completion`: the name of the i-th option of `muster head`'s
+ * local agent (--server-only among them), with its metavar in *metavar (as
+ * `muster node` names it; NULL for a flag); NULL past the last. */
+const char *cli_head_agent_option(size_t i, const char **metavar);
 
 /* ---- pools and sessions (cmd_map.c, cmd_nodes.c, cmd_session.c) ---- */
 
@@ -307,6 +319,11 @@ void cli_print_result_value(const char *json, FILE *out);
 
 extern const cli_opt_t cmd_map_opts[], cmd_nodes_opts[], cmd_workers_opts[], cmd_update_opts[],
     cmd_session_create_opts[], cmd_session_results_opts[], cmd_session_put_opts[];
+/* What --order of `session results` takes, indexed by muster_order_t,
+ * NULL-terminated (cmd_session_results.c). */
+extern const char *const cli_result_orders[];
+/* What a BOOL option (--cluster-sync) takes: "true", "false", NULL (cmd_iter.c). */
+extern const char *const cli_bool_words[];
 extern const char cmd_map_details[], cmd_session_put_details[], cmd_session_results_details[],
     cmd_session_seal_details[], cmd_update_details[];
 int cmd_map(cli_args_t *args);

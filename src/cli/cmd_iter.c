@@ -112,6 +112,8 @@ const cli_opt_t iter_status_opts[] = {
     {NULL, NULL, NULL},
 };
 
+const char *const cli_bool_words[] = {"true", "false", NULL};
+
 /* Storage for the arrays a configuration points at. */
 typedef struct {
   muster_iter_config_t cfg;
@@ -301,9 +303,9 @@ static int read_settings(const cli_args_t *args, muster_iter_config_t *cfg) {
     rc = cli_opt_int(args, "replication", -1, 1, &cfg->replication);
   const char *sync = cli_opt(args, "cluster-sync");
   if (rc == CLI_OK && sync) {
-    if (strcmp(sync, "true") && strcmp(sync, "false"))
+    if (strcmp(sync, cli_bool_words[0]) && strcmp(sync, cli_bool_words[1]))
       return cli_usage_error(args->cmd, "--cluster-sync: expected true or false");
-    cfg->cluster_sync = strcmp(sync, "true") == 0;
+    cfg->cluster_sync = strcmp(sync, cli_bool_words[0]) == 0;
   }
   return rc;
 }

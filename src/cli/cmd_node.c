@@ -265,6 +265,22 @@ static const char *const head_agent_valued[] = {
     "concurrency", "nickname", "lock-file", "name", "permanent-exit", NULL};
 static const char *const head_agent_flags[] = {"json-result", "server-only", NULL};
 
+const char *cli_head_agent_option(size_t i, const char **metavar) {
+  size_t nvalued = sizeof head_agent_valued / sizeof head_agent_valued[0] - 1;
+  size_t nflags = sizeof head_agent_flags / sizeof head_agent_flags[0] - 1;
+  if (i >= nvalued + nflags)
+    return NULL;
+  if (i >= nvalued) {
+    *metavar = NULL;
+    return head_agent_flags[i - nvalued];
+  }
+  *metavar = "VALUE"; /* a valued option not in `muster node`'s table: any value */
+  for (int k = 0; cli_node_opts[k].name; k++)
+    if (strcmp(cli_node_opts[k].name, head_agent_valued[i]) == 0)
+      *metavar = cli_node_opts[k].metavar;
+  return head_agent_valued[i];
+}
+
 /* `muster node`'s options under the name `head`, for the local agent's. */
 static const cli_cmd_t head_agent_row = {.name = "head",
                                          .synopsis = "[options]",

@@ -173,13 +173,21 @@ static void session_pause(const session_read_t *rd, int64_t ms) {
   session_waits(rd, 0);
 }
 
+const char *const cli_result_orders[] = {
+    [MUSTER_ORDER_SUBMISSION] = "submission",
+    [MUSTER_ORDER_COMPLETION] = "completion",
+    NULL,
+};
+
 static int session_read_opts(const cli_args_t *args, session_read_t *rd) {
   const char *order = cli_opt(args, "order");
-  if (order != NULL && strcmp(order, "submission") != 0 && strcmp(order, "completion") != 0)
+  rd->order = MUSTER_ORDER_SUBMISSION;
+  for (int i = 0; order != NULL && cli_result_orders[i]; i++)
+    if (strcmp(order, cli_result_orders[i]) == 0)
+      rd->order = (muster_order_t)i;
+  if (order != NULL && strcmp(order, cli_result_orders[rd->order]) != 0)
     return cli_usage_error(args->cmd, "--order: expected submission or completion, got '%s'",
                            order);
-  rd->order =
-      order && strcmp(order, "completion") == 0 ? MUSTER_ORDER_COMPLETION : MUSTER_ORDER_SUBMISSION;
   rd->follow = cli_flag(args, "follow");
   rd->until_sealed = cli_flag(args, "until-sealed");
   if (rd->until_sealed && !rd->follow)

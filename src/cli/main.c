@@ -337,12 +337,19 @@ static const cli_cmd_t commands[] = {
     {"backup", "[--name NAME] [options]",
      "Make an online backup of the head's state; print its path.", cmd_backup_details,
      cmd_backup_opts, 1, 0, 0, cmd_backup},
+    {"completion", "SHELL", "Print a shell completion script (bash or zsh).",
+     cli_completion_details, NULL, 0, 1, 1, cmd_completion},
     {"version", "", "Print the version.", NULL, NULL, 0, 0, 0, cmd_version},
     {"help", "[COMMAND [SUBCOMMAND]]", "Show help for muster or for a command.", NULL, NULL, 0, 0,
      2, cmd_help},
 };
 
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+const cli_cmd_t *cli_commands(size_t *count) {
+  *count = N_COMMANDS;
+  return commands;
+}
 
 /* Non-zero when `word` names a group of subcommands ("queue", "tasks"). */
 static int is_group(const char *word) {

@@ -27,6 +27,14 @@ void head_usage(void);
  * with one line on stderr for a refused option). */
 int head_parse(int argc, char **argv, head_config_t *cfg, const char **token_arg);
 
+/* For `muster completion`: the name of the head's i-th long option ("help"
+ * among them), with *valued set when it takes a value; NULL past the last. */
+const char *head_option_at(size_t i, bool *valued);
+/* The words the value of head option `name` may be, NULL-terminated ("full",
+ * "normal" for "sync"), or NULL for an option whose value is not one of a
+ * list.  Static storage. */
+const char *const *head_option_words(const char *name);
+
 /* Of the head's long option name[0, len): 1 when it takes a value, 0 when it
  * takes none, -1 when the head has no such option (a prefix is none). */
 int head_option_arity(const char *name, size_t len);

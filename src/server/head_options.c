@@ -146,6 +146,24 @@ static const struct option head_options[] = {
     {0, 0, 0, 0},
 };
 
+/* What --sync takes, in this order: index 0 fsyncs at every commit. */
+static const char *const head_sync_words[] = {"full", "normal", NULL};
+
+const char *head_option_at(size_t i, bool *valued) {
+  if (i >= sizeof head_options / sizeof head_options[0] - 1)
+    return NULL;
+  *valued = head_options[i].has_arg == required_argument;
+  return head_options[i].name;
+}
+
+const char *const *head_option_words(const char *name) {
+  if (strcmp(name, "sync") == 0)
+    return head_sync_words;
+  if (strcmp(name, "log-level") == 0)
+    return log_level_words;
+  return NULL;
+}
+
 int head_option_arity(const char *name, size_t len) {
   for (int i = 0; head_options[i].name; i++)
     if (strlen(head_options[i].name) == len && strncmp(head_options[i].name, name, len) == 0)
@@ -243,8 +261,8 @@ static bool head_set_option(int c, head_config_t *cfg, const char **token_arg, c
     *token_arg = optarg;
     return !head_token_problem(optarg, sizeof cfg->token - 1, why, size);
   case 's':
-    ok = strcmp(optarg, "full") == 0 || strcmp(optarg, "normal") == 0;
-    cfg->sync_full = strcmp(optarg, "full") == 0;
+    ok = strcmp(optarg, head_sync_words[0]) == 0 || strcmp(optarg, head_sync_words[1]) == 0;
+    cfg->sync_full = strcmp(optarg, head_sync_words[0]) == 0;
     return ok;
   case 'Y':
     cfg->sync_leases = true;

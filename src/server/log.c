@@ -21,10 +21,11 @@ void log_set_level(log_level_t level) {
   log_threshold = level;
 }
 
+const char *const log_level_words[] = {"debug", "info", "warn", "error", NULL};
+
 int log_level_parse(const char *name) {
-  static const char *const lower[] = {"debug", "info", "warn", "error"};
-  for (int i = 0; i < 4; i++)
-    if (strcmp(name, lower[i]) == 0)
+  for (int i = 0; log_level_words[i]; i++)
+    if (strcmp(name, log_level_words[i]) == 0)
       return i;
   return -1;
 }

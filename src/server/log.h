@@ -10,6 +10,9 @@ typedef enum { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR } log_level_t;
 
 /* Lines below `level` are dropped.  Default LOG_INFO. */
 void log_set_level(log_level_t level);
+/* The names of the levels in log_level_t's order, NULL-terminated: what
+ * --log-level takes (and what `muster completion` offers for it). */
+extern const char *const log_level_words[];
 /* Parses "debug", "info", "warn", "error"; returns -1 for anything else. */
 int log_level_parse(const char *name);
 void log_msg(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
