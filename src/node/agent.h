@@ -230,9 +230,10 @@ struct evbuffer *port_body(h1_req_t *q);
  * for what must last as long as a reply (a cached file's reader).  One per
  * request. */
 void port_on_free(h1_req_t *q, void (*fn)(void *arg), void *arg);
-/* True when `q` carries the agent's own token (the head's admin token) or
- * the agent has none: what the agent serves itself (its cache's statistics
- * aside) takes that token alone, anything else is the head's to judge.
+/* True when `q` carries the agent's own token (the head's admin token);
+ * false for every request when the agent has none: what the agent serves
+ * itself (its cache's statistics aside) takes that token alone, anything
+ * else is the head's to judge.
  * Compared in constant time (core/auth.h). */
 bool port_token_is_agents(const node_agent_t *a, const h1_req_t *q);
 /* Answers `q` with `body` (taken; NULL: none) as JSON, written as the head

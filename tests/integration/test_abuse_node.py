@@ -17,14 +17,23 @@ without its fix.
   the read-only token, 401 saying what is wrong).  The agent's own token is compared in
   constant time, as the head compares its tokens (one helper, core/auth.c).
 - "." and ".." are no names for a node-local iteration either.
+- An agent started without a token of its own (no --token, no MUSTER_TOKEN) took every
+  token as its own, none included: until the head refused its registration, which it
+  cannot while it is out of reach, anyone who reached the port created, leased and
+  deleted node-local iterations without a token.  Such an agent now sends all of them
+  to the head, which judges the token (503 while it cannot be reached).
 """
 import os
 import select
+import shutil
+import socket
 import sys
+import tempfile
+import types
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from node_harness import SharedAgentCase  # noqa: E402
+from node_harness import Agent, SharedAgentCase  # noqa: E402
 from test_http_wire import Wire, request  # noqa: E402
 
 READ_TOKEN = "read-only-token-0123"
@@ -100,6 +109,45 @@ class AgentBodyTest(SharedAgentCase):
             self.assertEqual((r.status, r.error_code), (400, "name_invalid"), r)
             self.assertIn("'.' and '..' are no names: URLs collapse them",
                           r.json["error"]["message"], r)
+
+
+class TokenlessAgent(Agent):
+    """An agent started with no token at all: none on its command line, none in its
+    environment, no data dir with a token file."""
+
+    def argv(self):
+        argv = super().argv()
+        i = argv.index("--token")
+        return argv[:i] + argv[i + 2:]
+
+
+class TokenlessAgentTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="muster-abuse-node-")
+        # A port bound but not listening: the head is out of reach (refused at once),
+        # so the agent keeps retrying its registration and its port stays up.
+        self.closed = socket.socket()
+        self.closed.bind(("127.0.0.1", 0))
+        head = types.SimpleNamespace(
+            url="http://127.0.0.1:%d" % self.closed.getsockname()[1], token=None)
+        self.agent = TokenlessAgent(head, self.dir, "tokenless", env={
+            "MUSTER_TOKEN": "", "MUSTER_DATA_DIR": os.path.join(self.dir, "no-data-dir")})
+        self.agent.start()
+
+    def tearDown(self):
+        self.agent.kill()
+        self.closed.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_no_token_is_no_pass(self):
+        for token in (None, "any-token-0123456789"):
+            with self.subTest(token=token):
+                r = self.agent.request("POST", "/v1/iterations", token=token, body={
+                    "name": "open", "dataset": {"num_samples": 10}, "cluster_sync": False})
+                self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
+                r = self.agent.request("POST", "/v1/iterations/open/next", token=token,
+                                       body={"rank": 0})
+                self.assertEqual((r.status, r.error_code), (503, "unavailable"), r)
 
 
 if __name__ == "__main__":
