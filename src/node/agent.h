@@ -313,6 +313,14 @@ void fwd_pool_cancel_all(node_agent_t *a);
 /* Frees the pool's connections, after the loop ended. */
 void fwd_pool_free(node_agent_t *a);
 
+/* ---- home_dir.c: the default home of the cache and state ---- */
+
+/* When --cache-dir or --state-dir is not given: makes the agent's default
+ * home, /var/tmp/muster-node-NAME, and checks that no other user could
+ * replace what the agent keeps in it (a directory, this user's or root's,
+ * writable by no one else).  0, or -1 after logging why. */
+int home_dir_check(node_agent_t *a);
+
 /* ---- cache_http.c: the node cache (docs/api.md "Node cache") ---- */
 
 /* Opens the cache (a->cache) from the configuration; 0, or -1 after logging. */
