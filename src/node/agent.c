@@ -583,7 +583,7 @@ static int agent_listen(node_agent_t *a) {
     agent_log(a, "%s", err);
     return -1;
   }
-  if (cache_http_start(a) != 0 || iter_local_start(a) != 0)
+  if (home_dir_check(a) != 0 || cache_http_start(a) != 0 || iter_local_start(a) != 0)
     return -1;
   char host[256];
   snprintf(host, sizeof host, "%.*s", (int)(strrchr(listen, ':') - listen), listen);

@@ -230,9 +230,10 @@ struct evbuffer *port_body(h1_req_t *q);
  * for what must last as long as a reply (a cached file's reader).  One per
  * request. */
 void port_on_free(h1_req_t *q, void (*fn)(void *arg), void *arg);
-/* True when `q` carries the agent's own token (the head's admin token) or
- * the agent has none: what the agent serves itself (its cache's statistics
- * aside) takes that token alone, anything else is the head's to judge.
+/* True when `q` carries the agent's own token (the head's admin token);
+ * false for every request when the agent has none: what the agent serves
+ * itself (its cache's statistics aside) takes that token alone, anything
+ * else is the head's to judge.
  * Compared in constant time (core/auth.h). */
 bool port_token_is_agents(const node_agent_t *a, const h1_req_t *q);
 /* Answers `q` with `body` (taken; NULL: none) as JSON, written as the head
@@ -311,6 +312,14 @@ void fwd_conn_discard(node_agent_t *a, fwd_conn_t *c);
 void fwd_pool_cancel_all(node_agent_t *a);
 /* Frees the pool's connections, after the loop ended. */
 void fwd_pool_free(node_agent_t *a);
+
+/* ---- home_dir.c: the default home of the cache and state ---- */
+
+/* When --cache-dir or --state-dir is not given: makes the agent's default
+ * home, /var/tmp/muster-node-NAME, and checks that no other user could
+ * replace what the agent keeps in it (a directory, this user's or root's,
+ * writable by no one else).  0, or -1 after logging why. */
+int home_dir_check(node_agent_t *a);
 
 /* ---- cache_http.c: the node cache (docs/api.md "Node cache") ---- */
 

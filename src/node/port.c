@@ -236,9 +236,14 @@ static bool port_serves(node_agent_t *a, h1_req_t *q) {
   return cache_http_serves(a, q) || iter_local_serves(a, q);
 }
 
+/* An agent without a token of its own is no judge of one: what it would
+ * serve itself then goes to the head, which judges every token.  (Taking
+ * any token then, as it once did, served the node-local iterations to
+ * anyone who reached the port, no token needed, for as long as the head
+ * could not be reached to refuse the agent's registration.) */
 bool port_token_is_agents(const node_agent_t *a, const h1_req_t *q) {
   const char *want = a->cfg->token;
-  return want == NULL || want[0] == '\0' || auth_bearer_is(h1_header(q, "Authorization"), want);
+  return want != NULL && want[0] != '\0' && auth_bearer_is(h1_header(q, "Authorization"), want);
 }
 
 /* h1's dispatch: a request whose head (and, without a body, all) is here.

@@ -135,7 +135,7 @@ static muster_err_t backup_make_dir(backup_t *b, fail_t *f) {
   char parent[PATH_MAX + 16];
   struct stat st;
   snprintf(parent, sizeof parent, "%s/backups", b->seal.data_dir);
-  if (mkdir(parent, 0755) != 0 && errno != EEXIST)
+  if (mkdir(parent, 0700) != 0 && errno != EEXIST) /* a copy of the data dir: as private */
     return fail_set(f, MUSTER_STORE, "cannot create %s: %s", parent, strerror(errno));
   if (snprintf(b->seal.final_dir, sizeof b->seal.final_dir, "%s/%s", parent, b->name) >=
           (int)sizeof b->seal.final_dir ||
@@ -147,7 +147,7 @@ static muster_err_t backup_make_dir(backup_t *b, fail_t *f) {
                     "backup '%s' exists already (%s): choose another name, or remove it first",
                     b->name, b->seal.final_dir);
   backup_remove(b->seal.dir); /* one a killed head left, had the next not removed it */
-  if (mkdir(b->seal.dir, 0755) == 0)
+  if (mkdir(b->seal.dir, 0700) == 0)
     return MUSTER_OK;
   return fail_set(f, MUSTER_STORE, "cannot create %s: %s", b->seal.dir, strerror(errno));
 }
@@ -187,6 +187,7 @@ static muster_err_t backup_open_dest(backup_t *b, fail_t *f) {
   char path[PATH_MAX + 16];
   snprintf(path, sizeof path, "%s/muster.db", b->seal.dir);
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  (void)store_create_private(path); /* the store's copy: its owner's alone, as the store */
   if (sqlite3_open_v2(path, &b->dest, flags, NULL) == SQLITE_OK &&
       sqlite3_exec(b->dest, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;", NULL, NULL, NULL) ==
           SQLITE_OK)

@@ -109,7 +109,7 @@ static muster_err_t backup_copy_file(backup_seal_t *s, const char *from, const c
   int in = open(from, O_RDONLY | O_CLOEXEC);
   if (in < 0)
     return backup_io_fail(s, "open", from, errno);
-  int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (out < 0) {
     int err = errno;
     close(in);
@@ -155,7 +155,7 @@ static muster_err_t backup_one_file(backup_seal_t *s, const char *shared, const 
 
 /* DIR/shared with every blob file the copy names. */
 static muster_err_t backup_shared_files(backup_seal_t *s, const char *shared) {
-  if (mkdir(shared, 0755) != 0)
+  if (mkdir(shared, 0700) != 0)
     return backup_io_fail(s, "create", shared, errno);
   for (size_t i = 0; i < s->nfiles; i++) {
     if (atomic_load(&s->cancel))

@@ -499,7 +499,9 @@ int head_main(int argc, char **argv, const head_agent_t *agent) {
    * store are made.  Nothing is accepted before the event loop runs. */
   h.base = head_event_base();
   int port = h.base ? http_start(&h) : -1;
-  if (port < 0 || (mkdir(h.cfg.data_dir, 0755) != 0 && errno != EEXIST)) {
+  /* 0700: the store, the blobs and the backups hold every client's data,
+   * for the head's user alone (the token file is 0600 for the same reason). */
+  if (port < 0 || (mkdir(h.cfg.data_dir, 0700) != 0 && errno != EEXIST)) {
     if (port >= 0)
       log_msg(LOG_ERROR, "cannot create data dir %s: %s", h.cfg.data_dir, strerror(errno));
     http_stop(&h);

@@ -504,7 +504,9 @@ muster_err_t shared_files_init(store_t *st, const char *data_dir, fail_t *f) {
   char dir[PATH_MAX], tmp[PATH_MAX + 8];
   snprintf(dir, sizeof dir, "%s/shared", data_dir);
   snprintf(tmp, sizeof tmp, "%s/tmp", dir);
-  if ((mkdir(dir, 0755) != 0 && errno != EEXIST) || (mkdir(tmp, 0755) != 0 && errno != EEXIST))
+  /* The owner's alone, as the store (store_create_private): the blobs are
+   * read through the API, never from these files by another user. */
+  if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || (mkdir(tmp, 0700) != 0 && errno != EEXIST))
     return fail_set(f, MUSTER_STORE, "cannot create %s: %s", tmp, strerror(errno));
   files_prune(st, tmp, NULL);
   files_prune(st, dir, file_is_named);

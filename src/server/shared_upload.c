@@ -174,7 +174,7 @@ static muster_err_t upload_open(shared_upload_t *up, const char *data_dir, fail_
     return fail_set(f, MUSTER_INTERNAL, "no random file name could be made");
   snprintf(up->file, sizeof up->file, "%016" PRIx64 ".blob", id);
   snprintf(up->tmp_path, sizeof up->tmp_path, "%s/shared/tmp/%016" PRIx64 ".part", data_dir, id);
-  up->fd = open(up->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  up->fd = open(up->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600); /* shared.c */
   if (up->fd < 0) {
     upload_failed(up, f, "create", up->tmp_path, errno);
     up->tmp_path[0] = '\0';

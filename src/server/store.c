@@ -19,6 +19,8 @@
 #include "store_schema.h"
 #include "walvfs.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -368,6 +370,16 @@ static int64_t store_token_clock(int64_t opened_ms) {
   return opened_ms > 0 ? opened_ms * STORE_TOKEN_CLOCK_SCALE : 0;
 }
 
+int store_create_private(const char *path) {
+  if (path[0] == '\0' || strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0)
+    return 0; /* no file of that name: SQLite's own (the unit tests' in-memory stores) */
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return errno;
+  close(fd);
+  return 0;
+}
+
 store_t *store_open(const store_opts_t *opts, fail_t *f) {
   static pthread_once_t configured = PTHREAD_ONCE_INIT;
   pthread_once(&configured, store_configure_sqlite);
@@ -381,6 +393,7 @@ store_t *store_open(const store_opts_t *opts, fail_t *f) {
   snprintf(st->owner, sizeof st->owner, "%s", opts->owner ? opts->owner : "the head");
   st->owner_says_room = opts->owner_says_room;
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+  (void)store_create_private(opts->path); /* a failure is SQLite's to report, in its words */
   if (sqlite3_open_v2(opts->path, &st->db, flags, store_vfs()) != SQLITE_OK) {
     store_fail(st, f, opts->path);
     store_close(st);

@@ -37,6 +37,16 @@ typedef struct {
 /* Opens (creating if needed) and migrates the database.  On failure returns NULL
  * and fills *f.  The caller owns the result; free with store_close. */
 store_t *store_open(const store_opts_t *opts, fail_t *f);
+
+/* Creates the SQLite file `path` empty (an empty file is an empty database)
+ * with mode 0600 when there is none, and returns 0, or the errno of what
+ * failed.  SQLite itself would create it 0644 less the umask, and the WAL
+ * and shared-memory files it makes beside it take the database's mode: every
+ * payload, result and lease token readable by any local user wherever the
+ * directory lets them in (a data dir systemd's StateDirectory= made is 0755).
+ * A file that exists keeps its mode: the operator's choice.  ":memory:",
+ * "" and "file:" URIs are left to SQLite. */
+int store_create_private(const char *path);
 /* Rolls back any open transaction and closes; accepts NULL. */
 void store_close(store_t *st);
 

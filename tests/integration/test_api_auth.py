@@ -1,9 +1,12 @@
 """Auth: every endpoint but GET /v1/health needs `Authorization: Bearer TOKEN`; a
 missing or wrong token gets 401 unauthorized and changes nothing; a head started
-without --token writes a random admin token to DATA_DIR/token (mode 0600)."""
+without --token writes a random admin token to DATA_DIR/token (mode 0600), and what else
+it keeps in its data dir is its own user's alone too."""
 import os
+import shutil
 import stat
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -139,6 +142,71 @@ class GeneratedTokenTest(unittest.TestCase):
             finally:
                 head.cleanup()
         self.assertNotEqual(tokens[0], tokens[1])
+
+
+class DataDirModeTest(unittest.TestCase):
+    """The store, its WAL, the blobs and the backups hold every client's data: a local
+    user other than the head's could read them all (muster.db 0644 in a 0755 data dir)
+    while the token beside them was 0600.  The head now makes its data dir 0700 and its
+    files 0600, whatever the umask, also in a data dir made for it 0755 (as systemd's
+    StateDirectory= makes one)."""
+
+    def setUp(self):
+        self.parent = tempfile.mkdtemp(prefix="muster-mode-")
+        os.chmod(self.parent, 0o755)
+        self.umask = os.umask(0o022)  # the usual one, inherited by the head
+
+    def tearDown(self):
+        os.umask(self.umask)
+        shutil.rmtree(self.parent, ignore_errors=True)
+
+    def mode(self, *parts):
+        return stat.S_IMODE(os.stat(os.path.join(*parts)).st_mode)
+
+    def fill(self, head):
+        """Writes a blob and a backup; returns the backup's path."""
+        r = head.request("PUT", "/v1/shared/sc/blob", raw=b"secret bytes",
+                         content_type="application/octet-stream")
+        self.assertEqual(r.status, 201, r)
+        r = head.request("POST", "/v1/backup", {"name": "b1"})
+        self.assertEqual(r.status, 201, r)
+        return r.json["path"]
+
+    def check_private(self, data_dir, backup):
+        files = ["muster.db", "muster.db-wal", "token"]
+        files += [os.path.join("shared", f) for f in os.listdir(os.path.join(data_dir, "shared"))
+                  if f != "tmp"]
+        self.assertGreater(len(files), 3, "no blob file in shared/")
+        for f in files:
+            self.assertEqual(self.mode(data_dir, f), 0o600, f)
+        for d in ("shared", "shared/tmp", "backups", backup, os.path.join(backup, "shared")):
+            self.assertEqual(self.mode(data_dir, d), 0o700, d)
+        self.assertEqual(self.mode(backup, "muster.db"), 0o600)
+        blobs = os.listdir(os.path.join(backup, "shared"))
+        self.assertEqual(len(blobs), 1, blobs)
+        self.assertEqual(self.mode(backup, "shared", blobs[0]), 0o600)
+
+    def test_a_new_data_dir_is_private(self):
+        data_dir = os.path.join(self.parent, "data")  # the head makes it
+        head = harness.Head(data_dir=data_dir)
+        head.log_path = os.path.join(self.parent, "head.log")
+        try:
+            head.start()
+            self.assertEqual(self.mode(data_dir), 0o700)
+            self.check_private(data_dir, self.fill(head))
+        finally:
+            head.cleanup()
+
+    def test_files_are_private_in_an_open_data_dir(self):
+        data_dir = os.path.join(self.parent, "state")
+        os.mkdir(data_dir, 0o755)
+        head = harness.Head(data_dir=data_dir)
+        try:
+            head.start()
+            self.check_private(data_dir, self.fill(head))
+            self.assertEqual(self.mode(data_dir), 0o755)  # the operator's to choose
+        finally:
+            head.cleanup()
 
 
 if __name__ == "__main__":

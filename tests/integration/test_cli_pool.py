@@ -288,6 +288,22 @@ class CliPoolTest(unittest.TestCase):
         self.assertEqual(self.run_cli("update", "x").returncode, 2)
         self.assertIn("queue_not_found", self.run_cli("update", "--queue", "nope", "1").stderr)
 
+    def test_workers_table_shows_no_control_characters(self):
+        # A worker's progress is any text it sends (through the DistCompute routes,
+        # anyone's, no token needed), and `muster workers` prints it to an operator's
+        # terminal: an ESC there could clear the screen or retitle the window, a line
+        # break forge a row.  Each control character shows as '?'.
+        reply = self.head.request("POST", "/v1/workers", body={"queues": ["esc"]})
+        self.assertEqual(reply.status, 201, reply)
+        progress = "50%\x1b[2J\x1b]0;title\x07\r\n7  forged  -  active\x7f\u009b31m!"
+        reply = self.head.request("POST", "/v1/workers/%d/heartbeat" % reply.json["id"],
+                                  body={"progress": progress})
+        self.assertEqual(reply.status, 200, reply)
+        table = self.ok("workers", "--queue", "esc").stdout
+        self.assertEqual(len(table.splitlines()), 2, table)
+        self.assertTrue(table.splitlines()[1].endswith(
+            "50%?[2J?]0;title???7  forged  -  active??31m!"), table)
+
     def test_workers_and_nodes(self):
         harness.wait_until(lambda: QUEUE in self.ok("workers").stdout, what="the worker listed")
         table = self.ok("workers", "--queue", QUEUE).stdout.splitlines()
