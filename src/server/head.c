@@ -38,8 +38,12 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The most open files the head asks for (head_raise_nofile). */
+#define HEAD_NOFILE_MAX ((rlim_t)1 << 20)
 
 static volatile sig_atomic_t head_signalled;
 
@@ -489,12 +493,33 @@ static const head_config_t head_defaults = {.listen_host = "127.0.0.1",
                                             .shared_keep_levels = SHARED_DEFAULT_KEEP_LEVELS,
                                             .max_blob_bytes = (size_t)SHARED_DEFAULT_MAX_BLOB};
 
+/* Raises the soft limit of open files to the hard one (at most
+ * HEAD_NOFILE_MAX): every client connection holds a descriptor, and the soft
+ * limit a service starts with (1024 under systemd) is for programs that use
+ * select(2); the head waits with epoll.  Its local agent was started before,
+ * so the workers' commands keep the limit they were given. */
+static void head_raise_nofile(void) {
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max ||
+      lim.rlim_cur >= HEAD_NOFILE_MAX)
+    return;
+  rlim_t was = lim.rlim_cur;
+  lim.rlim_cur = lim.rlim_max < HEAD_NOFILE_MAX ? lim.rlim_max : HEAD_NOFILE_MAX;
+  if (setrlimit(RLIMIT_NOFILE, &lim) == 0)
+    log_msg(LOG_INFO,
+            "open files: raised the soft limit from %llu to %llu (hard limit %llu), one per "
+            "client connection",
+            (unsigned long long)was, (unsigned long long)lim.rlim_cur,
+            (unsigned long long)lim.rlim_max);
+}
+
 int head_main(int argc, char **argv, const head_agent_t *agent) {
   head_t h = {.cfg = head_defaults, .wal_fd = -1};
   const char *token_arg = NULL;
   int status = head_parse(argc, argv, &h.cfg, &token_arg);
   if (status >= 0)
     return status;
+  head_raise_nofile();
   /* Listen first: a port in use fails before the data dir, a token and a
    * store are made.  Nothing is accepted before the event loop runs. */
   h.base = head_event_base();

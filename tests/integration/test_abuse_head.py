@@ -195,6 +195,19 @@ class NumbersTest(HeadCase):
             self.assertNotIn(not_says, message, r)
 
 
+class DescriptorLimitTest(unittest.TestCase):
+    """A head started with a soft limit of open files below its hard one (1024 is a
+    service's usual soft limit) raises it to the hard one: a descriptor per client
+    connection, and the head waits with epoll, not select."""
+
+    def test_soft_limit_raised_to_the_hard_one(self):
+        h = harness.Head(prefix=("prlimit", "--nofile=256:4096")).start()
+        self.addCleanup(h.stop_checked)
+        self.assertEqual(resource.prlimit(h.proc.pid, resource.RLIMIT_NOFILE), (4096, 4096))
+        self.assertIn("open files: raised the soft limit from 256 to 4096 (hard limit 4096), "
+                      "one per client connection", h.log())
+
+
 class DescriptorsTest(unittest.TestCase):
     """A head whose descriptors run out: its limit (RLIMIT_NOFILE) lowered while it
     runs, then every one taken by connections that stay open."""
