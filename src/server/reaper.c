@@ -30,6 +30,9 @@
  * it forgets the worker instances reported ended longer than
  * worker_ended_keep_ms() ago (worker_ended.c): a bounded table, so one
  * statement, and none at all when an indexed read finds nothing that old.
+ * Once every sixtieth of the time they are kept (a minute), and at every
+ * tick while chunks come out full, it deletes a chunk of the DistCompute
+ * workers that went an hour ago without doing anything (compat_bounds.c).
  */
 #include "reaper.h"
 #include "compat_bounds.h"
