@@ -29,6 +29,7 @@
  * timed-out worker).
  */
 #include "compat.h"
+#include "compat_bounds.h"
 #include "compat_jobs.h"
 #include "jv.h"
 #include "lease.h"
@@ -441,10 +442,43 @@ static muster_err_t compat_save_worker(store_t *st, const char *token, const pip
   return store_step_done(st, s, f);
 }
 
+/* When each pipeline's refusal at its cap was last logged (ms). */
+static int64_t compat_full_logged_ms[COMPAT_MAX_PIPELINES];
+
+/* True after refusing api/new when `pipe` has its cap of active workers
+ * (--distcompute-max-workers; compat_bounds.c says why there is one), or
+ * after a 500 when they could not be counted.  503, not 429: the cap is the
+ * pipeline's, shared by every client, and no client is asking too often; a
+ * slot frees when any worker says bye or times out, so a later try may
+ * pass.  Logged once a minute at most: a loop of refusals must not flood
+ * the log either. */
+static bool compat_full(http_req_t *r, const pipeline_t *pipe) {
+  int64_t active = 0, cap = r->head->cfg.distcompute_max_workers, now = now_ms();
+  fail_t f = {0};
+  if (compat_active_count(r->head->st, pipe->name, &active, &f)) {
+    compat_fail(r, &f);
+    return true;
+  }
+  if (active < cap)
+    return false;
+  char msg[320];
+  snprintf(msg, sizeof msg,
+           "Pipeline '%s' has %lld active workers, its cap (muster head "
+           "--distcompute-max-workers %lld): no new worker until one says bye or times out.",
+           pipe->name, (long long)active, (long long)cap);
+  int64_t *logged = &compat_full_logged_ms[pipe - pipelines];
+  if (*logged == 0 || now - *logged >= 60000) {
+    *logged = now;
+    log_msg(LOG_WARN, "distcompute api/new refused (logged once a minute at most): %s", msg);
+  }
+  compat_text(r, 503, msg);
+  return true;
+}
+
 void compat_h_new(http_req_t *r) {
   const pipeline_t *pipe = compat_pipeline(r);
   int stage = pipe ? compat_stage(r, pipe) : -1;
-  if (stage < 0)
+  if (stage < 0 || compat_full(r, pipe))
     return;
   const char *nickname = http_query(r, "nickname");
   char letter[2] = {(char)('a' + stage), '\0'}, token[2 * COMPAT_TOKEN_BYTES + 1];

@@ -11,6 +11,7 @@
 #include "backup.h"
 #include "head_commit.h"
 #include "compat.h"
+#include "compat_bounds.h"
 #include "http.h"
 #include "iter.h"
 #include "lease.h"
@@ -388,6 +389,7 @@ static int head_run(head_t *h, bool generated, int port, const head_agent_t *age
   h->reaper = reaper_new(h);
   reply_budget_init();
   worker_ended_init();
+  compat_bounds_init();
   struct timeval sweep = {.tv_sec = h->cfg.sweep_ms / 1000,
                           .tv_usec = (h->cfg.sweep_ms % 1000) * 1000};
   int status = 1;
@@ -491,7 +493,8 @@ static const head_config_t head_defaults = {.listen_host = "127.0.0.1",
                                             .max_payload = 1u << 20,
                                             .max_shared_ttl_ms = SHARED_DEFAULT_TTL_MS,
                                             .shared_keep_levels = SHARED_DEFAULT_KEEP_LEVELS,
-                                            .max_blob_bytes = (size_t)SHARED_DEFAULT_MAX_BLOB};
+                                            .max_blob_bytes = (size_t)SHARED_DEFAULT_MAX_BLOB,
+                                            .distcompute_max_workers = COMPAT_DEFAULT_MAX_WORKERS};
 
 /* Raises the soft limit of open files to the hard one (at most
  * HEAD_NOFILE_MAX): every client connection holds a descriptor, and the soft

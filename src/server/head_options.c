@@ -82,6 +82,9 @@ static const char head_usage_text[] =
     "  --distcompute NAME=Q1,Q2,...\n"
     "                            expose queues Q1..Q5 (stages a..e) to DistCompute\n"
     "                            clients at /compat/distcompute/NAME (repeatable)\n"
+    "  --distcompute-max-workers N\n"
+    "                            active DistCompute workers per pipeline, at most:\n"
+    "                            api/new beyond is refused with 503 (default 10000)\n"
     "  --log-level LEVEL         debug, info, warn or error (default info)\n"
     "  -h, --help                show this help\n";
 
@@ -143,6 +146,7 @@ static const struct option head_options[] = {
     {"max-shared-ttl-ms", required_argument, 0, 'T'},
     {"shared-keep-levels", required_argument, 0, 'K'},
     {"sync-leases", no_argument, 0, 'Y'},
+    {"distcompute-max-workers", required_argument, 0, 'm'},
     {0, 0, 0, 0},
 };
 
@@ -224,6 +228,8 @@ static bool head_set_number(int c, head_config_t *cfg) {
     return parse_size(optarg, 100, &cfg->node_timeout_ms);
   case 'T':
     return parse_size(optarg, 1, &cfg->max_shared_ttl_ms);
+  case 'm':
+    return parse_size(optarg, 1, &cfg->distcompute_max_workers);
   case 'b':
     ok = parse_size(optarg, 1024, &n);
     cfg->max_body = (size_t)n;
@@ -306,6 +312,7 @@ static const struct {
     {'p', "a whole number of bytes, from 64 to 9223372036854775807"},
     {'B', "a whole number of bytes, from 1 to 9223372036854775807"},
     {'K', "a whole number of levels, from 1 to 9223372036854775807"},
+    {'m', "a whole number of workers, from 1 to 9223372036854775807"},
 };
 
 /* Reports the refused value of option `c` (--`name`) in one line; returns the

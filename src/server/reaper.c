@@ -30,8 +30,12 @@
  * it forgets the worker instances reported ended longer than
  * worker_ended_keep_ms() ago (worker_ended.c): a bounded table, so one
  * statement, and none at all when an indexed read finds nothing that old.
+ * Once every sixtieth of the time they are kept (a minute), and at every
+ * tick while chunks come out full, it deletes a chunk of the DistCompute
+ * workers that went an hour ago without doing anything (compat_bounds.c).
  */
 #include "reaper.h"
+#include "compat_bounds.h"
 #include "h1.h"
 #include "log.h"
 #include "queue.h"
@@ -80,6 +84,10 @@ struct reaper {
   bool hold_sessions;  /* MUSTER_TEST_HOLD_LEFTOVERS: closed sessions' tasks are left in place */
   /* When the ended worker instances are looked at next (0: at the first tick). */
   int64_t ended_next_ms;
+  /* When idle DistCompute workers are looked for next, and where the pass
+   * under way is (compat_bounds.c). */
+  int64_t idle_next_ms;
+  compat_idle_cursor_t idle_cursor;
 };
 
 static void reaper_schedule(reaper_t *rp, int64_t delay_ms) {
@@ -345,6 +353,40 @@ static void reaper_forget_ended(reaper_t *rp, int64_t now) {
             (long long)forgotten, (double)keep_ms / 1000);
 }
 
+/* ---- idle DistCompute workers ---- */
+
+#define REAPER_IDLE_CHUNK 256
+
+/* Deletes a chunk of the DistCompute workers that went compat_idle_keep_ms()
+ * ago without doing anything, once every sixtieth of that time (a minute),
+ * or at every tick while chunks come out full.  True when a chunk came out
+ * full: more may be due. */
+static bool reaper_forget_idle(reaper_t *rp, int64_t now) {
+  store_t *st = rp->head->st;
+  if (now < rp->idle_next_ms)
+    return false;
+  fail_t f = {0};
+  int examined = 0;
+  int64_t deleted = 0;
+  if (store_request_begin(st, &f) == MUSTER_OK) {
+    bool ok = compat_delete_idle(st, now, REAPER_IDLE_CHUNK, &rp->idle_cursor, &examined, &deleted,
+                                 &f) == MUSTER_OK;
+    store_request_end(st, ok);
+  }
+  if (f.code)
+    log_msg(LOG_WARN, "deleting idle DistCompute workers: %s (tried again later)",
+            fail_message(&f));
+  else if (deleted)
+    log_msg(LOG_DEBUG, "deleted %lld DistCompute workers that went without doing anything",
+            (long long)deleted);
+  bool more = f.code == MUSTER_OK && examined == REAPER_IDLE_CHUNK;
+  if (!more) { /* the pass is done (or failed): the next starts over */
+    rp->idle_cursor = (compat_idle_cursor_t){0, 0};
+    rp->idle_next_ms = now + compat_idle_keep_ms() / 60;
+  }
+  return more;
+}
+
 /* ---- the timer ---- */
 
 /* The chunked work that goes before the retention, in turns: each true
@@ -357,13 +399,15 @@ static void reaper_tick(evutil_socket_t fd, short what, void *arg) {
   if (rp->head->stopping)
     return;
   reaper_forget_ended(rp, now_ms());
+  bool idle_left = reaper_forget_idle(rp, now_ms());
   rp->turn = (rp->turn + 1) % REAPER_CHUNK_KINDS;
   for (size_t i = 0; i < REAPER_CHUNK_KINDS; i++)
     if (reaper_chunks[(rp->turn + i) % REAPER_CHUNK_KINDS](rp)) {
       reaper_schedule(rp, 0); /* more may be left: the next chunk next turn */
       return;
     }
-  reaper_schedule(rp, reaper_retain(rp));
+  int64_t delay_ms = reaper_retain(rp);
+  reaper_schedule(rp, idle_left ? 0 : delay_ms);
 }
 
 /* Whether MUSTER_TEST_HOLD_LEFTOVERS=1 is set: for tests only

@@ -50,6 +50,7 @@ typedef struct {
   int64_t max_shared_ttl_ms; /* default and cap of a shared blob's ttl_ms */
   size_t shared_keep_levels; /* newest levels of a shared blob kept (>= 1) */
   size_t max_blob_bytes;     /* shared blob size limit, bytes */
+  int64_t distcompute_max_workers; /* active DistCompute workers per pipeline, at most */
 } head_config_t;
 
 typedef struct head {

@@ -320,6 +320,15 @@ const char *const store_migrations[] = {
      * between), as tasks_failed is; cancelled tasks, which a session close
      * makes by the thousand, stay out. */
     "CREATE INDEX tasks_ended ON tasks(queue, state, updated_ms) WHERE state IN (3, 4);",
+    /* Bounds on anonymous DistCompute clients (compat_bounds.c): a
+     * pipeline's active workers are counted at every api/new, each active
+     * worker looked up by its id in compat_workers; the gone workers that
+     * did nothing are found by when they went, to be deleted an hour
+     * later.  Neither is written on the path of a task: a worker enters
+     * the second when it goes, and its counters do not move after. */
+    "CREATE INDEX compat_workers_by_worker ON compat_workers(worker);"
+    "CREATE INDEX workers_idle_gone ON workers(gone_at_ms)"
+    "  WHERE state = 1 AND completed = 0 AND failed = 0 AND flagged = 0;",
 };
 
 const int store_migration_count = (int)(sizeof store_migrations / sizeof store_migrations[0]);

@@ -367,8 +367,13 @@ json_t *worker_list(store_t *st, fail_t *f) {
 }
 
 json_t *worker_leaderboard(store_t *st, fail_t *f) {
+  /* Workers count when they are active or did something: a gone worker
+   * that did nothing may be deleted (compat_bounds.c), and the board must
+   * not change then. */
   sqlite3_stmt *s = store_stmt(st, "SELECT nickname, sum(completed), sum(failed), sum(flagged),"
-                                   " count(*) FROM workers GROUP BY nickname"
+                                   " sum(state = 0 OR completed + failed + flagged > 0)"
+                                   " FROM workers GROUP BY nickname"
+                                   " HAVING sum(state = 0 OR completed + failed + flagged > 0) > 0"
                                    " ORDER BY sum(completed) DESC, nickname");
   if (s == NULL) {
     store_fail(st, f, "leaderboard");
