@@ -1019,6 +1019,23 @@ size_t muster_pool_iter_duplicates(const muster_pool_iter_t *it);
  * two successful muster_pool_iter_next calls); after a failed call, reading
  * the stream (muster_session_results) from it resumes where the iterator was. */
 int64_t muster_pool_iter_cursor(const muster_pool_iter_t *it);
+/*
+ * Why the iterator's results are late, for a caller whose own deadline
+ * passed while muster_pool_iter_next gave nothing: jobs that fail on every
+ * attempt (a shared level they require that is missing, say) give no result
+ * until their attempts are spent.  Reads one page of the queue's tasks (the
+ * first 100 from the iterator's first task, without payloads) and sets *text
+ * (muster_free) to what its unfinished tasks that failed and wait to be tried
+ * again failed with, the newest of up to three distinct errors first, in the
+ * words of the TimeoutError of Python's Pool:
+ *   "2 of this call's unfinished jobs failed at least once and wait to be
+ *   tried again, the newest first: job 1 (attempt 5): required shared data
+ *   models/w level 1: shared_not_found: ... (and 1 more with these errors)"
+ * (job I: the input's position), or to "" when none has.  On failure (the
+ * head did not answer: MUSTER_NETWORK, ...) *text is NULL and
+ * muster_pool_message says why; the iterator is unchanged either way.
+ */
+muster_err_t muster_pool_iter_failing(muster_pool_iter_t *it, char **text);
 void muster_pool_iter_free(muster_pool_iter_t *it);
 
 /*

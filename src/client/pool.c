@@ -278,12 +278,16 @@ void muster_pool_close(muster_pool_t *pool) {
  * the heartbeat thread keeps the session open.  The indexes are explicit: a
  * retry of a batch that did land is answered as a repeat by the head (the
  * same payloads at the same indexes), while invalid_state ("index in use")
- * means another producer of the session took an index. */
+ * means another producer of the session took an index.  *first_id (when not
+ * NULL) gets the id of the batch's first task, for muster_pool_iter_failing. */
 static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *inputs, size_t count,
-                                      int64_t first) {
+                                      int64_t first, int64_t *first_id) {
   muster_task_spec_t *specs = calloc(count ? count : 1, sizeof *specs);
-  if (specs == NULL)
+  int64_t *ids = first_id ? calloc(count ? count : 1, sizeof *ids) : NULL;
+  if (specs == NULL || (first_id && ids == NULL)) {
+    free(specs);
     return pool_fail(pool, MUSTER_NOMEM, "out of memory");
+  }
   for (size_t i = 0; i < count; i++) {
     muster_task_spec_init(&specs[i]);
     specs[i].payload = inputs[i];
@@ -293,7 +297,7 @@ static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *in
   int64_t give_up = pool_now_ms() + (pool->timeout_ms > 0 ? pool->timeout_ms : 0);
   for (int attempt = 0;; attempt++) {
     err = muster_session_put_requiring(pool->client, pool->session, specs, count, pool->required,
-                                       pool->required_count, NULL, NULL);
+                                       pool->required_count, ids, NULL);
     if (err != MUSTER_NETWORK && err != MUSTER_UNAVAILABLE)
       break;
     if (attempt > 0 && pool_now_ms() >= give_up)
@@ -301,6 +305,9 @@ static muster_err_t pool_submit_batch(muster_pool_t *pool, const char *const *in
     if (attempt > 0)
       nanosleep(&(struct timespec){.tv_sec = POOL_SUBMIT_PAUSE_S}, NULL);
   }
+  if (err == MUSTER_OK && ids != NULL && count > 0)
+    *first_id = ids[0];
+  free(ids);
   free(specs);
   return pool_from_client(pool, err);
 }
@@ -350,7 +357,8 @@ muster_err_t pool_imap_start(muster_pool_t *pool, const char *const *inputs, siz
   pool->next_index += (int64_t)count;
   for (size_t at = 0; at < count; at += TASK_MAX_BATCH) {
     size_t n = count - at < TASK_MAX_BATCH ? count - at : TASK_MAX_BATCH;
-    muster_err_t err = pool_submit_batch(pool, inputs + at, n, it->first + (int64_t)at);
+    muster_err_t err = pool_submit_batch(pool, inputs + at, n, it->first + (int64_t)at,
+                                         at == 0 ? &it->first_id : NULL);
     if (err != MUSTER_OK) {
       muster_pool_iter_free(it);
       return err;

@@ -1,6 +1,7 @@
 /*
  * pool_internal.h — what the files of muster_pool_t share (pool.c: open,
- * close, submitting and iterating; pool_map.c: map, whole or partial).
+ * close, submitting and iterating; pool_map.c: map, whole or partial;
+ * pool_why.c: muster_pool_iter_failing).
  */
 #ifndef MUSTER_CLIENT_POOL_INTERNAL_H
 #define MUSTER_CLIENT_POOL_INTERNAL_H
@@ -36,6 +37,7 @@ struct muster_pool_iter {
   muster_pool_t *pool;
   int ordered;
   int64_t first;         /* session index of input 0 */
+  int64_t first_id;      /* task id of input 0 (a put's tasks get consecutive ids); 0: unknown */
   size_t total;          /* inputs */
   size_t delivered;      /* results handed to the caller */
   size_t duplicates;     /* repeats dropped */
