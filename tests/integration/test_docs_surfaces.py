@@ -470,6 +470,24 @@ def client_documented():
     return found
 
 
+class Schema(unittest.TestCase):
+    """Where the docs name the current schema of a data dir (`muster version`, `muster
+    status`, GET /v1/health, the upgrade's log line), it is this binary's: a migration
+    added without the docs following fails here."""
+
+    def test_the_schema_the_docs_name_is_the_binarys(self):
+        out = subprocess.run([MUSTER, "version"], capture_output=True, text=True, check=True)
+        current = int(re.search(r"\(data dir schema (\d+)\)", out.stdout).group(1))
+        said = re.compile(r"\(schema (\d+)\)|data dir schema (\d+)|\"schema\": (\d+)|"
+                          r"migrated the schema from version \d+ to (\d+)|"
+                          r"from schema \d+ to (\d+)")
+        found = [(name, int(next(g for g in m.groups() if g)))
+                 for name in doc_names() for m in said.finditer(doc(name))]
+        self.assertGreaterEqual(len(found), 5, found)
+        self.assertEqual([f for f in found if f[1] != current], [],
+                         "the docs name a schema other than this binary's %d" % current)
+
+
 class CLibrary(unittest.TestCase):
     """docs/client.md against include/muster.h."""
 
