@@ -33,8 +33,13 @@ def failing_jobs_note(client, queue, session, first_id, first, n):
             said.add(t["error"])
             shown.append("job %d (attempt %d): %s" % (t["index"] - first, t.get("attempts") or 0,
                                                       t["error"]))
-    same = len(failing) - len(shown)
+    more = len(failing) - len(shown)
+    others = sum(1 for t in failing if t["error"] not in said)   # errors not named
+    tail = ""
+    if more and not others:
+        tail = " (and %d more with these errors)" % more
+    elif more:
+        tail = " (and %d more: %d with these errors, %d with others)" % (more, more - others,
+                                                                         others)
     return ("; %d of this call's unfinished jobs failed at least once and wait to be tried "
-            "again, the newest first: %s%s" % (len(failing), "; ".join(shown),
-                                              " (and %d more with these errors)" % same
-                                              if same else ""))
+            "again, the newest first: %s%s" % (len(failing), "; ".join(shown), tail))

@@ -103,8 +103,14 @@ static bool why_sentence(client_buf_t *b, const why_task_t *failing, size_t coun
   for (size_t i = 0; ok && i < nshown; i++)
     ok = why_add(b, "%sjob %lld (attempt %lld): %s", i ? "; " : "", (long long)shown[i]->position,
                  (long long)shown[i]->attempts, shown[i]->error);
-  if (ok && count > nshown)
+  size_t others = 0; /* jobs whose error is none of those named */
+  for (size_t i = 0; i < count; i++)
+    others += !why_said(shown, nshown, failing[i].error);
+  if (ok && count > nshown && others == 0)
     ok = why_add(b, " (and %zu more with these errors)", count - nshown);
+  else if (ok && count > nshown)
+    ok = why_add(b, " (and %zu more: %zu with these errors, %zu with others)", count - nshown,
+                 count - nshown - others, others);
   return ok;
 }
 

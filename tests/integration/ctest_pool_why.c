@@ -115,7 +115,7 @@ static void test_failing(muster_client_t *c) {
   expect_text(it,
               "5 of this call's unfinished jobs failed at least once and wait to be tried again, "
               "the newest first: job 5 (attempt 1): e-d; job 4 (attempt 1): e-a; job 3 (attempt "
-              "1): e-c (and 2 more with these errors)",
+              "1): e-c (and 2 more: 1 with these errors, 1 with others)",
               __LINE__);
   expect_text(empty, "", __LINE__);
   char *text = (char *)"unset";
