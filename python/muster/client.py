@@ -16,7 +16,7 @@ import threading
 import time
 import urllib.parse
 
-from . import _continue, errors
+from . import _continue, drain, errors
 from .resolve import (  # noqa: F401 (muster.client's names as before)
     DEFAULT_DATA_DIR, DEFAULT_URL, _resolve_url_from, data_dir_default, no_head_advice,
     resolve_token, resolve_url, token_looked, url_problem)
@@ -584,6 +584,18 @@ class Client:
 
     def requeue_queue(self, name):
         return self.request("POST", "/v1/queues/" + _q(name) + "/requeue")["requeued"]
+
+    def wait_drained(self, queue, pipeline=False, timeout=None):
+        """Blocks until ``queue`` has no task queued (delayed ones included) or leased;
+        with ``pipeline=True``, until every queue after it along ``next`` (up to a loop)
+        has none either, all seen empty in one answer of the head.  It looks every 0.5 s;
+        a head that stops answering after the first look is waited for.  Returns a
+        :class:`muster.drain.Drained`: ``{name: counts}`` of those queues, whose
+        ``failed`` maps each queue where tasks ended failed or dead since the call to
+        how many (what `muster queue wait` exits 1 for; no exception is raised for it).
+        ``timeout`` (seconds, None: none) passing raises TimeoutError saying what is
+        left; an unknown ``queue`` raises QueueNotFound."""
+        return drain.wait_drained(self, queue, pipeline, timeout)
 
     # ---- tasks -----------------------------------------------------------------------
 

@@ -243,6 +243,26 @@ int cli_requires_parse(const cli_args_t *args, const char *session, cli_requires
  * be had and that nothing was put. */
 int cli_requires_resolve(muster_client_t *client, cli_requires_t *req);
 
+/* ---- progress.c: the progress bar of map and queue wait ---- */
+
+/* A progress bar on stderr.  Start it zeroed but for `enabled` (stderr is a
+ * terminal and no --quiet) and `started_ms` (cli_now_ms at the start). */
+typedef struct {
+  int enabled;
+  int shown; /* it was drawn: its line is on the screen */
+  int64_t started_ms, drawn_ms;
+} cli_bar_t;
+
+/* Milliseconds of the monotonic clock. */
+int64_t cli_now_ms(void);
+/* Redraws the bar in place, at most every 100 ms unless `force`, as
+ * "[####------] DONE/TOTAL PCT%  RATE/s", then, with `eta`, "  ETA 1m05s"
+ * (the rate so far over what is left), then "  TAIL" when `tail` is neither
+ * NULL nor "".  Nothing when the bar is not enabled. */
+void cli_bar_draw(cli_bar_t *bar, size_t done, size_t total, int eta, const char *tail, int force);
+/* Clears the bar's line, so that a message or the shell prompt starts clean. */
+void cli_bar_clear(const cli_bar_t *bar);
+
 /* ---- commands (cmd_*.c) ---- */
 
 /* The states of a task, in the order of the API's counts and of `queue ls`. */
@@ -255,6 +275,10 @@ int cmd_queue_show(cli_args_t *args);
 int cmd_queue_purge(cli_args_t *args);
 int cmd_queue_rm(cli_args_t *args);
 int cmd_queue_requeue(cli_args_t *args);
+/* `muster queue wait` (cmd_queue_wait.c). */
+extern const cli_opt_t cmd_queue_wait_opts[];
+extern const char cmd_queue_wait_details[];
+int cmd_queue_wait(cli_args_t *args);
 int cmd_status(cli_args_t *args);
 /* Requeues every dead and failed task of queue `name` and prints the count. */
 int cli_requeue_queue(muster_client_t *client, const char *name);

@@ -28,8 +28,6 @@
 #include <unistd.h>
 
 #define MAP_POLL_MS 1000      /* longest wait between checks for a signal */
-#define MAP_BAR_WIDTH 30      /* characters of the progress bar */
-#define MAP_REDRAW_MS 100     /* at most ten redraws a second */
 #define MAP_RETRY_MS 1000     /* pause between reads while the head does not answer */
 #define MAP_IDLE_HINT_MS 3000 /* no result this long: say so if no worker serves the queue */
 
@@ -75,12 +73,6 @@ static int map_queue_is_new; /* --queue did not exist: the pool created it */
 
 static void map_on_signal(int sig) {
   map_stop = sig;
-}
-
-static int64_t map_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- inputs ------------------------------------------------------------------- */
@@ -149,45 +141,10 @@ void cli_print_result_value(const char *json, FILE *out) {
   json_decref(value);
 }
 
-/* ---- progress ------------------------------------------------------------------ */
-
-typedef struct {
-  int enabled;
-  int64_t started_ms, drawn_ms;
-} map_bar_t;
-
-/* Redraws the bar (at most every MAP_REDRAW_MS unless `force`). */
-static void map_bar_draw(map_bar_t *bar, size_t done, size_t total, int force) {
-  int64_t now = map_now_ms();
-  if (!bar->enabled || (!force && now - bar->drawn_ms < MAP_REDRAW_MS))
-    return;
-  bar->drawn_ms = now;
-  double secs = (double)(now - bar->started_ms) / 1000.0;
-  double rate = secs > 0 ? (double)done / secs : 0;
-  int filled = total ? (int)((double)MAP_BAR_WIDTH * (double)done / (double)total) : MAP_BAR_WIDTH;
-  char cells[MAP_BAR_WIDTH + 1], eta[32] = "--";
-  for (int i = 0; i < MAP_BAR_WIDTH; i++)
-    cells[i] = i < filled ? '#' : '-';
-  cells[MAP_BAR_WIDTH] = '\0';
-  if (rate > 0) {
-    long left = (long)((double)(total - done) / rate + 0.5);
-    snprintf(eta, sizeof eta, "%ldm%02lds", left / 60, left % 60);
-  }
-  fprintf(stderr, "\r[%s] %zu/%zu %3d%%  %.1f/s  ETA %s  \x1b[K", cells, done, total,
-          total ? (int)(100.0 * (double)done / (double)total) : 100, rate, eta);
-  fflush(stderr);
-}
-
-/* Clears the bar's line so a message or the shell prompt starts clean. */
-static void map_bar_clear(const map_bar_t *bar) {
-  if (bar->enabled)
-    fputs("\r\x1b[K", stderr);
-}
-
 /* ---- running --------------------------------------------------------------------- */
 
 /* Prints one result; returns 1 when it was a failure. */
-static int map_print(const cli_args_t *args, map_bar_t *bar, const muster_result_t *r) {
+static int map_print(const cli_args_t *args, cli_bar_t *bar, const muster_result_t *r) {
   if (cli_flag(args, "with-index"))
     printf("%lld\t", (long long)r->index);
   if (cli_flag(args, "json-output"))
@@ -198,7 +155,7 @@ static int map_print(const cli_args_t *args, map_bar_t *bar, const muster_result
   fflush(stdout);
   if (r->ok)
     return 0;
-  map_bar_clear(bar);
+  cli_bar_clear(bar);
   fprintf(stderr, "muster: input %lld %s: %s\n", (long long)r->index,
           r->state ? r->state : "failed", r->error ? r->error : "no error text");
   return 1;
@@ -249,10 +206,10 @@ static void map_give_up(const cli_args_t *args, muster_pool_t *pool, muster_pool
  * heartbeat thread keeps beating meanwhile, and the iterator resumes where it
  * was.  Returns 1 to try again, 0 to stop (the message is printed).
  */
-static int map_retry(const cli_args_t *args, map_bar_t *bar, muster_pool_t *pool,
+static int map_retry(const cli_args_t *args, cli_bar_t *bar, muster_pool_t *pool,
                      muster_pool_iter_t *it, muster_err_t err, int64_t *failing_since_ms) {
-  int64_t now = map_now_ms(), limit_ms = muster_pool_timeout_ms(pool);
-  map_bar_clear(bar);
+  int64_t now = cli_now_ms(), limit_ms = muster_pool_timeout_ms(pool);
+  cli_bar_clear(bar);
   if (!map_transient(err)) {
     fprintf(stderr, "muster: %s: %s (session %s)\n", muster_err_name(err),
             muster_pool_message(pool), muster_pool_session(pool));
@@ -275,16 +232,16 @@ static int map_retry(const cli_args_t *args, map_bar_t *bar, muster_pool_t *pool
  * no worker serves the queue, if none does, since map would otherwise wait
  * in silence for ever (a queue map created, a node agent started without
  * --queue).  *hinted is set after the first look. */
-static void map_hint_idle(const cli_args_t *args, const map_bar_t *bar, muster_pool_t *pool,
+static void map_hint_idle(const cli_args_t *args, const cli_bar_t *bar, muster_pool_t *pool,
                           int64_t started_ms, int *hinted) {
   size_t workers = 0;
-  if (*hinted || map_now_ms() - started_ms < MAP_IDLE_HINT_MS)
+  if (*hinted || cli_now_ms() - started_ms < MAP_IDLE_HINT_MS)
     return;
   *hinted = 1;
   if (muster_pool_workers_count(pool, &workers) != MUSTER_OK || workers > 0)
     return;
   const char *queue = cli_opt(args, "queue");
-  map_bar_clear(bar);
+  cli_bar_clear(bar);
   fprintf(stderr,
           "muster: no worker serves queue '%s' yet: the inputs wait for one; start one with "
           "`muster worker --queue %s -- CMD`, or a node agent with --queue %s\n",
@@ -309,7 +266,7 @@ static void map_look_at_queue(const muster_pool_opts_t *opts) {
 
 /* Prints every result of `it` as it comes; returns CLI_OK, or CLI_FAIL. */
 static int map_drain(const cli_args_t *args, muster_pool_t *pool, muster_pool_iter_t *it) {
-  map_bar_t bar = {.enabled = isatty(2) && !cli_flag(args, "quiet"), .started_ms = map_now_ms()};
+  cli_bar_t bar = {.enabled = isatty(2) && !cli_flag(args, "quiet"), .started_ms = cli_now_ms()};
   size_t done = 0, total = 0, failures = 0;
   int64_t failing_since_ms = 0;
   int rc = CLI_OK, hinted = 0;
@@ -325,7 +282,7 @@ static int map_drain(const cli_args_t *args, muster_pool_t *pool, muster_pool_it
     }
     if (failing_since_ms != 0) {
       char at[1200];
-      map_bar_clear(&bar);
+      cli_bar_clear(&bar);
       fprintf(stderr, "muster: %s answers again; carrying on\n",
               cli_server_at(muster_pool_server(pool), at, sizeof at));
       failing_since_ms = 0;
@@ -337,7 +294,7 @@ static int map_drain(const cli_args_t *args, muster_pool_t *pool, muster_pool_it
     muster_pool_iter_progress(it, &done, &total);
     if (done == 0)
       map_hint_idle(args, &bar, pool, bar.started_ms, &hinted);
-    map_bar_draw(&bar, done, total, muster_pool_iter_done(it));
+    cli_bar_draw(&bar, done, total, 1, NULL, muster_pool_iter_done(it));
   }
   if (bar.enabled)
     fputc('\n', stderr);

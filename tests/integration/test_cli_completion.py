@@ -111,7 +111,7 @@ class CompletionTest(unittest.TestCase):
 
     def test_second_word_of_a_group(self):
         self.assertEqual(self.complete("muster", "queue", ""),
-                         ["create", "ls", "purge", "requeue", "rm", "show"])
+                         ["create", "ls", "purge", "requeue", "rm", "show", "wait"])
         self.assertEqual(self.complete("muster", "queue", "c"), ["create"])
         for group in sorted({w[0] for w in help_commands() if len(w) == 2}):
             subs = sorted(w[1] for w in help_commands() if len(w) == 2 and w[0] == group)

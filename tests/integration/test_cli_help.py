@@ -122,7 +122,10 @@ class CliHelpTest(unittest.TestCase):
         # --concurrency, --nickname, --json-result, --cache-dir, --cache-bytes and
         # --state-dir.  Commands whose synopsis lives elsewhere (pools.md) are skipped.
         with open(DOCS) as f:
-            blocks = re.findall(r"^```\n(.*?)^```", f.read(), re.S | re.M)
+            # Plain blocks: a ```sh block (a script) is an example, not a synopsis, and
+            # its fence must not pair with the next block's.
+            blocks = [code for lang, code in re.findall(r"^```(\w*)\n(.*?)^```", f.read(),
+                                                         re.S | re.M) if not lang]
         checked = []
         for words in self.commands():
             name = " ".join(words)
