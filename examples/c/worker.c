@@ -123,9 +123,11 @@ static int work(muster_client_t *client, muster_worker_beat_t *beat, const char 
   while (!stopping && (err == MUSTER_OK || transient(err))) {
     if (transient(err))
       sleep_ms(1000);
-    if (count == 0)
+    if (count == 0) {
+      muster_leases_free(leases, count); /* an array of none is freed as well */
+      leases = NULL;
       err = muster_lease(client, queue, worker, 1, LEASE_WAIT_MS, &leases, &count);
-    else
+    } else
       err = finish(client, beat, queue, worker, &leases, &count);
   }
   if (err != MUSTER_OK && !transient(err))

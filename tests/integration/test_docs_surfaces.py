@@ -545,8 +545,12 @@ class CBuild(unittest.TestCase):
         self.assertIn('"http://127.0.0.1:7370"', program)
         with open(os.path.join(work, "prog.c"), "w") as f:
             f.write(program.replace("http://127.0.0.1:7370", head.url))
-        r = subprocess.run(["bash", "-e", "-u", "-c", build], cwd=work, capture_output=True,
-                           text=True, timeout=120)
+        # A sanitizer build's libmuster wants its runtime loaded first (test_c_build).
+        import test_c_build
+        flags = " ".join(test_c_build.sanitized())
+        r = subprocess.run(["bash", "-e", "-u", "-c", build.replace("cc ", "cc %s " % flags, 1)
+                            if flags else build], cwd=work, capture_output=True, text=True,
+                           timeout=120)
         self.assertEqual(r.returncode, 0, "the cc line of client.md:\n" + r.stderr)
         env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
         r = subprocess.run([os.path.join(work, "prog")], cwd="/", env=env,
