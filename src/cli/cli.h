@@ -13,6 +13,7 @@
 
 #include "muster.h"
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -147,6 +148,12 @@ struct json_t *cli_json_parse(const char *text, size_t len, char *why, size_t wh
  * after printing why.  The caller frees the handle.
  */
 int cli_connect(const cli_args_t *args, muster_client_t **out);
+/* For a command that a stop signal ends at once, from `handler` (which must
+ * be async-signal-safe): installs it for SIGINT and SIGTERM, fills `set` with
+ * the two and blocks them; the command unblocks `set` only while it waits
+ * (a request, a pause), so that a signal never lands in the middle of its
+ * output (session results --follow, queue wait). */
+void cli_catch_stop_signals(sigset_t *set, void (*handler)(int));
 /* Runs `body` with a client cli_connect made, and frees it; its return, or
  * cli_connect's failure. */
 int cli_with_client(cli_args_t *args, int (*body)(cli_args_t *, muster_client_t *));

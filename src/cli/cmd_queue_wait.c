@@ -112,13 +112,7 @@ static void wait_on_signal(int sig) {
 
 /* Installs the handler, and blocks the signals until wait_open. */
 static void wait_catch_signals(void) {
-  sigemptyset(&wait_stop_signals);
-  sigaddset(&wait_stop_signals, SIGINT);
-  sigaddset(&wait_stop_signals, SIGTERM);
-  sigprocmask(SIG_BLOCK, &wait_stop_signals, NULL);
-  struct sigaction sa = {.sa_handler = wait_on_signal};
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  cli_catch_stop_signals(&wait_stop_signals, wait_on_signal);
 }
 
 /* Lets the stop signals in (`open` non-zero) for a request or a pause, or

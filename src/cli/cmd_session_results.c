@@ -140,13 +140,7 @@ static void session_on_signal(int sig) {
 
 /* Installs the stop signals' handler and blocks them until session_waits. */
 static void session_catch_stop_signals(void) {
-  sigemptyset(&session_stop_signals);
-  sigaddset(&session_stop_signals, SIGINT);
-  sigaddset(&session_stop_signals, SIGTERM);
-  sigprocmask(SIG_BLOCK, &session_stop_signals, NULL);
-  struct sigaction sa = {.sa_handler = session_on_signal};
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  cli_catch_stop_signals(&session_stop_signals, session_on_signal);
 }
 
 /* With --follow, lets the stop signals in (`waiting` non-zero) for a wait

@@ -217,6 +217,16 @@ int cli_connect(const cli_args_t *args, muster_client_t **out) {
   return CLI_OK;
 }
 
+void cli_catch_stop_signals(sigset_t *set, void (*handler)(int)) {
+  sigemptyset(set);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  sigprocmask(SIG_BLOCK, set, NULL);
+  struct sigaction sa = {.sa_handler = handler};
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
 int cli_with_client(cli_args_t *args, int (*body)(cli_args_t *, muster_client_t *)) {
   muster_client_t *client = NULL;
   int rc = cli_connect(args, &client);
