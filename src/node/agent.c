@@ -419,6 +419,7 @@ typedef struct {
   int signals;           /* stop signals received */
   int started;           /* workers were started */
   struct event *hard_ev; /* SIGKILL timer of a hard stop */
+  bool hup_said;         /* a SIGHUP was said (a dying head may send two) */
 } agent_loop_t;
 
 /* Once the workers are gone the agent stops serving, while the loop still
@@ -442,6 +443,50 @@ static void agent_on_hard_timeout(evutil_socket_t fd, short what, void *arg) {
       killpg(l->a->workers[i].pid, SIGKILL);
 }
 
+#define AGENT_PF_EXITING 0x4 /* the kernel's task flag of a thread in exit (proc(5) stat) */
+
+/* Whether the head the local agent runs beside is gone or going: no longer
+ * its parent, or its main thread exiting or exited.  The kernel sends the
+ * parent-death signal when the thread that forked the agent exits, and as a
+ * killed head's threads exit one by one, the first comes while the agent is
+ * still the head's child, its main thread in exit (PF_EXITING, then a
+ * zombie). */
+static bool agent_head_dying(const node_agent_t *a) {
+  if (getppid() != a->cfg->head_pid)
+    return true;
+  char path[64], text[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)a->cfg->head_pid);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  if (f)
+    fclose(f);
+  text[n] = '\0';
+  const char *end = strrchr(text, ')'); /* "PID (COMM) STATE PPID ...": COMM may hold ')' */
+  char state = 0;
+  unsigned flags = 0;
+  if (end == NULL || sscanf(end + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2)
+    return true; /* no such process any more */
+  return state == 'Z' || state == 'X' || (flags & AGENT_PF_EXITING) != 0;
+}
+
+/* Says a SIGHUP once.  The local agent of `muster head` gets one when its head
+ * dies without stopping it (PR_SET_PDEATHSIG), e.g. by kill -9, and a second as
+ * the head's last thread goes: that is said as the head's end, not as a bare
+ * signal the user never sent. */
+static void agent_say_hangup(agent_loop_t *l) {
+  node_agent_t *a = l->a;
+  if (l->hup_said)
+    return;
+  l->hup_said = true;
+  if (a->cfg->beside_head && agent_head_dying(a))
+    agent_log(a,
+              "the head (pid %d) exited without stopping its local node: stopping the "
+              "workers now",
+              (int)a->cfg->head_pid);
+  else
+    agent_log(a, "got SIGHUP: stopping the workers now");
+}
+
 static void agent_on_signal(evutil_socket_t sig, short what, void *arg) {
   agent_loop_t *l = arg;
   node_agent_t *a = l->a;
@@ -451,16 +496,7 @@ static void agent_on_signal(evutil_socket_t sig, short what, void *arg) {
     return;
   }
   if (sig == SIGHUP) {
-    /* The local agent of `muster head` gets SIGHUP when its head dies without
-     * stopping it (PR_SET_PDEATHSIG), e.g. by kill -9: say that, not a bare
-     * signal the user never sent. */
-    if (a->cfg->beside_head && getppid() != a->cfg->head_pid)
-      agent_log(a,
-                "the head (pid %d) exited without stopping its local node: stopping the "
-                "workers now",
-                (int)a->cfg->head_pid);
-    else
-      agent_log(a, "got SIGHUP: stopping the workers now");
+    agent_say_hangup(l);
     a->stopping = 2;
     sup_signal_all(a, SIGHUP);
     struct timeval tv = {AGENT_HARD_STOP_MS / 1000, 0};
